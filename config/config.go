@@ -1,0 +1,309 @@
+// Package config defines exgate's configuration: the YAML schema, the
+// built-in defaults (which equal the trading API's limits table), loading
+// with strict decoding and environment overrides, and validation that names
+// every problem by its YAML path.
+//
+// A Config is built by starting from Default, decoding a YAML document over
+// it, applying EXGATE_<PATH> environment overrides, and validating the
+// result. Load and Parse do all four steps.
+package config
+
+import (
+	"time"
+)
+
+// Config is the whole gateway configuration. Its zero value is not useful;
+// start from Default.
+type Config struct {
+	// Listen is the address of the traffic listener. Default ":8080".
+	Listen string `yaml:"listen"`
+	// AdminListen is the address of the admin listener that serves
+	// /healthz, /readyz and (later) /metrics. Default "127.0.0.1:9090".
+	AdminListen string `yaml:"admin_listen"`
+	// Server holds the traffic listener's timeouts and size limits.
+	Server Server `yaml:"server"`
+	// Upstream is the backend exgate forwards to.
+	Upstream Upstream `yaml:"upstream"`
+	// ClientIP says how the client address is derived.
+	ClientIP ClientIP `yaml:"client_ip"`
+	// Limiter selects and configures the rate-limit store.
+	Limiter Limiter `yaml:"limiter"`
+	// Tiers maps a tier name to per-route overrides of the token limits,
+	// for tokens that the tokens file maps to that tier. Default: none.
+	Tiers map[string]map[string]TierLimit `yaml:"tiers"`
+	// TokensFile is the path of a YAML file mapping token ids (HMAC) to
+	// tier names. Default "" (no tiers assigned).
+	TokensFile string `yaml:"tokens_file"`
+	// Log configures logging.
+	Log Log `yaml:"log"`
+	// Routes is the route table, matched in the order given except that a
+	// default route ("*") is always tried last. Giving routes in YAML
+	// replaces the whole default table.
+	Routes []Route `yaml:"routes"`
+}
+
+// Server holds the traffic listener's timeouts and size limits.
+type Server struct {
+	// ReadHeaderTimeout bounds reading a request's headers. Default 5s.
+	ReadHeaderTimeout time.Duration `yaml:"read_header_timeout"`
+	// ReadTimeout bounds reading a whole request, body included. Default 30s.
+	ReadTimeout time.Duration `yaml:"read_timeout"`
+	// WriteTimeout bounds writing a response; it must exceed every route
+	// timeout. Default 30s.
+	WriteTimeout time.Duration `yaml:"write_timeout"`
+	// IdleTimeout bounds how long a keep-alive connection waits for its
+	// next request. Default 120s.
+	IdleTimeout time.Duration `yaml:"idle_timeout"`
+	// MaxHeaderBytes is the largest request line plus headers accepted;
+	// larger requests get 431. Default 16KiB.
+	MaxHeaderBytes ByteSize `yaml:"max_header_bytes"`
+	// MaxBodyBytes is the largest request body accepted on any route;
+	// larger bodies get 413. Default 1MiB.
+	MaxBodyBytes ByteSize `yaml:"max_body_bytes"`
+	// ShutdownTimeout bounds how long in-flight requests may take to finish
+	// after a shutdown signal. Default 25s.
+	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
+}
+
+// Upstream is the backend exgate forwards to.
+type Upstream struct {
+	// URL is the backend's base URL (http or https). A path in it is
+	// prefixed to every forwarded path. Default "http://127.0.0.1:9000".
+	URL URL `yaml:"url"`
+	// Timeout is the default route timeout: the longest exgate waits for
+	// the backend's whole response before answering 504. Default 10s.
+	Timeout time.Duration `yaml:"timeout"`
+	// DialTimeout bounds opening a connection to the backend. Default 2s.
+	DialTimeout time.Duration `yaml:"dial_timeout"`
+	// MaxIdleConns is the size of the keep-alive pool to the backend.
+	// Default 512.
+	MaxIdleConns int `yaml:"max_idle_conns"`
+	// MaxConnsPerHost caps concurrent connections to the backend; 0 means
+	// no cap. Default 0.
+	MaxConnsPerHost int `yaml:"max_conns_per_host"`
+	// IdleConnTimeout closes pooled connections idle this long. Default 90s.
+	IdleConnTimeout time.Duration `yaml:"idle_conn_timeout"`
+}
+
+// ClientIP says how the client address is derived.
+type ClientIP struct {
+	// TrustedProxies lists the peers (CIDR or single address) whose
+	// X-Forwarded-For is believed, read right to left. Default: none.
+	TrustedProxies []Prefix `yaml:"trusted_proxies"`
+	// IPv6Prefix is the prefix length that groups IPv6 clients into one
+	// address for limiting. Default 64.
+	IPv6Prefix int `yaml:"ipv6_prefix"`
+}
+
+// Limiter selects and configures the rate-limit store.
+type Limiter struct {
+	// Backend is "redis" or "memory". Empty means redis when
+	// Redis.Addrs is set, memory otherwise. Default "".
+	Backend string `yaml:"backend"`
+	// Replicas is how many exgate instances share the limits; it sizes
+	// the local fallback (rate / replicas). Default 1.
+	Replicas int `yaml:"replicas"`
+	// Redis configures the Redis store.
+	Redis Redis `yaml:"redis"`
+	// OnStoreError is what happens when the store fails: "open" (allow),
+	// "closed" (deny with 503) or "local" (in-process limits).
+	// Default "local".
+	OnStoreError string `yaml:"on_store_error"`
+	// KeySecretEnv names the environment variable holding the HMAC secret
+	// that turns tokens into keys. Default "EXGATE_KEY_SECRET".
+	KeySecretEnv string `yaml:"key_secret_env"`
+}
+
+// Redis configures the Redis store. Secrets are read from the environment
+// variables named here, never from the file.
+type Redis struct {
+	// Addrs lists Redis addresses: one means standalone, several mean
+	// Cluster, unless MasterName is set (Sentinel). Default: none.
+	Addrs []string `yaml:"addrs"`
+	// MasterName selects Sentinel mode. Default "".
+	MasterName string `yaml:"master_name"`
+	// DB is the database number (standalone and Sentinel). Default 0.
+	DB int `yaml:"db"`
+	// Username is the ACL user name. Default "".
+	Username string `yaml:"username"`
+	// PasswordEnv names the environment variable holding the password.
+	// Default "EXGATE_REDIS_PASSWORD".
+	PasswordEnv string `yaml:"password_env"`
+	// TLS enables TLS to Redis. Default false.
+	TLS bool `yaml:"tls"`
+	// Timeout is the deadline of every Redis call. Default 25ms.
+	Timeout time.Duration `yaml:"timeout"`
+}
+
+// Log configures logging.
+type Log struct {
+	// Level is debug, info, warn or error. Default "info".
+	Level string `yaml:"level"`
+	// Access enables the one-line-per-request access log. Default true.
+	Access bool `yaml:"access"`
+}
+
+// Route is one entry of the route table.
+type Route struct {
+	// Name labels the route in limits, tiers, logs and metrics. Required
+	// and unique; "default" is conventional for the "*" route.
+	Name string `yaml:"name"`
+	// Match is "METHOD /path/{param}/", "/path/" (any method) or "*"
+	// (everything no other route matches).
+	Match Match `yaml:"match"`
+	// Auth is "none", "optional" or "required". Required means a request
+	// without a well-formed Bearer token gets 401. Default "none".
+	Auth string `yaml:"auth"`
+	// Validate names a body validator ("order") or "" for none.
+	// Default "".
+	Validate string `yaml:"validate"`
+	// Timeout overrides Upstream.Timeout for this route. Default 0 (use
+	// Upstream.Timeout).
+	Timeout time.Duration `yaml:"timeout"`
+	// Limits are the route's rate limits. Default: none.
+	Limits []Limit `yaml:"limits"`
+}
+
+// Limit is one rate limit of a route.
+type Limit struct {
+	// Key is what the limit counts by: "token" or "address".
+	Key string `yaml:"key"`
+	// When is "always", "token" (only requests carrying a token) or
+	// "anonymous" (only requests without one). Default "always".
+	When string `yaml:"when"`
+	// Rate is N requests per period, written "N/period".
+	Rate Rate `yaml:"rate"`
+	// Burst is how many requests may arrive at once; 0 means Rate.N.
+	// Default 0.
+	Burst int `yaml:"burst"`
+	// Shadow decides and reports the limit without rejecting anything.
+	// Default false.
+	Shadow bool `yaml:"shadow"`
+}
+
+// TierLimit overrides a route's token limit for one tier.
+type TierLimit struct {
+	// Rate replaces the route's token limit rate.
+	Rate Rate `yaml:"rate"`
+	// Burst replaces the burst; 0 means Rate.N. Default 0.
+	Burst int `yaml:"burst"`
+}
+
+// Auth values.
+const (
+	AuthNone     = "none"
+	AuthOptional = "optional"
+	AuthRequired = "required"
+)
+
+// Limit keys and conditions.
+const (
+	KeyToken     = "token"
+	KeyAddress   = "address"
+	WhenAlways   = "always"
+	WhenToken    = "token"
+	WhenAnon     = "anonymous"
+	ValidateNone = ""
+	ValidateOrd  = "order"
+)
+
+// Limiter backends and store-error modes.
+const (
+	BackendRedis  = "redis"
+	BackendMemory = "memory"
+	StoreOpen     = "open"
+	StoreClosed   = "closed"
+	StoreLocal    = "local"
+)
+
+// Default returns the built-in configuration: the trading API's limits
+// table (trading-api.md, "Limits") and production-safe timeouts. Each call
+// returns a fresh value that the caller may modify.
+func Default() *Config {
+	anonDay := Rate{N: 10000, Period: 24 * time.Hour}
+	tokenMin := Rate{N: 200, Period: time.Minute}
+	return &Config{
+		Listen:      ":8080",
+		AdminListen: "127.0.0.1:9090",
+		Server: Server{
+			ReadHeaderTimeout: 5 * time.Second,
+			ReadTimeout:       30 * time.Second,
+			WriteTimeout:      30 * time.Second,
+			IdleTimeout:       120 * time.Second,
+			MaxHeaderBytes:    16 << 10,
+			MaxBodyBytes:      1 << 20,
+			ShutdownTimeout:   25 * time.Second,
+		},
+		Upstream: Upstream{
+			URL:             MustURL("http://127.0.0.1:9000"),
+			Timeout:         10 * time.Second,
+			DialTimeout:     2 * time.Second,
+			MaxIdleConns:    512,
+			IdleConnTimeout: 90 * time.Second,
+		},
+		ClientIP: ClientIP{IPv6Prefix: 64},
+		Limiter: Limiter{
+			Replicas:     1,
+			OnStoreError: StoreLocal,
+			KeySecretEnv: "EXGATE_KEY_SECRET",
+			Redis: Redis{
+				PasswordEnv: "EXGATE_REDIS_PASSWORD",
+				Timeout:     25 * time.Millisecond,
+			},
+		},
+		Log: Log{Level: "info", Access: true},
+		Routes: []Route{
+			{
+				Name:     "place_order",
+				Match:    Match{Method: "POST", Path: "/api/v1/odr/orders/"},
+				Auth:     AuthRequired,
+				Validate: ValidateOrd,
+				Limits: []Limit{
+					{Key: KeyToken, When: WhenAlways, Rate: Rate{N: 5400, Period: time.Hour}},
+				},
+			},
+			{
+				Name:  "list_markets",
+				Match: Match{Method: "GET", Path: "/api/v1/mkt/markets/"},
+				Auth:  AuthOptional,
+				Limits: []Limit{
+					{Key: KeyAddress, When: WhenAnon, Rate: anonDay},
+					{Key: KeyToken, When: WhenToken, Rate: tokenMin},
+				},
+			},
+			{
+				Name:  "list_currencies",
+				Match: Match{Method: "GET", Path: "/api/v1/mkt/currencies/"},
+				Auth:  AuthOptional,
+				Limits: []Limit{
+					{Key: KeyAddress, When: WhenAnon, Rate: anonDay},
+					{Key: KeyToken, When: WhenToken, Rate: tokenMin},
+				},
+			},
+			{
+				Name:  "list_matches",
+				Match: Match{Method: "GET", Path: "/api/v1/mth/matches/{symbol}/"},
+				Auth:  AuthOptional,
+				Limits: []Limit{
+					{Key: KeyAddress, When: WhenAlways, Rate: Rate{N: 60, Period: time.Minute}},
+				},
+			},
+			{
+				Name:  "default",
+				Match: Match{Path: "*"},
+				Auth:  AuthNone,
+				Limits: []Limit{
+					{Key: KeyAddress, When: WhenAlways, Rate: Rate{N: 600, Period: time.Minute}},
+				},
+			},
+		},
+	}
+}
+
+// RouteTimeout returns the route's own timeout, or the upstream default.
+func (c *Config) RouteTimeout(r *Route) time.Duration {
+	if r.Timeout > 0 {
+		return r.Timeout
+	}
+	return c.Upstream.Timeout
+}
