@@ -1,0 +1,498 @@
+// Package proxy is exgate's HTTP front: the traffic server, the compiled
+// route table, the request pipeline (canonical path, route, auth, size
+// limits) and the reverse proxy to the backend, plus the one function that
+// writes every error exgate answers itself.
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/netip"
+	"net/url"
+	"runtime/debug"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/exgate/exgate/config"
+)
+
+// StatusClientClosed is the status logged (never sent) when the client went
+// away before exgate could answer, as NGINX logs it.
+const StatusClientClosed = 499
+
+// Options are a Gateway's dependencies. The zero value is usable.
+type Options struct {
+	// Logger receives the access log and errors. Nil means no logging.
+	Logger *zap.Logger
+	// Now is the clock. Nil means time.Now.
+	Now func() time.Time
+	// Transport carries requests to the backend. Nil means a Transport
+	// built by NewTransport from the upstream configuration.
+	Transport http.RoundTripper
+}
+
+// Gateway is the traffic handler: it answers bad requests itself and
+// forwards the rest to the backend. It is safe for concurrent use.
+type Gateway struct {
+	table     *table
+	target    *url.URL
+	basePath  string // target path without its trailing slash
+	rp        *httputil.ReverseProxy
+	transport http.RoundTripper
+	trusted   []netip.Prefix
+	log       *zap.Logger
+	access    bool
+	now       func() time.Time
+	ids       *requestIDs
+	maxHeader int64
+	maxBody   int64
+	errHeader *Error
+	errBody   *Error
+	draining  atomic.Bool
+	pool      sync.Pool // *exchange
+}
+
+// New builds a Gateway from a validated configuration.
+func New(cfg *config.Config, opts Options) (*Gateway, error) {
+	if cfg.Upstream.URL.URL == nil {
+		return nil, errors.New("proxy: upstream.url is not set")
+	}
+	g := &Gateway{
+		table:     compileTable(cfg),
+		target:    cfg.Upstream.URL.URL,
+		basePath:  strings.TrimSuffix(cfg.Upstream.URL.Path, "/"),
+		transport: opts.Transport,
+		log:       opts.Logger,
+		access:    cfg.Log.Access,
+		now:       opts.Now,
+		ids:       newRequestIDs(),
+		maxHeader: int64(cfg.Server.MaxHeaderBytes),
+		maxBody:   int64(cfg.Server.MaxBodyBytes),
+	}
+	if g.log == nil {
+		g.log = zap.NewNop()
+	}
+	if g.now == nil {
+		g.now = time.Now
+	}
+	if g.transport == nil {
+		g.transport = NewTransport(cfg.Upstream)
+	}
+	for _, p := range cfg.ClientIP.TrustedProxies {
+		g.trusted = append(g.trusted, p.Prefix)
+	}
+	g.errHeader = headerTooLarge(g.maxHeader)
+	g.errBody = tooLarge(g.maxBody)
+	g.rp = &httputil.ReverseProxy{
+		Rewrite:        g.rewrite,
+		Transport:      g.transport,
+		BufferPool:     newBufferPool(),
+		ErrorHandler:   g.proxyError,
+		ModifyResponse: modifyResponse,
+		ErrorLog:       zap.NewStdLog(g.log.Named("reverseproxy")),
+	}
+	g.pool.New = func() any { return new(exchange) }
+	return g, nil
+}
+
+// NewTransport returns the Transport to the backend: a keep-alive pool
+// sized for hundreds of concurrent requests, bounded dials, no transparent
+// compression (bodies pass through byte for byte) and no HTTP proxy from
+// the environment.
+func NewTransport(u config.Upstream) *http.Transport {
+	d := &net.Dialer{Timeout: u.DialTimeout, KeepAlive: 30 * time.Second}
+	return &http.Transport{
+		Proxy:                  nil,
+		DialContext:            d.DialContext,
+		MaxIdleConns:           u.MaxIdleConns,
+		MaxIdleConnsPerHost:    u.MaxIdleConns,
+		MaxConnsPerHost:        u.MaxConnsPerHost,
+		IdleConnTimeout:        u.IdleConnTimeout,
+		TLSHandshakeTimeout:    5 * time.Second,
+		ExpectContinueTimeout:  time.Second,
+		MaxResponseHeaderBytes: 1 << 20,
+		DisableCompression:     true,
+		ForceAttemptHTTP2:      true,
+		WriteBufferSize:        16 << 10,
+		ReadBufferSize:         16 << 10,
+	}
+}
+
+// SetDraining marks the gateway as shutting down: /readyz answers 503 from
+// then on so load balancers stop sending traffic.
+func (g *Gateway) SetDraining() { g.draining.Store(true) }
+
+// Draining reports whether SetDraining was called.
+func (g *Gateway) Draining() bool { return g.draining.Load() }
+
+// CloseIdleConnections closes idle backend connections.
+func (g *Gateway) CloseIdleConnections() {
+	if t, ok := g.transport.(interface{ CloseIdleConnections() }); ok {
+		t.CloseIdleConnections()
+	}
+}
+
+// exchange is the state of one request, pooled.
+type exchange struct {
+	rw       respWriter
+	start    time.Time
+	id       string
+	route    *Route
+	path     string // canonical path, or "" when refused before that
+	clientCx context.Context
+	upErr    error
+}
+
+// ServeHTTP runs the request pipeline: request id, header size, canonical
+// path, route, auth, body size, then the backend.
+func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	ex := g.pool.Get().(*exchange)
+	*ex = exchange{start: g.now(), clientCx: r.Context()}
+	ex.rw = respWriter{ResponseWriter: w, ex: ex}
+	defer g.finish(ex, r)
+
+	if id := r.Header.Get("X-Request-Id"); validRequestID(id) {
+		ex.id = id
+	} else {
+		ex.id = g.ids.next()
+		r.Header["X-Request-Id"] = []string{ex.id}
+	}
+	if headerSize(r) > g.maxHeader {
+		g.reject(ex, g.errHeader)
+		return
+	}
+	p, err := canonicalPath(r.URL.EscapedPath())
+	if err != nil {
+		g.reject(ex, pathErrors[err.(pathError)])
+		return
+	}
+	route, allow := g.table.match(r.Method, p)
+	if route == nil {
+		if allow != "" {
+			g.reject(ex, methodNotAllowed(r.Method, allow))
+		} else {
+			g.reject(ex, errNotFound)
+		}
+		return
+	}
+	ex.route = route
+	ex.path = route.forwardPath(p)
+
+	if route.Auth != config.AuthNone {
+		_, present, ok := bearerToken(r.Header)
+		switch {
+		case !present && route.Auth == config.AuthRequired:
+			g.reject(ex, errNotAuthenticated)
+			return
+		case present && !ok:
+			g.reject(ex, errBadAuthHeader)
+			return
+		}
+	}
+	if e := g.limitBody(r); e != nil {
+		g.reject(ex, e)
+		return
+	}
+
+	r.URL.Path, r.URL.RawPath = ex.path, ""
+	ctx, cancel := context.WithTimeout(r.Context(), route.Timeout)
+	defer cancel()
+	g.rp.ServeHTTP(&ex.rw, r.WithContext(ctx))
+}
+
+// reject answers the request with e.
+func (g *Gateway) reject(ex *exchange, e *Error) {
+	WriteError(&ex.rw, ex.id, e)
+}
+
+// limitBody refuses a body over the limit before any of it is forwarded. A
+// body of unknown length (chunked) is read whole, up to the limit, so that
+// the backend never receives part of a body exgate then refuses.
+func (g *Gateway) limitBody(r *http.Request) *Error {
+	switch {
+	case r.ContentLength > g.maxBody:
+		return g.errBody
+	case r.ContentLength >= 0 || r.Body == nil || r.Body == http.NoBody:
+		return nil
+	}
+	var buf bytes.Buffer
+	n, err := buf.ReadFrom(io.LimitReader(r.Body, g.maxBody+1))
+	if n > g.maxBody {
+		return g.errBody
+	}
+	if err != nil {
+		return static(http.StatusBadRequest, "invalid_body", "Request body could not be read.")
+	}
+	r.Body = io.NopCloser(&buf)
+	r.ContentLength = n
+	r.TransferEncoding = nil
+	if n == 0 {
+		r.Body = http.NoBody
+	}
+	return nil
+}
+
+// rewrite turns the inbound request into the outbound one. The inbound URL
+// path is already the route's canonical path.
+func (g *Gateway) rewrite(pr *httputil.ProxyRequest) {
+	out := pr.Out
+	out.URL.Scheme = g.target.Scheme
+	out.URL.Host = g.target.Host
+	out.URL.Path = g.basePath + pr.In.URL.Path
+	out.URL.RawPath = ""
+	out.Host = ""
+	trusted := g.trustedPeer(pr.In.RemoteAddr)
+	if trusted {
+		// Keep the chain the trusted proxy built; SetXForwarded appends
+		// the peer. From anyone else, the chain is dropped.
+		if prior := pr.In.Header["X-Forwarded-For"]; len(prior) > 0 {
+			out.Header["X-Forwarded-For"] = prior
+		}
+	}
+	pr.SetXForwarded()
+	if trusted {
+		if proto := pr.In.Header.Get("X-Forwarded-Proto"); proto == "http" || proto == "https" {
+			out.Header.Set("X-Forwarded-Proto", proto)
+		}
+	}
+	out.Header.Del("X-Real-Ip")
+	if a, ok := clientAddr(pr.In.RemoteAddr, pr.In.Header["X-Forwarded-For"], g.trusted); ok {
+		out.Header.Set("X-Real-Ip", a.String())
+	}
+}
+
+// modifyResponse adds the request id to backend responses that lack one.
+func modifyResponse(res *http.Response) error {
+	if res.Header.Get("X-Request-Id") == "" && res.Request != nil {
+		if id := res.Request.Header.Get("X-Request-Id"); id != "" {
+			res.Header["X-Request-Id"] = []string{id}
+		}
+	}
+	return nil
+}
+
+// proxyError maps a failure to reach the backend to an answer: client gone
+// → nothing (logged as 499), timeout → 504, body over the limit → 413,
+// anything else → 502.
+func (g *Gateway) proxyError(w http.ResponseWriter, _ *http.Request, err error) {
+	rw, ok := w.(*respWriter)
+	if !ok { // cannot happen: the gateway always passes its own writer
+		WriteError(w, "", errBadGateway)
+		return
+	}
+	ex := rw.ex
+	ex.upErr = err
+	var tooBig *http.MaxBytesError
+	switch {
+	case ex.clientCx.Err() != nil:
+		rw.status = StatusClientClosed
+	case errors.Is(err, context.DeadlineExceeded) || isTimeout(err):
+		g.reject(ex, errGatewayTimeout)
+	case errors.As(err, &tooBig):
+		g.reject(ex, g.errBody)
+	default:
+		g.reject(ex, errBadGateway)
+	}
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// finish writes the access log line and returns ex to the pool. A panic
+// from a handler is logged; http.ErrAbortHandler (the backend broke off a
+// response already under way) is passed on so the server drops the
+// connection, anything else is answered 500.
+func (g *Gateway) finish(ex *exchange, r *http.Request) {
+	p := recover()
+	if p != nil {
+		if p == http.ErrAbortHandler {
+			if ex.rw.status == 0 {
+				ex.rw.status = StatusClientClosed
+			}
+			g.logAccess(ex, r, zap.Bool("aborted", true))
+			panic(p)
+		}
+		g.log.Error("panic serving request",
+			zap.String("request_id", ex.id), zap.Any("panic", p), zap.ByteString("stack", debug.Stack()))
+		if ex.rw.status == 0 {
+			g.reject(ex, errInternal)
+		}
+	}
+	if ex.rw.status == 0 {
+		ex.rw.status = http.StatusOK // net/http's answer when nothing was written
+	}
+	g.logAccess(ex, r)
+	*ex = exchange{}
+	g.pool.Put(ex)
+}
+
+func (g *Gateway) logAccess(ex *exchange, r *http.Request, extra ...zap.Field) {
+	if !g.access {
+		return
+	}
+	ce := g.log.Check(zapcore.InfoLevel, "request")
+	if ce == nil {
+		return
+	}
+	route := "default"
+	if ex.route != nil {
+		route = ex.route.Name
+	}
+	fields := make([]zap.Field, 0, 10+len(extra))
+	fields = append(fields,
+		zap.String("request_id", ex.id),
+		zap.String("route", route),
+		zap.String("method", r.Method),
+		zap.String("path", ex.path),
+		zap.Int("status", ex.rw.status),
+		zap.Duration("duration", g.now().Sub(ex.start)),
+		zap.Int64("bytes", ex.rw.bytes),
+		zap.String("peer", r.RemoteAddr),
+	)
+	if ex.upErr != nil {
+		fields = append(fields, zap.NamedError("upstream_error", ex.upErr))
+	}
+	ce.Write(append(fields, extra...)...)
+}
+
+// headerSize approximates the size of the request line and headers as
+// they were read.
+func headerSize(r *http.Request) int64 {
+	n := len(r.Method) + len(r.RequestURI) + len(r.Proto) + 4 + len("Host: \r\n") + len(r.Host)
+	for k, vs := range r.Header {
+		for _, v := range vs {
+			n += len(k) + len(v) + 4
+		}
+	}
+	return int64(n)
+}
+
+// maxTokenLen bounds the bearer token accepted.
+const maxTokenLen = 4096
+
+// bearerToken reads "Authorization: Bearer <token>". present reports
+// whether any Authorization header was sent; ok whether it is exactly one
+// header of the Bearer scheme (case-insensitive) with an RFC 6750 token68.
+func bearerToken(h http.Header) (token string, present, ok bool) {
+	vs := h["Authorization"]
+	switch len(vs) {
+	case 0:
+		return "", false, false
+	case 1:
+	default:
+		return "", true, false // two headers: which one would the backend read?
+	}
+	v := vs[0]
+	const scheme = "bearer "
+	if len(v) <= len(scheme) || !strings.EqualFold(v[:len(scheme)], scheme) {
+		return "", true, false
+	}
+	t := v[len(scheme):]
+	if len(t) > maxTokenLen || !isToken68(t) {
+		return "", true, false
+	}
+	return t, true, true
+}
+
+// isToken68 reports whether s is an RFC 7235 token68:
+// 1*( ALPHA / DIGIT / "-" / "." / "_" / "~" / "+" / "/" ) *"=".
+func isToken68(s string) bool {
+	i := 0
+	for ; i < len(s); i++ {
+		c := s[i]
+		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' ||
+			c == '-' || c == '.' || c == '_' || c == '~' || c == '+' || c == '/' {
+			continue
+		}
+		break
+	}
+	if i == 0 {
+		return false
+	}
+	for ; i < len(s); i++ {
+		if s[i] != '=' {
+			return false
+		}
+	}
+	return true
+}
+
+// respWriter records the status and size of a response.
+type respWriter struct {
+	http.ResponseWriter
+	ex     *exchange
+	status int
+	bytes  int64
+}
+
+// WriteHeader records the final status; informational ones pass through.
+func (w *respWriter) WriteHeader(code int) {
+	if w.status == 0 && code >= 200 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+// Write records the bytes written.
+func (w *respWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	n, err := w.ResponseWriter.Write(b)
+	w.bytes += int64(n)
+	return n, err
+}
+
+// Flush flushes the underlying writer when it can.
+func (w *respWriter) Flush() {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+// Unwrap returns the underlying writer, for http.ResponseController.
+func (w *respWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// bufferPool is the ReverseProxy's pool of copy buffers. A channel keeps
+// the free list without boxing slices in interfaces.
+type bufferPool chan []byte
+
+const proxyBufSize = 32 << 10
+
+func newBufferPool() bufferPool { return make(bufferPool, 256) }
+
+// Get returns a buffer from the pool or a new one.
+func (p bufferPool) Get() []byte {
+	select {
+	case b := <-p:
+		return b
+	default:
+		return make([]byte, proxyBufSize)
+	}
+}
+
+// Put returns a buffer to the pool, dropping it when the pool is full.
+func (p bufferPool) Put(b []byte) {
+	if cap(b) != proxyBufSize {
+		return
+	}
+	select {
+	case p <- b[:proxyBufSize]:
+	default:
+	}
+}

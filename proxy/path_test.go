@@ -1,0 +1,107 @@
+package proxy
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestCanonicalPath(t *testing.T) {
+	tests := []struct {
+		in   string
+		want string
+		err  error
+	}{
+		{"/", "/", nil},
+		{"/api/v1/odr/orders/", "/api/v1/odr/orders/", nil},
+		{"/api/v1/odr/orders", "/api/v1/odr/orders", nil},
+		{"//api//v1///odr/orders//", "/api/v1/odr/orders/", nil},
+		{"/api/./v1/odr/./orders/", "/api/v1/odr/orders/", nil},
+		{"/api/v1/mkt/../odr/orders/", "/api/v1/odr/orders/", nil},
+		{"/api/v1/odr/orders/.", "/api/v1/odr/orders/", nil},
+		{"/api/v1/odr/orders/x/..", "/api/v1/odr/orders/", nil},
+		{"/api/v1/odr/%6frders/", "/api/v1/odr/orders/", nil},
+		{"/api/v1/odr/%2e%2e/odr/orders/", "/api/v1/odr/orders/", nil},
+		{"/api/v1/odr/%2E/orders/", "/api/v1/odr/orders/", nil},
+		{"/api/v1/mth/matches/BTC_USDT/", "/api/v1/mth/matches/BTC_USDT/", nil},
+		{"/a/...", "/a/...", nil},
+		{"/a/..b/c.", "/a/..b/c.", nil},
+		{"/.", "/", nil},
+		{"/a/b/../..", "/", nil},
+		{"/~user/x", "/~user/x", nil},
+		{"/a:b@c!$&'()*+,=", "/a:b@c!$&'()*+,=", nil},
+		{"", "", errPathNotAbsolute},
+		{"*", "", errPathNotAbsolute},
+		{"api/v1", "", errPathNotAbsolute},
+		{"/..", "", errPathAboveRoot},
+		{"/a/../..", "", errPathAboveRoot},
+		{"/%2e%2e/etc", "", errPathAboveRoot},
+		{"/api/v1/odr%2forders/", "", errPathEncodedSep},
+		{"/api/v1/odr%2Forders/", "", errPathEncodedSep},
+		{"/api/v1/odr%5corders/", "", errPathEncodedSep},
+		{"/api/v1/odr/orders%25/", "", errPathEncodedSep},
+		{"/api/v1/odr/%252e%252e/", "", errPathEncodedSep},
+		{"/api/v1/odr/orders/%00", "", errPathBadChar},
+		{"/api/v1/odr/orders/%20", "", errPathBadChar},
+		{"/api/v1/odr/orders/%0a", "", errPathBadChar},
+		{"/api/v1/odr/orders/%c3%a9", "", errPathBadChar},
+		{"/api/v1/odr/orders;x=1/", "", errPathBadChar},
+		{"/api/v1/odr/orders%3b/", "", errPathBadChar},
+		{"/api\\v1/odr/orders/", "", errPathBadChar},
+		{"/api/v1/odr/orders/%", "", errPathBadEscape},
+		{"/api/v1/odr/orders/%2", "", errPathBadEscape},
+		{"/api/v1/odr/orders/%zz", "", errPathBadEscape},
+		{"/" + strings.Repeat("a/", maxSegments+1), "", errPathTooManySlash},
+	}
+	for _, tt := range tests {
+		t.Run(tt.in, func(t *testing.T) {
+			got, err := canonicalPath(tt.in)
+			if err != tt.err { //nolint:errorlint // sentinel values
+				t.Fatalf("canonicalPath(%q) error = %v, want %v", tt.in, err, tt.err)
+			}
+			if got != tt.want {
+				t.Fatalf("canonicalPath(%q) = %q, want %q", tt.in, got, tt.want)
+			}
+		})
+	}
+}
+
+func TestCanonicalPathCleanDoesNotAllocate(t *testing.T) {
+	p := "/api/v1/mth/matches/BTC_USDT/"
+	if n := testing.AllocsPerRun(100, func() { _, _ = canonicalPath(p) }); n != 0 {
+		t.Fatalf("canonicalPath of a clean path allocates %v times", n)
+	}
+}
+
+// FuzzCanonicalPath checks that canonicalisation never panics, that its
+// result is canonical (idempotent) and made only of path characters, and
+// that it never climbs above the root.
+func FuzzCanonicalPath(f *testing.F) {
+	for _, s := range []string{
+		"/", "/api/v1/odr/orders/", "//a/./b/../c/", "/%2e%2E/x", "/a%2fb", "/a/%zz",
+		"/api/v1/odr/%6frders", "/a;b", "/a/b/..", "/./.././", "/%41%42",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, p string) {
+		got, err := canonicalPath(p)
+		if err != nil {
+			if _, ok := err.(pathError); !ok {
+				t.Fatalf("error %v is not a pathError", err)
+			}
+			if pathErrors[err.(pathError)] == nil {
+				t.Fatalf("no 400 answer for %v", err)
+			}
+			return
+		}
+		if !isClean(got) {
+			t.Fatalf("canonicalPath(%q) = %q, which is not clean", p, got)
+		}
+		again, err := canonicalPath(got)
+		if err != nil || again != got {
+			t.Fatalf("canonicalPath not idempotent: %q -> %q -> %q, %v", p, got, again, err)
+		}
+		if strings.Contains(got, "%") || strings.Contains(got, "//") {
+			t.Fatalf("canonicalPath(%q) = %q keeps an escape or an empty segment", p, got)
+		}
+	})
+}

@@ -1,0 +1,51 @@
+package proxy
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"strconv"
+	"sync/atomic"
+)
+
+// requestIDs makes request ids: a random per-process prefix and a counter,
+// unique across replicas and restarts without a random read per request.
+type requestIDs struct {
+	prefix string
+	n      atomic.Uint64
+}
+
+func newRequestIDs() *requestIDs {
+	var b [8]byte
+	_, _ = rand.Read(b[:]) // never fails on supported platforms
+	return &requestIDs{prefix: hex.EncodeToString(b[:]) + "-"}
+}
+
+// next returns a new id, such as "9f2c1a7e3b4d5f60-1a".
+func (g *requestIDs) next() string {
+	var buf [17 + 16 + 13]byte
+	b := append(buf[:0], g.prefix...)
+	b = strconv.AppendUint(b, g.n.Add(1), 36)
+	return string(b)
+}
+
+// maxRequestIDLen bounds an X-Request-ID accepted from a client.
+const maxRequestIDLen = 128
+
+// validRequestID reports whether a client-sent X-Request-ID is safe to
+// reuse in logs and headers: 1 to 128 characters of letters, digits and
+// "-", "_", ".", ":", "=", "+", "/".
+func validRequestID(s string) bool {
+	if s == "" || len(s) > maxRequestIDLen {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
+		case c == '-', c == '_', c == '.', c == ':', c == '=', c == '+', c == '/':
+		default:
+			return false
+		}
+	}
+	return true
+}

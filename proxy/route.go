@@ -1,0 +1,233 @@
+package proxy
+
+import (
+	"strings"
+	"time"
+
+	"github.com/exgate/exgate/config"
+)
+
+// Route is a route compiled from configuration: everything the hot path
+// needs, computed once at load.
+type Route struct {
+	// Name is the configured route name, used in logs and (later) metrics.
+	Name string
+	// Auth is config.AuthNone, AuthOptional or AuthRequired.
+	Auth string
+	// Timeout is the route's effective upstream timeout.
+	Timeout time.Duration
+	// Config is the route as configured.
+	Config config.Route
+
+	method   string    // "" for any known method
+	segs     []segment // nil for the default route
+	trailing bool      // the canonical form ends in "/"
+	isDef    bool
+	allow    string // Allow header of every route sharing this shape
+}
+
+type segment struct {
+	lit   string // literal text, compared case-insensitively
+	param bool
+}
+
+// anyMethods are the methods a route without a method accepts, in the
+// order they are listed in an Allow header.
+var anyMethods = []string{"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"}
+
+// table is the compiled route table. It is immutable once built.
+type table struct {
+	routes []*Route // non-default routes, in configuration order
+	def    *Route   // the "*" route, or nil
+}
+
+// compileTable compiles the routes of cfg, which must be valid.
+func compileTable(cfg *config.Config) *table {
+	t := &table{}
+	for i := range cfg.Routes {
+		rc := cfg.Routes[i]
+		r := &Route{
+			Name:    rc.Name,
+			Auth:    rc.Auth,
+			Timeout: cfg.RouteTimeout(&rc),
+			Config:  rc,
+			method:  rc.Match.Method,
+		}
+		if r.Auth == "" {
+			r.Auth = config.AuthNone
+		}
+		if rc.Match.IsDefault() {
+			r.isDef = true
+			r.allow = strings.Join(anyMethods, ", ")
+			t.def = r
+			continue
+		}
+		p := rc.Match.Path
+		r.trailing = strings.HasSuffix(p, "/") && p != "/"
+		it := segmentIter{p: p}
+		for s, ok := it.next(); ok; s, ok = it.next() {
+			if strings.HasPrefix(s, "{") {
+				r.segs = append(r.segs, segment{param: true})
+			} else {
+				r.segs = append(r.segs, segment{lit: s})
+			}
+		}
+		t.routes = append(t.routes, r)
+	}
+	// Allow headers: the union of methods of the routes with the same
+	// shape, so a 405 lists every method the path accepts.
+	for _, r := range t.routes {
+		seen := map[string]bool{}
+		var methods []string
+		add := func(m string) {
+			if !seen[m] {
+				seen[m] = true
+				methods = append(methods, m)
+			}
+		}
+		for _, o := range t.routes {
+			if !sameShape(r, o) {
+				continue
+			}
+			switch o.method {
+			case "":
+				for _, m := range anyMethods {
+					add(m)
+				}
+			case "GET":
+				add("GET")
+				add("HEAD")
+			default:
+				add(o.method)
+			}
+		}
+		r.allow = strings.Join(methods, ", ")
+	}
+	return t
+}
+
+// sameShape reports whether two routes match the same set of paths.
+func sameShape(a, b *Route) bool {
+	if len(a.segs) != len(b.segs) {
+		return false
+	}
+	for i := range a.segs {
+		if a.segs[i].param != b.segs[i].param || !strings.EqualFold(a.segs[i].lit, b.segs[i].lit) {
+			return false
+		}
+	}
+	return true
+}
+
+// methodOK reports whether the route accepts method.
+func (r *Route) methodOK(method string) bool {
+	switch r.method {
+	case method:
+		return true
+	case "":
+		for _, m := range anyMethods {
+			if m == method {
+				return true
+			}
+		}
+		return false
+	case "GET":
+		return method == "HEAD"
+	}
+	return false
+}
+
+// matchPath reports whether the canonical path p has the route's shape.
+// Literal segments compare case-insensitively and the trailing slash is
+// ignored, so every spelling of a route's path that a lenient backend might
+// route to the same handler is held to the route.
+func (r *Route) matchPath(p string) bool {
+	it := segmentIter{p: p}
+	for i := range r.segs {
+		s, ok := it.next()
+		if !ok {
+			return false
+		}
+		if !r.segs[i].param && !strings.EqualFold(s, r.segs[i].lit) {
+			return false
+		}
+	}
+	_, more := it.next()
+	return !more
+}
+
+// match finds the route for a method and canonical path. It returns the
+// route, or nil and the Allow header of the routes whose path matched (405),
+// or nil and "" (404).
+func (t *table) match(method, p string) (r *Route, allow string) {
+	for _, r := range t.routes {
+		if !r.matchPath(p) {
+			continue
+		}
+		if r.methodOK(method) {
+			return r, ""
+		}
+		if allow == "" {
+			allow = r.allow
+		}
+	}
+	if allow != "" {
+		return nil, allow
+	}
+	if t.def != nil {
+		if t.def.methodOK(method) {
+			return t.def, ""
+		}
+		return nil, t.def.allow
+	}
+	return nil, ""
+}
+
+// forwardPath returns the path to forward for a request to r whose
+// canonical path is p: the route's own spelling (its literal segments and
+// trailing slash) with the request's parameter values, so that the backend
+// sees exactly the path the route describes. The default route forwards p.
+// It does not allocate when p is already in the route's spelling.
+func (r *Route) forwardPath(p string) string {
+	if r.isDef {
+		return p
+	}
+	if r.spelledAsRoute(p) {
+		return p
+	}
+	var b strings.Builder
+	b.Grow(len(p) + 1)
+	it := segmentIter{p: p}
+	for i := range r.segs {
+		s, _ := it.next()
+		b.WriteByte('/')
+		if r.segs[i].param {
+			b.WriteString(s)
+		} else {
+			b.WriteString(r.segs[i].lit)
+		}
+	}
+	if r.trailing || len(r.segs) == 0 {
+		b.WriteByte('/')
+	}
+	return b.String()
+}
+
+// spelledAsRoute reports whether p, which matches r, is spelled exactly as
+// the route's pattern.
+func (r *Route) spelledAsRoute(p string) bool {
+	if len(r.segs) == 0 {
+		return p == "/"
+	}
+	if strings.HasSuffix(p, "/") != r.trailing {
+		return false
+	}
+	it := segmentIter{p: p}
+	for i := range r.segs {
+		s, _ := it.next()
+		if !r.segs[i].param && s != r.segs[i].lit {
+			return false
+		}
+	}
+	return true
+}
