@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Installs what the test suite needs on a fresh Debian machine, only when it
+# is missing. Run as root (CI is); otherwise it says what to install.
+set -euo pipefail
+
+# command -> Debian package. The suite starts these itself on loopback.
+declare -A need=(
+  [git]=git
+  [gcc]=gcc            # go test -race needs cgo
+)
+
+missing=()
+for cmd in "${!need[@]}"; do
+  command -v "$cmd" >/dev/null 2>&1 || missing+=("${need[$cmd]}")
+done
+if ! command -v go >/dev/null 2>&1; then
+  echo "test-deps: Go is not installed (https://go.dev/dl/, 1.26 or newer)" >&2
+  exit 1
+fi
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+if [ "$(id -u)" -ne 0 ]; then
+  echo "test-deps: missing Debian packages: ${missing[*]} (run as root, or: sudo apt-get install -y ${missing[*]})" >&2
+  exit 1
+fi
+echo "test-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${missing[@]}"

@@ -1,0 +1,49 @@
+# exgate — make targets. `make test` is the one test command (README, CI).
+GO        ?= go
+PKGS      ?= ./...
+BENCHTIME ?= 1s
+
+.PHONY: all build test test-deps lint fmt-check vet bench fuzz run clean
+
+all: build
+
+build:
+	$(GO) build -o bin/exgate ./cmd/exgate
+	$(GO) build -o bin/exchange-sim ./cmd/exchange-sim
+
+## test: install what the tests need (Debian packages when missing), then
+## gofmt check, go vet and the race-enabled test suite.
+test: test-deps fmt-check vet
+	$(GO) test -race -count=1 -timeout 15m $(PKGS)
+
+test-deps:
+	@./.ci/test-deps.sh
+
+fmt-check:
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
+
+vet:
+	$(GO) vet $(PKGS)
+
+## lint: formatting and vet, plus staticcheck when it is installed.
+lint: fmt-check vet
+	@if command -v staticcheck >/dev/null 2>&1; then staticcheck $(PKGS); \
+	else echo "staticcheck not installed (go install honnef.co/go/tools/cmd/staticcheck@latest); skipped"; fi
+
+## bench: the Go benchmarks with allocation counts.
+bench:
+	$(GO) test -run='^$$' -bench=. -benchmem -benchtime=$(BENCHTIME) $(PKGS)
+
+## fuzz: run each native fuzz test for a while (FUZZTIME=30s by default).
+FUZZTIME ?= 30s
+fuzz:
+	$(GO) test ./proxy -run='^$$' -fuzz=FuzzCanonicalPath -fuzztime=$(FUZZTIME)
+	$(GO) test ./config -run='^$$' -fuzz=FuzzParse -fuzztime=$(FUZZTIME)
+
+## run: the gateway in dev mode (embedded reference backend, in-memory limits).
+run:
+	$(GO) run ./cmd/exgate -dev
+
+clean:
+	rm -rf bin
