@@ -7,6 +7,7 @@ set -euo pipefail
 declare -A need=(
   [git]=git
   [gcc]=gcc            # go test -race needs cgo
+  [curl]=curl          # the README quick start is run verbatim by a test
 )
 
 missing=()

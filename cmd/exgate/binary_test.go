@@ -1,0 +1,148 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// buildBinary builds cmd/exgate into a temporary directory.
+func buildBinary(t *testing.T) string {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	bin := filepath.Join(t.TempDir(), "exgate")
+	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// quickstart returns the README's quick-start shell block.
+func quickstart(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(b)
+	begin := strings.Index(s, "<!-- quickstart:begin -->")
+	end := strings.Index(s, "<!-- quickstart:end -->")
+	if begin < 0 || end < begin {
+		t.Fatal("README has no quickstart block")
+	}
+	block := s[begin:end]
+	block = block[strings.Index(block, "```sh\n")+len("```sh\n"):]
+	return block[:strings.LastIndex(block, "```")]
+}
+
+// TestDevModeBinary runs the real binary as the README says, on free
+// ports, runs the README's curl lines verbatim against it (only the port
+// differs), then stops it with SIGTERM and expects exit code 0.
+func TestDevModeBinary(t *testing.T) {
+	bin := buildBinary(t)
+	if _, err := exec.LookPath("curl"); err != nil {
+		t.Skip("curl not installed")
+	}
+	cmd := exec.Command(bin, "-dev")
+	cmd.Env = append(os.Environ(), "EXGATE_LISTEN=127.0.0.1:0", "EXGATE_ADMIN_LISTEN=127.0.0.1:0")
+	stdout, _ := cmd.StdoutPipe()
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill() }()
+
+	gwRe := regexp.MustCompile(`gateway\s+http://(\S+)`)
+	adminRe := regexp.MustCompile(`admin\s+http://(\S+)/healthz`)
+	var gw, admin string
+	sc := bufio.NewScanner(stdout)
+	deadline := time.AfterFunc(30*time.Second, func() { _ = cmd.Process.Kill() })
+	for sc.Scan() && (gw == "" || admin == "") {
+		if m := gwRe.FindStringSubmatch(sc.Text()); m != nil {
+			gw = m[1]
+		}
+		if m := adminRe.FindStringSubmatch(sc.Text()); m != nil {
+			admin = m[1]
+		}
+	}
+	deadline.Stop()
+	if gw == "" || admin == "" {
+		t.Fatalf("no banner with addresses; stderr:\n%s", stderr.String())
+	}
+	go func() { _, _ = io.Copy(io.Discard, stdout) }()
+
+	script := strings.ReplaceAll(quickstart(t), "localhost:8080", gw)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "bash", "-euo", "pipefail", "-c", script).CombinedOutput()
+	if err != nil {
+		t.Fatalf("quickstart failed: %v\n%s", err, out)
+	}
+	o := string(out)
+	for _, want := range []string{`"symbol":"BTC_USDT"`, `"type":"market"`, `"side":"buy"`, `"price_precision"`} {
+		if !strings.Contains(o, want) {
+			t.Fatalf("quickstart output lacks %s:\n%s", want, o)
+		}
+	}
+	if regexp.MustCompile(`"code":"(not_authenticated|token_not_valid|authentication_failed)"`).MatchString(o) {
+		t.Fatalf("quickstart was refused:\n%s", o)
+	}
+	if !regexp.MustCompile(`"id":"\d+_\d+"`).MatchString(o) {
+		t.Fatalf("quickstart listed no match:\n%s", o)
+	}
+
+	res, err := http.Get("http://" + admin + "/readyz")
+	if err != nil || res.StatusCode != 200 {
+		t.Fatalf("readyz: %v %v", res, err)
+	}
+	res.Body.Close()
+
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("exit after SIGTERM: %v\n%s", err, stderr.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("no exit within 30s of SIGTERM")
+	}
+}
+
+// TestCheckConfigBinary runs `exgate check-config` on a good and a bad file.
+func TestCheckConfigBinary(t *testing.T) {
+	bin := buildBinary(t)
+	dir := t.TempDir()
+	good := filepath.Join(dir, "good.yaml")
+	bad := filepath.Join(dir, "bad.yaml")
+	_ = os.WriteFile(good, []byte("listen: \":18080\"\n"), 0o600)
+	_ = os.WriteFile(bad, []byte("listen: \":18080\"\nroutes:\n  - name: x\n    match: GTE /a/\n  - name: y\n    match: '*'\n    limts: []\n"), 0o600)
+
+	out, err := exec.Command(bin, "check-config", good).CombinedOutput()
+	if err != nil || strings.TrimSpace(string(out)) != "ok" {
+		t.Fatalf("good file: %v %q", err, out)
+	}
+	out, err = exec.Command(bin, "check-config", bad).CombinedOutput()
+	if err == nil {
+		t.Fatalf("bad file accepted: %s", out)
+	}
+	for _, want := range []string{`routes[0].match`, `unknown method "GTE"`, `routes[1].limts`} {
+		if !strings.Contains(string(out), want) {
+			t.Fatalf("check-config output lacks %q:\n%s", want, out)
+		}
+	}
+}
