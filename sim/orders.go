@@ -90,12 +90,12 @@ func (s *Server) parseOrder(obj map[string]any) (*order, fieldErrors) {
 	params := []struct {
 		name     string
 		dst      *decimal.NullDecimal
-		required []string // order types for which it is required
+		required []string // order types that require it (base_amount: always)
 		used     []string // order types that keep it; nil means all
 		places   int
 		price    bool // must be a multiple of the price increment
 	}{
-		{"base_amount", &base, []string{typeLimit, typeMarket, typeStopLimit, typeOCO}, nil, m.BaseAmountPrecision, false},
+		{"base_amount", &base, nil, nil, m.BaseAmountPrecision, false},
 		{"quote_amount", &o.quoteAmount, nil, nil, m.QuoteAmountPrecision, false},
 		{"price", &o.price, []string{typeLimit, typeStopLimit, typeOCO}, []string{typeLimit, typeStopLimit, typeOCO}, m.PricePrecision, true},
 		{"stop_price", &o.stopPrice, []string{typeStopLimit, typeOCO}, []string{typeStopLimit, typeOCO}, m.PricePrecision, true},
@@ -104,7 +104,7 @@ func (s *Server) parseOrder(obj map[string]any) (*order, fieldErrors) {
 	for _, p := range params {
 		raw, found := obj[p.name]
 		if !found || raw == nil {
-			if slices.Contains(p.required, o.typ) {
+			if p.name == "base_amount" || slices.Contains(p.required, o.typ) {
 				if found {
 					errs.add(p.name, "This field may not be null.")
 				} else {
