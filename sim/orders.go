@@ -83,28 +83,32 @@ func (s *Server) parseOrder(obj map[string]any) (*order, fieldErrors) {
 		o.identifier = &id
 	}
 
-	// Each decimal parameter, the order types that require it, and the
-	// precision it is checked against once the market is known.
+	// Each decimal parameter, the order types that use it, whether those
+	// types require it, and the precision it is checked against once the
+	// market is known. A parameter sent with a type that does not use it
+	// is validated and then ignored.
 	m := o.market
 	var base decimal.NullDecimal
+	priced := []string{typeLimit, typeStopLimit, typeOCO}
 	params := []struct {
 		name     string
 		dst      *decimal.NullDecimal
-		required []string // order types that require it (base_amount: always)
-		used     []string // order types that keep it; nil means all
+		types    []string // order types that use it; nil means all
+		required bool
 		places   int
 		price    bool // must be a multiple of the price increment
 	}{
-		{"base_amount", &base, nil, nil, m.BaseAmountPrecision, false},
-		{"quote_amount", &o.quoteAmount, nil, nil, m.QuoteAmountPrecision, false},
-		{"price", &o.price, []string{typeLimit, typeStopLimit, typeOCO}, []string{typeLimit, typeStopLimit, typeOCO}, m.PricePrecision, true},
-		{"stop_price", &o.stopPrice, []string{typeStopLimit, typeOCO}, []string{typeStopLimit, typeOCO}, m.PricePrecision, true},
-		{"oco_target_price", &o.ocoTarget, []string{typeOCO}, []string{typeOCO}, m.PricePrecision, true},
+		{"base_amount", &base, nil, true, m.BaseAmountPrecision, false},
+		{"quote_amount", &o.quoteAmount, nil, false, m.QuoteAmountPrecision, false},
+		{"price", &o.price, priced, true, m.PricePrecision, true},
+		{"stop_price", &o.stopPrice, []string{typeStopLimit, typeOCO}, true, m.PricePrecision, true},
+		{"oco_target_price", &o.ocoTarget, []string{typeOCO}, true, m.PricePrecision, true},
 	}
 	for _, p := range params {
+		used := p.types == nil || slices.Contains(p.types, o.typ)
 		raw, found := obj[p.name]
 		if !found || raw == nil {
-			if p.name == "base_amount" || slices.Contains(p.required, o.typ) {
+			if p.required && used {
 				if found {
 					errs.add(p.name, "This field may not be null.")
 				} else {
@@ -124,7 +128,7 @@ func (s *Server) parseOrder(obj map[string]any) (*order, fieldErrors) {
 			errs.add(p.name, msg)
 			continue
 		}
-		if p.used == nil || slices.Contains(p.used, o.typ) {
+		if used {
 			*p.dst = decimal.NewNullDecimal(d)
 		}
 	}

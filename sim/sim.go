@@ -1,5 +1,5 @@
 // Package sim is exgate's reference exchange backend: an in-memory
-// implementation of the trading API (../shared/spec/trading-api.md) with a
+// implementation of the trading API specification (trading-api.md) with a
 // seeded market catalogue, JWT authentication and a small price-time
 // priority matching engine. It exists so that the gateway can be run,
 // tested and benchmarked without an external exchange; it is not the
