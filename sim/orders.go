@@ -175,9 +175,10 @@ func choiceField(obj map[string]any, name string, errs fieldErrors, choices ...s
 
 // orderResponse renders o as the Order resource. Prices are written at the
 // market's price precision, amounts at the base or quote precision, and a
-// zero amount as "0". The quote amount of a priced order is price ×
-// base_amount rounded to the quote precision; that of a market order is
-// the quote amount sent, or else the quote amount dealed.
+// zero amount as "0". The quote amount of a priced order is exactly price ×
+// base_amount, as the spec says: written at the quote precision, or with
+// more places when the product needs them. That of a market order is the
+// quote amount sent, or else the quote amount dealed.
 func orderResponse(o *order) orderJSON {
 	m := o.market
 	price := func(d decimal.NullDecimal) *string {
@@ -187,12 +188,14 @@ func orderResponse(o *order) orderJSON {
 		s := d.Decimal.StringFixed(int32(m.PricePrecision))
 		return &s
 	}
-	quote := o.dealedQuote
+	var quote string
 	switch {
 	case o.price.Valid:
-		quote = o.price.Decimal.Mul(o.baseAmount).Round(int32(m.QuoteAmountPrecision))
+		quote = formatExact(o.price.Decimal.Mul(o.baseAmount), m.QuoteAmountPrecision)
 	case o.quoteAmount.Valid:
-		quote = o.quoteAmount.Decimal
+		quote = formatAmount(o.quoteAmount.Decimal, m.QuoteAmountPrecision)
+	default:
+		quote = formatAmount(o.dealedQuote, m.QuoteAmountPrecision)
 	}
 	commission := o.dealedQuote.Mul(decimal.New(1, -3)).Round(int32(m.QuoteAmountPrecision))
 	j := orderJSON{
@@ -203,7 +206,7 @@ func orderResponse(o *order) orderJSON {
 		StopPrice:         price(o.stopPrice),
 		OCOTargetPrice:    price(o.ocoTarget),
 		BaseAmount:        formatAmount(o.baseAmount, m.BaseAmountPrecision),
-		QuoteAmount:       formatAmount(quote, m.QuoteAmountPrecision),
+		QuoteAmount:       quote,
 		Identifier:        o.identifier,
 		State:             o.state,
 		CreatedAt:         formatTime(o.createdAt),
@@ -220,6 +223,16 @@ func orderResponse(o *order) orderJSON {
 		j.ClosedAt = &s
 	}
 	return j
+}
+
+// formatExact writes d with at least minPlaces decimal places and as many
+// more as it needs to be exact.
+func formatExact(d decimal.Decimal, minPlaces int) string {
+	places := int32(minPlaces)
+	for !d.Truncate(places).Equal(d) {
+		places++
+	}
+	return d.StringFixed(places)
 }
 
 func formatTime(t time.Time) string { return t.UTC().Format(timeLayout) }

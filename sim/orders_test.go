@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/shopspring/decimal"
 )
 
 // orderKinds are the JSON kinds of every Order field; "id" is absent from
@@ -41,7 +43,7 @@ func TestPlaceOrderResponse(t *testing.T) {
 			kinds: orderKinds(false, "stop_price", "oco_target_price", "identifier", "closed_at"),
 			want: map[string]any{
 				"symbol": "BTC_USDT", "type": "limit", "side": "buy", "price": "65000.50",
-				"base_amount": "0.001000", "quote_amount": "65.00", "state": "active",
+				"base_amount": "0.001000", "quote_amount": "65.0005", "state": "active",
 				"dealed_base_amount": "0", "dealed_quote_amount": "0", "commission": "0",
 				"req_to_cancel": false, "created_at": "2026-11-22T10:04:05.123456+00:00",
 			},
@@ -51,9 +53,15 @@ func TestPlaceOrderResponse(t *testing.T) {
 			body:  `{"symbol":"ETH_BTC","type":"limit","side":"sell","base_amount":1.2345,"price":0.052345,"identifier":"abc-1","stop_price":null}`,
 			kinds: orderKinds(false, "stop_price", "oco_target_price", "closed_at"),
 			want: map[string]any{
-				"price": "0.052345", "base_amount": "1.2345", "quote_amount": "0.06461990",
+				"price": "0.052345", "base_amount": "1.2345", "quote_amount": "0.0646199025",
 				"identifier": "abc-1", "state": "active",
 			},
+		},
+		{
+			name:  "limit whose quote needs more than the quote precision",
+			body:  `{"symbol":"BTC_USDT","type":"limit","side":"buy","price":"1000.50","base_amount":0.002}`,
+			kinds: orderKinds(false, "stop_price", "oco_target_price", "identifier", "closed_at"),
+			want:  map[string]any{"price": "1000.50", "base_amount": "0.002000", "quote_amount": "2.001"},
 		},
 		{
 			name:  "limit in a zero-decimal market",
@@ -114,6 +122,12 @@ func TestPlaceOrderResponse(t *testing.T) {
 			}
 			if s, ok := obj["closed_at"].(string); ok && !createdAtRE.MatchString(s) {
 				t.Errorf("closed_at %q", s)
+			}
+			if p, ok := obj["price"].(string); ok {
+				price, base := decimal.RequireFromString(p), decimal.RequireFromString(obj["base_amount"].(string))
+				if quote := decimal.RequireFromString(obj["quote_amount"].(string)); !price.Mul(base).Equal(quote) {
+					t.Errorf("quote_amount %s != price %s × base_amount %s", quote, price, base)
+				}
 			}
 			if id, ok := obj["id"].(json.Number); ok && id != "1" {
 				t.Errorf("id %s, want 1", id)
