@@ -152,7 +152,8 @@ type Route struct {
 	// (everything no other route matches).
 	Match Match `yaml:"match"`
 	// Auth is "none", "optional" or "required". Required means a request
-	// without a well-formed Bearer token gets 401. Default "none".
+	// without a well-formed Bearer token gets 401. Default "none"
+	// (Validate turns "" into "none").
 	Auth string `yaml:"auth"`
 	// Validate names a body validator ("order") or "" for none.
 	// Default "".
@@ -169,12 +170,13 @@ type Limit struct {
 	// Key is what the limit counts by: "token" or "address".
 	Key string `yaml:"key"`
 	// When is "always", "token" (only requests carrying a token) or
-	// "anonymous" (only requests without one). Default "always".
+	// "anonymous" (only requests without one). Default "always" (Validate
+	// turns "" into "always").
 	When string `yaml:"when"`
 	// Rate is N requests per period, written "N/period".
 	Rate Rate `yaml:"rate"`
-	// Burst is how many requests may arrive at once; 0 means Rate.N.
-	// Default 0.
+	// Burst is how many requests may arrive at once; 0 means Rate.N, and
+	// Validate writes that out. Default 0.
 	Burst int `yaml:"burst"`
 	// Shadow decides and reports the limit without rejecting anything.
 	// Default false.
@@ -185,7 +187,8 @@ type Limit struct {
 type TierLimit struct {
 	// Rate replaces the route's token limit rate.
 	Rate Rate `yaml:"rate"`
-	// Burst replaces the burst; 0 means Rate.N. Default 0.
+	// Burst replaces the burst; 0 means Rate.N, and Validate writes that
+	// out. Default 0.
 	Burst int `yaml:"burst"`
 }
 
@@ -218,7 +221,9 @@ const (
 
 // Default returns the built-in configuration: the trading API's limits
 // table (trading-api.md, "Limits") and production-safe timeouts. Each call
-// returns a fresh value that the caller may modify.
+// returns a fresh value that the caller may modify. The result is already
+// normalised (Burst written out as the rate's N), so that it equals what
+// Load returns with no file and no environment.
 func Default() *Config {
 	anonDay := Rate{N: 10000, Period: 24 * time.Hour}
 	tokenMin := Rate{N: 200, Period: time.Minute}
@@ -259,7 +264,7 @@ func Default() *Config {
 				Auth:     AuthRequired,
 				Validate: ValidateOrd,
 				Limits: []Limit{
-					{Key: KeyToken, When: WhenAlways, Rate: Rate{N: 5400, Period: time.Hour}},
+					{Key: KeyToken, When: WhenAlways, Rate: Rate{N: 5400, Period: time.Hour}, Burst: 5400},
 				},
 			},
 			{
@@ -267,8 +272,8 @@ func Default() *Config {
 				Match: Match{Method: "GET", Path: "/api/v1/mkt/markets/"},
 				Auth:  AuthOptional,
 				Limits: []Limit{
-					{Key: KeyAddress, When: WhenAnon, Rate: anonDay},
-					{Key: KeyToken, When: WhenToken, Rate: tokenMin},
+					{Key: KeyAddress, When: WhenAnon, Rate: anonDay, Burst: 10000},
+					{Key: KeyToken, When: WhenToken, Rate: tokenMin, Burst: 200},
 				},
 			},
 			{
@@ -276,8 +281,8 @@ func Default() *Config {
 				Match: Match{Method: "GET", Path: "/api/v1/mkt/currencies/"},
 				Auth:  AuthOptional,
 				Limits: []Limit{
-					{Key: KeyAddress, When: WhenAnon, Rate: anonDay},
-					{Key: KeyToken, When: WhenToken, Rate: tokenMin},
+					{Key: KeyAddress, When: WhenAnon, Rate: anonDay, Burst: 10000},
+					{Key: KeyToken, When: WhenToken, Rate: tokenMin, Burst: 200},
 				},
 			},
 			{
@@ -285,7 +290,7 @@ func Default() *Config {
 				Match: Match{Method: "GET", Path: "/api/v1/mth/matches/{symbol}/"},
 				Auth:  AuthOptional,
 				Limits: []Limit{
-					{Key: KeyAddress, When: WhenAlways, Rate: Rate{N: 60, Period: time.Minute}},
+					{Key: KeyAddress, When: WhenAlways, Rate: Rate{N: 60, Period: time.Minute}, Burst: 60},
 				},
 			},
 			{
@@ -293,7 +298,7 @@ func Default() *Config {
 				Match: Match{Path: "*"},
 				Auth:  AuthNone,
 				Limits: []Limit{
-					{Key: KeyAddress, When: WhenAlways, Rate: Rate{N: 600, Period: time.Minute}},
+					{Key: KeyAddress, When: WhenAlways, Rate: Rate{N: 600, Period: time.Minute}, Burst: 600},
 				},
 			},
 		},

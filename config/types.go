@@ -280,9 +280,14 @@ func MustURL(s string) URL {
 	return u
 }
 
-// UnmarshalText parses and checks the URL.
+// UnmarshalText parses and checks the URL. An empty string leaves the URL
+// unset (validation then reports it as required).
 func (u *URL) UnmarshalText(b []byte) error {
 	s := strings.TrimSpace(string(b))
+	if s == "" {
+		u.URL = nil
+		return nil
+	}
 	p, err := url.Parse(s)
 	if err != nil {
 		return fmt.Errorf("url %q: %v", s, err)
@@ -334,6 +339,9 @@ func (p *Prefix) UnmarshalText(b []byte) error {
 	a, err := netip.ParseAddr(s)
 	if err != nil {
 		return fmt.Errorf("prefix %q: not an IP address or CIDR prefix", s)
+	}
+	if a.Zone() != "" {
+		return fmt.Errorf("prefix %q: an address with a zone cannot be a prefix", s)
 	}
 	a = a.Unmap()
 	p.Prefix = netip.PrefixFrom(a, a.BitLen())

@@ -1,0 +1,390 @@
+package config
+
+import (
+	"fmt"
+	"net"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Validate normalises c and checks it, returning every problem at once as
+// an Errors value, or nil when c is valid. Normalising sets a Route.Auth
+// of "" to "none", a Limit.When of "" to "always", and a Burst of 0 (in
+// route limits and tier limits) to the rate's N. Each problem names its
+// YAML path; Validate knows nothing of files or the environment, so its
+// problems carry no line numbers (Load and Parse add them).
+func (c *Config) Validate() error {
+	col := &collector{}
+	for _, e := range c.validate() {
+		col.add(e)
+	}
+	return col.result()
+}
+
+// checker accumulates validation problems.
+type checker struct{ errs Errors }
+
+func (v *checker) addf(path, format string, args ...any) {
+	v.errs = append(v.errs, &FieldError{Path: path, Msg: fmt.Sprintf(format, args...)})
+}
+
+// positive reports a duration that is not greater than zero.
+func (v *checker) positive(path string, d time.Duration) {
+	if d <= 0 {
+		v.addf(path, "must be greater than 0, got %s", d)
+	}
+}
+
+// oneOf reports a value that is not one of the allowed ones.
+func (v *checker) oneOf(path, s string, allowed ...string) {
+	if slices.Contains(allowed, s) {
+		return
+	}
+	q := make([]string, len(allowed))
+	for i, a := range allowed {
+		q[i] = strconv.Quote(a)
+	}
+	list := strings.Join(q[:len(q)-1], ", ") + " or " + q[len(q)-1]
+	v.addf(path, "want %s, got %q%s", list, s, didYouMean(s, allowed))
+}
+
+// normalise fills in the documented meanings of zero values.
+func (c *Config) normalise() {
+	for i := range c.Routes {
+		r := &c.Routes[i]
+		if r.Auth == "" {
+			r.Auth = AuthNone
+		}
+		for j := range r.Limits {
+			l := &r.Limits[j]
+			if l.When == "" {
+				l.When = WhenAlways
+			}
+			if l.Burst == 0 && l.Rate.N > 0 && l.Rate.N <= maxRateN {
+				l.Burst = int(l.Rate.N)
+			}
+		}
+	}
+	for _, routes := range c.Tiers {
+		for name, tl := range routes {
+			if tl.Burst == 0 && tl.Rate.N > 0 && tl.Rate.N <= maxRateN {
+				tl.Burst = int(tl.Rate.N)
+				routes[name] = tl
+			}
+		}
+	}
+}
+
+// validate normalises c and returns every problem, unbounded.
+func (c *Config) validate() Errors {
+	c.normalise()
+	v := &checker{}
+
+	// Listeners.
+	v.listenAddr("listen", c.Listen)
+	v.listenAddr("admin_listen", c.AdminListen)
+	if sameListener(c.Listen, c.AdminListen) {
+		v.addf("admin_listen", "must differ from listen (%q)", c.Listen)
+	}
+
+	// Server.
+	s := c.Server
+	v.positive("server.read_header_timeout", s.ReadHeaderTimeout)
+	v.positive("server.read_timeout", s.ReadTimeout)
+	v.positive("server.write_timeout", s.WriteTimeout)
+	v.positive("server.idle_timeout", s.IdleTimeout)
+	v.positive("server.shutdown_timeout", s.ShutdownTimeout)
+	if s.MaxHeaderBytes < 1<<10 || s.MaxHeaderBytes > 1<<20 {
+		v.addf("server.max_header_bytes", "must be from 1KiB to 1MiB, got %s", s.MaxHeaderBytes)
+	}
+	if s.MaxBodyBytes < 1 {
+		v.addf("server.max_body_bytes", "must be at least 1, got %s", s.MaxBodyBytes)
+	}
+	if s.WriteTimeout > 0 {
+		c.checkWriteTimeout(v)
+	}
+
+	// Upstream.
+	u := c.Upstream
+	switch {
+	case u.URL.URL == nil:
+		v.addf("upstream.url", "required, such as \"http://127.0.0.1:9000\"")
+	case u.URL.Scheme != "http" && u.URL.Scheme != "https" || u.URL.Host == "":
+		v.addf("upstream.url", "want an absolute http or https URL, got %q", u.URL.Redacted())
+	}
+	v.positive("upstream.timeout", u.Timeout)
+	v.positive("upstream.dial_timeout", u.DialTimeout)
+	v.positive("upstream.idle_conn_timeout", u.IdleConnTimeout)
+	if u.MaxIdleConns < 0 {
+		v.addf("upstream.max_idle_conns", "must not be negative, got %d", u.MaxIdleConns)
+	}
+	if u.MaxConnsPerHost < 0 {
+		v.addf("upstream.max_conns_per_host", "must not be negative (0 means no cap), got %d", u.MaxConnsPerHost)
+	}
+
+	// Client address.
+	for i, p := range c.ClientIP.TrustedProxies {
+		if !p.IsValid() {
+			v.addf(joinIndex("client_ip.trusted_proxies", i), "not a valid IP prefix")
+		}
+	}
+	if n := c.ClientIP.IPv6Prefix; n < 1 || n > 128 {
+		v.addf("client_ip.ipv6_prefix", "must be from 1 to 128, got %d", n)
+	}
+
+	// Limiter.
+	l := c.Limiter
+	v.oneOf("limiter.backend", l.Backend, "", BackendRedis, BackendMemory)
+	if l.Backend == BackendRedis && len(l.Redis.Addrs) == 0 {
+		v.addf("limiter.redis.addrs", "required when limiter.backend is \"redis\"")
+	}
+	for i, a := range l.Redis.Addrs {
+		v.dialAddr(joinIndex("limiter.redis.addrs", i), a)
+	}
+	if l.Replicas < 1 {
+		v.addf("limiter.replicas", "must be at least 1, got %d", l.Replicas)
+	}
+	v.oneOf("limiter.on_store_error", l.OnStoreError, StoreOpen, StoreClosed, StoreLocal)
+	v.envName("limiter.key_secret_env", l.KeySecretEnv)
+	v.envName("limiter.redis.password_env", l.Redis.PasswordEnv)
+	if t := l.Redis.Timeout; t <= 0 || t > time.Second {
+		v.addf("limiter.redis.timeout", "must be greater than 0 and at most 1s, got %s", t)
+	}
+	if l.Redis.DB < 0 {
+		v.addf("limiter.redis.db", "must not be negative, got %d", l.Redis.DB)
+	} else if l.Redis.DB != 0 && len(l.Redis.Addrs) > 1 && l.Redis.MasterName == "" {
+		v.addf("limiter.redis.db", "must be 0 with Redis Cluster (several addrs and no master_name), got %d", l.Redis.DB)
+	}
+
+	// Log.
+	v.oneOf("log.level", c.Log.Level, "debug", "info", "warn", "error")
+
+	c.checkRoutes(v)
+	c.checkTiers(v)
+	return v.errs
+}
+
+// listenAddr checks a listener address: host:port with a numeric port
+// from 0 to 65535; the host may be empty (all interfaces).
+func (v *checker) listenAddr(path, a string) {
+	host, port, err := net.SplitHostPort(a)
+	if err != nil {
+		v.addf(path, "want host:port such as \":8080\" or \"127.0.0.1:9090\", got %q", a)
+		return
+	}
+	if n, err := strconv.ParseUint(port, 10, 16); err != nil || port == "" || n > 65535 {
+		v.addf(path, "port %q must be a number from 0 to 65535", port)
+	}
+	if strings.ContainsAny(host, " \t/") {
+		v.addf(path, "host %q is not a host name or IP address", host)
+	}
+}
+
+// dialAddr checks an address to connect to: a non-empty host and a port
+// from 1 to 65535.
+func (v *checker) dialAddr(path, a string) {
+	host, port, err := net.SplitHostPort(a)
+	if err != nil || host == "" {
+		v.addf(path, "want host:port such as \"127.0.0.1:6379\", got %q", a)
+		return
+	}
+	if n, err := strconv.ParseUint(port, 10, 16); err != nil || n < 1 {
+		v.addf(path, "port %q must be a number from 1 to 65535", port)
+	}
+	if strings.ContainsAny(host, " \t/") {
+		v.addf(path, "host %q is not a host name or IP address", host)
+	}
+}
+
+// sameListener reports whether two listener addresses would claim the
+// same socket: the same non-zero port on the same host, or on hosts of
+// which one is a wildcard.
+func sameListener(a, b string) bool {
+	ha, pa, err1 := net.SplitHostPort(a)
+	hb, pb, err2 := net.SplitHostPort(b)
+	if err1 != nil || err2 != nil || pa != pb || pa == "0" {
+		return false
+	}
+	wild := func(h string) bool { return h == "" || h == "0.0.0.0" || h == "::" }
+	return ha == hb || wild(ha) || wild(hb)
+}
+
+// envName checks the name of an environment variable.
+func (v *checker) envName(path, s string) {
+	if !isEnvName(s) {
+		v.addf(path, "want an environment variable name ([A-Z_][A-Z0-9_]*), got %q", s)
+	}
+}
+
+// checkRate checks a rate built in code (parsed rates are always valid).
+func (v *checker) rate(path string, r Rate) {
+	switch {
+	case r.IsZero():
+		v.addf(path, "required, such as 60/1m")
+	case r.N < 1 || r.N > maxRateN:
+		v.addf(path, "N must be from 1 to %d, got %d", int64(maxRateN), r.N)
+	case r.Period < time.Second || r.Period%time.Second != 0 || r.Period > 366*24*time.Hour:
+		v.addf(path, "period must be whole seconds from 1s to 366d, got %s", r.Period)
+	}
+}
+
+// burst checks a burst after normalisation.
+func (v *checker) burst(path string, b int) {
+	if b < 0 || int64(b) > maxRateN {
+		v.addf(path, "must be from 0 to %d (0 means the rate's N), got %d", int64(maxRateN), b)
+	}
+}
+
+// checkWriteTimeout reports routes whose timeout the server's write
+// timeout would cut short.
+func (c *Config) checkWriteTimeout(v *checker) {
+	w := c.Server.WriteTimeout
+	var inherit []string
+	for i := range c.Routes {
+		r := &c.Routes[i]
+		p := joinIndex("routes", i)
+		switch {
+		case r.Timeout > 0 && r.Timeout >= w:
+			v.addf("server.write_timeout", "%s must exceed %s.timeout (%s, route %q)", w, p, r.Timeout, r.Name)
+		case r.Timeout == 0 && c.Upstream.Timeout >= w:
+			inherit = append(inherit, fmt.Sprintf("%s (%q)", p, r.Name))
+		}
+	}
+	if len(inherit) > 0 {
+		list := strings.Join(inherit, ", ")
+		if len(inherit) > 3 {
+			list = strings.Join(inherit[:3], ", ") + fmt.Sprintf(" and %d more", len(inherit)-3)
+		}
+		v.addf("server.write_timeout", "%s must exceed upstream.timeout (%s), the timeout of %s", w, c.Upstream.Timeout, list)
+	}
+}
+
+// patternKey identifies a route's method and pattern up to the names of
+// its parameters.
+func patternKey(m Match) string {
+	segs := strings.Split(m.Path, "/")
+	for i, s := range segs {
+		if strings.HasPrefix(s, "{") {
+			segs[i] = "{}"
+		}
+	}
+	return m.Method + " " + strings.Join(segs, "/")
+}
+
+// checkRoutes checks the route table.
+func (c *Config) checkRoutes(v *checker) {
+	if len(c.Routes) == 0 {
+		v.addf("routes", "at least one route is required")
+		return
+	}
+	names := map[string]int{}
+	patterns := map[string]int{}
+	defaultAt := -1
+	for i := range c.Routes {
+		r := &c.Routes[i]
+		p := joinIndex("routes", i)
+
+		switch {
+		case r.Name == "":
+			v.addf(p+".name", "required")
+		case !isName(r.Name):
+			v.addf(p+".name", "%q must be lower-case letters, digits and _", r.Name)
+		default:
+			if j, dup := names[r.Name]; dup {
+				v.addf(p+".name", "%q is already the name of routes[%d]", r.Name, j)
+			} else {
+				names[r.Name] = i
+			}
+		}
+
+		m := r.Match
+		switch {
+		case m.Path == "":
+			v.addf(p+".match", "required, such as \"GET /api/v1/mkt/markets/\" or \"*\"")
+		case m.IsDefault():
+			if m.Method != "" {
+				v.addf(p+".match", "the default route \"*\" takes no method")
+			}
+			if defaultAt >= 0 {
+				v.addf(p+".match", "only one default route \"*\" is allowed; routes[%d] is one", defaultAt)
+			} else {
+				defaultAt = i
+			}
+		default:
+			if m.Method != "" && !knownMethods[m.Method] {
+				v.addf(p+".match", "unknown method %q", m.Method)
+			} else if err := CheckPattern(m.Path); err != nil {
+				v.addf(p+".match", "%v", err)
+			} else if j, dup := patterns[patternKey(m)]; dup {
+				v.addf(p+".match", "%q matches the same requests as routes[%d] (%q)", m.String(), j, c.Routes[j].Match.String())
+			} else {
+				patterns[patternKey(m)] = i
+			}
+		}
+
+		v.oneOf(p+".auth", r.Auth, AuthNone, AuthOptional, AuthRequired)
+		switch r.Validate {
+		case ValidateNone:
+		case ValidateOrd:
+			if m.Path != "" && m.Method != "POST" {
+				v.addf(p+".validate", "%q needs a POST route, but the route matches %q", r.Validate, m.String())
+			}
+		default:
+			v.oneOf(p+".validate", r.Validate, ValidateNone, ValidateOrd)
+		}
+		if r.Timeout < 0 {
+			v.addf(p+".timeout", "must not be negative (0 means upstream.timeout), got %s", r.Timeout)
+		}
+
+		for j, l := range r.Limits {
+			lp := joinIndex(p+".limits", j)
+			v.oneOf(lp+".key", l.Key, KeyToken, KeyAddress)
+			v.oneOf(lp+".when", l.When, WhenAlways, WhenToken, WhenAnon)
+			if l.Key == KeyToken && l.When == WhenAnon {
+				v.addf(lp+".when", "a token limit cannot apply to anonymous requests")
+			}
+			v.rate(lp+".rate", l.Rate)
+			v.burst(lp+".burst", l.Burst)
+		}
+	}
+}
+
+// checkTiers checks that every tier names real routes that have a token
+// limit to override.
+func (c *Config) checkTiers(v *checker) {
+	var routeNames []string
+	for _, r := range c.Routes {
+		routeNames = append(routeNames, r.Name)
+	}
+	tiers := make([]string, 0, len(c.Tiers))
+	for t := range c.Tiers {
+		tiers = append(tiers, t)
+	}
+	slices.Sort(tiers)
+	for _, t := range tiers {
+		tp := joinKey("tiers", t)
+		if !isName(t) {
+			v.addf(tp, "tier name %q must be lower-case letters, digits and _", t)
+		}
+		routes := make([]string, 0, len(c.Tiers[t]))
+		for r := range c.Tiers[t] {
+			routes = append(routes, r)
+		}
+		slices.Sort(routes)
+		for _, rn := range routes {
+			rp := joinKey(tp, rn)
+			i := slices.Index(routeNames, rn)
+			switch {
+			case i < 0:
+				v.addf(rp, "no such route%s", didYouMean(rn, routeNames))
+			case !slices.ContainsFunc(c.Routes[i].Limits, func(l Limit) bool { return l.Key == KeyToken }):
+				v.addf(rp, "route %q has no token limit for a tier to override", rn)
+			}
+			tl := c.Tiers[t][rn]
+			v.rate(rp+".rate", tl.Rate)
+			v.burst(rp+".burst", tl.Burst)
+		}
+	}
+}
