@@ -198,6 +198,7 @@ type decoder struct {
 	src       *sources
 	nodes     int
 	exhausted bool
+	merging   map[*yaml.Node]bool // mappings whose merge keys are being resolved
 }
 
 // addf records a problem at path; problems at the root name the document.
@@ -224,7 +225,11 @@ func (d *decoder) visit(n *yaml.Node, path string, depth int) (*yaml.Node, bool)
 	d.nodes++
 	if n == nil || d.nodes > maxNodes || depth > maxDepth {
 		d.exhausted = true
-		d.addf(path, 0, "document too large, too deeply nested or too heavily aliased")
+		line := 0
+		if n != nil {
+			line = n.Line
+		}
+		d.addf(path, line, "document too large, too deeply nested or too heavily aliased")
 		return nil, false
 	}
 	return n, true
@@ -313,6 +318,15 @@ type pair struct{ key, val *yaml.Node }
 // explicit keys win over merged ones, and earlier merged mappings win over
 // later ones. Duplicate explicit keys are problems.
 func (d *decoder) pairs(n *yaml.Node, path string, depth int) []pair {
+	if d.merging[n] {
+		d.addf(path, n.Line, "merge key \"<<\" merges a mapping into itself")
+		return nil
+	}
+	if d.merging == nil {
+		d.merging = map[*yaml.Node]bool{}
+	}
+	d.merging[n] = true
+	defer delete(d.merging, n)
 	var out []pair
 	seen := map[string]int{}
 	var merges []*yaml.Node

@@ -186,11 +186,14 @@ func didYouMean(s string, candidates []string) string {
 	return ""
 }
 
-// editDistance is the Levenshtein distance between a and b, in bytes.
+// editDistance is the optimal-string-alignment distance between a and b
+// (insertions, deletions, substitutions and swaps of neighbours), in bytes.
 func editDistance(a, b string) int {
 	if len(a) > 64 || len(b) > 64 {
 		return 1 << 30 // not a typo; keep the cost bounded
 	}
+	// rows[i][j] is the distance between a[:i] and b[:j]; three rows suffice.
+	pp := make([]int, len(b)+1)
 	prev := make([]int, len(b)+1)
 	cur := make([]int, len(b)+1)
 	for j := range prev {
@@ -204,8 +207,11 @@ func editDistance(a, b string) int {
 				cost = 0
 			}
 			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+			if i > 1 && j > 1 && a[i-1] == b[j-2] && a[i-2] == b[j-1] {
+				cur[j] = min(cur[j], pp[j-2]+1)
+			}
 		}
-		prev, cur = cur, prev
+		pp, prev, cur = prev, cur, pp
 	}
 	return prev[len(b)]
 }
