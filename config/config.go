@@ -6,6 +6,26 @@
 // A Config is built by starting from Default, decoding a YAML document over
 // it, applying EXGATE_<PATH> environment overrides, and validating the
 // result. Load and Parse do all four steps.
+//
+// Decoding is strict: unknown keys, type mismatches, duplicate keys and
+// more than one document are errors. Mappings merge into the defaults key
+// by key; a sequence replaces the default list whole, so giving routes
+// replaces the entire default route table. A null value leaves the default
+// in place. Anchors, aliases and merge keys ("<<") are supported.
+//
+// Every scalar can be overridden by the environment variable "EXGATE_" +
+// its YAML path upper-cased, with "." and list indexes as "_"
+// (EXGATE_UPSTREAM_URL, EXGATE_ROUTES_0_TIMEOUT,
+// EXGATE_TIERS_VIP_PLACE_ORDER_RATE); lists of scalars take one
+// comma-separated variable (EXGATE_LIMITER_REDIS_ADDRS=a:6379,b:6379).
+// Variables under the prefix that name no existing value are ignored,
+// because other tools share it. Secrets are never configuration values:
+// the file only names the variables that hold them (key_secret_env,
+// password_env).
+//
+// All problems are reported together as an Errors value; each FieldError
+// names its YAML path, its line in the file, or the variable it came from.
+// docs/configuration.md lists every key.
 package config
 
 import (

@@ -75,6 +75,7 @@ type collector struct {
 	dropped int
 }
 
+// add records a problem, or counts it once maxErrors are recorded.
 func (c *collector) add(e *FieldError) {
 	if len(c.errs) >= maxErrors {
 		c.dropped++
@@ -83,6 +84,7 @@ func (c *collector) add(e *FieldError) {
 	c.errs = append(c.errs, e)
 }
 
+// addf records a formatted problem.
 func (c *collector) addf(path string, line int, format string, args ...any) {
 	c.add(&FieldError{Path: path, Line: line, Msg: fmt.Sprintf(format, args...)})
 }

@@ -385,6 +385,7 @@ func (d *decoder) pairs(n *yaml.Node, path string, depth int) []pair {
 	return out
 }
 
+// isNull reports whether n is a null scalar (~, null, or nothing).
 func isNull(n *yaml.Node) bool {
 	return n.Kind == yaml.ScalarNode && n.ShortTag() == "!!null"
 }

@@ -35,6 +35,8 @@ func (c *Config) Marshal() ([]byte, error) {
 // flowTypes are written on one line: they are short and come in lists.
 var flowTypes = []reflect.Type{reflect.TypeFor[Limit](), reflect.TypeFor[TierLimit]()}
 
+// scalarNode returns a scalar node with an explicit tag, so that the
+// encoder quotes strings that would otherwise read as another type.
 func scalarNode(tag, value string) *yaml.Node {
 	return &yaml.Node{Kind: yaml.ScalarNode, Tag: tag, Value: value}
 }

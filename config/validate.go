@@ -26,6 +26,7 @@ func (c *Config) Validate() error {
 // checker accumulates validation problems.
 type checker struct{ errs Errors }
 
+// addf records a problem at path.
 func (v *checker) addf(path, format string, args ...any) {
 	v.errs = append(v.errs, &FieldError{Path: path, Msg: fmt.Sprintf(format, args...)})
 }
@@ -218,7 +219,8 @@ func (v *checker) envName(path, s string) {
 	}
 }
 
-// checkRate checks a rate built in code (parsed rates are always valid).
+// rate checks a rate; parsed rates are always valid, so this catches
+// rates built in code and missing rates.
 func (v *checker) rate(path string, r Rate) {
 	switch {
 	case r.IsZero():
