@@ -317,7 +317,7 @@ var invalidFixtures = map[string][]string{
 		`upstream.idle_conn_timeout: want a duration such as 10s, 250ms or 1m30s, got "soon" (line 4)`,
 	},
 	"bad-syntax.yaml": {
-		`testdata/bad-syntax.yaml: invalid YAML: did not find expected ',' or ']' (line 2)`,
+		`testdata/bad-syntax.yaml: invalid YAML: did not find expected ',' or ']' (line 3)`,
 	},
 	"bad-multidoc.yaml": {
 		`testdata/bad-multidoc.yaml: more than one YAML document; a configuration is one document (line 2)`,
@@ -788,5 +788,25 @@ func TestCheckFile(t *testing.T) {
 				t.Errorf("CheckFile = %v, output:\n%s\nwant %v, output:\n%s", ok, b.String(), tt.ok, tt.out)
 			}
 		})
+	}
+}
+
+// TestSyntaxErrorLines checks the 1-based lines given for YAML syntax
+// errors (yaml.v3's own numbers are 0-based for parser problems).
+func TestSyntaxErrorLines(t *testing.T) {
+	tests := []struct{ yaml, want string }{
+		{"a: 1\n b: 2\n", "mapping values are not allowed in this context (line 2)"},
+		{"- a\nb: 1\n", "did not find expected '-' indicator (line 2)"},
+		{"x:\n  - a\n - b\n", "did not find expected key (line 3)"},
+		{"a: b: c\n", "mapping values are not allowed in this context (line 1)"},
+		{"a: !x!y 1\n", "found undefined tag handle (line 1)"},
+		{"a: 1\nb: \xff\n", "invalid leading UTF-8 octet"},
+	}
+	for _, tt := range tests {
+		_, err := Parse("f.yaml", []byte(tt.yaml), nil)
+		got := errorStrings(t, err)
+		if want := "f.yaml: invalid YAML: " + tt.want; len(got) != 1 || got[0] != want {
+			t.Errorf("Parse(%q) = %q, want %q", tt.yaml, got, want)
+		}
 	}
 }

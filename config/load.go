@@ -126,6 +126,33 @@ func label(name string) string {
 
 var yamlLineRE = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
 
+// parserProblems are the problems yaml.v3's parser (as opposed to its
+// scanner) reports; their line numbers are 0-based.
+var parserProblems = map[string]bool{
+	"did not find expected <stream-start>":   true,
+	"did not find expected <document start>": true,
+	"found undefined tag handle":             true,
+	"did not find expected node content":     true,
+	"did not find expected '-' indicator":    true,
+	"did not find expected key":              true,
+	"did not find expected ',' or ']'":       true,
+	"did not find expected ',' or '}'":       true,
+	"found duplicate %YAML directive":        true,
+	"found incompatible YAML document":       true,
+	"found duplicate %TAG directive":         true,
+}
+
+// isReaderProblem reports whether msg is one of yaml.v3's input decoding
+// problems, which carry no position at all.
+func isReaderProblem(msg string) bool {
+	for _, p := range []string{"control characters", "invalid ", "incomplete ", "expected low surrogate", "unexpected low surrogate", "input error"} {
+		if strings.HasPrefix(msg, p) {
+			return true
+		}
+	}
+	return false
+}
+
 // decodeDocument parses data into its single document's root node, or nil
 // when the document is empty. yaml.v3 has panicked on hostile input in
 // the past; a panic becomes an ordinary error here.
@@ -141,6 +168,13 @@ func decodeDocument(name string, data []byte) (root *yaml.Node, fe *FieldError) 
 		if m := yamlLineRE.FindStringSubmatch(err.Error()); m != nil {
 			line, _ = strconv.Atoi(m[1])
 			msg = m[2]
+			if parserProblems[msg] {
+				// yaml.v3 reports parser (as opposed to scanner) problems
+				// with a 0-based line (go-yaml/yaml#205).
+				line++
+			}
+		} else if !isReaderProblem(msg) {
+			line = 1 // yaml.v3 omits the line when it is the first
 		}
 		return &FieldError{Line: line, Msg: label(name) + "invalid YAML: " + msg}
 	}
