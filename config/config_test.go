@@ -147,6 +147,19 @@ func TestValidFixtures(t *testing.T) {
 				t.Errorf("full.yaml loaded as\n%+v\nwant\n%+v", c, fullConfig())
 			}
 		}},
+		{"design-sketch.yaml", func(t *testing.T, c *Config) {
+			// The sketch gives the spec's limits table but no auth for the
+			// list routes, so only limits and matches are compared.
+			d := Default()
+			for i := range d.Routes {
+				if c.Routes[i].Name != d.Routes[i].Name || c.Routes[i].Match != d.Routes[i].Match || !reflect.DeepEqual(c.Routes[i].Limits, d.Routes[i].Limits) {
+					t.Errorf("routes[%d] = %+v, want the default %+v", i, c.Routes[i], d.Routes[i])
+				}
+			}
+			if c.Limiter.Backend != BackendRedis || c.Tiers["vip"]["place_order"].Rate.String() != "20000/1h" || c.TokensFile != "tiers.yaml" {
+				t.Errorf("limiter = %+v, tiers = %v", c.Limiter, c.Tiers)
+			}
+		}},
 		{"minimal.yaml", func(t *testing.T, c *Config) {
 			want := Default()
 			want.Upstream.URL = MustURL("http://backend:9000/")
@@ -199,6 +212,17 @@ func TestValidFixtures(t *testing.T) {
 				t.Errorf("unset server keys must keep defaults")
 			}
 		}},
+	}
+	files, _ := filepath.Glob("testdata/*.yaml")
+	for _, f := range files {
+		if base := filepath.Base(f); !strings.HasPrefix(base, "bad-") && !slices.ContainsFunc(tests, func(tt struct {
+			file  string
+			check func(t *testing.T, c *Config)
+		}) bool {
+			return tt.file == base
+		}) {
+			t.Errorf("%s is not checked by TestValidFixtures", f)
+		}
 	}
 	for _, tt := range tests {
 		t.Run(tt.file, func(t *testing.T) {
