@@ -38,8 +38,10 @@ type Config struct {
 	// Listen is the address of the traffic listener. Default ":8080".
 	Listen string `yaml:"listen"`
 	// AdminListen is the address of the admin listener that serves
-	// /healthz, /readyz and (later) /metrics. Default "127.0.0.1:9090".
+	// /metrics, /healthz and /readyz. Default "127.0.0.1:9090".
 	AdminListen string `yaml:"admin_listen"`
+	// Admin configures what the admin listener serves beyond the defaults.
+	Admin Admin `yaml:"admin"`
 	// Server holds the traffic listener's timeouts and size limits.
 	Server Server `yaml:"server"`
 	// Upstream is the backend exgate forwards to.
@@ -54,6 +56,11 @@ type Config struct {
 	// TokensFile is the path of a YAML file mapping token ids (HMAC) to
 	// tier names. Default "" (no tiers assigned).
 	TokensFile string `yaml:"tokens_file"`
+	// Validation configures order-body validation and the market
+	// catalogue it checks against.
+	Validation Validation `yaml:"validation"`
+	// Idempotency configures duplicate protection on order identifiers.
+	Idempotency Idempotency `yaml:"idempotency"`
 	// Log configures logging.
 	Log Log `yaml:"log"`
 	// Routes is the route table, matched in the order given except that a
@@ -80,9 +87,20 @@ type Server struct {
 	// MaxBodyBytes is the largest request body accepted on any route;
 	// larger bodies get 413. Default 1MiB.
 	MaxBodyBytes ByteSize `yaml:"max_body_bytes"`
+	// DrainDelay is how long exgate keeps serving after a shutdown signal
+	// with /readyz answering 503, so that load balancers stop sending
+	// traffic before the listener closes. Default 5s; 0 closes at once.
+	DrainDelay time.Duration `yaml:"drain_delay"`
 	// ShutdownTimeout bounds how long in-flight requests may take to finish
-	// after a shutdown signal. Default 25s.
+	// after the listener closes. Default 25s.
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
+}
+
+// Admin configures the admin listener.
+type Admin struct {
+	// Pprof serves net/http/pprof under /debug/pprof/ on the admin
+	// listener. Default false.
+	Pprof bool `yaml:"pprof"`
 }
 
 // Upstream is the backend exgate forwards to.
@@ -132,6 +150,34 @@ type Limiter struct {
 	// KeySecretEnv names the environment variable holding the HMAC secret
 	// that turns tokens into keys. Default "EXGATE_KEY_SECRET".
 	KeySecretEnv string `yaml:"key_secret_env"`
+	// Headers selects the rate-limit headers sent on limited routes:
+	// "ietf" (RateLimit-Policy and RateLimit, draft-ietf-httpapi-ratelimit-headers),
+	// "legacy" (X-RateLimit-Limit/-Remaining/-Reset) or "none".
+	// Default "ietf".
+	Headers string `yaml:"headers"`
+	// MaxKeys bounds the keys the in-process limiter (the memory backend
+	// and the local fallback) keeps; past it, the keys closest to full are
+	// evicted first. Default 1000000.
+	MaxKeys int `yaml:"max_keys"`
+	// DenyCacheKeys bounds the in-process cache of keys known to be over
+	// their limit, answered without a store round trip until they reset;
+	// 0 disables the cache. Default 100000.
+	DenyCacheKeys int `yaml:"deny_cache_keys"`
+	// TokenSpray limits how many distinct tokens one client address may
+	// present; further new tokens are limited as anonymous requests.
+	TokenSpray TokenSpray `yaml:"token_spray"`
+}
+
+// TokenSpray bounds the distinct tokens one client address may present in
+// a window, so that inventing tokens cannot multiply allowances.
+type TokenSpray struct {
+	// MaxTokens is how many distinct tokens an address may present per
+	// Window; 0 turns the check off. Tokens mapped to a tier in the tokens
+	// file are not counted. Default 20.
+	MaxTokens int `yaml:"max_tokens"`
+	// Window is the period over which distinct tokens are counted.
+	// Default 1h.
+	Window time.Duration `yaml:"window"`
 }
 
 // Redis configures the Redis store. Secrets are read from the environment
@@ -161,6 +207,20 @@ type Log struct {
 	Level string `yaml:"level"`
 	// Access enables the one-line-per-request access log. Default true.
 	Access bool `yaml:"access"`
+	// Sampling thins out repeated log lines.
+	Sampling Sampling `yaml:"sampling"`
+}
+
+// Sampling keeps, of the lines with the same level and message in each
+// second, the first Initial and then every Thereafter-th. Access log
+// lines all share one message, so this bounds their rate.
+type Sampling struct {
+	// Initial is how many lines per second are always kept; 0 turns
+	// sampling off. Default 0.
+	Initial int `yaml:"initial"`
+	// Thereafter keeps every Thereafter-th line past Initial; 0 drops them
+	// all. Default 0.
+	Thereafter int `yaml:"thereafter"`
 }
 
 // Route is one entry of the route table.
@@ -181,12 +241,19 @@ type Route struct {
 	// Timeout overrides Upstream.Timeout for this route. Default 0 (use
 	// Upstream.Timeout).
 	Timeout time.Duration `yaml:"timeout"`
+	// OnStoreError overrides Limiter.OnStoreError for this route: "open",
+	// "closed" or "local". Default "" (use Limiter.OnStoreError).
+	OnStoreError string `yaml:"on_store_error"`
 	// Limits are the route's rate limits. Default: none.
 	Limits []Limit `yaml:"limits"`
 }
 
 // Limit is one rate limit of a route.
 type Limit struct {
+	// Name labels the limit in headers, logs and metrics; unique within
+	// its route. Default "" (Validate writes the key, "token" or
+	// "address").
+	Name string `yaml:"name"`
 	// Key is what the limit counts by: "token" or "address".
 	Key string `yaml:"key"`
 	// When is "always", "token" (only requests carrying a token) or
@@ -230,8 +297,12 @@ const (
 	ValidateOrd  = "order"
 )
 
-// Limiter backends and store-error modes.
+// Limiter backends, store-error modes and header styles.
 const (
+	HeadersIETF   = "ietf"
+	HeadersLegacy = "legacy"
+	HeadersNone   = "none"
+
 	BackendRedis  = "redis"
 	BackendMemory = "memory"
 	StoreOpen     = "open"
@@ -252,6 +323,7 @@ func Default() *Config {
 		AdminListen: "127.0.0.1:9090",
 		Server: Server{
 			ReadHeaderTimeout: 5 * time.Second,
+			DrainDelay:        5 * time.Second,
 			ReadTimeout:       30 * time.Second,
 			WriteTimeout:      30 * time.Second,
 			IdleTimeout:       120 * time.Second,
@@ -268,15 +340,21 @@ func Default() *Config {
 		},
 		ClientIP: ClientIP{IPv6Prefix: 64},
 		Limiter: Limiter{
-			Replicas:     1,
-			OnStoreError: StoreLocal,
-			KeySecretEnv: "EXGATE_KEY_SECRET",
+			Replicas:      1,
+			OnStoreError:  StoreLocal,
+			KeySecretEnv:  "EXGATE_KEY_SECRET",
+			Headers:       HeadersIETF,
+			MaxKeys:       1000000,
+			DenyCacheKeys: 100000,
+			TokenSpray:    TokenSpray{MaxTokens: 20, Window: time.Hour},
 			Redis: Redis{
 				PasswordEnv: "EXGATE_REDIS_PASSWORD",
 				Timeout:     25 * time.Millisecond,
 			},
 		},
-		Log: Log{Level: "info", Access: true},
+		Validation:  DefaultValidation(),
+		Idempotency: DefaultIdempotency(),
+		Log:         Log{Level: "info", Access: true},
 		Routes: []Route{
 			{
 				Name:     "place_order",
@@ -284,7 +362,7 @@ func Default() *Config {
 				Auth:     AuthRequired,
 				Validate: ValidateOrd,
 				Limits: []Limit{
-					{Key: KeyToken, When: WhenAlways, Rate: Rate{N: 5400, Period: time.Hour}, Burst: 5400},
+					{Name: KeyToken, Key: KeyToken, When: WhenAlways, Rate: Rate{N: 5400, Period: time.Hour}, Burst: 5400},
 				},
 			},
 			{
@@ -292,8 +370,8 @@ func Default() *Config {
 				Match: Match{Method: "GET", Path: "/api/v1/mkt/markets/"},
 				Auth:  AuthOptional,
 				Limits: []Limit{
-					{Key: KeyAddress, When: WhenAnon, Rate: anonDay, Burst: 10000},
-					{Key: KeyToken, When: WhenToken, Rate: tokenMin, Burst: 200},
+					{Name: KeyAddress, Key: KeyAddress, When: WhenAnon, Rate: anonDay, Burst: 10000},
+					{Name: KeyToken, Key: KeyToken, When: WhenToken, Rate: tokenMin, Burst: 200},
 				},
 			},
 			{
@@ -301,8 +379,8 @@ func Default() *Config {
 				Match: Match{Method: "GET", Path: "/api/v1/mkt/currencies/"},
 				Auth:  AuthOptional,
 				Limits: []Limit{
-					{Key: KeyAddress, When: WhenAnon, Rate: anonDay, Burst: 10000},
-					{Key: KeyToken, When: WhenToken, Rate: tokenMin, Burst: 200},
+					{Name: KeyAddress, Key: KeyAddress, When: WhenAnon, Rate: anonDay, Burst: 10000},
+					{Name: KeyToken, Key: KeyToken, When: WhenToken, Rate: tokenMin, Burst: 200},
 				},
 			},
 			{
@@ -310,7 +388,7 @@ func Default() *Config {
 				Match: Match{Method: "GET", Path: "/api/v1/mth/matches/{symbol}/"},
 				Auth:  AuthOptional,
 				Limits: []Limit{
-					{Key: KeyAddress, When: WhenAlways, Rate: Rate{N: 60, Period: time.Minute}, Burst: 60},
+					{Name: KeyAddress, Key: KeyAddress, When: WhenAlways, Rate: Rate{N: 60, Period: time.Minute}, Burst: 60},
 				},
 			},
 			{
@@ -318,7 +396,7 @@ func Default() *Config {
 				Match: Match{Path: "*"},
 				Auth:  AuthNone,
 				Limits: []Limit{
-					{Key: KeyAddress, When: WhenAlways, Rate: Rate{N: 600, Period: time.Minute}, Burst: 600},
+					{Name: KeyAddress, Key: KeyAddress, When: WhenAlways, Rate: Rate{N: 600, Period: time.Minute}, Burst: 600},
 				},
 			},
 		},

@@ -189,7 +189,7 @@ func TestValidFixtures(t *testing.T) {
 			if !reflect.DeepEqual(c.Routes[0].Limits, c.Routes[1].Limits) {
 				t.Errorf("aliased limits differ: %+v vs %+v", c.Routes[0].Limits, c.Routes[1].Limits)
 			}
-			want := Limit{Key: KeyAddress, When: WhenAlways, Rate: Rate{N: 600, Period: time.Minute}, Burst: 600}
+			want := Limit{Name: KeyAddress, Key: KeyAddress, When: WhenAlways, Rate: Rate{N: 600, Period: time.Minute}, Burst: 600}
 			if got := c.Routes[2].Limits[0]; got != want {
 				t.Errorf("merged limit = %+v, want %+v", got, want)
 			}

@@ -63,6 +63,9 @@ func (c *Config) normalise() {
 			if l.When == "" {
 				l.When = WhenAlways
 			}
+			if l.Name == "" {
+				l.Name = defaultLimitName(r.Limits, j)
+			}
 			if l.Burst == 0 && l.Rate.N > 0 && l.Rate.N <= maxRateN {
 				l.Burst = int(l.Rate.N)
 			}
@@ -76,6 +79,29 @@ func (c *Config) normalise() {
 			}
 		}
 	}
+}
+
+// defaultLimitName names limits[j], which has no name: its key, or, when
+// other limits of the route count by the same key, its key and condition
+// ("address_anonymous"), and its index when even that repeats.
+func defaultLimitName(limits []Limit, j int) string {
+	l := limits[j]
+	sameKey, sameWhen := 0, 0
+	for _, o := range limits {
+		if o.Key == l.Key {
+			sameKey++
+			if o.When == l.When || o.When == "" && l.When == WhenAlways {
+				sameWhen++
+			}
+		}
+	}
+	switch {
+	case sameKey <= 1:
+		return l.Key
+	case sameWhen <= 1:
+		return l.Key + "_" + l.When
+	}
+	return l.Key + "_" + l.When + "_" + strconv.Itoa(j)
 }
 
 // validate normalises c and returns every problem, unbounded.
@@ -97,6 +123,9 @@ func (c *Config) validate() Errors {
 	v.positive("server.write_timeout", s.WriteTimeout)
 	v.positive("server.idle_timeout", s.IdleTimeout)
 	v.positive("server.shutdown_timeout", s.ShutdownTimeout)
+	if s.DrainDelay < 0 {
+		v.addf("server.drain_delay", "must not be negative (0 closes at once), got %s", s.DrainDelay)
+	}
 	if s.MaxHeaderBytes < 1<<10 || s.MaxHeaderBytes > 1<<20 {
 		v.addf("server.max_header_bytes", "must be from 1KiB to 1MiB, got %s", s.MaxHeaderBytes)
 	}
@@ -153,6 +182,19 @@ func (c *Config) validate() Errors {
 	if t := l.Redis.Timeout; t <= 0 || t > time.Second {
 		v.addf("limiter.redis.timeout", "must be greater than 0 and at most 1s, got %s", t)
 	}
+	v.oneOf("limiter.headers", l.Headers, HeadersIETF, HeadersLegacy, HeadersNone)
+	if l.MaxKeys < 1000 {
+		v.addf("limiter.max_keys", "must be at least 1000, got %d", l.MaxKeys)
+	}
+	if l.DenyCacheKeys < 0 {
+		v.addf("limiter.deny_cache_keys", "must not be negative (0 disables the cache), got %d", l.DenyCacheKeys)
+	}
+	if l.TokenSpray.MaxTokens < 0 {
+		v.addf("limiter.token_spray.max_tokens", "must not be negative (0 turns the check off), got %d", l.TokenSpray.MaxTokens)
+	}
+	if l.TokenSpray.MaxTokens > 0 && (l.TokenSpray.Window < time.Second || l.TokenSpray.Window > 366*24*time.Hour) {
+		v.addf("limiter.token_spray.window", "must be from 1s to 366d, got %s", l.TokenSpray.Window)
+	}
 	if l.Redis.DB < 0 {
 		v.addf("limiter.redis.db", "must not be negative, got %d", l.Redis.DB)
 	} else if l.Redis.DB != 0 && len(l.Redis.Addrs) > 1 && l.Redis.MasterName == "" {
@@ -161,6 +203,13 @@ func (c *Config) validate() Errors {
 
 	// Log.
 	v.oneOf("log.level", c.Log.Level, "debug", "info", "warn", "error")
+	if c.Log.Sampling.Initial < 0 {
+		v.addf("log.sampling.initial", "must not be negative (0 turns sampling off), got %d", c.Log.Sampling.Initial)
+	}
+	if c.Log.Sampling.Thereafter < 0 {
+		v.addf("log.sampling.thereafter", "must not be negative, got %d", c.Log.Sampling.Thereafter)
+	}
+	c.checkValidation(v)
 
 	c.checkRoutes(v)
 	c.checkTiers(v)
@@ -339,9 +388,20 @@ func (c *Config) checkRoutes(v *checker) {
 		if r.Timeout < 0 {
 			v.addf(p+".timeout", "must not be negative (0 means upstream.timeout), got %s", r.Timeout)
 		}
+		if r.OnStoreError != "" {
+			v.oneOf(p+".on_store_error", r.OnStoreError, StoreOpen, StoreClosed, StoreLocal)
+		}
 
+		limitNames := map[string]int{}
 		for j, l := range r.Limits {
 			lp := joinIndex(p+".limits", j)
+			if l.Name != "" && !isName(l.Name) {
+				v.addf(lp+".name", "%q must be lower-case letters, digits and _", l.Name)
+			} else if k, dup := limitNames[l.Name]; dup {
+				v.addf(lp+".name", "%q is already the name of %s; give each limit of a route its own name", l.Name, joinIndex(p+".limits", k))
+			} else {
+				limitNames[l.Name] = j
+			}
 			v.oneOf(lp+".key", l.Key, KeyToken, KeyAddress)
 			v.oneOf(lp+".when", l.When, WhenAlways, WhenToken, WhenAnon)
 			if l.Key == KeyToken && l.When == WhenAnon {
