@@ -8,6 +8,9 @@ declare -A need=(
   [git]=git
   [gcc]=gcc            # go test -race needs cgo
   [curl]=curl          # the README quick start is run verbatim by a test
+  [redis-server]=redis-server   # limiter, idempotency and fault tests start real servers
+  [redis-cli]=redis-tools       # creates the Redis Cluster for the cluster tests
+  [promtool]=prometheus         # checks scrapes and alert rules; a real Prometheus scrapes exgate
 )
 
 missing=()
