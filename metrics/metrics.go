@@ -1,0 +1,555 @@
+// Package metrics holds exgate's Prometheus collectors. Every collector is
+// built by New on a prometheus.Registerer the caller passes in: the package
+// has no globals and never touches prometheus.DefaultRegisterer.
+//
+// Label values never carry a token, a client address or a raw request path.
+// Routes and limits are labelled by their configured names, and requests
+// that matched no route are labelled route="default" (DefaultRoute).
+//
+// The request path is allocation-free: the caller resolves a *RouteMetrics
+// per route and a *LimitMetrics per (route, limit, tier) once, when the
+// configuration is loaded, and calls their methods per request. Every
+// method is safe on a nil receiver and then does nothing, so code paths
+// without metrics (unit tests) need no branches.
+package metrics
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"runtime"
+	"runtime/debug"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// DefaultRoute is the route label of requests that matched no route
+// (404, 405, refused paths, oversize headers).
+const DefaultRoute = "default"
+
+// DefaultTier is the tier label of decisions for requests whose token maps
+// to no tier, and of address limits.
+const DefaultTier = "default"
+
+// maxValidationCodes bounds the distinct code label values of
+// exgate_validation_rejections_total; further codes are counted as
+// "other".
+const maxValidationCodes = 64
+
+// Metric names, exported so that callers and tests can refer to them.
+const (
+	NameRequests          = "exgate_requests_total"
+	NameRequestDuration   = "exgate_request_duration_seconds"
+	NameUpstreamDuration  = "exgate_upstream_duration_seconds"
+	NameUpstreamErrors    = "exgate_upstream_errors_total"
+	NameRateLimitDecision = "exgate_ratelimit_decisions_total"
+	NameStoreErrors       = "exgate_ratelimit_store_errors_total"
+	NameStoreDuration     = "exgate_ratelimit_store_duration_seconds"
+	NameFallback          = "exgate_ratelimit_fallback_total"
+	NameValidation        = "exgate_validation_rejections_total"
+	NameIdempotency       = "exgate_idempotency_total"
+	NameCatalogueAge      = "exgate_market_catalogue_age_seconds"
+	NameInflight          = "exgate_inflight_requests"
+	NameConfigReloads     = "exgate_config_reloads_total"
+	NameBuildInfo         = "exgate_build_info"
+)
+
+// RequestBuckets returns the bucket bounds, in seconds, of the request and
+// upstream duration histograms: 100 µs to 10 s.
+func RequestBuckets() []float64 {
+	return []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}
+}
+
+// StoreBuckets returns the bucket bounds, in seconds, of the rate-limit
+// store duration histogram: 50 µs to 100 ms, fine around the store's 25 ms
+// deadline.
+func StoreBuckets() []float64 {
+	return []float64{.00005, .0001, .00025, .0005, .001, .002, .005, .01, .015, .02, .025, .05, .1}
+}
+
+// BuildInfo labels exgate_build_info. Empty fields are exported as
+// "unknown", except GoVersion, whose zero value means runtime.Version().
+type BuildInfo struct {
+	// Version is the release, such as "v1.2.0". Default "unknown".
+	Version string
+	// Revision is the VCS commit. Default "unknown".
+	Revision string
+	// GoVersion is the Go release that built the binary. Default
+	// runtime.Version().
+	GoVersion string
+}
+
+// ReadBuildInfo returns the BuildInfo the Go toolchain embedded in the
+// running binary: the main module's version ("devel" for a local build)
+// and the vcs.revision setting when the build recorded one. Fields it
+// cannot find are left empty.
+func ReadBuildInfo() BuildInfo {
+	info := BuildInfo{GoVersion: runtime.Version()}
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return info
+	}
+	info.Version = bi.Main.Version
+	if info.Version == "(devel)" {
+		info.Version = "devel"
+	}
+	for _, s := range bi.Settings {
+		if s.Key == "vcs.revision" {
+			info.Revision = s.Value
+		}
+	}
+	return info
+}
+
+// Metrics is exgate's set of collectors. Build it with New; the zero value
+// is not usable, but every method is safe on a nil *Metrics and then does
+// nothing (and returns nil resolvers).
+type Metrics struct {
+	requests         *prometheus.CounterVec
+	requestDuration  *prometheus.HistogramVec
+	upstreamDuration *prometheus.HistogramVec
+	upstreamErrors   *prometheus.CounterVec
+	decisions        *prometheus.CounterVec
+	storeErrors      *prometheus.CounterVec
+	storeDuration    prometheus.Histogram
+	fallback         *prometheus.CounterVec
+	validation       *prometheus.CounterVec
+	idempotency      *prometheus.CounterVec
+	catalogueAge     prometheus.GaugeFunc
+	inflight         prometheus.Gauge
+	reloads          *prometheus.CounterVec
+	buildInfo        *prometheus.GaugeVec
+	goColl           prometheus.Collector
+	procColl         prometheus.Collector
+
+	// Pre-resolved children of the label sets that have no route.
+	storeErrKinds [numStoreErrorKinds]prometheus.Counter
+	idemOutcomes  [numIdempotencyOutcomes]prometheus.Counter
+	reloadResults [2]prometheus.Counter // failure, success
+
+	// catalogueLoaded is the Unix time in nanoseconds of the last
+	// catalogue load, 0 before the first.
+	catalogueLoaded atomic.Int64
+	now             func() time.Time
+
+	mu         sync.RWMutex
+	routes     map[string]*RouteMetrics
+	limits     map[string]map[string]map[string]*LimitMetrics // route → limit → tier
+	validCodes map[string]prometheus.Counter
+}
+
+// New builds exgate's collectors and registers them, with the Go and
+// process collectors, on reg. info labels exgate_build_info.
+//
+// Registering on a registry that already holds exgate's collectors (New
+// called twice on one registry) is an error; whatever this call registered
+// is unregistered again. Go and process collectors already present on reg
+// (prometheus.DefaultRegisterer has them) are kept and not an error.
+func New(reg prometheus.Registerer, info BuildInfo) (*Metrics, error) {
+	if reg == nil {
+		return nil, errors.New("metrics: nil Registerer")
+	}
+	m := newMetrics(info)
+	var done []prometheus.Collector
+	for _, c := range m.own() {
+		if err := reg.Register(c); err != nil {
+			for _, d := range done {
+				reg.Unregister(d)
+			}
+			return nil, fmt.Errorf("metrics: register: %w", err)
+		}
+		done = append(done, c)
+	}
+	for _, c := range []prometheus.Collector{m.goColl, m.procColl} {
+		if err := reg.Register(c); err != nil {
+			var are prometheus.AlreadyRegisteredError
+			if errors.As(err, &are) {
+				continue
+			}
+			for _, d := range done {
+				reg.Unregister(d)
+			}
+			return nil, fmt.Errorf("metrics: register: %w", err)
+		}
+		done = append(done, c)
+	}
+	return m, nil
+}
+
+// newMetrics builds the collectors without registering them.
+func newMetrics(info BuildInfo) *Metrics {
+	m := &Metrics{
+		now:        time.Now,
+		routes:     make(map[string]*RouteMetrics),
+		limits:     make(map[string]map[string]map[string]*LimitMetrics),
+		validCodes: make(map[string]prometheus.Counter),
+	}
+	m.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: NameRequests,
+		Help: "Requests answered, by route, method (GET HEAD POST PUT PATCH DELETE OPTIONS or other) and status code (499: the client went away).",
+	}, []string{"route", "method", "code"})
+	m.requestDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    NameRequestDuration,
+		Help:    "Time from receiving a request's headers to the end of its answer, by route.",
+		Buckets: RequestBuckets(),
+	}, []string{"route"})
+	m.upstreamDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    NameUpstreamDuration,
+		Help:    "Time from sending a request to the backend to its response headers (or the error), by route.",
+		Buckets: RequestBuckets(),
+	}, []string{"route"})
+	m.upstreamErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: NameUpstreamErrors,
+		Help: "Requests the backend did not answer, by route and kind (timeout, unreachable, reset, client_gone, other).",
+	}, []string{"route", "kind"})
+	m.decisions = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: NameRateLimitDecision,
+		Help: "Rate-limit decisions, by route, limit, tier and decision (allowed, limited, shadow_limited).",
+	}, []string{"route", "limit", "tier", "decision"})
+	m.storeErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: NameStoreErrors,
+		Help: "Failed calls to the rate-limit store, by kind (timeout, other).",
+	}, []string{"kind"})
+	m.storeDuration = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    NameStoreDuration,
+		Help:    "Duration of calls to the rate-limit store, failed ones included.",
+		Buckets: StoreBuckets(),
+	})
+	m.fallback = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: NameFallback,
+		Help: "Rate-limit decisions taken without the store because it failed, by route and mode (open, closed, local).",
+	}, []string{"route", "mode"})
+	m.validation = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: NameValidation,
+		Help: "Orders refused by validation before reaching the backend, by rejection code.",
+	}, []string{"code"})
+	m.idempotency = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: NameIdempotency,
+		Help: "Duplicate-protection outcomes for order identifiers (claimed, replayed, in_progress, conflict, unknown, store_error).",
+	}, []string{"outcome"})
+	m.catalogueAge = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: NameCatalogueAge,
+		Help: "Seconds since the market catalogue was last loaded from the backend; -1 until the first load.",
+	}, m.catalogueAgeSeconds)
+	m.inflight = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: NameInflight,
+		Help: "Requests being served.",
+	})
+	m.reloads = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: NameConfigReloads,
+		Help: "Configuration reloads, by result (success, failure).",
+	}, []string{"result"})
+	m.buildInfo = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: NameBuildInfo,
+		Help: "Always 1; the labels say which build of exgate is running.",
+	}, []string{"version", "revision", "goversion"})
+	m.goColl = collectors.NewGoCollector()
+	m.procColl = collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})
+
+	for k := range m.storeErrKinds {
+		m.storeErrKinds[k] = m.storeErrors.WithLabelValues(storeErrorKind(k).String())
+	}
+	for o := range m.idemOutcomes {
+		m.idemOutcomes[o] = m.idempotency.WithLabelValues(IdempotencyOutcome(o).String())
+	}
+	m.reloadResults[0] = m.reloads.WithLabelValues("failure")
+	m.reloadResults[1] = m.reloads.WithLabelValues("success")
+	m.buildInfo.WithLabelValues(orUnknown(info.Version), orUnknown(info.Revision), orDefault(info.GoVersion, runtime.Version())).Set(1)
+	return m
+}
+
+// own returns exgate's collectors, without the Go and process collectors.
+func (m *Metrics) own() []prometheus.Collector {
+	return []prometheus.Collector{
+		m.requests, m.requestDuration, m.upstreamDuration, m.upstreamErrors,
+		m.decisions, m.storeErrors, m.storeDuration, m.fallback,
+		m.validation, m.idempotency, m.catalogueAge, m.inflight,
+		m.reloads, m.buildInfo,
+	}
+}
+
+// Names returns the name of every metric family New registers, exgate's and
+// those of the Go and process collectors, sorted. Histograms and summaries
+// are listed by their base name (without _bucket, _sum and _count). The
+// names are read from the collectors' descriptors.
+func Names() []string {
+	m := newMetrics(BuildInfo{})
+	ch := make(chan *prometheus.Desc, 64)
+	go func() {
+		for _, c := range append(m.own(), m.goColl, m.procColl) {
+			c.Describe(ch)
+		}
+		close(ch)
+	}()
+	seen := map[string]bool{}
+	var names []string
+	for d := range ch {
+		n, err := descName(d)
+		if err != nil || seen[n] {
+			continue
+		}
+		seen[n] = true
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// descName extracts the fully qualified name from a Desc, whose String
+// method is the only place client_golang exposes it.
+func descName(d *prometheus.Desc) (string, error) {
+	const prefix = "Desc{fqName: "
+	s := d.String()
+	if len(s) < len(prefix) || s[:len(prefix)] != prefix {
+		return "", fmt.Errorf("metrics: unexpected descriptor %q", s)
+	}
+	q, err := strconv.QuotedPrefix(s[len(prefix):])
+	if err != nil {
+		return "", fmt.Errorf("metrics: unexpected descriptor %q: %w", s, err)
+	}
+	return strconv.Unquote(q)
+}
+
+// Handler returns the /metrics handler for g (normally the
+// *prometheus.Registry passed to New): the text exposition format, errors
+// in single collectors served around rather than failing the scrape, at
+// most 4 concurrent scrapes and a 10 s bound per scrape.
+func Handler(g prometheus.Gatherer) http.Handler {
+	return promhttp.HandlerFor(g, promhttp.HandlerOpts{
+		ErrorHandling:       promhttp.ContinueOnError,
+		MaxRequestsInFlight: 4,
+		Timeout:             10 * time.Second,
+	})
+}
+
+// IncInflight counts a request as being served; pair it with DecInflight.
+func (m *Metrics) IncInflight() {
+	if m != nil {
+		m.inflight.Inc()
+	}
+}
+
+// DecInflight counts a request as done.
+func (m *Metrics) DecInflight() {
+	if m != nil {
+		m.inflight.Dec()
+	}
+}
+
+// ObserveStore records one call to the rate-limit store that took d and
+// failed with err (nil for success). Errors are counted by kind: timeout
+// when err is or wraps context.DeadlineExceeded or an error whose
+// Timeout method reports true, other otherwise.
+func (m *Metrics) ObserveStore(d time.Duration, err error) {
+	if m == nil {
+		return
+	}
+	m.storeDuration.Observe(d.Seconds())
+	if err != nil {
+		m.storeErrKinds[classifyStoreError(err)].Inc()
+	}
+}
+
+// Idempotency counts one duplicate-protection outcome. Outcomes outside
+// the defined set are ignored.
+func (m *Metrics) Idempotency(o IdempotencyOutcome) {
+	if m == nil || o >= numIdempotencyOutcomes {
+		return
+	}
+	m.idemOutcomes[o].Inc()
+}
+
+// ValidationRejected counts one order refused by validation with the given
+// rejection code. Codes are cached after first use, so the call does not
+// allocate; past 64 distinct codes, new ones are counted as "other" to
+// bound the label's cardinality. An empty code is counted as "other".
+func (m *Metrics) ValidationRejected(code string) {
+	if m == nil {
+		return
+	}
+	m.validationCounter(code).Inc()
+}
+
+func (m *Metrics) validationCounter(code string) prometheus.Counter {
+	if code == "" {
+		code = "other"
+	}
+	m.mu.RLock()
+	c, ok := m.validCodes[code]
+	m.mu.RUnlock()
+	if ok {
+		return c
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if c, ok := m.validCodes[code]; ok {
+		return c
+	}
+	if len(m.validCodes) >= maxValidationCodes {
+		if c, ok := m.validCodes["other"]; ok {
+			return c
+		}
+		code = "other"
+	}
+	c = m.validation.WithLabelValues(code)
+	m.validCodes[code] = c
+	return c
+}
+
+// ConfigReload counts one configuration reload, successful or not.
+func (m *Metrics) ConfigReload(success bool) {
+	if m == nil {
+		return
+	}
+	if success {
+		m.reloadResults[1].Inc()
+	} else {
+		m.reloadResults[0].Inc()
+	}
+}
+
+// SetCatalogueLoaded records when the market catalogue was last loaded
+// successfully. exgate_market_catalogue_age_seconds is computed from it at
+// scrape time, so it keeps growing while loads fail; before the first call
+// it reads -1.
+func (m *Metrics) SetCatalogueLoaded(t time.Time) {
+	if m == nil {
+		return
+	}
+	m.catalogueLoaded.Store(t.UnixNano())
+}
+
+func (m *Metrics) catalogueAgeSeconds() float64 {
+	at := m.catalogueLoaded.Load()
+	if at == 0 {
+		return -1
+	}
+	age := m.now().Sub(time.Unix(0, at)).Seconds()
+	if age < 0 {
+		return 0
+	}
+	return age
+}
+
+// Route returns the metrics of the named route, creating them on first
+// use; later calls with the same name return the same value. Resolve it
+// once per route when the configuration is loaded. An empty name means
+// DefaultRoute. On a nil *Metrics it returns nil, whose methods do
+// nothing.
+func (m *Metrics) Route(name string) *RouteMetrics {
+	if m == nil {
+		return nil
+	}
+	if name == "" {
+		name = DefaultRoute
+	}
+	m.mu.RLock()
+	r := m.routes[name]
+	m.mu.RUnlock()
+	if r != nil {
+		return r
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if r := m.routes[name]; r != nil {
+		return r
+	}
+	r = newRouteMetrics(m, name)
+	m.routes[name] = r
+	return r
+}
+
+// Unrouted returns Route(DefaultRoute), the metrics of requests that
+// matched no route.
+func (m *Metrics) Unrouted() *RouteMetrics { return m.Route(DefaultRoute) }
+
+// Limit returns the decision counters of one limit of one route for one
+// tier, creating them on first use; later calls with the same names return
+// the same value. An empty tier means DefaultTier. Resolve them when the
+// configuration is loaded (one per route × limit × tier, DefaultTier
+// included). On a nil *Metrics it returns nil, whose methods do nothing.
+func (m *Metrics) Limit(route, limit, tier string) *LimitMetrics {
+	if m == nil {
+		return nil
+	}
+	if route == "" {
+		route = DefaultRoute
+	}
+	if tier == "" {
+		tier = DefaultTier
+	}
+	m.mu.RLock()
+	l := m.limits[route][limit][tier]
+	m.mu.RUnlock()
+	if l != nil {
+		return l
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	byLimit := m.limits[route]
+	if byLimit == nil {
+		byLimit = make(map[string]map[string]*LimitMetrics)
+		m.limits[route] = byLimit
+	}
+	byTier := byLimit[limit]
+	if byTier == nil {
+		byTier = make(map[string]*LimitMetrics)
+		byLimit[limit] = byTier
+	}
+	if l := byTier[tier]; l != nil {
+		return l
+	}
+	l = &LimitMetrics{
+		allowed: m.decisions.WithLabelValues(route, limit, tier, "allowed"),
+		limited: m.decisions.WithLabelValues(route, limit, tier, "limited"),
+		shadow:  m.decisions.WithLabelValues(route, limit, tier, "shadow_limited"),
+	}
+	byTier[tier] = l
+	return l
+}
+
+// LimitMetrics counts the decisions of one limit of one route for one
+// tier. A nil *LimitMetrics is valid and counts nothing.
+type LimitMetrics struct {
+	allowed, limited, shadow prometheus.Counter
+}
+
+// Allowed counts a request the limit let through.
+func (l *LimitMetrics) Allowed() {
+	if l != nil {
+		l.allowed.Inc()
+	}
+}
+
+// Limited counts a request the limit refused (answered 429). A refusal
+// because the store failed with on_store_error: closed is not a decision of
+// the limit; it is counted by RouteMetrics.Fallback(FallbackClosed).
+func (l *LimitMetrics) Limited() {
+	if l != nil {
+		l.limited.Inc()
+	}
+}
+
+// ShadowLimited counts a request a shadow limit would have refused and let
+// through.
+func (l *LimitMetrics) ShadowLimited() {
+	if l != nil {
+		l.shadow.Inc()
+	}
+}
+
+func orUnknown(s string) string { return orDefault(s, "unknown") }
+
+func orDefault(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
