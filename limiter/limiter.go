@@ -1,0 +1,142 @@
+// Package limiter decides whether a request may pass its rate limits.
+//
+// The core is one small interface, Limiter, with two implementations that
+// share one table of tests: Redis (GCRA on Redis's own clock through
+// go-redis/redis_rate, shared by every gateway replica) and Memory (the same
+// GCRA arithmetic in process, with bounded memory). DenyCache wraps a
+// Limiter so that keys known to be over their limit are answered in process
+// until they reset, without a store round trip.
+//
+// Above the core, Rules (compiled once from configuration and swapped whole
+// on reload) and Enforcer turn a request's route, token and client address
+// into keys, apply tiers and the token-spray guard, fall back as the route
+// says when the store fails, and produce the decision and its headers.
+//
+// GCRA (the generic cell rate algorithm) keeps one number per key, the
+// theoretical arrival time (TAT) of the next request. A limit of Rate
+// events per Period has an emission interval T = Period/Rate; a request at
+// time now is allowed when TAT - Burst·T ≤ now - T, and then moves TAT to
+// max(TAT, now) + T. Remaining is how many more requests would pass right
+// now (whole), RetryAfter the wait until the next one would pass, and
+// ResetAfter the wait until the key is back to a full burst.
+package limiter
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"time"
+)
+
+// Limit is a rate: Rate events per Period, of which Burst may arrive at
+// once. The zero Limit denies everything.
+type Limit struct {
+	// Rate is how many events are allowed per Period.
+	Rate int64
+	// Period is the length of the window Rate is counted over.
+	Period time.Duration
+	// Burst is how many events may arrive at once. A Burst of 0 denies
+	// everything (as in redis_rate); configuration never produces one.
+	Burst int64
+}
+
+// String returns the limit as "N/period (burst B)".
+func (l Limit) String() string {
+	return strconv.FormatInt(l.Rate, 10) + "/" + l.Period.String() + " (burst " + strconv.FormatInt(l.Burst, 10) + ")"
+}
+
+// valid reports whether the limit can ever allow a request of cost n.
+func (l Limit) valid(n int64) bool {
+	return l.Rate > 0 && l.Period > 0 && l.Burst > 0 && n > 0 && n <= l.Burst
+}
+
+// emission returns the emission interval Period/Rate in nanoseconds,
+// rounded up so that rounding never allows more than the rate.
+func (l Limit) emission() int64 {
+	p := int64(l.Period)
+	e := p / l.Rate
+	if p%l.Rate != 0 {
+		e++
+	}
+	return e
+}
+
+// Result is the outcome of one decision.
+type Result struct {
+	// Allowed reports whether the request may pass.
+	Allowed bool
+	// Remaining is how many more requests would be allowed right now,
+	// after this one; a whole number, never negative.
+	Remaining int64
+	// RetryAfter is how long until a request would be allowed; 0 when
+	// this one was. For a request that can never pass (Burst 0, or a cost
+	// above the burst) it is Never.
+	RetryAfter time.Duration
+	// ResetAfter is how long until the key is back to a full burst.
+	ResetAfter time.Duration
+}
+
+// Never is the RetryAfter of a request that no wait would let pass.
+const Never = time.Duration(1<<63 - 1)
+
+// Limiter decides one request against one limit for one key. It is safe
+// for concurrent use.
+type Limiter interface {
+	// Allow reports whether one request for key may pass limit now, and
+	// records it when it does. An error means the store could not decide;
+	// the Result is then meaningless.
+	Allow(ctx context.Context, key string, limit Limit) (Result, error)
+}
+
+// ErrStoreUnavailable is returned (wrapped) when the store is known to be
+// down and was not asked: after a failure, calls fail fast for a short
+// backoff instead of each waiting for the store deadline.
+var ErrStoreUnavailable = errors.New("limiter: store unavailable")
+
+// never is the Result of a request that can never pass.
+func never() Result { return Result{RetryAfter: Never} }
+
+// gcra applies one request of cost n at time now (nanoseconds) to a key
+// whose stored TAT is tat (0 when the key is new) and returns the new TAT
+// to store (0 meaning "do not store") and the result. It is the integer
+// form of redis_rate's allowN script, so that the memory and Redis
+// limiters agree: a denied request changes nothing.
+func gcra(now, tat int64, l Limit, n int64) (int64, Result) {
+	if !l.valid(n) {
+		return 0, never()
+	}
+	e := l.emission()
+	burstOffset := mulSat(e, l.Burst)
+	if tat < now {
+		tat = now
+	}
+	newTat := tat + mulSat(e, n)
+	allowAt := newTat - burstOffset
+	diff := now - allowAt
+	if diff < 0 {
+		return 0, Result{
+			RetryAfter: time.Duration(-diff),
+			ResetAfter: time.Duration(tat - now),
+		}
+	}
+	return newTat, Result{
+		Allowed:    true,
+		Remaining:  diff / e,
+		ResetAfter: time.Duration(newTat - now),
+	}
+}
+
+// maxSpan bounds products of intervals, far beyond any configurable
+// window (366 days is about 2^55 ns) and far from overflow.
+const maxSpan = int64(1) << 61
+
+// mulSat returns a·b for positive a and b, saturated at maxSpan.
+func mulSat(a, b int64) int64 {
+	if a > maxSpan/b {
+		return maxSpan
+	}
+	if p := a * b; p < maxSpan {
+		return p
+	}
+	return maxSpan
+}

@@ -1,0 +1,284 @@
+package limiter
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/exgate/exgate/internal/redistest"
+)
+
+// fakeClock is a settable clock for the memory limiter.
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func newFakeClock() *fakeClock { return &fakeClock{t: time.Unix(1_800_000_000, 0)} }
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+// impl is one Limiter under the shared table: how to decide a request of
+// cost n, and how to let time pass (a fake clock for the memory limiter,
+// a real sleep for Redis, whose clock is its own). slack is how far the
+// durations it reports may drift from the exact values because real time
+// passes between calls.
+type impl struct {
+	name    string
+	allowN  func(key string, l Limit, n int64) (Result, error)
+	advance func(time.Duration)
+	slack   time.Duration
+}
+
+// impls returns every implementation the shared table runs against:
+// memory and Redis (standalone and Cluster), each also behind a deny
+// cache, which must not change any decision.
+func impls(t *testing.T) []impl {
+	var out []impl
+
+	clock := newFakeClock()
+	mem := NewMemory(MemoryOptions{Now: clock.Now, MaxKeys: 10000})
+	out = append(out, impl{
+		name:    "memory",
+		allowN:  func(k string, l Limit, n int64) (Result, error) { return mem.AllowN(k, l, n), nil },
+		advance: clock.Advance,
+	})
+	memCached := NewDenyCache(mem, 1000, clock.Now)
+	out = append(out, impl{
+		name: "memory+denycache",
+		allowN: func(k string, l Limit, n int64) (Result, error) {
+			if n != 1 {
+				return mem.AllowN(k, l, n), nil
+			}
+			return memCached.Allow(context.Background(), k, l)
+		},
+		advance: clock.Advance,
+	})
+
+	if testing.Short() {
+		return out
+	}
+	srv := redistest.Start(t)
+	rl := NewRedis(srv.Client(), RedisOptions{Timeout: time.Second})
+	t.Cleanup(func() { _ = rl.Close() })
+	sleep := func(d time.Duration) { time.Sleep(d) }
+	redisAllow := func(r *Redis) func(string, Limit, int64) (Result, error) {
+		return func(k string, l Limit, n int64) (Result, error) {
+			return r.AllowN(context.Background(), k, l, n)
+		}
+	}
+	out = append(out, impl{name: "redis", allowN: redisAllow(rl), advance: sleep, slack: 60 * time.Millisecond})
+	cached := NewDenyCache(rl, 1000, nil)
+	out = append(out, impl{
+		name: "redis+denycache",
+		allowN: func(k string, l Limit, n int64) (Result, error) {
+			if n != 1 {
+				return rl.AllowN(context.Background(), k, l, n)
+			}
+			return cached.Allow(context.Background(), k, l)
+		},
+		advance: sleep, slack: 60 * time.Millisecond,
+	})
+
+	cl := redistest.StartCluster(t, 3)
+	crl := NewRedis(cl.Client(t), RedisOptions{Timeout: time.Second})
+	t.Cleanup(func() { _ = crl.Close() })
+	out = append(out, impl{name: "redis-cluster", allowN: redisAllow(crl), advance: sleep, slack: 60 * time.Millisecond})
+	return out
+}
+
+// approx fails unless got is within [want-slack, want+slack].
+func approx(t *testing.T, what string, got, want, slack time.Duration) {
+	t.Helper()
+	if got < want-slack || got > want+slack {
+		t.Errorf("%s = %v, want %v (±%v)", what, got, want, slack)
+	}
+}
+
+// step is one request of the shared table and what it must yield.
+type step struct {
+	advance    time.Duration // time passing before the request
+	n          int64         // cost; 0 means 1
+	allowed    bool
+	remaining  int64
+	retryAfter time.Duration // checked when not allowed (Never exactly)
+	resetAfter time.Duration // checked when >= 0; -1 skips
+}
+
+// TestLimiterTable runs one table of behaviour against every
+// implementation: bursts, refill over time, remaining, retry-after, reset,
+// and redis_rate's edges (a burst of 0 denies everything, a cost above the
+// burst never passes).
+func TestLimiterTable(t *testing.T) {
+	// 5 per 2s: one request every 400ms, bursts of 5.
+	five := Limit{Rate: 5, Period: 2 * time.Second, Burst: 5}
+	// 1 per second with a burst of 3.
+	bursty := Limit{Rate: 1, Period: time.Second, Burst: 3}
+	// 3600 per hour, burst 100: the spec's kind of limit.
+	hourly := Limit{Rate: 3600, Period: time.Hour, Burst: 100}
+	ms := time.Millisecond
+
+	cases := []struct {
+		name  string
+		limit Limit
+		steps []step
+	}{
+		{"burst then deny", five, []step{
+			{allowed: true, remaining: 4, resetAfter: 400 * ms},
+			{allowed: true, remaining: 3, resetAfter: 800 * ms},
+			{allowed: true, remaining: 2, resetAfter: 1200 * ms},
+			{allowed: true, remaining: 1, resetAfter: 1600 * ms},
+			{allowed: true, remaining: 0, resetAfter: 2000 * ms},
+			{allowed: false, retryAfter: 400 * ms, resetAfter: 2000 * ms},
+			{allowed: false, retryAfter: 400 * ms, resetAfter: 2000 * ms},
+		}},
+		{"refill one interval", five, []step{
+			{n: 5, allowed: true, remaining: 0, resetAfter: 2000 * ms},
+			{allowed: false, retryAfter: 400 * ms, resetAfter: 2000 * ms},
+			{advance: 500 * ms, allowed: true, remaining: 0, resetAfter: 1900 * ms},
+			{allowed: false, retryAfter: 300 * ms, resetAfter: 1900 * ms},
+		}},
+		{"reset after full window", five, []step{
+			{n: 5, allowed: true, remaining: 0, resetAfter: 2000 * ms},
+			{advance: 2100 * ms, allowed: true, remaining: 4, resetAfter: 400 * ms},
+		}},
+		{"burst above rate", bursty, []step{
+			{allowed: true, remaining: 2, resetAfter: 1000 * ms},
+			{allowed: true, remaining: 1, resetAfter: 2000 * ms},
+			{allowed: true, remaining: 0, resetAfter: 3000 * ms},
+			{allowed: false, retryAfter: 1000 * ms, resetAfter: 3000 * ms},
+		}},
+		{"cost above burst never passes", bursty, []step{
+			{n: 4, allowed: false, retryAfter: Never, resetAfter: -1},
+			{allowed: true, remaining: 2, resetAfter: 1000 * ms},
+		}},
+		{"cost within burst", hourly, []step{
+			{n: 60, allowed: true, remaining: 40, resetAfter: 60 * time.Second},
+			{n: 41, allowed: false, retryAfter: time.Second, resetAfter: 60 * time.Second},
+			{n: 40, allowed: true, remaining: 0, resetAfter: 100 * time.Second},
+		}},
+		{"burst zero denies everything", Limit{Rate: 10, Period: time.Second}, []step{
+			{allowed: false, retryAfter: Never, resetAfter: -1},
+			{advance: 200 * ms, allowed: false, retryAfter: Never, resetAfter: -1},
+		}},
+		{"zero limit denies everything", Limit{}, []step{
+			{allowed: false, retryAfter: Never, resetAfter: -1},
+		}},
+	}
+	for _, im := range impls(t) {
+		t.Run(im.name, func(t *testing.T) {
+			for _, tc := range cases {
+				t.Run(tc.name, func(t *testing.T) {
+					if im.slack > 0 {
+						t.Parallel() // real time: cases wait side by side
+					}
+					key := "table:" + t.Name()
+					for i, s := range tc.steps {
+						if s.advance > 0 {
+							im.advance(s.advance)
+						}
+						n := s.n
+						if n == 0 {
+							n = 1
+						}
+						r, err := im.allowN(key, tc.limit, n)
+						if err != nil {
+							t.Fatalf("step %d: %v", i, err)
+						}
+						if r.Allowed != s.allowed {
+							t.Fatalf("step %d: allowed = %v, want %v (%+v)", i, r.Allowed, s.allowed, r)
+						}
+						slack := im.slack + time.Duration(i)*im.slack/4
+						if s.allowed {
+							if r.Remaining != s.remaining {
+								t.Errorf("step %d: remaining = %d, want %d", i, r.Remaining, s.remaining)
+							}
+							if r.RetryAfter != 0 {
+								t.Errorf("step %d: retry after = %v on an allowed request, want 0", i, r.RetryAfter)
+							}
+						} else {
+							if r.Remaining != 0 {
+								t.Errorf("step %d: remaining = %d on a denied request, want 0", i, r.Remaining)
+							}
+							if s.retryAfter == Never {
+								if r.RetryAfter != Never {
+									t.Errorf("step %d: retry after = %v, want Never", i, r.RetryAfter)
+								}
+							} else {
+								approx(t, "retry after", r.RetryAfter, s.retryAfter, slack)
+							}
+						}
+						if s.resetAfter >= 0 {
+							approx(t, "reset after", r.ResetAfter, s.resetAfter, slack)
+						}
+					}
+				})
+			}
+		})
+	}
+}
+
+// TestLimiterConcurrentExact: 50 goroutines race for a burst of 100 on one
+// key; exactly 100 pass, on every implementation.
+func TestLimiterConcurrentExact(t *testing.T) {
+	l := Limit{Rate: 100, Period: time.Hour, Burst: 100}
+	for _, im := range impls(t) {
+		t.Run(im.name, func(t *testing.T) {
+			var allowed, denied atomic.Int64
+			var wg sync.WaitGroup
+			for g := 0; g < 50; g++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for i := 0; i < 5; i++ {
+						r, err := im.allowN("concurrent:"+im.name, l, 1)
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						if r.Allowed {
+							allowed.Add(1)
+						} else {
+							denied.Add(1)
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			if allowed.Load() != 100 || denied.Load() != 150 {
+				t.Errorf("allowed %d, denied %d; want exactly 100 and 150", allowed.Load(), denied.Load())
+			}
+		})
+	}
+}
+
+// TestLimiterKeysIndependent: one key's use does not touch another's.
+func TestLimiterKeysIndependent(t *testing.T) {
+	l := Limit{Rate: 1, Period: time.Hour, Burst: 1}
+	for _, im := range impls(t) {
+		t.Run(im.name, func(t *testing.T) {
+			for _, k := range []string{"a", "b", "c"} {
+				r, err := im.allowN("indep:"+im.name+":"+k, l, 1)
+				if err != nil || !r.Allowed {
+					t.Fatalf("first request for %s: %+v %v", k, r, err)
+				}
+			}
+			r, _ := im.allowN("indep:"+im.name+":a", l, 1)
+			if r.Allowed {
+				t.Error("second request for a allowed")
+			}
+		})
+	}
+}

@@ -1,0 +1,132 @@
+package limiter
+
+import (
+	"context"
+	"hash/maphash"
+	"sync"
+	"time"
+)
+
+// memShards is the number of independently locked shards of a Memory
+// limiter; a power of two.
+const memShards = 64
+
+// sampleSize is how many entries an eviction looks at to pick a victim.
+const sampleSize = 8
+
+// Memory is a Limiter that keeps its state in this process, with the same
+// GCRA arithmetic as Redis. Each gateway replica counts on its own, so
+// with N replicas behind a load balancer a client may get up to N times
+// the limit; use Redis to share limits.
+//
+// Memory stays bounded: a key is dropped once its bucket is full again
+// (it then carries no information), and when MaxKeys is reached the keys
+// closest to full are evicted first, which can only ever let a client
+// through earlier, never deny one wrongly. Keys are kept as 64-bit seeded
+// hashes, so a key costs about 20 bytes however long it is.
+type Memory struct {
+	now    func() time.Time
+	seed   maphash.Seed
+	perMax int
+	shards [memShards]memShard
+}
+
+type memShard struct {
+	mu        sync.Mutex
+	tats      map[uint64]int64 // key hash → TAT (unix ns)
+	nextSweep int64
+	_         [40]byte // keep shards on separate cache lines
+}
+
+// MemoryOptions configure a Memory limiter. The zero value is usable.
+type MemoryOptions struct {
+	// Now is the clock. Nil means time.Now.
+	Now func() time.Time
+	// MaxKeys bounds the keys kept. Zero means 1,000,000.
+	MaxKeys int
+}
+
+// NewMemory returns an empty Memory limiter.
+func NewMemory(o MemoryOptions) *Memory {
+	m := &Memory{now: o.Now, seed: maphash.MakeSeed()}
+	if m.now == nil {
+		m.now = time.Now
+	}
+	if o.MaxKeys <= 0 {
+		o.MaxKeys = 1000000
+	}
+	m.perMax = (o.MaxKeys + memShards - 1) / memShards
+	for i := range m.shards {
+		m.shards[i].tats = make(map[uint64]int64)
+	}
+	return m
+}
+
+// Allow implements Limiter. It never returns an error.
+func (m *Memory) Allow(_ context.Context, key string, l Limit) (Result, error) {
+	return m.AllowN(key, l, 1), nil
+}
+
+// AllowN decides a request of cost n: it passes only when n requests
+// would, and a cost above the burst never passes.
+func (m *Memory) AllowN(key string, l Limit, n int64) Result {
+	if !l.valid(n) {
+		return never()
+	}
+	h := maphash.String(m.seed, key)
+	s := &m.shards[h&(memShards-1)]
+	now := m.now().UnixNano()
+	s.mu.Lock()
+	tat, ok := s.tats[h]
+	newTat, r := gcra(now, tat, l, n)
+	if newTat != 0 {
+		if !ok {
+			s.makeRoom(now, m.perMax)
+		}
+		s.tats[h] = newTat
+	}
+	s.mu.Unlock()
+	return r
+}
+
+// Len returns the number of keys kept.
+func (m *Memory) Len() int {
+	n := 0
+	for i := range m.shards {
+		s := &m.shards[i]
+		s.mu.Lock()
+		n += len(s.tats)
+		s.mu.Unlock()
+	}
+	return n
+}
+
+// makeRoom is called with the shard locked before a new key is added.
+// At most once a second it drops the keys whose bucket is full again;
+// when the shard is still at its bound it evicts, of a sample of keys,
+// the one closest to full.
+func (s *memShard) makeRoom(now int64, max int) {
+	if now >= s.nextSweep && len(s.tats) > 0 {
+		s.nextSweep = now + int64(time.Second)
+		for h, tat := range s.tats {
+			if tat <= now {
+				delete(s.tats, h)
+			}
+		}
+	}
+	if len(s.tats) < max {
+		return
+	}
+	var victim uint64
+	least := int64(1<<63 - 1)
+	i := 0
+	for h, tat := range s.tats { // map iteration starts at a random place
+		if tat < least {
+			victim, least = h, tat
+		}
+		if i++; i == sampleSize {
+			break
+		}
+	}
+	delete(s.tats, victim)
+}

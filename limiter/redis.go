@@ -1,0 +1,328 @@
+package limiter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-redis/redis_rate/v10"
+	"github.com/redis/go-redis/v9"
+)
+
+// Client is what the Redis limiter needs of a go-redis client: scripts
+// and pipelines. redis.UniversalClient (standalone, Cluster, Sentinel)
+// satisfies it.
+type Client interface {
+	redis.Scripter
+	Del(ctx context.Context, keys ...string) *redis.IntCmd
+	Process(ctx context.Context, cmd redis.Cmder) error
+	Pipeline() redis.Pipeliner
+}
+
+// RedisOptions configure a Redis limiter. The zero value is usable.
+type RedisOptions struct {
+	// Timeout is the deadline of every round trip to Redis. Zero means
+	// 25ms.
+	Timeout time.Duration
+	// Backoff is how long calls fail fast with ErrStoreUnavailable after
+	// a round trip failed, before Redis is tried again. Zero means 250ms.
+	Backoff time.Duration
+	// MaxBatch bounds how many decisions share one pipelined round trip.
+	// Zero means 256.
+	MaxBatch int
+	// Workers is how many round trips may be in flight at once. Zero
+	// means 2.
+	Workers int
+	// Observe, when set, is called after every round trip with its
+	// duration, the number of decisions it carried and its error.
+	Observe func(d time.Duration, n int, err error)
+	// Now is the clock used for the backoff. Nil means time.Now.
+	Now func() time.Time
+}
+
+// Redis is a Limiter backed by Redis through redis_rate (GCRA computed by
+// a Lua script on Redis's own clock, so replicas with skewed clocks agree).
+// Concurrent decisions are batched: callers queue their EVALSHA and a few
+// workers send whatever is queued as one pipeline, so under load one
+// round trip carries many decisions. Every round trip has a deadline.
+type Redis struct {
+	rl      *redis_rate.Limiter
+	client  Client
+	queue   chan *call
+	timeout time.Duration
+	backoff time.Duration
+	max     int
+	observe func(time.Duration, int, error)
+	now     func() time.Time
+
+	downUntil atomic.Int64 // unix ns; calls before it fail fast
+	closeOnce sync.Once
+	done      chan struct{} // closed by Close: workers stop
+	closed    chan struct{} // closed once the workers stopped and the queue was drained
+	wg        sync.WaitGroup
+	calls     sync.Pool
+}
+
+// call is one queued script invocation.
+type call struct {
+	cmd  *redis.Cmd
+	done chan struct{}
+}
+
+// NewRedis returns a Redis limiter on client and starts its workers; Close
+// stops them.
+func NewRedis(client Client, o RedisOptions) *Redis {
+	r := &Redis{
+		client:  client,
+		timeout: o.Timeout,
+		backoff: o.Backoff,
+		max:     o.MaxBatch,
+		observe: o.Observe,
+		now:     o.Now,
+		done:    make(chan struct{}),
+		closed:  make(chan struct{}),
+	}
+	if r.timeout <= 0 {
+		r.timeout = 25 * time.Millisecond
+	}
+	if r.backoff <= 0 {
+		r.backoff = 250 * time.Millisecond
+	}
+	if r.max <= 0 {
+		r.max = 256
+	}
+	if r.now == nil {
+		r.now = time.Now
+	}
+	workers := o.Workers
+	if workers <= 0 {
+		workers = 2
+	}
+	r.queue = make(chan *call, 4*r.max)
+	r.calls.New = func() any { return &call{done: make(chan struct{}, 1)} }
+	r.rl = redis_rate.NewLimiter(batcher{r})
+	r.wg.Add(workers)
+	for i := 0; i < workers; i++ {
+		go r.work()
+	}
+	return r
+}
+
+// Allow implements Limiter.
+func (r *Redis) Allow(ctx context.Context, key string, l Limit) (Result, error) {
+	return r.AllowN(ctx, key, l, 1)
+}
+
+// AllowN decides a request of cost n; a cost above the burst never
+// passes, and Redis is not asked.
+func (r *Redis) AllowN(ctx context.Context, key string, l Limit, n int64) (Result, error) {
+	if !l.valid(n) {
+		return never(), nil
+	}
+	if r.now().UnixNano() < r.downUntil.Load() {
+		return Result{}, ErrStoreUnavailable
+	}
+	res, err := r.rl.AllowN(ctx, key, redis_rate.Limit{
+		Rate: int(l.Rate), Period: l.Period, Burst: int(l.Burst),
+	}, int(n))
+	if err != nil {
+		return Result{}, fmt.Errorf("limiter: redis: %w", err)
+	}
+	out := Result{Allowed: res.Allowed > 0, ResetAfter: res.ResetAfter}
+	if out.Allowed {
+		out.Remaining = int64(res.Remaining)
+	} else {
+		out.RetryAfter = res.RetryAfter
+	}
+	if out.ResetAfter < 0 {
+		out.ResetAfter = 0
+	}
+	return out, nil
+}
+
+// Reset forgets key under limit's accounting, as if it were never used.
+func (r *Redis) Reset(ctx context.Context, key string) error {
+	return r.rl.Reset(ctx, key)
+}
+
+// Close stops the workers and fails the calls still queued. Calls after
+// Close fail. It does not close the client.
+func (r *Redis) Close() error {
+	r.closeOnce.Do(func() {
+		close(r.done)
+		r.wg.Wait()
+		for {
+			select {
+			case c := <-r.queue:
+				c.cmd.SetErr(errClosed)
+				c.done <- struct{}{}
+				continue
+			default:
+			}
+			break
+		}
+		close(r.closed)
+	})
+	return nil
+}
+
+// errClosed is returned by calls made after Close.
+var errClosed = errors.New("limiter: redis limiter closed")
+
+// submit queues cmd and waits for its round trip, or for ctx.
+func (r *Redis) submit(ctx context.Context, cmd *redis.Cmd) {
+	c := r.calls.Get().(*call)
+	c.cmd = cmd
+	select {
+	case r.queue <- c:
+	case <-ctx.Done():
+		cmd.SetErr(ctx.Err())
+		c.cmd = nil
+		r.calls.Put(c)
+		return
+	case <-r.done:
+		cmd.SetErr(errClosed)
+		c.cmd = nil
+		r.calls.Put(c)
+		return
+	}
+	// A worker always answers within its own deadline, so waiting for it
+	// is bounded; the call is only reused once answered.
+	select {
+	case <-c.done:
+		c.cmd = nil
+		r.calls.Put(c)
+	case <-r.closed:
+		// Queued after Close drained the queue: no one will answer, and
+		// no one else holds the call.
+		if cmd.Err() == nil {
+			cmd.SetErr(errClosed)
+		}
+	}
+}
+
+// work sends queued calls in pipelines until Close.
+func (r *Redis) work() {
+	defer r.wg.Done()
+	batch := make([]*call, 0, r.max)
+	for {
+		var first *call
+		select {
+		case first = <-r.queue:
+		case <-r.done:
+			return
+		}
+		batch = append(batch[:0], first)
+	fill:
+		for len(batch) < r.max {
+			select {
+			case c := <-r.queue:
+				batch = append(batch, c)
+			default:
+				break fill
+			}
+		}
+		r.roundTrip(batch)
+	}
+}
+
+// roundTrip sends batch as one pipeline with the deadline and answers
+// every call in it.
+func (r *Redis) roundTrip(batch []*call) {
+	start := r.now()
+	ctx, cancel := context.WithTimeout(context.Background(), r.timeout)
+	var err error
+	if len(batch) == 1 {
+		err = r.client.Process(ctx, batch[0].cmd)
+	} else {
+		p := r.client.Pipeline()
+		for _, c := range batch {
+			_ = p.Process(ctx, c.cmd)
+		}
+		_, err = p.Exec(ctx)
+	}
+	cancel()
+	if err != nil && isStoreFailure(err) {
+		r.downUntil.Store(r.now().Add(r.backoff).UnixNano())
+	}
+	if r.observe != nil {
+		r.observe(r.now().Sub(start), len(batch), err)
+	}
+	for _, c := range batch {
+		c.done <- struct{}{}
+	}
+}
+
+// isStoreFailure reports whether err means Redis could not be reached or
+// did not answer in time (as opposed to a script error such as NOSCRIPT,
+// which redis_rate handles by sending the script).
+func isStoreFailure(err error) bool {
+	if err == nil || errors.Is(err, redis.Nil) {
+		return false
+	}
+	var rerr redis.Error
+	if errors.As(err, &rerr) {
+		// A reply from Redis: the store is up. LOADING and similar
+		// transient states are still failures to decide.
+		msg := rerr.Error()
+		return strings.HasPrefix(msg, "LOADING") || strings.HasPrefix(msg, "CLUSTERDOWN") ||
+			strings.HasPrefix(msg, "TRYAGAIN") || strings.HasPrefix(msg, "MASTERDOWN")
+	}
+	return true
+}
+
+// batcher gives redis_rate the script methods it needs, queueing EVALSHA
+// (the per-decision call) for the pipelines and sending the rest (EVAL
+// after NOSCRIPT, script loading, DEL) directly.
+type batcher struct{ r *Redis }
+
+func (b batcher) EvalSha(ctx context.Context, sha1 string, keys []string, args ...any) *redis.Cmd {
+	cmdArgs := make([]any, 3, 3+len(keys)+len(args))
+	cmdArgs[0], cmdArgs[1], cmdArgs[2] = "evalsha", sha1, len(keys)
+	for _, k := range keys {
+		cmdArgs = append(cmdArgs, k)
+	}
+	cmdArgs = append(cmdArgs, args...)
+	cmd := redis.NewCmd(ctx, cmdArgs...)
+	if len(keys) > 0 {
+		cmd.SetFirstKeyPos(3) // routes the call to the key's node in a Cluster
+	}
+	b.r.submit(ctx, cmd)
+	return cmd
+}
+
+func (b batcher) Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
+	ctx, cancel := context.WithTimeout(ctx, b.r.timeout)
+	defer cancel()
+	return b.r.client.Eval(ctx, script, keys, args...)
+}
+
+func (b batcher) EvalRO(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
+	ctx, cancel := context.WithTimeout(ctx, b.r.timeout)
+	defer cancel()
+	return b.r.client.EvalRO(ctx, script, keys, args...)
+}
+
+func (b batcher) EvalShaRO(ctx context.Context, sha1 string, keys []string, args ...any) *redis.Cmd {
+	ctx, cancel := context.WithTimeout(ctx, b.r.timeout)
+	defer cancel()
+	return b.r.client.EvalShaRO(ctx, sha1, keys, args...)
+}
+
+func (b batcher) ScriptExists(ctx context.Context, hashes ...string) *redis.BoolSliceCmd {
+	return b.r.client.ScriptExists(ctx, hashes...)
+}
+
+func (b batcher) ScriptLoad(ctx context.Context, script string) *redis.StringCmd {
+	return b.r.client.ScriptLoad(ctx, script)
+}
+
+func (b batcher) Del(ctx context.Context, keys ...string) *redis.IntCmd {
+	ctx, cancel := context.WithTimeout(ctx, b.r.timeout)
+	defer cancel()
+	return b.r.client.Del(ctx, keys...)
+}
