@@ -1,0 +1,337 @@
+package limiter
+
+import (
+	"context"
+	"errors"
+	"hash/maphash"
+	"net/netip"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+
+	"github.com/exgate/exgate/config"
+)
+
+// Decisions of one limit, as reported in logs and metrics.
+const (
+	DecisionAllowed       = "allowed"
+	DecisionLimited       = "limited"
+	DecisionShadowLimited = "shadow_limited"
+)
+
+// maxOutcomes is how many limits of one route a Decision records inline;
+// further limits are decided but not reported individually.
+const maxOutcomes = 8
+
+// Outcome is what one limit decided for one request.
+type Outcome struct {
+	// Limit is the limit's name.
+	Limit string
+	// Tier is the tier whose override applied, or "".
+	Tier string
+	// Decision is DecisionAllowed, DecisionLimited or DecisionShadowLimited.
+	Decision string
+	// Fallback is the on_store_error mode used because the store failed
+	// ("open", "closed" or "local"), or "" when the store decided.
+	Fallback string
+	// Result is the limiter's answer (zero when Fallback is open or closed).
+	Result Result
+
+	v *variant
+}
+
+// Decision is the outcome of every limit of a route for one request.
+type Decision struct {
+	// Allowed reports whether the request may pass. A shadow limit never
+	// makes it false.
+	Allowed bool
+	// Unavailable reports that the store failed on a route whose
+	// on_store_error is "closed": answer 503.
+	Unavailable bool
+	// RetryAfter is how long the client should wait when !Allowed.
+	RetryAfter time.Duration
+	// TokenID is the id of the request's token, or "".
+	TokenID string
+	// Tier is the token's tier, or "".
+	Tier string
+	// Demoted reports that the token was counted as anonymous because its
+	// address presented too many distinct tokens.
+	Demoted bool
+	// N is the number of Outcomes recorded.
+	N int
+	// Outcomes are the decisions of the limits that applied, in order.
+	Outcomes [maxOutcomes]Outcome
+
+	header int // index of the outcome closest to denial, or -1
+}
+
+// Request is what the limits of a route look at.
+type Request struct {
+	// Token is the request's bearer token, or "" for none.
+	Token string
+	// Addr is the client address (already derived from trusted proxies).
+	Addr netip.Addr
+}
+
+// EnforcerOptions are an Enforcer's dependencies. Store is required.
+type EnforcerOptions struct {
+	// Store decides against the shared limits: a Redis limiter (usually
+	// behind a DenyCache) or a Memory limiter.
+	Store Limiter
+	// Local is the in-process limiter used when the store fails on a
+	// route whose on_store_error is "local". Nil means a new Memory
+	// limiter of LocalMaxKeys keys.
+	Local *Memory
+	// LocalMaxKeys bounds Local when it is made here. Zero means 1,000,000.
+	LocalMaxKeys int
+	// Spray is the client for the token-spray guard's shared state; nil
+	// keeps that state in process.
+	Spray redis.Scripter
+	// SprayTimeout is the deadline of a token-spray guard call. Zero
+	// means 25ms.
+	SprayTimeout time.Duration
+	// Keyer turns tokens into ids. Required.
+	Keyer *Keyer
+	// Logger receives store-failure warnings, at most one per second. Nil
+	// means none.
+	Logger *zap.Logger
+	// Now is the clock. Nil means time.Now.
+	Now func() time.Time
+}
+
+// Enforcer applies compiled Rules to requests. It is safe for concurrent
+// use and outlives reloads: the Rules are passed with each request.
+type Enforcer struct {
+	store      Limiter
+	local      *Memory
+	spray      sprayStore
+	localSpray *memorySpray
+	sprayCache *expiring[bool]
+	seed       maphash.Seed
+	keyer      *Keyer
+	log        *zap.Logger
+	now        func() time.Time
+
+	lastWarn  atomic.Int64
+	storeErrs atomic.Int64
+	fallbacks [3]atomic.Int64 // open, closed, local
+}
+
+// NewEnforcer returns an Enforcer.
+func NewEnforcer(o EnforcerOptions) (*Enforcer, error) {
+	if o.Store == nil || o.Keyer == nil {
+		return nil, errors.New("limiter: an Enforcer needs a Store and a Keyer")
+	}
+	e := &Enforcer{
+		store: o.Store, local: o.Local, keyer: o.Keyer, log: o.Logger, now: o.Now,
+		seed:       maphash.MakeSeed(),
+		sprayCache: newExpiring[bool](100000),
+	}
+	if e.now == nil {
+		e.now = time.Now
+	}
+	if e.log == nil {
+		e.log = zap.NewNop()
+	}
+	if e.local == nil {
+		e.local = NewMemory(MemoryOptions{Now: e.now, MaxKeys: o.LocalMaxKeys})
+	}
+	e.localSpray = newMemorySpray(e.now, 100000)
+	if o.Spray != nil {
+		t := o.SprayTimeout
+		if t <= 0 {
+			t = 25 * time.Millisecond
+		}
+		e.spray = &redisSpray{client: o.Spray, timeout: t}
+	} else {
+		e.spray = e.localSpray
+	}
+	return e, nil
+}
+
+// Stats are counters of an Enforcer's store failures.
+type Stats struct {
+	// StoreErrors counts decisions the store could not make.
+	StoreErrors int64
+	// FallbackOpen, FallbackClosed and FallbackLocal count the decisions
+	// made by each on_store_error mode instead.
+	FallbackOpen, FallbackClosed, FallbackLocal int64
+}
+
+// Stats returns the counters.
+func (e *Enforcer) Stats() Stats {
+	return Stats{
+		StoreErrors:    e.storeErrs.Load(),
+		FallbackOpen:   e.fallbacks[0].Load(),
+		FallbackClosed: e.fallbacks[1].Load(),
+		FallbackLocal:  e.fallbacks[2].Load(),
+	}
+}
+
+// TokenID returns the id of token under the Enforcer's key secret.
+func (e *Enforcer) TokenID(token string) string { return e.keyer.ID(token) }
+
+// Decide applies the route's limits to req and fills d. A route without
+// limits allows everything. Limits are checked in order; the first one
+// that denies (and is not a shadow limit) ends the check, so later limits
+// are not charged for a request that is refused anyway.
+func (e *Enforcer) Decide(ctx context.Context, rr *RouteRules, req Request, d *Decision) {
+	*d = Decision{Allowed: true, header: -1}
+	if !rr.Limited() {
+		return
+	}
+	rs := rr.rules
+	var addrBuf [64]byte
+	var addr []byte
+	if req.Addr.IsValid() {
+		addr = AddrGroup(req.Addr, rs.v6Prefix).AppendTo(addrBuf[:0])
+	}
+	anonymous := req.Token == ""
+	if !anonymous {
+		d.TokenID = e.keyer.ID(req.Token)
+		d.Tier = rs.tiers[d.TokenID]
+		if d.Tier == "" && rs.spray.MaxTokens > 0 && addr != nil && !e.admitted(ctx, rs, string(addr), d.TokenID) {
+			d.Demoted = true
+			anonymous = true
+		}
+	}
+	var keyBuf [192]byte
+	for i := range rr.limits {
+		r := &rr.limits[i]
+		switch {
+		case r.when == config.WhenToken && anonymous,
+			r.when == config.WhenAnon && !anonymous:
+			continue
+		}
+		v := &r.base
+		key := keyBuf[:0]
+		switch {
+		case r.byToken && d.Demoted:
+			if addr == nil {
+				continue
+			}
+			key = append(append(key, r.prefixSpray...), addr...)
+		case r.byToken:
+			if d.TokenID == "" {
+				continue // a token limit does not apply to a request without a token
+			}
+			if d.Tier != "" && r.tiers[d.Tier] != nil {
+				v = r.tiers[d.Tier]
+			}
+			key = append(append(key, r.prefixToken...), d.TokenID...)
+		default:
+			if addr == nil {
+				continue
+			}
+			key = append(append(key, r.prefixAddr...), addr...)
+		}
+		o := Outcome{Limit: r.name, Tier: v.tier, v: v}
+		res, err := e.store.Allow(ctx, string(key), v.limit)
+		if err != nil {
+			e.storeFailed(rr, err)
+			switch rr.onStoreError {
+			case config.StoreOpen:
+				e.fallbacks[0].Add(1)
+				o.Fallback, o.Decision = config.StoreOpen, DecisionAllowed
+				d.record(o)
+				continue
+			case config.StoreClosed:
+				e.fallbacks[1].Add(1)
+				o.Fallback, o.Decision = config.StoreClosed, DecisionLimited
+				d.record(o)
+				d.Allowed, d.Unavailable = false, true
+				return
+			default:
+				e.fallbacks[2].Add(1)
+				o.Fallback = config.StoreLocal
+				res = e.local.AllowN(string(key), v.local, 1)
+			}
+		}
+		o.Result = res
+		switch {
+		case res.Allowed:
+			o.Decision = DecisionAllowed
+		case r.shadow:
+			o.Decision = DecisionShadowLimited
+		default:
+			o.Decision = DecisionLimited
+		}
+		d.record(o)
+		if o.Decision == DecisionLimited {
+			d.Allowed = false
+			d.RetryAfter = res.RetryAfter
+			return
+		}
+	}
+}
+
+// record appends o and keeps track of the outcome closest to denial: the
+// one with the fewest requests remaining (a denial has none), and of
+// equals the one that takes longest to recover.
+func (d *Decision) record(o Outcome) {
+	if d.N == maxOutcomes {
+		return
+	}
+	d.Outcomes[d.N] = o
+	if o.Fallback == "" || o.Fallback == config.StoreLocal {
+		if d.header < 0 {
+			d.header = d.N
+		} else {
+			h := &d.Outcomes[d.header]
+			denied, hDenied := o.Decision != DecisionAllowed, h.Decision != DecisionAllowed
+			switch {
+			case denied && !hDenied,
+				denied == hDenied && o.Result.Remaining < h.Result.Remaining,
+				denied == hDenied && o.Result.Remaining == h.Result.Remaining && o.wait() > h.wait():
+				d.header = d.N
+			}
+		}
+	}
+	d.N++
+}
+
+// wait is how long the outcome's limit takes to recover: the retry
+// delay of a denial, else the time until a full burst.
+func (o *Outcome) wait() time.Duration {
+	if o.Decision != DecisionAllowed {
+		return o.Result.RetryAfter
+	}
+	return o.Result.ResetAfter
+}
+
+// admitted reports whether the token may count as its own for the
+// address, through a local cache of answers that hold until the
+// address's window ends.
+func (e *Enforcer) admitted(ctx context.Context, rs *Rules, addr, tokenID string) bool {
+	h := maphash.Comparable(e.seed, [2]string{addr, tokenID})
+	now := e.now().UnixNano()
+	if ok, _, hit := e.sprayCache.get(h, now); hit {
+		return ok
+	}
+	ok, ttl, err := e.spray.admit(ctx, addr, tokenID, rs.spray.MaxTokens, rs.spray.Window)
+	if err != nil {
+		e.storeErrs.Add(1)
+		e.warn("token-spray guard: store failed; counting tokens in this process", err)
+		ok, ttl, _ = e.localSpray.admit(ctx, addr, tokenID, rs.spray.MaxTokens, rs.spray.Window)
+	}
+	e.sprayCache.put(h, ok, now+int64(ttl), now)
+	return ok
+}
+
+// storeFailed counts a store failure and warns, at most once a second.
+func (e *Enforcer) storeFailed(rr *RouteRules, err error) {
+	e.storeErrs.Add(1)
+	e.warn("rate-limit store failed; route falls back to on_store_error", err,
+		zap.String("route", rr.Name), zap.String("on_store_error", rr.onStoreError))
+}
+
+func (e *Enforcer) warn(msg string, err error, fields ...zap.Field) {
+	now := e.now().UnixNano()
+	last := e.lastWarn.Load()
+	if now-last < int64(time.Second) || !e.lastWarn.CompareAndSwap(last, now) {
+		return
+	}
+	e.log.Warn(msg, append(fields, zap.Error(err))...)
+}

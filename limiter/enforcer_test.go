@@ -1,0 +1,517 @@
+package limiter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/exgate/exgate/config"
+)
+
+var testSecret = []byte("0123456789abcdef0123456789abcdef")
+
+// newTestEnforcer returns an Enforcer on a memory store with a fake clock.
+func newTestEnforcer(t *testing.T, store Limiter, clock *fakeClock) *Enforcer {
+	t.Helper()
+	k, err := NewKeyer(testSecret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if store == nil {
+		store = NewMemory(MemoryOptions{Now: clock.Now})
+	}
+	e, err := NewEnforcer(EnforcerOptions{Store: store, Keyer: k, Now: clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+// mustLoad parses a configuration over the defaults.
+func mustLoad(t *testing.T, yaml string) *config.Config {
+	t.Helper()
+	c, err := config.Parse("test.yaml", []byte(yaml), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func addr(s string) netip.Addr { return netip.MustParseAddr(s) }
+
+// count sends n requests and returns how many were allowed.
+func count(e *Enforcer, rr *RouteRules, req Request, n int) int {
+	var d Decision
+	ok := 0
+	for i := 0; i < n; i++ {
+		e.Decide(context.Background(), rr, req, &d)
+		if d.Allowed {
+			ok++
+		}
+	}
+	return ok
+}
+
+func TestDefaultLimitsFollowTheSpec(t *testing.T) {
+	cfg := config.Default()
+	cfg.Limiter.TokenSpray.MaxTokens = 0
+	rs := Compile(cfg, nil)
+	cases := []struct {
+		route string
+		token string
+		want  int // allowed of want+5 requests from one client in an instant
+		limit string
+	}{
+		{"place_order", "tok-a", 5400, "token"},
+		{"list_markets", "", 10000, "address"},
+		{"list_markets", "tok-a", 200, "token"},
+		{"list_currencies", "", 10000, "address"},
+		{"list_currencies", "tok-a", 200, "token"},
+		{"list_matches", "", 60, "address"},
+		{"list_matches", "tok-a", 60, "address"},
+		{"default", "", 600, "address"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.route+"/"+tc.token, func(t *testing.T) {
+			e := newTestEnforcer(t, nil, newFakeClock())
+			rr := rs.Route(tc.route)
+			req := Request{Token: tc.token, Addr: addr("198.51.100.7")}
+			if got := count(e, rr, req, tc.want+5); got != tc.want {
+				t.Errorf("allowed %d of %d, want %d", got, tc.want+5, tc.want)
+			}
+			var d Decision
+			e.Decide(context.Background(), rr, req, &d)
+			if d.Allowed || d.N != 1 || d.Outcomes[0].Limit != tc.limit || d.Outcomes[0].Decision != DecisionLimited {
+				t.Errorf("decision after the limit = %+v", d)
+			}
+		})
+	}
+}
+
+func TestKeysSeparateClients(t *testing.T) {
+	cfg := config.Default()
+	cfg.Limiter.TokenSpray.MaxTokens = 0
+	rs := Compile(cfg, nil)
+	e := newTestEnforcer(t, nil, newFakeClock())
+	matches := rs.Route("list_matches")
+	// Exhaust one address.
+	if got := count(e, matches, Request{Addr: addr("198.51.100.7")}, 61); got != 60 {
+		t.Fatalf("allowed %d, want 60", got)
+	}
+	cases := []struct {
+		name string
+		addr string
+		more int
+	}{
+		{"another IPv4 address has its own allowance", "198.51.100.8", 60},
+		{"IPv4-mapped IPv6 is the same client", "::ffff:198.51.100.7", 0},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := count(e, matches, Request{Addr: addr(tc.addr)}, 60); got != tc.more {
+				t.Errorf("allowed %d, want %d", got, tc.more)
+			}
+		})
+	}
+	// IPv6: one /64 is one client by default.
+	if got := count(e, matches, Request{Addr: addr("2001:db8:1:2::1")}, 60); got != 60 {
+		t.Fatalf("first IPv6 address: allowed %d", got)
+	}
+	if got := count(e, matches, Request{Addr: addr("2001:db8:1:2:ffff::9")}, 5); got != 0 {
+		t.Errorf("another address in the same /64 allowed %d, want 0", got)
+	}
+	if got := count(e, matches, Request{Addr: addr("2001:db8:1:3::1")}, 5); got != 5 {
+		t.Errorf("an address in another /64 allowed %d, want 5", got)
+	}
+
+	// Tokens: each its own allowance, whatever the address.
+	markets := rs.Route("list_markets")
+	if got := count(e, markets, Request{Token: "t1", Addr: addr("203.0.113.1")}, 201); got != 200 {
+		t.Fatalf("token t1: %d", got)
+	}
+	if got := count(e, markets, Request{Token: "t1", Addr: addr("203.0.113.2")}, 5); got != 0 {
+		t.Errorf("token t1 from another address allowed %d, want 0 (limits follow the token)", got)
+	}
+	if got := count(e, markets, Request{Token: "t2", Addr: addr("203.0.113.1")}, 5); got != 5 {
+		t.Errorf("token t2 allowed %d, want 5", got)
+	}
+}
+
+func TestIPv6PrefixConfigurable(t *testing.T) {
+	cfg := mustLoad(t, "client_ip: {ipv6_prefix: 128}\n")
+	rs := Compile(cfg, nil)
+	e := newTestEnforcer(t, nil, newFakeClock())
+	rr := rs.Route("list_matches")
+	count(e, rr, Request{Addr: addr("2001:db8::1")}, 60)
+	if got := count(e, rr, Request{Addr: addr("2001:db8::2")}, 5); got != 5 {
+		t.Errorf("with ipv6_prefix 128 another address allowed %d, want 5", got)
+	}
+}
+
+func TestRefillOverTime(t *testing.T) {
+	rs := Compile(config.Default(), nil)
+	clock := newFakeClock()
+	e := newTestEnforcer(t, nil, clock)
+	rr := rs.Route("list_matches") // 60/1m: one a second
+	req := Request{Addr: addr("198.51.100.7")}
+	count(e, rr, req, 60)
+	clock.Advance(2500 * time.Millisecond)
+	if got := count(e, rr, req, 5); got != 2 {
+		t.Errorf("after 2.5s allowed %d, want 2", got)
+	}
+	var d Decision
+	e.Decide(context.Background(), rr, req, &d)
+	if d.Allowed || d.RetryAfter != 500*time.Millisecond {
+		t.Errorf("retry after = %v (allowed %v), want 500ms", d.RetryAfter, d.Allowed)
+	}
+}
+
+func TestTiers(t *testing.T) {
+	cfg := mustLoad(t, `
+tiers:
+  vip:
+    place_order: { rate: 20000/1h }
+    list_markets: { rate: 1000/1m, burst: 300 }
+`)
+	cfg.Limiter.TokenSpray.MaxTokens = 0
+	k, _ := NewKeyer(testSecret)
+	vip := "vip-token"
+	rs := Compile(cfg, map[string]string{k.ID(vip): "vip"})
+	e := newTestEnforcer(t, nil, newFakeClock())
+	cases := []struct {
+		route, token string
+		want         int
+		tier         string
+	}{
+		{"place_order", vip, 20000, "vip"},
+		{"place_order", "plain", 5400, ""},
+		{"list_markets", vip, 300, "vip"},
+		{"list_markets", "plain", 200, ""},
+		{"list_matches", vip, 60, ""}, // no token limit to override
+	}
+	for _, tc := range cases {
+		t.Run(tc.route+"/"+tc.token, func(t *testing.T) {
+			rr := rs.Route(tc.route)
+			req := Request{Token: tc.token, Addr: addr("198.51.100.9")}
+			if got := count(e, rr, req, tc.want+3); got != tc.want {
+				t.Errorf("allowed %d, want %d", got, tc.want)
+			}
+			var d Decision
+			e.Decide(context.Background(), rr, req, &d)
+			if d.Outcomes[0].Tier != tc.tier {
+				t.Errorf("outcome tier %q, want %q", d.Outcomes[0].Tier, tc.tier)
+			}
+			if tc.token == vip && d.Tier != "vip" {
+				t.Errorf("decision tier %q, want vip", d.Tier)
+			}
+		})
+		e = newTestEnforcer(t, nil, newFakeClock()) // the matches case shares an address
+	}
+}
+
+func TestShadowLimitRejectsNothing(t *testing.T) {
+	cfg := mustLoad(t, `
+routes:
+  - name: quotes
+    match: GET /q/
+    limits:
+      - { key: address, rate: 5/1m, shadow: true }
+`)
+	e := newTestEnforcer(t, nil, newFakeClock())
+	rr := Compile(cfg, nil).Route("quotes")
+	req := Request{Addr: addr("198.51.100.7")}
+	if got := count(e, rr, req, 20); got != 20 {
+		t.Fatalf("shadow limit let %d of 20 through, want all", got)
+	}
+	var d Decision
+	e.Decide(context.Background(), rr, req, &d)
+	if !d.Allowed || d.Outcomes[0].Decision != DecisionShadowLimited {
+		t.Errorf("decision %+v, want allowed with a shadow_limited outcome", d)
+	}
+	h := http.Header{}
+	d.SetHeaders(h, config.HeadersIETF)
+	if got := h.Get("RateLimit"); !strings.HasPrefix(got, `"address";r=0;t=`) {
+		t.Errorf("RateLimit = %q, want the shadow limit reported with r=0", got)
+	}
+}
+
+func TestLimitsCheckedInOrderFirstDenialStops(t *testing.T) {
+	cfg := mustLoad(t, `
+routes:
+  - name: r
+    match: /r/
+    auth: optional
+    limits:
+      - { name: per_second, key: address, rate: 2/1s }
+      - { name: per_hour, key: address, rate: 100/1h }
+`)
+	e := newTestEnforcer(t, nil, newFakeClock())
+	rr := Compile(cfg, nil).Route("r")
+	req := Request{Addr: addr("198.51.100.7")}
+	var d Decision
+	for i := 0; i < 2; i++ {
+		e.Decide(context.Background(), rr, req, &d)
+	}
+	if !d.Allowed || d.N != 2 {
+		t.Fatalf("second request: %+v", d)
+	}
+	e.Decide(context.Background(), rr, req, &d)
+	if d.Allowed || d.N != 1 || d.Outcomes[0].Limit != "per_second" {
+		t.Fatalf("third request: %+v, want denied by per_second alone", d)
+	}
+	h := http.Header{}
+	d.SetHeaders(h, config.HeadersIETF)
+	if h.Get("RateLimit-Policy") != `"per_second";q=2;w=1` || h.Get("RateLimit") != `"per_second";r=0;t=1` {
+		t.Errorf("headers %v", h)
+	}
+}
+
+func TestHeaderStyles(t *testing.T) {
+	rs := Compile(config.Default(), nil)
+	e := newTestEnforcer(t, nil, newFakeClock())
+	rr := rs.Route("list_matches")
+	req := Request{Addr: addr("198.51.100.7")}
+	var d Decision
+	e.Decide(context.Background(), rr, req, &d)
+	cases := []struct {
+		style string
+		want  map[string]string
+	}{
+		{config.HeadersIETF, map[string]string{"RateLimit-Policy": `"address";q=60;w=60`, "RateLimit": `"address";r=59;t=1`}},
+		{config.HeadersLegacy, map[string]string{"X-RateLimit-Limit": "60", "X-RateLimit-Remaining": "59", "X-RateLimit-Reset": "1"}},
+		{config.HeadersNone, map[string]string{}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.style, func(t *testing.T) {
+			h := http.Header{}
+			d.SetHeaders(h, tc.style)
+			if len(h) != len(tc.want) {
+				t.Errorf("headers %v, want %v", h, tc.want)
+			}
+			for k, v := range tc.want {
+				if h.Get(k) != v {
+					t.Errorf("%s = %q, want %q", k, h.Get(k), v)
+				}
+			}
+		})
+	}
+	// Denied: t is the Retry-After.
+	count(e, rr, req, 60)
+	e.Decide(context.Background(), rr, req, &d)
+	h := http.Header{}
+	d.SetHeaders(h, config.HeadersIETF)
+	if d.Allowed || h.Get("RateLimit") != `"address";r=0;t=1` {
+		t.Errorf("denied: %v %v", d.Allowed, h)
+	}
+}
+
+func TestSecondsRoundsUp(t *testing.T) {
+	for _, tc := range []struct {
+		d    time.Duration
+		want int64
+	}{{0, 0}, {-time.Second, 0}, {time.Nanosecond, 1}, {time.Second, 1}, {1001 * time.Millisecond, 2}, {59*time.Second + 1, 60}} {
+		if got := Seconds(tc.d); got != tc.want {
+			t.Errorf("Seconds(%v) = %d, want %d", tc.d, got, tc.want)
+		}
+	}
+}
+
+// TestTokenSprayDoesNotMultiplyAllowances: 1,000 invented tokens from one
+// address get no more than the allowance of max_tokens tokens plus the
+// address's anonymous allowance.
+func TestTokenSprayDoesNotMultiplyAllowances(t *testing.T) {
+	cfg := mustLoad(t, `
+limiter:
+  token_spray: { max_tokens: 20, window: 1h }
+routes:
+  - name: list_markets
+    match: GET /api/v1/mkt/markets/
+    auth: optional
+    limits:
+      - { key: address, when: anonymous, rate: 100/24h }
+      - { key: token, when: token, rate: 10/1m }
+`)
+	rs := Compile(cfg, nil)
+	e := newTestEnforcer(t, nil, newFakeClock())
+	rr := rs.Route("list_markets")
+	allowed := 0
+	var d Decision
+	for i := 0; i < 1000; i++ {
+		tok := fmt.Sprintf("invented-%04d", i)
+		for j := 0; j < 3; j++ {
+			e.Decide(context.Background(), rr, Request{Token: tok, Addr: addr("198.51.100.66")}, &d)
+			if d.Allowed {
+				allowed++
+			}
+		}
+	}
+	// 20 admitted tokens × 3 requests (each within its 10) + 100 anonymous.
+	if want := 20*3 + 100; allowed != want {
+		t.Errorf("1,000 tokens × 3 requests from one address: %d allowed, want exactly %d", allowed, want)
+	}
+	// The admitted tokens keep their own allowance; another address is
+	// unaffected.
+	e.Decide(context.Background(), rr, Request{Token: "invented-0000", Addr: addr("198.51.100.66")}, &d)
+	if !d.Allowed || d.Demoted {
+		t.Errorf("an admitted token: %+v", d)
+	}
+	e.Decide(context.Background(), rr, Request{Token: "invented-0999", Addr: addr("198.51.100.67")}, &d)
+	if !d.Allowed || d.Demoted {
+		t.Errorf("a token from a fresh address: %+v", d)
+	}
+}
+
+func TestTokenSprayTierTokensExempt(t *testing.T) {
+	cfg := mustLoad(t, `
+limiter: { token_spray: { max_tokens: 1, window: 1h } }
+tiers: { vip: { list_markets: { rate: 500/1m } } }
+`)
+	k, _ := NewKeyer(testSecret)
+	rs := Compile(cfg, map[string]string{k.ID("v1"): "vip", k.ID("v2"): "vip"})
+	e := newTestEnforcer(t, nil, newFakeClock())
+	rr := rs.Route("list_markets")
+	var d Decision
+	for _, tok := range []string{"plain", "v1", "v2"} {
+		e.Decide(context.Background(), rr, Request{Token: tok, Addr: addr("198.51.100.1")}, &d)
+		if d.Demoted {
+			t.Errorf("token %s demoted", tok)
+		}
+	}
+	e.Decide(context.Background(), rr, Request{Token: "plain2", Addr: addr("198.51.100.1")}, &d)
+	if !d.Demoted || d.Outcomes[0].Limit != "address" {
+		t.Errorf("a second plain token: %+v, want demoted to the anonymous address limit", d)
+	}
+}
+
+// TestTokenSprayOnRequiredRoute: on a route whose only limit counts by
+// token, demoted tokens share one bucket keyed by their address.
+func TestTokenSprayOnRequiredRoute(t *testing.T) {
+	cfg := mustLoad(t, `
+limiter: { token_spray: { max_tokens: 2, window: 1h } }
+routes:
+  - name: place_order
+    match: POST /api/v1/odr/orders/
+    auth: required
+    limits: [ { key: token, rate: 5/1h } ]
+`)
+	e := newTestEnforcer(t, nil, newFakeClock())
+	rr := Compile(cfg, nil).Route("place_order")
+	allowed := 0
+	var d Decision
+	for i := 0; i < 100; i++ {
+		e.Decide(context.Background(), rr, Request{Token: fmt.Sprint("t", i), Addr: addr("198.51.100.2")}, &d)
+		if d.Allowed {
+			allowed++
+		}
+	}
+	if allowed != 2+5 {
+		t.Errorf("100 tokens allowed %d, want 7 (2 admitted tokens + one shared bucket of 5)", allowed)
+	}
+}
+
+// failing is a store that always fails, as Redis does when it is down.
+type failing struct{}
+
+func (failing) Allow(context.Context, string, Limit) (Result, error) {
+	return Result{}, errors.New("connection refused")
+}
+
+func TestStoreFailureModes(t *testing.T) {
+	for _, tc := range []struct {
+		mode        string
+		allowed     int // of 10 requests against a 6/1m limit, replicas 3
+		unavailable bool
+	}{
+		{config.StoreOpen, 10, false},
+		{config.StoreClosed, 0, true},
+		{config.StoreLocal, 2, false}, // 6 / 3 replicas
+	} {
+		t.Run(tc.mode, func(t *testing.T) {
+			cfg := mustLoad(t, fmt.Sprintf(`
+limiter: { replicas: 3, on_store_error: %s }
+routes:
+  - name: r
+    match: /r/
+    limits: [ { key: address, rate: 6/1m } ]
+`, tc.mode))
+			e := newTestEnforcer(t, failing{}, newFakeClock())
+			rr := Compile(cfg, nil).Route("r")
+			req := Request{Addr: addr("198.51.100.3")}
+			if got := count(e, rr, req, 10); got != tc.allowed {
+				t.Errorf("allowed %d, want %d", got, tc.allowed)
+			}
+			var d Decision
+			e.Decide(context.Background(), rr, req, &d)
+			if d.Unavailable != tc.unavailable || d.Outcomes[0].Fallback != tc.mode {
+				t.Errorf("decision %+v", d)
+			}
+			st := e.Stats()
+			if st.StoreErrors != 11 {
+				t.Errorf("store errors counted %d, want 11", st.StoreErrors)
+			}
+			if got := st.FallbackOpen + st.FallbackClosed + st.FallbackLocal; got != 11 {
+				t.Errorf("fallbacks counted %d, want 11 (%+v)", got, st)
+			}
+		})
+	}
+}
+
+func TestRouteOverridesStoreErrorMode(t *testing.T) {
+	cfg := mustLoad(t, `
+limiter: { on_store_error: open }
+routes:
+  - name: strict
+    match: /s/
+    on_store_error: closed
+    limits: [ { key: address, rate: 6/1m } ]
+  - name: lax
+    match: /l/
+    limits: [ { key: address, rate: 6/1m } ]
+`)
+	rs := Compile(cfg, nil)
+	e := newTestEnforcer(t, failing{}, newFakeClock())
+	req := Request{Addr: addr("198.51.100.3")}
+	if got := count(e, rs.Route("strict"), req, 3); got != 0 {
+		t.Errorf("strict route allowed %d, want 0", got)
+	}
+	if got := count(e, rs.Route("lax"), req, 3); got != 3 {
+		t.Errorf("lax route allowed %d, want 3", got)
+	}
+}
+
+func TestUnlimitedRoute(t *testing.T) {
+	cfg := mustLoad(t, "routes: [ { name: free, match: \"*\" } ]\n")
+	e := newTestEnforcer(t, nil, newFakeClock())
+	rr := Compile(cfg, nil).Route("free")
+	var d Decision
+	e.Decide(context.Background(), rr, Request{}, &d)
+	h := http.Header{}
+	d.SetHeaders(h, config.HeadersIETF)
+	if !d.Allowed || d.N != 0 || len(h) != 0 {
+		t.Errorf("unlimited route: %+v headers %v", d, h)
+	}
+	e.Decide(context.Background(), nil, Request{}, &d)
+	if !d.Allowed {
+		t.Error("nil route rules denied")
+	}
+}
+
+func TestKeyer(t *testing.T) {
+	if _, err := NewKeyer([]byte("short")); err == nil {
+		t.Error("a 5-byte secret was accepted")
+	}
+	k1, _ := NewKeyer(testSecret)
+	k2, _ := NewKeyer([]byte("another secret of enough length"))
+	id := k1.ID("token")
+	if !IsTokenID(id) || id != k1.ID("token") || id == k1.ID("token2") || id == k2.ID("token") {
+		t.Errorf("ids: %s %s %s", id, k1.ID("token2"), k2.ID("token"))
+	}
+	if strings.Contains(id, "token") {
+		t.Error("id contains the token")
+	}
+}

@@ -1,0 +1,170 @@
+package limiter
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+
+	"github.com/exgate/exgate/config"
+)
+
+// Backend is a started limit store and the Enforcer on it, built from
+// configuration by Open.
+type Backend struct {
+	// Enforcer applies Rules with this store.
+	Enforcer *Enforcer
+	// Kind is config.BackendRedis or config.BackendMemory.
+	Kind string
+	// Client is the Redis client, or nil for the memory backend.
+	Client redis.UniversalClient
+	// Redis is the Redis limiter, or nil for the memory backend.
+	Redis *Redis
+	// Memory is the memory limiter, or nil for the Redis backend.
+	Memory *Memory
+	// Deny is the deny cache in front of Redis, or nil.
+	Deny *DenyCache
+}
+
+// OpenOptions are the dependencies of Open.
+type OpenOptions struct {
+	// Getenv reads the key secret and the Redis password. Nil means an
+	// empty environment.
+	Getenv func(string) (string, bool)
+	// Logger receives warnings. Nil means none.
+	Logger *zap.Logger
+	// Now is the clock. Nil means time.Now.
+	Now func() time.Time
+	// Observe is passed to the Redis limiter (RedisOptions.Observe).
+	Observe func(d time.Duration, n int, err error)
+}
+
+// ResolveBackend returns the backend cfg selects: its limiter.backend, or
+// redis when that is empty and Redis addresses are set, else memory.
+func ResolveBackend(cfg *config.Config) string {
+	switch {
+	case cfg.Limiter.Backend != "":
+		return cfg.Limiter.Backend
+	case len(cfg.Limiter.Redis.Addrs) > 0:
+		return config.BackendRedis
+	}
+	return config.BackendMemory
+}
+
+// Open builds the limit store that cfg selects and its Enforcer. The
+// Redis backend requires the key secret (every replica must derive the
+// same keys); the memory backend makes a random one when it is not set.
+// Open does not wait for Redis: a store that is down is a store failure,
+// handled per route by on_store_error, and Ping tells readiness.
+func Open(cfg *config.Config, o OpenOptions) (*Backend, error) {
+	getenv := o.Getenv
+	if getenv == nil {
+		getenv = func(string) (string, bool) { return "", false }
+	}
+	log := o.Logger
+	if log == nil {
+		log = zap.NewNop()
+	}
+	lc := cfg.Limiter
+	b := &Backend{Kind: ResolveBackend(cfg)}
+
+	secret, _ := getenv(lc.KeySecretEnv)
+	switch {
+	case secret != "" && len(secret) < MinSecretLen:
+		return nil, fmt.Errorf("limiter.key_secret_env: %s must hold at least %d bytes", lc.KeySecretEnv, MinSecretLen)
+	case secret == "" && b.Kind == config.BackendRedis:
+		return nil, fmt.Errorf("limiter.key_secret_env: %s is not set; replicas sharing limits through Redis must all use the same secret (at least %d bytes)", lc.KeySecretEnv, MinSecretLen)
+	}
+	key := []byte(secret)
+	if secret == "" {
+		key = RandomSecret()
+		log.Warn("key secret not set: token ids are random per process (fine for one memory-backed instance)",
+			zap.String("variable", lc.KeySecretEnv))
+	}
+	keyer, err := NewKeyer(key)
+	if err != nil {
+		return nil, err
+	}
+
+	eo := EnforcerOptions{Keyer: keyer, Logger: log, Now: o.Now, LocalMaxKeys: lc.MaxKeys}
+	switch b.Kind {
+	case config.BackendRedis:
+		password, _ := getenv(lc.Redis.PasswordEnv)
+		b.Client = NewRedisClient(lc.Redis, password)
+		b.Redis = NewRedis(b.Client, RedisOptions{Timeout: lc.Redis.Timeout, Observe: o.Observe, Now: o.Now})
+		eo.Store = b.Redis
+		if lc.DenyCacheKeys > 0 {
+			b.Deny = NewDenyCache(b.Redis, lc.DenyCacheKeys, o.Now)
+			eo.Store = b.Deny
+		}
+		eo.Spray = b.Client
+		eo.SprayTimeout = lc.Redis.Timeout
+	default:
+		b.Memory = NewMemory(MemoryOptions{Now: o.Now, MaxKeys: lc.MaxKeys})
+		eo.Store = b.Memory
+		eo.Local = b.Memory
+	}
+	b.Enforcer, err = NewEnforcer(eo)
+	if err != nil {
+		_ = b.Close()
+		return nil, err
+	}
+	return b, nil
+}
+
+// NewRedisClient returns the client the configuration selects: standalone
+// for one address, Cluster for several, Sentinel when master_name is set.
+// Every command is bounded by the configured timeout, through the context
+// as well as the socket, and is never retried (a retried script could
+// count a request twice).
+func NewRedisClient(rc config.Redis, password string) redis.UniversalClient {
+	o := &redis.UniversalOptions{
+		Addrs:                 rc.Addrs,
+		MasterName:            rc.MasterName,
+		DB:                    rc.DB,
+		Username:              rc.Username,
+		Password:              password,
+		DialTimeout:           max(10*rc.Timeout, 500*time.Millisecond),
+		ReadTimeout:           max(4*rc.Timeout, 100*time.Millisecond),
+		WriteTimeout:          max(4*rc.Timeout, 100*time.Millisecond),
+		ContextTimeoutEnabled: true,
+		MaxRetries:            -1,
+		PoolSize:              32,
+		MinIdleConns:          2,
+		ClientName:            "exgate",
+	}
+	if rc.TLS {
+		o.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}
+		if len(rc.Addrs) == 1 && rc.MasterName == "" {
+			if host, _, err := net.SplitHostPort(rc.Addrs[0]); err == nil {
+				o.TLSConfig.ServerName = host
+			}
+		}
+	}
+	return redis.NewUniversalClient(o)
+}
+
+// Ping reports whether the store answers; the memory store always does.
+func (b *Backend) Ping(ctx context.Context) error {
+	if b.Client == nil {
+		return nil
+	}
+	return b.Client.Ping(ctx).Err()
+}
+
+// Close stops the Redis limiter and closes the client.
+func (b *Backend) Close() error {
+	var errs []error
+	if b.Redis != nil {
+		errs = append(errs, b.Redis.Close())
+	}
+	if b.Client != nil {
+		errs = append(errs, b.Client.Close())
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,164 @@
+package limiter
+
+import (
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/exgate/exgate/config"
+)
+
+// KeyPrefix starts every key exgate stores (redis_rate adds its own
+// "rate:" in front): rate:exgate:<route>:<limit>:<t|a|s>:<id>.
+const KeyPrefix = "exgate:"
+
+// Rules is the rate-limit configuration compiled for the hot path: per
+// route its limits with their key prefixes, tier overrides and header
+// values, plus the token tiers and the token-spray guard. It is immutable;
+// a reload compiles new Rules and swaps them whole.
+type Rules struct {
+	routes   map[string]*RouteRules
+	tiers    map[string]string // token id → tier
+	headers  string
+	spray    config.TokenSpray
+	v6Prefix int
+}
+
+// RouteRules are the compiled limits of one route.
+type RouteRules struct {
+	// Name is the route's name.
+	Name string
+
+	rules        *Rules
+	limits       []rule
+	onStoreError string
+}
+
+// rule is one compiled limit.
+type rule struct {
+	name    string
+	byToken bool
+	when    string
+	shadow  bool
+	base    variant
+	tiers   map[string]*variant // tier → override (token limits only)
+
+	prefixToken string // KeyPrefix + route + ":" + name + ":t:"
+	prefixAddr  string // … ":a:"
+	prefixSpray string // … ":s:" (demoted tokens, keyed by address)
+}
+
+// variant is a limit as it applies to one tier (or to no tier).
+type variant struct {
+	tier   string // "" for the route's own limit
+	limit  Limit
+	local  Limit  // the local fallback's share: limit / replicas
+	policy string // RateLimit-Policy value
+	quota  string // X-RateLimit-Limit value
+}
+
+// Compile compiles the limits of a validated configuration and the
+// token tiers read from its tokens file (token id → tier; nil for none).
+func Compile(cfg *config.Config, tokens map[string]string) *Rules {
+	rs := &Rules{
+		routes:   make(map[string]*RouteRules, len(cfg.Routes)),
+		tiers:    tokens,
+		headers:  cfg.Limiter.Headers,
+		spray:    cfg.Limiter.TokenSpray,
+		v6Prefix: cfg.ClientIP.IPv6Prefix,
+	}
+	if rs.tiers == nil {
+		rs.tiers = map[string]string{}
+	}
+	replicas := int64(max(cfg.Limiter.Replicas, 1))
+	for _, rc := range cfg.Routes {
+		rr := &RouteRules{Name: rc.Name, rules: rs, onStoreError: rc.OnStoreError}
+		if rr.onStoreError == "" {
+			rr.onStoreError = cfg.Limiter.OnStoreError
+		}
+		for _, lc := range rc.Limits {
+			base := KeyPrefix + rc.Name + ":" + lc.Name + ":"
+			r := rule{
+				name:        lc.Name,
+				byToken:     lc.Key == config.KeyToken,
+				when:        lc.When,
+				shadow:      lc.Shadow,
+				base:        newVariant("", lc.Name, lc.Rate, lc.Burst, replicas),
+				prefixToken: base + "t:",
+				prefixAddr:  base + "a:",
+				prefixSpray: base + "s:",
+			}
+			if r.byToken {
+				for tier, routes := range cfg.Tiers {
+					if tl, ok := routes[rc.Name]; ok {
+						if r.tiers == nil {
+							r.tiers = map[string]*variant{}
+						}
+						v := newVariant(tier, lc.Name, tl.Rate, tl.Burst, replicas)
+						r.tiers[tier] = &v
+					}
+				}
+			}
+			rr.limits = append(rr.limits, r)
+		}
+		rs.routes[rc.Name] = rr
+	}
+	return rs
+}
+
+func newVariant(tier, name string, rate config.Rate, burst int, replicas int64) variant {
+	l := Limit{Rate: rate.N, Period: rate.Period, Burst: int64(burst)}
+	if l.Burst == 0 {
+		l.Burst = l.Rate
+	}
+	local := Limit{Rate: max(l.Rate/replicas, 1), Period: l.Period, Burst: max(l.Burst/replicas, 1)}
+	// The window a full burst takes to refill: Burst × Period / Rate.
+	w := max(mulSat(int64(l.Period/time.Second), l.Burst)/l.Rate, 1)
+	return variant{
+		tier:   tier,
+		limit:  l,
+		local:  local,
+		policy: strconv.Quote(name) + ";q=" + strconv.FormatInt(l.Burst, 10) + ";w=" + strconv.FormatInt(w, 10),
+		quota:  strconv.FormatInt(l.Burst, 10),
+	}
+}
+
+// Route returns the compiled limits of the named route, or nil.
+func (rs *Rules) Route(name string) *RouteRules { return rs.routes[name] }
+
+// Tier returns the tier of a token id, or "".
+func (rs *Rules) Tier(tokenID string) string { return rs.tiers[tokenID] }
+
+// Tiers returns the number of tokens mapped to a tier.
+func (rs *Rules) Tiers() int { return len(rs.tiers) }
+
+// Headers returns the header style: config.HeadersIETF, HeadersLegacy or
+// HeadersNone.
+func (rs *Rules) Headers() string { return rs.headers }
+
+// Limited reports whether the route has any limit.
+func (rr *RouteRules) Limited() bool { return rr != nil && len(rr.limits) > 0 }
+
+// LimitNames returns the names of the route's limits, in order.
+func (rr *RouteRules) LimitNames() []string {
+	out := make([]string, len(rr.limits))
+	for i, r := range rr.limits {
+		out[i] = r.name
+	}
+	return out
+}
+
+// TierNames returns the tiers that override some limit of the route,
+// sorted.
+func (rr *RouteRules) TierNames() []string {
+	var out []string
+	for _, r := range rr.limits {
+		for t := range r.tiers {
+			if !slices.Contains(out, t) {
+				out = append(out, t)
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
+}

@@ -1,0 +1,244 @@
+package limiter
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/exgate/exgate/config"
+	"github.com/exgate/exgate/internal/redistest"
+)
+
+// counting counts the calls that reach the limiter behind it.
+type counting struct {
+	next  Limiter
+	calls atomic.Int64
+}
+
+func (c *counting) Allow(ctx context.Context, k string, l Limit) (Result, error) {
+	c.calls.Add(1)
+	return c.next.Allow(ctx, k, l)
+}
+
+func TestDenyCacheAnswersWithoutTheStore(t *testing.T) {
+	clock := newFakeClock()
+	store := &counting{next: NewMemory(MemoryOptions{Now: clock.Now})}
+	dc := NewDenyCache(store, 1000, clock.Now)
+	l := Limit{Rate: 1, Period: time.Second, Burst: 2}
+	ctx := context.Background()
+	for i := 0; i < 2; i++ {
+		if r, _ := dc.Allow(ctx, "k", l); !r.Allowed {
+			t.Fatalf("request %d denied", i)
+		}
+	}
+	r, _ := dc.Allow(ctx, "k", l) // the store denies; the cache remembers
+	if r.Allowed || store.calls.Load() != 3 {
+		t.Fatalf("third: %+v, store calls %d", r, store.calls.Load())
+	}
+	clock.Advance(400 * time.Millisecond)
+	for i := 0; i < 1000; i++ {
+		r, _ = dc.Allow(ctx, "k", l)
+		if r.Allowed || r.RetryAfter != 600*time.Millisecond {
+			t.Fatalf("cached deny: %+v", r)
+		}
+	}
+	if store.calls.Load() != 3 || dc.Hits() != 1000 {
+		t.Errorf("store calls %d, hits %d; want 3 and 1000", store.calls.Load(), dc.Hits())
+	}
+	// A deny under one limit does not answer for another limit on the
+	// same key: that decision goes to the store.
+	dc.Allow(ctx, "k", Limit{Rate: 100, Period: time.Second, Burst: 100})
+	if store.calls.Load() != 4 {
+		t.Errorf("a different limit was answered from the cache (store calls %d, want 4)", store.calls.Load())
+	}
+	clock.Advance(600 * time.Millisecond)
+	if r, _ := dc.Allow(ctx, "k", l); !r.Allowed {
+		t.Errorf("after the retry delay: %+v", r)
+	}
+}
+
+func TestMemoryStaysBounded(t *testing.T) {
+	clock := newFakeClock()
+	m := NewMemory(MemoryOptions{Now: clock.Now, MaxKeys: 6400})
+	l := Limit{Rate: 10, Period: time.Hour, Burst: 10}
+	for i := 0; i < 100000; i++ {
+		m.AllowN(fmt.Sprint("addr-", i), l, 1)
+	}
+	if n := m.Len(); n > 6400 || n < 6000 {
+		t.Errorf("keys kept %d, want close to and at most 6400", n)
+	}
+	// Keys whose bucket is full again are dropped by the next sweep of
+	// their shard, which an insertion into the shard triggers.
+	clock.Advance(2 * time.Hour)
+	for i := 0; i < 1000; i++ {
+		m.AllowN(fmt.Sprint("fresh-", i), l, 1)
+	}
+	if n := m.Len(); n != 1000 {
+		t.Errorf("after every old bucket refilled %d keys remain, want the 1000 fresh ones", n)
+	}
+}
+
+func TestDenyCacheBounded(t *testing.T) {
+	clock := newFakeClock()
+	dc := NewDenyCache(NewMemory(MemoryOptions{Now: clock.Now}), 640, clock.Now)
+	l := Limit{Rate: 1, Period: time.Hour, Burst: 1}
+	for i := 0; i < 10000; i++ {
+		k := fmt.Sprint("k", i)
+		dc.Allow(context.Background(), k, l)
+		dc.Allow(context.Background(), k, l)
+	}
+	if n := dc.entries.len(); n > 640 {
+		t.Errorf("deny cache holds %d entries, want at most 640", n)
+	}
+}
+
+func TestParseTokens(t *testing.T) {
+	k, _ := NewKeyer(testSecret)
+	id1, id2 := k.ID("a"), k.ID("b")
+	tiers := []string{"gold", "vip"}
+	ok := []struct{ name, doc string }{
+		{"empty", ""},
+		{"comments only", "# nothing yet\n"},
+		{"null tokens", "tokens:\n"},
+		{"two", fmt.Sprintf("tokens:\n  %s: vip\n  %s: gold\n", id1, strings.ToUpper(id2))},
+	}
+	for _, tc := range ok {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := ParseTokens("tokens.yaml", []byte(tc.doc), tiers); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+	m, _ := ParseTokens("tokens.yaml", []byte(ok[3].doc), tiers)
+	if m[id1] != "vip" || m[id2] != "gold" {
+		t.Errorf("parsed %v", m)
+	}
+	bad := []struct{ name, doc, want string }{
+		{"unknown tier", fmt.Sprintf("tokens:\n  %s: platinum\n", id1), `tokens.yaml:2: tokens.` + id1 + `: unknown tier "platinum"`},
+		{"raw token", "tokens:\n  eyJhbGciOiJIUzI1NiJ9.secret: vip\n", `tokens.yaml:2: tokens: "eyJhbGciOiJIUzI1NiJ9.secret" is not a token id`},
+		{"unknown key", "token:\n  x: y\n", `tokens.yaml:1: unknown key "token"`},
+		{"not a mapping", "- a\n", `tokens.yaml:1: want a mapping`},
+		{"duplicate", fmt.Sprintf("tokens:\n  %s: vip\n  %s: gold\n", id1, strings.ToUpper(id1)), "listed twice"},
+		{"syntax", "tokens: [\n", "tokens.yaml: yaml:"},
+	}
+	for _, tc := range bad {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := ParseTokens("tokens.yaml", []byte(tc.doc), tiers)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error %v, want it to contain %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// TestRedisSprayGuardSharedByReplicas: two enforcers on one Redis (two
+// replicas) count an address's tokens together.
+func TestRedisSprayGuardSharedByReplicas(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts redis-server")
+	}
+	srv := redistest.Start(t)
+	cfg := mustLoad(t, `
+limiter: { token_spray: { max_tokens: 3, window: 1h } }
+routes:
+  - name: r
+    match: /r/
+    auth: optional
+    limits:
+      - { key: address, when: anonymous, rate: 1/1h }
+      - { key: token, when: token, rate: 100/1h }
+`)
+	rs := Compile(cfg, nil)
+	var replicas []*Enforcer
+	for i := 0; i < 2; i++ {
+		c := srv.Client()
+		k, _ := NewKeyer(testSecret)
+		rl := NewRedis(c, RedisOptions{Timeout: time.Second})
+		t.Cleanup(func() { _ = rl.Close() })
+		e, err := NewEnforcer(EnforcerOptions{Store: rl, Keyer: k, Spray: c, SprayTimeout: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		replicas = append(replicas, e)
+	}
+	var d Decision
+	demoted := 0
+	for i := 0; i < 10; i++ {
+		replicas[i%2].Decide(context.Background(), rs.Route("r"), Request{Token: fmt.Sprint("secret-", i), Addr: netip.MustParseAddr("192.0.2.1")}, &d)
+		if d.Demoted {
+			demoted++
+		}
+	}
+	if demoted != 7 {
+		t.Errorf("demoted %d of 10 tokens, want 7 (3 admitted across both replicas)", demoted)
+	}
+	v, err := srv.Do("SCARD", KeyPrefix+"spray:192.0.2.1")
+	if err != nil || v.(int64) != 3 {
+		t.Errorf("spray set has %v members (%v), want 3", v, err)
+	}
+	ttl, _ := srv.Do("PTTL", KeyPrefix+"spray:192.0.2.1")
+	if ms := ttl.(int64); ms <= 0 || ms > int64(time.Hour/time.Millisecond) {
+		t.Errorf("spray set TTL %dms, want within the 1h window", ms)
+	}
+	// Keys never hold a raw token.
+	keys, _ := srv.Do("KEYS", "*")
+	for _, k := range keys.([]any) {
+		if strings.Contains(k.(string), "secret") {
+			t.Errorf("key %q contains a raw token", k)
+		}
+	}
+}
+
+func TestOpenBackends(t *testing.T) {
+	env := func(m map[string]string) func(string) (string, bool) {
+		return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
+	}
+	t.Run("memory without secret", func(t *testing.T) {
+		b, err := Open(config.Default(), OpenOptions{})
+		if err != nil || b.Kind != config.BackendMemory || b.Memory == nil || b.Client != nil {
+			t.Fatalf("%+v %v", b, err)
+		}
+		if err := b.Ping(context.Background()); err != nil {
+			t.Error(err)
+		}
+	})
+	t.Run("redis needs the secret", func(t *testing.T) {
+		cfg := config.Default()
+		cfg.Limiter.Redis.Addrs = []string{"127.0.0.1:1"}
+		_, err := Open(cfg, OpenOptions{})
+		if err == nil || !strings.Contains(err.Error(), "EXGATE_KEY_SECRET is not set") {
+			t.Errorf("error %v", err)
+		}
+	})
+	t.Run("short secret", func(t *testing.T) {
+		_, err := Open(config.Default(), OpenOptions{Getenv: env(map[string]string{"EXGATE_KEY_SECRET": "short"})})
+		if err == nil || !strings.Contains(err.Error(), "at least 16 bytes") {
+			t.Errorf("error %v", err)
+		}
+	})
+	t.Run("redis down is a store failure, not a start failure", func(t *testing.T) {
+		cfg := config.Default()
+		cfg.Limiter.Redis.Addrs = []string{"127.0.0.1:1"}
+		b, err := Open(cfg, OpenOptions{Getenv: env(map[string]string{"EXGATE_KEY_SECRET": string(testSecret)})})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer b.Close()
+		if b.Kind != config.BackendRedis || b.Deny == nil {
+			t.Errorf("backend %+v", b)
+		}
+		if err := b.Ping(context.Background()); err == nil {
+			t.Error("ping of a closed port succeeded")
+		}
+		var d Decision
+		rs := Compile(cfg, nil)
+		b.Enforcer.Decide(context.Background(), rs.Route("list_matches"), Request{Addr: netip.MustParseAddr("192.0.2.9")}, &d)
+		if !d.Allowed || d.Outcomes[0].Fallback != config.StoreLocal {
+			t.Errorf("decision with Redis down: %+v", d)
+		}
+	})
+}

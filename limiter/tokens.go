@@ -1,0 +1,120 @@
+package limiter
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+)
+
+// MaxTokensFileSize is the largest tokens file accepted, in bytes.
+const MaxTokensFileSize = 64 << 20
+
+// LoadTokens reads a tokens file: a YAML document mapping token ids to
+// tier names,
+//
+//	tokens:
+//	  3f2a9c…(32 hex digits): vip
+//
+// Ids are what `exgate token-id` prints for a token under the key secret;
+// raw tokens never appear in the file. Every tier must be one of tiers.
+// All problems are reported at once, each with its line.
+func LoadTokens(path string, tiers []string) (map[string]string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, MaxTokensFileSize+1))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if len(data) > MaxTokensFileSize {
+		return nil, fmt.Errorf("%s: larger than %d bytes", path, MaxTokensFileSize)
+	}
+	return ParseTokens(path, data, tiers)
+}
+
+// ParseTokens is LoadTokens for a document already in memory; name labels
+// the problems.
+func ParseTokens(name string, data []byte, tiers []string) (map[string]string, error) {
+	out := map[string]string{}
+	if len(bytes.TrimSpace(data)) == 0 {
+		return out, nil
+	}
+	var doc yaml.Node
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	if err := dec.Decode(&doc); err != nil {
+		if errors.Is(err, io.EOF) {
+			return out, nil
+		}
+		return nil, fmt.Errorf("%s: %v", name, err)
+	}
+	var extra yaml.Node
+	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("%s: one YAML document expected", name)
+	}
+	var problems []string
+	bad := func(line int, format string, args ...any) {
+		problems = append(problems, fmt.Sprintf("%s:%d: %s", name, line, fmt.Sprintf(format, args...)))
+	}
+	root := &doc
+	if root.Kind == yaml.DocumentNode && len(root.Content) == 1 {
+		root = root.Content[0]
+	}
+	if root.Kind != yaml.MappingNode {
+		return nil, fmt.Errorf("%s:%d: want a mapping with a \"tokens\" key", name, root.Line)
+	}
+	var tokens *yaml.Node
+	for i := 0; i+1 < len(root.Content); i += 2 {
+		k, v := root.Content[i], root.Content[i+1]
+		if k.Value != "tokens" {
+			bad(k.Line, "unknown key %q; want \"tokens\"", k.Value)
+			continue
+		}
+		tokens = v
+	}
+	if tokens != nil && tokens.Tag != "!!null" {
+		if tokens.Kind != yaml.MappingNode {
+			bad(tokens.Line, "tokens: want a mapping of token id to tier")
+		} else {
+			for i := 0; i+1 < len(tokens.Content); i += 2 {
+				k, v := tokens.Content[i], tokens.Content[i+1]
+				id := strings.ToLower(k.Value)
+				switch {
+				case !IsTokenID(id):
+					bad(k.Line, "tokens: %q is not a token id (32 hex digits, from `exgate token-id`)", short(k.Value))
+				case v.Kind != yaml.ScalarNode:
+					bad(v.Line, "tokens.%s: want a tier name", id)
+				case !slices.Contains(tiers, v.Value):
+					bad(v.Line, "tokens.%s: unknown tier %q (tiers: %s)", id, short(v.Value), strings.Join(tiers, ", "))
+				default:
+					if _, dup := out[id]; dup {
+						bad(k.Line, "tokens.%s: listed twice", id)
+					}
+					out[id] = v.Value
+				}
+			}
+		}
+	}
+	if len(problems) > 0 {
+		if len(problems) > 20 {
+			problems = append(problems[:20], fmt.Sprintf("… and %d more", len(problems)-20))
+		}
+		return nil, errors.New(strings.Join(problems, "\n"))
+	}
+	return out, nil
+}
+
+// short cuts s for a message.
+func short(s string) string {
+	if len(s) > 40 {
+		return s[:40] + "…"
+	}
+	return s
+}
