@@ -495,7 +495,7 @@ func TestConfiguredRules(t *testing.T) {
 			"BTC_USDT": {PriceIncrement: "0.5", MinPrice: "1000", MaxPrice: "1000000", MinValue: "10"},
 			"BTC_IRT":  {PriceIncrement: "10"},
 			"ETH_USDT": {PriceIncrement: "0.001"}, // finer than the precision: both apply
-			"XRP_USDT": {MinValue: "1"},          // not in the catalogue: unused
+			"XRP_USDT": {MinValue: "1"},           // not in the catalogue: unused
 		}
 		c.Quotes = map[string]config.QuoteRules{"USDT": {MinValue: "5"}, "BTC": {MinValue: "0.0001"}}
 	})
