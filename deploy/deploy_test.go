@@ -1,0 +1,821 @@
+package deploy
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"io/fs"
+	"net"
+	"net/url"
+	"os"
+	"os/exec"
+	"path"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/exgate/exgate/config"
+)
+
+// Tests run in deploy/; paths are relative to it, "../" is the repository.
+
+// needTool returns the path of a command, skipping the test when it is
+// missing locally and failing it under CI, where `make test` installs it.
+func needTool(t *testing.T, name string) string {
+	t.Helper()
+	p, err := exec.LookPath(name)
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("%s is not installed; `make test` installs it (Debian package prometheus)", name)
+		}
+		t.Skipf("%s is not installed (apt-get install prometheus); skipping", name)
+	}
+	return p
+}
+
+func readFile(t *testing.T, name string) string {
+	t.Helper()
+	b, err := os.ReadFile(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func writeFile(t *testing.T, name, data string) {
+	t.Helper()
+	if err := os.WriteFile(name, []byte(data), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func exists(name string) bool {
+	_, err := os.Stat(name)
+	return err == nil
+}
+
+// decodeStrict decodes a one-document YAML file into v, refusing unknown
+// fields.
+func decodeStrict(t *testing.T, name string, v any) {
+	t.Helper()
+	dec := yaml.NewDecoder(strings.NewReader(readFile(t, name)))
+	dec.KnownFields(true)
+	if err := dec.Decode(v); err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+}
+
+// yamlDocs decodes every document of a YAML stream into generic values,
+// skipping empty documents.
+func yamlDocs(t *testing.T, name string) []map[string]any {
+	t.Helper()
+	dec := yaml.NewDecoder(strings.NewReader(readFile(t, name)))
+	var docs []map[string]any
+	for {
+		var doc map[string]any
+		err := dec.Decode(&doc)
+		if errors.Is(err, io.EOF) {
+			return docs
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if doc != nil {
+			docs = append(docs, doc)
+		}
+	}
+}
+
+// dig walks a generic YAML/JSON value by map keys and list indexes; it
+// returns nil where the path does not exist.
+func dig(v any, keys ...any) any {
+	for _, k := range keys {
+		switch k := k.(type) {
+		case string:
+			m, ok := v.(map[string]any)
+			if !ok {
+				return nil
+			}
+			v = m[k]
+		case int:
+			l, ok := v.([]any)
+			if !ok || k >= len(l) {
+				return nil
+			}
+			v = l[k]
+		}
+	}
+	return v
+}
+
+func str(v any) string {
+	switch v := v.(type) {
+	case string:
+		return v
+	case int:
+		return strconv.Itoa(v)
+	case bool:
+		return strconv.FormatBool(v)
+	}
+	return ""
+}
+
+func list(v any) []any {
+	l, _ := v.([]any)
+	return l
+}
+
+// ---- Dockerfile ---------------------------------------------------------
+
+type instruction struct {
+	cmd  string // upper case
+	args string
+	line int
+}
+
+type stage struct {
+	base, name string
+	instrs     []instruction
+}
+
+// parseDockerfile splits a Dockerfile into instructions (comments and
+// parser directives dropped, continuation lines joined) and stages.
+func parseDockerfile(src string) (globalArgs map[string]string, stages []*stage, err error) {
+	globalArgs = map[string]string{}
+	var instrs []instruction
+	var cur strings.Builder
+	start := 0
+	for i, line := range strings.Split(src, "\n") {
+		trimmed := strings.TrimSpace(line)
+		if cur.Len() == 0 && (trimmed == "" || strings.HasPrefix(trimmed, "#")) {
+			continue
+		}
+		if cur.Len() > 0 && strings.HasPrefix(trimmed, "#") {
+			continue // a comment inside a continued instruction
+		}
+		if cur.Len() == 0 {
+			start = i + 1
+		}
+		if s, ok := strings.CutSuffix(trimmed, "\\"); ok {
+			cur.WriteString(s + " ")
+			continue
+		}
+		cur.WriteString(trimmed)
+		cmd, args, _ := strings.Cut(cur.String(), " ")
+		instrs = append(instrs, instruction{strings.ToUpper(cmd), strings.Join(strings.Fields(args), " "), start})
+		cur.Reset()
+	}
+	if cur.Len() > 0 {
+		return nil, nil, errors.New("Dockerfile ends inside a continued line")
+	}
+	for _, in := range instrs {
+		switch {
+		case in.cmd == "FROM":
+			f := strings.Fields(in.args)
+			f = slices.DeleteFunc(f, func(s string) bool { return strings.HasPrefix(s, "--") })
+			st := &stage{base: f[0]}
+			if len(f) == 3 && strings.EqualFold(f[1], "AS") {
+				st.name = f[2]
+			}
+			stages = append(stages, st)
+		case len(stages) == 0 && in.cmd == "ARG":
+			k, v, _ := strings.Cut(in.args, "=")
+			globalArgs[k] = v
+		case len(stages) == 0:
+			return nil, nil, errors.New("instruction " + in.cmd + " before the first FROM")
+		default:
+			st := stages[len(stages)-1]
+			st.instrs = append(st.instrs, in)
+		}
+	}
+	return globalArgs, stages, nil
+}
+
+func (s *stage) all(cmd string) []instruction {
+	var out []instruction
+	for _, in := range s.instrs {
+		if in.cmd == cmd {
+			out = append(out, in)
+		}
+	}
+	return out
+}
+
+func TestDockerfile(t *testing.T) {
+	args, stages, err := parseDockerfile(readFile(t, "Dockerfile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(stages) < 2 {
+		t.Fatalf("%d stages, want a multi-stage build", len(stages))
+	}
+	build, final := stages[0], stages[len(stages)-1]
+
+	t.Run("builder", func(t *testing.T) {
+		base := os.Expand(build.base, func(k string) string { return args[k] })
+		m := regexp.MustCompile(`^golang:(\d+\.\d+)`).FindStringSubmatch(base)
+		if m == nil {
+			t.Fatalf("builder base %q (%s), want golang:<go version>", base, build.base)
+		}
+		goMod := regexp.MustCompile(`(?m)^go (\d+\.\d+)`).FindStringSubmatch(readFile(t, "../go.mod"))
+		if goMod == nil || goMod[1] != m[1] {
+			t.Errorf("builder Go %s, go.mod says %v", m[1], goMod)
+		}
+		if build.name == "" {
+			t.Error("builder stage is unnamed; COPY --from needs its name")
+		}
+		var runs []string
+		for _, in := range build.all("RUN") {
+			runs = append(runs, in.args)
+		}
+		buildRun := ""
+		for _, r := range runs {
+			if strings.Contains(r, "go build") {
+				buildRun = r
+			}
+		}
+		if buildRun == "" {
+			t.Fatal("no RUN go build in the builder")
+		}
+		if !strings.Contains(buildRun, "--mount=type=cache,target=/go/pkg/mod") {
+			t.Error("go build does not use a module cache mount")
+		}
+		// Every go build in the RUN: static, trimmed, stripped, one of the
+		// two commands, output where the final stage copies from.
+		var outputs []string
+		builds := strings.Split(buildRun, "go build")[1:]
+		if len(builds) != 2 {
+			t.Errorf("%d go build invocations, want 2 (exgate and exchange-sim)", len(builds))
+		}
+		segments := strings.Split(buildRun, "&&")
+		for _, seg := range segments {
+			if !strings.Contains(seg, "go build") {
+				continue
+			}
+			if !strings.Contains(seg, "CGO_ENABLED=0") {
+				t.Errorf("go build without CGO_ENABLED=0: %s", seg)
+			}
+			if !strings.Contains(seg, "-trimpath") {
+				t.Errorf("go build without -trimpath: %s", seg)
+			}
+			ld := regexp.MustCompile(`-ldflags "([^"]*)"`).FindStringSubmatch(seg)
+			if ld == nil || !slices.Contains(strings.Fields(ld[1]), "-s") || !slices.Contains(strings.Fields(ld[1]), "-w") {
+				t.Errorf("go build without -ldflags \"-s -w\": %s", seg)
+			}
+			o := regexp.MustCompile(`-o (\S+) (\./cmd/\S+)`).FindStringSubmatch(seg)
+			if o == nil {
+				t.Errorf("go build without -o OUT ./cmd/PKG: %s", seg)
+				continue
+			}
+			outputs = append(outputs, o[1])
+			if src := readFile(t, filepath.Join("..", o[2], "main.go")); !strings.Contains(src, "package main") {
+				t.Errorf("%s is not a main package", o[2])
+			}
+		}
+		for _, want := range []string{"./cmd/exgate", "./cmd/exchange-sim"} {
+			if !strings.Contains(buildRun, " "+want+" ") && !strings.HasSuffix(buildRun, " "+want) {
+				t.Errorf("the builder does not build %s", want)
+			}
+		}
+		// COPY sources exist in the repository.
+		for _, in := range build.all("COPY") {
+			f := strings.Fields(in.args)
+			for _, src := range f[:len(f)-1] {
+				if strings.HasPrefix(src, "--") {
+					continue
+				}
+				if !exists(filepath.Join("..", src)) {
+					t.Errorf("line %d: COPY source %s does not exist in the repository", in.line, src)
+				}
+			}
+		}
+
+		t.Run("final", func(t *testing.T) {
+			if !strings.HasPrefix(final.base, "gcr.io/distroless/static") && final.base != "scratch" {
+				t.Errorf("final base %q, want distroless static or scratch", final.base)
+			}
+			users := final.all("USER")
+			if len(users) == 0 {
+				t.Fatal("final stage has no USER: it would run as root")
+			}
+			u, _, _ := strings.Cut(users[len(users)-1].args, ":")
+			if n, err := strconv.Atoi(u); (err == nil && n == 0) || u == "root" || (err != nil && u != "nonroot") {
+				t.Errorf("USER %q: want a non-root numeric uid", users[len(users)-1].args)
+			}
+			var copied []string
+			for _, in := range final.all("COPY") {
+				f := strings.Fields(in.args)
+				if len(f) < 3 || f[0] != "--from="+build.name {
+					t.Errorf("line %d: final COPY %q is not from the builder", in.line, in.args)
+					continue
+				}
+				dst := f[len(f)-1]
+				for _, src := range f[1 : len(f)-1] {
+					if !slices.Contains(outputs, src) {
+						t.Errorf("line %d: COPY of %s, which the builder does not produce (%v)", in.line, src, outputs)
+					}
+					copied = append(copied, path.Join(dst, path.Base(src)))
+				}
+			}
+			ep := final.all("ENTRYPOINT")
+			if len(ep) != 1 {
+				t.Fatalf("%d ENTRYPOINTs in the final stage, want 1", len(ep))
+			}
+			var argv []string
+			if err := json.Unmarshal([]byte(ep[0].args), &argv); err != nil || len(argv) == 0 {
+				t.Fatalf("ENTRYPOINT %s: want exec form (JSON) so that SIGTERM reaches exgate", ep[0].args)
+			}
+			if path.Base(argv[0]) != "exgate" || !slices.Contains(copied, argv[0]) {
+				t.Errorf("ENTRYPOINT %s is not the copied exgate binary (%v)", argv[0], copied)
+			}
+			var ports []string
+			for _, in := range final.all("EXPOSE") {
+				ports = append(ports, strings.Fields(in.args)...)
+			}
+			for _, want := range []string{"8080", "9090"} {
+				if !slices.Contains(ports, want) {
+					t.Errorf("EXPOSE lacks %s (%v)", want, ports)
+				}
+			}
+		})
+	})
+}
+
+func TestParseDockerfile(t *testing.T) {
+	src := "# syntax=docker/dockerfile:1\nARG V=1\nFROM --platform=$BUILDPLATFORM img:${V} AS b\nRUN a \\\n  # inner comment\n  b\nFROM scratch\nUSER 1\n"
+	args, stages, err := parseDockerfile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if args["V"] != "1" || len(stages) != 2 || stages[0].name != "b" || stages[0].base != "img:${V}" {
+		t.Fatalf("args %v, stages %+v", args, stages)
+	}
+	if r := stages[0].all("RUN"); len(r) != 1 || r[0].args != "a b" {
+		t.Errorf("RUN %+v, want one joined instruction", r)
+	}
+	if _, _, err := parseDockerfile("RUN x\n"); err == nil {
+		t.Error("instruction before FROM accepted")
+	}
+}
+
+// ---- .dockerignore --------------------------------------------------------
+
+// dockerIgnored reports whether the ignore patterns exclude rel (a
+// slash-separated path in the context), with Docker's semantics: a pattern
+// matches the path or one of its parent directories, "**" matches any
+// number of directories, and a later "!pattern" re-includes.
+func dockerIgnored(patterns []string, rel string) bool {
+	ignored := false
+	for _, p := range patterns {
+		neg := strings.HasPrefix(p, "!")
+		p = strings.TrimPrefix(p, "!")
+		re := globRegexp(path.Clean(strings.TrimPrefix(p, "/")))
+		parts := strings.Split(rel, "/")
+		for i := 1; i <= len(parts); i++ {
+			if re.MatchString(strings.Join(parts[:i], "/")) {
+				ignored = !neg
+				break
+			}
+		}
+	}
+	return ignored
+}
+
+func globRegexp(p string) *regexp.Regexp {
+	var b strings.Builder
+	b.WriteString("^")
+	for i := 0; i < len(p); i++ {
+		switch c := p[i]; {
+		case strings.HasPrefix(p[i:], "**/"):
+			b.WriteString("(.*/)?")
+			i += 2
+		case strings.HasPrefix(p[i:], "**"):
+			b.WriteString(".*")
+			i++
+		case c == '*':
+			b.WriteString("[^/]*")
+		case c == '?':
+			b.WriteString("[^/]")
+		default:
+			b.WriteString(regexp.QuoteMeta(string(c)))
+		}
+	}
+	b.WriteString("$")
+	return regexp.MustCompile(b.String())
+}
+
+func TestDockerIgnoreMatcher(t *testing.T) {
+	pats := []string{".git", "**/testdata", "**/*_test.go", "*.md", "docs", "!docs/keep.md"}
+	for _, c := range []struct {
+		path string
+		want bool
+	}{
+		{".git/HEAD", true}, {"config/testdata/full.yaml", true}, {"testdata/x", true},
+		{"proxy/gateway_test.go", true}, {"proxy/gateway.go", false}, {"README.md", true},
+		{"docs/ops.md", true}, {"docs/keep.md", false}, {"cmd/exgate/main.go", false},
+		{"go.mod", false}, {"sub/README.md", false},
+	} {
+		t.Run(c.path, func(t *testing.T) {
+			if got := dockerIgnored(pats, c.path); got != c.want {
+				t.Errorf("ignored(%s) = %v, want %v", c.path, got, c.want)
+			}
+		})
+	}
+}
+
+// TestDockerIgnore checks that deploy/Dockerfile.dockerignore keeps every
+// file the image build needs: go.mod, go.sum and every non-test Go file of
+// the module outside deploy/, and whatever a //go:embed names.
+func TestDockerIgnore(t *testing.T) {
+	var pats []string
+	for _, l := range strings.Split(readFile(t, "Dockerfile.dockerignore"), "\n") {
+		if l = strings.TrimSpace(l); l != "" && !strings.HasPrefix(l, "#") {
+			pats = append(pats, l)
+		}
+	}
+	if len(pats) == 0 {
+		t.Fatal("Dockerfile.dockerignore has no patterns")
+	}
+	needed := []string{"go.mod", "go.sum"}
+	embed := regexp.MustCompile(`(?m)^//go:embed (.+)$`)
+	err := filepath.WalkDir("..", func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel := filepath.ToSlash(strings.TrimPrefix(p, "../"))
+		if d.IsDir() {
+			if rel == ".git" || rel == "deploy" || strings.HasPrefix(d.Name(), ".") && rel != ".." {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(rel, ".go") || strings.HasSuffix(rel, "_test.go") {
+			return nil
+		}
+		needed = append(needed, rel)
+		src, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		for _, m := range embed.FindAllStringSubmatch(string(src), -1) {
+			for _, e := range strings.Fields(m[1]) {
+				needed = append(needed, path.Join(path.Dir(rel), e))
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(needed) < 20 {
+		t.Fatalf("found only %d files the build needs; the walk is broken", len(needed))
+	}
+	for _, n := range needed {
+		if dockerIgnored(pats, n) {
+			t.Errorf("Dockerfile.dockerignore excludes %s, which the build needs", n)
+		}
+	}
+	for _, n := range []string{".git/HEAD", "README.md", "config/testdata/full.yaml"} {
+		if !dockerIgnored(pats, n) {
+			t.Errorf("Dockerfile.dockerignore sends %s to the build", n)
+		}
+	}
+}
+
+// ---- configurations -------------------------------------------------------
+
+// envFunc returns a getenv over a fixed map.
+func envFunc(env map[string]string) func(string) (string, bool) {
+	return func(k string) (string, bool) {
+		v, ok := env[k]
+		return v, ok
+	}
+}
+
+func TestExampleConfigLoads(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		env  map[string]string
+	}{
+		{"no environment", nil},
+		{"compose environment", composeEnv(t)},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var out bytes.Buffer
+			if !config.CheckFile("examples/exgate.yaml", envFunc(c.env), &out) {
+				t.Fatalf("exgate check-config examples/exgate.yaml:\n%s", out.String())
+			}
+			if strings.TrimSpace(out.String()) != "ok" {
+				t.Errorf("check-config printed %q, want ok", out.String())
+			}
+		})
+	}
+	cfg, err := config.Load("examples/exgate.yaml", envFunc(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// What the example promises in its comments.
+	if cfg.Limiter.Backend != config.BackendRedis || len(cfg.Limiter.Redis.Addrs) == 0 {
+		t.Error("the example does not use Redis")
+	}
+	if len(cfg.ClientIP.TrustedProxies) == 0 || len(cfg.Tiers) == 0 || cfg.TokensFile == "" {
+		t.Error("the example lacks trusted proxies, tiers or a tokens file")
+	}
+	var tokens any
+	if err := yaml.Unmarshal([]byte(readFile(t, "examples/tokens.yaml")), &tokens); err != nil {
+		t.Errorf("examples/tokens.yaml is not YAML: %v", err)
+	}
+}
+
+// ---- compose -------------------------------------------------------------
+
+// composeEnv returns exgate's environment in compose.yaml, interpolations
+// replaced by a stand-in value.
+func composeEnv(t *testing.T) map[string]string {
+	t.Helper()
+	docs := yamlDocs(t, "compose.yaml")
+	env := map[string]string{}
+	for k, v := range dig(docs[0], "services", "exgate", "environment").(map[string]any) {
+		env[k] = regexp.MustCompile(`\$\{[^}]*\}`).ReplaceAllString(str(v), "stand-in")
+	}
+	return env
+}
+
+// hostPort splits "host:port" and returns the port as a number.
+func hostPort(t *testing.T, hp string) (string, int) {
+	t.Helper()
+	h, p, err := net.SplitHostPort(hp)
+	if err != nil {
+		t.Fatalf("%q: %v", hp, err)
+	}
+	n, err := strconv.Atoi(p)
+	if err != nil {
+		t.Fatalf("%q: %v", hp, err)
+	}
+	return h, n
+}
+
+func TestCompose(t *testing.T) {
+	docs := yamlDocs(t, "compose.yaml")
+	if len(docs) != 1 {
+		t.Fatalf("%d documents in compose.yaml, want 1", len(docs))
+	}
+	services, _ := dig(docs[0], "services").(map[string]any)
+	for _, want := range []string{"exgate", "redis", "exchange-sim", "prometheus", "grafana"} {
+		if services[want] == nil {
+			t.Errorf("no service %s", want)
+		}
+	}
+
+	// Every bind mount's source exists; remember where files land.
+	mounted := map[string]map[string]string{} // service → container path → source
+	for name, svc := range services {
+		mounted[name] = map[string]string{}
+		for _, v := range list(dig(svc, "volumes")) {
+			parts := strings.Split(str(v), ":")
+			if len(parts) < 2 {
+				t.Errorf("%s: volume %q", name, str(v))
+				continue
+			}
+			src, dst := parts[0], parts[1]
+			if !strings.HasPrefix(src, ".") {
+				if dig(docs[0], "volumes", src) == nil && !slices.Contains(keys(dig(docs[0], "volumes")), src) {
+					t.Errorf("%s: named volume %s is not declared", name, src)
+				}
+				continue
+			}
+			if !exists(src) {
+				t.Errorf("%s: bind mount source %s does not exist", name, src)
+			}
+			mounted[name][dst] = src
+		}
+		if b := dig(svc, "build"); b != nil {
+			ctx := str(dig(b, "context"))
+			if !exists(filepath.Join(ctx, "go.mod")) || !exists(filepath.Join(ctx, str(dig(b, "dockerfile")))) {
+				t.Errorf("%s: build context %q / dockerfile %q do not exist", name, ctx, str(dig(b, "dockerfile")))
+			}
+		}
+	}
+
+	exgate := services["exgate"]
+	env := composeEnv(t)
+	t.Run("exgate", func(t *testing.T) {
+		if env["EXGATE_ADMIN_LISTEN"] != "0.0.0.0:9090" {
+			t.Errorf("EXGATE_ADMIN_LISTEN = %q, want 0.0.0.0:9090 (Prometheus scrapes it)", env["EXGATE_ADMIN_LISTEN"])
+		}
+		raw := str(dig(exgate, "environment", "EXGATE_KEY_SECRET"))
+		if !strings.HasPrefix(raw, "${EXGATE_KEY_SECRET") {
+			t.Errorf("EXGATE_KEY_SECRET = %q: want it from the environment, never a literal", raw)
+		}
+		cmd := list(dig(exgate, "command"))
+		i := slices.IndexFunc(cmd, func(v any) bool { return str(v) == "-config" })
+		if i < 0 || i+1 >= len(cmd) {
+			t.Fatalf("command %v has no -config FILE", cmd)
+		}
+		cfgPath := str(cmd[i+1])
+		src, ok := mounted["exgate"][cfgPath]
+		if !ok {
+			t.Fatalf("-config %s is not mounted", cfgPath)
+		}
+		cfg, err := config.Load(src, envFunc(env))
+		if err != nil {
+			t.Fatalf("%s with compose's environment: %v", src, err)
+		}
+		if _, ok := mounted["exgate"][cfg.TokensFile]; cfg.TokensFile != "" && !ok {
+			t.Errorf("tokens_file %s is not mounted", cfg.TokensFile)
+		}
+		_, admin := hostPort(t, cfg.AdminListen)
+		_, traffic := hostPort(t, cfg.Listen)
+		var published []string
+		for _, p := range list(dig(exgate, "ports")) {
+			published = append(published, str(p))
+		}
+		for _, port := range []int{traffic, admin} {
+			if !slices.ContainsFunc(published, func(p string) bool { return strings.HasSuffix(p, ":"+strconv.Itoa(port)) }) {
+				t.Errorf("port %d is not published (%v)", port, published)
+			}
+		}
+		// The upstream and Redis are the compose services.
+		up, _ := url.Parse(cfg.Upstream.URL.String())
+		if up.Hostname() != "exchange-sim" {
+			t.Errorf("upstream.url %s is not the exchange-sim service", up)
+		}
+		simCmd := list(dig(services["exchange-sim"], "command"))
+		if j := slices.IndexFunc(simCmd, func(v any) bool { return str(v) == "-listen" }); j < 0 || j+1 >= len(simCmd) {
+			t.Errorf("exchange-sim command %v has no -listen", simCmd)
+		} else if _, p := hostPort(t, str(simCmd[j+1])); strconv.Itoa(p) != up.Port() {
+			t.Errorf("exchange-sim listens on %d, upstream.url says %s", p, up.Port())
+		}
+		if len(cfg.Limiter.Redis.Addrs) != 1 {
+			t.Fatalf("redis addrs %v, want the one compose service", cfg.Limiter.Redis.Addrs)
+		}
+		if h, _ := hostPort(t, cfg.Limiter.Redis.Addrs[0]); h != "redis" {
+			t.Errorf("redis addr %s is not the redis service", cfg.Limiter.Redis.Addrs[0])
+		}
+		if cfg.Limiter.Replicas != 1 {
+			t.Errorf("limiter.replicas = %d under compose's single gateway, want 1", cfg.Limiter.Replicas)
+		}
+		grace, err := time.ParseDuration(str(dig(exgate, "stop_grace_period")))
+		if err != nil {
+			t.Fatalf("stop_grace_period: %v", err)
+		}
+		if need := cfg.Server.DrainDelay + cfg.Server.ShutdownTimeout; grace <= need {
+			t.Errorf("stop_grace_period %s ≤ drain_delay + shutdown_timeout = %s", grace, need)
+		}
+		if dig(exgate, "read_only") != true || !slices.Contains(list(dig(exgate, "cap_drop")), any("ALL")) {
+			t.Error("exgate is not read_only with cap_drop ALL")
+		}
+	})
+
+	t.Run("exchange-sim", func(t *testing.T) {
+		ep := list(dig(services["exchange-sim"], "entrypoint"))
+		if len(ep) != 1 || path.Base(str(ep[0])) != "exchange-sim" {
+			t.Fatalf("entrypoint %v", ep)
+		}
+		if !strings.Contains(readFile(t, "Dockerfile"), "/usr/local/bin/") || path.Dir(str(ep[0])) != "/usr/local/bin" {
+			t.Errorf("entrypoint %s is not where the Dockerfile puts binaries", ep[0])
+		}
+		if str(dig(services["exchange-sim"], "image")) != str(dig(exgate, "image")) {
+			t.Error("exchange-sim does not run the exgate image")
+		}
+	})
+
+	t.Run("prometheus", func(t *testing.T) {
+		p := services["prometheus"]
+		var cfgFile string
+		for _, a := range list(dig(p, "command")) {
+			if v, ok := strings.CutPrefix(str(a), "--config.file="); ok {
+				cfgFile = v
+			}
+		}
+		src, ok := mounted["prometheus"][cfgFile]
+		if !ok || src != "./prometheus/prometheus.yaml" {
+			t.Fatalf("--config.file=%s is mounted from %q, want ./prometheus/prometheus.yaml", cfgFile, src)
+		}
+		var pc struct {
+			RuleFiles     []string `yaml:"rule_files"`
+			ScrapeConfigs []struct {
+				JobName       string `yaml:"job_name"`
+				MetricsPath   string `yaml:"metrics_path"`
+				StaticConfigs []struct {
+					Targets []string `yaml:"targets"`
+				} `yaml:"static_configs"`
+			} `yaml:"scrape_configs"`
+		}
+		if err := yaml.Unmarshal([]byte(readFile(t, "prometheus/prometheus.yaml")), &pc); err != nil {
+			t.Fatal(err)
+		}
+		for _, rf := range pc.RuleFiles {
+			if _, ok := mounted["prometheus"][path.Join(path.Dir(cfgFile), rf)]; !ok {
+				t.Errorf("rule file %s is not mounted next to %s", rf, cfgFile)
+			}
+		}
+		cfg, err := config.Load("examples/exgate.yaml", envFunc(env))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, admin := hostPort(t, cfg.AdminListen)
+		found := false
+		for _, sc := range pc.ScrapeConfigs {
+			if sc.JobName != "exgate" {
+				continue
+			}
+			found = true
+			if sc.MetricsPath != "" && sc.MetricsPath != "/metrics" {
+				t.Errorf("metrics_path %s", sc.MetricsPath)
+			}
+			for _, tg := range sc.StaticConfigs[0].Targets {
+				if h, p := hostPort(t, tg); h != "exgate" || p != admin {
+					t.Errorf("target %s, want exgate:%d (the admin listener)", tg, admin)
+				}
+			}
+		}
+		if !found {
+			t.Error(`no scrape job "exgate" (the alert rules select job="exgate")`)
+		}
+	})
+
+	t.Run("grafana", func(t *testing.T) {
+		var prov struct {
+			Providers []struct {
+				Options struct {
+					Path string `yaml:"path"`
+				} `yaml:"options"`
+			} `yaml:"providers"`
+		}
+		if err := yaml.Unmarshal([]byte(readFile(t, "grafana/provisioning/dashboards/exgate.yaml")), &prov); err != nil {
+			t.Fatal(err)
+		}
+		if len(prov.Providers) != 1 {
+			t.Fatalf("%d dashboard providers, want 1", len(prov.Providers))
+		}
+		dir := prov.Providers[0].Options.Path
+		src, ok := mounted["grafana"][path.Join(dir, "exgate-dashboard.json")]
+		if !ok || src != "./grafana/exgate-dashboard.json" {
+			t.Errorf("the dashboard is not mounted into the provider's path %s", dir)
+		}
+		for _, d := range []string{"/etc/grafana/provisioning/datasources", "/etc/grafana/provisioning/dashboards"} {
+			if _, ok := mounted["grafana"][d]; !ok {
+				t.Errorf("%s is not mounted", d)
+			}
+		}
+		var ds struct {
+			Datasources []struct {
+				Type string `yaml:"type"`
+				URL  string `yaml:"url"`
+			} `yaml:"datasources"`
+		}
+		if err := yaml.Unmarshal([]byte(readFile(t, "grafana/provisioning/datasources/prometheus.yaml")), &ds); err != nil {
+			t.Fatal(err)
+		}
+		if len(ds.Datasources) != 1 || ds.Datasources[0].Type != "prometheus" || ds.Datasources[0].URL != "http://prometheus:9090" {
+			t.Errorf("datasources %+v, want the prometheus service", ds.Datasources)
+		}
+	})
+}
+
+func keys(v any) []string {
+	m, _ := v.(map[string]any)
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
+
+// TestOperationsDoc checks that docs/operations.md covers what the deploy
+// files rely on.
+func TestOperationsDoc(t *testing.T) {
+	doc := readFile(t, "../docs/operations.md")
+	for _, n := range exportedNames(t) {
+		if strings.HasPrefix(n, "exgate_") && !strings.Contains(doc, "`"+n+"`") {
+			t.Errorf("docs/operations.md does not describe %s", n)
+		}
+	}
+	for _, want := range []string{
+		"exgate-secrets", "key-secret", "redis-password", "EXGATE_ADMIN_LISTEN=0.0.0.0:9090",
+		"docker compose -f deploy/compose.yaml", "kubectl apply -k deploy/kubernetes",
+		"master_name", "limiter.replicas", "drain_delay", "shutdown_timeout", "terminationGracePeriodSeconds",
+	} {
+		if !strings.Contains(doc, want) {
+			t.Errorf("docs/operations.md does not mention %q", want)
+		}
+	}
+}
+
+func exportedNames(t *testing.T) []string {
+	t.Helper()
+	var out []string
+	for n := range exported(t) {
+		out = append(out, n)
+	}
+	slices.Sort(out)
+	return out
+}

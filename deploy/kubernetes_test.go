@@ -1,0 +1,297 @@
+package deploy
+
+import (
+	"os"
+	"os/exec"
+	"path"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/exgate/exgate/config"
+)
+
+// k8sObjects parses every manifest in kubernetes/ (all documents of every
+// file) and returns them by kind.
+func k8sObjects(t *testing.T) (map[string][]map[string]any, []string) {
+	t.Helper()
+	files, err := filepath.Glob("kubernetes/*.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	byKind := map[string][]map[string]any{}
+	var names []string
+	for _, f := range files {
+		names = append(names, filepath.Base(f))
+		for _, d := range yamlDocs(t, f) {
+			kind, api := str(d["kind"]), str(d["apiVersion"])
+			if kind == "" || api == "" {
+				t.Errorf("%s: a document without kind or apiVersion", f)
+				continue
+			}
+			if kind != "Kustomization" && str(dig(d, "metadata", "name")) == "" {
+				t.Errorf("%s: %s without metadata.name", f, kind)
+			}
+			byKind[kind] = append(byKind[kind], d)
+		}
+	}
+	return byKind, names
+}
+
+func one(t *testing.T, byKind map[string][]map[string]any, kind string) map[string]any {
+	t.Helper()
+	if len(byKind[kind]) != 1 {
+		t.Fatalf("%d objects of kind %s, want 1", len(byKind[kind]), kind)
+	}
+	return byKind[kind][0]
+}
+
+func TestKubernetes(t *testing.T) {
+	byKind, files := k8sObjects(t)
+	if len(files) < 6 {
+		t.Fatalf("only %d manifest files", len(files))
+	}
+	if len(byKind["Secret"]) != 0 {
+		t.Error("a Secret is committed; reference it, never commit its values")
+	}
+	for kind, api := range map[string]string{
+		"Deployment": "apps/v1", "Service": "v1", "ConfigMap": "v1",
+		"PodDisruptionBudget": "policy/v1", "HorizontalPodAutoscaler": "autoscaling/v2",
+		"ServiceAccount": "v1", "Kustomization": "kustomize.config.k8s.io/v1beta1",
+	} {
+		if o := one(t, byKind, kind); str(o["apiVersion"]) != api {
+			t.Errorf("%s apiVersion %s, want %s", kind, str(o["apiVersion"]), api)
+		}
+	}
+
+	// Every manifest is in the kustomization, and every resource listed
+	// exists.
+	var resources []string
+	for _, r := range list(dig(one(t, byKind, "Kustomization"), "resources")) {
+		resources = append(resources, str(r))
+		if !exists(filepath.Join("kubernetes", str(r))) {
+			t.Errorf("kustomization lists %s, which does not exist", str(r))
+		}
+	}
+	for _, f := range files {
+		if f != "kustomization.yaml" && !slices.Contains(resources, f) {
+			t.Errorf("kubernetes/%s is not in kustomization.yaml", f)
+		}
+	}
+
+	dep := one(t, byKind, "Deployment")
+	pod := dig(dep, "spec", "template", "spec")
+	podLabels, _ := dig(dep, "spec", "template", "metadata", "labels").(map[string]any)
+	selects := func(sel any) bool {
+		m, _ := sel.(map[string]any)
+		if len(m) == 0 {
+			return false
+		}
+		for k, v := range m {
+			if podLabels[k] != v {
+				return false
+			}
+		}
+		return true
+	}
+	if !selects(dig(dep, "spec", "selector", "matchLabels")) {
+		t.Error("the Deployment's selector does not match its pod labels")
+	}
+	containers := list(dig(pod, "containers"))
+	if len(containers) != 1 {
+		t.Fatalf("%d containers, want 1", len(containers))
+	}
+	c := containers[0]
+	ports := map[string]int{}
+	for _, p := range list(dig(c, "ports")) {
+		ports[str(dig(p, "name"))] = dig(p, "containerPort").(int)
+	}
+
+	// The configuration the pods run, with the pods' environment.
+	env := map[string]string{}
+	for _, e := range list(dig(c, "env")) {
+		name := str(dig(e, "name"))
+		switch {
+		case dig(e, "value") != nil:
+			env[name] = str(dig(e, "value"))
+		case dig(e, "valueFrom", "secretKeyRef") != nil:
+			env[name] = "from-secret"
+		default:
+			t.Errorf("env %s has neither a value nor a secretKeyRef", name)
+		}
+	}
+	cm := one(t, byKind, "ConfigMap")
+	data, _ := dig(cm, "data").(map[string]any)
+	cfg, err := config.Parse("configmap exgate.yaml", []byte(str(data["exgate.yaml"])), envFunc(env))
+	if err != nil {
+		t.Fatalf("the ConfigMap's exgate.yaml with the Deployment's environment: %v", err)
+	}
+
+	t.Run("deployment", func(t *testing.T) {
+		if r := dig(dep, "spec", "replicas"); r != 3 {
+			t.Errorf("replicas %v, want 3", r)
+		}
+		if cfg.Limiter.Replicas != 3 {
+			t.Errorf("limiter.replicas %d, the Deployment runs 3", cfg.Limiter.Replicas)
+		}
+		// Admin listener on all interfaces, at the port named admin.
+		adminHost, adminPort := hostPort(t, cfg.AdminListen)
+		if adminHost != "0.0.0.0" && adminHost != "" {
+			t.Errorf("admin listener %s is not reachable by the kubelet", cfg.AdminListen)
+		}
+		if ports["admin"] != adminPort {
+			t.Errorf("container port admin = %d, the admin listener is on %d", ports["admin"], adminPort)
+		}
+		if _, p := hostPort(t, cfg.Listen); ports["http"] != p {
+			t.Errorf("container port http = %d, the traffic listener is on %d", ports["http"], p)
+		}
+		for _, pr := range []struct{ probe, path string }{{"readinessProbe", "/readyz"}, {"livenessProbe", "/healthz"}} {
+			get := dig(c, pr.probe, "httpGet")
+			if str(dig(get, "path")) != pr.path {
+				t.Errorf("%s path %q, want %s", pr.probe, str(dig(get, "path")), pr.path)
+			}
+			port := dig(get, "port")
+			if port != "admin" && port != adminPort {
+				t.Errorf("%s port %v, want the admin port", pr.probe, port)
+			}
+		}
+		// Readiness must notice draining before the listener closes.
+		period, _ := dig(c, "readinessProbe", "periodSeconds").(int)
+		failures, _ := dig(c, "readinessProbe", "failureThreshold").(int)
+		if period == 0 || failures == 0 {
+			t.Error("readinessProbe without periodSeconds and failureThreshold")
+		} else if d := time.Duration(period*failures) * time.Second; d >= cfg.Server.DrainDelay {
+			t.Errorf("readiness notices draining after up to %s, but the listener closes after drain_delay %s", d, cfg.Server.DrainDelay)
+		}
+		grace, _ := dig(pod, "terminationGracePeriodSeconds").(int)
+		if need := cfg.Server.DrainDelay + cfg.Server.ShutdownTimeout; time.Duration(grace)*time.Second <= need {
+			t.Errorf("terminationGracePeriodSeconds %d ≤ drain_delay + shutdown_timeout = %s", grace, need)
+		}
+		for _, k := range []string{"requests", "limits"} {
+			for _, r := range []string{"cpu", "memory"} {
+				if str(dig(c, "resources", k, r)) == "" {
+					t.Errorf("resources.%s.%s is not set", k, r)
+				}
+			}
+		}
+		if dig(pod, "securityContext", "runAsNonRoot") != true {
+			t.Error("pod securityContext.runAsNonRoot is not true")
+		}
+		if uid, _ := dig(pod, "securityContext", "runAsUser").(int); uid == 0 {
+			t.Error("pod securityContext.runAsUser is root or unset")
+		}
+		sc := dig(c, "securityContext")
+		if dig(sc, "readOnlyRootFilesystem") != true || dig(sc, "allowPrivilegeEscalation") != false || dig(sc, "runAsNonRoot") != true {
+			t.Errorf("container securityContext %v: want read-only root, no privilege escalation, non-root", sc)
+		}
+		if drop := list(dig(sc, "capabilities", "drop")); !slices.Contains(drop, any("ALL")) {
+			t.Errorf("capabilities.drop %v, want ALL", drop)
+		}
+		// Secrets come from a Secret reference.
+		for _, name := range []string{cfg.Limiter.KeySecretEnv, cfg.Limiter.Redis.PasswordEnv} {
+			i := slices.IndexFunc(list(dig(c, "env")), func(e any) bool { return str(dig(e, "name")) == name })
+			if i < 0 {
+				t.Errorf("env %s is not set", name)
+				continue
+			}
+			ref := dig(list(dig(c, "env"))[i], "valueFrom", "secretKeyRef")
+			if str(dig(ref, "name")) == "" || str(dig(ref, "key")) == "" {
+				t.Errorf("env %s is not a secretKeyRef", name)
+			}
+		}
+		// Scrape annotations point at the admin listener.
+		ann := dig(dep, "spec", "template", "metadata", "annotations")
+		if str(dig(ann, "prometheus.io/scrape")) != "true" || str(dig(ann, "prometheus.io/port")) != strconv.Itoa(adminPort) || str(dig(ann, "prometheus.io/path")) != "/metrics" {
+			t.Errorf("scrape annotations %v, want scrape=true port=%d path=/metrics", ann, adminPort)
+		}
+		// The config is mounted where -config reads it.
+		args := list(dig(c, "args"))
+		i := slices.IndexFunc(args, func(v any) bool { return str(v) == "-config" })
+		if i < 0 || i+1 >= len(args) {
+			t.Fatalf("args %v have no -config FILE", args)
+		}
+		cfgPath := str(args[i+1])
+		var mountVol string
+		for _, m := range list(dig(c, "volumeMounts")) {
+			if path.Dir(cfgPath) == str(dig(m, "mountPath")) {
+				mountVol = str(dig(m, "name"))
+			}
+		}
+		vi := slices.IndexFunc(list(dig(pod, "volumes")), func(v any) bool { return str(dig(v, "name")) == mountVol })
+		if mountVol == "" || vi < 0 || str(dig(list(dig(pod, "volumes"))[vi], "configMap", "name")) != str(dig(cm, "metadata", "name")) {
+			t.Fatalf("-config %s is not on a volume of ConfigMap %s", cfgPath, str(dig(cm, "metadata", "name")))
+		}
+		if data[path.Base(cfgPath)] == nil {
+			t.Errorf("the ConfigMap has no key %s", path.Base(cfgPath))
+		}
+		if cfg.TokensFile != "" && (path.Dir(cfg.TokensFile) != path.Dir(cfgPath) || data[path.Base(cfg.TokensFile)] == nil) {
+			t.Errorf("tokens_file %s is not in the mounted ConfigMap", cfg.TokensFile)
+		}
+		if str(dig(pod, "serviceAccountName")) != str(dig(one(t, byKind, "ServiceAccount"), "metadata", "name")) {
+			t.Error("the pods do not use the ServiceAccount")
+		}
+		if dig(pod, "automountServiceAccountToken") != false {
+			t.Error("the pods mount a service account token they do not need")
+		}
+	})
+
+	t.Run("service", func(t *testing.T) {
+		svc := one(t, byKind, "Service")
+		if !selects(dig(svc, "spec", "selector")) {
+			t.Error("the Service selects no exgate pod")
+		}
+		for _, p := range list(dig(svc, "spec", "ports")) {
+			tp := str(dig(p, "targetPort"))
+			if tp != "http" && tp != strconv.Itoa(ports["http"]) {
+				t.Errorf("Service port %v targets %s, want the traffic port", dig(p, "name"), tp)
+			}
+		}
+	})
+
+	t.Run("pdb and hpa", func(t *testing.T) {
+		pdb := one(t, byKind, "PodDisruptionBudget")
+		if !selects(dig(pdb, "spec", "selector", "matchLabels")) {
+			t.Error("the PodDisruptionBudget selects no exgate pod")
+		}
+		if dig(pdb, "spec", "maxUnavailable") == nil && dig(pdb, "spec", "minAvailable") == nil {
+			t.Error("the PodDisruptionBudget sets neither maxUnavailable nor minAvailable")
+		}
+		hpa := one(t, byKind, "HorizontalPodAutoscaler")
+		ref := dig(hpa, "spec", "scaleTargetRef")
+		if str(dig(ref, "kind")) != "Deployment" || str(dig(ref, "name")) != str(dig(dep, "metadata", "name")) {
+			t.Errorf("the HPA scales %v, not the Deployment", ref)
+		}
+		minR, _ := dig(hpa, "spec", "minReplicas").(int)
+		maxR, _ := dig(hpa, "spec", "maxReplicas").(int)
+		if minR < 2 || minR > dig(dep, "spec", "replicas").(int) || maxR < minR {
+			t.Errorf("HPA min %d max %d: want 2 ≤ min ≤ the Deployment's replicas ≤ max", minR, maxR)
+		}
+		if len(list(dig(hpa, "spec", "metrics"))) == 0 {
+			t.Error("the HPA has no metrics")
+		}
+	})
+}
+
+// TestKustomizeBuild renders the manifests with kubectl's built-in
+// kustomize when kubectl is installed (it is optional: the parsing tests
+// above always run).
+func TestKustomizeBuild(t *testing.T) {
+	kubectl, err := exec.LookPath("kubectl")
+	if err != nil {
+		t.Skip("kubectl is not installed; the manifests are checked by parsing only")
+	}
+	cmd := exec.Command(kubectl, "kustomize", "kubernetes")
+	cmd.Env = append(os.Environ(), "KUBECONFIG=/dev/null")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("kubectl kustomize: %v\n%s", err, out)
+	}
+	for _, kind := range []string{"Deployment", "Service", "ConfigMap", "PodDisruptionBudget", "HorizontalPodAutoscaler"} {
+		if !strings.Contains(string(out), "\nkind: "+kind+"\n") {
+			t.Errorf("kustomize output lacks a %s", kind)
+		}
+	}
+}
