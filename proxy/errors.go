@@ -65,7 +65,43 @@ var (
 	errBadGateway     = static(http.StatusBadGateway, "bad_gateway", "The upstream service is unavailable.")
 	errGatewayTimeout = static(http.StatusGatewayTimeout, "gateway_timeout", "The upstream service did not answer in time.")
 	errInternal       = static(http.StatusInternalServerError, "internal_error", "Internal error.")
+	// errLimitsUnavailable answers when the rate-limit store failed on a
+	// route whose on_store_error is "closed".
+	errLimitsUnavailable = static(http.StatusServiceUnavailable, "rate_limit_unavailable",
+		"Rate limiting is temporarily unavailable. Try again shortly.",
+		"Retry-After", "1")
 )
+
+// throttledStatic holds the 429 answers for waits up to this many
+// seconds, encoded once; longer waits are encoded per request.
+var throttledStatic = func() []*Error {
+	es := make([]*Error, 121)
+	for i := 1; i < len(es); i++ {
+		es[i] = newThrottled(int64(i))
+	}
+	return es
+}()
+
+// throttled returns the 429 answer for a wait of secs whole seconds
+// (at least 1): the body Django REST framework clients already parse, and
+// Retry-After.
+func throttled(secs int64) *Error {
+	secs = max(secs, 1)
+	if secs < int64(len(throttledStatic)) {
+		return throttledStatic[secs]
+	}
+	return newThrottled(secs)
+}
+
+func newThrottled(secs int64) *Error {
+	n := strconv.FormatInt(secs, 10)
+	unit := " seconds."
+	if secs == 1 {
+		unit = " second."
+	}
+	return static(http.StatusTooManyRequests, "throttled",
+		"Request was throttled. Expected available in "+n+unit, "Retry-After", n)
+}
 
 // pathErrors holds the pre-encoded 400 answer of each path refusal.
 var pathErrors = func() map[pathError]*Error {

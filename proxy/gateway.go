@@ -24,6 +24,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/exgate/exgate/config"
+	"github.com/exgate/exgate/limiter"
 )
 
 // StatusClientClosed is the status logged (never sent) when the client went
@@ -39,12 +40,18 @@ type Options struct {
 	// Transport carries requests to the backend. Nil means a Transport
 	// built by NewTransport from the upstream configuration.
 	Transport http.RoundTripper
+	// Limits enforces the rate limits. Nil means no route is limited.
+	Limits *limiter.Enforcer
+	// Rules are the compiled rate limits. Nil means limiter.Compile of
+	// the configuration with no token tiers.
+	Rules *limiter.Rules
 }
 
 // Gateway is the traffic handler: it answers bad requests itself and
 // forwards the rest to the backend. It is safe for concurrent use.
 type Gateway struct {
-	table     *table
+	plan      atomic.Pointer[plan]
+	limits    *limiter.Enforcer
 	target    *url.URL
 	basePath  string // target path without its trailing slash
 	rp        *httputil.ReverseProxy
@@ -68,7 +75,7 @@ func New(cfg *config.Config, opts Options) (*Gateway, error) {
 		return nil, errors.New("proxy: upstream.url is not set")
 	}
 	g := &Gateway{
-		table:     compileTable(cfg),
+		limits:    opts.Limits,
 		target:    cfg.Upstream.URL.URL,
 		basePath:  strings.TrimSuffix(cfg.Upstream.URL.Path, "/"),
 		transport: opts.Transport,
@@ -91,6 +98,11 @@ func New(cfg *config.Config, opts Options) (*Gateway, error) {
 	for _, p := range cfg.ClientIP.TrustedProxies {
 		g.trusted = append(g.trusted, p.Prefix)
 	}
+	rules := opts.Rules
+	if rules == nil {
+		rules = limiter.Compile(cfg, nil)
+	}
+	g.plan.Store(newPlan(cfg, rules))
 	g.errHeader = headerTooLarge(g.maxHeader)
 	g.errBody = tooLarge(g.maxBody)
 	g.rp = &httputil.ReverseProxy{
@@ -128,6 +140,37 @@ func NewTransport(u config.Upstream) *http.Transport {
 	}
 }
 
+// plan is what a reload replaces: the route table with each route's
+// compiled limits. A request uses the plan it started with throughout.
+type plan struct {
+	table *table
+	rules *limiter.Rules
+}
+
+func newPlan(cfg *config.Config, rules *limiter.Rules) *plan {
+	t := compileTable(cfg)
+	for _, r := range t.routes {
+		r.limits = rules.Route(r.Name)
+	}
+	if t.def != nil {
+		t.def.limits = rules.Route(t.def.Name)
+	}
+	return &plan{table: t, rules: rules}
+}
+
+// Reload replaces the route table and the rate limits with those of cfg
+// and rules, without dropping a request: requests under way finish with
+// the plan they started with. Only routes, limits, tiers and header style
+// change; listeners, timeouts of the server, the upstream, trusted proxies
+// and the limiter store are fixed at start (the caller should say so when
+// they differ).
+func (g *Gateway) Reload(cfg *config.Config, rules *limiter.Rules) {
+	g.plan.Store(newPlan(cfg, rules))
+}
+
+// Rules returns the rate limits in force.
+func (g *Gateway) Rules() *limiter.Rules { return g.plan.Load().rules }
+
 // SetDraining marks the gateway as shutting down: /readyz answers 503 from
 // then on so load balancers stop sending traffic.
 func (g *Gateway) SetDraining() { g.draining.Store(true) }
@@ -151,6 +194,9 @@ type exchange struct {
 	path     string // canonical path, or "" when refused before that
 	clientCx context.Context
 	upErr    error
+	addr     netip.Addr // client address, once derived
+	limited  bool       // the route's limits were decided
+	decision limiter.Decision
 }
 
 // ServeHTTP runs the request pipeline: request id, header size, canonical
@@ -168,34 +214,52 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		r.Header["X-Request-Id"] = []string{ex.id}
 	}
 	if headerSize(r) > g.maxHeader {
-		g.reject(ex, g.errHeader)
+		g.refuse(ex, r, g.errHeader)
 		return
 	}
 	p, err := canonicalPath(r.URL.EscapedPath())
 	if err != nil {
-		g.reject(ex, pathErrors[err.(pathError)])
+		g.refuse(ex, r, pathErrors[err.(pathError)])
 		return
 	}
-	route, allow := g.table.match(r.Method, p)
+	pl := g.plan.Load()
+	route, allow := pl.table.match(r.Method, p)
 	if route == nil {
 		if allow != "" {
-			g.reject(ex, methodNotAllowed(r.Method, allow))
+			g.refuse(ex, r, methodNotAllowed(r.Method, allow))
 		} else {
-			g.reject(ex, errNotFound)
+			g.refuse(ex, r, errNotFound)
 		}
 		return
 	}
 	ex.route = route
 	ex.path = route.forwardPath(p)
 
+	var token string
 	if route.Auth != config.AuthNone {
-		_, present, ok := bearerToken(r.Header)
+		t, present, ok := bearerToken(r.Header)
 		switch {
 		case !present && route.Auth == config.AuthRequired:
-			g.reject(ex, errNotAuthenticated)
+			g.refuse(ex, r, errNotAuthenticated)
 			return
 		case present && !ok:
-			g.reject(ex, errBadAuthHeader)
+			g.refuse(ex, r, errBadAuthHeader)
+			return
+		}
+		token = t
+	}
+	ex.addr, _ = clientAddr(r.RemoteAddr, r.Header["X-Forwarded-For"], g.trusted)
+	if g.limits != nil && route.limits.Limited() {
+		ex.limited = true
+		d := &ex.decision
+		g.limits.Decide(r.Context(), route.limits, limiter.Request{Token: token, Addr: ex.addr}, d)
+		d.SetHeaders(w.Header(), pl.rules.Headers())
+		if !d.Allowed {
+			if d.Unavailable {
+				g.refuse(ex, r, errLimitsUnavailable)
+			} else {
+				g.refuse(ex, r, throttled(limiter.Seconds(d.RetryAfter)))
+			}
 			return
 		}
 	}
@@ -214,6 +278,19 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func (g *Gateway) reject(ex *exchange, e *Error) {
 	WriteError(&ex.rw, ex.id, e)
 }
+
+// refuse answers a request whose body has not been read with e. A body of
+// unknown length (chunked) would otherwise be read by net/http before the
+// answer goes out, up to 256 KiB, so the connection is closed instead: a
+// refused client cannot make exgate wait for its body.
+func (g *Gateway) refuse(ex *exchange, r *http.Request, e *Error) {
+	if r.ContentLength < 0 && r.Body != nil && r.Body != http.NoBody {
+		ex.rw.Header()["Connection"] = connClose
+	}
+	WriteError(&ex.rw, ex.id, e)
+}
+
+var connClose = []string{"close"}
 
 // limitBody refuses a body over the limit before any of it is forwarded. A
 // body of unknown length (chunked) is read whole, up to the limit, so that
@@ -267,7 +344,7 @@ func (g *Gateway) rewrite(pr *httputil.ProxyRequest) {
 	}
 	out.Header.Del("X-Real-Ip")
 	if a, ok := clientAddr(pr.In.RemoteAddr, pr.In.Header["X-Forwarded-For"], g.trusted); ok {
-		out.Header.Set("X-Real-Ip", a.String())
+		out.Header["X-Real-Ip"] = []string{a.String()}
 	}
 }
 
@@ -350,7 +427,7 @@ func (g *Gateway) logAccess(ex *exchange, r *http.Request, extra ...zap.Field) {
 	if ex.route != nil {
 		route = ex.route.Name
 	}
-	fields := make([]zap.Field, 0, 10+len(extra))
+	fields := make([]zap.Field, 0, 18+len(extra))
 	fields = append(fields,
 		zap.String("request_id", ex.id),
 		zap.String("route", route),
@@ -361,10 +438,46 @@ func (g *Gateway) logAccess(ex *exchange, r *http.Request, extra ...zap.Field) {
 		zap.Int64("bytes", ex.rw.bytes),
 		zap.String("peer", r.RemoteAddr),
 	)
+	if ex.addr.IsValid() {
+		fields = append(fields, zap.Stringer("client", ex.addr))
+	}
+	if ex.limited {
+		fields = g.limitFields(fields, &ex.decision)
+	}
 	if ex.upErr != nil {
 		fields = append(fields, zap.NamedError("upstream_error", ex.upErr))
 	}
 	ce.Write(append(fields, extra...)...)
+}
+
+// limitFields adds the rate-limit decision to an access log line: the
+// token id's first 12 hex digits (never the token), the tier, and the
+// limit that decided (the one that denied, else the last one checked).
+func (g *Gateway) limitFields(fields []zap.Field, d *limiter.Decision) []zap.Field {
+	if d.TokenID != "" {
+		fields = append(fields, zap.String("token_id", d.TokenID[:12]))
+	}
+	if d.Tier != "" {
+		fields = append(fields, zap.String("tier", d.Tier))
+	}
+	if d.Demoted {
+		fields = append(fields, zap.Bool("token_demoted", true))
+	}
+	if d.N > 0 {
+		o := &d.Outcomes[d.N-1]
+		for i := 0; i < d.N; i++ {
+			if d.Outcomes[i].Decision != limiter.DecisionAllowed {
+				o = &d.Outcomes[i]
+				break
+			}
+		}
+		fields = append(fields, zap.String("limit", o.Limit), zap.String("limit_decision", o.Decision),
+			zap.Int64("limit_remaining", o.Result.Remaining))
+		if o.Fallback != "" {
+			fields = append(fields, zap.String("limit_fallback", o.Fallback))
+		}
+	}
+	return fields
 }
 
 // headerSize approximates the size of the request line and headers as

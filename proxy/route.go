@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/exgate/exgate/config"
+	"github.com/exgate/exgate/limiter"
 )
 
 // Route is a route compiled from configuration: everything the hot path
@@ -19,6 +20,7 @@ type Route struct {
 	// Config is the route as configured.
 	Config config.Route
 
+	limits *limiter.RouteRules // nil or empty: not limited
 	method   string    // "" for any known method
 	segs     []segment // nil for the default route
 	trailing bool      // the canonical form ends in "/"

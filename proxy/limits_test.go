@@ -1,0 +1,266 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/exgate/exgate/config"
+	"github.com/exgate/exgate/limiter"
+)
+
+const testKeySecret = "test-key-secret-0123456789abcdef"
+
+// startLimited is startEnv with rate limits enforced by store (a memory
+// limiter when nil).
+func startLimited(t *testing.T, store limiter.Limiter, mut func(*config.Config)) *env {
+	t.Helper()
+	be := &backend{}
+	bs := httptest.NewServer(be)
+	t.Cleanup(bs.Close)
+	cfg := config.Default()
+	cfg.Upstream.URL = config.MustURL(bs.URL)
+	cfg.Limiter.Backend = config.BackendMemory
+	if mut != nil {
+		mut(cfg)
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	k, _ := limiter.NewKeyer([]byte(testKeySecret))
+	if store == nil {
+		store = limiter.NewMemory(limiter.MemoryOptions{})
+	}
+	enf, err := limiter.NewEnforcer(limiter.EnforcerOptions{Store: store, Keyer: k})
+	if err != nil {
+		t.Fatal(err)
+	}
+	core, logs := observer.New(zap.InfoLevel)
+	gw, err := New(cfg, Options{Logger: zap.New(core), Limits: enf, Rules: limiter.Compile(cfg, nil)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := NewServer(cfg, gw, zap.NewNop())
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+		gw.CloseIdleConnections()
+	})
+	return &env{url: "http://" + ln.Addr().String(), addr: ln.Addr().String(), gw: gw, backend: be, logs: logs}
+}
+
+// smallMatches sets list_matches to 3/1m per address.
+func smallMatches(c *config.Config) {
+	c.Routes[3].Limits[0].Rate = config.Rate{N: 3, Period: time.Minute}
+	c.Routes[3].Limits[0].Burst = 0
+}
+
+func TestThrottledAnswer(t *testing.T) {
+	e := startLimited(t, nil, smallMatches)
+	for i := 0; i < 3; i++ {
+		res := do(t, "GET", e.url+"/api/v1/mth/matches/BTC_USDT/", nil)
+		io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		if res.StatusCode != 200 {
+			t.Fatalf("request %d: %d", i, res.StatusCode)
+		}
+		wantRL := `"address";r=` + strconv.Itoa(2-i) + ";t="
+		if got := res.Header.Get("RateLimit"); !strings.HasPrefix(got, wantRL) {
+			t.Errorf("request %d: RateLimit = %q, want prefix %q", i, got, wantRL)
+		}
+		if got := res.Header.Get("RateLimit-Policy"); got != `"address";q=3;w=60` {
+			t.Errorf("RateLimit-Policy = %q", got)
+		}
+		if got := res.Header.Get("Content-Type"); got != "application/json" {
+			t.Errorf("backend response changed: Content-Type %q", got)
+		}
+	}
+	before := e.backend.count()
+	res := do(t, "GET", e.url+"/api/v1/mth/matches/BTC_USDT/", nil)
+	ra := res.Header.Get("Retry-After")
+	rl := res.Header.Get("RateLimit")
+	body := assertError(t, res, http.StatusTooManyRequests, "throttled")
+	secs, err := strconv.Atoi(ra)
+	if err != nil || secs < 1 || secs > 20 {
+		t.Fatalf("Retry-After = %q, want whole seconds, about 20", ra)
+	}
+	if want := "Request was throttled. Expected available in " + ra + " seconds."; body.Detail != want {
+		t.Errorf("detail = %q, want %q", body.Detail, want)
+	}
+	if rl != `"address";r=0;t=`+ra {
+		t.Errorf("RateLimit = %q, want t equal to Retry-After", rl)
+	}
+	if e.backend.count() != before {
+		t.Error("a throttled request reached the backend")
+	}
+}
+
+// TestSpoofedForwardedForChangesNothing: an untrusted peer cannot choose
+// the address it is limited as.
+func TestSpoofedForwardedForChangesNothing(t *testing.T) {
+	e := startLimited(t, nil, smallMatches)
+	codes := map[int]int{}
+	for i := 0; i < 10; i++ {
+		res := do(t, "GET", e.url+"/api/v1/mth/matches/BTC_USDT/", nil,
+			"X-Forwarded-For", fmt.Sprintf("203.0.113.%d", i), "X-Real-IP", fmt.Sprintf("198.51.100.%d", i),
+			"Forwarded", fmt.Sprintf("for=192.0.2.%d", i))
+		io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		codes[res.StatusCode]++
+	}
+	if codes[200] != 3 || codes[429] != 7 {
+		t.Errorf("statuses %v, want 3×200 and 7×429: spoofed headers must not create allowances", codes)
+	}
+}
+
+func TestTrustedProxyForwardedFor(t *testing.T) {
+	e := startLimited(t, nil, func(c *config.Config) {
+		smallMatches(c)
+		c.ClientIP.TrustedProxies = []config.Prefix{{Prefix: mustPrefix("127.0.0.0/8")}, {Prefix: mustPrefix("10.0.0.0/8")}}
+	})
+	get := func(xff string) int {
+		res := do(t, "GET", e.url+"/api/v1/mth/matches/BTC_USDT/", nil, "X-Forwarded-For", xff)
+		io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		return res.StatusCode
+	}
+	// Client 203.0.113.1 behind a trusted load balancer 10.0.0.2; the
+	// left-most entry is whatever the client claimed.
+	for i := 0; i < 3; i++ {
+		if c := get(fmt.Sprintf("198.51.100.%d, 203.0.113.1, 10.0.0.2", i)); c != 200 {
+			t.Fatalf("request %d: %d", i, c)
+		}
+	}
+	if c := get("198.51.100.99, 203.0.113.1, 10.0.0.2"); c != 429 {
+		t.Errorf("4th request of 203.0.113.1 with a new spoofed prefix: %d, want 429", c)
+	}
+	if c := get("203.0.113.2"); c != 200 {
+		t.Errorf("another client behind the proxy: %d, want 200", c)
+	}
+}
+
+func TestLimitsBeforeBody(t *testing.T) {
+	e := startLimited(t, nil, func(c *config.Config) {
+		c.Routes[0].Limits[0].Rate = config.Rate{N: 1, Period: time.Hour}
+		c.Routes[0].Limits[0].Burst = 0
+	})
+	order := func(body io.Reader) *http.Response {
+		return do(t, "POST", e.url+"/api/v1/odr/orders/", body, "Authorization", "Bearer tok", "Content-Type", "application/json")
+	}
+	res := order(strings.NewReader(`{}`))
+	io.Copy(io.Discard, res.Body)
+	res.Body.Close()
+	if res.StatusCode != 200 {
+		t.Fatalf("first order: %d", res.StatusCode)
+	}
+	// Over the limit, the body is not even waited for: the answer comes
+	// while the client has sent only the start of it, whether its length
+	// is declared (and over the size limit) or chunked.
+	before := e.backend.count()
+	for _, head := range []string{
+		"Content-Length: 2097152\r\n\r\n{\"symbol\":",
+		"Transfer-Encoding: chunked\r\n\r\n1\r\n{\r\n",
+	} {
+		res := rawRequest(t, e.addr, "POST /api/v1/odr/orders/ HTTP/1.1\r\nHost: x\r\n"+
+			"Authorization: Bearer tok\r\nContent-Type: application/json\r\n"+head)
+		assertError(t, res, http.StatusTooManyRequests, "throttled")
+	}
+	if e.backend.count() != before {
+		t.Error("a throttled order reached the backend")
+	}
+	// Without a token: 401 comes first and costs nothing.
+	assertError(t, do(t, "POST", e.url+"/api/v1/odr/orders/", strings.NewReader("{}")), http.StatusUnauthorized, "not_authenticated")
+}
+
+// down is a store that always fails.
+type down struct{}
+
+func (down) Allow(context.Context, string, limiter.Limit) (limiter.Result, error) {
+	return limiter.Result{}, errors.New("dial tcp: connection refused")
+}
+
+func TestStoreDownClosedIs503(t *testing.T) {
+	e := startLimited(t, down{}, func(c *config.Config) { c.Limiter.OnStoreError = config.StoreClosed })
+	res := do(t, "GET", e.url+"/api/v1/mkt/markets/", nil)
+	if res.Header.Get("Retry-After") != "1" {
+		t.Errorf("Retry-After = %q", res.Header.Get("Retry-After"))
+	}
+	assertError(t, res, http.StatusServiceUnavailable, "rate_limit_unavailable")
+	if e.backend.count() != 0 {
+		t.Error("request reached the backend")
+	}
+}
+
+func TestReloadChangesLimits(t *testing.T) {
+	var cfg *config.Config
+	e := startLimited(t, nil, func(c *config.Config) { smallMatches(c); cfg = c })
+	get := func() int {
+		res := do(t, "GET", e.url+"/api/v1/mth/matches/BTC_USDT/", nil)
+		io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		return res.StatusCode
+	}
+	for i := 0; i < 3; i++ {
+		get()
+	}
+	if c := get(); c != 429 {
+		t.Fatalf("4th request: %d", c)
+	}
+	next := config.Default()
+	next.Upstream = cfg.Upstream
+	next.Routes[3].Limits[0].Rate = config.Rate{N: 100, Period: time.Minute}
+	next.Routes[3].Limits[0].Burst = 0
+	next.Routes[3].Limits[0].Name = "per_minute"
+	if err := next.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	e.gw.Reload(next, limiter.Compile(next, nil))
+	res := do(t, "GET", e.url+"/api/v1/mth/matches/BTC_USDT/", nil)
+	io.Copy(io.Discard, res.Body)
+	res.Body.Close()
+	if res.StatusCode != 200 || !strings.HasPrefix(res.Header.Get("RateLimit-Policy"), `"per_minute";q=100`) {
+		t.Errorf("after reload: %d %q", res.StatusCode, res.Header.Get("RateLimit-Policy"))
+	}
+}
+
+func TestAccessLogNeverHoldsTheToken(t *testing.T) {
+	e := startLimited(t, nil, nil)
+	const token = "eyJhbGciOiJIUzI1NiJ9.very-secret-token"
+	res := do(t, "GET", e.url+"/api/v1/mkt/markets/", nil, "Authorization", "Bearer "+token)
+	io.Copy(io.Discard, res.Body)
+	res.Body.Close()
+	k, _ := limiter.NewKeyer([]byte(testKeySecret))
+	entries := e.logs.FilterMessage("request").All()
+	if len(entries) != 1 {
+		t.Fatalf("%d access log lines", len(entries))
+	}
+	f := entries[0].ContextMap()
+	if f["token_id"] != k.ID(token)[:12] || f["limit"] != "token" || f["limit_decision"] != "allowed" || f["client"] != "127.0.0.1" {
+		t.Errorf("access log fields %v", f)
+	}
+	for k, v := range f {
+		if strings.Contains(fmt.Sprint(v), "very-secret") {
+			t.Errorf("access log field %s holds the token: %v", k, v)
+		}
+	}
+}
+
+func mustPrefix(s string) netip.Prefix { return netip.MustParsePrefix(s) }
