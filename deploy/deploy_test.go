@@ -22,6 +22,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/exgate/exgate/config"
+	"github.com/exgate/exgate/limiter"
 )
 
 // Tests run in deploy/; paths are relative to it, "../" is the repository.
@@ -528,9 +529,37 @@ func TestExampleConfigLoads(t *testing.T) {
 	if len(cfg.ClientIP.TrustedProxies) == 0 || len(cfg.Tiers) == 0 || cfg.TokensFile == "" {
 		t.Error("the example lacks trusted proxies, tiers or a tokens file")
 	}
-	var tokens any
-	if err := yaml.Unmarshal([]byte(readFile(t, "examples/tokens.yaml")), &tokens); err != nil {
-		t.Errorf("examples/tokens.yaml is not YAML: %v", err)
+	checkTokensFile(t, "examples/tokens.yaml", readFile(t, "examples/tokens.yaml"), cfg)
+}
+
+// checkTokensFile loads a tokens file with the gateway's own loader, and
+// also the example mapping in its comments (the indented block starting
+// "#   tokens:"), against the tiers cfg defines.
+func checkTokensFile(t *testing.T, name, data string, cfg *config.Config) {
+	t.Helper()
+	var tiers []string
+	for tier := range cfg.Tiers {
+		tiers = append(tiers, tier)
+	}
+	if _, err := limiter.ParseTokens(name, []byte(data), tiers); err != nil {
+		t.Errorf("%s: %v", name, err)
+	}
+	var example []string
+	for _, l := range strings.Split(data, "\n") {
+		if rest, ok := strings.CutPrefix(l, "#   "); ok && (len(example) > 0 || rest == "tokens:") {
+			example = append(example, rest)
+		} else if len(example) > 0 {
+			break
+		}
+	}
+	if len(example) == 0 {
+		return
+	}
+	ids, err := limiter.ParseTokens(name+" (example in comments)", []byte(strings.Join(example, "\n")), tiers)
+	if err != nil {
+		t.Errorf("the example in %s's comments does not load: %v", name, err)
+	} else if len(ids) == 0 {
+		t.Errorf("the example in %s's comments maps no token", name)
 	}
 }
 

@@ -227,8 +227,12 @@ func TestKubernetes(t *testing.T) {
 		if data[path.Base(cfgPath)] == nil {
 			t.Errorf("the ConfigMap has no key %s", path.Base(cfgPath))
 		}
-		if cfg.TokensFile != "" && (path.Dir(cfg.TokensFile) != path.Dir(cfgPath) || data[path.Base(cfg.TokensFile)] == nil) {
-			t.Errorf("tokens_file %s is not in the mounted ConfigMap", cfg.TokensFile)
+		if cfg.TokensFile != "" {
+			if path.Dir(cfg.TokensFile) != path.Dir(cfgPath) || data[path.Base(cfg.TokensFile)] == nil {
+				t.Errorf("tokens_file %s is not in the mounted ConfigMap", cfg.TokensFile)
+			} else {
+				checkTokensFile(t, "configmap "+path.Base(cfg.TokensFile), str(data[path.Base(cfg.TokensFile)]), cfg)
+			}
 		}
 		if str(dig(pod, "serviceAccountName")) != str(dig(one(t, byKind, "ServiceAccount"), "metadata", "name")) {
 			t.Error("the pods do not use the ServiceAccount")

@@ -20,10 +20,10 @@ type Route struct {
 	// Config is the route as configured.
 	Config config.Route
 
-	limits *limiter.RouteRules // nil or empty: not limited
-	method   string    // "" for any known method
-	segs     []segment // nil for the default route
-	trailing bool      // the canonical form ends in "/"
+	limits   *limiter.RouteRules // nil or empty: not limited
+	method   string              // "" for any known method
+	segs     []segment           // nil for the default route
+	trailing bool                // the canonical form ends in "/"
 	isDef    bool
 	allow    string // Allow header of every route sharing this shape
 }
