@@ -485,6 +485,7 @@ func (m *Metrics) Limit(route, limit, tier string) *LimitMetrics {
 	if tier == "" {
 		tier = DefaultTier
 	}
+	rm := m.Route(route) // before m.mu: Route takes it too
 	m.mu.RLock()
 	l := m.limits[route][limit][tier]
 	m.mu.RUnlock()
@@ -507,6 +508,7 @@ func (m *Metrics) Limit(route, limit, tier string) *LimitMetrics {
 		return l
 	}
 	l = &LimitMetrics{
+		route:   rm,
 		allowed: m.decisions.WithLabelValues(route, limit, tier, "allowed"),
 		limited: m.decisions.WithLabelValues(route, limit, tier, "limited"),
 		shadow:  m.decisions.WithLabelValues(route, limit, tier, "shadow_limited"),
@@ -518,7 +520,40 @@ func (m *Metrics) Limit(route, limit, tier string) *LimitMetrics {
 // LimitMetrics counts the decisions of one limit of one route for one
 // tier. A nil *LimitMetrics is valid and counts nothing.
 type LimitMetrics struct {
+	route                    *RouteMetrics
 	allowed, limited, shadow prometheus.Counter
+}
+
+// Observe records one limit's outcome as the limiter reports it. decision
+// is "allowed", "limited" or "shadow_limited"; fallback is "" when the
+// store decided, or the limiter.on_store_error mode that decided instead
+// ("open", "closed" or "local"), which is counted in
+// exgate_ratelimit_fallback_total of the limit's route. The open and closed
+// modes decide without looking at the limit, so their outcomes are counted
+// only there; the local mode's decision is counted as a decision too.
+// Unknown values are ignored.
+func (l *LimitMetrics) Observe(decision, fallback string) {
+	if l == nil {
+		return
+	}
+	if fallback != "" {
+		f, ok := ParseFallbackMode(fallback)
+		if !ok {
+			return
+		}
+		l.route.Fallback(f)
+		if f != FallbackLocal {
+			return
+		}
+	}
+	switch decision {
+	case "allowed":
+		l.allowed.Inc()
+	case "limited":
+		l.limited.Inc()
+	case "shadow_limited":
+		l.shadow.Inc()
+	}
 }
 
 // Allowed counts a request the limit let through.

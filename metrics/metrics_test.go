@@ -359,6 +359,49 @@ exgate_ratelimit_store_duration_seconds_count 4
 	}
 }
 
+func TestLimitObserve(t *testing.T) {
+	for _, c := range []struct {
+		decision, fallback string
+		wantDecision       string // "" for none counted
+		wantFallback       string // "" for none counted
+	}{
+		{"allowed", "", "allowed", ""},
+		{"limited", "", "limited", ""},
+		{"shadow_limited", "", "shadow_limited", ""},
+		{"allowed", "local", "allowed", "local"},
+		{"limited", "local", "limited", "local"},
+		{"allowed", "open", "", "open"},
+		{"limited", "closed", "", "closed"},
+		{"bogus", "", "", ""},
+		{"allowed", "sideways", "", ""},
+	} {
+		t.Run(c.decision+"/"+c.fallback, func(t *testing.T) {
+			m, _ := newTest(t)
+			m.Limit("list_markets", "address", "").Observe(c.decision, c.fallback)
+			for _, d := range []string{"allowed", "limited", "shadow_limited"} {
+				want := 0.0
+				if d == c.wantDecision {
+					want = 1
+				}
+				if got := testutil.ToFloat64(m.decisions.WithLabelValues("list_markets", "address", DefaultTier, d)); got != want {
+					t.Errorf("decision %s = %v, want %v", d, got, want)
+				}
+			}
+			for _, f := range []string{"open", "closed", "local"} {
+				want := 0.0
+				if f == c.wantFallback {
+					want = 1
+				}
+				if got := testutil.ToFloat64(m.fallback.WithLabelValues("list_markets", f)); got != want {
+					t.Errorf("fallback %s = %v, want %v", f, got, want)
+				}
+			}
+		})
+	}
+	var nilLimit *LimitMetrics
+	nilLimit.Observe("allowed", "local") // must not panic
+}
+
 type timeoutErr struct{}
 
 func (timeoutErr) Error() string { return "i/o timeout" }
@@ -502,6 +545,7 @@ func TestNilIsNoOp(t *testing.T) {
 		"Allowed":            func() { l.Allowed() },
 		"Limited":            func() { l.Limited() },
 		"ShadowLimited":      func() { l.ShadowLimited() },
+		"Observe":            func() { l.Observe("limited", "local") },
 		"IncInflight":        func() { m.IncInflight() },
 		"DecInflight":        func() { m.DecInflight() },
 		"ObserveStore":       func() { m.ObserveStore(time.Second, io.EOF) },
@@ -532,6 +576,8 @@ func TestHotPathDoesNotAllocate(t *testing.T) {
 		{"Allowed", func() { l.Allowed() }},
 		{"Limited", func() { l.Limited() }},
 		{"ShadowLimited", func() { l.ShadowLimited() }},
+		{"Observe", func() { l.Observe("allowed", "local") }},
+		{"Limit lookup", func() { m.Limit("place_order", "token", "vip").Allowed() }},
 		{"Inflight", func() { m.IncInflight(); m.DecInflight() }},
 		{"ObserveStore", func() { m.ObserveStore(time.Millisecond, nil) }},
 		{"Idempotency", func() { m.Idempotency(IdempotencyClaimed) }},
