@@ -529,7 +529,40 @@ func TestExampleConfigLoads(t *testing.T) {
 	if len(cfg.ClientIP.TrustedProxies) == 0 || len(cfg.Tiers) == 0 || cfg.TokensFile == "" {
 		t.Error("the example lacks trusted proxies, tiers or a tokens file")
 	}
-	checkTokensFile(t, "examples/tokens.yaml", readFile(t, "examples/tokens.yaml"), cfg)
+	tf := tokensPath(cfg.TokensFile, "examples/exgate.yaml")
+	checkTokensFile(t, tf, readFile(t, tf), cfg)
+}
+
+// tokensPath resolves tokens_file as the gateway does: a relative path is
+// relative to the configuration file's directory.
+func tokensPath(tokensFile, configPath string) string {
+	if path.IsAbs(tokensFile) {
+		return tokensFile
+	}
+	return path.Join(path.Dir(configPath), tokensFile)
+}
+
+// TestCheckConfigCommand runs the real `exgate check-config` on the
+// example, as an operator would before deploying it.
+func TestCheckConfigCommand(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds cmd/exgate")
+	}
+	bin := filepath.Join(t.TempDir(), "exgate")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/exgate")
+	build.Dir = ".."
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build ./cmd/exgate: %v\n%s", err, out)
+	}
+	for _, file := range []string{"deploy/examples/exgate.yaml"} {
+		cmd := exec.Command(bin, "check-config", file)
+		cmd.Dir = ".."
+		cmd.Env = []string{"PATH=" + os.Getenv("PATH")} // no EXGATE_* from the caller
+		out, err := cmd.CombinedOutput()
+		if err != nil || strings.TrimSpace(string(out)) != "ok" {
+			t.Errorf("exgate check-config %s: %v\n%s", file, err, out)
+		}
+	}
 }
 
 // checkTokensFile loads a tokens file with the gateway's own loader, and
@@ -657,8 +690,13 @@ func TestCompose(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s with compose's environment: %v", src, err)
 		}
-		if _, ok := mounted["exgate"][cfg.TokensFile]; cfg.TokensFile != "" && !ok {
-			t.Errorf("tokens_file %s is not mounted", cfg.TokensFile)
+		if cfg.TokensFile != "" {
+			tf := tokensPath(cfg.TokensFile, cfgPath)
+			if src, ok := mounted["exgate"][tf]; !ok {
+				t.Errorf("tokens_file %s (%s) is not mounted", cfg.TokensFile, tf)
+			} else {
+				checkTokensFile(t, src, readFile(t, src), cfg)
+			}
 		}
 		_, admin := hostPort(t, cfg.AdminListen)
 		_, traffic := hostPort(t, cfg.Listen)

@@ -228,10 +228,11 @@ func TestKubernetes(t *testing.T) {
 			t.Errorf("the ConfigMap has no key %s", path.Base(cfgPath))
 		}
 		if cfg.TokensFile != "" {
-			if path.Dir(cfg.TokensFile) != path.Dir(cfgPath) || data[path.Base(cfg.TokensFile)] == nil {
-				t.Errorf("tokens_file %s is not in the mounted ConfigMap", cfg.TokensFile)
+			tf := tokensPath(cfg.TokensFile, cfgPath)
+			if path.Dir(tf) != path.Dir(cfgPath) || data[path.Base(tf)] == nil {
+				t.Errorf("tokens_file %s (%s) is not in the mounted ConfigMap", cfg.TokensFile, tf)
 			} else {
-				checkTokensFile(t, "configmap "+path.Base(cfg.TokensFile), str(data[path.Base(cfg.TokensFile)]), cfg)
+				checkTokensFile(t, "configmap "+path.Base(tf), str(data[path.Base(tf)]), cfg)
 			}
 		}
 		if str(dig(pod, "serviceAccountName")) != str(dig(one(t, byKind, "ServiceAccount"), "metadata", "name")) {
