@@ -554,7 +554,13 @@ func TestCheckConfigCommand(t *testing.T) {
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build ./cmd/exgate: %v\n%s", err, out)
 	}
-	for _, file := range []string{"deploy/examples/exgate.yaml"} {
+	// The Kubernetes ConfigMap's files, laid out as the pod mounts them.
+	byKind, _ := k8sObjects(t)
+	dir := t.TempDir()
+	for name, v := range dig(one(t, byKind, "ConfigMap"), "data").(map[string]any) {
+		writeFile(t, filepath.Join(dir, name), str(v))
+	}
+	for _, file := range []string{"deploy/examples/exgate.yaml", filepath.Join(dir, "exgate.yaml")} {
 		cmd := exec.Command(bin, "check-config", file)
 		cmd.Dir = ".."
 		cmd.Env = []string{"PATH=" + os.Getenv("PATH")} // no EXGATE_* from the caller
