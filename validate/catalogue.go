@@ -242,7 +242,7 @@ func ParseMarkets(body []byte) ([]Market, error) {
 	if err := dec.Decode(&raw); err != nil {
 		return nil, fmt.Errorf("not a JSON array of markets: %w", err)
 	}
-	if dec.More() {
+	if len(bytes.TrimSpace(body[dec.InputOffset():])) > 0 {
 		return nil, errors.New("data after the JSON array")
 	}
 	if len(raw) == 0 {
