@@ -1,28 +1,155 @@
 package proxy
 
-import "net/http"
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/pprof"
+	"sync"
+	"time"
+)
 
-// AdminHandler returns the handler of the admin listener: /healthz answers
-// 200 while the process serves; /readyz answers 200 until SetDraining, then
-// 503, so load balancers stop sending traffic before the listener closes.
-func (g *Gateway) AdminHandler() http.Handler {
+// Check is one readiness check of the admin listener.
+type Check struct {
+	// Name labels the check in /readyz's answer ("backend", "redis", …).
+	Name string
+	// Critical makes /readyz answer 503 while the check fails. A
+	// non-critical failure is reported but keeps the instance ready: the
+	// gateway still serves correctly without it (a rate-limit store with a
+	// local or open fallback, say), and taking every replica out of the
+	// load balancer because a shared dependency failed would turn a
+	// degradation into an outage.
+	Critical bool
+	// Run reports the dependency's state; it must honour ctx.
+	Run func(ctx context.Context) error
+}
+
+// AdminOptions configure the admin handler. The zero value serves
+// /healthz and /readyz only.
+type AdminOptions struct {
+	// Checks are run by /readyz, each with CheckTimeout, at most once per
+	// CheckInterval (probes in between get the last answer).
+	Checks []Check
+	// CheckTimeout bounds each check. Zero means 1s.
+	CheckTimeout time.Duration
+	// CheckInterval is how long check results are reused. Zero means 1s.
+	CheckInterval time.Duration
+	// Metrics serves /metrics when set.
+	Metrics http.Handler
+	// Pprof serves net/http/pprof under /debug/pprof/.
+	Pprof bool
+	// Now is the clock. Nil means time.Now.
+	Now func() time.Time
+}
+
+// AdminHandler returns the handler of the admin listener: /healthz
+// answers 200 while the process serves; /readyz answers 200 while every
+// critical check passes and the gateway is not draining, else 503, with
+// each check's state in a JSON body; /metrics and /debug/pprof/ when
+// configured.
+func (g *Gateway) AdminHandler(o AdminOptions) http.Handler {
+	if o.CheckTimeout <= 0 {
+		o.CheckTimeout = time.Second
+	}
+	if o.CheckInterval <= 0 {
+		o.CheckInterval = time.Second
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	rc := &readiness{g: g, o: o}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		writeStatus(w, http.StatusOK, `{"status":"ok"}`)
+		writeStatus(w, http.StatusOK, []byte(`{"status":"ok"}`+"\n"))
 	})
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if g.Draining() {
-			writeStatus(w, http.StatusServiceUnavailable, `{"status":"draining"}`)
-			return
-		}
-		writeStatus(w, http.StatusOK, `{"status":"ready"}`)
-	})
+	mux.HandleFunc("GET /readyz", rc.serve)
+	if o.Metrics != nil {
+		mux.Handle("GET /metrics", o.Metrics)
+	}
+	if o.Pprof {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
 	return mux
 }
 
-func writeStatus(w http.ResponseWriter, code int, body string) {
+// readiness runs the checks and caches their answer.
+type readiness struct {
+	g  *Gateway
+	o  AdminOptions
+	mu sync.Mutex
+	at time.Time
+	st map[string]string
+	ok bool
+}
+
+// readyBody is /readyz's answer.
+type readyBody struct {
+	Status string            `json:"status"`
+	Checks map[string]string `json:"checks,omitempty"`
+}
+
+func (rc *readiness) serve(w http.ResponseWriter, r *http.Request) {
+	if rc.g.Draining() {
+		writeStatus(w, http.StatusServiceUnavailable, []byte(`{"status":"draining"}`+"\n"))
+		return
+	}
+	checks, ok := rc.run(r.Context())
+	body := readyBody{Status: "ready", Checks: checks}
+	code := http.StatusOK
+	if !ok {
+		body.Status, code = "not_ready", http.StatusServiceUnavailable
+	}
+	b, _ := json.Marshal(body)
+	writeStatus(w, code, append(b, '\n'))
+}
+
+// run returns each check's state ("ok", or the error) and whether every
+// critical check passed, running the checks again when the last answer
+// is older than CheckInterval.
+func (rc *readiness) run(ctx context.Context) (map[string]string, bool) {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	now := rc.o.Now()
+	if rc.st != nil && now.Sub(rc.at) < rc.o.CheckInterval {
+		return rc.st, rc.ok
+	}
+	st := make(map[string]string, len(rc.o.Checks))
+	ok := true
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	for _, c := range rc.o.Checks {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cctx, cancel := context.WithTimeout(ctx, rc.o.CheckTimeout)
+			defer cancel()
+			state := "ok"
+			if err := c.Run(cctx); err != nil {
+				state = err.Error()
+				if !c.Critical {
+					state += " (not critical)"
+				}
+			}
+			mu.Lock()
+			st[c.Name] = state
+			if state != "ok" && c.Critical {
+				ok = false
+			}
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	rc.at, rc.st, rc.ok = now, st, ok
+	return st, ok
+}
+
+func writeStatus(w http.ResponseWriter, code int, body []byte) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(code)
-	_, _ = w.Write([]byte(body + "\n"))
+	_, _ = w.Write(body)
 }

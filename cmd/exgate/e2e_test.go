@@ -52,6 +52,7 @@ func startStack(t *testing.T, mut func(*config.Config)) *stack {
 	cfg := config.Default()
 	cfg.Listen, cfg.AdminListen = "127.0.0.1:0", "127.0.0.1:0"
 	cfg.Upstream.URL = config.MustURL(bs.URL)
+	cfg.Server.DrainDelay = 0
 	if mut != nil {
 		mut(cfg)
 	}

@@ -6,14 +6,21 @@
 //
 //	exgate [-config FILE] [-dev] [-print-config] [-version]
 //	exgate check-config FILE
+//	exgate token-id [-config FILE] < tokens
 //
 // With no file, exgate runs with the built-in defaults (the trading API's
 // limits table); EXGATE_<PATH> environment variables override any scalar.
 // -dev also starts the reference backend in this process, on a free
-// loopback port, with in-memory state.
+// loopback port, with in-memory state. SIGHUP reloads the routes, limits,
+// tiers and tokens file; SIGINT and SIGTERM drain and stop.
+//
+// token-id prints, for each token read from standard input (one per
+// line), the token id that the tokens file and the logs use: an HMAC of the
+// token under the key secret (limiter.key_secret_env).
 package main
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"flag"
@@ -23,14 +30,21 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"reflect"
 	"runtime/debug"
+	"slices"
+	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
 	"github.com/exgate/exgate/config"
+	"github.com/exgate/exgate/limiter"
 	"github.com/exgate/exgate/proxy"
 	"github.com/exgate/exgate/sim"
 )
@@ -52,7 +66,16 @@ func run(ctx context.Context, args []string, getenv func(string) (string, bool),
 		if !config.CheckFile(args[1], getenv, stdout) {
 			return 1
 		}
+		if cfg, err := config.Load(args[1], getenv); err == nil && cfg.TokensFile != "" {
+			if _, err := loadTokens(cfg, args[1]); err != nil {
+				fmt.Fprintln(stdout, err)
+				return 1
+			}
+		}
 		return 0
+	}
+	if len(args) > 0 && args[0] == "token-id" {
+		return tokenIDs(args[1:], getenv, os.Stdin, stdout, stderr)
 	}
 
 	fs := flag.NewFlagSet("exgate", flag.ContinueOnError)
@@ -79,8 +102,7 @@ func run(ctx context.Context, args []string, getenv func(string) (string, bool),
 		return 2
 	}
 	if *dev {
-		// The backend is started below; limits stay in this process.
-		cfg.Limiter.Backend = config.BackendMemory
+		devOverrides(cfg)
 	}
 	if *printConfig {
 		b, err := cfg.Marshal()
@@ -92,14 +114,15 @@ func run(ctx context.Context, args []string, getenv func(string) (string, bool),
 		return 0
 	}
 
-	log, err := newLogger(cfg.Log.Level, *dev, stderr)
+	log, err := newLogger(cfg.Log, *dev, stderr)
 	if err != nil {
 		fmt.Fprintln(stderr, "exgate:", err)
 		return 2
 	}
 	defer func() { _ = log.Sync() }()
 
-	a, err := start(cfg, deps{log: log, now: time.Now, dev: *dev})
+	redis.SetLogger(redisLogger{log.Named("redis")})
+	a, err := start(cfg, deps{log: log, now: time.Now, dev: *dev, getenv: getenv, configPath: *configPath})
 	if err != nil {
 		log.Error("cannot start", zap.Error(err))
 		return 1
@@ -112,15 +135,27 @@ func run(ctx context.Context, args []string, getenv func(string) (string, bool),
 
 // deps are the explicit dependencies of the gateway process.
 type deps struct {
-	log *zap.Logger
-	now func() time.Time
-	dev bool
+	log        *zap.Logger
+	now        func() time.Time
+	dev        bool
+	getenv     func(string) (string, bool) // nil: empty environment
+	configPath string                      // "" when running on defaults
+}
+
+// devOverrides adapts a configuration to dev mode: limits in this process
+// (the reference backend's address is set once it listens), no drain
+// delay at Ctrl-C.
+func devOverrides(cfg *config.Config) {
+	cfg.Limiter.Backend = config.BackendMemory
+	cfg.Server.DrainDelay = 0
 }
 
 // app is a started gateway: listeners bound and serving.
 type app struct {
 	cfg      *config.Config
+	d        deps
 	log      *zap.Logger
+	limits   *limiter.Backend
 	gw       *proxy.Gateway
 	srv      *http.Server
 	admin    *http.Server
@@ -135,7 +170,10 @@ type app struct {
 // starts the reference backend on a free loopback port and points the
 // upstream at it.
 func start(cfg *config.Config, d deps) (*app, error) {
-	a := &app{cfg: cfg, log: d.log, errc: make(chan error, 3)}
+	if d.getenv == nil {
+		d.getenv = func(string) (string, bool) { return "", false }
+	}
+	a := &app{cfg: cfg, d: d, log: d.log, errc: make(chan error, 3)}
 	if d.dev {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
@@ -149,14 +187,29 @@ func start(cfg *config.Config, d deps) (*app, error) {
 		go a.serve("backend", a.backend, ln)
 		cfg.Upstream.URL = config.MustURL("http://" + a.backAddr)
 	}
-	gw, err := proxy.New(cfg, proxy.Options{Logger: d.log.Named("gateway"), Now: d.now})
+	tokens, err := loadTokens(cfg, d.configPath)
+	if err != nil {
+		a.closeBackend()
+		return nil, err
+	}
+	a.limits, err = limiter.Open(cfg, limiter.OpenOptions{Getenv: d.getenv, Logger: d.log.Named("limiter"), Now: d.now})
+	if err != nil {
+		a.closeBackend()
+		return nil, err
+	}
+	gw, err := proxy.New(cfg, proxy.Options{
+		Logger: d.log.Named("gateway"), Now: d.now,
+		Limits: a.limits.Enforcer, Rules: limiter.Compile(cfg, tokens),
+	})
 	if err != nil {
 		a.closeBackend()
 		return nil, err
 	}
 	a.gw = gw
 	a.srv = proxy.NewServer(cfg, gw, d.log)
-	a.admin = proxy.NewAdminServer(cfg, gw.AdminHandler(), d.log)
+	a.admin = proxy.NewAdminServer(cfg, gw.AdminHandler(proxy.AdminOptions{
+		Checks: a.readinessChecks(), Pprof: cfg.Admin.Pprof, Now: d.now,
+	}), d.log)
 
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
@@ -175,11 +228,163 @@ func start(cfg *config.Config, d deps) (*app, error) {
 	d.log.Info("exgate started",
 		zap.String("listen", a.addr), zap.String("admin_listen", a.adminAd),
 		zap.String("upstream", cfg.Upstream.URL.String()), zap.Int("routes", len(cfg.Routes)),
+		zap.String("limiter", a.limits.Kind), zap.Int("tier_tokens", len(tokens)),
 		zap.String("version", versionString()))
-	if limitsConfigured(cfg) {
-		d.log.Info("rate limits are configured; this build validates them but does not enforce them yet")
+	if a.limits.Kind == config.BackendMemory && !d.dev {
+		d.log.Warn("rate limits are kept in this process: each replica counts on its own; set limiter.redis.addrs to share them")
 	}
 	return a, nil
+}
+
+// readinessChecks are what /readyz looks at besides draining: the
+// backend accepts connections (critical: without it every request fails),
+// and Redis answers when it is the store (critical only when a route
+// fails closed without it; with a local or open fallback the gateway
+// still serves).
+func (a *app) readinessChecks() []proxy.Check {
+	u := a.cfg.Upstream.URL
+	hostport := u.Host
+	if u.Port() == "" {
+		if u.Scheme == "https" {
+			hostport = net.JoinHostPort(u.Hostname(), "443")
+		} else {
+			hostport = net.JoinHostPort(u.Hostname(), "80")
+		}
+	}
+	checks := []proxy.Check{{
+		Name: "backend", Critical: true,
+		Run: func(ctx context.Context) error {
+			var dl net.Dialer
+			c, err := dl.DialContext(ctx, "tcp", hostport)
+			if err != nil {
+				return err
+			}
+			return c.Close()
+		},
+	}}
+	if a.limits.Client != nil {
+		critical := a.cfg.Limiter.OnStoreError == config.StoreClosed
+		for _, r := range a.cfg.Routes {
+			critical = critical || r.OnStoreError == config.StoreClosed
+		}
+		checks = append(checks, proxy.Check{Name: "redis", Critical: critical, Run: a.limits.Ping})
+	}
+	return checks
+}
+
+// loadTokens reads the configuration's tokens file, if any; a relative
+// path is taken from the configuration file's directory.
+func loadTokens(cfg *config.Config, configPath string) (map[string]string, error) {
+	if cfg.TokensFile == "" {
+		return nil, nil
+	}
+	path := cfg.TokensFile
+	if !filepath.IsAbs(path) && configPath != "" {
+		path = filepath.Join(filepath.Dir(configPath), path)
+	}
+	tiers := make([]string, 0, len(cfg.Tiers))
+	for t := range cfg.Tiers {
+		tiers = append(tiers, t)
+	}
+	slices.Sort(tiers)
+	tokens, err := limiter.LoadTokens(path, tiers)
+	if err != nil {
+		return nil, fmt.Errorf("tokens_file: %w", err)
+	}
+	return tokens, nil
+}
+
+// reload reads the configuration file and the tokens file again and, when
+// both are valid, swaps in the new routes, limits and tiers. Requests
+// under way finish under the old ones; none is dropped. A bad file
+// changes nothing. Settings that only take effect at start are reported.
+func (a *app) reload() error {
+	cfg, err := config.Load(a.d.configPath, a.d.getenv)
+	if err != nil {
+		return err
+	}
+	if a.d.dev {
+		devOverrides(cfg)
+		cfg.Upstream.URL = a.cfg.Upstream.URL
+	}
+	tokens, err := loadTokens(cfg, a.d.configPath)
+	if err != nil {
+		return err
+	}
+	a.gw.Reload(cfg, limiter.Compile(cfg, tokens))
+	fields := []zap.Field{zap.Int("routes", len(cfg.Routes)), zap.Int("tiers", len(cfg.Tiers)), zap.Int("tier_tokens", len(tokens))}
+	if fixed := restartOnly(a.cfg, cfg); len(fixed) > 0 {
+		fields = append(fields, zap.Strings("ignored_until_restart", fixed))
+	}
+	a.log.Info("configuration reloaded", fields...)
+	return nil
+}
+
+// restartOnly lists the settings that differ between old and new but only
+// take effect at start.
+func restartOnly(old, new *config.Config) []string {
+	var out []string
+	for _, c := range []struct {
+		name string
+		a, b any
+	}{
+		{"listen", old.Listen, new.Listen},
+		{"admin_listen", old.AdminListen, new.AdminListen},
+		{"admin", old.Admin, new.Admin},
+		{"server", old.Server, new.Server},
+		{"upstream", old.Upstream.URL.String() + fmt.Sprint(old.Upstream.Timeout, old.Upstream.DialTimeout, old.Upstream.MaxIdleConns, old.Upstream.MaxConnsPerHost, old.Upstream.IdleConnTimeout),
+			new.Upstream.URL.String() + fmt.Sprint(new.Upstream.Timeout, new.Upstream.DialTimeout, new.Upstream.MaxIdleConns, new.Upstream.MaxConnsPerHost, new.Upstream.IdleConnTimeout)},
+		{"client_ip.trusted_proxies", old.ClientIP.TrustedProxies, new.ClientIP.TrustedProxies},
+		{"limiter.backend", limiter.ResolveBackend(old), limiter.ResolveBackend(new)},
+		{"limiter.redis", old.Limiter.Redis, new.Limiter.Redis},
+		{"limiter.replicas", old.Limiter.Replicas, new.Limiter.Replicas},
+		{"limiter.key_secret_env", old.Limiter.KeySecretEnv, new.Limiter.KeySecretEnv},
+		{"limiter.max_keys", old.Limiter.MaxKeys, new.Limiter.MaxKeys},
+		{"limiter.deny_cache_keys", old.Limiter.DenyCacheKeys, new.Limiter.DenyCacheKeys},
+		{"log", old.Log, new.Log},
+	} {
+		if !reflect.DeepEqual(c.a, c.b) {
+			out = append(out, c.name)
+		}
+	}
+	return out
+}
+
+// tokenIDs implements `exgate token-id`.
+func tokenIDs(args []string, getenv func(string) (string, bool), stdin io.Reader, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("exgate token-id", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	configPath := fs.String("config", "", "YAML configuration `file` naming the key secret's variable")
+	if err := fs.Parse(args); err != nil || fs.NArg() > 0 {
+		fmt.Fprintln(stderr, "usage: exgate token-id [-config FILE] < tokens (one per line)")
+		return 2
+	}
+	cfg, err := config.Load(*configPath, getenv)
+	if err != nil {
+		fmt.Fprintf(stderr, "exgate: configuration errors:\n%v\n", err)
+		return 2
+	}
+	secret, _ := getenv(cfg.Limiter.KeySecretEnv)
+	k, err := limiter.NewKeyer([]byte(secret))
+	if err != nil {
+		fmt.Fprintf(stderr, "exgate: %s: %v (set it to the secret the gateways use)\n", cfg.Limiter.KeySecretEnv, err)
+		return 2
+	}
+	sc := bufio.NewScanner(stdin)
+	sc.Buffer(make([]byte, 64<<10), 64<<10)
+	for sc.Scan() {
+		tok := strings.TrimSpace(sc.Text())
+		tok = strings.TrimSpace(strings.TrimPrefix(tok, "Bearer "))
+		if tok == "" {
+			continue
+		}
+		fmt.Fprintln(stdout, k.ID(tok))
+	}
+	if err := sc.Err(); err != nil {
+		fmt.Fprintln(stderr, "exgate:", err)
+		return 1
+	}
+	return 0
 }
 
 func (a *app) serve(name string, s *http.Server, ln net.Listener) {
@@ -191,6 +396,9 @@ func (a *app) serve(name string, s *http.Server, ln net.Listener) {
 func (a *app) closeBackend() {
 	if a.backend != nil {
 		_ = a.backend.Close()
+	}
+	if a.limits != nil {
+		_ = a.limits.Close()
 	}
 }
 
@@ -211,7 +419,9 @@ func (a *app) wait(ctx context.Context) int {
 			a.log.Error("server failed", zap.Error(err))
 			code, running = 1, false
 		case <-hup:
-			a.log.Warn("SIGHUP ignored: configuration reload is not supported by this build; restart to apply changes")
+			if err := a.reload(); err != nil {
+				a.log.Error("configuration reload failed; keeping the last good configuration", zap.Error(err))
+			}
 		}
 	}
 	if err := a.shutdown(); err != nil {
@@ -221,9 +431,16 @@ func (a *app) wait(ctx context.Context) int {
 	return code
 }
 
-// shutdown drains and stops every server.
+// shutdown drains and stops every server: /readyz turns 503 at once, the
+// traffic listener keeps serving for server.drain_delay so that load
+// balancers notice, then closes; requests under way get
+// server.shutdown_timeout to finish.
 func (a *app) shutdown() error {
 	a.gw.SetDraining()
+	if d := a.cfg.Server.DrainDelay; d > 0 {
+		a.log.Info("draining: /readyz answers 503; closing the listener after the drain delay", zap.Duration("drain_delay", d))
+		time.Sleep(d)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), a.cfg.Server.ShutdownTimeout)
 	defer cancel()
 	err := a.srv.Shutdown(ctx)
@@ -232,22 +449,32 @@ func (a *app) shutdown() error {
 		_ = a.backend.Shutdown(ctx)
 	}
 	a.gw.CloseIdleConnections()
+	if a.limits != nil {
+		_ = a.limits.Close()
+	}
 	return err
 }
 
-func limitsConfigured(cfg *config.Config) bool {
-	for _, r := range cfg.Routes {
-		if len(r.Limits) > 0 {
-			return true
-		}
+// redisLogger sends go-redis's own log lines (pool dial failures, …) to
+// zap at warn level, at most one a second so that a Redis outage cannot
+// flood the log.
+type redisLogger struct{ log *zap.Logger }
+
+var redisLogLast atomic.Int64
+
+func (l redisLogger) Printf(_ context.Context, format string, v ...any) {
+	now := time.Now().UnixNano()
+	last := redisLogLast.Load()
+	if now-last < int64(time.Second) || !redisLogLast.CompareAndSwap(last, now) {
+		return
 	}
-	return false
+	l.log.Warn(fmt.Sprintf(format, v...))
 }
 
 // newLogger builds the process logger: JSON on stderr, or a console
-// encoder in dev mode.
-func newLogger(level string, dev bool, w io.Writer) (*zap.Logger, error) {
-	lvl, err := zapcore.ParseLevel(level)
+// encoder in dev mode, sampled when log.sampling says so.
+func newLogger(lc config.Log, dev bool, w io.Writer) (*zap.Logger, error) {
+	lvl, err := zapcore.ParseLevel(lc.Level)
 	if err != nil {
 		return nil, fmt.Errorf("log.level: %w", err)
 	}
@@ -261,6 +488,9 @@ func newLogger(level string, dev bool, w io.Writer) (*zap.Logger, error) {
 		enc = zapcore.NewConsoleEncoder(encCfg)
 	}
 	core := zapcore.NewCore(enc, zapcore.Lock(zapcore.AddSync(w)), lvl)
+	if lc.Sampling.Initial > 0 {
+		core = zapcore.NewSamplerWithOptions(core, time.Second, lc.Sampling.Initial, lc.Sampling.Thereafter)
+	}
 	return zap.New(core, zap.ErrorOutput(zapcore.Lock(zapcore.AddSync(w)))), nil
 }
 
