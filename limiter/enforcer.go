@@ -27,6 +27,8 @@ const maxOutcomes = 8
 
 // Outcome is what one limit decided for one request.
 type Outcome struct {
+	// Index is the limit's position among the route's limits.
+	Index int
 	// Limit is the limit's name.
 	Limit string
 	// Tier is the tier whose override applied, or "".
@@ -227,7 +229,7 @@ func (e *Enforcer) Decide(ctx context.Context, rr *RouteRules, req Request, d *D
 			}
 			key = append(append(key, r.prefixAddr...), addr...)
 		}
-		o := Outcome{Limit: r.name, Tier: v.tier, v: v}
+		o := Outcome{Index: i, Limit: r.name, Tier: v.tier, v: v}
 		res, err := e.store.Allow(ctx, string(key), v.limit)
 		if err != nil {
 			e.storeFailed(rr, err)

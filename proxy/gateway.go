@@ -25,6 +25,7 @@ import (
 
 	"github.com/exgate/exgate/config"
 	"github.com/exgate/exgate/limiter"
+	"github.com/exgate/exgate/metrics"
 )
 
 // StatusClientClosed is the status logged (never sent) when the client went
@@ -45,6 +46,9 @@ type Options struct {
 	// Rules are the compiled rate limits. Nil means limiter.Compile of
 	// the configuration with no token tiers.
 	Rules *limiter.Rules
+	// Metrics receives the request, upstream and rate-limit series. Nil
+	// means no metrics.
+	Metrics *metrics.Metrics
 }
 
 // Gateway is the traffic handler: it answers bad requests itself and
@@ -52,6 +56,8 @@ type Options struct {
 type Gateway struct {
 	plan      atomic.Pointer[plan]
 	limits    *limiter.Enforcer
+	metrics   *metrics.Metrics
+	unrouted  *metrics.RouteMetrics
 	target    *url.URL
 	basePath  string // target path without its trailing slash
 	rp        *httputil.ReverseProxy
@@ -76,6 +82,8 @@ func New(cfg *config.Config, opts Options) (*Gateway, error) {
 	}
 	g := &Gateway{
 		limits:    opts.Limits,
+		metrics:   opts.Metrics,
+		unrouted:  opts.Metrics.Unrouted(),
 		target:    cfg.Upstream.URL.URL,
 		basePath:  strings.TrimSuffix(cfg.Upstream.URL.Path, "/"),
 		transport: opts.Transport,
@@ -102,7 +110,7 @@ func New(cfg *config.Config, opts Options) (*Gateway, error) {
 	if rules == nil {
 		rules = limiter.Compile(cfg, nil)
 	}
-	g.plan.Store(newPlan(cfg, rules))
+	g.plan.Store(g.newPlan(cfg, rules))
 	g.errHeader = headerTooLarge(g.maxHeader)
 	g.errBody = tooLarge(g.maxBody)
 	g.rp = &httputil.ReverseProxy{
@@ -147,13 +155,29 @@ type plan struct {
 	rules *limiter.Rules
 }
 
-func newPlan(cfg *config.Config, rules *limiter.Rules) *plan {
+// newPlan compiles the route table, attaching to each route its compiled
+// limits and its metric children, resolved once here rather than per
+// request.
+func (g *Gateway) newPlan(cfg *config.Config, rules *limiter.Rules) *plan {
 	t := compileTable(cfg)
-	for _, r := range t.routes {
-		r.limits = rules.Route(r.Name)
-	}
+	all := t.routes
 	if t.def != nil {
-		t.def.limits = rules.Route(t.def.Name)
+		all = append(all[:len(all):len(all)], t.def)
+	}
+	for _, r := range all {
+		r.limits = rules.Route(r.Name)
+		r.metrics = g.metrics.Route(r.Name)
+		if g.metrics == nil || !r.limits.Limited() {
+			continue
+		}
+		tiers := append([]string{""}, r.limits.TierNames()...)
+		for _, name := range r.limits.LimitNames() {
+			byTier := make(map[string]*metrics.LimitMetrics, len(tiers))
+			for _, tier := range tiers {
+				byTier[tier] = g.metrics.Limit(r.Name, name, tier)
+			}
+			r.limitMetrics = append(r.limitMetrics, byTier)
+		}
 	}
 	return &plan{table: t, rules: rules}
 }
@@ -165,7 +189,7 @@ func newPlan(cfg *config.Config, rules *limiter.Rules) *plan {
 // and the limiter store are fixed at start (the caller should say so when
 // they differ).
 func (g *Gateway) Reload(cfg *config.Config, rules *limiter.Rules) {
-	g.plan.Store(newPlan(cfg, rules))
+	g.plan.Store(g.newPlan(cfg, rules))
 }
 
 // Rules returns the rate limits in force.
@@ -197,13 +221,17 @@ type exchange struct {
 	addr     netip.Addr // client address, once derived
 	limited  bool       // the route's limits were decided
 	decision limiter.Decision
+	g        *Gateway
+	upStart  time.Time // when the request went to the backend, or zero
+	upDone   bool      // the upstream duration was observed
 }
 
 // ServeHTTP runs the request pipeline: request id, header size, canonical
 // path, route, auth, body size, then the backend.
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	g.metrics.IncInflight()
 	ex := g.pool.Get().(*exchange)
-	*ex = exchange{start: g.now(), clientCx: r.Context()}
+	*ex = exchange{g: g, start: g.now(), clientCx: r.Context()}
 	ex.rw = respWriter{ResponseWriter: w, ex: ex}
 	defer g.finish(ex, r)
 
@@ -253,6 +281,12 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		ex.limited = true
 		d := &ex.decision
 		g.limits.Decide(r.Context(), route.limits, limiter.Request{Token: token, Addr: ex.addr}, d)
+		if route.limitMetrics != nil {
+			for i := 0; i < d.N; i++ {
+				o := &d.Outcomes[i]
+				route.limitMetrics[o.Index][o.Tier].Observe(o.Decision, o.Fallback)
+			}
+		}
 		d.SetHeaders(w.Header(), pl.rules.Headers())
 		if !d.Allowed {
 			if d.Unavailable {
@@ -271,6 +305,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	r.URL.Path, r.URL.RawPath = ex.path, ""
 	ctx, cancel := context.WithTimeout(r.Context(), route.Timeout)
 	defer cancel()
+	ex.upStart = g.now()
 	g.rp.ServeHTTP(&ex.rw, r.WithContext(ctx))
 }
 
@@ -369,7 +404,11 @@ func (g *Gateway) proxyError(w http.ResponseWriter, _ *http.Request, err error) 
 	}
 	ex := rw.ex
 	ex.upErr = err
+	g.observeUpstream(ex)
 	var tooBig *http.MaxBytesError
+	if !errors.As(err, &tooBig) && ex.route != nil {
+		ex.route.metrics.UpstreamError(metrics.ClassifyUpstreamError(err, ex.clientCx.Err() != nil))
+	}
 	switch {
 	case ex.clientCx.Err() != nil:
 		rw.status = StatusClientClosed
@@ -380,6 +419,16 @@ func (g *Gateway) proxyError(w http.ResponseWriter, _ *http.Request, err error) 
 	default:
 		g.reject(ex, errBadGateway)
 	}
+}
+
+// observeUpstream records, once, how long the backend took to answer with
+// headers or to fail.
+func (g *Gateway) observeUpstream(ex *exchange) {
+	if ex.upDone || ex.upStart.IsZero() || ex.route == nil {
+		return
+	}
+	ex.upDone = true
+	ex.route.metrics.ObserveUpstream(g.now().Sub(ex.upStart))
 }
 
 func isTimeout(err error) bool {
@@ -398,6 +447,14 @@ func (g *Gateway) finish(ex *exchange, r *http.Request) {
 			if ex.rw.status == 0 {
 				ex.rw.status = StatusClientClosed
 			}
+			if ex.route != nil {
+				kind := metrics.UpstreamReset
+				if ex.clientCx.Err() != nil {
+					kind = metrics.UpstreamClientGone
+				}
+				ex.route.metrics.UpstreamError(kind)
+			}
+			g.observe(ex, r)
 			g.logAccess(ex, r, zap.Bool("aborted", true))
 			panic(p)
 		}
@@ -410,9 +467,23 @@ func (g *Gateway) finish(ex *exchange, r *http.Request) {
 	if ex.rw.status == 0 {
 		ex.rw.status = http.StatusOK // net/http's answer when nothing was written
 	}
+	g.observe(ex, r)
 	g.logAccess(ex, r)
 	*ex = exchange{}
 	g.pool.Put(ex)
+}
+
+// observe records the request in the metrics.
+func (g *Gateway) observe(ex *exchange, r *http.Request) {
+	g.metrics.DecInflight()
+	if g.metrics == nil {
+		return
+	}
+	rm := g.unrouted
+	if ex.route != nil {
+		rm = ex.route.metrics
+	}
+	rm.ObserveRequest(r.Method, ex.rw.status, g.now().Sub(ex.start))
 }
 
 func (g *Gateway) logAccess(ex *exchange, r *http.Request, extra ...zap.Field) {
@@ -551,9 +622,11 @@ type respWriter struct {
 }
 
 // WriteHeader records the final status; informational ones pass through.
+// The first final status of a proxied request marks the backend's answer.
 func (w *respWriter) WriteHeader(code int) {
 	if w.status == 0 && code >= 200 {
 		w.status = code
+		w.ex.g.observeUpstream(w.ex)
 	}
 	w.ResponseWriter.WriteHeader(code)
 }

@@ -6,12 +6,13 @@ import (
 
 	"github.com/exgate/exgate/config"
 	"github.com/exgate/exgate/limiter"
+	"github.com/exgate/exgate/metrics"
 )
 
 // Route is a route compiled from configuration: everything the hot path
 // needs, computed once at load.
 type Route struct {
-	// Name is the configured route name, used in logs and (later) metrics.
+	// Name is the configured route name, used in logs and metrics.
 	Name string
 	// Auth is config.AuthNone, AuthOptional or AuthRequired.
 	Auth string
@@ -20,10 +21,13 @@ type Route struct {
 	// Config is the route as configured.
 	Config config.Route
 
-	limits   *limiter.RouteRules // nil or empty: not limited
-	method   string              // "" for any known method
-	segs     []segment           // nil for the default route
-	trailing bool                // the canonical form ends in "/"
+	limits       *limiter.RouteRules                // nil or empty: not limited
+	metrics      *metrics.RouteMetrics              // nil: no metrics
+	limitMetrics []map[string]*metrics.LimitMetrics // by limit index, then tier ("" for none)
+
+	method   string    // "" for any known method
+	segs     []segment // nil for the default route
+	trailing bool      // the canonical form ends in "/"
 	isDef    bool
 	allow    string // Allow header of every route sharing this shape
 }

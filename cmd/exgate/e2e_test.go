@@ -41,6 +41,13 @@ type stack struct {
 	backend *counted
 	sim     *sim.Server
 	app     *app
+	bs      *httptest.Server
+}
+
+// backendClose stops the backend, as a crash would.
+func (s *stack) backendClose() {
+	s.bs.CloseClientConnections()
+	s.bs.Close()
 }
 
 func startStack(t *testing.T, mut func(*config.Config)) *stack {
@@ -61,7 +68,7 @@ func startStack(t *testing.T, mut func(*config.Config)) *stack {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = a.shutdown() })
-	return &stack{url: "http://" + a.addr, backend: c, sim: s, app: a}
+	return &stack{url: "http://" + a.addr, backend: c, sim: s, app: a, bs: bs}
 }
 
 func call(t *testing.T, method, url, body string, header ...string) (int, http.Header, []byte) {

@@ -32,19 +32,20 @@ import (
 	"os/signal"
 	"path/filepath"
 	"reflect"
-	"runtime/debug"
 	"slices"
 	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
 	"github.com/exgate/exgate/config"
 	"github.com/exgate/exgate/limiter"
+	"github.com/exgate/exgate/metrics"
 	"github.com/exgate/exgate/proxy"
 	"github.com/exgate/exgate/sim"
 )
@@ -140,6 +141,9 @@ type deps struct {
 	dev        bool
 	getenv     func(string) (string, bool) // nil: empty environment
 	configPath string                      // "" when running on defaults
+	// reg receives exgate's metrics, served on the admin listener's
+	// /metrics. Nil means a new registry.
+	reg *prometheus.Registry
 }
 
 // devOverrides adapts a configuration to dev mode: limits in this process
@@ -155,6 +159,7 @@ type app struct {
 	cfg      *config.Config
 	d        deps
 	log      *zap.Logger
+	metrics  *metrics.Metrics
 	limits   *limiter.Backend
 	gw       *proxy.Gateway
 	srv      *http.Server
@@ -173,7 +178,15 @@ func start(cfg *config.Config, d deps) (*app, error) {
 	if d.getenv == nil {
 		d.getenv = func(string) (string, bool) { return "", false }
 	}
+	if d.reg == nil {
+		d.reg = prometheus.NewRegistry()
+	}
 	a := &app{cfg: cfg, d: d, log: d.log, errc: make(chan error, 3)}
+	m, err := metrics.New(d.reg, buildInfo())
+	if err != nil {
+		return nil, err
+	}
+	a.metrics = m
 	if d.dev {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
@@ -192,14 +205,17 @@ func start(cfg *config.Config, d deps) (*app, error) {
 		a.closeBackend()
 		return nil, err
 	}
-	a.limits, err = limiter.Open(cfg, limiter.OpenOptions{Getenv: d.getenv, Logger: d.log.Named("limiter"), Now: d.now})
+	a.limits, err = limiter.Open(cfg, limiter.OpenOptions{
+		Getenv: d.getenv, Logger: d.log.Named("limiter"), Now: d.now,
+		Observe: func(dur time.Duration, _ int, err error) { m.ObserveStore(dur, err) },
+	})
 	if err != nil {
 		a.closeBackend()
 		return nil, err
 	}
 	gw, err := proxy.New(cfg, proxy.Options{
 		Logger: d.log.Named("gateway"), Now: d.now,
-		Limits: a.limits.Enforcer, Rules: limiter.Compile(cfg, tokens),
+		Limits: a.limits.Enforcer, Rules: limiter.Compile(cfg, tokens), Metrics: m,
 	})
 	if err != nil {
 		a.closeBackend()
@@ -209,6 +225,7 @@ func start(cfg *config.Config, d deps) (*app, error) {
 	a.srv = proxy.NewServer(cfg, gw, d.log)
 	a.admin = proxy.NewAdminServer(cfg, gw.AdminHandler(proxy.AdminOptions{
 		Checks: a.readinessChecks(), Pprof: cfg.Admin.Pprof, Now: d.now,
+		Metrics: metrics.Handler(d.reg),
 	}), d.log)
 
 	ln, err := net.Listen("tcp", cfg.Listen)
@@ -419,7 +436,9 @@ func (a *app) wait(ctx context.Context) int {
 			a.log.Error("server failed", zap.Error(err))
 			code, running = 1, false
 		case <-hup:
-			if err := a.reload(); err != nil {
+			err := a.reload()
+			a.metrics.ConfigReload(err == nil)
+			if err != nil {
 				a.log.Error("configuration reload failed; keeping the last good configuration", zap.Error(err))
 			}
 		}
@@ -494,17 +513,33 @@ func newLogger(lc config.Log, dev bool, w io.Writer) (*zap.Logger, error) {
 	return zap.New(core, zap.ErrorOutput(zapcore.Lock(zapcore.AddSync(w)))), nil
 }
 
-func versionString() string {
-	v, rev := "devel", ""
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		if bi.Main.Version != "" && bi.Main.Version != "(devel)" {
-			v = bi.Main.Version
-		}
-		for _, s := range bi.Settings {
-			if s.Key == "vcs.revision" && len(s.Value) >= 12 {
-				rev = " " + s.Value[:12]
-			}
-		}
+// version and revision are set at link time by release builds
+// (-ldflags "-X main.version=v1.2.0 -X main.revision=…"); otherwise they
+// come from the build information the Go toolchain records.
+var version, revision string
+
+// buildInfo returns the version, revision and Go version of this binary.
+func buildInfo() metrics.BuildInfo {
+	bi := metrics.ReadBuildInfo()
+	if version != "" {
+		bi.Version = version
 	}
-	return "exgate " + v + rev
+	if revision != "" {
+		bi.Revision = revision
+	}
+	if bi.Version == "" {
+		bi.Version = "devel"
+	}
+	return bi
+}
+
+func versionString() string {
+	bi := buildInfo()
+	s := "exgate " + bi.Version
+	if len(bi.Revision) >= 12 {
+		s += " " + bi.Revision[:12]
+	} else if bi.Revision != "" {
+		s += " " + bi.Revision
+	}
+	return s
 }

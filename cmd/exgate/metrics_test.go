@@ -1,0 +1,193 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/exgate/exgate/config"
+)
+
+// needTool finds a Prometheus tool, skipping locally and failing under CI
+// (where `make test` installs Debian's prometheus package) when it is
+// missing.
+func needTool(t *testing.T, name string) string {
+	t.Helper()
+	p, err := exec.LookPath(name)
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("%s is not installed; `make test` installs it", name)
+		}
+		t.Skipf("%s is not installed; skipping", name)
+	}
+	return p
+}
+
+func scrapeAdmin(t *testing.T, admin string) string {
+	t.Helper()
+	res, err := http.Get("http://" + admin + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	if res.StatusCode != 200 {
+		t.Fatalf("/metrics: %d %s", res.StatusCode, b)
+	}
+	return string(b)
+}
+
+// sample returns the value of one series in an exposition, or "".
+func sample(exposition, series string) string {
+	for _, line := range strings.Split(exposition, "\n") {
+		if v, ok := strings.CutPrefix(line, series+" "); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+// TestMetricsOfRealTraffic sends traffic through the gateway and reads
+// the admin listener's /metrics: requests by route, method and code,
+// rate-limit decisions, upstream errors; no label carries a token, an
+// address or a raw path; promtool accepts the scrape.
+func TestMetricsOfRealTraffic(t *testing.T) {
+	st := startStack(t, func(c *config.Config) {
+		c.Routes[3].Limits[0].Rate = config.Rate{N: 2, Period: time.Hour}
+		c.Routes[3].Limits[0].Burst = 2
+	})
+	const token = "metrics-test-secret-token"
+	for i := 0; i < 3; i++ {
+		call(t, "GET", st.url+"/api/v1/mkt/markets/", "", "Authorization", "Bearer "+token)
+	}
+	for i := 0; i < 3; i++ {
+		call(t, "GET", st.url+"/api/v1/mth/matches/BTC_USDT/", "")
+	}
+	call(t, "GET", st.url+"/API//v1/mth/matches/ETH_USDT", "")      // a spelling of a route: its label is the route
+	call(t, "GET", st.url+"/no/such/path/0xdeadbeef/", "")           // the default route
+	call(t, "POST", st.url+"/api/v1/odr/orders/", `{}`)              // 401 from exgate
+	call(t, "GET", st.url+"/api/v1/mkt/%2e%2e%2fetc%2fpasswd/x/", "") // refused path
+
+	m := scrapeAdmin(t, st.app.adminAd)
+	for series, want := range map[string]string{
+		`exgate_requests_total{code="200",method="GET",route="list_markets"}`:                                      "3",
+		`exgate_requests_total{code="200",method="GET",route="list_matches"}`:                                      "2",
+		`exgate_requests_total{code="429",method="GET",route="list_matches"}`:                                      "2",
+		`exgate_requests_total{code="401",method="POST",route="place_order"}`:                                      "1",
+		`exgate_ratelimit_decisions_total{decision="allowed",limit="token",route="list_markets",tier="default"}`:   "3",
+		`exgate_ratelimit_decisions_total{decision="limited",limit="address",route="list_matches",tier="default"}`: "2",
+		`exgate_inflight_requests`: "0",
+	} {
+		if got := sample(m, series); got != want {
+			t.Errorf("%s = %q, want %s", series, got, want)
+		}
+	}
+	if !regexp.MustCompile(`exgate_requests_total\{code="400",method="GET",route="default"\} 1`).MatchString(m) {
+		t.Error("the refused path is not counted under route=\"default\"")
+	}
+	if !strings.Contains(m, `exgate_build_info{goversion="go1.`) {
+		t.Error("no exgate_build_info")
+	}
+	for _, secret := range []string{token, "127.0.0.1", "deadbeef", "passwd", "BTC_USDT", "/api/"} {
+		if strings.Contains(m, secret) {
+			t.Errorf("the scrape contains %q: labels must not carry tokens, addresses or raw paths", secret)
+		}
+	}
+
+	promtool := needTool(t, "promtool")
+	cmd := exec.Command(promtool, "check", "metrics")
+	cmd.Stdin = strings.NewReader(m)
+	if out, err := cmd.CombinedOutput(); err != nil || len(bytes.TrimSpace(out)) != 0 {
+		t.Fatalf("promtool check metrics: %v\n%s", err, out)
+	}
+}
+
+func TestUpstreamErrorMetrics(t *testing.T) {
+	st := startStack(t, nil)
+	st.backendClose()
+	call(t, "GET", st.url+"/api/v1/mkt/currencies/", "")
+	m := scrapeAdmin(t, st.app.adminAd)
+	if got := sample(m, `exgate_upstream_errors_total{kind="unreachable",route="list_currencies"}`); got != "1" {
+		t.Errorf("upstream errors (unreachable) = %q, want 1", got)
+	}
+	if got := sample(m, `exgate_requests_total{code="502",method="GET",route="list_currencies"}`); got != "1" {
+		t.Errorf("502s = %q, want 1", got)
+	}
+}
+
+// TestPrometheusScrapesExgate runs a real Prometheus server scraping
+// exgate's admin listener and reads exgate_requests_total back through
+// Prometheus's HTTP API.
+func TestPrometheusScrapesExgate(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a Prometheus server")
+	}
+	bin := needTool(t, "prometheus")
+	st := startStack(t, nil)
+	for i := 0; i < 4; i++ {
+		call(t, "GET", st.url+"/api/v1/mkt/currencies/", "")
+	}
+	dir := t.TempDir()
+	cfg := fmt.Sprintf("global: {scrape_interval: 1s, scrape_timeout: 900ms}\nscrape_configs:\n  - job_name: exgate\n    static_configs: [{targets: [%q]}]\n", st.app.adminAd)
+	cfgPath := filepath.Join(dir, "prometheus.yml")
+	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	cmd := exec.CommandContext(ctx, bin, "--config.file="+cfgPath, "--storage.tsdb.path="+filepath.Join(dir, "data"),
+		"--web.listen-address="+addr, "--log.level=warn")
+	var logs bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &logs, &logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cancel()
+		_ = cmd.Wait()
+		if t.Failed() {
+			t.Logf("prometheus:\n%s", logs.String())
+		}
+	})
+	q := "http://" + addr + "/api/v1/query?query=" +
+		url.QueryEscape(`exgate_requests_total{job="exgate",route="list_currencies",method="GET",code="200"}`)
+	var last string
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(250 * time.Millisecond) {
+		res, err := http.Get(q)
+		if err != nil {
+			last = err.Error()
+			continue
+		}
+		b, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		last = string(b)
+		var ans struct {
+			Data struct {
+				Result []struct {
+					Value [2]any `json:"value"`
+				} `json:"result"`
+			} `json:"data"`
+		}
+		if json.Unmarshal(b, &ans) == nil && len(ans.Data.Result) == 1 && ans.Data.Result[0].Value[1] == "4" {
+			return
+		}
+	}
+	t.Fatalf("Prometheus never read exgate_requests_total = 4 from exgate; last answer %s", last)
+}
