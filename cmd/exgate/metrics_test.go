@@ -75,9 +75,9 @@ func TestMetricsOfRealTraffic(t *testing.T) {
 	for i := 0; i < 3; i++ {
 		call(t, "GET", st.url+"/api/v1/mth/matches/BTC_USDT/", "")
 	}
-	call(t, "GET", st.url+"/API//v1/mth/matches/ETH_USDT", "")      // a spelling of a route: its label is the route
-	call(t, "GET", st.url+"/no/such/path/0xdeadbeef/", "")           // the default route
-	call(t, "POST", st.url+"/api/v1/odr/orders/", `{}`)              // 401 from exgate
+	call(t, "GET", st.url+"/API//v1/mth/matches/ETH_USDT", "")        // a spelling of a route: its label is the route
+	call(t, "GET", st.url+"/no/such/path/0xdeadbeef/", "")            // the default route
+	call(t, "POST", st.url+"/api/v1/odr/orders/", `{}`)               // 401 from exgate
 	call(t, "GET", st.url+"/api/v1/mkt/%2e%2e%2fetc%2fpasswd/x/", "") // refused path
 
 	m := scrapeAdmin(t, st.app.adminAd)
