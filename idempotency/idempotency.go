@@ -1,0 +1,258 @@
+// Package idempotency is exgate's duplicate protection on order
+// identifiers: per token, an identifier reaches the backend at most once
+// within a retention window, and repeats of the same request are answered
+// with the first response.
+//
+// The proxy claims the key (token id, identifier) with the request body's
+// fingerprint before forwarding, and afterwards completes the claim with
+// the backend's response, releases it (the request definitely never
+// reached the backend) or marks its outcome unknown (it may have). A Store
+// makes the claim atomic, across replicas in the Redis implementation, so
+// that concurrent identical requests produce exactly one Claimed. An
+// in-flight claim whose holder never finishes (a crashed replica) turns
+// into an unknown outcome after the in-flight timeout, never into a free
+// identifier. docs/validation.md describes the protocol.
+package idempotency
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"net"
+	"net/http"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/exgate/exgate/config"
+)
+
+// Fingerprint identifies a request body: its SHA-256.
+type Fingerprint [sha256.Size]byte
+
+// FingerprintOf returns the fingerprint of a request body, exactly as
+// received.
+func FingerprintOf(body []byte) Fingerprint { return sha256.Sum256(body) }
+
+// Key returns the store key of an identifier sent with a token. tokenID
+// is what the proxy keys the token by (an HMAC of it, never the token);
+// any string works, the two parts cannot run into each other.
+func Key(tokenID, identifier string) string {
+	return strconv.Itoa(len(tokenID)) + ":" + tokenID + ":" + identifier
+}
+
+// Outcome is the result of a claim.
+type Outcome int
+
+// Claim outcomes.
+const (
+	// Claimed: the key was free and is now held by this request, which
+	// goes to the backend; the proxy must then Complete, Release or
+	// MarkUnknown the claim.
+	Claimed Outcome = iota + 1
+	// InProgress: the same request is being processed (409
+	// request_in_progress).
+	InProgress
+	// Conflict: the identifier was used with a different body (409
+	// duplicate_identifier).
+	Conflict
+	// Replay: the same request completed; Claim.Record holds the first
+	// response, which the proxy sends again with Idempotent-Replayed:
+	// true.
+	Replay
+	// Unknown: the same request may have reached the backend but its
+	// response is unknown (409 outcome_unknown).
+	Unknown
+)
+
+// String names the outcome.
+func (o Outcome) String() string {
+	switch o {
+	case Claimed:
+		return "claimed"
+	case InProgress:
+		return "in_progress"
+	case Conflict:
+		return "conflict"
+	case Replay:
+		return "replay"
+	case Unknown:
+		return "unknown"
+	}
+	return "outcome(" + strconv.Itoa(int(o)) + ")"
+}
+
+// Record is a backend response kept for replay.
+type Record struct {
+	// Status is the HTTP status code.
+	Status int
+	// ContentType is the response's Content-Type, or "".
+	ContentType string
+	// Body is the whole response body.
+	Body []byte
+}
+
+// Claim is the answer to Store.Claim.
+type Claim struct {
+	// Outcome says what the proxy does with the request.
+	Outcome Outcome
+	// Record is the first response, for Replay; nil otherwise.
+	Record *Record
+	// Key and Fingerprint are the claim's arguments.
+	Key         string
+	Fingerprint Fingerprint
+
+	id string // the holder's token, for Claimed
+}
+
+// Store keeps claims. Every method has a deadline (Options.Timeout) and
+// reports store failures as errors; it is then unknown whether the call
+// took effect, so the proxy must not forward the order (see Unavailable).
+type Store interface {
+	// Claim claims key for a request with fingerprint fp, or reports why
+	// it cannot.
+	Claim(ctx context.Context, key string, fp Fingerprint) (Claim, error)
+	// Complete records the backend's response to a Claimed request; later
+	// identical requests replay it. A body over Options.MaxResponseBytes
+	// is not kept: the outcome is recorded as unknown instead.
+	Complete(ctx context.Context, c Claim, rec Record) error
+	// Release frees the key of a Claimed request that certainly never
+	// reached the backend, so that a retry can go through.
+	Release(ctx context.Context, c Claim) error
+	// MarkUnknown records that a Claimed request may have reached the
+	// backend but no response came back; repeats get Unknown for the
+	// retention window.
+	MarkUnknown(ctx context.Context, c Claim) error
+}
+
+// Errors of a Store besides store failures.
+var (
+	// ErrNotClaimed: Complete, Release or MarkUnknown of a claim whose
+	// outcome is not Claimed.
+	ErrNotClaimed = errors.New("idempotency: not a Claimed claim")
+	// ErrClaimLost: the claim is no longer held (already completed,
+	// released or marked, or expired after the retention window).
+	ErrClaimLost = errors.New("idempotency: claim no longer held")
+	// ErrFull: the memory store is full of unexpired entries and takes no
+	// new identifier.
+	ErrFull = errors.New("idempotency: memory store full")
+)
+
+// Options configure a Store.
+type Options struct {
+	// Retention is how long a key stays taken after its last change.
+	// Default 24h.
+	Retention time.Duration
+	// InFlightTimeout is how long a Claimed request may take before
+	// repeats get Unknown. Default 30s.
+	InFlightTimeout time.Duration
+	// MaxResponseBytes bounds a stored response body. Default 64KiB.
+	MaxResponseBytes int
+	// Timeout is the deadline of each store call. Default 100ms.
+	Timeout time.Duration
+	// KeyPrefix starts every Redis key. Default "exgate:idem:".
+	KeyPrefix string
+	// MaxEntries and MaxBytes bound the memory store. Defaults 100000 and
+	// 64MiB.
+	MaxEntries int
+	MaxBytes   int64
+	// Now is the clock that times in-flight claims (and, in the memory
+	// store, retention). Nil means time.Now.
+	Now func() time.Time
+}
+
+// OptionsFrom returns the Options of the idempotency configuration.
+func OptionsFrom(c config.Idempotency) Options {
+	return Options{
+		Retention:        c.Retention,
+		InFlightTimeout:  c.InFlightTimeout,
+		MaxResponseBytes: int(c.MaxResponseBytes),
+		Timeout:          c.Timeout,
+		KeyPrefix:        c.KeyPrefix,
+		MaxEntries:       c.Memory.MaxEntries,
+		MaxBytes:         int64(c.Memory.MaxBytes),
+	}
+}
+
+// withDefaults fills in zero values.
+func (o Options) withDefaults() Options {
+	if o.Retention <= 0 {
+		o.Retention = 24 * time.Hour
+	}
+	if o.InFlightTimeout <= 0 {
+		o.InFlightTimeout = 30 * time.Second
+	}
+	if o.MaxResponseBytes <= 0 {
+		o.MaxResponseBytes = 64 << 10
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = 100 * time.Millisecond
+	}
+	if o.KeyPrefix == "" {
+		o.KeyPrefix = "exgate:idem:"
+	}
+	if o.MaxEntries <= 0 {
+		o.MaxEntries = 100000
+	}
+	if o.MaxBytes <= 0 {
+		o.MaxBytes = 64 << 20
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	return o
+}
+
+// ReplayedHeader is the response header the proxy adds to a replayed
+// response, with the value "true".
+const ReplayedHeader = "Idempotent-Replayed"
+
+// Answer is an answer exgate gives itself, in the proxy's error shape.
+type Answer struct {
+	Status       int
+	Code, Detail string
+}
+
+// Refusal returns the answer to a request whose claim came back
+// InProgress, Conflict or Unknown.
+func Refusal(o Outcome) Answer {
+	switch o {
+	case InProgress:
+		return Answer{http.StatusConflict, "request_in_progress",
+			"A request with this identifier is still being processed; retry later to receive its response."}
+	case Conflict:
+		return Answer{http.StatusConflict, "duplicate_identifier",
+			"This identifier was already used for a different order."}
+	case Unknown:
+		return Answer{http.StatusConflict, "outcome_unknown",
+			"A request with this identifier was already sent to the exchange and its outcome is unknown; check your orders before placing it again with a new identifier."}
+	}
+	return Answer{http.StatusInternalServerError, "internal_error", "Internal error."}
+}
+
+// Unavailable is the answer to an order with an identifier when the store
+// fails: without the store exgate cannot promise a single placement, so
+// it places nothing.
+func Unavailable() Answer {
+	return Answer{http.StatusServiceUnavailable, "duplicate_protection_unavailable",
+		"Duplicate protection is temporarily unavailable, so the order was not sent; retry shortly with the same identifier."}
+}
+
+// NotSent reports whether a transport error from the backend round trip
+// proves the request never left exgate: the connection could not be
+// opened (dial failure, refused, name not resolved). Anything else
+// (timeouts, resets, EOF after writing) may have reached the backend.
+func NotSent(err error) bool {
+	if err == nil {
+		return false
+	}
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "dial" {
+		return true
+	}
+	var dns *net.DNSError
+	if errors.As(err, &dns) {
+		return true
+	}
+	return errors.Is(err, syscall.ECONNREFUSED)
+}

@@ -1,0 +1,147 @@
+package idempotency
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/exgate/exgate/config"
+)
+
+// roundTrip sends a POST through a fresh transport to addr.
+func roundTrip(t *testing.T, addr string, timeout time.Duration) error {
+	t.Helper()
+	tr := &http.Transport{}
+	defer tr.CloseIdleConnections()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+addr+"/api/v1/odr/orders/", strings.NewReader(`{"identifier":"a"}`))
+	resp, err := tr.RoundTrip(req)
+	if err == nil {
+		resp.Body.Close()
+		t.Fatal("round trip succeeded")
+	}
+	return err
+}
+
+// server accepts connections and hands each, after reading a whole
+// request, to handle.
+func server(t *testing.T, handle func(net.Conn)) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				if _, err := http.ReadRequest(bufio.NewReader(c)); err == nil {
+					handle(c)
+				}
+			}()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+func TestNotSent(t *testing.T) {
+	// Nothing listens: refused at dial.
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	closed := ln.Addr().String()
+	ln.Close()
+	if err := roundTrip(t, closed, 5*time.Second); !NotSent(err) {
+		t.Errorf("connection refused: NotSent(%v) = false", err)
+	}
+
+	// The backend read the request and hung up: it may have acted on it.
+	hangUp := server(t, func(net.Conn) {})
+	if err := roundTrip(t, hangUp, 5*time.Second); NotSent(err) {
+		t.Errorf("connection closed after the request: NotSent(%v) = true", err)
+	}
+
+	// The backend read the request and never answered.
+	stall := server(t, func(c net.Conn) { _, _ = c.Read(make([]byte, 1)) })
+	if err := roundTrip(t, stall, 100*time.Millisecond); NotSent(err) {
+		t.Errorf("timeout after sending: NotSent(%v) = true", err)
+	}
+
+	// The backend reset the connection after reading the request.
+	reset := server(t, func(c net.Conn) { _ = c.(*net.TCPConn).SetLinger(0) })
+	if err := roundTrip(t, reset, 5*time.Second); NotSent(err) {
+		t.Errorf("reset after sending: NotSent(%v) = true", err)
+	}
+
+	for _, tt := range []struct {
+		err  error
+		want bool
+	}{
+		{nil, false},
+		{context.Canceled, false},
+		{context.DeadlineExceeded, false},
+		{errors.New("EOF"), false},
+		{&net.OpError{Op: "read", Net: "tcp", Err: errors.New("connection reset by peer")}, false},
+		{&net.OpError{Op: "dial", Net: "tcp", Err: context.DeadlineExceeded}, true},
+		{&net.DNSError{Err: "no such host", Name: "backend", IsNotFound: true}, true},
+	} {
+		if got := NotSent(tt.err); got != tt.want {
+			t.Errorf("NotSent(%#v) = %v, want %v", tt.err, got, tt.want)
+		}
+	}
+}
+
+func TestAnswers(t *testing.T) {
+	for o, code := range map[Outcome]string{InProgress: "request_in_progress", Conflict: "duplicate_identifier", Unknown: "outcome_unknown"} {
+		a := Refusal(o)
+		if a.Status != 409 || a.Code != code || !strings.HasSuffix(a.Detail, ".") {
+			t.Errorf("Refusal(%s) = %+v", o, a)
+		}
+	}
+	if a := Refusal(Claimed); a.Status != 500 {
+		t.Errorf("Refusal(Claimed) = %+v", a)
+	}
+	if a := Unavailable(); a.Status != 503 || a.Code != "duplicate_protection_unavailable" {
+		t.Errorf("Unavailable() = %+v", a)
+	}
+	for o, s := range map[Outcome]string{Claimed: "claimed", InProgress: "in_progress", Conflict: "conflict", Replay: "replay", Unknown: "unknown", 0: "outcome(0)"} {
+		if o.String() != s {
+			t.Errorf("%d.String() = %q", int(o), o.String())
+		}
+	}
+}
+
+func TestKeyAndFingerprint(t *testing.T) {
+	if Key("ab", "c") == Key("a", "bc") || Key("a:b", "c") == Key("a", "b:c") {
+		t.Error("keys of different (token, identifier) pairs collide")
+	}
+	if Key("tok", "id") != "3:tok:id" {
+		t.Errorf("Key = %q", Key("tok", "id"))
+	}
+	a, b := FingerprintOf([]byte(`{"a":1}`)), FingerprintOf([]byte(`{"a": 1}`))
+	if a == b || a != FingerprintOf([]byte(`{"a":1}`)) {
+		t.Error("fingerprints must follow the bytes exactly")
+	}
+}
+
+func TestOptionsFromConfig(t *testing.T) {
+	o := OptionsFrom(config.DefaultIdempotency())
+	want := Options{Retention: 24 * time.Hour, InFlightTimeout: 30 * time.Second, MaxResponseBytes: 64 << 10,
+		Timeout: 100 * time.Millisecond, KeyPrefix: "exgate:idem:", MaxEntries: 100000, MaxBytes: 64 << 20}
+	if o.Now != nil || o.Retention != want.Retention || o.InFlightTimeout != want.InFlightTimeout ||
+		o.MaxResponseBytes != want.MaxResponseBytes || o.Timeout != want.Timeout || o.KeyPrefix != want.KeyPrefix ||
+		o.MaxEntries != want.MaxEntries || o.MaxBytes != want.MaxBytes {
+		t.Errorf("OptionsFrom(default) = %+v", o)
+	}
+	if d := (Options{}).withDefaults(); d.Retention != want.Retention || d.Now == nil || d.KeyPrefix != want.KeyPrefix {
+		t.Errorf("zero Options defaults = %+v", d)
+	}
+}

@@ -1,0 +1,270 @@
+package idempotency
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+)
+
+// clock is a settable clock, shared by the replicas of a test.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func newClock() *clock { return &clock{t: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)} }
+
+func (c *clock) now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *clock) advance(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+// harness builds stores of one implementation. replicas returns n stores
+// sharing one state, as n exgate replicas would (for the memory store,
+// the same store n times).
+type harness struct {
+	name     string
+	replicas func(t *testing.T, n int, o Options) []Store
+}
+
+func (h harness) store(t *testing.T, o Options) Store { return h.replicas(t, 1, o)[0] }
+
+var (
+	fpA = FingerprintOf([]byte(`{"symbol":"BTC_USDT","identifier":"a"}`))
+	fpB = FingerprintOf([]byte(`{"symbol":"ETH_USDT","identifier":"a"}`))
+)
+
+const (
+	inFlight  = 30 * time.Second
+	retention = 24 * time.Hour
+)
+
+func testOptions(c *clock) Options {
+	return Options{InFlightTimeout: inFlight, Retention: retention, MaxResponseBytes: 1024, Timeout: 2 * time.Second, Now: c.now}
+}
+
+func mustClaim(t *testing.T, s Store, key string, fp Fingerprint, want Outcome) Claim {
+	t.Helper()
+	c, err := s.Claim(context.Background(), key, fp)
+	if err != nil {
+		t.Fatalf("Claim(%s): %v", key, err)
+	}
+	if c.Outcome != want {
+		t.Fatalf("Claim(%s) = %s, want %s", key, c.Outcome, want)
+	}
+	if c.Key != key || c.Fingerprint != fp || (c.Record != nil) != (want == Replay) {
+		t.Fatalf("Claim(%s) = %+v", key, c)
+	}
+	return c
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// storeCases is the one table every Store passes.
+var storeCases = []struct {
+	name string
+	run  func(t *testing.T, h harness, c *clock)
+}{
+	{"first claims, same body waits, other body conflicts", func(t *testing.T, h harness, c *clock) {
+		s := h.store(t, testOptions(c))
+		mustClaim(t, s, "k", fpA, Claimed)
+		mustClaim(t, s, "k", fpA, InProgress)
+		mustClaim(t, s, "k", fpB, Conflict)
+		c.advance(inFlight - time.Millisecond)
+		mustClaim(t, s, "k", fpA, InProgress)
+	}},
+	{"completed request replays its response", func(t *testing.T, h harness, c *clock) {
+		s := h.store(t, testOptions(c))
+		cl := mustClaim(t, s, "k", fpA, Claimed)
+		body := []byte("{\"id\":1}\x00\xff binary-safe")
+		must(t, s.Complete(context.Background(), cl, Record{Status: 201, ContentType: "application/json; charset=utf-8", Body: body}))
+		for range 2 {
+			r := mustClaim(t, s, "k", fpA, Replay).Record
+			if r.Status != 201 || r.ContentType != "application/json; charset=utf-8" || !bytes.Equal(r.Body, body) {
+				t.Fatalf("replayed %+v", r)
+			}
+			r.Body[0] = 'X' // the caller's copy
+		}
+		mustClaim(t, s, "k", fpB, Conflict)
+		c.advance(inFlight * 2)
+		mustClaim(t, s, "k", fpA, Replay)
+	}},
+	{"error responses replay too", func(t *testing.T, h harness, c *clock) {
+		s := h.store(t, testOptions(c))
+		for i, rec := range []Record{{Status: 500}, {Status: 400, ContentType: "application/json", Body: []byte(`{"price":["bad"]}`)}, {Status: 503, Body: []byte{}}} {
+			key := string(rune('a' + i))
+			cl := mustClaim(t, s, key, fpA, Claimed)
+			must(t, s.Complete(context.Background(), cl, rec))
+			got := mustClaim(t, s, key, fpA, Replay).Record
+			if got.Status != rec.Status || got.ContentType != rec.ContentType || !bytes.Equal(got.Body, rec.Body) {
+				t.Errorf("replayed %+v, want %+v", got, rec)
+			}
+		}
+	}},
+	{"release frees the identifier", func(t *testing.T, h harness, c *clock) {
+		s := h.store(t, testOptions(c))
+		first := mustClaim(t, s, "k", fpA, Claimed)
+		must(t, s.Release(context.Background(), first))
+		second := mustClaim(t, s, "k", fpB, Claimed) // even with another body
+		if err := s.Complete(context.Background(), first, Record{Status: 201}); !errors.Is(err, ErrClaimLost) {
+			t.Errorf("Complete of a released claim: %v", err)
+		}
+		mustClaim(t, s, "k", fpB, InProgress)
+		must(t, s.Complete(context.Background(), second, Record{Status: 201}))
+		mustClaim(t, s, "k", fpB, Replay)
+	}},
+	{"unknown outcome blocks repeats", func(t *testing.T, h harness, c *clock) {
+		s := h.store(t, testOptions(c))
+		cl := mustClaim(t, s, "k", fpA, Claimed)
+		must(t, s.MarkUnknown(context.Background(), cl))
+		mustClaim(t, s, "k", fpA, Unknown)
+		mustClaim(t, s, "k", fpB, Conflict)
+		c.advance(retention - time.Minute)
+		mustClaim(t, s, "k", fpA, Unknown)
+	}},
+	{"expired in-flight claim is unknown, not free", func(t *testing.T, h harness, c *clock) {
+		s := h.store(t, testOptions(c))
+		cl := mustClaim(t, s, "k", fpA, Claimed)
+		c.advance(inFlight)
+		mustClaim(t, s, "k", fpA, Unknown)
+		mustClaim(t, s, "k", fpB, Conflict)
+		mustClaim(t, s, "k", fpA, Unknown)
+		// The holder still gets to record the real response.
+		must(t, s.Complete(context.Background(), cl, Record{Status: 201, Body: []byte("late")}))
+		if r := mustClaim(t, s, "k", fpA, Replay).Record; string(r.Body) != "late" {
+			t.Errorf("replayed %q", r.Body)
+		}
+	}},
+	{"expired in-flight claim unseen by anyone is unknown", func(t *testing.T, h harness, c *clock) {
+		s := h.store(t, testOptions(c))
+		mustClaim(t, s, "k", fpA, Claimed)
+		c.advance(time.Hour)
+		mustClaim(t, s, "k", fpA, Unknown)
+	}},
+	{"holder may release after expiry", func(t *testing.T, h harness, c *clock) {
+		s := h.store(t, testOptions(c))
+		cl := mustClaim(t, s, "k", fpA, Claimed)
+		c.advance(inFlight + time.Second)
+		mustClaim(t, s, "k", fpA, Unknown)
+		must(t, s.Release(context.Background(), cl))
+		mustClaim(t, s, "k", fpA, Claimed)
+	}},
+	{"a claim finishes once", func(t *testing.T, h harness, c *clock) {
+		s := h.store(t, testOptions(c))
+		cl := mustClaim(t, s, "k", fpA, Claimed)
+		must(t, s.Complete(context.Background(), cl, Record{Status: 201}))
+		for name, err := range map[string]error{
+			"Complete":    s.Complete(context.Background(), cl, Record{Status: 500}),
+			"Release":     s.Release(context.Background(), cl),
+			"MarkUnknown": s.MarkUnknown(context.Background(), cl),
+		} {
+			if !errors.Is(err, ErrClaimLost) {
+				t.Errorf("%s after Complete: %v, want ErrClaimLost", name, err)
+			}
+		}
+		if r := mustClaim(t, s, "k", fpA, Replay).Record; r.Status != 201 {
+			t.Errorf("the first response was overwritten: %+v", r)
+		}
+	}},
+	{"only a Claimed claim can finish", func(t *testing.T, h harness, c *clock) {
+		s := h.store(t, testOptions(c))
+		mustClaim(t, s, "k", fpA, Claimed)
+		waiting := mustClaim(t, s, "k", fpA, InProgress)
+		for _, cl := range []Claim{waiting, {}, {Outcome: Claimed, Key: "k", Fingerprint: fpA}} {
+			if err := s.Complete(context.Background(), cl, Record{Status: 201}); !errors.Is(err, ErrNotClaimed) {
+				t.Errorf("Complete(%+v) = %v", cl, err)
+			}
+			if err := s.Release(context.Background(), cl); !errors.Is(err, ErrNotClaimed) {
+				t.Errorf("Release(%+v) = %v", cl, err)
+			}
+		}
+		mustClaim(t, s, "k", fpA, InProgress)
+	}},
+	{"another replica's claim cannot be finished", func(t *testing.T, h harness, c *clock) {
+		rs := h.replicas(t, 2, testOptions(c))
+		mine := mustClaim(t, rs[0], "k", fpA, Claimed)
+		must(t, rs[0].Release(context.Background(), mine))
+		theirs := mustClaim(t, rs[1], "k", fpA, Claimed)
+		if err := rs[0].MarkUnknown(context.Background(), mine); !errors.Is(err, ErrClaimLost) {
+			t.Errorf("MarkUnknown with a stale claim: %v", err)
+		}
+		mustClaim(t, rs[0], "k", fpA, InProgress)
+		must(t, rs[1].Complete(context.Background(), theirs, Record{Status: 201}))
+		mustClaim(t, rs[0], "k", fpA, Replay)
+	}},
+	{"responses over the cap are not kept", func(t *testing.T, h harness, c *clock) {
+		s := h.store(t, testOptions(c))
+		big := mustClaim(t, s, "big", fpA, Claimed)
+		must(t, s.Complete(context.Background(), big, Record{Status: 201, Body: bytes.Repeat([]byte("x"), 1025)}))
+		mustClaim(t, s, "big", fpA, Unknown)
+		exact := mustClaim(t, s, "exact", fpA, Claimed)
+		must(t, s.Complete(context.Background(), exact, Record{Status: 201, Body: bytes.Repeat([]byte("x"), 1024)}))
+		if r := mustClaim(t, s, "exact", fpA, Replay).Record; len(r.Body) != 1024 {
+			t.Errorf("replayed %d bytes", len(r.Body))
+		}
+	}},
+	{"keys are per token and identifier", func(t *testing.T, h harness, c *clock) {
+		s := h.store(t, testOptions(c))
+		mustClaim(t, s, Key("tok1", "a"), fpA, Claimed)
+		mustClaim(t, s, Key("tok2", "a"), fpA, Claimed)
+		mustClaim(t, s, Key("tok1", "b"), fpA, Claimed)
+		mustClaim(t, s, Key("tok1:a", ""), fpA, Claimed)
+		mustClaim(t, s, Key("tok1", "a"), fpA, InProgress)
+	}},
+	{"100 concurrent identical requests across replicas claim once", func(t *testing.T, h harness, c *clock) {
+		rs := h.replicas(t, 4, testOptions(c))
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		counts := map[Outcome]int{}
+		var claims []Claim
+		start := make(chan struct{})
+		for i := range 100 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				cl, err := rs[i%len(rs)].Claim(context.Background(), Key("tok", "same"), fpA)
+				mu.Lock()
+				defer mu.Unlock()
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				counts[cl.Outcome]++
+				if cl.Outcome == Claimed {
+					claims = append(claims, cl)
+				}
+			}()
+		}
+		close(start)
+		wg.Wait()
+		if counts[Claimed] != 1 || counts[InProgress] != 99 {
+			t.Fatalf("outcomes %v, want 1 claimed and 99 in progress", counts)
+		}
+		must(t, rs[0].Complete(context.Background(), claims[0], Record{Status: 201}))
+		for _, r := range rs {
+			mustClaim(t, r, Key("tok", "same"), fpA, Replay)
+		}
+	}},
+}
+
+func runStoreCases(t *testing.T, h harness) {
+	for _, tc := range storeCases {
+		t.Run(tc.name, func(t *testing.T) { tc.run(t, h, newClock()) })
+	}
+}
