@@ -37,7 +37,7 @@ type dec struct {
 	coef  uint64
 	scale int
 	big   bool
-	slow  decimal.Decimal
+	slow  *decimal.Decimal
 	// intDigits is the number of digits before the decimal point.
 	intDigits int
 }
@@ -173,7 +173,7 @@ func parseDec(s []byte) (d dec, msg string) {
 		if err != nil { // cannot happen: s has the syntax checked above
 			return d, msgNotDecimal
 		}
-		d.slow = v
+		d.slow = &v
 	}
 	return d, ""
 }
@@ -235,7 +235,7 @@ func mulPow10(x uint64, k int) (uint64, bool) {
 // value returns d as a decimal.Decimal (the slow path).
 func (d *dec) value() decimal.Decimal {
 	if d.big {
-		return d.slow
+		return *d.slow
 	}
 	return decimal.NewFromBigInt(new(big.Int).SetUint64(d.coef), -int32(d.scale))
 }

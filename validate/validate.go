@@ -265,7 +265,8 @@ func (v *Validator) compile(s *snapshot) *compiled {
 		r := &rules{m: m}
 		r.increment = dec{coef: 1, scale: m.PricePrecision}
 		if m.PricePrecision > 19 {
-			r.increment = dec{big: true, slow: decimal.New(1, -int32(m.PricePrecision))}
+			inc := decimal.New(1, -int32(m.PricePrecision))
+			r.increment = dec{big: true, slow: &inc}
 		}
 		if o.increment != nil {
 			r.increment, r.customInc = *o.increment, true
@@ -776,6 +777,9 @@ func jsonContentType(values []string) bool {
 		return false
 	}
 	s := values[0]
+	if s == "application/json" || s == "application/json; charset=utf-8" {
+		return true // the common spellings
+	}
 	mt, params, _ := strings.Cut(s, ";")
 	if !strings.EqualFold(strings.Trim(mt, " \t"), "application/json") {
 		return false
