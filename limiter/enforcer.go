@@ -214,7 +214,7 @@ func (e *Enforcer) Decide(ctx context.Context, rr *RouteRules, req Request, d *D
 			if addr == nil {
 				continue
 			}
-			key = append(append(key, r.prefixSpray...), addr...)
+			key = append(append(key, v.prefixSpray...), addr...)
 		case r.byToken:
 			if d.TokenID == "" {
 				continue // a token limit does not apply to a request without a token
@@ -222,12 +222,12 @@ func (e *Enforcer) Decide(ctx context.Context, rr *RouteRules, req Request, d *D
 			if d.Tier != "" && r.tiers[d.Tier] != nil {
 				v = r.tiers[d.Tier]
 			}
-			key = append(append(key, r.prefixToken...), d.TokenID...)
+			key = append(append(key, v.prefixToken...), d.TokenID...)
 		default:
 			if addr == nil {
 				continue
 			}
-			key = append(append(key, r.prefixAddr...), addr...)
+			key = append(append(key, v.prefixAddr...), addr...)
 		}
 		o := Outcome{Index: i, Limit: r.name, Tier: v.tier, v: v}
 		res, err := e.store.Allow(ctx, string(key), v.limit)

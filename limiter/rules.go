@@ -9,7 +9,10 @@ import (
 )
 
 // KeyPrefix starts every key exgate stores (redis_rate adds its own
-// "rate:" in front): rate:exgate:<route>:<limit>:<t|a|s>:<id>.
+// "rate:" in front): rate:exgate:<route>:<limit>:<N>/<seconds>:<t|a|s>:<id>.
+// The rate is part of the key, so changing a limit (a reload, or a token
+// moving to another tier) starts its counting afresh instead of carrying
+// over a debt measured at the old rate.
 const KeyPrefix = "exgate:"
 
 // Rules is the rate-limit configuration compiled for the hot path: per
@@ -42,10 +45,6 @@ type rule struct {
 	shadow  bool
 	base    variant
 	tiers   map[string]*variant // tier → override (token limits only)
-
-	prefixToken string // KeyPrefix + route + ":" + name + ":t:"
-	prefixAddr  string // … ":a:"
-	prefixSpray string // … ":s:" (demoted tokens, keyed by address)
 }
 
 // variant is a limit as it applies to one tier (or to no tier).
@@ -55,6 +54,10 @@ type variant struct {
 	local  Limit  // the local fallback's share: limit / replicas
 	policy string // RateLimit-Policy value
 	quota  string // X-RateLimit-Limit value
+
+	prefixToken string // KeyPrefix + route:limit:N/seconds + ":t:"
+	prefixAddr  string // … ":a:"
+	prefixSpray string // … ":s:" (demoted tokens, keyed by address)
 }
 
 // Compile compiles the limits of a validated configuration and the
@@ -79,14 +82,11 @@ func Compile(cfg *config.Config, tokens map[string]string) *Rules {
 		for _, lc := range rc.Limits {
 			base := KeyPrefix + rc.Name + ":" + lc.Name + ":"
 			r := rule{
-				name:        lc.Name,
-				byToken:     lc.Key == config.KeyToken,
-				when:        lc.When,
-				shadow:      lc.Shadow,
-				base:        newVariant("", lc.Name, lc.Rate, lc.Burst, replicas),
-				prefixToken: base + "t:",
-				prefixAddr:  base + "a:",
-				prefixSpray: base + "s:",
+				name:    lc.Name,
+				byToken: lc.Key == config.KeyToken,
+				when:    lc.When,
+				shadow:  lc.Shadow,
+				base:    newVariant(base, "", lc.Name, lc.Rate, lc.Burst, replicas),
 			}
 			if r.byToken {
 				for tier, routes := range cfg.Tiers {
@@ -94,7 +94,7 @@ func Compile(cfg *config.Config, tokens map[string]string) *Rules {
 						if r.tiers == nil {
 							r.tiers = map[string]*variant{}
 						}
-						v := newVariant(tier, lc.Name, tl.Rate, tl.Burst, replicas)
+						v := newVariant(base, tier, lc.Name, tl.Rate, tl.Burst, replicas)
 						r.tiers[tier] = &v
 					}
 				}
@@ -106,7 +106,7 @@ func Compile(cfg *config.Config, tokens map[string]string) *Rules {
 	return rs
 }
 
-func newVariant(tier, name string, rate config.Rate, burst int, replicas int64) variant {
+func newVariant(keyBase, tier, name string, rate config.Rate, burst int, replicas int64) variant {
 	l := Limit{Rate: rate.N, Period: rate.Period, Burst: int64(burst)}
 	if l.Burst == 0 {
 		l.Burst = l.Rate
@@ -114,12 +114,16 @@ func newVariant(tier, name string, rate config.Rate, burst int, replicas int64) 
 	local := Limit{Rate: max(l.Rate/replicas, 1), Period: l.Period, Burst: max(l.Burst/replicas, 1)}
 	// The window a full burst takes to refill: Burst × Period / Rate.
 	w := max(mulSat(int64(l.Period/time.Second), l.Burst)/l.Rate, 1)
+	keyBase += strconv.FormatInt(l.Rate, 10) + "/" + strconv.FormatInt(int64(l.Period/time.Second), 10) + ":"
 	return variant{
-		tier:   tier,
-		limit:  l,
-		local:  local,
-		policy: strconv.Quote(name) + ";q=" + strconv.FormatInt(l.Burst, 10) + ";w=" + strconv.FormatInt(w, 10),
-		quota:  strconv.FormatInt(l.Burst, 10),
+		tier:        tier,
+		limit:       l,
+		local:       local,
+		prefixToken: keyBase + "t:",
+		prefixAddr:  keyBase + "a:",
+		prefixSpray: keyBase + "s:",
+		policy:      strconv.Quote(name) + ";q=" + strconv.FormatInt(l.Burst, 10) + ";w=" + strconv.FormatInt(w, 10),
+		quota:       strconv.FormatInt(l.Burst, 10),
 	}
 }
 
