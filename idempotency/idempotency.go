@@ -114,7 +114,9 @@ type Store interface {
 	Claim(ctx context.Context, key string, fp Fingerprint) (Claim, error)
 	// Complete records the backend's response to a Claimed request; later
 	// identical requests replay it. A body over Options.MaxResponseBytes
-	// is not kept: the outcome is recorded as unknown instead.
+	// is not kept: the outcome is recorded as unknown instead. rec.Body
+	// must be the whole body: a caller that stopped reading it calls
+	// MarkUnknown rather than storing a truncated response.
 	Complete(ctx context.Context, c Claim, rec Record) error
 	// Release frees the key of a Claimed request that certainly never
 	// reached the backend, so that a retry can go through.

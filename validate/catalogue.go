@@ -167,11 +167,15 @@ func (c *Catalogue) Run(ctx context.Context) {
 // Load fetches the catalogue once. On success it replaces the markets;
 // on failure (transport error, status other than 200, a body that is not
 // a JSON array of well-formed markets) it keeps the last good copy, logs
-// the problem and returns it.
+// the problem and returns it. A fetch cut short by ctx is returned
+// without logging or OnLoad.
 func (c *Catalogue) Load(ctx context.Context) error {
 	markets, err := c.fetch(ctx)
 	if err == nil {
 		err = c.Set(markets)
+	}
+	if err != nil && ctx.Err() != nil {
+		return err // shutting down: not a failed refresh
 	}
 	if c.onLoad != nil {
 		c.onLoad(err)

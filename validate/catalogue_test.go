@@ -447,3 +447,28 @@ func TestParseMarketsAcceptsNumbersAndExtraFields(t *testing.T) {
 		t.Error("blank body parsed")
 	}
 }
+
+func TestCatalogueLoadCancelled(t *testing.T) {
+	srv := newScripted(t, 200, marketsJSON(seedMarkets()...))
+	srv.mu.Lock()
+	srv.block = true
+	srv.mu.Unlock()
+	core, logs := observer.New(zapcore.DebugLevel)
+	calls := 0
+	cat := newTestCatalogue(t, srv.url(t), &fixedClock{}, zap.New(core), func(o *CatalogueOptions) {
+		o.OnLoad = func(error) { calls++ }
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { // cancel once the request is in flight
+		for srv.hits.Load() == 0 {
+			time.Sleep(time.Millisecond)
+		}
+		cancel()
+	}()
+	if err := cat.Load(ctx); !errors.Is(err, context.Canceled) {
+		t.Errorf("Load = %v, want context.Canceled", err)
+	}
+	if logs.Len() != 0 || calls != 0 {
+		t.Errorf("a cancelled load logged %d lines and called OnLoad %d times", logs.Len(), calls)
+	}
+}
