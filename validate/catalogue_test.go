@@ -106,8 +106,27 @@ func TestCatalogueFromReferenceBackend(t *testing.T) {
 	u, _ := url.Parse(srv.URL)
 	clock := &fixedClock{t: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
 	cat := newTestCatalogue(t, u, clock, nil, nil)
+	strict, err := New(config.DefaultValidation(), cat, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	passCfg := config.DefaultValidation()
+	passCfg.BeforeCatalogue = config.BeforeCataloguePass
+	lenient, err := New(passCfg, cat, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, p := strict.Check(jsonCT, []byte(limit())); p == nil || p.Status != 503 || p.Code != CodeCatalogueUnavailable {
+		t.Errorf("before the first load: %v", p)
+	}
+	if o, p := lenient.Check(jsonCT, []byte(limit("base_amount", `"0.0000001"`))); p != nil || !o.Partial {
+		t.Errorf("pass mode before the first load: %+v %v", o, p)
+	}
 	if err := cat.Load(context.Background()); err != nil {
 		t.Fatal(err)
+	}
+	if o, p := lenient.Check(jsonCT, []byte(limit("base_amount", `"0.0000001"`))); p == nil || o.Partial {
+		t.Errorf("pass mode after the first load still skips market rules: %+v", o)
 	}
 	want := seedMarkets()
 	slices.SortFunc(want, func(a, b Market) int { return strings.Compare(a.Symbol, b.Symbol) })
@@ -122,10 +141,7 @@ func TestCatalogueFromReferenceBackend(t *testing.T) {
 	}
 
 	// Every order the validator accepts, the reference backend accepts.
-	v, err := New(config.DefaultValidation(), cat, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	v := strict
 	access, _, err := backend.IssueToken("dev")
 	if err != nil {
 		t.Fatal(err)
@@ -151,6 +167,23 @@ func TestCatalogueFromReferenceBackend(t *testing.T) {
 	}
 	if accepted < 25 {
 		t.Errorf("only %d accepted bodies were sent", accepted)
+	}
+
+	// The backend goes away: refreshes fail, the last good copy stays
+	// and ages.
+	srv.Close()
+	clock.advance(90 * time.Second)
+	if err := cat.Load(context.Background()); err == nil {
+		t.Fatal("refresh from a stopped backend succeeded")
+	}
+	if len(cat.Markets()) != len(want) {
+		t.Errorf("last good copy lost: %v", cat.Markets())
+	}
+	if age, ok := cat.Age(); !ok || age != 90*time.Second {
+		t.Errorf("Age = %v, %v; want 1m30s", age, ok)
+	}
+	if _, p := strict.Check(jsonCT, []byte(limit())); p != nil {
+		t.Errorf("orders no longer checked against the last good copy: %v", p)
 	}
 }
 
