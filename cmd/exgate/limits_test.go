@@ -92,8 +92,14 @@ func TestReplicasShareLimitsExactly(t *testing.T) {
 	urls, backend := replicas(t, 3, []string{srv.Addr}, func(c *config.Config) {
 		c.Routes[1].Limits[1].Rate = config.Rate{N: 100, Period: time.Minute} // list_markets, with a token
 		c.Routes[1].Limits[1].Burst = 100
+		// Exactness is Redis's: a store failure must show as a failure
+		// here, not as the local fallback's allowance.
+		c.Limiter.OnStoreError = config.StoreClosed
+		c.Limiter.Redis.Timeout = time.Second
 	})
 	var ok, limited, other atomic.Int64
+	var codesMu sync.Mutex
+	codes := map[int]int{}
 	var wg sync.WaitGroup
 	start := time.Now()
 	for i := 0; i < 50; i++ {
@@ -109,6 +115,9 @@ func TestReplicasShareLimitsExactly(t *testing.T) {
 					limited.Add(1)
 				default:
 					other.Add(1)
+					codesMu.Lock()
+					codes[code]++
+					codesMu.Unlock()
 				}
 			}
 		}()
@@ -118,8 +127,8 @@ func TestReplicasShareLimitsExactly(t *testing.T) {
 	// GCRA refills one request every 600ms; count what elapsed could add.
 	refill := int64(elapsed / (600 * time.Millisecond))
 	if ok.Load() < 100 || ok.Load() > 100+refill || other.Load() != 0 {
-		t.Errorf("allowed %d, limited %d, other %d in %v; want exactly 100 allowed (+%d refilled at most)",
-			ok.Load(), limited.Load(), other.Load(), elapsed, refill)
+		t.Errorf("allowed %d, limited %d, other %d %v in %v; want exactly 100 allowed (+%d refilled at most)",
+			ok.Load(), limited.Load(), other.Load(), codes, elapsed, refill)
 	}
 	if got := backend.all.Load(); got != ok.Load() {
 		t.Errorf("backend saw %d requests, gateways allowed %d", got, ok.Load())
