@@ -3,7 +3,7 @@ GO        ?= go
 PKGS      ?= ./...
 BENCHTIME ?= 1s
 
-.PHONY: all build test test-deps lint fmt-check vet bench fuzz run clean
+.PHONY: all build test test-deps lint fmt-check vet bench bench-go fuzz run clean
 
 all: build
 
@@ -31,8 +31,15 @@ lint: fmt-check vet
 	@if command -v staticcheck >/dev/null 2>&1; then staticcheck $(PKGS); \
 	else echo "staticcheck not installed (go install honnef.co/go/tools/cmd/staticcheck@latest); skipped"; fi
 
-## bench: the Go benchmarks with allocation counts.
+## bench: the comparison benchmark against NGINX (bench/run.sh): installs
+## nginx, wrk and redis-server when missing, runs everything on loopback,
+## writes bench/results/latest.{md,json,png}. About 10 minutes;
+## BENCH_QUICK=1 for a one-minute smoke run (see bench/run.sh for settings).
 bench:
+	@./bench/run.sh
+
+## bench-go: the Go micro-benchmarks with allocation counts.
+bench-go:
 	$(GO) test -run='^$$' -bench=. -benchmem -benchtime=$(BENCHTIME) $(PKGS)
 
 ## fuzz: run each native fuzz test for a while (FUZZTIME=30s by default).

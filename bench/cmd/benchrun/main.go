@@ -1,0 +1,187 @@
+// Command benchrun is exgate's comparison benchmark: it starts the
+// reference backend, Redis, exgate three ways (limits off, memory limits,
+// Redis limits) and NGINX two ways (plain proxy_pass, and with limit_req)
+// on free loopback ports, drives identical wrk load at each in
+// interleaved rounds, measures throughput, latency and the CPU each
+// process spends per request, and writes the medians as a Markdown table,
+// a JSON file and a PNG chart.
+//
+// `make bench` runs it through bench/run.sh, which installs what is
+// missing and builds the binaries. Run directly:
+//
+//	benchrun -bins DIR -out bench/results [-rounds 5] [-duration 6s] [-warmup 2s]
+//	         [-threads 2] [-conns 64] [-tokens 5000] [-pin none|split] [-profile]
+//	benchrun -render bench/results/latest.json -out DIR   (rewrite the table and chart)
+//
+// Every process it starts runs in its own process group and is stopped
+// when benchrun ends, fails, or receives SIGINT, SIGTERM or SIGHUP.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+)
+
+// options are benchrun's settings.
+type options struct {
+	bins     string
+	out      string
+	work     string
+	rounds   int
+	duration time.Duration
+	warmup   time.Duration
+	threads  int
+	conns    int
+	tokens   int
+	pin      string
+	profile  bool
+	profSecs int
+	render   string
+	command  string
+	quick    bool
+}
+
+func main() {
+	var o options
+	flag.StringVar(&o.bins, "bins", "bin", "directory holding the exgate and exchange-sim binaries")
+	flag.StringVar(&o.out, "out", "bench/results", "directory for latest.md, latest.json and latest.png")
+	flag.StringVar(&o.work, "work", "", "scratch directory for configurations and logs (default: a new temporary directory, removed at the end)")
+	flag.IntVar(&o.rounds, "rounds", 5, "measured rounds; every target and scenario runs once per round, interleaved")
+	flag.DurationVar(&o.duration, "duration", 6*time.Second, "length of one measured run")
+	flag.DurationVar(&o.warmup, "warmup", 2*time.Second, "warm-up run of each target and scenario before the first round")
+	flag.IntVar(&o.threads, "threads", 2, "wrk threads")
+	flag.IntVar(&o.conns, "conns", 64, "wrk connections (held open for the whole run)")
+	flag.IntVar(&o.tokens, "tokens", 5000, "distinct tokens per wrk thread in the many-keys scenario")
+	flag.StringVar(&o.pin, "pin", "none", "CPU pinning: none (the scheduler spreads everything over all CPUs) or split (wrk on the last CPU, servers on the others)")
+	flag.BoolVar(&o.profile, "profile", false, "after the rounds, CPU- and allocation-profile exgate (Redis limits, and limits off) under GET load")
+	flag.IntVar(&o.profSecs, "profile-seconds", 10, "length of each profile")
+	flag.StringVar(&o.render, "render", "", "only rewrite latest.md and latest.png from this results JSON")
+	flag.StringVar(&o.command, "command", "", "the command line to print in the report (default: this one)")
+	flag.BoolVar(&o.quick, "quick", false, "mark the results as a smoke run (BENCH_QUICK=1)")
+	flag.Parse()
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	err := run(ctx, o)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "benchrun:", err)
+		if errors.Is(err, context.Canceled) {
+			os.Exit(130)
+		}
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, o options) error {
+	if o.render != "" {
+		res, err := readResults(o.render)
+		if err != nil {
+			return err
+		}
+		return writeReport(res, o.out)
+	}
+	if o.rounds < 1 || o.duration < time.Second || o.threads < 1 || o.conns < o.threads || o.tokens < 1 {
+		return errors.New("need rounds ≥ 1, duration ≥ 1s, threads ≥ 1, conns ≥ threads, tokens ≥ 1")
+	}
+	if o.work == "" {
+		dir, err := os.MkdirTemp("", "exgate-bench-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+		o.work = dir
+	}
+	// NGINX workers run as an unprivileged user when started as root and
+	// must reach their directories.
+	if err := os.Chmod(o.work, 0o755); err != nil {
+		return err
+	}
+	if o.command == "" {
+		o.command = fmt.Sprint(os.Args)
+	}
+	serverCPUs, wrkCPUs, err := pinning(o.pin)
+	if err != nil {
+		return err
+	}
+
+	ps := &procs{dir: o.work}
+	defer ps.stopAll()
+	e := &env{bins: o.bins, work: o.work, cpus: serverCPUs}
+	logf("starting the backend, Redis, 3 exgates and 2 NGINXes on loopback (scratch: %s)", o.work)
+	if err := startStack(ctx, ps, e); err != nil {
+		return err
+	}
+	b := &bench{o: o, e: e, wrkCPUs: wrkCPUs}
+	if b.token, err = accessToken(e.targets[tDirect].url); err != nil {
+		return err
+	}
+	if b.scripts, err = writeScripts(o.work); err != nil {
+		return err
+	}
+	b.redis = newRedisStats(e.redisAd)
+	defer b.redis.close()
+
+	res := &Results{
+		Generated: time.Now().UTC(),
+		Command:   o.command,
+		Machine:   describeMachine(o.pin, serverCPUs, wrkCPUs),
+		Settings: Settings{
+			Rounds: o.rounds, Duration: o.duration.String(), Warmup: o.warmup.String(),
+			Threads: o.threads, Conns: o.conns, Tokens: o.tokens * o.threads, Quick: o.quick,
+		},
+	}
+	if err := b.measure(ctx, res); err != nil {
+		return err
+	}
+	if o.profile {
+		if err := b.profileAll(ctx, res); err != nil {
+			return err
+		}
+	}
+	for _, name := range targetOrder() {
+		if t := e.targets[name]; t.proxy != nil && t.proxy.exited() {
+			return fmt.Errorf("%s exited during the benchmark:\n%s", name, t.proxy.tail())
+		}
+	}
+	if err := os.MkdirAll(o.out, 0o755); err != nil {
+		return err
+	}
+	if err := writeResults(res, filepath.Join(o.out, "latest.json")); err != nil {
+		return err
+	}
+	if err := writeReport(res, o.out); err != nil {
+		return err
+	}
+	logf("wrote %s", filepath.Join(o.out, "latest.md"))
+	return nil
+}
+
+// pinning returns the taskset CPU lists of the servers and of wrk.
+func pinning(mode string) (servers, wrk string, err error) {
+	switch mode {
+	case "none", "":
+		return "", "", nil
+	case "split":
+		n := numCPU()
+		if n < 2 {
+			return "", "", errors.New("-pin split needs at least 2 CPUs")
+		}
+		if n == 2 {
+			return "0", "1", nil
+		}
+		return fmt.Sprintf("0-%d", n-2), fmt.Sprint(n - 1), nil
+	}
+	return "", "", fmt.Errorf("-pin %q: want none or split", mode)
+}
+
+// logf prints a progress line on standard error.
+func logf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "%s  %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
+}

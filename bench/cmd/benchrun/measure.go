@@ -1,0 +1,372 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Process roles whose CPU is measured per request.
+const (
+	roleProxy   = "proxy"
+	roleBackend = "backend"
+	roleRedis   = "redis"
+	roleWrk     = "wrk"
+)
+
+// roles is the order CPU columns are listed in.
+func roles() []string { return []string{roleProxy, roleBackend, roleRedis, roleWrk} }
+
+// bench holds a started stack and drives the runs.
+type bench struct {
+	o       options
+	e       *env
+	wrkCPUs string
+	token   string
+	scripts map[string]string
+	redis   *redisStats
+}
+
+// combo is one scenario at one target.
+type combo struct {
+	sc *scenario
+	t  *target
+}
+
+// measure probes and warms every combination, then runs the rounds,
+// interleaved: odd rounds go through the combinations in reverse, so that
+// a slow drift of the machine weighs on every target alike.
+func (b *bench) measure(ctx context.Context, res *Results) error {
+	var combos []combo
+	rows := map[combo]*Row{}
+	for _, sc := range scenarios() {
+		sr := ScenarioResult{Name: sc.name, Title: sc.title}
+		for _, name := range sc.targets {
+			sr.Rows = append(sr.Rows, Row{Target: name, Label: targetLabel(name)})
+		}
+		res.Scenarios = append(res.Scenarios, sr)
+	}
+	for i, sc := range scenarios() {
+		for j, name := range sc.targets {
+			c := combo{sc, b.e.targets[name]}
+			combos = append(combos, c)
+			rows[c] = &res.Scenarios[i].Rows[j]
+		}
+	}
+	for _, c := range combos {
+		if err := probe(c.t, c.sc, b.token); err != nil {
+			return err
+		}
+	}
+	total := time.Duration(len(combos)) * (b.o.warmup + time.Duration(b.o.rounds)*b.o.duration)
+	logf("%d scenario×target combinations, %d rounds of %v, warm-up %v: about %v",
+		len(combos), b.o.rounds, b.o.duration, b.o.warmup, total.Round(time.Second))
+	for _, c := range combos {
+		run, err := b.once(ctx, c, b.o.warmup)
+		if err != nil {
+			return err
+		}
+		if run.StatusErrors > 0 {
+			return fmt.Errorf("warm-up %s at %s: %d responses were not %d; the setup is wrong", c.sc.name, c.t.name, run.StatusErrors, c.sc.want)
+		}
+	}
+	for r := range b.o.rounds {
+		order := slices.Clone(combos)
+		if r%2 == 1 {
+			slices.Reverse(order)
+		}
+		for _, c := range order {
+			run, err := b.once(ctx, c, b.o.duration)
+			if err != nil {
+				return err
+			}
+			run.Round = r + 1
+			row := rows[c]
+			row.Runs = append(row.Runs, run)
+			logf("round %d/%d %-11s %-14s %8.0f req/s  p50 %6.2f ms  p99 %6.2f ms  CPU µs/req: %s",
+				r+1, b.o.rounds, c.sc.name, c.t.name, run.RPS, run.P50MS, run.P99MS, fmtCPU(run.CPU))
+		}
+	}
+	for i := range res.Scenarios {
+		for j := range res.Scenarios[i].Rows {
+			res.Scenarios[i].Rows[j].summarize()
+		}
+	}
+	return nil
+}
+
+func fmtCPU(m map[string]float64) string {
+	var parts []string
+	for _, r := range roles() {
+		parts = append(parts, fmt.Sprintf("%s %.0f", r, m[r]))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// once runs wrk once at c and measures every process around it.
+func (b *bench) once(ctx context.Context, c combo, d time.Duration) (Run, error) {
+	var args []string
+	switch c.sc.name {
+	case scOrders:
+		args = []string{b.token}
+	case scManyKeys:
+		args = []string{strconv.Itoa(b.o.tokens)}
+	}
+	proxyCPU := func() time.Duration {
+		if c.t.proxy == nil {
+			return 0
+		}
+		return groupCPU(c.t.proxy.pid())
+	}
+	storeBefore := b.storeRoundTrips(c.t)
+	evalBefore := b.redis.evalsha(ctx)
+	sys0, _ := readSysCPU()
+	p0, be0, r0 := proxyCPU(), groupCPU(b.e.backend.pid()), groupCPU(b.e.redis.pid())
+	w, wrkCPU, err := runWrk(ctx, wrkRun{
+		threads: b.o.threads, conns: b.o.conns, duration: d, cpus: b.wrkCPUs,
+		script: b.scripts[c.sc.script], url: c.t.url + c.sc.path, args: args,
+	})
+	if err != nil {
+		return Run{}, fmt.Errorf("%s at %s: %w", c.sc.name, c.t.name, err)
+	}
+	p1, be1, r1 := proxyCPU(), groupCPU(b.e.backend.pid()), groupCPU(b.e.redis.pid())
+	sys1, _ := readSysCPU()
+	evalAfter := b.redis.evalsha(ctx)
+	storeAfter := b.storeRoundTrips(c.t)
+
+	n := float64(w.Requests)
+	perReq := func(d time.Duration) float64 { return float64(d.Microseconds()) / n }
+	run := Run{
+		RPS:          n / (float64(w.DurationUS) / 1e6),
+		Requests:     w.Requests,
+		P50MS:        w.P50US / 1000,
+		P90MS:        w.P90US / 1000,
+		P99MS:        w.P99US / 1000,
+		MaxMS:        w.MaxUS / 1000,
+		Errors:       w.errors(),
+		StatusErrors: w.Status,
+		CPU: map[string]float64{
+			roleProxy: perReq(p1 - p0), roleBackend: perReq(be1 - be0),
+			roleRedis: perReq(r1 - r0), roleWrk: perReq(wrkCPU),
+		},
+	}
+	if all := float64((sys1.busy + sys1.idle + sys1.steal) - (sys0.busy + sys0.idle + sys0.steal)); all > 0 {
+		run.BusyPct = 100 * float64(sys1.busy-sys0.busy) / all
+		run.StealPct = 100 * float64(sys1.steal-sys0.steal) / all
+	}
+	if c.t.name == tExgateRedis {
+		if rt := storeAfter - storeBefore; rt > 0 {
+			run.DecisionsPerRoundTrip = n / rt
+		}
+		if evalBefore >= 0 && evalAfter >= 0 {
+			run.RedisCallsPerRequest = float64(evalAfter-evalBefore) / n
+		}
+	}
+	return run, nil
+}
+
+// storeRoundTrips returns exgate's count of limit-store round trips, or 0
+// for other targets.
+func (b *bench) storeRoundTrips(t *target) float64 {
+	if t.admin == "" {
+		return 0
+	}
+	v, _ := scrape("http://"+t.admin+"/metrics", "exgate_ratelimit_store_duration_seconds_count")
+	return v
+}
+
+// scrape returns the value of the first sample of metric at url.
+func scrape(url, metric string) (float64, error) {
+	c := &http.Client{Timeout: 5 * time.Second}
+	res, err := c.Get(url)
+	if err != nil {
+		return 0, err
+	}
+	defer res.Body.Close()
+	sc := bufio.NewScanner(res.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if rest, ok := strings.CutPrefix(line, metric); ok && (strings.HasPrefix(rest, " ") || strings.HasPrefix(rest, "{")) {
+			f := strings.Fields(line)
+			return strconv.ParseFloat(f[len(f)-1], 64)
+		}
+	}
+	return 0, fmt.Errorf("%s: no %s", url, metric)
+}
+
+// redisStats reads the benchmark Redis's command counts.
+type redisStats struct{ c *redis.Client }
+
+func newRedisStats(addr string) *redisStats {
+	return &redisStats{c: redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})}
+}
+
+func (r *redisStats) close() { _ = r.c.Close() }
+
+// evalsha returns how many EVALSHA calls Redis has run, or -1.
+func (r *redisStats) evalsha(ctx context.Context) int64 {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	info, err := r.c.Info(ctx, "commandstats").Result()
+	if err != nil {
+		return -1
+	}
+	for line := range strings.SplitSeq(info, "\n") {
+		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_evalsha:calls="); ok {
+			n, _ := strconv.ParseInt(strings.SplitN(rest, ",", 2)[0], 10, 64)
+			return n
+		}
+	}
+	return 0
+}
+
+// profileAll profiles exgate with Redis limits and with limits off under
+// GET markets load: CPU and allocations over the same seconds, saved in
+// out/tmp (raw) and as `go tool pprof -top` text in out.
+func (b *bench) profileAll(ctx context.Context, res *Results) error {
+	sc := scenarios()[0]
+	for _, name := range []string{tExgateRedis, tExgateOff} {
+		t := b.e.targets[name]
+		logf("profiling %s for %ds under %s load", name, b.o.profSecs, sc.name)
+		dir := filepath.Join(b.o.out, "tmp")
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return err
+		}
+		cpuPath := filepath.Join(dir, "profile-"+name+"-cpu.pb.gz")
+		allocPath := filepath.Join(dir, "profile-"+name+"-allocs.pb.gz")
+		errc := make(chan error, 2)
+		base := "http://" + t.admin + "/debug/pprof/"
+		go func() {
+			time.Sleep(time.Second)
+			errc <- fetch(base+"profile?seconds="+strconv.Itoa(b.o.profSecs), cpuPath)
+		}()
+		go func() {
+			time.Sleep(time.Second)
+			errc <- fetch(base+"allocs?seconds="+strconv.Itoa(b.o.profSecs), allocPath)
+		}()
+		w, _, err := runWrk(ctx, wrkRun{
+			threads: b.o.threads, conns: b.o.conns, duration: time.Duration(b.o.profSecs+3) * time.Second,
+			cpus: b.wrkCPUs, script: b.scripts[sc.script], url: t.url + sc.path,
+		})
+		if err != nil {
+			return err
+		}
+		for range 2 {
+			if err := <-errc; err != nil {
+				return err
+			}
+		}
+		p := Profile{Target: name, RPS: float64(w.Requests) / (float64(w.DurationUS) / 1e6)}
+		if p.CPUTop, err = pprofTop(cpuPath, "-top", "-nodecount=35"); err != nil {
+			return err
+		}
+		if p.CPUCum, err = pprofTop(cpuPath, "-top", "-cum", "-nodecount=45"); err != nil {
+			return err
+		}
+		if p.AllocTop, err = pprofTop(allocPath, "-top", "-sample_index=alloc_space", "-nodecount=30"); err != nil {
+			return err
+		}
+		if p.AllocObjects, err = pprofTop(allocPath, "-top", "-sample_index=alloc_objects", "-nodecount=30"); err != nil {
+			return err
+		}
+		text := fmt.Sprintf("# %s under %s load (wrk -t%d -c%d), %.0f req/s while profiled\n\n## CPU, flat\n%s\n## CPU, cumulative\n%s\n## alloc_space\n%s\n## alloc_objects\n%s",
+			name, sc.name, b.o.threads, b.o.conns, p.RPS, p.CPUTop, p.CPUCum, p.AllocTop, p.AllocObjects)
+		if err := os.WriteFile(filepath.Join(b.o.out, "profile-"+name+".txt"), []byte(text), 0o644); err != nil {
+			return err
+		}
+		res.Profiles = append(res.Profiles, p)
+	}
+	return nil
+}
+
+// fetch saves the body of url to path.
+func fetch(url, path string) error {
+	c := &http.Client{Timeout: 2 * time.Minute}
+	res, err := c.Get(url)
+	if err != nil {
+		return err
+	}
+	defer res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(res.Body)
+		return fmt.Errorf("%s: %d %s", url, res.StatusCode, b)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, res.Body); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// pprofTop returns `go tool pprof` text for a profile.
+func pprofTop(path string, args ...string) (string, error) {
+	out, err := exec.Command("go", append(append([]string{"tool", "pprof"}, args...), path)...).CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("go tool pprof %s: %v\n%s", path, err, out)
+	}
+	return string(out), nil
+}
+
+// numCPU is the number of CPUs this process may run on.
+func numCPU() int { return runtime.NumCPU() }
+
+// describeMachine records what the numbers were measured on.
+func describeMachine(pin, serverCPUs, wrkCPUs string) Machine {
+	m := Machine{CPUs: numCPU(), GoVersion: runtime.Version()}
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for line := range strings.SplitSeq(string(b), "\n") {
+			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+				m.CPUModel = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
+		for line := range strings.SplitSeq(string(b), "\n") {
+			if rest, ok := strings.CutPrefix(line, "MemTotal:"); ok {
+				kb, _ := strconv.ParseInt(strings.Fields(rest)[0], 10, 64)
+				m.MemoryMB = kb / 1024
+			}
+		}
+	}
+	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+		m.Kernel = strings.TrimSpace(string(b))
+	}
+	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
+		m.LoadAtStart = strings.Join(strings.Fields(string(b))[:3], " ")
+	}
+	m.Nginx = firstLine("nginx", "-v")
+	m.Redis = firstLine("redis-server", "--version")
+	m.Wrk, _, _ = strings.Cut(firstLine("wrk", "-v"), " Copyright")
+	switch pin {
+	case "split":
+		m.Pinning = fmt.Sprintf("split: wrk on CPU %s, every server on CPU %s (taskset)", wrkCPUs, serverCPUs)
+	default:
+		m.Pinning = "none: wrk and every server share all CPUs; the kernel schedules them"
+	}
+	return m
+}
+
+// firstLine returns the first line a command prints (on either stream).
+func firstLine(name string, args ...string) string {
+	out, _ := exec.Command(name, args...).CombinedOutput()
+	line, _, _ := strings.Cut(strings.TrimSpace(string(out)), "\n")
+	return strings.TrimSpace(line)
+}

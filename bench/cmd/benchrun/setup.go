@@ -1,0 +1,329 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"text/template"
+	"time"
+)
+
+// Target names, in the order tables list them.
+const (
+	tDirect       = "direct"
+	tNginx        = "nginx"
+	tNginxLimit   = "nginx-limit"
+	tExgateOff    = "exgate-off"
+	tExgateMemory = "exgate-memory"
+	tExgateRedis  = "exgate-redis"
+)
+
+// targetOrder returns the targets in the order tables list them.
+func targetOrder() []string {
+	return []string{tDirect, tNginx, tNginxLimit, tExgateOff, tExgateMemory, tExgateRedis}
+}
+
+// targetLabel describes a target in the report.
+func targetLabel(name string) string {
+	switch name {
+	case tDirect:
+		return "direct to backend"
+	case tNginx:
+		return "NGINX (proxy_pass, keepalive)"
+	case tNginxLimit:
+		return "NGINX + limit_req"
+	case tExgateOff:
+		return "exgate, limits off"
+	case tExgateMemory:
+		return "exgate, memory limits"
+	case tExgateRedis:
+		return "exgate, Redis limits"
+	}
+	return name
+}
+
+// target is one thing load is driven at.
+type target struct {
+	name  string
+	url   string // base URL, no trailing slash
+	proxy *proc  // the proxy process; nil when going straight to the backend
+	admin string // exgate's admin address, or ""
+}
+
+// keySecret is the HMAC key secret every exgate of the benchmark uses.
+const keySecret = "exgate-bench-key-secret-0123456789"
+
+// rateOff is a limit no benchmark reaches: nothing is rejected, yet every
+// request is decided.
+const rateOff = "1000000000/1h"
+
+// exgateConfig is the YAML of one exgate: the benchmark's routes (orders,
+// markets and a default route), limits at rateOff when limits is true,
+// the token-spray guard off (one client address presents thousands of
+// tokens in the many-keys scenario), access log off, pprof on.
+var exgateConfig = template.Must(template.New("exgate").Parse(`# Written by bench/cmd/benchrun.
+listen: "{{.Listen}}"
+admin_listen: "{{.Admin}}"
+admin:
+  pprof: true
+upstream:
+  url: "{{.Upstream}}"
+log:
+  access: false
+limiter:
+  backend: {{.Backend}}
+{{- if .Redis}}
+  redis:
+    addrs: ["{{.Redis}}"]
+{{- end}}
+  token_spray:
+    max_tokens: 0
+routes:
+  - name: place_order
+    match: POST /api/v1/odr/orders/
+    auth: required
+    validate: order
+{{- if .Limits}}
+    limits:
+      - {key: token, rate: {{.Rate}}}
+{{- end}}
+  - name: list_markets
+    match: GET /api/v1/mkt/markets/
+    auth: optional
+{{- if .Limits}}
+    limits:
+      - {key: address, when: anonymous, rate: {{.Rate}}}
+      - {key: token, when: token, rate: {{.Rate}}}
+{{- end}}
+  - name: default
+    match: "*"
+    auth: none
+`))
+
+// nginxConfig is NGINX in front of the backend, configured as a gateway
+// would be: an upstream keep-alive pool, the X-Forwarded-* and request-id
+// headers exgate also sets, no access log. With Limit, limit_req applies
+// exgate's key rule: a request with a token is counted by token, one
+// without by $binary_remote_addr (an empty key is not counted), at a rate
+// and burst no benchmark reaches, so nothing is rejected.
+var nginxConfig = template.Must(template.New("nginx").Parse(`# Written by bench/cmd/benchrun.
+worker_processes auto;
+daemon off;
+pid {{.Dir}}/nginx.pid;
+error_log {{.Dir}}/error.log warn;
+events {
+  worker_connections 4096;
+}
+http {
+  access_log off;
+  client_body_temp_path {{.Dir}}/body;
+  proxy_temp_path {{.Dir}}/proxy;
+  fastcgi_temp_path {{.Dir}}/fastcgi;
+  uwsgi_temp_path {{.Dir}}/uwsgi;
+  scgi_temp_path {{.Dir}}/scgi;
+  upstream backend {
+    server {{.Backend}};
+    keepalive 128;
+  }
+{{- if .Limit}}
+  map $http_authorization $anonymous_addr {
+    ""      $binary_remote_addr;
+    default "";
+  }
+  limit_req_zone $anonymous_addr zone=by_addr:16m rate=1000000r/s;
+  limit_req_zone $http_authorization zone=by_token:64m rate=1000000r/s;
+  limit_req_status 429;
+{{- end}}
+  server {
+    listen {{.Listen}};
+    location / {
+{{- if .Limit}}
+      limit_req zone=by_addr burst=1000000 nodelay;
+      limit_req zone=by_token burst=1000000 nodelay;
+{{- end}}
+      proxy_pass http://backend;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;
+      proxy_set_header X-Real-IP $remote_addr;
+      proxy_set_header X-Forwarded-Proto $scheme;
+      proxy_set_header X-Request-ID $request_id;
+    }
+  }
+}
+`))
+
+// env is what the stack needs from the outside.
+type env struct {
+	bins    string // directory holding exgate and exchange-sim
+	work    string // scratch directory: configs, logs
+	cpus    string // taskset CPU list for the servers, or ""
+	targets map[string]*target
+	backend *proc
+	redis   *proc
+	redisAd string
+}
+
+// startStack starts the backend, Redis, the three exgates and the two
+// NGINXes on free loopback ports and waits until each answers.
+func startStack(ctx context.Context, ps *procs, e *env) error {
+	ports, err := freePorts(12)
+	if err != nil {
+		return err
+	}
+	next := func() string { p := ports[0]; ports = ports[1:]; return "127.0.0.1:" + strconv.Itoa(p) }
+	backendAddr := next()
+	e.redisAd = next()
+	e.targets = map[string]*target{}
+
+	e.backend, err = ps.start("exchange-sim", e.cpus, nil, filepath.Join(e.bins, "exchange-sim"), "-listen", backendAddr)
+	if err != nil {
+		return err
+	}
+	redisDir := filepath.Join(e.work, "redis")
+	if err := os.MkdirAll(redisDir, 0o755); err != nil {
+		return err
+	}
+	_, port, _ := strings.Cut(e.redisAd, ":")
+	e.redis, err = ps.start("redis", e.cpus, nil, "redis-server",
+		"--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+		"--dir", redisDir, "--protected-mode", "no", "--daemonize", "no", "--loglevel", "warning")
+	if err != nil {
+		return err
+	}
+	if err := waitHTTP(ctx, e.backend, "http://"+backendAddr+"/api/v1/mkt/markets/"); err != nil {
+		return err
+	}
+	if err := waitTCP(ctx, e.redis, e.redisAd); err != nil {
+		return err
+	}
+	e.targets[tDirect] = &target{name: tDirect, url: "http://" + backendAddr}
+
+	for _, x := range []struct {
+		name, backend, redis string
+		limits               bool
+	}{
+		{tExgateOff, "memory", "", false},
+		{tExgateMemory, "memory", "", true},
+		{tExgateRedis, "redis", e.redisAd, true},
+	} {
+		listen, admin := next(), next()
+		var buf bytes.Buffer
+		if err := exgateConfig.Execute(&buf, map[string]any{
+			"Listen": listen, "Admin": admin, "Upstream": "http://" + backendAddr,
+			"Backend": x.backend, "Redis": x.redis, "Limits": x.limits, "Rate": rateOff,
+		}); err != nil {
+			return err
+		}
+		path := filepath.Join(e.work, x.name+".yaml")
+		if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
+			return err
+		}
+		p, err := ps.start(x.name, e.cpus, []string{"EXGATE_KEY_SECRET=" + keySecret},
+			filepath.Join(e.bins, "exgate"), "-config", path)
+		if err != nil {
+			return err
+		}
+		e.targets[x.name] = &target{name: x.name, url: "http://" + listen, proxy: p, admin: admin}
+	}
+	for _, x := range []struct {
+		name  string
+		limit bool
+	}{{tNginx, false}, {tNginxLimit, true}} {
+		dir := filepath.Join(e.work, x.name)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return err
+		}
+		listen := next()
+		var buf bytes.Buffer
+		if err := nginxConfig.Execute(&buf, map[string]any{
+			"Dir": dir, "Backend": backendAddr, "Listen": listen, "Limit": x.limit,
+		}); err != nil {
+			return err
+		}
+		conf := filepath.Join(dir, "nginx.conf")
+		if err := os.WriteFile(conf, buf.Bytes(), 0o644); err != nil {
+			return err
+		}
+		p, err := ps.start(x.name, e.cpus, nil, "nginx", "-p", dir, "-c", conf, "-e", filepath.Join(dir, "error.log"))
+		if err != nil {
+			return err
+		}
+		e.targets[x.name] = &target{name: x.name, url: "http://" + listen, proxy: p}
+	}
+	for _, name := range targetOrder() {
+		t := e.targets[name]
+		p := t.proxy
+		if p == nil {
+			continue
+		}
+		if err := waitHTTP(ctx, p, t.url+"/api/v1/mkt/markets/"); err != nil {
+			return err
+		}
+		if t.admin != "" {
+			if err := waitHTTP(ctx, p, "http://"+t.admin+"/readyz"); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// accessToken signs in to the reference backend with its dev account.
+func accessToken(base string) (string, error) {
+	res, err := http.Post(base+"/api/v1/usr/authenticate/", "application/json",
+		strings.NewReader(`{"api_key":"dev","secret_key":"dev"}`))
+	if err != nil {
+		return "", err
+	}
+	defer res.Body.Close()
+	var v struct {
+		Access string `json:"access"`
+	}
+	if err := json.NewDecoder(res.Body).Decode(&v); err != nil || v.Access == "" {
+		return "", fmt.Errorf("authenticate: status %d, %v", res.StatusCode, err)
+	}
+	return v.Access, nil
+}
+
+// orderBody is the order every POST scenario places: a market buy, which
+// the reference backend accepts with 201 (filled while its seeded book
+// lasts, cancelled unfilled after that; the warm-up drains the book, so
+// every measured run sees the same backend work).
+const orderBody = `{"symbol":"BTC_USDT","type":"market","side":"buy","base_amount":"0.001"}`
+
+// probe sends one request of the scenario to the target and checks the
+// status, so that a misconfigured target fails the benchmark instead of
+// measuring error responses.
+func probe(t *target, sc *scenario, token string) error {
+	req, err := http.NewRequest(sc.method, t.url+sc.path, nil)
+	if err != nil {
+		return err
+	}
+	switch sc.name {
+	case scOrders:
+		req, _ = http.NewRequest(sc.method, t.url+sc.path, strings.NewReader(orderBody))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", "Bearer "+token)
+	case scManyKeys:
+		req.Header.Set("Authorization", "Bearer bench-probe-token")
+	}
+	c := &http.Client{Timeout: 5 * time.Second}
+	res, err := c.Do(req)
+	if err != nil {
+		return fmt.Errorf("%s %s: %w", t.name, sc.name, err)
+	}
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.StatusCode != sc.want {
+		return fmt.Errorf("%s %s: status %d, want %d: %s", t.name, sc.name, res.StatusCode, sc.want, body)
+	}
+	return nil
+}
