@@ -24,8 +24,10 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/exgate/exgate/config"
+	"github.com/exgate/exgate/idempotency"
 	"github.com/exgate/exgate/limiter"
 	"github.com/exgate/exgate/metrics"
+	"github.com/exgate/exgate/validate"
 )
 
 // StatusClientClosed is the status logged (never sent) when the client went
@@ -49,13 +51,29 @@ type Options struct {
 	// Metrics receives the request, upstream and rate-limit series. Nil
 	// means no metrics.
 	Metrics *metrics.Metrics
+	// Validator checks the bodies of routes with validate: order. Nil
+	// means those bodies are forwarded unchecked.
+	Validator *validate.Validator
+	// Idempotency protects order identifiers against duplicate placement.
+	// Nil means no duplicate protection. It needs Limits (for token ids).
+	Idempotency idempotency.Store
+	// IdempotencyTimeout bounds each call to the Idempotency store. Zero
+	// means 100ms.
+	IdempotencyTimeout time.Duration
+	// IdempotencyMaxResponse is the largest response recorded for replay,
+	// in bytes; a longer one is recorded as an unknown outcome. Zero
+	// means 64 KiB.
+	IdempotencyMaxResponse int
 }
 
 // Gateway is the traffic handler: it answers bad requests itself and
 // forwards the rest to the backend. It is safe for concurrent use.
 type Gateway struct {
-	plan      atomic.Pointer[plan]
-	limits    *limiter.Enforcer
+	plan        atomic.Pointer[plan]
+	limits      *limiter.Enforcer
+	idem        idempotency.Store
+	idemTimeout time.Duration
+	idemMaxResp int
 	metrics   *metrics.Metrics
 	unrouted  *metrics.RouteMetrics
 	target    *url.URL
@@ -81,7 +99,10 @@ func New(cfg *config.Config, opts Options) (*Gateway, error) {
 		return nil, errors.New("proxy: upstream.url is not set")
 	}
 	g := &Gateway{
-		limits:    opts.Limits,
+		limits:      opts.Limits,
+		idem:        opts.Idempotency,
+		idemTimeout: opts.IdempotencyTimeout,
+		idemMaxResp: opts.IdempotencyMaxResponse,
 		metrics:   opts.Metrics,
 		unrouted:  opts.Metrics.Unrouted(),
 		target:    cfg.Upstream.URL.URL,
@@ -110,7 +131,13 @@ func New(cfg *config.Config, opts Options) (*Gateway, error) {
 	if rules == nil {
 		rules = limiter.Compile(cfg, nil)
 	}
-	g.plan.Store(g.newPlan(cfg, rules))
+	if g.idemTimeout <= 0 {
+		g.idemTimeout = idemDefaultTimeout
+	}
+	if g.idemMaxResp <= 0 {
+		g.idemMaxResp = 64 << 10
+	}
+	g.plan.Store(g.newPlan(cfg, rules, opts.Validator))
 	g.errHeader = headerTooLarge(g.maxHeader)
 	g.errBody = tooLarge(g.maxBody)
 	g.rp = &httputil.ReverseProxy{
@@ -118,7 +145,7 @@ func New(cfg *config.Config, opts Options) (*Gateway, error) {
 		Transport:      g.transport,
 		BufferPool:     newBufferPool(),
 		ErrorHandler:   g.proxyError,
-		ModifyResponse: modifyResponse,
+		ModifyResponse: g.modifyResponse,
 		ErrorLog:       zap.NewStdLog(g.log.Named("reverseproxy")),
 	}
 	g.pool.New = func() any { return new(exchange) }
@@ -151,14 +178,15 @@ func NewTransport(u config.Upstream) *http.Transport {
 // plan is what a reload replaces: the route table with each route's
 // compiled limits. A request uses the plan it started with throughout.
 type plan struct {
-	table *table
-	rules *limiter.Rules
+	table     *table
+	rules     *limiter.Rules
+	validator *validate.Validator
 }
 
 // newPlan compiles the route table, attaching to each route its compiled
 // limits and its metric children, resolved once here rather than per
 // request.
-func (g *Gateway) newPlan(cfg *config.Config, rules *limiter.Rules) *plan {
+func (g *Gateway) newPlan(cfg *config.Config, rules *limiter.Rules, v *validate.Validator) *plan {
 	t := compileTable(cfg)
 	all := t.routes
 	if t.def != nil {
@@ -179,17 +207,17 @@ func (g *Gateway) newPlan(cfg *config.Config, rules *limiter.Rules) *plan {
 			r.limitMetrics = append(r.limitMetrics, byTier)
 		}
 	}
-	return &plan{table: t, rules: rules}
+	return &plan{table: t, rules: rules, validator: v}
 }
 
-// Reload replaces the route table and the rate limits with those of cfg
-// and rules, without dropping a request: requests under way finish with
-// the plan they started with. Only routes, limits, tiers and header style
-// change; listeners, timeouts of the server, the upstream, trusted proxies
-// and the limiter store are fixed at start (the caller should say so when
-// they differ).
-func (g *Gateway) Reload(cfg *config.Config, rules *limiter.Rules) {
-	g.plan.Store(g.newPlan(cfg, rules))
+// Reload replaces the route table, the rate limits and the order
+// validator with those of cfg, rules and v, without dropping a request:
+// requests under way finish with the plan they started with. Only routes,
+// limits, tiers, header style and validation rules change; listeners,
+// timeouts of the server, the upstream, trusted proxies and the stores are
+// fixed at start (the caller should say so when they differ).
+func (g *Gateway) Reload(cfg *config.Config, rules *limiter.Rules, v *validate.Validator) {
+	g.plan.Store(g.newPlan(cfg, rules, v))
 }
 
 // Rules returns the rate limits in force.
@@ -219,6 +247,7 @@ type exchange struct {
 	clientCx context.Context
 	upErr    error
 	addr     netip.Addr // client address, once derived
+	order    orderState // validation and duplicate protection
 	limited  bool       // the route's limits were decided
 	decision limiter.Decision
 	g        *Gateway
@@ -297,13 +326,27 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	if e := g.limitBody(r); e != nil {
+	if route.Config.Validate == config.ValidateOrd && pl.validator != nil {
+		tokenID := ex.decision.TokenID
+		if tokenID == "" && token != "" && g.limits != nil && g.idem != nil {
+			tokenID = g.limits.TokenID(token)
+		}
+		if !g.checkOrder(ex, r, pl.validator, tokenID) {
+			return
+		}
+	} else if e := g.limitBody(r); e != nil {
 		g.reject(ex, e)
 		return
 	}
 
 	r.URL.Path, r.URL.RawPath = ex.path, ""
-	ctx, cancel := context.WithTimeout(r.Context(), route.Timeout)
+	parent := r.Context()
+	if ex.order.claimed {
+		// A claimed order goes through even if its client hangs up, so
+		// that its outcome is recorded and a retry gets the replay.
+		parent = context.WithValue(context.WithoutCancel(parent), claimKey{}, ex)
+	}
+	ctx, cancel := context.WithTimeout(parent, route.Timeout)
 	defer cancel()
 	ex.upStart = g.now()
 	g.rp.ServeHTTP(&ex.rw, r.WithContext(ctx))
@@ -383,8 +426,12 @@ func (g *Gateway) rewrite(pr *httputil.ProxyRequest) {
 	}
 }
 
-// modifyResponse adds the request id to backend responses that lack one.
-func modifyResponse(res *http.Response) error {
+// modifyResponse records the response of a claimed order and adds the
+// request id to backend responses that lack one.
+func (g *Gateway) modifyResponse(res *http.Response) error {
+	if err := g.recordResponse(res); err != nil {
+		return err
+	}
 	if res.Header.Get("X-Request-Id") == "" && res.Request != nil {
 		if id := res.Request.Header.Get("X-Request-Id"); id != "" {
 			res.Header["X-Request-Id"] = []string{id}
@@ -405,6 +452,7 @@ func (g *Gateway) proxyError(w http.ResponseWriter, _ *http.Request, err error) 
 	ex := rw.ex
 	ex.upErr = err
 	g.observeUpstream(ex)
+	g.settleFailed(ex, err)
 	var tooBig *http.MaxBytesError
 	if !errors.As(err, &tooBig) && ex.route != nil {
 		ex.route.metrics.UpstreamError(metrics.ClassifyUpstreamError(err, ex.clientCx.Err() != nil))
@@ -454,6 +502,8 @@ func (g *Gateway) finish(ex *exchange, r *http.Request) {
 				}
 				ex.route.metrics.UpstreamError(kind)
 			}
+			g.settleFailed(ex, nil)
+			ex.releaseOrder()
 			g.observe(ex, r)
 			g.logAccess(ex, r, zap.Bool("aborted", true))
 			panic(p)
@@ -467,6 +517,8 @@ func (g *Gateway) finish(ex *exchange, r *http.Request) {
 	if ex.rw.status == 0 {
 		ex.rw.status = http.StatusOK // net/http's answer when nothing was written
 	}
+	g.settleFailed(ex, nil) // a claim still open here has an unknown outcome
+	ex.releaseOrder()
 	g.observe(ex, r)
 	g.logAccess(ex, r)
 	*ex = exchange{}

@@ -232,7 +232,7 @@ func TestReloadChangesLimits(t *testing.T) {
 	if err := next.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	e.gw.Reload(next, limiter.Compile(next, nil))
+	e.gw.Reload(next, limiter.Compile(next, nil), nil)
 	res := do(t, "GET", e.url+"/api/v1/mth/matches/BTC_USDT/", nil)
 	io.Copy(io.Discard, res.Body)
 	res.Body.Close()

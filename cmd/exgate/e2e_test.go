@@ -22,13 +22,17 @@ import (
 // counted wraps the reference backend and counts the requests that reach
 // its order endpoint.
 type counted struct {
-	h      http.Handler
-	orders atomic.Int64
-	all    atomic.Int64
+	h       http.Handler
+	orders  atomic.Int64
+	all     atomic.Int64
+	proxied atomic.Int64 // forwarded by a gateway (not its own catalogue fetches)
 }
 
 func (c *counted) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	c.all.Add(1)
+	if r.Header.Get("X-Forwarded-For") != "" {
+		c.proxied.Add(1)
+	}
 	if r.URL.Path == "/api/v1/odr/orders/" {
 		c.orders.Add(1)
 	}
@@ -68,7 +72,22 @@ func startStack(t *testing.T, mut func(*config.Config)) *stack {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = a.shutdown() })
+	waitCatalogue(t, a)
 	return &stack{url: "http://" + a.addr, backend: c, sim: s, app: a, bs: bs}
+}
+
+// waitCatalogue waits until the gateway has loaded the market catalogue,
+// as a load balancer waits for /readyz.
+func waitCatalogue(t *testing.T, a *app) {
+	t.Helper()
+	if a.cat == nil {
+		return
+	}
+	for deadline := time.Now().Add(10 * time.Second); !a.cat.Ready(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("market catalogue not loaded within 10s")
+		}
+	}
 }
 
 func call(t *testing.T, method, url, body string, header ...string) (int, http.Header, []byte) {

@@ -44,10 +44,12 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/exgate/exgate/config"
+	"github.com/exgate/exgate/idempotency"
 	"github.com/exgate/exgate/limiter"
 	"github.com/exgate/exgate/metrics"
 	"github.com/exgate/exgate/proxy"
 	"github.com/exgate/exgate/sim"
+	"github.com/exgate/exgate/validate"
 )
 
 func main() {
@@ -161,6 +163,8 @@ type app struct {
 	log      *zap.Logger
 	metrics  *metrics.Metrics
 	limits   *limiter.Backend
+	cat      *validate.Catalogue // nil when no route validates orders
+	stopCat  context.CancelFunc
 	gw       *proxy.Gateway
 	srv      *http.Server
 	admin    *http.Server
@@ -213,10 +217,29 @@ func start(cfg *config.Config, d deps) (*app, error) {
 		a.closeBackend()
 		return nil, err
 	}
-	gw, err := proxy.New(cfg, proxy.Options{
-		Logger: d.log.Named("gateway"), Now: d.now,
+	transport := proxy.NewTransport(cfg.Upstream)
+	v, err := a.startValidation(cfg, transport)
+	if err != nil {
+		a.closeBackend()
+		return nil, err
+	}
+	gwOpts := proxy.Options{
+		Logger: d.log.Named("gateway"), Now: d.now, Transport: transport,
 		Limits: a.limits.Enforcer, Rules: limiter.Compile(cfg, tokens), Metrics: m,
-	})
+		Validator: v,
+	}
+	if cfg.Idempotency.Enabled && v != nil {
+		opts := idempotency.OptionsFrom(cfg.Idempotency)
+		opts.Now = d.now
+		if idempotencyBackend(cfg) == config.BackendRedis && a.limits.Client != nil {
+			gwOpts.Idempotency = idempotency.NewRedis(a.limits.Client, opts)
+		} else {
+			gwOpts.Idempotency = idempotency.NewMemory(opts)
+		}
+		gwOpts.IdempotencyTimeout = cfg.Idempotency.Timeout
+		gwOpts.IdempotencyMaxResponse = int(cfg.Idempotency.MaxResponseBytes)
+	}
+	gw, err := proxy.New(cfg, gwOpts)
 	if err != nil {
 		a.closeBackend()
 		return nil, err
@@ -253,11 +276,76 @@ func start(cfg *config.Config, d deps) (*app, error) {
 	return a, nil
 }
 
+// validatesOrders reports whether some route validates order bodies.
+func validatesOrders(cfg *config.Config) bool {
+	for _, r := range cfg.Routes {
+		if r.Validate == config.ValidateOrd {
+			return true
+		}
+	}
+	return false
+}
+
+// idempotencyBackend is the store duplicate protection uses: its own
+// setting, or the limiter's.
+func idempotencyBackend(cfg *config.Config) string {
+	if cfg.Idempotency.Backend != "" {
+		return cfg.Idempotency.Backend
+	}
+	return limiter.ResolveBackend(cfg)
+}
+
+// startValidation starts the market catalogue (fetched from the backend
+// now and every validation.catalogue.refresh) and returns the order
+// validator, or nil when no route validates orders. In dev mode it waits
+// for the first load, so that the first order of the quick start is not
+// refused for want of a catalogue.
+func (a *app) startValidation(cfg *config.Config, transport http.RoundTripper) (*validate.Validator, error) {
+	if !validatesOrders(cfg) {
+		return nil, nil
+	}
+	vc := cfg.Validation
+	var token string
+	if vc.Catalogue.TokenEnv != "" {
+		token, _ = a.d.getenv(vc.Catalogue.TokenEnv)
+	}
+	m := a.metrics
+	cat, err := validate.NewCatalogue(validate.CatalogueOptions{
+		BaseURL: cfg.Upstream.URL.URL, Path: vc.Catalogue.Path, Transport: transport, Token: token,
+		Refresh: vc.Catalogue.Refresh, Timeout: vc.Catalogue.Timeout, MaxBytes: int64(vc.Catalogue.MaxBytes),
+		Now: a.d.now, Logger: a.log.Named("catalogue"),
+		OnLoad: func(err error) {
+			if err == nil {
+				m.SetCatalogueLoaded(a.d.now())
+			}
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	v, err := validate.New(vc, cat, a.log.Named("validate"))
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	a.cat, a.stopCat = cat, cancel
+	if a.d.dev {
+		lctx, lcancel := context.WithTimeout(ctx, 5*time.Second)
+		if err := cat.Load(lctx); err != nil {
+			a.log.Warn("market catalogue not loaded yet; orders are refused until it is", zap.Error(err))
+		}
+		lcancel()
+	}
+	go cat.Run(ctx)
+	return v, nil
+}
+
 // readinessChecks are what /readyz looks at besides draining: the
 // backend accepts connections (critical: without it every request fails),
-// and Redis answers when it is the store (critical only when a route
-// fails closed without it; with a local or open fallback the gateway
-// still serves).
+// the market catalogue is loaded (critical unless orders pass unvalidated
+// before it is), and Redis answers when it is the store (critical only
+// when a route fails closed without it; with a local or open fallback the
+// gateway still serves).
 func (a *app) readinessChecks() []proxy.Check {
 	u := a.cfg.Upstream.URL
 	hostport := u.Host
@@ -279,6 +367,18 @@ func (a *app) readinessChecks() []proxy.Check {
 			return c.Close()
 		},
 	}}
+	if a.cat != nil {
+		cat := a.cat
+		checks = append(checks, proxy.Check{
+			Name: "catalogue", Critical: a.cfg.Validation.BeforeCatalogue != config.BeforeCataloguePass,
+			Run: func(context.Context) error {
+				if !cat.Ready() {
+					return errors.New("market catalogue not loaded yet")
+				}
+				return nil
+			},
+		})
+	}
 	if a.limits.Client != nil {
 		critical := a.cfg.Limiter.OnStoreError == config.StoreClosed
 		for _, r := range a.cfg.Routes {
@@ -328,7 +428,13 @@ func (a *app) reload() error {
 	if err != nil {
 		return err
 	}
-	a.gw.Reload(cfg, limiter.Compile(cfg, tokens))
+	var v *validate.Validator
+	if validatesOrders(cfg) && a.cat != nil {
+		if v, err = validate.New(cfg.Validation, a.cat, a.log.Named("validate")); err != nil {
+			return err
+		}
+	}
+	a.gw.Reload(cfg, limiter.Compile(cfg, tokens), v)
 	fields := []zap.Field{zap.Int("routes", len(cfg.Routes)), zap.Int("tiers", len(cfg.Tiers)), zap.Int("tier_tokens", len(tokens))}
 	if fixed := restartOnly(a.cfg, cfg); len(fixed) > 0 {
 		fields = append(fields, zap.Strings("ignored_until_restart", fixed))
@@ -411,6 +517,9 @@ func (a *app) serve(name string, s *http.Server, ln net.Listener) {
 }
 
 func (a *app) closeBackend() {
+	if a.stopCat != nil {
+		a.stopCat()
+	}
 	if a.backend != nil {
 		_ = a.backend.Close()
 	}
@@ -468,6 +577,9 @@ func (a *app) shutdown() error {
 		_ = a.backend.Shutdown(ctx)
 	}
 	a.gw.CloseIdleConnections()
+	if a.stopCat != nil {
+		a.stopCat()
+	}
 	if a.limits != nil {
 		_ = a.limits.Close()
 	}

@@ -1,0 +1,248 @@
+package main
+
+import (
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/exgate/exgate/config"
+	"github.com/exgate/exgate/internal/redistest"
+	"github.com/exgate/exgate/sim"
+)
+
+// errCode decodes exgate's error shape and returns its code.
+func errCode(t *testing.T, b []byte) string {
+	t.Helper()
+	var e struct {
+		Detail, Code string
+		Fields       map[string][]string
+	}
+	decodeJSON(t, b, &e)
+	if e.Code != "" && e.Detail == "" {
+		t.Errorf("error without a detail: %s", b)
+	}
+	return e.Code
+}
+
+// TestInvalidOrdersNeverReachBackend sends orders exgate must refuse and
+// counts them at the reference backend: none arrives; a valid order does.
+func TestInvalidOrdersNeverReachBackend(t *testing.T) {
+	st := startStack(t, nil)
+	token := authenticate(t, st.url)
+	auth := []string{"Authorization", "Bearer " + token}
+	jsonCT := []string{"Content-Type", "application/json"}
+	cases := []struct {
+		name   string
+		body   string
+		header []string
+		status int
+		code   string
+		field  string
+	}{
+		{"no content type", `{"symbol":"BTC_USDT","type":"market","side":"buy","base_amount":"0.001"}`, nil, 415, "unsupported_media_type", ""},
+		{"form content type", `symbol=BTC_USDT`, []string{"Content-Type", "application/x-www-form-urlencoded"}, 415, "unsupported_media_type", ""},
+		{"too large", `{"symbol":"BTC_USDT","identifier":"` + strings.Repeat("a", 9000) + `"}`, jsonCT, 413, "request_too_large", ""},
+		{"not JSON", `symbol: BTC_USDT`, jsonCT, 400, "parse_error", ""},
+		{"trailing data", `{"symbol":"BTC_USDT","type":"market","side":"buy","base_amount":"0.001"} {}`, jsonCT, 400, "parse_error", ""},
+		{"duplicate key", `{"symbol":"BTC_USDT","type":"market","side":"buy","base_amount":"0.001","base_amount":"1000"}`, jsonCT, 400, "invalid_order", "base_amount"},
+		{"unknown market", `{"symbol":"DOGE_USDT","type":"market","side":"buy","base_amount":"1"}`, jsonCT, 400, "invalid_order", "symbol"},
+		{"delisted market", `{"symbol":"LUNC_USDT","type":"market","side":"buy","base_amount":"1"}`, jsonCT, 400, "invalid_order", "symbol"},
+		{"price off the increment", `{"symbol":"BTC_USDT","type":"limit","side":"buy","price":"65000.001","base_amount":"0.001"}`, jsonCT, 400, "invalid_order", "price"},
+		{"too many decimals", `{"symbol":"BTC_USDT","type":"market","side":"buy","base_amount":"0.0000001"}`, jsonCT, 400, "invalid_order", "base_amount"},
+		{"zero amount", `{"symbol":"BTC_USDT","type":"market","side":"buy","base_amount":"0"}`, jsonCT, 400, "invalid_order", "base_amount"},
+		{"limit without price", `{"symbol":"BTC_USDT","type":"limit","side":"buy","base_amount":"0.001"}`, jsonCT, 400, "invalid_order", "price"},
+		{"bad side", `{"symbol":"BTC_USDT","type":"market","side":"hold","base_amount":"0.001"}`, jsonCT, 400, "invalid_order", "side"},
+		{"float exponent beyond precision", `{"symbol":"BTC_USDT","type":"market","side":"buy","base_amount":1e-9}`, jsonCT, 400, "invalid_order", "base_amount"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			code, h, b := call(t, "POST", st.url+"/api/v1/odr/orders/", tc.body, append(append([]string{}, auth...), tc.header...)...)
+			if code != tc.status || errCode(t, b) != tc.code || h.Get("X-Request-Id") == "" {
+				t.Fatalf("%d %s, want %d %s", code, b, tc.status, tc.code)
+			}
+			if tc.field != "" && !strings.Contains(string(b), `"fields":{"`+tc.field+`":[`) {
+				t.Errorf("body %s does not name field %s", b, tc.field)
+			}
+		})
+	}
+	if n := st.backend.orders.Load(); n != 0 {
+		t.Fatalf("%d refused orders reached the backend", n)
+	}
+	// JavaScript clients send numbers, exponent form included.
+	code, _, b := call(t, "POST", st.url+"/api/v1/odr/orders/",
+		`{"symbol":"BTC_USDT","type":"limit","side":"sell","price":6.5e4,"base_amount":1e-3}`, append(auth, jsonCT...)...)
+	if code != 201 || st.backend.orders.Load() != 1 {
+		t.Fatalf("valid order: %d %s (backend saw %d)", code, b, st.backend.orders.Load())
+	}
+}
+
+// order posts one order with an identifier and returns status, headers
+// and body.
+func order(t *testing.T, url, token, identifier, amount string) (int, http.Header, []byte) {
+	t.Helper()
+	body := fmt.Sprintf(`{"symbol":"BTC_USDT","type":"limit","side":"buy","price":"100.00","base_amount":%q,"identifier":%q}`, amount, identifier)
+	return call(t, "POST", url+"/api/v1/odr/orders/", body, "Authorization", "Bearer "+token, "Content-Type", "application/json")
+}
+
+// TestIdenticalOrdersPlacedOnce: 100 concurrent identical orders through
+// two replicas sharing Redis reach the backend once; later repeats get
+// the first response replayed; another body under the same identifier is
+// refused.
+func TestIdenticalOrdersPlacedOnce(t *testing.T) {
+	srv := redistest.Start(t)
+	urls, backend := replicas(t, 2, []string{srv.Addr}, nil)
+	token := authenticate(t, urls[0])
+	var placed, inProgress, replayed, other atomic.Int64
+	var wg sync.WaitGroup
+	for i := 0; i < 100; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			code, h, b := order(t, urls[i%2], token, "twice-never", "0.001")
+			switch {
+			case code == 201 && h.Get("Idempotent-Replayed") == "true":
+				replayed.Add(1)
+			case code == 201:
+				placed.Add(1)
+			case code == 409 && strings.Contains(string(b), `"code":"request_in_progress"`):
+				inProgress.Add(1)
+			default:
+				other.Add(1)
+				t.Errorf("unexpected answer %d %s", code, b)
+			}
+		}()
+	}
+	wg.Wait()
+	if backend.orders.Load() != 1 || placed.Load() != 1 || other.Load() != 0 {
+		t.Fatalf("backend saw %d orders; placed %d, replayed %d, in progress %d, other %d",
+			backend.orders.Load(), placed.Load(), replayed.Load(), inProgress.Load(), other.Load())
+	}
+	code, h, first := order(t, urls[1], token, "twice-never", "0.001")
+	if code != 201 || h.Get("Idempotent-Replayed") != "true" || !strings.Contains(string(first), `"identifier":"twice-never"`) {
+		t.Errorf("repeat after completion: %d %v %s", code, h.Get("Idempotent-Replayed"), first)
+	}
+	code, _, b := order(t, urls[0], token, "twice-never", "0.002")
+	if code != 409 || errCode(t, b) != "duplicate_identifier" {
+		t.Errorf("other body, same identifier: %d %s", code, b)
+	}
+	// Another token may use the same identifier.
+	other2 := authenticate(t, urls[0])
+	if other2 == token {
+		t.Skip("the backend issued the same token twice")
+	}
+	if code, _, b := order(t, urls[0], other2, "twice-never", "0.001"); code != 201 || backend.orders.Load() != 2 {
+		t.Errorf("same identifier, another token: %d %s", code, b)
+	}
+}
+
+// slowBackend is the reference backend behind a switch: it can answer
+// after a delay, or refuse connections entirely.
+type slowBackend struct {
+	h     http.Handler
+	delay atomic.Int64 // ns
+}
+
+func (s *slowBackend) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if d := time.Duration(s.delay.Load()); d > 0 && r.Method == "POST" {
+		time.Sleep(d)
+	}
+	s.h.ServeHTTP(w, r)
+}
+
+// TestOrderOutcomes: an order that never left exgate (backend down) can
+// be retried with its identifier; one that may have been placed (backend
+// too slow) is never sent twice; with the duplicate-protection store
+// down, orders with an identifier are refused, not risked.
+func TestOrderOutcomes(t *testing.T) {
+	srv := redistest.Start(t)
+	sb := &slowBackend{h: sim.New(sim.Options{})}
+	c := &counted{h: sb}
+	bs := httptest.NewServer(c)
+	t.Cleanup(bs.Close)
+	cfg := config.Default()
+	cfg.Listen, cfg.AdminListen = "127.0.0.1:0", "127.0.0.1:0"
+	cfg.Upstream.URL = config.MustURL(bs.URL)
+	cfg.Server.DrainDelay = 0
+	cfg.Limiter.Redis.Addrs = []string{srv.Addr}
+	cfg.Routes[0].Timeout = 300 * time.Millisecond
+	a, err := start(cfg, deps{log: zap.NewNop(), now: time.Now, getenv: secretEnv})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = a.shutdown() })
+	waitCatalogue(t, a)
+	url := "http://" + a.addr
+	token := authenticate(t, url)
+
+	// Slow backend: 504, the order may have been placed; a retry is told
+	// so and is not sent again.
+	sb.delay.Store(int64(time.Second))
+	code, _, b := order(t, url, token, "slow-one", "0.001")
+	if code != 504 || errCode(t, b) != "gateway_timeout" {
+		t.Fatalf("slow backend: %d %s", code, b)
+	}
+	sb.delay.Store(0)
+	code, _, b = order(t, url, token, "slow-one", "0.001")
+	if code != 409 || errCode(t, b) != "outcome_unknown" {
+		t.Errorf("retry after a timeout: %d %s", code, b)
+	}
+	if n := c.orders.Load(); n != 1 {
+		t.Errorf("backend saw %d orders for one identifier, want 1", n)
+	}
+
+	// Backend down: the order never left; a retry with the same
+	// identifier, once the backend is back, is placed.
+	addr := bs.Listener.Addr().String()
+	bs.CloseClientConnections()
+	bs.Listener.Close()
+	code, _, b = order(t, url, token, "down-one", "0.001")
+	if code != 502 || errCode(t, b) != "bad_gateway" {
+		t.Fatalf("backend down: %d %s", code, b)
+	}
+	ln, err := listenRetry(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	back := &http.Server{Handler: c}
+	go func() { _ = back.Serve(ln) }()
+	t.Cleanup(func() { _ = back.Close() })
+	code, _, b = order(t, url, token, "down-one", "0.001")
+	if code != 201 {
+		t.Errorf("retry once the backend is back: %d %s", code, b)
+	}
+
+	// Store down: an order with an identifier is refused; one without is
+	// not affected by duplicate protection.
+	before := c.orders.Load()
+	srv.Stop()
+	code, _, b = order(t, url, token, "store-down", "0.001")
+	if code != 503 || errCode(t, b) != "duplicate_protection_unavailable" {
+		t.Errorf("store down: %d %s", code, b)
+	}
+	code, _, b = call(t, "POST", url+"/api/v1/odr/orders/", `{"symbol":"BTC_USDT","type":"market","side":"buy","base_amount":"0.001"}`,
+		"Authorization", "Bearer "+token, "Content-Type", "application/json")
+	if code != 201 || c.orders.Load() != before+1 {
+		t.Errorf("order without identifier, store down: %d %s", code, b)
+	}
+}
+
+// listenRetry listens on addr again, waiting for the old socket to go.
+func listenRetry(addr string) (net.Listener, error) {
+	var err error
+	for i := 0; i < 50; i++ {
+		var ln net.Listener
+		if ln, err = net.Listen("tcp", addr); err == nil {
+			return ln, nil
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return nil, err
+}

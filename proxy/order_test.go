@@ -1,0 +1,203 @@
+package proxy
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/exgate/exgate/config"
+	"github.com/exgate/exgate/idempotency"
+	"github.com/exgate/exgate/limiter"
+	"github.com/exgate/exgate/validate"
+)
+
+// startOrders is a gateway with order validation (a fixed catalogue) and
+// duplicate protection (memory store) in front of a recording backend.
+func startOrders(t *testing.T, handler http.HandlerFunc) *env {
+	t.Helper()
+	be := &backend{handler: handler}
+	bs := httptest.NewServer(be)
+	t.Cleanup(bs.Close)
+	cfg := config.Default()
+	cfg.Upstream.URL = config.MustURL(bs.URL)
+	cfg.Routes[0].Timeout = time.Second
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	u, _ := url.Parse(bs.URL)
+	cat, err := validate.NewCatalogue(validate.CatalogueOptions{BaseURL: u, Transport: http.DefaultTransport})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cat.Set([]validate.Market{{Symbol: "BTC_USDT", Base: "BTC", Quote: "USDT", Tradable: true,
+		PricePrecision: 2, BaseAmountPrecision: 6, QuoteAmountPrecision: 2}}); err != nil {
+		t.Fatal(err)
+	}
+	v, err := validate.New(cfg.Validation, cat, zap.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, _ := limiter.NewKeyer([]byte(testKeySecret))
+	enf, _ := limiter.NewEnforcer(limiter.EnforcerOptions{Store: limiter.NewMemory(limiter.MemoryOptions{}), Keyer: k})
+	core, logs := observer.New(zap.InfoLevel)
+	gw, err := New(cfg, Options{
+		Logger: zap.New(core), Limits: enf, Validator: v,
+		Idempotency: idempotency.NewMemory(idempotency.OptionsFrom(cfg.Idempotency)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := NewServer(cfg, gw, zap.NewNop())
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+	})
+	return &env{url: "http://" + ln.Addr().String(), addr: ln.Addr().String(), gw: gw, backend: be, logs: logs}
+}
+
+func postOrder(t *testing.T, e *env, body string, header ...string) *http.Response {
+	t.Helper()
+	h := append([]string{"Authorization", "Bearer tok", "Content-Type", "application/json"}, header...)
+	return do(t, "POST", e.url+"/api/v1/odr/orders/", strings.NewReader(body), h...)
+}
+
+func placed(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusCreated)
+	_, _ = io.WriteString(w, `{"id":1,"state":"active"}`)
+}
+
+func TestValidOrderForwardedByteForByte(t *testing.T) {
+	e := startOrders(t, placed)
+	// Odd but valid: whitespace, numbers in exponent form, key order.
+	body := " {\n \"base_amount\" : 1e-3 ,\"side\":\"buy\",\t\"symbol\":\"BTC_USDT\",\"type\":\"limit\",\"price\":6.5E4 }\n"
+	res := postOrder(t, e, body)
+	io.Copy(io.Discard, res.Body)
+	res.Body.Close()
+	if res.StatusCode != 201 {
+		t.Fatalf("status %d", res.StatusCode)
+	}
+	got := e.backend.last(t)
+	if got.Body != body || got.ContentLength != int64(len(body)) {
+		t.Errorf("backend got %q (length %d), want the body byte for byte", got.Body, got.ContentLength)
+	}
+	// A chunked body is forwarded with its length, unchanged.
+	raw := "POST /api/v1/odr/orders/ HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer tok\r\nContent-Type: application/json\r\n" +
+		"Transfer-Encoding: chunked\r\n\r\n10\r\n{\"symbol\":\"BTC_U\r\n3c\r\nSDT\",\"type\":\"market\",\"side\":\"buy\",\"base_amount\":\"0.5\"}      \r\n0\r\n\r\n"
+	res = rawRequest(t, e.addr, raw)
+	io.Copy(io.Discard, res.Body)
+	res.Body.Close()
+	if res.StatusCode != 201 {
+		t.Fatalf("chunked: %d", res.StatusCode)
+	}
+	got = e.backend.last(t)
+	want := `{"symbol":"BTC_USDT","type":"market","side":"buy","base_amount":"0.5"}      `
+	if got.Body != want || len(got.TransferEncoding) != 0 || got.ContentLength != int64(len(want)) {
+		t.Errorf("chunked body forwarded as %q %v %d", got.Body, got.TransferEncoding, got.ContentLength)
+	}
+}
+
+func TestOrderRefusals(t *testing.T) {
+	e := startOrders(t, placed)
+	cases := []struct {
+		name, body string
+		header     []string
+		status     int
+		code       string
+	}{
+		{"fields", `{"symbol":"BTC_USDT","type":"limit","side":"buy","price":"1.001","base_amount":"-1"}`, nil, 400, "invalid_order"},
+		{"parse", `{"symbol":`, nil, 400, "parse_error"},
+		{"media type", `{}`, []string{"Content-Type", "text/plain"}, 415, "unsupported_media_type"},
+		{"size", `{"identifier":"` + strings.Repeat("x", 9<<10) + `"}`, nil, 413, "request_too_large"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			h := []string{"Authorization", "Bearer tok", "Content-Type", "application/json"}
+			if len(tc.header) > 0 {
+				h = append([]string{"Authorization", "Bearer tok"}, tc.header...)
+			}
+			res := do(t, "POST", e.url+"/api/v1/odr/orders/", strings.NewReader(tc.body), h...)
+			body := assertError(t, res, tc.status, tc.code)
+			if tc.code == "invalid_order" && (len(body.Fields["price"]) == 0 || len(body.Fields["base_amount"]) == 0) {
+				t.Errorf("fields %v, want price and base_amount named together", body.Fields)
+			}
+		})
+	}
+	if e.backend.count() != 0 {
+		t.Errorf("%d refused orders reached the backend", e.backend.count())
+	}
+}
+
+// TestClaimedOrderSurvivesClientHangingUp: a client that gives up while
+// its order is at the backend does not leave the outcome unknown; its
+// retry gets the response replayed.
+func TestClaimedOrderSurvivesClientHangingUp(t *testing.T) {
+	var calls atomic.Int64
+	e := startOrders(t, func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		time.Sleep(300 * time.Millisecond)
+		placed(w, r)
+	})
+	body := `{"symbol":"BTC_USDT","type":"market","side":"buy","base_amount":"0.5","identifier":"hang-up"}`
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "POST", e.url+"/api/v1/odr/orders/", strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer tok")
+	req.Header.Set("Content-Type", "application/json")
+	if _, err := http.DefaultClient.Do(req); err == nil {
+		t.Fatal("the client did not give up")
+	}
+	time.Sleep(500 * time.Millisecond) // the backend answers meanwhile
+	res := postOrder(t, e, body)
+	b, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.StatusCode != 201 || res.Header.Get("Idempotent-Replayed") != "true" || string(b) != `{"id":1,"state":"active"}` {
+		t.Errorf("retry: %d %q %s", res.StatusCode, res.Header.Get("Idempotent-Replayed"), b)
+	}
+	if calls.Load() != 1 {
+		t.Errorf("backend called %d times", calls.Load())
+	}
+}
+
+// TestReplayKeepsBackendErrors: a backend refusal is a response like any
+// other: it is recorded and replayed, and the order is not sent again.
+func TestReplayKeepsBackendErrors(t *testing.T) {
+	var calls atomic.Int64
+	e := startOrders(t, func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusBadRequest)
+		_, _ = io.WriteString(w, `{"base_amount":["Insufficient balance."]}`)
+	})
+	body := `{"symbol":"BTC_USDT","type":"market","side":"buy","base_amount":"0.5","identifier":"poor"}`
+	for i := 0; i < 3; i++ {
+		res := postOrder(t, e, body)
+		b, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if res.StatusCode != 400 || string(b) != `{"base_amount":["Insufficient balance."]}` {
+			t.Fatalf("attempt %d: %d %s", i, res.StatusCode, b)
+		}
+		if replayed := res.Header.Get("Idempotent-Replayed") == "true"; replayed != (i > 0) {
+			t.Errorf("attempt %d: replayed = %v", i, replayed)
+		}
+	}
+	if calls.Load() != 1 {
+		t.Errorf("backend called %d times", calls.Load())
+	}
+}
