@@ -74,23 +74,23 @@ type Gateway struct {
 	idem        idempotency.Store
 	idemTimeout time.Duration
 	idemMaxResp int
-	metrics   *metrics.Metrics
-	unrouted  *metrics.RouteMetrics
-	target    *url.URL
-	basePath  string // target path without its trailing slash
-	rp        *httputil.ReverseProxy
-	transport http.RoundTripper
-	trusted   []netip.Prefix
-	log       *zap.Logger
-	access    bool
-	now       func() time.Time
-	ids       *requestIDs
-	maxHeader int64
-	maxBody   int64
-	errHeader *Error
-	errBody   *Error
-	draining  atomic.Bool
-	pool      sync.Pool // *exchange
+	metrics     *metrics.Metrics
+	unrouted    *metrics.RouteMetrics
+	target      *url.URL
+	basePath    string // target path without its trailing slash
+	rp          *httputil.ReverseProxy
+	transport   http.RoundTripper
+	trusted     []netip.Prefix
+	log         *zap.Logger
+	access      bool
+	now         func() time.Time
+	ids         *requestIDs
+	maxHeader   int64
+	maxBody     int64
+	errHeader   *Error
+	errBody     *Error
+	draining    atomic.Bool
+	pool        sync.Pool // *exchange
 }
 
 // New builds a Gateway from a validated configuration.
@@ -103,17 +103,17 @@ func New(cfg *config.Config, opts Options) (*Gateway, error) {
 		idem:        opts.Idempotency,
 		idemTimeout: opts.IdempotencyTimeout,
 		idemMaxResp: opts.IdempotencyMaxResponse,
-		metrics:   opts.Metrics,
-		unrouted:  opts.Metrics.Unrouted(),
-		target:    cfg.Upstream.URL.URL,
-		basePath:  strings.TrimSuffix(cfg.Upstream.URL.Path, "/"),
-		transport: opts.Transport,
-		log:       opts.Logger,
-		access:    cfg.Log.Access,
-		now:       opts.Now,
-		ids:       newRequestIDs(),
-		maxHeader: int64(cfg.Server.MaxHeaderBytes),
-		maxBody:   int64(cfg.Server.MaxBodyBytes),
+		metrics:     opts.Metrics,
+		unrouted:    opts.Metrics.Unrouted(),
+		target:      cfg.Upstream.URL.URL,
+		basePath:    strings.TrimSuffix(cfg.Upstream.URL.Path, "/"),
+		transport:   opts.Transport,
+		log:         opts.Logger,
+		access:      cfg.Log.Access,
+		now:         opts.Now,
+		ids:         newRequestIDs(),
+		maxHeader:   int64(cfg.Server.MaxHeaderBytes),
+		maxBody:     int64(cfg.Server.MaxBodyBytes),
 	}
 	if g.log == nil {
 		g.log = zap.NewNop()
