@@ -47,6 +47,7 @@ FUZZTIME ?= 30s
 fuzz:
 	$(GO) test ./proxy -run='^$$' -fuzz=FuzzCanonicalPath -fuzztime=$(FUZZTIME)
 	$(GO) test ./config -run='^$$' -fuzz=FuzzParse -fuzztime=$(FUZZTIME)
+	$(GO) test ./validate -run='^$$' -fuzz=FuzzCheck -fuzztime=$(FUZZTIME)
 
 ## run: the gateway in dev mode (embedded reference backend, in-memory limits).
 run:

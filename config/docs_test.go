@@ -45,3 +45,60 @@ func TestDocsListEveryVariable(t *testing.T) {
 		t.Errorf("only %d variables found; the walk is broken", len(seen))
 	}
 }
+
+// TestReadmeDefaultsAreTheDefaults keeps the README's defaults block true:
+// it must load to exactly Default().
+func TestReadmeDefaultsAreTheDefaults(t *testing.T) {
+	b, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(b)
+	begin := strings.Index(s, "<!-- defaults:begin -->")
+	end := strings.Index(s, "<!-- defaults:end -->")
+	if begin < 0 || end < begin {
+		t.Fatal("README has no defaults block")
+	}
+	block := s[begin:end]
+	block = block[strings.Index(block, "```yaml\n")+len("```yaml\n"):]
+	block = block[:strings.LastIndex(block, "```")]
+	c, err := Parse("README.md", []byte(block), nil)
+	if err != nil {
+		t.Fatalf("README defaults do not load: %v", err)
+	}
+	if !reflect.DeepEqual(c, Default()) {
+		got, _ := c.Marshal()
+		want, _ := Default().Marshal()
+		t.Errorf("README defaults differ from Default():\n%s", diffLines(string(got), string(want)))
+	}
+	// Every top-level section of the defaults appears in the block.
+	for _, key := range []string{"listen:", "admin:", "server:", "upstream:", "client_ip:", "limiter:", "tiers:", "tokens_file:", "validation:", "idempotency:", "log:", "routes:"} {
+		if !strings.Contains(block, "\n"+key) && !strings.HasPrefix(block, key) {
+			t.Errorf("README defaults block lacks %s", key)
+		}
+	}
+}
+
+// diffLines lists the lines of a missing from b and of b missing from a.
+func diffLines(a, b string) string {
+	in := func(s string) map[string]bool {
+		m := map[string]bool{}
+		for _, l := range strings.Split(s, "\n") {
+			m[l] = true
+		}
+		return m
+	}
+	ma, mb := in(a), in(b)
+	var out []string
+	for _, l := range strings.Split(a, "\n") {
+		if !mb[l] {
+			out = append(out, "README: "+l)
+		}
+	}
+	for _, l := range strings.Split(b, "\n") {
+		if !ma[l] {
+			out = append(out, "Default: "+l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
