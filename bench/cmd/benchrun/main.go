@@ -12,6 +12,7 @@
 //	benchrun -bins DIR -out bench/results [-rounds 5] [-duration 6s] [-warmup 2s]
 //	         [-threads 2] [-conns 64] [-tokens 5000] [-pin none|split] [-profile]
 //	benchrun -render bench/results/latest.json -out DIR   (rewrite the table and chart)
+//	benchrun -bins DIR -serve   (start the stack, print its addresses, wait for Ctrl-C)
 //
 // Every process it starts runs in its own process group and is stopped
 // when benchrun ends, fails, or receives SIGINT, SIGTERM or SIGHUP.
@@ -46,6 +47,7 @@ type options struct {
 	render   string
 	command  string
 	quick    bool
+	serve    bool
 }
 
 func main() {
@@ -65,6 +67,7 @@ func main() {
 	flag.StringVar(&o.render, "render", "", "only rewrite latest.md and latest.png from this results JSON")
 	flag.StringVar(&o.command, "command", "", "the command line to print in the report (default: this one)")
 	flag.BoolVar(&o.quick, "quick", false, "mark the results as a smoke run (BENCH_QUICK=1)")
+	flag.BoolVar(&o.serve, "serve", false, "start the stack, print its addresses and keep it up until interrupted (for profiling by hand)")
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
@@ -97,6 +100,8 @@ func run(ctx context.Context, o options) error {
 		}
 		defer os.RemoveAll(dir)
 		o.work = dir
+	} else if err := os.MkdirAll(o.work, 0o755); err != nil {
+		return err
 	}
 	// NGINX workers run as an unprivileged user when started as root and
 	// must reach their directories.
@@ -127,6 +132,9 @@ func run(ctx context.Context, o options) error {
 	}
 	b.redis = newRedisStats(e.redisAd)
 	defer b.redis.close()
+	if o.serve {
+		return serve(ctx, e, b.token)
+	}
 
 	res := &Results{
 		Generated: time.Now().UTC(),
@@ -160,6 +168,25 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	logf("wrote %s", filepath.Join(o.out, "latest.md"))
+	return nil
+}
+
+// serve prints where everything listens and waits for ctx to end.
+func serve(ctx context.Context, e *env, token string) error {
+	fmt.Printf("redis\t%s\ntoken\t%s\n", e.redisAd, token)
+	for _, name := range targetOrder() {
+		t := e.targets[name]
+		fmt.Printf("%s\t%s", name, t.url)
+		if t.proxy != nil {
+			fmt.Printf("\tpid %d", t.proxy.pid())
+		}
+		if t.admin != "" {
+			fmt.Printf("\tadmin http://%s", t.admin)
+		}
+		fmt.Println()
+	}
+	fmt.Printf("backend pid %d, redis pid %d; scratch %s; Ctrl-C stops everything\n", e.backend.pid(), e.redis.pid(), e.work)
+	<-ctx.Done()
 	return nil
 }
 
