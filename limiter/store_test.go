@@ -242,3 +242,48 @@ func TestOpenBackends(t *testing.T) {
 		}
 	})
 }
+
+// TestRedisModesFromConfig: the client the configuration selects works as
+// the store in each mode: standalone, Sentinel (master_name) and Cluster
+// (several addresses).
+func TestRedisModesFromConfig(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts redis-server")
+	}
+	master := redistest.Start(t)
+	sentinel := redistest.StartSentinel(t, master, "exgate-master")
+	cluster := redistest.StartCluster(t, 3)
+	cases := []struct {
+		name string
+		rc   config.Redis
+	}{
+		{"standalone", config.Redis{Addrs: []string{master.Addr}}},
+		{"sentinel", config.Redis{Addrs: []string{sentinel.Addr}, MasterName: "exgate-master"}},
+		{"cluster", config.Redis{Addrs: cluster.Addrs}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.rc.Timeout = time.Second
+			c := NewRedisClient(tc.rc, "")
+			defer c.Close()
+			r := NewRedis(c, RedisOptions{Timeout: time.Second})
+			defer r.Close()
+			l := Limit{Rate: 2, Period: time.Hour, Burst: 2}
+			var got []bool
+			for i := 0; i < 3; i++ {
+				res, err := r.Allow(context.Background(), "modes:"+tc.name, l)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got = append(got, res.Allowed)
+			}
+			if fmt.Sprint(got) != "[true true false]" {
+				t.Errorf("decisions %v, want [true true false]", got)
+			}
+		})
+	}
+	// The Sentinel client really talks to the master it was told about.
+	if n, _ := master.Do("EXISTS", "rate:modes:sentinel"); n.(int64) != 1 {
+		t.Error("the sentinel-mode key is not on the master")
+	}
+}

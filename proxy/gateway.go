@@ -251,8 +251,10 @@ type exchange struct {
 	limited  bool       // the route's limits were decided
 	decision limiter.Decision
 	g        *Gateway
-	upStart  time.Time // when the request went to the backend, or zero
-	upDone   bool      // the upstream duration was observed
+	upStart  time.Time     // when the request went to the backend, or zero
+	upDone   bool          // the upstream duration was observed
+	upDur    time.Duration // how long the backend took to answer with headers, or to fail
+	upStatus int           // the backend's status, or 0
 }
 
 // ServeHTTP runs the request pipeline: request id, header size, canonical
@@ -476,7 +478,8 @@ func (g *Gateway) observeUpstream(ex *exchange) {
 		return
 	}
 	ex.upDone = true
-	ex.route.metrics.ObserveUpstream(g.now().Sub(ex.upStart))
+	ex.upDur = g.now().Sub(ex.upStart)
+	ex.route.metrics.ObserveUpstream(ex.upDur)
 }
 
 func isTimeout(err error) bool {
@@ -566,6 +569,12 @@ func (g *Gateway) logAccess(ex *exchange, r *http.Request, extra ...zap.Field) {
 	}
 	if ex.limited {
 		fields = g.limitFields(fields, &ex.decision)
+	}
+	if ex.upDone {
+		if ex.upStatus != 0 {
+			fields = append(fields, zap.Int("upstream_status", ex.upStatus))
+		}
+		fields = append(fields, zap.Duration("upstream_duration", ex.upDur))
 	}
 	if ex.upErr != nil {
 		fields = append(fields, zap.NamedError("upstream_error", ex.upErr))
@@ -678,6 +687,9 @@ type respWriter struct {
 func (w *respWriter) WriteHeader(code int) {
 	if w.status == 0 && code >= 200 {
 		w.status = code
+		if !w.ex.upStart.IsZero() && !w.ex.upDone {
+			w.ex.upStatus = code // the backend's answer, as ReverseProxy writes it
+		}
 		w.ex.g.observeUpstream(w.ex)
 	}
 	w.ResponseWriter.WriteHeader(code)

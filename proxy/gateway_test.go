@@ -628,8 +628,19 @@ func TestAccessLog(t *testing.T) {
 	}
 	m := logs[0].ContextMap()
 	if m["route"] != "list_matches" || m["path"] != "/api/v1/mth/matches/BTC_USDT/" || m["status"] != int64(200) ||
-		m["method"] != "GET" || m["request_id"] != res.Header.Get("X-Request-Id") {
+		m["method"] != "GET" || m["request_id"] != res.Header.Get("X-Request-Id") || m["upstream_status"] != int64(200) {
 		t.Fatalf("access log %v", m)
+	}
+	if d, ok := m["upstream_duration"].(time.Duration); !ok || d <= 0 {
+		t.Errorf("upstream_duration = %v", m["upstream_duration"])
+	}
+	// A backend error passes through; its status is the upstream status.
+	e.backend.handler = func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(503) }
+	res = do(t, "GET", e.url+"/api/v1/mth/matches/BTC_USDT/", nil)
+	res.Body.Close()
+	logs = e.logs.FilterMessage("request").All()
+	if m := logs[len(logs)-1].ContextMap(); m["status"] != int64(503) || m["upstream_status"] != int64(503) {
+		t.Errorf("access log of a backend 503: %v", m)
 	}
 	for k, v := range m {
 		if strings.Contains(fmt.Sprint(v), "secret-token") {

@@ -343,3 +343,34 @@ func TestAdminEndpoints(t *testing.T) {
 		t.Fatalf("healthz while draining: %d", code)
 	}
 }
+
+// TestDrainBeforeClose: on shutdown /readyz turns 503 at once while the
+// listener keeps serving for server.drain_delay, then it closes.
+func TestDrainBeforeClose(t *testing.T) {
+	s := sim.New(sim.Options{})
+	bs := httptest.NewServer(s)
+	t.Cleanup(bs.Close)
+	cfg := config.Default()
+	cfg.Listen, cfg.AdminListen = "127.0.0.1:0", "127.0.0.1:0"
+	cfg.Upstream.URL = config.MustURL(bs.URL)
+	cfg.Server.DrainDelay = 400 * time.Millisecond
+	a, err := start(cfg, deps{log: zap.NewNop(), now: time.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- a.shutdown() }()
+	time.Sleep(100 * time.Millisecond)
+	if code, _, _ := call(t, "GET", "http://"+a.adminAd+"/readyz", ""); code != 503 {
+		t.Errorf("readyz while draining: %d, want 503", code)
+	}
+	if code, _, _ := call(t, "GET", "http://"+a.addr+"/api/v1/mkt/currencies/", ""); code != 200 {
+		t.Errorf("traffic during the drain delay: %d, want 200", code)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if _, err := http.Get("http://" + a.addr + "/api/v1/mkt/currencies/"); err == nil {
+		t.Error("the listener still accepts after shutdown")
+	}
+}

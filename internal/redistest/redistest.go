@@ -273,3 +273,40 @@ func (c *Cluster) Client(t testing.TB) *redis.ClusterClient {
 	t.Cleanup(func() { _ = cl.Close() })
 	return cl
 }
+
+// StartSentinel starts a Redis Sentinel on a free loopback port that
+// monitors master under name, and waits until it knows the master.
+func StartSentinel(t testing.TB, master *Server, name string) *Server {
+	t.Helper()
+	need(t, "redis-server")
+	dir := t.TempDir()
+	port := FreePort(t)
+	conf := filepath.Join(dir, "sentinel.conf")
+	body := fmt.Sprintf("port %d\nbind 127.0.0.1\nprotected-mode no\ndir %s\n"+
+		"sentinel monitor %s 127.0.0.1 %s 1\nsentinel down-after-milliseconds %s 1000\n",
+		port, dir, name, master.Port(), name)
+	if err := os.WriteFile(conf, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := &Server{t: t, dir: dir, Addr: "127.0.0.1:" + strconv.Itoa(port)}
+	cmd := exec.Command("redis-server", conf, "--sentinel", "--logfile", filepath.Join(dir, "sentinel.log"))
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	s.cmd, s.done = cmd, done
+	t.Cleanup(s.Stop)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		v, err := s.Do("SENTINEL", "GET-MASTER-ADDR-BY-NAME", name)
+		if err == nil && fmt.Sprint(v) == fmt.Sprint([]any{"127.0.0.1", master.Port()}) {
+			return s
+		}
+		if time.Now().After(deadline) {
+			log, _ := os.ReadFile(filepath.Join(dir, "sentinel.log"))
+			t.Fatalf("redistest: sentinel does not know %s: %v %v\n%s", name, v, err, log)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
