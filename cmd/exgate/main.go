@@ -603,7 +603,10 @@ func (l redisLogger) Printf(_ context.Context, format string, v ...any) {
 }
 
 // newLogger builds the process logger: JSON on stderr, or a console
-// encoder in dev mode, sampled when log.sampling says so.
+// encoder in dev mode, sampled when log.sampling says so. Outside dev mode
+// lines are written in batches (256 KiB, at most a second late) rather
+// than one write system call per access log line; run syncs the logger
+// before the process exits.
 func newLogger(lc config.Log, dev bool, w io.Writer) (*zap.Logger, error) {
 	lvl, err := zapcore.ParseLevel(lc.Level)
 	if err != nil {
@@ -618,7 +621,11 @@ func newLogger(lc config.Log, dev bool, w io.Writer) (*zap.Logger, error) {
 		encCfg.EncodeTime = zapcore.TimeEncoderOfLayout("15:04:05.000")
 		enc = zapcore.NewConsoleEncoder(encCfg)
 	}
-	core := zapcore.NewCore(enc, zapcore.Lock(zapcore.AddSync(w)), lvl)
+	var ws zapcore.WriteSyncer = zapcore.Lock(zapcore.AddSync(w))
+	if !dev {
+		ws = &zapcore.BufferedWriteSyncer{WS: zapcore.AddSync(w), Size: 256 << 10, FlushInterval: time.Second}
+	}
+	core := zapcore.NewCore(enc, ws, lvl)
 	if lc.Sampling.Initial > 0 {
 		core = zapcore.NewSamplerWithOptions(core, time.Second, lc.Sampling.Initial, lc.Sampling.Thereafter)
 	}
