@@ -46,6 +46,7 @@ bench-go:
 FUZZTIME ?= 30s
 fuzz:
 	$(GO) test ./proxy -run='^$$' -fuzz=FuzzCanonicalPath -fuzztime=$(FUZZTIME)
+	$(GO) test ./proxy -run='^$$' -fuzz=FuzzGateway -fuzztime=$(FUZZTIME)
 	$(GO) test ./config -run='^$$' -fuzz=FuzzParse -fuzztime=$(FUZZTIME)
 	$(GO) test ./validate -run='^$$' -fuzz=FuzzCheck -fuzztime=$(FUZZTIME)
 
