@@ -96,8 +96,16 @@ func startEnv(t *testing.T, mut func(*config.Config)) *env {
 	if mut != nil {
 		mut(cfg)
 	}
+	return serve(t, cfg, be, Options{})
+}
+
+// serve runs a gateway for cfg and opts (logging to an observer) on a
+// real loopback socket in front of be, until the test ends.
+func serve(t *testing.T, cfg *config.Config, be *backend, opts Options) *env {
+	t.Helper()
 	core, logs := observer.New(zap.InfoLevel)
-	gw, err := New(cfg, Options{Logger: zap.New(core)})
+	opts.Logger = zap.New(core)
+	gw, err := New(cfg, opts)
 	if err != nil {
 		t.Fatal(err)
 	}

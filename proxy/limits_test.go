@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -13,9 +12,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"go.uber.org/zap"
-	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/exgate/exgate/config"
 	"github.com/exgate/exgate/limiter"
@@ -47,24 +43,7 @@ func startLimited(t *testing.T, store limiter.Limiter, mut func(*config.Config))
 	if err != nil {
 		t.Fatal(err)
 	}
-	core, logs := observer.New(zap.InfoLevel)
-	gw, err := New(cfg, Options{Logger: zap.New(core), Limits: enf, Rules: limiter.Compile(cfg, nil)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := NewServer(cfg, gw, zap.NewNop())
-	go func() { _ = srv.Serve(ln) }()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(ctx)
-		gw.CloseIdleConnections()
-	})
-	return &env{url: "http://" + ln.Addr().String(), addr: ln.Addr().String(), gw: gw, backend: be, logs: logs}
+	return serve(t, cfg, be, Options{Limits: enf, Rules: limiter.Compile(cfg, nil)})
 }
 
 // smallMatches sets list_matches to 3/1m per address.

@@ -3,7 +3,6 @@ package proxy
 import (
 	"context"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -13,7 +12,6 @@ import (
 	"time"
 
 	"go.uber.org/zap"
-	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/exgate/exgate/config"
 	"github.com/exgate/exgate/idempotency"
@@ -49,26 +47,10 @@ func startOrders(t *testing.T, handler http.HandlerFunc) *env {
 	}
 	k, _ := limiter.NewKeyer([]byte(testKeySecret))
 	enf, _ := limiter.NewEnforcer(limiter.EnforcerOptions{Store: limiter.NewMemory(limiter.MemoryOptions{}), Keyer: k})
-	core, logs := observer.New(zap.InfoLevel)
-	gw, err := New(cfg, Options{
-		Logger: zap.New(core), Limits: enf, Validator: v,
+	return serve(t, cfg, be, Options{
+		Limits: enf, Validator: v,
 		Idempotency: idempotency.NewMemory(idempotency.OptionsFrom(cfg.Idempotency)),
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := NewServer(cfg, gw, zap.NewNop())
-	go func() { _ = srv.Serve(ln) }()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(ctx)
-	})
-	return &env{url: "http://" + ln.Addr().String(), addr: ln.Addr().String(), gw: gw, backend: be, logs: logs}
 }
 
 func postOrder(t *testing.T, e *env, body string, header ...string) *http.Response {
