@@ -6,6 +6,7 @@ import (
 	"image/color"
 	"image/png"
 	"io"
+	"strings"
 )
 
 // Chart geometry, in pixels.
@@ -23,8 +24,12 @@ const (
 	sectionGap = 18
 )
 
-// targetColour is the throughput bar colour of a target.
+// targetColour is the throughput bar colour of a target; a B build's
+// is orange.
 func targetColour(name string) color.RGBA {
+	if strings.HasSuffix(name, bSuffix) {
+		return color.RGBA{225, 140, 40, 255}
+	}
 	switch name {
 	case tDirect:
 		return color.RGBA{46, 139, 87, 255}
@@ -55,6 +60,9 @@ func roleColour(role string) color.RGBA {
 
 // shortName is a target's label in the chart.
 func shortName(name string) string {
+	if base, ok := strings.CutSuffix(name, bSuffix); ok {
+		return shortName(base) + " [B]"
+	}
 	switch name {
 	case tDirect:
 		return "direct"

@@ -13,6 +13,7 @@
 //	         [-threads 2] [-conns 64] [-tokens 5000] [-pin none|split] [-profile]
 //	benchrun -render bench/results/latest.json -out DIR   (rewrite the table and chart)
 //	benchrun -bins DIR -serve   (start the stack, print its addresses, wait for Ctrl-C)
+//	benchrun -bins DIR -b-bins DIR2 -scenarios get-markets   (A/B: two exgate builds, interleaved)
 //
 // Every process it starts runs in its own process group and is stopped
 // when benchrun ends, fails, or receives SIGINT, SIGTERM or SIGHUP.
@@ -33,6 +34,7 @@ import (
 // options are benchrun's settings.
 type options struct {
 	bins     string
+	bBins    string
 	out      string
 	work     string
 	rounds   int
@@ -48,11 +50,14 @@ type options struct {
 	command  string
 	quick    bool
 	serve    bool
+	only     string // scenarios to run, comma-separated; "" = all
+	targets  string // targets to run, comma-separated; "" = all
 }
 
 func main() {
 	var o options
 	flag.StringVar(&o.bins, "bins", "bin", "directory holding the exgate and exchange-sim binaries")
+	flag.StringVar(&o.bBins, "b-bins", "", "directory holding a second exgate build: its targets (exgate-off-b, …) run interleaved with the first, for before/after comparisons")
 	flag.StringVar(&o.out, "out", "bench/results", "directory for latest.md, latest.json and latest.png")
 	flag.StringVar(&o.work, "work", "", "scratch directory for configurations and logs (default: a new temporary directory, removed at the end)")
 	flag.IntVar(&o.rounds, "rounds", 5, "measured rounds; every target and scenario runs once per round, interleaved")
@@ -67,6 +72,8 @@ func main() {
 	flag.StringVar(&o.render, "render", "", "only rewrite latest.md and latest.png from this results JSON")
 	flag.StringVar(&o.command, "command", "", "the command line to print in the report (default: this one)")
 	flag.BoolVar(&o.quick, "quick", false, "mark the results as a smoke run (BENCH_QUICK=1)")
+	flag.StringVar(&o.only, "scenarios", "", "run only these scenarios (comma-separated: get-markets,post-order,many-keys)")
+	flag.StringVar(&o.targets, "targets", "", "run only these targets (comma-separated: direct,nginx,nginx-limit,exgate-off,exgate-memory,exgate-redis)")
 	flag.BoolVar(&o.serve, "serve", false, "start the stack, print its addresses and keep it up until interrupted (for profiling by hand)")
 	flag.Parse()
 
@@ -118,7 +125,7 @@ func run(ctx context.Context, o options) error {
 
 	ps := &procs{dir: o.work}
 	defer ps.stopAll()
-	e := &env{bins: o.bins, work: o.work, cpus: serverCPUs}
+	e := &env{bins: o.bins, bBins: o.bBins, work: o.work, cpus: serverCPUs}
 	logf("starting the backend, Redis, 3 exgates and 2 NGINXes on loopback (scratch: %s)", o.work)
 	if err := startStack(ctx, ps, e); err != nil {
 		return err
@@ -142,7 +149,7 @@ func run(ctx context.Context, o options) error {
 		Machine:   describeMachine(o.pin, serverCPUs, wrkCPUs),
 		Settings: Settings{
 			Rounds: o.rounds, Duration: o.duration.String(), Warmup: o.warmup.String(),
-			Threads: o.threads, Conns: o.conns, Tokens: o.tokens * o.threads, Quick: o.quick,
+			Threads: o.threads, Conns: o.conns, Tokens: o.tokens * o.threads, Quick: o.quick, BBuild: o.bBins,
 		},
 	}
 	if err := b.measure(ctx, res); err != nil {
@@ -154,7 +161,7 @@ func run(ctx context.Context, o options) error {
 		}
 	}
 	for _, name := range targetOrder() {
-		if t := e.targets[name]; t.proxy != nil && t.proxy.exited() {
+		if t := e.targets[name]; t != nil && t.proxy != nil && t.proxy.exited() {
 			return fmt.Errorf("%s exited during the benchmark:\n%s", name, t.proxy.tail())
 		}
 	}
@@ -176,6 +183,9 @@ func serve(ctx context.Context, e *env, token string) error {
 	fmt.Printf("redis\t%s\ntoken\t%s\n", e.redisAd, token)
 	for _, name := range targetOrder() {
 		t := e.targets[name]
+		if t == nil {
+			continue
+		}
 		fmt.Printf("%s\t%s", name, t.url)
 		if t.proxy != nil {
 			fmt.Printf("\tpid %d", t.proxy.pid())

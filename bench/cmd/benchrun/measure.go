@@ -51,14 +51,18 @@ type combo struct {
 func (b *bench) measure(ctx context.Context, res *Results) error {
 	var combos []combo
 	rows := map[combo]*Row{}
-	for _, sc := range scenarios() {
+	scs := selected(scenarios(), b.o.only, b.o.targets, b.o.bBins != "")
+	if len(scs) == 0 {
+		return fmt.Errorf("-scenarios %q -targets %q select nothing", b.o.only, b.o.targets)
+	}
+	for _, sc := range scs {
 		sr := ScenarioResult{Name: sc.name, Title: sc.title}
 		for _, name := range sc.targets {
 			sr.Rows = append(sr.Rows, Row{Target: name, Label: targetLabel(name)})
 		}
 		res.Scenarios = append(res.Scenarios, sr)
 	}
-	for i, sc := range scenarios() {
+	for i, sc := range scs {
 		for j, name := range sc.targets {
 			c := combo{sc, b.e.targets[name]}
 			combos = append(combos, c)
@@ -105,6 +109,39 @@ func (b *bench) measure(ctx context.Context, res *Results) error {
 		}
 	}
 	return nil
+}
+
+// selected returns the scenarios named in only (all when empty), each
+// with only the targets named in targets (all when empty); scenarios left
+// without a target are dropped.
+//
+// With withB, every exgate target is followed by its B build's.
+func selected(all []*scenario, only, targets string, withB bool) []*scenario {
+	var out []*scenario
+	for _, sc := range all {
+		if only != "" && !slices.Contains(strings.Split(only, ","), sc.name) {
+			continue
+		}
+		if withB {
+			var ts []string
+			for _, t := range sc.targets {
+				ts = append(ts, t)
+				if strings.HasPrefix(t, "exgate-") {
+					ts = append(ts, t+bSuffix)
+				}
+			}
+			sc.targets = ts
+		}
+		if targets != "" {
+			sc.targets = slices.DeleteFunc(sc.targets, func(t string) bool {
+				return !slices.Contains(strings.Split(targets, ","), t)
+			})
+		}
+		if len(sc.targets) > 0 {
+			out = append(out, sc)
+		}
+	}
+	return out
 }
 
 func fmtCPU(m map[string]float64) string {
@@ -166,7 +203,7 @@ func (b *bench) once(ctx context.Context, c combo, d time.Duration) (Run, error)
 		run.BusyPct = 100 * float64(sys1.busy-sys0.busy) / all
 		run.StealPct = 100 * float64(sys1.steal-sys0.steal) / all
 	}
-	if c.t.name == tExgateRedis {
+	if strings.HasPrefix(c.t.name, tExgateRedis) {
 		if rt := storeAfter - storeBefore; rt > 0 {
 			run.DecisionsPerRoundTrip = n / rt
 		}
@@ -352,6 +389,7 @@ func describeMachine(pin, serverCPUs, wrkCPUs string) Machine {
 	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
 		m.LoadAtStart = strings.Join(strings.Fields(string(b))[:3], " ")
 	}
+	m.Revision = firstLine("git", "describe", "--always", "--dirty", "--abbrev=12")
 	m.Nginx = firstLine("nginx", "-v")
 	m.Redis = firstLine("redis-server", "--version")
 	m.Wrk, _, _ = strings.Cut(firstLine("wrk", "-v"), " Copyright")

@@ -69,6 +69,11 @@ func markdown(res *Results) string {
 
 	p("## Machine and load\n\n")
 	p("- %d CPUs (%s), %d MiB, Linux %s; %s; %s; %s; %s.\n", m.CPUs, m.CPUModel, m.MemoryMB, m.Kernel, m.GoVersion, m.Nginx, m.Redis, m.Wrk)
+	p("- exgate built from `%s`", m.Revision)
+	if s.BBuild != "" {
+		p("; the targets marked [B build] run the exgate in `%s`", s.BBuild)
+	}
+	p(".\n")
 	p("- Load: `wrk -t%d -c%d` (connections kept alive for the whole run, 5 s timeout), on the same machine as the servers.\n", s.Threads, s.Conns)
 	p("- CPU pinning: %s.\n", m.Pinning)
 	var busy, steal []float64

@@ -29,6 +29,7 @@ type Machine struct {
 	Redis       string `json:"redis"`
 	Wrk         string `json:"wrk"`
 	LoadAtStart string `json:"load_at_start"`
+	Revision    string `json:"revision"` // git describe of the tree the binaries were built from
 	Pinning     string `json:"pinning"`
 }
 
@@ -41,6 +42,7 @@ type Settings struct {
 	Conns    int    `json:"conns"`
 	Tokens   int    `json:"tokens"` // distinct tokens in the many-keys scenario
 	Quick    bool   `json:"quick"`
+	BBuild   string `json:"b_build,omitempty"` // directory of the B build, when compared
 }
 
 // ScenarioResult is one scenario's rows, one per target.

@@ -23,15 +23,22 @@ const (
 	tExgateOff    = "exgate-off"
 	tExgateMemory = "exgate-memory"
 	tExgateRedis  = "exgate-redis"
+	// With -b-bins, a second build of exgate runs beside the first:
+	// "<target>-b" for each exgate target.
+	bSuffix = "-b"
 )
 
 // targetOrder returns the targets in the order tables list them.
 func targetOrder() []string {
-	return []string{tDirect, tNginx, tNginxLimit, tExgateOff, tExgateMemory, tExgateRedis}
+	return []string{tDirect, tNginx, tNginxLimit, tExgateOff, tExgateOff + bSuffix, tExgateMemory,
+		tExgateMemory + bSuffix, tExgateRedis, tExgateRedis + bSuffix}
 }
 
 // targetLabel describes a target in the report.
 func targetLabel(name string) string {
+	if base, ok := strings.CutSuffix(name, bSuffix); ok {
+		return targetLabel(base) + " [B build]"
+	}
 	switch name {
 	case tDirect:
 		return "direct to backend"
@@ -163,6 +170,7 @@ http {
 // env is what the stack needs from the outside.
 type env struct {
 	bins    string // directory holding exgate and exchange-sim
+	bBins   string // directory holding a second exgate to compare, or ""
 	work    string // scratch directory: configs, logs
 	cpus    string // taskset CPU list for the servers, or ""
 	targets map[string]*target
@@ -174,7 +182,7 @@ type env struct {
 // startStack starts the backend, Redis, the three exgates and the two
 // NGINXes on free loopback ports and waits until each answers.
 func startStack(ctx context.Context, ps *procs, e *env) error {
-	ports, err := freePorts(12)
+	ports, err := freePorts(18)
 	if err != nil {
 		return err
 	}
@@ -206,14 +214,21 @@ func startStack(ctx context.Context, ps *procs, e *env) error {
 	}
 	e.targets[tDirect] = &target{name: tDirect, url: "http://" + backendAddr}
 
-	for _, x := range []struct {
-		name, backend, redis string
-		limits               bool
+	exgates := []struct {
+		name, backend, redis, bins string
+		limits                     bool
 	}{
-		{tExgateOff, "memory", "", false},
-		{tExgateMemory, "memory", "", true},
-		{tExgateRedis, "redis", e.redisAd, true},
-	} {
+		{tExgateOff, "memory", "", e.bins, false},
+		{tExgateMemory, "memory", "", e.bins, true},
+		{tExgateRedis, "redis", e.redisAd, e.bins, true},
+	}
+	if e.bBins != "" {
+		for _, x := range exgates[:3] {
+			x.name, x.bins = x.name+bSuffix, e.bBins
+			exgates = append(exgates, x)
+		}
+	}
+	for _, x := range exgates {
 		listen, admin := next(), next()
 		var buf bytes.Buffer
 		if err := exgateConfig.Execute(&buf, map[string]any{
@@ -227,7 +242,7 @@ func startStack(ctx context.Context, ps *procs, e *env) error {
 			return err
 		}
 		p, err := ps.start(x.name, e.cpus, []string{"EXGATE_KEY_SECRET=" + keySecret},
-			filepath.Join(e.bins, "exgate"), "-config", path)
+			filepath.Join(x.bins, "exgate"), "-config", path)
 		if err != nil {
 			return err
 		}
@@ -260,10 +275,10 @@ func startStack(ctx context.Context, ps *procs, e *env) error {
 	}
 	for _, name := range targetOrder() {
 		t := e.targets[name]
-		p := t.proxy
-		if p == nil {
+		if t == nil || t.proxy == nil {
 			continue
 		}
+		p := t.proxy
 		if err := waitHTTP(ctx, p, t.url+"/api/v1/mkt/markets/"); err != nil {
 			return err
 		}
