@@ -122,6 +122,11 @@ func selected(all []*scenario, only, targets string, withB bool) []*scenario {
 		if only != "" && !slices.Contains(strings.Split(only, ","), sc.name) {
 			continue
 		}
+		if targets != "" {
+			sc.targets = slices.DeleteFunc(sc.targets, func(t string) bool {
+				return !slices.Contains(strings.Split(targets, ","), t)
+			})
+		}
 		if withB {
 			var ts []string
 			for _, t := range sc.targets {
@@ -131,11 +136,6 @@ func selected(all []*scenario, only, targets string, withB bool) []*scenario {
 				}
 			}
 			sc.targets = ts
-		}
-		if targets != "" {
-			sc.targets = slices.DeleteFunc(sc.targets, func(t string) bool {
-				return !slices.Contains(strings.Split(targets, ","), t)
-			})
 		}
 		if len(sc.targets) > 0 {
 			out = append(out, sc)
