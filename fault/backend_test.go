@@ -1,0 +1,271 @@
+package fault
+
+import (
+	"encoding/json"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// slowProxy is a reverse proxy in front of the reference backend, in the
+// test process, that can hold requests back: the slow backend of these
+// tests.
+type slowProxy struct {
+	srv     *httptest.Server
+	delay   atomic.Int64 // nanoseconds added before forwarding
+	arrived atomic.Int64 // requests received
+}
+
+func newSlowProxy(t *testing.T, backendURL string) *slowProxy {
+	t.Helper()
+	u, err := url.Parse(backendURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sp := &slowProxy{}
+	rp := httputil.NewSingleHostReverseProxy(u)
+	rp.ErrorLog = log.New(io.Discard, "", 0)
+	sp.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		sp.arrived.Add(1)
+		if d := time.Duration(sp.delay.Load()); d > 0 {
+			select {
+			case <-time.After(d):
+			case <-r.Context().Done():
+				return
+			}
+		}
+		rp.ServeHTTP(w, r)
+	}))
+	t.Cleanup(sp.srv.Close)
+	return sp
+}
+
+// TestBackendFaults breaks the backend under concurrent requests: killed
+// (connections refused) → every answer is 502 bad_gateway, slower than
+// the route timeout → every answer is 504 gateway_timeout within about
+// that timeout, both in exgate's JSON error shape. Afterwards exgate's
+// goroutine count (go_goroutines on the admin listener) returns to
+// where it was before the fault: nothing leaks per failed request.
+func TestBackendFaults(t *testing.T) {
+	const routeTimeout = 300 * time.Millisecond
+	for _, tc := range []struct {
+		name    string
+		want    string
+		viaSlow bool // exgate talks to the slow proxy, else to the backend itself
+		fault   func(be *backend, sp *slowProxy)
+		slow    time.Duration // bound on each answer
+	}{
+		{"killed", "502 bad_gateway", false, func(be *backend, _ *slowProxy) { be.kill() }, 2 * time.Second},
+		{"slow", "504 gateway_timeout", true, func(_ *backend, sp *slowProxy) { sp.delay.Store(int64(3 * time.Second)) }, 2 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			be := startBackend(t)
+			sp := newSlowProxy(t, be.url)
+			upstream := be.url
+			if tc.viaSlow {
+				upstream = sp.srv.URL
+			}
+			g := startGateway(t, configHeader(upstream)+`limiter:
+  backend: memory
+routes:
+  - name: list_markets
+    match: GET /api/v1/mkt/markets/
+    timeout: 300ms
+  - name: default
+    match: "*"
+`)
+			c := newClient(t, 20)
+			url := g.url + "/api/v1/mkt/markets/"
+			burstOf := func(n, workers int) *tally {
+				var ty tally
+				var next atomic.Int64
+				var wg sync.WaitGroup
+				for range workers {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						for next.Add(1) <= int64(n) {
+							ty.add(do(c, get(url)))
+						}
+					}()
+				}
+				wg.Wait()
+				return &ty
+			}
+			if ty := burstOf(100, 20); ty.byKey["200"] != 100 {
+				t.Fatalf("warm-up: %s", ty)
+			}
+			c.CloseIdleConnections()
+			baseline := settledGoroutines(t, g)
+
+			tc.fault(be, sp)
+			during := 0.0
+			var wg sync.WaitGroup
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				time.Sleep(routeTimeout / 2)
+				during = g.metric(t, "go_goroutines")
+			}()
+			ty := burstOf(200, 20)
+			wg.Wait()
+			t.Logf("backend %s: %s", tc.name, ty)
+			if ty.byKey[tc.want] != 200 {
+				t.Errorf("backend %s: want 200 × %s: %s", tc.name, tc.want, ty)
+			}
+			if ty.slowest > tc.slow {
+				t.Errorf("backend %s: slowest answer %v, want under %v (route timeout %v)", tc.name, ty.slowest, tc.slow, routeTimeout)
+			}
+
+			c.CloseIdleConnections()
+			var after float64
+			if !eventually(10*time.Second, func() bool {
+				after = g.metric(t, "go_goroutines")
+				return after <= baseline+3
+			}) {
+				t.Errorf("goroutines: %v before the fault, %v during, still %v 10s after it", baseline, during, after)
+			}
+			t.Logf("goroutines: %v before the fault, %v during, %v after", baseline, during, after)
+		})
+	}
+}
+
+// settledGoroutines waits for the gateway's goroutine count to stop
+// moving (connections just closed take a moment to unwind) and returns it.
+func settledGoroutines(t *testing.T, g *gateway) float64 {
+	t.Helper()
+	prev := g.metric(t, "go_goroutines")
+	for range 20 {
+		time.Sleep(100 * time.Millisecond)
+		cur := g.metric(t, "go_goroutines")
+		if cur == prev {
+			return cur
+		}
+		prev = cur
+	}
+	return prev
+}
+
+// TestSIGTERMWithOrdersInFlight sends SIGTERM to exgate while 1,000
+// orders are in flight (held by a slow backend until after the signal):
+// every client gets a complete answer, no connection is reset, the
+// number of orders the backend placed equals the number of 2xx answers
+// (all 1,000), and exgate exits with status 0.
+func TestSIGTERMWithOrdersInFlight(t *testing.T) {
+	const orders = 1000
+	be := startBackend(t)
+	token := accessToken(t, be.url)
+
+	u, _ := url.Parse(be.url)
+	rp := httputil.NewSingleHostReverseProxy(u)
+	rp.ErrorLog = log.New(io.Discard, "", 0)
+	var arrived, placed atomic.Int64
+	var hold atomic.Bool // orders wait for release
+	release := make(chan struct{})
+	rp.ModifyResponse = func(res *http.Response) error {
+		if res.Request.Method == http.MethodPost && res.StatusCode/100 == 2 {
+			placed.Add(1)
+		}
+		return nil
+	}
+	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost && hold.Load() {
+			arrived.Add(1)
+			<-release
+		}
+		rp.ServeHTTP(w, r)
+	}))
+	t.Cleanup(slow.Close)
+	var releaseOnce sync.Once
+	t.Cleanup(func() { releaseOnce.Do(func() { close(release) }) })
+
+	g := startGateway(t, configHeader(slow.URL, "max_idle_conns: 2000")+`server:
+  drain_delay: 100ms
+  shutdown_timeout: 20s
+limiter:
+  backend: memory
+`)
+	c := newClient(t, orders)
+	// Nothing else in flight: the order route is ready to take orders.
+	if a := do(c, order(g.url, token)); a.status != http.StatusCreated {
+		t.Fatalf("first order: %d %v %s", a.status, a.err, a.body)
+	}
+	placed.Store(0)
+	hold.Store(true)
+
+	answers := make(chan answer, orders)
+	for range orders {
+		go func() { answers <- do(c, order(g.url, token)) }()
+	}
+	if !eventually(60*time.Second, func() bool { return arrived.Load() == orders }) {
+		releaseOnce.Do(func() { close(release) })
+		t.Fatalf("only %d of %d orders reached the backend within 60s", arrived.Load(), orders)
+	}
+	inflight := g.metric(t, "exgate_inflight_requests")
+	if err := g.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond) // the backend is slow: it answers after the signal
+	// By now (drain_delay 100ms) the listener is closed, with every order
+	// still held by the backend: the shutdown really is under way.
+	conn, dialErr := net.DialTimeout("tcp", strings.TrimPrefix(g.url, "http://"), time.Second)
+	if dialErr == nil {
+		conn.Close()
+	}
+	releaseOnce.Do(func() { close(release) })
+
+	var ty tally
+	created := 0
+	for range orders {
+		a := <-answers
+		ty.add(a)
+		var o struct {
+			ID *int64 `json:"id"`
+		}
+		if a.err == nil && a.status == http.StatusCreated && json.Unmarshal(a.body, &o) == nil && o.ID != nil {
+			created++
+		}
+	}
+	select {
+	case <-g.done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("exgate did not exit within 30s of SIGTERM")
+	}
+	t.Logf("%v orders in flight at SIGTERM; answers: %s; backend placed %d", inflight, &ty, placed.Load())
+	if g.err != nil {
+		t.Errorf("exgate exit after SIGTERM: %v, want status 0", g.err)
+	}
+	if inflight < orders {
+		t.Errorf("exgate_inflight_requests = %v at SIGTERM, want %d", inflight, orders)
+	}
+	if dialErr == nil {
+		t.Errorf("exgate still accepted connections 300ms after SIGTERM (drain_delay 100ms)")
+	}
+	if ty.nErrs > 0 || created != orders {
+		t.Errorf("want %d complete 201 answers with an order id, got %d: %s", orders, created, &ty)
+	}
+	if int(placed.Load()) != created {
+		t.Errorf("backend placed %d orders, clients got %d 201 answers", placed.Load(), created)
+	}
+}
+
+// order builds an order request: a market buy the reference backend
+// accepts.
+func order(base, token string) *http.Request {
+	req, _ := http.NewRequest(http.MethodPost, base+"/api/v1/odr/orders/",
+		strings.NewReader(`{"symbol":"BTC_USDT","type":"market","side":"buy","base_amount":"0.001"}`))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+token)
+	return req
+}

@@ -1,0 +1,29 @@
+// Package fault holds exgate's fault-injection suite: tests only, run by
+// `make test` with the rest of the suite.
+//
+// Each test builds the real binaries (cmd/exgate and cmd/exchange-sim,
+// without the race detector, once per run), starts them on free loopback
+// ports with real redis-server processes (internal/redistest), breaks
+// something while real HTTP traffic flows, and asserts what exgate does:
+//
+//   - TestRedisKilledUnderLoad: Redis killed under load → behaviour exactly
+//     per limiter.on_store_error (local, open, closed), no undeclared 5xx,
+//     every error JSON; Redis restarted → decisions in Redis again, no
+//     gateway restart.
+//   - TestRedisSlow: Redis paused (CLIENT PAUSE) or blocked (DEBUG SLEEP) →
+//     request latency bounded by limiter.redis.timeout plus a margin.
+//   - TestBackendFaults: backend killed or slower than the route timeout →
+//     502/504 in exgate's JSON error shape; goroutines back to the baseline
+//     afterwards.
+//   - TestSIGTERMWithOrdersInFlight: SIGTERM with 1,000 orders in flight →
+//     every client gets a complete answer, the orders the backend placed
+//     equal the 2xx answers, exit code 0.
+//   - TestSlowloris: hundreds of connections trickling header bytes do not
+//     starve normal clients, and read_header_timeout closes them.
+//   - TestMemoryLimiterManyAddresses: a million distinct client addresses
+//     against the in-process limiter → memory bounded by limiter.max_keys.
+//
+// The latency bounds asserted here are generous correctness bounds (an
+// answer within a second while the store deadline is 50 ms), not
+// performance targets; performance is measured by `make bench`.
+package fault
