@@ -216,13 +216,18 @@ limiter:
 	if err := g.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(300 * time.Millisecond) // the backend is slow: it answers after the signal
-	// By now (drain_delay 100ms) the listener is closed, with every order
-	// still held by the backend: the shutdown really is under way.
-	conn, dialErr := net.DialTimeout("tcp", strings.TrimPrefix(g.url, "http://"), time.Second)
-	if dialErr == nil {
-		conn.Close()
-	}
+	// The listener closes after drain_delay (100ms) while every order is
+	// still held by the backend: the shutdown really is under way. The
+	// backend answers after that (at least 300ms after the signal).
+	signalled := time.Now()
+	closed := eventually(10*time.Second, func() bool {
+		conn, err := net.DialTimeout("tcp", strings.TrimPrefix(g.url, "http://"), time.Second)
+		if err == nil {
+			conn.Close()
+		}
+		return err != nil
+	})
+	time.Sleep(300*time.Millisecond - time.Since(signalled))
 	releaseOnce.Do(func() { close(release) })
 
 	var ty tally
@@ -249,8 +254,8 @@ limiter:
 	if inflight < orders {
 		t.Errorf("exgate_inflight_requests = %v at SIGTERM, want %d", inflight, orders)
 	}
-	if dialErr == nil {
-		t.Errorf("exgate still accepted connections 300ms after SIGTERM (drain_delay 100ms)")
+	if !closed {
+		t.Errorf("exgate still accepted connections 10s after SIGTERM (drain_delay 100ms)")
 	}
 	if ty.nErrs > 0 || created != orders {
 		t.Errorf("want %d complete 201 answers with an order id, got %d: %s", orders, created, &ty)
