@@ -209,6 +209,8 @@ func (r *Redis) submit(ctx context.Context, cmd *redis.Cmd) {
 func (r *Redis) work() {
 	defer r.wg.Done()
 	batch := make([]*call, 0, r.max)
+	var groups []group
+	index := make(map[rateCall]int)
 	for {
 		var first *call
 		select {
@@ -226,26 +228,46 @@ func (r *Redis) work() {
 				break fill
 			}
 		}
-		r.roundTrip(batch)
+		groups = groupBatch(batch, groups, index)
+		r.roundTrip(batch, groups)
 	}
 }
 
-// roundTrip sends batch as one pipeline with the deadline and answers
-// every call in it.
-func (r *Redis) roundTrip(batch []*call) {
+// roundTrip sends batch, sorted into groups, as one pipeline with the
+// deadline and answers every call in it. A group of several calls for one
+// key and limit is decided by one coalesced script run.
+func (r *Redis) roundTrip(batch []*call, groups []group) {
 	start := r.now()
 	ctx, cancel := context.WithTimeout(context.Background(), r.timeout)
+	defer cancel()
 	var err error
-	if len(batch) == 1 {
-		err = r.client.Process(ctx, batch[0].cmd)
+	for i := range groups {
+		if g := &groups[i]; len(g.calls) > 1 {
+			g.cmd = coalescedCmd(ctx, g, false)
+		}
+	}
+	if len(groups) == 1 {
+		err = r.client.Process(ctx, groups[0].command())
 	} else {
 		p := r.client.Pipeline()
-		for _, c := range batch {
-			_ = p.Process(ctx, c.cmd)
+		for i := range groups {
+			_ = p.Process(ctx, groups[i].command())
 		}
 		_, err = p.Exec(ctx)
 	}
-	cancel()
+	for i := range groups {
+		g := &groups[i]
+		if g.cmd == nil {
+			continue
+		}
+		if isNoScript(g.cmd.Err()) { // Redis restarted: send the script itself
+			g.cmd = coalescedCmd(ctx, g, true)
+			if e := r.client.Process(ctx, g.cmd); e != nil && err == nil {
+				err = e
+			}
+		}
+		g.answer()
+	}
 	if err != nil && isStoreFailure(err) {
 		r.downUntil.Store(r.now().Add(r.backoff).UnixNano())
 	}

@@ -3,11 +3,16 @@ package limiter
 import (
 	"context"
 	"fmt"
+	"math"
+	"strconv"
+	"sync"
 	"net/netip"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/exgate/exgate/config"
 	"github.com/exgate/exgate/internal/redistest"
@@ -286,4 +291,92 @@ func TestRedisModesFromConfig(t *testing.T) {
 	if n, _ := master.Do("EXISTS", "rate:modes:sentinel"); n.(int64) != 1 {
 		t.Error("the sentinel-mode key is not on the master")
 	}
+}
+
+// TestCoalescedMatchesSequential: deciding k requests for one key in one
+// coalesced script run answers each as redis_rate deciding them one after
+// another would.
+func TestCoalescedMatchesSequential(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts redis-server")
+	}
+	srv := redistest.Start(t)
+	c := srv.Client()
+	ctx := context.Background()
+	l := Limit{Rate: 5, Period: 2 * time.Second, Burst: 5}
+	r := NewRedis(c, RedisOptions{Timeout: time.Second, Workers: 1, MaxBatch: 1})
+	defer r.Close()
+	var seq []Result
+	for i := 0; i < 7; i++ {
+		res, err := r.Allow(ctx, "seq", l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		seq = append(seq, res)
+	}
+	// The same seven requests as one group, as the batcher builds it.
+	g := group{rc: rateCall{key: "rate:coalesced", burst: 5, rate: 5, period: 2}}
+	for i := 0; i < 7; i++ {
+		g.calls = append(g.calls, &call{cmd: redis.NewCmd(ctx, "evalsha", "x", 1, "rate:coalesced", 5, 5, 2.0, 1)})
+	}
+	g.cmd = coalescedCmd(ctx, &g, true)
+	if err := c.Process(ctx, g.cmd); err != nil {
+		t.Fatal(err)
+	}
+	g.answer()
+	for i, cl := range g.calls {
+		v, err := cl.cmd.Slice()
+		if err != nil {
+			t.Fatal(err)
+		}
+		allowed, remaining := v[0].(int64) == 1, v[1].(int64)
+		if allowed != seq[i].Allowed || remaining != seq[i].Remaining {
+			t.Errorf("request %d: coalesced allowed=%v remaining=%d, sequential %+v", i, allowed, remaining, seq[i])
+		}
+		retry, _ := strconv.ParseFloat(v[2].(string), 64)
+		if !allowed && math.Abs(retry-seq[i].RetryAfter.Seconds()) > 0.1 {
+			t.Errorf("request %d: retry %vs, sequential %v", i, retry, seq[i].RetryAfter)
+		}
+	}
+}
+
+// TestCoalescingUnderLoad: many concurrent callers on one key are exact
+// and cost Redis far fewer script runs than decisions.
+func TestCoalescingUnderLoad(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts redis-server")
+	}
+	srv := redistest.Start(t)
+	r := NewRedis(srv.Client(), RedisOptions{Timeout: time.Second})
+	defer r.Close()
+	l := Limit{Rate: 1000, Period: time.Hour, Burst: 1000}
+	before := srv.CommandCalls()
+	var allowed atomic.Int64
+	var wg sync.WaitGroup
+	for g := 0; g < 64; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 25; i++ {
+				res, err := r.Allow(context.Background(), "hot", l)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if res.Allowed {
+					allowed.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	after := srv.CommandCalls()
+	runs := after["evalsha"] + after["eval"] - before["evalsha"] - before["eval"]
+	if allowed.Load() != 1000 {
+		t.Errorf("allowed %d of 1600, want exactly 1000", allowed.Load())
+	}
+	if runs >= 1600/2 {
+		t.Errorf("%d script runs for 1600 decisions on one key; want them coalesced", runs)
+	}
+	t.Logf("1600 decisions on one key: %d script runs", runs)
 }

@@ -1,0 +1,168 @@
+package limiter
+
+import (
+	"context"
+	"errors"
+	"math"
+	"strconv"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Coalescing: when one round trip would carry several decisions for the
+// same key under the same limit (a busy client: many concurrent requests
+// with one token, or from one address), the batcher runs them as one
+// script that decides them in order and answers each caller as redis_rate
+// would have, instead of running redis_rate's script once per request.
+// The arithmetic is redis_rate's allowN applied k times at one instant,
+// on the same key and value format, so the two scripts share keys freely:
+// request j (1-based) passes when now - (TAT + j·T - Burst·T) >= 0, and
+// the first k' = min(k, fits) pass. Redis does the work of one decision
+// instead of k.
+
+// coalesceScript decides k requests for one key. It returns the number
+// allowed and, as strings (Lua numbers lose precision as integers), the
+// remaining count after the last one allowed, the retry delay of the
+// first one refused and the time until the key is back to a full burst.
+const coalesceSrc = `
+local key = KEYS[1]
+local burst = tonumber(ARGV[1])
+local rate = tonumber(ARGV[2])
+local period = tonumber(ARGV[3])
+local k = tonumber(ARGV[4])
+local e = period / rate
+local burst_offset = e * burst
+local t = redis.call("TIME")
+local now = (t[1] - 1483228800) + (t[2] / 1000000)
+local tat = tonumber(redis.call("GET", key)) or now
+if tat < now then
+  tat = now
+end
+local fits = math.floor((now - tat + burst_offset) / e)
+local allowed = math.max(math.min(k, fits), 0)
+local new_tat = tat + allowed * e
+if allowed > 0 then
+  local reset_after = new_tat - now
+  if reset_after > 0 then
+    redis.call("SET", key, new_tat, "EX", math.ceil(reset_after))
+  end
+end
+local remaining = (now - (new_tat - burst_offset)) / e
+local retry_after = (new_tat + e - burst_offset) - now
+return {allowed, tostring(remaining), tostring(retry_after), tostring(new_tat - now), tostring(e)}
+`
+
+var coalesceScript = redis.NewScript(coalesceSrc)
+
+// rateCall is what a redis_rate allowN call asks: the arguments of its
+// EVALSHA ("evalsha", sha, 1, key, burst, rate, period, cost).
+type rateCall struct {
+	key    string
+	burst  int
+	rate   int
+	period float64
+}
+
+// parseRateCall recognises a single-request redis_rate call.
+func parseRateCall(cmd *redis.Cmd) (rateCall, bool) {
+	a := cmd.Args()
+	if len(a) != 8 {
+		return rateCall{}, false
+	}
+	name, _ := a[0].(string)
+	nkeys, _ := a[2].(int)
+	key, _ := a[3].(string)
+	burst, ok1 := a[4].(int)
+	rate, ok2 := a[5].(int)
+	period, ok3 := a[6].(float64)
+	cost, ok4 := a[7].(int)
+	if name != "evalsha" || nkeys != 1 || !ok1 || !ok2 || !ok3 || !ok4 || cost != 1 || rate <= 0 {
+		return rateCall{}, false
+	}
+	return rateCall{key: key, burst: burst, rate: rate, period: period}, true
+}
+
+// group is the calls of one batch that share a key and a limit.
+type group struct {
+	rc    rateCall
+	calls []*call
+	cmd   *redis.Cmd // the coalesced command, when len(calls) > 1
+}
+
+// groupBatch sorts a batch into groups, keeping each group's calls in
+// arrival order. gs and index are reused between batches.
+func groupBatch(batch []*call, gs []group, index map[rateCall]int) []group {
+	gs = gs[:0]
+	clear(index)
+	for _, c := range batch {
+		rc, ok := parseRateCall(c.cmd)
+		if !ok {
+			gs = append(gs, group{calls: []*call{c}})
+			continue
+		}
+		if i, seen := index[rc]; seen {
+			gs[i].calls = append(gs[i].calls, c)
+			continue
+		}
+		index[rc] = len(gs)
+		gs = append(gs, group{rc: rc, calls: []*call{c}})
+	}
+	return gs
+}
+
+// command is what the round trip sends for g.
+func (g *group) command() *redis.Cmd {
+	if g.cmd != nil {
+		return g.cmd
+	}
+	return g.calls[0].cmd
+}
+
+// coalescedCmd returns the command deciding g's calls at once.
+func coalescedCmd(ctx context.Context, g *group, eval bool) *redis.Cmd {
+	args := []any{"evalsha", coalesceScript.Hash(), 1, g.rc.key, g.rc.burst, g.rc.rate, g.rc.period, len(g.calls)}
+	if eval {
+		args[0], args[1] = "eval", coalesceSrc
+	}
+	cmd := redis.NewCmd(ctx, args...)
+	cmd.SetFirstKeyPos(3)
+	return cmd
+}
+
+// answer fans the coalesced reply out to the calls, each in the format
+// redis_rate's allowN returns: {allowed, remaining, retry after, reset
+// after}, durations as strings of seconds and -1 for "no retry".
+func (g *group) answer() {
+	v, err := g.cmd.Slice()
+	if err == nil && len(v) != 5 {
+		err = errors.New("limiter: unexpected coalesced reply")
+	}
+	if err != nil {
+		for _, c := range g.calls {
+			c.cmd.SetErr(err)
+		}
+		return
+	}
+	allowed, _ := v[0].(int64)
+	num := func(x any) float64 {
+		s, _ := x.(string)
+		f, _ := strconv.ParseFloat(s, 64)
+		return f
+	}
+	remaining, retry, reset, e := num(v[1]), num(v[2]), num(v[3]), num(v[4])
+	for j, c := range g.calls {
+		if int64(j) < allowed {
+			ahead := float64(allowed - 1 - int64(j)) // allowed after this one
+			c.cmd.SetVal([]any{int64(1), int64(math.Max(math.Floor(remaining), 0)) + int64(ahead), "-1",
+				strconv.FormatFloat(reset-ahead*e, 'f', -1, 64)})
+			continue
+		}
+		c.cmd.SetVal([]any{int64(0), int64(0), strconv.FormatFloat(retry, 'f', -1, 64), strconv.FormatFloat(reset, 'f', -1, 64)})
+	}
+}
+
+// isNoScript reports a NOSCRIPT reply.
+func isNoScript(err error) bool {
+	return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT")
+}
