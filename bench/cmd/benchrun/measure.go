@@ -319,8 +319,10 @@ func (b *bench) profileAll(ctx context.Context, res *Results) error {
 		if p.AllocObjects, err = pprofTop(allocPath, "-top", "-sample_index=alloc_objects", "-nodecount=30"); err != nil {
 			return err
 		}
-		text := fmt.Sprintf("# %s under %s load (wrk -t%d -c%d), %.0f req/s while profiled\n\n## CPU, flat\n%s\n## CPU, cumulative\n%s\n## alloc_space\n%s\n## alloc_objects\n%s",
-			name, sc.name, b.o.threads, b.o.conns, p.RPS, p.CPUTop, p.CPUCum, p.AllocTop, p.AllocObjects)
+		text := fmt.Sprintf("# %s under %s load (wrk -t%d -c%d), %.0f req/s while profiled\n\n%s, exgate built from %s; %s.\n"+
+			"Raw profiles: %s, %s (not committed).\n\n## CPU, flat\n%s\n## CPU, cumulative\n%s\n## alloc_space\n%s\n## alloc_objects\n%s",
+			name, sc.name, b.o.threads, b.o.conns, p.RPS, time.Now().UTC().Format("2006-01-02 15:04 MST"), res.Machine.Revision,
+			res.Machine.Pinning, cpuPath, allocPath, p.CPUTop, p.CPUCum, p.AllocTop, p.AllocObjects)
 		if err := os.WriteFile(filepath.Join(b.o.out, "profile-"+name+".txt"), []byte(text), 0o644); err != nil {
 			return err
 		}

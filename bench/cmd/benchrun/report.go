@@ -29,6 +29,27 @@ func writeReport(res *Results, dir string) error {
 	return f.Close()
 }
 
+// allCPU returns the CPU time every process spent per request of the row.
+func allCPU(r *Row) float64 {
+	if r == nil {
+		return 0
+	}
+	all := 0.0
+	for _, role := range roles() {
+		all += r.CPU[role]
+	}
+	return all
+}
+
+// cpuRatio returns the throughput ratio a/b that the CPU per request
+// implies on a CPU-bound machine (b's total CPU per request ÷ a's), or 0.
+func cpuRatio(a, b *Row) float64 {
+	if allCPU(a) == 0 || allCPU(b) == 0 {
+		return 0
+	}
+	return allCPU(b) / allCPU(a)
+}
+
 // ratio returns a/b, or 0 when either is missing.
 func ratio(a, b *Row) float64 {
 	if a == nil || b == nil || b.RPS == 0 {
@@ -99,6 +120,8 @@ func markdown(res *Results) string {
 	p("| exgate with Redis limits ÷ NGINX with limit_req, req/s | %.2f× | ≥ %.1f× | %s |\n", v, goalVsNginx, met(v, goalVsNginx))
 	v = ratio(red, off)
 	p("| exgate Redis limits on ÷ off, req/s | %.2f× | ≥ %.1f× | %s |\n", v, goalLimitsOn, met(v, goalLimitsOn))
+	p("| the same two, as implied by the total CPU per request (steadier on a shared machine) | %.2f×, %.2f× | | |\n",
+		cpuRatio(red, ngl), cpuRatio(red, off))
 	if red != nil && ngl != nil && ngl.CPU[roleProxy] > 0 {
 		p("| exgate with Redis limits ÷ NGINX with limit_req, proxy CPU per request | %.2f× | | |\n", red.CPU[roleProxy]/ngl.CPU[roleProxy])
 	}
