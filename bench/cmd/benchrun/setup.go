@@ -74,12 +74,15 @@ const rateOff = "1000000000/1h"
 // exgateConfig is the YAML of one exgate: the benchmark's routes (orders,
 // markets and a default route), limits at rateOff when limits is true,
 // the token-spray guard off (one client address presents thousands of
-// tokens in the many-keys scenario), access log off, pprof on.
+// tokens in the many-keys scenario), access log off, pprof on, no drain
+// delay at the end.
 var exgateConfig = template.Must(template.New("exgate").Parse(`# Written by bench/cmd/benchrun.
 listen: "{{.Listen}}"
 admin_listen: "{{.Admin}}"
 admin:
   pprof: true
+server:
+  drain_delay: 0s
 upstream:
   url: "{{.Upstream}}"
 log:
