@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"io"
@@ -232,16 +231,23 @@ func scrape(url, metric string) (float64, error) {
 		return 0, err
 	}
 	defer res.Body.Close()
-	sc := bufio.NewScanner(res.Body)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
+	b, err := io.ReadAll(res.Body)
+	if err != nil {
+		return 0, err
+	}
+	return scrapeText(string(b), metric)
+}
+
+// scrapeText returns the value of the first sample of metric in a
+// Prometheus text exposition.
+func scrapeText(text, metric string) (float64, error) {
+	for line := range strings.SplitSeq(text, "\n") {
 		if rest, ok := strings.CutPrefix(line, metric); ok && (strings.HasPrefix(rest, " ") || strings.HasPrefix(rest, "{")) {
 			f := strings.Fields(line)
 			return strconv.ParseFloat(f[len(f)-1], 64)
 		}
 	}
-	return 0, fmt.Errorf("%s: no %s", url, metric)
+	return 0, fmt.Errorf("no %s", metric)
 }
 
 // redisStats reads the benchmark Redis's command counts.

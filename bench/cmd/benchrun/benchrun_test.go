@@ -1,0 +1,208 @@
+package main
+
+import (
+	"bytes"
+	"image/png"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestParseStat(t *testing.T) {
+	for _, tc := range []struct {
+		name, in string
+		ppid     int
+		cpu      time.Duration
+		err      bool
+	}{
+		{"plain", "4775 (exgate) S 4752 4775 4676 0 -1 4194560 2871 0 0 0 1830 412 0 0 20 0 9 0 1234 0 0", 4752, 22420 * time.Millisecond, false},
+		{"name with spaces and parentheses", "77 (nginx: worker (x)) S 76 76 76 0 -1 0 0 0 0 0 5 7 0 0 20 0 1 0 1 0 0", 76, 120 * time.Millisecond, false},
+		{"no name", "77 S 76", 0, 0, true},
+		{"short", "77 (a) S 76 1 2", 0, 0, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st, err := parseStat(tc.in)
+			if (err != nil) != tc.err {
+				t.Fatalf("err = %v, want error %v", err, tc.err)
+			}
+			if err == nil && (st.ppid != tc.ppid || st.cpu != tc.cpu) {
+				t.Errorf("got ppid %d cpu %v, want %d %v", st.ppid, st.cpu, tc.ppid, tc.cpu)
+			}
+		})
+	}
+}
+
+func TestParseSysCPU(t *testing.T) {
+	for _, tc := range []struct {
+		name, in string
+		want     sysCPU
+		err      bool
+	}{
+		{"proc stat", "cpu  100 5 50 1000 20 3 2 7 0 0\ncpu0 50 2 25 500 10 1 1 3 0 0\n", sysCPU{busy: 160, idle: 1020, steal: 7}, false},
+		{"no cpu line", "intr 1 2 3\n", sysCPU{}, true},
+		{"bad number", "cpu  x 5 50 1000 20 3 2 7 0 0\n", sysCPU{}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := parseSysCPU(tc.in)
+			if (err != nil) != tc.err || got != tc.want {
+				t.Errorf("got %+v, %v; want %+v, error %v", got, err, tc.want, tc.err)
+			}
+		})
+	}
+}
+
+func TestParseWrk(t *testing.T) {
+	line := `BENCHJSON {"requests":1200,"duration_us":2000000,"p50_us":1500,"p90_us":3000,"p99_us":9000,"max_us":12000,"connect":0,"read":1,"write":0,"status":2,"timeout":3}`
+	for _, tc := range []struct {
+		name, out string
+		want      wrkOut
+		err       bool
+	}{
+		{"report among wrk's lines", "Running 2s test\n  2 threads and 64 connections\n" + line + "\n", wrkOut{
+			Requests: 1200, DurationUS: 2000000, P50US: 1500, P90US: 3000, P99US: 9000, MaxUS: 12000, Read: 1, Status: 2, Timeout: 3}, false},
+		{"no report", "unable to connect to 127.0.0.1:1 Connection refused\n", wrkOut{}, true},
+		{"no request completed", `BENCHJSON {"requests":0,"duration_us":2000000}`, wrkOut{}, true},
+		{"malformed", "BENCHJSON {", wrkOut{}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := parseWrk([]byte(tc.out))
+			if (err != nil) != tc.err || got != tc.want {
+				t.Errorf("got %+v, %v; want %+v, error %v", got, err, tc.want, tc.err)
+			}
+			if err == nil && got.errors() != 6 {
+				t.Errorf("errors() = %d, want 6", got.errors())
+			}
+		})
+	}
+}
+
+func TestMedian(t *testing.T) {
+	for _, tc := range []struct {
+		in   []float64
+		want float64
+	}{
+		{nil, 0},
+		{[]float64{3}, 3},
+		{[]float64{5, 1, 3}, 3},
+		{[]float64{4, 1, 3, 2}, 2.5},
+	} {
+		in := slices.Clone(tc.in)
+		if got := median(tc.in); got != tc.want {
+			t.Errorf("median(%v) = %v, want %v", tc.in, got, tc.want)
+		}
+		if !slices.Equal(in, tc.in) {
+			t.Errorf("median reordered its argument: %v", tc.in)
+		}
+	}
+}
+
+func TestSelected(t *testing.T) {
+	for _, tc := range []struct {
+		name, only, targets string
+		withB               bool
+		want                map[string][]string
+	}{
+		{"all", "", "", false, map[string][]string{
+			scMarkets:  {tDirect, tNginx, tNginxLimit, tExgateOff, tExgateMemory, tExgateRedis},
+			scOrders:   {tDirect, tNginx, tNginxLimit, tExgateOff, tExgateMemory, tExgateRedis},
+			scManyKeys: {tDirect, tNginxLimit, tExgateOff, tExgateMemory, tExgateRedis},
+		}},
+		{"one scenario, two targets, B builds", scMarkets, "nginx-limit,exgate-redis", true, map[string][]string{
+			scMarkets: {tNginxLimit, tExgateRedis, tExgateRedis + bSuffix},
+		}},
+		{"a target no scenario has", "", "nope", false, map[string][]string{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := map[string][]string{}
+			for _, sc := range selected(scenarios(), tc.only, tc.targets, tc.withB) {
+				got[sc.name] = sc.targets
+			}
+			if len(got) != len(tc.want) {
+				t.Fatalf("got %v, want %v", got, tc.want)
+			}
+			for name, ts := range tc.want {
+				if !slices.Equal(got[name], ts) {
+					t.Errorf("%s: got %v, want %v", name, got[name], ts)
+				}
+			}
+		})
+	}
+}
+
+func TestSumMetricLikeScrape(t *testing.T) {
+	text := "# HELP x\nexgate_ratelimit_store_duration_seconds_count 42\nexgate_ratelimit_store_duration_seconds_sum 0.5\n"
+	for _, tc := range []struct {
+		metric string
+		want   float64
+	}{
+		{"exgate_ratelimit_store_duration_seconds_count", 42},
+		{"exgate_ratelimit_store_duration_seconds", 0}, // a prefix of other names is not a match
+	} {
+		v, _ := scrapeText(text, tc.metric)
+		if v != tc.want {
+			t.Errorf("%s = %v, want %v", tc.metric, v, tc.want)
+		}
+	}
+}
+
+// TestFontCoversTheChart checks that every character the chart writes has
+// a glyph of its own (the font draws '?' for the others).
+func TestFontCoversTheChart(t *testing.T) {
+	unknown := glyph('\x01')
+	texts := []string{"exgate comparison benchmark, 2026-11-22 17:13 UTC (smoke run)",
+		"medians of 5 runs × 6s, wrk -t2 -c64, 2 CPUs shared by all processes", "throughput, req/s", "CPU µs/req:",
+		"0123456789%=+_/.,:()≥÷"}
+	for _, name := range targetOrder() {
+		texts = append(texts, shortName(name))
+	}
+	for _, sc := range scenarios() {
+		texts = append(texts, scenarioHeading(sc.name))
+	}
+	texts = append(texts, roles()...)
+	for _, s := range texts {
+		for _, r := range s {
+			if r != '?' && glyph(r) == unknown {
+				t.Errorf("no glyph for %q (in %q)", r, s)
+			}
+		}
+	}
+}
+
+// TestReportFromResults renders a small result set: the Markdown names
+// every target and the goals, and the chart is a valid PNG.
+func TestReportFromResults(t *testing.T) {
+	row := func(target string, rps, proxy float64) Row {
+		r := Row{Target: target, Label: targetLabel(target), Runs: []Run{{Round: 1, RPS: rps, CPU: map[string]float64{
+			roleProxy: proxy, roleBackend: 30, roleRedis: 0, roleWrk: 12}}}}
+		r.summarize()
+		return r
+	}
+	res := &Results{
+		Generated: time.Date(2026, 11, 22, 17, 0, 0, 0, time.UTC),
+		Command:   "make bench",
+		Machine:   Machine{CPUs: 2, CPUModel: "test CPU", Pinning: "none"},
+		Settings:  Settings{Rounds: 1, Duration: "6s", Warmup: "2s", Threads: 2, Conns: 64, Tokens: 10000},
+		Scenarios: []ScenarioResult{{Name: scMarkets, Title: "GET markets", Rows: []Row{
+			row(tDirect, 30000, 0), row(tNginxLimit, 20000, 28), row(tExgateOff, 12000, 80), row(tExgateRedis, 9000, 105),
+		}}},
+	}
+	md := markdown(res)
+	for _, want := range []string{"| exgate with Redis limits ÷ NGINX with limit_req, req/s | 0.45× | ≥ 0.6× | **not met** |",
+		"| exgate Redis limits on ÷ off, req/s | 0.75× | ≥ 0.9× | **not met** |", "NGINX + limit_req", "direct to backend", "make bench"} {
+		if !strings.Contains(md, want) {
+			t.Errorf("report lacks %q:\n%s", want, md)
+		}
+	}
+	var buf bytes.Buffer
+	if err := drawChart(&buf, res); err != nil {
+		t.Fatal(err)
+	}
+	img, err := png.Decode(&buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b := img.Bounds(); b.Dx() != chartW || b.Dy() < 200 {
+		t.Errorf("chart is %v", b)
+	}
+}
