@@ -55,7 +55,7 @@ func NewMemory(o MemoryOptions) *Memory {
 	if o.MaxKeys <= 0 {
 		o.MaxKeys = 1000000
 	}
-	m.perMax = (o.MaxKeys + memShards - 1) / memShards
+	m.perMax = max(o.MaxKeys/memShards, 1) // so that the shards together keep at most MaxKeys
 	for i := range m.shards {
 		m.shards[i].tats = make(map[uint64]int64)
 	}

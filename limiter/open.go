@@ -134,6 +134,7 @@ func NewRedisClient(rc config.Redis, password string) redis.UniversalClient {
 		WriteTimeout:          max(4*rc.Timeout, 100*time.Millisecond),
 		ContextTimeoutEnabled: true,
 		MaxRetries:            -1,
+		DialerRetries:         1, // a refused dial fails at once, not after 5 tries inside the deadline
 		PoolSize:              32,
 		MinIdleConns:          2,
 		ClientName:            "exgate",

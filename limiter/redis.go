@@ -69,8 +69,9 @@ type Redis struct {
 
 // call is one queued script invocation.
 type call struct {
-	cmd  *redis.Cmd
-	done chan struct{}
+	cmd      *redis.Cmd
+	deadline time.Time // the caller's: queued at most this long, in all
+	done     chan struct{}
 }
 
 // NewRedis returns a Redis limiter on client and starts its workers; Close
@@ -177,6 +178,7 @@ var errClosed = errors.New("limiter: redis limiter closed")
 func (r *Redis) submit(ctx context.Context, cmd *redis.Cmd) {
 	c := r.calls.Get().(*call)
 	c.cmd = cmd
+	c.deadline = r.now().Add(r.timeout)
 	select {
 	case r.queue <- c:
 	case <-ctx.Done():
@@ -233,12 +235,35 @@ func (r *Redis) work() {
 	}
 }
 
-// roundTrip sends batch, sorted into groups, as one pipeline with the
-// deadline and answers every call in it. A group of several calls for one
-// key and limit is decided by one coalesced script run.
+// roundTrip sends batch, sorted into groups, as one pipeline and answers
+// every call in it. A group of several calls for one key and limit is
+// decided by one coalesced script run. Each call's deadline runs from
+// when it was queued: calls already past it fail without being sent, and
+// the round trip ends by the earliest deadline of those sent, so that no
+// decision waits more than limiter.redis.timeout in all.
 func (r *Redis) roundTrip(batch []*call, groups []group) {
 	start := r.now()
-	ctx, cancel := context.WithTimeout(context.Background(), r.timeout)
+	deadline := start.Add(r.timeout)
+	live := groups[:0] // filtered in place
+	for i := range groups {
+		g := &groups[i]
+		if g.calls[0].deadline.After(start) { // the oldest of the group
+			live = append(live, *g)
+			if g.calls[0].deadline.Before(deadline) {
+				deadline = g.calls[0].deadline
+			}
+			continue
+		}
+		for _, c := range g.calls {
+			c.cmd.SetErr(context.DeadlineExceeded)
+		}
+	}
+	if len(live) == 0 {
+		r.answerAll(batch, start, context.DeadlineExceeded)
+		return
+	}
+	groups = live
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
 	var err error
 	for i := range groups {
@@ -268,7 +293,16 @@ func (r *Redis) roundTrip(batch []*call, groups []group) {
 		}
 		g.answer()
 	}
-	if err != nil && isStoreFailure(err) {
+	r.answerAll(batch, start, err)
+}
+
+// answerAll records the round trip's outcome and wakes every caller. A
+// reply error that is not a store failure (NOSCRIPT, which redis_rate
+// answers by sending the script) is not counted as one.
+func (r *Redis) answerAll(batch []*call, start time.Time, err error) {
+	if !isStoreFailure(err) {
+		err = nil
+	} else {
 		r.downUntil.Store(r.now().Add(r.backoff).UnixNano())
 	}
 	if r.observe != nil {
