@@ -151,10 +151,8 @@ func TestMemoryLimiterManyAddresses(t *testing.T) {
 			if bound == 0 {
 				bound = 1_000_000
 			}
-			// The limiter splits max_keys over 64 locked shards, each
-			// holding ⌈max_keys/64⌉: up to 63 keys more than max_keys.
-			if slack := 63; keys > bound+slack || keys < tc.minKeys {
-				t.Errorf("%d keys kept, want between %d and max_keys %d (+%d for sharding)", keys, tc.minKeys, bound, slack)
+			if keys > bound || keys < tc.minKeys {
+				t.Errorf("%d keys kept, want between %d and max_keys %d", keys, tc.minKeys, bound)
 			}
 			if grew > tc.maxMB {
 				t.Errorf("heap grew %.1f MB for %d keys, want at most %.0f MB", grew, keys, tc.maxMB)
