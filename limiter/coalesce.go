@@ -6,6 +6,7 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -88,6 +89,8 @@ type group struct {
 	rc    rateCall
 	calls []*call
 	cmd   *redis.Cmd // the coalesced command, when len(calls) > 1
+	lease *lease     // the key's lease state, when it may get one
+	extra int        // requests asked for beyond the calls', to lease
 }
 
 // groupBatch sorts a batch into groups, keeping each group's calls in
@@ -121,7 +124,7 @@ func (g *group) command() *redis.Cmd {
 
 // coalescedCmd returns the command deciding g's calls at once.
 func coalescedCmd(ctx context.Context, g *group, eval bool) *redis.Cmd {
-	args := []any{"evalsha", coalesceScript.Hash(), 1, g.rc.key, g.rc.burst, g.rc.rate, g.rc.period, len(g.calls)}
+	args := []any{"evalsha", coalesceScript.Hash(), 1, g.rc.key, g.rc.burst, g.rc.rate, g.rc.period, len(g.calls) + g.extra}
 	if eval {
 		args[0], args[1] = "eval", coalesceSrc
 	}
@@ -132,8 +135,9 @@ func coalescedCmd(ctx context.Context, g *group, eval bool) *redis.Cmd {
 
 // answer fans the coalesced reply out to the calls, each in the format
 // redis_rate's allowN returns: {allowed, remaining, retry after, reset
-// after}, durations as strings of seconds and -1 for "no retry".
-func (g *group) answer() {
+// after}, durations as strings of seconds and -1 for "no retry". Requests
+// granted beyond the calls' go to the key's lease.
+func (g *group) answer(now int64) {
 	v, err := g.cmd.Slice()
 	if err == nil && len(v) != 5 {
 		err = errors.New("limiter: unexpected coalesced reply")
@@ -151,6 +155,17 @@ func (g *group) answer() {
 		return f
 	}
 	remaining, retry, reset, e := num(v[1]), num(v[2]), num(v[3]), num(v[4])
+	if g.lease != nil {
+		granted := allowed - int64(len(g.calls))
+		g.lease.settle(max(granted, 0), int64(math.Max(math.Floor(remaining), 0)), time.Duration(reset*float64(time.Second)), now)
+		if granted > 0 {
+			// The calls' own answers: as if only they had been decided,
+			// the leased requests counting as still remaining.
+			allowed = int64(len(g.calls))
+			remaining += float64(granted)
+			reset -= float64(granted) * e
+		}
+	}
 	for j, c := range g.calls {
 		if int64(j) < allowed {
 			ahead := float64(allowed - 1 - int64(j)) // allowed after this one

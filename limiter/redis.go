@@ -59,6 +59,7 @@ type Redis struct {
 	observe func(time.Duration, int, error)
 	now     func() time.Time
 
+	leases    *leases
 	downUntil atomic.Int64 // unix ns; calls before it fail fast
 	closeOnce sync.Once
 	done      chan struct{} // closed by Close: workers stop
@@ -86,6 +87,7 @@ func NewRedis(client Client, o RedisOptions) *Redis {
 		now:     o.Now,
 		done:    make(chan struct{}),
 		closed:  make(chan struct{}),
+		leases:  newLeases(),
 	}
 	if r.timeout <= 0 {
 		r.timeout = 25 * time.Millisecond
@@ -124,8 +126,15 @@ func (r *Redis) AllowN(ctx context.Context, key string, l Limit, n int64) (Resul
 	if !l.valid(n) {
 		return never(), nil
 	}
-	if r.now().UnixNano() < r.downUntil.Load() {
+	now := r.now().UnixNano()
+	if now < r.downUntil.Load() {
 		return Result{}, ErrStoreUnavailable
+	}
+	if n == 1 {
+		lk := leaseKey{key: key, burst: int(l.Burst), rate: int(l.Rate), period: l.Period.Seconds()}
+		if res, ok := r.leases.take(lk, now); ok {
+			return res, nil
+		}
 	}
 	res, err := r.rl.AllowN(ctx, key, redis_rate.Limit{
 		Rate: int(l.Rate), Period: l.Period, Burst: int(l.Burst),
@@ -268,6 +277,10 @@ func (r *Redis) roundTrip(batch []*call, groups []group) {
 	var err error
 	for i := range groups {
 		if g := &groups[i]; len(g.calls) > 1 {
+			if k, ok := strings.CutPrefix(g.rc.key, "rate:"); ok {
+				g.lease = r.leases.get(leaseKey{key: k, burst: g.rc.burst, rate: g.rc.rate, period: g.rc.period})
+				g.extra = g.lease.extra(g.rc.burst, len(g.calls), start.UnixNano())
+			}
 			g.cmd = coalescedCmd(ctx, g, false)
 		}
 	}
@@ -291,7 +304,7 @@ func (r *Redis) roundTrip(batch []*call, groups []group) {
 				err = e
 			}
 		}
-		g.answer()
+		g.answer(r.now().UnixNano())
 	}
 	r.answerAll(batch, start, err)
 }

@@ -323,7 +323,7 @@ func TestCoalescedMatchesSequential(t *testing.T) {
 	if err := c.Process(ctx, g.cmd); err != nil {
 		t.Fatal(err)
 	}
-	g.answer()
+	g.answer(time.Now().UnixNano())
 	for i, cl := range g.calls {
 		v, err := cl.cmd.Slice()
 		if err != nil {
@@ -379,4 +379,54 @@ func TestCoalescingUnderLoad(t *testing.T) {
 		t.Errorf("%d script runs for 1600 decisions on one key; want them coalesced", runs)
 	}
 	t.Logf("1600 decisions on one key: %d script runs", runs)
+}
+
+// TestHotKeyLeases: a hot key far from its limit is decided mostly from
+// leases (few Redis calls); leases never let more than the limit through,
+// across replicas, and leave at most a lease per replica unused.
+func TestHotKeyLeases(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts redis-server")
+	}
+	srv := redistest.Start(t)
+	l := Limit{Rate: 5000, Period: time.Hour, Burst: 5000}
+	var replicas []*Redis
+	for i := 0; i < 3; i++ {
+		r := NewRedis(srv.Client(), RedisOptions{Timeout: time.Second})
+		defer r.Close()
+		replicas = append(replicas, r)
+	}
+	before := srv.CommandCalls()
+	var allowed, decisions atomic.Int64
+	var wg sync.WaitGroup
+	for _, r := range replicas {
+		for g := 0; g < 32; g++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := 0; i < 100; i++ {
+					res, err := r.Allow(context.Background(), "leased", l)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					decisions.Add(1)
+					if res.Allowed {
+						allowed.Add(1)
+					}
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	after := srv.CommandCalls()
+	runs := after["evalsha"] + after["eval"] - before["evalsha"] - before["eval"]
+	maxLease := int64(min(5000/leaseFraction, leaseMax))
+	if got := allowed.Load(); got > 5000 || got < 5000-3*maxLease {
+		t.Errorf("allowed %d of %d, want at most 5000 and at least %d", got, decisions.Load(), 5000-3*maxLease)
+	}
+	if runs > decisions.Load()/4 {
+		t.Errorf("%d script runs for %d decisions on a hot key far from its limit", runs, decisions.Load())
+	}
+	t.Logf("%d decisions, %d allowed, %d script runs", decisions.Load(), allowed.Load(), runs)
 }

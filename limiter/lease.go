@@ -1,0 +1,132 @@
+package limiter
+
+import (
+	"sync"
+	"time"
+)
+
+// Leases for hot keys. When concurrent requests for one key meet in a
+// round trip (a coalesced group) and Redis reported plenty of room on the
+// key last time, the coalesced script is asked for a few requests more
+// than the group needs, and this replica hands them out to the key's next
+// requests without asking Redis. The requests are counted in Redis when
+// they are taken, so leases can never let more through than the limit;
+// tokens not used within leaseTTL are dropped, which can only refuse a
+// client a little early. Leases are taken only while the key is far from
+// its limit (Redis reported at least leaseMargin times the lease
+// remaining) and are at most 1% of the burst, so near a limit every
+// decision is Redis's own and exact (a burst under 200 never gets a
+// lease).
+const (
+	leaseTTL      = time.Second
+	leaseMax      = 256 // requests
+	leaseMargin   = 10
+	leaseMaxKeys  = 10000
+	leaseFraction = 100 // a lease is at most burst / leaseFraction
+)
+
+// leaseKey identifies a key under one limit, as the round trip sees it.
+type leaseKey struct {
+	key    string // without redis_rate's "rate:" prefix
+	burst  int
+	rate   int
+	period float64
+}
+
+// lease is one hot key's local state.
+type lease struct {
+	mu        sync.Mutex
+	tokens    int64 // requests taken from Redis and not yet handed out
+	until     int64 // unix ns; tokens are dropped after it
+	remaining int64 // what Redis reported remaining when the tokens were taken
+	resetAt   int64 // unix ns when the key would be back to a full burst, as of then
+	known     int64 // the remaining Redis last reported for this key
+}
+
+// leases are the hot keys' states. It stays small: only keys whose
+// requests met in a round trip get an entry, and at leaseMaxKeys the
+// map is cleared of entries with nothing to hand out.
+type leases struct {
+	mu sync.RWMutex
+	m  map[leaseKey]*lease
+}
+
+func newLeases() *leases { return &leases{m: make(map[leaseKey]*lease)} }
+
+// take hands out one leased request for k, if there is one.
+func (ls *leases) take(k leaseKey, now int64) (Result, bool) {
+	ls.mu.RLock()
+	l := ls.m[k]
+	ls.mu.RUnlock()
+	if l == nil {
+		return Result{}, false
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.tokens <= 0 || now >= l.until {
+		return Result{}, false
+	}
+	l.tokens--
+	return Result{Allowed: true, Remaining: l.remaining + l.tokens, ResetAfter: time.Duration(max(l.resetAt-now, 0))}, true
+}
+
+// get returns k's state, creating it.
+func (ls *leases) get(k leaseKey) *lease {
+	ls.mu.RLock()
+	l := ls.m[k]
+	ls.mu.RUnlock()
+	if l != nil {
+		return l
+	}
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	if l = ls.m[k]; l != nil {
+		return l
+	}
+	if len(ls.m) >= leaseMaxKeys {
+		for key, old := range ls.m {
+			old.mu.Lock()
+			idle := old.tokens == 0
+			old.mu.Unlock()
+			if idle {
+				delete(ls.m, key)
+			}
+		}
+		if len(ls.m) >= leaseMaxKeys {
+			return &lease{} // full of live leases: this key gets none
+		}
+	}
+	l = &lease{}
+	ls.m[k] = l
+	return l
+}
+
+// extra returns how many requests beyond the group's m to ask Redis for,
+// to lease: none unless the key is known to be far from its limit and has
+// no lease running.
+func (l *lease) extra(burst, m int, now int64) int {
+	want := min(burst/leaseFraction, 4*m, leaseMax)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if want < 2 || l.known < int64(leaseMargin*want) || (l.tokens > 0 && now < l.until) {
+		return 0
+	}
+	return want
+}
+
+// settle records a coalesced answer: Redis's remaining after it, and the
+// requests granted beyond the group's own, to hand out.
+func (l *lease) settle(granted, remaining int64, reset time.Duration, now int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.known = remaining
+	if granted > 0 {
+		if now >= l.until {
+			l.tokens = 0 // expired: dropped
+		}
+		// Two round trips in flight may both lease: add, never overwrite.
+		l.tokens += granted
+		l.until = now + int64(leaseTTL)
+		l.remaining, l.resetAt = remaining, now+int64(reset)
+	}
+}
