@@ -6,8 +6,14 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/exgate/exgate/config"
+	"github.com/exgate/exgate/internal/redistest"
+	"github.com/exgate/exgate/limiter"
+	"github.com/exgate/exgate/metrics"
 )
 
 // discardWriter is a ResponseWriter that keeps nothing, so the benchmark
@@ -119,6 +125,59 @@ func BenchmarkCanonicalPath(b *testing.B) {
 			b.ReportAllocs()
 			for i := 0; i < b.N; i++ {
 				_, _ = canonicalPath(p)
+			}
+		})
+	}
+}
+
+// BenchmarkGatewayLimits measures exgate's own cost per request with an
+// in-process backend: no limits, memory limits, Redis limits (a real
+// redis-server on loopback; one caller, so every decision is one round
+// trip), each with the metrics on, as the binary runs.
+func BenchmarkGatewayLimits(b *testing.B) {
+	srv := redistest.Start(b)
+	for _, mode := range []string{"off", "memory", "redis"} {
+		b.Run(mode, func(b *testing.B) {
+			cfg := config.Default()
+			cfg.Log.Access = false
+			big := config.Rate{N: 1 << 40, Period: time.Hour}
+			for i := range cfg.Routes {
+				if mode == "off" {
+					cfg.Routes[i].Limits = nil
+				}
+				for j := range cfg.Routes[i].Limits {
+					cfg.Routes[i].Limits[j].Rate, cfg.Routes[i].Limits[j].Burst = big, 0
+				}
+			}
+			if err := cfg.Validate(); err != nil {
+				b.Fatal(err)
+			}
+			k, _ := limiter.NewKeyer([]byte("bench-secret-0123456789abcdef"))
+			var store limiter.Limiter = limiter.NewMemory(limiter.MemoryOptions{})
+			if mode == "redis" {
+				r := limiter.NewRedis(srv.Client(), limiter.RedisOptions{Timeout: time.Second})
+				defer r.Close()
+				store = limiter.NewDenyCache(r, 1000, nil)
+			}
+			enf, _ := limiter.NewEnforcer(limiter.EnforcerOptions{Store: store, Keyer: k})
+			m, _ := metrics.New(prometheus.NewRegistry(), metrics.BuildInfo{})
+			gw, err := New(cfg, Options{Transport: cannedTransport{}, Limits: enf, Metrics: m})
+			if err != nil {
+				b.Fatal(err)
+			}
+			req := httptest.NewRequest("GET", "/api/v1/mkt/markets/", nil)
+			req.RemoteAddr = "127.0.0.1:5555"
+			w := &discardWriter{h: http.Header{}}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				clear(w.h)
+				delete(req.Header, "X-Request-Id")
+				req.URL.Path = "/api/v1/mkt/markets/"
+				gw.ServeHTTP(w, req)
+				if w.code != 200 {
+					b.Fatalf("status %d", w.code)
+				}
 			}
 		})
 	}

@@ -44,6 +44,7 @@ func replicas(t *testing.T, n int, addrs []string, mut func(*config.Config)) ([]
 		cfg.Log.Access = false
 		cfg.Limiter.Redis.Addrs = addrs
 		cfg.Limiter.Redis.Timeout = 200 * time.Millisecond // -race on a busy 2-core machine
+		cfg.Idempotency.Timeout = time.Second
 		cfg.Limiter.Replicas = n
 		if mut != nil {
 			mut(cfg)
