@@ -50,10 +50,10 @@ func (d *Decision) SetHeaders(h http.Header, style string) {
 		v = strconv.AppendInt(v, o.Result.Remaining, 10)
 		v = append(v, ";t="...)
 		v = strconv.AppendInt(v, t, 10)
-		h["Ratelimit-Policy"] = []string{o.v.policy}
+		h["Ratelimit-Policy"] = o.v.policy
 		h["Ratelimit"] = []string{string(v)}
 	case config.HeadersLegacy:
-		h["X-Ratelimit-Limit"] = []string{o.v.quota}
+		h["X-Ratelimit-Limit"] = o.v.quota
 		h["X-Ratelimit-Remaining"] = []string{strconv.FormatInt(o.Result.Remaining, 10)}
 		h["X-Ratelimit-Reset"] = []string{strconv.FormatInt(t, 10)}
 	}

@@ -51,9 +51,9 @@ type rule struct {
 type variant struct {
 	tier   string // "" for the route's own limit
 	limit  Limit
-	local  Limit  // the local fallback's share: limit / replicas
-	policy string // RateLimit-Policy value
-	quota  string // X-RateLimit-Limit value
+	local  Limit    // the local fallback's share: limit / replicas
+	policy []string // RateLimit-Policy value, shared by every response (never modified)
+	quota  []string // X-RateLimit-Limit value, likewise
 
 	prefixToken string // KeyPrefix + route:limit:N/seconds + ":t:"
 	prefixAddr  string // … ":a:"
@@ -122,8 +122,8 @@ func newVariant(keyBase, tier, name string, rate config.Rate, burst int, replica
 		prefixToken: keyBase + "t:",
 		prefixAddr:  keyBase + "a:",
 		prefixSpray: keyBase + "s:",
-		policy:      strconv.Quote(name) + ";q=" + strconv.FormatInt(l.Burst, 10) + ";w=" + strconv.FormatInt(w, 10),
-		quota:       strconv.FormatInt(l.Burst, 10),
+		policy:      []string{strconv.Quote(name) + ";q=" + strconv.FormatInt(l.Burst, 10) + ";w=" + strconv.FormatInt(w, 10)},
+		quota:       []string{strconv.FormatInt(l.Burst, 10)},
 	}
 }
 

@@ -435,8 +435,8 @@ func (g *Gateway) modifyResponse(res *http.Response) error {
 		return err
 	}
 	if res.Header.Get("X-Request-Id") == "" && res.Request != nil {
-		if id := res.Request.Header.Get("X-Request-Id"); id != "" {
-			res.Header["X-Request-Id"] = []string{id}
+		if id := res.Request.Header["X-Request-Id"]; len(id) == 1 {
+			res.Header["X-Request-Id"] = id // shared, never modified
 		}
 	}
 	return nil
