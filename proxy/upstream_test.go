@@ -247,6 +247,7 @@ func TestUpstreamKeepAlive(t *testing.T) {
 // the same bytes and checks the answer and whether the connection was
 // kept.
 func TestUpstreamReuse(t *testing.T) {
+	large := strings.Repeat("L", 3<<20) // more than the header cap: the cap ends with the headers
 	tests := []struct {
 		name        string
 		method      string
@@ -301,6 +302,10 @@ func TestUpstreamReuse(t *testing.T) {
 			wantBody: "ok", wantLength: 2},
 		{name: "backend error status", reply: "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 4\r\n\r\nbusy",
 			wantStatus: 503, wantBody: "busy", wantLength: 4, reused: true},
+		{name: "large Content-Length body", reply: fmt.Sprintf("HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(large), large),
+			wantBody: large, wantLength: int64(len(large)), reused: true},
+		{name: "large chunked body", reply: fmt.Sprintf("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n0\r\n\r\n", len(large), large),
+			wantBody: large, wantLength: -1, reused: true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -330,7 +335,7 @@ func TestUpstreamReuse(t *testing.T) {
 					t.Fatalf("request %d: %v", i, err)
 				}
 				if res.StatusCode != wantStatus || body != tc.wantBody || res.ContentLength != tc.wantLength {
-					t.Fatalf("request %d: %d %q length %d; want %d %q length %d",
+					t.Fatalf("request %d: %d %.40q length %d; want %d %.40q length %d",
 						i, res.StatusCode, body, res.ContentLength, wantStatus, tc.wantBody, tc.wantLength)
 				}
 				if got := res.Trailer.Get("X-Sum"); got != tc.wantTrailer {
@@ -672,9 +677,9 @@ func TestUpstreamDeadline(t *testing.T) {
 	tr, _ := newUpstream(t, nil)
 
 	t.Run("slow headers", func(t *testing.T) {
+		start := time.Now()
 		ctx, cancel := context.WithTimeout(context.Background(), 150*time.Millisecond)
 		defer cancel()
-		start := time.Now()
 		_, _, err := fetch(ctx, tr, "GET", be.url+"/slow-headers", nil)
 		if !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("err = %v, want context.DeadlineExceeded", err)
@@ -890,6 +895,8 @@ func TestUpstreamCloseDuringRead(t *testing.T) {
 
 func TestUpstreamMaxConnsPerHost(t *testing.T) {
 	release := make(chan struct{})
+	var once sync.Once
+	defer once.Do(func() { close(release) })
 	var inHandler atomic.Int32
 	var conns atomic.Int32
 	bs := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -929,7 +936,7 @@ func TestUpstreamMaxConnsPerHost(t *testing.T) {
 	if _, _, err := fetch(ctx, tr, "GET", bs.URL+"/fast", nil); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("waiting request: err = %v, want context.DeadlineExceeded", err)
 	}
-	close(release)
+	once.Do(func() { close(release) })
 	for range 3 {
 		if err := <-errc; err != nil {
 			t.Fatal(err)
@@ -947,6 +954,247 @@ func TestUpstreamMaxConnsPerHost(t *testing.T) {
 	}
 	if n := conns.Load(); n != 2 {
 		t.Fatalf("%d connections, want 2", n)
+	}
+}
+
+// TestUpstreamMaxConnsChurn: many requests waiting for one connection,
+// many of them giving up as it is handed over; no slot may be lost.
+func TestUpstreamMaxConnsChurn(t *testing.T) {
+	bs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		time.Sleep(200 * time.Microsecond)
+		_, _ = io.WriteString(w, "ok")
+	}))
+	defer bs.Close()
+	tr, _ := newUpstream(t, func(u *config.Upstream) { u.MaxConnsPerHost = 1 })
+	var wg sync.WaitGroup
+	var ok, gaveUp atomic.Int32
+	for g := range 6 {
+		wg.Go(func() {
+			for i := range 150 {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Duration(200+(g*150+i)%7*150)*time.Microsecond)
+				_, body, err := fetch(ctx, tr, "GET", bs.URL+"/", nil)
+				cancel()
+				switch {
+				case err == nil && body == "ok":
+					ok.Add(1)
+				case errors.Is(err, context.DeadlineExceeded) || isTimeout(err): // a dial cut short is a *net.OpError
+					gaveUp.Add(1)
+				default:
+					t.Errorf("%v %q", err, body)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	t.Logf("%d answered, %d gave up", ok.Load(), gaveUp.Load())
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, body, err := fetch(ctx, tr, "GET", bs.URL+"/", nil); err != nil || body != "ok" {
+		t.Fatalf("after the churn: %v %q (a slot was lost)", err, body)
+	}
+	if o, i := openConns(tr), idleConns(tr); o > 1 || o != i {
+		t.Fatalf("pool: %d open, %d idle; want at most 1, all idle", o, i)
+	}
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	for _, hp := range tr.hosts {
+		if len(hp.waiters) != 0 {
+			t.Fatalf("%d waiters left", len(hp.waiters))
+		}
+	}
+}
+
+// TestUpstreamStaleDropsOlder: when the newest idle connection turns out
+// stale, the older ones are dropped without being tried.
+func TestUpstreamStaleDropsOlder(t *testing.T) {
+	const ok = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+	restart := make(chan struct{})
+	var closed sync.WaitGroup
+	closed.Add(3)
+	be := startRaw(t, func(c *rawConn) {
+		if _, ok2 := c.next(); !ok2 {
+			return
+		}
+		c.send(ok)
+		if c.n <= 3 { // the backend "restarts": the first three connections close while idle
+			<-restart
+			c.Close()
+			closed.Done()
+			return
+		}
+		for {
+			if _, ok2 := c.next(); !ok2 {
+				return
+			}
+			c.send(ok)
+		}
+	})
+	tr, _ := newUpstream(t, nil)
+	var held []*http.Response
+	for range 3 {
+		req, _ := http.NewRequest("GET", be.url+"/", nil)
+		res, err := tr.RoundTrip(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, res)
+	}
+	for _, res := range held {
+		_, _ = io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+	}
+	if idleConns(tr) != 3 {
+		t.Fatalf("%d idle, want 3", idleConns(tr))
+	}
+	close(restart)
+	closed.Wait()
+	time.Sleep(20 * time.Millisecond)
+	for range 3 {
+		if _, body := mustFetch(t, tr, "GET", be.url+"/"); body != "ok" {
+			t.Fatalf("body %q", body)
+		}
+	}
+	if n := be.accepted.Load(); n != 4 {
+		t.Fatalf("%d connections, want 4: one retry, then the new connection reused", n)
+	}
+	if o := openConns(tr); o != 1 {
+		t.Fatalf("%d connections open, want 1", o)
+	}
+}
+
+// doneAfterFirstCheck is a context that reports itself cancelled from
+// the second call of Err on: RoundTrip checks it once before sending, so
+// it is done by the time a failure is looked at.
+type doneAfterFirstCheck struct {
+	context.Context
+	calls atomic.Int32
+}
+
+func (c *doneAfterFirstCheck) Err() error {
+	if c.calls.Add(1) == 1 {
+		return nil
+	}
+	return context.Canceled
+}
+
+// TestUpstreamNoRetryWhenDone: a stale connection found after the request
+// was cancelled is not retried.
+func TestUpstreamNoRetryWhenDone(t *testing.T) {
+	const ok = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+	stale, closed := make(chan struct{}), make(chan struct{})
+	be := startRaw(t, func(c *rawConn) {
+		for {
+			if _, ok2 := c.next(); !ok2 {
+				return
+			}
+			c.send(ok)
+			if c.n == 1 {
+				<-stale
+				c.Close()
+				close(closed)
+				return
+			}
+		}
+	})
+	tr, _ := newUpstream(t, nil)
+	mustFetch(t, tr, "GET", be.url+"/")
+	close(stale)
+	<-closed
+	time.Sleep(20 * time.Millisecond)
+	ctx := &doneAfterFirstCheck{Context: context.Background()}
+	if _, _, err := fetch(ctx, tr, "GET", be.url+"/", nil); err != context.Canceled {
+		t.Fatalf("err = %v, want context.Canceled", err)
+	}
+	if n := be.accepted.Load(); n != 1 {
+		t.Fatalf("%d connections, want 1 (no retry)", n)
+	}
+}
+
+// handOverOnDone is a context, already cancelled, that hands a connection
+// to the request waiting under MaxConnsPerHost as the request looks at
+// Done: both are ready when it chooses.
+type handOverOnDone struct {
+	context.Context
+	once sync.Once
+	hand func()
+	done chan struct{}
+}
+
+func (c *handOverOnDone) Done() <-chan struct{} {
+	c.once.Do(c.hand)
+	return c.done
+}
+
+func (c *handOverOnDone) Err() error { return context.Canceled }
+
+// TestUpstreamWaiterGivesBack: a waiting request whose context ends just
+// as a connection is handed to it puts the connection back.
+func TestUpstreamWaiterGivesBack(t *testing.T) {
+	tr, _ := newUpstream(t, func(u *config.Upstream) { u.MaxConnsPerHost = 1 })
+	done := make(chan struct{})
+	close(done)
+	gaveBack := 0
+	for range 30 { // select picks either ready case: both paths are taken
+		c1, c2 := net.Pipe()
+		defer c1.Close()
+		defer c2.Close()
+		tr.mu.Lock()
+		hp := &hostPool{key: "busy.invalid:80", conns: 1} // its one connection is busy
+		tr.hosts[hp.key] = hp
+		tr.mu.Unlock()
+		pc := &upConn{t: tr, hp: hp, nc: c1}
+		ctx := &handOverOnDone{Context: context.Background(), done: done, hand: func() { tr.put(pc) }}
+		got, reused, err := tr.acquire(ctx, hp.key)
+		tr.mu.Lock()
+		idle, conns, waiters := len(hp.idle), hp.conns, len(hp.waiters)
+		tr.mu.Unlock()
+		switch {
+		case err == nil:
+			if got != pc || !reused || idle != 0 || conns != 1 {
+				t.Fatalf("took %p (reused %v), want %p; pool %d idle, %d open", got, reused, pc, idle, conns)
+			}
+		case errors.Is(err, context.Canceled):
+			gaveBack++
+			if idle != 1 || conns != 1 || waiters != 0 {
+				t.Fatalf("given back: pool %d idle, %d open, %d waiters; want 1, 1, 0", idle, conns, waiters)
+			}
+		default:
+			t.Fatal(err)
+		}
+		tr.mu.Lock()
+		delete(tr.hosts, hp.key)
+		tr.mu.Unlock()
+	}
+	if gaveBack == 0 {
+		t.Fatal("the give-back path was never taken")
+	}
+}
+
+// TestUpstreamCancelledWithBodyBuffered: a request cancelled after its
+// answer arrived still reads the buffered body, but its connection (whose
+// deadline the cancellation expired) is not kept.
+func TestUpstreamCancelledWithBodyBuffered(t *testing.T) {
+	be := startRaw(t, answer("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"))
+	tr, _ := newUpstream(t, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	req, _ := http.NewRequestWithContext(ctx, "GET", be.url+"/", nil)
+	res, err := tr.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	time.Sleep(20 * time.Millisecond) // the cancellation has expired the connection
+	body, err := io.ReadAll(res.Body)
+	res.Body.Close()
+	if err != nil || string(body) != "ok" {
+		t.Fatalf("%q %v", body, err)
+	}
+	if idleConns(tr) != 0 || openConns(tr) != 0 {
+		t.Fatalf("pool: %d idle, %d open; want none", idleConns(tr), openConns(tr))
+	}
+	if _, body := mustFetch(t, tr, "GET", be.url+"/"); body != "ok" {
+		t.Fatalf("next request: %q", body)
 	}
 }
 
