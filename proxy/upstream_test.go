@@ -11,7 +11,10 @@ import (
 	"net/http/httptest"
 	"net/http/httptrace"
 	"net/textproto"
+	"os"
+	"os/exec"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -1607,17 +1610,106 @@ func TestUpstreamInGateway(t *testing.T) {
 	})
 }
 
-// BenchmarkUpstreamTransport compares UpstreamTransport with NewTransport
-// on GET /api/v1/mkt/markets/ against a backend over loopback: the
-// transport alone, and the whole gateway in front of it.
-func BenchmarkUpstreamTransport(b *testing.B) {
-	bs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+// processCPU returns the CPU time the process has used, user and system,
+// from /proc/self/stat (Linux; 10ms ticks), or false elsewhere.
+func processCPU() (time.Duration, bool) {
+	b, err := os.ReadFile("/proc/self/stat")
+	if err != nil {
+		return 0, false
+	}
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:]) // f[0] is field 3, state
+	if len(f) < 13 {
+		return 0, false
+	}
+	utime, err1 := strconv.ParseInt(f[11], 10, 64)
+	stime, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, false
+	}
+	return time.Duration(utime+stime) * (time.Second / 100), true // USER_HZ is 100
+}
+
+// reportCPU reports the process CPU time per operation since start: the
+// client and the backend (the same process), which are what one proxied
+// request costs the machine; the backend's share is the same for both
+// transports.
+func reportCPU(b *testing.B, start time.Duration, ok bool) {
+	if end, ok2 := processCPU(); ok && ok2 && b.N > 0 {
+		b.ReportMetric(float64(end-start)/float64(b.N), "cpu-ns/op")
+	}
+}
+
+// upstreamBackendEnv set makes TestUpstreamBackendProcess the backend of
+// BenchmarkUpstreamTransport.
+const upstreamBackendEnv = "EXGATE_TEST_UPSTREAM_BACKEND"
+
+// TestUpstreamBackendProcess is not a test: BenchmarkUpstreamTransport
+// runs the test binary with it as its backend, in a process of its own, so
+// that the backend neither shares the benchmark's scheduler nor counts in
+// its CPU time, as in production. It prints its address and answers GET
+// markets until its standard input closes.
+func TestUpstreamBackendProcess(t *testing.T) {
+	if os.Getenv(upstreamBackendEnv) == "" {
+		t.Skip("the backend of BenchmarkUpstreamTransport, run by it")
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = io.WriteString(w, marketsBody)
-	}))
-	defer bs.Close()
+	})}
+	go func() { _ = srv.Serve(ln) }()
+	fmt.Println("ADDR " + ln.Addr().String())
+	_, _ = io.Copy(io.Discard, os.Stdin)
+	_ = srv.Close()
+}
+
+// startBackendProcess starts TestUpstreamBackendProcess and returns its
+// URL; it stops when the benchmark ends.
+func startBackendProcess(b *testing.B) string {
+	b.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestUpstreamBackendProcess$")
+	cmd.Env = append(os.Environ(), upstreamBackendEnv+"=1")
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		stdin.Close()
+		_ = cmd.Wait()
+	})
+	sc := bufio.NewScanner(stdout)
+	for sc.Scan() {
+		if addr, ok := strings.CutPrefix(sc.Text(), "ADDR "); ok {
+			go func() { _, _ = io.Copy(io.Discard, stdout) }()
+			return "http://" + addr
+		}
+	}
+	b.Fatal("the backend process did not start")
+	return ""
+}
+
+// BenchmarkUpstreamTransport compares UpstreamTransport with NewTransport
+// on GET /api/v1/mkt/markets/ against a backend process over loopback:
+// the transport alone, and the whole gateway in front of it, one request
+// at a time (serial) and from GOMAXPROCS goroutines (parallel). cpu-ns/op
+// is the benchmark process's CPU time per request: the client's (or
+// gateway's) alone, as "proxy CPU µs/req" in docs/performance.md.
+func BenchmarkUpstreamTransport(b *testing.B) {
+	backendURL := startBackendProcess(b)
 	cfg := config.Default()
-	cfg.Upstream.URL = config.MustURL(bs.URL)
+	cfg.Upstream.URL = config.MustURL(backendURL)
 	cfg.Log.Access = false
 	transports := []struct {
 		name string
@@ -1641,7 +1733,7 @@ func BenchmarkUpstreamTransport(b *testing.B) {
 	newReq := func() (*http.Request, context.CancelFunc) {
 		// A cancellable context with a deadline, as the gateway's.
 		ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
-		req, _ := http.NewRequestWithContext(ctx, "GET", bs.URL+"/api/v1/mkt/markets/", nil)
+		req, _ := http.NewRequestWithContext(ctx, "GET", backendURL+"/api/v1/mkt/markets/", nil)
 		req.Header.Set("User-Agent", "")
 		return req, cancel
 	}
@@ -1663,16 +1755,19 @@ func BenchmarkUpstreamTransport(b *testing.B) {
 			req, cancel := newReq()
 			defer cancel()
 			b.ReportAllocs()
+			cpu, ok := processCPU()
 			for b.Loop() {
 				if err := roundTrip(tr, req); err != nil {
 					b.Fatal(err)
 				}
 			}
+			reportCPU(b, cpu, ok)
 		})
 		b.Run("transport/"+tc.name+"/parallel", func(b *testing.B) {
 			tr := tc.new()
 			defer tr.(interface{ CloseIdleConnections() }).CloseIdleConnections()
 			b.ReportAllocs()
+			cpu, ok := processCPU()
 			b.RunParallel(func(pb *testing.PB) {
 				req, cancel := newReq()
 				defer cancel()
@@ -1683,6 +1778,7 @@ func BenchmarkUpstreamTransport(b *testing.B) {
 					}
 				}
 			})
+			reportCPU(b, cpu, ok)
 		})
 		b.Run("gateway/"+tc.name+"/serial", func(b *testing.B) {
 			gw, err := New(cfg, Options{Transport: tc.new()})
@@ -1692,11 +1788,13 @@ func BenchmarkUpstreamTransport(b *testing.B) {
 			defer gw.CloseIdleConnections()
 			w := &discardWriter{h: http.Header{}}
 			b.ReportAllocs()
+			cpu, ok := processCPU()
 			for b.Loop() {
 				if err := serveOne(gw, w); err != nil {
 					b.Fatal(err)
 				}
 			}
+			reportCPU(b, cpu, ok)
 		})
 		b.Run("gateway/"+tc.name+"/parallel", func(b *testing.B) {
 			gw, err := New(cfg, Options{Transport: tc.new()})
@@ -1705,6 +1803,7 @@ func BenchmarkUpstreamTransport(b *testing.B) {
 			}
 			defer gw.CloseIdleConnections()
 			b.ReportAllocs()
+			cpu, ok := processCPU()
 			b.RunParallel(func(pb *testing.PB) {
 				w := &discardWriter{h: http.Header{}}
 				for pb.Next() {
@@ -1714,6 +1813,7 @@ func BenchmarkUpstreamTransport(b *testing.B) {
 					}
 				}
 			})
+			reportCPU(b, cpu, ok)
 		})
 	}
 }
