@@ -72,11 +72,12 @@ var (
 // is plain: scheme http, method GET, HEAD or OPTIONS, no body (nil or
 // http.NoBody, ContentLength 0, no Transfer-Encoding, no trailers), no
 // Upgrade, no Connection: upgrade, no Expect. Everything else goes to the
-// fallback, above all POST orders: http.Transport resends a request only
-// when none of it was written or when it is replayable (GET, HEAD,
-// OPTIONS, TRACE, or a rewindable body with an Idempotency-Key), so an
-// order that may have reached the backend is never sent again, and the
-// duplicate protection of the proxy keeps the only say on orders.
+// fallback, above all POST orders: http.Transport sends a request again
+// only when it is replayable (no body or a rewindable one, and GET, HEAD,
+// OPTIONS, TRACE or an Idempotency-Key header) or when nothing of it was
+// written and it has no body to resend, so an order as ReverseProxy
+// forwards it (a body, no GetBody) is never sent twice, and duplicate
+// protection keeps the only say on orders.
 //
 // A connection goes back to the pool when its response body was read to
 // the end (or had none: HEAD, 204, 304, Content-Length 0), neither the
@@ -94,7 +95,11 @@ var (
 // the connection at once. Errors caused by either are the context's error
 // (context.DeadlineExceeded or context.Canceled). Dial errors are the
 // *net.OpError of the dial (Op "dial"), which idempotency.NotSent
-// recognises.
+// recognises, also when the deadline cut the dial short (it then reports
+// Timeout). Response headers, 1xx responses included, are capped at 1 MiB;
+// 1xx responses go to the Got1xxResponse hook of the context's
+// httptrace.ClientTrace, as http.Transport does (ReverseProxy forwards
+// them), and a 101 is an error.
 //
 // A pooled connection the backend closed while it was idle is detected
 // when the request fails on it before any byte of a response arrived (end
