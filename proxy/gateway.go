@@ -40,8 +40,9 @@ type Options struct {
 	Logger *zap.Logger
 	// Now is the clock. Nil means time.Now.
 	Now func() time.Time
-	// Transport carries requests to the backend. Nil means a Transport
-	// built by NewTransport from the upstream configuration.
+	// Transport carries requests to the backend. Nil means
+	// NewUpstreamTransport over NewTransport when upstream.transport is
+	// "fast", NewTransport alone when it is "standard".
 	Transport http.RoundTripper
 	// Limits enforces the rate limits. Nil means no route is limited.
 	Limits *limiter.Enforcer
@@ -122,7 +123,7 @@ func New(cfg *config.Config, opts Options) (*Gateway, error) {
 		g.now = time.Now
 	}
 	if g.transport == nil {
-		g.transport = NewTransport(cfg.Upstream)
+		g.transport = NewBackendTransport(cfg.Upstream)
 	}
 	for _, p := range cfg.ClientIP.TrustedProxies {
 		g.trusted = append(g.trusted, p.Prefix)
@@ -222,6 +223,17 @@ func (g *Gateway) Reload(cfg *config.Config, rules *limiter.Rules, v *validate.V
 
 // Rules returns the rate limits in force.
 func (g *Gateway) Rules() *limiter.Rules { return g.plan.Load().rules }
+
+// NewBackendTransport returns the transport upstream.transport selects:
+// UpstreamTransport (with NewTransport for what it does not serve) for
+// "fast", NewTransport for "standard".
+func NewBackendTransport(u config.Upstream) http.RoundTripper {
+	std := NewTransport(u)
+	if u.Transport == config.TransportStandard {
+		return std
+	}
+	return NewUpstreamTransport(u, std)
+}
 
 // SetDraining marks the gateway as shutting down: /readyz answers 503 from
 // then on so load balancers stop sending traffic.

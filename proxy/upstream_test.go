@@ -1817,3 +1817,26 @@ func BenchmarkUpstreamTransport(b *testing.B) {
 		})
 	}
 }
+
+// TestBackendTransportChoice: upstream.transport selects the client.
+func TestBackendTransportChoice(t *testing.T) {
+	u := config.Default().Upstream
+	if _, ok := NewBackendTransport(u).(*UpstreamTransport); !ok {
+		t.Errorf("default (%q): %T, want *UpstreamTransport", u.Transport, NewBackendTransport(u))
+	}
+	u.Transport = config.TransportStandard
+	if _, ok := NewBackendTransport(u).(*http.Transport); !ok {
+		t.Errorf("standard: %T, want *http.Transport", NewBackendTransport(u))
+	}
+	// Both carry the gateway's requests.
+	for _, tr := range []string{config.TransportFast, config.TransportStandard} {
+		t.Run(tr, func(t *testing.T) {
+			e := startEnv(t, func(c *config.Config) { c.Upstream.Transport = tr })
+			res := do(t, "GET", e.url+"/api/v1/mkt/markets/", nil)
+			res.Body.Close()
+			if res.StatusCode != 200 || e.backend.count() != 1 {
+				t.Errorf("%d, backend saw %d", res.StatusCode, e.backend.count())
+			}
+		})
+	}
+}
