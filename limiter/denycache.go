@@ -38,15 +38,9 @@ func NewDenyCache(next Limiter, maxKeys int, now func() time.Time) *DenyCache {
 // Hits returns how many decisions the cache answered without the store.
 func (d *DenyCache) Hits() int64 { return d.hits.Load() }
 
-// denyKey is what a cache entry is keyed by.
-type denyKey struct {
-	key   string
-	limit Limit
-}
-
 // Allow implements Limiter.
 func (d *DenyCache) Allow(ctx context.Context, key string, l Limit) (Result, error) {
-	h := maphash.Comparable(d.seed, denyKey{key, l})
+	h := limitHash(maphash.String(d.seed, key), l)
 	now := d.now().UnixNano()
 	if reset, until, ok := d.entries.get(h, now); ok {
 		d.hits.Add(1)
@@ -58,4 +52,13 @@ func (d *DenyCache) Allow(ctx context.Context, key string, l Limit) (Result, err
 	}
 	d.entries.put(h, now+int64(r.ResetAfter), now+int64(r.RetryAfter), now)
 	return r, nil
+}
+
+// limitHash mixes a limit into the hash of a key, so that a key under one
+// limit and the same key under another are cached apart.
+func limitHash(h uint64, l Limit) uint64 {
+	for _, v := range [3]uint64{uint64(l.Rate), uint64(l.Period), uint64(l.Burst)} {
+		h ^= v + 0x9e3779b97f4a7c15 + h<<6 + h>>2
+	}
+	return h
 }

@@ -105,7 +105,7 @@ func (ls *leases) get(k leaseKey) *lease {
 // to lease: none unless the key is known to be far from its limit and has
 // no lease running.
 func (l *lease) extra(burst, m int, now int64) int {
-	want := min(burst/leaseFraction, 4*m, leaseMax)
+	want := min(burst/leaseFraction, leaseMax)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if want < 2 || l.known < int64(leaseMargin*want) || (l.tokens > 0 && now < l.until) {

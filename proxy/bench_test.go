@@ -71,20 +71,24 @@ func BenchmarkGatewayGET(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer gw.CloseIdleConnections()
-			req := httptest.NewRequest("GET", "/api/v1/mkt/markets/", nil)
-			req.RemoteAddr = "127.0.0.1:5555"
-			w := &discardWriter{h: http.Header{}}
 			b.ReportAllocs()
+			b.SetParallelism(32) // 64 concurrent requests on 2 CPUs, as the load harness
 			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				clear(w.h)
-				delete(req.Header, "X-Request-Id")
-				req.URL.Path = "/api/v1/mkt/markets/"
-				gw.ServeHTTP(w, req)
-				if w.code != 200 {
-					b.Fatalf("status %d", w.code)
+			b.RunParallel(func(pb *testing.PB) {
+				req := httptest.NewRequest("GET", "/api/v1/mkt/markets/", nil)
+				req.RemoteAddr = "127.0.0.1:5555"
+				w := &discardWriter{h: http.Header{}}
+				for pb.Next() {
+					clear(w.h)
+					delete(req.Header, "X-Request-Id")
+					req.URL.Path = "/api/v1/mkt/markets/"
+					gw.ServeHTTP(w, req)
+					if w.code != 200 {
+						b.Errorf("status %d", w.code)
+						return
+					}
 				}
-			}
+			})
 		})
 	}
 }
@@ -131,9 +135,11 @@ func BenchmarkCanonicalPath(b *testing.B) {
 }
 
 // BenchmarkGatewayLimits measures exgate's own cost per request with an
-// in-process backend: no limits, memory limits, Redis limits (a real
-// redis-server on loopback; one caller, so every decision is one round
-// trip), each with the metrics on, as the binary runs.
+// in-process backend and 64 concurrent requests (one client address, one
+// hot limiter key, as the load harness's GET markets): no limits, memory
+// limits, Redis limits (a real redis-server on loopback, with the deny
+// cache, coalescing and leases), each with the metrics on, as the binary
+// runs.
 func BenchmarkGatewayLimits(b *testing.B) {
 	srv := redistest.Start(b)
 	for _, mode := range []string{"off", "memory", "redis"} {
@@ -165,20 +171,24 @@ func BenchmarkGatewayLimits(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			req := httptest.NewRequest("GET", "/api/v1/mkt/markets/", nil)
-			req.RemoteAddr = "127.0.0.1:5555"
-			w := &discardWriter{h: http.Header{}}
 			b.ReportAllocs()
+			b.SetParallelism(32) // 64 concurrent requests on 2 CPUs, as the load harness
 			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				clear(w.h)
-				delete(req.Header, "X-Request-Id")
-				req.URL.Path = "/api/v1/mkt/markets/"
-				gw.ServeHTTP(w, req)
-				if w.code != 200 {
-					b.Fatalf("status %d", w.code)
+			b.RunParallel(func(pb *testing.PB) {
+				req := httptest.NewRequest("GET", "/api/v1/mkt/markets/", nil)
+				req.RemoteAddr = "127.0.0.1:5555"
+				w := &discardWriter{h: http.Header{}}
+				for pb.Next() {
+					clear(w.h)
+					delete(req.Header, "X-Request-Id")
+					req.URL.Path = "/api/v1/mkt/markets/"
+					gw.ServeHTTP(w, req)
+					if w.code != 200 {
+						b.Errorf("status %d", w.code)
+						return
+					}
 				}
-			}
+			})
 		})
 	}
 }
