@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"net/http"
 	"net/netip"
 	"strings"
 )
@@ -69,4 +70,48 @@ func clientAddr(remoteAddr string, xff []string, trusted []netip.Prefix) (netip.
 		}
 	}
 	return client, true
+}
+
+// peer is what exgate knows of a connection's TCP peer, worked out once
+// per connection (Server.ConnContext) rather than per request.
+type peer struct {
+	addr    netip.Addr
+	ok      bool     // addr parsed
+	trusted bool     // addr is one of the trusted proxies
+	realIP  []string // X-Real-IP value when the peer is the client; never modified
+}
+
+// peerKey is the context key of a connection's *peer.
+type peerKey struct{}
+
+// newPeer works out the peer of a connection whose remote address is
+// remoteAddr.
+func newPeer(remoteAddr string, trusted []netip.Prefix) *peer {
+	p := &peer{}
+	p.addr, p.ok = peerAddr(remoteAddr)
+	if p.ok {
+		p.trusted = inPrefixes(p.addr, trusted)
+		p.realIP = []string{p.addr.String()}
+	}
+	return p
+}
+
+// client derives the request's client address and its X-Real-IP value,
+// from the connection's peer when the server recorded one.
+func (g *Gateway) client(r *http.Request) (netip.Addr, []string) {
+	p, _ := r.Context().Value(peerKey{}).(*peer)
+	if p == nil {
+		p = newPeer(r.RemoteAddr, g.trusted)
+	}
+	if !p.ok {
+		return netip.Addr{}, nil
+	}
+	if !p.trusted {
+		return p.addr, p.realIP
+	}
+	a, ok := clientAddr(r.RemoteAddr, r.Header["X-Forwarded-For"], g.trusted)
+	if !ok {
+		return netip.Addr{}, nil
+	}
+	return a, []string{a.String()}
 }

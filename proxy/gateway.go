@@ -319,7 +319,13 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		token = t
 	}
-	ex.addr, _ = clientAddr(r.RemoteAddr, r.Header["X-Forwarded-For"], g.trusted)
+	var realIP []string
+	ex.addr, realIP = g.client(r)
+	if realIP != nil {
+		r.Header["X-Real-Ip"] = realIP // what the client sent is replaced
+	} else {
+		delete(r.Header, "X-Real-Ip")
+	}
 	if g.limits != nil && route.limits.Limited() {
 		ex.limited = true
 		d := &ex.decision
@@ -434,10 +440,8 @@ func (g *Gateway) rewrite(pr *httputil.ProxyRequest) {
 			out.Header.Set("X-Forwarded-Proto", proto)
 		}
 	}
-	out.Header.Del("X-Real-Ip")
-	if a, ok := clientAddr(pr.In.RemoteAddr, pr.In.Header["X-Forwarded-For"], g.trusted); ok {
-		out.Header["X-Real-Ip"] = []string{a.String()}
-	}
+	// X-Real-Ip is the client address ServeHTTP derived, set on the
+	// inbound request and copied with its headers.
 }
 
 // modifyResponse records the response of a claimed order and adds the

@@ -1,7 +1,10 @@
 package proxy
 
 import (
+	"context"
+	"net"
 	"net/http"
+	"net/netip"
 
 	"go.uber.org/zap"
 
@@ -17,7 +20,15 @@ func NewServer(cfg *config.Config, h http.Handler, log *zap.Logger) *http.Server
 		log = zap.NewNop()
 	}
 	errLog, _ := zap.NewStdLogAt(log.Named("http"), zap.WarnLevel)
+	var trusted []netip.Prefix
+	for _, p := range cfg.ClientIP.TrustedProxies {
+		trusted = append(trusted, p.Prefix)
+	}
 	return &http.Server{
+		// The peer is worked out once per connection, not per request.
+		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+			return context.WithValue(ctx, peerKey{}, newPeer(c.RemoteAddr().String(), trusted))
+		},
 		Addr:                         cfg.Listen,
 		Handler:                      h,
 		ReadHeaderTimeout:            cfg.Server.ReadHeaderTimeout,

@@ -32,6 +32,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"reflect"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -52,7 +53,17 @@ import (
 	"github.com/exgate/exgate/validate"
 )
 
+// defaultGCPercent is the garbage collector's target when GOGC is not
+// set: a gateway's live heap is small (tens of MB) and it allocates fast,
+// so collecting at 5× the live heap instead of 2× spends a few percent
+// less CPU for some tens of MB more memory. GOMEMLIMIT (set it below a
+// container's memory limit) still bounds the heap.
+const defaultGCPercent = 400
+
 func main() {
+	if _, set := os.LookupEnv("GOGC"); !set {
+		debug.SetGCPercent(defaultGCPercent)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	os.Exit(run(ctx, os.Args[1:], os.LookupEnv, os.Stdout, os.Stderr))
