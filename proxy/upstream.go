@@ -91,7 +91,8 @@ var (
 //
 // The request's context deadline is the connection's deadline from the
 // moment the request is written until the response body ends, so it also
-// bounds the caller's reads of the body; cancelling the context expires
+// bounds the caller's reads of the body (it stays on the connection while
+// it is idle, where nothing reads, and is replaced by the next request's); cancelling the context expires
 // the connection at once. Errors caused by either are the context's error
 // (context.DeadlineExceeded or context.Canceled). Dial errors are the
 // *net.OpError of the dial (Op "dial"), which idempotency.NotSent
@@ -205,6 +206,13 @@ func (pc *upConn) begin(ctx context.Context) {
 	if dl, ok := ctx.Deadline(); ok {
 		_ = pc.nc.SetDeadline(dl) // on a closed connection the write fails next
 		pc.deadline = true
+	} else if pc.deadline {
+		// The last exchange's deadline is still on the connection (it
+		// is left there when the connection goes idle: nothing reads an
+		// idle connection, and replacing it here costs one call instead
+		// of two per request).
+		_ = pc.nc.SetDeadline(time.Time{})
+		pc.deadline = false
 	}
 	if ctx.Done() != nil {
 		pc.stop = context.AfterFunc(ctx, pc.expire)
@@ -412,12 +420,6 @@ func (t *UpstreamTransport) release(pc *upConn, keep bool) {
 	pc.stop = nil
 	if keep && pc.br.Buffered() > 0 {
 		keep = false // bytes the backend should not have sent
-	}
-	if pc.deadline {
-		pc.deadline = false
-		if keep && pc.nc.SetDeadline(time.Time{}) != nil {
-			keep = false
-		}
 	}
 	pc.putReader()
 	if keep {

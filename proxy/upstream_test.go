@@ -715,7 +715,7 @@ func TestUpstreamDeadline(t *testing.T) {
 			t.Fatal("the timed-out connection was kept")
 		}
 	})
-	t.Run("deadline cleared before the connection is pooled", func(t *testing.T) {
+	t.Run("an expired deadline does not outlive its request", func(t *testing.T) {
 		tr, _ := newUpstream(t, nil)
 		before := be.accepted.Load()
 		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
