@@ -90,6 +90,7 @@ type Gateway struct {
 	maxBody     int64
 	errHeader   *Error
 	errBody     *Error
+	fast        bool // transport is an UpstreamTransport to an http backend
 	draining    atomic.Bool
 	pool        sync.Pool // *exchange
 }
@@ -124,6 +125,9 @@ func New(cfg *config.Config, opts Options) (*Gateway, error) {
 	}
 	if g.transport == nil {
 		g.transport = NewBackendTransport(cfg.Upstream)
+	}
+	if _, ok := g.transport.(*UpstreamTransport); ok && g.target.Scheme == "http" {
+		g.fast = true
 	}
 	for _, p := range cfg.ClientIP.TrustedProxies {
 		g.trusted = append(g.trusted, p.Prefix)
@@ -267,6 +271,7 @@ type exchange struct {
 	upDone   bool          // the upstream duration was observed
 	upDur    time.Duration // how long the backend took to answer with headers, or to fail
 	upStatus int           // the backend's status, or 0
+	rctx     routeContext  // the upstream request's context when UpstreamTransport serves it
 }
 
 // ServeHTTP runs the request pipeline: request id, header size, canonical
@@ -366,9 +371,16 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// that its outcome is recorded and a retry gets the replay.
 		parent = context.WithValue(context.WithoutCancel(parent), claimKey{}, ex)
 	}
+	ex.upStart = g.now()
+	if g.fast && !ex.order.claimed && fastExchange(r) {
+		// UpstreamTransport enforces the route's deadline on the
+		// connection: no timer, no cancel context (see routeContext).
+		ex.rctx = routeContext{Context: parent, deadline: ex.upStart.Add(route.Timeout)}
+		g.rp.ServeHTTP(&ex.rw, r.WithContext(&ex.rctx))
+		return
+	}
 	ctx, cancel := context.WithTimeout(parent, route.Timeout)
 	defer cancel()
-	ex.upStart = g.now()
 	g.rp.ServeHTTP(&ex.rw, r.WithContext(ctx))
 }
 

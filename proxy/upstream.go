@@ -244,7 +244,7 @@ func (pc *upConn) putReader() {
 // UpstreamTransport for what it serves itself.
 func (t *UpstreamTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if !servesItself(req) {
-		return t.fallback.RoundTrip(req)
+		return t.roundTripFallback(req)
 	}
 	ctx := req.Context()
 	if err := ctx.Err(); err != nil {
@@ -286,12 +286,20 @@ func (t *UpstreamTransport) RoundTrip(req *http.Request) (*http.Response, error)
 
 // servesItself reports whether req is one UpstreamTransport sends itself.
 func servesItself(req *http.Request) bool {
+	if req.URL == nil || req.URL.Scheme != "http" || req.URL.Host == "" {
+		return false
+	}
+	return fastExchange(req)
+}
+
+// fastExchange reports whether req, forwarded to an http backend, is one
+// UpstreamTransport sends itself: a GET, HEAD or OPTIONS with no body, no
+// upgrade and no Expect. ReverseProxy keeps each of these properties
+// from the inbound request to the outbound one.
+func fastExchange(req *http.Request) bool {
 	switch req.Method {
 	case http.MethodGet, http.MethodHead, http.MethodOptions, "":
 	default:
-		return false
-	}
-	if req.URL == nil || req.URL.Scheme != "http" || req.URL.Host == "" {
 		return false
 	}
 	if (req.Body != nil && req.Body != http.NoBody) || req.ContentLength != 0 ||
@@ -462,6 +470,13 @@ func (t *UpstreamTransport) acquire(ctx context.Context, key string) (pc *upConn
 	t.mu.Unlock()
 	closeConns(expired)
 	if w != nil {
+		if dl, ok := ctx.Deadline(); ok {
+			// A routeContext reports its deadline but does not end
+			// at it: wait no longer than that.
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithDeadline(ctx, dl)
+			defer cancel()
+		}
 		select {
 		case pc = <-w.ch:
 			if pc != nil {
@@ -492,6 +507,11 @@ func (t *UpstreamTransport) acquire(ctx context.Context, key string) (pc *upConn
 // dial opens a connection in a slot of hp already counted; on failure the
 // slot is released.
 func (t *UpstreamTransport) dial(ctx context.Context, hp *hostPool) (*upConn, error) {
+	if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
+		// Past a routeContext's deadline (which does not end it).
+		t.releaseSlot(hp)
+		return nil, context.DeadlineExceeded
+	}
 	nc, err := t.dialer.DialContext(ctx, "tcp", hp.key)
 	if err != nil {
 		t.releaseSlot(hp)

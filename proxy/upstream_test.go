@@ -127,10 +127,12 @@ type countingFallback struct {
 	rt     http.RoundTripper
 	n      atomic.Int32
 	closed atomic.Int32
+	last   atomic.Value // context.Context of the last request
 }
 
 func (f *countingFallback) RoundTrip(r *http.Request) (*http.Response, error) {
 	f.n.Add(1)
+	f.last.Store(r.Context())
 	return f.rt.RoundTrip(r)
 }
 
@@ -651,6 +653,21 @@ func TestUpstreamNoRetry(t *testing.T) {
 	})
 }
 
+// deadlineContexts are the two kinds of context whose deadline
+// UpstreamTransport enforces: one that ends at its deadline, and the
+// gateway's routeContext, which only reports it.
+var deadlineContexts = []struct {
+	name string
+	with func(d time.Duration) (context.Context, context.CancelFunc)
+}{
+	{"WithTimeout", func(d time.Duration) (context.Context, context.CancelFunc) {
+		return context.WithTimeout(context.Background(), d)
+	}},
+	{"routeContext", func(d time.Duration) (context.Context, context.CancelFunc) {
+		return &routeContext{Context: context.Background(), deadline: time.Now().Add(d)}, func() {}
+	}},
+}
+
 func TestUpstreamDeadline(t *testing.T) {
 	const ok = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
 	release := make(chan struct{})
@@ -679,69 +696,73 @@ func TestUpstreamDeadline(t *testing.T) {
 	})
 	tr, _ := newUpstream(t, nil)
 
-	t.Run("slow headers", func(t *testing.T) {
-		start := time.Now()
-		ctx, cancel := context.WithTimeout(context.Background(), 150*time.Millisecond)
-		defer cancel()
-		_, _, err := fetch(ctx, tr, "GET", be.url+"/slow-headers", nil)
-		if !errors.Is(err, context.DeadlineExceeded) {
-			t.Fatalf("err = %v, want context.DeadlineExceeded", err)
-		}
-		if d := time.Since(start); d < 150*time.Millisecond || d > 2*time.Second {
-			t.Fatalf("failed after %v, want about 150ms", d)
-		}
-		if openConns(tr) != 0 {
-			t.Fatal("the timed-out connection was kept")
-		}
-	})
-	t.Run("slow body", func(t *testing.T) {
-		ctx, cancel := context.WithTimeout(context.Background(), 150*time.Millisecond)
-		defer cancel()
-		req, _ := http.NewRequestWithContext(ctx, "GET", be.url+"/slow-body", nil)
-		res, err := tr.RoundTrip(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		start := time.Now()
-		body, err := io.ReadAll(res.Body) // the deadline bounds the caller's reads
-		res.Body.Close()
-		if string(body) != "abc" || !errors.Is(err, context.DeadlineExceeded) {
-			t.Fatalf("read %q, %v; want abc, context.DeadlineExceeded", body, err)
-		}
-		if d := time.Since(start); d > 2*time.Second {
-			t.Fatalf("read failed after %v", d)
-		}
-		if openConns(tr) != 0 {
-			t.Fatal("the timed-out connection was kept")
-		}
-	})
-	t.Run("an expired deadline does not outlive its request", func(t *testing.T) {
-		tr, _ := newUpstream(t, nil)
-		before := be.accepted.Load()
-		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
-		if _, _, err := fetch(ctx, tr, "GET", be.url+"/fast", nil); err != nil {
-			t.Fatal(err)
-		}
-		cancel()
-		time.Sleep(150 * time.Millisecond) // past the first request's deadline
-		if _, body := mustFetch(t, tr, "GET", be.url+"/fast"); body != "ok" {
-			t.Fatalf("body %q", body)
-		}
-		if n := be.accepted.Load() - before; n != 1 {
-			t.Fatalf("%d connections, want 1", n)
-		}
-	})
-	t.Run("already expired", func(t *testing.T) {
-		ctx, cancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
-		defer cancel()
-		before := be.accepted.Load()
-		if _, _, err := fetch(ctx, tr, "GET", be.url+"/fast", nil); err != context.DeadlineExceeded {
-			t.Fatalf("err = %v", err)
-		}
-		if be.accepted.Load() != before {
-			t.Fatal("dialled for an expired request")
-		}
-	})
+	for _, dc := range deadlineContexts {
+		t.Run(dc.name, func(t *testing.T) {
+			t.Run("slow headers", func(t *testing.T) {
+				start := time.Now()
+				ctx, cancel := dc.with(150 * time.Millisecond)
+				defer cancel()
+				_, _, err := fetch(ctx, tr, "GET", be.url+"/slow-headers", nil)
+				if !errors.Is(err, context.DeadlineExceeded) {
+					t.Fatalf("err = %v, want context.DeadlineExceeded", err)
+				}
+				if d := time.Since(start); d < 150*time.Millisecond || d > 2*time.Second {
+					t.Fatalf("failed after %v, want about 150ms", d)
+				}
+				if openConns(tr) != 0 {
+					t.Fatal("the timed-out connection was kept")
+				}
+			})
+			t.Run("slow body", func(t *testing.T) {
+				ctx, cancel := dc.with(150 * time.Millisecond)
+				defer cancel()
+				req, _ := http.NewRequestWithContext(ctx, "GET", be.url+"/slow-body", nil)
+				res, err := tr.RoundTrip(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				start := time.Now()
+				body, err := io.ReadAll(res.Body) // the deadline bounds the caller's reads
+				res.Body.Close()
+				if string(body) != "abc" || !errors.Is(err, context.DeadlineExceeded) {
+					t.Fatalf("read %q, %v; want abc, context.DeadlineExceeded", body, err)
+				}
+				if d := time.Since(start); d > 2*time.Second {
+					t.Fatalf("read failed after %v", d)
+				}
+				if openConns(tr) != 0 {
+					t.Fatal("the timed-out connection was kept")
+				}
+			})
+			t.Run("an expired deadline does not outlive its request", func(t *testing.T) {
+				tr, _ := newUpstream(t, nil)
+				before := be.accepted.Load()
+				ctx, cancel := dc.with(100 * time.Millisecond)
+				if _, _, err := fetch(ctx, tr, "GET", be.url+"/fast", nil); err != nil {
+					t.Fatal(err)
+				}
+				cancel()
+				time.Sleep(150 * time.Millisecond) // past the first request's deadline
+				if _, body := mustFetch(t, tr, "GET", be.url+"/fast"); body != "ok" {
+					t.Fatalf("body %q", body)
+				}
+				if n := be.accepted.Load() - before; n != 1 {
+					t.Fatalf("%d connections, want 1", n)
+				}
+			})
+			t.Run("already expired", func(t *testing.T) {
+				ctx, cancel := dc.with(-time.Second)
+				defer cancel()
+				before := be.accepted.Load()
+				if _, _, err := fetch(ctx, tr, "GET", be.url+"/fast", nil); err != context.DeadlineExceeded {
+					t.Fatalf("err = %v", err)
+				}
+				if be.accepted.Load() != before {
+					t.Fatal("dialled for an expired request")
+				}
+			})
+		})
+	}
 }
 
 func TestUpstreamCancel(t *testing.T) {
@@ -933,11 +954,17 @@ func TestUpstreamMaxConnsPerHost(t *testing.T) {
 	if n := inHandler.Load(); n != 2 {
 		t.Fatalf("%d requests at the backend, want 2 (the third waits)", n)
 	}
-	// A waiting request gives up with its context.
-	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
-	defer cancel()
-	if _, _, err := fetch(ctx, tr, "GET", bs.URL+"/fast", nil); !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("waiting request: err = %v, want context.DeadlineExceeded", err)
+	// A waiting request gives up at its deadline.
+	for _, dc := range deadlineContexts {
+		ctx, cancel := dc.with(100 * time.Millisecond)
+		start := time.Now()
+		if _, _, err := fetch(ctx, tr, "GET", bs.URL+"/fast", nil); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("%s: waiting request: err = %v, want context.DeadlineExceeded", dc.name, err)
+		}
+		if d := time.Since(start); d > 2*time.Second {
+			t.Fatalf("%s: waiting request gave up after %v, want about 100ms", dc.name, d)
+		}
+		cancel()
 	}
 	once.Do(func() { close(release) })
 	for range 3 {
