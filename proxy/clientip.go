@@ -6,16 +6,6 @@ import (
 	"strings"
 )
 
-// trustedPeer reports whether the TCP peer (an http.Request RemoteAddr) is
-// one of the trusted proxies.
-func (g *Gateway) trustedPeer(remoteAddr string) bool {
-	if len(g.trusted) == 0 {
-		return false
-	}
-	a, ok := peerAddr(remoteAddr)
-	return ok && inPrefixes(a, g.trusted)
-}
-
 // peerAddr parses an http.Request RemoteAddr ("ip:port").
 func peerAddr(remoteAddr string) (netip.Addr, bool) {
 	ap, err := netip.ParseAddrPort(remoteAddr)

@@ -438,23 +438,48 @@ func (g *Gateway) rewrite(pr *httputil.ProxyRequest) {
 	out.URL.Path = g.basePath + pr.In.URL.Path
 	out.URL.RawPath = ""
 	out.Host = ""
-	trusted := g.trustedPeer(pr.In.RemoteAddr)
-	if trusted {
-		// Keep the chain the trusted proxy built; SetXForwarded appends
-		// the peer. From anyone else, the chain is dropped.
-		if prior := pr.In.Header["X-Forwarded-For"]; len(prior) > 0 {
-			out.Header["X-Forwarded-For"] = prior
+	// What httputil.ProxyRequest.SetXForwarded sets, from the
+	// connection's peer worked out once per connection, with shared
+	// header values instead of new ones per request. ReverseProxy has
+	// removed what the client sent of these (and Forwarded).
+	p, _ := pr.In.Context().Value(peerKey{}).(*peer)
+	if p == nil {
+		p = newPeer(pr.In.RemoteAddr, g.trusted)
+	}
+	if p.ok {
+		xff := p.realIP
+		if p.trusted {
+			// Keep the chain the trusted proxy built and append the
+			// peer. From anyone else, the chain is dropped.
+			if prior := pr.In.Header["X-Forwarded-For"]; len(prior) > 0 {
+				xff = []string{strings.Join(prior, ", ") + ", " + p.realIP[0]}
+			}
+		}
+		out.Header["X-Forwarded-For"] = xff
+	}
+	out.Header["X-Forwarded-Host"] = []string{pr.In.Host}
+	proto := forwardedHTTP
+	if pr.In.TLS != nil {
+		proto = forwardedHTTPS
+	}
+	if p.trusted {
+		switch pr.In.Header.Get("X-Forwarded-Proto") {
+		case "http":
+			proto = forwardedHTTP
+		case "https":
+			proto = forwardedHTTPS
 		}
 	}
-	pr.SetXForwarded()
-	if trusted {
-		if proto := pr.In.Header.Get("X-Forwarded-Proto"); proto == "http" || proto == "https" {
-			out.Header.Set("X-Forwarded-Proto", proto)
-		}
-	}
+	out.Header["X-Forwarded-Proto"] = proto
 	// X-Real-Ip is the client address ServeHTTP derived, set on the
 	// inbound request and copied with its headers.
 }
+
+// Shared X-Forwarded-Proto values, never modified.
+var (
+	forwardedHTTP  = []string{"http"}
+	forwardedHTTPS = []string{"https"}
+)
 
 // modifyResponse records the response of a claimed order and adds the
 // request id to backend responses that lack one.

@@ -598,7 +598,7 @@ func TestForwardedHeaders(t *testing.T) {
 					c.ClientIP.TrustedProxies = append(c.ClientIP.TrustedProxies, p)
 				}
 			})
-			h := []string{"X-Forwarded-For", tt.xff, "X-Real-Ip", "6.6.6.6", "Forwarded", "for=6.6.6.6"}
+			h := []string{"X-Forwarded-For", tt.xff, "X-Real-Ip", "6.6.6.6", "Forwarded", "for=6.6.6.6", "X-Forwarded-Host", "evil.example"}
 			if tt.proto != "" {
 				h = append(h, "X-Forwarded-Proto", tt.proto)
 			}
@@ -606,9 +606,10 @@ func TestForwardedHeaders(t *testing.T) {
 			res.Body.Close()
 			got := e.backend.last(t).Header
 			if got.Get("X-Forwarded-For") != tt.wantXFF || got.Get("X-Real-Ip") != tt.wantReal ||
-				got.Get("X-Forwarded-Proto") != tt.wantProto || got.Get("Forwarded") != "" {
-				t.Fatalf("backend saw XFF %q, X-Real-Ip %q, proto %q, Forwarded %q",
-					got.Get("X-Forwarded-For"), got.Get("X-Real-Ip"), got.Get("X-Forwarded-Proto"), got.Get("Forwarded"))
+				got.Get("X-Forwarded-Proto") != tt.wantProto || got.Get("Forwarded") != "" ||
+				got.Get("X-Forwarded-Host") != strings.TrimPrefix(e.url, "http://") {
+				t.Fatalf("backend saw XFF %q, X-Real-Ip %q, proto %q, Forwarded %q, X-Forwarded-Host %q",
+					got.Get("X-Forwarded-For"), got.Get("X-Real-Ip"), got.Get("X-Forwarded-Proto"), got.Get("Forwarded"), got.Get("X-Forwarded-Host"))
 			}
 		})
 	}
