@@ -339,7 +339,7 @@ func (t *UpstreamTransport) exchange(ctx context.Context, pc *upConn, req *http.
 	pc.begin(ctx)
 	bw := upstreamWriters.Get().(*bufio.Writer)
 	bw.Reset(pc.nc)
-	err = req.Write(bw)
+	err = writeRequestHead(bw, req)
 	if err == nil {
 		err = bw.Flush()
 	}
@@ -350,7 +350,7 @@ func (t *UpstreamTransport) exchange(ctx context.Context, pc *upConn, req *http.
 		return nil, isConnLoss(err), upstreamErr(ctx, fmt.Errorf("exgate upstream: writing the request: %w", err))
 	}
 	for {
-		res, err = http.ReadResponse(pc.br, req)
+		res, err = readResponseHead(pc.br, req)
 		if err != nil {
 			received := pc.limit < maxResponseHeaderBytes
 			if pc.limit <= 0 {
