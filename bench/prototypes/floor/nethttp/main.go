@@ -1,0 +1,49 @@
+//go:build ignore
+
+// Command nethttp is the floor of a proxy built on net/http's server: the
+// least a handler can do to forward a GET with exgate's own upstream
+// client (proxy.UpstreamTransport) — no routing, limits, metrics,
+// request ids or error shape. Measured next to exgate and NGINX in
+// docs/performance.md ("The floor of net/http").
+//
+//	go build -o /tmp/floor-nethttp bench/prototypes/floor/nethttp/main.go
+//	GOGC=400 /tmp/floor-nethttp 127.0.0.1:39999 http://BACKEND
+package main
+
+import (
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"sync"
+
+	"github.com/exgate/exgate/config"
+	"github.com/exgate/exgate/proxy"
+)
+
+func main() {
+	be, err := url.Parse(os.Args[2])
+	if err != nil {
+		panic(err)
+	}
+	tr := proxy.NewUpstreamTransport(config.Default().Upstream, nil)
+	bufs := sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		out := r.Clone(r.Context())
+		out.URL.Scheme, out.URL.Host, out.Host, out.RequestURI = "http", be.Host, "", ""
+		res, err := tr.RoundTrip(out)
+		if err != nil {
+			w.WriteHeader(http.StatusBadGateway)
+			return
+		}
+		for k, v := range res.Header {
+			w.Header()[k] = v
+		}
+		w.WriteHeader(res.StatusCode)
+		b := bufs.Get().(*[]byte)
+		_, _ = io.CopyBuffer(w, res.Body, *b)
+		bufs.Put(b)
+		res.Body.Close()
+	})
+	panic(http.ListenAndServe(os.Args[1], h))
+}
