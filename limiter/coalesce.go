@@ -22,36 +22,52 @@ import (
 // the first k' = min(k, fits) pass. Redis does the work of one decision
 // instead of k.
 
-// coalesceScript decides k requests for one key. It returns the number
-// allowed and, as strings (Lua numbers lose precision as integers), the
-// remaining count after the last one allowed, the retry delay of the
-// first one refused and the time until the key is back to a full burst.
+// coalesceSrc decides, for each of its keys in turn, k requests under
+// that key's limit (ARGV holds burst, rate, period and k for each key), on
+// one reading of Redis's clock. For each key it returns the number allowed
+// and, as strings (Lua numbers lose precision as integers), the remaining
+// count after the last one allowed, the retry delay of the first one
+// refused, the time until the key is back to a full burst and the
+// emission interval: five values per key, in the order of KEYS. One run
+// serves a group of calls for one key (coalescing) or, outside a Cluster,
+// every key of a batch (one script run per round trip instead of one per
+// key: the script invocation is most of Redis's cost of a decision).
 const coalesceSrc = `
-local key = KEYS[1]
-local burst = tonumber(ARGV[1])
-local rate = tonumber(ARGV[2])
-local period = tonumber(ARGV[3])
-local k = tonumber(ARGV[4])
-local e = period / rate
-local burst_offset = e * burst
 local t = redis.call("TIME")
 local now = (t[1] - 1483228800) + (t[2] / 1000000)
-local tat = tonumber(redis.call("GET", key)) or now
-if tat < now then
-  tat = now
-end
-local fits = math.floor((now - tat + burst_offset) / e)
-local allowed = math.max(math.min(k, fits), 0)
-local new_tat = tat + allowed * e
-if allowed > 0 then
-  local reset_after = new_tat - now
-  if reset_after > 0 then
-    redis.call("SET", key, new_tat, "EX", math.ceil(reset_after))
+local out = {}
+for i = 1, #KEYS do
+  local key = KEYS[i]
+  local a = (i - 1) * 4
+  local burst = tonumber(ARGV[a + 1])
+  local rate = tonumber(ARGV[a + 2])
+  local period = tonumber(ARGV[a + 3])
+  local k = tonumber(ARGV[a + 4])
+  local e = period / rate
+  local burst_offset = e * burst
+  local tat = tonumber(redis.call("GET", key)) or now
+  if tat < now then
+    tat = now
   end
+  local fits = math.floor((now - tat + burst_offset) / e)
+  local allowed = math.max(math.min(k, fits), 0)
+  local new_tat = tat + allowed * e
+  if allowed > 0 then
+    local reset_after = new_tat - now
+    if reset_after > 0 then
+      redis.call("SET", key, new_tat, "EX", math.ceil(reset_after))
+    end
+  end
+  local remaining = (now - (new_tat - burst_offset)) / e
+  local retry_after = (new_tat + e - burst_offset) - now
+  local n = #out
+  out[n + 1] = allowed
+  out[n + 2] = tostring(remaining)
+  out[n + 3] = tostring(retry_after)
+  out[n + 4] = tostring(new_tat - now)
+  out[n + 5] = tostring(e)
 end
-local remaining = (now - (new_tat - burst_offset)) / e
-local retry_after = (new_tat + e - burst_offset) - now
-return {allowed, tostring(remaining), tostring(retry_after), tostring(new_tat - now), tostring(e)}
+return out
 `
 
 var coalesceScript = redis.NewScript(coalesceSrc)
@@ -88,7 +104,8 @@ func parseRateCall(cmd *redis.Cmd) (rateCall, bool) {
 type group struct {
 	rc    rateCall
 	calls []*call
-	cmd   *redis.Cmd // the coalesced command, when len(calls) > 1
+	cmd   *redis.Cmd // the coalesced command deciding g alone, or nil
+	multi bool       // decided with the batch's other groups by one script run
 	lease *lease     // the key's lease state, when it may get one
 	extra int        // requests asked for beyond the calls', to lease
 }
@@ -122,26 +139,47 @@ func (g *group) command() *redis.Cmd {
 	return g.calls[0].cmd
 }
 
-// coalescedCmd returns the command deciding g's calls at once.
-func coalescedCmd(ctx context.Context, g *group, eval bool) *redis.Cmd {
-	args := []any{"evalsha", coalesceScript.Hash(), 1, g.rc.key, g.rc.burst, g.rc.rate, g.rc.period, len(g.calls) + g.extra}
+// coalescedCmd returns the command deciding the calls of gs at once: one
+// script run for all their keys. With eval it sends the script itself
+// (after NOSCRIPT).
+func coalescedCmd(ctx context.Context, gs []*group, eval bool) *redis.Cmd {
+	args := make([]any, 3, 3+5*len(gs))
+	args[0], args[1], args[2] = "evalsha", coalesceScript.Hash(), len(gs)
 	if eval {
 		args[0], args[1] = "eval", coalesceSrc
+	}
+	for _, g := range gs {
+		args = append(args, g.rc.key)
+	}
+	for _, g := range gs {
+		args = append(args, g.rc.burst, g.rc.rate, g.rc.period, len(g.calls)+g.extra)
 	}
 	cmd := redis.NewCmd(ctx, args...)
 	cmd.SetFirstKeyPos(3)
 	return cmd
 }
 
-// answer fans the coalesced reply out to the calls, each in the format
-// redis_rate's allowN returns: {allowed, remaining, retry after, reset
-// after}, durations as strings of seconds and -1 for "no retry". Requests
-// granted beyond the calls' go to the key's lease.
-func (g *group) answer(now int64) {
-	v, err := g.cmd.Slice()
-	if err == nil && len(v) != 5 {
+// answerCoalesced fans the reply of cmd, sent for gs, out to their calls.
+func answerCoalesced(cmd *redis.Cmd, gs []*group, now int64) {
+	v, err := cmd.Slice()
+	if err == nil && len(v) != 5*len(gs) {
 		err = errors.New("limiter: unexpected coalesced reply")
 	}
+	for i, g := range gs {
+		if err != nil {
+			g.answer(nil, err, now)
+			continue
+		}
+		g.answer(v[5*i:5*i+5], nil, now)
+	}
+}
+
+// answer fans g's part v of a coalesced reply (or its error) out to the
+// calls, each in the format redis_rate's allowN returns: {allowed,
+// remaining, retry after, reset after}, durations as strings of seconds
+// and -1 for "no retry". Requests granted beyond the calls' go to the
+// key's lease.
+func (g *group) answer(v []any, err error, now int64) {
 	if err != nil {
 		for _, c := range g.calls {
 			c.cmd.SetErr(err)

@@ -48,7 +48,9 @@ type RedisOptions struct {
 // a Lua script on Redis's own clock, so replicas with skewed clocks agree).
 // Concurrent decisions are batched: callers queue their EVALSHA and a few
 // workers send whatever is queued as one pipeline, so under load one
-// round trip carries many decisions. Every round trip has a deadline.
+// round trip carries many decisions; outside a Cluster one script run
+// decides all of them (coalesceSrc), in a Cluster one per key. Every
+// round trip has a deadline.
 type Redis struct {
 	rl      *redis_rate.Limiter
 	client  Client
@@ -60,6 +62,7 @@ type Redis struct {
 	now     func() time.Time
 
 	leases    *leases
+	multiKey  bool         // one script run may decide keys of different hash slots: not a Cluster or Ring
 	downUntil atomic.Int64 // unix ns; calls before it fail fast
 	closeOnce sync.Once
 	done      chan struct{} // closed by Close: workers stop
@@ -88,6 +91,13 @@ func NewRedis(client Client, o RedisOptions) *Redis {
 		done:    make(chan struct{}),
 		closed:  make(chan struct{}),
 		leases:  newLeases(),
+	}
+	switch client.(type) {
+	case *redis.ClusterClient, *redis.Ring:
+		// A script's keys must live on one node (one hash slot in a
+		// Cluster): each key gets its own script run there.
+	default:
+		r.multiKey = true
 	}
 	if r.timeout <= 0 {
 		r.timeout = 25 * time.Millisecond
@@ -274,37 +284,73 @@ func (r *Redis) roundTrip(batch []*call, groups []group) {
 	groups = live
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
-	var err error
+	var decided []*group // the groups one script run decides for the whole batch
 	for i := range groups {
-		if g := &groups[i]; len(g.calls) > 1 {
+		g := &groups[i]
+		if g.rc.key == "" {
+			continue // not a single-request redis_rate call: sent as it is
+		}
+		if len(g.calls) > 1 {
 			if k, ok := strings.CutPrefix(g.rc.key, "rate:"); ok {
 				g.lease = r.leases.get(leaseKey{key: k, burst: g.rc.burst, rate: g.rc.rate, period: g.rc.period})
 				g.extra = g.lease.extra(g.rc.burst, len(g.calls), start.UnixNano())
 			}
-			g.cmd = coalescedCmd(ctx, g, false)
+		}
+		if r.multiKey {
+			decided = append(decided, g)
+		} else if len(g.calls) > 1 {
+			g.cmd = coalescedCmd(ctx, []*group{g}, false)
 		}
 	}
-	if len(groups) == 1 {
-		err = r.client.Process(ctx, groups[0].command())
+	var multi *redis.Cmd
+	if len(decided) == 1 && len(decided[0].calls) == 1 {
+		decided = nil // one decision: redis_rate's own call
+	} else if len(decided) > 0 {
+		multi = coalescedCmd(ctx, decided, false)
+		for _, g := range decided {
+			g.multi = true
+		}
+	}
+	var cmds []redis.Cmder
+	if multi != nil {
+		cmds = append(cmds, multi)
+	}
+	for i := range groups {
+		if g := &groups[i]; !g.multi {
+			cmds = append(cmds, g.command())
+		}
+	}
+	var err error
+	if len(cmds) == 1 {
+		err = r.client.Process(ctx, cmds[0])
 	} else {
 		p := r.client.Pipeline()
-		for i := range groups {
-			_ = p.Process(ctx, groups[i].command())
+		for _, c := range cmds {
+			_ = p.Process(ctx, c)
 		}
 		_, err = p.Exec(ctx)
 	}
+	if multi != nil {
+		if isNoScript(multi.Err()) { // Redis restarted: send the script itself
+			multi = coalescedCmd(ctx, decided, true)
+			if e := r.client.Process(ctx, multi); e != nil && err == nil {
+				err = e
+			}
+		}
+		answerCoalesced(multi, decided, r.now().UnixNano())
+	}
 	for i := range groups {
 		g := &groups[i]
-		if g.cmd == nil {
+		if g.multi || g.cmd == nil {
 			continue
 		}
-		if isNoScript(g.cmd.Err()) { // Redis restarted: send the script itself
-			g.cmd = coalescedCmd(ctx, g, true)
+		if isNoScript(g.cmd.Err()) {
+			g.cmd = coalescedCmd(ctx, []*group{g}, true)
 			if e := r.client.Process(ctx, g.cmd); e != nil && err == nil {
 				err = e
 			}
 		}
-		g.answer(r.now().UnixNano())
+		answerCoalesced(g.cmd, []*group{g}, r.now().UnixNano())
 	}
 	r.answerAll(batch, start, err)
 }

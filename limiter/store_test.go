@@ -293,9 +293,9 @@ func TestRedisModesFromConfig(t *testing.T) {
 	}
 }
 
-// TestCoalescedMatchesSequential: deciding k requests for one key in one
-// coalesced script run answers each as redis_rate deciding them one after
-// another would.
+// TestCoalescedMatchesSequential: deciding k requests for each of several
+// keys in one script run answers each as redis_rate deciding them one
+// after another would.
 func TestCoalescedMatchesSequential(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts redis-server")
@@ -306,36 +306,52 @@ func TestCoalescedMatchesSequential(t *testing.T) {
 	l := Limit{Rate: 5, Period: 2 * time.Second, Burst: 5}
 	r := NewRedis(c, RedisOptions{Timeout: time.Second, Workers: 1, MaxBatch: 1})
 	defer r.Close()
-	var seq []Result
-	for i := 0; i < 7; i++ {
-		res, err := r.Allow(ctx, "seq", l)
-		if err != nil {
-			t.Fatal(err)
+	counts := []int{7, 1, 3, 6}
+	seq := make([][]Result, len(counts))
+	for k, n := range counts {
+		for i := 0; i < n; i++ {
+			res, err := r.Allow(ctx, "seq"+strconv.Itoa(k), l)
+			if err != nil {
+				t.Fatal(err)
+			}
+			seq[k] = append(seq[k], res)
 		}
-		seq = append(seq, res)
 	}
-	// The same seven requests as one group, as the batcher builds it.
-	g := group{rc: rateCall{key: "rate:coalesced", burst: 5, rate: 5, period: 2}}
-	for i := 0; i < 7; i++ {
-		g.calls = append(g.calls, &call{cmd: redis.NewCmd(ctx, "evalsha", "x", 1, "rate:coalesced", 5, 5, 2.0, 1)})
+	// The same requests as one group per key, as the batcher builds
+	// them, decided by one script run.
+	var gs []*group
+	for k, n := range counts {
+		key := "rate:coalesced" + strconv.Itoa(k)
+		g := &group{rc: rateCall{key: key, burst: 5, rate: 5, period: 2}}
+		for i := 0; i < n; i++ {
+			g.calls = append(g.calls, &call{cmd: redis.NewCmd(ctx, "evalsha", "x", 1, key, 5, 5, 2.0, 1)})
+		}
+		gs = append(gs, g)
 	}
-	g.cmd = coalescedCmd(ctx, &g, true)
-	if err := c.Process(ctx, g.cmd); err != nil {
+	cmd := coalescedCmd(ctx, gs, true)
+	if err := c.Process(ctx, cmd); err != nil {
 		t.Fatal(err)
 	}
-	g.answer(time.Now().UnixNano())
-	for i, cl := range g.calls {
-		v, err := cl.cmd.Slice()
-		if err != nil {
-			t.Fatal(err)
-		}
-		allowed, remaining := v[0].(int64) == 1, v[1].(int64)
-		if allowed != seq[i].Allowed || remaining != seq[i].Remaining {
-			t.Errorf("request %d: coalesced allowed=%v remaining=%d, sequential %+v", i, allowed, remaining, seq[i])
-		}
-		retry, _ := strconv.ParseFloat(v[2].(string), 64)
-		if !allowed && math.Abs(retry-seq[i].RetryAfter.Seconds()) > 0.1 {
-			t.Errorf("request %d: retry %vs, sequential %v", i, retry, seq[i].RetryAfter)
+	answerCoalesced(cmd, gs, time.Now().UnixNano())
+	for k, g := range gs {
+		for i, cl := range g.calls {
+			v, err := cl.cmd.Slice()
+			if err != nil {
+				t.Fatal(err)
+			}
+			allowed, remaining := v[0].(int64) == 1, v[1].(int64)
+			want := seq[k][i]
+			if allowed != want.Allowed || remaining != want.Remaining {
+				t.Errorf("key %d request %d: coalesced allowed=%v remaining=%d, sequential %+v", k, i, allowed, remaining, want)
+			}
+			retry, _ := strconv.ParseFloat(v[2].(string), 64)
+			if !allowed && math.Abs(retry-want.RetryAfter.Seconds()) > 0.1 {
+				t.Errorf("key %d request %d: retry %vs, sequential %v", k, i, retry, want.RetryAfter)
+			}
+			reset, _ := strconv.ParseFloat(v[3].(string), 64)
+			if math.Abs(reset-want.ResetAfter.Seconds()) > 0.1 {
+				t.Errorf("key %d request %d: reset %vs, sequential %v", k, i, reset, want.ResetAfter)
+			}
 		}
 	}
 }
@@ -429,4 +445,50 @@ func TestHotKeyLeases(t *testing.T) {
 		t.Errorf("%d script runs for %d decisions on a hot key far from its limit", runs, decisions.Load())
 	}
 	t.Logf("%d decisions, %d allowed, %d script runs", decisions.Load(), allowed.Load(), runs)
+}
+
+// TestManyKeysOneScriptRun: concurrent decisions for many different keys
+// are exact per key, and outside a Cluster a round trip decides all of
+// its keys in one script run instead of one per key.
+func TestManyKeysOneScriptRun(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts redis-server")
+	}
+	srv := redistest.Start(t)
+	r := NewRedis(srv.Client(), RedisOptions{Timeout: time.Second})
+	defer r.Close()
+	l := Limit{Rate: 3, Period: time.Hour, Burst: 3}
+	const keys, perKey = 200, 5
+	before := srv.CommandCalls()
+	var allowed [keys]atomic.Int64
+	var wg sync.WaitGroup
+	for g := 0; g < 64; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := g; i < keys*perKey; i += 64 {
+				k := i % keys
+				res, err := r.Allow(context.Background(), "many:"+strconv.Itoa(k), l)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if res.Allowed {
+					allowed[k].Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	after := srv.CommandCalls()
+	for k := range allowed {
+		if n := allowed[k].Load(); n != 3 {
+			t.Errorf("key %d: %d of %d allowed, want exactly 3", k, n, perKey)
+		}
+	}
+	runs := after["evalsha"] + after["eval"] - before["evalsha"] - before["eval"]
+	if runs >= keys*perKey/4 {
+		t.Errorf("%d script runs for %d decisions on %d keys; want one run per round trip", runs, keys*perKey, keys)
+	}
+	t.Logf("%d decisions on %d keys: %d script runs", keys*perKey, keys, runs)
 }
