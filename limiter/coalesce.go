@@ -24,14 +24,15 @@ import (
 
 // coalesceSrc decides, for each of its keys in turn, k requests under
 // that key's limit (ARGV holds burst, rate, period and k for each key), on
-// one reading of Redis's clock. For each key it returns the number allowed
-// and, as strings (Lua numbers lose precision as integers), the remaining
-// count after the last one allowed, the retry delay of the first one
-// refused, the time until the key is back to a full burst and the
-// emission interval: five values per key, in the order of KEYS. One run
-// serves a group of calls for one key (coalescing) or, outside a Cluster,
-// every key of a batch (one script run per round trip instead of one per
-// key: the script invocation is most of Redis's cost of a decision).
+// one reading of Redis's clock. For each key it returns four integers, in
+// the order of KEYS: the number allowed, the remaining count after the
+// last one allowed in millionths (rounded to the nearest), and in
+// microseconds (rounded up) the retry delay of the first one refused and
+// the time until the key is back to a full burst — integers rather than
+// redis_rate's float strings, so no tostring in the script and no float
+// parsing here. One run serves a group of calls for one key (coalescing)
+// or, outside a Cluster, every key of a round trip (one script run per
+// round trip instead of one per key).
 const coalesceSrc = `
 local t = redis.call("TIME")
 local now = (t[1] - 1483228800) + (t[2] / 1000000)
@@ -62,10 +63,9 @@ for i = 1, #KEYS do
   local retry_after = (new_tat + e - burst_offset) - now
   local n = #out
   out[n + 1] = allowed
-  out[n + 2] = tostring(remaining)
-  out[n + 3] = tostring(retry_after)
-  out[n + 4] = tostring(new_tat - now)
-  out[n + 5] = tostring(e)
+  out[n + 2] = math.floor(remaining * 1000000 + 0.5)
+  out[n + 3] = math.ceil(retry_after * 1000000)
+  out[n + 4] = math.ceil((new_tat - now) * 1000000)
 end
 return out
 `
@@ -143,7 +143,7 @@ func (g *group) command() *redis.Cmd {
 // script run for all their keys. With eval it sends the script itself
 // (after NOSCRIPT).
 func coalescedCmd(ctx context.Context, gs []*group, eval bool) *redis.Cmd {
-	args := make([]any, 3, 3+5*len(gs))
+	args := make([]any, 3, 3+5*len(gs)) // a key and four arguments per group
 	args[0], args[1], args[2] = "evalsha", coalesceScript.Hash(), len(gs)
 	if eval {
 		args[0], args[1] = "eval", coalesceSrc
@@ -162,7 +162,7 @@ func coalescedCmd(ctx context.Context, gs []*group, eval bool) *redis.Cmd {
 // answerCoalesced fans the reply of cmd, sent for gs, out to their calls.
 func answerCoalesced(cmd *redis.Cmd, gs []*group, now int64) {
 	v, err := cmd.Slice()
-	if err == nil && len(v) != 5*len(gs) {
+	if err == nil && len(v) != 4*len(gs) {
 		err = errors.New("limiter: unexpected coalesced reply")
 	}
 	for i, g := range gs {
@@ -170,7 +170,7 @@ func answerCoalesced(cmd *redis.Cmd, gs []*group, now int64) {
 			g.answer(nil, err, now)
 			continue
 		}
-		g.answer(v[5*i:5*i+5], nil, now)
+		g.answer(v[4*i:4*i+4], nil, now)
 	}
 }
 
@@ -186,13 +186,13 @@ func (g *group) answer(v []any, err error, now int64) {
 		}
 		return
 	}
-	allowed, _ := v[0].(int64)
-	num := func(x any) float64 {
-		s, _ := x.(string)
-		f, _ := strconv.ParseFloat(s, 64)
-		return f
+	num := func(x any, unit float64) float64 {
+		n, _ := x.(int64)
+		return float64(n) / unit
 	}
-	remaining, retry, reset, e := num(v[1]), num(v[2]), num(v[3]), num(v[4])
+	allowed, _ := v[0].(int64)
+	remaining, retry, reset := num(v[1], 1e6), num(v[2], 1e6), num(v[3], 1e6)
+	e := g.rc.period / float64(g.rc.rate)
 	if g.lease != nil {
 		granted := allowed - int64(len(g.calls))
 		g.lease.settle(max(granted, 0), int64(math.Max(math.Floor(remaining), 0)), time.Duration(reset*float64(time.Second)), now)
