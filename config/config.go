@@ -204,6 +204,19 @@ type Redis struct {
 	PasswordEnv string `yaml:"password_env"`
 	// TLS enables TLS to Redis. Default false.
 	TLS bool `yaml:"tls"`
+	// TLSCAFile is a PEM file of the certificate authorities that sign
+	// Redis's certificate; "" means the system's. A relative path is taken
+	// from the configuration file's directory. Requires TLS. Default "".
+	TLSCAFile string `yaml:"tls_ca_file"`
+	// TLSCertFile and TLSKeyFile are the PEM certificate and key exgate
+	// presents to Redis, which asks for one unless tls-auth-clients is no.
+	// Both or neither; relative paths as TLSCAFile. Requires TLS.
+	// Default "".
+	TLSCertFile string `yaml:"tls_cert_file"`
+	TLSKeyFile  string `yaml:"tls_key_file"`
+	// TLSServerName is the name Redis's certificate must be valid for;
+	// "" means the host of the address dialled. Requires TLS. Default "".
+	TLSServerName string `yaml:"tls_server_name"`
 	// Timeout is the deadline of every Redis call. Default 25ms.
 	Timeout time.Duration `yaml:"timeout"`
 }

@@ -308,6 +308,11 @@ var invalidFixtures = map[string][]string{
 		`limiter.redis.timeout: must be greater than 0 and at most 1s, got 0s (line 6)`,
 		`limiter.redis.db: must be 0 with Redis Cluster (several addrs and no master_name), got 3 (line 5)`,
 	},
+	"bad-redis-tls.yaml": {
+		`limiter.redis.tls_ca_file: requires limiter.redis.tls: true (line 4)`,
+		`limiter.redis.tls_key_file: requires limiter.redis.tls: true (line 5)`,
+		`limiter.redis.tls_cert_file: required with limiter.redis.tls_key_file (line 2)`,
+	},
 	"bad-server.yaml": {
 		`server.idle_timeout: duration -5s must not be negative (line 6)`,
 		`upstream.url: url "ftp://backend/": scheme must be http or https (line 10)`,

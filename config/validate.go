@@ -196,6 +196,25 @@ func (c *Config) validate() Errors {
 	if l.TokenSpray.MaxTokens > 0 && (l.TokenSpray.Window < time.Second || l.TokenSpray.Window > 366*24*time.Hour) {
 		v.addf("limiter.token_spray.window", "must be from 1s to 366d, got %s", l.TokenSpray.Window)
 	}
+	if !l.Redis.TLS {
+		for _, f := range []struct{ path, value string }{
+			{"limiter.redis.tls_ca_file", l.Redis.TLSCAFile},
+			{"limiter.redis.tls_cert_file", l.Redis.TLSCertFile},
+			{"limiter.redis.tls_key_file", l.Redis.TLSKeyFile},
+			{"limiter.redis.tls_server_name", l.Redis.TLSServerName},
+		} {
+			if f.value != "" {
+				v.addf(f.path, "requires limiter.redis.tls: true")
+			}
+		}
+	}
+	if (l.Redis.TLSCertFile == "") != (l.Redis.TLSKeyFile == "") {
+		if l.Redis.TLSCertFile == "" {
+			v.addf("limiter.redis.tls_cert_file", "required with limiter.redis.tls_key_file")
+		} else {
+			v.addf("limiter.redis.tls_key_file", "required with limiter.redis.tls_cert_file")
+		}
+	}
 	if l.Redis.DB < 0 {
 		v.addf("limiter.redis.db", "must not be negative, got %d", l.Redis.DB)
 	} else if l.Redis.DB != 0 && len(l.Redis.Addrs) > 1 && l.Redis.MasterName == "" {

@@ -269,7 +269,10 @@ func TestRedisModesFromConfig(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.rc.Timeout = time.Second
-			c := NewRedisClient(tc.rc, "")
+			c, err := NewRedisClient(tc.rc, "")
+			if err != nil {
+				t.Fatal(err)
+			}
 			defer c.Close()
 			r := NewRedis(c, RedisOptions{Timeout: time.Second})
 			defer r.Close()

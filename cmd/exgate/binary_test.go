@@ -3,8 +3,10 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/pem"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -144,5 +146,25 @@ func TestCheckConfigBinary(t *testing.T) {
 		if !strings.Contains(string(out), want) {
 			t.Fatalf("check-config output lacks %q:\n%s", want, out)
 		}
+	}
+
+	// Redis TLS files are read, relative to the configuration file.
+	tlsConf := filepath.Join(dir, "tls.yaml")
+	_ = os.WriteFile(tlsConf, []byte("limiter:\n  redis:\n    addrs: [\"127.0.0.1:6380\"]\n    tls: true\n    tls_ca_file: ca.pem\n"), 0o600)
+	out, err = exec.Command(bin, "check-config", tlsConf).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "limiter.redis.tls_ca_file") {
+		t.Fatalf("missing CA file: %v %q", err, out)
+	}
+	_ = os.WriteFile(filepath.Join(dir, "ca.pem"), []byte("not a certificate"), 0o600)
+	out, err = exec.Command(bin, "check-config", tlsConf).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "holds no PEM certificate") {
+		t.Fatalf("CA file without a certificate: %v %q", err, out)
+	}
+	ts := httptest.NewTLSServer(http.NotFoundHandler())
+	ts.Close()
+	_ = os.WriteFile(filepath.Join(dir, "ca.pem"), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ts.Certificate().Raw}), 0o600)
+	out, err = exec.Command(bin, "check-config", tlsConf).CombinedOutput()
+	if err != nil || strings.TrimSpace(string(out)) != "ok" {
+		t.Fatalf("good CA file next to the configuration: %v %q", err, out)
 	}
 }

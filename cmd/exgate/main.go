@@ -80,8 +80,13 @@ func run(ctx context.Context, args []string, getenv func(string) (string, bool),
 		if !config.CheckFile(args[1], getenv, stdout) {
 			return 1
 		}
-		if cfg, err := config.Load(args[1], getenv); err == nil && cfg.TokensFile != "" {
+		if cfg, err := config.Load(args[1], getenv); err == nil {
 			if _, err := loadTokens(cfg, args[1]); err != nil {
+				fmt.Fprintln(stdout, err)
+				return 1
+			}
+			resolveRedisFiles(cfg, args[1])
+			if _, err := limiter.RedisTLSConfig(cfg.Limiter.Redis); err != nil {
 				fmt.Fprintln(stdout, err)
 				return 1
 			}
@@ -220,6 +225,7 @@ func start(cfg *config.Config, d deps) (*app, error) {
 		a.closeBackend()
 		return nil, err
 	}
+	resolveRedisFiles(cfg, d.configPath)
 	a.limits, err = limiter.Open(cfg, limiter.OpenOptions{
 		Getenv: d.getenv, Logger: d.log.Named("limiter"), Now: d.now,
 		Observe: func(dur time.Duration, _ int, err error) { m.ObserveStore(dur, err) },
@@ -417,10 +423,7 @@ func loadTokens(cfg *config.Config, configPath string) (map[string]string, error
 	if cfg.TokensFile == "" {
 		return nil, nil
 	}
-	path := cfg.TokensFile
-	if !filepath.IsAbs(path) && configPath != "" {
-		path = filepath.Join(filepath.Dir(configPath), path)
-	}
+	path := fromConfigDir(configPath, cfg.TokensFile)
 	tiers := make([]string, 0, len(cfg.Tiers))
 	for t := range cfg.Tiers {
 		tiers = append(tiers, t)
@@ -431,6 +434,24 @@ func loadTokens(cfg *config.Config, configPath string) (map[string]string, error
 		return nil, fmt.Errorf("tokens_file: %w", err)
 	}
 	return tokens, nil
+}
+
+// fromConfigDir returns path, taken from the directory of the
+// configuration file when it is relative.
+func fromConfigDir(configPath, path string) string {
+	if path == "" || filepath.IsAbs(path) || configPath == "" {
+		return path
+	}
+	return filepath.Join(filepath.Dir(configPath), path)
+}
+
+// resolveRedisFiles makes the Redis TLS files of cfg relative to the
+// configuration file's directory.
+func resolveRedisFiles(cfg *config.Config, configPath string) {
+	r := &cfg.Limiter.Redis
+	r.TLSCAFile = fromConfigDir(configPath, r.TLSCAFile)
+	r.TLSCertFile = fromConfigDir(configPath, r.TLSCertFile)
+	r.TLSKeyFile = fromConfigDir(configPath, r.TLSKeyFile)
 }
 
 // reload reads the configuration file and the tokens file again and, when
