@@ -21,6 +21,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -77,16 +78,22 @@ func run(ctx context.Context, args []string, getenv func(string) (string, bool),
 			fmt.Fprintln(stderr, "usage: exgate check-config FILE")
 			return 2
 		}
-		if !config.CheckFile(args[1], getenv, stdout) {
+		// The files the configuration names are checked before its "ok".
+		var report bytes.Buffer
+		if !config.CheckFile(args[1], getenv, &report) {
+			_, _ = io.Copy(stdout, &report)
 			return 1
 		}
+		defer func() { _, _ = io.Copy(stdout, &report) }()
 		if cfg, err := config.Load(args[1], getenv); err == nil {
 			if _, err := loadTokens(cfg, args[1]); err != nil {
+				report.Reset()
 				fmt.Fprintln(stdout, err)
 				return 1
 			}
 			resolveRedisFiles(cfg, args[1])
 			if _, err := limiter.RedisTLSConfig(cfg.Limiter.Redis); err != nil {
+				report.Reset()
 				fmt.Fprintln(stdout, err)
 				return 1
 			}
