@@ -86,13 +86,19 @@ func newPeer(remoteAddr string, trusted []netip.Prefix) *peer {
 	return p
 }
 
-// client derives the request's client address and its X-Real-IP value,
-// from the connection's peer when the server recorded one.
-func (g *Gateway) client(r *http.Request) (netip.Addr, []string) {
-	p, _ := r.Context().Value(peerKey{}).(*peer)
-	if p == nil {
-		p = newPeer(r.RemoteAddr, g.trusted)
+// peerOf returns the peer of r's connection: the one the server recorded
+// (Server.ConnContext), else worked out from r.RemoteAddr.
+func (g *Gateway) peerOf(r *http.Request) *peer {
+	if p, ok := r.Context().Value(peerKey{}).(*peer); ok && p != nil {
+		return p
 	}
+	return newPeer(r.RemoteAddr, g.trusted)
+}
+
+// client derives the request's client address and its X-Real-IP value,
+// from the connection's peer.
+func (g *Gateway) client(r *http.Request) (netip.Addr, []string) {
+	p := g.peerOf(r)
 	if !p.ok {
 		return netip.Addr{}, nil
 	}

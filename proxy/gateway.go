@@ -442,10 +442,7 @@ func (g *Gateway) rewrite(pr *httputil.ProxyRequest) {
 	// connection's peer worked out once per connection, with shared
 	// header values instead of new ones per request. ReverseProxy has
 	// removed what the client sent of these (and Forwarded).
-	p, _ := pr.In.Context().Value(peerKey{}).(*peer)
-	if p == nil {
-		p = newPeer(pr.In.RemoteAddr, g.trusted)
-	}
+	p := g.peerOf(pr.In)
 	if p.ok {
 		xff := p.realIP
 		if p.trusted {
