@@ -102,12 +102,11 @@ func parseRateCall(cmd *redis.Cmd) (rateCall, bool) {
 
 // group is the calls of one batch that share a key and a limit.
 type group struct {
-	rc    rateCall
-	calls []*call
-	cmd   *redis.Cmd // the coalesced command deciding g alone, or nil
-	multi bool       // decided with the batch's other groups by one script run
-	lease *lease     // the key's lease state, when it may get one
-	extra int        // requests asked for beyond the calls', to lease
+	rc       rateCall
+	calls    []*call
+	lease    *lease // the key's lease state, when it may get one
+	extra    int    // requests asked for beyond the calls', to lease
+	scripted bool   // decided by a coalescing script run, not by redis_rate's own call
 }
 
 // groupBatch sorts a batch into groups, keeping each group's calls in
@@ -129,14 +128,6 @@ func groupBatch(batch []*call, gs []group, index map[rateCall]int) []group {
 		gs = append(gs, group{rc: rc, calls: []*call{c}})
 	}
 	return gs
-}
-
-// command is what the round trip sends for g.
-func (g *group) command() *redis.Cmd {
-	if g.cmd != nil {
-		return g.cmd
-	}
-	return g.calls[0].cmd
 }
 
 // coalescedCmd returns the command deciding the calls of gs at once: one
@@ -186,12 +177,12 @@ func (g *group) answer(v []any, err error, now int64) {
 		}
 		return
 	}
-	num := func(x any, unit float64) float64 {
+	millionths := func(x any) float64 {
 		n, _ := x.(int64)
-		return float64(n) / unit
+		return float64(n) / 1e6
 	}
 	allowed, _ := v[0].(int64)
-	remaining, retry, reset := num(v[1], 1e6), num(v[2], 1e6), num(v[3], 1e6)
+	remaining, retry, reset := millionths(v[1]), millionths(v[2]), millionths(v[3])
 	e := g.rc.period / float64(g.rc.rate)
 	if g.lease != nil {
 		granted := allowed - int64(len(g.calls))

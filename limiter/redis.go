@@ -284,7 +284,11 @@ func (r *Redis) roundTrip(batch []*call, groups []group) {
 	groups = live
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
-	var decided []*group // the groups one script run decides for the whole batch
+	// The script runs: outside a Cluster one for every redis_rate call of
+	// the batch, in a Cluster one per group of several calls for a key. A
+	// call in no run (alone for its key in a Cluster, or alone in the
+	// batch) is sent as redis_rate made it.
+	var runs [][]*group
 	for i := range groups {
 		g := &groups[i]
 		if g.rc.key == "" {
@@ -296,28 +300,26 @@ func (r *Redis) roundTrip(batch []*call, groups []group) {
 				g.extra = g.lease.extra(g.rc.burst, len(g.calls), start.UnixNano())
 			}
 		}
-		if r.multiKey {
-			decided = append(decided, g)
-		} else if len(g.calls) > 1 {
-			g.cmd = coalescedCmd(ctx, []*group{g}, false)
+		switch {
+		case r.multiKey && len(runs) > 0:
+			runs[0] = append(runs[0], g)
+		case r.multiKey || len(g.calls) > 1:
+			runs = append(runs, []*group{g})
 		}
 	}
-	var multi *redis.Cmd
-	if len(decided) == 1 && len(decided[0].calls) == 1 {
-		decided = nil // one decision: redis_rate's own call
-	} else if len(decided) > 0 {
-		multi = coalescedCmd(ctx, decided, false)
-		for _, g := range decided {
-			g.multi = true
-		}
+	if len(runs) == 1 && len(runs[0]) == 1 && len(runs[0][0].calls) == 1 {
+		runs = nil // one decision: redis_rate's own call
 	}
-	var cmds []redis.Cmder
-	if multi != nil {
-		cmds = append(cmds, multi)
+	cmds := make([]redis.Cmder, 0, len(groups))
+	for _, run := range runs {
+		for _, g := range run {
+			g.scripted = true
+		}
+		cmds = append(cmds, coalescedCmd(ctx, run, false))
 	}
 	for i := range groups {
-		if g := &groups[i]; !g.multi {
-			cmds = append(cmds, g.command())
+		if g := &groups[i]; !g.scripted {
+			cmds = append(cmds, g.calls[0].cmd)
 		}
 	}
 	var err error
@@ -330,27 +332,15 @@ func (r *Redis) roundTrip(batch []*call, groups []group) {
 		}
 		_, err = p.Exec(ctx)
 	}
-	if multi != nil {
-		if isNoScript(multi.Err()) { // Redis restarted: send the script itself
-			multi = coalescedCmd(ctx, decided, true)
-			if e := r.client.Process(ctx, multi); e != nil && err == nil {
+	for i, run := range runs {
+		cmd := cmds[i].(*redis.Cmd)
+		if isNoScript(cmd.Err()) { // Redis restarted: send the script itself
+			cmd = coalescedCmd(ctx, run, true)
+			if e := r.client.Process(ctx, cmd); e != nil && err == nil {
 				err = e
 			}
 		}
-		answerCoalesced(multi, decided, r.now().UnixNano())
-	}
-	for i := range groups {
-		g := &groups[i]
-		if g.multi || g.cmd == nil {
-			continue
-		}
-		if isNoScript(g.cmd.Err()) {
-			g.cmd = coalescedCmd(ctx, []*group{g}, true)
-			if e := r.client.Process(ctx, g.cmd); e != nil && err == nil {
-				err = e
-			}
-		}
-		answerCoalesced(g.cmd, []*group{g}, r.now().UnixNano())
+		answerCoalesced(cmd, run, r.now().UnixNano())
 	}
 	r.answerAll(batch, start, err)
 }
