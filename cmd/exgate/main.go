@@ -84,20 +84,11 @@ func run(ctx context.Context, args []string, getenv func(string) (string, bool),
 			_, _ = io.Copy(stdout, &report)
 			return 1
 		}
-		defer func() { _, _ = io.Copy(stdout, &report) }()
-		if cfg, err := config.Load(args[1], getenv); err == nil {
-			if _, err := loadTokens(cfg, args[1]); err != nil {
-				report.Reset()
-				fmt.Fprintln(stdout, err)
-				return 1
-			}
-			resolveRedisFiles(cfg, args[1])
-			if _, err := limiter.RedisTLSConfig(cfg.Limiter.Redis); err != nil {
-				report.Reset()
-				fmt.Fprintln(stdout, err)
-				return 1
-			}
+		if err := checkNamedFiles(args[1], getenv); err != nil {
+			fmt.Fprintln(stdout, err)
+			return 1
 		}
+		_, _ = io.Copy(stdout, &report)
 		return 0
 	}
 	if len(args) > 0 && args[0] == "token-id" {
@@ -441,6 +432,21 @@ func loadTokens(cfg *config.Config, configPath string) (map[string]string, error
 		return nil, fmt.Errorf("tokens_file: %w", err)
 	}
 	return tokens, nil
+}
+
+// checkNamedFiles reads the files the valid configuration at path names:
+// the tokens file and the Redis TLS files.
+func checkNamedFiles(path string, getenv func(string) (string, bool)) error {
+	cfg, err := config.Load(path, getenv)
+	if err != nil {
+		return err
+	}
+	if _, err := loadTokens(cfg, path); err != nil {
+		return err
+	}
+	resolveRedisFiles(cfg, path)
+	_, err = limiter.RedisTLSConfig(cfg.Limiter.Redis)
+	return err
 }
 
 // fromConfigDir returns path, taken from the directory of the
