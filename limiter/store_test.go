@@ -269,25 +269,7 @@ func TestRedisModesFromConfig(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.rc.Timeout = time.Second
-			c, err := NewRedisClient(tc.rc, "")
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c.Close()
-			r := NewRedis(c, RedisOptions{Timeout: time.Second})
-			defer r.Close()
-			l := Limit{Rate: 2, Period: time.Hour, Burst: 2}
-			var got []bool
-			for i := 0; i < 3; i++ {
-				res, err := r.Allow(context.Background(), "modes:"+tc.name, l)
-				if err != nil {
-					t.Fatal(err)
-				}
-				got = append(got, res.Allowed)
-			}
-			if fmt.Sprint(got) != "[true true false]" {
-				t.Errorf("decisions %v, want [true true false]", got)
-			}
+			decideTwoOfThree(t, tc.rc, "modes:"+tc.name)
 		})
 	}
 	// The Sentinel client really talks to the master it was told about.
@@ -494,4 +476,29 @@ func TestManyKeysOneScriptRun(t *testing.T) {
 		t.Errorf("%d script runs for %d decisions on %d keys; want one run per round trip", runs, keys*perKey, keys)
 	}
 	t.Logf("%d decisions on %d keys: %d script runs", keys*perKey, keys, runs)
+}
+
+// decideTwoOfThree builds the client rc selects and checks that it decides
+// three requests on key under a burst of 2 as [true true false].
+func decideTwoOfThree(t *testing.T, rc config.Redis, key string) {
+	t.Helper()
+	c, err := NewRedisClient(rc, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	r := NewRedis(c, RedisOptions{Timeout: time.Second})
+	defer r.Close()
+	l := Limit{Rate: 2, Period: time.Hour, Burst: 2}
+	var got []bool
+	for i := 0; i < 3; i++ {
+		res, err := r.Allow(context.Background(), key, l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, res.Allowed)
+	}
+	if fmt.Sprint(got) != "[true true false]" {
+		t.Errorf("decisions %v, want [true true false]", got)
+	}
 }

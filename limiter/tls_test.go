@@ -106,25 +106,7 @@ func TestRedisTLS(t *testing.T) {
 		TLSCAFile: pki.ca, TLSCertFile: pki.clientCert, TLSKeyFile: pki.clientKey}
 
 	t.Run("decisions over TLS", func(t *testing.T) {
-		c, err := NewRedisClient(base, "")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		r := NewRedis(c, RedisOptions{Timeout: time.Second})
-		defer r.Close()
-		l := Limit{Rate: 2, Period: time.Hour, Burst: 2}
-		var got []bool
-		for i := 0; i < 3; i++ {
-			res, err := r.Allow(context.Background(), "tls", l)
-			if err != nil {
-				t.Fatal(err)
-			}
-			got = append(got, res.Allowed)
-		}
-		if got[0] != true || got[1] != true || got[2] != false {
-			t.Fatalf("decisions %v, want [true true false]", got)
-		}
+		decideTwoOfThree(t, base, "tls")
 	})
 
 	refused := []struct {

@@ -1061,19 +1061,7 @@ func TestUpstreamStaleDropsOlder(t *testing.T) {
 		}
 	})
 	tr, _ := newUpstream(t, nil)
-	var held []*http.Response
-	for range 3 {
-		req, _ := http.NewRequest("GET", be.url+"/", nil)
-		res, err := tr.RoundTrip(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		held = append(held, res)
-	}
-	for _, res := range held {
-		_, _ = io.Copy(io.Discard, res.Body)
-		res.Body.Close()
-	}
+	holdThenRelease(t, tr, be.url+"/", 3)
 	if idleConns(tr) != 3 {
 		t.Fatalf("%d idle, want 3", idleConns(tr))
 	}
@@ -1289,12 +1277,13 @@ func TestUpstreamIdleTimeout(t *testing.T) {
 	})
 }
 
-func TestUpstreamMaxIdleConns(t *testing.T) {
-	be := startRaw(t, answer("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"))
-	tr, _ := newUpstream(t, func(u *config.Upstream) { u.MaxIdleConns = 2 })
+// holdThenRelease has n GETs of url under way at once on tr (each holds
+// its connection until its body is read), then reads and closes them all.
+func holdThenRelease(t *testing.T, tr http.RoundTripper, url string, n int) {
+	t.Helper()
 	var held []*http.Response
-	for range 4 {
-		req, _ := http.NewRequest("GET", be.url+"/", nil)
+	for range n {
+		req, _ := http.NewRequest("GET", url, nil)
 		res, err := tr.RoundTrip(req)
 		if err != nil {
 			t.Fatal(err)
@@ -1305,6 +1294,12 @@ func TestUpstreamMaxIdleConns(t *testing.T) {
 		_, _ = io.Copy(io.Discard, res.Body)
 		res.Body.Close()
 	}
+}
+
+func TestUpstreamMaxIdleConns(t *testing.T) {
+	be := startRaw(t, answer("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"))
+	tr, _ := newUpstream(t, func(u *config.Upstream) { u.MaxIdleConns = 2 })
+	holdThenRelease(t, tr, be.url+"/", 4)
 	if idleConns(tr) != 2 || openConns(tr) != 2 {
 		t.Fatalf("pool: %d idle, %d open; want 2, 2", idleConns(tr), openConns(tr))
 	}
