@@ -11,6 +11,7 @@ import (
 	"net/http/httputil"
 	"net/textproto"
 	"strconv"
+	"strings"
 	"sync"
 )
 
@@ -221,24 +222,15 @@ func wireRemoveZone(host string) string {
 	if len(host) == 0 || host[0] != '[' {
 		return host
 	}
-	i := lastIndexByte(host, ']')
+	i := strings.LastIndexByte(host, ']')
 	if i < 0 {
 		return host
 	}
-	j := lastIndexByte(host[:i], '%')
+	j := strings.LastIndexByte(host[:i], '%')
 	if j < 0 {
 		return host
 	}
 	return host[:j] + host[i:]
-}
-
-func lastIndexByte(s string, c byte) int {
-	for i := len(s) - 1; i >= 0; i-- {
-		if s[i] == c {
-			return i
-		}
-	}
-	return -1
 }
 
 // wireValidFieldName reports whether k is a valid header field name (a
@@ -676,7 +668,7 @@ func wireParseHead(head []byte, lines int, req *http.Request, br *bufio.Reader) 
 func wireContainsToken(values []string, token string) bool {
 	for _, v := range values {
 		for {
-			part, rest, more := cutByte(v, ',')
+			part, rest, more := strings.Cut(v, ",")
 			for len(part) > 0 && (part[0] == ' ' || part[0] == '\t') {
 				part = part[1:]
 			}
@@ -693,15 +685,6 @@ func wireContainsToken(values []string, token string) bool {
 		}
 	}
 	return false
-}
-
-func cutByte(s string, c byte) (before, after string, found bool) {
-	for i := 0; i < len(s); i++ {
-		if s[i] == c {
-			return s[:i], s[i+1:], true
-		}
-	}
-	return s, "", false
 }
 
 // wireParseLength parses a Content-Length value of 1 to 18 digits; ok is
