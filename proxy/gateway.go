@@ -263,6 +263,7 @@ type exchange struct {
 	clientCx context.Context
 	upErr    error
 	addr     netip.Addr // client address, once derived
+	caller   caller     // who sent the request, from the auth step
 	order    orderState // validation and duplicate protection
 	limited  bool       // the route's limits were decided
 	decision limiter.Decision
@@ -311,19 +312,11 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	ex.route = route
 	ex.path = route.forwardPath(p)
 
-	var token string
-	if route.Auth != config.AuthNone {
-		t, present, ok := bearerToken(r.Header)
-		switch {
-		case !present && route.Auth == config.AuthRequired:
-			g.refuse(ex, r, errNotAuthenticated)
-			return
-		case present && !ok:
-			g.refuse(ex, r, errBadAuthHeader)
-			return
-		}
-		token = t
+	if e := g.authenticate(ex, r, route); e != nil {
+		g.refuse(ex, r, e)
+		return
 	}
+	token := ex.caller.token
 	var realIP []string
 	ex.addr, realIP = g.client(r)
 	if realIP != nil {
@@ -672,56 +665,6 @@ func headerSize(r *http.Request) int64 {
 		}
 	}
 	return int64(n)
-}
-
-// maxTokenLen bounds the bearer token accepted.
-const maxTokenLen = 4096
-
-// bearerToken reads "Authorization: Bearer <token>". present reports
-// whether any Authorization header was sent; ok whether it is exactly one
-// header of the Bearer scheme (case-insensitive) with an RFC 6750 token68.
-func bearerToken(h http.Header) (token string, present, ok bool) {
-	vs := h["Authorization"]
-	switch len(vs) {
-	case 0:
-		return "", false, false
-	case 1:
-	default:
-		return "", true, false // two headers: which one would the backend read?
-	}
-	v := vs[0]
-	const scheme = "bearer "
-	if len(v) <= len(scheme) || !strings.EqualFold(v[:len(scheme)], scheme) {
-		return "", true, false
-	}
-	t := v[len(scheme):]
-	if len(t) > maxTokenLen || !isToken68(t) {
-		return "", true, false
-	}
-	return t, true, true
-}
-
-// isToken68 reports whether s is an RFC 7235 token68:
-// 1*( ALPHA / DIGIT / "-" / "." / "_" / "~" / "+" / "/" ) *"=".
-func isToken68(s string) bool {
-	i := 0
-	for ; i < len(s); i++ {
-		c := s[i]
-		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' ||
-			c == '-' || c == '.' || c == '_' || c == '~' || c == '+' || c == '/' {
-			continue
-		}
-		break
-	}
-	if i == 0 {
-		return false
-	}
-	for ; i < len(s); i++ {
-		if s[i] != '=' {
-			return false
-		}
-	}
-	return true
 }
 
 // respWriter records the status and size of a response.

@@ -1607,7 +1607,7 @@ func TestUpstreamInGateway(t *testing.T) {
 		before := fb.n.Load()
 		body := `{"symbol":"BTC_USDT"}`
 		res := do(t, "POST", e.url+"/api/v1/odr/orders/", strings.NewReader(body),
-			"Authorization", "Bearer abc.def.ghi", "Content-Type", "application/json")
+			"Authorization", "Bearer abc.abc.abc", "Content-Type", "application/json")
 		res.Body.Close()
 		if res.StatusCode != http.StatusTeapot {
 			t.Fatalf("status %d", res.StatusCode)

@@ -316,10 +316,10 @@ func TestRefusedOrdersNeverReachBackend(t *testing.T) {
 	if n := st.backend.orders.Load(); n != 0 {
 		t.Fatalf("%d refused orders reached the backend", n)
 	}
-	// A well-formed but invalid token passes exgate (it holds no signing
+	// A canonical but invalid token passes exgate (it holds no signing
 	// key); the backend's own 401 passes through unchanged.
 	code, _, b := call(t, "POST", st.url+"/api/v1/odr/orders/", body,
-		"Authorization", "Bearer not.a.jwt", "Content-Type", "application/json")
+		"Authorization", "Bearer bm90.YQ.and0", "Content-Type", "application/json")
 	var e struct{ Detail, Code string }
 	decodeJSON(t, b, &e)
 	if code != 401 || e.Code != "token_not_valid" || st.backend.orders.Load() != 1 {

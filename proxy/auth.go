@@ -1,0 +1,103 @@
+package proxy
+
+import (
+	"net/http"
+	"strings"
+
+	"github.com/exgate/exgate/config"
+	"github.com/exgate/exgate/identity"
+)
+
+// caller is who sent a request, as the auth step established it.
+type caller struct {
+	// token is the bearer token in its canonical spelling, or "".
+	token string
+}
+
+// errTokenNotValid answers a bearer token exgate refuses, in the words
+// and code djangorestframework-simplejwt uses for the same refusal.
+var errTokenNotValid = static(http.StatusUnauthorized, "token_not_valid",
+	"Given token not valid for any token type",
+	"WWW-Authenticate", `Bearer realm="exgate", error="invalid_token"`)
+
+// authenticate is the auth step of a route that reads tokens: it reads the
+// bearer token (required or optional, as the route says), refuses a token
+// that is not in its canonical spelling, and rewrites the Authorization
+// header the backend receives to exactly "Bearer <token>", so that exgate
+// and the backend read the same token. It returns the answer to refuse
+// the request with, or nil; ex.caller holds the token.
+func (g *Gateway) authenticate(ex *exchange, r *http.Request, route *Route) *Error {
+	if route.Auth == config.AuthNone {
+		return nil
+	}
+	t, present, ok := bearerToken(r.Header)
+	switch {
+	case !present:
+		if route.Auth == config.AuthRequired {
+			return errNotAuthenticated
+		}
+		return nil
+	case !ok:
+		return errBadAuthHeader
+	}
+	if identity.IsJWS(t) && !identity.CanonicalJWS(t) {
+		return errTokenNotValid
+	}
+	if v := r.Header["Authorization"][0]; !strings.HasPrefix(v, bearerPrefix) {
+		r.Header["Authorization"] = []string{bearerPrefix + t}
+	}
+	ex.caller.token = t
+	return nil
+}
+
+// bearerPrefix is the scheme as the backend receives it.
+const bearerPrefix = "Bearer "
+
+// maxTokenLen bounds the bearer token accepted.
+const maxTokenLen = 4096
+
+// bearerToken reads "Authorization: Bearer <token>". present reports
+// whether any Authorization header was sent; ok whether it is exactly one
+// header of the Bearer scheme (case-insensitive) with an RFC 6750 token68.
+func bearerToken(h http.Header) (token string, present, ok bool) {
+	vs := h["Authorization"]
+	switch len(vs) {
+	case 0:
+		return "", false, false
+	case 1:
+	default:
+		return "", true, false // two headers: which one would the backend read?
+	}
+	v := vs[0]
+	if len(v) <= len(bearerPrefix) || !strings.EqualFold(v[:len(bearerPrefix)], bearerPrefix) {
+		return "", true, false
+	}
+	t := v[len(bearerPrefix):]
+	if len(t) > maxTokenLen || !isToken68(t) {
+		return "", true, false
+	}
+	return t, true, true
+}
+
+// isToken68 reports whether s is an RFC 7235 token68:
+// 1*( ALPHA / DIGIT / "-" / "." / "_" / "~" / "+" / "/" ) *"=".
+func isToken68(s string) bool {
+	i := 0
+	for ; i < len(s); i++ {
+		c := s[i]
+		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' ||
+			c == '-' || c == '.' || c == '_' || c == '~' || c == '+' || c == '/' {
+			continue
+		}
+		break
+	}
+	if i == 0 {
+		return false
+	}
+	for ; i < len(s); i++ {
+		if s[i] != '=' {
+			return false
+		}
+	}
+	return true
+}
