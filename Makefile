@@ -50,6 +50,7 @@ fuzz:
 	$(GO) test ./proxy -run='^$$' -fuzz=FuzzReadResponseHead -fuzztime=$(FUZZTIME)
 	$(GO) test ./proxy -run='^$$' -fuzz=FuzzWriteRequestHead -fuzztime=$(FUZZTIME)
 	$(GO) test ./config -run='^$$' -fuzz=FuzzParse -fuzztime=$(FUZZTIME)
+	$(GO) test ./identity -run='^$$' -fuzz=FuzzCanonicalBase64URL -fuzztime=$(FUZZTIME)
 	$(GO) test ./validate -run='^$$' -fuzz=FuzzCheck -fuzztime=$(FUZZTIME)
 
 ## run: the gateway in dev mode (embedded reference backend, in-memory limits).
