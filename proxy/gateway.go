@@ -275,8 +275,9 @@ type exchange struct {
 	rctx     routeContext  // the upstream request's context when UpstreamTransport serves it
 }
 
-// ServeHTTP runs the request pipeline: request id, header size, canonical
-// path, route, auth, body size, then the backend.
+// ServeHTTP runs the request pipeline: request id, header size,
+// Connection options, canonical path, route, auth, body size, then the
+// backend.
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	g.metrics.IncInflight()
 	ex := g.pool.Get().(*exchange)
@@ -292,6 +293,10 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if headerSize(r) > g.maxHeader {
 		g.refuse(ex, r, g.errHeader)
+		return
+	}
+	if e := checkConnection(r.Header); e != nil {
+		g.refuse(ex, r, e)
 		return
 	}
 	p, err := canonicalPath(r.URL.EscapedPath())

@@ -15,7 +15,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"sync/atomic"
 
 	"github.com/shopspring/decimal"
@@ -767,66 +766,4 @@ func (v *Validator) marketRules(st *state, rs *rules, ds *[numFields]dec, ok *[n
 		}
 		ok[id] = false
 	}
-}
-
-// jsonContentType reports whether the Content-Type header values are
-// exactly one "application/json", optionally with parameters, of which a
-// charset must be utf-8.
-func jsonContentType(values []string) bool {
-	if len(values) != 1 {
-		return false
-	}
-	s := values[0]
-	if s == "application/json" || s == "application/json; charset=utf-8" {
-		return true // the common spellings
-	}
-	mt, params, _ := strings.Cut(s, ";")
-	if !strings.EqualFold(strings.Trim(mt, " \t"), "application/json") {
-		return false
-	}
-	charset := false
-	for params != "" {
-		var p string
-		p, params, _ = strings.Cut(params, ";")
-		p = strings.Trim(p, " \t")
-		if p == "" {
-			continue
-		}
-		name, value, ok := strings.Cut(p, "=")
-		if !ok || !isToken(name) {
-			return false
-		}
-		if len(value) >= 2 && value[0] == '"' && value[len(value)-1] == '"' {
-			value = value[1 : len(value)-1]
-			if strings.ContainsAny(value, "\"\\") {
-				return false
-			}
-		} else if !isToken(value) {
-			return false
-		}
-		if strings.EqualFold(name, "charset") {
-			if charset || !strings.EqualFold(value, "utf-8") && !strings.EqualFold(value, "utf8") {
-				return false
-			}
-			charset = true
-		}
-	}
-	return true
-}
-
-// isToken reports whether s is an RFC 9110 token.
-func isToken(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' {
-			continue
-		}
-		if !strings.ContainsRune("!#$%&'*+-.^_`|~", rune(c)) {
-			return false
-		}
-	}
-	return true
 }

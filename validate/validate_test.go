@@ -3,6 +3,7 @@ package validate
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -421,18 +422,48 @@ func TestContentType(t *testing.T) {
 		{[]string{"application/json; charset=utf-8"}, true},
 		{[]string{"application/json;charset=UTF-8"}, true},
 		{[]string{`application/json; charset="utf-8"`}, true},
-		{[]string{"application/json; charset=utf8"}, true},
+		{[]string{`application/json; charset="UTF-8"`}, true},
 		{[]string{"Application/JSON"}, true},
+		{[]string{"APPLICATION/JSON; CHARSET=UTF-8"}, true},
 		{[]string{" application/json "}, true},
+		{[]string{"application/json \t; \tcharset=utf-8 "}, true},
 		{[]string{"application/json;"}, true},
-		{[]string{"application/json; version=2"}, true},
+		{[]string{"application/json; charset=utf-8;"}, true},
+		{[]string{"application/json;;"}, false},
+		{[]string{"application/json; ; charset=utf-8"}, false},
 		{nil, false},
 		{[]string{""}, false},
 		{[]string{"text/plain"}, false},
 		{[]string{"application/x-www-form-urlencoded"}, false},
+		// Another charset, or utf-8 under another name.
 		{[]string{"application/json; charset=latin1"}, false},
 		{[]string{"application/json; charset=utf-16"}, false},
+		{[]string{"application/json; charset=utf8"}, false},
+		{[]string{"application/json; charset=shift_jis_2004"}, false},
+		{[]string{"application/json; charset=idna"}, false},
+		{[]string{"application/json; charset=utf-8x"}, false},
+		{[]string{"application/json; charset=\"utf-8\"x"}, false},
+		// Any other parameter.
+		{[]string{"application/json; version=2"}, false},
+		{[]string{"application/json; charset=utf-8; version=2"}, false},
+		{[]string{"application/json; q=1"}, false},
+		// A repeated parameter, even with the same value.
 		{[]string{"application/json; charset=utf-8; charset=utf-8"}, false},
+		{[]string{"application/json; charset=utf-8; CHARSET=utf-8"}, false},
+		// RFC 2231: extended values and continuations (Django reads
+		// charset* as charset).
+		{[]string{"application/json; charset*=idna"}, false},
+		{[]string{"application/json; charset*=utf-8''"}, false},
+		{[]string{"application/json; charset*=shift_jis_2004''x"}, false},
+		{[]string{"application/json; charset=utf-8; charset*=idna"}, false},
+		{[]string{"application/json; charset*0=utf; charset*1=-8"}, false},
+		// Spellings parsers read differently: spaces around "=", escapes
+		// in quotes, Unicode look-alikes, lists.
+		{[]string{"application/json; charset = utf-8"}, false},
+		{[]string{"application/json; charset= utf-8"}, false},
+		{[]string{`application/json; charset="utf\-8"`}, false},
+		{[]string{"application/json; char\u017fet=utf-8"}, false},
+		{[]string{"application/j\u017fon"}, false},
 		{[]string{"application/jsonx"}, false},
 		{[]string{"application/json-patch+json"}, false},
 		{[]string{"application/vnd.api+json"}, false},
@@ -441,20 +472,23 @@ func TestContentType(t *testing.T) {
 		{[]string{"application/json; charset"}, false},
 		{[]string{"application/json; =utf-8"}, false},
 		{[]string{`application/json; charset="utf-8`}, false},
+		{[]string{"application /json"}, false},
+		{[]string{"application/json\x00"}, false},
 	}
 	body := []byte(limit())
 	for _, tt := range tests {
-		_, p := v.Check(tt.values, body)
-		if tt.ok != (p == nil) {
-			t.Errorf("Content-Type %q: problem %v, want ok=%v", tt.values, p, tt.ok)
-			continue
-		}
-		if !tt.ok && (p.Status != 415 || p.Code != CodeUnsupportedMediaType) {
-			t.Errorf("Content-Type %q: %d %s", tt.values, p.Status, p.Code)
-		}
-		if pre := v.PreCheck(tt.values, -1); (pre == nil) != tt.ok {
-			t.Errorf("PreCheck(%q) = %v", tt.values, pre)
-		}
+		t.Run(fmt.Sprintf("%q", tt.values), func(t *testing.T) {
+			_, p := v.Check(tt.values, body)
+			if tt.ok != (p == nil) {
+				t.Fatalf("problem %v, want ok=%v", p, tt.ok)
+			}
+			if !tt.ok && (p.Status != 415 || p.Code != CodeUnsupportedMediaType) {
+				t.Errorf("%d %s, want 415 %s", p.Status, p.Code, CodeUnsupportedMediaType)
+			}
+			if pre := v.PreCheck(tt.values, -1); (pre == nil) != tt.ok {
+				t.Errorf("PreCheck = %v", pre)
+			}
+		})
 	}
 }
 

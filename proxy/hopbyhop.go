@@ -1,0 +1,89 @@
+package proxy
+
+import (
+	"net/http"
+	"net/textproto"
+	"strings"
+)
+
+// endToEndHeaders are the headers exgate reads or sets, and the backend
+// relies on, that a Connection header must not name. httputil.ReverseProxy
+// removes every header the Connection header lists (RFC 9110 §7.6.1): a
+// client sending "Connection: Authorization" would be counted under its
+// token by exgate and arrive anonymous at the backend; "Connection:
+// X-Real-Ip" would remove the address exgate sets. Such a request is
+// refused before any limit is charged.
+var endToEndHeaders = [...]string{
+	"authorization",
+	"content-encoding",
+	"content-length",
+	"content-type",
+	"cookie",
+	"forwarded",
+	"host",
+	"idempotency-key",
+	"idempotent-replayed",
+	"transfer-encoding",
+	"x-real-ip",
+	"x-request-id",
+}
+
+// endToEndPrefix names a family of end-to-end headers exgate sets
+// (X-Forwarded-For, -Host, -Proto) or that backends read
+// (X-Forwarded-Port, -Prefix, …).
+const endToEndPrefix = "x-forwarded-"
+
+var errHopByHopAbuse = static(http.StatusBadRequest, "invalid_header",
+	"The Connection header may not name an end-to-end header (such as Authorization, Content-Type, "+
+		"Content-Length, Host, Forwarded, X-Forwarded-For, X-Real-IP or X-Request-ID).")
+
+// checkConnection refuses a request whose Connection header names one of
+// the end-to-end headers exgate reads or sets. Connection options are a
+// comma-separated list across any number of header lines, compared
+// case-insensitively after trimming white space, as ReverseProxy reads
+// them.
+func checkConnection(h http.Header) *Error {
+	for _, v := range h["Connection"] {
+		for v != "" {
+			var opt string
+			opt, v, _ = strings.Cut(v, ",")
+			if namesEndToEnd(textproto.TrimString(opt)) {
+				return errHopByHopAbuse
+			}
+		}
+	}
+	return nil
+}
+
+// namesEndToEnd reports whether the connection option opt names an
+// end-to-end header, ignoring ASCII case.
+func namesEndToEnd(opt string) bool {
+	if len(opt) > len(endToEndPrefix) && asciiEqualFold(opt[:len(endToEndPrefix)], endToEndPrefix) {
+		return true
+	}
+	for _, name := range endToEndHeaders {
+		if asciiEqualFold(opt, name) {
+			return true
+		}
+	}
+	return false
+}
+
+// asciiEqualFold reports whether s equals the lower-case ASCII string
+// lower, ignoring ASCII case only: net/http canonicalises header names by
+// ASCII case, so Unicode look-alikes never name the same header.
+func asciiEqualFold(s, lower string) bool {
+	if len(s) != len(lower) {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c >= 'A' && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		if c != lower[i] {
+			return false
+		}
+	}
+	return true
+}
