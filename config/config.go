@@ -122,12 +122,6 @@ type Upstream struct {
 	// IdleConnTimeout closes pooled connections idle this long; keep it
 	// below the backend's own keep-alive timeout. Default 90s.
 	IdleConnTimeout time.Duration `yaml:"idle_conn_timeout"`
-	// Transport selects the HTTP client to the backend: "fast" sends GET,
-	// HEAD and OPTIONS requests on exgate's own HTTP/1.1 client (no
-	// goroutines per connection; everything else, orders included, goes
-	// through the standard library's), "standard" sends everything
-	// through the standard library's. Default "fast".
-	Transport string `yaml:"transport"`
 }
 
 // ClientIP says how the client address is derived.
@@ -317,12 +311,6 @@ const (
 	ValidateOrd  = "order"
 )
 
-// Upstream transports.
-const (
-	TransportFast     = "fast"
-	TransportStandard = "standard"
-)
-
 // Limiter backends, store-error modes and header styles.
 const (
 	HeadersIETF   = "ietf"
@@ -363,7 +351,6 @@ func Default() *Config {
 			DialTimeout:     2 * time.Second,
 			MaxIdleConns:    512,
 			IdleConnTimeout: 90 * time.Second,
-			Transport:       TransportFast,
 		},
 		ClientIP: ClientIP{IPv6Prefix: 64},
 		Limiter: Limiter{

@@ -246,6 +246,9 @@ var invalidFixtures = map[string][]string{
 		`frobnicate: unknown key "frobnicate" (line 5)`,
 		`routes[0].limts: unknown key "limts"; did you mean "limits"? (line 9)`,
 	},
+	"bad-removed-transport.yaml": {
+		`upstream.transport: removed: exgate always forwards through Go's net/http Transport (its own HTTP/1.1 client is gone, it could hand a client a response a backend sent unasked on a keep-alive connection); remove this key (line 3)`,
+	},
 	"bad-types.yaml": {
 		`listen: want a string, got a sequence (line 1)`,
 		`server: want a mapping, got the integer 5 (line 2)`,
@@ -806,6 +809,9 @@ func TestCheckFile(t *testing.T) {
 		{"", nil, true, "ok\n"},
 		{"testdata/bad-method.yaml", nil, false, "routes[1].match: unknown method \"GTE\" (line 7)\n"},
 		{"testdata/bad-write-timeout.yaml", nil, false, strings.Join(invalidFixtures["bad-write-timeout.yaml"], "\n") + "\n"},
+		{"testdata/bad-removed-transport.yaml", nil, false, invalidFixtures["bad-removed-transport.yaml"][0] + "\n"},
+		{"testdata/minimal.yaml", map[string]string{"EXGATE_UPSTREAM_TRANSPORT": "standard"}, false,
+			"EXGATE_UPSTREAM_TRANSPORT (upstream.transport): removed: exgate always forwards through Go's net/http Transport (its own HTTP/1.1 client is gone, it could hand a client a response a backend sent unasked on a keep-alive connection); remove this key\n"},
 		{"testdata/minimal.yaml", map[string]string{"EXGATE_LOG_LEVEL": "loud"}, false,
 			"EXGATE_LOG_LEVEL (log.level): want \"debug\", \"info\", \"warn\" or \"error\", got \"loud\"\n"},
 	}

@@ -75,6 +75,7 @@ func Parse(name string, data []byte, getenv func(string) (string, bool)) (*Confi
 	}
 	e := &envApplier{getenv: getenv, col: col, src: src}
 	e.walk(reflect.ValueOf(c).Elem(), "", "EXGATE")
+	checkRemovedEnv(getenv, col)
 
 	failed := make([]string, 0, len(col.errs))
 	for _, fe := range col.errs {
@@ -295,6 +296,10 @@ func (d *decoder) value(n *yaml.Node, v reflect.Value, path string, depth int) {
 			kp := joinKey(path, p.key.Value)
 			f, ok := fieldByKey(v, p.key.Value)
 			if !ok {
+				if msg, removed := removedKeyMsg(kp); removed {
+					d.addf(kp, p.key.Line, "%s", msg)
+					continue
+				}
 				d.addf(kp, p.key.Line, "unknown key %q%s", p.key.Value, didYouMean(p.key.Value, known))
 				continue
 			}

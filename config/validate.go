@@ -150,7 +150,6 @@ func (c *Config) validate() Errors {
 	if u.MaxIdleConns < 0 {
 		v.addf("upstream.max_idle_conns", "must not be negative, got %d", u.MaxIdleConns)
 	}
-	v.oneOf("upstream.transport", u.Transport, TransportFast, TransportStandard)
 	if u.MaxConnsPerHost < 0 {
 		v.addf("upstream.max_conns_per_host", "must not be negative (0 means no cap), got %d", u.MaxConnsPerHost)
 	}

@@ -41,8 +41,7 @@ type Options struct {
 	// Now is the clock. Nil means time.Now.
 	Now func() time.Time
 	// Transport carries requests to the backend. Nil means
-	// NewUpstreamTransport over NewTransport when upstream.transport is
-	// "fast", NewTransport alone when it is "standard".
+	// NewTransport(upstream).
 	Transport http.RoundTripper
 	// Limits enforces the rate limits. Nil means no route is limited.
 	Limits *limiter.Enforcer
@@ -90,7 +89,6 @@ type Gateway struct {
 	maxBody     int64
 	errHeader   *Error
 	errBody     *Error
-	fast        bool // transport is an UpstreamTransport to an http backend
 	draining    atomic.Bool
 	pool        sync.Pool // *exchange
 }
@@ -124,10 +122,7 @@ func New(cfg *config.Config, opts Options) (*Gateway, error) {
 		g.now = time.Now
 	}
 	if g.transport == nil {
-		g.transport = NewBackendTransport(cfg.Upstream)
-	}
-	if _, ok := g.transport.(*UpstreamTransport); ok && g.target.Scheme == "http" {
-		g.fast = true
+		g.transport = NewTransport(cfg.Upstream)
 	}
 	for _, p := range cfg.ClientIP.TrustedProxies {
 		g.trusted = append(g.trusted, p.Prefix)
@@ -155,29 +150,6 @@ func New(cfg *config.Config, opts Options) (*Gateway, error) {
 	}
 	g.pool.New = func() any { return new(exchange) }
 	return g, nil
-}
-
-// NewTransport returns the Transport to the backend: a keep-alive pool
-// sized for hundreds of concurrent requests, bounded dials, no transparent
-// compression (bodies pass through byte for byte) and no HTTP proxy from
-// the environment.
-func NewTransport(u config.Upstream) *http.Transport {
-	d := &net.Dialer{Timeout: u.DialTimeout, KeepAlive: 30 * time.Second}
-	return &http.Transport{
-		Proxy:                  nil,
-		DialContext:            d.DialContext,
-		MaxIdleConns:           u.MaxIdleConns,
-		MaxIdleConnsPerHost:    u.MaxIdleConns,
-		MaxConnsPerHost:        u.MaxConnsPerHost,
-		IdleConnTimeout:        u.IdleConnTimeout,
-		TLSHandshakeTimeout:    5 * time.Second,
-		ExpectContinueTimeout:  time.Second,
-		MaxResponseHeaderBytes: 1 << 20,
-		DisableCompression:     true,
-		ForceAttemptHTTP2:      true,
-		WriteBufferSize:        16 << 10,
-		ReadBufferSize:         16 << 10,
-	}
 }
 
 // plan is what a reload replaces: the route table with each route's
@@ -228,17 +200,6 @@ func (g *Gateway) Reload(cfg *config.Config, rules *limiter.Rules, v *validate.V
 // Rules returns the rate limits in force.
 func (g *Gateway) Rules() *limiter.Rules { return g.plan.Load().rules }
 
-// NewBackendTransport returns the transport upstream.transport selects:
-// UpstreamTransport (with NewTransport for what it does not serve) for
-// "fast", NewTransport for "standard".
-func NewBackendTransport(u config.Upstream) http.RoundTripper {
-	std := NewTransport(u)
-	if u.Transport == config.TransportStandard {
-		return std
-	}
-	return NewUpstreamTransport(u, std)
-}
-
 // SetDraining marks the gateway as shutting down: /readyz answers 503 from
 // then on so load balancers stop sending traffic.
 func (g *Gateway) SetDraining() { g.draining.Store(true) }
@@ -272,7 +233,6 @@ type exchange struct {
 	upDone   bool          // the upstream duration was observed
 	upDur    time.Duration // how long the backend took to answer with headers, or to fail
 	upStatus int           // the backend's status, or 0
-	rctx     routeContext  // the upstream request's context when UpstreamTransport serves it
 }
 
 // ServeHTTP runs the request pipeline: request id, header size,
@@ -370,13 +330,6 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		parent = context.WithValue(context.WithoutCancel(parent), claimKey{}, ex)
 	}
 	ex.upStart = g.now()
-	if g.fast && !ex.order.claimed && fastExchange(r) {
-		// UpstreamTransport enforces the route's deadline on the
-		// connection: no timer, no cancel context (see routeContext).
-		ex.rctx = routeContext{Context: parent, deadline: ex.upStart.Add(route.Timeout)}
-		g.rp.ServeHTTP(&ex.rw, r.WithContext(&ex.rctx))
-		return
-	}
 	ctx, cancel := context.WithTimeout(parent, route.Timeout)
 	defer cancel()
 	g.rp.ServeHTTP(&ex.rw, r.WithContext(ctx))
@@ -436,6 +389,7 @@ func (g *Gateway) rewrite(pr *httputil.ProxyRequest) {
 	out.URL.Path = g.basePath + pr.In.URL.Path
 	out.URL.RawPath = ""
 	out.Host = ""
+	closeAfterHead(out)
 	// What httputil.ProxyRequest.SetXForwarded sets, from the
 	// connection's peer worked out once per connection, with shared
 	// header values instead of new ones per request. ReverseProxy has
@@ -476,9 +430,13 @@ var (
 	forwardedHTTPS = []string{"https"}
 )
 
-// modifyResponse records the response of a claimed order and adds the
-// request id to backend responses that lack one.
+// modifyResponse refuses a response that names another request's id,
+// records the response of a claimed order and adds the request id to
+// backend responses that lack one.
 func (g *Gateway) modifyResponse(res *http.Response) error {
+	if err := checkResponseID(res); err != nil {
+		return err // before anything is recorded: the answer is not this request's
+	}
 	if err := g.recordResponse(res); err != nil {
 		return err
 	}

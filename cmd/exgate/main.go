@@ -239,7 +239,7 @@ func start(cfg *config.Config, d deps) (*app, error) {
 		return nil, err
 	}
 	gwOpts := proxy.Options{
-		Logger: d.log.Named("gateway"), Now: d.now, Transport: backendTransport(cfg.Upstream, transport),
+		Logger: d.log.Named("gateway"), Now: d.now, Transport: transport,
 		Limits: a.limits.Enforcer, Rules: limiter.Compile(cfg, tokens), Metrics: m,
 		Validator: v,
 	}
@@ -289,17 +289,6 @@ func start(cfg *config.Config, d deps) (*app, error) {
 		d.log.Warn("rate limits are kept in this process: each replica counts on its own; set limiter.redis.addrs to share them")
 	}
 	return a, nil
-}
-
-// backendTransport returns the transport requests are forwarded on:
-// upstream.transport "fast" puts exgate's own HTTP/1.1 client in front of
-// std (the standard library's, which also fetches the catalogue) for GET,
-// HEAD and OPTIONS; "standard" is std alone.
-func backendTransport(u config.Upstream, std *http.Transport) http.RoundTripper {
-	if u.Transport == config.TransportStandard {
-		return std
-	}
-	return proxy.NewUpstreamTransport(u, std)
 }
 
 // validatesOrders reports whether some route validates order bodies.

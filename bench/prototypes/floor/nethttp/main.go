@@ -1,9 +1,9 @@
 //go:build ignore
 
 // Command nethttp is the floor of a proxy built on net/http's server: the
-// least a handler can do to forward a GET with exgate's own upstream
-// client (proxy.UpstreamTransport) — no routing, limits, metrics,
-// request ids or error shape. Measured next to exgate and NGINX in
+// least a handler can do to forward a request with net/http's Transport,
+// tuned as exgate tunes it (proxy.NewTransport) — no routing, limits,
+// metrics, request ids or error shape. Measured next to exgate and NGINX in
 // docs/performance.md ("The floor of net/http").
 //
 //	go build -o /tmp/floor-nethttp bench/prototypes/floor/nethttp/main.go
@@ -26,7 +26,7 @@ func main() {
 	if err != nil {
 		panic(err)
 	}
-	tr := proxy.NewUpstreamTransport(config.Default().Upstream, nil)
+	tr := proxy.NewTransport(config.Default().Upstream)
 	bufs := sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		out := r.Clone(r.Context())
