@@ -17,8 +17,9 @@ type Validation struct {
 	// 413. It must not exceed server.max_body_bytes. Default 8KiB.
 	MaxBodyBytes ByteSize `yaml:"max_body_bytes"`
 	// UnknownFields is what happens to body fields the spec does not
-	// define: "reject" (400 naming each one) or "allow" (forwarded
-	// unchecked, though still refused when duplicated). Default "reject".
+	// define: "reject" (400 naming each one) or "allow" (accepted, though
+	// still refused when duplicated, and left out of the canonical order
+	// the backend receives). Default "reject".
 	UnknownFields string `yaml:"unknown_fields"`
 	// BeforeCatalogue is what happens to orders that arrive before the
 	// market catalogue first loaded: "reject" (503 catalogue_unavailable)

@@ -50,7 +50,8 @@ var (
 
 // checkOrder validates an order request and claims its identifier. It
 // returns false when it has answered the request itself; otherwise the
-// request's body is the validated bytes, to be forwarded as they are.
+// request's body is the order's canonical encoding (forwardCanonical),
+// whose fingerprint duplicate protection compares.
 func (g *Gateway) checkOrder(ex *exchange, r *http.Request, v *validate.Validator, tokenID string) bool {
 	if p := v.PreCheck(r.Header["Content-Type"], r.ContentLength); p != nil {
 		g.metrics.ValidationRejected(p.Code)
@@ -78,13 +79,7 @@ func (g *Gateway) checkOrder(ex *exchange, r *http.Request, v *validate.Validato
 		g.reject(ex, problemError(p))
 		return false
 	}
-	// The transport owns the body from here and closes it when done
-	// writing, which returns the buffer to the pool.
-	r.Body = &pooledBody{Reader: bytes.NewReader(body), bp: bp}
-	ex.order.body = nil
-	r.ContentLength = int64(len(body))
-	r.TransferEncoding = nil
-	r.Header.Del("Transfer-Encoding")
+	body = forwardCanonical(ex, r, &order)
 
 	if order.Identifier == "" || g.idem == nil || tokenID == "" {
 		return true

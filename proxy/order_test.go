@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -65,33 +66,95 @@ func placed(w http.ResponseWriter, r *http.Request) {
 	_, _ = io.WriteString(w, `{"id":1,"state":"active"}`)
 }
 
-func TestValidOrderForwardedByteForByte(t *testing.T) {
+// TestValidOrderForwardedCanonically: the backend receives the order
+// exgate validated, re-encoded (known fields, decimals as exact strings,
+// application/json, its own length), never the client's bytes.
+func TestValidOrderForwardedCanonically(t *testing.T) {
 	e := startOrders(t, placed)
-	// Odd but valid: whitespace, numbers in exponent form, key order.
-	body := " {\n \"base_amount\" : 1e-3 ,\"side\":\"buy\",\t\"symbol\":\"BTC_USDT\",\"type\":\"limit\",\"price\":6.5E4 }\n"
-	res := postOrder(t, e, body)
-	io.Copy(io.Discard, res.Body)
-	res.Body.Close()
-	if res.StatusCode != 201 {
-		t.Fatalf("status %d", res.StatusCode)
+	tests := []struct {
+		name   string
+		body   string
+		header []string
+		want   string
+	}{
+		{"odd but valid: white space, exponents, key order, numbers",
+			" {\n \"base_amount\" : 1e-3 ,\"side\":\"buy\",\t\"symbol\":\"BTC_USDT\",\"type\":\"limit\",\"price\":6.5E4 }\n", nil,
+			`{"symbol":"BTC_USDT","type":"limit","side":"buy","base_amount":"0.001","price":"65000"}`},
+		{"a number a float cannot hold",
+			`{"symbol":"BTC_USDT","type":"limit","side":"buy","base_amount":"0.000001","price":99999999999999999.99}`, nil,
+			`{"symbol":"BTC_USDT","type":"limit","side":"buy","base_amount":"0.000001","price":"99999999999999999.99"}`},
+		{"escapes decoded, nulls dropped, charset parameter dropped",
+			`{"symbol":"BTC\u005fUSDT","type":"market","side":"s\u0065ll","base_amount":"0.5","price":null,"identifier":"\u0061b"}`,
+			[]string{"Content-Type", "Application/JSON; charset=UTF-8", "Content-Encoding", "identity"},
+			`{"symbol":"BTC_USDT","type":"market","side":"sell","base_amount":"0.5","identifier":"ab"}`},
 	}
-	got := e.backend.last(t)
-	if got.Body != body || got.ContentLength != int64(len(body)) {
-		t.Errorf("backend got %q (length %d), want the body byte for byte", got.Body, got.ContentLength)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := append([]string{"Authorization", "Bearer tok"}, tt.header...)
+			if len(tt.header) == 0 {
+				h = append(h, "Content-Type", "application/json")
+			}
+			res := do(t, "POST", e.url+"/api/v1/odr/orders/", strings.NewReader(tt.body), h...)
+			io.Copy(io.Discard, res.Body)
+			res.Body.Close()
+			if res.StatusCode != 201 {
+				t.Fatalf("status %d", res.StatusCode)
+			}
+			got := e.backend.last(t)
+			if got.Body != tt.want || got.ContentLength != int64(len(tt.want)) {
+				t.Errorf("backend got %q (length %d), want %q", got.Body, got.ContentLength, tt.want)
+			}
+			if ct := got.Header["Content-Type"]; len(ct) != 1 || ct[0] != "application/json" {
+				t.Errorf("backend got Content-Type %q", ct)
+			}
+			if cl := got.Header.Get("Content-Length"); cl != strconv.Itoa(len(tt.want)) {
+				t.Errorf("backend got Content-Length %q", cl)
+			}
+			if ce := got.Header["Content-Encoding"]; ce != nil {
+				t.Errorf("backend got Content-Encoding %q", ce)
+			}
+		})
 	}
-	// A chunked body is forwarded with its length, unchanged.
+	// A chunked body is forwarded canonically, with its length.
 	raw := "POST /api/v1/odr/orders/ HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer tok\r\nContent-Type: application/json\r\n" +
 		"Transfer-Encoding: chunked\r\n\r\n10\r\n{\"symbol\":\"BTC_U\r\n3c\r\nSDT\",\"type\":\"market\",\"side\":\"buy\",\"base_amount\":\"0.5\"}      \r\n0\r\n\r\n"
-	res = rawRequest(t, e.addr, raw)
+	res := rawRequest(t, e.addr, raw)
 	io.Copy(io.Discard, res.Body)
 	res.Body.Close()
 	if res.StatusCode != 201 {
 		t.Fatalf("chunked: %d", res.StatusCode)
 	}
-	got = e.backend.last(t)
-	want := `{"symbol":"BTC_USDT","type":"market","side":"buy","base_amount":"0.5"}      `
+	got := e.backend.last(t)
+	want := `{"symbol":"BTC_USDT","type":"market","side":"buy","base_amount":"0.5"}`
 	if got.Body != want || len(got.TransferEncoding) != 0 || got.ContentLength != int64(len(want)) {
 		t.Errorf("chunked body forwarded as %q %v %d", got.Body, got.TransferEncoding, got.ContentLength)
+	}
+}
+
+// TestTwoSpellingsOfOneOrderAreOneOrder: duplicate protection compares
+// canonical encodings, so a retry spelled differently is replayed, and a
+// different order under the same identifier is still refused.
+func TestTwoSpellingsOfOneOrderAreOneOrder(t *testing.T) {
+	e := startOrders(t, placed)
+	first := `{"symbol":"BTC_USDT","type":"limit","side":"buy","price":"65000.00","base_amount":"0.0015","identifier":"o-1"}`
+	again := `{ "identifier":"o\u002d1", "base_amount":1.5e-3, "price":65000, "side":"buy","type":"limit","symbol":"BTC_USDT" }`
+	other := `{"symbol":"BTC_USDT","type":"limit","side":"buy","price":"65000.01","base_amount":"0.0015","identifier":"o-1"}`
+	res := postOrder(t, e, first)
+	io.Copy(io.Discard, res.Body)
+	res.Body.Close()
+	if res.StatusCode != 201 {
+		t.Fatalf("first: %d", res.StatusCode)
+	}
+	res = postOrder(t, e, again)
+	io.Copy(io.Discard, res.Body)
+	res.Body.Close()
+	if res.StatusCode != 201 || res.Header.Get(idempotency.ReplayedHeader) != "true" {
+		t.Fatalf("the same order spelled differently: %d, replayed %q; want the first response replayed",
+			res.StatusCode, res.Header.Get(idempotency.ReplayedHeader))
+	}
+	assertError(t, postOrder(t, e, other), http.StatusConflict, "duplicate_identifier")
+	if n := e.backend.count(); n != 1 {
+		t.Errorf("backend received %d orders, want 1", n)
 	}
 }
 

@@ -421,6 +421,7 @@ func FuzzCheck(f *testing.F) {
 			if o.Market == nil || o.Type == "" || o.Side == "" {
 				t.Fatalf("accepted order %+v", o)
 			}
+			checkCanonical(t, validators[allow], body, &o)
 		case want.status == 200:
 			t.Fatalf("refused %q with %d %s %v; the reference accepts it", body, p.Status, p.Code, p.Fields)
 		case p.Status != want.status || p.Code != want.code:

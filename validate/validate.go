@@ -4,8 +4,8 @@
 // the trading API and the live market catalogue, which it fetches from
 // the backend and refreshes (Catalogue).
 //
-// A Validator only reads the body; the proxy forwards the bytes it
-// received unchanged. Check scans the body once, by hand, without
+// A Validator only reads the body; the proxy forwards the order's
+// canonical encoding (Order.AppendCanonical), never the client's bytes. Check scans the body once, by hand, without
 // encoding/json and without building values, and reads decimals exactly
 // from their text, never through a float. docs/validation.md lists every
 // rule.
@@ -47,6 +47,13 @@ type Order struct {
 	// precisions, increments, bounds) were skipped because the catalogue
 	// had not loaded and before_catalogue is "pass".
 	Partial bool
+	// Symbol is the order's market symbol as validated.
+	Symbol string
+
+	// amounts are the decimal fields (base_amount … oco_target_price,
+	// indexed from fBaseAmount) that the order carries; has says which.
+	amounts [numAmounts]dec
+	has     [numAmounts]bool
 }
 
 // Validator checks order requests. It is safe for concurrent use.
@@ -319,6 +326,9 @@ const (
 	numFields
 )
 
+// numAmounts is the number of decimal fields, fBaseAmount to fOCOTarget.
+const numAmounts = fOCOTarget - fBaseAmount + 1
+
 // fieldID returns the index of a known field, or -1.
 func fieldID(key []byte) int {
 	switch string(key) {
@@ -557,6 +567,7 @@ func (v *Validator) fields(st *state, cs *compiled) Order {
 			rep.add("symbol", "must be <BASE>_<QUOTE> of upper-case letters and digits, such as \"BTC_USDT\"")
 		case cs == nil:
 			o.Partial = true
+			o.Symbol = string(s)
 		default:
 			if rs = cs.rules[string(s)]; rs == nil {
 				rep.add("symbol", "no market "+strconv.Quote(string(s)))
@@ -564,7 +575,7 @@ func (v *Validator) fields(st *state, cs *compiled) Order {
 				rep.add("symbol", "market "+rs.m.Symbol+" is not tradable")
 				rs = nil
 			} else {
-				o.Market = rs.m
+				o.Market, o.Symbol = rs.m, rs.m.Symbol
 			}
 		}
 	} else if cs == nil {
@@ -649,6 +660,9 @@ func (v *Validator) fields(st *state, cs *compiled) Order {
 				rep.add(NonFieldErrors, rs.minValueMsg+" (quote_amount)")
 			}
 		}
+	}
+	for id := fBaseAmount; id <= fOCOTarget; id++ {
+		o.amounts[id-fBaseAmount], o.has[id-fBaseAmount] = ds[id], ok[id]
 	}
 	return o
 }
