@@ -94,6 +94,15 @@ type Server struct {
 	// ShutdownTimeout bounds how long in-flight requests may take to finish
 	// after the listener closes. Default 25s.
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
+	// TLS terminates TLS on the traffic listener. Default: off (plain
+	// HTTP/1.1).
+	TLS TLS `yaml:"tls"`
+	// HTTP2 sets the limits of HTTP/2, offered to TLS clients through
+	// ALPN.
+	HTTP2 HTTP2 `yaml:"http2"`
+	// ProxyProtocol accepts the PROXY protocol (v1 and v2) from load
+	// balancers. Default: off.
+	ProxyProtocol ProxyProtocol `yaml:"proxy_protocol"`
 }
 
 // Admin configures the admin listener.
@@ -344,6 +353,9 @@ func Default() *Config {
 			MaxHeaderBytes:    16 << 10,
 			MaxBodyBytes:      1 << 20,
 			ShutdownTimeout:   25 * time.Second,
+			TLS:               TLS{ReloadInterval: 10 * time.Second},
+			HTTP2:             HTTP2{Enabled: true, MaxConcurrentStreams: 100},
+			ProxyProtocol:     ProxyProtocol{Policy: ProxyRequired},
 		},
 		Upstream: Upstream{
 			URL:             MustURL("http://127.0.0.1:9000"),

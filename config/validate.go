@@ -135,6 +135,7 @@ func (c *Config) validate() Errors {
 	if s.WriteTimeout > 0 {
 		c.checkWriteTimeout(v)
 	}
+	c.checkEdge(v)
 
 	// Upstream.
 	u := c.Upstream

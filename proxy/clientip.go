@@ -71,7 +71,7 @@ type peer struct {
 	realIP  []string // X-Real-IP value when the peer is the client; never modified
 }
 
-// peerKey is the context key of a connection's *peer.
+// peerKey is the context key of a connection's *connPeer.
 type peerKey struct{}
 
 // newPeer works out the peer of a connection whose remote address is
@@ -89,8 +89,8 @@ func newPeer(remoteAddr string, trusted []netip.Prefix) *peer {
 // peerOf returns the peer of r's connection: the one the server recorded
 // (Server.ConnContext), else worked out from r.RemoteAddr.
 func (g *Gateway) peerOf(r *http.Request) *peer {
-	if p, ok := r.Context().Value(peerKey{}).(*peer); ok && p != nil {
-		return p
+	if p, ok := r.Context().Value(peerKey{}).(*connPeer); ok && p != nil {
+		return p.get()
 	}
 	return newPeer(r.RemoteAddr, g.trusted)
 }

@@ -113,7 +113,7 @@ func serve(t *testing.T, cfg *config.Config, be *backend, opts Options) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := NewServer(cfg, gw, zap.NewNop())
+	srv := NewServer(cfg, gw, zap.NewNop(), nil)
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -5,17 +5,25 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"sync"
 
 	"go.uber.org/zap"
 
 	"github.com/exgate/exgate/config"
+	"github.com/exgate/exgate/metrics"
 )
 
 // NewServer returns the traffic server for h with the configured timeouts
 // and header limit. net/http itself refuses a request whose headers exceed
 // the limit by more than 4 KiB (with a plain-text 431) and a request it
 // cannot parse (plain-text 400); every other refusal is exgate's JSON.
-func NewServer(cfg *config.Config, h http.Handler, log *zap.Logger) *http.Server {
+//
+// Served by ServeTraffic with certificates, it speaks HTTP/2 to clients
+// that offer it (net/http's own, through ALPN) under server.http2's
+// limits: the header list is bounded by server.max_header_bytes as an
+// HTTP/1.1 request's headers are, and every request goes through the same
+// handler. m counts HTTP/2 protocol errors; it may be nil.
+func NewServer(cfg *config.Config, h http.Handler, log *zap.Logger, m *metrics.Edge) *http.Server {
 	if log == nil {
 		log = zap.NewNop()
 	}
@@ -24,10 +32,29 @@ func NewServer(cfg *config.Config, h http.Handler, log *zap.Logger) *http.Server
 	for _, p := range cfg.ClientIP.TrustedProxies {
 		trusted = append(trusted, p.Prefix)
 	}
+	protocols := new(http.Protocols)
+	protocols.SetHTTP1(true)
+	protocols.SetHTTP2(cfg.Server.HTTP2.Enabled)
 	return &http.Server{
-		// The peer is worked out once per connection, not per request.
+		// The peer is worked out once per connection, not per request,
+		// and not here: ConnContext runs on the accept loop, and with the
+		// PROXY protocol the remote address is known only once the
+		// connection's goroutine has read the header.
 		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
-			return context.WithValue(ctx, peerKey{}, newPeer(c.RemoteAddr().String(), trusted))
+			return context.WithValue(ctx, peerKey{}, &connPeer{conn: c, trusted: trusted})
+		},
+		Protocols: protocols,
+		HTTP2: &http.HTTP2Config{
+			MaxConcurrentStreams: cfg.Server.HTTP2.MaxConcurrentStreams,
+			// HPACK's default table and frame sizes; a client cannot
+			// make exgate hold more per connection than these.
+			MaxDecoderHeaderTableSize: 4 << 10,
+			MaxReadFrameSize:          16 << 10,
+			// Flow-control windows: enough for an order body at once,
+			// small enough that 100 streams cannot buffer much.
+			MaxReceiveBufferPerStream:     64 << 10,
+			MaxReceiveBufferPerConnection: 1 << 20,
+			CountError:                    m.HTTP2Error,
 		},
 		Addr:                         cfg.Listen,
 		Handler:                      h,
@@ -39,6 +66,34 @@ func NewServer(cfg *config.Config, h http.Handler, log *zap.Logger) *http.Server
 		DisableGeneralOptionsHandler: true,
 		ErrorLog:                     errLog,
 	}
+}
+
+// ServeTraffic serves srv on ln: over TLS with the certificates certs
+// chooses (HTTP/2 offered through ALPN when server.http2.enabled) when
+// certs is not nil, else plain HTTP/1.1. A TLS handshake must finish
+// within the smallest of the server's read-header, read and write
+// timeouts (net/http's rule), so a client that stalls in the handshake
+// holds a connection no longer than one that stalls in its headers.
+func ServeTraffic(srv *http.Server, ln net.Listener, certs *Certificates) error {
+	if certs == nil {
+		return srv.Serve(ln)
+	}
+	srv.TLSConfig = certs.TLSConfig()
+	return srv.ServeTLS(ln, "", "")
+}
+
+// connPeer is a connection's peer, worked out on first use.
+type connPeer struct {
+	conn    net.Conn
+	trusted []netip.Prefix
+	once    sync.Once
+	p       *peer
+}
+
+// get returns the peer, working it out on the first call.
+func (c *connPeer) get() *peer {
+	c.once.Do(func() { c.p = newPeer(c.conn.RemoteAddr().String(), c.trusted) })
+	return c.p
 }
 
 // NewAdminServer returns the admin server for h: short timeouts, it serves

@@ -98,7 +98,7 @@ func run(ctx context.Context, args []string, getenv func(string) (string, bool),
 	fs := flag.NewFlagSet("exgate", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	configPath := fs.String("config", "", "YAML configuration `file` (default: built-in defaults)")
-	dev := fs.Bool("dev", false, "development mode: also run the reference backend in this process, limits in memory")
+	dev := fs.Bool("dev", false, "development mode: also run the reference backend in this process, limits in memory (unless EXGATE_LIMITER_BACKEND=redis)")
 	printConfig := fs.Bool("print-config", false, "print the effective configuration as YAML and exit")
 	showVersion := fs.Bool("version", false, "print the version and exit")
 	if err := fs.Parse(args); err != nil {
@@ -139,6 +139,9 @@ func run(ctx context.Context, args []string, getenv func(string) (string, bool),
 	defer func() { _ = log.Sync() }()
 
 	redis.SetLogger(redisLogger{log.Named("redis")})
+	if *dev {
+		getenv = devSecret(getenv, cfg.Limiter.KeySecretEnv)
+	}
 	a, err := start(cfg, deps{log: log, now: time.Now, dev: *dev, getenv: getenv, configPath: *configPath})
 	if err != nil {
 		log.Error("cannot start", zap.Error(err))
@@ -163,10 +166,13 @@ type deps struct {
 }
 
 // devOverrides adapts a configuration to dev mode: limits in this process
-// (the reference backend's address is set once it listens), no drain
-// delay at Ctrl-C.
+// unless limiter.backend is explicitly "redis" (so that two dev instances
+// can share limits through a real Redis), no drain delay at Ctrl-C. The
+// reference backend's address is set once it listens.
 func devOverrides(cfg *config.Config) {
-	cfg.Limiter.Backend = config.BackendMemory
+	if cfg.Limiter.Backend != config.BackendRedis {
+		cfg.Limiter.Backend = config.BackendMemory
+	}
 	cfg.Server.DrainDelay = 0
 }
 
@@ -186,6 +192,9 @@ type app struct {
 	addr     string       // bound traffic address
 	adminAd  string       // bound admin address
 	backAddr string       // dev backend address
+	edge     *metrics.Edge
+	certs    *proxy.Certificates // nil without TLS
+	stopTLS  context.CancelFunc  // stops the certificate watch
 	errc     chan error
 }
 
@@ -205,6 +214,9 @@ func start(cfg *config.Config, d deps) (*app, error) {
 		return nil, err
 	}
 	a.metrics = m
+	if a.edge, err = metrics.NewEdge(d.reg); err != nil {
+		return nil, err
+	}
 	if d.dev {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
@@ -260,7 +272,13 @@ func start(cfg *config.Config, d deps) (*app, error) {
 		return nil, err
 	}
 	a.gw = gw
-	a.srv = proxy.NewServer(cfg, gw, d.log)
+	if files := certificateFiles(cfg, d.configPath); len(files) > 0 {
+		if a.certs, err = proxy.LoadCertificates(files, d.log.Named("tls"), a.edge); err != nil {
+			a.closeBackend()
+			return nil, err
+		}
+	}
+	a.srv = proxy.NewServer(cfg, gw, d.log, a.edge)
 	a.admin = proxy.NewAdminServer(cfg, gw.AdminHandler(proxy.AdminOptions{
 		Checks: a.readinessChecks(), Pprof: cfg.Admin.Pprof, Now: d.now,
 		Metrics: metrics.Handler(d.reg),
@@ -278,12 +296,19 @@ func start(cfg *config.Config, d deps) (*app, error) {
 		return nil, fmt.Errorf("admin listen %s: %w", cfg.AdminListen, err)
 	}
 	a.addr, a.adminAd = ln.Addr().String(), aln.Addr().String()
-	go a.serve("gateway", a.srv, ln)
+	tln := proxy.ProxyProtocolListener(ln, cfg.Server.ProxyProtocol, cfg.Server.ReadHeaderTimeout, a.edge)
+	go a.serveTraffic(tln)
+	if a.certs != nil {
+		ctx, cancel := context.WithCancel(context.Background())
+		a.stopTLS = cancel
+		go a.certs.Watch(ctx, cfg.Server.TLS.ReloadInterval)
+	}
 	go a.serve("admin", a.admin, aln)
 	d.log.Info("exgate started",
 		zap.String("listen", a.addr), zap.String("admin_listen", a.adminAd),
 		zap.String("upstream", cfg.Upstream.URL.String()), zap.Int("routes", len(cfg.Routes)),
 		zap.String("limiter", a.limits.Kind), zap.Int("tier_tokens", len(tokens)),
+		zap.Bool("tls", a.certs != nil), zap.Int("proxy_protocol_peers", len(cfg.Server.ProxyProtocol.TrustedPeers)),
 		zap.String("version", versionString()))
 	if a.limits.Kind == config.BackendMemory && !d.dev {
 		d.log.Warn("rate limits are kept in this process: each replica counts on its own; set limiter.redis.addrs to share them")
@@ -424,7 +449,8 @@ func loadTokens(cfg *config.Config, configPath string) (map[string]string, error
 }
 
 // checkNamedFiles reads the files the valid configuration at path names:
-// the tokens file and the Redis TLS files.
+// the tokens file, the Redis TLS files and the traffic listener's
+// certificates.
 func checkNamedFiles(path string, getenv func(string) (string, bool)) error {
 	cfg, err := config.Load(path, getenv)
 	if err != nil {
@@ -434,8 +460,23 @@ func checkNamedFiles(path string, getenv func(string) (string, bool)) error {
 		return err
 	}
 	resolveRedisFiles(cfg, path)
-	_, err = limiter.RedisTLSConfig(cfg.Limiter.Redis)
+	if _, err = limiter.RedisTLSConfig(cfg.Limiter.Redis); err != nil {
+		return err
+	}
+	if files := certificateFiles(cfg, path); len(files) > 0 {
+		_, err = proxy.LoadCertificates(files, nil, nil)
+	}
 	return err
+}
+
+// certificateFiles returns the traffic listener's certificate files,
+// relative paths taken from the configuration file's directory.
+func certificateFiles(cfg *config.Config, configPath string) []config.Certificate {
+	files := make([]config.Certificate, len(cfg.Server.TLS.Certificates))
+	for i, c := range cfg.Server.TLS.Certificates {
+		files[i] = config.Certificate{CertFile: fromConfigDir(configPath, c.CertFile), KeyFile: fromConfigDir(configPath, c.KeyFile)}
+	}
+	return files
 }
 
 // fromConfigDir returns path, taken from the directory of the
@@ -456,14 +497,38 @@ func resolveRedisFiles(cfg *config.Config, configPath string) {
 	r.TLSKeyFile = fromConfigDir(configPath, r.TLSKeyFile)
 }
 
+// reloadCertificates reads the traffic listener's certificate files
+// again, those the reloaded configuration cfg names when it is not nil.
+// A bad file keeps the last good certificates (Certificates.Reload logs
+// and counts it).
+func (a *app) reloadCertificates(cfg *config.Config) {
+	if a.certs == nil {
+		return
+	}
+	var files []config.Certificate
+	if cfg != nil && len(cfg.Server.TLS.Certificates) > 0 {
+		files = certificateFiles(cfg, a.d.configPath)
+	}
+	_, _ = a.certs.Reload(files)
+}
+
 // reload reads the configuration file and the tokens file again and, when
 // both are valid, swaps in the new routes, limits and tiers. Requests
 // under way finish under the old ones; none is dropped. A bad file
 // changes nothing. Settings that only take effect at start are reported.
+// The certificate files are read again in any case.
 func (a *app) reload() error {
+	cfg, err := a.reloadConfig()
+	a.reloadCertificates(cfg)
+	return err
+}
+
+// reloadConfig is reload without the certificates; it returns the new
+// configuration when it was swapped in.
+func (a *app) reloadConfig() (*config.Config, error) {
 	cfg, err := config.Load(a.d.configPath, a.d.getenv)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if a.d.dev {
 		devOverrides(cfg)
@@ -471,12 +536,12 @@ func (a *app) reload() error {
 	}
 	tokens, err := loadTokens(cfg, a.d.configPath)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	var v *validate.Validator
 	if validatesOrders(cfg) && a.cat != nil {
 		if v, err = validate.New(cfg.Validation, a.cat, a.log.Named("validate")); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	a.gw.Reload(cfg, limiter.Compile(cfg, tokens), v)
@@ -485,7 +550,7 @@ func (a *app) reload() error {
 		fields = append(fields, zap.Strings("ignored_until_restart", fixed))
 	}
 	a.log.Info("configuration reloaded", fields...)
-	return nil
+	return cfg, nil
 }
 
 // restartOnly lists the settings that differ between old and new but only
@@ -499,7 +564,8 @@ func restartOnly(old, new *config.Config) []string {
 		{"listen", old.Listen, new.Listen},
 		{"admin_listen", old.AdminListen, new.AdminListen},
 		{"admin", old.Admin, new.Admin},
-		{"server", old.Server, new.Server},
+		{"server", serverRestartOnly(old.Server), serverRestartOnly(new.Server)},
+		{"server.tls.certificates", len(old.Server.TLS.Certificates) > 0, len(new.Server.TLS.Certificates) > 0},
 		{"upstream", old.Upstream.URL.String() + fmt.Sprint(old.Upstream.Timeout, old.Upstream.DialTimeout, old.Upstream.MaxIdleConns, old.Upstream.MaxConnsPerHost, old.Upstream.IdleConnTimeout),
 			new.Upstream.URL.String() + fmt.Sprint(new.Upstream.Timeout, new.Upstream.DialTimeout, new.Upstream.MaxIdleConns, new.Upstream.MaxConnsPerHost, new.Upstream.IdleConnTimeout)},
 		{"client_ip.trusted_proxies", old.ClientIP.TrustedProxies, new.ClientIP.TrustedProxies},
@@ -516,6 +582,14 @@ func restartOnly(old, new *config.Config) []string {
 		}
 	}
 	return out
+}
+
+// serverRestartOnly is s without what a reload changes: the certificate
+// files (reread on SIGHUP) and the count of them (reported on its own,
+// since turning TLS on or off takes a restart).
+func serverRestartOnly(s config.Server) config.Server {
+	s.TLS.Certificates = nil
+	return s
 }
 
 // tokenIDs implements `exgate token-id`.
@@ -553,6 +627,14 @@ func tokenIDs(args []string, getenv func(string) (string, bool), stdin io.Reader
 		return 1
 	}
 	return 0
+}
+
+// serveTraffic serves the gateway on ln, over TLS when certificates are
+// configured.
+func (a *app) serveTraffic(ln net.Listener) {
+	if err := proxy.ServeTraffic(a.srv, ln, a.certs); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		a.errc <- fmt.Errorf("gateway: %w", err)
+	}
 }
 
 func (a *app) serve(name string, s *http.Server, ln net.Listener) {
@@ -622,6 +704,9 @@ func (a *app) shutdown() error {
 		_ = a.backend.Shutdown(ctx)
 	}
 	a.gw.CloseIdleConnections()
+	if a.stopTLS != nil {
+		a.stopTLS()
+	}
 	if a.stopCat != nil {
 		a.stopCat()
 	}

@@ -1,0 +1,173 @@
+package metrics
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Names of the traffic listener's edge metrics (TLS, PROXY protocol,
+// HTTP/2).
+const (
+	NameCertReloads   = "exgate_tls_certificate_reloads_total"
+	NameCertNotAfter  = "exgate_tls_certificate_not_after_timestamp_seconds"
+	NameProxyRefused  = "exgate_proxy_protocol_refused_total"
+	NameHTTP2Errors   = "exgate_http2_errors_total"
+	maxHTTP2ErrorKind = 64
+)
+
+// ProxyRefusal is why a connection's PROXY protocol header was refused.
+type ProxyRefusal int
+
+// Reasons a PROXY protocol header is refused.
+const (
+	// ProxyUntrusted: a peer outside server.proxy_protocol.trusted_peers
+	// sent a header.
+	ProxyUntrusted ProxyRefusal = iota
+	// ProxyMissing: a trusted peer sent no header (in time) under the
+	// "required" policy.
+	ProxyMissing
+	// ProxyInvalid: the header could not be parsed.
+	ProxyInvalid
+	numProxyRefusals
+)
+
+// String returns the reason label value.
+func (r ProxyRefusal) String() string {
+	switch r {
+	case ProxyUntrusted:
+		return "untrusted_peer"
+	case ProxyMissing:
+		return "missing_header"
+	default:
+		return "invalid_header"
+	}
+}
+
+// Edge is the set of collectors of the traffic listener's edge: TLS
+// certificate reloads and expiry, refused PROXY protocol headers, HTTP/2
+// protocol errors. Build it with NewEdge; every method is safe on a nil
+// *Edge and then does nothing.
+type Edge struct {
+	reloads      *prometheus.CounterVec
+	notAfter     prometheus.Gauge
+	proxyRefused *prometheus.CounterVec
+	http2Errors  *prometheus.CounterVec
+
+	reloadResults [2]prometheus.Counter // failure, success
+	refusals      [numProxyRefusals]prometheus.Counter
+
+	mu         sync.Mutex
+	http2Kinds map[string]prometheus.Counter
+}
+
+// NewEdge builds the edge collectors and registers them on reg. Like New,
+// it unregisters what it registered when one fails.
+func NewEdge(reg prometheus.Registerer) (*Edge, error) {
+	if reg == nil {
+		return nil, errors.New("metrics: nil Registerer")
+	}
+	e := &Edge{http2Kinds: map[string]prometheus.Counter{}}
+	e.reloads = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: NameCertReloads,
+		Help: "TLS certificate reloads that found changed files, by result (success; failure: the last good certificates are kept).",
+	}, []string{"result"})
+	e.notAfter = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: NameCertNotAfter,
+		Help: "Expiry (Unix seconds) of the served TLS certificate that expires first; 0 without TLS.",
+	})
+	e.proxyRefused = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: NameProxyRefused,
+		Help: "Connections closed for their PROXY protocol header, by reason (untrusted_peer, missing_header, invalid_header).",
+	}, []string{"reason"})
+	e.http2Errors = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: NameHTTP2Errors,
+		Help: "HTTP/2 protocol errors net/http counted on client connections, by kind (such as too_many_early_resets).",
+	}, []string{"kind"})
+	var done []prometheus.Collector
+	for _, c := range []prometheus.Collector{e.reloads, e.notAfter, e.proxyRefused, e.http2Errors} {
+		if err := reg.Register(c); err != nil {
+			for _, d := range done {
+				reg.Unregister(d)
+			}
+			return nil, fmt.Errorf("metrics: register: %w", err)
+		}
+		done = append(done, c)
+	}
+	e.reloadResults[0] = e.reloads.WithLabelValues("failure")
+	e.reloadResults[1] = e.reloads.WithLabelValues("success")
+	for r := range e.refusals {
+		e.refusals[r] = e.proxyRefused.WithLabelValues(ProxyRefusal(r).String())
+	}
+	return e, nil
+}
+
+// EdgeNames lists the edge metric names.
+func EdgeNames() []string {
+	return []string{NameCertReloads, NameCertNotAfter, NameProxyRefused, NameHTTP2Errors}
+}
+
+// CertReload counts a reload of changed certificate files.
+func (e *Edge) CertReload(success bool) {
+	if e == nil {
+		return
+	}
+	if success {
+		e.reloadResults[1].Inc()
+	} else {
+		e.reloadResults[0].Inc()
+	}
+}
+
+// SetCertNotAfter records the earliest expiry of the served certificates.
+func (e *Edge) SetCertNotAfter(t time.Time) {
+	if e == nil {
+		return
+	}
+	e.notAfter.Set(float64(t.Unix()))
+}
+
+// ProxyRefused counts a connection closed for its PROXY protocol header.
+func (e *Edge) ProxyRefused(r ProxyRefusal) {
+	if e == nil || r < 0 || r >= numProxyRefusals {
+		return
+	}
+	e.refusals[r].Inc()
+}
+
+// HTTP2Error counts an HTTP/2 error of kind errType (net/http's
+// HTTP2Config.CountError). net/http names a fixed set of kinds; past
+// maxHTTP2ErrorKind distinct ones they are counted as "other".
+func (e *Edge) HTTP2Error(errType string) {
+	if e == nil {
+		return
+	}
+	e.mu.Lock()
+	c, ok := e.http2Kinds[errType]
+	if !ok {
+		if len(e.http2Kinds) >= maxHTTP2ErrorKind {
+			errType = "other"
+		}
+		if c, ok = e.http2Kinds[errType]; !ok {
+			c = e.http2Errors.WithLabelValues(errType)
+			e.http2Kinds[errType] = c
+		}
+	}
+	e.mu.Unlock()
+	c.Inc()
+}
+
+// CertReloadCounter returns the reload counter of result success or
+// failure, for tests.
+func (e *Edge) CertReloadCounter(success bool) prometheus.Counter {
+	if success {
+		return e.reloadResults[1]
+	}
+	return e.reloadResults[0]
+}
+
+// ProxyRefusedCounter returns the refusal counter of reason r, for tests.
+func (e *Edge) ProxyRefusedCounter(r ProxyRefusal) prometheus.Counter { return e.refusals[r] }

@@ -1,0 +1,245 @@
+package proxy
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/exgate/exgate/config"
+	"github.com/exgate/exgate/metrics"
+)
+
+// maxPEMFileSize bounds a certificate or key file read; real chains are a
+// few KiB.
+const maxPEMFileSize = 1 << 20
+
+// Certificates holds the TLS certificates the traffic listener serves and
+// swaps in new ones read from their PEM files without dropping a
+// connection: a handshake uses the set current when it starts,
+// established connections keep theirs. A set that fails to load (a
+// missing or half-written file, a key that does not match, an expired
+// certificate) leaves the last good set in place.
+//
+// Changes are found by reading the files and comparing their content, not
+// their modification times: a Kubernetes Secret volume swaps a "..data"
+// symlink, which inotify-style watches of the files themselves miss and
+// which can leave modification times unchanged, while reading the paths
+// again always follows the link. Reading a few KiB every
+// server.tls.reload_interval costs nothing measurable.
+type Certificates struct {
+	log     *zap.Logger
+	metrics *metrics.Edge
+
+	cur atomic.Pointer[certSet]
+
+	mu      sync.Mutex // serialises Reload
+	files   []config.Certificate
+	lastBad [sha256.Size]byte // digest of the last set that failed, not logged again
+}
+
+// certSet is one loaded set of certificates.
+type certSet struct {
+	certs    []*tls.Certificate
+	digest   [sha256.Size]byte
+	notAfter time.Time // earliest expiry
+}
+
+// LoadCertificates reads the certificate files. Errors name the entry's
+// YAML path. m may be nil.
+func LoadCertificates(files []config.Certificate, log *zap.Logger, m *metrics.Edge) (*Certificates, error) {
+	if log == nil {
+		log = zap.NewNop()
+	}
+	if len(files) == 0 {
+		return nil, errors.New("server.tls.certificates: none configured")
+	}
+	c := &Certificates{log: log, metrics: m, files: files}
+	digest, data, err := readCertFiles(files)
+	if err != nil {
+		return nil, err
+	}
+	set, err := parseCertSet(files, data, time.Now())
+	if err != nil {
+		return nil, err
+	}
+	set.digest = digest
+	c.cur.Store(set)
+	m.SetCertNotAfter(set.notAfter)
+	return c, nil
+}
+
+// TLSConfig returns the server configuration: TLS 1.2 or later with Go's
+// default cipher suites and curves, the certificate chosen per handshake
+// by GetCertificate. net/http adds the ALPN protocols.
+func (c *Certificates) TLSConfig() *tls.Config {
+	return &tls.Config{
+		MinVersion:     tls.VersionTLS12,
+		GetCertificate: c.GetCertificate,
+	}
+}
+
+// GetCertificate returns the certificate for a handshake: the first of
+// the current set that the client's server name and algorithms accept
+// (tls.ClientHelloInfo.SupportsCertificate, the rule crypto/tls applies to
+// tls.Config.Certificates), else the first.
+func (c *Certificates) GetCertificate(hello *tls.ClientHelloInfo) (*tls.Certificate, error) {
+	set := c.cur.Load()
+	if len(set.certs) == 1 {
+		return set.certs[0], nil
+	}
+	for _, cert := range set.certs {
+		if hello.SupportsCertificate(cert) == nil {
+			return cert, nil
+		}
+	}
+	return set.certs[0], nil
+}
+
+// NotAfter returns the earliest expiry of the served certificates.
+func (c *Certificates) NotAfter() time.Time { return c.cur.Load().notAfter }
+
+// Reload reads the files again, from files when it is not nil (a
+// reloaded configuration), and swaps them in when their content changed
+// and they load. It reports whether a new set is now served. A failure
+// keeps the current set, is logged and counted; the same bad content is
+// not reported twice in a row by Watch.
+func (c *Certificates) Reload(files []config.Certificate) (bool, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if files == nil {
+		files = c.files
+	}
+	digest, data, err := readCertFiles(files)
+	cur := c.cur.Load()
+	if err == nil && digest == cur.digest {
+		c.files = files
+		return false, nil
+	}
+	var set *certSet
+	if err == nil {
+		set, err = parseCertSet(files, data, time.Now())
+	}
+	if err != nil {
+		c.lastBad = digest
+		c.metrics.CertReload(false)
+		c.log.Error("TLS certificates not reloaded; serving the last good ones", zap.Error(err))
+		return false, err
+	}
+	set.digest = digest
+	c.files = files
+	c.cur.Store(set)
+	c.metrics.CertReload(true)
+	c.metrics.SetCertNotAfter(set.notAfter)
+	c.log.Info("TLS certificates reloaded", zap.Int("certificates", len(set.certs)), zap.Time("not_after", set.notAfter))
+	return true, nil
+}
+
+// Watch reloads the files every interval until ctx ends. Unchanged files
+// and the same bad content seen again are skipped silently.
+func (c *Certificates) Watch(ctx context.Context, interval time.Duration) {
+	if interval <= 0 {
+		return
+	}
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		c.mu.Lock()
+		files := c.files
+		digest, _, err := readCertFiles(files)
+		skip := err == nil && (digest == c.cur.Load().digest || digest == c.lastBad)
+		c.mu.Unlock()
+		if skip {
+			continue
+		}
+		_, _ = c.Reload(nil)
+	}
+}
+
+// readCertFiles reads every file of files and returns their contents
+// (certificate, key, certificate, key, …) and one digest of them all.
+// An unreadable file's error names its YAML path.
+func readCertFiles(files []config.Certificate) ([sha256.Size]byte, [][]byte, error) {
+	h := sha256.New()
+	data := make([][]byte, 0, 2*len(files))
+	var lenBuf [8]byte
+	for i, f := range files {
+		for _, p := range []struct{ key, path string }{{"cert_file", f.CertFile}, {"key_file", f.KeyFile}} {
+			b, err := readPEMFile(p.path)
+			if err != nil {
+				return [sha256.Size]byte{}, nil, fmt.Errorf("server.tls.certificates[%d].%s: %w", i, p.key, err)
+			}
+			// Length-prefixed, so that moving bytes between files changes
+			// the digest.
+			h.Write(strconv.AppendInt(lenBuf[:0], int64(len(b)), 10))
+			h.Write(b)
+			data = append(data, b)
+		}
+	}
+	var d [sha256.Size]byte
+	h.Sum(d[:0])
+	return d, data, nil
+}
+
+// readPEMFile reads a file of at most maxPEMFileSize bytes.
+func readPEMFile(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxPEMFileSize+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > maxPEMFileSize {
+		return nil, fmt.Errorf("%s: larger than %d bytes", path, maxPEMFileSize)
+	}
+	return b, nil
+}
+
+// parseCertSet parses data (certificate, key, … as readCertFiles returns
+// it) into a set: each pair must hold a certificate chain and the key of
+// its leaf, and no leaf may have expired or be not yet valid at now.
+func parseCertSet(files []config.Certificate, data [][]byte, now time.Time) (*certSet, error) {
+	set := &certSet{certs: make([]*tls.Certificate, 0, len(files))}
+	for i := range files {
+		cert, err := tls.X509KeyPair(data[2*i], data[2*i+1])
+		if err != nil {
+			return nil, fmt.Errorf("server.tls.certificates[%d]: %s, %s: %w", i, files[i].CertFile, files[i].KeyFile, err)
+		}
+		leaf := cert.Leaf
+		if leaf == nil {
+			if leaf, err = x509.ParseCertificate(cert.Certificate[0]); err != nil {
+				return nil, fmt.Errorf("server.tls.certificates[%d].cert_file: %w", i, err)
+			}
+			cert.Leaf = leaf
+		}
+		if now.After(leaf.NotAfter) {
+			return nil, fmt.Errorf("server.tls.certificates[%d].cert_file: %s: certificate expired at %s", i, files[i].CertFile, leaf.NotAfter.UTC().Format(time.RFC3339))
+		}
+		if now.Before(leaf.NotBefore) {
+			return nil, fmt.Errorf("server.tls.certificates[%d].cert_file: %s: certificate not valid before %s", i, files[i].CertFile, leaf.NotBefore.UTC().Format(time.RFC3339))
+		}
+		if set.notAfter.IsZero() || leaf.NotAfter.Before(set.notAfter) {
+			set.notAfter = leaf.NotAfter
+		}
+		set.certs = append(set.certs, &cert)
+	}
+	return set, nil
+}

@@ -1,0 +1,199 @@
+package proxy
+
+import (
+	"crypto/tls"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/exgate/exgate/config"
+	"github.com/exgate/exgate/internal/tlstest"
+	"github.com/exgate/exgate/metrics"
+)
+
+// servedSerial does a TLS handshake with a listener serving certs and
+// returns the serial number of the leaf served for serverName.
+func servedSerial(t *testing.T, certs *Certificates, ca *tlstest.CA, serverName string) int64 {
+	t.Helper()
+	sc, cc := net.Pipe()
+	defer sc.Close()
+	defer cc.Close()
+	srv := tls.Server(sc, certs.TLSConfig())
+	go func() { _ = srv.Handshake() }()
+	cli := tls.Client(cc, &tls.Config{RootCAs: ca.Pool, ServerName: serverName})
+	_ = cli.SetDeadline(time.Now().Add(5 * time.Second))
+	if err := cli.Handshake(); err != nil {
+		t.Fatalf("handshake for %q: %v", serverName, err)
+	}
+	st := cli.ConnectionState()
+	if st.Version < tls.VersionTLS12 {
+		t.Fatalf("TLS version %x", st.Version)
+	}
+	return st.PeerCertificates[0].SerialNumber.Int64()
+}
+
+func newEdgeMetrics(t *testing.T) *metrics.Edge {
+	t.Helper()
+	m, err := metrics.NewEdge(prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// TestCertificatesBySNI serves two certificates and checks each server
+// name gets its own; an unknown name gets the first.
+func TestCertificatesBySNI(t *testing.T) {
+	dir := t.TempDir()
+	ca := tlstest.NewCA(t, dir)
+	a := ca.Issue(dir, "a", []string{"a.example.test"}, tlstest.Options{})
+	b := ca.Issue(dir, "b", []string{"b.example.test", "*.b.example.test"}, tlstest.Options{})
+	certs, err := LoadCertificates([]config.Certificate{{CertFile: a.CertFile, KeyFile: a.KeyFile}, {CertFile: b.CertFile, KeyFile: b.KeyFile}}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		want int64
+	}{
+		{"a.example.test", a.Serial},
+		{"b.example.test", b.Serial},
+		{"api.b.example.test", b.Serial},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := servedSerial(t, certs, ca, tc.name); got != tc.want {
+				t.Fatalf("served serial %d, want %d", got, tc.want)
+			}
+		})
+	}
+	t.Run("unknown name gets the first", func(t *testing.T) {
+		sc, cc := net.Pipe()
+		defer sc.Close()
+		defer cc.Close()
+		go func() { _ = tls.Server(sc, certs.TLSConfig()).Handshake() }()
+		cli := tls.Client(cc, &tls.Config{InsecureSkipVerify: true, ServerName: "other.test"})
+		if err := cli.Handshake(); err != nil {
+			t.Fatal(err)
+		}
+		if got := cli.ConnectionState().PeerCertificates[0].SerialNumber.Int64(); got != a.Serial {
+			t.Fatalf("served %d, want the first (%d)", got, a.Serial)
+		}
+	})
+	t.Run("TLS 1.1 refused", func(t *testing.T) {
+		sc, cc := net.Pipe()
+		defer sc.Close()
+		defer cc.Close()
+		go func() { _ = tls.Server(sc, certs.TLSConfig()).Handshake(); sc.Close() }()
+		cli := tls.Client(cc, &tls.Config{RootCAs: ca.Pool, ServerName: "a.example.test", MaxVersion: tls.VersionTLS11})
+		if err := cli.Handshake(); err == nil {
+			t.Fatal("TLS 1.1 handshake succeeded")
+		}
+	})
+}
+
+// TestCertificatesReloadKeepsLastGood replaces the files with bad ones
+// of every kind: each reload fails, is counted, and the last good
+// certificate is still served; a good file then takes over.
+func TestCertificatesReloadKeepsLastGood(t *testing.T) {
+	dir := t.TempDir()
+	ca := tlstest.NewCA(t, dir)
+	first := ca.Issue(dir, "first", []string{"api.example.test"}, tlstest.Options{})
+	other := ca.Issue(dir, "other", []string{"api.example.test"}, tlstest.Options{})
+	expired := ca.Issue(dir, "expired", []string{"api.example.test"}, tlstest.Options{NotBefore: time.Now().Add(-48 * time.Hour), NotAfter: time.Now().Add(-time.Hour)})
+	files := []config.Certificate{{CertFile: filepath.Join(dir, "tls.crt"), KeyFile: filepath.Join(dir, "tls.key")}}
+	write := func(cert, key []byte) {
+		t.Helper()
+		if cert == nil {
+			_ = os.Remove(files[0].CertFile)
+		} else if err := os.WriteFile(files[0].CertFile, cert, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(files[0].KeyFile, key, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(first.CertPEM, first.KeyPEM)
+	m := newEdgeMetrics(t)
+	certs, err := LoadCertificates(files, nil, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if changed, err := certs.Reload(nil); changed || err != nil {
+		t.Fatalf("unchanged files: changed %v, err %v", changed, err)
+	}
+	bad := []struct {
+		name      string
+		cert, key []byte
+		want      string
+	}{
+		{"missing certificate file", nil, first.KeyPEM, "cert_file"},
+		{"not PEM", []byte("not a certificate"), first.KeyPEM, "certificates[0]"},
+		{"half-written certificate", first.CertPEM[:len(first.CertPEM)/2], first.KeyPEM, "certificates[0]"},
+		{"key of another certificate", first.CertPEM, other.KeyPEM, "certificates[0]"},
+		{"expired", expired.CertPEM, expired.KeyPEM, "expired"},
+	}
+	for i, tc := range bad {
+		t.Run(tc.name, func(t *testing.T) {
+			write(tc.cert, tc.key)
+			changed, err := certs.Reload(nil)
+			if changed || err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("changed %v, err %v; want an error naming %q", changed, err, tc.want)
+			}
+			if got := servedSerial(t, certs, ca, "api.example.test"); got != first.Serial {
+				t.Fatalf("serving %d after a bad file, want the last good %d", got, first.Serial)
+			}
+			if got := testutil.ToFloat64(m.CertReloadCounter(false)); got != float64(i+1) {
+				t.Fatalf("failures counted %v, want %d", got, i+1)
+			}
+		})
+	}
+	write(other.CertPEM, other.KeyPEM)
+	if changed, err := certs.Reload(nil); !changed || err != nil {
+		t.Fatalf("good file: changed %v, err %v", changed, err)
+	}
+	if got := servedSerial(t, certs, ca, "api.example.test"); got != other.Serial {
+		t.Fatalf("serving %d, want the new %d", got, other.Serial)
+	}
+	if got := testutil.ToFloat64(m.CertReloadCounter(true)); got != 1 {
+		t.Fatalf("successes counted %v, want 1", got)
+	}
+}
+
+// TestCertificatesWatchSecretVolume swaps a Kubernetes-style Secret
+// volume (a "..data" symlink renamed over) and expects the poll to serve
+// the new certificate; a bad swap is skipped and counted once.
+func TestCertificatesWatchSecretVolume(t *testing.T) {
+	dir := t.TempDir()
+	ca := tlstest.NewCA(t, dir)
+	first := ca.Issue(dir, "first", []string{"api.example.test"}, tlstest.Options{})
+	second := ca.Issue(dir, "second", []string{"api.example.test"}, tlstest.Options{})
+	vol := tlstest.NewSecretVolume(t, t.TempDir(), first)
+	m := newEdgeMetrics(t)
+	certs, err := LoadCertificates([]config.Certificate{{CertFile: vol.CertFile(), KeyFile: vol.KeyFile()}}, nil, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	go certs.Watch(ctx, 20*time.Millisecond)
+
+	vol.Swap(first.CertPEM, second.KeyPEM) // mismatched
+	waitFor(t, "the bad swap counted", func() bool { return testutil.ToFloat64(m.CertReloadCounter(false)) == 1 })
+	time.Sleep(100 * time.Millisecond) // several polls of the same bad content
+	if got := testutil.ToFloat64(m.CertReloadCounter(false)); got != 1 {
+		t.Fatalf("the same bad content counted %v times, want once", got)
+	}
+	if got := servedSerial(t, certs, ca, "api.example.test"); got != first.Serial {
+		t.Fatalf("serving %d, want the last good %d", got, first.Serial)
+	}
+	vol.Swap(second.CertPEM, second.KeyPEM)
+	waitFor(t, "the new certificate served", func() bool { return servedSerial(t, certs, ca, "api.example.test") == second.Serial })
+	if certs.NotAfter().IsZero() {
+		t.Fatal("no expiry recorded")
+	}
+}
