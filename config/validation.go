@@ -215,6 +215,13 @@ type Idempotency struct {
 	Timeout time.Duration `yaml:"timeout"`
 	// KeyPrefix starts every Redis key. Default "exgate:idem:".
 	KeyPrefix string `yaml:"key_prefix"`
+	// MaxPerAccount is the most identifiers one account (the verified
+	// account, else the token) holds in the store at once: orders the
+	// backend accepted, orders in flight and orders whose outcome is
+	// unknown, until their retention ends. Past it, that account's new
+	// identifiers get 503 identifier_quota_exceeded and nobody else's do.
+	// Default 20000.
+	MaxPerAccount int `yaml:"max_per_account"`
 	// Memory bounds the in-process store (the memory backend).
 	Memory IdempotencyMemory `yaml:"memory"`
 }
@@ -239,6 +246,7 @@ func DefaultIdempotency() Idempotency {
 		MaxResponseBytes: 64 << 10,
 		Timeout:          100 * time.Millisecond,
 		KeyPrefix:        "exgate:idem:",
+		MaxPerAccount:    20000,
 		Memory:           IdempotencyMemory{MaxEntries: 100000, MaxBytes: 64 << 20},
 	}
 }
@@ -366,6 +374,9 @@ func (c *Config) checkValidation(v *checker) {
 	}
 	if idem.KeyPrefix == "" || len(idem.KeyPrefix) > 64 || strings.ContainsFunc(idem.KeyPrefix, func(r rune) bool { return r <= ' ' || r >= 0x7f }) {
 		v.addf("idempotency.key_prefix", "want 1 to 64 printable ASCII characters without spaces, got %q", idem.KeyPrefix)
+	}
+	if idem.MaxPerAccount < 1 {
+		v.addf("idempotency.max_per_account", "must be at least 1, got %d", idem.MaxPerAccount)
 	}
 	if idem.Memory.MaxEntries < 1 {
 		v.addf("idempotency.memory.max_entries", "must be at least 1, got %d", idem.Memory.MaxEntries)

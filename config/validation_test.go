@@ -26,7 +26,7 @@ func TestDefaultValidationAndIdempotency(t *testing.T) {
 	i := DefaultIdempotency()
 	want := Idempotency{
 		Enabled: true, Retention: 24 * time.Hour, InFlightTimeout: 30 * time.Second,
-		MaxResponseBytes: 64 << 10, Timeout: 100 * time.Millisecond, KeyPrefix: "exgate:idem:",
+		MaxResponseBytes: 64 << 10, Timeout: 100 * time.Millisecond, KeyPrefix: "exgate:idem:", MaxPerAccount: 20000,
 		Memory: IdempotencyMemory{MaxEntries: 100000, MaxBytes: 64 << 20},
 	}
 	if i != want {
@@ -63,7 +63,7 @@ func TestValidationFixture(t *testing.T) {
 	}
 	wantIdem := Idempotency{
 		Enabled: true, Backend: BackendRedis, Retention: 48 * time.Hour, InFlightTimeout: 15 * time.Second,
-		MaxResponseBytes: 16 << 10, Timeout: 250 * time.Millisecond, KeyPrefix: "prod:idem:",
+		MaxResponseBytes: 16 << 10, Timeout: 250 * time.Millisecond, KeyPrefix: "prod:idem:", MaxPerAccount: 500,
 		Memory: IdempotencyMemory{MaxEntries: 5000, MaxBytes: 8 << 20},
 	}
 	if c.Idempotency != wantIdem {

@@ -34,11 +34,13 @@ type Fingerprint [sha256.Size]byte
 // received.
 func FingerprintOf(body []byte) Fingerprint { return sha256.Sum256(body) }
 
-// Key returns the store key of an identifier sent with a token. tokenID
-// is what the proxy keys the token by (an HMAC of it, never the token);
-// any string works, the two parts cannot run into each other.
-func Key(tokenID, identifier string) string {
-	return strconv.Itoa(len(tokenID)) + ":" + tokenID + ":" + identifier
+// Key names an identifier of one account. Account is what the proxy
+// knows the client as (the verified account where identities are
+// verified, else the token id, an HMAC of the token, never the token);
+// each account has its own identifiers and its own share of the store
+// (Options.MaxPerAccount).
+type Key struct {
+	Account, Identifier string
 }
 
 // Outcome is the result of a claim.
@@ -99,10 +101,11 @@ type Claim struct {
 	// Record is the first response, for Replay; nil otherwise.
 	Record *Record
 	// Key and Fingerprint are the claim's arguments.
-	Key         string
+	Key         Key
 	Fingerprint Fingerprint
 
-	id string // the holder's token, for Claimed
+	id   string // the holder's token, for Claimed
+	slot int64  // the account-share slot the claim was counted in (Redis)
 }
 
 // Store keeps claims. Every method has a deadline (Options.Timeout) and
@@ -111,7 +114,10 @@ type Claim struct {
 type Store interface {
 	// Claim claims key for a request with fingerprint fp, or reports why
 	// it cannot.
-	Claim(ctx context.Context, key string, fp Fingerprint) (Claim, error)
+	// A new identifier is refused with ErrAccountFull when its account
+	// already holds Options.MaxPerAccount entries, and with ErrFull when
+	// the store has no room.
+	Claim(ctx context.Context, key Key, fp Fingerprint) (Claim, error)
 	// Complete records the backend's response to a Claimed request; later
 	// identical requests replay it. A body over Options.MaxResponseBytes
 	// is not kept: the outcome is recorded as unknown instead. rec.Body
@@ -135,9 +141,13 @@ var (
 	// ErrClaimLost: the claim is no longer held (already completed,
 	// released or marked, or expired after the retention window).
 	ErrClaimLost = errors.New("idempotency: claim no longer held")
-	// ErrFull: the memory store is full of unexpired entries and takes no
-	// new identifier.
-	ErrFull = errors.New("idempotency: memory store full")
+	// ErrFull: the store is full and takes no new identifier: the memory
+	// store holds Options.MaxEntries or Options.MaxBytes of unexpired
+	// entries, or Redis refuses writes at its maxmemory (OOM).
+	ErrFull = errors.New("idempotency: store full")
+	// ErrAccountFull: the account already holds Options.MaxPerAccount
+	// entries; other accounts still claim.
+	ErrAccountFull = errors.New("idempotency: account's share of the store is full")
 )
 
 // Options configure a Store.
@@ -158,6 +168,10 @@ type Options struct {
 	// 64MiB.
 	MaxEntries int
 	MaxBytes   int64
+	// MaxPerAccount is the most entries one account holds at once (in
+	// flight, completed or unknown, until they expire); past it the
+	// account's new identifiers get ErrAccountFull. Default 20000.
+	MaxPerAccount int
 	// Now is the clock that times in-flight claims (and, in the memory
 	// store, retention). Nil means time.Now.
 	Now func() time.Time
@@ -173,6 +187,7 @@ func OptionsFrom(c config.Idempotency) Options {
 		KeyPrefix:        c.KeyPrefix,
 		MaxEntries:       c.Memory.MaxEntries,
 		MaxBytes:         int64(c.Memory.MaxBytes),
+		MaxPerAccount:    c.MaxPerAccount,
 	}
 }
 
@@ -198,6 +213,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.MaxBytes <= 0 {
 		o.MaxBytes = 64 << 20
+	}
+	if o.MaxPerAccount <= 0 {
+		o.MaxPerAccount = 20000
 	}
 	if o.Now == nil {
 		o.Now = time.Now
@@ -238,6 +256,21 @@ func Refusal(o Outcome) Answer {
 func Unavailable() Answer {
 	return Answer{http.StatusServiceUnavailable, "duplicate_protection_unavailable",
 		"Duplicate protection is temporarily unavailable, so the order was not sent; retry shortly with the same identifier."}
+}
+
+// Full is the answer to a new identifier when the store has no room
+// (ErrFull): the order is not sent.
+func Full() Answer {
+	return Answer{http.StatusServiceUnavailable, "duplicate_protection_full",
+		"Duplicate protection has no room for new identifiers, so the order was not sent; retry later, or send it without an identifier."}
+}
+
+// AccountFull is the answer to a new identifier of an account that holds
+// its whole share of the store (ErrAccountFull): only that account's new
+// identifiers are refused, until its entries expire.
+func AccountFull() Answer {
+	return Answer{http.StatusServiceUnavailable, "identifier_quota_exceeded",
+		"This account holds its whole share of duplicate-protection entries, so the order was not sent; retry later, or send it without an identifier."}
 }
 
 // NotSent reports whether a transport error from the backend round trip

@@ -109,8 +109,10 @@ func TestAnswers(t *testing.T) {
 	if a := Refusal(Claimed); a.Status != 500 {
 		t.Errorf("Refusal(Claimed) = %+v", a)
 	}
-	if a := Unavailable(); a.Status != 503 || a.Code != "duplicate_protection_unavailable" {
-		t.Errorf("Unavailable() = %+v", a)
+	for code, a := range map[string]Answer{"duplicate_protection_unavailable": Unavailable(), "duplicate_protection_full": Full(), "identifier_quota_exceeded": AccountFull()} {
+		if a.Status != 503 || a.Code != code || a.Detail == "" {
+			t.Errorf("answer %s = %+v", code, a)
+		}
 	}
 	for o, s := range map[Outcome]string{Claimed: "claimed", InProgress: "in_progress", Conflict: "conflict", Replay: "replay", Unknown: "unknown", 0: "outcome(0)"} {
 		if o.String() != s {
@@ -119,13 +121,7 @@ func TestAnswers(t *testing.T) {
 	}
 }
 
-func TestKeyAndFingerprint(t *testing.T) {
-	if Key("ab", "c") == Key("a", "bc") || Key("a:b", "c") == Key("a", "b:c") {
-		t.Error("keys of different (token, identifier) pairs collide")
-	}
-	if Key("tok", "id") != "3:tok:id" {
-		t.Errorf("Key = %q", Key("tok", "id"))
-	}
+func TestFingerprint(t *testing.T) {
 	a, b := FingerprintOf([]byte(`{"a":1}`)), FingerprintOf([]byte(`{"a": 1}`))
 	if a == b || a != FingerprintOf([]byte(`{"a":1}`)) {
 		t.Error("fingerprints must follow the bytes exactly")
@@ -135,10 +131,10 @@ func TestKeyAndFingerprint(t *testing.T) {
 func TestOptionsFromConfig(t *testing.T) {
 	o := OptionsFrom(config.DefaultIdempotency())
 	want := Options{Retention: 24 * time.Hour, InFlightTimeout: 30 * time.Second, MaxResponseBytes: 64 << 10,
-		Timeout: 100 * time.Millisecond, KeyPrefix: "exgate:idem:", MaxEntries: 100000, MaxBytes: 64 << 20}
+		Timeout: 100 * time.Millisecond, KeyPrefix: "exgate:idem:", MaxEntries: 100000, MaxBytes: 64 << 20, MaxPerAccount: 20000}
 	if o.Now != nil || o.Retention != want.Retention || o.InFlightTimeout != want.InFlightTimeout ||
 		o.MaxResponseBytes != want.MaxResponseBytes || o.Timeout != want.Timeout || o.KeyPrefix != want.KeyPrefix ||
-		o.MaxEntries != want.MaxEntries || o.MaxBytes != want.MaxBytes {
+		o.MaxEntries != want.MaxEntries || o.MaxBytes != want.MaxBytes || o.MaxPerAccount != want.MaxPerAccount {
 		t.Errorf("OptionsFrom(default) = %+v", o)
 	}
 	if d := (Options{}).withDefaults(); d.Retention != want.Retention || d.Now == nil || d.KeyPrefix != want.KeyPrefix {

@@ -17,18 +17,20 @@ const entryOverhead = 256
 // first, and when the store is still full a new identifier gets ErrFull
 // (the proxy answers 503) rather than evicting a live one, which could
 // let a duplicate through. A response that would overflow MaxBytes is
-// recorded as an unknown outcome.
+// recorded as an unknown outcome. Each account holds at most
+// Options.MaxPerAccount entries (ErrAccountFull past it).
 type Memory struct {
-	o       Options
-	mu      sync.Mutex
-	entries map[string]*list.Element // of *entry
-	order   *list.List               // by last write, so by expiry: every write sets now + Retention
-	bytes   int64
+	o         Options
+	mu        sync.Mutex
+	entries   map[Key]*list.Element // of *entry
+	order     *list.List            // by last write, so by expiry: every write sets now + Retention
+	bytes     int64
+	byAccount map[string]int // entries held per account
 }
 
 // entry is one key's state.
 type entry struct {
-	key      string
+	key      Key
 	state    byte // 'p' in flight, 'd' done, 'u' unknown
 	fp       Fingerprint
 	id       string
@@ -40,7 +42,7 @@ type entry struct {
 
 // NewMemory returns an empty in-process Store.
 func NewMemory(o Options) *Memory {
-	return &Memory{o: o.withDefaults(), entries: map[string]*list.Element{}, order: list.New()}
+	return &Memory{o: o.withDefaults(), entries: map[Key]*list.Element{}, order: list.New(), byAccount: map[string]int{}}
 }
 
 // sweep drops expired entries; the caller holds mu.
@@ -59,6 +61,11 @@ func (s *Memory) remove(e *list.Element) {
 	s.order.Remove(e)
 	delete(s.entries, en.key)
 	s.bytes -= en.size
+	if n := s.byAccount[en.key.Account] - 1; n > 0 {
+		s.byAccount[en.key.Account] = n
+	} else {
+		delete(s.byAccount, en.key.Account)
+	}
 }
 
 // touch marks en written now; the caller holds mu.
@@ -77,7 +84,7 @@ func (s *Memory) Len() int {
 }
 
 // Claim implements Store.
-func (s *Memory) Claim(ctx context.Context, key string, fp Fingerprint) (Claim, error) {
+func (s *Memory) Claim(ctx context.Context, key Key, fp Fingerprint) (Claim, error) {
 	if err := ctx.Err(); err != nil {
 		return Claim{}, err
 	}
@@ -103,7 +110,10 @@ func (s *Memory) Claim(ctx context.Context, key string, fp Fingerprint) (Claim, 
 		}
 		return c, nil
 	}
-	size := int64(len(key)) + entryOverhead
+	if s.byAccount[key.Account] >= s.o.MaxPerAccount {
+		return Claim{}, ErrAccountFull
+	}
+	size := int64(len(key.Account)+len(key.Identifier)) + entryOverhead
 	if len(s.entries) >= s.o.MaxEntries || s.bytes+size > s.o.MaxBytes {
 		return Claim{}, ErrFull
 	}
@@ -112,6 +122,7 @@ func (s *Memory) Claim(ctx context.Context, key string, fp Fingerprint) (Claim, 
 	e := s.order.PushBack(en)
 	s.entries[key] = e
 	s.bytes += size
+	s.byAccount[key.Account]++
 	s.touch(e, now)
 	return c, nil
 }

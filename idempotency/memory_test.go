@@ -25,19 +25,19 @@ func TestMemoryStore(t *testing.T) { runStoreCases(t, memoryHarness()) }
 func TestMemoryRetention(t *testing.T) {
 	c := newClock()
 	s := NewMemory(testOptions(c))
-	cl := mustClaim(t, s, "done", fpA, Claimed)
+	cl := mustClaim(t, s, k("done"), fpA, Claimed)
 	must(t, s.Complete(context.Background(), cl, Record{Status: 201}))
 	c.advance(time.Hour)
-	mustClaim(t, s, "unknown", fpA, Claimed)
+	mustClaim(t, s, k("unknown"), fpA, Claimed)
 	c.advance(retention - time.Hour - time.Second)
-	mustClaim(t, s, "done", fpA, Replay)
+	mustClaim(t, s, k("done"), fpA, Replay)
 	c.advance(time.Second)
-	mustClaim(t, s, "done", fpA, Claimed) // retention is over: the identifier is free again
+	mustClaim(t, s, k("done"), fpA, Claimed) // retention is over: the identifier is free again
 	if s.Len() != 2 {
 		t.Errorf("Len = %d, want 2", s.Len())
 	}
 	c.advance(retention)
-	mustClaim(t, s, "other", fpA, Claimed)
+	mustClaim(t, s, k("other"), fpA, Claimed)
 	if s.Len() != 1 {
 		t.Errorf("Len after everything expired = %d, want 1 (expired entries are dropped)", s.Len())
 	}
@@ -49,27 +49,27 @@ func TestMemoryBounds(t *testing.T) {
 	o.MaxEntries = 3
 	s := NewMemory(o)
 	for i := range 3 {
-		mustClaim(t, s, strconv.Itoa(i), fpA, Claimed)
+		mustClaim(t, s, k(strconv.Itoa(i)), fpA, Claimed)
 	}
-	if _, err := s.Claim(context.Background(), "3", fpA); !errors.Is(err, ErrFull) {
+	if _, err := s.Claim(context.Background(), k("3"), fpA); !errors.Is(err, ErrFull) {
 		t.Fatalf("fourth entry: %v, want ErrFull", err)
 	}
-	mustClaim(t, s, "0", fpA, InProgress) // existing keys still answer
+	mustClaim(t, s, k("0"), fpA, InProgress) // existing keys still answer
 	c.advance(retention)
-	mustClaim(t, s, "3", fpA, Claimed) // expired entries make room
+	mustClaim(t, s, k("3"), fpA, Claimed) // expired entries make room
 
 	// Byte bound: responses that do not fit are recorded as unknown.
 	o = testOptions(c)
-	o.MaxBytes = 3 * (entryOverhead + 1)
+	o.MaxBytes = 3 * (entryOverhead + int64(len("acct")) + 1)
 	o.MaxResponseBytes = 1 << 20
 	s = NewMemory(o)
-	a := mustClaim(t, s, "a", fpA, Claimed)
+	a := mustClaim(t, s, k("a"), fpA, Claimed)
 	must(t, s.Complete(context.Background(), a, Record{Status: 201, Body: bytes.Repeat([]byte("x"), entryOverhead)}))
-	mustClaim(t, s, "a", fpA, Replay)
-	b := mustClaim(t, s, "b", fpA, Claimed)
+	mustClaim(t, s, k("a"), fpA, Replay)
+	b := mustClaim(t, s, k("b"), fpA, Claimed)
 	must(t, s.Complete(context.Background(), b, Record{Status: 201, Body: bytes.Repeat([]byte("x"), 2*entryOverhead)}))
-	mustClaim(t, s, "b", fpA, Unknown)
-	if _, err := s.Claim(context.Background(), "c", fpA); !errors.Is(err, ErrFull) {
+	mustClaim(t, s, k("b"), fpA, Unknown)
+	if _, err := s.Claim(context.Background(), k("c"), fpA); !errors.Is(err, ErrFull) {
 		t.Errorf("claim past MaxBytes: %v, want ErrFull", err)
 	}
 }
@@ -77,13 +77,13 @@ func TestMemoryBounds(t *testing.T) {
 func TestMemoryHonoursContext(t *testing.T) {
 	s := NewMemory(testOptions(newClock()))
 	ctx, cancel := context.WithCancel(context.Background())
-	cl := mustClaim(t, s, "k", fpA, Claimed)
+	cl := mustClaim(t, s, k("k"), fpA, Claimed)
 	cancel()
-	if _, err := s.Claim(ctx, "x", fpA); !errors.Is(err, context.Canceled) {
+	if _, err := s.Claim(ctx, k("x"), fpA); !errors.Is(err, context.Canceled) {
 		t.Errorf("Claim with a cancelled context: %v", err)
 	}
 	if err := s.Complete(ctx, cl, Record{Status: 201}); !errors.Is(err, context.Canceled) {
 		t.Errorf("Complete with a cancelled context: %v", err)
 	}
-	mustClaim(t, s, "k", fpA, InProgress)
+	mustClaim(t, s, k("k"), fpA, InProgress)
 }

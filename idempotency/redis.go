@@ -3,20 +3,35 @@ package idempotency
 import (
 	"context"
 	"crypto/rand"
-	"encoding/hex"
+	"crypto/sha256"
+	"encoding/base64"
+	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 )
 
-// Redis is a Store in Redis, shared by every exgate replica. Each key is
-// one hash changed only by Lua scripts that touch that key alone, so
-// claims are atomic and the store works on standalone Redis, Sentinel and
-// Cluster. The hash holds the state (p in flight, d done, u unknown), the
-// fingerprint, the holder's token, the in-flight deadline and, when done,
-// the response. Redis expires the key after the retention window.
+// Redis is a Store in Redis, shared by every exgate replica. Each
+// identifier is one string key changed only by Lua scripts, so claims
+// are atomic; an account's keys and its share counter carry the same
+// hash tag, so every script touches one hash slot and the store works on
+// standalone Redis, Sentinel and Cluster. Redis expires a key after the
+// retention window.
+//
+// The value is as small as the protocol allows (docs/validation.md
+// measures it): a state byte (p in flight, u unknown, d done), the first
+// 16 bytes of the body's SHA-256, then for p and u the holder's 8-byte
+// token (and for p the in-flight deadline in Unix milliseconds), for d
+// the response: three status digits, the Content-Type, a newline and the
+// body.
+//
+// An account's share is counted in one small hash per account whose
+// fields are time slots (a 24th of the retention) holding how many
+// claims were made in them; a slot is dropped once every claim made in it
+// has expired, so the count never undercounts what the account holds.
 //
 // In-flight deadlines are stamped with the replica's clock (Options.Now);
 // clock skew between replicas only shifts when a stuck claim turns
@@ -26,64 +41,91 @@ type Redis struct {
 	o      Options
 	claim  *redis.Script
 	finish *redis.Script
+	slotMS int64 // width of an account-share slot
 }
 
 // NewRedis returns a Store on client c (a *redis.Client, *redis.ClusterClient
 // or any redis.UniversalClient). Build the client with
 // ContextTimeoutEnabled so that the per-call deadline also bounds socket
-// reads and writes.
+// reads and writes. Redis must not evict keys (maxmemory-policy
+// noeviction): an evicted claim is a forgotten identifier.
 func NewRedis(c redis.Scripter, o Options) *Redis {
-	return &Redis{c: c, o: o.withDefaults(), claim: redis.NewScript(claimScript), finish: redis.NewScript(finishScript)}
+	o = o.withDefaults()
+	return &Redis{c: c, o: o, claim: redis.NewScript(claimScript), finish: redis.NewScript(finishScript),
+		slotMS: max(1, (o.Retention / 24).Milliseconds())}
 }
 
+// Entry layout: byte 1 the state, bytes 2–17 the fingerprint, 18–25 the
+// holder's token, 26– the in-flight deadline (p) or, from byte 18, the
+// response (d).
 const (
+	fpLen = 16
+	idLen = 8
+
 	claimScript = `
-local k = KEYS[1]
-local cur = redis.call('HMGET', k, 'st', 'fp', 'dl')
-if not cur[1] then
-  redis.call('HSET', k, 'st', 'p', 'fp', ARGV[1], 'id', ARGV[2], 'dl', ARGV[4])
-  redis.call('PEXPIRE', k, ARGV[5])
+local v = redis.call('GET', KEYS[1])
+if not v then
+  local slots = redis.call('HGETALL', KEYS[2])
+  local n, oldest = 0, tonumber(ARGV[7])
+  for i = 1, #slots, 2 do
+    if tonumber(slots[i]) < oldest then
+      redis.call('HDEL', KEYS[2], slots[i])
+    else
+      n = n + tonumber(slots[i + 1])
+    end
+  end
+  if n >= tonumber(ARGV[8]) then return {'account_full'} end
+  redis.call('SET', KEYS[1], 'p' .. ARGV[1] .. ARGV[2] .. ARGV[4], 'PX', ARGV[5])
+  redis.call('HINCRBY', KEYS[2], ARGV[6], 1)
+  redis.call('PEXPIRE', KEYS[2], ARGV[9])
   return {'claimed'}
 end
-if cur[2] ~= ARGV[1] then return {'conflict'} end
-if cur[1] == 'd' then
-  local r = redis.call('HMGET', k, 'status', 'ct', 'body')
-  return {'replay', r[1], r[2], r[3]}
+if #v < 21 then return redis.error_reply('idempotency: malformed entry') end
+if string.sub(v, 2, 17) ~= ARGV[1] then return {'conflict'} end
+local st = string.sub(v, 1, 1)
+if st == 'd' then return {'replay', string.sub(v, 18)} end
+if st == 'p' then
+  if tonumber(ARGV[3]) < tonumber(string.sub(v, 26)) then return {'in_progress'} end
+  redis.call('SET', KEYS[1], 'u' .. string.sub(v, 2, 25), 'KEEPTTL')
+  return {'unknown'}
 end
-if cur[1] == 'p' then
-  if tonumber(ARGV[3]) < tonumber(cur[3]) then return {'in_progress'} end
-  redis.call('HSET', k, 'st', 'u')
-end
-return {'unknown'}
+if st == 'u' then return {'unknown'} end
+return redis.error_reply('idempotency: malformed entry')
 `
 	// finishScript moves a claim held by ARGV[1] (in flight, or turned
 	// unknown by its deadline) to its final state: ARGV[2] is "d"
-	// (complete, with status, content type and body), "u" (unknown) or
-	// "free" (release).
+	// (complete, with the encoded response in ARGV[4]), "u" (unknown) or
+	// "free" (release, which also gives the account's share back in slot
+	// ARGV[5]).
 	finishScript = `
-local k = KEYS[1]
-local cur = redis.call('HMGET', k, 'st', 'id')
-if cur[2] ~= ARGV[1] or (cur[1] ~= 'p' and cur[1] ~= 'u') then return 0 end
+local v = redis.call('GET', KEYS[1])
+if not v then return 0 end
+local st = string.sub(v, 1, 1)
+if (st ~= 'p' and st ~= 'u') or string.sub(v, 18, 25) ~= ARGV[1] then return 0 end
 if ARGV[2] == 'free' then
-  redis.call('DEL', k)
+  redis.call('DEL', KEYS[1])
+  local n = tonumber(redis.call('HGET', KEYS[2], ARGV[5]))
+  if n == 1 then
+    redis.call('HDEL', KEYS[2], ARGV[5])
+  elseif n and n > 1 then
+    redis.call('HINCRBY', KEYS[2], ARGV[5], -1)
+  end
   return 1
 end
 if ARGV[2] == 'd' then
-  redis.call('HSET', k, 'st', 'd', 'status', ARGV[4], 'ct', ARGV[5], 'body', ARGV[6])
+  redis.call('SET', KEYS[1], 'd' .. string.sub(v, 2, 17) .. ARGV[4], 'PX', ARGV[3])
 else
-  redis.call('HSET', k, 'st', 'u')
+  redis.call('SET', KEYS[1], 'u' .. string.sub(v, 2, 25), 'PX', ARGV[3])
 end
-redis.call('HDEL', k, 'dl')
-redis.call('PEXPIRE', k, ARGV[3])
 return 1
 `
 )
 
 // newID returns a random holder token.
 func newID() string {
-	var b [12]byte
+	var b [idLen]byte
 	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
+	return string(b[:])
 }
 
 // ms writes d in whole milliseconds, at least 1.
@@ -91,27 +133,66 @@ func ms(d time.Duration) string {
 	return strconv.FormatInt(max(1, d.Milliseconds()), 10)
 }
 
+// accountTag returns the hash tag of an account's keys: 16 characters of
+// base64url SHA-256 (96 bits), so that any account name makes a short key
+// without braces, and an account's keys share one Cluster slot. It also
+// shortens long identifiers.
+func accountTag(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return base64.RawURLEncoding.EncodeToString(sum[:12])
+}
+
+// shortIdentifier is the longest identifier a key holds as it is; a
+// longer one is replaced by its hash, 16 characters, so that keys stay
+// short (a UUID identifier would take 36).
+const shortIdentifier = 15
+
+// keys returns the Redis keys of a claim: the identifier's and its
+// account's share counter. Short identifiers are kept as they are and
+// long ones hashed, so the two never meet (their lengths differ).
+func (s *Redis) keys(k Key) []string {
+	tag := accountTag(k.Account)
+	id := k.Identifier
+	if len(id) > shortIdentifier {
+		id = accountTag(id)
+	}
+	return []string{s.o.KeyPrefix + "{" + tag + "}" + id, s.o.KeyPrefix + "#{" + tag + "}"}
+}
+
+// storeError wraps a Redis failure; Redis refusing writes at maxmemory is
+// ErrFull.
+func storeError(op string, err error) error {
+	if strings.Contains(err.Error(), "OOM ") {
+		return fmt.Errorf("idempotency: redis %s: %w (%v)", op, ErrFull, err)
+	}
+	return fmt.Errorf("idempotency: redis %s: %w", op, err)
+}
+
 // Claim implements Store.
-func (s *Redis) Claim(ctx context.Context, key string, fp Fingerprint) (Claim, error) {
+func (s *Redis) Claim(ctx context.Context, key Key, fp Fingerprint) (Claim, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.o.Timeout)
 	defer cancel()
 	c := Claim{Key: key, Fingerprint: fp}
 	id := newID()
-	now := s.o.Now()
-	res, err := s.claim.Run(ctx, s.c, []string{s.o.KeyPrefix + key},
-		hex.EncodeToString(fp[:]), id,
-		strconv.FormatInt(now.UnixMilli(), 10),
-		strconv.FormatInt(now.Add(s.o.InFlightTimeout).UnixMilli(), 10),
-		ms(s.o.Retention)).Slice()
+	now := s.o.Now().UnixMilli()
+	slot := now / s.slotMS
+	oldest := (now - (s.o.Retention + s.o.InFlightTimeout).Milliseconds()) / s.slotMS
+	res, err := s.claim.Run(ctx, s.c, s.keys(key),
+		string(fp[:fpLen]), id,
+		now, now+s.o.InFlightTimeout.Milliseconds(),
+		ms(s.o.Retention), slot, oldest, s.o.MaxPerAccount,
+		ms(s.o.Retention+s.o.InFlightTimeout+time.Duration(s.slotMS)*time.Millisecond)).Slice()
 	if err != nil {
-		return Claim{}, fmt.Errorf("idempotency: redis claim: %w", err)
+		return Claim{}, storeError("claim", err)
 	}
 	if len(res) == 0 {
-		return Claim{}, fmt.Errorf("idempotency: redis claim: empty reply")
+		return Claim{}, errors.New("idempotency: redis claim: empty reply")
 	}
 	switch res[0] {
 	case "claimed":
-		c.Outcome, c.id = Claimed, id
+		c.Outcome, c.id, c.slot = Claimed, id, slot
+	case "account_full":
+		return Claim{}, ErrAccountFull
 	case "conflict":
 		c.Outcome = Conflict
 	case "in_progress":
@@ -130,32 +211,50 @@ func (s *Redis) Claim(ctx context.Context, key string, fp Fingerprint) (Claim, e
 	return c, nil
 }
 
-// replayRecord reads {'replay', status, ct, body}.
+// encodeRecord writes a response as a done entry keeps it after its
+// fingerprint: three status digits, the Content-Type, a newline, the
+// body.
+func encodeRecord(rec Record) string {
+	ct := rec.ContentType
+	if strings.ContainsAny(ct, "\r\n") { // not a header value; never sent by net/http
+		ct = ""
+	}
+	var b strings.Builder
+	b.Grow(3 + len(ct) + 1 + len(rec.Body))
+	b.WriteString(strconv.Itoa(rec.Status))
+	b.WriteString(ct)
+	b.WriteByte('\n')
+	b.Write(rec.Body)
+	return b.String()
+}
+
+// replayRecord reads {'replay', encoded response}.
 func replayRecord(res []any) (*Record, error) {
-	if len(res) != 4 {
-		return nil, fmt.Errorf("idempotency: redis claim: malformed replay of %d items", len(res))
+	v, _ := res[len(res)-1].(string)
+	if len(res) != 2 || len(v) < 4 {
+		return nil, errors.New("idempotency: redis claim: malformed replay")
 	}
-	st, _ := res[1].(string)
-	status, err := strconv.Atoi(st)
-	if err != nil || status < 100 || status > 999 {
-		return nil, fmt.Errorf("idempotency: redis claim: malformed stored status %q", st)
+	status, err := strconv.Atoi(v[:3])
+	if err != nil || status < 100 {
+		return nil, fmt.Errorf("idempotency: redis claim: malformed stored status %q", v[:3])
 	}
-	ct, _ := res[2].(string)
-	body, _ := res[3].(string)
+	ct, body, ok := strings.Cut(v[3:], "\n")
+	if !ok {
+		return nil, errors.New("idempotency: redis claim: malformed stored response")
+	}
 	return &Record{Status: status, ContentType: ct, Body: []byte(body)}, nil
 }
 
 // end runs the finish script.
-func (s *Redis) end(ctx context.Context, c Claim, state string, rec Record) error {
+func (s *Redis) end(ctx context.Context, c Claim, state, rec string) error {
 	if c.Outcome != Claimed || c.id == "" {
 		return ErrNotClaimed
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.o.Timeout)
 	defer cancel()
-	n, err := s.finish.Run(ctx, s.c, []string{s.o.KeyPrefix + c.Key},
-		c.id, state, ms(s.o.Retention), strconv.Itoa(rec.Status), rec.ContentType, rec.Body).Int()
+	n, err := s.finish.Run(ctx, s.c, s.keys(c.Key), c.id, state, ms(s.o.Retention), rec, c.slot).Int()
 	if err != nil {
-		return fmt.Errorf("idempotency: redis %s: %w", state, err)
+		return storeError(state, err)
 	}
 	if n != 1 {
 		return ErrClaimLost
@@ -165,18 +264,18 @@ func (s *Redis) end(ctx context.Context, c Claim, state string, rec Record) erro
 
 // Complete implements Store.
 func (s *Redis) Complete(ctx context.Context, c Claim, rec Record) error {
-	if len(rec.Body) > s.o.MaxResponseBytes {
-		return s.end(ctx, c, "u", Record{})
+	if len(rec.Body) > s.o.MaxResponseBytes || rec.Status < 100 || rec.Status > 999 {
+		return s.end(ctx, c, "u", "")
 	}
-	return s.end(ctx, c, "d", rec)
+	return s.end(ctx, c, "d", encodeRecord(rec))
 }
 
 // Release implements Store.
 func (s *Redis) Release(ctx context.Context, c Claim) error {
-	return s.end(ctx, c, "free", Record{})
+	return s.end(ctx, c, "free", "")
 }
 
 // MarkUnknown implements Store.
 func (s *Redis) MarkUnknown(ctx context.Context, c Claim) error {
-	return s.end(ctx, c, "u", Record{})
+	return s.end(ctx, c, "u", "")
 }

@@ -56,11 +56,11 @@ func TestRedisClusterStore(t *testing.T) {
 		return out
 	}})
 
-	// Keys spread over the masters, and each works.
+	// Accounts spread over the masters, and each works.
 	c := cl.Client(t)
 	s := NewRedis(c, testOptions(newClock()))
 	for i := range 30 {
-		mustClaim(t, s, Key("tok", strconv.Itoa(i)), fpA, Claimed)
+		mustClaim(t, s, Key{"tok" + strconv.Itoa(i), "a"}, fpA, Claimed)
 	}
 	used := 0
 	for _, node := range cl.Servers {
@@ -83,10 +83,14 @@ func TestRedisKeyLayout(t *testing.T) {
 	o := testOptions(c)
 	o.KeyPrefix = "exgate:idem:"
 	s := NewRedis(newClient(t, srv.Addr), o)
-	key := Key("hmac-of-token", "ord-1")
+	key := Key{"0123456789abcdef0123456789abcdef", "ord-1"}
 	cl := mustClaim(t, s, key, fpA, Claimed)
 
-	full := "exgate:idem:" + key
+	tag := accountTag(key.Account)
+	full, share := "exgate:idem:{"+tag+"}ord-1", "exgate:idem:#{"+tag+"}"
+	if got := s.keys(key); got[0] != full || got[1] != share || len(tag) != 16 {
+		t.Fatalf("keys = %q", got)
+	}
 	ttl, err := srv.Do("PTTL", full)
 	if err != nil {
 		t.Fatal(err)
@@ -94,21 +98,25 @@ func TestRedisKeyLayout(t *testing.T) {
 	if ms := ttl.(int64); ms <= 0 || ms > retention.Milliseconds() {
 		t.Errorf("PTTL after claim = %dms, want within the retention", ms)
 	}
-	st, _ := srv.Do("HGET", full, "st")
-	dl, _ := srv.Do("HGET", full, "dl")
-	if st != "p" || dl != strconv.FormatInt(c.now().Add(inFlight).UnixMilli(), 10) {
-		t.Errorf("in-flight entry st=%v dl=%v", st, dl)
+	v, _ := srv.Do("GET", full)
+	want := "p" + string(fpA[:16]) + cl.id + strconv.FormatInt(c.now().Add(inFlight).UnixMilli(), 10)
+	if v != want || len(want) > 44 { // 44: the longest string Redis keeps embedded in its object
+		t.Errorf("in-flight entry %q, want %q", v, want)
+	}
+	slots, _ := srv.Do("HGETALL", share)
+	if fmt.Sprint(slots) != fmt.Sprintf("map[%d:1]", c.now().UnixMilli()/(retention/24).Milliseconds()) {
+		t.Errorf("share counter %v", slots)
 	}
 
-	// Completing restarts the retention and drops the deadline.
+	// Completing restarts the retention and keeps only the response.
 	_, _ = srv.Do("PEXPIRE", full, 1000)
-	must(t, s.Complete(context.Background(), cl, Record{Status: 201, Body: []byte("{}")}))
+	must(t, s.Complete(context.Background(), cl, Record{Status: 201, ContentType: "application/json", Body: []byte("{}")}))
 	ttl, _ = srv.Do("PTTL", full)
 	if ms := ttl.(int64); ms < retention.Milliseconds()-60_000 {
 		t.Errorf("PTTL after complete = %dms, want the retention again", ms)
 	}
-	if n, _ := srv.Do("HEXISTS", full, "dl"); n != int64(0) {
-		t.Error("deadline kept after completion")
+	if v, _ := srv.Do("GET", full); v != "d"+string(fpA[:16])+"201application/json\n{}" {
+		t.Errorf("done entry %q", v)
 	}
 }
 
@@ -119,11 +127,11 @@ func TestRedisRetention(t *testing.T) {
 	o.Retention = 100 * time.Millisecond
 	o.KeyPrefix = uniquePrefix()
 	s := NewRedis(newClient(t, srv.Addr), o)
-	cl := mustClaim(t, s, "k", fpA, Claimed)
+	cl := mustClaim(t, s, k("k"), fpA, Claimed)
 	must(t, s.Complete(context.Background(), cl, Record{Status: 201}))
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		v, err := srv.Do("EXISTS", o.KeyPrefix+"k")
+		v, err := srv.Do("EXISTS", s.keys(k("k"))[0])
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -135,7 +143,7 @@ func TestRedisRetention(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	mustClaim(t, s, "k", fpA, Claimed)
+	mustClaim(t, s, k("k"), fpA, Claimed)
 }
 
 func TestRedisStoreDown(t *testing.T) {
@@ -143,10 +151,10 @@ func TestRedisStoreDown(t *testing.T) {
 	o := testOptions(newClock())
 	o.Timeout = 500 * time.Millisecond
 	s := NewRedis(newClient(t, srv.Addr), o)
-	cl := mustClaim(t, s, "k", fpA, Claimed)
+	cl := mustClaim(t, s, k("k"), fpA, Claimed)
 
 	srv.Stop()
-	if c, err := s.Claim(context.Background(), "other", fpA); err == nil {
+	if c, err := s.Claim(context.Background(), k("other"), fpA); err == nil {
 		t.Fatalf("Claim with Redis down = %+v, want an error", c)
 	}
 	if err := s.Complete(context.Background(), cl, Record{Status: 201}); err == nil || errors.Is(err, ErrClaimLost) {
@@ -158,7 +166,7 @@ func TestRedisStoreDown(t *testing.T) {
 
 	// Back up (empty, as after a failover without persistence).
 	srv.Restart()
-	mustClaim(t, s, "k", fpA, Claimed)
+	mustClaim(t, s, k("k"), fpA, Claimed)
 }
 
 // TestRedisDeadline: a Redis that stops answering makes calls fail at
@@ -168,11 +176,11 @@ func TestRedisDeadline(t *testing.T) {
 	o := testOptions(newClock())
 	o.Timeout = 100 * time.Millisecond
 	s := NewRedis(newClient(t, srv.Addr), o)
-	mustClaim(t, s, "warm", fpA, Claimed) // the script is loaded
+	mustClaim(t, s, k("warm"), fpA, Claimed) // the script is loaded
 	if _, err := srv.Do("CLIENT", "PAUSE", "1000", "ALL"); err != nil {
 		t.Fatal(err)
 	}
-	_, err := s.Claim(context.Background(), "k", fpA)
+	_, err := s.Claim(context.Background(), k("k"), fpA)
 	if err == nil {
 		t.Fatal("Claim on a paused Redis succeeded")
 	}
@@ -181,7 +189,7 @@ func TestRedisDeadline(t *testing.T) {
 	}
 	// After the pause the store works again; whatever the abandoned call
 	// did, the identifier is never free twice.
-	c, err := s.Claim(context.Background(), "k", fpA)
+	c, err := s.Claim(context.Background(), k("k"), fpA)
 	if err != nil || (c.Outcome != Claimed && c.Outcome != InProgress) {
 		t.Errorf("after the pause: %+v, %v", c, err)
 	}
@@ -192,17 +200,44 @@ func TestRedisRejectsMalformedEntries(t *testing.T) {
 	o := testOptions(newClock())
 	o.KeyPrefix = "p:"
 	s := NewRedis(newClient(t, srv.Addr), o)
-	if _, err := srv.Do("SET", "p:str", "x"); err != nil {
+	fp := string(fpA[:16])
+	for id, stored := range map[string]any{
+		"short":     "x",
+		"state":     "x" + fp + "12345678",
+		"status":    "d" + fp + "abc\n",
+		"no-ct-end": "d" + fp + "201",
+	} {
+		if _, err := srv.Do("SET", s.keys(k(id))[0], stored); err != nil {
+			t.Fatal(err)
+		}
+		if c, err := s.Claim(context.Background(), k(id), fpA); err == nil {
+			t.Errorf("Claim over %q = %+v, want an error", stored, c)
+		}
+	}
+	if _, err := srv.Do("HSET", s.keys(k("hash"))[0], "st", "d"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Claim(context.Background(), "str", fpA); err == nil {
-		t.Error("Claim over a string key succeeded")
+	if _, err := s.Claim(context.Background(), k("hash"), fpA); err == nil {
+		t.Error("Claim over a hash succeeded")
 	}
-	fp := fmt.Sprintf("%x", fpA[:])
-	if _, err := srv.Do("HSET", "p:bad", "st", "d", "fp", fp, "status", "abc"); err != nil {
+}
+
+// TestRedisFull: Redis refusing writes at maxmemory is ErrFull, and what
+// is stored still answers.
+func TestRedisFull(t *testing.T) {
+	srv := redistest.Start(t)
+	o := testOptions(newClock())
+	o.KeyPrefix = uniquePrefix()
+	s := NewRedis(newClient(t, srv.Addr), o)
+	cl := mustClaim(t, s, k("done"), fpA, Claimed)
+	must(t, s.Complete(context.Background(), cl, Record{Status: 201, Body: []byte("{}")}))
+	if _, err := srv.Do("CONFIG", "SET", "maxmemory", "1"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Claim(context.Background(), "bad", fpA); err == nil {
-		t.Error("Claim over a malformed stored status succeeded")
+	t.Cleanup(func() { _, _ = srv.Do("CONFIG", "SET", "maxmemory", "0") })
+	if c, err := s.Claim(context.Background(), k("new"), fpA); !errors.Is(err, ErrFull) {
+		t.Errorf("Claim at maxmemory = %+v, %v; want ErrFull", c, err)
 	}
+	mustClaim(t, s, k("done"), fpA, Replay)
+	mustClaim(t, s, k("done"), fpB, Conflict)
 }

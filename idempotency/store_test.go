@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -53,7 +54,10 @@ func testOptions(c *clock) Options {
 	return Options{InFlightTimeout: inFlight, Retention: retention, MaxResponseBytes: 1024, Timeout: 2 * time.Second, Now: c.now}
 }
 
-func mustClaim(t *testing.T, s Store, key string, fp Fingerprint, want Outcome) Claim {
+// k is identifier id of the account most tests use.
+func k(id string) Key { return Key{Account: "acct", Identifier: id} }
+
+func mustClaim(t *testing.T, s Store, key Key, fp Fingerprint, want Outcome) Claim {
 	t.Helper()
 	c, err := s.Claim(context.Background(), key, fp)
 	if err != nil {
@@ -82,32 +86,32 @@ var storeCases = []struct {
 }{
 	{"first claims, same body waits, other body conflicts", func(t *testing.T, h harness, c *clock) {
 		s := h.store(t, testOptions(c))
-		mustClaim(t, s, "k", fpA, Claimed)
-		mustClaim(t, s, "k", fpA, InProgress)
-		mustClaim(t, s, "k", fpB, Conflict)
+		mustClaim(t, s, k("k"), fpA, Claimed)
+		mustClaim(t, s, k("k"), fpA, InProgress)
+		mustClaim(t, s, k("k"), fpB, Conflict)
 		c.advance(inFlight - time.Millisecond)
-		mustClaim(t, s, "k", fpA, InProgress)
+		mustClaim(t, s, k("k"), fpA, InProgress)
 	}},
 	{"completed request replays its response", func(t *testing.T, h harness, c *clock) {
 		s := h.store(t, testOptions(c))
-		cl := mustClaim(t, s, "k", fpA, Claimed)
+		cl := mustClaim(t, s, k("k"), fpA, Claimed)
 		body := []byte("{\"id\":1}\x00\xff binary-safe")
 		must(t, s.Complete(context.Background(), cl, Record{Status: 201, ContentType: "application/json; charset=utf-8", Body: body}))
 		for range 2 {
-			r := mustClaim(t, s, "k", fpA, Replay).Record
+			r := mustClaim(t, s, k("k"), fpA, Replay).Record
 			if r.Status != 201 || r.ContentType != "application/json; charset=utf-8" || !bytes.Equal(r.Body, body) {
 				t.Fatalf("replayed %+v", r)
 			}
 			r.Body[0] = 'X' // the caller's copy
 		}
-		mustClaim(t, s, "k", fpB, Conflict)
+		mustClaim(t, s, k("k"), fpB, Conflict)
 		c.advance(inFlight * 2)
-		mustClaim(t, s, "k", fpA, Replay)
+		mustClaim(t, s, k("k"), fpA, Replay)
 	}},
 	{"error responses replay too", func(t *testing.T, h harness, c *clock) {
 		s := h.store(t, testOptions(c))
 		for i, rec := range []Record{{Status: 500}, {Status: 400, ContentType: "application/json", Body: []byte(`{"price":["bad"]}`)}, {Status: 503, Body: []byte{}}} {
-			key := string(rune('a' + i))
+			key := k(string(rune('a' + i)))
 			cl := mustClaim(t, s, key, fpA, Claimed)
 			must(t, s.Complete(context.Background(), cl, rec))
 			got := mustClaim(t, s, key, fpA, Replay).Record
@@ -118,55 +122,55 @@ var storeCases = []struct {
 	}},
 	{"release frees the identifier", func(t *testing.T, h harness, c *clock) {
 		s := h.store(t, testOptions(c))
-		first := mustClaim(t, s, "k", fpA, Claimed)
+		first := mustClaim(t, s, k("k"), fpA, Claimed)
 		must(t, s.Release(context.Background(), first))
-		second := mustClaim(t, s, "k", fpB, Claimed) // even with another body
+		second := mustClaim(t, s, k("k"), fpB, Claimed) // even with another body
 		if err := s.Complete(context.Background(), first, Record{Status: 201}); !errors.Is(err, ErrClaimLost) {
 			t.Errorf("Complete of a released claim: %v", err)
 		}
-		mustClaim(t, s, "k", fpB, InProgress)
+		mustClaim(t, s, k("k"), fpB, InProgress)
 		must(t, s.Complete(context.Background(), second, Record{Status: 201}))
-		mustClaim(t, s, "k", fpB, Replay)
+		mustClaim(t, s, k("k"), fpB, Replay)
 	}},
 	{"unknown outcome blocks repeats", func(t *testing.T, h harness, c *clock) {
 		s := h.store(t, testOptions(c))
-		cl := mustClaim(t, s, "k", fpA, Claimed)
+		cl := mustClaim(t, s, k("k"), fpA, Claimed)
 		must(t, s.MarkUnknown(context.Background(), cl))
-		mustClaim(t, s, "k", fpA, Unknown)
-		mustClaim(t, s, "k", fpB, Conflict)
+		mustClaim(t, s, k("k"), fpA, Unknown)
+		mustClaim(t, s, k("k"), fpB, Conflict)
 		c.advance(retention - time.Minute)
-		mustClaim(t, s, "k", fpA, Unknown)
+		mustClaim(t, s, k("k"), fpA, Unknown)
 	}},
 	{"expired in-flight claim is unknown, not free", func(t *testing.T, h harness, c *clock) {
 		s := h.store(t, testOptions(c))
-		cl := mustClaim(t, s, "k", fpA, Claimed)
+		cl := mustClaim(t, s, k("k"), fpA, Claimed)
 		c.advance(inFlight)
-		mustClaim(t, s, "k", fpA, Unknown)
-		mustClaim(t, s, "k", fpB, Conflict)
-		mustClaim(t, s, "k", fpA, Unknown)
+		mustClaim(t, s, k("k"), fpA, Unknown)
+		mustClaim(t, s, k("k"), fpB, Conflict)
+		mustClaim(t, s, k("k"), fpA, Unknown)
 		// The holder still gets to record the real response.
 		must(t, s.Complete(context.Background(), cl, Record{Status: 201, Body: []byte("late")}))
-		if r := mustClaim(t, s, "k", fpA, Replay).Record; string(r.Body) != "late" {
+		if r := mustClaim(t, s, k("k"), fpA, Replay).Record; string(r.Body) != "late" {
 			t.Errorf("replayed %q", r.Body)
 		}
 	}},
 	{"expired in-flight claim unseen by anyone is unknown", func(t *testing.T, h harness, c *clock) {
 		s := h.store(t, testOptions(c))
-		mustClaim(t, s, "k", fpA, Claimed)
+		mustClaim(t, s, k("k"), fpA, Claimed)
 		c.advance(time.Hour)
-		mustClaim(t, s, "k", fpA, Unknown)
+		mustClaim(t, s, k("k"), fpA, Unknown)
 	}},
 	{"holder may release after expiry", func(t *testing.T, h harness, c *clock) {
 		s := h.store(t, testOptions(c))
-		cl := mustClaim(t, s, "k", fpA, Claimed)
+		cl := mustClaim(t, s, k("k"), fpA, Claimed)
 		c.advance(inFlight + time.Second)
-		mustClaim(t, s, "k", fpA, Unknown)
+		mustClaim(t, s, k("k"), fpA, Unknown)
 		must(t, s.Release(context.Background(), cl))
-		mustClaim(t, s, "k", fpA, Claimed)
+		mustClaim(t, s, k("k"), fpA, Claimed)
 	}},
 	{"a claim finishes once", func(t *testing.T, h harness, c *clock) {
 		s := h.store(t, testOptions(c))
-		cl := mustClaim(t, s, "k", fpA, Claimed)
+		cl := mustClaim(t, s, k("k"), fpA, Claimed)
 		must(t, s.Complete(context.Background(), cl, Record{Status: 201}))
 		for name, err := range map[string]error{
 			"Complete":    s.Complete(context.Background(), cl, Record{Status: 500}),
@@ -177,15 +181,15 @@ var storeCases = []struct {
 				t.Errorf("%s after Complete: %v, want ErrClaimLost", name, err)
 			}
 		}
-		if r := mustClaim(t, s, "k", fpA, Replay).Record; r.Status != 201 {
+		if r := mustClaim(t, s, k("k"), fpA, Replay).Record; r.Status != 201 {
 			t.Errorf("the first response was overwritten: %+v", r)
 		}
 	}},
 	{"only a Claimed claim can finish", func(t *testing.T, h harness, c *clock) {
 		s := h.store(t, testOptions(c))
-		mustClaim(t, s, "k", fpA, Claimed)
-		waiting := mustClaim(t, s, "k", fpA, InProgress)
-		for _, cl := range []Claim{waiting, {}, {Outcome: Claimed, Key: "k", Fingerprint: fpA}} {
+		mustClaim(t, s, k("k"), fpA, Claimed)
+		waiting := mustClaim(t, s, k("k"), fpA, InProgress)
+		for _, cl := range []Claim{waiting, {}, {Outcome: Claimed, Key: k("k"), Fingerprint: fpA}} {
 			if err := s.Complete(context.Background(), cl, Record{Status: 201}); !errors.Is(err, ErrNotClaimed) {
 				t.Errorf("Complete(%+v) = %v", cl, err)
 			}
@@ -193,38 +197,40 @@ var storeCases = []struct {
 				t.Errorf("Release(%+v) = %v", cl, err)
 			}
 		}
-		mustClaim(t, s, "k", fpA, InProgress)
+		mustClaim(t, s, k("k"), fpA, InProgress)
 	}},
 	{"another replica's claim cannot be finished", func(t *testing.T, h harness, c *clock) {
 		rs := h.replicas(t, 2, testOptions(c))
-		mine := mustClaim(t, rs[0], "k", fpA, Claimed)
+		mine := mustClaim(t, rs[0], k("k"), fpA, Claimed)
 		must(t, rs[0].Release(context.Background(), mine))
-		theirs := mustClaim(t, rs[1], "k", fpA, Claimed)
+		theirs := mustClaim(t, rs[1], k("k"), fpA, Claimed)
 		if err := rs[0].MarkUnknown(context.Background(), mine); !errors.Is(err, ErrClaimLost) {
 			t.Errorf("MarkUnknown with a stale claim: %v", err)
 		}
-		mustClaim(t, rs[0], "k", fpA, InProgress)
+		mustClaim(t, rs[0], k("k"), fpA, InProgress)
 		must(t, rs[1].Complete(context.Background(), theirs, Record{Status: 201}))
-		mustClaim(t, rs[0], "k", fpA, Replay)
+		mustClaim(t, rs[0], k("k"), fpA, Replay)
 	}},
 	{"responses over the cap are not kept", func(t *testing.T, h harness, c *clock) {
 		s := h.store(t, testOptions(c))
-		big := mustClaim(t, s, "big", fpA, Claimed)
+		big := mustClaim(t, s, k("big"), fpA, Claimed)
 		must(t, s.Complete(context.Background(), big, Record{Status: 201, Body: bytes.Repeat([]byte("x"), 1025)}))
-		mustClaim(t, s, "big", fpA, Unknown)
-		exact := mustClaim(t, s, "exact", fpA, Claimed)
+		mustClaim(t, s, k("big"), fpA, Unknown)
+		exact := mustClaim(t, s, k("exact"), fpA, Claimed)
 		must(t, s.Complete(context.Background(), exact, Record{Status: 201, Body: bytes.Repeat([]byte("x"), 1024)}))
-		if r := mustClaim(t, s, "exact", fpA, Replay).Record; len(r.Body) != 1024 {
+		if r := mustClaim(t, s, k("exact"), fpA, Replay).Record; len(r.Body) != 1024 {
 			t.Errorf("replayed %d bytes", len(r.Body))
 		}
 	}},
 	{"keys are per token and identifier", func(t *testing.T, h harness, c *clock) {
 		s := h.store(t, testOptions(c))
-		mustClaim(t, s, Key("tok1", "a"), fpA, Claimed)
-		mustClaim(t, s, Key("tok2", "a"), fpA, Claimed)
-		mustClaim(t, s, Key("tok1", "b"), fpA, Claimed)
-		mustClaim(t, s, Key("tok1:a", ""), fpA, Claimed)
-		mustClaim(t, s, Key("tok1", "a"), fpA, InProgress)
+		mustClaim(t, s, Key{"tok1", "a"}, fpA, Claimed)
+		mustClaim(t, s, Key{"tok2", "a"}, fpA, Claimed)
+		mustClaim(t, s, Key{"tok1", "b"}, fpA, Claimed)
+		mustClaim(t, s, Key{"tok1:a", ""}, fpA, Claimed)
+		mustClaim(t, s, Key{"tok1}", "a"}, fpA, Claimed)
+		mustClaim(t, s, Key{"tok1", "}a"}, fpA, Claimed)
+		mustClaim(t, s, Key{"tok1", "a"}, fpA, InProgress)
 	}},
 	{"100 concurrent identical requests across replicas claim once", func(t *testing.T, h harness, c *clock) {
 		rs := h.replicas(t, 4, testOptions(c))
@@ -238,7 +244,7 @@ var storeCases = []struct {
 			go func() {
 				defer wg.Done()
 				<-start
-				cl, err := rs[i%len(rs)].Claim(context.Background(), Key("tok", "same"), fpA)
+				cl, err := rs[i%len(rs)].Claim(context.Background(), Key{"tok", "same"}, fpA)
 				mu.Lock()
 				defer mu.Unlock()
 				if err != nil {
@@ -258,8 +264,51 @@ var storeCases = []struct {
 		}
 		must(t, rs[0].Complete(context.Background(), claims[0], Record{Status: 201}))
 		for _, r := range rs {
-			mustClaim(t, r, Key("tok", "same"), fpA, Replay)
+			mustClaim(t, r, Key{"tok", "same"}, fpA, Replay)
 		}
+	}},
+	{"an account past its share is refused, others are not", func(t *testing.T, h harness, c *clock) {
+		o := testOptions(c)
+		o.MaxPerAccount = 3
+		rs := h.replicas(t, 2, o)
+		var held []Claim
+		for i := range 3 {
+			held = append(held, mustClaim(t, rs[i%2], Key{"greedy", strconv.Itoa(i)}, fpA, Claimed))
+		}
+		must(t, rs[0].Complete(context.Background(), held[0], Record{Status: 201}))
+		must(t, rs[1].MarkUnknown(context.Background(), held[1]))
+		for _, s := range rs {
+			if c, err := s.Claim(context.Background(), Key{"greedy", "new"}, fpA); !errors.Is(err, ErrAccountFull) {
+				t.Fatalf("claim past the share = %+v, %v; want ErrAccountFull", c, err)
+			}
+		}
+		// What the account holds still answers, and others claim.
+		mustClaim(t, rs[0], Key{"greedy", "0"}, fpA, Replay)
+		mustClaim(t, rs[1], Key{"greedy", "1"}, fpA, Unknown)
+		mustClaim(t, rs[1], Key{"greedy", "2"}, fpA, InProgress)
+		for i := range 3 {
+			mustClaim(t, rs[i%2], Key{"other", strconv.Itoa(i)}, fpA, Claimed)
+		}
+		// A release gives the place back, once.
+		must(t, rs[1].Release(context.Background(), held[2]))
+		if err := rs[1].Release(context.Background(), held[2]); !errors.Is(err, ErrClaimLost) {
+			t.Fatalf("second release: %v", err)
+		}
+		mustClaim(t, rs[0], Key{"greedy", "new"}, fpA, Claimed)
+		if _, err := rs[0].Claim(context.Background(), Key{"greedy", "newer"}, fpA); !errors.Is(err, ErrAccountFull) {
+			t.Fatalf("claim past the share after one release: %v", err)
+		}
+	}},
+	{"released claims never use up the share", func(t *testing.T, h harness, c *clock) {
+		o := testOptions(c)
+		o.MaxPerAccount = 2
+		s := h.store(t, o)
+		for i := range 50 {
+			cl := mustClaim(t, s, Key{"refused", strconv.Itoa(i)}, fpA, Claimed)
+			must(t, s.Release(context.Background(), cl))
+		}
+		mustClaim(t, s, Key{"refused", "a"}, fpA, Claimed)
+		mustClaim(t, s, Key{"refused", "b"}, fpA, Claimed)
 	}},
 }
 

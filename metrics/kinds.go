@@ -170,11 +170,22 @@ const (
 	// IdempotencyStoreError: the store failed, so the identifier could
 	// not be checked.
 	IdempotencyStoreError
+	// IdempotencyStoreFull: the store had no room for a new identifier
+	// (the memory store's bounds, Redis at maxmemory); the order was
+	// refused.
+	IdempotencyStoreFull
+	// IdempotencyAccountFull: the account held its whole share of the
+	// store (idempotency.max_per_account); its order was refused.
+	IdempotencyAccountFull
+	// IdempotencyReleased: the backend refused a claimed order (4xx), so
+	// its identifier was freed.
+	IdempotencyReleased
 	numIdempotencyOutcomes
 )
 
 // String returns the label value: "claimed", "replayed", "in_progress",
-// "conflict", "unknown" or "store_error".
+// "conflict", "unknown", "store_error", "store_full", "account_full" or
+// "released".
 func (o IdempotencyOutcome) String() string {
 	switch o {
 	case IdempotencyClaimed:
@@ -189,6 +200,12 @@ func (o IdempotencyOutcome) String() string {
 		return "unknown"
 	case IdempotencyStoreError:
 		return "store_error"
+	case IdempotencyStoreFull:
+		return "store_full"
+	case IdempotencyAccountFull:
+		return "account_full"
+	case IdempotencyReleased:
+		return "released"
 	}
 	return "invalid"
 }

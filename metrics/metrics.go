@@ -232,7 +232,7 @@ func newMetrics(info BuildInfo) *Metrics {
 	}, []string{"code"})
 	m.idempotency = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: NameIdempotency,
-		Help: "Duplicate-protection outcomes for order identifiers (claimed, replayed, in_progress, conflict, unknown, store_error).",
+		Help: "Duplicate-protection outcomes for order identifiers (claimed, replayed, in_progress, conflict, unknown, released, store_error, store_full, account_full).",
 	}, []string{"outcome"})
 	m.catalogueAge = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: NameCatalogueAge,

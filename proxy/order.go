@@ -45,6 +45,8 @@ var (
 	errIdemConflict    = answerError(idempotency.Refusal(idempotency.Conflict))
 	errIdemUnknown     = answerError(idempotency.Refusal(idempotency.Unknown))
 	errIdemUnavailable = answerError(idempotency.Unavailable())
+	errIdemFull        = answerError(idempotency.Full())
+	errIdemAccountFull = answerError(idempotency.AccountFull())
 	errBodyUnreadable  = static(http.StatusBadRequest, "invalid_body", "Request body could not be read.")
 )
 
@@ -86,11 +88,9 @@ func (g *Gateway) checkOrder(ex *exchange, r *http.Request, v *validate.Validato
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), g.idemTimeout)
 	defer cancel()
-	claim, err := g.idem.Claim(ctx, idempotency.Key(tokenID, order.Identifier), idempotency.FingerprintOf(body))
+	claim, err := g.idem.Claim(ctx, idempotency.Key{Account: tokenID, Identifier: order.Identifier}, idempotency.FingerprintOf(body))
 	if err != nil {
-		g.metrics.Idempotency(metrics.IdempotencyStoreError)
-		g.log.Warn("duplicate protection store failed; order refused", zap.String("request_id", ex.id), zap.Error(err))
-		g.reject(ex, errIdemUnavailable)
+		g.refuseClaim(ex, err)
 		return false
 	}
 	switch claim.Outcome {
@@ -112,6 +112,25 @@ func (g *Gateway) checkOrder(ex *exchange, r *http.Request, v *validate.Validato
 		g.reject(ex, errIdemUnknown)
 	}
 	return false
+}
+
+// refuseClaim answers an order whose identifier could not be claimed,
+// saying why: the account's share is full (only that account is
+// refused), the store is full, or the store failed.
+func (g *Gateway) refuseClaim(ex *exchange, err error) {
+	switch {
+	case errors.Is(err, idempotency.ErrAccountFull):
+		g.metrics.Idempotency(metrics.IdempotencyAccountFull)
+		g.reject(ex, errIdemAccountFull)
+	case errors.Is(err, idempotency.ErrFull):
+		g.metrics.Idempotency(metrics.IdempotencyStoreFull)
+		g.log.Warn("duplicate protection store full; order refused", zap.String("request_id", ex.id), zap.Error(err))
+		g.reject(ex, errIdemFull)
+	default:
+		g.metrics.Idempotency(metrics.IdempotencyStoreError)
+		g.log.Warn("duplicate protection store failed; order refused", zap.String("request_id", ex.id), zap.Error(err))
+		g.reject(ex, errIdemUnavailable)
+	}
 }
 
 // readBody reads r into dst, at most max bytes. tooBig reports a body
@@ -154,17 +173,38 @@ func (g *Gateway) replay(ex *exchange, rec *idempotency.Record) {
 // claimKey marks an outbound request whose response must be recorded.
 type claimKey struct{}
 
-// recordResponse, from ModifyResponse, records the backend's response to
-// a claimed order as soon as it arrives, before it is written to the
+// recordResponse, from ModifyResponse, settles the claim of an order as
+// soon as the backend's response arrives, before it is written to the
 // client: a client that hangs up must not leave the outcome unrecorded.
-// A response body longer than idempotency.max_response_bytes, or one that
-// cannot be read to its end, is recorded as an unknown outcome.
+//
+// Only an order the backend accepted (2xx) keeps its identifier, with the
+// response for replay. An order it refused (4xx) was not placed: the
+// identifier is released, so that refused orders — invented tokens,
+// insufficient balance — cost the store nothing and a corrected order may
+// reuse the identifier. A 5xx says nothing certain about the order (the
+// backend may have failed after placing it), so, like a timeout, it is
+// recorded as an unknown outcome and never sent twice. A 2xx body longer
+// than idempotency.max_response_bytes, or one that cannot be read to its
+// end, is recorded as an unknown outcome too.
 func (g *Gateway) recordResponse(res *http.Response) error {
 	ex, _ := res.Request.Context().Value(claimKey{}).(*exchange)
 	if ex == nil || !ex.order.claimed || ex.order.settled {
 		return nil
 	}
 	ex.order.settled = true
+	if res.StatusCode >= 300 {
+		ctx, cancel := context.WithTimeout(context.Background(), g.idemTimeout)
+		defer cancel()
+		if res.StatusCode >= 500 {
+			g.settleUnknown(ctx, ex)
+			return nil
+		}
+		g.metrics.Idempotency(metrics.IdempotencyReleased)
+		if err := g.idem.Release(ctx, ex.order.claim); err != nil {
+			g.log.Warn("duplicate protection: releasing a refused order's claim failed", zap.String("request_id", ex.id), zap.Error(err))
+		}
+		return nil
+	}
 	b, err := io.ReadAll(io.LimitReader(res.Body, int64(g.idemMaxResp)+1))
 	rest := res.Body
 	res.Body = struct {

@@ -24,6 +24,12 @@ import (
 // duplicate protection (memory store) in front of a recording backend.
 func startOrders(t *testing.T, handler http.HandlerFunc) *env {
 	t.Helper()
+	return startOrdersWith(t, handler, nil)
+}
+
+// startOrdersWith is startOrders with the store's options changed by set.
+func startOrdersWith(t *testing.T, handler http.HandlerFunc, set func(*idempotency.Options)) *env {
+	t.Helper()
 	be := &backend{handler: handler}
 	bs := httptest.NewServer(be)
 	t.Cleanup(bs.Close)
@@ -48,10 +54,11 @@ func startOrders(t *testing.T, handler http.HandlerFunc) *env {
 	}
 	k, _ := limiter.NewKeyer([]byte(testKeySecret))
 	enf, _ := limiter.NewEnforcer(limiter.EnforcerOptions{Store: limiter.NewMemory(limiter.MemoryOptions{}), Keyer: k})
-	return serve(t, cfg, be, Options{
-		Limits: enf, Validator: v,
-		Idempotency: idempotency.NewMemory(idempotency.OptionsFrom(cfg.Idempotency)),
-	})
+	o := idempotency.OptionsFrom(cfg.Idempotency)
+	if set != nil {
+		set(&o)
+	}
+	return serve(t, cfg, be, Options{Limits: enf, Validator: v, Idempotency: idempotency.NewMemory(o)})
 }
 
 func postOrder(t *testing.T, e *env, body string, header ...string) *http.Response {
@@ -220,29 +227,86 @@ func TestClaimedOrderSurvivesClientHangingUp(t *testing.T) {
 	}
 }
 
-// TestReplayKeepsBackendErrors: a backend refusal is a response like any
-// other: it is recorded and replayed, and the order is not sent again.
-func TestReplayKeepsBackendErrors(t *testing.T) {
-	var calls atomic.Int64
-	e := startOrders(t, func(w http.ResponseWriter, r *http.Request) {
-		calls.Add(1)
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(http.StatusBadRequest)
-		_, _ = io.WriteString(w, `{"base_amount":["Insufficient balance."]}`)
-	})
-	body := `{"symbol":"BTC_USDT","type":"market","side":"buy","base_amount":"0.5","identifier":"poor"}`
-	for i := 0; i < 3; i++ {
-		res := postOrder(t, e, body)
-		b, _ := io.ReadAll(res.Body)
-		res.Body.Close()
-		if res.StatusCode != 400 || string(b) != `{"base_amount":["Insufficient balance."]}` {
-			t.Fatalf("attempt %d: %d %s", i, res.StatusCode, b)
-		}
-		if replayed := res.Header.Get("Idempotent-Replayed") == "true"; replayed != (i > 0) {
-			t.Errorf("attempt %d: replayed = %v", i, replayed)
+// TestClaimKeptOnlyWhenAccepted: an order the backend accepted keeps its
+// identifier and is replayed; one it refused (4xx) frees it, so a retry
+// reaches the backend again; after a 5xx the outcome is unknown and the
+// order is never sent twice.
+func TestClaimKeptOnlyWhenAccepted(t *testing.T) {
+	const refusal = `{"base_amount":["Insufficient balance."]}`
+	for _, tc := range []struct {
+		name      string
+		status    int
+		calls     int64
+		retry     int    // status of the retries
+		retryCode string // their code, for exgate's own answers
+	}{
+		{"accepted", http.StatusCreated, 1, http.StatusCreated, ""},
+		{"refused", http.StatusBadRequest, 3, http.StatusBadRequest, ""},
+		{"unauthenticated", http.StatusUnauthorized, 3, http.StatusUnauthorized, ""},
+		{"failed", http.StatusInternalServerError, 1, http.StatusConflict, "outcome_unknown"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var calls atomic.Int64
+			e := startOrders(t, func(w http.ResponseWriter, r *http.Request) {
+				calls.Add(1)
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(tc.status)
+				_, _ = io.WriteString(w, refusal)
+			})
+			body := `{"symbol":"BTC_USDT","type":"market","side":"buy","base_amount":"0.5","identifier":"once"}`
+			for i := 0; i < 3; i++ {
+				res := postOrder(t, e, body)
+				b, _ := io.ReadAll(res.Body)
+				res.Body.Close()
+				want, replayed := tc.status, false
+				if i > 0 {
+					want, replayed = tc.retry, tc.calls == 1 && tc.retryCode == ""
+				}
+				if res.StatusCode != want || (i > 0 && tc.retryCode != "" && !strings.Contains(string(b), `"code":"`+tc.retryCode+`"`)) ||
+					(tc.retryCode == "" && string(b) != refusal) {
+					t.Fatalf("attempt %d: %d %s, want %d", i, res.StatusCode, b, want)
+				}
+				if got := res.Header.Get("Idempotent-Replayed") == "true"; got != replayed {
+					t.Errorf("attempt %d: replayed = %v", i, got)
+				}
+			}
+			if calls.Load() != tc.calls {
+				t.Errorf("backend called %d times, want %d", calls.Load(), tc.calls)
+			}
+		})
+	}
+}
+
+// TestAccountShare: an account that fills its share of the store gets 503
+// identifier_quota_exceeded for new identifiers; another account's orders
+// go through.
+func TestAccountShare(t *testing.T) {
+	e := startOrdersWith(t, placed, func(o *idempotency.Options) { o.MaxPerAccount = 2 })
+	order := func(token, id string) *http.Response {
+		return do(t, "POST", e.url+"/api/v1/odr/orders/",
+			strings.NewReader(`{"symbol":"BTC_USDT","type":"market","side":"buy","base_amount":"0.5","identifier":"`+id+`"}`),
+			"Authorization", "Bearer "+token, "Content-Type", "application/json")
+	}
+	for _, id := range []string{"a", "b"} {
+		if res := order("greedy", id); res.StatusCode != 201 {
+			t.Fatalf("order %s: %d", id, res.StatusCode)
 		}
 	}
-	if calls.Load() != 1 {
-		t.Errorf("backend called %d times", calls.Load())
+	res := order("greedy", "c")
+	b, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.StatusCode != 503 || !strings.Contains(string(b), `"code":"identifier_quota_exceeded"`) {
+		t.Errorf("past the share: %d %s", res.StatusCode, b)
+	}
+	if res := order("greedy", "a"); res.StatusCode != 201 || res.Header.Get("Idempotent-Replayed") != "true" {
+		t.Errorf("replay past the share: %d", res.StatusCode)
+	}
+	for _, id := range []string{"a", "b"} {
+		if res := order("innocent", id); res.StatusCode != 201 || res.Header.Get("Idempotent-Replayed") != "" {
+			t.Errorf("another account's order %s: %d", id, res.StatusCode)
+		}
+	}
+	if n := e.backend.count(); n != 4 {
+		t.Errorf("backend got %d orders, want 4", n)
 	}
 }
