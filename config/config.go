@@ -339,8 +339,6 @@ const (
 // normalised (Burst written out as the rate's N), so that it equals what
 // Load returns with no file and no environment.
 func Default() *Config {
-	anonDay := Rate{N: 10000, Period: 24 * time.Hour}
-	tokenMin := Rate{N: 200, Period: time.Minute}
 	return &Config{
 		Listen:      ":8080",
 		AdminListen: "127.0.0.1:9090",
@@ -381,51 +379,7 @@ func Default() *Config {
 		Validation:  DefaultValidation(),
 		Idempotency: DefaultIdempotency(),
 		Log:         Log{Level: "info", Access: true},
-		Routes: []Route{
-			{
-				Name:     "place_order",
-				Match:    Match{Method: "POST", Path: "/api/v1/odr/orders/"},
-				Auth:     AuthRequired,
-				Validate: ValidateOrd,
-				Limits: []Limit{
-					{Name: KeyToken, Key: KeyToken, When: WhenAlways, Rate: Rate{N: 5400, Period: time.Hour}, Burst: 5400},
-				},
-			},
-			{
-				Name:  "list_markets",
-				Match: Match{Method: "GET", Path: "/api/v1/mkt/markets/"},
-				Auth:  AuthOptional,
-				Limits: []Limit{
-					{Name: KeyAddress, Key: KeyAddress, When: WhenAnon, Rate: anonDay, Burst: 10000},
-					{Name: KeyToken, Key: KeyToken, When: WhenToken, Rate: tokenMin, Burst: 200},
-				},
-			},
-			{
-				Name:  "list_currencies",
-				Match: Match{Method: "GET", Path: "/api/v1/mkt/currencies/"},
-				Auth:  AuthOptional,
-				Limits: []Limit{
-					{Name: KeyAddress, Key: KeyAddress, When: WhenAnon, Rate: anonDay, Burst: 10000},
-					{Name: KeyToken, Key: KeyToken, When: WhenToken, Rate: tokenMin, Burst: 200},
-				},
-			},
-			{
-				Name:  "list_matches",
-				Match: Match{Method: "GET", Path: "/api/v1/mth/matches/{symbol}/"},
-				Auth:  AuthOptional,
-				Limits: []Limit{
-					{Name: KeyAddress, Key: KeyAddress, When: WhenAlways, Rate: Rate{N: 60, Period: time.Minute}, Burst: 60},
-				},
-			},
-			{
-				Name:  "default",
-				Match: Match{Path: "*"},
-				Auth:  AuthNone,
-				Limits: []Limit{
-					{Name: KeyAddress, Key: KeyAddress, When: WhenAlways, Rate: Rate{N: 600, Period: time.Minute}, Burst: 600},
-				},
-			},
-		},
+		Routes: DefaultRoutes(),
 	}
 }
 

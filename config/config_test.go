@@ -74,6 +74,25 @@ func TestDefaultMatchesSpec(t *testing.T) {
 		{"list_matches", "GET /api/v1/mth/matches/{symbol}/", "optional", "", []limit{{"address", "always", "60/1m"}}},
 		{"default", "*", "none", "", []limit{{"address", "always", "600/1m"}}},
 	}
+	// The rest of the family (routes.go): names and matches the spec does
+	// not give, with the limits docs/configuration.md documents.
+	family := []struct {
+		name, match, auth, validate string
+		limits                      []limit
+	}{
+		{"cancel_order", "DELETE /api/v1/odr/orders/{id}/", "required", "", []limit{{"token", "always", "16200/1h"}}},
+		{"list_orders", "GET /api/v1/odr/orders/", "required", "", []limit{{"token", "always", "600/1m"}}},
+		{"get_orders", "GET /api/v1/odr/orders/{ids}/", "required", "", []limit{{"token", "always", "600/1m"}}},
+		{"list_fills", "GET /api/v1/odr/fills/", "required", "", []limit{{"token", "always", "600/1m"}}},
+		{"orders_other", "/api/v1/odr/{rest...}", "required", "", []limit{{"token", "always", "600/1m"}}},
+		{"list_wallets", "GET /api/v1/wlt/wallets/", "required", "", []limit{{"token", "always", "600/1m"}}},
+		{"wallets_other", "/api/v1/wlt/{rest...}", "required", "", []limit{{"token", "always", "600/1m"}}},
+		{"list_tickers", "GET /api/v1/mkt/tickers/", "optional", "", []limit{{"address", "anonymous", "10000/24h"}, {"token", "token", "200/1m"}}},
+		{"order_book", "GET /api/v1/mth/orderbook/{symbol}/", "optional", "", []limit{{"address", "anonymous", "10000/24h"}, {"token", "token", "200/1m"}}},
+		{"authenticate", "POST /api/v1/usr/authenticate/", "none", "", []limit{{"address", "always", "20/1m"}, {"address", "always", "100/1h"}}},
+		{"refresh_token", "POST /api/v1/usr/refresh_token/", "none", "", []limit{{"address", "always", "60/1m"}}},
+	}
+	want = append(want[:1], append(family[:7], append(want[1:3], append(family[7:9], append(want[3:4], append(family[9:], want[4])...)...)...)...)...)
 	c := Default()
 	if len(c.Routes) != len(want) {
 		t.Fatalf("Default() has %d routes, want %d", len(c.Routes), len(want))
@@ -114,6 +133,20 @@ func TestLoadWithoutFileIsDefault(t *testing.T) {
 	}
 }
 
+// defaultRoutesNamed returns the named routes of the default table, in
+// the order named.
+func defaultRoutesNamed(names ...string) []Route {
+	var out []Route
+	for _, n := range names {
+		for _, r := range DefaultRoutes() {
+			if r.Name == n {
+				out = append(out, r)
+			}
+		}
+	}
+	return out
+}
+
 // fullConfig is what testdata/full.yaml must load as.
 func fullConfig() *Config {
 	c := Default()
@@ -131,6 +164,7 @@ func fullConfig() *Config {
 		"list_markets": {Rate: Rate{N: 1000, Period: time.Minute}, Burst: 100},
 	}}
 	c.TokensFile = "tiers.yaml"
+	c.Routes = defaultRoutesNamed("place_order", "list_markets", "list_currencies", "list_matches", "default")
 	c.Routes[0].Timeout = 5 * time.Second
 	c.Routes[3].Limits[0].Burst = 10
 	c.Routes[3].Limits[0].Shadow = true
@@ -150,10 +184,13 @@ func TestValidFixtures(t *testing.T) {
 		{"design-sketch.yaml", func(t *testing.T, c *Config) {
 			// The sketch gives the spec's limits table but no auth for the
 			// list routes, so only limits and matches are compared.
-			d := Default()
-			for i := range d.Routes {
-				if c.Routes[i].Name != d.Routes[i].Name || c.Routes[i].Match != d.Routes[i].Match || !reflect.DeepEqual(c.Routes[i].Limits, d.Routes[i].Limits) {
-					t.Errorf("routes[%d] = %+v, want the default %+v", i, c.Routes[i], d.Routes[i])
+			d := defaultRoutesNamed("place_order", "list_markets", "list_currencies", "list_matches", "default")
+			if len(c.Routes) != len(d) {
+				t.Fatalf("%d routes, want %d", len(c.Routes), len(d))
+			}
+			for i := range d {
+				if c.Routes[i].Name != d[i].Name || c.Routes[i].Match != d[i].Match || !reflect.DeepEqual(c.Routes[i].Limits, d[i].Limits) {
+					t.Errorf("routes[%d] = %+v, want the default %+v", i, c.Routes[i], d[i])
 				}
 			}
 			if c.Limiter.Backend != BackendRedis || c.Tiers["vip"]["place_order"].Rate.String() != "20000/1h" || c.TokensFile != "tiers.yaml" {
@@ -323,7 +360,7 @@ var invalidFixtures = map[string][]string{
 		`server.read_header_timeout: must be greater than 0, got 0s (line 4)`,
 		`server.max_header_bytes: must be from 1KiB to 1MiB, got 2MiB (line 7)`,
 		`server.max_body_bytes: must be at least 1, got 0 (line 8)`,
-		`server.write_timeout: 10s must exceed upstream.timeout (10s), the timeout of routes[0] ("place_order"), routes[1] ("list_markets"), routes[2] ("list_currencies") and 2 more (line 5)`,
+		`server.write_timeout: 10s must exceed upstream.timeout (10s), the timeout of routes[0] ("place_order"), routes[1] ("cancel_order"), routes[2] ("list_orders") and 13 more (line 5)`,
 		`upstream.dial_timeout: must be greater than 0, got 0s (line 11)`,
 		`upstream.max_idle_conns: must not be negative, got -1 (line 12)`,
 		`upstream.max_conns_per_host: must not be negative (0 means no cap), got -2 (line 13)`,
@@ -494,7 +531,7 @@ func TestParseRules(t *testing.T) {
 			errs: []string{`upstream.max_idle_conns: integer 9223372036854775808 is out of range (line 1)`}},
 		{name: "route name and pattern errors do not cascade",
 			yaml: "routes:\n  - {name: a, match: 'GET /a/{x'}\n",
-			errs: []string{`routes[0].match: path "/a/{x": parameter "{x" must be a whole segment {name} of a-z, 0-9 and _ (line 2)`}},
+			errs: []string{`routes[0].match: path "/a/{x": parameter "{x" must be a whole segment {name} (or a last {name...}) of a-z, 0-9 and _ (line 2)`}},
 		{name: "any-method and one-method routes may share a pattern",
 			yaml: "routes:\n  - {name: a, match: '/a/{x}/'}\n  - {name: b, match: 'GET /a/{y}/'}\n  - {name: c, match: 'POST /a/{z}/'}\n"},
 		{name: "validate order needs POST, not any method",
@@ -626,7 +663,7 @@ func TestEnvOverrides(t *testing.T) {
 				}
 			}},
 		{name: "unknown and unreachable variables are ignored",
-			env: map[string]string{"EXGATE_NOPE": "1", "EXGATE_ROUTES_9_NAME": "x", "EXGATE_TIERS_GOLD_PLACE_ORDER_RATE": "bad", "EXGATE_KEY_SECRET": "s3cret", "EXGATE_SERVER": "x", "EXGATE_ROUTES": "x"},
+			env: map[string]string{"EXGATE_NOPE": "1", "EXGATE_ROUTES_99_NAME": "x", "EXGATE_TIERS_GOLD_PLACE_ORDER_RATE": "bad", "EXGATE_KEY_SECRET": "s3cret", "EXGATE_SERVER": "x", "EXGATE_ROUTES": "x"},
 			check: func(t *testing.T, c *Config) {
 				if !reflect.DeepEqual(c, Default()) {
 					t.Errorf("config changed")
@@ -739,7 +776,7 @@ func TestValidateProgrammatic(t *testing.T) {
 			`routes[2].match: path "x": must start with /`,
 			`routes[3].timeout: must not be negative (0 means upstream.timeout), got -1s`,
 			`routes[3].limits[0].rate: period must be whole seconds from 1s to 366d, got 1ms`,
-			`routes[4].match: only one default route "*" is allowed; routes[0] is one`,
+			`routes[15].match: only one default route "*" is allowed; routes[0] is one`,
 			`tiers.vip.place_order.rate: required, such as 60/1m`,
 		}
 		if !slices.Equal(got, want) {

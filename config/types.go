@@ -105,8 +105,10 @@ func formatPeriod(d time.Duration) string {
 // (any method) or "*" (the default route: everything else). Path patterns
 // are absolute, have no empty, "." or ".." segments, and each segment is
 // either literal (RFC 3986 path characters, no "%" and no ";") or a
-// whole-segment parameter "{name}". A trailing slash is part of the
-// canonical form forwarded to the backend.
+// whole-segment parameter "{name}". The last segment may be "{name...}",
+// which matches the rest of the path: zero or more segments, so
+// "/api/v1/odr/{rest...}" matches "/api/v1/odr/" and everything under it.
+// A trailing slash is part of the canonical form forwarded to the backend.
 type Match struct {
 	// Method is an upper-case HTTP method, or "" for any method.
 	Method string
@@ -173,7 +175,7 @@ func CheckPattern(p string) error {
 	}
 	segs := strings.Split(strings.TrimSuffix(p[1:], "/"), "/")
 	params := map[string]bool{}
-	for _, seg := range segs {
+	for i, seg := range segs {
 		switch {
 		case seg == "":
 			return fmt.Errorf("path %q: empty segment", p)
@@ -181,8 +183,14 @@ func CheckPattern(p string) error {
 			return fmt.Errorf("path %q: dot segment", p)
 		case strings.HasPrefix(seg, "{"):
 			name, ok := strings.CutSuffix(seg[1:], "}")
+			if rest, tail := strings.CutSuffix(name, "..."); tail && ok {
+				if i != len(segs)-1 || strings.HasSuffix(p, "/") {
+					return fmt.Errorf("path %q: %q matches the rest of the path and must be its last segment, without a trailing slash", p, seg)
+				}
+				name = rest
+			}
 			if !ok || !isParamName(name) {
-				return fmt.Errorf("path %q: parameter %q must be a whole segment {name} of a-z, 0-9 and _", p, seg)
+				return fmt.Errorf("path %q: parameter %q must be a whole segment {name} (or a last {name...}) of a-z, 0-9 and _", p, seg)
 			}
 			if params[name] {
 				return fmt.Errorf("path %q: parameter {%s} repeated", p, name)

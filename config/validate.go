@@ -337,7 +337,10 @@ func (c *Config) checkWriteTimeout(v *checker) {
 func patternKey(m Match) string {
 	segs := strings.Split(m.Path, "/")
 	for i, s := range segs {
-		if strings.HasPrefix(s, "{") {
+		switch {
+		case strings.HasSuffix(s, "...}"):
+			segs[i] = "{...}"
+		case strings.HasPrefix(s, "{"):
 			segs[i] = "{}"
 		}
 	}

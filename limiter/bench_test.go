@@ -94,10 +94,10 @@ func BenchmarkRedisAllow(b *testing.B) {
 func BenchmarkDecide(b *testing.B) {
 	cfg := config.Default()
 	cfg.Limiter.TokenSpray.MaxTokens = 0
-	cfg.Routes[1].Limits[1].Rate = config.Rate{N: 1 << 40, Period: time.Hour}
-	cfg.Routes[1].Limits[1].Burst = 1 << 40
-	cfg.Routes[1].Limits[0].Rate = config.Rate{N: 1 << 40, Period: time.Hour}
-	cfg.Routes[1].Limits[0].Burst = 1 << 40
+	cfg.Route("list_markets").Limits[1].Rate = config.Rate{N: 1 << 40, Period: time.Hour}
+	cfg.Route("list_markets").Limits[1].Burst = 1 << 40
+	cfg.Route("list_markets").Limits[0].Rate = config.Rate{N: 1 << 40, Period: time.Hour}
+	cfg.Route("list_markets").Limits[0].Burst = 1 << 40
 	rs := Compile(cfg, nil)
 	k, _ := NewKeyer(testSecret)
 	e, _ := NewEnforcer(EnforcerOptions{Store: NewMemory(MemoryOptions{}), Keyer: k})

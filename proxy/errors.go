@@ -62,6 +62,8 @@ var (
 		`Invalid Authorization header: expected "Bearer <token>".`,
 		"WWW-Authenticate", `Bearer realm="exgate", error="invalid_token"`)
 	errNotFound       = static(http.StatusNotFound, "not_found", "Not found.")
+	errMethodOverride = static(http.StatusBadRequest, "method_override",
+		"Method-override headers (X-HTTP-Method-Override, X-HTTP-Method, X-Method-Override) are not accepted: send the request with the method itself.")
 	errBadGateway     = static(http.StatusBadGateway, "bad_gateway", "The upstream service is unavailable.")
 	errGatewayTimeout = static(http.StatusGatewayTimeout, "gateway_timeout", "The upstream service did not answer in time.")
 	errInternal       = static(http.StatusInternalServerError, "internal_error", "Internal error.")

@@ -26,8 +26,8 @@ func fuzzGateway(f *testing.F) *Gateway {
 	f.Helper()
 	cfg := config.Default()
 	cfg.Upstream.URL = config.MustURL("http://backend.invalid:9000")
-	cfg.Routes[1].Limits[0].Rate = config.Rate{N: 50, Period: 1e9} // trip limits now and then
-	cfg.Routes[1].Limits[0].Burst = 50
+	cfg.Route("list_markets").Limits[0].Rate = config.Rate{N: 50, Period: 1e9} // trip limits now and then
+	cfg.Route("list_markets").Limits[0].Burst = 50
 	if err := cfg.Validate(); err != nil {
 		f.Fatal(err)
 	}

@@ -264,8 +264,13 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		g.refuse(ex, r, pathErrors[err.(pathError)])
 		return
 	}
+	ex.path = p
+	if methodOverridden(r.Header) {
+		g.refuse(ex, r, errMethodOverride)
+		return
+	}
 	pl := g.plan.Load()
-	route, allow := pl.table.match(r.Method, p)
+	route, matched, allow := pl.table.match(r.Method, p)
 	if route == nil {
 		if allow != "" {
 			g.refuse(ex, r, methodNotAllowed(r.Method, allow))
@@ -275,7 +280,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ex.route = route
-	ex.path = route.forwardPath(p)
+	ex.path = route.forwardPath(matched)
 
 	if e := g.authenticate(ex, r, route); e != nil {
 		g.refuse(ex, r, e)

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -32,6 +33,10 @@ type backend struct {
 	handler  http.HandlerFunc
 }
 
+// drfOrderView is what a Django REST framework backend with
+// format_suffix_patterns routes to its order view.
+var drfOrderView = regexp.MustCompile(`^/api/v1/odr/orders(\.[a-z0-9]+)?$`)
+
 type recorded struct {
 	Method, RequestURI, Path string
 	Header                   http.Header
@@ -48,7 +53,7 @@ func (b *backend) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		Body: string(body), ContentLength: r.ContentLength, TransferEncoding: r.TransferEncoding,
 	})
 	b.mu.Unlock()
-	if path.Clean(strings.ToLower(r.URL.Path)) == "/api/v1/odr/orders" {
+	if drfOrderView.MatchString(path.Clean(strings.ToLower(r.URL.Path))) {
 		b.orders.Add(1)
 	}
 	if b.handler != nil {
@@ -378,6 +383,20 @@ func TestOrderRouteCannotBeBypassed(t *testing.T) {
 		"/api/v1/odr/orders?/",
 		"http://other.example/api/v1/odr/orders/",
 		"/api/v1/../../api/v1/odr/orders/",
+		// DRF format suffixes (format_suffix_patterns), with and without
+		// the trailing slash.
+		"/api/v1/odr/orders.json",
+		"/api/v1/odr/orders.json/",
+		"/api/v1/odr/orders.api",
+		"/api/v1/odr/orders.api/",
+		"/api/v1/odr/orders.JSON",
+		"/api/v1/odr/orders%2ejson",
+		"/api/v1/odr/orders/.json",
+		"/api/v1/odr/orders.x.json",
+		"/API/V1/ODR/ORDERS.json/",
+		"/api/v1/odr/./orders.json",
+		"/api/v1/odr/orders.json;x",
+		"/api/v1/odr/orders.json%2f",
 	}
 	for _, sp := range spellings {
 		t.Run(sp, func(t *testing.T) {
@@ -415,27 +434,120 @@ func TestOrderRouteCannotBeBypassed(t *testing.T) {
 	}
 }
 
+// TestOrderRouteCannotBeBypassedByMethodOverride: no override header turns
+// a request on another route into one the backend's order view runs.
+func TestOrderRouteCannotBeBypassedByMethodOverride(t *testing.T) {
+	e := startEnv(t, nil)
+	for _, method := range []string{"GET", "PUT", "PATCH", "OPTIONS", "DELETE"} {
+		for _, h := range []string{"X-HTTP-Method-Override", "X-HTTP-Method", "X-Method-Override"} {
+			for _, p := range []string{"/api/v1/odr/orders/", "/api/v1/odr/orders.json", "/api/v1/mkt/markets/"} {
+				t.Run(method+" "+h+" "+p, func(t *testing.T) {
+					raw := method + " " + p + " HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer tok\r\n" + h +
+						": POST\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}"
+					res := rawRequest(t, e.addr, raw)
+					assertError(t, res, http.StatusBadRequest, "method_override")
+					if e.backend.count() != 0 {
+						t.Fatal("reached the backend")
+					}
+				})
+			}
+		}
+	}
+}
+
+// TestMethodNotAllowed: exgate answers 405 itself only for a method no
+// route of the table accepts (not one of the methods routes match, with a
+// default route that takes them all); its access-log line names the path.
 func TestMethodNotAllowed(t *testing.T) {
 	e := startEnv(t, nil)
-	tests := []struct{ method, path, allow string }{
-		{"GET", "/api/v1/odr/orders/", "POST"},
-		{"DELETE", "/api/v1/odr/orders", "POST"},
-		{"POST", "/api/v1/mkt/markets/", "GET, HEAD"},
-		{"PUT", "/api/v1/mth/matches/BTC_USDT/", "GET, HEAD"},
-		{"TRACE", "/api/v1/usr/authenticate/", "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS"},
-	}
-	for _, tt := range tests {
+	for _, tt := range []struct{ method, path string }{
+		{"TRACE", "/api/v1/usr/authenticate/"},
+		{"PROPFIND", "/api/v1/odr/orders/"},
+	} {
 		t.Run(tt.method+" "+tt.path, func(t *testing.T) {
 			n := e.backend.count()
 			res := do(t, tt.method, e.url+tt.path, nil)
-			if got := res.Header.Get("Allow"); got != tt.allow {
-				t.Fatalf("Allow = %q, want %q", got, tt.allow)
+			if got, want := res.Header.Get("Allow"), "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS"; got != want {
+				t.Fatalf("Allow = %q, want %q", got, want)
 			}
 			er := assertError(t, res, http.StatusMethodNotAllowed, "method_not_allowed")
 			if er.Detail != fmt.Sprintf("Method %q not allowed.", tt.method) {
 				t.Fatalf("detail = %q", er.Detail)
 			}
 			if e.backend.count() != n {
+				t.Fatal("reached the backend")
+			}
+			logs := e.logs.FilterMessage("request").FilterField(zap.Int("status", 405)).All()
+			if len(logs) == 0 || logs[len(logs)-1].ContextMap()["path"] != tt.path {
+				t.Fatalf("access log of the 405 does not name the path: %v", logs)
+			}
+		})
+	}
+}
+
+// TestMethodsFallThroughToTheBackend: a method that no route names on a
+// path goes to the route the table gives it, and the backend answers; a
+// private namespace still wants a token first.
+func TestMethodsFallThroughToTheBackend(t *testing.T) {
+	e := startEnv(t, nil)
+	tests := []struct {
+		method, path, token string
+		status              int
+		code                string // exgate's refusal, or "" when the backend answers
+		forwarded           string
+	}{
+		{"GET", "/api/v1/odr/orders/?state=active", "tok", 200, "", "/api/v1/odr/orders/?state=active"},
+		{"GET", "/api/v1/odr/orders/", "", 401, "not_authenticated", ""},
+		{"DELETE", "/api/v1/odr/orders/17", "tok", 200, "", "/api/v1/odr/orders/17/"},
+		{"PUT", "/api/v1/odr/orders/", "", 401, "not_authenticated", ""},
+		{"PATCH", "/api/v1/wlt/wallets/", "", 401, "not_authenticated", ""},
+		{"POST", "/api/v1/mkt/markets/", "", 200, "", "/api/v1/mkt/markets/"},
+		{"OPTIONS", "/api/v1/mkt/markets/", "", 200, "", "/api/v1/mkt/markets/"},
+		{"GET", "/api/v1/usr/authenticate/", "", 200, "", "/api/v1/usr/authenticate/"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.method+" "+tt.path, func(t *testing.T) {
+			n := e.backend.count()
+			req, _ := http.NewRequest(tt.method, e.url+tt.path, nil)
+			if tt.token != "" {
+				req.Header.Set("Authorization", "Bearer "+tt.token)
+			}
+			res, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tt.code != "" {
+				assertError(t, res, tt.status, tt.code)
+				if e.backend.count() != n {
+					t.Fatal("an edge refusal reached the backend")
+				}
+				return
+			}
+			res.Body.Close()
+			if res.StatusCode != tt.status {
+				t.Fatalf("status %d, want %d", res.StatusCode, tt.status)
+			}
+			if got := e.backend.last(t); got.Method != tt.method || got.RequestURI != tt.forwarded {
+				t.Fatalf("backend got %s %s, want %s %s", got.Method, got.RequestURI, tt.method, tt.forwarded)
+			}
+		})
+	}
+}
+
+// TestMethodOverrideHeadersRefused: a GET cannot become an unguarded POST
+// behind exgate by asking the backend's framework to override its method.
+func TestMethodOverrideHeadersRefused(t *testing.T) {
+	e := startEnv(t, nil)
+	for _, h := range []string{"X-HTTP-Method-Override", "X-HTTP-Method", "X-Method-Override", "x-http-method-override"} {
+		t.Run(h, func(t *testing.T) {
+			req, _ := http.NewRequest("GET", e.url+"/api/v1/mkt/markets/", nil)
+			req.Header[h] = []string{"POST"} // as sent, not canonicalised by Go
+			res, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			assertError(t, res, http.StatusBadRequest, "method_override")
+			if e.backend.count() != 0 {
 				t.Fatal("reached the backend")
 			}
 		})
@@ -491,7 +603,7 @@ func TestBackendSlow(t *testing.T) {
 	release := make(chan struct{})
 	defer close(release)
 	e := startEnv(t, func(c *config.Config) {
-		c.Routes[1].Timeout = 300 * time.Millisecond // list_markets
+		c.Route("list_markets").Timeout = 300 * time.Millisecond // list_markets
 	})
 	e.backend.handler = func(w http.ResponseWriter, r *http.Request) {
 		select {

@@ -48,8 +48,8 @@ func startLimited(t *testing.T, store limiter.Limiter, mut func(*config.Config))
 
 // smallMatches sets list_matches to 3/1m per address.
 func smallMatches(c *config.Config) {
-	c.Routes[3].Limits[0].Rate = config.Rate{N: 3, Period: time.Minute}
-	c.Routes[3].Limits[0].Burst = 0
+	c.Route("list_matches").Limits[0].Rate = config.Rate{N: 3, Period: time.Minute}
+	c.Route("list_matches").Limits[0].Burst = 0
 }
 
 func TestThrottledAnswer(t *testing.T) {
@@ -138,8 +138,8 @@ func TestTrustedProxyForwardedFor(t *testing.T) {
 
 func TestLimitsBeforeBody(t *testing.T) {
 	e := startLimited(t, nil, func(c *config.Config) {
-		c.Routes[0].Limits[0].Rate = config.Rate{N: 1, Period: time.Hour}
-		c.Routes[0].Limits[0].Burst = 0
+		c.Route("place_order").Limits[0].Rate = config.Rate{N: 1, Period: time.Hour}
+		c.Route("place_order").Limits[0].Burst = 0
 	})
 	order := func(body io.Reader) *http.Response {
 		return do(t, "POST", e.url+"/api/v1/odr/orders/", body, "Authorization", "Bearer tok", "Content-Type", "application/json")
@@ -205,9 +205,9 @@ func TestReloadChangesLimits(t *testing.T) {
 	}
 	next := config.Default()
 	next.Upstream = cfg.Upstream
-	next.Routes[3].Limits[0].Rate = config.Rate{N: 100, Period: time.Minute}
-	next.Routes[3].Limits[0].Burst = 0
-	next.Routes[3].Limits[0].Name = "per_minute"
+	next.Route("list_matches").Limits[0].Rate = config.Rate{N: 100, Period: time.Minute}
+	next.Route("list_matches").Limits[0].Burst = 0
+	next.Route("list_matches").Limits[0].Name = "per_minute"
 	if err := next.Validate(); err != nil {
 		t.Fatal(err)
 	}

@@ -35,7 +35,7 @@ func startOrdersWith(t *testing.T, handler http.HandlerFunc, set func(*idempoten
 	t.Cleanup(bs.Close)
 	cfg := config.Default()
 	cfg.Upstream.URL = config.MustURL(bs.URL)
-	cfg.Routes[0].Timeout = time.Second
+	cfg.Route("place_order").Timeout = time.Second
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}

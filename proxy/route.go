@@ -35,6 +35,7 @@ type Route struct {
 type segment struct {
 	lit   string // literal text, compared case-insensitively
 	param bool
+	rest  bool // "{name...}": the rest of the path, zero or more segments
 }
 
 // anyMethods are the methods a route without a method accepts, in the
@@ -72,9 +73,12 @@ func compileTable(cfg *config.Config) *table {
 		r.trailing = strings.HasSuffix(p, "/") && p != "/"
 		it := segmentIter{p: p}
 		for s, ok := it.next(); ok; s, ok = it.next() {
-			if strings.HasPrefix(s, "{") {
+			switch {
+			case strings.HasSuffix(s, "...}"):
+				r.segs = append(r.segs, segment{param: true, rest: true})
+			case strings.HasPrefix(s, "{"):
 				r.segs = append(r.segs, segment{param: true})
-			} else {
+			default:
 				r.segs = append(r.segs, segment{lit: s})
 			}
 		}
@@ -118,7 +122,7 @@ func sameShape(a, b *Route) bool {
 		return false
 	}
 	for i := range a.segs {
-		if a.segs[i].param != b.segs[i].param || !strings.EqualFold(a.segs[i].lit, b.segs[i].lit) {
+		if a.segs[i].param != b.segs[i].param || a.segs[i].rest != b.segs[i].rest || !strings.EqualFold(a.segs[i].lit, b.segs[i].lit) {
 			return false
 		}
 	}
@@ -150,6 +154,9 @@ func (r *Route) methodOK(method string) bool {
 func (r *Route) matchPath(p string) bool {
 	it := segmentIter{p: p}
 	for i := range r.segs {
+		if r.segs[i].rest {
+			return true
+		}
 		s, ok := it.next()
 		if !ok {
 			return false
@@ -162,31 +169,69 @@ func (r *Route) matchPath(p string) bool {
 	return !more
 }
 
-// match finds the route for a method and canonical path. It returns the
-// route, or nil and the Allow header of the routes whose path matched (405),
-// or nil and "" (404).
-func (t *table) match(method, p string) (r *Route, allow string) {
+// match finds the route for a method and canonical path: the first route,
+// in configuration order, whose path and method both match, else the
+// default route. A path whose last segment carries a format suffix
+// ("orders.json", "{id}.api", see formatless) is matched without it first,
+// as Django REST framework's format_suffix_patterns route it to the same
+// view; matched is the path the route matched, whose canonical spelling is
+// forwarded. Without a route, allow is the Allow header for a 405 (the
+// method is one no route accepts), or "" for a 404.
+func (t *table) match(method, p string) (r *Route, matched, allow string) {
+	if bare, ok := formatless(p); ok {
+		for _, r := range t.routes {
+			if r.matchPath(bare) && r.methodOK(method) {
+				return r, bare, ""
+			}
+		}
+	}
 	for _, r := range t.routes {
 		if !r.matchPath(p) {
 			continue
 		}
 		if r.methodOK(method) {
-			return r, ""
+			return r, p, ""
 		}
 		if allow == "" {
 			allow = r.allow
 		}
 	}
-	if allow != "" {
-		return nil, allow
-	}
 	if t.def != nil {
 		if t.def.methodOK(method) {
-			return t.def, ""
+			return t.def, p, ""
 		}
-		return nil, t.def.allow
+		return nil, p, t.def.allow
 	}
-	return nil, ""
+	return nil, p, allow
+}
+
+// formatless returns p without a format suffix on its last segment: the
+// segment up to its first ".", when what follows is letters, digits and
+// dots ("orders.json", "orders.api/", "42.json", ".json"). Django REST
+// framework routes "orders.json" and "orders.json/" to the view of
+// "orders/" (the format only picks the renderer), so such a spelling must
+// meet the same route and guards as the bare path; exgate forwards the
+// bare path. It does not allocate.
+func formatless(p string) (string, bool) {
+	end := len(p)
+	if end > 1 && p[end-1] == '/' {
+		end--
+	}
+	start := strings.LastIndexByte(p[:end], '/') + 1
+	dot := strings.IndexByte(p[start:end], '.')
+	if dot < 0 || start+dot == end-1 {
+		return "", false
+	}
+	for i := start + dot + 1; i < end; i++ {
+		c := p[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.') {
+			return "", false
+		}
+	}
+	if dot == 0 {
+		return p[:start], true // "/orders/.json" is "/orders/"
+	}
+	return p[:start+dot], true
 }
 
 // forwardPath returns the path to forward for a request to r whose
@@ -205,6 +250,10 @@ func (r *Route) forwardPath(p string) string {
 	b.Grow(len(p) + 1)
 	it := segmentIter{p: p}
 	for i := range r.segs {
+		if r.segs[i].rest {
+			b.WriteString(p[it.i:]) // the rest as the request spelled it: canonical already
+			return b.String()
+		}
 		s, _ := it.next()
 		b.WriteByte('/')
 		if r.segs[i].param {
@@ -225,11 +274,15 @@ func (r *Route) spelledAsRoute(p string) bool {
 	if len(r.segs) == 0 {
 		return p == "/"
 	}
-	if strings.HasSuffix(p, "/") != r.trailing {
+	rest := r.segs[len(r.segs)-1].rest
+	if !rest && strings.HasSuffix(p, "/") != r.trailing {
 		return false
 	}
 	it := segmentIter{p: p}
 	for i := range r.segs {
+		if r.segs[i].rest {
+			return true
+		}
 		s, _ := it.next()
 		if !r.segs[i].param && s != r.segs[i].lit {
 			return false

@@ -301,7 +301,9 @@ func TestRefusedOrdersNeverReachBackend(t *testing.T) {
 		{"malformed bearer", "POST", "/api/v1/odr/orders/", []string{"Authorization", "Bearer a b"}, 401},
 		{"no token, other spelling", "POST", "//api/v1/odr/./orders", nil, 401},
 		{"encoded slash", "POST", "/api/v1/odr%2Forders/", []string{"Authorization", "Bearer x"}, 400},
-		{"wrong method", "PUT", "/api/v1/odr/orders/", []string{"Authorization", "Bearer x"}, 405},
+		{"format suffix, no token", "POST", "/api/v1/odr/orders.json", nil, 401},
+		{"method override", "PUT", "/api/v1/odr/orders/", []string{"Authorization", "Bearer x", "X-HTTP-Method-Override", "POST"}, 400},
+		{"unknown method", "PROPFIND", "/api/v1/odr/orders/", []string{"Authorization", "Bearer x"}, 405},
 	}
 	for _, tt := range refused {
 		t.Run(tt.name, func(t *testing.T) {

@@ -92,8 +92,8 @@ func get(t *testing.T, url string, header ...string) (int, http.Header) {
 func TestReplicasShareLimitsExactly(t *testing.T) {
 	srv := redistest.Start(t)
 	urls, backend := replicas(t, 3, []string{srv.Addr}, func(c *config.Config) {
-		c.Routes[1].Limits[1].Rate = config.Rate{N: 100, Period: time.Minute} // list_markets, with a token
-		c.Routes[1].Limits[1].Burst = 100
+		c.Route("list_markets").Limits[1].Rate = config.Rate{N: 100, Period: time.Minute} // list_markets, with a token
+		c.Route("list_markets").Limits[1].Burst = 100
 		// Exactness is Redis's: a store failure must show as a failure
 		// here, not as the local fallback's allowance.
 		c.Limiter.OnStoreError = config.StoreClosed
@@ -143,8 +143,8 @@ func TestReplicasShareLimitsExactly(t *testing.T) {
 func TestRedisClusterLimits(t *testing.T) {
 	cl := redistest.StartCluster(t, 3)
 	urls, _ := replicas(t, 2, cl.Addrs, func(c *config.Config) {
-		c.Routes[1].Limits[1].Rate = config.Rate{N: 5, Period: time.Hour}
-		c.Routes[1].Limits[1].Burst = 5
+		c.Route("list_markets").Limits[1].Rate = config.Rate{N: 5, Period: time.Hour}
+		c.Route("list_markets").Limits[1].Burst = 5
 		c.Limiter.TokenSpray.MaxTokens = 0
 	})
 	for tok := 0; tok < 30; tok++ {
@@ -178,8 +178,8 @@ func TestRedisClusterLimits(t *testing.T) {
 func TestHotKeyAnsweredWithoutRedis(t *testing.T) {
 	srv := redistest.Start(t)
 	urls, backend := replicas(t, 1, []string{srv.Addr}, func(c *config.Config) {
-		c.Routes[3].Limits[0].Rate = config.Rate{N: 5, Period: time.Hour} // list_matches per address
-		c.Routes[3].Limits[0].Burst = 5
+		c.Route("list_matches").Limits[0].Rate = config.Rate{N: 5, Period: time.Hour} // list_matches per address
+		c.Route("list_matches").Limits[0].Burst = 5
 	})
 	url := urls[0] + "/api/v1/mth/matches/BTC_USDT/"
 	for i := 0; i < 6; i++ { // 5 allowed, the 6th denied by Redis and remembered
@@ -221,9 +221,9 @@ func TestRedisDownAndBack(t *testing.T) {
 	srv := redistest.Start(t)
 	urls, _ := replicas(t, 1, []string{srv.Addr}, func(c *config.Config) {
 		c.Limiter.Replicas = 2
-		c.Routes[3].Limits[0].Rate = config.Rate{N: 10, Period: time.Hour} // list_matches: local fallback (the default)
-		c.Routes[3].Limits[0].Burst = 10
-		c.Routes[1].OnStoreError = config.StoreClosed // list_markets fails closed
+		c.Route("list_matches").Limits[0].Rate = config.Rate{N: 10, Period: time.Hour} // list_matches: local fallback (the default)
+		c.Route("list_matches").Limits[0].Burst = 10
+		c.Route("list_markets").OnStoreError = config.StoreClosed // list_markets fails closed
 	})
 	matches, markets := urls[0]+"/api/v1/mth/matches/BTC_USDT/", urls[0]+"/api/v1/mkt/markets/"
 	if code, _ := get(t, matches); code != 200 {

@@ -65,8 +65,8 @@ func sample(exposition, series string) string {
 // address or a raw path; promtool accepts the scrape.
 func TestMetricsOfRealTraffic(t *testing.T) {
 	st := startStack(t, func(c *config.Config) {
-		c.Routes[3].Limits[0].Rate = config.Rate{N: 2, Period: time.Hour}
-		c.Routes[3].Limits[0].Burst = 2
+		c.Route("list_matches").Limits[0].Rate = config.Rate{N: 2, Period: time.Hour}
+		c.Route("list_matches").Limits[0].Burst = 2
 	})
 	const token = "metrics-test-secret-token"
 	for i := 0; i < 3; i++ {

@@ -172,7 +172,7 @@ func TestOrderOutcomes(t *testing.T) {
 	cfg.Upstream.URL = config.MustURL(bs.URL)
 	cfg.Server.DrainDelay = 0
 	cfg.Limiter.Redis.Addrs = []string{srv.Addr}
-	cfg.Routes[0].Timeout = 300 * time.Millisecond
+	cfg.Route("place_order").Timeout = 300 * time.Millisecond
 	a, err := start(cfg, deps{log: zap.NewNop(), now: time.Now, getenv: secretEnv})
 	if err != nil {
 		t.Fatal(err)
