@@ -379,7 +379,7 @@ func Default() *Config {
 		Validation:  DefaultValidation(),
 		Idempotency: DefaultIdempotency(),
 		Log:         Log{Level: "info", Access: true},
-		Routes: DefaultRoutes(),
+		Routes:      DefaultRoutes(),
 	}
 }
 
