@@ -10,7 +10,7 @@ import (
 // of the API already parse (Django REST framework's):
 //
 //	{"detail": "Request was throttled. Expected available in 12 seconds.", "code": "throttled"}
-//	{"detail": "Invalid order.", "code": "invalid_order", "fields": {"price": ["must be a multiple of 0.01"]}}
+//	{"detail": "Invalid order: price must be a multiple of 0.01.", "code": "invalid_order", "fields": {"price": ["must be a multiple of 0.01"]}}
 type Error struct {
 	// Status is the HTTP status code.
 	Status int `json:"-"`

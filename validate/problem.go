@@ -3,12 +3,13 @@ package validate
 import (
 	"net/http"
 	"strconv"
+	"strings"
 )
 
 // Problem is a refusal of an order request, in the error shape clients of
 // the API already parse (Django REST framework's):
 //
-//	{"detail": "Invalid order.", "code": "invalid_order", "fields": {"price": ["must be a multiple of 0.01"]}}
+//	{"detail": "Invalid order: price must be a multiple of 0.01.", "code": "invalid_order", "fields": {"price": ["must be a multiple of 0.01"]}}
 //
 // The proxy writes it as its own error: the same Status, Code, Detail and
 // Fields. A Problem returned by a Validator must be treated as read-only;
@@ -23,6 +24,8 @@ type Problem struct {
 	// Fields maps a body field to its problems, or is nil. Problems that
 	// belong to no single field are under "non_field_errors".
 	Fields map[string][]string `json:"fields,omitempty"`
+
+	order []string // the keys of Fields in the order their first problem was found
 }
 
 // Error returns the detail, so that a *Problem can travel as an error.
@@ -77,8 +80,10 @@ type report struct{ p *Problem }
 
 func (r *report) add(field, msg string) {
 	if r.p == nil {
-		r.p = &Problem{Status: http.StatusBadRequest, Code: CodeInvalidOrder, Detail: "Invalid order.",
-			Fields: make(map[string][]string, 2)}
+		r.p = &Problem{Status: http.StatusBadRequest, Code: CodeInvalidOrder, Fields: make(map[string][]string, 2)}
+	}
+	if _, seen := r.p.Fields[field]; !seen {
+		r.p.order = append(r.p.order, field)
 	}
 	r.p.Fields[field] = append(r.p.Fields[field], msg)
 }
@@ -89,4 +94,71 @@ func (r *report) has(field string) bool {
 	}
 	_, ok := r.p.Fields[field]
 	return ok
+}
+
+// done writes the report's detail and returns its problem, or nil.
+func (r *report) done() *Problem {
+	if r.p != nil {
+		r.p.Detail = invalidDetail("Invalid order", r.p.order, r.p.Fields)
+	}
+	return r.p
+}
+
+// maxDetailProblems bounds how many problems the detail sentence spells
+// out; Fields always holds them all.
+const maxDetailProblems = 6
+
+// invalidDetail is the detail of an invalid_order answer: one sentence
+// that names every field and says what is wrong with it, so that a client
+// showing only "detail" tells its user what to fix:
+//
+//	Invalid order: price must be a multiple of 0.01; base_amount is required.
+func invalidDetail(lead string, order []string, fields map[string][]string) string {
+	var b strings.Builder
+	b.WriteString(lead)
+	n := 0
+	for _, f := range order {
+		for _, msg := range fields[f] {
+			if n == maxDetailProblems {
+				total := 0
+				for _, ms := range fields {
+					total += len(ms)
+				}
+				b.WriteString("; and " + strconv.Itoa(total-n) + " more (see fields)")
+				b.WriteByte('.')
+				return b.String()
+			}
+			if n == 0 {
+				b.WriteString(": ")
+			} else {
+				b.WriteString("; ")
+			}
+			b.WriteString(sentence(f, msg))
+			n++
+		}
+	}
+	b.WriteByte('.')
+	return b.String()
+}
+
+// sentence joins a field name and one of its messages into a clause:
+// "price must be a multiple of 0.01", "symbol is required", "foo is an
+// unknown field". A problem of no single field is its message alone.
+func sentence(field, msg string) string {
+	name := field
+	if i := strings.LastIndexByte(field, '.'); i >= 0 && field[i+1:] == NonFieldErrors {
+		name = field[:i] // "orders[2].non_field_errors": the element itself
+	} else if field == NonFieldErrors {
+		return msg
+	}
+	switch {
+	case msg == "unknown field":
+		return name + " is an unknown field"
+	case strings.HasPrefix(msg, "required"), strings.HasPrefix(msg, "not used"):
+		return name + " is " + msg
+	case strings.HasPrefix(msg, "must"), strings.HasPrefix(msg, "may"), strings.HasPrefix(msg, "is "),
+		strings.HasPrefix(msg, "contains"), strings.HasPrefix(msg, "repeats"):
+		return name + " " + msg
+	}
+	return name + ": " + msg
 }

@@ -233,11 +233,11 @@ func (v *Validator) Check(contentType []string, body []byte) (Order, *Problem) {
 	if st.notObject != kAbsent {
 		r := report{}
 		r.add(NonFieldErrors, "expected a JSON object, got "+st.notObject.jsonName())
-		return Order{}, r.p
+		return Order{}, r.done()
 	}
 	o := v.fields(&st, rs)
 	if st.rep.p != nil {
-		return Order{}, st.rep.p
+		return Order{}, st.rep.done()
 	}
 	return o, nil
 }

@@ -385,6 +385,7 @@ func runCases(t *testing.T, v *Validator, cases []bodyCase) {
 			if c.msg != "" && !slices.ContainsFunc(names, func(n string) bool { return slices.Contains(p.Fields[n], c.msg) }) {
 				t.Errorf("messages %v lack %q", p.Fields, c.msg)
 			}
+			checkDetailNamesFields(t, p)
 		})
 	}
 }
@@ -673,6 +674,64 @@ func TestCheckAllocations(t *testing.T) {
 		}
 		if n := testing.AllocsPerRun(200, func() { v.Check(jsonCT, body) }); n > tt.max {
 			t.Errorf("%s: %v allocations per Check, want at most %v", tt.body, n, tt.max)
+		}
+	}
+}
+
+// checkDetailNamesFields asserts that an invalid_order detail is a
+// sentence naming every field with a problem and saying what is wrong
+// (each field's messages appear in it), as long as it spells them all out.
+func checkDetailNamesFields(t *testing.T, p *Problem) {
+	t.Helper()
+	if p.Code != CodeInvalidOrder {
+		return
+	}
+	if !strings.HasPrefix(p.Detail, "Invalid order: ") || !strings.HasSuffix(p.Detail, ".") {
+		t.Errorf("detail %q is not a sentence starting \"Invalid order: \"", p.Detail)
+	}
+	total := 0
+	for _, ms := range p.Fields {
+		total += len(ms)
+	}
+	if total > maxDetailProblems {
+		if !strings.Contains(p.Detail, "more (see fields)") {
+			t.Errorf("detail %q does not say more problems are in fields", p.Detail)
+		}
+		return
+	}
+	for f, ms := range p.Fields {
+		if f != NonFieldErrors && !strings.Contains(p.Detail, f) {
+			t.Errorf("detail %q does not name field %s", p.Detail, f)
+		}
+		for _, m := range ms {
+			if !strings.Contains(p.Detail, strings.TrimPrefix(strings.TrimPrefix(m, "required"), "not used")) {
+				t.Errorf("detail %q does not say %q", p.Detail, m)
+			}
+		}
+	}
+}
+
+func TestInvalidDetailSentences(t *testing.T) {
+	tests := []struct {
+		fields map[string][]string
+		order  []string
+		want   string
+	}{
+		{map[string][]string{"price": {"must be a multiple of 0.01"}}, []string{"price"},
+			"Invalid order: price must be a multiple of 0.01."},
+		{map[string][]string{"symbol": {"required"}, "price": {"required for limit orders"}}, []string{"symbol", "price"},
+			"Invalid order: symbol is required; price is required for limit orders."},
+		{map[string][]string{"foo": {"unknown field"}}, []string{"foo"}, "Invalid order: foo is an unknown field."},
+		{map[string][]string{"symbol": {`no market "DOGE_USDT"`}}, []string{"symbol"}, `Invalid order: symbol: no market "DOGE_USDT".`},
+		{map[string][]string{NonFieldErrors: {"order value must be at least 10 USDT (price × base_amount)"}}, []string{NonFieldErrors},
+			"Invalid order: order value must be at least 10 USDT (price × base_amount)."},
+		{map[string][]string{"orders[2].price": {"must be a multiple of 0.01"}, "orders[0].non_field_errors": {"expected a JSON object, got a number"}},
+			[]string{"orders[0].non_field_errors", "orders[2].price"},
+			"Invalid order: orders[0]: expected a JSON object, got a number; orders[2].price must be a multiple of 0.01."},
+	}
+	for _, tt := range tests {
+		if got := invalidDetail("Invalid order", tt.order, tt.fields); got != tt.want {
+			t.Errorf("invalidDetail = %q, want %q", got, tt.want)
 		}
 	}
 }
