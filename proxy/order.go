@@ -249,20 +249,6 @@ func (g *Gateway) settleUnknown(ctx context.Context, ex *exchange) {
 	}
 }
 
-// pooledBody is a validated order body on its way to the backend. Close
-// (by the transport, once it is done with the body) returns its buffer to
-// the pool.
-type pooledBody struct {
-	*bytes.Reader
-	bp   *[]byte
-	once sync.Once
-}
-
-func (b *pooledBody) Close() error {
-	b.once.Do(func() { putBody(b.bp) })
-	return nil
-}
-
 func putBody(bp *[]byte) {
 	if cap(*bp) <= 64<<10 {
 		*bp = (*bp)[:0]
@@ -270,8 +256,8 @@ func putBody(bp *[]byte) {
 	}
 }
 
-// releaseOrder returns the body buffer of an order answered by exgate to
-// its pool.
+// releaseOrder returns the body buffer of an order (the client's bytes)
+// to its pool; the backend is sent the canonical body, a buffer of its own.
 func (ex *exchange) releaseOrder() {
 	if bp := ex.order.body; bp != nil {
 		ex.order.body = nil

@@ -1,9 +1,13 @@
 package proxy
 
 import (
+	"bytes"
 	"errors"
+	"io"
 	"net"
 	"net/http"
+	"net/http/httputil"
+	"reflect"
 	"time"
 
 	"github.com/exgate/exgate/config"
@@ -76,5 +80,48 @@ func checkResponseID(res *http.Response) error {
 func closeAfterHead(out *http.Request) {
 	if out.Method == http.MethodHead {
 		out.Close = true
+	}
+}
+
+// forwardBody makes body, read whole and checked, the body of the request
+// forwarded to the backend, sent with its Content-Length. body becomes the
+// transport's: it must be the request's own buffer, never pooled or
+// modified afterwards, since the transport may still be writing it after
+// the gateway has answered. Its type, a *bytes.Reader behind io.NopCloser,
+// is one net/http's Transport knows to be in memory, so it writes the
+// request head and body in one flush — one write, one segment to the
+// backend — instead of flushing the head first as it must for a body that
+// might block (keepInMemoryBody keeps ReverseProxy from hiding the type).
+// Expect: 100-continue is dropped: exgate already holds the whole body,
+// and waiting for the backend's 100 would cost a round trip. GetBody stays
+// nil: a body that can be rewound would make the request replayable, and
+// an order is never sent twice.
+func forwardBody(r *http.Request, body []byte) {
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	r.ContentLength = int64(len(body))
+	r.TransferEncoding = nil
+	delete(r.Header, "Transfer-Encoding")
+	delete(r.Header, "Expect")
+	if len(body) == 0 {
+		r.Body = http.NoBody
+	}
+}
+
+// inMemoryBodyType is the type of the bodies exgate reads whole before
+// forwarding (forwardBody; limitBody's for chunked requests): io.NopCloser
+// of a *bytes.Reader or *bytes.Buffer. The server's own request bodies are
+// never of this type.
+var inMemoryBodyType = reflect.TypeOf(io.NopCloser(bytes.NewReader(nil)))
+
+// keepInMemoryBody forwards a body exgate read whole as it is.
+// ReverseProxy wraps every outbound body in a reader of its own (so that
+// the transport cannot close, or read after the handler returned, the
+// server's request body); net/http's Transport does not know that type to
+// be in memory and flushes the request head in a write of its own before
+// the body. exgate's in-memory bodies are private copies, safe to read at
+// any time, so they go out unwrapped, head and body in one write.
+func keepInMemoryBody(pr *httputil.ProxyRequest) {
+	if pr.Out.Body != nil && reflect.TypeOf(pr.In.Body) == inMemoryBodyType {
+		pr.Out.Body = pr.In.Body
 	}
 }
