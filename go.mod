@@ -3,6 +3,7 @@ module github.com/exgate/exgate
 go 1.26.0
 
 require (
+	github.com/go-jose/go-jose/v4 v4.1.9
 	github.com/go-redis/redis_rate/v10 v10.0.1
 	github.com/golang-jwt/jwt/v5 v5.3.1
 	github.com/pires/go-proxyproto v0.15.0

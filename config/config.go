@@ -61,6 +61,9 @@ type Config struct {
 	Validation Validation `yaml:"validation"`
 	// Idempotency configures duplicate protection on order identifiers.
 	Idempotency Idempotency `yaml:"idempotency"`
+	// Identity says who a request counts as: its token string, or the
+	// account of a JWT access token verified at the edge.
+	Identity Identity `yaml:"identity"`
 	// Log configures logging.
 	Log Log `yaml:"log"`
 	// Routes is the route table, matched in the order given except that a
@@ -277,7 +280,9 @@ type Limit struct {
 	// its route. Default "" (Validate writes the key, "token" or
 	// "address").
 	Name string `yaml:"name"`
-	// Key is what the limit counts by: "token" or "address".
+	// Key is what the limit counts by: "token" (the bearer token string),
+	// "account" (the verified account; needs identity.verify) or
+	// "address".
 	Key string `yaml:"key"`
 	// When is "always", "token" (only requests carrying a token) or
 	// "anonymous" (only requests without one). Default "always" (Validate
@@ -378,6 +383,7 @@ func Default() *Config {
 		},
 		Validation:  DefaultValidation(),
 		Idempotency: DefaultIdempotency(),
+		Identity:    DefaultIdentity(),
 		Log:         Log{Level: "info", Access: true},
 		Routes:      DefaultRoutes(),
 	}

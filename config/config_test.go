@@ -310,7 +310,7 @@ var invalidFixtures = map[string][]string{
 	},
 	"bad-routes.yaml": {
 		`routes[0].validate: "order" needs a POST route, but the route matches "GET /api/v1/odr/orders/" (line 4)`,
-		`routes[0].limits[0].key: want "token" or "address", got "ip" (line 6)`,
+		`routes[0].limits[0].key: want "token", "account" or "address", got "ip" (line 6)`,
 		`routes[0].limits[1].when: a token limit cannot apply to anonymous requests (line 7)`,
 		`routes[0].limits[2].when: want "always", "token" or "anonymous", got "never" (line 8)`,
 		`routes[0].limits[2].rate: required, such as 60/1m (line 8)`,
@@ -327,7 +327,7 @@ var invalidFixtures = map[string][]string{
 		`tiers.gold: want a mapping, got a sequence (line 8)`,
 		`tiers.VIP: tier name "VIP" must be lower-case letters, digits and _ (line 6)`,
 		`tiers.vip.list_markets.rate: required, such as 60/1m (line 5)`,
-		`tiers.vip.list_matches: route "list_matches" has no token limit for a tier to override (line 4)`,
+		`tiers.vip.list_matches: route "list_matches" has no token or account limit for a tier to override (line 4)`,
 		`tiers.vip.place_ordr: no such route; did you mean "place_order"? (line 3)`,
 	},
 	"bad-limiter.yaml": {

@@ -28,10 +28,12 @@ func TestDocsListEveryVariable(t *testing.T) {
 
 	routes := regexp.MustCompile(`^EXGATE_ROUTES_\d+_`)
 	limits := regexp.MustCompile(`_LIMITS_\d+_`)
+	keys := regexp.MustCompile(`_JWT_KEYS_\d+_`)
 	seen := map[string]bool{}
 	for _, k := range asked {
 		k = routes.ReplaceAllString(k, "EXGATE_ROUTES_<i>_")
 		k = limits.ReplaceAllString(k, "_LIMITS_<j>_")
+		k = keys.ReplaceAllString(k, "_JWT_KEYS_<i>_")
 		k = strings.Replace(k, "EXGATE_TIERS_TIER_ROUTE_", "EXGATE_TIERS_<TIER>_<ROUTE>_", 1)
 		if seen[k] {
 			continue

@@ -53,6 +53,7 @@ func (v *checker) oneOf(path, s string, allowed ...string) {
 
 // normalise fills in the documented meanings of zero values.
 func (c *Config) normalise() {
+	c.countAccounts()
 	for i := range c.Routes {
 		r := &c.Routes[i]
 		if r.Auth == "" {
@@ -230,6 +231,7 @@ func (c *Config) validate() Errors {
 		v.addf("log.sampling.thereafter", "must not be negative, got %d", c.Log.Sampling.Thereafter)
 	}
 	c.checkValidation(v)
+	c.checkIdentity(v)
 
 	c.checkRoutes(v)
 	c.checkTiers(v)
@@ -425,10 +427,10 @@ func (c *Config) checkRoutes(v *checker) {
 			} else {
 				limitNames[l.Name] = j
 			}
-			v.oneOf(lp+".key", l.Key, KeyToken, KeyAddress)
+			v.oneOf(lp+".key", l.Key, KeyToken, KeyAccount, KeyAddress)
 			v.oneOf(lp+".when", l.When, WhenAlways, WhenToken, WhenAnon)
-			if l.Key == KeyToken && l.When == WhenAnon {
-				v.addf(lp+".when", "a token limit cannot apply to anonymous requests")
+			if l.Key != KeyAddress && l.When == WhenAnon {
+				v.addf(lp+".when", "a %s limit cannot apply to anonymous requests", l.Key)
 			}
 			v.rate(lp+".rate", l.Rate)
 			v.burst(lp+".burst", l.Burst)
@@ -464,8 +466,8 @@ func (c *Config) checkTiers(v *checker) {
 			switch {
 			case i < 0:
 				v.addf(rp, "no such route%s", didYouMean(rn, routeNames))
-			case !slices.ContainsFunc(c.Routes[i].Limits, func(l Limit) bool { return l.Key == KeyToken }):
-				v.addf(rp, "route %q has no token limit for a tier to override", rn)
+			case !slices.ContainsFunc(c.Routes[i].Limits, func(l Limit) bool { return l.Key != KeyAddress }):
+				v.addf(rp, "route %q has no token or account limit for a tier to override", rn)
 			}
 			tl := c.Tiers[t][rn]
 			v.rate(rp+".rate", tl.Rate)

@@ -1,0 +1,221 @@
+package config
+
+import (
+	"reflect"
+	"slices"
+	"time"
+)
+
+// Identity says who a request counts as: the bearer token string
+// (opaque tokens, the default) or the account of a JWT access token
+// verified at the edge. docs/identity.md describes both.
+type Identity struct {
+	// Verify turns on verification of JWT access tokens at the edge: a
+	// token that does not verify is answered 401 token_not_valid before
+	// any limit or the backend, and limits with key "account" and
+	// duplicate protection count per verified account. Default false
+	// (tokens are opaque: counted per token string, with the token-spray
+	// guard).
+	Verify bool `yaml:"verify"`
+	// JWT configures the verification.
+	JWT JWT `yaml:"jwt"`
+	// UsersFile is the path of a YAML file mapping user ids (as the user
+	// claim carries them) to tier names, reloaded on SIGHUP; relative to
+	// the configuration file. Default "" (tiers only from the tier claim).
+	UsersFile string `yaml:"users_file"`
+}
+
+// JWT configures how access tokens are verified. The defaults verify
+// what djangorestframework-simplejwt issues: HS256 with a shared secret,
+// the account in "user_id", "token_type": "access".
+type JWT struct {
+	// Keys are the static verification keys. Each allows its algorithms
+	// explicitly. Default: one HS256 key whose secret is in
+	// EXGATE_JWT_SECRET.
+	Keys []JWTKey `yaml:"keys"`
+	// JWKSFile is the path of a JWKS document (RFC 7517) holding public
+	// keys, read at start; relative to the configuration file.
+	// Default "".
+	JWKSFile string `yaml:"jwks_file"`
+	// JWKSURL is the address of a JWKS document, fetched at start, every
+	// JWKSRefresh and when a token names an unknown key id. Default "".
+	JWKSURL URL `yaml:"jwks_url"`
+	// JWKSAlgorithms are the algorithms allowed with keys of the JWKS (each
+	// key further restricted to its own type and "alg"). Required with a
+	// JWKS. Default: none.
+	JWKSAlgorithms []string `yaml:"jwks_algorithms"`
+	// JWKSRefresh is how often the JWKS URL is fetched again. Default 5m.
+	JWKSRefresh time.Duration `yaml:"jwks_refresh"`
+	// JWKSMinInterval is the least time between two fetches, so that a
+	// flood of unknown key ids cannot storm the issuer. Default 30s.
+	JWKSMinInterval time.Duration `yaml:"jwks_min_interval"`
+	// JWKSTimeout bounds one fetch. Default 5s.
+	JWKSTimeout time.Duration `yaml:"jwks_timeout"`
+	// Leeway is the clock skew allowed on exp, nbf and iat. Default 30s.
+	Leeway time.Duration `yaml:"leeway"`
+	// Issuer, when set, is the iss every token must carry. Default "".
+	Issuer string `yaml:"issuer"`
+	// Audience, when set, must be among the aud of every token.
+	// Default "".
+	Audience string `yaml:"audience"`
+	// UserClaim names the claim holding the account (a number or a
+	// string). Default "user_id".
+	UserClaim string `yaml:"user_claim"`
+	// TokenTypeClaim names the claim holding the token's type.
+	// Default "token_type".
+	TokenTypeClaim string `yaml:"token_type_claim"`
+	// TokenType is the type an access token must have, so that a refresh
+	// token is refused; "" does not check. Default "access".
+	TokenType string `yaml:"token_type"`
+	// TierClaim names a claim holding the account's tier; "" reads no
+	// tier from tokens. Default "".
+	TierClaim string `yaml:"tier_claim"`
+	// CacheSize bounds the cache of verified tokens (each kept until it
+	// expires). Default 100000.
+	CacheSize int `yaml:"cache_size"`
+}
+
+// JWTKey is one static verification key: an HMAC secret from the
+// environment or a PEM public key from a file, never both.
+type JWTKey struct {
+	// ID is the key id ("kid") tokens name it by; "" matches tokens that
+	// name none. Default "".
+	ID string `yaml:"kid"`
+	// Algorithms are the algorithms this key verifies: HS256/384/512 for a
+	// secret; RS256/384/512 or PS256/384/512 for an RSA key; ES256, ES384
+	// or ES512 for an ECDSA key of the matching curve; EdDSA for an
+	// Ed25519 key. Required.
+	Algorithms []string `yaml:"algorithms"`
+	// SecretEnv names the environment variable holding an HMAC secret
+	// (at least 16 bytes). Default "".
+	SecretEnv string `yaml:"secret_env"`
+	// PublicKeyFile is the path of a PEM public key (PKIX "PUBLIC KEY",
+	// "RSA PUBLIC KEY" or a certificate); relative to the configuration
+	// file. Default "".
+	PublicKeyFile string `yaml:"public_key_file"`
+}
+
+// Limit key for verified accounts.
+const KeyAccount = "account"
+
+// JWT algorithm families.
+var (
+	HMACAlgorithms  = []string{"HS256", "HS384", "HS512"}
+	RSAAlgorithms   = []string{"RS256", "RS384", "RS512", "PS256", "PS384", "PS512"}
+	ECAlgorithms    = []string{"ES256", "ES384", "ES512"}
+	EdDSAAlgorithms = []string{"EdDSA"}
+)
+
+// DefaultJWTSecretEnv is the variable the default key's secret is read
+// from.
+const DefaultJWTSecretEnv = "EXGATE_JWT_SECRET"
+
+// DefaultIdentity returns the identity defaults: opaque tokens; when
+// verification is turned on, SimpleJWT's HS256 access tokens.
+func DefaultIdentity() Identity {
+	return Identity{JWT: JWT{
+		Keys:            []JWTKey{{Algorithms: []string{"HS256"}, SecretEnv: DefaultJWTSecretEnv}},
+		JWKSRefresh:     5 * time.Minute,
+		JWKSMinInterval: 30 * time.Second,
+		JWKSTimeout:     5 * time.Second,
+		Leeway:          30 * time.Second,
+		UserClaim:       "user_id",
+		TokenTypeClaim:  "token_type",
+		TokenType:       "access",
+		CacheSize:       100000,
+	}}
+}
+
+// countAccounts, with verification on and the built-in route table, makes
+// the spec's per-token limits count per account: the built-in table is
+// the spec's, and with verified tokens the spec's "token" is the account
+// behind it. A route table given in the file is taken as written.
+func (c *Config) countAccounts() {
+	if !c.Identity.Verify || !reflect.DeepEqual(c.Routes, Default().Routes) {
+		return
+	}
+	for i := range c.Routes {
+		for j := range c.Routes[i].Limits {
+			if l := &c.Routes[i].Limits[j]; l.Key == KeyToken {
+				l.Key, l.Name = KeyAccount, KeyAccount
+			}
+		}
+	}
+}
+
+// checkIdentity checks the identity section and how limits use it.
+func (c *Config) checkIdentity(v *checker) {
+	id := c.Identity
+	j := id.JWT
+	if id.Verify {
+		if len(j.Keys) == 0 && j.JWKSFile == "" && j.JWKSURL.URL == nil {
+			v.addf("identity.jwt.keys", "identity.verify needs a key: keys, jwks_file or jwks_url")
+		}
+		if j.UserClaim == "" {
+			v.addf("identity.jwt.user_claim", "required, such as \"user_id\"")
+		}
+		if j.TokenType != "" && j.TokenTypeClaim == "" {
+			v.addf("identity.jwt.token_type_claim", "required with identity.jwt.token_type, such as \"token_type\"")
+		}
+		if c.TokensFile != "" {
+			v.addf("tokens_file", "maps token strings to tiers, but identity.verify counts accounts: "+
+				"write identity.users_file (user id → tier) or identity.jwt.tier_claim instead")
+		}
+	}
+	for i, k := range j.Keys {
+		p := joinIndex("identity.jwt.keys", i)
+		switch {
+		case k.SecretEnv == "" && k.PublicKeyFile == "":
+			v.addf(p, "give secret_env (an HMAC secret) or public_key_file (a PEM public key)")
+		case k.SecretEnv != "" && k.PublicKeyFile != "":
+			v.addf(p, "give secret_env or public_key_file, not both")
+		case k.SecretEnv != "":
+			v.envName(p+".secret_env", k.SecretEnv)
+			v.algorithms(p+".algorithms", k.Algorithms, HMACAlgorithms)
+		default:
+			all := slices.Concat(RSAAlgorithms, ECAlgorithms, EdDSAAlgorithms)
+			v.algorithms(p+".algorithms", k.Algorithms, all)
+		}
+	}
+	if j.JWKSFile != "" || j.JWKSURL.URL != nil {
+		v.algorithms("identity.jwt.jwks_algorithms", j.JWKSAlgorithms, slices.Concat(RSAAlgorithms, ECAlgorithms, EdDSAAlgorithms))
+	}
+	v.positive("identity.jwt.jwks_refresh", j.JWKSRefresh)
+	v.positive("identity.jwt.jwks_min_interval", j.JWKSMinInterval)
+	v.positive("identity.jwt.jwks_timeout", j.JWKSTimeout)
+	if j.JWKSMinInterval > j.JWKSRefresh {
+		v.addf("identity.jwt.jwks_min_interval", "must not exceed identity.jwt.jwks_refresh (%s), got %s", j.JWKSRefresh, j.JWKSMinInterval)
+	}
+	if j.Leeway < 0 || j.Leeway > 5*time.Minute {
+		v.addf("identity.jwt.leeway", "must be from 0 to 5m, got %s", j.Leeway)
+	}
+	if j.CacheSize < 0 {
+		v.addf("identity.jwt.cache_size", "must not be negative (0 turns the cache off), got %d", j.CacheSize)
+	}
+	for i := range c.Routes {
+		for k, l := range c.Routes[i].Limits {
+			lp := joinIndex(joinIndex("routes", i)+".limits", k) + ".key"
+			switch {
+			case id.Verify && l.Key == KeyToken:
+				v.addf(lp, "identity.verify counts verified accounts, not token strings: write key: account "+
+					"(one bucket per account, shared by all its tokens)")
+			case !id.Verify && l.Key == KeyAccount:
+				v.addf(lp, "key: account needs identity.verify: true (JWT access tokens verified at the edge); "+
+					"for opaque tokens write key: token")
+			}
+		}
+	}
+}
+
+// algorithms checks a list of JWT algorithms against the allowed family.
+func (v *checker) algorithms(path string, algs, allowed []string) {
+	if len(algs) == 0 {
+		v.addf(path, "required: list the algorithms explicitly, such as [%s]", allowed[0])
+		return
+	}
+	for i, a := range algs {
+		if !slices.Contains(allowed, a) {
+			v.oneOf(joinIndex(path, i), a, allowed...)
+		}
+	}
+}
