@@ -54,9 +54,11 @@ type Decision struct {
 	Unavailable bool
 	// RetryAfter is how long the client should wait when !Allowed.
 	RetryAfter time.Duration
-	// TokenID is the id of the request's token, or "".
+	// TokenID is the id of the request's opaque token, or "".
 	TokenID string
-	// Tier is the token's tier, or "".
+	// Account is the key of the request's verified account, or "".
+	Account string
+	// Tier is the token's or the account's tier, or "".
 	Tier string
 	// Demoted reports that the token was counted as anonymous because its
 	// address presented too many distinct tokens.
@@ -69,10 +71,29 @@ type Decision struct {
 	header int // index of the outcome closest to denial, or -1
 }
 
+// Identity returns the key the request's caller is counted by: the
+// verified account's key, else the opaque token's id, else "" for an
+// anonymous request. Duplicate protection keys identifiers by it.
+func (d *Decision) Identity() string {
+	if d.Account != "" {
+		return d.Account
+	}
+	return d.TokenID
+}
+
 // Request is what the limits of a route look at.
 type Request struct {
-	// Token is the request's bearer token, or "" for none.
+	// Token is the request's opaque bearer token, or "" for none. It is
+	// ignored when Account is set.
 	Token string
+	// Account is the key of the verified account behind the request's
+	// token (identity.Identity.Account), or "" without verification.
+	Account string
+	// User is the verified account's user claim, looked up in the users
+	// file for a tier. Never stored or logged.
+	User string
+	// Tier is the tier the token's tier claim names, or "".
+	Tier string
 	// Addr is the client address (already derived from trusted proxies).
 	Addr netip.Addr
 }
@@ -175,6 +196,10 @@ func (e *Enforcer) Stats() Stats {
 // TokenID returns the id of token under the Enforcer's key secret.
 func (e *Enforcer) TokenID(token string) string { return e.keyer.ID(token) }
 
+// AccountID returns the key of the account with the given user claim
+// under the Enforcer's key secret.
+func (e *Enforcer) AccountID(user string) string { return e.keyer.AccountID(user) }
+
 // Decide applies the route's limits to req and fills d. A route without
 // limits allows everything. Limits are checked in order; the first one
 // that denies (and is not a shadow limit) ends the check, so later limits
@@ -190,8 +215,16 @@ func (e *Enforcer) Decide(ctx context.Context, rr *RouteRules, req Request, d *D
 	if req.Addr.IsValid() {
 		addr = AddrGroup(req.Addr, rs.v6Prefix).AppendTo(addrBuf[:0])
 	}
-	anonymous := req.Token == ""
-	if !anonymous {
+	anonymous := req.Token == "" && req.Account == ""
+	switch {
+	case req.Account != "":
+		// A verified account: its tier from the users file, else from
+		// its token's claim; never demoted (no one invents accounts).
+		d.Account = req.Account
+		if d.Tier = rs.users[req.User]; d.Tier == "" && rs.tierNames[req.Tier] {
+			d.Tier = req.Tier
+		}
+	case !anonymous:
 		d.TokenID = e.keyer.ID(req.Token)
 		d.Tier = rs.tiers[d.TokenID]
 		if d.Tier == "" && rs.spray.MaxTokens > 0 && addr != nil && !e.admitted(ctx, rs, string(addr), d.TokenID) {
@@ -223,6 +256,14 @@ func (e *Enforcer) Decide(ctx context.Context, rr *RouteRules, req Request, d *D
 				v = r.tiers[d.Tier]
 			}
 			key = append(append(key, v.prefixToken...), d.TokenID...)
+		case r.byAccount:
+			if d.Account == "" {
+				continue // an account limit does not apply to a request without a verified account
+			}
+			if d.Tier != "" && r.tiers[d.Tier] != nil {
+				v = r.tiers[d.Tier]
+			}
+			key = append(append(key, v.prefixAccount...), d.Account...)
 		default:
 			if addr == nil {
 				continue

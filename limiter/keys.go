@@ -65,6 +65,25 @@ func (k *Keyer) ID(token string) string {
 	return string(k.appendID(buf[:0], token))
 }
 
+// AccountID returns the key of a verified account: the HMAC of its user
+// claim under the secret, in a domain of its own (a NUL byte, which no
+// token holds, separates it from token ids), so that a user id never
+// reaches Redis or logs and no token id equals an account's key.
+func (k *Keyer) AccountID(user string) string {
+	var buf [TokenIDLen]byte
+	h := k.pool.Get().(hash.Hash)
+	h.Reset()
+	_, _ = h.Write(accountDomain)
+	_, _ = h.Write([]byte(user))
+	var sum [sha256.Size]byte
+	h.Sum(sum[:0])
+	k.pool.Put(h)
+	hex.Encode(buf[:], sum[:TokenIDLen/2])
+	return string(buf[:])
+}
+
+var accountDomain = []byte("account\x00")
+
 // IsTokenID reports whether s has the form of a token id.
 func IsTokenID(s string) bool {
 	if len(s) != TokenIDLen {

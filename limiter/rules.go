@@ -20,11 +20,13 @@ const KeyPrefix = "exgate:"
 // values, plus the token tiers and the token-spray guard. It is immutable;
 // a reload compiles new Rules and swaps them whole.
 type Rules struct {
-	routes   map[string]*RouteRules
-	tiers    map[string]string // token id → tier
-	headers  string
-	spray    config.TokenSpray
-	v6Prefix int
+	routes    map[string]*RouteRules
+	tiers     map[string]string // token id → tier
+	users     map[string]string // user claim → tier
+	tierNames map[string]bool
+	headers   string
+	spray     config.TokenSpray
+	v6Prefix  int
 }
 
 // RouteRules are the compiled limits of one route.
@@ -39,12 +41,13 @@ type RouteRules struct {
 
 // rule is one compiled limit.
 type rule struct {
-	name    string
-	byToken bool
-	when    string
-	shadow  bool
-	base    variant
-	tiers   map[string]*variant // tier → override (token limits only)
+	name      string
+	byToken   bool
+	byAccount bool
+	when      string
+	shadow    bool
+	base      variant
+	tiers     map[string]*variant // tier → override (token limits only)
 }
 
 // variant is a limit as it applies to one tier (or to no tier).
@@ -55,9 +58,10 @@ type variant struct {
 	policy []string // RateLimit-Policy value, shared by every response (never modified)
 	quota  []string // X-RateLimit-Limit value, likewise
 
-	prefixToken string // KeyPrefix + route:limit:N/seconds + ":t:"
-	prefixAddr  string // … ":a:"
-	prefixSpray string // … ":s:" (demoted tokens, keyed by address)
+	prefixToken   string // KeyPrefix + route:limit:N/seconds + ":t:"
+	prefixAccount string // … ":u:" (verified accounts)
+	prefixAddr    string // … ":a:"
+	prefixSpray   string // … ":s:" (demoted tokens, keyed by address)
 }
 
 // Compile compiles the limits of a validated configuration and the
@@ -73,6 +77,10 @@ func Compile(cfg *config.Config, tokens map[string]string) *Rules {
 	if rs.tiers == nil {
 		rs.tiers = map[string]string{}
 	}
+	rs.tierNames = make(map[string]bool, len(cfg.Tiers))
+	for t := range cfg.Tiers {
+		rs.tierNames[t] = true
+	}
 	replicas := int64(max(cfg.Limiter.Replicas, 1))
 	for _, rc := range cfg.Routes {
 		rr := &RouteRules{Name: rc.Name, rules: rs, onStoreError: rc.OnStoreError}
@@ -82,13 +90,14 @@ func Compile(cfg *config.Config, tokens map[string]string) *Rules {
 		for _, lc := range rc.Limits {
 			base := KeyPrefix + rc.Name + ":" + lc.Name + ":"
 			r := rule{
-				name:    lc.Name,
-				byToken: lc.Key == config.KeyToken,
-				when:    lc.When,
-				shadow:  lc.Shadow,
-				base:    newVariant(base, "", lc.Name, lc.Rate, lc.Burst, replicas),
+				name:      lc.Name,
+				byToken:   lc.Key == config.KeyToken,
+				byAccount: lc.Key == config.KeyAccount,
+				when:      lc.When,
+				shadow:    lc.Shadow,
+				base:      newVariant(base, "", lc.Name, lc.Rate, lc.Burst, replicas),
 			}
-			if r.byToken {
+			if r.byToken || r.byAccount {
 				for tier, routes := range cfg.Tiers {
 					if tl, ok := routes[rc.Name]; ok {
 						if r.tiers == nil {
@@ -116,16 +125,27 @@ func newVariant(keyBase, tier, name string, rate config.Rate, burst int, replica
 	w := max(mulSat(int64(l.Period/time.Second), l.Burst)/l.Rate, 1)
 	keyBase += strconv.FormatInt(l.Rate, 10) + "/" + strconv.FormatInt(int64(l.Period/time.Second), 10) + ":"
 	return variant{
-		tier:        tier,
-		limit:       l,
-		local:       local,
-		prefixToken: keyBase + "t:",
-		prefixAddr:  keyBase + "a:",
-		prefixSpray: keyBase + "s:",
-		policy:      []string{strconv.Quote(name) + ";q=" + strconv.FormatInt(l.Burst, 10) + ";w=" + strconv.FormatInt(w, 10)},
-		quota:       []string{strconv.FormatInt(l.Burst, 10)},
+		tier:          tier,
+		limit:         l,
+		local:         local,
+		prefixToken:   keyBase + "t:",
+		prefixAccount: keyBase + "u:",
+		prefixAddr:    keyBase + "a:",
+		prefixSpray:   keyBase + "s:",
+		policy:        []string{strconv.Quote(name) + ";q=" + strconv.FormatInt(l.Burst, 10) + ";w=" + strconv.FormatInt(w, 10)},
+		quota:         []string{strconv.FormatInt(l.Burst, 10)},
 	}
 }
+
+// WithUsers sets the account tiers read from a users file (user claim →
+// tier; nil for none) and returns rs. Call it before rs is in use.
+func (rs *Rules) WithUsers(users map[string]string) *Rules {
+	rs.users = users
+	return rs
+}
+
+// Users returns the number of accounts mapped to a tier.
+func (rs *Rules) Users() int { return len(rs.users) }
 
 // Route returns the compiled limits of the named route, or nil.
 func (rs *Rules) Route(name string) *RouteRules { return rs.routes[name] }

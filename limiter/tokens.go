@@ -25,6 +25,57 @@ const MaxTokensFileSize = 64 << 20
 // raw tokens never appear in the file. Every tier must be one of tiers.
 // All problems are reported at once, each with its line.
 func LoadTokens(path string, tiers []string) (map[string]string, error) {
+	data, err := readTierFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return ParseTokens(path, data, tiers)
+}
+
+// ParseTokens is LoadTokens for a document already in memory; name labels
+// the problems.
+func ParseTokens(name string, data []byte, tiers []string) (map[string]string, error) {
+	return parseTierFile(name, data, "tokens", "token id", tiers, func(k string) (string, string) {
+		id := strings.ToLower(k)
+		if !IsTokenID(id) {
+			return "", fmt.Sprintf("%q is not a token id (32 hex digits, from `exgate token-id`)", short(k))
+		}
+		return id, ""
+	})
+}
+
+// MaxUserLen is the longest user id a users file may name.
+const MaxUserLen = 256
+
+// LoadUsers reads a users file: a YAML document mapping user ids, as the
+// verified tokens' user claim carries them, to tier names,
+//
+//	users:
+//	  "42": vip
+//	  alice: pro
+//
+// Every tier must be one of tiers. All problems are reported at once,
+// each with its line.
+func LoadUsers(path string, tiers []string) (map[string]string, error) {
+	data, err := readTierFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return ParseUsers(path, data, tiers)
+}
+
+// ParseUsers is LoadUsers for a document already in memory; name labels
+// the problems.
+func ParseUsers(name string, data []byte, tiers []string) (map[string]string, error) {
+	return parseTierFile(name, data, "users", "user id", tiers, func(k string) (string, string) {
+		if k == "" || len(k) > MaxUserLen {
+			return "", fmt.Sprintf("%q is not a user id (1 to %d bytes, as the user claim carries it)", short(k), MaxUserLen)
+		}
+		return k, ""
+	})
+}
+
+func readTierFile(path string) ([]byte, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
@@ -37,12 +88,13 @@ func LoadTokens(path string, tiers []string) (map[string]string, error) {
 	if len(data) > MaxTokensFileSize {
 		return nil, fmt.Errorf("%s: larger than %d bytes", path, MaxTokensFileSize)
 	}
-	return ParseTokens(path, data, tiers)
+	return data, nil
 }
 
-// ParseTokens is LoadTokens for a document already in memory; name labels
-// the problems.
-func ParseTokens(name string, data []byte, tiers []string) (map[string]string, error) {
+// parseTierFile reads a YAML document of one mapping, section, from keys
+// (checked and normalised by key, which returns a problem or "") to
+// tiers.
+func parseTierFile(name string, data []byte, section, what string, tiers []string, key func(string) (string, string)) (map[string]string, error) {
 	out := map[string]string{}
 	if len(bytes.TrimSpace(data)) == 0 {
 		return out, nil
@@ -68,34 +120,34 @@ func ParseTokens(name string, data []byte, tiers []string) (map[string]string, e
 		root = root.Content[0]
 	}
 	if root.Kind != yaml.MappingNode {
-		return nil, fmt.Errorf("%s:%d: want a mapping with a \"tokens\" key", name, root.Line)
+		return nil, fmt.Errorf("%s:%d: want a mapping with a %q key", name, root.Line, section)
 	}
-	var tokens *yaml.Node
+	var entries *yaml.Node
 	for i := 0; i+1 < len(root.Content); i += 2 {
 		k, v := root.Content[i], root.Content[i+1]
-		if k.Value != "tokens" {
-			bad(k.Line, "unknown key %q; want \"tokens\"", k.Value)
+		if k.Value != section {
+			bad(k.Line, "unknown key %q; want %q", k.Value, section)
 			continue
 		}
-		tokens = v
+		entries = v
 	}
-	if tokens != nil && tokens.Tag != "!!null" {
-		if tokens.Kind != yaml.MappingNode {
-			bad(tokens.Line, "tokens: want a mapping of token id to tier")
+	if entries != nil && entries.Tag != "!!null" {
+		if entries.Kind != yaml.MappingNode {
+			bad(entries.Line, "%s: want a mapping of %s to tier", section, what)
 		} else {
-			for i := 0; i+1 < len(tokens.Content); i += 2 {
-				k, v := tokens.Content[i], tokens.Content[i+1]
-				id := strings.ToLower(k.Value)
+			for i := 0; i+1 < len(entries.Content); i += 2 {
+				k, v := entries.Content[i], entries.Content[i+1]
+				id, problem := key(k.Value)
 				switch {
-				case !IsTokenID(id):
-					bad(k.Line, "tokens: %q is not a token id (32 hex digits, from `exgate token-id`)", short(k.Value))
+				case problem != "":
+					bad(k.Line, "%s: %s", section, problem)
 				case v.Kind != yaml.ScalarNode:
-					bad(v.Line, "tokens.%s: want a tier name", id)
+					bad(v.Line, "%s.%s: want a tier name", section, id)
 				case !slices.Contains(tiers, v.Value):
-					bad(v.Line, "tokens.%s: unknown tier %q (tiers: %s)", id, short(v.Value), strings.Join(tiers, ", "))
+					bad(v.Line, "%s.%s: unknown tier %q (tiers: %s)", section, id, short(v.Value), strings.Join(tiers, ", "))
 				default:
 					if _, dup := out[id]; dup {
-						bad(k.Line, "tokens.%s: listed twice", id)
+						bad(k.Line, "%s.%s: listed twice", section, id)
 					}
 					out[id] = v.Value
 				}
