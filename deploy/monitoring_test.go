@@ -283,6 +283,8 @@ func exported(t *testing.T) map[string]dto.MetricType {
 	m.SetCatalogueLoaded(time.Now())
 	m.IncInflight()
 	m.ConfigReload(true)
+	m.AuthFailure("expired")
+	m.JWKSFetch(true)
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)

@@ -59,6 +59,8 @@ const (
 	NameInflight          = "exgate_inflight_requests"
 	NameConfigReloads     = "exgate_config_reloads_total"
 	NameBuildInfo         = "exgate_build_info"
+	NameAuthFailures      = "exgate_auth_failures_total"
+	NameJWKSFetches       = "exgate_jwks_fetches_total"
 )
 
 // RequestBuckets returns the bucket bounds, in seconds, of the request and
@@ -126,6 +128,8 @@ type Metrics struct {
 	inflight         prometheus.Gauge
 	reloads          *prometheus.CounterVec
 	buildInfo        *prometheus.GaugeVec
+	authFailures     *prometheus.CounterVec
+	jwksFetches      *prometheus.CounterVec
 	goColl           prometheus.Collector
 	procColl         prometheus.Collector
 
@@ -133,6 +137,7 @@ type Metrics struct {
 	storeErrKinds [numStoreErrorKinds]prometheus.Counter
 	idemOutcomes  [numIdempotencyOutcomes]prometheus.Counter
 	reloadResults [2]prometheus.Counter // failure, success
+	jwksResults   [2]prometheus.Counter // failure, success
 
 	// catalogueLoaded is the Unix time in nanoseconds of the last
 	// catalogue load, 0 before the first.
@@ -142,7 +147,8 @@ type Metrics struct {
 	mu         sync.RWMutex
 	routes     map[string]*RouteMetrics
 	limits     map[string]map[string]map[string]*LimitMetrics // route → limit → tier
-	validCodes map[string]prometheus.Counter
+	validCodes boundedLabel                                   // validation rejection codes
+	authCodes  boundedLabel                                   // auth failure reasons
 }
 
 // New builds exgate's collectors and registers them, with the Go and
@@ -186,10 +192,9 @@ func New(reg prometheus.Registerer, info BuildInfo) (*Metrics, error) {
 // newMetrics builds the collectors without registering them.
 func newMetrics(info BuildInfo) *Metrics {
 	m := &Metrics{
-		now:        time.Now,
-		routes:     make(map[string]*RouteMetrics),
-		limits:     make(map[string]map[string]map[string]*LimitMetrics),
-		validCodes: make(map[string]prometheus.Counter),
+		now:    time.Now,
+		routes: make(map[string]*RouteMetrics),
+		limits: make(map[string]map[string]map[string]*LimitMetrics),
 	}
 	m.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: NameRequests,
@@ -250,6 +255,18 @@ func newMetrics(info BuildInfo) *Metrics {
 		Name: NameBuildInfo,
 		Help: "Always 1; the labels say which build of exgate is running.",
 	}, []string{"version", "revision", "goversion"})
+	m.authFailures = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: NameAuthFailures,
+		Help: "Bearer tokens refused at the edge, by reason (malformed, noncanonical, bad_signature, bad_algorithm, unknown_key, expired, not_yet_valid, issued_in_future, missing_claim, wrong_type, wrong_issuer, wrong_audience).",
+	}, []string{"reason"})
+	m.jwksFetches = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: NameJWKSFetches,
+		Help: "Fetches of the JWKS URL, by result (success, failure).",
+	}, []string{"result"})
+	m.validCodes = boundedLabel{vec: m.validation, m: map[string]prometheus.Counter{}}
+	m.authCodes = boundedLabel{vec: m.authFailures, m: map[string]prometheus.Counter{}}
+	m.jwksResults[0] = m.jwksFetches.WithLabelValues("failure")
+	m.jwksResults[1] = m.jwksFetches.WithLabelValues("success")
 	m.goColl = collectors.NewGoCollector()
 	m.procColl = collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})
 
@@ -271,7 +288,7 @@ func (m *Metrics) own() []prometheus.Collector {
 		m.requests, m.requestDuration, m.upstreamDuration, m.upstreamErrors,
 		m.decisions, m.storeErrors, m.storeDuration, m.fallback,
 		m.validation, m.idempotency, m.catalogueAge, m.inflight,
-		m.reloads, m.buildInfo,
+		m.reloads, m.buildInfo, m.authFailures, m.jwksFetches,
 	}
 }
 
@@ -378,28 +395,64 @@ func (m *Metrics) ValidationRejected(code string) {
 }
 
 func (m *Metrics) validationCounter(code string) prometheus.Counter {
-	if code == "" {
-		code = "other"
+	return m.validCodes.counter(code)
+}
+
+// AuthFailure counts one bearer token refused at the edge, by reason
+// (identity.Reason). Like validation codes, reasons are cached after first
+// use and bounded; an empty reason counts as "other".
+func (m *Metrics) AuthFailure(reason string) {
+	if m == nil {
+		return
 	}
-	m.mu.RLock()
-	c, ok := m.validCodes[code]
-	m.mu.RUnlock()
+	m.authCodes.counter(reason).Inc()
+}
+
+// JWKSFetch counts one fetch of the JWKS URL.
+func (m *Metrics) JWKSFetch(ok bool) {
+	if m == nil {
+		return
+	}
+	if ok {
+		m.jwksResults[1].Inc()
+	} else {
+		m.jwksResults[0].Inc()
+	}
+}
+
+// boundedLabel resolves the children of a one-label counter vector on
+// first use, so that counting does not allocate, and counts past
+// maxValidationCodes distinct values as "other" to bound the label's
+// cardinality.
+type boundedLabel struct {
+	vec *prometheus.CounterVec
+	mu  sync.RWMutex
+	m   map[string]prometheus.Counter
+}
+
+func (b *boundedLabel) counter(value string) prometheus.Counter {
+	if value == "" {
+		value = "other"
+	}
+	b.mu.RLock()
+	c, ok := b.m[value]
+	b.mu.RUnlock()
 	if ok {
 		return c
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if c, ok := m.validCodes[code]; ok {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if c, ok := b.m[value]; ok {
 		return c
 	}
-	if len(m.validCodes) >= maxValidationCodes {
-		if c, ok := m.validCodes["other"]; ok {
+	if len(b.m) >= maxValidationCodes {
+		if c, ok := b.m["other"]; ok {
 			return c
 		}
-		code = "other"
+		value = "other"
 	}
-	c = m.validation.WithLabelValues(code)
-	m.validCodes[code] = c
+	c = b.vec.WithLabelValues(value)
+	b.m[value] = c
 	return c
 }
 

@@ -51,6 +51,8 @@ func exercise(m *Metrics) {
 	m.SetCatalogueLoaded(time.Now())
 	m.IncInflight()
 	m.ConfigReload(true)
+	m.AuthFailure("expired")
+	m.JWKSFetch(true)
 }
 
 func TestNewRegistersEverythingLintClean(t *testing.T) {
@@ -105,8 +107,8 @@ func TestNamesFromDescriptors(t *testing.T) {
 			t.Errorf("Names() lists %s; want base names", n)
 		}
 	}
-	if exgate != 14 {
-		t.Errorf("Names() lists %d exgate_ families, want 14", exgate)
+	if exgate != 16 {
+		t.Errorf("Names() lists %d exgate_ families, want 16", exgate)
 	}
 }
 
