@@ -6,12 +6,16 @@ import (
 
 	"github.com/exgate/exgate/config"
 	"github.com/exgate/exgate/identity"
+	"github.com/exgate/exgate/limiter"
 )
 
 // caller is who sent a request, as the auth step established it.
 type caller struct {
 	// token is the bearer token in its canonical spelling, or "".
 	token string
+	// id is the verified account behind token when identity.verify is
+	// on; zero otherwise.
+	id identity.Identity
 }
 
 // errTokenNotValid answers a bearer token exgate refuses, in the words
@@ -22,10 +26,11 @@ var errTokenNotValid = static(http.StatusUnauthorized, "token_not_valid",
 
 // authenticate is the auth step of a route that reads tokens: it reads the
 // bearer token (required or optional, as the route says), refuses a token
-// that is not in its canonical spelling, and rewrites the Authorization
+// that is not in its canonical spelling or, with identity.verify, does not
+// verify as an access token (before any limit is charged), and rewrites the Authorization
 // header the backend receives to exactly "Bearer <token>", so that exgate
 // and the backend read the same token. It returns the answer to refuse
-// the request with, or nil; ex.caller holds the token.
+// the request with, or nil; ex.caller holds the token and its account.
 func (g *Gateway) authenticate(ex *exchange, r *http.Request, route *Route) *Error {
 	if route.Auth == config.AuthNone {
 		return nil
@@ -40,7 +45,15 @@ func (g *Gateway) authenticate(ex *exchange, r *http.Request, route *Route) *Err
 	case !ok:
 		return errBadAuthHeader
 	}
-	if identity.IsJWS(t) && !identity.CanonicalJWS(t) {
+	if g.verifier != nil {
+		id, reason := g.verifier.Verify(t)
+		if reason != "" {
+			g.metrics.AuthFailure(string(reason))
+			return errTokenNotValid
+		}
+		ex.caller.id = id
+	} else if identity.IsJWS(t) && !identity.CanonicalJWS(t) {
+		g.metrics.AuthFailure(string(identity.ReasonNoncanonical))
 		return errTokenNotValid
 	}
 	if v := r.Header["Authorization"][0]; !strings.HasPrefix(v, bearerPrefix) {
@@ -100,4 +113,29 @@ func isToken68(s string) bool {
 		}
 	}
 	return true
+}
+
+// identityKey returns the key the request's caller counts by: the
+// verified account's key, else the opaque token's id (computed here when
+// no limit did), else "" for an anonymous request. Duplicate protection
+// keys identifiers by it, so that with verification no token of an
+// account, however spelled, places an identifier twice.
+func (g *Gateway) identityKey(ex *exchange) string {
+	switch {
+	case ex.caller.id.Account != "":
+		return ex.caller.id.Account
+	case ex.decision.TokenID != "":
+		return ex.decision.TokenID
+	case ex.caller.token != "" && g.limits != nil:
+		return g.limits.TokenID(ex.caller.token)
+	}
+	return ""
+}
+
+// limitRequest is what the route's limits look at for ex.
+func (ex *exchange) limitRequest() limiter.Request {
+	if id := &ex.caller.id; id.Account != "" {
+		return limiter.Request{Account: id.Account, User: id.User, Tier: id.Tier, Addr: ex.addr}
+	}
+	return limiter.Request{Token: ex.caller.token, Addr: ex.addr}
 }

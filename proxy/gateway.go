@@ -25,6 +25,7 @@ import (
 
 	"github.com/exgate/exgate/config"
 	"github.com/exgate/exgate/idempotency"
+	"github.com/exgate/exgate/identity"
 	"github.com/exgate/exgate/limiter"
 	"github.com/exgate/exgate/metrics"
 	"github.com/exgate/exgate/validate"
@@ -54,8 +55,12 @@ type Options struct {
 	// Validator checks the bodies of routes with validate: order. Nil
 	// means those bodies are forwarded unchecked.
 	Validator *validate.Validator
+	// Verifier verifies JWT access tokens on routes that read tokens
+	// (identity.verify). Nil means tokens are opaque.
+	Verifier *identity.Verifier
 	// Idempotency protects order identifiers against duplicate placement.
-	// Nil means no duplicate protection. It needs Limits (for token ids).
+	// Nil means no duplicate protection. It needs Limits (for token ids)
+	// or a Verifier (for account keys).
 	Idempotency idempotency.Store
 	// IdempotencyTimeout bounds each call to the Idempotency store. Zero
 	// means 100ms.
@@ -71,6 +76,7 @@ type Options struct {
 type Gateway struct {
 	plan        atomic.Pointer[plan]
 	limits      *limiter.Enforcer
+	verifier    *identity.Verifier
 	idem        idempotency.Store
 	idemTimeout time.Duration
 	idemMaxResp int
@@ -100,6 +106,7 @@ func New(cfg *config.Config, opts Options) (*Gateway, error) {
 	}
 	g := &Gateway{
 		limits:      opts.Limits,
+		verifier:    opts.Verifier,
 		idem:        opts.Idempotency,
 		idemTimeout: opts.IdempotencyTimeout,
 		idemMaxResp: opts.IdempotencyMaxResponse,
@@ -286,7 +293,6 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		g.refuse(ex, r, e)
 		return
 	}
-	token := ex.caller.token
 	var realIP []string
 	ex.addr, realIP = g.client(r)
 	if realIP != nil {
@@ -297,7 +303,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if g.limits != nil && route.limits.Limited() {
 		ex.limited = true
 		d := &ex.decision
-		g.limits.Decide(r.Context(), route.limits, limiter.Request{Token: token, Addr: ex.addr}, d)
+		g.limits.Decide(r.Context(), route.limits, ex.limitRequest(), d)
 		if route.limitMetrics != nil {
 			for i := 0; i < d.N; i++ {
 				o := &d.Outcomes[i]
@@ -315,11 +321,11 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if route.Config.Validate == config.ValidateOrd && pl.validator != nil {
-		tokenID := ex.decision.TokenID
-		if tokenID == "" && token != "" && g.limits != nil && g.idem != nil {
-			tokenID = g.limits.TokenID(token)
+		var key string
+		if g.idem != nil {
+			key = g.identityKey(ex)
 		}
-		if !g.checkOrder(ex, r, pl.validator, tokenID) {
+		if !g.checkOrder(ex, r, pl.validator, key) {
 			return
 		}
 	} else if e := g.limitBody(r); e != nil {
@@ -578,6 +584,9 @@ func (g *Gateway) logAccess(ex *exchange, r *http.Request, extra ...zap.Field) {
 	)
 	if ex.addr.IsValid() {
 		fields = append(fields, zap.Stringer("client", ex.addr))
+	}
+	if a := ex.caller.id.Account; a != "" {
+		fields = append(fields, zap.String("account", a[:12])) // an HMAC prefix, never the user id
 	}
 	if ex.limited {
 		fields = g.limitFields(fields, &ex.decision)

@@ -54,7 +54,7 @@ var (
 // returns false when it has answered the request itself; otherwise the
 // request's body is the order's canonical encoding (forwardCanonical),
 // whose fingerprint duplicate protection compares.
-func (g *Gateway) checkOrder(ex *exchange, r *http.Request, v *validate.Validator, tokenID string) bool {
+func (g *Gateway) checkOrder(ex *exchange, r *http.Request, v *validate.Validator, identityKey string) bool {
 	if p := v.PreCheck(r.Header["Content-Type"], r.ContentLength); p != nil {
 		g.metrics.ValidationRejected(p.Code)
 		g.refuse(ex, r, problemError(p))
@@ -83,12 +83,12 @@ func (g *Gateway) checkOrder(ex *exchange, r *http.Request, v *validate.Validato
 	}
 	body = forwardCanonical(ex, r, &order)
 
-	if order.Identifier == "" || g.idem == nil || tokenID == "" {
+	if order.Identifier == "" || g.idem == nil || identityKey == "" {
 		return true
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), g.idemTimeout)
 	defer cancel()
-	claim, err := g.idem.Claim(ctx, idempotency.Key{Account: tokenID, Identifier: order.Identifier}, idempotency.FingerprintOf(body))
+	claim, err := g.idem.Claim(ctx, idempotency.Key{Account: identityKey, Identifier: order.Identifier}, idempotency.FingerprintOf(body))
 	if err != nil {
 		g.refuseClaim(ex, err)
 		return false

@@ -50,7 +50,8 @@ const (
 type Options struct {
 	// Secret is the HS256 key for JWTs; nil means DevSecret.
 	Secret []byte
-	// Credentials maps api_key to secret_key; nil means {"dev": "dev"}.
+	// Credentials maps api_key to secret_key; nil means two dev accounts,
+	// {"dev": "dev", "dev2": "dev2"} (user ids 1 and 2).
 	Credentials map[string]string
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
@@ -107,7 +108,7 @@ func New(opts Options) *Server {
 	}
 	creds := opts.Credentials
 	if creds == nil {
-		creds = map[string]string{"dev": "dev"}
+		creds = map[string]string{"dev": "dev", "dev2": "dev2"}
 	}
 	s.users = newUsers(creds)
 	maxMatches := opts.MaxMatches

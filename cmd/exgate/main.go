@@ -47,6 +47,7 @@ import (
 
 	"github.com/exgate/exgate/config"
 	"github.com/exgate/exgate/idempotency"
+	"github.com/exgate/exgate/identity"
 	"github.com/exgate/exgate/limiter"
 	"github.com/exgate/exgate/metrics"
 	"github.com/exgate/exgate/proxy"
@@ -167,13 +168,44 @@ type deps struct {
 
 // devOverrides adapts a configuration to dev mode: limits in this process
 // unless limiter.backend is explicitly "redis" (so that two dev instances
-// can share limits through a real Redis), no drain delay at Ctrl-C. The
-// reference backend's address is set once it listens.
+// can share limits through a real Redis), no drain delay at Ctrl-C, and,
+// unless the file configures identity itself, access tokens verified with
+// the reference backend's signing secret, so that limits count per
+// account out of the box (a route table that still counts token strings
+// keeps tokens opaque). The reference backend's address is set once it
+// listens.
 func devOverrides(cfg *config.Config) {
 	if cfg.Limiter.Backend != config.BackendRedis {
 		cfg.Limiter.Backend = config.BackendMemory
 	}
 	cfg.Server.DrainDelay = 0
+	if cfg.Identity.Verify {
+		return
+	}
+	verified := *cfg
+	verified.Routes = slices.Clone(cfg.Routes)
+	for i := range verified.Routes {
+		verified.Routes[i].Limits = slices.Clone(cfg.Routes[i].Limits)
+	}
+	verified.Identity.Verify = true
+	verified.Identity.JWT.Keys = []config.JWTKey{{Algorithms: []string{"HS256"}, SecretEnv: devSecretEnv}}
+	if verified.Validate() == nil {
+		*cfg = verified
+	}
+}
+
+// devSecretEnv is the variable dev mode reads the reference backend's
+// signing secret from; dev mode answers it with sim.DevSecret.
+const devSecretEnv = "EXGATE_DEV_SIM_JWT_SECRET"
+
+// devGetenv is getenv with the reference backend's signing secret.
+func devGetenv(getenv func(string) (string, bool)) func(string) (string, bool) {
+	return func(k string) (string, bool) {
+		if k == devSecretEnv {
+			return sim.DevSecret, true
+		}
+		return getenv(k)
+	}
 }
 
 // app is a started gateway: listeners bound and serving.
@@ -185,6 +217,7 @@ type app struct {
 	limits   *limiter.Backend
 	cat      *validate.Catalogue // nil when no route validates orders
 	stopCat  context.CancelFunc
+	stopID   context.CancelFunc // ends the JWKS refresh; nil without one
 	gw       *proxy.Gateway
 	srv      *http.Server
 	admin    *http.Server
@@ -204,6 +237,9 @@ type app struct {
 func start(cfg *config.Config, d deps) (*app, error) {
 	if d.getenv == nil {
 		d.getenv = func(string) (string, bool) { return "", false }
+	}
+	if d.dev {
+		d.getenv = devGetenv(d.getenv)
 	}
 	if d.reg == nil {
 		d.reg = prometheus.NewRegistry()
@@ -235,11 +271,22 @@ func start(cfg *config.Config, d deps) (*app, error) {
 		a.closeBackend()
 		return nil, err
 	}
+	users, err := loadUsers(cfg, d.configPath)
+	if err != nil {
+		a.closeBackend()
+		return nil, err
+	}
 	resolveRedisFiles(cfg, d.configPath)
+	resolveIdentityFiles(cfg, d.configPath)
 	a.limits, err = limiter.Open(cfg, limiter.OpenOptions{
 		Getenv: d.getenv, Logger: d.log.Named("limiter"), Now: d.now,
 		Observe: func(dur time.Duration, _ int, err error) { m.ObserveStore(dur, err) },
 	})
+	if err != nil {
+		a.closeBackend()
+		return nil, err
+	}
+	verifier, err := a.startIdentity(cfg)
 	if err != nil {
 		a.closeBackend()
 		return nil, err
@@ -252,8 +299,8 @@ func start(cfg *config.Config, d deps) (*app, error) {
 	}
 	gwOpts := proxy.Options{
 		Logger: d.log.Named("gateway"), Now: d.now, Transport: transport,
-		Limits: a.limits.Enforcer, Rules: limiter.Compile(cfg, tokens), Metrics: m,
-		Validator: v,
+		Limits: a.limits.Enforcer, Rules: limiter.Compile(cfg, tokens).WithUsers(users), Metrics: m,
+		Validator: v, Verifier: verifier,
 	}
 	if cfg.Idempotency.Enabled && v != nil {
 		opts := idempotency.OptionsFrom(cfg.Idempotency)
@@ -307,13 +354,35 @@ func start(cfg *config.Config, d deps) (*app, error) {
 	d.log.Info("exgate started",
 		zap.String("listen", a.addr), zap.String("admin_listen", a.adminAd),
 		zap.String("upstream", cfg.Upstream.URL.String()), zap.Int("routes", len(cfg.Routes)),
-		zap.String("limiter", a.limits.Kind), zap.Int("tier_tokens", len(tokens)),
+		zap.String("limiter", a.limits.Kind), zap.Int("tier_tokens", len(tokens)), zap.Int("tier_users", len(users)),
+		zap.Bool("verify_tokens", verifier != nil),
 		zap.Bool("tls", a.certs != nil), zap.Int("proxy_protocol_peers", len(cfg.Server.ProxyProtocol.TrustedPeers)),
 		zap.String("version", versionString()))
 	if a.limits.Kind == config.BackendMemory && !d.dev {
 		d.log.Warn("rate limits are kept in this process: each replica counts on its own; set limiter.redis.addrs to share them")
 	}
 	return a, nil
+}
+
+// startIdentity builds the access-token verifier when identity.verify is
+// on (nil otherwise) and keeps its JWKS URL fresh until shutdown. Account
+// keys are HMACs under the limiter's key secret, like token ids.
+func (a *app) startIdentity(cfg *config.Config) (*identity.Verifier, error) {
+	if !cfg.Identity.Verify {
+		return nil, nil
+	}
+	m := a.metrics
+	v, err := identity.New(cfg.Identity.JWT, identity.Options{
+		Getenv: a.d.getenv, AccountKey: a.limits.Enforcer.AccountID, Now: a.d.now,
+		Logger: a.log.Named("identity"), OnFetch: m.JWKSFetch,
+	})
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	a.stopID = cancel
+	go v.Run(ctx)
+	return v, nil
 }
 
 // validatesOrders reports whether some route validates order bodies.
@@ -436,12 +505,7 @@ func loadTokens(cfg *config.Config, configPath string) (map[string]string, error
 		return nil, nil
 	}
 	path := fromConfigDir(configPath, cfg.TokensFile)
-	tiers := make([]string, 0, len(cfg.Tiers))
-	for t := range cfg.Tiers {
-		tiers = append(tiers, t)
-	}
-	slices.Sort(tiers)
-	tokens, err := limiter.LoadTokens(path, tiers)
+	tokens, err := limiter.LoadTokens(path, tierNames(cfg))
 	if err != nil {
 		return nil, fmt.Errorf("tokens_file: %w", err)
 	}
@@ -449,8 +513,10 @@ func loadTokens(cfg *config.Config, configPath string) (map[string]string, error
 }
 
 // checkNamedFiles reads the files the valid configuration at path names:
-// the tokens file, the Redis TLS files and the traffic listener's
-// certificates.
+// the tokens and users files, the Redis TLS files, the traffic listener's
+// certificates and the identity key files (PEM public keys and the JWKS
+// file; secrets live in the environment of the gateways and are not
+// checked here).
 func checkNamedFiles(path string, getenv func(string) (string, bool)) error {
 	cfg, err := config.Load(path, getenv)
 	if err != nil {
@@ -458,6 +524,24 @@ func checkNamedFiles(path string, getenv func(string) (string, bool)) error {
 	}
 	if _, err := loadTokens(cfg, path); err != nil {
 		return err
+	}
+	if _, err := loadUsers(cfg, path); err != nil {
+		return err
+	}
+	resolveIdentityFiles(cfg, path)
+	var files []config.JWTKey
+	for _, k := range cfg.Identity.JWT.Keys {
+		if k.PublicKeyFile != "" {
+			files = append(files, k)
+		}
+	}
+	if _, err := identity.StaticKeys(files, getenv); err != nil {
+		return err
+	}
+	if f := cfg.Identity.JWT.JWKSFile; f != "" {
+		if _, err := identity.ReadJWKSFile(f, cfg.Identity.JWT.JWKSAlgorithms); err != nil {
+			return err
+		}
 	}
 	resolveRedisFiles(cfg, path)
 	if _, err = limiter.RedisTLSConfig(cfg.Limiter.Redis); err != nil {
@@ -477,6 +561,40 @@ func certificateFiles(cfg *config.Config, configPath string) []config.Certificat
 		files[i] = config.Certificate{CertFile: fromConfigDir(configPath, c.CertFile), KeyFile: fromConfigDir(configPath, c.KeyFile)}
 	}
 	return files
+}
+
+// loadUsers reads the configuration's users file (user id → tier), if
+// any; a relative path is taken from the configuration file's directory.
+func loadUsers(cfg *config.Config, configPath string) (map[string]string, error) {
+	if cfg.Identity.UsersFile == "" {
+		return nil, nil
+	}
+	users, err := limiter.LoadUsers(fromConfigDir(configPath, cfg.Identity.UsersFile), tierNames(cfg))
+	if err != nil {
+		return nil, fmt.Errorf("identity.users_file: %w", err)
+	}
+	return users, nil
+}
+
+// tierNames returns the configured tiers, sorted.
+func tierNames(cfg *config.Config) []string {
+	tiers := make([]string, 0, len(cfg.Tiers))
+	for t := range cfg.Tiers {
+		tiers = append(tiers, t)
+	}
+	slices.Sort(tiers)
+	return tiers
+}
+
+// resolveIdentityFiles makes the identity key files of cfg relative to
+// the configuration file's directory.
+func resolveIdentityFiles(cfg *config.Config, configPath string) {
+	j := &cfg.Identity.JWT
+	j.Keys = slices.Clone(j.Keys)
+	for i := range j.Keys {
+		j.Keys[i].PublicKeyFile = fromConfigDir(configPath, j.Keys[i].PublicKeyFile)
+	}
+	j.JWKSFile = fromConfigDir(configPath, j.JWKSFile)
 }
 
 // fromConfigDir returns path, taken from the directory of the
@@ -538,14 +656,19 @@ func (a *app) reloadConfig() (*config.Config, error) {
 	if err != nil {
 		return nil, err
 	}
+	users, err := loadUsers(cfg, a.d.configPath)
+	if err != nil {
+		return nil, err
+	}
 	var v *validate.Validator
 	if validatesOrders(cfg) && a.cat != nil {
 		if v, err = validate.New(cfg.Validation, a.cat, a.log.Named("validate")); err != nil {
 			return nil, err
 		}
 	}
-	a.gw.Reload(cfg, limiter.Compile(cfg, tokens), v)
-	fields := []zap.Field{zap.Int("routes", len(cfg.Routes)), zap.Int("tiers", len(cfg.Tiers)), zap.Int("tier_tokens", len(tokens))}
+	a.gw.Reload(cfg, limiter.Compile(cfg, tokens).WithUsers(users), v)
+	fields := []zap.Field{zap.Int("routes", len(cfg.Routes)), zap.Int("tiers", len(cfg.Tiers)), zap.Int("tier_tokens", len(tokens)),
+		zap.Int("tier_users", len(users))}
 	if fixed := restartOnly(a.cfg, cfg); len(fixed) > 0 {
 		fields = append(fields, zap.Strings("ignored_until_restart", fixed))
 	}
@@ -576,6 +699,8 @@ func restartOnly(old, new *config.Config) []string {
 		{"limiter.max_keys", old.Limiter.MaxKeys, new.Limiter.MaxKeys},
 		{"limiter.deny_cache_keys", old.Limiter.DenyCacheKeys, new.Limiter.DenyCacheKeys},
 		{"log", old.Log, new.Log},
+		{"identity.verify", old.Identity.Verify, new.Identity.Verify},
+		{"identity.jwt", old.Identity.JWT, new.Identity.JWT},
 	} {
 		if !reflect.DeepEqual(c.a, c.b) {
 			out = append(out, c.name)
@@ -647,6 +772,9 @@ func (a *app) closeBackend() {
 	if a.stopCat != nil {
 		a.stopCat()
 	}
+	if a.stopID != nil {
+		a.stopID()
+	}
 	if a.backend != nil {
 		_ = a.backend.Close()
 	}
@@ -709,6 +837,9 @@ func (a *app) shutdown() error {
 	}
 	if a.stopCat != nil {
 		a.stopCat()
+	}
+	if a.stopID != nil {
+		a.stopID()
 	}
 	if a.limits != nil {
 		_ = a.limits.Close()
