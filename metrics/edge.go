@@ -3,6 +3,7 @@ package metrics
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -85,7 +86,7 @@ func NewEdge(reg prometheus.Registerer) (*Edge, error) {
 	}, []string{"reason"})
 	e.http2Errors = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: NameHTTP2Errors,
-		Help: "HTTP/2 protocol errors net/http counted on client connections, by kind (such as too_many_early_resets).",
+		Help: "HTTP/2 protocol errors net/http counted on client connections, by kind (such as conn_enhance_your_calm_too_many_early_resets).",
 	}, []string{"kind"})
 	var done []prometheus.Collector
 	for _, c := range []prometheus.Collector{e.reloads, e.notAfter, e.proxyRefused, e.http2Errors} {
@@ -139,8 +140,9 @@ func (e *Edge) ProxyRefused(r ProxyRefusal) {
 }
 
 // HTTP2Error counts an HTTP/2 error of kind errType (net/http's
-// HTTP2Config.CountError). net/http names a fixed set of kinds; past
-// maxHTTP2ErrorKind distinct ones they are counted as "other".
+// HTTP2Config.CountError: "conn_ENHANCE_YOUR_CALM_too_many_early_resets",
+// "frame_data_stream_0", …), lower-cased. net/http names a fixed set of
+// kinds; past maxHTTP2ErrorKind distinct ones they are counted as "other".
 func (e *Edge) HTTP2Error(errType string) {
 	if e == nil {
 		return
@@ -152,7 +154,7 @@ func (e *Edge) HTTP2Error(errType string) {
 			errType = "other"
 		}
 		if c, ok = e.http2Kinds[errType]; !ok {
-			c = e.http2Errors.WithLabelValues(errType)
+			c = e.http2Errors.WithLabelValues(strings.ToLower(errType))
 			e.http2Kinds[errType] = c
 		}
 	}
@@ -171,3 +173,9 @@ func (e *Edge) CertReloadCounter(success bool) prometheus.Counter {
 
 // ProxyRefusedCounter returns the refusal counter of reason r, for tests.
 func (e *Edge) ProxyRefusedCounter(r ProxyRefusal) prometheus.Counter { return e.refusals[r] }
+
+// HTTP2ErrorCounter returns the counter of HTTP/2 error kind errType,
+// for tests.
+func (e *Edge) HTTP2ErrorCounter(errType string) prometheus.Counter {
+	return e.http2Errors.WithLabelValues(errType)
+}
