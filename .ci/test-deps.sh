@@ -11,6 +11,7 @@ declare -A need=(
   [redis-server]=redis-server   # limiter, idempotency and fault tests start real servers
   [redis-cli]=redis-tools       # creates the Redis Cluster for the cluster tests
   [promtool]=prometheus         # checks scrapes and alert rules; a real Prometheus scrapes exgate
+  [haproxy]=haproxy             # sends the PROXY protocol (v1 and v2) to exgate in the edge tests
 )
 
 missing=()

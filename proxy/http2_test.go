@@ -27,9 +27,8 @@ import (
 // (a slow store, a slow backend), the server ends the connection with
 // ENHANCE_YOUR_CALM, counted in exgate_http2_errors_total, long before
 // the flood is through; when they stop at the reset, the flood costs one
-// short handler run per stream, each of which a rate limit counts
-// (cmd/exgate's TestHTTP2ResetFloodLimited). Either way a new connection
-// is served normally.
+// short handler run per stream, each of which the gateway's rate limits
+// count like any request. Either way a new connection is served normally.
 func TestHTTP2ResetFloodBounded(t *testing.T) {
 	for _, tc := range []struct {
 		name         string

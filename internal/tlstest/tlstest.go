@@ -146,9 +146,13 @@ type SecretVolume struct {
 	t   testing.TB
 }
 
-// NewSecretVolume makes the layout in dir, holding l.
+// NewSecretVolume makes the layout in dir (created when missing),
+// holding l.
 func NewSecretVolume(t testing.TB, dir string, l Leaf) *SecretVolume {
 	t.Helper()
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
 	v := &SecretVolume{Dir: dir, t: t}
 	v.Swap(l.CertPEM, l.KeyPEM)
 	for _, f := range []string{"tls.crt", "tls.key"} {

@@ -1,0 +1,404 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/exgate/exgate/config"
+	"github.com/exgate/exgate/internal/tlstest"
+	"github.com/exgate/exgate/sim"
+)
+
+// needCommand returns the path of a Debian tool the edge tests drive,
+// skipping the test when it is missing locally and failing it under CI,
+// where `make test` installs it (.ci/test-deps.sh).
+func needCommand(t *testing.T, name, pkg string) string {
+	t.Helper()
+	p, err := exec.LookPath(name)
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("%s is not installed; `make test` installs it (Debian package %s)", name, pkg)
+		}
+		t.Skipf("%s is not installed (apt-get install %s); skipping", name, pkg)
+	}
+	return p
+}
+
+// seen records what the backend learnt of each request it got.
+type seen struct {
+	mu    sync.Mutex
+	xff   []string
+	proto []string
+}
+
+func (s *seen) last() (xff, proto string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.xff) == 0 {
+		return "", ""
+	}
+	return s.xff[len(s.xff)-1], s.proto[len(s.proto)-1]
+}
+
+func (s *seen) count() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.xff)
+}
+
+// edgeStack is exgate serving TLS (certificates of ca for
+// "api.example.test") in front of the reference backend.
+type edgeStack struct {
+	app  *app
+	ca   *tlstest.CA
+	seen *seen
+	dir  string
+}
+
+// startEdgeStack starts the reference backend (recording the forwarded
+// headers of the requests exgate forwards) and exgate with TLS, further
+// configured by mut. leaf, when not nil, replaces the certificate files.
+func startEdgeStack(t *testing.T, mut func(cfg *config.Config, ca *tlstest.CA, dir string)) *edgeStack {
+	t.Helper()
+	dir := t.TempDir()
+	ca := tlstest.NewCA(t, dir)
+	leaf := ca.Issue(dir, "api", []string{"api.example.test"}, tlstest.Options{})
+	s := &seen{}
+	simh := sim.New(sim.Options{})
+	bs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if xff := r.Header.Get("X-Forwarded-For"); xff != "" {
+			s.mu.Lock()
+			s.xff = append(s.xff, xff)
+			s.proto = append(s.proto, r.Header.Get("X-Forwarded-Proto"))
+			s.mu.Unlock()
+		}
+		simh.ServeHTTP(w, r)
+	}))
+	t.Cleanup(bs.Close)
+	cfg := config.Default()
+	cfg.Listen, cfg.AdminListen = "127.0.0.1:0", "127.0.0.1:0"
+	cfg.Upstream.URL = config.MustURL(bs.URL)
+	cfg.Server.DrainDelay = 0
+	cfg.Server.TLS.Certificates = []config.Certificate{{CertFile: leaf.CertFile, KeyFile: leaf.KeyFile}}
+	if mut != nil {
+		mut(cfg, ca, dir)
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	a, err := start(cfg, deps{log: zap.NewNop(), now: time.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = a.shutdown() })
+	waitCatalogue(t, a)
+	return &edgeStack{app: a, ca: ca, seen: s, dir: dir}
+}
+
+// matchesLimit makes list_matches allow n requests a minute per address.
+func matchesLimit(cfg *config.Config, n int64) {
+	for i := range cfg.Routes {
+		if cfg.Routes[i].Name == "list_matches" {
+			cfg.Routes[i].Limits[0].Rate = config.Rate{N: n, Period: time.Minute}
+			cfg.Routes[i].Limits[0].Burst = int(n)
+		}
+	}
+}
+
+// curlCodes runs curl with args over one connection for each URL and
+// returns "version code" per request.
+func curlCodes(t *testing.T, curl string, args []string, urls ...string) []string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	all := append([]string{"-sS", "-w", `%{http_version} %{http_code}\n`}, args...)
+	for _, u := range urls {
+		all = append(all, "-o", "/dev/null", u)
+	}
+	out, err := exec.CommandContext(ctx, curl, all...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("curl %s: %v\n%s", strings.Join(all, " "), err, out)
+	}
+	return strings.Fields(string(out))
+}
+
+// repeat returns n copies of s.
+func repeat(s string, n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = s
+	}
+	return out
+}
+
+// TestCurlOverTLS drives exgate with Debian's curl over TLS, once with
+// HTTP/2 and once with HTTP/1.1, each from its own loopback address:
+// both are answered, limited per address alike (429 in exgate's JSON),
+// and forwarded with X-Forwarded-Proto: https.
+func TestCurlOverTLS(t *testing.T) {
+	curl := needCommand(t, "curl", "curl")
+	e := startEdgeStack(t, func(cfg *config.Config, _ *tlstest.CA, _ string) { matchesLimit(cfg, 3) })
+	_, port, _ := net.SplitHostPort(e.app.addr)
+	url := "https://api.example.test:" + port + "/api/v1/mth/matches/BTC_USDT/"
+	for _, tc := range []struct {
+		flag, from, version string
+	}{
+		{"--http2", "127.0.0.2", "2"},
+		{"--http1.1", "127.0.0.3", "1.1"},
+	} {
+		t.Run(tc.flag, func(t *testing.T) {
+			args := []string{tc.flag, "--cacert", e.ca.File, "--resolve", "api.example.test:" + port + ":127.0.0.1", "--interface", tc.from}
+			got := strings.Join(curlCodes(t, curl, args, repeat(url, 4)...), " ")
+			want := strings.Join([]string{tc.version, "200", tc.version, "200", tc.version, "200", tc.version, "429"}, " ")
+			if got != want {
+				t.Fatalf("got %q, want %q", got, want)
+			}
+			xff, proto := e.seen.last()
+			if xff != tc.from || proto != "https" {
+				t.Fatalf("backend got X-Forwarded-For %q, X-Forwarded-Proto %q; want %q, https", xff, proto, tc.from)
+			}
+			out, err := exec.Command(curl, append(args, "-s", url)...).CombinedOutput()
+			if err != nil || !strings.Contains(string(out), `"code":"throttled"`) {
+				t.Fatalf("over the limit: %v %s", err, out)
+			}
+		})
+	}
+}
+
+// TestHAProxyProxyProtocol puts Debian's HAProxy in TCP mode in front of
+// exgate (TLS passes through to exgate), once with send-proxy-v2 and once
+// with send-proxy. Clients connecting from 127.0.0.2 and 127.0.0.3 each
+// get their own per-address allowance, whichever frontend they use; a
+// client connecting to exgate directly with a forged PROXY header gets
+// nothing.
+func TestHAProxyProxyProtocol(t *testing.T) {
+	haproxy := needCommand(t, "haproxy", "haproxy")
+	curl := needCommand(t, "curl", "curl")
+	e := startEdgeStack(t, func(cfg *config.Config, _ *tlstest.CA, _ string) {
+		matchesLimit(cfg, 3)
+		var p config.Prefix
+		_ = p.UnmarshalText([]byte("127.0.0.1"))
+		cfg.Server.ProxyProtocol = config.ProxyProtocol{TrustedPeers: []config.Prefix{p}, Policy: config.ProxyRequired}
+	})
+	v2, v1 := freePort(t), freePort(t)
+	cfgFile := filepath.Join(e.dir, "haproxy.cfg")
+	hcfg := fmt.Sprintf(`global
+  maxconn 200
+defaults
+  mode tcp
+  timeout connect 2s
+  timeout client 10s
+  timeout server 10s
+frontend v2
+  bind 127.0.0.1:%d
+  default_backend exgate_v2
+frontend v1
+  bind 127.0.0.1:%d
+  default_backend exgate_v1
+backend exgate_v2
+  server gw %s send-proxy-v2
+backend exgate_v1
+  server gw %s send-proxy
+`, v2, v1, e.app.addr, e.app.addr)
+	if err := os.WriteFile(cfgFile, []byte(hcfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(haproxy, "-c", "-f", cfgFile).CombinedOutput(); err != nil {
+		t.Fatalf("haproxy -c: %v\n%s", err, out)
+	}
+	cmd := exec.Command(haproxy, "-db", "-f", cfgFile)
+	var logs strings.Builder
+	cmd.Stdout, cmd.Stderr = &logs, &logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	for _, p := range []int{v1, v2} {
+		waitListening(t, fmt.Sprintf("127.0.0.1:%d", p))
+	}
+
+	get := func(t *testing.T, from string, port, n int) string {
+		t.Helper()
+		url := fmt.Sprintf("https://api.example.test:%d/api/v1/mth/matches/BTC_USDT/", port)
+		args := []string{"--cacert", e.ca.File, "--resolve", fmt.Sprintf("api.example.test:%d:127.0.0.1", port), "--interface", from}
+		codes := curlCodes(t, curl, args, repeat(url, n)...)
+		var out []string
+		for i := 1; i < len(codes); i += 2 {
+			out = append(out, codes[i])
+		}
+		return strings.Join(out, " ")
+	}
+	t.Run("send-proxy-v2 from 127.0.0.2", func(t *testing.T) {
+		if got := get(t, "127.0.0.2", v2, 4); got != "200 200 200 429" {
+			t.Fatalf("codes %q, want 200 200 200 429; haproxy:\n%s", got, logs.String())
+		}
+		if xff, proto := e.seen.last(); xff != "127.0.0.2" || proto != "https" {
+			t.Fatalf("backend got X-Forwarded-For %q, X-Forwarded-Proto %q", xff, proto)
+		}
+	})
+	t.Run("send-proxy from 127.0.0.3", func(t *testing.T) {
+		if got := get(t, "127.0.0.3", v1, 4); got != "200 200 200 429" {
+			t.Fatalf("codes %q, want 200 200 200 429", got)
+		}
+		if xff, _ := e.seen.last(); xff != "127.0.0.3" {
+			t.Fatalf("backend got X-Forwarded-For %q", xff)
+		}
+	})
+	t.Run("127.0.0.2 through the other frontend is the same client", func(t *testing.T) {
+		if got := get(t, "127.0.0.2", v1, 1); got != "429" {
+			t.Fatalf("codes %q, want 429", got)
+		}
+	})
+	t.Run("forged header sent directly", func(t *testing.T) {
+		before := e.seen.count()
+		for _, header := range []string{
+			"PROXY TCP4 127.0.0.9 127.0.0.1 40000 443\r\n",
+			"\r\n\r\n\x00\r\nQUIT\n\x21\x11\x00\x0c\x7f\x00\x00\x09\x7f\x00\x00\x01\x9c\x40\x01\xbb",
+		} {
+			d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.4")}, Timeout: 2 * time.Second}
+			c, err := d.Dial("tcp", e.app.addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+			if _, err := io.WriteString(c, header); err != nil {
+				t.Fatal(err)
+			}
+			tc := tls.Client(c, &tls.Config{RootCAs: e.ca.Pool, ServerName: "api.example.test"})
+			if err := tc.Handshake(); err == nil {
+				_, _ = io.WriteString(tc, "GET /api/v1/mth/matches/BTC_USDT/ HTTP/1.1\r\nHost: api.example.test\r\n\r\n")
+				b, _ := io.ReadAll(tc)
+				t.Fatalf("a forged header was served: %q", b)
+			}
+			c.Close()
+		}
+		if n := e.seen.count(); n != before {
+			t.Fatalf("backend got %d requests from forged headers", n-before)
+		}
+	})
+}
+
+// freePort returns a loopback port nothing listens on right now.
+func freePort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// waitListening waits until addr accepts connections.
+func waitListening(t *testing.T, addr string) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err == nil {
+			c.Close()
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s not listening: %v", addr, err)
+		}
+	}
+}
+
+// TestCertificateRotatedUnderLoad swaps the certificate's Secret volume
+// (a "..data" symlink renamed over, as the kubelet does) while clients
+// keep sending: over keep-alive HTTP/2 and HTTP/1.1 connections and over
+// a new connection per request. No request fails, and new connections
+// get the new certificate afterwards.
+func TestCertificateRotatedUnderLoad(t *testing.T) {
+	var vol *tlstest.SecretVolume
+	var second tlstest.Leaf
+	e := startEdgeStack(t, func(cfg *config.Config, ca *tlstest.CA, dir string) {
+		first := ca.Issue(dir, "first", []string{"api.example.test"}, tlstest.Options{})
+		second = ca.Issue(dir, "second", []string{"api.example.test"}, tlstest.Options{})
+		vol = tlstest.NewSecretVolume(t, filepath.Join(dir, "secret"), first)
+		cfg.Server.TLS.Certificates = []config.Certificate{{CertFile: vol.CertFile(), KeyFile: vol.KeyFile()}}
+		cfg.Server.TLS.ReloadInterval = time.Second
+		for i := range cfg.Routes {
+			for j := range cfg.Routes[i].Limits {
+				cfg.Routes[i].Limits[j].Rate = config.Rate{N: 1000000, Period: time.Minute}
+				cfg.Routes[i].Limits[j].Burst = 1000000
+			}
+		}
+	})
+	url := "https://" + e.app.addr + "/api/v1/mkt/currencies/"
+	tlsCfg := &tls.Config{RootCAs: e.ca.Pool, ServerName: "api.example.test"}
+	clients := map[string]*http.Client{
+		"http2 keep-alive":   {Transport: &http.Transport{TLSClientConfig: tlsCfg.Clone(), ForceAttemptHTTP2: true}},
+		"http1.1 keep-alive": {Transport: &http.Transport{TLSClientConfig: tlsCfg.Clone(), TLSNextProto: map[string]func(string, *tls.Conn) http.RoundTripper{}}},
+		"new connections":    {Transport: &http.Transport{TLSClientConfig: tlsCfg.Clone(), DisableKeepAlives: true}},
+	}
+	var stop atomic.Bool
+	var ok, failed atomic.Int64
+	var firstErr atomic.Value
+	var wg sync.WaitGroup
+	for name, c := range clients {
+		c.Timeout = 5 * time.Second
+		wg.Go(func() {
+			defer c.CloseIdleConnections()
+			for i := 0; i < 20000 && !stop.Load(); i++ {
+				res, err := c.Get(url)
+				if err == nil {
+					_, _ = io.Copy(io.Discard, res.Body)
+					res.Body.Close()
+					if res.StatusCode != http.StatusOK {
+						err = fmt.Errorf("status %s", res.Status)
+					}
+				}
+				if err != nil {
+					failed.Add(1)
+					firstErr.CompareAndSwap(nil, name+": "+err.Error())
+					continue
+				}
+				ok.Add(1)
+			}
+		})
+	}
+	time.Sleep(300 * time.Millisecond)
+	vol.Swap(second.CertPEM, second.KeyPEM)
+	served := func() int64 {
+		c, err := tls.Dial("tcp", e.app.addr, tlsCfg)
+		if err != nil {
+			t.Error(err)
+			return 0
+		}
+		defer c.Close()
+		return c.ConnectionState().PeerCertificates[0].SerialNumber.Int64()
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for served() != second.Serial && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	time.Sleep(300 * time.Millisecond) // traffic on the new certificate too
+	stop.Store(true)
+	wg.Wait()
+	if n := failed.Load(); n != 0 {
+		t.Fatalf("%d of %d requests failed during the rotation; first: %v", n, n+ok.Load(), firstErr.Load())
+	}
+	if got := served(); got != second.Serial {
+		t.Fatalf("new connections get serial %d, want the rotated %d", got, second.Serial)
+	}
+	if ok.Load() < 50 {
+		t.Fatalf("only %d requests ran", ok.Load())
+	}
+	t.Logf("%d requests across the rotation, none failed", ok.Load())
+}
