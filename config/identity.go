@@ -137,7 +137,10 @@ func (c *Config) countAccounts() {
 	for i := range c.Routes {
 		for j := range c.Routes[i].Limits {
 			if l := &c.Routes[i].Limits[j]; l.Key == KeyToken {
-				l.Key, l.Name = KeyAccount, KeyAccount
+				l.Key = KeyAccount
+				if l.Name == KeyToken {
+					l.Name = KeyAccount
+				}
 			}
 		}
 	}

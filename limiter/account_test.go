@@ -16,8 +16,12 @@ identity: { verify: true }
 tiers: { vip: { list_markets: { rate: 400/1m } }, pro: { list_markets: { rate: 300/1m } } }
 limiter: { token_spray: { max_tokens: 1 } }
 `)
-	if l := cfg.Routes[1].Limits[1]; l.Key != "account" || l.Name != "account" {
-		t.Fatalf("built-in table with verification: %+v", l)
+	for _, r := range cfg.Routes {
+		for _, l := range r.Limits {
+			if l.Key == "token" || l.Key == "account" && l.Name != "account" {
+				t.Fatalf("built-in table with verification: route %s limit %+v", r.Name, l)
+			}
+		}
 	}
 	k, _ := NewKeyer(testSecret)
 	rs := Compile(cfg, nil).WithUsers(map[string]string{"7": "vip"})
