@@ -36,40 +36,40 @@ import (
 // start from Default.
 type Config struct {
 	// Listen is the address of the traffic listener. Default ":8080".
-	Listen string `yaml:"listen"`
+	Listen string `yaml:"listen" reload:"restart"`
 	// AdminListen is the address of the admin listener that serves
 	// /metrics, /healthz and /readyz. Default "127.0.0.1:9090".
-	AdminListen string `yaml:"admin_listen"`
+	AdminListen string `yaml:"admin_listen" reload:"restart"`
 	// Admin configures what the admin listener serves beyond the defaults.
-	Admin Admin `yaml:"admin"`
+	Admin Admin `yaml:"admin" reload:"restart"`
 	// Server holds the traffic listener's timeouts and size limits.
-	Server Server `yaml:"server"`
+	Server Server `yaml:"server" reload:"restart"`
 	// Upstream is the backend exgate forwards to.
-	Upstream Upstream `yaml:"upstream"`
+	Upstream Upstream `yaml:"upstream" reload:"restart"`
 	// ClientIP says how the client address is derived.
-	ClientIP ClientIP `yaml:"client_ip"`
+	ClientIP ClientIP `yaml:"client_ip" reload:"restart"`
 	// Limiter selects and configures the rate-limit store.
-	Limiter Limiter `yaml:"limiter"`
+	Limiter Limiter `yaml:"limiter" reload:"restart"`
 	// Tiers maps a tier name to per-route overrides of the token limits,
 	// for tokens that the tokens file maps to that tier. Default: none.
-	Tiers map[string]map[string]TierLimit `yaml:"tiers"`
+	Tiers map[string]map[string]TierLimit `yaml:"tiers" reload:"live"`
 	// TokensFile is the path of a YAML file mapping token ids (HMAC) to
 	// tier names. Default "" (no tiers assigned).
-	TokensFile string `yaml:"tokens_file"`
+	TokensFile string `yaml:"tokens_file" reload:"live"`
 	// Validation configures order-body validation and the market
 	// catalogue it checks against.
-	Validation Validation `yaml:"validation"`
+	Validation Validation `yaml:"validation" reload:"live"`
 	// Idempotency configures duplicate protection on order identifiers.
-	Idempotency Idempotency `yaml:"idempotency"`
+	Idempotency Idempotency `yaml:"idempotency" reload:"restart"`
 	// Identity says who a request counts as: its token string, or the
 	// account of a JWT access token verified at the edge.
-	Identity Identity `yaml:"identity"`
+	Identity Identity `yaml:"identity" reload:"restart"`
 	// Log configures logging.
-	Log Log `yaml:"log"`
+	Log Log `yaml:"log" reload:"restart"`
 	// Routes is the route table, matched in the order given except that a
 	// default route ("*") is always tried last. Giving routes in YAML
 	// replaces the whole default table.
-	Routes []Route `yaml:"routes"`
+	Routes []Route `yaml:"routes" reload:"live"`
 }
 
 // Server holds the traffic listener's timeouts and size limits.
@@ -122,7 +122,7 @@ type Upstream struct {
 	URL URL `yaml:"url"`
 	// Timeout is the default route timeout: the longest exgate waits for
 	// the backend's whole response before answering 504. Default 10s.
-	Timeout time.Duration `yaml:"timeout"`
+	Timeout time.Duration `yaml:"timeout" reload:"live"`
 	// DialTimeout bounds opening a connection to the backend. Default 2s.
 	DialTimeout time.Duration `yaml:"dial_timeout"`
 	// MaxIdleConns is the size of the keep-alive pool to the backend.
@@ -143,7 +143,7 @@ type ClientIP struct {
 	TrustedProxies []Prefix `yaml:"trusted_proxies"`
 	// IPv6Prefix is the prefix length that groups IPv6 clients into one
 	// address for limiting. Default 64.
-	IPv6Prefix int `yaml:"ipv6_prefix"`
+	IPv6Prefix int `yaml:"ipv6_prefix" reload:"live"`
 }
 
 // Limiter selects and configures the rate-limit store.
@@ -153,13 +153,13 @@ type Limiter struct {
 	Backend string `yaml:"backend"`
 	// Replicas is how many exgate instances share the limits; it sizes
 	// the local fallback (rate / replicas). Default 1.
-	Replicas int `yaml:"replicas"`
+	Replicas int `yaml:"replicas" reload:"live"`
 	// Redis configures the Redis store.
 	Redis Redis `yaml:"redis"`
 	// OnStoreError is what happens when the store fails: "open" (allow),
 	// "closed" (deny with 503) or "local" (in-process limits).
 	// Default "local".
-	OnStoreError string `yaml:"on_store_error"`
+	OnStoreError string `yaml:"on_store_error" reload:"live"`
 	// KeySecretEnv names the environment variable holding the HMAC secret
 	// that turns tokens into keys. Default "EXGATE_KEY_SECRET".
 	KeySecretEnv string `yaml:"key_secret_env"`
@@ -167,7 +167,7 @@ type Limiter struct {
 	// "ietf" (RateLimit-Policy and RateLimit, draft-ietf-httpapi-ratelimit-headers),
 	// "legacy" (X-RateLimit-Limit/-Remaining/-Reset) or "none".
 	// Default "ietf".
-	Headers string `yaml:"headers"`
+	Headers string `yaml:"headers" reload:"live"`
 	// MaxKeys bounds the keys the in-process limiter (the memory backend
 	// and the local fallback) keeps; past it, the keys closest to full are
 	// evicted first. Default 1000000.
@@ -178,7 +178,7 @@ type Limiter struct {
 	DenyCacheKeys int `yaml:"deny_cache_keys"`
 	// TokenSpray limits how many distinct tokens one client address may
 	// present; further new tokens are limited as anonymous requests.
-	TokenSpray TokenSpray `yaml:"token_spray"`
+	TokenSpray TokenSpray `yaml:"token_spray" reload:"live"`
 }
 
 // TokenSpray bounds the distinct tokens one client address may present in

@@ -322,6 +322,7 @@ var invalidFixtures = map[string][]string{
 		`routes[5].match: only one default route "*" is allowed; routes[4] is one (line 17)`,
 		`routes[5].validate: want "" or "order", got "schema" (line 18)`,
 		`routes[6].match: required, such as "GET /api/v1/mkt/markets/" or "*" (line 19)`,
+		`routes[0].auth: duplicate protection keys an order's identifier by its token, and auth: none reads no token: an order sent twice with one identifier would be placed twice; write auth: required (or idempotency.enabled: false to go without duplicate protection) (line 2)`,
 	},
 	"bad-tiers.yaml": {
 		`tiers.gold: want a mapping, got a sequence (line 8)`,
@@ -536,7 +537,8 @@ func TestParseRules(t *testing.T) {
 			yaml: "routes:\n  - {name: a, match: '/a/{x}/'}\n  - {name: b, match: 'GET /a/{y}/'}\n  - {name: c, match: 'POST /a/{z}/'}\n"},
 		{name: "validate order needs POST, not any method",
 			yaml: "routes:\n  - {name: a, match: /a/, validate: order}\n",
-			errs: []string{`routes[0].validate: "order" needs a POST route, but the route matches "/a/" (line 2)`}},
+			errs: []string{`routes[0].validate: "order" needs a POST route, but the route matches "/a/" (line 2)`,
+				`routes[0].auth: duplicate protection keys an order's identifier by its token, and auth: none reads no token: an order sent twice with one identifier would be placed twice; write auth: required (or idempotency.enabled: false to go without duplicate protection) (line 2)`}},
 		{name: "listeners on different hosts may share a port",
 			yaml: "listen: 10.0.0.1:8080\nadmin_listen: 127.0.0.1:8080\n"},
 		{name: "wildcard listener conflicts",
@@ -619,7 +621,7 @@ func TestEnvOverrides(t *testing.T) {
 					t.Errorf("got %v %v %v", c.Upstream.Timeout, c.Server.WriteTimeout, c.Limiter.Redis.Timeout)
 				}
 			}},
-		{name: "ints bools sizes", env: map[string]string{"EXGATE_LIMITER_REPLICAS": "4", "EXGATE_LOG_ACCESS": "false", "EXGATE_LIMITER_REDIS_TLS": "1", "EXGATE_SERVER_MAX_BODY_BYTES": "64KiB", "EXGATE_CLIENT_IP_IPV6_PREFIX": " 48 "},
+		{name: "ints bools sizes", env: map[string]string{"EXGATE_LIMITER_REPLICAS": "4", "EXGATE_IDEMPOTENCY_ENABLED": "false", "EXGATE_LOG_ACCESS": "false", "EXGATE_LIMITER_REDIS_TLS": "1", "EXGATE_SERVER_MAX_BODY_BYTES": "64KiB", "EXGATE_CLIENT_IP_IPV6_PREFIX": " 48 "},
 			check: func(t *testing.T, c *Config) {
 				if c.Limiter.Replicas != 4 || c.Log.Access || !c.Limiter.Redis.TLS || c.Server.MaxBodyBytes != 64<<10 || c.ClientIP.IPv6Prefix != 48 {
 					t.Errorf("got %d %v %v %v %d", c.Limiter.Replicas, c.Log.Access, c.Limiter.Redis.TLS, c.Server.MaxBodyBytes, c.ClientIP.IPv6Prefix)
@@ -640,9 +642,9 @@ func TestEnvOverrides(t *testing.T) {
 					t.Errorf("addrs = %#v, want nil", c.Limiter.Redis.Addrs)
 				}
 			}},
-		{name: "routes by index", env: map[string]string{"EXGATE_ROUTES_0_TIMEOUT": "5s", "EXGATE_ROUTES_3_LIMITS_0_RATE": "120/1m", "EXGATE_ROUTES_3_LIMITS_0_BURST": "0", "EXGATE_ROUTES_1_AUTH": "required", "EXGATE_ROUTES_4_MATCH": "/api/"},
+		{name: "routes by index", env: map[string]string{"EXGATE_ROUTES_0_TIMEOUT": "5s", "EXGATE_ROUTES_3_LIMITS_0_RATE": "120/1m", "EXGATE_ROUTES_3_LIMITS_0_BURST": "0", "EXGATE_ROUTES_3_AUTH": "required", "EXGATE_ROUTES_4_MATCH": "/api/"},
 			check: func(t *testing.T, c *Config) {
-				if c.Routes[0].Timeout != 5*time.Second || c.Routes[1].Auth != AuthRequired || c.Routes[4].Match.Path != "/api/" {
+				if c.Routes[0].Timeout != 5*time.Second || c.Routes[3].Auth != AuthRequired || c.Routes[4].Match.Path != "/api/" {
 					t.Errorf("routes = %+v", c.Routes)
 				}
 				if l := c.Routes[3].Limits[0]; l.Rate.String() != "120/1m" || l.Burst != 120 {

@@ -9,7 +9,7 @@ type TLS struct {
 	// (SNI), the first when none matches. A relative path is taken from
 	// the configuration file's directory. Empty turns TLS off. Default:
 	// none.
-	Certificates []Certificate `yaml:"certificates"`
+	Certificates []Certificate `yaml:"certificates" reload:"live"`
 	// ReloadInterval is how often the certificate files are read again
 	// and, when their content changed, swapped in without dropping a
 	// connection; 0 turns polling off (SIGHUP still reloads). Default 10s.

@@ -22,7 +22,7 @@ type Identity struct {
 	// UsersFile is the path of a YAML file mapping user ids (as the user
 	// claim carries them) to tier names, reloaded on SIGHUP; relative to
 	// the configuration file. Default "" (tiers only from the tier claim).
-	UsersFile string `yaml:"users_file"`
+	UsersFile string `yaml:"users_file" reload:"live"`
 }
 
 // JWT configures how access tokens are verified. The defaults verify

@@ -235,6 +235,7 @@ func (c *Config) validate() Errors {
 
 	c.checkRoutes(v)
 	c.checkTiers(v)
+	c.checkEffective(v)
 	return v.errs
 }
 

@@ -30,7 +30,7 @@ type Validation struct {
 	Identifier Identifier `yaml:"identifier"`
 	// Catalogue configures how the market catalogue is fetched from the
 	// backend.
-	Catalogue Catalogue `yaml:"catalogue"`
+	Catalogue Catalogue `yaml:"catalogue" reload:"restart"`
 	// Markets holds per-market rules keyed by symbol ("BTC_USDT"); they
 	// override Quotes. Markets not in the backend's catalogue are ignored.
 	// Default: none.
@@ -195,9 +195,10 @@ type Idempotency struct {
 	// Enabled turns duplicate protection on for orders that carry an
 	// identifier. Default true.
 	Enabled bool `yaml:"enabled"`
-	// Backend is "redis" or "memory". Empty means redis when
-	// limiter.redis.addrs is set, memory otherwise; redis uses the
-	// limiter's Redis connection settings. Default "".
+	// Backend is "redis" or "memory". Empty means the limiter's store
+	// (Config.IdempotencyBackend). Redis uses the limiter.redis
+	// connection settings, through a client of its own when the limits
+	// are kept in memory. Default "".
 	Backend string `yaml:"backend"`
 	// Retention is how long an identifier stays taken, and its response
 	// replayable, after its last change. Default 24h.

@@ -126,6 +126,8 @@ var validationFixtures = map[string][]string{
 	"bad-in-flight.yaml": {
 		`idempotency.in_flight_timeout: 20s must exceed the timeout of routes[0] ("place_order", 20s) (line 6)`,
 		`idempotency.in_flight_timeout: 20s must exceed the timeout of routes[1] ("batch", 45s) (line 6)`,
+		`routes[0].auth: duplicate protection keys an order's identifier by its token, and auth: none reads no token: an order sent twice with one identifier would be placed twice; write auth: required (or idempotency.enabled: false to go without duplicate protection) (line 8)`,
+		`routes[1].auth: duplicate protection keys an order's identifier by its token, and auth: none reads no token: an order sent twice with one identifier would be placed twice; write auth: required (or idempotency.enabled: false to go without duplicate protection) (line 11)`,
 	},
 }
 

@@ -44,19 +44,15 @@ type OpenOptions struct {
 	Now func() time.Time
 	// Observe is passed to the Redis limiter (RedisOptions.Observe).
 	Observe func(d time.Duration, n int, err error)
+	// SharedKeys says token ids are shared with other replicas beyond the
+	// limits (duplicate protection in Redis keys orders by them), so the
+	// key secret is required whatever the limiter's backend.
+	SharedKeys bool
 }
 
 // ResolveBackend returns the backend cfg selects: its limiter.backend, or
 // redis when that is empty and Redis addresses are set, else memory.
-func ResolveBackend(cfg *config.Config) string {
-	switch {
-	case cfg.Limiter.Backend != "":
-		return cfg.Limiter.Backend
-	case len(cfg.Limiter.Redis.Addrs) > 0:
-		return config.BackendRedis
-	}
-	return config.BackendMemory
-}
+func ResolveBackend(cfg *config.Config) string { return cfg.LimiterBackend() }
 
 // Open builds the limit store that cfg selects and its Enforcer. The
 // Redis backend requires the key secret (every replica must derive the
@@ -79,6 +75,8 @@ func Open(cfg *config.Config, o OpenOptions) (*Backend, error) {
 	switch {
 	case secret != "" && len(secret) < MinSecretLen:
 		return nil, fmt.Errorf("limiter.key_secret_env: %s must hold at least %d bytes", lc.KeySecretEnv, MinSecretLen)
+	case secret == "" && b.Kind != config.BackendRedis && o.SharedKeys:
+		return nil, fmt.Errorf("limiter.key_secret_env: %s is not set; replicas sharing duplicate protection through Redis key orders by token id and must all use the same secret (at least %d bytes)", lc.KeySecretEnv, MinSecretLen)
 	case secret == "" && b.Kind == config.BackendRedis:
 		return nil, fmt.Errorf("limiter.key_secret_env: %s is not set; replicas sharing limits through Redis must all use the same secret (at least %d bytes)", lc.KeySecretEnv, MinSecretLen)
 	}

@@ -20,7 +20,14 @@ type Check struct {
 	// load balancer because a shared dependency failed would turn a
 	// degradation into an outage.
 	Critical bool
-	// Run reports the dependency's state; it must honour ctx.
+	// Impact, when set, decides at each run, from the configuration in
+	// force, whether a failure makes the instance not ready (it replaces
+	// Critical) and what the failure degrades ("orders with an identifier
+	// are refused"), which /readyz puts before the error. Nil: Critical,
+	// and the error alone.
+	Impact func() (critical bool, degraded string)
+	// Run reports the dependency's state; it must honour ctx. A nil
+	// error means the dependency is fine or not in use.
 	Run func(ctx context.Context) error
 }
 
@@ -127,16 +134,23 @@ func (rc *readiness) run(ctx context.Context) (map[string]string, bool) {
 			defer wg.Done()
 			cctx, cancel := context.WithTimeout(ctx, rc.o.CheckTimeout)
 			defer cancel()
-			state := "ok"
+			state, critical := "ok", c.Critical
 			if err := c.Run(cctx); err != nil {
+				degraded := ""
+				if c.Impact != nil {
+					critical, degraded = c.Impact()
+				}
 				state = err.Error()
-				if !c.Critical {
+				if degraded != "" {
+					state = degraded + ": " + state
+				}
+				if !critical {
 					state += " (not critical)"
 				}
 			}
 			mu.Lock()
 			st[c.Name] = state
-			if state != "ok" && c.Critical {
+			if state != "ok" && critical {
 				ok = false
 			}
 			mu.Unlock()

@@ -46,6 +46,12 @@ func TestReadiness(t *testing.T) {
 			`{"status":"not_ready","checks":{"backend":"connection refused","redis":"ok"}}`},
 		{"non-critical fails", []Check{{Name: "backend", Critical: true, Run: pass}, {Name: "redis", Run: fail}}, 200,
 			`{"status":"ready","checks":{"backend":"ok","redis":"connection refused (not critical)"}}`},
+		{"impact makes a failure critical and says what it degrades",
+			[]Check{{Name: "redis", Run: fail, Impact: func() (bool, string) { return true, "routes failing closed answer 503" }}}, 503,
+			`{"status":"not_ready","checks":{"redis":"routes failing closed answer 503: connection refused"}}`},
+		{"impact overrides Critical",
+			[]Check{{Name: "redis", Critical: true, Run: fail, Impact: func() (bool, string) { return false, "limits are decided in-process" }}}, 200,
+			`{"status":"ready","checks":{"redis":"limits are decided in-process: connection refused (not critical)"}}`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -32,7 +32,6 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"reflect"
 	"runtime/debug"
 	"slices"
 	"strings"
@@ -210,12 +209,15 @@ func devGetenv(getenv func(string) (string, bool)) func(string) (string, bool) {
 
 // app is a started gateway: listeners bound and serving.
 type app struct {
-	cfg      *config.Config
+	cfg      *config.Config                // the configuration at start
+	live     atomic.Pointer[config.Config] // the configuration in force, after reloads
 	d        deps
 	log      *zap.Logger
 	metrics  *metrics.Metrics
 	limits   *limiter.Backend
-	cat      *validate.Catalogue // nil when no route validates orders
+	idem     redis.UniversalClient // duplicate protection's Redis client, or nil
+	idemOwn  bool                  // idem is its own client, not the limiter's
+	cat      *validate.Catalogue   // nil when no route validates orders
 	stopCat  context.CancelFunc
 	stopID   context.CancelFunc // ends the JWKS refresh; nil without one
 	gw       *proxy.Gateway
@@ -245,6 +247,7 @@ func start(cfg *config.Config, d deps) (*app, error) {
 		d.reg = prometheus.NewRegistry()
 	}
 	a := &app{cfg: cfg, d: d, log: d.log, errc: make(chan error, 3)}
+	a.live.Store(cfg)
 	m, err := metrics.New(d.reg, buildInfo())
 	if err != nil {
 		return nil, err
@@ -278,9 +281,11 @@ func start(cfg *config.Config, d deps) (*app, error) {
 	}
 	resolveRedisFiles(cfg, d.configPath)
 	resolveIdentityFiles(cfg, d.configPath)
+	idemRedis := cfg.ProtectsDuplicates() && cfg.IdempotencyBackend() == config.BackendRedis
 	a.limits, err = limiter.Open(cfg, limiter.OpenOptions{
 		Getenv: d.getenv, Logger: d.log.Named("limiter"), Now: d.now,
-		Observe: func(dur time.Duration, _ int, err error) { m.ObserveStore(dur, err) },
+		Observe:    func(dur time.Duration, _ int, err error) { m.ObserveStore(dur, err) },
+		SharedKeys: idemRedis,
 	})
 	if err != nil {
 		a.closeBackend()
@@ -305,8 +310,20 @@ func start(cfg *config.Config, d deps) (*app, error) {
 	if cfg.Idempotency.Enabled && v != nil {
 		opts := idempotency.OptionsFrom(cfg.Idempotency)
 		opts.Now = d.now
-		if idempotencyBackend(cfg) == config.BackendRedis && a.limits.Client != nil {
-			gwOpts.Idempotency = idempotency.NewRedis(a.limits.Client, opts)
+		if idemRedis {
+			// Duplicate protection is shared by every replica through
+			// Redis even when the limits are kept in memory: then it has
+			// a client of its own, from limiter.redis.
+			a.idem = a.limits.Client
+			if a.idem == nil {
+				password, _ := d.getenv(cfg.Limiter.Redis.PasswordEnv)
+				if a.idem, err = limiter.NewRedisClient(cfg.Limiter.Redis, password); err != nil {
+					a.closeBackend()
+					return nil, err
+				}
+				a.idemOwn = true
+			}
+			gwOpts.Idempotency = idempotency.NewRedis(a.idem, opts)
 		} else {
 			gwOpts.Idempotency = idempotency.NewMemory(opts)
 		}
@@ -385,32 +402,13 @@ func (a *app) startIdentity(cfg *config.Config) (*identity.Verifier, error) {
 	return v, nil
 }
 
-// validatesOrders reports whether some route validates order bodies.
-func validatesOrders(cfg *config.Config) bool {
-	for _, r := range cfg.Routes {
-		if r.Validate == config.ValidateOrd {
-			return true
-		}
-	}
-	return false
-}
-
-// idempotencyBackend is the store duplicate protection uses: its own
-// setting, or the limiter's.
-func idempotencyBackend(cfg *config.Config) string {
-	if cfg.Idempotency.Backend != "" {
-		return cfg.Idempotency.Backend
-	}
-	return limiter.ResolveBackend(cfg)
-}
-
 // startValidation starts the market catalogue (fetched from the backend
 // now and every validation.catalogue.refresh) and returns the order
 // validator, or nil when no route validates orders. In dev mode it waits
 // for the first load, so that the first order of the quick start is not
 // refused for want of a catalogue.
 func (a *app) startValidation(cfg *config.Config, transport http.RoundTripper) (*validate.Validator, error) {
-	if !validatesOrders(cfg) {
+	if !cfg.ValidatesOrders() {
 		return nil, nil
 	}
 	vc := cfg.Validation
@@ -449,12 +447,19 @@ func (a *app) startValidation(cfg *config.Config, transport http.RoundTripper) (
 	return v, nil
 }
 
-// readinessChecks are what /readyz looks at besides draining: the
-// backend accepts connections (critical: without it every request fails),
-// the market catalogue is loaded (critical unless orders pass unvalidated
-// before it is), and Redis answers when it is the store (critical only
-// when a route fails closed without it; with a local or open fallback the
-// gateway still serves).
+// readinessChecks are what /readyz looks at besides draining. Whether a
+// failure makes the instance not ready, and what /readyz says it
+// degrades, follow the configuration in force (reloads included):
+//   - backend: accepts connections; critical (without it every request
+//     fails).
+//   - catalogue: the market catalogue is loaded; critical while a route
+//     validates orders and validation.before_catalogue is reject.
+//   - redis (the rate-limit store) answers; critical only while a limited
+//     route fails closed without it: with a local or open fallback the
+//     gateway still serves, and taking every replica out of the load
+//     balancer because the store they share failed would be an outage.
+//   - duplicate_protection (its Redis store) answers; not critical for the
+//     same reason: only orders with an identifier are refused.
 func (a *app) readinessChecks() []proxy.Check {
 	u := a.cfg.Upstream.URL
 	hostport := u.Host
@@ -479,23 +484,71 @@ func (a *app) readinessChecks() []proxy.Check {
 	if a.cat != nil {
 		cat := a.cat
 		checks = append(checks, proxy.Check{
-			Name: "catalogue", Critical: a.cfg.Validation.BeforeCatalogue != config.BeforeCataloguePass,
-			Run: func(context.Context) error {
-				if !cat.Ready() {
-					return errors.New("market catalogue not loaded yet")
+			Name: "catalogue",
+			Impact: func() (bool, string) {
+				if a.live.Load().Validation.BeforeCatalogue == config.BeforeCataloguePass {
+					return false, "orders are checked without the market rules"
 				}
-				return nil
+				return true, "orders are refused (503 catalogue_unavailable)"
+			},
+			Run: func(context.Context) error {
+				if !a.live.Load().ValidatesOrders() || cat.Ready() {
+					return nil
+				}
+				return errors.New("market catalogue not loaded yet")
 			},
 		})
 	}
 	if a.limits.Client != nil {
-		critical := a.cfg.Limiter.OnStoreError == config.StoreClosed
-		for _, r := range a.cfg.Routes {
-			critical = critical || r.OnStoreError == config.StoreClosed
-		}
-		checks = append(checks, proxy.Check{Name: "redis", Critical: critical, Run: a.limits.Ping})
+		checks = append(checks, proxy.Check{
+			Name:   "redis",
+			Impact: func() (bool, string) { return storeImpact(a.live.Load()) },
+			Run:    a.limits.Ping,
+		})
+	}
+	if a.idem != nil {
+		idem := a.idem
+		checks = append(checks, proxy.Check{
+			Name: "duplicate_protection",
+			Impact: func() (bool, string) {
+				return false, "orders with an identifier are refused (503 duplicate_protection_unavailable): duplicate-protection store unreachable"
+			},
+			Run: func(ctx context.Context) error { return idem.Ping(ctx).Err() },
+		})
 	}
 	return checks
+}
+
+// storeImpact says what a failing rate-limit store degrades under cfg:
+// which limited routes answer 503 (on_store_error: closed), are limited
+// per replica (local) or not at all (open), and whether that makes the
+// instance not ready (only failing closed does).
+func storeImpact(cfg *config.Config) (critical bool, degraded string) {
+	var byMode = map[string][]string{}
+	for _, r := range cfg.Routes {
+		if len(r.Limits) == 0 {
+			continue
+		}
+		mode := r.OnStoreError
+		if mode == "" {
+			mode = cfg.Limiter.OnStoreError
+		}
+		byMode[mode] = append(byMode[mode], r.Name)
+	}
+	var parts []string
+	for _, m := range []struct{ mode, says string }{
+		{config.StoreClosed, "answer 503 rate_limit_unavailable (on_store_error: closed)"},
+		{config.StoreLocal, "are limited by each replica on its own (on_store_error: local)"},
+		{config.StoreOpen, "are not limited (on_store_error: open)"},
+	} {
+		if names := byMode[m.mode]; len(names) > 0 {
+			parts = append(parts, "routes "+strings.Join(names, ", ")+" "+m.says)
+		}
+	}
+	if len(parts) == 0 {
+		return false, "rate-limit store unreachable"
+	}
+	return len(byMode[config.StoreClosed]) > 0, strings.Join(parts, "; ") + ": rate-limit store unreachable"
 }
 
 // loadTokens reads the configuration's tokens file, if any; a relative
@@ -631,9 +684,12 @@ func (a *app) reloadCertificates(cfg *config.Config) {
 }
 
 // reload reads the configuration file and the tokens file again and, when
-// both are valid, swaps in the new routes, limits and tiers. Requests
-// under way finish under the old ones; none is dropped. A bad file
-// changes nothing. Settings that only take effect at start are reported.
+// both are valid, puts the live settings (config.ReloadModes: routes,
+// limits, tiers, token spray, fallback, upstream.timeout, validation
+// rules…) in force: requests under way finish under the old ones; none is
+// dropped. Restart-only settings keep their value from start, and the
+// configuration in force must be valid with them. A bad file changes
+// nothing. The log line names what changed and what waits for a restart.
 // The certificate files are read again in any case.
 func (a *app) reload() error {
 	cfg, err := a.reloadConfig()
@@ -652,69 +708,43 @@ func (a *app) reloadConfig() (*config.Config, error) {
 		devOverrides(cfg)
 		cfg.Upstream.URL = a.cfg.Upstream.URL
 	}
-	tokens, err := loadTokens(cfg, a.d.configPath)
+	eff, live, restart := config.Reloaded(a.live.Load(), cfg)
+	if on := len(a.cfg.Server.TLS.Certificates) > 0; on != (len(cfg.Server.TLS.Certificates) > 0) {
+		// New certificate files are read on a reload; turning TLS on
+		// or off takes a restart.
+		eff.Server.TLS.Certificates = a.live.Load().Server.TLS.Certificates
+		restart = append(restart, "server.tls.certificates (turning TLS on or off)")
+	}
+	if err := eff.Validate(); err != nil {
+		return nil, fmt.Errorf("with the settings fixed at start (%s): %w", strings.Join(restart, ", "), err)
+	}
+	tokens, err := loadTokens(eff, a.d.configPath)
 	if err != nil {
 		return nil, err
 	}
-	users, err := loadUsers(cfg, a.d.configPath)
+	users, err := loadUsers(eff, a.d.configPath)
 	if err != nil {
 		return nil, err
 	}
 	var v *validate.Validator
-	if validatesOrders(cfg) && a.cat != nil {
-		if v, err = validate.New(cfg.Validation, a.cat, a.log.Named("validate")); err != nil {
+	if eff.ValidatesOrders() {
+		if a.cat == nil {
+			// The catalogue and duplicate protection are built at start,
+			// only when some route validates orders.
+			restart = append(restart, "routes (validate: order, which no route had at start)")
+		} else if v, err = validate.New(eff.Validation, a.cat, a.log.Named("validate")); err != nil {
 			return nil, err
 		}
 	}
-	a.gw.Reload(cfg, limiter.Compile(cfg, tokens).WithUsers(users), v)
-	fields := []zap.Field{zap.Int("routes", len(cfg.Routes)), zap.Int("tiers", len(cfg.Tiers)), zap.Int("tier_tokens", len(tokens)),
-		zap.Int("tier_users", len(users))}
-	if fixed := restartOnly(a.cfg, cfg); len(fixed) > 0 {
-		fields = append(fields, zap.Strings("ignored_until_restart", fixed))
+	a.gw.Reload(eff, limiter.Compile(eff, tokens).WithUsers(users), v)
+	a.live.Store(eff)
+	fields := []zap.Field{zap.Int("routes", len(eff.Routes)), zap.Int("tiers", len(eff.Tiers)), zap.Int("tier_tokens", len(tokens)),
+		zap.Int("tier_users", len(users)), zap.Strings("applied", live)}
+	if len(restart) > 0 {
+		fields = append(fields, zap.Strings("ignored_until_restart", restart))
 	}
 	a.log.Info("configuration reloaded", fields...)
-	return cfg, nil
-}
-
-// restartOnly lists the settings that differ between old and new but only
-// take effect at start.
-func restartOnly(old, new *config.Config) []string {
-	var out []string
-	for _, c := range []struct {
-		name string
-		a, b any
-	}{
-		{"listen", old.Listen, new.Listen},
-		{"admin_listen", old.AdminListen, new.AdminListen},
-		{"admin", old.Admin, new.Admin},
-		{"server", serverRestartOnly(old.Server), serverRestartOnly(new.Server)},
-		{"server.tls.certificates", len(old.Server.TLS.Certificates) > 0, len(new.Server.TLS.Certificates) > 0},
-		{"upstream", old.Upstream.URL.String() + fmt.Sprint(old.Upstream.Timeout, old.Upstream.DialTimeout, old.Upstream.MaxIdleConns, old.Upstream.MaxConnsPerHost, old.Upstream.IdleConnTimeout),
-			new.Upstream.URL.String() + fmt.Sprint(new.Upstream.Timeout, new.Upstream.DialTimeout, new.Upstream.MaxIdleConns, new.Upstream.MaxConnsPerHost, new.Upstream.IdleConnTimeout)},
-		{"client_ip.trusted_proxies", old.ClientIP.TrustedProxies, new.ClientIP.TrustedProxies},
-		{"limiter.backend", limiter.ResolveBackend(old), limiter.ResolveBackend(new)},
-		{"limiter.redis", old.Limiter.Redis, new.Limiter.Redis},
-		{"limiter.replicas", old.Limiter.Replicas, new.Limiter.Replicas},
-		{"limiter.key_secret_env", old.Limiter.KeySecretEnv, new.Limiter.KeySecretEnv},
-		{"limiter.max_keys", old.Limiter.MaxKeys, new.Limiter.MaxKeys},
-		{"limiter.deny_cache_keys", old.Limiter.DenyCacheKeys, new.Limiter.DenyCacheKeys},
-		{"log", old.Log, new.Log},
-		{"identity.verify", old.Identity.Verify, new.Identity.Verify},
-		{"identity.jwt", old.Identity.JWT, new.Identity.JWT},
-	} {
-		if !reflect.DeepEqual(c.a, c.b) {
-			out = append(out, c.name)
-		}
-	}
-	return out
-}
-
-// serverRestartOnly is s without what a reload changes: the certificate
-// files (reread on SIGHUP) and the count of them (reported on its own,
-// since turning TLS on or off takes a restart).
-func serverRestartOnly(s config.Server) config.Server {
-	s.TLS.Certificates = nil
-	return s
+	return eff, nil
 }
 
 // tokenIDs implements `exgate token-id`.
@@ -777,6 +807,15 @@ func (a *app) closeBackend() {
 	}
 	if a.backend != nil {
 		_ = a.backend.Close()
+	}
+	a.closeStores()
+}
+
+// closeStores closes the rate-limit store and duplicate protection's own
+// Redis client.
+func (a *app) closeStores() {
+	if a.idemOwn {
+		_ = a.idem.Close()
 	}
 	if a.limits != nil {
 		_ = a.limits.Close()
@@ -841,9 +880,7 @@ func (a *app) shutdown() error {
 	if a.stopID != nil {
 		a.stopID()
 	}
-	if a.limits != nil {
-		_ = a.limits.Close()
-	}
+	a.closeStores()
 	return err
 }
 

@@ -16,6 +16,10 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/exgate/exgate/config"
 	"github.com/exgate/exgate/internal/redistest"
 	"github.com/exgate/exgate/limiter"
 	"github.com/exgate/exgate/sim"
@@ -212,5 +216,174 @@ func TestReloadBinary(t *testing.T) {
 	if sample(m, `exgate_config_reloads_total{result="success"}`) != "1" || sample(m, `exgate_config_reloads_total{result="failure"}`) != "2" {
 		t.Errorf("reload metrics: success %q failure %q", sample(m, `exgate_config_reloads_total{result="success"}`),
 			sample(m, `exgate_config_reloads_total{result="failure"}`))
+	}
+}
+
+// liveConfig is the configuration of TestReloadAppliesLiveSettings: Redis
+// at an address where nothing listens, so the limit store fails; the
+// fallback of "limited" is its own, "guarded" follows
+// limiter.on_store_error. Filled in: listen and admin addresses, backend,
+// upstream timeout, replicas, on_store_error, idempotency timeout, log
+// level.
+const liveConfig = `
+listen: 127.0.0.1:0
+admin_listen: 127.0.0.1:0
+upstream: { url: %q, timeout: %s }
+server: { drain_delay: 0s }
+log: { access: false, level: %s }
+limiter:
+  backend: redis
+  redis: { addrs: [%q], timeout: 20ms }
+  replicas: %d
+  on_store_error: %s
+  token_spray: { max_tokens: 0 }
+idempotency: { timeout: %s }
+routes:
+  - { name: slow, match: GET /slow/ }
+  - name: limited
+    match: GET /limited/
+    on_store_error: local
+    limits: [{ key: address, rate: 8/1h }]
+  - name: guarded
+    match: GET /guarded/
+    limits: [{ key: address, rate: 1000/1h }]
+  - { name: default, match: "*" }
+`
+
+// TestReloadAppliesLiveSettings proves on the running gateway what
+// config.ReloadModes says: upstream.timeout, limiter.replicas and
+// limiter.on_store_error take effect on a reload, readiness follows the
+// reloaded on_store_error both ways, and restart-only settings that
+// changed are named in the log line.
+func TestReloadAppliesLiveSettings(t *testing.T) {
+	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/slow/" {
+			time.Sleep(300 * time.Millisecond)
+		}
+	}))
+	t.Cleanup(backend.Close)
+	deadRedis := fmt.Sprintf("127.0.0.1:%d", redistest.FreePort(t))
+	path := filepath.Join(t.TempDir(), "exgate.yaml")
+	write := func(timeout string, replicas int, onStoreError, idemTimeout, level string) {
+		t.Helper()
+		body := fmt.Sprintf(liveConfig, backend.URL, timeout, level, deadRedis, replicas, onStoreError, idemTimeout)
+		if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("2s", 1, "local", "100ms", "info")
+	cfg, err := config.Load(path, secretEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	core, logs := observer.New(zap.InfoLevel)
+	a, err := start(cfg, deps{log: zap.New(core), now: time.Now, getenv: secretEnv, configPath: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = a.shutdown() })
+	base := "http://" + a.addr
+	ready := func() (int, string) {
+		t.Helper()
+		time.Sleep(1100 * time.Millisecond) // /readyz reuses its answer for a second
+		code, _, body := call(t, "GET", "http://"+a.adminAd+"/readyz", "")
+		return code, string(body)
+	}
+	reload := func() map[string]any {
+		t.Helper()
+		if err := a.reload(); err != nil {
+			t.Fatal(err)
+		}
+		var entries []observer.LoggedEntry
+		for _, e := range logs.TakeAll() {
+			if e.Message == "configuration reloaded" {
+				entries = append(entries, e)
+			}
+		}
+		if len(entries) != 1 {
+			t.Fatalf("%d reload log lines", len(entries))
+		}
+		return entries[0].ContextMap()
+	}
+
+	if code, _, _ := call(t, "GET", base+"/slow/", ""); code != 200 {
+		t.Fatalf("slow backend within upstream.timeout 2s: %d", code)
+	}
+	if code, _, _ := call(t, "GET", base+"/guarded/", ""); code != 200 {
+		t.Fatalf("guarded route, store down, on_store_error local: %d", code)
+	}
+	if code, body := ready(); code != 200 || !strings.Contains(body, "routes limited, guarded are limited by each replica on its own (on_store_error: local): rate-limit store unreachable") {
+		t.Errorf("readiness with a local fallback: %d %s", code, body)
+	}
+
+	write("100ms", 4, "closed", "1s", "debug")
+	fields := reload()
+	if got, want := fmt.Sprint(fields["applied"]), "[upstream.timeout limiter.replicas limiter.on_store_error]"; got != want {
+		t.Errorf("applied = %s, want %s", got, want)
+	}
+	if got, want := fmt.Sprint(fields["ignored_until_restart"]), "[idempotency.timeout log.level]"; got != want {
+		t.Errorf("ignored_until_restart = %s, want %s", got, want)
+	}
+	if code, _, _ := call(t, "GET", base+"/slow/", ""); code != 504 {
+		t.Errorf("slow backend after upstream.timeout 100ms: %d, want 504", code)
+	}
+	allowed := 0
+	for i := 0; i < 5; i++ {
+		if code, _, _ := call(t, "GET", base+"/limited/", ""); code == 200 {
+			allowed++
+		}
+	}
+	if allowed != 2 {
+		t.Errorf("local fallback after replicas: 4: %d of 5 allowed, want 2 (8/1h ÷ 4)", allowed)
+	}
+	if code, _, body := call(t, "GET", base+"/guarded/", ""); code != 503 || errCode(t, body) != "rate_limit_unavailable" {
+		t.Errorf("guarded route after on_store_error: closed: %d %s", code, body)
+	}
+	if code, body := ready(); code != 503 || !strings.Contains(body, "routes guarded answer 503 rate_limit_unavailable (on_store_error: closed); routes limited are limited by each replica on its own") {
+		t.Errorf("readiness failing closed: %d %s", code, body)
+	}
+
+	write("100ms", 4, "open", "1s", "debug")
+	fields = reload()
+	if got := fmt.Sprint(fields["applied"]); got != "[limiter.on_store_error]" {
+		t.Errorf("applied = %s", got)
+	}
+	if code, body := ready(); code != 200 || !strings.Contains(body, "routes guarded are not limited (on_store_error: open)") {
+		t.Errorf("readiness failing open: %d %s", code, body)
+	}
+}
+
+// TestDuplicateProtectionOwnRedis checks that idempotency.backend: redis
+// with the limits in memory gets a Redis client of its own (before, it
+// silently used an in-process store that replicas do not share), that it
+// needs the key secret, and that /readyz names what its outage degrades.
+func TestDuplicateProtectionOwnRedis(t *testing.T) {
+	deadRedis := fmt.Sprintf("127.0.0.1:%d", redistest.FreePort(t))
+	mut := func(cfg *config.Config) {
+		cfg.Limiter.Backend = config.BackendMemory
+		cfg.Limiter.Redis.Addrs = []string{deadRedis}
+		cfg.Idempotency.Backend = config.BackendRedis
+	}
+	cfg := config.Default()
+	cfg.Listen, cfg.AdminListen = "127.0.0.1:0", "127.0.0.1:0"
+	mut(cfg)
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := start(cfg, deps{log: zap.NewNop(), now: time.Now}); err == nil || !strings.Contains(err.Error(), "duplicate protection") {
+		t.Fatalf("start without the key secret: %v, want an error naming duplicate protection", err)
+	}
+	cfg.Upstream.URL = config.MustURL("http://" + deadRedis) // not a backend either: orders are not sent here
+	a, err := start(cfg, deps{log: zap.NewNop(), now: time.Now, getenv: secretEnv})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = a.shutdown() })
+	if a.idem == nil || !a.idemOwn {
+		t.Fatal("duplicate protection has no Redis client of its own")
+	}
+	_, _, body := call(t, "GET", "http://"+a.adminAd+"/readyz", "")
+	if want := `"duplicate_protection":"orders with an identifier are refused (503 duplicate_protection_unavailable): duplicate-protection store unreachable: `; !strings.Contains(string(body), want) {
+		t.Errorf("/readyz: %s\nwant it to contain %s", body, want)
 	}
 }
