@@ -19,6 +19,7 @@ var reloadModes = map[string]string{
 	"idempotency.enabled":                 ReloadRestart,
 	"idempotency.in_flight_timeout":       ReloadRestart,
 	"idempotency.key_prefix":              ReloadRestart,
+	"idempotency.max_per_account":         ReloadRestart,
 	"idempotency.max_response_bytes":      ReloadRestart,
 	"idempotency.memory.max_bytes":        ReloadRestart,
 	"idempotency.memory.max_entries":      ReloadRestart,
