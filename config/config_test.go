@@ -787,16 +787,17 @@ func TestValidateProgrammatic(t *testing.T) {
 	})
 	t.Run("normalises", func(t *testing.T) {
 		c := Default()
-		c.Routes[4].Auth = ""
-		c.Routes[4].Limits[0].When = ""
-		c.Routes[4].Limits[0].Burst = 0
+		def := slices.IndexFunc(c.Routes, func(r Route) bool { return r.Match.IsDefault() })
+		c.Routes[def].Auth = ""
+		c.Routes[def].Limits[0].When = ""
+		c.Routes[def].Limits[0].Burst = 0
 		c.Tiers = map[string]map[string]TierLimit{"vip": {"place_order": {Rate: Rate{N: 9, Period: time.Hour}}}}
 		if err := c.Validate(); err != nil {
 			t.Fatal(err)
 		}
-		l := c.Routes[4].Limits[0]
-		if c.Routes[4].Auth != AuthNone || l.When != WhenAlways || l.Burst != 600 || c.Tiers["vip"]["place_order"].Burst != 9 {
-			t.Errorf("not normalised: %+v %+v", c.Routes[4], c.Tiers)
+		l := c.Routes[def].Limits[0]
+		if c.Routes[def].Auth != AuthNone || l.When != WhenAlways || l.Burst != 600 || c.Tiers["vip"]["place_order"].Burst != 9 {
+			t.Errorf("not normalised: %+v %+v", c.Routes[def], c.Tiers)
 		}
 	})
 }
