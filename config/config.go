@@ -136,11 +136,23 @@ type Upstream struct {
 	IdleConnTimeout time.Duration `yaml:"idle_conn_timeout"`
 }
 
+// Values of client_ip.header.
+const (
+	HeaderXForwardedFor = "x-forwarded-for"
+	HeaderForwarded     = "forwarded"
+)
+
 // ClientIP says how the client address is derived.
 type ClientIP struct {
 	// TrustedProxies lists the peers (CIDR or single address) whose
-	// X-Forwarded-For is believed, read right to left. Default: none.
+	// Header is believed, read right to left. Default: none.
 	TrustedProxies []Prefix `yaml:"trusted_proxies"`
+	// Header is the header the trusted proxies append the client's
+	// address to: "x-forwarded-for" or "forwarded" (RFC 7239, its for=
+	// parameters). Only that one is read: a proxy that writes one header
+	// passes the other through from the client unchecked. Default
+	// "x-forwarded-for".
+	Header string `yaml:"header"`
 	// IPv6Prefix is the prefix length that groups IPv6 clients into one
 	// address for limiting. Default 64.
 	IPv6Prefix int `yaml:"ipv6_prefix" reload:"live"`
@@ -367,7 +379,7 @@ func Default() *Config {
 			MaxIdleConns:    512,
 			IdleConnTimeout: 90 * time.Second,
 		},
-		ClientIP: ClientIP{IPv6Prefix: 64},
+		ClientIP: ClientIP{IPv6Prefix: 64, Header: HeaderXForwardedFor},
 		Limiter: Limiter{
 			Replicas:      1,
 			OnStoreError:  StoreLocal,

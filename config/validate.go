@@ -162,6 +162,7 @@ func (c *Config) validate() Errors {
 			v.addf(joinIndex("client_ip.trusted_proxies", i), "not a valid IP prefix")
 		}
 	}
+	v.oneOf("client_ip.header", c.ClientIP.Header, HeaderXForwardedFor, HeaderForwarded)
 	if n := c.ClientIP.IPv6Prefix; n < 1 || n > 128 {
 		v.addf("client_ip.ipv6_prefix", "must be from 1 to 128, got %d", n)
 	}

@@ -6,13 +6,14 @@ import (
 	"strings"
 )
 
-// peerAddr parses an http.Request RemoteAddr ("ip:port").
+// peerAddr parses an http.Request RemoteAddr ("ip:port") into the
+// client-address form (clientForm).
 func peerAddr(remoteAddr string) (netip.Addr, bool) {
 	ap, err := netip.ParseAddrPort(remoteAddr)
 	if err != nil {
 		return netip.Addr{}, false
 	}
-	return ap.Addr().Unmap(), true
+	return clientForm(ap.Addr()), true
 }
 
 func inPrefixes(a netip.Addr, ps []netip.Prefix) bool {
@@ -24,51 +25,271 @@ func inPrefixes(a netip.Addr, ps []netip.Prefix) bool {
 	return false
 }
 
-// clientAddr derives the client's address: the TCP peer, unless the peer
-// is a trusted proxy, in which case X-Forwarded-For is read right to left
-// and the first address that is not a trusted proxy is the client. An
-// X-Forwarded-For from an untrusted peer changes nothing. A malformed entry
-// stops the walk at the last good address, so a client cannot hide behind
-// garbage.
-func clientAddr(remoteAddr string, xff []string, trusted []netip.Prefix) (netip.Addr, bool) {
-	peer, ok := peerAddr(remoteAddr)
-	if !ok {
-		return netip.Addr{}, false
+// clientForm is the form in which a client address is keyed, compared
+// with the trusted proxies and forwarded in X-Real-IP: without a zone
+// (a zone names an interface of the host that saw the address, meaningless
+// elsewhere), and an IPv6 address that embeds an IPv4 one as that IPv4
+// address — IPv4-mapped (::ffff:0:0/96), IPv4-translated
+// (::ffff:0:0:0/96), NAT64 well-known prefix (64:ff9b::/96) and
+// IPv4-compatible (::a.b.c.d, except :: and ::1). Otherwise every IPv4
+// client seen through such a form would share one IPv6 /64 bucket.
+func clientForm(a netip.Addr) netip.Addr {
+	a = a.WithZone("")
+	if !a.Is6() {
+		return a
 	}
-	if len(trusted) == 0 || !inPrefixes(peer, trusted) {
-		return peer, true
+	b := a.As16()
+	var v4 [4]byte
+	copy(v4[:], b[12:])
+	switch {
+	case isZero(b[:10]) && b[10] == 0xff && b[11] == 0xff: // ::ffff:a.b.c.d
+	case isZero(b[:8]) && b[8] == 0xff && b[9] == 0xff && b[10] == 0 && b[11] == 0: // ::ffff:0:a.b.c.d
+	case b[0] == 0 && b[1] == 0x64 && b[2] == 0xff && b[3] == 0x9b && isZero(b[4:12]): // 64:ff9b::a.b.c.d
+	case isZero(b[:12]) && !(isZero(v4[:3]) && v4[3] <= 1): // ::a.b.c.d, not :: or ::1
+	default:
+		return a
 	}
+	return netip.AddrFrom4(v4)
+}
+
+func isZero(b []byte) bool {
+	for _, c := range b {
+		if c != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// clientAddr derives the client's address from a trusted peer's
+// forwarding header values (X-Forwarded-For, or Forwarded when forwarded
+// is set), read right to left across all their lines: the first address
+// that is not a trusted proxy is the client. Entries are read as proxies
+// write them (nodeAddr): with or without a port, IPv6 in brackets, with a
+// zone. An entry that cannot be read (garbage, "unknown", an obfuscated
+// identifier, an empty entry, a Forwarded element without exactly one
+// for=) stops the walk: the client is then the last trusted hop, the one
+// that wrote the entry, never anything further left, which whoever sent
+// the request to that hop chose.
+func clientAddr(peer netip.Addr, values []string, forwarded bool, trusted []netip.Prefix) netip.Addr {
 	client := peer
-	for i := len(xff) - 1; i >= 0; i-- {
-		h := xff[i]
+	for i := len(values) - 1; i >= 0; i-- {
+		h := values[i]
 		for h != "" {
 			var entry string
-			if j := strings.LastIndexByte(h, ','); j >= 0 {
+			if forwarded {
+				entry, h = lastForwardedElement(h)
+			} else if j := strings.LastIndexByte(h, ','); j >= 0 {
 				entry, h = h[j+1:], h[:j]
 			} else {
 				entry, h = h, ""
 			}
-			a, err := netip.ParseAddr(strings.TrimSpace(entry))
-			if err != nil {
-				return client, true
+			var node string
+			ok := true
+			if forwarded {
+				node, ok = forwardedFor(entry)
+			} else {
+				node = trimOWS(entry)
 			}
-			a = a.Unmap()
+			a, parsed := nodeAddr(node)
+			if !ok || !parsed {
+				return client
+			}
 			client = a
 			if !inPrefixes(a, trusted) {
-				return client, true
+				return client
 			}
 		}
 	}
-	return client, true
+	return client
+}
+
+// nodeAddr reads one forwarding entry's address, in client form: "a.b.c.d",
+// "a.b.c.d:port", an IPv6 address bare or in brackets ("[v6]",
+// "[v6]:port"), each with an optional zone. A port is 1 to 5 digits up to
+// 65535, or an RFC 7239 obfuscated port ("_" then letters, digits, ".",
+// "_", "-"). Brackets hold only IPv6; an IPv4 address with a port is never
+// bracketed and an IPv6 address with a port always is.
+func nodeAddr(s string) (netip.Addr, bool) {
+	if s == "" {
+		return netip.Addr{}, false
+	}
+	if s[0] == '[' {
+		end := strings.IndexByte(s, ']')
+		if end < 0 {
+			return netip.Addr{}, false
+		}
+		if rest := s[end+1:]; rest != "" && (rest[0] != ':' || !validPort(rest[1:])) {
+			return netip.Addr{}, false
+		}
+		a, err := netip.ParseAddr(s[1:end])
+		if err != nil || !a.Is6() {
+			return netip.Addr{}, false
+		}
+		return clientForm(a), true
+	}
+	if a, err := netip.ParseAddr(s); err == nil {
+		return clientForm(a), true
+	}
+	i := strings.LastIndexByte(s, ':')
+	if i < 0 || !validPort(s[i+1:]) {
+		return netip.Addr{}, false
+	}
+	a, err := netip.ParseAddr(s[:i])
+	if err != nil || !a.Is4() {
+		return netip.Addr{}, false
+	}
+	return a, true
+}
+
+// validPort reports whether s is a port number (at most 65535, at most
+// five digits) or an RFC 7239 obfuscated port.
+func validPort(s string) bool {
+	if s == "" || len(s) > 64 {
+		return false
+	}
+	if s[0] == '_' {
+		for i := 1; i < len(s); i++ {
+			c := s[i]
+			if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
+				return false
+			}
+		}
+		return len(s) > 1
+	}
+	if len(s) > 5 {
+		return false
+	}
+	n := 0
+	for i := 0; i < len(s); i++ {
+		if !isDigit(s[i]) {
+			return false
+		}
+		n = n*10 + int(s[i]-'0')
+	}
+	return n <= 65535
+}
+
+func isDigit(c byte) bool { return c >= '0' && c <= '9' }
+
+// trimOWS removes spaces and tabs from both ends of s.
+func trimOWS(s string) string { return strings.Trim(s, " \t") }
+
+// lastForwardedElement splits a Forwarded header value (RFC 7239: elements
+// separated by commas, quoted strings may hold commas) into its last
+// element and what precedes it.
+func lastForwardedElement(h string) (last, rest string) {
+	split := -1 // the last comma outside a quoted string
+	quoted := false
+	for i := 0; i < len(h); i++ {
+		switch c := h[i]; {
+		case quoted && c == '\\':
+			i++ // the escaped character
+		case c == '"':
+			quoted = !quoted
+		case !quoted && c == ',':
+			split = i
+		}
+	}
+	if split < 0 {
+		return h, ""
+	}
+	return h[split+1:], h[:split]
+}
+
+// forwardedFor returns the value of the for= parameter of one Forwarded
+// element (pairs separated by ";", names compared ignoring case, values a
+// token or a quoted string). ok is false when the element cannot be read
+// or does not have exactly one for=. Unquoted values may hold ":", "[" and
+// "]" (RFC 7239 requires quotes there; proxies omit them).
+func forwardedFor(elem string) (node string, ok bool) {
+	s := elem
+	found := false
+	for {
+		s = trimOWS(s)
+		i := strings.IndexByte(s, '=')
+		if i <= 0 {
+			return "", false
+		}
+		name := s[:i]
+		for j := 0; j < len(name); j++ {
+			if !isTchar(name[j]) {
+				return "", false
+			}
+		}
+		s = s[i+1:]
+		var val string
+		if s != "" && s[0] == '"' {
+			var good bool
+			if val, s, good = unquote(s); !good {
+				return "", false
+			}
+		} else {
+			j := 0
+			for j < len(s) && s[j] != ';' && s[j] != ' ' && s[j] != '\t' && s[j] != '"' {
+				j++
+			}
+			val, s = s[:j], s[j:]
+		}
+		if asciiEqualFold(name, "for") {
+			if found {
+				return "", false
+			}
+			node, found = val, true
+		}
+		s = trimOWS(s)
+		if s == "" {
+			return node, found
+		}
+		if s[0] != ';' {
+			return "", false
+		}
+		s = s[1:]
+	}
+}
+
+// unquote reads the quoted string at the start of s (RFC 9110: "\"
+// escapes the next character) and returns its content and the rest.
+func unquote(s string) (val, rest string, ok bool) {
+	var b []byte // only when there is an escape
+	for i := 1; i < len(s); i++ {
+		switch c := s[i]; c {
+		case '"':
+			if b != nil {
+				return string(b), s[i+1:], true
+			}
+			return s[1:i], s[i+1:], true
+		case '\\':
+			if i+1 == len(s) {
+				return "", "", false
+			}
+			if b == nil {
+				b = append([]byte(nil), s[1:i]...)
+			}
+			i++
+			b = append(b, s[i])
+		default:
+			if b != nil {
+				b = append(b, c)
+			}
+		}
+	}
+	return "", "", false
+}
+
+// isTchar reports whether c may appear in an RFC 9110 token.
+func isTchar(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' ||
+		strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0
 }
 
 // peer is what exgate knows of a connection's TCP peer, worked out once
 // per connection (Server.ConnContext) rather than per request.
 type peer struct {
-	addr    netip.Addr
-	ok      bool     // addr parsed
-	trusted bool     // addr is one of the trusted proxies
-	realIP  []string // X-Real-IP value when the peer is the client; never modified
+	addr    netip.Addr // in client form
+	ok      bool       // addr parsed
+	trusted bool       // addr is one of the trusted proxies
+	realIP  []string   // X-Real-IP value when the peer is the client; never modified
 }
 
 // peerKey is the context key of a connection's *connPeer.
@@ -96,7 +317,8 @@ func (g *Gateway) peerOf(r *http.Request) *peer {
 }
 
 // client derives the request's client address and its X-Real-IP value,
-// from the connection's peer.
+// from the connection's peer and, when the peer is a trusted proxy, the
+// configured forwarding header (client_ip.header).
 func (g *Gateway) client(r *http.Request) (netip.Addr, []string) {
 	p := g.peerOf(r)
 	if !p.ok {
@@ -105,9 +327,9 @@ func (g *Gateway) client(r *http.Request) (netip.Addr, []string) {
 	if !p.trusted {
 		return p.addr, p.realIP
 	}
-	a, ok := clientAddr(r.RemoteAddr, r.Header["X-Forwarded-For"], g.trusted)
-	if !ok {
-		return netip.Addr{}, nil
+	a := clientAddr(p.addr, r.Header[g.clientHeader], g.forwarded, g.trusted)
+	if a == p.addr {
+		return a, p.realIP
 	}
 	return a, []string{a.String()}
 }

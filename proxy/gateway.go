@@ -74,29 +74,31 @@ type Options struct {
 // Gateway is the traffic handler: it answers bad requests itself and
 // forwards the rest to the backend. It is safe for concurrent use.
 type Gateway struct {
-	plan        atomic.Pointer[plan]
-	limits      *limiter.Enforcer
-	verifier    *identity.Verifier
-	idem        idempotency.Store
-	idemTimeout time.Duration
-	idemMaxResp int
-	metrics     *metrics.Metrics
-	unrouted    *metrics.RouteMetrics
-	target      *url.URL
-	basePath    string // target path without its trailing slash
-	rp          *httputil.ReverseProxy
-	transport   http.RoundTripper
-	trusted     []netip.Prefix
-	log         *zap.Logger
-	access      bool
-	now         func() time.Time
-	ids         *requestIDs
-	maxHeader   int64
-	maxBody     int64
-	errHeader   *Error
-	errBody     *Error
-	draining    atomic.Bool
-	pool        sync.Pool // *exchange
+	plan         atomic.Pointer[plan]
+	limits       *limiter.Enforcer
+	verifier     *identity.Verifier
+	idem         idempotency.Store
+	idemTimeout  time.Duration
+	idemMaxResp  int
+	metrics      *metrics.Metrics
+	unrouted     *metrics.RouteMetrics
+	target       *url.URL
+	basePath     string // target path without its trailing slash
+	rp           *httputil.ReverseProxy
+	transport    http.RoundTripper
+	trusted      []netip.Prefix
+	forwarded    bool   // client_ip.header is "forwarded"
+	clientHeader string // the canonical name of client_ip.header
+	log          *zap.Logger
+	access       bool
+	now          func() time.Time
+	ids          *requestIDs
+	maxHeader    int64
+	maxBody      int64
+	errHeader    *Error
+	errBody      *Error
+	draining     atomic.Bool
+	pool         sync.Pool // *exchange
 }
 
 // New builds a Gateway from a validated configuration.
@@ -130,6 +132,10 @@ func New(cfg *config.Config, opts Options) (*Gateway, error) {
 	}
 	if g.transport == nil {
 		g.transport = NewTransport(cfg.Upstream)
+	}
+	g.clientHeader = "X-Forwarded-For"
+	if cfg.ClientIP.Header == config.HeaderForwarded {
+		g.forwarded, g.clientHeader = true, "Forwarded"
 	}
 	for _, p := range cfg.ClientIP.TrustedProxies {
 		g.trusted = append(g.trusted, p.Prefix)
