@@ -18,6 +18,15 @@ missing=()
 for cmd in "${!need[@]}"; do
   command -v "$cmd" >/dev/null 2>&1 || missing+=("${need[$cmd]}")
 done
+# Python modules -> Debian packages, imported by Debian's python3: the
+# differential test (cmd/exgate/drf_test.go) runs a Django REST framework
+# + SimpleJWT order view behind exgate.
+if ! /usr/bin/python3 -c 'import django, rest_framework' >/dev/null 2>&1; then
+  missing+=(python3-djangorestframework)
+fi
+if ! /usr/bin/python3 -c 'import rest_framework_simplejwt' >/dev/null 2>&1; then
+  missing+=(python3-djangorestframework-simplejwt)
+fi
 if ! command -v go >/dev/null 2>&1; then
   echo "test-deps: Go is not installed (https://go.dev/dl/, 1.26 or newer)" >&2
   exit 1

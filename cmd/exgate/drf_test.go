@@ -1,0 +1,470 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/shopspring/decimal"
+	"go.uber.org/zap"
+
+	"github.com/exgate/exgate/config"
+	"github.com/exgate/exgate/validate"
+)
+
+// drfBackend is the Django REST framework backend of testdata/drf: an
+// order view with SimpleJWT authentication and a DecimalField serializer,
+// run by Debian's python3 on a free loopback port.
+type drfBackend struct {
+	url    string
+	tokens []string // access tokens of users 1 and 2
+}
+
+// drfPython returns a python3 that imports Django REST framework and
+// SimpleJWT (Debian's python3-djangorestframework and
+// python3-djangorestframework-simplejwt, installed by .ci/test-deps.sh).
+// Outside CI the test is skipped when there is none; in CI it fails.
+func drfPython(t *testing.T) string {
+	t.Helper()
+	for _, py := range []string{"/usr/bin/python3", "python3"} {
+		path, err := exec.LookPath(py)
+		if err != nil {
+			continue
+		}
+		if exec.Command(path, "-c", "import django, rest_framework, rest_framework_simplejwt").Run() == nil {
+			return path
+		}
+	}
+	msg := "no python3 that imports django, rest_framework and rest_framework_simplejwt " +
+		"(apt-get install python3-djangorestframework python3-djangorestframework-simplejwt, or make test-deps)"
+	if os.Getenv("CI") != "" {
+		t.Fatal(msg)
+	}
+	t.Skip(msg)
+	return ""
+}
+
+// startDRF runs testdata/drf/serve.py until the test ends.
+func startDRF(t *testing.T) *drfBackend {
+	t.Helper()
+	py := drfPython(t)
+	dir, err := filepath.Abs(filepath.Join("testdata", "drf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(py, "serve.py")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "PYTHONDONTWRITEBYTECODE=1", "PYTHONUNBUFFERED=1")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		if t.Failed() && stderr.Len() > 0 {
+			t.Logf("DRF backend stderr:\n%s", stderr.String())
+		}
+	})
+	type ready struct {
+		b   *drfBackend
+		err error
+	}
+	done := make(chan ready, 1)
+	go func() {
+		b := &drfBackend{}
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			f := strings.Fields(sc.Text())
+			switch {
+			case len(f) == 2 && f[0] == "TOKEN":
+				b.tokens = append(b.tokens, f[1])
+			case len(f) == 2 && f[0] == "LISTENING":
+				b.url = "http://127.0.0.1:" + f[1]
+				done <- ready{b: b}
+				_, _ = io.Copy(io.Discard, out)
+				return
+			}
+		}
+		done <- ready{err: fmt.Errorf("serve.py ended before listening: %v", sc.Err())}
+	}()
+	select {
+	case r := <-done:
+		if r.err != nil || len(r.b.tokens) != 2 {
+			t.Fatalf("DRF backend: %v (tokens %d); stderr:\n%s", r.err, len(r.b.tokens), stderr.String())
+		}
+		return r.b
+	case <-time.After(30 * time.Second):
+		t.Fatalf("DRF backend did not start within 30s; stderr:\n%s", stderr.String())
+	}
+	return nil
+}
+
+// placement is one order the DRF view placed, as it recorded it.
+type placement struct {
+	ID          int                `json:"id"`
+	User        string             `json:"user"`
+	RequestID   string             `json:"request_id"`
+	ContentType string             `json:"content_type"`
+	Body        string             `json:"body"`
+	Fields      map[string]*string `json:"fields"`
+}
+
+func (b *drfBackend) placed(t *testing.T) []placement {
+	t.Helper()
+	res, err := http.Get(b.url + "/test/placed/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	var ps []placement
+	if err := json.NewDecoder(res.Body).Decode(&ps); err != nil {
+		t.Fatal(err)
+	}
+	return ps
+}
+
+// drfCase is one request of the differential test.
+type drfCase struct {
+	name        string
+	contentType string
+	body        string
+	auth        string // the Authorization header; "" means "Bearer <token of user 1>"
+}
+
+// parserEdgeCases are bodies and headers that JSON parsers and media-type
+// parsers read differently: escapes, byte-order marks, charsets and RFC
+// 2231 parameters, big and exotic numbers, duplicate and escaped keys,
+// nesting.
+func parserEdgeCases() []drfCase {
+	const o = `{"symbol":"BTC_USDT","type":"limit","side":"buy","price":"65000.00","base_amount":"0.0015"`
+	js := "application/json"
+	deep := strings.Repeat(`{"a":`, 40) + "1" + strings.Repeat("}", 40)
+	cs := []drfCase{
+		// Numbers a float cannot hold, exponents, signs.
+		{"price 99999999999999999.99 as a number", js, `{"symbol":"BTC_USDT","type":"limit","side":"buy","price":99999999999999999.99,"base_amount":"0.000001","identifier":"big-number"}`, ""},
+		{"price 99999999999999999.99 as a string", js, `{"symbol":"BTC_USDT","type":"limit","side":"buy","price":"99999999999999999.99","base_amount":"0.000002"}`, ""},
+		{"20-digit amount as a number", js, `{"symbol":"USDT_IRT","type":"limit","side":"sell","price":1,"base_amount":99999999999999999999}`, ""},
+		{"20 digits and 2 places", js, `{"symbol":"USDT_IRT","type":"limit","side":"sell","price":1,"base_amount":99999999999999999999.99}`, ""},
+		{"21 digits", js, `{"symbol":"USDT_IRT","type":"limit","side":"sell","price":1,"base_amount":123456789012345678901}`, ""},
+		{"1e2", js, `{"symbol":"USDT_IRT","type":"market","side":"buy","base_amount":1e2}`, ""},
+		{"1E+2 string", js, `{"symbol":"USDT_IRT","type":"market","side":"buy","base_amount":"1E+2"}`, ""},
+		{"0.1e3", js, `{"symbol":"USDT_IRT","type":"market","side":"buy","base_amount":0.1e3}`, ""},
+		{"100.000000", js, `{"symbol":"USDT_IRT","type":"market","side":"buy","base_amount":"100.000000"}`, ""},
+		{"1e-7 on 8 places", js, `{"symbol":"BTC_IRT","type":"limit","side":"buy","price":6e9,"base_amount":1e-7}`, ""},
+		{"1e20", js, `{"symbol":"USDT_IRT","type":"market","side":"buy","base_amount":1e20}`, ""},
+		{"1e400", js, `{"symbol":"USDT_IRT","type":"market","side":"buy","base_amount":1e400}`, ""},
+		{"1e-400", js, `{"symbol":"USDT_IRT","type":"market","side":"buy","base_amount":"1e-400"}`, ""},
+		{"-0", js, `{"symbol":"USDT_IRT","type":"market","side":"buy","base_amount":-0}`, ""},
+		{"NaN string", js, `{"symbol":"USDT_IRT","type":"market","side":"buy","base_amount":"NaN"}`, ""},
+		{"Infinity bare", js, `{"symbol":"USDT_IRT","type":"market","side":"buy","base_amount":Infinity}`, ""},
+		{"30 places", js, `{"symbol":"ETH_BTC","type":"market","side":"buy","base_amount":"1.000000000000000000000000000000"}`, ""},
+		{"trailing space in a decimal", js, o[:len(o)-len(`"0.0015"`)] + `"0.0015 "}`, ""},
+		{"non-ASCII digits", js, o[:len(o)-len(`"0.0015"`)] + `"０.0015"}`, ""},
+		// Escapes and keys.
+		{"escaped key", js, `{"symbol":"BTC_USDT","type":"stop_limit","side":"sell","price":"64000.00","st\u006fp_price":"64100.00","base_amount":"0.01"}`, ""},
+		{"escaped values", js, `{"symbol":"BTC\u005FUSDT","type":"l\u0069mit","side":"b\u0075y","price":"6500\u0030.00","base_amount":"0.0015","identifier":"\u0065sc-1"}`, ""},
+		{"duplicate key", js, o + `,"price":"1.00"}`, ""},
+		{"duplicate key, once escaped", js, o + `,"pr\u0069ce":"1.00"}`, ""},
+		{"duplicate identifier key", js, o + `,"identifier":"dup-a","identifier":"dup-b"}`, ""},
+		{"stop_price under an escaped key, stop_limit", js, `{"symbol":"BTC_USDT","type":"stop_limit","side":"sell","price":"64000.00","stop\u005fprice":"64100.00","base_amount":"0.01"}`, ""},
+		{"backslash key", js, `{"symbol":"BTC_USDT","type":"stop_limit","side":"sell","price":"64000.00","stop\\price":"64100.00","base_amount":"0.01"}`, ""},
+		{"NUL in a key", js, o + `,"price\u0000":"1.00"}`, ""},
+		{"unpaired surrogate", js, o + `,"identifier":"\ud800"}`, ""},
+		{"non-ASCII identifier", js, o + `,"identifier":"ordé"}`, ""},
+		{"fullwidth symbol", js, `{"symbol":"BTC＿USDT","type":"market","side":"buy","base_amount":"0.5"}`, ""},
+		{"upper-case type", js, `{"symbol":"BTC_USDT","type":"LIMIT","side":"buy","price":"65000.00","base_amount":"0.0015"}`, ""},
+		{"identifier with spaces", js, o + `,"identifier":" pad "}`, ""},
+		{"identifier null", js, o + `,"identifier":null}`, ""},
+		{"unknown field", js, o + `,"client_note":"x"}`, ""},
+		{"nested unknown field", js, o + `,"x":{"a":[1,{"b":2}]}}`, ""},
+		{"nesting 40 deep", js, o + `,"x":` + deep + `}`, ""},
+		{"two objects", js, o + `}{}`, ""},
+		{"array", js, `[` + o + `}]`, ""},
+		{"comment", js, o + `/* x */}`, ""},
+		{"trailing comma", js, o + `,}`, ""},
+		// Byte-order marks and encodings.
+		{"UTF-8 BOM", js, "\ufeff" + o + `}`, ""},
+		{"UTF-16LE body", "application/json; charset=utf-16", "\xff\xfe{\x00}\x00", ""},
+		{"invalid UTF-8 in a string", js, o + `,"identifier":"a` + "\xff" + `"}`, ""},
+		{"overlong UTF-8 quote", js, o + `,"identifier":"a` + "\xc0\xa2" + `"}`, ""},
+	}
+	// Content-Type spellings: the allowed ones place the order, the rest
+	// are refused before the body is read.
+	for i, ct := range []string{
+		"application/json; charset=utf-8", "Application/JSON;charset=UTF-8", `application/json; charset="utf-8"`, "application/json;",
+		"application/json; charset*=idna", "application/json; charset*=utf-8''", "application/json; charset*=shift_jis_2004''x",
+		"application/json; charset=shift_jis_2004", "application/json; charset=idna", "application/json; charset=latin1",
+		"application/json; charset=utf8", "application/json; charset=utf-8; charset=idna", "application/json; charset*0=utf; charset*1=-8",
+		"application/json; version=2", "application/json; charset = utf-8", "text/plain", "application/x-www-form-urlencoded",
+		"", "application/json, application/json",
+	} {
+		cs = append(cs, drfCase{"content type " + ct, ct, fmt.Sprintf(`{"symbol":"BTC_USDT","type":"market","side":"buy","base_amount":"0.5","identifier":"ct-%d"}`, i), ""})
+	}
+	// The punycode case of issue 21: four spellings that idna reads as one.
+	for _, id := range []string{"xn--ls8h", "XN--LS8H", "xn--LS8h", "Xn--ls8h"} {
+		cs = append(cs, drfCase{"idna spelling " + id, "application/json; charset*=idna",
+			`{"symbol":"BTC_USDT","type":"market","side":"buy","base_amount":"0.5","identifier":"` + id + `"}`, ""})
+	}
+	// A stop_limit order without stop_price once shift_jis turns \ into ¥.
+	cs = append(cs, drfCase{"shift_jis escaped key", "application/json; charset=shift_jis_2004",
+		`{"symbol":"BTC_USDT","type":"stop_limit","side":"sell","price":"64000.00","stop\u005fprice":"64100.00","base_amount":"0.01"}`, ""})
+	return cs
+}
+
+// tokenSpellingCases sends one order (identifier spell-1) and a second
+// (spell-2) under spellings of user 2's token: scheme case, padding,
+// unused bits set, the standard base64 alphabet. Whatever exgate accepts
+// must be one identity: each identifier is placed once.
+func tokenSpellingCases(tok string) []drfCase {
+	const alpha = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+	last := strings.IndexByte(alpha, tok[len(tok)-1])
+	bits := tok[:len(tok)-1] + string(alpha[last^1]) // an unused bit of the signature set
+	std := strings.NewReplacer("-", "+", "_", "/").Replace(tok)
+	spellings := []string{
+		"Bearer " + tok, "bearer " + tok, "BEARER " + tok, "bEaReR " + tok,
+		"Bearer " + tok + "=", "Bearer " + tok + "==", "Bearer " + bits, "Bearer " + std,
+		"Bearer  " + tok, "Bearer\t" + tok, "Token " + tok, "Bearer " + tok + " ",
+	}
+	var cs []drfCase
+	for _, id := range []string{"spell-1", "spell-2"} {
+		for i, auth := range spellings {
+			cs = append(cs, drfCase{fmt.Sprintf("token spelling %d %s", i, id), "application/json",
+				`{"symbol":"ETH_USDT","type":"market","side":"buy","base_amount":"1","identifier":"` + id + `"}`, auth})
+		}
+	}
+	return cs
+}
+
+// validationCorpus reads validate/testdata/orders.jsonl, the validator's
+// edge-case table.
+func validationCorpus(t *testing.T) []drfCase {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "..", "validate", "testdata", "orders.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cs []drfCase
+	for _, line := range bytes.Split(bytes.TrimSpace(b), []byte("\n")) {
+		var c struct{ Name, Body string }
+		if err := json.Unmarshal(line, &c); err != nil {
+			t.Fatal(err)
+		}
+		cs = append(cs, drfCase{"corpus " + c.Name, "application/json", c.Body, ""})
+	}
+	return cs
+}
+
+// TestDifferentialDRF puts exgate in front of a real Django REST framework
+// + SimpleJWT order view and sends the validation corpus, the parser-edge
+// corpus and token spellings through it. Every order the DRF view placed
+// must be, field by field, the order exgate validated (the test's own
+// Validator, over the catalogue DRF serves, says what that is), the body
+// it received must be that order's canonical encoding, an order exgate
+// refused must never arrive, and no (user, identifier) may be placed
+// twice.
+func TestDifferentialDRF(t *testing.T) {
+	drf := startDRF(t)
+	cfg := config.Default()
+	cfg.Listen, cfg.AdminListen = "127.0.0.1:0", "127.0.0.1:0"
+	cfg.Upstream.URL = config.MustURL(drf.url)
+	cfg.Server.DrainDelay = 0
+	cfg.Limiter.Backend = config.BackendMemory
+	a, err := start(cfg, deps{log: zap.NewNop(), now: time.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = a.shutdown() })
+	waitCatalogue(t, a)
+	gw := "http://" + a.addr
+
+	// The reference: a Validator of the same configuration over the
+	// catalogue the DRF backend serves.
+	cat, err := validate.NewCatalogue(validate.CatalogueOptions{BaseURL: cfg.Upstream.URL.URL,
+		Path: cfg.Validation.Catalogue.Path, Transport: http.DefaultTransport})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := cat.Load(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ref, err := validate.New(cfg.Validation, cat, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	cases := append(validationCorpus(t), parserEdgeCases()...)
+	cases = append(cases, tokenSpellingCases(drf.tokens[1])...)
+	type sent struct {
+		c      drfCase
+		canon  string // the canonical encoding of the order exgate validated, or ""
+		status int
+		body   []byte
+	}
+	byID := map[string]*sent{}
+	client := &http.Client{Timeout: 10 * time.Second}
+	for i, c := range cases {
+		s := &sent{c: c}
+		id := fmt.Sprintf("drf-case-%d", i)
+		byID[id] = s
+		var ct []string
+		if c.contentType != "" {
+			ct = strings.Split(c.contentType, ", ") // "a, b" is two header lines
+		}
+		if o, p := ref.Check(ct, []byte(c.body)); p == nil {
+			s.canon = string(o.AppendCanonical(nil))
+		}
+		req, err := http.NewRequest("POST", gw+"/api/v1/odr/orders/", strings.NewReader(c.body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header["Content-Type"] = ct
+		req.Header["X-Request-Id"] = []string{id}
+		req.Header["Authorization"] = []string{"Bearer " + drf.tokens[0]}
+		if c.auth != "" {
+			req.Header["Authorization"] = []string{c.auth}
+		}
+		res, err := client.Do(req)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		s.status = res.StatusCode
+		s.body, _ = io.ReadAll(res.Body)
+		res.Body.Close()
+	}
+
+	placed := drf.placed(t)
+	seen := map[[2]string]string{} // (user, identifier) → request id
+	arrived := map[string]bool{}
+	for _, p := range placed {
+		s := byID[p.RequestID]
+		if s == nil {
+			t.Errorf("DRF placed an order from an unknown request %q: %s", p.RequestID, p.Body)
+			continue
+		}
+		arrived[p.RequestID] = true
+		name := s.c.name
+		if s.canon == "" {
+			t.Errorf("%s: DRF placed %s, an order exgate's validator refuses", name, p.Body)
+			continue
+		}
+		if p.Body != s.canon {
+			t.Errorf("%s: DRF received %q, want the canonical %q", name, p.Body, s.canon)
+		}
+		if p.ContentType != "application/json" {
+			t.Errorf("%s: DRF received Content-Type %q", name, p.ContentType)
+		}
+		sameOrder(t, name, s.canon, p.Fields)
+		if id := p.Fields["identifier"]; id != nil {
+			k := [2]string{p.User, *id}
+			if prev, dup := seen[k]; dup {
+				t.Errorf("%s: identifier %q of user %s placed twice (first by %s)", name, *id, p.User, prev)
+			}
+			seen[k] = p.RequestID
+		}
+	}
+	accepted, refused := 0, 0
+	for id, s := range byID {
+		switch {
+		case arrived[id]:
+			accepted++
+			if s.status != http.StatusCreated {
+				t.Errorf("%s: placed, but the client got %d %s", s.c.name, s.status, s.body)
+			}
+		case s.canon != "" && s.status == http.StatusCreated:
+			// A replay of an identifier already placed: the first answer.
+		case s.canon != "" && s.status == http.StatusConflict:
+			// The identifier was placed with another order.
+		case s.canon != "" && s.c.auth != "" && s.status == http.StatusUnauthorized:
+			// A token spelling exgate refuses.
+		case s.canon != "":
+			t.Errorf("%s: exgate's validator accepts it, yet it was not placed: %d %s", s.c.name, s.status, s.body)
+		default:
+			refused++
+			if s.status < 400 || s.status >= 500 || !bytes.Contains(s.body, []byte(`"code"`)) {
+				t.Errorf("%s: refused order answered %d %s, want exgate's 4xx error", s.c.name, s.status, s.body)
+			}
+		}
+	}
+	t.Logf("%d requests: %d placed, %d refused by exgate", len(cases), accepted, refused)
+	if accepted < 40 || refused < 100 {
+		t.Errorf("only %d placed and %d refused: the corpus did not run", accepted, refused)
+	}
+
+	// The number a float would have rounded to 1E+17 was placed exactly.
+	found := false
+	for _, p := range placed {
+		if id := p.Fields["identifier"]; id != nil && *id == "big-number" {
+			found = true
+			switch pr := p.Fields["price"]; {
+			case pr == nil:
+				t.Error("price 99999999999999999.99 placed without a price")
+			case !mustDecimal(t, *pr).Equal(decimal.RequireFromString("99999999999999999.99")):
+				t.Errorf("price 99999999999999999.99 placed as %s", *pr)
+			}
+		}
+	}
+	if !found {
+		t.Error("the 99999999999999999.99 order was not placed")
+	}
+	// Token spellings: the accepted ones are one identity.
+	for _, id := range []string{"spell-1", "spell-2"} {
+		if _, ok := seen[[2]string{"2", id}]; !ok {
+			t.Errorf("%s was never placed for user 2", id)
+		}
+	}
+}
+
+// sameOrder asserts that the fields the DRF serializer validated equal
+// the order exgate validated (its canonical encoding), field by field:
+// strings equal, decimals equal as exact decimals, absent and null alike.
+func sameOrder(t *testing.T, name, canon string, got map[string]*string) {
+	t.Helper()
+	var want map[string]string
+	if err := json.Unmarshal([]byte(canon), &want); err != nil {
+		t.Fatalf("%s: canonical %s: %v", name, canon, err)
+	}
+	for _, k := range []string{"symbol", "type", "side", "base_amount", "quote_amount", "price", "stop_price", "oco_target_price", "identifier"} {
+		w, has := want[k]
+		g := got[k]
+		switch {
+		case !has && g != nil:
+			t.Errorf("%s: DRF read %s=%q, exgate validated no %s", name, k, *g, k)
+		case !has:
+		case g == nil:
+			t.Errorf("%s: DRF read no %s, exgate validated %q", name, k, w)
+		case strings.HasSuffix(k, "amount") || strings.HasSuffix(k, "price"):
+			if !mustDecimal(t, *g).Equal(mustDecimal(t, w)) {
+				t.Errorf("%s: DRF read %s=%s, exgate validated %s", name, k, *g, w)
+			}
+		case *g != w:
+			t.Errorf("%s: DRF read %s=%q, exgate validated %q", name, k, *g, w)
+		}
+	}
+}
+
+func mustDecimal(t *testing.T, s string) decimal.Decimal {
+	t.Helper()
+	d, err := decimal.NewFromString(s)
+	if err != nil {
+		t.Fatalf("decimal %q: %v", s, err)
+	}
+	return d
+}
