@@ -15,6 +15,7 @@ var reloadModes = map[string]string{
 	"admin_listen":                        ReloadRestart,
 	"client_ip.ipv6_prefix":               ReloadLive,
 	"client_ip.trusted_proxies":           ReloadRestart,
+	"client_ip.header":                    ReloadRestart,
 	"idempotency.backend":                 ReloadRestart,
 	"idempotency.enabled":                 ReloadRestart,
 	"idempotency.in_flight_timeout":       ReloadRestart,
