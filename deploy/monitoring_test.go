@@ -271,6 +271,14 @@ func exported(t *testing.T) map[string]dto.MetricType {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := m.RegisterCatalogueAge(reg); err != nil {
+		t.Fatal(err)
+	}
+	dup, err := metrics.NewDuplicateStore(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dup.Observe(metrics.DuplicateClaim, time.Millisecond, nil)
 	r := m.Route("place_order")
 	r.ObserveRequest("POST", 201, time.Millisecond)
 	r.ObserveUpstream(time.Millisecond)
@@ -295,8 +303,10 @@ func exported(t *testing.T) map[string]dto.MetricType {
 		types[mf.GetName()] = mf.GetType()
 		names = append(names, mf.GetName())
 	}
-	if want := metrics.Names(); !slices.Equal(names, want) {
-		t.Fatalf("gathered families %v differ from metrics.Names() %v", names, want)
+	want := append(metrics.Names(), metrics.DuplicateStoreNames()...)
+	slices.Sort(want)
+	if !slices.Equal(names, want) {
+		t.Fatalf("gathered families %v differ from metrics.Names() and DuplicateStoreNames() %v", names, want)
 	}
 	return types
 }

@@ -287,20 +287,21 @@ func (m *Metrics) own() []prometheus.Collector {
 	return []prometheus.Collector{
 		m.requests, m.requestDuration, m.upstreamDuration, m.upstreamErrors,
 		m.decisions, m.storeErrors, m.storeDuration, m.fallback,
-		m.validation, m.idempotency, m.catalogueAge, m.inflight,
+		m.validation, m.idempotency, m.inflight,
 		m.reloads, m.buildInfo, m.authFailures, m.jwksFetches,
 	}
 }
 
-// Names returns the name of every metric family New registers, exgate's and
-// those of the Go and process collectors, sorted. Histograms and summaries
+// Names returns the name of every metric family New and
+// RegisterCatalogueAge register, exgate's and those of the Go and process
+// collectors, sorted. Histograms and summaries
 // are listed by their base name (without _bucket, _sum and _count). The
 // names are read from the collectors' descriptors.
 func Names() []string {
 	m := newMetrics(BuildInfo{})
 	ch := make(chan *prometheus.Desc, 64)
 	go func() {
-		for _, c := range append(m.own(), m.goColl, m.procColl) {
+		for _, c := range append(m.own(), m.catalogueAge, m.goColl, m.procColl) {
 			c.Describe(ch)
 		}
 		close(ch)
@@ -477,6 +478,20 @@ func (m *Metrics) SetCatalogueLoaded(t time.Time) {
 		return
 	}
 	m.catalogueLoaded.Store(t.UnixNano())
+}
+
+// RegisterCatalogueAge registers exgate_market_catalogue_age_seconds on
+// reg. Only a gateway that validates orders has a catalogue, so only it
+// exports the age: elsewhere the gauge would read -1 for ever and its
+// "never loaded" alert would fire for nothing.
+func (m *Metrics) RegisterCatalogueAge(reg prometheus.Registerer) error {
+	if m == nil || reg == nil {
+		return nil
+	}
+	if err := reg.Register(m.catalogueAge); err != nil {
+		return fmt.Errorf("metrics: register: %w", err)
+	}
+	return nil
 }
 
 func (m *Metrics) catalogueAgeSeconds() float64 {

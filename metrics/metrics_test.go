@@ -57,6 +57,9 @@ func exercise(m *Metrics) {
 
 func TestNewRegistersEverythingLintClean(t *testing.T) {
 	m, reg := newTest(t)
+	if err := m.RegisterCatalogueAge(reg); err != nil {
+		t.Fatal(err)
+	}
 	exercise(m)
 	problems, err := testutil.GatherAndLint(reg)
 	if err != nil {
@@ -413,6 +416,9 @@ func TestOtherSeries(t *testing.T) {
 	m, reg := newTest(t)
 	now := time.Unix(1_700_000_000, 0)
 	m.now = func() time.Time { return now }
+	if err := m.RegisterCatalogueAge(reg); err != nil {
+		t.Fatal(err)
+	}
 	if got := testutil.ToFloat64(m.catalogueAge); got != -1 {
 		t.Errorf("catalogue age before the first load = %v, want -1", got)
 	}
@@ -736,5 +742,66 @@ func TestEnumLabels(t *testing.T) {
 	}
 	if _, ok := ParseFallbackMode("sideways"); ok {
 		t.Error(`ParseFallbackMode("sideways") succeeded`)
+	}
+}
+
+// TestCatalogueAgeOnlyWhereRegistered: a gateway that validates no order
+// has no catalogue and exports no age (its -1 would fire the "never
+// loaded" alert for ever).
+func TestCatalogueAgeOnlyWhereRegistered(t *testing.T) {
+	m, reg := newTest(t)
+	m.SetCatalogueLoaded(time.Now())
+	if n, err := testutil.GatherAndCount(reg, NameCatalogueAge); err != nil || n != 0 {
+		t.Errorf("catalogue age exported without RegisterCatalogueAge: %d series, %v", n, err)
+	}
+	if err := m.RegisterCatalogueAge(reg); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := testutil.GatherAndCount(reg, NameCatalogueAge); err != nil || n != 1 {
+		t.Errorf("catalogue age after RegisterCatalogueAge: %d series, %v", n, err)
+	}
+}
+
+// TestDuplicateStore: every operation's duration and error children exist
+// from the start (so rate() works before the first failure), a failure
+// is counted by kind, and registering twice is an error.
+func TestDuplicateStore(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	s, err := NewDuplicateStore(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Observe(DuplicateClaim, 3*time.Millisecond, nil)
+	s.Observe(DuplicateClaim, 100*time.Millisecond, context.DeadlineExceeded)
+	s.Observe(DuplicateComplete, time.Millisecond, errors.New("connection refused"))
+	s.Observe(DuplicateStoreOp(99), time.Millisecond, nil) // ignored
+	var nilStore *DuplicateStore
+	nilStore.Observe(DuplicateClaim, time.Millisecond, nil)
+	if n, _ := testutil.GatherAndCount(reg, NameDuplicateStoreErrors); n != 8 {
+		t.Errorf("%d error series, want 4 operations × 2 kinds", n)
+	}
+	want := `
+# HELP exgate_idempotency_store_errors_total Failed calls to the duplicate-protection store, by operation and kind (timeout, other); a failed claim refuses the order with 503.
+# TYPE exgate_idempotency_store_errors_total counter
+exgate_idempotency_store_errors_total{kind="other",operation="claim"} 0
+exgate_idempotency_store_errors_total{kind="other",operation="complete"} 1
+exgate_idempotency_store_errors_total{kind="other",operation="mark_unknown"} 0
+exgate_idempotency_store_errors_total{kind="other",operation="release"} 0
+exgate_idempotency_store_errors_total{kind="timeout",operation="claim"} 1
+exgate_idempotency_store_errors_total{kind="timeout",operation="complete"} 0
+exgate_idempotency_store_errors_total{kind="timeout",operation="mark_unknown"} 0
+exgate_idempotency_store_errors_total{kind="timeout",operation="release"} 0
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), NameDuplicateStoreErrors); err != nil {
+		t.Error(err)
+	}
+	if got := testutil.CollectAndCount(s.duration); got != 4 {
+		t.Errorf("%d duration series, want one per operation", got)
+	}
+	if _, err := NewDuplicateStore(reg); err == nil {
+		t.Error("registering the store's collectors twice is not an error")
+	}
+	if problems, err := testutil.GatherAndLint(reg); err != nil || len(problems) > 0 {
+		t.Errorf("lint: %v %v", problems, err)
 	}
 }

@@ -44,6 +44,9 @@ func serveMetrics(t *testing.T) (*Metrics, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := m.RegisterCatalogueAge(reg); err != nil {
+		t.Fatal(err)
+	}
 	srv := httptest.NewServer(Handler(reg))
 	t.Cleanup(srv.Close)
 	return m, srv.URL + "/metrics"

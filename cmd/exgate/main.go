@@ -327,6 +327,12 @@ func start(cfg *config.Config, d deps) (*app, error) {
 		} else {
 			gwOpts.Idempotency = idempotency.NewMemory(opts)
 		}
+		dm, err := metrics.NewDuplicateStore(d.reg)
+		if err != nil {
+			a.closeBackend()
+			return nil, err
+		}
+		gwOpts.Idempotency = observedStore{s: gwOpts.Idempotency, m: dm, now: d.now}
 		gwOpts.IdempotencyTimeout = cfg.Idempotency.Timeout
 		gwOpts.IdempotencyMaxResponse = int(cfg.Idempotency.MaxResponseBytes)
 	}
@@ -417,6 +423,9 @@ func (a *app) startValidation(cfg *config.Config, transport http.RoundTripper) (
 		token, _ = a.d.getenv(vc.Catalogue.TokenEnv)
 	}
 	m := a.metrics
+	if err := m.RegisterCatalogueAge(a.d.reg); err != nil {
+		return nil, err
+	}
 	cat, err := validate.NewCatalogue(validate.CatalogueOptions{
 		BaseURL: cfg.Upstream.URL.URL, Path: vc.Catalogue.Path, Transport: transport, Token: token,
 		Refresh: vc.Catalogue.Refresh, Timeout: vc.Catalogue.Timeout, MaxBytes: int64(vc.Catalogue.MaxBytes),

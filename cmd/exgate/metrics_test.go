@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -111,6 +112,38 @@ func TestMetricsOfRealTraffic(t *testing.T) {
 	cmd.Stdin = strings.NewReader(m)
 	if out, err := cmd.CombinedOutput(); err != nil || len(bytes.TrimSpace(out)) != 0 {
 		t.Fatalf("promtool check metrics: %v\n%s", err, out)
+	}
+}
+
+// TestMetricsOfFeaturesOff: a gateway that validates no order exports
+// neither the market catalogue's age (it would read -1 for ever and fire
+// ExgateMarketCatalogueNotLoaded) nor duplicate protection's store
+// metrics; one that does exports both, the store's from its first claim.
+func TestMetricsOfFeaturesOff(t *testing.T) {
+	off := startStack(t, func(c *config.Config) {
+		c.Routes = slices.DeleteFunc(c.Routes, func(r config.Route) bool { return r.Validate == config.ValidateOrd })
+	})
+	m := scrapeAdmin(t, off.app.adminAd)
+	for _, name := range []string{"exgate_market_catalogue_age_seconds", "exgate_idempotency_store_duration_seconds", "exgate_idempotency_store_errors_total"} {
+		if strings.Contains(m, name) {
+			t.Errorf("%s exported by a gateway that validates no order", name)
+		}
+	}
+
+	on := startStack(t, nil)
+	token := authenticate(t, on.url)
+	if code, _, b := order(t, on.url, token, "metrics-1", "0.001"); code != 201 {
+		t.Fatalf("order: %d %s", code, b)
+	}
+	m = scrapeAdmin(t, on.app.adminAd)
+	if got := sample(m, `exgate_idempotency_store_duration_seconds_count{operation="claim"}`); got != "1" {
+		t.Errorf("claims timed = %q, want 1", got)
+	}
+	if got := sample(m, `exgate_idempotency_store_errors_total{kind="timeout",operation="claim"}`); got != "0" {
+		t.Errorf("claim timeouts = %q, want 0", got)
+	}
+	if got := sample(m, `exgate_market_catalogue_age_seconds`); got == "" || strings.HasPrefix(got, "-") {
+		t.Errorf("catalogue age = %q, want a loaded catalogue's age", got)
 	}
 }
 

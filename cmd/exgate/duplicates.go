@@ -1,0 +1,62 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/exgate/exgate/idempotency"
+	"github.com/exgate/exgate/metrics"
+)
+
+// observedStore is a duplicate-protection store whose every call is timed
+// and, when the store failed, counted, by operation.
+type observedStore struct {
+	s   idempotency.Store
+	m   *metrics.DuplicateStore
+	now func() time.Time
+}
+
+// observe records one call that started at start.
+func (o observedStore) observe(op metrics.DuplicateStoreOp, start time.Time, err error) {
+	if !storeFailed(err) {
+		err = nil
+	}
+	o.m.Observe(op, o.now().Sub(start), err)
+}
+
+// storeFailed reports whether err is a failure of the store, as opposed
+// to one of its answers (the claim is no longer held; the store or the
+// account is full, counted in exgate_idempotency_total).
+func storeFailed(err error) bool {
+	return err != nil && !errors.Is(err, idempotency.ErrClaimLost) && !errors.Is(err, idempotency.ErrNotClaimed) &&
+		!errors.Is(err, idempotency.ErrFull) && !errors.Is(err, idempotency.ErrAccountFull)
+}
+
+func (o observedStore) Claim(ctx context.Context, key idempotency.Key, fp idempotency.Fingerprint) (idempotency.Claim, error) {
+	start := o.now()
+	c, err := o.s.Claim(ctx, key, fp)
+	o.observe(metrics.DuplicateClaim, start, err)
+	return c, err
+}
+
+func (o observedStore) Complete(ctx context.Context, c idempotency.Claim, rec idempotency.Record) error {
+	start := o.now()
+	err := o.s.Complete(ctx, c, rec)
+	o.observe(metrics.DuplicateComplete, start, err)
+	return err
+}
+
+func (o observedStore) Release(ctx context.Context, c idempotency.Claim) error {
+	start := o.now()
+	err := o.s.Release(ctx, c)
+	o.observe(metrics.DuplicateRelease, start, err)
+	return err
+}
+
+func (o observedStore) MarkUnknown(ctx context.Context, c idempotency.Claim) error {
+	start := o.now()
+	err := o.s.MarkUnknown(ctx, c)
+	o.observe(metrics.DuplicateMarkUnknown, start, err)
+	return err
+}
