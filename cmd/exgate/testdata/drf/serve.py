@@ -1,9 +1,10 @@
 """Runs the Django REST framework backend of the differential test on a
-free loopback port (wsgiref, one thread per request), then prints two
+free loopback port (wsgiref, one thread per request), then prints three
 SimpleJWT access tokens and the port:
 
     TOKEN <access token of user 1>
     TOKEN <access token of user 2>
+    TOKEN <another access token of user 2>
     LISTENING <port>
 
 and serves until it is killed."""
@@ -41,6 +42,7 @@ def token(user_id):
 
 httpd = make_server("127.0.0.1", 0, get_wsgi_application(), server_class=Server, handler_class=Handler)
 print("TOKEN", token(1))
+print("TOKEN", token(2))
 print("TOKEN", token(2))
 print("LISTENING", httpd.server_port, flush=True)
 httpd.serve_forever()
