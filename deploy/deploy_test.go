@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"net"
+	"net/netip"
 	"net/url"
 	"os"
 	"os/exec"
@@ -22,6 +24,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/exgate/exgate/config"
+	"github.com/exgate/exgate/internal/tlstest"
 	"github.com/exgate/exgate/limiter"
 )
 
@@ -560,10 +563,15 @@ func TestCheckConfigCommand(t *testing.T) {
 	for name, v := range dig(one(t, byKind, "ConfigMap"), "data").(map[string]any) {
 		writeFile(t, filepath.Join(dir, name), str(v))
 	}
+	// The TLS Secret, laid out as the kubelet mounts it; the ConfigMap's
+	// absolute paths are pointed at it.
+	ca := tlstest.NewCA(t, dir)
+	vol := tlstest.NewSecretVolume(t, filepath.Join(dir, "tls"), ca.Issue(dir, "api", []string{"api.example.test"}, tlstest.Options{}))
 	for _, file := range []string{"deploy/examples/exgate.yaml", filepath.Join(dir, "exgate.yaml")} {
 		cmd := exec.Command(bin, "check-config", file)
 		cmd.Dir = ".."
-		cmd.Env = []string{"PATH=" + os.Getenv("PATH")} // no EXGATE_* from the caller
+		cmd.Env = []string{"PATH=" + os.Getenv("PATH"), // no EXGATE_* from the caller
+			"EXGATE_SERVER_TLS_CERTIFICATES_0_CERT_FILE=" + vol.CertFile(), "EXGATE_SERVER_TLS_CERTIFICATES_0_KEY_FILE=" + vol.KeyFile()}
 		out, err := cmd.CombinedOutput()
 		if err != nil || strings.TrimSpace(string(out)) != "ok" {
 			t.Errorf("exgate check-config %s: %v\n%s", file, err, out)
@@ -630,6 +638,17 @@ func hostPort(t *testing.T, hp string) (string, int) {
 	return h, n
 }
 
+// exgateConfigPath returns the -config FILE of a compose service.
+func exgateConfigPath(t *testing.T, svc any) string {
+	t.Helper()
+	cmd := list(dig(svc, "command"))
+	i := slices.IndexFunc(cmd, func(v any) bool { return str(v) == "-config" })
+	if i < 0 || i+1 >= len(cmd) {
+		t.Fatalf("command %v has no -config FILE", cmd)
+	}
+	return str(cmd[i+1])
+}
+
 func TestCompose(t *testing.T) {
 	docs := yamlDocs(t, "compose.yaml")
 	if len(docs) != 1 {
@@ -682,12 +701,7 @@ func TestCompose(t *testing.T) {
 		if !strings.HasPrefix(raw, "${EXGATE_KEY_SECRET") {
 			t.Errorf("EXGATE_KEY_SECRET = %q: want it from the environment, never a literal", raw)
 		}
-		cmd := list(dig(exgate, "command"))
-		i := slices.IndexFunc(cmd, func(v any) bool { return str(v) == "-config" })
-		if i < 0 || i+1 >= len(cmd) {
-			t.Fatalf("command %v has no -config FILE", cmd)
-		}
-		cfgPath := str(cmd[i+1])
+		cfgPath := exgateConfigPath(t, exgate)
 		src, ok := mounted["exgate"][cfgPath]
 		if !ok {
 			t.Fatalf("-config %s is not mounted", cfgPath)
@@ -744,6 +758,47 @@ func TestCompose(t *testing.T) {
 		}
 		if dig(exgate, "read_only") != true || !slices.Contains(list(dig(exgate, "cap_drop")), any("ALL")) {
 			t.Error("exgate is not read_only with cap_drop ALL")
+		}
+	})
+
+	t.Run("balancer", func(t *testing.T) {
+		cfg, err := config.Load(mounted["exgate"][exgateConfigPath(t, exgate)], envFunc(env))
+		if err != nil {
+			t.Fatal(err)
+		}
+		bal := services["balancer"]
+		if bal == nil {
+			t.Fatal("no balancer service")
+		}
+		ip, err := netip.ParseAddr(str(dig(bal, "networks", "default", "ipv4_address")))
+		if err != nil {
+			t.Fatalf("the balancer has no fixed address: %v", err)
+		}
+		trusted := false
+		for _, p := range cfg.Server.ProxyProtocol.TrustedPeers {
+			trusted = trusted || p.Contains(ip)
+		}
+		if !trusted || len(cfg.Server.ProxyProtocol.TrustedPeers) != 1 || cfg.Server.ProxyProtocol.TrustedPeers[0].Bits() != 32 {
+			t.Errorf("trusted_peers %v: want exactly the balancer %s", cfg.Server.ProxyProtocol.TrustedPeers, ip)
+		}
+		subnet := str(dig(list(dig(docs[0], "networks", "default", "ipam", "config"))[0], "subnet"))
+		if pfx, err := netip.ParsePrefix(subnet); err != nil || !pfx.Contains(ip) {
+			t.Errorf("the balancer's address %s is not in the network's subnet %q", ip, subnet)
+		}
+		var hcfg string
+		for dst, src := range mounted["balancer"] {
+			if strings.HasSuffix(dst, "haproxy.cfg") {
+				hcfg = readFile(t, src)
+			}
+		}
+		_, port := hostPort(t, cfg.Listen)
+		if !strings.Contains(hcfg, fmt.Sprintf("server exgate exgate:%d send-proxy-v2", port)) || !strings.Contains(hcfg, "check-send-proxy") {
+			t.Errorf("haproxy.cfg does not send PROXY v2 (checks included) to exgate:%d", port)
+		}
+		if haproxy, err := exec.LookPath("haproxy"); err == nil {
+			if out, err := exec.Command(haproxy, "-c", "-f", "haproxy/haproxy.cfg").CombinedOutput(); err != nil {
+				t.Errorf("haproxy -c: %v\n%s", err, out)
+			}
 		}
 	})
 

@@ -130,6 +130,12 @@ func TestKubernetes(t *testing.T) {
 		t.Fatalf("the ConfigMap's exgate.yaml with the Deployment's environment: %v", err)
 	}
 
+	// The traffic port is named for its protocol.
+	traffic := "http"
+	if len(cfg.Server.TLS.Certificates) > 0 {
+		traffic = "https"
+	}
+
 	t.Run("deployment", func(t *testing.T) {
 		if r := dig(dep, "spec", "replicas"); r != 3 {
 			t.Errorf("replicas %v, want 3", r)
@@ -145,8 +151,8 @@ func TestKubernetes(t *testing.T) {
 		if ports["admin"] != adminPort {
 			t.Errorf("container port admin = %d, the admin listener is on %d", ports["admin"], adminPort)
 		}
-		if _, p := hostPort(t, cfg.Listen); ports["http"] != p {
-			t.Errorf("container port http = %d, the traffic listener is on %d", ports["http"], p)
+		if _, p := hostPort(t, cfg.Listen); ports[traffic] != p {
+			t.Errorf("container port %s = %d, the traffic listener is on %d", traffic, ports[traffic], p)
 		}
 		for _, pr := range []struct{ probe, path string }{{"readinessProbe", "/readyz"}, {"livenessProbe", "/healthz"}} {
 			get := dig(c, pr.probe, "httpGet")
@@ -250,9 +256,55 @@ func TestKubernetes(t *testing.T) {
 		}
 		for _, p := range list(dig(svc, "spec", "ports")) {
 			tp := str(dig(p, "targetPort"))
-			if tp != "http" && tp != strconv.Itoa(ports["http"]) {
+			if tp != traffic && tp != strconv.Itoa(ports[traffic]) {
 				t.Errorf("Service port %v targets %s, want the traffic port", dig(p, "name"), tp)
 			}
+		}
+	})
+
+	t.Run("tls from a secret, proxy protocol from the load balancer", func(t *testing.T) {
+		if len(cfg.Server.TLS.Certificates) == 0 {
+			t.Fatal("the ConfigMap serves no TLS")
+		}
+		// Every certificate file is in a Secret volume mounted as a whole
+		// directory: a subPath mount would never see a renewal.
+		for i, cert := range cfg.Server.TLS.Certificates {
+			for _, f := range []string{cert.CertFile, cert.KeyFile} {
+				var found bool
+				for _, m := range list(dig(c, "volumeMounts")) {
+					if path.Dir(f) != str(dig(m, "mountPath")) {
+						continue
+					}
+					if dig(m, "subPath") != nil {
+						t.Errorf("certificates[%d]: %s is mounted with subPath; renewals would not reach the pod", i, f)
+					}
+					vi := slices.IndexFunc(list(dig(pod, "volumes")), func(v any) bool { return str(dig(v, "name")) == str(dig(m, "name")) })
+					if vi >= 0 && str(dig(list(dig(pod, "volumes"))[vi], "secret", "secretName")) != "" {
+						found = true
+					}
+				}
+				if !found {
+					t.Errorf("certificates[%d]: %s is not in a mounted Secret", i, f)
+				}
+				if b := path.Base(f); b != "tls.crt" && b != "tls.key" {
+					t.Errorf("certificates[%d]: %s is not a key of a kubernetes.io/tls Secret", i, f)
+				}
+			}
+		}
+		svc := one(t, byKind, "Service")
+		if str(dig(svc, "spec", "type")) != "LoadBalancer" {
+			t.Errorf("Service type %v, want LoadBalancer", dig(svc, "spec", "type"))
+		}
+		ann, _ := dig(svc, "metadata", "annotations").(map[string]any)
+		if str(ann["service.beta.kubernetes.io/aws-load-balancer-proxy-protocol"]) != "*" {
+			t.Error("the LoadBalancer is not asked to send the PROXY protocol")
+		}
+		pp := cfg.Server.ProxyProtocol
+		if len(pp.TrustedPeers) == 0 || pp.Policy != config.ProxyRequired {
+			t.Errorf("proxy_protocol %+v: want the balancer's network trusted, header required", pp)
+		}
+		if len(cfg.ClientIP.TrustedProxies) != 0 {
+			t.Errorf("client_ip.trusted_proxies %v: behind an L4 balancer no X-Forwarded-For should be believed", cfg.ClientIP.TrustedProxies)
 		}
 	})
 
