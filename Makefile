@@ -50,7 +50,8 @@ fuzz:
 	$(GO) test ./proxy -run='^$$' -fuzz=FuzzClientAddr -fuzztime=$(FUZZTIME)
 	$(GO) test ./config -run='^$$' -fuzz=FuzzParse -fuzztime=$(FUZZTIME)
 	$(GO) test ./identity -run='^$$' -fuzz=FuzzCanonicalBase64URL -fuzztime=$(FUZZTIME)
-	$(GO) test ./validate -run='^$$' -fuzz=FuzzCheck -fuzztime=$(FUZZTIME)
+	$(GO) test ./validate -run='^$$' -fuzz='^FuzzCheck$$' -fuzztime=$(FUZZTIME)
+	$(GO) test ./validate -run='^$$' -fuzz=FuzzCheckBulk -fuzztime=$(FUZZTIME)
 	$(GO) test ./validate -run='^$$' -fuzz=FuzzContentType -fuzztime=$(FUZZTIME)
 
 ## run: the gateway in dev mode (embedded reference backend, in-memory limits).

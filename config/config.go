@@ -273,9 +273,13 @@ type Route struct {
 	// without a well-formed Bearer token gets 401. Default "none"
 	// (Validate turns "" into "none").
 	Auth string `yaml:"auth"`
-	// Validate names a body validator ("order") or "" for none.
+	// Validate names a body validator: "order" (one order), "order_bulk"
+	// (a JSON array of orders, or of order ids to cancel) or "" for none.
 	// Default "".
 	Validate string `yaml:"validate"`
+	// Bulk says, for a route with validate: order_bulk, which routes'
+	// limits its requests are charged against.
+	Bulk BulkRoute `yaml:"bulk"`
 	// Timeout overrides Upstream.Timeout for this route. Default 0 (use
 	// Upstream.Timeout).
 	Timeout time.Duration `yaml:"timeout"`
@@ -284,6 +288,18 @@ type Route struct {
 	OnStoreError string `yaml:"on_store_error"`
 	// Limits are the route's rate limits. Default: none.
 	Limits []Limit `yaml:"limits"`
+}
+
+// BulkRoute names the routes whose limits a bulk request is charged
+// against, one unit per order or order id, so that a bulk of k orders
+// costs what k single orders cost.
+type BulkRoute struct {
+	// Orders is the route whose limits a bulk placement (an array of
+	// orders) is charged against. Required with validate: order_bulk.
+	Orders string `yaml:"orders"`
+	// Cancels is the route whose limits a bulk cancel (an array of order
+	// ids) is charged against. Required with validate: order_bulk.
+	Cancels string `yaml:"cancels"`
 }
 
 // Limit is one rate limit of a route.
@@ -335,6 +351,7 @@ const (
 	WhenAnon     = "anonymous"
 	ValidateNone = ""
 	ValidateOrd  = "order"
+	ValidateBulk = "order_bulk"
 )
 
 // Limiter backends, store-error modes and header styles.

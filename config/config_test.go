@@ -80,6 +80,7 @@ func TestDefaultMatchesSpec(t *testing.T) {
 		name, match, auth, validate string
 		limits                      []limit
 	}{
+		{"bulk_orders", "POST /api/v1/odr/orders/bulk/", "required", "order_bulk", nil},
 		{"cancel_order", "DELETE /api/v1/odr/orders/{id}/", "required", "", []limit{{"token", "always", "16200/1h"}}},
 		{"list_orders", "GET /api/v1/odr/orders/", "required", "", []limit{{"token", "always", "600/1m"}}},
 		{"get_orders", "GET /api/v1/odr/orders/{ids}/", "required", "", []limit{{"token", "always", "600/1m"}}},
@@ -92,7 +93,7 @@ func TestDefaultMatchesSpec(t *testing.T) {
 		{"authenticate", "POST /api/v1/usr/authenticate/", "none", "", []limit{{"address", "always", "20/1m"}, {"address", "always", "100/1h"}}},
 		{"refresh_token", "POST /api/v1/usr/refresh_token/", "none", "", []limit{{"address", "always", "60/1m"}}},
 	}
-	want = append(want[:1], append(family[:7], append(want[1:3], append(family[7:9], append(want[3:4], append(family[9:], want[4])...)...)...)...)...)
+	want = append(want[:1], append(family[:8], append(want[1:3], append(family[8:10], append(want[3:4], append(family[10:], want[4])...)...)...)...)...)
 	c := Default()
 	if len(c.Routes) != len(want) {
 		t.Fatalf("Default() has %d routes, want %d", len(c.Routes), len(want))
@@ -320,7 +321,7 @@ var invalidFixtures = map[string][]string{
 		`routes[3].match: "GET /api/v1/mth/matches/{market}/" matches the same requests as routes[2] ("GET /api/v1/mth/matches/{symbol}/") (line 14)`,
 		`routes[4].name: required (line 15)`,
 		`routes[5].match: only one default route "*" is allowed; routes[4] is one (line 17)`,
-		`routes[5].validate: want "" or "order", got "schema" (line 18)`,
+		`routes[5].validate: want "", "order" or "order_bulk", got "schema" (line 18)`,
 		`routes[6].match: required, such as "GET /api/v1/mkt/markets/" or "*" (line 19)`,
 		`routes[0].auth: duplicate protection keys an order's identifier by its token, and auth: none reads no token: an order sent twice with one identifier would be placed twice; write auth: required (or idempotency.enabled: false to go without duplicate protection) (line 2)`,
 	},
@@ -361,7 +362,7 @@ var invalidFixtures = map[string][]string{
 		`server.read_header_timeout: must be greater than 0, got 0s (line 4)`,
 		`server.max_header_bytes: must be from 1KiB to 1MiB, got 2MiB (line 7)`,
 		`server.max_body_bytes: must be at least 1, got 0 (line 8)`,
-		`server.write_timeout: 10s must exceed upstream.timeout (10s), the timeout of routes[0] ("place_order"), routes[1] ("cancel_order"), routes[2] ("list_orders") and 13 more (line 5)`,
+		`server.write_timeout: 10s must exceed upstream.timeout (10s), the timeout of routes[0] ("place_order"), routes[1] ("bulk_orders"), routes[2] ("cancel_order") and 14 more (line 5)`,
 		`upstream.dial_timeout: must be greater than 0, got 0s (line 11)`,
 		`upstream.max_idle_conns: must not be negative, got -1 (line 12)`,
 		`upstream.max_conns_per_host: must not be negative (0 means no cap), got -2 (line 13)`,
@@ -745,6 +746,46 @@ func TestFieldErrorFormat(t *testing.T) {
 	}
 }
 
+func TestBulkRouteRules(t *testing.T) {
+	tests := []struct {
+		name string
+		mut  func(c *Config)
+		want []string
+	}{
+		{"defaults", func(c *Config) {}, nil},
+		{"bulk settings elsewhere", func(c *Config) { c.Route("place_order").Bulk.Orders = "x" }, []string{`routes[0].bulk: only for a route with validate: order_bulk`}},
+		{"unknown and missing routes", func(c *Config) { c.Route("bulk_orders").Bulk = BulkRoute{Orders: "nope"} }, []string{
+			`routes[1].bulk.orders: no route named "nope"`,
+			`routes[1].bulk.cancels: required: the route whose limits a bulk is charged against`}},
+		{"itself, no token limit", func(c *Config) { c.Route("bulk_orders").Bulk = BulkRoute{Orders: "bulk_orders", Cancels: "list_matches"} }, []string{
+			`routes[1].bulk.orders: route "bulk_orders" is a bulk route; name the route of single requests`,
+			`routes[1].bulk.cancels: route "list_matches" has no token limit to charge`}},
+		{"own limits, no token", func(c *Config) {
+			b := c.Route("bulk_orders")
+			b.Auth = AuthOptional
+			b.Limits = []Limit{{Key: KeyAddress, Rate: Rate{N: 1, Period: time.Second}}}
+		}, []string{
+			`routes[1].auth: a order_bulk route must require a token, so that the token limits it is charged against apply`,
+			`routes[1].limits: a order_bulk route has no limits of its own: it is charged against bulk.orders and bulk.cancels`}},
+		{"max orders", func(c *Config) { c.Validation.Bulk.MaxOrders = 0 }, []string{`validation.bulk.max_orders: must be from 1 to 1000, got 0`}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := Default()
+			tt.mut(c)
+			var got []string
+			if err := c.Validate(); err != nil {
+				for _, e := range err.(Errors) {
+					got = append(got, e.Error())
+				}
+			}
+			if !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("problems:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(tt.want, "\n"))
+			}
+		})
+	}
+}
+
 func TestValidateProgrammatic(t *testing.T) {
 	t.Run("zero config reports, never panics", func(t *testing.T) {
 		var c Config
@@ -775,10 +816,11 @@ func TestValidateProgrammatic(t *testing.T) {
 			`routes[0].match: the default route "*" takes no method`,
 			`routes[0].validate: "order" needs a POST route, but the route matches "GET *"`,
 			`routes[1].match: unknown method "FETCH"`,
+			`routes[1].validate: "order_bulk" needs a POST route, but the route matches "FETCH /x/"`,
 			`routes[2].match: path "x": must start with /`,
 			`routes[3].timeout: must not be negative (0 means upstream.timeout), got -1s`,
 			`routes[3].limits[0].rate: period must be whole seconds from 1s to 366d, got 1ms`,
-			`routes[15].match: only one default route "*" is allowed; routes[0] is one`,
+			`routes[16].match: only one default route "*" is allowed; routes[0] is one`,
 			`tiers.vip.place_order.rate: required, such as 60/1m`,
 		}
 		if !slices.Equal(got, want) {

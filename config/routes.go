@@ -12,8 +12,9 @@ import "time"
 //   - Orders, fills and wallets (everything under /api/v1/odr/ and
 //     /api/v1/wlt/) require a token at the edge and are counted per
 //     token: placement against the spec's 5400/h order allowance (single
-//     and bulk alike), cancels against their own limit so that a spent
-//     order allowance never blocks one, reads against a read limit.
+//     and bulk alike: a bulk of k orders costs k), cancels (single and
+//     bulk) against their own limit so that a spent order allowance never
+//     blocks one, reads against a read limit.
 //   - Public reads (markets, currencies, tickers, order book) are counted
 //     like the spec's market list: per address without a token, per token
 //     with one. Recent matches keep the spec's 60/min.
@@ -44,8 +45,13 @@ func DefaultRoutes() []Route {
 	}
 	place := private("place_order", "POST /api/v1/odr/orders/", orders)
 	place.Validate = ValidateOrd
+	bulk := Route{
+		Name: "bulk_orders", Match: mustMatch("POST /api/v1/odr/orders/bulk/"), Auth: AuthRequired,
+		Validate: ValidateBulk, Bulk: BulkRoute{Orders: "place_order", Cancels: "cancel_order"},
+	}
 	return []Route{
 		place,
+		bulk,
 		private("cancel_order", "DELETE /api/v1/odr/orders/{id}/", cancels),
 		private("list_orders", "GET /api/v1/odr/orders/", reads),
 		private("get_orders", "GET /api/v1/odr/orders/{ids}/", reads),

@@ -405,13 +405,14 @@ func (c *Config) checkRoutes(v *checker) {
 		v.oneOf(p+".auth", r.Auth, AuthNone, AuthOptional, AuthRequired)
 		switch r.Validate {
 		case ValidateNone:
-		case ValidateOrd:
+		case ValidateOrd, ValidateBulk:
 			if m.Path != "" && m.Method != "POST" {
 				v.addf(p+".validate", "%q needs a POST route, but the route matches %q", r.Validate, m.String())
 			}
 		default:
-			v.oneOf(p+".validate", r.Validate, ValidateNone, ValidateOrd)
+			v.oneOf(p+".validate", r.Validate, ValidateNone, ValidateOrd, ValidateBulk)
 		}
+		c.checkBulkRoute(v, p, r)
 		if r.Timeout < 0 {
 			v.addf(p+".timeout", "must not be negative (0 means upstream.timeout), got %s", r.Timeout)
 		}
@@ -474,6 +475,42 @@ func (c *Config) checkTiers(v *checker) {
 			tl := c.Tiers[t][rn]
 			v.rate(rp+".rate", tl.Rate)
 			v.burst(rp+".burst", tl.Burst)
+		}
+	}
+}
+
+// checkBulkRoute checks the bulk settings of route r at path p: a bulk
+// route is charged against other routes' limits (Bulk.Orders and
+// Bulk.Cancels, which must exist and count per token), needs a token so
+// that those token limits apply, and has no limits of its own; any other
+// route has no bulk settings.
+func (c *Config) checkBulkRoute(v *checker, p string, r *Route) {
+	if r.Validate != ValidateBulk {
+		if r.Bulk != (BulkRoute{}) {
+			v.addf(p+".bulk", "only for a route with validate: %s", ValidateBulk)
+		}
+		return
+	}
+	if r.Auth != AuthRequired {
+		v.addf(p+".auth", "a %s route must require a token, so that the token limits it is charged against apply", ValidateBulk)
+	}
+	if len(r.Limits) > 0 {
+		v.addf(p+".limits", "a %s route has no limits of its own: it is charged against bulk.orders and bulk.cancels", ValidateBulk)
+	}
+	for _, f := range []struct{ key, name string }{{"orders", r.Bulk.Orders}, {"cancels", r.Bulk.Cancels}} {
+		fp := p + ".bulk." + f.key
+		if f.name == "" {
+			v.addf(fp, "required: the route whose limits a bulk is charged against")
+			continue
+		}
+		t := c.Route(f.name)
+		switch {
+		case t == nil:
+			v.addf(fp, "no route named %q", f.name)
+		case t.Name == r.Name || t.Validate == ValidateBulk:
+			v.addf(fp, "route %q is a bulk route; name the route of single requests", f.name)
+		case !slices.ContainsFunc(t.Limits, func(l Limit) bool { return l.Key == KeyToken }):
+			v.addf(fp, "route %q has no token limit to charge", f.name)
 		}
 	}
 }

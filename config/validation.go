@@ -28,6 +28,8 @@ type Validation struct {
 	BeforeCatalogue string `yaml:"before_catalogue"`
 	// Identifier bounds the client's order identifier.
 	Identifier Identifier `yaml:"identifier"`
+	// Bulk bounds bulk requests (routes with validate: order_bulk).
+	Bulk BulkLimits `yaml:"bulk"`
 	// Catalogue configures how the market catalogue is fetched from the
 	// backend.
 	Catalogue Catalogue `yaml:"catalogue" reload:"restart"`
@@ -38,6 +40,16 @@ type Validation struct {
 	// Quotes holds per-quote-currency rules keyed by currency code
 	// ("USDT"), for every market quoted in that currency. Default: none.
 	Quotes map[string]QuoteRules `yaml:"quotes"`
+}
+
+// BulkLimits bounds bulk placements and bulk cancels.
+type BulkLimits struct {
+	// MaxOrders is the most orders (or order ids) one bulk request may
+	// carry; more is refused whole with 400. From 1 to 1000. Default 10.
+	MaxOrders int `yaml:"max_orders"`
+	// MaxBodyBytes is the largest bulk body accepted; larger bodies get
+	// 413. server.max_body_bytes caps it when smaller. Default 64KiB.
+	MaxBodyBytes ByteSize `yaml:"max_body_bytes"`
 }
 
 // Identifier bounds the client's order identifier. Letters and digits
@@ -179,6 +191,7 @@ func DefaultValidation() Validation {
 		UnknownFields:   UnknownReject,
 		BeforeCatalogue: BeforeCatalogueReject,
 		Identifier:      Identifier{MaxLength: 64, Punctuation: "-_.:"},
+		Bulk:            BulkLimits{MaxOrders: 10, MaxBodyBytes: 64 << 10},
 		Catalogue: Catalogue{
 			Path:     "/api/v1/mkt/markets/",
 			Refresh:  30 * time.Second,
@@ -282,6 +295,12 @@ func (c *Config) checkValidation(v *checker) {
 		v.addf("validation.max_body_bytes", "must be from 64 to 1MiB, got %s", val.MaxBodyBytes)
 	case c.Server.MaxBodyBytes > 0 && val.MaxBodyBytes > c.Server.MaxBodyBytes:
 		v.addf("validation.max_body_bytes", "%s must not exceed server.max_body_bytes (%s)", val.MaxBodyBytes, c.Server.MaxBodyBytes)
+	}
+	if val.Bulk.MaxOrders < 1 || val.Bulk.MaxOrders > 1000 {
+		v.addf("validation.bulk.max_orders", "must be from 1 to 1000, got %d", val.Bulk.MaxOrders)
+	}
+	if val.Bulk.MaxBodyBytes < 64 || val.Bulk.MaxBodyBytes > 16<<20 {
+		v.addf("validation.bulk.max_body_bytes", "must be from 64 to 16MiB, got %s", val.Bulk.MaxBodyBytes)
 	}
 	v.oneOf("validation.unknown_fields", val.UnknownFields, UnknownReject, UnknownAllow)
 	v.oneOf("validation.before_catalogue", val.BeforeCatalogue, BeforeCatalogueReject, BeforeCataloguePass)

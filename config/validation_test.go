@@ -49,6 +49,7 @@ func TestValidationFixture(t *testing.T) {
 		UnknownFields:   UnknownAllow,
 		BeforeCatalogue: BeforeCataloguePass,
 		Identifier:      Identifier{Required: true, MaxLength: 36, Punctuation: "-"},
+		Bulk:            BulkLimits{MaxOrders: 10, MaxBodyBytes: 64 << 10},
 		Catalogue: Catalogue{Path: "/api/v1/mkt/markets/", Refresh: time.Minute, Timeout: 2 * time.Second,
 			MaxBytes: 1 << 20, TokenEnv: "EXGATE_CATALOGUE_TOKEN"},
 		Markets: map[string]MarketRules{

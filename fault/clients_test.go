@@ -139,7 +139,7 @@ func TestMemoryLimiterManyAddresses(t *testing.T) {
 			for i := range addresses {
 				addr := netip.AddrFrom4([4]byte{10, byte(i >> 16), byte(i >> 8), byte(i)})
 				key = append(append(key[:0], "exgate:rl:list_matches:address:"...), addr.String()...)
-				if r := m.AllowN(string(key), l, 1); !r.Allowed {
+				if r := m.AllowLocal(string(key), l, 1); !r.Allowed {
 					t.Fatalf("address %d (%v): first request refused", i, addr)
 				}
 			}

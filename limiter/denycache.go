@@ -54,6 +54,22 @@ func (d *DenyCache) Allow(ctx context.Context, key string, l Limit) (Result, err
 	return r, nil
 }
 
+// AllowN implements Limiter. A key the cache knows to be denied for one
+// request is denied for n; a store's denial of a cost above one is not
+// cached, since a smaller request may still pass.
+func (d *DenyCache) AllowN(ctx context.Context, key string, l Limit, n int64) (Result, error) {
+	if n == 1 {
+		return d.Allow(ctx, key, l)
+	}
+	h := limitHash(maphash.String(d.seed, key), l)
+	now := d.now().UnixNano()
+	if reset, until, ok := d.entries.get(h, now); ok {
+		d.hits.Add(1)
+		return Result{RetryAfter: time.Duration(until - now), ResetAfter: time.Duration(max(reset-now, 0))}, nil
+	}
+	return d.next.AllowN(ctx, key, l, n)
+}
+
 // limitHash mixes a limit into the hash of a key, so that a key under one
 // limit and the same key under another are cached apart.
 func limitHash(h uint64, l Limit) uint64 {

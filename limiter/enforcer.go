@@ -96,6 +96,10 @@ type Request struct {
 	Tier string
 	// Addr is the client address (already derived from trusted proxies).
 	Addr netip.Addr
+	// Cost is how many requests this one counts as in every limit (a
+	// bulk of Cost orders); 0 means 1. All or nothing: a request that
+	// does not fit whole is refused and charges nothing.
+	Cost int64
 }
 
 // EnforcerOptions are an Enforcer's dependencies. Store is required.
@@ -215,6 +219,7 @@ func (e *Enforcer) Decide(ctx context.Context, rr *RouteRules, req Request, d *D
 	if req.Addr.IsValid() {
 		addr = AddrGroup(req.Addr, rs.v6Prefix).AppendTo(addrBuf[:0])
 	}
+	cost := max(req.Cost, 1)
 	anonymous := req.Token == "" && req.Account == ""
 	switch {
 	case req.Account != "":
@@ -271,7 +276,13 @@ func (e *Enforcer) Decide(ctx context.Context, rr *RouteRules, req Request, d *D
 			key = append(append(key, v.prefixAddr...), addr...)
 		}
 		o := Outcome{Index: i, Limit: r.name, Tier: v.tier, v: v}
-		res, err := e.store.Allow(ctx, string(key), v.limit)
+		var res Result
+		var err error
+		if cost == 1 {
+			res, err = e.store.Allow(ctx, string(key), v.limit)
+		} else {
+			res, err = e.store.AllowN(ctx, string(key), v.limit, cost)
+		}
 		if err != nil {
 			e.storeFailed(rr, err)
 			switch rr.onStoreError {
@@ -289,7 +300,7 @@ func (e *Enforcer) Decide(ctx context.Context, rr *RouteRules, req Request, d *D
 			default:
 				e.fallbacks[2].Add(1)
 				o.Fallback = config.StoreLocal
-				res = e.local.AllowN(string(key), v.local, 1)
+				res = e.local.AllowLocal(string(key), v.local, cost)
 			}
 		}
 		o.Result = res

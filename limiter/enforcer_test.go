@@ -421,6 +421,10 @@ func (failing) Allow(context.Context, string, Limit) (Result, error) {
 	return Result{}, errors.New("connection refused")
 }
 
+func (failing) AllowN(context.Context, string, Limit, int64) (Result, error) {
+	return Result{}, errors.New("connection refused")
+}
+
 func TestStoreFailureModes(t *testing.T) {
 	for _, tc := range []struct {
 		mode        string

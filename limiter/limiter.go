@@ -86,6 +86,11 @@ type Limiter interface {
 	// records it when it does. An error means the store could not decide;
 	// the Result is then meaningless.
 	Allow(ctx context.Context, key string, limit Limit) (Result, error)
+	// AllowN decides a request of cost n (a bulk of n orders): it passes
+	// only when n requests would, all or nothing, and is then recorded as
+	// n requests; a cost above the burst never passes. Allow is AllowN
+	// with n = 1.
+	AllowN(ctx context.Context, key string, limit Limit, n int64) (Result, error)
 }
 
 // ErrStoreUnavailable is returned (wrapped) when the store is known to be

@@ -52,17 +52,14 @@ func impls(t *testing.T) []impl {
 	mem := NewMemory(MemoryOptions{Now: clock.Now, MaxKeys: 10000})
 	out = append(out, impl{
 		name:    "memory",
-		allowN:  func(k string, l Limit, n int64) (Result, error) { return mem.AllowN(k, l, n), nil },
+		allowN:  func(k string, l Limit, n int64) (Result, error) { return mem.AllowN(context.Background(), k, l, n) },
 		advance: clock.Advance,
 	})
 	memCached := NewDenyCache(mem, 1000, clock.Now)
 	out = append(out, impl{
 		name: "memory+denycache",
 		allowN: func(k string, l Limit, n int64) (Result, error) {
-			if n != 1 {
-				return mem.AllowN(k, l, n), nil
-			}
-			return memCached.Allow(context.Background(), k, l)
+			return memCached.AllowN(context.Background(), k, l, n)
 		},
 		advance: clock.Advance,
 	})
@@ -84,10 +81,7 @@ func impls(t *testing.T) []impl {
 	out = append(out, impl{
 		name: "redis+denycache",
 		allowN: func(k string, l Limit, n int64) (Result, error) {
-			if n != 1 {
-				return rl.AllowN(context.Background(), k, l, n)
-			}
-			return cached.Allow(context.Background(), k, l)
+			return cached.AllowN(context.Background(), k, l, n)
 		},
 		advance: sleep, slack: 60 * time.Millisecond,
 	})
@@ -168,6 +162,11 @@ func TestLimiterTable(t *testing.T) {
 			{n: 60, allowed: true, remaining: 40, resetAfter: 60 * time.Second},
 			{n: 41, allowed: false, retryAfter: time.Second, resetAfter: 60 * time.Second},
 			{n: 40, allowed: true, remaining: 0, resetAfter: 100 * time.Second},
+		}},
+		{"a refused bulk leaves room for smaller requests", bursty, []step{
+			{n: 2, allowed: true, remaining: 1, resetAfter: 2000 * ms},
+			{n: 2, allowed: false, retryAfter: 1000 * ms, resetAfter: 2000 * ms},
+			{allowed: true, remaining: 0, resetAfter: 3000 * ms},
 		}},
 		{"burst zero denies everything", Limit{Rate: 10, Period: time.Second}, []step{
 			{allowed: false, retryAfter: Never, resetAfter: -1},

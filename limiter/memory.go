@@ -64,12 +64,17 @@ func NewMemory(o MemoryOptions) *Memory {
 
 // Allow implements Limiter. It never returns an error.
 func (m *Memory) Allow(_ context.Context, key string, l Limit) (Result, error) {
-	return m.AllowN(key, l, 1), nil
+	return m.AllowLocal(key, l, 1), nil
 }
 
-// AllowN decides a request of cost n: it passes only when n requests
+// AllowN implements Limiter. It never returns an error.
+func (m *Memory) AllowN(_ context.Context, key string, l Limit, n int64) (Result, error) {
+	return m.AllowLocal(key, l, n), nil
+}
+
+// AllowLocal decides a request of cost n: it passes only when n requests
 // would, and a cost above the burst never passes.
-func (m *Memory) AllowN(key string, l Limit, n int64) Result {
+func (m *Memory) AllowLocal(key string, l Limit, n int64) Result {
 	if !l.valid(n) {
 		return never()
 	}

@@ -29,6 +29,11 @@ func (c *counting) Allow(ctx context.Context, k string, l Limit) (Result, error)
 	return c.next.Allow(ctx, k, l)
 }
 
+func (c *counting) AllowN(ctx context.Context, k string, l Limit, n int64) (Result, error) {
+	c.calls.Add(1)
+	return c.next.AllowN(ctx, k, l, n)
+}
+
 func TestDenyCacheAnswersWithoutTheStore(t *testing.T) {
 	clock := newFakeClock()
 	store := &counting{next: NewMemory(MemoryOptions{Now: clock.Now})}
@@ -71,7 +76,7 @@ func TestMemoryStaysBounded(t *testing.T) {
 	m := NewMemory(MemoryOptions{Now: clock.Now, MaxKeys: 6400})
 	l := Limit{Rate: 10, Period: time.Hour, Burst: 10}
 	for i := 0; i < 100000; i++ {
-		m.AllowN(fmt.Sprint("addr-", i), l, 1)
+		m.AllowLocal(fmt.Sprint("addr-", i), l, 1)
 	}
 	if n := m.Len(); n > 6400 || n < 6000 {
 		t.Errorf("keys kept %d, want close to and at most 6400", n)
@@ -80,7 +85,7 @@ func TestMemoryStaysBounded(t *testing.T) {
 	// their shard, which an insertion into the shard triggers.
 	clock.Advance(2 * time.Hour)
 	for i := 0; i < 1000; i++ {
-		m.AllowN(fmt.Sprint("fresh-", i), l, 1)
+		m.AllowLocal(fmt.Sprint("fresh-", i), l, 1)
 	}
 	if n := m.Len(); n != 1000 {
 		t.Errorf("after every old bucket refilled %d keys remain, want the 1000 fresh ones", n)
@@ -380,6 +385,60 @@ func TestCoalescingUnderLoad(t *testing.T) {
 		t.Errorf("%d script runs for 1600 decisions on one key; want them coalesced", runs)
 	}
 	t.Logf("1600 decisions on one key: %d script runs", runs)
+}
+
+// TestCostsMixedWithCoalescingAndLeases: bulks (cost > 1) and single
+// requests on one hot key, across replicas whose single requests are
+// coalesced and leased, never admit more than the burst in total, and a
+// bulk is admitted whole or not at all (its cost is charged exactly).
+func TestCostsMixedWithCoalescingAndLeases(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts redis-server")
+	}
+	srv := redistest.Start(t)
+	l := Limit{Rate: 3000, Period: time.Hour, Burst: 3000}
+	var replicas []*Redis
+	for i := 0; i < 2; i++ {
+		r := NewRedis(srv.Client(), RedisOptions{Timeout: time.Second})
+		defer r.Close()
+		replicas = append(replicas, r)
+	}
+	var admitted atomic.Int64 // in cost units
+	var wg sync.WaitGroup
+	for ri, r := range replicas {
+		for g := 0; g < 24; g++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := 0; i < 60; i++ {
+					cost := int64(1)
+					if (g+i+ri)%3 == 0 {
+						cost = 7 // a bulk of seven orders
+					}
+					res, err := r.AllowN(context.Background(), "mixed", l, cost)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if res.Allowed {
+						admitted.Add(cost)
+					}
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	maxLease := int64(min(3000/leaseFraction, leaseMax))
+	if got := admitted.Load(); got > 3000 || got < 3000-2*maxLease-7 {
+		t.Errorf("admitted %d units, want at most 3000 and at least %d", got, 3000-2*maxLease-7)
+	}
+	// What Redis holds agrees: nothing is left for even one more request
+	// beyond what leases hold back.
+	res, err := replicas[0].AllowN(context.Background(), "mixed", l, 2*maxLease+8)
+	if err != nil || res.Allowed {
+		t.Errorf("after the run a bulk of %d still passed (%+v, %v): costs were undercharged", 2*maxLease+8, res, err)
+	}
+	t.Logf("admitted %d of 3000 units", admitted.Load())
 }
 
 // TestHotKeyLeases: a hot key far from its limit is decided mostly from

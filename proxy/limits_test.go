@@ -176,6 +176,10 @@ func (down) Allow(context.Context, string, limiter.Limit) (limiter.Result, error
 	return limiter.Result{}, errors.New("dial tcp: connection refused")
 }
 
+func (down) AllowN(context.Context, string, limiter.Limit, int64) (limiter.Result, error) {
+	return limiter.Result{}, errors.New("dial tcp: connection refused")
+}
+
 func TestStoreDownClosedIs503(t *testing.T) {
 	e := startLimited(t, down{}, func(c *config.Config) { c.Limiter.OnStoreError = config.StoreClosed })
 	res := do(t, "GET", e.url+"/api/v1/mkt/markets/", nil)

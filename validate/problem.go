@@ -97,9 +97,12 @@ func (r *report) has(field string) bool {
 }
 
 // done writes the report's detail and returns its problem, or nil.
-func (r *report) done() *Problem {
+func (r *report) done() *Problem { return r.doneAs("Invalid order") }
+
+// doneAs is done with the detail starting with lead.
+func (r *report) doneAs(lead string) *Problem {
 	if r.p != nil {
-		r.p.Detail = invalidDetail("Invalid order", r.p.order, r.p.Fields)
+		r.p.Detail = invalidDetail(lead, r.p.order, r.p.Fields)
 	}
 	return r.p
 }

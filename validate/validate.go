@@ -61,6 +61,8 @@ type Validator struct {
 	cat          *Catalogue
 	log          *zap.Logger
 	maxBody      int64
+	maxBulk      int   // orders per bulk request
+	maxBulkBody  int64 // bytes of a bulk body
 	allowUnknown bool
 	pass         bool
 	idRequired   bool
@@ -70,9 +72,10 @@ type Validator struct {
 	markets      map[string]overrides
 	quotes       map[string]dec
 
-	errTooLarge    *Problem
-	errMediaType   *Problem
-	errUnavailable *Problem
+	errTooLarge     *Problem
+	errBulkTooLarge *Problem
+	errMediaType    *Problem
+	errUnavailable  *Problem
 
 	compiled atomic.Pointer[compiled]
 }
@@ -137,6 +140,14 @@ func New(cfg config.Validation, cat *Catalogue, log *zap.Logger) (*Validator, er
 		v.idMax = 64
 	}
 	v.errTooLarge = tooLarge(v.maxBody)
+	v.maxBulk, v.maxBulkBody = cfg.Bulk.MaxOrders, int64(cfg.Bulk.MaxBodyBytes)
+	if v.maxBulk <= 0 {
+		v.maxBulk = 10
+	}
+	if v.maxBulkBody <= 0 {
+		v.maxBulkBody = 64 << 10
+	}
+	v.errBulkTooLarge = tooLarge(v.maxBulkBody)
 	for c := '0'; c <= '9'; c++ {
 		v.idChars[c] = true
 	}
