@@ -183,6 +183,9 @@ func (g *Gateway) newPlan(cfg *config.Config, rules *limiter.Rules, v *validate.
 		all = append(all[:len(all):len(all)], t.def)
 	}
 	for _, r := range all {
+		if r.Config.Validate == config.ValidateBulk {
+			r.bulk = &bulkTargets{orders: t.named(r.Config.Bulk.Orders), cancels: t.named(r.Config.Bulk.Cancels)}
+		}
 		r.limits = rules.Route(r.Name)
 		r.metrics = g.metrics.Route(r.Name)
 		if g.metrics == nil || !r.limits.Limited() {
@@ -306,37 +309,27 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	} else {
 		delete(r.Header, "X-Real-Ip")
 	}
-	if g.limits != nil && route.limits.Limited() {
-		ex.limited = true
-		d := &ex.decision
-		g.limits.Decide(r.Context(), route.limits, ex.limitRequest(), d)
-		if route.limitMetrics != nil {
-			for i := 0; i < d.N; i++ {
-				o := &d.Outcomes[i]
-				route.limitMetrics[o.Index][o.Tier].Observe(o.Decision, o.Fallback)
-			}
-		}
-		d.SetHeaders(w.Header(), pl.rules.Headers())
-		if !d.Allowed {
-			if d.Unavailable {
-				g.refuse(ex, r, errLimitsUnavailable)
-			} else {
-				g.refuse(ex, r, throttled(limiter.Seconds(d.RetryAfter)))
-			}
+	if route.bulk != nil {
+		// A bulk is charged by its size, so its body is checked first.
+		if !g.checkBulk(ex, r, pl) {
 			return
 		}
-	}
-	if route.Config.Validate == config.ValidateOrd && pl.validator != nil {
-		var key string
-		if g.idem != nil {
-			key = g.identityKey(ex)
-		}
-		if !g.checkOrder(ex, r, pl.validator, key) {
+	} else {
+		if !g.enforceLimits(ex, r, pl, route, 1) {
 			return
 		}
-	} else if e := g.limitBody(r); e != nil {
-		g.reject(ex, e)
-		return
+		if route.Config.Validate == config.ValidateOrd && pl.validator != nil {
+			var key string
+			if g.idem != nil {
+				key = g.identityKey(ex)
+			}
+			if !g.checkOrder(ex, r, pl.validator, key) {
+				return
+			}
+		} else if e := g.limitBody(r); e != nil {
+			g.reject(ex, e)
+			return
+		}
 	}
 
 	r.URL.Path, r.URL.RawPath = ex.path, ""

@@ -24,6 +24,7 @@ type orderState struct {
 	claimed bool    // a claim is held and must be settled
 	settled bool
 	claim   idempotency.Claim
+	more    []idempotency.Claim // a bulk's claims after the first, settled with it
 }
 
 // bodyPool holds order body buffers (validation.max_body_bytes is small).
@@ -200,7 +201,7 @@ func (g *Gateway) recordResponse(res *http.Response) error {
 			return nil
 		}
 		g.metrics.Idempotency(metrics.IdempotencyReleased)
-		if err := g.idem.Release(ctx, ex.order.claim); err != nil {
+		if err := g.releaseClaims(ctx, ex); err != nil {
 			g.log.Warn("duplicate protection: releasing a refused order's claim failed", zap.String("request_id", ex.id), zap.Error(err))
 		}
 		return nil
@@ -218,7 +219,7 @@ func (g *Gateway) recordResponse(res *http.Response) error {
 		return nil
 	}
 	rec := idempotency.Record{Status: res.StatusCode, ContentType: res.Header.Get("Content-Type"), Body: b}
-	if err := g.idem.Complete(ctx, ex.order.claim, rec); err != nil {
+	if err := g.completeClaims(ctx, ex, rec); err != nil {
 		g.log.Warn("duplicate protection: recording the response failed", zap.String("request_id", ex.id), zap.Error(err))
 	}
 	return nil
@@ -235,7 +236,7 @@ func (g *Gateway) settleFailed(ex *exchange, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), g.idemTimeout)
 	defer cancel()
 	if err != nil && idempotency.NotSent(err) {
-		if err := g.idem.Release(ctx, ex.order.claim); err != nil {
+		if err := g.releaseClaims(ctx, ex); err != nil {
 			g.log.Warn("duplicate protection: releasing a claim failed", zap.String("request_id", ex.id), zap.Error(err))
 		}
 		return
@@ -244,7 +245,7 @@ func (g *Gateway) settleFailed(ex *exchange, err error) {
 }
 
 func (g *Gateway) settleUnknown(ctx context.Context, ex *exchange) {
-	if err := g.idem.MarkUnknown(ctx, ex.order.claim); err != nil && !errors.Is(err, idempotency.ErrClaimLost) {
+	if err := g.unknownClaims(ctx, ex); err != nil && !errors.Is(err, idempotency.ErrClaimLost) {
 		g.log.Warn("duplicate protection: recording an unknown outcome failed", zap.String("request_id", ex.id), zap.Error(err))
 	}
 }

@@ -30,12 +30,22 @@ func startOrders(t *testing.T, handler http.HandlerFunc) *env {
 // startOrdersWith is startOrders with the store's options changed by set.
 func startOrdersWith(t *testing.T, handler http.HandlerFunc, set func(*idempotency.Options)) *env {
 	t.Helper()
+	return startOrdersConfig(t, handler, set, nil)
+}
+
+// startOrdersConfig is startOrdersWith with the configuration changed by
+// mut.
+func startOrdersConfig(t *testing.T, handler http.HandlerFunc, set func(*idempotency.Options), mut func(*config.Config)) *env {
+	t.Helper()
 	be := &backend{handler: handler}
 	bs := httptest.NewServer(be)
 	t.Cleanup(bs.Close)
 	cfg := config.Default()
 	cfg.Upstream.URL = config.MustURL(bs.URL)
 	cfg.Route("place_order").Timeout = time.Second
+	if mut != nil {
+		mut(cfg)
+	}
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}

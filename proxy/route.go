@@ -22,6 +22,7 @@ type Route struct {
 	Config config.Route
 
 	limits       *limiter.RouteRules                // nil or empty: not limited
+	bulk         *bulkTargets                       // the routes a bulk route charges, or nil
 	metrics      *metrics.RouteMetrics              // nil: no metrics
 	limitMetrics []map[string]*metrics.LimitMetrics // by limit index, then tier ("" for none)
 
@@ -114,6 +115,19 @@ func compileTable(cfg *config.Config) *table {
 		r.allow = strings.Join(methods, ", ")
 	}
 	return t
+}
+
+// named returns the route called name, or nil.
+func (t *table) named(name string) *Route {
+	for _, r := range t.routes {
+		if r.Name == name {
+			return r
+		}
+	}
+	if t.def != nil && t.def.Name == name {
+		return t.def
+	}
+	return nil
 }
 
 // sameShape reports whether two routes match the same set of paths.
