@@ -757,7 +757,9 @@ func TestBulkRouteRules(t *testing.T) {
 		{"unknown and missing routes", func(c *Config) { c.Route("bulk_orders").Bulk = BulkRoute{Orders: "nope"} }, []string{
 			`routes[1].bulk.orders: no route named "nope"`,
 			`routes[1].bulk.cancels: required: the route whose limits a bulk is charged against`}},
-		{"itself, no token limit", func(c *Config) { c.Route("bulk_orders").Bulk = BulkRoute{Orders: "bulk_orders", Cancels: "list_matches"} }, []string{
+		{"itself, no token limit", func(c *Config) {
+			c.Route("bulk_orders").Bulk = BulkRoute{Orders: "bulk_orders", Cancels: "list_matches"}
+		}, []string{
 			`routes[1].bulk.orders: route "bulk_orders" is a bulk route; name the route of single requests`,
 			`routes[1].bulk.cancels: route "list_matches" has no token limit to charge`}},
 		{"own limits, no token", func(c *Config) {
