@@ -92,6 +92,8 @@ var reloadModes = map[string]string{
 	"upstream.timeout":                    ReloadLive,
 	"upstream.url":                        ReloadRestart,
 	"validation.before_catalogue":         ReloadLive,
+	"validation.bulk.max_body_bytes":      ReloadLive,
+	"validation.bulk.max_orders":          ReloadLive,
 	"validation.catalogue.max_bytes":      ReloadRestart,
 	"validation.catalogue.path":           ReloadRestart,
 	"validation.catalogue.refresh":        ReloadRestart,

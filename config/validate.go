@@ -509,7 +509,7 @@ func (c *Config) checkBulkRoute(v *checker, p string, r *Route) {
 			v.addf(fp, "no route named %q", f.name)
 		case t.Name == r.Name || t.Validate == ValidateBulk:
 			v.addf(fp, "route %q is a bulk route; name the route of single requests", f.name)
-		case !slices.ContainsFunc(t.Limits, func(l Limit) bool { return l.Key == KeyToken }):
+		case !slices.ContainsFunc(t.Limits, func(l Limit) bool { return l.Key == KeyToken || l.Key == KeyAccount }):
 			v.addf(fp, "route %q has no token limit to charge", f.name)
 		}
 	}
