@@ -50,6 +50,7 @@ fuzz:
 	$(GO) test ./proxy -run='^$$' -fuzz=FuzzClientAddr -fuzztime=$(FUZZTIME)
 	$(GO) test ./config -run='^$$' -fuzz=FuzzParse -fuzztime=$(FUZZTIME)
 	$(GO) test ./identity -run='^$$' -fuzz=FuzzCanonicalBase64URL -fuzztime=$(FUZZTIME)
+	$(GO) test ./proxy -run='^$$' -fuzz=FuzzTokenPath -fuzztime=$(FUZZTIME)
 	$(GO) test ./validate -run='^$$' -fuzz='^FuzzCheck$$' -fuzztime=$(FUZZTIME)
 	$(GO) test ./validate -run='^$$' -fuzz=FuzzCheckBulk -fuzztime=$(FUZZTIME)
 	$(GO) test ./validate -run='^$$' -fuzz=FuzzContentType -fuzztime=$(FUZZTIME)

@@ -1,13 +1,20 @@
 package proxy
 
 import (
+	"encoding/json"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
+
+	"github.com/exgate/exgate/config"
+	"github.com/exgate/exgate/identity"
+	"github.com/exgate/exgate/limiter"
 )
 
 // signedToken returns an HS256 access token as djangorestframework-simplejwt
@@ -79,5 +86,155 @@ func TestOneTokenOneSpelling(t *testing.T) {
 				t.Fatal("a refused spelling reached the backend")
 			}
 		})
+	}
+}
+
+// fuzzSecret signs the tokens FuzzTokenPath's gateway verifies.
+const fuzzSecret = "fuzz-signing-secret-0123456789"
+
+// recordAuth is a backend that answers 200 and keeps the Authorization
+// header it last received.
+type recordAuth struct{ last atomic.Pointer[string] }
+
+func (b *recordAuth) RoundTrip(r *http.Request) (*http.Response, error) {
+	h := strings.Join(r.Header["Authorization"], "\x00")
+	b.last.Store(&h)
+	return &http.Response{
+		StatusCode: 200, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+		Header: http.Header{"X-Backend": {"1"}}, Body: http.NoBody, Request: r,
+	}, nil
+}
+
+// FuzzTokenPath sends arbitrary Authorization headers through a gateway
+// that verifies tokens: exgate never answers 500, every answer it gives
+// itself is the error shape, and whatever reaches the backend carries
+// exactly "Bearer <token>" for a token that verifies.
+func FuzzTokenPath(f *testing.F) {
+	good := signedToken(f, fuzzSecret, 42, "access")
+	for _, s := range []string{"Bearer " + good, "bearer " + good, "Bearer " + good + "=", "Bearer a.b.c", "Basic eA==",
+		"Bearer " + signedToken(f, fuzzSecret, 42, "refresh"), "Bearer " + signedToken(f, "another-secret-0123456", 42, "access"),
+		"Bearer eyJhbGciOiJub25lIn0.eyJ1c2VyX2lkIjo0Mn0.", "Bearer  " + good, ""} {
+		f.Add(s, uint8(0))
+		f.Add(s, uint8(1))
+	}
+	cfg := config.Default()
+	cfg.Upstream.URL = config.MustURL("http://backend.invalid:9000")
+	cfg.Identity.Verify = true
+	if err := cfg.Validate(); err != nil {
+		f.Fatal(err)
+	}
+	cfg.Route("place_order").Validate = "" // the token path, not the body
+	k, _ := limiter.NewKeyer([]byte(testKeySecret))
+	enf, _ := limiter.NewEnforcer(limiter.EnforcerOptions{Store: limiter.NewMemory(limiter.MemoryOptions{}), Keyer: k})
+	v, err := identity.New(cfg.Identity.JWT, identity.Options{
+		Getenv:     func(string) (string, bool) { return fuzzSecret, true },
+		AccountKey: enf.AccountID,
+	})
+	if err != nil {
+		f.Fatal(err)
+	}
+	be := &recordAuth{}
+	gw, err := New(cfg, Options{Transport: be, Limits: enf, Rules: limiter.Compile(cfg, nil), Verifier: v})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, auth string, route uint8) {
+		target := "/api/v1/mkt/markets/"
+		method := "GET"
+		if route%2 == 1 {
+			method, target = "POST", "/api/v1/odr/orders/"
+		}
+		req := httptest.NewRequest(method, target, nil)
+		if auth != "" {
+			req.Header["Authorization"] = []string{auth}
+		}
+		be.last.Store(nil)
+		rec := httptest.NewRecorder()
+		gw.ServeHTTP(rec, req)
+		res := rec.Result()
+		if res.StatusCode == http.StatusInternalServerError {
+			t.Fatalf("500 for %q", auth)
+		}
+		if res.Header.Get("X-Backend") != "" {
+			got := be.last.Load()
+			if auth == "" {
+				if method != "GET" || got == nil || *got != "" {
+					t.Fatalf("an anonymous %s reached the backend with Authorization %v", method, got)
+				}
+				return
+			}
+			tok := auth[len("Bearer "):]
+			if got == nil || *got != "Bearer "+tok || !strings.EqualFold(auth[:len("Bearer ")], "Bearer ") {
+				t.Fatalf("backend got %v for %q", got, auth)
+			}
+			if _, reason := v.Verify(tok); reason != "" || !identity.CanonicalJWS(tok) {
+				t.Fatalf("a token that does not verify (%s) reached the backend: %q", reason, auth)
+			}
+			return
+		}
+		var e struct {
+			Detail string `json:"detail"`
+			Code   string `json:"code"`
+		}
+		dec := json.NewDecoder(rec.Body)
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&e); err != nil || e.Code == "" || e.Detail == "" || res.StatusCode < 400 {
+			t.Fatalf("answer %d to %q is not the error shape: %v %+v", res.StatusCode, auth, err, e)
+		}
+	})
+}
+
+// TestVerifiedTokensShareOneBucket: on one instance, two tokens of one
+// account draw on one bucket exactly, a token of another account has its
+// own, and the access log names the account by an HMAC prefix only.
+func TestVerifiedTokensShareOneBucket(t *testing.T) {
+	const secret = "one-instance-secret-0123456789"
+	be := &backend{}
+	bs := httptest.NewServer(be)
+	t.Cleanup(bs.Close)
+	cfg := config.Default()
+	cfg.Upstream.URL = config.MustURL(bs.URL)
+	cfg.Identity.Verify = true
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	k, _ := limiter.NewKeyer([]byte(testKeySecret))
+	enf, _ := limiter.NewEnforcer(limiter.EnforcerOptions{Store: limiter.NewMemory(limiter.MemoryOptions{}), Keyer: k})
+	v, err := identity.New(cfg.Identity.JWT, identity.Options{
+		Getenv: func(string) (string, bool) { return secret, true }, AccountKey: enf.AccountID,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := serve(t, cfg, be, Options{Limits: enf, Rules: limiter.Compile(cfg, nil), Verifier: v})
+	tokens := []string{signedToken(t, secret, 42, "access"), signedToken(t, secret, 42, "access")}
+	if tokens[0] == tokens[1] {
+		t.Fatal("two equal tokens")
+	}
+	allowed := 0
+	for i := 0; i < 230; i++ {
+		res := do(t, "GET", e.url+"/api/v1/mkt/markets/", nil, "Authorization", "Bearer "+tokens[i%2])
+		io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		if res.StatusCode == http.StatusOK {
+			allowed++
+		}
+	}
+	if allowed != 200 {
+		t.Fatalf("two tokens of one account: %d allowed, want exactly 200", allowed)
+	}
+	res := do(t, "GET", e.url+"/api/v1/mkt/markets/", nil, "Authorization", "Bearer "+signedToken(t, secret, "bob", "access"))
+	res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		t.Fatalf("another account: %d", res.StatusCode)
+	}
+	f := e.logs.FilterMessage("request").All()[0].ContextMap()
+	if f["account"] != enf.AccountID("42")[:12] || f["token_id"] != nil {
+		t.Fatalf("access log fields %v", f)
+	}
+	for name, val := range f {
+		if s, _ := val.(string); strings.Contains(s, tokens[0][:20]) || s == "42" {
+			t.Fatalf("access log field %s holds the token or the user id: %v", name, val)
+		}
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/exgate/exgate/config"
+	"github.com/exgate/exgate/identity"
 	"github.com/exgate/exgate/internal/redistest"
 	"github.com/exgate/exgate/limiter"
 	"github.com/exgate/exgate/metrics"
@@ -79,13 +80,20 @@ func BenchmarkGatewayGET(b *testing.B) {
 // benchmarkMarkets runs GET /api/v1/mkt/markets/ through gw from one
 // client address, 64 requests at once on 2 CPUs as the load harness does,
 // each expected to answer 200.
-func benchmarkMarkets(b *testing.B, gw *Gateway) {
+func benchmarkMarkets(b *testing.B, gw *Gateway) { benchmarkMarketsAs(b, gw, "") }
+
+// benchmarkMarketsAs is benchmarkMarkets with an Authorization header
+// (none when auth is "").
+func benchmarkMarketsAs(b *testing.B, gw *Gateway, auth string) {
 	b.ReportAllocs()
 	b.SetParallelism(32)
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
 		req := httptest.NewRequest("GET", "/api/v1/mkt/markets/", nil)
 		req.RemoteAddr = "127.0.0.1:5555"
+		if auth != "" {
+			req.Header["Authorization"] = []string{auth}
+		}
 		w := &discardWriter{h: http.Header{}}
 		for pb.Next() {
 			clear(w.h)
@@ -179,6 +187,49 @@ func BenchmarkGatewayLimits(b *testing.B) {
 				b.Fatal(err)
 			}
 			benchmarkMarkets(b, gw)
+		})
+	}
+}
+
+// BenchmarkGatewayIdentity measures a token request through the whole
+// pipeline with memory limits: an opaque token (its HMAC id per request,
+// the spray guard's cache) against a verified JWT (a cache hit in the
+// identity cache, then the account's limit), with the metrics on.
+func BenchmarkGatewayIdentity(b *testing.B) {
+	const secret = "bench-jwt-secret-0123456789abcdef"
+	token := signedToken(b, secret, 42, "access")
+	for _, mode := range []string{"opaque", "verified"} {
+		b.Run(mode, func(b *testing.B) {
+			cfg := config.Default()
+			cfg.Log.Access = false
+			cfg.Identity.Verify = mode == "verified"
+			if err := cfg.Validate(); err != nil {
+				b.Fatal(err)
+			}
+			big := config.Rate{N: 1 << 40, Period: time.Hour}
+			for i := range cfg.Routes {
+				for j := range cfg.Routes[i].Limits {
+					cfg.Routes[i].Limits[j].Rate, cfg.Routes[i].Limits[j].Burst = big, 1<<40
+				}
+			}
+			k, _ := limiter.NewKeyer([]byte("bench-secret-0123456789abcdef"))
+			enf, _ := limiter.NewEnforcer(limiter.EnforcerOptions{Store: limiter.NewMemory(limiter.MemoryOptions{}), Keyer: k})
+			m, _ := metrics.New(prometheus.NewRegistry(), metrics.BuildInfo{})
+			opts := Options{Transport: cannedTransport{}, Limits: enf, Metrics: m}
+			if cfg.Identity.Verify {
+				v, err := identity.New(cfg.Identity.JWT, identity.Options{
+					Getenv: func(string) (string, bool) { return secret, true }, AccountKey: enf.AccountID,
+				})
+				if err != nil {
+					b.Fatal(err)
+				}
+				opts.Verifier = v
+			}
+			gw, err := New(cfg, opts)
+			if err != nil {
+				b.Fatal(err)
+			}
+			benchmarkMarketsAs(b, gw, "Bearer "+token)
 		})
 	}
 }

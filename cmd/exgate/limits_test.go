@@ -22,8 +22,11 @@ const keySecret = "integration-key-secret-0123456789"
 
 // secretEnv is an environment holding the key secret.
 func secretEnv(k string) (string, bool) {
-	if k == "EXGATE_KEY_SECRET" {
+	switch k {
+	case "EXGATE_KEY_SECRET":
 		return keySecret, true
+	case config.DefaultJWTSecretEnv: // the reference backend's signing secret
+		return sim.DevSecret, true
 	}
 	return "", false
 }

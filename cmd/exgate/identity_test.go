@@ -1,0 +1,241 @@
+package main
+
+import (
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/x509"
+	"encoding/pem"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+
+	"github.com/exgate/exgate/config"
+	"github.com/exgate/exgate/internal/redistest"
+	"github.com/exgate/exgate/sim"
+)
+
+// verifying turns identity verification on with the reference backend's
+// secret (the default key reads it from EXGATE_JWT_SECRET, which
+// secretEnv answers).
+func verifying(c *config.Config) {
+	c.Identity.Verify = true
+	// The built-in table counted tokens; verification counts accounts.
+	for i := range c.Routes {
+		for j := range c.Routes[i].Limits {
+			if l := &c.Routes[i].Limits[j]; l.Key == config.KeyToken {
+				l.Key, l.Name = config.KeyAccount, config.KeyAccount
+			}
+		}
+	}
+}
+
+// devToken signs a token as the reference backend does, with claims
+// changed by over (nil deletes one).
+func devToken(t *testing.T, key any, m jwt.SigningMethod, kid string, over jwt.MapClaims) string {
+	t.Helper()
+	now := time.Now()
+	c := jwt.MapClaims{"token_type": "access", "user_id": 1, "exp": now.Add(time.Hour).Unix(), "iat": now.Unix(), "jti": "x"}
+	for k, v := range over {
+		if v == nil {
+			delete(c, k)
+		} else {
+			c[k] = v
+		}
+	}
+	tok := jwt.NewWithClaims(m, c)
+	if kid != "" {
+		tok.Header["kid"] = kid
+	}
+	s, err := tok.SignedString(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// TestAccountsShareOneBucketAcrossReplicas: two replicas verify tokens
+// and share one real Redis. Two tokens of the account "dev", used
+// alternately on both replicas by 50 clients against a 100/minute limit,
+// get exactly 100 requests through together; a refreshed token continues
+// the same bucket; the second dev account has a bucket of its own.
+func TestAccountsShareOneBucketAcrossReplicas(t *testing.T) {
+	srv := redistest.Start(t)
+	urls, backend := replicas(t, 2, []string{srv.Addr}, func(c *config.Config) {
+		verifying(c)
+		l := &c.Route("list_markets").Limits[1]
+		l.Rate, l.Burst = config.Rate{N: 100, Period: time.Minute}, 100
+		c.Limiter.OnStoreError = config.StoreClosed
+		c.Limiter.Redis.Timeout = time.Second
+	})
+	s := backend.h.(*sim.Server)
+	t1, refresh, _ := s.IssueToken("dev")
+	t2, _, _ := s.IssueToken("dev")
+	other, _, _ := s.IssueToken("dev2")
+	if t1 == t2 {
+		t.Fatal("the backend issued one token twice")
+	}
+	var ok, limited, bad atomic.Int64
+	var wg sync.WaitGroup
+	start := time.Now()
+	for i := 0; i < 50; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := 0; j < 6; j++ {
+				tok := [2]string{t1, t2}[(i+j)%2]
+				switch code, _ := get(t, urls[(i+j/2)%2]+"/api/v1/mkt/markets/", "Authorization", "Bearer "+tok); code {
+				case 200:
+					ok.Add(1)
+				case 429:
+					limited.Add(1)
+				default:
+					bad.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	refill := int64(time.Since(start) / (600 * time.Millisecond))
+	if ok.Load() < 100 || ok.Load() > 100+refill || bad.Load() != 0 {
+		t.Fatalf("two tokens of one account on two replicas: %d allowed, %d limited, %d other; want exactly 100 (+%d refilled)",
+			ok.Load(), limited.Load(), bad.Load(), refill)
+	}
+
+	// A refreshed token is the same account: still limited.
+	code, _, b := call(t, "POST", urls[0]+"/api/v1/usr/refresh_token/", `{"refresh":"`+refresh+`"}`, "Content-Type", "application/json")
+	var fresh struct{ Access string }
+	decodeJSON(t, b, &fresh)
+	if code != 200 || fresh.Access == "" || fresh.Access == t1 {
+		t.Fatalf("refresh: %d %s", code, b)
+	}
+	if code, _ := get(t, urls[1]+"/api/v1/mkt/markets/", "Authorization", "Bearer "+fresh.Access); code != 429 {
+		t.Fatalf("a refreshed token got %d; it must continue its account's bucket", code)
+	}
+	// The other account is untouched (a replica may lease a few requests
+	// of a key at once, so remaining is a little under 99).
+	if code, h := get(t, urls[1]+"/api/v1/mkt/markets/", "Authorization", "Bearer "+other); code != 200 || !strings.Contains(h.Get("RateLimit"), "r=9") {
+		t.Fatalf("dev2: %d %q", code, h.Get("RateLimit"))
+	}
+}
+
+// TestRefusedTokensCostNothing: every token that does not verify is
+// answered 401 token_not_valid by exgate on each route that reads tokens,
+// with nothing forwarded and not one Redis key written.
+func TestRefusedTokensCostNothing(t *testing.T) {
+	srv := redistest.Start(t)
+	rk, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	der, _ := x509.MarshalPKIXPublicKey(&rk.PublicKey)
+	pubPEM := pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der})
+	pubFile := filepath.Join(t.TempDir(), "rsa.pem")
+	if err := os.WriteFile(pubFile, pubPEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	urls, backend := replicas(t, 1, []string{srv.Addr}, func(c *config.Config) {
+		verifying(c)
+		c.Identity.JWT.Keys = append(c.Identity.JWT.Keys,
+			config.JWTKey{ID: "rsa", Algorithms: []string{"RS256"}, PublicKeyFile: pubFile})
+	})
+	strict, _ := replicas(t, 1, []string{srv.Addr}, func(c *config.Config) {
+		verifying(c)
+		c.Identity.JWT.Issuer, c.Identity.JWT.Audience = "https://exchange", "api"
+	})
+	dev := []byte(sim.DevSecret)
+	hs := func(over jwt.MapClaims) string { return devToken(t, dev, jwt.SigningMethodHS256, "", over) }
+	good := hs(nil)
+	now := time.Now()
+	tokens := map[string]string{
+		"forged signature":                  good[:len(good)-8] + "AAAAAAAA",
+		"another secret":                    devToken(t, []byte("not-the-issuer-secret-000"), jwt.SigningMethodHS256, "", nil),
+		"alg none":                          devToken(t, jwt.UnsafeAllowNoneSignatureType, jwt.SigningMethodNone, "", nil) + "AA",
+		"HS256 with the RSA public key":     devToken(t, pubPEM, jwt.SigningMethodHS256, "rsa", nil),
+		"HS256 with the RSA key, no kid":    devToken(t, pubPEM, jwt.SigningMethodHS256, "", nil),
+		"RS256 by another RSA key":          devToken(t, mustRSA(t), jwt.SigningMethodRS256, "rsa", nil),
+		"expired beyond leeway":             hs(jwt.MapClaims{"exp": now.Add(-31 * time.Second).Unix()}),
+		"nbf in the future":                 hs(jwt.MapClaims{"nbf": now.Add(time.Minute).Unix()}),
+		"refresh token as access":           hs(jwt.MapClaims{"token_type": "refresh"}),
+		"garbage":                           "garbage",
+		"garbage with dots":                 "eyJ.eyJ.eyJ",
+		"padding":                           good + "=",
+		"unused bits set":                   good[:len(good)-1] + string(rune(good[len(good)-1]+1)),
+		"standard alphabet":                 strings.NewReplacer("-", "+", "_", "/").Replace(good) + "+",
+		"four segments":                     good + ".AA",
+		"no user":                           hs(jwt.MapClaims{"user_id": nil}),
+		"wrong issuer and audience, strict": "strict:" + hs(jwt.MapClaims{"iss": "https://evil", "aud": "other"}),
+		"valid elsewhere, strict":           "strict:" + good,
+	}
+	routes := []struct{ method, path, body string }{
+		{"POST", "/api/v1/odr/orders/", `{"symbol":"BTC_USDT","type":"market","side":"buy","base_amount":"0.001"}`},
+		{"GET", "/api/v1/mkt/markets/", ""},
+	}
+	for name, tok := range tokens {
+		t.Run(name, func(t *testing.T) {
+			base := urls[0]
+			if rest, ok := strings.CutPrefix(tok, "strict:"); ok {
+				base, tok = strict[0], rest
+			}
+			for _, r := range routes {
+				code, h, b := call(t, r.method, base+r.path, r.body, "Authorization", "Bearer "+tok, "Content-Type", "application/json")
+				if code != 401 || errCode(t, b) != "token_not_valid" || !strings.Contains(h.Get("WWW-Authenticate"), "invalid_token") {
+					t.Fatalf("%s %s: %d %s", r.method, r.path, code, b)
+				}
+			}
+		})
+	}
+	if n := backend.proxied.Load(); n != 0 {
+		t.Errorf("%d refused requests reached the backend", n)
+	}
+	if n, err := srv.Client().DBSize(t.Context()).Result(); err != nil || n != 0 {
+		t.Errorf("Redis holds %d keys (%v) after refused tokens only", n, err)
+	}
+	// The same gateway accepts the genuine token.
+	if code, _, b := call(t, "GET", urls[0]+"/api/v1/mkt/markets/", "", "Authorization", "Bearer "+good); code != 200 {
+		t.Fatalf("a valid token: %d %s", code, b)
+	}
+}
+
+func mustRSA(t *testing.T) *rsa.PrivateKey {
+	t.Helper()
+	k, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+// TestAccountPlacesAnIdentifierOnce: with verification, duplicate
+// protection is keyed by the account, so the same order identifier sent
+// with two tokens of one account is placed once; the other account's
+// identifier space is its own.
+func TestAccountPlacesAnIdentifierOnce(t *testing.T) {
+	srv := redistest.Start(t)
+	urls, backend := replicas(t, 2, []string{srv.Addr}, verifying)
+	s := backend.h.(*sim.Server)
+	t1, _, _ := s.IssueToken("dev")
+	t2, _, _ := s.IssueToken("dev")
+	other, _, _ := s.IssueToken("dev2")
+	order := `{"symbol":"BTC_USDT","type":"market","side":"buy","base_amount":"0.001","identifier":"once-1"}`
+	for i, tok := range []string{t1, t2, t1, t2} {
+		code, h, b := call(t, "POST", urls[i%2]+"/api/v1/odr/orders/", order, "Authorization", "bearer "+tok, "Content-Type", "application/json")
+		if code != 201 || (i > 0) != (h.Get("Idempotent-Replayed") == "true") {
+			t.Fatalf("order %d: %d replayed=%q %s", i, code, h.Get("Idempotent-Replayed"), b)
+		}
+	}
+	if n := backend.orders.Load(); n != 1 {
+		t.Fatalf("one identifier of one account placed %d times", n)
+	}
+	if code, h, b := call(t, "POST", urls[0]+"/api/v1/odr/orders/", order, "Authorization", "Bearer "+other, "Content-Type", "application/json"); code != 201 || h.Get("Idempotent-Replayed") != "" {
+		t.Fatalf("the other account: %d %s", code, b)
+	}
+	if n := backend.orders.Load(); n != 2 {
+		t.Fatalf("orders placed: %d, want 2", n)
+	}
+}
