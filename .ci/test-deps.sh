@@ -10,6 +10,7 @@ declare -A need=(
   [curl]=curl          # the README quick start is run verbatim by a test
   [redis-server]=redis-server   # limiter, idempotency and fault tests start real servers
   [redis-cli]=redis-tools       # creates the Redis Cluster for the cluster tests
+  [redis-sentinel]=redis-sentinel  # the Sentinel failover tests (fault/) start three
   [promtool]=prometheus         # checks scrapes and alert rules; a real Prometheus scrapes exgate
   [haproxy]=haproxy             # sends the PROXY protocol (v1 and v2) to exgate in the edge tests
 )

@@ -1,6 +1,8 @@
 // Package redistest starts real redis-server processes for tests, on free
 // loopback ports, in the manner of net/http/httptest: a standalone server
-// (Start) or a Redis Cluster of several masters (StartCluster). Servers
+// (Start), a Redis Cluster of several masters (StartCluster, or
+// StartReplicatedCluster with a replica each), or a master with a replica
+// watched by three Sentinels (StartSentinels). Servers
 // keep nothing on disk beyond the test's temporary directory and are
 // stopped by t.Cleanup.
 //
@@ -18,6 +20,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -37,16 +40,23 @@ type Server struct {
 	done chan struct{}
 }
 
-// need finds redis-server (and redis-cli when cli is true) or skips the
-// test; under CI a missing binary fails the test instead.
+// packages names the Debian package of each program the helpers start.
+var packages = map[string]string{
+	"redis-server":   "redis-server",
+	"redis-cli":      "redis-tools",
+	"redis-sentinel": "redis-sentinel",
+}
+
+// need finds the named programs or skips the test; under CI a missing
+// program fails the test instead.
 func need(t testing.TB, bins ...string) {
 	t.Helper()
 	for _, b := range bins {
 		if _, err := exec.LookPath(b); err != nil {
 			if os.Getenv("CI") != "" {
-				t.Fatalf("%s is not installed; `make test` installs it (Debian package redis-server / redis-tools)", b)
+				t.Fatalf("%s is not installed; `make test` installs it (Debian package %s)", b, packages[b])
 			}
-			t.Skipf("%s is not installed (apt-get install redis-server); skipping", b)
+			t.Skipf("%s is not installed (apt-get install %s); skipping", b, packages[b])
 		}
 	}
 }
@@ -160,6 +170,37 @@ func (s *Server) Stop() {
 	<-done
 }
 
+// Freeze stops the server with SIGSTOP: it keeps its connections and its
+// port but answers nothing, as a hung or partitioned master would, until
+// Thaw.
+func (s *Server) Freeze() { s.signal(syscall.SIGSTOP) }
+
+// Thaw resumes a server stopped by Freeze (SIGCONT).
+func (s *Server) Thaw() { s.signal(syscall.SIGCONT) }
+
+func (s *Server) signal(sig syscall.Signal) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd != nil {
+		_ = s.cmd.Process.Signal(sig)
+	}
+}
+
+// Info returns the named INFO section's fields ("role", "master_host", …).
+func (s *Server) Info(section string) (map[string]string, error) {
+	v, err := s.Do("INFO", section)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]string{}
+	for _, line := range strings.Split(fmt.Sprint(v), "\n") {
+		if k, val, ok := strings.Cut(strings.TrimSpace(line), ":"); ok {
+			out[k] = val
+		}
+	}
+	return out, nil
+}
+
 // Restart starts the server again on the same address after Stop, with an
 // empty dataset. It retries for a while if the port is briefly busy.
 func (s *Server) Restart() {
@@ -219,94 +260,4 @@ func ParseCommandStats(info string) map[string]int64 {
 		}
 	}
 	return out
-}
-
-// Cluster is a Redis Cluster of masters without replicas, each a Server.
-type Cluster struct {
-	// Addrs are the masters' addresses.
-	Addrs   []string
-	Servers []*Server
-}
-
-// StartCluster starts n (at least 3) cluster-enabled redis-servers and
-// joins them with `redis-cli --cluster create`, then waits until every
-// node reports cluster_state:ok.
-func StartCluster(t testing.TB, n int) *Cluster {
-	t.Helper()
-	need(t, "redis-server", "redis-cli")
-	if n < 3 {
-		t.Fatalf("redistest: a cluster needs at least 3 masters, got %d", n)
-	}
-	c := &Cluster{}
-	for i := 0; i < n; i++ {
-		s := Start(t, "--cluster-enabled", "yes",
-			"--cluster-config-file", "nodes-"+strconv.Itoa(i)+".conf",
-			"--cluster-node-timeout", "2000")
-		c.Servers = append(c.Servers, s)
-		c.Addrs = append(c.Addrs, s.Addr)
-	}
-	args := append([]string{"--cluster", "create"}, c.Addrs...)
-	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
-	out, err := exec.Command("redis-cli", args...).CombinedOutput()
-	if err != nil {
-		t.Fatalf("redistest: redis-cli --cluster create: %v\n%s", err, out)
-	}
-	deadline := time.Now().Add(20 * time.Second)
-	for _, s := range c.Servers {
-		for {
-			v, err := s.Do("CLUSTER", "INFO")
-			if err == nil && strings.Contains(fmt.Sprint(v), "cluster_state:ok") {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("redistest: cluster not ok on %s: %v %v", s.Addr, v, err)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-	}
-	return c
-}
-
-// Client returns a cluster client, closed when the test ends.
-func (c *Cluster) Client(t testing.TB) *redis.ClusterClient {
-	cl := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs})
-	t.Cleanup(func() { _ = cl.Close() })
-	return cl
-}
-
-// StartSentinel starts a Redis Sentinel on a free loopback port that
-// monitors master under name, and waits until it knows the master.
-func StartSentinel(t testing.TB, master *Server, name string) *Server {
-	t.Helper()
-	need(t, "redis-server")
-	dir := t.TempDir()
-	port := FreePort(t)
-	conf := filepath.Join(dir, "sentinel.conf")
-	body := fmt.Sprintf("port %d\nbind 127.0.0.1\nprotected-mode no\ndir %s\n"+
-		"sentinel monitor %s 127.0.0.1 %s 1\nsentinel down-after-milliseconds %s 1000\n",
-		port, dir, name, master.Port(), name)
-	if err := os.WriteFile(conf, []byte(body), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	s := &Server{t: t, dir: dir, Addr: "127.0.0.1:" + strconv.Itoa(port)}
-	cmd := exec.Command("redis-server", conf, "--sentinel", "--logfile", filepath.Join(dir, "sentinel.log"))
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
-	s.cmd, s.done = cmd, done
-	t.Cleanup(s.Stop)
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		v, err := s.Do("SENTINEL", "GET-MASTER-ADDR-BY-NAME", name)
-		if err == nil && fmt.Sprint(v) == fmt.Sprint([]any{"127.0.0.1", master.Port()}) {
-			return s
-		}
-		if time.Now().After(deadline) {
-			log, _ := os.ReadFile(filepath.Join(dir, "sentinel.log"))
-			t.Fatalf("redistest: sentinel does not know %s: %v %v\n%s", name, v, err, log)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }

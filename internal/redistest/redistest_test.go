@@ -3,6 +3,7 @@ package redistest
 import (
 	"context"
 	"testing"
+	"time"
 )
 
 func TestStandaloneStopRestart(t *testing.T) {
@@ -45,4 +46,43 @@ func TestCluster(t *testing.T) {
 	if len(nodes) < 2 {
 		t.Errorf("keys landed on %d node(s), want them spread over several", len(nodes))
 	}
+}
+
+func TestSentinels(t *testing.T) {
+	g := StartSentinels(t, "redistest", time.Second)
+	if addr, err := g.MasterAddr(); err != nil || addr != g.Master.Addr {
+		t.Fatalf("MasterAddr() = %q, %v; want %q", addr, err, g.Master.Addr)
+	}
+	info, err := g.Replica.Info("replication")
+	if err != nil || info["role"] != "slave" || info["master_port"] != g.Master.Port() {
+		t.Fatalf("replica's replication: %v %v", info, err)
+	}
+	if err := g.Master.Client().Set(context.Background(), "k", "v", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if !eventually(func() bool { v, _ := g.Replica.Do("GET", "k"); return v == "v" }) {
+		t.Error("the write on the master did not reach the replica")
+	}
+}
+
+func TestFreezeThaw(t *testing.T) {
+	s := Start(t)
+	s.Freeze()
+	if err := ping(s.Addr); err == nil {
+		t.Fatal("a frozen server answered PING")
+	}
+	s.Thaw()
+	if err := ping(s.Addr); err != nil {
+		t.Fatalf("after Thaw: %v", err)
+	}
+}
+
+// eventually polls cond for up to 5s.
+func eventually(cond func() bool) bool {
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if cond() {
+			return true
+		}
+	}
+	return false
 }
