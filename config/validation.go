@@ -236,6 +236,13 @@ type Idempotency struct {
 	// identifiers get 503 identifier_quota_exceeded and nobody else's do.
 	// Default 20000.
 	MaxPerAccount int `yaml:"max_per_account"`
+	// ReplicaAcks is how many Redis replicas must hold a claim (Redis
+	// WAIT) before the order is forwarded, so that a failover cannot lose
+	// it and let a retry place the order again; when fewer acknowledge it
+	// in time the order is refused with 503. -1 means 1 with Sentinel
+	// (limiter.redis.master_name) or a Cluster (several addresses), 0 for
+	// one standalone server. Default -1.
+	ReplicaAcks int `yaml:"replica_acks"`
 	// Memory bounds the in-process store (the memory backend).
 	Memory IdempotencyMemory `yaml:"memory"`
 }
@@ -261,8 +268,23 @@ func DefaultIdempotency() Idempotency {
 		Timeout:          100 * time.Millisecond,
 		KeyPrefix:        "exgate:idem:",
 		MaxPerAccount:    20000,
+		ReplicaAcks:      -1,
 		Memory:           IdempotencyMemory{MaxEntries: 100000, MaxBytes: 64 << 20},
 	}
+}
+
+// IdempotencyReplicaAcks returns how many replicas must acknowledge a
+// claim: idempotency.replica_acks, or for -1 one with Sentinel or a
+// Cluster (which fail over to replicas) and none for a standalone server.
+func (c *Config) IdempotencyReplicaAcks() int {
+	r := c.Limiter.Redis
+	switch {
+	case c.Idempotency.ReplicaAcks >= 0:
+		return c.Idempotency.ReplicaAcks
+	case r.MasterName != "" || len(r.Addrs) > 1:
+		return 1
+	}
+	return 0
 }
 
 // IsSymbol reports whether s is a market symbol: <BASE>_<QUOTE> of
@@ -397,6 +419,9 @@ func (c *Config) checkValidation(v *checker) {
 	}
 	if idem.MaxPerAccount < 1 {
 		v.addf("idempotency.max_per_account", "must be at least 1, got %d", idem.MaxPerAccount)
+	}
+	if idem.ReplicaAcks < -1 || idem.ReplicaAcks > 5 {
+		v.addf("idempotency.replica_acks", "must be from -1 (by topology) to 5, got %d", idem.ReplicaAcks)
 	}
 	if idem.Memory.MaxEntries < 1 {
 		v.addf("idempotency.memory.max_entries", "must be at least 1, got %d", idem.Memory.MaxEntries)

@@ -27,7 +27,7 @@ func TestDefaultValidationAndIdempotency(t *testing.T) {
 	want := Idempotency{
 		Enabled: true, Retention: 24 * time.Hour, InFlightTimeout: 30 * time.Second,
 		MaxResponseBytes: 64 << 10, Timeout: 100 * time.Millisecond, KeyPrefix: "exgate:idem:", MaxPerAccount: 20000,
-		Memory: IdempotencyMemory{MaxEntries: 100000, MaxBytes: 64 << 20},
+		ReplicaAcks: -1, Memory: IdempotencyMemory{MaxEntries: 100000, MaxBytes: 64 << 20},
 	}
 	if i != want {
 		t.Errorf("DefaultIdempotency() = %+v, want %+v", i, want)
@@ -65,7 +65,7 @@ func TestValidationFixture(t *testing.T) {
 	wantIdem := Idempotency{
 		Enabled: true, Backend: BackendRedis, Retention: 48 * time.Hour, InFlightTimeout: 15 * time.Second,
 		MaxResponseBytes: 16 << 10, Timeout: 250 * time.Millisecond, KeyPrefix: "prod:idem:", MaxPerAccount: 500,
-		Memory: IdempotencyMemory{MaxEntries: 5000, MaxBytes: 8 << 20},
+		ReplicaAcks: 2, Memory: IdempotencyMemory{MaxEntries: 5000, MaxBytes: 8 << 20},
 	}
 	if c.Idempotency != wantIdem {
 		t.Errorf("idempotency = %+v, want %+v", c.Idempotency, wantIdem)
@@ -121,8 +121,9 @@ var validationFixtures = map[string][]string{
 		`idempotency.max_response_bytes: must be from 1KiB to 1MiB, got 2MiB (line 7)`,
 		`idempotency.timeout: must be greater than 0 and at most 5s, got 10s (line 8)`,
 		`idempotency.key_prefix: want 1 to 64 printable ASCII characters without spaces, got "has space" (line 9)`,
-		`idempotency.memory.max_entries: must be at least 1, got 0 (line 11)`,
-		`idempotency.memory.max_bytes: must be at least idempotency.max_response_bytes (2MiB), got 1MiB (line 12)`,
+		`idempotency.replica_acks: must be from -1 (by topology) to 5, got 7 (line 10)`,
+		`idempotency.memory.max_entries: must be at least 1, got 0 (line 12)`,
+		`idempotency.memory.max_bytes: must be at least idempotency.max_response_bytes (2MiB), got 1MiB (line 13)`,
 	},
 	"bad-in-flight.yaml": {
 		`idempotency.in_flight_timeout: 20s must exceed the timeout of routes[0] ("place_order", 20s) (line 6)`,
@@ -281,5 +282,31 @@ func TestIsSymbol(t *testing.T) {
 		if IsSymbol(s) != want {
 			t.Errorf("IsSymbol(%q) = %v, want %v", s, !want, want)
 		}
+	}
+}
+
+func TestIdempotencyReplicaAcks(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		addrs      []string
+		masterName string
+		set        int
+		want       int
+	}{
+		{"standalone", []string{"redis:6379"}, "", -1, 0},
+		{"sentinel", []string{"s1:26379", "s2:26379", "s3:26379"}, "mymaster", -1, 1},
+		{"sentinel with one address", []string{"s1:26379"}, "mymaster", -1, 1},
+		{"cluster", []string{"n1:6379", "n2:6379", "n3:6379"}, "", -1, 1},
+		{"set to 0 on a cluster", []string{"n1:6379", "n2:6379"}, "", 0, 0},
+		{"set to 2 on standalone", []string{"redis:6379"}, "", 2, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := Default()
+			c.Limiter.Redis.Addrs, c.Limiter.Redis.MasterName = tc.addrs, tc.masterName
+			c.Idempotency.ReplicaAcks = tc.set
+			if got := c.IdempotencyReplicaAcks(); got != tc.want {
+				t.Errorf("IdempotencyReplicaAcks() = %d, want %d", got, tc.want)
+			}
+		})
 	}
 }

@@ -172,6 +172,10 @@ type Options struct {
 	// flight, completed or unknown, until they expire); past it the
 	// account's new identifiers get ErrAccountFull. Default 20000.
 	MaxPerAccount int
+	// ReplicaAcks is how many Redis replicas must acknowledge a claim
+	// (WAIT) before the order is forwarded; 0 forwards on the master's
+	// word alone. The memory store ignores it. Default 0.
+	ReplicaAcks int
 	// Now is the clock that times in-flight claims (and, in the memory
 	// store, retention). Nil means time.Now.
 	Now func() time.Time
@@ -185,6 +189,7 @@ func OptionsFrom(c config.Idempotency) Options {
 		MaxResponseBytes: int(c.MaxResponseBytes),
 		Timeout:          c.Timeout,
 		KeyPrefix:        c.KeyPrefix,
+		ReplicaAcks:      max(c.ReplicaAcks, 0), // -1 (by topology): config.Config.IdempotencyReplicaAcks
 		MaxEntries:       c.Memory.MaxEntries,
 		MaxBytes:         int64(c.Memory.MaxBytes),
 		MaxPerAccount:    c.MaxPerAccount,

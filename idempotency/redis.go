@@ -177,12 +177,20 @@ func (s *Redis) Claim(ctx context.Context, key Key, fp Fingerprint) (Claim, erro
 	now := s.o.Now().UnixMilli()
 	slot := now / s.slotMS
 	oldest := (now - (s.o.Retention + s.o.InFlightTimeout).Milliseconds()) / s.slotMS
-	res, err := s.claim.Run(ctx, s.c, s.keys(key),
-		string(fp[:fpLen]), id,
-		now, now+s.o.InFlightTimeout.Milliseconds(),
+	keys := s.keys(key)
+	args := []any{string(fp[:fpLen]), id,
+		now, now + s.o.InFlightTimeout.Milliseconds(),
 		ms(s.o.Retention), slot, oldest, s.o.MaxPerAccount,
-		ms(s.o.Retention+s.o.InFlightTimeout+time.Duration(s.slotMS)*time.Millisecond)).Slice()
+		ms(s.o.Retention + s.o.InFlightTimeout + time.Duration(s.slotMS)*time.Millisecond)}
+	var res []any
+	var err error
+	if s.o.ReplicaAcks > 0 {
+		res, err = s.runAcked(ctx, keys, id, slot, args...)
+	} else {
+		res, err = s.claim.Run(ctx, s.c, keys, args...).Slice()
+	}
 	if err != nil {
+		s.failed(ctx, err)
 		return Claim{}, storeError("claim", err)
 	}
 	if len(res) == 0 {
@@ -209,6 +217,17 @@ func (s *Redis) Claim(ctx context.Context, key Key, fp Fingerprint) (Claim, erro
 		return Claim{}, fmt.Errorf("idempotency: redis claim: unexpected reply %v", res[0])
 	}
 	return c, nil
+}
+
+// failed reacts to a failed call: in a Cluster, a call that did not get
+// a reply from Redis (a master lost, a connection refused) reloads the
+// slot map in the background, so that calls reach the promoted replica as
+// soon as the Cluster has one rather than at go-redis's periodic reload.
+func (s *Redis) failed(ctx context.Context, err error) {
+	var reply redis.Error
+	if c, ok := s.c.(*redis.ClusterClient); ok && !errors.As(err, &reply) {
+		c.ReloadState(ctx)
+	}
 }
 
 // encodeRecord writes a response as a done entry keeps it after its
@@ -254,6 +273,7 @@ func (s *Redis) end(ctx context.Context, c Claim, state, rec string) error {
 	defer cancel()
 	n, err := s.finish.Run(ctx, s.c, s.keys(c.Key), c.id, state, ms(s.o.Retention), rec, c.slot).Int()
 	if err != nil {
+		s.failed(ctx, err)
 		return storeError(state, err)
 	}
 	if n != 1 {

@@ -353,6 +353,14 @@ func (r *Redis) answerAll(batch []*call, start time.Time, err error) {
 		err = nil
 	} else {
 		r.downUntil.Store(r.now().Add(r.backoff).UnixNano())
+		if c, ok := r.client.(*redis.ClusterClient); ok {
+			// A master lost or failed over: go-redis reloads the slot map
+			// on MOVED, not on a refused or silent node, and otherwise
+			// only every few seconds. Reloading (in the background, at
+			// most every 200ms) after each failed round trip sends the
+			// next one, after the backoff, to the promoted replica.
+			c.ReloadState(context.Background())
+		}
 	}
 	if r.observe != nil {
 		r.observe(r.now().Sub(start), len(batch), err)

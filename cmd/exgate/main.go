@@ -310,6 +310,7 @@ func start(cfg *config.Config, d deps) (*app, error) {
 	if cfg.Idempotency.Enabled && v != nil {
 		opts := idempotency.OptionsFrom(cfg.Idempotency)
 		opts.Now = d.now
+		opts.ReplicaAcks = cfg.IdempotencyReplicaAcks()
 		if idemRedis {
 			// Duplicate protection is shared by every replica through
 			// Redis even when the limits are kept in memory: then it has

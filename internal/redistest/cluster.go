@@ -31,21 +31,14 @@ func StartCluster(t testing.TB, n int) *Cluster {
 // StartReplicatedCluster starts a Cluster of n (at least 3) masters with a
 // replica each and a cluster-node-timeout of nodeTimeout, short enough
 // for a failover test: a master unreachable for longer than it is failed
-// over to its replica. It returns once every replica is in sync.
+// over to its replica. The masters are Servers[:n]. It returns once
+// every master's writes reach its replica.
 func StartReplicatedCluster(t testing.TB, n int, nodeTimeout time.Duration) *Cluster {
 	t.Helper()
 	c := startCluster(t, n, 1, nodeTimeout.Milliseconds())
-	deadline := time.Now().Add(20 * time.Second)
-	for _, s := range c.Servers[n:] {
-		for {
-			info, err := s.Info("replication")
-			if err == nil && info["role"] == "slave" && info["master_link_status"] == "up" {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("redistest: cluster replica %s not in sync: %v %v", s.Addr, info, err)
-			}
-			time.Sleep(50 * time.Millisecond)
+	for _, s := range c.Servers[:n] {
+		if err := s.awaitReplication(1); err != nil {
+			t.Fatalf("redistest: cluster master %s: no replica acknowledges writes: %v", s.Addr, err)
 		}
 	}
 	return c

@@ -201,6 +201,41 @@ func (s *Server) Info(section string) (map[string]string, error) {
 	return out, nil
 }
 
+// StartReplica starts a replica of master (extra arguments as for Start)
+// and returns once master's writes reach it.
+func StartReplica(t testing.TB, master *Server, args ...string) *Server {
+	t.Helper()
+	r := Start(t, append([]string{"--replicaof", "127.0.0.1", master.Port()}, args...)...)
+	if err := master.awaitReplication(1); err != nil {
+		t.Fatalf("redistest: replica %s of %s does not acknowledge writes: %v", r.Addr, master.Addr, err)
+	}
+	return r
+}
+
+// awaitReplication waits until a write on the master s reaches replicas
+// replicas (WAIT on the writing connection): a replica reported in sync
+// may not stream writes yet for a moment after its first sync.
+func (s *Server) awaitReplication(replicas int) error {
+	c := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1, PoolSize: 1})
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	for {
+		// FLUSHALL is a write that needs no key: it replicates in a
+		// Cluster too, on a server that holds nothing yet.
+		if err := c.FlushAll(ctx).Err(); err != nil {
+			return err
+		}
+		n, err := c.Do(ctx, "WAIT", replicas, 100).Int()
+		if err != nil {
+			return err
+		}
+		if n >= replicas {
+			return nil
+		}
+	}
+}
+
 // Restart starts the server again on the same address after Stop, with an
 // empty dataset. It retries for a while if the port is briefly busy.
 func (s *Server) Restart() {

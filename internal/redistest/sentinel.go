@@ -122,18 +122,7 @@ func StartSentinels(t testing.TB, name string, downAfter time.Duration) *Sentine
 	need(t, "redis-server", "redis-sentinel")
 	repl := []string{"--repl-diskless-sync", "yes", "--repl-diskless-sync-delay", "0"}
 	g := &Sentinels{Name: name, Master: Start(t, repl...)}
-	g.Replica = Start(t, append(repl, "--replicaof", "127.0.0.1", g.Master.Port())...)
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		info, err := g.Replica.Info("replication")
-		if err == nil && info["master_link_status"] == "up" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("redistest: replica %s not in sync: %v %v", g.Replica.Addr, info, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	g.Replica = StartReplica(t, g.Master, repl...)
 	for range 3 {
 		g.Nodes = append(g.Nodes, startSentinel(t, "redis-sentinel", g.Master, name, 2, downAfter))
 	}

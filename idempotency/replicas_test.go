@@ -1,0 +1,122 @@
+package idempotency
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/exgate/exgate/internal/redistest"
+)
+
+// TestReplicaAcks: with ReplicaAcks set, a Claimed answer means the
+// replica holds the claim; without a replica to acknowledge it (none, or
+// one that hangs), the claim fails with ErrNotReplicated within the
+// deadline and the identifier is left free for the retry.
+func TestReplicaAcks(t *testing.T) {
+	master := redistest.Start(t, "--repl-diskless-sync-delay", "0")
+	replica := redistest.StartReplica(t, master)
+	alone := redistest.Start(t)
+	o := testOptions(newClock())
+	o.ReplicaAcks = 1
+	o.Timeout = 200 * time.Millisecond
+	o.KeyPrefix = "acks:"
+
+	t.Run("acknowledged", func(t *testing.T) {
+		s := NewRedis(newClient(t, master.Addr), o)
+		for i := range 20 {
+			k := Key{Account: "acct", Identifier: "k" + strconv.Itoa(i)}
+			cl := mustClaim(t, s, k, fpA, Claimed)
+			// Asked right after the claim returned, without waiting: the
+			// replica already has it, in flight.
+			if v, err := replica.Do("GET", s.keys(k)[0]); err != nil || !strings.HasPrefix(v.(string), "p") {
+				t.Fatalf("replica's copy of claim %v right after Claimed: %q %v", k, v, err)
+			}
+			must(t, s.Complete(context.Background(), cl, Record{Status: 201, Body: []byte("{}")}))
+			mustClaim(t, s, k, fpA, Replay)
+		}
+		// A script unknown to the master (flushed, or a new master) is
+		// sent whole.
+		if _, err := master.Do("SCRIPT", "FLUSH"); err != nil {
+			t.Fatal(err)
+		}
+		mustClaim(t, s, Key{Account: "acct", Identifier: "after-flush"}, fpA, Claimed)
+	})
+
+	t.Run("no replica", func(t *testing.T) {
+		s := NewRedis(newClient(t, alone.Addr), o)
+		start := time.Now()
+		k := Key{Account: "acct", Identifier: "k"}
+		_, err := s.Claim(context.Background(), k, fpA)
+		if !errors.Is(err, ErrNotReplicated) {
+			t.Fatalf("Claim without a replica = %v, want ErrNotReplicated", err)
+		}
+		if d := time.Since(start); d > o.Timeout+100*time.Millisecond {
+			t.Errorf("refused after %v, want within the %v deadline", d, o.Timeout)
+		}
+		if n, err := alone.Do("EXISTS", s.keys(k)[0]); err != nil || n != int64(0) {
+			t.Errorf("unacknowledged claim left on the master: EXISTS = %v %v", n, err)
+		}
+	})
+
+	t.Run("replica hangs", func(t *testing.T) {
+		s := NewRedis(newClient(t, master.Addr), o)
+		replica.Freeze()
+		defer replica.Thaw()
+		start := time.Now()
+		k := Key{Account: "acct", Identifier: "frozen"}
+		_, err := s.Claim(context.Background(), k, fpA)
+		if !errors.Is(err, ErrNotReplicated) {
+			t.Fatalf("Claim with the replica frozen = %v, want ErrNotReplicated", err)
+		}
+		if d := time.Since(start); d > o.Timeout+100*time.Millisecond {
+			t.Errorf("refused after %v, want within the %v deadline", d, o.Timeout)
+		}
+		replica.Thaw()
+		// The retry, once the replica answers, goes through.
+		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			c, err := s.Claim(context.Background(), k, fpA)
+			if err == nil && c.Outcome == Claimed {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("retry after the replica came back: %+v %v", c, err)
+			}
+		}
+	})
+}
+
+// TestReplicaAcksCluster: in a Cluster with a replica per master, each
+// claim waits for its own master's replica.
+func TestReplicaAcksCluster(t *testing.T) {
+	cl := redistest.StartReplicatedCluster(t, 3, 2*time.Second)
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs, ContextTimeoutEnabled: true, MaxRetries: -1})
+	t.Cleanup(func() { _ = c.Close() })
+	o := testOptions(newClock())
+	o.ReplicaAcks = 1
+	o.Timeout = 500 * time.Millisecond
+	o.KeyPrefix = "acks:"
+	s := NewRedis(c, o)
+	masters := map[string]bool{}
+	for i := range 30 {
+		k := Key{Account: "acct" + strconv.Itoa(i), Identifier: "k"}
+		mustClaim(t, s, k, fpA, Claimed)
+		node, err := c.MasterForKey(context.Background(), s.keys(k)[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		masters[node.Options().Addr] = true
+	}
+	if len(masters) != 3 {
+		t.Errorf("claims reached %d masters, want 3", len(masters))
+	}
+	// o.ReplicaAcks = 2 cannot be met with one replica per master.
+	o.ReplicaAcks = 2
+	if _, err := NewRedis(c, o).Claim(context.Background(), Key{Account: "acct", Identifier: "two"}, fpA); !errors.Is(err, ErrNotReplicated) {
+		t.Errorf("two acknowledgements from one replica: %v, want ErrNotReplicated", err)
+	}
+}
