@@ -12,6 +12,14 @@
 //     gateway restart.
 //   - TestRedisSlow: Redis paused (CLIENT PAUSE) or blocked (DEBUG SLEEP) →
 //     request latency bounded by limiter.redis.timeout plus a margin.
+//   - TestSentinelFailover, TestClusterFailover: the Redis master killed
+//     (SIGKILL) or frozen (SIGSTOP) under load through two exgate
+//     replicas, in a Sentinel setup (a master, a replica, three
+//     Sentinels) and a Cluster (three masters with a replica each) →
+//     decisions in the new master within 1s of the promotion being
+//     announced, answers bounded by the store deadline, every fallback
+//     counted, /readyz back to 200, per-address admissions within the
+//     bound of docs/limits.md, no order identifier placed twice.
 //   - TestBackendFaults: backend killed or slower than the route timeout →
 //     502/504 in exgate's JSON error shape; goroutines back to the baseline
 //     afterwards.

@@ -306,6 +306,8 @@ type answer struct {
 	err     error  // transport error, or a malformed error answer
 	latency time.Duration
 	body    []byte
+	// rateLimit is the RateLimit header (limiter.headers: ietf), or "".
+	rateLimit string
 }
 
 // do sends req and reads the whole answer. Any answer with status ≥ 400
@@ -320,7 +322,7 @@ func do(c *http.Client, req *http.Request) answer {
 	}
 	body, err := io.ReadAll(res.Body)
 	res.Body.Close()
-	a := answer{status: res.StatusCode, latency: time.Since(start), body: body}
+	a := answer{status: res.StatusCode, latency: time.Since(start), body: body, rateLimit: res.Header.Get("Ratelimit")}
 	if err != nil {
 		a.err = fmt.Errorf("reading the body of a %d: %w", res.StatusCode, err)
 		return a

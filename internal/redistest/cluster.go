@@ -37,7 +37,7 @@ func StartReplicatedCluster(t testing.TB, n int, nodeTimeout time.Duration) *Clu
 	t.Helper()
 	c := startCluster(t, n, 1, nodeTimeout.Milliseconds())
 	for _, s := range c.Servers[:n] {
-		if err := s.awaitReplication(1); err != nil {
+		if err := s.awaitReplication(1, "FLUSHALL"); err != nil {
 			t.Fatalf("redistest: cluster master %s: no replica acknowledges writes: %v", s.Addr, err)
 		}
 	}

@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -212,18 +213,21 @@ func StartReplica(t testing.TB, master *Server, args ...string) *Server {
 	return r
 }
 
-// awaitReplication waits until a write on the master s reaches replicas
-// replicas (WAIT on the writing connection): a replica reported in sync
-// may not stream writes yet for a moment after its first sync.
-func (s *Server) awaitReplication(replicas int) error {
+// awaitReplication waits until write, run on the master s, reaches
+// replicas replicas (WAIT on the writing connection): a replica reported
+// in sync may not stream writes yet for a moment after its first sync.
+// Nil write means SET redistest:replication; a Cluster, where that key
+// may live elsewhere, passes FLUSHALL, a write without a key.
+func (s *Server) awaitReplication(replicas int, write ...any) error {
+	if write == nil {
+		write = []any{"SET", "redistest:replication", "1"}
+	}
 	c := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1, PoolSize: 1})
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
 	for {
-		// FLUSHALL is a write that needs no key: it replicates in a
-		// Cluster too, on a server that holds nothing yet.
-		if err := c.FlushAll(ctx).Err(); err != nil {
+		if err := c.Do(ctx, write...).Err(); err != nil {
 			return err
 		}
 		n, err := c.Do(ctx, "WAIT", replicas, 100).Int()
@@ -249,6 +253,31 @@ func (s *Server) Restart() {
 		time.Sleep(100 * time.Millisecond)
 	}
 	s.t.Fatalf("redistest: restart: %v", err)
+}
+
+// RestartReplicaOf starts the server again after Stop, empty, as a
+// replica of master, as a supervisor brings a lost master back into a
+// Sentinel setup after its replica was promoted; it returns once master's
+// writes reach it.
+func (s *Server) RestartReplicaOf(master *Server) {
+	s.t.Helper()
+	s.Stop()
+	args := s.args
+	s.args = append(slices.Clip(args), "--replicaof", "127.0.0.1", master.Port())
+	defer func() { s.args = args }()
+	var err error
+	for attempt := 0; attempt < 20; attempt++ {
+		if err = s.start(); err == nil {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err == nil {
+		err = master.awaitReplication(1)
+	}
+	if err != nil {
+		s.t.Fatalf("redistest: restart as a replica of %s: %v", master.Addr, err)
+	}
 }
 
 // Client returns a new client of the server, closed when the test ends.

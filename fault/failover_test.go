@@ -1,0 +1,587 @@
+package fault
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/exgate/exgate/internal/redistest"
+)
+
+// Failover timings and limits the tests hold exgate to.
+const (
+	// failoverStoreTimeout is limiter.redis.timeout and
+	// idempotency.timeout of the gateways under test.
+	failoverStoreTimeout = 100 * time.Millisecond
+	// switchGoal is how soon after the promotion is announced (Sentinel's
+	// +switch-master, or the Cluster's slot map) every decision must be
+	// the new master's again.
+	switchGoal = time.Second
+	// answerBound bounds every answer during the failover: the store
+	// deadlines (limiter and claim) plus the fallback and the backend,
+	// with room for a shared two-core machine.
+	answerBound = time.Second
+	// failoverLimit is the per-address limit of the two hammered routes.
+	failoverLimit = 20
+	// readyInterval is how long /readyz reuses a check's answer.
+	readyInterval = time.Second
+	// failoverAfter is how long the load runs after the announcement.
+	failoverAfter = 2500 * time.Millisecond
+)
+
+// failoverConfig is a gateway sharing limits through the Redis described
+// by redisKeys (lines under limiter.redis) with one other replica:
+//   - list_markets, the background load, with a limit it never reaches;
+//   - list_matches, 20/1h per address, falling back to local limits
+//     (10 per replica) while the store fails;
+//   - list_currencies, 20/1h per address, failing closed (503);
+//   - place_order, duplicate-protected, failing closed too.
+func failoverConfig(upstream string, redisKeys ...string) string {
+	var r strings.Builder
+	for _, k := range redisKeys {
+		fmt.Fprintf(&r, "    %s\n", k)
+	}
+	return configHeader(upstream) + fmt.Sprintf(`client_ip:
+  trusted_proxies: ["127.0.0.1"]
+limiter:
+  backend: redis
+  replicas: 2
+  on_store_error: local
+  redis:
+%s    timeout: %s
+  token_spray:
+    max_tokens: 0
+idempotency:
+  timeout: %s
+routes:
+  - name: place_order
+    match: POST /api/v1/odr/orders/
+    auth: required
+    validate: order
+    on_store_error: closed
+    limits:
+      - {key: address, rate: 1000000/1h}
+  - name: list_markets
+    match: GET /api/v1/mkt/markets/
+    limits:
+      - {key: address, rate: 1000000/1h}
+  - name: list_matches
+    match: GET /api/v1/mth/matches/{symbol}/
+    limits:
+      - {key: address, rate: %d/1h}
+  - name: list_currencies
+    match: GET /api/v1/mkt/currencies/
+    on_store_error: closed
+    limits:
+      - {key: address, rate: %d/1h}
+  - name: default
+    match: "*"
+`, r.String(), failoverStoreTimeout, failoverStoreTimeout, failoverLimit, failoverLimit)
+}
+
+// countingBackend is the reference backend behind a proxy that counts,
+// per order identifier, the orders the backend placed (2xx answers to
+// POST /api/v1/odr/orders/).
+type countingBackend struct {
+	url    string
+	mu     sync.Mutex
+	placed map[string]int
+	times  []time.Time // of each placement
+}
+
+func startCountingBackend(t *testing.T) *countingBackend {
+	t.Helper()
+	be := startBackend(t)
+	u, _ := url.Parse(be.url)
+	rp := httputil.NewSingleHostReverseProxy(u)
+	rp.ErrorLog = log.New(io.Discard, "", 0)
+	cb := &countingBackend{placed: map[string]int{}}
+	rp.ModifyResponse = func(res *http.Response) error {
+		if id := res.Request.Header.Get("X-Test-Identifier"); id != "" && res.StatusCode/100 == 2 {
+			cb.mu.Lock()
+			cb.placed[id]++
+			cb.times = append(cb.times, time.Now())
+			cb.mu.Unlock()
+		}
+		return nil
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost && r.URL.Path == "/api/v1/odr/orders/" {
+			b, _ := io.ReadAll(r.Body)
+			var o struct {
+				Identifier string `json:"identifier"`
+			}
+			_ = json.Unmarshal(b, &o)
+			r.Body = io.NopCloser(bytes.NewReader(b))
+			r.Header.Set("X-Test-Identifier", o.Identifier)
+		}
+		rp.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	cb.url = srv.URL
+	return cb
+}
+
+// probe is one request of a prober: a new client address each time on
+// list_matches, so that its RateLimit header tells who decided it: r=19
+// is Redis (20/1h), r=9 the local fallback (20/1h over 2 replicas).
+type probe struct {
+	sent, answered time.Time
+	by             string // "redis", "local" or the answer's status and code
+}
+
+// failoverRun is what a failover under load produced.
+type failoverRun struct {
+	announced time.Time
+	probes    [][]probe // per gateway, in order
+	load      tally     // list_markets
+	limited   [2]tally  // list_matches, list_currencies hammered
+	admitted  [2]map[string]int
+	orders    tally
+	readyz    map[string]int // "<gateway> <status>" seen during the failover
+	notReady  time.Time      // the last time a gateway's /readyz was not 200
+	placed    map[string]int
+	placedAt  []time.Time
+	fallback  float64 // exgate_ratelimit_fallback_total, summed, after
+	fallback0 float64 // the same before the failure
+	latencies []timed
+	mu        sync.Mutex
+}
+
+// timed is one answer's latency, when it came and what it was.
+type timed struct {
+	d    time.Duration
+	at   time.Time
+	what string
+}
+
+func (r *failoverRun) latency(what string, a answer) {
+	r.mu.Lock()
+	r.latencies = append(r.latencies, timed{a.latency, time.Now(), fmt.Sprintf("%s %d %s", what, a.status, a.code)})
+	r.mu.Unlock()
+}
+
+// failOver runs load through gws (two gateways on the same store, backed
+// by cb) for a moment, calls fail, which breaks the master and returns
+// when the promotion is announced, and keeps the load going for
+// failoverAfter more. The load is:
+//   - 4 workers on list_markets, new addresses;
+//   - per gateway, a prober on list_matches every 20ms;
+//   - 6 workers hammering list_matches and 6 list_currencies, each with
+//     a new address every 40 requests, alternating the gateways, so that
+//     some addresses are short of their limit when the master fails;
+//   - 100 order clients, each sending every 200ms, retrying 10
+//     identifiers at a time (a new set every 150ms) through both
+//     gateways.
+func failOver(t *testing.T, gws []*gateway, cb *countingBackend, token string, fail func() time.Time) *failoverRun {
+	t.Helper()
+	run := &failoverRun{probes: make([][]probe, len(gws)), readyz: map[string]int{}}
+	for i := range run.admitted {
+		run.admitted[i] = map[string]int{}
+	}
+	c := newClient(t, 256)
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	var wg sync.WaitGroup
+	spawn := func(f func()) { wg.Add(1); go func() { defer wg.Done(); f() }() }
+	start := time.Now()
+
+	spawn(func() {
+		load(ctx, c, 4, func(w, i int) *http.Request {
+			if i > 0 {
+				time.Sleep(5 * time.Millisecond)
+			}
+			return get(gws[(w+i)%2].url+"/api/v1/mkt/markets/", "X-Forwarded-For", fmt.Sprintf("10.%d.%d.%d", w, i/250%250, i%250))
+		}, &run.load)
+	})
+	for gi, g := range gws {
+		spawn(func() {
+			for i := 0; ctx.Err() == nil; i++ {
+				p := probe{sent: time.Now()}
+				a := do(c, get(g.url+"/api/v1/mth/matches/BTC_USDT/", "X-Forwarded-For", fmt.Sprintf("172.%d.%d.%d", 16+gi, i/250%250, i%250)))
+				p.answered = time.Now()
+				run.latency("probe", a)
+				// "list_matches";r=19;t=… : the remaining count.
+				remaining, _, _ := strings.Cut(a.rateLimit, ";t=")
+				switch {
+				case a.err != nil:
+					p.by = a.err.Error()
+				case a.status == http.StatusOK && strings.HasSuffix(remaining, ";r=19"):
+					p.by = "redis"
+				case a.status == http.StatusOK && strings.HasSuffix(remaining, ";r=9"):
+					p.by = "local"
+				default:
+					p.by = strings.TrimSpace(strconv.Itoa(a.status) + " " + a.code + " " + a.rateLimit)
+				}
+				if ctx.Err() != nil {
+					return
+				}
+				run.mu.Lock()
+				run.probes[gi] = append(run.probes[gi], p)
+				run.mu.Unlock()
+				time.Sleep(20 * time.Millisecond)
+			}
+		})
+	}
+	for ri, path := range []string{"/api/v1/mth/matches/ETH_BTC/", "/api/v1/mkt/currencies/"} {
+		for w := range 6 {
+			spawn(func() {
+				for i := 0; ctx.Err() == nil; i++ {
+					addr := fmt.Sprintf("198.%d.%d.%d", 18+ri, w, i/40)
+					a := do(c, get(gws[i%2].url+path, "X-Forwarded-For", addr))
+					if ctx.Err() != nil && a.err != nil {
+						return
+					}
+					run.latency(path, a)
+					run.limited[ri].add(a)
+					if a.err == nil && a.status == http.StatusOK {
+						run.mu.Lock()
+						run.admitted[ri][addr]++
+						run.mu.Unlock()
+					}
+					time.Sleep(20 * time.Millisecond)
+				}
+			})
+		}
+	}
+	for cl := range 100 {
+		spawn(func() {
+			for i := 0; ctx.Err() == nil; i++ {
+				id := fmt.Sprintf("fo-%d-%d", time.Since(start)/(150*time.Millisecond), cl%10)
+				a := do(c, orderWithID(gws[(cl+i)%2].url, token, id).WithContext(ctx))
+				if ctx.Err() != nil && a.err != nil {
+					return
+				}
+				run.latency("order", a)
+				run.orders.add(a)
+				time.Sleep(200 * time.Millisecond)
+			}
+		})
+	}
+
+	time.Sleep(1500 * time.Millisecond) // steady state, and keys short of their limits
+	for _, g := range gws {
+		run.fallback0 += g.metric(t, "exgate_ratelimit_fallback_total")
+	}
+	watch, stopWatch := context.WithCancel(ctx)
+	spawn(func() {
+		for watch.Err() == nil {
+			for gi, g := range gws {
+				if res, err := noKeepAlive().Get(g.admin + "/readyz"); err == nil {
+					res.Body.Close()
+					run.mu.Lock()
+					run.readyz[fmt.Sprintf("gateway %d: %d", gi, res.StatusCode)]++
+					if res.StatusCode != http.StatusOK {
+						run.notReady = time.Now()
+					}
+					run.mu.Unlock()
+				}
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	})
+	run.announced = fail()
+	time.Sleep(failoverAfter)
+	stopWatch()
+	stop()
+	wg.Wait()
+	for _, g := range gws {
+		run.fallback += g.metric(t, "exgate_ratelimit_fallback_total")
+	}
+	cb.mu.Lock()
+	run.placed = maps(cb.placed)
+	run.placedAt = slices.Clone(cb.times)
+	cb.mu.Unlock()
+	return run
+}
+
+// orderWithID builds a market buy with the identifier id.
+func orderWithID(base, token, id string) *http.Request {
+	req, _ := http.NewRequest(http.MethodPost, base+"/api/v1/odr/orders/",
+		strings.NewReader(`{"symbol":"BTC_USDT","type":"market","side":"buy","base_amount":"0.001","identifier":"`+id+`"}`))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+token)
+	return req
+}
+
+// maps copies m.
+func maps(m map[string]int) map[string]int {
+	out := make(map[string]int, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
+
+// switched returns how long after the announcement gateway gi's probes
+// were all decided by Redis again: the answer time of the last probe not
+// decided by Redis, after the announcement (0 if there was none). ok is
+// false when no probe after the announcement was decided by Redis.
+func (r *failoverRun) switched(gi int) (d time.Duration, local, redis int, ok bool) {
+	last := r.announced
+	for _, p := range r.probes[gi] {
+		if p.sent.Before(r.announced.Add(-5 * time.Second)) {
+			continue
+		}
+		switch {
+		case p.by == "local":
+			local++
+		case p.by == "redis":
+			redis++
+		}
+		if p.by != "redis" && p.answered.After(last) {
+			last = p.answered
+		}
+	}
+	for _, p := range r.probes[gi] {
+		if p.sent.After(last) && p.by == "redis" {
+			ok = true
+		}
+	}
+	return last.Sub(r.announced), local, redis, ok
+}
+
+// check asserts the declared behaviour of a failover run, and reports
+// its figures: the switch time per gateway, the slowest answer, the
+// fallbacks, readiness, the over-admission per route and the orders
+// placed per identifier.
+func (r *failoverRun) check(t *testing.T) {
+	t.Helper()
+	for gi := range r.probes {
+		d, local, redis, ok := r.switched(gi)
+		t.Logf("gateway %d: all decisions in Redis again %v after the announcement (probes: %d by Redis, %d local)", gi, d.Round(time.Millisecond), redis, local)
+		if !ok || d > switchGoal {
+			t.Errorf("gateway %d: decisions back in Redis %v after the promotion was announced (ok=%v), want within %v; probes: %v", gi, d, ok, switchGoal, r.probeSummary(gi))
+		}
+	}
+	slices.SortFunc(r.latencies, func(a, b timed) int { return int(a.d - b.d) })
+	n := len(r.latencies)
+	slowest := r.latencies[n-1]
+	t.Logf("%d answers: p50 %v, p99 %v, slowest %v: %s, %v after the announcement (store deadline %v)", n,
+		r.latencies[n/2].d.Round(time.Microsecond), r.latencies[n*99/100].d.Round(time.Microsecond),
+		slowest.d.Round(time.Microsecond), slowest.what, slowest.at.Sub(r.announced).Round(time.Millisecond), failoverStoreTimeout)
+	if slowest.d > answerBound {
+		t.Errorf("slowest answer during the failover took %v, want at most %v (store deadline %v plus the fallback)", slowest.d, answerBound, failoverStoreTimeout)
+	}
+
+	t.Logf("list_markets load: %s", &r.load)
+	if r.load.nErrs > 0 || r.load.byKey["200"] != r.load.total {
+		t.Errorf("list_markets (on_store_error local) wants only 200s: %s", &r.load)
+	}
+	localProbes := 0
+	for gi := range r.probes {
+		_, l, _, _ := r.switched(gi)
+		localProbes += l
+	}
+	t.Logf("fallback decisions counted: %v (local probe answers seen: %d)", r.fallback-r.fallback0, localProbes)
+	if r.fallback-r.fallback0 < float64(localProbes) || r.fallback-r.fallback0 < 1 {
+		t.Errorf("exgate_ratelimit_fallback_total rose by %v during the failover, want at least the %d local probe answers (and > 0)", r.fallback-r.fallback0, localProbes)
+	}
+	// A route failing closed makes Redis critical to readiness: /readyz
+	// may answer 503 while the store is lost, and is 200 again once the
+	// promotion is announced.
+	t.Logf("/readyz during the failover: %v; last not ready %v after the announcement", r.readyz, r.notReady.Sub(r.announced).Round(time.Millisecond))
+	for k := range r.readyz {
+		if !strings.HasSuffix(k, ": 200") && !strings.HasSuffix(k, ": 503") {
+			t.Errorf("/readyz during the failover: %v, want 200 or 503", r.readyz)
+		}
+	}
+	if d := r.notReady.Sub(r.announced); !r.notReady.IsZero() && d > switchGoal+readyInterval {
+		t.Errorf("/readyz still 503 %v after the promotion was announced, want 200 within %v (and the check interval, %v)", d, switchGoal, readyInterval)
+	}
+
+	// Limits: what each address got against its 20/1h.
+	for ri, route := range []string{"list_matches (local)", "list_currencies (closed)"} {
+		over, worst, keys := 0, 0, 0
+		for _, n := range r.admitted[ri] {
+			keys++
+			over += max(0, n-failoverLimit)
+			worst = max(worst, n)
+		}
+		t.Logf("%s: %d addresses, %d admitted beyond the limit in all, at most %d of %d for one address; answers %s",
+			route, keys, over, worst, failoverLimit, &r.limited[ri])
+		if r.limited[ri].nErrs > 0 {
+			t.Errorf("%s: errors: %s", route, &r.limited[ri])
+		}
+		// The declared bound (docs/limits.md): the limit, plus for the
+		// local fallback a full burst more (each replica's share), plus
+		// what the lost replication forgot: the decisions the old master
+		// acknowledged and did not pass on, a handful on a local network.
+		bound := failoverLimit + lostReplicationAllowance
+		if ri == 0 {
+			bound += failoverLimit
+		}
+		if worst > bound {
+			t.Errorf("%s: an address was admitted %d times across the failover, want at most %d", route, worst, bound)
+		}
+	}
+	for k := range r.limited[1].byKey {
+		if !slices.Contains([]string{"200", "429 throttled", "503 rate_limit_unavailable"}, k) {
+			t.Errorf("list_currencies (closed) answered %q: %s", k, &r.limited[1])
+		}
+	}
+
+	// Orders: every identifier placed at most once.
+	t.Logf("orders: %s; %d identifiers placed", &r.orders, len(r.placed))
+	for id, n := range r.placed {
+		if n > 1 {
+			t.Errorf("identifier %s placed %d times", id, n)
+		}
+	}
+	for k := range r.orders.byKey {
+		if !slices.Contains([]string{"201", "409 request_in_progress", "503 duplicate_protection_unavailable", "503 rate_limit_unavailable"}, k) {
+			t.Errorf("orders answered %q: %s", k, &r.orders)
+		}
+	}
+	if r.orders.nErrs > 0 || r.orders.byKey["201"] == 0 || len(r.placed) == 0 {
+		t.Errorf("orders: want complete answers and some placed: %s", &r.orders)
+	}
+	// Claims need a replica's acknowledgement: orders go again once the
+	// new master has a replica (at once in a Cluster for the other
+	// shards; in Sentinel once the old master is back as a replica).
+	if resumed := slices.IndexFunc(r.placedAt, func(at time.Time) bool { return at.After(r.announced) }); resumed >= 0 {
+		t.Logf("orders placed again %v after the announcement", r.placedAt[resumed].Sub(r.announced).Round(time.Millisecond))
+	} else {
+		t.Logf("no order placed within %v of the announcement: no replica acknowledged claims yet", failoverAfter)
+	}
+}
+
+// lostReplicationAllowance is how many decisions per address the tests
+// allow a failover to forget: those the old master acknowledged in the
+// moment before it was lost and had not yet passed to its replica.
+const lostReplicationAllowance = 2
+
+// probeSummary condenses a gateway's probes around the announcement.
+func (r *failoverRun) probeSummary(gi int) string {
+	var b strings.Builder
+	prev := ""
+	for _, p := range r.probes[gi] {
+		if p.by != prev {
+			fmt.Fprintf(&b, "[%+v %s] ", p.sent.Sub(r.announced).Round(time.Millisecond), p.by)
+			prev = p.by
+		}
+	}
+	return b.String()
+}
+
+// TestSentinelFailover fails the master of a Sentinel setup (a master, a
+// replica, three Sentinels; down after 500ms) under load through two
+// exgate replicas: killed (SIGKILL), and frozen (SIGSTOP) until the
+// promotion is announced, then let go. Within a second of the
+// announcement every decision is the new master's; no answer waits more
+// than the store deadline plus the fallback; every fallback is counted;
+// /readyz stays 200; no address gets more than the declared bound; no
+// order identifier is placed twice.
+func TestSentinelFailover(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// fail breaks the master; back brings it back after the
+		// promotion, as a replica of the new master.
+		fail, back func(g *redistest.Sentinels)
+	}{
+		{"master killed", func(g *redistest.Sentinels) { g.Master.Stop() },
+			func(g *redistest.Sentinels) { g.Master.RestartReplicaOf(g.Replica) }}, // as a supervisor would
+		{"master frozen", func(g *redistest.Sentinels) { g.Master.Freeze() },
+			func(g *redistest.Sentinels) { g.Master.Thaw() }}, // Sentinel turns it into a replica
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sg := redistest.StartSentinels(t, "exgate", 500*time.Millisecond)
+			cb := startCountingBackend(t)
+			token := accessToken(t, cb.url)
+			cfg := failoverConfig(cb.url, fmt.Sprintf("addrs: [%q, %q, %q]", sg.Addrs()[0], sg.Addrs()[1], sg.Addrs()[2]), "master_name: exgate")
+			gws := []*gateway{startGateway(t, cfg), startGateway(t, cfg)}
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			switches, err := sg.Switches(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			run := failOver(t, gws, cb, token, func() time.Time {
+				broken := time.Now()
+				tc.fail(sg)
+				select {
+				case sw := <-switches:
+					if sw.Addr != sg.Replica.Addr {
+						t.Fatalf("Sentinel promoted %s, want the replica %s", sw.Addr, sg.Replica.Addr)
+					}
+					t.Logf("+switch-master %v after the master was broken", sw.At.Sub(broken).Round(time.Millisecond))
+					go tc.back(sg)
+					return sw.At
+				case <-time.After(20 * time.Second):
+					t.Fatal("no +switch-master within 20s")
+				}
+				return time.Time{}
+			})
+			run.check(t)
+			// Once the old master follows the new one, orders go again.
+			var replicaAt time.Time
+			for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+				if info, err := sg.Master.Info("replication"); err == nil && info["role"] == "slave" && info["master_link_status"] == "up" {
+					replicaAt = time.Now()
+					break
+				}
+			}
+			if replicaAt.IsZero() {
+				t.Fatal("the old master did not follow the new one within 20s")
+			}
+			t.Logf("old master a replica again %v after the announcement", replicaAt.Sub(run.announced).Round(time.Millisecond))
+			c := newClient(t, 1)
+			if !eventually(switchGoal, func() bool {
+				a := do(c, orderWithID(gws[0].url, token, "after-"+strings.ReplaceAll(tc.name, " ", "-")))
+				return a.status == http.StatusCreated
+			}) {
+				t.Errorf("no order placed within %v of the new master having a replica", switchGoal)
+			}
+			if info, err := sg.Replica.Info("replication"); err != nil || info["role"] != "master" {
+				t.Errorf("the replica after the failover: %v %v, want the master", info, err)
+			}
+		})
+	}
+}
+
+// TestClusterFailover kills (SIGKILL) one master of a Cluster of three
+// masters with a replica each (cluster-node-timeout 1s) under load
+// through two exgate replicas: within a second of the slot map naming
+// the promoted replica, every decision is made in Redis again; the rest
+// as TestSentinelFailover.
+func TestClusterFailover(t *testing.T) {
+	cl := redistest.StartReplicatedCluster(t, 3, time.Second)
+	cb := startCountingBackend(t)
+	token := accessToken(t, cb.url)
+	addrs, _ := json.Marshal(cl.Addrs)
+	cfg := failoverConfig(cb.url, "addrs: "+string(addrs))
+	gws := []*gateway{startGateway(t, cfg), startGateway(t, cfg)}
+	victim, witness := cl.Servers[0], cl.Servers[1]
+	const slot = 0 // the first master serves slot 0
+	if owner, err := cl.SlotOwner(witness, slot); err != nil || owner != victim.Addr {
+		t.Fatalf("slot %d served by %q (%v), want %s", slot, owner, err, victim.Addr)
+	}
+	run := failOver(t, gws, cb, token, func() time.Time {
+		broken := time.Now()
+		victim.Stop()
+		deadline := time.Now().Add(20 * time.Second)
+		for time.Now().Before(deadline) {
+			if owner, err := cl.SlotOwner(witness, slot); err == nil && owner != victim.Addr {
+				t.Logf("slot map names %s for slot %d %v after the master was killed", owner, slot, time.Since(broken).Round(time.Millisecond))
+				return time.Now()
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		t.Fatal("the Cluster did not fail the master over within 20s")
+		return time.Time{}
+	})
+	run.check(t)
+}
