@@ -163,8 +163,8 @@ type failoverRun struct {
 	// slow is how many requests exgate took longer than answerBound (and
 	// 250ms) over, of all it served, by its request duration histogram.
 	slow, slow250, served float64
-	latencies []timed
-	mu        sync.Mutex
+	latencies             []timed
+	mu                    sync.Mutex
 }
 
 // timed is one answer's latency, when it came and what it was.
