@@ -137,6 +137,7 @@ func run(ctx context.Context, args []string, getenv func(string) (string, bool),
 		return 2
 	}
 	defer func() { _ = log.Sync() }()
+	defer redirectStdLog(log.Named("stdlib"))()
 
 	redis.SetLogger(redisLogger{log.Named("redis")})
 	if *dev {
