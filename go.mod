@@ -12,6 +12,7 @@ require (
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/shopspring/decimal v1.6.0
 	go.uber.org/zap v1.28.0
+	golang.org/x/image v0.40.0
 	golang.org/x/net v0.59.0
 	gopkg.in/yaml.v3 v3.0.1
 )

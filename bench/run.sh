@@ -13,12 +13,13 @@
 #   BENCH_CONNS=64      wrk connections      BENCH_THREADS=2  wrk threads
 #   BENCH_PIN=none      none | split (wrk on the last CPU, servers on the others)
 #   BENCH_PROFILE=1     also profile exgate under load (pprof text in bench/results/)
+#   BENCH_RATE_ROUNDS=2 open-loop rounds at half NGINX's rate (vegeta); 0 = none
 #   BENCH_OUT=bench/results
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # command -> Debian package
-declare -A need=([nginx]=nginx [wrk]=wrk [redis-server]=redis-server [taskset]=util-linux)
+declare -A need=([nginx]=nginx [caddy]=caddy [wrk]=wrk [redis-server]=redis-server [taskset]=util-linux)
 missing=()
 for cmd in "${!need[@]}"; do
   command -v "$cmd" >/dev/null 2>&1 || missing+=("${need[$cmd]}")
@@ -37,7 +38,7 @@ if [ ${#missing[@]} -gt 0 ]; then
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${missing[@]}"
   # Debian starts the packaged services; the benchmark runs its own.
-  for svc in nginx redis-server; do
+  for svc in nginx caddy redis-server; do
     if command -v systemctl >/dev/null 2>&1; then systemctl stop "$svc" >/dev/null 2>&1 || true; fi
   done
 fi
@@ -57,14 +58,26 @@ echo "bench: building into $bins"
 go build -o "$bins/exgate" ./cmd/exgate
 go build -o "$bins/exchange-sim" ./cmd/exchange-sim
 go build -o "$bins/benchrun" ./bench/cmd/benchrun
+go build -o "$bins/floor" bench/prototypes/floor/nethttp/main.go
+# vegeta holds a fixed request rate (the open-loop run); built from the Go
+# module proxy, outside this module, once per machine.
+vegeta_version=v12.13.0
+vegeta_bin="${XDG_CACHE_HOME:-$HOME/.cache}/exgate-bench/vegeta-$vegeta_version"
+if [ ! -x "$vegeta_bin" ]; then
+  echo "bench: building vegeta $vegeta_version"
+  mkdir -p "$(dirname "$vegeta_bin")"
+  GOBIN="$bins" go install "github.com/tsenart/vegeta/v12@$vegeta_version"
+  cp "$bins/vegeta" "$vegeta_bin"
+fi
+cp "$vegeta_bin" "$bins/vegeta"
 
 args=(-bins "$bins" -out "${BENCH_OUT:-bench/results}")
 cmdline="make bench"
-for v in BENCH_QUICK BENCH_ROUNDS BENCH_DURATION BENCH_WARMUP BENCH_CONNS BENCH_THREADS BENCH_PIN BENCH_PROFILE; do
+for v in BENCH_QUICK BENCH_ROUNDS BENCH_DURATION BENCH_WARMUP BENCH_CONNS BENCH_THREADS BENCH_PIN BENCH_PROFILE BENCH_RATE_ROUNDS; do
   if [ -n "${!v:-}" ]; then cmdline="$v=${!v} $cmdline"; fi
 done
 if [ "${BENCH_QUICK:-0}" = 1 ]; then
-  args+=(-quick -rounds 1 -duration 2s -warmup 1s -tokens 1000)
+  args+=(-quick -rounds 1 -duration 2s -warmup 1s -tokens 1000 -rate-rounds 1 -rate-duration 2s)
 fi
 [ -n "${BENCH_ROUNDS:-}" ] && args+=(-rounds "$BENCH_ROUNDS")
 [ -n "${BENCH_DURATION:-}" ] && args+=(-duration "$BENCH_DURATION")
@@ -73,6 +86,7 @@ fi
 [ -n "${BENCH_THREADS:-}" ] && args+=(-threads "$BENCH_THREADS")
 [ -n "${BENCH_PIN:-}" ] && args+=(-pin "$BENCH_PIN")
 [ "${BENCH_PROFILE:-0}" = 1 ] && args+=(-profile)
+[ -n "${BENCH_RATE_ROUNDS:-}" ] && args+=(-rate-rounds "$BENCH_RATE_ROUNDS")
 args+=(-command "$cmdline")
 
 # benchrun runs in the background so that this shell's trap can pass on

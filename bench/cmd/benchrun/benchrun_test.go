@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/image/font"
 )
 
 func TestParseStat(t *testing.T) {
@@ -104,9 +106,12 @@ func TestSelected(t *testing.T) {
 		want                map[string][]string
 	}{
 		{"all", "", "", false, map[string][]string{
-			scMarkets:  {tDirect, tNginx, tNginxLimit, tExgateOff, tExgateMemory, tExgateRedis},
-			scOrders:   {tDirect, tNginx, tNginxLimit, tExgateOff, tExgateMemory, tExgateRedis},
-			scManyKeys: {tDirect, tNginxLimit, tExgateOff, tExgateMemory, tExgateRedis},
+			scMarkets:  {tDirect, tNginx, tNginxLimit, tCaddy, tFloor, tExgateOff, tExgateRedis},
+			scOrders:   {tDirect, tNginx, tNginxLimit, tCaddy, tFloor, tExgateOff, tExgateRedis},
+			scManyKeys: {tDirect, tNginxLimit, tExgateOff, tExgateRedis},
+		}},
+		{"memory limits when named", scManyKeys, "exgate-memory", false, map[string][]string{
+			scManyKeys: {tExgateMemory},
 		}},
 		{"one scenario, two targets, B builds", scMarkets, "nginx-limit,exgate-redis", true, map[string][]string{
 			scMarkets: {tNginxLimit, tExgateRedis, tExgateRedis + bSuffix},
@@ -146,13 +151,16 @@ func TestSumMetricLikeScrape(t *testing.T) {
 	}
 }
 
-// TestFontCoversTheChart checks that every character the chart writes has
-// a glyph of its own (the font draws '?' for the others).
+// TestFontCoversTheChart checks that the Go fonts have a glyph for every
+// character the chart writes.
 func TestFontCoversTheChart(t *testing.T) {
-	unknown := glyph('\x01')
-	texts := []string{"exgate comparison benchmark, 2026-11-22 17:13 UTC (smoke run)",
-		"medians of 5 runs × 6s, wrk -t2 -c64, 2 CPUs shared by all processes", "throughput, req/s", "CPU µs/req:",
-		"0123456789%=+_/.,:()≥÷"}
+	ct, err := newChartText()
+	if err != nil {
+		t.Fatal(err)
+	}
+	texts := []string{"exgate comparison benchmark, 2026-11-22 17:13 UTC (smoke run: too short to quote)",
+		"medians of 5 interleaved runs × 6s, wrk -t2 -c64 (closed loop), 2 CPUs", "throughput, req/s", "CPU µs per request:",
+		"0123456789%=+-_/.,:()≥÷", "+1.25 ms p99   (p50 +0.10, p99.9 -2.00 ms)"}
 	for _, name := range targetOrder() {
 		texts = append(texts, shortName(name))
 	}
@@ -162,8 +170,10 @@ func TestFontCoversTheChart(t *testing.T) {
 	texts = append(texts, roles()...)
 	for _, s := range texts {
 		for _, r := range s {
-			if r != '?' && glyph(r) == unknown {
-				t.Errorf("no glyph for %q (in %q)", r, s)
+			for _, f := range []font.Face{ct.regular, ct.bold} {
+				if _, ok := f.GlyphAdvance(r); !ok {
+					t.Errorf("no glyph for %q (in %q)", r, s)
+				}
 			}
 		}
 	}
@@ -184,12 +194,28 @@ func TestReportFromResults(t *testing.T) {
 		Machine:   Machine{CPUs: 2, CPUModel: "test CPU", Pinning: "none"},
 		Settings:  Settings{Rounds: 1, Duration: "6s", Warmup: "2s", Threads: 2, Conns: 64, Tokens: 10000},
 		Scenarios: []ScenarioResult{{Name: scMarkets, Title: "GET markets", Rows: []Row{
-			row(tDirect, 30000, 0), row(tNginxLimit, 20000, 28), row(tExgateOff, 12000, 80), row(tExgateRedis, 9000, 105),
+			row(tDirect, 30000, 0), row(tNginx, 21000, 25), row(tNginxLimit, 20000, 28), row(tCaddy, 8000, 90),
+			row(tFloor, 12500, 60), row(tExgateOff, 12000, 50), row(tExgateRedis, 9000, 60),
+		}}, {Name: scOrders, Title: "POST orders", Rows: []Row{
+			row(tNginx, 15000, 25), row(tCaddy, 5000, 90), row(tFloor, 8000, 70), row(tExgateOff, 8000, 70), row(tExgateRedis, 7600, 90),
 		}}},
+		FixedRate: &FixedRate{Rate: 10500, Duration: "6s", Rounds: 1, Tool: "vegeta", Rows: []RateRow{
+			{Target: tDirect, Label: targetLabel(tDirect), Runs: []RateRun{{Round: 1, Achieved: 10500, P50MS: 0.2, P99MS: 1, P999MS: 3}}},
+			{Target: tNginx, Label: targetLabel(tNginx), Runs: []RateRun{{Round: 1, Achieved: 10500, P50MS: 0.3, P99MS: 2, P999MS: 5}}},
+			{Target: tExgateRedis, Label: targetLabel(tExgateRedis), Runs: []RateRun{{Round: 1, Achieved: 10500, P50MS: 0.5, P99MS: 4, P999MS: 9}}},
+		}},
 	}
+	res.FixedRate.summarize()
 	md := markdown(res)
-	for _, want := range []string{"| exgate with Redis limits ÷ NGINX with limit_req, req/s | 0.45× | ≥ 0.6× | **not met** |",
-		"| exgate Redis limits on ÷ off, req/s | 0.75× | ≥ 0.9× | **not met** |", "NGINX + limit_req", "direct to backend", "make bench"} {
+	for _, want := range []string{
+		"| GET markets: exgate with Redis limits ÷ Caddy, req/s (by CPU per request: 1.29×) | 1.12× | ≥ 1.5× | **missed** |",
+		"| POST orders: exgate limits off ÷ net/http floor proxy, req/s (by CPU per request: 1.00×) | 1.00× | ≥ 0.95× | **met** |",
+		"| exgate, limits off: proxy CPU per order ÷ per GET (70.0 ÷ 50.0 µs) | 1.40× | ≤ 1.3× | **missed** |",
+		"| backend CPU per order behind exgate, Redis limits ÷ behind NGINX (30.0 ÷ 30.0 µs) | 1.00× | ≤ 1.1× | **met** |",
+		"| many keys: exgate Redis limits on ÷ off, req/s (by CPU per request: –) | – | ≥ 0.85× | not measured |",
+		"| fixed rate (10500 req/s): exgate's added p99 ÷ NGINX's (3.00 ÷ 1.00 ms) | 3.00× | ≤ 1.5× | **missed** |",
+		"| exgate, Redis limits | 0.50 | 4.00 | 9.00 | 0.30 | 3.00 | 6.00 | 10500 | 0 |",
+		"NGINX + limit_req", "Caddy (reverse_proxy)", "net/http floor proxy", "direct to backend", "make bench"} {
 		if !strings.Contains(md, want) {
 			t.Errorf("report lacks %q:\n%s", want, md)
 		}

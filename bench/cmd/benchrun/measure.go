@@ -51,6 +51,9 @@ func (b *bench) measure(ctx context.Context, res *Results) error {
 	var combos []combo
 	rows := map[combo]*Row{}
 	scs := selected(scenarios(), b.o.only, b.o.targets, b.o.bBins != "")
+	for _, sc := range scs { // Caddy or the floor may be missing
+		sc.targets = slices.DeleteFunc(sc.targets, func(t string) bool { return b.e.targets[t] == nil })
+	}
 	if len(scs) == 0 {
 		return fmt.Errorf("-scenarios %q -targets %q select nothing", b.o.only, b.o.targets)
 	}
@@ -111,8 +114,9 @@ func (b *bench) measure(ctx context.Context, res *Results) error {
 }
 
 // selected returns the scenarios named in only (all when empty), each
-// with only the targets named in targets (all when empty); scenarios left
-// without a target are dropped.
+// with only the targets named in targets (when empty: all but exgate with
+// memory limits, which runs only when named); scenarios left without a
+// target are dropped.
 //
 // With withB, every exgate target is followed by its B build's.
 func selected(all []*scenario, only, targets string, withB bool) []*scenario {
@@ -125,6 +129,8 @@ func selected(all []*scenario, only, targets string, withB bool) []*scenario {
 			sc.targets = slices.DeleteFunc(sc.targets, func(t string) bool {
 				return !slices.Contains(strings.Split(targets, ","), t)
 			})
+		} else {
+			sc.targets = slices.DeleteFunc(sc.targets, func(t string) bool { return t == tExgateMemory })
 		}
 		if withB {
 			var ts []string

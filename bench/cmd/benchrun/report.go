@@ -7,10 +7,14 @@ import (
 	"strings"
 )
 
-// Goals of issue 6 on the 2-core machine, GET markets.
+// Targets of issue 12 on the 2-core machine, ratios within one run.
 const (
-	goalVsNginx  = 0.6 // exgate with Redis limits ÷ NGINX with limit_req
-	goalLimitsOn = 0.9 // exgate with Redis limits ÷ exgate with limits off
+	goalVsCaddy       = 1.5  // exgate with Redis limits ÷ Caddy, req/s, GET markets and POST orders
+	goalVsFloor       = 0.95 // exgate limits off ÷ the net/http floor proxy, req/s, both
+	goalOrderVsGet    = 1.3  // exgate's proxy CPU per order ÷ per GET, at most
+	goalBackendOrder  = 1.1  // the backend's CPU per order behind exgate ÷ behind NGINX, at most
+	goalManyKeys      = 0.85 // many keys: Redis limits on ÷ off, req/s
+	goalAddedP99Nginx = 1.5  // fixed rate: exgate's added p99 ÷ NGINX's, at most
 )
 
 // writeReport writes latest.md and latest.png into dir.
@@ -66,10 +70,115 @@ func fmtRatio(v float64) string {
 }
 
 func met(v, goal float64) string {
+	if v == 0 {
+		return "not measured"
+	}
 	if v >= goal {
 		return "**met**"
 	}
-	return "**not met**"
+	return "**missed**"
+}
+
+// metAtMost is met for a figure that must not exceed goal.
+func metAtMost(v, goal float64) string {
+	if v == 0 {
+		return "not measured"
+	}
+	if v <= goal {
+		return "**met**"
+	}
+	return "**missed**"
+}
+
+// cpuOf returns the row's CPU per request of role, or 0.
+func cpuOf(r *Row, role string) float64 {
+	if r == nil {
+		return 0
+	}
+	return r.CPU[role]
+}
+
+// div returns a/b, or 0 when either is 0.
+func div(a, b float64) float64 {
+	if a == 0 || b == 0 {
+		return 0
+	}
+	return a / b
+}
+
+// targetsTable writes the issue-12 targets, each as measured in this run.
+func targetsTable(p func(string, ...any), res *Results) {
+	p("## Targets (issue 12), ratios within this run\n\n")
+	p("| | measured | goal | |\n|---|--:|---|---|\n")
+	for _, sc := range []struct{ name, label string }{{scMarkets, "GET markets"}, {scOrders, "POST orders"}} {
+		v := ratio(res.row(sc.name, tExgateRedis), res.row(sc.name, tCaddy))
+		p("| %s: exgate with Redis limits ÷ Caddy, req/s (by CPU per request: %s) | %s | ≥ %.1f× | %s |\n", sc.label,
+			fmtRatio(cpuRatio(res.row(sc.name, tExgateRedis), res.row(sc.name, tCaddy))), fmtRatio(v), goalVsCaddy, met(v, goalVsCaddy))
+	}
+	for _, sc := range []struct{ name, label string }{{scMarkets, "GET markets"}, {scOrders, "POST orders"}} {
+		v := ratio(res.row(sc.name, tExgateOff), res.row(sc.name, tFloor))
+		p("| %s: exgate limits off ÷ net/http floor proxy, req/s (by CPU per request: %s) | %s | ≥ %.2f× | %s |\n", sc.label,
+			fmtRatio(cpuRatio(res.row(sc.name, tExgateOff), res.row(sc.name, tFloor))), fmtRatio(v), goalVsFloor, met(v, goalVsFloor))
+	}
+	for _, t := range []string{tExgateOff, tExgateRedis} {
+		o, g := cpuOf(res.row(scOrders, t), roleProxy), cpuOf(res.row(scMarkets, t), roleProxy)
+		v := div(o, g)
+		p("| %s: proxy CPU per order ÷ per GET (%.1f ÷ %.1f µs) | %s | ≤ %.1f× | %s |\n", targetLabel(t), o, g, fmtRatio(v), goalOrderVsGet, metAtMost(v, goalOrderVsGet))
+	}
+	n := cpuOf(res.row(scOrders, tNginx), roleBackend)
+	for _, t := range []string{tExgateOff, tExgateRedis} {
+		e := cpuOf(res.row(scOrders, t), roleBackend)
+		v := div(e, n)
+		p("| backend CPU per order behind %s ÷ behind NGINX (%.1f ÷ %.1f µs) | %s | ≤ %.1f× | %s |\n", targetLabel(t), e, n, fmtRatio(v), goalBackendOrder, metAtMost(v, goalBackendOrder))
+	}
+	v := ratio(res.row(scManyKeys, tExgateRedis), res.row(scManyKeys, tExgateOff))
+	p("| many keys: exgate Redis limits on ÷ off, req/s (by CPU per request: %s) | %s | ≥ %.2f× | %s |\n",
+		fmtRatio(cpuRatio(res.row(scManyKeys, tExgateRedis), res.row(scManyKeys, tExgateOff))), fmtRatio(v), goalManyKeys, met(v, goalManyKeys))
+	if fr := res.FixedRate; fr != nil {
+		e, ng := fr.row(tExgateRedis), fr.row(tNginx)
+		if e != nil && ng != nil {
+			verdict, v := "", 0.0
+			switch {
+			case ng.AddedP99MS > 0:
+				v = e.AddedP99MS / ng.AddedP99MS
+				verdict = metAtMost(v, goalAddedP99Nginx)
+			case e.AddedP99MS <= 0:
+				verdict = "**met** (neither added a measurable p99)"
+			default:
+				verdict = "**missed** (NGINX added no measurable p99)"
+			}
+			p("| fixed rate (%.0f req/s): exgate's added p99 ÷ NGINX's (%.2f ÷ %.2f ms) | %s | ≤ %.1f× | %s |\n",
+				fr.Rate, e.AddedP99MS, ng.AddedP99MS, fmtRatio(v), goalAddedP99Nginx, verdict)
+		}
+	}
+	red, ngl := res.row(scMarkets, tExgateRedis), res.row(scMarkets, tNginxLimit)
+	p("| reference: GET markets, exgate with Redis limits ÷ NGINX + limit_req, req/s | %s | (no target) | |\n\n", fmtRatio(ratio(red, ngl)))
+}
+
+// fixedRateSection writes the open-loop run.
+func fixedRateSection(p func(string, ...any), fr *FixedRate) {
+	if fr == nil {
+		return
+	}
+	p("## Fixed rate: GET markets at %.0f req/s (open loop, %s)\n\n", fr.Rate, fr.Tool)
+	p("Half of NGINX's median req/s on GET markets in this run, held by `vegeta attack -rate` for %s, %d interleaved rounds; "+
+		"exact percentiles over every request of a run, then the median over the rounds. *Added* is the target's latency minus direct's in the same round.\n\n",
+		fr.Duration, fr.Rounds)
+	p("| target | p50 ms | p99 ms | p99.9 ms | added p50 ms | added p99 ms | added p99.9 ms | achieved req/s | errors |\n")
+	p("|---|--:|--:|--:|--:|--:|--:|--:|--:|\n")
+	for _, r := range fr.Rows {
+		var ach []float64
+		for _, run := range r.Runs {
+			ach = append(ach, run.Achieved)
+		}
+		if r.Target == tDirect {
+			p("| %s | %.2f | %.2f | %.2f | – | – | – | %.0f | %d |\n", r.Label, r.P50MS, r.P99MS, r.P999MS, median(ach), r.Errors)
+			continue
+		}
+		p("| %s | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.0f | %d |\n", r.Label, r.P50MS, r.P99MS, r.P999MS,
+			r.AddedP50MS, r.AddedP99MS, r.AddedP999MS, median(ach), r.Errors)
+	}
+	p("\n")
 }
 
 // markdown renders the results as latest.md.
@@ -110,25 +219,7 @@ func markdown(res *Results) string {
 	p("- Limits, where on, are %s per key: every request is decided (in Redis or in process) and none is refused. "+
 		"NGINX's `limit_req` uses exgate's key rule: by token when the request has one, else by `$binary_remote_addr`.\n\n", rateOff)
 
-	direct := res.row(scMarkets, tDirect)
-	ngl := res.row(scMarkets, tNginxLimit)
-	red := res.row(scMarkets, tExgateRedis)
-	off := res.row(scMarkets, tExgateOff)
-	p("## Targets (issue 6), GET markets\n\n")
-	p("| | measured | goal | |\n|---|---|---|---|\n")
-	v := ratio(red, ngl)
-	p("| exgate with Redis limits ÷ NGINX with limit_req, req/s | %.2f× | ≥ %.1f× | %s |\n", v, goalVsNginx, met(v, goalVsNginx))
-	v = ratio(red, off)
-	p("| exgate Redis limits on ÷ off, req/s | %.2f× | ≥ %.1f× | %s |\n", v, goalLimitsOn, met(v, goalLimitsOn))
-	p("| the same two, as implied by the total CPU per request (steadier on a shared machine) | %.2f×, %.2f× | | |\n",
-		cpuRatio(red, ngl), cpuRatio(red, off))
-	if red != nil && ngl != nil && ngl.CPU[roleProxy] > 0 {
-		p("| exgate with Redis limits ÷ NGINX with limit_req, proxy CPU per request | %.2f× | | |\n", red.CPU[roleProxy]/ngl.CPU[roleProxy])
-	}
-	if red != nil && direct != nil {
-		p("| exgate with Redis limits ÷ direct to backend, req/s | %.2f× | | |\n", ratio(red, direct))
-	}
-	p("\n")
+	targetsTable(p, res)
 
 	for _, sc := range res.Scenarios {
 		p("## %s\n\n", sc.Title)
@@ -151,6 +242,8 @@ func markdown(res *Results) string {
 		}
 		p("\n")
 	}
+
+	fixedRateSection(p, res.FixedRate)
 
 	p("## Every run (req/s), to judge the noise\n\n")
 	p("| scenario | target |")
@@ -185,7 +278,7 @@ func markdown(res *Results) string {
 
 	p("\n## How to read it\n\n")
 	p("- **CPU µs/req** is the CPU time (user + system, every thread, from `/proc/<pid>/stat` before and after the run) a process " +
-		"spent per completed request: *proxy* is exgate's process or NGINX's master and workers; *backend* is the reference " +
+		"spent per completed request: *proxy* is exgate's process, NGINX's master and workers, Caddy's or the floor proxy's; *backend* is the reference " +
 		"backend (`exchange-sim`); *redis* is redis-server (non-zero only where exgate uses it); *wrk* is the load generator (from its rusage).\n")
 	p("- Everything shares the same CPUs, so throughput is bounded by the sum of the *all* column: " +
 		"at 100%% busy, req/s ≈ CPUs × 10⁶ ÷ all. A proxy that needs less CPU leaves more to the backend and to wrk. " +

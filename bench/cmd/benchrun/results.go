@@ -15,6 +15,7 @@ type Results struct {
 	Machine   Machine          `json:"machine"`
 	Settings  Settings         `json:"settings"`
 	Scenarios []ScenarioResult `json:"scenarios"`
+	FixedRate *FixedRate       `json:"fixed_rate,omitempty"`
 	Profiles  []Profile        `json:"profiles,omitempty"`
 }
 

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -20,6 +21,8 @@ const (
 	tDirect       = "direct"
 	tNginx        = "nginx"
 	tNginxLimit   = "nginx-limit"
+	tCaddy        = "caddy"
+	tFloor        = "floor"
 	tExgateOff    = "exgate-off"
 	tExgateMemory = "exgate-memory"
 	tExgateRedis  = "exgate-redis"
@@ -30,7 +33,7 @@ const (
 
 // targetOrder returns the targets in the order tables list them.
 func targetOrder() []string {
-	return []string{tDirect, tNginx, tNginxLimit, tExgateOff, tExgateOff + bSuffix, tExgateMemory,
+	return []string{tDirect, tNginx, tNginxLimit, tCaddy, tFloor, tExgateOff, tExgateOff + bSuffix, tExgateMemory,
 		tExgateMemory + bSuffix, tExgateRedis, tExgateRedis + bSuffix}
 }
 
@@ -46,6 +49,10 @@ func targetLabel(name string) string {
 		return "NGINX (proxy_pass, keepalive)"
 	case tNginxLimit:
 		return "NGINX + limit_req"
+	case tCaddy:
+		return "Caddy (reverse_proxy)"
+	case tFloor:
+		return "net/http floor proxy"
 	case tExgateOff:
 		return "exgate, limits off"
 	case tExgateMemory:
@@ -170,6 +177,20 @@ http {
 }
 `))
 
+// caddyConfig is Caddy in front of the backend as a user would first
+// write it: a plain reverse_proxy (which keeps connections to the backend
+// alive and sets X-Forwarded-*), no limits, no access log, no admin API,
+// no automatic HTTPS.
+var caddyConfig = template.Must(template.New("caddy").Parse(`# Written by bench/cmd/benchrun.
+{
+	admin off
+	auto_https off
+}
+http://{{.Listen}} {
+	reverse_proxy {{.Backend}}
+}
+`))
+
 // env is what the stack needs from the outside.
 type env struct {
 	bins    string // directory holding exgate and exchange-sim
@@ -182,10 +203,12 @@ type env struct {
 	redisAd string
 }
 
-// startStack starts the backend, Redis, the three exgates and the two
-// NGINXes on free loopback ports and waits until each answers.
+// startStack starts the backend, Redis, the three exgates, the two
+// NGINXes, Caddy and the net/http floor proxy on free loopback ports and
+// waits until each answers. Caddy and the floor are left out, with a
+// note, when their binaries are missing (caddy on PATH, floor in bins).
 func startStack(ctx context.Context, ps *procs, e *env) error {
-	ports, err := freePorts(18)
+	ports, err := freePorts(20)
 	if err != nil {
 		return err
 	}
@@ -276,6 +299,9 @@ func startStack(ctx context.Context, ps *procs, e *env) error {
 		}
 		e.targets[x.name] = &target{name: x.name, url: "http://" + listen, proxy: p}
 	}
+	if err := startGoPeers(ps, e, next(), next(), backendAddr); err != nil {
+		return err
+	}
 	for _, name := range targetOrder() {
 		t := e.targets[name]
 		if t == nil || t.proxy == nil {
@@ -291,6 +317,46 @@ func startStack(ctx context.Context, ps *procs, e *env) error {
 			}
 		}
 	}
+	return nil
+}
+
+// startGoPeers starts Caddy and the net/http floor proxy (the Go
+// proxies exgate is measured against) on caddyAddr and floorAddr.
+func startGoPeers(ps *procs, e *env, caddyAddr, floorAddr, backendAddr string) error {
+	if caddy, err := exec.LookPath("caddy"); err != nil {
+		logf("caddy not found (Debian package caddy): Caddy is left out")
+	} else {
+		dir := filepath.Join(e.work, tCaddy)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return err
+		}
+		var buf bytes.Buffer
+		if err := caddyConfig.Execute(&buf, map[string]any{"Listen": caddyAddr, "Backend": backendAddr}); err != nil {
+			return err
+		}
+		conf := filepath.Join(dir, "Caddyfile")
+		if err := os.WriteFile(conf, buf.Bytes(), 0o644); err != nil {
+			return err
+		}
+		// Caddy keeps state under $HOME and the XDG directories: the
+		// scratch directory, not the user's.
+		env := []string{"HOME=" + dir, "XDG_DATA_HOME=" + dir, "XDG_CONFIG_HOME=" + dir}
+		p, err := ps.start(tCaddy, e.cpus, env, caddy, "run", "--config", conf, "--adapter", "caddyfile")
+		if err != nil {
+			return err
+		}
+		e.targets[tCaddy] = &target{name: tCaddy, url: "http://" + caddyAddr, proxy: p}
+	}
+	floor := filepath.Join(e.bins, "floor")
+	if _, err := os.Stat(floor); err != nil {
+		logf("%s missing (go build -o %s bench/prototypes/floor/nethttp/main.go): the floor is left out", floor, floor)
+		return nil
+	}
+	p, err := ps.start(tFloor, e.cpus, []string{"GOGC=400"}, floor, floorAddr, "http://"+backendAddr)
+	if err != nil {
+		return err
+	}
+	e.targets[tFloor] = &target{name: tFloor, url: "http://" + floorAddr, proxy: p}
 	return nil
 }
 

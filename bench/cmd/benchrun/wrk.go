@@ -38,16 +38,18 @@ type scenario struct {
 	targets []string
 }
 
-// scenarios returns the benchmark's scenarios. Many keys leaves out plain
-// NGINX (it does not limit, so keys change nothing for it).
+// scenarios returns the benchmark's scenarios. Many keys leaves out the
+// proxies that do not limit (plain NGINX, Caddy, the floor: keys change
+// nothing for them). exgate with memory limits runs only when asked for
+// (-targets), to keep make bench short.
 func scenarios() []*scenario {
 	return []*scenario{
 		{name: scMarkets, title: "GET /api/v1/mkt/markets/ (anonymous: one client address, one hot limiter key)",
 			method: "GET", path: "/api/v1/mkt/markets/", script: "get", want: 200,
-			targets: []string{tDirect, tNginx, tNginxLimit, tExgateOff, tExgateMemory, tExgateRedis}},
+			targets: []string{tDirect, tNginx, tNginxLimit, tCaddy, tFloor, tExgateOff, tExgateMemory, tExgateRedis}},
 		{name: scOrders, title: "POST /api/v1/odr/orders/ (one valid token, market order)",
 			method: "POST", path: "/api/v1/odr/orders/", script: "order", want: 201,
-			targets: []string{tDirect, tNginx, tNginxLimit, tExgateOff, tExgateMemory, tExgateRedis}},
+			targets: []string{tDirect, tNginx, tNginxLimit, tCaddy, tFloor, tExgateOff, tExgateMemory, tExgateRedis}},
 		{name: scManyKeys, title: "GET /api/v1/mkt/markets/ with many tokens (a new limiter key on every request)",
 			method: "GET", path: "/api/v1/mkt/markets/", script: "manykeys", want: 200,
 			targets: []string{tDirect, tNginxLimit, tExgateOff, tExgateMemory, tExgateRedis}},

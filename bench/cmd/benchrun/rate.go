@@ -1,0 +1,233 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/csv"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// rateTargets are the targets of the fixed-rate run, direct first (the
+// latency every other is compared with).
+func rateTargets() []string { return []string{tDirect, tNginx, tCaddy, tExgateRedis} }
+
+// FixedRate is the open-loop run: GET markets at a fixed request rate
+// (half of NGINX's measured capacity), held by vegeta whatever the
+// latency, so that the latency a proxy adds is not hidden by a closed
+// loop slowing down.
+type FixedRate struct {
+	Rate     float64   `json:"rate"` // requests per second
+	Duration string    `json:"duration"`
+	Rounds   int       `json:"rounds"`
+	Tool     string    `json:"tool"`
+	Rows     []RateRow `json:"rows"`
+}
+
+// RateRow is one target at the fixed rate: every run, and the medians.
+type RateRow struct {
+	Target string    `json:"target"`
+	Label  string    `json:"label"`
+	Runs   []RateRun `json:"runs"`
+	// Medians over the runs, in milliseconds; Added* is the target's
+	// latency minus direct's in the same round.
+	P50MS       float64 `json:"p50_ms"`
+	P99MS       float64 `json:"p99_ms"`
+	P999MS      float64 `json:"p999_ms"`
+	AddedP50MS  float64 `json:"added_p50_ms"`
+	AddedP99MS  float64 `json:"added_p99_ms"`
+	AddedP999MS float64 `json:"added_p999_ms"`
+	Errors      int64   `json:"errors"`
+}
+
+// RateRun is one vegeta run.
+type RateRun struct {
+	Round    int     `json:"round"`
+	Requests int64   `json:"requests"`
+	Achieved float64 `json:"achieved_rps"`
+	P50MS    float64 `json:"p50_ms"`
+	P99MS    float64 `json:"p99_ms"`
+	P999MS   float64 `json:"p999_ms"`
+	Errors   int64   `json:"errors"`
+}
+
+// fixedRate runs the open-loop rounds at rate, interleaved like the
+// closed-loop ones, and returns the results.
+func (b *bench) fixedRate(ctx context.Context, rate float64) (*FixedRate, error) {
+	vegeta, err := findTool(b.o.bins, "vegeta")
+	if err != nil {
+		return nil, err
+	}
+	fr := &FixedRate{Rate: rate, Duration: b.o.rateDuration.String(), Rounds: b.o.rateRounds, Tool: "vegeta"}
+	for _, name := range rateTargets() {
+		if b.e.targets[name] != nil {
+			fr.Rows = append(fr.Rows, RateRow{Target: name, Label: targetLabel(name)})
+		}
+	}
+	if len(fr.Rows) == 0 || fr.Rows[0].Target != tDirect {
+		return nil, errors.New("fixed rate: no direct target")
+	}
+	logf("fixed rate: GET markets at %.0f req/s (half of NGINX's), %d rounds of %v at %d targets",
+		rate, b.o.rateRounds, b.o.rateDuration, len(fr.Rows))
+	for _, row := range fr.Rows { // warm-up: connections opened, nothing recorded
+		if _, err := b.attack(ctx, vegeta, b.e.targets[row.Target], rate, time.Second); err != nil {
+			return nil, err
+		}
+	}
+	for r := range b.o.rateRounds {
+		order := make([]int, len(fr.Rows))
+		for i := range order {
+			order[i] = i
+		}
+		if r%2 == 1 {
+			slices.Reverse(order)
+		}
+		for _, i := range order {
+			row := &fr.Rows[i]
+			run, err := b.attack(ctx, vegeta, b.e.targets[row.Target], rate, b.o.rateDuration)
+			if err != nil {
+				return nil, err
+			}
+			run.Round = r + 1
+			row.Runs = append(row.Runs, run)
+			logf("fixed rate round %d/%d %-14s %7.0f req/s  p50 %6.2f ms  p99 %6.2f ms  p99.9 %6.2f ms  errors %d",
+				r+1, b.o.rateRounds, row.Target, run.Achieved, run.P50MS, run.P99MS, run.P999MS, run.Errors)
+		}
+	}
+	fr.summarize()
+	return fr, nil
+}
+
+// summarize fills the medians; the added latencies are taken per round
+// (a target against direct in the same round), then their median.
+func (fr *FixedRate) summarize() {
+	direct := fr.Rows[0].Runs
+	for i := range fr.Rows {
+		row := &fr.Rows[i]
+		var p50, p99, p999, a50, a99, a999 []float64
+		row.Errors = 0
+		for j, run := range row.Runs {
+			p50, p99, p999 = append(p50, run.P50MS), append(p99, run.P99MS), append(p999, run.P999MS)
+			if j < len(direct) {
+				d := direct[j]
+				a50, a99, a999 = append(a50, run.P50MS-d.P50MS), append(a99, run.P99MS-d.P99MS), append(a999, run.P999MS-d.P999MS)
+			}
+			row.Errors += run.Errors
+		}
+		row.P50MS, row.P99MS, row.P999MS = median(p50), median(p99), median(p999)
+		row.AddedP50MS, row.AddedP99MS, row.AddedP999MS = median(a50), median(a99), median(a999)
+	}
+}
+
+// row returns the named target's row, or nil.
+func (fr *FixedRate) row(target string) *RateRow {
+	if fr == nil {
+		return nil
+	}
+	for i := range fr.Rows {
+		if fr.Rows[i].Target == target {
+			return &fr.Rows[i]
+		}
+	}
+	return nil
+}
+
+// attack runs vegeta at t for d at rate and reads every result. vegeta
+// starts a worker per request in flight; the cap (128, twice wrk's
+// connections) keeps a stalled target from making it open connections
+// without end, at the price of sending late, which the achieved rate
+// shows.
+func (b *bench) attack(ctx context.Context, vegeta string, t *target, rate float64, d time.Duration) (RateRun, error) {
+	out := filepath.Join(b.o.work, "vegeta.bin")
+	attack := exec.CommandContext(ctx, vegeta, "attack",
+		"-rate", fmt.Sprintf("%.0f/1s", rate), "-duration", d.String(),
+		"-timeout", "5s", "-keepalive=true", "-workers", "16", "-max-workers", "128", "-output", out)
+	attack.Stdin = strings.NewReader("GET " + t.url + "/api/v1/mkt/markets/\n")
+	if b.wrkCPUs != "" {
+		attack = exec.CommandContext(ctx, "taskset", append([]string{"-c", b.wrkCPUs}, attack.Args...)...)
+		attack.Stdin = strings.NewReader("GET " + t.url + "/api/v1/mkt/markets/\n")
+	}
+	var stderr bytes.Buffer
+	attack.Stderr = &stderr
+	if err := attack.Run(); err != nil {
+		return RateRun{}, fmt.Errorf("vegeta attack %s: %w: %s", t.name, err, stderr.String())
+	}
+	enc := exec.CommandContext(ctx, vegeta, "encode", "-to", "csv", out)
+	csvOut, err := enc.Output()
+	if err != nil {
+		return RateRun{}, fmt.Errorf("vegeta encode: %w", err)
+	}
+	return parseVegetaCSV(bytes.NewReader(csvOut), d)
+}
+
+// parseVegetaCSV reads vegeta's CSV results (timestamp, status, latency in
+// ns, …) into exact percentiles over every request of a run of length d.
+func parseVegetaCSV(r io.Reader, d time.Duration) (RateRun, error) {
+	cr := csv.NewReader(r)
+	cr.FieldsPerRecord = -1
+	var lat []float64
+	var run RateRun
+	for {
+		rec, err := cr.Read()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return RateRun{}, fmt.Errorf("vegeta csv: %w", err)
+		}
+		if len(rec) < 6 {
+			return RateRun{}, fmt.Errorf("vegeta csv: %d fields", len(rec))
+		}
+		ns, err := strconv.ParseInt(rec[2], 10, 64)
+		if err != nil {
+			return RateRun{}, fmt.Errorf("vegeta csv latency %q: %w", rec[2], err)
+		}
+		run.Requests++
+		if rec[1] != "200" || rec[5] != "" {
+			run.Errors++
+		}
+		lat = append(lat, float64(ns)/1e6)
+	}
+	if run.Requests == 0 {
+		return RateRun{}, errors.New("vegeta: no results")
+	}
+	slices.Sort(lat)
+	run.P50MS, run.P99MS, run.P999MS = quantile(lat, 0.50), quantile(lat, 0.99), quantile(lat, 0.999)
+	run.Achieved = float64(run.Requests) / d.Seconds()
+	return run, nil
+}
+
+// quantile returns the q-quantile of sorted (nearest rank), or 0.
+func quantile(sorted []float64, q float64) float64 {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(q*float64(len(sorted))+0.999999) - 1
+	return sorted[min(max(i, 0), len(sorted)-1)]
+}
+
+// findTool returns the path of a load tool: in the binaries directory
+// (make bench builds vegeta there) or on PATH.
+func findTool(bins, name string) (string, error) {
+	if p := filepath.Join(bins, name); fileExists(p) {
+		return p, nil
+	}
+	p, err := exec.LookPath(name)
+	if err != nil {
+		return "", fmt.Errorf("%s not found in %s or on PATH (go install github.com/tsenart/vegeta/v12@v12.13.0)", name, bins)
+	}
+	return p, nil
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
+}
