@@ -244,7 +244,9 @@ func tokenSpellingCases(tokens ...string) []drfCase {
 			"Bearer "+tok, "bearer "+tok, "BEARER "+tok, "bEaReR "+tok,
 			"Bearer "+tok+"=", "Bearer "+tok+"==", "Bearer "+bits, "Bearer "+std,
 			"Bearer  "+tok, "Bearer\t"+tok, "Token "+tok, "Bearer "+tok+" ")
-		good = append(good, true, true, true, true, false, false, false, false, false, false, false, true)
+		// The standard alphabet spells a different token only when the
+		// token holds "-" or "_".
+		good = append(good, true, true, true, true, false, false, false, std == tok, false, false, false, true)
 	}
 	var cs []drfCase
 	// Each spelling on an identifier of its own: those that are the token
