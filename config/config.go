@@ -90,6 +90,11 @@ type Server struct {
 	// MaxBodyBytes is the largest request body accepted on any route;
 	// larger bodies get 413. Default 1MiB.
 	MaxBodyBytes ByteSize `yaml:"max_body_bytes"`
+	// MaxBufferedBytes bounds the request-body bytes held in memory at
+	// once across all requests: order bodies, which are read whole to be
+	// validated (every other body streams to the backend). Past it,
+	// orders get 503 server_busy. Default 64MiB.
+	MaxBufferedBytes ByteSize `yaml:"max_buffered_bytes"`
 	// DrainDelay is how long exgate keeps serving after a shutdown signal
 	// with /readyz answering 503, so that load balancers stop sending
 	// traffic before the listener closes. Default 5s; 0 closes at once.
@@ -384,6 +389,7 @@ func Default() *Config {
 			IdleTimeout:       120 * time.Second,
 			MaxHeaderBytes:    16 << 10,
 			MaxBodyBytes:      1 << 20,
+			MaxBufferedBytes:  64 << 20,
 			ShutdownTimeout:   25 * time.Second,
 			TLS:               TLS{ReloadInterval: 10 * time.Second},
 			HTTP2:             HTTP2{Enabled: true, MaxConcurrentStreams: 100},

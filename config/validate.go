@@ -133,6 +133,9 @@ func (c *Config) validate() Errors {
 	if s.MaxBodyBytes < 1 {
 		v.addf("server.max_body_bytes", "must be at least 1, got %s", s.MaxBodyBytes)
 	}
+	if s.MaxBufferedBytes < 64<<10 {
+		v.addf("server.max_buffered_bytes", "must be at least 64KiB, got %s", s.MaxBufferedBytes)
+	}
 	if s.WriteTimeout > 0 {
 		c.checkWriteTimeout(v)
 	}

@@ -61,6 +61,7 @@ const (
 	NameBuildInfo         = "exgate_build_info"
 	NameAuthFailures      = "exgate_auth_failures_total"
 	NameJWKSFetches       = "exgate_jwks_fetches_total"
+	NameBodyBudget        = "exgate_body_budget_refusals_total"
 )
 
 // RequestBuckets returns the bucket bounds, in seconds, of the request and
@@ -126,6 +127,7 @@ type Metrics struct {
 	idempotency      *prometheus.CounterVec
 	catalogueAge     prometheus.GaugeFunc
 	inflight         prometheus.Gauge
+	bodyBudget       prometheus.Counter
 	reloads          *prometheus.CounterVec
 	buildInfo        *prometheus.GaugeVec
 	authFailures     *prometheus.CounterVec
@@ -239,6 +241,10 @@ func newMetrics(info BuildInfo) *Metrics {
 		Name: NameIdempotency,
 		Help: "Duplicate-protection outcomes for order identifiers (claimed, replayed, in_progress, conflict, unknown, released, store_error, store_full, account_full).",
 	}, []string{"outcome"})
+	m.bodyBudget = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: NameBodyBudget,
+		Help: "Orders refused with 503 server_busy because the bytes of order bodies being held reached server.max_buffered_bytes.",
+	})
 	m.catalogueAge = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: NameCatalogueAge,
 		Help: "Seconds since the market catalogue was last loaded from the backend; -1 until the first load.",
@@ -288,7 +294,7 @@ func (m *Metrics) own() []prometheus.Collector {
 		m.requests, m.requestDuration, m.upstreamDuration, m.upstreamErrors,
 		m.decisions, m.storeErrors, m.storeDuration, m.fallback,
 		m.validation, m.idempotency, m.inflight,
-		m.reloads, m.buildInfo, m.authFailures, m.jwksFetches,
+		m.reloads, m.buildInfo, m.authFailures, m.jwksFetches, m.bodyBudget,
 	}
 }
 
@@ -382,6 +388,15 @@ func (m *Metrics) Idempotency(o IdempotencyOutcome) {
 		return
 	}
 	m.idemOutcomes[o].Inc()
+}
+
+// BodyBudgetExhausted counts one order refused because the buffered body
+// budget was spent.
+func (m *Metrics) BodyBudgetExhausted() {
+	if m == nil {
+		return
+	}
+	m.bodyBudget.Inc()
 }
 
 // ValidationRejected counts one order refused by validation with the given

@@ -94,7 +94,7 @@ func TestNamesFromDescriptors(t *testing.T) {
 		NameRequests, NameRequestDuration, NameUpstreamDuration, NameUpstreamErrors,
 		NameRateLimitDecision, NameStoreErrors, NameStoreDuration, NameFallback,
 		NameValidation, NameIdempotency, NameCatalogueAge, NameInflight,
-		NameConfigReloads, NameBuildInfo,
+		NameConfigReloads, NameBuildInfo, NameBodyBudget,
 		"go_goroutines", "go_gc_duration_seconds", "process_cpu_seconds_total",
 	} {
 		if !slices.Contains(names, want) {
@@ -110,8 +110,8 @@ func TestNamesFromDescriptors(t *testing.T) {
 			t.Errorf("Names() lists %s; want base names", n)
 		}
 	}
-	if exgate != 16 {
-		t.Errorf("Names() lists %d exgate_ families, want 16", exgate)
+	if exgate != 17 {
+		t.Errorf("Names() lists %d exgate_ families, want 17", exgate)
 	}
 }
 
@@ -437,8 +437,12 @@ func TestOtherSeries(t *testing.T) {
 	m.IncInflight()
 	m.IncInflight()
 	m.DecInflight()
+	m.BodyBudgetExhausted()
 
 	want := `
+# HELP exgate_body_budget_refusals_total Orders refused with 503 server_busy because the bytes of order bodies being held reached server.max_buffered_bytes.
+# TYPE exgate_body_budget_refusals_total counter
+exgate_body_budget_refusals_total 1
 # HELP exgate_build_info Always 1; the labels say which build of exgate is running.
 # TYPE exgate_build_info gauge
 exgate_build_info{goversion="go1.26.0",revision="abc123",version="v1.2.3"} 1
@@ -477,7 +481,7 @@ exgate_validation_rejections_total{code="other"} 1
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want),
 		NameBuildInfo, NameConfigReloads, NameIdempotency, NameInflight, NameCatalogueAge,
-		NameUpstreamErrors, NameValidation); err != nil {
+		NameUpstreamErrors, NameValidation, NameBodyBudget); err != nil {
 		t.Error(err)
 	}
 

@@ -48,6 +48,9 @@ func (g *Gateway) checkBulk(ex *exchange, r *http.Request, pl *plan) bool {
 		g.refuse(ex, r, g.errBody)
 		return false
 	}
+	if !g.reserveBody(ex, r, limit) {
+		return false
+	}
 	bp := bodyPool.Get().(*[]byte)
 	ex.order.body = bp
 	body, tooBig, err := readBody((*bp)[:0], r.Body, limit)

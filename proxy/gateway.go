@@ -5,10 +5,8 @@
 package proxy
 
 import (
-	"bytes"
 	"context"
 	"errors"
-	"io"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -97,6 +95,7 @@ type Gateway struct {
 	maxBody      int64
 	errHeader    *Error
 	errBody      *Error
+	budget       bufferBudget // of order bodies read whole
 	draining     atomic.Bool
 	pool         sync.Pool // *exchange
 }
@@ -153,6 +152,7 @@ func New(cfg *config.Config, opts Options) (*Gateway, error) {
 	g.plan.Store(g.newPlan(cfg, rules, opts.Validator))
 	g.errHeader = headerTooLarge(g.maxHeader)
 	g.errBody = tooLarge(g.maxBody)
+	g.budget.left.Store(int64(cfg.Server.MaxBufferedBytes))
 	g.rp = &httputil.ReverseProxy{
 		Rewrite:        g.rewrite,
 		Transport:      g.transport,
@@ -249,6 +249,8 @@ type exchange struct {
 	upDone   bool          // the upstream duration was observed
 	upDur    time.Duration // how long the backend took to answer with headers, or to fail
 	upStatus int           // the backend's status, or 0
+	body     *streamBody   // the request body as it streams, when it has one and is not an order
+	buffered int64         // bytes of the buffer budget this request holds
 }
 
 // ServeHTTP runs the request pipeline: request id, header size,
@@ -326,7 +328,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			if !g.checkOrder(ex, r, pl.validator, key) {
 				return
 			}
-		} else if e := g.limitBody(r); e != nil {
+		} else if e := g.streamBodyOf(ex, r); e != nil {
 			g.reject(ex, e)
 			return
 		}
@@ -362,33 +364,6 @@ func (g *Gateway) refuse(ex *exchange, r *http.Request, e *Error) {
 }
 
 var connClose = []string{"close"}
-
-// limitBody refuses a body over the limit before any of it is forwarded. A
-// body of unknown length (chunked) is read whole, up to the limit, so that
-// the backend never receives part of a body exgate then refuses.
-func (g *Gateway) limitBody(r *http.Request) *Error {
-	switch {
-	case r.ContentLength > g.maxBody:
-		return g.errBody
-	case r.ContentLength >= 0 || r.Body == nil || r.Body == http.NoBody:
-		return nil
-	}
-	var buf bytes.Buffer
-	n, err := buf.ReadFrom(io.LimitReader(r.Body, g.maxBody+1))
-	if n > g.maxBody {
-		return g.errBody
-	}
-	if err != nil {
-		return static(http.StatusBadRequest, "invalid_body", "Request body could not be read.")
-	}
-	r.Body = io.NopCloser(&buf)
-	r.ContentLength = n
-	r.TransferEncoding = nil
-	if n == 0 {
-		r.Body = http.NoBody
-	}
-	return nil
-}
 
 // rewrite turns the inbound request into the outbound one. The inbound URL
 // path is already the route's canonical path.
@@ -472,17 +447,19 @@ func (g *Gateway) proxyError(w http.ResponseWriter, _ *http.Request, err error) 
 	ex.upErr = err
 	g.observeUpstream(ex)
 	g.settleFailed(ex, err)
-	var tooBig *http.MaxBytesError
-	if !errors.As(err, &tooBig) && ex.route != nil {
+	bodyErr := g.bodyError(ex)
+	if bodyErr == nil && ex.route != nil {
 		ex.route.metrics.UpstreamError(metrics.ClassifyUpstreamError(err, ex.clientCx.Err() != nil))
 	}
 	switch {
+	case bodyErr != nil:
+		// The client's own body failed; the rest of it stays unread.
+		rw.Header()["Connection"] = connClose
+		g.reject(ex, bodyErr)
 	case ex.clientCx.Err() != nil:
 		rw.status = StatusClientClosed
 	case errors.Is(err, context.DeadlineExceeded) || isTimeout(err):
 		g.reject(ex, errGatewayTimeout)
-	case errors.As(err, &tooBig):
-		g.reject(ex, g.errBody)
 	default:
 		g.reject(ex, errBadGateway)
 	}
@@ -524,6 +501,7 @@ func (g *Gateway) finish(ex *exchange, r *http.Request) {
 			}
 			g.settleFailed(ex, nil)
 			ex.releaseOrder()
+			g.budget.release(ex.buffered)
 			g.observe(ex, r)
 			g.logAccess(ex, r, zap.Bool("aborted", true))
 			panic(p)
@@ -539,6 +517,7 @@ func (g *Gateway) finish(ex *exchange, r *http.Request) {
 	}
 	g.settleFailed(ex, nil) // a claim still open here has an unknown outcome
 	ex.releaseOrder()
+	g.budget.release(ex.buffered)
 	g.observe(ex, r)
 	g.logAccess(ex, r)
 	*ex = exchange{}

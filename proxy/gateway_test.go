@@ -43,14 +43,15 @@ type recorded struct {
 	Body                     string
 	ContentLength            int64
 	TransferEncoding         []string
+	BodyErr                  error // reading the body failed: the request came broken
 }
 
 func (b *backend) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	body, _ := io.ReadAll(r.Body)
+	body, err := io.ReadAll(r.Body)
 	b.mu.Lock()
 	b.requests = append(b.requests, recorded{
 		Method: r.Method, RequestURI: r.RequestURI, Path: r.URL.Path, Header: r.Header.Clone(),
-		Body: string(body), ContentLength: r.ContentLength, TransferEncoding: r.TransferEncoding,
+		Body: string(body), ContentLength: r.ContentLength, TransferEncoding: r.TransferEncoding, BodyErr: err,
 	})
 	b.mu.Unlock()
 	if drfOrderView.MatchString(path.Clean(strings.ToLower(r.URL.Path))) {
@@ -668,22 +669,32 @@ func TestHeaderTooLarge(t *testing.T) {
 
 func TestBodyTooLarge(t *testing.T) {
 	e := startEnv(t, func(c *config.Config) { c.Server.MaxBodyBytes = 1 << 10 })
-	big := strings.Repeat("x", 2<<10)
-	// Declared length over the limit.
+	big := strings.Repeat("x", 64<<10)
+	// Declared length over the limit: refused before anything is sent.
 	assertError(t, do(t, "POST", e.url+"/api/v1/usr/authenticate/", strings.NewReader(big)),
 		http.StatusRequestEntityTooLarge, "request_too_large")
-	// Chunked over the limit: read up to the limit, refused, never forwarded.
+	if e.backend.count() != 0 {
+		t.Fatal("a body of declared oversize length reached the backend")
+	}
+	// Chunked over the limit: streamed up to the limit, then the upstream
+	// request is broken off, so the backend never gets a complete one.
 	assertError(t, do(t, "POST", e.url+"/api/v1/usr/authenticate/", io.MultiReader(strings.NewReader(big))),
 		http.StatusRequestEntityTooLarge, "request_too_large")
-	if e.backend.count() != 0 {
-		t.Fatal("an oversize body reached the backend")
+	deadline := time.Now().Add(5 * time.Second)
+	for e.backend.count() == 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
 	}
-	// Chunked under the limit: forwarded whole, with its length.
+	if e.backend.count() == 1 {
+		if got := e.backend.last(t); got.BodyErr == nil || len(got.Body) > 1<<10 {
+			t.Fatalf("the backend read %d bytes of an oversize body and then %v, want a broken request", len(got.Body), got.BodyErr)
+		}
+	}
+	// Chunked under the limit: streamed whole.
 	res := do(t, "POST", e.url+"/api/v1/usr/authenticate/", io.MultiReader(strings.NewReader("small")))
 	res.Body.Close()
 	got := e.backend.last(t)
-	if res.StatusCode != http.StatusOK || got.Body != "small" || got.ContentLength != 5 {
-		t.Fatalf("status %d, backend got %q (length %d)", res.StatusCode, got.Body, got.ContentLength)
+	if res.StatusCode != http.StatusOK || got.Body != "small" || got.BodyErr != nil {
+		t.Fatalf("status %d, backend got %q (%v)", res.StatusCode, got.Body, got.BodyErr)
 	}
 }
 

@@ -61,6 +61,9 @@ func (g *Gateway) checkOrder(ex *exchange, r *http.Request, v *validate.Validato
 		g.refuse(ex, r, problemError(p))
 		return false
 	}
+	if !g.reserveBody(ex, r, v.MaxBodyBytes()) {
+		return false
+	}
 	bp := bodyPool.Get().(*[]byte)
 	ex.order.body = bp
 	body, tooBig, err := readBody((*bp)[:0], r.Body, v.MaxBodyBytes())

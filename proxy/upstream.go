@@ -108,7 +108,7 @@ func forwardBody(r *http.Request, body []byte) {
 }
 
 // inMemoryBodyType is the type of the bodies exgate reads whole before
-// forwarding (forwardBody; limitBody's for chunked requests): io.NopCloser
+// forwarding (forwardBody, for orders): io.NopCloser
 // of a *bytes.Reader or *bytes.Buffer. The server's own request bodies are
 // never of this type.
 var inMemoryBodyType = reflect.TypeOf(io.NopCloser(bytes.NewReader(nil)))
