@@ -283,9 +283,10 @@ func TestForwardBodyOneWrite(t *testing.T) {
 	}
 	t.Cleanup(tr.CloseIdleConnections)
 	t.Run("through the gateway", func(t *testing.T) {
-		// A chunked body is read whole first (limitBody) and goes out as
-		// an in-memory body, as an order's does; ReverseProxy's wrapper
-		// must not make it two writes.
+		// A body that streams from the client (of declared length, or
+		// chunked, which goes out chunked: proxy/body.go) costs the head
+		// its own write; only an order's in-memory body (below) goes in
+		// one.
 		cfg := config.Default()
 		cfg.Upstream.URL = config.MustURL(bs.URL)
 		e := serve(t, cfg, &backend{}, Options{Transport: tr})
@@ -301,12 +302,12 @@ func TestForwardBodyOneWrite(t *testing.T) {
 				t.Fatal(err)
 			}
 			res.Body.Close()
-			want := int64(1)
-			if te == nil {
-				want = 2 // streamed from the client: the head goes first
+			wantLength := int64(7)
+			if te != nil {
+				wantLength = -1
 			}
-			if n := writes.Load() - before; n != want || got.Body != `{"a":1}` || got.ContentLength != 7 {
-				t.Errorf("transfer-encoding %v: %d writes (want %d), backend got %q, Content-Length %d", te, n, want, got.Body, got.ContentLength)
+			if n := writes.Load() - before; n < 2 || got.Body != `{"a":1}` || got.ContentLength != wantLength {
+				t.Errorf("transfer-encoding %v: %d writes (want 2 or more), backend got %q, Content-Length %d (want %d)", te, n, got.Body, got.ContentLength, wantLength)
 			}
 		}
 	})
