@@ -32,7 +32,7 @@ func holdChunkedOrder(t *testing.T, addr string) net.Conn {
 // between them; past it orders get 503 server_busy, and the budget comes
 // back when they end.
 func TestBufferBudget(t *testing.T) {
-	e := startOrdersWith(t, placed, nil, func(c *config.Config) { c.Server.MaxBufferedBytes = 64 << 10 })
+	e := startOrdersConfig(t, placed, nil, func(c *config.Config) { c.Server.MaxBufferedBytes = 64 << 10 })
 	// A chunked order reserves validation.max_body_bytes + 1 = 8193 bytes:
 	// seven fit in 64 KiB, an eighth does not.
 	holders := make([]net.Conn, 7)

@@ -24,18 +24,11 @@ import (
 // duplicate protection (memory store) in front of a recording backend.
 func startOrders(t *testing.T, handler http.HandlerFunc) *env {
 	t.Helper()
-	return startOrdersWith(t, handler, nil, nil)
+	return startOrdersConfig(t, handler, nil, nil)
 }
 
-// startOrdersWith is startOrders with the store's options changed by set
-// and the configuration by mut (either may be nil).
-func startOrdersWith(t *testing.T, handler http.HandlerFunc, set func(*idempotency.Options), mut func(*config.Config)) *env {
-	t.Helper()
-	return startOrdersConfig(t, handler, set, nil)
-}
-
-// startOrdersConfig is startOrdersWith with the configuration changed by
-// mut.
+// startOrdersConfig is startOrders with the store's options changed by
+// set and the configuration by mut (either may be nil).
 func startOrdersConfig(t *testing.T, handler http.HandlerFunc, set func(*idempotency.Options), mut func(*config.Config)) *env {
 	t.Helper()
 	be := &backend{handler: handler}
@@ -292,7 +285,7 @@ func TestClaimKeptOnlyWhenAccepted(t *testing.T) {
 // identifier_quota_exceeded for new identifiers; another account's orders
 // go through.
 func TestAccountShare(t *testing.T) {
-	e := startOrdersWith(t, placed, func(o *idempotency.Options) { o.MaxPerAccount = 2 }, nil)
+	e := startOrdersConfig(t, placed, func(o *idempotency.Options) { o.MaxPerAccount = 2 }, nil)
 	order := func(token, id string) *http.Response {
 		return do(t, "POST", e.url+"/api/v1/odr/orders/",
 			strings.NewReader(`{"symbol":"BTC_USDT","type":"market","side":"buy","base_amount":"0.5","identifier":"`+id+`"}`),
