@@ -44,6 +44,7 @@ func ProxyProtocolListener(ln net.Listener, pp config.ProxyProtocol, headerTimeo
 		Listener: &proxyproto.Listener{
 			Listener:          ln,
 			ConnPolicy:        connPolicy(trusted, listed),
+			ValidateHeader:    tcpOnly,
 			ReadHeaderTimeout: headerTimeout,
 		},
 		metrics: m,
@@ -68,6 +69,24 @@ func connPolicy(trusted []netip.Prefix, listed proxyproto.Policy) proxyproto.Con
 		}
 		return proxyproto.REJECT, nil
 	}
+}
+
+// errNotTCP refuses a header that names something other than a TCP
+// client: a UDP or Unix socket address is no client address.
+var errNotTCP = errors.New("proxy protocol: the header names no TCP client address")
+
+// tcpOnly accepts headers that carry a TCP over IPv4 or IPv6 client, and
+// those that carry none (LOCAL, as in a balancer's health check, and v1's
+// UNKNOWN), which leave the balancer as the peer.
+func tcpOnly(h *proxyproto.Header) error {
+	if h.Command.IsLocal() {
+		return nil
+	}
+	switch h.TransportProtocol {
+	case proxyproto.TCPv4, proxyproto.TCPv6, proxyproto.UNSPEC:
+		return nil
+	}
+	return errNotTCP
 }
 
 // netAddrIP returns the IP address of a TCP peer, IPv4-mapped addresses
@@ -133,7 +152,7 @@ func proxyRefusal(err error) (metrics.ProxyRefusal, bool) {
 		return metrics.ProxyUntrusted, true
 	case errors.Is(err, proxyproto.ErrNoProxyProtocol):
 		return metrics.ProxyMissing, true
-	case isHeaderError(err):
+	case errors.Is(err, errNotTCP), isHeaderError(err):
 		return metrics.ProxyInvalid, true
 	}
 	return 0, false

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/zap"
 
 	"github.com/exgate/exgate/config"
@@ -401,4 +402,56 @@ func TestCertificateRotatedUnderLoad(t *testing.T) {
 		t.Fatalf("only %d requests ran", ok.Load())
 	}
 	t.Logf("%d requests across the rotation, none failed", ok.Load())
+}
+
+// TestSIGHUPReloadsCertificates rewrites the certificate files with
+// polling off: SIGHUP's reload serves the new certificate, and a bad file
+// then keeps it, counted as a failed reload.
+func TestSIGHUPReloadsCertificates(t *testing.T) {
+	var next tlstest.Leaf
+	var files config.Certificate
+	e := startEdgeStack(t, func(cfg *config.Config, ca *tlstest.CA, dir string) {
+		next = ca.Issue(dir, "next", []string{"api.example.test"}, tlstest.Options{})
+		cfg.Server.TLS.ReloadInterval = 0
+		files = cfg.Server.TLS.Certificates[0]
+	})
+	served := func() int64 {
+		t.Helper()
+		c, err := tls.Dial("tcp", e.app.addr, &tls.Config{RootCAs: e.ca.Pool, ServerName: "api.example.test"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		return c.ConnectionState().PeerCertificates[0].SerialNumber.Int64()
+	}
+	before := served()
+	write := func(cert, key []byte) {
+		t.Helper()
+		if err := os.WriteFile(files.CertFile, cert, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(files.KeyFile, key, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(next.CertPEM, next.KeyPEM)
+	if got := served(); got != before {
+		t.Fatalf("certificate changed to %d without a reload or polling", got)
+	}
+	if err := e.app.reload(); err != nil {
+		t.Fatal(err)
+	}
+	if got := served(); got != next.Serial {
+		t.Fatalf("after SIGHUP's reload: serial %d, want %d", got, next.Serial)
+	}
+	write([]byte("-----BEGIN CERTIFICATE-----\ntruncated"), next.KeyPEM)
+	if err := e.app.reload(); err != nil {
+		t.Fatalf("a bad certificate failed the configuration reload: %v", err)
+	}
+	if got := served(); got != next.Serial {
+		t.Fatalf("after a bad file: serial %d, want the last good %d", got, next.Serial)
+	}
+	if got := testutil.ToFloat64(e.app.edge.CertReloadCounter(false)); got != 1 {
+		t.Fatalf("failed reloads counted %v, want 1", got)
+	}
 }
