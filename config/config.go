@@ -53,6 +53,12 @@ type Config struct {
 	// Tiers maps a tier name to per-route overrides of the token limits,
 	// for tokens that the tokens file maps to that tier. Default: none.
 	Tiers map[string]map[string]TierLimit `yaml:"tiers" reload:"live"`
+	// ReloadInterval is how often the configuration file, the tokens file
+	// and the users file are read again; when their content changed, the
+	// configuration is reloaded as on SIGHUP (Kubernetes swaps a mounted
+	// ConfigMap's files in place, and distroless containers have no shell
+	// to send a signal from). 0 turns polling off. Default 10s.
+	ReloadInterval time.Duration `yaml:"reload_interval" reload:"restart"`
 	// TokensFile is the path of a YAML file mapping token ids (HMAC) to
 	// tier names. Default "" (no tiers assigned).
 	TokensFile string `yaml:"tokens_file" reload:"live"`
@@ -379,8 +385,9 @@ const (
 // Load returns with no file and no environment.
 func Default() *Config {
 	return &Config{
-		Listen:      ":8080",
-		AdminListen: "127.0.0.1:9090",
+		Listen:         ":8080",
+		ReloadInterval: 10 * time.Second,
+		AdminListen:    "127.0.0.1:9090",
 		Server: Server{
 			ReadHeaderTimeout: 5 * time.Second,
 			DrainDelay:        5 * time.Second,

@@ -69,6 +69,7 @@ var reloadModes = map[string]string{
 	"log.level":                           ReloadRestart,
 	"log.sampling.initial":                ReloadRestart,
 	"log.sampling.thereafter":             ReloadRestart,
+	"reload_interval":                     ReloadRestart,
 	"routes":                              ReloadLive,
 	"server.drain_delay":                  ReloadRestart,
 	"server.http2.enabled":                ReloadRestart,

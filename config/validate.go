@@ -226,6 +226,10 @@ func (c *Config) validate() Errors {
 		v.addf("limiter.redis.db", "must be 0 with Redis Cluster (several addrs and no master_name), got %d", l.Redis.DB)
 	}
 
+	if c.ReloadInterval != 0 && c.ReloadInterval < time.Second {
+		v.addf("reload_interval", "must be at least 1s (0 turns polling off), got %s", c.ReloadInterval)
+	}
+
 	// Log.
 	v.oneOf("log.level", c.Log.Level, "debug", "info", "warn", "error")
 	if c.Log.Sampling.Initial < 0 {

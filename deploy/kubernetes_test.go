@@ -224,7 +224,15 @@ func TestKubernetes(t *testing.T) {
 		for _, m := range list(dig(c, "volumeMounts")) {
 			if path.Dir(cfgPath) == str(dig(m, "mountPath")) {
 				mountVol = str(dig(m, "name"))
+				// The kubelet never updates a subPath mount: a ConfigMap
+				// change would not reach exgate's file watch.
+				if dig(m, "subPath") != nil {
+					t.Errorf("the configuration is mounted with subPath %v: ConfigMap changes would never arrive", dig(m, "subPath"))
+				}
 			}
+		}
+		if cfg.ReloadInterval <= 0 {
+			t.Errorf("the ConfigMap turns reload_interval off: a ConfigMap change would need a restart")
 		}
 		vi := slices.IndexFunc(list(dig(pod, "volumes")), func(v any) bool { return str(dig(v, "name")) == mountVol })
 		if mountVol == "" || vi < 0 || str(dig(list(dig(pod, "volumes"))[vi], "configMap", "name")) != str(dig(cm, "metadata", "name")) {

@@ -840,6 +840,12 @@ func (a *app) wait(ctx context.Context) int {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
+	changed := make(chan struct{}, 1)
+	if a.d.configPath != "" && a.cfg.ReloadInterval > 0 {
+		wctx, stopWatch := context.WithCancel(context.Background())
+		defer stopWatch()
+		go a.watchFiles(wctx, a.cfg.ReloadInterval, changed)
+	}
 	code := 0
 	for running := true; running; {
 		select {
@@ -850,11 +856,9 @@ func (a *app) wait(ctx context.Context) int {
 			a.log.Error("server failed", zap.Error(err))
 			code, running = 1, false
 		case <-hup:
-			err := a.reload()
-			a.metrics.ConfigReload(err == nil)
-			if err != nil {
-				a.log.Error("configuration reload failed; keeping the last good configuration", zap.Error(err))
-			}
+			a.reloadNow()
+		case <-changed:
+			a.reloadNow()
 		}
 	}
 	if err := a.shutdown(); err != nil {
@@ -862,6 +866,16 @@ func (a *app) wait(ctx context.Context) int {
 		code = 1
 	}
 	return code
+}
+
+// reloadNow reloads the configuration (on SIGHUP or a watched file's
+// change), counts the result and logs a failure.
+func (a *app) reloadNow() {
+	err := a.reload()
+	a.metrics.ConfigReload(err == nil)
+	if err != nil {
+		a.log.Error("configuration reload failed; keeping the last good configuration", zap.Error(err))
+	}
 }
 
 // shutdown drains and stops every server: /readyz turns 503 at once, the

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -33,6 +34,7 @@ admin_listen: %q
 upstream: { url: %q }
 server: { drain_delay: 0s }
 log: { access: false }
+reload_interval: 0s # reloads come from SIGHUP only, and are counted
 limiter:
   token_spray: { max_tokens: 0 }
 tiers:
@@ -230,6 +232,7 @@ listen: 127.0.0.1:0
 admin_listen: 127.0.0.1:0
 upstream: { url: %q, timeout: %s }
 server: { drain_delay: 0s }
+reload_interval: 0s
 log: { access: false, level: %s }
 limiter:
   backend: redis
@@ -385,5 +388,92 @@ func TestDuplicateProtectionOwnRedis(t *testing.T) {
 	_, _, body := call(t, "GET", "http://"+a.adminAd+"/readyz", "")
 	if want := `"duplicate_protection":"orders with an identifier are refused (503 duplicate_protection_unavailable): duplicate-protection store unreachable: `; !strings.Contains(string(body), want) {
 		t.Errorf("/readyz: %s\nwant it to contain %s", body, want)
+	}
+}
+
+// TestReloadOnFileChange lays out the configuration as a Kubernetes
+// ConfigMap volume does (exgate.yaml → ..data/exgate.yaml, ..data → a
+// timestamped directory, swapped by renaming a new link over ..data) and
+// changes it the way the kubelet does: exgate sees the new content on its
+// next poll and reloads it as on SIGHUP, without a signal; a bad file
+// keeps the last good configuration.
+func TestReloadOnFileChange(t *testing.T) {
+	backend := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	t.Cleanup(backend.Close)
+	dir := t.TempDir()
+	body := func(rate string) string {
+		return fmt.Sprintf("listen: 127.0.0.1:0\nadmin_listen: 127.0.0.1:0\nreload_interval: 1s\nupstream: { url: %q }\n"+
+			"server: { drain_delay: 0s }\nlog: { access: false }\nroutes:\n  - { name: default, match: \"*\", limits: [{ key: address, rate: %s }] }\n", backend.URL, rate)
+	}
+	version := 0
+	publish := func(content string) {
+		t.Helper()
+		version++
+		ts := filepath.Join(dir, fmt.Sprintf("..2026_%d", version))
+		if err := os.Mkdir(ts, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(ts, "exgate.yaml"), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		tmp := filepath.Join(dir, "..data_tmp")
+		if err := os.Symlink(filepath.Base(ts), tmp); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, filepath.Join(dir, "..data")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	publish(body("2/1h"))
+	path := filepath.Join(dir, "exgate.yaml")
+	if err := os.Symlink("..data/exgate.yaml", path); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Load(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	core, logs := observer.New(zap.InfoLevel)
+	a, err := start(cfg, deps{log: zap.New(core), now: time.Now, configPath: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan int)
+	go func() { done <- a.wait(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	waitLog := func(msg string) {
+		t.Helper()
+		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+			if logs.FilterMessage(msg).Len() > 0 {
+				logs.TakeAll()
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no %q log line within 5s", msg)
+			}
+		}
+	}
+	rate := func() string { return a.live.Load().Routes[0].Limits[0].Rate.String() }
+
+	publish(body("50/1h"))
+	waitLog("configuration reloaded")
+	if got := rate(); got != "50/1h" {
+		t.Errorf("after the ConfigMap changed: rate %s, want 50/1h", got)
+	}
+	base := "http://" + a.addr + "/x"
+	for i := 0; i < 3; i++ {
+		if code, _, _ := call(t, "GET", base, ""); code != 200 {
+			t.Fatalf("request %d under the new limit: %d", i, code)
+		}
+	}
+
+	publish(body("ten/1h"))
+	waitLog("configuration reload failed; keeping the last good configuration")
+	if got := rate(); got != "50/1h" {
+		t.Errorf("after a bad file: rate %s, want the last good 50/1h", got)
+	}
+	if got := sample(scrapeAdmin(t, a.adminAd), `exgate_config_reloads_total{result="failure"}`); got != "1" {
+		t.Errorf("failed reloads counted: %q, want 1", got)
 	}
 }
