@@ -120,3 +120,80 @@ func TestReplicaAcksCluster(t *testing.T) {
 		t.Errorf("two acknowledgements from one replica: %v, want ErrNotReplicated", err)
 	}
 }
+
+// TestFailoverLosesUnacknowledgedClaim shows why claims wait for a
+// replica. The replica is cut off (frozen, and its link closed by the
+// master with CLIENT KILL TYPE replica) while a claim is taken, the
+// master is lost (SIGKILL) and the replica promoted (REPLICAOF NO ONE, as
+// Sentinel does). Without acknowledgements the claim was Claimed, so the order
+// was sent, yet the new master does not have it: the retry is Claimed
+// again and sent a second time. With ReplicaAcks 1 the claim is refused
+// (the order is not sent) and the retry is the only placement.
+func TestFailoverLosesUnacknowledgedClaim(t *testing.T) {
+	for _, tc := range []struct {
+		acks   int
+		placed int // times the order is sent: the claim, then the retry
+	}{
+		{0, 2},
+		{1, 1},
+	} {
+		t.Run("replica_acks="+strconv.Itoa(tc.acks), func(t *testing.T) {
+			master := redistest.Start(t, "--repl-diskless-sync-delay", "0")
+			replica := redistest.StartReplica(t, master)
+			o := testOptions(newClock())
+			o.ReplicaAcks = tc.acks
+			o.Timeout = 200 * time.Millisecond
+			before := NewRedis(newClient(t, master.Addr), o)
+			k := Key{Account: "acct", Identifier: "order-1"}
+
+			placed := 0
+			replica.Freeze()
+			if _, err := master.Do("CLIENT", "KILL", "TYPE", "replica"); err != nil {
+				t.Fatal(err)
+			}
+			c, err := before.Claim(context.Background(), k, fpA)
+			master.Stop()
+			replica.Thaw()
+			switch {
+			case err == nil && c.Outcome == Claimed:
+				placed++
+			case !errors.Is(err, ErrNotReplicated):
+				t.Fatalf("claim with the replica cut off: %+v, %v", c, err)
+			}
+			if _, err := replica.Do("REPLICAOF", "NO", "ONE"); err != nil {
+				t.Fatal(err)
+			}
+			after := NewRedis(newClient(t, replica.Addr), Options{Now: o.Now, KeyPrefix: o.KeyPrefix})
+			if c, err := after.Claim(context.Background(), k, fpA); err == nil && c.Outcome == Claimed {
+				placed++
+			}
+			if placed != tc.placed {
+				t.Errorf("with replica_acks %d the order is sent %d times across the failover, want %d", tc.acks, placed, tc.placed)
+			}
+		})
+	}
+}
+
+// BenchmarkClaimReplicaAcks measures what waiting for a replica adds to
+// a claim (a new identifier each time) on a master with one replica on
+// the same host: the replica's acknowledgement round trip.
+func BenchmarkClaimReplicaAcks(b *testing.B) {
+	master := redistest.Start(b, "--repl-diskless-sync-delay", "0")
+	redistest.StartReplica(b, master)
+	for _, acks := range []int{0, 1} {
+		b.Run("replica_acks="+strconv.Itoa(acks), func(b *testing.B) {
+			c := redis.NewClient(&redis.Options{Addr: master.Addr, ContextTimeoutEnabled: true, MaxRetries: -1})
+			b.Cleanup(func() { _ = c.Close() })
+			o := Options{ReplicaAcks: acks, KeyPrefix: "bench" + strconv.Itoa(acks) + ":", Timeout: time.Second}
+			s := NewRedis(c, o)
+			ctx := context.Background()
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; b.Loop(); i++ {
+				if _, err := s.Claim(ctx, Key{Account: "acct", Identifier: strconv.Itoa(i)}, fpA); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

@@ -282,7 +282,10 @@ func (r *Redis) roundTrip(batch []*call, groups []group) {
 		return
 	}
 	groups = live
-	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	// The deadline is on r.now's clock, which need not be the runtime's
+	// (a replica's clock is only ever compared with itself): the context
+	// gets the time left, not the instant.
+	ctx, cancel := context.WithTimeout(context.Background(), deadline.Sub(start))
 	defer cancel()
 	// The script runs: outside a Cluster one for every redis_rate call of
 	// the batch, in a Cluster one per group of several calls for a key. A
