@@ -24,8 +24,9 @@ exgate dev mode: gateway and reference backend in one process.
 
   gateway   %[2]s
   admin     http://%[3]s/healthz  /readyz
-  backend   http://%[4]s  (reference exchange; credentials api_key "dev", secret_key "dev")
+  backend   http://%[4]s  (reference exchange; accounts api_key/secret_key "dev"/"dev" and "dev2"/"dev2")
   limits    %[1]s
+  tokens    %[6]s
 
 Try it:
 
@@ -38,7 +39,15 @@ Try it:
   %[5]s -s %[2]s/api/v1/mth/matches/BTC_USDT/
 
 Ctrl-C stops everything.
-`, store, gw, a.adminAd, a.backAddr, curl)
+`, store, gw, a.adminAd, a.backAddr, curl, tokensMode(a))
+}
+
+// tokensMode says how the dev gateway reads tokens.
+func tokensMode(a *app) string {
+	if a.cfg.Identity.Verify {
+		return "verified at the edge with the reference backend's secret; limits count per account"
+	}
+	return "opaque (the configuration counts token strings); limits count per token"
 }
 
 // devKeySecret is the token-key secret of dev instances that share

@@ -1,10 +1,13 @@
 package main
 
 import (
+	"bytes"
 	"crypto/rand"
 	"crypto/rsa"
 	"crypto/x509"
 	"encoding/pem"
+	"fmt"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,6 +17,7 @@ import (
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
+	"go.uber.org/zap"
 
 	"github.com/exgate/exgate/config"
 	"github.com/exgate/exgate/internal/redistest"
@@ -237,5 +241,99 @@ func TestAccountPlacesAnIdentifierOnce(t *testing.T) {
 	}
 	if n := backend.orders.Load(); n != 2 {
 		t.Fatalf("orders placed: %d, want 2", n)
+	}
+}
+
+// TestUsersFileReload: an account's tier comes from the users file, and a
+// reload (SIGHUP's path) moves it to another tier without a restart.
+func TestUsersFileReload(t *testing.T) {
+	s := sim.New(sim.Options{})
+	backend := httptest.NewServer(s)
+	t.Cleanup(backend.Close)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "exgate.yaml")
+	conf := fmt.Sprintf(`
+listen: 127.0.0.1:0
+admin_listen: 127.0.0.1:0
+upstream: { url: %q }
+server: { drain_delay: 0s }
+log: { access: false }
+identity: { verify: true, users_file: users.yaml }
+tiers: { vip: { list_markets: { rate: 500/1m } } }
+`, backend.URL)
+	writeFile := func(name, body string) {
+		t.Helper()
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	writeFile("exgate.yaml", conf)
+	writeFile("users.yaml", "users:\n  \"1\": vip\n")
+	cfg, err := config.Load(path, secretEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := start(cfg, deps{log: zap.NewNop(), now: time.Now, getenv: secretEnv, configPath: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = a.shutdown() })
+	tok, _, _ := s.IssueToken("dev") // user 1
+	policy := func() string {
+		t.Helper()
+		code, h := get(t, "http://"+a.addr+"/api/v1/mkt/markets/", "Authorization", "Bearer "+tok)
+		if code != 200 {
+			t.Fatalf("status %d", code)
+		}
+		return h.Get("RateLimit-Policy")
+	}
+	if p := policy(); !strings.Contains(p, `"account";q=500`) {
+		t.Fatalf("vip from the users file: %q", p)
+	}
+	writeFile("users.yaml", "users: {}\n")
+	if err := a.reload(); err != nil {
+		t.Fatal(err)
+	}
+	if p := policy(); !strings.Contains(p, `"account";q=200`) {
+		t.Fatalf("after the reload: %q", p)
+	}
+	writeFile("users.yaml", "users:\n  \"1\": gold\n")
+	if err := a.reload(); err == nil || !strings.Contains(err.Error(), `identity.users_file: `) || !strings.Contains(err.Error(), `unknown tier "gold"`) {
+		t.Fatalf("a bad users file: %v", err)
+	}
+}
+
+// TestCheckConfigReadsKeyFiles: check-config reads the PEM and JWKS files
+// the identity section names and says which is wrong.
+func TestCheckConfigReadsKeyFiles(t *testing.T) {
+	dir := t.TempDir()
+	k := mustRSA(t)
+	der, _ := x509.MarshalPKIXPublicKey(&k.PublicKey)
+	write := func(name string, b []byte) {
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("pub.pem", pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der}))
+	priv, _ := x509.MarshalPKCS8PrivateKey(k)
+	write("priv.pem", pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: priv}))
+	write("jwks.json", []byte(`{"keys":[{"kty":"oct","k":"c2VjcmV0LXNlY3JldC1zZWNyZXQ","kid":"x"}]}`))
+	for _, tc := range []struct{ name, identity, want string }{
+		{"good", "{ verify: true, jwt: { keys: [{ algorithms: [RS256], public_key_file: pub.pem }] } }", "ok"},
+		{"missing", "{ verify: true, jwt: { keys: [{ algorithms: [RS256], public_key_file: none.pem }] } }", "identity.jwt.keys[0].public_key_file: "},
+		{"private key", "{ verify: true, jwt: { keys: [{ algorithms: [RS256], public_key_file: priv.pem }] } }", "holds a private key"},
+		{"wrong algorithm", "{ verify: true, jwt: { keys: [{ algorithms: [ES256], public_key_file: pub.pem }] } }", "2048-bit RSA key cannot verify ES256"},
+		{"JWKS without a usable key", "{ verify: true, jwt: { keys: [], jwks_file: jwks.json, jwks_algorithms: [RS256] } }", "identity.jwt.jwks_file: "},
+		{"users file missing", "{ verify: true, users_file: users.yaml }", "identity.users_file: "},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(dir, "exgate.yaml")
+			write("exgate.yaml", []byte("identity: "+tc.identity+"\n"))
+			var out, errb bytes.Buffer
+			code := run(t.Context(), []string{"check-config", path}, func(string) (string, bool) { return "", false }, &out, &errb)
+			if !strings.Contains(out.String(), tc.want) || (code == 0) != (tc.want == "ok") {
+				t.Fatalf("exit %d, output %q; want %q", code, out.String(), tc.want)
+			}
+		})
 	}
 }
