@@ -212,6 +212,7 @@ func TestVerifiedTokensShareOneBucket(t *testing.T) {
 		t.Fatal("two equal tokens")
 	}
 	allowed := 0
+	start := time.Now()
 	for i := 0; i < 230; i++ {
 		res := do(t, "GET", e.url+"/api/v1/mkt/markets/", nil, "Authorization", "Bearer "+tokens[i%2])
 		io.Copy(io.Discard, res.Body)
@@ -220,8 +221,9 @@ func TestVerifiedTokensShareOneBucket(t *testing.T) {
 			allowed++
 		}
 	}
-	if allowed != 200 {
-		t.Fatalf("two tokens of one account: %d allowed, want exactly 200", allowed)
+	// GCRA refills one request every 300ms; count what the run could add.
+	if refill := int(time.Since(start) / (300 * time.Millisecond)); allowed < 200 || allowed > 200+refill {
+		t.Fatalf("two tokens of one account: %d allowed, want exactly 200 (+%d refilled)", allowed, refill)
 	}
 	res := do(t, "GET", e.url+"/api/v1/mkt/markets/", nil, "Authorization", "Bearer "+signedToken(t, secret, "bob", "access"))
 	res.Body.Close()
