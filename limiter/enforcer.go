@@ -63,6 +63,13 @@ type Decision struct {
 	// Demoted reports that the token was counted as anonymous because its
 	// address presented too many distinct tokens.
 	Demoted bool
+	// TooManyTokens reports a refusal that comes from the demotion: a
+	// limit that applied only because the token was demoted (the shared
+	// bucket of an address's excess tokens, or an anonymous-only limit)
+	// is spent, not the token's own. RetryAfter is then at most the time
+	// until the address's token window ends, when the token may count as
+	// its own again.
+	TooManyTokens bool
 	// N is the number of Outcomes recorded.
 	N int
 	// Outcomes are the decisions of the limits that applied, in order.
@@ -221,6 +228,7 @@ func (e *Enforcer) Decide(ctx context.Context, rr *RouteRules, req Request, d *D
 	}
 	cost := max(req.Cost, 1)
 	anonymous := req.Token == "" && req.Account == ""
+	var demotedFor time.Duration // until the address's token window ends
 	switch {
 	case req.Account != "":
 		// A verified account: its tier from the users file, else from
@@ -232,9 +240,11 @@ func (e *Enforcer) Decide(ctx context.Context, rr *RouteRules, req Request, d *D
 	case !anonymous:
 		d.TokenID = e.keyer.ID(req.Token)
 		d.Tier = rs.tiers[d.TokenID]
-		if d.Tier == "" && rs.spray.MaxTokens > 0 && addr != nil && !e.admitted(ctx, rs, string(addr), d.TokenID) {
-			d.Demoted = true
-			anonymous = true
+		if d.Tier == "" && rs.spray.MaxTokens > 0 && addr != nil {
+			if ok, left := e.admitted(ctx, rs, string(addr), d.TokenID); !ok {
+				d.Demoted, demotedFor = true, left
+				anonymous = true
+			}
 		}
 	}
 	var keyBuf [192]byte
@@ -316,6 +326,12 @@ func (e *Enforcer) Decide(ctx context.Context, rr *RouteRules, req Request, d *D
 		if o.Decision == DecisionLimited {
 			d.Allowed = false
 			d.RetryAfter = res.RetryAfter
+			if d.Demoted && (r.byToken || r.when == config.WhenAnon) {
+				// Not the token's own limit: say so, and never ask for
+				// a wait beyond the demotion.
+				d.TooManyTokens = true
+				d.RetryAfter = min(d.RetryAfter, demotedFor)
+			}
 			return
 		}
 	}
@@ -357,12 +373,12 @@ func (o *Outcome) wait() time.Duration {
 
 // admitted reports whether the token may count as its own for the
 // address, through a local cache of answers that hold until the
-// address's window ends.
-func (e *Enforcer) admitted(ctx context.Context, rs *Rules, addr, tokenID string) bool {
+// address's window ends, and how long until it ends.
+func (e *Enforcer) admitted(ctx context.Context, rs *Rules, addr, tokenID string) (bool, time.Duration) {
 	h := maphash.Comparable(e.seed, [2]string{addr, tokenID})
 	now := e.now().UnixNano()
-	if ok, _, hit := e.sprayCache.get(h, now); hit {
-		return ok
+	if ok, until, hit := e.sprayCache.get(h, now); hit {
+		return ok, time.Duration(until - now)
 	}
 	ok, ttl, err := e.spray.admit(ctx, addr, tokenID, rs.spray.MaxTokens, rs.spray.Window)
 	if err != nil {
@@ -371,7 +387,7 @@ func (e *Enforcer) admitted(ctx context.Context, rs *Rules, addr, tokenID string
 		ok, ttl, _ = e.localSpray.admit(ctx, addr, tokenID, rs.spray.MaxTokens, rs.spray.Window)
 	}
 	e.sprayCache.put(h, ok, now+int64(ttl), now)
-	return ok
+	return ok, ttl
 }
 
 // storeFailed counts a store failure and warns, at most once a second.

@@ -414,6 +414,49 @@ routes:
 	}
 }
 
+// TestTokenSprayNewcomerIsToldWhy: when the bucket shared by an address's
+// excess tokens is spent, a newcomer behind that address is refused as
+// such (TooManyTokens), never as if its own token's limit were spent, and
+// is asked to wait at most until the address's window ends; after it the
+// newcomer counts as its own token again.
+func TestTokenSprayNewcomerIsToldWhy(t *testing.T) {
+	cfg := mustLoad(t, `
+limiter: { token_spray: { max_tokens: 2, window: 10m } }
+routes:
+  - name: place_order
+    match: POST /api/v1/odr/orders/
+    auth: required
+    limits: [ { key: token, rate: 5/1h } ]
+`)
+	clk := newFakeClock()
+	e := newTestEnforcer(t, nil, clk)
+	rr := Compile(cfg, nil).Route("place_order")
+	from := addr("198.51.100.9")
+	var d Decision
+	for i := range 10 { // an abuser: 2 tokens of its own, then the shared bucket drained
+		e.Decide(context.Background(), rr, Request{Token: fmt.Sprint("abuser-", i), Addr: from}, &d)
+	}
+	// A token's own limit spent: throttled as usual.
+	for range 6 {
+		e.Decide(context.Background(), rr, Request{Token: "abuser-0", Addr: from}, &d)
+	}
+	if d.Allowed || d.TooManyTokens || d.Demoted {
+		t.Errorf("an admitted token past its own limit: %+v", d)
+	}
+	e.Decide(context.Background(), rr, Request{Token: "newcomer", Addr: from}, &d)
+	if d.Allowed || !d.Demoted || !d.TooManyTokens {
+		t.Fatalf("a newcomer behind the abuser's address: allowed %v demoted %v too many tokens %v", d.Allowed, d.Demoted, d.TooManyTokens)
+	}
+	if d.RetryAfter <= 0 || d.RetryAfter > 10*time.Minute {
+		t.Errorf("newcomer told to wait %v, want at most the window's 10m (the shared bucket refills in ~12m)", d.RetryAfter)
+	}
+	clk.Advance(10*time.Minute + time.Second)
+	e.Decide(context.Background(), rr, Request{Token: "newcomer", Addr: from}, &d)
+	if !d.Allowed || d.Demoted || d.TooManyTokens {
+		t.Errorf("the newcomer after the window: %+v, want its own token's allowance", d)
+	}
+}
+
 // failing is a store that always fails, as Redis does when it is down.
 type failing struct{}
 

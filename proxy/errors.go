@@ -74,35 +74,66 @@ var (
 		"Retry-After", "1")
 )
 
-// throttledStatic holds the 429 answers for waits up to this many
+// waitAnswers holds the 429 answers of one kind for waits up to 120
 // seconds, encoded once; longer waits are encoded per request.
-var throttledStatic = func() []*Error {
-	es := make([]*Error, 121)
-	for i := 1; i < len(es); i++ {
-		es[i] = newThrottled(int64(i))
+type waitAnswers struct {
+	encoded []*Error
+	build   func(secs int64) *Error
+}
+
+func newWaitAnswers(build func(secs int64) *Error) *waitAnswers {
+	w := &waitAnswers{encoded: make([]*Error, 121), build: build}
+	for i := 1; i < len(w.encoded); i++ {
+		w.encoded[i] = build(int64(i))
 	}
-	return es
-}()
+	return w
+}
+
+// get returns the answer for a wait of secs whole seconds, at least 1.
+func (w *waitAnswers) get(secs int64) *Error {
+	secs = max(secs, 1)
+	if secs < int64(len(w.encoded)) {
+		return w.encoded[secs]
+	}
+	return w.build(secs)
+}
+
+var (
+	throttledAnswers     = newWaitAnswers(newThrottled)
+	tooManyTokensAnswers = newWaitAnswers(newTooManyTokens)
+)
 
 // throttled returns the 429 answer for a wait of secs whole seconds
 // (at least 1): the body Django REST framework clients already parse, and
 // Retry-After.
-func throttled(secs int64) *Error {
-	secs = max(secs, 1)
-	if secs < int64(len(throttledStatic)) {
-		return throttledStatic[secs]
-	}
-	return newThrottled(secs)
-}
+func throttled(secs int64) *Error { return throttledAnswers.get(secs) }
 
-func newThrottled(secs int64) *Error {
+// tooManyTokens returns the 429 answer to a token counted as anonymous
+// because its address presented too many distinct tokens, when the
+// allowance it shares with the address's other excess tokens is spent:
+// not its own limit, and it says so.
+func tooManyTokens(secs int64) *Error { return tooManyTokensAnswers.get(secs) }
+
+// expected writes "Expected available in N second(s)." and returns N.
+func expected(secs int64) (string, string) {
 	n := strconv.FormatInt(secs, 10)
 	unit := " seconds."
 	if secs == 1 {
 		unit = " second."
 	}
-	return static(http.StatusTooManyRequests, "throttled",
-		"Request was throttled. Expected available in "+n+unit, "Retry-After", n)
+	return "Expected available in " + n + unit, n
+}
+
+func newThrottled(secs int64) *Error {
+	when, n := expected(secs)
+	return static(http.StatusTooManyRequests, "throttled", "Request was throttled. "+when, "Retry-After", n)
+}
+
+func newTooManyTokens(secs int64) *Error {
+	when, n := expected(secs)
+	return static(http.StatusTooManyRequests, "too_many_tokens",
+		"Too many different tokens were used from your network address recently, so this token shares the allowance of the address's further tokens, which is spent; this token's own limit is not. "+when,
+		"Retry-After", n)
 }
 
 // pathErrors holds the pre-encoded 400 answer of each path refusal.

@@ -30,9 +30,12 @@ func (g *Gateway) enforceLimits(ex *exchange, r *http.Request, pl *plan, rt *Rou
 	if d.Allowed {
 		return true
 	}
-	if d.Unavailable {
+	switch {
+	case d.Unavailable:
 		g.refuse(ex, r, errLimitsUnavailable)
-	} else {
+	case d.TooManyTokens:
+		g.refuse(ex, r, tooManyTokens(limiter.Seconds(d.RetryAfter)))
+	default:
 		g.refuse(ex, r, throttled(limiter.Seconds(d.RetryAfter)))
 	}
 	return false

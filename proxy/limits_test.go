@@ -92,6 +92,36 @@ func TestThrottledAnswer(t *testing.T) {
 	}
 }
 
+// TestTooManyTokensAnswer: once an address has presented its token_spray
+// max_tokens, further tokens share one allowance; when an abuser spends
+// it, a newcomer's token behind that address gets 429 too_many_tokens,
+// which says it is not its own limit, with a wait no longer than the
+// window — never "throttled" as if its own token were spent.
+func TestTooManyTokensAnswer(t *testing.T) {
+	e := startLimited(t, nil, func(c *config.Config) {
+		c.Limiter.TokenSpray = config.TokenSpray{MaxTokens: 1, Window: time.Minute}
+		r := c.Route("list_markets")
+		r.Limits = []config.Limit{{Name: config.KeyToken, Key: config.KeyToken, When: config.WhenAlways, Rate: config.Rate{N: 2, Period: time.Hour}, Burst: 2}}
+	})
+	get := func(token string) *http.Response {
+		return do(t, "GET", e.url+"/api/v1/mkt/markets/", nil, "Authorization", "Bearer "+token)
+	}
+	for _, tok := range []string{"abuser-1", "abuser-2", "abuser-3"} { // one admitted, then the shared bucket of 2
+		res := get(tok)
+		io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+	}
+	res := get("newcomer")
+	ra := res.Header.Get("Retry-After")
+	body := assertError(t, res, http.StatusTooManyRequests, "too_many_tokens")
+	if secs, err := strconv.Atoi(ra); err != nil || secs < 1 || secs > 60 {
+		t.Errorf("Retry-After = %q, want at most the 60 s window (the shared bucket refills in 30 min)", ra)
+	}
+	if !strings.Contains(body.Detail, "not") || !strings.HasSuffix(body.Detail, "Expected available in "+ra+" seconds.") {
+		t.Errorf("detail = %q", body.Detail)
+	}
+}
+
 // TestSpoofedForwardedForChangesNothing: an untrusted peer cannot choose
 // the address it is limited as.
 func TestSpoofedForwardedForChangesNothing(t *testing.T) {
