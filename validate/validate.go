@@ -5,10 +5,10 @@
 // the backend and refreshes (Catalogue).
 //
 // A Validator only reads the body; the proxy forwards the order's
-// canonical encoding (Order.AppendCanonical), never the client's bytes. Check scans the body once, by hand, without
-// encoding/json and without building values, and reads decimals exactly
-// from their text, never through a float. docs/validation.md lists every
-// rule.
+// canonical encoding (Order.AppendCanonical), never the client's bytes.
+// Check scans the body once, by hand, without encoding/json and without
+// building values, and reads decimals exactly from their text, never
+// through a float. docs/validation.md lists every rule.
 package validate
 
 import (
