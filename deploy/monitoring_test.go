@@ -279,6 +279,14 @@ func exported(t *testing.T) map[string]dto.MetricType {
 		t.Fatal(err)
 	}
 	dup.Observe(metrics.DuplicateClaim, time.Millisecond, nil)
+	edge, err := metrics.NewEdge(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	edge.CertReload(false)
+	edge.SetCertNotAfter(time.Now())
+	edge.ProxyRefused(metrics.ProxyMissing)
+	edge.HTTP2Error("conn_ENHANCE_YOUR_CALM_too_many_early_resets")
 	r := m.Route("place_order")
 	r.ObserveRequest("POST", 201, time.Millisecond)
 	r.ObserveUpstream(time.Millisecond)
@@ -303,7 +311,7 @@ func exported(t *testing.T) map[string]dto.MetricType {
 		types[mf.GetName()] = mf.GetType()
 		names = append(names, mf.GetName())
 	}
-	want := append(metrics.Names(), metrics.DuplicateStoreNames()...)
+	want := append(append(metrics.Names(), metrics.DuplicateStoreNames()...), metrics.EdgeNames()...)
 	slices.Sort(want)
 	if !slices.Equal(names, want) {
 		t.Fatalf("gathered families %v differ from metrics.Names() and DuplicateStoreNames() %v", names, want)
