@@ -23,6 +23,14 @@
 //   - TestBackendFaults: backend killed or slower than the route timeout →
 //     502/504 in exgate's JSON error shape; goroutines back to the baseline
 //     afterwards.
+//   - TestBackendMisbehaviour: connects that time out (a full accept
+//     queue), with and without a capped pool (upstream.max_conns_per_host),
+//     resets, a backend that accepts and never answers behind a capped pool
+//     (requests queue past their deadline), one that closes mid request
+//     body and one that breaks its response off → every client gets a JSON
+//     502/504 within about the route timeout (or, for a response already
+//     under way, a dropped connection), the process stays up, goroutines
+//     and heap return to their baseline.
 //   - TestSIGTERMWithOrdersInFlight: SIGTERM with 1,000 orders in flight →
 //     every client gets a complete answer, the orders the backend placed
 //     equal the 2xx answers, exit code 0.

@@ -217,9 +217,9 @@ func accessToken(t *testing.T, backendURL string) string {
 	return v.Access
 }
 
-// startGateway starts exgate with the configuration yaml and waits until
-// it serves and is ready.
-func startGateway(t *testing.T, yaml string) *gateway {
+// startGatewayServing starts exgate with the configuration yaml and waits
+// until it serves, ready or not (its backend may be what the test broke).
+func startGatewayServing(t *testing.T, yaml string) *gateway {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "exgate.yaml")
 	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
@@ -227,7 +227,14 @@ func startGateway(t *testing.T, yaml string) *gateway {
 	}
 	p := startProcess(t, "exgate", []string{"EXGATE_KEY_SECRET=" + keySecret}, bins(t).exgate, "-config", path)
 	m := p.logLine(t, "exgate started", 30*time.Second)
-	g := &gateway{process: p, url: "http://" + m["listen"].(string), admin: "http://" + m["admin_listen"].(string)}
+	return &gateway{process: p, url: "http://" + m["listen"].(string), admin: "http://" + m["admin_listen"].(string)}
+}
+
+// startGateway starts exgate with the configuration yaml and waits until
+// it serves and is ready.
+func startGateway(t *testing.T, yaml string) *gateway {
+	t.Helper()
+	g := startGatewayServing(t, yaml)
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		res, err := noKeepAlive().Get(g.admin + "/readyz")

@@ -1,0 +1,196 @@
+//go:build linux
+
+package fault
+
+import (
+	"bufio"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// fullQueueListener returns the address of a loopback listener whose
+// accept queue is full and never drained: the kernel drops further SYNs,
+// so connects to it time out, as with a backend host that went silent.
+func fullQueueListener(t *testing.T) string {
+	t.Helper()
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { syscall.Close(fd) })
+	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Listen(fd, 0); err != nil {
+		t.Fatal(err)
+	}
+	sa, err := syscall.Getsockname(fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := (&net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: sa.(*syscall.SockaddrInet4).Port}).String()
+	for i := 0; ; i++ {
+		c, err := net.DialTimeout("tcp", addr, 100*time.Millisecond)
+		if err != nil {
+			return addr
+		}
+		t.Cleanup(func() { c.Close() })
+		if i == 8 {
+			t.Skip("the kernel accepts connections past the backlog; cannot make connects time out")
+		}
+	}
+}
+
+// rawBackend accepts connections and hands each, after reading a request
+// head, to serve; it returns its address.
+func rawBackend(t *testing.T, serve func(c net.Conn, br *bufio.Reader)) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	done := make(chan struct{})
+	t.Cleanup(func() { close(done); ln.Close(); wg.Wait() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer c.Close()
+				go func() { <-done; c.Close() }()
+				br := bufio.NewReader(c)
+				if _, err := http.ReadRequest(br); err == nil {
+					serve(c, br)
+				}
+			}()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+// TestBackendMisbehaviour points the real exgate at backends that fail in
+// every way a backend can and sends concurrent requests: connects that
+// time out, connections reset after the request, a backend that accepts
+// and never answers (with the pool capped by upstream.max_conns_per_host,
+// so requests queue past their deadline), one that closes while reading
+// a streamed request body, one that breaks its response off mid-body.
+// Every client gets exgate's JSON 502/504 within about the route timeout
+// (or, when the backend had already sent its status, a response cut
+// short: the connection is dropped), the process stays up, and its goroutines and heap return to
+// their baseline.
+func TestBackendMisbehaviour(t *testing.T) {
+	const requests = 24
+	for _, tc := range []struct {
+		name     string
+		backend  func(t *testing.T) string
+		upstream string // extra upstream keys
+		chunked  bool   // send a streamed (chunked) body
+		want     []string
+	}{
+		{"connects time out", fullQueueListener, "dial_timeout: 300ms", false, []string{"504 gateway_timeout", "502 bad_gateway"}},
+		{"connects time out, pool capped", fullQueueListener, "max_conns_per_host: 2", false, []string{"504 gateway_timeout", "502 bad_gateway"}},
+		{"reset after the request", func(t *testing.T) string {
+			return rawBackend(t, func(c net.Conn, _ *bufio.Reader) {
+				_ = c.(*net.TCPConn).SetLinger(0) // close sends RST
+			})
+		}, "", false, []string{"502 bad_gateway"}},
+		{"accepts, never answers, pool capped", func(t *testing.T) string {
+			return rawBackend(t, func(c net.Conn, _ *bufio.Reader) { _, _ = io.Copy(io.Discard, c) })
+		}, "max_conns_per_host: 2", false, []string{"504 gateway_timeout"}},
+		{"closes mid request body", func(t *testing.T) string {
+			return rawBackend(t, func(c net.Conn, br *bufio.Reader) {
+				_, _ = br.Discard(3)
+				_ = c.(*net.TCPConn).SetLinger(0)
+			})
+		}, "", true, []string{"502 bad_gateway"}},
+		{"closes mid response body", func(t *testing.T) string {
+			return rawBackend(t, func(c net.Conn, _ *bufio.Reader) {
+				_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"partial\":")
+			})
+		}, "", false, []string{"cut"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			addr := tc.backend(t)
+			upstream := []string{"timeout: 500ms"}
+			if tc.upstream != "" {
+				upstream = append(upstream, tc.upstream)
+			}
+			g := startGatewayServing(t, configHeader("http://"+addr, upstream...)+`limiter:
+  backend: memory
+validation:
+  before_catalogue: pass
+`)
+			baseGoroutines := g.metric(t, "go_goroutines")
+			baseHeap := g.metric(t, "go_memstats_heap_inuse_bytes")
+			c := newClient(t, requests)
+			var ty tally
+			var cut int
+			var mu sync.Mutex
+			var wg sync.WaitGroup
+			for range requests {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					var body io.Reader
+					if tc.chunked {
+						body = io.MultiReader(strings.NewReader(strings.Repeat("x", 64<<10)))
+					}
+					req, _ := http.NewRequest(http.MethodPost, g.url+"/api/v1/usr/anything/", body)
+					a := do(c, req)
+					if tc.want[0] == "cut" && a.err != nil {
+						mu.Lock()
+						cut++ // the response was already under way: the connection is dropped
+						mu.Unlock()
+						return
+					}
+					ty.add(a)
+				}()
+			}
+			wg.Wait()
+			t.Logf("%s: %s, %d responses cut short", tc.name, &ty, cut)
+			if tc.want[0] == "cut" {
+				if cut != requests {
+					t.Errorf("%d of %d responses cut short, want all: %s", cut, requests, &ty)
+				}
+			} else {
+				got := 0
+				for _, w := range tc.want {
+					got += ty.byKey[w]
+				}
+				if got != requests || ty.nErrs > 0 {
+					t.Errorf("want every answer one of %v: %s", tc.want, &ty)
+				}
+				if ty.slowest > 4*time.Second {
+					t.Errorf("slowest answer %v, want about the 500ms route timeout", ty.slowest)
+				}
+			}
+			if g.exited() {
+				t.Fatalf("exgate exited: %v", g.err)
+			}
+			c.Transport.(*http.Transport).CloseIdleConnections()
+			deadline := time.Now().Add(15 * time.Second)
+			for {
+				gr, heap := g.metric(t, "go_goroutines"), g.metric(t, "go_memstats_heap_inuse_bytes")
+				if gr <= baseGoroutines+3 && heap <= baseHeap+8<<20 {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("goroutines %v (baseline %v), heap in use %.1f MiB (baseline %.1f MiB) 15s after the requests ended",
+						gr, baseGoroutines, heap/(1<<20), baseHeap/(1<<20))
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+		})
+	}
+}
