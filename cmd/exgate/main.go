@@ -67,6 +67,11 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	// The first SIGINT or SIGTERM drains and stops gracefully; from then
+	// on the signals have their default effect, so a second one ends the
+	// process at once (an operator's second Ctrl-C, or a supervisor that
+	// will not wait).
+	go func() { <-ctx.Done(); stop() }()
 	os.Exit(run(ctx, os.Args[1:], os.LookupEnv, os.Stdout, os.Stderr))
 }
 
