@@ -23,6 +23,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"errors"
 	"flag"
 	"fmt"
@@ -222,6 +223,9 @@ type app struct {
 	metrics  *metrics.Metrics
 	limits   *limiter.Backend
 	idem     redis.UniversalClient // duplicate protection's Redis client, or nil
+	// startDigest is the digest of the watched files when the
+	// configuration was read at start (filesDigest).
+	startDigest [sha256.Size]byte
 	idemOwn  bool                  // idem is its own client, not the limiter's
 	cat      *validate.Catalogue   // nil when no route validates orders
 	stopCat  context.CancelFunc
@@ -254,6 +258,9 @@ func start(cfg *config.Config, d deps) (*app, error) {
 	}
 	a := &app{cfg: cfg, d: d, log: d.log, errc: make(chan error, 3)}
 	a.live.Store(cfg)
+	if d.configPath != "" {
+		a.startDigest = filesDigest(a.watchedFiles())
+	}
 	m, err := metrics.New(d.reg, buildInfo())
 	if err != nil {
 		return nil, err

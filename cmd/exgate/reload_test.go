@@ -444,13 +444,13 @@ func TestReloadOnFileChange(t *testing.T) {
 	t.Cleanup(func() { cancel(); <-done })
 	waitLog := func(msg string) {
 		t.Helper()
-		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(50 * time.Millisecond) {
 			if logs.FilterMessage(msg).Len() > 0 {
 				logs.TakeAll()
 				return
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("no %q log line within 5s", msg)
+				t.Fatalf("no %q log line within 15s", msg)
 			}
 		}
 	}

@@ -45,10 +45,11 @@ func filesDigest(files []string) [sha256.Size]byte {
 }
 
 // watchFiles polls the watched files every interval and sends on changed
-// when their content differs from the last reading, until ctx ends. The
-// reload itself runs where SIGHUP's does (wait), one at a time.
+// when their content differs from the last reading (at first, the one
+// taken at start), until ctx ends. The reload itself runs where SIGHUP's
+// does (wait), one at a time.
 func (a *app) watchFiles(ctx context.Context, interval time.Duration, changed chan<- struct{}) {
-	last := filesDigest(a.watchedFiles())
+	last := a.startDigest
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
