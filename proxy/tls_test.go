@@ -2,7 +2,10 @@ package proxy
 
 import (
 	"crypto/tls"
+	"errors"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,6 +14,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"go.uber.org/zap"
 
 	"github.com/exgate/exgate/config"
 	"github.com/exgate/exgate/internal/tlstest"
@@ -207,5 +211,70 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestTLSHandshakeTimeout connects clients that stall in the TLS
+// handshake — sending nothing, or half a ClientHello — and expects the
+// server to close them after server.read_header_timeout, the bound of
+// the handshake, while a normal client is served meanwhile.
+func TestTLSHandshakeTimeout(t *testing.T) {
+	const timeout = 300 * time.Millisecond
+	dir := t.TempDir()
+	ca := tlstest.NewCA(t, dir)
+	leaf := ca.Issue(dir, "api", []string{"api.example.test"}, tlstest.Options{})
+	certs, err := LoadCertificates([]config.Certificate{{CertFile: leaf.CertFile, KeyFile: leaf.KeyFile}}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := config.Default()
+	cfg.Server.ReadHeaderTimeout = timeout
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := NewServer(cfg, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.TLS == nil {
+			t.Error("a request without TLS state")
+		}
+		w.WriteHeader(http.StatusNoContent)
+	}), zap.NewNop(), nil)
+	go func() { _ = ServeTraffic(srv, ln, certs) }()
+	t.Cleanup(func() { _ = srv.Close() })
+
+	for _, tc := range []struct {
+		name string
+		send []byte
+	}{
+		{"silent", nil},
+		{"half a ClientHello", []byte{0x16, 0x03, 0x01, 0x02, 0x00, 0x01, 0x00, 0x01, 0xfc, 0x03, 0x03}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := net.Dial("tcp", ln.Addr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			start := time.Now()
+			if _, err := c.Write(tc.send); err != nil {
+				t.Fatal(err)
+			}
+			client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca.Pool, ServerName: "api.example.test"}}, Timeout: 5 * time.Second}
+			res, err := client.Get("https://" + ln.Addr().String() + "/")
+			if err != nil {
+				t.Fatalf("a normal client meanwhile: %v", err)
+			}
+			res.Body.Close()
+			client.CloseIdleConnections()
+			_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+			_, err = io.ReadAll(c)
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				t.Fatal("the stalled handshake was not closed within 5s")
+			}
+			if d := time.Since(start); d < timeout/2 || d > 3*time.Second {
+				t.Fatalf("closed after %v, want about %v", d, timeout)
+			}
+		})
 	}
 }
