@@ -198,15 +198,18 @@ func (v *Verifier) Run(ctx context.Context) {
 	}
 }
 
-// Verify returns the identity behind token, or why it is refused. token
-// must already be canonical (CanonicalJWS). A token verified before is
-// answered from the cache until it expires.
+// Verify returns the identity behind token, or why it is refused. Only
+// the canonical spelling of a JWT (CanonicalJWS) verifies. A token
+// verified before is answered from the cache until it expires.
 func (v *Verifier) Verify(token string) (Identity, Reason) {
 	now := v.now().UnixNano()
 	if v.cache != nil {
 		if id, ok := v.cache.get(token, now); ok {
 			return id, ""
 		}
+	}
+	if !IsJWS(token) {
+		return Identity{}, ReasonMalformed // not a JWT at all
 	}
 	if !CanonicalJWS(token) {
 		return Identity{}, ReasonNoncanonical

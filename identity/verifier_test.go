@@ -155,6 +155,7 @@ func TestVerify(t *testing.T) {
 		{"fractional user", hs(jwt.MapClaims{"user_id": 4.5}), ReasonMalformed, ""},
 		{"object user", hs(jwt.MapClaims{"user_id": map[string]any{}}), ReasonMalformed, ""},
 		{"garbage", "eyJ4.eyJ4.eyJ4", ReasonMalformed, ""},
+		{"opaque token", "not-a-jwt", ReasonMalformed, ""},
 		{"padding", hs(nil) + "=", ReasonNoncanonical, ""},
 	}
 	for _, tt := range tests {

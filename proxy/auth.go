@@ -27,10 +27,11 @@ var errTokenNotValid = static(http.StatusUnauthorized, "token_not_valid",
 // authenticate is the auth step of a route that reads tokens: it reads the
 // bearer token (required or optional, as the route says), refuses a token
 // that is not in its canonical spelling or, with identity.verify, does not
-// verify as an access token (before any limit is charged), and rewrites the Authorization
-// header the backend receives to exactly "Bearer <token>", so that exgate
-// and the backend read the same token. It returns the answer to refuse
-// the request with, or nil; ex.caller holds the token and its account.
+// verify as an access token (before any limit is charged), and rewrites
+// the Authorization header the backend receives to exactly
+// "Bearer <token>", so that exgate and the backend read the same token.
+// It returns the answer to refuse the request with, or nil; ex.caller
+// holds the token and its account.
 func (g *Gateway) authenticate(ex *exchange, r *http.Request, route *Route) *Error {
 	if route.Auth == config.AuthNone {
 		return nil
