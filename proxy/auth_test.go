@@ -11,10 +11,13 @@ import (
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/exgate/exgate/config"
 	"github.com/exgate/exgate/identity"
 	"github.com/exgate/exgate/limiter"
+	"github.com/exgate/exgate/metrics"
 )
 
 // signedToken returns an HS256 access token as djangorestframework-simplejwt
@@ -238,5 +241,58 @@ func TestVerifiedTokensShareOneBucket(t *testing.T) {
 		if s, _ := val.(string); strings.Contains(s, tokens[0][:20]) || s == "42" {
 			t.Fatalf("access log field %s holds the token or the user id: %v", name, val)
 		}
+	}
+}
+
+// TestAuthFailuresCountedByReason: each refused token is counted under
+// its reason, never under anything of the user or the token.
+func TestAuthFailuresCountedByReason(t *testing.T) {
+	const secret = "reasons-secret-0123456789abcdef"
+	cfg := config.Default()
+	cfg.Upstream.URL = config.MustURL("http://backend.invalid:9000")
+	cfg.Identity.Verify = true
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	k, _ := limiter.NewKeyer([]byte(testKeySecret))
+	enf, _ := limiter.NewEnforcer(limiter.EnforcerOptions{Store: limiter.NewMemory(limiter.MemoryOptions{}), Keyer: k})
+	v, err := identity.New(cfg.Identity.JWT, identity.Options{
+		Getenv: func(string) (string, bool) { return secret, true }, AccountKey: enf.AccountID,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	m, _ := metrics.New(reg, metrics.BuildInfo{})
+	gw, err := New(cfg, Options{Transport: backendEcho{}, Limits: enf, Verifier: v, Metrics: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	good := signedToken(t, secret, 42, "access")
+	for _, tok := range []string{
+		signedToken(t, "some-other-secret-0123456789", 42, "access"), // bad_signature
+		signedToken(t, secret, 42, "refresh"),                        // wrong_type
+		signedToken(t, secret, 42, "refresh"),                        // wrong_type
+		good + "=",                                                   // noncanonical
+		"opaque",                                                     // malformed
+	} {
+		req := httptest.NewRequest("GET", "/api/v1/mkt/markets/", nil)
+		req.Header["Authorization"] = []string{"Bearer " + tok}
+		rec := httptest.NewRecorder()
+		gw.ServeHTTP(rec, req)
+		if rec.Code != http.StatusUnauthorized {
+			t.Fatalf("%q: %d", tok, rec.Code)
+		}
+	}
+	want := `
+# HELP exgate_auth_failures_total Bearer tokens refused at the edge, by reason (malformed, noncanonical, bad_signature, bad_algorithm, unknown_key, expired, not_yet_valid, issued_in_future, missing_claim, wrong_type, wrong_issuer, wrong_audience).
+# TYPE exgate_auth_failures_total counter
+exgate_auth_failures_total{reason="bad_signature"} 1
+exgate_auth_failures_total{reason="malformed"} 1
+exgate_auth_failures_total{reason="noncanonical"} 1
+exgate_auth_failures_total{reason="wrong_type"} 2
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "exgate_auth_failures_total"); err != nil {
+		t.Fatal(err)
 	}
 }
