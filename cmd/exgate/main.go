@@ -216,31 +216,31 @@ func devGetenv(getenv func(string) (string, bool)) func(string) (string, bool) {
 
 // app is a started gateway: listeners bound and serving.
 type app struct {
-	cfg      *config.Config                // the configuration at start
-	live     atomic.Pointer[config.Config] // the configuration in force, after reloads
-	d        deps
-	log      *zap.Logger
-	metrics  *metrics.Metrics
-	limits   *limiter.Backend
-	idem     redis.UniversalClient // duplicate protection's Redis client, or nil
+	cfg     *config.Config                // the configuration at start
+	live    atomic.Pointer[config.Config] // the configuration in force, after reloads
+	d       deps
+	log     *zap.Logger
+	metrics *metrics.Metrics
+	limits  *limiter.Backend
+	idem    redis.UniversalClient // duplicate protection's Redis client, or nil
 	// startDigest is the digest of the watched files when the
 	// configuration was read at start (filesDigest).
 	startDigest [sha256.Size]byte
-	idemOwn  bool                  // idem is its own client, not the limiter's
-	cat      *validate.Catalogue   // nil when no route validates orders
-	stopCat  context.CancelFunc
-	stopID   context.CancelFunc // ends the JWKS refresh; nil without one
-	gw       *proxy.Gateway
-	srv      *http.Server
-	admin    *http.Server
-	backend  *http.Server // dev mode only
-	addr     string       // bound traffic address
-	adminAd  string       // bound admin address
-	backAddr string       // dev backend address
-	edge     *metrics.Edge
-	certs    *proxy.Certificates // nil without TLS
-	stopTLS  context.CancelFunc  // stops the certificate watch
-	errc     chan error
+	idemOwn     bool                // idem is its own client, not the limiter's
+	cat         *validate.Catalogue // nil when no route validates orders
+	stopCat     context.CancelFunc
+	stopID      context.CancelFunc // ends the JWKS refresh; nil without one
+	gw          *proxy.Gateway
+	srv         *http.Server
+	admin       *http.Server
+	backend     *http.Server // dev mode only
+	addr        string       // bound traffic address
+	adminAd     string       // bound admin address
+	backAddr    string       // dev backend address
+	edge        *metrics.Edge
+	certs       *proxy.Certificates // nil without TLS
+	stopTLS     context.CancelFunc  // stops the certificate watch
+	errc        chan error
 }
 
 // start binds every listener and starts serving. In dev mode it first
