@@ -41,6 +41,10 @@
 //     memory grows by less than 128 MiB (it grew by ~860 MiB when chunked
 //     bodies were read whole first); goroutines and heap return to their
 //     baseline once the clients close.
+//   - TestWorstCasePerAddress: one address with 500 invented tokens on
+//     every route → the Redis keys and bytes and the heap exgate holds stay
+//     within the per-address bounds of docs/limits.md (≈ 12 KB of Redis,
+//     no duplicate-protection key for refused orders).
 //   - TestMemoryLimiterManyAddresses: a million distinct client addresses
 //     against the in-process limiter → memory bounded by limiter.max_keys.
 //
