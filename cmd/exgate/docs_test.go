@@ -1,0 +1,202 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/exgate/exgate/config"
+)
+
+// A documented example is a fenced block in README.md or docs/*.md right
+// after a line "<!-- example: NAME -->". TestDocumentedExamples produces
+// each one with the real gateway and compares:
+//   - a ```sh block: each command is run by bash against the gateway
+//     (localhost:8080 replaced by its address, $TOKEN set) and its output
+//     must equal the "# " line that follows it;
+//   - a ```json block: each line must equal, as JSON, the body of the
+//     request its generator sends, in turn;
+//   - an ```http block: the status line, the headers it shows and the
+//     body must be those of the generator's one answer.
+var exampleMarker = regexp.MustCompile("(?m)^<!-- example: ([a-z0-9_]+) -->\n```([a-z]*)\n((?s:.*?))```")
+
+// docExample is one marked block.
+type docExample struct {
+	file, lang, body string
+}
+
+// docExamples returns every marked block by name.
+func docExamples(t *testing.T) map[string]docExample {
+	t.Helper()
+	files, err := filepath.Glob("../../docs/*.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]docExample{}
+	for _, f := range append(files, "../../README.md") {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range exampleMarker.FindAllStringSubmatch(string(b), -1) {
+			if _, dup := out[m[1]]; dup {
+				t.Errorf("example %s is marked twice", m[1])
+			}
+			out[m[1]] = docExample{file: filepath.Base(f), lang: m[2], body: m[3]}
+		}
+	}
+	return out
+}
+
+// exampleRequest is what a json or http example's answer comes from.
+type exampleRequest struct {
+	method, path, body string
+	header             []string
+}
+
+func TestDocumentedExamples(t *testing.T) {
+	st := startStack(t, func(c *config.Config) {
+		l := &c.Route("list_matches").Limits[0]
+		l.Rate, l.Burst = config.Rate{N: 5, Period: time.Minute}, 5
+	})
+	token := authenticate(t, st.url)
+	order := func(body string) exampleRequest {
+		return exampleRequest{"POST", "/api/v1/odr/orders/", body, []string{"Authorization", "Bearer " + token, "Content-Type", "application/json"}}
+	}
+	// Requests sent before an example's own (to use up a limit).
+	before := map[string]func(){
+		"limits_throttled": func() {
+			for i := 0; i < 5; i++ {
+				call(t, "GET", st.url+"/api/v1/mth/matches/ETH_USDT/", "")
+			}
+		},
+	}
+	requests := map[string][]exampleRequest{
+		"readme_error_shape":     {{method: "TRACE", path: "/api/v1/mkt/markets/"}},
+		"api_error_shape":        {{method: "POST", path: "/api/v1/odr/orders/", body: "{}"}},
+		"architecture_error":     {{method: "POST", path: "/api/v1/odr/orders/", body: "{}"}},
+		"identity_token_invalid": {{method: "GET", path: "/api/v1/mkt/markets/", header: []string{"Authorization", "Bearer eyJhbGciOiJIUzI1NiJ9.e30.c2l+"}}},
+		"validation_errors": {
+			order(`{"symbol":"BTC_USDT","type":"limit","side":"buy","price":"64000.005","base_amount":"0.0000001"}`),
+			order(`{"symbol":"BTC_USDT","type":"market","side":"buy","base_amount":"0.001"} {"symbol":"BTC_USDT"}`),
+		},
+		"limits_throttled": {{method: "GET", path: "/api/v1/mth/matches/ETH_USDT/"}},
+	}
+
+	examples := docExamples(t)
+	for name := range requests {
+		if _, ok := examples[name]; !ok {
+			t.Errorf("example %s is produced here but marked nowhere in the docs", name)
+		}
+	}
+	names := make([]string, 0, len(examples))
+	for name := range examples {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		ex := examples[name]
+		t.Run(name, func(t *testing.T) {
+			if f := before[name]; f != nil {
+				f()
+			}
+			switch ex.lang {
+			case "sh":
+				checkShellExample(t, ex, st.url, token)
+			case "json":
+				lines := strings.Split(strings.TrimSpace(ex.body), "\n")
+				reqs := requests[name]
+				if len(reqs) != len(lines) {
+					t.Fatalf("%s: %d lines, %d requests to produce them", ex.file, len(lines), len(reqs))
+				}
+				for i, r := range reqs {
+					_, _, body := call(t, r.method, st.url+r.path, r.body, r.header...)
+					if !sameJSON(lines[i], string(body)) {
+						t.Errorf("%s shows\n  %s\nexgate answers\n  %s", ex.file, lines[i], body)
+					}
+				}
+			case "http":
+				reqs := requests[name]
+				if len(reqs) != 1 {
+					t.Fatalf("%s: an http example needs one request, has %d", ex.file, len(reqs))
+				}
+				checkHTTPExample(t, ex, st.url, reqs[0])
+			default:
+				t.Fatalf("%s: example %s is a %q block; want sh, json or http", ex.file, name, ex.lang)
+			}
+		})
+	}
+}
+
+// checkShellExample runs each command of a sh example and compares its
+// output with the "# " line after it.
+func checkShellExample(t *testing.T, ex docExample, base, token string) {
+	var cmd []string
+	checked := 0
+	for _, line := range strings.Split(ex.body, "\n") {
+		want, isOutput := strings.CutPrefix(line, "# ")
+		if !isOutput {
+			if strings.TrimSpace(line) != "" {
+				cmd = append(cmd, line)
+			}
+			continue
+		}
+		script := strings.ReplaceAll(strings.Join(cmd, "\n"), "localhost:8080", strings.TrimPrefix(base, "http://"))
+		cmd = nil
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		c := exec.CommandContext(ctx, "bash", "-euo", "pipefail", "-c", script)
+		c.Env = append(os.Environ(), "TOKEN="+token)
+		out, err := c.Output()
+		cancel()
+		if err != nil {
+			t.Fatalf("%s: %s: %v", ex.file, script, err)
+		}
+		if got := strings.TrimSuffix(string(out), "\n"); got != want {
+			t.Errorf("%s: %s\nshows\n  %s\nprints\n  %s", ex.file, script, want, got)
+		}
+		checked++
+	}
+	if checked == 0 {
+		t.Errorf("%s: a sh example without a \"# \" output line", ex.file)
+	}
+}
+
+// checkHTTPExample compares an http example with the answer to r: status
+// line, the headers the example shows, and the body.
+func checkHTTPExample(t *testing.T, ex docExample, base string, r exampleRequest) {
+	code, h, body := call(t, r.method, base+r.path, r.body, r.header...)
+	head, wantBody, _ := strings.Cut(ex.body, "\n\n")
+	lines := strings.Split(head, "\n")
+	if want := fmt.Sprintf("HTTP/1.1 %d %s", code, http.StatusText(code)); lines[0] != want {
+		t.Errorf("%s: status line %q, exgate answers %q", ex.file, lines[0], want)
+	}
+	for _, l := range lines[1:] {
+		k, v, _ := strings.Cut(l, ": ")
+		if got := h.Get(k); got != v {
+			t.Errorf("%s: %s: %s, exgate answers %q", ex.file, k, v, got)
+		}
+	}
+	if !sameJSON(strings.TrimSpace(wantBody), string(body)) {
+		t.Errorf("%s: body\n  %s\nexgate answers\n  %s", ex.file, strings.TrimSpace(wantBody), body)
+	}
+}
+
+// sameJSON reports whether a and b are the same JSON text up to
+// insignificant white space.
+func sameJSON(a, b string) bool {
+	var ca, cb bytes.Buffer
+	if json.Compact(&ca, []byte(a)) != nil || json.Compact(&cb, []byte(b)) != nil {
+		return false
+	}
+	return ca.String() == cb.String()
+}
