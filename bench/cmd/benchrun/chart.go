@@ -253,14 +253,18 @@ func drawFixedRate(img *image.RGBA, ct *chartText, fr *FixedRate, y int, colText
 	for _, r := range fr.Rows {
 		ct.draw(img, ct.regular, labelX+10, y+1, shortName(r.Target), colText)
 		if r.Target == tDirect {
-			ct.draw(img, ct.regular, rpsX+8, y+1, fmt.Sprintf("baseline: p50 %.2f, p99 %.2f, p99.9 %.2f ms", r.P50MS, r.P99MS, r.P999MS), colMuted)
+			ct.draw(img, ct.regular, rpsX+8, y+1, fmt.Sprintf("baseline: p50 %.2f, p99 %.2f, p99.9 %.2f ms; achieved %.0f req/s", r.P50MS, r.P99MS, r.P999MS, r.achieved()), colMuted)
 		} else {
 			bw := 0
 			if maxAdded > 0 && r.AddedP99MS > 0 {
 				bw = int(float64(rpsW) * r.AddedP99MS / maxAdded)
 			}
 			fill(img, image.Rect(rpsX, y, rpsX+bw, y+barH), targetColour(r.Target))
-			ct.draw(img, ct.regular, rpsX+bw+8, y+1, fmt.Sprintf("%+.2f ms p99   (p50 %+.2f, p99.9 %+.2f ms)", r.AddedP99MS, r.AddedP50MS, r.AddedP999MS), colText)
+			note := ""
+			if !fr.held(&r) {
+				note = fmt.Sprintf("; rate not held: %.0f req/s", r.achieved())
+			}
+			ct.draw(img, ct.regular, rpsX+bw+8, y+1, fmt.Sprintf("%+.2f ms p99   (p50 %+.2f, p99.9 %+.2f ms%s)", r.AddedP99MS, r.AddedP50MS, r.AddedP999MS, note), colText)
 		}
 		y += rowH
 	}

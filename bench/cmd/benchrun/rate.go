@@ -127,6 +127,19 @@ func (fr *FixedRate) summarize() {
 	}
 }
 
+// achieved returns the row's median achieved rate.
+func (r *RateRow) achieved() float64 {
+	var v []float64
+	for _, run := range r.Runs {
+		v = append(v, run.Achieved)
+	}
+	return median(v)
+}
+
+// held reports whether the row's median achieved rate is within 5% of the
+// rate asked for.
+func (fr *FixedRate) held(r *RateRow) bool { return r.achieved() >= 0.95*fr.Rate }
+
 // row returns the named target's row, or nil.
 func (fr *FixedRate) row(target string) *RateRow {
 	if fr == nil {

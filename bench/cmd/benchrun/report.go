@@ -139,6 +139,8 @@ func targetsTable(p func(string, ...any), res *Results) {
 		if e != nil && ng != nil {
 			verdict, v := "", 0.0
 			switch {
+			case !fr.held(e) || !fr.held(ng):
+				verdict = fmt.Sprintf("**inconclusive**: the rate was not held (achieved %.0f at exgate, %.0f at NGINX)", e.achieved(), ng.achieved())
 			case ng.AddedP99MS > 0:
 				v = e.AddedP99MS / ng.AddedP99MS
 				verdict = metAtMost(v, goalAddedP99Nginx)
@@ -164,6 +166,14 @@ func fixedRateSection(p func(string, ...any), fr *FixedRate) {
 	p("Half of NGINX's median req/s on GET markets in this run, held by `vegeta attack -rate` for %s, %d interleaved rounds; "+
 		"exact percentiles over every request of a run, then the median over the rounds. *Added* is the target's latency minus direct's in the same round.\n\n",
 		fr.Duration, fr.Rounds)
+	for _, r := range fr.Rows {
+		if !fr.held(&r) {
+			p("**The rate was not held everywhere** (achieved below 95%% of %.0f req/s, see the table): a target that fell behind "+
+				"was measured overloaded, not at half of NGINX's capacity; on a machine shared with other work the load generator "+
+				"itself may be what falls behind (compare direct's achieved rate).\n\n", fr.Rate)
+			break
+		}
+	}
 	p("| target | p50 ms | p99 ms | p99.9 ms | added p50 ms | added p99 ms | added p99.9 ms | achieved req/s | errors |\n")
 	p("|---|--:|--:|--:|--:|--:|--:|--:|--:|\n")
 	for _, r := range fr.Rows {
