@@ -80,6 +80,7 @@ type book struct {
 	untriggered []*order // stop_limit and oco orders; they never trigger
 	tradeSeq    int64
 	matches     []match // ring buffer of at most maxMatches entries
+	fills       []fill  // trades of users' orders, oldest first
 	next        int     // index in matches of the next write
 	maxMatches  int
 }
@@ -133,8 +134,11 @@ func (b *book) fill(t *order, now time.Time) {
 			o.dealedQuote = o.dealedQuote.Add(quote)
 		}
 		b.tradeSeq++
+		tradeID := strconv.FormatInt(b.tradeSeq, 10) + "_" + strconv.FormatInt(t.id, 10)
+		b.recordFill(t, false, tradeID, lvl.price, qty, quote, now)
+		b.recordFill(m, true, tradeID, lvl.price, qty, quote, now)
 		b.addMatch(match{
-			ID:          strconv.FormatInt(b.tradeSeq, 10) + "_" + strconv.FormatInt(t.id, 10),
+			ID:          tradeID,
 			Price:       lvl.price.StringFixed(int32(b.market.PricePrecision)),
 			BaseAmount:  formatAmount(qty, b.market.BaseAmountPrecision),
 			QuoteAmount: formatAmount(quote, b.market.QuoteAmountPrecision),

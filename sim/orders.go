@@ -54,9 +54,7 @@ func (s *Server) handlePlaceOrder(w http.ResponseWriter, r *http.Request, _ stri
 		writeJSON(w, http.StatusBadRequest, errs)
 		return
 	}
-	now := s.now()
-	o.id, o.userID, o.createdAt = s.lastOrderID.Add(1), userID, now
-	placed := s.books[o.market.Symbol].place(o, now)
+	placed := s.placeFor(userID, o)
 	writeJSON(w, http.StatusCreated, orderResponse(&placed))
 }
 

@@ -14,6 +14,18 @@
 //	POST /api/v1/usr/authenticate/    ({"api_key", "secret_key"} -> {"access", "refresh"})
 //	POST /api/v1/usr/refresh_token/   ({"refresh"} -> {"access"})
 //
+// and the rest of the family the API's clients use (family.go), each for
+// the token's own user:
+//
+//	GET    /api/v1/odr/orders/?state=active&symbol=   the user's orders
+//	GET    /api/v1/odr/orders/{id}/, /{id1,id2}/       status by id, by id list
+//	DELETE /api/v1/odr/orders/{id}/                    cancel (404 for another user's order)
+//	POST   /api/v1/odr/orders/bulk/                    an array of orders: bulk placement; of ids: bulk cancel
+//	GET    /api/v1/odr/fills/                          the user's trades
+//	GET    /api/v1/wlt/wallets/                        balances after the user's trades
+//	GET    /api/v1/mkt/tickers/                        last price, best bid and ask per market
+//	GET    /api/v1/mth/orderbook/{symbol}/             the book's price levels
+//
 // Errors use the shapes of Django REST framework: {"detail": ...,
 // "code": ...} for authentication and routing errors, and a map from field
 // name to a list of messages for invalid request bodies.
@@ -80,6 +92,7 @@ type Server struct {
 	books      map[string]*book // by symbol; the map is read-only after New
 
 	lastOrderID atomic.Int64
+	accounts    accounts // users' orders, fills and wallets
 }
 
 // New returns a Server configured by opts, with the seeded catalogue and,
@@ -149,12 +162,17 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case "/api/v1/mkt/currencies/":
 		rt = route{http.MethodGet, s.handleCurrencies}
 	case "/api/v1/odr/orders/":
-		rt = route{http.MethodPost, s.handlePlaceOrder}
+		s.methods(map[string]handler{http.MethodGet: s.handleListOrders, http.MethodPost: s.handlePlaceOrder})(w, r, "")
+		return
 	case "/api/v1/usr/authenticate/":
 		rt = route{http.MethodPost, s.handleAuthenticate}
 	case "/api/v1/usr/refresh_token/":
 		rt = route{http.MethodPost, s.handleRefresh}
 	default:
+		if h, param, ok := s.familyRoute(p); ok {
+			h(w, r, param)
+			return
+		}
 		sym, ok := strings.CutPrefix(p, matchesPrefix)
 		if sym, ok = strings.CutSuffix(sym, "/"); !ok || sym == "" || strings.Contains(sym, "/") {
 			writeNotFound(w)
@@ -224,6 +242,22 @@ func writeNotFound(w http.ResponseWriter) {
 // body is an empty object. On failure it writes the error response and
 // returns ok false.
 func readObject(w http.ResponseWriter, r *http.Request) (obj map[string]any, ok bool) {
+	v, ok := readValue(w, r)
+	if !ok {
+		return nil, false
+	}
+	obj, ok = v.(map[string]any)
+	if !ok {
+		writeJSON(w, http.StatusBadRequest, fieldErrors{"non_field_errors": {
+			fmt.Sprintf("Invalid data. Expected a dictionary, but got %s.", jsonKind(v))}})
+		return nil, false
+	}
+	return obj, true
+}
+
+// readValue decodes the request body as readObject does, whatever the
+// JSON value; an empty body is an empty object.
+func readValue(w http.ResponseWriter, r *http.Request) (any, bool) {
 	if ct := r.Header.Get("Content-Type"); ct != "" {
 		mt, _, err := mime.ParseMediaType(ct)
 		if err != nil || mt != "application/json" {
@@ -254,13 +288,7 @@ func readObject(w http.ResponseWriter, r *http.Request) (obj map[string]any, ok 
 		writeJSON(w, http.StatusBadRequest, detail{Detail: "JSON parse error - " + err.Error(), Code: "parse_error"})
 		return nil, false
 	}
-	obj, ok = v.(map[string]any)
-	if !ok {
-		writeJSON(w, http.StatusBadRequest, fieldErrors{"non_field_errors": {
-			fmt.Sprintf("Invalid data. Expected a dictionary, but got %s.", jsonKind(v))}})
-		return nil, false
-	}
-	return obj, true
+	return v, true
 }
 
 // jsonKind names the JSON type of a decoded value the way DRF names

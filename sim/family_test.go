@@ -1,0 +1,146 @@
+package sim
+
+import (
+	"encoding/json"
+	"testing"
+)
+
+// ids returns the "id" of each order of a decoded list.
+func ids(t *testing.T, v any) []string {
+	t.Helper()
+	list, ok := v.([]any)
+	if !ok {
+		t.Fatalf("not a list: %v", v)
+	}
+	var out []string
+	for _, e := range list {
+		out = append(out, e.(map[string]any)["id"].(json.Number).String())
+	}
+	return out
+}
+
+// TestOrderLifecycle: a resting order is listed as open, found by id and
+// by id list, cancelled (leaving the open list, closed), not cancelled
+// twice, and invisible to another user, whose cancel of it is 404.
+func TestOrderLifecycle(t *testing.T) {
+	h := newHarness(t, Options{Credentials: map[string]string{"dev": "dev", "other": "other"}}, true)
+	other, _, err := h.sim.IssueToken("other")
+	if err != nil {
+		t.Fatal(err)
+	}
+	limitOrder := `{"symbol":"BTC_USDT","type":"limit","side":"buy","price":"60000.00","base_amount":"0.01"}`
+	for range 2 {
+		if r := h.do(t, "POST", "/api/v1/odr/orders/", h.access, limitOrder); r.status != 201 {
+			t.Fatalf("place: %d %s", r.status, r.raw)
+		}
+	}
+	r := h.do(t, "GET", "/api/v1/odr/orders/?state=active", h.access, nil)
+	open := ids(t, r.body)
+	if r.status != 200 || len(open) != 2 {
+		t.Fatalf("open orders: %d %s", r.status, r.raw)
+	}
+	first, second := open[1], open[0] // newest first
+	if r := h.do(t, "GET", "/api/v1/odr/orders/"+first+"/", h.access, nil); r.status != 200 || r.body.(map[string]any)["state"] != "active" {
+		t.Fatalf("status by id: %d %s", r.status, r.raw)
+	}
+	if r := h.do(t, "GET", "/api/v1/odr/orders/{"+first+","+second+",999}/", h.access, nil); r.status != 200 || len(ids(t, r.body)) != 2 {
+		t.Fatalf("status by id list: %d %s", r.status, r.raw)
+	}
+	// Another user sees none of it and cannot cancel it.
+	if r := h.do(t, "DELETE", "/api/v1/odr/orders/"+first+"/", other, nil); r.status != 404 {
+		t.Fatalf("another user's cancel: %d %s", r.status, r.raw)
+	}
+	if r := h.do(t, "GET", "/api/v1/odr/orders/"+first+"/", other, nil); r.status != 404 {
+		t.Fatalf("another user's status: %d", r.status)
+	}
+	if r := h.do(t, "GET", "/api/v1/odr/orders/", other, nil); r.status != 200 || len(ids(t, r.body)) != 0 {
+		t.Fatalf("another user's list: %s", r.raw)
+	}
+	r = h.do(t, "DELETE", "/api/v1/odr/orders/"+first+"/", h.access, nil)
+	if r.status != 200 || r.body.(map[string]any)["state"] != "canceled" || r.body.(map[string]any)["closed_at"] == nil {
+		t.Fatalf("cancel: %d %s", r.status, r.raw)
+	}
+	if r := h.do(t, "GET", "/api/v1/odr/orders/?state=active", h.access, nil); len(ids(t, r.body)) != 1 || ids(t, r.body)[0] != second {
+		t.Fatalf("open orders after the cancel: %s", r.raw)
+	}
+	if r := h.do(t, "GET", "/api/v1/odr/orders/?state=canceled", h.access, nil); len(ids(t, r.body)) != 1 {
+		t.Fatalf("canceled orders: %s", r.raw)
+	}
+	if r := h.do(t, "DELETE", "/api/v1/odr/orders/"+first+"/", h.access, nil); r.status != 400 {
+		t.Fatalf("second cancel: %d %s", r.status, r.raw)
+	}
+	// The book no longer holds it: the order book shows one 0.01 bid at 60000.
+	r = h.do(t, "GET", "/api/v1/mth/orderbook/BTC_USDT/", "", nil)
+	bids := r.body.(map[string]any)["bids"].([]any)
+	found := false
+	for _, l := range bids {
+		if p := l.([]any); p[0] == "60000.00" {
+			found = p[1] == "0.010000"
+		}
+	}
+	if !found {
+		t.Fatalf("order book after the cancel: %s", r.raw)
+	}
+	if r := h.do(t, "GET", "/api/v1/odr/orders/?state=bogus", h.access, nil); r.status != 400 {
+		t.Fatalf("bad state filter: %d", r.status)
+	}
+}
+
+// TestBulkFillsWalletsTickers: a bulk places all or nothing, a bulk
+// cancel cancels the user's open orders, a crossing order leaves fills
+// and moves the wallets, and tickers show the last price.
+func TestBulkFillsWalletsTickers(t *testing.T) {
+	h := newHarness(t, Options{}, true)
+	bad := `[{"symbol":"BTC_USDT","type":"limit","side":"buy","price":"60000.00","base_amount":"0.01"},{"symbol":"BTC_USDT","type":"limit","side":"buy","price":"1.001","base_amount":"0.01"}]`
+	r := h.do(t, "POST", "/api/v1/odr/orders/bulk/", h.access, bad)
+	if r.status != 400 {
+		t.Fatalf("bulk with a bad order: %d %s", r.status, r.raw)
+	}
+	if errs := r.body.([]any); len(errs[0].(map[string]any)) != 0 || errs[1].(map[string]any)["price"] == nil {
+		t.Fatalf("per-order errors: %s", r.raw)
+	}
+	if r := h.do(t, "GET", "/api/v1/odr/orders/", h.access, nil); len(ids(t, r.body)) != 0 {
+		t.Fatal("a refused bulk placed something")
+	}
+	good := `[{"symbol":"BTC_USDT","type":"limit","side":"buy","price":"60000.00","base_amount":"0.01"},{"symbol":"BTC_USDT","type":"limit","side":"buy","price":"60001.00","base_amount":"0.01"}]`
+	r = h.do(t, "POST", "/api/v1/odr/orders/bulk/", h.access, good)
+	placed := ids(t, r.body)
+	if r.status != 201 || len(placed) != 2 {
+		t.Fatalf("bulk: %d %s", r.status, r.raw)
+	}
+	r = h.do(t, "POST", "/api/v1/odr/orders/bulk/", h.access, "["+placed[0]+`,"`+placed[1]+`",424242]`)
+	body := r.body.(map[string]any)
+	if r.status != 200 || len(body["canceled"].([]any)) != 2 || body["failed"].(map[string]any)["424242"] == nil {
+		t.Fatalf("bulk cancel: %d %s", r.status, r.raw)
+	}
+	// A market buy of 0.6 BTC takes 0.5 at 65000 and 0.1 at 65010.
+	if r := h.do(t, "POST", "/api/v1/odr/orders/", h.access, `{"symbol":"BTC_USDT","type":"market","side":"buy","base_amount":"0.6"}`); r.status != 201 {
+		t.Fatalf("market order: %d %s", r.status, r.raw)
+	}
+	r = h.do(t, "GET", "/api/v1/odr/fills/", h.access, nil)
+	if fills := r.body.([]any); len(fills) != 2 || fills[0].(map[string]any)["price"] != "65010.00" {
+		t.Fatalf("fills: %s", r.raw)
+	}
+	r = h.do(t, "GET", "/api/v1/wlt/wallets/", h.access, nil)
+	bal := map[string]string{}
+	for _, w := range r.body.([]any) {
+		bal[w.(map[string]any)["currency"].(string)] = w.(map[string]any)["balance"].(string)
+	}
+	if bal["BTC"] != "1000000.6" || bal["USDT"] != "960999" {
+		t.Fatalf("wallets: %v", bal)
+	}
+	r = h.do(t, "GET", "/api/v1/mkt/tickers/", "", nil)
+	for _, tk := range r.body.([]any) {
+		if m := tk.(map[string]any); m["symbol"] == "BTC_USDT" && (m["price"] != "65010.00" || m["best_ask"] != "65010.00") {
+			t.Fatalf("ticker: %v", m)
+		}
+	}
+	if r := h.do(t, "GET", "/api/v1/mth/orderbook/NOPE_USDT/", "", nil); r.status != 404 {
+		t.Fatalf("unknown book: %d", r.status)
+	}
+	for _, p := range []string{"/api/v1/odr/fills/", "/api/v1/wlt/wallets/", "/api/v1/odr/orders/1/", "/api/v1/odr/orders/bulk/"} {
+		if r := h.do(t, "GET", p, "", nil); r.status != 401 && !(p == "/api/v1/odr/orders/bulk/" && r.status == 405) {
+			t.Fatalf("%s without a token: %d", p, r.status)
+		}
+	}
+}
