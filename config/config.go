@@ -75,6 +75,8 @@ type Config struct {
 	// Routes is the route table, matched in the order given except that a
 	// default route ("*") is always tried last. Giving routes in YAML
 	// replaces the whole default table.
+	// CORS is the policy for browsers on other origins; off by default.
+	CORS   CORS    `yaml:"cors" reload:"live"`
 	Routes []Route `yaml:"routes" reload:"live"`
 }
 
@@ -424,6 +426,7 @@ func Default() *Config {
 			},
 		},
 		Validation:  DefaultValidation(),
+		CORS:        DefaultCORS(),
 		Idempotency: DefaultIdempotency(),
 		Identity:    DefaultIdentity(),
 		Log:         Log{Level: "info", Access: true},

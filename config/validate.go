@@ -140,6 +140,7 @@ func (c *Config) validate() Errors {
 		c.checkWriteTimeout(v)
 	}
 	c.checkEdge(v)
+	c.checkCORS(v)
 
 	// Upstream.
 	u := c.Upstream

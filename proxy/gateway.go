@@ -168,6 +168,7 @@ func New(cfg *config.Config, opts Options) (*Gateway, error) {
 // plan is what a reload replaces: the route table with each route's
 // compiled limits. A request uses the plan it started with throughout.
 type plan struct {
+	cors      *corsPolicy // nil when off
 	table     *table
 	rules     *limiter.Rules
 	validator *validate.Validator
@@ -200,7 +201,7 @@ func (g *Gateway) newPlan(cfg *config.Config, rules *limiter.Rules, v *validate.
 			r.limitMetrics = append(r.limitMetrics, byTier)
 		}
 	}
-	return &plan{table: t, rules: rules, validator: v}
+	return &plan{table: t, rules: rules, validator: v, cors: compileCORS(cfg.CORS)}
 }
 
 // Reload replaces the route table, the rate limits and the order
@@ -269,6 +270,10 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		ex.id = g.ids.next()
 		r.Header["X-Request-Id"] = []string{ex.id}
 	}
+	pl := g.plan.Load()
+	if origin := r.Header["Origin"]; pl.cors != nil && len(origin) == 1 {
+		pl.cors.decorate(w.Header(), origin)
+	}
 	if headerSize(r) > g.maxHeader {
 		g.refuse(ex, r, g.errHeader)
 		return
@@ -287,8 +292,21 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		g.refuse(ex, r, errMethodOverride)
 		return
 	}
-	pl := g.plan.Load()
-	route, matched, allow := pl.table.match(r.Method, p)
+	preflight := isPreflight(r)
+	if preflight && pl.cors != nil {
+		g.answerPreflight(ex, r, pl.cors)
+		return
+	}
+	var route *Route
+	var matched, allow string
+	if preflight && pl.table.def != nil {
+		// No policy: the backend answers preflights, on the default
+		// route, whatever the path (a browser sends them without
+		// credentials; OPTIONS runs no view of a DRF backend).
+		route, matched = pl.table.def, p
+	} else {
+		route, matched, allow = pl.table.match(r.Method, p)
+	}
 	if route == nil {
 		if allow != "" {
 			g.refuse(ex, r, methodNotAllowed(r.Method, allow))
@@ -422,6 +440,9 @@ var (
 func (g *Gateway) modifyResponse(res *http.Response) error {
 	if err := checkResponseID(res); err != nil {
 		return err // before anything is recorded: the answer is not this request's
+	}
+	if g.plan.Load().cors != nil {
+		dropBackendCORS(res.Header)
 	}
 	if err := g.recordResponse(res); err != nil {
 		return err

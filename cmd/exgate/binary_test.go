@@ -94,7 +94,8 @@ func TestDevModeBinary(t *testing.T) {
 		t.Fatalf("quickstart failed: %v\n%s", err, out)
 	}
 	o := string(out)
-	for _, want := range []string{`"symbol":"BTC_USDT"`, `"type":"market"`, `"side":"buy"`, `"price_precision"`} {
+	for _, want := range []string{`"symbol":"BTC_USDT"`, `"type":"market"`, `"side":"buy"`, `"price_precision"`,
+		`"type":"limit"`, `"state":"active"`, `"state":"canceled"`} {
 		if !strings.Contains(o, want) {
 			t.Fatalf("quickstart output lacks %s:\n%s", want, o)
 		}

@@ -1,0 +1,108 @@
+package config
+
+import (
+	"net/url"
+	"strings"
+	"time"
+)
+
+// CORS is the optional policy exgate applies for browsers on other
+// origins. Without allowed origins it is off: preflights pass to the
+// backend (on the default route, without a token), so the backend's own
+// CORS handling keeps working behind exgate. With them, exgate answers
+// preflights itself — no backend call, no limit charged — and adds the
+// response headers to every answer to an allowed origin, refusals (401,
+// 429, …) included, so that a page can read why it was refused.
+type CORS struct {
+	// AllowedOrigins lists the origins allowed, exactly as browsers send
+	// them ("https://app.example.com", "http://127.0.0.1:3000"), or "*"
+	// alone for any origin. Default: none (the policy is off).
+	AllowedOrigins []string `yaml:"allowed_origins"`
+	// AllowedMethods are the methods a page may use. Default GET, HEAD,
+	// POST, PUT, PATCH, DELETE.
+	AllowedMethods []string `yaml:"allowed_methods"`
+	// AllowedHeaders are the request headers a page may send, compared
+	// case-insensitively. Default Authorization, Content-Type,
+	// X-Request-ID.
+	AllowedHeaders []string `yaml:"allowed_headers"`
+	// ExposedHeaders are the response headers a page may read besides the
+	// CORS-safelisted ones. Default the rate-limit headers, Retry-After,
+	// X-Request-ID and Idempotent-Replayed.
+	ExposedHeaders []string `yaml:"exposed_headers"`
+	// AllowCredentials lets pages send cookies and read answers to
+	// credentialed requests; not with the "*" origin. Default false.
+	AllowCredentials bool `yaml:"allow_credentials"`
+	// MaxAge is how long a browser may cache a preflight answer, at most
+	// 24h; 0 sends no Access-Control-Max-Age. Default 10m.
+	MaxAge time.Duration `yaml:"max_age"`
+}
+
+// Enabled reports whether the policy is on.
+func (c *CORS) Enabled() bool { return len(c.AllowedOrigins) > 0 }
+
+// DefaultCORS returns the CORS defaults: off, with the lists a trading
+// page needs once origins are given.
+func DefaultCORS() CORS {
+	return CORS{
+		AllowedMethods: []string{"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"},
+		AllowedHeaders: []string{"Authorization", "Content-Type", "X-Request-ID"},
+		ExposedHeaders: []string{"RateLimit", "RateLimit-Policy", "X-RateLimit-Limit", "X-RateLimit-Remaining",
+			"X-RateLimit-Reset", "Retry-After", "X-Request-ID", "Idempotent-Replayed"},
+		MaxAge: 10 * time.Minute,
+	}
+}
+
+// checkCORS reports problems in the cors section.
+func (c *Config) checkCORS(v *checker) {
+	cs := c.CORS
+	for i, o := range cs.AllowedOrigins {
+		p := joinIndex("cors.allowed_origins", i)
+		if o == "*" {
+			if len(cs.AllowedOrigins) > 1 {
+				v.addf(p, `"*" allows every origin and must be the only entry`)
+			}
+			if cs.AllowCredentials {
+				v.addf("cors.allow_credentials", `cannot be true with the origin "*" (browsers refuse it); list the origins`)
+			}
+			continue
+		}
+		u, err := url.Parse(o)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.Path != "" || u.RawQuery != "" ||
+			u.Fragment != "" || u.User != nil || strings.ToLower(o) != o {
+			v.addf(p, `want an origin as browsers send it, scheme://host[:port] in lower case without a path, such as "https://app.example.com"; got %q`, o)
+		}
+	}
+	for i, m := range cs.AllowedMethods {
+		if !knownMethods[m] {
+			v.addf(joinIndex("cors.allowed_methods", i), "unknown method %q", m)
+		}
+	}
+	for i, h := range cs.AllowedHeaders {
+		if !isHeaderName(h) {
+			v.addf(joinIndex("cors.allowed_headers", i), "%q is not a header name", h)
+		}
+	}
+	for i, h := range cs.ExposedHeaders {
+		if !isHeaderName(h) {
+			v.addf(joinIndex("cors.exposed_headers", i), "%q is not a header name", h)
+		}
+	}
+	if cs.MaxAge < 0 || cs.MaxAge > 24*time.Hour || cs.MaxAge%time.Second != 0 {
+		v.addf("cors.max_age", "must be whole seconds from 0 to 24h, got %s", cs.MaxAge)
+	}
+}
+
+// isHeaderName reports whether s is an RFC 9110 token.
+func isHeaderName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0 {
+			continue
+		}
+		return false
+	}
+	return true
+}
