@@ -26,6 +26,7 @@ type counted struct {
 	orders  atomic.Int64
 	all     atomic.Int64
 	proxied atomic.Int64 // forwarded by a gateway (not its own catalogue fetches)
+	options atomic.Int64 // OPTIONS requests (CORS preflights)
 }
 
 func (c *counted) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -35,6 +36,9 @@ func (c *counted) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if r.URL.Path == "/api/v1/odr/orders/" {
 		c.orders.Add(1)
+	}
+	if r.Method == http.MethodOptions {
+		c.options.Add(1)
 	}
 	c.h.ServeHTTP(w, r)
 }
