@@ -22,6 +22,16 @@ const (
 	errPathTooManySlash pathError = "Request path has too many segments."
 )
 
+// isPathByte reports whether c may stand in a canonical path: an RFC 3986
+// path character without "%" and ";" (config.IsPathChar), or a brace. The
+// API's order status by id list is "/api/v1/odr/orders/{id1,id2}/"; its
+// clients send the braces raw or as %7B and %7D, and the backend reads
+// them decoded. Braces separate nothing, so exgate keeps them decoded in
+// the canonical path and net/url escapes them again when forwarding.
+func isPathByte(c byte) bool {
+	return config.IsPathChar(c) || c == '{' || c == '}'
+}
+
 // maxSegments bounds the work canonicalisation does for one path.
 const maxSegments = 128
 
@@ -41,8 +51,8 @@ const maxSegments = 128
 //     the root is refused;
 //   - a trailing slash is kept, and "/a/b/." or "/a/b/.." end in a slash.
 //
-// The result contains only "/" and path characters, so it needs no
-// escaping. A path that is already canonical is returned as is, without
+// The result contains only "/", path characters and braces (which
+// net/url escapes when the request is forwarded). A path that is already canonical is returned as is, without
 // allocating.
 func canonicalPath(p string) (string, error) {
 	if p == "" || p[0] != '/' {
@@ -61,7 +71,7 @@ func isClean(p string) bool {
 	segStart, nsegs := 0, 0
 	for i := 0; i <= len(p); i++ {
 		if i < len(p) && p[i] != '/' {
-			if !config.IsPathChar(p[i]) {
+			if !isPathByte(p[i]) {
 				return false
 			}
 			continue
@@ -111,12 +121,12 @@ func cleanPath(p string) (string, error) {
 			if b == '/' || b == '\\' || b == '%' {
 				return "", errPathEncodedSep
 			}
-			if !config.IsPathChar(b) {
+			if !isPathByte(b) {
 				return "", errPathBadChar
 			}
 			decoded = append(decoded, b)
 			i += 2
-		case c == '/' || config.IsPathChar(c):
+		case c == '/' || isPathByte(c):
 			decoded = append(decoded, c)
 		default:
 			return "", errPathBadChar

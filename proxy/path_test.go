@@ -29,6 +29,8 @@ func TestCanonicalPath(t *testing.T) {
 		{"/a/b/../..", "/", nil},
 		{"/~user/x", "/~user/x", nil},
 		{"/a:b@c!$&'()*+,=", "/a:b@c!$&'()*+,=", nil},
+		{"/api/v1/odr/orders/%7B1,2%7D/", "/api/v1/odr/orders/{1,2}/", nil},
+		{"/api/v1/odr/orders/{1,2}/", "/api/v1/odr/orders/{1,2}/", nil},
 		{"", "", errPathNotAbsolute},
 		{"*", "", errPathNotAbsolute},
 		{"api/v1", "", errPathNotAbsolute},
