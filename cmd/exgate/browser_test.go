@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -58,10 +59,11 @@ func TestBrowserOnAnotherOrigin(t *testing.T) {
 	if err != nil {
 		t.Skip("chromium not installed (.ci/test-deps.sh installs it)")
 	}
-	var gateway string
+	var gateway atomic.Value // the gateway's URL, known once the stack runs
+	gateway.Store("")
 	page := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
-		_, _ = w.Write([]byte(strings.Replace(browserPage, "GATEWAY", gateway, 1)))
+		_, _ = w.Write([]byte(strings.Replace(browserPage, "GATEWAY", gateway.Load().(string), 1)))
 	}))
 	defer page.Close()
 	st := startStack(t, func(c *config.Config) {
@@ -69,7 +71,7 @@ func TestBrowserOnAnotherOrigin(t *testing.T) {
 		c.Route("place_order").Limits[0].Rate = config.Rate{N: 2, Period: time.Hour}
 		c.Route("place_order").Limits[0].Burst = 2
 	})
-	gateway = st.url
+	gateway.Store(st.url)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
 	defer cancel()
