@@ -109,6 +109,7 @@ func TestSelected(t *testing.T) {
 			scMarkets:  {tDirect, tNginx, tNginxLimit, tCaddy, tFloor, tExgateOff, tExgateRedis},
 			scOrders:   {tDirect, tNginx, tNginxLimit, tCaddy, tFloor, tExgateOff, tExgateRedis},
 			scManyKeys: {tDirect, tNginxLimit, tExgateOff, tExgateRedis},
+			scTLS:      {tNginxTLS, tCaddyTLS, tExgateTLS},
 		}},
 		{"memory limits when named", scManyKeys, "exgate-memory", false, map[string][]string{
 			scManyKeys: {tExgateMemory},

@@ -133,6 +133,12 @@ func shortName(name string) string {
 		return "Caddy"
 	case tFloor:
 		return "net/http floor"
+	case tNginxTLS:
+		return "NGINX, TLS"
+	case tCaddyTLS:
+		return "Caddy, TLS"
+	case tExgateTLS:
+		return "exgate, Redis, TLS"
 	case tExgateOff:
 		return "exgate, no limits"
 	case tExgateMemory:
@@ -152,6 +158,8 @@ func scenarioHeading(name string) string {
 		return "POST order, one token"
 	case scManyKeys:
 		return "GET markets, a new token on every request (many keys)"
+	case scTLS:
+		return "GET markets over TLS (keep-alive)"
 	}
 	return name
 }

@@ -137,7 +137,7 @@ func freePorts(n int) ([]int, error) {
 
 // waitHTTP polls url until it answers 200, p exits, or ctx ends.
 func waitHTTP(ctx context.Context, p *proc, url string) error {
-	c := &http.Client{Timeout: time.Second}
+	c := httpClient(time.Second)
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		res, err := c.Get(url)

@@ -246,6 +246,9 @@ func markdown(res *Results) string {
 				r.Label, r.RPS, fmtRatio(ratio(r, d)), fmtRatio(ratio(r, n)), r.P50MS, r.P99MS,
 				r.CPU[roleProxy], r.CPU[roleBackend], r.CPU[roleRedis], r.CPU[roleWrk], all, r.Errors)
 		}
+		if sc.Name == scTLS {
+			tlsOverhead(p, res)
+		}
 		if r := res.row(sc.Name, tExgateRedis); r != nil && r.DecisionsPerRoundTrip > 0 {
 			p("\nexgate with Redis limits: %.1f decisions per Redis round trip (pipelined batches), %.2f EVALSHA per request.\n",
 				r.DecisionsPerRoundTrip, r.RedisCallsPerRequest)

@@ -34,7 +34,7 @@ const (
 // targetOrder returns the targets in the order tables list them.
 func targetOrder() []string {
 	return []string{tDirect, tNginx, tNginxLimit, tCaddy, tFloor, tExgateOff, tExgateOff + bSuffix, tExgateMemory,
-		tExgateMemory + bSuffix, tExgateRedis, tExgateRedis + bSuffix}
+		tExgateMemory + bSuffix, tExgateRedis, tExgateRedis + bSuffix, tNginxTLS, tCaddyTLS, tExgateTLS}
 }
 
 // targetLabel describes a target in the report.
@@ -59,6 +59,12 @@ func targetLabel(name string) string {
 		return "exgate, memory limits"
 	case tExgateRedis:
 		return "exgate, Redis limits"
+	case tNginxTLS:
+		return "NGINX terminating TLS"
+	case tCaddyTLS:
+		return "Caddy terminating TLS"
+	case tExgateTLS:
+		return "exgate terminating TLS, Redis limits"
 	}
 	return name
 }
@@ -90,6 +96,12 @@ admin:
   pprof: true
 server:
   drain_delay: 0s
+{{- if .Cert}}
+  tls:
+    certificates:
+      - {cert_file: "{{.Cert}}", key_file: "{{.Key}}"}
+    reload_interval: 0s
+{{- end}}
 upstream:
   url: "{{.Upstream}}"
 log:
@@ -208,7 +220,7 @@ type env struct {
 // waits until each answers. Caddy and the floor are left out, with a
 // note, when their binaries are missing (caddy on PATH, floor in bins).
 func startStack(ctx context.Context, ps *procs, e *env) error {
-	ports, err := freePorts(20)
+	ports, err := freePorts(24)
 	if err != nil {
 		return err
 	}
@@ -300,6 +312,9 @@ func startStack(ctx context.Context, ps *procs, e *env) error {
 		e.targets[x.name] = &target{name: x.name, url: "http://" + listen, proxy: p}
 	}
 	if err := startGoPeers(ps, e, next(), next(), backendAddr); err != nil {
+		return err
+	}
+	if err := startTLSTargets(ps, e, next, backendAddr); err != nil {
 		return err
 	}
 	for _, name := range targetOrder() {
@@ -399,8 +414,7 @@ func probe(t *target, sc *scenario, token string) error {
 	case scManyKeys:
 		req.Header.Set("Authorization", "Bearer bench-probe-token")
 	}
-	c := &http.Client{Timeout: 5 * time.Second}
-	res, err := c.Do(req)
+	res, err := httpClient(5 * time.Second).Do(req)
 	if err != nil {
 		return fmt.Errorf("%s %s: %w", t.name, sc.name, err)
 	}

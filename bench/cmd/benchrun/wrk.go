@@ -53,6 +53,9 @@ func scenarios() []*scenario {
 		{name: scManyKeys, title: "GET /api/v1/mkt/markets/ with many tokens (a new limiter key on every request)",
 			method: "GET", path: "/api/v1/mkt/markets/", script: "manykeys", want: 200,
 			targets: []string{tDirect, tNginxLimit, tExgateOff, tExgateMemory, tExgateRedis}},
+		{name: scTLS, title: "GET /api/v1/mkt/markets/ over TLS (HTTP/1.1 keep-alive, one self-signed ECDSA P-256 certificate, anonymous)",
+			method: "GET", path: "/api/v1/mkt/markets/", script: "get", want: 200,
+			targets: []string{tNginxTLS, tCaddyTLS, tExgateTLS}},
 	}
 }
 

@@ -1,0 +1,226 @@
+package main
+
+import (
+	"bytes"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"text/template"
+	"time"
+)
+
+// The TLS scenario: GET markets over HTTPS with keep-alive connections,
+// at exgate, NGINX and Caddy each terminating TLS in front of the same
+// backend with the same certificate.
+const (
+	scTLS      = "tls-get-markets"
+	tNginxTLS  = "nginx-tls"
+	tCaddyTLS  = "caddy-tls"
+	tExgateTLS = "exgate-tls"
+)
+
+// tlsPeers maps each TLS target to the same proxy serving plain HTTP, for
+// the overhead table.
+var tlsPeers = map[string]string{tNginxTLS: tNginx, tCaddyTLS: tCaddy, tExgateTLS: tExgateRedis}
+
+// nginxTLSConfig is NGINX terminating TLS in front of the backend, with
+// the plain NGINX target's proxying. keepalive_requests is raised from
+// its default of 1000 so that, like exgate and Caddy, NGINX keeps wrk's
+// connections for the whole run instead of making it handshake again.
+var nginxTLSConfig = template.Must(template.New("nginx-tls").Parse(`# Written by bench/cmd/benchrun.
+worker_processes auto;
+daemon off;
+pid {{.Dir}}/nginx.pid;
+error_log {{.Dir}}/error.log warn;
+events {
+  worker_connections 4096;
+}
+http {
+  access_log off;
+  client_body_temp_path {{.Dir}}/body;
+  proxy_temp_path {{.Dir}}/proxy;
+  fastcgi_temp_path {{.Dir}}/fastcgi;
+  uwsgi_temp_path {{.Dir}}/uwsgi;
+  scgi_temp_path {{.Dir}}/scgi;
+  upstream backend {
+    server {{.Backend}};
+    keepalive 128;
+  }
+  server {
+    listen {{.Listen}} ssl;
+    ssl_certificate {{.Cert}};
+    ssl_certificate_key {{.Key}};
+    ssl_protocols TLSv1.2 TLSv1.3;
+    ssl_session_cache shared:SSL:10m;
+    keepalive_requests 10000000;
+    location / {
+      proxy_pass http://backend;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;
+      proxy_set_header X-Real-IP $remote_addr;
+      proxy_set_header X-Forwarded-Proto $scheme;
+      proxy_set_header X-Request-ID $request_id;
+    }
+  }
+}
+`))
+
+// caddyTLSConfig is Caddy terminating TLS with the given certificate
+// (no automatic HTTPS, no admin API).
+var caddyTLSConfig = template.Must(template.New("caddy-tls").Parse(`# Written by bench/cmd/benchrun.
+{
+	admin off
+	auto_https off
+}
+https://{{.Listen}} {
+	tls {{.Cert}} {{.Key}}
+	reverse_proxy {{.Backend}}
+}
+`))
+
+// writeCertificate writes a self-signed ECDSA P-256 certificate for
+// 127.0.0.1 and its key into dir, as PEM files.
+func writeCertificate(dir string) (certFile, keyFile string, err error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return "", "", err
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1),
+		Subject:      pkix.Name{CommonName: "exgate benchmark"},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(7 * 24 * time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1)},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		return "", "", err
+	}
+	kder, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		return "", "", err
+	}
+	certFile, keyFile = filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
+	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644); err != nil {
+		return "", "", err
+	}
+	// NGINX reads the key as root before its workers drop privileges.
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kder}), 0o600); err != nil {
+		return "", "", err
+	}
+	return certFile, keyFile, nil
+}
+
+// startTLSTargets starts NGINX, Caddy (when installed) and exgate with
+// Redis limits, each terminating TLS with one self-signed certificate in
+// front of the backend, on addresses from next.
+func startTLSTargets(ps *procs, e *env, next func() string, backendAddr string) error {
+	dir := filepath.Join(e.work, "tls")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	cert, key, err := writeCertificate(dir)
+	if err != nil {
+		return err
+	}
+
+	ndir := filepath.Join(e.work, tNginxTLS)
+	if err := os.MkdirAll(ndir, 0o755); err != nil {
+		return err
+	}
+	listen := next()
+	var buf bytes.Buffer
+	if err := nginxTLSConfig.Execute(&buf, map[string]any{"Dir": ndir, "Backend": backendAddr, "Listen": listen, "Cert": cert, "Key": key}); err != nil {
+		return err
+	}
+	conf := filepath.Join(ndir, "nginx.conf")
+	if err := os.WriteFile(conf, buf.Bytes(), 0o644); err != nil {
+		return err
+	}
+	p, err := ps.start(tNginxTLS, e.cpus, nil, "nginx", "-p", ndir, "-c", conf, "-e", filepath.Join(ndir, "error.log"))
+	if err != nil {
+		return err
+	}
+	e.targets[tNginxTLS] = &target{name: tNginxTLS, url: "https://" + listen, proxy: p}
+
+	if caddy, err := exec.LookPath("caddy"); err == nil {
+		cdir := filepath.Join(e.work, tCaddyTLS)
+		if err := os.MkdirAll(cdir, 0o755); err != nil {
+			return err
+		}
+		listen := next()
+		buf.Reset()
+		if err := caddyTLSConfig.Execute(&buf, map[string]any{"Listen": listen, "Backend": backendAddr, "Cert": cert, "Key": key}); err != nil {
+			return err
+		}
+		conf := filepath.Join(cdir, "Caddyfile")
+		if err := os.WriteFile(conf, buf.Bytes(), 0o644); err != nil {
+			return err
+		}
+		env := []string{"HOME=" + cdir, "XDG_DATA_HOME=" + cdir, "XDG_CONFIG_HOME=" + cdir}
+		p, err := ps.start(tCaddyTLS, e.cpus, env, caddy, "run", "--config", conf, "--adapter", "caddyfile")
+		if err != nil {
+			return err
+		}
+		e.targets[tCaddyTLS] = &target{name: tCaddyTLS, url: "https://" + listen, proxy: p}
+	}
+
+	listen, admin := next(), next()
+	buf.Reset()
+	if err := exgateConfig.Execute(&buf, map[string]any{
+		"Listen": listen, "Admin": admin, "Upstream": "http://" + backendAddr,
+		"Backend": "redis", "Redis": e.redisAd, "Limits": true, "Rate": rateOff, "Cert": cert, "Key": key,
+	}); err != nil {
+		return err
+	}
+	path := filepath.Join(e.work, tExgateTLS+".yaml")
+	if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
+		return err
+	}
+	p, err = ps.start(tExgateTLS, e.cpus, []string{"EXGATE_KEY_SECRET=" + keySecret}, filepath.Join(e.bins, "exgate"), "-config", path)
+	if err != nil {
+		return err
+	}
+	e.targets[tExgateTLS] = &target{name: tExgateTLS, url: "https://" + listen, proxy: p, admin: admin}
+	return nil
+}
+
+// httpClient returns the benchmark's HTTP client: it accepts the
+// self-signed certificate of the TLS targets (loopback only).
+func httpClient(timeout time.Duration) *http.Client {
+	return &http.Client{Timeout: timeout, Transport: &http.Transport{
+		TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // the benchmark's own certificate, on loopback
+	}}
+}
+
+// tlsOverhead writes, per proxy, what TLS costs it: its req/s over TLS ÷
+// over plain HTTP, and the proxy CPU per request of each, same run.
+func tlsOverhead(p func(string, ...any), res *Results) {
+	p("\nWhat terminating TLS costs each proxy (same run; plain HTTP from the GET markets scenario above):\n\n")
+	p("| proxy | req/s TLS ÷ plain | proxy CPU µs/req plain | TLS | all CPU µs/req plain | TLS |\n")
+	p("|---|--:|--:|--:|--:|--:|\n")
+	for _, t := range []string{tNginxTLS, tCaddyTLS, tExgateTLS} {
+		tr, pr := res.row(scTLS, t), res.row(scMarkets, tlsPeers[t])
+		if tr == nil || pr == nil {
+			continue
+		}
+		p("| %s | %s | %.1f | %.1f | %.1f | %.1f |\n", targetLabel(t), fmtRatio(ratio(tr, pr)),
+			cpuOf(pr, roleProxy), cpuOf(tr, roleProxy), allCPU(pr), allCPU(tr))
+	}
+	if e, n, c := res.row(scTLS, tExgateTLS), res.row(scTLS, tNginxTLS), res.row(scTLS, tCaddyTLS); e != nil {
+		p("\nOver TLS: exgate with Redis limits ÷ NGINX %s, ÷ Caddy %s (req/s).\n", fmtRatio(ratio(e, n)), fmtRatio(ratio(e, c)))
+	}
+}
