@@ -83,6 +83,12 @@ func FuzzGateway(f *testing.F) {
 		"DELETE /api/v1/odr/orders/ HTTP/1.1\r\nHost: x\r\n\r\n",
 		"GET /api/v1/mkt/%2e%2e/%2fetc HTTP/1.1\r\nHost: x\r\n\r\n",
 		"OPTIONS * HTTP/1.1\r\nHost: x\r\n\r\n",
+		"POST /api/v1/odr/orders/bulk.json HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer abc\r\nContent-Type: application/json\r\nContent-Length: 79\r\n\r\n" +
+			`[{"symbol":"BTC_USDT","type":"market","side":"buy","base_amount":"0.001"},17]`,
+		"POST /api/v1/odr/orders/bulk/ HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer abc\r\nContent-Type: application/json\r\nContent-Length: 7\r\n\r\n[1,\"2\"]",
+		"GET /api/v1/odr/orders/%7B1,2%7D/ HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer abc\r\n\r\n",
+		"OPTIONS /api/v1/odr/orders/ HTTP/1.1\r\nHost: x\r\nOrigin: https://a.example\r\nAccess-Control-Request-Method: POST\r\n\r\n",
+		"GET /api/v1/odr/orders/ HTTP/1.1\r\nHost: x\r\nX-HTTP-Method-Override: POST\r\n\r\n",
 	}
 	for _, s := range seeds {
 		f.Add([]byte(s))
