@@ -496,7 +496,7 @@ func TestParseRules(t *testing.T) {
 				}
 			}},
 		{name: "tier entries merge into the map",
-			yaml: "tiers:\n  vip: {place_order: {rate: 1/1s}}\n  pro: {list_markets: {rate: 2/1s, burst: 1}}\n",
+			yaml: "tokens_file: tokens.yaml\ntiers:\n  vip: {place_order: {rate: 1/1s}}\n  pro: {list_markets: {rate: 2/1s, burst: 1}}\n",
 			check: func(t *testing.T, c *Config) {
 				want := map[string]map[string]TierLimit{
 					"vip": {"place_order": {Rate: Rate{N: 1, Period: time.Second}, Burst: 1}},
@@ -523,7 +523,7 @@ func TestParseRules(t *testing.T) {
 			yaml: "? [a]\n: 1\n",
 			errs: []string{`test.yaml: mapping keys must be plain strings, got a sequence (line 1)`}},
 		{name: "odd key characters are quoted in paths",
-			yaml: "tiers: {\"a.b\": {\"x y\": {rate: 1/1s}}}\n",
+			yaml: "tiers: {\"a.b\": {\"x y\": {rate: 1/1s}}}\ntokens_file: t.yaml\n",
 			errs: []string{
 				`tiers["a.b"]: tier name "a.b" must be lower-case letters, digits and _ (line 1)`,
 				`tiers["a.b"]["x y"]: no such route (line 1)`,
@@ -652,7 +652,7 @@ func TestEnvOverrides(t *testing.T) {
 					t.Errorf("list_matches limit = %+v", l)
 				}
 			}},
-		{name: "tiers by key", yaml: "tiers: {vip: {place_order: {rate: 20000/1h}}}\n",
+		{name: "tiers by key", yaml: "tiers: {vip: {place_order: {rate: 20000/1h}}}\ntokens_file: t.yaml\n",
 			env: map[string]string{"EXGATE_TIERS_VIP_PLACE_ORDER_RATE": "1/1s", "EXGATE_TIERS_VIP_PLACE_ORDER_BURST": "7"},
 			check: func(t *testing.T, c *Config) {
 				if got := c.Tiers["vip"]["place_order"]; got != (TierLimit{Rate: Rate{N: 1, Period: time.Second}, Burst: 7}) {
@@ -812,6 +812,7 @@ func TestValidateProgrammatic(t *testing.T) {
 		c.Routes[3].Timeout = -time.Second
 		c.ClientIP.TrustedProxies = []Prefix{{}}
 		c.Tiers = map[string]map[string]TierLimit{"vip": {"place_order": {}}}
+		c.TokensFile = "tokens.yaml"
 		got := errorStrings(t, c.Validate())
 		want := []string{
 			`client_ip.trusted_proxies[0]: not a valid IP prefix`,
@@ -836,6 +837,7 @@ func TestValidateProgrammatic(t *testing.T) {
 		c.Routes[def].Limits[0].When = ""
 		c.Routes[def].Limits[0].Burst = 0
 		c.Tiers = map[string]map[string]TierLimit{"vip": {"place_order": {Rate: Rate{N: 9, Period: time.Hour}}}}
+		c.TokensFile = "tokens.yaml"
 		if err := c.Validate(); err != nil {
 			t.Fatal(err)
 		}

@@ -50,8 +50,8 @@ func (c *Config) checkEffective(v *checker) {
 			switch {
 			case l.Key == KeyToken && l.When == WhenAnon:
 				// Already refused by checkRoutes.
-			case r.Auth == AuthNone && l.Key == KeyToken:
-				v.addf(lp+".key", "a token limit on a route with auth: none never applies: the route does not read the Authorization header; set %s.auth to optional or required, or count by key: address", p)
+			case r.Auth == AuthNone && (l.Key == KeyToken || l.Key == KeyAccount):
+				v.addf(lp+".key", "a %s limit on a route with auth: none never applies: the route does not read the Authorization header; set %s.auth to optional or required, or count by key: address", l.Key, p)
 			case r.Auth == AuthNone && l.When == WhenToken:
 				v.addf(lp+".when", "when: token on a route with auth: none never applies: the route does not read the Authorization header, so every request is anonymous; write when: always, or set %s.auth to optional", p)
 			case r.Auth == AuthRequired && l.When == WhenAnon:
@@ -66,6 +66,9 @@ func (c *Config) checkEffective(v *checker) {
 		}
 	}
 
+	if len(c.Tiers) > 0 && c.TokensFile == "" && c.Identity.UsersFile == "" && c.Identity.JWT.TierClaim == "" {
+		v.addf("tiers", "nothing puts a request in a tier, so no tier override ever applies: tiers are assigned by tokens_file, identity.users_file or identity.jwt.tier_claim; set one (see exgate token-id) or remove tiers")
+	}
 	if !c.ValidatesOrders() {
 		if len(c.Validation.Markets) > 0 {
 			v.addf("validation.markets", "no route has validate: order, so these market rules never apply; add validate: order to the order route or remove them")

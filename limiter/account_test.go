@@ -12,7 +12,7 @@ import (
 // token's claim, and an account is never demoted by the spray guard.
 func TestAccountLimits(t *testing.T) {
 	cfg := mustLoad(t, `
-identity: { verify: true }
+identity: { verify: true, users_file: users.yaml, jwt: { tier_claim: tier } }
 tiers: { vip: { list_markets: { rate: 400/1m } }, pro: { list_markets: { rate: 300/1m } } }
 limiter: { token_spray: { max_tokens: 1 } }
 `)

@@ -173,6 +173,7 @@ func TestRefillOverTime(t *testing.T) {
 
 func TestTiers(t *testing.T) {
 	cfg := mustLoad(t, `
+tokens_file: tokens.yaml
 tiers:
   vip:
     place_order: { rate: 20000/1h }
@@ -370,6 +371,7 @@ func TestTokenSprayTierTokensExempt(t *testing.T) {
 	cfg := mustLoad(t, `
 limiter: { token_spray: { max_tokens: 1, window: 1h } }
 tiers: { vip: { list_markets: { rate: 500/1m } } }
+tokens_file: tokens.yaml
 `)
 	k, _ := NewKeyer(testSecret)
 	rs := Compile(cfg, map[string]string{k.ID("v1"): "vip", k.ID("v2"): "vip"})
