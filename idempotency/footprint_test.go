@@ -2,6 +2,7 @@ package idempotency
 
 import (
 	"context"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -95,4 +96,35 @@ func TestRedisFootprint(t *testing.T) {
 			t.Errorf("%s: %d bytes, want at most %d", c.name, c.got, c.max)
 		}
 	}
+}
+
+// TestMemoryFootprint checks that the memory store's byte bound is
+// honest: what an entry really costs the heap (key, entry, list element,
+// map slot, per-account count) is within what MaxBytes charges for it
+// (its key plus entryOverhead).
+func TestMemoryFootprint(t *testing.T) {
+	const n = 50000
+	s := NewMemory(testOptions(newClock()))
+	heap := func() uint64 {
+		runtime.GC()
+		runtime.GC()
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		return ms.HeapAlloc
+	}
+	before := heap()
+	for i := range n {
+		// Each entry of its own account: the per-account count is paid too.
+		k := Key{strconv.FormatInt(int64(i)*7919+0x1000000000, 16) + strings.Repeat("0", 23), "6f1c2a9e-0d4b-4c1e-9a3f-" + strconv.FormatInt(100000000000+int64(i), 10)}
+		if _, err := s.Claim(context.Background(), k, fpA); err != nil {
+			t.Fatal(err)
+		}
+	}
+	real := float64(heap()-before) / n
+	charged := float64(32+36) + entryOverhead
+	t.Logf("memory store: %.0f B of heap per entry, %.0f B charged against MaxBytes", real, charged)
+	if real > charged {
+		t.Errorf("an entry costs %.0f B but MaxBytes charges %.0f B: the byte bound undercounts", real, charged)
+	}
+	runtime.KeepAlive(s)
 }

@@ -7,9 +7,10 @@ import (
 	"time"
 )
 
-// entryOverhead approximates the bytes an entry costs beyond its key and
-// response, for the MaxBytes bound.
-const entryOverhead = 256
+// entryOverhead is what an entry costs the heap beyond its key and
+// response (entry, list element, map slots, the per-account count), for
+// the MaxBytes bound; TestMemoryFootprint measures it (~380 B).
+const entryOverhead = 448
 
 // Memory is a Store in this process, for dev mode and single-replica
 // deployments; it has the Redis store's semantics. Memory is bounded by
