@@ -401,3 +401,36 @@ func BenchmarkForwardBody(b *testing.B) {
 		})
 	}
 }
+
+// TestOrderForwardedInOneWrite checks, through the whole gateway, that a
+// validated order reaches the backend in one write (head and canonical
+// body together): ReverseProxy's wrapper around outbound bodies must not
+// hide forwardBody's in-memory body from the Transport.
+func TestOrderForwardedInOneWrite(t *testing.T) {
+	e := startOrders(t, placed)
+	tr := e.gw.transport.(*http.Transport) // no connection dialled yet
+	var writes atomic.Int64
+	d := &net.Dialer{}
+	tr.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := d.DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return writeCounter{Conn: c, writes: &writes}, nil
+	}
+	const order = `{"symbol":"BTC_USDT","type":"market","side":"buy","base_amount":"0.001"}`
+	for i := range 3 {
+		before := writes.Load()
+		res := postOrder(t, e, order)
+		res.Body.Close()
+		if res.StatusCode != http.StatusCreated {
+			t.Fatalf("order %d: status %d", i, res.StatusCode)
+		}
+		if n := writes.Load() - before; n != 1 {
+			t.Errorf("order %d written to the backend in %d writes, want 1", i, n)
+		}
+	}
+	if got := e.backend.last(t); got.ContentLength <= 0 || got.Header.Get("Expect") != "" {
+		t.Errorf("backend got Content-Length %d, Expect %q", got.ContentLength, got.Header.Get("Expect"))
+	}
+}
