@@ -15,11 +15,13 @@
 //   - TestSentinelFailover, TestClusterFailover: the Redis master killed
 //     (SIGKILL) or frozen (SIGSTOP) under load through two exgate
 //     replicas, in a Sentinel setup (a master, a replica, three
-//     Sentinels) and a Cluster (three masters with a replica each) →
+//     Sentinels) and a Cluster (three masters with a replica each), the
+//     old master brought back as a replica afterwards →
 //     decisions in the new master within 1s of the promotion being
 //     announced, answers bounded by the store deadline, every fallback
 //     counted, /readyz back to 200, per-address admissions within the
-//     bound of docs/limits.md, no order identifier placed twice.
+//     bound of docs/limits.md, no order identifier placed twice, orders
+//     placed again once the new master has a replica.
 //   - TestBackendFaults: backend killed or slower than the route timeout →
 //     502/504 in exgate's JSON error shape; goroutines back to the baseline
 //     afterwards.

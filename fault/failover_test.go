@@ -149,6 +149,10 @@ type probe struct {
 // failoverRun is what a failover under load produced.
 type failoverRun struct {
 	announced time.Time
+	// back is when the old master was brought back, if it was during
+	// the run: the switch is measured before it, what its return does
+	// after it.
+	back      time.Time
 	probes    [][]probe // per gateway, in order
 	load      tally     // list_markets
 	limited   [2]tally  // list_matches, list_currencies hammered
@@ -341,11 +345,19 @@ func maps(m map[string]int) map[string]int {
 // decided by Redis, after the announcement (0 if there was none). ok is
 // false when no probe after the announcement was decided by Redis.
 func (r *failoverRun) switched(gi int) (d time.Duration, local, redis int, ok bool) {
-	last := r.announced
+	return r.switchedBetween(gi, r.announced, r.back)
+}
+
+// switchedBetween is switched over the probes answered after from and,
+// when until is not zero, sent before until.
+func (r *failoverRun) switchedBetween(gi int, from, until time.Time) (d time.Duration, local, redis int, ok bool) {
+	last := from
+	var in []probe
 	for _, p := range r.probes[gi] {
-		if p.sent.Before(r.announced.Add(-5 * time.Second)) {
+		if !p.answered.After(from) || !until.IsZero() && p.sent.After(until) {
 			continue
 		}
+		in = append(in, p)
 		switch {
 		case p.by == "local":
 			local++
@@ -356,12 +368,12 @@ func (r *failoverRun) switched(gi int) (d time.Duration, local, redis int, ok bo
 			last = p.answered
 		}
 	}
-	for _, p := range r.probes[gi] {
+	for _, p := range in {
 		if p.sent.After(last) && p.by == "redis" {
 			ok = true
 		}
 	}
-	return last.Sub(r.announced), local, redis, ok
+	return last.Sub(from), local, redis, ok
 }
 
 // check asserts the declared behaviour of a failover run, and reports
@@ -372,9 +384,14 @@ func (r *failoverRun) check(t *testing.T) {
 	t.Helper()
 	for gi := range r.probes {
 		d, local, redis, ok := r.switched(gi)
-		t.Logf("gateway %d: all decisions in Redis again %v after the announcement (probes: %d by Redis, %d local)", gi, d.Round(time.Millisecond), redis, local)
+		t.Logf("gateway %d: all decisions in Redis again %v after the announcement (probes since: %d by Redis, %d local)", gi, d.Round(time.Millisecond), redis, local)
 		if !ok || d > switchGoal {
 			t.Errorf("gateway %d: decisions back in Redis %v after the promotion was announced (ok=%v), want within %v; probes: %v", gi, d, ok, switchGoal, r.probeSummary(gi))
+		}
+		if !r.back.IsZero() {
+			d, local, _, _ := r.switchedBetween(gi, r.back, time.Time{})
+			t.Logf("gateway %d: after the old master came back (%v after the announcement), %d decisions without Redis, the last %v after", gi,
+				r.back.Sub(r.announced).Round(time.Millisecond), local, d.Round(time.Millisecond))
 		}
 	}
 	slices.SortFunc(r.latencies, func(a, b timed) int { return int(a.d - b.d) })
@@ -396,9 +413,12 @@ func (r *failoverRun) check(t *testing.T) {
 		t.Errorf("list_markets (on_store_error local) wants only 200s: %s", &r.load)
 	}
 	localProbes := 0
-	for gi := range r.probes {
-		_, l, _, _ := r.switched(gi)
-		localProbes += l
+	for _, ps := range r.probes {
+		for _, p := range ps {
+			if p.by == "local" {
+				localProbes++
+			}
+		}
 	}
 	t.Logf("fallback decisions counted: %v (local probe answers seen: %d)", r.fallback-r.fallback0, localProbes)
 	if r.fallback-r.fallback0 < float64(localProbes) || r.fallback-r.fallback0 < 1 {
@@ -407,7 +427,11 @@ func (r *failoverRun) check(t *testing.T) {
 	// A route failing closed makes Redis critical to readiness: /readyz
 	// may answer 503 while the store is lost, and is 200 again once the
 	// promotion is announced.
-	t.Logf("/readyz during the failover: %v; last not ready %v after the announcement", r.readyz, r.notReady.Sub(r.announced).Round(time.Millisecond))
+	if r.notReady.IsZero() {
+		t.Logf("/readyz during the failover: %v", r.readyz)
+	} else {
+		t.Logf("/readyz during the failover: %v; last not ready %v after the announcement", r.readyz, r.notReady.Sub(r.announced).Round(time.Millisecond))
+	}
 	for k := range r.readyz {
 		if !strings.HasSuffix(k, ": 200") && !strings.HasSuffix(k, ": 503") {
 			t.Errorf("/readyz during the failover: %v, want 200 or 503", r.readyz)
@@ -566,36 +590,108 @@ func TestSentinelFailover(t *testing.T) {
 	}
 }
 
-// TestClusterFailover kills (SIGKILL) one master of a Cluster of three
-// masters with a replica each (cluster-node-timeout 1s) under load
-// through two exgate replicas: within a second of the slot map naming
-// the promoted replica, every decision is made in Redis again; the rest
-// as TestSentinelFailover.
+// comeback is how long after the promotion a Cluster test brings the old
+// master back: after exgate has moved to the new master, within the load.
+const comeback = 1200 * time.Millisecond
+
+// TestClusterFailover fails one master of a Cluster of three masters
+// with a replica each (cluster-node-timeout 1s) under load through two
+// exgate replicas: the master holding the orders' claims (all of one
+// account, so one hash slot), killed (SIGKILL, then restarted by a
+// supervisor) or frozen (SIGSTOP until the slot map names its replica).
+// Within a second of the slot map naming the promoted replica, every
+// decision is made in Redis again; once the old master is back as a
+// replica, orders go again; the rest as TestSentinelFailover.
 func TestClusterFailover(t *testing.T) {
-	cl := redistest.StartReplicatedCluster(t, 3, time.Second)
-	cb := startCountingBackend(t)
-	token := accessToken(t, cb.url)
-	addrs, _ := json.Marshal(cl.Addrs)
-	cfg := failoverConfig(cb.url, "addrs: "+string(addrs))
-	gws := []*gateway{startGateway(t, cfg), startGateway(t, cfg)}
-	victim, witness := cl.Servers[0], cl.Servers[1]
-	const slot = 0 // the first master serves slot 0
-	if owner, err := cl.SlotOwner(witness, slot); err != nil || owner != victim.Addr {
-		t.Fatalf("slot %d served by %q (%v), want %s", slot, owner, err, victim.Addr)
-	}
-	run := failOver(t, gws, cb, token, func() time.Time {
-		broken := time.Now()
-		victim.Stop()
-		deadline := time.Now().Add(20 * time.Second)
-		for time.Now().Before(deadline) {
-			if owner, err := cl.SlotOwner(witness, slot); err == nil && owner != victim.Addr {
-				t.Logf("slot map names %s for slot %d %v after the master was killed", owner, slot, time.Since(broken).Round(time.Millisecond))
-				return time.Now()
+	for _, tc := range []struct {
+		name       string
+		fail, back func(*redistest.Server)
+	}{
+		{"master killed", (*redistest.Server).Stop, (*redistest.Server).Restart}, // rejoins with its nodes.conf, as a replica
+		{"master frozen", (*redistest.Server).Freeze, (*redistest.Server).Thaw},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cl := redistest.StartReplicatedCluster(t, 3, time.Second)
+			cb := startCountingBackend(t)
+			token := accessToken(t, cb.url)
+			addrs, _ := json.Marshal(cl.Addrs)
+			cfg := failoverConfig(cb.url, "addrs: "+string(addrs))
+			gws := []*gateway{startGateway(t, cfg), startGateway(t, cfg)}
+			var victim, witness *redistest.Server
+			var backMu sync.Mutex
+			var backAt time.Time
+			run := failOver(t, gws, cb, token, func() time.Time {
+				var slot int64
+				victim, witness, slot = claimsMaster(t, cl)
+				broken := time.Now()
+				tc.fail(victim)
+				deadline := time.Now().Add(20 * time.Second)
+				for time.Now().Before(deadline) {
+					if owner, err := cl.SlotOwner(witness, int(slot)); err == nil && owner != victim.Addr {
+						t.Logf("slot map names %s for slot %d %v after the master was broken", owner, slot, time.Since(broken).Round(time.Millisecond))
+						announced := time.Now()
+						time.AfterFunc(comeback, func() {
+							backMu.Lock()
+							backAt = time.Now()
+							backMu.Unlock()
+							tc.back(victim)
+						})
+						return announced
+					}
+					time.Sleep(10 * time.Millisecond)
+				}
+				t.Fatal("the Cluster did not fail the master over within 20s")
+				return time.Time{}
+			})
+			backMu.Lock()
+			run.back = backAt
+			backMu.Unlock()
+			run.check(t)
+			var replicaAt time.Time
+			for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+				if info, err := victim.Info("replication"); err == nil && info["role"] == "slave" && info["master_link_status"] == "up" {
+					replicaAt = time.Now()
+					break
+				}
 			}
-			time.Sleep(10 * time.Millisecond)
+			if replicaAt.IsZero() {
+				t.Fatal("the old master did not follow the new one within 20s")
+			}
+			t.Logf("old master a replica again %v after the announcement", replicaAt.Sub(run.announced).Round(time.Millisecond))
+			c := newClient(t, 1)
+			if !eventually(switchGoal, func() bool {
+				a := do(c, orderWithID(gws[0].url, token, "after-"+strings.ReplaceAll(tc.name, " ", "-")))
+				return a.status == http.StatusCreated
+			}) {
+				t.Errorf("no order placed within %v of the new master having a replica", switchGoal)
+			}
+		})
+	}
+}
+
+// claimsMaster returns the master holding the duplicate-protection keys
+// (every order of the test's one account is in one hash slot), another
+// master, and the keys' slot.
+func claimsMaster(t *testing.T, cl *redistest.Cluster) (holder, other *redistest.Server, slot int64) {
+	t.Helper()
+	for _, s := range cl.Servers {
+		if info, err := s.Info("replication"); err != nil || info["role"] != "master" {
+			continue
 		}
-		t.Fatal("the Cluster did not fail the master over within 20s")
-		return time.Time{}
-	})
-	run.check(t)
+		v, err := s.Do("SCAN", "0", "MATCH", "exgate:idem:*", "COUNT", "100000")
+		if keys, _ := v.([]any); err == nil && len(keys) == 2 && len(keys[1].([]any)) > 0 && holder == nil {
+			holder = s
+			n, err := s.Do("CLUSTER", "KEYSLOT", keys[1].([]any)[0])
+			if err != nil {
+				t.Fatal(err)
+			}
+			slot = n.(int64)
+		} else if other == nil {
+			other = s
+		}
+	}
+	if holder == nil || other == nil {
+		t.Fatal("no master holds the orders' claims")
+	}
+	return holder, other, slot
 }
