@@ -188,12 +188,12 @@ func (r *failoverRun) latency(what string, a answer) {
 // by cb) for a moment, calls fail, which breaks the master and returns
 // when the promotion is announced, and keeps the load going for
 // failoverAfter more. The load is:
-//   - 4 workers on list_markets, new addresses;
+//   - 4 workers on list_markets, new addresses, every 20ms;
 //   - per gateway, a prober on list_matches every 20ms;
-//   - 6 workers hammering list_matches and 6 list_currencies, each with
-//     a new address every 40 requests, alternating the gateways, so that
+//   - 6 workers hammering list_matches and 6 list_currencies every 40ms,
+//     each with a new address every 40 requests, alternating the gateways, so that
 //     some addresses are short of their limit when the master fails;
-//   - 100 order clients, each sending every 200ms, retrying 10
+//   - 100 order clients, each sending every 300ms, retrying 10
 //     identifiers at a time (a new set every 150ms) through both
 //     gateways.
 func failOver(t *testing.T, gws []*gateway, cb *countingBackend, token string, fail func() time.Time) *failoverRun {
@@ -212,7 +212,7 @@ func failOver(t *testing.T, gws []*gateway, cb *countingBackend, token string, f
 	spawn(func() {
 		load(ctx, c, 4, func(w, i int) *http.Request {
 			if i > 0 {
-				time.Sleep(5 * time.Millisecond)
+				time.Sleep(20 * time.Millisecond)
 			}
 			return get(gws[(w+i)%2].url+"/api/v1/mkt/markets/", "X-Forwarded-For", fmt.Sprintf("10.%d.%d.%d", w, i/250%250, i%250))
 		}, &run.load)
@@ -262,7 +262,7 @@ func failOver(t *testing.T, gws []*gateway, cb *countingBackend, token string, f
 						run.admitted[ri][addr]++
 						run.mu.Unlock()
 					}
-					time.Sleep(20 * time.Millisecond)
+					time.Sleep(40 * time.Millisecond)
 				}
 			})
 		}
@@ -277,7 +277,7 @@ func failOver(t *testing.T, gws []*gateway, cb *countingBackend, token string, f
 				}
 				run.latency("order", a)
 				run.orders.add(a)
-				time.Sleep(200 * time.Millisecond)
+				time.Sleep(300 * time.Millisecond)
 			}
 		})
 	}
@@ -497,6 +497,29 @@ func (r *failoverRun) check(t *testing.T) {
 	}
 }
 
+// ordersOnceReplicated waits for old, the lost master, to follow the new
+// one, and then for an order with a new identifier to be placed through
+// g within switchGoal: claims need a replica to acknowledge them.
+func (r *failoverRun) ordersOnceReplicated(t *testing.T, old *redistest.Server, g *gateway, token string) {
+	t.Helper()
+	var replicaAt time.Time
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if info, err := old.Info("replication"); err == nil && info["role"] == "slave" && info["master_link_status"] == "up" {
+			replicaAt = time.Now()
+			break
+		}
+	}
+	if replicaAt.IsZero() {
+		t.Fatal("the old master did not follow the new one within 20s")
+	}
+	t.Logf("old master a replica again %v after the announcement", replicaAt.Sub(r.announced).Round(time.Millisecond))
+	c := newClient(t, 1)
+	id := "after-" + strings.NewReplacer("/", "-", " ", "-").Replace(t.Name())
+	if !eventually(switchGoal, func() bool { return do(c, orderWithID(g.url, token, id)).status == http.StatusCreated }) {
+		t.Errorf("no order placed within %v of the new master having a replica", switchGoal)
+	}
+}
+
 // lostReplicationAllowance is how many decisions per address the tests
 // allow a failover to forget: those the old master acknowledged in the
 // moment before it was lost and had not yet passed to its replica.
@@ -564,25 +587,7 @@ func TestSentinelFailover(t *testing.T) {
 				return time.Time{}
 			})
 			run.check(t)
-			// Once the old master follows the new one, orders go again.
-			var replicaAt time.Time
-			for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-				if info, err := sg.Master.Info("replication"); err == nil && info["role"] == "slave" && info["master_link_status"] == "up" {
-					replicaAt = time.Now()
-					break
-				}
-			}
-			if replicaAt.IsZero() {
-				t.Fatal("the old master did not follow the new one within 20s")
-			}
-			t.Logf("old master a replica again %v after the announcement", replicaAt.Sub(run.announced).Round(time.Millisecond))
-			c := newClient(t, 1)
-			if !eventually(switchGoal, func() bool {
-				a := do(c, orderWithID(gws[0].url, token, "after-"+strings.ReplaceAll(tc.name, " ", "-")))
-				return a.status == http.StatusCreated
-			}) {
-				t.Errorf("no order placed within %v of the new master having a replica", switchGoal)
-			}
+			run.ordersOnceReplicated(t, sg.Master, gws[0], token)
 			if info, err := sg.Replica.Info("replication"); err != nil || info["role"] != "master" {
 				t.Errorf("the replica after the failover: %v %v, want the master", info, err)
 			}
@@ -647,24 +652,7 @@ func TestClusterFailover(t *testing.T) {
 			run.back = backAt
 			backMu.Unlock()
 			run.check(t)
-			var replicaAt time.Time
-			for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-				if info, err := victim.Info("replication"); err == nil && info["role"] == "slave" && info["master_link_status"] == "up" {
-					replicaAt = time.Now()
-					break
-				}
-			}
-			if replicaAt.IsZero() {
-				t.Fatal("the old master did not follow the new one within 20s")
-			}
-			t.Logf("old master a replica again %v after the announcement", replicaAt.Sub(run.announced).Round(time.Millisecond))
-			c := newClient(t, 1)
-			if !eventually(switchGoal, func() bool {
-				a := do(c, orderWithID(gws[0].url, token, "after-"+strings.ReplaceAll(tc.name, " ", "-")))
-				return a.status == http.StatusCreated
-			}) {
-				t.Errorf("no order placed within %v of the new master having a replica", switchGoal)
-			}
+			run.ordersOnceReplicated(t, victim, gws[0], token)
 		})
 	}
 }
