@@ -88,11 +88,11 @@ func targetColour(name string) color.RGBA {
 	switch name {
 	case tDirect:
 		return color.RGBA{46, 139, 87, 255}
-	case tNginx:
+	case tNginx, tNginxTLS:
 		return color.RGBA{160, 160, 160, 255}
 	case tNginxLimit:
 		return color.RGBA{90, 90, 90, 255}
-	case tCaddy:
+	case tCaddy, tCaddyTLS:
 		return color.RGBA{150, 90, 190, 255}
 	case tFloor:
 		return color.RGBA{230, 190, 60, 255}
