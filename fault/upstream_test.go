@@ -9,43 +9,11 @@ import (
 	"net/http"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
-)
 
-// fullQueueListener returns the address of a loopback listener whose
-// accept queue is full and never drained: the kernel drops further SYNs,
-// so connects to it time out, as with a backend host that went silent.
-func fullQueueListener(t *testing.T) string {
-	t.Helper()
-	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { syscall.Close(fd) })
-	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
-		t.Fatal(err)
-	}
-	if err := syscall.Listen(fd, 0); err != nil {
-		t.Fatal(err)
-	}
-	sa, err := syscall.Getsockname(fd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := (&net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: sa.(*syscall.SockaddrInet4).Port}).String()
-	for i := 0; ; i++ {
-		c, err := net.DialTimeout("tcp", addr, 100*time.Millisecond)
-		if err != nil {
-			return addr
-		}
-		t.Cleanup(func() { c.Close() })
-		if i == 8 {
-			t.Skip("the kernel accepts connections past the backlog; cannot make connects time out")
-		}
-	}
-}
+	"github.com/exgate/exgate/internal/unreachable"
+)
 
 // rawBackend accepts connections and hands each, after reading a request
 // head, to serve; it returns its address.
@@ -98,8 +66,8 @@ func TestBackendMisbehaviour(t *testing.T) {
 		chunked  bool   // send a streamed (chunked) body
 		want     []string
 	}{
-		{"connects time out", fullQueueListener, "dial_timeout: 300ms", false, []string{"504 gateway_timeout", "502 bad_gateway"}},
-		{"connects time out, pool capped", fullQueueListener, "max_conns_per_host: 2", false, []string{"504 gateway_timeout", "502 bad_gateway"}},
+		{"connects time out", func(t *testing.T) string { return unreachable.Addr(t) }, "dial_timeout: 300ms", false, []string{"504 gateway_timeout", "502 bad_gateway"}},
+		{"connects time out, pool capped", func(t *testing.T) string { return unreachable.Addr(t) }, "max_conns_per_host: 2", false, []string{"504 gateway_timeout", "502 bad_gateway"}},
 		{"reset after the request", func(t *testing.T) string {
 			return rawBackend(t, func(c net.Conn, _ *bufio.Reader) {
 				_ = c.(*net.TCPConn).SetLinger(0) // close sends RST

@@ -5,50 +5,14 @@ package proxy
 import (
 	"encoding/json"
 	"io"
-	"net"
 	"net/http"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/exgate/exgate/config"
+	"github.com/exgate/exgate/internal/unreachable"
 )
-
-// unreachableBackend returns the address of a loopback listener whose
-// accept queue is full and never drained: the kernel drops further SYNs,
-// so a connect to it hangs until the dialer gives up, as with a backend
-// host that stopped answering.
-func unreachableBackend(t *testing.T) string {
-	t.Helper()
-	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { syscall.Close(fd) })
-	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
-		t.Fatal(err)
-	}
-	if err := syscall.Listen(fd, 0); err != nil { // a queue of one
-		t.Fatal(err)
-	}
-	sa, err := syscall.Getsockname(fd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := (&net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: sa.(*syscall.SockaddrInet4).Port}).String()
-	for i := 0; ; i++ { // fill the queue until a connect times out
-		c, err := net.DialTimeout("tcp", addr, 100*time.Millisecond)
-		if err != nil {
-			break
-		}
-		t.Cleanup(func() { c.Close() })
-		if i == 8 {
-			t.Skip("the kernel accepts connections past the backlog; cannot make connects time out")
-		}
-	}
-	return addr
-}
 
 // TestBackendConnectsTimeOut sends more requests than a capped pool
 // (upstream.max_conns_per_host) has connections to a backend whose
@@ -56,7 +20,7 @@ func unreachableBackend(t *testing.T) string {
 // route timeout: every client gets a JSON 5xx, promptly, and exgate keeps
 // serving.
 func TestBackendConnectsTimeOut(t *testing.T) {
-	addr := unreachableBackend(t)
+	addr := unreachable.Addr(t)
 	cfg := config.Default()
 	cfg.Upstream.URL = config.MustURL("http://" + addr)
 	cfg.Upstream.DialTimeout = 200 * time.Millisecond
