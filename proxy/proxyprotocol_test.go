@@ -335,3 +335,44 @@ func FuzzProxyProtocolHeader(f *testing.F) {
 		}
 	})
 }
+
+// TestConnPolicy pins exgate's policy per peer, and the library
+// behaviour it is written against: the library's strict-sounding
+// allow-list helper answers REJECT for an unlisted peer, which refuses a
+// header but admits a connection that sends none. exgate wants exactly
+// that for direct clients (their own address counts), but says so itself
+// rather than through a name that suggests unlisted peers are refused.
+func TestConnPolicy(t *testing.T) {
+	lb := []netip.Prefix{netip.MustParsePrefix("10.0.0.0/16")}
+	addr := func(s string) net.Addr { return net.TCPAddrFromAddrPort(netip.MustParseAddrPort(s)) }
+	for _, tc := range []struct {
+		name    string
+		listed  proxyproto.Policy
+		peer    net.Addr
+		want    proxyproto.Policy
+		wantErr bool
+	}{
+		{"balancer, required", proxyproto.REQUIRE, addr("10.0.3.4:5000"), proxyproto.REQUIRE, false},
+		{"balancer, optional", proxyproto.USE, addr("10.0.3.4:5000"), proxyproto.USE, false},
+		{"balancer, IPv4-mapped", proxyproto.REQUIRE, addr("[::ffff:10.0.3.4]:5000"), proxyproto.REQUIRE, false},
+		{"direct client", proxyproto.REQUIRE, addr("203.0.113.7:5000"), proxyproto.REJECT, false},
+		{"unreadable peer", proxyproto.REQUIRE, &net.UnixAddr{Name: "@x", Net: "unix"}, proxyproto.REJECT, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := connPolicy(lb, tc.listed)(proxyproto.ConnPolicyOptions{Upstream: tc.peer})
+			if got != tc.want || (err != nil) != tc.wantErr {
+				t.Fatalf("policy %v, err %v; want %v, error %v", got, err, tc.want, tc.wantErr)
+			}
+			if err != nil && !errors.Is(err, proxyproto.ErrInvalidUpstream) {
+				t.Fatalf("error %v does not wrap ErrInvalidUpstream: the accept loop would stop", err)
+			}
+		})
+	}
+	strict, err := proxyproto.ConnStrictWhiteListPolicy([]string{"10.0.0.0/16"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := strict(proxyproto.ConnPolicyOptions{Upstream: addr("203.0.113.7:5000")}); got != proxyproto.REJECT || err != nil {
+		t.Fatalf("the library's strict allow-list now answers %v, %v for an unlisted peer; re-read its semantics", got, err)
+	}
+}
