@@ -177,6 +177,19 @@ func TestCurlOverTLS(t *testing.T) {
 			if err != nil || !strings.Contains(string(out), `"code":"throttled"`) {
 				t.Fatalf("over the limit: %v %s", err, out)
 			}
+			// Headers just over server.max_header_bytes (16 KiB) are
+			// refused alike with exgate's 431, before any limit or the
+			// backend. (Over HTTP/2, net/http itself refuses a header list
+			// more than 320 bytes over it; over HTTP/1.1, 4 KiB.)
+			before := e.seen.count()
+			big := "X-Padding: " + strings.Repeat("a", 16300)
+			out, err = exec.Command(curl, append(args, "-s", "-w", " %{http_code}", "-H", big, url)...).CombinedOutput()
+			if err != nil || !strings.Contains(string(out), `"code":"request_header_too_large"`) || !strings.HasSuffix(string(out), " 431") {
+				t.Fatalf("oversize headers: %v %s", err, out)
+			}
+			if n := e.seen.count(); n != before {
+				t.Fatalf("oversize headers reached the backend")
+			}
 		})
 	}
 }
