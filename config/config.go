@@ -147,6 +147,12 @@ type Upstream struct {
 	// IdleConnTimeout closes pooled connections idle this long; keep it
 	// below the backend's own keep-alive timeout. Default 90s.
 	IdleConnTimeout time.Duration `yaml:"idle_conn_timeout"`
+	// CheckResponseID refuses (502) a backend response whose X-Request-ID
+	// is not the one exgate sent with the request: with a backend that
+	// echoes the id, no client can be handed another request's answer.
+	// Turn it off only for a backend that sets X-Request-ID to ids of its
+	// own. Default true.
+	CheckResponseID bool `yaml:"check_response_id"`
 }
 
 // Values of client_ip.header.
@@ -410,6 +416,7 @@ func Default() *Config {
 			DialTimeout:     2 * time.Second,
 			MaxIdleConns:    512,
 			IdleConnTimeout: 90 * time.Second,
+			CheckResponseID: true,
 		},
 		ClientIP: ClientIP{IPv6Prefix: 64, Header: HeaderXForwardedFor},
 		Limiter: Limiter{

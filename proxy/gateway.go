@@ -93,6 +93,7 @@ type Gateway struct {
 	ids          *requestIDs
 	maxHeader    int64
 	maxBody      int64
+	checkIDs     bool // upstream.check_response_id
 	errHeader    *Error
 	errBody      *Error
 	budget       bufferBudget // of order bodies read whole
@@ -122,6 +123,7 @@ func New(cfg *config.Config, opts Options) (*Gateway, error) {
 		ids:         newRequestIDs(),
 		maxHeader:   int64(cfg.Server.MaxHeaderBytes),
 		maxBody:     int64(cfg.Server.MaxBodyBytes),
+		checkIDs:    cfg.Upstream.CheckResponseID,
 	}
 	if g.log == nil {
 		g.log = zap.NewNop()
@@ -438,8 +440,10 @@ var (
 // records the response of a claimed order and adds the request id to
 // backend responses that lack one.
 func (g *Gateway) modifyResponse(res *http.Response) error {
-	if err := checkResponseID(res); err != nil {
-		return err // before anything is recorded: the answer is not this request's
+	if g.checkIDs {
+		if err := checkResponseID(res); err != nil {
+			return err // before anything is recorded: the answer is not this request's
+		}
 	}
 	if g.plan.Load().cors != nil {
 		dropBackendCORS(res.Header)

@@ -434,3 +434,34 @@ func TestOrderForwardedInOneWrite(t *testing.T) {
 		t.Errorf("backend got Content-Length %d, Expect %q", got.ContentLength, got.Header.Get("Expect"))
 	}
 }
+
+// TestResponseIDCheckSetting checks that a backend answer naming another
+// request's X-Request-ID is refused by default and passes through when
+// upstream.check_response_id is off (a backend with ids of its own).
+func TestResponseIDCheckSetting(t *testing.T) {
+	for _, tt := range []struct {
+		name   string
+		check  bool
+		status int
+	}{
+		{"checked (default)", true, http.StatusBadGateway},
+		{"not checked", false, http.StatusOK},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			e := startEnv(t, func(c *config.Config) { c.Upstream.CheckResponseID = tt.check })
+			e.backend.handler = func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("X-Request-Id", "the-backends-own-id")
+				_, _ = io.WriteString(w, `{"ok":true}`)
+			}
+			res := do(t, "GET", e.url+"/api/v1/mkt/markets/", nil, "X-Request-Id", "client-id-1")
+			if tt.status == http.StatusBadGateway {
+				assertError(t, res, http.StatusBadGateway, "bad_gateway")
+				return
+			}
+			res.Body.Close()
+			if res.StatusCode != tt.status || res.Header.Get("X-Request-Id") != "the-backends-own-id" {
+				t.Fatalf("status %d, X-Request-Id %q", res.StatusCode, res.Header.Get("X-Request-Id"))
+			}
+		})
+	}
+}
