@@ -505,3 +505,57 @@ func mustDecimal(t *testing.T, s string) decimal.Decimal {
 	}
 	return d
 }
+
+// TestDRFFormatSuffixes: a real Django REST framework backend with
+// format_suffix_patterns places an order posted to "orders.json" (so the
+// suffix is a way to reach the order view), and through exgate every
+// suffix spelling meets place_order's guards: refused without a token
+// (DRF places nothing), validated with one, and forwarded as the bare
+// path with the canonical order.
+func TestDRFFormatSuffixes(t *testing.T) {
+	drf := startDRF(t)
+	order := `{"symbol":"BTC_USDT","type":"market","side":"buy","base_amount":"0.001"}`
+	bearer := "Bearer " + drf.tokens[0]
+	code, _, b := call(t, "POST", drf.url+"/api/v1/odr/orders.json", order, "Authorization", bearer, "Content-Type", "application/json")
+	if code != 201 || len(drf.placed(t)) != 1 {
+		t.Fatalf("DRF itself does not place an order posted to orders.json (%d %s): the test proves nothing", code, b)
+	}
+	cfg := config.Default()
+	cfg.Listen, cfg.AdminListen = "127.0.0.1:0", "127.0.0.1:0"
+	cfg.Upstream.URL = config.MustURL(drf.url)
+	cfg.Server.DrainDelay = 0
+	cfg.Limiter.Backend = config.BackendMemory
+	a, err := start(cfg, deps{log: zap.NewNop(), now: time.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = a.shutdown() })
+	waitCatalogue(t, a)
+	gw := "http://" + a.addr
+	spellings := []string{"/api/v1/odr/orders.json", "/api/v1/odr/orders.json/", "/api/v1/odr/orders.api",
+		"/api/v1/odr/ORDERS.JSON", "/api/v1/odr/orders%2ejson", "/api/v1/odr/orders.x.json"}
+	for _, sp := range spellings {
+		code, _, b := call(t, "POST", gw+sp, order, "Content-Type", "application/json")
+		if code != 401 {
+			t.Errorf("%s without a token: %d %s", sp, code, b)
+		}
+		bad := `{"symbol":"BTC_USDT","type":"market","side":"buy","base_amount":"0.001","price":"1"}`
+		if code, _, b := call(t, "POST", gw+sp, bad, "Authorization", bearer, "Content-Type", "application/json"); code != 400 {
+			t.Errorf("%s with an order DRF would place but exgate refuses: %d %s", sp, code, b)
+		}
+	}
+	if n := len(drf.placed(t)); n != 1 {
+		t.Fatalf("DRF placed %d orders through suffix spellings exgate had to refuse", n-1)
+	}
+	for i, sp := range spellings {
+		body := fmt.Sprintf(`{"identifier":"sfx-%d","base_amount":1e-3,"side":"buy","symbol":"BTC_USDT","type":"market"}`, i)
+		if code, _, b := call(t, "POST", gw+sp, body, "Authorization", bearer, "Content-Type", "application/json"); code != 201 {
+			t.Fatalf("%s with a token and a valid order: %d %s", sp, code, b)
+		}
+		p := drf.placed(t)
+		want := fmt.Sprintf(`{"symbol":"BTC_USDT","type":"market","side":"buy","base_amount":"0.001","identifier":"sfx-%d"}`, i)
+		if last := p[len(p)-1]; last.Body != want {
+			t.Fatalf("%s: DRF received %s, want the canonical order %s", sp, last.Body, want)
+		}
+	}
+}

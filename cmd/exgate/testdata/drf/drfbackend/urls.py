@@ -1,4 +1,5 @@
 from django.urls import path
+from rest_framework.urlpatterns import format_suffix_patterns
 
 from . import views
 
@@ -7,3 +8,8 @@ urlpatterns = [
     path("api/v1/mkt/markets/", views.MarketsView.as_view()),
     path("test/placed/", views.PlacedView.as_view()),
 ]
+
+# As Django REST framework backends commonly do: "orders.json",
+# "orders.api/" reach the view of "orders/" (cmd/exgate's format-suffix
+# test proves exgate meets them with the same route and guards).
+urlpatterns = format_suffix_patterns(urlpatterns)

@@ -50,7 +50,7 @@ _placed = []  # every placed order, in order
 
 
 class OrderView(APIView):
-    def post(self, request):
+    def post(self, request, format=None):
         raw = request._request.body  # read before DRF parses it; kept by Django
         s = OrderSerializer(data=request.data)
         s.is_valid(raise_exception=True)
@@ -77,7 +77,7 @@ class MarketsView(APIView):
     authentication_classes = []
     permission_classes = [AllowAny]
 
-    def get(self, request):
+    def get(self, request, format=None):
         return Response(
             [
                 {
@@ -101,6 +101,6 @@ class PlacedView(APIView):
     authentication_classes = []
     permission_classes = [AllowAny]
 
-    def get(self, request):
+    def get(self, request, format=None):
         with _lock:
             return Response(list(_placed))
