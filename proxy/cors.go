@@ -98,6 +98,15 @@ func isPreflight(r *http.Request) bool {
 	return r.Method == http.MethodOptions && len(r.Header["Origin"]) == 1 && len(r.Header["Access-Control-Request-Method"]) == 1
 }
 
+// errPreflightBody refuses a preflight that carries a body: browsers never
+// send one, and a preflight passes to the backend without a token.
+var errPreflightBody = static(http.StatusBadRequest, "invalid_preflight", "A CORS preflight (OPTIONS with Access-Control-Request-Method) must not have a body.")
+
+// hasBody reports whether r declares a body.
+func hasBody(r *http.Request) bool {
+	return r.ContentLength != 0 || len(r.TransferEncoding) > 0
+}
+
 // Preflight refusals. The detail never repeats the client's values.
 var (
 	errCORSOrigin = static(http.StatusForbidden, "cors_refused", "CORS preflight refused: the origin is not in cors.allowed_origins.")

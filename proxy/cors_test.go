@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -37,6 +38,14 @@ func TestPreflightPassesToBackendWithoutPolicy(t *testing.T) {
 		if got := e.backend.last(t); got.Method != "OPTIONS" || got.Path != p {
 			t.Fatalf("backend got %s %s", got.Method, got.Path)
 		}
+	}
+	// A preflight with a body is no browser's: refused, not forwarded.
+	n := e.backend.count()
+	res := do(t, "OPTIONS", e.url+"/api/v1/odr/orders/", strings.NewReader(`{"symbol":"BTC_USDT"}`),
+		"Origin", pageOrigin, "Access-Control-Request-Method", "POST")
+	assertError(t, res, http.StatusBadRequest, "invalid_preflight")
+	if e.backend.count() != n {
+		t.Fatal("a preflight with a body reached the backend")
 	}
 	// An OPTIONS that is not a preflight still follows the table.
 	assertError(t, do(t, "OPTIONS", e.url+"/api/v1/odr/orders/", nil), http.StatusUnauthorized, "not_authenticated")

@@ -295,6 +295,10 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	preflight := isPreflight(r)
+	if preflight && hasBody(r) {
+		g.refuse(ex, r, errPreflightBody)
+		return
+	}
 	if preflight && pl.cors != nil {
 		g.answerPreflight(ex, r, pl.cors)
 		return
