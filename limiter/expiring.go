@@ -104,3 +104,11 @@ func (s *expShard[V]) evict(now int64) {
 	}
 	delete(s.m, victim)
 }
+
+// remove drops the entry of h.
+func (e *expiring[V]) remove(h uint64) {
+	s := &e.shards[h&(memShards-1)]
+	s.mu.Lock()
+	delete(s.m, h)
+	s.mu.Unlock()
+}

@@ -47,6 +47,9 @@ type AdminOptions struct {
 	Pprof bool
 	// Now is the clock. Nil means time.Now.
 	Now func() time.Time
+	// Console serves the operator console (/admin/… and the page at /)
+	// when set.
+	Console *ConsoleOptions
 }
 
 // AdminHandler returns the handler of the admin listener: /healthz
@@ -72,6 +75,9 @@ func (g *Gateway) AdminHandler(o AdminOptions) http.Handler {
 	mux.HandleFunc("GET /readyz", rc.serve)
 	if o.Metrics != nil {
 		mux.Handle("GET /metrics", o.Metrics)
+	}
+	if o.Console != nil {
+		g.mountConsole(mux, *o.Console, rc)
 	}
 	if o.Pprof {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)

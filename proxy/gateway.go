@@ -26,6 +26,7 @@ import (
 	"github.com/exgate/exgate/identity"
 	"github.com/exgate/exgate/limiter"
 	"github.com/exgate/exgate/metrics"
+	"github.com/exgate/exgate/topk"
 	"github.com/exgate/exgate/validate"
 )
 
@@ -67,6 +68,9 @@ type Options struct {
 	// in bytes; a longer one is recorded as an unknown outcome. Zero
 	// means 64 KiB.
 	IdempotencyMaxResponse int
+	// Top counts requests and refusals of limited routes by identity and
+	// client address for the admin console. Nil means none.
+	Top *topk.Tracker
 }
 
 // Gateway is the traffic handler: it answers bad requests itself and
@@ -74,6 +78,7 @@ type Options struct {
 type Gateway struct {
 	plan         atomic.Pointer[plan]
 	limits       *limiter.Enforcer
+	top          *topk.Tracker
 	verifier     *identity.Verifier
 	idem         idempotency.Store
 	idemTimeout  time.Duration
@@ -108,6 +113,7 @@ func New(cfg *config.Config, opts Options) (*Gateway, error) {
 	}
 	g := &Gateway{
 		limits:      opts.Limits,
+		top:         opts.Top,
 		verifier:    opts.Verifier,
 		idem:        opts.Idempotency,
 		idemTimeout: opts.IdempotencyTimeout,

@@ -4,6 +4,7 @@ import (
 	"net/http"
 
 	"github.com/exgate/exgate/limiter"
+	"github.com/exgate/exgate/topk"
 )
 
 // enforceLimits decides the limits of rt (the request's route, or the
@@ -25,6 +26,16 @@ func (g *Gateway) enforceLimits(ex *exchange, r *http.Request, pl *plan, rt *Rou
 			o := &d.Outcomes[i]
 			rt.limitMetrics[o.Index][o.Tier].Observe(o.Decision, o.Fallback)
 		}
+	}
+	if g.top != nil {
+		var id topk.Identity
+		switch {
+		case d.Account != "":
+			id = topk.Identity{Kind: "account", ID: d.Account}
+		case d.TokenID != "":
+			id = topk.Identity{Kind: "token", ID: d.TokenID}
+		}
+		g.top.Record(rt.Name, id, ex.addr, !d.Allowed)
 	}
 	d.SetHeaders(ex.rw.Header(), pl.rules.Headers())
 	if d.Allowed {

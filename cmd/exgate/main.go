@@ -52,6 +52,7 @@ import (
 	"github.com/exgate/exgate/metrics"
 	"github.com/exgate/exgate/proxy"
 	"github.com/exgate/exgate/sim"
+	"github.com/exgate/exgate/topk"
 	"github.com/exgate/exgate/validate"
 )
 
@@ -223,6 +224,11 @@ type app struct {
 	metrics *metrics.Metrics
 	limits  *limiter.Backend
 	idem    redis.UniversalClient // duplicate protection's Redis client, or nil
+	// top counts who hits the limits, for the admin console.
+	top        *topk.Tracker
+	started    time.Time
+	cfgHash    atomic.Pointer[string]
+	lastReload atomic.Pointer[reloadRecord]
 	// startDigest is the digest of the watched files when the
 	// configuration was read at start (filesDigest).
 	startDigest [sha256.Size]byte
@@ -258,6 +264,9 @@ func start(cfg *config.Config, d deps) (*app, error) {
 	}
 	a := &app{cfg: cfg, d: d, log: d.log, errc: make(chan error, 3)}
 	a.live.Store(cfg)
+	a.started, a.top = d.now(), newTracker(d.now)
+	h := configHash(cfg)
+	a.cfgHash.Store(&h)
 	if d.configPath != "" {
 		a.startDigest = filesDigest(a.watchedFiles())
 	}
@@ -318,7 +327,7 @@ func start(cfg *config.Config, d deps) (*app, error) {
 	gwOpts := proxy.Options{
 		Logger: d.log.Named("gateway"), Now: d.now, Transport: transport,
 		Limits: a.limits.Enforcer, Rules: limiter.Compile(cfg, tokens).WithUsers(users), Metrics: m,
-		Validator: v, Verifier: verifier,
+		Validator: v, Verifier: verifier, Top: a.top,
 	}
 	if cfg.Idempotency.Enabled && v != nil {
 		opts := idempotency.OptionsFrom(cfg.Idempotency)
@@ -365,7 +374,7 @@ func start(cfg *config.Config, d deps) (*app, error) {
 	a.srv = proxy.NewServer(cfg, gw, d.log, a.edge)
 	a.admin = proxy.NewAdminServer(cfg, gw.AdminHandler(proxy.AdminOptions{
 		Checks: a.readinessChecks(), Pprof: cfg.Admin.Pprof, Now: d.now,
-		Metrics: metrics.Handler(d.reg),
+		Metrics: metrics.Handler(d.reg), Console: a.consoleOptions(),
 	}), d.log)
 
 	ln, err := net.Listen("tcp", cfg.Listen)
@@ -761,6 +770,8 @@ func (a *app) reloadConfig() (*config.Config, error) {
 	}
 	a.gw.Reload(eff, limiter.Compile(eff, tokens).WithUsers(users), v)
 	a.live.Store(eff)
+	h := configHash(eff)
+	a.cfgHash.Store(&h)
 	fields := []zap.Field{zap.Int("routes", len(eff.Routes)), zap.Int("tiers", len(eff.Tiers)), zap.Int("tier_tokens", len(tokens)),
 		zap.Int("tier_users", len(users)), zap.Strings("applied", live)}
 	if len(restart) > 0 {
@@ -885,6 +896,11 @@ func (a *app) wait(ctx context.Context) int {
 func (a *app) reloadNow() {
 	err := a.reload()
 	a.metrics.ConfigReload(err == nil)
+	rec := &reloadRecord{at: a.d.now(), outcome: "ok"}
+	if err != nil {
+		rec.outcome = "failed: " + err.Error()
+	}
+	a.lastReload.Store(rec)
 	if err != nil {
 		a.log.Error("configuration reload failed; keeping the last good configuration", zap.Error(err))
 	}

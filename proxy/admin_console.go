@@ -1,0 +1,365 @@
+package proxy
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"net/http"
+	"net/netip"
+	"os"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/exgate/exgate/limiter"
+	"github.com/exgate/exgate/topk"
+)
+
+// IDPrefixLen is how many hex digits of an account key or token id the
+// console shows, as the access log does.
+const IDPrefixLen = 12
+
+// ConsoleOptions configure the operator console of the admin listener:
+// the JSON API under /admin/ and the page at /.
+type ConsoleOptions struct {
+	// Token, when set, is the bearer token every console request must
+	// carry; reset is refused while it is empty.
+	Token string
+	// Top is the tracker of heavy hitters the gateway records into.
+	Top *topk.Tracker
+	// Status returns what only the process knows (version, configuration
+	// file, reloads, listeners, store, catalogue). Nil means none.
+	Status func() ProcessStatus
+	// Logger receives a line for every reset. Nil means none.
+	Logger *zap.Logger
+}
+
+// ProcessStatus is the part of /admin/status the process fills in.
+type ProcessStatus struct {
+	Version       string            `json:"version"`
+	Revision      string            `json:"revision,omitempty"`
+	ConfigFile    string            `json:"config_file"`
+	ConfigHash    string            `json:"config_hash,omitempty"`
+	Started       time.Time         `json:"started"`
+	LastReload    *time.Time        `json:"last_reload,omitempty"`
+	ReloadOutcome string            `json:"reload_outcome,omitempty"`
+	Listeners     map[string]string `json:"listeners"`
+	Store         StoreStatus       `json:"store"`
+	// CatalogueAge is the market catalogue's age in seconds; -1 before it
+	// is loaded; absent when no route validates orders.
+	CatalogueAge *float64 `json:"catalogue_age,omitempty"`
+}
+
+// StoreStatus is the rate-limit store's state.
+type StoreStatus struct {
+	// Mode is "memory" or "redis" (with its topology, e.g. "redis cluster").
+	Mode string `json:"mode"`
+	// Reachable reports whether the last probe of the store succeeded.
+	Reachable bool `json:"reachable"`
+	// Error is the last probe's error.
+	Error string `json:"error,omitempty"`
+	// StoreErrors and the Fallback counters are the Enforcer's since start.
+	StoreErrors    int64 `json:"store_errors"`
+	FallbackOpen   int64 `json:"fallback_open"`
+	FallbackClosed int64 `json:"fallback_closed"`
+	FallbackLocal  int64 `json:"fallback_local"`
+}
+
+// console serves the admin API and page.
+type console struct {
+	g      *Gateway
+	o      ConsoleOptions
+	rc     *readiness
+	resets atomic.Int64
+	host   string
+}
+
+func (g *Gateway) mountConsole(mux *http.ServeMux, o ConsoleOptions, rc *readiness) {
+	if o.Logger == nil {
+		o.Logger = zap.NewNop()
+	}
+	c := &console{g: g, o: o, rc: rc}
+	c.host, _ = os.Hostname()
+	mux.Handle("GET /admin/status", c.auth(c.status))
+	mux.Handle("GET /admin/top", c.auth(c.top))
+	mux.Handle("GET /admin/inspect", c.auth(c.inspect))
+	mux.Handle("POST /admin/inspect", c.auth(c.inspect))
+	mux.Handle("POST /admin/reset", http.HandlerFunc(c.reset))
+	mux.Handle("GET /{$}", pageHandler())
+	mux.Handle("GET /console/", pageHandler())
+}
+
+// authorized reports whether r carries the console's token (true when
+// none is configured).
+func (c *console) authorized(r *http.Request) bool {
+	if c.o.Token == "" {
+		return true
+	}
+	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	return ok && subtle.ConstantTimeCompare([]byte(got), []byte(c.o.Token)) == 1
+}
+
+func (c *console) auth(h http.HandlerFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !c.authorized(r) {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="exgate admin"`)
+			WriteError(w, "", &Error{Status: http.StatusUnauthorized, Code: "not_authenticated",
+				Detail: "The admin API needs the admin bearer token."})
+			return
+		}
+		h(w, r)
+	})
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		WriteError(w, "", errInternal)
+		return
+	}
+	writeStatus(w, code, append(b, '\n'))
+}
+
+// statusBody is /admin/status's answer.
+type statusBody struct {
+	ProcessStatus
+	Replica   string                `json:"replica"`
+	Now       time.Time             `json:"now"`
+	Draining  bool                  `json:"draining"`
+	Ready     bool                  `json:"ready"`
+	Checks    map[string]string     `json:"checks"`
+	Routes    []limiter.RouteLimits `json:"routes"`
+	Requests  int64                 `json:"limited_requests"`
+	Refused   int64                 `json:"limited_refused"`
+	Resets    int64                 `json:"resets"`
+	ResetOpen bool                  `json:"reset_enabled"`
+}
+
+func (c *console) status(w http.ResponseWriter, r *http.Request) {
+	var b statusBody
+	if c.o.Status != nil {
+		b.ProcessStatus = c.o.Status()
+	}
+	if c.g.limits != nil {
+		st := c.g.limits.Stats()
+		b.Store.StoreErrors, b.Store.FallbackOpen = st.StoreErrors, st.FallbackOpen
+		b.Store.FallbackClosed, b.Store.FallbackLocal = st.FallbackClosed, st.FallbackLocal
+	}
+	b.Replica, b.Now, b.Draining = c.host, c.rc.o.Now(), c.g.Draining()
+	b.Checks, b.Ready = c.rc.run(r.Context())
+	b.Ready = b.Ready && !b.Draining
+	if msg, ok := b.Checks["redis"]; ok {
+		b.Store.Reachable = msg == "ok"
+		if msg != "ok" {
+			b.Store.Error = msg
+		}
+	} else {
+		b.Store.Reachable = true
+	}
+	b.Routes = c.g.Rules().Describe()
+	b.Requests, b.Refused = c.o.Top.Totals()
+	b.Resets, b.ResetOpen = c.resets.Load(), c.o.Token != ""
+	writeJSON(w, http.StatusOK, b)
+}
+
+// topEntry is one identity or address of a top list.
+type topEntry struct {
+	Kind    string `json:"kind"` // account, token or address
+	ID      string `json:"id"`   // an HMAC prefix, or the address
+	Count   int64  `json:"count"`
+	Error   int64  `json:"error"` // the count may exceed the true one by this much
+	Refused int64  `json:"refused,omitempty"`
+}
+
+type topRoute struct {
+	Route           string     `json:"route"`
+	Requests        int64      `json:"requests"`
+	Refused         int64      `json:"refused"`
+	ErrorBound      int64      `json:"error_bound"`
+	IDsByRefused    []topEntry `json:"identities_by_refused"`
+	IDsByRequests   []topEntry `json:"identities_by_requests"`
+	AddrsByRefused  []topEntry `json:"addresses_by_refused"`
+	AddrsByRequests []topEntry `json:"addresses_by_requests"`
+}
+
+type topWindow struct {
+	Minutes int        `json:"minutes"`
+	Routes  []topRoute `json:"routes"`
+}
+
+type topBody struct {
+	Replica string      `json:"replica"`
+	K       int         `json:"k"`
+	Note    string      `json:"note"`
+	Windows []topWindow `json:"windows"`
+}
+
+func (c *console) top(w http.ResponseWriter, r *http.Request) {
+	n := 10
+	if v := r.URL.Query().Get("n"); v != "" {
+		if x, err := strconv.Atoi(v); err == nil && x > 0 {
+			n = min(x, 100)
+		}
+	}
+	b := topBody{Replica: c.host, K: c.o.Top.K(),
+		Note: "this replica only; counts overestimate by at most error (Space-Saving, N/k per stripe)"}
+	for _, m := range topk.Windows {
+		tw := topWindow{Minutes: m, Routes: []topRoute{}}
+		for _, rt := range c.o.Top.Top(m, n) {
+			tw.Routes = append(tw.Routes, topRoute{
+				Route: rt.Route, Requests: rt.Requests, Refused: rt.Refused, ErrorBound: rt.ErrorBound,
+				IDsByRefused: idEntries(rt.IDsByRefused), IDsByRequests: idEntries(rt.IDsByRequests),
+				AddrsByRefused: addrEntries(rt.AddrsByRefused), AddrsByRequests: addrEntries(rt.AddrsByRequests),
+			})
+		}
+		b.Windows = append(b.Windows, tw)
+	}
+	writeJSON(w, http.StatusOK, b)
+}
+
+func idEntries(es []topk.Entry[topk.Identity]) []topEntry {
+	out := make([]topEntry, 0, len(es))
+	for _, e := range es {
+		out = append(out, topEntry{Kind: e.Key.Kind, ID: prefix(e.Key.ID), Count: e.Count, Error: e.Err})
+	}
+	return out
+}
+
+func addrEntries(es []topk.Entry[netip.Addr]) []topEntry {
+	out := make([]topEntry, 0, len(es))
+	for _, e := range es {
+		out = append(out, topEntry{Kind: "address", ID: e.Key.String(), Count: e.Count, Error: e.Err})
+	}
+	return out
+}
+
+func prefix(id string) string { return id[:min(len(id), IDPrefixLen)] }
+
+// inspectBody is /admin/inspect's answer.
+type inspectBody struct {
+	Subject subjectBody          `json:"subject"`
+	Limits  []limiter.LimitState `json:"limits"`
+}
+
+type subjectBody struct {
+	Kind string `json:"kind"` // account, token or address
+	ID   string `json:"id"`   // an HMAC prefix, or the address
+}
+
+var errNoSubject = &Error{Status: http.StatusBadRequest, Code: "invalid_subject",
+	Detail: "Name exactly one of account, user, token, token_id or address."}
+
+// subject reads whom a request names: account (a key, or a prefix the
+// top lists show), user (a user claim), token (a raw token, best sent in
+// a POST body), token_id (an id or prefix) or address.
+func (c *console) subject(r *http.Request) (limiter.Subject, subjectBody, *Error) {
+	var s limiter.Subject
+	var sb subjectBody
+	if err := r.ParseForm(); err != nil {
+		return s, sb, errNoSubject
+	}
+	set := 0
+	for _, k := range []string{"account", "user", "token", "token_id", "address"} {
+		if r.Form.Get(k) != "" {
+			set++
+		}
+	}
+	if set != 1 || c.g.limits == nil {
+		return s, sb, errNoSubject
+	}
+	notFound := func(what string) *Error {
+		return &Error{Status: http.StatusNotFound, Code: "unknown_subject",
+			Detail: "No " + what + " with that prefix was seen in the last 15 minutes; give the whole id."}
+	}
+	switch {
+	case r.Form.Get("account") != "":
+		v := r.Form.Get("account")
+		if !limiter.IsTokenID(v) {
+			full, ok := c.o.Top.Resolve("account", v)
+			if !ok {
+				return s, sb, notFound("account")
+			}
+			v = full
+		}
+		s.Account, sb = v, subjectBody{"account", prefix(v)}
+	case r.Form.Get("user") != "":
+		s.User = r.Form.Get("user")
+		s.Account = c.g.limits.AccountID(s.User)
+		sb = subjectBody{"account", prefix(s.Account)}
+	case r.Form.Get("token") != "":
+		s.TokenID = c.g.limits.TokenID(r.Form.Get("token"))
+		sb = subjectBody{"token", prefix(s.TokenID)}
+	case r.Form.Get("token_id") != "":
+		v := r.Form.Get("token_id")
+		if !limiter.IsTokenID(v) {
+			full, ok := c.o.Top.Resolve("token", v)
+			if !ok {
+				return s, sb, notFound("token")
+			}
+			v = full
+		}
+		s.TokenID, sb = v, subjectBody{"token", prefix(v)}
+	default:
+		a, err := netip.ParseAddr(r.Form.Get("address"))
+		if err != nil {
+			return s, sb, &Error{Status: http.StatusBadRequest, Code: "invalid_subject", Detail: "address is not an IP address."}
+		}
+		s.Addr, sb = a.Unmap(), subjectBody{"address", a.Unmap().String()}
+	}
+	return s, sb, nil
+}
+
+func (c *console) inspect(w http.ResponseWriter, r *http.Request) {
+	s, sb, e := c.subject(r)
+	if e != nil {
+		WriteError(w, "", e)
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+	defer cancel()
+	states, err := c.g.limits.Inspect(ctx, c.g.Rules(), s)
+	if err != nil {
+		WriteError(w, "", &Error{Status: http.StatusServiceUnavailable, Code: "rate_limit_unavailable", Detail: err.Error()})
+		return
+	}
+	if states == nil {
+		states = []limiter.LimitState{}
+	}
+	writeJSON(w, http.StatusOK, inspectBody{Subject: sb, Limits: states})
+}
+
+// reset clears one subject's buckets: only with the admin token, which
+// must be configured.
+func (c *console) reset(w http.ResponseWriter, r *http.Request) {
+	if c.o.Token == "" {
+		WriteError(w, "", &Error{Status: http.StatusForbidden, Code: "reset_disabled",
+			Detail: "Reset needs an admin token (EXGATE_ADMIN_TOKEN)."})
+		return
+	}
+	if !c.authorized(r) {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="exgate admin"`)
+		WriteError(w, "", &Error{Status: http.StatusUnauthorized, Code: "not_authenticated",
+			Detail: "Reset needs the admin bearer token."})
+		return
+	}
+	s, sb, e := c.subject(r)
+	if e != nil {
+		WriteError(w, "", e)
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+	defer cancel()
+	n, err := c.g.limits.Reset(ctx, c.g.Rules(), s)
+	c.o.Logger.Warn("rate-limit buckets reset by an operator",
+		zap.String("subject_kind", sb.Kind), zap.String("subject", sb.ID), zap.Int("keys", n),
+		zap.String("peer", r.RemoteAddr), zap.Error(err))
+	if err != nil {
+		WriteError(w, "", &Error{Status: http.StatusServiceUnavailable, Code: "rate_limit_unavailable", Detail: err.Error()})
+		return
+	}
+	c.resets.Add(1)
+	writeJSON(w, http.StatusOK, map[string]any{"subject": sb, "cleared": n})
+}

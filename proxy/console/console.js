@@ -1,0 +1,163 @@
+"use strict";
+// The exgate operator console: polls the admin API and renders it. Data
+// is only ever written with textContent, never as HTML.
+(function () {
+  const refreshMs = 2000;
+  const history = []; // {req, ref} per refresh
+  let last = null, top = null;
+
+  function token() { return sessionStorage.getItem("exgate-admin-token") || ""; }
+  async function api(path, opts) {
+    opts = opts || {};
+    const h = {};
+    if (token()) h["Authorization"] = "Bearer " + token();
+    const r = await fetch(path, Object.assign({headers: h, cache: "no-store"}, opts));
+    if (r.status === 401) { document.getElementById("login").hidden = false; throw new Error("unauthorized"); }
+    return r.json();
+  }
+  function el(tag, text, cls) {
+    const e = document.createElement(tag);
+    if (text !== undefined && text !== null) e.textContent = String(text);
+    if (cls) e.className = cls;
+    return e;
+  }
+  function row(tbody, cells) {
+    const tr = document.createElement("tr");
+    for (const c of cells) tr.appendChild(c instanceof Node ? wrap(c) : el("td", c));
+    tbody.appendChild(tr);
+  }
+  function wrap(n) { const td = document.createElement("td"); td.appendChild(n); return td; }
+  function secs(s) { return s < 0 ? "never" : s === 0 ? "now" : s.toFixed(1) + " s"; }
+
+  function renderStatus(s) {
+    document.getElementById("replica").textContent = s.replica + " · " + s.version;
+    const ready = document.getElementById("ready");
+    ready.textContent = s.draining ? "draining" : s.ready ? "ready" : "not ready";
+    ready.className = "badge " + (s.ready ? "ok" : "bad");
+    const dl = document.getElementById("status");
+    dl.replaceChildren();
+    const add = (k, v, cls) => { dl.appendChild(el("dt", k)); dl.appendChild(el("dd", v, cls)); };
+    add("store", s.store.mode + (s.store.reachable ? " · reachable" : " · UNREACHABLE"), s.store.reachable ? "" : "zero");
+    if (s.store.error) add("store error", s.store.error, "zero");
+    add("store fallbacks", "errors " + s.store.store_errors + " · open " + s.store.fallback_open +
+        " · closed " + s.store.fallback_closed + " · local " + s.store.fallback_local);
+    add("configuration", (s.config_file || "built-in defaults") + (s.config_hash ? " · " + s.config_hash.slice(0, 12) : ""));
+    add("last reload", s.last_reload ? new Date(s.last_reload).toLocaleString() + " · " + s.reload_outcome : "none");
+    add("started", new Date(s.started).toLocaleString());
+    if (s.catalogue_age !== undefined) add("catalogue age", s.catalogue_age < 0 ? "not loaded" : secs(s.catalogue_age));
+    for (const [k, v] of Object.entries(s.listeners || {})) add(k + " listener", v);
+    for (const [k, v] of Object.entries(s.checks || {})) add("check " + k, v, v === "ok" ? "" : "zero");
+    add("resets", s.resets + (s.reset_enabled ? "" : " (reset needs EXGATE_ADMIN_TOKEN)"));
+    const tb = document.querySelector("#routes tbody");
+    tb.replaceChildren();
+    for (const r of s.routes) for (const l of r.limits) {
+      const tiers = Object.entries(l.tiers || {}).map(([t, v]) => t + ": " + v).join(", ");
+      row(tb, [r.route, l.name + (l.shadow ? " (shadow)" : ""), l.key + (l.when && l.when !== "always" ? " · " + l.when : ""), l.limit, tiers, r.on_store_error]);
+    }
+    if (last) history.push({req: s.limited_requests - last.limited_requests, ref: s.limited_refused - last.limited_refused});
+    if (history.length > 60) history.shift();
+    last = s;
+    drawChart();
+  }
+
+  function drawChart() {
+    const svg = document.getElementById("chart");
+    svg.replaceChildren();
+    const ns = "http://www.w3.org/2000/svg";
+    const maxV = Math.max(1, ...history.map(h => h.req));
+    const step = 600 / 60;
+    for (const [key, color] of [["req", "#0969da"], ["ref", "#cf222e"]]) {
+      const pts = history.map((h, i) => (i * step).toFixed(1) + "," + (115 - 110 * h[key] / maxV).toFixed(1)).join(" ");
+      const pl = document.createElementNS(ns, "polyline");
+      pl.setAttribute("points", pts);
+      pl.setAttribute("fill", "none");
+      pl.setAttribute("stroke", color);
+      pl.setAttribute("stroke-width", "2");
+      svg.appendChild(pl);
+    }
+    const t = document.createElementNS(ns, "text");
+    t.setAttribute("x", "4"); t.setAttribute("y", "12"); t.setAttribute("font-size", "11");
+    t.textContent = "max " + maxV + " per " + refreshMs / 1000 + " s";
+    svg.appendChild(t);
+  }
+
+  function inspectButton(kind, id) {
+    const b = el("button", "inspect", "link");
+    b.type = "button";
+    b.addEventListener("click", () => {
+      document.getElementById("inspect-kind").value = kind === "token" ? "token_id" : kind;
+      document.getElementById("inspect-id").value = id;
+      inspect();
+    });
+    return b;
+  }
+
+  function renderTop() {
+    if (!top) return;
+    const w = top.windows[Number(document.getElementById("window").value)];
+    const refused = document.querySelector("#top-refused tbody");
+    const requests = document.querySelector("#top-requests tbody");
+    refused.replaceChildren(); requests.replaceChildren();
+    const rows = (key, tb, what) => {
+      const all = [];
+      for (const r of w.routes) for (const e of r[key]) all.push([r, e]);
+      all.sort((a, b) => b[1].count - a[1].count);
+      for (const [r, e] of all.slice(0, 15)) {
+        row(tb, [r.route, e.kind, el("span", e.id, "id"), e.count, e.error, inspectButton(e.kind, e.id)]);
+      }
+      if (all.length === 0) row(tb, ["—", "", "no " + what + " in this window", "", "", ""]);
+    };
+    rows("identities_by_refused", refused, "refusals");
+    rows("addresses_by_refused", refused, "");
+    rows("identities_by_requests", requests, "requests");
+    rows("addresses_by_requests", requests, "");
+    for (const tb of [refused, requests]) { // one "nothing" line is enough
+      const empty = [...tb.rows].filter(r => r.cells[0].textContent === "—");
+      if (empty.length && empty.length < tb.rows.length) empty.forEach(r => r.remove());
+      else if (empty.length > 1) empty.slice(1).forEach(r => r.remove());
+    }
+    document.getElementById("top-note").textContent = top.note + " · k = " + top.k;
+  }
+
+  async function inspect() {
+    const kind = document.getElementById("inspect-kind").value;
+    const id = document.getElementById("inspect-id").value.trim();
+    if (!id) return;
+    const body = await api("/admin/inspect?" + new URLSearchParams({[kind]: id}));
+    const tb = document.querySelector("#inspect-table tbody");
+    tb.replaceChildren();
+    if (body.code) { document.getElementById("inspect-subject").textContent = body.detail; return; }
+    document.getElementById("inspect-subject").textContent = body.subject.kind + " " + body.subject.id;
+    for (const l of body.limits) {
+      row(tb, [l.route, l.limit, l.key, l.tier || "", l.rate + "/" + l.period + " burst " + l.burst,
+        el("span", l.remaining, l.remaining === 0 ? "zero" : ""), secs(l.retry_after), secs(l.reset_after)]);
+    }
+  }
+
+  async function refresh() {
+    try {
+      const [s, t] = await Promise.all([api("/admin/status"), api("/admin/top")]);
+      top = t;
+      renderStatus(s);
+      renderTop();
+      document.getElementById("updated").textContent = "updated " + new Date().toLocaleTimeString();
+    } catch (e) {
+      document.getElementById("updated").textContent = "not updated: " + e.message;
+    }
+  }
+
+  document.addEventListener("DOMContentLoaded", () => {
+    document.getElementById("login").addEventListener("submit", ev => {
+      ev.preventDefault();
+      const input = document.getElementById("token");
+      sessionStorage.setItem("exgate-admin-token", input.value);
+      input.value = "";
+      document.getElementById("login").hidden = true;
+      refresh();
+    });
+    document.getElementById("inspect-form").addEventListener("submit", ev => { ev.preventDefault(); inspect(); });
+    document.getElementById("window").addEventListener("change", renderTop);
+    refresh();
+    setInterval(refresh, refreshMs);
+  });
+})();

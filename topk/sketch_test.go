@@ -1,0 +1,136 @@
+package topk
+
+import (
+	"math/rand/v2"
+	"net/netip"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+)
+
+// TestSketchBound feeds skewed streams and checks Space-Saving's
+// guarantees against exact counts: every reported count is at least the
+// true one and at most true + N/k, and every key above N/k is kept.
+func TestSketchBound(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		k, n int
+		keys int
+		zipf float64
+	}{
+		{"few keys", 8, 1000, 5, 1.5},
+		{"zipf", 16, 20000, 5000, 1.2},
+		{"flat", 16, 20000, 200, 1.01},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := rand.New(rand.NewPCG(1, 2))
+			z := rand.NewZipf(rand.New(rand.NewPCG(3, 4)), tc.zipf, 1, uint64(tc.keys-1))
+			_ = r
+			s := NewSketch[string](tc.k)
+			exact := map[string]int64{}
+			for i := 0; i < tc.n; i++ {
+				k := strconv.FormatUint(z.Uint64(), 10)
+				s.Add(k, 1)
+				exact[k]++
+			}
+			bound := s.Bound()
+			if bound != int64(tc.n/tc.k) {
+				t.Fatalf("bound %d", bound)
+			}
+			kept := map[string]bool{}
+			s.Each(func(e Entry[string]) {
+				kept[e.Key] = true
+				if e.Count < exact[e.Key] || e.Count > exact[e.Key]+bound || e.Count-e.Err > exact[e.Key] {
+					t.Errorf("%s: count %d err %d, true %d, bound %d", e.Key, e.Count, e.Err, exact[e.Key], bound)
+				}
+			})
+			for k, c := range exact {
+				if c > bound && !kept[k] {
+					t.Errorf("%s counted %d > N/k = %d but dropped", k, c, bound)
+				}
+			}
+			if top := s.Top(1); len(top) != 1 || top[0].Key != "0" {
+				t.Errorf("top: %+v", top)
+			}
+		})
+	}
+}
+
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *clock) add(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+// TestTrackerWindows checks the heavy hitter of refusals comes first
+// per route, and that minutes age out of the 1-, 5- and 15-minute
+// windows.
+func TestTrackerWindows(t *testing.T) {
+	c := &clock{t: time.Unix(1_800_000_000, 0)}
+	tr := NewTracker(TrackerOptions{K: 4, Now: c.Now})
+	hot := Identity{Kind: "account", ID: "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"}
+	hotAddr := netip.MustParseAddr("192.0.2.7")
+	for i := 0; i < 50; i++ { // background traffic from many clients
+		tr.Record("place_order", Identity{Kind: "token", ID: "t" + strconv.Itoa(i)}, netip.AddrFrom4([4]byte{10, 0, 0, byte(i)}), false)
+	}
+	for i := 0; i < 30; i++ {
+		tr.Record("place_order", hot, hotAddr, i >= 10)
+	}
+	tr.Record("ticker", Identity{}, hotAddr, false)
+	top := tr.Top(1, 3)
+	if len(top) != 2 || top[0].Route != "place_order" || top[0].Requests != 80 || top[0].Refused != 20 {
+		t.Fatalf("top: %+v", top)
+	}
+	if e := top[0].IDsByRefused; len(e) == 0 || e[0].Key != hot || e[0].Count != 20 {
+		t.Errorf("identities by refusals: %+v", e)
+	}
+	if e := top[0].AddrsByRequests; len(e) == 0 || e[0].Key != hotAddr || e[0].Count < 30 {
+		t.Errorf("addresses by requests: %+v", e)
+	}
+	if id, ok := tr.Resolve("account", hot.ID[:12]); !ok || id != hot.ID {
+		t.Errorf("Resolve: %q %v", id, ok)
+	}
+	c.add(2 * time.Minute)
+	if top := tr.Top(1, 3); len(top) != 0 {
+		t.Errorf("1-minute window two minutes later: %+v", top)
+	}
+	if top := tr.Top(5, 3); len(top) != 2 || top[0].Refused != 20 {
+		t.Errorf("5-minute window: %+v", top)
+	}
+	c.add(15 * time.Minute)
+	tr.Record("place_order", hot, hotAddr, true) // reuses an expired bucket
+	if top := tr.Top(15, 3); len(top) != 1 || top[0].Requests != 1 || top[0].Refused != 1 {
+		t.Errorf("15-minute window later: %+v", top)
+	}
+	if req, ref := tr.Totals(); req != 82 || ref != 21 {
+		t.Errorf("totals %d %d", req, ref)
+	}
+}
+
+// BenchmarkRecord is the hot path: one limited request recorded, from a
+// few thousand identities and addresses.
+func BenchmarkRecord(b *testing.B) {
+	tr := NewTracker(TrackerOptions{})
+	ids := make([]Identity, 4096)
+	addrs := make([]netip.Addr, 4096)
+	for i := range ids {
+		ids[i] = Identity{Kind: "token", ID: strconv.Itoa(i * 7919)}
+		addrs[i] = netip.AddrFrom4([4]byte{10, byte(i >> 8), byte(i), 1})
+	}
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		i := 0
+		for pb.Next() {
+			j := (i * i) & 4095 // skewed: some keys much more often
+			tr.Record("place_order", ids[j], addrs[j], i%16 == 0)
+			i++
+		}
+	})
+}
