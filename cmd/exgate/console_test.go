@@ -1,0 +1,231 @@
+package main
+
+import (
+	"encoding/json"
+	"math"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/exgate/exgate/config"
+	"github.com/exgate/exgate/internal/redistest"
+	"github.com/exgate/exgate/limiter"
+)
+
+const testAdminToken = "console-test-admin-token"
+
+// consoleStack is a gateway whose list_markets route allows a token 3
+// requests a minute, with the admin token set; redis selects the store.
+func consoleStack(t *testing.T, redisAddr string) (*app, string, string) {
+	t.Helper()
+	st := startStackWith(t, func(c *config.Config) {
+		c.Route("list_markets").Limits[1].Rate = config.Rate{N: 3, Period: time.Minute}
+		c.Route("list_markets").Limits[1].Burst = 3
+		c.Log.Access = false
+		if redisAddr != "" {
+			c.Limiter.Redis.Addrs = []string{redisAddr}
+			c.Limiter.Redis.Timeout = time.Second
+			c.Limiter.OnStoreError = config.StoreClosed // a store failure must show, not the local fallback
+		}
+	}, func(k string) (string, bool) {
+		if k == adminTokenEnv {
+			return testAdminToken, true
+		}
+		return secretEnv(k)
+	})
+	return st, "http://" + st.addr, "http://" + st.adminAd
+}
+
+// startStackWith is startStack's gateway with an environment.
+func startStackWith(t *testing.T, mut func(*config.Config), getenv func(string) (string, bool)) *app {
+	t.Helper()
+	st := startStack(t, nil) // the reference backend
+	cfg := config.Default()
+	cfg.Listen, cfg.AdminListen = "127.0.0.1:0", "127.0.0.1:0"
+	cfg.Upstream.URL = config.MustURL(st.bs.URL)
+	cfg.Server.DrainDelay = 0
+	mut(cfg)
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	a, err := start(cfg, deps{log: zap.NewNop(), now: time.Now, getenv: getenv})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = a.shutdown() })
+	waitCatalogue(t, a)
+	return a
+}
+
+func adminJSON(t *testing.T, method, url string, out any, header ...string) int {
+	t.Helper()
+	code, _, b := call(t, method, url, "", append([]string{"Authorization", "Bearer " + testAdminToken}, header...)...)
+	if out != nil {
+		if err := json.Unmarshal(b, out); err != nil {
+			t.Fatalf("%s %s: %d %s: %v", method, url, code, b, err)
+		}
+	}
+	return code
+}
+
+type inspected struct {
+	Subject struct{ Kind, ID string }
+	Limits  []limiter.LimitState
+}
+
+func (in inspected) limit(route, name string) (limiter.LimitState, bool) {
+	for _, l := range in.Limits {
+		if l.Route == route && l.Limit == name {
+			return l, true
+		}
+	}
+	return limiter.LimitState{}, false
+}
+
+type topAnswer struct {
+	Windows []struct {
+		Minutes int
+		Routes  []struct {
+			Route               string
+			Requests, Refused   int64
+			IdentitiesByRefused []struct {
+				Kind, ID string
+				Count    int64
+			} `json:"identities_by_refused"`
+			AddressesByRefused []struct {
+				Kind, ID string
+				Count    int64
+			} `json:"addresses_by_refused"`
+			IdentitiesByRequests []struct {
+				Kind, ID string
+				Count    int64
+			} `json:"identities_by_requests"`
+		}
+	}
+}
+
+// TestConsoleAgainstTraffic drives one client over its limit among
+// well-behaved ones, on the memory and the Redis store, and checks the
+// console as support would use it: the client is first among the
+// refused, inspect shows its remaining at 0 and a retry matching the
+// 429's Retry-After without charging anything, and reset (admin token
+// only) gives it its allowance back.
+func TestConsoleAgainstTraffic(t *testing.T) {
+	stores := []string{"memory"}
+	if !testing.Short() {
+		stores = append(stores, "redis")
+	}
+	for _, store := range stores {
+		t.Run(store, func(t *testing.T) {
+			addr := ""
+			if store == "redis" {
+				addr = redistest.Start(t).Addr
+			}
+			a, gw, admin := consoleStack(t, addr)
+			markets := gw + "/api/v1/mkt/markets/"
+			for i := 0; i < 5; i++ { // well-behaved clients
+				if code, _ := get(t, markets, "Authorization", "Bearer calm-"+strconv.Itoa(i)); code != 200 {
+					t.Fatalf("calm client: %d", code)
+				}
+			}
+			var retryAfter string
+			for i := 0; i < 6; i++ {
+				code, h, _ := call(t, "GET", markets, "", "Authorization", "Bearer hot-token")
+				if want := map[bool]int{true: 200, false: 429}[i < 3]; code != want {
+					t.Fatalf("hot request %d: %d, want %d", i, code, want)
+				}
+				if code == 429 {
+					retryAfter = h.Get("Retry-After")
+				}
+			}
+			hot := a.limits.Enforcer.TokenID("hot-token")[:12]
+
+			var top topAnswer
+			if code := adminJSON(t, "GET", admin+"/admin/top", &top); code != 200 || len(top.Windows) != 3 {
+				t.Fatalf("top: %d %+v", code, top)
+			}
+			w := top.Windows[0]
+			if len(w.Routes) == 0 || w.Routes[0].Route != "list_markets" || w.Routes[0].Refused != 3 {
+				t.Fatalf("1-minute window: %+v", w)
+			}
+			r := w.Routes[0]
+			if len(r.IdentitiesByRefused) == 0 || r.IdentitiesByRefused[0].ID != hot || r.IdentitiesByRefused[0].Count != 3 ||
+				r.IdentitiesByRefused[0].Kind != "token" {
+				t.Errorf("identities by refusals: %+v, want %s first", r.IdentitiesByRefused, hot)
+			}
+			if len(r.AddressesByRefused) == 0 || r.AddressesByRefused[0].ID != "127.0.0.1" {
+				t.Errorf("addresses by refusals: %+v", r.AddressesByRefused)
+			}
+
+			var in inspected
+			if code := adminJSON(t, "GET", admin+"/admin/inspect?token_id="+hot, &in); code != 200 {
+				t.Fatalf("inspect: %d", code)
+			}
+			l, ok := in.limit("list_markets", "token")
+			if !ok || in.Subject.ID != hot {
+				t.Fatalf("inspect: %+v", in)
+			}
+			ra, _ := strconv.ParseFloat(retryAfter, 64)
+			if l.Remaining != 0 || l.Source != "store" || math.Abs(math.Ceil(l.RetryAfter)-ra) > 1 {
+				t.Errorf("inspect of the throttled token: %+v; the 429 said Retry-After %s", l, retryAfter)
+			}
+
+			// Inspect charges nothing: a token with one request left keeps it
+			// through many inspections.
+			for i := 0; i < 2; i++ {
+				get(t, markets, "Authorization", "Bearer one-left")
+			}
+			for i := 0; i < 10; i++ {
+				code, _, _ := call(t, "POST", admin+"/admin/inspect", "token=one-left",
+					"Authorization", "Bearer "+testAdminToken, "Content-Type", "application/x-www-form-urlencoded")
+				if code != 200 {
+					t.Fatalf("inspect by token: %d", code)
+				}
+			}
+			adminJSON(t, "GET", admin+"/admin/inspect?token_id="+a.limits.Enforcer.TokenID("one-left"), &in)
+			if l, _ := in.limit("list_markets", "token"); l.Remaining != 1 {
+				t.Errorf("after ten inspections: %+v, want 1 remaining", l)
+			}
+			if code, _ := get(t, markets, "Authorization", "Bearer one-left"); code != 200 {
+				t.Errorf("the last request after inspections: %d", code)
+			}
+			if code, _ := get(t, markets, "Authorization", "Bearer one-left"); code != 429 {
+				t.Errorf("one over: %d", code)
+			}
+
+			// Reset: refused without the admin token, then done with it.
+			code, _, _ := call(t, "POST", admin+"/admin/reset?token_id="+hot, "")
+			if code != 401 {
+				t.Errorf("reset without the token: %d", code)
+			}
+			var reset struct{ Cleared int }
+			if code := adminJSON(t, "POST", admin+"/admin/reset?token_id="+hot, &reset); code != 200 || reset.Cleared == 0 {
+				t.Errorf("reset: %d %+v", code, reset)
+			}
+			if code, _ := get(t, markets, "Authorization", "Bearer hot-token"); code != 200 {
+				t.Errorf("after reset: %d", code)
+			}
+
+			var status struct {
+				Store struct {
+					Mode      string
+					Reachable bool
+				}
+				Routes   []limiter.RouteLimits
+				Resets   int64
+				Draining bool
+			}
+			adminJSON(t, "GET", admin+"/admin/status", &status)
+			if !strings.HasPrefix(status.Store.Mode, store) || !status.Store.Reachable || status.Resets != 1 || len(status.Routes) == 0 {
+				t.Errorf("status: %+v", status)
+			}
+			if code, _, _ := call(t, "GET", admin+"/admin/status", ""); code != http.StatusUnauthorized {
+				t.Errorf("status without the token: %d", code)
+			}
+		})
+	}
+}
