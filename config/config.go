@@ -72,6 +72,9 @@ type Config struct {
 	Identity Identity `yaml:"identity" reload:"restart"`
 	// Log configures logging.
 	Log Log `yaml:"log" reload:"restart"`
+	// Overload bounds the requests under way at the backend and sheds
+	// the least important first when it is full.
+	Overload Overload `yaml:"overload" reload:"live"`
 	// Routes is the route table, matched in the order given except that a
 	// default route ("*") is always tried last. Giving routes in YAML
 	// replaces the whole default table.
@@ -307,6 +310,18 @@ type Route struct {
 	OnStoreError string `yaml:"on_store_error"`
 	// Limits are the route's rate limits. Default: none.
 	Limits []Limit `yaml:"limits"`
+	// Priority is the route's overload class: "cancel", "status",
+	// "place", "private_read" or "market_data" (most important first).
+	// Default "" (Validate writes place for validate: order and
+	// order_bulk, cancel for a DELETE on an auth: required route,
+	// private_read for other auth: required routes, market_data
+	// otherwise). A bulk of order ids to cancel is a cancel whatever its
+	// route's class.
+	Priority string `yaml:"priority"`
+	// MaxInFlight, when not 0, caps this route's requests under way at
+	// the backend on top of the overload limit; past it, requests are
+	// shed at once. Default 0.
+	MaxInFlight int `yaml:"max_in_flight"`
 }
 
 // BulkRoute names the routes whose limits a bulk request is charged
@@ -437,6 +452,7 @@ func Default() *Config {
 		Idempotency: DefaultIdempotency(),
 		Identity:    DefaultIdentity(),
 		Log:         Log{Level: "info", Access: true},
+		Overload:    DefaultOverload(),
 		Routes:      DefaultRoutes(),
 	}
 }

@@ -461,7 +461,7 @@ func TestParseRules(t *testing.T) {
 		{name: "routes replace the default table",
 			yaml: "routes:\n  - {name: only, match: '*'}\n",
 			check: func(t *testing.T, c *Config) {
-				want := []Route{{Name: "only", Match: Match{Path: "*"}, Auth: AuthNone}}
+				want := []Route{{Name: "only", Match: Match{Path: "*"}, Auth: AuthNone, Priority: PriorityMarketData}}
 				if !reflect.DeepEqual(c.Routes, want) {
 					t.Errorf("routes = %+v, want %+v", c.Routes, want)
 				}

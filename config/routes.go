@@ -33,53 +33,54 @@ func DefaultRoutes() []Route {
 	}
 	publicRead := func(name, match string) Route {
 		return Route{
-			Name: name, Match: mustMatch(match), Auth: AuthOptional,
+			Name: name, Match: mustMatch(match), Auth: AuthOptional, Priority: PriorityMarketData,
 			Limits: []Limit{
 				{Name: KeyAddress, Key: KeyAddress, When: WhenAnon, Rate: anonDay, Burst: int(anonDay.N)},
 				{Name: KeyToken, Key: KeyToken, When: WhenToken, Rate: tokenMin, Burst: int(tokenMin.N)},
 			},
 		}
 	}
-	private := func(name, match string, r Rate) Route {
-		return Route{Name: name, Match: mustMatch(match), Auth: AuthRequired, Limits: token(r)}
+	private := func(name, match, priority string, r Rate) Route {
+		return Route{Name: name, Match: mustMatch(match), Auth: AuthRequired, Priority: priority, Limits: token(r)}
 	}
-	place := private("place_order", "POST /api/v1/odr/orders/", orders)
+	place := private("place_order", "POST /api/v1/odr/orders/", PriorityPlace, orders)
 	place.Validate = ValidateOrd
 	bulk := Route{
 		Name: "bulk_orders", Match: mustMatch("POST /api/v1/odr/orders/bulk/"), Auth: AuthRequired,
 		Validate: ValidateBulk, Bulk: BulkRoute{Orders: "place_order", Cancels: "cancel_order"},
+		Priority: PriorityPlace, // a bulk cancel is a cancel
 	}
 	return []Route{
 		place,
 		bulk,
-		private("cancel_order", "DELETE /api/v1/odr/orders/{id}/", cancels),
-		private("list_orders", "GET /api/v1/odr/orders/", reads),
-		private("get_orders", "GET /api/v1/odr/orders/{ids}/", reads),
-		private("list_fills", "GET /api/v1/odr/fills/", reads),
-		private("orders_other", "/api/v1/odr/{rest...}", reads),
-		private("list_wallets", "GET /api/v1/wlt/wallets/", reads),
-		private("wallets_other", "/api/v1/wlt/{rest...}", reads),
+		private("cancel_order", "DELETE /api/v1/odr/orders/{id}/", PriorityCancel, cancels),
+		private("list_orders", "GET /api/v1/odr/orders/", PriorityStatus, reads),
+		private("get_orders", "GET /api/v1/odr/orders/{ids}/", PriorityStatus, reads),
+		private("list_fills", "GET /api/v1/odr/fills/", PriorityPrivateRead, reads),
+		private("orders_other", "/api/v1/odr/{rest...}", PriorityPrivateRead, reads),
+		private("list_wallets", "GET /api/v1/wlt/wallets/", PriorityPrivateRead, reads),
+		private("wallets_other", "/api/v1/wlt/{rest...}", PriorityPrivateRead, reads),
 		publicRead("list_markets", "GET /api/v1/mkt/markets/"),
 		publicRead("list_currencies", "GET /api/v1/mkt/currencies/"),
 		publicRead("list_tickers", "GET /api/v1/mkt/tickers/"),
 		publicRead("order_book", "GET /api/v1/mth/orderbook/{symbol}/"),
 		{
-			Name: "list_matches", Match: mustMatch("GET /api/v1/mth/matches/{symbol}/"), Auth: AuthOptional,
+			Name: "list_matches", Match: mustMatch("GET /api/v1/mth/matches/{symbol}/"), Auth: AuthOptional, Priority: PriorityMarketData,
 			Limits: []Limit{{Name: KeyAddress, Key: KeyAddress, When: WhenAlways, Rate: Rate{N: 60, Period: time.Minute}, Burst: 60}},
 		},
 		{
-			Name: "authenticate", Match: mustMatch("POST /api/v1/usr/authenticate/"), Auth: AuthNone,
+			Name: "authenticate", Match: mustMatch("POST /api/v1/usr/authenticate/"), Auth: AuthNone, Priority: PriorityPrivateRead,
 			Limits: []Limit{
 				{Name: "address_minute", Key: KeyAddress, When: WhenAlways, Rate: Rate{N: 20, Period: time.Minute}, Burst: 20},
 				{Name: "address_hour", Key: KeyAddress, When: WhenAlways, Rate: Rate{N: 100, Period: time.Hour}, Burst: 100},
 			},
 		},
 		{
-			Name: "refresh_token", Match: mustMatch("POST /api/v1/usr/refresh_token/"), Auth: AuthNone,
+			Name: "refresh_token", Match: mustMatch("POST /api/v1/usr/refresh_token/"), Auth: AuthNone, Priority: PriorityPrivateRead,
 			Limits: []Limit{{Name: KeyAddress, Key: KeyAddress, When: WhenAlways, Rate: Rate{N: 60, Period: time.Minute}, Burst: 60}},
 		},
 		{
-			Name: "default", Match: Match{Path: "*"}, Auth: AuthNone,
+			Name: "default", Match: Match{Path: "*"}, Auth: AuthNone, Priority: PriorityMarketData,
 			Limits: []Limit{{Name: KeyAddress, Key: KeyAddress, When: WhenAlways, Rate: Rate{N: 600, Period: time.Minute}, Burst: 600}},
 		},
 	}

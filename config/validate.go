@@ -59,6 +59,9 @@ func (c *Config) normalise() {
 		if r.Auth == "" {
 			r.Auth = AuthNone
 		}
+		if r.Priority == "" {
+			r.Priority = defaultPriority(r)
+		}
 		for j := range r.Limits {
 			l := &r.Limits[j]
 			if l.When == "" {
@@ -241,6 +244,7 @@ func (c *Config) validate() Errors {
 	}
 	c.checkValidation(v)
 	c.checkIdentity(v)
+	c.checkOverload(v)
 
 	c.checkRoutes(v)
 	c.checkTiers(v)

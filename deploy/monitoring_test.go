@@ -301,6 +301,8 @@ func exported(t *testing.T) map[string]dto.MetricType {
 	m.ConfigReload(true)
 	m.AuthFailure("expired")
 	m.JWKSFetch(true)
+	m.Overload("list_tickers", "market_data").Shed()
+	m.Overload("list_tickers", "market_data").Queued(time.Millisecond)
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -478,7 +480,7 @@ func TestAlertRules(t *testing.T) {
 	}
 	for _, want := range []string{
 		"ExgateHigh5xxRatio", "ExgateRateLimitStoreFallback", "ExgateMarketCatalogueStale",
-		"Exgate429Surge", "ExgateUpstreamErrors", "ExgateInstanceDown",
+		"Exgate429Surge", "ExgateUpstreamErrors", "ExgateInstanceDown", "ExgateShedding", "ExgateCancelsShed",
 	} {
 		if !slices.Contains(alerts, want) {
 			t.Errorf("alerts.yaml lacks %s", want)

@@ -132,6 +132,7 @@ type Metrics struct {
 	buildInfo        *prometheus.GaugeVec
 	authFailures     *prometheus.CounterVec
 	jwksFetches      *prometheus.CounterVec
+	overload         *overloadCollectors
 	goColl           prometheus.Collector
 	procColl         prometheus.Collector
 
@@ -273,6 +274,7 @@ func newMetrics(info BuildInfo) *Metrics {
 	m.authCodes = boundedLabel{vec: m.authFailures, m: map[string]prometheus.Counter{}}
 	m.jwksResults[0] = m.jwksFetches.WithLabelValues("failure")
 	m.jwksResults[1] = m.jwksFetches.WithLabelValues("success")
+	m.overload = newOverloadCollectors()
 	m.goColl = collectors.NewGoCollector()
 	m.procColl = collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})
 
@@ -290,12 +292,12 @@ func newMetrics(info BuildInfo) *Metrics {
 
 // own returns exgate's collectors, without the Go and process collectors.
 func (m *Metrics) own() []prometheus.Collector {
-	return []prometheus.Collector{
+	return append([]prometheus.Collector{
 		m.requests, m.requestDuration, m.upstreamDuration, m.upstreamErrors,
 		m.decisions, m.storeErrors, m.storeDuration, m.fallback,
 		m.validation, m.idempotency, m.inflight,
 		m.reloads, m.buildInfo, m.authFailures, m.jwksFetches, m.bodyBudget,
-	}
+	}, m.overload.all()...)
 }
 
 // Names returns the name of every metric family New and

@@ -53,6 +53,9 @@ func exercise(m *Metrics) {
 	m.ConfigReload(true)
 	m.AuthFailure("expired")
 	m.JWKSFetch(true)
+	o := m.Overload("list_tickers", "market_data")
+	o.Shed()
+	o.Queued(5 * time.Millisecond)
 }
 
 func TestNewRegistersEverythingLintClean(t *testing.T) {
@@ -95,6 +98,7 @@ func TestNamesFromDescriptors(t *testing.T) {
 		NameRateLimitDecision, NameStoreErrors, NameStoreDuration, NameFallback,
 		NameValidation, NameIdempotency, NameCatalogueAge, NameInflight,
 		NameConfigReloads, NameBuildInfo, NameBodyBudget,
+		NameOverloadShed, NameOverloadQueue, NameOverloadLimit, NameOverloadInFlight, NameOverloadWaiting, NameOverloadMinRTT,
 		"go_goroutines", "go_gc_duration_seconds", "process_cpu_seconds_total",
 	} {
 		if !slices.Contains(names, want) {
@@ -110,8 +114,8 @@ func TestNamesFromDescriptors(t *testing.T) {
 			t.Errorf("Names() lists %s; want base names", n)
 		}
 	}
-	if exgate != 17 {
-		t.Errorf("Names() lists %d exgate_ families, want 17", exgate)
+	if exgate != 23 {
+		t.Errorf("Names() lists %d exgate_ families, want 23", exgate)
 	}
 }
 
@@ -808,4 +812,44 @@ exgate_idempotency_store_errors_total{kind="timeout",operation="release"} 0
 	if problems, err := testutil.GatherAndLint(reg); err != nil || len(problems) > 0 {
 		t.Errorf("lint: %v %v", problems, err)
 	}
+}
+
+// fixedSource is an OverloadSource with set values.
+type fixedSource struct{ limit, inflight, waiting int }
+
+func (f fixedSource) Limit() int            { return f.limit }
+func (f fixedSource) InFlight() int         { return f.inflight }
+func (f fixedSource) Waiting() int          { return f.waiting }
+func (f fixedSource) MinRTT() time.Duration { return 20 * time.Millisecond }
+
+func TestOverloadGaugesReadTheSource(t *testing.T) {
+	m, reg := newTest(t)
+	if got := testutil.ToFloat64(m.overload.gauges[0]); got != 0 {
+		t.Errorf("limit without a source = %v, want 0", got)
+	}
+	m.SetOverloadSource(fixedSource{limit: 40, inflight: 12, waiting: 3})
+	want := map[string]float64{NameOverloadLimit: 40, NameOverloadInFlight: 12, NameOverloadWaiting: 3, NameOverloadMinRTT: 0.02}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if w, ok := want[mf.GetName()]; ok {
+			if got := mf.GetMetric()[0].GetGauge().GetValue(); got != w {
+				t.Errorf("%s = %v, want %v", mf.GetName(), got, w)
+			}
+			delete(want, mf.GetName())
+		}
+	}
+	if len(want) != 0 {
+		t.Errorf("not gathered: %v", want)
+	}
+	o := m.Overload("cancel_order", "cancel")
+	o.Shed()
+	o.Shed()
+	if got := testutil.ToFloat64(m.overload.shed.WithLabelValues("cancel_order", "cancel")); got != 2 {
+		t.Errorf("shed = %v, want 2", got)
+	}
+	var nilM *Metrics
+	nilM.Overload("r", "c").Shed() // a nil *Metrics records nothing and does not panic
 }

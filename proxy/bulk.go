@@ -72,7 +72,7 @@ func (g *Gateway) checkBulk(ex *exchange, r *http.Request, pl *plan) bool {
 	}
 	target := ex.route.bulk.orders
 	if bulk.Cancel() {
-		target = ex.route.bulk.cancels
+		target, ex.bulkCancel = ex.route.bulk.cancels, true
 	}
 	if target != nil && !g.enforceLimits(ex, r, pl, target, int64(bulk.Len())) {
 		return false

@@ -26,6 +26,7 @@ import (
 	"github.com/exgate/exgate/identity"
 	"github.com/exgate/exgate/limiter"
 	"github.com/exgate/exgate/metrics"
+	"github.com/exgate/exgate/overload"
 	"github.com/exgate/exgate/topk"
 	"github.com/exgate/exgate/validate"
 )
@@ -102,6 +103,7 @@ type Gateway struct {
 	errHeader    *Error
 	errBody      *Error
 	budget       bufferBudget // of order bodies read whole
+	admission    *overload.Limiter
 	draining     atomic.Bool
 	pool         sync.Pool // *exchange
 }
@@ -180,6 +182,7 @@ type plan struct {
 	table     *table
 	rules     *limiter.Rules
 	validator *validate.Validator
+	admission admissionPlan
 }
 
 // newPlan compiles the route table, attaching to each route its compiled
@@ -197,6 +200,7 @@ func (g *Gateway) newPlan(cfg *config.Config, rules *limiter.Rules, v *validate.
 		}
 		r.limits = rules.Route(r.Name)
 		r.metrics = g.metrics.Route(r.Name)
+		g.compileAdmission(r)
 		if g.metrics == nil || !r.limits.Limited() {
 			continue
 		}
@@ -209,7 +213,7 @@ func (g *Gateway) newPlan(cfg *config.Config, rules *limiter.Rules, v *validate.
 			r.limitMetrics = append(r.limitMetrics, byTier)
 		}
 	}
-	return &plan{table: t, rules: rules, validator: v, cors: compileCORS(cfg.CORS)}
+	return &plan{table: t, rules: rules, validator: v, cors: compileCORS(cfg.CORS), admission: g.newAdmissionPlan(cfg)}
 }
 
 // Reload replaces the route table, the rate limits and the order
@@ -241,25 +245,28 @@ func (g *Gateway) CloseIdleConnections() {
 
 // exchange is the state of one request, pooled.
 type exchange struct {
-	rw       respWriter
-	start    time.Time
-	id       string
-	route    *Route
-	path     string // canonical path, or "" when refused before that
-	clientCx context.Context
-	upErr    error
-	addr     netip.Addr // client address, once derived
-	caller   caller     // who sent the request, from the auth step
-	order    orderState // validation and duplicate protection
-	limited  bool       // the route's limits were decided
-	decision limiter.Decision
-	g        *Gateway
-	upStart  time.Time     // when the request went to the backend, or zero
-	upDone   bool          // the upstream duration was observed
-	upDur    time.Duration // how long the backend took to answer with headers, or to fail
-	upStatus int           // the backend's status, or 0
-	body     *streamBody   // the request body as it streams, when it has one and is not an order
-	buffered int64         // bytes of the buffer budget this request holds
+	rw         respWriter
+	start      time.Time
+	id         string
+	route      *Route
+	path       string // canonical path, or "" when refused before that
+	clientCx   context.Context
+	upErr      error
+	addr       netip.Addr // client address, once derived
+	caller     caller     // who sent the request, from the auth step
+	order      orderState // validation and duplicate protection
+	limited    bool       // the route's limits were decided
+	decision   limiter.Decision
+	g          *Gateway
+	upStart    time.Time       // when the request went to the backend, or zero
+	upDone     bool            // the upstream duration was observed
+	upDur      time.Duration   // how long the backend took to answer with headers, or to fail
+	upStatus   int             // the backend's status, or 0
+	body       *streamBody     // the request body as it streams, when it has one and is not an order
+	buffered   int64           // bytes of the buffer budget this request holds
+	bulkCancel bool            // the request is a bulk of order ids to cancel
+	slot       bool            // the request holds a backend slot (admission)
+	routeSlot  *routeAdmission // the route whose own in-flight cap counts the request
 }
 
 // ServeHTTP runs the request pipeline: request id, header size,
@@ -341,6 +348,9 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	} else {
 		delete(r.Header, "X-Real-Ip")
 	}
+	if !g.admitEarly(ex, r, pl) {
+		return
+	}
 	if route.bulk != nil {
 		// A bulk is charged by its size, so its body is checked first.
 		if !g.checkBulk(ex, r, pl) {
@@ -364,6 +374,9 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 
+	if !g.admit(ex, r, pl) {
+		return
+	}
 	r.URL.Path, r.URL.RawPath = ex.path, ""
 	parent := r.Context()
 	if ex.order.claimed {
@@ -535,6 +548,7 @@ func (g *Gateway) finish(ex *exchange, r *http.Request) {
 				ex.route.metrics.UpstreamError(kind)
 			}
 			g.settleFailed(ex, nil)
+			g.releaseSlot(ex)
 			ex.releaseOrder()
 			g.budget.release(ex.buffered)
 			g.observe(ex, r)
@@ -551,6 +565,7 @@ func (g *Gateway) finish(ex *exchange, r *http.Request) {
 		ex.rw.status = http.StatusOK // net/http's answer when nothing was written
 	}
 	g.settleFailed(ex, nil) // a claim still open here has an unknown outcome
+	g.releaseSlot(ex)
 	ex.releaseOrder()
 	g.budget.release(ex.buffered)
 	g.observe(ex, r)

@@ -25,6 +25,7 @@ type Route struct {
 	bulk         *bulkTargets                       // the routes a bulk route charges, or nil
 	metrics      *metrics.RouteMetrics              // nil: no metrics
 	limitMetrics []map[string]*metrics.LimitMetrics // by limit index, then tier ("" for none)
+	admission    *routeAdmission                    // class and in-flight cap under overload
 
 	method   string    // "" for any known method
 	segs     []segment // nil for the default route

@@ -1,0 +1,66 @@
+// Package overload bounds the requests exgate has under way at the backend
+// and decides, when the backend is full, which wait and which are shed.
+//
+// A Limiter holds a concurrency limit, adapted from the backend's observed
+// latency by a gradient controller (the scheme of Netflix's
+// concurrency-limits Gradient2 and Envoy's adaptive concurrency filter):
+// every window it compares the latency the backend shows without a queue
+// (its minimum round-trip time, measured again at the floor limit every
+// probe interval) with the window's average, and moves the limit by their
+// ratio plus a headroom of √limit:
+//
+//	limit' = limit × clamp(tolerance × minRTT / avgRTT, 0.5, 1) + √limit
+//
+// so the limit settles where the backend's own queue adds at most
+// (tolerance − 1) of its unloaded latency. A fixed limit turns adaptation
+// off.
+//
+// Requests carry a Class. A request that finds the backend full waits for a
+// slot, at most its class's wait; a freed slot goes to the most important
+// class's oldest waiter. Queue time, not queue length, decides: a burst is
+// absorbed within the waits, a standing queue is not, and the least
+// important classes, which wait least and are served last, are shed first.
+package overload
+
+// Class is a request's priority class; lower values are more important.
+type Class uint8
+
+// The classes, most important first.
+const (
+	// Cancel is an order cancel (single or bulk): served first, shed only
+	// when the backend can take nothing at all.
+	Cancel Class = iota
+	// Status is an order-status or open-orders read.
+	Status
+	// Place is an order placement (single or bulk).
+	Place
+	// PrivateRead is any other private read: fills, wallets, sessions.
+	PrivateRead
+	// MarketData is public market data: markets, tickers, order books.
+	MarketData
+	// NumClasses is the number of classes.
+	NumClasses
+)
+
+var classNames = [NumClasses]string{"cancel", "status", "place", "private_read", "market_data"}
+
+// String returns the class's configuration and metric label name.
+func (c Class) String() string {
+	if c < NumClasses {
+		return classNames[c]
+	}
+	return "unknown"
+}
+
+// ParseClass returns the class named s.
+func ParseClass(s string) (Class, bool) {
+	for i, n := range classNames {
+		if n == s {
+			return Class(i), true
+		}
+	}
+	return 0, false
+}
+
+// ClassNames returns the class names, most important first.
+func ClassNames() []string { return classNames[:] }

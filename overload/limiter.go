@@ -1,0 +1,445 @@
+package overload
+
+import (
+	"context"
+	"math"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Options configure a Limiter. Zero fields take the defaults noted.
+type Options struct {
+	// Min is the floor of the adaptive limit and the limit while the
+	// minimum round-trip time is measured. Default 4.
+	Min int
+	// Max is the ceiling of the adaptive limit. Default 1000.
+	Max int
+	// Initial is the limit before the first adjustment. Default 100,
+	// within Min and Max.
+	Initial int
+	// Fixed, when positive, is the limit, and nothing adapts.
+	Fixed int
+	// Tolerance is how much slower than its unloaded latency the backend
+	// may answer before the limit shrinks, as a factor. Default 1.5.
+	Tolerance float64
+	// Slack is the least the backend may be slower by: a backend that
+	// answers in microseconds jitters by more than any factor of that.
+	// Default 5ms.
+	Slack time.Duration
+	// Window is how often the limit is adjusted (a window closes at its
+	// first sample at least Window after it opened, with at least
+	// MinSamples samples). Default 100ms.
+	Window time.Duration
+	// MinSamples is the fewest samples a window needs. Default 10.
+	MinSamples int
+	// ProbeInterval is how often the minimum round-trip time is measured
+	// again at the floor limit, so that it follows a backend whose
+	// unloaded latency changed. Default 30s.
+	ProbeInterval time.Duration
+	// MaxWait is, by class, the longest a request waits for a slot before
+	// it is shed; 0 sheds it at once when the backend is full.
+	MaxWait [NumClasses]time.Duration
+	// Now is the clock. Nil means time.Now.
+	Now func() time.Time
+}
+
+// DefaultMaxWait returns the default waits: a cancel waits up to a second,
+// order status 50ms, a placement 20ms, other private reads 10ms and market
+// data 5ms.
+func DefaultMaxWait() [NumClasses]time.Duration {
+	return [NumClasses]time.Duration{time.Second, 50 * time.Millisecond, 20 * time.Millisecond, 10 * time.Millisecond, 5 * time.Millisecond}
+}
+
+func (o *Options) normalise() {
+	if o.Min <= 0 {
+		o.Min = 4
+	}
+	if o.Max <= 0 {
+		o.Max = 1000
+	}
+	if o.Max < o.Min {
+		o.Max = o.Min
+	}
+	if o.Initial <= 0 {
+		o.Initial = 100
+	}
+	o.Initial = min(max(o.Initial, o.Min), o.Max)
+	if o.Tolerance < 1 {
+		o.Tolerance = 1.5
+	}
+	if o.Slack <= 0 {
+		o.Slack = 5 * time.Millisecond
+	}
+	if o.Window <= 0 {
+		o.Window = 100 * time.Millisecond
+	}
+	if o.MinSamples <= 0 {
+		o.MinSamples = 10
+	}
+	if o.ProbeInterval <= 0 {
+		o.ProbeInterval = 30 * time.Second
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+}
+
+// Limiter is an adaptive concurrency limit with prioritised waiting. Its
+// methods are safe for concurrent use. Acquire and Release take one short
+// critical section each and do not allocate once waiters are pooled.
+type Limiter struct {
+	now func() time.Time
+
+	mu       sync.Mutex
+	o        Options
+	limit    int
+	inflight int
+	queues   [NumClasses]waitQueue
+	waiting  int
+
+	// The controller's window: samples since it opened.
+	winStart time.Time
+	winSum   time.Duration
+	winN     int
+	winPeak  int // the most requests in flight during the window
+
+	minRTT    time.Duration // 0 until measured
+	probing   bool          // the limit is held at Min to measure minRTT
+	probeFrom int           // the limit to return to after the probe
+	probeSkip int           // samples of requests sent before the probe began
+	nextProbe time.Time
+
+	// shedP is, by class, the probability (of shedScale) with which Admit
+	// sheds a request while the backend is full: raised when a request
+	// of the class waited in vain, lowered when one got a slot.
+	shedP [NumClasses]atomic.Uint32
+
+	// Read without the lock by exporters and Admit.
+	limitNow    atomic.Int64
+	inflightNow atomic.Int64
+	waitingNow  atomic.Int64
+	minRTTNow   atomic.Int64
+
+	pool sync.Pool // *waiter
+}
+
+// New returns a Limiter with the options o.
+func New(o Options) *Limiter {
+	l := &Limiter{}
+	l.pool.New = func() any {
+		t := time.NewTimer(time.Hour)
+		t.Stop()
+		return &waiter{ready: make(chan struct{}, 1), timer: t}
+	}
+	l.Configure(o)
+	return l
+}
+
+// Configure replaces the options. The limit is kept within the new floor
+// and ceiling (or set to a new fixed limit); waiters keep the wait they
+// started with.
+func (l *Limiter) Configure(o Options) {
+	o.normalise()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	first := l.now == nil
+	l.o = o
+	l.now = o.Now
+	switch {
+	case o.Fixed > 0:
+		l.limit, l.probing = o.Fixed, false
+	case first || l.limit == 0:
+		// The unloaded latency is learnt from the windows (their lowest
+		// average) until the first probe.
+		l.limit = o.Initial
+		l.winStart = l.now()
+		l.nextProbe = l.winStart.Add(o.ProbeInterval)
+	default:
+		l.limit = min(max(l.limit, o.Min), o.Max)
+		if l.probing {
+			l.limit = o.Min
+		}
+	}
+	l.grant()
+	l.publish()
+}
+
+// Limit returns the current limit.
+func (l *Limiter) Limit() int { return int(l.limitNow.Load()) }
+
+// InFlight returns how many slots are taken.
+func (l *Limiter) InFlight() int { return int(l.inflightNow.Load()) }
+
+// Waiting returns how many requests wait for a slot.
+func (l *Limiter) Waiting() int { return int(l.waitingNow.Load()) }
+
+// MinRTT returns the backend's measured unloaded round-trip time, 0 before
+// the first measurement.
+func (l *Limiter) MinRTT() time.Duration { return time.Duration(l.minRTTNow.Load()) }
+
+// Acquire takes a slot for a request of class c, waiting at most the
+// class's wait (and never past ctx). It returns whether a slot was taken
+// and how long the request waited. A taken slot must be given back with
+// Release.
+func (l *Limiter) Acquire(ctx context.Context, c Class) (bool, time.Duration) {
+	if c >= NumClasses {
+		c = NumClasses - 1
+	}
+	l.mu.Lock()
+	if l.inflight < l.limit && !l.waitersAhead(c) {
+		l.take()
+		l.served(c)
+		l.mu.Unlock()
+		return true, 0
+	}
+	wait := l.o.MaxWait[c]
+	if wait <= 0 || ctx.Err() != nil {
+		if wait <= 0 {
+			l.shed(c)
+		}
+		l.mu.Unlock()
+		return false, 0
+	}
+	w := l.pool.Get().(*waiter)
+	w.class, w.granted = c, false
+	start := l.now()
+	l.queues[c].push(w)
+	l.waiting++
+	l.waitingNow.Store(int64(l.waiting))
+	l.mu.Unlock()
+
+	w.timer.Reset(wait)
+	select {
+	case <-w.ready:
+	case <-w.timer.C:
+	case <-ctx.Done():
+	}
+	w.timer.Stop()
+	waited := l.now().Sub(start)
+
+	l.mu.Lock()
+	ok := w.granted
+	switch {
+	case ok:
+		l.served(c)
+	default:
+		l.queues[c].remove(w)
+		l.waiting--
+		l.waitingNow.Store(int64(l.waiting))
+		if ctx.Err() == nil {
+			l.shed(c)
+		}
+	}
+	l.mu.Unlock()
+	if ok {
+		select { // the grant's signal, if the select above left it
+		case <-w.ready:
+		default:
+		}
+	}
+	l.pool.Put(w)
+	return ok, waited
+}
+
+// shedScale is the fixed-point scale of the shed probabilities.
+const shedScale = 1 << 16
+
+// Admit reports whether a request of class c should go on to its checks
+// and Acquire: false sheds it at once, before it is charged anything. While
+// the backend has room it is always true; while it is full, a class whose
+// requests have lately waited in vain is shed with a probability that
+// rises with each such request and falls with each that got a slot, so
+// that what reaches the queue is about what the queue serves. It takes no
+// lock and does not allocate.
+func (l *Limiter) Admit(c Class) bool {
+	if c >= NumClasses {
+		c = NumClasses - 1
+	}
+	if l.inflightNow.Load() < l.limitNow.Load() && l.waitingNow.Load() == 0 {
+		return true
+	}
+	p := l.shedP[c].Load()
+	return p == 0 || rand.Uint32N(shedScale) >= p
+}
+
+// shed raises class c's shed probability: a request of it waited in vain;
+// l.mu is held.
+func (l *Limiter) shed(c Class) {
+	p := l.shedP[c].Load()
+	l.shedP[c].Store(p + (shedScale-p)/8)
+}
+
+// served lowers class c's shed probability: a request of it got a slot;
+// l.mu is held.
+func (l *Limiter) served(c Class) {
+	if p := l.shedP[c].Load(); p != 0 {
+		l.shedP[c].Store(p - p/512 - 1)
+	}
+}
+
+// waitersAhead reports whether a request of class c waits for a slot that
+// a new request of class c must not take first.
+func (l *Limiter) waitersAhead(c Class) bool {
+	if l.waiting == 0 {
+		return false
+	}
+	for k := Class(0); k <= c; k++ {
+		if l.queues[k].head != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// take counts a slot as taken; l.mu is held.
+func (l *Limiter) take() {
+	l.inflight++
+	l.winPeak = max(l.winPeak, l.inflight)
+	l.inflightNow.Store(int64(l.inflight))
+}
+
+// Release gives back a slot taken by Acquire. rtt is the backend's round
+// trip; sample says whether it measures the backend (false for a request
+// that never reached it, or whose client went away).
+func (l *Limiter) Release(rtt time.Duration, sample bool) {
+	l.mu.Lock()
+	l.inflight--
+	if sample {
+		l.observe(rtt)
+	}
+	l.grant()
+	l.inflightNow.Store(int64(l.inflight))
+	l.mu.Unlock()
+}
+
+// grant hands free slots to waiters, most important class first, oldest
+// first; l.mu is held.
+func (l *Limiter) grant() {
+	for l.waiting > 0 && l.inflight < l.limit {
+		var w *waiter
+		for k := range l.queues {
+			if w = l.queues[k].pop(); w != nil {
+				break
+			}
+		}
+		if w == nil {
+			break
+		}
+		l.waiting--
+		w.granted = true
+		l.take()
+		w.ready <- struct{}{}
+	}
+	l.waitingNow.Store(int64(l.waiting))
+}
+
+// observe adds one round trip to the window and closes the window when it
+// is due; l.mu is held.
+func (l *Limiter) observe(rtt time.Duration) {
+	if l.o.Fixed > 0 {
+		return
+	}
+	if l.probing && l.probeSkip > 0 {
+		l.probeSkip-- // sent before the probe, at the old limit
+		return
+	}
+	l.winSum += rtt
+	l.winN++
+	if l.winN < l.o.MinSamples {
+		return
+	}
+	now := l.now()
+	if now.Sub(l.winStart) < l.o.Window {
+		return
+	}
+	avg := l.winSum / time.Duration(l.winN)
+	peak := l.winPeak
+	l.winStart, l.winSum, l.winN, l.winPeak = now, 0, 0, l.inflight
+	if avg <= 0 {
+		avg = 1
+	}
+	if l.probing {
+		l.minRTT = avg
+		l.minRTTNow.Store(int64(avg))
+		l.probing = false
+		l.limit = l.probeFrom
+		l.nextProbe = now.Add(l.o.ProbeInterval)
+		l.publish()
+		return
+	}
+	if l.minRTT == 0 || avg < l.minRTT {
+		l.minRTT = avg
+		l.minRTTNow.Store(int64(avg))
+	}
+	target := max(l.o.Tolerance*float64(l.minRTT), float64(l.minRTT+l.o.Slack))
+	gradient := min(max(target/float64(avg), 0.5), 1)
+	next := float64(l.limit)*gradient + math.Sqrt(float64(l.limit))
+	if 2*peak < l.limit && next > float64(l.limit) {
+		next = float64(l.limit) // not using what it has: no reason to grow
+	}
+	l.limit = min(max(int(next), l.o.Min), l.o.Max)
+	if !now.Before(l.nextProbe) {
+		l.startProbe(now)
+	}
+	l.publish()
+}
+
+// startProbe holds the limit at the floor until one window of samples from
+// requests sent under it has measured the unloaded round trip; l.mu is
+// held.
+func (l *Limiter) startProbe(now time.Time) {
+	l.probing = true
+	l.probeFrom = max(l.limit, l.o.Min)
+	l.probeSkip = l.inflight
+	l.limit = l.o.Min
+	l.winStart, l.winSum, l.winN, l.winPeak = now, 0, 0, l.inflight
+}
+
+// publish copies the limit for exporters; l.mu is held.
+func (l *Limiter) publish() { l.limitNow.Store(int64(l.limit)) }
+
+// waiter is one request waiting for a slot, pooled with its timer.
+type waiter struct {
+	prev, next *waiter
+	class      Class
+	granted    bool
+	ready      chan struct{}
+	timer      *time.Timer
+}
+
+// waitQueue is a FIFO of waiters, a doubly linked list.
+type waitQueue struct{ head, tail *waiter }
+
+func (q *waitQueue) push(w *waiter) {
+	w.prev, w.next = q.tail, nil
+	if q.tail != nil {
+		q.tail.next = w
+	} else {
+		q.head = w
+	}
+	q.tail = w
+}
+
+func (q *waitQueue) pop() *waiter {
+	w := q.head
+	if w != nil {
+		q.remove(w)
+	}
+	return w
+}
+
+func (q *waitQueue) remove(w *waiter) {
+	if w.prev != nil {
+		w.prev.next = w.next
+	} else {
+		q.head = w.next
+	}
+	if w.next != nil {
+		w.next.prev = w.prev
+	} else {
+		q.tail = w.prev
+	}
+	w.prev, w.next = nil, nil
+}

@@ -1,0 +1,282 @@
+package overload
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+)
+
+// fakeClock is a manual clock for the controller's windows.
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *fakeClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *fakeClock) Add(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+func TestFixedLimitShedsPastItWithoutWait(t *testing.T) {
+	l := New(Options{Fixed: 2})
+	ctx := context.Background()
+	for i := 0; i < 2; i++ {
+		if ok, _ := l.Acquire(ctx, MarketData); !ok {
+			t.Fatalf("acquire %d refused under the limit", i)
+		}
+	}
+	if ok, _ := l.Acquire(ctx, MarketData); ok {
+		t.Fatal("third acquire admitted over a fixed limit of 2 with no wait")
+	}
+	l.Release(time.Millisecond, true)
+	if ok, _ := l.Acquire(ctx, MarketData); !ok {
+		t.Fatal("acquire refused after a release")
+	}
+	if got := l.InFlight(); got != 2 {
+		t.Fatalf("InFlight = %d, want 2", got)
+	}
+}
+
+// TestFreedSlotGoesToMostImportantWaiter fills the limit, queues waiters
+// of every class in reverse order, and checks that released slots go to
+// them most important first.
+func TestFreedSlotGoesToMostImportantWaiter(t *testing.T) {
+	var waits [NumClasses]time.Duration
+	for i := range waits {
+		waits[i] = 5 * time.Second
+	}
+	l := New(Options{Fixed: 1, MaxWait: waits})
+	ctx := context.Background()
+	if ok, _ := l.Acquire(ctx, Cancel); !ok {
+		t.Fatal("first acquire refused")
+	}
+	order := make(chan Class, NumClasses)
+	var wg sync.WaitGroup
+	for c := NumClasses - 1; ; c-- {
+		wg.Add(1)
+		go func(c Class) {
+			defer wg.Done()
+			if ok, _ := l.Acquire(ctx, c); ok {
+				order <- c
+				l.Release(time.Millisecond, true)
+			}
+		}(c)
+		for l.Waiting() != int(NumClasses-c) {
+			time.Sleep(time.Millisecond)
+		}
+		if c == 0 {
+			break
+		}
+	}
+	l.Release(time.Millisecond, true)
+	wg.Wait()
+	close(order)
+	want := Class(0)
+	for c := range order {
+		if c != want {
+			t.Fatalf("slot went to %v, want %v", c, want)
+		}
+		want++
+	}
+	if want != NumClasses {
+		t.Fatalf("%d classes served, want %d", want, NumClasses)
+	}
+}
+
+func TestWaitIsBoundedByClass(t *testing.T) {
+	waits := [NumClasses]time.Duration{Cancel: time.Second, MarketData: 20 * time.Millisecond}
+	l := New(Options{Fixed: 1, MaxWait: waits})
+	ctx := context.Background()
+	l.Acquire(ctx, Cancel)
+	tests := []struct {
+		class Class
+		want  bool
+	}{
+		{MarketData, false}, // waits 20ms, then shed
+		{Place, false},      // no wait configured: shed at once
+	}
+	for _, tt := range tests {
+		t.Run(tt.class.String(), func(t *testing.T) {
+			start := time.Now()
+			ok, waited := l.Acquire(ctx, tt.class)
+			if ok != tt.want {
+				t.Fatalf("Acquire = %v, want %v", ok, tt.want)
+			}
+			if el := time.Since(start); el > waits[tt.class]+500*time.Millisecond || waited > el {
+				t.Fatalf("waited %v (reported %v), bound %v", el, waited, waits[tt.class])
+			}
+			if l.Waiting() != 0 {
+				t.Fatalf("a shed waiter is still queued")
+			}
+		})
+	}
+	// A cancel waiting behind the full limit gets the next slot.
+	done := make(chan bool)
+	go func() { ok, _ := l.Acquire(ctx, Cancel); done <- ok }()
+	for l.Waiting() != 1 {
+		time.Sleep(time.Millisecond)
+	}
+	l.Release(time.Millisecond, true)
+	if !<-done {
+		t.Fatal("cancel shed while a slot was freed")
+	}
+}
+
+func TestAcquireHonoursContext(t *testing.T) {
+	l := New(Options{Fixed: 1, MaxWait: [NumClasses]time.Duration{Cancel: time.Hour}})
+	l.Acquire(context.Background(), Cancel)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+	defer cancel()
+	if ok, _ := l.Acquire(ctx, Cancel); ok {
+		t.Fatal("acquired past a done context")
+	}
+}
+
+// run feeds the controller windows of samples at a given concurrency,
+// with the backend's latency as a function of concurrency.
+func run(l *Limiter, clk *fakeClock, windows int, latency func(n int) time.Duration) {
+	for w := 0; w < windows; w++ {
+		n := l.Limit()
+		for i := 0; i < n; i++ {
+			l.Acquire(context.Background(), Cancel)
+		}
+		for i := 0; i < n; i++ {
+			if i == n-1 {
+				clk.Add(100 * time.Millisecond)
+			}
+			l.Release(latency(n), true)
+		}
+	}
+}
+
+// TestGradientSettlesNearCapacity drives the controller against a backend
+// of 20 workers taking 10ms each, whose latency grows with its queue once
+// they are busy: the limit settles above the workers and well below 2×.
+func TestGradientSettlesNearCapacity(t *testing.T) {
+	clk := &fakeClock{t: time.Unix(0, 0)}
+	l := New(Options{Min: 4, Max: 1000, Initial: 10, MinSamples: 4, Slack: time.Millisecond, Now: clk.Now})
+	backend := func(n int) time.Duration {
+		d := 10 * time.Millisecond
+		if n > 20 {
+			d = d * time.Duration(n) / 20
+		}
+		return d
+	}
+	run(l, clk, 100, backend)
+	if got := l.MinRTT(); got != 10*time.Millisecond {
+		t.Errorf("MinRTT = %v, want 10ms", got)
+	}
+	if got := l.Limit(); got < 20 || got > 40 {
+		t.Errorf("limit settled at %d, want 20..40 for 20 workers", got)
+	}
+	// The backend slows down for good: the limit shrinks but stays
+	// at least the floor, and the next probe learns the new latency.
+	slow := func(n int) time.Duration { return 4 * backend(n) }
+	run(l, clk, 3, slow)
+	if got := l.Limit(); got > 25 {
+		t.Errorf("limit %d after the backend slowed 4×, want it shrinking", got)
+	}
+	clk.Add(31 * time.Second)
+	run(l, clk, 60, slow)
+	if got := l.MinRTT(); got != 40*time.Millisecond {
+		t.Errorf("MinRTT after a probe = %v, want 40ms", got)
+	}
+	if got := l.Limit(); got < 20 || got > 40 {
+		t.Errorf("limit after re-probing settled at %d, want 20..40", got)
+	}
+}
+
+func TestLimitStaysWithinMinMax(t *testing.T) {
+	clk := &fakeClock{t: time.Unix(0, 0)}
+	l := New(Options{Min: 5, Max: 12, MinSamples: 1, Now: clk.Now})
+	run(l, clk, 50, func(int) time.Duration { return time.Millisecond }) // never slower: grows
+	if got := l.Limit(); got != 12 {
+		t.Errorf("limit %d, want the ceiling 12", got)
+	}
+	run(l, clk, 50, func(n int) time.Duration { return time.Duration(n) * time.Second }) // always slower: shrinks
+	if got := l.Limit(); got != 5 {
+		t.Errorf("limit %d, want the floor 5", got)
+	}
+}
+
+func TestParseClass(t *testing.T) {
+	for c := Class(0); c < NumClasses; c++ {
+		if got, ok := ParseClass(c.String()); !ok || got != c {
+			t.Errorf("ParseClass(%q) = %v, %v", c.String(), got, ok)
+		}
+	}
+	if _, ok := ParseClass("urgent"); ok {
+		t.Error("ParseClass accepted an unknown name")
+	}
+}
+
+// BenchmarkAcquireRelease is the per-request cost of the admission step
+// when the backend has room.
+func BenchmarkAcquireRelease(b *testing.B) {
+	l := New(Options{Min: 4, Max: 1 << 20, Initial: 1 << 20})
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if ok, _ := l.Acquire(ctx, Place); !ok {
+				b.Fatal("refused")
+			}
+			l.Release(time.Millisecond, true)
+		}
+	})
+}
+
+// TestAdmitShedsBeforeTheQueueOnceTheQueueSheds checks the gate in front
+// of the checks: open while there is room, and once a class's requests
+// wait in vain, closed to most of that class while the backend stays full
+// — but never to a class that is being served.
+func TestAdmitShedsBeforeTheQueueOnceTheQueueSheds(t *testing.T) {
+	l := New(Options{Fixed: 1, MaxWait: [NumClasses]time.Duration{Cancel: time.Second, MarketData: time.Millisecond}})
+	ctx := context.Background()
+	count := func(c Class) int {
+		n := 0
+		for i := 0; i < 1000; i++ {
+			if l.Admit(c) {
+				n++
+			}
+		}
+		return n
+	}
+	if got := count(MarketData); got != 1000 {
+		t.Fatalf("Admit with room let %d of 1000 through, want all", got)
+	}
+	l.Acquire(ctx, Cancel) // the backend is full
+	if got := count(MarketData); got != 1000 {
+		t.Fatalf("Admit before any shed let %d of 1000 through, want all", got)
+	}
+	for i := 0; i < 20; i++ {
+		if ok, _ := l.Acquire(ctx, MarketData); ok {
+			t.Fatal("market data admitted over the limit")
+		}
+	}
+	if got := count(MarketData); got > 100 {
+		t.Errorf("after 20 sheds at the queue, Admit let %d of 1000 through, want under 100", got)
+	}
+	if got := count(Cancel); got != 1000 {
+		t.Errorf("Admit let %d of 1000 cancels through, want all", got)
+	}
+	l.Release(time.Millisecond, true) // room again
+	if got := count(MarketData); got != 1000 {
+		t.Errorf("Admit with room again let %d of 1000 through, want all", got)
+	}
+}
+
+func BenchmarkAdmit(b *testing.B) {
+	l := New(Options{Min: 4, Max: 1 << 20, Initial: 1 << 20})
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if !l.Admit(MarketData) {
+				b.Fatal("shed with room")
+			}
+		}
+	})
+}

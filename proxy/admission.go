@@ -1,0 +1,207 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/exgate/exgate/config"
+	"github.com/exgate/exgate/metrics"
+	"github.com/exgate/exgate/overload"
+)
+
+// The overload step bounds the requests under way at the backend
+// (overload.Limiter) and sheds, when the backend is full, the least
+// important first. It has two parts:
+//
+//   - admitEarly, before the rate limits: while the backend is full, a
+//     class whose requests have lately waited in vain is shed at once,
+//     before anything is charged against the client's limits;
+//   - admit, after the limits, validation and duplicate protection, right
+//     before the backend: the request takes a slot, waiting at most its
+//     class's wait, or is shed. A request refused by an earlier check never
+//     takes a slot. A request shed here has been charged its limits; the
+//     early gate keeps those few, because it learns each class's shed rate
+//     from them (docs/operations.md, "Overload").
+//
+// Either way the answer is 503 overloaded with Retry-After, and the
+// backend never sees the request.
+
+// admissionPlan is the overload part of a plan.
+type admissionPlan struct {
+	enabled bool
+	errShed *Error
+}
+
+// routeAdmission is a route's overload state, compiled with the plan.
+type routeAdmission struct {
+	class       overload.Class
+	maxInFlight int64        // 0: no cap of its own
+	inflight    atomic.Int64 // requests of the route holding a slot
+	metrics     [overload.NumClasses]*metrics.OverloadMetrics
+}
+
+// overloadOptions turns the configuration into the limiter's options.
+func overloadOptions(o config.Overload) overload.Options {
+	return overload.Options{
+		Min:           o.MinLimit,
+		Max:           o.MaxLimit,
+		Initial:       o.InitialLimit,
+		Fixed:         o.FixedLimit,
+		Tolerance:     1 + float64(o.TolerancePercent)/100,
+		Slack:         max(o.ToleranceMin, time.Nanosecond), // 0 means none, not the default
+		Window:        o.Window,
+		ProbeInterval: o.ProbeInterval,
+		MaxWait: [overload.NumClasses]time.Duration{
+			overload.Cancel:      o.MaxWait.Cancel,
+			overload.Status:      o.MaxWait.Status,
+			overload.Place:       o.MaxWait.Place,
+			overload.PrivateRead: o.MaxWait.PrivateRead,
+			overload.MarketData:  o.MaxWait.MarketData,
+		},
+	}
+}
+
+// newAdmissionPlan configures the limiter from cfg and returns the plan's
+// overload part.
+func (g *Gateway) newAdmissionPlan(cfg *config.Config) admissionPlan {
+	o := cfg.Overload
+	opts := overloadOptions(o)
+	if g.admission == nil {
+		g.admission = overload.New(opts)
+		g.metrics.SetOverloadSource(g.admission)
+	} else {
+		g.admission.Configure(opts)
+	}
+	secs := int64((o.RetryAfter + time.Second - 1) / time.Second)
+	when, n := expected(secs)
+	return admissionPlan{
+		enabled: o.Enabled,
+		errShed: static(http.StatusServiceUnavailable, "overloaded", "The exchange is busy. "+when, "Retry-After", n),
+	}
+}
+
+// compileAdmission sets a route's class, cap and metric children.
+func (g *Gateway) compileAdmission(r *Route) {
+	c, ok := overload.ParseClass(r.Config.Priority)
+	if !ok {
+		c = overload.MarketData // Validate fills priority in; a Route built by hand may lack it
+	}
+	a := &routeAdmission{class: c, maxInFlight: int64(r.Config.MaxInFlight)}
+	a.metrics[c] = g.metrics.Overload(r.Name, c.String())
+	if r.Config.Validate == config.ValidateBulk && c != overload.Cancel {
+		a.metrics[overload.Cancel] = g.metrics.Overload(r.Name, overload.Cancel.String())
+	}
+	r.admission = a
+}
+
+// requestClass is the class of ex's request: its route's, or cancel for a
+// bulk cancel.
+func requestClass(ex *exchange) overload.Class {
+	if ex.bulkCancel {
+		return overload.Cancel
+	}
+	return ex.route.admission.class
+}
+
+// admitEarly sheds a request before its limits are charged when its class
+// is being shed anyway. A bulk is not known to be a cancel yet, so it is
+// judged as a cancel here: it is never shed early for being a placement.
+func (g *Gateway) admitEarly(ex *exchange, r *http.Request, pl *plan) bool {
+	if !pl.admission.enabled || ex.route.admission == nil {
+		return true
+	}
+	c := ex.route.admission.class
+	if ex.route.bulk != nil {
+		c = overload.Cancel
+	}
+	if g.admission.Admit(c) {
+		return true
+	}
+	ex.route.admission.metrics[c].Shed()
+	g.refuse(ex, r, pl.admission.errShed)
+	return false
+}
+
+// admit takes a backend slot for ex's request, waiting at most its class's
+// wait, or sheds it. It returns false when it has answered the request.
+func (g *Gateway) admit(ex *exchange, r *http.Request, pl *plan) bool {
+	a := ex.route.admission
+	if !pl.admission.enabled || a == nil {
+		return true
+	}
+	c := requestClass(ex)
+	if a.maxInFlight > 0 {
+		if a.inflight.Add(1) > a.maxInFlight {
+			a.inflight.Add(-1)
+			g.shed(ex, r, pl, c)
+			return false
+		}
+		ex.routeSlot = a
+	}
+	ok, waited := g.admission.Acquire(r.Context(), c)
+	if waited > 0 {
+		a.metrics[c].Queued(waited)
+	}
+	if !ok {
+		g.releaseRouteSlot(ex)
+		if r.Context().Err() != nil {
+			g.settleUnsent(ex)
+			ex.rw.status = StatusClientClosed // nothing to answer: the client is gone
+			return false
+		}
+		g.shed(ex, r, pl, c)
+		return false
+	}
+	ex.slot = true
+	return true
+}
+
+// shed answers a request the backend has no room for. A claimed order
+// identifier is released: the order was never sent.
+func (g *Gateway) shed(ex *exchange, r *http.Request, pl *plan, c overload.Class) {
+	ex.route.admission.metrics[c].Shed()
+	g.settleUnsent(ex)
+	g.refuse(ex, r, pl.admission.errShed)
+}
+
+// settleUnsent releases the identifier claims of an order exgate decided
+// not to send.
+func (g *Gateway) settleUnsent(ex *exchange) {
+	if !ex.order.claimed || ex.order.settled {
+		return
+	}
+	ex.order.settled = true
+	ctx, cancel := context.WithTimeout(context.Background(), g.idemTimeout)
+	defer cancel()
+	if err := g.releaseClaims(ctx, ex); err != nil {
+		g.log.Warn("duplicate protection: releasing a claim failed", zap.String("request_id", ex.id), zap.Error(err))
+	}
+}
+
+// releaseSlot gives back the slot of ex, if it holds one, with the
+// backend's round trip as a latency sample when it measures the backend:
+// the backend answered, or timed out (a timeout says it is slow), and the
+// client did not go away first. A refused connection answers in
+// microseconds and would teach the limit a latency the backend never has.
+func (g *Gateway) releaseSlot(ex *exchange) {
+	g.releaseRouteSlot(ex)
+	if !ex.slot {
+		return
+	}
+	ex.slot = false
+	sample := ex.upDone && ex.clientCx.Err() == nil &&
+		(ex.upStatus != 0 || errors.Is(ex.upErr, context.DeadlineExceeded) || isTimeout(ex.upErr))
+	g.admission.Release(ex.upDur, sample)
+}
+
+func (g *Gateway) releaseRouteSlot(ex *exchange) {
+	if ex.routeSlot != nil {
+		ex.routeSlot.inflight.Add(-1)
+		ex.routeSlot = nil
+	}
+}
