@@ -187,15 +187,18 @@ type gateway struct {
 
 // configHeader is the start of every gateway configuration: free
 // loopback ports, the upstream (with any further upstream keys, one
-// "key: value" each), no access log. Tests append their own sections
-// (server, limiter, routes, …).
+// "key: value" each), no access log, and no concurrency limit to the
+// backend: these tests hold hundreds of requests at a backend that does
+// not answer, on purpose, which the limit would shed (overload_test.go
+// measures the limit itself, with overloadConfig). Tests append their own
+// sections (server, limiter, routes, …).
 func configHeader(upstream string, upstreamKeys ...string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "listen: \"127.0.0.1:0\"\nadmin_listen: \"127.0.0.1:0\"\nupstream:\n  url: %q\n", upstream)
 	for _, k := range upstreamKeys {
 		fmt.Fprintf(&b, "  %s\n", k)
 	}
-	b.WriteString("log:\n  access: false\n")
+	b.WriteString("log:\n  access: false\noverload:\n  enabled: false\n")
 	return b.String()
 }
 
