@@ -379,6 +379,13 @@ func (l *Limiter) observe(rtt time.Duration) {
 	if 2*peak < l.limit && next > float64(l.limit) {
 		next = float64(l.limit) // not using what it has: no reason to grow
 	}
+	if next < float64(l.limit) {
+		// Down by a fifth of the step per window (Gradient2's smoothing):
+		// one slow window (a pause, a slow query) costs at most a tenth
+		// of the limit; a backend that stays slow brings it down within
+		// seconds.
+		next = float64(l.limit) - (float64(l.limit)-next)*0.2
+	}
 	l.limit = min(max(int(next), l.o.Min), l.o.Max)
 	if !now.Before(l.nextProbe) {
 		l.startProbe(now)
