@@ -23,7 +23,10 @@ func TestReplicaAcks(t *testing.T) {
 	alone := redistest.Start(t)
 	o := testOptions(newClock())
 	o.ReplicaAcks = 1
-	o.Timeout = 200 * time.Millisecond
+	// WAIT blocks for half the deadline (1s), leaving the other half for
+	// the round trip itself on a loaded machine: a read timing out would
+	// be a refusal all the same, but not the ErrNotReplicated under test.
+	o.Timeout = 2 * time.Second
 	o.KeyPrefix = "acks:"
 
 	t.Run("acknowledged", func(t *testing.T) {
@@ -98,7 +101,7 @@ func TestReplicaAcksCluster(t *testing.T) {
 	t.Cleanup(func() { _ = c.Close() })
 	o := testOptions(newClock())
 	o.ReplicaAcks = 1
-	o.Timeout = 500 * time.Millisecond
+	o.Timeout = 2 * time.Second // see TestReplicaAcks
 	o.KeyPrefix = "acks:"
 	s := NewRedis(c, o)
 	masters := map[string]bool{}
@@ -142,7 +145,7 @@ func TestFailoverLosesUnacknowledgedClaim(t *testing.T) {
 			replica := redistest.StartReplica(t, master)
 			o := testOptions(newClock())
 			o.ReplicaAcks = tc.acks
-			o.Timeout = 200 * time.Millisecond
+			o.Timeout = 2 * time.Second // see TestReplicaAcks
 			before := NewRedis(newClient(t, master.Addr), o)
 			k := Key{Account: "acct", Identifier: "order-1"}
 
@@ -163,7 +166,7 @@ func TestFailoverLosesUnacknowledgedClaim(t *testing.T) {
 			if _, err := replica.Do("REPLICAOF", "NO", "ONE"); err != nil {
 				t.Fatal(err)
 			}
-			after := NewRedis(newClient(t, replica.Addr), Options{Now: o.Now, KeyPrefix: o.KeyPrefix})
+			after := NewRedis(newClient(t, replica.Addr), Options{Now: o.Now, KeyPrefix: o.KeyPrefix, Timeout: o.Timeout})
 			if c, err := after.Claim(context.Background(), k, fpA); err == nil && c.Outcome == Claimed {
 				placed++
 			}
