@@ -57,7 +57,10 @@ func newSlowProxy(t *testing.T, backendURL string) *slowProxy {
 // goroutine count (go_goroutines on the admin listener) returns to
 // where it was before the fault: nothing leaks per failed request.
 func TestBackendFaults(t *testing.T) {
-	const routeTimeout = 300 * time.Millisecond
+	// The route timeout is far above what the reference backend takes
+	// even on a loaded machine (the warm-up must be all 200s), and far
+	// below the slow backend's delay.
+	const routeTimeout = time.Second
 	for _, tc := range []struct {
 		name    string
 		want    string
@@ -66,7 +69,7 @@ func TestBackendFaults(t *testing.T) {
 		slow    time.Duration // bound on each answer
 	}{
 		{"killed", "502 bad_gateway", false, func(be *backend, _ *slowProxy) { be.kill() }, 2 * time.Second},
-		{"slow", "504 gateway_timeout", true, func(_ *backend, sp *slowProxy) { sp.delay.Store(int64(3 * time.Second)) }, 2 * time.Second},
+		{"slow", "504 gateway_timeout", true, func(_ *backend, sp *slowProxy) { sp.delay.Store(int64(6 * time.Second)) }, 3 * time.Second},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -81,11 +84,11 @@ func TestBackendFaults(t *testing.T) {
 routes:
   - name: list_markets
     match: GET /api/v1/mkt/markets/
-    timeout: 300ms
+    timeout: 1s
   - name: default
     match: "*"
 `)
-			c := newClient(t, 20)
+			c := newClient(t, 40)
 			url := g.url + "/api/v1/mkt/markets/"
 			burstOf := func(n, workers int) *tally {
 				var ty tally
@@ -118,7 +121,7 @@ routes:
 				time.Sleep(routeTimeout / 2)
 				during = g.metric(t, "go_goroutines")
 			}()
-			ty := burstOf(200, 20)
+			ty := burstOf(200, 40)
 			wg.Wait()
 			t.Logf("backend %s: %s", tc.name, ty)
 			if ty.byKey[tc.want] != 200 {

@@ -46,8 +46,12 @@ func replicas(t *testing.T, n int, addrs []string, mut func(*config.Config)) ([]
 		cfg.Server.DrainDelay = 0
 		cfg.Log.Access = false
 		cfg.Limiter.Redis.Addrs = addrs
-		cfg.Limiter.Redis.Timeout = 200 * time.Millisecond // -race on a busy 2-core machine
-		cfg.Idempotency.Timeout = time.Second
+		// Store deadlines far beyond a loaded machine's stalls: a call
+		// timing out would fall back (limits) or refuse (orders), which
+		// is not what these tests are about; tests of timeouts set their
+		// own in mut.
+		cfg.Limiter.Redis.Timeout = time.Second // the most it may be
+		cfg.Idempotency.Timeout = 2 * time.Second
 		cfg.Limiter.Replicas = n
 		if mut != nil {
 			mut(cfg)

@@ -172,7 +172,12 @@ func TestOrderOutcomes(t *testing.T) {
 	cfg.Upstream.URL = config.MustURL(bs.URL)
 	cfg.Server.DrainDelay = 0
 	cfg.Limiter.Redis.Addrs = []string{srv.Addr}
-	cfg.Route("place_order").Timeout = 300 * time.Millisecond
+	// Deadlines a loaded machine meets: only the backend's delay below
+	// (3s) goes beyond the route's timeout; a store timing out would
+	// refuse the order with duplicate_protection_unavailable.
+	cfg.Limiter.Redis.Timeout = time.Second // the most it may be
+	cfg.Idempotency.Timeout = 2 * time.Second
+	cfg.Route("place_order").Timeout = time.Second
 	a, err := start(cfg, deps{log: zap.NewNop(), now: time.Now, getenv: secretEnv})
 	if err != nil {
 		t.Fatal(err)
@@ -184,7 +189,7 @@ func TestOrderOutcomes(t *testing.T) {
 
 	// Slow backend: 504, the order may have been placed; a retry is told
 	// so and is not sent again.
-	sb.delay.Store(int64(time.Second))
+	sb.delay.Store(int64(3 * time.Second))
 	code, _, b := order(t, url, token, "slow-one", "0.001")
 	if code != 504 || errCode(t, b) != "gateway_timeout" {
 		t.Fatalf("slow backend: %d %s", code, b)
