@@ -52,7 +52,7 @@
     tb.replaceChildren();
     for (const r of s.routes) for (const l of r.limits) {
       const tiers = Object.entries(l.tiers || {}).map(([t, v]) => t + ": " + v).join(", ");
-      row(tb, [r.route, l.name + (l.shadow ? " (shadow)" : ""), l.key + (l.when && l.when !== "always" ? " · " + l.when : ""), l.limit, tiers, r.on_store_error]);
+      row(tb, [r.route, l.name + (l.shadow ? " (shadow)" : ""), l.key + (l.when && l.when !== "always" ? " (" + l.when + " only)" : ""), l.limit, tiers, r.on_store_error]);
     }
     if (last) history.push({req: s.limited_requests - last.limited_requests, ref: s.limited_refused - last.limited_refused});
     if (history.length > 60) history.shift();
@@ -61,20 +61,24 @@
   }
 
   function drawChart() {
+    // One pair of bars per refresh: requests behind, refusals in front.
     const svg = document.getElementById("chart");
     svg.replaceChildren();
     const ns = "http://www.w3.org/2000/svg";
     const maxV = Math.max(1, ...history.map(h => h.req));
     const step = 600 / 60;
-    for (const [key, color] of [["req", "#0969da"], ["ref", "#cf222e"]]) {
-      const pts = history.map((h, i) => (i * step).toFixed(1) + "," + (115 - 110 * h[key] / maxV).toFixed(1)).join(" ");
-      const pl = document.createElementNS(ns, "polyline");
-      pl.setAttribute("points", pts);
-      pl.setAttribute("fill", "none");
-      pl.setAttribute("stroke", color);
-      pl.setAttribute("stroke-width", "2");
-      svg.appendChild(pl);
-    }
+    history.forEach((h, i) => {
+      for (const [v, color] of [[h.req, "#0969da"], [h.ref, "#cf222e"]]) {
+        const height = 100 * v / maxV;
+        const r = document.createElementNS(ns, "rect");
+        r.setAttribute("x", (i * step).toFixed(1));
+        r.setAttribute("y", (118 - height).toFixed(1));
+        r.setAttribute("width", (step - 2).toFixed(1));
+        r.setAttribute("height", height.toFixed(1));
+        r.setAttribute("fill", color);
+        svg.appendChild(r);
+      }
+    });
     const t = document.createElementNS(ns, "text");
     t.setAttribute("x", "4"); t.setAttribute("y", "12"); t.setAttribute("font-size", "11");
     t.textContent = "max " + maxV + " per " + refreshMs / 1000 + " s";
@@ -128,6 +132,9 @@
     tb.replaceChildren();
     if (body.code) { document.getElementById("inspect-subject").textContent = body.detail; return; }
     document.getElementById("inspect-subject").textContent = body.subject.kind + " " + body.subject.id;
+    // The limits closest to refusing first: that is what support asks about.
+    const fill = l => l.burst > 0 ? l.remaining / l.burst : 1;
+    body.limits.sort((a, b) => fill(a) - fill(b));
     for (const l of body.limits) {
       row(tb, [l.route, l.limit, l.key, l.tier || "", l.rate + "/" + l.period + " burst " + l.burst,
         el("span", l.remaining, l.remaining === 0 ? "zero" : ""), secs(l.retry_after), secs(l.reset_after)]);

@@ -1,0 +1,138 @@
+package main
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+)
+
+// newBrowser starts a headless Chromium (Debian's chromium, which
+// .ci/test-deps.sh installs) driven over the DevTools protocol with
+// chromedp, in a fresh profile with no background traffic, and returns a
+// browser context bounded by timeout.
+func newBrowser(t *testing.T, timeout time.Duration) context.Context {
+	t.Helper()
+	path, err := exec.LookPath("chromium")
+	if err != nil {
+		t.Skip("chromium not installed (.ci/test-deps.sh installs it)")
+	}
+	opts := []chromedp.ExecAllocatorOption{
+		chromedp.ExecPath(path),
+		chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun, chromedp.NoDefaultBrowserCheck,
+		chromedp.Flag("disable-quic", true),
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.Env("HOME=" + t.TempDir()),
+		chromedp.WindowSize(1366, 900),
+	}
+	ctx, cancelTimeout := context.WithTimeout(context.Background(), timeout)
+	actx, cancelAlloc := chromedp.NewExecAllocator(ctx, opts...)
+	bctx, cancelBrowser := chromedp.NewContext(actx)
+	t.Cleanup(func() { cancelBrowser(); cancelAlloc(); cancelTimeout() })
+	return bctx
+}
+
+// into makes an action that runs a and keeps its value in dst, so that
+// one chromedp.Do can read several values.
+func into[T any](dst *T, a chromedp.Action[T]) chromedp.Action[chromedp.Void] {
+	return func(ctx context.Context, t *chromedp.Target) (chromedp.Void, error) {
+		v, err := a(ctx, t)
+		*dst = v
+		return chromedp.Void{}, err
+	}
+}
+
+// TestConsolePageInBrowser loads the console in a real browser while
+// traffic runs: the operator signs in with the admin token, and the page
+// shows the client driven over its limit first among the throttled, the
+// store's state, and the limits a click on "inspect" reads. A screenshot
+// is kept (in docs/console.png with EXGATE_UPDATE_SCREENSHOT=1).
+func TestConsolePageInBrowser(t *testing.T) {
+	ctx := newBrowser(t, 20*time.Second)
+	a, gw, admin := consoleStack(t, "")
+	hot := a.limits.Enforcer.TokenID("hot-token")[:12]
+
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { // traffic for as long as the page is looked at
+		defer wg.Done()
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+			get(t, gw+"/api/v1/mkt/markets/", "Authorization", "Bearer hot-token")
+			get(t, gw+"/api/v1/mkt/markets/", "Authorization", "Bearer calm-"+strconv.Itoa(i%40))
+		}
+	}()
+	defer func() { close(stop); wg.Wait() }()
+
+	var firstWho, store, csp, inspectRemaining, html string
+	type css = chromedp.CSS
+	steps := []struct {
+		name string
+		a    chromedp.Action[chromedp.Void]
+	}{
+		{"open the page", chromedp.Navigate(admin + "/")},
+		{"the sign-in form", chromedp.WaitVisible(css("#login"))},
+		{"type the token", chromedp.SendKeys(css("#token"), testAdminToken)},
+		{"sign in", chromedp.Click(css("#login button"))},
+		{"the form goes away", chromedp.WaitNotVisible(css("#login"))},
+		{"a throttled identity appears", chromedp.Poll[chromedp.Void](`(() => { const c = document.querySelector("#top-refused tbody tr td:nth-child(3)");
+			return c && c.textContent.length === 12; })()`, chromedp.WithPollingTimeout(10*time.Second))},
+		{"read the first", into(&firstWho, chromedp.Text(css("#top-refused tbody tr td:nth-child(3)")))},
+		{"read the store", into(&store, chromedp.Text(css("#status dd")))},
+		{"click inspect", chromedp.Click(css("#top-refused tbody tr button"))},
+		{"the inspection appears", chromedp.Poll[chromedp.Void](`document.querySelectorAll("#inspect-table tbody tr").length > 0`,
+			chromedp.WithPollingTimeout(5*time.Second))},
+		{"read remaining", into(&inspectRemaining, chromedp.Text(css("#inspect-table tbody tr td:nth-child(6)")))},
+		{"let the chart draw", chromedp.Poll[chromedp.Void](`document.querySelectorAll("#chart rect").length >= 6`, chromedp.WithPollingTimeout(8*time.Second))},
+		{"try an inline script", chromedp.Evaluate[chromedp.Void](`(() => { const s = document.createElement("script");
+			s.textContent = "window.inlineRan = true"; document.body.appendChild(s); })()`)},
+		{"did it run", into(&csp, chromedp.Evaluate[string](`window.inlineRan ? "inline script ran" : "blocked"`))},
+		{"read the page", into(&html, chromedp.OuterHTML(css("html")))},
+	}
+	for _, st := range steps {
+		if _, err := chromedp.Run(ctx, st.a); err != nil {
+			t.Fatalf("browser: %s: %v", st.name, err)
+		}
+	}
+	if firstWho != hot {
+		t.Errorf("first among the throttled: %q, want the hot token %q", firstWho, hot)
+	}
+	if !strings.HasPrefix(store, "memory · reachable") {
+		t.Errorf("store state shown: %q", store)
+	}
+	if inspectRemaining != "0" {
+		t.Errorf("inspect of the hot token shows remaining %q, want 0", inspectRemaining)
+	}
+	if csp != "blocked" {
+		t.Errorf("the page's Content-Security-Policy runs inline scripts: %s", csp)
+	}
+	shot, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(t.TempDir(), "console.png")
+	if os.Getenv("EXGATE_UPDATE_SCREENSHOT") == "1" {
+		out = filepath.Join("..", "..", "docs", "console.png")
+	}
+	if err := os.WriteFile(out, shot, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(html, testAdminToken) {
+		t.Error("the page shows the admin token")
+	}
+}
