@@ -3,6 +3,8 @@ package main
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"net"
+	"net/netip"
 	"time"
 
 	"github.com/exgate/exgate/config"
@@ -84,4 +86,14 @@ func (a *app) processStatus() proxy.ProcessStatus {
 // newTracker returns the tracker of who hits the limits.
 func newTracker(now func() time.Time) *topk.Tracker {
 	return topk.NewTracker(topk.TrackerOptions{Now: now})
+}
+
+// loopbackAddr reports whether a bound host:port is on a loopback address.
+func loopbackAddr(hostport string) bool {
+	host, _, err := net.SplitHostPort(hostport)
+	if err != nil {
+		return false
+	}
+	a, err := netip.ParseAddr(host)
+	return err == nil && a.IsLoopback()
 }

@@ -1,9 +1,11 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"math"
 	"net/http"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -195,6 +197,26 @@ func TestConsoleAgainstTraffic(t *testing.T) {
 			}
 			if code, _ := get(t, markets, "Authorization", "Bearer one-left"); code != 429 {
 				t.Errorf("one over: %d", code)
+			}
+
+			// The command support runs in a terminal prints the same.
+			var out, errOut strings.Builder
+			env := func(k string) (string, bool) {
+				if k == adminTokenEnv {
+					return testAdminToken, true
+				}
+				return "", false
+			}
+			if code := run(context.Background(), []string{"inspect", "--admin", admin, "--token", "hot-token"}, env, &out, &errOut); code != 0 {
+				t.Fatalf("exgate inspect: %d %s", code, errOut.String())
+			}
+			if !strings.HasPrefix(out.String(), "token "+hot+"\n") ||
+				!regexp.MustCompile(`(?m)^list_markets +token +token +- +3/1m0s +3 +0 +[0-9.]+s `).MatchString(out.String()) {
+				t.Errorf("exgate inspect printed:\n%s", out.String())
+			}
+			if code := run(context.Background(), []string{"inspect", "--admin", admin, "--token-id", hot}, nil, &out, &errOut); code != 1 ||
+				!strings.Contains(errOut.String(), "not_authenticated") {
+				t.Errorf("exgate inspect without the admin token: %d %s", code, errOut.String())
 			}
 
 			// Reset: refused without the admin token, then done with it.

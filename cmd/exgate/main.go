@@ -98,6 +98,9 @@ func run(ctx context.Context, args []string, getenv func(string) (string, bool),
 		_, _ = io.Copy(stdout, &report)
 		return 0
 	}
+	if len(args) > 0 && args[0] == "inspect" {
+		return inspectCommand(ctx, args[1:], getenv, stdout, stderr)
+	}
 	if len(args) > 0 && args[0] == "token-id" {
 		return tokenIDs(args[1:], getenv, os.Stdin, stdout, stderr)
 	}
@@ -404,6 +407,9 @@ func start(cfg *config.Config, d deps) (*app, error) {
 		zap.Bool("verify_tokens", verifier != nil),
 		zap.Bool("tls", a.certs != nil), zap.Int("proxy_protocol_peers", len(cfg.Server.ProxyProtocol.TrustedPeers)),
 		zap.String("version", versionString()))
+	if tok, _ := d.getenv(adminTokenEnv); tok == "" && !loopbackAddr(a.adminAd) {
+		d.log.Warn("the admin listener is not on loopback and " + adminTokenEnv + " is not set: anyone who reaches it can read the operator console")
+	}
 	if a.limits.Kind == config.BackendMemory && !d.dev {
 		d.log.Warn("rate limits are kept in this process: each replica counts on its own; set limiter.redis.addrs to share them")
 	}
