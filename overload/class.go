@@ -9,12 +9,14 @@
 // probe interval) with the window's average, and moves the limit by their
 // ratio plus a headroom of √limit:
 //
-//	limit' = limit × clamp(max(tolerance × minRTT, minRTT + slack) / avgRTT, 0.5, 1) + √limit
+//	gradient = clamp(max(tolerance × minRTT, minRTT + slack) / avgRTT, 0.5, 1)
+//	limit'   = limit + √limit      while gradient = 1 (no queue beyond the tolerance)
+//	limit'   = limit × gradient    otherwise, a fifth of that step per window
 //
-// (taking a fifth of each step down, so that one slow window costs at most
-// a tenth of the limit), so the limit settles where the backend's own
-// queue adds about (tolerance − 1) of its unloaded latency, or the slack
-// when that is more. A fixed limit turns adaptation off.
+// (so that one slow window costs at most a tenth of the limit): the limit
+// settles where the backend's own queue adds about (tolerance − 1) of its
+// unloaded latency, or the slack when that is more. A fixed limit turns
+// adaptation off.
 //
 // Requests carry a Class. A request that finds the backend full waits for a
 // slot, at most its class's wait; a freed slot goes to the most important

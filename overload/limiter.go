@@ -375,9 +375,16 @@ func (l *Limiter) observe(rtt time.Duration) {
 	}
 	target := max(l.o.Tolerance*float64(l.minRTT), float64(l.minRTT+l.o.Slack))
 	gradient := min(max(target/float64(avg), 0.5), 1)
-	next := float64(l.limit)*gradient + math.Sqrt(float64(l.limit))
-	if 2*peak < l.limit && next > float64(l.limit) {
-		next = float64(l.limit) // not using what it has: no reason to grow
+	// Grow by √limit only while the backend shows no queue beyond the
+	// tolerance, shrink by the gradient otherwise: a headroom added on
+	// every window would hold √limit requests queued in the backend for
+	// good, which for a backend of a few workers is most of its capacity.
+	next := float64(l.limit) * gradient
+	if gradient >= 1 {
+		next += math.Sqrt(float64(l.limit))
+		if 2*peak < l.limit {
+			next = float64(l.limit) // not using what it has: no reason to grow
+		}
 	}
 	if next < float64(l.limit) {
 		// Down by a fifth of the step per window (Gradient2's smoothing):
