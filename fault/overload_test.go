@@ -179,6 +179,17 @@ routes:
 		}
 	}
 
+	// exgate's own account of cancel latency, from its request histogram:
+	// the load generator shares this race-instrumented process with the
+	// backend, and on a shared machine its scheduling delays dominate the
+	// client-side percentiles.
+	cancelsWithin := func(le string) (within, all float64) {
+		return g.metric(t, "exgate_request_duration_seconds_bucket", `route="cancel_order"`, `le="`+le+`"`),
+			g.metric(t, "exgate_request_duration_seconds_count", `route="cancel_order"`)
+	}
+	calmWithin, calmAll := cancelsWithin("0.05")
+	beforeWithin, beforeAll := cancelsWithin("0.1")
+
 	// The surge: 10× the capacity.
 	be.peak.Store(be.inflight.Load())
 	servedBefore := be.served.Load()
@@ -186,6 +197,7 @@ routes:
 	start := time.Now()
 	loud := drive(t, client, g.url, int(10*capacityRPS), surge, overloadMix)
 	elapsed := time.Since(start)
+	afterWithin, afterAll := cancelsWithin("0.1")
 	goodput := float64(be.served.Load()-servedBefore) / elapsed.Seconds()
 	peak := be.peak.Load()
 
@@ -204,19 +216,24 @@ routes:
 	if peak > 2*overloadWorkers {
 		t.Errorf("the backend held %d requests at once, want at most 2× its %d workers", peak, overloadWorkers)
 	}
-	// The targets are 90% of the capacity and 2× the unloaded p99 (met on
-	// a quiet machine: 181-193/s and 95-124 ms against 42-50 ms measured
-	// with the load average at 6-15 on two cores); the bounds allow for a
-	// machine shared with builds, where the load generator itself (this
-	// race-instrumented process) adds its scheduling delays.
+	// The target is 90% of the capacity (178-193/s measured with the load
+	// average at 6-15 on two cores); the bound allows for a machine shared
+	// with builds.
 	if goodput < 0.85*capacityRPS {
 		t.Errorf("goodput %.0f/s during the surge, want at least 85%% of the capacity %.0f/s", goodput, capacityRPS)
 	}
 	if c := loud["cancel"]; c.shed != 0 || len(c.other) != 0 {
 		t.Errorf("cancels: %d shed, other answers %v; want every cancel served", c.shed, c.other)
 	}
-	if p := loud["cancel"].p99(); p > 2*unloadedP99+100*time.Millisecond {
-		t.Errorf("cancel p99 %v during the surge, want at most 2× the unloaded %v (+100ms for a shared machine)", p, unloadedP99)
+	// Unloaded, exgate answered 99% of cancels within 50 ms (the backend
+	// takes 40); during the surge it must answer 99% within 100 ms.
+	if calmWithin < 0.99*calmAll {
+		t.Errorf("unloaded, exgate answered %.0f of %.0f cancels within 50ms; the backend is slower than it should be", calmWithin, calmAll)
+	}
+	surgeShare := (afterWithin - beforeWithin) / max(afterAll-beforeAll, 1)
+	t.Logf("exgate answered %.1f%% of the surge's cancels within 100 ms (2× the 50 ms that holds the unloaded p99)", 100*surgeShare)
+	if surgeShare < 0.99 {
+		t.Errorf("exgate answered %.1f%% of the surge's cancels within 100 ms, want 99%% (cancel p99 within 2× the unloaded)", 100*surgeShare)
 	}
 	if md, pl := shedShare(loud["market_data"]), shedShare(loud["place"]); md <= pl || md < 0.8 {
 		t.Errorf("market data shed %.0f%%, placements %.0f%%: want market data shed first (and most of it)", 100*md, 100*pl)
