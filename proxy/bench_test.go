@@ -15,6 +15,7 @@ import (
 	"github.com/exgate/exgate/internal/redistest"
 	"github.com/exgate/exgate/limiter"
 	"github.com/exgate/exgate/metrics"
+	"github.com/exgate/exgate/topk"
 )
 
 // discardWriter is a ResponseWriter that keeps nothing, so the benchmark
@@ -157,7 +158,7 @@ func BenchmarkCanonicalPath(b *testing.B) {
 // runs.
 func BenchmarkGatewayLimits(b *testing.B) {
 	srv := redistest.Start(b)
-	for _, mode := range []string{"off", "memory", "redis"} {
+	for _, mode := range []string{"off", "memory", "memory+console", "redis"} {
 		b.Run(mode, func(b *testing.B) {
 			cfg := config.Default()
 			cfg.Log.Access = false
@@ -182,7 +183,11 @@ func BenchmarkGatewayLimits(b *testing.B) {
 			}
 			enf, _ := limiter.NewEnforcer(limiter.EnforcerOptions{Store: store, Keyer: k})
 			m, _ := metrics.New(prometheus.NewRegistry(), metrics.BuildInfo{})
-			gw, err := New(cfg, Options{Transport: cannedTransport{}, Limits: enf, Metrics: m})
+			opts := Options{Transport: cannedTransport{}, Limits: enf, Metrics: m}
+			if mode == "memory+console" { // every request recorded for the operator console
+				opts.Top = topk.NewTracker(topk.TrackerOptions{})
+			}
+			gw, err := New(cfg, opts)
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -35,7 +35,7 @@ func (g *Gateway) enforceLimits(ex *exchange, r *http.Request, pl *plan, rt *Rou
 		case d.TokenID != "":
 			id = topk.Identity{Kind: "token", ID: d.TokenID}
 		}
-		g.top.Record(rt.Name, id, ex.addr, !d.Allowed)
+		g.top.Record(ex.start, rt.Name, id, ex.addr, !d.Allowed)
 	}
 	d.SetHeaders(ex.rw.Header(), pl.rules.Headers())
 	if d.Allowed {
