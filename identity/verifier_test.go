@@ -24,6 +24,7 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 
 	"github.com/exgate/exgate/config"
+	"github.com/exgate/exgate/internal/jwttest"
 )
 
 const testSecret = "test-hmac-secret-0123456789abcdef"
@@ -44,15 +45,7 @@ var testKeys = sync.OnceValue(func() (k struct {
 // writePublic writes pub as a PEM "PUBLIC KEY" file and returns its path.
 func writePublic(t testing.TB, pub crypto.PublicKey) string {
 	t.Helper()
-	der, err := x509.MarshalPKIXPublicKey(pub)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := filepath.Join(t.TempDir(), "key.pem")
-	if err := os.WriteFile(p, pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return p
+	return jwttest.WritePublicKey(t, pub, "key.pem")
 }
 
 // clock is a settable clock.
@@ -71,22 +64,7 @@ func sign(t testing.TB, c *clock, m jwt.SigningMethod, key any, kid string, over
 	now := c.now()
 	claims := jwt.MapClaims{"token_type": "access", "user_id": 42, "exp": now.Add(5 * time.Minute).Unix(),
 		"iat": now.Unix(), "jti": "j"}
-	for k, v := range over {
-		if v == nil {
-			delete(claims, k)
-		} else {
-			claims[k] = v
-		}
-	}
-	tok := jwt.NewWithClaims(m, claims)
-	if kid != "" {
-		tok.Header["kid"] = kid
-	}
-	s, err := tok.SignedString(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
+	return jwttest.Sign(t, m, key, kid, claims, over)
 }
 
 func newVerifier(t testing.TB, c *clock, mut func(*config.JWT)) *Verifier {

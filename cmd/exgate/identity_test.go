@@ -20,6 +20,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/exgate/exgate/config"
+	"github.com/exgate/exgate/internal/jwttest"
 	"github.com/exgate/exgate/internal/redistest"
 	"github.com/exgate/exgate/sim"
 )
@@ -45,22 +46,7 @@ func devToken(t *testing.T, key any, m jwt.SigningMethod, kid string, over jwt.M
 	t.Helper()
 	now := time.Now()
 	c := jwt.MapClaims{"token_type": "access", "user_id": 1, "exp": now.Add(time.Hour).Unix(), "iat": now.Unix(), "jti": "x"}
-	for k, v := range over {
-		if v == nil {
-			delete(c, k)
-		} else {
-			c[k] = v
-		}
-	}
-	tok := jwt.NewWithClaims(m, c)
-	if kid != "" {
-		tok.Header["kid"] = kid
-	}
-	s, err := tok.SignedString(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
+	return jwttest.Sign(t, m, key, kid, c, over)
 }
 
 // TestAccountsShareOneBucketAcrossReplicas: two replicas verify tokens
@@ -140,12 +126,8 @@ func TestRefusedTokensCostNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	der, _ := x509.MarshalPKIXPublicKey(&rk.PublicKey)
-	pubPEM := pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der})
-	pubFile := filepath.Join(t.TempDir(), "rsa.pem")
-	if err := os.WriteFile(pubFile, pubPEM, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	pubPEM := jwttest.PublicKeyPEM(t, &rk.PublicKey)
+	pubFile := jwttest.WritePublicKey(t, &rk.PublicKey, "rsa.pem")
 	urls, backend := replicas(t, 1, []string{srv.Addr}, func(c *config.Config) {
 		verifying(c)
 		c.Identity.JWT.Keys = append(c.Identity.JWT.Keys,
@@ -311,13 +293,12 @@ tiers: { vip: { list_markets: { rate: 500/1m } } }
 func TestCheckConfigReadsKeyFiles(t *testing.T) {
 	dir := t.TempDir()
 	k := mustRSA(t)
-	der, _ := x509.MarshalPKIXPublicKey(&k.PublicKey)
 	write := func(name string, b []byte) {
 		if err := os.WriteFile(filepath.Join(dir, name), b, 0o600); err != nil {
 			t.Fatal(err)
 		}
 	}
-	write("pub.pem", pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der}))
+	write("pub.pem", jwttest.PublicKeyPEM(t, &k.PublicKey))
 	priv, _ := x509.MarshalPKCS8PrivateKey(k)
 	write("priv.pem", pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: priv}))
 	write("jwks.json", []byte(`{"keys":[{"kty":"oct","k":"c2VjcmV0LXNlY3JldC1zZWNyZXQ","kid":"x"}]}`))
