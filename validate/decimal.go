@@ -195,8 +195,8 @@ func notDecimal(s []byte) string {
 }
 
 // hasPrefixFold reports whether s starts with the lower-case ASCII
-// prefix, ignoring case.
-func hasPrefixFold(s []byte, prefix string) bool {
+// prefix, ignoring ASCII case only (no Unicode folding: "ſ" is not "s").
+func hasPrefixFold[T string | []byte](s T, prefix string) bool {
 	if len(s) < len(prefix) {
 		return false
 	}

@@ -28,7 +28,7 @@ func jsonContentType(values []string) bool {
 	}
 	const mediaType = "application/json"
 	s = trimOWS(s)
-	if !hasPrefixFoldString(s, mediaType) {
+	if !hasPrefixFold(s, mediaType) {
 		return false
 	}
 	s = s[len(mediaType):]
@@ -46,38 +46,20 @@ func jsonContentType(values []string) bool {
 			return true // a trailing ";"
 		}
 		const name = "charset="
-		if charset || !hasPrefixFoldString(s, name) {
+		if charset || !hasPrefixFold(s, name) {
 			return false
 		}
 		s = s[len(name):]
 		switch {
-		case hasPrefixFoldString(s, "utf-8"):
+		case hasPrefixFold(s, "utf-8"):
 			s = s[len("utf-8"):]
-		case hasPrefixFoldString(s, `"utf-8"`):
+		case hasPrefixFold(s, `"utf-8"`):
 			s = s[len(`"utf-8"`):]
 		default:
 			return false
 		}
 		charset = true
 	}
-}
-
-// hasPrefixFoldString reports whether s starts with the lower-case ASCII
-// prefix, ignoring ASCII case only (no Unicode folding: "ſ" is not "s").
-func hasPrefixFoldString(s, prefix string) bool {
-	if len(s) < len(prefix) {
-		return false
-	}
-	for i := 0; i < len(prefix); i++ {
-		c := s[i]
-		if c >= 'A' && c <= 'Z' {
-			c += 'a' - 'A'
-		}
-		if c != prefix[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // trimOWS removes RFC 9110 optional white space (spaces and tabs) from
