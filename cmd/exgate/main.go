@@ -768,8 +768,10 @@ func (a *app) reloadConfig() (*config.Config, error) {
 	if eff.ValidatesOrders() {
 		if a.cat == nil {
 			// The catalogue and duplicate protection are built at start,
-			// only when some route validates orders.
-			restart = append(restart, "routes (validate: order, which no route had at start)")
+			// only when some route validates orders. Putting the route in
+			// force without them would forward its orders unchecked and
+			// unclaimed, so the reload is refused instead.
+			return nil, errors.New("routes: validate: order needs a restart: no route validated orders at start, so the market catalogue and duplicate protection were not built")
 		} else if v, err = validate.New(eff.Validation, a.cat, a.log.Named("validate")); err != nil {
 			return nil, err
 		}

@@ -477,3 +477,58 @@ func TestReloadOnFileChange(t *testing.T) {
 		t.Errorf("failed reloads counted: %q, want 1", got)
 	}
 }
+
+// orderRouteConfig is a gateway whose one order route validates orders
+// or not, as %q says ("order" or "").
+const orderRouteConfig = `
+listen: 127.0.0.1:0
+admin_listen: 127.0.0.1:0
+upstream: { url: %q }
+server: { drain_delay: 0s }
+reload_interval: 0s
+log: { access: false }
+routes:
+  - { name: place, match: POST /orders/, auth: required, validate: %q }
+  - { name: default, match: "*" }
+`
+
+// TestReloadRefusesOrderValidationAddedLater: a reload that gives a route
+// validate: order when no route had it at start is refused whole (the
+// market catalogue and duplicate protection are built only at start), so
+// that the route never runs as validated while its orders go to the
+// backend unchecked and unclaimed; the configuration in force stays, and
+// later reloads without it apply.
+func TestReloadRefusesOrderValidationAddedLater(t *testing.T) {
+	backend := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	t.Cleanup(backend.Close)
+	path := filepath.Join(t.TempDir(), "exgate.yaml")
+	write := func(validate string) {
+		t.Helper()
+		if err := os.WriteFile(path, []byte(fmt.Sprintf(orderRouteConfig, backend.URL, validate)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("")
+	cfg, err := config.Load(path, secretEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := start(cfg, deps{log: zap.NewNop(), now: time.Now, getenv: secretEnv, configPath: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = a.shutdown() })
+
+	write("order")
+	err = a.reload()
+	if err == nil || !strings.Contains(err.Error(), "validate: order needs a restart") {
+		t.Fatalf("reload adding validate: order = %v, want it refused", err)
+	}
+	if got := a.live.Load().Route("place").Validate; got != "" {
+		t.Errorf("route in force after the refused reload: validate %q", got)
+	}
+	write("")
+	if err := a.reload(); err != nil {
+		t.Errorf("reload of the file in force: %v", err)
+	}
+}
