@@ -125,3 +125,42 @@ func TestOverloadDisabled(t *testing.T) {
 	close(release)
 	<-done
 }
+
+// TestShedOrderReleasesItsIdentifier: an order shed after its identifier
+// was claimed never reached the backend, so its claim is released and the
+// client's retry is placed, not refused as a duplicate.
+func TestShedOrderReleasesItsIdentifier(t *testing.T) {
+	release := make(chan struct{})
+	started := make(chan struct{}, 4)
+	e := startOrdersConfig(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/api/v1/mkt/currencies/" {
+			started <- struct{}{}
+			<-release
+			return
+		}
+		placed(w, r)
+	}, nil, func(c *config.Config) {
+		c.Overload.FixedLimit = 1
+		c.Overload.MaxWait.Place = 0
+	})
+	done := make(chan struct{})
+	go func() { // holds the one slot until released
+		res := do(t, "GET", e.url+"/api/v1/mkt/currencies/", nil)
+		res.Body.Close()
+		close(done)
+	}()
+	<-started
+	body := `{"symbol":"BTC_USDT","type":"market","side":"buy","base_amount":"0.5","identifier":"shed-once"}`
+	res := postOrder(t, e, body)
+	assertError(t, res, http.StatusServiceUnavailable, "overloaded")
+	if n := e.backend.orders.Load(); n != 0 {
+		t.Fatalf("a shed order reached the backend (%d)", n)
+	}
+	close(release)
+	<-done
+	res = postOrder(t, e, body)
+	res.Body.Close()
+	if res.StatusCode != http.StatusCreated || res.Header.Get("Idempotent-Replayed") != "" {
+		t.Fatalf("the retry of a shed order answered %d (replayed %q), want 201 placed", res.StatusCode, res.Header.Get("Idempotent-Replayed"))
+	}
+}
