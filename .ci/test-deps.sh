@@ -13,7 +13,7 @@ declare -A need=(
   [redis-sentinel]=redis-sentinel  # the Sentinel failover tests (fault/) start three
   [promtool]=prometheus         # checks scrapes and alert rules; a real Prometheus scrapes exgate
   [haproxy]=haproxy             # sends the PROXY protocol (v1 and v2) to exgate in the edge tests
-  [chromium]=chromium           # a page on another origin trades through exgate's CORS policy (cmd/exgate browser test)
+  [chromium]=chromium           # browser tests (cmd/exgate): a page on another origin trades through the CORS policy; the operator console, driven with chromedp
 )
 
 missing=()

@@ -270,21 +270,11 @@ func (c *console) subject(r *http.Request) (limiter.Subject, subjectBody, *Error
 	if set != 1 || c.g.limits == nil {
 		return s, sb, errNoSubject
 	}
-	notFound := func(what string) *Error {
-		return &Error{Status: http.StatusNotFound, Code: "unknown_subject",
-			Detail: "No " + what + " with that prefix was seen in the last 15 minutes; give the whole id."}
-	}
+	var e *Error
 	switch {
 	case r.Form.Get("account") != "":
-		v := r.Form.Get("account")
-		if !limiter.IsTokenID(v) {
-			full, ok := c.o.Top.Resolve("account", v)
-			if !ok {
-				return s, sb, notFound("account")
-			}
-			v = full
-		}
-		s.Account, sb = v, subjectBody{"account", prefix(v)}
+		s.Account, e = c.fullID("account", r.Form.Get("account"))
+		sb = subjectBody{"account", prefix(s.Account)}
 	case r.Form.Get("user") != "":
 		s.User = r.Form.Get("user")
 		s.Account = c.g.limits.AccountID(s.User)
@@ -293,15 +283,8 @@ func (c *console) subject(r *http.Request) (limiter.Subject, subjectBody, *Error
 		s.TokenID = c.g.limits.TokenID(r.Form.Get("token"))
 		sb = subjectBody{"token", prefix(s.TokenID)}
 	case r.Form.Get("token_id") != "":
-		v := r.Form.Get("token_id")
-		if !limiter.IsTokenID(v) {
-			full, ok := c.o.Top.Resolve("token", v)
-			if !ok {
-				return s, sb, notFound("token")
-			}
-			v = full
-		}
-		s.TokenID, sb = v, subjectBody{"token", prefix(v)}
+		s.TokenID, e = c.fullID("token", r.Form.Get("token_id"))
+		sb = subjectBody{"token", prefix(s.TokenID)}
 	default:
 		a, err := netip.ParseAddr(r.Form.Get("address"))
 		if err != nil {
@@ -309,7 +292,28 @@ func (c *console) subject(r *http.Request) (limiter.Subject, subjectBody, *Error
 		}
 		s.Addr, sb = a.Unmap(), subjectBody{"address", a.Unmap().String()}
 	}
-	return s, sb, nil
+	return s, sb, e
+}
+
+// fullID returns the whole account key or token id that v names: v
+// itself when whole, else the one identity of that kind counted in the
+// last 15 minutes whose id starts with v, which must be at least as long
+// as the prefixes the console shows (a shorter one could name someone
+// else, and reset would clear the wrong buckets).
+func (c *console) fullID(kind, v string) (string, *Error) {
+	if limiter.IsTokenID(v) {
+		return v, nil
+	}
+	if len(v) < IDPrefixLen {
+		return "", &Error{Status: http.StatusBadRequest, Code: "invalid_subject",
+			Detail: "Give the whole id or its first " + strconv.Itoa(IDPrefixLen) + " hex digits."}
+	}
+	full, ok := c.o.Top.Resolve(kind, v)
+	if !ok {
+		return "", &Error{Status: http.StatusNotFound, Code: "unknown_subject",
+			Detail: "No " + kind + " with that prefix was counted in the last 15 minutes; give the whole id."}
+	}
+	return full, nil
 }
 
 func (c *console) inspect(w http.ResponseWriter, r *http.Request) {

@@ -51,6 +51,7 @@ func TestConsoleAccess(t *testing.T) {
 		{"inspect two subjects", "GET", "/admin/inspect?address=192.0.2.1&user=7", bearer, withToken, 400, "invalid_subject"},
 		{"inspect nobody", "GET", "/admin/inspect", bearer, withToken, 400, "invalid_subject"},
 		{"inspect a bad address", "GET", "/admin/inspect?address=192.0.2", bearer, withToken, 400, "invalid_subject"},
+		{"inspect a short prefix", "GET", "/admin/inspect?token_id=0123", bearer, withToken, 400, "invalid_subject"},
 		{"inspect an unseen prefix", "GET", "/admin/inspect?account=0123456789ab", bearer, withToken, 404, "unknown_subject"},
 		{"inspect a user never echoes it", "GET", "/admin/inspect?user=alice-secret-id", bearer, withToken, 200, `"kind": "account"`},
 		{"reset without a configured token", "POST", "/admin/reset?address=192.0.2.1", "", open, 403, "reset_disabled"},

@@ -97,6 +97,16 @@ func TestTrackerWindows(t *testing.T) {
 	if id, ok := tr.Resolve("account", hot.ID[:12]); !ok || id != hot.ID {
 		t.Errorf("Resolve: %q %v", id, ok)
 	}
+	small := NewTracker(TrackerOptions{Now: c.Now})
+	for _, id := range []string{"abc1", "abc2", "xyz9"} {
+		small.Record(c.Now(), "r", Identity{Kind: "token", ID: id}, netip.Addr{}, false)
+	}
+	if id, ok := small.Resolve("token", "abc"); ok {
+		t.Errorf("Resolve of an ambiguous prefix: %q", id)
+	}
+	if id, ok := small.Resolve("token", "xyz"); !ok || id != "xyz9" {
+		t.Errorf("Resolve of xyz: %q %v", id, ok)
+	}
 	c.add(2 * time.Minute)
 	if top := tr.Top(1, 3); len(top) != 0 {
 		t.Errorf("1-minute window two minutes later: %+v", top)

@@ -263,9 +263,10 @@ func topOf[K comparable](m map[K]Entry[K], n int) []Entry[K] {
 	return out[:min(n, len(out))]
 }
 
-// Resolve returns the full id of an identity of the given kind whose id
+// Resolve returns the full id of the identity of the given kind whose id
 // starts with prefix (as the access log and Top's readers show it), if
-// the Tracker still counts one within the last 15 minutes.
+// the Tracker counted exactly one such identity within the last 15
+// minutes.
 func (t *Tracker) Resolve(kind, prefix string) (string, bool) {
 	if prefix == "" {
 		return "", false
@@ -276,25 +277,23 @@ func (t *Tracker) Resolve(kind, prefix string) (string, bool) {
 		rts = append(rts, rt)
 	}
 	t.mu.RUnlock()
+	found, ambiguous := "", false
 	for _, rt := range rts {
 		for m := range rt.buckets {
 			for i := range rt.buckets[m] {
 				s := &rt.buckets[m][i]
 				s.mu.Lock()
-				found := ""
 				if s.ids != nil {
 					s.ids.Each(func(e Entry[Identity]) {
 						if e.Key.Kind == kind && strings.HasPrefix(e.Key.ID, prefix) {
+							ambiguous = ambiguous || (found != "" && found != e.Key.ID)
 							found = e.Key.ID
 						}
 					})
 				}
 				s.mu.Unlock()
-				if found != "" {
-					return found, true
-				}
 			}
 		}
 	}
-	return "", false
+	return found, found != "" && !ambiguous
 }
