@@ -251,3 +251,34 @@ func TestConsoleAgainstTraffic(t *testing.T) {
 		})
 	}
 }
+
+// TestTopFleetView: two replicas each see part of one client's traffic;
+// exgate top, given both, adds their counts.
+func TestTopFleetView(t *testing.T) {
+	var admins []string
+	for i := 0; i < 2; i++ {
+		_, gw, admin := consoleStack(t, "")
+		admins = append(admins, "--admin", admin)
+		for j := 0; j < 5; j++ {
+			get(t, gw+"/api/v1/mkt/markets/", "Authorization", "Bearer hot-token")
+		}
+	}
+	k, _ := limiter.NewKeyer([]byte(keySecret))
+	hot := k.ID("hot-token")[:12]
+	env := func(key string) (string, bool) {
+		if key == adminTokenEnv {
+			return testAdminToken, true
+		}
+		return "", false
+	}
+	var out, errOut strings.Builder
+	if code := run(context.Background(), append([]string{"top", "--window", "1"}, admins...), env, &out, &errOut); code != 0 {
+		t.Fatalf("exgate top: %d %s", code, errOut.String())
+	}
+	if !regexp.MustCompile(`(?s)BY REFUSED\nROUTE +KIND +WHO +REFUSED +±\n[^B]*\nlist_markets +token +` + hot + ` +4 +0\n.*BY REQUESTS\n.*\nlist_markets +token +` + hot + ` +10 +0\n`).MatchString(out.String()) {
+		t.Errorf("exgate top printed:\n%s", out.String())
+	}
+	if code := run(context.Background(), []string{"top"}, env, &out, &errOut); code != 2 {
+		t.Errorf("exgate top without -admin: %d", code)
+	}
+}

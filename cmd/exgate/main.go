@@ -98,6 +98,9 @@ func run(ctx context.Context, args []string, getenv func(string) (string, bool),
 		_, _ = io.Copy(stdout, &report)
 		return 0
 	}
+	if len(args) > 0 && args[0] == "top" {
+		return topCommand(ctx, args[1:], getenv, stdout, stderr)
+	}
 	if len(args) > 0 && args[0] == "inspect" {
 		return inspectCommand(ctx, args[1:], getenv, stdout, stderr)
 	}
