@@ -12,9 +12,19 @@ build:
 	$(GO) build -o bin/exchange-sim ./cmd/exchange-sim
 
 ## test: install what the tests need (Debian packages when missing), then
-## gofmt check, go vet and the race-enabled test suite.
+## gofmt check, go vet and the race-enabled test suite. The packages in
+## ALONE (the fault tests: Redis failovers and backend faults under load,
+## with timed assertions) run after the others, on their own, so that they
+## never share the two cores with cmd/exgate's integration tests; both
+## runs report, and either failing fails the target.
+ALONE ?= ./fault
 test: test-deps fmt-check vet
-	$(GO) test -race -count=1 -timeout 15m $(PKGS)
+	@alone=$$($(GO) list $(ALONE)); all=$$($(GO) list $(PKGS)); \
+	rest=$$(echo "$$all" | grep -vxF "$$alone" || true); \
+	solo=$$(echo "$$all" | grep -xF "$$alone" || true); rc=0; \
+	if [ -n "$$rest" ]; then $(GO) test -race -count=1 -timeout 15m $$rest || rc=1; fi; \
+	if [ -n "$$solo" ]; then $(GO) test -race -count=1 -timeout 15m $$solo || rc=1; fi; \
+	exit $$rc
 
 test-deps:
 	@./.ci/test-deps.sh

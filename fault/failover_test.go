@@ -564,11 +564,20 @@ func (r *failoverRun) ordersOnceReplicated(t *testing.T, old *redistest.Server, 
 	t.Logf("old master a replica again %v after the announcement", replicaAt.Sub(r.announced).Round(time.Millisecond))
 	c := newClient(t, 1)
 	id := "after-" + strings.NewReplacer("/", "-", " ", "-").Replace(t.Name())
+	// A new identifier per try: a try whose claim was taken but whose
+	// answer timed out leaves its identifier in flight (outcome unknown,
+	// 409 to every retry for idempotency.in_flight_timeout), by design.
 	placedAt := time.Now()
-	if !eventually(resumeBound, func() bool { return do(c, orderWithID(g.url, token, id)).status == http.StatusCreated }) {
-		t.Errorf("no order placed within %v of the new master having a replica", resumeBound)
+	tries := 0
+	var last answer
+	if !eventually(resumeBound, func() bool {
+		tries++
+		last = do(c, orderWithID(g.url, token, id+"-"+strconv.Itoa(tries)))
+		return last.status == http.StatusCreated
+	}) {
+		t.Errorf("no order placed within %v of the new master having a replica (%d tries, the last answered %d %s %v)", resumeBound, tries, last.status, last.code, last.err)
 	}
-	t.Logf("order placed %v after the old master followed the new one (goal %v)", time.Since(placedAt).Round(time.Millisecond), switchGoal)
+	t.Logf("order placed %v after the old master followed the new one, try %d (goal %v)", time.Since(placedAt).Round(time.Millisecond), tries, switchGoal)
 }
 
 // lostReplicationAllowance is how many decisions per address the tests
