@@ -58,6 +58,7 @@ const (
 	NameCatalogueAge      = "exgate_market_catalogue_age_seconds"
 	NameInflight          = "exgate_inflight_requests"
 	NameConfigReloads     = "exgate_config_reloads_total"
+	NameAdminResets       = "exgate_admin_resets_total"
 	NameBuildInfo         = "exgate_build_info"
 	NameAuthFailures      = "exgate_auth_failures_total"
 	NameJWKSFetches       = "exgate_jwks_fetches_total"
@@ -129,6 +130,7 @@ type Metrics struct {
 	inflight         prometheus.Gauge
 	bodyBudget       prometheus.Counter
 	reloads          *prometheus.CounterVec
+	adminResets      prometheus.Counter
 	buildInfo        *prometheus.GaugeVec
 	authFailures     *prometheus.CounterVec
 	jwksFetches      *prometheus.CounterVec
@@ -258,6 +260,10 @@ func newMetrics(info BuildInfo) *Metrics {
 		Name: NameConfigReloads,
 		Help: "Configuration reloads, by result (success, failure).",
 	}, []string{"result"})
+	m.adminResets = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: NameAdminResets,
+		Help: "Rate-limit buckets of one account, token or address cleared by an operator through the admin console.",
+	})
 	m.buildInfo = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: NameBuildInfo,
 		Help: "Always 1; the labels say which build of exgate is running.",
@@ -296,7 +302,7 @@ func (m *Metrics) own() []prometheus.Collector {
 		m.requests, m.requestDuration, m.upstreamDuration, m.upstreamErrors,
 		m.decisions, m.storeErrors, m.storeDuration, m.fallback,
 		m.validation, m.idempotency, m.inflight,
-		m.reloads, m.buildInfo, m.authFailures, m.jwksFetches, m.bodyBudget,
+		m.reloads, m.adminResets, m.buildInfo, m.authFailures, m.jwksFetches, m.bodyBudget,
 	}, m.overload.all()...)
 }
 
@@ -472,6 +478,14 @@ func (b *boundedLabel) counter(value string) prometheus.Counter {
 	c = b.vec.WithLabelValues(value)
 	b.m[value] = c
 	return c
+}
+
+// AdminReset counts one reset of an identity's buckets by an operator.
+func (m *Metrics) AdminReset() {
+	if m == nil {
+		return
+	}
+	m.adminResets.Inc()
 }
 
 // ConfigReload counts one configuration reload, successful or not.

@@ -97,7 +97,7 @@ func TestNamesFromDescriptors(t *testing.T) {
 		NameRequests, NameRequestDuration, NameUpstreamDuration, NameUpstreamErrors,
 		NameRateLimitDecision, NameStoreErrors, NameStoreDuration, NameFallback,
 		NameValidation, NameIdempotency, NameCatalogueAge, NameInflight,
-		NameConfigReloads, NameBuildInfo, NameBodyBudget,
+		NameConfigReloads, NameAdminResets, NameBuildInfo, NameBodyBudget,
 		NameOverloadShed, NameOverloadQueue, NameOverloadLimit, NameOverloadInFlight, NameOverloadWaiting, NameOverloadMinRTT,
 		"go_goroutines", "go_gc_duration_seconds", "process_cpu_seconds_total",
 	} {
@@ -114,8 +114,8 @@ func TestNamesFromDescriptors(t *testing.T) {
 			t.Errorf("Names() lists %s; want base names", n)
 		}
 	}
-	if exgate != 23 {
-		t.Errorf("Names() lists %d exgate_ families, want 23", exgate)
+	if exgate != 24 {
+		t.Errorf("Names() lists %d exgate_ families, want 24", exgate)
 	}
 }
 

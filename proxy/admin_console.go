@@ -365,5 +365,6 @@ func (c *console) reset(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	c.resets.Add(1)
+	c.g.metrics.AdminReset()
 	writeJSON(w, http.StatusOK, map[string]any{"subject": sb, "cleared": n})
 }

@@ -245,6 +245,9 @@ func TestConsoleAgainstTraffic(t *testing.T) {
 			if !strings.HasPrefix(status.Store.Mode, store) || !status.Store.Reachable || status.Resets != 1 || len(status.Routes) == 0 {
 				t.Errorf("status: %+v", status)
 			}
+			if _, _, m := call(t, "GET", admin+"/metrics", ""); !strings.Contains(string(m), "\nexgate_admin_resets_total 1\n") {
+				t.Error("the reset is not counted in exgate_admin_resets_total")
+			}
 			if code, _, _ := call(t, "GET", admin+"/admin/status", ""); code != http.StatusUnauthorized {
 				t.Errorf("status without the token: %d", code)
 			}
