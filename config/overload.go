@@ -34,7 +34,7 @@ type Overload struct {
 	// Default 100ms.
 	Window time.Duration `yaml:"window"`
 	// ProbeInterval is how often the backend's unloaded latency is
-	// measured again, holding the limit at min_limit for one window.
+	// measured again, holding the limit at half its value for one window.
 	// Default 30s.
 	ProbeInterval time.Duration `yaml:"probe_interval"`
 	// MaxWait is, by priority class, the longest a request waits for a

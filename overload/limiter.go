@@ -35,7 +35,7 @@ type Options struct {
 	// MinSamples is the fewest samples a window needs. Default 10.
 	MinSamples int
 	// ProbeInterval is how often the minimum round-trip time is measured
-	// again at the floor limit, so that it follows a backend whose
+	// again at half the limit, so that it follows a backend whose
 	// unloaded latency changed. Default 30s.
 	ProbeInterval time.Duration
 	// MaxWait is, by class, the longest a request waits for a slot before
@@ -400,14 +400,18 @@ func (l *Limiter) observe(rtt time.Duration) {
 	l.publish()
 }
 
-// startProbe holds the limit at the floor until one window of samples from
-// requests sent under it has measured the unloaded round trip; l.mu is
-// held.
+// startProbe holds the limit at half its value (not below Min) until one
+// window of samples from requests sent under it has measured the round
+// trip with the backend's queue drained. Half, not the floor: a healthy
+// backend carrying more than Min requests would otherwise see requests
+// shed at every probe, as Envoy's minRTT windows do; under overload the
+// limit sits near the backend's knee, and half of it is below the knee.
+// l.mu is held.
 func (l *Limiter) startProbe(now time.Time) {
 	l.probing = true
 	l.probeFrom = max(l.limit, l.o.Min)
 	l.probeSkip = l.inflight
-	l.limit = l.o.Min
+	l.limit = max(l.limit/2, l.o.Min)
 	l.winStart, l.winSum, l.winN, l.winPeak = now, 0, 0, l.inflight
 }
 
