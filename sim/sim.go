@@ -154,6 +154,12 @@ const matchesPrefix = "/api/v1/mth/matches/"
 // ServeHTTP routes a request to its endpoint. Paths are matched exactly,
 // trailing slash included.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	// The request id comes back on the answer, as from a backend behind a
+	// request-id middleware: a gateway that checks it (exgate does) can
+	// tell a response meant for another request.
+	if id := r.Header.Get("X-Request-Id"); id != "" {
+		w.Header().Set("X-Request-Id", id)
+	}
 	var rt route
 	var param string
 	switch p := r.URL.Path; p {

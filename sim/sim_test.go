@@ -2,6 +2,7 @@ package sim
 
 import (
 	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"strings"
 	"testing"
@@ -185,6 +186,27 @@ func TestRouting(t *testing.T) {
 				if got := r.object(t)["detail"]; got != tt.wantDetail {
 					t.Errorf("detail %q, want %q", got, tt.wantDetail)
 				}
+			}
+		})
+	}
+}
+
+func TestRequestIDEchoed(t *testing.T) {
+	srv := httptest.NewServer(New(Options{}))
+	defer srv.Close()
+	for _, tc := range []struct{ name, sent string }{{"sent", "req-42"}, {"absent", ""}} {
+		t.Run(tc.name, func(t *testing.T) {
+			req, _ := http.NewRequest(http.MethodGet, srv.URL+"/api/v1/mkt/markets/", nil)
+			if tc.sent != "" {
+				req.Header.Set("X-Request-Id", tc.sent)
+			}
+			res, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			res.Body.Close()
+			if got := res.Header.Get("X-Request-Id"); got != tc.sent {
+				t.Errorf("X-Request-Id = %q, want %q", got, tc.sent)
 			}
 		})
 	}
