@@ -141,7 +141,11 @@ routes:
 // headers exgate also sets, no access log. With Limit, limit_req applies
 // exgate's key rule: a request with a token is counted by token, one
 // without by $binary_remote_addr (an empty key is not counted), at a rate
-// and burst no benchmark reaches, so nothing is rejected.
+// and burst no benchmark reaches, so nothing is rejected. With Cert and
+// Key it terminates TLS (the TLS scenario); keepalive_requests is then
+// raised from its default of 1000 so that, like exgate and Caddy, NGINX
+// keeps wrk's connections for the whole run instead of making it handshake
+// again.
 var nginxConfig = template.Must(template.New("nginx").Parse(`# Written by bench/cmd/benchrun.
 worker_processes auto;
 daemon off;
@@ -171,7 +175,16 @@ http {
   limit_req_status 429;
 {{- end}}
   server {
+{{- if .Cert}}
+    listen {{.Listen}} ssl;
+    ssl_certificate {{.Cert}};
+    ssl_certificate_key {{.Key}};
+    ssl_protocols TLSv1.2 TLSv1.3;
+    ssl_session_cache shared:SSL:10m;
+    keepalive_requests 10000000;
+{{- else}}
     listen {{.Listen}};
+{{- end}}
     location / {
 {{- if .Limit}}
       limit_req zone=by_addr burst=1000000 nodelay;
@@ -192,13 +205,16 @@ http {
 // caddyConfig is Caddy in front of the backend as a user would first
 // write it: a plain reverse_proxy (which keeps connections to the backend
 // alive and sets X-Forwarded-*), no limits, no access log, no admin API,
-// no automatic HTTPS.
+// no automatic HTTPS. With Cert and Key it terminates TLS with them.
 var caddyConfig = template.Must(template.New("caddy").Parse(`# Written by bench/cmd/benchrun.
 {
 	admin off
 	auto_https off
 }
-http://{{.Listen}} {
+{{if .Cert}}https{{else}}http{{end}}://{{.Listen}} {
+{{- if .Cert}}
+	tls {{.Cert}} {{.Key}}
+{{- end}}
 	reverse_proxy {{.Backend}}
 }
 `))

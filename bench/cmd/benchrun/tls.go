@@ -15,7 +15,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"text/template"
 	"time"
 )
 
@@ -32,62 +31,6 @@ const (
 // tlsPeers maps each TLS target to the same proxy serving plain HTTP, for
 // the overhead table.
 var tlsPeers = map[string]string{tNginxTLS: tNginx, tCaddyTLS: tCaddy, tExgateTLS: tExgateRedis}
-
-// nginxTLSConfig is NGINX terminating TLS in front of the backend, with
-// the plain NGINX target's proxying. keepalive_requests is raised from
-// its default of 1000 so that, like exgate and Caddy, NGINX keeps wrk's
-// connections for the whole run instead of making it handshake again.
-var nginxTLSConfig = template.Must(template.New("nginx-tls").Parse(`# Written by bench/cmd/benchrun.
-worker_processes auto;
-daemon off;
-pid {{.Dir}}/nginx.pid;
-error_log {{.Dir}}/error.log warn;
-events {
-  worker_connections 4096;
-}
-http {
-  access_log off;
-  client_body_temp_path {{.Dir}}/body;
-  proxy_temp_path {{.Dir}}/proxy;
-  fastcgi_temp_path {{.Dir}}/fastcgi;
-  uwsgi_temp_path {{.Dir}}/uwsgi;
-  scgi_temp_path {{.Dir}}/scgi;
-  upstream backend {
-    server {{.Backend}};
-    keepalive 128;
-  }
-  server {
-    listen {{.Listen}} ssl;
-    ssl_certificate {{.Cert}};
-    ssl_certificate_key {{.Key}};
-    ssl_protocols TLSv1.2 TLSv1.3;
-    ssl_session_cache shared:SSL:10m;
-    keepalive_requests 10000000;
-    location / {
-      proxy_pass http://backend;
-      proxy_http_version 1.1;
-      proxy_set_header Connection "";
-      proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;
-      proxy_set_header X-Real-IP $remote_addr;
-      proxy_set_header X-Forwarded-Proto $scheme;
-      proxy_set_header X-Request-ID $request_id;
-    }
-  }
-}
-`))
-
-// caddyTLSConfig is Caddy terminating TLS with the given certificate
-// (no automatic HTTPS, no admin API).
-var caddyTLSConfig = template.Must(template.New("caddy-tls").Parse(`# Written by bench/cmd/benchrun.
-{
-	admin off
-	auto_https off
-}
-https://{{.Listen}} {
-	tls {{.Cert}} {{.Key}}
-	reverse_proxy {{.Backend}}
-}
-`))
 
 // writeCertificate writes a self-signed ECDSA P-256 certificate for
 // 127.0.0.1 and its key into dir, as PEM files.
@@ -143,7 +86,7 @@ func startTLSTargets(ps *procs, e *env, next func() string, backendAddr string) 
 	}
 	listen := next()
 	var buf bytes.Buffer
-	if err := nginxTLSConfig.Execute(&buf, map[string]any{"Dir": ndir, "Backend": backendAddr, "Listen": listen, "Cert": cert, "Key": key}); err != nil {
+	if err := nginxConfig.Execute(&buf, map[string]any{"Dir": ndir, "Backend": backendAddr, "Listen": listen, "Cert": cert, "Key": key}); err != nil {
 		return err
 	}
 	conf := filepath.Join(ndir, "nginx.conf")
@@ -163,7 +106,7 @@ func startTLSTargets(ps *procs, e *env, next func() string, backendAddr string) 
 		}
 		listen := next()
 		buf.Reset()
-		if err := caddyTLSConfig.Execute(&buf, map[string]any{"Listen": listen, "Backend": backendAddr, "Cert": cert, "Key": key}); err != nil {
+		if err := caddyConfig.Execute(&buf, map[string]any{"Listen": listen, "Backend": backendAddr, "Cert": cert, "Key": key}); err != nil {
 			return err
 		}
 		conf := filepath.Join(cdir, "Caddyfile")
