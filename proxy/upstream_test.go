@@ -259,6 +259,21 @@ func (c writeCounter) Write(p []byte) (int, error) {
 	return c.Conn.Write(p)
 }
 
+// countWrites makes tr dial connections that count their writes, and
+// returns the count.
+func countWrites(tr *http.Transport) *atomic.Int64 {
+	writes := new(atomic.Int64)
+	d := &net.Dialer{}
+	tr.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := d.DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return writeCounter{Conn: c, writes: writes}, nil
+	}
+	return writes
+}
+
 // TestForwardBodyOneWrite checks that a body forwardBody set goes to the
 // backend with its Content-Length, without Expect or Transfer-Encoding,
 // and in the same write as the request head; a body of unknown kind (as
@@ -272,15 +287,7 @@ func TestForwardBodyOneWrite(t *testing.T) {
 	t.Cleanup(bs.Close)
 	cfg := config.Default()
 	tr := NewTransport(cfg.Upstream)
-	var writes atomic.Int64
-	d := &net.Dialer{}
-	tr.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
-		c, err := d.DialContext(ctx, network, addr)
-		if err != nil {
-			return nil, err
-		}
-		return writeCounter{Conn: c, writes: &writes}, nil
-	}
+	writes := countWrites(tr)
 	t.Cleanup(tr.CloseIdleConnections)
 	t.Run("through the gateway", func(t *testing.T) {
 		// A body that streams from the client (of declared length, or
@@ -377,15 +384,7 @@ func BenchmarkForwardBody(b *testing.B) {
 		b.Run(tc.name, func(b *testing.B) {
 			tr := NewTransport(config.Default().Upstream)
 			defer tr.CloseIdleConnections()
-			var writes atomic.Int64
-			d := &net.Dialer{}
-			tr.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
-				c, err := d.DialContext(ctx, network, addr)
-				if err != nil {
-					return nil, err
-				}
-				return writeCounter{Conn: c, writes: &writes}, nil
-			}
+			writes := countWrites(tr)
 			b.ReportAllocs()
 			for b.Loop() {
 				req, _ := http.NewRequest("POST", bs.URL+"/api/v1/odr/orders/", nil)
@@ -409,15 +408,7 @@ func BenchmarkForwardBody(b *testing.B) {
 func TestOrderForwardedInOneWrite(t *testing.T) {
 	e := startOrders(t, placed)
 	tr := e.gw.transport.(*http.Transport) // no connection dialled yet
-	var writes atomic.Int64
-	d := &net.Dialer{}
-	tr.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
-		c, err := d.DialContext(ctx, network, addr)
-		if err != nil {
-			return nil, err
-		}
-		return writeCounter{Conn: c, writes: &writes}, nil
-	}
+	writes := countWrites(tr)
 	const order = `{"symbol":"BTC_USDT","type":"market","side":"buy","base_amount":"0.001"}`
 	for i := range 3 {
 		before := writes.Load()
