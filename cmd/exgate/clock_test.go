@@ -43,11 +43,7 @@ func TestReplicaClocksDisagree(t *testing.T) {
 					t.Fatal(err)
 				}
 				now := func() time.Time { return time.Now().Add(off) }
-				a, err := start(cfg, deps{log: zap.NewNop(), now: now, getenv: secretEnv})
-				if err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(func() { _ = a.shutdown() })
+				a := startApp(t, cfg, deps{log: zap.NewNop(), now: now, getenv: secretEnv})
 				waitCatalogue(t, a)
 				urls = append(urls, "http://"+a.addr)
 			}

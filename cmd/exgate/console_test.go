@@ -54,11 +54,7 @@ func startStackWith(t *testing.T, mut func(*config.Config), getenv func(string) 
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	a, err := start(cfg, deps{log: zap.NewNop(), now: time.Now, getenv: getenv})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = a.shutdown() })
+	a := startApp(t, cfg, deps{log: zap.NewNop(), now: time.Now, getenv: getenv})
 	waitCatalogue(t, a)
 	return a
 }

@@ -41,11 +41,7 @@ func TestDevModeSharesLimitsThroughRedis(t *testing.T) {
 		}
 		devOverrides(cfg)
 		matchesLimit(cfg, 3)
-		a, err := start(cfg, deps{log: zap.NewNop(), now: time.Now, dev: true, getenv: getenv})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = a.shutdown() })
+		a := startApp(t, cfg, deps{log: zap.NewNop(), now: time.Now, dev: true, getenv: getenv})
 		var banner bytes.Buffer
 		printDevBanner(&banner, a)
 		if !strings.Contains(banner.String(), "limits    Redis at "+rs.Addr) {

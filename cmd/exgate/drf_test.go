@@ -312,11 +312,7 @@ func differentialDRF(t *testing.T, verify bool) {
 	cfg.Identity.Verify = verify
 	env := map[string]string{"EXGATE_JWT_SECRET": drfSigningKey}
 	getenv := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
-	a, err := start(cfg, deps{log: zap.NewNop(), now: time.Now, getenv: getenv})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = a.shutdown() })
+	a := startApp(t, cfg, deps{log: zap.NewNop(), now: time.Now, getenv: getenv})
 	waitCatalogue(t, a)
 	gw := "http://" + a.addr
 
@@ -525,11 +521,7 @@ func TestDRFFormatSuffixes(t *testing.T) {
 	cfg.Upstream.URL = config.MustURL(drf.url)
 	cfg.Server.DrainDelay = 0
 	cfg.Limiter.Backend = config.BackendMemory
-	a, err := start(cfg, deps{log: zap.NewNop(), now: time.Now})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = a.shutdown() })
+	a := startApp(t, cfg, deps{log: zap.NewNop(), now: time.Now})
 	waitCatalogue(t, a)
 	gw := "http://" + a.addr
 	spellings := []string{"/api/v1/odr/orders.json", "/api/v1/odr/orders.json/", "/api/v1/odr/orders.api",

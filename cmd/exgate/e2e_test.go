@@ -58,6 +58,18 @@ func (s *stack) backendClose() {
 	s.bs.Close()
 }
 
+// startApp starts the gateway of cfg with d and shuts it down when the
+// test ends.
+func startApp(t *testing.T, cfg *config.Config, d deps) *app {
+	t.Helper()
+	a, err := start(cfg, d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = a.shutdown() })
+	return a
+}
+
 func startStack(t *testing.T, mut func(*config.Config)) *stack {
 	t.Helper()
 	s := sim.New(sim.Options{})
@@ -71,11 +83,7 @@ func startStack(t *testing.T, mut func(*config.Config)) *stack {
 	if mut != nil {
 		mut(cfg)
 	}
-	a, err := start(cfg, deps{log: zap.NewNop(), now: time.Now})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = a.shutdown() })
+	a := startApp(t, cfg, deps{log: zap.NewNop(), now: time.Now})
 	waitCatalogue(t, a)
 	return &stack{url: "http://" + a.addr, backend: c, sim: s, app: a, bs: bs}
 }

@@ -102,11 +102,7 @@ func startEdgeStack(t *testing.T, mut func(cfg *config.Config, ca *tlstest.CA, d
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	a, err := start(cfg, deps{log: zap.NewNop(), now: time.Now})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = a.shutdown() })
+	a := startApp(t, cfg, deps{log: zap.NewNop(), now: time.Now})
 	waitCatalogue(t, a)
 	return &edgeStack{app: a, ca: ca, seen: s, dir: dir}
 }

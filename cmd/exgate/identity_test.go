@@ -258,11 +258,7 @@ tiers: { vip: { list_markets: { rate: 500/1m } } }
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := start(cfg, deps{log: zap.NewNop(), now: time.Now, getenv: secretEnv, configPath: path})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = a.shutdown() })
+	a := startApp(t, cfg, deps{log: zap.NewNop(), now: time.Now, getenv: secretEnv, configPath: path})
 	tok, _, _ := s.IssueToken("dev") // user 1
 	policy := func() string {
 		t.Helper()

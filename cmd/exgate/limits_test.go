@@ -59,11 +59,7 @@ func replicas(t *testing.T, n int, addrs []string, mut func(*config.Config)) ([]
 		if err := cfg.Validate(); err != nil {
 			t.Fatal(err)
 		}
-		a, err := start(cfg, deps{log: zap.NewNop(), now: time.Now, getenv: secretEnv})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = a.shutdown() })
+		a := startApp(t, cfg, deps{log: zap.NewNop(), now: time.Now, getenv: secretEnv})
 		waitCatalogue(t, a)
 		urls = append(urls, "http://"+a.addr)
 	}

@@ -178,11 +178,7 @@ func TestOrderOutcomes(t *testing.T) {
 	cfg.Limiter.Redis.Timeout = time.Second // the most it may be
 	cfg.Idempotency.Timeout = 2 * time.Second
 	cfg.Route("place_order").Timeout = time.Second
-	a, err := start(cfg, deps{log: zap.NewNop(), now: time.Now, getenv: secretEnv})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = a.shutdown() })
+	a := startApp(t, cfg, deps{log: zap.NewNop(), now: time.Now, getenv: secretEnv})
 	waitCatalogue(t, a)
 	url := "http://" + a.addr
 	token := authenticate(t, url)

@@ -280,11 +280,7 @@ func TestReloadAppliesLiveSettings(t *testing.T) {
 		t.Fatal(err)
 	}
 	core, logs := observer.New(zap.InfoLevel)
-	a, err := start(cfg, deps{log: zap.New(core), now: time.Now, getenv: secretEnv, configPath: path})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = a.shutdown() })
+	a := startApp(t, cfg, deps{log: zap.New(core), now: time.Now, getenv: secretEnv, configPath: path})
 	base := "http://" + a.addr
 	ready := func() (int, string) {
 		t.Helper()
@@ -377,11 +373,7 @@ func TestDuplicateProtectionOwnRedis(t *testing.T) {
 		t.Fatalf("start without the key secret: %v, want an error naming duplicate protection", err)
 	}
 	cfg.Upstream.URL = config.MustURL("http://" + deadRedis) // not a backend either: orders are not sent here
-	a, err := start(cfg, deps{log: zap.NewNop(), now: time.Now, getenv: secretEnv})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = a.shutdown() })
+	a := startApp(t, cfg, deps{log: zap.NewNop(), now: time.Now, getenv: secretEnv})
 	if a.idem == nil || !a.idemOwn {
 		t.Fatal("duplicate protection has no Redis client of its own")
 	}
@@ -513,11 +505,7 @@ func TestReloadRefusesOrderValidationAddedLater(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := start(cfg, deps{log: zap.NewNop(), now: time.Now, getenv: secretEnv, configPath: path})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = a.shutdown() })
+	a := startApp(t, cfg, deps{log: zap.NewNop(), now: time.Now, getenv: secretEnv, configPath: path})
 
 	write("order")
 	err = a.reload()
