@@ -4,9 +4,11 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"strings"
 
 	"github.com/exgate/exgate/config"
+	"github.com/exgate/exgate/sim"
 )
 
 // printDevBanner tells a developer what runs where, where the limits are
@@ -92,4 +94,46 @@ func curlBase(addr string) string {
 		return "http://" + host
 	}
 	return "http://" + host + ":" + port
+}
+
+// devOverrides adapts a configuration to dev mode: limits in this process
+// unless limiter.backend is explicitly "redis" (so that two dev instances
+// can share limits through a real Redis), no drain delay at Ctrl-C, and,
+// unless the file configures identity itself, access tokens verified with
+// the reference backend's signing secret, so that limits count per
+// account out of the box (a route table that still counts token strings
+// keeps tokens opaque). The reference backend's address is set once it
+// listens.
+func devOverrides(cfg *config.Config) {
+	if cfg.Limiter.Backend != config.BackendRedis {
+		cfg.Limiter.Backend = config.BackendMemory
+	}
+	cfg.Server.DrainDelay = 0
+	if cfg.Identity.Verify {
+		return
+	}
+	verified := *cfg
+	verified.Routes = slices.Clone(cfg.Routes)
+	for i := range verified.Routes {
+		verified.Routes[i].Limits = slices.Clone(cfg.Routes[i].Limits)
+	}
+	verified.Identity.Verify = true
+	verified.Identity.JWT.Keys = []config.JWTKey{{Algorithms: []string{"HS256"}, SecretEnv: devSecretEnv}}
+	if verified.Validate() == nil {
+		*cfg = verified
+	}
+}
+
+// devSecretEnv is the variable dev mode reads the reference backend's
+// signing secret from; dev mode answers it with sim.DevSecret.
+const devSecretEnv = "EXGATE_DEV_SIM_JWT_SECRET"
+
+// devGetenv is getenv with the reference backend's signing secret.
+func devGetenv(getenv func(string) (string, bool)) func(string) (string, bool) {
+	return func(k string) (string, bool) {
+		if k == devSecretEnv {
+			return sim.DevSecret, true
+		}
+		return getenv(k)
+	}
 }

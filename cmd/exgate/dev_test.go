@@ -2,9 +2,6 @@ package main
 
 import (
 	"bytes"
-	"context"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -14,7 +11,6 @@ import (
 
 	"github.com/exgate/exgate/config"
 	"github.com/exgate/exgate/internal/redistest"
-	"github.com/exgate/exgate/internal/tlstest"
 )
 
 // TestDevModeSharesLimitsThroughRedis starts two dev-mode gateways with
@@ -62,37 +58,5 @@ func TestDevModeSharesLimitsThroughRedis(t *testing.T) {
 	devOverrides(cfg)
 	if cfg.Limiter.Backend != config.BackendMemory {
 		t.Fatalf("dev mode without an explicit backend uses %q", cfg.Limiter.Backend)
-	}
-}
-
-// TestCheckConfigReadsCertificates runs check-config on configurations
-// whose certificate files are good, missing, mismatched and expired.
-func TestCheckConfigReadsCertificates(t *testing.T) {
-	dir := t.TempDir()
-	ca := tlstest.NewCA(t, dir)
-	good := ca.Issue(dir, "good", []string{"api.example.test"}, tlstest.Options{})
-	other := ca.Issue(dir, "other", []string{"api.example.test"}, tlstest.Options{})
-	expired := ca.Issue(dir, "expired", []string{"api.example.test"}, tlstest.Options{NotBefore: time.Now().Add(-48 * time.Hour), NotAfter: time.Now().Add(-time.Hour)})
-	for _, tc := range []struct {
-		name, cert, key string
-		want            string
-	}{
-		{"good, relative to the file", "good.crt", "good.key", "ok"},
-		{"missing", "none.crt", "good.key", "server.tls.certificates[0].cert_file: open "},
-		{"key of another certificate", filepath.Base(good.CertFile), filepath.Base(other.KeyFile), "server.tls.certificates[0]: "},
-		{"expired", expired.CertFile, expired.KeyFile, "certificate expired"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			path := filepath.Join(dir, "exgate.yaml")
-			yaml := "server:\n  tls:\n    certificates:\n      - {cert_file: " + tc.cert + ", key_file: " + tc.key + "}\n"
-			if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
-				t.Fatal(err)
-			}
-			var out, errb bytes.Buffer
-			code := run(context.Background(), []string{"check-config", path}, func(string) (string, bool) { return "", false }, &out, &errb)
-			if !strings.Contains(out.String(), tc.want) || (code == 0) != (tc.want == "ok") {
-				t.Fatalf("exit %d, output %q; want %q", code, out.String(), tc.want)
-			}
-		})
 	}
 }

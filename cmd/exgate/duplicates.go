@@ -5,9 +5,48 @@ import (
 	"errors"
 	"time"
 
+	"github.com/exgate/exgate/config"
 	"github.com/exgate/exgate/idempotency"
+	"github.com/exgate/exgate/limiter"
 	"github.com/exgate/exgate/metrics"
 )
+
+// openDuplicateStore returns duplicate protection's store, timed and
+// counted by observedStore: in Redis (duplicatesInRedis), shared by every
+// replica, or in this process. With the limits in Redis it is their
+// client; with the limits in memory it is a client of its own, from
+// limiter.redis.
+func (a *app) openDuplicateStore(cfg *config.Config) (idempotency.Store, error) {
+	opts := idempotency.OptionsFrom(cfg.Idempotency)
+	opts.Now = a.d.now
+	opts.ReplicaAcks = cfg.IdempotencyReplicaAcks()
+	var s idempotency.Store
+	if duplicatesInRedis(cfg) {
+		a.idem = a.limits.Client
+		if a.idem == nil {
+			password, _ := a.d.getenv(cfg.Limiter.Redis.PasswordEnv)
+			var err error
+			if a.idem, err = limiter.NewRedisClient(cfg.Limiter.Redis, password); err != nil {
+				return nil, err
+			}
+			a.idemOwn = true
+		}
+		s = idempotency.NewRedis(a.idem, opts)
+	} else {
+		s = idempotency.NewMemory(opts)
+	}
+	m, err := metrics.NewDuplicateStore(a.d.reg)
+	if err != nil {
+		return nil, err
+	}
+	return observedStore{s: s, m: m, now: a.d.now}, nil
+}
+
+// duplicatesInRedis reports whether duplicate protection runs and keeps
+// its claims in Redis.
+func duplicatesInRedis(cfg *config.Config) bool {
+	return cfg.ProtectsDuplicates() && cfg.IdempotencyBackend() == config.BackendRedis
+}
 
 // observedStore is a duplicate-protection store whose every call is timed
 // and, when the store failed, counted, by operation.

@@ -1,11 +1,8 @@
 package main
 
 import (
-	"bytes"
 	"crypto/rand"
 	"crypto/rsa"
-	"crypto/x509"
-	"encoding/pem"
 	"fmt"
 	"net/http/httptest"
 	"os"
@@ -281,39 +278,5 @@ tiers: { vip: { list_markets: { rate: 500/1m } } }
 	writeFile("users.yaml", "users:\n  \"1\": gold\n")
 	if err := a.reload(); err == nil || !strings.Contains(err.Error(), `identity.users_file: `) || !strings.Contains(err.Error(), `unknown tier "gold"`) {
 		t.Fatalf("a bad users file: %v", err)
-	}
-}
-
-// TestCheckConfigReadsKeyFiles: check-config reads the PEM and JWKS files
-// the identity section names and says which is wrong.
-func TestCheckConfigReadsKeyFiles(t *testing.T) {
-	dir := t.TempDir()
-	k := mustRSA(t)
-	write := func(name string, b []byte) {
-		if err := os.WriteFile(filepath.Join(dir, name), b, 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	write("pub.pem", jwttest.PublicKeyPEM(t, &k.PublicKey))
-	priv, _ := x509.MarshalPKCS8PrivateKey(k)
-	write("priv.pem", pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: priv}))
-	write("jwks.json", []byte(`{"keys":[{"kty":"oct","k":"c2VjcmV0LXNlY3JldC1zZWNyZXQ","kid":"x"}]}`))
-	for _, tc := range []struct{ name, identity, want string }{
-		{"good", "{ verify: true, jwt: { keys: [{ algorithms: [RS256], public_key_file: pub.pem }] } }", "ok"},
-		{"missing", "{ verify: true, jwt: { keys: [{ algorithms: [RS256], public_key_file: none.pem }] } }", "identity.jwt.keys[0].public_key_file: "},
-		{"private key", "{ verify: true, jwt: { keys: [{ algorithms: [RS256], public_key_file: priv.pem }] } }", "holds a private key"},
-		{"wrong algorithm", "{ verify: true, jwt: { keys: [{ algorithms: [ES256], public_key_file: pub.pem }] } }", "2048-bit RSA key cannot verify ES256"},
-		{"JWKS without a usable key", "{ verify: true, jwt: { keys: [], jwks_file: jwks.json, jwks_algorithms: [RS256] } }", "identity.jwt.jwks_file: "},
-		{"users file missing", "{ verify: true, users_file: users.yaml }", "identity.users_file: "},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			path := filepath.Join(dir, "exgate.yaml")
-			write("exgate.yaml", []byte("identity: "+tc.identity+"\n"))
-			var out, errb bytes.Buffer
-			code := run(t.Context(), []string{"check-config", path}, func(string) (string, bool) { return "", false }, &out, &errb)
-			if !strings.Contains(out.String(), tc.want) || (code == 0) != (tc.want == "ok") {
-				t.Fatalf("exit %d, output %q; want %q", code, out.String(), tc.want)
-			}
-		})
 	}
 }

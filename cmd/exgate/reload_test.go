@@ -352,37 +352,6 @@ func TestReloadAppliesLiveSettings(t *testing.T) {
 	}
 }
 
-// TestDuplicateProtectionOwnRedis checks that idempotency.backend: redis
-// with the limits in memory gets a Redis client of its own (before, it
-// silently used an in-process store that replicas do not share), that it
-// needs the key secret, and that /readyz names what its outage degrades.
-func TestDuplicateProtectionOwnRedis(t *testing.T) {
-	deadRedis := fmt.Sprintf("127.0.0.1:%d", redistest.FreePort(t))
-	mut := func(cfg *config.Config) {
-		cfg.Limiter.Backend = config.BackendMemory
-		cfg.Limiter.Redis.Addrs = []string{deadRedis}
-		cfg.Idempotency.Backend = config.BackendRedis
-	}
-	cfg := config.Default()
-	cfg.Listen, cfg.AdminListen = "127.0.0.1:0", "127.0.0.1:0"
-	mut(cfg)
-	if err := cfg.Validate(); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := start(cfg, deps{log: zap.NewNop(), now: time.Now}); err == nil || !strings.Contains(err.Error(), "duplicate protection") {
-		t.Fatalf("start without the key secret: %v, want an error naming duplicate protection", err)
-	}
-	cfg.Upstream.URL = config.MustURL("http://" + deadRedis) // not a backend either: orders are not sent here
-	a := startApp(t, cfg, deps{log: zap.NewNop(), now: time.Now, getenv: secretEnv})
-	if a.idem == nil || !a.idemOwn {
-		t.Fatal("duplicate protection has no Redis client of its own")
-	}
-	_, _, body := call(t, "GET", "http://"+a.adminAd+"/readyz", "")
-	if want := `"duplicate_protection":"orders with an identifier are refused (503 duplicate_protection_unavailable): duplicate-protection store unreachable: `; !strings.Contains(string(body), want) {
-		t.Errorf("/readyz: %s\nwant it to contain %s", body, want)
-	}
-}
-
 // TestReloadOnFileChange lays out the configuration as a Kubernetes
 // ConfigMap volume does (exgate.yaml → ..data/exgate.yaml, ..data → a
 // timestamped directory, swapped by renaming a new link over ..data) and

@@ -1,0 +1,444 @@
+package main
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+
+	"github.com/exgate/exgate/config"
+	"github.com/exgate/exgate/identity"
+	"github.com/exgate/exgate/limiter"
+	"github.com/exgate/exgate/metrics"
+	"github.com/exgate/exgate/proxy"
+	"github.com/exgate/exgate/sim"
+	"github.com/exgate/exgate/topk"
+	"github.com/exgate/exgate/validate"
+)
+
+// deps are the explicit dependencies of the gateway process.
+type deps struct {
+	log        *zap.Logger
+	now        func() time.Time
+	dev        bool
+	getenv     func(string) (string, bool) // nil: empty environment
+	configPath string                      // "" when running on defaults
+	// reg receives exgate's metrics, served on the admin listener's
+	// /metrics. Nil means a new registry.
+	reg *prometheus.Registry
+}
+
+// app is a started gateway: listeners bound and serving.
+type app struct {
+	cfg     *config.Config                // the configuration at start
+	live    atomic.Pointer[config.Config] // the configuration in force, after reloads
+	d       deps
+	log     *zap.Logger
+	metrics *metrics.Metrics
+	limits  *limiter.Backend
+	idem    redis.UniversalClient // duplicate protection's Redis client, or nil
+	// top counts who hits the limits, for the admin console.
+	top        *topk.Tracker
+	started    time.Time
+	cfgHash    atomic.Pointer[string]
+	lastReload atomic.Pointer[reloadRecord]
+	// startDigest is the digest of the watched files when the
+	// configuration was read at start (filesDigest).
+	startDigest [sha256.Size]byte
+	idemOwn     bool                // idem is its own client, not the limiter's
+	cat         *validate.Catalogue // nil when no route validates orders
+	stopCat     context.CancelFunc
+	stopID      context.CancelFunc // ends the JWKS refresh; nil without one
+	gw          *proxy.Gateway
+	srv         *http.Server
+	admin       *http.Server
+	backend     *http.Server // dev mode only
+	addr        string       // bound traffic address
+	adminAd     string       // bound admin address
+	backAddr    string       // dev backend address
+	edge        *metrics.Edge
+	certs       *proxy.Certificates // nil without TLS
+	stopTLS     context.CancelFunc  // stops the certificate watch
+	errc        chan error
+}
+
+// start binds every listener and starts serving. It wires the parts of
+// the gateway in the order they depend on each other; when one fails, the
+// parts already started are stopped. In dev mode the reference backend
+// starts first, on a free loopback port, and the upstream points at it.
+func start(cfg *config.Config, d deps) (*app, error) {
+	a, err := newApp(cfg, d)
+	if err != nil {
+		return nil, err
+	}
+	if err := a.wire(cfg); err != nil {
+		a.stopParts()
+		return nil, err
+	}
+	return a, nil
+}
+
+// newApp returns the app for cfg with its metrics registered and nothing
+// started; d's zero values are filled in.
+func newApp(cfg *config.Config, d deps) (*app, error) {
+	if d.getenv == nil {
+		d.getenv = func(string) (string, bool) { return "", false }
+	}
+	if d.dev {
+		d.getenv = devGetenv(d.getenv)
+	}
+	if d.reg == nil {
+		d.reg = prometheus.NewRegistry()
+	}
+	a := &app{cfg: cfg, d: d, log: d.log, errc: make(chan error, 3)}
+	a.live.Store(cfg)
+	a.started, a.top = d.now(), newTracker(d.now)
+	h := configHash(cfg)
+	a.cfgHash.Store(&h)
+	if d.configPath != "" {
+		a.startDigest = filesDigest(a.watchedFiles())
+	}
+	var err error
+	if a.metrics, err = metrics.New(d.reg, buildInfo()); err != nil {
+		return nil, err
+	}
+	if a.edge, err = metrics.NewEdge(d.reg); err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+// wire starts the parts of the gateway, each from cfg and a.d: the files
+// the configuration names, the rate-limit store, the token verifier, the
+// market catalogue and order validator, duplicate protection, the
+// gateway, the certificates, and last the listeners.
+func (a *app) wire(cfg *config.Config) error {
+	if a.d.dev {
+		if err := a.startDevBackend(cfg); err != nil {
+			return err
+		}
+	}
+	tokens, err := loadTokens(cfg, a.d.configPath)
+	if err != nil {
+		return err
+	}
+	users, err := loadUsers(cfg, a.d.configPath)
+	if err != nil {
+		return err
+	}
+	resolveRedisFiles(cfg, a.d.configPath)
+	resolveIdentityFiles(cfg, a.d.configPath)
+	if err := a.openLimits(cfg); err != nil {
+		return err
+	}
+	verifier, err := a.startIdentity(cfg)
+	if err != nil {
+		return err
+	}
+	transport := proxy.NewTransport(cfg.Upstream)
+	validator, err := a.startValidation(cfg, transport)
+	if err != nil {
+		return err
+	}
+	opts := proxy.Options{
+		Logger: a.log.Named("gateway"), Now: a.d.now, Transport: transport,
+		Limits: a.limits.Enforcer, Rules: limiter.Compile(cfg, tokens).WithUsers(users), Metrics: a.metrics,
+		Validator: validator, Verifier: verifier, Top: a.top,
+	}
+	if cfg.ProtectsDuplicates() {
+		if opts.Idempotency, err = a.openDuplicateStore(cfg); err != nil {
+			return err
+		}
+		opts.IdempotencyTimeout = cfg.Idempotency.Timeout
+		opts.IdempotencyMaxResponse = int(cfg.Idempotency.MaxResponseBytes)
+	}
+	if a.gw, err = proxy.New(cfg, opts); err != nil {
+		return err
+	}
+	if err := a.loadCertificates(cfg); err != nil {
+		return err
+	}
+	if err := a.listen(cfg); err != nil {
+		return err
+	}
+	a.log.Info("exgate started",
+		zap.String("listen", a.addr), zap.String("admin_listen", a.adminAd),
+		zap.String("upstream", cfg.Upstream.URL.String()), zap.Int("routes", len(cfg.Routes)),
+		zap.String("limiter", a.limits.Kind), zap.Int("tier_tokens", len(tokens)), zap.Int("tier_users", len(users)),
+		zap.Bool("verify_tokens", verifier != nil),
+		zap.Bool("tls", a.certs != nil), zap.Int("proxy_protocol_peers", len(cfg.Server.ProxyProtocol.TrustedPeers)),
+		zap.String("version", versionString()))
+	a.warnUnsafeDefaults()
+	return nil
+}
+
+// startDevBackend serves the reference backend on a free loopback port
+// and points cfg's upstream at it.
+func (a *app) startDevBackend(cfg *config.Config) error {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return fmt.Errorf("dev backend: %w", err)
+	}
+	a.backAddr = ln.Addr().String()
+	a.backend = &http.Server{
+		Handler:           sim.New(sim.Options{Now: a.d.now}),
+		ReadHeaderTimeout: 5 * time.Second,
+	}
+	go a.serve("backend", a.backend, ln)
+	cfg.Upstream.URL = config.MustURL("http://" + a.backAddr)
+	return nil
+}
+
+// openLimits opens the rate-limit store, timing its calls into the
+// metrics. When duplicate protection keeps its claims in Redis too, the
+// store's keys are shared with it (limiter.OpenOptions.SharedKeys).
+func (a *app) openLimits(cfg *config.Config) error {
+	m := a.metrics
+	var err error
+	a.limits, err = limiter.Open(cfg, limiter.OpenOptions{
+		Getenv: a.d.getenv, Logger: a.log.Named("limiter"), Now: a.d.now,
+		Observe:    func(dur time.Duration, _ int, err error) { m.ObserveStore(dur, err) },
+		SharedKeys: duplicatesInRedis(cfg),
+	})
+	return err
+}
+
+// startIdentity builds the access-token verifier when identity.verify is
+// on (nil otherwise) and keeps its JWKS URL fresh until shutdown. Account
+// keys are HMACs under the limiter's key secret, like token ids.
+func (a *app) startIdentity(cfg *config.Config) (*identity.Verifier, error) {
+	if !cfg.Identity.Verify {
+		return nil, nil
+	}
+	m := a.metrics
+	v, err := identity.New(cfg.Identity.JWT, identity.Options{
+		Getenv: a.d.getenv, AccountKey: a.limits.Enforcer.AccountID, Now: a.d.now,
+		Logger: a.log.Named("identity"), OnFetch: m.JWKSFetch,
+	})
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	a.stopID = cancel
+	go v.Run(ctx)
+	return v, nil
+}
+
+// startValidation starts the market catalogue (fetched from the backend
+// now and every validation.catalogue.refresh) and returns the order
+// validator, or nil when no route validates orders. In dev mode it waits
+// for the first load, so that the first order of the quick start is not
+// refused for want of a catalogue.
+func (a *app) startValidation(cfg *config.Config, transport http.RoundTripper) (*validate.Validator, error) {
+	if !cfg.ValidatesOrders() {
+		return nil, nil
+	}
+	vc := cfg.Validation
+	var token string
+	if vc.Catalogue.TokenEnv != "" {
+		token, _ = a.d.getenv(vc.Catalogue.TokenEnv)
+	}
+	m := a.metrics
+	if err := m.RegisterCatalogueAge(a.d.reg); err != nil {
+		return nil, err
+	}
+	cat, err := validate.NewCatalogue(validate.CatalogueOptions{
+		BaseURL: cfg.Upstream.URL.URL, Path: vc.Catalogue.Path, Transport: transport, Token: token,
+		Refresh: vc.Catalogue.Refresh, Timeout: vc.Catalogue.Timeout, MaxBytes: int64(vc.Catalogue.MaxBytes),
+		Now: a.d.now, Logger: a.log.Named("catalogue"),
+		OnLoad: func(err error) {
+			if err == nil {
+				m.SetCatalogueLoaded(a.d.now())
+			}
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	v, err := validate.New(vc, cat, a.log.Named("validate"))
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	a.cat, a.stopCat = cat, cancel
+	if a.d.dev {
+		lctx, lcancel := context.WithTimeout(ctx, 5*time.Second)
+		if err := cat.Load(lctx); err != nil {
+			a.log.Warn("market catalogue not loaded yet; orders are refused until it is", zap.Error(err))
+		}
+		lcancel()
+	}
+	go cat.Run(ctx)
+	return v, nil
+}
+
+// loadCertificates reads the traffic listener's certificates, when TLS
+// is configured.
+func (a *app) loadCertificates(cfg *config.Config) error {
+	files := certificateFiles(cfg, a.d.configPath)
+	if len(files) == 0 {
+		return nil
+	}
+	var err error
+	a.certs, err = proxy.LoadCertificates(files, a.log.Named("tls"), a.edge)
+	return err
+}
+
+// listen builds the traffic and admin servers, binds their listeners and
+// starts serving, and starts the certificate watch.
+func (a *app) listen(cfg *config.Config) error {
+	a.srv = proxy.NewServer(cfg, a.gw, a.log, a.edge)
+	a.admin = proxy.NewAdminServer(cfg, a.gw.AdminHandler(proxy.AdminOptions{
+		Checks: a.readinessChecks(), Pprof: cfg.Admin.Pprof, Now: a.d.now,
+		Metrics: metrics.Handler(a.d.reg), Console: a.consoleOptions(),
+	}), a.log)
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen %s: %w", cfg.Listen, err)
+	}
+	aln, err := net.Listen("tcp", cfg.AdminListen)
+	if err != nil {
+		ln.Close()
+		return fmt.Errorf("admin listen %s: %w", cfg.AdminListen, err)
+	}
+	a.addr, a.adminAd = ln.Addr().String(), aln.Addr().String()
+	tln := proxy.ProxyProtocolListener(ln, cfg.Server.ProxyProtocol, cfg.Server.ReadHeaderTimeout, a.edge)
+	go a.serveTraffic(tln)
+	if a.certs != nil {
+		ctx, cancel := context.WithCancel(context.Background())
+		a.stopTLS = cancel
+		go a.certs.Watch(ctx, cfg.Server.TLS.ReloadInterval)
+	}
+	go a.serve("admin", a.admin, aln)
+	return nil
+}
+
+// warnUnsafeDefaults logs what an operator most likely did not mean: an
+// admin console open beyond loopback, limits each replica counts alone.
+func (a *app) warnUnsafeDefaults() {
+	if tok, _ := a.d.getenv(adminTokenEnv); tok == "" && !loopbackAddr(a.adminAd) {
+		a.log.Warn("the admin listener is not on loopback and " + adminTokenEnv + " is not set: anyone who reaches it can read the operator console")
+	}
+	if a.limits.Kind == config.BackendMemory && !a.d.dev {
+		a.log.Warn("rate limits are kept in this process: each replica counts on its own; set limiter.redis.addrs to share them")
+	}
+}
+
+// serveTraffic serves the gateway on ln, over TLS when certificates are
+// configured.
+func (a *app) serveTraffic(ln net.Listener) {
+	if err := proxy.ServeTraffic(a.srv, ln, a.certs); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		a.errc <- fmt.Errorf("gateway: %w", err)
+	}
+}
+
+// serve serves s on ln; a failure other than closing ends the process
+// (wait).
+func (a *app) serve(name string, s *http.Server, ln net.Listener) {
+	if err := s.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		a.errc <- fmt.Errorf("%s: %w", name, err)
+	}
+}
+
+// stopParts stops what start had started when a later part failed: the
+// catalogue refresh, the JWKS refresh, the dev backend and the stores.
+func (a *app) stopParts() {
+	if a.stopCat != nil {
+		a.stopCat()
+	}
+	if a.stopID != nil {
+		a.stopID()
+	}
+	if a.backend != nil {
+		_ = a.backend.Close()
+	}
+	a.closeStores()
+}
+
+// closeStores closes the rate-limit store and duplicate protection's own
+// Redis client.
+func (a *app) closeStores() {
+	if a.idemOwn {
+		_ = a.idem.Close()
+	}
+	if a.limits != nil {
+		_ = a.limits.Close()
+	}
+}
+
+// wait serves until ctx ends or a server fails, then shuts down: /readyz
+// turns 503, the listeners close, in-flight requests get up to
+// server.shutdown_timeout to finish. It returns the exit code.
+func (a *app) wait(ctx context.Context) int {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	changed := make(chan struct{}, 1)
+	if a.d.configPath != "" && a.cfg.ReloadInterval > 0 {
+		wctx, stopWatch := context.WithCancel(context.Background())
+		defer stopWatch()
+		go a.watchFiles(wctx, a.cfg.ReloadInterval, changed)
+	}
+	code := 0
+	for running := true; running; {
+		select {
+		case <-ctx.Done():
+			a.log.Info("shutting down", zap.Duration("timeout", a.cfg.Server.ShutdownTimeout))
+			running = false
+		case err := <-a.errc:
+			a.log.Error("server failed", zap.Error(err))
+			code, running = 1, false
+		case <-hup:
+			a.reloadNow()
+		case <-changed:
+			a.reloadNow()
+		}
+	}
+	if err := a.shutdown(); err != nil {
+		a.log.Error("shutdown incomplete", zap.Error(err))
+		code = 1
+	}
+	return code
+}
+
+// shutdown drains and stops every server: /readyz turns 503 at once, the
+// traffic listener keeps serving for server.drain_delay so that load
+// balancers notice, then closes; requests under way get
+// server.shutdown_timeout to finish.
+func (a *app) shutdown() error {
+	a.gw.SetDraining()
+	if d := a.cfg.Server.DrainDelay; d > 0 {
+		a.log.Info("draining: /readyz answers 503; closing the listener after the drain delay", zap.Duration("drain_delay", d))
+		time.Sleep(d)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), a.cfg.Server.ShutdownTimeout)
+	defer cancel()
+	err := a.srv.Shutdown(ctx)
+	_ = a.admin.Shutdown(ctx)
+	if a.backend != nil {
+		_ = a.backend.Shutdown(ctx)
+	}
+	a.gw.CloseIdleConnections()
+	if a.stopTLS != nil {
+		a.stopTLS()
+	}
+	if a.stopCat != nil {
+		a.stopCat()
+	}
+	if a.stopID != nil {
+		a.stopID()
+	}
+	a.closeStores()
+	return err
+}

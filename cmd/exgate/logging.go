@@ -1,0 +1,103 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	stdlog "log"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/exgate/exgate/config"
+)
+
+// newLogger builds the process logger: JSON on stderr, or a console
+// encoder in dev mode, sampled when log.sampling says so. Outside dev mode
+// lines are written in batches (256 KiB, at most a second late) rather
+// than one write system call per access log line; gatewayCommand syncs
+// the logger before the process exits.
+func newLogger(lc config.Log, dev bool, w io.Writer) (*zap.Logger, error) {
+	lvl, err := zapcore.ParseLevel(lc.Level)
+	if err != nil {
+		return nil, fmt.Errorf("log.level: %w", err)
+	}
+	encCfg := zap.NewProductionEncoderConfig()
+	encCfg.TimeKey = "time"
+	encCfg.EncodeTime = zapcore.RFC3339NanoTimeEncoder
+	enc := zapcore.NewJSONEncoder(encCfg)
+	if dev {
+		encCfg.EncodeLevel = zapcore.CapitalLevelEncoder
+		encCfg.EncodeTime = zapcore.TimeEncoderOfLayout("15:04:05.000")
+		enc = zapcore.NewConsoleEncoder(encCfg)
+	}
+	var ws zapcore.WriteSyncer = zapcore.Lock(zapcore.AddSync(w))
+	if !dev {
+		ws = &zapcore.BufferedWriteSyncer{WS: zapcore.AddSync(w), Size: 256 << 10, FlushInterval: time.Second}
+	}
+	core := zapcore.NewCore(enc, ws, lvl)
+	if lc.Sampling.Initial > 0 {
+		core = zapcore.NewSamplerWithOptions(core, time.Second, lc.Sampling.Initial, lc.Sampling.Thereafter)
+	}
+	return zap.New(core, zap.ErrorOutput(zapcore.Lock(zapcore.AddSync(w)))), nil
+}
+
+// redisLogger sends go-redis's own log lines (pool dial failures, …) to
+// zap at warn level, at most one a second so that a Redis outage cannot
+// flood the log.
+type redisLogger struct {
+	log  *zap.Logger
+	now  func() time.Time
+	last atomic.Int64 // when the last line was written, in Unix nanoseconds
+}
+
+// newRedisLogger returns the logger go-redis writes to (redis.SetLogger).
+func newRedisLogger(log *zap.Logger, now func() time.Time) *redisLogger {
+	return &redisLogger{log: log, now: now}
+}
+
+func (l *redisLogger) Printf(_ context.Context, format string, v ...any) {
+	now := l.now().UnixNano()
+	last := l.last.Load()
+	if now-last < int64(time.Second) || !l.last.CompareAndSwap(last, now) {
+		return
+	}
+	l.log.Warn(fmt.Sprintf(format, v...))
+}
+
+// unsolicitedPrefix starts the line net/http's Transport writes to the
+// standard logger when a backend sends bytes on an idle keep-alive
+// connection, before it closes the connection. The line quotes those
+// bytes: a response that may hold another account's data.
+const unsolicitedPrefix = "Unsolicited response received on idle HTTP channel"
+
+// stdLogWriter turns the standard logger's lines into warnings of the
+// process logger, so that nothing the standard library reports (net/http
+// among others) bypasses the log's format and level, and drops what the
+// Transport quotes of a stray response.
+type stdLogWriter struct{ log *zap.Logger }
+
+func (w stdLogWriter) Write(p []byte) (int, error) {
+	msg := strings.TrimSuffix(string(p), "\n")
+	if strings.HasPrefix(msg, unsolicitedPrefix) {
+		w.log.Warn("the backend sent a response no request asked for on an idle connection; the connection was closed (its bytes are not logged)")
+		return len(p), nil
+	}
+	w.log.Warn(msg)
+	return len(p), nil
+}
+
+// redirectStdLog sends the standard logger's output to l (see
+// stdLogWriter) and returns a function that restores it.
+func redirectStdLog(l *zap.Logger) (restore func()) {
+	out, flags := stdlog.Writer(), stdlog.Flags()
+	stdlog.SetOutput(stdLogWriter{log: l})
+	stdlog.SetFlags(0)
+	return func() {
+		stdlog.SetOutput(out)
+		stdlog.SetFlags(flags)
+	}
+}
