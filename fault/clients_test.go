@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/exgate/exgate/limiter"
+	"github.com/exgate/exgate/ratelimit"
 )
 
 // TestSlowloris opens 300 connections that send a request line and then
@@ -122,7 +122,7 @@ func TestMemoryLimiterManyAddresses(t *testing.T) {
 	// A limit whose buckets stay partly used for the whole test (one
 	// request every 6 minutes refills), so no key is dropped for being
 	// full again and only the bound can remove them.
-	l := limiter.Limit{Rate: 10, Period: time.Hour, Burst: 10}
+	l := ratelimit.Limit{Rate: 10, Period: time.Hour, Burst: 10}
 	for _, tc := range []struct {
 		name    string
 		maxKeys int
@@ -134,7 +134,7 @@ func TestMemoryLimiterManyAddresses(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			before := heapInuse()
-			m := limiter.NewMemory(limiter.MemoryOptions{MaxKeys: tc.maxKeys})
+			m := ratelimit.NewMemory(ratelimit.MemoryOptions{MaxKeys: tc.maxKeys})
 			key := make([]byte, 0, 64)
 			for i := range addresses {
 				addr := netip.AddrFrom4([4]byte{10, byte(i >> 16), byte(i >> 8), byte(i)})

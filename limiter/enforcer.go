@@ -12,6 +12,8 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/exgate/exgate/config"
+	"github.com/exgate/exgate/internal/expiring"
+	"github.com/exgate/exgate/ratelimit"
 )
 
 // Decisions of one limit, as reported in logs and metrics.
@@ -39,7 +41,7 @@ type Outcome struct {
 	// ("open", "closed" or "local"), or "" when the store decided.
 	Fallback string
 	// Result is the limiter's answer (zero when Fallback is open or closed).
-	Result Result
+	Result ratelimit.Result
 
 	v *variant
 }
@@ -113,11 +115,11 @@ type Request struct {
 type EnforcerOptions struct {
 	// Store decides against the shared limits: a Redis limiter (usually
 	// behind a DenyCache) or a Memory limiter.
-	Store Limiter
+	Store ratelimit.Limiter
 	// Local is the in-process limiter used when the store fails on a
 	// route whose on_store_error is "local". Nil means a new Memory
 	// limiter of LocalMaxKeys keys.
-	Local *Memory
+	Local *ratelimit.Memory
 	// LocalMaxKeys bounds Local when it is made here. Zero means 1,000,000.
 	LocalMaxKeys int
 	// Spray is the client for the token-spray guard's shared state; nil
@@ -138,11 +140,11 @@ type EnforcerOptions struct {
 // Enforcer applies compiled Rules to requests. It is safe for concurrent
 // use and outlives reloads: the Rules are passed with each request.
 type Enforcer struct {
-	store      Limiter
-	local      *Memory
+	store      ratelimit.Limiter
+	local      *ratelimit.Memory
 	spray      sprayStore
 	localSpray *memorySpray
-	sprayCache *expiring[bool]
+	sprayCache *expiring.Map[bool]
 	seed       maphash.Seed
 	keyer      *Keyer
 	log        *zap.Logger
@@ -161,7 +163,7 @@ func NewEnforcer(o EnforcerOptions) (*Enforcer, error) {
 	e := &Enforcer{
 		store: o.Store, local: o.Local, keyer: o.Keyer, log: o.Logger, now: o.Now,
 		seed:       maphash.MakeSeed(),
-		sprayCache: newExpiring[bool](100000),
+		sprayCache: expiring.New[bool](100000),
 	}
 	if e.now == nil {
 		e.now = time.Now
@@ -170,7 +172,7 @@ func NewEnforcer(o EnforcerOptions) (*Enforcer, error) {
 		e.log = zap.NewNop()
 	}
 	if e.local == nil {
-		e.local = NewMemory(MemoryOptions{Now: e.now, MaxKeys: o.LocalMaxKeys})
+		e.local = ratelimit.NewMemory(ratelimit.MemoryOptions{Now: e.now, MaxKeys: o.LocalMaxKeys})
 	}
 	e.localSpray = newMemorySpray(e.now, 100000)
 	if o.Spray != nil {
@@ -286,7 +288,7 @@ func (e *Enforcer) Decide(ctx context.Context, rr *RouteRules, req Request, d *D
 			key = append(append(key, v.prefixAddr...), addr...)
 		}
 		o := Outcome{Index: i, Limit: r.name, Tier: v.tier, v: v}
-		var res Result
+		var res ratelimit.Result
 		var err error
 		if cost == 1 {
 			res, err = e.store.Allow(ctx, string(key), v.limit)
@@ -377,7 +379,7 @@ func (o *Outcome) wait() time.Duration {
 func (e *Enforcer) admitted(ctx context.Context, rs *Rules, addr, tokenID string) (bool, time.Duration) {
 	h := maphash.Comparable(e.seed, [2]string{addr, tokenID})
 	now := e.now().UnixNano()
-	if ok, until, hit := e.sprayCache.get(h, now); hit {
+	if ok, until, hit := e.sprayCache.Get(h, now); hit {
 		return ok, time.Duration(until - now)
 	}
 	ok, ttl, err := e.spray.admit(ctx, addr, tokenID, rs.spray.MaxTokens, rs.spray.Window)
@@ -386,7 +388,7 @@ func (e *Enforcer) admitted(ctx context.Context, rs *Rules, addr, tokenID string
 		e.warn("token-spray guard: store failed; counting tokens in this process", err)
 		ok, ttl, _ = e.localSpray.admit(ctx, addr, tokenID, rs.spray.MaxTokens, rs.spray.Window)
 	}
-	e.sprayCache.put(h, ok, now+int64(ttl), now)
+	e.sprayCache.Put(h, ok, now+int64(ttl), now)
 	return ok, ttl
 }
 

@@ -7,23 +7,45 @@ import (
 	"net/http"
 	"net/netip"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/exgate/exgate/config"
+	"github.com/exgate/exgate/ratelimit"
 )
 
 var testSecret = []byte("0123456789abcdef0123456789abcdef")
 
+// fakeClock is a settable clock.
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func newFakeClock() *fakeClock { return &fakeClock{t: time.Unix(1_800_000_000, 0)} }
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
 // newTestEnforcer returns an Enforcer on a memory store with a fake clock.
-func newTestEnforcer(t *testing.T, store Limiter, clock *fakeClock) *Enforcer {
+func newTestEnforcer(t *testing.T, store ratelimit.Limiter, clock *fakeClock) *Enforcer {
 	t.Helper()
 	k, err := NewKeyer(testSecret)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if store == nil {
-		store = NewMemory(MemoryOptions{Now: clock.Now})
+		store = ratelimit.NewMemory(ratelimit.MemoryOptions{Now: clock.Now})
 	}
 	e, err := NewEnforcer(EnforcerOptions{Store: store, Keyer: k, Now: clock.Now})
 	if err != nil {
@@ -272,56 +294,6 @@ routes:
 	}
 }
 
-func TestHeaderStyles(t *testing.T) {
-	rs := Compile(config.Default(), nil)
-	e := newTestEnforcer(t, nil, newFakeClock())
-	rr := rs.Route("list_matches")
-	req := Request{Addr: addr("198.51.100.7")}
-	var d Decision
-	e.Decide(context.Background(), rr, req, &d)
-	cases := []struct {
-		style string
-		want  map[string]string
-	}{
-		{config.HeadersIETF, map[string]string{"RateLimit-Policy": `"address";q=60;w=60`, "RateLimit": `"address";r=59;t=1`}},
-		{config.HeadersLegacy, map[string]string{"X-RateLimit-Limit": "60", "X-RateLimit-Remaining": "59", "X-RateLimit-Reset": "1"}},
-		{config.HeadersNone, map[string]string{}},
-	}
-	for _, tc := range cases {
-		t.Run(tc.style, func(t *testing.T) {
-			h := http.Header{}
-			d.SetHeaders(h, tc.style)
-			if len(h) != len(tc.want) {
-				t.Errorf("headers %v, want %v", h, tc.want)
-			}
-			for k, v := range tc.want {
-				if h.Get(k) != v {
-					t.Errorf("%s = %q, want %q", k, h.Get(k), v)
-				}
-			}
-		})
-	}
-	// Denied: t is the Retry-After.
-	count(e, rr, req, 60)
-	e.Decide(context.Background(), rr, req, &d)
-	h := http.Header{}
-	d.SetHeaders(h, config.HeadersIETF)
-	if d.Allowed || h.Get("RateLimit") != `"address";r=0;t=1` {
-		t.Errorf("denied: %v %v", d.Allowed, h)
-	}
-}
-
-func TestSecondsRoundsUp(t *testing.T) {
-	for _, tc := range []struct {
-		d    time.Duration
-		want int64
-	}{{0, 0}, {-time.Second, 0}, {time.Nanosecond, 1}, {time.Second, 1}, {1001 * time.Millisecond, 2}, {59*time.Second + 1, 60}} {
-		if got := Seconds(tc.d); got != tc.want {
-			t.Errorf("Seconds(%v) = %d, want %d", tc.d, got, tc.want)
-		}
-	}
-}
-
 // TestTokenSprayDoesNotMultiplyAllowances: 1,000 invented tokens from one
 // address get no more than the allowance of max_tokens tokens plus the
 // address's anonymous allowance.
@@ -462,12 +434,12 @@ routes:
 // failing is a store that always fails, as Redis does when it is down.
 type failing struct{}
 
-func (failing) Allow(context.Context, string, Limit) (Result, error) {
-	return Result{}, errors.New("connection refused")
+func (failing) Allow(context.Context, string, ratelimit.Limit) (ratelimit.Result, error) {
+	return ratelimit.Result{}, errors.New("connection refused")
 }
 
-func (failing) AllowN(context.Context, string, Limit, int64) (Result, error) {
-	return Result{}, errors.New("connection refused")
+func (failing) AllowN(context.Context, string, ratelimit.Limit, int64) (ratelimit.Result, error) {
+	return ratelimit.Result{}, errors.New("connection refused")
 }
 
 func TestStoreFailureModes(t *testing.T) {
@@ -550,17 +522,100 @@ func TestUnlimitedRoute(t *testing.T) {
 	}
 }
 
-func TestKeyer(t *testing.T) {
-	if _, err := NewKeyer([]byte("short")); err == nil {
-		t.Error("a 5-byte secret was accepted")
+// TestAccountLimits: with verification on, the built-in table counts its
+// token limits per account: every token of one account draws on one
+// bucket, the account's tier comes from the users file, then from the
+// token's claim, and an account is never demoted by the spray guard.
+func TestAccountLimits(t *testing.T) {
+	cfg := mustLoad(t, `
+identity: { verify: true, users_file: users.yaml, jwt: { tier_claim: tier } }
+tiers: { vip: { list_markets: { rate: 400/1m } }, pro: { list_markets: { rate: 300/1m } } }
+limiter: { token_spray: { max_tokens: 1 } }
+`)
+	for _, r := range cfg.Routes {
+		for _, l := range r.Limits {
+			if l.Key == "token" || l.Key == "account" && l.Name != "account" {
+				t.Fatalf("built-in table with verification: route %s limit %+v", r.Name, l)
+			}
+		}
 	}
-	k1, _ := NewKeyer(testSecret)
-	k2, _ := NewKeyer([]byte("another secret of enough length"))
-	id := k1.ID("token")
-	if !IsTokenID(id) || id != k1.ID("token") || id == k1.ID("token2") || id == k2.ID("token") {
-		t.Errorf("ids: %s %s %s", id, k1.ID("token2"), k2.ID("token"))
+	k, _ := NewKeyer(testSecret)
+	rs := Compile(cfg, nil).WithUsers(map[string]string{"7": "vip"})
+	markets := rs.Route("list_markets")
+	a := addr("198.51.100.7")
+	tests := []struct {
+		name string
+		reqs []Request // sent in turn, each until the bucket is empty
+		want int
+		tier string
+	}{
+		{"one account, two tokens: one bucket", []Request{
+			{Token: "token-1", Account: k.AccountID("42"), User: "42", Addr: a},
+			{Token: "token-2", Account: k.AccountID("42"), User: "42", Addr: a},
+		}, 200, ""},
+		{"users file tier", []Request{{Account: k.AccountID("7"), User: "7", Tier: "pro", Addr: a}}, 400, "vip"},
+		{"claim tier", []Request{{Account: k.AccountID("8"), User: "8", Tier: "pro", Addr: a}}, 300, "pro"},
+		{"unknown claim tier ignored", []Request{{Account: k.AccountID("9"), User: "9", Tier: "gold", Addr: a}}, 200, ""},
 	}
-	if strings.Contains(id, "token") {
-		t.Error("id contains the token")
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newTestEnforcer(t, nil, newFakeClock())
+			got := 0
+			for _, r := range tt.reqs {
+				got += count(e, markets, r, 450)
+			}
+			if got != tt.want {
+				t.Fatalf("allowed %d, want %d", got, tt.want)
+			}
+			var d Decision
+			e.Decide(context.Background(), markets, tt.reqs[0], &d)
+			if d.Tier != tt.tier || d.Demoted || d.TokenID != "" || d.Identity() != tt.reqs[0].Account {
+				t.Fatalf("decision %+v", d)
+			}
+		})
+	}
+	if k.AccountID("42") == k.ID("42") || len(k.AccountID("42")) != TokenIDLen {
+		t.Fatal("an account key equals the token id of the same string")
+	}
+}
+
+// BenchmarkDecide measures the whole decision of a request on the memory
+// store: the token's HMAC id, the tier lookup, the key and the limit.
+func BenchmarkDecide(b *testing.B) {
+	cfg := config.Default()
+	cfg.Limiter.TokenSpray.MaxTokens = 0
+	cfg.Route("list_markets").Limits[1].Rate = config.Rate{N: 1 << 40, Period: time.Hour}
+	cfg.Route("list_markets").Limits[1].Burst = 1 << 40
+	cfg.Route("list_markets").Limits[0].Rate = config.Rate{N: 1 << 40, Period: time.Hour}
+	cfg.Route("list_markets").Limits[0].Burst = 1 << 40
+	rs := Compile(cfg, nil)
+	k, _ := NewKeyer(testSecret)
+	e, _ := NewEnforcer(EnforcerOptions{Store: ratelimit.NewMemory(ratelimit.MemoryOptions{}), Keyer: k})
+	rr := rs.Route("list_markets")
+	for _, tc := range []struct {
+		name string
+		req  Request
+	}{
+		{"address", Request{Addr: netip.MustParseAddr("198.51.100.7")}},
+		{"token", Request{Token: "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxIn0.c2lnbmF0dXJl", Addr: netip.MustParseAddr("198.51.100.7")}},
+		// A verified account: its key comes with the verified token (from
+		// the identity cache), so no HMAC per request.
+		{"account", Request{Account: k.AccountID("42"), User: "42", Addr: netip.MustParseAddr("198.51.100.7")}},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			rr := rr
+			if tc.req.Account != "" {
+				cfg.Route("list_markets").Limits[1].Key = config.KeyAccount
+				rr = Compile(cfg, nil).Route("list_markets")
+			}
+			var d Decision
+			b.ReportAllocs()
+			for b.Loop() {
+				e.Decide(context.Background(), rr, tc.req, &d)
+			}
+			if d.N == 0 || !d.Allowed {
+				b.Fatalf("decision %+v", d)
+			}
+		})
 	}
 }

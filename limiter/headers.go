@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/exgate/exgate/config"
+	"github.com/exgate/exgate/ratelimit"
 )
 
 // Seconds rounds d up to whole seconds, as Retry-After and the RateLimit
@@ -14,8 +15,8 @@ func Seconds(d time.Duration) int64 {
 	if d <= 0 {
 		return 0
 	}
-	if d == Never {
-		return int64(Never / time.Second)
+	if d == ratelimit.Never {
+		return int64(ratelimit.Never / time.Second)
 	}
 	s := int64(d / time.Second)
 	if d%time.Second != 0 {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/exgate/exgate/config"
+	"github.com/exgate/exgate/ratelimit"
 )
 
 // Subject is whom an operator inspects or resets: one account, one token
@@ -148,7 +149,7 @@ func sortedKeys[V any](m map[string]V) []string {
 // A limit the store cannot read is reported with its error and the local
 // fallback's state.
 func (e *Enforcer) Inspect(ctx context.Context, rs *Rules, s Subject) ([]LimitState, error) {
-	in, ok := e.store.(Inspector)
+	in, ok := e.store.(ratelimit.Inspector)
 	if !ok {
 		return nil, errors.New("limiter: the store cannot be inspected")
 	}
@@ -175,7 +176,7 @@ func (e *Enforcer) Inspect(ctx context.Context, rs *Rules, s Subject) ([]LimitSt
 
 // seconds is d in seconds, to the millisecond; Never is -1.
 func seconds(d time.Duration) float64 {
-	if d == Never {
+	if d == ratelimit.Never {
 		return -1
 	}
 	return float64(d.Milliseconds()) / 1000
@@ -185,7 +186,7 @@ func seconds(d time.Duration) float64 {
 // in the store and in the local fallback, and returns how many keys it
 // cleared. It stops at the first store error.
 func (e *Enforcer) Reset(ctx context.Context, rs *Rules, s Subject) (int, error) {
-	in, ok := e.store.(Inspector)
+	in, ok := e.store.(ratelimit.Inspector)
 	if !ok {
 		return 0, errors.New("limiter: the store cannot be reset")
 	}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/exgate/exgate/config"
+	"github.com/exgate/exgate/ratelimit"
 )
 
 // KeyPrefix starts every key exgate stores (redis_rate adds its own
@@ -53,10 +54,10 @@ type rule struct {
 // variant is a limit as it applies to one tier (or to no tier).
 type variant struct {
 	tier   string // "" for the route's own limit
-	limit  Limit
-	local  Limit    // the local fallback's share: limit / replicas
-	policy []string // RateLimit-Policy value, shared by every response (never modified)
-	quota  []string // X-RateLimit-Limit value, likewise
+	limit  ratelimit.Limit
+	local  ratelimit.Limit // the local fallback's share: limit / replicas
+	policy []string        // RateLimit-Policy value, shared by every response (never modified)
+	quota  []string        // X-RateLimit-Limit value, likewise
 
 	prefixToken   string // KeyPrefix + route:limit:N/seconds + ":t:"
 	prefixAccount string // … ":u:" (verified accounts)
@@ -116,13 +117,13 @@ func Compile(cfg *config.Config, tokens map[string]string) *Rules {
 }
 
 func newVariant(keyBase, tier, name string, rate config.Rate, burst int, replicas int64) variant {
-	l := Limit{Rate: rate.N, Period: rate.Period, Burst: int64(burst)}
+	l := ratelimit.Limit{Rate: rate.N, Period: rate.Period, Burst: int64(burst)}
 	if l.Burst == 0 {
 		l.Burst = l.Rate
 	}
-	local := Limit{Rate: max(l.Rate/replicas, 1), Period: l.Period, Burst: max(l.Burst/replicas, 1)}
+	local := ratelimit.Limit{Rate: max(l.Rate/replicas, 1), Period: l.Period, Burst: max(l.Burst/replicas, 1)}
 	// The window a full burst takes to refill: Burst × Period / Rate.
-	w := max(mulSat(int64(l.Period/time.Second), l.Burst)/l.Rate, 1)
+	w := l.RefillSeconds()
 	keyBase += strconv.FormatInt(l.Rate, 10) + "/" + strconv.FormatInt(int64(l.Period/time.Second), 10) + ":"
 	return variant{
 		tier:          tier,

@@ -104,6 +104,9 @@ func (s *memorySpray) admit(_ context.Context, addr, tokenID string, max int, wi
 	return true, ttl, nil
 }
 
+// sampleSize is how many windows an eviction looks at to pick a victim.
+const sampleSize = 8
+
 // makeRoom is called with s locked before an address is added: it drops
 // closed windows at most once a second, and at the bound evicts the
 // window that ends soonest of a sample.

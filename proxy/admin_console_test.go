@@ -10,6 +10,7 @@ import (
 
 	"github.com/exgate/exgate/config"
 	"github.com/exgate/exgate/limiter"
+	"github.com/exgate/exgate/ratelimit"
 	"github.com/exgate/exgate/topk"
 )
 
@@ -23,7 +24,7 @@ var external = regexp.MustCompile(`(?i)(src|href)\s*=\s*["']?(https?:)?//|url\([
 // the strict Content-Security-Policy and load nothing from elsewhere.
 func TestConsoleAccess(t *testing.T) {
 	k, _ := limiter.NewKeyer([]byte("console-secret-0123456789"))
-	enf, _ := limiter.NewEnforcer(limiter.EnforcerOptions{Store: limiter.NewMemory(limiter.MemoryOptions{}), Keyer: k})
+	enf, _ := limiter.NewEnforcer(limiter.EnforcerOptions{Store: ratelimit.NewMemory(ratelimit.MemoryOptions{}), Keyer: k})
 	cfg := config.Default()
 	cfg.Upstream.URL = config.MustURL("http://127.0.0.1:1")
 	gw, err := New(cfg, Options{Limits: enf})

@@ -18,6 +18,7 @@ import (
 	"github.com/exgate/exgate/identity"
 	"github.com/exgate/exgate/limiter"
 	"github.com/exgate/exgate/metrics"
+	"github.com/exgate/exgate/ratelimit"
 )
 
 // signedToken returns an HS256 access token as djangorestframework-simplejwt
@@ -128,7 +129,7 @@ func FuzzTokenPath(f *testing.F) {
 	}
 	cfg.Route("place_order").Validate = "" // the token path, not the body
 	k, _ := limiter.NewKeyer([]byte(testKeySecret))
-	enf, _ := limiter.NewEnforcer(limiter.EnforcerOptions{Store: limiter.NewMemory(limiter.MemoryOptions{}), Keyer: k})
+	enf, _ := limiter.NewEnforcer(limiter.EnforcerOptions{Store: ratelimit.NewMemory(ratelimit.MemoryOptions{}), Keyer: k})
 	v, err := identity.New(cfg.Identity.JWT, identity.Options{
 		Getenv:     func(string) (string, bool) { return fuzzSecret, true },
 		AccountKey: enf.AccountID,
@@ -205,7 +206,7 @@ func TestVerifiedTokensShareOneBucket(t *testing.T) {
 	// A stopped clock: nothing refills during the run, so the count is
 	// exact however long a loaded machine takes.
 	stopped := time.Now()
-	store := limiter.NewMemory(limiter.MemoryOptions{Now: func() time.Time { return stopped }})
+	store := ratelimit.NewMemory(ratelimit.MemoryOptions{Now: func() time.Time { return stopped }})
 	enf, _ := limiter.NewEnforcer(limiter.EnforcerOptions{Store: store, Keyer: k})
 	v, err := identity.New(cfg.Identity.JWT, identity.Options{
 		Getenv: func(string) (string, bool) { return secret, true }, AccountKey: enf.AccountID,
@@ -257,7 +258,7 @@ func TestAuthFailuresCountedByReason(t *testing.T) {
 		t.Fatal(err)
 	}
 	k, _ := limiter.NewKeyer([]byte(testKeySecret))
-	enf, _ := limiter.NewEnforcer(limiter.EnforcerOptions{Store: limiter.NewMemory(limiter.MemoryOptions{}), Keyer: k})
+	enf, _ := limiter.NewEnforcer(limiter.EnforcerOptions{Store: ratelimit.NewMemory(ratelimit.MemoryOptions{}), Keyer: k})
 	v, err := identity.New(cfg.Identity.JWT, identity.Options{
 		Getenv: func(string) (string, bool) { return secret, true }, AccountKey: enf.AccountID,
 	})

@@ -15,6 +15,7 @@ import (
 	"github.com/exgate/exgate/internal/redistest"
 	"github.com/exgate/exgate/limiter"
 	"github.com/exgate/exgate/metrics"
+	"github.com/exgate/exgate/ratelimit"
 	"github.com/exgate/exgate/topk"
 )
 
@@ -175,11 +176,11 @@ func BenchmarkGatewayLimits(b *testing.B) {
 				b.Fatal(err)
 			}
 			k, _ := limiter.NewKeyer([]byte("bench-secret-0123456789abcdef"))
-			var store limiter.Limiter = limiter.NewMemory(limiter.MemoryOptions{})
+			var store ratelimit.Limiter = ratelimit.NewMemory(ratelimit.MemoryOptions{})
 			if mode == "redis" {
-				r := limiter.NewRedis(srv.Client(), limiter.RedisOptions{Timeout: time.Second})
+				r := ratelimit.NewRedis(srv.Client(), ratelimit.RedisOptions{Timeout: time.Second})
 				defer r.Close()
-				store = limiter.NewDenyCache(r, 1000, nil)
+				store = ratelimit.NewDenyCache(r, 1000, nil)
 			}
 			enf, _ := limiter.NewEnforcer(limiter.EnforcerOptions{Store: store, Keyer: k})
 			m, _ := metrics.New(prometheus.NewRegistry(), metrics.BuildInfo{})
@@ -218,7 +219,7 @@ func BenchmarkGatewayIdentity(b *testing.B) {
 				}
 			}
 			k, _ := limiter.NewKeyer([]byte("bench-secret-0123456789abcdef"))
-			enf, _ := limiter.NewEnforcer(limiter.EnforcerOptions{Store: limiter.NewMemory(limiter.MemoryOptions{}), Keyer: k})
+			enf, _ := limiter.NewEnforcer(limiter.EnforcerOptions{Store: ratelimit.NewMemory(ratelimit.MemoryOptions{}), Keyer: k})
 			m, _ := metrics.New(prometheus.NewRegistry(), metrics.BuildInfo{})
 			opts := Options{Transport: cannedTransport{}, Limits: enf, Metrics: m}
 			if cfg.Identity.Verify {

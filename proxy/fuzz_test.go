@@ -16,6 +16,7 @@ import (
 	"github.com/exgate/exgate/config"
 	"github.com/exgate/exgate/idempotency"
 	"github.com/exgate/exgate/limiter"
+	"github.com/exgate/exgate/ratelimit"
 	"github.com/exgate/exgate/validate"
 )
 
@@ -40,7 +41,7 @@ func fuzzGateway(f *testing.F) *Gateway {
 		f.Fatal(err)
 	}
 	k, _ := limiter.NewKeyer([]byte(testKeySecret))
-	enf, _ := limiter.NewEnforcer(limiter.EnforcerOptions{Store: limiter.NewMemory(limiter.MemoryOptions{}), Keyer: k})
+	enf, _ := limiter.NewEnforcer(limiter.EnforcerOptions{Store: ratelimit.NewMemory(ratelimit.MemoryOptions{}), Keyer: k})
 	gw, err := New(cfg, Options{
 		Transport: backendEcho{}, Limits: enf, Validator: v,
 		Idempotency: idempotency.NewMemory(idempotency.OptionsFrom(cfg.Idempotency)),

@@ -15,13 +15,14 @@ import (
 
 	"github.com/exgate/exgate/config"
 	"github.com/exgate/exgate/limiter"
+	"github.com/exgate/exgate/ratelimit"
 )
 
 const testKeySecret = "test-key-secret-0123456789abcdef"
 
 // startLimited is startEnv with rate limits enforced by store (a memory
 // limiter when nil).
-func startLimited(t *testing.T, store limiter.Limiter, mut func(*config.Config)) *env {
+func startLimited(t *testing.T, store ratelimit.Limiter, mut func(*config.Config)) *env {
 	t.Helper()
 	be := &backend{}
 	bs := httptest.NewServer(be)
@@ -37,7 +38,7 @@ func startLimited(t *testing.T, store limiter.Limiter, mut func(*config.Config))
 	}
 	k, _ := limiter.NewKeyer([]byte(testKeySecret))
 	if store == nil {
-		store = limiter.NewMemory(limiter.MemoryOptions{})
+		store = ratelimit.NewMemory(ratelimit.MemoryOptions{})
 	}
 	enf, err := limiter.NewEnforcer(limiter.EnforcerOptions{Store: store, Keyer: k})
 	if err != nil {
@@ -202,12 +203,12 @@ func TestLimitsBeforeBody(t *testing.T) {
 // down is a store that always fails.
 type down struct{}
 
-func (down) Allow(context.Context, string, limiter.Limit) (limiter.Result, error) {
-	return limiter.Result{}, errors.New("dial tcp: connection refused")
+func (down) Allow(context.Context, string, ratelimit.Limit) (ratelimit.Result, error) {
+	return ratelimit.Result{}, errors.New("dial tcp: connection refused")
 }
 
-func (down) AllowN(context.Context, string, limiter.Limit, int64) (limiter.Result, error) {
-	return limiter.Result{}, errors.New("dial tcp: connection refused")
+func (down) AllowN(context.Context, string, ratelimit.Limit, int64) (ratelimit.Result, error) {
+	return ratelimit.Result{}, errors.New("dial tcp: connection refused")
 }
 
 func TestStoreDownClosedIs503(t *testing.T) {

@@ -17,6 +17,7 @@ import (
 	"github.com/exgate/exgate/config"
 	"github.com/exgate/exgate/idempotency"
 	"github.com/exgate/exgate/limiter"
+	"github.com/exgate/exgate/ratelimit"
 	"github.com/exgate/exgate/validate"
 )
 
@@ -57,7 +58,7 @@ func startOrdersConfig(t *testing.T, handler http.HandlerFunc, set func(*idempot
 		t.Fatal(err)
 	}
 	k, _ := limiter.NewKeyer([]byte(testKeySecret))
-	enf, _ := limiter.NewEnforcer(limiter.EnforcerOptions{Store: limiter.NewMemory(limiter.MemoryOptions{}), Keyer: k})
+	enf, _ := limiter.NewEnforcer(limiter.EnforcerOptions{Store: ratelimit.NewMemory(ratelimit.MemoryOptions{}), Keyer: k})
 	o := idempotency.OptionsFrom(cfg.Idempotency)
 	if set != nil {
 		set(&o)

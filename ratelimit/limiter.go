@@ -1,16 +1,14 @@
-// Package limiter decides whether a request may pass its rate limits.
+// Package ratelimit decides whether a request may pass a rate limit: the
+// decision core of exgate's limits, which knows keys and limits but not
+// routes, tokens or configuration (package limiter turns those into keys).
 //
 // The core is one small interface, Limiter, with two implementations that
-// share one table of tests: Redis (GCRA on Redis's own clock through
-// go-redis/redis_rate, shared by every gateway replica) and Memory (the same
-// GCRA arithmetic in process, with bounded memory). DenyCache wraps a
-// Limiter so that keys known to be over their limit are answered in process
-// until they reset, without a store round trip.
-//
-// Above the core, Rules (compiled once from configuration and swapped whole
-// on reload) and Enforcer turn a request's route, token and client address
-// into keys, apply tiers and the token-spray guard, fall back as the route
-// says when the store fails, and produce the decision and its headers.
+// share one table of tests: Redis (GCRA on Redis's own clock, shared by
+// every gateway replica, with concurrent decisions batched into pipelined
+// round trips) and Memory (the same GCRA arithmetic in process, with
+// bounded memory). DenyCache wraps a Limiter so that keys known to be over
+// their limit are answered in process until they reset, without a store
+// round trip.
 //
 // GCRA (the generic cell rate algorithm) keeps one number per key, the
 // theoretical arrival time (TAT) of the next request. A limit of Rate
@@ -19,7 +17,7 @@
 // max(TAT, now) + T. Remaining is how many more requests would pass right
 // now (whole), RetryAfter the wait until the next one would pass, and
 // ResetAfter the wait until the key is back to a full burst.
-package limiter
+package ratelimit
 
 import (
 	"context"
@@ -48,6 +46,13 @@ func (l Limit) String() string {
 // valid reports whether the limit can ever allow a request of cost n.
 func (l Limit) valid(n int64) bool {
 	return l.Rate > 0 && l.Period > 0 && l.Burst > 0 && n > 0 && n <= l.Burst
+}
+
+// RefillSeconds returns how many whole seconds a key takes to go from
+// empty back to a full burst, Burst·Period/Rate, at least 1: the window a
+// client is told its quota applies over.
+func (l Limit) RefillSeconds() int64 {
+	return max(mulSat(int64(l.Period/time.Second), l.Burst)/l.Rate, 1)
 }
 
 // emission returns the emission interval Period/Rate in nanoseconds,
@@ -96,7 +101,7 @@ type Limiter interface {
 // ErrStoreUnavailable is returned (wrapped) when the store is known to be
 // down and was not asked: after a failure, calls fail fast for a short
 // backoff instead of each waiting for the store deadline.
-var ErrStoreUnavailable = errors.New("limiter: store unavailable")
+var ErrStoreUnavailable = errors.New("ratelimit: store unavailable")
 
 // never is the Result of a request that can never pass.
 func never() Result { return Result{RetryAfter: Never} }

@@ -1,4 +1,4 @@
-package limiter
+package ratelimit
 
 import (
 	"context"
@@ -85,7 +85,7 @@ return {t[1], t[2], redis.call("GET", KEYS[1])}
 `)
 
 // Peek implements Inspector: it reads the TAT that redis_rate (and the
-// batched script) keep under "rate:"+key, with Redis's clock, and
+// batched script) keep under keyPrefix+key, with Redis's clock, and
 // computes the answer here. It bypasses the batch queue: an operator's
 // read must not wait behind, or slow, traffic.
 func (r *Redis) Peek(ctx context.Context, key string, l Limit) (Result, error) {
@@ -94,12 +94,12 @@ func (r *Redis) Peek(ctx context.Context, key string, l Limit) (Result, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, max(r.timeout, time.Second))
 	defer cancel()
-	v, err := peekScript.Run(ctx, r.client, []string{"rate:" + key}).Slice()
+	v, err := peekScript.Run(ctx, r.client, []string{keyPrefix + key}).Slice()
 	if err != nil {
-		return Result{}, fmt.Errorf("limiter: redis peek: %w", err)
+		return Result{}, fmt.Errorf("ratelimit: redis peek: %w", err)
 	}
 	if len(v) < 2 {
-		return Result{}, fmt.Errorf("limiter: redis peek: unexpected answer %v", v)
+		return Result{}, fmt.Errorf("ratelimit: redis peek: unexpected answer %v", v)
 	}
 	sec, _ := v[0].(int64)
 	usec, _ := v[1].(int64)
@@ -115,7 +115,7 @@ func (r *Redis) Peek(ctx context.Context, key string, l Limit) (Result, error) {
 		if s, ok := v[2].(string); ok {
 			f, err := strconv.ParseFloat(s, 64)
 			if err != nil {
-				return Result{}, fmt.Errorf("limiter: redis peek: TAT %q: %w", s, err)
+				return Result{}, fmt.Errorf("ratelimit: redis peek: TAT %q: %w", s, err)
 			}
 			tat = int64(f * float64(time.Second))
 		}
@@ -127,8 +127,8 @@ func (r *Redis) Peek(ctx context.Context, key string, l Limit) (Result, error) {
 func (r *Redis) Forget(ctx context.Context, key string, _ Limit) error {
 	ctx, cancel := context.WithTimeout(ctx, max(r.timeout, time.Second))
 	defer cancel()
-	if err := r.client.Del(ctx, "rate:"+key).Err(); err != nil {
-		return fmt.Errorf("limiter: redis forget: %w", err)
+	if err := r.client.Del(ctx, keyPrefix+key).Err(); err != nil {
+		return fmt.Errorf("ratelimit: redis forget: %w", err)
 	}
 	return nil
 }
@@ -138,7 +138,7 @@ func (r *Redis) Forget(ctx context.Context, key string, _ Limit) error {
 func (d *DenyCache) Peek(ctx context.Context, key string, l Limit) (Result, error) {
 	in, ok := d.next.(Inspector)
 	if !ok {
-		return Result{}, fmt.Errorf("limiter: %T cannot be inspected", d.next)
+		return Result{}, fmt.Errorf("ratelimit: %T cannot be inspected", d.next)
 	}
 	return in.Peek(ctx, key, l)
 }
@@ -146,10 +146,10 @@ func (d *DenyCache) Peek(ctx context.Context, key string, l Limit) (Result, erro
 // Forget implements Inspector: it drops the cached denial of key under l
 // and clears the key in the store.
 func (d *DenyCache) Forget(ctx context.Context, key string, l Limit) error {
-	d.entries.remove(limitHash(maphash.String(d.seed, key), l))
+	d.entries.Remove(limitHash(maphash.String(d.seed, key), l))
 	in, ok := d.next.(Inspector)
 	if !ok {
-		return fmt.Errorf("limiter: %T cannot be inspected", d.next)
+		return fmt.Errorf("ratelimit: %T cannot be inspected", d.next)
 	}
 	return in.Forget(ctx, key, l)
 }

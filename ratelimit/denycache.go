@@ -1,10 +1,12 @@
-package limiter
+package ratelimit
 
 import (
 	"context"
 	"hash/maphash"
 	"sync/atomic"
 	"time"
+
+	"github.com/exgate/exgate/internal/expiring"
 )
 
 // DenyCache is a Limiter that remembers, in process, the keys its store
@@ -22,7 +24,7 @@ type DenyCache struct {
 	next    Limiter
 	now     func() time.Time
 	seed    maphash.Seed
-	entries *expiring[int64] // value: unix ns when the key is back to a full burst
+	entries *expiring.Map[int64] // value: unix ns when the key is back to a full burst
 	hits    atomic.Int64
 }
 
@@ -32,7 +34,7 @@ func NewDenyCache(next Limiter, maxKeys int, now func() time.Time) *DenyCache {
 	if now == nil {
 		now = time.Now
 	}
-	return &DenyCache{next: next, now: now, seed: maphash.MakeSeed(), entries: newExpiring[int64](maxKeys)}
+	return &DenyCache{next: next, now: now, seed: maphash.MakeSeed(), entries: expiring.New[int64](maxKeys)}
 }
 
 // Hits returns how many decisions the cache answered without the store.
@@ -42,7 +44,7 @@ func (d *DenyCache) Hits() int64 { return d.hits.Load() }
 func (d *DenyCache) Allow(ctx context.Context, key string, l Limit) (Result, error) {
 	h := limitHash(maphash.String(d.seed, key), l)
 	now := d.now().UnixNano()
-	if reset, until, ok := d.entries.get(h, now); ok {
+	if reset, until, ok := d.entries.Get(h, now); ok {
 		d.hits.Add(1)
 		return Result{RetryAfter: time.Duration(until - now), ResetAfter: time.Duration(max(reset-now, 0))}, nil
 	}
@@ -50,7 +52,7 @@ func (d *DenyCache) Allow(ctx context.Context, key string, l Limit) (Result, err
 	if err != nil || r.Allowed || r.RetryAfter <= 0 || r.RetryAfter == Never {
 		return r, err
 	}
-	d.entries.put(h, now+int64(r.ResetAfter), now+int64(r.RetryAfter), now)
+	d.entries.Put(h, now+int64(r.ResetAfter), now+int64(r.RetryAfter), now)
 	return r, nil
 }
 
@@ -63,7 +65,7 @@ func (d *DenyCache) AllowN(ctx context.Context, key string, l Limit, n int64) (R
 	}
 	h := limitHash(maphash.String(d.seed, key), l)
 	now := d.now().UnixNano()
-	if reset, until, ok := d.entries.get(h, now); ok {
+	if reset, until, ok := d.entries.Get(h, now); ok {
 		d.hits.Add(1)
 		return Result{RetryAfter: time.Duration(until - now), ResetAfter: time.Duration(max(reset-now, 0))}, nil
 	}

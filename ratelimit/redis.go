@@ -1,4 +1,4 @@
-package limiter
+package ratelimit
 
 import (
 	"context"
@@ -12,6 +12,14 @@ import (
 	"github.com/go-redis/redis_rate/v10"
 	"github.com/redis/go-redis/v9"
 )
+
+// keyPrefix starts every key the Redis limiter stores: keyPrefix + the
+// caller's key holds that key's TAT, as float seconds since redisEpoch.
+// It is the prefix redis_rate's allowN puts before the keys it is given
+// (single decisions go through redis_rate); the coalescing script, Peek
+// and Forget address the same keys, so that all of them read and write
+// one TAT per key. TestRedisKeyPrefix checks that the two agree.
+const keyPrefix = "rate:"
 
 // Client is what the Redis limiter needs of a go-redis client: scripts
 // and pipelines. redis.UniversalClient (standalone, Cluster, Sentinel)
@@ -150,7 +158,7 @@ func (r *Redis) AllowN(ctx context.Context, key string, l Limit, n int64) (Resul
 		Rate: int(l.Rate), Period: l.Period, Burst: int(l.Burst),
 	}, int(n))
 	if err != nil {
-		return Result{}, fmt.Errorf("limiter: redis: %w", err)
+		return Result{}, fmt.Errorf("ratelimit: redis: %w", err)
 	}
 	out := Result{Allowed: res.Allowed > 0, ResetAfter: res.ResetAfter}
 	if out.Allowed {
@@ -191,7 +199,7 @@ func (r *Redis) Close() error {
 }
 
 // errClosed is returned by calls made after Close.
-var errClosed = errors.New("limiter: redis limiter closed")
+var errClosed = errors.New("ratelimit: redis limiter closed")
 
 // submit queues cmd and waits for its round trip, or for ctx.
 func (r *Redis) submit(ctx context.Context, cmd *redis.Cmd) {
@@ -259,7 +267,7 @@ func (r *Redis) work() {
 // decided by one coalesced script run. Each call's deadline runs from
 // when it was queued: calls already past it fail without being sent, and
 // the round trip ends by the earliest deadline of those sent, so that no
-// decision waits more than limiter.redis.timeout in all.
+// decision waits more than RedisOptions.Timeout in all.
 func (r *Redis) roundTrip(batch []*call, groups []group) {
 	start := r.now()
 	deadline := start.Add(r.timeout)
@@ -298,7 +306,7 @@ func (r *Redis) roundTrip(batch []*call, groups []group) {
 			continue // not a single-request redis_rate call: sent as it is
 		}
 		if len(g.calls) > 1 {
-			if k, ok := strings.CutPrefix(g.rc.key, "rate:"); ok {
+			if k, ok := strings.CutPrefix(g.rc.key, keyPrefix); ok {
 				g.lease = r.leases.get(leaseKey{key: k, burst: g.rc.burst, rate: g.rc.rate, period: g.rc.period})
 				g.extra = g.lease.extra(g.rc.burst, len(g.calls), start.UnixNano())
 			}

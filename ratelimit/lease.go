@@ -1,4 +1,4 @@
-package limiter
+package ratelimit
 
 import (
 	"sync"
@@ -27,7 +27,7 @@ const (
 
 // leaseKey identifies a key under one limit, as the round trip sees it.
 type leaseKey struct {
-	key    string // without redis_rate's "rate:" prefix
+	key    string // the caller's key, without keyPrefix
 	burst  int
 	rate   int
 	period float64

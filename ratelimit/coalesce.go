@@ -1,4 +1,4 @@
-package limiter
+package ratelimit
 
 import (
 	"context"
@@ -154,7 +154,7 @@ func coalescedCmd(ctx context.Context, gs []*group, eval bool) *redis.Cmd {
 func answerCoalesced(cmd *redis.Cmd, gs []*group, now int64) {
 	v, err := cmd.Slice()
 	if err == nil && len(v) != 4*len(gs) {
-		err = errors.New("limiter: unexpected coalesced reply")
+		err = errors.New("ratelimit: unexpected coalesced reply")
 	}
 	for i, g := range gs {
 		if err != nil {

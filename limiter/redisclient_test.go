@@ -8,6 +8,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"fmt"
 	"math/big"
 	"net"
 	"os"
@@ -19,7 +20,63 @@ import (
 
 	"github.com/exgate/exgate/config"
 	"github.com/exgate/exgate/internal/redistest"
+	"github.com/exgate/exgate/ratelimit"
 )
+
+// TestRedisModesFromConfig: the client the configuration selects works as
+// the store in each mode: standalone, Sentinel (master_name) and Cluster
+// (several addresses).
+func TestRedisModesFromConfig(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts redis-server")
+	}
+	master := redistest.Start(t)
+	sentinel := redistest.StartSentinel(t, master, "exgate-master")
+	cluster := redistest.StartCluster(t, 3)
+	cases := []struct {
+		name string
+		rc   config.Redis
+	}{
+		{"standalone", config.Redis{Addrs: []string{master.Addr}}},
+		{"sentinel", config.Redis{Addrs: []string{sentinel.Addr}, MasterName: "exgate-master"}},
+		{"cluster", config.Redis{Addrs: cluster.Addrs}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.rc.Timeout = time.Second
+			decideTwoOfThree(t, tc.rc, "modes:"+tc.name)
+		})
+	}
+	// The Sentinel client really talks to the master it was told about.
+	if n, _ := master.Do("EXISTS", "rate:modes:sentinel"); n.(int64) != 1 {
+		t.Error("the sentinel-mode key is not on the master")
+	}
+}
+
+// decideTwoOfThree builds the client rc selects and checks that it decides
+// three requests on key under a burst of 2 as [true true false].
+func decideTwoOfThree(t *testing.T, rc config.Redis, key string) {
+	t.Helper()
+	c, err := NewRedisClient(rc, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	r := ratelimit.NewRedis(c, ratelimit.RedisOptions{Timeout: time.Second})
+	defer r.Close()
+	l := ratelimit.Limit{Rate: 2, Period: time.Hour, Burst: 2}
+	var got []bool
+	for i := 0; i < 3; i++ {
+		res, err := r.Allow(context.Background(), key, l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, res.Allowed)
+	}
+	if fmt.Sprint(got) != "[true true false]" {
+		t.Errorf("decisions %v, want [true true false]", got)
+	}
+}
 
 // testPKI is a certificate authority with a server certificate for
 // 127.0.0.1 and a client certificate, as PEM files in a directory.

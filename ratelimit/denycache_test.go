@@ -1,0 +1,91 @@
+package ratelimit
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// counting counts the calls that reach the limiter behind it.
+type counting struct {
+	next  Limiter
+	calls atomic.Int64
+}
+
+func (c *counting) Allow(ctx context.Context, k string, l Limit) (Result, error) {
+	c.calls.Add(1)
+	return c.next.Allow(ctx, k, l)
+}
+
+func (c *counting) AllowN(ctx context.Context, k string, l Limit, n int64) (Result, error) {
+	c.calls.Add(1)
+	return c.next.AllowN(ctx, k, l, n)
+}
+
+func TestDenyCacheAnswersWithoutTheStore(t *testing.T) {
+	clock := newFakeClock()
+	store := &counting{next: NewMemory(MemoryOptions{Now: clock.Now})}
+	dc := NewDenyCache(store, 1000, clock.Now)
+	l := Limit{Rate: 1, Period: time.Second, Burst: 2}
+	ctx := context.Background()
+	for i := 0; i < 2; i++ {
+		if r, _ := dc.Allow(ctx, "k", l); !r.Allowed {
+			t.Fatalf("request %d denied", i)
+		}
+	}
+	r, _ := dc.Allow(ctx, "k", l) // the store denies; the cache remembers
+	if r.Allowed || store.calls.Load() != 3 {
+		t.Fatalf("third: %+v, store calls %d", r, store.calls.Load())
+	}
+	clock.Advance(400 * time.Millisecond)
+	for i := 0; i < 1000; i++ {
+		r, _ = dc.Allow(ctx, "k", l)
+		if r.Allowed || r.RetryAfter != 600*time.Millisecond {
+			t.Fatalf("cached deny: %+v", r)
+		}
+	}
+	if store.calls.Load() != 3 || dc.Hits() != 1000 {
+		t.Errorf("store calls %d, hits %d; want 3 and 1000", store.calls.Load(), dc.Hits())
+	}
+	// A deny under one limit does not answer for another limit on the
+	// same key: that decision goes to the store.
+	dc.Allow(ctx, "k", Limit{Rate: 100, Period: time.Second, Burst: 100})
+	if store.calls.Load() != 4 {
+		t.Errorf("a different limit was answered from the cache (store calls %d, want 4)", store.calls.Load())
+	}
+	clock.Advance(600 * time.Millisecond)
+	if r, _ := dc.Allow(ctx, "k", l); !r.Allowed {
+		t.Errorf("after the retry delay: %+v", r)
+	}
+}
+
+func TestDenyCacheBounded(t *testing.T) {
+	clock := newFakeClock()
+	dc := NewDenyCache(NewMemory(MemoryOptions{Now: clock.Now}), 640, clock.Now)
+	l := Limit{Rate: 1, Period: time.Hour, Burst: 1}
+	for i := 0; i < 10000; i++ {
+		k := fmt.Sprint("k", i)
+		dc.Allow(context.Background(), k, l)
+		dc.Allow(context.Background(), k, l)
+	}
+	if n := dc.entries.Len(); n > 640 {
+		t.Errorf("deny cache holds %d entries, want at most 640", n)
+	}
+}
+
+func BenchmarkDenyCacheHit(b *testing.B) {
+	m := NewMemory(MemoryOptions{})
+	dc := NewDenyCache(m, 1000, nil)
+	l := Limit{Rate: 1, Period: time.Hour, Burst: 1}
+	ctx := context.Background()
+	dc.Allow(ctx, "hot", l)
+	dc.Allow(ctx, "hot", l)
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			_, _ = dc.Allow(ctx, "hot", l)
+		}
+	})
+}

@@ -1,0 +1,120 @@
+package ratelimit
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/exgate/exgate/internal/redistest"
+)
+
+// TestCostsMixedWithCoalescingAndLeases: bulks (cost > 1) and single
+// requests on one hot key, across replicas whose single requests are
+// coalesced and leased, never admit more than the burst in total, and a
+// bulk is admitted whole or not at all (its cost is charged exactly).
+func TestCostsMixedWithCoalescingAndLeases(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts redis-server")
+	}
+	srv := redistest.Start(t)
+	l := Limit{Rate: 3000, Period: time.Hour, Burst: 3000}
+	var replicas []*Redis
+	for i := 0; i < 2; i++ {
+		r := NewRedis(srv.Client(), RedisOptions{Timeout: time.Second})
+		defer r.Close()
+		replicas = append(replicas, r)
+	}
+	var admitted atomic.Int64 // in cost units
+	var wg sync.WaitGroup
+	for ri, r := range replicas {
+		for g := 0; g < 24; g++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := 0; i < 60; i++ {
+					cost := int64(1)
+					if (g+i+ri)%3 == 0 {
+						cost = 7 // a bulk of seven orders
+					}
+					res, err := r.AllowN(context.Background(), "mixed", l, cost)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if res.Allowed {
+						admitted.Add(cost)
+					}
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	maxLease := int64(min(3000/leaseFraction, leaseMax))
+	if got := admitted.Load(); got > 3000 || got < 3000-2*maxLease-7 {
+		t.Errorf("admitted %d units, want at most 3000 and at least %d", got, 3000-2*maxLease-7)
+	}
+	// What Redis holds agrees: nothing is left for even one more request
+	// beyond what leases hold back.
+	res, err := replicas[0].AllowN(context.Background(), "mixed", l, 2*maxLease+8)
+	if err != nil || res.Allowed {
+		t.Errorf("after the run a bulk of %d still passed (%+v, %v): costs were undercharged", 2*maxLease+8, res, err)
+	}
+	t.Logf("admitted %d of 3000 units", admitted.Load())
+}
+
+// TestHotKeyLeases: a hot key far from its limit is decided mostly from
+// leases (few Redis calls); leases never let more than the limit through,
+// across replicas, and leave at most a lease per replica unused.
+func TestHotKeyLeases(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts redis-server")
+	}
+	srv := redistest.Start(t)
+	l := Limit{Rate: 5000, Period: time.Hour, Burst: 5000}
+	var replicas []*Redis
+	for i := 0; i < 3; i++ {
+		r := NewRedis(srv.Client(), RedisOptions{Timeout: time.Second})
+		defer r.Close()
+		replicas = append(replicas, r)
+	}
+	before := srv.CommandCalls()
+	var allowed, decisions atomic.Int64
+	var wg sync.WaitGroup
+	start := time.Now()
+	for _, r := range replicas {
+		for g := 0; g < 32; g++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := 0; i < 100; i++ {
+					res, err := r.Allow(context.Background(), "leased", l)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					decisions.Add(1)
+					if res.Allowed {
+						allowed.Add(1)
+					}
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	// GCRA refills one request per emission interval (720ms here) on
+	// Redis's clock; every decision fell inside [start, now], so at most
+	// the burst plus the whole intervals of that span can have passed.
+	refill := int64(time.Since(start) / time.Duration(l.emission()))
+	after := srv.CommandCalls()
+	runs := after["evalsha"] + after["eval"] - before["evalsha"] - before["eval"]
+	maxLease := int64(min(5000/leaseFraction, leaseMax))
+	if got := allowed.Load(); got > 5000+refill || got < 5000-3*maxLease {
+		t.Errorf("allowed %d of %d, want at most 5000 (+%d refilled during the run) and at least %d", got, decisions.Load(), refill, 5000-3*maxLease)
+	}
+	if runs > decisions.Load()/4 {
+		t.Errorf("%d script runs for %d decisions on a hot key far from its limit", runs, decisions.Load())
+	}
+	t.Logf("%d decisions, %d allowed, %d script runs", decisions.Load(), allowed.Load(), runs)
+}
