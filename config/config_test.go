@@ -362,10 +362,11 @@ var invalidFixtures = map[string][]string{
 		`server.read_header_timeout: must be greater than 0, got 0s (line 4)`,
 		`server.max_header_bytes: must be from 1KiB to 1MiB, got 2MiB (line 7)`,
 		`server.max_body_bytes: must be at least 1, got 0 (line 8)`,
-		`server.write_timeout: 10s must exceed upstream.timeout (10s), the timeout of routes[0] ("place_order"), routes[1] ("bulk_orders"), routes[2] ("cancel_order") and 14 more (line 5)`,
 		`upstream.dial_timeout: must be greater than 0, got 0s (line 11)`,
 		`upstream.max_idle_conns: must not be negative, got -1 (line 12)`,
 		`upstream.max_conns_per_host: must not be negative (0 means no cap), got -2 (line 13)`,
+		// Problems between sections come after each section's own.
+		`server.write_timeout: 10s must exceed upstream.timeout (10s), the timeout of routes[0] ("place_order"), routes[1] ("bulk_orders"), routes[2] ("cancel_order") and 14 more (line 5)`,
 	},
 	"bad-write-timeout.yaml": {
 		`admin_listen: must differ from listen (":8080") (line 2)`,

@@ -52,43 +52,42 @@ func DefaultCORS() CORS {
 	}
 }
 
-// checkCORS reports problems in the cors section.
-func (c *Config) checkCORS(v *checker) {
-	cs := c.CORS
+// check reports problems in the cors section at p.
+func (cs *CORS) check(col *collector, p path) {
 	for i, o := range cs.AllowedOrigins {
-		p := joinIndex("cors.allowed_origins", i)
+		op := p.key("allowed_origins").index(i)
 		if o == "*" {
 			if len(cs.AllowedOrigins) > 1 {
-				v.addf(p, `"*" allows every origin and must be the only entry`)
+				col.addf(op, `"*" allows every origin and must be the only entry`)
 			}
 			if cs.AllowCredentials {
-				v.addf("cors.allow_credentials", `cannot be true with the origin "*" (browsers refuse it); list the origins`)
+				col.addf(p.key("allow_credentials"), `cannot be true with the origin "*" (browsers refuse it); list the origins`)
 			}
 			continue
 		}
 		u, err := url.Parse(o)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.Path != "" || u.RawQuery != "" ||
 			u.Fragment != "" || u.User != nil || strings.ToLower(o) != o {
-			v.addf(p, `want an origin as browsers send it, scheme://host[:port] in lower case without a path, such as "https://app.example.com"; got %q`, o)
+			col.addf(op, `want an origin as browsers send it, scheme://host[:port] in lower case without a path, such as "https://app.example.com"; got %q`, o)
 		}
 	}
 	for i, m := range cs.AllowedMethods {
 		if !knownMethods[m] {
-			v.addf(joinIndex("cors.allowed_methods", i), "unknown method %q", m)
+			col.addf(p.key("allowed_methods").index(i), "unknown method %q", m)
 		}
 	}
 	for i, h := range cs.AllowedHeaders {
 		if !isHeaderName(h) {
-			v.addf(joinIndex("cors.allowed_headers", i), "%q is not a header name", h)
+			col.addf(p.key("allowed_headers").index(i), "%q is not a header name", h)
 		}
 	}
 	for i, h := range cs.ExposedHeaders {
 		if !isHeaderName(h) {
-			v.addf(joinIndex("cors.exposed_headers", i), "%q is not a header name", h)
+			col.addf(p.key("exposed_headers").index(i), "%q is not a header name", h)
 		}
 	}
 	if cs.MaxAge < 0 || cs.MaxAge > 24*time.Hour || cs.MaxAge%time.Second != 0 {
-		v.addf("cors.max_age", "must be whole seconds from 0 to 24h, got %s", cs.MaxAge)
+		col.addf(p.key("max_age"), "must be whole seconds from 0 to 24h, got %s", cs.MaxAge)
 	}
 }
 

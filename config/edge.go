@@ -64,29 +64,47 @@ const (
 // maxConcurrentStreams bounds server.http2.max_concurrent_streams.
 const maxConcurrentStreams = 1000
 
-// checkEdge checks the TLS, HTTP/2 and PROXY protocol settings.
-func (c *Config) checkEdge(v *checker) {
-	t := c.Server.TLS
+// defaultTLS returns the TLS defaults: off, with certificate files polled
+// every 10s once they are given.
+func defaultTLS() TLS { return TLS{ReloadInterval: 10 * time.Second} }
+
+// defaultHTTP2 returns the HTTP/2 defaults: on for TLS clients, 100
+// streams a connection.
+func defaultHTTP2() HTTP2 { return HTTP2{Enabled: true, MaxConcurrentStreams: 100} }
+
+// defaultProxyProtocol returns the PROXY protocol defaults: off (no
+// trusted peers), and required from trusted peers once they are given.
+func defaultProxyProtocol() ProxyProtocol { return ProxyProtocol{Policy: ProxyRequired} }
+
+// check reports problems in the TLS settings at p.
+func (t *TLS) check(col *collector, p path) {
 	for i, cert := range t.Certificates {
-		p := joinIndex("server.tls.certificates", i)
+		cp := p.key("certificates").index(i)
 		if cert.CertFile == "" {
-			v.addf(p+".cert_file", "required")
+			col.addf(cp.key("cert_file"), "required")
 		}
 		if cert.KeyFile == "" {
-			v.addf(p+".key_file", "required")
+			col.addf(cp.key("key_file"), "required")
 		}
 	}
 	if t.ReloadInterval != 0 && t.ReloadInterval < time.Second {
-		v.addf("server.tls.reload_interval", "must be at least 1s (0 turns polling off), got %s", t.ReloadInterval)
+		col.addf(p.key("reload_interval"), "must be at least 1s (0 turns polling off), got %s", t.ReloadInterval)
 	}
-	if n := c.Server.HTTP2.MaxConcurrentStreams; n < 1 || n > maxConcurrentStreams {
-		v.addf("server.http2.max_concurrent_streams", "must be from 1 to %d, got %d", maxConcurrentStreams, n)
+}
+
+// check reports problems in the HTTP/2 settings at p.
+func (h *HTTP2) check(col *collector, p path) {
+	if n := h.MaxConcurrentStreams; n < 1 || n > maxConcurrentStreams {
+		col.addf(p.key("max_concurrent_streams"), "must be from 1 to %d, got %d", maxConcurrentStreams, n)
 	}
-	pp := c.Server.ProxyProtocol
-	for i, p := range pp.TrustedPeers {
-		if !p.IsValid() {
-			v.addf(joinIndex("server.proxy_protocol.trusted_peers", i), "not a valid IP prefix")
+}
+
+// check reports problems in the PROXY protocol settings at p.
+func (pp *ProxyProtocol) check(col *collector, p path) {
+	for i, peer := range pp.TrustedPeers {
+		if !peer.IsValid() {
+			col.addf(p.key("trusted_peers").index(i), "not a valid IP prefix")
 		}
 	}
-	v.oneOf("server.proxy_protocol.policy", pp.Policy, ProxyRequired, ProxyOptional)
+	col.oneOf(p.key("policy"), pp.Policy, ProxyRequired, ProxyOptional)
 }

@@ -2,7 +2,10 @@ package config
 
 import (
 	"fmt"
+	"slices"
+	"strconv"
 	"strings"
+	"time"
 )
 
 // FieldError is one configuration problem. Path is the YAML path of the
@@ -42,7 +45,8 @@ func (e *FieldError) Error() string {
 }
 
 // Errors is every problem found in one configuration, in the order found:
-// YAML decoding first, then environment overrides, then validation. Load,
+// YAML decoding first, then environment overrides, then each section's
+// checks, section by section, then the checks between sections. Load,
 // Parse and Validate return an Errors value (never empty) or nil.
 type Errors []*FieldError
 
@@ -69,10 +73,21 @@ func (es Errors) Unwrap() []error {
 // counted in a final summary line.
 const maxErrors = 100
 
-// collector accumulates problems up to maxErrors.
+// collector accumulates the problems of one configuration, up to
+// maxErrors: the decoder's, the environment's, then those of the
+// sections' checks, which report through addf and its helpers. It is the
+// one place problems are gathered, so that all of them are reported at
+// once, each named by its YAML path.
 type collector struct {
 	errs    Errors
 	dropped int
+	// decoded holds the paths of the problems found before checking
+	// began: a check's problem at or below one of them is a consequence
+	// of a problem already reported, and is dropped.
+	decoded []string
+	// src, when set, gives each check's problem the line or the variable
+	// its value came from.
+	src *sources
 }
 
 // add records a problem, or counts it once maxErrors are recorded.
@@ -84,9 +99,58 @@ func (c *collector) add(e *FieldError) {
 	c.errs = append(c.errs, e)
 }
 
-// addf records a formatted problem.
-func (c *collector) addf(path string, line int, format string, args ...any) {
-	c.add(&FieldError{Path: path, Line: line, Msg: fmt.Sprintf(format, args...)})
+// startChecks marks the end of decoding: later problems within the paths
+// already reported are dropped, and src (nil when there is no file or
+// environment) annotates the rest.
+func (c *collector) startChecks(src *sources) {
+	c.src = src
+	for _, fe := range c.errs {
+		if fe.Path != "" {
+			c.decoded = append(c.decoded, fe.Path)
+		}
+	}
+}
+
+// addf records a problem a check found at p.
+func (c *collector) addf(p path, format string, args ...any) {
+	for _, f := range c.decoded {
+		if within(string(p), f) {
+			return
+		}
+	}
+	fe := &FieldError{Path: string(p), Msg: fmt.Sprintf(format, args...)}
+	if c.src != nil {
+		c.src.annotate(fe)
+	}
+	c.add(fe)
+}
+
+// positive reports a duration that is not greater than zero.
+func (c *collector) positive(p path, d time.Duration) {
+	if d <= 0 {
+		c.addf(p, "must be greater than 0, got %s", d)
+	}
+}
+
+// oneOf reports a value that is not one of the allowed ones.
+func (c *collector) oneOf(p path, s string, allowed ...string) {
+	if slices.Contains(allowed, s) {
+		return
+	}
+	q := make([]string, len(allowed))
+	for i, a := range allowed {
+		q[i] = strconv.Quote(a)
+	}
+	list := strings.Join(q[:len(q)-1], ", ") + " or " + q[len(q)-1]
+	c.addf(p, "want %s, got %q%s", list, s, didYouMean(s, allowed))
+}
+
+// envName reports a value that is not the name of an environment
+// variable.
+func (c *collector) envName(p path, s string) {
+	if !isEnvName(s) {
+		c.addf(p, "want an environment variable name ([A-Z_][A-Z0-9_]*), got %q", s)
+	}
 }
 
 // result returns the collected problems, or nil when there are none.

@@ -95,9 +95,6 @@ type JWTKey struct {
 	PublicKeyFile string `yaml:"public_key_file"`
 }
 
-// Limit key for verified accounts.
-const KeyAccount = "account"
-
 // JWT algorithm families.
 var (
 	HMACAlgorithms  = []string{"HS256", "HS384", "HS512"}
@@ -146,79 +143,68 @@ func (c *Config) countAccounts() {
 	}
 }
 
-// checkIdentity checks the identity section and how limits use it.
-func (c *Config) checkIdentity(v *checker) {
-	id := c.Identity
-	j := id.JWT
+// check reports problems in the identity section at p; how tokens_file
+// and the routes' limits fit verification is checked across sections.
+func (id *Identity) check(col *collector, p path) {
+	j, jp := id.JWT, p.key("jwt")
 	if id.Verify {
 		if len(j.Keys) == 0 && j.JWKSFile == "" && j.JWKSURL.URL == nil {
-			v.addf("identity.jwt.keys", "identity.verify needs a key: keys, jwks_file or jwks_url")
+			col.addf(jp.key("keys"), "%s needs a key: keys, jwks_file or jwks_url", p.key("verify"))
 		}
 		if j.UserClaim == "" {
-			v.addf("identity.jwt.user_claim", "required, such as \"user_id\"")
+			col.addf(jp.key("user_claim"), "required, such as \"user_id\"")
 		}
 		if j.TokenType != "" && j.TokenTypeClaim == "" {
-			v.addf("identity.jwt.token_type_claim", "required with identity.jwt.token_type, such as \"token_type\"")
-		}
-		if c.TokensFile != "" {
-			v.addf("tokens_file", "maps token strings to tiers, but identity.verify counts accounts: "+
-				"write identity.users_file (user id → tier) or identity.jwt.tier_claim instead")
+			col.addf(jp.key("token_type_claim"), "required with %s, such as \"token_type\"", jp.key("token_type"))
 		}
 	}
+	j.check(col, jp)
+}
+
+// check reports problems in the JWT settings at p.
+func (j *JWT) check(col *collector, p path) {
+	public := slices.Concat(RSAAlgorithms, ECAlgorithms, EdDSAAlgorithms)
 	for i, k := range j.Keys {
-		p := joinIndex("identity.jwt.keys", i)
+		kp := p.key("keys").index(i)
 		switch {
 		case k.SecretEnv == "" && k.PublicKeyFile == "":
-			v.addf(p, "give secret_env (an HMAC secret) or public_key_file (a PEM public key)")
+			col.addf(kp, "give secret_env (an HMAC secret) or public_key_file (a PEM public key)")
 		case k.SecretEnv != "" && k.PublicKeyFile != "":
-			v.addf(p, "give secret_env or public_key_file, not both")
+			col.addf(kp, "give secret_env or public_key_file, not both")
 		case k.SecretEnv != "":
-			v.envName(p+".secret_env", k.SecretEnv)
-			v.algorithms(p+".algorithms", k.Algorithms, HMACAlgorithms)
+			col.envName(kp.key("secret_env"), k.SecretEnv)
+			checkAlgorithms(col, kp.key("algorithms"), k.Algorithms, HMACAlgorithms)
 		default:
-			all := slices.Concat(RSAAlgorithms, ECAlgorithms, EdDSAAlgorithms)
-			v.algorithms(p+".algorithms", k.Algorithms, all)
+			checkAlgorithms(col, kp.key("algorithms"), k.Algorithms, public)
 		}
 	}
 	if j.JWKSFile != "" || j.JWKSURL.URL != nil {
-		v.algorithms("identity.jwt.jwks_algorithms", j.JWKSAlgorithms, slices.Concat(RSAAlgorithms, ECAlgorithms, EdDSAAlgorithms))
+		checkAlgorithms(col, p.key("jwks_algorithms"), j.JWKSAlgorithms, public)
 	}
-	v.positive("identity.jwt.jwks_refresh", j.JWKSRefresh)
-	v.positive("identity.jwt.jwks_min_interval", j.JWKSMinInterval)
-	v.positive("identity.jwt.jwks_timeout", j.JWKSTimeout)
+	col.positive(p.key("jwks_refresh"), j.JWKSRefresh)
+	col.positive(p.key("jwks_min_interval"), j.JWKSMinInterval)
+	col.positive(p.key("jwks_timeout"), j.JWKSTimeout)
 	if j.JWKSMinInterval > j.JWKSRefresh {
-		v.addf("identity.jwt.jwks_min_interval", "must not exceed identity.jwt.jwks_refresh (%s), got %s", j.JWKSRefresh, j.JWKSMinInterval)
+		col.addf(p.key("jwks_min_interval"), "must not exceed %s (%s), got %s", p.key("jwks_refresh"), j.JWKSRefresh, j.JWKSMinInterval)
 	}
 	if j.Leeway < 0 || j.Leeway > 5*time.Minute {
-		v.addf("identity.jwt.leeway", "must be from 0 to 5m, got %s", j.Leeway)
+		col.addf(p.key("leeway"), "must be from 0 to 5m, got %s", j.Leeway)
 	}
 	if j.CacheSize < 0 {
-		v.addf("identity.jwt.cache_size", "must not be negative (0 turns the cache off), got %d", j.CacheSize)
-	}
-	for i := range c.Routes {
-		for k, l := range c.Routes[i].Limits {
-			lp := joinIndex(joinIndex("routes", i)+".limits", k) + ".key"
-			switch {
-			case id.Verify && l.Key == KeyToken:
-				v.addf(lp, "identity.verify counts verified accounts, not token strings: write key: account "+
-					"(one bucket per account, shared by all its tokens)")
-			case !id.Verify && l.Key == KeyAccount:
-				v.addf(lp, "key: account needs identity.verify: true (JWT access tokens verified at the edge); "+
-					"for opaque tokens write key: token")
-			}
-		}
+		col.addf(p.key("cache_size"), "must not be negative (0 turns the cache off), got %d", j.CacheSize)
 	}
 }
 
-// algorithms checks a list of JWT algorithms against the allowed family.
-func (v *checker) algorithms(path string, algs, allowed []string) {
+// checkAlgorithms checks a list of JWT algorithms against the allowed
+// family.
+func checkAlgorithms(col *collector, p path, algs, allowed []string) {
 	if len(algs) == 0 {
-		v.addf(path, "required: list the algorithms explicitly, such as [%s]", allowed[0])
+		col.addf(p, "required: list the algorithms explicitly, such as [%s]", allowed[0])
 		return
 	}
 	for i, a := range algs {
 		if !slices.Contains(allowed, a) {
-			v.oneOf(joinIndex(path, i), a, allowed...)
+			col.oneOf(p.index(i), a, allowed...)
 		}
 	}
 }

@@ -61,7 +61,7 @@ func Parse(name string, data []byte, getenv func(string) (string, bool)) (*Confi
 	src := &sources{lines: map[string]int{}, envs: map[string]string{}}
 	col := &collector{}
 	if len(data) > MaxFileSize {
-		col.addf("", 0, "%slarger than %d bytes", label(name), MaxFileSize)
+		col.add(&FieldError{Msg: fmt.Sprintf("%slarger than %d bytes", label(name), MaxFileSize)})
 		return nil, col.result()
 	}
 	if root, err := decodeDocument(name, data); err != nil {
@@ -77,20 +77,8 @@ func Parse(name string, data []byte, getenv func(string) (string, bool)) (*Confi
 	e.walk(reflect.ValueOf(c).Elem(), "", "EXGATE")
 	checkRemovedEnv(getenv, col)
 
-	failed := make([]string, 0, len(col.errs))
-	for _, fe := range col.errs {
-		failed = append(failed, fe.Path)
-	}
-next:
-	for _, fe := range c.validate() {
-		for _, f := range failed {
-			if f != "" && within(fe.Path, f) {
-				continue next // a consequence of a problem already reported
-			}
-		}
-		src.annotate(fe)
-		col.add(fe)
-	}
+	col.startChecks(src)
+	c.validate(col)
 	if err := col.result(); err != nil {
 		return nil, err
 	}

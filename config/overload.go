@@ -111,35 +111,35 @@ func defaultPriority(r *Route) string {
 	return PriorityMarketData
 }
 
-// checkOverload checks the overload section and the routes' overload keys.
-func (c *Config) checkOverload(v *checker) {
-	o := c.Overload
+// check reports problems in the overload section at p; the routes'
+// overload keys (priority, max_in_flight) are checked with the routes.
+func (o *Overload) check(col *collector, p path) {
 	if o.MinLimit < 1 {
-		v.addf("overload.min_limit", "must be at least 1, got %d", o.MinLimit)
+		col.addf(p.key("min_limit"), "must be at least 1, got %d", o.MinLimit)
 	}
 	if o.MaxLimit < o.MinLimit {
-		v.addf("overload.max_limit", "must be at least overload.min_limit (%d), got %d", o.MinLimit, o.MaxLimit)
+		col.addf(p.key("max_limit"), "must be at least overload.min_limit (%d), got %d", o.MinLimit, o.MaxLimit)
 	}
 	if o.InitialLimit < o.MinLimit || o.InitialLimit > o.MaxLimit {
-		v.addf("overload.initial_limit", "must be within overload.min_limit and overload.max_limit (%d..%d), got %d", o.MinLimit, o.MaxLimit, o.InitialLimit)
+		col.addf(p.key("initial_limit"), "must be within overload.min_limit and overload.max_limit (%d..%d), got %d", o.MinLimit, o.MaxLimit, o.InitialLimit)
 	}
 	if o.FixedLimit < 0 {
-		v.addf("overload.fixed_limit", "must not be negative (0 adapts the limit), got %d", o.FixedLimit)
+		col.addf(p.key("fixed_limit"), "must not be negative (0 adapts the limit), got %d", o.FixedLimit)
 	}
 	if o.TolerancePercent < 1 || o.TolerancePercent > 1000 {
-		v.addf("overload.tolerance_percent", "must be 1 to 1000, got %d", o.TolerancePercent)
+		col.addf(p.key("tolerance_percent"), "must be 1 to 1000, got %d", o.TolerancePercent)
 	}
 	if o.ToleranceMin < 0 || o.ToleranceMin > 10*time.Second {
-		v.addf("overload.tolerance_min", "must be 0 to 10s, got %s", o.ToleranceMin)
+		col.addf(p.key("tolerance_min"), "must be 0 to 10s, got %s", o.ToleranceMin)
 	}
 	if o.Window < time.Millisecond {
-		v.addf("overload.window", "must be at least 1ms, got %s", o.Window)
+		col.addf(p.key("window"), "must be at least 1ms, got %s", o.Window)
 	}
 	if o.ProbeInterval < time.Second {
-		v.addf("overload.probe_interval", "must be at least 1s, got %s", o.ProbeInterval)
+		col.addf(p.key("probe_interval"), "must be at least 1s, got %s", o.ProbeInterval)
 	}
 	if o.RetryAfter < time.Second {
-		v.addf("overload.retry_after", "must be at least 1s (Retry-After counts whole seconds), got %s", o.RetryAfter)
+		col.addf(p.key("retry_after"), "must be at least 1s (Retry-After counts whole seconds), got %s", o.RetryAfter)
 	}
 	for _, w := range []struct {
 		key string
@@ -149,15 +149,7 @@ func (c *Config) checkOverload(v *checker) {
 		{"private_read", o.MaxWait.PrivateRead}, {"market_data", o.MaxWait.MarketData},
 	} {
 		if w.d < 0 || w.d > time.Minute {
-			v.addf("overload.max_wait."+w.key, "must be 0 to 1m, got %s", w.d)
-		}
-	}
-	for i := range c.Routes {
-		r := &c.Routes[i]
-		p := joinIndex("routes", i)
-		v.oneOf(p+".priority", r.Priority, Priorities()...)
-		if r.MaxInFlight < 0 {
-			v.addf(p+".max_in_flight", "must not be negative (0: only the overload limit), got %d", r.MaxInFlight)
+			col.addf(p.key("max_wait").key(w.key), "must be 0 to 1m, got %s", w.d)
 		}
 	}
 }

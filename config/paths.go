@@ -3,6 +3,7 @@ package config
 import (
 	"encoding"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -68,6 +69,17 @@ func keysOf(t reflect.Type) []string {
 	}
 	return ks
 }
+
+// path is the YAML path of a value, as problems name it: "server.tls",
+// "routes[2].limits[0].rate", `tiers.vip["a.b"]`. Checks build the paths
+// of their keys from their section's path.
+type path string
+
+// key returns the path of the mapping key k below p.
+func (p path) key(k string) path { return path(joinKey(string(p), k)) }
+
+// index returns the path of element i of the sequence at p.
+func (p path) index(i int) path { return path(joinIndex(string(p), i)) }
 
 // joinKey appends a mapping key to a YAML path: "a.b" for plain keys,
 // `a["x.y"]` for keys that are not made of letters, digits, "_" and "-".
@@ -214,4 +226,14 @@ func editDistance(a, b string) int {
 		pp, prev, cur = prev, cur, pp
 	}
 	return prev[len(b)]
+}
+
+// sortedKeys returns the keys of m in order.
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
 }

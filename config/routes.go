@@ -1,6 +1,76 @@
 package config
 
-import "time"
+import (
+	"slices"
+	"time"
+)
+
+// Route is one entry of the route table.
+type Route struct {
+	// Name labels the route in limits, tiers, logs and metrics. Required
+	// and unique; "default" is conventional for the "*" route.
+	Name string `yaml:"name"`
+	// Match is "METHOD /path/{param}/", "/path/" (any method) or "*"
+	// (everything no other route matches).
+	Match Match `yaml:"match"`
+	// Auth is "none", "optional" or "required". Required means a request
+	// without a well-formed Bearer token gets 401. Default "none"
+	// (Validate turns "" into "none").
+	Auth string `yaml:"auth"`
+	// Validate names a body validator: "order" (one order), "order_bulk"
+	// (a JSON array of orders, or of order ids to cancel) or "" for none.
+	// Default "".
+	Validate string `yaml:"validate"`
+	// Bulk says, for a route with validate: order_bulk, which routes'
+	// limits its requests are charged against.
+	Bulk BulkRoute `yaml:"bulk"`
+	// Timeout overrides Upstream.Timeout for this route. Default 0 (use
+	// Upstream.Timeout).
+	Timeout time.Duration `yaml:"timeout"`
+	// OnStoreError overrides Limiter.OnStoreError for this route: "open",
+	// "closed" or "local". Default "" (use Limiter.OnStoreError).
+	OnStoreError string `yaml:"on_store_error"`
+	// Limits are the route's rate limits. Default: none.
+	Limits []Limit `yaml:"limits"`
+	// Priority is the route's overload class: "cancel", "status",
+	// "place", "private_read" or "market_data" (most important first).
+	// Default "" (Validate writes place for validate: order and
+	// order_bulk, cancel for a DELETE on an auth: required route,
+	// private_read for other auth: required routes, market_data
+	// otherwise). A bulk of order ids to cancel is a cancel whatever its
+	// route's class.
+	Priority string `yaml:"priority"`
+	// MaxInFlight, when not 0, caps this route's requests under way at
+	// the backend on top of the overload limit; past it, requests are
+	// shed at once. Default 0.
+	MaxInFlight int `yaml:"max_in_flight"`
+}
+
+// BulkRoute names the routes whose limits a bulk request is charged
+// against, one unit per order or order id, so that a bulk of k orders
+// costs what k single orders cost.
+type BulkRoute struct {
+	// Orders is the route whose limits a bulk placement (an array of
+	// orders) is charged against. Required with validate: order_bulk.
+	Orders string `yaml:"orders"`
+	// Cancels is the route whose limits a bulk cancel (an array of order
+	// ids) is charged against. Required with validate: order_bulk.
+	Cancels string `yaml:"cancels"`
+}
+
+// Auth values.
+const (
+	AuthNone     = "none"
+	AuthOptional = "optional"
+	AuthRequired = "required"
+)
+
+// Body validators of a route.
+const (
+	ValidateNone = ""
+	ValidateOrd  = "order"
+	ValidateBulk = "order_bulk"
+)
 
 // DefaultRoutes returns the built-in route table: the trading API's family
 // of endpoints (docs/configuration.md, "The default route table"), each
@@ -96,11 +166,151 @@ func mustMatch(s string) Match {
 }
 
 // Route returns the route named name, or nil.
-func (c *Config) Route(name string) *Route {
-	for i := range c.Routes {
-		if c.Routes[i].Name == name {
-			return &c.Routes[i]
+func (c *Config) Route(name string) *Route { return findRoute(c.Routes, name) }
+
+// findRoute returns the route of routes named name, or nil.
+func findRoute(routes []Route, name string) *Route {
+	for i := range routes {
+		if routes[i].Name == name {
+			return &routes[i]
 		}
 	}
 	return nil
+}
+
+// normalise fills in the documented meanings of the route's zero values:
+// auth none, the priority its kind implies, and its limits'.
+func (r *Route) normalise() {
+	if r.Auth == "" {
+		r.Auth = AuthNone
+	}
+	if r.Priority == "" {
+		r.Priority = defaultPriority(r)
+	}
+	for j := range r.Limits {
+		r.Limits[j].normalise(r.Limits, j)
+	}
+}
+
+// routeTable is what checking a route table remembers of the routes
+// already checked, to report names and matchers given twice.
+type routeTable struct {
+	names     map[string]int // route name -> index
+	patterns  map[string]int // patternKey -> index
+	defaultAt int            // index of the "*" route, or -1
+}
+
+// checkRoutes reports problems in the route table at p: each route's,
+// and names or matchers given twice.
+func checkRoutes(col *collector, p path, routes []Route) {
+	if len(routes) == 0 {
+		col.addf(p, "at least one route is required")
+		return
+	}
+	t := &routeTable{names: map[string]int{}, patterns: map[string]int{}, defaultAt: -1}
+	for i := range routes {
+		routes[i].check(col, p, i, routes, t)
+	}
+}
+
+// check reports problems in routes[i], the route table being at p and t
+// holding the routes before it.
+func (r *Route) check(col *collector, p path, i int, routes []Route, t *routeTable) {
+	rp := p.index(i)
+	switch {
+	case r.Name == "":
+		col.addf(rp.key("name"), "required")
+	case !isName(r.Name):
+		col.addf(rp.key("name"), "%q must be lower-case letters, digits and _", r.Name)
+	default:
+		if j, dup := t.names[r.Name]; dup {
+			col.addf(rp.key("name"), "%q is already the name of %s", r.Name, p.index(j))
+		} else {
+			t.names[r.Name] = i
+		}
+	}
+
+	m := r.Match
+	switch {
+	case m.Path == "":
+		col.addf(rp.key("match"), "required, such as \"GET /api/v1/mkt/markets/\" or \"*\"")
+	case m.IsDefault():
+		if m.Method != "" {
+			col.addf(rp.key("match"), "the default route \"*\" takes no method")
+		}
+		if t.defaultAt >= 0 {
+			col.addf(rp.key("match"), "only one default route \"*\" is allowed; %s is one", p.index(t.defaultAt))
+		} else {
+			t.defaultAt = i
+		}
+	default:
+		if m.Method != "" && !knownMethods[m.Method] {
+			col.addf(rp.key("match"), "unknown method %q", m.Method)
+		} else if err := CheckPattern(m.Path); err != nil {
+			col.addf(rp.key("match"), "%v", err)
+		} else if j, dup := t.patterns[patternKey(m)]; dup {
+			col.addf(rp.key("match"), "%q matches the same requests as %s (%q)", m.String(), p.index(j), routes[j].Match.String())
+		} else {
+			t.patterns[patternKey(m)] = i
+		}
+	}
+
+	col.oneOf(rp.key("auth"), r.Auth, AuthNone, AuthOptional, AuthRequired)
+	switch r.Validate {
+	case ValidateNone:
+	case ValidateOrd, ValidateBulk:
+		if m.Path != "" && m.Method != "POST" {
+			col.addf(rp.key("validate"), "%q needs a POST route, but the route matches %q", r.Validate, m.String())
+		}
+	default:
+		col.oneOf(rp.key("validate"), r.Validate, ValidateNone, ValidateOrd, ValidateBulk)
+	}
+	r.checkBulk(col, rp, routes)
+	if r.Timeout < 0 {
+		col.addf(rp.key("timeout"), "must not be negative (0 means upstream.timeout), got %s", r.Timeout)
+	}
+	if r.OnStoreError != "" {
+		col.oneOf(rp.key("on_store_error"), r.OnStoreError, StoreOpen, StoreClosed, StoreLocal)
+	}
+	checkLimits(col, rp.key("limits"), r.Limits)
+	col.oneOf(rp.key("priority"), r.Priority, Priorities()...)
+	if r.MaxInFlight < 0 {
+		col.addf(rp.key("max_in_flight"), "must not be negative (0: only the overload limit), got %d", r.MaxInFlight)
+	}
+}
+
+// checkBulk checks the bulk settings of the route at p: a bulk route is
+// charged against other routes' limits (Bulk.Orders and Bulk.Cancels,
+// which must exist and count per token), needs a token so that those
+// token limits apply, and has no limits of its own; any other route has
+// no bulk settings.
+func (r *Route) checkBulk(col *collector, p path, routes []Route) {
+	if r.Validate != ValidateBulk {
+		if r.Bulk != (BulkRoute{}) {
+			col.addf(p.key("bulk"), "only for a route with validate: %s", ValidateBulk)
+		}
+		return
+	}
+	if r.Auth != AuthRequired {
+		col.addf(p.key("auth"), "a %s route must require a token, so that the token limits it is charged against apply", ValidateBulk)
+	}
+	if len(r.Limits) > 0 {
+		col.addf(p.key("limits"), "a %s route has no limits of its own: it is charged against bulk.orders and bulk.cancels", ValidateBulk)
+	}
+	for _, f := range []struct{ key, name string }{{"orders", r.Bulk.Orders}, {"cancels", r.Bulk.Cancels}} {
+		fp := p.key("bulk").key(f.key)
+		if f.name == "" {
+			col.addf(fp, "required: the route whose limits a bulk is charged against")
+			continue
+		}
+		t := findRoute(routes, f.name)
+		switch {
+		case t == nil:
+			col.addf(fp, "no route named %q", f.name)
+		case t.Name == r.Name || t.Validate == ValidateBulk:
+			col.addf(fp, "route %q is a bulk route; name the route of single requests", f.name)
+		case !slices.ContainsFunc(t.Limits, func(l Limit) bool { return l.Key == KeyToken || l.Key == KeyAccount }):
+			col.addf(fp, "route %q has no token limit to charge", f.name)
+		}
+	}
 }

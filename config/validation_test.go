@@ -115,7 +115,6 @@ var validationFixtures = map[string][]string{
 		`validation.markets.BTC_USDT.min_value: decimal "1.000000000000000000000000000000001": more than 30 decimal places (line 7)`,
 	},
 	"bad-idempotency.yaml": {
-		`idempotency.backend: "redis" needs limiter.redis.addrs (line 4)`,
 		`idempotency.retention: must be from 1m to 366d, got 30s (line 5)`,
 		`idempotency.in_flight_timeout: must be greater than 0, got 0s (line 6)`,
 		`idempotency.max_response_bytes: must be from 1KiB to 1MiB, got 2MiB (line 7)`,
@@ -124,6 +123,8 @@ var validationFixtures = map[string][]string{
 		`idempotency.replica_acks: must be from -1 (by topology) to 5, got 7 (line 10)`,
 		`idempotency.memory.max_entries: must be at least 1, got 0 (line 12)`,
 		`idempotency.memory.max_bytes: must be at least idempotency.max_response_bytes (2MiB), got 1MiB (line 13)`,
+		// Problems between sections come after each section's own.
+		`idempotency.backend: "redis" needs limiter.redis.addrs (line 4)`,
 	},
 	"bad-in-flight.yaml": {
 		`idempotency.in_flight_timeout: 20s must exceed the timeout of routes[0] ("place_order", 20s) (line 6)`,

@@ -1,0 +1,161 @@
+package config
+
+import (
+	"fmt"
+	"strings"
+)
+
+// checkAcrossSections reports the problems that lie between sections:
+// values each valid in its own section that contradict one another, or
+// that together would be accepted and never take effect. Each section
+// checks itself (validate); every check that reads two sections is here,
+// naming the sections it relates.
+func (c *Config) checkAcrossSections(col *collector) {
+	c.checkWriteTimeout(col)     // server, upstream, routes
+	c.checkOrderBodySize(col)    // validation, server
+	c.checkDuplicateStore(col)   // idempotency, limiter
+	c.checkInFlightTimeout(col)  // idempotency, upstream, routes
+	c.checkVerifiedIdentity(col) // identity, tokens_file, routes
+	c.checkEffective(col)        // routes, tiers, validation, idempotency, limiter
+}
+
+// checkWriteTimeout reports routes whose timeout (their own, or
+// upstream.timeout) the server's write timeout would cut short.
+func (c *Config) checkWriteTimeout(col *collector) {
+	w := c.Server.WriteTimeout
+	if w <= 0 {
+		return // reported by the server section
+	}
+	var inherit []string
+	for i := range c.Routes {
+		r := &c.Routes[i]
+		p := path("routes").index(i)
+		switch {
+		case r.Timeout > 0 && r.Timeout >= w:
+			col.addf("server.write_timeout", "%s must exceed %s.timeout (%s, route %q)", w, p, r.Timeout, r.Name)
+		case r.Timeout == 0 && c.Upstream.Timeout >= w:
+			inherit = append(inherit, fmt.Sprintf("%s (%q)", p, r.Name))
+		}
+	}
+	if len(inherit) > 0 {
+		list := strings.Join(inherit, ", ")
+		if len(inherit) > 3 {
+			list = strings.Join(inherit[:3], ", ") + fmt.Sprintf(" and %d more", len(inherit)-3)
+		}
+		col.addf("server.write_timeout", "%s must exceed upstream.timeout (%s), the timeout of %s", w, c.Upstream.Timeout, list)
+	}
+}
+
+// checkOrderBodySize reports an order body limit above the limit of every
+// body, which could never be reached.
+func (c *Config) checkOrderBodySize(col *collector) {
+	val, srv := c.Validation.MaxBodyBytes, c.Server.MaxBodyBytes
+	if val >= 64 && val <= 1<<20 && srv > 0 && val > srv {
+		col.addf("validation.max_body_bytes", "%s must not exceed server.max_body_bytes (%s)", val, srv)
+	}
+}
+
+// checkDuplicateStore reports a Redis duplicate-protection store without
+// the Redis addresses it connects to (limiter.redis).
+func (c *Config) checkDuplicateStore(col *collector) {
+	idem := c.Idempotency
+	if idem.Enabled && idem.Backend == BackendRedis && len(c.Limiter.Redis.Addrs) == 0 {
+		col.addf("idempotency.backend", "\"redis\" needs limiter.redis.addrs")
+	}
+}
+
+// checkInFlightTimeout reports order routes whose timeout outlasts the
+// claim on an order identifier: a retry could then find the claim
+// expired while the first request is still at the backend.
+func (c *Config) checkInFlightTimeout(col *collector) {
+	idem := c.Idempotency
+	if idem.InFlightTimeout <= 0 || idem.inFlightOutlivesRetention() {
+		return // reported by the idempotency section
+	}
+	for i := range c.Routes {
+		r := &c.Routes[i]
+		if r.Validate != ValidateOrd {
+			continue
+		}
+		if t := c.RouteTimeout(r); idem.InFlightTimeout <= t {
+			col.addf("idempotency.in_flight_timeout", "%s must exceed the timeout of %s (%q, %s)", idem.InFlightTimeout, path("routes").index(i), r.Name, t)
+		}
+	}
+}
+
+// checkVerifiedIdentity reports what contradicts identity.verify: a tokens
+// file, which maps token strings when verification counts accounts, and
+// limits counting by the other kind of key.
+func (c *Config) checkVerifiedIdentity(col *collector) {
+	verify := c.Identity.Verify
+	if verify && c.TokensFile != "" {
+		col.addf("tokens_file", "maps token strings to tiers, but identity.verify counts accounts: "+
+			"write identity.users_file (user id → tier) or identity.jwt.tier_claim instead")
+	}
+	for i := range c.Routes {
+		for k, l := range c.Routes[i].Limits {
+			lp := path("routes").index(i).key("limits").index(k).key("key")
+			switch {
+			case verify && l.Key == KeyToken:
+				col.addf(lp, "identity.verify counts verified accounts, not token strings: write key: account "+
+					"(one bucket per account, shared by all its tokens)")
+			case !verify && l.Key == KeyAccount:
+				col.addf(lp, "key: account needs identity.verify: true (JWT access tokens verified at the edge); "+
+					"for opaque tokens write key: token")
+			}
+		}
+	}
+}
+
+// checkEffective reports settings that are valid one by one but, together
+// with the rest of the configuration, would be accepted and silently never
+// take effect: a limit no request can reach, a duplicate protection that
+// cannot hold, overrides nothing applies. Each message says what to write
+// instead.
+func (c *Config) checkEffective(col *collector) {
+	for i := range c.Routes {
+		r := &c.Routes[i]
+		p := path("routes").index(i)
+		for j, l := range r.Limits {
+			lp := p.key("limits").index(j)
+			switch {
+			case l.Key == KeyToken && l.When == WhenAnon:
+				// Already refused by checkLimits.
+			case r.Auth == AuthNone && (l.Key == KeyToken || l.Key == KeyAccount):
+				col.addf(lp.key("key"), "a %s limit on a route with auth: none never applies: the route does not read the Authorization header; set %s.auth to optional or required, or count by key: address", l.Key, p)
+			case r.Auth == AuthNone && l.When == WhenToken:
+				col.addf(lp.key("when"), "when: token on a route with auth: none never applies: the route does not read the Authorization header, so every request is anonymous; write when: always, or set %s.auth to optional", p)
+			case r.Auth == AuthRequired && l.When == WhenAnon:
+				col.addf(lp.key("when"), "when: anonymous on a route with auth: required never applies: a request without a token is answered 401 before any limit; write when: always, or set %s.auth to optional", p)
+			}
+		}
+		if r.OnStoreError != "" && len(r.Limits) == 0 {
+			col.addf(p.key("on_store_error"), "the route has no limits, so no store error can happen on it; remove on_store_error or add limits")
+		}
+		if r.Validate == ValidateOrd && r.Auth == AuthNone && c.Idempotency.Enabled {
+			col.addf(p.key("auth"), "duplicate protection keys an order's identifier by its token, and auth: none reads no token: an order sent twice with one identifier would be placed twice; write auth: required (or idempotency.enabled: false to go without duplicate protection)")
+		}
+	}
+
+	if len(c.Tiers) > 0 && c.TokensFile == "" && c.Identity.UsersFile == "" && c.Identity.JWT.TierClaim == "" {
+		col.addf("tiers", "nothing puts a request in a tier, so no tier override ever applies: tiers are assigned by tokens_file, identity.users_file or identity.jwt.tier_claim; set one (see exgate token-id) or remove tiers")
+	}
+	if !c.ValidatesOrders() {
+		if len(c.Validation.Markets) > 0 {
+			col.addf("validation.markets", "no route has validate: order, so these market rules never apply; add validate: order to the order route or remove them")
+		}
+		if len(c.Validation.Quotes) > 0 {
+			col.addf("validation.quotes", "no route has validate: order, so these rules never apply; add validate: order to the order route or remove them")
+		}
+	}
+
+	// Duplicate protection must be shared by every replica that can
+	// receive a retry, or an order retried on another replica is placed
+	// twice.
+	if c.ProtectsDuplicates() && c.IdempotencyBackend() == BackendMemory && c.Limiter.Replicas > 1 {
+		col.addf("idempotency.backend", "the in-process store is not shared between the %d replicas of limiter.replicas: an order retried through another replica would be placed twice; set limiter.redis.addrs and idempotency.backend: redis, or limiter.replicas: 1 for a single instance", c.Limiter.Replicas)
+	}
+	if c.Limiter.Backend == BackendMemory && len(c.Limiter.Redis.Addrs) > 0 && !(c.ProtectsDuplicates() && c.IdempotencyBackend() == BackendRedis) {
+		col.addf("limiter.redis.addrs", "nothing uses Redis: limiter.backend is \"memory\" and duplicate protection does not use it; set limiter.backend: redis (or idempotency.backend: redis), or remove limiter.redis.addrs")
+	}
+}

@@ -1,0 +1,122 @@
+package config
+
+import (
+	"strings"
+	"time"
+)
+
+// Idempotency configures duplicate protection on order identifiers: per
+// token, an identifier reaches the backend at most once within
+// Retention, and repeats are answered from the first response.
+type Idempotency struct {
+	// Enabled turns duplicate protection on for orders that carry an
+	// identifier. Default true.
+	Enabled bool `yaml:"enabled"`
+	// Backend is "redis" or "memory". Empty means the limiter's store
+	// (Config.IdempotencyBackend). Redis uses the limiter.redis
+	// connection settings, through a client of its own when the limits
+	// are kept in memory. Default "".
+	Backend string `yaml:"backend"`
+	// Retention is how long an identifier stays taken, and its response
+	// replayable, after its last change. Default 24h.
+	Retention time.Duration `yaml:"retention"`
+	// InFlightTimeout is how long a claimed identifier may wait for the
+	// backend's answer before retries are told the outcome is unknown (a
+	// replica that crashed mid-request cannot wedge it). It must exceed
+	// the timeout of every route with validate: order. Default 30s.
+	InFlightTimeout time.Duration `yaml:"in_flight_timeout"`
+	// MaxResponseBytes is the largest backend response stored for
+	// replay; a larger one makes repeats answer 409 outcome_unknown.
+	// Default 64KiB.
+	MaxResponseBytes ByteSize `yaml:"max_response_bytes"`
+	// Timeout is the deadline of every store call. Default 100ms.
+	Timeout time.Duration `yaml:"timeout"`
+	// KeyPrefix starts every Redis key. Default "exgate:idem:".
+	KeyPrefix string `yaml:"key_prefix"`
+	// MaxPerAccount is the most identifiers one account (the verified
+	// account, else the token) holds in the store at once: orders the
+	// backend accepted, orders in flight and orders whose outcome is
+	// unknown, until their retention ends. Past it, that account's new
+	// identifiers get 503 identifier_quota_exceeded and nobody else's do.
+	// Default 20000.
+	MaxPerAccount int `yaml:"max_per_account"`
+	// ReplicaAcks is how many Redis replicas must hold a claim (Redis
+	// WAIT) before the order is forwarded, so that a failover cannot lose
+	// it and let a retry place the order again; when fewer acknowledge it
+	// in time the order is refused with 503. -1 means 1 with Sentinel
+	// (limiter.redis.master_name) or a Cluster (several addresses), 0 for
+	// one standalone server. Default -1.
+	ReplicaAcks int `yaml:"replica_acks"`
+	// Memory bounds the in-process store (the memory backend).
+	Memory IdempotencyMemory `yaml:"memory"`
+}
+
+// IdempotencyMemory bounds the in-process duplicate-protection store.
+// When full of unexpired entries, new identifiers are refused with a
+// store error rather than forgetting old ones.
+type IdempotencyMemory struct {
+	// MaxEntries is the most identifiers kept. Default 100000.
+	MaxEntries int `yaml:"max_entries"`
+	// MaxBytes bounds the stored responses and keys together.
+	// Default 64MiB.
+	MaxBytes ByteSize `yaml:"max_bytes"`
+}
+
+// DefaultIdempotency returns the built-in duplicate-protection settings.
+func DefaultIdempotency() Idempotency {
+	return Idempotency{
+		Enabled:          true,
+		Retention:        24 * time.Hour,
+		InFlightTimeout:  30 * time.Second,
+		MaxResponseBytes: 64 << 10,
+		Timeout:          100 * time.Millisecond,
+		KeyPrefix:        "exgate:idem:",
+		MaxPerAccount:    20000,
+		ReplicaAcks:      -1,
+		Memory:           IdempotencyMemory{MaxEntries: 100000, MaxBytes: 64 << 20},
+	}
+}
+
+// check reports problems in the idempotency section at p; its store and
+// its in-flight timeout against the route timeouts are checked across
+// sections.
+func (idem *Idempotency) check(col *collector, p path) {
+	col.oneOf(p.key("backend"), idem.Backend, "", BackendRedis, BackendMemory)
+	if idem.Retention < time.Minute || idem.Retention > 366*24*time.Hour {
+		col.addf(p.key("retention"), "must be from 1m to 366d, got %s", idem.Retention)
+	}
+	switch {
+	case idem.InFlightTimeout <= 0:
+		col.positive(p.key("in_flight_timeout"), idem.InFlightTimeout)
+	case idem.inFlightOutlivesRetention():
+		col.addf(p.key("in_flight_timeout"), "%s must be less than %s (%s)", idem.InFlightTimeout, p.key("retention"), idem.Retention)
+	}
+	if idem.MaxResponseBytes < 1<<10 || idem.MaxResponseBytes > 1<<20 {
+		col.addf(p.key("max_response_bytes"), "must be from 1KiB to 1MiB, got %s", idem.MaxResponseBytes)
+	}
+	if idem.Timeout <= 0 || idem.Timeout > 5*time.Second {
+		col.addf(p.key("timeout"), "must be greater than 0 and at most 5s, got %s", idem.Timeout)
+	}
+	if idem.KeyPrefix == "" || len(idem.KeyPrefix) > 64 || strings.ContainsFunc(idem.KeyPrefix, func(r rune) bool { return r <= ' ' || r >= 0x7f }) {
+		col.addf(p.key("key_prefix"), "want 1 to 64 printable ASCII characters without spaces, got %q", idem.KeyPrefix)
+	}
+	if idem.MaxPerAccount < 1 {
+		col.addf(p.key("max_per_account"), "must be at least 1, got %d", idem.MaxPerAccount)
+	}
+	if idem.ReplicaAcks < -1 || idem.ReplicaAcks > 5 {
+		col.addf(p.key("replica_acks"), "must be from -1 (by topology) to 5, got %d", idem.ReplicaAcks)
+	}
+	mp := p.key("memory")
+	if idem.Memory.MaxEntries < 1 {
+		col.addf(mp.key("max_entries"), "must be at least 1, got %d", idem.Memory.MaxEntries)
+	}
+	if idem.Memory.MaxBytes < idem.MaxResponseBytes || idem.Memory.MaxBytes > 1<<40 {
+		col.addf(mp.key("max_bytes"), "must be at least %s (%s), got %s", p.key("max_response_bytes"), idem.MaxResponseBytes, idem.Memory.MaxBytes)
+	}
+}
+
+// inFlightOutlivesRetention reports whether a valid retention is not
+// longer than the in-flight timeout.
+func (idem *Idempotency) inFlightOutlivesRetention() bool {
+	return idem.InFlightTimeout >= idem.Retention && idem.Retention >= time.Minute
+}
