@@ -24,6 +24,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/exgate/exgate/apierror"
 	"github.com/exgate/exgate/config"
 )
 
@@ -232,51 +233,51 @@ func (o Options) withDefaults() Options {
 // response, with the value "true".
 const ReplayedHeader = "Idempotent-Replayed"
 
-// Answer is an answer exgate gives itself, in the proxy's error shape.
-type Answer struct {
-	Status       int
-	Code, Detail string
-}
+// Answers to an order with an identifier that exgate does not send,
+// encoded once.
+var (
+	errInProgress = apierror.Static(http.StatusConflict, "request_in_progress",
+		"A request with this identifier is still being processed; retry later to receive its response.")
+	errConflict = apierror.Static(http.StatusConflict, "duplicate_identifier",
+		"This identifier was already used for a different order.")
+	errUnknown = apierror.Static(http.StatusConflict, "outcome_unknown",
+		"A request with this identifier was already sent to the exchange and its outcome is unknown; check your orders before placing it again with a new identifier.")
+	errInternal    = apierror.Static(http.StatusInternalServerError, "internal_error", "Internal error.")
+	errUnavailable = apierror.Static(http.StatusServiceUnavailable, "duplicate_protection_unavailable",
+		"Duplicate protection is temporarily unavailable, so the order was not sent; retry shortly with the same identifier.")
+	errFull = apierror.Static(http.StatusServiceUnavailable, "duplicate_protection_full",
+		"Duplicate protection has no room for new identifiers, so the order was not sent; retry later, or send it without an identifier.")
+	errAccountFull = apierror.Static(http.StatusServiceUnavailable, "identifier_quota_exceeded",
+		"This account holds its whole share of duplicate-protection entries, so the order was not sent; retry later, or send it without an identifier.")
+)
 
 // Refusal returns the answer to a request whose claim came back
-// InProgress, Conflict or Unknown.
-func Refusal(o Outcome) Answer {
+// InProgress, Conflict or Unknown. The answer is shared: read-only.
+func Refusal(o Outcome) *apierror.Error {
 	switch o {
 	case InProgress:
-		return Answer{http.StatusConflict, "request_in_progress",
-			"A request with this identifier is still being processed; retry later to receive its response."}
+		return errInProgress
 	case Conflict:
-		return Answer{http.StatusConflict, "duplicate_identifier",
-			"This identifier was already used for a different order."}
+		return errConflict
 	case Unknown:
-		return Answer{http.StatusConflict, "outcome_unknown",
-			"A request with this identifier was already sent to the exchange and its outcome is unknown; check your orders before placing it again with a new identifier."}
+		return errUnknown
 	}
-	return Answer{http.StatusInternalServerError, "internal_error", "Internal error."}
+	return errInternal
 }
 
 // Unavailable is the answer to an order with an identifier when the store
 // fails: without the store exgate cannot promise a single placement, so
 // it places nothing.
-func Unavailable() Answer {
-	return Answer{http.StatusServiceUnavailable, "duplicate_protection_unavailable",
-		"Duplicate protection is temporarily unavailable, so the order was not sent; retry shortly with the same identifier."}
-}
+func Unavailable() *apierror.Error { return errUnavailable }
 
 // Full is the answer to a new identifier when the store has no room
 // (ErrFull): the order is not sent.
-func Full() Answer {
-	return Answer{http.StatusServiceUnavailable, "duplicate_protection_full",
-		"Duplicate protection has no room for new identifiers, so the order was not sent; retry later, or send it without an identifier."}
-}
+func Full() *apierror.Error { return errFull }
 
 // AccountFull is the answer to a new identifier of an account that holds
 // its whole share of the store (ErrAccountFull): only that account's new
 // identifiers are refused, until its entries expire.
-func AccountFull() Answer {
-	return Answer{http.StatusServiceUnavailable, "identifier_quota_exceeded",
-		"This account holds its whole share of duplicate-protection entries, so the order was not sent; retry later, or send it without an identifier."}
-}
+func AccountFull() *apierror.Error { return errAccountFull }
 
 // NotSent reports whether a transport error from the backend round trip
 // proves the request never left exgate: the connection could not be

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/exgate/exgate/apierror"
 	"github.com/exgate/exgate/config"
 )
 
@@ -109,7 +110,7 @@ func TestAnswers(t *testing.T) {
 	if a := Refusal(Claimed); a.Status != 500 {
 		t.Errorf("Refusal(Claimed) = %+v", a)
 	}
-	for code, a := range map[string]Answer{"duplicate_protection_unavailable": Unavailable(), "duplicate_protection_full": Full(), "identifier_quota_exceeded": AccountFull()} {
+	for code, a := range map[string]*apierror.Error{"duplicate_protection_unavailable": Unavailable(), "duplicate_protection_full": Full(), "identifier_quota_exceeded": AccountFull()} {
 		if a.Status != 503 || a.Code != code || a.Detail == "" {
 			t.Errorf("answer %s = %+v", code, a)
 		}

@@ -58,7 +58,7 @@ func ClassifyUpstreamError(err error, clientGone bool) UpstreamErrorKind {
 	if clientGone || errors.Is(err, context.Canceled) {
 		return UpstreamClientGone
 	}
-	if isTimeout(err) {
+	if IsTimeout(err) {
 		return UpstreamTimeout
 	}
 	var dns *net.DNSError
@@ -75,9 +75,11 @@ func ClassifyUpstreamError(err error, clientGone bool) UpstreamErrorKind {
 	return UpstreamOther
 }
 
-// isTimeout reports whether err is or wraps context.DeadlineExceeded or an
+// IsTimeout reports whether err is or wraps context.DeadlineExceeded or an
 // error with a Timeout method that reports true (net.Error among them).
-func isTimeout(err error) bool {
+// It is the one timeout rule: an upstream error it matches is counted as
+// UpstreamTimeout and answered 504, and a client body it matches 408.
+func IsTimeout(err error) bool {
 	if errors.Is(err, context.DeadlineExceeded) {
 		return true
 	}
@@ -102,7 +104,7 @@ func (k storeErrorKind) String() string {
 }
 
 func classifyStoreError(err error) storeErrorKind {
-	if isTimeout(err) {
+	if IsTimeout(err) {
 		return storeErrTimeout
 	}
 	return storeErrOther

@@ -14,6 +14,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/exgate/exgate/apierror"
 	"github.com/exgate/exgate/limiter"
 	"github.com/exgate/exgate/topk"
 )
@@ -106,7 +107,7 @@ func (c *console) auth(h http.HandlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !c.authorized(r) {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="exgate admin"`)
-			WriteError(w, "", &Error{Status: http.StatusUnauthorized, Code: "not_authenticated",
+			WriteError(w, "", &apierror.Error{Status: http.StatusUnauthorized, Code: "not_authenticated",
 				Detail: "The admin API needs the admin bearer token."})
 			return
 		}
@@ -249,13 +250,13 @@ type subjectBody struct {
 	ID   string `json:"id"`   // an HMAC prefix, or the address
 }
 
-var errNoSubject = &Error{Status: http.StatusBadRequest, Code: "invalid_subject",
+var errNoSubject = &apierror.Error{Status: http.StatusBadRequest, Code: "invalid_subject",
 	Detail: "Name exactly one of account, user, token, token_id or address."}
 
 // subject reads whom a request names: account (a key, or a prefix the
 // top lists show), user (a user claim), token (a raw token, best sent in
 // a POST body), token_id (an id or prefix) or address.
-func (c *console) subject(r *http.Request) (limiter.Subject, subjectBody, *Error) {
+func (c *console) subject(r *http.Request) (limiter.Subject, subjectBody, *apierror.Error) {
 	var s limiter.Subject
 	var sb subjectBody
 	if err := r.ParseForm(); err != nil {
@@ -270,7 +271,7 @@ func (c *console) subject(r *http.Request) (limiter.Subject, subjectBody, *Error
 	if set != 1 || c.g.limits == nil {
 		return s, sb, errNoSubject
 	}
-	var e *Error
+	var e *apierror.Error
 	switch {
 	case r.Form.Get("account") != "":
 		s.Account, e = c.fullID("account", r.Form.Get("account"))
@@ -288,7 +289,7 @@ func (c *console) subject(r *http.Request) (limiter.Subject, subjectBody, *Error
 	default:
 		a, err := netip.ParseAddr(r.Form.Get("address"))
 		if err != nil {
-			return s, sb, &Error{Status: http.StatusBadRequest, Code: "invalid_subject", Detail: "address is not an IP address."}
+			return s, sb, &apierror.Error{Status: http.StatusBadRequest, Code: "invalid_subject", Detail: "address is not an IP address."}
 		}
 		s.Addr, sb = a.Unmap(), subjectBody{"address", a.Unmap().String()}
 	}
@@ -300,17 +301,17 @@ func (c *console) subject(r *http.Request) (limiter.Subject, subjectBody, *Error
 // last 15 minutes whose id starts with v, which must be at least as long
 // as the prefixes the console shows (a shorter one could name someone
 // else, and reset would clear the wrong buckets).
-func (c *console) fullID(kind, v string) (string, *Error) {
+func (c *console) fullID(kind, v string) (string, *apierror.Error) {
 	if limiter.IsTokenID(v) {
 		return v, nil
 	}
 	if len(v) < IDPrefixLen {
-		return "", &Error{Status: http.StatusBadRequest, Code: "invalid_subject",
+		return "", &apierror.Error{Status: http.StatusBadRequest, Code: "invalid_subject",
 			Detail: "Give the whole id or its first " + strconv.Itoa(IDPrefixLen) + " hex digits."}
 	}
 	full, ok := c.o.Top.Resolve(kind, v)
 	if !ok {
-		return "", &Error{Status: http.StatusNotFound, Code: "unknown_subject",
+		return "", &apierror.Error{Status: http.StatusNotFound, Code: "unknown_subject",
 			Detail: "No " + kind + " with that prefix was counted in the last 15 minutes; give the whole id."}
 	}
 	return full, nil
@@ -326,7 +327,7 @@ func (c *console) inspect(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	states, err := c.g.limits.Inspect(ctx, c.g.Rules(), s)
 	if err != nil {
-		WriteError(w, "", &Error{Status: http.StatusServiceUnavailable, Code: "rate_limit_unavailable", Detail: err.Error()})
+		WriteError(w, "", &apierror.Error{Status: http.StatusServiceUnavailable, Code: "rate_limit_unavailable", Detail: err.Error()})
 		return
 	}
 	if states == nil {
@@ -339,13 +340,13 @@ func (c *console) inspect(w http.ResponseWriter, r *http.Request) {
 // must be configured.
 func (c *console) reset(w http.ResponseWriter, r *http.Request) {
 	if c.o.Token == "" {
-		WriteError(w, "", &Error{Status: http.StatusForbidden, Code: "reset_disabled",
+		WriteError(w, "", &apierror.Error{Status: http.StatusForbidden, Code: "reset_disabled",
 			Detail: "Reset needs an admin token (EXGATE_ADMIN_TOKEN)."})
 		return
 	}
 	if !c.authorized(r) {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="exgate admin"`)
-		WriteError(w, "", &Error{Status: http.StatusUnauthorized, Code: "not_authenticated",
+		WriteError(w, "", &apierror.Error{Status: http.StatusUnauthorized, Code: "not_authenticated",
 			Detail: "Reset needs the admin bearer token."})
 		return
 	}
@@ -361,7 +362,7 @@ func (c *console) reset(w http.ResponseWriter, r *http.Request) {
 		zap.String("subject_kind", sb.Kind), zap.String("subject", sb.ID), zap.Int("keys", n),
 		zap.String("peer", r.RemoteAddr), zap.Error(err))
 	if err != nil {
-		WriteError(w, "", &Error{Status: http.StatusServiceUnavailable, Code: "rate_limit_unavailable", Detail: err.Error()})
+		WriteError(w, "", &apierror.Error{Status: http.StatusServiceUnavailable, Code: "rate_limit_unavailable", Detail: err.Error()})
 		return
 	}
 	c.resets.Add(1)

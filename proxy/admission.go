@@ -2,13 +2,13 @@ package proxy
 
 import (
 	"context"
-	"errors"
 	"net/http"
 	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
 
+	"github.com/exgate/exgate/apierror"
 	"github.com/exgate/exgate/config"
 	"github.com/exgate/exgate/metrics"
 	"github.com/exgate/exgate/overload"
@@ -34,7 +34,7 @@ import (
 // admissionPlan is the overload part of a plan.
 type admissionPlan struct {
 	enabled bool
-	errShed *Error
+	errShed *apierror.Error
 }
 
 // routeAdmission is a route's overload state, compiled with the plan.
@@ -81,7 +81,7 @@ func (g *Gateway) newAdmissionPlan(cfg *config.Config) admissionPlan {
 	when, n := expected(secs)
 	return admissionPlan{
 		enabled: o.Enabled,
-		errShed: static(http.StatusServiceUnavailable, "overloaded", "The exchange is busy. "+when, "Retry-After", n),
+		errShed: apierror.Static(http.StatusServiceUnavailable, "overloaded", "The exchange is busy. "+when, "Retry-After", n),
 	}
 }
 
@@ -195,7 +195,7 @@ func (g *Gateway) releaseSlot(ex *exchange) {
 	}
 	ex.slot = false
 	sample := ex.upDone && ex.clientCx.Err() == nil &&
-		(ex.upStatus != 0 || errors.Is(ex.upErr, context.DeadlineExceeded) || isTimeout(ex.upErr))
+		(ex.upStatus != 0 || metrics.IsTimeout(ex.upErr))
 	g.admission.Release(ex.upDur, sample)
 }
 

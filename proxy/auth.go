@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/exgate/exgate/apierror"
 	"github.com/exgate/exgate/config"
 	"github.com/exgate/exgate/identity"
 	"github.com/exgate/exgate/limiter"
@@ -20,7 +21,7 @@ type caller struct {
 
 // errTokenNotValid answers a bearer token exgate refuses, in the words
 // and code djangorestframework-simplejwt uses for the same refusal.
-var errTokenNotValid = static(http.StatusUnauthorized, "token_not_valid",
+var errTokenNotValid = apierror.Static(http.StatusUnauthorized, "token_not_valid",
 	"Given token not valid for any token type",
 	"WWW-Authenticate", `Bearer realm="exgate", error="invalid_token"`)
 
@@ -32,7 +33,7 @@ var errTokenNotValid = static(http.StatusUnauthorized, "token_not_valid",
 // "Bearer <token>", so that exgate and the backend read the same token.
 // It returns the answer to refuse the request with, or nil; ex.caller
 // holds the token and its account.
-func (g *Gateway) authenticate(ex *exchange, r *http.Request, route *Route) *Error {
+func (g *Gateway) authenticate(ex *exchange, r *http.Request, route *Route) *apierror.Error {
 	if route.Auth == config.AuthNone {
 		return nil
 	}

@@ -5,6 +5,9 @@ import (
 	"io"
 	"net/http"
 	"sync/atomic"
+
+	"github.com/exgate/exgate/apierror"
+	"github.com/exgate/exgate/metrics"
 )
 
 // Request bodies. An order body, single or bulk, is read whole (it is
@@ -74,15 +77,15 @@ func (b *streamBody) Close() error { return b.rc.Close() }
 
 // Answers to a client whose body failed while it streamed.
 var (
-	errBodyTimeout = static(http.StatusRequestTimeout, "request_timeout",
+	errBodyTimeout = apierror.Static(http.StatusRequestTimeout, "request_timeout",
 		"Request body was not received within the server's read timeout.")
-	errBufferBudget = static(http.StatusServiceUnavailable, "server_busy",
+	errBufferBudget = apierror.Static(http.StatusServiceUnavailable, "server_busy",
 		"The gateway holds as many request bodies as it may; retry shortly.", "Retry-After", "1")
 )
 
 // streamBodyOf refuses a body of known length over the limit and wraps
 // any other body in ex's streamBody, counted as it goes to the backend.
-func (g *Gateway) streamBodyOf(ex *exchange, r *http.Request) *Error {
+func (g *Gateway) streamBodyOf(ex *exchange, r *http.Request) *apierror.Error {
 	switch {
 	case r.ContentLength > g.maxBody:
 		return g.errBody
@@ -96,14 +99,14 @@ func (g *Gateway) streamBodyOf(ex *exchange, r *http.Request) *Error {
 
 // bodyError is the answer to a request whose own body failed while it
 // streamed to the backend, or nil when the failure was the backend's.
-func (g *Gateway) bodyError(ex *exchange) *Error {
+func (g *Gateway) bodyError(ex *exchange) *apierror.Error {
 	var tooBig *http.MaxBytesError
 	switch err := ex.body.err(); {
 	case err == nil:
 		return nil
 	case errors.As(err, &tooBig):
 		return g.errBody
-	case isTimeout(err):
+	case metrics.IsTimeout(err):
 		return errBodyTimeout
 	default:
 		return errBodyUnreadable

@@ -7,6 +7,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/exgate/exgate/apierror"
 	"github.com/exgate/exgate/idempotency"
 	"github.com/exgate/exgate/metrics"
 	"github.com/exgate/exgate/validate"
@@ -21,7 +22,7 @@ type bulkTargets struct {
 
 // errBulkUnchecked answers a bulk when no validator is configured: its
 // orders cannot be counted or checked, so it is not forwarded.
-var errBulkUnchecked = static(http.StatusServiceUnavailable, "bulk_unavailable",
+var errBulkUnchecked = apierror.Static(http.StatusServiceUnavailable, "bulk_unavailable",
 	"Bulk requests cannot be checked because order validation is not configured; send orders one at a time.")
 
 // checkBulk runs a bulk request through the guards of its single
@@ -41,7 +42,7 @@ func (g *Gateway) checkBulk(ex *exchange, r *http.Request, pl *plan) bool {
 	limit := min(v.MaxBulkBodyBytes(), g.maxBody)
 	if p := v.PreCheckBulk(ct, r.ContentLength); p != nil {
 		g.metrics.ValidationRejected(p.Code)
-		g.refuse(ex, r, problemError(p))
+		g.refuse(ex, r, p)
 		return false
 	}
 	if r.ContentLength > limit {
@@ -67,7 +68,7 @@ func (g *Gateway) checkBulk(ex *exchange, r *http.Request, pl *plan) bool {
 	bulk, p := v.CheckBulk(ct, body)
 	if p != nil {
 		g.metrics.ValidationRejected(p.Code)
-		g.reject(ex, problemError(p))
+		g.reject(ex, p)
 		return false
 	}
 	target := ex.route.bulk.orders
@@ -189,7 +190,7 @@ func idemMetric(o idempotency.Outcome) metrics.IdempotencyOutcome {
 
 // bulkClaimRefusal is the 409 answer to a bulk whose i-th order's
 // identifier could not be claimed, naming that element.
-func bulkClaimRefusal(o idempotency.Outcome, i int) *Error {
+func bulkClaimRefusal(o idempotency.Outcome, i int) *apierror.Error {
 	field := "orders[" + strconv.Itoa(i) + "].identifier"
 	a := idempotency.Refusal(o)
 	var msg string
@@ -201,7 +202,7 @@ func bulkClaimRefusal(o idempotency.Outcome, i int) *Error {
 	default:
 		msg = "was already sent to the exchange and its outcome is unknown; check your orders before placing it again with a new identifier"
 	}
-	return &Error{Status: a.Status, Code: a.Code, Detail: "Bulk not placed: " + field + " " + msg + ".",
+	return &apierror.Error{Status: a.Status, Code: a.Code, Detail: "Bulk not placed: " + field + " " + msg + ".",
 		Fields: map[string][]string{field: {msg}}}
 }
 

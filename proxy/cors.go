@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/exgate/exgate/apierror"
 	"github.com/exgate/exgate/config"
 )
 
@@ -100,7 +101,7 @@ func isPreflight(r *http.Request) bool {
 
 // errPreflightBody refuses a preflight that carries a body: browsers never
 // send one, and a preflight passes to the backend without a token.
-var errPreflightBody = static(http.StatusBadRequest, "invalid_preflight", "A CORS preflight (OPTIONS with Access-Control-Request-Method) must not have a body.")
+var errPreflightBody = apierror.Static(http.StatusBadRequest, "invalid_preflight", "A CORS preflight (OPTIONS with Access-Control-Request-Method) must not have a body.")
 
 // hasBody reports whether r declares a body.
 func hasBody(r *http.Request) bool {
@@ -109,9 +110,9 @@ func hasBody(r *http.Request) bool {
 
 // Preflight refusals. The detail never repeats the client's values.
 var (
-	errCORSOrigin = static(http.StatusForbidden, "cors_refused", "CORS preflight refused: the origin is not in cors.allowed_origins.")
-	errCORSMethod = static(http.StatusForbidden, "cors_refused", "CORS preflight refused: the requested method is not in cors.allowed_methods.")
-	errCORSHeader = static(http.StatusForbidden, "cors_refused", "CORS preflight refused: a requested header is not in cors.allowed_headers.")
+	errCORSOrigin = apierror.Static(http.StatusForbidden, "cors_refused", "CORS preflight refused: the origin is not in cors.allowed_origins.")
+	errCORSMethod = apierror.Static(http.StatusForbidden, "cors_refused", "CORS preflight refused: the requested method is not in cors.allowed_methods.")
+	errCORSHeader = apierror.Static(http.StatusForbidden, "cors_refused", "CORS preflight refused: a requested header is not in cors.allowed_headers.")
 )
 
 // answerPreflight answers a preflight at the edge: no backend call and no

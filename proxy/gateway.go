@@ -7,7 +7,6 @@ package proxy
 import (
 	"context"
 	"errors"
-	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/netip"
@@ -21,6 +20,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/exgate/exgate/apierror"
 	"github.com/exgate/exgate/config"
 	"github.com/exgate/exgate/idempotency"
 	"github.com/exgate/exgate/identity"
@@ -100,8 +100,8 @@ type Gateway struct {
 	maxHeader    int64
 	maxBody      int64
 	checkIDs     bool // upstream.check_response_id
-	errHeader    *Error
-	errBody      *Error
+	errHeader    *apierror.Error
+	errBody      *apierror.Error
 	budget       bufferBudget // of order bodies read whole
 	admission    *overload.Limiter
 	draining     atomic.Bool
@@ -161,7 +161,7 @@ func New(cfg *config.Config, opts Options) (*Gateway, error) {
 	}
 	g.plan.Store(g.newPlan(cfg, rules, opts.Validator))
 	g.errHeader = headerTooLarge(g.maxHeader)
-	g.errBody = tooLarge(g.maxBody)
+	g.errBody = apierror.TooLarge(g.maxBody)
 	g.budget.left.Store(int64(cfg.Server.MaxBufferedBytes))
 	g.rp = &httputil.ReverseProxy{
 		Rewrite:        g.rewrite,
@@ -391,7 +391,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // reject answers the request with e.
-func (g *Gateway) reject(ex *exchange, e *Error) {
+func (g *Gateway) reject(ex *exchange, e *apierror.Error) {
 	WriteError(&ex.rw, ex.id, e)
 }
 
@@ -399,7 +399,7 @@ func (g *Gateway) reject(ex *exchange, e *Error) {
 // unknown length (chunked) would otherwise be read by net/http before the
 // answer goes out, up to 256 KiB, so the connection is closed instead: a
 // refused client cannot make exgate wait for its body.
-func (g *Gateway) refuse(ex *exchange, r *http.Request, e *Error) {
+func (g *Gateway) refuse(ex *exchange, r *http.Request, e *apierror.Error) {
 	if r.ContentLength < 0 && r.Body != nil && r.Body != http.NoBody {
 		ex.rw.Header()["Connection"] = connClose
 	}
@@ -506,7 +506,7 @@ func (g *Gateway) proxyError(w http.ResponseWriter, _ *http.Request, err error) 
 		g.reject(ex, bodyErr)
 	case ex.clientCx.Err() != nil:
 		rw.status = StatusClientClosed
-	case errors.Is(err, context.DeadlineExceeded) || isTimeout(err):
+	case metrics.IsTimeout(err):
 		g.reject(ex, errGatewayTimeout)
 	default:
 		g.reject(ex, errBadGateway)
@@ -522,11 +522,6 @@ func (g *Gateway) observeUpstream(ex *exchange) {
 	ex.upDone = true
 	ex.upDur = g.now().Sub(ex.upStart)
 	ex.route.metrics.ObserveUpstream(ex.upDur)
-}
-
-func isTimeout(err error) bool {
-	var ne net.Error
-	return errors.As(err, &ne) && ne.Timeout()
 }
 
 // finish writes the access log line and returns ex to the pool. A panic

@@ -4,6 +4,8 @@ import (
 	"net/http"
 	"net/textproto"
 	"strings"
+
+	"github.com/exgate/exgate/apierror"
 )
 
 // endToEndHeaders are the headers exgate reads or sets, and the backend
@@ -33,7 +35,7 @@ var endToEndHeaders = [...]string{
 // (X-Forwarded-Port, -Prefix, …).
 const endToEndPrefix = "x-forwarded-"
 
-var errHopByHopAbuse = static(http.StatusBadRequest, "invalid_header",
+var errHopByHopAbuse = apierror.Static(http.StatusBadRequest, "invalid_header",
 	"The Connection header may not name an end-to-end header (such as Authorization, Content-Type, "+
 		"Content-Length, Host, Forwarded, X-Forwarded-For, X-Real-IP or X-Request-ID).")
 
@@ -42,7 +44,7 @@ var errHopByHopAbuse = static(http.StatusBadRequest, "invalid_header",
 // comma-separated list across any number of header lines, compared
 // case-insensitively after trimming white space, as ReverseProxy reads
 // them.
-func checkConnection(h http.Header) *Error {
+func checkConnection(h http.Header) *apierror.Error {
 	for _, v := range h["Connection"] {
 		for v != "" {
 			var opt string

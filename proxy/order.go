@@ -12,6 +12,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/exgate/exgate/apierror"
 	"github.com/exgate/exgate/idempotency"
 	"github.com/exgate/exgate/metrics"
 	"github.com/exgate/exgate/validate"
@@ -30,25 +31,16 @@ type orderState struct {
 // bodyPool holds order body buffers (validation.max_body_bytes is small).
 var bodyPool = sync.Pool{New: func() any { b := make([]byte, 0, 8<<10); return &b }}
 
-// problemError turns a validation problem into exgate's answer.
-func problemError(p *validate.Problem) *Error {
-	return &Error{Status: p.Status, Code: p.Code, Detail: p.Detail, Fields: p.Fields}
-}
-
-// answerError turns a duplicate-protection answer into exgate's answer.
-func answerError(a idempotency.Answer) *Error {
-	return static(a.Status, a.Code, a.Detail)
-}
-
-// Duplicate-protection answers, encoded once.
+// Duplicate-protection answers, and the answer to a body that could not
+// be read.
 var (
-	errIdemInProgress  = answerError(idempotency.Refusal(idempotency.InProgress))
-	errIdemConflict    = answerError(idempotency.Refusal(idempotency.Conflict))
-	errIdemUnknown     = answerError(idempotency.Refusal(idempotency.Unknown))
-	errIdemUnavailable = answerError(idempotency.Unavailable())
-	errIdemFull        = answerError(idempotency.Full())
-	errIdemAccountFull = answerError(idempotency.AccountFull())
-	errBodyUnreadable  = static(http.StatusBadRequest, "invalid_body", "Request body could not be read.")
+	errIdemInProgress  = idempotency.Refusal(idempotency.InProgress)
+	errIdemConflict    = idempotency.Refusal(idempotency.Conflict)
+	errIdemUnknown     = idempotency.Refusal(idempotency.Unknown)
+	errIdemUnavailable = idempotency.Unavailable()
+	errIdemFull        = idempotency.Full()
+	errIdemAccountFull = idempotency.AccountFull()
+	errBodyUnreadable  = apierror.Static(http.StatusBadRequest, "invalid_body", "Request body could not be read.")
 )
 
 // checkOrder validates an order request and claims its identifier. It
@@ -58,7 +50,7 @@ var (
 func (g *Gateway) checkOrder(ex *exchange, r *http.Request, v *validate.Validator, identityKey string) bool {
 	if p := v.PreCheck(r.Header["Content-Type"], r.ContentLength); p != nil {
 		g.metrics.ValidationRejected(p.Code)
-		g.refuse(ex, r, problemError(p))
+		g.refuse(ex, r, p)
 		return false
 	}
 	if !g.reserveBody(ex, r, v.MaxBodyBytes()) {
@@ -72,7 +64,7 @@ func (g *Gateway) checkOrder(ex *exchange, r *http.Request, v *validate.Validato
 		p := v.PreCheck(r.Header["Content-Type"], v.MaxBodyBytes()+1)
 		g.metrics.ValidationRejected(p.Code)
 		ex.rw.Header()["Connection"] = connClose // the rest of the body stays unread
-		g.reject(ex, problemError(p))
+		g.reject(ex, p)
 		return false
 	}
 	if err != nil {
@@ -82,7 +74,7 @@ func (g *Gateway) checkOrder(ex *exchange, r *http.Request, v *validate.Validato
 	order, p := v.Check(r.Header["Content-Type"], body)
 	if p != nil {
 		g.metrics.ValidationRejected(p.Code)
-		g.reject(ex, problemError(p))
+		g.reject(ex, p)
 		return false
 	}
 	body = forwardCanonical(ex, r, &order)

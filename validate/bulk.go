@@ -2,6 +2,8 @@ package validate
 
 import (
 	"strconv"
+
+	"github.com/exgate/exgate/apierror"
 )
 
 // Bulk is an accepted bulk request: a JSON array of orders (a bulk
@@ -57,9 +59,9 @@ func (v *Validator) MaxBulkBodyBytes() int64 { return v.maxBulkBody }
 
 // PreCheckBulk is PreCheck for a bulk request: 415 without JSON, 413 when
 // the declared length is over the bulk body limit.
-func (v *Validator) PreCheckBulk(contentType []string, contentLength int64) *Problem {
+func (v *Validator) PreCheckBulk(contentType []string, contentLength int64) *apierror.Error {
 	if !jsonContentType(contentType) {
-		return v.errMediaType
+		return errMediaType
 	}
 	if contentLength > v.maxBulkBody {
 		return v.errBulkTooLarge
@@ -84,13 +86,13 @@ type span struct {
 // and ids must not repeat within the bulk. Every problem is reported at
 // once, under the element's name: "orders[2].price", "ids[0]". A bulk
 // with any problem is refused whole.
-func (v *Validator) CheckBulk(contentType []string, body []byte) (Bulk, *Problem) {
+func (v *Validator) CheckBulk(contentType []string, body []byte) (Bulk, *apierror.Error) {
 	if p := v.PreCheckBulk(contentType, int64(len(body))); p != nil {
 		return Bulk{}, p
 	}
 	rs := v.current()
 	if rs == nil && !v.pass {
-		return Bulk{}, v.errUnavailable
+		return Bulk{}, errUnavailable
 	}
 	var rep report
 	p := parser{b: body}
@@ -198,7 +200,7 @@ func (v *Validator) bulkOrders(body []byte, spans []span, rs *compiled, b *Bulk,
 		}
 		o := v.fields(&st, rs)
 		if ep := st.rep.p; ep != nil {
-			for _, f := range ep.order {
+			for _, f := range st.rep.order {
 				for _, msg := range ep.Fields[f] {
 					rep.add(name+"."+f, msg)
 				}

@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/exgate/exgate/config"
 	"go.uber.org/zap"
 )
 
@@ -255,7 +256,7 @@ func ParseMarkets(body []byte) ([]Market, error) {
 	out := make([]Market, 0, len(raw))
 	for i, r := range raw {
 		m := Market{Symbol: r.Symbol, Base: r.Base, Quote: r.Quote}
-		if !isSymbol([]byte(r.Symbol)) {
+		if !config.IsSymbol(r.Symbol) {
 			return nil, fmt.Errorf("markets[%d]: symbol %.40q is not <BASE>_<QUOTE>", i, r.Symbol)
 		}
 		base, quote, _ := strings.Cut(r.Symbol, "_")
@@ -317,7 +318,7 @@ func (c *Catalogue) Set(markets []Market) error {
 	list := slices.Clone(markets)
 	slices.SortFunc(list, func(a, b Market) int { return strings.Compare(a.Symbol, b.Symbol) })
 	for i, m := range list {
-		if !isSymbol([]byte(m.Symbol)) || m.Base+"_"+m.Quote != m.Symbol {
+		if !config.IsSymbol(m.Symbol) || m.Base+"_"+m.Quote != m.Symbol {
 			return fmt.Errorf("market %.40q: symbol must be <BASE>_<QUOTE> and match base and quote", m.Symbol)
 		}
 		for _, p := range []int{m.PricePrecision, m.BaseAmountPrecision, m.QuoteAmountPrecision} {
@@ -392,26 +393,4 @@ func (c *Catalogue) Markets() []Market {
 		return nil
 	}
 	return slices.Clone(s.list)
-}
-
-// isSymbol reports whether b is <BASE>_<QUOTE>: two runs of 1 to 16
-// upper-case letters and digits, at most 32 bytes in all.
-func isSymbol(b []byte) bool {
-	if len(b) > 32 {
-		return false
-	}
-	us := bytes.IndexByte(b, '_')
-	return us > 0 && isCode(b[:us]) && isCode(b[us+1:])
-}
-
-func isCode(b []byte) bool {
-	if len(b) == 0 || len(b) > 16 {
-		return false
-	}
-	for _, c := range b {
-		if !(c >= 'A' && c <= 'Z' || c >= '0' && c <= '9') {
-			return false
-		}
-	}
-	return true
 }

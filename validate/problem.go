@@ -4,34 +4,13 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+
+	"github.com/exgate/exgate/apierror"
 )
 
-// Problem is a refusal of an order request, in the error shape clients of
-// the API already parse (Django REST framework's):
-//
-//	{"detail": "Invalid order: price must be a multiple of 0.01.", "code": "invalid_order", "fields": {"price": ["must be a multiple of 0.01"]}}
-//
-// The proxy writes it as its own error: the same Status, Code, Detail and
-// Fields. A Problem returned by a Validator must be treated as read-only;
-// static ones are shared between requests.
-type Problem struct {
-	// Status is the HTTP status code: 400, 413, 415 or 503.
-	Status int `json:"-"`
-	// Detail is a human-readable sentence. It never echoes client input.
-	Detail string `json:"detail"`
-	// Code is a stable machine-readable code (see the Code constants).
-	Code string `json:"code"`
-	// Fields maps a body field to its problems, or is nil. Problems that
-	// belong to no single field are under "non_field_errors".
-	Fields map[string][]string `json:"fields,omitempty"`
-
-	order []string // the keys of Fields in the order their first problem was found
-}
-
-// Error returns the detail, so that a *Problem can travel as an error.
-func (p *Problem) Error() string { return p.Detail }
-
-// Problem codes.
+// Codes of the answers a Validator refuses an order body with (an
+// *apierror.Error). A refusal returned by a Validator must be treated as
+// read-only: the static ones are shared between requests.
 const (
 	// CodeInvalidOrder (400): the body is a JSON value but breaks field
 	// rules; Fields says which and why.
@@ -40,7 +19,7 @@ const (
 	// (syntax, invalid UTF-8, nesting too deep, trailing data).
 	CodeParseError = "parse_error"
 	// CodeTooLarge (413): the body is larger than the limit.
-	CodeTooLarge = "request_too_large"
+	CodeTooLarge = apierror.CodeTooLarge
 	// CodeUnsupportedMediaType (415): Content-Type is not
 	// application/json with an optional UTF-8 charset.
 	CodeUnsupportedMediaType = "unsupported_media_type"
@@ -51,39 +30,35 @@ const (
 
 // NonFieldErrors is the Fields key of problems that belong to no single
 // field, as Django REST framework names it.
-const NonFieldErrors = "non_field_errors"
+const NonFieldErrors = apierror.NonFieldErrors
 
-func tooLarge(limit int64) *Problem {
-	return &Problem{Status: http.StatusRequestEntityTooLarge, Code: CodeTooLarge,
-		Detail: "Request body is larger than " + strconv.FormatInt(limit, 10) + " bytes."}
-}
-
-func unsupportedMediaType() *Problem {
-	return &Problem{Status: http.StatusUnsupportedMediaType, Code: CodeUnsupportedMediaType,
-		Detail: `Unsupported media type: send "Content-Type: application/json" (charset, if given, utf-8).`}
-}
-
-func catalogueUnavailable() *Problem {
-	return &Problem{Status: http.StatusServiceUnavailable, Code: CodeCatalogueUnavailable,
-		Detail: "The market catalogue has not been loaded from the exchange yet, so orders cannot be checked; retry shortly."}
-}
+// Answers that do not vary per request, encoded once.
+var (
+	errMediaType = apierror.Static(http.StatusUnsupportedMediaType, CodeUnsupportedMediaType,
+		`Unsupported media type: send "Content-Type: application/json" (charset, if given, utf-8).`)
+	errUnavailable = apierror.Static(http.StatusServiceUnavailable, CodeCatalogueUnavailable,
+		"The market catalogue has not been loaded from the exchange yet, so orders cannot be checked; retry shortly.")
+)
 
 // parseError returns the 400 answer for a body that is not well-formed
 // JSON; reason never contains client input.
-func parseError(reason string, offset int) *Problem {
-	return &Problem{Status: http.StatusBadRequest, Code: CodeParseError,
-		Detail: "JSON parse error: " + reason + " at byte " + strconv.Itoa(offset) + "."}
+func parseError(reason string, offset int) *apierror.Error {
+	return apierror.New(http.StatusBadRequest, CodeParseError,
+		"JSON parse error: "+reason+" at byte "+strconv.Itoa(offset)+".")
 }
 
 // report collects field problems, allocating only when there is one.
-type report struct{ p *Problem }
+type report struct {
+	p     *apierror.Error
+	order []string // the keys of p.Fields in the order their first problem was found
+}
 
 func (r *report) add(field, msg string) {
 	if r.p == nil {
-		r.p = &Problem{Status: http.StatusBadRequest, Code: CodeInvalidOrder, Fields: make(map[string][]string, 2)}
+		r.p = &apierror.Error{Status: http.StatusBadRequest, Code: CodeInvalidOrder, Fields: make(map[string][]string, 2)}
 	}
 	if _, seen := r.p.Fields[field]; !seen {
-		r.p.order = append(r.p.order, field)
+		r.order = append(r.order, field)
 	}
 	r.p.Fields[field] = append(r.p.Fields[field], msg)
 }
@@ -96,13 +71,13 @@ func (r *report) has(field string) bool {
 	return ok
 }
 
-// done writes the report's detail and returns its problem, or nil.
-func (r *report) done() *Problem { return r.doneAs("Invalid order") }
+// done writes the report's detail and returns its answer, or nil.
+func (r *report) done() *apierror.Error { return r.doneAs("Invalid order") }
 
 // doneAs is done with the detail starting with lead.
-func (r *report) doneAs(lead string) *Problem {
+func (r *report) doneAs(lead string) *apierror.Error {
 	if r.p != nil {
-		r.p.Detail = invalidDetail(lead, r.p.order, r.p.Fields)
+		r.p.Detail = invalidDetail(lead, r.order, r.p.Fields)
 	}
 	return r.p
 }

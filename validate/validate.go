@@ -20,6 +20,7 @@ import (
 	"github.com/shopspring/decimal"
 	"go.uber.org/zap"
 
+	"github.com/exgate/exgate/apierror"
 	"github.com/exgate/exgate/config"
 )
 
@@ -72,10 +73,8 @@ type Validator struct {
 	markets      map[string]overrides
 	quotes       map[string]dec
 
-	errTooLarge     *Problem
-	errBulkTooLarge *Problem
-	errMediaType    *Problem
-	errUnavailable  *Problem
+	errTooLarge     *apierror.Error
+	errBulkTooLarge *apierror.Error
 
 	compiled atomic.Pointer[compiled]
 }
@@ -121,17 +120,15 @@ func New(cfg config.Validation, cat *Catalogue, log *zap.Logger) (*Validator, er
 		log = zap.NewNop()
 	}
 	v := &Validator{
-		cat:            cat,
-		log:            log.Named("validate"),
-		maxBody:        int64(cfg.MaxBodyBytes),
-		allowUnknown:   cfg.UnknownFields == config.UnknownAllow,
-		pass:           cfg.BeforeCatalogue == config.BeforeCataloguePass,
-		idRequired:     cfg.Identifier.Required,
-		idMax:          cfg.Identifier.MaxLength,
-		markets:        make(map[string]overrides, len(cfg.Markets)),
-		quotes:         make(map[string]dec, len(cfg.Quotes)),
-		errMediaType:   unsupportedMediaType(),
-		errUnavailable: catalogueUnavailable(),
+		cat:          cat,
+		log:          log.Named("validate"),
+		maxBody:      int64(cfg.MaxBodyBytes),
+		allowUnknown: cfg.UnknownFields == config.UnknownAllow,
+		pass:         cfg.BeforeCatalogue == config.BeforeCataloguePass,
+		idRequired:   cfg.Identifier.Required,
+		idMax:        cfg.Identifier.MaxLength,
+		markets:      make(map[string]overrides, len(cfg.Markets)),
+		quotes:       make(map[string]dec, len(cfg.Quotes)),
 	}
 	if v.maxBody <= 0 {
 		v.maxBody = 8 << 10
@@ -139,7 +136,7 @@ func New(cfg config.Validation, cat *Catalogue, log *zap.Logger) (*Validator, er
 	if v.idMax <= 0 {
 		v.idMax = 64
 	}
-	v.errTooLarge = tooLarge(v.maxBody)
+	v.errTooLarge = apierror.TooLarge(v.maxBody)
 	v.maxBulk, v.maxBulkBody = cfg.Bulk.MaxOrders, int64(cfg.Bulk.MaxBodyBytes)
 	if v.maxBulk <= 0 {
 		v.maxBulk = 10
@@ -147,7 +144,7 @@ func New(cfg config.Validation, cat *Catalogue, log *zap.Logger) (*Validator, er
 	if v.maxBulkBody <= 0 {
 		v.maxBulkBody = 64 << 10
 	}
-	v.errBulkTooLarge = tooLarge(v.maxBulkBody)
+	v.errBulkTooLarge = apierror.TooLarge(v.maxBulkBody)
 	for c := '0'; c <= '9'; c++ {
 		v.idChars[c] = true
 	}
@@ -213,9 +210,9 @@ func (v *Validator) MaxBodyBytes() int64 { return v.maxBody }
 // Content-Type (the request's header values) is not JSON (415) or whose
 // declared Content-Length is over the limit (413); contentLength -1 means
 // unknown. Check repeats both checks.
-func (v *Validator) PreCheck(contentType []string, contentLength int64) *Problem {
+func (v *Validator) PreCheck(contentType []string, contentLength int64) *apierror.Error {
 	if !jsonContentType(contentType) {
-		return v.errMediaType
+		return errMediaType
 	}
 	if contentLength > v.maxBody {
 		return v.errTooLarge
@@ -228,13 +225,13 @@ func (v *Validator) PreCheck(contentType []string, contentLength int64) *Problem
 // the problem to answer with: 415, 413, 503 (catalogue not loaded, unless
 // before_catalogue is "pass"), 400 parse_error, or 400 invalid_order with
 // every field problem at once. It never modifies or retains body.
-func (v *Validator) Check(contentType []string, body []byte) (Order, *Problem) {
+func (v *Validator) Check(contentType []string, body []byte) (Order, *apierror.Error) {
 	if p := v.PreCheck(contentType, int64(len(body))); p != nil {
 		return Order{}, p
 	}
 	rs := v.current()
 	if rs == nil && !v.pass {
-		return Order{}, v.errUnavailable
+		return Order{}, errUnavailable
 	}
 	var st state
 	st.p.b = body
@@ -574,7 +571,7 @@ func (v *Validator) fields(st *state, cs *compiled) Order {
 		var buf [48]byte
 		s := decoded(buf[:0], b[sym.lo:sym.hi], sym.esc)
 		switch {
-		case !isSymbol(s):
+		case !config.IsSymbol(string(s)): // no heap copy up to 32 bytes, the longest symbol
 			rep.add("symbol", "must be <BASE>_<QUOTE> of upper-case letters and digits, such as \"BTC_USDT\"")
 		case cs == nil:
 			o.Partial = true

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/exgate/exgate/apierror"
 	"github.com/exgate/exgate/config"
 )
 
@@ -319,7 +320,7 @@ func fixCases(cases []bodyCase) []bodyCase {
 // checkProblem asserts the invariants of every refusal: a 4xx or 503
 // status, a code, a detail, fields only on invalid_order, and messages
 // that are short and do not echo the body.
-func checkProblem(t *testing.T, body []byte, p *Problem) {
+func checkProblem(t *testing.T, body []byte, p *apierror.Error) {
 	t.Helper()
 	if p.Status < 400 || p.Status > 599 || p.Code == "" || p.Detail == "" {
 		t.Fatalf("malformed problem %+v", p)
@@ -681,7 +682,7 @@ func TestCheckAllocations(t *testing.T) {
 // checkDetailNamesFields asserts that an invalid_order detail is a
 // sentence naming every field with a problem and saying what is wrong
 // (each field's messages appear in it), as long as it spells them all out.
-func checkDetailNamesFields(t *testing.T, p *Problem) {
+func checkDetailNamesFields(t *testing.T, p *apierror.Error) {
 	t.Helper()
 	if p.Code != CodeInvalidOrder {
 		return
