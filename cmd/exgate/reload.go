@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"go.uber.org/zap"
@@ -27,14 +28,14 @@ func (a *app) reloadNow() {
 	}
 }
 
-// reload reads the configuration file and the tokens file again and, when
-// both are valid, puts the live settings (config.ReloadModes: routes,
-// limits, tiers, token spray, fallback, upstream.timeout, validation
-// rules…) in force: requests under way finish under the old ones; none is
-// dropped. Restart-only settings keep their value from start, and the
-// configuration in force must be valid with them. A bad file changes
-// nothing. The log line names what changed and what waits for a restart.
-// The certificate files are read again in any case.
+// reload reads the configuration file, the tokens file and the users file
+// again and, when they are valid, puts the live settings (the reload tags
+// of config: routes, limits, tiers, upstream.timeout, validation rules,
+// overload, CORS…) in force: requests under way finish under the old ones;
+// none is dropped. Restart-only settings keep their value from start, and
+// the configuration in force must be valid with them. A bad file changes
+// nothing. The log line names what changed and what waits for a restart
+// (config.Reloaded). The certificate files are read again in any case.
 func (a *app) reload() error {
 	cfg, err := a.reloadConfig()
 	a.reloadCertificates(cfg)
@@ -57,6 +58,7 @@ func (a *app) reloadConfig() (*config.Config, error) {
 		// New certificate files are read on a reload; turning TLS on
 		// or off takes a restart.
 		eff.Server.TLS.Certificates = a.live.Load().Server.TLS.Certificates
+		live = slices.DeleteFunc(live, func(path string) bool { return path == "server.tls.certificates" })
 		restart = append(restart, "server.tls.certificates (turning TLS on or off)")
 	}
 	if err := eff.Validate(); err != nil {

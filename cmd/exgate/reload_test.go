@@ -2,14 +2,18 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -22,6 +26,7 @@ import (
 
 	"github.com/exgate/exgate/config"
 	"github.com/exgate/exgate/internal/redistest"
+	"github.com/exgate/exgate/internal/tlstest"
 	"github.com/exgate/exgate/limiter"
 	"github.com/exgate/exgate/sim"
 )
@@ -487,5 +492,410 @@ func TestReloadRefusesOrderValidationAddedLater(t *testing.T) {
 	write("")
 	if err := a.reload(); err != nil {
 		t.Errorf("reload of the file in force: %v", err)
+	}
+}
+
+// sectionsConfig is the configuration TestReloadReportIsTrue starts
+// with: every top-level section written out, so that each row of the test
+// changes one setting by replacing its text. BACKEND is the backend's URL.
+const sectionsConfig = `
+listen: 127.0.0.1:0
+admin_listen: 127.0.0.1:0
+admin: { pprof: false }
+server: { drain_delay: 0s, max_header_bytes: 16KiB, tls: { certificates: [] } }
+upstream: { url: BACKEND, timeout: 2s }
+client_ip: { trusted_proxies: [] }
+limiter: { backend: memory, headers: ietf, token_spray: { max_tokens: 0 } }
+tiers:
+  vip: { capped: { rate: 3/1h } }
+reload_interval: 0s
+tokens_file: tokens.yaml
+validation:
+  unknown_fields: reject
+  catalogue: { refresh: 30s }
+idempotency: { enabled: true }
+identity: { verify: false }
+log: { access: false, level: info }
+overload: { fixed_limit: 0, max_wait: { market_data: 5ms } }
+cors: { allowed_origins: [] }
+routes:
+  - { name: slow, match: GET /slow/, priority: market_data }
+  - name: capped
+    match: GET /capped/
+    auth: optional
+    limits: [{ key: token, when: token, rate: 2/1h }]
+  - name: by_address
+    match: GET /by-address/
+    limits: [{ key: address, rate: 2/1h }]
+  - name: headed
+    match: GET /headed/
+    limits: [{ key: address, rate: 1000/1h }]
+  - { name: plain, match: GET /plain/ }
+  - { name: place, match: POST /api/v1/odr/orders/, auth: required, validate: order }
+  - { name: default, match: "*" }
+`
+
+// sectionsBackend answers the test routes itself (/slow/ after 300ms)
+// and sends the rest to the reference backend, counting the orders that
+// reach it.
+type sectionsBackend struct {
+	sim    http.Handler
+	orders atomic.Int64
+}
+
+func (b *sectionsBackend) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	switch r.URL.Path {
+	case "/slow/":
+		time.Sleep(300 * time.Millisecond)
+	case "/capped/", "/by-address/", "/headed/", "/plain/":
+	default:
+		if r.URL.Path == "/api/v1/odr/orders/" {
+			b.orders.Add(1)
+		}
+		b.sim.ServeHTTP(w, r)
+	}
+}
+
+// TestReloadReportIsTrue changes, for every top-level section of the
+// configuration, one setting in the file and sends SIGHUP to the running
+// gateway. The reload report (the log line's applied and
+// ignored_until_restart, from config.Reloaded and the reload tags) must
+// name exactly that setting, in the right list, and be true: a setting
+// reported applied changes what clients see at once, without a restart;
+// a setting reported as waiting for a restart changes nothing, neither in
+// what clients see nor in the configuration in force. Putting the file
+// back reloads again: a live setting goes back, a restart-only one was
+// never in force.
+func TestReloadReportIsTrue(t *testing.T) {
+	be := &sectionsBackend{sim: sim.New(sim.Options{})}
+	bs := httptest.NewServer(be)
+	t.Cleanup(bs.Close)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "exgate.yaml")
+	base := strings.Replace(sectionsConfig, "BACKEND", bs.URL, 1)
+	write := func(name, body string) {
+		t.Helper()
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	k, _ := limiter.NewKeyer([]byte(keySecret))
+	write("exgate.yaml", base)
+	write("tokens.yaml", fmt.Sprintf("tokens:\n  %s: vip\n", k.ID("vip-token")))
+	write("more-tokens.yaml", fmt.Sprintf("tokens:\n  %s: vip\n  %s: vip\n", k.ID("vip-token"), k.ID("new-vip")))
+	cfg, err := config.Load(path, secretEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// SIGHUP is delivered to this process: the test's own registration
+	// keeps its default effect (ending the process) away until wait has
+	// registered its own.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	t.Cleanup(func() { signal.Stop(hup) })
+	core, logs := observer.New(zap.InfoLevel)
+	a, err := start(cfg, deps{log: zap.New(core), now: time.Now, getenv: secretEnv, configPath: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan int)
+	go func() { done <- a.wait(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	waitCatalogue(t, a)
+	gw := "http://" + a.addr
+
+	// report waits for the gateway to log a reload and returns its
+	// report: the settings applied and those ignored until a restart, by
+	// YAML path.
+	report := func(t *testing.T, within time.Duration) (applied, ignored string, ok bool) {
+		t.Helper()
+		for deadline := time.Now().Add(within); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+			if failed := logs.FilterMessage("configuration reload failed; keeping the last good configuration").All(); len(failed) > 0 {
+				logs.TakeAll()
+				t.Fatalf("reload failed: %v", failed[0].ContextMap()["error"])
+			}
+			if reloads := logs.FilterMessage("configuration reloaded").All(); len(reloads) > 0 {
+				logs.TakeAll()
+				f := reloads[0].ContextMap()
+				list := func(k string) string {
+					if v, ok := f[k]; ok {
+						return fmt.Sprint(v)
+					}
+					return "[]"
+				}
+				return list("applied"), list("ignored_until_restart"), true
+			}
+		}
+		return "", "", false
+	}
+	sighup := func(t *testing.T) (applied, ignored string) {
+		t.Helper()
+		_ = syscall.Kill(os.Getpid(), syscall.SIGHUP)
+		applied, ignored, ok := report(t, 10*time.Second)
+		if !ok {
+			t.Fatal("no reload logged within 10s of SIGHUP")
+		}
+		return applied, ignored
+	}
+	// wait registers for SIGHUP as it starts: until a reload is logged,
+	// SIGHUP is sent again. The file is the one the gateway started with,
+	// so the reload applies nothing, and neither do the reloads of the
+	// signals sent while wait was not listening yet.
+	for warm := time.Now().Add(10 * time.Second); ; {
+		_ = syscall.Kill(os.Getpid(), syscall.SIGHUP)
+		applied, ignored, ok := report(t, 100*time.Millisecond)
+		if ok {
+			if applied != "[]" || ignored != "[]" {
+				t.Fatalf("reload of the unchanged file: applied %s, ignored %s", applied, ignored)
+			}
+			break
+		}
+		if time.Now().After(warm) {
+			t.Fatal("SIGHUP not answered within 10s")
+		}
+	}
+	time.Sleep(500 * time.Millisecond) // signals still queued reload the same file
+	logs.TakeAll()
+
+	// allowed sends n requests to path with header (name, value pairs)
+	// and returns how many the gateway let through.
+	allowed := func(t *testing.T, n int, path string, header ...string) (ok int) {
+		t.Helper()
+		for i := 0; i < n; i++ {
+			if code, _, _ := call(t, "GET", gw+path, "", header...); code == 200 {
+				ok++
+			}
+		}
+		return ok
+	}
+	expectAllowed := func(want, n int, path string, header ...string) func(*testing.T) {
+		return func(t *testing.T) {
+			t.Helper()
+			if got := allowed(t, n, path, header...); got != want {
+				t.Errorf("%s %v: %d of %d allowed, want %d", path, header, got, n, want)
+			}
+		}
+	}
+	expectStatus := func(want int, path string, header ...string) func(*testing.T) {
+		return func(t *testing.T) {
+			t.Helper()
+			if code, _, b := call(t, "GET", gw+path, "", header...); code != want {
+				t.Errorf("GET %s %v: %d %s, want %d", path, header, code, b, want)
+			}
+		}
+	}
+	// concurrentSlow sends two requests to /slow/ at once and returns
+	// their statuses.
+	concurrentSlow := func(t *testing.T) []int {
+		t.Helper()
+		codes := make([]int, 2)
+		var wg sync.WaitGroup
+		for i := range codes {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				time.Sleep(time.Duration(i) * 50 * time.Millisecond) // while the first holds the backend
+				codes[i], _, _ = call(t, "GET", gw+"/slow/", "")
+			}()
+		}
+		wg.Wait()
+		return codes
+	}
+	notListening := func(addr string) func(*testing.T) {
+		return func(t *testing.T) {
+			t.Helper()
+			if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
+				c.Close()
+				t.Errorf("%s accepts connections: a restart-only listener moved", addr)
+			}
+		}
+	}
+	token := authenticate(t, gw)
+	// ordersReachingBackend posts an order with an unknown field and
+	// returns how many orders the backend has seen.
+	orderWithUnknownField := func(t *testing.T) int64 {
+		t.Helper()
+		call(t, "POST", gw+"/api/v1/odr/orders/", `{"symbol":"BTC_USDT","type":"limit","side":"buy","price":"100.00","base_amount":"0.001","note":"x"}`,
+			"Authorization", "Bearer "+token, "Content-Type", "application/json")
+		return be.orders.Load()
+	}
+	placedTwice := func(identifier string) func(*testing.T) {
+		return func(t *testing.T) {
+			t.Helper()
+			before := be.orders.Load()
+			for i := 0; i < 2; i++ {
+				if code, _, b := order(t, gw, token, identifier, "0.001"); code != 201 {
+					t.Fatalf("order %s: %d %s", identifier, code, b)
+				}
+			}
+			if got := be.orders.Load() - before; got != 1 {
+				t.Errorf("order %s sent twice: the backend saw it %d times, want once (duplicate protection)", identifier, got)
+			}
+		}
+	}
+	listenPort, adminPort := fmt.Sprintf("127.0.0.1:%d", freePort(t)), fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	bigHeader := strings.Repeat("x", 8<<10)
+	leaf := tlstest.NewCA(t, dir).Issue(dir, "gateway", []string{"127.0.0.1"}, tlstest.Options{})
+
+	rows := []struct {
+		section, setting string // top-level section; the setting changed, by YAML path
+		reported         string // how the report names it, when not by its path
+		from, to         string // the text of the file replaced, once
+		live             bool   // the report says the change applies at once
+		// before and after observe, through the gateway, what the setting
+		// governs; after runs once the reload is logged.
+		before, after func(*testing.T)
+	}{
+		{section: "listen", setting: "listen", from: "\nlisten: 127.0.0.1:0", to: "\nlisten: " + listenPort,
+			after: func(t *testing.T) { expectStatus(200, "/plain/")(t); notListening(listenPort)(t) }},
+		{section: "admin_listen", setting: "admin_listen", from: "admin_listen: 127.0.0.1:0", to: "admin_listen: " + adminPort,
+			after: notListening(adminPort)},
+		{section: "admin", setting: "admin.pprof", from: "pprof: false", to: "pprof: true",
+			after: func(t *testing.T) {
+				if code, _, _ := call(t, "GET", "http://"+a.adminAd+"/debug/pprof/", ""); code != 404 {
+					t.Errorf("pprof served after a reload: %d", code)
+				}
+			}},
+		{section: "server", setting: "server.max_header_bytes", from: "max_header_bytes: 16KiB", to: "max_header_bytes: 4KiB",
+			after: expectStatus(200, "/plain/", "X-Big", bigHeader)},
+		{section: "server", setting: "server.tls.certificates", reported: "server.tls.certificates (turning TLS on or off)",
+			from: "certificates: []", to: fmt.Sprintf("certificates: [{ cert_file: %s, key_file: %s }]", leaf.CertFile, leaf.KeyFile),
+			after: expectStatus(200, "/plain/")},
+		{section: "upstream", setting: "upstream.timeout", from: "timeout: 2s", to: "timeout: 100ms", live: true,
+			before: expectStatus(200, "/slow/"), after: expectStatus(504, "/slow/")},
+		{section: "client_ip", setting: "client_ip.trusted_proxies", from: "trusted_proxies: []", to: "trusted_proxies: [127.0.0.1/32]",
+			after: func(t *testing.T) {
+				// Were the loopback peer trusted, each forwarded address
+				// would count on its own.
+				ok := 0
+				for _, xff := range []string{"203.0.113.1", "203.0.113.2", "203.0.113.3"} {
+					ok += allowed(t, 1, "/by-address/", "X-Forwarded-For", xff)
+				}
+				if ok != 2 {
+					t.Errorf("%d of 3 requests with distinct X-Forwarded-For allowed, want 2 (one peer address)", ok)
+				}
+			}},
+		{section: "limiter", setting: "limiter.headers", from: "headers: ietf", to: "headers: legacy", live: true,
+			before: func(t *testing.T) {
+				if _, h, _ := call(t, "GET", gw+"/headed/", ""); h.Get("RateLimit-Policy") == "" || h.Get("X-RateLimit-Limit") != "" {
+					t.Errorf("ietf headers: %v", h)
+				}
+			},
+			after: func(t *testing.T) {
+				if _, h, _ := call(t, "GET", gw+"/headed/", ""); h.Get("RateLimit-Policy") != "" || h.Get("X-RateLimit-Limit") != "1000" {
+					t.Errorf("legacy headers: %v", h)
+				}
+			}},
+		{section: "tiers", setting: "tiers", from: "capped: { rate: 3/1h }", to: "capped: { rate: 5/1h }", live: true,
+			before: expectAllowed(3, 4, "/capped/", "Authorization", "Bearer vip-token"),
+			after:  expectAllowed(5, 6, "/capped/", "Authorization", "Bearer vip-token")},
+		{section: "reload_interval", setting: "reload_interval", from: "reload_interval: 0s", to: "reload_interval: 1s"},
+		{section: "tokens_file", setting: "tokens_file", from: "tokens_file: tokens.yaml", to: "tokens_file: more-tokens.yaml", live: true,
+			before: expectAllowed(2, 3, "/capped/", "Authorization", "Bearer new-vip"),
+			after:  expectAllowed(3, 4, "/capped/", "Authorization", "Bearer new-vip")},
+		{section: "validation", setting: "validation.unknown_fields", from: "unknown_fields: reject", to: "unknown_fields: allow", live: true,
+			before: func(t *testing.T) {
+				if n, m := be.orders.Load(), orderWithUnknownField(t); m != n {
+					t.Errorf("an order with an unknown field reached the backend under unknown_fields: reject")
+				}
+			},
+			after: func(t *testing.T) {
+				if n, m := be.orders.Load(), orderWithUnknownField(t); m != n+1 {
+					t.Errorf("an order with an unknown field did not reach the backend under unknown_fields: allow")
+				}
+			}},
+		{section: "validation", setting: "validation.catalogue.refresh", from: "refresh: 30s", to: "refresh: 1m"},
+		{section: "idempotency", setting: "idempotency.enabled", from: "idempotency: { enabled: true }", to: "idempotency: { enabled: false }",
+			before: placedTwice("before-reload"), after: placedTwice("after-reload")},
+		{section: "identity", setting: "identity.jwt.leeway", from: "identity: { verify: false }", to: "identity: { verify: false, jwt: { leeway: 1m } }"},
+		{section: "log", setting: "log.level", from: "level: info", to: "level: debug"},
+		{section: "overload", setting: "overload.fixed_limit", from: "fixed_limit: 0", to: "fixed_limit: 1", live: true,
+			before: func(t *testing.T) {
+				if got := concurrentSlow(t); got[0] != 200 || got[1] != 200 {
+					t.Errorf("two requests at once without a fixed limit: %v, want both 200", got)
+				}
+			},
+			after: func(t *testing.T) {
+				got := concurrentSlow(t)
+				if slices.Sort(got); got[0] != 200 || got[1] != 503 {
+					t.Errorf("two requests at once under fixed_limit 1: %v, want one 200 and one 503", got)
+				}
+			}},
+		{section: "cors", setting: "cors.allowed_origins", from: "allowed_origins: []", to: "allowed_origins: [https://app.example]", live: true,
+			before: func(t *testing.T) {
+				if _, h, _ := call(t, "GET", gw+"/plain/", "", "Origin", "https://app.example"); h.Get("Access-Control-Allow-Origin") != "" {
+					t.Errorf("CORS answered while off: %v", h)
+				}
+			},
+			after: func(t *testing.T) {
+				if _, h, _ := call(t, "GET", gw+"/plain/", "", "Origin", "https://app.example"); h.Get("Access-Control-Allow-Origin") != "https://app.example" {
+					t.Errorf("CORS not answered once on: %v", h)
+				}
+			}},
+		{section: "routes", setting: "routes", from: "{ name: plain, match: GET /plain/ }", to: "{ name: plain, match: GET /plain/, limits: [{ key: address, rate: 1/1h }] }", live: true,
+			before: expectAllowed(3, 3, "/plain/"), after: expectAllowed(1, 3, "/plain/")},
+	}
+
+	covered := map[string]bool{}
+	for _, r := range rows {
+		covered[r.section] = true
+	}
+	for setting := range config.ReloadModes() {
+		if section, _, _ := strings.Cut(setting, "."); !covered[section] {
+			t.Errorf("no row changes a setting of section %s", section)
+		}
+	}
+
+	for _, r := range rows {
+		t.Run(r.setting, func(t *testing.T) {
+			if strings.Count(base, r.from) != 1 {
+				t.Fatalf("%q is not in the configuration once", r.from)
+			}
+			if r.before != nil {
+				r.before(t)
+			}
+			changed := strings.Replace(base, r.from, r.to, 1)
+			write("exgate.yaml", changed)
+			t.Cleanup(func() {
+				write("exgate.yaml", base)
+				wantApplied := "[]"
+				if r.live {
+					wantApplied = "[" + r.setting + "]"
+				}
+				if applied, ignored := sighup(t); applied != wantApplied || ignored != "[]" {
+					t.Errorf("putting the file back: applied %s, ignored %s; want applied %s", applied, ignored, wantApplied)
+				}
+			})
+
+			applied, ignored := sighup(t)
+			reported := cmp.Or(r.reported, r.setting)
+			wantApplied, wantIgnored := "[]", "["+reported+"]"
+			if r.live {
+				wantApplied, wantIgnored = wantIgnored, wantApplied
+			}
+			if applied != wantApplied || ignored != wantIgnored {
+				t.Errorf("report: applied %s, ignored until restart %s; want %s, %s", applied, ignored, wantApplied, wantIgnored)
+			}
+			// The configuration in force holds a live change, and not a
+			// restart-only one: it differs from the file in that setting
+			// alone.
+			file, err := config.Load(path, secretEnv)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, live, restart := config.Reloaded(a.live.Load(), file)
+			wantDiffer := "[" + r.setting + "]"
+			if r.live {
+				wantDiffer = "[]"
+			}
+			if differ := fmt.Sprint(append(live, restart...)); differ != wantDiffer {
+				t.Errorf("the configuration in force differs from the file in %s, want %s", differ, wantDiffer)
+			}
+			if r.after != nil {
+				r.after(t)
+			}
+		})
 	}
 }
