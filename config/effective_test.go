@@ -1,96 +1,30 @@
 package config
 
 import (
-	"errors"
-	"strings"
 	"testing"
 )
 
-// TestSettingsThatNeverApply checks that a configuration which would be
-// accepted and silently do nothing (or not what it says) is refused, at the
-// YAML path of the setting, with a message that says what to write
-// instead — and that the nearby configurations that do work are accepted.
-func TestSettingsThatNeverApply(t *testing.T) {
-	orders := "routes:\n  - name: place_order\n    match: POST /o/\n    validate: order\n"
-	tests := []struct {
-		name string
-		yaml string
-		// path is the YAML path of the one problem, "" when valid; hint
-		// is a part of its message that says what to do instead.
-		path, hint string
+func TestIdempotencyReplicaAcks(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		addrs      []string
+		masterName string
+		set        int
+		want       int
 	}{
-		{name: "token limit on auth none",
-			yaml: "routes:\n  - {name: a, match: /a/, limits: [{key: token, rate: 1/1s}]}\n",
-			path: "routes[0].limits[0].key", hint: "set routes[0].auth to optional or required, or count by key: address"},
-		{name: "token limit on auth optional applies",
-			yaml: "routes:\n  - {name: a, match: /a/, auth: optional, limits: [{key: token, rate: 1/1s}]}\n"},
-		{name: "when token on auth none",
-			yaml: "routes:\n  - {name: a, match: /a/, limits: [{key: address, when: token, rate: 1/1s}]}\n",
-			path: "routes[0].limits[0].when", hint: "write when: always, or set routes[0].auth to optional"},
-		{name: "when anonymous on auth none applies",
-			yaml: "routes:\n  - {name: a, match: /a/, limits: [{key: address, when: anonymous, rate: 1/1s}]}\n"},
-		{name: "when anonymous on auth required",
-			yaml: "routes:\n  - {name: a, match: /a/, auth: required, limits: [{key: address, when: anonymous, rate: 1/1s}]}\n",
-			path: "routes[0].limits[0].when", hint: "answered 401 before any limit"},
-		{name: "when anonymous on auth optional applies",
-			yaml: "routes:\n  - {name: a, match: /a/, auth: optional, limits: [{key: address, when: anonymous, rate: 1/1s}]}\n"},
-		{name: "on_store_error on a route without limits",
-			yaml: "routes:\n  - {name: a, match: /a/, on_store_error: closed}\n",
-			path: "routes[0].on_store_error", hint: "remove on_store_error or add limits"},
-		{name: "on_store_error on a limited route applies",
-			yaml: "routes:\n  - {name: a, match: /a/, on_store_error: closed, limits: [{key: address, rate: 1/1s}]}\n"},
-		{name: "orders without a token get no duplicate protection",
-			yaml: orders,
-			path: "routes[0].auth", hint: "write auth: required (or idempotency.enabled: false"},
-		{name: "orders on auth none without duplicate protection",
-			yaml: orders + "idempotency: {enabled: false}\n"},
-		{name: "orders with auth required",
-			yaml: orders + "    auth: required\n"},
-		{name: "market rules without an order route",
-			yaml: "routes:\n  - {name: a, match: /a/}\nvalidation: {markets: {BTC_USDT: {min_price: \"1\"}}}\n",
-			path: "validation.markets", hint: "add validate: order"},
-		{name: "quote rules without an order route",
-			yaml: "routes:\n  - {name: a, match: /a/}\nvalidation: {quotes: {USDT: {min_value: \"1\"}}}\n",
-			path: "validation.quotes", hint: "add validate: order"},
-		{name: "in-process duplicate protection behind several replicas",
-			yaml: "limiter: {replicas: 3}\n",
-			path: "idempotency.backend", hint: "set limiter.redis.addrs and idempotency.backend: redis"},
-		{name: "in-process duplicate protection named behind several replicas",
-			yaml: "limiter: {replicas: 3, backend: memory}\nidempotency: {backend: memory}\n",
-			path: "idempotency.backend", hint: "idempotency.backend: redis"},
-		{name: "several replicas without duplicate protection",
-			yaml: "limiter: {replicas: 3}\nidempotency: {enabled: false}\n"},
-		{name: "several replicas sharing Redis",
-			yaml: "limiter: {replicas: 3, redis: {addrs: [\"r:6379\"]}}\n"},
-		{name: "duplicate protection in Redis, limits in memory",
-			yaml: "limiter: {replicas: 3, backend: memory, redis: {addrs: [\"r:6379\"]}}\nidempotency: {backend: redis}\n"},
-		{name: "tiers nothing assigns",
-			yaml: "tiers: {vip: {place_order: {rate: 9/1s}}}\n",
-			path: "tiers", hint: "tiers are assigned by tokens_file, identity.users_file or identity.jwt.tier_claim"},
-		{name: "tiers from the tokens file",
-			yaml: "tiers: {vip: {place_order: {rate: 9/1s}}}\ntokens_file: tokens.yaml\n"},
-		{name: "account limit on auth none",
-			yaml: "identity: {verify: true, jwt: {jwks_file: k.json, jwks_algorithms: [RS256]}}\nroutes:\n  - {name: a, match: /a/, limits: [{key: account, rate: 1/1s}]}\n",
-			path: "routes[0].limits[0].key", hint: "set routes[0].auth to optional or required"},
-		{name: "Redis that nothing uses",
-			yaml: "limiter: {backend: memory, redis: {addrs: [\"r:6379\"]}}\n",
-			path: "limiter.redis.addrs", hint: "set limiter.backend: redis (or idempotency.backend: redis)"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			_, err := Parse("t.yaml", []byte(tt.yaml), env(nil))
-			if tt.path == "" {
-				if err != nil {
-					t.Fatalf("refused:\n%v", err)
-				}
-				return
-			}
-			var es Errors
-			if !errors.As(err, &es) || len(es) != 1 {
-				t.Fatalf("want one problem at %s, got:\n%v", tt.path, err)
-			}
-			if es[0].Path != tt.path || !strings.Contains(es[0].Msg, tt.hint) {
-				t.Errorf("got %v\nwant a problem at %s containing %q", es[0], tt.path, tt.hint)
+		{"standalone", []string{"redis:6379"}, "", -1, 0},
+		{"sentinel", []string{"s1:26379", "s2:26379", "s3:26379"}, "mymaster", -1, 1},
+		{"sentinel with one address", []string{"s1:26379"}, "mymaster", -1, 1},
+		{"cluster", []string{"n1:6379", "n2:6379", "n3:6379"}, "", -1, 1},
+		{"set to 0 on a cluster", []string{"n1:6379", "n2:6379"}, "", 0, 0},
+		{"set to 2 on standalone", []string{"redis:6379"}, "", 2, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := Default()
+			c.Limiter.Redis.Addrs, c.Limiter.Redis.MasterName = tc.addrs, tc.masterName
+			c.Idempotency.ReplicaAcks = tc.set
+			if got := c.IdempotencyReplicaAcks(); got != tc.want {
+				t.Errorf("IdempotencyReplicaAcks() = %d, want %d", got, tc.want)
 			}
 		})
 	}

@@ -1,7 +1,6 @@
 package config
 
 import (
-	"path/filepath"
 	"reflect"
 	"slices"
 	"strings"
@@ -9,7 +8,7 @@ import (
 	"time"
 )
 
-func TestDefaultValidationAndIdempotency(t *testing.T) {
+func TestDefaultValidation(t *testing.T) {
 	v := DefaultValidation()
 	if v.MaxBodyBytes != 8<<10 || v.UnknownFields != UnknownReject || v.BeforeCatalogue != BeforeCatalogueReject {
 		t.Errorf("DefaultValidation() = %+v, want 8KiB, reject, reject", v)
@@ -22,20 +21,6 @@ func TestDefaultValidationAndIdempotency(t *testing.T) {
 	}
 	if v.Markets != nil || v.Quotes != nil {
 		t.Errorf("default markets/quotes = %v/%v, want none", v.Markets, v.Quotes)
-	}
-	i := DefaultIdempotency()
-	want := Idempotency{
-		Enabled: true, Retention: 24 * time.Hour, InFlightTimeout: 30 * time.Second,
-		MaxResponseBytes: 64 << 10, Timeout: 100 * time.Millisecond, KeyPrefix: "exgate:idem:", MaxPerAccount: 20000,
-		ReplicaAcks: -1, Memory: IdempotencyMemory{MaxEntries: 100000, MaxBytes: 64 << 20},
-	}
-	if i != want {
-		t.Errorf("DefaultIdempotency() = %+v, want %+v", i, want)
-	}
-	// The default in-flight timeout must outlast the default order route.
-	c := Default()
-	if c.Idempotency.InFlightTimeout <= c.RouteTimeout(&c.Routes[0]) {
-		t.Errorf("default in_flight_timeout %s does not exceed place_order's timeout", c.Idempotency.InFlightTimeout)
 	}
 }
 
@@ -114,47 +99,10 @@ var validationFixtures = map[string][]string{
 		`validation.markets.BTC_USDT.max_price: decimal "1,000": want plain decimal notation such as "0.01" or "10" (line 6)`,
 		`validation.markets.BTC_USDT.min_value: decimal "1.000000000000000000000000000000001": more than 30 decimal places (line 7)`,
 	},
-	"bad-idempotency.yaml": {
-		`idempotency.retention: must be from 1m to 366d, got 30s (line 5)`,
-		`idempotency.in_flight_timeout: must be greater than 0, got 0s (line 6)`,
-		`idempotency.max_response_bytes: must be from 1KiB to 1MiB, got 2MiB (line 7)`,
-		`idempotency.timeout: must be greater than 0 and at most 5s, got 10s (line 8)`,
-		`idempotency.key_prefix: want 1 to 64 printable ASCII characters without spaces, got "has space" (line 9)`,
-		`idempotency.replica_acks: must be from -1 (by topology) to 5, got 7 (line 10)`,
-		`idempotency.memory.max_entries: must be at least 1, got 0 (line 12)`,
-		`idempotency.memory.max_bytes: must be at least idempotency.max_response_bytes (2MiB), got 1MiB (line 13)`,
-		// Problems between sections come after each section's own.
-		`idempotency.backend: "redis" needs limiter.redis.addrs (line 4)`,
-	},
-	"bad-in-flight.yaml": {
-		`idempotency.in_flight_timeout: 20s must exceed the timeout of routes[0] ("place_order", 20s) (line 6)`,
-		`idempotency.in_flight_timeout: 20s must exceed the timeout of routes[1] ("batch", 45s) (line 6)`,
-		`routes[0].auth: duplicate protection keys an order's identifier by its token, and auth: none reads no token: an order sent twice with one identifier would be placed twice; write auth: required (or idempotency.enabled: false to go without duplicate protection) (line 8)`,
-		`routes[1].auth: duplicate protection keys an order's identifier by its token, and auth: none reads no token: an order sent twice with one identifier would be placed twice; write auth: required (or idempotency.enabled: false to go without duplicate protection) (line 11)`,
-	},
 }
 
 func TestValidationInvalidFixtures(t *testing.T) {
-	files, err := filepath.Glob("testdata/validation/bad-*.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range files {
-		if _, ok := validationFixtures[filepath.Base(f)]; !ok {
-			t.Errorf("%s has no expected problems in validationFixtures", f)
-		}
-	}
-	for name, want := range validationFixtures {
-		t.Run(name, func(t *testing.T) {
-			c, err := Load(filepath.Join("testdata", "validation", name), nil)
-			if c != nil {
-				t.Errorf("Load returned a config along with errors")
-			}
-			if got := errorStrings(t, err); !slices.Equal(got, want) {
-				t.Errorf("problems:\n  %s\nwant:\n  %s", strings.Join(got, "\n  "), strings.Join(want, "\n  "))
-			}
-		})
-	}
+	testInvalidFixtures(t, "testdata/validation", validationFixtures)
 }
 
 func TestValidationRules(t *testing.T) {
@@ -188,13 +136,6 @@ func TestValidationRules(t *testing.T) {
 		{"decimal with too many integer digits", "validation: {quotes: {USDT: {min_value: '123456789012345678901'}}}\n", nil,
 			[]string{`validation.quotes.USDT.min_value: decimal "123456789012345678901": more than 20 integer digits (line 1)`}},
 		{"decimal with trailing zeros past 30 places", "validation: {quotes: {USDT: {min_value: '1.0000000000000000000000000000000000'}}}\n", nil, nil},
-		{"redis backend with the limiter's redis", "limiter: {redis: {addrs: ['r:6379']}}\nidempotency: {backend: redis}\n", nil, nil},
-		{"redis backend unused when disabled", "idempotency: {enabled: false, backend: redis}\n", nil, nil},
-		{"in-flight timeout not below retention", "idempotency: {retention: 1m, in_flight_timeout: 1m}\n", nil,
-			[]string{`idempotency.in_flight_timeout: 1m0s must be less than idempotency.retention (1m0s) (line 1)`}},
-		{"in-flight timeout against the inherited route timeout", "upstream: {timeout: 30s}\nserver: {write_timeout: 40s}\n", nil,
-			[]string{`idempotency.in_flight_timeout: 30s must exceed the timeout of routes[0] ("place_order", 30s)`}},
-		{"routes without validation do not bound in-flight timeout", "idempotency: {in_flight_timeout: 2s}\nroutes: [{name: x, match: 'POST /x/', timeout: 9s}]\n", nil, nil},
 		{"env override of a market rule", "validation: {markets: {BTC_USDT: {min_value: '10'}}}\n",
 			map[string]string{"EXGATE_VALIDATION_MARKETS_BTC_USDT_MIN_VALUE": "0"},
 			[]string{`EXGATE_VALIDATION_MARKETS_BTC_USDT_MIN_VALUE (validation.markets.BTC_USDT.min_value): must be greater than 0, got 0`}},
@@ -229,51 +170,6 @@ func TestValidationEnvOverridesApply(t *testing.T) {
 	}
 }
 
-func TestDecimalText(t *testing.T) {
-	tests := []struct {
-		in, want, err string
-	}{
-		{"0.01", "0.01", ""},
-		{" 10 ", "10", ""},
-		{"", "", ""},
-		{"0", "0", ""}, // text is valid; positivity is checked by Validate
-		{"007.50", "007.50", ""},
-		{"1e-2", "", `decimal "1e-2": want plain decimal notation such as "0.01" or "10"`},
-		{".5", "", `decimal ".5": want plain decimal notation such as "0.01" or "10"`},
-		{"5.", "", `decimal "5.": want plain decimal notation such as "0.01" or "10"`},
-		{"+1", "", `decimal "+1": want plain decimal notation such as "0.01" or "10"`},
-		{"NaN", "", `decimal "NaN": want plain decimal notation such as "0.01" or "10"`},
-		{"1.2.3", "", `decimal "1.2.3": want plain decimal notation such as "0.01" or "10"`},
-		{"١", "", `decimal "١": want plain decimal notation such as "0.01" or "10"`},
-		{"99999999999999999999", "99999999999999999999", ""},
-		{"000099999999999999999999", "000099999999999999999999", ""},
-		{"100000000000000000000", "", `decimal "100000000000000000000": more than 20 integer digits`},
-	}
-	for _, tt := range tests {
-		t.Run(tt.in, func(t *testing.T) {
-			var d Decimal
-			err := d.UnmarshalText([]byte(tt.in))
-			switch {
-			case tt.err != "" && (err == nil || err.Error() != tt.err):
-				t.Errorf("error = %v, want %s", err, tt.err)
-			case tt.err == "" && err != nil:
-				t.Errorf("error = %v", err)
-			case tt.err == "" && string(d) != tt.want:
-				t.Errorf("= %q, want %q", d, tt.want)
-			}
-			if tt.err == "" {
-				b, _ := d.MarshalText()
-				if string(b) != tt.want || d.IsSet() != (tt.want != "") {
-					t.Errorf("MarshalText = %q, IsSet = %v", b, d.IsSet())
-				}
-			}
-		})
-	}
-	if v := Decimal("0.000010").Value(); v.String() != "0.00001" {
-		t.Errorf("Value() = %s", v)
-	}
-}
-
 func TestIsSymbol(t *testing.T) {
 	for s, want := range map[string]bool{
 		"BTC_USDT": true, "1INCH_USDT": true, "A_B": true,
@@ -283,31 +179,5 @@ func TestIsSymbol(t *testing.T) {
 		if IsSymbol(s) != want {
 			t.Errorf("IsSymbol(%q) = %v, want %v", s, !want, want)
 		}
-	}
-}
-
-func TestIdempotencyReplicaAcks(t *testing.T) {
-	for _, tc := range []struct {
-		name       string
-		addrs      []string
-		masterName string
-		set        int
-		want       int
-	}{
-		{"standalone", []string{"redis:6379"}, "", -1, 0},
-		{"sentinel", []string{"s1:26379", "s2:26379", "s3:26379"}, "mymaster", -1, 1},
-		{"sentinel with one address", []string{"s1:26379"}, "mymaster", -1, 1},
-		{"cluster", []string{"n1:6379", "n2:6379", "n3:6379"}, "", -1, 1},
-		{"set to 0 on a cluster", []string{"n1:6379", "n2:6379"}, "", 0, 0},
-		{"set to 2 on standalone", []string{"redis:6379"}, "", 2, 2},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			c := Default()
-			c.Limiter.Redis.Addrs, c.Limiter.Redis.MasterName = tc.addrs, tc.masterName
-			c.Idempotency.ReplicaAcks = tc.set
-			if got := c.IdempotencyReplicaAcks(); got != tc.want {
-				t.Errorf("IdempotencyReplicaAcks() = %d, want %d", got, tc.want)
-			}
-		})
 	}
 }
