@@ -7,9 +7,10 @@ import (
 )
 
 // reloadModes is, for every setting, whether a reload applies it (live)
-// or it waits for a restart. cmd/exgate's TestReloadAppliesLiveSettings
-// proves the live rows on the running gateway and that a changed restart
-// row is reported as ignored until restart.
+// or it waits for a restart. cmd/exgate's TestReloadReportIsTrue changes
+// a setting of every section on the running gateway: a live one takes
+// effect, a restart-only one is reported as ignored until restart and
+// changes nothing.
 var reloadModes = map[string]string{
 	"admin.pprof":                         ReloadRestart,
 	"admin_listen":                        ReloadRestart,

@@ -13,9 +13,9 @@ import (
 )
 
 // TestDuplicateProtectionOwnRedis checks that idempotency.backend: redis
-// with the limits in memory gets a Redis client of its own (before, it
-// silently used an in-process store that replicas do not share), that it
-// needs the key secret, and that /readyz names what its outage degrades.
+// with the limits in memory gets a Redis client of its own (not an
+// in-process store that replicas would not share), that it needs the key
+// secret, and that /readyz names what its outage degrades.
 func TestDuplicateProtectionOwnRedis(t *testing.T) {
 	deadRedis := fmt.Sprintf("127.0.0.1:%d", redistest.FreePort(t))
 	mut := func(cfg *config.Config) {
