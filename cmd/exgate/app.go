@@ -129,16 +129,11 @@ func (a *app) wire(cfg *config.Config) error {
 			return err
 		}
 	}
-	tokens, err := loadTokens(cfg, a.d.configPath)
+	tokens, users, err := loadTiers(cfg, a.d.configPath)
 	if err != nil {
 		return err
 	}
-	users, err := loadUsers(cfg, a.d.configPath)
-	if err != nil {
-		return err
-	}
-	resolveRedisFiles(cfg, a.d.configPath)
-	resolveIdentityFiles(cfg, a.d.configPath)
+	resolveFiles(cfg, a.d.configPath)
 	if err := a.openLimits(cfg); err != nil {
 		return err
 	}

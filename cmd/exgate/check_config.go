@@ -43,13 +43,10 @@ func checkNamedFiles(path string, getenv func(string) (string, bool)) error {
 	if err != nil {
 		return err
 	}
-	if _, err := loadTokens(cfg, path); err != nil {
+	if _, _, err := loadTiers(cfg, path); err != nil {
 		return err
 	}
-	if _, err := loadUsers(cfg, path); err != nil {
-		return err
-	}
-	resolveIdentityFiles(cfg, path)
+	resolveFiles(cfg, path)
 	var files []config.JWTKey
 	for _, k := range cfg.Identity.JWT.Keys {
 		if k.PublicKeyFile != "" {
@@ -64,7 +61,6 @@ func checkNamedFiles(path string, getenv func(string) (string, bool)) error {
 			return err
 		}
 	}
-	resolveRedisFiles(cfg, path)
 	if _, err = limiter.RedisTLSConfig(cfg.Limiter.Redis); err != nil {
 		return err
 	}

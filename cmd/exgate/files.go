@@ -9,6 +9,26 @@ import (
 	"github.com/exgate/exgate/limiter"
 )
 
+// loadTiers reads the tokens file (token id → tier) and the users file
+// (user id → tier) the configuration names, if any.
+func loadTiers(cfg *config.Config, configPath string) (tokens, users map[string]string, err error) {
+	if tokens, err = loadTokens(cfg, configPath); err != nil {
+		return nil, nil, err
+	}
+	if users, err = loadUsers(cfg, configPath); err != nil {
+		return nil, nil, err
+	}
+	return tokens, users, nil
+}
+
+// resolveFiles makes the files cfg names that are read where they are
+// used (the Redis TLS files, the identity key files) relative to the
+// configuration file's directory.
+func resolveFiles(cfg *config.Config, configPath string) {
+	resolveRedisFiles(cfg, configPath)
+	resolveIdentityFiles(cfg, configPath)
+}
+
 // loadTokens reads the configuration's tokens file, if any; a relative
 // path is taken from the configuration file's directory.
 func loadTokens(cfg *config.Config, configPath string) (map[string]string, error) {

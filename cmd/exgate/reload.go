@@ -64,11 +64,7 @@ func (a *app) reloadConfig() (*config.Config, error) {
 	if err := eff.Validate(); err != nil {
 		return nil, fmt.Errorf("with the settings fixed at start (%s): %w", strings.Join(restart, ", "), err)
 	}
-	tokens, err := loadTokens(eff, a.d.configPath)
-	if err != nil {
-		return nil, err
-	}
-	users, err := loadUsers(eff, a.d.configPath)
+	tokens, users, err := loadTiers(eff, a.d.configPath)
 	if err != nil {
 		return nil, err
 	}
