@@ -23,7 +23,15 @@ const MinSecretLen = 16
 // metrics, and an id cannot be turned back into its token. Every replica
 // sharing limits must use the same secret. It is safe for concurrent use.
 type Keyer struct {
-	pool sync.Pool // hash.Hash (HMAC under the secret)
+	pool sync.Pool // *keyHash
+}
+
+// keyHash is one HMAC under the secret with the buffers it needs, pooled
+// so that working out an id allocates nothing but the id's string.
+type keyHash struct {
+	h   hash.Hash
+	in  []byte // the message, copied: hash.Hash takes bytes, not strings
+	sum [sha256.Size]byte
 }
 
 // NewKeyer returns a Keyer for secret, which must be at least
@@ -34,7 +42,7 @@ func NewKeyer(secret []byte) (*Keyer, error) {
 	}
 	s := append([]byte(nil), secret...)
 	k := &Keyer{}
-	k.pool.New = func() any { return hmac.New(sha256.New, s) }
+	k.pool.New = func() any { return &keyHash{h: hmac.New(sha256.New, s)} }
 	return k, nil
 }
 
@@ -46,17 +54,30 @@ func RandomSecret() []byte {
 	return b
 }
 
+// maxPooledMessage is the longest message whose copy stays with a pooled
+// keyHash; a longer one's buffer is dropped after use.
+const maxPooledMessage = 8 << 10
+
+// appendMAC appends to dst the id of the message prefix followed by
+// msg: the first TokenIDLen/2 bytes of its HMAC, in lower-case hex.
+func (k *Keyer) appendMAC(dst []byte, prefix []byte, msg string) []byte {
+	kh := k.pool.Get().(*keyHash)
+	kh.h.Reset()
+	kh.in = append(append(kh.in[:0], prefix...), msg...)
+	_, _ = kh.h.Write(kh.in)
+	kh.h.Sum(kh.sum[:0])
+	var out [TokenIDLen]byte
+	hex.Encode(out[:], kh.sum[:TokenIDLen/2])
+	if cap(kh.in) > maxPooledMessage {
+		kh.in = nil
+	}
+	k.pool.Put(kh)
+	return append(dst, out[:]...)
+}
+
 // appendID appends the id of token to dst.
 func (k *Keyer) appendID(dst []byte, token string) []byte {
-	h := k.pool.Get().(hash.Hash)
-	h.Reset()
-	_, _ = h.Write([]byte(token))
-	var sum [sha256.Size]byte
-	h.Sum(sum[:0])
-	k.pool.Put(h)
-	var out [TokenIDLen]byte
-	hex.Encode(out[:], sum[:TokenIDLen/2])
-	return append(dst, out[:]...)
+	return k.appendMAC(dst, nil, token)
 }
 
 // ID returns the token id of token.
@@ -71,15 +92,7 @@ func (k *Keyer) ID(token string) string {
 // reaches Redis or logs and no token id equals an account's key.
 func (k *Keyer) AccountID(user string) string {
 	var buf [TokenIDLen]byte
-	h := k.pool.Get().(hash.Hash)
-	h.Reset()
-	_, _ = h.Write(accountDomain)
-	_, _ = h.Write([]byte(user))
-	var sum [sha256.Size]byte
-	h.Sum(sum[:0])
-	k.pool.Put(h)
-	hex.Encode(buf[:], sum[:TokenIDLen/2])
-	return string(buf[:])
+	return string(k.appendMAC(buf[:0], accountDomain, user))
 }
 
 var accountDomain = []byte("account\x00")

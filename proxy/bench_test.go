@@ -5,18 +5,22 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
 
 	"github.com/exgate/exgate/config"
+	"github.com/exgate/exgate/idempotency"
 	"github.com/exgate/exgate/identity"
 	"github.com/exgate/exgate/internal/redistest"
 	"github.com/exgate/exgate/limiter"
 	"github.com/exgate/exgate/metrics"
 	"github.com/exgate/exgate/ratelimit"
 	"github.com/exgate/exgate/topk"
+	"github.com/exgate/exgate/validate"
 )
 
 // discardWriter is a ResponseWriter that keeps nothing, so the benchmark
@@ -90,6 +94,7 @@ func benchmarkMarketsAs(b *testing.B, gw *Gateway, auth string) {
 	b.ReportAllocs()
 	b.SetParallelism(32)
 	b.ResetTimer()
+	defer reportCPU(b)()
 	b.RunParallel(func(pb *testing.PB) {
 		req := httptest.NewRequest("GET", "/api/v1/mkt/markets/", nil)
 		req.RemoteAddr = "127.0.0.1:5555"
@@ -260,4 +265,169 @@ func BenchmarkTableMatch(b *testing.B) {
 			}
 		}
 	}
+}
+
+// benchOrder is the order every POST of the benchmarks places, as the
+// load harness (bench/cmd/benchrun) sends it.
+const benchOrder = `{"symbol":"BTC_USDT","type":"market","side":"buy","base_amount":"0.001"}`
+
+// benchOrderConfig is the configuration the load harness gives exgate:
+// an order route (token required, validated, limited by token), the
+// markets route (limited by address or token) and a default route, with
+// limits no benchmark reaches when limits is true.
+func benchOrderConfig(b *testing.B, limits bool) *config.Config {
+	b.Helper()
+	rate := ""
+	if limits {
+		rate = "1000000000/1h"
+	}
+	yaml := `listen: "127.0.0.1:0"
+upstream:
+  url: "http://127.0.0.1:1"
+log:
+  access: false
+limiter:
+  backend: memory
+  token_spray:
+    max_tokens: 0
+routes:
+  - name: place_order
+    match: POST /api/v1/odr/orders/
+    auth: required
+    validate: order
+` + limitLines(rate, "      - {key: token, rate: %s}\n") + `  - name: list_markets
+    match: GET /api/v1/mkt/markets/
+    auth: optional
+` + limitLines(rate, "      - {key: address, when: anonymous, rate: %s}\n      - {key: token, when: token, rate: %s}\n") + `  - name: default
+    match: "*"
+    auth: none
+`
+	cfg, err := config.Parse("bench.yaml", []byte(yaml), func(string) (string, bool) { return "", false })
+	if err != nil {
+		b.Fatal(err)
+	}
+	return cfg
+}
+
+// limitLines is a route's limits block at rate, or "" without limits.
+func limitLines(rate, lines string) string {
+	if rate == "" {
+		return ""
+	}
+	return "    limits:\n" + strings.ReplaceAll(lines, "%s", rate)
+}
+
+// orderTransport answers every order with 201 in process.
+type orderTransport struct{}
+
+func (orderTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.Body != nil {
+		_, _ = io.Copy(io.Discard, r.Body)
+		r.Body.Close()
+	}
+	const placed = `{"id":1,"state":"active"}`
+	status, body := http.StatusCreated, placed
+	if r.Method == http.MethodGet {
+		status, body = http.StatusOK, marketsBody
+	}
+	return &http.Response{
+		StatusCode: status, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+		Header: http.Header{"Content-Type": {"application/json"},
+			"X-Request-Id": r.Header["X-Request-Id"]},
+		Body:          io.NopCloser(strings.NewReader(body)),
+		ContentLength: int64(len(body)),
+		Request:       r,
+	}, nil
+}
+
+// BenchmarkGatewayOrder measures exgate's own cost per order, as `make
+// bench` sends them (one opaque token, a market order, the harness's
+// configuration), beside a GET of the markets in the same configuration:
+// limits off, memory limits and Redis limits (a real redis-server), with
+// validation, duplicate protection (memory store) and metrics on, against
+// an in-process backend. The difference between order/… and get/… is the
+// order work: the body, validation, the canonical encoding.
+func BenchmarkGatewayOrder(b *testing.B) {
+	srv := redistest.Start(b)
+	for _, mode := range []string{"off", "memory", "redis"} {
+		cfg := benchOrderConfig(b, mode != "off")
+		cat, err := validate.NewCatalogue(validate.CatalogueOptions{BaseURL: cfg.Upstream.URL.URL, Transport: http.DefaultTransport})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := cat.Set([]validate.Market{{Symbol: "BTC_USDT", Base: "BTC", Quote: "USDT", Tradable: true,
+			PricePrecision: 2, BaseAmountPrecision: 6, QuoteAmountPrecision: 2}}); err != nil {
+			b.Fatal(err)
+		}
+		v, err := validate.New(cfg.Validation, cat, zap.NewNop())
+		if err != nil {
+			b.Fatal(err)
+		}
+		k, _ := limiter.NewKeyer([]byte("bench-secret-0123456789abcdef"))
+		var store ratelimit.Limiter = ratelimit.NewMemory(ratelimit.MemoryOptions{})
+		if mode == "redis" {
+			r := ratelimit.NewRedis(srv.Client(), ratelimit.RedisOptions{Timeout: time.Second})
+			defer r.Close()
+			store = ratelimit.NewDenyCache(r, 1000, nil)
+		}
+		enf, _ := limiter.NewEnforcer(limiter.EnforcerOptions{Store: store, Keyer: k})
+		m, _ := metrics.New(prometheus.NewRegistry(), metrics.BuildInfo{})
+		gw, err := New(cfg, Options{Transport: orderTransport{}, Limits: enf, Metrics: m, Validator: v,
+			Idempotency: idempotency.NewMemory(idempotency.OptionsFrom(cfg.Idempotency))})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run("order/"+mode, func(b *testing.B) { benchmarkOrders(b, gw, benchOrder) })
+		b.Run("get/"+mode, func(b *testing.B) { benchmarkMarketsAs(b, gw, "Bearer bench-token") })
+	}
+}
+
+// benchmarkOrders posts body as an order through gw, 64 requests at once
+// on 2 CPUs as the load harness does, each expected to answer 201.
+func benchmarkOrders(b *testing.B, gw *Gateway, body string) {
+	b.ReportAllocs()
+	b.SetParallelism(32)
+	b.ResetTimer()
+	defer reportCPU(b)()
+	b.RunParallel(func(pb *testing.PB) {
+		rd := strings.NewReader(body)
+		req := httptest.NewRequest("POST", "/api/v1/odr/orders/", nil)
+		req.RemoteAddr = "127.0.0.1:5555"
+		w := &discardWriter{h: http.Header{}}
+		for pb.Next() {
+			clear(w.h)
+			clear(req.Header)
+			req.Header["Authorization"] = []string{"Bearer bench-token"}
+			req.Header["Content-Type"] = []string{"application/json"}
+			rd.Reset(body)
+			req.Body, req.ContentLength = io.NopCloser(rd), int64(len(body))
+			req.URL.Path = "/api/v1/odr/orders/"
+			gw.ServeHTTP(w, req)
+			if w.code != http.StatusCreated {
+				b.Errorf("status %d", w.code)
+				return
+			}
+		}
+	})
+}
+
+// reportCPU starts counting the process's CPU time (user and system, all
+// threads: the gateway, the runtime and its collector) and returns the
+// function that reports it per operation as cpu-ns/op: on a machine
+// shared with other work, CPU per request is steadier than ns/op, which
+// counts the time other processes held the CPUs.
+func reportCPU(b *testing.B) func() {
+	start := processCPU(b)
+	return func() {
+		b.ReportMetric(float64(processCPU(b)-start)/float64(b.N), "cpu-ns/op")
+	}
+}
+
+// processCPU is the CPU time the process has used so far.
+func processCPU(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -361,11 +361,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		if route.Config.Validate == config.ValidateOrd && pl.validator != nil {
-			var key string
-			if g.idem != nil {
-				key = g.identityKey(ex)
-			}
-			if !g.checkOrder(ex, r, pl.validator, key) {
+			if !g.checkOrder(ex, r, pl.validator) {
 				return
 			}
 		} else if e := g.streamBodyOf(ex, r); e != nil {

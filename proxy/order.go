@@ -46,8 +46,10 @@ var (
 // checkOrder validates an order request and claims its identifier. It
 // returns false when it has answered the request itself; otherwise the
 // request's body is the order's canonical encoding (forwardCanonical),
-// whose fingerprint duplicate protection compares.
-func (g *Gateway) checkOrder(ex *exchange, r *http.Request, v *validate.Validator, identityKey string) bool {
+// whose fingerprint duplicate protection compares. The caller's identity
+// key (an HMAC for an opaque token) is worked out only for an order that
+// carries an identifier, and reused when the limits already did.
+func (g *Gateway) checkOrder(ex *exchange, r *http.Request, v *validate.Validator) bool {
 	if p := v.PreCheck(r.Header["Content-Type"], r.ContentLength); p != nil {
 		g.metrics.ValidationRejected(p.Code)
 		g.refuse(ex, r, p)
@@ -79,7 +81,11 @@ func (g *Gateway) checkOrder(ex *exchange, r *http.Request, v *validate.Validato
 	}
 	body = forwardCanonical(ex, r, &order)
 
-	if order.Identifier == "" || g.idem == nil || identityKey == "" {
+	if order.Identifier == "" || g.idem == nil {
+		return true
+	}
+	identityKey := g.identityKey(ex)
+	if identityKey == "" {
 		return true
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), g.idemTimeout)

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -167,6 +168,39 @@ func TestTwoSpellingsOfOneOrderAreOneOrder(t *testing.T) {
 	assertError(t, postOrder(t, e, other), http.StatusConflict, "duplicate_identifier")
 	if n := e.backend.count(); n != 1 {
 		t.Errorf("backend received %d orders, want 1", n)
+	}
+}
+
+// TestDuplicatesKeyedByTokenWithoutLimits: on an order route without
+// limits, no limit works out the token's id, yet an identifier is still
+// claimed per token: the same token's repeat is replayed, another token
+// may use the identifier, and an order without one is placed each time.
+func TestDuplicatesKeyedByTokenWithoutLimits(t *testing.T) {
+	e := startOrdersConfig(t, placed, nil, func(c *config.Config) {
+		c.Route("place_order").Limits = nil
+		c.Routes = slices.DeleteFunc(c.Routes, func(r config.Route) bool { return r.Validate == config.ValidateBulk })
+	})
+	withID := `{"symbol":"BTC_USDT","type":"market","side":"buy","base_amount":"0.5","identifier":"o-7"}`
+	without := `{"symbol":"BTC_USDT","type":"market","side":"buy","base_amount":"0.5"}`
+	for _, tc := range []struct {
+		name, token, body, replayed string
+	}{
+		{"first", "tok-a", withID, ""},
+		{"same token again", "tok-a", withID, "true"},
+		{"another token", "tok-b", withID, ""},
+		{"no identifier", "tok-a", without, ""},
+		{"no identifier again", "tok-a", without, ""},
+	} {
+		res := do(t, "POST", e.url+"/api/v1/odr/orders/", strings.NewReader(tc.body),
+			"Authorization", "Bearer "+tc.token, "Content-Type", "application/json")
+		io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		if res.StatusCode != 201 || res.Header.Get(idempotency.ReplayedHeader) != tc.replayed {
+			t.Errorf("%s: status %d, replayed %q; want 201, %q", tc.name, res.StatusCode, res.Header.Get(idempotency.ReplayedHeader), tc.replayed)
+		}
+	}
+	if n := e.backend.count(); n != 4 {
+		t.Errorf("backend received %d orders, want 4", n)
 	}
 }
 
