@@ -13,6 +13,7 @@ import (
 
 	"github.com/exgate/exgate/config"
 	"github.com/exgate/exgate/internal/expiring"
+	"github.com/exgate/exgate/internal/lograte"
 	"github.com/exgate/exgate/ratelimit"
 )
 
@@ -150,7 +151,7 @@ type Enforcer struct {
 	log        *zap.Logger
 	now        func() time.Time
 
-	lastWarn  atomic.Int64
+	warnRate  lograte.Limit
 	storeErrs atomic.Int64
 	fallbacks [3]atomic.Int64 // open, closed, local
 }
@@ -400,9 +401,7 @@ func (e *Enforcer) storeFailed(rr *RouteRules, err error) {
 }
 
 func (e *Enforcer) warn(msg string, err error, fields ...zap.Field) {
-	now := e.now().UnixNano()
-	last := e.lastWarn.Load()
-	if now-last < int64(time.Second) || !e.lastWarn.CompareAndSwap(last, now) {
+	if !e.warnRate.Allow(e.now()) {
 		return
 	}
 	e.log.Warn(msg, append(fields, zap.Error(err))...)

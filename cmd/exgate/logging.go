@@ -6,13 +6,13 @@ import (
 	"io"
 	stdlog "log"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
 	"github.com/exgate/exgate/config"
+	"github.com/exgate/exgate/internal/lograte"
 )
 
 // newLogger builds the process logger: JSON on stderr, or a console
@@ -51,7 +51,7 @@ func newLogger(lc config.Log, dev bool, w io.Writer) (*zap.Logger, error) {
 type redisLogger struct {
 	log  *zap.Logger
 	now  func() time.Time
-	last atomic.Int64 // when the last line was written, in Unix nanoseconds
+	rate lograte.Limit
 }
 
 // newRedisLogger returns the logger go-redis writes to (redis.SetLogger).
@@ -60,9 +60,7 @@ func newRedisLogger(log *zap.Logger, now func() time.Time) *redisLogger {
 }
 
 func (l *redisLogger) Printf(_ context.Context, format string, v ...any) {
-	now := l.now().UnixNano()
-	last := l.last.Load()
-	if now-last < int64(time.Second) || !l.last.CompareAndSwap(last, now) {
+	if !l.rate.Allow(l.now()) {
 		return
 	}
 	l.log.Warn(fmt.Sprintf(format, v...))
