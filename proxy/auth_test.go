@@ -299,3 +299,65 @@ exgate_auth_failures_total{reason="wrong_type"} 2
 		t.Fatal(err)
 	}
 }
+
+func TestAuthRequired(t *testing.T) {
+	e := startEnv(t, nil)
+	body := `{"symbol":"BTC_USDT"}`
+	tests := []struct {
+		name   string
+		header []string
+		code   string // "" means forwarded
+	}{
+		{"none", nil, "not_authenticated"},
+		{"empty", []string{"Authorization", ""}, "authentication_failed"},
+		{"basic", []string{"Authorization", "Basic ZGV2OmRldg=="}, "authentication_failed"},
+		{"scheme only", []string{"Authorization", "Bearer"}, "authentication_failed"},
+		{"scheme and space", []string{"Authorization", "Bearer "}, "authentication_failed"},
+		{"two words", []string{"Authorization", "Bearer a b"}, "authentication_failed"},
+		{"bad char", []string{"Authorization", "Bearer a\"b"}, "authentication_failed"},
+		{"padding inside", []string{"Authorization", "Bearer a=b"}, "authentication_failed"},
+		{"too long", []string{"Authorization", "Bearer " + strings.Repeat("a", maxTokenLen+1)}, "authentication_failed"},
+		{"two headers", []string{"Authorization", "Bearer a", "Authorization", "Bearer b"}, "authentication_failed"},
+		{"opaque token", []string{"Authorization", "Bearer sig-_~+/=="}, ""},
+		{"jwt", []string{"Authorization", "Bearer eyJhbGciOiJIUzI1NiJ9.eyJ4IjoxfQ.sig-_A"}, ""},
+		{"jwt padded", []string{"Authorization", "Bearer eyJhbGciOiJIUzI1NiJ9.eyJ4IjoxfQ.sig-_A=="}, "token_not_valid"},
+		{"jwt standard alphabet", []string{"Authorization", "Bearer eyJhbGciOiJIUzI1NiJ9.eyJ4IjoxfQ.sig+/A"}, "token_not_valid"},
+		{"lower-case scheme", []string{"Authorization", "bearer tok"}, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			before := e.backend.orders.Load()
+			res := do(t, "POST", e.url+"/api/v1/odr/orders/", strings.NewReader(body),
+				append([]string{"Content-Type", "application/json"}, tt.header...)...)
+			if tt.code == "" {
+				res.Body.Close()
+				if res.StatusCode != http.StatusOK || e.backend.orders.Load() != before+1 {
+					t.Fatalf("status %d, forwarded %d", res.StatusCode, e.backend.orders.Load()-before)
+				}
+				return
+			}
+			assertError(t, res, http.StatusUnauthorized, tt.code)
+			if !strings.HasPrefix(res.Header.Get("WWW-Authenticate"), "Bearer") {
+				t.Fatalf("WWW-Authenticate = %q", res.Header.Get("WWW-Authenticate"))
+			}
+			if n := e.backend.orders.Load() - before; n != 0 {
+				t.Fatalf("a refused order reached the backend (%d)", n)
+			}
+		})
+	}
+}
+
+func TestOptionalAuth(t *testing.T) {
+	e := startEnv(t, nil)
+	res := do(t, "GET", e.url+"/api/v1/mkt/markets/", nil)
+	res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		t.Fatalf("anonymous markets: %d", res.StatusCode)
+	}
+	n := e.backend.count()
+	assertError(t, do(t, "GET", e.url+"/api/v1/mkt/markets/", nil, "Authorization", "Bearer a b"),
+		http.StatusUnauthorized, "authentication_failed")
+	if e.backend.count() != n {
+		t.Fatal("a malformed Authorization header reached the backend")
+	}
+}

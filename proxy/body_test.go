@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -101,5 +102,36 @@ func TestStreamedBodyFailures(t *testing.T) {
 	}
 	if got := e.backend.last(t); got.BodyErr == nil {
 		t.Errorf("the backend read a complete body %q from a stalled upload", got.Body)
+	}
+}
+
+func TestBodyTooLarge(t *testing.T) {
+	e := startEnv(t, func(c *config.Config) { c.Server.MaxBodyBytes = 1 << 10 })
+	big := strings.Repeat("x", 64<<10)
+	// Declared length over the limit: refused before anything is sent.
+	assertError(t, do(t, "POST", e.url+"/api/v1/usr/authenticate/", strings.NewReader(big)),
+		http.StatusRequestEntityTooLarge, "request_too_large")
+	if e.backend.count() != 0 {
+		t.Fatal("a body of declared oversize length reached the backend")
+	}
+	// Chunked over the limit: streamed up to the limit, then the upstream
+	// request is broken off, so the backend never gets a complete one.
+	assertError(t, do(t, "POST", e.url+"/api/v1/usr/authenticate/", io.MultiReader(strings.NewReader(big))),
+		http.StatusRequestEntityTooLarge, "request_too_large")
+	deadline := time.Now().Add(5 * time.Second)
+	for e.backend.count() == 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if e.backend.count() == 1 {
+		if got := e.backend.last(t); got.BodyErr == nil || len(got.Body) > 1<<10 {
+			t.Fatalf("the backend read %d bytes of an oversize body and then %v, want a broken request", len(got.Body), got.BodyErr)
+		}
+	}
+	// Chunked under the limit: streamed whole.
+	res := do(t, "POST", e.url+"/api/v1/usr/authenticate/", io.MultiReader(strings.NewReader("small")))
+	res.Body.Close()
+	got := e.backend.last(t)
+	if res.StatusCode != http.StatusOK || got.Body != "small" || got.BodyErr != nil {
+		t.Fatalf("status %d, backend got %q (%v)", res.StatusCode, got.Body, got.BodyErr)
 	}
 }

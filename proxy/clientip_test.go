@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"fmt"
 	"io"
 	"net/netip"
 	"strings"
@@ -212,3 +213,49 @@ func TestForwardedEntriesKeyedAsWritten(t *testing.T) {
 		})
 	}
 }
+
+// TestSpoofedForwardedForChangesNothing: an untrusted peer cannot choose
+// the address it is limited as.
+func TestSpoofedForwardedForChangesNothing(t *testing.T) {
+	e := startLimited(t, nil, smallMatches)
+	codes := map[int]int{}
+	for i := 0; i < 10; i++ {
+		res := do(t, "GET", e.url+"/api/v1/mth/matches/BTC_USDT/", nil,
+			"X-Forwarded-For", fmt.Sprintf("203.0.113.%d", i), "X-Real-IP", fmt.Sprintf("198.51.100.%d", i),
+			"Forwarded", fmt.Sprintf("for=192.0.2.%d", i))
+		io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		codes[res.StatusCode]++
+	}
+	if codes[200] != 3 || codes[429] != 7 {
+		t.Errorf("statuses %v, want 3×200 and 7×429: spoofed headers must not create allowances", codes)
+	}
+}
+
+func TestTrustedProxyForwardedFor(t *testing.T) {
+	e := startLimited(t, nil, func(c *config.Config) {
+		smallMatches(c)
+		c.ClientIP.TrustedProxies = []config.Prefix{{Prefix: mustPrefix("127.0.0.0/8")}, {Prefix: mustPrefix("10.0.0.0/8")}}
+	})
+	get := func(xff string) int {
+		res := do(t, "GET", e.url+"/api/v1/mth/matches/BTC_USDT/", nil, "X-Forwarded-For", xff)
+		io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		return res.StatusCode
+	}
+	// Client 203.0.113.1 behind a trusted load balancer 10.0.0.2; the
+	// left-most entry is whatever the client claimed.
+	for i := 0; i < 3; i++ {
+		if c := get(fmt.Sprintf("198.51.100.%d, 203.0.113.1, 10.0.0.2", i)); c != 200 {
+			t.Fatalf("request %d: %d", i, c)
+		}
+	}
+	if c := get("198.51.100.99, 203.0.113.1, 10.0.0.2"); c != 429 {
+		t.Errorf("4th request of 203.0.113.1 with a new spoofed prefix: %d, want 429", c)
+	}
+	if c := get("203.0.113.2"); c != 200 {
+		t.Errorf("another client behind the proxy: %d, want 200", c)
+	}
+}
+
+func mustPrefix(s string) netip.Prefix { return netip.MustParsePrefix(s) }

@@ -3,11 +3,9 @@ package proxy
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"net/netip"
 	"strconv"
 	"strings"
 	"testing"
@@ -123,50 +121,6 @@ func TestTooManyTokensAnswer(t *testing.T) {
 	}
 }
 
-// TestSpoofedForwardedForChangesNothing: an untrusted peer cannot choose
-// the address it is limited as.
-func TestSpoofedForwardedForChangesNothing(t *testing.T) {
-	e := startLimited(t, nil, smallMatches)
-	codes := map[int]int{}
-	for i := 0; i < 10; i++ {
-		res := do(t, "GET", e.url+"/api/v1/mth/matches/BTC_USDT/", nil,
-			"X-Forwarded-For", fmt.Sprintf("203.0.113.%d", i), "X-Real-IP", fmt.Sprintf("198.51.100.%d", i),
-			"Forwarded", fmt.Sprintf("for=192.0.2.%d", i))
-		io.Copy(io.Discard, res.Body)
-		res.Body.Close()
-		codes[res.StatusCode]++
-	}
-	if codes[200] != 3 || codes[429] != 7 {
-		t.Errorf("statuses %v, want 3×200 and 7×429: spoofed headers must not create allowances", codes)
-	}
-}
-
-func TestTrustedProxyForwardedFor(t *testing.T) {
-	e := startLimited(t, nil, func(c *config.Config) {
-		smallMatches(c)
-		c.ClientIP.TrustedProxies = []config.Prefix{{Prefix: mustPrefix("127.0.0.0/8")}, {Prefix: mustPrefix("10.0.0.0/8")}}
-	})
-	get := func(xff string) int {
-		res := do(t, "GET", e.url+"/api/v1/mth/matches/BTC_USDT/", nil, "X-Forwarded-For", xff)
-		io.Copy(io.Discard, res.Body)
-		res.Body.Close()
-		return res.StatusCode
-	}
-	// Client 203.0.113.1 behind a trusted load balancer 10.0.0.2; the
-	// left-most entry is whatever the client claimed.
-	for i := 0; i < 3; i++ {
-		if c := get(fmt.Sprintf("198.51.100.%d, 203.0.113.1, 10.0.0.2", i)); c != 200 {
-			t.Fatalf("request %d: %d", i, c)
-		}
-	}
-	if c := get("198.51.100.99, 203.0.113.1, 10.0.0.2"); c != 429 {
-		t.Errorf("4th request of 203.0.113.1 with a new spoofed prefix: %d, want 429", c)
-	}
-	if c := get("203.0.113.2"); c != 200 {
-		t.Errorf("another client behind the proxy: %d, want 200", c)
-	}
-}
-
 func TestLimitsBeforeBody(t *testing.T) {
 	e := startLimited(t, nil, func(c *config.Config) {
 		c.Route("place_order").Limits[0].Rate = config.Rate{N: 1, Period: time.Hour}
@@ -254,27 +208,3 @@ func TestReloadChangesLimits(t *testing.T) {
 		t.Errorf("after reload: %d %q", res.StatusCode, res.Header.Get("RateLimit-Policy"))
 	}
 }
-
-func TestAccessLogNeverHoldsTheToken(t *testing.T) {
-	e := startLimited(t, nil, nil)
-	const token = "eyJhbGciOiJIUzI1NiJ9.very-secret-token"
-	res := do(t, "GET", e.url+"/api/v1/mkt/markets/", nil, "Authorization", "Bearer "+token)
-	io.Copy(io.Discard, res.Body)
-	res.Body.Close()
-	k, _ := limiter.NewKeyer([]byte(testKeySecret))
-	entries := e.logs.FilterMessage("request").All()
-	if len(entries) != 1 {
-		t.Fatalf("%d access log lines", len(entries))
-	}
-	f := entries[0].ContextMap()
-	if f["token_id"] != k.ID(token)[:12] || f["limit"] != "token" || f["limit_decision"] != "allowed" || f["client"] != "127.0.0.1" {
-		t.Errorf("access log fields %v", f)
-	}
-	for k, v := range f {
-		if strings.Contains(fmt.Sprint(v), "very-secret") {
-			t.Errorf("access log field %s holds the token: %v", k, v)
-		}
-	}
-}
-
-func mustPrefix(s string) netip.Prefix { return netip.MustParsePrefix(s) }

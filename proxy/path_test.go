@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"net/http"
 	"strings"
 	"testing"
 )
@@ -106,4 +107,21 @@ func FuzzCanonicalPath(f *testing.F) {
 			t.Fatalf("canonicalPath(%q) = %q keeps an escape or an empty segment", p, got)
 		}
 	})
+}
+
+func TestInvalidPath(t *testing.T) {
+	e := startEnv(t, nil)
+	for _, p := range []string{"/a%2fb", "/a/%zz", "/..", "/a;b", "/a%00"} {
+		t.Run(p, func(t *testing.T) {
+			res := rawRequest(t, e.addr, "GET "+p+" HTTP/1.1\r\nHost: x\r\n\r\n")
+			if res.StatusCode == http.StatusBadRequest && res.Header.Get("Content-Type") != "application/json" {
+				res.Body.Close()
+				return // refused by net/http's request-line parser
+			}
+			assertError(t, res, http.StatusBadRequest, "invalid_path")
+		})
+	}
+	if e.backend.count() != 0 {
+		t.Fatal("an invalid path reached the backend")
+	}
 }

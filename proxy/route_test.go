@@ -1,9 +1,13 @@
 package proxy
 
 import (
+	"fmt"
+	"io"
+	"net/http"
 	"testing"
 
 	"github.com/exgate/exgate/config"
+	"go.uber.org/zap"
 )
 
 func TestTableMatch(t *testing.T) {
@@ -139,5 +143,105 @@ func TestForwardPathNoAllocWhenSpelledAsRoute(t *testing.T) {
 	r, _, _ := tab.match("GET", "/api/v1/mth/matches/BTC_USDT/")
 	if n := testing.AllocsPerRun(100, func() { _ = r.forwardPath("/api/v1/mth/matches/BTC_USDT/") }); n != 0 {
 		t.Fatalf("forwardPath allocates %v times", n)
+	}
+}
+
+// TestMethodNotAllowed: exgate answers 405 itself only for a method no
+// route of the table accepts (not one of the methods routes match, with a
+// default route that takes them all); its access-log line names the path.
+func TestMethodNotAllowed(t *testing.T) {
+	e := startEnv(t, nil)
+	for _, tt := range []struct{ method, path string }{
+		{"TRACE", "/api/v1/usr/authenticate/"},
+		{"PROPFIND", "/api/v1/odr/orders/"},
+	} {
+		t.Run(tt.method+" "+tt.path, func(t *testing.T) {
+			n := e.backend.count()
+			res := do(t, tt.method, e.url+tt.path, nil)
+			if got, want := res.Header.Get("Allow"), "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS"; got != want {
+				t.Fatalf("Allow = %q, want %q", got, want)
+			}
+			er := assertError(t, res, http.StatusMethodNotAllowed, "method_not_allowed")
+			if er.Detail != fmt.Sprintf("Method %q not allowed.", tt.method) {
+				t.Fatalf("detail = %q", er.Detail)
+			}
+			if e.backend.count() != n {
+				t.Fatal("reached the backend")
+			}
+			logs := e.logs.FilterMessage("request").FilterField(zap.Int("status", 405)).All()
+			if len(logs) == 0 || logs[len(logs)-1].ContextMap()["path"] != tt.path {
+				t.Fatalf("access log of the 405 does not name the path: %v", logs)
+			}
+		})
+	}
+}
+
+// TestMethodsFallThroughToTheBackend: a method that no route names on a
+// path goes to the route the table gives it, and the backend answers; a
+// private namespace still wants a token first.
+func TestMethodsFallThroughToTheBackend(t *testing.T) {
+	e := startEnv(t, nil)
+	tests := []struct {
+		method, path, token string
+		status              int
+		code                string // exgate's refusal, or "" when the backend answers
+		forwarded           string
+	}{
+		{"GET", "/api/v1/odr/orders/?state=active", "tok", 200, "", "/api/v1/odr/orders/?state=active"},
+		{"GET", "/api/v1/odr/orders/", "", 401, "not_authenticated", ""},
+		{"DELETE", "/api/v1/odr/orders/17", "tok", 200, "", "/api/v1/odr/orders/17/"},
+		{"GET", "/api/v1/odr/orders/%7B17,18%7D/", "tok", 200, "", "/api/v1/odr/orders/%7B17,18%7D/"},
+		{"PUT", "/api/v1/odr/orders/", "", 401, "not_authenticated", ""},
+		{"PATCH", "/api/v1/wlt/wallets/", "", 401, "not_authenticated", ""},
+		{"POST", "/api/v1/mkt/markets/", "", 200, "", "/api/v1/mkt/markets/"},
+		{"OPTIONS", "/api/v1/mkt/markets/", "", 200, "", "/api/v1/mkt/markets/"},
+		{"GET", "/api/v1/usr/authenticate/", "", 200, "", "/api/v1/usr/authenticate/"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.method+" "+tt.path, func(t *testing.T) {
+			n := e.backend.count()
+			req, _ := http.NewRequest(tt.method, e.url+tt.path, nil)
+			if tt.token != "" {
+				req.Header.Set("Authorization", "Bearer "+tt.token)
+			}
+			res, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tt.code != "" {
+				assertError(t, res, tt.status, tt.code)
+				if e.backend.count() != n {
+					t.Fatal("an edge refusal reached the backend")
+				}
+				return
+			}
+			res.Body.Close()
+			if res.StatusCode != tt.status {
+				t.Fatalf("status %d, want %d", res.StatusCode, tt.status)
+			}
+			if got := e.backend.last(t); got.Method != tt.method || got.RequestURI != tt.forwarded {
+				t.Fatalf("backend got %s %s, want %s %s", got.Method, got.RequestURI, tt.method, tt.forwarded)
+			}
+		})
+	}
+}
+
+func TestNotFoundWithoutDefaultRoute(t *testing.T) {
+	e := startEnv(t, func(c *config.Config) { c.Routes = c.Routes[:len(c.Routes)-1] })
+	assertError(t, do(t, "GET", e.url+"/api/v1/elsewhere/", nil), http.StatusNotFound, "not_found")
+	if e.backend.count() != 0 {
+		t.Fatal("reached the backend")
+	}
+	// Backend 404s pass through unchanged on the default route.
+	e2 := startEnv(t, nil)
+	e2.backend.handler = func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusNotFound)
+		_, _ = io.WriteString(w, "backend 404")
+	}
+	res := do(t, "GET", e2.url+"/nope", nil)
+	b, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.StatusCode != http.StatusNotFound || string(b) != "backend 404" {
+		t.Fatalf("backend 404 changed: %d %q", res.StatusCode, b)
 	}
 }
