@@ -99,109 +99,106 @@ func (g *Gateway) compileAdmission(r *Route) {
 	r.admission = a
 }
 
-// requestClass is the class of ex's request: its route's, or cancel for a
+// requestClass is the class of st's request: its route's, or cancel for a
 // bulk cancel.
-func requestClass(ex *exchange) overload.Class {
-	if ex.bulkCancel {
+func requestClass(st *requestState) overload.Class {
+	if st.bulkCancel {
 		return overload.Cancel
 	}
-	return ex.route.admission.class
+	return st.route.admission.class
 }
 
 // admitEarly sheds a request before its limits are charged when its class
 // is being shed anyway. A bulk is not known to be a cancel yet, so it is
 // judged as a cancel here: it is never shed early for being a placement.
-func (g *Gateway) admitEarly(ex *exchange, r *http.Request, pl *plan) bool {
-	if !pl.admission.enabled || ex.route.admission == nil {
-		return true
+func (g *Gateway) admitEarly(st *requestState, pl *plan) *apierror.Error {
+	if !pl.admission.enabled || st.route.admission == nil {
+		return nil
 	}
-	c := ex.route.admission.class
-	if ex.route.bulk != nil {
+	c := st.route.admission.class
+	if st.route.bulk != nil {
 		c = overload.Cancel
 	}
 	if g.admission.Admit(c) {
-		return true
+		return nil
 	}
-	ex.route.admission.metrics[c].Shed()
-	g.refuse(ex, r, pl.admission.errShed)
-	return false
+	st.route.admission.metrics[c].Shed()
+	return pl.admission.errShed
 }
 
-// admit takes a backend slot for ex's request, waiting at most its class's
-// wait, or sheds it. It returns false when it has answered the request.
-func (g *Gateway) admit(ex *exchange, r *http.Request, pl *plan) bool {
-	a := ex.route.admission
+// admit takes a backend slot for st's request, waiting at most its class's
+// wait, or sheds it.
+func (g *Gateway) admit(st *requestState, r *http.Request, pl *plan) *apierror.Error {
+	a := st.route.admission
 	if !pl.admission.enabled || a == nil {
-		return true
+		return nil
 	}
-	c := requestClass(ex)
+	c := requestClass(st)
 	if a.maxInFlight > 0 {
 		if a.inflight.Add(1) > a.maxInFlight {
 			a.inflight.Add(-1)
-			g.shed(ex, r, pl, c)
-			return false
+			return g.shed(st, pl, c)
 		}
-		ex.routeSlot = a
+		st.routeSlot = a
 	}
 	ok, waited := g.admission.Acquire(r.Context(), c)
 	if waited > 0 {
 		a.metrics[c].Queued(waited)
 	}
 	if !ok {
-		g.releaseRouteSlot(ex)
+		g.releaseRouteSlot(st)
 		if r.Context().Err() != nil {
-			g.settleUnsent(ex)
-			ex.rw.status = StatusClientClosed // nothing to answer: the client is gone
-			return false
+			g.settleUnsent(st)
+			st.rw.status = StatusClientClosed // nothing to answer: the client is gone
+			return answered
 		}
-		g.shed(ex, r, pl, c)
-		return false
+		return g.shed(st, pl, c)
 	}
-	ex.slot = true
-	return true
+	st.slot = true
+	return nil
 }
 
-// shed answers a request the backend has no room for. A claimed order
+// shed refuses a request the backend has no room for. A claimed order
 // identifier is released: the order was never sent.
-func (g *Gateway) shed(ex *exchange, r *http.Request, pl *plan, c overload.Class) {
-	ex.route.admission.metrics[c].Shed()
-	g.settleUnsent(ex)
-	g.refuse(ex, r, pl.admission.errShed)
+func (g *Gateway) shed(st *requestState, pl *plan, c overload.Class) *apierror.Error {
+	st.route.admission.metrics[c].Shed()
+	g.settleUnsent(st)
+	return pl.admission.errShed
 }
 
 // settleUnsent releases the identifier claims of an order exgate decided
 // not to send.
-func (g *Gateway) settleUnsent(ex *exchange) {
-	if !ex.order.claimed || ex.order.settled {
+func (g *Gateway) settleUnsent(st *requestState) {
+	if !st.order.claimed || st.order.settled {
 		return
 	}
-	ex.order.settled = true
+	st.order.settled = true
 	ctx, cancel := context.WithTimeout(context.Background(), g.idemTimeout)
 	defer cancel()
-	if err := g.releaseClaims(ctx, ex); err != nil {
-		g.log.Warn("duplicate protection: releasing a claim failed", zap.String("request_id", ex.id), zap.Error(err))
+	if err := g.releaseClaims(ctx, st); err != nil {
+		g.log.Warn("duplicate protection: releasing a claim failed", zap.String("request_id", st.id), zap.Error(err))
 	}
 }
 
-// releaseSlot gives back the slot of ex, if it holds one, with the
+// releaseSlot gives back the slot of st, if it holds one, with the
 // backend's round trip as a latency sample when it measures the backend:
 // the backend answered, or timed out (a timeout says it is slow), and the
 // client did not go away first. A refused connection answers in
 // microseconds and would teach the limit a latency the backend never has.
-func (g *Gateway) releaseSlot(ex *exchange) {
-	g.releaseRouteSlot(ex)
-	if !ex.slot {
+func (g *Gateway) releaseSlot(st *requestState) {
+	g.releaseRouteSlot(st)
+	if !st.slot {
 		return
 	}
-	ex.slot = false
-	sample := ex.upDone && ex.clientCx.Err() == nil &&
-		(ex.upStatus != 0 || metrics.IsTimeout(ex.upErr))
-	g.admission.Release(ex.upDur, sample)
+	st.slot = false
+	sample := st.upDone && st.clientCx.Err() == nil &&
+		(st.upStatus != 0 || metrics.IsTimeout(st.upErr))
+	g.admission.Release(st.upDur, sample)
 }
 
-func (g *Gateway) releaseRouteSlot(ex *exchange) {
-	if ex.routeSlot != nil {
-		ex.routeSlot.inflight.Add(-1)
-		ex.routeSlot = nil
+func (g *Gateway) releaseRouteSlot(st *requestState) {
+	if st.routeSlot != nil {
+		st.routeSlot.inflight.Add(-1)
+		st.routeSlot = nil
 	}
 }

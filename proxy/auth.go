@@ -31,9 +31,10 @@ var errTokenNotValid = apierror.Static(http.StatusUnauthorized, "token_not_valid
 // verify as an access token (before any limit is charged), and rewrites
 // the Authorization header the backend receives to exactly
 // "Bearer <token>", so that exgate and the backend read the same token.
-// It returns the answer to refuse the request with, or nil; ex.caller
+// It returns the answer to refuse the request with, or nil; st.caller
 // holds the token and its account.
-func (g *Gateway) authenticate(ex *exchange, r *http.Request, route *Route) *apierror.Error {
+func (g *Gateway) authenticate(st *requestState, r *http.Request) *apierror.Error {
+	route := st.route
 	if route.Auth == config.AuthNone {
 		return nil
 	}
@@ -53,7 +54,7 @@ func (g *Gateway) authenticate(ex *exchange, r *http.Request, route *Route) *api
 			g.metrics.AuthFailure(string(reason))
 			return errTokenNotValid
 		}
-		ex.caller.id = id
+		st.caller.id = id
 	} else if identity.IsJWS(t) && !identity.CanonicalJWS(t) {
 		g.metrics.AuthFailure(string(identity.ReasonNoncanonical))
 		return errTokenNotValid
@@ -61,7 +62,7 @@ func (g *Gateway) authenticate(ex *exchange, r *http.Request, route *Route) *api
 	if v := r.Header["Authorization"][0]; !strings.HasPrefix(v, bearerPrefix) {
 		r.Header["Authorization"] = []string{bearerPrefix + t}
 	}
-	ex.caller.token = t
+	st.caller.token = t
 	return nil
 }
 
@@ -122,22 +123,22 @@ func isToken68(s string) bool {
 // no limit did), else "" for an anonymous request. Duplicate protection
 // keys identifiers by it, so that with verification no token of an
 // account, however spelled, places an identifier twice.
-func (g *Gateway) identityKey(ex *exchange) string {
+func (g *Gateway) identityKey(st *requestState) string {
 	switch {
-	case ex.caller.id.Account != "":
-		return ex.caller.id.Account
-	case ex.decision.TokenID != "":
-		return ex.decision.TokenID
-	case ex.caller.token != "" && g.limits != nil:
-		return g.limits.TokenID(ex.caller.token)
+	case st.caller.id.Account != "":
+		return st.caller.id.Account
+	case st.decision.TokenID != "":
+		return st.decision.TokenID
+	case st.caller.token != "" && g.limits != nil:
+		return g.limits.TokenID(st.caller.token)
 	}
 	return ""
 }
 
-// limitRequest is what the route's limits look at for ex.
-func (ex *exchange) limitRequest() limiter.Request {
-	if id := &ex.caller.id; id.Account != "" {
-		return limiter.Request{Account: id.Account, User: id.User, Tier: id.Tier, Addr: ex.addr}
+// limitRequest is what the route's limits look at for st.
+func (st *requestState) limitRequest() limiter.Request {
+	if id := &st.caller.id; id.Account != "" {
+		return limiter.Request{Account: id.Account, User: id.User, Tier: id.Tier, Addr: st.addr}
 	}
-	return limiter.Request{Token: ex.caller.token, Addr: ex.addr}
+	return limiter.Request{Token: st.caller.token, Addr: st.addr}
 }

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 
 	"github.com/exgate/exgate/apierror"
+	"github.com/exgate/exgate/config"
 	"github.com/exgate/exgate/metrics"
 )
 
@@ -22,19 +23,17 @@ import (
 // it streams; when it passes the limit, exgate stops reading, the
 // upstream request is aborted and its connection closed before the
 // body's end, so the backend sees a broken request — never a complete
-// one — and the client gets 413. (Reading such a body whole first, as
-// exgate once did, let 300 clients holding 1 MiB uploads grow it by
-// ~850 MiB.) A client that sends its body too slowly is cut by
-// server.read_timeout, which bounds the whole request, and gets 408; one
-// that breaks its body off gets 400, and in both cases the backend again
-// sees a broken request.
+// one — and the client gets 413. A client that sends its body too slowly
+// is cut by server.read_timeout, which bounds the whole request, and gets
+// 408; one that breaks its body off gets 400, and in both cases the
+// backend again sees a broken request.
 
 // streamBody is a request body on its way to the backend: it counts the
 // bytes read, stops past max with *http.MaxBytesError, and remembers the
 // first error of the client's body so that the answer blames the client,
 // not the backend. The transport may still read it after the round trip
 // has returned (it writes bodies from its own goroutine), so it is not
-// part of the pooled exchange, and its failure is read atomically.
+// part of the pooled requestState, and its failure is read atomically.
 type streamBody struct {
 	rc     io.ReadCloser
 	n      int64 // read by the transport's one writer only
@@ -84,24 +83,24 @@ var (
 )
 
 // streamBodyOf refuses a body of known length over the limit and wraps
-// any other body in ex's streamBody, counted as it goes to the backend.
-func (g *Gateway) streamBodyOf(ex *exchange, r *http.Request) *apierror.Error {
+// any other body in st's streamBody, counted as it goes to the backend.
+func (g *Gateway) streamBodyOf(st *requestState, r *http.Request) *apierror.Error {
 	switch {
 	case r.ContentLength > g.maxBody:
 		return g.errBody
 	case r.Body == nil || r.Body == http.NoBody:
 		return nil
 	}
-	ex.body = &streamBody{rc: r.Body, max: g.maxBody}
-	r.Body = ex.body
+	st.body = &streamBody{rc: r.Body, max: g.maxBody}
+	r.Body = st.body
 	return nil
 }
 
 // bodyError is the answer to a request whose own body failed while it
 // streamed to the backend, or nil when the failure was the backend's.
-func (g *Gateway) bodyError(ex *exchange) *apierror.Error {
+func (g *Gateway) bodyError(st *requestState) *apierror.Error {
 	var tooBig *http.MaxBytesError
-	switch err := ex.body.err(); {
+	switch err := st.body.err(); {
 	case err == nil:
 		return nil
 	case errors.As(err, &tooBig):
@@ -113,21 +112,55 @@ func (g *Gateway) bodyError(ex *exchange) *apierror.Error {
 	}
 }
 
+// checkBody is the body step of a request that is not a bulk: an order
+// route's body is read whole, validated and replaced by its canonical form
+// (checkOrder); any other body streams to the backend, within
+// server.max_body_bytes (streamBodyOf).
+func (g *Gateway) checkBody(st *requestState, r *http.Request, pl *plan) *apierror.Error {
+	if st.route.Config.Validate == config.ValidateOrd && pl.validator != nil {
+		return g.checkOrder(st, r, pl.validator)
+	}
+	return g.streamBodyOf(st, r)
+}
+
+// readWhole reads the body of an order or a bulk whole into a pooled
+// buffer that st holds until finish. It refuses a body the buffer budget
+// has no room for (503 server_busy), one over limit bytes with tooLarge
+// (closing the connection: the rest of the body stays unread), and one the
+// client broke off (400 invalid_body).
+func (g *Gateway) readWhole(st *requestState, r *http.Request, limit int64, tooLarge *apierror.Error) ([]byte, *apierror.Error) {
+	if e := g.reserveBody(st, r, limit); e != nil {
+		return nil, e
+	}
+	bp := bodyPool.Get().(*[]byte)
+	st.order.body = bp
+	body, tooBig, err := readBody((*bp)[:0], r.Body, limit)
+	*bp = body[:0]
+	st.bodyTaken = true
+	switch {
+	case tooBig:
+		st.rw.Header()["Connection"] = connClose
+		return nil, tooLarge
+	case err != nil:
+		return nil, errBodyUnreadable
+	}
+	return body, nil
+}
+
 // reserveBody takes from the budget what reading r's body whole, up to
-// limit bytes, may hold, or answers 503 server_busy and reports false.
-// finish gives it back.
-func (g *Gateway) reserveBody(ex *exchange, r *http.Request, limit int64) bool {
+// limit bytes, may hold, or refuses the request 503 server_busy. finish
+// gives it back.
+func (g *Gateway) reserveBody(st *requestState, r *http.Request, limit int64) *apierror.Error {
 	n := limit + 1
 	if r.ContentLength >= 0 {
 		n = min(n, r.ContentLength)
 	}
 	if !g.budget.reserve(n) {
 		g.metrics.BodyBudgetExhausted()
-		g.refuse(ex, r, errBufferBudget)
-		return false
+		return errBufferBudget
 	}
-	ex.buffered = n
-	return true
+	st.buffered = n
+	return nil
 }
 
 // bufferBudget bounds the bytes of request bodies held whole at once,

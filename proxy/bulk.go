@@ -29,64 +29,49 @@ var errBulkUnchecked = apierror.Static(http.StatusServiceUnavailable, "bulk_unav
 // counterparts: the body is read and validated whole (every order by the
 // single-order rules, CheckBulk), the request is charged as many units as
 // it carries orders or ids against the target route's limits — all or
-// nothing — and every order identifier is claimed. The backend then
-// receives the canonical encoding of the bulk. It returns false when it
-// has answered the request itself.
-func (g *Gateway) checkBulk(ex *exchange, r *http.Request, pl *plan) bool {
+// nothing — and every order identifier is claimed (claimBulk). The
+// backend then receives the canonical encoding of the bulk.
+func (g *Gateway) checkBulk(st *requestState, r *http.Request, pl *plan) *apierror.Error {
 	v := pl.validator
 	if v == nil {
-		g.refuse(ex, r, errBulkUnchecked)
-		return false
+		return errBulkUnchecked
 	}
 	ct := r.Header["Content-Type"]
 	limit := min(v.MaxBulkBodyBytes(), g.maxBody)
-	if p := v.PreCheckBulk(ct, r.ContentLength); p != nil {
-		g.metrics.ValidationRejected(p.Code)
-		g.refuse(ex, r, p)
-		return false
+	if e := v.PreCheckBulk(ct, r.ContentLength); e != nil {
+		g.metrics.ValidationRejected(e.Code)
+		return e
 	}
 	if r.ContentLength > limit {
-		g.refuse(ex, r, g.errBody)
-		return false
+		return g.errBody
 	}
-	if !g.reserveBody(ex, r, limit) {
-		return false
+	body, e := g.readWhole(st, r, limit, g.errBody)
+	if e != nil {
+		return e
 	}
-	bp := bodyPool.Get().(*[]byte)
-	ex.order.body = bp
-	body, tooBig, err := readBody((*bp)[:0], r.Body, limit)
-	*bp = body[:0]
-	if tooBig {
-		ex.rw.Header()["Connection"] = connClose // the rest of the body stays unread
-		g.reject(ex, g.errBody)
-		return false
+	bulk, e := v.CheckBulk(ct, body)
+	if e != nil {
+		g.metrics.ValidationRejected(e.Code)
+		return e
 	}
-	if err != nil {
-		g.reject(ex, errBodyUnreadable)
-		return false
-	}
-	bulk, p := v.CheckBulk(ct, body)
-	if p != nil {
-		g.metrics.ValidationRejected(p.Code)
-		g.reject(ex, p)
-		return false
-	}
-	target := ex.route.bulk.orders
+	target := st.route.bulk.orders
 	if bulk.Cancel() {
-		target, ex.bulkCancel = ex.route.bulk.cancels, true
+		target, st.bulkCancel = st.route.bulk.cancels, true
 	}
-	if target != nil && !g.enforceLimits(ex, r, pl, target, int64(bulk.Len())) {
-		return false
+	if target != nil {
+		if e := g.enforceLimits(st, r, pl, target, int64(bulk.Len())); e != nil {
+			return e
+		}
 	}
-	body = forwardEncoded(ex, r, bulk.AppendCanonical(make([]byte, 0, len(body)+64)))
+	body = forwardEncoded(st, r, bulk.AppendCanonical(make([]byte, 0, len(body)+64)))
 	if bulk.Cancel() || g.idem == nil {
-		return true
+		return nil
 	}
-	key := g.identityKey(ex)
+	key := g.identityKey(st)
 	if key == "" {
-		return true
+		return nil
 	}
-	return g.claimBulk(ex, r, &bulk, key, idempotency.FingerprintOf(body))
+	return g.claimBulk(st, r, &bulk, key, idempotency.FingerprintOf(body))
 }
 
 // claimBulk claims the identifier of every order of a placement, all
@@ -100,9 +85,8 @@ func (g *Gateway) checkBulk(ex *exchange, r *http.Request, pl *plan) bool {
 //     refused whole (409, naming the element), and nothing of it is
 //     placed.
 //
-// Claims taken before a refusal are released. It returns false when it
-// has answered the request itself.
-func (g *Gateway) claimBulk(ex *exchange, r *http.Request, bulk *validate.Bulk, account string, fp idempotency.Fingerprint) bool {
+// Claims taken before a refusal are released.
+func (g *Gateway) claimBulk(st *requestState, r *http.Request, bulk *validate.Bulk, account string, fp idempotency.Fingerprint) *apierror.Error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), g.idemTimeout)
 	defer cancel()
 	var (
@@ -121,9 +105,8 @@ func (g *Gateway) claimBulk(ex *exchange, r *http.Request, bulk *validate.Bulk, 
 		withID++
 		c, err := g.idem.Claim(ctx, idempotency.Key{Account: account, Identifier: id}, fp)
 		if err != nil {
-			g.releaseTaken(ex, claims)
-			g.refuseClaim(ex, err)
-			return false
+			g.releaseTaken(st, claims)
+			return g.claimFailed(st, err)
 		}
 		switch c.Outcome {
 		case idempotency.Claimed:
@@ -142,29 +125,26 @@ func (g *Gateway) claimBulk(ex *exchange, r *http.Request, bulk *validate.Bulk, 
 	}
 	switch {
 	case refuseAt >= 0:
-		g.releaseTaken(ex, claims)
+		g.releaseTaken(st, claims)
 		g.metrics.Idempotency(idemMetric(refusal))
-		g.reject(ex, bulkClaimRefusal(refusal, refuseAt))
-		return false
+		return bulkClaimRefusal(refusal, refuseAt)
 	case replays > 0 && replays == withID:
 		g.metrics.Idempotency(metrics.IdempotencyReplayed)
-		g.replay(ex, replay)
-		return false
+		return g.replay(st, replay)
 	case replays > 0:
 		// Part of this very bulk was placed before and part was not: it
 		// cannot be answered from the record, nor placed again.
-		g.releaseTaken(ex, claims)
+		g.releaseTaken(st, claims)
 		g.metrics.Idempotency(metrics.IdempotencyConflict)
-		g.reject(ex, errIdemConflict)
-		return false
+		return idempotency.Refusal(idempotency.Conflict)
 	case len(claims) > 0:
-		ex.order.claimed, ex.order.claim, ex.order.more = true, claims[0], claims[1:]
+		st.order.claimed, st.order.claim, st.order.more = true, claims[0], claims[1:]
 	}
-	return true
+	return nil
 }
 
 // releaseTaken releases claims a refused bulk had taken.
-func (g *Gateway) releaseTaken(ex *exchange, claims []idempotency.Claim) {
+func (g *Gateway) releaseTaken(st *requestState, claims []idempotency.Claim) {
 	if len(claims) == 0 {
 		return
 	}
@@ -172,27 +152,16 @@ func (g *Gateway) releaseTaken(ex *exchange, claims []idempotency.Claim) {
 	defer cancel()
 	for _, c := range claims {
 		if err := g.idem.Release(ctx, c); err != nil {
-			g.log.Warn("duplicate protection: releasing a refused bulk's claim failed", zap.String("request_id", ex.id), zap.Error(err))
+			g.log.Warn("duplicate protection: releasing a refused bulk's claim failed", zap.String("request_id", st.id), zap.Error(err))
 		}
 	}
-}
-
-// idemMetric is the metric outcome of a refused claim.
-func idemMetric(o idempotency.Outcome) metrics.IdempotencyOutcome {
-	switch o {
-	case idempotency.InProgress:
-		return metrics.IdempotencyInProgress
-	case idempotency.Conflict:
-		return metrics.IdempotencyConflict
-	}
-	return metrics.IdempotencyUnknown
 }
 
 // bulkClaimRefusal is the 409 answer to a bulk whose i-th order's
 // identifier could not be claimed, naming that element.
 func bulkClaimRefusal(o idempotency.Outcome, i int) *apierror.Error {
 	field := "orders[" + strconv.Itoa(i) + "].identifier"
-	a := idempotency.Refusal(o)
+	a := idempotency.Refusal(o) // its status and code, with a detail naming the element
 	var msg string
 	switch o {
 	case idempotency.InProgress:
@@ -202,15 +171,16 @@ func bulkClaimRefusal(o idempotency.Outcome, i int) *apierror.Error {
 	default:
 		msg = "was already sent to the exchange and its outcome is unknown; check your orders before placing it again with a new identifier"
 	}
-	return &apierror.Error{Status: a.Status, Code: a.Code, Detail: "Bulk not placed: " + field + " " + msg + ".",
-		Fields: map[string][]string{field: {msg}}}
+	e := apierror.New(a.Status, a.Code, "Bulk not placed: "+field+" "+msg+".")
+	e.Fields = map[string][]string{field: {msg}}
+	return e
 }
 
-// releaseClaims releases every claim ex holds (one for an order, one per
+// releaseClaims releases every claim st holds (one for an order, one per
 // identifier for a bulk) and returns the first error.
-func (g *Gateway) releaseClaims(ctx context.Context, ex *exchange) error {
-	err := g.idem.Release(ctx, ex.order.claim)
-	for _, c := range ex.order.more {
+func (g *Gateway) releaseClaims(ctx context.Context, st *requestState) error {
+	err := g.idem.Release(ctx, st.order.claim)
+	for _, c := range st.order.more {
 		if e := g.idem.Release(ctx, c); err == nil {
 			err = e
 		}
@@ -218,10 +188,10 @@ func (g *Gateway) releaseClaims(ctx context.Context, ex *exchange) error {
 	return err
 }
 
-// completeClaims records rec under every claim ex holds.
-func (g *Gateway) completeClaims(ctx context.Context, ex *exchange, rec idempotency.Record) error {
-	err := g.idem.Complete(ctx, ex.order.claim, rec)
-	for _, c := range ex.order.more {
+// completeClaims records rec under every claim st holds.
+func (g *Gateway) completeClaims(ctx context.Context, st *requestState, rec idempotency.Record) error {
+	err := g.idem.Complete(ctx, st.order.claim, rec)
+	for _, c := range st.order.more {
 		if e := g.idem.Complete(ctx, c, rec); err == nil {
 			err = e
 		}
@@ -229,10 +199,10 @@ func (g *Gateway) completeClaims(ctx context.Context, ex *exchange, rec idempote
 	return err
 }
 
-// unknownClaims marks every claim ex holds as of unknown outcome.
-func (g *Gateway) unknownClaims(ctx context.Context, ex *exchange) error {
-	err := g.idem.MarkUnknown(ctx, ex.order.claim)
-	for _, c := range ex.order.more {
+// unknownClaims marks every claim st holds as of unknown outcome.
+func (g *Gateway) unknownClaims(ctx context.Context, st *requestState) error {
+	err := g.idem.MarkUnknown(ctx, st.order.claim)
+	for _, c := range st.order.more {
 		if e := g.idem.MarkUnknown(ctx, c); err == nil {
 			err = e
 		}

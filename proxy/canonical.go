@@ -15,15 +15,15 @@ import (
 // gateway has answered. Content-Type becomes exactly application/json,
 // Content-Length the canonical length, and Content-Encoding and
 // Transfer-Encoding are dropped (the canonical body is neither).
-func forwardCanonical(ex *exchange, r *http.Request, o *validate.Order) []byte {
-	return forwardEncoded(ex, r, o.AppendCanonical(make([]byte, 0, max(r.ContentLength, 0)+64)))
+func forwardCanonical(st *requestState, r *http.Request, o *validate.Order) []byte {
+	return forwardEncoded(st, r, o.AppendCanonical(make([]byte, 0, max(r.ContentLength, 0)+64)))
 }
 
 // forwardEncoded makes body, a buffer of its own, the request's body in
 // place of the client's bytes (whose buffer goes back to the pool), with
 // the headers of a canonical JSON body, and returns it.
-func forwardEncoded(ex *exchange, r *http.Request, body []byte) []byte {
-	ex.releaseOrder() // the client's bytes
+func forwardEncoded(st *requestState, r *http.Request, body []byte) []byte {
+	st.releaseOrder() // the client's bytes
 	forwardBody(r, body)
 	h := r.Header
 	h["Content-Type"] = jsonContentType // shared; ReverseProxy copies the header

@@ -116,27 +116,25 @@ var (
 )
 
 // answerPreflight answers a preflight at the edge: no backend call and no
-// limit charged. An allowed one gets 204 with the policy's headers; one
-// the policy does not allow gets 403 without them, so the browser blocks
-// the request and its console says why.
-func (g *Gateway) answerPreflight(ex *exchange, r *http.Request, p *corsPolicy) {
-	h := ex.rw.Header()
+// limit charged. An allowed one gets 204 with the policy's headers (and
+// answerPreflight returns answered); one the policy does not allow is
+// refused 403 without them, so the browser blocks the request and its
+// console says why.
+func (g *Gateway) answerPreflight(st *requestState, r *http.Request, p *corsPolicy) *apierror.Error {
+	h := st.rw.Header()
 	h["Vary"] = varyPreflight
 	switch {
 	case !p.allows(r.Header["Origin"][0]):
-		g.reject(ex, errCORSOrigin)
-		return
+		return errCORSOrigin
 	case !p.methods[r.Header["Access-Control-Request-Method"][0]]:
 		delete(h, "Access-Control-Allow-Origin")
-		g.reject(ex, errCORSMethod)
-		return
+		return errCORSMethod
 	}
 	for _, v := range r.Header["Access-Control-Request-Headers"] {
 		for _, name := range strings.Split(v, ",") {
 			if name = strings.ToLower(strings.TrimSpace(name)); name != "" && !p.headers[name] {
 				delete(h, "Access-Control-Allow-Origin")
-				g.reject(ex, errCORSHeader)
-				return
+				return errCORSHeader
 			}
 		}
 	}
@@ -145,8 +143,9 @@ func (g *Gateway) answerPreflight(ex *exchange, r *http.Request, p *corsPolicy) 
 	if p.maxAge != nil {
 		h["Access-Control-Max-Age"] = p.maxAge
 	}
-	h["X-Request-Id"] = []string{ex.id}
-	ex.rw.WriteHeader(http.StatusNoContent)
+	h["X-Request-Id"] = []string{st.id}
+	st.rw.WriteHeader(http.StatusNoContent)
+	return answered
 }
 
 // dropBackendCORS removes a backend's own CORS headers from its answer

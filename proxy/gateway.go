@@ -105,7 +105,7 @@ type Gateway struct {
 	budget       bufferBudget // of order bodies read whole
 	admission    *overload.Limiter
 	draining     atomic.Bool
-	pool         sync.Pool // *exchange
+	pool         sync.Pool // *requestState
 }
 
 // New builds a Gateway from a validated configuration.
@@ -171,7 +171,7 @@ func New(cfg *config.Config, opts Options) (*Gateway, error) {
 		ModifyResponse: g.modifyResponse,
 		ErrorLog:       zap.NewStdLog(g.log.Named("reverseproxy")),
 	}
-	g.pool.New = func() any { return new(exchange) }
+	g.pool.New = func() any { return new(requestState) }
 	return g, nil
 }
 
@@ -243,8 +243,11 @@ func (g *Gateway) CloseIdleConnections() {
 	}
 }
 
-// exchange is the state of one request, pooled.
-type exchange struct {
+// requestState is what the pipeline knows of one request as it goes: who
+// sent it, where it goes, what was decided and what it holds (a backend
+// slot, body buffers, identifier claims) until finish gives it back.
+// Pooled.
+type requestState struct {
 	rw         respWriter
 	start      time.Time
 	id         string
@@ -267,142 +270,8 @@ type exchange struct {
 	bulkCancel bool            // the request is a bulk of order ids to cancel
 	slot       bool            // the request holds a backend slot (admission)
 	routeSlot  *routeAdmission // the route whose own in-flight cap counts the request
+	bodyTaken  bool            // the body was read whole or handed to the backend (see refuse)
 }
-
-// ServeHTTP runs the request pipeline: request id, header size,
-// Connection options, canonical path, route, auth, body size, then the
-// backend.
-func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	g.metrics.IncInflight()
-	ex := g.pool.Get().(*exchange)
-	*ex = exchange{g: g, start: g.now(), clientCx: r.Context()}
-	ex.rw = respWriter{ResponseWriter: w, ex: ex}
-	defer g.finish(ex, r)
-
-	if id := r.Header.Get("X-Request-Id"); validRequestID(id) {
-		ex.id = id
-	} else {
-		ex.id = g.ids.next()
-		r.Header["X-Request-Id"] = []string{ex.id}
-	}
-	pl := g.plan.Load()
-	if origin := r.Header["Origin"]; pl.cors != nil && len(origin) == 1 {
-		pl.cors.decorate(w.Header(), origin)
-	}
-	if headerSize(r) > g.maxHeader {
-		g.refuse(ex, r, g.errHeader)
-		return
-	}
-	if e := checkConnection(r.Header); e != nil {
-		g.refuse(ex, r, e)
-		return
-	}
-	p, err := canonicalPath(r.URL.EscapedPath())
-	if err != nil {
-		g.refuse(ex, r, pathErrors[err.(pathError)])
-		return
-	}
-	ex.path = p
-	if methodOverridden(r.Header) {
-		g.refuse(ex, r, errMethodOverride)
-		return
-	}
-	preflight := isPreflight(r)
-	if preflight && hasBody(r) {
-		g.refuse(ex, r, errPreflightBody)
-		return
-	}
-	if preflight && pl.cors != nil {
-		g.answerPreflight(ex, r, pl.cors)
-		return
-	}
-	var route *Route
-	var matched, allow string
-	if preflight && pl.table.def != nil {
-		// No policy: the backend answers preflights, on the default
-		// route, whatever the path (a browser sends them without
-		// credentials; OPTIONS runs no view of a DRF backend).
-		route, matched = pl.table.def, p
-	} else {
-		route, matched, allow = pl.table.match(r.Method, p)
-	}
-	if route == nil {
-		if allow != "" {
-			g.refuse(ex, r, methodNotAllowed(r.Method, allow))
-		} else {
-			g.refuse(ex, r, errNotFound)
-		}
-		return
-	}
-	ex.route = route
-	ex.path = route.forwardPath(matched)
-
-	if e := g.authenticate(ex, r, route); e != nil {
-		g.refuse(ex, r, e)
-		return
-	}
-	var realIP []string
-	ex.addr, realIP = g.client(r)
-	if realIP != nil {
-		r.Header["X-Real-Ip"] = realIP // what the client sent is replaced
-	} else {
-		delete(r.Header, "X-Real-Ip")
-	}
-	if !g.admitEarly(ex, r, pl) {
-		return
-	}
-	if route.bulk != nil {
-		// A bulk is charged by its size, so its body is checked first.
-		if !g.checkBulk(ex, r, pl) {
-			return
-		}
-	} else {
-		if !g.enforceLimits(ex, r, pl, route, 1) {
-			return
-		}
-		if route.Config.Validate == config.ValidateOrd && pl.validator != nil {
-			if !g.checkOrder(ex, r, pl.validator) {
-				return
-			}
-		} else if e := g.streamBodyOf(ex, r); e != nil {
-			g.reject(ex, e)
-			return
-		}
-	}
-
-	if !g.admit(ex, r, pl) {
-		return
-	}
-	r.URL.Path, r.URL.RawPath = ex.path, ""
-	parent := r.Context()
-	if ex.order.claimed {
-		// A claimed order goes through even if its client hangs up, so
-		// that its outcome is recorded and a retry gets the replay.
-		parent = context.WithValue(context.WithoutCancel(parent), claimKey{}, ex)
-	}
-	ex.upStart = g.now()
-	ctx, cancel := context.WithTimeout(parent, route.Timeout)
-	defer cancel()
-	g.rp.ServeHTTP(&ex.rw, r.WithContext(ctx))
-}
-
-// reject answers the request with e.
-func (g *Gateway) reject(ex *exchange, e *apierror.Error) {
-	WriteError(&ex.rw, ex.id, e)
-}
-
-// refuse answers a request whose body has not been read with e. A body of
-// unknown length (chunked) would otherwise be read by net/http before the
-// answer goes out, up to 256 KiB, so the connection is closed instead: a
-// refused client cannot make exgate wait for its body.
-func (g *Gateway) refuse(ex *exchange, r *http.Request, e *apierror.Error) {
-	if r.ContentLength < 0 && r.Body != nil && r.Body != http.NoBody {
-		ex.rw.Header()["Connection"] = connClose
-	}
-	WriteError(&ex.rw, ex.id, e)
-}
-
-var connClose = []string{"close"}
 
 // rewrite turns the inbound request into the outbound one. The inbound URL
 // path is already the route's canonical path.
@@ -481,104 +350,106 @@ func (g *Gateway) modifyResponse(res *http.Response) error {
 // proxyError maps a failure to reach the backend to an answer: client gone
 // → nothing (logged as 499), timeout → 504, body over the limit → 413,
 // anything else → 502.
-func (g *Gateway) proxyError(w http.ResponseWriter, _ *http.Request, err error) {
+func (g *Gateway) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 	rw, ok := w.(*respWriter)
 	if !ok { // cannot happen: the gateway always passes its own writer
 		WriteError(w, "", errBadGateway)
 		return
 	}
-	ex := rw.ex
-	ex.upErr = err
-	g.observeUpstream(ex)
-	g.settleFailed(ex, err)
-	bodyErr := g.bodyError(ex)
-	if bodyErr == nil && ex.route != nil {
-		ex.route.metrics.UpstreamError(metrics.ClassifyUpstreamError(err, ex.clientCx.Err() != nil))
+	st := rw.st
+	st.upErr = err
+	g.observeUpstream(st)
+	g.settleFailed(st, err)
+	bodyErr := g.bodyError(st)
+	if bodyErr == nil && st.route != nil {
+		st.route.metrics.UpstreamError(metrics.ClassifyUpstreamError(err, st.clientCx.Err() != nil))
 	}
 	switch {
 	case bodyErr != nil:
 		// The client's own body failed; the rest of it stays unread.
 		rw.Header()["Connection"] = connClose
-		g.reject(ex, bodyErr)
-	case ex.clientCx.Err() != nil:
+		g.refuse(st, r, bodyErr)
+	case st.clientCx.Err() != nil:
 		rw.status = StatusClientClosed
 	case metrics.IsTimeout(err):
-		g.reject(ex, errGatewayTimeout)
+		g.refuse(st, r, errGatewayTimeout)
 	default:
-		g.reject(ex, errBadGateway)
+		g.refuse(st, r, errBadGateway)
 	}
 }
 
 // observeUpstream records, once, how long the backend took to answer with
 // headers or to fail.
-func (g *Gateway) observeUpstream(ex *exchange) {
-	if ex.upDone || ex.upStart.IsZero() || ex.route == nil {
+func (g *Gateway) observeUpstream(st *requestState) {
+	if st.upDone || st.upStart.IsZero() || st.route == nil {
 		return
 	}
-	ex.upDone = true
-	ex.upDur = g.now().Sub(ex.upStart)
-	ex.route.metrics.ObserveUpstream(ex.upDur)
+	st.upDone = true
+	st.upDur = g.now().Sub(st.upStart)
+	st.route.metrics.ObserveUpstream(st.upDur)
 }
 
-// finish writes the access log line and returns ex to the pool. A panic
-// from a handler is logged; http.ErrAbortHandler (the backend broke off a
+// finish ends the request and returns st to the pool. A panic from a
+// handler is logged; http.ErrAbortHandler (the backend broke off a
 // response already under way) is passed on so the server drops the
 // connection, anything else is answered 500.
-func (g *Gateway) finish(ex *exchange, r *http.Request) {
-	p := recover()
-	if p != nil {
-		if p == http.ErrAbortHandler {
-			if ex.rw.status == 0 {
-				ex.rw.status = StatusClientClosed
-			}
-			if ex.route != nil {
-				kind := metrics.UpstreamReset
-				if ex.clientCx.Err() != nil {
-					kind = metrics.UpstreamClientGone
-				}
-				ex.route.metrics.UpstreamError(kind)
-			}
-			g.settleFailed(ex, nil)
-			g.releaseSlot(ex)
-			ex.releaseOrder()
-			g.budget.release(ex.buffered)
-			g.observe(ex, r)
-			g.logAccess(ex, r, zap.Bool("aborted", true))
-			panic(p)
+func (g *Gateway) finish(st *requestState, r *http.Request) {
+	switch p := recover(); {
+	case p == nil:
+	case p == http.ErrAbortHandler:
+		if st.rw.status == 0 {
+			st.rw.status = StatusClientClosed
 		}
+		if st.route != nil {
+			kind := metrics.UpstreamReset
+			if st.clientCx.Err() != nil {
+				kind = metrics.UpstreamClientGone
+			}
+			st.route.metrics.UpstreamError(kind)
+		}
+		g.end(st, r, zap.Bool("aborted", true))
+		panic(p)
+	default:
 		g.log.Error("panic serving request",
-			zap.String("request_id", ex.id), zap.Any("panic", p), zap.ByteString("stack", debug.Stack()))
-		if ex.rw.status == 0 {
-			g.reject(ex, errInternal)
+			zap.String("request_id", st.id), zap.Any("panic", p), zap.ByteString("stack", debug.Stack()))
+		if st.rw.status == 0 {
+			g.refuse(st, r, errInternal)
 		}
 	}
-	if ex.rw.status == 0 {
-		ex.rw.status = http.StatusOK // net/http's answer when nothing was written
+	if st.rw.status == 0 {
+		st.rw.status = http.StatusOK // net/http's answer when nothing was written
 	}
-	g.settleFailed(ex, nil) // a claim still open here has an unknown outcome
-	g.releaseSlot(ex)
-	ex.releaseOrder()
-	g.budget.release(ex.buffered)
-	g.observe(ex, r)
-	g.logAccess(ex, r)
-	*ex = exchange{}
-	g.pool.Put(ex)
+	g.end(st, r)
+	*st = requestState{}
+	g.pool.Put(st)
+}
+
+// end gives back what the request holds — a claim still open here is
+// settled as of unknown outcome, the backend slot, the body buffers and
+// their budget — and records it in the metrics and the access log.
+func (g *Gateway) end(st *requestState, r *http.Request, extra ...zap.Field) {
+	g.settleFailed(st, nil)
+	g.releaseSlot(st)
+	st.releaseOrder()
+	g.budget.release(st.buffered)
+	g.observe(st, r)
+	g.logAccess(st, r, extra...)
 }
 
 // observe records the request in the metrics.
-func (g *Gateway) observe(ex *exchange, r *http.Request) {
+func (g *Gateway) observe(st *requestState, r *http.Request) {
 	g.metrics.DecInflight()
 	if g.metrics == nil {
 		return
 	}
 	rm := g.unrouted
-	if ex.route != nil {
-		rm = ex.route.metrics
+	if st.route != nil {
+		rm = st.route.metrics
 	}
-	rm.ObserveRequest(r.Method, ex.rw.status, g.now().Sub(ex.start))
+	rm.ObserveRequest(r.Method, st.rw.status, g.now().Sub(st.start))
 }
 
-func (g *Gateway) logAccess(ex *exchange, r *http.Request, extra ...zap.Field) {
+func (g *Gateway) logAccess(st *requestState, r *http.Request, extra ...zap.Field) {
 	if !g.access {
 		return
 	}
@@ -587,37 +458,37 @@ func (g *Gateway) logAccess(ex *exchange, r *http.Request, extra ...zap.Field) {
 		return
 	}
 	route := "default"
-	if ex.route != nil {
-		route = ex.route.Name
+	if st.route != nil {
+		route = st.route.Name
 	}
 	fields := make([]zap.Field, 0, 18+len(extra))
 	fields = append(fields,
-		zap.String("request_id", ex.id),
+		zap.String("request_id", st.id),
 		zap.String("route", route),
 		zap.String("method", r.Method),
-		zap.String("path", ex.path),
-		zap.Int("status", ex.rw.status),
-		zap.Duration("duration", g.now().Sub(ex.start)),
-		zap.Int64("bytes", ex.rw.bytes),
+		zap.String("path", st.path),
+		zap.Int("status", st.rw.status),
+		zap.Duration("duration", g.now().Sub(st.start)),
+		zap.Int64("bytes", st.rw.bytes),
 		zap.String("peer", r.RemoteAddr),
 	)
-	if ex.addr.IsValid() {
-		fields = append(fields, zap.Stringer("client", ex.addr))
+	if st.addr.IsValid() {
+		fields = append(fields, zap.Stringer("client", st.addr))
 	}
-	if a := ex.caller.id.Account; a != "" {
+	if a := st.caller.id.Account; a != "" {
 		fields = append(fields, zap.String("account", a[:12])) // an HMAC prefix, never the user id
 	}
-	if ex.limited {
-		fields = g.limitFields(fields, &ex.decision)
+	if st.limited {
+		fields = g.limitFields(fields, &st.decision)
 	}
-	if ex.upDone {
-		if ex.upStatus != 0 {
-			fields = append(fields, zap.Int("upstream_status", ex.upStatus))
+	if st.upDone {
+		if st.upStatus != 0 {
+			fields = append(fields, zap.Int("upstream_status", st.upStatus))
 		}
-		fields = append(fields, zap.Duration("upstream_duration", ex.upDur))
+		fields = append(fields, zap.Duration("upstream_duration", st.upDur))
 	}
-	if ex.upErr != nil {
-		fields = append(fields, zap.NamedError("upstream_error", ex.upErr))
+	if st.upErr != nil {
+		fields = append(fields, zap.NamedError("upstream_error", st.upErr))
 	}
 	ce.Write(append(fields, extra...)...)
 }
@@ -667,7 +538,7 @@ func headerSize(r *http.Request) int64 {
 // respWriter records the status and size of a response.
 type respWriter struct {
 	http.ResponseWriter
-	ex     *exchange
+	st     *requestState
 	status int
 	bytes  int64
 }
@@ -677,10 +548,10 @@ type respWriter struct {
 func (w *respWriter) WriteHeader(code int) {
 	if w.status == 0 && code >= 200 {
 		w.status = code
-		if !w.ex.upStart.IsZero() && !w.ex.upDone {
-			w.ex.upStatus = code // the backend's answer, as ReverseProxy writes it
+		if !w.st.upStart.IsZero() && !w.st.upDone {
+			w.st.upStatus = code // the backend's answer, as ReverseProxy writes it
 		}
-		w.ex.g.observeUpstream(w.ex)
+		w.st.g.observeUpstream(w.st)
 	}
 	w.ResponseWriter.WriteHeader(code)
 }

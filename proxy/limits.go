@@ -3,22 +3,23 @@ package proxy
 import (
 	"net/http"
 
+	"github.com/exgate/exgate/apierror"
 	"github.com/exgate/exgate/limiter"
 	"github.com/exgate/exgate/topk"
 )
 
 // enforceLimits decides the limits of rt (the request's route, or the
 // route a bulk is charged against) for a request of the given cost, sets
-// the rate-limit headers and records the decision in ex. It returns false
-// when it has refused the request itself (429, or 503 when the store
-// failed on a route that fails closed).
-func (g *Gateway) enforceLimits(ex *exchange, r *http.Request, pl *plan, rt *Route, cost int64) bool {
+// the rate-limit headers and records the decision in st. It returns the
+// refusal of a request over a limit (429), or of one whose store failed on
+// a route that fails closed (503), or nil.
+func (g *Gateway) enforceLimits(st *requestState, r *http.Request, pl *plan, rt *Route, cost int64) *apierror.Error {
 	if g.limits == nil || !rt.limits.Limited() {
-		return true
+		return nil
 	}
-	ex.limited = true
-	d := &ex.decision
-	req := ex.limitRequest()
+	st.limited = true
+	d := &st.decision
+	req := st.limitRequest()
 	req.Cost = cost
 	g.limits.Decide(r.Context(), rt.limits, req, d)
 	if rt.limitMetrics != nil {
@@ -35,19 +36,16 @@ func (g *Gateway) enforceLimits(ex *exchange, r *http.Request, pl *plan, rt *Rou
 		case d.TokenID != "":
 			id = topk.Identity{Kind: "token", ID: d.TokenID}
 		}
-		g.top.Record(ex.start, rt.Name, id, ex.addr, !d.Allowed)
+		g.top.Record(st.start, rt.Name, id, st.addr, !d.Allowed)
 	}
-	d.SetHeaders(ex.rw.Header(), pl.rules.Headers())
-	if d.Allowed {
-		return true
-	}
+	d.SetHeaders(st.rw.Header(), pl.rules.Headers())
 	switch {
+	case d.Allowed:
+		return nil
 	case d.Unavailable:
-		g.refuse(ex, r, errLimitsUnavailable)
+		return errLimitsUnavailable
 	case d.TooManyTokens:
-		g.refuse(ex, r, tooManyTokens(limiter.Seconds(d.RetryAfter)))
-	default:
-		g.refuse(ex, r, throttled(limiter.Seconds(d.RetryAfter)))
+		return tooManyTokens(limiter.Seconds(d.RetryAfter))
 	}
-	return false
+	return throttled(limiter.Seconds(d.RetryAfter))
 }

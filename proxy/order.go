@@ -19,120 +19,109 @@ import (
 )
 
 // orderState is the validation and duplicate-protection state of one
-// order request, kept in its exchange.
+// order request, kept in its requestState.
 type orderState struct {
-	body    *[]byte // pooled buffer holding the body, or nil
-	claimed bool    // a claim is held and must be settled
-	settled bool
-	claim   idempotency.Claim
-	more    []idempotency.Claim // a bulk's claims after the first, settled with it
+	body       *[]byte // pooled buffer holding the client's body, or nil
+	identifier string  // the order's identifier, or ""
+	canonical  []byte  // the canonical body forwarded, whose fingerprint a claim records
+	claimed    bool    // a claim is held and must be settled
+	settled    bool
+	claim      idempotency.Claim
+	more       []idempotency.Claim // a bulk's claims after the first, settled with it
 }
 
 // bodyPool holds order body buffers (validation.max_body_bytes is small).
 var bodyPool = sync.Pool{New: func() any { b := make([]byte, 0, 8<<10); return &b }}
 
-// Duplicate-protection answers, and the answer to a body that could not
-// be read.
-var (
-	errIdemInProgress  = idempotency.Refusal(idempotency.InProgress)
-	errIdemConflict    = idempotency.Refusal(idempotency.Conflict)
-	errIdemUnknown     = idempotency.Refusal(idempotency.Unknown)
-	errIdemUnavailable = idempotency.Unavailable()
-	errIdemFull        = idempotency.Full()
-	errIdemAccountFull = idempotency.AccountFull()
-	errBodyUnreadable  = apierror.Static(http.StatusBadRequest, "invalid_body", "Request body could not be read.")
-)
+// errBodyUnreadable answers a body the client broke off.
+var errBodyUnreadable = apierror.Static(http.StatusBadRequest, "invalid_body", "Request body could not be read.")
 
-// checkOrder validates an order request and claims its identifier. It
-// returns false when it has answered the request itself; otherwise the
-// request's body is the order's canonical encoding (forwardCanonical),
-// whose fingerprint duplicate protection compares. The caller's identity
-// key (an HMAC for an opaque token) is worked out only for an order that
-// carries an identifier, and reused when the limits already did.
-func (g *Gateway) checkOrder(ex *exchange, r *http.Request, v *validate.Validator) bool {
-	if p := v.PreCheck(r.Header["Content-Type"], r.ContentLength); p != nil {
-		g.metrics.ValidationRejected(p.Code)
-		g.refuse(ex, r, p)
-		return false
+// checkOrder reads an order's body whole and validates it. The request's
+// body becomes the order's canonical encoding (forwardCanonical), the
+// only form the backend receives and the one duplicate protection
+// fingerprints.
+func (g *Gateway) checkOrder(st *requestState, r *http.Request, v *validate.Validator) *apierror.Error {
+	if e := v.PreCheck(r.Header["Content-Type"], r.ContentLength); e != nil {
+		g.metrics.ValidationRejected(e.Code)
+		return e
 	}
-	if !g.reserveBody(ex, r, v.MaxBodyBytes()) {
-		return false
+	tooLarge := v.TooLarge()
+	body, e := g.readWhole(st, r, v.MaxBodyBytes(), tooLarge)
+	if e != nil {
+		if e == tooLarge {
+			g.metrics.ValidationRejected(e.Code)
+		}
+		return e
 	}
-	bp := bodyPool.Get().(*[]byte)
-	ex.order.body = bp
-	body, tooBig, err := readBody((*bp)[:0], r.Body, v.MaxBodyBytes())
-	*bp = body[:0]
-	if tooBig {
-		p := v.PreCheck(r.Header["Content-Type"], v.MaxBodyBytes()+1)
-		g.metrics.ValidationRejected(p.Code)
-		ex.rw.Header()["Connection"] = connClose // the rest of the body stays unread
-		g.reject(ex, p)
-		return false
+	order, e := v.Check(r.Header["Content-Type"], body)
+	if e != nil {
+		g.metrics.ValidationRejected(e.Code)
+		return e
 	}
-	if err != nil {
-		g.reject(ex, errBodyUnreadable)
-		return false
-	}
-	order, p := v.Check(r.Header["Content-Type"], body)
-	if p != nil {
-		g.metrics.ValidationRejected(p.Code)
-		g.reject(ex, p)
-		return false
-	}
-	body = forwardCanonical(ex, r, &order)
+	st.order.identifier = order.Identifier
+	st.order.canonical = forwardCanonical(st, r, &order)
+	return nil
+}
 
-	if order.Identifier == "" || g.idem == nil {
-		return true
+// claimIdentifier claims the identifier of an order for its account
+// (Gateway.identityKey), so that it is placed at most once: a repeat of
+// a placed order is answered with its recorded response (replay), any
+// other use of the identifier is refused. An order without an identifier,
+// or of an anonymous caller, passes unclaimed.
+func (g *Gateway) claimIdentifier(st *requestState, r *http.Request) *apierror.Error {
+	if st.order.identifier == "" || g.idem == nil {
+		return nil
 	}
-	identityKey := g.identityKey(ex)
-	if identityKey == "" {
-		return true
+	key := g.identityKey(st)
+	if key == "" {
+		return nil
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), g.idemTimeout)
 	defer cancel()
-	claim, err := g.idem.Claim(ctx, idempotency.Key{Account: identityKey, Identifier: order.Identifier}, idempotency.FingerprintOf(body))
+	claim, err := g.idem.Claim(ctx, idempotency.Key{Account: key, Identifier: st.order.identifier}, idempotency.FingerprintOf(st.order.canonical))
 	if err != nil {
-		g.refuseClaim(ex, err)
-		return false
+		return g.claimFailed(st, err)
 	}
 	switch claim.Outcome {
 	case idempotency.Claimed:
 		g.metrics.Idempotency(metrics.IdempotencyClaimed)
-		ex.order.claimed, ex.order.claim = true, claim
-		return true
+		st.order.claimed, st.order.claim = true, claim
+		return nil
 	case idempotency.Replay:
 		g.metrics.Idempotency(metrics.IdempotencyReplayed)
-		g.replay(ex, claim.Record)
-	case idempotency.InProgress:
-		g.metrics.Idempotency(metrics.IdempotencyInProgress)
-		g.reject(ex, errIdemInProgress)
-	case idempotency.Conflict:
-		g.metrics.Idempotency(metrics.IdempotencyConflict)
-		g.reject(ex, errIdemConflict)
-	default:
-		g.metrics.Idempotency(metrics.IdempotencyUnknown)
-		g.reject(ex, errIdemUnknown)
+		return g.replay(st, claim.Record)
 	}
-	return false
+	g.metrics.Idempotency(idemMetric(claim.Outcome))
+	return idempotency.Refusal(claim.Outcome)
 }
 
-// refuseClaim answers an order whose identifier could not be claimed,
-// saying why: the account's share is full (only that account is
+// idemMetric is the metric outcome of a refused claim.
+func idemMetric(o idempotency.Outcome) metrics.IdempotencyOutcome {
+	switch o {
+	case idempotency.InProgress:
+		return metrics.IdempotencyInProgress
+	case idempotency.Conflict:
+		return metrics.IdempotencyConflict
+	}
+	return metrics.IdempotencyUnknown
+}
+
+// claimFailed is the answer to an order whose identifier could not be
+// claimed, saying why: the account's share is full (only that account is
 // refused), the store is full, or the store failed.
-func (g *Gateway) refuseClaim(ex *exchange, err error) {
+func (g *Gateway) claimFailed(st *requestState, err error) *apierror.Error {
 	switch {
 	case errors.Is(err, idempotency.ErrAccountFull):
 		g.metrics.Idempotency(metrics.IdempotencyAccountFull)
-		g.reject(ex, errIdemAccountFull)
+		return idempotency.AccountFull()
 	case errors.Is(err, idempotency.ErrFull):
 		g.metrics.Idempotency(metrics.IdempotencyStoreFull)
-		g.log.Warn("duplicate protection store full; order refused", zap.String("request_id", ex.id), zap.Error(err))
-		g.reject(ex, errIdemFull)
-	default:
-		g.metrics.Idempotency(metrics.IdempotencyStoreError)
-		g.log.Warn("duplicate protection store failed; order refused", zap.String("request_id", ex.id), zap.Error(err))
-		g.reject(ex, errIdemUnavailable)
+		g.log.Warn("duplicate protection store full; order refused", zap.String("request_id", st.id), zap.Error(err))
+		return idempotency.Full()
 	}
+	g.metrics.Idempotency(metrics.IdempotencyStoreError)
+	g.log.Warn("duplicate protection store failed; order refused", zap.String("request_id", st.id), zap.Error(err))
+	return idempotency.Unavailable()
 }
 
 // readBody reads r into dst, at most max bytes. tooBig reports a body
@@ -159,17 +148,19 @@ func readBody(dst []byte, r io.Reader, max int64) (body []byte, tooBig bool, err
 	}
 }
 
-// replay answers with the response recorded for an identifier.
-func (g *Gateway) replay(ex *exchange, rec *idempotency.Record) {
-	h := ex.rw.Header()
+// replay answers with the response recorded for an identifier, and
+// returns answered.
+func (g *Gateway) replay(st *requestState, rec *idempotency.Record) *apierror.Error {
+	h := st.rw.Header()
 	if rec.ContentType != "" {
 		h["Content-Type"] = []string{rec.ContentType}
 	}
 	h["Content-Length"] = []string{strconv.Itoa(len(rec.Body))}
 	h[idempotency.ReplayedHeader] = []string{"true"}
-	h["X-Request-Id"] = []string{ex.id}
-	ex.rw.WriteHeader(rec.Status)
-	_, _ = ex.rw.Write(rec.Body)
+	h["X-Request-Id"] = []string{st.id}
+	st.rw.WriteHeader(rec.Status)
+	_, _ = st.rw.Write(rec.Body)
+	return answered
 }
 
 // claimKey marks an outbound request whose response must be recorded.
@@ -189,21 +180,21 @@ type claimKey struct{}
 // than idempotency.max_response_bytes, or one that cannot be read to its
 // end, is recorded as an unknown outcome too.
 func (g *Gateway) recordResponse(res *http.Response) error {
-	ex, _ := res.Request.Context().Value(claimKey{}).(*exchange)
-	if ex == nil || !ex.order.claimed || ex.order.settled {
+	st, _ := res.Request.Context().Value(claimKey{}).(*requestState)
+	if st == nil || !st.order.claimed || st.order.settled {
 		return nil
 	}
-	ex.order.settled = true
+	st.order.settled = true
 	if res.StatusCode >= 300 {
 		ctx, cancel := context.WithTimeout(context.Background(), g.idemTimeout)
 		defer cancel()
 		if res.StatusCode >= 500 {
-			g.settleUnknown(ctx, ex)
+			g.settleUnknown(ctx, st)
 			return nil
 		}
 		g.metrics.Idempotency(metrics.IdempotencyReleased)
-		if err := g.releaseClaims(ctx, ex); err != nil {
-			g.log.Warn("duplicate protection: releasing a refused order's claim failed", zap.String("request_id", ex.id), zap.Error(err))
+		if err := g.releaseClaims(ctx, st); err != nil {
+			g.log.Warn("duplicate protection: releasing a refused order's claim failed", zap.String("request_id", st.id), zap.Error(err))
 		}
 		return nil
 	}
@@ -216,12 +207,12 @@ func (g *Gateway) recordResponse(res *http.Response) error {
 	ctx, cancel := context.WithTimeout(context.Background(), g.idemTimeout)
 	defer cancel()
 	if err != nil || len(b) > g.idemMaxResp {
-		g.settleUnknown(ctx, ex)
+		g.settleUnknown(ctx, st)
 		return nil
 	}
 	rec := idempotency.Record{Status: res.StatusCode, ContentType: res.Header.Get("Content-Type"), Body: b}
-	if err := g.completeClaims(ctx, ex, rec); err != nil {
-		g.log.Warn("duplicate protection: recording the response failed", zap.String("request_id", ex.id), zap.Error(err))
+	if err := g.completeClaims(ctx, st, rec); err != nil {
+		g.log.Warn("duplicate protection: recording the response failed", zap.String("request_id", st.id), zap.Error(err))
 	}
 	return nil
 }
@@ -229,25 +220,25 @@ func (g *Gateway) recordResponse(res *http.Response) error {
 // settleFailed settles the claim of an order the backend did not answer:
 // released when the request certainly never left exgate, else recorded as
 // an unknown outcome (it may have been placed).
-func (g *Gateway) settleFailed(ex *exchange, err error) {
-	if !ex.order.claimed || ex.order.settled {
+func (g *Gateway) settleFailed(st *requestState, err error) {
+	if !st.order.claimed || st.order.settled {
 		return
 	}
-	ex.order.settled = true
+	st.order.settled = true
 	ctx, cancel := context.WithTimeout(context.Background(), g.idemTimeout)
 	defer cancel()
 	if err != nil && idempotency.NotSent(err) {
-		if err := g.releaseClaims(ctx, ex); err != nil {
-			g.log.Warn("duplicate protection: releasing a claim failed", zap.String("request_id", ex.id), zap.Error(err))
+		if err := g.releaseClaims(ctx, st); err != nil {
+			g.log.Warn("duplicate protection: releasing a claim failed", zap.String("request_id", st.id), zap.Error(err))
 		}
 		return
 	}
-	g.settleUnknown(ctx, ex)
+	g.settleUnknown(ctx, st)
 }
 
-func (g *Gateway) settleUnknown(ctx context.Context, ex *exchange) {
-	if err := g.unknownClaims(ctx, ex); err != nil && !errors.Is(err, idempotency.ErrClaimLost) {
-		g.log.Warn("duplicate protection: recording an unknown outcome failed", zap.String("request_id", ex.id), zap.Error(err))
+func (g *Gateway) settleUnknown(ctx context.Context, st *requestState) {
+	if err := g.unknownClaims(ctx, st); err != nil && !errors.Is(err, idempotency.ErrClaimLost) {
+		g.log.Warn("duplicate protection: recording an unknown outcome failed", zap.String("request_id", st.id), zap.Error(err))
 	}
 }
 
@@ -260,9 +251,9 @@ func putBody(bp *[]byte) {
 
 // releaseOrder returns the body buffer of an order (the client's bytes)
 // to its pool; the backend is sent the canonical body, a buffer of its own.
-func (ex *exchange) releaseOrder() {
-	if bp := ex.order.body; bp != nil {
-		ex.order.body = nil
+func (st *requestState) releaseOrder() {
+	if bp := st.order.body; bp != nil {
+		st.order.body = nil
 		putBody(bp)
 	}
 }

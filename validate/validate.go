@@ -206,6 +206,9 @@ func configDec(s config.Decimal) (*dec, error) {
 // more than this before calling Check.
 func (v *Validator) MaxBodyBytes() int64 { return v.maxBody }
 
+// TooLarge returns the 413 answer to an order body over MaxBodyBytes.
+func (v *Validator) TooLarge() *apierror.Error { return v.errTooLarge }
+
 // PreCheck refuses, before the body is read, a request whose
 // Content-Type (the request's header values) is not JSON (415) or whose
 // declared Content-Length is over the limit (413); contentLength -1 means

@@ -1,0 +1,185 @@
+package proxy
+
+import (
+	"context"
+	"net/http"
+
+	"github.com/exgate/exgate/apierror"
+)
+
+// ServeHTTP runs the request pipeline of docs/architecture.md ("Request
+// path"). Each step lets the request on or returns the answer it is
+// refused with; refuse writes that answer, and a refused request never
+// reaches the backend.
+func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	g.metrics.IncInflight()
+	st := g.pool.Get().(*requestState)
+	*st = requestState{g: g, start: g.now(), clientCx: r.Context()}
+	st.rw = respWriter{ResponseWriter: w, st: st}
+	defer g.finish(st, r)
+
+	pl := g.plan.Load()
+	g.identify(st, r, pl)
+	if e := g.checkHead(st, r); e != nil {
+		g.refuse(st, r, e)
+		return
+	}
+	if e := g.matchRoute(st, r, pl); e != nil {
+		g.refuse(st, r, e)
+		return
+	}
+	if e := g.authenticate(st, r); e != nil {
+		g.refuse(st, r, e)
+		return
+	}
+	g.setClientAddress(st, r)
+	if e := g.admitEarly(st, pl); e != nil {
+		g.refuse(st, r, e)
+		return
+	}
+	if st.route.bulk != nil {
+		// A bulk is charged by its size: its body is checked first.
+		if e := g.checkBulk(st, r, pl); e != nil {
+			g.refuse(st, r, e)
+			return
+		}
+	} else {
+		if e := g.enforceLimits(st, r, pl, st.route, 1); e != nil {
+			g.refuse(st, r, e)
+			return
+		}
+		if e := g.checkBody(st, r, pl); e != nil {
+			g.refuse(st, r, e)
+			return
+		}
+		if e := g.claimIdentifier(st, r); e != nil {
+			g.refuse(st, r, e)
+			return
+		}
+	}
+	if e := g.admit(st, r, pl); e != nil {
+		g.refuse(st, r, e)
+		return
+	}
+	g.forward(st, r)
+}
+
+// answered is returned by a step that has answered the request itself (a
+// CORS preflight, a replayed order) or that has no one left to answer
+// (the client went away): refuse writes nothing for it.
+var answered = apierror.New(0, "answered", "")
+
+// refuse answers the request with e, the answer of the step that refused
+// it. While the request's body is unread and of unknown length (chunked),
+// the connection is closed after the answer: net/http would otherwise read
+// up to 256 KiB of that body before the answer goes out, so a refused
+// client could make exgate wait for it.
+func (g *Gateway) refuse(st *requestState, r *http.Request, e *apierror.Error) {
+	if e == answered {
+		return
+	}
+	if !st.bodyTaken && r.ContentLength < 0 && r.Body != nil && r.Body != http.NoBody {
+		st.rw.Header()["Connection"] = connClose
+	}
+	WriteError(&st.rw, st.id, e)
+}
+
+var connClose = []string{"close"}
+
+// identify gives the request its id (the client's X-Request-ID when well
+// formed, else a new one, sent to the backend) and, under a CORS policy,
+// the CORS headers every answer to an allowed origin carries, refusals
+// included.
+func (g *Gateway) identify(st *requestState, r *http.Request, pl *plan) {
+	if id := r.Header.Get("X-Request-Id"); validRequestID(id) {
+		st.id = id
+	} else {
+		st.id = g.ids.next()
+		r.Header["X-Request-Id"] = []string{st.id}
+	}
+	if origin := r.Header["Origin"]; pl.cors != nil && len(origin) == 1 {
+		pl.cors.decorate(st.rw.Header(), origin)
+	}
+}
+
+// checkHead refuses a request whose head exgate and the backend could
+// read differently, or that is too large: headers over
+// server.max_header_bytes, a Connection option naming an end-to-end
+// header, a path with no canonical form, a method-override header. It
+// sets the request's canonical path.
+func (g *Gateway) checkHead(st *requestState, r *http.Request) *apierror.Error {
+	if headerSize(r) > g.maxHeader {
+		return g.errHeader
+	}
+	if e := checkConnection(r.Header); e != nil {
+		return e
+	}
+	p, err := canonicalPath(r.URL.EscapedPath())
+	if err != nil {
+		return pathErrors[err.(pathError)]
+	}
+	st.path = p
+	if methodOverridden(r.Header) {
+		return errMethodOverride
+	}
+	return nil
+}
+
+// matchRoute finds the request's route (404, or 405 with Allow, when none
+// matches) and sets the path forwarded to the backend. A CORS preflight is
+// answered here under a policy; without one it goes to the backend on the
+// default route, whatever its path: a browser sends it without
+// credentials, and OPTIONS runs no view of a DRF backend.
+func (g *Gateway) matchRoute(st *requestState, r *http.Request, pl *plan) *apierror.Error {
+	preflight := isPreflight(r)
+	if preflight && hasBody(r) {
+		return errPreflightBody
+	}
+	if preflight && pl.cors != nil {
+		return g.answerPreflight(st, r, pl.cors)
+	}
+	var route *Route
+	var matched, allow string
+	if preflight && pl.table.def != nil {
+		route, matched = pl.table.def, st.path
+	} else {
+		route, matched, allow = pl.table.match(r.Method, st.path)
+	}
+	switch {
+	case route != nil:
+		st.route = route
+		st.path = route.forwardPath(matched)
+		return nil
+	case allow != "":
+		return methodNotAllowed(r.Method, allow)
+	}
+	return errNotFound
+}
+
+// setClientAddress derives the client's address (clientip.go) and
+// replaces the X-Real-IP header the backend receives with it.
+func (g *Gateway) setClientAddress(st *requestState, r *http.Request) {
+	var realIP []string
+	st.addr, realIP = g.client(r)
+	if realIP != nil {
+		r.Header["X-Real-Ip"] = realIP // what the client sent is replaced
+	} else {
+		delete(r.Header, "X-Real-Ip")
+	}
+}
+
+// forward sends the request to the backend on its canonical path, within
+// the route's timeout. A claimed order goes through even if its client
+// hangs up, so that its outcome is recorded and a retry gets the replay.
+func (g *Gateway) forward(st *requestState, r *http.Request) {
+	r.URL.Path, r.URL.RawPath = st.path, ""
+	parent := r.Context()
+	if st.order.claimed {
+		parent = context.WithValue(context.WithoutCancel(parent), claimKey{}, st)
+	}
+	st.bodyTaken = true // the reverse proxy's from here on
+	st.upStart = g.now()
+	ctx, cancel := context.WithTimeout(parent, st.route.Timeout)
+	defer cancel()
+	g.rp.ServeHTTP(&st.rw, r.WithContext(ctx))
+}
