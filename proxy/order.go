@@ -67,7 +67,9 @@ func (g *Gateway) checkOrder(st *requestState, r *http.Request, v *validate.Vali
 // (Gateway.identityKey), so that it is placed at most once: a repeat of
 // a placed order is answered with its recorded response (replay), any
 // other use of the identifier is refused. An order without an identifier,
-// or of an anonymous caller, passes unclaimed.
+// or of an anonymous caller, passes unclaimed; the caller's key (an HMAC
+// for an opaque token) is worked out only for an order that needs it, and
+// reused when the limits already did.
 func (g *Gateway) claimIdentifier(st *requestState, r *http.Request) *apierror.Error {
 	if st.order.identifier == "" || g.idem == nil {
 		return nil
