@@ -2,8 +2,10 @@ package config
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestSettingsThatNeverApply checks that a configuration which would be
@@ -91,6 +93,66 @@ func TestSettingsThatNeverApply(t *testing.T) {
 			}
 			if es[0].Path != tt.path || !strings.Contains(es[0].Msg, tt.hint) {
 				t.Errorf("got %v\nwant a problem at %s containing %q", es[0], tt.path, tt.hint)
+			}
+		})
+	}
+}
+
+// TestChecksAcrossSections gives each check of checkAcrossSections a
+// configuration it refuses and one nearby that it accepts, and checks that
+// a value its own section already refuses is not reported again here.
+func TestChecksAcrossSections(t *testing.T) {
+	tests := []struct {
+		name string
+		mut  func(c *Config)
+		want []string // exact problems; nil means valid
+	}{
+		{"route timeout not below the write timeout",
+			func(c *Config) { c.Route("list_orders").Timeout = 30 * time.Second },
+			[]string{`server.write_timeout: 30s must exceed routes[3].timeout (30s, route "list_orders")`}},
+		{"route timeout below the write timeout",
+			func(c *Config) { c.Route("list_orders").Timeout = 29 * time.Second }, nil},
+		{"write timeout refused by its section is not compared",
+			func(c *Config) { c.Server.WriteTimeout = 0 },
+			[]string{`server.write_timeout: must be greater than 0, got 0s`}},
+		{"order body above every body",
+			func(c *Config) { c.Server.MaxBodyBytes = 4 << 10 },
+			[]string{`validation.max_body_bytes: 8KiB must not exceed server.max_body_bytes (4KiB)`}},
+		{"order body refused by its section is not compared",
+			func(c *Config) { c.Validation.MaxBodyBytes = 2 << 20 },
+			[]string{`validation.max_body_bytes: must be from 64 to 1MiB, got 2MiB`}},
+		{"redis duplicate store without redis",
+			func(c *Config) { c.Idempotency.Backend = BackendRedis },
+			[]string{`idempotency.backend: "redis" needs limiter.redis.addrs`}},
+		{"redis duplicate store unused",
+			func(c *Config) { c.Idempotency.Backend, c.Idempotency.Enabled = BackendRedis, false }, nil},
+		{"claim shorter than the order route's timeout",
+			func(c *Config) { c.Idempotency.InFlightTimeout = 10 * time.Second },
+			[]string{`idempotency.in_flight_timeout: 10s must exceed the timeout of routes[0] ("place_order", 10s)`}},
+		{"claim refused by its section is not compared",
+			func(c *Config) { c.Idempotency.InFlightTimeout = 25 * time.Hour },
+			[]string{`idempotency.in_flight_timeout: 25h0m0s must be less than idempotency.retention (24h0m0s)`}},
+		{"tokens file with verified accounts",
+			func(c *Config) { c.Identity.Verify, c.TokensFile = true, "tokens.yaml" },
+			[]string{`tokens_file: maps token strings to tiers, but identity.verify counts accounts: write identity.users_file (user id → tier) or identity.jwt.tier_claim instead`}},
+		{"account limit without verification",
+			func(c *Config) { c.Route("list_fills").Limits[0].Key = KeyAccount },
+			[]string{`routes[5].limits[0].key: key: account needs identity.verify: true (JWT access tokens verified at the edge); for opaque tokens write key: token`}},
+		{"verified accounts count the built-in table per account",
+			func(c *Config) { c.Identity.Verify = true }, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := Default()
+			tt.mut(c)
+			var got []string
+			if err := c.Validate(); err != nil {
+				for _, e := range err.(Errors) {
+					got = append(got, e.Error())
+				}
+			}
+			if !slices.Equal(got, tt.want) {
+				t.Errorf("problems:\n  %s\nwant:\n  %s", strings.Join(got, "\n  "), strings.Join(tt.want, "\n  "))
 			}
 		})
 	}
