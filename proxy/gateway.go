@@ -284,6 +284,7 @@ func (g *Gateway) rewrite(pr *httputil.ProxyRequest) {
 	out.Host = ""
 	closeAfterHead(out)
 	keepInMemoryBody(pr)
+	dropRequestTrailers(out)
 	// What httputil.ProxyRequest.SetXForwarded sets, from the
 	// connection's peer worked out once per connection, with shared
 	// header values instead of new ones per request. ReverseProxy has
