@@ -5,7 +5,6 @@ go 1.26.0
 require (
 	github.com/chromedp/chromedp v0.23.0
 	github.com/go-jose/go-jose/v4 v4.1.9
-	github.com/go-redis/redis_rate/v10 v10.0.1
 	github.com/golang-jwt/jwt/v5 v5.3.1
 	github.com/pires/go-proxyproto v0.15.0
 	github.com/prometheus/client_golang v1.25.0

@@ -5,10 +5,10 @@ import (
 	"errors"
 	"hash/maphash"
 	"net/netip"
+	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
 	"github.com/exgate/exgate/config"
@@ -123,12 +123,6 @@ type EnforcerOptions struct {
 	Local *ratelimit.Memory
 	// LocalMaxKeys bounds Local when it is made here. Zero means 1,000,000.
 	LocalMaxKeys int
-	// Spray is the client for the token-spray guard's shared state; nil
-	// keeps that state in process.
-	Spray redis.Scripter
-	// SprayTimeout is the deadline of a token-spray guard call. Zero
-	// means 25ms.
-	SprayTimeout time.Duration
 	// Keyer turns tokens into ids. Required.
 	Keyer *Keyer
 	// Logger receives store-failure warnings, at most one per second. Nil
@@ -143,13 +137,12 @@ type EnforcerOptions struct {
 type Enforcer struct {
 	store      ratelimit.Limiter
 	local      *ratelimit.Memory
-	spray      sprayStore
-	localSpray *memorySpray
 	sprayCache *expiring.Map[bool]
 	seed       maphash.Seed
 	keyer      *Keyer
 	log        *zap.Logger
 	now        func() time.Time
+	plans      sync.Pool
 
 	warnRate  lograte.Limit
 	storeErrs atomic.Int64
@@ -175,16 +168,7 @@ func NewEnforcer(o EnforcerOptions) (*Enforcer, error) {
 	if e.local == nil {
 		e.local = ratelimit.NewMemory(ratelimit.MemoryOptions{Now: e.now, MaxKeys: o.LocalMaxKeys})
 	}
-	e.localSpray = newMemorySpray(e.now, 100000)
-	if o.Spray != nil {
-		t := o.SprayTimeout
-		if t <= 0 {
-			t = 25 * time.Millisecond
-		}
-		e.spray = &redisSpray{client: o.Spray, timeout: t}
-	} else {
-		e.spray = e.localSpray
-	}
+	e.plans.New = func() any { return new(plan) }
 	return e, nil
 }
 
@@ -215,9 +199,11 @@ func (e *Enforcer) TokenID(token string) string { return e.keyer.ID(token) }
 func (e *Enforcer) AccountID(user string) string { return e.keyer.AccountID(user) }
 
 // Decide applies the route's limits to req and fills d. A route without
-// limits allows everything. Limits are checked in order; the first one
-// that denies (and is not a shadow limit) ends the check, so later limits
-// are not charged for a request that is refused anyway.
+// limits allows everything. Every limit that applies, and the token-spray
+// guard when its answer is not known yet, are decided by the store at
+// once (one round trip to Redis), all or nothing: a request one limit
+// refuses is charged in none. Outcomes are recorded in the order of the
+// limits, up to the first that refuses (and is not a shadow limit).
 func (e *Enforcer) Decide(ctx context.Context, rr *RouteRules, req Request, d *Decision) {
 	*d = Decision{Allowed: true, header: -1}
 	if !rr.Limited() {
@@ -229,9 +215,12 @@ func (e *Enforcer) Decide(ctx context.Context, rr *RouteRules, req Request, d *D
 	if req.Addr.IsValid() {
 		addr = AddrGroup(req.Addr, rs.v6Prefix).AppendTo(addrBuf[:0])
 	}
-	cost := max(req.Cost, 1)
+	p := e.plans.Get().(*plan)
+	defer e.plans.Put(p)
+	p.reset(max(req.Cost, 1))
 	anonymous := req.Token == "" && req.Account == ""
 	var demotedFor time.Duration // until the address's token window ends
+	var sprayHash uint64
 	switch {
 	case req.Account != "":
 		// A verified account: its tier from the users file, else from
@@ -244,83 +233,95 @@ func (e *Enforcer) Decide(ctx context.Context, rr *RouteRules, req Request, d *D
 		d.TokenID = e.keyer.ID(req.Token)
 		d.Tier = rs.tiers[d.TokenID]
 		if d.Tier == "" && rs.spray.MaxTokens > 0 && addr != nil {
-			if ok, left := e.admitted(ctx, rs, string(addr), d.TokenID); !ok {
-				d.Demoted, demotedFor = true, left
+			sprayHash = maphash.Comparable(e.seed, [2]string{string(addr), d.TokenID})
+			now := e.now().UnixNano()
+			if ok, until, hit := e.sprayCache.Get(sprayHash, now); !hit {
+				p.req.Guard = sprayGuard(rs, addr, d.TokenID)
+			} else if !ok {
+				d.Demoted, demotedFor = true, time.Duration(until-now)
 				anonymous = true
 			}
 		}
 	}
-	var keyBuf [192]byte
 	for i := range rr.limits {
 		r := &rr.limits[i]
-		switch {
-		case r.when == config.WhenToken && anonymous,
-			r.when == config.WhenAnon && !anonymous:
+		if p.req.Guard.Key == "" {
+			p.add(i, r, d, addr, d.Demoted, anonymous, ratelimit.Always)
 			continue
 		}
-		v := &r.base
-		key := keyBuf[:0]
-		switch {
-		case r.byToken && d.Demoted:
-			if addr == nil {
-				continue
-			}
-			key = append(append(key, v.prefixSpray...), addr...)
-		case r.byToken:
-			if d.TokenID == "" {
-				continue // a token limit does not apply to a request without a token
-			}
-			if d.Tier != "" && r.tiers[d.Tier] != nil {
-				v = r.tiers[d.Tier]
-			}
-			key = append(append(key, v.prefixToken...), d.TokenID...)
-		case r.byAccount:
-			if d.Account == "" {
-				continue // an account limit does not apply to a request without a verified account
-			}
-			if d.Tier != "" && r.tiers[d.Tier] != nil {
-				v = r.tiers[d.Tier]
-			}
-			key = append(append(key, v.prefixAccount...), d.Account...)
+		// The guard's answer is not known: the limits of both answers,
+		// of which the store applies one.
+		p.add(i, r, d, addr, false, false, ratelimit.IfAdmitted)
+		p.add(i, r, d, addr, true, true, ratelimit.IfRefused)
+	}
+	if len(p.req.Checks) == 0 && p.req.Guard.Key == "" {
+		return
+	}
+	fallback := ""
+	if err := e.store.AllowAll(ctx, &p.req, &p.ans); err != nil {
+		e.storeFailed(rr, err)
+		fallback = rr.onStoreError
+		switch fallback {
+		case config.StoreOpen, config.StoreClosed:
+			// Nothing is decided; the guard is answered in process, as
+			// it is for the local fallback, to say who is demoted.
+			checks := p.req.Checks
+			p.req.Checks = nil
+			_ = e.local.AllowAll(ctx, &p.req, &p.ans)
+			p.req.Checks = checks
 		default:
-			if addr == nil {
+			fallback = config.StoreLocal
+			for j := range p.req.Checks {
+				p.req.Checks[j].Limit = p.meta[j].v.local
+			}
+			_ = e.local.AllowAll(ctx, &p.req, &p.ans)
+		}
+	}
+	if p.req.Guard.Key != "" {
+		ttl := p.ans.GuardTTL
+		if ttl <= 0 || ttl > rs.spray.Window {
+			ttl = rs.spray.Window
+		}
+		now := e.now().UnixNano()
+		e.sprayCache.Put(sprayHash, p.ans.Admitted, now+int64(ttl), now)
+		if !p.ans.Admitted {
+			d.Demoted, demotedFor = true, ttl
+		}
+	}
+	for j := range p.req.Checks {
+		c := &p.req.Checks[j]
+		m := &p.meta[j]
+		if fallback == config.StoreOpen || fallback == config.StoreClosed {
+			if !ratelimit.Applies(c.Branch, p.ans.Admitted) {
 				continue
 			}
-			key = append(append(key, v.prefixAddr...), addr...)
+		} else if j >= len(p.ans.Results) || !p.ans.Results[j].Applied {
+			continue
 		}
-		o := Outcome{Index: i, Limit: r.name, Tier: v.tier, v: v}
-		var res ratelimit.Result
-		var err error
-		if cost == 1 {
-			res, err = e.store.Allow(ctx, string(key), v.limit)
-		} else {
-			res, err = e.store.AllowN(ctx, string(key), v.limit, cost)
+		r := &rr.limits[m.limit]
+		o := Outcome{Index: m.limit, Limit: r.name, Tier: m.v.tier, v: m.v}
+		switch fallback {
+		case config.StoreOpen:
+			e.fallbacks[0].Add(1)
+			o.Fallback, o.Decision = config.StoreOpen, DecisionAllowed
+			d.record(o)
+			continue
+		case config.StoreClosed:
+			e.fallbacks[1].Add(1)
+			o.Fallback, o.Decision = config.StoreClosed, DecisionLimited
+			d.record(o)
+			d.Allowed, d.Unavailable = false, true
+			return
+		case config.StoreLocal:
+			e.fallbacks[2].Add(1)
+			o.Fallback = config.StoreLocal
 		}
-		if err != nil {
-			e.storeFailed(rr, err)
-			switch rr.onStoreError {
-			case config.StoreOpen:
-				e.fallbacks[0].Add(1)
-				o.Fallback, o.Decision = config.StoreOpen, DecisionAllowed
-				d.record(o)
-				continue
-			case config.StoreClosed:
-				e.fallbacks[1].Add(1)
-				o.Fallback, o.Decision = config.StoreClosed, DecisionLimited
-				d.record(o)
-				d.Allowed, d.Unavailable = false, true
-				return
-			default:
-				e.fallbacks[2].Add(1)
-				o.Fallback = config.StoreLocal
-				res = e.local.AllowLocal(string(key), v.local, cost)
-			}
-		}
+		res := p.ans.Results[j].Result
 		o.Result = res
 		switch {
 		case res.Allowed:
 			o.Decision = DecisionAllowed
-		case r.shadow:
+		case c.Shadow:
 			o.Decision = DecisionShadowLimited
 		default:
 			o.Decision = DecisionLimited
@@ -338,6 +339,79 @@ func (e *Enforcer) Decide(ctx context.Context, rr *RouteRules, req Request, d *D
 			return
 		}
 	}
+}
+
+// plan is the store request Decide sends, and for each of its checks the
+// limit it stands for. Plans are pooled: a request allocates none.
+type plan struct {
+	req     ratelimit.Request
+	ans     ratelimit.Answer
+	meta    []checkMeta
+	checks  [16]ratelimit.Check
+	metas   [16]checkMeta
+	results [16]ratelimit.CheckResult
+	key     [192]byte
+}
+
+// checkMeta is what a check of a plan stands for.
+type checkMeta struct {
+	limit int      // the limit's index among the route's
+	v     *variant // the limit as it applies (tier)
+}
+
+func (p *plan) reset(cost int64) {
+	clear(p.checks[:])
+	p.req = ratelimit.Request{Checks: p.checks[:0], Cost: cost}
+	p.ans = ratelimit.Answer{Results: p.results[:0]}
+	p.meta = p.metas[:0]
+}
+
+// add adds limit i, r, as it applies to a request that is demoted or not
+// and anonymous or not (under branch of the spray guard's answer), unless
+// it does not apply to such a request.
+func (p *plan) add(i int, r *rule, d *Decision, addr []byte, demoted, anonymous bool, branch ratelimit.Branch) {
+	switch {
+	case r.when == config.WhenToken && anonymous,
+		r.when == config.WhenAnon && !anonymous:
+		return
+	}
+	v := &r.base
+	key := p.key[:0]
+	switch {
+	case r.byToken && demoted:
+		if addr == nil {
+			return
+		}
+		key = append(append(key, v.prefixSpray...), addr...)
+	case r.byToken:
+		if d.TokenID == "" {
+			return // a token limit does not apply to a request without a token
+		}
+		if d.Tier != "" && r.tiers[d.Tier] != nil {
+			v = r.tiers[d.Tier]
+		}
+		key = append(append(key, v.prefixToken...), d.TokenID...)
+	case r.byAccount:
+		if d.Account == "" {
+			return // an account limit does not apply to a request without a verified account
+		}
+		if d.Tier != "" && r.tiers[d.Tier] != nil {
+			v = r.tiers[d.Tier]
+		}
+		key = append(append(key, v.prefixAccount...), d.Account...)
+	default:
+		if addr == nil {
+			return
+		}
+		key = append(append(key, v.prefixAddr...), addr...)
+	}
+	if n := len(p.req.Checks); branch == ratelimit.IfRefused && n > 0 && p.meta[n-1].limit == i && p.req.Checks[n-1].Key == string(key) {
+		// The same key under either answer: one check that always applies.
+		p.req.Checks[n-1].Branch = ratelimit.Always
+		return
+	}
+	p.req.Checks = append(p.req.Checks, ratelimit.Check{Key: string(key), Limit: v.limit, Shadow: r.shadow, Branch: branch})
+	p.meta = append(p.meta, checkMeta{limit: i, v: v})
 }
 
 // record appends o and keeps track of the outcome closest to denial: the
@@ -372,25 +446,6 @@ func (o *Outcome) wait() time.Duration {
 		return o.Result.RetryAfter
 	}
 	return o.Result.ResetAfter
-}
-
-// admitted reports whether the token may count as its own for the
-// address, through a local cache of answers that hold until the
-// address's window ends, and how long until it ends.
-func (e *Enforcer) admitted(ctx context.Context, rs *Rules, addr, tokenID string) (bool, time.Duration) {
-	h := maphash.Comparable(e.seed, [2]string{addr, tokenID})
-	now := e.now().UnixNano()
-	if ok, until, hit := e.sprayCache.Get(h, now); hit {
-		return ok, time.Duration(until - now)
-	}
-	ok, ttl, err := e.spray.admit(ctx, addr, tokenID, rs.spray.MaxTokens, rs.spray.Window)
-	if err != nil {
-		e.storeErrs.Add(1)
-		e.warn("token-spray guard: store failed; counting tokens in this process", err)
-		ok, ttl, _ = e.localSpray.admit(ctx, addr, tokenID, rs.spray.MaxTokens, rs.spray.Window)
-	}
-	e.sprayCache.Put(h, ok, now+int64(ttl), now)
-	return ok, ttl
 }
 
 // storeFailed counts a store failure and warns, at most once a second.

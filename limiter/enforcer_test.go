@@ -6,12 +6,15 @@ import (
 	"fmt"
 	"net/http"
 	"net/netip"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/exgate/exgate/config"
+	"github.com/exgate/exgate/internal/redistest"
 	"github.com/exgate/exgate/ratelimit"
 )
 
@@ -442,6 +445,10 @@ func (failing) AllowN(context.Context, string, ratelimit.Limit, int64) (ratelimi
 	return ratelimit.Result{}, errors.New("connection refused")
 }
 
+func (failing) AllowAll(context.Context, *ratelimit.Request, *ratelimit.Answer) error {
+	return errors.New("connection refused")
+}
+
 func TestStoreFailureModes(t *testing.T) {
 	for _, tc := range []struct {
 		mode        string
@@ -618,4 +625,115 @@ func BenchmarkDecide(b *testing.B) {
 			}
 		})
 	}
+}
+
+// TestOneRoundTripPerRequest: against Redis, the token-spray guard and
+// every limit of the route are decided in one round trip per request, a
+// request one limit refuses is charged in none, and with Redis paused a
+// request waits for one store deadline, not one per limit.
+func TestOneRoundTripPerRequest(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts redis-server")
+	}
+	srv := redistest.Start(t)
+	cfg := mustLoad(t, `
+limiter: { token_spray: { max_tokens: 5, window: 1h } }
+routes:
+  - name: r
+    match: /r/
+    auth: optional
+    limits:
+      - { name: hourly, key: address, rate: 100/1h }
+      - { name: token, key: token, rate: 2/1h }
+      - { name: anonymous, key: address, when: anonymous, rate: 100/1h }
+`)
+	rr := Compile(cfg, nil).Route("r")
+	k, _ := NewKeyer(testSecret)
+	var trips atomic.Int64
+	const timeout = 300 * time.Millisecond
+	client, err := NewRedisClient(config.Redis{Addrs: []string{srv.Addr}, Timeout: timeout}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = client.Close() })
+	rl := ratelimit.NewRedis(client, ratelimit.RedisOptions{
+		Timeout: timeout, Workers: 1,
+		Observe: func(time.Duration, int, error) { trips.Add(1) },
+	})
+	t.Cleanup(func() { _ = rl.Close() })
+	e, err := NewEnforcer(EnforcerOptions{Store: rl, Keyer: k})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	var d Decision
+	for i := 0; i < 3; i++ {
+		before := trips.Load()
+		e.Decide(ctx, rr, Request{Token: "tok-a", Addr: addr("192.0.2.1")}, &d)
+		if n := trips.Load() - before; n != 1 {
+			t.Errorf("request %d: %d round trips, want 1 (spray guard and limits at once)", i, n)
+		}
+		if d.Allowed != (i < 2) {
+			t.Errorf("request %d: allowed %v", i, d.Allowed)
+		}
+	}
+	// The third request was refused by the token limit: the address's
+	// hourly limit was charged twice, not three times.
+	states, err := e.Inspect(ctx, Compile(cfg, nil), Subject{Addr: addr("192.0.2.1")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, st := range states {
+		if st.Limit == "hourly" && st.Remaining != 98 {
+			t.Errorf("hourly: %d remaining, want 98 (the refused request charged nothing)", st.Remaining)
+		}
+	}
+
+	srv.Freeze()
+	defer srv.Thaw()
+	start := time.Now()
+	e.Decide(ctx, rr, Request{Token: "tok-b", Addr: addr("192.0.2.2")}, &d)
+	if took := time.Since(start); took > timeout*9/5 {
+		t.Errorf("with Redis paused a request took %v, want about one deadline (%v)", took, timeout)
+	}
+	if !d.Allowed || d.Outcomes[0].Fallback != config.StoreLocal {
+		t.Errorf("with Redis paused: %+v, want the local fallback", d)
+	}
+}
+
+// BenchmarkDecideRedis measures the whole decision of a request against
+// Redis with 64 concurrent callers, each request with a token of its own
+// from one address: the token-spray guard and the route's limits in one
+// round trip.
+func BenchmarkDecideRedis(b *testing.B) {
+	srv := redistest.Start(b)
+	cfg := config.Default()
+	cfg.Limiter.TokenSpray.MaxTokens = 1 << 30
+	for i := range cfg.Route("list_markets").Limits {
+		cfg.Route("list_markets").Limits[i].Rate = config.Rate{N: 1 << 40, Period: time.Hour}
+		cfg.Route("list_markets").Limits[i].Burst = 1 << 40
+	}
+	rr := Compile(cfg, nil).Route("list_markets")
+	k, _ := NewKeyer(testSecret)
+	rl := ratelimit.NewRedis(srv.Client(), ratelimit.RedisOptions{Timeout: time.Second})
+	defer rl.Close()
+	e, _ := NewEnforcer(EnforcerOptions{Store: rl, Keyer: k})
+	tokens := make([]string, 1<<14)
+	for i := range tokens {
+		tokens[i] = "token-" + strconv.Itoa(i)
+	}
+	var n atomic.Int64
+	b.ReportAllocs()
+	b.SetParallelism(32) // GOMAXPROCS is 2 here: 64 goroutines
+	b.RunParallel(func(pb *testing.PB) {
+		var d Decision
+		for pb.Next() {
+			i := n.Add(1)
+			e.Decide(context.Background(), rr, Request{Token: tokens[i&(1<<14-1)], Addr: netip.MustParseAddr("198.51.100.7")}, &d)
+			if !d.Allowed {
+				b.Errorf("decision %+v", d)
+				return
+			}
+		}
+	})
 }

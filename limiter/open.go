@@ -102,8 +102,6 @@ func Open(cfg *config.Config, o OpenOptions) (*Backend, error) {
 			b.Deny = ratelimit.NewDenyCache(b.Redis, lc.DenyCacheKeys, o.Now)
 			eo.Store = b.Deny
 		}
-		eo.Spray = b.Client
-		eo.SprayTimeout = lc.Redis.Timeout
 	default:
 		b.Memory = ratelimit.NewMemory(ratelimit.MemoryOptions{Now: o.Now, MaxKeys: lc.MaxKeys})
 		eo.Store = b.Memory

@@ -36,7 +36,7 @@ routes:
 		k, _ := NewKeyer(testSecret)
 		rl := ratelimit.NewRedis(c, ratelimit.RedisOptions{Timeout: time.Second})
 		t.Cleanup(func() { _ = rl.Close() })
-		e, err := NewEnforcer(EnforcerOptions{Store: rl, Keyer: k, Spray: c, SprayTimeout: time.Second})
+		e, err := NewEnforcer(EnforcerOptions{Store: rl, Keyer: k})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -67,5 +67,56 @@ routes:
 		if strings.Contains(k.(string), "secret") {
 			t.Errorf("key %q contains a raw token", k)
 		}
+	}
+}
+
+// TestClusterSprayGuard: in a Redis Cluster, where the spray set and the
+// token's and address's buckets live in different slots, the guard still
+// admits max_tokens tokens of an address, a demoted token is counted in
+// its address's shared bucket, and an admitted one in its own.
+func TestClusterSprayGuard(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts redis-server")
+	}
+	cl := redistest.StartCluster(t, 3)
+	cfg := mustLoad(t, `
+limiter: { token_spray: { max_tokens: 2, window: 1h } }
+routes:
+  - name: r
+    match: /r/
+    auth: optional
+    limits:
+      - { key: address, rate: 50/1h }
+      - { key: token, rate: 3/1h }
+`)
+	rr := Compile(cfg, nil).Route("r")
+	k, _ := NewKeyer(testSecret)
+	rl := ratelimit.NewRedis(cl.Client(t), ratelimit.RedisOptions{Timeout: time.Second})
+	t.Cleanup(func() { _ = rl.Close() })
+	e, err := NewEnforcer(EnforcerOptions{Store: rl, Keyer: k})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d Decision
+	allowed := map[string]int{}
+	for i := 0; i < 5; i++ {
+		tok := fmt.Sprint("secret-", i)
+		for j := 0; j < 4; j++ {
+			e.Decide(context.Background(), rr, Request{Token: tok, Addr: netip.MustParseAddr("192.0.2.9")}, &d)
+			if d.Demoted != (i >= 2) {
+				t.Fatalf("token %d request %d: demoted %v", i, j, d.Demoted)
+			}
+			if d.Allowed {
+				allowed[tok]++
+			}
+		}
+	}
+	// Two admitted tokens with 3 each; the three demoted ones share the
+	// address's bucket for excess tokens, also 3.
+	if got := allowed["secret-0"] + allowed["secret-1"]; got != 6 {
+		t.Errorf("admitted tokens: %d allowed, want 6", got)
+	}
+	if got := allowed["secret-2"] + allowed["secret-3"] + allowed["secret-4"]; got != 3 {
+		t.Errorf("demoted tokens: %d allowed, want 3 between them", got)
 	}
 }

@@ -165,6 +165,10 @@ func (down) AllowN(context.Context, string, ratelimit.Limit, int64) (ratelimit.R
 	return ratelimit.Result{}, errors.New("dial tcp: connection refused")
 }
 
+func (down) AllowAll(context.Context, *ratelimit.Request, *ratelimit.Answer) error {
+	return errors.New("dial tcp: connection refused")
+}
+
 func TestStoreDownClosedIs503(t *testing.T) {
 	e := startLimited(t, down{}, func(c *config.Config) { c.Limiter.OnStoreError = config.StoreClosed })
 	res := do(t, "GET", e.url+"/api/v1/mkt/markets/", nil)

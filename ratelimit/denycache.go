@@ -72,6 +72,46 @@ func (d *DenyCache) AllowN(ctx context.Context, key string, l Limit, n int64) (R
 	return d.next.AllowN(ctx, key, l, n)
 }
 
+// AllowAll implements Limiter. A request one of whose non-shadow checks
+// the cache knows to be denied is refused from the cache, charging
+// nothing, as the store would (all or nothing); the other checks are then
+// not decided (not Applied). A request with a guard always goes to the
+// store, which must record its member. Denials the store gives for a
+// request of cost 1 are cached.
+func (d *DenyCache) AllowAll(ctx context.Context, q *Request, ans *Answer) error {
+	now := d.now().UnixNano()
+	if q.Guard.Key == "" {
+		for i := range q.Checks {
+			c := &q.Checks[i]
+			if c.Shadow || !Applies(c.Branch, true) {
+				continue
+			}
+			if reset, until, ok := d.entries.Get(limitHash(maphash.String(d.seed, c.Key), c.Limit), now); ok {
+				d.hits.Add(1)
+				ans.reset(len(q.Checks))
+				ans.Allowed = false
+				ans.Results[i] = CheckResult{Applied: true, Result: Result{
+					RetryAfter: time.Duration(until - now), ResetAfter: time.Duration(max(reset-now, 0)),
+				}}
+				return nil
+			}
+		}
+	}
+	if err := d.next.AllowAll(ctx, q, ans); err != nil {
+		return err
+	}
+	if q.cost() != 1 {
+		return nil
+	}
+	for i, r := range ans.Results {
+		if r.Applied && !r.Result.Allowed && r.Result.RetryAfter > 0 && r.Result.RetryAfter != Never {
+			h := limitHash(maphash.String(d.seed, q.Checks[i].Key), q.Checks[i].Limit)
+			d.entries.Put(h, now+int64(r.Result.ResetAfter), now+int64(r.Result.RetryAfter), now)
+		}
+	}
+	return nil
+}
+
 // limitHash mixes a limit into the hash of a key, so that a key under one
 // limit and the same key under another are cached apart.
 func limitHash(h uint64, l Limit) uint64 {

@@ -24,6 +24,11 @@ func (c *counting) AllowN(ctx context.Context, k string, l Limit, n int64) (Resu
 	return c.next.AllowN(ctx, k, l, n)
 }
 
+func (c *counting) AllowAll(ctx context.Context, q *Request, ans *Answer) error {
+	c.calls.Add(1)
+	return c.next.AllowAll(ctx, q, ans)
+}
+
 func TestDenyCacheAnswersWithoutTheStore(t *testing.T) {
 	clock := newFakeClock()
 	store := &counting{next: NewMemory(MemoryOptions{Now: clock.Now})}

@@ -5,10 +5,10 @@ import (
 	"time"
 )
 
-// Leases for hot keys. When concurrent requests for one key meet in a
-// round trip (a coalesced group) and Redis reported plenty of room on the
-// key last time, the coalesced script is asked for a few requests more
-// than the group needs, and this replica hands them out to the key's next
+// Leases for hot keys. When concurrent single-limit requests for one key
+// meet in a round trip and Redis reported plenty of room on the key last
+// time, the round trip's script run also asks for a few requests more
+// than they need (one request of that cost, after theirs), and this replica hands them out to the key's next
 // requests without asking Redis. The requests are counted in Redis when
 // they are taken, so leases can never let more through than the limit;
 // tokens not used within leaseTTL are dropped, which can only refuse a
@@ -25,12 +25,10 @@ const (
 	leaseFraction = 100 // a lease is at most burst / leaseFraction
 )
 
-// leaseKey identifies a key under one limit, as the round trip sees it.
+// leaseKey identifies a key under one limit.
 type leaseKey struct {
-	key    string // the caller's key, without keyPrefix
-	burst  int
-	rate   int
-	period float64
+	key   string
+	limit Limit
 }
 
 // lease is one hot key's local state.
@@ -101,21 +99,21 @@ func (ls *leases) get(k leaseKey) *lease {
 	return l
 }
 
-// extra returns how many requests beyond the group's m to ask Redis for,
+// extra returns how many requests beyond a group's to ask Redis for,
 // to lease: none unless the key is known to be far from its limit and has
 // no lease running.
-func (l *lease) extra(burst, m int, now int64) int {
+func (l *lease) extra(burst int64, now int64) int64 {
 	want := min(burst/leaseFraction, leaseMax)
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if want < 2 || l.known < int64(leaseMargin*want) || (l.tokens > 0 && now < l.until) {
+	if want < 2 || l.known < leaseMargin*want || (l.tokens > 0 && now < l.until) {
 		return 0
 	}
 	return want
 }
 
-// settle records a coalesced answer: Redis's remaining after it, and the
-// requests granted beyond the group's own, to hand out.
+// settle records a round trip's answer for the key: Redis's remaining
+// after it, and the requests granted beyond the group's own, to hand out.
 func (l *lease) settle(granted, remaining int64, reset time.Duration, now int64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()

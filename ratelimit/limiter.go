@@ -84,7 +84,8 @@ type Result struct {
 // Never is the RetryAfter of a request that no wait would let pass.
 const Never = time.Duration(1<<63 - 1)
 
-// Limiter decides one request against one limit for one key. It is safe
+// Limiter decides requests against limits: one limit for one key (Allow,
+// AllowN), or all the limits of a request at once (AllowAll). It is safe
 // for concurrent use.
 type Limiter interface {
 	// Allow reports whether one request for key may pass limit now, and
@@ -96,6 +97,10 @@ type Limiter interface {
 	// n requests; a cost above the burst never passes. Allow is AllowN
 	// with n = 1.
 	AllowN(ctx context.Context, key string, limit Limit, n int64) (Result, error)
+	// AllowAll decides q against all its limits at once, all or nothing
+	// (Request), and fills ans. An error means the store could not
+	// decide; ans is then meaningless.
+	AllowAll(ctx context.Context, q *Request, ans *Answer) error
 }
 
 // ErrStoreUnavailable is returned (wrapped) when the store is known to be
@@ -109,8 +114,8 @@ func never() Result { return Result{RetryAfter: Never} }
 // gcra applies one request of cost n at time now (nanoseconds) to a key
 // whose stored TAT is tat (0 when the key is new) and returns the new TAT
 // to store (0 meaning "do not store") and the result. It is the integer
-// form of redis_rate's allowN script, so that the memory and Redis
-// limiters agree: a denied request changes nothing.
+// form of the Redis decision script (decideSrc), so that the memory and
+// Redis limiters agree: a denied request changes nothing.
 func gcra(now, tat int64, l Limit, n int64) (int64, Result) {
 	if !l.valid(n) {
 		return 0, never()

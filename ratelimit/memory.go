@@ -28,6 +28,7 @@ type Memory struct {
 	now    func() time.Time
 	seed   maphash.Seed
 	perMax int
+	guard  *memoryGuard
 	shards [memShards]memShard
 }
 
@@ -48,7 +49,7 @@ type MemoryOptions struct {
 
 // NewMemory returns an empty Memory limiter.
 func NewMemory(o MemoryOptions) *Memory {
-	m := &Memory{now: o.Now, seed: maphash.MakeSeed()}
+	m := &Memory{now: o.Now, seed: maphash.MakeSeed(), guard: newMemoryGuard()}
 	if m.now == nil {
 		m.now = time.Now
 	}
@@ -92,6 +93,48 @@ func (m *Memory) AllowLocal(key string, l Limit, n int64) Result {
 	}
 	s.mu.Unlock()
 	return r
+}
+
+// AllowAll implements Limiter: the request's guard, then its checks
+// under the locks of every shard they touch (taken in shard order), so
+// that the request is decided and charged at once. It never returns an
+// error.
+func (m *Memory) AllowAll(_ context.Context, q *Request, ans *Answer) error {
+	ans.reset(len(q.Checks))
+	if q.Guard.Key != "" {
+		ans.Admitted, ans.GuardTTL = m.guard.admit(&q.Guard, m.now().UnixNano())
+	}
+	var hb [maxChecks]uint64
+	hs := hb[:0]
+	var locked [memShards]bool
+	for i := range q.Checks {
+		h := maphash.String(m.seed, q.Checks[i].Key)
+		hs = append(hs, h)
+		if Applies(q.Checks[i].Branch, ans.Admitted) {
+			locked[h&(memShards-1)] = true
+		}
+	}
+	for i, l := range locked {
+		if l {
+			m.shards[i].mu.Lock()
+		}
+	}
+	now := m.now().UnixNano()
+	decideAll(now, q, ans,
+		func(i int) int64 { return m.shards[hs[i]&(memShards-1)].tats[hs[i]] },
+		func(i int, tat int64) {
+			s := &m.shards[hs[i]&(memShards-1)]
+			if _, ok := s.tats[hs[i]]; !ok {
+				s.makeRoom(now, m.perMax)
+			}
+			s.tats[hs[i]] = tat
+		})
+	for i, l := range locked {
+		if l {
+			m.shards[i].mu.Unlock()
+		}
+	}
+	return nil
 }
 
 // Len returns the number of keys kept.

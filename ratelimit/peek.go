@@ -73,8 +73,9 @@ func (m *Memory) Forget(_ context.Context, key string, _ Limit) error {
 	return nil
 }
 
-// redisEpoch is where redis_rate's scripts count time from (the TAT they
-// store is float seconds since then, on Redis's clock).
+// redisEpoch is where the decision script counts time from (the TAT it
+// stores is float seconds since then, on Redis's clock; redis_rate's
+// epoch, as keyPrefix is its prefix).
 const redisEpoch = 1483228800
 
 // peekScript reads a key's TAT and Redis's clock in one atomic step; it
@@ -84,10 +85,10 @@ local t = redis.call("TIME")
 return {t[1], t[2], redis.call("GET", KEYS[1])}
 `)
 
-// Peek implements Inspector: it reads the TAT that redis_rate (and the
-// batched script) keep under keyPrefix+key, with Redis's clock, and
-// computes the answer here. It bypasses the batch queue: an operator's
-// read must not wait behind, or slow, traffic.
+// Peek implements Inspector: it reads the TAT the decision script keeps
+// under keyPrefix+key, with Redis's clock, and computes the answer here.
+// It bypasses the batch queue: an operator's read must not wait behind,
+// or slow, traffic.
 func (r *Redis) Peek(ctx context.Context, key string, l Limit) (Result, error) {
 	if !l.valid(1) {
 		return never(), nil

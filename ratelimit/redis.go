@@ -9,21 +9,19 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/go-redis/redis_rate/v10"
 	"github.com/redis/go-redis/v9"
 )
 
 // keyPrefix starts every key the Redis limiter stores: keyPrefix + the
 // caller's key holds that key's TAT, as float seconds since redisEpoch.
-// It is the prefix redis_rate's allowN puts before the keys it is given
-// (single decisions go through redis_rate); the coalescing script, Peek
-// and Forget address the same keys, so that all of them read and write
-// one TAT per key. TestRedisKeyPrefix checks that the two agree.
+// It is the prefix and the value format redis_rate uses, so that
+// replicas of a version that decided through redis_rate and replicas of
+// this one count on the same keys during a rolling upgrade.
 const keyPrefix = "rate:"
 
-// Client is what the Redis limiter needs of a go-redis client: scripts
-// and pipelines. redis.UniversalClient (standalone, Cluster, Sentinel)
-// satisfies it.
+// Client is what the Redis limiter needs of a go-redis client: scripts,
+// pipelines and DEL. The standalone, Sentinel and Cluster clients
+// (redis.UniversalClient) satisfy it.
 type Client interface {
 	redis.Scripter
 	Del(ctx context.Context, keys ...string) *redis.IntCmd
@@ -39,28 +37,27 @@ type RedisOptions struct {
 	// Backoff is how long calls fail fast with ErrStoreUnavailable after
 	// a round trip failed, before Redis is tried again. Zero means 250ms.
 	Backoff time.Duration
-	// MaxBatch bounds how many decisions share one pipelined round trip.
+	// MaxBatch bounds how many requests share one pipelined round trip.
 	// Zero means 256.
 	MaxBatch int
 	// Workers is how many round trips may be in flight at once. Zero
 	// means 2.
 	Workers int
 	// Observe, when set, is called after every round trip with its
-	// duration, the number of decisions it carried and its error.
+	// duration, the number of requests it carried and its error.
 	Observe func(d time.Duration, n int, err error)
 	// Now is the clock used for the backoff. Nil means time.Now.
 	Now func() time.Time
 }
 
-// Redis is a Limiter backed by Redis through redis_rate (GCRA computed by
-// a Lua script on Redis's own clock, so replicas with skewed clocks agree).
-// Concurrent decisions are batched: callers queue their EVALSHA and a few
-// workers send whatever is queued as one pipeline, so under load one
-// round trip carries many decisions; outside a Cluster one script run
-// decides all of them (coalesceSrc), in a Cluster one per key. Every
-// round trip has a deadline.
+// Redis is a Limiter backed by Redis: GCRA computed by one Lua script
+// (decideSrc) on Redis's own clock, so replicas with skewed clocks agree.
+// Callers queue their requests and a few workers send whatever is queued
+// in one round trip: outside a Cluster one script run decides every
+// request of the round trip, in order; in a Cluster one run per hash slot,
+// pipelined to each node at once. A request is all or nothing (Request)
+// and waits for one round trip, with a deadline.
 type Redis struct {
-	rl      *redis_rate.Limiter
 	client  Client
 	queue   chan *call
 	timeout time.Duration
@@ -70,7 +67,7 @@ type Redis struct {
 	now     func() time.Time
 
 	leases    *leases
-	multiKey  bool         // one script run may decide keys of different hash slots: not a Cluster or Ring
+	cluster   bool         // the keys of one script run must share a hash slot
 	downUntil atomic.Int64 // unix ns; calls before it fail fast
 	closeOnce sync.Once
 	done      chan struct{} // closed by Close: workers stop
@@ -79,11 +76,28 @@ type Redis struct {
 	calls     sync.Pool
 }
 
-// call is one queued script invocation.
+// call is one queued request.
 type call struct {
-	cmd      *redis.Cmd
-	deadline time.Time // the caller's: queued at most this long, in all
-	done     chan struct{}
+	q        *Request
+	ans      *Answer
+	err      error
+	deadline time.Time     // the caller's: queued at most this long, in all
+	done     chan struct{} // nil for a refund, which no one waits for
+
+	refund bool // gives back what the parts of a split request charged
+
+	// Within a round trip.
+	guarded bool   // the guard's answer is known (ans.Admitted)
+	phase   bool   // only the guard was sent: the checks go in the next round trip
+	parts   int    // entries the call was split into (Cluster)
+	failed  bool   // a part failed or refused: the request did not pass
+	charged uint64 // the checks (by index) that parts which passed charged
+
+	// Storage for Allow and AllowN.
+	own       Request
+	ownChecks [1]Check
+	ownAns    Answer
+	ownRes    [1]CheckResult
 }
 
 // NewRedis returns a Redis limiter on client and starts its workers; Close
@@ -100,13 +114,7 @@ func NewRedis(client Client, o RedisOptions) *Redis {
 		closed:  make(chan struct{}),
 		leases:  newLeases(),
 	}
-	switch client.(type) {
-	case *redis.ClusterClient, *redis.Ring:
-		// A script's keys must live on one node (one hash slot in a
-		// Cluster): each key gets its own script run there.
-	default:
-		r.multiKey = true
-	}
+	_, r.cluster = client.(*redis.ClusterClient)
 	if r.timeout <= 0 {
 		r.timeout = 25 * time.Millisecond
 	}
@@ -125,7 +133,6 @@ func NewRedis(client Client, o RedisOptions) *Redis {
 	}
 	r.queue = make(chan *call, 4*r.max)
 	r.calls.New = func() any { return &call{done: make(chan struct{}, 1)} }
-	r.rl = redis_rate.NewLimiter(batcher{r})
 	r.wg.Add(workers)
 	for i := 0; i < workers; i++ {
 		go r.work()
@@ -144,37 +151,59 @@ func (r *Redis) AllowN(ctx context.Context, key string, l Limit, n int64) (Resul
 	if !l.valid(n) {
 		return never(), nil
 	}
-	now := r.now().UnixNano()
-	if now < r.downUntil.Load() {
-		return Result{}, ErrStoreUnavailable
-	}
-	if n == 1 {
-		lk := leaseKey{key: key, burst: int(l.Burst), rate: int(l.Rate), period: l.Period.Seconds()}
-		if res, ok := r.leases.take(lk, now); ok {
-			return res, nil
-		}
-	}
-	res, err := r.rl.AllowN(ctx, key, redis_rate.Limit{
-		Rate: int(l.Rate), Period: l.Period, Burst: int(l.Burst),
-	}, int(n))
+	c := r.calls.Get().(*call)
+	c.ownChecks[0] = Check{Key: key, Limit: l}
+	c.own = Request{Checks: c.ownChecks[:], Cost: n}
+	c.ownAns.Results = c.ownRes[:0]
+	err := r.allowAll(ctx, c, &c.own, &c.ownAns)
+	res := c.ownAns.Results[0].Result
+	c.own, c.ownChecks[0] = Request{}, Check{}
+	r.calls.Put(c)
 	if err != nil {
-		return Result{}, fmt.Errorf("ratelimit: redis: %w", err)
+		return Result{}, err
 	}
-	out := Result{Allowed: res.Allowed > 0, ResetAfter: res.ResetAfter}
-	if out.Allowed {
-		out.Remaining = int64(res.Remaining)
-	} else {
-		out.RetryAfter = res.RetryAfter
-	}
-	if out.ResetAfter < 0 {
-		out.ResetAfter = 0
-	}
-	return out, nil
+	return res, nil
 }
 
-// Reset forgets key under limit's accounting, as if it were never used.
-func (r *Redis) Reset(ctx context.Context, key string) error {
-	return r.rl.Reset(ctx, key)
+// AllowAll implements Limiter: q waits for one round trip, shared with
+// the other requests queued meanwhile.
+func (r *Redis) AllowAll(ctx context.Context, q *Request, ans *Answer) error {
+	c := r.calls.Get().(*call)
+	err := r.allowAll(ctx, c, q, ans)
+	r.calls.Put(c)
+	return err
+}
+
+func (r *Redis) allowAll(ctx context.Context, c *call, q *Request, ans *Answer) error {
+	ans.reset(len(q.Checks))
+	now := r.now().UnixNano()
+	if now < r.downUntil.Load() {
+		return ErrStoreUnavailable
+	}
+	if lk, ok := leasable(q); ok {
+		if res, ok := r.leases.take(lk, now); ok {
+			ans.Results[0] = CheckResult{Applied: true, Result: res}
+			return nil
+		}
+	}
+	c.q, c.ans, c.err = q, ans, nil
+	c.guarded, c.phase, c.parts, c.failed, c.charged = false, false, 0, false, 0
+	r.submit(ctx, c)
+	err := c.err
+	c.q, c.ans, c.err = nil, nil, nil
+	if err != nil {
+		return fmt.Errorf("ratelimit: redis: %w", err)
+	}
+	return nil
+}
+
+// leasable reports whether q may be answered from, or grouped for, a
+// hot key's lease: one request of cost 1 on one limit, without a guard.
+func leasable(q *Request) (leaseKey, bool) {
+	if len(q.Checks) != 1 || q.Guard.Key != "" || q.cost() != 1 || q.Checks[0].Shadow || q.Checks[0].Branch != Always {
+		return leaseKey{}, false
+	}
+	return leaseKey{key: q.Checks[0].Key, limit: q.Checks[0].Limit}, true
 }
 
 // Close stops the workers and fails the calls still queued. Calls after
@@ -186,8 +215,8 @@ func (r *Redis) Close() error {
 		for {
 			select {
 			case c := <-r.queue:
-				c.cmd.SetErr(errClosed)
-				c.done <- struct{}{}
+				c.err = errClosed
+				c.finish()
 				continue
 			default:
 			}
@@ -201,53 +230,57 @@ func (r *Redis) Close() error {
 // errClosed is returned by calls made after Close.
 var errClosed = errors.New("ratelimit: redis limiter closed")
 
-// submit queues cmd and waits for its round trip, or for ctx.
-func (r *Redis) submit(ctx context.Context, cmd *redis.Cmd) {
-	c := r.calls.Get().(*call)
-	c.cmd = cmd
+// submit queues c and waits for its round trip, or for ctx.
+func (r *Redis) submit(ctx context.Context, c *call) {
 	c.deadline = r.now().Add(r.timeout)
 	select {
 	case r.queue <- c:
 	case <-ctx.Done():
-		cmd.SetErr(ctx.Err())
-		c.cmd = nil
-		r.calls.Put(c)
+		c.err = ctx.Err()
 		return
 	case <-r.done:
-		cmd.SetErr(errClosed)
-		c.cmd = nil
-		r.calls.Put(c)
+		c.err = errClosed
 		return
 	}
 	// A worker always answers within its own deadline, so waiting for it
 	// is bounded; the call is only reused once answered.
 	select {
 	case <-c.done:
-		c.cmd = nil
-		r.calls.Put(c)
 	case <-r.closed:
 		// Queued after Close drained the queue: no one will answer, and
 		// no one else holds the call.
-		if cmd.Err() == nil {
-			cmd.SetErr(errClosed)
+		if c.err == nil {
+			c.err = errClosed
 		}
 	}
 }
 
-// work sends queued calls in pipelines until Close.
+// finish wakes the caller of c, if any.
+func (c *call) finish() {
+	if c.done != nil {
+		c.done <- struct{}{}
+	}
+}
+
+// work sends queued calls until Close. Calls a round trip could not
+// finish (a Cluster request whose guard was answered first) are carried
+// into the next round trip, ahead of the queue.
 func (r *Redis) work() {
 	defer r.wg.Done()
+	t := newTrip(r.cluster)
+	var carry []*call
 	batch := make([]*call, 0, r.max)
-	var groups []group
-	index := make(map[rateCall]int)
 	for {
-		var first *call
-		select {
-		case first = <-r.queue:
-		case <-r.done:
-			return
+		batch = append(batch[:0], carry...)
+		carry = carry[:0]
+		if len(batch) == 0 {
+			select {
+			case c := <-r.queue:
+				batch = append(batch, c)
+			case <-r.done:
+				return
+			}
 		}
-		batch = append(batch[:0], first)
 	fill:
 		for len(batch) < r.max {
 			select {
@@ -257,109 +290,43 @@ func (r *Redis) work() {
 				break fill
 			}
 		}
-		groups = groupBatch(batch, groups, index)
-		r.roundTrip(batch, groups)
+		carry = r.roundTrip(t, batch, carry)
 	}
 }
 
-// roundTrip sends batch, sorted into groups, as one pipeline and answers
-// every call in it. A group of several calls for one key and limit is
-// decided by one coalesced script run. Each call's deadline runs from
-// when it was queued: calls already past it fail without being sent, and
-// the round trip ends by the earliest deadline of those sent, so that no
-// decision waits more than RedisOptions.Timeout in all.
-func (r *Redis) roundTrip(batch []*call, groups []group) {
+// roundTrip sends batch as one pipeline of script runs and answers every
+// call in it that it finishes; it appends to carry the calls to send
+// again. Each call's deadline runs from when it was queued: calls already
+// past it fail without being sent, and the round trip ends by the
+// earliest deadline of those sent, so that no decision waits more than
+// RedisOptions.Timeout in all.
+func (r *Redis) roundTrip(t *trip, batch []*call, carry []*call) []*call {
 	start := r.now()
 	deadline := start.Add(r.timeout)
-	live := groups[:0] // filtered in place
-	for i := range groups {
-		g := &groups[i]
-		if g.calls[0].deadline.After(start) { // the oldest of the group
-			live = append(live, *g)
-			if g.calls[0].deadline.Before(deadline) {
-				deadline = g.calls[0].deadline
-			}
+	t.reset()
+	sent := 0
+	for _, c := range batch {
+		if c.done != nil && !c.deadline.After(start) {
+			c.err = context.DeadlineExceeded
 			continue
 		}
-		for _, c := range g.calls {
-			c.cmd.SetErr(context.DeadlineExceeded)
+		if c.done != nil && c.deadline.Before(deadline) {
+			deadline = c.deadline
 		}
-	}
-	if len(live) == 0 {
-		r.answerAll(batch, start, context.DeadlineExceeded)
-		return
-	}
-	groups = live
-	// The deadline is on r.now's clock, which need not be the runtime's
-	// (a replica's clock is only ever compared with itself): the context
-	// gets the time left, not the instant.
-	ctx, cancel := context.WithTimeout(context.Background(), deadline.Sub(start))
-	defer cancel()
-	// The script runs: outside a Cluster one for every redis_rate call of
-	// the batch, in a Cluster one per group of several calls for a key. A
-	// call in no run (alone for its key in a Cluster, or alone in the
-	// batch) is sent as redis_rate made it.
-	var runs [][]*group
-	for i := range groups {
-		g := &groups[i]
-		if g.rc.key == "" {
-			continue // not a single-request redis_rate call: sent as it is
-		}
-		if len(g.calls) > 1 {
-			if k, ok := strings.CutPrefix(g.rc.key, keyPrefix); ok {
-				g.lease = r.leases.get(leaseKey{key: k, burst: g.rc.burst, rate: g.rc.rate, period: g.rc.period})
-				g.extra = g.lease.extra(g.rc.burst, len(g.calls), start.UnixNano())
-			}
-		}
-		switch {
-		case r.multiKey && len(runs) > 0:
-			runs[0] = append(runs[0], g)
-		case r.multiKey || len(g.calls) > 1:
-			runs = append(runs, []*group{g})
-		}
-	}
-	if len(runs) == 1 && len(runs[0]) == 1 && len(runs[0][0].calls) == 1 {
-		runs = nil // one decision: redis_rate's own call
-	}
-	cmds := make([]redis.Cmder, 0, len(groups))
-	for _, run := range runs {
-		for _, g := range run {
-			g.scripted = true
-		}
-		cmds = append(cmds, coalescedCmd(ctx, run, false))
-	}
-	for i := range groups {
-		if g := &groups[i]; !g.scripted {
-			cmds = append(cmds, g.calls[0].cmd)
-		}
+		t.plan(c)
+		sent++
 	}
 	var err error
-	if len(cmds) == 1 {
-		err = r.client.Process(ctx, cmds[0])
-	} else {
-		p := r.client.Pipeline()
-		for _, c := range cmds {
-			_ = p.Process(ctx, c)
-		}
-		_, err = p.Exec(ctx)
+	if sent > 0 {
+		t.lease(r.leases, start.UnixNano())
+		// The deadline is on r.now's clock, which need not be the
+		// runtime's (a replica's clock is only ever compared with
+		// itself): the context gets the time left, not the instant.
+		ctx, cancel := context.WithTimeout(context.Background(), deadline.Sub(start))
+		err = t.send(ctx, r.client)
+		cancel()
+		t.answer(r.leases, r.now().UnixNano())
 	}
-	for i, run := range runs {
-		cmd := cmds[i].(*redis.Cmd)
-		if isNoScript(cmd.Err()) { // Redis restarted: send the script itself
-			cmd = coalescedCmd(ctx, run, true)
-			if e := r.client.Process(ctx, cmd); e != nil && err == nil {
-				err = e
-			}
-		}
-		answerCoalesced(cmd, run, r.now().UnixNano())
-	}
-	r.answerAll(batch, start, err)
-}
-
-// answerAll records the round trip's outcome and wakes every caller. A
-// reply error that is not a store failure (NOSCRIPT, which redis_rate
-// answers by sending the script) is not counted as one.
-func (r *Redis) answerAll(batch []*call, start time.Time, err error) {
 	if !isStoreFailure(err) {
 		err = nil
 	} else {
@@ -373,17 +340,50 @@ func (r *Redis) answerAll(batch []*call, start time.Time, err error) {
 			c.ReloadState(context.Background())
 		}
 	}
+	for _, c := range batch {
+		if c.again() {
+			carry = append(carry, c)
+			continue
+		}
+		if rf := c.settle(); rf != nil {
+			t.refunds = append(t.refunds, rf)
+		}
+	}
+	if len(t.refunds) > 0 {
+		// Before the callers learn they were refused: their next
+		// requests must find nothing charged.
+		r.refund(t.refunds)
+		clear(t.refunds)
+		t.refunds = t.refunds[:0]
+	}
 	if r.observe != nil {
 		r.observe(r.now().Sub(start), len(batch), err)
 	}
 	for _, c := range batch {
-		c.done <- struct{}{}
+		if !c.again() {
+			c.finish()
+		}
 	}
+	return carry
+}
+
+// refund gives back, in one more round trip, what the parts of split
+// requests charged when another part refused them. A failure leaves the
+// charge in place: a refused request then counts, as it would have
+// before requests were all or nothing.
+func (r *Redis) refund(calls []*call) {
+	t := newTrip(r.cluster)
+	for _, c := range calls {
+		t.plan(c)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), r.timeout)
+	_ = t.send(ctx, r.client)
+	cancel()
 }
 
 // isStoreFailure reports whether err means Redis could not be reached or
 // did not answer in time (as opposed to a script error such as NOSCRIPT,
-// which redis_rate handles by sending the script).
+// which the round trip answers by sending the script).
 func isStoreFailure(err error) bool {
 	if err == nil || errors.Is(err, redis.Nil) {
 		return false
@@ -392,61 +392,12 @@ func isStoreFailure(err error) bool {
 	if errors.As(err, &rerr) {
 		// A reply from Redis: the store is up. LOADING and similar
 		// transient states are still failures to decide.
+		// MOVED and ASK (a run sent to a node by a stale slot map) are
+		// failures too, so that the slot map is reloaded.
 		msg := rerr.Error()
 		return strings.HasPrefix(msg, "LOADING") || strings.HasPrefix(msg, "CLUSTERDOWN") ||
-			strings.HasPrefix(msg, "TRYAGAIN") || strings.HasPrefix(msg, "MASTERDOWN")
+			strings.HasPrefix(msg, "TRYAGAIN") || strings.HasPrefix(msg, "MASTERDOWN") ||
+			strings.HasPrefix(msg, "MOVED") || strings.HasPrefix(msg, "ASK")
 	}
 	return true
-}
-
-// batcher gives redis_rate the script methods it needs, queueing EVALSHA
-// (the per-decision call) for the pipelines and sending the rest (EVAL
-// after NOSCRIPT, script loading, DEL) directly.
-type batcher struct{ r *Redis }
-
-func (b batcher) EvalSha(ctx context.Context, sha1 string, keys []string, args ...any) *redis.Cmd {
-	cmdArgs := make([]any, 3, 3+len(keys)+len(args))
-	cmdArgs[0], cmdArgs[1], cmdArgs[2] = "evalsha", sha1, len(keys)
-	for _, k := range keys {
-		cmdArgs = append(cmdArgs, k)
-	}
-	cmdArgs = append(cmdArgs, args...)
-	cmd := redis.NewCmd(ctx, cmdArgs...)
-	if len(keys) > 0 {
-		cmd.SetFirstKeyPos(3) // routes the call to the key's node in a Cluster
-	}
-	b.r.submit(ctx, cmd)
-	return cmd
-}
-
-func (b batcher) Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
-	ctx, cancel := context.WithTimeout(ctx, b.r.timeout)
-	defer cancel()
-	return b.r.client.Eval(ctx, script, keys, args...)
-}
-
-func (b batcher) EvalRO(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
-	ctx, cancel := context.WithTimeout(ctx, b.r.timeout)
-	defer cancel()
-	return b.r.client.EvalRO(ctx, script, keys, args...)
-}
-
-func (b batcher) EvalShaRO(ctx context.Context, sha1 string, keys []string, args ...any) *redis.Cmd {
-	ctx, cancel := context.WithTimeout(ctx, b.r.timeout)
-	defer cancel()
-	return b.r.client.EvalShaRO(ctx, sha1, keys, args...)
-}
-
-func (b batcher) ScriptExists(ctx context.Context, hashes ...string) *redis.BoolSliceCmd {
-	return b.r.client.ScriptExists(ctx, hashes...)
-}
-
-func (b batcher) ScriptLoad(ctx context.Context, script string) *redis.StringCmd {
-	return b.r.client.ScriptLoad(ctx, script)
-}
-
-func (b batcher) Del(ctx context.Context, keys ...string) *redis.IntCmd {
-	ctx, cancel := context.WithTimeout(ctx, b.r.timeout)
-	defer cancel()
-	return b.r.client.Del(ctx, keys...)
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/exgate/exgate/internal/redistest"
+	"github.com/redis/go-redis/v9"
 )
 
 // TestManyKeysOneScriptRun: concurrent decisions for many different keys
@@ -94,9 +95,9 @@ func BenchmarkRedisAllow(b *testing.B) {
 	}
 }
 
-// TestRedisKeyPrefix: a decision made through redis_rate and one made by
-// the coalescing script read and write the same key, keyPrefix + key, so
-// that Peek, Forget and both paths agree on one TAT.
+// TestRedisKeyPrefix: a decision is stored under keyPrefix + key (the key
+// redis_rate used, so that replicas that decided through it share counts
+// during an upgrade), where Peek reads it.
 func TestRedisKeyPrefix(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts redis-server")
@@ -109,10 +110,113 @@ func TestRedisKeyPrefix(t *testing.T) {
 		t.Fatal(err)
 	}
 	if n, err := srv.Do("EXISTS", keyPrefix+"prefixed"); err != nil || n.(int64) != 1 {
-		t.Fatalf("EXISTS %s = %v, %v; want the key redis_rate wrote", keyPrefix+"prefixed", n, err)
+		t.Fatalf("EXISTS %s = %v, %v; want the key the decision wrote", keyPrefix+"prefixed", n, err)
 	}
 	res, err := r.Peek(context.Background(), "prefixed", l)
 	if err != nil || res.Remaining != 1 {
 		t.Errorf("Peek after one request: %+v, %v; want 1 remaining", res, err)
 	}
+}
+
+// TestRedisClusterFailover: a request whose limits live on two masters
+// of a Cluster fails, as a store failure within its deadline, while one
+// master is lost; what the other master charged meanwhile is given back;
+// once the replica is promoted decisions resume where the counts were.
+func TestRedisClusterFailover(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts redis-server")
+	}
+	cl := redistest.StartReplicatedCluster(t, 3, time.Second)
+	client := redis.NewClusterClient(&redis.ClusterOptions{
+		Addrs: cl.Addrs, ContextTimeoutEnabled: true, MaxRetries: -1,
+		DialTimeout: 200 * time.Millisecond, ReadTimeout: 200 * time.Millisecond, WriteTimeout: 200 * time.Millisecond,
+	})
+	t.Cleanup(func() { _ = client.Close() })
+	const timeout = 200 * time.Millisecond
+	r := NewRedis(client, RedisOptions{Timeout: timeout, Backoff: 50 * time.Millisecond})
+	defer r.Close()
+	l := Limit{Rate: 10, Period: time.Hour, Burst: 10}
+	// Two keys on two different masters.
+	a, b := "failover:a", ""
+	ownerA, err := cl.SlotOwner(cl.Servers[0], int(slot(keyPrefix+a)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; b == ""; i++ {
+		k := "failover:b" + strconv.Itoa(i)
+		if o, err := cl.SlotOwner(cl.Servers[0], int(slot(keyPrefix+k))); err == nil && o != ownerA {
+			b = k
+		}
+	}
+	q := Request{Checks: []Check{{Key: a, Limit: l}, {Key: b, Limit: l}}}
+	var ans Answer
+	ctx := context.Background()
+	for i := 0; i < 3; i++ {
+		if err := r.AllowAll(ctx, &q, &ans); err != nil || !ans.Allowed {
+			t.Fatalf("request %d before the failover: %+v %v", i, ans, err)
+		}
+	}
+	time.Sleep(300 * time.Millisecond) // replication to the replicas
+	cl.Server(ownerA).Stop()
+
+	failures := 0
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		start := time.Now()
+		err := r.AllowAll(ctx, &q, &ans)
+		if took := time.Since(start); took > 3*timeout {
+			t.Errorf("a decision during the failover took %v (deadline %v)", took, timeout)
+		}
+		if err == nil {
+			break
+		}
+		failures++
+		if time.Now().After(deadline) {
+			t.Fatalf("no decision 20s after the master was lost: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if failures == 0 {
+		t.Error("no decision failed while a master was lost")
+	}
+	// Three requests before, one after: 6 left on the lost master's key.
+	// The failed decisions charged the other key and gave it back, but
+	// not while the Cluster refused every write (CLUSTERDOWN, from the
+	// node timeout to the promotion): a give-back that fails leaves the
+	// charge, as a failed decision always did before.
+	if !ans.Allowed || ans.Results[0].Result.Remaining != 6 {
+		t.Errorf("after the failover (%d failed decisions): %+v, want 6 remaining on the lost master's key", failures, ans)
+	}
+	if got := ans.Results[1].Result.Remaining; got > 6 || got < 4 {
+		t.Errorf("after %d failed decisions the other key has %d remaining, want 6 (at most 2 charges not given back while the Cluster was down)", failures, got)
+	}
+	t.Logf("%d failed decisions; the other key has %d remaining of 6", failures, ans.Results[1].Result.Remaining)
+}
+
+// BenchmarkRedisAllowAll measures a request decided against two limits
+// at once, with 64 concurrent callers: a hot key every request shares
+// (one client address) and a key of its own (a new token each time, as in
+// the many-keys benchmark), decided in one script run per round trip.
+func BenchmarkRedisAllowAll(b *testing.B) {
+	srv := redistest.Start(b)
+	r := NewRedis(srv.Client(), RedisOptions{Timeout: time.Second})
+	defer r.Close()
+	ks := benchKeys(1 << 16)
+	ctx := context.Background()
+	var n atomic.Int64
+	b.ReportAllocs()
+	b.SetParallelism(32) // GOMAXPROCS is 2 here: 64 goroutines
+	b.RunParallel(func(pb *testing.PB) {
+		var ans Answer
+		q := Request{Checks: make([]Check, 2)}
+		for pb.Next() {
+			i := n.Add(1)
+			q.Checks[0] = Check{Key: "bench:hot", Limit: benchLimit}
+			q.Checks[1] = Check{Key: ks[i&(1<<16-1)], Limit: benchLimit}
+			if err := r.AllowAll(ctx, &q, &ans); err != nil || !ans.Allowed {
+				b.Error(ans, err)
+				return
+			}
+		}
+	})
 }

@@ -233,3 +233,15 @@ func TestReportFromResults(t *testing.T) {
 		t.Errorf("chart is %v", b)
 	}
 }
+
+func TestCommandCalls(t *testing.T) {
+	info := "# Commandstats\r\ncmdstat_eval:calls=3,usec=90,usec_per_call=30.00\r\ncmdstat_evalsha:calls=120,usec=600,usec_per_call=5.00\r\n"
+	for _, tc := range []struct {
+		cmd  string
+		want int64
+	}{{"evalsha", 120}, {"eval", 3}, {"get", 0}} {
+		if got := commandCalls(info, tc.cmd); got != tc.want {
+			t.Errorf("commandCalls(%q) = %d, want %d", tc.cmd, got, tc.want)
+		}
+	}
+}

@@ -173,7 +173,7 @@ func (b *bench) once(ctx context.Context, c combo, d time.Duration) (Run, error)
 		return groupCPU(c.t.proxy.pid())
 	}
 	storeBefore := b.storeRoundTrips(c.t)
-	evalBefore := b.redis.evalsha(ctx)
+	evalBefore := b.redis.scriptRuns(ctx)
 	sys0, _ := readSysCPU()
 	p0, be0, r0 := proxyCPU(), groupCPU(b.e.backend.pid()), groupCPU(b.e.redis.pid())
 	w, wrkCPU, err := runWrk(ctx, wrkRun{
@@ -185,7 +185,7 @@ func (b *bench) once(ctx context.Context, c combo, d time.Duration) (Run, error)
 	}
 	p1, be1, r1 := proxyCPU(), groupCPU(b.e.backend.pid()), groupCPU(b.e.redis.pid())
 	sys1, _ := readSysCPU()
-	evalAfter := b.redis.evalsha(ctx)
+	evalAfter := b.redis.scriptRuns(ctx)
 	storeAfter := b.storeRoundTrips(c.t)
 
 	n := float64(w.Requests)
@@ -211,6 +211,7 @@ func (b *bench) once(ctx context.Context, c combo, d time.Duration) (Run, error)
 	if strings.HasPrefix(c.t.name, tExgateRedis) {
 		if rt := storeAfter - storeBefore; rt > 0 {
 			run.DecisionsPerRoundTrip = n / rt
+			run.RoundTripsPerRequest = rt / n
 		}
 		if evalBefore >= 0 && evalAfter >= 0 {
 			run.RedisCallsPerRequest = float64(evalAfter-evalBefore) / n
@@ -265,16 +266,22 @@ func newRedisStats(addr string) *redisStats {
 
 func (r *redisStats) close() { _ = r.c.Close() }
 
-// evalsha returns how many EVALSHA calls Redis has run, or -1.
-func (r *redisStats) evalsha(ctx context.Context) int64 {
+// scriptRuns returns how many scripts (EVALSHA and EVAL calls) Redis has
+// run, from INFO commandstats, or -1.
+func (r *redisStats) scriptRuns(ctx context.Context) int64 {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	info, err := r.c.Info(ctx, "commandstats").Result()
 	if err != nil {
 		return -1
 	}
+	return commandCalls(info, "evalsha") + commandCalls(info, "eval")
+}
+
+// commandCalls returns the calls of cmd in an INFO commandstats reply.
+func commandCalls(info, cmd string) int64 {
 	for line := range strings.SplitSeq(info, "\n") {
-		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_evalsha:calls="); ok {
+		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+cmd+":calls="); ok {
 			n, _ := strconv.ParseInt(strings.SplitN(rest, ",", 2)[0], 10, 64)
 			return n
 		}

@@ -250,8 +250,9 @@ func markdown(res *Results) string {
 			tlsOverhead(p, res)
 		}
 		if r := res.row(sc.Name, tExgateRedis); r != nil && r.DecisionsPerRoundTrip > 0 {
-			p("\nexgate with Redis limits: %.1f decisions per Redis round trip (pipelined batches), %.2f EVALSHA per request.\n",
-				r.DecisionsPerRoundTrip, r.RedisCallsPerRequest)
+			p("\nexgate with Redis limits: %.2f Redis round trips per request (%.1f requests share a pipelined round trip; "+
+				"each request waits for one), %.2f script runs (EVALSHA, EVAL) per request.\n",
+				r.RoundTripsPerRequest, r.DecisionsPerRoundTrip, r.RedisCallsPerRequest)
 		}
 		p("\n")
 	}

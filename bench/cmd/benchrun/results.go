@@ -66,6 +66,7 @@ type Row struct {
 	BusyPct               float64            `json:"busy_pct"`
 	StealPct              float64            `json:"steal_pct"`
 	DecisionsPerRoundTrip float64            `json:"decisions_per_round_trip,omitempty"`
+	RoundTripsPerRequest  float64            `json:"round_trips_per_request,omitempty"`
 	RedisCallsPerRequest  float64            `json:"redis_calls_per_request,omitempty"`
 	// Errors is the sum over the runs.
 	Errors int64 `json:"errors"`
@@ -86,6 +87,7 @@ type Run struct {
 	Errors                int64              `json:"errors"`
 	StatusErrors          int64              `json:"status_errors"`
 	DecisionsPerRoundTrip float64            `json:"decisions_per_round_trip,omitempty"`
+	RoundTripsPerRequest  float64            `json:"round_trips_per_request,omitempty"`
 	RedisCallsPerRequest  float64            `json:"redis_calls_per_request,omitempty"`
 }
 
@@ -114,6 +116,7 @@ func (r *Row) summarize() {
 	r.BusyPct = pick(func(x Run) float64 { return x.BusyPct })
 	r.StealPct = pick(func(x Run) float64 { return x.StealPct })
 	r.DecisionsPerRoundTrip = pick(func(x Run) float64 { return x.DecisionsPerRoundTrip })
+	r.RoundTripsPerRequest = pick(func(x Run) float64 { return x.RoundTripsPerRequest })
 	r.RedisCallsPerRequest = pick(func(x Run) float64 { return x.RedisCallsPerRequest })
 	r.CPU = map[string]float64{}
 	for _, role := range roles() {

@@ -1,0 +1,236 @@
+package ratelimit
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/exgate/exgate/internal/redistest"
+)
+
+// TestScriptRunMatchesSequential: deciding k requests for each of several
+// keys in one script run answers each as deciding them one after another,
+// one script run each, does.
+func TestScriptRunMatchesSequential(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts redis-server")
+	}
+	srv := redistest.Start(t)
+	c := srv.Client()
+	ctx := context.Background()
+	l := Limit{Rate: 5, Period: 2 * time.Second, Burst: 5}
+	r := NewRedis(c, RedisOptions{Timeout: time.Second, Workers: 1, MaxBatch: 1})
+	defer r.Close()
+	counts := []int{7, 1, 3, 6}
+	seq := make([][]Result, len(counts))
+	for k, n := range counts {
+		for i := 0; i < n; i++ {
+			res, err := r.Allow(ctx, "seq"+strconv.Itoa(k), l)
+			if err != nil {
+				t.Fatal(err)
+			}
+			seq[k] = append(seq[k], res)
+		}
+	}
+	// The same requests in one run, interleaved across keys.
+	var b runBuilder
+	b.reset()
+	var reqs []Request
+	for i := 0; i < 7; i++ {
+		for k, n := range counts {
+			if i < n {
+				reqs = append(reqs, Request{Checks: []Check{{Key: "run" + strconv.Itoa(k), Limit: l}}})
+			}
+		}
+	}
+	for i := range reqs {
+		b.add(&reqs[i], modeDecide, nil, false, false)
+	}
+	cmd := b.cmd(ctx, true)
+	if err := c.Process(ctx, cmd); err != nil {
+		t.Fatal(err)
+	}
+	v, err := cmd.Int64Slice()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rd := replyReader{v: v}
+	seen := make([]int, len(counts))
+	for _, q := range reqs {
+		k, _ := strconv.Atoi(strings.TrimPrefix(q.Checks[0].Key, "run"))
+		_, _, allowed, err := rd.head()
+		if err != nil {
+			t.Fatal(err)
+		}
+		cr, err := rd.check()
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := seq[k][seen[k]]
+		got := cr.Result
+		if allowed != want.Allowed || got.Allowed != want.Allowed || got.Remaining != want.Remaining {
+			t.Errorf("key %d request %d: one run allowed=%v remaining=%d, sequential %+v", k, seen[k], got.Allowed, got.Remaining, want)
+		}
+		if !got.Allowed && (got.RetryAfter-want.RetryAfter).Abs() > 100*time.Millisecond {
+			t.Errorf("key %d request %d: retry %v, sequential %v", k, seen[k], got.RetryAfter, want.RetryAfter)
+		}
+		if (got.ResetAfter - want.ResetAfter).Abs() > 100*time.Millisecond {
+			t.Errorf("key %d request %d: reset %v, sequential %v", k, seen[k], got.ResetAfter, want.ResetAfter)
+		}
+		seen[k]++
+	}
+}
+
+// perLimit is the per-limit path AllowAll must agree with: each check
+// looked at on its own (Peek), and, when none that counts refuses,
+// each charged on its own (AllowN), one call per limit.
+func perLimit(ctx context.Context, l interface {
+	Limiter
+	Inspector
+}, q *Request, ans *Answer) error {
+	ans.reset(len(q.Checks))
+	for i, c := range q.Checks {
+		p, err := l.Peek(ctx, c.Key, c.Limit)
+		if err != nil {
+			return err
+		}
+		if p.Allowed { // as it would be answered, were it charged
+			p.Remaining--
+			p.ResetAfter += time.Duration(c.Limit.emission())
+		}
+		ans.Results[i] = CheckResult{Applied: true, Result: p}
+		if !p.Allowed && !c.Shadow {
+			ans.Allowed = false
+		}
+	}
+	if !ans.Allowed {
+		return nil
+	}
+	for i, c := range q.Checks {
+		if !ans.Results[i].Result.Allowed {
+			continue
+		}
+		res, err := l.AllowN(ctx, c.Key, c.Limit, 1)
+		if err != nil {
+			return err
+		}
+		ans.Results[i].Result = res
+	}
+	return nil
+}
+
+// TestAllowAllMatchesPerLimit: for a table of request sequences on
+// several limits at once, AllowAll (one script run per request in Redis)
+// answers every request and every limit as the per-limit path does
+// (allowed, remaining, retry and reset), refusing all or nothing.
+func TestAllowAllMatchesPerLimit(t *testing.T) {
+	perSecond := Limit{Rate: 2, Period: time.Second, Burst: 2}
+	perHour := Limit{Rate: 5, Period: time.Hour, Burst: 5}
+	slow := Limit{Rate: 1, Period: 2 * time.Second, Burst: 3}
+	type step struct {
+		advance time.Duration
+		use     []int // the scenario's checks this request carries
+		allowed bool
+	}
+	cases := []struct {
+		name   string
+		checks []Check
+		steps  []step
+	}{
+		{"a refusal charges no other limit", []Check{{Key: "sec", Limit: perSecond}, {Key: "hour", Limit: perHour}}, []step{
+			{use: []int{0, 1}, allowed: true},
+			{use: []int{0, 1}, allowed: true},
+			{use: []int{0, 1}, allowed: false}, // per second refuses: the hour keeps 3
+			{use: []int{0, 1}, allowed: false},
+			{use: []int{1}, allowed: true},
+			{advance: 1100 * time.Millisecond, use: []int{0, 1}, allowed: true},
+			{use: []int{0, 1}, allowed: true},
+			{use: []int{0, 1}, allowed: false}, // the hour is spent
+		}},
+		{"the later limit refuses", []Check{{Key: "hour", Limit: perHour}, {Key: "slow", Limit: slow}}, []step{
+			{use: []int{0, 1}, allowed: true},
+			{use: []int{0, 1}, allowed: true},
+			{use: []int{0, 1}, allowed: true},
+			{use: []int{0, 1}, allowed: false},
+			{use: []int{0}, allowed: true},
+			{use: []int{0}, allowed: true},
+			{use: []int{0, 1}, allowed: false},
+		}},
+		{"a shadow limit counts but never refuses", []Check{{Key: "sec", Limit: perSecond, Shadow: true}, {Key: "slow", Limit: slow}}, []step{
+			{use: []int{0, 1}, allowed: true},
+			{use: []int{0, 1}, allowed: true},
+			{use: []int{0, 1}, allowed: true}, // the shadow limit is over
+			{use: []int{0, 1}, allowed: false},
+			{advance: 600 * time.Millisecond, use: []int{0, 1}, allowed: false},
+		}},
+	}
+	type store struct {
+		name string
+		lim  interface {
+			Limiter
+			Inspector
+		}
+		advance func(time.Duration)
+		slack   time.Duration
+	}
+	clock := newFakeClock()
+	stores := []store{{name: "memory", lim: NewMemory(MemoryOptions{Now: clock.Now}), advance: clock.Advance}}
+	if !testing.Short() {
+		srv := redistest.Start(t)
+		rl := NewRedis(srv.Client(), RedisOptions{Timeout: time.Second})
+		t.Cleanup(func() { _ = rl.Close() })
+		stores = append(stores, store{name: "redis", lim: rl, advance: time.Sleep, slack: 50 * time.Millisecond})
+		// In a Cluster the keys of a request fall in different slots:
+		// its parts are decided apart and a refused request gives back
+		// what the others charged.
+		cl := redistest.StartCluster(t, 3)
+		crl := NewRedis(cl.Client(t), RedisOptions{Timeout: time.Second})
+		t.Cleanup(func() { _ = crl.Close() })
+		stores = append(stores, store{name: "redis-cluster", lim: crl, advance: time.Sleep, slack: 50 * time.Millisecond})
+	}
+	ctx := context.Background()
+	for _, st := range stores {
+		for _, tc := range cases {
+			t.Run(st.name+"/"+tc.name, func(t *testing.T) {
+				var got, want Answer
+				var lastGap time.Duration
+				for i, s := range tc.steps {
+					st.advance(s.advance)
+					var cq, pq Request
+					for _, u := range s.use {
+						c := tc.checks[u]
+						c.Key = t.Name() + ":" + c.Key
+						pq.Checks = append(pq.Checks, Check{Key: "per-limit:" + c.Key, Limit: c.Limit, Shadow: c.Shadow})
+						cq.Checks = append(cq.Checks, c)
+					}
+					start := time.Now()
+					if err := st.lim.AllowAll(ctx, &cq, &got); err != nil {
+						t.Fatal(err)
+					}
+					if err := perLimit(ctx, st.lim, &pq, &want); err != nil {
+						t.Fatal(err)
+					}
+					// The two paths decide a moment apart, and each
+					// one's durations count from its own last charge:
+					// they may differ by this step's gap and the last.
+					gap := time.Since(start)
+					slack := st.slack + gap + lastGap
+					lastGap = gap
+					if got.Allowed != s.allowed || want.Allowed != s.allowed {
+						t.Fatalf("step %d: AllowAll allowed=%v, per limit %v, want %v", i, got.Allowed, want.Allowed, s.allowed)
+					}
+					for j := range got.Results {
+						g, w := got.Results[j], want.Results[j]
+						if g.Applied != w.Applied || g.Result.Allowed != w.Result.Allowed || g.Result.Remaining != w.Result.Remaining {
+							t.Errorf("step %d check %d: AllowAll %+v, per limit %+v", i, j, g, w)
+						}
+						approx(t, "retry after", g.Result.RetryAfter, w.Result.RetryAfter, slack)
+						approx(t, "reset after", g.Result.ResetAfter, w.Result.ResetAfter, slack)
+					}
+				}
+			})
+		}
+	}
+}

@@ -1,0 +1,363 @@
+package ratelimit
+
+import (
+	"context"
+	"sync"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// trip is one round trip being planned and answered: its script runs
+// (one outside a Cluster; in a Cluster one per hash slot, since the keys
+// of one run must share a slot) and which call each request of a run
+// answers. It is reused between round trips.
+type trip struct {
+	cluster bool
+	runs    []*run // runs[:used] are this round trip's
+	used    int
+	bySlot  map[uint16]*run
+	groups  map[leaseKey]*leaseGroup
+	pool    []*leaseGroup
+	cmds    []redis.Cmder
+	refunds []*call
+}
+
+// run is one script run.
+type run struct {
+	b       runBuilder
+	entries []entry
+	cmd     *redis.Cmd
+}
+
+// entry is one request of a run: a call's, or a lease's.
+type entry struct {
+	c     *call
+	idx   []int // the checks sent; nil: all of the call's
+	guard bool  // the call's guard was sent
+	known bool  // the guard was answered before: idx lists the checks that apply
+	lease *leaseGroup
+}
+
+// leaseGroup is the single-limit calls of a round trip on one key under
+// one limit.
+type leaseGroup struct {
+	key   leaseKey
+	n     int
+	last  *call
+	run   *run
+	lease *lease
+	extra int64
+	req   Request
+	check [1]Check
+}
+
+func newTrip(cluster bool) *trip {
+	return &trip{cluster: cluster, bySlot: map[uint16]*run{}, groups: map[leaseKey]*leaseGroup{}}
+}
+
+func (t *trip) reset() {
+	for _, r := range t.runs[:t.used] {
+		r.b.reset()
+		clear(r.entries)
+		r.entries = r.entries[:0]
+		r.cmd = nil
+	}
+	t.used = 0
+	clear(t.bySlot)
+	for _, g := range t.groups {
+		*g = leaseGroup{}
+		t.pool = append(t.pool, g)
+	}
+	clear(t.groups)
+}
+
+// runFor returns the run of a slot (outside a Cluster: the one run).
+func (t *trip) runFor(s uint16) *run {
+	if r := t.bySlot[s]; r != nil {
+		return r
+	}
+	if t.used == len(t.runs) {
+		t.runs = append(t.runs, &run{})
+	}
+	r := t.runs[t.used]
+	t.used++
+	r.b.reset()
+	t.bySlot[s] = r
+	return r
+}
+
+// plan puts c's request into the runs. In a Cluster a request whose keys
+// span slots is split, one part per slot, each all or nothing on its own
+// (answer joins them, and a request refused by one part gives back what
+// the others charged); a guard whose answer decides checks in other
+// slots is sent first, alone, and the checks in the next round trip.
+func (t *trip) plan(c *call) {
+	c.parts, c.failed, c.charged, c.phase = 0, false, 0, false
+	q := c.q
+	if !t.cluster {
+		t.add(t.runFor(0), entry{c: c, guard: q.Guard.Key != ""})
+		return
+	}
+	if q.Guard.Key != "" && !c.guarded {
+		gs := slot(q.Guard.Key)
+		together := true
+		for i := range q.Checks {
+			if slot(keyPrefix+q.Checks[i].Key) != gs {
+				together = false
+				break
+			}
+		}
+		if together {
+			t.add(t.runFor(gs), entry{c: c, guard: true})
+		} else {
+			c.phase = true
+			t.add(t.runFor(gs), entry{c: c, idx: []int{}, guard: true})
+		}
+		return
+	}
+	// Every check that applies, by slot, in the order of the checks.
+	var slots []uint16
+	var parts [][]int
+	for i := range q.Checks {
+		if c.guarded && !Applies(q.Checks[i].Branch, c.ans.Admitted) {
+			continue
+		}
+		s := slot(keyPrefix + q.Checks[i].Key)
+		j := 0
+		for j < len(slots) && slots[j] != s {
+			j++
+		}
+		if j == len(slots) {
+			slots = append(slots, s)
+			parts = append(parts, nil)
+		}
+		parts[j] = append(parts[j], i)
+	}
+	if len(slots) == 0 { // nothing applies: the request passes
+		return
+	}
+	for j, s := range slots {
+		t.add(t.runFor(s), entry{c: c, idx: parts[j], known: c.guarded})
+	}
+}
+
+func (t *trip) add(r *run, e entry) {
+	if c := e.c; c != nil {
+		c.parts++
+		if c.refund {
+			r.b.add(c.q, modeRefund, e.idx, false, e.known)
+		} else {
+			r.b.add(c.q, modeDecide, e.idx, e.guard, e.known)
+			if lk, ok := leasable(c.q); ok {
+				t.group(lk, c, r)
+			}
+		}
+	}
+	r.entries = append(r.entries, e)
+}
+
+// group counts a single-limit call of key k towards its lease group.
+func (t *trip) group(k leaseKey, c *call, r *run) {
+	g := t.groups[k]
+	if g == nil {
+		if n := len(t.pool); n > 0 {
+			g, t.pool = t.pool[n-1], t.pool[:n-1]
+		} else {
+			g = &leaseGroup{}
+		}
+		g.key, g.run = k, r
+		t.groups[k] = g
+	}
+	g.n++
+	g.last = c
+}
+
+// lease asks, after every group of several calls on a hot key, for a
+// lease of that key's requests to hand out in process (lease.go).
+func (t *trip) lease(ls *leases, now int64) {
+	for _, g := range t.groups {
+		if g.n < 2 {
+			continue
+		}
+		g.lease = ls.get(g.key)
+		if g.extra = g.lease.extra(g.key.limit.Burst, now); g.extra == 0 {
+			continue
+		}
+		g.check[0] = Check{Key: g.key.key, Limit: g.key.limit}
+		g.req = Request{Checks: g.check[:], Cost: g.extra}
+		g.run.b.add(&g.req, modeDecide, nil, false, false)
+		g.run.entries = append(g.run.entries, entry{lease: g})
+	}
+}
+
+// send sends the runs, as one pipeline when there are several, and sends
+// the script itself for a run Redis did not know it for (NOSCRIPT, after
+// a restart). It returns the first error.
+func (t *trip) send(ctx context.Context, client Client) error {
+	t.cmds = t.cmds[:0]
+	for _, r := range t.runs[:t.used] {
+		r.cmd = r.b.cmd(ctx, false)
+		t.cmds = append(t.cmds, r.cmd)
+	}
+	cc, cluster := client.(*redis.ClusterClient)
+	switch {
+	case len(t.cmds) == 0:
+		return nil
+	case len(t.cmds) == 1:
+		_ = client.Process(ctx, t.cmds[0])
+	case cluster:
+		t.sendByNode(ctx, cc)
+	default:
+		p := client.Pipeline()
+		for _, c := range t.cmds {
+			_ = p.Process(ctx, c)
+		}
+		_, _ = p.Exec(ctx)
+	}
+	var err error
+	for _, r := range t.runs[:t.used] {
+		if isNoScript(r.cmd.Err()) {
+			r.cmd = r.b.cmd(ctx, true)
+			_ = client.Process(ctx, r.cmd)
+		}
+		if e := r.cmd.Err(); e != nil && err == nil {
+			err = e
+		}
+	}
+	return err
+}
+
+// sendByNode sends the runs of a Cluster round trip as one pipeline per
+// master, all at once. go-redis's own Cluster pipeline would do the same,
+// but when one node fails and the deadline passes during its retries it
+// marks every command of the pipeline failed, answered or not: a run
+// that was decided (and charged) would look failed and could not be
+// given back.
+func (t *trip) sendByNode(ctx context.Context, cc *redis.ClusterClient) {
+	nodes := map[*redis.Client][]redis.Cmder{}
+	for _, r := range t.runs[:t.used] {
+		node, err := cc.MasterForKey(ctx, r.b.keys[0].(string))
+		if err != nil {
+			r.cmd.SetErr(err)
+			continue
+		}
+		nodes[node] = append(nodes[node], r.cmd)
+	}
+	var wg sync.WaitGroup
+	for node, cmds := range nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if len(cmds) == 1 {
+				_ = node.Process(ctx, cmds[0])
+				return
+			}
+			p := node.Pipeline()
+			for _, c := range cmds {
+				_ = p.Process(ctx, c)
+			}
+			_, _ = p.Exec(ctx)
+		}()
+	}
+	wg.Wait()
+}
+
+// answer reads every run's reply into its calls' answers and settles the
+// leases.
+func (t *trip) answer(ls *leases, now int64) {
+	for _, r := range t.runs[:t.used] {
+		v, err := r.cmd.Int64Slice()
+		rd := replyReader{v: v}
+		for _, e := range r.entries {
+			if err == nil {
+				err = t.read(&rd, e, now)
+				if err == nil {
+					continue
+				}
+			}
+			if e.c != nil {
+				e.c.failed = true
+				if e.c.err == nil {
+					e.c.err = err
+				}
+			}
+		}
+	}
+}
+
+// read reads e's part of a run's reply.
+func (t *trip) read(rd *replyReader, e entry, now int64) error {
+	branch, ttl, allowed, err := rd.head()
+	if err != nil {
+		return err
+	}
+	if g := e.lease; g != nil {
+		res, err := rd.check()
+		if err != nil {
+			return err
+		}
+		var granted int64
+		if allowed {
+			granted = g.extra
+		} else if last := g.last.ans.Results[0]; last.Result.Allowed {
+			res = last
+		}
+		g.lease.settle(granted, res.Result.Remaining, res.Result.ResetAfter, now)
+		return nil
+	}
+	c := e.c
+	if e.guard {
+		c.ans.Admitted, c.ans.GuardTTL, c.guarded = branch != 2, ttl, true
+	}
+	n := len(e.idx)
+	if e.idx == nil {
+		n = len(c.q.Checks)
+	}
+	var charged uint64
+	for j := 0; j < n; j++ {
+		i := j
+		if e.idx != nil {
+			i = e.idx[j]
+		}
+		res, err := rd.check()
+		if err != nil {
+			return err
+		}
+		c.ans.Results[i] = res
+		if allowed && res.Applied && res.Result.Allowed && i < 64 {
+			charged |= 1 << i
+		}
+	}
+	if !c.phase {
+		if allowed {
+			c.charged |= charged
+		} else {
+			c.failed = true
+		}
+	}
+	return nil
+}
+
+// again reports whether c goes into the next round trip: its guard was
+// answered alone.
+func (c *call) again() bool { return c.phase && c.err == nil }
+
+// settle sets c's answer once its round trip is over, and returns the
+// request that gives back what parts of a split request charged when
+// another part refused it or failed, or nil.
+func (c *call) settle() *call {
+	c.ans.Allowed = !c.failed && c.err == nil
+	if c.ans.Allowed || c.refund || c.parts < 2 || c.charged == 0 {
+		return nil
+	}
+	rf := &call{}
+	for i := range c.q.Checks {
+		if i < 64 && c.charged&(1<<i) != 0 {
+			rf.own.Checks = append(rf.own.Checks, c.q.Checks[i])
+		}
+	}
+	rf.own.Cost = c.q.Cost
+	rf.q, rf.ans, rf.refund = &rf.own, &rf.ownAns, true
+	rf.ans.reset(len(rf.own.Checks))
+	return rf
+}
