@@ -116,5 +116,20 @@ func TestHotKeyLeases(t *testing.T) {
 	if runs > decisions.Load()/4 {
 		t.Errorf("%d script runs for %d decisions on a hot key far from its limit", runs, decisions.Load())
 	}
-	t.Logf("%d decisions, %d allowed, %d script runs", decisions.Load(), allowed.Load(), runs)
+	leased := 0
+	for _, r := range replicas {
+		r.leases.mu.RLock()
+		for _, l := range r.leases.m {
+			l.mu.Lock()
+			if l.until > 0 {
+				leased++
+			}
+			l.mu.Unlock()
+		}
+		r.leases.mu.RUnlock()
+	}
+	if leased == 0 {
+		t.Error("no replica was ever given a lease on a hot key far from its limit")
+	}
+	t.Logf("%d decisions, %d allowed, %d script runs, %d replicas leased", decisions.Load(), allowed.Load(), runs, leased)
 }

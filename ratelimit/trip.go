@@ -283,6 +283,15 @@ func (t *trip) answer(ls *leases, now int64) {
 			}
 		}
 	}
+	for _, g := range t.groups {
+		// A group that asked for no lease still tells the lease what
+		// Redis has left: the next round trip may ask.
+		if g.lease != nil && g.extra == 0 && g.last.err == nil {
+			if last := g.last.ans.Results[0]; last.Applied {
+				g.lease.settle(0, last.Result.Remaining, last.Result.ResetAfter, now)
+			}
+		}
+	}
 }
 
 // read reads e's part of a run's reply.
