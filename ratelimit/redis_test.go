@@ -164,7 +164,10 @@ func TestRedisClusterFailover(t *testing.T) {
 	for {
 		start := time.Now()
 		err := r.AllowAll(ctx, &q, &ans)
-		if took := time.Since(start); took > 3*timeout {
+		// One deadline for the decision, one for a give-back, and room
+		// for a loaded machine; a decision that waited for the node
+		// would take seconds.
+		if took := time.Since(start); took > 5*timeout {
 			t.Errorf("a decision during the failover took %v (deadline %v)", took, timeout)
 		}
 		if err == nil {
@@ -187,8 +190,8 @@ func TestRedisClusterFailover(t *testing.T) {
 	if !ans.Allowed || ans.Results[0].Result.Remaining != 6 {
 		t.Errorf("after the failover (%d failed decisions): %+v, want 6 remaining on the lost master's key", failures, ans)
 	}
-	if got := ans.Results[1].Result.Remaining; got > 6 || got < 4 {
-		t.Errorf("after %d failed decisions the other key has %d remaining, want 6 (at most 2 charges not given back while the Cluster was down)", failures, got)
+	if got := ans.Results[1].Result.Remaining; got > 6 || got < 3 {
+		t.Errorf("after %d failed decisions the other key has %d remaining, want 6 (at most 3 charges not given back as the Cluster went down)", failures, got)
 	}
 	t.Logf("%d failed decisions; the other key has %d remaining of 6", failures, ans.Results[1].Result.Remaining)
 }
