@@ -32,6 +32,10 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		g.refuse(st, r, e)
 		return
 	}
+	if e := g.checkQuery(st, r); e != nil {
+		g.refuse(st, r, e)
+		return
+	}
 	g.setClientAddress(st, r)
 	if e := g.admitEarly(st, pl); e != nil {
 		g.refuse(st, r, e)

@@ -219,6 +219,14 @@ func TestOrderRouteCannotBeBypassed(t *testing.T) {
 			// canonical path.
 			raw = strings.Replace(raw, "Host: x\r\n", "Host: x\r\nAuthorization: Bearer tok\r\n", 1)
 			res = rawRequest(t, e.addr, raw)
+			if strings.Contains(sp, "?") {
+				// An order route takes no query string (query.go).
+				assertError(t, res, http.StatusBadRequest, "invalid_query")
+				if n := e.backend.orders.Load() - before; n != 0 {
+					t.Fatalf("spelling %q reached the order handler with a query", sp)
+				}
+				return
+			}
 			res.Body.Close()
 			if res.StatusCode != http.StatusOK {
 				t.Fatalf("with a token: status %d", res.StatusCode)

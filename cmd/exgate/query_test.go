@@ -1,0 +1,99 @@
+package main
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/exgate/exgate/config"
+)
+
+// orderQueries are query strings a client could add to an order: order
+// fields (as Binance-style backends read them), Django REST framework's
+// renderer switch, and spellings of nothing.
+var orderQueries = []string{"?price=1", "?symbol=ETH_USDT&base_amount=100", "?format=api", "?format=json", "?x", "?&", "?%70rice=1"}
+
+// TestDRFOrderQuery puts exgate in front of the Django REST framework
+// order view. DRF itself reads the query beside an order: with ?format=api
+// it places the order and answers with an HTML page (here a 500, the
+// browsable renderer having no templates: a client told the order failed
+// when it was placed), while the order's fields come from the body alone. Through exgate every query on the order route is
+// refused with 400 invalid_query and DRF places nothing; the same order
+// without a query is placed.
+func TestDRFOrderQuery(t *testing.T) {
+	drf := startDRF(t)
+	bearer := "Bearer " + drf.tokens[0]
+	order := `{"symbol":"BTC_USDT","type":"market","side":"buy","base_amount":"0.001"}`
+	code, h, _ := call(t, "POST", drf.url+"/api/v1/odr/orders/?format=api", order, "Authorization", bearer, "Content-Type", "application/json")
+	if len(drf.placed(t)) != 1 || !strings.HasPrefix(h.Get("Content-Type"), "text/html") {
+		t.Fatalf("DRF does not place an order and switch its renderer on ?format=api (%d %s): the test proves nothing", code, h.Get("Content-Type"))
+	}
+	noSymbol := `{"type":"market","side":"buy","base_amount":"0.001"}`
+	if code, _, b := call(t, "POST", drf.url+"/api/v1/odr/orders/?symbol=BTC_USDT", noSymbol, "Authorization", bearer, "Content-Type", "application/json"); code != http.StatusBadRequest {
+		t.Fatalf("DRF read an order field from the query: %d %s", code, b)
+	}
+	placedBefore := len(drf.placed(t))
+
+	cfg := config.Default()
+	cfg.Listen, cfg.AdminListen = "127.0.0.1:0", "127.0.0.1:0"
+	cfg.Upstream.URL = config.MustURL(drf.url)
+	cfg.Server.DrainDelay = 0
+	cfg.Limiter.Backend = config.BackendMemory
+	a := startApp(t, cfg, deps{log: zap.NewNop(), now: time.Now})
+	waitCatalogue(t, a)
+	gw := "http://" + a.addr
+	for _, q := range orderQueries {
+		for _, p := range []string{"/api/v1/odr/orders/", "/api/v1/odr/orders.json"} {
+			code, _, b := call(t, "POST", gw+p+q, order, "Authorization", bearer, "Content-Type", "application/json")
+			if code != http.StatusBadRequest || errCode(t, b) != "invalid_query" {
+				t.Errorf("POST %s%s: %d %s, want 400 invalid_query", p, q, code, b)
+			}
+		}
+	}
+	if n := len(drf.placed(t)) - placedBefore; n != 0 {
+		t.Fatalf("DRF placed %d orders sent with a query string", n)
+	}
+	for i, q := range []string{"", "?"} {
+		body := fmt.Sprintf(`{"symbol":"BTC_USDT","type":"market","side":"buy","base_amount":"0.001","identifier":"q-%d"}`, i)
+		if code, h, b := call(t, "POST", gw+"/api/v1/odr/orders/"+q, body, "Authorization", bearer, "Content-Type", "application/json"); code != http.StatusCreated || h.Get("Content-Type") != "application/json" {
+			t.Errorf("POST with query %q: %d %s %s", q, code, h.Get("Content-Type"), b)
+		}
+	}
+}
+
+// TestOrderQueryReferenceBackend: in front of the reference backend (what
+// exgate -dev runs), an order with a query string is refused and never
+// reaches the order endpoint, while the GET routes keep their queries: the
+// order list's ?state= filter still filters.
+func TestOrderQueryReferenceBackend(t *testing.T) {
+	st := startStack(t, nil)
+	tok := "Bearer " + authenticate(t, st.url)
+	order := `{"symbol":"BTC_USDT","type":"limit","side":"buy","price":"1000","base_amount":"0.001"}`
+	for _, q := range orderQueries {
+		code, _, b := call(t, "POST", st.url+"/api/v1/odr/orders/"+q, order, "Authorization", tok, "Content-Type", "application/json")
+		if code != http.StatusBadRequest || errCode(t, b) != "invalid_query" {
+			t.Errorf("POST ?%s: %d %s, want 400 invalid_query", q, code, b)
+		}
+	}
+	if n := st.backend.orders.Load(); n != 0 {
+		t.Fatalf("%d orders with a query string reached the backend", n)
+	}
+	if code, _, b := call(t, "POST", st.url+"/api/v1/odr/orders/", order, "Authorization", tok, "Content-Type", "application/json"); code != http.StatusCreated {
+		t.Fatalf("order without a query: %d %s", code, b)
+	}
+	for q, want := range map[string]int{"?state=active": 1, "?state=closed": 0} {
+		code, _, b := call(t, "GET", st.url+"/api/v1/odr/orders/"+q, "", "Authorization", tok)
+		var list []map[string]any
+		decodeJSON(t, b, &list)
+		if code != http.StatusOK || len(list) != want {
+			t.Errorf("GET orders %s: %d, %d orders, want %d: %s", q, code, len(list), want, b)
+		}
+	}
+	if code, _, b := call(t, "GET", st.url+"/api/v1/odr/orders/?state=bogus", "", "Authorization", tok); code != http.StatusBadRequest || !strings.Contains(string(b), "state") {
+		t.Errorf("GET orders ?state=bogus: the backend did not read the query (%d %s)", code, b)
+	}
+}
