@@ -2,16 +2,7 @@ package limiter
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"fmt"
-	"math/big"
-	"net"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -20,6 +11,7 @@ import (
 
 	"github.com/exgate/exgate/config"
 	"github.com/exgate/exgate/internal/redistest"
+	"github.com/exgate/exgate/internal/tlstest"
 	"github.com/exgate/exgate/ratelimit"
 )
 
@@ -79,70 +71,25 @@ func decideTwoOfThree(t *testing.T, rc config.Redis, key string) {
 }
 
 // testPKI is a certificate authority with a server certificate for
-// 127.0.0.1 and a client certificate, as PEM files in a directory.
+// 127.0.0.1 and a client certificate, as PEM files in a directory, and the
+// certificate of another CA.
 type testPKI struct {
 	ca, serverCert, serverKey, clientCert, clientKey, otherCA string
 }
 
 func newTestPKI(t *testing.T) testPKI {
 	t.Helper()
-	dir := t.TempDir()
-	write := func(name, typ string, der []byte) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	newKey := func() *ecdsa.PrivateKey {
-		k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return k
-	}
-	keyDER := func(k *ecdsa.PrivateKey) []byte {
-		der, err := x509.MarshalECPrivateKey(k)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return der
-	}
-	serial := int64(1)
-	issue := func(tmpl, parent *x509.Certificate, pub, signer any) *x509.Certificate {
-		serial++
-		tmpl.SerialNumber = big.NewInt(serial)
-		tmpl.NotBefore, tmpl.NotAfter = time.Now().Add(-time.Hour), time.Now().Add(time.Hour)
-		if parent == nil {
-			parent = tmpl
-		}
-		der, err := x509.CreateCertificate(rand.Reader, tmpl, parent, pub, signer)
-		if err != nil {
-			t.Fatal(err)
-		}
-		c, _ := x509.ParseCertificate(der)
-		return c
-	}
-	newCA := func(name string) (*x509.Certificate, *ecdsa.PrivateKey) {
-		k := newKey()
-		c := issue(&x509.Certificate{Subject: pkix.Name{CommonName: name}, IsCA: true, BasicConstraintsValid: true,
-			KeyUsage: x509.KeyUsageCertSign}, nil, &k.PublicKey, k)
-		return c, k
-	}
-	ca, caKey := newCA("exgate test CA")
-	other, _ := newCA("another CA")
-	sk, ck := newKey(), newKey()
-	srv := issue(&x509.Certificate{Subject: pkix.Name{CommonName: "redis"}, IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, KeyUsage: x509.KeyUsageDigitalSignature}, ca, &sk.PublicKey, caKey)
-	cli := issue(&x509.Certificate{Subject: pkix.Name{CommonName: "exgate"},
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, KeyUsage: x509.KeyUsageDigitalSignature}, ca, &ck.PublicKey, caKey)
+	dir, otherDir := t.TempDir(), t.TempDir()
+	ca := tlstest.NewCA(t, dir)
+	srv := ca.Issue(dir, "server", []string{"127.0.0.1"}, tlstest.Options{})
+	cli := ca.Issue(dir, "client", []string{"exgate"}, tlstest.Options{Client: true})
 	return testPKI{
-		ca:         write("ca.pem", "CERTIFICATE", ca.Raw),
-		otherCA:    write("other-ca.pem", "CERTIFICATE", other.Raw),
-		serverCert: write("server.pem", "CERTIFICATE", srv.Raw),
-		serverKey:  write("server-key.pem", "EC PRIVATE KEY", keyDER(sk)),
-		clientCert: write("client.pem", "CERTIFICATE", cli.Raw),
-		clientKey:  write("client-key.pem", "EC PRIVATE KEY", keyDER(ck)),
+		ca:         ca.File,
+		otherCA:    tlstest.NewCA(t, otherDir).File,
+		serverCert: srv.CertFile,
+		serverKey:  srv.KeyFile,
+		clientCert: cli.CertFile,
+		clientKey:  cli.KeyFile,
 	}
 }
 

@@ -74,10 +74,14 @@ type Leaf struct {
 type Options struct {
 	// NotBefore and NotAfter default to an hour ago and a day from now.
 	NotBefore, NotAfter time.Time
+	// Client makes a client certificate (for mutual TLS, such as exgate's
+	// to Redis) instead of a server certificate.
+	Client bool
 }
 
-// Issue writes a certificate for names (DNS names, or IP addresses) and
-// its key as dir/prefix.crt and dir/prefix.key.
+// Issue writes a certificate for names (DNS names, or IP addresses; the
+// first is also its common name) and its key as dir/prefix.crt and
+// dir/prefix.key.
 func (ca *CA) Issue(dir, prefix string, names []string, o Options) Leaf {
 	t := ca.t
 	t.Helper()
@@ -99,6 +103,9 @@ func (ca *CA) Issue(dir, prefix string, names []string, o Options) Leaf {
 		NotAfter:     o.NotAfter,
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	if o.Client {
+		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}
 	}
 	for _, n := range names {
 		if ip := net.ParseIP(n); ip != nil {
