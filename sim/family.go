@@ -190,13 +190,22 @@ func (s *Server) handleOrderStatus(w http.ResponseWriter, r *http.Request, param
 		writeJSON(w, http.StatusOK, out)
 		return
 	}
+	if o := s.ownOrder(w, userID, param); o != nil {
+		writeJSON(w, http.StatusOK, s.view(o))
+	}
+}
+
+// ownOrder returns the user's order whose id is param, or answers 404 and
+// returns nil: an id that is not a number, another user's order and no
+// order at all are alike not found.
+func (s *Server) ownOrder(w http.ResponseWriter, userID int64, param string) *order {
 	id, err := strconv.ParseInt(param, 10, 64)
 	o := s.accounts.get(userID, id)
 	if err != nil || o == nil {
 		writeNotFound(w)
-		return
+		return nil
 	}
-	writeJSON(w, http.StatusOK, s.view(o))
+	return o
 }
 
 // handleCancel serves DELETE /api/v1/odr/orders/{id}/: the user's open
@@ -207,10 +216,8 @@ func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request, param stri
 	if !ok {
 		return
 	}
-	id, err := strconv.ParseInt(param, 10, 64)
-	o := s.accounts.get(userID, id)
-	if err != nil || o == nil {
-		writeNotFound(w)
+	o := s.ownOrder(w, userID, param)
+	if o == nil {
 		return
 	}
 	if !s.cancel(o) {
