@@ -17,6 +17,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/exgate/exgate/config"
+	"github.com/exgate/exgate/internal/poll"
 	"github.com/exgate/exgate/metrics"
 )
 
@@ -148,27 +149,15 @@ func (c *Certificates) Reload(files []config.Certificate) (bool, error) {
 // Watch reloads the files every interval until ctx ends. Unchanged files
 // and the same bad content seen again are skipped silently.
 func (c *Certificates) Watch(ctx context.Context, interval time.Duration) {
-	if interval <= 0 {
-		return
-	}
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	poll.Every(ctx, interval, func() {
 		c.mu.Lock()
-		files := c.files
-		digest, _, err := readCertFiles(files)
+		digest, _, err := readCertFiles(c.files)
 		skip := err == nil && (digest == c.cur.Load().digest || digest == c.lastBad)
 		c.mu.Unlock()
-		if skip {
-			continue
+		if !skip {
+			_, _ = c.Reload(nil)
 		}
-		_, _ = c.Reload(nil)
-	}
+	})
 }
 
 // readCertFiles reads every file of files and returns their contents

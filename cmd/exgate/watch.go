@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/exgate/exgate/internal/poll"
 )
 
 // watchedFiles returns the files whose content the configuration in force
@@ -50,18 +52,11 @@ func filesDigest(files []string) [sha256.Size]byte {
 // does (wait), one at a time.
 func (a *app) watchFiles(ctx context.Context, interval time.Duration, changed chan<- struct{}) {
 	last := a.startDigest
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	poll.Every(ctx, interval, func() {
 		files := a.watchedFiles()
 		d := filesDigest(files)
 		if d == last {
-			continue
+			return
 		}
 		last = d
 		a.log.Info("configuration files changed; reloading", zap.Strings("files", files))
@@ -69,5 +64,5 @@ func (a *app) watchFiles(ctx context.Context, interval time.Duration, changed ch
 		case changed <- struct{}{}:
 		default: // a reload is already pending; it reads the new content
 		}
-	}
+	})
 }
