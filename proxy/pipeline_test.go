@@ -4,12 +4,16 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -253,4 +257,104 @@ func TestHeaderTooLarge(t *testing.T) {
 	if e.backend.count() != 0 {
 		t.Fatal("oversize headers reached the backend")
 	}
+}
+
+// TestRefuseClosesWhileBodyUnread: a refused request whose body of
+// unknown length (chunked) is still unread is answered with Connection:
+// close, so that the client cannot make exgate read the rest of it; one
+// whose body was read whole (an order or bulk refused after its checks)
+// or has a known length keeps its connection for the next request.
+func TestRefuseClosesWhileBodyUnread(t *testing.T) {
+	e := startOrdersConfig(t, placed, nil, func(c *config.Config) {
+		l := &c.Route("place_order").Limits[0]
+		l.Rate, l.Burst = config.Rate{N: 1, Period: time.Minute}, 1
+	})
+	order := `{"symbol":"BTC_USDT","type":"limit","side":"buy","price":"100.00","base_amount":"0.5"}`
+	chunked := func(body string) string { return fmt.Sprintf("%x\r\n%s\r\n0\r\n\r\n", len(body), body) }
+	head := func(path, token, contentType string) string {
+		h := "POST " + path + " HTTP/1.1\r\nHost: x\r\nContent-Type: " + contentType + "\r\n"
+		if token != "" {
+			h += "Authorization: Bearer " + token + "\r\n"
+		}
+		return h
+	}
+	const orders, bulk = "/api/v1/odr/orders/", "/api/v1/odr/orders/bulk/"
+	spent := head(orders, "tok-spent", "application/json") + "Content-Length: " + strconv.Itoa(len(order)) + "\r\n\r\n" + order
+	for _, tc := range []struct {
+		name   string
+		before string // sent and answered first on a connection of its own
+		raw    string
+		status int
+		closed bool
+	}{
+		{name: "no token, chunked", raw: head(orders, "", "application/json") + "Transfer-Encoding: chunked\r\n\r\n" + chunked(order),
+			status: http.StatusUnauthorized, closed: true},
+		{name: "not JSON, chunked", raw: head(orders, "tok-ct", "text/plain") + "Transfer-Encoding: chunked\r\n\r\n" + chunked(order),
+			status: http.StatusUnsupportedMediaType, closed: true},
+		{name: "over its limit, chunked", before: spent,
+			raw:    head(orders, "tok-spent", "application/json") + "Transfer-Encoding: chunked\r\n\r\n" + chunked(order),
+			status: http.StatusTooManyRequests, closed: true},
+		{name: "order over validation.max_body_bytes, chunked", raw: head(orders, "tok-big", "application/json") +
+			"Transfer-Encoding: chunked\r\n\r\n" + chunked(strings.Repeat(" ", 9<<10)),
+			status: http.StatusRequestEntityTooLarge, closed: true},
+		{name: "invalid order, chunked, read whole", raw: head(orders, "tok-invalid", "application/json") +
+			"Transfer-Encoding: chunked\r\n\r\n" + chunked(`{"symbol":"BTC_USDT"}`),
+			status: http.StatusBadRequest, closed: false},
+		{name: "bulk over its limit, chunked, read whole", raw: head(bulk, "tok-bulk", "application/json") +
+			"Transfer-Encoding: chunked\r\n\r\n" + chunked("["+order+","+order+"]"),
+			status: http.StatusTooManyRequests, closed: false},
+		{name: "no token, known length", raw: head(orders, "", "application/json") + "Content-Length: " + strconv.Itoa(len(order)) + "\r\n\r\n" + order,
+			status: http.StatusUnauthorized, closed: false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.before != "" {
+				if res := rawExchange(t, e.addr, tc.before); res.StatusCode != http.StatusCreated {
+					t.Fatalf("first request: %d", res.StatusCode)
+				}
+			}
+			c, err := net.Dial("tcp", e.addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+			go func() { _, _ = io.WriteString(c, tc.raw) }()
+			br := bufio.NewReader(c)
+			res, err := http.ReadResponse(br, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, _ = io.Copy(io.Discard, res.Body)
+			if res.StatusCode != tc.status || res.Close != tc.closed {
+				t.Fatalf("answer %d, Connection: close %v; want %d, %v", res.StatusCode, res.Close, tc.status, tc.closed)
+			}
+			if tc.closed {
+				return
+			}
+			_, _ = io.WriteString(c, "GET /api/v1/mkt/markets/ HTTP/1.1\r\nHost: x\r\n\r\n")
+			if _, err := http.ReadResponse(br, nil); err != nil {
+				t.Fatalf("the connection kept after the refusal does not answer the next request: %v", err)
+			}
+		})
+	}
+}
+
+// rawExchange sends raw on a connection of its own and reads the answer.
+func rawExchange(t *testing.T, addr, raw string) *http.Response {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.WriteString(c, raw); err != nil {
+		t.Fatal(err)
+	}
+	res, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, res.Body)
+	return res
 }
