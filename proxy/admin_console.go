@@ -106,9 +106,7 @@ func (c *console) authorized(r *http.Request) bool {
 func (c *console) auth(h http.HandlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !c.authorized(r) {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="exgate admin"`)
-			WriteError(w, "", &apierror.Error{Status: http.StatusUnauthorized, Code: "not_authenticated",
-				Detail: "The admin API needs the admin bearer token."})
+			WriteError(w, "", errAdminToken)
 			return
 		}
 		h(w, r)
@@ -250,8 +248,26 @@ type subjectBody struct {
 	ID   string `json:"id"`   // an HMAC prefix, or the address
 }
 
-var errNoSubject = &apierror.Error{Status: http.StatusBadRequest, Code: "invalid_subject",
-	Detail: "Name exactly one of account, user, token, token_id or address."}
+// The admin API's own refusals.
+var (
+	errAdminToken = apierror.Static(http.StatusUnauthorized, "not_authenticated",
+		"The admin API needs the admin bearer token.", "WWW-Authenticate", `Bearer realm="exgate admin"`)
+	errResetToken = apierror.Static(http.StatusUnauthorized, "not_authenticated",
+		"Reset needs the admin bearer token.", "WWW-Authenticate", `Bearer realm="exgate admin"`)
+	errResetDisabled = apierror.Static(http.StatusForbidden, "reset_disabled",
+		"Reset needs an admin token (EXGATE_ADMIN_TOKEN).")
+	errNoSubject = apierror.Static(http.StatusBadRequest, "invalid_subject",
+		"Name exactly one of account, user, token, token_id or address.")
+	errSubjectAddress = apierror.Static(http.StatusBadRequest, "invalid_subject", "address is not an IP address.")
+	errSubjectPrefix  = apierror.Static(http.StatusBadRequest, "invalid_subject",
+		"Give the whole id or its first "+strconv.Itoa(IDPrefixLen)+" hex digits.")
+)
+
+// storeUnavailable is the answer to an admin request the limit store
+// failed to serve.
+func storeUnavailable(err error) *apierror.Error {
+	return apierror.New(http.StatusServiceUnavailable, "rate_limit_unavailable", err.Error())
+}
 
 // subject reads whom a request names: account (a key, or a prefix the
 // top lists show), user (a user claim), token (a raw token, best sent in
@@ -289,7 +305,7 @@ func (c *console) subject(r *http.Request) (limiter.Subject, subjectBody, *apier
 	default:
 		a, err := netip.ParseAddr(r.Form.Get("address"))
 		if err != nil {
-			return s, sb, &apierror.Error{Status: http.StatusBadRequest, Code: "invalid_subject", Detail: "address is not an IP address."}
+			return s, sb, errSubjectAddress
 		}
 		s.Addr, sb = a.Unmap(), subjectBody{"address", a.Unmap().String()}
 	}
@@ -306,13 +322,12 @@ func (c *console) fullID(kind, v string) (string, *apierror.Error) {
 		return v, nil
 	}
 	if len(v) < IDPrefixLen {
-		return "", &apierror.Error{Status: http.StatusBadRequest, Code: "invalid_subject",
-			Detail: "Give the whole id or its first " + strconv.Itoa(IDPrefixLen) + " hex digits."}
+		return "", errSubjectPrefix
 	}
 	full, ok := c.o.Top.Resolve(kind, v)
 	if !ok {
-		return "", &apierror.Error{Status: http.StatusNotFound, Code: "unknown_subject",
-			Detail: "No " + kind + " with that prefix was counted in the last 15 minutes; give the whole id."}
+		return "", apierror.New(http.StatusNotFound, "unknown_subject",
+			"No "+kind+" with that prefix was counted in the last 15 minutes; give the whole id.")
 	}
 	return full, nil
 }
@@ -327,7 +342,7 @@ func (c *console) inspect(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	states, err := c.g.limits.Inspect(ctx, c.g.Rules(), s)
 	if err != nil {
-		WriteError(w, "", &apierror.Error{Status: http.StatusServiceUnavailable, Code: "rate_limit_unavailable", Detail: err.Error()})
+		WriteError(w, "", storeUnavailable(err))
 		return
 	}
 	if states == nil {
@@ -340,14 +355,11 @@ func (c *console) inspect(w http.ResponseWriter, r *http.Request) {
 // must be configured.
 func (c *console) reset(w http.ResponseWriter, r *http.Request) {
 	if c.o.Token == "" {
-		WriteError(w, "", &apierror.Error{Status: http.StatusForbidden, Code: "reset_disabled",
-			Detail: "Reset needs an admin token (EXGATE_ADMIN_TOKEN)."})
+		WriteError(w, "", errResetDisabled)
 		return
 	}
 	if !c.authorized(r) {
-		w.Header().Set("WWW-Authenticate", `Bearer realm="exgate admin"`)
-		WriteError(w, "", &apierror.Error{Status: http.StatusUnauthorized, Code: "not_authenticated",
-			Detail: "Reset needs the admin bearer token."})
+		WriteError(w, "", errResetToken)
 		return
 	}
 	s, sb, e := c.subject(r)
@@ -362,7 +374,7 @@ func (c *console) reset(w http.ResponseWriter, r *http.Request) {
 		zap.String("subject_kind", sb.Kind), zap.String("subject", sb.ID), zap.Int("keys", n),
 		zap.String("peer", r.RemoteAddr), zap.Error(err))
 	if err != nil {
-		WriteError(w, "", &apierror.Error{Status: http.StatusServiceUnavailable, Code: "rate_limit_unavailable", Detail: err.Error()})
+		WriteError(w, "", storeUnavailable(err))
 		return
 	}
 	c.resets.Add(1)

@@ -103,12 +103,8 @@ var pathErrors = func() map[pathError]*apierror.Error {
 // methodNotAllowed returns the 405 answer for method with the given Allow
 // header.
 func methodNotAllowed(method, allow string) *apierror.Error {
-	e := &apierror.Error{
-		Status: http.StatusMethodNotAllowed,
-		Code:   "method_not_allowed",
-		Detail: "Method " + strconv.Quote(method) + " not allowed.",
-		Header: http.Header{"Allow": {allow}},
-	}
+	e := apierror.New(http.StatusMethodNotAllowed, "method_not_allowed", "Method "+strconv.Quote(method)+" not allowed.")
+	e.Header = http.Header{"Allow": {allow}}
 	return e
 }
 

@@ -17,7 +17,6 @@ import (
 	"golang.org/x/net/http2/hpack"
 
 	"github.com/exgate/exgate/config"
-	"github.com/exgate/exgate/internal/tlstest"
 )
 
 // TestHTTP2ResetFloodBounded opens stream after stream on one HTTP/2
@@ -41,13 +40,7 @@ func TestHTTP2ResetFloodBounded(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			const maxStreams = 8
 			const flood = 2000
-			dir := t.TempDir()
-			ca := tlstest.NewCA(t, dir)
-			leaf := ca.Issue(dir, "api", []string{"api.example.test"}, tlstest.Options{})
-			certs, err := LoadCertificates([]config.Certificate{{CertFile: leaf.CertFile, KeyFile: leaf.KeyFile}}, nil, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
+			certs, ca := apiCertificates(t)
 			cfg := config.Default()
 			cfg.Server.HTTP2.MaxConcurrentStreams = maxStreams
 			m := newEdgeMetrics(t)

@@ -220,13 +220,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // the handshake, while a normal client is served meanwhile.
 func TestTLSHandshakeTimeout(t *testing.T) {
 	const timeout = 300 * time.Millisecond
-	dir := t.TempDir()
-	ca := tlstest.NewCA(t, dir)
-	leaf := ca.Issue(dir, "api", []string{"api.example.test"}, tlstest.Options{})
-	certs, err := LoadCertificates([]config.Certificate{{CertFile: leaf.CertFile, KeyFile: leaf.KeyFile}}, nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	certs, ca := apiCertificates(t)
 	cfg := config.Default()
 	cfg.Server.ReadHeaderTimeout = timeout
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -277,4 +271,19 @@ func TestTLSHandshakeTimeout(t *testing.T) {
 			}
 		})
 	}
+}
+
+// apiCertificates returns the certificates of one leaf for
+// api.example.test and the new certificate authority that issued it, whose
+// pool a client trusts.
+func apiCertificates(t *testing.T) (*Certificates, *tlstest.CA) {
+	t.Helper()
+	dir := t.TempDir()
+	ca := tlstest.NewCA(t, dir)
+	leaf := ca.Issue(dir, "api", []string{"api.example.test"}, tlstest.Options{})
+	certs, err := LoadCertificates([]config.Certificate{{CertFile: leaf.CertFile, KeyFile: leaf.KeyFile}}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return certs, ca
 }
