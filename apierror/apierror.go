@@ -83,6 +83,12 @@ func (e *Error) encode() []byte {
 	return append(b, '\n')
 }
 
+var internal = Static(http.StatusInternalServerError, "internal_error", "Internal error.")
+
+// Internal returns the 500 answer to a bug: a recovered panic, or a state
+// that cannot happen. It is shared: read-only.
+func Internal() *Error { return internal }
+
 // TooLarge returns the 413 answer to a body over limit bytes.
 func TooLarge(limit int64) *Error {
 	return Static(http.StatusRequestEntityTooLarge, CodeTooLarge,

@@ -22,6 +22,8 @@ func TestBody(t *testing.T) {
 			404, `{"detail":"Not found.","code":"not_found"}` + "\n", ""},
 		{"fields", fields,
 			400, `{"detail":"Invalid order: price is required.","code":"invalid_order","fields":{"price":["required"]}}` + "\n", ""},
+		{"internal", Internal(),
+			500, `{"detail":"Internal error.","code":"internal_error"}` + "\n", ""},
 		{"too large", TooLarge(8192),
 			413, `{"detail":"Request body is larger than 8192 bytes.","code":"request_too_large"}` + "\n", ""},
 	} {

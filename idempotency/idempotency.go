@@ -242,7 +242,6 @@ var (
 		"This identifier was already used for a different order.")
 	errUnknown = apierror.Static(http.StatusConflict, "outcome_unknown",
 		"A request with this identifier was already sent to the exchange and its outcome is unknown; check your orders before placing it again with a new identifier.")
-	errInternal    = apierror.Static(http.StatusInternalServerError, "internal_error", "Internal error.")
 	errUnavailable = apierror.Static(http.StatusServiceUnavailable, "duplicate_protection_unavailable",
 		"Duplicate protection is temporarily unavailable, so the order was not sent; retry shortly with the same identifier.")
 	errFull = apierror.Static(http.StatusServiceUnavailable, "duplicate_protection_full",
@@ -262,7 +261,7 @@ func Refusal(o Outcome) *apierror.Error {
 	case Unknown:
 		return errUnknown
 	}
-	return errInternal
+	return apierror.Internal()
 }
 
 // Unavailable is the answer to an order with an identifier when the store

@@ -116,7 +116,7 @@ func (c *console) auth(h http.HandlerFunc) http.Handler {
 func writeJSON(w http.ResponseWriter, code int, v any) {
 	b, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
-		WriteError(w, "", errInternal)
+		WriteError(w, "", apierror.Internal())
 		return
 	}
 	writeStatus(w, code, append(b, '\n'))

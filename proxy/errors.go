@@ -21,7 +21,6 @@ var (
 		"Method-override headers (X-HTTP-Method-Override, X-HTTP-Method, X-Method-Override) are not accepted: send the request with the method itself.")
 	errBadGateway     = apierror.Static(http.StatusBadGateway, "bad_gateway", "The upstream service is unavailable.")
 	errGatewayTimeout = apierror.Static(http.StatusGatewayTimeout, "gateway_timeout", "The upstream service did not answer in time.")
-	errInternal       = apierror.Static(http.StatusInternalServerError, "internal_error", "Internal error.")
 	// errLimitsUnavailable answers when the rate-limit store failed on a
 	// route whose on_store_error is "closed".
 	errLimitsUnavailable = apierror.Static(http.StatusServiceUnavailable, "rate_limit_unavailable",

@@ -414,7 +414,7 @@ func (g *Gateway) finish(st *requestState, r *http.Request) {
 		g.log.Error("panic serving request",
 			zap.String("request_id", st.id), zap.Any("panic", p), zap.ByteString("stack", debug.Stack()))
 		if st.rw.status == 0 {
-			g.refuse(st, r, errInternal)
+			g.refuse(st, r, apierror.Internal())
 		}
 	}
 	if st.rw.status == 0 {
