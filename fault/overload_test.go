@@ -28,6 +28,19 @@ type poolBackend struct {
 	inflight atomic.Int64 // requests the backend holds, queued or served
 	peak     atomic.Int64 // the most it held at once since reset
 	served   atomic.Int64
+
+	mu           sync.Mutex
+	cancelQueued []time.Duration // by cancel: its wait for a worker
+}
+
+// takeCancelQueued returns the cancels' waits for a worker since the last
+// call.
+func (b *poolBackend) takeCancelQueued() []time.Duration {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	q := b.cancelQueued
+	b.cancelQueued = nil
+	return q
 }
 
 func startPoolBackend(t *testing.T) *poolBackend {
@@ -38,7 +51,13 @@ func startPoolBackend(t *testing.T) *poolBackend {
 		for p := b.peak.Load(); n > p && !b.peak.CompareAndSwap(p, n); p = b.peak.Load() {
 		}
 		_, _ = io.Copy(io.Discard, r.Body)
+		arrived := time.Now()
 		b.workers <- struct{}{}
+		if r.Method == http.MethodDelete {
+			b.mu.Lock()
+			b.cancelQueued = append(b.cancelQueued, time.Since(arrived))
+			b.mu.Unlock()
+		}
 		time.Sleep(serviceTime)
 		<-b.workers
 		b.inflight.Add(-1)
@@ -92,12 +111,17 @@ func (c *classTally) add(code int, d time.Duration, err error) {
 func (c *classTally) p99() time.Duration {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if len(c.latencies) == 0 {
+	return quantile(c.latencies, 99)
+}
+
+// quantile returns the p-th percentile of d, 0 for none.
+func quantile(d []time.Duration, p int) time.Duration {
+	if len(d) == 0 {
 		return 0
 	}
-	s := slices.Clone(c.latencies)
+	s := slices.Clone(d)
 	slices.Sort(s)
-	return s[len(s)*99/100]
+	return s[len(s)*p/100]
 }
 
 // drive sends the mix at rps requests a second for d, open loop (each
@@ -193,6 +217,12 @@ routes:
 	before1s, _ := cancelsWithin("1")
 
 	// The surge: 10× the capacity.
+	be.takeCancelQueued()
+	slotWaits := func() (waited, within5ms float64) {
+		return g.metric(t, "exgate_overload_queue_seconds_count", `class="cancel"`),
+			g.metric(t, "exgate_overload_queue_seconds_bucket", `class="cancel"`, `le="0.005"`)
+	}
+	waitedBefore, within5Before := slotWaits()
 	be.peak.Store(be.inflight.Load())
 	servedBefore := be.served.Load()
 	const surge = 8 * time.Second
@@ -203,6 +233,8 @@ routes:
 	after250, _ := cancelsWithin("0.25")
 	after1s, _ := cancelsWithin("1")
 	goodput := float64(be.served.Load()-servedBefore) / elapsed.Seconds()
+	backendQueued := be.takeCancelQueued()
+	waitedAfter, within5After := slotWaits()
 	peak := be.peak.Load()
 
 	// After: a tenth of the capacity again, from 1 s after the surge.
@@ -216,6 +248,13 @@ routes:
 		t.Logf("surge %-11s sent %5d ok %5d shed %5d (%.0f%%) other %v p99 %v", m.name, c.sent, c.ok, c.shed, 100*shedShare(c), c.other, c.p99())
 	}
 	t.Logf("cancel p99 unloaded %v, during the surge %v", unloadedP99, loud["cancel"].p99())
+	// Where a cancel's time goes during the surge: its wait for a slot at
+	// exgate (the cancels' headroom over the limit spares most of them
+	// that) and its wait for a worker in the backend's own queue, which
+	// the limit's tolerance bounds.
+	t.Logf("cancels of the surge: %.0f of %d waited for a slot at exgate (%.0f of them over 5 ms); in the backend's queue p50 %v, p90 %v, p99 %v",
+		waitedAfter-waitedBefore, loud["cancel"].sent, (waitedAfter-waitedBefore)-(within5After-within5Before),
+		quantile(backendQueued, 50), quantile(backendQueued, 90), quantile(backendQueued, 99))
 
 	if peak > 2*overloadWorkers {
 		t.Errorf("the backend held %d requests at once, want at most 2× its %d workers", peak, overloadWorkers)

@@ -65,7 +65,7 @@ func newOverloadCollectors() *overloadCollectors {
 	o.gauges = []prometheus.Collector{
 		gauge(NameOverloadLimit, "The concurrency limit to the backend: requests exgate lets be under way there at once (0 when overload.enabled is false).",
 			func(s OverloadSource) float64 { return float64(s.Limit()) }),
-		gauge(NameOverloadInFlight, "Requests under way at the backend, counted against the concurrency limit.",
+		gauge(NameOverloadInFlight, "Requests under way at the backend, counted against the concurrency limit (cancels may go over it by an eighth of it).",
 			func(s OverloadSource) float64 { return float64(s.InFlight()) }),
 		gauge(NameOverloadWaiting, "Requests waiting for a slot under the concurrency limit.",
 			func(s OverloadSource) float64 { return float64(s.Waiting()) }),

@@ -20,7 +20,8 @@
 //
 // Requests carry a Class. A request that finds the backend full waits for a
 // slot, at most its class's wait; a freed slot goes to the most important
-// class's oldest waiter. Queue time, not queue length, decides: a burst is
+// class's oldest waiter. Cancels may go over the limit by an eighth of it,
+// so that under a surge most of them find a slot at once. Queue time, not queue length, decides: a burst is
 // absorbed within the waits, a standing queue is not, and the least
 // important classes, which wait least and are served last, are shed first.
 package overload

@@ -50,8 +50,10 @@ func TestFreedSlotGoesToMostImportantWaiter(t *testing.T) {
 	}
 	l := New(Options{Fixed: 1, MaxWait: waits})
 	ctx := context.Background()
-	if ok, _ := l.Acquire(ctx, Cancel); !ok {
-		t.Fatal("first acquire refused")
+	for i := 0; i < 2; i++ { // the limit and the cancels' headroom
+		if ok, _ := l.Acquire(ctx, Cancel); !ok {
+			t.Fatal("first acquires refused")
+		}
 	}
 	order := make(chan Class, NumClasses)
 	var wg sync.WaitGroup
@@ -72,6 +74,7 @@ func TestFreedSlotGoesToMostImportantWaiter(t *testing.T) {
 		}
 	}
 	l.Release(time.Millisecond, true)
+	l.Release(time.Millisecond, true)
 	wg.Wait()
 	close(order)
 	want := Class(0)
@@ -91,6 +94,7 @@ func TestWaitIsBoundedByClass(t *testing.T) {
 	l := New(Options{Fixed: 1, MaxWait: waits})
 	ctx := context.Background()
 	l.Acquire(ctx, Cancel)
+	l.Acquire(ctx, Cancel) // the headroom
 	tests := []struct {
 		class Class
 		want  bool
@@ -125,9 +129,63 @@ func TestWaitIsBoundedByClass(t *testing.T) {
 	}
 }
 
+// TestCancelsGoOverTheLimitByTheHeadroom checks the cancels' headroom: at
+// a limit of 16, other classes get 16 slots, cancels 2 more, and a freed
+// slot over the limit goes to a waiting cancel only.
+func TestCancelsGoOverTheLimitByTheHeadroom(t *testing.T) {
+	waits := [NumClasses]time.Duration{Cancel: 5 * time.Second, Place: 5 * time.Second}
+	l := New(Options{Fixed: 16, MaxWait: waits})
+	ctx := context.Background()
+	for i := 0; i < 16; i++ {
+		if ok, _ := l.Acquire(ctx, MarketData); !ok {
+			t.Fatalf("market data %d refused under the limit", i)
+		}
+	}
+	if ok, _ := l.Acquire(ctx, MarketData); ok {
+		t.Fatal("market data admitted over the limit")
+	}
+	for i := 0; i < 2; i++ {
+		if !l.Admit(Cancel) {
+			t.Fatalf("Admit shed cancel %d within the headroom", i)
+		}
+		if ok, waited := l.Acquire(ctx, Cancel); !ok || waited != 0 {
+			t.Fatalf("cancel %d within the headroom: acquired %v after %v, want at once", i, ok, waited)
+		}
+	}
+	if got := l.InFlight(); got != 18 {
+		t.Fatalf("InFlight = %d, want 18", got)
+	}
+	// Full for everyone: a placement and a cancel wait.
+	place, cancel := make(chan bool), make(chan bool)
+	go func() { ok, _ := l.Acquire(ctx, Place); place <- ok }()
+	for l.Waiting() != 1 {
+		time.Sleep(time.Millisecond)
+	}
+	go func() { ok, _ := l.Acquire(ctx, Cancel); cancel <- ok }()
+	for l.Waiting() != 2 {
+		time.Sleep(time.Millisecond)
+	}
+	l.Release(time.Millisecond, true) // 17 in flight: over the limit, within the headroom
+	if !<-cancel {                    // 18 again
+		t.Fatal("the waiting cancel was shed")
+	}
+	select {
+	case <-place:
+		t.Fatal("a placement got a slot over the limit")
+	case <-time.After(20 * time.Millisecond):
+	}
+	for i := 0; i < 3; i++ { // down to 15: room under the limit
+		l.Release(time.Millisecond, true)
+	}
+	if !<-place {
+		t.Fatal("the waiting placement was shed after a slot under the limit freed")
+	}
+}
+
 func TestAcquireHonoursContext(t *testing.T) {
 	l := New(Options{Fixed: 1, MaxWait: [NumClasses]time.Duration{Cancel: time.Hour}})
 	l.Acquire(context.Background(), Cancel)
+	l.Acquire(context.Background(), Cancel) // the headroom
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
 	defer cancel()
 	if ok, _ := l.Acquire(ctx, Cancel); ok {
