@@ -27,8 +27,8 @@ type Overload struct {
 	TolerancePercent int `yaml:"tolerance_percent"`
 	// ToleranceMin is the least the backend may be slower than unloaded
 	// before the limit shrinks, whatever the percentage: a backend that
-	// answers in a millisecond jitters by more than half of that.
-	// Default 5ms.
+	// answers in a millisecond jitters by more than half of that, and by
+	// several milliseconds on a busy host. Default 10ms.
 	ToleranceMin time.Duration `yaml:"tolerance_min"`
 	// Window is how often the limit is adjusted from the latencies seen.
 	// Default 100ms.
@@ -81,7 +81,7 @@ func DefaultOverload() Overload {
 		MaxLimit:         1000,
 		InitialLimit:     100,
 		TolerancePercent: 50,
-		ToleranceMin:     5 * time.Millisecond,
+		ToleranceMin:     10 * time.Millisecond,
 		Window:           100 * time.Millisecond,
 		ProbeInterval:    30 * time.Second,
 		MaxWait: OverloadWaits{

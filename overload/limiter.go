@@ -26,7 +26,7 @@ type Options struct {
 	Tolerance float64
 	// Slack is the least the backend may be slower by: a backend that
 	// answers in microseconds jitters by more than any factor of that.
-	// Default 5ms.
+	// Default 10ms.
 	Slack time.Duration
 	// Window is how often the limit is adjusted (a window closes at its
 	// first sample at least Window after it opened, with at least
@@ -70,7 +70,7 @@ func (o *Options) normalise() {
 		o.Tolerance = 1.5
 	}
 	if o.Slack <= 0 {
-		o.Slack = 5 * time.Millisecond
+		o.Slack = 10 * time.Millisecond
 	}
 	if o.Window <= 0 {
 		o.Window = 100 * time.Millisecond
