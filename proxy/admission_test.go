@@ -11,8 +11,10 @@ import (
 
 // TestOverloadShedsByPriority fills a fixed limit of one slot with a
 // request the backend holds, then checks that market data is shed at once
-// with 503 overloaded and Retry-After, never reaching the backend, while a
-// cancel waits for the slot and gets it when the first request ends.
+// with 503 overloaded and Retry-After, never reaching the backend, that a
+// cancel takes the cancels' headroom of one slot over the limit, and that
+// a second cancel waits for a slot and gets it when the first requests
+// end.
 func TestOverloadShedsByPriority(t *testing.T) {
 	release := make(chan struct{})
 	started := make(chan struct{}, 4)
@@ -24,16 +26,22 @@ func TestOverloadShedsByPriority(t *testing.T) {
 	})
 	e.backend.handler = func(w http.ResponseWriter, r *http.Request) {
 		started <- struct{}{}
-		if r.URL.Path == "/api/v1/mkt/currencies/" {
+		if r.URL.Path == "/api/v1/mkt/currencies/" || r.URL.Path == "/api/v1/odr/orders/41/" {
 			<-release
 		}
 		w.WriteHeader(http.StatusOK)
 	}
 	var wg sync.WaitGroup
-	wg.Add(1)
+	wg.Add(2)
 	go func() { // holds the one slot until released
 		defer wg.Done()
 		res := do(t, "GET", e.url+"/api/v1/mkt/currencies/", nil)
+		res.Body.Close()
+	}()
+	<-started
+	go func() { // holds the cancels' headroom until released
+		defer wg.Done()
+		res := do(t, "DELETE", e.url+"/api/v1/odr/orders/41/", nil, "Authorization", "Bearer t0ken")
 		res.Body.Close()
 	}()
 	<-started
@@ -43,8 +51,8 @@ func TestOverloadShedsByPriority(t *testing.T) {
 	if got := res.Header.Get("Retry-After"); got != "2" {
 		t.Errorf("Retry-After = %q, want 2", got)
 	}
-	if got := e.backend.count(); got != 1 {
-		t.Fatalf("backend received %d requests, want only the one holding the slot", got)
+	if got := e.backend.count(); got != 2 {
+		t.Fatalf("backend received %d requests, want only the two holding the slot and the headroom", got)
 	}
 
 	cancelDone := make(chan int, 1)
@@ -106,7 +114,7 @@ func TestOverloadDisabled(t *testing.T) {
 	})
 	e.backend.handler = func(w http.ResponseWriter, r *http.Request) {
 		started <- struct{}{}
-		if r.URL.Path == "/api/v1/mkt/currencies/" {
+		if r.URL.Path == "/api/v1/mkt/currencies/" || r.URL.Path == "/api/v1/odr/orders/41/" {
 			<-release
 		}
 	}
@@ -133,7 +141,7 @@ func TestShedOrderReleasesItsIdentifier(t *testing.T) {
 	release := make(chan struct{})
 	started := make(chan struct{}, 4)
 	e := startOrdersConfig(t, func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/api/v1/mkt/currencies/" {
+		if r.URL.Path == "/api/v1/mkt/currencies/" || r.URL.Path == "/api/v1/odr/orders/41/" {
 			started <- struct{}{}
 			<-release
 			return
