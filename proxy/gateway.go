@@ -1,7 +1,8 @@
 // Package proxy is exgate's HTTP front: the traffic server, the compiled
-// route table, the request pipeline (canonical path, route, auth, size
-// limits) and the reverse proxy to the backend, plus the one function that
-// writes every error exgate answers itself.
+// route table, the request pipeline (Gateway.ServeHTTP: a named step for
+// each check — path, route, auth, limits, the order, its identifier,
+// admission — then the reverse proxy to the backend), and WriteError, the
+// one function that writes the answers exgate gives itself.
 package proxy
 
 import (
