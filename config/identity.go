@@ -73,6 +73,13 @@ type JWT struct {
 	// CacheSize bounds the cache of verified tokens (each kept until it
 	// expires). Default 100000.
 	CacheSize int `yaml:"cache_size"`
+	// RefusedCacheSize bounds the cache of refused tokens: a token
+	// refused for a reason the same token cannot outgrow (a bad
+	// signature, an algorithm or key id no key allows, an expired or
+	// malformed token) is answered from it, without its signature being
+	// checked again, for at most a minute (docs/identity.md). Default
+	// 10000.
+	RefusedCacheSize int `yaml:"refused_cache_size"`
 }
 
 // JWTKey is one static verification key: an HMAC secret from the
@@ -111,15 +118,16 @@ const DefaultJWTSecretEnv = "EXGATE_JWT_SECRET"
 // verification is turned on, SimpleJWT's HS256 access tokens.
 func DefaultIdentity() Identity {
 	return Identity{JWT: JWT{
-		Keys:            []JWTKey{{Algorithms: []string{"HS256"}, SecretEnv: DefaultJWTSecretEnv}},
-		JWKSRefresh:     5 * time.Minute,
-		JWKSMinInterval: 30 * time.Second,
-		JWKSTimeout:     5 * time.Second,
-		Leeway:          30 * time.Second,
-		UserClaim:       "user_id",
-		TokenTypeClaim:  "token_type",
-		TokenType:       "access",
-		CacheSize:       100000,
+		Keys:             []JWTKey{{Algorithms: []string{"HS256"}, SecretEnv: DefaultJWTSecretEnv}},
+		JWKSRefresh:      5 * time.Minute,
+		JWKSMinInterval:  30 * time.Second,
+		JWKSTimeout:      5 * time.Second,
+		Leeway:           30 * time.Second,
+		UserClaim:        "user_id",
+		TokenTypeClaim:   "token_type",
+		TokenType:        "access",
+		CacheSize:        100000,
+		RefusedCacheSize: 10000,
 	}}
 }
 
@@ -192,6 +200,9 @@ func (j *JWT) check(col *collector, p path) {
 	}
 	if j.CacheSize < 0 {
 		col.addf(p.key("cache_size"), "must not be negative (0 turns the cache off), got %d", j.CacheSize)
+	}
+	if j.RefusedCacheSize < 0 {
+		col.addf(p.key("refused_cache_size"), "must not be negative (0 turns the cache off), got %d", j.RefusedCacheSize)
 	}
 }
 

@@ -30,6 +30,7 @@ var reloadModes = map[string]string{
 	"idempotency.timeout":                 ReloadRestart,
 	"identity.jwt.audience":               ReloadRestart,
 	"identity.jwt.cache_size":             ReloadRestart,
+	"identity.jwt.refused_cache_size":     ReloadRestart,
 	"identity.jwt.issuer":                 ReloadRestart,
 	"identity.jwt.jwks_algorithms":        ReloadRestart,
 	"identity.jwt.jwks_file":              ReloadRestart,

@@ -300,6 +300,7 @@ func exported(t *testing.T) map[string]dto.MetricType {
 	m.IncInflight()
 	m.ConfigReload(true)
 	m.AuthFailure("expired")
+	m.AuthFailureCached("bad_signature")
 	m.JWKSFetch(true)
 	m.Overload("list_tickers", "market_data").Shed()
 	m.Overload("list_tickers", "market_data").Queued(time.Millisecond)

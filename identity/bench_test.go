@@ -77,3 +77,30 @@ func TestVerifyCachedDoesNotAllocate(t *testing.T) {
 		t.Fatalf("a cache hit allocates %v times", n)
 	}
 }
+
+// BenchmarkVerifyForged refuses the same forged RS256 token (signed by
+// another key under the configured kid) again and again: with the cache
+// of refused tokens off, its signature is checked at every request; with
+// it on, the refusal is answered from the cache.
+func BenchmarkVerifyForged(b *testing.B) {
+	k := testKeys()
+	c := newClock()
+	for _, bc := range []struct {
+		name string
+		size int
+	}{{"uncached", 0}, {"cached", 10000}} {
+		v := newVerifier(b, c, func(j *config.JWT) {
+			j.Keys = append(j.Keys, config.JWTKey{ID: "rsa", Algorithms: []string{"RS256"}, PublicKeyFile: writePublic(b, &k.rsa.PublicKey)})
+			j.RefusedCacheSize = bc.size
+		})
+		forged := sign(b, c, jwt.SigningMethodRS256, k.rsa2, "rsa", nil)
+		b.Run(bc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, r := v.Verify(forged); r != ReasonSignature {
+					b.Fatal(r)
+				}
+			}
+		})
+	}
+}

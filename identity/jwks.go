@@ -72,8 +72,10 @@ type remoteJWKS struct {
 	onFetch     func(ok bool)
 
 	set       atomic.Pointer[keySet]
-	mu        sync.Mutex // serialises fetches
-	lastFetch time.Time  // guarded by mu
+	gen       atomic.Uint64 // counts the sets stored, each after it is stored
+	mu        sync.Mutex    // serialises fetches
+	lastFetch time.Time     // guarded by mu
+	fetchedAt atomic.Int64  // lastFetch in unix ns, read without mu
 	failing   atomic.Bool
 }
 
@@ -101,6 +103,7 @@ func (r *remoteJWKS) fetchIfDue(ctx context.Context) bool {
 		return false
 	}
 	r.lastFetch = now
+	r.fetchedAt.Store(now.UnixNano())
 	err := r.fetch(ctx)
 	r.failing.Store(err != nil)
 	if r.onFetch != nil {
@@ -141,7 +144,19 @@ func (r *remoteJWKS) fetch(ctx context.Context) error {
 		return fmt.Errorf("no usable key (%d skipped)", skipped)
 	}
 	r.set.Store(newKeySet(keys))
+	r.gen.Add(1) // after the store: a reader of this generation sees this set
 	return nil
+}
+
+// generation counts the key sets fetched: a refusal decided under one
+// generation may not hold under the next.
+func (r *remoteJWKS) generation() uint64 { return r.gen.Load() }
+
+// fetchDue reports whether a token naming an unknown key id at now (unix
+// ns) would make the set be fetched again.
+func (r *remoteJWKS) fetchDue(now int64) bool {
+	at := r.fetchedAt.Load()
+	return at == 0 || now-at >= int64(r.minInterval)
 }
 
 // run refreshes the set every refresh (every minInterval while fetches

@@ -73,6 +73,9 @@ type Options struct {
 	Logger *zap.Logger
 	// OnFetch is told the outcome of every JWKS fetch. Nil means nothing.
 	OnFetch func(ok bool)
+	// OnCachedRefusal is told the reason of every refusal answered from
+	// the cache of refused tokens. Nil means nothing.
+	OnCachedRefusal func(Reason)
 }
 
 // Verifier verifies JWT access tokens with golang-jwt/jwt/v5 against
@@ -83,9 +86,11 @@ type Verifier struct {
 	static     *keySet
 	remote     *remoteJWKS // nil without a JWKS URL
 	parser     *jwt.Parser
-	methods    []string // every algorithm some key allows
-	cache      *cache   // nil when cache_size is 0
+	methods    []string      // every algorithm some key allows
+	cache      *cache        // nil when cache_size is 0
+	refused    *refusedCache // nil when refused_cache_size is 0
 	accountKey func(string) string
+	onRefused  func(Reason) // Options.OnCachedRefusal
 	now        func() time.Time
 	leeway     int64
 }
@@ -151,10 +156,13 @@ func New(cfg config.JWT, o Options) (*Verifier, error) {
 	}
 	v := &Verifier{
 		cfg: cfg, static: newKeySet(keys), parser: jwt.NewParser(popts...), methods: methods,
-		accountKey: o.AccountKey, now: o.Now, leeway: int64(cfg.Leeway),
+		accountKey: o.AccountKey, now: o.Now, leeway: int64(cfg.Leeway), onRefused: o.OnCachedRefusal,
 	}
 	if cfg.CacheSize > 0 {
 		v.cache = newCache(cfg.CacheSize)
+	}
+	if cfg.RefusedCacheSize > 0 {
+		v.refused = newRefusedCache(cfg.RefusedCacheSize)
 	}
 	if cfg.JWKSURL.URL != nil {
 		client := o.Client
@@ -200,7 +208,9 @@ func (v *Verifier) Run(ctx context.Context) {
 
 // Verify returns the identity behind token, or why it is refused. Only
 // the canonical spelling of a JWT (CanonicalJWS) verifies. A token
-// verified before is answered from the cache until it expires.
+// verified before is answered from the cache until it expires; one
+// refused before, from the cache of refusals while its refusal holds
+// (refused.go).
 func (v *Verifier) Verify(token string) (Identity, Reason) {
 	now := v.now().UnixNano()
 	if v.cache != nil {
@@ -214,41 +224,15 @@ func (v *Verifier) Verify(token string) (Identity, Reason) {
 	if !CanonicalJWS(token) {
 		return Identity{}, ReasonNoncanonical
 	}
-	claims := jwt.MapClaims{}
-	t, err := v.parser.ParseWithClaims(token, claims, v.keyfunc)
-	if err != nil {
-		if t != nil && t.Method != nil && !slices.Contains(v.methods, t.Method.Alg()) {
-			return Identity{}, ReasonAlgorithm // none, or an algorithm no key allows
-		}
-		return Identity{}, reasonOf(err)
+	keys := v.keyGeneration()
+	if r, ok := v.refusedBefore(token, keys, now); ok {
+		return Identity{}, r
 	}
-	if v.cfg.TokenType != "" {
-		if t, _ := claims[v.cfg.TokenTypeClaim].(string); t != v.cfg.TokenType {
-			return Identity{}, ReasonWrongType
-		}
+	id, reason, claims := v.verify(token)
+	if reason != "" {
+		v.rememberRefusal(token, reason, claims, keys, now)
+		return Identity{}, reason
 	}
-	id := Identity{}
-	switch u := claims[v.cfg.UserClaim].(type) {
-	case nil:
-		return Identity{}, ReasonMissingClaim
-	case string:
-		id.User = u
-	case json.Number:
-		n, err := strconv.ParseInt(string(u), 10, 64)
-		if err != nil {
-			return Identity{}, ReasonMalformed // 7.0, 1e3: not one spelling of an account
-		}
-		id.User = strconv.FormatInt(n, 10)
-	default:
-		return Identity{}, ReasonMalformed
-	}
-	if id.User == "" || len(id.User) > 256 {
-		return Identity{}, ReasonMalformed
-	}
-	if v.cfg.TierClaim != "" {
-		id.Tier, _ = claims[v.cfg.TierClaim].(string)
-	}
-	id.Account = v.accountKey(id.User)
 	if v.cache != nil {
 		exp, _ := claims.GetExpirationTime() // required and checked by the parser
 		until := exp.UnixNano() + v.leeway
@@ -257,6 +241,47 @@ func (v *Verifier) Verify(token string) (Identity, Reason) {
 		}
 	}
 	return id, ""
+}
+
+// verify checks token's signature and claims and returns its identity, or
+// why it is refused, with the claims as far as they were read.
+func (v *Verifier) verify(token string) (Identity, Reason, jwt.MapClaims) {
+	claims := jwt.MapClaims{}
+	t, err := v.parser.ParseWithClaims(token, claims, v.keyfunc)
+	if err != nil {
+		if t != nil && t.Method != nil && !slices.Contains(v.methods, t.Method.Alg()) {
+			return Identity{}, ReasonAlgorithm, claims // none, or an algorithm no key allows
+		}
+		return Identity{}, reasonOf(err), claims
+	}
+	if v.cfg.TokenType != "" {
+		if t, _ := claims[v.cfg.TokenTypeClaim].(string); t != v.cfg.TokenType {
+			return Identity{}, ReasonWrongType, claims
+		}
+	}
+	id := Identity{}
+	switch u := claims[v.cfg.UserClaim].(type) {
+	case nil:
+		return Identity{}, ReasonMissingClaim, claims
+	case string:
+		id.User = u
+	case json.Number:
+		n, err := strconv.ParseInt(string(u), 10, 64)
+		if err != nil {
+			return Identity{}, ReasonMalformed, claims // 7.0, 1e3: not one spelling of an account
+		}
+		id.User = strconv.FormatInt(n, 10)
+	default:
+		return Identity{}, ReasonMalformed, claims
+	}
+	if id.User == "" || len(id.User) > 256 {
+		return Identity{}, ReasonMalformed, claims
+	}
+	if v.cfg.TierClaim != "" {
+		id.Tier, _ = claims[v.cfg.TierClaim].(string)
+	}
+	id.Account = v.accountKey(id.User)
+	return id, "", claims
 }
 
 // Key errors, told apart in reasonOf.

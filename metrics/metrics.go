@@ -62,6 +62,7 @@ const (
 	NameBuildInfo         = "exgate_build_info"
 	NameAuthFailures      = "exgate_auth_failures_total"
 	NameJWKSFetches       = "exgate_jwks_fetches_total"
+	NameAuthCached        = "exgate_auth_failures_cached_total"
 	NameBodyBudget        = "exgate_body_budget_refusals_total"
 )
 
@@ -133,6 +134,7 @@ type Metrics struct {
 	adminResets      prometheus.Counter
 	buildInfo        *prometheus.GaugeVec
 	authFailures     *prometheus.CounterVec
+	authCachedVec    *prometheus.CounterVec
 	jwksFetches      *prometheus.CounterVec
 	overload         *overloadCollectors
 	goColl           prometheus.Collector
@@ -154,6 +156,7 @@ type Metrics struct {
 	limits     map[string]map[string]map[string]*LimitMetrics // route → limit → tier
 	validCodes boundedLabel                                   // validation rejection codes
 	authCodes  boundedLabel                                   // auth failure reasons
+	authCached boundedLabel                                   // auth failures answered from the refusal cache
 }
 
 // New builds exgate's collectors and registers them, with the Go and
@@ -272,12 +275,17 @@ func newMetrics(info BuildInfo) *Metrics {
 		Name: NameAuthFailures,
 		Help: "Bearer tokens refused at the edge, by reason (malformed, noncanonical, bad_signature, bad_algorithm, unknown_key, expired, not_yet_valid, issued_in_future, missing_claim, wrong_type, wrong_issuer, wrong_audience).",
 	}, []string{"reason"})
+	m.authCachedVec = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: NameAuthCached,
+		Help: "Bearer tokens refused from the cache of refused tokens, without their signature being checked again, by reason; also counted in " + NameAuthFailures + ".",
+	}, []string{"reason"})
 	m.jwksFetches = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: NameJWKSFetches,
 		Help: "Fetches of the JWKS URL, by result (success, failure).",
 	}, []string{"result"})
 	m.validCodes = boundedLabel{vec: m.validation, m: map[string]prometheus.Counter{}}
 	m.authCodes = boundedLabel{vec: m.authFailures, m: map[string]prometheus.Counter{}}
+	m.authCached = boundedLabel{vec: m.authCachedVec, m: map[string]prometheus.Counter{}}
 	m.jwksResults[0] = m.jwksFetches.WithLabelValues("failure")
 	m.jwksResults[1] = m.jwksFetches.WithLabelValues("success")
 	m.overload = newOverloadCollectors()
@@ -302,7 +310,7 @@ func (m *Metrics) own() []prometheus.Collector {
 		m.requests, m.requestDuration, m.upstreamDuration, m.upstreamErrors,
 		m.decisions, m.storeErrors, m.storeDuration, m.fallback,
 		m.validation, m.idempotency, m.inflight,
-		m.reloads, m.adminResets, m.buildInfo, m.authFailures, m.jwksFetches, m.bodyBudget,
+		m.reloads, m.adminResets, m.buildInfo, m.authFailures, m.authCachedVec, m.jwksFetches, m.bodyBudget,
 	}, m.overload.all()...)
 }
 
@@ -430,6 +438,16 @@ func (m *Metrics) AuthFailure(reason string) {
 		return
 	}
 	m.authCodes.counter(reason).Inc()
+}
+
+// AuthFailureCached counts one bearer token refused from the cache of
+// refused tokens (identity.Options.OnCachedRefusal), by reason, bounded
+// like AuthFailure. The refusal is also counted by AuthFailure.
+func (m *Metrics) AuthFailureCached(reason string) {
+	if m == nil {
+		return
+	}
+	m.authCached.counter(reason).Inc()
 }
 
 // JWKSFetch counts one fetch of the JWKS URL.

@@ -52,6 +52,7 @@ func exercise(m *Metrics) {
 	m.IncInflight()
 	m.ConfigReload(true)
 	m.AuthFailure("expired")
+	m.AuthFailureCached("bad_signature")
 	m.JWKSFetch(true)
 	o := m.Overload("list_tickers", "market_data")
 	o.Shed()
@@ -97,7 +98,7 @@ func TestNamesFromDescriptors(t *testing.T) {
 		NameRequests, NameRequestDuration, NameUpstreamDuration, NameUpstreamErrors,
 		NameRateLimitDecision, NameStoreErrors, NameStoreDuration, NameFallback,
 		NameValidation, NameIdempotency, NameCatalogueAge, NameInflight,
-		NameConfigReloads, NameAdminResets, NameBuildInfo, NameBodyBudget,
+		NameConfigReloads, NameAdminResets, NameBuildInfo, NameBodyBudget, NameAuthCached,
 		NameOverloadShed, NameOverloadQueue, NameOverloadLimit, NameOverloadInFlight, NameOverloadWaiting, NameOverloadMinRTT,
 		"go_goroutines", "go_gc_duration_seconds", "process_cpu_seconds_total",
 	} {
@@ -114,8 +115,8 @@ func TestNamesFromDescriptors(t *testing.T) {
 			t.Errorf("Names() lists %s; want base names", n)
 		}
 	}
-	if exgate != 24 {
-		t.Errorf("Names() lists %d exgate_ families, want 24", exgate)
+	if exgate != 25 {
+		t.Errorf("Names() lists %d exgate_ families, want 25", exgate)
 	}
 }
 

@@ -220,6 +220,7 @@ func (a *app) startIdentity(cfg *config.Config) (*identity.Verifier, error) {
 	v, err := identity.New(cfg.Identity.JWT, identity.Options{
 		Getenv: a.d.getenv, AccountKey: a.limits.Enforcer.AccountID, Now: a.d.now,
 		Logger: a.log.Named("identity"), OnFetch: m.JWKSFetch,
+		OnCachedRefusal: func(r identity.Reason) { m.AuthFailureCached(string(r)) },
 	})
 	if err != nil {
 		return nil, err

@@ -188,6 +188,41 @@ func TestRefusedTokensCostNothing(t *testing.T) {
 	}
 }
 
+// TestForgedTokenRefusalsCached: a forged token sent three times through
+// the gateway is verified once; the two other refusals are answered from
+// the cache of refused tokens, counted by reason in
+// exgate_auth_failures_cached_total as well as exgate_auth_failures_total,
+// and none reaches the backend.
+func TestForgedTokenRefusalsCached(t *testing.T) {
+	c := &counted{h: sim.New(sim.Options{})}
+	bs := httptest.NewServer(c)
+	t.Cleanup(bs.Close)
+	cfg := config.Default()
+	cfg.Listen, cfg.AdminListen = "127.0.0.1:0", "127.0.0.1:0"
+	cfg.Upstream.URL = config.MustURL(bs.URL)
+	cfg.Server.DrainDelay = 0
+	cfg.Limiter.Backend = config.BackendMemory
+	verifying(cfg)
+	a := startApp(t, cfg, deps{log: zap.NewNop(), now: time.Now, getenv: secretEnv})
+	forged := devToken(t, []byte("not-the-issuer-secret-000"), jwt.SigningMethodHS256, "", nil)
+	for range 3 {
+		code, _, b := call(t, "GET", "http://"+a.addr+"/api/v1/mkt/markets/", "", "Authorization", "Bearer "+forged)
+		if code != 401 || errCode(t, b) != "token_not_valid" {
+			t.Fatalf("forged token: %d %s", code, b)
+		}
+	}
+	m := scrapeAdmin(t, a.adminAd)
+	if got := sample(m, `exgate_auth_failures_total{reason="bad_signature"}`); got != "3" {
+		t.Errorf("bad_signature refusals = %q, want 3", got)
+	}
+	if got := sample(m, `exgate_auth_failures_cached_total{reason="bad_signature"}`); got != "2" {
+		t.Errorf("bad_signature refusals from the cache = %q, want 2", got)
+	}
+	if n := c.proxied.Load(); n != 0 {
+		t.Errorf("%d refused requests reached the backend", n)
+	}
+}
+
 func mustRSA(t *testing.T) *rsa.PrivateKey {
 	t.Helper()
 	k, err := rsa.GenerateKey(rand.Reader, 2048)
