@@ -2,7 +2,9 @@ package ratelimit
 
 import (
 	"context"
+	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -81,7 +83,12 @@ func BenchmarkRedisAllow(b *testing.B) {
 				return
 			}
 			b.SetParallelism(conc / 2) // GOMAXPROCS is 2 here: conc goroutines
+			before, runs := scriptMicros(b, srv), srv.CommandCalls()["evalsha"]
 			b.ResetTimer()
+			defer func() {
+				b.ReportMetric((scriptMicros(b, srv)-before)/float64(b.N), "redis-µs/op")
+				b.ReportMetric(float64(srv.CommandCalls()["evalsha"]-runs)/float64(b.N), "runs/op")
+			}()
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {
 					i := n.Add(1)
@@ -222,4 +229,27 @@ func BenchmarkRedisAllowAll(b *testing.B) {
 			}
 		}
 	})
+}
+
+// scriptMicros returns the microseconds Redis has spent running scripts
+// (EVALSHA and EVAL), from INFO commandstats.
+func scriptMicros(tb testing.TB, srv *redistest.Server) float64 {
+	v, err := srv.Do("INFO", "commandstats")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var total float64
+	for _, line := range strings.Split(fmt.Sprint(v), "\n") {
+		line = strings.TrimSpace(line)
+		if !strings.HasPrefix(line, "cmdstat_evalsha:") && !strings.HasPrefix(line, "cmdstat_eval:") {
+			continue
+		}
+		for _, f := range strings.Split(line[strings.IndexByte(line, ':')+1:], ",") {
+			if us, ok := strings.CutPrefix(f, "usec="); ok {
+				n, _ := strconv.ParseFloat(us, 64)
+				total += n
+			}
+		}
+	}
+	return total
 }

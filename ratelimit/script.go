@@ -3,7 +3,6 @@ package ratelimit
 import (
 	"context"
 	"errors"
-	"math"
 	"strings"
 	"time"
 
@@ -13,115 +12,125 @@ import (
 // decideSrc decides, in one run, a sequence of requests (Request), each
 // all or nothing, on one reading of Redis's clock. Requests are decided in
 // order, so several requests on one key in a run are decided as they
-// would be one after the other; every key read is read once and every key
+// would be one after the other; every key is read once and every key
 // changed is written once, at the end.
 //
 // A key holds its TAT as float seconds since redisEpoch (keyPrefix), as
 // redis_rate's script keeps it, with an expiry at the instant the key is
 // back to a full burst.
 //
-// ARGV: the number of requests, then for each request its mode (1 decide,
-// 2 refund: give back cost in every check), cost, number of checks and
+// ARGV: the number of requests, then for each request its cost (negated
+// for a refund: give back the cost in every check), number of checks and
 // guard key index (0 for none); for a guard its member, max and window in
-// milliseconds; then for each check its key index, burst, rate, period in
-// seconds, shadow (0/1) and branch (0 always, 1 if admitted, 2 if
-// refused). Key indexes point into KEYS.
+// milliseconds; then for each check its key index, emission interval in
+// seconds (0: a limit the request can never pass), burst, and flags
+// (1 shadow, plus 2 × the branch: 0 always, 1 if admitted, 2 if refused).
+// Key indexes point into KEYS.
 //
 // A request without a guard is decided as admitted. The reply is a flat
-// list of integers: for each request the guard's answer (1 admitted, 2
-// refused), the guard set's TTL in
-// milliseconds (-1 without a guard), whether the request passed (1/0);
-// then for each check applied (1/0), allowed (1/0), the remaining count
+// list of integers: for each request whether it passed (1/0), and with a
+// guard the guard's answer (1 admitted, 2 refused) and the guard set's
+// TTL in milliseconds; then for each check its state (0 not applied, 1
+// allowed, 2 refused, 3 never passes) and, unless 0, the remaining count
 // in millionths (rounded to the nearest), and in microseconds (rounded
-// up) the retry delay (-1: never) and the time until the key is back to a
-// full burst.
+// up) the retry delay and the time until the key is back to a full burst.
 const decideSrc = `
 local t = redis.call("TIME")
 local now = (t[1] - 1483228800) + (t[2] / 1000000)
-local tats, dirty = {}, {}
-local function tat_of(k)
-  local v = tats[k]
-  if v == nil then
-    v = tonumber(redis.call("GET", KEYS[k])) or 0
-    tats[k] = v
-  end
-  return v
-end
-local out, a = {}, 2
+local tats, charge, dirty, changed, nd = {}, {}, {}, {}, 0
+local out, n, a = {}, 0, 2
 for _ = 1, tonumber(ARGV[1]) do
-  local mode, cost, nchecks, guard = tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
-  a = a + 4
-  local branch, ttl = 1, -1
+  local cost, nchecks, guard = tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
+  a = a + 3
+  local head, branch = n + 1, 1
+  out[head] = cost > 0 and 1 or 0
+  n = head
   if guard > 0 then
     local key, member = KEYS[guard], ARGV[a]
-    branch = 1
     if redis.call("SISMEMBER", key, member) == 0 then
-      local n = redis.call("SCARD", key)
-      if n < tonumber(ARGV[a + 1]) then
+      local size = redis.call("SCARD", key)
+      if size < tonumber(ARGV[a + 1]) then
         redis.call("SADD", key, member)
-        if n == 0 then
+        if size == 0 then
           redis.call("PEXPIRE", key, ARGV[a + 2])
         end
       else
         branch = 2
       end
     end
-    ttl = redis.call("PTTL", key)
+    out[n + 1], out[n + 2] = branch, redis.call("PTTL", key)
+    n = n + 2
     a = a + 3
   end
-  local head = #out
-  out[head + 1], out[head + 2], out[head + 3] = branch, ttl, mode == 1 and 1 or 0
-  local charge = {}
+  local nc = 0
   for _ = 1, nchecks do
-    local k, burst, rate, period = tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
-    local shadow, when = ARGV[a + 4] == "1", tonumber(ARGV[a + 5])
-    a = a + 6
-    local o = #out
-    if mode == 2 then
-      local tat = tat_of(k)
+    local k, e, burst, flags = tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
+    a = a + 4
+    local when = math.floor(flags / 2)
+    local tat = tats[k]
+    if tat == nil then
+      tat = tonumber(redis.call("GET", KEYS[k])) or 0
+      tats[k] = tat
+    end
+    if cost < 0 then
       if tat > now then
-        tats[k] = tat - cost * period / rate
-        dirty[k] = true
+        tat = tat + cost * e
+        tats[k] = tat
+        if not dirty[k] then
+          dirty[k] = true
+          nd = nd + 1
+          changed[nd] = k
+        end
       end
-      out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = 0, 0, 0, 0, 0
+      out[n + 1] = 0
+      n = n + 1
     elseif when ~= 0 and when ~= branch then
-      out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = 0, 0, 0, 0, 0
-    elseif rate <= 0 or period <= 0 or burst <= 0 or cost > burst then
-      out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = 1, 0, 0, -1, 0
-      if not shadow then
-        out[head + 3] = 0
+      out[n + 1] = 0
+      n = n + 1
+    elseif e <= 0 then
+      out[n + 1], out[n + 2], out[n + 3], out[n + 4] = 3, 0, 0, 0
+      n = n + 4
+      if flags % 2 == 0 then
+        out[head] = 0
       end
     else
-      local e = period / rate
-      local burst_offset = e * burst
-      local tat = math.max(tat_of(k), now)
+      if tat < now then
+        tat = now
+      end
       local new_tat = tat + cost * e
-      local diff = now - (new_tat - burst_offset)
+      local diff = now - (new_tat - e * burst)
       if diff < 0 then
-        out[o + 1], out[o + 2], out[o + 3] = 1, 0, 0
-        out[o + 4], out[o + 5] = math.ceil(-diff * 1000000), math.ceil((tat - now) * 1000000)
-        if not shadow then
-          out[head + 3] = 0
+        out[n + 1], out[n + 2], out[n + 3], out[n + 4] = 2, 0, math.ceil(-diff * 1000000), math.ceil((tat - now) * 1000000)
+        if flags % 2 == 0 then
+          out[head] = 0
         end
       else
-        out[o + 1], out[o + 2], out[o + 3] = 1, 1, math.floor(diff / e * 1000000 + 0.5)
-        out[o + 4], out[o + 5] = 0, math.ceil((new_tat - now) * 1000000)
-        charge[#charge + 1] = k
-        charge[#charge + 1] = new_tat
+        out[n + 1], out[n + 2], out[n + 3], out[n + 4] = 1, math.floor(diff / e * 1000000 + 0.5), 0, math.ceil((new_tat - now) * 1000000)
+        charge[nc + 1], charge[nc + 2] = k, new_tat
+        nc = nc + 2
       end
+      n = n + 4
     end
   end
-  if mode == 1 and out[head + 3] == 1 then
-    for i = 1, #charge, 2 do
-      tats[charge[i]] = charge[i + 1]
-      dirty[charge[i]] = true
+  if out[head] == 1 then
+    for i = 1, nc, 2 do
+      local k = charge[i]
+      tats[k] = charge[i + 1]
+      if not dirty[k] then
+        dirty[k] = true
+        nd = nd + 1
+        changed[nd] = k
+      end
     end
   end
 end
-for k in pairs(dirty) do
+for i = 1, nd do
+  local k = changed[i]
   local left = tats[k] - now
   if left > 0 then
-    redis.call("SET", KEYS[k], tats[k], "EX", math.ceil(left))
+    -- At least a second: an interval below the TAT's float precision
+    -- leaves it at now.
+    redis.call("SET", KEYS[k], tats[k], "EX", math.max(math.ceil(left), 1))
   else
     redis.call("DEL", KEYS[k])
   end
@@ -137,19 +146,32 @@ const (
 	modeRefund = 2
 )
 
-// Fields of decideSrc's reply.
-const (
-	replyHead  = 3 // per request
-	replyCheck = 5 // per check
-)
-
 // runBuilder assembles one run of decideSrc: its keys (each once) and
 // arguments. It is reused between runs.
 type runBuilder struct {
-	keys  []any
-	index map[string]int // key → its 1-based index in keys
-	args  []any
-	n     int // requests
+	keys   []any
+	index  map[string]int // key → its 1-based index in keys
+	args   []any
+	n      int              // requests
+	limits map[Limit][2]any // a limit's emission interval and burst as arguments, boxed once
+}
+
+// maxLimitArgs bounds runBuilder.limits: limits come from configuration,
+// a few per route and tier.
+const maxLimitArgs = 1024
+
+// limitArgs returns l's emission interval in seconds and burst, as
+// arguments of decideSrc.
+func (b *runBuilder) limitArgs(l Limit) [2]any {
+	if la, ok := b.limits[l]; ok {
+		return la
+	}
+	if b.limits == nil || len(b.limits) >= maxLimitArgs {
+		b.limits = make(map[Limit][2]any)
+	}
+	la := [2]any{l.Period.Seconds() / float64(l.Rate), l.Burst}
+	b.limits[l] = la
+	return la
 }
 
 func (b *runBuilder) reset() {
@@ -185,7 +207,11 @@ func (b *runBuilder) add(q *Request, mode int, idx []int, guard, known bool) int
 	if guard && q.Guard.Key != "" {
 		g = b.key(q.Guard.Key) // a set of the caller's naming, not a TAT: no keyPrefix
 	}
-	b.args = append(b.args, mode, q.cost(), n, g)
+	cost := q.cost()
+	if mode == modeRefund {
+		cost = -cost
+	}
+	b.args = append(b.args, cost, n, g)
 	if g > 0 {
 		b.args = append(b.args, q.Guard.Member, q.Guard.Max, q.Guard.Window.Milliseconds())
 	}
@@ -195,15 +221,20 @@ func (b *runBuilder) add(q *Request, mode int, idx []int, guard, known bool) int
 			i = idx[j]
 		}
 		c := &q.Checks[i]
-		shadow := 0
-		if c.Shadow {
-			shadow = 1
-		}
-		branch := int(c.Branch)
+		flags := 2 * int(c.Branch)
 		if known {
-			branch = int(Always)
+			flags = 2 * int(Always)
 		}
-		b.args = append(b.args, b.key(keyPrefix+c.Key), c.Limit.Burst, c.Limit.Rate, c.Limit.Period.Seconds(), shadow, branch)
+		if c.Shadow {
+			flags++
+		}
+		b.args = append(b.args, b.key(keyPrefix+c.Key))
+		if c.Limit.valid(q.cost()) {
+			la := b.limitArgs(c.Limit)
+			b.args = append(b.args, la[0], la[1], flags)
+		} else {
+			b.args = append(b.args, 0, 0, flags) // an emission interval of 0: never passes
+		}
 	}
 	return n
 }
@@ -228,6 +259,12 @@ func (b *runBuilder) cmd(ctx context.Context, eval bool) *redis.Cmd {
 	return cmd
 }
 
+// Fields of decideSrc's reply.
+const (
+	replyGuard = 2 // a guard's answer and TTL
+	replyCheck = 4 // a check's that applied
+)
+
 // replyReader walks a decideSrc reply.
 type replyReader struct {
 	v   []int64
@@ -236,39 +273,52 @@ type replyReader struct {
 
 var errReply = errors.New("ratelimit: unexpected reply from the decision script")
 
-// head reads a request's head: the guard's answer and TTL, and whether
-// it passed.
-func (r *replyReader) head() (branch int64, ttl time.Duration, allowed bool, err error) {
-	if r.pos+replyHead > len(r.v) {
-		return 0, 0, false, errReply
+// head reads a request's head: whether it passed and, when its guard was
+// sent, the guard's answer and TTL.
+func (r *replyReader) head(guard bool) (allowed bool, branch int64, ttl time.Duration, err error) {
+	n := 1
+	if guard {
+		n += replyGuard
 	}
-	h := r.v[r.pos : r.pos+replyHead]
-	r.pos += replyHead
-	return h[0], time.Duration(max(h[1], 0)) * time.Millisecond, h[2] == 1, nil
+	if r.pos+n > len(r.v) {
+		return false, 0, 0, errReply
+	}
+	h := r.v[r.pos : r.pos+n]
+	r.pos += n
+	if guard {
+		branch, ttl = h[1], time.Duration(max(h[2], 0))*time.Millisecond
+	}
+	return h[0] == 1, branch, ttl, nil
 }
 
 // check reads one check's result.
 func (r *replyReader) check() (CheckResult, error) {
+	if r.pos < len(r.v) && r.v[r.pos] == 0 {
+		r.pos++
+		return CheckResult{}, nil
+	}
 	if r.pos+replyCheck > len(r.v) {
 		return CheckResult{}, errReply
 	}
 	c := r.v[r.pos : r.pos+replyCheck]
 	r.pos += replyCheck
-	if c[0] == 0 {
-		return CheckResult{}, nil
-	}
-	if c[3] < 0 {
+	switch c[0] {
+	case 1:
+		// Millionths, rounded by the script: the floor of the whole
+		// count, free of the float noise of the division.
+		return CheckResult{Applied: true, Result: Result{
+			Allowed:    true,
+			Remaining:  max(c[1]/1e6, 0),
+			ResetAfter: time.Duration(c[3]) * time.Microsecond,
+		}}, nil
+	case 2:
+		return CheckResult{Applied: true, Result: Result{
+			RetryAfter: time.Duration(c[2]) * time.Microsecond,
+			ResetAfter: time.Duration(c[3]) * time.Microsecond,
+		}}, nil
+	default:
 		return CheckResult{Applied: true, Result: never()}, nil
 	}
-	res := Result{Allowed: c[1] == 1, ResetAfter: time.Duration(c[4]) * time.Microsecond}
-	if res.Allowed {
-		// Millionths, rounded by the script: floor of the whole count,
-		// free of the float noise of the division.
-		res.Remaining = int64(math.Max(math.Floor(float64(c[2])/1e6), 0))
-	} else {
-		res.RetryAfter = time.Duration(c[3]) * time.Microsecond
-	}
-	return CheckResult{Applied: true, Result: res}, nil
 }
 
 // isNoScript reports a NOSCRIPT reply.

@@ -60,7 +60,7 @@ func TestScriptRunMatchesSequential(t *testing.T) {
 	seen := make([]int, len(counts))
 	for _, q := range reqs {
 		k, _ := strconv.Atoi(strings.TrimPrefix(q.Checks[0].Key, "run"))
-		_, _, allowed, err := rd.head()
+		allowed, _, _, err := rd.head(false)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -296,7 +296,7 @@ func (t *trip) answer(ls *leases, now int64) {
 
 // read reads e's part of a run's reply.
 func (t *trip) read(rd *replyReader, e entry, now int64) error {
-	branch, ttl, allowed, err := rd.head()
+	allowed, branch, ttl, err := rd.head(e.guard)
 	if err != nil {
 		return err
 	}
