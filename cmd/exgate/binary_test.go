@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"encoding/pem"
 	"io"
 	"net/http"
@@ -51,7 +52,9 @@ func quickstart(t *testing.T) string {
 
 // TestDevModeBinary runs the real binary as the README says, on free
 // ports, runs the README's curl lines verbatim against it (only the port
-// differs), then stops it with SIGTERM and expects exit code 0.
+// differs), checks with curl that an order with a query string is refused
+// while the order list keeps its filter, then stops it with SIGTERM and
+// expects exit code 0.
 func TestDevModeBinary(t *testing.T) {
 	bin := buildBinary(t)
 	if _, err := exec.LookPath("curl"); err != nil {
@@ -105,6 +108,33 @@ func TestDevModeBinary(t *testing.T) {
 	}
 	if !regexp.MustCompile(`"id":"\d+_\d+"`).MatchString(o) {
 		t.Fatalf("quickstart listed no match:\n%s", o)
+	}
+
+	// An order route refuses a query string (400 invalid_query, nothing
+	// placed); a GET route keeps its query, here the order list's filter.
+	curl := func(args ...string) string {
+		out, err := exec.CommandContext(ctx, "curl", append([]string{"-sS"}, args...)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("curl %v: %v\n%s", args, err, out)
+		}
+		return string(out)
+	}
+	var tok struct{ Access string }
+	if err := json.Unmarshal([]byte(curl("-X", "POST", "http://"+gw+"/api/v1/usr/authenticate/", "-H", "Content-Type: application/json",
+		"-d", `{"api_key":"dev","secret_key":"dev"}`)), &tok); err != nil || tok.Access == "" {
+		t.Fatalf("authenticate: %v", err)
+	}
+	auth := "Authorization: Bearer " + tok.Access
+	before := curl("http://"+gw+"/api/v1/odr/orders/?state=active", "-H", auth)
+	for _, q := range []string{"?format=json", "?price=1"} {
+		out := curl("-X", "POST", "http://"+gw+"/api/v1/odr/orders/"+q, "-H", auth, "-H", "Content-Type: application/json",
+			"-d", `{"symbol":"BTC_USDT","type":"limit","side":"buy","price":"1000","base_amount":"0.001"}`)
+		if !strings.Contains(out, `"code":"invalid_query"`) {
+			t.Fatalf("order with %s: %s", q, out)
+		}
+	}
+	if after := curl("http://"+gw+"/api/v1/odr/orders/?state=active", "-H", auth); after != before || !strings.HasPrefix(after, "[") {
+		t.Fatalf("active orders before %s, after refused orders %s", before, after)
 	}
 
 	res, err := http.Get("http://" + admin + "/readyz")
