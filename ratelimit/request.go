@@ -107,8 +107,8 @@ func Applies(b Branch, admitted bool) bool {
 // decideAll is the arithmetic of AllowAll over TATs already read: tat(i)
 // returns the TAT of check i's key (0 when new) and charge(i, newTat) is
 // called for every check to record once the request passed. now is in
-// nanoseconds. It fills ans (whose guard fields are set) and is shared by
-// Memory and the tests' model of the Redis script.
+// nanoseconds. It fills ans, whose guard fields are already set: the
+// in-process form of the Redis decision script.
 func decideAll(now int64, q *Request, ans *Answer, tat func(int) int64, charge func(int, int64)) {
 	cost := q.cost()
 	var pending [maxChecks]int64
