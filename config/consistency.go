@@ -2,6 +2,8 @@ package config
 
 import (
 	"fmt"
+	"math"
+	"slices"
 	"strings"
 )
 
@@ -17,6 +19,74 @@ func (c *Config) checkAcrossSections(col *collector) {
 	c.checkInFlightTimeout(col)  // idempotency, upstream, routes
 	c.checkVerifiedIdentity(col) // identity, tokens_file, routes
 	c.checkEffective(col)        // routes, tiers, validation, idempotency, limiter
+	c.checkBulkBurst(col)        // validation, routes, tiers
+}
+
+// checkBulkBurst reports a validation.bulk.max_orders that no bulk could
+// ever reach: a bulk of k orders is charged k units in the limits of
+// bulk.orders (k ids in bulk.cancels'), all or nothing, so a bulk above a
+// limit's burst can never pass. When max_orders is above the largest
+// bulk that can pass — of placements and of cancels, in any tier — bulks
+// of the sizes between are accepted by validation and then always
+// refused: the setting never applies as written. A burst below max_orders
+// for one kind of bulk, or for some tiers, is a smaller bulk size for
+// those, answered 413 bulk_exceeds_limit with the size to split into,
+// and is not reported (docs/limits.md).
+func (c *Config) checkBulkBurst(col *collector) {
+	maxOrders := int64(c.Validation.Bulk.MaxOrders)
+	for i := range c.Routes {
+		r := &c.Routes[i]
+		if r.Validate != ValidateBulk {
+			continue
+		}
+		var largest int64
+		var parts []string
+		for _, f := range []struct{ key, name, what string }{{"orders", r.Bulk.Orders, "orders"}, {"cancels", r.Bulk.Cancels, "order ids"}} {
+			ti := slices.IndexFunc(c.Routes, func(x Route) bool { return x.Name == f.name })
+			if ti < 0 {
+				return // reported by the route
+			}
+			t := &c.Routes[ti]
+			j, n, ok := c.smallestBulkBurst(t)
+			if !ok {
+				largest = math.MaxInt64 // only shadow limits: no bulk is ever refused
+				continue
+			}
+			largest = max(largest, n)
+			parts = append(parts, fmt.Sprintf("%d %s (the burst of %s, limit %q of route %q)",
+				n, f.what, path("routes").index(ti).key("limits").index(j), t.Limits[j].Name, t.Name))
+		}
+		if maxOrders > largest {
+			col.addf("validation.bulk.max_orders", "%d is above the largest bulk %s can ever pass, %s: a bulk is charged one unit per order or id, all or nothing, so a larger one is always refused; set validation.bulk.max_orders to at most %d, or raise those bursts",
+				maxOrders, path("routes").index(i), strings.Join(parts, " and "), largest)
+		}
+	}
+}
+
+// smallestBulkBurst returns, of the limits of route t that a bulk is
+// charged in (not shadow limits, not when: anonymous ones, which never
+// apply to a bulk's required token), the one whose largest burst over
+// every tier is smallest: its index and that burst, the largest bulk
+// that can ever pass it.
+func (c *Config) smallestBulkBurst(t *Route) (int, int64, bool) {
+	best, bestBurst := -1, int64(0)
+	for j, l := range t.Limits {
+		if l.Shadow || l.When == WhenAnon {
+			continue
+		}
+		b := int64(l.Burst)
+		if l.Key == KeyToken || l.Key == KeyAccount {
+			for _, routes := range c.Tiers {
+				if tl, ok := routes[t.Name]; ok {
+					b = max(b, int64(tl.Burst))
+				}
+			}
+		}
+		if best < 0 || b < bestBurst {
+			best, bestBurst = j, b
+		}
+	}
+	return best, bestBurst, best >= 0
 }
 
 // checkWriteTimeout reports routes whose timeout (their own, or

@@ -14,6 +14,11 @@ import (
 // instead — and that the nearby configurations that do work are accepted.
 func TestSettingsThatNeverApply(t *testing.T) {
 	orders := "routes:\n  - name: place_order\n    match: POST /o/\n    validate: order\n"
+	bulkRoutes := `routes:
+  - {name: place_order, match: POST /o/, auth: required, validate: order, limits: [{key: token, rate: 20/1m}]}
+  - {name: cancel_order, match: "DELETE /o/{id}/", auth: required, limits: [{key: token, rate: 30/1m}]}
+  - {name: bulk, match: POST /o/bulk/, auth: required, validate: order_bulk, bulk: {orders: place_order, cancels: cancel_order}}
+`
 	tests := []struct {
 		name string
 		yaml string
@@ -74,6 +79,17 @@ func TestSettingsThatNeverApply(t *testing.T) {
 		{name: "account limit on auth none",
 			yaml: "identity: {verify: true, jwt: {jwks_file: k.json, jwks_algorithms: [RS256]}}\nroutes:\n  - {name: a, match: /a/, limits: [{key: account, rate: 1/1s}]}\n",
 			path: "routes[0].limits[0].key", hint: "set routes[0].auth to optional or required"},
+		{name: "bulks larger than every burst of both kinds",
+			yaml: bulkRoutes + "validation: {bulk: {max_orders: 31}}\n",
+			path: "validation.bulk.max_orders", hint: "20 orders (the burst of routes[0].limits[0], limit \"token\" of route \"place_order\") and 30 order ids (the burst of routes[1].limits[0], limit \"token\" of route \"cancel_order\"): a bulk is charged one unit per order or id, all or nothing, so a larger one is always refused; set validation.bulk.max_orders to at most 30"},
+		{name: "bulks larger than the order burst, within the cancel burst",
+			yaml: bulkRoutes + "validation: {bulk: {max_orders: 30}}\n"},
+		{name: "bulks within every burst",
+			yaml: bulkRoutes + "validation: {bulk: {max_orders: 20}}\n"},
+		{name: "bulks larger than the burst of some tiers only",
+			yaml: bulkRoutes + "validation: {bulk: {max_orders: 50}}\ntokens_file: tokens.yaml\ntiers: {pro: {place_order: {rate: 100/1m}, cancel_order: {rate: 100/1m}}}\n"},
+		{name: "a shadow limit's burst refuses no bulk",
+			yaml: strings.Replace(bulkRoutes, "{key: token, rate: 20/1m}", "{key: token, rate: 20/1m, shadow: true}", 1) + "validation: {bulk: {max_orders: 30}}\n"},
 		{name: "Redis that nothing uses",
 			yaml: "limiter: {backend: memory, redis: {addrs: [\"r:6379\"]}}\n",
 			path: "limiter.redis.addrs", hint: "set limiter.backend: redis (or idempotency.backend: redis)"},

@@ -22,6 +22,9 @@ const (
 	DecisionAllowed       = "allowed"
 	DecisionLimited       = "limited"
 	DecisionShadowLimited = "shadow_limited"
+	// DecisionExceedsBurst is a refusal no wait would lift: the request
+	// costs more (a bulk of more orders) than the limit's burst.
+	DecisionExceedsBurst = "exceeds_burst"
 )
 
 // maxOutcomes is how many limits of one route a Decision records inline;
@@ -36,7 +39,8 @@ type Outcome struct {
 	Limit string
 	// Tier is the tier whose override applied, or "".
 	Tier string
-	// Decision is DecisionAllowed, DecisionLimited or DecisionShadowLimited.
+	// Decision is DecisionAllowed, DecisionLimited, DecisionShadowLimited
+	// or DecisionExceedsBurst.
 	Decision string
 	// Fallback is the on_store_error mode used because the store failed
 	// ("open", "closed" or "local"), or "" when the store decided.
@@ -55,8 +59,18 @@ type Decision struct {
 	// Unavailable reports that the store failed on a route whose
 	// on_store_error is "closed": answer 503.
 	Unavailable bool
-	// RetryAfter is how long the client should wait when !Allowed.
+	// RetryAfter is how long the client should wait when !Allowed; 0
+	// when no wait helps (Unavailable, ExceedsBurst).
 	RetryAfter time.Duration
+	// ExceedsBurst reports a refusal no wait would lift: the request's
+	// cost (a bulk's orders) is above the burst of a limit that applies
+	// to it, so it can never pass at that size. MaxCost is then the
+	// largest cost that every limit applying to the request lets pass
+	// (the smallest of their bursts): the size to split it into.
+	ExceedsBurst bool
+	// MaxCost is the largest cost the request's limits let pass, when
+	// ExceedsBurst; else 0.
+	MaxCost int64
 	// TokenID is the id of the request's opaque token, or "".
 	TokenID string
 	// Account is the key of the request's verified account, or "".
@@ -323,22 +337,52 @@ func (e *Enforcer) Decide(ctx context.Context, rr *RouteRules, req Request, d *D
 			o.Decision = DecisionAllowed
 		case c.Shadow:
 			o.Decision = DecisionShadowLimited
+		case res.RetryAfter == ratelimit.Never:
+			o.Decision = DecisionExceedsBurst
 		default:
 			o.Decision = DecisionLimited
 		}
+		if o.Decision == DecisionAllowed || o.Decision == DecisionShadowLimited {
+			d.record(o)
+			continue
+		}
+		d.Allowed = false
+		d.RetryAfter = res.RetryAfter
+		switch {
+		case d.Demoted && (r.byToken || r.when == config.WhenAnon):
+			// Not the token's own limit: say so, and never ask for a
+			// wait beyond the demotion.
+			d.TooManyTokens = true
+			d.RetryAfter = min(d.RetryAfter, demotedFor)
+			o.Decision = DecisionLimited
+		case o.Decision == DecisionExceedsBurst && fallback == config.StoreLocal && p.req.Cost <= m.v.limit.Burst:
+			// Over this replica's share of the limit only: the shared
+			// store would let it pass, so it waits for the store.
+			d.RetryAfter, d.Unavailable = 0, true
+			o.Decision = DecisionLimited
+		case o.Decision == DecisionExceedsBurst:
+			d.RetryAfter, d.ExceedsBurst, d.MaxCost = 0, true, p.maxCost(p.ans.Admitted)
+		}
 		d.record(o)
-		if o.Decision == DecisionLimited {
-			d.Allowed = false
-			d.RetryAfter = res.RetryAfter
-			if d.Demoted && (r.byToken || r.when == config.WhenAnon) {
-				// Not the token's own limit: say so, and never ask for
-				// a wait beyond the demotion.
-				d.TooManyTokens = true
-				d.RetryAfter = min(d.RetryAfter, demotedFor)
-			}
-			return
+		return
+	}
+}
+
+// maxCost returns the largest cost every non-shadow limit of the plan
+// that applies under the guard's answer admitted lets pass: the smallest
+// of their bursts (the shared limit's, not a local fallback's share).
+func (p *plan) maxCost(admitted bool) int64 {
+	n := int64(-1)
+	for j := range p.req.Checks {
+		c := &p.req.Checks[j]
+		if c.Shadow || !ratelimit.Applies(c.Branch, admitted) {
+			continue
+		}
+		if b := p.meta[j].v.limit.Burst; n < 0 || b < n {
+			n = b
 		}
 	}
+	return max(n, 0)
 }
 
 // plan is the store request Decide sends, and for each of its checks the
@@ -416,13 +460,15 @@ func (p *plan) add(i int, r *rule, d *Decision, addr []byte, demoted, anonymous 
 
 // record appends o and keeps track of the outcome closest to denial: the
 // one with the fewest requests remaining (a denial has none), and of
-// equals the one that takes longest to recover.
+// equals the one that takes longest to recover. An outcome no wait would
+// lift (ratelimit.Never) has no remaining count or wait to report and is
+// not a candidate.
 func (d *Decision) record(o Outcome) {
 	if d.N == maxOutcomes {
 		return
 	}
 	d.Outcomes[d.N] = o
-	if o.Fallback == "" || o.Fallback == config.StoreLocal {
+	if (o.Fallback == "" || o.Fallback == config.StoreLocal) && o.Result.RetryAfter != ratelimit.Never {
 		if d.header < 0 {
 			d.header = d.N
 		} else {

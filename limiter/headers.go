@@ -6,24 +6,32 @@ import (
 	"time"
 
 	"github.com/exgate/exgate/config"
-	"github.com/exgate/exgate/ratelimit"
 )
 
+// MaxWaitSeconds bounds every wait exgate tells a client in Retry-After
+// and the rate-limit fields: 366 days, the longest period a limit can
+// have. A longer wait (a bulk charged against a limit with a long period,
+// or a burst far above the rate) is reported as this bound: the client
+// then asks again, rather than being told a wait no one honours.
+const MaxWaitSeconds = 366 * 24 * 60 * 60
+
 // Seconds rounds d up to whole seconds, as Retry-After and the RateLimit
-// fields count them; anything above zero is at least 1.
+// fields count them: anything above zero is at least 1, and no result is
+// above MaxWaitSeconds (ratelimit.Never included).
 func Seconds(d time.Duration) int64 {
 	if d <= 0 {
 		return 0
-	}
-	if d == ratelimit.Never {
-		return int64(ratelimit.Never / time.Second)
 	}
 	s := int64(d / time.Second)
 	if d%time.Second != 0 {
 		s++
 	}
-	return s
+	return clampSeconds(s)
 }
+
+// clampSeconds bounds a count of seconds told to a client to
+// MaxWaitSeconds.
+func clampSeconds(s int64) int64 { return min(s, MaxWaitSeconds) }
 
 // SetHeaders writes the rate-limit fields of the limit closest to denial
 // in style (config.HeadersIETF, HeadersLegacy or HeadersNone):

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/exgate/exgate/config"
+	"github.com/exgate/exgate/ratelimit"
 )
 
 func TestHeaderStyles(t *testing.T) {
@@ -52,7 +53,8 @@ func TestSecondsRoundsUp(t *testing.T) {
 	for _, tc := range []struct {
 		d    time.Duration
 		want int64
-	}{{0, 0}, {-time.Second, 0}, {time.Nanosecond, 1}, {time.Second, 1}, {1001 * time.Millisecond, 2}, {59*time.Second + 1, 60}} {
+	}{{0, 0}, {-time.Second, 0}, {time.Nanosecond, 1}, {time.Second, 1}, {1001 * time.Millisecond, 2}, {59*time.Second + 1, 60},
+		{366 * 24 * time.Hour, MaxWaitSeconds}, {366*24*time.Hour + 1, MaxWaitSeconds}, {ratelimit.Never, MaxWaitSeconds}} {
 		if got := Seconds(tc.d); got != tc.want {
 			t.Errorf("Seconds(%v) = %d, want %d", tc.d, got, tc.want)
 		}

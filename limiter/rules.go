@@ -123,7 +123,7 @@ func newVariant(keyBase, tier, name string, rate config.Rate, burst int, replica
 	}
 	local := ratelimit.Limit{Rate: max(l.Rate/replicas, 1), Period: l.Period, Burst: max(l.Burst/replicas, 1)}
 	// The window a full burst takes to refill: Burst × Period / Rate.
-	w := l.RefillSeconds()
+	w := clampSeconds(l.RefillSeconds())
 	keyBase += strconv.FormatInt(l.Rate, 10) + "/" + strconv.FormatInt(int64(l.Period/time.Second), 10) + ":"
 	return variant{
 		tier:          tier,

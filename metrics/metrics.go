@@ -224,7 +224,7 @@ func newMetrics(info BuildInfo) *Metrics {
 	}, []string{"route", "kind"})
 	m.decisions = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: NameRateLimitDecision,
-		Help: "Rate-limit decisions, by route, limit, tier and decision (allowed, limited, shadow_limited).",
+		Help: "Rate-limit decisions, by route, limit, tier and decision (allowed, limited, shadow_limited, exceeds_burst: a bulk larger than the limit's burst, which can never pass at its size).",
 	}, []string{"route", "limit", "tier", "decision"})
 	m.storeErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: NameStoreErrors,
@@ -629,6 +629,7 @@ func (m *Metrics) Limit(route, limit, tier string) *LimitMetrics {
 		allowed: m.decisions.WithLabelValues(route, limit, tier, "allowed"),
 		limited: m.decisions.WithLabelValues(route, limit, tier, "limited"),
 		shadow:  m.decisions.WithLabelValues(route, limit, tier, "shadow_limited"),
+		exceeds: m.decisions.WithLabelValues(route, limit, tier, "exceeds_burst"),
 	}
 	byTier[tier] = l
 	return l
@@ -639,10 +640,11 @@ func (m *Metrics) Limit(route, limit, tier string) *LimitMetrics {
 type LimitMetrics struct {
 	route                    *RouteMetrics
 	allowed, limited, shadow prometheus.Counter
+	exceeds                  prometheus.Counter
 }
 
 // Observe records one limit's outcome as the limiter reports it. decision
-// is "allowed", "limited" or "shadow_limited"; fallback is "" when the
+// is "allowed", "limited", "shadow_limited" or "exceeds_burst"; fallback is "" when the
 // store decided, or the limiter.on_store_error mode that decided instead
 // ("open", "closed" or "local"), which is counted in
 // exgate_ratelimit_fallback_total of the limit's route. The open and closed
@@ -670,6 +672,8 @@ func (l *LimitMetrics) Observe(decision, fallback string) {
 		l.limited.Inc()
 	case "shadow_limited":
 		l.shadow.Inc()
+	case "exceeds_burst":
+		l.exceeds.Inc()
 	}
 }
 

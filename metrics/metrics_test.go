@@ -327,12 +327,14 @@ func TestRateLimitSeries(t *testing.T) {
 	}
 
 	want := fmt.Sprintf(`
-# HELP exgate_ratelimit_decisions_total Rate-limit decisions, by route, limit, tier and decision (allowed, limited, shadow_limited).
+# HELP exgate_ratelimit_decisions_total Rate-limit decisions, by route, limit, tier and decision (allowed, limited, shadow_limited, exceeds_burst: a bulk larger than the limit's burst, which can never pass at its size).
 # TYPE exgate_ratelimit_decisions_total counter
 exgate_ratelimit_decisions_total{decision="allowed",limit="token",route="place_order",tier="default"} 2
+exgate_ratelimit_decisions_total{decision="exceeds_burst",limit="token",route="place_order",tier="default"} 0
 exgate_ratelimit_decisions_total{decision="limited",limit="token",route="place_order",tier="default"} 1
 exgate_ratelimit_decisions_total{decision="shadow_limited",limit="token",route="place_order",tier="default"} 0
 exgate_ratelimit_decisions_total{decision="allowed",limit="token",route="place_order",tier="vip"} 0
+exgate_ratelimit_decisions_total{decision="exceeds_burst",limit="token",route="place_order",tier="vip"} 0
 exgate_ratelimit_decisions_total{decision="limited",limit="token",route="place_order",tier="vip"} 0
 exgate_ratelimit_decisions_total{decision="shadow_limited",limit="token",route="place_order",tier="vip"} 1
 # HELP exgate_ratelimit_fallback_total Rate-limit decisions taken without the store because it failed, by route and mode (open, closed, local).
@@ -378,6 +380,8 @@ func TestLimitObserve(t *testing.T) {
 		{"allowed", "", "allowed", ""},
 		{"limited", "", "limited", ""},
 		{"shadow_limited", "", "shadow_limited", ""},
+		{"exceeds_burst", "", "exceeds_burst", ""},
+		{"exceeds_burst", "local", "exceeds_burst", "local"},
 		{"allowed", "local", "allowed", "local"},
 		{"limited", "local", "limited", "local"},
 		{"allowed", "open", "", "open"},
@@ -388,7 +392,7 @@ func TestLimitObserve(t *testing.T) {
 		t.Run(c.decision+"/"+c.fallback, func(t *testing.T) {
 			m, _ := newTest(t)
 			m.Limit("list_markets", "address", "").Observe(c.decision, c.fallback)
-			for _, d := range []string{"allowed", "limited", "shadow_limited"} {
+			for _, d := range []string{"allowed", "limited", "shadow_limited", "exceeds_burst"} {
 				want := 0.0
 				if d == c.wantDecision {
 					want = 1

@@ -74,6 +74,31 @@ func (g *Gateway) checkBulk(st *requestState, r *http.Request, pl *plan) *apierr
 	return g.claimBulk(st, r, &bulk, key, idempotency.FingerprintOf(body))
 }
 
+// CodeBulkExceedsLimit is the code of the answer to a bulk that carries
+// more orders (or order ids) than a rate limit it is charged against
+// allows at once: its burst.
+const CodeBulkExceedsLimit = "bulk_exceeds_limit"
+
+// exceedsBurst is the answer to a bulk of k orders (or order ids, for a
+// cancel) above the burst of a limit it is charged against. Charged all
+// or nothing, such a bulk could never pass however long the client
+// waited, so it is not a 429 (whose Retry-After clients honour and retry
+// on) but a 413: the request is larger than the server will process, and
+// it says the size that can pass, maxCost, so that the client splits it.
+// It carries no Retry-After; nothing was charged.
+func exceedsBurst(k, maxCost int64, cancel bool) *apierror.Error {
+	what := " orders"
+	if cancel {
+		what = " order ids"
+	}
+	n := strconv.FormatInt(maxCost, 10)
+	msg := "carries " + strconv.FormatInt(k, 10) + what + ", more than your rate limit lets pass at once (" + n +
+		"), so it can never be accepted at this size; send it as bulks of at most " + n + what
+	e := apierror.New(http.StatusRequestEntityTooLarge, CodeBulkExceedsLimit, "Bulk refused whole: it "+msg+".")
+	e.Fields = map[string][]string{apierror.NonFieldErrors: {msg}}
+	return e
+}
+
 // claimBulk claims the identifier of every order of a placement, all
 // under the fingerprint of the whole canonical bulk, so that:
 //

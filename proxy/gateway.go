@@ -521,6 +521,9 @@ func (g *Gateway) limitFields(fields []zap.Field, d *limiter.Decision) []zap.Fie
 		if o.Fallback != "" {
 			fields = append(fields, zap.String("limit_fallback", o.Fallback))
 		}
+		if d.ExceedsBurst {
+			fields = append(fields, zap.Int64("limit_max_cost", d.MaxCost))
+		}
 	}
 	return fields
 }

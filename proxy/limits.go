@@ -11,8 +11,9 @@ import (
 // enforceLimits decides the limits of rt (the request's route, or the
 // route a bulk is charged against) for a request of the given cost, sets
 // the rate-limit headers and records the decision in st. It returns the
-// refusal of a request over a limit (429), or of one whose store failed on
-// a route that fails closed (503), or nil.
+// refusal of a request over a limit (429), of a bulk larger than a limit's
+// burst, which no wait would let pass (413, exceedsBurst), or of one whose
+// store failed on a route that fails closed (503), or nil.
 func (g *Gateway) enforceLimits(st *requestState, r *http.Request, pl *plan, rt *Route, cost int64) *apierror.Error {
 	if g.limits == nil || !rt.limits.Limited() {
 		return nil
@@ -46,6 +47,8 @@ func (g *Gateway) enforceLimits(st *requestState, r *http.Request, pl *plan, rt 
 		return errLimitsUnavailable
 	case d.TooManyTokens:
 		return tooManyTokens(limiter.Seconds(d.RetryAfter))
+	case d.ExceedsBurst:
+		return exceedsBurst(cost, d.MaxCost, st.bulkCancel)
 	}
 	return throttled(limiter.Seconds(d.RetryAfter))
 }

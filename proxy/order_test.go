@@ -18,6 +18,7 @@ import (
 	"github.com/exgate/exgate/config"
 	"github.com/exgate/exgate/idempotency"
 	"github.com/exgate/exgate/limiter"
+	"github.com/exgate/exgate/metrics"
 	"github.com/exgate/exgate/ratelimit"
 	"github.com/exgate/exgate/validate"
 )
@@ -32,6 +33,14 @@ func startOrders(t *testing.T, handler http.HandlerFunc) *env {
 // startOrdersConfig is startOrders with the store's options changed by
 // set and the configuration by mut (either may be nil).
 func startOrdersConfig(t *testing.T, handler http.HandlerFunc, set func(*idempotency.Options), mut func(*config.Config)) *env {
+	t.Helper()
+	return startOrdersStore(t, handler, set, mut, ratelimit.NewMemory(ratelimit.MemoryOptions{}), nil)
+}
+
+// startOrdersStore is startOrdersConfig with the rate-limit store and the
+// metrics (nil for none) given.
+func startOrdersStore(t *testing.T, handler http.HandlerFunc, set func(*idempotency.Options), mut func(*config.Config),
+	store ratelimit.Limiter, m *metrics.Metrics) *env {
 	t.Helper()
 	be := &backend{handler: handler}
 	bs := httptest.NewServer(be)
@@ -59,12 +68,12 @@ func startOrdersConfig(t *testing.T, handler http.HandlerFunc, set func(*idempot
 		t.Fatal(err)
 	}
 	k, _ := limiter.NewKeyer([]byte(testKeySecret))
-	enf, _ := limiter.NewEnforcer(limiter.EnforcerOptions{Store: ratelimit.NewMemory(ratelimit.MemoryOptions{}), Keyer: k})
+	enf, _ := limiter.NewEnforcer(limiter.EnforcerOptions{Store: store, Keyer: k})
 	o := idempotency.OptionsFrom(cfg.Idempotency)
 	if set != nil {
 		set(&o)
 	}
-	return serve(t, cfg, be, Options{Limits: enf, Validator: v, Idempotency: idempotency.NewMemory(o)})
+	return serve(t, cfg, be, Options{Limits: enf, Validator: v, Idempotency: idempotency.NewMemory(o), Metrics: m})
 }
 
 func postOrder(t *testing.T, e *env, body string, header ...string) *http.Response {

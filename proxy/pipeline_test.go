@@ -300,9 +300,9 @@ func TestRefuseClosesWhileBodyUnread(t *testing.T) {
 		{name: "invalid order, chunked, read whole", raw: head(orders, "tok-invalid", "application/json") +
 			"Transfer-Encoding: chunked\r\n\r\n" + chunked(`{"symbol":"BTC_USDT"}`),
 			status: http.StatusBadRequest, closed: false},
-		{name: "bulk over its limit, chunked, read whole", raw: head(bulk, "tok-bulk", "application/json") +
+		{name: "bulk over its limit's burst, chunked, read whole", raw: head(bulk, "tok-bulk", "application/json") +
 			"Transfer-Encoding: chunked\r\n\r\n" + chunked("["+order+","+order+"]"),
-			status: http.StatusTooManyRequests, closed: false},
+			status: http.StatusRequestEntityTooLarge, closed: false},
 		{name: "no token, known length", raw: head(orders, "", "application/json") + "Content-Length: " + strconv.Itoa(len(order)) + "\r\n\r\n" + order,
 			status: http.StatusUnauthorized, closed: false},
 	} {
