@@ -68,6 +68,8 @@ func TestDocumentedExamples(t *testing.T) {
 	st := startStack(t, func(c *config.Config) {
 		l := &c.Route("list_matches").Limits[0]
 		l.Rate, l.Burst = config.Rate{N: 5, Period: time.Minute}, 5
+		c.Route("place_order").Limits[0].Burst = 10 // bulks of at most 10 orders
+		c.Validation.Bulk.MaxOrders = 12            // bulk cancels of up to 12 ids
 	})
 	token := authenticate(t, st.url)
 	order := func(body string) exampleRequest {
@@ -91,6 +93,9 @@ func TestDocumentedExamples(t *testing.T) {
 			order(`{"symbol":"BTC_USDT","type":"market","side":"buy","base_amount":"0.001"} {"symbol":"BTC_USDT"}`),
 		},
 		"limits_throttled": {{method: "GET", path: "/api/v1/mth/matches/ETH_USDT/"}},
+		"limits_bulk_exceeds_burst": {{"POST", "/api/v1/odr/orders/bulk/",
+			"[" + strings.TrimSuffix(strings.Repeat(`{"symbol":"BTC_USDT","type":"limit","side":"buy","price":"60000","base_amount":"0.001"},`, 12), ",") + "]",
+			[]string{"Authorization", "Bearer " + token, "Content-Type", "application/json"}}},
 	}
 
 	examples := docExamples(t)
