@@ -385,6 +385,75 @@ func (p *plan) maxCost(admitted bool) int64 {
 	return max(n, 0)
 }
 
+// Refund gives back what Decide charged the allowed request req, decided
+// as d under the route's rules rr, as if it had never been made: its cost
+// in every limit that charged it, on the store or, when the store had
+// failed and the route fell back to local limits, in process. A request
+// that was refused, a shadow limit that refused, and a limit the store
+// could not decide (on_store_error open or closed) charged nothing. Only
+// the limits recorded in d's Outcomes (the first eight of a route) are
+// given back: a refund may fall short, never exceed. An error means the
+// store could not be reached; the charge then stands, and the failure is
+// counted and logged (at most once a second) as the store's.
+func (e *Enforcer) Refund(ctx context.Context, rr *RouteRules, req Request, d *Decision) error {
+	if !d.Allowed || d.N == 0 || !rr.Limited() {
+		return nil
+	}
+	var addrBuf [64]byte
+	var addr []byte
+	if req.Addr.IsValid() {
+		addr = AddrGroup(req.Addr, rr.rules.v6Prefix).AppendTo(addrBuf[:0])
+	}
+	p := e.plans.Get().(*plan)
+	defer e.plans.Put(p)
+	p.reset(max(req.Cost, 1))
+	// The keys Decide charged: the spray guard's answer is known now.
+	anonymous := (req.Token == "" && req.Account == "") || d.Demoted
+	for i := range rr.limits {
+		p.add(i, &rr.limits[i], d, addr, d.Demoted, anonymous, ratelimit.Always)
+	}
+	local, n := false, 0
+	for j := range p.req.Checks {
+		o := d.outcomeOf(p.meta[j].limit)
+		if o == nil || o.Decision != DecisionAllowed {
+			continue
+		}
+		switch o.Fallback {
+		case "":
+		case config.StoreLocal:
+			local = true
+			p.req.Checks[j].Limit = p.meta[j].v.local
+		default:
+			continue // open or closed: nothing was decided
+		}
+		p.req.Checks[n] = p.req.Checks[j]
+		n++
+	}
+	p.req.Checks = p.req.Checks[:n]
+	switch {
+	case n == 0:
+		return nil
+	case local:
+		return e.local.Refund(ctx, &p.req)
+	}
+	err := e.store.Refund(ctx, &p.req)
+	if err != nil {
+		e.storeErrs.Add(1)
+		e.warn("rate-limit store failed; a request's charge could not be given back", err, zap.String("route", rr.Name))
+	}
+	return err
+}
+
+// outcomeOf returns the recorded outcome of the route's limit i, or nil.
+func (d *Decision) outcomeOf(i int) *Outcome {
+	for k := 0; k < d.N; k++ {
+		if d.Outcomes[k].Index == i {
+			return &d.Outcomes[k]
+		}
+	}
+	return nil
+}
+
 // plan is the store request Decide sends, and for each of its checks the
 // limit it stands for. Plans are pooled: a request allocates none.
 type plan struct {

@@ -449,6 +449,10 @@ func (failing) AllowAll(context.Context, *ratelimit.Request, *ratelimit.Answer) 
 	return errors.New("connection refused")
 }
 
+func (failing) Refund(context.Context, *ratelimit.Request) error {
+	return errors.New("connection refused")
+}
+
 func TestStoreFailureModes(t *testing.T) {
 	for _, tc := range []struct {
 		mode        string
@@ -738,4 +742,123 @@ func BenchmarkDecideRedis(b *testing.B) {
 			}
 		}
 	})
+}
+
+// TestRefundGivesBackEveryLimit: a request decided and then refunded costs
+// its client nothing in any limit of the route, on the memory store and on
+// Redis alike, with the token-spray guard deciding which keys apply: a
+// client whose allowance is N has every one of N requests refunded and
+// can then still make N. A shadow limit that refused charged nothing, and
+// nothing is given back for it.
+func TestRefundGivesBackEveryLimit(t *testing.T) {
+	cfg := mustLoad(t, `
+limiter: { token_spray: { max_tokens: 1, window: 1h } }
+routes:
+  - name: r
+    match: /r/
+    auth: optional
+    limits:
+      - { name: address, key: address, rate: 5/1h }
+      - { name: token, key: token, rate: 3/1h }
+      - { name: watch, key: address, rate: 1/1h, shadow: true }
+`)
+	rr := Compile(cfg, nil).Route("r")
+	stores := map[string]func(t *testing.T, clock *fakeClock) ratelimit.Limiter{
+		"memory": func(t *testing.T, clock *fakeClock) ratelimit.Limiter {
+			return ratelimit.NewDenyCache(ratelimit.NewMemory(ratelimit.MemoryOptions{Now: clock.Now}), 100, clock.Now)
+		},
+	}
+	if !testing.Short() {
+		stores["redis"] = func(t *testing.T, _ *fakeClock) ratelimit.Limiter {
+			srv := redistest.Start(t)
+			rl := ratelimit.NewRedis(srv.Client(), ratelimit.RedisOptions{Timeout: time.Second})
+			t.Cleanup(func() { _ = rl.Close() })
+			return ratelimit.NewDenyCache(rl, 100, nil)
+		}
+	}
+	for name, store := range stores {
+		t.Run(name, func(t *testing.T) {
+			clock := newFakeClock()
+			e := newTestEnforcer(t, store(t, clock), clock)
+			ctx := context.Background()
+			owner := Request{Token: "tok-a", Addr: addr("192.0.2.1")}
+			var d Decision
+			for i := 0; i < 3; i++ { // the token's allowance, every request shed
+				e.Decide(ctx, rr, owner, &d)
+				if !d.Allowed {
+					t.Fatalf("request %d refused: %+v", i, d)
+				}
+				if err := e.Refund(ctx, rr, owner, &d); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if got := count(e, rr, owner, 4); got != 3 {
+				t.Errorf("after three refunded requests the token made %d of 4, want its whole allowance of 3", got)
+			}
+			// The address has 2 left of 5; the shadow limit refused the
+			// last three requests, so it was charged once.
+			anon := Request{Addr: addr("192.0.2.1")}
+			e.Decide(ctx, rr, anon, &d)
+			if !d.Allowed || d.Outcomes[1].Decision != DecisionShadowLimited {
+				t.Fatalf("anonymous request: %+v, want allowed with the shadow limit refusing", d)
+			}
+			if err := e.Refund(ctx, rr, anon, &d); err != nil {
+				t.Fatal(err)
+			}
+			e.Decide(ctx, rr, anon, &d)
+			if !d.Allowed || d.Outcomes[0].Result.Remaining != 1 || d.Outcomes[1].Decision != DecisionShadowLimited {
+				t.Errorf("after a refund: %+v, want the address at 1 left and the shadow limit still refusing", d)
+			}
+			// A second token from the address is demoted by the spray
+			// guard (max_tokens 1): it is charged, and refunded, on the
+			// address's shared bucket of excess tokens.
+			sprayed := Request{Token: "tok-b", Addr: addr("192.0.2.1")}
+			e.Decide(ctx, rr, sprayed, &d)
+			if !d.Allowed || !d.Demoted {
+				t.Fatalf("second token: %+v, want allowed and demoted", d)
+			}
+			if err := e.Refund(ctx, rr, sprayed, &d); err != nil {
+				t.Fatal(err)
+			}
+			if got := count(e, rr, sprayed, 5); got != 1 {
+				t.Errorf("demoted token after a refund: %d of 5 allowed, want the address's last 1", got)
+			}
+		})
+	}
+}
+
+// TestRefundFollowsTheFallback: a request the local fallback decided is
+// given back in process; one the store could not decide (open) charged
+// nothing and the refund does nothing.
+func TestRefundFollowsTheFallback(t *testing.T) {
+	for _, tc := range []struct {
+		mode string
+		want int // allowed of 3 after two refunded requests, against 2/1m (replicas 1)
+	}{
+		{config.StoreLocal, 2},
+		{config.StoreOpen, 3},
+	} {
+		t.Run(tc.mode, func(t *testing.T) {
+			cfg := mustLoad(t, fmt.Sprintf(`
+limiter: { on_store_error: %s }
+routes:
+  - name: r
+    match: /r/
+    limits: [ { key: address, rate: 2/1m } ]
+`, tc.mode))
+			e := newTestEnforcer(t, failing{}, newFakeClock())
+			rr := Compile(cfg, nil).Route("r")
+			req := Request{Addr: addr("198.51.100.3")}
+			var d Decision
+			for i := 0; i < 2; i++ {
+				e.Decide(context.Background(), rr, req, &d)
+				if err := e.Refund(context.Background(), rr, req, &d); err != nil {
+					t.Fatalf("refund: %v", err)
+				}
+			}
+			if got := count(e, rr, req, 3); got != tc.want {
+				t.Errorf("allowed %d of 3 after two refunded requests, want %d", got, tc.want)
+			}
+		})
+	}
 }

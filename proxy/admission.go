@@ -24,9 +24,10 @@ import (
 //   - admit, after the limits, validation and duplicate protection, right
 //     before the backend: the request takes a slot, waiting at most its
 //     class's wait, or is shed. A request refused by an earlier check never
-//     takes a slot. A request shed here has been charged its limits; the
-//     early gate keeps those few, because it learns each class's shed rate
-//     from them (docs/operations.md, "Overload").
+//     takes a slot. A request shed here was charged its limits, and is
+//     given the charge back before it is answered (refundLimits): either
+//     way a shed request costs its client nothing (docs/operations.md,
+//     "Overload").
 //
 // Either way the answer is 503 overloaded with Retry-After, and the
 // backend never sees the request.
@@ -137,7 +138,7 @@ func (g *Gateway) admit(st *requestState, r *http.Request, pl *plan) *apierror.E
 	if a.maxInFlight > 0 {
 		if a.inflight.Add(1) > a.maxInFlight {
 			a.inflight.Add(-1)
-			return g.shed(st, pl, c)
+			return g.shed(st, r, pl, c)
 		}
 		st.routeSlot = a
 	}
@@ -152,18 +153,37 @@ func (g *Gateway) admit(st *requestState, r *http.Request, pl *plan) *apierror.E
 			st.rw.status = StatusClientClosed // nothing to answer: the client is gone
 			return answered
 		}
-		return g.shed(st, pl, c)
+		return g.shed(st, r, pl, c)
 	}
 	st.slot = true
 	return nil
 }
 
 // shed refuses a request the backend has no room for. A claimed order
-// identifier is released: the order was never sent.
-func (g *Gateway) shed(st *requestState, pl *plan, c overload.Class) *apierror.Error {
+// identifier is released and the rate limits it was charged are given
+// back: the order was never sent, and a shed request costs its client
+// nothing.
+func (g *Gateway) shed(st *requestState, r *http.Request, pl *plan, c overload.Class) *apierror.Error {
 	st.route.admission.metrics[c].Shed()
 	g.settleUnsent(st)
+	g.refundLimits(st, r)
 	return pl.admission.errShed
+}
+
+// refundLimits gives back what st's request was charged against its
+// limits (for a bulk, its size against the target route's). It runs
+// before the answer goes out, so that the client's next request finds
+// nothing charged; a store that cannot be reached leaves the charge (the
+// Enforcer counts and logs that as a store failure).
+func (g *Gateway) refundLimits(st *requestState, r *http.Request) {
+	rt := st.charged
+	if rt == nil {
+		return
+	}
+	st.charged = nil
+	req := st.limitRequest()
+	req.Cost = st.cost
+	_ = g.limits.Refund(r.Context(), rt.limits, req, &st.decision)
 }
 
 // settleUnsent releases the identifier claims of an order exgate decided

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/exgate/exgate/config"
+	"github.com/exgate/exgate/internal/redistest"
+	"github.com/exgate/exgate/ratelimit"
 )
 
 // TestOverloadShedsByPriority fills a fixed limit of one slot with a
@@ -170,5 +172,109 @@ func TestShedOrderReleasesItsIdentifier(t *testing.T) {
 	res.Body.Close()
 	if res.StatusCode != http.StatusCreated || res.Header.Get("Idempotent-Replayed") != "" {
 		t.Fatalf("the retry of a shed order answered %d (replayed %q), want 201 placed", res.StatusCode, res.Header.Get("Idempotent-Replayed"))
+	}
+}
+
+// TestShedRequestsCostNothing: a client whose allowance is 3 requests
+// sends six while the backend is full; they wait for a slot and are shed
+// (or are shed on arrival once the queue sheds). Each was charged when its
+// limits allowed it, before its wait, and given the charge back when it
+// was shed: once the backend has room the client still makes its 3
+// requests, and the 4th is refused. On the memory store and on Redis.
+func TestShedRequestsCostNothing(t *testing.T) {
+	stores := map[string]func(t *testing.T) ratelimit.Limiter{
+		"memory": func(*testing.T) ratelimit.Limiter { return ratelimit.NewMemory(ratelimit.MemoryOptions{}) },
+	}
+	if !testing.Short() {
+		stores["redis"] = func(t *testing.T) ratelimit.Limiter {
+			rl := ratelimit.NewRedis(redistest.Start(t).Client(), ratelimit.RedisOptions{Timeout: time.Second})
+			t.Cleanup(func() { _ = rl.Close() })
+			return ratelimit.NewDenyCache(rl, 100, nil)
+		}
+	}
+	for name, store := range stores {
+		t.Run(name, func(t *testing.T) {
+			release := make(chan struct{})
+			free := sync.OnceFunc(func() { close(release) })
+			defer free() // on failure too, so that the held request ends
+			e := startLimited(t, store(t), func(c *config.Config) {
+				smallMatches(c)
+				c.Overload.FixedLimit = 1
+				c.Overload.MaxWait.MarketData = 20 * time.Millisecond
+			})
+			held := make(chan struct{})
+			e.backend.handler = func(w http.ResponseWriter, r *http.Request) {
+				if r.URL.Path == "/api/v1/mkt/currencies/" {
+					close(held)
+					<-release
+				}
+				w.WriteHeader(http.StatusOK)
+			}
+			done := make(chan struct{})
+			go func() { // holds the one slot until released
+				defer close(done)
+				res := do(t, "GET", e.url+"/api/v1/mkt/currencies/", nil)
+				res.Body.Close()
+			}()
+			<-held
+			for i := 0; i < 6; i++ {
+				res := do(t, "GET", e.url+"/api/v1/mth/matches/BTC_USDT/", nil)
+				assertError(t, res, http.StatusServiceUnavailable, "overloaded")
+			}
+			if got := e.gw.admission.Waiting(); got != 0 {
+				t.Fatalf("%d requests still wait after they were shed", got)
+			}
+			free()
+			<-done
+			for i := 0; i < 3; i++ {
+				res := do(t, "GET", e.url+"/api/v1/mth/matches/BTC_USDT/", nil)
+				res.Body.Close()
+				if res.StatusCode != http.StatusOK {
+					t.Fatalf("request %d after the shed ones: %d, want 200 (the shed requests must cost nothing)", i, res.StatusCode)
+				}
+			}
+			res := do(t, "GET", e.url+"/api/v1/mth/matches/BTC_USDT/", nil)
+			assertError(t, res, http.StatusTooManyRequests, "throttled")
+		})
+	}
+}
+
+// TestShedBulkIsRefundedItsSize: a bulk of orders is charged its size
+// against the order limits before it waits for a slot; shed, it is given
+// the whole size back.
+func TestShedBulkIsRefundedItsSize(t *testing.T) {
+	release, held := make(chan struct{}), make(chan struct{})
+	free := sync.OnceFunc(func() { close(release) })
+	defer free()
+	e := startOrdersConfig(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/api/v1/mkt/currencies/" {
+			close(held)
+			<-release
+			w.WriteHeader(http.StatusOK)
+			return
+		}
+		placedBulk(w, r)
+	}, nil, func(c *config.Config) {
+		c.Route("place_order").Limits[0].Rate = config.Rate{N: 10, Period: time.Hour}
+		c.Route("place_order").Limits[0].Burst = 10
+		c.Overload.FixedLimit = 1
+		c.Overload.MaxWait.Place = 20 * time.Millisecond
+	})
+	done := make(chan struct{})
+	go func() { // holds the one slot until released
+		defer close(done)
+		res := do(t, "GET", e.url+"/api/v1/mkt/currencies/", nil)
+		res.Body.Close()
+	}()
+	<-held
+	for i := 0; i < 2; i++ {
+		assertError(t, postBulk(t, e, bulkOf(4, "")), http.StatusServiceUnavailable, "overloaded")
+	}
+	free()
+	<-done
+	res := postBulk(t, e, bulkOf(10, ""))
+	res.Body.Close()
+	if res.StatusCode != 201 || remaining(t, res) != "0" {
+		t.Fatalf("bulk of the whole allowance after two shed bulks of 4: %d, remaining %s; want 201 and 0", res.StatusCode, remaining(t, res))
 	}
 }

@@ -261,6 +261,8 @@ type requestState struct {
 	order      orderState // validation and duplicate protection
 	limited    bool       // the route's limits were decided
 	decision   limiter.Decision
+	charged    *Route // the route whose limits charged the request (its own, or a bulk's target), once they allowed it
+	cost       int64  // what the request was charged in each of them
 	g          *Gateway
 	upStart    time.Time       // when the request went to the backend, or zero
 	upDone     bool            // the upstream duration was observed

@@ -42,6 +42,7 @@ func (g *Gateway) enforceLimits(st *requestState, r *http.Request, pl *plan, rt 
 	d.SetHeaders(st.rw.Header(), pl.rules.Headers())
 	switch {
 	case d.Allowed:
+		st.charged, st.cost = rt, cost
 		return nil
 	case d.Unavailable:
 		return errLimitsUnavailable

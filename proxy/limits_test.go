@@ -169,6 +169,10 @@ func (down) AllowAll(context.Context, *ratelimit.Request, *ratelimit.Answer) err
 	return errors.New("dial tcp: connection refused")
 }
 
+func (down) Refund(context.Context, *ratelimit.Request) error {
+	return errors.New("dial tcp: connection refused")
+}
+
 func TestStoreDownClosedIs503(t *testing.T) {
 	e := startLimited(t, down{}, func(c *config.Config) { c.Limiter.OnStoreError = config.StoreClosed })
 	res := do(t, "GET", e.url+"/api/v1/mkt/markets/", nil)

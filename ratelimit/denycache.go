@@ -112,6 +112,18 @@ func (d *DenyCache) AllowAll(ctx context.Context, q *Request, ans *Answer) error
 	return nil
 }
 
+// Refund implements Limiter: the store gives the charge back, and the
+// cache forgets the checks' keys, whose denials a refund may have made
+// untrue (a key denied while an earlier request of its client waited to
+// be refunded).
+func (d *DenyCache) Refund(ctx context.Context, q *Request) error {
+	err := d.next.Refund(ctx, q)
+	for i := range q.Checks {
+		d.entries.Remove(limitHash(maphash.String(d.seed, q.Checks[i].Key), q.Checks[i].Limit))
+	}
+	return err
+}
+
 // limitHash mixes a limit into the hash of a key, so that a key under one
 // limit and the same key under another are cached apart.
 func limitHash(h uint64, l Limit) uint64 {

@@ -29,6 +29,11 @@ func (c *counting) AllowAll(ctx context.Context, q *Request, ans *Answer) error 
 	return c.next.AllowAll(ctx, q, ans)
 }
 
+func (c *counting) Refund(ctx context.Context, q *Request) error {
+	c.calls.Add(1)
+	return c.next.Refund(ctx, q)
+}
+
 func TestDenyCacheAnswersWithoutTheStore(t *testing.T) {
 	clock := newFakeClock()
 	store := &counting{next: NewMemory(MemoryOptions{Now: clock.Now})}

@@ -101,6 +101,14 @@ type Limiter interface {
 	// (Request), and fills ans. An error means the store could not
 	// decide; ans is then meaningless.
 	AllowAll(ctx context.Context, q *Request, ans *Answer) error
+	// Refund gives back what an allowed request was charged: q.Cost in
+	// every check of q, as if that request had never been made (the
+	// caller lists only the checks that charged it: a check that applied
+	// and allowed). A key's TAT never moves back past now, so a refund
+	// never gives a key more than a full burst; a key that holds nothing
+	// is left alone. Guard, Shadow and Branch are ignored. An error
+	// means the store could not be reached, and the charge stands.
+	Refund(ctx context.Context, q *Request) error
 }
 
 // ErrStoreUnavailable is returned (wrapped) when the store is known to be

@@ -39,8 +39,16 @@ func (c *fakeClock) Advance(d time.Duration) {
 type impl struct {
 	name    string
 	allowN  func(key string, l Limit, n int64) (Result, error)
+	refund  func(key string, l Limit, n int64) error
 	advance func(time.Duration)
 	slack   time.Duration
+}
+
+// refunder returns an impl's refund of cost n on one key under l.
+func refunder(lim Limiter) func(string, Limit, int64) error {
+	return func(k string, l Limit, n int64) error {
+		return lim.Refund(context.Background(), &Request{Checks: []Check{{Key: k, Limit: l}}, Cost: n})
+	}
 }
 
 // impls returns every implementation the shared table runs against:
@@ -54,6 +62,7 @@ func impls(t *testing.T) []impl {
 	out = append(out, impl{
 		name:    "memory",
 		allowN:  func(k string, l Limit, n int64) (Result, error) { return mem.AllowN(context.Background(), k, l, n) },
+		refund:  refunder(mem),
 		advance: clock.Advance,
 	})
 	memCached := NewDenyCache(mem, 1000, clock.Now)
@@ -62,6 +71,7 @@ func impls(t *testing.T) []impl {
 		allowN: func(k string, l Limit, n int64) (Result, error) {
 			return memCached.AllowN(context.Background(), k, l, n)
 		},
+		refund:  refunder(memCached),
 		advance: clock.Advance,
 	})
 
@@ -77,20 +87,21 @@ func impls(t *testing.T) []impl {
 			return r.AllowN(context.Background(), k, l, n)
 		}
 	}
-	out = append(out, impl{name: "redis", allowN: redisAllow(rl), advance: sleep, slack: 60 * time.Millisecond})
+	out = append(out, impl{name: "redis", allowN: redisAllow(rl), refund: refunder(rl), advance: sleep, slack: 60 * time.Millisecond})
 	cached := NewDenyCache(rl, 1000, nil)
 	out = append(out, impl{
 		name: "redis+denycache",
 		allowN: func(k string, l Limit, n int64) (Result, error) {
 			return cached.AllowN(context.Background(), k, l, n)
 		},
+		refund:  refunder(cached),
 		advance: sleep, slack: 60 * time.Millisecond,
 	})
 
 	cl := redistest.StartCluster(t, 3)
 	crl := NewRedis(cl.Client(t), RedisOptions{Timeout: time.Second})
 	t.Cleanup(func() { _ = crl.Close() })
-	out = append(out, impl{name: "redis-cluster", allowN: redisAllow(crl), advance: sleep, slack: 60 * time.Millisecond})
+	out = append(out, impl{name: "redis-cluster", allowN: redisAllow(crl), refund: refunder(crl), advance: sleep, slack: 60 * time.Millisecond})
 	return out
 }
 
@@ -102,9 +113,11 @@ func approx(t *testing.T, what string, got, want, slack time.Duration) {
 	}
 }
 
-// step is one request of the shared table and what it must yield.
+// step is one request of the shared table and what it must yield, or a
+// refund of what an allowed request was charged.
 type step struct {
 	advance    time.Duration // time passing before the request
+	refund     int64         // > 0: the step gives back this cost instead of deciding
 	n          int64         // cost; 0 means 1
 	allowed    bool
 	remaining  int64
@@ -114,8 +127,10 @@ type step struct {
 
 // TestLimiterTable runs one table of behaviour against every
 // implementation: bursts, refill over time, remaining, retry-after, reset,
-// and redis_rate's edges (a burst of 0 denies everything, a cost above the
-// burst never passes).
+// redis_rate's edges (a burst of 0 denies everything, a cost above the
+// burst never passes), and refunds (a charge given back as if the request
+// had never been made, never past a full burst, a cached denial
+// forgotten).
 func TestLimiterTable(t *testing.T) {
 	// 5 per 2s: one request every 400ms, bursts of 5.
 	five := Limit{Rate: 5, Period: 2 * time.Second, Burst: 5}
@@ -176,6 +191,42 @@ func TestLimiterTable(t *testing.T) {
 		{"zero limit denies everything", Limit{}, []step{
 			{allowed: false, retryAfter: Never, resetAfter: -1},
 		}},
+		{"a refund gives back what was charged", five, []step{
+			{n: 5, allowed: true, remaining: 0, resetAfter: 2000 * ms},
+			{refund: 2},
+			{allowed: true, remaining: 1, resetAfter: 1600 * ms},
+			{allowed: true, remaining: 0, resetAfter: 2000 * ms},
+			{allowed: false, retryAfter: 400 * ms, resetAfter: 2000 * ms},
+		}},
+		{"a refund of a bulk gives back its cost", hourly, []step{
+			{n: 60, allowed: true, remaining: 40, resetAfter: 60 * time.Second},
+			{refund: 60},
+			{n: 100, allowed: true, remaining: 0, resetAfter: 100 * time.Second},
+			{allowed: false, retryAfter: time.Second, resetAfter: 100 * time.Second},
+		}},
+		{"a refund never gives more than a full burst", five, []step{
+			{allowed: true, remaining: 4, resetAfter: 400 * ms},
+			{refund: 3},
+			{n: 5, allowed: true, remaining: 0, resetAfter: 2000 * ms},
+			{allowed: false, retryAfter: 400 * ms, resetAfter: 2000 * ms},
+		}},
+		{"a refund after time passed", five, []step{
+			{n: 5, allowed: true, remaining: 0, resetAfter: 2000 * ms},
+			{advance: 800 * ms, allowed: true, remaining: 1, resetAfter: 1600 * ms},
+			{refund: 1},
+			{allowed: true, remaining: 1, resetAfter: 1600 * ms},
+		}},
+		{"a refund of a key that holds nothing changes nothing", five, []step{
+			{refund: 2},
+			{n: 5, allowed: true, remaining: 0, resetAfter: 2000 * ms},
+			{allowed: false, retryAfter: 400 * ms, resetAfter: 2000 * ms},
+		}},
+		{"a refund lifts a denial, cached or not", five, []step{
+			{n: 5, allowed: true, remaining: 0, resetAfter: 2000 * ms},
+			{allowed: false, retryAfter: 400 * ms, resetAfter: 2000 * ms},
+			{refund: 1},
+			{allowed: true, remaining: 0, resetAfter: 2000 * ms},
+		}},
 	}
 	for _, im := range impls(t) {
 		t.Run(im.name, func(t *testing.T) {
@@ -223,6 +274,12 @@ func runSteps(t *testing.T, im impl, key string, l Limit, steps []step, stalled 
 		if s.advance > 0 {
 			im.advance(s.advance)
 			waited += s.advance
+		}
+		if s.refund > 0 {
+			if err := im.refund(key, l, s.refund); err != nil {
+				t.Fatalf("step %d: refund: %v", i, err)
+			}
+			continue
 		}
 		n := s.n
 		if n == 0 {

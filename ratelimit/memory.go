@@ -137,6 +137,30 @@ func (m *Memory) AllowAll(_ context.Context, q *Request, ans *Answer) error {
 	return nil
 }
 
+// Refund implements Limiter. It never returns an error.
+func (m *Memory) Refund(_ context.Context, q *Request) error {
+	cost := q.cost()
+	now := m.now().UnixNano()
+	for i := range q.Checks {
+		c := &q.Checks[i]
+		if !c.Limit.valid(cost) {
+			continue // it charged nothing
+		}
+		h := maphash.String(m.seed, c.Key)
+		s := &m.shards[h&(memShards-1)]
+		s.mu.Lock()
+		if tat, ok := s.tats[h]; ok {
+			if tat -= mulSat(c.Limit.emission(), cost); tat > now {
+				s.tats[h] = tat
+			} else {
+				delete(s.tats, h) // back to a full burst
+			}
+		}
+		s.mu.Unlock()
+	}
+	return nil
+}
+
 // Len returns the number of keys kept.
 func (m *Memory) Len() int {
 	n := 0

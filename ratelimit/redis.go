@@ -197,6 +197,35 @@ func (r *Redis) allowAll(ctx context.Context, c *call, q *Request, ans *Answer) 
 	return nil
 }
 
+// Refund implements Limiter: q's checks go, as a refund (decideSrc's
+// mode 2, which moves each key's TAT back by the cost and deletes a key
+// back at a full burst), into the next round trip, and Refund waits for
+// it so that the caller's next request finds nothing charged. Leased
+// requests are given back in Redis too: the lease's tokens were counted
+// there when they were taken.
+func (r *Redis) Refund(ctx context.Context, q *Request) error {
+	if len(q.Checks) == 0 {
+		return nil
+	}
+	if r.now().UnixNano() < r.downUntil.Load() {
+		return ErrStoreUnavailable
+	}
+	c := r.calls.Get().(*call)
+	c.own = Request{Checks: q.Checks, Cost: q.Cost} // no guard: nothing to admit
+	c.ownAns.Results = c.ownRes[:0]
+	c.ownAns.reset(len(q.Checks))
+	c.q, c.ans, c.err, c.refund = &c.own, &c.ownAns, nil, true
+	c.guarded, c.phase, c.parts, c.failed, c.charged = false, false, 0, false, 0
+	r.submit(ctx, c)
+	err := c.err
+	c.q, c.ans, c.err, c.refund, c.own = nil, nil, nil, false, Request{}
+	r.calls.Put(c)
+	if err != nil {
+		return fmt.Errorf("ratelimit: redis refund: %w", err)
+	}
+	return nil
+}
+
 // leasable reports whether q may be answered from, or grouped for, a
 // hot key's lease: one request of cost 1 on one limit, without a guard.
 func leasable(q *Request) (leaseKey, bool) {
