@@ -5,7 +5,9 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -28,6 +30,10 @@ type poolBackend struct {
 	inflight atomic.Int64 // requests the backend holds, queued or served
 	peak     atomic.Int64 // the most it held at once since reset
 	served   atomic.Int64
+	// queued and held are the times, summed over the requests served,
+	// that each waited for a worker and then held it: serviceTime plus
+	// however late the machine woke the worker up.
+	queued, held atomic.Int64
 
 	mu           sync.Mutex
 	cancelQueued []time.Duration // by cancel: its wait for a worker
@@ -58,7 +64,10 @@ func startPoolBackend(t *testing.T) *poolBackend {
 			b.cancelQueued = append(b.cancelQueued, time.Since(arrived))
 			b.mu.Unlock()
 		}
+		acquired := time.Now()
+		b.queued.Add(int64(acquired.Sub(arrived)))
 		time.Sleep(serviceTime)
+		b.held.Add(int64(time.Since(acquired)))
 		<-b.workers
 		b.inflight.Add(-1)
 		b.served.Add(1)
@@ -68,6 +77,67 @@ func startPoolBackend(t *testing.T) *poolBackend {
 	t.Cleanup(srv.Close)
 	b.url = srv.URL
 	return b
+}
+
+// backendShare is what the backend did over a phase of the overload
+// test, and what exgate saw of it.
+type backendShare struct {
+	served int64
+	// queued and held are the backend's means: the wait for a worker,
+	// and the worker's hold (serviceTime and its late wake-up).
+	queued, held time.Duration
+	// upstream is exgate's mean upstream duration: what its limit reads.
+	upstream time.Duration
+}
+
+// share returns the backend's figures from what the counters were at
+// (served0, queued0, held0) and exgate's upstream duration count and sum
+// were at (up0, upSum0).
+func (b *poolBackend) share(t *testing.T, g *gateway, served0, queued0, held0 int64, up0, upSum0 float64) backendShare {
+	n := b.served.Load() - served0
+	up := g.metric(t, "exgate_upstream_duration_seconds_count") - up0
+	upSum := g.metric(t, "exgate_upstream_duration_seconds_sum") - upSum0
+	d := time.Duration(max(n, 1))
+	return backendShare{
+		served:   n,
+		queued:   time.Duration(b.queued.Load()-queued0) / d,
+		held:     time.Duration(b.held.Load()-held0) / d,
+		upstream: time.Duration(upSum / max(up, 1) * float64(time.Second)),
+	}
+}
+
+// machine is the latency the machine added to what exgate's limit
+// reads: exgate's mean upstream duration less the backend's own queue
+// and nominal service. On an idle two-core machine it is about a
+// millisecond (loopback HTTP).
+func (s backendShare) machine() time.Duration { return s.upstream - s.queued - serviceTime }
+
+func (s backendShare) String() string {
+	return fmt.Sprintf("%d served, a worker waited for %v and held %v on average, exgate's upstream mean %v (%v beyond the backend's queue and service)",
+		s.served, s.queued.Round(100*time.Microsecond), s.held.Round(100*time.Microsecond), s.upstream.Round(100*time.Microsecond), s.machine().Round(100*time.Microsecond))
+}
+
+// starvedSlowdown is how much slower than serviceTime a busy machine may
+// make the backend look to exgate before the overload test gives up
+// measuring. The test's limit tolerates the backend answering 25%
+// slower than unloaded: past that a machine too busy to run the backend
+// and the two processes' HTTP on time reads to exgate exactly as an
+// overloaded backend does, the limit rightly shrinks, and the surge's
+// figures measure the machine, not the limit.
+const starvedSlowdown = 1.25
+
+// skipIfStarved skips the test, with the figures, when over the phase
+// the backend's workers held its requests, or the machine added to
+// exgate's upstream durations, more than starvedSlowdown allows.
+func skipIfStarved(t *testing.T, phase string, s backendShare) {
+	t.Helper()
+	over := time.Duration((starvedSlowdown - 1) * float64(serviceTime))
+	if s.held <= serviceTime+over && s.machine() <= over {
+		return
+	}
+	load, _ := os.ReadFile("/proc/loadavg")
+	t.Skipf("the machine is too busy to measure the limit: %s, for a %v service the backend's %s: more than %v beyond the service; load average %s",
+		phase, serviceTime, s, over, strings.TrimSpace(string(load)))
 }
 
 // overloadClass is one kind of request of the load mix.
@@ -173,7 +243,10 @@ func drive(t *testing.T, client *http.Client, base string, rps int, d time.Durat
 // exgate sheds, the backend holds at most 2× its workers and serves at
 // least 90% of its capacity; no cancel is shed and their p99 stays within
 // 2× the unloaded one; market data is shed before placements; and once
-// the surge ends nothing is shed.
+// the surge ends nothing is shed. The capacity is the one the machine let
+// the backend have, measured in the run: on a machine so busy that the
+// backend's workers run over 25% slow (skipIfStarved), the test is
+// skipped with the figures, since no limit can tell that from overload.
 func TestOverloadShedsMarketDataBeforeCancels(t *testing.T) {
 	be := startPoolBackend(t)
 	g := startGateway(t, fmt.Sprintf(`listen: "127.0.0.1:0"
@@ -197,6 +270,8 @@ routes:
 	// Unloaded: cancels and market data at a tenth of the capacity.
 	calm := drive(t, client, g.url, int(capacityRPS/10), 3*time.Second, overloadMix)
 	unloadedP99 := calm["cancel"].p99()
+	calmShare := be.share(t, g, 0, 0, 0, 0, 0)
+	skipIfStarved(t, "unloaded", calmShare)
 	for name, c := range calm {
 		if c.shed != 0 || len(c.other) != 0 {
 			t.Fatalf("unloaded: %s shed %d, other answers %v", name, c.shed, c.other)
@@ -224,7 +299,8 @@ routes:
 	}
 	waitedBefore, within5Before := slotWaits()
 	be.peak.Store(be.inflight.Load())
-	servedBefore := be.served.Load()
+	servedBefore, queuedBefore, heldBefore := be.served.Load(), be.queued.Load(), be.held.Load()
+	upBefore, upSumBefore := g.metric(t, "exgate_upstream_duration_seconds_count"), g.metric(t, "exgate_upstream_duration_seconds_sum")
 	const surge = 8 * time.Second
 	start := time.Now()
 	loud := drive(t, client, g.url, int(10*capacityRPS), surge, overloadMix)
@@ -233,6 +309,8 @@ routes:
 	after250, _ := cancelsWithin("0.25")
 	after1s, _ := cancelsWithin("1")
 	goodput := float64(be.served.Load()-servedBefore) / elapsed.Seconds()
+	surgeShare := be.share(t, g, servedBefore, queuedBefore, heldBefore, upBefore, upSumBefore)
+	limitAfter := g.metric(t, "exgate_overload_limit")
 	backendQueued := be.takeCancelQueued()
 	waitedAfter, within5After := slotWaits()
 	peak := be.peak.Load()
@@ -256,14 +334,24 @@ routes:
 		waitedAfter-waitedBefore, loud["cancel"].sent, (waitedAfter-waitedBefore)-(within5After-within5Before),
 		quantile(backendQueued, 50), quantile(backendQueued, 90), quantile(backendQueued, 99))
 
+	// What the machine let the backend do: its workers' mean hold is
+	// serviceTime on an idle machine and grows with how late a starved
+	// process wakes them, and its capacity shrinks in proportion.
+	capacity := float64(overloadWorkers) / surgeShare.held.Seconds()
+	t.Logf("backend unloaded: %s", calmShare)
+	t.Logf("backend during the surge: %s; a capacity of %.0f/s; exgate's limit %v after the surge", surgeShare, capacity, limitAfter)
+
+	// Whatever the machine, the limit keeps the backend's queue short.
 	if peak > 2*overloadWorkers {
 		t.Errorf("the backend held %d requests at once, want at most 2× its %d workers", peak, overloadWorkers)
 	}
+	skipIfStarved(t, "during the surge", surgeShare)
 	// The target is 90% of the capacity (178-193/s measured with the load
 	// average at 6-15 on two cores); the bound allows for a machine shared
-	// with builds.
-	if goodput < 0.85*capacityRPS {
-		t.Errorf("goodput %.0f/s during the surge, want at least 85%% of the capacity %.0f/s", goodput, capacityRPS)
+	// with builds. The capacity is the one measured in the run, at most
+	// 25% under the nominal one (skipIfStarved).
+	if goodput < 0.85*capacity {
+		t.Errorf("goodput %.0f/s during the surge, want at least 85%% of the backend's capacity %.0f/s (%.0f/s nominal)", goodput, capacity, capacityRPS)
 	}
 	if c := loud["cancel"]; c.shed != 0 || len(c.other) != 0 {
 		t.Errorf("cancels: %d shed, other answers %v; want every cancel served", c.shed, c.other)
