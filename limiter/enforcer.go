@@ -57,7 +57,9 @@ type Decision struct {
 	// makes it false.
 	Allowed bool
 	// Unavailable reports that the store failed on a route whose
-	// on_store_error is "closed": answer 503.
+	// on_store_error is "closed", or on one whose on_store_error is
+	// "local" for a request costing more than this replica's share of a
+	// limit's burst but not more than the burst: answer 503.
 	Unavailable bool
 	// RetryAfter is how long the client should wait when !Allowed; 0
 	// when no wait helps (Unavailable, ExceedsBurst).
