@@ -245,8 +245,9 @@ func drive(t *testing.T, client *http.Client, base string, rps int, d time.Durat
 // 2× the unloaded one; market data is shed before placements; and once
 // the surge ends nothing is shed. The capacity is the one the machine let
 // the backend have, measured in the run: on a machine so busy that the
-// backend's workers run over 25% slow (skipIfStarved), the test is
-// skipped with the figures, since no limit can tell that from overload.
+// backend, unqueued, looks over 25% slower to exgate than its service
+// (skipIfStarved), the test is skipped with the figures, since no limit
+// can tell that from overload.
 func TestOverloadShedsMarketDataBeforeCancels(t *testing.T) {
 	be := startPoolBackend(t)
 	g := startGateway(t, fmt.Sprintf(`listen: "127.0.0.1:0"
