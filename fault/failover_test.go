@@ -52,6 +52,14 @@ const (
 	// answers as the test's clients saw them, scheduling included.
 	answerBound = time.Second
 	clientBound = 3 * time.Second
+	// backendShareBound is the backend's share of answerBound: a request
+	// exgate took longer than answerBound over is held against exgate
+	// unless the backend (the reference backend behind the counting
+	// proxy, in the test's process) took longer than this over it, as it
+	// does when a loaded machine stalls the test's process. Counted from
+	// the two histograms, so that requests over answerBound may number at
+	// most those the backend was slow on.
+	backendShareBound = 500 * time.Millisecond
 	// failoverLimit is the per-address limit of the two hammered routes.
 	failoverLimit = 20
 	// readyInterval is how long /readyz reuses a check's answer.
@@ -182,8 +190,11 @@ type failoverRun struct {
 	// slow is how many requests exgate took longer than answerBound (and
 	// 250ms) over, of all it served, by its request duration histogram.
 	slow, slow250, served float64
-	latencies             []timed
-	mu                    sync.Mutex
+	// slowBackend is how many requests the backend took longer than
+	// backendShareBound over, by exgate's upstream duration histogram.
+	slowBackend float64
+	latencies   []timed
+	mu          sync.Mutex
 }
 
 // timed is one answer's latency, when it came and what it was.
@@ -330,11 +341,16 @@ func failOver(t *testing.T, gws []*gateway, cb *countingBackend, token string, f
 	stop()
 	wg.Wait()
 	for _, g := range gws {
-		run.fallback += g.metric(t, "exgate_ratelimit_fallback_total")
-		n := g.metric(t, "exgate_request_duration_seconds_count")
+		// One scrape: requests exgate is still finishing (their clients
+		// gone with the load) must not move a count between its reads.
+		m := g.scrape(t)
+		run.fallback += sumMetric(m, "exgate_ratelimit_fallback_total")
+		n := sumMetric(m, "exgate_request_duration_seconds_count")
 		run.served += n
-		run.slow += n - g.metric(t, "exgate_request_duration_seconds_bucket", fmt.Sprintf(`le="%g"`, answerBound.Seconds()))
-		run.slow250 += n - g.metric(t, "exgate_request_duration_seconds_bucket", `le="0.25"`)
+		run.slow += n - sumMetric(m, "exgate_request_duration_seconds_bucket", fmt.Sprintf(`le="%g"`, answerBound.Seconds()))
+		run.slow250 += n - sumMetric(m, "exgate_request_duration_seconds_bucket", `le="0.25"`)
+		run.slowBackend += sumMetric(m, "exgate_upstream_duration_seconds_count") -
+			sumMetric(m, "exgate_upstream_duration_seconds_bucket", fmt.Sprintf(`le="%g"`, backendShareBound.Seconds()))
 	}
 	cb.mu.Lock()
 	run.placed = maps(cb.placed)
@@ -449,9 +465,10 @@ func (r *failoverRun) check(t *testing.T) {
 	t.Logf("%d answers: p50 %v, p99 %v, slowest %v: %s, %v after the announcement (store deadline %v)", n,
 		r.latencies[n/2].d.Round(time.Microsecond), r.latencies[n*99/100].d.Round(time.Microsecond),
 		slowest.d.Round(time.Microsecond), slowest.what, slowest.at.Sub(r.announced).Round(time.Millisecond), failoverStoreTimeout)
-	t.Logf("exgate's own durations: %v of %v requests over 250ms, %v over %v", r.slow250, r.served, r.slow, answerBound)
-	if r.slow > 0 {
-		t.Errorf("exgate took longer than %v over %v requests during the failover (store deadline %v plus the fallback)", answerBound, r.slow, failoverStoreTimeout)
+	t.Logf("exgate's own durations: %v of %v requests over 250ms, %v over %v; the backend took over %v on %v", r.slow250, r.served, r.slow, answerBound, backendShareBound, r.slowBackend)
+	if r.slow > r.slowBackend {
+		t.Errorf("exgate took longer than %v over %v requests during the failover, and the backend over %v on only %v requests (store deadline %v plus the fallback)",
+			answerBound, r.slow, backendShareBound, r.slowBackend, failoverStoreTimeout)
 	}
 	if slowest.d > clientBound {
 		t.Errorf("slowest answer during the failover took %v, want at most %v", slowest.d, clientBound)

@@ -275,13 +275,20 @@ func newClient(t *testing.T, conns int) *http.Client {
 // written as name="value").
 func (g *gateway) metric(t *testing.T, name string, labels ...string) float64 {
 	t.Helper()
+	return sumMetric(g.scrape(t), name, labels...)
+}
+
+// scrape returns the gateway's /metrics text: one scrape, for figures
+// that must be read at one instant (a histogram's count and buckets).
+func (g *gateway) scrape(t *testing.T) string {
+	t.Helper()
 	res, err := noKeepAlive().Get(g.admin + "/metrics")
 	if err != nil {
 		t.Fatalf("scrape: %v", err)
 	}
 	defer res.Body.Close()
 	b, _ := io.ReadAll(res.Body)
-	return sumMetric(string(b), name, labels...)
+	return string(b)
 }
 
 // sumMetric sums the samples of name in a Prometheus text exposition
