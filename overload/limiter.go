@@ -308,13 +308,15 @@ func (l *Limiter) take() {
 }
 
 // Release gives back a slot taken by Acquire. rtt is the backend's round
-// trip; sample says whether it measures the backend (false for a request
-// that never reached it, or whose client went away).
-func (l *Limiter) Release(rtt time.Duration, sample bool) {
+// trip and done the time it ended, on the clock of Options.Now (the caller
+// has read it already; reading it again here would be most of Release's
+// cost); sample says whether rtt measures the backend (false for a request
+// that never reached it, or whose client went away; done is then unused).
+func (l *Limiter) Release(done time.Time, rtt time.Duration, sample bool) {
 	l.mu.Lock()
 	l.inflight--
 	if sample {
-		l.observe(rtt)
+		l.observe(done, rtt)
 	}
 	l.grant()
 	l.inflightNow.Store(int64(l.inflight))
@@ -346,9 +348,9 @@ func (l *Limiter) grant() {
 	l.waitingNow.Store(int64(l.waiting))
 }
 
-// observe adds one round trip to the window and closes the window when it
-// is due; l.mu is held.
-func (l *Limiter) observe(rtt time.Duration) {
+// observe adds one round trip, ended at now, to the window and closes the
+// window when it is due; l.mu is held.
+func (l *Limiter) observe(now time.Time, rtt time.Duration) {
 	if l.o.Fixed > 0 {
 		return
 	}
@@ -361,7 +363,6 @@ func (l *Limiter) observe(rtt time.Duration) {
 	if l.winN < l.o.MinSamples {
 		return
 	}
-	now := l.now()
 	if now.Sub(l.winStart) < l.o.Window {
 		return
 	}

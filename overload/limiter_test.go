@@ -31,7 +31,7 @@ func TestFixedLimitShedsPastItWithoutWait(t *testing.T) {
 	if ok, _ := l.Acquire(ctx, MarketData); ok {
 		t.Fatal("third acquire admitted over a fixed limit of 2 with no wait")
 	}
-	l.Release(time.Millisecond, true)
+	l.Release(time.Now(), time.Millisecond, true)
 	if ok, _ := l.Acquire(ctx, MarketData); !ok {
 		t.Fatal("acquire refused after a release")
 	}
@@ -63,7 +63,7 @@ func TestFreedSlotGoesToMostImportantWaiter(t *testing.T) {
 			defer wg.Done()
 			if ok, _ := l.Acquire(ctx, c); ok {
 				order <- c
-				l.Release(time.Millisecond, true)
+				l.Release(time.Now(), time.Millisecond, true)
 			}
 		}(c)
 		for l.Waiting() != int(NumClasses-c) {
@@ -73,8 +73,8 @@ func TestFreedSlotGoesToMostImportantWaiter(t *testing.T) {
 			break
 		}
 	}
-	l.Release(time.Millisecond, true)
-	l.Release(time.Millisecond, true)
+	l.Release(time.Now(), time.Millisecond, true)
+	l.Release(time.Now(), time.Millisecond, true)
 	wg.Wait()
 	close(order)
 	want := Class(0)
@@ -123,7 +123,7 @@ func TestWaitIsBoundedByClass(t *testing.T) {
 	for l.Waiting() != 1 {
 		time.Sleep(time.Millisecond)
 	}
-	l.Release(time.Millisecond, true)
+	l.Release(time.Now(), time.Millisecond, true)
 	if !<-done {
 		t.Fatal("cancel shed while a slot was freed")
 	}
@@ -165,8 +165,8 @@ func TestCancelsGoOverTheLimitByTheHeadroom(t *testing.T) {
 	for l.Waiting() != 2 {
 		time.Sleep(time.Millisecond)
 	}
-	l.Release(time.Millisecond, true) // 17 in flight: over the limit, within the headroom
-	if !<-cancel {                    // 18 again
+	l.Release(time.Now(), time.Millisecond, true) // 17 in flight: over the limit, within the headroom
+	if !<-cancel {                                // 18 again
 		t.Fatal("the waiting cancel was shed")
 	}
 	select {
@@ -175,7 +175,7 @@ func TestCancelsGoOverTheLimitByTheHeadroom(t *testing.T) {
 	case <-time.After(20 * time.Millisecond):
 	}
 	for i := 0; i < 3; i++ { // down to 15: room under the limit
-		l.Release(time.Millisecond, true)
+		l.Release(time.Now(), time.Millisecond, true)
 	}
 	if !<-place {
 		t.Fatal("the waiting placement was shed after a slot under the limit freed")
@@ -205,7 +205,7 @@ func run(l *Limiter, clk *fakeClock, windows int, latency func(n int) time.Durat
 			if i == n-1 {
 				clk.Add(100 * time.Millisecond)
 			}
-			l.Release(latency(n), true)
+			l.Release(clk.Now(), latency(n), true)
 		}
 	}
 }
@@ -279,11 +279,15 @@ func BenchmarkAcquireRelease(b *testing.B) {
 	ctx := context.Background()
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
+		// The caller has read the clock for the round trip; a request
+		// every microsecond closes a window as real traffic would.
+		done := time.Now()
 		for pb.Next() {
 			if ok, _ := l.Acquire(ctx, Place); !ok {
 				b.Fatal("refused")
 			}
-			l.Release(time.Millisecond, true)
+			done = done.Add(time.Microsecond)
+			l.Release(done, time.Millisecond, true)
 		}
 	})
 }
@@ -322,7 +326,7 @@ func TestAdmitShedsBeforeTheQueueOnceTheQueueSheds(t *testing.T) {
 	if got := count(Cancel); got != 1000 {
 		t.Errorf("Admit let %d of 1000 cancels through, want all", got)
 	}
-	l.Release(time.Millisecond, true) // room again
+	l.Release(time.Now(), time.Millisecond, true) // room again
 	if got := count(MarketData); got != 1000 {
 		t.Errorf("Admit with room again let %d of 1000 through, want all", got)
 	}

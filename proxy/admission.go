@@ -213,7 +213,7 @@ func (g *Gateway) releaseSlot(st *requestState) {
 	st.slot = false
 	sample := st.upDone && st.clientCx.Err() == nil &&
 		(st.upStatus != 0 || metrics.IsTimeout(st.upErr))
-	g.admission.Release(st.upDur, sample)
+	g.admission.Release(st.upEnd, st.upDur, sample)
 }
 
 func (g *Gateway) releaseRouteSlot(st *requestState) {

@@ -266,6 +266,7 @@ type requestState struct {
 	g          *Gateway
 	upStart    time.Time       // when the request went to the backend, or zero
 	upDone     bool            // the upstream duration was observed
+	upEnd      time.Time       // when the backend answered with headers, or failed
 	upDur      time.Duration   // how long the backend took to answer with headers, or to fail
 	upStatus   int             // the backend's status, or 0
 	body       *streamBody     // the request body as it streams, when it has one and is not an order
@@ -389,7 +390,8 @@ func (g *Gateway) observeUpstream(st *requestState) {
 		return
 	}
 	st.upDone = true
-	st.upDur = g.now().Sub(st.upStart)
+	st.upEnd = g.now()
+	st.upDur = st.upEnd.Sub(st.upStart)
 	st.route.metrics.ObserveUpstream(st.upDur)
 }
 
