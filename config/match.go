@@ -94,7 +94,7 @@ func CheckPattern(p string) error {
 				}
 				name = rest
 			}
-			if !ok || !isParamName(name) {
+			if !ok || !isName(name) {
 				return fmt.Errorf("path %q: parameter %q must be a whole segment {name} (or a last {name...}) of a-z, 0-9 and _", p, seg)
 			}
 			if params[name] {
@@ -110,19 +110,6 @@ func CheckPattern(p string) error {
 		}
 	}
 	return nil
-}
-
-func isParamName(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_') {
-			return false
-		}
-	}
-	return true
 }
 
 // IsPathChar reports whether c may stand unescaped in a canonical path

@@ -8,7 +8,8 @@ import (
 // Names a configuration gives (routes, tiers, limits, environment
 // variables), and the suggestion offered for a misspelt key or value.
 
-// isName reports whether s matches [a-z0-9_]+ (route and tier names).
+// isName reports whether s matches [a-z0-9_]+ (route, tier and path
+// parameter names).
 func isName(s string) bool {
 	if s == "" {
 		return false
