@@ -1,7 +1,6 @@
 package identity
 
 import (
-	"hash/maphash"
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
@@ -39,14 +38,11 @@ import (
 // refusedTTL is the longest a refusal is answered from the cache.
 const refusedTTL = time.Minute
 
-// refusedCache maps tokens, by a 64-bit maphash under a random seed, to
-// their refusals; a second hash under another seed is kept in the entry
-// and compared, so that two tokens are taken for one with probability
-// 2^-128 and no client can choose a collision. Tokens themselves are
-// never stored.
+// refusedCache maps tokens, by their hashes (tokenHashes; never the
+// tokens themselves), to their refusals.
 type refusedCache struct {
-	seeds [2]maphash.Seed
-	m     *expiring.Map[refusal]
+	hashes tokenHashes
+	m      *expiring.Map[refusal]
 }
 
 // refusal is a cached refusal.
@@ -57,20 +53,22 @@ type refusal struct {
 }
 
 func newRefusedCache(size int) *refusedCache {
-	return &refusedCache{seeds: [2]maphash.Seed{maphash.MakeSeed(), maphash.MakeSeed()}, m: expiring.New[refusal](size)}
+	return &refusedCache{hashes: newTokenHashes(), m: expiring.New[refusal](size)}
 }
 
 func (c *refusedCache) get(token string, now int64) (refusal, bool) {
-	r, _, ok := c.m.Get(maphash.String(c.seeds[0], token), now)
-	if !ok || r.check != maphash.String(c.seeds[1], token) {
+	key, check := c.hashes.of(token)
+	r, _, ok := c.m.Get(key, now)
+	if !ok || r.check != check {
 		return refusal{}, false
 	}
 	return r, true
 }
 
 func (c *refusedCache) put(token string, r refusal, until, now int64) {
-	r.check = maphash.String(c.seeds[1], token)
-	c.m.Put(maphash.String(c.seeds[0], token), r, until, now)
+	key, check := c.hashes.of(token)
+	r.check = check
+	c.m.Put(key, r, until, now)
 }
 
 // keyDependent reports whether a refusal depends on the keys in force.

@@ -1,8 +1,8 @@
 // Package expiring is a bounded, sharded map from 64-bit hashes to values
 // that expire. It backs the rate limiter's deny cache, the token-spray
-// guard's cache of answers and identity's cache of refused tokens: each
-// remembers a decision until an instant and must stay bounded whatever
-// clients send.
+// guard's cache of answers and identity's caches of verified and refused
+// tokens: each remembers a decision until an instant and must stay bounded
+// whatever clients send.
 package expiring
 
 import (
