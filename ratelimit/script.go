@@ -38,6 +38,14 @@ const decideSrc = `
 local t = redis.call("TIME")
 local now = (t[1] - 1483228800) + (t[2] / 1000000)
 local tats, charge, dirty, changed, nd = {}, {}, {}, {}, 0
+local function set(k, tat)
+  tats[k] = tat
+  if not dirty[k] then
+    dirty[k] = true
+    nd = nd + 1
+    changed[nd] = k
+  end
+end
 local out, n, a = {}, 0, 2
 for _ = 1, tonumber(ARGV[1]) do
   local cost, nchecks, guard = tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
@@ -74,13 +82,7 @@ for _ = 1, tonumber(ARGV[1]) do
     end
     if cost < 0 then
       if tat > now then
-        tat = tat + cost * e
-        tats[k] = tat
-        if not dirty[k] then
-          dirty[k] = true
-          nd = nd + 1
-          changed[nd] = k
-        end
+        set(k, tat + cost * e)
       end
       out[n + 1] = 0
       n = n + 1
@@ -114,13 +116,7 @@ for _ = 1, tonumber(ARGV[1]) do
   end
   if out[head] == 1 then
     for i = 1, nc, 2 do
-      local k = charge[i]
-      tats[k] = charge[i + 1]
-      if not dirty[k] then
-        dirty[k] = true
-        nd = nd + 1
-        changed[nd] = k
-      end
+      set(charge[i], charge[i + 1])
     end
   end
 end
