@@ -287,6 +287,7 @@ func (g *Gateway) rewrite(pr *httputil.ProxyRequest) {
 	out.URL.RawPath = ""
 	out.Host = ""
 	closeAfterHead(out)
+	dropUpgrade(out)
 	keepInMemoryBody(pr)
 	dropRequestTrailers(out)
 	// What httputil.ProxyRequest.SetXForwarded sets, from the
@@ -329,10 +330,13 @@ var (
 	forwardedHTTPS = []string{"https"}
 )
 
-// modifyResponse refuses a response that names another request's id,
-// records the response of a claimed order and adds the request id to
-// backend responses that lack one.
+// modifyResponse refuses a response that switches protocols or names
+// another request's id, records the response of a claimed order and adds
+// the request id to backend responses that lack one.
 func (g *Gateway) modifyResponse(res *http.Response) error {
+	if err := checkNoSwitch(res); err != nil {
+		return err
+	}
 	if g.checkIDs {
 		if err := checkResponseID(res); err != nil {
 			return err // before anything is recorded: the answer is not this request's
