@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log"
@@ -15,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -80,7 +82,7 @@ func failoverConfig(upstream string, redisKeys ...string) string {
 	for _, k := range redisKeys {
 		fmt.Fprintf(&r, "    %s\n", k)
 	}
-	return configHeader(upstream) + fmt.Sprintf(`client_ip:
+	return configHeaderAccessLog(upstream) + fmt.Sprintf(`client_ip:
   trusted_proxies: ["127.0.0.1"]
 limiter:
   backend: redis
@@ -120,12 +122,46 @@ routes:
 
 // countingBackend is the reference backend behind a proxy that counts,
 // per order identifier, the orders the backend placed (2xx answers to
-// POST /api/v1/odr/orders/).
+// POST /api/v1/odr/orders/), and records, per X-Request-ID, what became of
+// every request exgate forwarded: the backend's view of a request whose
+// client saw no answer.
 type countingBackend struct {
 	url    string
 	mu     sync.Mutex
 	placed map[string]int
-	times  []time.Time // of each placement
+	times  []time.Time             // of each placement
+	seen   map[string]*backendSeen // by X-Request-ID
+	errLog lockedBuffer            // the proxy's server's own log (broken connections, …)
+}
+
+// backendSeen is what the backend did with one request.
+type backendSeen struct {
+	at         time.Time // when it arrived
+	identifier string    // an order's identifier, or ""
+	status     int       // the reference backend's status, or 0
+	err        string    // why no answer came from the reference backend, if none did
+	done       bool      // the answer was written out in full
+}
+
+func (s *backendSeen) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "received at %s", s.at.Format("15:04:05.000000"))
+	if s.identifier != "" {
+		fmt.Fprintf(&b, ", order %s", s.identifier)
+	}
+	if s.status != 0 {
+		fmt.Fprintf(&b, ", answered %d", s.status)
+		if s.identifier != "" && s.status/100 == 2 {
+			b.WriteString(" (placed)")
+		}
+	}
+	if s.err != "" {
+		fmt.Fprintf(&b, ", failed: %s", s.err)
+	}
+	if !s.done {
+		b.WriteString(", its answer not written out in full")
+	}
+	return b.String()
 }
 
 func startCountingBackend(t *testing.T) *countingBackend {
@@ -133,18 +169,30 @@ func startCountingBackend(t *testing.T) *countingBackend {
 	be := startBackend(t)
 	u, _ := url.Parse(be.url)
 	rp := httputil.NewSingleHostReverseProxy(u)
-	rp.ErrorLog = log.New(io.Discard, "", 0)
-	cb := &countingBackend{placed: map[string]int{}}
+	cb := &countingBackend{placed: map[string]int{}, seen: map[string]*backendSeen{}}
+	rp.ErrorLog = log.New(&cb.errLog, "reverseproxy: ", log.Lmicroseconds)
 	rp.ModifyResponse = func(res *http.Response) error {
+		cb.mu.Lock()
+		defer cb.mu.Unlock()
+		if s := cb.seen[res.Request.Header.Get("X-Request-Id")]; s != nil {
+			s.status = res.StatusCode
+		}
 		if id := res.Request.Header.Get("X-Test-Identifier"); id != "" && res.StatusCode/100 == 2 {
-			cb.mu.Lock()
 			cb.placed[id]++
 			cb.times = append(cb.times, time.Now())
-			cb.mu.Unlock()
 		}
 		return nil
 	}
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	rp.ErrorHandler = func(w http.ResponseWriter, r *http.Request, err error) {
+		cb.mu.Lock()
+		if s := cb.seen[r.Header.Get("X-Request-Id")]; s != nil {
+			s.err = err.Error()
+		}
+		cb.mu.Unlock()
+		w.WriteHeader(http.StatusBadGateway)
+	}
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		seen := &backendSeen{at: time.Now()}
 		if r.Method == http.MethodPost && r.URL.Path == "/api/v1/odr/orders/" {
 			b, _ := io.ReadAll(r.Body)
 			var o struct {
@@ -153,12 +201,39 @@ func startCountingBackend(t *testing.T) *countingBackend {
 			_ = json.Unmarshal(b, &o)
 			r.Body = io.NopCloser(bytes.NewReader(b))
 			r.Header.Set("X-Test-Identifier", o.Identifier)
+			seen.identifier = o.Identifier
 		}
-		rp.ServeHTTP(w, r)
+		if id := r.Header.Get("X-Request-Id"); id != "" {
+			cb.mu.Lock()
+			cb.seen[id] = seen
+			cb.mu.Unlock()
+		}
+		rp.ServeHTTP(w, r) // a response broken off panics (http.ErrAbortHandler): done stays false
+		cb.mu.Lock()
+		seen.done = true
+		cb.mu.Unlock()
 	}))
+	srv.Config.ErrorLog = log.New(&cb.errLog, "server: ", log.Lmicroseconds)
+	srv.Start()
 	t.Cleanup(srv.Close)
 	cb.url = srv.URL
 	return cb
+}
+
+// view returns what the backend did with the request with X-Request-ID
+// id.
+func (cb *countingBackend) view(id string) string {
+	cb.mu.Lock()
+	defer cb.mu.Unlock()
+	return cb.viewLocked(id)
+}
+
+// viewLocked is view with cb.mu held.
+func (cb *countingBackend) viewLocked(id string) string {
+	if s := cb.seen[id]; s != nil {
+		return s.String()
+	}
+	return "never received"
 }
 
 // probe is one request of a prober: a new client address each time on
@@ -177,6 +252,7 @@ type failoverRun struct {
 	// after it.
 	back      time.Time
 	probes    [][]probe // per gateway, in order
+	probeErrs []answer  // the probes that got no answer
 	load      tally     // list_markets
 	limited   [2]tally  // list_matches, list_currencies hammered
 	admitted  [2]map[string]int
@@ -194,7 +270,27 @@ type failoverRun struct {
 	// backendShareBound over, by exgate's upstream duration histogram.
 	slowBackend float64
 	latencies   []timed
-	mu          sync.Mutex
+	// orderAnswers is every order's answer, with its identifier.
+	orderAnswers []orderAnswer
+	gws          []*gateway
+	cb           *countingBackend
+	seq          atomic.Int64 // numbers the requests' X-Request-IDs
+	mu           sync.Mutex
+}
+
+// orderAnswer is an order's answer as its client saw it.
+type orderAnswer struct {
+	answer
+	identifier string
+}
+
+// tag gives req an X-Request-ID naming what it is and the gateway gi it
+// goes to, unique within the run, so that a request whose client got no
+// answer can be looked up in that gateway's access log and the backend's
+// record.
+func (r *failoverRun) tag(req *http.Request, what string, gi int) *http.Request {
+	req.Header.Set("X-Request-Id", what+"-g"+strconv.Itoa(gi)+"-"+strconv.FormatInt(r.seq.Add(1), 10))
+	return req
 }
 
 // timed is one answer's latency, when it came and what it was.
@@ -224,7 +320,7 @@ func (r *failoverRun) latency(what string, a answer) {
 //     gateways.
 func failOver(t *testing.T, gws []*gateway, cb *countingBackend, token string, fail func() time.Time) *failoverRun {
 	t.Helper()
-	run := &failoverRun{probes: make([][]probe, len(gws)), readyz: map[string]int{}}
+	run := &failoverRun{probes: make([][]probe, len(gws)), readyz: map[string]int{}, gws: gws, cb: cb}
 	for i := range run.admitted {
 		run.admitted[i] = map[string]int{}
 	}
@@ -240,14 +336,15 @@ func failOver(t *testing.T, gws []*gateway, cb *countingBackend, token string, f
 			if i > 0 {
 				time.Sleep(20 * time.Millisecond)
 			}
-			return get(gws[(w+i)%2].url+"/api/v1/mkt/markets/", "X-Forwarded-For", fmt.Sprintf("10.%d.%d.%d", w, i/250%250, i%250))
+			gi := (w + i) % 2
+			return run.tag(get(gws[gi].url+"/api/v1/mkt/markets/", "X-Forwarded-For", fmt.Sprintf("10.%d.%d.%d", w, i/250%250, i%250)), "markets", gi)
 		}, &run.load)
 	})
 	for gi, g := range gws {
 		spawn(func() {
 			for i := 0; ctx.Err() == nil; i++ {
 				p := probe{sent: time.Now()}
-				a := do(c, get(g.url+"/api/v1/mth/matches/BTC_USDT/", "X-Forwarded-For", fmt.Sprintf("172.%d.%d.%d", 16+gi, i/250%250, i%250)))
+				a := do(c, run.tag(get(g.url+"/api/v1/mth/matches/BTC_USDT/", "X-Forwarded-For", fmt.Sprintf("172.%d.%d.%d", 16+gi, i/250%250, i%250)), "probe", gi))
 				p.answered = time.Now()
 				run.latency("probe", a)
 				// "list_matches";r=19;t=… : the remaining count.
@@ -255,6 +352,9 @@ func failOver(t *testing.T, gws []*gateway, cb *countingBackend, token string, f
 				switch {
 				case a.err != nil:
 					p.by = a.err.Error()
+					run.mu.Lock()
+					run.probeErrs = append(run.probeErrs, a)
+					run.mu.Unlock()
 				case a.status == http.StatusOK && strings.HasSuffix(remaining, ";r=19"):
 					p.by = "redis"
 				case a.status == http.StatusOK && strings.HasSuffix(remaining, ";r=9"):
@@ -277,7 +377,7 @@ func failOver(t *testing.T, gws []*gateway, cb *countingBackend, token string, f
 			spawn(func() {
 				for i := 0; ctx.Err() == nil; i++ {
 					addr := fmt.Sprintf("198.%d.%d.%d", 18+ri, w, i/40)
-					a := do(c, get(gws[i%2].url+path, "X-Forwarded-For", addr))
+					a := do(c, run.tag(get(gws[i%2].url+path, "X-Forwarded-For", addr), "limited", i%2))
 					if ctx.Err() != nil && a.err != nil {
 						return
 					}
@@ -297,12 +397,16 @@ func failOver(t *testing.T, gws []*gateway, cb *countingBackend, token string, f
 		spawn(func() {
 			for i := 0; ctx.Err() == nil; i++ {
 				id := fmt.Sprintf("fo-%d-%d", time.Since(start)/(150*time.Millisecond), cl%10)
-				a := do(c, orderWithID(gws[(cl+i)%2].url, token, id).WithContext(ctx))
+				gi := (cl + i) % 2
+				a := do(c, run.tag(orderWithID(gws[gi].url, token, id).WithContext(ctx), "order", gi))
 				if ctx.Err() != nil && a.err != nil {
 					return
 				}
 				run.latency("order", a)
 				run.orders.add(a)
+				run.mu.Lock()
+				run.orderAnswers = append(run.orderAnswers, orderAnswer{a, id})
+				run.mu.Unlock()
 				time.Sleep(300 * time.Millisecond)
 			}
 		})
@@ -435,6 +539,8 @@ func (r *failoverRun) switchedBetween(gi int, from, until time.Time) (d time.Dur
 // placed per identifier.
 func (r *failoverRun) check(t *testing.T) {
 	t.Helper()
+	r.explainBroken(t)
+	r.checkTruthful(t)
 	for gi := range r.probes {
 		d, local, redis, ok := r.switched(gi)
 		if !ok && !r.back.IsZero() {
@@ -759,4 +865,156 @@ func claimsMaster(t *testing.T, cl *redistest.Cluster) (holder, other *redistest
 		t.Fatal("no master holds the orders' claims")
 	}
 	return holder, other, slot
+}
+
+// logFlush is how long the gateways' log lines may wait in their buffer
+// before they are written out (1s outside dev mode), with a margin.
+const logFlush = 1200 * time.Millisecond
+
+// explainBroken fails the test for every request of the run whose client
+// got no answer at all (a transport error such as a bare EOF: the request
+// was written and the connection closed before an answer byte), each with
+// what the gateways' access logs say of its X-Request-ID, what the
+// backend did with it (never received it, placed the order, …), and the
+// gateways' lines that close a connection without an answer: 499s,
+// aborted responses, recovered panics and net/http's own errors.
+func (r *failoverRun) explainBroken(t *testing.T) {
+	t.Helper()
+	var broken []answer
+	for _, ty := range []*tally{&r.load, &r.limited[0], &r.limited[1], &r.orders} {
+		ty.mu.Lock()
+		broken = append(broken, ty.failed...)
+		ty.mu.Unlock()
+	}
+	r.mu.Lock()
+	broken = append(broken, r.probeErrs...)
+	r.mu.Unlock()
+	if len(broken) > 0 {
+		time.Sleep(logFlush) // the lines of those requests written out
+	}
+	outs := make([]string, len(r.gws))
+	for gi, g := range r.gws {
+		outs[gi] = g.out.String()
+	}
+	unusual := unusualLines(outs)
+	t.Logf("gateway lines that end a connection without an answer (499, aborted, panic, net/http errors): %d", len(unusual))
+	if len(broken) == 0 {
+		return
+	}
+	var b strings.Builder
+	for i, a := range broken {
+		if i == 10 {
+			fmt.Fprintf(&b, "… and %d more\n", len(broken)-i)
+			break
+		}
+		fmt.Fprintf(&b, "request %s: %v (io.EOF: %v) after %v\n", a.id, a.err, errors.Is(a.err, io.EOF), a.latency.Round(time.Microsecond))
+		found := false
+		for gi, out := range outs {
+			for line := range strings.Lines(out) {
+				if strings.Contains(line, `"`+a.id+`"`) {
+					fmt.Fprintf(&b, "  gateway %d: %s", gi, line)
+					found = true
+				}
+			}
+		}
+		if !found {
+			b.WriteString("  no line of either gateway names it\n")
+		}
+		fmt.Fprintf(&b, "  backend: %s\n", r.cb.view(a.id))
+	}
+	fmt.Fprintf(&b, "gateway lines that end a connection without an answer (%d):\n", len(unusual))
+	for i, line := range unusual {
+		if i == 20 {
+			fmt.Fprintf(&b, "  … and %d more\n", len(unusual)-i)
+			break
+		}
+		b.WriteString("  " + line)
+	}
+	fmt.Fprintf(&b, "the backend's proxy's own log:\n%s", lastLines(r.cb.errLog.String(), 20))
+	t.Errorf("%d requests got no answer at all:\n%s", len(broken), b.String())
+}
+
+// unusualLines returns the lines of the gateways' outputs (each prefixed
+// with its gateway) that tell of a connection ended without an answer: an
+// access log line with status 499 (the client went away) or "aborted"
+// (the backend broke off a response under way), a recovered panic, and
+// net/http's own error log (logger "http": panics it recovered, failed
+// TLS handshakes, accept errors).
+func unusualLines(outs []string) []string {
+	var found []string
+	for gi, out := range outs {
+		for line := range strings.Lines(out) {
+			if strings.Contains(line, `"status":499`) || strings.Contains(line, `"aborted":true`) ||
+				strings.Contains(line, "panic") || strings.Contains(line, `"logger":"http"`) {
+				found = append(found, fmt.Sprintf("gateway %d: %s", gi, line))
+			}
+		}
+	}
+	return found
+}
+
+// checkTruthful asserts that every order's answer told its client the
+// truth about the order, by the backend's record of the request's
+// X-Request-ID: a 201 was placed by the backend for this request (or, a
+// replay, for an earlier one with the same identifier, and not sent
+// again); exgate's refusals (409, 503) never reached the backend; a 502
+// or 504 may have (their outcome is unknown, as their code says). And the
+// other way round: every order the backend placed was answered 201, or
+// 502/504, to the client that sent it.
+func (r *failoverRun) checkTruthful(t *testing.T) {
+	t.Helper()
+	r.cb.mu.Lock()
+	defer r.cb.mu.Unlock()
+	answered := make(map[string]orderAnswer, len(r.orderAnswers))
+	var lies []string
+	for _, a := range r.orderAnswers {
+		answered[a.id] = a
+		if a.err != nil {
+			continue // explainBroken tells what became of it
+		}
+		seen := r.cb.seen[a.id]
+		what := fmt.Sprintf("%s (identifier %s) answered %d %s", a.id, a.identifier, a.status, a.code)
+		switch {
+		case a.status == http.StatusCreated && a.replayed:
+			if r.placed[a.identifier] == 0 {
+				lies = append(lies, what+" replayed, and the backend never placed the identifier")
+			}
+			if seen != nil {
+				lies = append(lies, what+" replayed, and the backend received it: "+seen.String())
+			}
+		case a.status == http.StatusCreated:
+			if seen == nil || seen.status/100 != 2 || seen.identifier != a.identifier {
+				lies = append(lies, what+", and the backend did not place it: "+r.cb.viewLocked(a.id))
+			}
+		case a.code == "bad_gateway" || a.code == "gateway_timeout":
+			// Outcome unknown: the backend may have placed it.
+		default:
+			if seen != nil {
+				lies = append(lies, what+", and the backend received it: "+seen.String())
+			}
+		}
+	}
+	placedByBackend := 0
+	for id, seen := range r.cb.seen {
+		if seen.identifier == "" || seen.status/100 != 2 {
+			continue
+		}
+		placedByBackend++
+		a, ok := answered[id]
+		switch {
+		case !ok:
+			// Sent at the end of the load, its client gone: not tallied.
+		case a.err != nil:
+			lies = append(lies, fmt.Sprintf("%s (identifier %s) placed by the backend, and its client got no answer: %v", id, seen.identifier, a.err))
+		case a.status != http.StatusCreated && a.code != "bad_gateway" && a.code != "gateway_timeout":
+			lies = append(lies, fmt.Sprintf("%s (identifier %s) placed by the backend, and its client was told %d %s", id, seen.identifier, a.status, a.code))
+		}
+	}
+	t.Logf("orders: %d answers checked against the backend's record, %d placements by the backend", len(r.orderAnswers), placedByBackend)
+	if len(lies) > 0 {
+		if len(lies) > 10 {
+			lies = append(lies[:10], fmt.Sprintf("… and %d more", len(lies)-10))
+		}
+		t.Errorf("orders whose answer was not the truth:\n  %s", strings.Join(lies, "\n  "))
+	}
 }

@@ -110,7 +110,7 @@ func startProcess(t *testing.T, name string, env []string, bin string, args ...s
 	t.Cleanup(func() {
 		p.kill()
 		if t.Failed() {
-			t.Logf("%s output (last 40 lines):\n%s", name, lastLines(p.out.String(), 40))
+			t.Logf("%s output (last 40 lines, access log left out):\n%s", name, lastLines(withoutAccessLog(p.out.String()), 40))
 		}
 	})
 	return p
@@ -156,6 +156,24 @@ func (p *process) logLine(t *testing.T, msg string, timeout time.Duration) map[s
 	}
 }
 
+// withoutAccessLog returns the lines of a process's output that are not
+// exgate access log lines (JSON lines whose "msg" is "request").
+func withoutAccessLog(s string) string {
+	var b strings.Builder
+	for line := range strings.Lines(s) {
+		if !isAccessLine(line) {
+			b.WriteString(line)
+		}
+	}
+	return b.String()
+}
+
+// isAccessLine reports whether line is an exgate access log line.
+func isAccessLine(line string) bool {
+	return strings.Contains(line, `"msg":"request"`)
+}
+
+// lastLines returns the last n lines of s.
 func lastLines(s string, n int) string {
 	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
 	if len(lines) > n {
@@ -193,12 +211,24 @@ type gateway struct {
 // measures the limit itself, with overloadConfig). Tests append their own
 // sections (server, limiter, routes, …).
 func configHeader(upstream string, upstreamKeys ...string) string {
+	return gatewayHeader(upstream, false, upstreamKeys...)
+}
+
+// configHeaderAccessLog is configHeader with the access log on (in the
+// process's output), for tests that explain a failed request by its
+// X-Request-ID.
+func configHeaderAccessLog(upstream string, upstreamKeys ...string) string {
+	return gatewayHeader(upstream, true, upstreamKeys...)
+}
+
+// gatewayHeader is configHeader with the access log on or off.
+func gatewayHeader(upstream string, access bool, upstreamKeys ...string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "listen: \"127.0.0.1:0\"\nadmin_listen: \"127.0.0.1:0\"\nupstream:\n  url: %q\n", upstream)
 	for _, k := range upstreamKeys {
 		fmt.Fprintf(&b, "  %s\n", k)
 	}
-	b.WriteString("log:\n  access: false\noverload:\n  enabled: false\n")
+	fmt.Fprintf(&b, "log:\n  access: %t\noverload:\n  enabled: false\n", access)
 	return b.String()
 }
 
@@ -318,6 +348,7 @@ func sumMetric(text, name string, labels ...string) float64 {
 
 // answer is one HTTP exchange as a test saw it.
 type answer struct {
+	id      string // the X-Request-ID the test sent, or ""
 	status  int
 	code    string // the "code" of an error body, or ""
 	err     error  // transport error, or a malformed error answer
@@ -325,6 +356,9 @@ type answer struct {
 	body    []byte
 	// rateLimit is the RateLimit header (limiter.headers: ietf), or "".
 	rateLimit string
+	// replayed is whether the answer is a replay of an order's first
+	// answer (Idempotent-Replayed: true).
+	replayed bool
 }
 
 // do sends req and reads the whole answer. Any answer with status ≥ 400
@@ -333,13 +367,15 @@ type answer struct {
 // else is recorded as an error.
 func do(c *http.Client, req *http.Request) answer {
 	start := time.Now()
+	id := req.Header.Get("X-Request-Id")
 	res, err := c.Do(req)
 	if err != nil {
-		return answer{err: err, latency: time.Since(start)}
+		return answer{id: id, err: err, latency: time.Since(start)}
 	}
 	body, err := io.ReadAll(res.Body)
 	res.Body.Close()
-	a := answer{status: res.StatusCode, latency: time.Since(start), body: body, rateLimit: res.Header.Get("Ratelimit")}
+	a := answer{id: id, status: res.StatusCode, latency: time.Since(start), body: body,
+		rateLimit: res.Header.Get("Ratelimit"), replayed: res.Header.Get("Idempotent-Replayed") == "true"}
 	if err != nil {
 		a.err = fmt.Errorf("reading the body of a %d: %w", res.StatusCode, err)
 		return a
@@ -372,12 +408,14 @@ func get(url string, header ...string) *http.Request {
 	return req
 }
 
-// tally counts answers by status and error code, keeping a few errors.
+// tally counts answers by status and error code, keeping a few errors
+// and the X-Request-ID of every one.
 type tally struct {
 	mu      sync.Mutex
 	byKey   map[string]int // "200", "503 rate_limit_unavailable", …
 	errs    []error
 	nErrs   int
+	failed  []answer // the answers with an error that carried an X-Request-ID
 	total   int
 	slowest time.Duration
 }
@@ -394,6 +432,9 @@ func (ty *tally) add(a answer) {
 		ty.nErrs++
 		if len(ty.errs) < 5 {
 			ty.errs = append(ty.errs, a.err)
+		}
+		if a.id != "" {
+			ty.failed = append(ty.failed, a)
 		}
 		return
 	}
