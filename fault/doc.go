@@ -21,7 +21,14 @@
 //     announced, answers bounded by the store deadline, every fallback
 //     counted, /readyz back to 200, per-address admissions within the
 //     bound of docs/limits.md, no order identifier placed twice, orders
-//     placed again once the new master has a replica.
+//     placed again once the new master has a replica. Every order's
+//     answer is checked against the backend's record of its X-Request-ID:
+//     a 201 was placed by the backend (a replay: earlier, and not sent
+//     again), a 409 or 503 never reached it, and every order it placed
+//     was answered 201. A request whose client got no answer at all (a
+//     bare EOF) fails the test with the gateways' access log lines for
+//     its X-Request-ID, the backend's record of it, and the gateways'
+//     499, aborted, panic and net/http error lines.
 //   - TestBackendFaults: backend killed or slower than the route timeout →
 //     502/504 in exgate's JSON error shape; goroutines back to the baseline
 //     afterwards.
