@@ -275,6 +275,7 @@ type failoverRun struct {
 	gws          []*gateway
 	cb           *countingBackend
 	seq          atomic.Int64 // numbers the requests' X-Request-IDs
+	ended        time.Time    // when the load ended
 	mu           sync.Mutex
 }
 
@@ -444,6 +445,7 @@ func failOver(t *testing.T, gws []*gateway, cb *countingBackend, token string, f
 	stopWatch()
 	stop()
 	wg.Wait()
+	run.ended = time.Now()
 	for _, g := range gws {
 		// One scrape: requests exgate is still finishing (their clients
 		// gone with the load) must not move a count between its reads.
@@ -771,6 +773,7 @@ func TestSentinelFailover(t *testing.T) {
 			})
 			run.check(t)
 			run.ordersOnceReplicated(t, sg.Master, gws[0], token)
+			run.checkAccessLog(t)
 			if info, err := sg.Replica.Info("replication"); err != nil || info["role"] != "master" {
 				t.Errorf("the replica after the failover: %v %v, want the master", info, err)
 			}
@@ -836,6 +839,7 @@ func TestClusterFailover(t *testing.T) {
 			backMu.Unlock()
 			run.check(t)
 			run.ordersOnceReplicated(t, victim, gws[0], token)
+			run.checkAccessLog(t)
 		})
 	}
 }
@@ -871,6 +875,49 @@ func claimsMaster(t *testing.T, cl *redistest.Cluster) (holder, other *redistest
 // before they are written out (1s outside dev mode), with a margin.
 const logFlush = 1200 * time.Millisecond
 
+// waitForLogs waits until the gateways have written out the log lines of
+// every request of the run.
+func (r *failoverRun) waitForLogs() {
+	time.Sleep(logFlush - time.Since(r.ended))
+}
+
+// checkAccessLog asserts that each order's access log line says what its
+// client was told: the status, exgate's own error code (which 503 it
+// was: duplicate_protection_unavailable or rate_limit_unavailable) and
+// whether it was a replay.
+func (r *failoverRun) checkAccessLog(t *testing.T) {
+	t.Helper()
+	r.waitForLogs()
+	type line struct {
+		RequestID string `json:"request_id"`
+		Status    int    `json:"status"`
+		Code      string `json:"code"`
+		Replayed  bool   `json:"replayed"`
+	}
+	logged := map[string]line{}
+	for _, g := range r.gws {
+		for l := range strings.Lines(g.out.String()) {
+			var v line
+			if isAccessLine(l) && json.Unmarshal([]byte(l), &v) == nil {
+				logged[v.RequestID] = v
+			}
+		}
+	}
+	var wrong []string
+	for _, a := range r.orderAnswers {
+		if a.err != nil {
+			continue
+		}
+		l, ok := logged[a.id]
+		if !ok || l.Status != a.status || l.Code != a.code || l.Replayed != a.replayed {
+			wrong = append(wrong, fmt.Sprintf("%s answered %d %q replayed=%v, logged %+v (found: %v)", a.id, a.status, a.code, a.replayed, l, ok))
+		}
+	}
+	if len(wrong) > 0 {
+		t.Errorf("%d of %d orders' access log lines do not say what their client was told, e.g. %s", len(wrong), len(r.orderAnswers), wrong[0])
+	}
+}
+
 // explainBroken fails the test for every request of the run whose client
 // got no answer at all (a transport error such as a bare EOF: the request
 // was written and the connection closed before an answer byte), each with
@@ -890,7 +937,7 @@ func (r *failoverRun) explainBroken(t *testing.T) {
 	broken = append(broken, r.probeErrs...)
 	r.mu.Unlock()
 	if len(broken) > 0 {
-		time.Sleep(logFlush) // the lines of those requests written out
+		r.waitForLogs()
 	}
 	outs := make([]string, len(r.gws))
 	for gi, g := range r.gws {

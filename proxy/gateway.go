@@ -275,6 +275,8 @@ type requestState struct {
 	slot       bool            // the request holds a backend slot (admission)
 	routeSlot  *routeAdmission // the route whose own in-flight cap counts the request
 	bodyTaken  bool            // the body was read whole or handed to the backend (see refuse)
+	code       string          // the code of exgate's own error answer (refuse), or ""
+	replayed   bool            // the answer is an order's recorded response, replayed
 }
 
 // rewrite turns the inbound request into the outbound one. The inbound URL
@@ -482,6 +484,15 @@ func (g *Gateway) logAccess(st *requestState, r *http.Request, extra ...zap.Fiel
 		zap.Int64("bytes", st.rw.bytes),
 		zap.String("peer", r.RemoteAddr),
 	)
+	if st.code != "" {
+		// Why exgate answered itself (duplicate_protection_unavailable,
+		// rate_limit_unavailable, throttled, …): the status alone does
+		// not tell one 503 from another.
+		fields = append(fields, zap.String("code", st.code))
+	}
+	if st.replayed {
+		fields = append(fields, zap.Bool("replayed", true))
+	}
 	if st.addr.IsValid() {
 		fields = append(fields, zap.Stringer("client", st.addr))
 	}

@@ -160,6 +160,7 @@ func (g *Gateway) replay(st *requestState, rec *idempotency.Record) *apierror.Er
 	h["Content-Length"] = []string{strconv.Itoa(len(rec.Body))}
 	h[idempotency.ReplayedHeader] = []string{"true"}
 	h["X-Request-Id"] = []string{st.id}
+	st.replayed = true
 	st.rw.WriteHeader(rec.Status)
 	_, _ = st.rw.Write(rec.Body)
 	return answered

@@ -358,3 +358,41 @@ func TestAccountShare(t *testing.T) {
 		t.Errorf("backend got %d orders, want 4", n)
 	}
 }
+
+// TestAccessLogNamesTheOrderAnswer: an order's access log line tells its
+// answers apart: exgate's own refusals carry their code (one 503 is not
+// another), a replay is marked replayed, and an answer of the backend
+// carries neither.
+func TestAccessLogNamesTheOrderAnswer(t *testing.T) {
+	e := startOrdersConfig(t, placed, func(o *idempotency.Options) { o.MaxPerAccount = 1 }, nil)
+	order := func(id, amount string) string {
+		return `{"symbol":"BTC_USDT","type":"market","side":"buy","base_amount":"` + amount + `","identifier":"` + id + `"}`
+	}
+	for _, tc := range []struct {
+		name, body string
+		status     int
+		code       any // the access log's "code", nil for none
+		replayed   any // its "replayed", nil for none
+	}{
+		{"placed", order("a-1", "0.5"), 201, nil, nil},
+		{"repeated", order("a-1", "0.5"), 201, nil, true},
+		{"another order, same identifier", order("a-1", "0.6"), 409, "duplicate_identifier", nil},
+		{"account's share full", order("a-2", "0.5"), 503, "identifier_quota_exceeded", nil},
+		{"invalid", order("a-3", "-1"), 400, "invalid_order", nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			res := postOrder(t, e, tc.body)
+			io.Copy(io.Discard, res.Body)
+			res.Body.Close()
+			lines := e.logs.FilterMessage("request").All()
+			if res.StatusCode != tc.status || len(lines) == 0 {
+				t.Fatalf("answered %d with %d access log lines, want %d", res.StatusCode, len(lines), tc.status)
+			}
+			m := lines[len(lines)-1].ContextMap()
+			if m["request_id"] != res.Header.Get("X-Request-Id") || m["status"] != int64(tc.status) ||
+				m["code"] != tc.code || m["replayed"] != tc.replayed {
+				t.Errorf("access log %v, want status %d, code %v, replayed %v", m, tc.status, tc.code, tc.replayed)
+			}
+		})
+	}
+}

@@ -85,6 +85,7 @@ func (g *Gateway) refuse(st *requestState, r *http.Request, e *apierror.Error) {
 	if !st.bodyTaken && r.ContentLength < 0 && r.Body != nil && r.Body != http.NoBody {
 		st.rw.Header()["Connection"] = connClose
 	}
+	st.code = e.Code
 	WriteError(&st.rw, st.id, e)
 }
 
