@@ -55,6 +55,46 @@ func NewRedis(c redis.Scripter, o Options) *Redis {
 		slotMS: max(1, (o.Retention / 24).Milliseconds())}
 }
 
+// ClaimFunc is the Lua source of the claim, as a function claim(KEYS,
+// ARGV) that returns the claim's reply (or redis.error_reply): KEYS are
+// the identifier's key and its account's share counter (Redis.keys),
+// ARGV the arguments Redis.claimArgs encodes. The store's own claim
+// script calls it, and so does the rate limiter's decision script when
+// an order's claim rides in its round trip (joined.go): one claim, one
+// source.
+const ClaimFunc = `
+local function claim(KEYS, ARGV)
+  local v = redis.call('GET', KEYS[1])
+  if not v then
+    local slots = redis.call('HGETALL', KEYS[2])
+    local n, oldest = 0, tonumber(ARGV[7])
+    for i = 1, #slots, 2 do
+      if tonumber(slots[i]) < oldest then
+        redis.call('HDEL', KEYS[2], slots[i])
+      else
+        n = n + tonumber(slots[i + 1])
+      end
+    end
+    if n >= tonumber(ARGV[8]) then return {'account_full'} end
+    redis.call('SET', KEYS[1], 'p' .. ARGV[1] .. ARGV[2] .. ARGV[4], 'PX', ARGV[5])
+    redis.call('HINCRBY', KEYS[2], ARGV[6], 1)
+    redis.call('PEXPIRE', KEYS[2], ARGV[9])
+    return {'claimed'}
+  end
+  if #v < 21 then return redis.error_reply('idempotency: malformed entry') end
+  if string.sub(v, 2, 17) ~= ARGV[1] then return {'conflict'} end
+  local st = string.sub(v, 1, 1)
+  if st == 'd' then return {'replay', string.sub(v, 18)} end
+  if st == 'p' then
+    if tonumber(ARGV[3]) < tonumber(string.sub(v, 26)) then return {'in_progress'} end
+    redis.call('SET', KEYS[1], 'u' .. string.sub(v, 2, 25), 'KEEPTTL')
+    return {'unknown'}
+  end
+  if st == 'u' then return {'unknown'} end
+  return redis.error_reply('idempotency: malformed entry')
+end
+`
+
 // Entry layout: byte 1 the state, bytes 2–17 the fingerprint, 18–25 the
 // holder's token, 26– the in-flight deadline (p) or, from byte 18, the
 // response (d).
@@ -62,36 +102,8 @@ const (
 	fpLen = 16
 	idLen = 8
 
-	claimScript = `
-local v = redis.call('GET', KEYS[1])
-if not v then
-  local slots = redis.call('HGETALL', KEYS[2])
-  local n, oldest = 0, tonumber(ARGV[7])
-  for i = 1, #slots, 2 do
-    if tonumber(slots[i]) < oldest then
-      redis.call('HDEL', KEYS[2], slots[i])
-    else
-      n = n + tonumber(slots[i + 1])
-    end
-  end
-  if n >= tonumber(ARGV[8]) then return {'account_full'} end
-  redis.call('SET', KEYS[1], 'p' .. ARGV[1] .. ARGV[2] .. ARGV[4], 'PX', ARGV[5])
-  redis.call('HINCRBY', KEYS[2], ARGV[6], 1)
-  redis.call('PEXPIRE', KEYS[2], ARGV[9])
-  return {'claimed'}
-end
-if #v < 21 then return redis.error_reply('idempotency: malformed entry') end
-if string.sub(v, 2, 17) ~= ARGV[1] then return {'conflict'} end
-local st = string.sub(v, 1, 1)
-if st == 'd' then return {'replay', string.sub(v, 18)} end
-if st == 'p' then
-  if tonumber(ARGV[3]) < tonumber(string.sub(v, 26)) then return {'in_progress'} end
-  redis.call('SET', KEYS[1], 'u' .. string.sub(v, 2, 25), 'KEEPTTL')
-  return {'unknown'}
-end
-if st == 'u' then return {'unknown'} end
-return redis.error_reply('idempotency: malformed entry')
-`
+	// claimScript is the store's own claim: ClaimFunc, called.
+	claimScript = ClaimFunc + "return claim(KEYS, ARGV)\n"
 	// finishScript moves a claim held by ARGV[1] (in flight, or turned
 	// unknown by its deadline) to its final state: ARGV[2] is "d"
 	// (complete, with the encoded response in ARGV[4]), "u" (unknown) or
@@ -172,33 +184,54 @@ func storeError(op string, err error) error {
 func (s *Redis) Claim(ctx context.Context, key Key, fp Fingerprint) (Claim, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.o.Timeout)
 	defer cancel()
-	c := Claim{Key: key, Fingerprint: fp}
-	id := newID()
-	now := s.o.Now().UnixMilli()
-	slot := now / s.slotMS
-	oldest := (now - (s.o.Retention + s.o.InFlightTimeout).Milliseconds()) / s.slotMS
-	keys := s.keys(key)
-	args := []any{string(fp[:fpLen]), id,
-		now, now + s.o.InFlightTimeout.Milliseconds(),
-		ms(s.o.Retention), slot, oldest, s.o.MaxPerAccount,
-		ms(s.o.Retention + s.o.InFlightTimeout + time.Duration(s.slotMS)*time.Millisecond)}
+	var p Prepared
+	s.prepare(&p, key, fp)
 	var res []any
 	var err error
 	if s.o.ReplicaAcks > 0 {
-		res, err = s.runAcked(ctx, keys, id, slot, args...)
+		res, err = s.runAcked(ctx, &p)
 	} else {
-		res, err = s.claim.Run(ctx, s.c, keys, args...).Slice()
+		res, err = s.claim.Run(ctx, s.c, p.Keys, p.Args...).Slice()
 	}
 	if err != nil {
 		s.failed(ctx, err)
 		return Claim{}, storeError("claim", err)
 	}
+	return p.outcome(res)
+}
+
+// prepare fills p with the keys and arguments of a claim of key with
+// fingerprint fp (ClaimFunc's KEYS and ARGV), made now by a new holder.
+func (s *Redis) prepare(p *Prepared, key Key, fp Fingerprint) {
+	id := newID()
+	now := s.o.Now().UnixMilli()
+	slot := now / s.slotMS
+	oldest := (now - (s.o.Retention + s.o.InFlightTimeout).Milliseconds()) / s.slotMS
+	*p = Prepared{
+		Keys: s.keys(key),
+		Args: []any{string(fp[:fpLen]), id,
+			now, now + s.o.InFlightTimeout.Milliseconds(),
+			ms(s.o.Retention), slot, oldest, s.o.MaxPerAccount,
+			ms(s.o.Retention + s.o.InFlightTimeout + time.Duration(s.slotMS)*time.Millisecond)},
+		Timeout:     s.o.Timeout,
+		ReplicaAcks: s.o.ReplicaAcks,
+		WaitTimeout: s.waitTimeout(),
+		key:         key,
+		fp:          fp,
+		id:          id,
+		slot:        slot,
+	}
+}
+
+// outcome reads ClaimFunc's reply res to the claim p prepared.
+func (p *Prepared) outcome(res []any) (Claim, error) {
+	c := Claim{Key: p.key, Fingerprint: p.fp}
 	if len(res) == 0 {
 		return Claim{}, errors.New("idempotency: redis claim: empty reply")
 	}
 	switch res[0] {
 	case "claimed":
-		c.Outcome, c.id, c.slot = Claimed, id, slot
+		c.Outcome, c.id, c.slot = Claimed, p.id, p.slot
 	case "account_full":
 		return Claim{}, ErrAccountFull
 	case "conflict":

@@ -54,30 +54,40 @@ func (s *Redis) waitTimeout() time.Duration {
 	return max(time.Millisecond, s.o.Timeout/2)
 }
 
-// runAcked runs the claim script on the master holding keys (one hash
+// runAcked runs the claim p on the master holding its keys (one hash
 // slot) followed by WAIT for Options.ReplicaAcks replicas, in one round
-// trip on one connection. A claim taken but not acknowledged is freed
-// and ErrNotReplicated returned.
-func (s *Redis) runAcked(ctx context.Context, keys []string, id string, slot int64, args ...any) ([]any, error) {
-	conn, err := s.connFor(ctx, keys[0])
+// trip on one connection, and returns the claim's reply once acked says
+// enough replicas hold it.
+func (s *Redis) runAcked(ctx context.Context, p *Prepared) ([]any, error) {
+	conn, err := s.connFor(ctx, p.Keys[0])
 	if err != nil {
 		return nil, err
 	}
 	// EVAL, not EVALSHA: after NOSCRIPT the retry would wait for the
 	// replicas a second time. Redis caches the script by its hash all
 	// the same; orders are few, the bytes do not matter.
-	p := conn.Pipeline()
-	cmd := s.claim.Eval(ctx, p, keys, args...)
+	pl := conn.Pipeline()
+	cmd := s.claim.Eval(ctx, pl, p.Keys, p.Args...)
 	wait := redis.NewIntCmd(ctx, "wait", s.o.ReplicaAcks, s.waitTimeout().Milliseconds())
-	_ = p.Process(ctx, wait)
-	_, _ = p.Exec(ctx)
+	_ = pl.Process(ctx, wait)
+	_, _ = pl.Exec(ctx)
 	res, err := cmd.Slice()
 	if err != nil {
 		return nil, err
 	}
 	acked, werr := wait.Result()
-	if werr == nil && acked >= int64(s.o.ReplicaAcks) {
-		return res, nil
+	if err := s.acked(ctx, p, res, acked, werr); err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// acked checks that the replicas acknowledged the claim p whose reply is
+// res: WAIT answered acked, or failed with werr. A claim taken but not
+// acknowledged is freed and ErrNotReplicated returned.
+func (s *Redis) acked(ctx context.Context, p *Prepared, res []any, acked int64, werr error) error {
+	if werr == nil && acked >= int64(p.ReplicaAcks) {
+		return nil
 	}
 	if len(res) > 0 && res[0] == "claimed" {
 		// Not forwarded: free the identifier for the retry. Should this
@@ -85,10 +95,10 @@ func (s *Redis) runAcked(ctx context.Context, keys []string, id string, slot int
 		// second placement.
 		free, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.o.Timeout)
 		defer cancel()
-		_ = s.finish.Run(free, s.c, keys, id, "free", ms(s.o.Retention), "", slot).Err()
+		_ = s.finish.Run(free, s.c, p.Keys, p.id, "free", ms(s.o.Retention), "", p.slot).Err()
 	}
 	if werr != nil {
-		return nil, fmt.Errorf("%w: WAIT: %v", ErrNotReplicated, werr)
+		return fmt.Errorf("%w: WAIT: %v", ErrNotReplicated, werr)
 	}
-	return nil, fmt.Errorf("%w: %d of %d within %v", ErrNotReplicated, acked, s.o.ReplicaAcks, s.waitTimeout())
+	return fmt.Errorf("%w: %d of %d within %v", ErrNotReplicated, acked, p.ReplicaAcks, p.WaitTimeout)
 }

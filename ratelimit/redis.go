@@ -48,6 +48,11 @@ type RedisOptions struct {
 	Observe func(d time.Duration, n int, err error)
 	// Now is the clock used for the backoff. Nil means time.Now.
 	Now func() time.Time
+	// ClaimFunc, when set, is the Lua source of a function claim(KEYS,
+	// ARGV) that requests with a ClaimPart run in their round trip
+	// (claim.go): idempotency.ClaimFunc, when duplicate protection
+	// shares the limiter's client. Without it, a ClaimPart is not sent.
+	ClaimFunc string
 }
 
 // Redis is a Limiter backed by Redis: GCRA computed by one Lua script
@@ -59,7 +64,9 @@ type RedisOptions struct {
 // and waits for one round trip, with a deadline.
 type Redis struct {
 	client  Client
+	d       *decision
 	queue   chan *call
+	claims  chan *call // calls carrying a claim, sent in round trips of their own
 	timeout time.Duration
 	backoff time.Duration
 	max     int
@@ -85,6 +92,7 @@ type call struct {
 	done     chan struct{} // nil for a refund, which no one waits for
 
 	refund bool // gives back what the parts of a split request charged
+	claim  bool // carries its request's claim
 
 	// Within a round trip.
 	guarded bool   // the guard's answer is known (ans.Admitted)
@@ -105,6 +113,7 @@ type call struct {
 func NewRedis(client Client, o RedisOptions) *Redis {
 	r := &Redis{
 		client:  client,
+		d:       newDecision(o.ClaimFunc),
 		timeout: o.Timeout,
 		backoff: o.Backoff,
 		max:     o.MaxBatch,
@@ -135,7 +144,14 @@ func NewRedis(client Client, o RedisOptions) *Redis {
 	r.calls.New = func() any { return &call{done: make(chan struct{}, 1)} }
 	r.wg.Add(workers)
 	for i := 0; i < workers; i++ {
-		go r.work()
+		go r.work(r.queue)
+	}
+	if r.d.claims && !r.cluster {
+		r.claims = make(chan *call, 4*r.max)
+		r.wg.Add(workers)
+		for i := 0; i < workers; i++ {
+			go r.work(r.claims)
+		}
 	}
 	return r
 }
@@ -180,19 +196,31 @@ func (r *Redis) allowAll(ctx context.Context, c *call, q *Request, ans *Answer) 
 	if now < r.downUntil.Load() {
 		return ErrStoreUnavailable
 	}
-	if lk, ok := leasable(q); ok {
+	// A request carrying a claim goes to Redis with it, lease or not:
+	// one round trip decides both.
+	claim := q.Claim != nil && r.claims != nil
+	if lk, ok := leasable(q); ok && !claim {
 		if res, ok := r.leases.take(lk, now); ok {
 			ans.Results[0] = CheckResult{Applied: true, Result: res}
 			return nil
 		}
 	}
-	c.q, c.ans, c.err = q, ans, nil
+	c.q, c.ans, c.err, c.claim = q, ans, nil, claim
 	c.guarded, c.phase, c.parts, c.failed, c.charged = false, false, 0, false, 0
-	r.submit(ctx, c)
+	if claim {
+		ans.Claim.Sent = true
+		r.submit(ctx, c, r.claims, max(r.timeout, q.Claim.Timeout))
+	} else {
+		r.submit(ctx, c, r.queue, r.timeout)
+	}
 	err := c.err
-	c.q, c.ans, c.err = nil, nil, nil
+	c.q, c.ans, c.err, c.claim = nil, nil, nil, false
 	if err != nil {
-		return fmt.Errorf("ratelimit: redis: %w", err)
+		err = fmt.Errorf("ratelimit: redis: %w", err)
+		if claim && ans.Claim.Err == nil {
+			ans.Claim.Err = err
+		}
+		return err
 	}
 	return nil
 }
@@ -216,7 +244,7 @@ func (r *Redis) Refund(ctx context.Context, q *Request) error {
 	c.ownAns.reset(len(q.Checks))
 	c.q, c.ans, c.err, c.refund = &c.own, &c.ownAns, nil, true
 	c.guarded, c.phase, c.parts, c.failed, c.charged = false, false, 0, false, 0
-	r.submit(ctx, c)
+	r.submit(ctx, c, r.queue, r.timeout)
 	err := c.err
 	c.q, c.ans, c.err, c.refund, c.own = nil, nil, nil, false, Request{}
 	r.calls.Put(c)
@@ -241,15 +269,17 @@ func (r *Redis) Close() error {
 	r.closeOnce.Do(func() {
 		close(r.done)
 		r.wg.Wait()
-		for {
-			select {
-			case c := <-r.queue:
-				c.err = errClosed
-				c.finish()
-				continue
-			default:
+		for _, q := range [2]chan *call{r.queue, r.claims} {
+		drain:
+			for q != nil {
+				select {
+				case c := <-q:
+					c.err = errClosed
+					c.finish()
+				default:
+					break drain
+				}
 			}
-			break
 		}
 		close(r.closed)
 	})
@@ -259,11 +289,12 @@ func (r *Redis) Close() error {
 // errClosed is returned by calls made after Close.
 var errClosed = errors.New("ratelimit: redis limiter closed")
 
-// submit queues c and waits for its round trip, or for ctx.
-func (r *Redis) submit(ctx context.Context, c *call) {
-	c.deadline = r.now().Add(r.timeout)
+// submit queues c on queue and waits for its round trip, or for ctx;
+// the call waits at most timeout in all.
+func (r *Redis) submit(ctx context.Context, c *call, queue chan<- *call, timeout time.Duration) {
+	c.deadline = r.now().Add(timeout)
 	select {
-	case r.queue <- c:
+	case queue <- c:
 	case <-ctx.Done():
 		c.err = ctx.Err()
 		return
@@ -291,12 +322,12 @@ func (c *call) finish() {
 	}
 }
 
-// work sends queued calls until Close. Calls a round trip could not
-// finish (a Cluster request whose guard was answered first) are carried
-// into the next round trip, ahead of the queue.
-func (r *Redis) work() {
+// work sends the calls queued on queue until Close. Calls a round trip
+// could not finish (a Cluster request whose guard was answered first)
+// are carried into the next round trip, ahead of the queue.
+func (r *Redis) work(queue <-chan *call) {
 	defer r.wg.Done()
-	t := newTrip(r.cluster)
+	t := newTrip(r.d, r.cluster)
 	var carry []*call
 	batch := make([]*call, 0, r.max)
 	for {
@@ -304,7 +335,7 @@ func (r *Redis) work() {
 		carry = carry[:0]
 		if len(batch) == 0 {
 			select {
-			case c := <-r.queue:
+			case c := <-queue:
 				batch = append(batch, c)
 			case <-r.done:
 				return
@@ -313,7 +344,7 @@ func (r *Redis) work() {
 	fill:
 		for len(batch) < r.max {
 			select {
-			case c := <-r.queue:
+			case c := <-queue:
 				batch = append(batch, c)
 			default:
 				break fill
@@ -328,10 +359,12 @@ func (r *Redis) work() {
 // again. Each call's deadline runs from when it was queued: calls already
 // past it fail without being sent, and the round trip ends by the
 // earliest deadline of those sent, so that no decision waits more than
-// RedisOptions.Timeout in all.
+// RedisOptions.Timeout in all (a call carrying a claim: its
+// ClaimPart.Timeout, when longer; such calls have round trips of their
+// own).
 func (r *Redis) roundTrip(t *trip, batch []*call, carry []*call) []*call {
 	start := r.now()
-	deadline := start.Add(r.timeout)
+	var deadline time.Time
 	t.reset()
 	sent := 0
 	for _, c := range batch {
@@ -339,11 +372,14 @@ func (r *Redis) roundTrip(t *trip, batch []*call, carry []*call) []*call {
 			c.err = context.DeadlineExceeded
 			continue
 		}
-		if c.done != nil && c.deadline.Before(deadline) {
+		if c.done != nil && (deadline.IsZero() || c.deadline.Before(deadline)) {
 			deadline = c.deadline
 		}
 		t.plan(c)
 		sent++
+	}
+	if deadline.IsZero() { // refunds of split requests only
+		deadline = start.Add(r.timeout)
 	}
 	var err error
 	if sent > 0 {
@@ -401,7 +437,7 @@ func (r *Redis) roundTrip(t *trip, batch []*call, carry []*call) []*call {
 // charge in place: a refused request then counts, as it would have
 // before requests were all or nothing.
 func (r *Redis) refund(calls []*call) {
-	t := newTrip(r.cluster)
+	t := newTrip(r.d, r.cluster)
 	for _, c := range calls {
 		t.plan(c)
 	}

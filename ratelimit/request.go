@@ -57,6 +57,10 @@ type Request struct {
 	// Cost is how many requests this one counts as (a bulk of Cost
 	// orders); 0 means 1.
 	Cost int64
+	// Claim, when set, is a script call decided with the request, in its
+	// round trip, only when the request passes (claim.go). Only a Redis
+	// limiter built with a claim function sends it (Answer.Claim.Sent).
+	Claim *ClaimPart
 }
 
 // CheckResult is what one Check decided.
@@ -83,6 +87,8 @@ type Answer struct {
 	// Results holds one entry per Check, in order. AllowAll reuses its
 	// backing array when it is large enough.
 	Results []CheckResult
+	// Claim is what the request's ClaimPart came to.
+	Claim ClaimReply
 }
 
 // reset prepares a for a request of n checks.

@@ -20,20 +20,28 @@ import (
 // back to a full burst.
 //
 // ARGV: the number of requests, then for each request its cost (negated
-// for a refund: give back the cost in every check), number of checks and
-// guard key index (0 for none); for a guard its member, max and window in
-// milliseconds; then for each check its key index, emission interval in
-// seconds (0: a limit the request can never pass), burst, and flags
-// (1 shadow, plus 2 × the branch: 0 always, 1 if admitted, 2 if refused).
-// Key indexes point into KEYS.
+// for a refund: give back the cost in every check), number of checks,
+// guard key index (0 for none) and number of claim keys (0 for none);
+// for a guard its member, max and window in milliseconds; then for each
+// check its key index, emission interval in seconds (0: a limit the
+// request can never pass), burst, and flags (1 shadow, plus 2 × the
+// branch: 0 always, 1 if admitted, 2 if refused); then for a claim its
+// key indexes, its number of arguments and the arguments. Key indexes
+// point into KEYS.
 //
-// A request without a guard is decided as admitted. The reply is a flat
-// list of integers: for each request whether it passed (1/0), and with a
-// guard the guard's answer (1 admitted, 2 refused) and the guard set's
-// TTL in milliseconds; then for each check its state (0 not applied, 1
-// allowed, 2 refused, 3 never passes) and, unless 0, the remaining count
-// in millionths (rounded to the nearest), and in microseconds (rounded
-// up) the retry delay and the time until the key is back to a full burst.
+// A request without a guard is decided as admitted. A request's claim
+// (ClaimPart) calls the claim function claim(KEYS, ARGV) the script is
+// built with right after the request's checks, and only when the request
+// passed; an error it raises is caught and answered as that claim's, so
+// the run's other requests are decided all the same. The reply is a flat
+// list: for each request whether it passed (1/0), and with a guard the
+// guard's answer (1 admitted, 2 refused) and the guard set's TTL in
+// milliseconds; then for each check its state (0 not applied, 1 allowed,
+// 2 refused, 3 never passes) and, unless 0, the remaining count in
+// millionths (rounded to the nearest), and in microseconds (rounded up)
+// the retry delay and the time until the key is back to a full burst;
+// then with a claim the length of the claim's reply (0: not run) and the
+// reply, or {'error', message} for a claim that failed.
 const decideSrc = `
 local t = redis.call("TIME")
 local now = (t[1] - 1483228800) + (t[2] / 1000000)
@@ -48,8 +56,8 @@ local function set(k, tat)
 end
 local out, n, a = {}, 0, 2
 for _ = 1, tonumber(ARGV[1]) do
-  local cost, nchecks, guard = tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
-  a = a + 3
+  local cost, nchecks, guard, nclaim = tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
+  a = a + 4
   local head, branch = n + 1, 1
   out[head] = cost > 0 and 1 or 0
   n = head
@@ -119,6 +127,34 @@ for _ = 1, tonumber(ARGV[1]) do
       set(charge[i], charge[i + 1])
     end
   end
+  if nclaim > 0 then
+    local ck, ca = {}, {}
+    for i = 1, nclaim do
+      ck[i] = KEYS[tonumber(ARGV[a])]
+      a = a + 1
+    end
+    local na = tonumber(ARGV[a])
+    for i = 1, na do
+      ca[i] = ARGV[a + i]
+    end
+    a = a + na + 1
+    if out[head] == 1 then
+      local ok, r = pcall(claim, ck, ca)
+      if not ok then
+        r = {"error", type(r) == "table" and r.err or tostring(r)}
+      elseif r.err then
+        r = {"error", r.err}
+      end
+      out[n + 1] = #r
+      for i = 1, #r do
+        out[n + 1 + i] = r[i]
+      end
+      n = n + 1 + #r
+    else
+      out[n + 1] = 0
+      n = n + 1
+    end
+  end
 end
 for i = 1, nd do
   local k = changed[i]
@@ -134,7 +170,34 @@ end
 return out
 `
 
-var decideScript = redis.NewScript(decideSrc)
+// noClaimFunc is the claim function of a limiter built without one: the
+// builder never sends a claim to it.
+const noClaimFunc = `
+local function claim()
+  return redis.error_reply("ratelimit: no claim function")
+end
+`
+
+// decision is a limiter's decision script: its claim function, then
+// decideSrc.
+type decision struct {
+	src    string
+	script *redis.Script
+	claims bool // built with a claim function
+}
+
+// newDecision returns the decision script calling claimFunc (Lua source
+// defining a function claim(KEYS, ARGV)), or one without claims when
+// claimFunc is "".
+func newDecision(claimFunc string) *decision {
+	d := &decision{claims: claimFunc != ""}
+	if !d.claims {
+		claimFunc = noClaimFunc
+	}
+	d.src = claimFunc + decideSrc
+	d.script = redis.NewScript(d.src)
+	return d
+}
 
 // Request modes of decideSrc.
 const (
@@ -145,6 +208,7 @@ const (
 // runBuilder assembles one run of decideSrc: its keys (each once) and
 // arguments. It is reused between runs.
 type runBuilder struct {
+	d      *decision
 	keys   []any
 	index  map[string]int // key → its 1-based index in keys
 	args   []any
@@ -189,11 +253,11 @@ func (b *runBuilder) key(full string) int {
 }
 
 // add appends a request of the given mode made of the checks of q listed
-// in idx (all of them when idx is nil), with q's guard when guard is set.
-// With known, the guard was answered before and idx lists the checks that
-// apply: they are sent as applying always. It returns how many checks it
-// sent.
-func (b *runBuilder) add(q *Request, mode int, idx []int, guard, known bool) int {
+// in idx (all of them when idx is nil), with q's guard when guard is set
+// and q's claim when claim is set. With known, the guard was answered
+// before and idx lists the checks that apply: they are sent as applying
+// always. It returns how many checks it sent.
+func (b *runBuilder) add(q *Request, mode int, idx []int, guard, known, claim bool) int {
 	b.n++
 	n := len(idx)
 	if idx == nil {
@@ -207,7 +271,11 @@ func (b *runBuilder) add(q *Request, mode int, idx []int, guard, known bool) int
 	if mode == modeRefund {
 		cost = -cost
 	}
-	b.args = append(b.args, cost, n, g)
+	nclaim := 0
+	if claim {
+		nclaim = len(q.Claim.Keys)
+	}
+	b.args = append(b.args, cost, n, g, nclaim)
 	if g > 0 {
 		b.args = append(b.args, q.Guard.Member, q.Guard.Max, q.Guard.Window.Milliseconds())
 	}
@@ -232,6 +300,13 @@ func (b *runBuilder) add(q *Request, mode int, idx []int, guard, known bool) int
 			b.args = append(b.args, 0, 0, flags) // an emission interval of 0: never passes
 		}
 	}
+	if claim {
+		for _, k := range q.Claim.Keys {
+			b.args = append(b.args, b.key(k)) // the claim's own names: no keyPrefix
+		}
+		b.args = append(b.args, len(q.Claim.Args))
+		b.args = append(b.args, q.Claim.Args...)
+	}
 	return n
 }
 
@@ -240,9 +315,9 @@ func (b *runBuilder) add(q *Request, mode int, idx []int, guard, known bool) int
 func (b *runBuilder) cmd(ctx context.Context, eval bool) *redis.Cmd {
 	args := make([]any, 0, 3+len(b.keys)+1+len(b.args))
 	if eval {
-		args = append(args, "eval", decideSrc)
+		args = append(args, "eval", b.d.src)
 	} else {
-		args = append(args, "evalsha", decideScript.Hash())
+		args = append(args, "evalsha", b.d.script.Hash())
 	}
 	args = append(args, len(b.keys))
 	args = append(args, b.keys...)
@@ -264,7 +339,20 @@ const (
 // replyReader walks a decideSrc reply.
 type replyReader struct {
 	v   []int64
+	raw []any // the reply as it came, for a run carrying claims (whose replies hold strings); nil otherwise
 	pos int
+}
+
+// readerOf returns the reader of a reply read whole (cmd.Slice), whose
+// integers it copies into v.
+func readerOf(raw []any) replyReader {
+	v := make([]int64, len(raw))
+	for i, x := range raw {
+		if n, ok := x.(int64); ok {
+			v[i] = n
+		}
+	}
+	return replyReader{v: v, raw: raw}
 }
 
 var errReply = errors.New("ratelimit: unexpected reply from the decision script")
@@ -315,6 +403,25 @@ func (r *replyReader) check() (CheckResult, error) {
 	default:
 		return CheckResult{Applied: true, Result: never()}, nil
 	}
+}
+
+// claim reads a claim's reply: run is false when the claim did not run
+// (the request was refused).
+func (r *replyReader) claim() (run bool, reply []any, err error) {
+	if r.pos >= len(r.v) {
+		return false, nil, errReply
+	}
+	k := int(r.v[r.pos])
+	if k == 0 {
+		r.pos++
+		return false, nil, nil
+	}
+	if r.raw == nil || k < 0 || r.pos+1+k > len(r.v) {
+		return false, nil, errReply
+	}
+	reply = r.raw[r.pos+1 : r.pos+1+k]
+	r.pos += 1 + k
+	return true, reply, nil
 }
 
 // isNoScript reports a NOSCRIPT reply.

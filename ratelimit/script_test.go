@@ -35,7 +35,7 @@ func TestScriptRunMatchesSequential(t *testing.T) {
 		}
 	}
 	// The same requests in one run, interleaved across keys.
-	var b runBuilder
+	b := runBuilder{d: newDecision("")}
 	b.reset()
 	var reqs []Request
 	for i := 0; i < 7; i++ {
@@ -46,7 +46,7 @@ func TestScriptRunMatchesSequential(t *testing.T) {
 		}
 	}
 	for i := range reqs {
-		b.add(&reqs[i], modeDecide, nil, false, false)
+		b.add(&reqs[i], modeDecide, nil, false, false, false)
 	}
 	cmd := b.cmd(ctx, true)
 	if err := c.Process(ctx, cmd); err != nil {

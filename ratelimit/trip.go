@@ -3,6 +3,7 @@ package ratelimit
 import (
 	"context"
 	"sync"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -12,6 +13,7 @@ import (
 // of one run must share a slot) and which call each request of a run
 // answers. It is reused between round trips.
 type trip struct {
+	d       *decision
 	cluster bool
 	runs    []*run // runs[:used] are this round trip's
 	used    int
@@ -20,6 +22,12 @@ type trip struct {
 	pool    []*leaseGroup
 	cmds    []redis.Cmder
 	refunds []*call
+
+	// With claims that ask replicas to acknowledge them: the most
+	// replicas asked for, how long WAIT blocks, and its command.
+	acks int
+	wait time.Duration
+	ack  *redis.IntCmd
 }
 
 // run is one script run.
@@ -27,6 +35,7 @@ type run struct {
 	b       runBuilder
 	entries []entry
 	cmd     *redis.Cmd
+	claims  bool // an entry carries a claim: the reply holds strings
 }
 
 // entry is one request of a run: a call's, or a lease's.
@@ -35,6 +44,7 @@ type entry struct {
 	idx   []int // the checks sent; nil: all of the call's
 	guard bool  // the call's guard was sent
 	known bool  // the guard was answered before: idx lists the checks that apply
+	claim bool  // the call's claim was sent
 	lease *leaseGroup
 }
 
@@ -51,8 +61,8 @@ type leaseGroup struct {
 	check [1]Check
 }
 
-func newTrip(cluster bool) *trip {
-	return &trip{cluster: cluster, bySlot: map[uint16]*run{}, groups: map[leaseKey]*leaseGroup{}}
+func newTrip(d *decision, cluster bool) *trip {
+	return &trip{d: d, cluster: cluster, bySlot: map[uint16]*run{}, groups: map[leaseKey]*leaseGroup{}}
 }
 
 func (t *trip) reset() {
@@ -60,9 +70,9 @@ func (t *trip) reset() {
 		r.b.reset()
 		clear(r.entries)
 		r.entries = r.entries[:0]
-		r.cmd = nil
+		r.cmd, r.claims = nil, false
 	}
-	t.used = 0
+	t.used, t.acks, t.wait, t.ack = 0, 0, 0, nil
 	clear(t.bySlot)
 	for _, g := range t.groups {
 		*g = leaseGroup{}
@@ -82,6 +92,7 @@ func (t *trip) runFor(s uint16) *run {
 	r := t.runs[t.used]
 	t.used++
 	r.b.reset()
+	r.b.d = t.d
 	t.bySlot[s] = r
 	return r
 }
@@ -95,7 +106,7 @@ func (t *trip) plan(c *call) {
 	c.parts, c.failed, c.charged, c.phase = 0, false, 0, false
 	q := c.q
 	if !t.cluster {
-		t.add(t.runFor(0), entry{c: c, guard: q.Guard.Key != ""})
+		t.add(t.runFor(0), entry{c: c, guard: q.Guard.Key != "", claim: c.claim})
 		return
 	}
 	if q.Guard.Key != "" && !c.guarded {
@@ -145,11 +156,18 @@ func (t *trip) add(r *run, e entry) {
 	if c := e.c; c != nil {
 		c.parts++
 		if c.refund {
-			r.b.add(c.q, modeRefund, e.idx, false, e.known)
+			r.b.add(c.q, modeRefund, e.idx, false, e.known, false)
 		} else {
-			r.b.add(c.q, modeDecide, e.idx, e.guard, e.known)
-			if lk, ok := leasable(c.q); ok {
+			r.b.add(c.q, modeDecide, e.idx, e.guard, e.known, e.claim)
+			if lk, ok := leasable(c.q); ok && !c.claim {
 				t.group(lk, c, r)
+			}
+		}
+		if e.claim {
+			r.claims = true
+			if n := c.q.Claim.ReplicaAcks; n > 0 {
+				t.acks = max(t.acks, n)
+				t.wait = max(t.wait, c.q.Claim.WaitTimeout, time.Millisecond)
 			}
 		}
 	}
@@ -185,7 +203,7 @@ func (t *trip) lease(ls *leases, now int64) {
 		}
 		g.check[0] = Check{Key: g.key.key, Limit: g.key.limit}
 		g.req = Request{Checks: g.check[:], Cost: g.extra}
-		g.run.b.add(&g.req, modeDecide, nil, false, false)
+		g.run.b.add(&g.req, modeDecide, nil, false, false, false)
 		g.run.entries = append(g.run.entries, entry{lease: g})
 	}
 }
@@ -194,6 +212,9 @@ func (t *trip) lease(ls *leases, now int64) {
 // the script itself for a run Redis did not know it for (NOSCRIPT, after
 // a restart). It returns the first error.
 func (t *trip) send(ctx context.Context, client Client) error {
+	if t.acks > 0 && !t.cluster {
+		return t.sendAcked(ctx, client)
+	}
 	t.cmds = t.cmds[:0]
 	for _, r := range t.runs[:t.used] {
 		r.cmd = r.b.cmd(ctx, false)
@@ -225,6 +246,28 @@ func (t *trip) send(ctx context.Context, client Client) error {
 		}
 	}
 	return err
+}
+
+// sendAcked sends the runs of a round trip whose claims ask replicas to
+// acknowledge them, followed by WAIT, as one pipeline on one connection:
+// WAIT counts the replicas that hold every write of that connection so
+// far, the claims included. The runs go as EVAL: after NOSCRIPT a second
+// run would wait for the replicas a second time.
+func (t *trip) sendAcked(ctx context.Context, client Client) error {
+	p := client.Pipeline()
+	for _, r := range t.runs[:t.used] {
+		r.cmd = r.b.cmd(ctx, true)
+		_ = p.Process(ctx, r.cmd)
+	}
+	t.ack = redis.NewIntCmd(ctx, "wait", t.acks, t.wait.Milliseconds())
+	_ = p.Process(ctx, t.ack)
+	_, _ = p.Exec(ctx)
+	for _, r := range t.runs[:t.used] {
+		if err := r.cmd.Err(); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // sendByNode sends the runs of a Cluster round trip as one pipeline per
@@ -266,8 +309,15 @@ func (t *trip) sendByNode(ctx context.Context, cc *redis.ClusterClient) {
 // leases.
 func (t *trip) answer(ls *leases, now int64) {
 	for _, r := range t.runs[:t.used] {
-		v, err := r.cmd.Int64Slice()
-		rd := replyReader{v: v}
+		var rd replyReader
+		var err error
+		if r.claims {
+			var raw []any
+			raw, err = r.cmd.Slice()
+			rd = readerOf(raw)
+		} else {
+			rd.v, err = r.cmd.Int64Slice()
+		}
 		for _, e := range r.entries {
 			if err == nil {
 				err = t.read(&rd, e, now)
@@ -342,6 +392,23 @@ func (t *trip) read(rd *replyReader, e entry, now int64) error {
 			c.charged |= charged
 		} else {
 			c.failed = true
+		}
+	}
+	if e.claim {
+		run, reply, err := rd.claim()
+		if err != nil {
+			return err
+		}
+		cl := &c.ans.Claim
+		cl.Run = run
+		if run && len(reply) == 2 && reply[0] == "error" {
+			msg, _ := reply[1].(string)
+			cl.Err = ClaimError(msg)
+		} else {
+			cl.Reply = reply
+		}
+		if t.ack != nil {
+			cl.Acked, cl.AckErr = t.ack.Result()
 		}
 	}
 	return nil

@@ -1,0 +1,63 @@
+package ratelimit
+
+import "time"
+
+// Claims decided with a request. A Redis limiter built with a claim
+// function (RedisOptions.ClaimFunc: the Lua source of a function
+// claim(KEYS, ARGV), exgate's duplicate protection's) runs a request's
+// ClaimPart in the script run that decides the request's limits, right
+// after them and only when they let the request pass: a request refused
+// by a limit claims nothing, and the claim costs no round trip of its
+// own. Such requests are sent in round trips of their own, with the
+// claim's deadline (ClaimPart.Timeout), and wait there for the replicas
+// the claim asks for (WAIT, on the same connection, after the script).
+//
+// A ClaimPart is not sent (ClaimReply.Sent is false) when the request
+// does not reach Redis: the Memory limiter, a DenyCache refusal, a lease
+// of a hot key, calls failing fast after a failed round trip, a request
+// with no limit to decide, and a Redis Cluster, where a request's limits
+// and its claim may live on different nodes. The caller then claims on
+// its own, when the request passed.
+
+// ClaimPart is a claim decided with a Request: the claim function's
+// KEYS and ARGV, and what its round trip honours.
+type ClaimPart struct {
+	// Keys and Args are the claim function's KEYS and ARGV.
+	Keys []string
+	Args []any
+	// Timeout is the deadline of the round trip carrying the claim; it
+	// replaces RedisOptions.Timeout when longer.
+	Timeout time.Duration
+	// ReplicaAcks, when above 0, is how many replicas must acknowledge
+	// the round trip's writes: WAIT is sent after the script, blocking
+	// at most WaitTimeout.
+	ReplicaAcks int
+	WaitTimeout time.Duration
+}
+
+// ClaimReply is what a ClaimPart came to.
+type ClaimReply struct {
+	// Sent reports that the claim went to Redis with the request's
+	// limits: it was run if the request passed (Reply), or the round
+	// trip failed (Err) and it may have been. When Sent is false the
+	// claim was not run.
+	Sent bool
+	// Run reports that the claim function ran: the request passed.
+	Run bool
+	// Reply is the claim function's reply.
+	Reply []any
+	// Err is the failure of the round trip, or the error the claim
+	// function raised (ClaimError).
+	Err error
+	// Acked is how many replicas WAIT reported, and AckErr WAIT's
+	// failure, with ClaimPart.ReplicaAcks.
+	Acked  int64
+	AckErr error
+}
+
+// ClaimError is an error the claim function raised or returned in the
+// script run (a malformed entry, Redis refusing writes at maxmemory);
+// the run's other requests are decided all the same.
+type ClaimError string
+
+func (e ClaimError) Error() string { return string(e) }
