@@ -92,9 +92,12 @@ type Decision struct {
 	// N is the number of Outcomes recorded.
 	N int
 	// Outcomes are the decisions of the limits that applied, in order.
+	// Their Results describe each limit as the store holds it after the
+	// decision: charged when the request was allowed, uncharged when it
+	// was refused (ratelimit.Result.Uncharged) or its charge given back.
 	Outcomes [maxOutcomes]Outcome
 
-	header int // index of the outcome closest to denial, or -1
+	cost int64 // what the request cost in each limit (at least 1)
 }
 
 // Identity returns the key the request's caller is counted by: the
@@ -221,7 +224,7 @@ func (e *Enforcer) AccountID(user string) string { return e.keyer.AccountID(user
 // refuses is charged in none. Outcomes are recorded in the order of the
 // limits, up to the first that refuses (and is not a shadow limit).
 func (e *Enforcer) Decide(ctx context.Context, rr *RouteRules, req Request, d *Decision) {
-	*d = Decision{Allowed: true, header: -1}
+	*d = Decision{Allowed: true, cost: max(req.Cost, 1)}
 	if !rr.Limited() {
 		return
 	}
@@ -353,10 +356,11 @@ func (e *Enforcer) Decide(ctx context.Context, rr *RouteRules, req Request, d *D
 		switch {
 		case d.Demoted && (r.byToken || r.when == config.WhenAnon):
 			// Not the token's own limit: say so, and never ask for a
-			// wait beyond the demotion.
+			// wait beyond the demotion (nor tell one in its fields).
 			d.TooManyTokens = true
 			d.RetryAfter = min(d.RetryAfter, demotedFor)
 			o.Decision = DecisionLimited
+			o.Result.RetryAfter = d.RetryAfter
 		case o.Decision == DecisionExceedsBurst && fallback == config.StoreLocal && p.req.Cost <= m.v.limit.Burst:
 			// Over this replica's share of the limit only: the shared
 			// store would let it pass, so it waits for the store.
@@ -366,7 +370,24 @@ func (e *Enforcer) Decide(ctx context.Context, rr *RouteRules, req Request, d *D
 			d.RetryAfter, d.ExceedsBurst, d.MaxCost = 0, true, p.maxCost(p.ans.Admitted)
 		}
 		d.record(o)
+		d.uncharge() // all or nothing: the limits that allowed it charged nothing either
 		return
+	}
+}
+
+// uncharge turns the recorded outcomes' Results into what their limits
+// hold without the request (ratelimit.Result.Uncharged): it was refused,
+// or its charge was given back. A limit the store could not decide (open
+// or closed) has no state to tell.
+func (d *Decision) uncharge() {
+	for k := 0; k < d.N; k++ {
+		o := &d.Outcomes[k]
+		switch o.Fallback {
+		case "":
+			o.Result = o.Result.Uncharged(o.v.limit, d.cost)
+		case config.StoreLocal:
+			o.Result = o.Result.Uncharged(o.v.local, d.cost)
+		}
 	}
 }
 
@@ -396,7 +417,10 @@ func (p *plan) maxCost(admitted bool) int64 {
 // the limits recorded in d's Outcomes (the first eight of a route) are
 // given back: a refund may fall short, never exceed. An error means the
 // store could not be reached; the charge then stands, and the failure is
-// counted and logged (at most once a second) as the store's.
+// counted and logged (at most once a second) as the store's. Once the
+// charge is given back, d's Outcomes describe the limits without the
+// request, so that the answer's rate-limit fields (SetHeaders) tell the
+// client what its next request will find.
 func (e *Enforcer) Refund(ctx context.Context, rr *RouteRules, req Request, d *Decision) error {
 	if !d.Allowed || d.N == 0 || !rr.Limited() {
 		return nil
@@ -432,16 +456,20 @@ func (e *Enforcer) Refund(ctx context.Context, rr *RouteRules, req Request, d *D
 		n++
 	}
 	p.req.Checks = p.req.Checks[:n]
+	var err error
 	switch {
 	case n == 0:
 		return nil
 	case local:
-		return e.local.Refund(ctx, &p.req)
+		err = e.local.Refund(ctx, &p.req)
+	default:
+		if err = e.store.Refund(ctx, &p.req); err != nil {
+			e.storeErrs.Add(1)
+			e.warn("rate-limit store failed; a request's charge could not be given back", err, zap.String("route", rr.Name))
+		}
 	}
-	err := e.store.Refund(ctx, &p.req)
-	if err != nil {
-		e.storeErrs.Add(1)
-		e.warn("rate-limit store failed; a request's charge could not be given back", err, zap.String("route", rr.Name))
+	if err == nil {
+		d.uncharge()
 	}
 	return err
 }
@@ -529,30 +557,12 @@ func (p *plan) add(i int, r *rule, d *Decision, addr []byte, demoted, anonymous 
 	p.meta = append(p.meta, checkMeta{limit: i, v: v})
 }
 
-// record appends o and keeps track of the outcome closest to denial: the
-// one with the fewest requests remaining (a denial has none), and of
-// equals the one that takes longest to recover. An outcome no wait would
-// lift (ratelimit.Never) has no remaining count or wait to report and is
-// not a candidate.
+// record appends o, unless maxOutcomes are recorded already.
 func (d *Decision) record(o Outcome) {
 	if d.N == maxOutcomes {
 		return
 	}
 	d.Outcomes[d.N] = o
-	if (o.Fallback == "" || o.Fallback == config.StoreLocal) && o.Result.RetryAfter != ratelimit.Never {
-		if d.header < 0 {
-			d.header = d.N
-		} else {
-			h := &d.Outcomes[d.header]
-			denied, hDenied := o.Decision != DecisionAllowed, h.Decision != DecisionAllowed
-			switch {
-			case denied && !hDenied,
-				denied == hDenied && o.Result.Remaining < h.Result.Remaining,
-				denied == hDenied && o.Result.Remaining == h.Result.Remaining && o.wait() > h.wait():
-				d.header = d.N
-			}
-		}
-	}
 	d.N++
 }
 

@@ -427,6 +427,11 @@ routes:
 	if d.RetryAfter <= 0 || d.RetryAfter > 10*time.Minute {
 		t.Errorf("newcomer told to wait %v, want at most the window's 10m (the shared bucket refills in ~12m)", d.RetryAfter)
 	}
+	h := http.Header{}
+	d.SetHeaders(h, config.HeadersIETF)
+	if want := fmt.Sprintf(`"token";r=0;t=%d`, Seconds(d.RetryAfter)); h.Get("RateLimit") != want {
+		t.Errorf("newcomer's RateLimit %q, want %q: t is the Retry-After", h.Get("RateLimit"), want)
+	}
 	clk.Advance(10*time.Minute + time.Second)
 	e.Decide(context.Background(), rr, Request{Token: "newcomer", Addr: from}, &d)
 	if !d.Allowed || d.Demoted || d.TooManyTokens {

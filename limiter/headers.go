@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/exgate/exgate/config"
+	"github.com/exgate/exgate/ratelimit"
 )
 
 // MaxWaitSeconds bounds every wait exgate tells a client in Retry-After
@@ -40,15 +41,22 @@ func clampSeconds(s int64) int64 { return min(s, MaxWaitSeconds) }
 //	        RateLimit: "token";r=12;t=47
 //	legacy: X-RateLimit-Limit: 200, X-RateLimit-Remaining: 12, X-RateLimit-Reset: 47
 //
-// r is the requests remaining now; t is, for a denied request, the
+// r is the requests remaining now, as the store holds the limit after
+// the answer: a refused request, and one whose charge was given back
+// (Enforcer.Refund), charged nothing. t is, for a denied request, the
 // seconds until one would pass (the Retry-After value), else the seconds
 // until the limit is back to a full burst. It writes nothing when no
-// limit decided the request.
+// limit decided the request, and replaces the fields it wrote before:
+// called again after a refund, it tells the state after the refund.
 func (d *Decision) SetHeaders(h http.Header, style string) {
-	if d.header < 0 || style == config.HeadersNone || style == "" {
+	if style == config.HeadersNone || style == "" {
 		return
 	}
-	o := &d.Outcomes[d.header]
+	k := d.closest()
+	if k < 0 {
+		return
+	}
+	o := &d.Outcomes[k]
 	t := Seconds(o.wait())
 	switch style {
 	case config.HeadersIETF:
@@ -66,4 +74,34 @@ func (d *Decision) SetHeaders(h http.Header, style string) {
 		h["X-Ratelimit-Remaining"] = []string{strconv.FormatInt(o.Result.Remaining, 10)}
 		h["X-Ratelimit-Reset"] = []string{strconv.FormatInt(t, 10)}
 	}
+}
+
+// closest returns the index of the outcome closest to denial, whose
+// fields the headers tell, or -1: the one with the fewest requests
+// remaining (a denial, shadow included, before any allowance), and of
+// equals the one that takes longest to recover. An outcome no wait would
+// lift (ratelimit.Never), or one the store could not decide (open or
+// closed), has no remaining count or wait to report and is not a
+// candidate.
+func (d *Decision) closest() int {
+	k := -1
+	for i := 0; i < d.N; i++ {
+		o := &d.Outcomes[i]
+		if (o.Fallback != "" && o.Fallback != config.StoreLocal) || o.Result.RetryAfter == ratelimit.Never {
+			continue
+		}
+		if k < 0 {
+			k = i
+			continue
+		}
+		h := &d.Outcomes[k]
+		denied, hDenied := o.Decision != DecisionAllowed, h.Decision != DecisionAllowed
+		switch {
+		case denied && !hDenied,
+			denied == hDenied && o.Result.Remaining < h.Result.Remaining,
+			denied == hDenied && o.Result.Remaining == h.Result.Remaining && o.wait() > h.wait():
+			k = i
+		}
+	}
+	return k
 }

@@ -2,11 +2,16 @@ package limiter
 
 import (
 	"context"
+	"errors"
 	"net/http"
+	"net/netip"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/exgate/exgate/config"
+	"github.com/exgate/exgate/internal/redistest"
 	"github.com/exgate/exgate/ratelimit"
 )
 
@@ -58,5 +63,151 @@ func TestSecondsRoundsUp(t *testing.T) {
 		if got := Seconds(tc.d); got != tc.want {
 			t.Errorf("Seconds(%v) = %d, want %d", tc.d, got, tc.want)
 		}
+	}
+}
+
+// refundFails is a store whose decisions are its memory's and whose
+// refunds fail, as Redis's do when it goes away between the two.
+type refundFails struct{ *ratelimit.Memory }
+
+func (refundFails) Refund(context.Context, *ratelimit.Request) error {
+	return errors.New("connection refused")
+}
+
+// TestHeadersTellTheStateAfterTheAnswer checks that the rate-limit fields
+// of every answer describe the limits as the store holds them after it,
+// in both styles and on every store: limits are all or nothing, so a
+// refused request was charged in none — not in a limit ahead of the one
+// that refused it, and not in the refusing one (a bulk refused for its
+// size leaves what it did not take) — and a request whose charge was
+// given back (shed) tells the state before it, unless the refund failed.
+func TestHeadersTellTheStateAfterTheAnswer(t *testing.T) {
+	cfg := mustLoad(t, `
+routes:
+  - name: r
+    match: /r/
+    limits:
+      - { name: hourly, key: address, rate: 10/1h, burst: 10 }
+      - { name: short, key: address, rate: 3/1h, burst: 3 }
+`)
+	rr := Compile(cfg, nil).Route("r")
+	type step struct {
+		cost    int64
+		refund  bool   // give the charge back after the decision (a shed request)
+		allowed bool   // the decision
+		fields  string // the RateLimit field of the answer; its limit's name, r and t
+		hourly  int64  // the first limit's remaining, where its outcome is recorded
+	}
+	cases := []struct {
+		name  string
+		steps []step
+	}{
+		{"refused by the second limit charges the first nothing", []step{
+			{1, false, true, `"short";r=2;t=1200`, 9},
+			{1, false, true, `"short";r=1;t=2400`, 8},
+			{1, false, true, `"short";r=0;t=3600`, 7},
+			{1, false, false, `"short";r=0;t=1200`, 7},
+			{1, false, false, `"short";r=0;t=1200`, 7},
+			{1, true, false, `"short";r=0;t=1200`, 7}, // refused: nothing to give back
+		}},
+		{"a bulk above a burst tells the limit ahead uncharged", []step{
+			{1, false, true, `"short";r=2;t=1200`, 9},
+			{4, false, false, `"hourly";r=9;t=360`, 9},
+			{4, false, false, `"hourly";r=9;t=360`, 9},
+			{2, false, true, `"short";r=0;t=3600`, 7},
+		}},
+		{"a bulk refused for its size leaves what it did not take", []step{
+			{1, false, true, `"short";r=2;t=1200`, 9},
+			{3, false, false, `"short";r=2;t=1200`, 9},
+			{2, false, true, `"short";r=0;t=3600`, 7},
+		}},
+		{"a shed request tells the state before it", []step{
+			{1, false, true, `"short";r=2;t=1200`, 9},
+			{1, true, true, `"short";r=2;t=1200`, 9},
+			{2, true, true, `"short";r=2;t=1200`, 9},
+			{2, false, true, `"short";r=0;t=3600`, 7},
+			{1, false, false, `"short";r=0;t=1200`, 7},
+		}},
+	}
+	stores := []struct {
+		name  string
+		store func(clock *fakeClock) ratelimit.Limiter
+	}{
+		{"memory", func(clock *fakeClock) ratelimit.Limiter {
+			return ratelimit.NewDenyCache(ratelimit.NewMemory(ratelimit.MemoryOptions{Now: clock.Now}), 100, clock.Now)
+		}},
+	}
+	if !testing.Short() {
+		srv := redistest.Start(t)
+		rl := ratelimit.NewRedis(srv.Client(), ratelimit.RedisOptions{Timeout: time.Second})
+		t.Cleanup(func() { _ = rl.Close() })
+		stores = append(stores, struct {
+			name  string
+			store func(clock *fakeClock) ratelimit.Limiter
+		}{"redis", func(*fakeClock) ratelimit.Limiter { return ratelimit.NewDenyCache(rl, 100, nil) }})
+	}
+	for _, st := range stores {
+		for i, tc := range cases {
+			t.Run(st.name+"/"+tc.name, func(t *testing.T) {
+				clock := newFakeClock()
+				e := newTestEnforcer(t, st.store(clock), clock)
+				req := Request{Addr: netip.AddrFrom4([4]byte{198, 51, 100, byte(10 + i)})}
+				for k, s := range tc.steps {
+					req.Cost = s.cost
+					var d Decision
+					e.Decide(context.Background(), rr, req, &d)
+					if s.refund {
+						if err := e.Refund(context.Background(), rr, req, &d); err != nil {
+							t.Fatal(err)
+						}
+					}
+					if d.Allowed != s.allowed {
+						t.Fatalf("step %d (cost %d): allowed %v, want %v", k, s.cost, d.Allowed, s.allowed)
+					}
+					checkFields(t, k, &d, s.fields)
+					// The deny cache refuses a known denial before the
+					// limits ahead of it are decided: they are then not
+					// reported.
+					if o := d.Outcomes[0]; o.Limit == "hourly" && o.Result.Remaining != s.hourly {
+						t.Errorf("step %d: the first limit reports %d remaining, want %d", k, o.Result.Remaining, s.hourly)
+					}
+				}
+			})
+		}
+	}
+	t.Run("memory/a failed refund tells the charge that stands", func(t *testing.T) {
+		clock := newFakeClock()
+		e := newTestEnforcer(t, refundFails{ratelimit.NewMemory(ratelimit.MemoryOptions{Now: clock.Now})}, clock)
+		req := Request{Addr: addr("198.51.100.99")}
+		var d Decision
+		e.Decide(context.Background(), rr, req, &d)
+		if err := e.Refund(context.Background(), rr, req, &d); err == nil {
+			t.Fatal("refund succeeded")
+		}
+		checkFields(t, 0, &d, `"short";r=2;t=1200`)
+	})
+}
+
+// checkFields checks the rate-limit fields d writes in both styles
+// against the RateLimit field want (`"name";r=R;t=T`).
+func checkFields(t *testing.T, step int, d *Decision, want string) {
+	t.Helper()
+	name, rest, _ := strings.Cut(strings.TrimPrefix(want, `"`), `";r=`)
+	r, tt, _ := strings.Cut(rest, ";t=")
+	quota := map[string]string{"hourly": "10", "short": "3"}[name]
+	ietf, legacy := http.Header{}, http.Header{}
+	d.SetHeaders(ietf, config.HeadersIETF)
+	d.SetHeaders(legacy, config.HeadersLegacy)
+	if got := ietf.Get("RateLimit"); got != want {
+		t.Errorf("step %d: RateLimit %q, want %q", step, got, want)
+	}
+	if got := ietf.Get("RateLimit-Policy"); !strings.HasPrefix(got, `"`+name+`";q=`+quota+";") {
+		t.Errorf("step %d: RateLimit-Policy %q, want the %s limit's", step, got, name)
+	}
+	if l, rem, reset := legacy.Get("X-RateLimit-Limit"), legacy.Get("X-RateLimit-Remaining"), legacy.Get("X-RateLimit-Reset"); l != quota || rem != r || reset != tt {
+		t.Errorf("step %d: X-RateLimit-Limit/Remaining/Reset %s/%s/%s, want %s/%s/%s", step, l, rem, reset, quota, r, tt)
+	}
+	if !d.Allowed && !d.ExceedsBurst && strconv.FormatInt(Seconds(d.RetryAfter), 10) != tt {
+		t.Errorf("step %d: Retry-After %d, t=%s: they differ", step, Seconds(d.RetryAfter), tt)
 	}
 }

@@ -166,16 +166,18 @@ func (g *Gateway) admit(st *requestState, r *http.Request, pl *plan) *apierror.E
 func (g *Gateway) shed(st *requestState, r *http.Request, pl *plan, c overload.Class) *apierror.Error {
 	st.route.admission.metrics[c].Shed()
 	g.settleUnsent(st)
-	g.refundLimits(st, r)
+	g.refundLimits(st, r, pl)
 	return pl.admission.errShed
 }
 
 // refundLimits gives back what st's request was charged against its
 // limits (for a bulk, its size against the target route's). It runs
 // before the answer goes out, so that the client's next request finds
-// nothing charged; a store that cannot be reached leaves the charge (the
-// Enforcer counts and logs that as a store failure).
-func (g *Gateway) refundLimits(st *requestState, r *http.Request) {
+// nothing charged, and the answer's rate-limit fields are written again
+// to say so; a store that cannot be reached leaves the charge and the
+// fields that tell it (the Enforcer counts and logs that as a store
+// failure).
+func (g *Gateway) refundLimits(st *requestState, r *http.Request, pl *plan) {
 	rt := st.charged
 	if rt == nil {
 		return
@@ -183,7 +185,9 @@ func (g *Gateway) refundLimits(st *requestState, r *http.Request) {
 	st.charged = nil
 	req := st.limitRequest()
 	req.Cost = st.cost
-	_ = g.limits.Refund(r.Context(), rt.limits, req, &st.decision)
+	if g.limits.Refund(r.Context(), rt.limits, req, &st.decision) == nil {
+		st.decision.SetHeaders(st.rw.Header(), pl.rules.Headers())
+	}
 }
 
 // settleUnsent releases the identifier claims of an order exgate decided

@@ -8,10 +8,12 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/exgate/exgate/config"
+	"github.com/exgate/exgate/internal/redistest"
 	"github.com/exgate/exgate/limiter"
 	"github.com/exgate/exgate/ratelimit"
 )
@@ -215,4 +217,123 @@ func TestReloadChangesLimits(t *testing.T) {
 	if res.StatusCode != 200 || !strings.HasPrefix(res.Header.Get("RateLimit-Policy"), `"per_minute";q=100`) {
 		t.Errorf("after reload: %d %q", res.StatusCode, res.Header.Get("RateLimit-Policy"))
 	}
+}
+
+// TestRateLimitFieldsTellTheStateAfterTheAnswer: every answer's rate-limit
+// fields describe the client's limits as the store holds them after it.
+// Two limits on one route, the second with the smaller burst: a bulk above
+// the second's burst (413) shows the first uncharged; a bulk refused for
+// its size (429) shows what it left; a bulk shed while the backend is full
+// (503, its charge given back) shows what the answer before it showed;
+// requests the second limit refuses charge the first nothing. On the
+// memory store and on Redis behind the deny cache.
+func TestRateLimitFieldsTellTheStateAfterTheAnswer(t *testing.T) {
+	stores := []struct {
+		name  string
+		store func(t *testing.T) ratelimit.Limiter
+	}{{"memory", func(*testing.T) ratelimit.Limiter { return ratelimit.NewMemory(ratelimit.MemoryOptions{}) }}}
+	if !testing.Short() {
+		stores = append(stores, struct {
+			name  string
+			store func(t *testing.T) ratelimit.Limiter
+		}{"redis", func(t *testing.T) ratelimit.Limiter {
+			rl := ratelimit.NewRedis(redistest.Start(t).Client(), ratelimit.RedisOptions{Timeout: time.Second})
+			t.Cleanup(func() { _ = rl.Close() })
+			return ratelimit.NewDenyCache(rl, 100, nil)
+		}})
+	}
+	for _, st := range stores {
+		t.Run(st.name, func(t *testing.T) {
+			release, held := make(chan struct{}), make(chan struct{})
+			free := sync.OnceFunc(func() { close(release) })
+			defer free() // on failure too, so that the held request ends
+			e := startOrdersStore(t, func(w http.ResponseWriter, r *http.Request) {
+				if r.URL.Path == "/api/v1/mkt/currencies/" {
+					close(held)
+					<-release
+					w.WriteHeader(http.StatusOK)
+					return
+				}
+				placedBulk(w, r)
+			}, nil, func(c *config.Config) {
+				c.Validation.Bulk.MaxOrders = 20
+				c.Route("place_order").Limits = []config.Limit{
+					{Name: "hourly", Key: config.KeyToken, When: config.WhenAlways, Rate: config.Rate{N: 10, Period: time.Hour}, Burst: 10},
+					{Name: "minute", Key: config.KeyToken, When: config.WhenAlways, Rate: config.Rate{N: 3, Period: time.Minute}, Burst: 3},
+				}
+				// Tokens of the pro tier place bulks of up to 20; the
+				// test's token is in no tier.
+				c.TokensFile = "tokens.yaml"
+				pro := config.TierLimit{Rate: config.Rate{N: 100, Period: time.Hour}, Burst: 20}
+				c.Tiers = map[string]map[string]config.TierLimit{"pro": {"place_order": pro}}
+				c.Overload.FixedLimit = 1
+				c.Overload.MaxWait.Place = 20 * time.Millisecond
+			}, st.store(t), nil)
+			var last fields
+			step := func(orders, status int, code string, want fields) {
+				t.Helper()
+				res := postBulk(t, e, bulkOf(orders, ""))
+				if code != "" {
+					assertError(t, res, status, code)
+				} else if res.Body.Close(); res.StatusCode != status {
+					t.Fatalf("bulk of %d: %d, want %d", orders, res.StatusCode, status)
+				}
+				got := rateLimitFields(t, res)
+				// The clock moves on between answers: t may be a second
+				// less than the state it describes.
+				if got.name != want.name || got.r != want.r || got.t > want.t || got.t < want.t-1 {
+					t.Fatalf("bulk of %d (%d): RateLimit %s r=%d t=%d, want %s r=%d t=%d", orders, status, got.name, got.r, got.t, want.name, want.r, want.t)
+				}
+				if ra := res.Header.Get("Retry-After"); status == http.StatusTooManyRequests && ra != strconv.FormatInt(got.t, 10) {
+					t.Errorf("Retry-After %s, t=%d: they differ", ra, got.t)
+				}
+				last = got
+			}
+			step(1, http.StatusCreated, "", fields{"minute", 2, 20})
+			step(4, http.StatusRequestEntityTooLarge, CodeBulkExceedsLimit, fields{"hourly", 9, 360})
+			step(3, http.StatusTooManyRequests, "throttled", fields{"minute", 2, 20})
+			before := last
+			done := make(chan struct{})
+			go func() { // holds the one slot until released
+				defer close(done)
+				res := do(t, "GET", e.url+"/api/v1/mkt/currencies/", nil)
+				res.Body.Close()
+			}()
+			<-held
+			step(2, http.StatusServiceUnavailable, "overloaded", before)
+			free()
+			<-done
+			step(2, http.StatusCreated, "", fields{"minute", 0, 60})
+			for range 3 {
+				step(1, http.StatusTooManyRequests, "throttled", fields{"minute", 0, 20})
+			}
+			step(4, http.StatusRequestEntityTooLarge, CodeBulkExceedsLimit, fields{"hourly", 7, 1080})
+			if n := e.backend.count(); n != 3 { // two bulks and the held request
+				t.Errorf("backend saw %d requests, want 3", n)
+			}
+		})
+	}
+}
+
+// fields are the parts of a RateLimit field.
+type fields struct {
+	name string
+	r, t int64
+}
+
+// rateLimitFields parses res's RateLimit field ("name";r=R;t=T).
+func rateLimitFields(t *testing.T, res *http.Response) fields {
+	t.Helper()
+	v := res.Header.Get("RateLimit")
+	name, rest, ok1 := strings.Cut(strings.TrimPrefix(v, `"`), `";r=`)
+	r, tt, ok2 := strings.Cut(rest, ";t=")
+	var f fields
+	var err1, err2 error
+	f.name = name
+	f.r, err1 = strconv.ParseInt(r, 10, 64)
+	f.t, err2 = strconv.ParseInt(tt, 10, 64)
+	if !ok1 || !ok2 || err1 != nil || err2 != nil {
+		t.Fatalf("RateLimit %q", v)
+	}
+	return f
 }

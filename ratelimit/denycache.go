@@ -58,10 +58,15 @@ func (d *DenyCache) Allow(ctx context.Context, key string, l Limit) (Result, err
 
 // AllowN implements Limiter. A key the cache knows to be denied for one
 // request is denied for n; a store's denial of a cost above one is not
-// cached, since a smaller request may still pass.
+// cached, since a smaller request may still pass. A cost no wait lets
+// pass (above the burst) is answered so (Never), as the store would, not
+// with the wait of a cached denial.
 func (d *DenyCache) AllowN(ctx context.Context, key string, l Limit, n int64) (Result, error) {
 	if n == 1 {
 		return d.Allow(ctx, key, l)
+	}
+	if !l.valid(n) {
+		return never(), nil
 	}
 	h := limitHash(maphash.String(d.seed, key), l)
 	now := d.now().UnixNano()
@@ -76,11 +81,13 @@ func (d *DenyCache) AllowN(ctx context.Context, key string, l Limit, n int64) (R
 // the cache knows to be denied is refused from the cache, charging
 // nothing, as the store would (all or nothing); the other checks are then
 // not decided (not Applied). A request with a guard always goes to the
-// store, which must record its member. Denials the store gives for a
-// request of cost 1 are cached.
+// store, which must record its member, and so does one that a check can
+// never pass (a cost above its burst): the client is told that, not a
+// cached denial's wait. Denials the store gives for a request of cost 1
+// are cached.
 func (d *DenyCache) AllowAll(ctx context.Context, q *Request, ans *Answer) error {
 	now := d.now().UnixNano()
-	if q.Guard.Key == "" {
+	if q.Guard.Key == "" && !q.neverPasses() {
 		for i := range q.Checks {
 			c := &q.Checks[i]
 			if c.Shadow || !Applies(c.Branch, true) {
@@ -122,6 +129,18 @@ func (d *DenyCache) Refund(ctx context.Context, q *Request) error {
 		d.entries.Remove(limitHash(maphash.String(d.seed, q.Checks[i].Key), q.Checks[i].Limit))
 	}
 	return err
+}
+
+// neverPasses reports whether a non-shadow check of q that applies
+// without a guard can never pass q's cost.
+func (q *Request) neverPasses() bool {
+	for i := range q.Checks {
+		c := &q.Checks[i]
+		if !c.Shadow && Applies(c.Branch, true) && !c.Limit.valid(q.cost()) {
+			return true
+		}
+	}
+	return false
 }
 
 // limitHash mixes a limit into the hash of a key, so that a key under one

@@ -71,6 +71,36 @@ func TestDenyCacheAnswersWithoutTheStore(t *testing.T) {
 	}
 }
 
+// TestDenyCacheTellsNeverForACostAboveTheBurst: a key the cache knows to
+// be denied is still answered Never, not with the denial's wait, for a
+// cost above its burst — alone (AllowN) and in a request (AllowAll) — so
+// that its client is told the request can never pass at that size rather
+// than to wait and be told so then.
+func TestDenyCacheTellsNeverForACostAboveTheBurst(t *testing.T) {
+	clock := newFakeClock()
+	dc := NewDenyCache(NewMemory(MemoryOptions{Now: clock.Now}), 1000, clock.Now)
+	l := Limit{Rate: 1, Period: time.Second, Burst: 2}
+	ctx := context.Background()
+	for i := 0; i < 3; i++ { // the third is denied and cached
+		dc.Allow(ctx, "k", l)
+	}
+	for _, tc := range []struct {
+		cost int64
+		want time.Duration
+	}{{2, time.Second}, {3, Never}} {
+		t.Run(fmt.Sprint(tc.cost), func(t *testing.T) {
+			if r, _ := dc.AllowN(ctx, "k", l, tc.cost); r.Allowed || r.RetryAfter != tc.want {
+				t.Errorf("AllowN: %+v, want refused with RetryAfter %v", r, tc.want)
+			}
+			q := Request{Checks: []Check{{Key: "k", Limit: l}}, Cost: tc.cost}
+			var ans Answer
+			if err := dc.AllowAll(ctx, &q, &ans); err != nil || ans.Allowed || ans.Results[0].Result.RetryAfter != tc.want {
+				t.Errorf("AllowAll: %+v, %v; want refused with RetryAfter %v", ans, err, tc.want)
+			}
+		})
+	}
+}
+
 func TestDenyCacheBounded(t *testing.T) {
 	clock := newFakeClock()
 	dc := NewDenyCache(NewMemory(MemoryOptions{Now: clock.Now}), 640, clock.Now)

@@ -149,6 +149,32 @@ func gcra(now, tat int64, l Limit, n int64) (int64, Result) {
 	}
 }
 
+// Uncharged returns r, the answer to a request of cost n under l, as the
+// key stands when that request was not charged after all (another limit
+// of an all-or-nothing Request refused it, or its charge was given back
+// by Refund). An allowed answer gets the n requests back in Remaining and
+// n emission intervals off ResetAfter. A refused answer charged nothing
+// already; its Remaining is then read off ResetAfter (what passes now: a
+// bulk refused for its size may leave some), rounded down, so that a
+// ResetAfter rounded up by the store never reports more than there is.
+// An answer no wait lifts (Never) carries no state and is returned as it
+// is.
+func (r Result) Uncharged(l Limit, n int64) Result {
+	if r.RetryAfter == Never || !l.valid(1) {
+		return r
+	}
+	e := l.emission()
+	n = max(n, 1)
+	if r.Allowed {
+		r.Remaining = min(r.Remaining+n, l.Burst)
+		r.ResetAfter = max(r.ResetAfter-time.Duration(mulSat(e, n)), 0)
+		return r
+	}
+	room := mulSat(e, l.Burst) - int64(r.ResetAfter)
+	r.Remaining = max(room, 0) / e
+	return r
+}
+
 // maxSpan bounds products of intervals, far beyond any configurable
 // window (366 days is about 2^55 ns) and far from overflow.
 const maxSpan = int64(1) << 61

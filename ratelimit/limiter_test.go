@@ -2,6 +2,7 @@ package ratelimit
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -378,5 +379,46 @@ func TestLimiterKeysIndependent(t *testing.T) {
 				t.Error("second request for a allowed")
 			}
 		})
+	}
+}
+
+// TestResultUncharged checks Uncharged against the arithmetic: whatever
+// the key held and whatever the request cost, the answer uncharged tells
+// what a key holding the same TAT has (Remaining: what passes now,
+// ResetAfter: the time to a full burst), whether the request was allowed
+// (and its charge then not made) or refused; an answer no wait lifts is
+// left alone.
+func TestResultUncharged(t *testing.T) {
+	const now = int64(1_800_000_000) * int64(time.Second)
+	limits := []Limit{
+		{Rate: 3, Period: time.Hour, Burst: 3},
+		{Rate: 10, Period: time.Second, Burst: 25},
+		{Rate: 7, Period: time.Minute, Burst: 7}, // an emission interval rounded up
+	}
+	for _, l := range limits {
+		e := l.emission()
+		for held := int64(-2); held <= l.Burst+1; held++ { // intervals charged before; negative: idle
+			tat := now + held*e + e/3
+			for n := int64(1); n <= l.Burst+1; n++ {
+				t.Run(fmt.Sprintf("%v/held%d/cost%d", l, held, n), func(t *testing.T) {
+					_, r := gcra(now, tat, l, n)
+					u := r.Uncharged(l, n)
+					if n > l.Burst {
+						if u != r {
+							t.Fatalf("never-passing answer changed: %+v → %+v", r, u)
+						}
+						return
+					}
+					left := max(tat, now) - now
+					want := Result{Allowed: r.Allowed, Remaining: (l.Burst*e - left) / e, RetryAfter: r.RetryAfter, ResetAfter: time.Duration(left)}
+					if want.Remaining < 0 {
+						want.Remaining = 0
+					}
+					if u != want {
+						t.Errorf("Uncharged(%+v) = %+v, want %+v", r, u, want)
+					}
+				})
+			}
+		}
 	}
 }
