@@ -182,26 +182,19 @@ type claimKey struct{}
 // recorded as an unknown outcome and never sent twice. A 2xx body longer
 // than idempotency.max_response_bytes, or one that cannot be read to its
 // end, is recorded as an unknown outcome too.
+//
+// The body (up to idempotency.max_response_bytes) is read before anything
+// is written to the client, whatever the status: a body the backend
+// breaks off is then answered 502 (errOrderAnswerBroken, through
+// ErrorHandler) instead of a dropped connection, which would leave the
+// client with a bare EOF and no answer at all.
 func (g *Gateway) recordResponse(res *http.Response) error {
 	st, _ := res.Request.Context().Value(claimKey{}).(*requestState)
 	if st == nil || !st.order.claimed || st.order.settled {
 		return nil
 	}
 	st.order.settled = true
-	if res.StatusCode >= 300 {
-		ctx, cancel := context.WithTimeout(context.Background(), g.idemTimeout)
-		defer cancel()
-		if res.StatusCode >= 500 {
-			g.settleUnknown(ctx, st)
-			return nil
-		}
-		g.metrics.Idempotency(metrics.IdempotencyReleased)
-		if err := g.releaseClaims(ctx, st); err != nil {
-			g.log.Warn("duplicate protection: releasing a refused order's claim failed", zap.String("request_id", st.id), zap.Error(err))
-		}
-		return nil
-	}
-	b, err := io.ReadAll(io.LimitReader(res.Body, int64(g.idemMaxResp)+1))
+	b, readErr := io.ReadAll(io.LimitReader(res.Body, int64(g.idemMaxResp)+1))
 	rest := res.Body
 	res.Body = struct {
 		io.Reader
@@ -209,16 +202,42 @@ func (g *Gateway) recordResponse(res *http.Response) error {
 	}{io.MultiReader(bytes.NewReader(b), rest), rest}
 	ctx, cancel := context.WithTimeout(context.Background(), g.idemTimeout)
 	defer cancel()
-	if err != nil || len(b) > g.idemMaxResp {
+	switch {
+	case res.StatusCode >= 500:
 		g.settleUnknown(ctx, st)
-		return nil
+	case res.StatusCode >= 300:
+		g.metrics.Idempotency(metrics.IdempotencyReleased)
+		if err := g.releaseClaims(ctx, st); err != nil {
+			g.log.Warn("duplicate protection: releasing a refused order's claim failed", zap.String("request_id", st.id), zap.Error(err))
+		}
+	case readErr != nil || len(b) > g.idemMaxResp:
+		g.settleUnknown(ctx, st)
+	default:
+		rec := idempotency.Record{Status: res.StatusCode, ContentType: res.Header.Get("Content-Type"), Body: b}
+		if err := g.completeClaims(ctx, st, rec); err != nil {
+			g.log.Warn("duplicate protection: recording the response failed", zap.String("request_id", st.id), zap.Error(err))
+		}
 	}
-	rec := idempotency.Record{Status: res.StatusCode, ContentType: res.Header.Get("Content-Type"), Body: b}
-	if err := g.completeClaims(ctx, st, rec); err != nil {
-		g.log.Warn("duplicate protection: recording the response failed", zap.String("request_id", st.id), zap.Error(err))
+	if readErr != nil {
+		return brokenAnswer{readErr}
 	}
 	return nil
 }
+
+// errOrderAnswerBroken answers an order whose response the backend broke
+// off before exgate had read it: nothing had been written to the client.
+var errOrderAnswerBroken = apierror.Static(http.StatusBadGateway, "bad_gateway",
+	"The exchange's answer to this order was cut off, so its outcome is unknown: check your orders before sending it again.")
+
+// brokenAnswer is the error of reading an order's response body, which
+// proxyError answers with errOrderAnswerBroken.
+type brokenAnswer struct{ err error }
+
+func (b brokenAnswer) Error() string { return "order response broken off: " + b.err.Error() }
+
+// Unwrap returns the read error, so that a timeout is still classified as
+// one in the metrics.
+func (b brokenAnswer) Unwrap() error { return b.err }
 
 // settleFailed settles the claim of an order the backend did not answer:
 // released when the request certainly never left exgate, else recorded as

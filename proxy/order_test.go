@@ -396,3 +396,56 @@ func TestAccessLogNamesTheOrderAnswer(t *testing.T) {
 		})
 	}
 }
+
+// TestOrderAnswerBrokenOff: a backend that breaks off its answer to an
+// order (status and part of the body sent, then the connection dropped)
+// leaves its client with a 502 in exgate's error shape, not a dropped
+// connection: exgate reads an order's answer before writing any of it.
+// The claim is settled by the status: after a 2xx or 5xx the outcome is
+// unknown and a retry is not sent again; after a 4xx (not placed) a retry
+// goes to the backend.
+func TestOrderAnswerBrokenOff(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		status    int
+		retry     int    // the retry's status
+		retryCode string // and code
+		calls     int64  // orders the backend received
+	}{
+		{"accepted", http.StatusCreated, http.StatusConflict, "outcome_unknown", 1},
+		{"refused", http.StatusBadRequest, http.StatusCreated, "", 2},
+		{"failed", http.StatusInternalServerError, http.StatusConflict, "outcome_unknown", 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var calls atomic.Int64
+			e := startOrders(t, func(w http.ResponseWriter, r *http.Request) {
+				if calls.Add(1) > 1 {
+					placed(w, r)
+					return
+				}
+				w.Header().Set("Content-Type", "application/json")
+				w.Header().Set("Content-Length", "100")
+				w.WriteHeader(tc.status)
+				_, _ = io.WriteString(w, `{"id":1,`)
+				w.(http.Flusher).Flush()
+				panic(http.ErrAbortHandler) // the connection dropped mid-body
+			})
+			body := `{"symbol":"BTC_USDT","type":"market","side":"buy","base_amount":"0.5","identifier":"cut-off"}`
+			res := postOrder(t, e, body) // fails the test on a transport error
+			assertError(t, res, http.StatusBadGateway, "bad_gateway")
+			res = postOrder(t, e, body)
+			b, _ := io.ReadAll(res.Body)
+			res.Body.Close()
+			if res.StatusCode != tc.retry || (tc.retryCode != "" && !strings.Contains(string(b), `"code":"`+tc.retryCode+`"`)) {
+				t.Errorf("retry: %d %s, want %d %s", res.StatusCode, b, tc.retry, tc.retryCode)
+			}
+			if n := calls.Load(); n != tc.calls {
+				t.Errorf("backend received %d orders, want %d", n, tc.calls)
+			}
+			lines := e.logs.FilterMessage("request").All()
+			if m := lines[0].ContextMap(); m["status"] != int64(http.StatusBadGateway) || m["code"] != "bad_gateway" || m["aborted"] != nil {
+				t.Errorf("access log of the broken-off answer: %v", m)
+			}
+		})
+	}
+}
