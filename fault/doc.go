@@ -43,6 +43,13 @@
 //   - TestSIGTERMWithOrdersInFlight: SIGTERM with 1,000 orders in flight →
 //     every client gets a complete answer, the orders the backend placed
 //     equal the 2xx answers, exit code 0.
+//   - TestKeepAliveIdleTimeout: orders on keep-alive connections idle
+//     for about server.idle_timeout → from a client that keeps idle
+//     connections longer than exgate, some get a bare EOF (Go's client
+//     does not resend a POST written into a connection exgate has just
+//     closed), and every one of them was never read by exgate (no access
+//     log line, never at the backend); from a client that closes idle
+//     connections first, none fails.
 //   - TestSlowloris: hundreds of connections trickling header bytes do not
 //     starve normal clients, and read_header_timeout closes them.
 //   - TestHeldUploadsStream: 300 chunked uploads of 1 MiB held open on a
