@@ -666,7 +666,7 @@ routes:
 	}
 	t.Cleanup(func() { _ = client.Close() })
 	rl := ratelimit.NewRedis(client, ratelimit.RedisOptions{
-		Timeout: timeout, Workers: 1,
+		Timeout: timeout, MaxInFlight: 1,
 		Observe: func(time.Duration, int, error) { trips.Add(1) },
 	})
 	t.Cleanup(func() { _ = rl.Close() })

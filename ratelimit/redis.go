@@ -40,9 +40,12 @@ type RedisOptions struct {
 	// MaxBatch bounds how many requests share one pipelined round trip.
 	// Zero means 256.
 	MaxBatch int
-	// Workers is how many round trips may be in flight at once. Zero
-	// means 2.
-	Workers int
+	// MaxInFlight is how many round trips may be in flight at once (and
+	// as many more for requests carrying a claim). Zero means 1: the
+	// requests that arrive while a round trip is in flight share the next
+	// one, which under a steady load of new keys halves the round trips,
+	// and Redis's work per request, against two in flight.
+	MaxInFlight int
 	// Observe, when set, is called after every round trip with its
 	// duration, the number of requests it carried and its error.
 	Observe func(d time.Duration, n int, err error)
@@ -57,30 +60,42 @@ type RedisOptions struct {
 
 // Redis is a Limiter backed by Redis: GCRA computed by one Lua script
 // (decideSrc) on Redis's own clock, so replicas with skewed clocks agree.
-// Callers queue their requests and a few workers send whatever is queued
-// in one round trip: outside a Cluster one script run decides every
-// request of the round trip, in order; in a Cluster one run per hash slot,
-// pipelined to each node at once. A request is all or nothing (Request)
-// and waits for one round trip, with a deadline.
+// A caller that finds fewer than MaxInFlight round trips in flight sends
+// its request itself, with whatever is queued; the callers that arrive
+// meanwhile queue, and when the round trip ends the first of them is
+// woken to send the queue in the next one. No goroutine of the limiter's
+// own stands between a caller and Redis: an idle limiter costs a request
+// one round trip and no hand-off. Outside a Cluster one script run
+// decides every request of a round trip, in order; in a Cluster one run
+// per hash slot, pipelined to each node at once. A request is all or
+// nothing (Request) and waits for one round trip, with a deadline.
 type Redis struct {
-	client  Client
-	d       *decision
-	queue   chan *call
-	claims  chan *call // calls carrying a claim, sent in round trips of their own
-	timeout time.Duration
-	backoff time.Duration
-	max     int
-	observe func(time.Duration, int, error)
-	now     func() time.Time
+	client   Client
+	d        *decision
+	timeout  time.Duration
+	backoff  time.Duration
+	max      int
+	inFlight int // MaxInFlight
+	observe  func(time.Duration, int, error)
+	now      func() time.Time
 
 	leases    *leases
 	cluster   bool         // the keys of one script run must share a hash slot
 	downUntil atomic.Int64 // unix ns; calls before it fail fast
-	closeOnce sync.Once
-	done      chan struct{} // closed by Close: workers stop
-	closed    chan struct{} // closed once the workers stopped and the queue was drained
-	wg        sync.WaitGroup
 	calls     sync.Pool
+
+	mu       sync.Mutex
+	decide   lane       // requests without a claim, and refunds
+	claims   *lane      // requests carrying a claim, in round trips of their own; nil: none are sent
+	isClosed bool       // calls fail with errClosed
+	trips    []*trip    // free ones, for the round trips in flight
+	idle     *sync.Cond // on mu: signalled when the last round trip ends after Close
+}
+
+// lane is a queue of calls and its round trips in flight.
+type lane struct {
+	queue   []*call // waiting for a round trip
+	sending int     // round trips in flight, and callers woken to send one
 }
 
 // call is one queued request.
@@ -93,6 +108,7 @@ type call struct {
 
 	refund bool // gives back what the parts of a split request charged
 	claim  bool // carries its request's claim
+	lead   bool // woken to send its lane's queue, not answered
 
 	// Within a round trip.
 	guarded bool   // the guard's answer is known (ans.Admitted)
@@ -108,20 +124,18 @@ type call struct {
 	ownRes    [1]CheckResult
 }
 
-// NewRedis returns a Redis limiter on client and starts its workers; Close
-// stops them.
+// NewRedis returns a Redis limiter on client.
 func NewRedis(client Client, o RedisOptions) *Redis {
 	r := &Redis{
-		client:  client,
-		d:       newDecision(o.ClaimFunc),
-		timeout: o.Timeout,
-		backoff: o.Backoff,
-		max:     o.MaxBatch,
-		observe: o.Observe,
-		now:     o.Now,
-		done:    make(chan struct{}),
-		closed:  make(chan struct{}),
-		leases:  newLeases(),
+		client:   client,
+		d:        newDecision(o.ClaimFunc),
+		timeout:  o.Timeout,
+		backoff:  o.Backoff,
+		max:      o.MaxBatch,
+		observe:  o.Observe,
+		now:      o.Now,
+		inFlight: o.MaxInFlight,
+		leases:   newLeases(),
 	}
 	_, r.cluster = client.(*redis.ClusterClient)
 	if r.timeout <= 0 {
@@ -136,23 +150,14 @@ func NewRedis(client Client, o RedisOptions) *Redis {
 	if r.now == nil {
 		r.now = time.Now
 	}
-	workers := o.Workers
-	if workers <= 0 {
-		workers = 2
-	}
-	r.queue = make(chan *call, 4*r.max)
-	r.calls.New = func() any { return &call{done: make(chan struct{}, 1)} }
-	r.wg.Add(workers)
-	for i := 0; i < workers; i++ {
-		go r.work(r.queue)
+	if r.inFlight <= 0 {
+		r.inFlight = 1
 	}
 	if r.d.claims && !r.cluster {
-		r.claims = make(chan *call, 4*r.max)
-		r.wg.Add(workers)
-		for i := 0; i < workers; i++ {
-			go r.work(r.claims)
-		}
+		r.claims = &lane{}
 	}
+	r.idle = sync.NewCond(&r.mu)
+	r.calls.New = func() any { return &call{done: make(chan struct{}, 1)} }
 	return r
 }
 
@@ -211,7 +216,7 @@ func (r *Redis) allowAll(ctx context.Context, c *call, q *Request, ans *Answer) 
 		ans.Claim.Sent = true
 		r.submit(ctx, c, r.claims, max(r.timeout, q.Claim.Timeout))
 	} else {
-		r.submit(ctx, c, r.queue, r.timeout)
+		r.submit(ctx, c, &r.decide, r.timeout)
 	}
 	err := c.err
 	c.q, c.ans, c.err, c.claim = nil, nil, nil, false
@@ -244,7 +249,7 @@ func (r *Redis) Refund(ctx context.Context, q *Request) error {
 	c.ownAns.reset(len(q.Checks))
 	c.q, c.ans, c.err, c.refund = &c.own, &c.ownAns, nil, true
 	c.guarded, c.phase, c.parts, c.failed, c.charged = false, false, 0, false, 0
-	r.submit(ctx, c, r.queue, r.timeout)
+	r.submit(ctx, c, &r.decide, r.timeout)
 	err := c.err
 	c.q, c.ans, c.err, c.refund, c.own = nil, nil, nil, false, Request{}
 	r.calls.Put(c)
@@ -263,54 +268,58 @@ func leasable(q *Request) (leaseKey, bool) {
 	return leaseKey{key: q.Checks[0].Key, limit: q.Checks[0].Limit}, true
 }
 
-// Close stops the workers and fails the calls still queued. Calls after
-// Close fail. It does not close the client.
+// Close fails the calls still queued and waits for the round trips in
+// flight. Calls after Close fail. It does not close the client.
 func (r *Redis) Close() error {
-	r.closeOnce.Do(func() {
-		close(r.done)
-		r.wg.Wait()
-		for _, q := range [2]chan *call{r.queue, r.claims} {
-		drain:
-			for q != nil {
-				select {
-				case c := <-q:
-					c.err = errClosed
-					c.finish()
-				default:
-					break drain
-				}
-			}
+	r.mu.Lock()
+	r.isClosed = true
+	for _, l := range [2]*lane{&r.decide, r.claims} {
+		if l == nil {
+			continue
 		}
-		close(r.closed)
-	})
+		for _, c := range l.queue {
+			c.err = errClosed
+			c.finish()
+		}
+		l.queue = nil
+	}
+	for r.decide.sending > 0 || (r.claims != nil && r.claims.sending > 0) {
+		r.idle.Wait()
+	}
+	r.mu.Unlock()
 	return nil
 }
 
 // errClosed is returned by calls made after Close.
 var errClosed = errors.New("ratelimit: redis limiter closed")
 
-// submit queues c on queue and waits for its round trip, or for ctx;
-// the call waits at most timeout in all.
-func (r *Redis) submit(ctx context.Context, c *call, queue chan<- *call, timeout time.Duration) {
-	c.deadline = r.now().Add(timeout)
-	select {
-	case queue <- c:
-	case <-ctx.Done():
-		c.err = ctx.Err()
-		return
-	case <-r.done:
-		c.err = errClosed
+// submit sends c in a round trip of lane l, or queues it for the next
+// one, and returns once c is answered; c waits at most timeout in all. A
+// queued call waits for the round trip in flight and its own, each ended
+// by its calls' deadlines.
+func (r *Redis) submit(ctx context.Context, c *call, l *lane, timeout time.Duration) {
+	if err := ctx.Err(); err != nil {
+		c.err = err
 		return
 	}
-	// A worker always answers within its own deadline, so waiting for it
-	// is bounded; the call is only reused once answered.
-	select {
-	case <-c.done:
-	case <-r.closed:
-		// Queued after Close drained the queue: no one will answer, and
-		// no one else holds the call.
-		if c.err == nil {
-			c.err = errClosed
+	c.deadline = r.now().Add(timeout)
+	r.mu.Lock()
+	switch {
+	case r.isClosed:
+		r.mu.Unlock()
+		c.err = errClosed
+		return
+	case l.sending < r.inFlight:
+		l.sending++
+		r.mu.Unlock()
+		r.send(l, c)
+	default:
+		l.queue = append(l.queue, c)
+		r.mu.Unlock()
+		<-c.done
+		if c.lead {
+			c.lead = false
+			r.send(l, c)
 		}
 	}
 }
@@ -322,35 +331,74 @@ func (c *call) finish() {
 	}
 }
 
-// work sends the calls queued on queue until Close. Calls a round trip
-// could not finish (a Cluster request whose guard was answered first)
-// are carried into the next round trip, ahead of the queue.
-func (r *Redis) work(queue <-chan *call) {
-	defer r.wg.Done()
-	t := newTrip(r.d, r.cluster)
-	var carry []*call
-	batch := make([]*call, 0, r.max)
+// send sends first, with the calls queued on l, in round trips until
+// every call it took is answered (a Cluster call whose guard was
+// answered alone goes again, with the calls queued by then), and then
+// hands l's queue on to the first call in it, or gives up its place in
+// flight. The caller holds one of l's places in flight.
+func (r *Redis) send(l *lane, first *call) {
+	r.mu.Lock()
+	t := r.trip()
+	t.batch = r.take(l, append(t.batch[:0], first))
+	r.mu.Unlock()
 	for {
-		batch = append(batch[:0], carry...)
-		carry = carry[:0]
-		if len(batch) == 0 {
-			select {
-			case c := <-queue:
-				batch = append(batch, c)
-			case <-r.done:
-				return
-			}
+		t.carry = r.roundTrip(t, t.batch, t.carry[:0])
+		r.mu.Lock()
+		t.batch = r.take(l, append(t.batch[:0], t.carry...))
+		if len(t.batch) == 0 {
+			r.handOn(l, t)
+			r.mu.Unlock()
+			break
 		}
-	fill:
-		for len(batch) < r.max {
-			select {
-			case c := <-queue:
-				batch = append(batch, c)
-			default:
-				break fill
-			}
-		}
-		carry = r.roundTrip(t, batch, carry)
+		r.mu.Unlock()
+	}
+	// first was answered by finish, into its own buffered channel.
+	<-first.done
+}
+
+// take appends to batch the calls queued on l, up to MaxBatch, and
+// removes them from the queue. r.mu is held.
+func (r *Redis) take(l *lane, batch []*call) []*call {
+	n := min(len(l.queue), r.max-len(batch))
+	if n <= 0 {
+		return batch
+	}
+	batch = append(batch, l.queue[:n]...)
+	rest := copy(l.queue, l.queue[n:])
+	clear(l.queue[rest:])
+	l.queue = l.queue[:rest]
+	return batch
+}
+
+// trip returns a free trip for a round trip in flight. r.mu is held.
+func (r *Redis) trip() *trip {
+	if n := len(r.trips); n > 0 {
+		t := r.trips[n-1]
+		r.trips = r.trips[:n-1]
+		return t
+	}
+	return newTrip(r.d, r.cluster)
+}
+
+// handOn ends a sender's turn on l: t is freed, and the first call queued
+// on l, if any, is woken to send the queue in its place; otherwise the
+// place in flight is given up. r.mu is held.
+func (r *Redis) handOn(l *lane, t *trip) {
+	clear(t.batch[:cap(t.batch)])
+	clear(t.carry[:cap(t.carry)])
+	r.trips = append(r.trips, t)
+	if len(l.queue) > 0 {
+		next := l.queue[0]
+		n := copy(l.queue, l.queue[1:])
+		l.queue[n] = nil
+		l.queue = l.queue[:n]
+		next.lead = true
+		next.finish()
+		return
+	}
+	l.sending--
+	if l.sending == 0 && r.isClosed {
+		r.idle.Broadcast()
 	}
 }
 

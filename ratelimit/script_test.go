@@ -21,7 +21,7 @@ func TestScriptRunMatchesSequential(t *testing.T) {
 	c := srv.Client()
 	ctx := context.Background()
 	l := Limit{Rate: 5, Period: 2 * time.Second, Burst: 5}
-	r := NewRedis(c, RedisOptions{Timeout: time.Second, Workers: 1, MaxBatch: 1})
+	r := NewRedis(c, RedisOptions{Timeout: time.Second, MaxInFlight: 1, MaxBatch: 1})
 	defer r.Close()
 	counts := []int{7, 1, 3, 6}
 	seq := make([][]Result, len(counts))

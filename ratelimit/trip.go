@@ -22,6 +22,8 @@ type trip struct {
 	pool    []*leaseGroup
 	cmds    []redis.Cmder
 	refunds []*call
+	batch   []*call // the calls being sent (Redis.send)
+	carry   []*call // the calls to send again
 
 	// With claims that ask replicas to acknowledge them: the most
 	// replicas asked for, how long WAIT blocks, and its command.
