@@ -182,6 +182,34 @@ func TestFontCoversTheChart(t *testing.T) {
 
 // TestReportFromResults renders a small result set: the Markdown names
 // every target and the goals, and the chart is a valid PNG.
+// TestFixedRateRule: the open-loop rate is half of the slowest compared
+// target's capacity on GET markets (Caddy's here, not NGINX's, which
+// would overload Caddy and exgate), or -rate when set.
+func TestFixedRateRule(t *testing.T) {
+	row := func(target string, rps float64) Row { return Row{Target: target, Label: targetLabel(target), RPS: rps} }
+	res := &Results{Scenarios: []ScenarioResult{{Name: scMarkets, Rows: []Row{
+		row(tDirect, 60000), row(tNginx, 40000), row(tCaddy, 17000), row(tFloor, 15000), row(tExgateRedis, 21000),
+	}}}}
+	for _, tc := range []struct {
+		name     string
+		flag     float64
+		res      *Results
+		want     float64
+		wantRule string
+	}{
+		{"slowest compared", 0, res, 8500, "Caddy (reverse_proxy), 17000 req/s"},
+		{"flag", 5000, res, 5000, "set by -rate"},
+		{"nothing measured", 0, &Results{}, 0, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rate, rule := fixedRateRule(tc.res, tc.flag)
+			if rate != tc.want || !strings.Contains(rule, tc.wantRule) {
+				t.Errorf("fixedRateRule = %v, %q; want %v, …%q…", rate, rule, tc.want, tc.wantRule)
+			}
+		})
+	}
+}
+
 func TestReportFromResults(t *testing.T) {
 	row := func(target string, rps, proxy float64) Row {
 		r := Row{Target: target, Label: targetLabel(target), Runs: []Run{{Round: 1, RPS: rps, CPU: map[string]float64{
@@ -200,11 +228,13 @@ func TestReportFromResults(t *testing.T) {
 		}}, {Name: scOrders, Title: "POST orders", Rows: []Row{
 			row(tNginx, 15000, 25), row(tCaddy, 5000, 90), row(tFloor, 8000, 70), row(tExgateOff, 8000, 70), row(tExgateRedis, 7600, 90),
 		}}},
-		FixedRate: &FixedRate{Rate: 10500, Duration: "6s", Rounds: 1, Tool: "vegeta", Rows: []RateRow{
-			{Target: tDirect, Label: targetLabel(tDirect), Runs: []RateRun{{Round: 1, Achieved: 10500, P50MS: 0.2, P99MS: 1, P999MS: 3}}},
-			{Target: tNginx, Label: targetLabel(tNginx), Runs: []RateRun{{Round: 1, Achieved: 10500, P50MS: 0.3, P99MS: 2, P999MS: 5}}},
-			{Target: tExgateRedis, Label: targetLabel(tExgateRedis), Runs: []RateRun{{Round: 1, Achieved: 10500, P50MS: 0.5, P99MS: 4, P999MS: 9}}},
-		}},
+		FixedRate: &FixedRate{Rate: 10500, Duration: "6s", Rounds: 1, Tool: "vegeta",
+			Rule:   "half of the median req/s on GET markets of the slowest target compared (Caddy (reverse_proxy), 21000 req/s)",
+			Probes: []RateProbe{{Rate: 12000, Achieved: 10000}, {Rate: 10500, Achieved: 10400}}, Rows: []RateRow{
+				{Target: tDirect, Label: targetLabel(tDirect), Runs: []RateRun{{Round: 1, Achieved: 10500, P50MS: 0.2, P99MS: 1, P999MS: 3}}},
+				{Target: tNginx, Label: targetLabel(tNginx), Runs: []RateRun{{Round: 1, Achieved: 10500, P50MS: 0.3, P99MS: 2, P999MS: 5}}},
+				{Target: tExgateRedis, Label: targetLabel(tExgateRedis), Runs: []RateRun{{Round: 1, Achieved: 10500, P50MS: 0.5, P99MS: 4, P999MS: 9}}},
+			}},
 	}
 	res.FixedRate.summarize()
 	// exgate limits off refused 10% of its orders (503 overloaded): its
@@ -221,6 +251,8 @@ func TestReportFromResults(t *testing.T) {
 		"| backend CPU per order behind exgate, Redis limits ÷ behind NGINX (30.0 ÷ 30.0 µs) | 1.00× | ≤ 1.1× | **met** |",
 		"| many keys: exgate Redis limits on ÷ off, req/s (by CPU per request: –) | – | ≥ 0.85× | not measured |",
 		"| fixed rate (10500 req/s): exgate's added p99 ÷ NGINX's (3.00 ÷ 1.00 ms) | 3.00× | ≤ 1.5× | **missed** |",
+		"The rate: half of the median req/s on GET markets of the slowest target compared (Caddy (reverse_proxy), 21000 req/s).",
+		"vegeta straight at the backend before the rounds: 12000 req/s asked, 10000 achieved, 10500 req/s asked, 10400 achieved.",
 		"| exgate, Redis limits | 0.50 | 4.00 | 9.00 | 0.30 | 3.00 | 6.00 | 10500 | 0 |",
 		"NGINX + limit_req", "Caddy (reverse_proxy)", "net/http floor proxy", "direct to backend", "make bench"} {
 		if !strings.Contains(md, want) {

@@ -249,7 +249,7 @@ func drawChart(w io.Writer, res *Results) error {
 // drawFixedRate draws the open-loop run from y: per target, the p99
 // latency it adds over direct as a bar, with p50, p99 and p99.9 written.
 func drawFixedRate(img *image.RGBA, ct *chartText, fr *FixedRate, y int, colText, colMuted, colGrid color.RGBA) {
-	ct.draw(img, ct.bold, labelX, y, fmt.Sprintf("GET markets at a fixed %.0f req/s (half of NGINX's capacity, open loop): latency added over direct", fr.Rate), colText)
+	ct.draw(img, ct.bold, labelX, y, fmt.Sprintf("GET markets at a fixed %.0f req/s (open loop): latency added over direct", fr.Rate), colText)
 	y += lineH
 	ct.draw(img, ct.regular, labelX+10, y, fmt.Sprintf("bar: added p99, ms; medians of %d runs × %s with vegeta", fr.Rounds, fr.Duration), colMuted)
 	y += lineH

@@ -53,7 +53,7 @@ type options struct {
 	only     string // scenarios to run, comma-separated; "" = all
 	targets  string // targets to run, comma-separated; "" = all
 
-	rate         float64       // fixed-rate run's req/s; 0 = half of NGINX's measured GET markets
+	rate         float64       // fixed-rate run's req/s; 0 = half of the slowest compared target's GET markets
 	rateRounds   int           // fixed-rate rounds; 0 = no fixed-rate run
 	rateDuration time.Duration // length of one fixed-rate run
 }
@@ -78,7 +78,7 @@ func main() {
 	flag.BoolVar(&o.quick, "quick", false, "mark the results as a smoke run (BENCH_QUICK=1)")
 	flag.StringVar(&o.only, "scenarios", "", "run only these scenarios (comma-separated: get-markets,post-order,many-keys)")
 	flag.StringVar(&o.targets, "targets", "", "run only these targets (comma-separated: direct,nginx,nginx-limit,exgate-off,exgate-memory,exgate-redis)")
-	flag.Float64Var(&o.rate, "rate", 0, "request rate of the open-loop run (GET markets, vegeta); 0 = half of NGINX's median req/s on GET markets in this run")
+	flag.Float64Var(&o.rate, "rate", 0, "request rate of the open-loop run (GET markets, vegeta); 0 = half of the median req/s on GET markets of the slowest target it compares (NGINX, Caddy, exgate with Redis limits) in this run, lowered to what vegeta holds straight at the backend")
 	flag.IntVar(&o.rateRounds, "rate-rounds", 2, "rounds of the open-loop fixed-rate run at direct, NGINX, Caddy and exgate with Redis limits; 0 = none")
 	flag.DurationVar(&o.rateDuration, "rate-duration", 6*time.Second, "length of one fixed-rate run")
 	flag.BoolVar(&o.serve, "serve", false, "start the stack, print its addresses and keep it up until interrupted (for profiling by hand)")
@@ -163,18 +163,14 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	if o.rateRounds > 0 {
-		rate := o.rate
-		if ngx := res.row(scMarkets, tNginx); rate == 0 && ngx != nil {
-			rate = ngx.RPS / 2
-		}
-		if rate > 0 {
-			fr, err := b.fixedRate(ctx, rate)
+		if rate, rule := fixedRateRule(res, o.rate); rate > 0 {
+			fr, err := b.fixedRate(ctx, rate, rule)
 			if err != nil {
 				return err
 			}
 			res.FixedRate = fr
 		} else {
-			logf("fixed rate: skipped (NGINX was not measured on GET markets and -rate is 0)")
+			logf("fixed rate: skipped (no target it compares was measured on GET markets and -rate is 0)")
 		}
 	}
 	if o.profile {

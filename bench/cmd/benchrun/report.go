@@ -171,6 +171,8 @@ func targetsTable(p func(string, ...any), res *Results) {
 		if e != nil && ng != nil {
 			verdict, v := "", 0.0
 			switch {
+			case fr.Rows[0].Target == tDirect && !fr.held(&fr.Rows[0]):
+				verdict = fmt.Sprintf("**inconclusive**: vegeta did not hold the rate even straight at the backend (achieved %.0f)", fr.Rows[0].achieved())
 			case !fr.held(e) || !fr.held(ng):
 				verdict = fmt.Sprintf("**inconclusive**: the rate was not held (achieved %.0f at exgate, %.0f at NGINX)", e.achieved(), ng.achieved())
 			case ng.AddedP99MS > 0:
@@ -195,13 +197,28 @@ func fixedRateSection(p func(string, ...any), fr *FixedRate) {
 		return
 	}
 	p("## Fixed rate: GET markets at %.0f req/s (open loop, %s)\n\n", fr.Rate, fr.Tool)
-	p("Half of NGINX's median req/s on GET markets in this run, held by `vegeta attack -rate` for %s, %d interleaved rounds; "+
+	rule := fr.Rule
+	if rule == "" {
+		rule = "half of NGINX's median req/s on GET markets in this run"
+	}
+	p("The rate: %s. Held by `vegeta attack -rate` for %s, %d interleaved rounds; "+
 		"exact percentiles over every request of a run, then the median over the rounds. *Added* is the target's latency minus direct's in the same round.\n\n",
-		fr.Duration, fr.Rounds)
+		rule, fr.Duration, fr.Rounds)
+	if len(fr.Probes) > 0 {
+		p("vegeta straight at the backend before the rounds:")
+		for i, pr := range fr.Probes {
+			sep := ","
+			if i == len(fr.Probes)-1 {
+				sep = "."
+			}
+			p(" %.0f req/s asked, %.0f achieved%s", pr.Rate, pr.Achieved, sep)
+		}
+		p("\n\n")
+	}
 	for _, r := range fr.Rows {
 		if !fr.held(&r) {
 			p("**The rate was not held everywhere** (achieved below 95%% of %.0f req/s, see the table): a target that fell behind "+
-				"was measured overloaded, not at half of NGINX's capacity; on a machine shared with other work the load generator "+
+				"was measured overloaded, not at a rate it serves; on a machine shared with other work the load generator "+
 				"itself may be what falls behind (compare direct's achieved rate).\n\n", fr.Rate)
 			break
 		}
