@@ -110,13 +110,16 @@ func (g *Gateway) identify(st *requestState, r *http.Request, pl *plan) {
 // checkHead refuses a request whose head exgate and the backend could
 // read differently, or that is too large: headers over
 // server.max_header_bytes, a Connection option naming an end-to-end
-// header, a path with no canonical form, a method-override header. It
-// sets the request's canonical path.
+// header, a header name with an underscore, a path with no canonical
+// form, a method-override header. It sets the request's canonical path.
 func (g *Gateway) checkHead(st *requestState, r *http.Request) *apierror.Error {
 	if headerSize(r) > g.maxHeader {
 		return g.errHeader
 	}
 	if e := checkConnection(r.Header); e != nil {
+		return e
+	}
+	if e := checkHeaderNames(r.Header); e != nil {
 		return e
 	}
 	p, err := canonicalPath(r.URL.EscapedPath())
