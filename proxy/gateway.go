@@ -332,10 +332,14 @@ var (
 	forwardedHTTPS = []string{"https"}
 )
 
-// modifyResponse refuses a response that switches protocols or names
-// another request's id, records the response of a claimed order and adds
-// the request id to backend responses that lack one.
+// modifyResponse refuses a response with a status HTTP does not define,
+// one that switches protocols or one that names another request's id,
+// records the response of a claimed order and adds the request id to
+// backend responses that lack one.
 func (g *Gateway) modifyResponse(res *http.Response) error {
+	if err := checkStatus(res); err != nil {
+		return err
+	}
 	if err := checkNoSwitch(res); err != nil {
 		return err
 	}

@@ -73,6 +73,22 @@ func checkResponseID(res *http.Response) error {
 	return nil
 }
 
+// errInvalidStatus is the error of a backend response whose status code
+// HTTP does not define.
+var errInvalidStatus = errors.New("exgate upstream: the response's status code is outside 100-599")
+
+// checkStatus refuses a response whose status code is outside 100-599.
+// net/http's Transport reads any three digits; RFC 9110 §15 has a client
+// treat such a code as a server error, and net/http's server panics on
+// one below 100. exgate answers 502, and a claimed order's outcome is
+// unknown, as after any response it cannot pass on.
+func checkStatus(res *http.Response) error {
+	if res.StatusCode < 100 || res.StatusCode > 599 {
+		return errInvalidStatus
+	}
+	return nil
+}
+
 // closeAfterHead asks the backend to close the connection after its answer
 // to a HEAD request. A HEAD answer has no body, yet backends that frame it
 // wrongly send one; on a connection that stays open those bytes would be

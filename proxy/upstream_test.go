@@ -32,6 +32,8 @@ import (
 //	close   "Connection: close", then a stray response, with the connection left open
 //	early   (POST) the answer before the body is read; the body, a request of
 //	        its own, is then read and answered as the next request ("smuggled-…")
+//	status  an answer with the status code of the "s" query parameter, as
+//	        written (000, 600, …)
 type rawBackend struct {
 	ln      net.Listener
 	strays  atomic.Int64 // unsolicited responses written
@@ -124,6 +126,8 @@ func (b *rawBackend) serveConn(c net.Conn) {
 		case "early":
 			// The body is left unread: the next ReadRequest parses it.
 			write(rawResponse("200 OK", id, ""))
+		case "status":
+			write(rawResponse(req.URL.Query().Get("s")+" Odd", id, ""))
 		default:
 			write(rawResponse("200 OK", id, ""))
 		}
@@ -457,6 +461,49 @@ func TestResponseIDCheckSetting(t *testing.T) {
 			res.Body.Close()
 			if res.StatusCode != tt.status || res.Header.Get("X-Request-Id") != "the-backends-own-id" {
 				t.Fatalf("status %d, X-Request-Id %q", res.StatusCode, res.Header.Get("X-Request-Id"))
+			}
+		})
+	}
+}
+
+// TestBackendStatusOutsideHTTP sends requests to a backend that answers
+// with status codes net/http's Transport parses but HTTP does not define
+// (RFC 9110 §15: 100 to 599; a client treats any other as a 5xx): exgate
+// answers each with its JSON 502, never the backend's code, and a code
+// below 100 does not crash the handler (net/http panics on
+// WriteHeader(0)).
+func TestBackendStatusOutsideHTTP(t *testing.T) {
+	be := startRawBackend(t)
+	cfg := config.Default()
+	cfg.Upstream.URL = config.MustURL("http://" + be.ln.Addr().String())
+	cfg.Overload.Enabled = false
+	e := serve(t, cfg, &backend{}, Options{})
+	for _, tc := range []struct {
+		status string
+		want   int
+	}{
+		{"000", http.StatusBadGateway},
+		{"099", http.StatusBadGateway},
+		{"600", http.StatusBadGateway},
+		{"999", http.StatusBadGateway},
+		{"599", 599},
+		{"200", http.StatusOK},
+	} {
+		t.Run(tc.status, func(t *testing.T) {
+			res, err := http.Get(e.url + "/api/v1/test/?m=status&s=" + tc.status)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(res.Body)
+			res.Body.Close()
+			if res.StatusCode != tc.want {
+				t.Fatalf("backend status %s answered %d %s, want %d", tc.status, res.StatusCode, b, tc.want)
+			}
+			if tc.want == http.StatusBadGateway {
+				var eb errorBody
+				if err := json.Unmarshal(b, &eb); err != nil || eb.Code != "bad_gateway" || res.Header.Get("Content-Type") != "application/json" {
+					t.Fatalf("backend status %s: %s %s, want exgate's JSON bad_gateway", tc.status, res.Header.Get("Content-Type"), b)
+				}
 			}
 		})
 	}
