@@ -290,6 +290,7 @@ func (g *Gateway) rewrite(pr *httputil.ProxyRequest) {
 	out.Host = ""
 	closeAfterHead(out)
 	dropUpgrade(out)
+	dropExpect(out)
 	keepInMemoryBody(pr)
 	dropRequestTrailers(out)
 	// What httputil.ProxyRequest.SetXForwarded sets, from the

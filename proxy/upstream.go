@@ -100,6 +100,18 @@ func closeAfterHead(out *http.Request) {
 	}
 }
 
+// dropExpect forwards a request without its Expect header. exgate's own
+// server answers a client's Expect: 100-continue when the body is first
+// read, which is when the body starts to go to the backend; forwarded, the
+// header would make the Transport wait for the backend's 100 Continue
+// before sending the body, up to its ExpectContinueTimeout (a second) on
+// every such request to a backend that never sends one (HTTP/1.0 servers
+// such as Python's wsgiref). NGINX, HAProxy and Envoy answer it themselves
+// too. Orders drop it in forwardBody.
+func dropExpect(out *http.Request) {
+	delete(out.Header, "Expect")
+}
+
 // forwardBody makes body, read whole and checked, the body of the request
 // forwarded to the backend, sent with its Content-Length. body becomes the
 // transport's: it must be the request's own buffer, never pooled or
