@@ -19,6 +19,8 @@ var (
 	errNotFound       = apierror.Static(http.StatusNotFound, "not_found", "Not found.")
 	errMethodOverride = apierror.Static(http.StatusBadRequest, "method_override",
 		"Method-override headers (X-HTTP-Method-Override, X-HTTP-Method, X-Method-Override) are not accepted: send the request with the method itself.")
+	errPathOverride = apierror.Static(http.StatusBadRequest, "path_override",
+		"Path-override headers (X-Original-URL, X-Rewrite-URL) are not accepted: send the request to the path itself.")
 	errBadGateway     = apierror.Static(http.StatusBadGateway, "bad_gateway", "The upstream service is unavailable.")
 	errGatewayTimeout = apierror.Static(http.StatusGatewayTimeout, "gateway_timeout", "The upstream service did not answer in time.")
 	// errLimitsUnavailable answers when the rate-limit store failed on a

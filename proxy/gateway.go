@@ -298,6 +298,9 @@ func (g *Gateway) rewrite(pr *httputil.ProxyRequest) {
 	// header values instead of new ones per request. ReverseProxy has
 	// removed what the client sent of these (and Forwarded).
 	p := g.peerOf(pr.In)
+	if !p.trusted {
+		dropForwardedFamily(out.Header)
+	}
 	if p.ok {
 		xff := p.realIP
 		if p.trusted {

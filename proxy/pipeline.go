@@ -111,7 +111,8 @@ func (g *Gateway) identify(st *requestState, r *http.Request, pl *plan) {
 // read differently, or that is too large: headers over
 // server.max_header_bytes, a Connection option naming an end-to-end
 // header, a header name with an underscore, a path with no canonical
-// form, a method-override header. It sets the request's canonical path.
+// form, a method- or path-override header. It sets the request's canonical
+// path.
 func (g *Gateway) checkHead(st *requestState, r *http.Request) *apierror.Error {
 	if headerSize(r) > g.maxHeader {
 		return g.errHeader
@@ -129,6 +130,9 @@ func (g *Gateway) checkHead(st *requestState, r *http.Request) *apierror.Error {
 	st.path = p
 	if methodOverridden(r.Header) {
 		return errMethodOverride
+	}
+	if pathOverridden(r.Header) {
+		return errPathOverride
 	}
 	return nil
 }
