@@ -579,9 +579,16 @@ type respWriter struct {
 
 // WriteHeader records the final status; informational ones pass through.
 // The first final status of a proxied request marks the backend's answer.
+// A final answer without a Content-Type is written without one.
 func (w *respWriter) WriteHeader(code int) {
 	if w.status == 0 && code >= 200 {
 		w.status = code
+		if h := w.ResponseWriter.Header(); h["Content-Type"] == nil {
+			// An answer the backend sent without a type goes without
+			// one: net/http would guess one from the body (text/html
+			// for a body that starts like HTML).
+			h["Content-Type"] = nil
+		}
 		if !w.st.upStart.IsZero() && !w.st.upDone {
 			w.st.upStatus = code // the backend's answer, as ReverseProxy writes it
 		}

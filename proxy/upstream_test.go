@@ -513,3 +513,36 @@ func TestBackendStatusOutsideHTTP(t *testing.T) {
 		})
 	}
 }
+
+// TestBackendAnswerWithoutContentTypeNotSniffed: a backend answer without
+// Content-Type reaches the client without one. net/http's server would
+// otherwise guess one from the body's first bytes, and a body that starts
+// like HTML (a backend echoing a client's input in an error) would reach
+// a browser as text/html from the API's origin.
+func TestBackendAnswerWithoutContentTypeNotSniffed(t *testing.T) {
+	for _, body := range []string{"<html><script>alert(1)</script></html>", `{"a":1}`, "\x89PNG\r\n\x1a\n"} {
+		t.Run(body, func(t *testing.T) {
+			be := &backend{handler: func(w http.ResponseWriter, r *http.Request) {
+				w.Header()["Content-Type"] = nil // the backend's own server must not guess either
+				_, _ = io.WriteString(w, body)
+			}}
+			bs := httptest.NewServer(be)
+			t.Cleanup(bs.Close)
+			cfg := config.Default()
+			cfg.Upstream.URL = config.MustURL(bs.URL)
+			e := serve(t, cfg, be, Options{})
+			res, err := http.Get(e.url + "/api/v1/mkt/markets/")
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, _ := io.ReadAll(res.Body)
+			res.Body.Close()
+			if string(got) != body {
+				t.Fatalf("body %q", got)
+			}
+			if ct, ok := res.Header["Content-Type"]; ok {
+				t.Fatalf("Content-Type %q added to an answer the backend sent without one", ct)
+			}
+		})
+	}
+}
