@@ -37,6 +37,9 @@ type Prepared struct {
 	ReplicaAcks int
 	// WaitTimeout is how long that WAIT blocks.
 	WaitTimeout time.Duration
+	// At is when the claim was prepared, on Options.Now: the start of
+	// its round trip, near enough.
+	At time.Time
 
 	key  Key
 	fp   Fingerprint

@@ -204,7 +204,8 @@ func (s *Redis) Claim(ctx context.Context, key Key, fp Fingerprint) (Claim, erro
 // fingerprint fp (ClaimFunc's KEYS and ARGV), made now by a new holder.
 func (s *Redis) prepare(p *Prepared, key Key, fp Fingerprint) {
 	id := newID()
-	now := s.o.Now().UnixMilli()
+	at := s.o.Now()
+	now := at.UnixMilli()
 	slot := now / s.slotMS
 	oldest := (now - (s.o.Retention + s.o.InFlightTimeout).Milliseconds()) / s.slotMS
 	*p = Prepared{
@@ -216,6 +217,7 @@ func (s *Redis) prepare(p *Prepared, key Key, fp Fingerprint) {
 		Timeout:     s.o.Timeout,
 		ReplicaAcks: s.o.ReplicaAcks,
 		WaitTimeout: s.waitTimeout(),
+		At:          at,
 		key:         key,
 		fp:          fp,
 		id:          id,

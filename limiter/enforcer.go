@@ -89,6 +89,9 @@ type Decision struct {
 	// until the address's token window ends, when the token may count as
 	// its own again.
 	TooManyTokens bool
+	// Claim is what Request.Claim came to: not sent (Claim.Sent false)
+	// when the store did not decide the request in Redis.
+	Claim ratelimit.ClaimReply
 	// N is the number of Outcomes recorded.
 	N int
 	// Outcomes are the decisions of the limits that applied, in order.
@@ -129,6 +132,10 @@ type Request struct {
 	// bulk of Cost orders); 0 means 1. All or nothing: a request that
 	// does not fit whole is refused and charges nothing.
 	Cost int64
+	// Claim, when set, is an order's identifier claim, run in the store's
+	// round trip when the limits let the request pass
+	// (ratelimit.ClaimPart); Decision.Claim says what it came to.
+	Claim *ratelimit.ClaimPart
 }
 
 // EnforcerOptions are an Enforcer's dependencies. Store is required.
@@ -276,8 +283,11 @@ func (e *Enforcer) Decide(ctx context.Context, rr *RouteRules, req Request, d *D
 	if len(p.req.Checks) == 0 && p.req.Guard.Key == "" {
 		return
 	}
+	p.req.Claim = req.Claim
 	fallback := ""
-	if err := e.store.AllowAll(ctx, &p.req, &p.ans); err != nil {
+	err := e.store.AllowAll(ctx, &p.req, &p.ans)
+	d.Claim = p.ans.Claim
+	if err != nil {
 		e.storeFailed(rr, err)
 		fallback = rr.onStoreError
 		switch fallback {

@@ -45,6 +45,11 @@ type OpenOptions struct {
 	// limits (duplicate protection in Redis keys orders by them), so the
 	// key secret is required whatever the limiter's backend.
 	SharedKeys bool
+	// ClaimFunc is passed to the Redis limiter
+	// (ratelimit.RedisOptions.ClaimFunc): duplicate protection's claim,
+	// when it shares the limiter's client, so that an order's claim rides
+	// in the round trip of its limits.
+	ClaimFunc string
 }
 
 // ResolveBackend returns the backend cfg selects: its limiter.backend, or
@@ -96,7 +101,7 @@ func Open(cfg *config.Config, o OpenOptions) (*Backend, error) {
 		if err != nil {
 			return nil, err
 		}
-		b.Redis = ratelimit.NewRedis(b.Client, ratelimit.RedisOptions{Timeout: lc.Redis.Timeout, Observe: o.Observe, Now: o.Now})
+		b.Redis = ratelimit.NewRedis(b.Client, ratelimit.RedisOptions{Timeout: lc.Redis.Timeout, Observe: o.Observe, Now: o.Now, ClaimFunc: o.ClaimFunc})
 		eo.Store = b.Redis
 		if lc.DenyCacheKeys > 0 {
 			b.Deny = ratelimit.NewDenyCache(b.Redis, lc.DenyCacheKeys, o.Now)

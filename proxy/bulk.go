@@ -59,7 +59,7 @@ func (g *Gateway) checkBulk(st *requestState, r *http.Request, pl *plan) *apierr
 		target, st.bulkCancel = st.route.bulk.cancels, true
 	}
 	if target != nil {
-		if e := g.enforceLimits(st, r, pl, target, int64(bulk.Len())); e != nil {
+		if e := g.enforceLimits(st, r, pl, target, int64(bulk.Len()), nil); e != nil {
 			return e
 		}
 	}

@@ -61,7 +61,10 @@ type Options struct {
 	Verifier *identity.Verifier
 	// Idempotency protects order identifiers against duplicate placement.
 	// Nil means no duplicate protection. It needs Limits (for token ids)
-	// or a Verifier (for account keys).
+	// or a Verifier (for account keys). When it is an idempotency.Joiner,
+	// an order's claim rides in the round trip that decides its limits
+	// (the Limits' store must then be a Redis limiter on the same Redis,
+	// built with idempotency.ClaimFunc).
 	Idempotency idempotency.Store
 	// IdempotencyTimeout bounds each call to the Idempotency store. Zero
 	// means 100ms.
@@ -83,6 +86,7 @@ type Gateway struct {
 	top          *topk.Tracker
 	verifier     *identity.Verifier
 	idem         idempotency.Store
+	joiner       idempotency.Joiner // idem, when its claims ride in the limits' round trip
 	idemTimeout  time.Duration
 	idemMaxResp  int
 	metrics      *metrics.Metrics
@@ -154,6 +158,7 @@ func New(cfg *config.Config, opts Options) (*Gateway, error) {
 	if rules == nil {
 		rules = limiter.Compile(cfg, nil)
 	}
+	g.joiner, _ = opts.Idempotency.(idempotency.Joiner)
 	if g.idemTimeout <= 0 {
 		g.idemTimeout = idemDefaultTimeout
 	}

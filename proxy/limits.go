@@ -5,23 +5,26 @@ import (
 
 	"github.com/exgate/exgate/apierror"
 	"github.com/exgate/exgate/limiter"
+	"github.com/exgate/exgate/ratelimit"
 	"github.com/exgate/exgate/topk"
 )
 
 // enforceLimits decides the limits of rt (the request's route, or the
-// route a bulk is charged against) for a request of the given cost, sets
-// the rate-limit headers and records the decision in st. It returns the
+// route a bulk is charged against) for a request of the given cost, with
+// an order's identifier claim riding in the same round trip when claim
+// is set (st.decision.Claim says what it came to), sets the rate-limit
+// headers and records the decision in st. It returns the
 // refusal of a request over a limit (429), of a bulk larger than a limit's
 // burst, which no wait would let pass (413, exceedsBurst), or of one whose
 // store failed on a route that fails closed (503), or nil.
-func (g *Gateway) enforceLimits(st *requestState, r *http.Request, pl *plan, rt *Route, cost int64) *apierror.Error {
+func (g *Gateway) enforceLimits(st *requestState, r *http.Request, pl *plan, rt *Route, cost int64, claim *ratelimit.ClaimPart) *apierror.Error {
 	if g.limits == nil || !rt.limits.Limited() {
 		return nil
 	}
 	st.limited = true
 	d := &st.decision
 	req := st.limitRequest()
-	req.Cost = cost
+	req.Cost, req.Claim = cost, claim
 	g.limits.Decide(r.Context(), rt.limits, req, d)
 	if rt.limitMetrics != nil {
 		for i := 0; i < d.N; i++ {

@@ -13,8 +13,10 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/exgate/exgate/apierror"
+	"github.com/exgate/exgate/config"
 	"github.com/exgate/exgate/idempotency"
 	"github.com/exgate/exgate/metrics"
+	"github.com/exgate/exgate/ratelimit"
 	"github.com/exgate/exgate/validate"
 )
 
@@ -28,6 +30,9 @@ type orderState struct {
 	settled    bool
 	claim      idempotency.Claim
 	more       []idempotency.Claim // a bulk's claims after the first, settled with it
+	rejected   bool                // checkOrder refused the body as invalid (counted once it is the answer)
+	prepared   idempotency.Prepared
+	part       ratelimit.ClaimPart // prepared, as it rides with the limits
 }
 
 // bodyPool holds order body buffers (validation.max_body_bytes is small).
@@ -39,23 +44,25 @@ var errBodyUnreadable = apierror.Static(http.StatusBadRequest, "invalid_body", "
 // checkOrder reads an order's body whole and validates it. The request's
 // body becomes the order's canonical encoding (forwardCanonical), the
 // only form the backend receives and the one duplicate protection
-// fingerprints.
+// fingerprints. A body refused as invalid is marked (orderState.rejected)
+// and counted by countInvalid once its refusal is the answer: a limit's
+// refusal comes first.
 func (g *Gateway) checkOrder(st *requestState, r *http.Request, v *validate.Validator) *apierror.Error {
 	if e := v.PreCheck(r.Header["Content-Type"], r.ContentLength); e != nil {
-		g.metrics.ValidationRejected(e.Code)
+		st.order.rejected = true
 		return e
 	}
 	tooLarge := v.TooLarge()
 	body, e := g.readWhole(st, r, v.MaxBodyBytes(), tooLarge)
 	if e != nil {
 		if e == tooLarge {
-			g.metrics.ValidationRejected(e.Code)
+			st.order.rejected = true
 		}
 		return e
 	}
 	order, e := v.Check(r.Header["Content-Type"], body)
 	if e != nil {
-		g.metrics.ValidationRejected(e.Code)
+		st.order.rejected = true
 		return e
 	}
 	st.order.identifier = order.Identifier
@@ -81,6 +88,72 @@ func (g *Gateway) claimIdentifier(st *requestState, r *http.Request) *apierror.E
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), g.idemTimeout)
 	defer cancel()
 	claim, err := g.idem.Claim(ctx, idempotency.Key{Account: key, Identifier: st.order.identifier}, idempotency.FingerprintOf(st.order.canonical))
+	return g.answerClaim(st, claim, err)
+}
+
+// joinsClaims reports whether the request's identifier claim, if it has
+// one, rides in the round trip of its limits: duplicate protection shares
+// the limiter's Redis (Options.Idempotency is an idempotency.Joiner) and
+// the route validates orders and has limits.
+func (g *Gateway) joinsClaims(st *requestState, pl *plan) bool {
+	return g.joiner != nil && pl.validator != nil && st.route.Config.Validate == config.ValidateOrd &&
+		g.limits != nil && st.route.limits.Limited()
+}
+
+// prepareClaim prepares the identifier claim of a checked order to ride
+// with its limits, or returns nil for an order with nothing to claim (no
+// identifier, or an anonymous caller).
+func (g *Gateway) prepareClaim(st *requestState) *ratelimit.ClaimPart {
+	if st.order.identifier == "" {
+		return nil
+	}
+	key := g.identityKey(st)
+	if key == "" {
+		return nil
+	}
+	p := &st.order.prepared
+	g.joiner.Prepare(p, idempotency.Key{Account: key, Identifier: st.order.identifier}, idempotency.FingerprintOf(st.order.canonical))
+	st.order.part = ratelimit.ClaimPart{Keys: p.Keys, Args: p.Args, Timeout: p.Timeout, ReplicaAcks: p.ReplicaAcks, WaitTimeout: p.WaitTimeout}
+	return &st.order.part
+}
+
+// joinedClaim answers the claim of an order its limits let pass, from
+// what the limits' round trip reported. A claim the round trip did not
+// carry (the limits were decided without Redis: a lease, the store
+// failing fast, or no limit applying) is made on its own, as
+// claimIdentifier does; one whose round trip failed is not retried (the
+// order would wait for a second deadline) and the order is refused 503.
+func (g *Gateway) joinedClaim(st *requestState, r *http.Request) *apierror.Error {
+	jc := &st.decision.Claim
+	if !jc.Sent {
+		return g.claimIdentifier(st, r)
+	}
+	j := idempotency.Joined{Reply: jc.Reply, Err: jc.Err, Acked: jc.Acked, AckErr: jc.AckErr}
+	if j.Err == nil && !jc.Run {
+		j.Err = errNotRun
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), g.idemTimeout)
+	defer cancel()
+	claim, err := g.joiner.Settle(ctx, &st.order.prepared, j)
+	return g.answerClaim(st, claim, err)
+}
+
+// errNotRun is the failure of a claim its round trip carried but did not
+// run, although the limits let the request pass: the limits were decided
+// by on_store_error after a failure.
+var errNotRun = errors.New("proxy: the claim did not run with the limits")
+
+// countInvalid counts e, the answer to a request, when it refuses an
+// invalid order.
+func (g *Gateway) countInvalid(st *requestState, e *apierror.Error) {
+	if st.order.rejected {
+		g.metrics.ValidationRejected(e.Code)
+	}
+}
+
+// answerClaim is the answer to an order whose claim came back as claim,
+// or failed with err.
+func (g *Gateway) answerClaim(st *requestState, claim idempotency.Claim, err error) *apierror.Error {
 	if err != nil {
 		return g.claimFailed(st, err)
 	}

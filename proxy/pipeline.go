@@ -5,6 +5,7 @@ import (
 	"net/http"
 
 	"github.com/exgate/exgate/apierror"
+	"github.com/exgate/exgate/ratelimit"
 )
 
 // ServeHTTP runs the request pipeline of docs/architecture.md ("Request
@@ -47,25 +48,51 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			g.refuse(st, r, e)
 			return
 		}
-	} else {
-		if e := g.enforceLimits(st, r, pl, st.route, 1); e != nil {
-			g.refuse(st, r, e)
-			return
-		}
-		if e := g.checkBody(st, r, pl); e != nil {
-			g.refuse(st, r, e)
-			return
-		}
-		if e := g.claimIdentifier(st, r); e != nil {
-			g.refuse(st, r, e)
-			return
-		}
+	} else if e := g.limitAndCheck(st, r, pl); e != nil {
+		g.refuse(st, r, e)
+		return
 	}
 	if e := g.admit(st, r, pl); e != nil {
 		g.refuse(st, r, e)
 		return
 	}
 	g.forward(st, r)
+}
+
+// limitAndCheck runs the limits, body and identifier steps of a request
+// that is not a bulk: the route's limits, then its body, then the
+// order's identifier claim. When claims ride in the limits' round trip
+// (joinsClaims), an order is read and validated first, so that its claim
+// is decided with its limits, in one round trip; the answers stay those
+// of the steps in their usual order: a request a limit refuses gets the
+// limit's answer, whatever its body, and claims nothing.
+func (g *Gateway) limitAndCheck(st *requestState, r *http.Request, pl *plan) *apierror.Error {
+	if !g.joinsClaims(st, pl) {
+		if e := g.enforceLimits(st, r, pl, st.route, 1, nil); e != nil {
+			return e
+		}
+		if e := g.checkBody(st, r, pl); e != nil {
+			g.countInvalid(st, e)
+			return e
+		}
+		return g.claimIdentifier(st, r)
+	}
+	body := g.checkOrder(st, r, pl.validator)
+	var claim *ratelimit.ClaimPart
+	if body == nil {
+		claim = g.prepareClaim(st)
+	}
+	if e := g.enforceLimits(st, r, pl, st.route, 1, claim); e != nil {
+		return e
+	}
+	if body != nil {
+		g.countInvalid(st, body)
+		return body
+	}
+	if claim == nil {
+		return nil // no identifier, or an anonymous caller: nothing to claim
+	}
+	return g.joinedClaim(st, r)
 }
 
 // answered is returned by a step that has answered the request itself (a

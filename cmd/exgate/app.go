@@ -205,6 +205,7 @@ func (a *app) openLimits(cfg *config.Config) error {
 		Getenv: a.d.getenv, Logger: a.log.Named("limiter"), Now: a.d.now,
 		Observe:    func(dur time.Duration, _ int, err error) { m.ObserveStore(dur, err) },
 		SharedKeys: duplicatesInRedis(cfg),
+		ClaimFunc:  claimFunc(cfg),
 	})
 	return err
 }

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/exgate/exgate/config"
 	"github.com/exgate/exgate/idempotency"
 	"github.com/exgate/exgate/limiter"
@@ -14,8 +16,9 @@ import (
 // openDuplicateStore returns duplicate protection's store, timed and
 // counted by observedStore: in Redis (duplicatesInRedis), shared by every
 // replica, or in this process. With the limits in Redis it is their
-// client; with the limits in memory it is a client of its own, from
-// limiter.redis.
+// client, and outside a Cluster an order's claim rides in the round trip
+// that decides its limits (observedJoiner, claimFunc); with the limits in
+// memory it is a client of its own, from limiter.redis.
 func (a *app) openDuplicateStore(cfg *config.Config) (idempotency.Store, error) {
 	opts := idempotency.OptionsFrom(cfg.Idempotency)
 	opts.Now = a.d.now
@@ -39,7 +42,29 @@ func (a *app) openDuplicateStore(cfg *config.Config) (idempotency.Store, error) 
 	if err != nil {
 		return nil, err
 	}
-	return observedStore{s: s, m: m, now: a.d.now}, nil
+	o := observedStore{s: s, m: m, now: a.d.now}
+	if j, ok := s.(idempotency.Joiner); ok && joinsLimits(cfg, a.idem, a.idemOwn) {
+		return observedJoiner{observedStore: o, j: j}, nil
+	}
+	return o, nil
+}
+
+// claimFunc is the claim the Redis limiter runs with an order's limits:
+// duplicate protection's, when it keeps its claims in Redis (it then
+// shares the limiter's client), else none.
+func claimFunc(cfg *config.Config) string {
+	if duplicatesInRedis(cfg) && cfg.LimiterBackend() == config.BackendRedis {
+		return idempotency.ClaimFunc
+	}
+	return ""
+}
+
+// joinsLimits reports whether duplicate protection's claims ride in the
+// limiter's round trips: they share client c, which is not a Cluster's
+// (where an order's limits and its claim may live on different nodes).
+func joinsLimits(cfg *config.Config, c redis.UniversalClient, own bool) bool {
+	_, cluster := c.(*redis.ClusterClient)
+	return claimFunc(cfg) != "" && c != nil && !own && !cluster
 }
 
 // duplicatesInRedis reports whether duplicate protection runs and keeps
@@ -91,6 +116,24 @@ func (o observedStore) Release(ctx context.Context, c idempotency.Claim) error {
 	err := o.s.Release(ctx, c)
 	o.observe(metrics.DuplicateRelease, start, err)
 	return err
+}
+
+// observedJoiner is an observedStore whose claims can ride in the
+// limiter's round trips; a joined claim is timed from when it was
+// prepared, just before its round trip.
+type observedJoiner struct {
+	observedStore
+	j idempotency.Joiner
+}
+
+func (o observedJoiner) Prepare(p *idempotency.Prepared, key idempotency.Key, fp idempotency.Fingerprint) {
+	o.j.Prepare(p, key, fp)
+}
+
+func (o observedJoiner) Settle(ctx context.Context, p *idempotency.Prepared, jr idempotency.Joined) (idempotency.Claim, error) {
+	c, err := o.j.Settle(ctx, p, jr)
+	o.observe(metrics.DuplicateClaim, p.At, err)
+	return c, err
 }
 
 func (o observedStore) MarkUnknown(ctx context.Context, c idempotency.Claim) error {

@@ -247,3 +247,79 @@ func listenRetry(addr string) (net.Listener, error) {
 	}
 	return nil, err
 }
+
+// TestOrderClaimRidesWithLimits: with the limits and duplicate protection
+// in one Redis, an order's identifier claim is decided in the round trip
+// of its limits. An order with an identifier costs one script run before
+// the backend (and one to record its response); replays and conflicts
+// are charged like any request; a request its limit refuses claims
+// nothing, whatever its body; and with Redis stopped an order with an
+// identifier waits for one deadline, not one per step.
+func TestOrderClaimRidesWithLimits(t *testing.T) {
+	srv := redistest.Start(t)
+	const limitTimeout, claimTimeout = 150 * time.Millisecond, 300 * time.Millisecond
+	urls, backend := replicas(t, 1, []string{srv.Addr}, func(cfg *config.Config) {
+		l := &cfg.Route("place_order").Limits[0]
+		l.Rate, l.Burst = config.Rate{N: 4, Period: time.Hour}, 4
+		cfg.Limiter.Redis.Timeout = limitTimeout
+		cfg.Idempotency.Timeout = claimTimeout
+		cfg.Idempotency.KeyPrefix = "rides:"
+	})
+	url := urls[0]
+	token := authenticate(t, url)
+	scripts := func() int64 {
+		c := srv.CommandCalls()
+		return c["evalsha"] + c["eval"]
+	}
+
+	if code, _, b := order(t, url, token, "rides-0", "0.001"); code != 201 { // the scripts are loaded
+		t.Fatalf("order: %d %s", code, b)
+	}
+	before := scripts()
+	code, _, b := order(t, url, token, "rides-1", "0.001")
+	if code != 201 {
+		t.Fatalf("order: %d %s", code, b)
+	}
+	if n := scripts() - before; n != 2 {
+		t.Errorf("an order with an identifier ran %d scripts, want 2 (limits and claim, then its response)", n)
+	}
+	code, h, _ := order(t, url, token, "rides-1", "0.001")
+	if code != 201 || h.Get("Idempotent-Replayed") != "true" || !strings.Contains(h.Get("RateLimit"), ";r=1;") {
+		t.Errorf("replay: %d replayed=%q RateLimit=%q, want 201, true, r=1 (replays are charged)",
+			code, h.Get("Idempotent-Replayed"), h.Get("RateLimit"))
+	}
+	if code, _, b := order(t, url, token, "rides-1", "0.002"); code != 409 || errCode(t, b) != "duplicate_identifier" {
+		t.Errorf("conflict: %d %s", code, b)
+	}
+	// The limit is spent: refused, and no claim is made.
+	if code, _, b := order(t, url, token, "rides-over", "0.001"); code != 429 || errCode(t, b) != "throttled" {
+		t.Errorf("over the limit: %d %s", code, b)
+	}
+	if keys, err := srv.Do("KEYS", "rides:*rides-over"); err != nil || len(keys.([]any)) != 0 {
+		t.Errorf("a refused order's claim: KEYS = %v %v, want none", keys, err)
+	}
+	// An invalid order from a throttled client gets the limit's answer.
+	code, _, b = call(t, "POST", url+"/api/v1/odr/orders/", `{"symbol":"BTC_USDT","identifier":"rides-bad"}`,
+		"Authorization", "Bearer "+token, "Content-Type", "application/json")
+	if code != 429 || errCode(t, b) != "throttled" {
+		t.Errorf("invalid order over the limit: %d %s", code, b)
+	}
+	if n := backend.orders.Load(); n != 2 {
+		t.Errorf("backend saw %d orders, want 2", n)
+	}
+
+	// Redis stopped: one deadline, the claim's (the longer), then 503.
+	fresh := authenticate(t, url)
+	srv.Freeze()
+	defer srv.Thaw()
+	start := time.Now()
+	code, _, b = order(t, url, fresh, "rides-paused", "0.001")
+	d := time.Since(start)
+	if code != 503 || errCode(t, b) != "duplicate_protection_unavailable" {
+		t.Errorf("order with Redis stopped: %d %s", code, b)
+	}
+	if d < claimTimeout || d >= limitTimeout+claimTimeout {
+		t.Errorf("order with Redis stopped answered after %v, want one deadline (%v), under both (%v)", d, claimTimeout, limitTimeout+claimTimeout)
+	}
+	t.Logf("order with an identifier, Redis stopped: answered after %v (limiter timeout %v, idempotency timeout %v)", d, limitTimeout, claimTimeout)
+}
