@@ -2,11 +2,13 @@ package ratelimit
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -62,7 +64,9 @@ func TestManyKeysOneScriptRun(t *testing.T) {
 
 // BenchmarkRedisAllow measures one decision against a real Redis on
 // loopback, one caller at a time and with 64 concurrent callers whose
-// decisions share pipelined round trips.
+// decisions share pipelined round trips (each on a key of its own, as in
+// the many-keys benchmark); with 64 callers it reports the CPU this
+// process and redis-server spent per decision.
 func BenchmarkRedisAllow(b *testing.B) {
 	srv := redistest.Start(b)
 	for _, conc := range []int{1, 64} {
@@ -84,10 +88,14 @@ func BenchmarkRedisAllow(b *testing.B) {
 			}
 			b.SetParallelism(conc / 2) // GOMAXPROCS is 2 here: conc goroutines
 			before, runs := scriptMicros(b, srv), srv.CommandCalls()["evalsha"]
+			cpu, redisCPU := processCPU(b), serverCPU(b, srv)
 			b.ResetTimer()
 			defer func() {
 				b.ReportMetric((scriptMicros(b, srv)-before)/float64(b.N), "redis-µs/op")
 				b.ReportMetric(float64(srv.CommandCalls()["evalsha"]-runs)/float64(b.N), "runs/op")
+				// CPU rather than time: on a shared machine they differ.
+				b.ReportMetric(float64(processCPU(b)-cpu)/float64(b.N), "cpu-ns/op")
+				b.ReportMetric(float64(serverCPU(b, srv)-redisCPU)/float64(b.N), "redis-cpu-ns/op")
 			}()
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {
@@ -252,4 +260,90 @@ func scriptMicros(tb testing.TB, srv *redistest.Server) float64 {
 		}
 	}
 	return total
+}
+
+// TestRedisCloseWithRoundTripInFlight: with Redis paused, the first caller
+// sends its round trip itself and the callers after it queue; Close fails
+// the queued calls at once, waits for the round trip in flight (which
+// ends by its deadline), and calls after Close fail. Nothing waits for
+// ever and no call is answered twice.
+func TestRedisCloseWithRoundTripInFlight(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts redis-server")
+	}
+	srv := redistest.Start(t)
+	const timeout = 300 * time.Millisecond
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true, MaxRetries: -1})
+	defer client.Close()
+	r := NewRedis(client, RedisOptions{Timeout: timeout, Backoff: time.Millisecond, MaxInFlight: 1})
+	ctx := context.Background()
+	if _, err := r.Allow(ctx, "close:warm", benchLimit); err != nil { // the connection is open
+		t.Fatal(err)
+	}
+	srv.Freeze()
+	defer srv.Thaw()
+	errs := make(chan error, 5)
+	go func() { _, err := r.Allow(ctx, "close:0", benchLimit); errs <- err }()
+	time.Sleep(50 * time.Millisecond) // close:0's round trip is in flight
+	for i := 1; i < 5; i++ {
+		go func() { _, err := r.Allow(ctx, "close:"+strconv.Itoa(i), benchLimit); errs <- err }()
+	}
+	time.Sleep(50 * time.Millisecond) // the others are queued
+	start := time.Now()
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took > 2*timeout {
+		t.Errorf("Close took %v, want at most the round trip's deadline (%v)", took, timeout)
+	}
+	closed, failed := 0, 0
+	for range 5 {
+		select {
+		case err := <-errs:
+			switch {
+			case errors.Is(err, errClosed):
+				closed++
+			case err != nil:
+				failed++
+			default:
+				t.Error("a call was allowed with Redis paused")
+			}
+		case <-time.After(2 * timeout):
+			t.Fatal("a call was not answered after Close")
+		}
+	}
+	if closed != 4 || failed != 1 {
+		t.Errorf("%d calls failed as closed and %d otherwise; want the 4 queued closed and the one in flight past its deadline", closed, failed)
+	}
+	time.Sleep(10 * time.Millisecond) // past the backoff: the call reaches submit
+	if _, err := r.Allow(ctx, "close:after", benchLimit); !errors.Is(err, errClosed) {
+		t.Errorf("after Close: %v, want errClosed", err)
+	}
+}
+
+// processCPU is the CPU time this process has used so far (user and
+// system, all threads).
+func processCPU(tb testing.TB) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		tb.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// serverCPU is the CPU time redis-server has used so far, from INFO cpu.
+func serverCPU(tb testing.TB, srv *redistest.Server) time.Duration {
+	m, err := srv.Info("cpu")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var total float64
+	for _, f := range []string{"used_cpu_user", "used_cpu_sys"} {
+		v, err := strconv.ParseFloat(m[f], 64)
+		if err != nil {
+			tb.Fatalf("INFO cpu %s: %v", f, err)
+		}
+		total += v
+	}
+	return time.Duration(total * float64(time.Second))
 }
