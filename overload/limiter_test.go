@@ -2,6 +2,7 @@ package overload
 
 import (
 	"context"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -177,6 +178,98 @@ func TestCancelsGoOverTheLimitByTheHeadroom(t *testing.T) {
 	for i := 0; i < 3; i++ { // down to 15: room under the limit
 		l.Release(time.Now(), time.Millisecond, true)
 	}
+	if !<-place {
+		t.Fatal("the waiting placement was shed after a slot under the limit freed")
+	}
+}
+
+// TestCancelHeadroomAtEveryLimit checks the bound of the cancels'
+// headroom at any limit L, the floor of 1 included: the other classes get
+// L slots, cancels L + ⌈L/8⌉ — at least one slot over the limit, so that a
+// cancel finds a slot at once in a limit full of other requests — and the
+// next cancel waits for a freed slot rather than going over the bound.
+func TestCancelHeadroomAtEveryLimit(t *testing.T) {
+	for _, tc := range []struct{ limit, headroom int }{
+		{1, 1}, {2, 1}, {4, 1}, {8, 1}, {9, 2}, {16, 2}, {17, 3}, {100, 13},
+	} {
+		t.Run(strconv.Itoa(tc.limit), func(t *testing.T) {
+			l := New(Options{Fixed: tc.limit})
+			ctx := context.Background()
+			for i := 0; i < tc.limit; i++ {
+				if ok, _ := l.Acquire(ctx, MarketData); !ok {
+					t.Fatalf("market data %d refused under the limit", i)
+				}
+			}
+			if ok, _ := l.Acquire(ctx, Status); ok {
+				t.Fatal("a status request went over the limit")
+			}
+			for i := 0; i < tc.headroom; i++ {
+				if !l.Admit(Cancel) {
+					t.Fatalf("Admit shed cancel %d within the headroom", i)
+				}
+				if ok, waited := l.Acquire(ctx, Cancel); !ok || waited != 0 {
+					t.Fatalf("cancel %d within the headroom: acquired %v after %v, want at once", i, ok, waited)
+				}
+			}
+			if ok, _ := l.Acquire(ctx, Cancel); ok { // no wait configured: shed at once
+				t.Fatalf("a cancel went over the bound of %d", tc.limit+tc.headroom)
+			}
+			if got := l.InFlight(); got != tc.limit+tc.headroom {
+				t.Errorf("InFlight = %d, want %d", got, tc.limit+tc.headroom)
+			}
+		})
+	}
+}
+
+// TestCancelGetsThroughAtTheFloor drives an adaptive limit down to its
+// floor (min_limit 2) with a backend that only gets slower, fills it with
+// market data, and checks that a cancel still takes a slot at once, that
+// the next cancel waits for the next freed slot ahead of other waiters,
+// and that nothing else goes over the limit.
+func TestCancelGetsThroughAtTheFloor(t *testing.T) {
+	clk := &fakeClock{t: time.Unix(0, 0)}
+	waits := [NumClasses]time.Duration{Cancel: 5 * time.Second, Place: 5 * time.Second}
+	l := New(Options{Min: 2, Max: 100, Initial: 20, MinSamples: 1, MaxWait: waits, Now: clk.Now})
+	run(l, clk, 5, func(int) time.Duration { return time.Millisecond })                   // the unloaded latency
+	run(l, clk, 100, func(n int) time.Duration { return time.Duration(n) * time.Second }) // then ever slower
+	if got := l.Limit(); got != 2 {
+		t.Fatalf("limit %d, want the floor 2", got)
+	}
+	ctx := context.Background()
+	for i := 0; i < 2; i++ {
+		if ok, _ := l.Acquire(ctx, MarketData); !ok {
+			t.Fatalf("market data %d refused under the limit", i)
+		}
+	}
+	if !l.Admit(Cancel) {
+		t.Fatal("Admit shed a cancel at the floor")
+	}
+	if ok, waited := l.Acquire(ctx, Cancel); !ok || waited != 0 {
+		t.Fatalf("cancel at the floor: acquired %v after %v, want at once", ok, waited)
+	}
+	place, cancel := make(chan bool), make(chan bool)
+	go func() { ok, _ := l.Acquire(ctx, Place); place <- ok }()
+	for l.Waiting() != 1 {
+		time.Sleep(time.Millisecond)
+	}
+	go func() { ok, _ := l.Acquire(ctx, Cancel); cancel <- ok }()
+	for l.Waiting() != 2 {
+		time.Sleep(time.Millisecond)
+	}
+	if got := l.InFlight(); got != 3 {
+		t.Fatalf("InFlight = %d, want 3: the floor and one cancel over it", got)
+	}
+	l.Release(clk.Now(), time.Second, false) // a market data request ends: 2 in flight
+	if !<-cancel {
+		t.Fatal("the waiting cancel was shed")
+	}
+	select {
+	case <-place:
+		t.Fatal("a placement got a slot over the limit")
+	case <-time.After(20 * time.Millisecond):
+	}
+	l.Release(clk.Now(), time.Second, false)
+	l.Release(clk.Now(), time.Second, false) // 1 in flight: room under the limit
 	if !<-place {
 		t.Fatal("the waiting placement was shed after a slot under the limit freed")
 	}
