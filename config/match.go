@@ -127,6 +127,45 @@ func IsPathChar(c byte) bool {
 	return false
 }
 
+// Covers reports whether every request n matches is matched by m too, as
+// the gateway matches them: by method (no method is any method, and GET
+// is HEAD as well) and by path, a parameter taking any one segment, a
+// last "{name...}" the rest of the path (zero or more segments), and
+// literal segments compared case-insensitively. Both must be valid path
+// matchers; the default route "*" covers nothing and is covered by none.
+// A route covered by one before it in the route table is never matched.
+func (m Match) Covers(n Match) bool {
+	switch {
+	case m.IsDefault() || n.IsDefault():
+		return false
+	case m.Method != "" && m.Method != n.Method && !(m.Method == "GET" && n.Method == "HEAD"):
+		return false
+	}
+	ms, ns := patternSegments(m.Path), patternSegments(n.Path)
+	for i, s := range ms {
+		if strings.HasSuffix(s, "...}") {
+			return true // the rest of n's path, whatever it is
+		}
+		if i >= len(ns) || strings.HasSuffix(ns[i], "...}") {
+			return false // n matches fewer segments than m needs
+		}
+		if !strings.HasPrefix(s, "{") && (strings.HasPrefix(ns[i], "{") || !strings.EqualFold(s, ns[i])) {
+			return false
+		}
+	}
+	return len(ns) == len(ms)
+}
+
+// patternSegments returns the segments of a valid path pattern ("/" has
+// none).
+func patternSegments(p string) []string {
+	p = strings.Trim(p, "/")
+	if p == "" {
+		return nil
+	}
+	return strings.Split(p, "/")
+}
+
 // patternKey identifies a route's method and pattern up to the names of
 // its parameters.
 func patternKey(m Match) string {

@@ -229,15 +229,29 @@ func (r *Route) normalise() {
 }
 
 // routeTable is what checking a route table remembers of the routes
-// already checked, to report names and matchers given twice.
+// already checked, to report names and matchers given twice and matchers
+// an earlier route covers.
 type routeTable struct {
 	names     map[string]int // route name -> index
 	patterns  map[string]int // patternKey -> index
+	paths     []int          // the routes with a valid path matcher, in order
 	defaultAt int            // index of the "*" route, or -1
 }
 
+// coveredBy returns the index of the first route already checked whose
+// matcher covers m (Match.Covers), so that a route with m after it is
+// never matched, or -1.
+func (t *routeTable) coveredBy(m Match, routes []Route) int {
+	for _, j := range t.paths {
+		if routes[j].Match.Covers(m) {
+			return j
+		}
+	}
+	return -1
+}
+
 // checkRoutes reports problems in the route table at p: each route's,
-// and names or matchers given twice.
+// and names or matchers given twice or never reached.
 func checkRoutes(col *collector, p path, routes []Route) {
 	if len(routes) == 0 {
 		col.addf(p, "at least one route is required")
@@ -286,8 +300,12 @@ func (r *Route) check(col *collector, p path, i int, routes []Route, t *routeTab
 			col.addf(rp.key("match"), "%v", err)
 		} else if j, dup := t.patterns[patternKey(m)]; dup {
 			col.addf(rp.key("match"), "%q matches the same requests as %s (%q)", m.String(), p.index(j), routes[j].Match.String())
+		} else if j := t.coveredBy(m, routes); j >= 0 {
+			col.addf(rp.key("match"), "%q is never matched: %s (%q) comes first and matches every request it would (routes are tried in order); move this route above it, or remove it",
+				m.String(), p.index(j), routes[j].Match.String())
 		} else {
 			t.patterns[patternKey(m)] = i
+			t.paths = append(t.paths, i)
 		}
 	}
 

@@ -245,3 +245,47 @@ func TestNotFoundWithoutDefaultRoute(t *testing.T) {
 		t.Fatalf("backend 404 changed: %d %q", res.StatusCode, b)
 	}
 }
+
+// TestCoveredRoutesAreNeverMatched backs the configuration check that
+// refuses a route an earlier one covers (config.Match.Covers): for each
+// pair the check refuses, the table sends the later route's requests to
+// the earlier one; for each pair it accepts, the later route gets some.
+func TestCoveredRoutesAreNeverMatched(t *testing.T) {
+	for _, tc := range []struct {
+		first, later string
+		method, path string // a request the later route matches
+		laterReached bool
+	}{
+		{"/api/v1/odr/{rest...}", "POST /api/v1/odr/orders/", "POST", "/api/v1/odr/orders/", false},
+		{"/a/{rest...}", "GET /a/", "GET", "/a/", false},
+		{"GET /a/{id}/", "GET /a/b/", "GET", "/a/b/", false},
+		{"GET /A/b/", "GET /a/B/", "GET", "/a/b/", false},
+		{"/a/{x}/", "GET /a/{y}/", "GET", "/a/1/", false},
+		{"GET /a/", "HEAD /a/", "HEAD", "/a/", false},
+		{"GET /a/b/", "GET /a/{id}/", "GET", "/a/c/", true},
+		{"POST /a/", "GET /a/", "GET", "/a/", true},
+		{"HEAD /a/", "GET /a/", "GET", "/a/", true},
+		{"GET /a/{x}/", "/a/{rest...}", "GET", "/a/", true},
+		{"/a/{x}/{y}/", "/a/{x}/", "GET", "/a/1/", true},
+	} {
+		t.Run(tc.first+" then "+tc.later, func(t *testing.T) {
+			var first, later config.Match
+			if err := first.UnmarshalText([]byte(tc.first)); err != nil {
+				t.Fatal(err)
+			}
+			if err := later.UnmarshalText([]byte(tc.later)); err != nil {
+				t.Fatal(err)
+			}
+			if first.Covers(later) == tc.laterReached {
+				t.Fatalf("Covers = %v, want %v", first.Covers(later), !tc.laterReached)
+			}
+			cfg := config.Default()
+			cfg.Routes = []config.Route{{Name: "first", Match: first}, {Name: "later", Match: later}}
+			tab := compileTable(cfg)
+			r, _, _ := tab.match(tc.method, tc.path)
+			if r == nil || (r.Name == "later") != tc.laterReached {
+				t.Errorf("%s %s went to %v, want the later route reached: %v", tc.method, tc.path, r, tc.laterReached)
+			}
+		})
+	}
+}
