@@ -1,9 +1,15 @@
 package config
 
 import (
+	"errors"
+	"fmt"
+	"net/netip"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
+
+	"golang.org/x/net/idna"
 )
 
 // CORS is the optional policy exgate applies for browsers on other
@@ -69,6 +75,13 @@ func (cs *CORS) check(col *collector, p path) {
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.Path != "" || u.RawQuery != "" ||
 			u.Fragment != "" || u.User != nil || strings.ToLower(o) != o {
 			col.addf(op, `want an origin as browsers send it, scheme://host[:port] in lower case without a path, such as "https://app.example.com"; got %q`, o)
+			continue
+		}
+		switch sent, err := originAsSent(u); {
+		case err != nil:
+			col.addf(op, "%q can never match: %v", o, err)
+		case sent != o:
+			col.addf(op, "%q never matches: browsers send this origin as %q (the Origin header is compared exactly); write that", o, sent)
 		}
 	}
 	for i, m := range cs.AllowedMethods {
@@ -89,6 +102,60 @@ func (cs *CORS) check(col *collector, p path) {
 	if cs.MaxAge < 0 || cs.MaxAge > 24*time.Hour || cs.MaxAge%time.Second != 0 {
 		col.addf(p.key("max_age"), "must be whole seconds from 0 to 24h, got %s", cs.MaxAge)
 	}
+}
+
+// originAsSent returns the origin u (scheme://host[:port], already
+// checked for its shape) as browsers write it in an Origin header, the
+// WHATWG URL standard's serialisation: a host with non-ASCII letters in
+// ASCII (IDNA, mapped as the standard's "domain to ASCII" does, with
+// golang.org/x/net/idna: nontransitional, not strict, so that "_" stays
+// allowed as browsers allow it), an IPv6 address in its shortest form,
+// and the port without leading zeros, left out when it is the scheme's
+// default (80 for http, 443 for https). An error says why no browser
+// would send it at all.
+func originAsSent(u *url.URL) (string, error) {
+	host := u.Hostname()
+	if a, err := netip.ParseAddr(host); err == nil && a.Is6() {
+		if a.Zone() != "" {
+			return "", fmt.Errorf("an IPv6 zone (%%%s) is not part of an origin", a.Zone())
+		}
+		host = "[" + a.String() + "]"
+	} else if !isASCII(host) {
+		p := idna.New(idna.MapForLookup(), idna.Transitional(false), idna.StrictDomainName(false), idna.BidiRule())
+		h, err := p.ToASCII(host)
+		if err != nil {
+			return "", fmt.Errorf("host %q is not a valid domain name (%v)", host, err)
+		}
+		host = h
+	}
+	port := u.Port()
+	if port == "" && strings.HasSuffix(u.Host, ":") {
+		return "", errors.New("the port is empty")
+	}
+	if port != "" {
+		n, err := strconv.Atoi(port)
+		if err != nil || n < 1 || n > 65535 {
+			return "", fmt.Errorf("port %q is not from 1 to 65535", port)
+		}
+		port = strconv.Itoa(n)
+		if u.Scheme == "http" && n == 80 || u.Scheme == "https" && n == 443 {
+			port = ""
+		}
+	}
+	if port != "" {
+		host += ":" + port
+	}
+	return u.Scheme + "://" + host, nil
+}
+
+// isASCII reports whether s is all ASCII.
+func isASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= 0x80 {
+			return false
+		}
+	}
+	return true
 }
 
 // isHeaderName reports whether s is an RFC 9110 token.
