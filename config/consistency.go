@@ -199,6 +199,9 @@ func (c *Config) checkEffective(col *collector) {
 				col.addf(lp.key("when"), "when: anonymous on a route with auth: required never applies: a request without a token is answered 401 before any limit; write when: always, or set %s.auth to optional", p)
 			}
 		}
+		if r.MaxInFlight > 0 && !c.Overload.Enabled {
+			col.addf(p.key("max_in_flight"), "the route's cap is part of the overload step, and overload.enabled is false: nothing caps the route; set overload.enabled: true, or remove max_in_flight")
+		}
 		if r.OnStoreError != "" && len(r.Limits) == 0 {
 			col.addf(p.key("on_store_error"), "the route has no limits, so no store error can happen on it; remove on_store_error or add limits")
 		}

@@ -3,6 +3,7 @@ package proxy
 import (
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -276,5 +277,39 @@ func TestShedBulkIsRefundedItsSize(t *testing.T) {
 	res.Body.Close()
 	if res.StatusCode != 201 || remaining(t, res) != "0" {
 		t.Fatalf("bulk of the whole allowance after two shed bulks of 4: %d, remaining %s; want 201 and 0", res.StatusCode, remaining(t, res))
+	}
+}
+
+// TestRouteCapNeedsOverload: a route's max_in_flight is part of the
+// overload step, so with overload.enabled false it caps nothing — which
+// is why the configuration check refuses the two together
+// (config.checkEffective).
+func TestRouteCapNeedsOverload(t *testing.T) {
+	release := make(chan struct{})
+	var n atomic.Int32
+	held := make(chan struct{})
+	e := startEnv(t, func(c *config.Config) {
+		c.Overload.Enabled = false
+		c.Route("list_tickers").MaxInFlight = 1
+	})
+	e.backend.handler = func(w http.ResponseWriter, r *http.Request) {
+		if n.Add(1) == 1 { // the first request holds the route's one slot
+			close(held)
+			<-release
+		}
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		res := do(t, "GET", e.url+"/api/v1/mkt/tickers/", nil)
+		res.Body.Close()
+	}()
+	<-held
+	res := do(t, "GET", e.url+"/api/v1/mkt/tickers/", nil)
+	res.Body.Close()
+	close(release)
+	<-done
+	if res.StatusCode != http.StatusOK {
+		t.Fatalf("second request over max_in_flight 1 with overload disabled: %d, want 200 (the cap is not applied)", res.StatusCode)
 	}
 }
