@@ -13,7 +13,7 @@
 #   BENCH_CONNS=64      wrk connections      BENCH_THREADS=2  wrk threads
 #   BENCH_PIN=none      none | split (wrk on the last CPU, servers on the others)
 #   BENCH_PROFILE=1     also profile exgate under load (pprof text in bench/results/)
-#   BENCH_RATE_ROUNDS=2 open-loop rounds at half NGINX's rate (vegeta); 0 = none
+#   BENCH_RATE_ROUNDS=2 open-loop rounds at half the slowest compared target's rate (vegeta); 0 = none
 #   BENCH_OUT=bench/results
 set -euo pipefail
 cd "$(dirname "$0")/.."
