@@ -946,6 +946,9 @@ func (r *failoverRun) explainBroken(t *testing.T) {
 	unusual := unusualLines(outs)
 	t.Logf("gateway lines that end a connection without an answer (499, aborted, panic, net/http errors): %d", len(unusual))
 	if len(broken) == 0 {
+		for _, line := range unusual[:min(len(unusual), 5)] {
+			t.Logf("  %s", strings.TrimSpace(line))
+		}
 		return
 	}
 	var b strings.Builder
