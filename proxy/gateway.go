@@ -395,10 +395,10 @@ func (g *Gateway) proxyError(w http.ResponseWriter, r *http.Request, err error) 
 		g.refuse(st, r, bodyErr)
 	case st.clientCx.Err() != nil:
 		rw.status = StatusClientClosed
-	case errors.As(err, new(brokenAnswer)):
-		g.refuse(st, r, errOrderAnswerBroken)
 	case metrics.IsTimeout(err):
 		g.refuse(st, r, errGatewayTimeout)
+	case errors.As(err, new(brokenAnswer)):
+		g.refuse(st, r, errOrderAnswerBroken)
 	default:
 		g.refuse(st, r, errBadGateway)
 	}

@@ -259,8 +259,9 @@ type claimKey struct{}
 // The body (up to idempotency.max_response_bytes) is read before anything
 // is written to the client, whatever the status: a body the backend
 // breaks off is then answered 502 (errOrderAnswerBroken, through
-// ErrorHandler) instead of a dropped connection, which would leave the
-// client with a bare EOF and no answer at all.
+// ErrorHandler; 504 when the route's timeout cut it) instead of a dropped
+// connection, which would leave the client with a bare EOF and no answer
+// at all.
 func (g *Gateway) recordResponse(res *http.Response) error {
 	st, _ := res.Request.Context().Value(claimKey{}).(*requestState)
 	if st == nil || !st.order.claimed || st.order.settled {

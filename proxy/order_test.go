@@ -400,25 +400,31 @@ func TestAccessLogNamesTheOrderAnswer(t *testing.T) {
 // TestOrderAnswerBrokenOff: a backend that breaks off its answer to an
 // order (status and part of the body sent, then the connection dropped)
 // leaves its client with a 502 in exgate's error shape, not a dropped
-// connection: exgate reads an order's answer before writing any of it.
-// The claim is settled by the status: after a 2xx or 5xx the outcome is
+// connection: exgate reads an order's answer before writing any of it;
+// one that stalls mid-body past the route's timeout, with a 504. The
+// claim is settled by the status: after a 2xx or 5xx the outcome is
 // unknown and a retry is not sent again; after a 4xx (not placed) a retry
 // goes to the backend.
 func TestOrderAnswerBrokenOff(t *testing.T) {
+	const timeout = 200 * time.Millisecond // place_order's
 	for _, tc := range []struct {
 		name      string
 		status    int
+		stall     bool   // the backend stalls mid-body rather than dropping the connection
+		answer    int    // the first try's status
+		code      string // and code
 		retry     int    // the retry's status
 		retryCode string // and code
 		calls     int64  // orders the backend received
 	}{
-		{"accepted", http.StatusCreated, http.StatusConflict, "outcome_unknown", 1},
-		{"refused", http.StatusBadRequest, http.StatusCreated, "", 2},
-		{"failed", http.StatusInternalServerError, http.StatusConflict, "outcome_unknown", 1},
+		{"accepted", http.StatusCreated, false, http.StatusBadGateway, "bad_gateway", http.StatusConflict, "outcome_unknown", 1},
+		{"refused", http.StatusBadRequest, false, http.StatusBadGateway, "bad_gateway", http.StatusCreated, "", 2},
+		{"failed", http.StatusInternalServerError, false, http.StatusBadGateway, "bad_gateway", http.StatusConflict, "outcome_unknown", 1},
+		{"accepted, stalled", http.StatusCreated, true, http.StatusGatewayTimeout, "gateway_timeout", http.StatusConflict, "outcome_unknown", 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var calls atomic.Int64
-			e := startOrders(t, func(w http.ResponseWriter, r *http.Request) {
+			e := startOrdersConfig(t, func(w http.ResponseWriter, r *http.Request) {
 				if calls.Add(1) > 1 {
 					placed(w, r)
 					return
@@ -428,11 +434,15 @@ func TestOrderAnswerBrokenOff(t *testing.T) {
 				w.WriteHeader(tc.status)
 				_, _ = io.WriteString(w, `{"id":1,`)
 				w.(http.Flusher).Flush()
+				if tc.stall {
+					time.Sleep(2 * timeout)
+					return
+				}
 				panic(http.ErrAbortHandler) // the connection dropped mid-body
-			})
+			}, nil, func(c *config.Config) { c.Route("place_order").Timeout = timeout })
 			body := `{"symbol":"BTC_USDT","type":"market","side":"buy","base_amount":"0.5","identifier":"cut-off"}`
 			res := postOrder(t, e, body) // fails the test on a transport error
-			assertError(t, res, http.StatusBadGateway, "bad_gateway")
+			assertError(t, res, tc.answer, tc.code)
 			res = postOrder(t, e, body)
 			b, _ := io.ReadAll(res.Body)
 			res.Body.Close()
@@ -443,7 +453,7 @@ func TestOrderAnswerBrokenOff(t *testing.T) {
 				t.Errorf("backend received %d orders, want %d", n, tc.calls)
 			}
 			lines := e.logs.FilterMessage("request").All()
-			if m := lines[0].ContextMap(); m["status"] != int64(http.StatusBadGateway) || m["code"] != "bad_gateway" || m["aborted"] != nil {
+			if m := lines[0].ContextMap(); m["status"] != int64(tc.answer) || m["code"] != tc.code || m["aborted"] != nil {
 				t.Errorf("access log of the broken-off answer: %v", m)
 			}
 		})
