@@ -15,7 +15,8 @@ const forwardedPrefix = "X-Forwarded-"
 // dropForwardedFamily removes every X-Forwarded-* header from a request a
 // client sent directly: the backend trusts exgate as its proxy and would
 // take a client's X-Forwarded-Port or -Prefix for exgate's word. From a
-// trusted proxy they are kept, as its X-Forwarded-For chain is. Header
+// trusted proxy they are kept, as its X-Forwarded-For chain is; exgate
+// sets -For, -Host and -Proto itself either way (Gateway.rewrite). Header
 // names are canonical here (net/http's servers canonicalise them).
 func dropForwardedFamily(h http.Header) {
 	for k := range h {

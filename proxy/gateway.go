@@ -280,6 +280,7 @@ type requestState struct {
 	slot       bool            // the request holds a backend slot (admission)
 	routeSlot  *routeAdmission // the route whose own in-flight cap counts the request
 	bodyTaken  bool            // the body was read whole or handed to the backend (see refuse)
+	forwarded  bool            // the client sent X-Forwarded-* headers (scanHeader)
 	code       string          // the code of exgate's own error answer (refuse), or ""
 	replayed   bool            // the answer is an order's recorded response, replayed
 }
@@ -303,9 +304,6 @@ func (g *Gateway) rewrite(pr *httputil.ProxyRequest) {
 	// header values instead of new ones per request. ReverseProxy has
 	// removed what the client sent of these (and Forwarded).
 	p := g.peerOf(pr.In)
-	if !p.trusted {
-		dropForwardedFamily(out.Header)
-	}
 	if p.ok {
 		xff := p.realIP
 		if p.trusted {
@@ -560,18 +558,6 @@ func (g *Gateway) limitFields(fields []zap.Field, d *limiter.Decision) []zap.Fie
 		}
 	}
 	return fields
-}
-
-// headerSize approximates the size of the request line and headers as
-// they were read.
-func headerSize(r *http.Request) int64 {
-	n := len(r.Method) + len(r.RequestURI) + len(r.Proto) + 4 + len("Host: \r\n") + len(r.Host)
-	for k, vs := range r.Header {
-		for _, v := range vs {
-			n += len(k) + len(v) + 4
-		}
-	}
-	return int64(n)
 }
 
 // respWriter records the status and size of a response.

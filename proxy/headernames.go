@@ -7,23 +7,42 @@ import (
 	"github.com/exgate/exgate/apierror"
 )
 
-var errUnderscoreHeader = apierror.Static(http.StatusBadRequest, "invalid_header",
-	"Header names may not contain an underscore: a backend behind CGI or WSGI reads X_Forwarded_For as X-Forwarded-For.")
+// headerScan is what one pass over a request's header block finds.
+type headerScan struct {
+	size       int64 // the request line and headers as they were read, approximately
+	underscore bool  // a header name contains an underscore
+	forwarded  bool  // a header name starts with X-Forwarded-
+}
 
-// checkHeaderNames refuses a request with a header name that contains an
-// underscore. CGI, WSGI (Django), Rack and PHP name a header by its name
-// in upper case with "-" turned into "_", so X_Request_ID and X-Request-ID
-// become one variable: depending on the server the two are joined with a
-// comma or one replaces the other. A client could add a request id, a
-// forwarded address or a proto of its own to those exgate sets, or send a
-// header exgate never reads under the name of one the backend does.
-// NGINX drops such headers by default (underscores_in_headers off);
-// exgate refuses the request, before any limit is charged.
-func checkHeaderNames(h http.Header) *apierror.Error {
-	for k := range h {
+// scanHeader reads the request line and every header name once: the
+// size for server.max_header_bytes, names with an underscore (refused:
+// errUnderscoreHeader) and the X-Forwarded-* family (dropped from
+// clients that are not trusted proxies: dropForwardedFamily).
+func scanHeader(r *http.Request) headerScan {
+	sc := headerScan{size: int64(len(r.Method) + len(r.RequestURI) + len(r.Proto) + 4 + len("Host: \r\n") + len(r.Host))}
+	for k, vs := range r.Header {
+		for _, v := range vs {
+			sc.size += int64(len(k) + len(v) + 4)
+		}
 		if strings.IndexByte(k, '_') >= 0 {
-			return errUnderscoreHeader
+			sc.underscore = true
+		}
+		if strings.HasPrefix(k, forwardedPrefix) {
+			sc.forwarded = true
 		}
 	}
-	return nil
+	return sc
 }
+
+// errUnderscoreHeader refuses a request with a header name that contains
+// an underscore. CGI, WSGI (Django), Rack and PHP name a header by its
+// name in upper case with "-" turned into "_", so X_Request_ID and
+// X-Request-ID become one variable: depending on the server the two are
+// joined with a comma or one replaces the other. A client could add a
+// request id, a forwarded address or a proto of its own to those exgate
+// sets, or send a header exgate never reads under the name of one the
+// backend does. NGINX drops such headers by default
+// (underscores_in_headers off); exgate refuses the request, before any
+// limit is charged.
+var errUnderscoreHeader = apierror.Static(http.StatusBadRequest, "invalid_header",
+	"Header names may not contain an underscore: a backend behind CGI or WSGI reads X_Forwarded_For as X-Forwarded-For.")

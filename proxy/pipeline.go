@@ -141,15 +141,17 @@ func (g *Gateway) identify(st *requestState, r *http.Request, pl *plan) {
 // form, a method- or path-override header. It sets the request's canonical
 // path.
 func (g *Gateway) checkHead(st *requestState, r *http.Request) *apierror.Error {
-	if headerSize(r) > g.maxHeader {
+	sc := scanHeader(r)
+	if sc.size > g.maxHeader {
 		return g.errHeader
 	}
 	if e := checkConnection(r.Header); e != nil {
 		return e
 	}
-	if e := checkHeaderNames(r.Header); e != nil {
-		return e
+	if sc.underscore {
+		return errUnderscoreHeader
 	}
+	st.forwarded = sc.forwarded
 	p, err := canonicalPath(r.URL.EscapedPath())
 	if err != nil {
 		return pathErrors[err.(pathError)]
@@ -196,8 +198,12 @@ func (g *Gateway) matchRoute(st *requestState, r *http.Request, pl *plan) *apier
 }
 
 // setClientAddress derives the client's address (clientip.go) and
-// replaces the X-Real-IP header the backend receives with it.
+// replaces the X-Real-IP header the backend receives with it. A client's
+// X-Forwarded-* headers reach the backend only through a trusted proxy.
 func (g *Gateway) setClientAddress(st *requestState, r *http.Request) {
+	if st.forwarded && !g.peerOf(r).trusted {
+		dropForwardedFamily(r.Header)
+	}
 	var realIP []string
 	st.addr, realIP = g.client(r)
 	if realIP != nil {
