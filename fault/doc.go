@@ -25,10 +25,14 @@
 //     answer is checked against the backend's record of its X-Request-ID:
 //     a 201 was placed by the backend (a replay: earlier, and not sent
 //     again), a 409 or 503 never reached it, and every order it placed
-//     was answered 201. A request whose client got no answer at all (a
-//     bare EOF) fails the test with the gateways' access log lines for
-//     its X-Request-ID, the backend's record of it, and the gateways'
-//     499, aborted, panic and net/http error lines.
+//     was answered 201; its access log line carries the same status,
+//     the code of exgate's refusal and whether it was a replay. The
+//     gateways run with their access log on, and every request carries
+//     an X-Request-ID naming its kind and gateway. A request whose
+//     client got no answer at all (a bare EOF) fails the test with the
+//     gateways' access log lines for its X-Request-ID, the backend's
+//     record of it, and the gateways' 499, aborted, panic and net/http
+//     error lines.
 //   - TestBackendFaults: backend killed or slower than the route timeout →
 //     502/504 in exgate's JSON error shape; goroutines back to the baseline
 //     afterwards.
