@@ -68,6 +68,25 @@ func (ls *leases) take(k leaseKey, now int64) (Result, bool) {
 	return Result{Allowed: true, Remaining: l.remaining + l.tokens, ResetAfter: time.Duration(max(l.resetAt-now, 0))}, true
 }
 
+// recent reports whether k was given a lease within leaseTTL before its
+// last lease expired: a hot key whose lease ran out, which a single call
+// may renew. Such a call would otherwise go to Redis alone, and so would
+// every call after it until two happen to share a round trip: a key
+// served from leases at a steady rate too low for its calls to meet
+// would cost a round trip per request again as soon as each lease ran
+// out. It creates no state.
+func (ls *leases) recent(k leaseKey, now int64) bool {
+	ls.mu.RLock()
+	l := ls.m[k]
+	ls.mu.RUnlock()
+	if l == nil {
+		return false
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.until > 0 && now < l.until+int64(leaseTTL)
+}
+
 // get returns k's state, creating it.
 func (ls *leases) get(k leaseKey) *lease {
 	ls.mu.RLock()

@@ -133,3 +133,61 @@ func TestHotKeyLeases(t *testing.T) {
 	}
 	t.Logf("%d decisions, %d allowed, %d script runs, %d replicas leased", decisions.Load(), allowed.Load(), runs, leased)
 }
+
+// TestHotKeyLeaseRenewedByOneCall: once a key was leased, a caller alone
+// in its round trip renews the lease when it runs out, so that one caller
+// at a time on a hot key makes about one round trip per lease, not one
+// per request; a key never leased gets none from single calls.
+func TestHotKeyLeaseRenewedByOneCall(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts redis-server")
+	}
+	srv := redistest.Start(t)
+	l := Limit{Rate: 1e6, Period: time.Hour, Burst: 1e6}
+	maxLease := min(l.Burst/leaseFraction, leaseMax)
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name    string
+		leased  bool // two concurrent calls met in a round trip first
+		maxRuns int64
+		minRuns int64
+	}{
+		{"leased before", true, 2 + 4*1000/maxLease, 1},
+		{"never leased", false, 1000, 1000},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := NewRedis(srv.Client(), RedisOptions{Timeout: time.Second})
+			defer r.Close()
+			key := "renew:" + tc.name
+			if tc.leased {
+				// Concurrent calls: the first is sent alone and holds the
+				// round trip while the others queue behind it; the first
+				// group that meets learns how far the key is from its
+				// limit, a later one is given a lease.
+				for try := 0; !r.leases.recent(leaseKey{key: key, limit: l}, time.Now().UnixNano()); try++ {
+					if try == 50 {
+						t.Skip("concurrent calls never met in a round trip")
+					}
+					var wg sync.WaitGroup
+					for i := 0; i < 8; i++ {
+						wg.Add(1)
+						go func() { defer wg.Done(); _, _ = r.Allow(ctx, key, l) }()
+					}
+					wg.Wait()
+				}
+			}
+			before := srv.CommandCalls()
+			for i := 0; i < 1000; i++ {
+				if res, err := r.Allow(ctx, key, l); err != nil || !res.Allowed {
+					t.Fatalf("call %d: %+v, %v", i, res, err)
+				}
+			}
+			after := srv.CommandCalls()
+			runs := after["evalsha"] + after["eval"] - before["evalsha"] - before["eval"]
+			if runs > tc.maxRuns || runs < tc.minRuns {
+				t.Errorf("%d script runs for 1000 calls one at a time, want %d to %d (leases of %d)", runs, tc.minRuns, tc.maxRuns, maxLease)
+			}
+			t.Logf("%d script runs for 1000 calls one at a time", runs)
+		})
+	}
+}

@@ -193,10 +193,11 @@ func (t *trip) group(k leaseKey, c *call, r *run) {
 }
 
 // lease asks, after every group of several calls on a hot key, for a
-// lease of that key's requests to hand out in process (lease.go).
+// lease of that key's requests to hand out in process (lease.go); and
+// after a single call on a key leased recently, whose lease ran out.
 func (t *trip) lease(ls *leases, now int64) {
 	for _, g := range t.groups {
-		if g.n < 2 {
+		if g.n < 2 && !ls.recent(g.key, now) {
 			continue
 		}
 		g.lease = ls.get(g.key)
