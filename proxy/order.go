@@ -119,8 +119,8 @@ func (g *Gateway) prepareClaim(st *requestState) *ratelimit.ClaimPart {
 
 // joinedClaim answers the claim of an order its limits let pass, from
 // what the limits' round trip reported. A claim the round trip did not
-// carry (the limits were decided without Redis: a lease, the store
-// failing fast, or no limit applying) is made on its own, as
+// carry (the limits were decided without Redis: the store failing fast,
+// or no limit applying) is made on its own, as
 // claimIdentifier does; one whose round trip failed is not retried (the
 // order would wait for a second deadline) and the order is refused 503.
 func (g *Gateway) joinedClaim(st *requestState, r *http.Request) *apierror.Error {

@@ -12,12 +12,14 @@ import "time"
 // claim's deadline (ClaimPart.Timeout), and wait there for the replicas
 // the claim asks for (WAIT, on the same connection, after the script).
 //
-// A ClaimPart is not sent (ClaimReply.Sent is false) when the request
-// does not reach Redis: the Memory limiter, a DenyCache refusal, a lease
-// of a hot key, calls failing fast after a failed round trip, a request
-// with no limit to decide, and a Redis Cluster, where a request's limits
-// and its claim may live on different nodes. The caller then claims on
-// its own, when the request passed.
+// A request carrying a claim is never answered from a hot key's lease:
+// it goes to Redis with its claim, one round trip for both. A ClaimPart
+// is not sent (ClaimReply.Sent is false) when the request does not reach
+// Redis: the Memory limiter, a DenyCache refusal, calls failing fast
+// after a failed round trip, a request with no limit to decide, and a
+// Redis Cluster, where a request's limits and its claim may live on
+// different nodes. The caller then claims on its own, when the request
+// passed.
 
 // ClaimPart is a claim decided with a Request: the claim function's
 // KEYS and ARGV, and what its round trip honours.
