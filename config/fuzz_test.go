@@ -31,6 +31,8 @@ func FuzzParse(f *testing.F) {
 		"tiers: {vip: {place_order: {rate: 1/1d}}}\n",
 		"upstream: {url: 'http://[::1]:80/x%20y'}\n",
 		"client_ip: {trusted_proxies: ['::ffff:10.0.0.1', '10.1.2.3/8']}\n",
+		"cors: {allowed_origins: ['https://bücher.example:0443', 'http://[0::1%25x]:80']}\n",
+		"routes: [{name: a, match: '/a/{r...}'}, {name: b, match: 'GET /A/{x}/'}, {name: c, match: /}]\n",
 	} {
 		f.Add([]byte(s))
 	}
