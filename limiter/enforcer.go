@@ -92,6 +92,9 @@ type Decision struct {
 	// Claim is what Request.Claim came to: not sent (Claim.Sent false)
 	// when the store did not decide the request in Redis.
 	Claim ratelimit.ClaimReply
+	// Undecided reports a Request.CacheOnly that the deny cache could not
+	// decide: nothing was decided or charged.
+	Undecided bool
 	// N is the number of Outcomes recorded.
 	N int
 	// Outcomes are the decisions of the limits that applied, in order.
@@ -136,6 +139,11 @@ type Request struct {
 	// round trip when the limits let the request pass
 	// (ratelimit.ClaimPart); Decision.Claim says what it came to.
 	Claim *ratelimit.ClaimPart
+	// CacheOnly decides only from the store's deny cache
+	// (ratelimit.Request.CacheOnly): a request the cache knows to be
+	// refused is refused as Decide would; any other is left undecided
+	// (Decision.Undecided), charged nothing.
+	CacheOnly bool
 }
 
 // EnforcerOptions are an Enforcer's dependencies. Store is required.
@@ -283,10 +291,14 @@ func (e *Enforcer) Decide(ctx context.Context, rr *RouteRules, req Request, d *D
 	if len(p.req.Checks) == 0 && p.req.Guard.Key == "" {
 		return
 	}
-	p.req.Claim = req.Claim
+	p.req.Claim, p.req.CacheOnly = req.Claim, req.CacheOnly
 	fallback := ""
 	err := e.store.AllowAll(ctx, &p.req, &p.ans)
 	d.Claim = p.ans.Claim
+	if req.CacheOnly && err != nil {
+		d.Undecided = true
+		return
+	}
 	if err != nil {
 		e.storeFailed(rr, err)
 		fallback = rr.onStoreError

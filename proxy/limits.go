@@ -21,11 +21,33 @@ func (g *Gateway) enforceLimits(st *requestState, r *http.Request, pl *plan, rt 
 	if g.limits == nil || !rt.limits.Limited() {
 		return nil
 	}
-	st.limited = true
-	d := &st.decision
 	req := st.limitRequest()
 	req.Cost, req.Claim = cost, claim
-	g.limits.Decide(r.Context(), rt.limits, req, d)
+	g.limits.Decide(r.Context(), rt.limits, req, &st.decision)
+	return g.limitAnswer(st, pl, rt, cost)
+}
+
+// refusedFromCache refuses, as enforceLimits would, a request the deny
+// cache of its route's limits knows to be refused, before anything else
+// is decided or read: an order route whose claims ride with its limits
+// reads the order before deciding them, and a throttled client's order is
+// not read. Any other request goes on, charged nothing.
+func (g *Gateway) refusedFromCache(st *requestState, r *http.Request, pl *plan) *apierror.Error {
+	req := st.limitRequest()
+	req.CacheOnly = true
+	g.limits.Decide(r.Context(), st.route.limits, req, &st.decision)
+	if st.decision.Undecided || st.decision.Allowed {
+		return nil
+	}
+	return g.limitAnswer(st, pl, st.route, 1)
+}
+
+// limitAnswer records the decision of rt's limits in st (metrics, the
+// operator console, the rate-limit headers) and returns its refusal, or
+// nil.
+func (g *Gateway) limitAnswer(st *requestState, pl *plan, rt *Route, cost int64) *apierror.Error {
+	st.limited = true
+	d := &st.decision
 	if rt.limitMetrics != nil {
 		for i := 0; i < d.N; i++ {
 			o := &d.Outcomes[i]

@@ -65,7 +65,8 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // (joinsClaims), an order is read and validated first, so that its claim
 // is decided with its limits, in one round trip; the answers stay those
 // of the steps in their usual order: a request a limit refuses gets the
-// limit's answer, whatever its body, and claims nothing.
+// limit's answer, whatever its body, and claims nothing. A client the
+// deny cache knows to be throttled is refused before its order is read.
 func (g *Gateway) limitAndCheck(st *requestState, r *http.Request, pl *plan) *apierror.Error {
 	if !g.joinsClaims(st, pl) {
 		if e := g.enforceLimits(st, r, pl, st.route, 1, nil); e != nil {
@@ -76,6 +77,9 @@ func (g *Gateway) limitAndCheck(st *requestState, r *http.Request, pl *plan) *ap
 			return e
 		}
 		return g.claimIdentifier(st, r)
+	}
+	if e := g.refusedFromCache(st, r, pl); e != nil {
+		return e
 	}
 	body := g.checkOrder(st, r, pl.validator)
 	var claim *ratelimit.ClaimPart

@@ -84,7 +84,8 @@ func (d *DenyCache) AllowN(ctx context.Context, key string, l Limit, n int64) (R
 // store, which must record its member, and so does one that a check can
 // never pass (a cost above its burst): the client is told that, not a
 // cached denial's wait. Denials the store gives for a request of cost 1
-// are cached.
+// are cached. A CacheOnly request the cache does not refuse gets
+// ErrNotCached.
 func (d *DenyCache) AllowAll(ctx context.Context, q *Request, ans *Answer) error {
 	now := d.now().UnixNano()
 	if q.Guard.Key == "" && !q.neverPasses() {
@@ -103,6 +104,9 @@ func (d *DenyCache) AllowAll(ctx context.Context, q *Request, ans *Answer) error
 				return nil
 			}
 		}
+	}
+	if q.CacheOnly {
+		return ErrNotCached
 	}
 	if err := d.next.AllowAll(ctx, q, ans); err != nil {
 		return err

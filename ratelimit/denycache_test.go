@@ -129,3 +129,42 @@ func BenchmarkDenyCacheHit(b *testing.B) {
 		}
 	})
 }
+
+// TestDenyCacheCacheOnly: a CacheOnly request is refused from the cache
+// when it knows the key denied, and otherwise gets ErrNotCached without
+// reaching the store or charging anything; the limiters themselves
+// decide nothing CacheOnly.
+func TestDenyCacheCacheOnly(t *testing.T) {
+	clock := newFakeClock()
+	mem := NewMemory(MemoryOptions{Now: clock.Now})
+	store := &counting{next: mem}
+	dc := NewDenyCache(store, 1000, clock.Now)
+	ctx := context.Background()
+	l := Limit{Rate: 1, Period: time.Hour, Burst: 1}
+	only := func(key string) *Request {
+		return &Request{Checks: []Check{{Key: key, Limit: l}}, CacheOnly: true}
+	}
+	var ans Answer
+	if err := dc.AllowAll(ctx, only("k"), &ans); err != ErrNotCached || store.calls.Load() != 0 {
+		t.Fatalf("unknown key: %v, %d store calls; want ErrNotCached, none", err, store.calls.Load())
+	}
+	if res, err := dc.Allow(ctx, "k", l); err != nil || !res.Allowed {
+		t.Fatalf("first request after a CacheOnly one: %+v %v, want allowed (nothing charged)", res, err)
+	}
+	if res, _ := dc.Allow(ctx, "k", l); res.Allowed {
+		t.Fatal("second request allowed")
+	}
+	calls := store.calls.Load()
+	if err := dc.AllowAll(ctx, only("k"), &ans); err != nil || ans.Allowed || !ans.Results[0].Applied || ans.Results[0].Result.RetryAfter <= 0 {
+		t.Errorf("denied key: %+v %v, want refused from the cache with a wait", ans, err)
+	}
+	if store.calls.Load() != calls {
+		t.Error("a CacheOnly request reached the store")
+	}
+	if err := mem.AllowAll(ctx, only("other"), &ans); err != ErrNotCached {
+		t.Errorf("Memory CacheOnly: %v, want ErrNotCached", err)
+	}
+	if res, _ := mem.Allow(ctx, "other", l); !res.Allowed {
+		t.Error("Memory charged a CacheOnly request")
+	}
+}

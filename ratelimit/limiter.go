@@ -116,6 +116,10 @@ type Limiter interface {
 // backoff instead of each waiting for the store deadline.
 var ErrStoreUnavailable = errors.New("ratelimit: store unavailable")
 
+// ErrNotCached is returned for a Request with CacheOnly that nothing in
+// process could decide.
+var ErrNotCached = errors.New("ratelimit: not decided in process")
+
 // never is the Result of a request that can never pass.
 func never() Result { return Result{RetryAfter: Never} }
 

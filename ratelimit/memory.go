@@ -100,6 +100,9 @@ func (m *Memory) AllowLocal(key string, l Limit, n int64) Result {
 // that the request is decided and charged at once. It never returns an
 // error.
 func (m *Memory) AllowAll(_ context.Context, q *Request, ans *Answer) error {
+	if q.CacheOnly {
+		return ErrNotCached
+	}
 	ans.reset(len(q.Checks))
 	if q.Guard.Key != "" {
 		ans.Admitted, ans.GuardTTL = m.guard.admit(&q.Guard, m.now().UnixNano())

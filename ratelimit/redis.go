@@ -189,6 +189,9 @@ func (r *Redis) AllowN(ctx context.Context, key string, l Limit, n int64) (Resul
 // AllowAll implements Limiter: q waits for one round trip, shared with
 // the other requests queued meanwhile.
 func (r *Redis) AllowAll(ctx context.Context, q *Request, ans *Answer) error {
+	if q.CacheOnly {
+		return ErrNotCached
+	}
 	c := r.calls.Get().(*call)
 	err := r.allowAll(ctx, c, q, ans)
 	r.calls.Put(c)

@@ -61,6 +61,11 @@ type Request struct {
 	// round trip, only when the request passes (claim.go). Only a Redis
 	// limiter built with a claim function sends it (Answer.Claim.Sent).
 	Claim *ClaimPart
+	// CacheOnly asks only what is known in process: a DenyCache answers
+	// a request it knows to be refused, as AllowAll would; any other
+	// request, and every other Limiter, returns ErrNotCached, deciding
+	// and charging nothing.
+	CacheOnly bool
 }
 
 // CheckResult is what one Check decided.

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"fmt"
 	"net"
 	"net/http"
@@ -253,7 +254,8 @@ func listenRetry(addr string) (net.Listener, error) {
 // of its limits. An order with an identifier costs one script run before
 // the backend (and one to record its response); replays and conflicts
 // are charged like any request; a request its limit refuses claims
-// nothing, whatever its body; and with Redis stopped an order with an
+// nothing, whatever its body, and is refused before its order is read once
+// the deny cache knows it; and with Redis stopped an order with an
 // identifier waits for one deadline, not one per step.
 func TestOrderClaimRidesWithLimits(t *testing.T) {
 	srv := redistest.Start(t)
@@ -303,6 +305,20 @@ func TestOrderClaimRidesWithLimits(t *testing.T) {
 		"Authorization", "Bearer "+token, "Content-Type", "application/json")
 	if code != 429 || errCode(t, b) != "throttled" {
 		t.Errorf("invalid order over the limit: %d %s", code, b)
+	}
+	// Known to the deny cache as throttled: refused before its order is
+	// read. The body, chunked, is never finished here: reading it would
+	// wait for the rest.
+	conn, err := net.Dial("tcp", strings.TrimPrefix(url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "POST /api/v1/odr/orders/ HTTP/1.1\r\nHost: exgate\r\nAuthorization: Bearer %s\r\n"+
+		"Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n9\r\n{\"symbol\"\r\n", token)
+	_ = conn.SetReadDeadline(time.Now().Add(3 * time.Second))
+	if res, err := http.ReadResponse(bufio.NewReader(conn), nil); err != nil || res.StatusCode != 429 {
+		t.Errorf("throttled client, order body not sent whole: %v %v, want 429 without the body read", res, err)
 	}
 	if n := backend.orders.Load(); n != 2 {
 		t.Errorf("backend saw %d orders, want 2", n)
