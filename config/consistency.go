@@ -154,13 +154,22 @@ func (c *Config) checkInFlightTimeout(col *collector) {
 }
 
 // checkVerifiedIdentity reports what contradicts identity.verify: a tokens
-// file, which maps token strings when verification counts accounts, and
-// limits counting by the other kind of key.
+// file, which maps token strings when verification counts accounts; a
+// users file or tier claim, which only a verified account is looked up in;
+// and limits counting by the other kind of key.
 func (c *Config) checkVerifiedIdentity(col *collector) {
 	verify := c.Identity.Verify
 	if verify && c.TokensFile != "" {
 		col.addf("tokens_file", "maps token strings to tiers, but identity.verify counts accounts: "+
 			"write identity.users_file (user id → tier) or identity.jwt.tier_claim instead")
+	}
+	if !verify && c.Identity.UsersFile != "" {
+		col.addf("identity.users_file", "is looked up only for verified accounts, and identity.verify is false: no request gets a tier from it; "+
+			"set identity.verify: true (with identity.jwt), or map opaque tokens to tiers in tokens_file")
+	}
+	if !verify && c.Identity.JWT.TierClaim != "" {
+		col.addf("identity.jwt.tier_claim", "is read only from verified tokens, and identity.verify is false: no request gets a tier from it; "+
+			"set identity.verify: true (with identity.jwt), or map opaque tokens to tiers in tokens_file")
 	}
 	for i := range c.Routes {
 		for k, l := range c.Routes[i].Limits {

@@ -595,6 +595,30 @@ limiter: { token_spray: { max_tokens: 1 } }
 	}
 }
 
+// TestUsersFileTiersOnlyAccounts backs the configuration check that
+// refuses identity.users_file without identity.verify: the users file is
+// looked up by a verified account's user claim, and a request without a
+// verified account (what the gateway sends without verification: a token
+// and an address) never gets its tier.
+func TestUsersFileTiersOnlyAccounts(t *testing.T) {
+	cfg := mustLoad(t, `
+identity: { verify: true, users_file: users.yaml }
+tiers: { vip: { list_markets: { rate: 400/1m } } }
+`)
+	k, _ := NewKeyer(testSecret)
+	rr := Compile(cfg, nil).WithUsers(map[string]string{"7": "vip"}).Route("list_markets")
+	e := newTestEnforcer(t, nil, newFakeClock())
+	var d Decision
+	e.Decide(context.Background(), rr, Request{Account: k.AccountID("7"), User: "7", Addr: addr("198.51.100.7")}, &d)
+	if d.Tier != "vip" {
+		t.Fatalf("verified account 7: tier %q, want vip", d.Tier)
+	}
+	e.Decide(context.Background(), rr, Request{Token: "7", Addr: addr("198.51.100.8")}, &d)
+	if d.Tier != "" {
+		t.Fatalf("token request: tier %q, want none", d.Tier)
+	}
+}
+
 // BenchmarkDecide measures the whole decision of a request on the memory
 // store: the token's HMAC id, the tier lookup, the key and the limit.
 func BenchmarkDecide(b *testing.B) {
