@@ -139,7 +139,7 @@ func (g *Gateway) readWhole(st *requestState, r *http.Request, limit int64, tooL
 	st.bodyTaken = true
 	switch {
 	case tooBig:
-		st.rw.Header()["Connection"] = connClose
+		closeAfterAnswer(st.rw.Header(), r)
 		return nil, tooLarge
 	case err != nil:
 		return nil, errBodyUnreadable

@@ -389,7 +389,7 @@ func (g *Gateway) proxyError(w http.ResponseWriter, r *http.Request, err error) 
 	switch {
 	case bodyErr != nil:
 		// The client's own body failed; the rest of it stays unread.
-		rw.Header()["Connection"] = connClose
+		closeAfterAnswer(rw.Header(), r)
 		g.refuse(st, r, bodyErr)
 	case st.clientCx.Err() != nil:
 		rw.status = StatusClientClosed

@@ -106,21 +106,32 @@ var answered = apierror.New(0, "answered", "")
 
 // refuse answers the request with e, the answer of the step that refused
 // it. While the request's body is unread and of unknown length (chunked),
-// the connection is closed after the answer: net/http would otherwise read
-// up to 256 KiB of that body before the answer goes out, so a refused
-// client could make exgate wait for it.
+// an HTTP/1 connection is closed after the answer: net/http would
+// otherwise read up to 256 KiB of that body before the answer goes out,
+// so a refused client could make exgate wait for it.
 func (g *Gateway) refuse(st *requestState, r *http.Request, e *apierror.Error) {
 	if e == answered {
 		return
 	}
 	if !st.bodyTaken && r.ContentLength < 0 && r.Body != nil && r.Body != http.NoBody {
-		st.rw.Header()["Connection"] = connClose
+		closeAfterAnswer(st.rw.Header(), r)
 	}
 	st.code = e.Code
 	WriteError(&st.rw, st.id, e)
 }
 
 var connClose = []string{"close"}
+
+// closeAfterAnswer has an HTTP/1 connection closed after the answer, when
+// the rest of the request's body is left unread. An HTTP/2 stream ends on
+// its own (the server resets a stream whose body was not read); a
+// Connection: close there would become a GOAWAY, ending every other
+// request the client has on the connection.
+func closeAfterAnswer(h http.Header, r *http.Request) {
+	if r.ProtoMajor < 2 {
+		h["Connection"] = connClose
+	}
+}
 
 // identify gives the request its id (the client's X-Request-ID when well
 // formed, else a new one, sent to the backend) and, under a CORS policy,

@@ -7,6 +7,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
+	"net/http/httptrace"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -174,4 +176,68 @@ func resetFlood(t *testing.T, addr string, tlsCfg *tls.Config, n int) (http2.Err
 		t.Fatal("no answer to the flood")
 	}
 	return 0, sent
+}
+
+// TestHTTP2RefusalKeepsConnection: a request refused while its body of
+// unknown length is unread closes an HTTP/1.1 connection (net/http would
+// read up to 256 KiB of it first), but over HTTP/2 only its stream ends:
+// a GOAWAY would cost every other request the client multiplexes on the
+// connection a new TLS handshake. The next request goes on the same
+// connection.
+func TestHTTP2RefusalKeepsConnection(t *testing.T) {
+	certs, ca := apiCertificates(t)
+	be := &backend{}
+	bs := httptest.NewServer(be)
+	t.Cleanup(bs.Close)
+	cfg := config.Default()
+	cfg.Upstream.URL = config.MustURL(bs.URL)
+	gw, err := New(cfg, Options{Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := NewServer(cfg, gw, zap.NewNop(), nil)
+	go func() { _ = ServeTraffic(srv, ln, certs) }()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+	})
+	tlsCfg := &tls.Config{RootCAs: ca.Pool, ServerName: "api.example.test", NextProtos: []string{"h2"}}
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: tlsCfg, ForceAttemptHTTP2: true}, Timeout: 5 * time.Second}
+	defer client.CloseIdleConnections()
+	url := "https://" + ln.Addr().String()
+
+	var conns []net.Conn
+	trace := &httptrace.ClientTrace{GotConn: func(i httptrace.GotConnInfo) { conns = append(conns, i.Conn) }}
+	do := func(req *http.Request) *http.Response {
+		t.Helper()
+		res, err := client.Do(req.WithContext(httptrace.WithClientTrace(req.Context(), trace)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	// An order without a token, its body streamed (no content-length).
+	pr, pw := io.Pipe()
+	go func() { _, _ = io.WriteString(pw, `{"symbol":"BTC_USDT"`); _ = pw.Close() }()
+	req, _ := http.NewRequest("POST", url+"/api/v1/odr/orders/", pr)
+	req.Header.Set("Content-Type", "application/json")
+	res := do(req)
+	if res.ProtoMajor != 2 {
+		t.Fatalf("%s, want HTTP/2", res.Proto)
+	}
+	assertError(t, res, http.StatusUnauthorized, "not_authenticated")
+	req, _ = http.NewRequest("GET", url+"/api/v1/mkt/markets/", nil)
+	res = do(req)
+	res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		t.Fatalf("next request: %s", res.Status)
+	}
+	if len(conns) != 2 || conns[0] != conns[1] {
+		t.Fatalf("the request after a refusal went on a new connection: the refusal closed an HTTP/2 connection")
+	}
 }
