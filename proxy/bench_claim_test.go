@@ -11,14 +11,12 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"go.uber.org/zap"
 
 	"github.com/exgate/exgate/idempotency"
 	"github.com/exgate/exgate/internal/redistest"
 	"github.com/exgate/exgate/limiter"
 	"github.com/exgate/exgate/metrics"
 	"github.com/exgate/exgate/ratelimit"
-	"github.com/exgate/exgate/validate"
 )
 
 // storeOnly hides that a Store is an idempotency.Joiner: its claims are
@@ -39,18 +37,7 @@ func BenchmarkGatewayOrderIdentifier(b *testing.B) {
 	srv := redistest.Start(b)
 	for _, mode := range []string{"joined", "separate"} {
 		cfg := benchOrderConfig(b, true)
-		cat, err := validate.NewCatalogue(validate.CatalogueOptions{BaseURL: cfg.Upstream.URL.URL, Transport: http.DefaultTransport})
-		if err != nil {
-			b.Fatal(err)
-		}
-		if err := cat.Set([]validate.Market{{Symbol: "BTC_USDT", Base: "BTC", Quote: "USDT", Tradable: true,
-			PricePrecision: 2, BaseAmountPrecision: 6, QuoteAmountPrecision: 2}}); err != nil {
-			b.Fatal(err)
-		}
-		v, err := validate.New(cfg.Validation, cat, zap.NewNop())
-		if err != nil {
-			b.Fatal(err)
-		}
+		v := benchValidator(b, cfg)
 		k, _ := limiter.NewKeyer([]byte("bench-secret-0123456789abcdef"))
 		ro := ratelimit.RedisOptions{Timeout: time.Second}
 		opts := idempotency.OptionsFrom(cfg.Idempotency)

@@ -355,18 +355,7 @@ func BenchmarkGatewayOrder(b *testing.B) {
 	srv := redistest.Start(b)
 	for _, mode := range []string{"off", "memory", "redis"} {
 		cfg := benchOrderConfig(b, mode != "off")
-		cat, err := validate.NewCatalogue(validate.CatalogueOptions{BaseURL: cfg.Upstream.URL.URL, Transport: http.DefaultTransport})
-		if err != nil {
-			b.Fatal(err)
-		}
-		if err := cat.Set([]validate.Market{{Symbol: "BTC_USDT", Base: "BTC", Quote: "USDT", Tradable: true,
-			PricePrecision: 2, BaseAmountPrecision: 6, QuoteAmountPrecision: 2}}); err != nil {
-			b.Fatal(err)
-		}
-		v, err := validate.New(cfg.Validation, cat, zap.NewNop())
-		if err != nil {
-			b.Fatal(err)
-		}
+		v := benchValidator(b, cfg)
 		k, _ := limiter.NewKeyer([]byte("bench-secret-0123456789abcdef"))
 		var store ratelimit.Limiter = ratelimit.NewMemory(ratelimit.MemoryOptions{})
 		if mode == "redis" {
@@ -384,6 +373,24 @@ func BenchmarkGatewayOrder(b *testing.B) {
 		b.Run("order/"+mode, func(b *testing.B) { benchmarkOrders(b, gw, benchOrder) })
 		b.Run("get/"+mode, func(b *testing.B) { benchmarkMarketsAs(b, gw, "Bearer bench-token") })
 	}
+}
+
+// benchValidator is the order validator of cfg over a catalogue of the
+// one market the benchmark orders trade.
+func benchValidator(b *testing.B, cfg *config.Config) *validate.Validator {
+	cat, err := validate.NewCatalogue(validate.CatalogueOptions{BaseURL: cfg.Upstream.URL.URL, Transport: http.DefaultTransport})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := cat.Set([]validate.Market{{Symbol: "BTC_USDT", Base: "BTC", Quote: "USDT", Tradable: true,
+		PricePrecision: 2, BaseAmountPrecision: 6, QuoteAmountPrecision: 2}}); err != nil {
+		b.Fatal(err)
+	}
+	v, err := validate.New(cfg.Validation, cat, zap.NewNop())
+	if err != nil {
+		b.Fatal(err)
+	}
+	return v
 }
 
 // benchmarkOrders posts body as an order through gw, 64 requests at once
