@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
 	"github.com/exgate/exgate/config"
@@ -40,5 +41,41 @@ func TestDuplicateProtectionOwnRedis(t *testing.T) {
 	_, _, body := call(t, "GET", "http://"+a.adminAd+"/readyz", "")
 	if want := `"duplicate_protection":"orders with an identifier are refused (503 duplicate_protection_unavailable): duplicate-protection store unreachable: `; !strings.Contains(string(body), want) {
 		t.Errorf("/readyz: %s\nwant it to contain %s", body, want)
+	}
+}
+
+// TestClaimsJoinLimits: claims ride in the limiter's round trips exactly
+// when the limits and duplicate protection share one Redis client that
+// is not a Cluster's; every other combination claims on its own, as
+// before.
+func TestClaimsJoinLimits(t *testing.T) {
+	single := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	cluster := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1", "127.0.0.1:2"}})
+	t.Cleanup(func() { _ = single.Close(); _ = cluster.Close() })
+	cases := []struct {
+		name             string
+		limiter, idem    string
+		client           redis.UniversalClient
+		own              bool
+		claimFunc, joins bool
+	}{
+		{"redis limits and duplicates, one client", config.BackendRedis, "", single, false, true, true},
+		{"redis limits and duplicates, Cluster", config.BackendRedis, "", cluster, false, true, false},
+		{"memory limits, redis duplicates (own client)", config.BackendMemory, config.BackendRedis, single, true, false, false},
+		{"redis limits, memory duplicates", config.BackendRedis, config.BackendMemory, nil, false, false, false},
+		{"memory limits and duplicates", config.BackendMemory, "", nil, false, false, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := config.Default()
+			cfg.Limiter.Backend, cfg.Idempotency.Backend = tc.limiter, tc.idem
+			cfg.Limiter.Redis.Addrs = []string{"127.0.0.1:1"}
+			if got := claimFunc(cfg) != ""; got != tc.claimFunc {
+				t.Errorf("limiter built with the claim function: %v, want %v", got, tc.claimFunc)
+			}
+			if got := joinsLimits(cfg, tc.client, tc.own); got != tc.joins {
+				t.Errorf("claims join the limits: %v, want %v", got, tc.joins)
+			}
+		})
 	}
 }
