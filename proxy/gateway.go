@@ -566,14 +566,26 @@ type respWriter struct {
 	st     *requestState
 	status int
 	bytes  int64
+	// early is the header as it stood when the backend's first 1xx
+	// (103 Early Hints) was written: ReverseProxy clears the header after
+	// each 1xx, exgate's RateLimit and CORS headers with it, and the
+	// final answer gets them back from here.
+	early http.Header
 }
 
 // WriteHeader records the final status; informational ones pass through.
 // The first final status of a proxied request marks the backend's answer.
-// A final answer without a Content-Type is written without one.
+// A final answer without a Content-Type is written without one; one after
+// a 1xx gets back the headers ReverseProxy cleared (restoreEarly).
 func (w *respWriter) WriteHeader(code int) {
+	if code < 200 && w.early == nil {
+		w.early = w.ResponseWriter.Header().Clone()
+	}
 	if w.status == 0 && code >= 200 {
 		w.status = code
+		if w.early != nil {
+			w.restoreEarly()
+		}
 		if h := w.ResponseWriter.Header(); h["Content-Type"] == nil {
 			// An answer the backend sent without a type goes without
 			// one: net/http would guess one from the body (text/html
@@ -589,6 +601,18 @@ func (w *respWriter) WriteHeader(code int) {
 }
 
 // Write records the bytes written.
+// restoreEarly puts back on the final answer every header it lacks of
+// those standing before the backend's first 1xx: exgate's own, and the
+// 1xx's (hints of the final answer's headers, RFC 8297).
+func (w *respWriter) restoreEarly() {
+	h := w.ResponseWriter.Header()
+	for k, v := range w.early {
+		if _, ok := h[k]; !ok {
+			h[k] = v
+		}
+	}
+}
+
 func (w *respWriter) Write(b []byte) (int, error) {
 	if w.status == 0 {
 		w.status = http.StatusOK

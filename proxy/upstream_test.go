@@ -9,6 +9,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httptrace"
+	"net/textproto"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -544,5 +546,41 @@ func TestBackendAnswerWithoutContentTypeNotSniffed(t *testing.T) {
 				t.Fatalf("Content-Type %q added to an answer the backend sent without one", ct)
 			}
 		})
+	}
+}
+
+// TestHeadersKeptAfterBackend1xx: a backend's 103 Early Hints reaches the
+// client, and the final answer still carries what exgate adds to it (the
+// RateLimit headers, a CORS policy's Access-Control-Allow-Origin).
+// ReverseProxy clears the response headers after writing a 1xx, exgate's
+// own among them: without them a browser refuses the answer.
+func TestHeadersKeptAfterBackend1xx(t *testing.T) {
+	const origin = "https://app.example"
+	e := startLimited(t, nil, func(c *config.Config) { c.CORS.AllowedOrigins = []string{origin} })
+	e.backend.handler = func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Link", "</markets.css>; rel=preload")
+		w.WriteHeader(http.StatusEarlyHints)
+		w.Header().Del("Link")
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, "[]")
+	}
+	var hints int
+	req, _ := http.NewRequest("GET", e.url+"/api/v1/mkt/markets/", nil)
+	req.Header.Set("Origin", origin)
+	req = req.WithContext(httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{
+		Got1xxResponse: func(code int, _ textproto.MIMEHeader) error { hints++; return nil },
+	}))
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusOK || hints != 1 {
+		t.Fatalf("status %d after %d 1xx answers, want 200 after one 103", res.StatusCode, hints)
+	}
+	for _, k := range []string{"RateLimit", "RateLimit-Policy", "Access-Control-Allow-Origin", "X-Request-Id"} {
+		if res.Header.Get(k) == "" {
+			t.Errorf("final answer after a 103 lacks %s: %v", k, res.Header)
+		}
 	}
 }
