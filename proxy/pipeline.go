@@ -154,8 +154,15 @@ func (g *Gateway) identify(st *requestState, r *http.Request, pl *plan) {
 // server.max_header_bytes, a Connection option naming an end-to-end
 // header, a header name with an underscore, a path with no canonical
 // form, a method- or path-override header. It sets the request's canonical
-// path.
+// path, and has an HTTP/1.0 connection closed after its answer.
 func (g *Gateway) checkHead(st *requestState, r *http.Request) *apierror.Error {
+	if r.ProtoMajor == 1 && r.ProtoMinor == 0 {
+		// net/http ignores (and removes) Transfer-Encoding on an
+		// HTTP/1.0 request, where a proxy in front may read a chunked
+		// body: on a kept-alive connection the rest would be read as
+		// more requests. RFC 9112 §6.1: close after such a message.
+		st.rw.Header()["Connection"] = connClose
+	}
 	sc := scanHeader(r)
 	if sc.size > g.maxHeader {
 		return g.errHeader

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/tls"
@@ -239,5 +240,49 @@ func TestHTTP2RefusalKeepsConnection(t *testing.T) {
 	}
 	if len(conns) != 2 || conns[0] != conns[1] {
 		t.Fatalf("the request after a refusal went on a new connection: the refusal closed an HTTP/2 connection")
+	}
+}
+
+// TestHTTP10ConnectionClosedAfterAnswer: net/http ignores
+// Transfer-Encoding on an HTTP/1.0 request (and removes the header), so
+// exgate reads no body where a proxy in front that honours it reads a
+// chunked one; on a kept-alive connection the chunks would then be read
+// as further requests and answered, one answer more than the proxy in
+// front expects, the next client's answer going to the one after. RFC
+// 9112 §6.1 has a server close the connection after an HTTP/1.0 message
+// with Transfer-Encoding; exgate cannot see the header, so it closes
+// every HTTP/1.0 connection after its answer.
+func TestHTTP10ConnectionClosedAfterAnswer(t *testing.T) {
+	e := startEnv(t, nil)
+	c, err := net.Dial("tcp", e.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	smuggled := "GET /api/v1/mkt/currencies/ HTTP/1.1\r\nHost: x\r\n\r\n"
+	if _, err := io.WriteString(c, "POST /api/v1/usr/authenticate/ HTTP/1.0\r\nConnection: keep-alive\r\n"+
+		"Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"+smuggled); err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(c)
+	res, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, res.Body)
+	res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		t.Fatalf("first answer %s", res.Status)
+	}
+	if res, err := http.ReadResponse(br, nil); err == nil {
+		t.Fatalf("a second answer, %s, on the HTTP/1.0 connection: its body was read as a request", res.Status)
+	}
+	e.backend.mu.Lock()
+	defer e.backend.mu.Unlock()
+	for _, r := range e.backend.requests {
+		if r.Path == "/api/v1/mkt/currencies/" {
+			t.Fatal("the body's request reached the backend")
+		}
 	}
 }
