@@ -257,6 +257,8 @@ type requestState struct {
 	rw         respWriter
 	start      time.Time
 	id         string
+	upID       string // the X-Request-ID sent to the backend when it is not id (see forward)
+	clientID   bool   // id is the client's own X-Request-ID
 	route      *Route
 	path       string // canonical path, or "" when refused before that
 	clientCx   context.Context
@@ -594,6 +596,7 @@ func (w *respWriter) WriteHeader(code int) {
 		}
 		if !w.st.upStart.IsZero() && !w.st.upDone {
 			w.st.upStatus = code // the backend's answer, as ReverseProxy writes it
+			w.st.clientsID()
 		}
 		w.st.g.observeUpstream(w.st)
 	}

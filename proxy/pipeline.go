@@ -139,7 +139,7 @@ func closeAfterAnswer(h http.Header, r *http.Request) {
 // included.
 func (g *Gateway) identify(st *requestState, r *http.Request, pl *plan) {
 	if id := r.Header.Get("X-Request-Id"); validRequestID(id) {
-		st.id = id
+		st.id, st.clientID = id, true
 	} else {
 		st.id = g.ids.next()
 		r.Header["X-Request-Id"] = []string{st.id}
@@ -238,8 +238,14 @@ func (g *Gateway) setClientAddress(st *requestState, r *http.Request) {
 // forward sends the request to the backend on its canonical path, within
 // the route's timeout. A claimed order goes through even if its client
 // hangs up, so that its outcome is recorded and a retry gets the replay.
+// A request with the client's own X-Request-ID goes with that id made
+// unique (upstreamID) while backend answers are checked by id.
 func (g *Gateway) forward(st *requestState, r *http.Request) {
 	r.URL.Path, r.URL.RawPath = st.path, ""
+	if st.clientID && g.checkIDs {
+		st.upID = upstreamID(st.id, g.ids.next())
+		r.Header["X-Request-Id"] = []string{st.upID}
+	}
 	parent := r.Context()
 	if st.order.claimed {
 		parent = context.WithValue(context.WithoutCancel(parent), claimKey{}, st)

@@ -60,3 +60,26 @@ func validRequestID(s string) bool {
 	}
 	return true
 }
+
+// upstreamID returns the X-Request-ID sent to the backend for a request
+// whose client sent id: id, a dot and fresh, a new id of this gateway's.
+// Backend answers are matched to their request by id (checkResponseID),
+// which holds only while no two requests in flight share one; clients
+// choose their ids (two that count from 1 meet at once), so the id a
+// backend sees ends in a part no client chooses. Fresh ids have no dot, so
+// two upstream ids are equal only when their fresh parts are. The client's
+// id stays in front, for finding the backend's log lines of a request.
+func upstreamID(id, fresh string) string { return id + "." + fresh }
+
+// clientsID gives the answer back the client's own X-Request-ID where the
+// backend echoed the one exgate sent (upstreamID): the client sees the id
+// it sent.
+func (st *requestState) clientsID() {
+	if st.upID == "" {
+		return
+	}
+	h := st.rw.ResponseWriter.Header()
+	if v := h["X-Request-Id"]; len(v) == 1 && v[0] == st.upID {
+		h["X-Request-Id"] = []string{st.id}
+	}
+}

@@ -1,7 +1,10 @@
 package proxy
 
 import (
+	"io"
+	"net/http"
 	"strconv"
+	"sync"
 	"strings"
 	"testing"
 )
@@ -27,7 +30,13 @@ func TestRequestID(t *testing.T) {
 			res := do(t, "GET", e.url+"/api/v1/mkt/markets/", nil, h...)
 			res.Body.Close()
 			id := res.Header.Get("X-Request-Id")
-			if back := e.backend.last(t).Header.Get("X-Request-Id"); back != id {
+			back := e.backend.last(t).Header.Get("X-Request-Id")
+			if tt.kept {
+				// The backend sees the client's id made unique (upstreamID).
+				if fresh, ok := strings.CutPrefix(back, id+"."); !ok || fresh == "" || strings.Contains(fresh, ".") {
+					t.Fatalf("backend saw %q for the client's %q", back, id)
+				}
+			} else if back != id {
 				t.Fatalf("backend saw %q, client %q", back, id)
 			}
 			if tt.kept != (id == tt.sent) || !validRequestID(id) {
@@ -79,5 +88,70 @@ func BenchmarkRequestIDs(b *testing.B) {
 		if g.next() == "" {
 			b.Fatal("empty id")
 		}
+	}
+}
+
+// TestClientsSharingAnIDGetTheirOwnAnswers: two clients that send the
+// same X-Request-ID at once (clients choose their ids; two counting from
+// 1 meet at once) are told apart at the backend, so a backend out of step
+// with its connections cannot hand one the other's answer: here a backend
+// that answers each of two requests with the other's id and body. Each
+// client gets a 502, never the other's answer; an in-step backend's
+// answer carries the client's own id.
+func TestClientsSharingAnIDGetTheirOwnAnswers(t *testing.T) {
+	e := startEnv(t, nil)
+	var mu sync.Mutex
+	arrived := make(chan string, 2)
+	ids := map[string]string{}
+	both := make(chan struct{})
+	e.backend.handler = func(w http.ResponseWriter, r *http.Request) {
+		id := r.Header.Get("X-Request-Id")
+		mu.Lock()
+		ids[r.URL.Query().Get("who")] = id
+		if len(ids) == 2 {
+			close(both)
+		}
+		mu.Unlock()
+		arrived <- id
+		<-both
+		mu.Lock()
+		var other, otherWho string
+		for who, v := range ids {
+			if v != id {
+				other, otherWho = v, who
+			}
+		}
+		mu.Unlock()
+		if other == "" { // the two ids were equal: answer with "the other's" anyway
+			other, otherWho = id, "other"
+		}
+		w.Header().Set("X-Request-Id", other)
+		_, _ = io.WriteString(w, `{"for":"`+otherWho+`"}`)
+	}
+	var wg sync.WaitGroup
+	for _, who := range []string{"alice", "bob"} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res := do(t, "GET", e.url+"/api/v1/mkt/markets/?who="+who, nil, "X-Request-Id", "1")
+			assertError(t, res, http.StatusBadGateway, "bad_gateway")
+			if got := res.Header.Get("X-Request-Id"); got != "1" {
+				t.Errorf("%s's refusal carries X-Request-Id %q, want its own 1", who, got)
+			}
+		}()
+	}
+	wg.Wait()
+	if a, b := <-arrived, <-arrived; a == b {
+		t.Fatalf("two requests with the client id 1 reached the backend with one id %q", a)
+	}
+
+	e.backend.handler = func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Request-Id", r.Header.Get("X-Request-Id")) // an echoing backend
+		_, _ = io.WriteString(w, `{}`)
+	}
+	res := do(t, "GET", e.url+"/api/v1/mkt/markets/", nil, "X-Request-Id", "1")
+	res.Body.Close()
+	if res.StatusCode != http.StatusOK || res.Header.Get("X-Request-Id") != "1" {
+		t.Fatalf("echoed answer: %d with X-Request-Id %q, want 200 with the client's 1", res.StatusCode, res.Header.Get("X-Request-Id"))
 	}
 }

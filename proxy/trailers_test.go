@@ -147,10 +147,14 @@ func TestRequestTrailersNotForwardedHTTP2(t *testing.T) {
 // the values exgate set, not those of the trailers.
 func checkHeadersExgateSet(t *testing.T, h http.Header) {
 	t.Helper()
-	for k, want := range map[string]string{"X-Forwarded-For": "127.0.0.1", "X-Real-Ip": "127.0.0.1", "X-Request-Id": "client-id"} {
+	for k, want := range map[string]string{"X-Forwarded-For": "127.0.0.1", "X-Real-Ip": "127.0.0.1"} {
 		if got := h.Values(k); len(got) != 1 || got[0] != want {
 			t.Errorf("backend %s = %q, want %q", k, got, want)
 		}
+	}
+	// The client's id, made unique for the backend (upstreamID).
+	if got := h.Values("X-Request-Id"); len(got) != 1 || !strings.HasPrefix(got[0], "client-id.") {
+		t.Errorf("backend X-Request-Id = %q, want the client's client-id made unique", got)
 	}
 	for _, k := range []string{"Idempotency-Key", "X-Http-Method-Override", "Trailer"} {
 		if v := h.Values(k); v != nil {
