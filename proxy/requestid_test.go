@@ -4,8 +4,8 @@ import (
 	"io"
 	"net/http"
 	"strconv"
-	"sync"
 	"strings"
+	"sync"
 	"testing"
 )
 
