@@ -14,7 +14,8 @@ import (
 // handed to the transport (forwardBody), which may still read it after the
 // gateway has answered. Content-Type becomes exactly application/json,
 // Content-Length the canonical length, and Content-Encoding and
-// Transfer-Encoding are dropped (the canonical body is neither).
+// Transfer-Encoding are dropped (the canonical body is neither), as are
+// the headers that describe the client's bytes (bodyDescribing).
 func forwardCanonical(st *requestState, r *http.Request, o *validate.Order) []byte {
 	return forwardEncoded(st, r, o.AppendCanonical(make([]byte, 0, max(r.ContentLength, 0)+64)))
 }
@@ -29,5 +30,15 @@ func forwardEncoded(st *requestState, r *http.Request, body []byte) []byte {
 	h["Content-Type"] = jsonContentType // shared; ReverseProxy copies the header
 	delete(h, "Content-Length")
 	delete(h, "Content-Encoding")
+	for _, k := range bodyDescribing {
+		delete(h, k)
+	}
 	return body
 }
+
+// bodyDescribing are the headers that describe a request's body bytes
+// (their digest, or a range of them): they describe the client's bytes,
+// not the canonical body forwarded in their place, so a backend that
+// checks them would refuse every re-encoded order and one that trusts
+// them would record what it did not receive.
+var bodyDescribing = []string{"Content-Md5", "Digest", "Content-Digest", "Repr-Digest", "Content-Range"}
