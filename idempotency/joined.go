@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/exgate/exgate/ratelimit"
 )
 
 // Claims joined to the rate limits' round trip. When the rate limits
@@ -20,23 +22,14 @@ import (
 // the guarantee that concurrent identical orders produce one Claimed,
 // are the same.
 
-// Prepared is a claim made ready to run inside another script's run:
-// ClaimFunc's KEYS and ARGV, and what the round trip carrying it must
-// honour.
+// Prepared is a claim made ready to run inside the rate limiter's
+// script run: the ratelimit.ClaimPart it rides as (ClaimFunc's KEYS and
+// ARGV, the deadline Options.Timeout, the replica acks
+// Options.ReplicaAcks and how long their WAIT blocks), and what Settle
+// reads its reply with. The keys share the account's hash tag, so they
+// live in one Cluster slot.
 type Prepared struct {
-	// Keys and Args are ClaimFunc's KEYS and ARGV. The keys share the
-	// account's hash tag, so they live in one Cluster slot.
-	Keys []string
-	Args []any
-	// Timeout is the deadline of the round trip carrying the claim
-	// (Options.Timeout).
-	Timeout time.Duration
-	// ReplicaAcks is how many replicas must acknowledge the claim: the
-	// round trip then sends WAIT after the script, on the same
-	// connection (Options.ReplicaAcks).
-	ReplicaAcks int
-	// WaitTimeout is how long that WAIT blocks.
-	WaitTimeout time.Duration
+	ratelimit.ClaimPart
 	// At is when the claim was prepared, on Options.Now: the start of
 	// its round trip, near enough.
 	At time.Time
@@ -47,21 +40,10 @@ type Prepared struct {
 	slot int64  // the account-share slot the claim counts in
 }
 
-// Joined is what the round trip that carried a Prepared claim reports.
-type Joined struct {
-	// Reply is ClaimFunc's reply.
-	Reply []any
-	// Err reports that the claim could not be decided: the round trip
-	// failed or timed out (it is then unknown whether the claim was
-	// made), Redis answered the whole run with an error, or the claim
-	// failed in Redis (Redis refusing writes at maxmemory, which is
-	// ErrFull).
-	Err error
-	// Acked is how many replicas WAIT reported; AckErr is WAIT's
-	// failure. Both matter only with Prepared.ReplicaAcks.
-	Acked  int64
-	AckErr error
-}
+// errNotRun is the failure of a claim its round trip carried but did not
+// run, although the limits let the request pass: the limits were decided
+// by on_store_error after a failure.
+var errNotRun = errors.New("idempotency: the claim did not run with the limits")
 
 // Joiner is a Store whose claims can ride in another script's run on
 // the same Redis. A Prepared claim that was never sent is claimed with
@@ -71,11 +53,11 @@ type Joiner interface {
 	// Prepare fills p with a claim of key for a request with
 	// fingerprint fp.
 	Prepare(p *Prepared, key Key, fp Fingerprint)
-	// Settle returns the claim p's round trip reported, as Claim would
-	// have: a claim the replicas did not acknowledge is freed and
-	// reported as ErrNotReplicated, a failed round trip as a store
-	// failure.
-	Settle(ctx context.Context, p *Prepared, j Joined) (Claim, error)
+	// Settle returns the claim p's round trip reported (r, whose Sent
+	// is true), as Claim would have: a claim the replicas did not
+	// acknowledge is freed and reported as ErrNotReplicated, a failed
+	// round trip, or one that did not run the claim, as a store failure.
+	Settle(ctx context.Context, p *Prepared, r ratelimit.ClaimReply) (Claim, error)
 }
 
 // Prepare implements Joiner.
@@ -87,19 +69,22 @@ func (s *Redis) Prepare(p *Prepared, key Key, fp Fingerprint) { s.prepare(p, key
 // again: the claim is made on its own, with a new holder, as Claim would
 // have. That is safe whatever the failed run did, since a claim it took
 // answers the new one InProgress, never Claimed.
-func (s *Redis) Settle(ctx context.Context, p *Prepared, j Joined) (Claim, error) {
+func (s *Redis) Settle(ctx context.Context, p *Prepared, r ratelimit.ClaimReply) (Claim, error) {
+	if r.Err == nil && !r.Run {
+		r.Err = errNotRun
+	}
 	var reply redis.Error
-	if errors.As(j.Err, &reply) {
+	if errors.As(r.Err, &reply) {
 		return s.Claim(ctx, p.key, p.fp)
 	}
-	if j.Err != nil {
-		s.failed(ctx, j.Err)
-		return Claim{}, storeError("claim", j.Err)
+	if r.Err != nil {
+		s.failed(ctx, r.Err)
+		return Claim{}, storeError("claim", r.Err)
 	}
 	if p.ReplicaAcks > 0 {
-		if err := s.acked(ctx, p, j.Reply, j.Acked, j.AckErr); err != nil {
+		if err := s.acked(ctx, p, r.Reply, r.Acked, r.AckErr); err != nil {
 			return Claim{}, err
 		}
 	}
-	return p.outcome(j.Reply)
+	return p.outcome(r.Reply)
 }

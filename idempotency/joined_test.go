@@ -40,7 +40,7 @@ func (s *joinedStore) Claim(ctx context.Context, key Key, fp Fingerprint) (Claim
 	s.Prepare(&p, key, fp)
 	q := ratelimit.Request{
 		Checks: []ratelimit.Check{{Key: s.o.KeyPrefix + "limit:" + key.Account, Limit: s.limit}},
-		Claim:  &ratelimit.ClaimPart{Keys: p.Keys, Args: p.Args, Timeout: p.Timeout, ReplicaAcks: p.ReplicaAcks, WaitTimeout: p.WaitTimeout},
+		Claim:  &p.ClaimPart,
 	}
 	var ans ratelimit.Answer
 	err := s.lim.AllowAll(ctx, &q, &ans)
@@ -56,7 +56,7 @@ func (s *joinedStore) Claim(ctx context.Context, key Key, fp Fingerprint) (Claim
 	if err == nil && !ans.Claim.Run {
 		return Claim{}, errors.New("joinedStore: an allowed request did not run its claim")
 	}
-	return s.Settle(ctx, &p, Joined{Reply: ans.Claim.Reply, Err: ans.Claim.Err, Acked: ans.Claim.Acked, AckErr: ans.Claim.AckErr})
+	return s.Settle(ctx, &p, ans.Claim)
 }
 
 // generous is a limit the store table never reaches.

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/exgate/exgate/ratelimit"
 )
 
 // Redis is a Store in Redis, shared by every exgate replica. Each
@@ -209,19 +211,21 @@ func (s *Redis) prepare(p *Prepared, key Key, fp Fingerprint) {
 	slot := now / s.slotMS
 	oldest := (now - (s.o.Retention + s.o.InFlightTimeout).Milliseconds()) / s.slotMS
 	*p = Prepared{
-		Keys: s.keys(key),
-		Args: []any{string(fp[:fpLen]), id,
-			now, now + s.o.InFlightTimeout.Milliseconds(),
-			ms(s.o.Retention), slot, oldest, s.o.MaxPerAccount,
-			ms(s.o.Retention + s.o.InFlightTimeout + time.Duration(s.slotMS)*time.Millisecond)},
-		Timeout:     s.o.Timeout,
-		ReplicaAcks: s.o.ReplicaAcks,
-		WaitTimeout: s.waitTimeout(),
-		At:          at,
-		key:         key,
-		fp:          fp,
-		id:          id,
-		slot:        slot,
+		ClaimPart: ratelimit.ClaimPart{
+			Keys: s.keys(key),
+			Args: []any{string(fp[:fpLen]), id,
+				now, now + s.o.InFlightTimeout.Milliseconds(),
+				ms(s.o.Retention), slot, oldest, s.o.MaxPerAccount,
+				ms(s.o.Retention + s.o.InFlightTimeout + time.Duration(s.slotMS)*time.Millisecond)},
+			Timeout:     s.o.Timeout,
+			ReplicaAcks: s.o.ReplicaAcks,
+			WaitTimeout: s.waitTimeout(),
+		},
+		At:   at,
+		key:  key,
+		fp:   fp,
+		id:   id,
+		slot: slot,
 	}
 }
 

@@ -29,10 +29,9 @@ type orderState struct {
 	claimed    bool    // a claim is held and must be settled
 	settled    bool
 	claim      idempotency.Claim
-	more       []idempotency.Claim // a bulk's claims after the first, settled with it
-	rejected   bool                // checkOrder refused the body as invalid (counted once it is the answer)
-	prepared   idempotency.Prepared
-	part       ratelimit.ClaimPart // prepared, as it rides with the limits
+	more       []idempotency.Claim  // a bulk's claims after the first, settled with it
+	rejected   bool                 // checkOrder refused the body as invalid (counted once it is the answer)
+	prepared   idempotency.Prepared // the claim as it rides with the limits
 }
 
 // bodyPool holds order body buffers (validation.max_body_bytes is small).
@@ -113,8 +112,7 @@ func (g *Gateway) prepareClaim(st *requestState) *ratelimit.ClaimPart {
 	}
 	p := &st.order.prepared
 	g.joiner.Prepare(p, idempotency.Key{Account: key, Identifier: st.order.identifier}, idempotency.FingerprintOf(st.order.canonical))
-	st.order.part = ratelimit.ClaimPart{Keys: p.Keys, Args: p.Args, Timeout: p.Timeout, ReplicaAcks: p.ReplicaAcks, WaitTimeout: p.WaitTimeout}
-	return &st.order.part
+	return &p.ClaimPart
 }
 
 // joinedClaim answers the claim of an order its limits let pass, from
@@ -124,24 +122,14 @@ func (g *Gateway) prepareClaim(st *requestState) *ratelimit.ClaimPart {
 // claimIdentifier does; one whose round trip failed is not retried (the
 // order would wait for a second deadline) and the order is refused 503.
 func (g *Gateway) joinedClaim(st *requestState, r *http.Request) *apierror.Error {
-	jc := &st.decision.Claim
-	if !jc.Sent {
+	if !st.decision.Claim.Sent {
 		return g.claimIdentifier(st, r)
-	}
-	j := idempotency.Joined{Reply: jc.Reply, Err: jc.Err, Acked: jc.Acked, AckErr: jc.AckErr}
-	if j.Err == nil && !jc.Run {
-		j.Err = errNotRun
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), g.idemTimeout)
 	defer cancel()
-	claim, err := g.joiner.Settle(ctx, &st.order.prepared, j)
+	claim, err := g.joiner.Settle(ctx, &st.order.prepared, st.decision.Claim)
 	return g.answerClaim(st, claim, err)
 }
-
-// errNotRun is the failure of a claim its round trip carried but did not
-// run, although the limits let the request pass: the limits were decided
-// by on_store_error after a failure.
-var errNotRun = errors.New("proxy: the claim did not run with the limits")
 
 // countInvalid counts e, the answer to a request, when it refuses an
 // invalid order.

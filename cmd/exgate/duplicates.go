@@ -11,6 +11,7 @@ import (
 	"github.com/exgate/exgate/idempotency"
 	"github.com/exgate/exgate/limiter"
 	"github.com/exgate/exgate/metrics"
+	"github.com/exgate/exgate/ratelimit"
 )
 
 // openDuplicateStore returns duplicate protection's store, timed and
@@ -130,7 +131,7 @@ func (o observedJoiner) Prepare(p *idempotency.Prepared, key idempotency.Key, fp
 	o.j.Prepare(p, key, fp)
 }
 
-func (o observedJoiner) Settle(ctx context.Context, p *idempotency.Prepared, jr idempotency.Joined) (idempotency.Claim, error) {
+func (o observedJoiner) Settle(ctx context.Context, p *idempotency.Prepared, jr ratelimit.ClaimReply) (idempotency.Claim, error) {
 	c, err := o.j.Settle(ctx, p, jr)
 	o.observe(metrics.DuplicateClaim, p.At, err)
 	return c, err
