@@ -121,6 +121,10 @@ type Request struct {
 	// Token is the request's opaque bearer token, or "" for none. It is
 	// ignored when Account is set.
 	Token string
+	// TokenID is Token's id (TokenID) when the caller has it from an
+	// earlier decision of the same request, so that it is not worked out
+	// again; "" has Decide work it out.
+	TokenID string
 	// Account is the key of the verified account behind the request's
 	// token (identity.Identity.Account), or "" without verification.
 	Account string
@@ -264,7 +268,9 @@ func (e *Enforcer) Decide(ctx context.Context, rr *RouteRules, req Request, d *D
 			d.Tier = req.Tier
 		}
 	case !anonymous:
-		d.TokenID = e.keyer.ID(req.Token)
+		if d.TokenID = req.TokenID; d.TokenID == "" {
+			d.TokenID = e.keyer.ID(req.Token)
+		}
 		d.Tier = rs.tiers[d.TokenID]
 		if d.Tier == "" && rs.spray.MaxTokens > 0 && addr != nil {
 			sprayHash = maphash.Comparable(e.seed, [2]string{string(addr), d.TokenID})

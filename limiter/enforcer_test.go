@@ -165,6 +165,14 @@ func TestKeysSeparateClients(t *testing.T) {
 	if got := count(e, markets, Request{Token: "t2", Addr: addr("203.0.113.1")}, 5); got != 5 {
 		t.Errorf("token t2 allowed %d, want 5", got)
 	}
+	// A token's id carried from an earlier decision of the request counts
+	// on the token's own key.
+	if got := count(e, markets, Request{Token: "t1", TokenID: e.TokenID("t1"), Addr: addr("203.0.113.1")}, 5); got != 0 {
+		t.Errorf("token t1 with its id carried allowed %d, want 0 (t1's allowance is spent)", got)
+	}
+	if got := count(e, markets, Request{Token: "t2", TokenID: e.TokenID("t2"), Addr: addr("203.0.113.1")}, 196); got != 195 {
+		t.Errorf("token t2 with its id carried allowed %d, want the 195 t2 has left", got)
+	}
 }
 
 func TestIPv6PrefixConfigurable(t *testing.T) {

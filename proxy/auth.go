@@ -135,10 +135,13 @@ func (g *Gateway) identityKey(st *requestState) string {
 	return ""
 }
 
-// limitRequest is what the route's limits look at for st.
+// limitRequest is what the route's limits look at for st: the token's id
+// is taken from an earlier decision of the request (an order whose claim
+// rides with its limits is first looked up in the deny cache), not worked
+// out again.
 func (st *requestState) limitRequest() limiter.Request {
 	if id := &st.caller.id; id.Account != "" {
 		return limiter.Request{Account: id.Account, User: id.User, Tier: id.Tier, Addr: st.addr}
 	}
-	return limiter.Request{Token: st.caller.token, Addr: st.addr}
+	return limiter.Request{Token: st.caller.token, TokenID: st.decision.TokenID, Addr: st.addr}
 }
