@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -266,6 +267,18 @@ func TestPromqlMetricNames(t *testing.T) {
 // that they equal metrics.Names().
 func exported(t *testing.T) map[string]dto.MetricType {
 	t.Helper()
+	types := map[string]dto.MetricType{}
+	for _, mf := range gathered(t) {
+		types[mf.GetName()] = mf.GetType()
+	}
+	return types
+}
+
+// gathered returns exgate's metric families from a real registry after
+// every collector has been used once, each with at least one series. It
+// checks that they equal metrics.Names().
+func gathered(t *testing.T) []*dto.MetricFamily {
+	t.Helper()
 	reg := prometheus.NewRegistry()
 	m, err := metrics.New(reg, metrics.BuildInfo{})
 	if err != nil {
@@ -308,10 +321,8 @@ func exported(t *testing.T) map[string]dto.MetricType {
 	if err != nil {
 		t.Fatal(err)
 	}
-	types := map[string]dto.MetricType{}
 	var names []string
 	for _, mf := range mfs {
-		types[mf.GetName()] = mf.GetType()
 		names = append(names, mf.GetName())
 	}
 	want := append(append(metrics.Names(), metrics.DuplicateStoreNames()...), metrics.EdgeNames()...)
@@ -319,7 +330,7 @@ func exported(t *testing.T) map[string]dto.MetricType {
 	if !slices.Equal(names, want) {
 		t.Fatalf("gathered families %v differ from metrics.Names() and DuplicateStoreNames() %v", names, want)
 	}
-	return types
+	return mfs
 }
 
 // checkExported reports an error for a name that exgate does not export:
@@ -676,5 +687,72 @@ func TestEveryQueriedMetricIsExported(t *testing.T) {
 	}
 	if len(seen) < 15 {
 		t.Errorf("found %d distinct metric names in the rules and dashboard, want at least 15: %v", len(seen), seen)
+	}
+}
+
+// metricsTableRow is a row of docs/operations.md's metrics table:
+// "| `exgate_requests_total` | counter | `route`, `method`, `code` | …".
+var metricsTableRow = regexp.MustCompile("(?m)^\\| `(exgate_[a-z0-9_]+)` \\| ([a-z]+) \\| ([^|]*) \\|")
+
+// TestDocumentedMetrics keeps what the docs say about metrics true: every
+// row of docs/operations.md's metrics table has the type and exactly the
+// labels of the family exgate exports, every family has a row, and every
+// exgate_ name written anywhere in README.md or docs/ is one exgate
+// exports (a family, or a histogram's _bucket, _sum or _count series).
+func TestDocumentedMetrics(t *testing.T) {
+	families := map[string]*dto.MetricFamily{}
+	for _, mf := range gathered(t) {
+		families[mf.GetName()] = mf
+	}
+	rows := metricsTableRow.FindAllStringSubmatch(readFile(t, "../docs/operations.md"), -1)
+	inTable := map[string]bool{}
+	for _, r := range rows {
+		name, typ, labels := r[1], r[2], r[3]
+		inTable[name] = true
+		mf := families[name]
+		if mf == nil {
+			t.Errorf("docs/operations.md lists %s; exgate exports no such family", name)
+			continue
+		}
+		if want := strings.ToLower(mf.GetType().String()); typ != want {
+			t.Errorf("docs/operations.md: %s is a %s, not a %s", name, want, typ)
+		}
+		var documented []string
+		for _, l := range strings.Split(labels, ",") {
+			if l = strings.Trim(strings.TrimSpace(l), "`"); l != "" && l != "—" {
+				documented = append(documented, l)
+			}
+		}
+		var actual []string
+		for _, lp := range mf.GetMetric()[0].GetLabel() {
+			actual = append(actual, lp.GetName())
+		}
+		slices.Sort(documented)
+		slices.Sort(actual)
+		if !slices.Equal(documented, actual) {
+			t.Errorf("docs/operations.md: %s has labels %q, exgate labels it %q", name, documented, actual)
+		}
+	}
+	for name := range families {
+		if strings.HasPrefix(name, "exgate_") && !inTable[name] {
+			t.Errorf("docs/operations.md's metrics table has no row for %s", name)
+		}
+	}
+	if len(rows) < 20 {
+		t.Errorf("found %d rows in the metrics table, want at least 20", len(rows))
+	}
+
+	types := exported(t)
+	docs, err := filepath.Glob("../docs/*.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := regexp.MustCompile(`\bexgate_[a-z0-9_]+`)
+	for _, f := range append(docs, "../README.md") {
+		for _, n := range name.FindAllString(readFile(t, f), -1) {
+			if err := checkExported(types, n); err != nil {
+				t.Errorf("%s: %v", filepath.Base(f), err)
+			}
+		}
 	}
 }
