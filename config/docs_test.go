@@ -4,6 +4,7 @@ import (
 	"os"
 	"reflect"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -81,8 +82,12 @@ func TestReadmeDefaultsAreTheDefaults(t *testing.T) {
 	}
 }
 
-// diffLines lists the lines of a missing from b and of b missing from a.
-func diffLines(a, b string) string {
+// diffLines lists the lines of a missing from b and of b missing from a,
+// each after the name of its side.
+func diffLines(a, b string) string { return diffNamed("README", a, "Default", b) }
+
+// diffNamed is diffLines with the sides named an and bn.
+func diffNamed(an, a, bn, b string) string {
 	in := func(s string) map[string]bool {
 		m := map[string]bool{}
 		for _, l := range strings.Split(s, "\n") {
@@ -94,13 +99,82 @@ func diffLines(a, b string) string {
 	var out []string
 	for _, l := range strings.Split(a, "\n") {
 		if !mb[l] {
-			out = append(out, "README: "+l)
+			out = append(out, an+": "+l)
 		}
 	}
 	for _, l := range strings.Split(b, "\n") {
 		if !ma[l] {
-			out = append(out, "Default: "+l)
+			out = append(out, bn+": "+l)
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// keysTableRow is a row of docs/configuration.md's keys table:
+// "| `server.read_timeout` | duration | `30s` | `EXGATE_SERVER_READ_TIMEOUT` | …".
+var keysTableRow = regexp.MustCompile("(?m)^\\| `([a-z0-9_.<>\\[\\]]+)` \\| [^|]*(?:\\\\\\|[^|]*)* \\| ([^|]*) \\| ([^|]*) \\|")
+
+// TestDocsKeysAreTheKeys keeps docs/configuration.md's keys table true:
+// every key it lists is one the loader accepts, named by the variable
+// its environment column gives, and every default it shows as one value
+// is the default: writing that value into a file loads to exactly
+// Default().
+func TestDocsKeysAreTheKeys(t *testing.T) {
+	doc, err := os.ReadFile("../docs/configuration.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := Default().Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := keysTableRow.FindAllStringSubmatch(string(doc), -1)
+	defaults := 0
+	for _, r := range rows {
+		key, def, env := r[1], strings.TrimSpace(r[2]), strings.TrimSpace(r[3])
+		t.Run(key, func(t *testing.T) {
+			// The variable is the key's path, upper case, "." and list
+			// indexes written as "_".
+			v := "EXGATE_" + strings.NewReplacer("[<I>]", "_<i>", "[<J>]", "_<j>", ".", "_").Replace(strings.ToUpper(key))
+			if env != "—" && !strings.HasPrefix(env, "`"+v+"`") {
+				t.Errorf("environment column %s, want `%s`", env, v)
+			}
+			if strings.Contains(key, "<") {
+				return
+			}
+			// One backticked value, optionally followed by a remark in
+			// parentheses: `30s`, `0` (= N), `[]` (off).
+			value, rest, ok := strings.Cut(strings.TrimPrefix(def, "`"), "`")
+			if !strings.HasPrefix(def, "`") || !ok || (rest != "" && !strings.HasPrefix(rest, " (")) {
+				if !strings.HasPrefix(def, "—") && def != "the table below" && key != "identity.jwt.keys" && key != "cors.exposed_headers" {
+					t.Errorf("default %q is not one value; write it as `value` (remark)", def)
+				}
+				return
+			}
+			defaults++
+			parts := strings.Split(key, ".")
+			var y strings.Builder
+			for i, p := range parts[:len(parts)-1] {
+				y.WriteString(strings.Repeat("  ", i) + p + ":\n")
+			}
+			last := strings.Repeat("  ", len(parts)-1) + parts[len(parts)-1] + ": "
+			c, err := Parse("configuration.md", []byte(y.String()+last+value+"\n"), nil)
+			if err != nil {
+				c, err = Parse("configuration.md", []byte(y.String()+last+strconv.Quote(value)+"\n"), nil)
+			}
+			if err != nil {
+				t.Fatalf("the documented default does not load: %v", err)
+			}
+			got, err := c.Marshal()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(got) != string(want) {
+				t.Errorf("%s: %s is not the default:\n%s", key, value, diffNamed("documented", string(got), "Default", string(want)))
+			}
+		})
+	}
+	if len(rows) < 100 || defaults < 80 {
+		t.Errorf("found %d keys and %d defaults in the table; the table's form changed", len(rows), defaults)
+	}
 }
