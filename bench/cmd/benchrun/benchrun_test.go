@@ -182,12 +182,18 @@ func TestFontCoversTheChart(t *testing.T) {
 
 // TestReportFromResults renders a small result set: the Markdown names
 // every target and the goals, and the chart is a valid PNG.
-// TestFixedRateRule: the open-loop rate is half of the slowest compared
-// target's capacity on GET markets (Caddy's here, not NGINX's, which
-// would overload Caddy and exgate), or -rate when set.
+// TestFixedRateRule: the open-loop rate is half of the capacity on GET
+// markets of the slowest target run at the fixed rate (Caddy's here, not
+// NGINX's, which would overload Caddy and exgate; the floor's or exgate
+// limits off's when one of them is slower), or -rate when set; NGINX +
+// limit_req, not run at the fixed rate, does not set it.
 func TestFixedRateRule(t *testing.T) {
 	row := func(target string, rps float64) Row { return Row{Target: target, Label: targetLabel(target), RPS: rps} }
 	res := &Results{Scenarios: []ScenarioResult{{Name: scMarkets, Rows: []Row{
+		row(tDirect, 60000), row(tNginx, 40000), row(tNginxLimit, 9000), row(tCaddy, 17000), row(tFloor, 20000),
+		row(tExgateOff, 24000), row(tExgateRedis, 21000),
+	}}}}
+	floorSlowest := &Results{Scenarios: []ScenarioResult{{Name: scMarkets, Rows: []Row{
 		row(tDirect, 60000), row(tNginx, 40000), row(tCaddy, 17000), row(tFloor, 15000), row(tExgateRedis, 21000),
 	}}}}
 	for _, tc := range []struct {
@@ -198,6 +204,7 @@ func TestFixedRateRule(t *testing.T) {
 		wantRule string
 	}{
 		{"slowest compared", 0, res, 8500, "Caddy (reverse_proxy), 17000 req/s"},
+		{"the floor slowest", 0, floorSlowest, 7500, "net/http floor proxy, 15000 req/s"},
 		{"flag", 5000, res, 5000, "set by -rate"},
 		{"nothing measured", 0, &Results{}, 0, ""},
 	} {
@@ -233,6 +240,8 @@ func TestReportFromResults(t *testing.T) {
 			Probes: []RateProbe{{Rate: 12000, Achieved: 10000}, {Rate: 10500, Achieved: 10400}}, Rows: []RateRow{
 				{Target: tDirect, Label: targetLabel(tDirect), Runs: []RateRun{{Round: 1, Achieved: 10500, P50MS: 0.2, P99MS: 1, P999MS: 3}}},
 				{Target: tNginx, Label: targetLabel(tNginx), Runs: []RateRun{{Round: 1, Achieved: 10500, P50MS: 0.3, P99MS: 2, P999MS: 5}}},
+				{Target: tFloor, Label: targetLabel(tFloor), Runs: []RateRun{{Round: 1, Achieved: 10500, P50MS: 0.4, P99MS: 2.5, P999MS: 6}}},
+				{Target: tExgateOff, Label: targetLabel(tExgateOff), Runs: []RateRun{{Round: 1, Achieved: 10500, P50MS: 0.4, P99MS: 2.75, P999MS: 7}}},
 				{Target: tExgateRedis, Label: targetLabel(tExgateRedis), Runs: []RateRun{{Round: 1, Achieved: 10500, P50MS: 0.5, P99MS: 4, P999MS: 9}}},
 			}},
 	}
@@ -254,6 +263,9 @@ func TestReportFromResults(t *testing.T) {
 		"The rate: half of the median req/s on GET markets of the slowest target compared (Caddy (reverse_proxy), 21000 req/s).",
 		"vegeta straight at the backend before the rounds: 12000 req/s asked, 10000 achieved, 10500 req/s asked, 10400 achieved.",
 		"| exgate, Redis limits | 0.50 | 4.00 | 9.00 | 0.30 | 3.00 | 6.00 | 10500 | 0 |",
+		"| net/http floor proxy | 0.40 | 2.50 | 6.00 | 0.20 | 1.50 | 3.00 | 10500 | 0 |",
+		"Added p99, layer by layer (differences of the medians above): net/http itself (floor − NGINX) +0.50 ms; " +
+			"exgate's request path (limits off − floor) +0.25 ms; exgate's Redis limits (Redis − off) +1.25 ms.",
 		"NGINX + limit_req", "Caddy (reverse_proxy)", "net/http floor proxy", "direct to backend", "make bench"} {
 		if !strings.Contains(md, want) {
 			t.Errorf("report lacks %q:\n%s", want, md)
@@ -281,5 +293,47 @@ func TestCommandCalls(t *testing.T) {
 		if got := commandCalls(info, tc.cmd); got != tc.want {
 			t.Errorf("commandCalls(%q) = %d, want %d", tc.cmd, got, tc.want)
 		}
+	}
+}
+
+// TestReportRateOnly: a -rate-only run (no closed-loop scenario, a B
+// build) renders the fixed-rate target, the B ÷ A ratios and a chart,
+// and no closed-loop tables.
+func TestReportRateOnly(t *testing.T) {
+	rr := func(target string, p50, p99, p999 float64) RateRow {
+		return RateRow{Target: target, Label: targetLabel(target), Runs: []RateRun{{Round: 1, Achieved: 7500, P50MS: p50, P99MS: p99, P999MS: p999}}}
+	}
+	res := &Results{
+		Generated: time.Date(2026, 11, 25, 7, 0, 0, 0, time.UTC),
+		Command:   "benchrun -rate-only -rate 7500",
+		Machine:   Machine{CPUs: 2, CPUModel: "test CPU", Pinning: "none"},
+		Settings:  Settings{Rounds: 5, Duration: "6s", Warmup: "2s", Threads: 2, Conns: 64, BBuild: "/tmp/b", RateOnly: true},
+		FixedRate: &FixedRate{Rate: 7500, Duration: "6s", Rounds: 1, Tool: "vegeta", Rule: "set by -rate", Rows: []RateRow{
+			rr(tDirect, 0.1, 1, 2), rr(tNginx, 0.2, 1.5, 3), rr(tExgateRedis, 0.3, 3, 6), rr(tExgateRedis+bSuffix, 0.3, 2, 4),
+		}},
+	}
+	res.FixedRate.summarize()
+	md := markdown(res)
+	for _, want := range []string{
+		"Only the fixed-rate part ran (`-rate-only`)",
+		"| fixed rate (7500 req/s): exgate's added p99 ÷ NGINX's (2.00 ÷ 0.50 ms) | 4.00× | ≤ 1.5× | **missed** |",
+		"| exgate, Redis limits [B build] | 0.30 | 2.00 | 4.00 | 0.20 | 1.00 | 2.00 | 7500 | 0 |",
+		"exgate, Redis limits, B build ÷ A: added p50 1.00×, p99 0.50×, p99.9 0.50×",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("report lacks %q:\n%s", want, md)
+		}
+	}
+	for _, unwanted := range []string{"Every run (req/s)", "many keys:", "GET markets: exgate"} {
+		if strings.Contains(md, unwanted) {
+			t.Errorf("a rate-only report has %q:\n%s", unwanted, md)
+		}
+	}
+	var buf bytes.Buffer
+	if err := drawChart(&buf, res); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := png.Decode(&buf); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -14,6 +14,8 @@
 //	benchrun -render bench/results/latest.json -out DIR   (rewrite the table and chart)
 //	benchrun -bins DIR -serve   (start the stack, print its addresses, wait for Ctrl-C)
 //	benchrun -bins DIR -b-bins DIR2 -scenarios get-markets   (A/B: two exgate builds, interleaved)
+//	benchrun -bins DIR -b-bins DIR2 -rate-only -rate 7500 -rate-rounds 8 -targets exgate-redis
+//	         (A/B at a fixed rate only, against direct)
 //
 // Every process it starts runs in its own process group and is stopped
 // when benchrun ends, fails, or receives SIGINT, SIGTERM or SIGHUP.
@@ -56,6 +58,7 @@ type options struct {
 	rate         float64       // fixed-rate run's req/s; 0 = half of the slowest compared target's GET markets
 	rateRounds   int           // fixed-rate rounds; 0 = no fixed-rate run
 	rateDuration time.Duration // length of one fixed-rate run
+	rateOnly     bool          // only the fixed-rate run, at -rate
 }
 
 func main() {
@@ -79,7 +82,8 @@ func main() {
 	flag.StringVar(&o.only, "scenarios", "", "run only these scenarios (comma-separated: get-markets,post-order,many-keys)")
 	flag.StringVar(&o.targets, "targets", "", "run only these targets (comma-separated: direct,nginx,nginx-limit,exgate-off,exgate-memory,exgate-redis)")
 	flag.Float64Var(&o.rate, "rate", 0, "request rate of the open-loop run (GET markets, vegeta); 0 = half of the median req/s on GET markets of the slowest target it compares (NGINX, Caddy, exgate with Redis limits) in this run, lowered to what vegeta holds straight at the backend")
-	flag.IntVar(&o.rateRounds, "rate-rounds", 2, "rounds of the open-loop fixed-rate run at direct, NGINX, Caddy and exgate with Redis limits; 0 = none")
+	flag.IntVar(&o.rateRounds, "rate-rounds", 2, "rounds of the open-loop fixed-rate run at direct, NGINX, Caddy, the floor and exgate (limits off, Redis limits); 0 = none")
+	flag.BoolVar(&o.rateOnly, "rate-only", false, "run only the fixed-rate part, at -rate (needed), at the targets of -targets (default: all it runs at)")
 	flag.DurationVar(&o.rateDuration, "rate-duration", 6*time.Second, "length of one fixed-rate run")
 	flag.BoolVar(&o.serve, "serve", false, "start the stack, print its addresses and keep it up until interrupted (for profiling by hand)")
 	flag.Parse()
@@ -106,6 +110,9 @@ func run(ctx context.Context, o options) error {
 	}
 	if o.rounds < 1 || o.duration < time.Second || o.threads < 1 || o.conns < o.threads || o.tokens < 1 {
 		return errors.New("need rounds ≥ 1, duration ≥ 1s, threads ≥ 1, conns ≥ threads, tokens ≥ 1")
+	}
+	if o.rateOnly && (o.rate <= 0 || o.rateRounds < 1) {
+		return errors.New("-rate-only needs -rate > 0 and -rate-rounds ≥ 1 (no closed-loop run measures the capacity the rate is chosen from)")
 	}
 	if o.work == "" {
 		dir, err := os.MkdirTemp("", "exgate-bench-")
@@ -156,11 +163,13 @@ func run(ctx context.Context, o options) error {
 		Machine:   describeMachine(o.pin, serverCPUs, wrkCPUs),
 		Settings: Settings{
 			Rounds: o.rounds, Duration: o.duration.String(), Warmup: o.warmup.String(),
-			Threads: o.threads, Conns: o.conns, Tokens: o.tokens * o.threads, Quick: o.quick, BBuild: o.bBins,
+			Threads: o.threads, Conns: o.conns, Tokens: o.tokens * o.threads, Quick: o.quick, BBuild: o.bBins, RateOnly: o.rateOnly,
 		},
 	}
-	if err := b.measure(ctx, res); err != nil {
-		return err
+	if !o.rateOnly {
+		if err := b.measure(ctx, res); err != nil {
+			return err
+		}
 	}
 	if o.rateRounds > 0 {
 		if rate, rule := fixedRateRule(res, o.rate); rate > 0 {

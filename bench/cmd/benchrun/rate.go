@@ -17,8 +17,16 @@ import (
 )
 
 // rateTargets are the targets of the fixed-rate run, direct first (the
-// latency every other is compared with).
-func rateTargets() []string { return []string{tDirect, tNginx, tCaddy, tExgateRedis} }
+// latency every other is compared with). Besides NGINX, Caddy and exgate
+// with Redis limits (the comparison the issue-12 target is about), the
+// net/http floor proxy and exgate with limits off split exgate's added
+// tail into what net/http itself costs (floor against NGINX), what
+// exgate's own request path costs (off against the floor) and what its
+// limits cost (Redis against off). With -b-bins, each exgate target is
+// followed by its B build's.
+func rateTargets() []string {
+	return []string{tDirect, tNginx, tCaddy, tFloor, tExgateOff, tExgateOff + bSuffix, tExgateRedis, tExgateRedis + bSuffix}
+}
 
 // FixedRate is the open-loop run: GET markets at a fixed request rate,
 // held by vegeta whatever the latency, so that the latency a proxy adds
@@ -56,7 +64,8 @@ const (
 
 // fixedRateRule returns the rate of the open-loop run and how it was
 // chosen: the -rate flag when set, else half of the median req/s on GET
-// markets of the slowest target the run compares besides direct. Half of
+// markets of the slowest target run at the fixed rate besides direct
+// (every one of them must serve the rate with room to spare). Half of
 // NGINX's capacity (the rule before) is above Caddy's whole capacity and
 // near exgate's on a 2-CPU machine: those targets were measured
 // overloaded, not at a rate they serve.
@@ -112,7 +121,7 @@ func (b *bench) fixedRate(ctx context.Context, rate float64, rule string) (*Fixe
 	}
 	fr := &FixedRate{Rate: rate, Rule: rule, Duration: b.o.rateDuration.String(), Rounds: b.o.rateRounds, Tool: "vegeta"}
 	for _, name := range rateTargets() {
-		if b.e.targets[name] != nil {
+		if b.e.targets[name] != nil && (name == tDirect || selectedTarget(b.o.targets, name)) {
 			fr.Rows = append(fr.Rows, RateRow{Target: name, Label: targetLabel(name)})
 		}
 	}
@@ -194,6 +203,16 @@ func (fr *FixedRate) summarize() {
 		row.P50MS, row.P99MS, row.P999MS = median(p50), median(p99), median(p999)
 		row.AddedP50MS, row.AddedP99MS, row.AddedP999MS = median(a50), median(a99), median(a999)
 	}
+}
+
+// selectedTarget reports whether -targets (comma-separated; empty: all)
+// names target, or the A build of a B target it names.
+func selectedTarget(targets, target string) bool {
+	if targets == "" {
+		return true
+	}
+	base, _ := strings.CutSuffix(target, bSuffix)
+	return slices.Contains(strings.Split(targets, ","), base)
 }
 
 // achieved returns the row's median achieved rate.

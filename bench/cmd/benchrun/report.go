@@ -139,6 +139,13 @@ func div(a, b float64) float64 {
 func targetsTable(p func(string, ...any), res *Results) {
 	p("## Targets (issue 12), ratios within this run\n\n")
 	p("| | measured | goal | |\n|---|--:|---|---|\n")
+	if res.Settings.RateOnly {
+		if res.FixedRate != nil {
+			fixedRateTarget(p, res.FixedRate)
+		}
+		p("\n")
+		return
+	}
 	for _, sc := range []struct{ name, label string }{{scMarkets, "GET markets"}, {scOrders, "POST orders"}} {
 		e, c := res.row(sc.name, tExgateRedis), res.row(sc.name, tCaddy)
 		v := ratio(e, c)
@@ -166,29 +173,64 @@ func targetsTable(p func(string, ...any), res *Results) {
 	v := ratio(on, off)
 	p("| many keys: exgate Redis limits on ÷ off, req/s (by CPU per request: %s) | %s | ≥ %.2f× | %s |\n",
 		fmtRatio(cpuRatio(on, off)), fmtRatio(v), goalManyKeys, metServed(v, goalManyKeys, on, off))
-	if fr := res.FixedRate; fr != nil {
-		e, ng := fr.row(tExgateRedis), fr.row(tNginx)
-		if e != nil && ng != nil {
-			verdict, v := "", 0.0
-			switch {
-			case fr.Rows[0].Target == tDirect && !fr.held(&fr.Rows[0]):
-				verdict = fmt.Sprintf("**inconclusive**: vegeta did not hold the rate even straight at the backend (achieved %.0f)", fr.Rows[0].achieved())
-			case !fr.held(e) || !fr.held(ng):
-				verdict = fmt.Sprintf("**inconclusive**: the rate was not held (achieved %.0f at exgate, %.0f at NGINX)", e.achieved(), ng.achieved())
-			case ng.AddedP99MS > 0:
-				v = e.AddedP99MS / ng.AddedP99MS
-				verdict = metAtMost(v, goalAddedP99Nginx)
-			case e.AddedP99MS <= 0:
-				verdict = "**met** (neither added a measurable p99)"
-			default:
-				verdict = "**missed** (NGINX added no measurable p99)"
-			}
-			p("| fixed rate (%.0f req/s): exgate's added p99 ÷ NGINX's (%.2f ÷ %.2f ms) | %s | ≤ %.1f× | %s |\n",
-				fr.Rate, e.AddedP99MS, ng.AddedP99MS, fmtRatio(v), goalAddedP99Nginx, verdict)
-		}
+	if res.FixedRate != nil {
+		fixedRateTarget(p, res.FixedRate)
 	}
 	red, ngl := res.row(scMarkets, tExgateRedis), res.row(scMarkets, tNginxLimit)
 	p("| reference: GET markets, exgate with Redis limits ÷ NGINX + limit_req, req/s | %s | (no target) | |\n\n", fmtRatio(ratio(red, ngl)))
+}
+
+// fixedRateTarget writes the fixed-rate target's line: exgate's added p99
+// over NGINX's.
+func fixedRateTarget(p func(string, ...any), fr *FixedRate) {
+	e, ng := fr.row(tExgateRedis), fr.row(tNginx)
+	if e == nil || ng == nil {
+		return
+	}
+	verdict, v := "", 0.0
+	switch {
+	case fr.Rows[0].Target == tDirect && !fr.held(&fr.Rows[0]):
+		verdict = fmt.Sprintf("**inconclusive**: vegeta did not hold the rate even straight at the backend (achieved %.0f)", fr.Rows[0].achieved())
+	case !fr.held(e) || !fr.held(ng):
+		verdict = fmt.Sprintf("**inconclusive**: the rate was not held (achieved %.0f at exgate, %.0f at NGINX)", e.achieved(), ng.achieved())
+	case ng.AddedP99MS > 0:
+		v = e.AddedP99MS / ng.AddedP99MS
+		verdict = metAtMost(v, goalAddedP99Nginx)
+	case e.AddedP99MS <= 0:
+		verdict = "**met** (neither added a measurable p99)"
+	default:
+		verdict = "**missed** (NGINX added no measurable p99)"
+	}
+	p("| fixed rate (%.0f req/s): exgate's added p99 ÷ NGINX's (%.2f ÷ %.2f ms) | %s | ≤ %.1f× | %s |\n",
+		fr.Rate, e.AddedP99MS, ng.AddedP99MS, fmtRatio(v), goalAddedP99Nginx, verdict)
+}
+
+// tailParts writes what each layer adds to the p99 at the fixed rate,
+// from the differences of the targets' added p99 in this run: net/http
+// itself (the floor proxy against NGINX), exgate's request path (limits
+// off against the floor) and exgate's limits (Redis against off); and,
+// with a B build, each exgate target's B ÷ A. A part that is missing is
+// left out.
+func tailParts(p func(string, ...any), fr *FixedRate) {
+	var parts []string
+	for _, d := range []struct{ hi, lo, what string }{
+		{tFloor, tNginx, "net/http itself (floor − NGINX)"},
+		{tExgateOff, tFloor, "exgate's request path (limits off − floor)"},
+		{tExgateRedis, tExgateOff, "exgate's Redis limits (Redis − off)"},
+	} {
+		if hi, lo := fr.row(d.hi), fr.row(d.lo); hi != nil && lo != nil {
+			parts = append(parts, fmt.Sprintf("%s %+.2f ms", d.what, hi.AddedP99MS-lo.AddedP99MS))
+		}
+	}
+	for _, t := range []string{tExgateOff, tExgateRedis} {
+		if a, b := fr.row(t), fr.row(t+bSuffix); a != nil && b != nil {
+			parts = append(parts, fmt.Sprintf("%s, B build ÷ A: added p50 %s, p99 %s, p99.9 %s", targetLabel(t),
+				fmtRatio(div(b.AddedP50MS, a.AddedP50MS)), fmtRatio(div(b.AddedP99MS, a.AddedP99MS)), fmtRatio(div(b.AddedP999MS, a.AddedP999MS))))
+		}
+	}
+	if len(parts) > 0 {
+		p("Added p99, layer by layer (differences of the medians above): %s.\n\n", strings.Join(parts, "; "))
+	}
 }
 
 // fixedRateSection writes the open-loop run.
@@ -238,6 +280,7 @@ func fixedRateSection(p func(string, ...any), fr *FixedRate) {
 			r.AddedP50MS, r.AddedP99MS, r.AddedP999MS, median(ach), r.Errors)
 	}
 	p("\n")
+	tailParts(p, fr)
 }
 
 // markdown renders the results as latest.md.
@@ -252,9 +295,14 @@ func markdown(res *Results) string {
 		p("> **Smoke run (`BENCH_QUICK=1`)**: too short to quote; run `make bench` for figures.\n\n")
 	}
 	p("Generated %s by:\n\n```sh\n%s\n```\n\n", res.Generated.Format("2006-01-02 15:04 MST"), res.Command)
-	p("Every figure below comes from this one run: the median of %d interleaved runs of %s per target "+
-		"(each preceded once by a %s warm-up; odd rounds run the targets in reverse order). "+
-		"Compare ratios, not absolute figures: the machine is small and was shared.\n\n", s.Rounds, s.Duration, s.Warmup)
+	if s.RateOnly {
+		p("Only the fixed-rate part ran (`-rate-only`): no closed-loop scenario, so no capacity or CPU figures. " +
+			"Compare ratios, not absolute figures: the machine is small and was shared.\n\n")
+	} else {
+		p("Every figure below comes from this one run: the median of %d interleaved runs of %s per target "+
+			"(each preceded once by a %s warm-up; odd rounds run the targets in reverse order). "+
+			"Compare ratios, not absolute figures: the machine is small and was shared.\n\n", s.Rounds, s.Duration, s.Warmup)
+	}
 
 	p("## Machine and load\n\n")
 	p("- %d CPUs (%s), %d MiB, Linux %s; %s; %s; %s; %s.\n", m.CPUs, m.CPUModel, m.MemoryMB, m.Kernel, m.GoVersion, m.Nginx, m.Redis, m.Wrk)
@@ -308,6 +356,16 @@ func markdown(res *Results) string {
 
 	fixedRateSection(p, res.FixedRate)
 
+	if len(res.Scenarios) > 0 {
+		everyRun(p, res)
+	}
+	howToRead(p, res)
+	return b.String()
+}
+
+// everyRun writes every closed-loop run's req/s, to judge the noise.
+func everyRun(p func(string, ...any), res *Results) {
+	s := res.Settings
 	p("## Every run (req/s), to judge the noise\n\n")
 	p("| scenario | target |")
 	for i := range s.Rounds {
@@ -339,6 +397,11 @@ func markdown(res *Results) string {
 			p(" %.0f%% |\n", 100*spread)
 		}
 	}
+}
+
+// howToRead explains the figures.
+func howToRead(p func(string, ...any), res *Results) {
+	s := res.Settings
 
 	p("\n## How to read it\n\n")
 	p("- **CPU µs/req** is the CPU time (user + system, every thread, from `/proc/<pid>/stat` before and after the run) a process " +
@@ -364,5 +427,4 @@ func markdown(res *Results) string {
 		}
 	}
 	p("\nChart: [latest.png](latest.png). Raw numbers: [latest.json](latest.json).\n")
-	return b.String()
 }

@@ -43,7 +43,8 @@ type Settings struct {
 	Conns    int    `json:"conns"`
 	Tokens   int    `json:"tokens"` // distinct tokens in the many-keys scenario
 	Quick    bool   `json:"quick"`
-	BBuild   string `json:"b_build,omitempty"` // directory of the B build, when compared
+	BBuild   string `json:"b_build,omitempty"`   // directory of the B build, when compared
+	RateOnly bool   `json:"rate_only,omitempty"` // only the fixed-rate part ran (-rate-only)
 }
 
 // ScenarioResult is one scenario's rows, one per target.
