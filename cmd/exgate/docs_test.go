@@ -28,7 +28,10 @@ import (
 //     request its generator sends, in turn;
 //   - an ```http block: the status line, the headers it shows and the
 //     body must be those of the generator's one answer.
-var exampleMarker = regexp.MustCompile("(?m)^<!-- example: ([a-z0-9_]+) -->\n```([a-z]*)\n((?s:.*?))```")
+//
+// The marker and its block may be indented alike (inside a list item);
+// the indentation is not part of the example.
+var exampleMarker = regexp.MustCompile("(?m)^([ \t]*)<!-- example: ([a-z0-9_]+) -->\n[ \t]*```([a-z]*)\n((?s:.*?))[ \t]*```")
 
 // docExample is one marked block.
 type docExample struct {
@@ -49,10 +52,18 @@ func docExamples(t *testing.T) map[string]docExample {
 			t.Fatal(err)
 		}
 		for _, m := range exampleMarker.FindAllStringSubmatch(string(b), -1) {
-			if _, dup := out[m[1]]; dup {
-				t.Errorf("example %s is marked twice", m[1])
+			if _, dup := out[m[2]]; dup {
+				t.Errorf("example %s is marked twice", m[2])
 			}
-			out[m[1]] = docExample{file: filepath.Base(f), lang: m[2], body: m[3]}
+			body := m[4]
+			if indent := m[1]; indent != "" {
+				lines := strings.Split(body, "\n")
+				for i, l := range lines {
+					lines[i] = strings.TrimPrefix(l, indent)
+				}
+				body = strings.Join(lines, "\n")
+			}
+			out[m[2]] = docExample{file: filepath.Base(f), lang: m[3], body: body}
 		}
 	}
 	return out
@@ -70,18 +81,49 @@ func TestDocumentedExamples(t *testing.T) {
 		l.Rate, l.Burst = config.Rate{N: 5, Period: time.Minute}, 5
 		c.Route("place_order").Limits[0].Burst = 10 // bulks of at most 10 orders
 		c.Validation.Bulk.MaxOrders = 12            // bulk cancels of up to 12 ids
+		c.Route("list_tickers").MaxInFlight = 1     // one held request fills it
 	})
 	token := authenticate(t, st.url)
 	order := func(body string) exampleRequest {
 		return exampleRequest{"POST", "/api/v1/odr/orders/", body, []string{"Authorization", "Bearer " + token, "Content-Type", "application/json"}}
 	}
-	// Requests sent before an example's own (to use up a limit).
+	limitOrder := func(price, identifier string) string {
+		o := `{"symbol":"BTC_USDT","type":"limit","side":"buy","price":"` + price + `","base_amount":"0.001"`
+		if identifier != "" {
+			o += `,"identifier":"` + identifier + `"`
+		}
+		return o + "}"
+	}
+	// Requests sent before an example's own (to use up a limit, use an
+	// identifier, fill the backend).
 	before := map[string]func(){
 		"limits_throttled": func() {
 			for i := 0; i < 5; i++ {
 				call(t, "GET", st.url+"/api/v1/mth/matches/ETH_USDT/", "")
 			}
 		},
+		"validation_bulk_duplicate": func() {
+			r := order(limitOrder("59000", "grid-7"))
+			if code, _, body := call(t, r.method, st.url+r.path, r.body, r.header...); code != http.StatusCreated {
+				t.Fatalf("placing the first order: %d %s", code, body)
+			}
+		},
+		"operations_overloaded": func() {
+			go func() { // held at the backend until the test ends
+				resp, err := http.Get(st.url + "/api/v1/mkt/tickers/?" + holdQuery)
+				if err == nil {
+					resp.Body.Close()
+				}
+			}()
+			for deadline := time.Now().Add(5 * time.Second); st.backend.held.Load() == 0; time.Sleep(time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatal("the held request did not reach the backend")
+				}
+			}
+		},
+	}
+	bulk := func(orders ...string) exampleRequest {
+		return exampleRequest{"POST", "/api/v1/odr/orders/bulk/", "[" + strings.Join(orders, ",") + "]", order("").header}
 	}
 	requests := map[string][]exampleRequest{
 		"readme_error_shape":     {{method: "TRACE", path: "/api/v1/mkt/markets/"}},
@@ -92,7 +134,11 @@ func TestDocumentedExamples(t *testing.T) {
 			order(`{"symbol":"BTC_USDT","type":"limit","side":"buy","price":"64000.005","base_amount":"0.0000001"}`),
 			order(`{"symbol":"BTC_USDT","type":"market","side":"buy","base_amount":"0.001"} {"symbol":"BTC_USDT"}`),
 		},
-		"limits_throttled": {{method: "GET", path: "/api/v1/mth/matches/ETH_USDT/"}},
+		"limits_throttled":          {{method: "GET", path: "/api/v1/mth/matches/ETH_USDT/"}},
+		"identity_token_spelling":   {{method: "GET", path: "/api/v1/mkt/markets/", header: []string{"Authorization", "Bearer " + token + "="}}},
+		"validation_bulk_invalid":   {bulk(limitOrder("60000", ""), limitOrder("60000.5", ""), limitOrder("60000.005", ""))},
+		"validation_bulk_duplicate": {bulk(limitOrder("60000", "grid-5"), limitOrder("60000", "grid-6"), limitOrder("60000", "grid-7"))},
+		"operations_overloaded":     {{method: "GET", path: "/api/v1/mkt/tickers/"}},
 		"limits_bulk_exceeds_burst": {{"POST", "/api/v1/odr/orders/bulk/",
 			"[" + strings.TrimSuffix(strings.Repeat(`{"symbol":"BTC_USDT","type":"limit","side":"buy","price":"60000","base_amount":"0.001"},`, 12), ",") + "]",
 			[]string{"Authorization", "Bearer " + token, "Content-Type", "application/json"}}},

@@ -27,7 +27,16 @@ type counted struct {
 	all     atomic.Int64
 	proxied atomic.Int64 // forwarded by a gateway (not its own catalogue fetches)
 	options atomic.Int64 // OPTIONS requests (CORS preflights)
+	held    atomic.Int64 // requests being held (holdQuery)
+	// release ends the hold of every held request when closed; a nil
+	// channel holds them until their clients leave.
+	release chan struct{}
 }
+
+// holdQuery is a query parameter that makes counted hold a request
+// until release is closed: a request under way at the backend for as long
+// as a test needs it.
+const holdQuery = "exgate_test_hold"
 
 func (c *counted) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	c.all.Add(1)
@@ -39,6 +48,14 @@ func (c *counted) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if r.Method == http.MethodOptions {
 		c.options.Add(1)
+	}
+	if r.URL.Query().Has(holdQuery) {
+		c.held.Add(1)
+		select {
+		case <-c.release:
+		case <-r.Context().Done():
+		}
+		c.held.Add(-1)
 	}
 	c.h.ServeHTTP(w, r)
 }
@@ -73,7 +90,7 @@ func startApp(t *testing.T, cfg *config.Config, d deps) *app {
 func startStack(t *testing.T, mut func(*config.Config)) *stack {
 	t.Helper()
 	s := sim.New(sim.Options{})
-	c := &counted{h: s}
+	c := &counted{h: s, release: make(chan struct{})}
 	bs := httptest.NewServer(c)
 	t.Cleanup(bs.Close)
 	cfg := config.Default()
@@ -84,6 +101,7 @@ func startStack(t *testing.T, mut func(*config.Config)) *stack {
 		mut(cfg)
 	}
 	a := startApp(t, cfg, deps{log: zap.NewNop(), now: time.Now})
+	t.Cleanup(func() { close(c.release) }) // before the gateway shuts down
 	waitCatalogue(t, a)
 	return &stack{url: "http://" + a.addr, backend: c, sim: s, app: a, bs: bs}
 }
