@@ -27,7 +27,10 @@ import (
 //   - a ```json block: each line must equal, as JSON, the body of the
 //     request its generator sends, in turn;
 //   - an ```http block: the status line, the headers it shows and the
-//     body must be those of the generator's one answer.
+//     body must be those of the generator's one answer;
+//   - a ```text block: the output of `exgate check-config` on
+//     testdata/docs/NAME.yaml (with the environment checkConfigEnv gives
+//     it), line for line.
 //
 // The marker and its block may be indented alike (inside a list item);
 // the indentation is not part of the example.
@@ -182,8 +185,10 @@ func TestDocumentedExamples(t *testing.T) {
 					t.Fatalf("%s: an http example needs one request, has %d", ex.file, len(reqs))
 				}
 				checkHTTPExample(t, ex, st.url, reqs[0])
+			case "text":
+				checkConfigExample(t, ex, name)
 			default:
-				t.Fatalf("%s: example %s is a %q block; want sh, json or http", ex.file, name, ex.lang)
+				t.Fatalf("%s: example %s is a %q block; want sh, json, http or text", ex.file, name, ex.lang)
 			}
 		})
 	}
@@ -250,4 +255,21 @@ func sameJSON(a, b string) bool {
 		return false
 	}
 	return ca.String() == cb.String()
+}
+
+// checkConfigEnv is the environment of a text example's check-config run.
+var checkConfigEnv = map[string]map[string]string{
+	"configuration_problems": {"EXGATE_UPSTREAM_URL": "ftp://backend"},
+}
+
+// checkConfigExample compares a text example with what `exgate
+// check-config testdata/docs/NAME.yaml` prints.
+func checkConfigExample(t *testing.T, ex docExample, name string) {
+	env := checkConfigEnv[name]
+	getenv := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
+	var out bytes.Buffer
+	checkConfigCommand([]string{filepath.Join("testdata", "docs", name+".yaml")}, getenv, &out, &out)
+	if got, want := strings.TrimSpace(out.String()), strings.TrimSpace(ex.body); got != want {
+		t.Errorf("%s shows\n%s\nexgate check-config prints\n%s", ex.file, want, got)
+	}
 }
