@@ -2,6 +2,7 @@ package config
 
 import (
 	"os"
+	"path/filepath"
 	"reflect"
 	"regexp"
 	"strconv"
@@ -176,5 +177,117 @@ func TestDocsKeysAreTheKeys(t *testing.T) {
 	}
 	if len(rows) < 100 || defaults < 80 {
 		t.Errorf("found %d keys and %d defaults in the table; the table's form changed", len(rows), defaults)
+	}
+}
+
+// docKey is a configuration path written in backticks in the docs:
+// `limiter.redis.timeout`, `routes[0].limits`, `tiers.vip.place_order.rate`,
+// `limiter.backend: redis`.
+var docKey = regexp.MustCompile("`([a-z_]+(?:\\[[^\\]` ]+\\])?(?:\\.[a-z0-9_<>]+(?:\\[[^\\]` ]+\\])?)+)(?:[:=][^`\n]*)?`")
+
+// historic says a name is mentioned as something that no longer
+// exists: the text around it (same paragraph, about two lines either
+// side) says it was removed or is gone.
+var historic = regexp.MustCompile(`\b(?:removed|is gone|are gone|no longer exists?)\b`)
+
+// isHistoric reports whether the mention at doc[start:end] is of
+// something gone, by the text around it within its paragraph.
+func isHistoric(doc string, start, end int) bool {
+	from, to := max(0, start-200), min(len(doc), end+200)
+	if i := strings.LastIndex(doc[from:start], "\n\n"); i >= 0 {
+		from += i
+	}
+	if i := strings.Index(doc[end:to], "\n\n"); i >= 0 {
+		to = end + i
+	}
+	return historic.MatchString(doc[from:to])
+}
+
+// isKeyPath reports whether path names a key, or a section, of the
+// configuration of type t: struct fields by their YAML names, any map key
+// (`<tier>`, `vip`), any list index (`[0]`, `[<i>]`).
+func isKeyPath(t reflect.Type, path string) bool {
+	for _, seg := range strings.Split(path, ".") {
+		name, index, _ := strings.Cut(seg, "[")
+		switch {
+		case t.Kind() == reflect.Map:
+			t = t.Elem()
+		case t.Kind() == reflect.Struct:
+			found := false
+			for i := 0; i < t.NumField(); i++ {
+				if yamlName(t.Field(i)) == name {
+					t, found = t.Field(i).Type, true
+					break
+				}
+			}
+			if !found {
+				return false
+			}
+		default:
+			return false
+		}
+		for ; index != ""; _, index, _ = strings.Cut(index, "[") {
+			if t.Kind() != reflect.Slice {
+				return false
+			}
+			t = t.Elem()
+		}
+	}
+	return true
+}
+
+// TestDocsNameOnlyKeysThatExist keeps every configuration path the README
+// and docs/ write in backticks a key or section exgate reads, unless the
+// text around it says it was removed.
+func TestDocsNameOnlyKeysThatExist(t *testing.T) {
+	cfg := reflect.TypeOf(Config{})
+	sections := map[string]bool{}
+	for i := 0; i < cfg.NumField(); i++ {
+		if n := yamlName(cfg.Field(i)); n != "" {
+			sections[n] = true
+		}
+	}
+	for _, c := range []struct {
+		path string
+		ok   bool
+	}{
+		{"limiter.redis.timeout", true}, {"routes[0].limits[<j>].rate", true}, {"tiers.vip.place_order.burst", true},
+		{"server.tls.certificates[<i>].cert_file", true}, {"validation.markets.BTC_USDT.min_price", true},
+		{"upstream.transport", false}, {"routes.limits", false}, {"limiter.redis.timeout.x", false}, {"server[0]", false},
+	} {
+		if got := isKeyPath(cfg, c.path); got != c.ok {
+			t.Errorf("isKeyPath(%s) = %v, want %v", c.path, got, c.ok)
+		}
+	}
+	files, err := filepath.Glob("../docs/*.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	checked := 0
+	for _, f := range append(files, "../README.md") {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		doc := string(b)
+		for _, m := range docKey.FindAllStringSubmatchIndex(doc, -1) {
+			path := doc[m[2]:m[3]]
+			first, _, _ := strings.Cut(path, ".")
+			first, _, _ = strings.Cut(first, "[")
+			if !sections[first] || regexp.MustCompile(`\.(go|md|yaml|json|lua|py)$`).MatchString(path) {
+				continue
+			}
+			checked++
+			if strings.Contains(doc[m[0]:m[1]], "unknown key") {
+				continue // an error message about a misspelt key
+			}
+			if !isKeyPath(cfg, path) && !isHistoric(doc, m[0], m[1]) {
+				line := strings.Count(doc[:m[0]], "\n") + 1
+				t.Errorf("%s:%d: `%s` is not a configuration key (say \"since removed\" next to a key that is gone)", filepath.Base(f), line, path)
+			}
+		}
+	}
+	if checked < 200 {
+		t.Errorf("checked %d keys in the docs, want at least 200", checked)
 	}
 }
