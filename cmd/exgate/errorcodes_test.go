@@ -2,9 +2,7 @@ package main
 
 import (
 	"go/ast"
-	"go/parser"
 	"go/token"
-	"io/fs"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -51,31 +49,11 @@ func statusByName() map[string]int {
 // reference exchange) and tests are not the gateway and are skipped.
 func producedErrorCodes(t *testing.T) map[errorCode]bool {
 	t.Helper()
-	root := "../.."
-	fset := token.NewFileSet()
 	var files []*ast.File
-	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
+	for _, f := range moduleFiles(t) {
+		if !f.test && f.dir != "sim" && !strings.HasPrefix(f.dir, "sim/") {
+			files = append(files, f.file)
 		}
-		if d.IsDir() {
-			if n := d.Name(); p != root && (strings.HasPrefix(n, ".") || n == "sim" || n == "testdata" || n == "node_modules") {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		if !strings.HasSuffix(p, ".go") || strings.HasSuffix(p, "_test.go") {
-			return nil
-		}
-		f, err := parser.ParseFile(fset, p, nil, 0)
-		if err != nil {
-			return err
-		}
-		files = append(files, f)
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
 	}
 	// String constants of the whole module by name (CodeInvalidOrder,
 	// CodeTooLarge…): the codes are named once and used across packages.
