@@ -5,9 +5,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -118,26 +116,25 @@ func (s backendShare) String() string {
 }
 
 // starvedSlowdown is how much slower than serviceTime a busy machine may
-// make the backend look to exgate before the overload test gives up
-// measuring. The test's limit tolerates the backend answering 25%
-// slower than unloaded: past that a machine too busy to run the backend
-// and the two processes' HTTP on time reads to exgate exactly as an
-// overloaded backend does, the limit rightly shrinks, and the surge's
-// figures measure the machine, not the limit.
+// make the backend look to exgate before a miss of the overload test is
+// put down to the machine. The test's limit tolerates the backend
+// answering 25% slower than unloaded: past that a machine too busy to
+// run the backend and the two processes' HTTP on time reads to exgate
+// exactly as an overloaded backend does, the limit rightly shrinks, and
+// the surge's figures measure the machine, not the limit.
 const starvedSlowdown = 1.25
 
-// skipIfStarved skips the test, with the figures, when over the phase
-// the backend's workers held its requests, or the machine added to
-// exgate's upstream durations, more than starvedSlowdown allows.
-func skipIfStarved(t *testing.T, phase string, s backendShare) {
-	t.Helper()
+// backendStarved returns, when over a phase the backend's workers held
+// its requests, or the machine added to exgate's upstream durations,
+// more than starvedSlowdown allows, a sentence with the figures; else "".
+// It is the test's own measure of a starved machine, beside the kernel's
+// (cpuShare.starved): the backend's timers firing late.
+func backendStarved(s backendShare) string {
 	over := time.Duration((starvedSlowdown - 1) * float64(serviceTime))
 	if s.held <= serviceTime+over && s.machine() <= over {
-		return
+		return ""
 	}
-	load, _ := os.ReadFile("/proc/loadavg")
-	t.Skipf("the machine is too busy to measure the limit: %s, for a %v service the backend's %s: more than %v beyond the service; load average %s",
-		phase, serviceTime, s, over, strings.TrimSpace(string(load)))
+	return fmt.Sprintf("for a %v service the backend's %s: more than %v beyond the service", serviceTime, s, over)
 }
 
 // overloadClass is one kind of request of the load mix.
@@ -244,10 +241,13 @@ func drive(t *testing.T, client *http.Client, base string, rps int, d time.Durat
 // least 90% of its capacity; no cancel is shed and their p99 stays within
 // 2× the unloaded one; market data is shed before placements; and once
 // the surge ends nothing is shed. The capacity is the one the machine let
-// the backend have, measured in the run: on a machine so busy that the
-// backend, unqueued, looks over 25% slower to exgate than its service
-// (skipIfStarved), the test is skipped with the figures, since no limit
-// can tell that from overload.
+// the backend have, measured in the run. A miss over a phase in which the
+// machine starved the test's processes, by the kernel's account
+// (cpuShare.starved: other work took a quarter of the CPUs and the
+// processes' threads queued for them) or the backend's (backendStarved:
+// unqueued, it looked over 25% slower to exgate than its service),
+// skips the test with the figures, since no limit can tell that from
+// overload; on a machine that let them run, it fails.
 func TestOverloadShedsMarketDataBeforeCancels(t *testing.T) {
 	be := startPoolBackend(t)
 	g := startGateway(t, fmt.Sprintf(`listen: "127.0.0.1:0"
@@ -267,15 +267,17 @@ routes:
   - {name: list_tickers, match: "GET /api/v1/mkt/tickers/", priority: market_data}
 `, be.url, overloadWorkers))
 	client := newClient(t, 1024)
+	v := newVerdict(t, g.process)
 
 	// Unloaded: cancels and market data at a tenth of the capacity.
 	calm := drive(t, client, g.url, int(capacityRPS/10), 3*time.Second, overloadMix)
 	unloadedP99 := calm["cancel"].p99()
 	calmShare := be.share(t, g, 0, 0, 0, 0, 0)
-	skipIfStarved(t, "unloaded", calmShare)
+	calmCPU := v.cpu.phase(t, "unloaded")
+	calmCPU.explain(backendStarved(calmShare))
 	for name, c := range calm {
 		if c.shed != 0 || len(c.other) != 0 {
-			t.Fatalf("unloaded: %s shed %d, other answers %v", name, c.shed, c.other)
+			v.Errorf(calmCPU, "%s shed %d, other answers %v", name, c.shed, c.other)
 		}
 	}
 
@@ -303,14 +305,17 @@ routes:
 	servedBefore, queuedBefore, heldBefore := be.served.Load(), be.queued.Load(), be.held.Load()
 	upBefore, upSumBefore := g.metric(t, "exgate_upstream_duration_seconds_count"), g.metric(t, "exgate_upstream_duration_seconds_sum")
 	const surge = 8 * time.Second
+	v.cpu.begin(t)
 	start := time.Now()
 	loud := drive(t, client, g.url, int(10*capacityRPS), surge, overloadMix)
 	elapsed := time.Since(start)
+	surgeCPU := v.cpu.phase(t, "surge")
 	afterWithin, afterAll := cancelsWithin("0.1")
 	after250, _ := cancelsWithin("0.25")
 	after1s, _ := cancelsWithin("1")
 	goodput := float64(be.served.Load()-servedBefore) / elapsed.Seconds()
 	surgeShare := be.share(t, g, servedBefore, queuedBefore, heldBefore, upBefore, upSumBefore)
+	surgeCPU.explain(backendStarved(surgeShare))
 	limitAfter := g.metric(t, "exgate_overload_limit")
 	backendQueued := be.takeCancelQueued()
 	waitedAfter, within5After := slotWaits()
@@ -318,7 +323,9 @@ routes:
 
 	// After: a tenth of the capacity again, from 1 s after the surge.
 	time.Sleep(time.Second)
+	v.cpu.begin(t)
 	after := drive(t, client, g.url, int(capacityRPS/10), 4*time.Second, overloadMix)
+	afterCPU := v.cpu.phase(t, "after the surge")
 
 	shedShare := func(c *classTally) float64 { return float64(c.shed) / float64(max(c.sent, 1)) }
 	t.Logf("backend: capacity %.0f/s, served %.0f/s during the surge, peak %d in flight (%d workers)", capacityRPS, goodput, peak, overloadWorkers)
@@ -346,16 +353,16 @@ routes:
 	if peak > 2*overloadWorkers {
 		t.Errorf("the backend held %d requests at once, want at most 2× its %d workers", peak, overloadWorkers)
 	}
-	skipIfStarved(t, "during the surge", surgeShare)
 	// The target is 90% of the capacity (178-193/s measured with the load
 	// average at 6-15 on two cores); the bound allows for a machine shared
 	// with builds. The capacity is the one measured in the run, at most
-	// 25% under the nominal one (skipIfStarved).
+	// 25% under the nominal one (backendStarved) unless the miss is put down
+	// to the machine.
 	if goodput < 0.85*capacity {
-		t.Errorf("goodput %.0f/s during the surge, want at least 85%% of the backend's capacity %.0f/s (%.0f/s nominal)", goodput, capacity, capacityRPS)
+		v.Errorf(surgeCPU, "goodput %.0f/s during the surge, want at least 85%% of the backend's capacity %.0f/s (%.0f/s nominal)", goodput, capacity, capacityRPS)
 	}
 	if c := loud["cancel"]; c.shed != 0 || len(c.other) != 0 {
-		t.Errorf("cancels: %d shed, other answers %v; want every cancel served", c.shed, c.other)
+		v.Errorf(surgeCPU, "cancels: %d shed, other answers %v; want every cancel served", c.shed, c.other)
 	}
 	// Unloaded, exgate answers 99% of cancels within 50 ms (the backend
 	// takes 40). During the surge the target is 99% within 100 ms (2×):
@@ -366,27 +373,32 @@ routes:
 	// and every cancel within 1 s (without the limit the backend would
 	// hold every request of the surge and answer in seconds).
 	if calmWithin < 0.99*calmAll {
-		t.Errorf("unloaded, exgate answered %.0f of %.0f cancels within 50ms; the backend is slower than it should be", calmWithin, calmAll)
+		v.Errorf(calmCPU, "exgate answered %.0f of %.0f cancels within 50ms; the backend is slower than it should be", calmWithin, calmAll)
 	}
 	n := max(afterAll-beforeAll, 1)
 	share100, share250, share1s := (afterWithin-beforeWithin)/n, (after250-before250)/n, (after1s-before1s)/n
 	t.Logf("exgate answered %.1f%% of the surge's cancels within 100 ms (2× the 50 ms that holds the unloaded p99), %.1f%% within 250 ms, %.1f%% within 1 s",
 		100*share100, 100*share250, 100*share1s)
 	if share250 < 0.95 || share1s < 1 {
-		t.Errorf("exgate answered %.1f%% of the surge's cancels within 250 ms and %.1f%% within 1 s, want 95%% and all", 100*share250, 100*share1s)
+		v.Errorf(surgeCPU, "exgate answered %.1f%% of the surge's cancels within 250 ms and %.1f%% within 1 s, want 95%% and all", 100*share250, 100*share1s)
 	}
 	if md, pl := shedShare(loud["market_data"]), shedShare(loud["place"]); md <= pl || md < 0.8 {
-		t.Errorf("market data shed %.0f%%, placements %.0f%%: want market data shed first (and most of it)", 100*md, 100*pl)
+		v.Errorf(surgeCPU, "market data shed %.0f%%, placements %.0f%%: want market data shed first (and most of it)", 100*md, 100*pl)
 	}
 	for name, c := range after {
 		if c.shed != 0 || len(c.other) != 0 {
-			t.Errorf("after the surge: %s shed %d of %d, other answers %v; want none", name, c.shed, c.sent, c.other)
+			v.Errorf(afterCPU, "%s shed %d of %d, other answers %v; want none", name, c.shed, c.sent, c.other)
 		}
 	}
 	if got := g.metric(t, "exgate_overload_shed_total", `class="market_data"`); got == 0 {
 		t.Error("exgate_overload_shed_total counts no shed market data")
 	}
 	if got := g.metric(t, "exgate_overload_shed_total", `class="cancel"`); got != 0 {
-		t.Errorf("exgate_overload_shed_total counts %v shed cancels", got)
+		v.Errorf(surgeCPU, "exgate_overload_shed_total counts %v shed cancels", got)
 	}
+	// The timed bounds above hold on a machine that lets the test's
+	// processes run: a starved exgate or load generator delays cancels and
+	// shrinks the limit exactly as overload would, so a miss then is the
+	// machine's, reported with its figures.
+	v.settle()
 }
