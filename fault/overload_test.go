@@ -267,7 +267,7 @@ routes:
   - {name: list_tickers, match: "GET /api/v1/mkt/tickers/", priority: market_data}
 `, be.url, overloadWorkers))
 	client := newClient(t, 1024)
-	v := newVerdict(t, g.process)
+	v := newVerdict(t)
 
 	// Unloaded: cancels and market data at a tenth of the capacity.
 	calm := drive(t, client, g.url, int(capacityRPS/10), 3*time.Second, overloadMix)
