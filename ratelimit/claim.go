@@ -5,21 +5,32 @@ import "time"
 // Claims decided with a request. A Redis limiter built with a claim
 // function (RedisOptions.ClaimFunc: the Lua source of a function
 // claim(KEYS, ARGV), exgate's duplicate protection's) runs a request's
-// ClaimPart in the script run that decides the request's limits, right
-// after them and only when they let the request pass: a request refused
-// by a limit claims nothing, and the claim costs no round trip of its
-// own. Such requests are sent in round trips of their own, with the
-// claim's deadline (ClaimPart.Timeout), and wait there for the replicas
-// the claim asks for (WAIT, on the same connection, after the script).
+// ClaimPart in the round trip that decides the request's limits: the
+// claim costs no round trip, and no deadline, of its own. Such requests
+// are sent in round trips of their own, with the claim's deadline
+// (ClaimPart.Timeout), and wait there for the replicas the claim asks for
+// (WAIT, on the connection of the claim's run, after it).
+//
+// Outside a Cluster the claim runs in the one script run that decides
+// the request, right after its limits and only when they let it pass: a
+// request refused by a limit claims nothing. In a Cluster a request's
+// limits and its claim may live on different nodes: the claim runs in
+// the script run of its keys' slot, right after the request's part in
+// that slot and only when that part passes, or, when the request has no
+// part there, on its own, whatever the other parts decide. All the runs
+// go at once, one round trip. A request refused (or failed) by a part in
+// another slot may then come back with a claim that ran
+// (ClaimReply.Run): the script runs are each all or nothing, the request
+// is not, and freeing such a claim is the caller's, who knows what it
+// means (the proxy frees an order's claim before answering it, as split
+// requests' charges are given back before theirs).
 //
 // A request carrying a claim is never answered from a hot key's lease:
 // it goes to Redis with its claim, one round trip for both. A ClaimPart
 // is not sent (ClaimReply.Sent is false) when the request does not reach
 // Redis: the Memory limiter, a DenyCache refusal, calls failing fast
-// after a failed round trip, a request with no limit to decide, and a
-// Redis Cluster, where a request's limits and its claim may live on
-// different nodes. The caller then claims on its own, when the request
-// passed.
+// after a failed round trip, a request with no limit to decide. The
+// caller then claims on its own, when the request passed.
 
 // ClaimPart is a claim decided with a Request: the claim function's
 // KEYS and ARGV, and what its round trip honours.
@@ -40,19 +51,23 @@ type ClaimPart struct {
 // ClaimReply is what a ClaimPart came to.
 type ClaimReply struct {
 	// Sent reports that the claim went to Redis with the request's
-	// limits: it was run if the request passed (Reply), or the round
-	// trip failed (Err) and it may have been. When Sent is false the
+	// limits: it was run if the part it rode with passed (Reply), or its
+	// run failed (Err) and it may have been. When Sent is false the
 	// claim was not run.
 	Sent bool
-	// Run reports that the claim function ran: the request passed.
+	// Run reports that the claim function ran: outside a Cluster, the
+	// request passed; in a Cluster, the part in the claim's slot passed
+	// (or there was none), whatever the request's other parts, on other
+	// nodes, came to.
 	Run bool
 	// Reply is the claim function's reply.
 	Reply []any
-	// Err is the failure of the round trip, or the error the claim
-	// function raised (ClaimError).
+	// Err is the failure of the claim's run, or the error the claim
+	// function raised (ClaimError). A claim that ran keeps its Reply
+	// when a run on another node failed.
 	Err error
-	// Acked is how many replicas WAIT reported, and AckErr WAIT's
-	// failure, with ClaimPart.ReplicaAcks.
+	// Acked is how many replicas the WAIT after the claim's run
+	// reported, and AckErr WAIT's failure, with ClaimPart.ReplicaAcks.
 	Acked  int64
 	AckErr error
 }

@@ -163,3 +163,215 @@ func TestClaimRidesWithRequest(t *testing.T) {
 		}
 	})
 }
+
+// keyOn returns a key starting with prefix whose slot a master other
+// than (or, with same, the same as) the one serving slot s serves.
+func keyOn(t *testing.T, cl *redistest.Cluster, prefix string, s uint16, same bool) string {
+	t.Helper()
+	owner, err := cl.SlotOwner(cl.Servers[0], int(s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 1000 {
+		k := prefix + strconv.Itoa(i)
+		o, err := cl.SlotOwner(cl.Servers[0], int(slot(keyPrefix+k)))
+		if err == nil && (o == owner) == same && slot(keyPrefix+k) != s {
+			return k
+		}
+	}
+	t.Fatalf("no key %s* on a master %s %s", prefix, map[bool]string{true: "same as", false: "other than"}[same], owner)
+	return ""
+}
+
+// TestClaimRidesInCluster: in a Redis Cluster a request's claim goes in
+// the same round trip as its limits, on the master of its keys' slot:
+// after the request's part in that slot, run only when that part passes;
+// with no part there, on its own, whatever the other parts decide. A
+// claim that ran keeps its reply when another node fails, and
+// concurrent identical claims from several limiters give one claimed.
+func TestClaimRidesInCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts redis-servers")
+	}
+	cl := redistest.StartCluster(t, 3)
+	client := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs, ContextTimeoutEnabled: true, MaxRetries: -1})
+	t.Cleanup(func() { _ = client.Close() })
+	ctx := context.Background()
+	var trips, carried int
+	var mu sync.Mutex
+	r := NewRedis(client, RedisOptions{Timeout: time.Second, ClaimFunc: testClaimFunc, Observe: func(_ time.Duration, n int, _ error) {
+		mu.Lock()
+		trips, carried = trips+1, carried+n
+		mu.Unlock()
+	}})
+	defer r.Close()
+	one := Limit{Rate: 1, Period: time.Hour, Burst: 1}
+	many := Limit{Rate: 1000, Period: time.Second, Burst: 1000}
+
+	// The claim's keys live in slot cs; "same" is a limit key in cs
+	// (a hash tag), "other" one on another master.
+	const claimTag = "{acct}"
+	cs := slot(claimTag)
+	same := func(name string) string { return claimTag + name }
+	other := func(name string) string { return keyOn(t, cl, "other:"+name+":", cs, false) }
+	req := func(claimKey string, checks ...Check) *Request {
+		return &Request{Checks: checks, Claim: &ClaimPart{Keys: []string{claimTag + claimKey}, Args: []any{claimKey}, Timeout: time.Second}}
+	}
+	spent := func(key string) string { // a key whose limit of one is spent
+		if res, err := r.Allow(ctx, key, one); err != nil || !res.Allowed {
+			t.Fatalf("spending %s: %+v %v", key, res, err)
+		}
+		return key
+	}
+
+	cases := []struct {
+		name         string
+		q            *Request
+		allowed, run bool
+	}{
+		{"part in the claim's slot passes", req("c1", Check{Key: same("l1"), Limit: one}), true, true},
+		{"part in the claim's slot refuses", req("c2", Check{Key: spent(same("l2")), Limit: one}), false, false},
+		{"no part in the claim's slot, passes", req("c3", Check{Key: other("l3"), Limit: one}), true, true},
+		{"no part in the claim's slot, refused: the claim ran", req("c4", Check{Key: spent(other("l4")), Limit: one}), false, true},
+		{"claim's part passes, another refuses", req("c5", Check{Key: same("l5"), Limit: one}, Check{Key: spent(other("l5")), Limit: one}), false, true},
+		{"claim's part refuses, another passes", req("c6", Check{Key: spent(same("l6")), Limit: one}, Check{Key: other("l6"), Limit: one}), false, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			mu.Lock()
+			before := trips
+			mu.Unlock()
+			var ans Answer
+			if err := r.AllowAll(ctx, tc.q, &ans); err != nil {
+				t.Fatal(err)
+			}
+			cl := ans.Claim
+			if ans.Allowed != tc.allowed || !cl.Sent || cl.Run != tc.run || cl.Err != nil {
+				t.Fatalf("allowed %v, claim %+v; want allowed %v, sent, run %v", ans.Allowed, cl, tc.allowed, tc.run)
+			}
+			if tc.run && (len(cl.Reply) != 2 || cl.Reply[0] != "claimed") {
+				t.Errorf("reply %v, want claimed", cl.Reply)
+			}
+			mu.Lock()
+			n := trips - before
+			mu.Unlock()
+			if n != 1 {
+				t.Errorf("%d round trips, want 1: the request's parts and its claim together", n)
+			}
+			exists, err := client.Exists(ctx, tc.q.Claim.Keys[0]).Result()
+			if err != nil || (exists == 1) != tc.run {
+				t.Errorf("claim key exists = %v %v, want %v", exists, err, tc.run)
+			}
+		})
+	}
+	// A part that passed, on another node, was given back when its
+	// request was refused: the limit of one is free again.
+	if res, err := r.Allow(ctx, cases[4].q.Checks[0].Key, one); err != nil || !res.Allowed {
+		t.Errorf("the passing part of a refused request was not given back: %+v %v", res, err)
+	}
+
+	t.Run("guard sent alone first: the claim goes with the checks", func(t *testing.T) {
+		guard := keyOn(t, cl, "guard:", cs, false)
+		q := req("guarded", Check{Key: same("g1"), Limit: many, Branch: IfAdmitted}, Check{Key: other("g2"), Limit: many, Branch: IfRefused})
+		q.Guard = Guard{Key: guard, Member: "m", Max: 10, Window: time.Minute}
+		if _, err := client.Del(ctx, q.Claim.Keys[0]).Result(); err != nil {
+			t.Fatal(err)
+		}
+		mu.Lock()
+		before := trips
+		mu.Unlock()
+		var ans Answer
+		if err := r.AllowAll(ctx, q, &ans); err != nil || !ans.Allowed || !ans.Admitted {
+			t.Fatalf("guarded request: %v, %+v", err, ans)
+		}
+		if !ans.Claim.Run || ans.Claim.Reply[0] != "claimed" {
+			t.Errorf("claim %+v, want run and claimed", ans.Claim)
+		}
+		mu.Lock()
+		n := trips - before
+		mu.Unlock()
+		if n != 2 {
+			t.Errorf("%d round trips, want 2: the guard alone, then the checks and the claim", n)
+		}
+	})
+
+	t.Run("32 concurrent claims from 4 limiters, one claimed", func(t *testing.T) {
+		lims := make([]*Redis, 4)
+		for i := range lims {
+			c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs, ContextTimeoutEnabled: true})
+			t.Cleanup(func() { _ = c.Close() })
+			lims[i] = NewRedis(c, RedisOptions{Timeout: 2 * time.Second, ClaimFunc: testClaimFunc})
+			defer lims[i].Close()
+		}
+		var wg sync.WaitGroup
+		var claimed, taken atomicCount
+		for i := range 32 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				// Half with a limit in the claim's slot, half on another node.
+				key := same("many")
+				if i%2 == 1 {
+					key = "many:" + strconv.Itoa(i%3)
+				}
+				q := &Request{Checks: []Check{{Key: key, Limit: many}},
+					Claim: &ClaimPart{Keys: []string{claimTag + "same"}, Args: []any{strconv.Itoa(i)}, Timeout: 2 * time.Second}}
+				var ans Answer
+				if err := lims[i%4].AllowAll(ctx, q, &ans); err != nil || !ans.Claim.Run {
+					t.Errorf("claim %d: %v, %+v", i, err, ans.Claim)
+					return
+				}
+				switch ans.Claim.Reply[0] {
+				case "claimed":
+					claimed.add()
+				case "taken":
+					taken.add()
+				}
+			}()
+		}
+		wg.Wait()
+		if claimed.n != 1 || taken.n != 31 {
+			t.Errorf("32 concurrent claims of one key: %d claimed, %d taken; want 1 and 31", claimed.n, taken.n)
+		}
+	})
+
+	t.Run("another node fails: the claim keeps its reply", func(t *testing.T) {
+		key := other("down")
+		owner, err := cl.SlotOwner(cl.Servers[0], int(slot(keyPrefix+key)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := NewRedis(client, RedisOptions{Timeout: 200 * time.Millisecond, ClaimFunc: testClaimFunc})
+		defer r.Close()
+		// Warm: the script loaded on both nodes.
+		var ans Answer
+		if err := r.AllowAll(ctx, req("warm", Check{Key: key, Limit: many}), &ans); err != nil || !ans.Allowed {
+			t.Fatalf("warm: %v %+v", err, ans)
+		}
+		down := cl.Server(owner)
+		down.Freeze()
+		defer down.Thaw()
+		q := req("down", Check{Key: key, Limit: many})
+		ans = Answer{}
+		start := time.Now()
+		err = r.AllowAll(ctx, q, &ans)
+		d := time.Since(start)
+		if err == nil || ans.Allowed {
+			t.Fatalf("with the limit's master stopped: %v, allowed %v; want a store failure", err, ans.Allowed)
+		}
+		if !ans.Claim.Run || ans.Claim.Err != nil || len(ans.Claim.Reply) == 0 || ans.Claim.Reply[0] != "claimed" {
+			t.Errorf("claim on the live master: %+v, want run and claimed, no error", ans.Claim)
+		}
+		if d > time.Second+150*time.Millisecond {
+			t.Errorf("answered after %v, want one deadline (%v)", d, time.Second)
+		}
+	})
+}
+
+// atomicCount is a counter for concurrent test goroutines.
+type atomicCount struct {
+	mu sync.Mutex
+	n  int
+}
+
+func (c *atomicCount) add() { c.mu.Lock(); c.n++; c.mu.Unlock() }

@@ -153,7 +153,7 @@ func NewRedis(client Client, o RedisOptions) *Redis {
 	if r.inFlight <= 0 {
 		r.inFlight = 1
 	}
-	if r.d.claims && !r.cluster {
+	if r.d.claims {
 		r.claims = &lane{}
 	}
 	r.idle = sync.NewCond(&r.mu)
@@ -225,7 +225,10 @@ func (r *Redis) allowAll(ctx context.Context, c *call, q *Request, ans *Answer) 
 	c.q, c.ans, c.err, c.claim = nil, nil, nil, false
 	if err != nil {
 		err = fmt.Errorf("ratelimit: redis: %w", err)
-		if claim && ans.Claim.Err == nil {
+		// In a Cluster the claim's run may have been answered while a
+		// run on another node failed: it keeps its reply, which the
+		// caller needs to go on with the claim or to free it.
+		if claim && !ans.Claim.Run && ans.Claim.Err == nil {
 			ans.Claim.Err = err
 		}
 		return err

@@ -24,12 +24,6 @@ type trip struct {
 	refunds []*call
 	batch   []*call // the calls being sent (Redis.send)
 	carry   []*call // the calls to send again
-
-	// With claims that ask replicas to acknowledge them: the most
-	// replicas asked for, how long WAIT blocks, and its command.
-	acks int
-	wait time.Duration
-	ack  *redis.IntCmd
 }
 
 // run is one script run.
@@ -38,6 +32,13 @@ type run struct {
 	entries []entry
 	cmd     *redis.Cmd
 	claims  bool // an entry carries a claim: the reply holds strings
+
+	// With claims that ask replicas to acknowledge them: the most
+	// replicas asked for, how long WAIT blocks, and the WAIT sent after
+	// the run on its connection, whose answer is the run's claims'.
+	acks int
+	wait time.Duration
+	ack  *redis.IntCmd
 }
 
 // entry is one request of a run: a call's, or a lease's.
@@ -73,8 +74,9 @@ func (t *trip) reset() {
 		clear(r.entries)
 		r.entries = r.entries[:0]
 		r.cmd, r.claims = nil, false
+		r.acks, r.wait, r.ack = 0, 0, nil
 	}
-	t.used, t.acks, t.wait, t.ack = 0, 0, 0, nil
+	t.used = 0
 	clear(t.bySlot)
 	for _, g := range t.groups {
 		*g = leaseGroup{}
@@ -104,12 +106,24 @@ func (t *trip) runFor(s uint16) *run {
 // (answer joins them, and a request refused by one part gives back what
 // the others charged); a guard whose answer decides checks in other
 // slots is sent first, alone, and the checks in the next round trip.
+//
+// A request's claim goes into the run of its keys' slot (they share a
+// hash tag): right after the request's part in that slot, run only when
+// that part passes, as outside a Cluster; or, with no part there, as a
+// part of its own that runs whatever the other parts decide. Either way
+// it is in the same round trip as the request's checks (never with a
+// guard sent alone), and a claim that ran for a request another part
+// refused is the caller's to free (claim.go).
 func (t *trip) plan(c *call) {
 	c.parts, c.failed, c.charged, c.phase = 0, false, 0, false
 	q := c.q
 	if !t.cluster {
 		t.add(t.runFor(0), entry{c: c, guard: q.Guard.Key != "", claim: c.claim})
 		return
+	}
+	var cs uint16 // the claim's slot
+	if c.claim {
+		cs = slot(q.Claim.Keys[0])
 	}
 	if q.Guard.Key != "" && !c.guarded {
 		gs := slot(q.Guard.Key)
@@ -120,11 +134,14 @@ func (t *trip) plan(c *call) {
 				break
 			}
 		}
-		if together {
-			t.add(t.runFor(gs), entry{c: c, guard: true})
-		} else {
+		if !together {
 			c.phase = true
 			t.add(t.runFor(gs), entry{c: c, idx: []int{}, guard: true})
+			return
+		}
+		t.add(t.runFor(gs), entry{c: c, guard: true, claim: c.claim && cs == gs})
+		if c.claim && cs != gs {
+			t.add(t.runFor(cs), entry{c: c, idx: []int{}, claim: true})
 		}
 		return
 	}
@@ -146,11 +163,16 @@ func (t *trip) plan(c *call) {
 		}
 		parts[j] = append(parts[j], i)
 	}
-	if len(slots) == 0 { // nothing applies: the request passes
-		return
-	}
+	claimed := false // the claim rides with a part
 	for j, s := range slots {
-		t.add(t.runFor(s), entry{c: c, idx: parts[j], known: c.guarded})
+		with := c.claim && s == cs
+		claimed = claimed || with
+		t.add(t.runFor(s), entry{c: c, idx: parts[j], known: c.guarded, claim: with})
+	}
+	if c.claim && !claimed {
+		// No check in the claim's slot (or none applies: the request
+		// passes): the claim is a part of its own.
+		t.add(t.runFor(cs), entry{c: c, idx: []int{}, claim: true})
 	}
 }
 
@@ -168,8 +190,8 @@ func (t *trip) add(r *run, e entry) {
 		if e.claim {
 			r.claims = true
 			if n := c.q.Claim.ReplicaAcks; n > 0 {
-				t.acks = max(t.acks, n)
-				t.wait = max(t.wait, c.q.Claim.WaitTimeout, time.Millisecond)
+				r.acks = max(r.acks, n)
+				r.wait = max(r.wait, c.q.Claim.WaitTimeout, time.Millisecond)
 			}
 		}
 	}
@@ -213,24 +235,30 @@ func (t *trip) lease(ls *leases, now int64) {
 
 // send sends the runs, as one pipeline when there are several, and sends
 // the script itself for a run Redis did not know it for (NOSCRIPT, after
-// a restart). It returns the first error.
+// a restart). A run whose claims ask replicas to acknowledge them goes as
+// EVAL (after NOSCRIPT a second run would wait for the replicas a second
+// time), followed by WAIT on its connection. It returns the first error.
 func (t *trip) send(ctx context.Context, client Client) error {
-	if t.acks > 0 && !t.cluster {
+	acked := false
+	for _, r := range t.runs[:t.used] {
+		acked = acked || r.acks > 0
+	}
+	if acked && !t.cluster {
 		return t.sendAcked(ctx, client)
 	}
 	t.cmds = t.cmds[:0]
 	for _, r := range t.runs[:t.used] {
-		r.cmd = r.b.cmd(ctx, false)
+		r.cmd = r.b.cmd(ctx, r.acks > 0)
 		t.cmds = append(t.cmds, r.cmd)
 	}
 	cc, cluster := client.(*redis.ClusterClient)
 	switch {
 	case len(t.cmds) == 0:
 		return nil
+	case cluster && (len(t.cmds) > 1 || acked):
+		t.sendByNode(ctx, cc)
 	case len(t.cmds) == 1:
 		_ = client.Process(ctx, t.cmds[0])
-	case cluster:
-		t.sendByNode(ctx, cc)
 	default:
 		p := client.Pipeline()
 		for _, c := range t.cmds {
@@ -258,13 +286,18 @@ func (t *trip) send(ctx context.Context, client Client) error {
 // run would wait for the replicas a second time.
 func (t *trip) sendAcked(ctx context.Context, client Client) error {
 	p := client.Pipeline()
+	acks, wait := 0, time.Duration(0)
 	for _, r := range t.runs[:t.used] {
 		r.cmd = r.b.cmd(ctx, true)
 		_ = p.Process(ctx, r.cmd)
+		acks, wait = max(acks, r.acks), max(wait, r.wait)
 	}
-	t.ack = redis.NewIntCmd(ctx, "wait", t.acks, t.wait.Milliseconds())
-	_ = p.Process(ctx, t.ack)
+	ack := redis.NewIntCmd(ctx, "wait", acks, wait.Milliseconds())
+	_ = p.Process(ctx, ack)
 	_, _ = p.Exec(ctx)
+	for _, r := range t.runs[:t.used] {
+		r.ack = ack
+	}
 	for _, r := range t.runs[:t.used] {
 		if err := r.cmd.Err(); err != nil {
 			return err
@@ -273,33 +306,64 @@ func (t *trip) sendAcked(ctx context.Context, client Client) error {
 	return nil
 }
 
+// nodeBatch is what one master of a Cluster is sent in a round trip: the
+// runs in its slots, and with claims that ask replicas to acknowledge
+// them the most replicas asked for and how long WAIT blocks.
+type nodeBatch struct {
+	cmds []redis.Cmder
+	runs []*run // the runs carrying such claims, answered by the WAIT
+	acks int
+	wait time.Duration
+}
+
 // sendByNode sends the runs of a Cluster round trip as one pipeline per
 // master, all at once. go-redis's own Cluster pipeline would do the same,
 // but when one node fails and the deadline passes during its retries it
 // marks every command of the pipeline failed, answered or not: a run
 // that was decided (and charged) would look failed and could not be
-// given back.
+// given back. A node's pipeline is one connection (the node's own
+// client's): runs whose claims ask replicas to acknowledge them are
+// followed there by WAIT, which counts the replicas holding every write
+// of that connection so far, the claims included.
 func (t *trip) sendByNode(ctx context.Context, cc *redis.ClusterClient) {
-	nodes := map[*redis.Client][]redis.Cmder{}
+	nodes := map[*redis.Client]*nodeBatch{}
 	for _, r := range t.runs[:t.used] {
 		node, err := cc.MasterForKey(ctx, r.b.keys[0].(string))
 		if err != nil {
 			r.cmd.SetErr(err)
 			continue
 		}
-		nodes[node] = append(nodes[node], r.cmd)
+		nb := nodes[node]
+		if nb == nil {
+			nb = &nodeBatch{}
+			nodes[node] = nb
+		}
+		nb.cmds = append(nb.cmds, r.cmd)
+		if r.acks > 0 {
+			nb.runs = append(nb.runs, r)
+			nb.acks, nb.wait = max(nb.acks, r.acks), max(nb.wait, r.wait)
+		}
+	}
+	for _, nb := range nodes {
+		if nb.acks > 0 {
+			ack := redis.NewIntCmd(ctx, "wait", nb.acks, nb.wait.Milliseconds())
+			nb.cmds = append(nb.cmds, ack)
+			for _, r := range nb.runs {
+				r.ack = ack
+			}
+		}
 	}
 	var wg sync.WaitGroup
-	for node, cmds := range nodes {
+	for node, nb := range nodes {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if len(cmds) == 1 {
-				_ = node.Process(ctx, cmds[0])
+			if len(nb.cmds) == 1 {
+				_ = node.Process(ctx, nb.cmds[0])
 				return
 			}
 			p := node.Pipeline()
-			for _, c := range cmds {
+			for _, c := range nb.cmds {
 				_ = p.Process(ctx, c)
 			}
 			_, _ = p.Exec(ctx)
@@ -323,7 +387,7 @@ func (t *trip) answer(ls *leases, now int64) {
 		}
 		for _, e := range r.entries {
 			if err == nil {
-				err = t.read(&rd, e, now)
+				err = t.read(&rd, r, e, now)
 				if err == nil {
 					continue
 				}
@@ -347,8 +411,8 @@ func (t *trip) answer(ls *leases, now int64) {
 	}
 }
 
-// read reads e's part of a run's reply.
-func (t *trip) read(rd *replyReader, e entry, now int64) error {
+// read reads e's part of run r's reply.
+func (t *trip) read(rd *replyReader, r *run, e entry, now int64) error {
 	allowed, branch, ttl, err := rd.head(e.guard)
 	if err != nil {
 		return err
@@ -410,8 +474,8 @@ func (t *trip) read(rd *replyReader, e entry, now int64) error {
 		} else {
 			cl.Reply = reply
 		}
-		if t.ack != nil {
-			cl.Acked, cl.AckErr = t.ack.Result()
+		if r.ack != nil {
+			cl.Acked, cl.AckErr = r.ack.Result()
 		}
 	}
 	return nil
