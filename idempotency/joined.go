@@ -21,6 +21,16 @@ import (
 // function (ClaimFunc) on the same keys either way, so the outcomes, and
 // the guarantee that concurrent identical orders produce one Claimed,
 // are the same.
+//
+// In a Redis Cluster the order's limits and its claim may live on
+// different masters, each decided in a script run of its own (all sent
+// at once, one round trip): a claim can then run although a limit on
+// another node refused the order, or failed. Such a claim is freed before
+// the order is answered (Joiner.Abandon), as the store frees a claim its
+// replicas did not acknowledge. A free that fails leaves the claim in
+// flight: a retry of the order meets 409 in progress and, after
+// idempotency.in_flight_timeout, the unknown outcome, never a second
+// placement.
 
 // Prepared is a claim made ready to run inside the rate limiter's
 // script run: the ratelimit.ClaimPart it rides as (ClaimFunc's KEYS and
@@ -58,6 +68,13 @@ type Joiner interface {
 	// acknowledge is freed and reported as ErrNotReplicated, a failed
 	// round trip, or one that did not run the claim, as a store failure.
 	Settle(ctx context.Context, p *Prepared, r ratelimit.ClaimReply) (Claim, error)
+	// Abandon frees the claim p if its round trip ran it and it took the
+	// identifier (r.Run, reply "claimed"), for a request that is not let
+	// through: refused or failed by a limit that was decided in another
+	// script run than the claim (a Cluster's other node). It does nothing
+	// for a claim that did not run or did not take the identifier. The
+	// free is best effort, within Options.Timeout.
+	Abandon(ctx context.Context, p *Prepared, r ratelimit.ClaimReply) error
 }
 
 // Prepare implements Joiner.
@@ -68,13 +85,17 @@ func (s *Redis) Prepare(p *Prepared, key Key, fp Fingerprint) { s.prepare(p, key
 // nothing of the claim's outcome that the claim itself could not say
 // again: the claim is made on its own, with a new holder, as Claim would
 // have. That is safe whatever the failed run did, since a claim it took
-// answers the new one InProgress, never Claimed.
+// answers the new one InProgress, never Claimed. A run a Cluster node
+// did not serve (MOVED or ASK after a failover or a resharding,
+// CLUSTERDOWN, TRYAGAIN, LOADING, MASTERDOWN) is a store failure, as it
+// is for the limits: the order is refused, one deadline, and the
+// limiter's next round trip goes by the reloaded slot map.
 func (s *Redis) Settle(ctx context.Context, p *Prepared, r ratelimit.ClaimReply) (Claim, error) {
 	if r.Err == nil && !r.Run {
 		r.Err = errNotRun
 	}
 	var reply redis.Error
-	if errors.As(r.Err, &reply) {
+	if errors.As(r.Err, &reply) && !unavailable(r.Err) {
 		return s.Claim(ctx, p.key, p.fp)
 	}
 	if r.Err != nil {
@@ -87,4 +108,35 @@ func (s *Redis) Settle(ctx context.Context, p *Prepared, r ratelimit.ClaimReply)
 		}
 	}
 	return p.outcome(r.Reply)
+}
+
+// Abandon implements Joiner.
+func (s *Redis) Abandon(ctx context.Context, p *Prepared, r ratelimit.ClaimReply) error {
+	if !r.Run || len(r.Reply) == 0 || r.Reply[0] != "claimed" {
+		return nil
+	}
+	return s.free(ctx, p)
+}
+
+// free releases the claim p, taken by its holder: the identifier's key
+// is deleted and the account's share given back, within Options.Timeout
+// even when ctx is done (the caller may be answering a client that left).
+func (s *Redis) free(ctx context.Context, p *Prepared) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.o.Timeout)
+	defer cancel()
+	if err := s.finish.Run(ctx, s.c, p.Keys, p.id, "free", ms(s.o.Retention), "", p.slot).Err(); err != nil {
+		s.failed(ctx, err)
+		return storeError("free", err)
+	}
+	return nil
+}
+
+// unavailable reports whether err is a Redis Cluster's answer that a
+// node did not serve a command (its slot moved, the Cluster or the
+// master is down, the node is loading): nothing ran.
+func unavailable(err error) bool {
+	_, moved := redis.IsMovedError(err)
+	_, ask := redis.IsAskError(err)
+	return moved || ask || redis.IsClusterDownError(err) || redis.IsTryAgainError(err) ||
+		redis.IsLoadingError(err) || redis.IsMasterDownError(err)
 }

@@ -3,9 +3,11 @@ package idempotency
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -18,28 +20,44 @@ import (
 // joinedStore is a Redis store whose claims ride in the rate limiter's
 // round trip, as the proxy sends them when the limits and duplicate
 // protection share a Redis: each claim is decided with one limit of the
-// account (limit), in one script run.
+// account (limit), in one round trip. A claim that ran for a request the
+// limit refused (in a Cluster, where the limit may be on another master)
+// is freed, as the proxy frees it.
 type joinedStore struct {
 	*Redis
-	lim   *ratelimit.Redis
-	limit ratelimit.Limit
+	lim      *ratelimit.Redis
+	limit    ratelimit.Limit
+	cluster  bool
+	sameSlot bool         // the limit's key shares the account's hash tag
+	trips    atomic.Int64 // the limiter's round trips
 }
 
-func newJoined(t *testing.T, c *redis.Client, o Options, limit ratelimit.Limit) *joinedStore {
-	lim := ratelimit.NewRedis(c, ratelimit.RedisOptions{ClaimFunc: ClaimFunc})
-	t.Cleanup(func() { _ = lim.Close() })
-	return &joinedStore{Redis: NewRedis(c, o), lim: lim, limit: limit}
+func newJoined(t *testing.T, c redis.UniversalClient, o Options, limit ratelimit.Limit) *joinedStore {
+	s := &joinedStore{Redis: NewRedis(c, o), limit: limit}
+	_, s.cluster = c.(*redis.ClusterClient)
+	s.lim = ratelimit.NewRedis(c, ratelimit.RedisOptions{ClaimFunc: ClaimFunc, Timeout: o.Timeout,
+		Observe: func(time.Duration, int, error) { s.trips.Add(1) }})
+	t.Cleanup(func() { _ = s.lim.Close() })
+	return s
 }
 
 // errLimited is a joined claim refused by its limit.
 var errLimited = errors.New("limited")
+
+// limitKey is the key of the account's limit.
+func (s *joinedStore) limitKey(account string) string {
+	if s.sameSlot {
+		return s.o.KeyPrefix + "{" + accountTag(account) + "}limit"
+	}
+	return s.o.KeyPrefix + "limit:" + account
+}
 
 // Claim decides the account's limit and claims key in one round trip.
 func (s *joinedStore) Claim(ctx context.Context, key Key, fp Fingerprint) (Claim, error) {
 	var p Prepared
 	s.Prepare(&p, key, fp)
 	q := ratelimit.Request{
-		Checks: []ratelimit.Check{{Key: s.o.KeyPrefix + "limit:" + key.Account, Limit: s.limit}},
+		Checks: []ratelimit.Check{{Key: s.limitKey(key.Account), Limit: s.limit}},
 		Claim:  &p.ClaimPart,
 	}
 	var ans ratelimit.Answer
@@ -48,8 +66,11 @@ func (s *joinedStore) Claim(ctx context.Context, key Key, fp Fingerprint) (Claim
 		return Claim{}, errors.New("joinedStore: the claim was not sent with the limits")
 	}
 	if err == nil && !ans.Allowed {
-		if ans.Claim.Run {
-			return Claim{}, errors.New("joinedStore: a refused request ran its claim")
+		if ans.Claim.Run && (!s.cluster || s.sameSlot) {
+			return Claim{}, errors.New("joinedStore: a refused request ran its claim in the limit's own run")
+		}
+		if err := s.Abandon(ctx, &p, ans.Claim); err != nil {
+			return Claim{}, err
 		}
 		return Claim{}, errLimited
 	}
@@ -211,4 +232,234 @@ func TestJoinedReplicaAcks(t *testing.T) {
 			t.Errorf("unacknowledged claim left on the master: EXISTS = %v %v", n, err)
 		}
 	})
+}
+
+// clusterClient returns a Cluster client as the proxy builds it.
+func clusterClient(t *testing.T, cl *redistest.Cluster) *redis.ClusterClient {
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs, ContextTimeoutEnabled: true, MaxRetries: -1})
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// masterOf returns the address of the master holding key.
+func masterOf(t *testing.T, c *redis.ClusterClient, key string) string {
+	t.Helper()
+	node, err := c.MasterForKey(context.Background(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return node.Options().Addr
+}
+
+// splitAccount returns an account whose limit key (under s's prefix) and
+// claim keys live on different masters.
+func splitAccount(t *testing.T, c *redis.ClusterClient, s *joinedStore) string {
+	t.Helper()
+	for i := range 1000 {
+		a := "acct" + strconv.Itoa(i)
+		if masterOf(t, c, "rate:"+s.limitKey(a)) != masterOf(t, c, s.keys(Key{Account: a})[0]) {
+			return a
+		}
+	}
+	t.Fatal("no account with its limit and its claims on different masters")
+	return ""
+}
+
+// TestJoinedClusterStore runs the store table on a 3-master Redis
+// Cluster, every claim decided in the round trip of its account's limit,
+// which lives on another master for most accounts.
+func TestJoinedClusterStore(t *testing.T) {
+	cl := redistest.StartCluster(t, 3)
+	runStoreCases(t, harness{name: "joined cluster", replicas: func(t *testing.T, n int, o Options) []Store {
+		o.KeyPrefix = uniquePrefix()
+		out := make([]Store, n)
+		for i := range out {
+			out[i] = newJoined(t, clusterClient(t, cl), o, generous) // one client per replica
+		}
+		return out
+	}})
+}
+
+// TestJoinedCluster: in a Cluster an order's claim and its limit, on
+// different masters, take one round trip; concurrent identical claims
+// from several replicas give one Claimed; a claim that ran for a request
+// a limit on another master refused is freed at once (identifier and
+// account share), and one whose limit shares its slot never runs; a
+// stopped master holding the claim fails the request after one deadline.
+func TestJoinedCluster(t *testing.T) {
+	cl := redistest.StartCluster(t, 3)
+	base := testOptions(newClock())
+
+	t.Run("one round trip", func(t *testing.T) {
+		o := base
+		o.KeyPrefix = uniquePrefix()
+		c := clusterClient(t, cl)
+		s := newJoined(t, c, o, generous)
+		acct := splitAccount(t, c, s)
+		mustClaim(t, s, Key{Account: acct, Identifier: "warm"}, fpA, Claimed) // the scripts are loaded
+		scripts := func() int64 {
+			var n int64
+			for _, srv := range cl.Servers {
+				calls := srv.CommandCalls()
+				n += calls["evalsha"] + calls["eval"]
+			}
+			return n
+		}
+		trips, runs := s.trips.Load(), scripts()
+		for i := range 10 {
+			mustClaim(t, s, Key{Account: acct, Identifier: "one" + strconv.Itoa(i)}, fpA, Claimed)
+		}
+		if n := s.trips.Load() - trips; n != 10 {
+			t.Errorf("10 claims with their limits took %d round trips, want 10", n)
+		}
+		if n := scripts() - runs; n != 20 {
+			t.Errorf("10 claims with their limits on another master ran %d scripts, want 20 (a limit's run and a claim's each)", n)
+		}
+	})
+
+	t.Run("32 concurrent identical claims from 4 replicas", func(t *testing.T) {
+		o := base
+		o.KeyPrefix = uniquePrefix()
+		stores := make([]*joinedStore, 4)
+		for i := range stores {
+			stores[i] = newJoined(t, clusterClient(t, cl), o, generous)
+		}
+		var wg sync.WaitGroup
+		outcomes := make([]Outcome, 32)
+		errs := make([]error, len(outcomes))
+		for i := range outcomes {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				c, err := stores[i%4].Claim(context.Background(), Key{Account: "acct-many" + strconv.Itoa(i%3), Identifier: "same"}, fpA)
+				outcomes[i], errs[i] = c.Outcome, err
+			}()
+		}
+		wg.Wait()
+		claimed := map[int]int{}
+		for i, o := range outcomes {
+			if errs[i] != nil {
+				t.Fatalf("concurrent claim %d: %v", i, errs[i])
+			}
+			if o == Claimed {
+				claimed[i%3]++
+			} else if o != InProgress {
+				t.Errorf("concurrent claim %d = %s, want claimed or in_progress", i, o)
+			}
+		}
+		for a := range 3 {
+			if claimed[a] != 1 {
+				t.Errorf("account %d: %d Claimed of its concurrent identical claims, want exactly 1", a, claimed[a])
+			}
+		}
+	})
+
+	t.Run("refused by a limit on another master: freed", func(t *testing.T) {
+		o := base
+		o.KeyPrefix = uniquePrefix()
+		c := clusterClient(t, cl)
+		s := newJoined(t, c, o, ratelimit.Limit{Rate: 1, Period: time.Hour, Burst: 1})
+		acct := splitAccount(t, c, s)
+		mustClaim(t, s, Key{Account: acct, Identifier: "first"}, fpA, Claimed)
+		share := s.keys(Key{Account: acct})[1]
+		before, err := c.HGetAll(context.Background(), share).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		second := Key{Account: acct, Identifier: "second"}
+		if _, err := s.Claim(context.Background(), second, fpA); !errors.Is(err, errLimited) {
+			t.Fatalf("claim over the limit = %v, want refused by the limit", err)
+		}
+		if n, err := c.Exists(context.Background(), s.keys(second)[0]).Result(); err != nil || n != 0 {
+			t.Errorf("a refused request's claim left held: EXISTS = %v %v, want 0", n, err)
+		}
+		after, err := c.HGetAll(context.Background(), share).Result()
+		if err != nil || fmt.Sprint(after) != fmt.Sprint(before) {
+			t.Errorf("account share after a refused request's claim = %v %v, want it back at %v", after, err, before)
+		}
+		// The identifier is free at once for the retry (claimed here
+		// without the spent limit).
+		mustClaim(t, s.Redis, second, fpA, Claimed)
+	})
+
+	t.Run("refused by a limit in the claim's slot: never run", func(t *testing.T) {
+		o := base
+		o.KeyPrefix = uniquePrefix()
+		c := clusterClient(t, cl)
+		s := newJoined(t, c, o, ratelimit.Limit{Rate: 1, Period: time.Hour, Burst: 1})
+		s.sameSlot = true
+		acct := "acct-same-slot"
+		mustClaim(t, s, Key{Account: acct, Identifier: "first"}, fpA, Claimed)
+		if _, err := s.Claim(context.Background(), Key{Account: acct, Identifier: "second"}, fpA); !errors.Is(err, errLimited) {
+			t.Fatalf("claim over the limit = %v, want refused by the limit (without running the claim)", err)
+		}
+	})
+
+	t.Run("the claim's master stopped: one deadline", func(t *testing.T) {
+		o := base
+		o.KeyPrefix = uniquePrefix()
+		o.Timeout = 200 * time.Millisecond
+		c := clusterClient(t, cl)
+		s := newJoined(t, c, o, generous)
+		acct := splitAccount(t, c, s)
+		mustClaim(t, s, Key{Account: acct, Identifier: "warm"}, fpA, Claimed)
+		srv := cl.Server(masterOf(t, c, s.keys(Key{Account: acct})[0]))
+		srv.Freeze()
+		defer srv.Thaw()
+		start := time.Now()
+		_, err := s.Claim(context.Background(), Key{Account: acct, Identifier: "paused"}, fpA)
+		d := time.Since(start)
+		if err == nil || errors.Is(err, errLimited) {
+			t.Fatalf("claim with its master stopped = %v, want a store failure", err)
+		}
+		if d < o.Timeout || d >= 2*o.Timeout {
+			t.Errorf("claim with its master stopped failed after %v, want one deadline (%v), not two", d, o.Timeout)
+		}
+		t.Logf("claim and limits, the claim's master stopped: failed after %v (deadline %v)", d, o.Timeout)
+	})
+}
+
+// TestJoinedClusterReplicaAcks: in a Cluster with a replica per master,
+// a joined claim asking for a replica's acknowledgement is Claimed once
+// its master's replica holds it; with that replica cut off it is refused
+// with ErrNotReplicated and the identifier left free.
+func TestJoinedClusterReplicaAcks(t *testing.T) {
+	cl := redistest.StartReplicatedCluster(t, 3, 2*time.Second)
+	c := clusterClient(t, cl)
+	o := testOptions(newClock())
+	o.ReplicaAcks = 1
+	o.Timeout = time.Second
+	o.KeyPrefix = "acks:"
+	s := newJoined(t, c, o, generous)
+	acct := splitAccount(t, c, s)
+	for i := range 5 {
+		k := Key{Account: acct, Identifier: "k" + strconv.Itoa(i)}
+		mustClaim(t, s, k, fpA, Claimed)
+	}
+	master := cl.Server(masterOf(t, c, s.keys(Key{Account: acct})[0]))
+	info, err := master.Info("replication")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var replica *redistest.Server
+	for _, r := range cl.Servers {
+		if strings.Contains(info["slave0"], "port="+r.Port()+",") {
+			replica = r
+		}
+	}
+	if replica == nil {
+		t.Fatalf("no replica of %s in %v", master.Addr, info)
+	}
+	replica.Freeze()
+	defer replica.Thaw()
+	if _, err := master.Do("CLIENT", "KILL", "TYPE", "replica"); err != nil {
+		t.Fatal(err)
+	}
+	k := Key{Account: acct, Identifier: "cut-off"}
+	if _, err := s.Claim(context.Background(), k, fpA); !errors.Is(err, ErrNotReplicated) {
+		t.Fatalf("joined claim with the replica cut off = %v, want ErrNotReplicated", err)
+	}
+	if n, err := master.Do("EXISTS", s.keys(k)[0]); err != nil || n != int64(0) {
+		t.Errorf("unacknowledged claim left on the master: EXISTS = %v %v", n, err)
+	}
 }

@@ -93,9 +93,7 @@ func (s *Redis) acked(ctx context.Context, p *Prepared, res []any, acked int64, 
 		// Not forwarded: free the identifier for the retry. Should this
 		// be lost too, the retry meets an in-flight claim (409), not a
 		// second placement.
-		free, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.o.Timeout)
-		defer cancel()
-		_ = s.finish.Run(free, s.c, p.Keys, p.id, "free", ms(s.o.Retention), "", p.slot).Err()
+		_ = s.free(ctx, p)
 	}
 	if werr != nil {
 		return fmt.Errorf("%w: WAIT: %v", ErrNotReplicated, werr)

@@ -131,6 +131,29 @@ func (g *Gateway) joinedClaim(st *requestState, r *http.Request) *apierror.Error
 	return g.answerClaim(st, claim, err)
 }
 
+// abandonClaim frees the identifier claim of an order its limits did not
+// let through (refused, or failed on a route that fails closed), when
+// the claim ran all the same: in a Redis Cluster the claim's script run
+// is on its account's master and the limit that refused may be on
+// another, decided at once in a run of its own. It is freed here, before
+// the refusal is written, so that the client's retry finds the
+// identifier free, and not in the limiter, which gives back what it
+// charged but leaves what a claim means, and how it is freed, to
+// duplicate protection. A free that fails leaves the claim in flight: a
+// retry gets 409 in progress, then the unknown outcome, never a second
+// placement.
+func (g *Gateway) abandonClaim(st *requestState, r *http.Request) {
+	if !st.decision.Claim.Run {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), g.idemTimeout)
+	defer cancel()
+	if err := g.joiner.Abandon(ctx, &st.order.prepared, st.decision.Claim); err != nil {
+		g.log.Warn("duplicate protection: freeing the claim of an order its limits refused failed; retries get 409 until it expires",
+			zap.String("request_id", st.id), zap.Error(err))
+	}
+}
+
 // countInvalid counts e, the answer to a request, when it refuses an
 // invalid order.
 func (g *Gateway) countInvalid(st *requestState, e *apierror.Error) {

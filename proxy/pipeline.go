@@ -67,6 +67,9 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // of the steps in their usual order: a request a limit refuses gets the
 // limit's answer, whatever its body, and claims nothing. A client the
 // deny cache knows to be throttled is refused before its order is read.
+// In a Redis Cluster a claim may run although a limit on another node
+// refused the order: it is freed before the refusal is written
+// (abandonClaim).
 func (g *Gateway) limitAndCheck(st *requestState, r *http.Request, pl *plan) *apierror.Error {
 	if !g.joinsClaims(st, pl) {
 		if e := g.enforceLimits(st, r, pl, st.route, 1, nil); e != nil {
@@ -87,6 +90,9 @@ func (g *Gateway) limitAndCheck(st *requestState, r *http.Request, pl *plan) *ap
 		claim = g.prepareClaim(st)
 	}
 	if e := g.enforceLimits(st, r, pl, st.route, 1, claim); e != nil {
+		if claim != nil {
+			g.abandonClaim(st, r)
+		}
 		return e
 	}
 	if body != nil {

@@ -255,7 +255,7 @@ func (t *trip) send(ctx context.Context, client Client) error {
 	switch {
 	case len(t.cmds) == 0:
 		return nil
-	case cluster && (len(t.cmds) > 1 || acked):
+	case cluster:
 		t.sendByNode(ctx, cc)
 	case len(t.cmds) == 1:
 		_ = client.Process(ctx, t.cmds[0])
@@ -317,11 +317,16 @@ type nodeBatch struct {
 }
 
 // sendByNode sends the runs of a Cluster round trip as one pipeline per
-// master, all at once. go-redis's own Cluster pipeline would do the same,
-// but when one node fails and the deadline passes during its retries it
-// marks every command of the pipeline failed, answered or not: a run
-// that was decided (and charged) would look failed and could not be
-// given back. A node's pipeline is one connection (the node's own
+// master, all at once, a single run included. go-redis's own Cluster
+// pipeline would do the same, but when one node fails and the deadline
+// passes during its retries it marks every command of the pipeline
+// failed, answered or not: a run that was decided (and charged) would
+// look failed and could not be given back. And the Cluster client's
+// first command fetches COMMAND from random nodes under a 5s deadline of
+// its own, whatever the round trip's: a node stopped then would hold a
+// round trip (every one, while the fetch fails) far past its deadline. A
+// run sent by a stale slot map is answered MOVED or ASK: a store
+// failure, after which the slot map is reloaded. A node's pipeline is one connection (the node's own
 // client's): runs whose claims ask replicas to acknowledge them are
 // followed there by WAIT, which counts the replicas holding every write
 // of that connection so far, the claims included.

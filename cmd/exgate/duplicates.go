@@ -17,8 +17,8 @@ import (
 // openDuplicateStore returns duplicate protection's store, timed and
 // counted by observedStore: in Redis (duplicatesInRedis), shared by every
 // replica, or in this process. With the limits in Redis it is their
-// client, and outside a Cluster an order's claim rides in the round trip
-// that decides its limits (observedJoiner, claimFunc); with the limits in
+// client, and an order's claim rides in the round trip that decides its
+// limits (observedJoiner, claimFunc); with the limits in
 // memory it is a client of its own, from limiter.redis.
 func (a *app) openDuplicateStore(cfg *config.Config) (idempotency.Store, error) {
 	opts := idempotency.OptionsFrom(cfg.Idempotency)
@@ -61,11 +61,12 @@ func claimFunc(cfg *config.Config) string {
 }
 
 // joinsLimits reports whether duplicate protection's claims ride in the
-// limiter's round trips: they share client c, which is not a Cluster's
-// (where an order's limits and its claim may live on different nodes).
+// limiter's round trips: they share client c, a standalone, Sentinel or
+// Cluster client. In a Cluster an order's claim runs on the master of
+// its account's slot, in the same round trip as its limits on theirs
+// (ratelimit's claim.go).
 func joinsLimits(cfg *config.Config, c redis.UniversalClient, own bool) bool {
-	_, cluster := c.(*redis.ClusterClient)
-	return claimFunc(cfg) != "" && c != nil && !own && !cluster
+	return claimFunc(cfg) != "" && c != nil && !own
 }
 
 // duplicatesInRedis reports whether duplicate protection runs and keeps
@@ -136,6 +137,20 @@ func (o observedJoiner) Settle(ctx context.Context, p *idempotency.Prepared, jr 
 	o.observe(metrics.DuplicateClaim, p.At, err)
 	return c, err
 }
+
+// Abandon frees a claim that ran for an order that was not let through;
+// it is counted as a release.
+func (o observedJoiner) Abandon(ctx context.Context, p *idempotency.Prepared, jr ratelimit.ClaimReply) error {
+	start := o.now()
+	err := o.j.Abandon(ctx, p, jr)
+	o.observe(metrics.DuplicateRelease, start, err)
+	return err
+}
+
+// observedJoiner must stay a Joiner: the proxy finds out by a type
+// assertion, and a missing method would silently make claims their own
+// round trip again.
+var _ idempotency.Joiner = observedJoiner{}
 
 func (o observedStore) MarkUnknown(ctx context.Context, c idempotency.Claim) error {
 	start := o.now()

@@ -45,9 +45,8 @@ func TestDuplicateProtectionOwnRedis(t *testing.T) {
 }
 
 // TestClaimsJoinLimits: claims ride in the limiter's round trips exactly
-// when the limits and duplicate protection share one Redis client that
-// is not a Cluster's; every other combination claims on its own, as
-// before.
+// when the limits and duplicate protection share one Redis client, a
+// Cluster's included; every other combination claims on its own.
 func TestClaimsJoinLimits(t *testing.T) {
 	single := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
 	cluster := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1", "127.0.0.1:2"}})
@@ -60,7 +59,7 @@ func TestClaimsJoinLimits(t *testing.T) {
 		claimFunc, joins bool
 	}{
 		{"redis limits and duplicates, one client", config.BackendRedis, "", single, false, true, true},
-		{"redis limits and duplicates, Cluster", config.BackendRedis, "", cluster, false, true, false},
+		{"redis limits and duplicates, Cluster", config.BackendRedis, "", cluster, false, true, true},
 		{"memory limits, redis duplicates (own client)", config.BackendMemory, config.BackendRedis, single, true, false, false},
 		{"redis limits, memory duplicates", config.BackendRedis, config.BackendMemory, nil, false, false, false},
 		{"memory limits and duplicates", config.BackendMemory, "", nil, false, false, false},

@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -338,4 +339,115 @@ func TestOrderClaimRidesWithLimits(t *testing.T) {
 		t.Errorf("order with Redis stopped answered after %v, want one deadline (%v), under both (%v)", d, claimTimeout, limitTimeout+claimTimeout)
 	}
 	t.Logf("order with an identifier, Redis stopped: answered after %v (limiter timeout %v, idempotency timeout %v)", d, limitTimeout, claimTimeout)
+}
+
+// TestOrderClaimRidesWithLimitsCluster: in a Redis Cluster an order's
+// claim rides in the round trip of its limits although they live on
+// different masters: with the claim's master stopped the order is
+// refused 503 after one deadline, the claim's; an order refused by its
+// limit, on the other master, leaves no claim behind (the identifier is
+// free, the account's share back).
+func TestOrderClaimRidesWithLimitsCluster(t *testing.T) {
+	cl := redistest.StartCluster(t, 3)
+	const limitTimeout, claimTimeout = 150 * time.Millisecond, 300 * time.Millisecond
+	urls, backend := replicas(t, 1, cl.Addrs, func(cfg *config.Config) {
+		l := &cfg.Route("place_order").Limits[0]
+		l.Rate, l.Burst = config.Rate{N: 3, Period: time.Hour}, 3
+		cfg.Limiter.Redis.Timeout = limitTimeout
+		cfg.Idempotency.Timeout = claimTimeout
+		cfg.Idempotency.KeyPrefix = "cl:"
+		cfg.Idempotency.ReplicaAcks = 0 // masters without replicas (idempotency's TestJoinedClusterReplicaAcks has them)
+	})
+	url := urls[0]
+	// keysOn returns, by node, the keys matching pattern.
+	keysOn := func(pattern string) map[*redistest.Server][]any {
+		out := map[*redistest.Server][]any{}
+		for _, s := range cl.Servers {
+			v, err := s.Do("KEYS", pattern)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ks := v.([]any); len(ks) > 0 {
+				out[s] = ks
+			}
+		}
+		return out
+	}
+	// A token whose limit and claims live on different masters.
+	var token string
+	var claimNode *redistest.Server
+	for try := 0; token == "" && try < 20; try++ {
+		for _, s := range cl.Servers {
+			if _, err := s.Do("FLUSHALL"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		tok := authenticate(t, url)
+		if code, _, b := order(t, url, tok, "find", "0.001"); code != 201 {
+			t.Fatalf("order: %d %s", code, b)
+		}
+		limits, claims := keysOn("rate:*place_order*"), keysOn("cl:*")
+		if len(limits) != 1 || len(claims) != 1 {
+			t.Fatalf("limit keys %v, claim keys %v: want each on one master", limits, claims)
+		}
+		for s := range claims {
+			if _, same := limits[s]; !same {
+				token, claimNode = tok, s
+			}
+		}
+	}
+	if token == "" {
+		t.Fatal("no token with its limit and its claims on different masters")
+	}
+
+	// The claim's master stopped: one deadline, the claim's, then 503.
+	claimNode.Freeze()
+	start := time.Now()
+	code, _, b := order(t, url, token, "paused", "0.001")
+	d := time.Since(start)
+	claimNode.Thaw()
+	if code != 503 || errCode(t, b) != "duplicate_protection_unavailable" {
+		t.Errorf("order with the claim's master stopped: %d %s", code, b)
+	}
+	if d < claimTimeout || d >= limitTimeout+claimTimeout {
+		t.Errorf("order with the claim's master stopped answered after %v, want one deadline (%v), under both (%v)", d, claimTimeout, limitTimeout+claimTimeout)
+	}
+	t.Logf("order with an identifier, Cluster, the claim's master stopped: answered after %v (limiter timeout %v, idempotency timeout %v)", d, limitTimeout, claimTimeout)
+
+	// Past the limiter's fail-fast backoff (250ms), which decides
+	// orders in process (on_store_error: local) and sends no claim.
+	time.Sleep(400 * time.Millisecond)
+	share := func() any {
+		v, err := claimNode.Do("HVALS", keysOn("cl:#*")[claimNode][0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fmt.Sprint(v)
+	}
+	// Orders until the limit refuses one (the paused order's charge was
+	// given back when its claim's run failed).
+	var over string
+	var before any
+	for i := 0; over == "" && i < 5; i++ {
+		before = share()
+		id := "over-" + strconv.Itoa(i)
+		switch code, _, b := order(t, url, token, id, "0.001"); {
+		case code == 429 && errCode(t, b) == "throttled":
+			over = id
+		case code != 201:
+			t.Fatalf("order %s: %d %s", id, code, b)
+		}
+	}
+	if over == "" {
+		t.Fatal("the limit of 3 an hour refused none of 5 more orders")
+	}
+	if keys := keysOn("cl:*" + over); len(keys) != 0 {
+		t.Errorf("a refused order's claim left behind: %v", keys)
+	}
+	if after := share(); after != before {
+		t.Errorf("account share after a refused order = %v, want it back at %v", after, before)
+	}
+	if n := backend.orders.Load(); n < 2 {
+		t.Errorf("backend saw %d orders, want the placed ones", n)
+	}
 }
