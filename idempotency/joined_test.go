@@ -395,6 +395,37 @@ func TestJoinedCluster(t *testing.T) {
 		}
 	})
 
+	t.Run("a run a node did not serve: a store failure", func(t *testing.T) {
+		o := base
+		o.KeyPrefix = uniquePrefix()
+		c := clusterClient(t, cl)
+		s := newJoined(t, c, o, generous)
+		key := Key{Account: "acct-moved", Identifier: "moved"}
+		var p Prepared
+		s.Prepare(&p, key, fpA)
+		// A real MOVED: the claim's key asked of a master that does not
+		// hold it, as a run sent by a stale slot map is answered.
+		owner := masterOf(t, c, p.Keys[0])
+		var other string
+		for _, a := range cl.Addrs {
+			if a != owner {
+				other = a
+				break
+			}
+		}
+		moved := newClient(t, other).Get(context.Background(), p.Keys[0]).Err()
+		if _, ok := redis.IsMovedError(moved); !ok {
+			t.Fatalf("GET on another master: %v, want MOVED", moved)
+		}
+		r := ratelimit.ClaimReply{Sent: true, Err: fmt.Errorf("ratelimit: redis: %w", moved)}
+		if _, err := s.Settle(context.Background(), &p, r); err == nil || errors.Is(err, ErrNotReplicated) {
+			t.Fatalf("Settle after MOVED = %v, want a store failure", err)
+		}
+		if n, err := c.Exists(context.Background(), p.Keys[0]).Result(); err != nil || n != 0 {
+			t.Errorf("Settle after MOVED claimed on its own: EXISTS = %v %v, want 0", n, err)
+		}
+	})
+
 	t.Run("the claim's master stopped: one deadline", func(t *testing.T) {
 		o := base
 		o.KeyPrefix = uniquePrefix()

@@ -343,8 +343,9 @@ func TestOrderClaimRidesWithLimits(t *testing.T) {
 
 // TestOrderClaimRidesWithLimitsCluster: in a Redis Cluster an order's
 // claim rides in the round trip of its limits although they live on
-// different masters: with the claim's master stopped the order is
-// refused 503 after one deadline, the claim's; an order refused by its
+// different masters: with the claim's master, or every master, stopped
+// the order is refused 503 after one deadline, the claim's; an order
+// refused by its
 // limit, on the other master, leaves no claim behind (the identifier is
 // free, the account's share back).
 func TestOrderClaimRidesWithLimitsCluster(t *testing.T) {
@@ -400,23 +401,31 @@ func TestOrderClaimRidesWithLimitsCluster(t *testing.T) {
 		t.Fatal("no token with its limit and its claims on different masters")
 	}
 
-	// The claim's master stopped: one deadline, the claim's, then 503.
-	claimNode.Freeze()
-	start := time.Now()
-	code, _, b := order(t, url, token, "paused", "0.001")
-	d := time.Since(start)
-	claimNode.Thaw()
-	if code != 503 || errCode(t, b) != "duplicate_protection_unavailable" {
-		t.Errorf("order with the claim's master stopped: %d %s", code, b)
+	// The claim's master stopped, then every master: one deadline, the
+	// claim's, then 503.
+	masters := map[string][]*redistest.Server{"the claim's master": {claimNode}, "every master": cl.Servers}
+	for _, name := range []string{"the claim's master", "every master"} {
+		for _, s := range masters[name] {
+			s.Freeze()
+		}
+		start := time.Now()
+		code, _, b := order(t, url, token, "paused-"+strconv.Itoa(len(masters[name])), "0.001")
+		d := time.Since(start)
+		for _, s := range masters[name] {
+			s.Thaw()
+		}
+		if code != 503 || errCode(t, b) != "duplicate_protection_unavailable" {
+			t.Errorf("order with %s stopped: %d %s", name, code, b)
+		}
+		if d < claimTimeout || d >= limitTimeout+claimTimeout {
+			t.Errorf("order with %s stopped answered after %v, want one deadline (%v), under both (%v)", name, d, claimTimeout, limitTimeout+claimTimeout)
+		}
+		t.Logf("order with an identifier, Cluster, %s stopped: answered after %v (limiter timeout %v, idempotency timeout %v)", name, d, limitTimeout, claimTimeout)
+		time.Sleep(400 * time.Millisecond) // past the limiter's backoff
 	}
-	if d < claimTimeout || d >= limitTimeout+claimTimeout {
-		t.Errorf("order with the claim's master stopped answered after %v, want one deadline (%v), under both (%v)", d, claimTimeout, limitTimeout+claimTimeout)
-	}
-	t.Logf("order with an identifier, Cluster, the claim's master stopped: answered after %v (limiter timeout %v, idempotency timeout %v)", d, limitTimeout, claimTimeout)
-
-	// Past the limiter's fail-fast backoff (250ms), which decides
-	// orders in process (on_store_error: local) and sends no claim.
-	time.Sleep(400 * time.Millisecond)
+	// (The sleeps: past the limiter's fail-fast backoff, 250ms, which
+	// decides orders in process, on_store_error: local, and sends no
+	// claim.)
 	share := func() any {
 		v, err := claimNode.Do("HVALS", keysOn("cl:#*")[claimNode][0])
 		if err != nil {
