@@ -112,6 +112,7 @@ routes:
 			c.CloseIdleConnections()
 			baseline := settledGoroutines(t, g)
 
+			v := newVerdict(t)
 			tc.fault(be, sp)
 			during := 0.0
 			var wg sync.WaitGroup
@@ -123,12 +124,13 @@ routes:
 			}()
 			ty := burstOf(200, 40)
 			wg.Wait()
+			faulty := v.cpu.phase(t, "backend "+tc.name)
 			t.Logf("backend %s: %s", tc.name, ty)
 			if ty.byKey[tc.want] != 200 {
 				t.Errorf("backend %s: want 200 × %s: %s", tc.name, tc.want, ty)
 			}
 			if ty.slowest > tc.slow {
-				t.Errorf("backend %s: slowest answer %v, want under %v (route timeout %v)", tc.name, ty.slowest, tc.slow, routeTimeout)
+				v.Errorf(faulty, "slowest answer %v, want under %v (route timeout %v)", ty.slowest, tc.slow, routeTimeout)
 			}
 
 			c.CloseIdleConnections()
@@ -140,6 +142,7 @@ routes:
 				t.Errorf("goroutines: %v before the fault, %v during, still %v 10s after it", baseline, during, after)
 			}
 			t.Logf("goroutines: %v before the fault, %v during, %v after", baseline, during, after)
+			v.settle()
 		})
 	}
 }

@@ -287,7 +287,11 @@ type failoverRun struct {
 	cb           *countingBackend
 	seq          atomic.Int64 // numbers the requests' X-Request-IDs
 	ended        time.Time    // when the load ended
-	mu           sync.Mutex
+	// v holds the misses of the timed bounds, phase the CPU figures of
+	// the load, from its start to its end.
+	v     *verdict
+	phase *cpuShare
+	mu    sync.Mutex
 }
 
 // orderAnswer is an order's answer as its client saw it.
@@ -332,7 +336,7 @@ func (r *failoverRun) latency(what string, a answer) {
 //     gateways.
 func failOver(t *testing.T, gws []*gateway, cb *countingBackend, token string, fail func() time.Time) *failoverRun {
 	t.Helper()
-	run := &failoverRun{probes: make([][]probe, len(gws)), readyz: map[string]int{}, gws: gws, cb: cb}
+	run := &failoverRun{probes: make([][]probe, len(gws)), readyz: map[string]int{}, gws: gws, cb: cb, v: newVerdict(t)}
 	for i := range run.admitted {
 		run.admitted[i] = map[string]int{}
 	}
@@ -457,6 +461,7 @@ func failOver(t *testing.T, gws []*gateway, cb *countingBackend, token string, f
 	stop()
 	wg.Wait()
 	run.ended = time.Now()
+	run.phase = run.v.cpu.phase(t, "failover")
 	for _, g := range gws {
 		// One scrape: requests exgate is still finishing (their clients
 		// gone with the load) must not move a count between its reads.
@@ -570,7 +575,7 @@ func (r *failoverRun) check(t *testing.T) {
 			t.Logf("gateway %d: %v is beyond the %v goal (the machine was loaded?)", gi, d.Round(time.Millisecond), switchGoal)
 		}
 		if !ok || d > switchBound {
-			t.Errorf("gateway %d: decisions back in Redis %v after the promotion was announced (ok=%v), want within %v (goal %v); probes: %v", gi, d, ok, switchBound, switchGoal, r.probeSummary(gi))
+			r.v.Errorf(r.phase, "gateway %d: decisions back in Redis %v after the promotion was announced (ok=%v), want within %v (goal %v); probes: %v", gi, d, ok, switchBound, switchGoal, r.probeSummary(gi))
 		}
 		if !r.back.IsZero() {
 			d, local, _, _ := r.switchedBetween(gi, r.back, time.Time{})
@@ -586,11 +591,11 @@ func (r *failoverRun) check(t *testing.T) {
 		slowest.d.Round(time.Microsecond), slowest.what, slowest.at.Sub(r.announced).Round(time.Millisecond), failoverStoreTimeout)
 	t.Logf("exgate's own durations: %v of %v requests over 250ms, %v over %v; the backend took over %v on %v", r.slow250, r.served, r.slow, answerBound, backendShareBound, r.slowBackend)
 	if r.slow > r.slowBackend {
-		t.Errorf("exgate took longer than %v over %v requests during the failover, and the backend over %v on only %v requests (store deadline %v plus the fallback)",
+		r.v.Errorf(r.phase, "exgate took longer than %v over %v requests during the failover, and the backend over %v on only %v requests (store deadline %v plus the fallback)",
 			answerBound, r.slow, backendShareBound, r.slowBackend, failoverStoreTimeout)
 	}
 	if slowest.d > clientBound {
-		t.Errorf("slowest answer during the failover took %v, want at most %v", slowest.d, clientBound)
+		r.v.Errorf(r.phase, "slowest answer during the failover took %v, want at most %v", slowest.d, clientBound)
 	}
 
 	t.Logf("list_markets load: %s", &r.load)
@@ -623,7 +628,7 @@ func (r *failoverRun) check(t *testing.T) {
 		}
 	}
 	if d := r.notReady.Sub(r.announced); !r.notReady.IsZero() && d > switchBound+readyInterval {
-		t.Errorf("/readyz still 503 %v after the promotion was announced, want 200 within %v (and the check interval, %v)", d, switchBound, readyInterval)
+		r.v.Errorf(r.phase, "/readyz still 503 %v after the promotion was announced, want 200 within %v (and the check interval, %v)", d, switchBound, readyInterval)
 	}
 
 	// Limits: what each address got against its 20/1h.
@@ -706,12 +711,15 @@ func (r *failoverRun) ordersOnceReplicated(t *testing.T, old *redistest.Server, 
 	placedAt := time.Now()
 	tries := 0
 	var last answer
-	if !eventually(resumeBound, func() bool {
+	r.v.cpu.begin(t)
+	placed := eventually(resumeBound, func() bool {
 		tries++
 		last = do(c, orderWithID(g.url, token, id+"-"+strconv.Itoa(tries)))
 		return last.status == http.StatusCreated
-	}) {
-		t.Errorf("no order placed within %v of the new master having a replica (%d tries, the last answered %d %s %v)", resumeBound, tries, last.status, last.code, last.err)
+	})
+	resume := r.v.cpu.phase(t, "orders resumed")
+	if !placed {
+		r.v.Errorf(resume, "no order placed within %v of the new master having a replica (%d tries, the last answered %d %s %v)", resumeBound, tries, last.status, last.code, last.err)
 	}
 	t.Logf("order placed %v after the old master followed the new one, try %d (goal %v)", time.Since(placedAt).Round(time.Millisecond), tries, switchGoal)
 }
@@ -788,6 +796,7 @@ func TestSentinelFailover(t *testing.T) {
 			if info, err := sg.Replica.Info("replication"); err != nil || info["role"] != "master" {
 				t.Errorf("the replica after the failover: %v %v, want the master", info, err)
 			}
+			run.v.settle()
 		})
 	}
 }
@@ -851,6 +860,7 @@ func TestClusterFailover(t *testing.T) {
 			run.check(t)
 			run.ordersOnceReplicated(t, victim, gws[0], token)
 			run.checkAccessLog(t)
+			run.v.settle()
 		})
 	}
 }

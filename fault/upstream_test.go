@@ -102,6 +102,7 @@ validation:
 			baseGoroutines := g.metric(t, "go_goroutines")
 			baseHeap := g.metric(t, "go_memstats_heap_inuse_bytes")
 			c := newClient(t, requests)
+			v := newVerdict(t)
 			var ty tally
 			var cut int
 			var mu sync.Mutex
@@ -126,6 +127,7 @@ validation:
 				}()
 			}
 			wg.Wait()
+			sent := v.cpu.phase(t, tc.name)
 			t.Logf("%s: %s, %d responses cut short", tc.name, &ty, cut)
 			if tc.want[0] == "cut" {
 				if cut != requests {
@@ -140,7 +142,7 @@ validation:
 					t.Errorf("want every answer one of %v: %s", tc.want, &ty)
 				}
 				if ty.slowest > 4*time.Second {
-					t.Errorf("slowest answer %v, want about the 500ms route timeout", ty.slowest)
+					v.Errorf(sent, "slowest answer %v, want about the 500ms route timeout", ty.slowest)
 				}
 			}
 			if g.exited() {
@@ -159,6 +161,7 @@ validation:
 				}
 				time.Sleep(100 * time.Millisecond)
 			}
+			v.settle()
 		})
 	}
 }
