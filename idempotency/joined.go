@@ -121,10 +121,22 @@ func (s *Redis) Abandon(ctx context.Context, p *Prepared, r ratelimit.ClaimReply
 // free releases the claim p, taken by its holder: the identifier's key
 // is deleted and the account's share given back, within Options.Timeout
 // even when ctx is done (the caller may be answering a client that left).
+// In a Cluster it goes to the master of the claim's keys directly, as the
+// claim did: the Cluster client's first command fetches COMMAND from
+// random nodes under a 5s deadline of its own, which a node failing (as
+// one may have, for the claim to be freed) would hold.
 func (s *Redis) free(ctx context.Context, p *Prepared) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.o.Timeout)
 	defer cancel()
-	if err := s.finish.Run(ctx, s.c, p.Keys, p.id, "free", ms(s.o.Retention), "", p.slot).Err(); err != nil {
+	var c redis.Scripter = s.c
+	if cc, ok := s.c.(*redis.ClusterClient); ok {
+		node, err := cc.MasterForKey(ctx, p.Keys[0])
+		if err != nil {
+			return storeError("free", err)
+		}
+		c = node
+	}
+	if err := s.finish.Run(ctx, c, p.Keys, p.id, "free", ms(s.o.Retention), "", p.slot).Err(); err != nil {
 		s.failed(ctx, err)
 		return storeError("free", err)
 	}

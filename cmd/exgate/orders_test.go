@@ -360,46 +360,8 @@ func TestOrderClaimRidesWithLimitsCluster(t *testing.T) {
 		cfg.Idempotency.ReplicaAcks = 0 // masters without replicas (idempotency's TestJoinedClusterReplicaAcks has them)
 	})
 	url := urls[0]
-	// keysOn returns, by node, the keys matching pattern.
-	keysOn := func(pattern string) map[*redistest.Server][]any {
-		out := map[*redistest.Server][]any{}
-		for _, s := range cl.Servers {
-			v, err := s.Do("KEYS", pattern)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if ks := v.([]any); len(ks) > 0 {
-				out[s] = ks
-			}
-		}
-		return out
-	}
-	// A token whose limit and claims live on different masters.
-	var token string
-	var claimNode *redistest.Server
-	for try := 0; token == "" && try < 20; try++ {
-		for _, s := range cl.Servers {
-			if _, err := s.Do("FLUSHALL"); err != nil {
-				t.Fatal(err)
-			}
-		}
-		tok := authenticate(t, url)
-		if code, _, b := order(t, url, tok, "find", "0.001"); code != 201 {
-			t.Fatalf("order: %d %s", code, b)
-		}
-		limits, claims := keysOn("rate:*place_order*"), keysOn("cl:*")
-		if len(limits) != 1 || len(claims) != 1 {
-			t.Fatalf("limit keys %v, claim keys %v: want each on one master", limits, claims)
-		}
-		for s := range claims {
-			if _, same := limits[s]; !same {
-				token, claimNode = tok, s
-			}
-		}
-	}
-	if token == "" {
-		t.Fatal("no token with its limit and its claims on different masters")
-	}
+	keysOn := func(pattern string) map[*redistest.Server][]any { return keysOn(t, cl, pattern) }
+	token, claimNode, _ := splitToken(t, cl, url, "cl:")
 
 	// The claim's master stopped, then every master: one deadline, the
 	// claim's, then 503.
@@ -458,5 +420,117 @@ func TestOrderClaimRidesWithLimitsCluster(t *testing.T) {
 	}
 	if n := backend.orders.Load(); n < 2 {
 		t.Errorf("backend saw %d orders, want the placed ones", n)
+	}
+}
+
+// keysOn returns, by node of cl, the keys matching pattern.
+func keysOn(t *testing.T, cl *redistest.Cluster, pattern string) map[*redistest.Server][]any {
+	t.Helper()
+	out := map[*redistest.Server][]any{}
+	for _, s := range cl.Servers {
+		v, err := s.Do("KEYS", pattern)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ks := v.([]any); len(ks) > 0 {
+			out[s] = ks
+		}
+	}
+	return out
+}
+
+// splitToken returns a token whose place_order limit and claims (under
+// the idempotency key prefix) live on different masters of cl, found by
+// placing an order through the exgate at url, and those two masters. The
+// Cluster is flushed between tries.
+func splitToken(t *testing.T, cl *redistest.Cluster, url, prefix string) (token string, claimNode, limitNode *redistest.Server) {
+	t.Helper()
+	for try := 0; try < 20; try++ {
+		for _, s := range cl.Servers {
+			if _, err := s.Do("FLUSHALL"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		tok := authenticate(t, url)
+		if code, _, b := order(t, url, tok, "find", "0.001"); code != 201 {
+			t.Fatalf("order: %d %s", code, b)
+		}
+		limits, claims := keysOn(t, cl, "rate:*place_order*"), keysOn(t, cl, prefix+"*")
+		if len(limits) != 1 || len(claims) != 1 {
+			t.Fatalf("limit keys %v, claim keys %v: want each on one master", limits, claims)
+		}
+		for c := range claims {
+			for l := range limits {
+				if c != l {
+					return tok, c, l
+				}
+			}
+		}
+	}
+	t.Fatal("no token with its limit and its claims on different masters")
+	return "", nil, nil
+}
+
+// TestOrderClaimKeptWhenLimitNodeFails: in a Redis Cluster, an order
+// whose claim was taken on its account's master while the master of its
+// limit failed goes on with its claim under on_store_error open (placed
+// once, recorded for replay), and under closed is refused with the claim
+// freed.
+func TestOrderClaimKeptWhenLimitNodeFails(t *testing.T) {
+	cl := redistest.StartCluster(t, 3)
+	app := func(onStoreError string) (string, *counted) {
+		urls, backend := replicas(t, 1, cl.Addrs, func(cfg *config.Config) {
+			cfg.Limiter.OnStoreError = onStoreError
+			cfg.Limiter.TokenSpray.MaxTokens = 0 // no spray check: the order's limit and claim only
+			cfg.Limiter.Redis.Timeout = 150 * time.Millisecond
+			cfg.Idempotency.Timeout = 300 * time.Millisecond
+			cfg.Idempotency.KeyPrefix = "kept:"
+			cfg.Idempotency.ReplicaAcks = 0
+		})
+		return urls[0], backend
+	}
+	open, openBackend := app(config.StoreOpen)
+	closed, _ := app(config.StoreClosed)
+	token, _, limitNode := splitToken(t, cl, open, "kept:")
+
+	for _, tc := range []struct {
+		url, id    string
+		code       int
+		errCode    string
+		claimState string // the first byte of the claim's entry, "" for none
+	}{
+		{open, "open-1", 201, "", "d"},
+		{closed, "closed-1", 503, "rate_limit_unavailable", ""},
+	} {
+		t.Run(tc.id, func(t *testing.T) {
+			placed := openBackend.orders.Load()
+			limitNode.Freeze()
+			code, _, b := order(t, tc.url, token, tc.id, "0.001")
+			limitNode.Thaw()
+			if code != tc.code || (tc.errCode != "" && errCode(t, b) != tc.errCode) {
+				t.Fatalf("order with its limit's master stopped: %d %s, want %d %s", code, b, tc.code, tc.errCode)
+			}
+			keys := keysOn(t, cl, "kept:*"+tc.id)
+			state := ""
+			for node, ks := range keys {
+				v, err := node.Do("GET", ks[0])
+				if err != nil {
+					t.Fatal(err)
+				}
+				state = v.(string)[:1]
+			}
+			if state != tc.claimState {
+				t.Errorf("claim entry state %q, want %q", state, tc.claimState)
+			}
+			if tc.code == 201 {
+				if n := openBackend.orders.Load() - placed; n != 1 {
+					t.Errorf("backend saw %d orders, want 1", n)
+				}
+				time.Sleep(400 * time.Millisecond) // past the limiter's backoff
+				if code, h, _ := order(t, tc.url, token, tc.id, "0.001"); code != 201 || h.Get("Idempotent-Replayed") != "true" {
+					t.Errorf("retry: %d replayed=%q, want the recorded answer", code, h.Get("Idempotent-Replayed"))
+				}
+			}
+		})
 	}
 }
