@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"context"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/exgate/exgate/idempotency"
 	"github.com/exgate/exgate/internal/redistest"
@@ -62,11 +64,14 @@ func BenchmarkGatewayOrderIdentifier(b *testing.B) {
 
 // benchmarkIdentifiedOrders posts orders with a new identifier each
 // through gw, as benchmarkOrders does, and reports the script runs per
-// order.
+// order on srv (nil: the caller counts them).
 func benchmarkIdentifiedOrders(b *testing.B, gw *Gateway, srv *redistest.Server) {
 	var seq atomic.Int64
 	prefix := strconv.FormatInt(time.Now().UnixNano(), 36)
-	before := srv.CommandCalls()
+	var before map[string]int64
+	if srv != nil {
+		before = srv.CommandCalls()
+	}
 	b.ReportAllocs()
 	b.SetParallelism(32)
 	b.ResetTimer()
@@ -92,7 +97,96 @@ func benchmarkIdentifiedOrders(b *testing.B, gw *Gateway, srv *redistest.Server)
 	})
 	b.StopTimer()
 	done()
+	if srv == nil {
+		return
+	}
 	after := srv.CommandCalls()
 	runs := after["evalsha"] + after["eval"] - before["evalsha"] - before["eval"]
 	b.ReportMetric(float64(runs)/float64(b.N), "scripts/op")
+}
+
+// callCount counts a duplicate-protection store's calls of its own, each
+// a round trip to Redis.
+type callCount struct {
+	idempotency.Store
+	calls *atomic.Int64
+}
+
+func (c callCount) Claim(ctx context.Context, k idempotency.Key, fp idempotency.Fingerprint) (idempotency.Claim, error) {
+	c.calls.Add(1)
+	return c.Store.Claim(ctx, k, fp)
+}
+
+func (c callCount) Complete(ctx context.Context, cl idempotency.Claim, rec idempotency.Record) error {
+	c.calls.Add(1)
+	return c.Store.Complete(ctx, cl, rec)
+}
+
+// joinerCount is a callCount whose claims ride with the limits.
+type joinerCount struct {
+	callCount
+	j idempotency.Joiner
+}
+
+func (c joinerCount) Prepare(p *idempotency.Prepared, k idempotency.Key, fp idempotency.Fingerprint) {
+	c.j.Prepare(p, k, fp)
+}
+
+func (c joinerCount) Settle(ctx context.Context, p *idempotency.Prepared, r ratelimit.ClaimReply) (idempotency.Claim, error) {
+	return c.j.Settle(ctx, p, r)
+}
+
+func (c joinerCount) Abandon(ctx context.Context, p *idempotency.Prepared, r ratelimit.ClaimReply) error {
+	c.calls.Add(1)
+	return c.j.Abandon(ctx, p, r)
+}
+
+// BenchmarkGatewayOrderIdentifierCluster is BenchmarkGatewayOrderIdentifier
+// on a real 3-master Redis Cluster, where an order's limit and its claim
+// live in different slots: "joined" sends the claim's run with the
+// limit's, at once, in one round trip; "separate" claims after the
+// limits, in a call of its own. round-trips/op counts the limiter's
+// round trips (shared by concurrent orders) and duplicate protection's
+// calls of its own (the separate claims, and each order's Complete);
+// scripts/op the script runs of every master.
+func BenchmarkGatewayOrderIdentifierCluster(b *testing.B) {
+	cl := redistest.StartCluster(b, 3)
+	for _, mode := range []string{"joined", "separate"} {
+		client := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs, ContextTimeoutEnabled: true, MaxRetries: -1})
+		defer client.Close()
+		cfg := benchOrderConfig(b, true)
+		v := benchValidator(b, cfg)
+		k, _ := limiter.NewKeyer([]byte("bench-secret-0123456789abcdef"))
+		var trips, calls atomic.Int64
+		ro := ratelimit.RedisOptions{Timeout: time.Second, Observe: func(time.Duration, int, error) { trips.Add(1) }}
+		opts := idempotency.OptionsFrom(cfg.Idempotency)
+		opts.KeyPrefix = "bench:" + mode + ":"
+		s := idempotency.NewRedis(client, opts)
+		var idem idempotency.Store = callCount{s, &calls}
+		if mode == "joined" {
+			ro.ClaimFunc = idempotency.ClaimFunc
+			idem = joinerCount{callCount{s, &calls}, s}
+		}
+		r := ratelimit.NewRedis(client, ro)
+		defer r.Close()
+		enf, _ := limiter.NewEnforcer(limiter.EnforcerOptions{Store: ratelimit.NewDenyCache(r, 1000, nil), Keyer: k})
+		m, _ := metrics.New(prometheus.NewRegistry(), metrics.BuildInfo{})
+		gw, err := New(cfg, Options{Transport: orderTransport{}, Limits: enf, Metrics: m, Validator: v, Idempotency: idem})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run(mode, func(b *testing.B) {
+			scripts := func() (n int64) {
+				for _, srv := range cl.Servers {
+					c := srv.CommandCalls()
+					n += c["evalsha"] + c["eval"]
+				}
+				return n
+			}
+			runs, t0, c0 := scripts(), trips.Load(), calls.Load()
+			benchmarkIdentifiedOrders(b, gw, nil)
+			b.ReportMetric(float64(trips.Load()-t0+calls.Load()-c0)/float64(b.N), "round-trips/op")
+			b.ReportMetric(float64(scripts()-runs)/float64(b.N), "scripts/op")
+		})
+	}
 }
