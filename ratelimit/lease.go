@@ -17,12 +17,22 @@ import (
 // remaining) and are at most 1% of the burst, so near a limit every
 // decision is Redis's own and exact (a burst under 200 never gets a
 // lease).
+//
+// A lease is renewed ahead of need: the request that takes it below a
+// quarter of a lease (leaseLowWater) starts one renewal round trip that
+// no caller waits for (Redis.renew), so that a key served from leases at
+// a steady rate does not send one of its requests, and every request
+// arriving meanwhile, to wait for Redis each time a lease runs out. A key
+// has at most one renewal in flight, none while it is near its limit, and
+// no lease is taken by a round trip's group while one is in flight, so
+// that outstanding leased requests stay under two leases.
 const (
 	leaseTTL      = time.Second
 	leaseMax      = 256 // requests
 	leaseMargin   = 10
 	leaseMaxKeys  = 10000
 	leaseFraction = 100 // a lease is at most burst / leaseFraction
+	leaseLowWater = 4   // a lease is renewed below size / leaseLowWater tokens
 )
 
 // leaseKey identifies a key under one limit.
@@ -39,6 +49,7 @@ type lease struct {
 	remaining int64 // what Redis reported remaining when the tokens were taken
 	resetAt   int64 // unix ns when the key would be back to a full burst, as of then
 	known     int64 // the remaining Redis last reported for this key
+	renewing  bool  // a renewal round trip is in flight (Redis.renew)
 }
 
 // leases are the hot keys' states. It stays small: only keys whose
@@ -51,22 +62,35 @@ type leases struct {
 
 func newLeases() *leases { return &leases{m: make(map[leaseKey]*lease)} }
 
-// take hands out one leased request for k, if there is one.
-func (ls *leases) take(k leaseKey, now int64) (Result, bool) {
+// take hands out one leased request for k, if there is one. When that
+// leaves the lease below its low-water mark, the key is far from its
+// limit and no renewal is in flight, it also returns the lease, marked
+// renewing, and the size of the renewal to ask for: the caller starts the
+// renewal (Redis.renew), or calls renewed if it cannot.
+func (ls *leases) take(k leaseKey, now int64) (res Result, ok bool, renew *lease, size int64) {
 	ls.mu.RLock()
 	l := ls.m[k]
 	ls.mu.RUnlock()
 	if l == nil {
-		return Result{}, false
+		return Result{}, false, nil, 0
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.tokens <= 0 || now >= l.until {
-		return Result{}, false
+		return Result{}, false, nil, 0
 	}
 	l.tokens--
-	return Result{Allowed: true, Remaining: l.remaining + l.tokens, ResetAfter: time.Duration(max(l.resetAt-now, 0))}, true
+	res = Result{Allowed: true, Remaining: l.remaining + l.tokens, ResetAfter: time.Duration(max(l.resetAt-now, 0))}
+	want := leaseSize(k.limit.Burst)
+	if l.renewing || l.tokens >= want/leaseLowWater || l.known < leaseMargin*want {
+		return res, true, nil, 0
+	}
+	l.renewing = true
+	return res, true, l, want
 }
+
+// leaseSize is how many requests a lease of a key with this burst holds.
+func leaseSize(burst int64) int64 { return min(burst/leaseFraction, leaseMax) }
 
 // recent reports whether k was given a lease within leaseTTL before its
 // last lease expired: a hot key whose lease ran out, which a single call
@@ -103,7 +127,7 @@ func (ls *leases) get(k leaseKey) *lease {
 	if len(ls.m) >= leaseMaxKeys {
 		for key, old := range ls.m {
 			old.mu.Lock()
-			idle := old.tokens == 0
+			idle := old.tokens == 0 && !old.renewing
 			old.mu.Unlock()
 			if idle {
 				delete(ls.m, key)
@@ -120,15 +144,26 @@ func (ls *leases) get(k leaseKey) *lease {
 
 // extra returns how many requests beyond a group's to ask Redis for,
 // to lease: none unless the key is known to be far from its limit and has
-// no lease running.
+// no lease running and no renewal in flight.
 func (l *lease) extra(burst int64, now int64) int64 {
-	want := min(burst/leaseFraction, leaseMax)
+	want := leaseSize(burst)
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if want < 2 || l.known < leaseMargin*want || (l.tokens > 0 && now < l.until) {
+	if want < 2 || l.renewing || l.known < leaseMargin*want || (l.tokens > 0 && now < l.until) {
 		return 0
 	}
 	return want
+}
+
+// renewed ends l's renewal: granted requests (0 when Redis refused it or
+// failed) were taken, and Redis reported remaining (ok false: no answer).
+func (l *lease) renewed(granted, remaining int64, reset time.Duration, ok bool, now int64) {
+	if ok {
+		l.settle(granted, remaining, reset, now)
+	}
+	l.mu.Lock()
+	l.renewing = false
+	l.mu.Unlock()
 }
 
 // settle records a round trip's answer for the key: Redis's remaining

@@ -47,7 +47,9 @@ type RedisOptions struct {
 	// and Redis's work per request, against two in flight.
 	MaxInFlight int
 	// Observe, when set, is called after every round trip with its
-	// duration, the number of requests it carried and its error.
+	// duration, the number of requests it carried and its error. A lease
+	// renewal, which no caller waits for, is not counted in the number:
+	// a round trip that carried only one reports 0.
 	Observe func(d time.Duration, n int, err error)
 	// Now is the clock used for the backoff. Nil means time.Now.
 	Now func() time.Time
@@ -80,14 +82,16 @@ type Redis struct {
 	now      func() time.Time
 
 	leases    *leases
-	cluster   bool         // the keys of one script run must share a hash slot
-	downUntil atomic.Int64 // unix ns; calls before it fail fast
+	renewals  sync.WaitGroup // lease renewals in flight (renew); Close waits for them
+	cluster   bool           // the keys of one script run must share a hash slot
+	downUntil atomic.Int64   // unix ns; calls before it fail fast
 	calls     sync.Pool
 
 	mu       sync.Mutex
 	decide   lane       // requests without a claim, and refunds
 	claims   *lane      // requests carrying a claim, in round trips of their own; nil: none are sent
 	isClosed bool       // calls fail with errClosed
+	renewing int        // lease renewals in flight, at most maxRenewals
 	trips    []*trip    // free ones, for the round trips in flight
 	idle     *sync.Cond // on mu: signalled when the last round trip ends after Close
 }
@@ -106,9 +110,10 @@ type call struct {
 	deadline time.Time     // the caller's: queued at most this long, in all
 	done     chan struct{} // nil for a refund, which no one waits for
 
-	refund bool // gives back what the parts of a split request charged
-	claim  bool // carries its request's claim
-	lead   bool // woken to send its lane's queue, not answered
+	refund  bool // gives back what the parts of a split request charged
+	claim   bool // carries its request's claim
+	lead    bool // woken to send its lane's queue, not answered
+	renewal bool // a lease renewal: no caller waits for it (renew)
 
 	// Within a round trip.
 	guarded bool   // the guard's answer is known (ans.Admitted)
@@ -208,8 +213,11 @@ func (r *Redis) allowAll(ctx context.Context, c *call, q *Request, ans *Answer) 
 	// one round trip decides both.
 	claim := q.Claim != nil && r.claims != nil
 	if lk, ok := leasable(q); ok && !claim {
-		if res, ok := r.leases.take(lk, now); ok {
+		if res, ok, l, size := r.leases.take(lk, now); ok {
 			ans.Results[0] = CheckResult{Applied: true, Result: res}
+			if l != nil {
+				r.renew(lk, l, size)
+			}
 			return nil
 		}
 	}
@@ -234,6 +242,51 @@ func (r *Redis) allowAll(ctx context.Context, c *call, q *Request, ans *Answer) 
 		return err
 	}
 	return nil
+}
+
+// maxRenewals bounds the lease renewals in flight at once, over every
+// key; a lease that finds them all taken runs out and is renewed as
+// before renewals ahead of need, by the round trip of the request that
+// finds it empty.
+const maxRenewals = 64
+
+// renew asks Redis, in a goroutine no caller waits for, for size more
+// requests of k to add to lease l, which take marked renewing. It is the
+// same decision as any other, of cost size (all or nothing: counted in
+// Redis when granted), in the decide lane: it shares round trips, has
+// the limiter's Timeout as its deadline, and a failed round trip puts
+// the limiter in its backoff like any other, since the requests after it
+// would find Redis failed as well. Close waits for it.
+func (r *Redis) renew(k leaseKey, l *lease, size int64) {
+	r.mu.Lock()
+	if r.isClosed || r.renewing >= maxRenewals {
+		r.mu.Unlock()
+		l.renewed(0, 0, 0, false, 0)
+		return
+	}
+	r.renewing++
+	r.renewals.Add(1)
+	r.mu.Unlock()
+	go func() {
+		defer r.renewals.Done()
+		c := r.calls.Get().(*call)
+		c.ownChecks[0] = Check{Key: k.key, Limit: k.limit}
+		c.own = Request{Checks: c.ownChecks[:], Cost: size}
+		c.ownAns.Results = c.ownRes[:0]
+		c.renewal = true
+		err := r.allowAll(context.Background(), c, &c.own, &c.ownAns)
+		res := c.ownAns.Results[0]
+		c.own, c.ownChecks[0], c.renewal = Request{}, Check{}, false
+		r.calls.Put(c)
+		var granted int64
+		if err == nil && res.Result.Allowed {
+			granted = size
+		}
+		l.renewed(granted, res.Result.Remaining, res.Result.ResetAfter, err == nil && res.Applied, r.now().UnixNano())
+		r.mu.Lock()
+		r.renewing--
+		r.mu.Unlock()
+	}()
 }
 
 // Refund implements Limiter: q's checks go, as a refund (decideSrc's
@@ -293,6 +346,9 @@ func (r *Redis) Close() error {
 		r.idle.Wait()
 	}
 	r.mu.Unlock()
+	// A renewal started before Close is answered by now (errClosed when
+	// it was queued, or its round trip's answer); wait for it to settle.
+	r.renewals.Wait()
 	return nil
 }
 
@@ -476,7 +532,13 @@ func (r *Redis) roundTrip(t *trip, batch []*call, carry []*call) []*call {
 		t.refunds = t.refunds[:0]
 	}
 	if r.observe != nil {
-		r.observe(r.now().Sub(start), len(batch), err)
+		n := len(batch)
+		for _, c := range batch {
+			if c.renewal {
+				n--
+			}
+		}
+		r.observe(r.now().Sub(start), n, err)
 	}
 	for _, c := range batch {
 		if !c.again() {

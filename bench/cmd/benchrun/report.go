@@ -321,8 +321,12 @@ func markdown(res *Results) string {
 			}
 		}
 	}
-	p("- Noise: load average %s at the start; during the runs the machine was %.0f%% busy and %.1f%% stolen by the hypervisor (medians over all runs).\n",
-		m.LoadAtStart, median(busy), median(steal))
+	if len(busy) > 0 {
+		p("- Noise: load average %s at the start; during the runs the machine was %.0f%% busy and %.1f%% stolen by the hypervisor (medians over all runs).\n",
+			m.LoadAtStart, median(busy), median(steal))
+	} else {
+		p("- Noise: load average %s at the start.\n", m.LoadAtStart)
+	}
 	p("- Limits, where on, are %s per key: every request is decided (in Redis or in process) and none is refused. "+
 		"NGINX's `limit_req` uses exgate's key rule: by token when the request has one, else by `$binary_remote_addr`.\n\n", rateOff)
 
