@@ -28,7 +28,9 @@ routes:
 `
 
 // TestShutdownBinary proves what the README and docs/operations.md say of
-// stopping exgate, on the real binary: a request still running at
+// stopping exgate, on the real binary: during server.drain_delay /readyz
+// answers 503 while new connections are still served, and the exit code
+// is 0 when nothing was running; a request still running at
 // server.shutdown_timeout is cut and the exit code is 1 (the admin
 // listener answers /readyz 503 until then); a second SIGTERM during the
 // drain ends the process at once.
@@ -36,6 +38,9 @@ func TestShutdownBinary(t *testing.T) {
 	bin := buildBinary(t)
 	release := make(chan struct{})
 	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/slow" {
+			return
+		}
 		select {
 		case <-release:
 		case <-r.Context().Done():
@@ -59,6 +64,32 @@ func TestShutdownBinary(t *testing.T) {
 		logs.wait(t, "exgate started", 0)
 		return cmd, logs, "http://" + listen, "http://" + admin
 	}
+
+	t.Run("drain", func(t *testing.T) {
+		cmd, logs, base, admin := run(t, "1s", "5s")
+		start := time.Now()
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		logs.wait(t, "draining", 0)
+		if res, err := http.Get(admin + "/readyz"); err != nil || res.StatusCode != 503 {
+			t.Errorf("admin /readyz while draining: %v %v, want 503", res, err)
+		} else {
+			res.Body.Close()
+		}
+		// A new connection during the drain delay is still served.
+		tr := &http.Transport{DisableKeepAlives: true}
+		defer tr.CloseIdleConnections()
+		if res, err := (&http.Client{Transport: tr}).Get(base + "/fast"); err != nil || res.StatusCode != 200 {
+			t.Errorf("traffic while draining: %v %v, want 200", res, err)
+		} else {
+			res.Body.Close()
+		}
+		if err := cmd.Wait(); err != nil {
+			t.Errorf("exit: %v, want exit code 0", err)
+		}
+		if d := time.Since(start); d < time.Second {
+			t.Errorf("exited %v after SIGTERM, before the 1s drain delay", d)
+		}
+	})
 
 	t.Run("requests outlast the shutdown timeout", func(t *testing.T) {
 		cmd, logs, base, admin := run(t, "0s", "1s")
