@@ -291,3 +291,64 @@ func TestDocsNameOnlyKeysThatExist(t *testing.T) {
 		t.Errorf("checked %d keys in the docs, want at least 200", checked)
 	}
 }
+
+// TestDocsReloadListsAreTheModes keeps docs/limits.md's "Reloading" true
+// to the reload tags: every setting under a key its live list names
+// (but what it excepts: "`validation` except its `catalogue`") reloads
+// live, and no live setting is missing from it; every setting under a key
+// its restart list names waits for a restart, unless the live list names
+// it more closely (`server.tls.certificates` within `server`).
+func TestDocsReloadListsAreTheModes(t *testing.T) {
+	b, err := os.ReadFile("../docs/limits.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(b)
+	between := func(from, to string) string {
+		i := strings.Index(doc, from)
+		j := strings.Index(doc[max(i, 0):], to)
+		if i < 0 || j < 0 {
+			t.Fatalf("docs/limits.md lacks %q … %q", from, to)
+		}
+		return doc[i : i+j]
+	}
+	modes := ReloadModes()
+	name := regexp.MustCompile("`([a-z0-9_.*]+)`(?: except its `([a-z_]+)`)?")
+	under := func(path, key string) bool {
+		key = strings.TrimSuffix(key, ".*")
+		return path == key || strings.HasPrefix(path, key+".")
+	}
+	liveText := between("settings apply to requests that start from then on:", "Requests under way")
+	restartText := between("Everything else is fixed at start:", "Adding")
+
+	listed := map[string]bool{} // the settings the live list covers
+	for _, m := range name.FindAllStringSubmatch(liveText, -1) {
+		for p := range modes {
+			if under(p, m[1]) && (m[2] == "" || !under(p, m[1]+"."+m[2])) {
+				listed[p] = true
+			}
+		}
+	}
+	for p, mode := range modes {
+		if listed[p] && mode != ReloadLive {
+			t.Errorf("docs/limits.md lists %s as applied by a reload; it waits for a restart", p)
+		}
+		if !listed[p] && mode == ReloadLive {
+			t.Errorf("%s reloads live; docs/limits.md's live list does not name it", p)
+		}
+	}
+	restartNames := 0
+	for _, m := range name.FindAllStringSubmatch(restartText, -1) {
+		for p, mode := range modes {
+			if under(p, m[1]) {
+				restartNames++
+				if mode != ReloadRestart && !listed[p] {
+					t.Errorf("docs/limits.md says %s (under %s) waits for a restart; it reloads live", p, m[1])
+				}
+			}
+		}
+	}
+	if len(listed) < 20 || restartNames < 20 {
+		t.Errorf("the lists cover %d live and %d restart-only settings; their form changed", len(listed), restartNames)
+	}
+}
