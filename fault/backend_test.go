@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/exgate/exgate/internal/starvation"
 )
 
 // slowProxy is a reverse proxy in front of the reference backend, in the
@@ -112,7 +114,7 @@ routes:
 			c.CloseIdleConnections()
 			baseline := settledGoroutines(t, g)
 
-			v := newVerdict(t)
+			v := starvation.New(t)
 			tc.fault(be, sp)
 			during := 0.0
 			var wg sync.WaitGroup
@@ -124,7 +126,7 @@ routes:
 			}()
 			ty := burstOf(200, 40)
 			wg.Wait()
-			faulty := v.cpu.phase(t, "backend "+tc.name)
+			faulty := v.Phase("backend " + tc.name)
 			t.Logf("backend %s: %s", tc.name, ty)
 			if ty.byKey[tc.want] != 200 {
 				t.Errorf("backend %s: want 200 × %s: %s", tc.name, tc.want, ty)
@@ -142,7 +144,7 @@ routes:
 				t.Errorf("goroutines: %v before the fault, %v during, still %v 10s after it", baseline, during, after)
 			}
 			t.Logf("goroutines: %v before the fault, %v during, %v after", baseline, during, after)
-			v.settle()
+			v.Settle()
 		})
 	}
 }

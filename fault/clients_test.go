@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/exgate/exgate/internal/starvation"
 	"github.com/exgate/exgate/ratelimit"
 )
 
@@ -84,12 +85,12 @@ routes:
 		t.Fatalf("%d of %d slow connections closed already, before read_header_timeout (%v)", slow-n, slow, rht)
 	}
 	c := newClient(t, 4)
-	v := newVerdict(t)
+	v := starvation.New(t)
 	lctx, lcancel := context.WithTimeout(ctx, 1500*time.Millisecond)
 	var ty tally
 	load(lctx, c, 4, func(int, int) *http.Request { return get(g.url + "/api/v1/mkt/markets/") }, &ty)
 	lcancel()
-	normal := v.cpu.phase(t, "normal clients")
+	normal := v.Phase("normal clients")
 	t.Logf("normal clients with %d slow connections open: %s (%d still open at the end)", slow, &ty, open.Load())
 	if ty.nErrs > 0 || ty.byKey["200"] != ty.total || ty.total < 20 {
 		t.Errorf("normal clients: want only 200s (at least 20): %s", &ty)
@@ -108,12 +109,12 @@ routes:
 			t.Fatalf("only %d of %d slow connections closed within %v", i, slow, rht+10*time.Second)
 		}
 	}
-	closing := v.cpu.phase(t, "slow connections closed")
+	closing := v.Phase("slow connections closed")
 	t.Logf("slow connections closed at most %v after opening (read_header_timeout %v)", longest.Round(time.Millisecond), rht)
 	if longest > rht+3*time.Second {
 		v.Errorf(closing, "a slow connection stayed open %v, want about read_header_timeout (%v)", longest, rht)
 	}
-	v.settle()
+	v.Settle()
 }
 
 // TestMemoryLimiterManyAddresses drives a million distinct client

@@ -73,7 +73,7 @@
 // performance targets; performance is measured by `make bench`. A
 // starved process delays answers exactly as the faults do, so each timed
 // bound is judged with the kernel's account of the phase it was measured
-// over (starvation_test.go): a miss over a phase in which other work on
+// over (internal/starvation): a miss over a phase in which other work on
 // the machine took over a quarter of its CPUs while the test's processes
 // (the test process and every process it started) queued for them
 // skips the test with the figures; any other miss fails it. Bounds that

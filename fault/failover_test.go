@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/exgate/exgate/internal/redistest"
+	"github.com/exgate/exgate/internal/starvation"
 )
 
 // Failover timings and limits the tests hold exgate to.
@@ -289,8 +290,8 @@ type failoverRun struct {
 	ended        time.Time    // when the load ended
 	// v holds the misses of the timed bounds, phase the CPU figures of
 	// the load, from its start to its end.
-	v     *verdict
-	phase *cpuShare
+	v     *starvation.Verdict
+	phase *starvation.Phase
 	mu    sync.Mutex
 }
 
@@ -336,7 +337,7 @@ func (r *failoverRun) latency(what string, a answer) {
 //     gateways.
 func failOver(t *testing.T, gws []*gateway, cb *countingBackend, token string, fail func() time.Time) *failoverRun {
 	t.Helper()
-	run := &failoverRun{probes: make([][]probe, len(gws)), readyz: map[string]int{}, gws: gws, cb: cb, v: newVerdict(t)}
+	run := &failoverRun{probes: make([][]probe, len(gws)), readyz: map[string]int{}, gws: gws, cb: cb, v: starvation.New(t)}
 	for i := range run.admitted {
 		run.admitted[i] = map[string]int{}
 	}
@@ -461,7 +462,7 @@ func failOver(t *testing.T, gws []*gateway, cb *countingBackend, token string, f
 	stop()
 	wg.Wait()
 	run.ended = time.Now()
-	run.phase = run.v.cpu.phase(t, "failover")
+	run.phase = run.v.Phase("failover")
 	for _, g := range gws {
 		// One scrape: requests exgate is still finishing (their clients
 		// gone with the load) must not move a count between its reads.
@@ -711,13 +712,13 @@ func (r *failoverRun) ordersOnceReplicated(t *testing.T, old *redistest.Server, 
 	placedAt := time.Now()
 	tries := 0
 	var last answer
-	r.v.cpu.begin(t)
+	r.v.Begin()
 	placed := eventually(resumeBound, func() bool {
 		tries++
 		last = do(c, orderWithID(g.url, token, id+"-"+strconv.Itoa(tries)))
 		return last.status == http.StatusCreated
 	})
-	resume := r.v.cpu.phase(t, "orders resumed")
+	resume := r.v.Phase("orders resumed")
 	if !placed {
 		r.v.Errorf(resume, "no order placed within %v of the new master having a replica (%d tries, the last answered %d %s %v)", resumeBound, tries, last.status, last.code, last.err)
 	}
@@ -796,7 +797,7 @@ func TestSentinelFailover(t *testing.T) {
 			if info, err := sg.Replica.Info("replication"); err != nil || info["role"] != "master" {
 				t.Errorf("the replica after the failover: %v %v, want the master", info, err)
 			}
-			run.v.settle()
+			run.v.Settle()
 		})
 	}
 }
@@ -860,7 +861,7 @@ func TestClusterFailover(t *testing.T) {
 			run.check(t)
 			run.ordersOnceReplicated(t, victim, gws[0], token)
 			run.checkAccessLog(t)
-			run.v.settle()
+			run.v.Settle()
 		})
 	}
 }

@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/exgate/exgate/internal/starvation"
 )
 
 // Capacity of the overload test's backend: a fixed pool of workers, each
@@ -128,7 +130,7 @@ const starvedSlowdown = 1.25
 // its requests, or the machine added to exgate's upstream durations,
 // more than starvedSlowdown allows, a sentence with the figures; else "".
 // It is the test's own measure of a starved machine, beside the kernel's
-// (cpuShare.starved): the backend's timers firing late.
+// (starvation.Phase.Starved): the backend's timers firing late.
 func backendStarved(s backendShare) string {
 	over := time.Duration((starvedSlowdown - 1) * float64(serviceTime))
 	if s.held <= serviceTime+over && s.machine() <= over {
@@ -243,7 +245,7 @@ func drive(t *testing.T, client *http.Client, base string, rps int, d time.Durat
 // the surge ends nothing is shed. The capacity is the one the machine let
 // the backend have, measured in the run. A miss over a phase in which the
 // machine starved the test's processes, by the kernel's account
-// (cpuShare.starved: other work took a quarter of the CPUs and the
+// (starvation.Phase.Starved: other work took a quarter of the CPUs and the
 // processes' threads queued for them) or the backend's (backendStarved:
 // unqueued, it looked over 25% slower to exgate than its service),
 // skips the test with the figures, since no limit can tell that from
@@ -267,14 +269,14 @@ routes:
   - {name: list_tickers, match: "GET /api/v1/mkt/tickers/", priority: market_data}
 `, be.url, overloadWorkers))
 	client := newClient(t, 1024)
-	v := newVerdict(t)
+	v := starvation.New(t)
 
 	// Unloaded: cancels and market data at a tenth of the capacity.
 	calm := drive(t, client, g.url, int(capacityRPS/10), 3*time.Second, overloadMix)
 	unloadedP99 := calm["cancel"].p99()
 	calmShare := be.share(t, g, 0, 0, 0, 0, 0)
-	calmCPU := v.cpu.phase(t, "unloaded")
-	calmCPU.explain(backendStarved(calmShare))
+	calmCPU := v.Phase("unloaded")
+	calmCPU.Explain(backendStarved(calmShare))
 	for name, c := range calm {
 		if c.shed != 0 || len(c.other) != 0 {
 			v.Errorf(calmCPU, "%s shed %d, other answers %v", name, c.shed, c.other)
@@ -305,17 +307,17 @@ routes:
 	servedBefore, queuedBefore, heldBefore := be.served.Load(), be.queued.Load(), be.held.Load()
 	upBefore, upSumBefore := g.metric(t, "exgate_upstream_duration_seconds_count"), g.metric(t, "exgate_upstream_duration_seconds_sum")
 	const surge = 8 * time.Second
-	v.cpu.begin(t)
+	v.Begin()
 	start := time.Now()
 	loud := drive(t, client, g.url, int(10*capacityRPS), surge, overloadMix)
 	elapsed := time.Since(start)
-	surgeCPU := v.cpu.phase(t, "surge")
+	surgeCPU := v.Phase("surge")
 	afterWithin, afterAll := cancelsWithin("0.1")
 	after250, _ := cancelsWithin("0.25")
 	after1s, _ := cancelsWithin("1")
 	goodput := float64(be.served.Load()-servedBefore) / elapsed.Seconds()
 	surgeShare := be.share(t, g, servedBefore, queuedBefore, heldBefore, upBefore, upSumBefore)
-	surgeCPU.explain(backendStarved(surgeShare))
+	surgeCPU.Explain(backendStarved(surgeShare))
 	limitAfter := g.metric(t, "exgate_overload_limit")
 	backendQueued := be.takeCancelQueued()
 	waitedAfter, within5After := slotWaits()
@@ -323,9 +325,9 @@ routes:
 
 	// After: a tenth of the capacity again, from 1 s after the surge.
 	time.Sleep(time.Second)
-	v.cpu.begin(t)
+	v.Begin()
 	after := drive(t, client, g.url, int(capacityRPS/10), 4*time.Second, overloadMix)
-	afterCPU := v.cpu.phase(t, "after the surge")
+	afterCPU := v.Phase("after the surge")
 
 	shedShare := func(c *classTally) float64 { return float64(c.shed) / float64(max(c.sent, 1)) }
 	t.Logf("backend: capacity %.0f/s, served %.0f/s during the surge, peak %d in flight (%d workers)", capacityRPS, goodput, peak, overloadWorkers)
@@ -400,5 +402,5 @@ routes:
 	// processes run: a starved exgate or load generator delays cancels and
 	// shrinks the limit exactly as overload would, so a miss then is the
 	// machine's, reported with its figures.
-	v.settle()
+	v.Settle()
 }

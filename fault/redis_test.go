@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/exgate/exgate/internal/redistest"
+	"github.com/exgate/exgate/internal/starvation"
 )
 
 // redisConfig is a gateway limited through Redis at addr: list_markets
@@ -229,7 +230,7 @@ func TestRedisSlow(t *testing.T) {
 			}
 			timeouts := g.metric(t, "exgate_ratelimit_store_errors_total", `kind="timeout"`)
 
-			v := newVerdict(t)
+			v := starvation.New(t)
 			if err := tc.block(srv); err != nil {
 				t.Fatal(err)
 			}
@@ -239,7 +240,7 @@ func TestRedisSlow(t *testing.T) {
 				return get(url, "X-Forwarded-For", fmt.Sprintf("10.2.%d.%d", w, i%250))
 			}, &ty)
 			cancel()
-			blocked := v.cpu.phase(t, "Redis blocked")
+			blocked := v.Phase("Redis blocked")
 
 			t.Logf("while Redis was blocked: %s (store deadline %v)", &ty, deadline)
 			if ty.nErrs > 0 || ty.byKey["200"] != ty.total || ty.total < 20 {
@@ -259,7 +260,7 @@ func TestRedisSlow(t *testing.T) {
 			}) {
 				t.Error("Redis did not decide again within 10s of answering")
 			}
-			v.settle()
+			v.Settle()
 		})
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/exgate/exgate/internal/starvation"
 	"github.com/exgate/exgate/internal/unreachable"
 )
 
@@ -102,7 +103,7 @@ validation:
 			baseGoroutines := g.metric(t, "go_goroutines")
 			baseHeap := g.metric(t, "go_memstats_heap_inuse_bytes")
 			c := newClient(t, requests)
-			v := newVerdict(t)
+			v := starvation.New(t)
 			var ty tally
 			var cut int
 			var mu sync.Mutex
@@ -127,7 +128,7 @@ validation:
 				}()
 			}
 			wg.Wait()
-			sent := v.cpu.phase(t, tc.name)
+			sent := v.Phase(tc.name)
 			t.Logf("%s: %s, %d responses cut short", tc.name, &ty, cut)
 			if tc.want[0] == "cut" {
 				if cut != requests {
@@ -161,7 +162,7 @@ validation:
 				}
 				time.Sleep(100 * time.Millisecond)
 			}
-			v.settle()
+			v.Settle()
 		})
 	}
 }

@@ -1,42 +1,42 @@
-package fault
+// Package starvation tells a test whether the machine starved its
+// processes of CPU while it measured them. A test's timed assertions
+// measure its subject, but on a machine shared with other work (a second
+// `go test`, a build) a process starved of CPU delays answers exactly as
+// the fault under test would. A Verdict asks the kernel, over each phase
+// of a test, how long the test's processes (the test process and every
+// process it started) ran and how long their threads waited on a run
+// queue for a CPU, and how much CPU the rest of the machine took; a miss
+// of a timed bound is put down to the machine (Phase.Starved) only when
+// both say so, and the test is then skipped with the figures instead of
+// failed. Linux only: it reads /proc.
+package starvation
 
 import (
 	"cmp"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 )
-
-// The suite's timed assertions measure exgate, but on a machine shared
-// with other work (a second `go test`, a build) a process starved of CPU
-// delays answers exactly as the fault under test would. cpuWatch asks the
-// kernel, over each phase of a test, how long the test's processes ran
-// and how long their threads waited on a run queue for a CPU, and how
-// much CPU the rest of the machine took; a miss of a timed bound is put
-// down to the machine (cpuShare.starved) only when both say so, and the
-// test is then skipped with the figures instead of failed.
 
 // userHZ is the unit of the CPU times in /proc/stat: USER_HZ, which is
 // 100 on every Linux architecture Go supports (sysconf(_SC_CLK_TCK)).
 const userHZ = 100
 
-// Bounds of cpuShare.starved.
+// Bounds of Phase.Starved.
 const (
 	// starvedOthers is the share of the machine's CPUs that its other
 	// tasks and the hypervisor must have taken over a phase for a miss to
 	// be the machine's doing. The test's processes may run on every CPU
 	// at once (GOMAXPROCS is the CPU count), so what other work takes is
-	// taken from them; a quarter is the 25% slowdown the overload test's
-	// limit tolerates (tolerance_percent) and starvedSlowdown accepts of
-	// the backend. Below it a wait is the processes' own (an exgate that
+	// taken from them; a quarter is the 25% slowdown exgate's overload
+	// limit tolerates by default (overload.tolerance_percent) and the
+	// overload test accepts of its backend. Below it a wait is the processes' own (an exgate that
 	// burns more CPU than it should waits for itself), and a miss fails.
 	starvedOthers = 0.25
 	// starvedWakeup is the mean time a woken thread of the test's
@@ -49,8 +49,8 @@ const (
 	// the overload test: 165 µs; beside four busy loops: 140-330 µs;
 	// beside two and other builds: 0.8-1.5 ms. Processes that keep both
 	// CPUs busy themselves queue for each other as long (55-150 µs in
-	// TestSlowloris, TestRedisSlow and TestBackendMisbehaviour on a quiet
-	// machine), which is why starvedOthers must hold as well.
+	// fault's TestSlowloris, TestRedisSlow and TestBackendMisbehaviour on
+	// a quiet machine), which is why starvedOthers must hold as well.
 	starvedWakeup = 100 * time.Microsecond
 	// starvedMinPhase is the shortest phase whose figures can say the
 	// machine was busy: /proc/stat counts in ticks of 10 ms per CPU, a
@@ -59,18 +59,18 @@ const (
 	starvedMinPhase = 200 * time.Millisecond
 )
 
-// cpuWatch reads, from the kernel, the CPU time of the test's processes
+// watch reads, from the kernel, the CPU time of the test's processes
 // (the test process, with the load generator and any backend it runs,
 // and every process it started: exgate, redis-server, exchange-sim…) and
 // of the whole machine, at the start and end of each phase of a test.
-type cpuWatch struct {
+type watch struct {
 	root   int // the test process
-	last   cpuSample
-	phases []*cpuShare
+	last   sample
+	phases []*Phase
 }
 
-// cpuSample is one reading of cpuWatch.
-type cpuSample struct {
+// sample is one reading of watch.
+type sample struct {
 	at time.Time
 	// procs are the test's processes, by pid.
 	procs map[int]procTimes
@@ -89,18 +89,18 @@ type procTimes struct {
 	slices      int64
 }
 
-// watchCPU starts watching the test process and the processes it starts.
-func watchCPU(t *testing.T) *cpuWatch {
+// newWatch starts watching the test process and the processes it starts.
+func newWatch(t testing.TB) *watch {
 	t.Helper()
-	w := &cpuWatch{root: os.Getpid()}
-	w.last = w.sample(t)
+	w := &watch{root: os.Getpid()}
+	w.last = w.read(t)
 	return w
 }
 
-// sample reads the kernel's figures now.
-func (w *cpuWatch) sample(t *testing.T) cpuSample {
+// read reads the kernel's figures now.
+func (w *watch) read(t testing.TB) sample {
 	t.Helper()
-	s := cpuSample{at: time.Now(), procs: map[int]procTimes{}}
+	s := sample{at: time.Now(), procs: map[int]procTimes{}}
 	for pid, name := range family(w.root) {
 		pt := threadTimes(pid)
 		pt.name = name
@@ -235,21 +235,21 @@ func machineTimes(stat string) (tasks, steal time.Duration, err error) {
 }
 
 // begin starts a new phase, not recorded.
-func (w *cpuWatch) begin(t *testing.T) {
+func (w *watch) begin(t testing.TB) {
 	t.Helper()
-	w.last = w.sample(t)
+	w.last = w.read(t)
 }
 
 // phase returns the figures of the phase since the previous call (or
-// begin, or watchCPU), records them and starts the next one. A process
+// begin, or newWatch), records them and starts the next one. A process
 // started during the phase counts whole; one that ended during it counts
 // for nothing, its last figures gone with it.
-func (w *cpuWatch) phase(t *testing.T, name string) *cpuShare {
+func (w *watch) phase(t testing.TB, name string) *Phase {
 	t.Helper()
-	now := w.sample(t)
+	now := w.read(t)
 	prev := w.last
 	w.last = now
-	s := &cpuShare{name: name, elapsed: now.at.Sub(prev.at), cpus: runtime.NumCPU()}
+	s := &Phase{name: name, elapsed: now.at.Sub(prev.at), cpus: runtime.NumCPU()}
 	byName := map[string]*procShare{}
 	var ours time.Duration
 	for pid, pt := range now.procs {
@@ -277,8 +277,8 @@ func (w *cpuWatch) phase(t *testing.T, name string) *cpuShare {
 	return s
 }
 
-// cpuShare is how the test's processes fared for CPU over one phase.
-type cpuShare struct {
+// Phase is how the test's processes fared for CPU over one phase.
+type Phase struct {
 	name    string
 	elapsed time.Duration
 	cpus    int
@@ -287,7 +287,7 @@ type cpuShare struct {
 	// what the hypervisor took.
 	others, steal time.Duration
 	// slow is what another measure of the test saw of the machine over
-	// the phase (see explain), or "".
+	// the phase (see Explain), or "".
 	slow string
 }
 
@@ -300,19 +300,19 @@ type procShare struct {
 	slices      int64
 }
 
-// explain records that another measure of the test (how late an
+// Explain records that another measure of the test (how late an
 // in-process backend's timers fired, say) found the machine too busy
 // over the phase: a sentence with its figures; "" for not.
-func (s *cpuShare) explain(reason string) { s.slow = reason }
+func (s *Phase) Explain(reason string) { s.slow = reason }
 
 // perSecond returns d per second of the phase.
-func (s *cpuShare) perSecond(d time.Duration) float64 {
+func (s *Phase) perSecond(d time.Duration) float64 {
 	return d.Seconds() / max(s.elapsed.Seconds(), 1e-3)
 }
 
 // wakeup returns the mean run-queue wait of a woken thread of the test's
 // processes.
-func (s *cpuShare) wakeup() time.Duration {
+func (s *Phase) wakeup() time.Duration {
 	var waited time.Duration
 	var slices int64
 	for _, p := range s.procs {
@@ -322,12 +322,12 @@ func (s *cpuShare) wakeup() time.Duration {
 	return waited / time.Duration(max(slices, 1))
 }
 
-// starved returns why the machine held the test's processes off the CPU
+// Starved returns why the machine held the test's processes off the CPU
 // over the phase, or "" when it did not: over a phase of starvedMinPhase
 // or more, other work took more than starvedOthers of the machine's CPUs
 // while the processes' threads waited for one more than starvedWakeup on
-// average; or another measure said so (explain).
-func (s *cpuShare) starved() string {
+// average; or another measure said so (Explain).
+func (s *Phase) Starved() string {
 	var why []string
 	if s.elapsed >= starvedMinPhase && s.perSecond(s.others+s.steal) > starvedOthers*float64(s.cpus) && s.wakeup() > starvedWakeup {
 		why = append(why, s.String())
@@ -338,7 +338,10 @@ func (s *cpuShare) starved() string {
 	return strings.Join(why, "; ")
 }
 
-func (s *cpuShare) String() string {
+// String returns the phase's figures: by process name, the cores its
+// processes ran and waited for, and the mean wait of a woken thread; then
+// the cores the machine's other tasks and the hypervisor took.
+func (s *Phase) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s (%v): ", s.name, s.elapsed.Round(time.Millisecond))
 	for _, p := range s.procs {
@@ -354,28 +357,28 @@ func (s *cpuShare) String() string {
 	return b.String()
 }
 
-// verdict holds a test's misses of its timed bounds, each with the phase
+// Verdict holds a test's misses of its timed bounds, each with the phase
 // it was measured over, to report them once the phases' CPU figures say
 // whether the machine explains them.
-type verdict struct {
-	t       *testing.T
-	cpu     *cpuWatch
+type Verdict struct {
+	t       testing.TB
+	cpu     *watch
 	misses  []miss
 	settled bool
 }
 
 // miss is a timed bound a phase missed.
 type miss struct {
-	phase *cpuShare
+	phase *Phase
 	what  string
 }
 
-// newVerdict starts watching the CPU of the test process and of the
-// processes it starts. Should the test end before settle (t.Fatal), its
-// misses fail it.
-func newVerdict(t *testing.T) *verdict {
+// New starts watching the CPU of the test process and of the processes
+// it starts: the first phase begins. Should the test end before Settle
+// (t.Fatal), its misses fail it.
+func New(t testing.TB) *Verdict {
 	t.Helper()
-	v := &verdict{t: t, cpu: watchCPU(t)}
+	v := &Verdict{t: t, cpu: newWatch(t)}
 	t.Cleanup(func() {
 		if !v.settled {
 			for _, m := range v.misses {
@@ -386,17 +389,31 @@ func newVerdict(t *testing.T) *verdict {
 	return v
 }
 
+// Begin begins a new phase, not recorded: what went on since the last
+// phase ended is not measured.
+func (v *Verdict) Begin() {
+	v.t.Helper()
+	v.cpu.begin(v.t)
+}
+
+// Phase ends the phase under way and returns its figures, named name;
+// the next phase begins.
+func (v *Verdict) Phase(name string) *Phase {
+	v.t.Helper()
+	return v.cpu.phase(v.t, name)
+}
+
 // Errorf records that phase missed a timed bound.
-func (v *verdict) Errorf(phase *cpuShare, format string, args ...any) {
+func (v *Verdict) Errorf(phase *Phase, format string, args ...any) {
 	v.misses = append(v.misses, miss{phase, fmt.Sprintf(format, args...)})
 }
 
-// settle logs the phases' CPU figures and reports the misses; call it
+// Settle logs the phases' CPU figures and reports the misses; call it
 // last, as it may skip the test. A miss over a phase that starved the
-// test's processes (cpuShare.starved) is the machine's; when every miss
+// test's processes (Phase.Starved) is the machine's; when every miss
 // is, and nothing else failed the test, the test is skipped with the
 // figures; otherwise the other misses fail it.
-func (v *verdict) settle() {
+func (v *Verdict) Settle() {
 	t := v.t
 	t.Helper()
 	v.settled = true
@@ -404,10 +421,10 @@ func (v *verdict) settle() {
 		t.Logf("CPU: %s", p)
 	}
 	var explained []string
-	starved := map[*cpuShare]string{}
+	starved := map[*Phase]string{}
 	failed := false
 	for _, m := range v.misses {
-		why := m.phase.starved()
+		why := m.phase.Starved()
 		if why == "" {
 			t.Errorf("%s: %s", m.phase.name, m.what)
 			failed = true
@@ -428,145 +445,7 @@ func (v *verdict) settle() {
 			}
 		}
 		load, _ := os.ReadFile("/proc/loadavg")
-		t.Skipf("the machine starved the test's processes, which delays answers as the fault under test would (load average %s).\nstarved: %s\nmisses it explains: %s",
+		t.Skipf("the machine starved the test's processes, which delays answers as what the test measures would (load average %s).\nstarved: %s\nmisses it explains: %s",
 			strings.TrimSpace(string(load)), strings.Join(why, "; "), strings.Join(explained, "; "))
-	}
-}
-
-func TestParseSchedstat(t *testing.T) {
-	for _, tc := range []struct {
-		in          string
-		ran, waited time.Duration
-		slices      int64
-		ok          bool
-	}{
-		{"206794613 224802365 1018\n", 206794613, 224802365, 1018, true},
-		{"0 0 0", 0, 0, 0, true},
-		{"", 0, 0, 0, false},
-		{"1 2", 0, 0, 0, false},
-		{"1 2 3 4", 0, 0, 0, false},
-		{"1 -2 3", 0, 0, 0, false},
-		{"1 x 3", 0, 0, 0, false},
-	} {
-		t.Run(tc.in, func(t *testing.T) {
-			ran, waited, slices, ok := parseSchedstat(tc.in)
-			if ran != tc.ran || waited != tc.waited || slices != tc.slices || ok != tc.ok {
-				t.Errorf("parseSchedstat(%q) = %v, %v, %d, %t; want %v, %v, %d, %t", tc.in, ran, waited, slices, ok, tc.ran, tc.waited, tc.slices, tc.ok)
-			}
-		})
-	}
-}
-
-func TestParseStat(t *testing.T) {
-	for _, tc := range []struct {
-		in   string
-		name string
-		ppid int
-		ok   bool
-	}{
-		{"4482 (exgate) S 4470 4482 4470 0 -1 4194560 2365 0 0 0 12 3", "exgate", 4470, true},
-		{"77 (a (b) c) R 1 77 0", "a (b) c", 1, true},
-		{"5 (redis-server *:0) S 3 5", "redis-server *:0", 3, true},
-		{"5 (x) S", "", 0, false},
-		{"5 x S 3", "", 0, false},
-		{"5 (x) S y", "", 0, false},
-	} {
-		t.Run(tc.in, func(t *testing.T) {
-			name, ppid, ok := parseStat(tc.in)
-			if name != tc.name || ppid != tc.ppid || ok != tc.ok {
-				t.Errorf("parseStat(%q) = %q, %d, %t; want %q, %d, %t", tc.in, name, ppid, ok, tc.name, tc.ppid, tc.ok)
-			}
-		})
-	}
-}
-
-// TestFamily checks that the test process finds a process it started,
-// and that process's own child, among its family.
-func TestFamily(t *testing.T) {
-	cmd := exec.Command("sh", "-c", "sleep 5 & wait")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); _ = cmd.Wait() })
-	if !eventually(5*time.Second, func() bool {
-		f := family(os.Getpid())
-		n := 0
-		for _, name := range f {
-			if name == "sleep" {
-				n++
-			}
-		}
-		return f[cmd.Process.Pid] == "sh" && n == 1
-	}) {
-		t.Errorf("family(test process) = %v, want sh (pid %d) and its sleep among them", family(os.Getpid()), cmd.Process.Pid)
-	}
-}
-
-func TestMachineTimes(t *testing.T) {
-	for _, tc := range []struct {
-		name, in     string
-		tasks, steal time.Duration
-		err          bool
-	}{
-		// user nice system idle iowait irq softirq steal guest guest_nice
-		{"busy", "cpu  2758482 33686 1000813 1715325 5338 0 197762 4337 0 0\ncpu0 1 2 3 4 5 6 7 8 9 10\n",
-			(2758482 + 33686 + 1000813) * 10 * time.Millisecond, 4337 * 10 * time.Millisecond, false},
-		{"no steal column", "cpu  1 2 3 4 5 6 7\n", 0, 0, true},
-		{"per-CPU line first", "cpu0 1 2 3 4 5 6 7 8 9 10\n", 0, 0, true},
-		{"not a number", "cpu  1 2 x 4 5 6 7 8 9 10\n", 0, 0, true},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			tasks, steal, err := machineTimes(tc.in)
-			if (err != nil) != tc.err || tasks != tc.tasks || steal != tc.steal {
-				t.Errorf("machineTimes(%q) = %v, %v, %v; want %v, %v, error %t", tc.in, tasks, steal, err, tc.tasks, tc.steal, tc.err)
-			}
-		})
-	}
-}
-
-// TestStarved checks the rule on figures measured in overload test runs
-// on a two-core machine.
-func TestStarved(t *testing.T) {
-	ms := func(f float64) time.Duration { return time.Duration(f * float64(time.Millisecond)) }
-	phase := func(testWaited, exgateWaited float64, slices int64, others float64) *cpuShare {
-		return &cpuShare{name: "surge", elapsed: time.Second, cpus: 2, others: ms(others * 1000),
-			procs: []procShare{
-				{name: "test", ran: ms(300), waited: ms(testWaited * 1000), slices: slices},
-				{name: "exgate", ran: ms(100), waited: ms(exgateWaited * 1000), slices: slices},
-			}}
-	}
-	for _, tc := range []struct {
-		name    string
-		s       *cpuShare
-		starved bool
-	}{
-		// A quiet machine, during the surge.
-		{"quiet", phase(0.19, 0.13, 4300, 0), false},
-		// Another helper's builds beside it; the test passed.
-		{"busy machine, threads not held off", phase(0.47, 0.31, 5000, 0.73), false},
-		// A second `go test ./cmd/exgate` beside it; cancels missed 250 ms.
-		{"a second go test", phase(0.83, 0.48, 4000, 1.04), true},
-		// Two busy loops and other builds beside it.
-		{"busy loops", phase(2.02, 0.83, 1500, 1.60), true},
-		// Threads queued for each other on an otherwise idle machine:
-		// the processes' own doing.
-		{"idle machine, threads queued", phase(0.9, 0.6, 3000, 0.1), false},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			if got := tc.s.starved() != ""; got != tc.starved {
-				t.Errorf("starved() = %t, want %t: %s", got, tc.starved, tc.s)
-			}
-		})
-	}
-	short := phase(0.83, 0.48, 4000, 1.04)
-	short.elapsed = 100 * time.Millisecond
-	if short.starved() != "" {
-		t.Errorf("a phase of %v is starved: %s", short.elapsed, short)
-	}
-	s := phase(0, 0, 1, 0)
-	s.explain("the backend's timers fired late")
-	if s.starved() == "" {
-		t.Error("a phase another measure found starved is not starved")
 	}
 }
