@@ -74,6 +74,9 @@ type sample struct {
 	at time.Time
 	// procs are the test's processes, by pid.
 	procs map[int]procTimes
+	// reaped is the CPU time of the test process's children that have
+	// ended and been waited for.
+	reaped time.Duration
 	// tasks is the machine's CPU time, every CPU, spent running tasks
 	// (user, nice and system), and steal the time the hypervisor gave its
 	// CPUs to another machine (/proc/stat).
@@ -85,6 +88,7 @@ type sample struct {
 // they were put on one.
 type procTimes struct {
 	name        string
+	ppid        int
 	ran, waited time.Duration
 	slices      int64
 }
@@ -101,10 +105,13 @@ func newWatch(t testing.TB) *watch {
 func (w *watch) read(t testing.TB) sample {
 	t.Helper()
 	s := sample{at: time.Now(), procs: map[int]procTimes{}}
-	for pid, name := range family(w.root) {
+	for pid, m := range family(w.root) {
 		pt := threadTimes(pid)
-		pt.name = name
+		pt.name, pt.ppid = m.name, m.ppid
 		s.procs[pid] = pt
+		if pid == w.root {
+			s.reaped = m.reaped
+		}
 	}
 	stat, err := os.ReadFile("/proc/stat")
 	if err != nil {
@@ -117,12 +124,21 @@ func (w *watch) read(t testing.TB) sample {
 	return s
 }
 
-// family returns process root and its descendants, by pid, with their
-// command names, from /proc/<pid>/stat.
-func family(root int) map[int]string {
+// member is what /proc/<pid>/stat says of a process: its command name,
+// its parent, and the CPU time (user and system) of its children that
+// have ended and that it has waited for.
+type member struct {
+	name   string
+	ppid   int
+	reaped time.Duration
+}
+
+// family returns process root and its descendants, by pid, from
+// /proc/<pid>/stat.
+func family(root int) map[int]member {
 	entries, _ := os.ReadDir("/proc")
 	children := map[int][]int{}
-	names := map[int]string{}
+	members := map[int]member{}
 	for _, e := range entries {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil {
@@ -132,40 +148,44 @@ func family(root int) map[int]string {
 		if err != nil {
 			continue // it has just ended
 		}
-		name, ppid, ok := parseStat(string(b))
+		m, ok := parseStat(string(b))
 		if !ok {
 			continue
 		}
-		names[pid] = name
-		children[ppid] = append(children[ppid], pid)
+		members[pid] = m
+		children[m.ppid] = append(children[m.ppid], pid)
 	}
-	out := map[int]string{root: names[root]}
+	out := map[int]member{root: members[root]}
 	for queue := []int{root}; len(queue) > 0; queue = queue[1:] {
 		for _, c := range children[queue[0]] {
-			out[c] = names[c]
+			out[c] = members[c]
 			queue = append(queue, c)
 		}
 	}
 	return out
 }
 
-// parseStat returns the command name and parent pid from the text of
-// /proc/<pid>/stat: "pid (name) state ppid …", where the name may itself
-// hold spaces and parentheses.
-func parseStat(s string) (name string, ppid int, ok bool) {
+// parseStat parses the text of /proc/<pid>/stat: "pid (name) state ppid
+// … cutime cstime …" (fields 16 and 17, in USER_HZ), where the name may
+// itself hold spaces and parentheses.
+func parseStat(s string) (m member, ok bool) {
 	open, end := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
 	if open < 0 || end < open {
-		return "", 0, false
+		return member{}, false
 	}
-	f := strings.Fields(s[end+1:])
-	if len(f) < 2 {
-		return "", 0, false
+	f := strings.Fields(s[end+1:]) // from field 3, state
+	if len(f) < 15 {
+		return member{}, false
 	}
-	ppid, err := strconv.Atoi(f[1])
-	if err != nil {
-		return "", 0, false
+	var v [3]int
+	for i, field := range []int{1, 13, 14} { // ppid, cutime, cstime
+		n, err := strconv.Atoi(f[field])
+		if err != nil || n < 0 {
+			return member{}, false
+		}
+		v[i] = n
 	}
-	return s[open+1 : end], ppid, true
+	return member{name: s[open+1 : end], ppid: v[0], reaped: time.Duration(v[1]+v[2]) * (time.Second / userHZ)}, true
 }
 
 // threadTimes returns what the threads of process pid that are alive
@@ -242,7 +262,10 @@ func (w *watch) begin(t testing.TB) {
 
 // phase returns the figures of the phase since the previous call (or
 // begin, or newWatch), records them and starts the next one. A process
-// started during the phase counts whole; one that ended during it counts
+// started during the phase counts whole. One that ended during it counts
+// in the test's CPU time, not by name, if it was the test process's child
+// (the kernel adds a child's CPU time to its parent's when the parent
+// waits for it); a process of the family started by another one counts
 // for nothing, its last figures gone with it.
 func (w *watch) phase(t testing.TB, name string) *Phase {
 	t.Helper()
@@ -267,6 +290,14 @@ func (w *watch) phase(t testing.TB, name string) *Phase {
 		ps.slices += pt.slices
 		ours += pt.ran
 	}
+	var gone time.Duration // of the children that ended, what they had run by the phase's start
+	for pid, was := range prev.procs {
+		if pt, ok := now.procs[pid]; (!ok || pt.name != was.name) && was.ppid == w.root {
+			gone += was.ran
+		}
+	}
+	s.ended = max(now.reaped-prev.reaped-gone, 0)
+	ours += s.ended
 	for _, ps := range byName {
 		s.procs = append(s.procs, *ps)
 	}
@@ -283,6 +314,9 @@ type Phase struct {
 	elapsed time.Duration
 	cpus    int
 	procs   []procShare
+	// ended is the CPU time of the test's processes that ended during the
+	// phase, over it.
+	ended time.Duration
 	// others is the CPU time the machine's other tasks took, and steal
 	// what the hypervisor took.
 	others, steal time.Duration
@@ -351,6 +385,9 @@ func (s *Phase) String() string {
 		}
 		fmt.Fprintf(&b, "%s ran %.2f cores, its threads waited for a CPU %.2f (%v a wake-up); ", name, s.perSecond(p.ran), s.perSecond(p.waited),
 			(p.waited / time.Duration(max(p.slices, 1))).Round(time.Microsecond))
+	}
+	if s.ended > 0 {
+		fmt.Fprintf(&b, "processes that ended ran %.2f cores; ", s.perSecond(s.ended))
 	}
 	fmt.Fprintf(&b, "%v a wake-up in all (bound %v); the machine's other tasks took %.2f cores and the hypervisor %.2f of %d (bound %.2f)",
 		s.wakeup().Round(time.Microsecond), starvedWakeup, s.perSecond(s.others), s.perSecond(s.steal), s.cpus, starvedOthers*float64(s.cpus))

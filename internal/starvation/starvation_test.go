@@ -33,23 +33,24 @@ func TestParseSchedstat(t *testing.T) {
 }
 
 func TestParseStat(t *testing.T) {
+	tick := 10 * time.Millisecond
 	for _, tc := range []struct {
-		in   string
-		name string
-		ppid int
-		ok   bool
+		in string
+		m  member
+		ok bool
 	}{
-		{"4482 (exgate) S 4470 4482 4470 0 -1 4194560 2365 0 0 0 12 3", "exgate", 4470, true},
-		{"77 (a (b) c) R 1 77 0", "a (b) c", 1, true},
-		{"5 (redis-server *:0) S 3 5", "redis-server *:0", 3, true},
-		{"5 (x) S", "", 0, false},
-		{"5 x S 3", "", 0, false},
-		{"5 (x) S y", "", 0, false},
+		{"4482 (exgate) S 4470 4482 4470 0 -1 4194560 2365 0 0 0 12 3 250 7 20 0 9 0", member{"exgate", 4470, 257 * tick}, true},
+		{"77 (a (b) c) R 1 77 77 0 -1 4194560 2365 0 0 0 12 3 0 0 20", member{"a (b) c", 1, 0}, true},
+		{"5 (redis-server *:0) S 3 5 3 0 -1 4194560 2365 0 0 0 12 3 1 1 20", member{"redis-server *:0", 3, 2 * tick}, true},
+		{"5 (x) S 3 5 3 0 -1 4194560 2365 0 0 0 12 3 1", member{}, false},
+		{"5 x S 3 5 3 0 -1 4194560 2365 0 0 0 12 3 1 1 20", member{}, false},
+		{"5 (x) S y 5 3 0 -1 4194560 2365 0 0 0 12 3 1 1 20", member{}, false},
+		{"5 (x) S 3 5 3 0 -1 4194560 2365 0 0 0 12 3 -1 1 20", member{}, false},
 	} {
 		t.Run(tc.in, func(t *testing.T) {
-			name, ppid, ok := parseStat(tc.in)
-			if name != tc.name || ppid != tc.ppid || ok != tc.ok {
-				t.Errorf("parseStat(%q) = %q, %d, %t; want %q, %d, %t", tc.in, name, ppid, ok, tc.name, tc.ppid, tc.ok)
+			m, ok := parseStat(tc.in)
+			if m != tc.m || ok != tc.ok {
+				t.Errorf("parseStat(%q) = %+v, %t; want %+v, %t", tc.in, m, ok, tc.m, tc.ok)
 			}
 		})
 	}
@@ -68,16 +69,29 @@ func TestFamily(t *testing.T) {
 	for deadline := time.Now().Add(5 * time.Second); !found && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
 		f := family(os.Getpid())
 		n := 0
-		for _, name := range f {
-			if name == "sleep" {
+		for _, m := range f {
+			if m.name == "sleep" {
 				n++
 			}
 		}
-		found = f[cmd.Process.Pid] == "sh" && n == 1
+		found = f[cmd.Process.Pid].name == "sh" && n == 1
 	}
 	if !found {
 		t.Errorf("family(test process) = %v, want sh (pid %d) and its sleep among them", family(os.Getpid()), cmd.Process.Pid)
 	}
+}
+
+// TestEndedChildCounts checks that a child that burnt CPU and ended
+// during a phase counts as the test's, not as the machine's other work.
+func TestEndedChildCounts(t *testing.T) {
+	v := New(t)
+	cmd := exec.Command("timeout", "0.3", "sh", "-c", "while :; do :; done")
+	_ = cmd.Run() // ends with timeout's status 124
+	p := v.Phase("a busy child")
+	if p.ended < 50*time.Millisecond {
+		t.Errorf("a child busy for 300 ms ran %v by the phase's figures: %s", p.ended, p)
+	}
+	v.Settle()
 }
 
 func TestMachineTimes(t *testing.T) {
