@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/exgate/exgate/internal/redistest"
+	"github.com/exgate/exgate/internal/starvation"
 )
 
 // shutdownConfig is the configuration of TestShutdownBinary: listen and
@@ -103,6 +104,7 @@ func TestShutdownBinary(t *testing.T) {
 			failed <- err
 		}()
 		time.Sleep(200 * time.Millisecond) // the request is at the backend
+		v := starvation.New(t)
 		start := time.Now()
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		time.Sleep(300 * time.Millisecond)
@@ -116,19 +118,23 @@ func TestShutdownBinary(t *testing.T) {
 		if !errors.As(err, &ee) || ee.ExitCode() != 1 {
 			t.Errorf("exit: %v, want exit code 1", err)
 		}
-		if d := time.Since(start); d > 5*time.Second {
-			t.Errorf("took %v to exit with a 1s shutdown timeout", d)
+		d := time.Since(start)
+		exiting := v.Phase("shutdown")
+		if d > 5*time.Second {
+			v.Errorf(exiting, "took %v to exit with a 1s shutdown timeout", d)
 		}
 		if err := <-failed; err == nil {
 			t.Error("the request still running at the shutdown timeout was answered")
 		}
 		logs.wait(t, "shutdown incomplete", 0)
+		v.Settle()
 	})
 
 	t.Run("second signal", func(t *testing.T) {
 		cmd, logs, _, _ := run(t, "30s", "25s")
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		logs.wait(t, "draining", 0)
+		v := starvation.New(t)
 		start := time.Now()
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		err := cmd.Wait()
@@ -136,8 +142,11 @@ func TestShutdownBinary(t *testing.T) {
 		if !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGTERM {
 			t.Errorf("exit: %v, want killed by the second SIGTERM", err)
 		}
-		if d := time.Since(start); d > 3*time.Second {
-			t.Errorf("took %v after the second signal", d)
+		d := time.Since(start)
+		killed := v.Phase("second signal")
+		if d > 3*time.Second {
+			v.Errorf(killed, "took %v after the second signal", d)
 		}
+		v.Settle()
 	})
 }
