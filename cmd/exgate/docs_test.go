@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/exgate/exgate/config"
+	"github.com/exgate/exgate/internal/redistest"
 )
 
 // A documented example is a fenced block in README.md or docs/*.md right
@@ -76,19 +77,25 @@ func docExamples(t *testing.T) map[string]docExample {
 type exampleRequest struct {
 	method, path, body string
 	header             []string
+	admin              bool // sent to the admin listener
 }
 
 func TestDocumentedExamples(t *testing.T) {
-	st := startStack(t, func(c *config.Config) {
+	// The limits and duplicate protection in a real Redis, as in
+	// production (and as /readyz's example shows).
+	rs := redistest.Start(t)
+	st := startStackEnv(t, func(c *config.Config) {
+		c.Limiter.Backend = config.BackendRedis
+		c.Limiter.Redis.Addrs = []string{rs.Addr}
 		l := &c.Route("list_matches").Limits[0]
 		l.Rate, l.Burst = config.Rate{N: 5, Period: time.Minute}, 5
 		c.Route("place_order").Limits[0].Burst = 10 // bulks of at most 10 orders
 		c.Validation.Bulk.MaxOrders = 12            // bulk cancels of up to 12 ids
 		c.Route("list_tickers").MaxInFlight = 1     // one held request fills it
-	})
+	}, secretEnv)
 	token := authenticate(t, st.url)
 	order := func(body string) exampleRequest {
-		return exampleRequest{"POST", "/api/v1/odr/orders/", body, []string{"Authorization", "Bearer " + token, "Content-Type", "application/json"}}
+		return exampleRequest{method: "POST", path: "/api/v1/odr/orders/", body: body, header: []string{"Authorization", "Bearer " + token, "Content-Type", "application/json"}}
 	}
 	limitOrder := func(price, identifier string) string {
 		o := `{"symbol":"BTC_USDT","type":"limit","side":"buy","price":"` + price + `","base_amount":"0.001"`
@@ -126,7 +133,7 @@ func TestDocumentedExamples(t *testing.T) {
 		},
 	}
 	bulk := func(orders ...string) exampleRequest {
-		return exampleRequest{"POST", "/api/v1/odr/orders/bulk/", "[" + strings.Join(orders, ",") + "]", order("").header}
+		return exampleRequest{method: "POST", path: "/api/v1/odr/orders/bulk/", body: "[" + strings.Join(orders, ",") + "]", header: order("").header}
 	}
 	requests := map[string][]exampleRequest{
 		"readme_error_shape":     {{method: "TRACE", path: "/api/v1/mkt/markets/"}},
@@ -142,9 +149,8 @@ func TestDocumentedExamples(t *testing.T) {
 		"validation_bulk_invalid":   {bulk(limitOrder("60000", ""), limitOrder("60000.5", ""), limitOrder("60000.005", ""))},
 		"validation_bulk_duplicate": {bulk(limitOrder("60000", "grid-5"), limitOrder("60000", "grid-6"), limitOrder("60000", "grid-7"))},
 		"operations_overloaded":     {{method: "GET", path: "/api/v1/mkt/tickers/"}},
-		"limits_bulk_exceeds_burst": {{"POST", "/api/v1/odr/orders/bulk/",
-			"[" + strings.TrimSuffix(strings.Repeat(`{"symbol":"BTC_USDT","type":"limit","side":"buy","price":"60000","base_amount":"0.001"},`, 12), ",") + "]",
-			[]string{"Authorization", "Bearer " + token, "Content-Type", "application/json"}}},
+		"operations_readyz":         {{method: "GET", path: "/readyz", admin: true}},
+		"limits_bulk_exceeds_burst": {bulk(strings.Split(strings.Repeat(limitOrder("60000", "")+"\n", 12), "\n")[:12]...)},
 	}
 
 	examples := docExamples(t)
@@ -184,7 +190,11 @@ func TestDocumentedExamples(t *testing.T) {
 				if len(reqs) != 1 {
 					t.Fatalf("%s: an http example needs one request, has %d", ex.file, len(reqs))
 				}
-				checkHTTPExample(t, ex, st.url, reqs[0])
+				base := st.url
+				if reqs[0].admin {
+					base = "http://" + st.app.adminAd
+				}
+				checkHTTPExample(t, ex, base, reqs[0])
 			case "text":
 				checkConfigExample(t, ex, name)
 			default:

@@ -89,6 +89,13 @@ func startApp(t *testing.T, cfg *config.Config, d deps) *app {
 
 func startStack(t *testing.T, mut func(*config.Config)) *stack {
 	t.Helper()
+	return startStackEnv(t, mut, nil)
+}
+
+// startStackEnv is startStack with the gateway's environment read through
+// getenv (nil: none).
+func startStackEnv(t *testing.T, mut func(*config.Config), getenv func(string) (string, bool)) *stack {
+	t.Helper()
 	s := sim.New(sim.Options{})
 	c := &counted{h: s, release: make(chan struct{})}
 	bs := httptest.NewServer(c)
@@ -100,7 +107,7 @@ func startStack(t *testing.T, mut func(*config.Config)) *stack {
 	if mut != nil {
 		mut(cfg)
 	}
-	a := startApp(t, cfg, deps{log: zap.NewNop(), now: time.Now})
+	a := startApp(t, cfg, deps{log: zap.NewNop(), now: time.Now, getenv: getenv})
 	t.Cleanup(func() { close(c.release) }) // before the gateway shuts down
 	waitCatalogue(t, a)
 	return &stack{url: "http://" + a.addr, backend: c, sim: s, app: a, bs: bs}
