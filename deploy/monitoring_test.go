@@ -487,6 +487,21 @@ func TestAlertRules(t *testing.T) {
 				if !strings.Contains(r.Expr, `job="exgate"`) {
 					t.Errorf(`expr does not select job="exgate" (the scrape job prometheus.yaml names)`)
 				}
+				// The alerts table: "| name | severity | fires when …, for N m |".
+				row := regexp.MustCompile(`(?m)^\| ` + regexp.QuoteMeta(r.Alert) + ` \| (\w+) \| (.*) \|$`).FindStringSubmatch(ops)
+				if row == nil {
+					t.Fatalf("docs/operations.md's alerts table has no row for %s", r.Alert)
+				}
+				if row[1] != r.Labels["severity"] {
+					t.Errorf("docs/operations.md gives %s severity %s; the rule says %s", r.Alert, row[1], r.Labels["severity"])
+				}
+				if m := regexp.MustCompile(`for (\d+) ?m\b`).FindStringSubmatch(row[2]); m != nil {
+					if d, _ := time.ParseDuration(r.For); d.String() != m[1]+"m0s" {
+						t.Errorf("docs/operations.md says %s fires after %s m; the rule's for is %s", r.Alert, m[1], r.For)
+					}
+				} else if d, _ := time.ParseDuration(r.For); d != 0 {
+					t.Errorf("docs/operations.md does not say how long %s must hold (for: %s)", r.Alert, r.For)
+				}
 			})
 		}
 	}
