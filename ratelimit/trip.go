@@ -24,6 +24,11 @@ type trip struct {
 	refunds []*call
 	batch   []*call // the calls being sent (Redis.send)
 	carry   []*call // the calls to send again
+
+	// In a Cluster: what each master is sent (sendByNode), and the
+	// batches free for the next round trip.
+	nodes map[*redis.Client]*nodeBatch
+	spare []*nodeBatch
 }
 
 // run is one script run.
@@ -331,7 +336,10 @@ type nodeBatch struct {
 // followed there by WAIT, which counts the replicas holding every write
 // of that connection so far, the claims included.
 func (t *trip) sendByNode(ctx context.Context, cc *redis.ClusterClient) {
-	nodes := map[*redis.Client]*nodeBatch{}
+	if t.nodes == nil {
+		t.nodes = map[*redis.Client]*nodeBatch{}
+	}
+	nodes := t.nodes
 	for _, r := range t.runs[:t.used] {
 		node, err := cc.MasterForKey(ctx, r.b.keys[0].(string))
 		if err != nil {
@@ -340,7 +348,11 @@ func (t *trip) sendByNode(ctx context.Context, cc *redis.ClusterClient) {
 		}
 		nb := nodes[node]
 		if nb == nil {
-			nb = &nodeBatch{}
+			if n := len(t.spare); n > 0 {
+				nb, t.spare = t.spare[n-1], t.spare[:n-1]
+			} else {
+				nb = &nodeBatch{}
+			}
 			nodes[node] = nb
 		}
 		nb.cmds = append(nb.cmds, r.cmd)
@@ -375,6 +387,13 @@ func (t *trip) sendByNode(ctx context.Context, cc *redis.ClusterClient) {
 		}()
 	}
 	wg.Wait()
+	for node, nb := range nodes {
+		clear(nb.cmds)
+		clear(nb.runs)
+		*nb = nodeBatch{cmds: nb.cmds[:0], runs: nb.runs[:0]}
+		t.spare = append(t.spare, nb)
+		delete(nodes, node)
+	}
 }
 
 // answer reads every run's reply into its calls' answers and settles the
