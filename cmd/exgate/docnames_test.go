@@ -207,6 +207,9 @@ var (
 	// (`joinedClaim`, `WriteError`, `AllowAll()`): one that cannot be a
 	// configuration key, a header or a command.
 	docBareIdent = regexp.MustCompile("`([A-Za-z][a-z0-9]+(?:[A-Z][a-z0-9]*)+)(?:\\(\\))?`")
+	// docFileIdent is a Go file followed by a name in it:
+	// "`ratelimit/redis.go` `AllowN`".
+	docFileIdent = regexp.MustCompile("`([a-z0-9_/]+\\.go)` `([A-Za-z_][A-Za-z0-9_]*)`")
 	// goneWords say that what a passage names no longer exists.
 	goneWords = regexp.MustCompile(`\b(?:removed|is gone|are gone|no longer exists?|replaced by)\b`)
 )
@@ -234,6 +237,39 @@ func init() {
 		RateLimit KiB MiB GiB EdDSA NaN`) {
 		stdlibName[n] = true
 	}
+}
+
+// fileDeclares reports whether the Go file at path declares name at
+// package level or as a method.
+func fileDeclares(t *testing.T, path, name string) bool {
+	f, err := parser.ParseFile(token.NewFileSet(), path, nil, 0)
+	if err != nil {
+		return false // a missing file is reported as a path
+	}
+	for _, d := range f.Decls {
+		switch d := d.(type) {
+		case *ast.FuncDecl:
+			if d.Name.Name == name {
+				return true
+			}
+		case *ast.GenDecl:
+			for _, s := range d.Specs {
+				switch s := s.(type) {
+				case *ast.TypeSpec:
+					if s.Name.Name == name {
+						return true
+					}
+				case *ast.ValueSpec:
+					for _, n := range s.Names {
+						if n.Name == name {
+							return true
+						}
+					}
+				}
+			}
+		}
+	}
+	return false
 }
 
 func isDir(p string) bool {
@@ -310,6 +346,13 @@ func TestDocsNameOnlyWhatExists(t *testing.T) {
 			paths++
 			if _, err := os.Stat(filepath.Join("../..", p)); err != nil && !mentionsGone(doc, m[2], m[3]) {
 				t.Errorf("%s: %s does not exist (say it was removed, or drop it)", at(m[2]), p)
+			}
+		}
+		for _, m := range docFileIdent.FindAllStringSubmatchIndex(doc, -1) {
+			file, name := doc[m[2]:m[3]], doc[m[4]:m[5]]
+			paths++
+			if !fileDeclares(t, filepath.Join("../..", file), name) && !mentionsGone(doc, m[0], m[1]) {
+				t.Errorf("%s: %s declares no %s (say where it lives now, or that it was removed)", at(m[0]), file, name)
 			}
 		}
 		for _, m := range docTest.FindAllStringIndex(doc, -1) {
