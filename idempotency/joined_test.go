@@ -450,6 +450,84 @@ func TestJoinedCluster(t *testing.T) {
 	})
 }
 
+// TestJoinedClusterResharded: a claim's run sent by a stale slot map
+// (its slot moved to another master meanwhile) is answered MOVED: a
+// store failure, its claim not taken anywhere; the next claim, after the
+// limiter's backoff, goes by the reloaded map to the new master.
+func TestJoinedClusterResharded(t *testing.T) {
+	cl := redistest.StartCluster(t, 3)
+	ctx := context.Background()
+	o := testOptions(newClock())
+	o.KeyPrefix = uniquePrefix()
+	c := clusterClient(t, cl)
+	s := newJoined(t, c, o, generous)
+	for i := range 12 { // the scripts loaded on every master
+		mustClaim(t, s, Key{Account: "warm" + strconv.Itoa(i), Identifier: "w"}, fpA, Claimed)
+	}
+	key := Key{Account: "resharded", Identifier: "r"}
+	claimKey := s.keys(key)[0]
+	slot, err := c.ClusterKeySlot(ctx, claimKey).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	from := cl.Server(masterOf(t, c, claimKey))
+	var to *redistest.Server
+	for _, a := range cl.Addrs[:3] {
+		if srv := cl.Server(a); srv != from && masterOf(t, c, "rate:"+s.limitKey(key.Account)) != a {
+			to = srv
+		}
+	}
+	if to == nil {
+		t.Fatal("no master to move the claim's slot to")
+	}
+	id := func(srv *redistest.Server) string {
+		v, err := srv.Do("CLUSTER", "MYID")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v.(string)
+	}
+	fromID, toID := id(from), id(to)
+	// The slot holds no key yet: moved by CLUSTER SETSLOT alone.
+	steps := []struct {
+		srv  *redistest.Server
+		args []any
+	}{
+		{to, []any{"CLUSTER", "SETSLOT", slot, "IMPORTING", fromID}},
+		{from, []any{"CLUSTER", "SETSLOT", slot, "MIGRATING", toID}},
+		{to, []any{"CLUSTER", "SETSLOT", slot, "NODE", toID}},
+		{from, []any{"CLUSTER", "SETSLOT", slot, "NODE", toID}},
+	}
+	for _, st := range steps {
+		if _, err := st.srv.Do(st.args...); err != nil {
+			t.Fatalf("%v on %s: %v", st.args, st.srv.Addr, err)
+		}
+	}
+	_, err = s.Claim(ctx, key, fpA)
+	if _, moved := redis.IsMovedError(err); !moved || errors.Is(err, errLimited) {
+		t.Fatalf("claim sent to the slot's old master = %v, want a store failure, MOVED", err)
+	}
+	for _, srv := range []*redistest.Server{from, to} {
+		if n, err := srv.Do("EXISTS", claimKey); err == nil && n != int64(0) {
+			t.Errorf("claim taken on %s after MOVED", srv.Addr)
+		}
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		time.Sleep(300 * time.Millisecond) // the limiter's backoff, and the slot map reloaded
+		cl, err := s.Claim(ctx, key, fpA)
+		if err == nil && cl.Outcome == Claimed {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("claim after the slot map reload: %+v %v", cl, err)
+		}
+	}
+	if n, err := to.Do("EXISTS", claimKey); err != nil || n != int64(1) {
+		t.Errorf("claim on the slot's new master: EXISTS = %v %v, want 1", n, err)
+	}
+}
+
 // TestJoinedClusterReplicaAcks: in a Cluster with a replica per master,
 // a joined claim asking for a replica's acknowledgement is Claimed once
 // its master's replica holds it; with that replica cut off it is refused
