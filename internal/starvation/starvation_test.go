@@ -203,3 +203,14 @@ func TestSettle(t *testing.T) {
 		})
 	}
 }
+
+// BenchmarkPhase measures what ending a phase costs: a read of /proc for
+// the test process's family and of their threads' schedstat.
+func BenchmarkPhase(b *testing.B) {
+	v := New(b)
+	b.ReportAllocs()
+	for b.Loop() {
+		v.Phase("phase")
+	}
+	v.cpu.phases = nil
+}
