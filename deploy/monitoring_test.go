@@ -719,7 +719,8 @@ func TestDocumentedMetrics(t *testing.T) {
 	for _, mf := range gathered(t) {
 		families[mf.GetName()] = mf
 	}
-	rows := metricsTableRow.FindAllStringSubmatch(readFile(t, "../docs/operations.md"), -1)
+	ops := readFile(t, "../docs/operations.md")
+	rows := metricsTableRow.FindAllStringSubmatch(ops, -1)
 	inTable := map[string]bool{}
 	for _, r := range rows {
 		name, typ, labels := r[1], r[2], r[3]
@@ -746,6 +747,21 @@ func TestDocumentedMetrics(t *testing.T) {
 		slices.Sort(actual)
 		if !slices.Equal(documented, actual) {
 			t.Errorf("docs/operations.md: %s has labels %q, exgate labels it %q", name, documented, actual)
+		}
+		// Every value of a label from a known set (a kind, a mode, an
+		// outcome…) is named in the row; names and free values are not.
+		line := ops[strings.Index(ops, r[0]):]
+		line = line[:strings.IndexByte(line, '\n')]
+		for _, m := range mf.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				switch lp.GetName() {
+				case "route", "limit", "tier", "method", "code", "version", "revision", "goversion":
+					continue
+				}
+				if !strings.Contains(line, "`"+lp.GetValue()+"`") {
+					t.Errorf("docs/operations.md: %s{%s=%q} is exported; its row does not name the value", name, lp.GetName(), lp.GetValue())
+				}
+			}
 		}
 	}
 	for name := range families {
