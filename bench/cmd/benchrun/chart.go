@@ -199,16 +199,21 @@ func drawChart(w io.Writer, res *Results) error {
 	}
 	ct.draw(img, ct.bold, labelX, y, title, colText)
 	y += lineH + 4
-	ct.draw(img, ct.regular, labelX, y, fmt.Sprintf("medians of %d interleaved runs × %s, wrk -t%d -c%d (closed loop), %d CPUs shared by every process; compare within the chart",
-		s.Rounds, s.Duration, s.Threads, s.Conns, res.Machine.CPUs), colMuted)
-	y += lineH + 6
-	ct.draw(img, ct.bold, rpsX, y, "throughput, req/s", colText)
-	x := cpuX + ct.draw(img, ct.bold, cpuX, y, "CPU µs per request:", colText) + 24
-	for _, role := range roles() {
-		fill(img, image.Rect(x, y+3, x+14, y+17), roleColour(role))
-		x += 20 + ct.draw(img, ct.regular, x+20, y, role, colText) + 18
+	if len(res.Scenarios) == 0 { // -rate-only: no closed-loop run
+		ct.draw(img, ct.regular, labelX, y, fmt.Sprintf("only the fixed-rate run, %d CPUs shared by every process; compare within the chart", res.Machine.CPUs), colMuted)
+		y += lineH + 10
+	} else {
+		ct.draw(img, ct.regular, labelX, y, fmt.Sprintf("medians of %d interleaved runs × %s, wrk -t%d -c%d (closed loop), %d CPUs shared by every process; compare within the chart",
+			s.Rounds, s.Duration, s.Threads, s.Conns, res.Machine.CPUs), colMuted)
+		y += lineH + 6
+		ct.draw(img, ct.bold, rpsX, y, "throughput, req/s", colText)
+		x := cpuX + ct.draw(img, ct.bold, cpuX, y, "CPU µs per request:", colText) + 24
+		for _, role := range roles() {
+			fill(img, image.Rect(x, y+3, x+14, y+17), roleColour(role))
+			x += 20 + ct.draw(img, ct.regular, x+20, y, role, colText) + 18
+		}
+		y += lineH + 10
 	}
-	y += lineH + 10
 
 	for _, sc := range res.Scenarios {
 		ct.draw(img, ct.bold, labelX, y, scenarioHeading(sc.Name), colText)
