@@ -122,9 +122,10 @@ func (s *Redis) Abandon(ctx context.Context, p *Prepared, r ratelimit.ClaimReply
 // is deleted and the account's share given back, within Options.Timeout
 // even when ctx is done (the caller may be answering a client that left).
 // In a Cluster it goes to the master of the claim's keys directly, as the
-// claim did: the Cluster client's first command fetches COMMAND from
-// random nodes under a 5s deadline of its own, which a node failing (as
-// one may have, for the claim to be freed) would hold.
+// claim did: a Cluster client built with go-redis's routing policies
+// (its default) fetches COMMAND from random nodes on its first command
+// under a 5s deadline of its own, which a node failing (as one may have,
+// for the claim to be freed) would hold.
 func (s *Redis) free(ctx context.Context, p *Prepared) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.o.Timeout)
 	defer cancel()

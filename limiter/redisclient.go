@@ -19,6 +19,17 @@ import (
 // count a request twice). With tls, the files it names are read now, so a
 // missing or malformed one is an error at start, not at the first
 // request.
+//
+// A Cluster client is built with DisableRoutingPolicies: otherwise its
+// first command (and every command until one succeeds) first fetches the
+// command table (COMMAND) from up to three random nodes, one after the
+// other, under a deadline of its own (5s, each node's read bounded by the
+// read timeout) whatever the command's context, and every command waits
+// for that fetch behind one lock. With one node stopped, a call of
+// duplicate protection or of the readiness check could wait three read
+// timeouts past its deadline. exgate's commands need none of the table:
+// they are routed by their first key (EVALSHA's and EVAL's are known
+// without it), keyless ones (PING) to a master.
 func NewRedisClient(rc config.Redis, password string) (redis.UniversalClient, error) {
 	tc, err := RedisTLSConfig(rc)
 	if err != nil {
@@ -40,6 +51,11 @@ func NewRedisClient(rc config.Redis, password string) (redis.UniversalClient, er
 		MinIdleConns:          2,
 		ClientName:            "exgate",
 		TLSConfig:             tc,
+	}
+	if o.MasterName == "" && len(o.Addrs) > 1 {
+		co := o.Cluster()
+		co.DisableRoutingPolicies = true
+		return redis.NewClusterClient(co), nil
 	}
 	return redis.NewUniversalClient(o), nil
 }

@@ -9,8 +9,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/exgate/exgate/config"
+	"github.com/exgate/exgate/idempotency"
 	"github.com/exgate/exgate/internal/redistest"
+	"github.com/exgate/exgate/internal/starvation"
 	"github.com/exgate/exgate/internal/tlstest"
 	"github.com/exgate/exgate/ratelimit"
 )
@@ -156,4 +160,111 @@ func TestRedisTLS(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestRedisClusterFirstCallsOneDeadline: every call exgate makes on a
+// Cluster client NewRedisClient built is bounded by its own deadline,
+// the first one of the client included, with every master stopped: the
+// duplicate-protection store's own claim, complete, release and
+// mark-unknown, the readiness ping, and the limiter's round trip. (The
+// Cluster client otherwise fetches COMMAND on its first command, from
+// random nodes, under a 5s deadline of its own.) Each call is made on a
+// fresh client whose slot map is loaded, as a replica's is once its
+// limiter has run, while the masters are stopped.
+func TestRedisClusterFirstCallsOneDeadline(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts redis-server")
+	}
+	cl := redistest.StartCluster(t, 3)
+	const timeout = 200 * time.Millisecond
+	rc := config.Redis{Addrs: cl.Addrs, Timeout: timeout}
+	o := idempotency.Options{Timeout: timeout, InFlightTimeout: time.Minute, Retention: time.Hour}
+	key := idempotency.Key{Account: "first-call", Identifier: "order-1"}
+	var fp idempotency.Fingerprint
+	newClient := func(t *testing.T) redis.UniversalClient {
+		c, err := NewRedisClient(rc, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close() })
+		if _, err := c.(*redis.ClusterClient).MasterForKey(context.Background(), "any"); err != nil {
+			t.Fatal(err) // the slot map loaded
+		}
+		return c
+	}
+	// held is a claim taken before the masters stop, by another client.
+	held := func(t *testing.T, id string) idempotency.Claim {
+		k := key
+		k.Identifier = id
+		c, err := idempotency.NewRedis(newClient(t), o).Claim(context.Background(), k, fp)
+		if err != nil || c.Outcome != idempotency.Claimed {
+			t.Fatalf("claim before the masters stop: %v %v", c.Outcome, err)
+		}
+		return c
+	}
+	cases := []struct {
+		name string
+		call func(t *testing.T, c redis.UniversalClient) func(context.Context) error
+	}{
+		{"duplicate protection's claim", func(t *testing.T, c redis.UniversalClient) func(context.Context) error {
+			s := idempotency.NewRedis(c, o)
+			return func(ctx context.Context) error { _, err := s.Claim(ctx, key, fp); return err }
+		}},
+		{"duplicate protection's complete", func(t *testing.T, c redis.UniversalClient) func(context.Context) error {
+			cl, s := held(t, "complete"), idempotency.NewRedis(c, o)
+			return func(ctx context.Context) error {
+				return s.Complete(ctx, cl, idempotency.Record{Status: 201, Body: []byte("{}")})
+			}
+		}},
+		{"duplicate protection's release", func(t *testing.T, c redis.UniversalClient) func(context.Context) error {
+			cl, s := held(t, "release"), idempotency.NewRedis(c, o)
+			return func(ctx context.Context) error { return s.Release(ctx, cl) }
+		}},
+		{"duplicate protection's mark unknown", func(t *testing.T, c redis.UniversalClient) func(context.Context) error {
+			cl, s := held(t, "unknown"), idempotency.NewRedis(c, o)
+			return func(ctx context.Context) error { return s.MarkUnknown(ctx, cl) }
+		}},
+		{"readiness ping", func(t *testing.T, c redis.UniversalClient) func(context.Context) error {
+			return func(ctx context.Context) error {
+				ctx, cancel := context.WithTimeout(ctx, timeout)
+				defer cancel()
+				return c.Ping(ctx).Err()
+			}
+		}},
+		{"limiter", func(t *testing.T, c redis.UniversalClient) func(context.Context) error {
+			r := ratelimit.NewRedis(c, ratelimit.RedisOptions{Timeout: timeout})
+			t.Cleanup(func() { _ = r.Close() })
+			return func(ctx context.Context) error {
+				_, err := r.Allow(ctx, "first-call", ratelimit.Limit{Rate: 2, Period: time.Hour, Burst: 2})
+				return err
+			}
+		}},
+	}
+	v := starvation.New(t)
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			call := tc.call(t, newClient(t))
+			for _, s := range cl.Servers {
+				s.Freeze()
+			}
+			v.Begin()
+			start := time.Now()
+			err := call(context.Background())
+			d := time.Since(start)
+			p := v.Phase(tc.name)
+			for _, s := range cl.Servers {
+				s.Thaw()
+			}
+			if err == nil {
+				t.Errorf("with every master stopped: no error")
+			}
+			// One deadline and the scheduling around it; the Cluster
+			// client's own 5s would be far past.
+			if bound := 3 * timeout; d >= bound {
+				v.Errorf(p, "%s, every master stopped, on a fresh client: failed after %v, want within its deadline (%v, bound %v): %v", tc.name, d, timeout, bound, err)
+			}
+			t.Logf("%s, every master stopped, on a fresh client: failed after %v (deadline %v): %v", tc.name, d, timeout, err)
+		})
+	}
+	v.Settle()
 }

@@ -326,10 +326,11 @@ type nodeBatch struct {
 // pipeline would do the same, but when one node fails and the deadline
 // passes during its retries it marks every command of the pipeline
 // failed, answered or not: a run that was decided (and charged) would
-// look failed and could not be given back. And the Cluster client's
-// first command fetches COMMAND from random nodes under a 5s deadline of
-// its own, whatever the round trip's: a node stopped then would hold a
-// round trip (every one, while the fetch fails) far past its deadline. A
+// look failed and could not be given back. And a Cluster client built
+// with go-redis's routing policies (its default) fetches COMMAND from
+// random nodes on its first command under a 5s deadline of its own,
+// whatever the round trip's: a node stopped then would hold a round trip
+// (every one, while the fetch fails) far past its deadline. A
 // run sent by a stale slot map is answered MOVED or ASK: a store
 // failure, after which the slot map is reloaded. A node's pipeline is one connection (the node's own
 // client's): runs whose claims ask replicas to acknowledge them are
