@@ -15,6 +15,9 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
+
 	"github.com/exgate/exgate/config"
 	"github.com/exgate/exgate/internal/redistest"
 )
@@ -31,7 +34,12 @@ import (
 //     body must be those of the generator's one answer;
 //   - a ```text block: the output of `exgate check-config` on
 //     testdata/docs/NAME.yaml (with the environment checkConfigEnv gives
-//     it), line for line.
+//     it), line for line;
+//   - a ```json block of log lines (an example whose generator is in
+//     logExamples): each field a line shows must be in the logged entry
+//     its generator returns, with that value ("level" and "msg" are the
+//     entry's level and message; a string ending in "…" matches any
+//     value it begins).
 //
 // The marker and its block may be indented alike (inside a list item);
 // the indentation is not part of the example.
@@ -154,6 +162,9 @@ func TestDocumentedExamples(t *testing.T) {
 	}
 
 	examples := docExamples(t)
+	for name := range logExamples {
+		requests[name] = nil
+	}
 	for name := range requests {
 		if _, ok := examples[name]; !ok {
 			t.Errorf("example %s is produced here but marked nowhere in the docs", name)
@@ -174,6 +185,10 @@ func TestDocumentedExamples(t *testing.T) {
 			case "sh":
 				checkShellExample(t, ex, st.url, token)
 			case "json":
+				if gen := logExamples[name]; gen != nil {
+					checkLogExample(t, ex, gen(t, rs.Addr))
+					break
+				}
 				lines := strings.Split(strings.TrimSpace(ex.body), "\n")
 				reqs := requests[name]
 				if len(reqs) != len(lines) {
@@ -281,5 +296,86 @@ func checkConfigExample(t *testing.T, ex docExample, name string) {
 	checkConfigCommand([]string{filepath.Join("testdata", "docs", name+".yaml")}, getenv, &out, &out)
 	if got, want := strings.TrimSpace(out.String()), strings.TrimSpace(ex.body); got != want {
 		t.Errorf("%s shows\n%s\nexgate check-config prints\n%s", ex.file, want, got)
+	}
+}
+
+// logExamples produce the log lines the docs show, by example name.
+var logExamples = map[string]func(t *testing.T, redisAddr string) []observer.LoggedEntry{
+	"limits_reload_failed": func(t *testing.T, redisAddr string) []observer.LoggedEntry {
+		return reloadLogs(t, redisAddr)[:1]
+	},
+	"limits_reloaded": func(t *testing.T, redisAddr string) []observer.LoggedEntry {
+		return reloadLogs(t, redisAddr)[1:]
+	},
+}
+
+// reloadLogs starts a gateway on liveConfig, reloads it with a file whose
+// first limit has a bad rate, then with live and restart-only settings
+// changed, and returns the two log lines.
+func reloadLogs(t *testing.T, redisAddr string) []observer.LoggedEntry {
+	path := filepath.Join(t.TempDir(), "exgate.yaml")
+	write := func(body string) {
+		t.Helper()
+		if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const backend = "http://127.0.0.1:9"
+	write(fmt.Sprintf(liveConfig, backend, "2s", "info", redisAddr, 1, "local", "100ms"))
+	cfg, err := config.Load(path, secretEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	core, logs := observer.New(zap.InfoLevel)
+	a := startApp(t, cfg, deps{log: zap.New(core), now: time.Now, getenv: secretEnv, configPath: path})
+	bad := strings.Replace(fmt.Sprintf(liveConfig, backend, "2s", "info", redisAddr, 1, "local", "100ms"),
+		"{ name: slow, match: GET /slow/ }", "{ name: slow, match: GET /slow/, limits: [{ key: address, rate: 0/1h }] }", 1)
+	write(bad)
+	a.reloadNow()
+	write(fmt.Sprintf(liveConfig, backend, "100ms", "debug", redisAddr, 4, "closed", "1s"))
+	a.reloadNow()
+	var out []observer.LoggedEntry
+	for _, e := range logs.TakeAll() {
+		if strings.HasPrefix(e.Message, "configuration reload") {
+			out = append(out, e)
+		}
+	}
+	if len(out) != 2 {
+		t.Fatalf("%d reload log lines, want 2: %v", len(out), out)
+	}
+	return out
+}
+
+// checkLogExample compares the log lines of a json example with entries.
+func checkLogExample(t *testing.T, ex docExample, entries []observer.LoggedEntry) {
+	lines := strings.Split(strings.TrimSpace(ex.body), "\n")
+	if len(lines) != len(entries) {
+		t.Fatalf("%s: %d log lines, %d entries to produce them", ex.file, len(lines), len(entries))
+	}
+	for i, l := range lines {
+		var shown map[string]any
+		if err := json.Unmarshal([]byte(l), &shown); err != nil {
+			t.Fatalf("%s: %v: %s", ex.file, err, l)
+		}
+		logged := map[string]any{}
+		b, err := json.Marshal(entries[i].ContextMap())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal(b, &logged); err != nil {
+			t.Fatal(err)
+		}
+		logged["level"], logged["msg"] = entries[i].Level.String(), entries[i].Message
+		for k, want := range shown {
+			got, ok := logged[k]
+			if s, isString := want.(string); isString && strings.HasSuffix(s, "…") {
+				if g, _ := got.(string); ok && strings.HasPrefix(g, strings.TrimSuffix(s, "…")) {
+					continue
+				}
+			} else if ok && fmt.Sprint(got) == fmt.Sprint(want) {
+				continue
+			}
+			t.Errorf("%s: %q shows %v; exgate logs %v", ex.file, k, want, got)
+		}
 	}
 }
