@@ -9,8 +9,8 @@ import (
 	"github.com/exgate/exgate/ratelimit"
 )
 
-// KeyPrefix starts every key exgate stores (redis_rate adds its own
-// "rate:" in front): rate:exgate:<route>:<limit>:<N>/<seconds>:<t|a|s>:<id>.
+// KeyPrefix starts every key exgate stores (the Redis store adds "rate:"
+// in front of a limit's): rate:exgate:<route>:<limit>:<N>/<seconds>:<t|u|a|s>:<id>.
 // The rate is part of the key, so changing a limit (a reload, or a token
 // moving to another tier) starts its counting afresh instead of carrying
 // over a debt measured at the old rate.
