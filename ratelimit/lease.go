@@ -23,9 +23,12 @@ import (
 // no caller waits for (Redis.renew), so that a key served from leases at
 // a steady rate does not send one of its requests, and every request
 // arriving meanwhile, to wait for Redis each time a lease runs out. A key
-// has at most one renewal in flight, none while it is near its limit, and
-// no lease is taken by a round trip's group while one is in flight, so
-// that outstanding leased requests stay under two leases.
+// has at most one renewal in flight and none while it is near its limit.
+// A round trip's group takes a lease only when the key's lease is empty
+// (or expired), renewal in flight or not: requests leased and not yet
+// handed out, with those a renewal is asking for, stay within two leases,
+// and a renewal that comes back late (a starved process, a slow Redis)
+// does not send every request meanwhile to Redis one by one.
 const (
 	leaseTTL      = time.Second
 	leaseMax      = 256 // requests
@@ -144,12 +147,13 @@ func (ls *leases) get(k leaseKey) *lease {
 
 // extra returns how many requests beyond a group's to ask Redis for,
 // to lease: none unless the key is known to be far from its limit and has
-// no lease running and no renewal in flight.
+// no lease running. A renewal in flight does not stop it: the lease is
+// empty, so the two together hold at most two leases.
 func (l *lease) extra(burst int64, now int64) int64 {
 	want := leaseSize(burst)
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if want < 2 || l.renewing || l.known < leaseMargin*want || (l.tokens > 0 && now < l.until) {
+	if want < 2 || l.known < leaseMargin*want || (l.tokens > 0 && now < l.until) {
 		return 0
 	}
 	return want
