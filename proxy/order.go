@@ -32,6 +32,10 @@ type orderState struct {
 	more       []idempotency.Claim  // a bulk's claims after the first, settled with it
 	rejected   bool                 // checkOrder refused the body as invalid (counted once it is the answer)
 	prepared   idempotency.Prepared // the claim as it rides with the limits
+	// claimBy is the deadline of a claim prepared to ride with the
+	// limits: of their round trip and, should the claim not be carried,
+	// of the claim on its own, so that the order waits one deadline.
+	claimBy time.Time
 }
 
 // bodyPool holds order body buffers (validation.max_body_bytes is small).
@@ -84,7 +88,11 @@ func (g *Gateway) claimIdentifier(st *requestState, r *http.Request) *apierror.E
 	if key == "" {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), g.idemTimeout)
+	by := st.order.claimBy
+	if by.IsZero() {
+		by = time.Now().Add(g.idemTimeout)
+	}
+	ctx, cancel := context.WithDeadline(context.WithoutCancel(r.Context()), by)
 	defer cancel()
 	claim, err := g.idem.Claim(ctx, idempotency.Key{Account: key, Identifier: st.order.identifier}, idempotency.FingerprintOf(st.order.canonical))
 	return g.answerClaim(st, claim, err)
@@ -111,6 +119,7 @@ func (g *Gateway) prepareClaim(st *requestState) *ratelimit.ClaimPart {
 		return nil
 	}
 	p := &st.order.prepared
+	st.order.claimBy = time.Now().Add(g.idemTimeout)
 	g.joiner.Prepare(p, idempotency.Key{Account: key, Identifier: st.order.identifier}, idempotency.FingerprintOf(st.order.canonical))
 	return &p.ClaimPart
 }
@@ -118,9 +127,11 @@ func (g *Gateway) prepareClaim(st *requestState) *ratelimit.ClaimPart {
 // joinedClaim answers the claim of an order its limits let pass, from
 // what the limits' round trip reported. A claim the round trip did not
 // carry (the limits were decided without Redis: the store failing fast,
-// or no limit applying) is made on its own, as
-// claimIdentifier does; one whose round trip failed is not retried (the
-// order would wait for a second deadline) and the order is refused 503.
+// or no limit applying; in a Cluster, a spray guard sent alone whose
+// round trip failed) is made on its own, as claimIdentifier does, within
+// what is left of the order's one deadline; one whose round trip failed
+// is not retried (the order would wait for a second deadline) and the
+// order is refused 503.
 func (g *Gateway) joinedClaim(st *requestState, r *http.Request) *apierror.Error {
 	if !st.decision.Claim.Sent {
 		return g.claimIdentifier(st, r)

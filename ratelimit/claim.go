@@ -29,8 +29,10 @@ import "time"
 // it goes to Redis with its claim, one round trip for both. A ClaimPart
 // is not sent (ClaimReply.Sent is false) when the request does not reach
 // Redis: the Memory limiter, a DenyCache refusal, calls failing fast
-// after a failed round trip, a request with no limit to decide. The
-// caller then claims on its own, when the request passed.
+// after a failed round trip, a request with no limit to decide, a
+// request past its deadline before its round trip, and in a Cluster a
+// request whose spray guard, sent alone first, failed. The caller then
+// claims on its own, when the request passed.
 
 // ClaimPart is a claim decided with a Request: the claim function's
 // KEYS and ARGV, and what its round trip honours.
@@ -53,7 +55,7 @@ type ClaimReply struct {
 	// Sent reports that the claim went to Redis with the request's
 	// limits: it was run if the part it rode with passed (Reply), or its
 	// run failed (Err) and it may have been. When Sent is false the
-	// claim was not run.
+	// claim was not run: no round trip carried it.
 	Sent bool
 	// Run reports that the claim function ran: outside a Cluster, the
 	// request passed; in a Cluster, the part in the claim's slot passed

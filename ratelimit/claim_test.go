@@ -295,6 +295,41 @@ func TestClaimRidesInCluster(t *testing.T) {
 		}
 	})
 
+	t.Run("guard sent alone fails: the claim not sent", func(t *testing.T) {
+		// The guard on a master of its own, the checks with the claim:
+		// the guard goes alone first; with its master stopped that
+		// round trip fails and the claim never reaches Redis. The
+		// caller must learn it was not sent (so that it may claim on
+		// its own), not that it may have run.
+		guard := keyOn(t, cl, "guard-down:", cs, false)
+		guardOwner, err := cl.SlotOwner(cl.Servers[0], int(slot(guard)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		q := req("guard-down", Check{Key: same("gd1"), Limit: many, Branch: IfAdmitted}, Check{Key: same("gd2"), Limit: many, Branch: IfRefused})
+		q.Guard = Guard{Key: guard, Member: "m", Max: 10, Window: time.Minute}
+		lim := NewRedis(client, RedisOptions{Timeout: 200 * time.Millisecond, ClaimFunc: testClaimFunc})
+		defer lim.Close()
+		var ans Answer
+		if err := lim.AllowAll(ctx, req("warm-guard", Check{Key: guard, Limit: many}), &ans); err != nil {
+			t.Fatal(err) // the scripts loaded on the guard's master
+		}
+		down := cl.Server(guardOwner)
+		down.Freeze()
+		ans = Answer{}
+		err = lim.AllowAll(ctx, q, &ans)
+		down.Thaw()
+		if err == nil {
+			t.Fatalf("with the guard's master stopped: no error, %+v", ans)
+		}
+		if ans.Claim.Sent || ans.Claim.Run {
+			t.Errorf("claim %+v after the guard's round trip failed; want not sent", ans.Claim)
+		}
+		if n, err := client.Exists(ctx, q.Claim.Keys[0]).Result(); err != nil || n != 0 {
+			t.Errorf("claim key exists = %v %v, want 0", n, err)
+		}
+	})
+
 	t.Run("32 concurrent claims from 4 limiters, one claimed", func(t *testing.T) {
 		lims := make([]*Redis, 4)
 		for i := range lims {

@@ -224,7 +224,6 @@ func (r *Redis) allowAll(ctx context.Context, c *call, q *Request, ans *Answer) 
 	c.q, c.ans, c.err, c.claim = q, ans, nil, claim
 	c.guarded, c.phase, c.parts, c.failed, c.charged = false, false, 0, false, 0
 	if claim {
-		ans.Claim.Sent = true
 		r.submit(ctx, c, r.claims, max(r.timeout, q.Claim.Timeout))
 	} else {
 		r.submit(ctx, c, &r.decide, r.timeout)
@@ -236,7 +235,7 @@ func (r *Redis) allowAll(ctx context.Context, c *call, q *Request, ans *Answer) 
 		// In a Cluster the claim's run may have been answered while a
 		// run on another node failed: it keeps its reply, which the
 		// caller needs to go on with the claim or to free it.
-		if claim && !ans.Claim.Run && ans.Claim.Err == nil {
+		if ans.Claim.Sent && !ans.Claim.Run && ans.Claim.Err == nil {
 			ans.Claim.Err = err
 		}
 		return err

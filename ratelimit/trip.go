@@ -193,6 +193,7 @@ func (t *trip) add(r *run, e entry) {
 			}
 		}
 		if e.claim {
+			c.ans.Claim.Sent = true // planned into a round trip being sent
 			r.claims = true
 			if n := c.q.Claim.ReplicaAcks; n > 0 {
 				r.acks = max(r.acks, n)
