@@ -552,3 +552,70 @@ func TestOrderClaimKeptWhenLimitNodeFails(t *testing.T) {
 		})
 	}
 }
+
+// TestOrderClaimAfterGuardNodeFails: in a Redis Cluster, an order whose
+// spray check goes first alone, to a master that is gone (its
+// connections refused), never sent its claim: under on_store_error open
+// it is claimed on its own on its account's master, which is up, and
+// placed once, within the order's one deadline — not refused as if
+// duplicate protection had failed.
+func TestOrderClaimAfterGuardNodeFails(t *testing.T) {
+	cl := redistest.StartCluster(t, 3)
+	const claimTimeout = 300 * time.Millisecond
+	urls, backend := replicas(t, 1, cl.Addrs, func(cfg *config.Config) {
+		cfg.Limiter.OnStoreError = config.StoreOpen
+		cfg.Limiter.TokenSpray.Window = time.Second // the spray answer cached no longer
+		cfg.Limiter.Redis.Timeout = 150 * time.Millisecond
+		cfg.Idempotency.Timeout = claimTimeout
+		cfg.Idempotency.KeyPrefix = "gd:"
+		cfg.Idempotency.ReplicaAcks = 0
+	})
+	url := urls[0]
+	// A token whose claims live on another master than the address's
+	// spray set.
+	var token string
+	var guardNode *redistest.Server
+	for try := 0; guardNode == nil && try < 20; try++ {
+		for _, s := range cl.Servers {
+			if _, err := s.Do("FLUSHALL"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		token = authenticate(t, url)
+		if code, _, b := order(t, url, token, "find", "0.001"); code != 201 {
+			t.Fatalf("order: %d %s", code, b)
+		}
+		guards, claims := keysOn(t, cl, "*spray*"), keysOn(t, cl, "gd:*")
+		if len(guards) != 1 || len(claims) != 1 {
+			t.Fatalf("spray keys %v, claim keys %v: want each on one master", guards, claims)
+		}
+		for g := range guards {
+			if _, same := claims[g]; !same {
+				guardNode = g
+			}
+		}
+	}
+	if guardNode == nil {
+		t.Fatal("no token with its claims on another master than the spray set")
+	}
+	time.Sleep(1200 * time.Millisecond) // the spray answer expired: the next order sends the check
+	placed := backend.orders.Load()
+	v := starvation.New(t)
+	guardNode.Stop()
+	v.Begin()
+	start := time.Now()
+	code, _, b := order(t, url, token, "guard-down", "0.001")
+	d := time.Since(start)
+	p := v.Phase("the spray set's master gone")
+	if code != 201 {
+		t.Errorf("order with the spray set's master gone: %d %s, want 201 (claimed on its own)", code, b)
+	}
+	if n := backend.orders.Load() - placed; n != 1 {
+		t.Errorf("backend saw %d orders, want 1", n)
+	}
+	if d >= claimTimeout {
+		v.Errorf(p, "order answered after %v, want within its one deadline (%v)", d, claimTimeout)
+	}
+	t.Logf("order, the spray set's master gone: %d after %v (idempotency timeout %v)", code, d, claimTimeout)
+	v.Settle()
+}
