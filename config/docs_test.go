@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -350,5 +351,56 @@ func TestDocsReloadListsAreTheModes(t *testing.T) {
 	}
 	if len(listed) < 20 || restartNames < 20 {
 		t.Errorf("the lists cover %d live and %d restart-only settings; their form changed", len(listed), restartNames)
+	}
+}
+
+// defaultRouteRow is a row of docs/configuration.md's default route table:
+// "| 0 | `place_order` | `POST /api/v1/odr/orders/` | required | order | token: 5400/1h | place |".
+var defaultRouteRow = regexp.MustCompile("(?m)^\\| (\\d+) \\| `([a-z_]+)` \\| `([^`]+)`[^|]* \\| ([a-z]+) \\|\\s*([a-z_]*)\\s*\\| ([^|]+) \\| ([a-z_]+)[^|]* \\|$")
+
+// TestDocsDefaultRouteTable keeps docs/configuration.md's default route
+// table equal to DefaultRoutes: order, names, matches, auth, validation,
+// priority, and the limits of every row that spells them out.
+func TestDocsDefaultRouteTable(t *testing.T) {
+	b, err := os.ReadFile("../docs/configuration.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := Default()
+	if err := c.Validate(); err != nil { // normalises priorities and names
+		t.Fatal(err)
+	}
+	rows := defaultRouteRow.FindAllStringSubmatch(string(b), -1)
+	if len(rows) != len(c.Routes) {
+		t.Fatalf("the table has %d rows; DefaultRoutes has %d routes", len(rows), len(c.Routes))
+	}
+	for i, row := range rows {
+		r := c.Routes[i]
+		t.Run(r.Name, func(t *testing.T) {
+			m, _ := r.Match.MarshalText()
+			got := []string{row[1], row[2], row[3], row[4], row[5], row[7]}
+			want := []string{strconv.Itoa(i), r.Name, string(m), r.Auth, r.Validate, r.Priority}
+			if !slices.Equal(got, want) {
+				t.Errorf("row %q, DefaultRoutes says %q", got, want)
+			}
+			limits := strings.ReplaceAll(strings.TrimSpace(row[6]), "`", "")
+			if strings.HasPrefix(limits, "as ") || strings.HasPrefix(limits, "none") {
+				return
+			}
+			var parts []string
+			for _, l := range r.Limits {
+				p := l.Name
+				if l.When != WhenAlways {
+					p += " when " + l.When
+				}
+				parts = append(parts, p+": "+l.Rate.String())
+				if l.Burst != int(l.Rate.N) || l.Shadow {
+					t.Errorf("limit %s: burst %d, shadow %v; the table says every default limit has burst N and no shadow", l.Name, l.Burst, l.Shadow)
+				}
+			}
+			if want := strings.Join(parts, "; "); limits != want {
+				t.Errorf("limits %q, DefaultRoutes says %q", limits, want)
+			}
+		})
 	}
 }
