@@ -207,6 +207,9 @@ var (
 	// (`joinedClaim`, `WriteError`, `AllowAll()`): one that cannot be a
 	// configuration key, a header or a command.
 	docBareIdent = regexp.MustCompile("`([A-Za-z][a-z0-9]+(?:[A-Z][a-z0-9]*)+)(?:\\(\\))?`")
+	// diagramIdent is a qualified Go name in a diagram, not in
+	// backticks: proxy.upstreamID, Gateway.proxyError.
+	diagramIdent = regexp.MustCompile(`\b([A-Za-z_][A-Za-z0-9_]*)\.([A-Za-z_][A-Za-z0-9_]*)(?:\.([A-Za-z_][A-Za-z0-9_]*))?\b`)
 	// docFileIdent is a Go file followed by a name in it:
 	// "`ratelimit/redis.go` `AllowN`".
 	docFileIdent = regexp.MustCompile("`([a-z0-9_/]+\\.go)` `([A-Za-z_][A-Za-z0-9_]*)`")
@@ -237,6 +240,32 @@ func init() {
 		RateLimit KiB MiB GiB EdDSA NaN`) {
 		stdlibName[n] = true
 	}
+}
+
+// diagrams returns the spans of the fenced blocks of doc without a
+// language (the request path's drawing), fences paired in order.
+func diagrams(doc string) [][2]int {
+	var out [][2]int
+	open, plain, start := false, false, 0
+	for i := 0; i < len(doc); {
+		end := strings.IndexByte(doc[i:], '\n')
+		if end < 0 {
+			end = len(doc) - i
+		}
+		line := strings.TrimSpace(doc[i : i+end])
+		if strings.HasPrefix(line, "```") {
+			if !open {
+				open, plain, start = true, line == "```", i+end+1
+			} else {
+				if plain {
+					out = append(out, [2]int{start, i})
+				}
+				open = false
+			}
+		}
+		i += end + 1
+	}
+	return out
 }
 
 // fileDeclares reports whether the Go file at path declares name at
@@ -385,7 +414,20 @@ func TestDocsNameOnlyWhatExists(t *testing.T) {
 				t.Errorf("%s: %s is declared nowhere in the module (say it was removed, or drop it)", at(m[0]), doc[m[0]:m[1]])
 			}
 		}
-		for _, m := range docIdent.FindAllStringSubmatchIndex(doc, -1) {
+		// Qualified names in backticks, and bare in the diagrams (fenced
+		// blocks without a language).
+		qualified := docIdent.FindAllStringSubmatchIndex(doc, -1)
+		for _, blk := range diagrams(doc) {
+			for _, m := range diagramIdent.FindAllStringSubmatchIndex(doc[blk[0]:blk[1]], -1) {
+				for i := range m {
+					if m[i] >= 0 {
+						m[i] += blk[0]
+					}
+				}
+				qualified = append(qualified, m)
+			}
+		}
+		for _, m := range qualified {
 			a, b := doc[m[2]:m[3]], doc[m[4]:m[5]]
 			c := ""
 			if m[6] >= 0 {
