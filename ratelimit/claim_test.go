@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -295,6 +296,29 @@ func TestClaimRidesInCluster(t *testing.T) {
 		}
 	})
 
+	t.Run("scripts flushed: sent again to the masters directly", func(t *testing.T) {
+		// After a restart or a failover a master may not know the
+		// script (NOSCRIPT): the run is sent again with its source, to
+		// its master as it went, not through the Cluster client (which
+		// would follow a redirect past what a run sent by a stale map
+		// means, and may look up COMMAND first).
+		for _, s := range cl.Servers {
+			if _, err := s.Do("SCRIPT", "FLUSH"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var h processCount
+		client.AddHook(&h)
+		q := req("flushed", Check{Key: same("f1"), Limit: many}, Check{Key: other("f2"), Limit: many})
+		var ans Answer
+		if err := r.AllowAll(ctx, q, &ans); err != nil || !ans.Allowed || !ans.Claim.Run || ans.Claim.Reply[0] != "claimed" {
+			t.Fatalf("after SCRIPT FLUSH: %v, allowed %v, claim %+v; want allowed and claimed", err, ans.Allowed, ans.Claim)
+		}
+		if n := h.n.Load(); n != 0 {
+			t.Errorf("%d commands went through the Cluster client, want none", n)
+		}
+	})
+
 	t.Run("guard sent alone fails: the claim not sent", func(t *testing.T) {
 		// The guard on a master of its own, the checks with the claim:
 		// the guard goes alone first; with its master stopped that
@@ -401,6 +425,20 @@ func TestClaimRidesInCluster(t *testing.T) {
 			t.Errorf("answered after %v, want one deadline (%v)", d, time.Second)
 		}
 	})
+}
+
+// processCount is a go-redis hook counting the commands and pipelines
+// a client processes itself.
+type processCount struct{ n atomic.Int64 }
+
+func (h *processCount) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *processCount) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error { h.n.Add(1); return next(ctx, cmd) }
+}
+
+func (h *processCount) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error { h.n.Add(1); return next(ctx, cmds) }
 }
 
 // atomicCount is a counter for concurrent test goroutines.

@@ -241,7 +241,8 @@ func (t *trip) lease(ls *leases, now int64) {
 
 // send sends the runs, as one pipeline when there are several, and sends
 // the script itself for a run Redis did not know it for (NOSCRIPT, after
-// a restart). A run whose claims ask replicas to acknowledge them goes as
+// a restart; in a Cluster, to the run's master directly, as sendByNode
+// sent the run). A run whose claims ask replicas to acknowledge them goes as
 // EVAL (after NOSCRIPT a second run would wait for the replicas a second
 // time), followed by WAIT on its connection. It returns the first error.
 func (t *trip) send(ctx context.Context, client Client) error {
@@ -276,7 +277,16 @@ func (t *trip) send(ctx context.Context, client Client) error {
 	for _, r := range t.runs[:t.used] {
 		if isNoScript(r.cmd.Err()) {
 			r.cmd = r.b.cmd(ctx, true)
-			_ = client.Process(ctx, r.cmd)
+			if cluster {
+				// To the master directly, as the run went (sendByNode).
+				if node, err := cc.MasterForKey(ctx, r.b.keys[0].(string)); err != nil {
+					r.cmd.SetErr(err)
+				} else {
+					_ = node.Process(ctx, r.cmd)
+				}
+			} else {
+				_ = client.Process(ctx, r.cmd)
+			}
 		}
 		if e := r.cmd.Err(); e != nil && err == nil {
 			err = e
