@@ -288,14 +288,21 @@ var checkConfigEnv = map[string]map[string]string{
 }
 
 // checkConfigExample compares a text example with what `exgate
-// check-config testdata/docs/NAME.yaml` prints.
+// check-config testdata/docs/NAME.yaml` prints; problems exit 1.
 func checkConfigExample(t *testing.T, ex docExample, name string) {
 	env := checkConfigEnv[name]
 	getenv := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
 	var out bytes.Buffer
-	checkConfigCommand([]string{filepath.Join("testdata", "docs", name+".yaml")}, getenv, &out, &out)
-	if got, want := strings.TrimSpace(out.String()), strings.TrimSpace(ex.body); got != want {
-		t.Errorf("%s shows\n%s\nexgate check-config prints\n%s", ex.file, want, got)
+	code := checkConfigCommand([]string{filepath.Join("testdata", "docs", name+".yaml")}, getenv, &out, &out)
+	want := 1
+	if strings.TrimSpace(ex.body) == "ok" {
+		want = 0
+	}
+	if code != want {
+		t.Errorf("exgate check-config exits %d, want %d", code, want)
+	}
+	if got, shown := strings.TrimSpace(out.String()), strings.TrimSpace(ex.body); got != shown {
+		t.Errorf("%s shows\n%s\nexgate check-config prints\n%s", ex.file, shown, got)
 	}
 }
 
