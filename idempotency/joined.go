@@ -95,7 +95,7 @@ func (s *Redis) Settle(ctx context.Context, p *Prepared, r ratelimit.ClaimReply)
 		r.Err = errNotRun
 	}
 	var reply redis.Error
-	if errors.As(r.Err, &reply) && !unavailable(r.Err) {
+	if errors.As(r.Err, &reply) && !ratelimit.Unserved(r.Err) {
 		return s.Claim(ctx, p.key, p.fp)
 	}
 	if r.Err != nil {
@@ -142,14 +142,4 @@ func (s *Redis) free(ctx context.Context, p *Prepared) error {
 		return storeError("free", err)
 	}
 	return nil
-}
-
-// unavailable reports whether err is a Redis Cluster's answer that a
-// node did not serve a command (its slot moved, the Cluster or the
-// master is down, the node is loading): nothing ran.
-func unavailable(err error) bool {
-	_, moved := redis.IsMovedError(err)
-	_, ask := redis.IsAskError(err)
-	return moved || ask || redis.IsClusterDownError(err) || redis.IsTryAgainError(err) ||
-		redis.IsLoadingError(err) || redis.IsMasterDownError(err)
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -570,14 +569,29 @@ func isStoreFailure(err error) bool {
 	}
 	var rerr redis.Error
 	if errors.As(err, &rerr) {
-		// A reply from Redis: the store is up. LOADING and similar
-		// transient states are still failures to decide.
-		// MOVED and ASK (a run sent to a node by a stale slot map) are
-		// failures too, so that the slot map is reloaded.
-		msg := rerr.Error()
-		return strings.HasPrefix(msg, "LOADING") || strings.HasPrefix(msg, "CLUSTERDOWN") ||
-			strings.HasPrefix(msg, "TRYAGAIN") || strings.HasPrefix(msg, "MASTERDOWN") ||
-			strings.HasPrefix(msg, "MOVED") || strings.HasPrefix(msg, "ASK")
+		// A reply from Redis: the store is up, unless the reply says the
+		// command was not served. MOVED and ASK (a run sent to a node by
+		// a stale slot map) are failures too, so that the slot map is
+		// reloaded.
+		return Unserved(rerr)
 	}
 	return true
+}
+
+// Unserved reports whether err is a Redis reply saying that a node did
+// not serve the command, so that nothing ran: its slot moved (MOVED,
+// ASK), the Cluster or the master is down (CLUSTERDOWN, MASTERDOWN), the
+// node is loading its data (LOADING) or asks for a retry (TRYAGAIN). It
+// is go-redis's reading of the reply (found in err however wrapped),
+// shared by the limiter and duplicate protection, whose claims ride in
+// its runs.
+func Unserved(err error) bool {
+	var reply redis.Error
+	if !errors.As(err, &reply) {
+		return false
+	}
+	_, moved := redis.IsMovedError(reply)
+	_, ask := redis.IsAskError(reply)
+	return moved || ask || redis.IsClusterDownError(reply) || redis.IsTryAgainError(reply) ||
+		redis.IsLoadingError(reply) || redis.IsMasterDownError(reply)
 }

@@ -354,3 +354,45 @@ func serverCPU(tb testing.TB, srv *redistest.Server) time.Duration {
 	}
 	return time.Duration(total * float64(time.Second))
 }
+
+// replyError is a reply Redis sent as an error, as go-redis reports one.
+type replyError string
+
+func (e replyError) Error() string { return string(e) }
+func (replyError) RedisError()     {}
+
+// TestStoreFailure: which errors put the limiter in its backoff, and
+// which replies say a node served nothing (Unserved), for the limiter
+// and for duplicate protection's joined claims alike; a reply wrapped by
+// the round trip's error is read the same.
+func TestStoreFailure(t *testing.T) {
+	for _, tc := range []struct {
+		name              string
+		err               error
+		failure, unserved bool
+	}{
+		{"none", nil, false, false},
+		{"nil reply", redis.Nil, false, false},
+		{"script error", replyError("ERR user_script:1: bad"), false, false},
+		{"noscript", replyError("NOSCRIPT No matching script"), false, false},
+		{"out of memory", replyError("OOM command not allowed when used memory > 'maxmemory'"), false, false},
+		{"connection refused", syscall.ECONNREFUSED, true, false},
+		{"deadline", context.DeadlineExceeded, true, false},
+		{"moved", replyError("MOVED 3999 127.0.0.1:6381"), true, true},
+		{"ask", replyError("ASK 3999 127.0.0.1:6381"), true, true},
+		{"cluster down", replyError("CLUSTERDOWN The cluster is down"), true, true},
+		{"try again", replyError("TRYAGAIN Multiple keys request during rehashing of slot"), true, true},
+		{"loading", replyError("LOADING Redis is loading the dataset in memory"), true, true},
+		{"master down", replyError("MASTERDOWN Link with MASTER is down and replica-serve-stale-data is set to 'no'"), true, true},
+		{"wrapped moved", fmt.Errorf("ratelimit: redis: %w", replyError("MOVED 3999 127.0.0.1:6381")), true, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := isStoreFailure(tc.err); got != tc.failure {
+				t.Errorf("isStoreFailure(%v) = %v, want %v", tc.err, got, tc.failure)
+			}
+			if got := Unserved(tc.err); got != tc.unserved {
+				t.Errorf("Unserved(%v) = %v, want %v", tc.err, got, tc.unserved)
+			}
+		})
+	}
+}
