@@ -279,7 +279,7 @@ func (t *trip) send(ctx context.Context, client Client) error {
 			r.cmd = r.b.cmd(ctx, true)
 			if cluster {
 				// To the master directly, as the run went (sendByNode).
-				if node, err := cc.MasterForKey(ctx, r.b.keys[0].(string)); err != nil {
+				if node, err := r.master(ctx, cc); err != nil {
 					r.cmd.SetErr(err)
 				} else {
 					_ = node.Process(ctx, r.cmd)
@@ -302,18 +302,12 @@ func (t *trip) send(ctx context.Context, client Client) error {
 // run would wait for the replicas a second time.
 func (t *trip) sendAcked(ctx context.Context, client Client) error {
 	p := client.Pipeline()
-	acks, wait := 0, time.Duration(0)
 	for _, r := range t.runs[:t.used] {
 		r.cmd = r.b.cmd(ctx, true)
 		_ = p.Process(ctx, r.cmd)
-		acks, wait = max(acks, r.acks), max(wait, r.wait)
 	}
-	ack := redis.NewIntCmd(ctx, "wait", acks, wait.Milliseconds())
-	_ = p.Process(ctx, ack)
+	_ = p.Process(ctx, waitFor(ctx, t.runs[:t.used]))
 	_, _ = p.Exec(ctx)
-	for _, r := range t.runs[:t.used] {
-		r.ack = ack
-	}
 	for _, r := range t.runs[:t.used] {
 		if err := r.cmd.Err(); err != nil {
 			return err
@@ -322,14 +316,33 @@ func (t *trip) sendAcked(ctx context.Context, client Client) error {
 	return nil
 }
 
+// master returns the client of the Cluster master holding r's slot (its
+// keys share one), by the Cluster client's slot map.
+func (r *run) master(ctx context.Context, cc *redis.ClusterClient) (*redis.Client, error) {
+	return cc.MasterForKey(ctx, r.b.keys[0].(string))
+}
+
+// waitFor returns the WAIT that answers the replica acks of runs' claims
+// (the most replicas any asks for, blocking the longest any allows), to
+// send after them on their connection, and makes it each run's ack.
+func waitFor(ctx context.Context, runs []*run) *redis.IntCmd {
+	acks, wait := 0, time.Duration(0)
+	for _, r := range runs {
+		acks, wait = max(acks, r.acks), max(wait, r.wait)
+	}
+	ack := redis.NewIntCmd(ctx, "wait", acks, wait.Milliseconds())
+	for _, r := range runs {
+		r.ack = ack
+	}
+	return ack
+}
+
 // nodeBatch is what one master of a Cluster is sent in a round trip: the
-// runs in its slots, and with claims that ask replicas to acknowledge
-// them the most replicas asked for and how long WAIT blocks.
+// runs in its slots, and those of them whose claims ask replicas to
+// acknowledge them, answered by one WAIT after them.
 type nodeBatch struct {
 	cmds []redis.Cmder
-	runs []*run // the runs carrying such claims, answered by the WAIT
-	acks int
-	wait time.Duration
+	runs []*run // the runs carrying such claims
 }
 
 // sendByNode sends the runs of a Cluster round trip as one pipeline per
@@ -353,7 +366,7 @@ func (t *trip) sendByNode(ctx context.Context, cc *redis.ClusterClient) {
 	}
 	nodes := t.nodes
 	for _, r := range t.runs[:t.used] {
-		node, err := cc.MasterForKey(ctx, r.b.keys[0].(string))
+		node, err := r.master(ctx, cc)
 		if err != nil {
 			r.cmd.SetErr(err)
 			continue
@@ -370,16 +383,11 @@ func (t *trip) sendByNode(ctx context.Context, cc *redis.ClusterClient) {
 		nb.cmds = append(nb.cmds, r.cmd)
 		if r.acks > 0 {
 			nb.runs = append(nb.runs, r)
-			nb.acks, nb.wait = max(nb.acks, r.acks), max(nb.wait, r.wait)
 		}
 	}
 	for _, nb := range nodes {
-		if nb.acks > 0 {
-			ack := redis.NewIntCmd(ctx, "wait", nb.acks, nb.wait.Milliseconds())
-			nb.cmds = append(nb.cmds, ack)
-			for _, r := range nb.runs {
-				r.ack = ack
-			}
+		if len(nb.runs) > 0 {
+			nb.cmds = append(nb.cmds, waitFor(ctx, nb.runs))
 		}
 	}
 	var wg sync.WaitGroup
