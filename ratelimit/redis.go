@@ -176,18 +176,26 @@ func (r *Redis) AllowN(ctx context.Context, key string, l Limit, n int64) (Resul
 	if !l.valid(n) {
 		return never(), nil
 	}
-	c := r.calls.Get().(*call)
-	c.ownChecks[0] = Check{Key: key, Limit: l}
-	c.own = Request{Checks: c.ownChecks[:], Cost: n}
-	c.ownAns.Results = c.ownRes[:0]
-	err := r.allowAll(ctx, c, &c.own, &c.ownAns)
-	res := c.ownAns.Results[0].Result
-	c.own, c.ownChecks[0] = Request{}, Check{}
-	r.calls.Put(c)
+	res, err := r.allowOne(ctx, Check{Key: key, Limit: l}, n, false)
 	if err != nil {
 		return Result{}, err
 	}
-	return res, nil
+	return res.Result, nil
+}
+
+// allowOne decides one check of cost n in a pooled call's own storage;
+// renewal marks a lease renewal, which no caller waits for (renew).
+func (r *Redis) allowOne(ctx context.Context, check Check, n int64, renewal bool) (CheckResult, error) {
+	c := r.calls.Get().(*call)
+	c.ownChecks[0] = check
+	c.own = Request{Checks: c.ownChecks[:], Cost: n}
+	c.ownAns.Results = c.ownRes[:0]
+	c.renewal = renewal
+	err := r.allowAll(ctx, c, &c.own, &c.ownAns)
+	res := c.ownAns.Results[0]
+	c.own, c.ownChecks[0], c.renewal = Request{}, Check{}, false
+	r.calls.Put(c)
+	return res, err
 }
 
 // AllowAll implements Limiter: q waits for one round trip, shared with
@@ -267,15 +275,7 @@ func (r *Redis) renew(k leaseKey, l *lease, size int64) {
 	r.mu.Unlock()
 	go func() {
 		defer r.renewals.Done()
-		c := r.calls.Get().(*call)
-		c.ownChecks[0] = Check{Key: k.key, Limit: k.limit}
-		c.own = Request{Checks: c.ownChecks[:], Cost: size}
-		c.ownAns.Results = c.ownRes[:0]
-		c.renewal = true
-		err := r.allowAll(context.Background(), c, &c.own, &c.ownAns)
-		res := c.ownAns.Results[0]
-		c.own, c.ownChecks[0], c.renewal = Request{}, Check{}, false
-		r.calls.Put(c)
+		res, err := r.allowOne(context.Background(), Check{Key: k.key, Limit: k.limit}, size, true)
 		var granted int64
 		if err == nil && res.Result.Allowed {
 			granted = size
