@@ -603,7 +603,6 @@ func (w *respWriter) WriteHeader(code int) {
 	w.ResponseWriter.WriteHeader(code)
 }
 
-// Write records the bytes written.
 // restoreEarly puts back on the final answer every header it lacks of
 // those standing before the backend's first 1xx: exgate's own, and the
 // 1xx's (hints of the final answer's headers, RFC 8297).
@@ -616,6 +615,7 @@ func (w *respWriter) restoreEarly() {
 	}
 }
 
+// Write records the bytes written.
 func (w *respWriter) Write(b []byte) (int, error) {
 	if w.status == 0 {
 		w.status = http.StatusOK

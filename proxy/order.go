@@ -90,7 +90,7 @@ func (g *Gateway) claimIdentifier(st *requestState, r *http.Request) *apierror.E
 	}
 	by := st.order.claimBy
 	if by.IsZero() {
-		by = time.Now().Add(g.idemTimeout)
+		by = g.now().Add(g.idemTimeout)
 	}
 	ctx, cancel := context.WithDeadline(context.WithoutCancel(r.Context()), by)
 	defer cancel()
@@ -119,7 +119,7 @@ func (g *Gateway) prepareClaim(st *requestState) *ratelimit.ClaimPart {
 		return nil
 	}
 	p := &st.order.prepared
-	st.order.claimBy = time.Now().Add(g.idemTimeout)
+	st.order.claimBy = g.now().Add(g.idemTimeout)
 	g.joiner.Prepare(p, idempotency.Key{Account: key, Identifier: st.order.identifier}, idempotency.FingerprintOf(st.order.canonical))
 	return &p.ClaimPart
 }
