@@ -46,6 +46,27 @@ func waitRenewed(t *testing.T, l *lease) {
 	t.Fatal("the renewal never ended")
 }
 
+// pastMark warms r's script, gives it a lease of size requests on k
+// with Redis reporting the key far from its limit, freezes srv and takes
+// the lease below its low-water mark, which starts a renewal against the
+// frozen Redis. srv is left frozen; it is thawed if a call fails.
+func pastMark(t *testing.T, srv *redistest.Server, r *Redis, k leaseKey, size int64) *lease {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := r.Allow(ctx, k.key+":warm", k.limit); err != nil {
+		t.Fatal(err)
+	}
+	ls := seedLease(r, k, size, k.limit.Burst-size)
+	srv.Freeze()
+	for i := int64(0); i <= size-size/leaseLowWater; i++ {
+		if _, err := r.Allow(ctx, k.key, k.limit); err != nil {
+			srv.Thaw()
+			t.Fatalf("call %d, Redis frozen, lease not empty: %v", i, err)
+		}
+	}
+	return ls
+}
+
 // TestLeaseRenewedAheadOfNeed drives a hot key's lease down with real
 // redis-server frozen (SIGSTOP), so that any caller that waited for Redis
 // would block for the limiter's whole timeout: every call is answered
@@ -161,20 +182,8 @@ func TestLeaseRenewalAndClose(t *testing.T) {
 	srv := redistest.Start(t)
 	l := Limit{Rate: 1e6, Period: time.Hour, Burst: 1e6}
 	size := leaseSize(l.Burst)
-	ctx := context.Background()
 	r := NewRedis(srv.Client(), RedisOptions{Timeout: 2 * time.Second})
-	if _, err := r.Allow(ctx, "close:warm", l); err != nil {
-		t.Fatal(err)
-	}
-	k := leaseKey{key: "close", limit: l}
-	ls := seedLease(r, k, size, l.Burst-size)
-	srv.Freeze()
-	for i := int64(0); i <= size-size/leaseLowWater; i++ {
-		if _, err := r.Allow(ctx, k.key, l); err != nil {
-			srv.Thaw()
-			t.Fatal(err)
-		}
-	}
+	ls := pastMark(t, srv, r, leaseKey{key: "close", limit: l}, size)
 	if renewalsInFlight(r) != 1 {
 		srv.Thaw()
 		t.Fatal("no renewal in flight")
@@ -250,18 +259,8 @@ func TestLeaseRenewalFailure(t *testing.T) {
 			}
 		}})
 	defer r.Close()
-	if _, err := r.Allow(ctx, "fail:warm", l); err != nil {
-		t.Fatal(err)
-	}
 	k := leaseKey{key: "fail", limit: l}
-	ls := seedLease(r, k, size, l.Burst-size)
-	srv.Freeze()
-	for i := int64(0); i <= size-size/leaseLowWater; i++ {
-		if _, err := r.Allow(ctx, k.key, l); err != nil {
-			srv.Thaw()
-			t.Fatalf("call %d, Redis frozen, lease not empty: %v", i, err)
-		}
-	}
+	ls := pastMark(t, srv, r, k, size)
 	waitRenewed(t, ls)
 	srv.Thaw()
 	if failed.Load() != 1 {
