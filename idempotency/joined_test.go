@@ -118,32 +118,44 @@ func TestJoinedOneRoundTrip(t *testing.T) {
 	if runs != 10 {
 		t.Errorf("10 claims with their limits took %d script runs, want 10", runs)
 	}
+	claimOnceEach(t, 32, func(i int) (Claim, error) {
+		return stores[i%4].Claim(context.Background(), k("same"), fpA)
+	}, func(int) int { return 0 })
+}
 
+// claimOnceEach makes n claims at once, claim i by claim(i), and checks
+// that of the claims of each account (account(i)), all of one identifier,
+// exactly one was Claimed and the others found it InProgress.
+func claimOnceEach(t *testing.T, n int, claim func(i int) (Claim, error), account func(i int) int) {
+	t.Helper()
 	var wg sync.WaitGroup
-	outcomes := make([]Outcome, 32)
-	errs := make([]error, len(outcomes))
+	outcomes := make([]Outcome, n)
+	errs := make([]error, n)
 	for i := range outcomes {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c, err := stores[i%4].Claim(context.Background(), k("same"), fpA)
+			c, err := claim(i)
 			outcomes[i], errs[i] = c.Outcome, err
 		}()
 	}
 	wg.Wait()
-	claimed := 0
+	claimed := map[int]int{}
 	for i, o := range outcomes {
 		if errs[i] != nil {
 			t.Fatalf("concurrent claim %d: %v", i, errs[i])
 		}
+		claimed[account(i)] += 0 // an account none of whose claims was Claimed is counted too
 		if o == Claimed {
-			claimed++
+			claimed[account(i)]++
 		} else if o != InProgress {
 			t.Errorf("concurrent claim %d = %s, want claimed or in_progress", i, o)
 		}
 	}
-	if claimed != 1 {
-		t.Errorf("%d concurrent identical claims: %d Claimed, want exactly 1", len(outcomes), claimed)
+	for a, c := range claimed {
+		if c != 1 {
+			t.Errorf("account %d: %d Claimed of its concurrent identical claims, want exactly 1", a, c)
+		}
 	}
 }
 
@@ -324,34 +336,9 @@ func TestJoinedCluster(t *testing.T) {
 		for i := range stores {
 			stores[i] = newJoined(t, clusterClient(t, cl), o, generous)
 		}
-		var wg sync.WaitGroup
-		outcomes := make([]Outcome, 32)
-		errs := make([]error, len(outcomes))
-		for i := range outcomes {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				c, err := stores[i%4].Claim(context.Background(), Key{Account: "acct-many" + strconv.Itoa(i%3), Identifier: "same"}, fpA)
-				outcomes[i], errs[i] = c.Outcome, err
-			}()
-		}
-		wg.Wait()
-		claimed := map[int]int{}
-		for i, o := range outcomes {
-			if errs[i] != nil {
-				t.Fatalf("concurrent claim %d: %v", i, errs[i])
-			}
-			if o == Claimed {
-				claimed[i%3]++
-			} else if o != InProgress {
-				t.Errorf("concurrent claim %d = %s, want claimed or in_progress", i, o)
-			}
-		}
-		for a := range 3 {
-			if claimed[a] != 1 {
-				t.Errorf("account %d: %d Claimed of its concurrent identical claims, want exactly 1", a, claimed[a])
-			}
-		}
+		claimOnceEach(t, 32, func(i int) (Claim, error) {
+			return stores[i%4].Claim(context.Background(), Key{Account: "acct-many" + strconv.Itoa(i%3), Identifier: "same"}, fpA)
+		}, func(i int) int { return i % 3 })
 	})
 
 	t.Run("refused by a limit on another master: freed", func(t *testing.T) {
