@@ -14,16 +14,33 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/exgate/exgate/config"
 	"github.com/exgate/exgate/idempotency"
 	"github.com/exgate/exgate/internal/redistest"
 	"github.com/exgate/exgate/limiter"
 	"github.com/exgate/exgate/metrics"
 	"github.com/exgate/exgate/ratelimit"
+	"github.com/exgate/exgate/validate"
 )
 
 // storeOnly hides that a Store is an idempotency.Joiner: its claims are
 // made on their own, after the limits.
 type storeOnly struct{ idempotency.Store }
+
+// identifiedOrderGateway is the gateway of the identified-order
+// benchmarks: cfg's routes, orders checked by v and answered 201 by
+// orderTransport, limits decided by r behind a deny cache, duplicates
+// kept by idem.
+func identifiedOrderGateway(b *testing.B, cfg *config.Config, v *validate.Validator, r *ratelimit.Redis, idem idempotency.Store) *Gateway {
+	k, _ := limiter.NewKeyer([]byte("bench-secret-0123456789abcdef"))
+	enf, _ := limiter.NewEnforcer(limiter.EnforcerOptions{Store: ratelimit.NewDenyCache(r, 1000, nil), Keyer: k})
+	m, _ := metrics.New(prometheus.NewRegistry(), metrics.BuildInfo{})
+	gw, err := New(cfg, Options{Transport: orderTransport{}, Limits: enf, Metrics: m, Validator: v, Idempotency: idem})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return gw
+}
 
 // BenchmarkGatewayOrderIdentifier measures orders that each carry a new
 // identifier, with the limits and duplicate protection in one real
@@ -40,7 +57,6 @@ func BenchmarkGatewayOrderIdentifier(b *testing.B) {
 	for _, mode := range []string{"joined", "separate"} {
 		cfg := benchOrderConfig(b, true)
 		v := benchValidator(b, cfg)
-		k, _ := limiter.NewKeyer([]byte("bench-secret-0123456789abcdef"))
 		ro := ratelimit.RedisOptions{Timeout: time.Second}
 		opts := idempotency.OptionsFrom(cfg.Idempotency)
 		opts.KeyPrefix = "bench:" + mode + ":"
@@ -52,12 +68,7 @@ func BenchmarkGatewayOrderIdentifier(b *testing.B) {
 		}
 		r := ratelimit.NewRedis(srv.Client(), ro)
 		defer r.Close()
-		enf, _ := limiter.NewEnforcer(limiter.EnforcerOptions{Store: ratelimit.NewDenyCache(r, 1000, nil), Keyer: k})
-		m, _ := metrics.New(prometheus.NewRegistry(), metrics.BuildInfo{})
-		gw, err := New(cfg, Options{Transport: orderTransport{}, Limits: enf, Metrics: m, Validator: v, Idempotency: idem})
-		if err != nil {
-			b.Fatal(err)
-		}
+		gw := identifiedOrderGateway(b, cfg, v, r, idem)
 		b.Run(mode, func(b *testing.B) { benchmarkIdentifiedOrders(b, gw, srv) })
 	}
 }
@@ -156,7 +167,6 @@ func BenchmarkGatewayOrderIdentifierCluster(b *testing.B) {
 		defer client.Close()
 		cfg := benchOrderConfig(b, true)
 		v := benchValidator(b, cfg)
-		k, _ := limiter.NewKeyer([]byte("bench-secret-0123456789abcdef"))
 		var trips, calls atomic.Int64
 		ro := ratelimit.RedisOptions{Timeout: time.Second, Observe: func(time.Duration, int, error) { trips.Add(1) }}
 		opts := idempotency.OptionsFrom(cfg.Idempotency)
@@ -169,12 +179,7 @@ func BenchmarkGatewayOrderIdentifierCluster(b *testing.B) {
 		}
 		r := ratelimit.NewRedis(client, ro)
 		defer r.Close()
-		enf, _ := limiter.NewEnforcer(limiter.EnforcerOptions{Store: ratelimit.NewDenyCache(r, 1000, nil), Keyer: k})
-		m, _ := metrics.New(prometheus.NewRegistry(), metrics.BuildInfo{})
-		gw, err := New(cfg, Options{Transport: orderTransport{}, Limits: enf, Metrics: m, Validator: v, Idempotency: idem})
-		if err != nil {
-			b.Fatal(err)
-		}
+		gw := identifiedOrderGateway(b, cfg, v, r, idem)
 		b.Run(mode, func(b *testing.B) {
 			scripts := func() (n int64) {
 				for _, srv := range cl.Servers {
