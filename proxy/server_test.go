@@ -20,7 +20,27 @@ import (
 	"golang.org/x/net/http2/hpack"
 
 	"github.com/exgate/exgate/config"
+	"github.com/exgate/exgate/metrics"
 )
+
+// serveTLS serves h, with NewServer's settings from cfg and edge metrics
+// m, over TLS with certs on a free loopback port until the test ends
+// (then shut down, within 5 s), and returns its address.
+func serveTLS(t *testing.T, cfg *config.Config, h http.Handler, m *metrics.Edge, certs *Certificates) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := NewServer(cfg, h, zap.NewNop(), m)
+	go func() { _ = ServeTraffic(srv, ln, certs) }()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+	})
+	return ln.Addr().String()
+}
 
 // TestHTTP2ResetFloodBounded opens stream after stream on one HTTP/2
 // connection and resets each at once (CVE-2023-44487's rapid reset). The
@@ -65,20 +85,10 @@ func TestHTTP2ResetFloodBounded(t *testing.T) {
 				}
 				w.WriteHeader(http.StatusNoContent)
 			})
-			ln, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				t.Fatal(err)
-			}
-			srv := NewServer(cfg, h, zap.NewNop(), m)
-			go func() { _ = ServeTraffic(srv, ln, certs) }()
-			t.Cleanup(func() {
-				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				defer cancel()
-				_ = srv.Shutdown(ctx)
-			})
+			addr := serveTLS(t, cfg, h, m, certs)
 			tlsCfg := &tls.Config{RootCAs: ca.Pool, ServerName: "api.example.test", NextProtos: []string{"h2"}}
 
-			goaway, sent := resetFlood(t, ln.Addr().String(), tlsCfg, flood)
+			goaway, sent := resetFlood(t, addr, tlsCfg, flood)
 			if p := peak.Load(); p > maxStreams {
 				t.Fatalf("%d handlers ran at once, want at most %d", p, maxStreams)
 			}
@@ -97,7 +107,7 @@ func TestHTTP2ResetFloodBounded(t *testing.T) {
 			// The server still serves a well-behaved HTTP/2 client.
 			client := &http.Client{Transport: &http.Transport{TLSClientConfig: tlsCfg.Clone(), ForceAttemptHTTP2: true}, Timeout: 5 * time.Second}
 			defer client.CloseIdleConnections()
-			res, err := client.Get("https://" + ln.Addr().String() + "/api/v1/mkt/markets/")
+			res, err := client.Get("https://" + addr + "/api/v1/mkt/markets/")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -196,21 +206,11 @@ func TestHTTP2RefusalKeepsConnection(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := NewServer(cfg, gw, zap.NewNop(), nil)
-	go func() { _ = ServeTraffic(srv, ln, certs) }()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(ctx)
-	})
+	addr := serveTLS(t, cfg, gw, nil, certs)
 	tlsCfg := &tls.Config{RootCAs: ca.Pool, ServerName: "api.example.test", NextProtos: []string{"h2"}}
 	client := &http.Client{Transport: &http.Transport{TLSClientConfig: tlsCfg, ForceAttemptHTTP2: true}, Timeout: 5 * time.Second}
 	defer client.CloseIdleConnections()
-	url := "https://" + ln.Addr().String()
+	url := "https://" + addr
 
 	var conns []net.Conn
 	trace := &httptrace.ClientTrace{GotConn: func(i httptrace.GotConnInfo) { conns = append(conns, i.Conn) }}
