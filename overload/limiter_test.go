@@ -119,11 +119,7 @@ func TestWaitIsBoundedByClass(t *testing.T) {
 		})
 	}
 	// A cancel waiting behind the full limit gets the next slot.
-	done := make(chan bool)
-	go func() { ok, _ := l.Acquire(ctx, Cancel); done <- ok }()
-	for l.Waiting() != 1 {
-		time.Sleep(time.Millisecond)
-	}
+	done := queued(ctx, l, Cancel)
 	l.Release(time.Now(), time.Millisecond, true)
 	if !<-done {
 		t.Fatal("cancel shed while a slot was freed")
@@ -157,15 +153,8 @@ func TestCancelsGoOverTheLimitByTheHeadroom(t *testing.T) {
 		t.Fatalf("InFlight = %d, want 18", got)
 	}
 	// Full for everyone: a placement and a cancel wait.
-	place, cancel := make(chan bool), make(chan bool)
-	go func() { ok, _ := l.Acquire(ctx, Place); place <- ok }()
-	for l.Waiting() != 1 {
-		time.Sleep(time.Millisecond)
-	}
-	go func() { ok, _ := l.Acquire(ctx, Cancel); cancel <- ok }()
-	for l.Waiting() != 2 {
-		time.Sleep(time.Millisecond)
-	}
+	place := queued(ctx, l, Place)
+	cancel := queued(ctx, l, Cancel)
 	l.Release(time.Now(), time.Millisecond, true) // 17 in flight: over the limit, within the headroom
 	if !<-cancel {                                // 18 again
 		t.Fatal("the waiting cancel was shed")
@@ -247,15 +236,8 @@ func TestCancelGetsThroughAtTheFloor(t *testing.T) {
 	if ok, waited := l.Acquire(ctx, Cancel); !ok || waited != 0 {
 		t.Fatalf("cancel at the floor: acquired %v after %v, want at once", ok, waited)
 	}
-	place, cancel := make(chan bool), make(chan bool)
-	go func() { ok, _ := l.Acquire(ctx, Place); place <- ok }()
-	for l.Waiting() != 1 {
-		time.Sleep(time.Millisecond)
-	}
-	go func() { ok, _ := l.Acquire(ctx, Cancel); cancel <- ok }()
-	for l.Waiting() != 2 {
-		time.Sleep(time.Millisecond)
-	}
+	place := queued(ctx, l, Place)
+	cancel := queued(ctx, l, Cancel)
 	if got := l.InFlight(); got != 3 {
 		t.Fatalf("InFlight = %d, want 3: the floor and one cancel over it", got)
 	}
@@ -435,4 +417,16 @@ func BenchmarkAdmit(b *testing.B) {
 			}
 		}
 	})
+}
+
+// queued starts an Acquire of class c on l and returns once it waits in
+// l's queue, with the channel its result arrives on.
+func queued(ctx context.Context, l *Limiter, c Class) <-chan bool {
+	n := l.Waiting()
+	ch := make(chan bool, 1)
+	go func() { ok, _ := l.Acquire(ctx, c); ch <- ok }()
+	for l.Waiting() != n+1 {
+		time.Sleep(time.Millisecond)
+	}
+	return ch
 }
