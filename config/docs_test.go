@@ -2,13 +2,14 @@ package config
 
 import (
 	"os"
-	"path/filepath"
 	"reflect"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/exgate/exgate/internal/doctext"
 )
 
 // TestDocsListEveryVariable keeps docs/configuration.md true: every
@@ -194,14 +195,7 @@ var historic = regexp.MustCompile(`\b(?:removed|is gone|are gone|no longer exist
 // isHistoric reports whether the mention at doc[start:end] is of
 // something gone, by the text around it within its paragraph.
 func isHistoric(doc string, start, end int) bool {
-	from, to := max(0, start-200), min(len(doc), end+200)
-	if i := strings.LastIndex(doc[from:start], "\n\n"); i >= 0 {
-		from += i
-	}
-	if i := strings.Index(doc[end:to], "\n\n"); i >= 0 {
-		to = end + i
-	}
-	return historic.MatchString(doc[from:to])
+	return doctext.SaysGone(doc, start, end, historic)
 }
 
 // isKeyPath reports whether path names a key, or a section, of the
@@ -260,17 +254,9 @@ func TestDocsNameOnlyKeysThatExist(t *testing.T) {
 			t.Errorf("isKeyPath(%s) = %v, want %v", c.path, got, c.ok)
 		}
 	}
-	files, err := filepath.Glob("../docs/*.md")
-	if err != nil {
-		t.Fatal(err)
-	}
 	checked := 0
-	for _, f := range append(files, "../README.md") {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		doc := string(b)
+	for _, d := range doctext.Docs(t, "..") {
+		doc := d.Text
 		for _, m := range docKey.FindAllStringSubmatchIndex(doc, -1) {
 			path := doc[m[2]:m[3]]
 			first, _, _ := strings.Cut(path, ".")
@@ -284,7 +270,7 @@ func TestDocsNameOnlyKeysThatExist(t *testing.T) {
 			}
 			if !isKeyPath(cfg, path) && !isHistoric(doc, m[0], m[1]) {
 				line := strings.Count(doc[:m[0]], "\n") + 1
-				t.Errorf("%s:%d: `%s` is not a configuration key (say \"since removed\" next to a key that is gone)", filepath.Base(f), line, path)
+				t.Errorf("%s:%d: `%s` is not a configuration key (say \"since removed\" next to a key that is gone)", d.Name, line, path)
 			}
 		}
 	}

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -15,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/exgate/exgate/internal/doctext"
 	"github.com/exgate/exgate/metrics"
 )
 
@@ -774,15 +774,11 @@ func TestDocumentedMetrics(t *testing.T) {
 	}
 
 	types := exported(t)
-	docs, err := filepath.Glob("../docs/*.md")
-	if err != nil {
-		t.Fatal(err)
-	}
 	name := regexp.MustCompile(`\bexgate_[a-z0-9_]+`)
-	for _, f := range append(docs, "../README.md") {
-		for _, n := range name.FindAllString(readFile(t, f), -1) {
+	for _, d := range doctext.Docs(t, "..") {
+		for _, n := range name.FindAllString(d.Text, -1) {
 			if err := checkExported(types, n); err != nil {
-				t.Errorf("%s: %v", filepath.Base(f), err)
+				t.Errorf("%s: %v", d.Name, err)
 			}
 		}
 	}

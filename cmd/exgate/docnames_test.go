@@ -16,6 +16,7 @@ import (
 	"unicode"
 
 	"github.com/exgate/exgate/config"
+	"github.com/exgate/exgate/internal/doctext"
 )
 
 // moduleFile is one parsed Go file of the module.
@@ -310,14 +311,7 @@ func isDir(p string) bool {
 // paragraph and about two lines either side, says that what it names was
 // removed.
 func mentionsGone(doc string, start, end int) bool {
-	from, to := max(0, start-200), min(len(doc), end+200)
-	if i := strings.LastIndex(doc[from:start], "\n\n"); i >= 0 {
-		from += i
-	}
-	if i := strings.Index(doc[end:to], "\n\n"); i >= 0 {
-		to = end + i
-	}
-	return goneWords.MatchString(doc[from:to])
+	return doctext.SaysGone(doc, start, end, goneWords)
 }
 
 // TestDocsNameOnlyWhatExists keeps the README and docs/ from citing code
@@ -349,17 +343,9 @@ func TestDocsNameOnlyWhatExists(t *testing.T) {
 		}
 		prototypes += string(b)
 	}
-	files, err := filepath.Glob("../../docs/*.md")
-	if err != nil {
-		t.Fatal(err)
-	}
 	var paths, tests, idents int
-	for _, f := range append(files, "../../README.md") {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		doc, base := string(b), filepath.Base(f)
+	for _, d := range doctext.Docs(t, "../..") {
+		doc, base := d.Text, d.Name
 		at := func(i int) string { return base + ":" + strconv.Itoa(strings.Count(doc[:i], "\n")+1) }
 
 		for _, m := range docPath.FindAllStringSubmatchIndex(doc, -1) {

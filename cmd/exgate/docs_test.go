@@ -19,6 +19,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/exgate/exgate/config"
+	"github.com/exgate/exgate/internal/doctext"
 	"github.com/exgate/exgate/internal/redistest"
 )
 
@@ -53,17 +54,9 @@ type docExample struct {
 // docExamples returns every marked block by name.
 func docExamples(t *testing.T) map[string]docExample {
 	t.Helper()
-	files, err := filepath.Glob("../../docs/*.md")
-	if err != nil {
-		t.Fatal(err)
-	}
 	out := map[string]docExample{}
-	for _, f := range append(files, "../../README.md") {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, m := range exampleMarker.FindAllStringSubmatch(string(b), -1) {
+	for _, d := range doctext.Docs(t, "../..") {
+		for _, m := range exampleMarker.FindAllStringSubmatch(d.Text, -1) {
 			if _, dup := out[m[2]]; dup {
 				t.Errorf("example %s is marked twice", m[2])
 			}
@@ -75,7 +68,7 @@ func docExamples(t *testing.T) map[string]docExample {
 				}
 				body = strings.Join(lines, "\n")
 			}
-			out[m[2]] = docExample{file: filepath.Base(f), lang: m[3], body: body}
+			out[m[2]] = docExample{file: d.Name, lang: m[3], body: body}
 		}
 	}
 	return out

@@ -5,13 +5,14 @@ import (
 	"go/token"
 	"net/http"
 	"os"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"unicode"
+
+	"github.com/exgate/exgate/internal/doctext"
 )
 
 // errorCode is one answer exgate can give a client itself: an HTTP status
@@ -223,17 +224,9 @@ func TestDocumentedErrorCodes(t *testing.T) {
 		}
 	}
 
-	files, err := filepath.Glob("../../docs/*.md")
-	if err != nil {
-		t.Fatal(err)
-	}
 	checked := 0
-	for _, f := range append(files, "../../README.md") {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, m := range statusAndCode.FindAllStringSubmatch(string(b), -1) {
+	for _, d := range doctext.Docs(t, "../..") {
+		for _, m := range statusAndCode.FindAllStringSubmatch(d.Text, -1) {
 			if !codes[m[2]] {
 				continue // "503 on_store_error: closed" is a status and a setting
 			}
@@ -247,7 +240,7 @@ func TestDocumentedErrorCodes(t *testing.T) {
 					}
 				}
 				slices.Sort(with)
-				t.Errorf("%s: %q; exgate answers %s with %s", filepath.Base(f), m[0], m[2], strings.Join(with, ", "))
+				t.Errorf("%s: %q; exgate answers %s with %s", d.Name, m[0], m[2], strings.Join(with, ", "))
 			}
 		}
 	}
