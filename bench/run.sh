@@ -13,7 +13,7 @@
 #   BENCH_CONNS=64      wrk connections      BENCH_THREADS=2  wrk threads
 #   BENCH_PIN=none      none | split (wrk on the last CPU, servers on the others)
 #   BENCH_PROFILE=1     also profile exgate under load (pprof text in bench/results/)
-#   BENCH_RATE_ROUNDS=2 open-loop rounds at half the slowest compared target's rate (vegeta); 0 = none
+#   BENCH_RATE_ROUNDS=4 open-loop rounds at half the slowest compared target's rate (vegeta); 0 = none
 #   BENCH_OUT=bench/results
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -59,6 +59,7 @@ go build -o "$bins/exgate" ./cmd/exgate
 go build -o "$bins/exchange-sim" ./cmd/exchange-sim
 go build -o "$bins/benchrun" ./bench/cmd/benchrun
 go build -o "$bins/floor" bench/prototypes/floor/nethttp/main.go
+go build -o "$bins/floor-rp" bench/prototypes/floor/reverseproxy/main.go
 # vegeta holds a fixed request rate (the open-loop run); built from the Go
 # module proxy, outside this module, once per machine.
 vegeta_version=v12.13.0

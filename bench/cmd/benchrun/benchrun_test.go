@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"image/png"
+	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -106,8 +107,8 @@ func TestSelected(t *testing.T) {
 		want                map[string][]string
 	}{
 		{"all", "", "", false, map[string][]string{
-			scMarkets:  {tDirect, tNginx, tNginxLimit, tCaddy, tFloor, tExgateOff, tExgateRedis},
-			scOrders:   {tDirect, tNginx, tNginxLimit, tCaddy, tFloor, tExgateOff, tExgateRedis},
+			scMarkets:  {tDirect, tNginx, tNginxLimit, tCaddy, tFloor, tFloorRP, tExgateOff, tExgateRedis},
+			scOrders:   {tDirect, tNginx, tNginxLimit, tCaddy, tFloor, tFloorRP, tExgateOff, tExgateRedis},
 			scManyKeys: {tDirect, tNginxLimit, tExgateOff, tExgateRedis},
 			scTLS:      {tNginxTLS, tCaddyTLS, tExgateTLS},
 		}},
@@ -231,7 +232,7 @@ func TestReportFromResults(t *testing.T) {
 		Settings:  Settings{Rounds: 1, Duration: "6s", Warmup: "2s", Threads: 2, Conns: 64, Tokens: 10000},
 		Scenarios: []ScenarioResult{{Name: scMarkets, Title: "GET markets", Rows: []Row{
 			row(tDirect, 30000, 0), row(tNginx, 21000, 25), row(tNginxLimit, 20000, 28), row(tCaddy, 8000, 90),
-			row(tFloor, 12500, 60), row(tExgateOff, 12000, 50), row(tExgateRedis, 9000, 60),
+			row(tFloor, 12500, 60), row(tFloorRP, 13000, 55), row(tExgateOff, 12000, 50), row(tExgateRedis, 9000, 60),
 		}}, {Name: scOrders, Title: "POST orders", Rows: []Row{
 			row(tNginx, 15000, 25), row(tCaddy, 5000, 90), row(tFloor, 8000, 70), row(tExgateOff, 8000, 70), row(tExgateRedis, 7600, 90),
 		}}},
@@ -260,6 +261,8 @@ func TestReportFromResults(t *testing.T) {
 		"| backend CPU per order behind exgate, Redis limits ÷ behind NGINX (30.0 ÷ 30.0 µs) | 1.00× | ≤ 1.1× | **met** |",
 		"| many keys: exgate Redis limits on ÷ off, req/s (by CPU per request: –; round by round: –) | – | ≥ 0.85× | not measured |",
 		"| fixed rate (10500 req/s): exgate's added p99 ÷ NGINX's (3.00 ÷ 1.00 ms) | 3.00× | ≤ 1.5× | **missed** |",
+		"| reference: GET markets: ReverseProxy floor ÷ net/http floor (what httputil.ReverseProxy costs), req/s (by CPU per request: 1.05×; proxy CPU 55.0 ÷ 60.0 µs; round by round: 1.04–1.04×) | 1.04× | (no target) | |",
+		"| reference: GET markets: exgate limits off ÷ ReverseProxy floor (what exgate's request path costs), req/s (by CPU per request: 1.05×; proxy CPU 50.0 ÷ 55.0 µs; round by round: 0.92–0.92×) | 0.92× | (no target) | |",
 		"The rate: half of the median req/s on GET markets of the slowest target compared (Caddy (reverse_proxy), 21000 req/s).",
 		"vegeta straight at the backend before the rounds: 12000 req/s asked, 10000 achieved, 10500 req/s asked, 10400 achieved.",
 		"| exgate, Redis limits | 0.50 | 4.00 | 9.00 | 0.30 | 3.00 | 6.00 | 10500 | 0 |",
@@ -335,6 +338,73 @@ func TestReportRateOnly(t *testing.T) {
 	}
 	if _, err := png.Decode(&buf); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestRoundsMeeting: a req/s target's verdict says in how many of the
+// rounds both targets ran the goal was reached.
+func TestRoundsMeeting(t *testing.T) {
+	rows := func(rps ...float64) *Row {
+		r := &Row{}
+		for i, v := range rps {
+			if v > 0 {
+				r.Runs = append(r.Runs, Run{Round: i + 1, RPS: v})
+			}
+		}
+		r.summarize()
+		return r
+	}
+	for _, tc := range []struct {
+		name string
+		a, b *Row
+		want string
+	}{
+		{"met in the median, not in every round", rows(160, 140, 150, 170, 120), rows(100, 100, 100, 100, 100), "**met** (met in 3 of 5 rounds)"},
+		{"missed in every round", rows(110, 120, 130), rows(100, 100, 100), "**missed** (met in 0 of 3 rounds)"},
+		{"rounds one side lacks are not counted", rows(200, 0, 150, 90), rows(100, 100, 0, 100), "**met** (met in 1 of 2 rounds)"},
+		{"one round says nothing more", rows(160), rows(100), "**met**"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := metServed(ratio(tc.a, tc.b), 1.5, tc.a, tc.b)
+			if got != tc.want {
+				t.Errorf("metServed = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestFixedRateVerdict: the fixed-rate target is judged only when the
+// rate was held and direct's own p99 held still between rounds.
+func TestFixedRateVerdict(t *testing.T) {
+	rr := func(target string, achieved float64, p99s ...float64) RateRow {
+		r := RateRow{Target: target}
+		for i, p := range p99s {
+			r.Runs = append(r.Runs, RateRun{Round: i + 1, Achieved: achieved, P50MS: 0.1, P99MS: p, P999MS: 2 * p})
+		}
+		return r
+	}
+	for _, tc := range []struct {
+		name             string
+		direct, ngx, exg RateRow
+		want             string
+		ratio            float64
+	}{
+		{"quiet rounds, missed", rr(tDirect, 8000, 1.0, 1.2), rr(tNginx, 8000, 1.5, 1.7), rr(tExgateRedis, 8000, 3.0, 3.2), "**missed**", 4},
+		{"quiet rounds, met", rr(tDirect, 8000, 1.0, 1.1), rr(tNginx, 8000, 2.0, 2.1), rr(tExgateRedis, 8000, 2.4, 2.5), "**met**", 1.4},
+		{"direct stalled in one round", rr(tDirect, 8000, 10.9, 1.7), rr(tNginx, 8000, 1.6, 16.5), rr(tExgateRedis, 8000, 2.9, 2.4),
+			"**inconclusive**: direct's own p99 ranged 1.70–10.90 ms over the rounds, a spread as large as what either proxy added", 0},
+		{"exgate below direct", rr(tDirect, 8000, 3.0), rr(tNginx, 8000, 4.0), rr(tExgateRedis, 8000, 2.0), "**inconclusive**: exgate's p99 was below direct's", 0},
+		{"rate not held", rr(tDirect, 8000, 1.0), rr(tNginx, 8000, 2.0), rr(tExgateRedis, 6000, 9.0),
+			"**inconclusive**: the rate was not held (achieved 6000 at exgate, 8000 at NGINX)", 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fr := &FixedRate{Rate: 8000, Rows: []RateRow{tc.direct, tc.ngx, tc.exg}}
+			fr.summarize()
+			got, v := fixedRateVerdict(fr, fr.row(tExgateRedis), fr.row(tNginx))
+			if got != tc.want || math.Abs(v-tc.ratio) > 0.01 {
+				t.Errorf("fixedRateVerdict = %q, %.2f; want %q, %.2f", got, v, tc.want, tc.ratio)
+			}
+		})
 	}
 }
 

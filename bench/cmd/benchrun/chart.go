@@ -96,6 +96,8 @@ func targetColour(name string) color.RGBA {
 		return color.RGBA{150, 90, 190, 255}
 	case tFloor:
 		return color.RGBA{230, 190, 60, 255}
+	case tFloorRP:
+		return color.RGBA{200, 150, 40, 255}
 	case tExgateOff:
 		return color.RGBA{130, 180, 235, 255}
 	case tExgateMemory:
@@ -133,6 +135,8 @@ func shortName(name string) string {
 		return "Caddy"
 	case tFloor:
 		return "net/http floor"
+	case tFloorRP:
+		return "ReverseProxy floor"
 	case tNginxTLS:
 		return "NGINX, TLS"
 	case tCaddyTLS:

@@ -80,9 +80,9 @@ func main() {
 	flag.StringVar(&o.command, "command", "", "the command line to print in the report (default: this one)")
 	flag.BoolVar(&o.quick, "quick", false, "mark the results as a smoke run (BENCH_QUICK=1)")
 	flag.StringVar(&o.only, "scenarios", "", "run only these scenarios (comma-separated: get-markets,post-order,many-keys)")
-	flag.StringVar(&o.targets, "targets", "", "run only these targets (comma-separated: direct,nginx,nginx-limit,exgate-off,exgate-memory,exgate-redis)")
+	flag.StringVar(&o.targets, "targets", "", "run only these targets (comma-separated: direct,nginx,nginx-limit,caddy,floor,floor-rp,exgate-off,exgate-memory,exgate-redis)")
 	flag.Float64Var(&o.rate, "rate", 0, "request rate of the open-loop run (GET markets, vegeta); 0 = half of the median req/s on GET markets of the slowest target it compares (NGINX, Caddy, exgate with Redis limits) in this run, lowered to what vegeta holds straight at the backend")
-	flag.IntVar(&o.rateRounds, "rate-rounds", 2, "rounds of the open-loop fixed-rate run at direct, NGINX, Caddy, the floor and exgate (limits off, Redis limits); 0 = none")
+	flag.IntVar(&o.rateRounds, "rate-rounds", 4, "rounds of the open-loop fixed-rate run at direct, NGINX, Caddy, the floor and exgate (limits off, Redis limits); 0 = none")
 	flag.BoolVar(&o.rateOnly, "rate-only", false, "run only the fixed-rate part, at -rate (needed), at the targets of -targets (default: all it runs at)")
 	flag.DurationVar(&o.rateDuration, "rate-duration", 6*time.Second, "length of one fixed-rate run")
 	flag.BoolVar(&o.serve, "serve", false, "start the stack, print its addresses and keep it up until interrupted (for profiling by hand)")
@@ -140,7 +140,7 @@ func run(ctx context.Context, o options) error {
 	ps := &procs{dir: o.work}
 	defer ps.stopAll()
 	e := &env{bins: o.bins, bBins: o.bBins, work: o.work, cpus: serverCPUs}
-	logf("starting the backend, Redis, 3 exgates, 2 NGINXes, Caddy and the floor on loopback (scratch: %s)", o.work)
+	logf("starting the backend, Redis, 3 exgates, 2 NGINXes, Caddy and the floors on loopback (scratch: %s)", o.work)
 	if err := startStack(ctx, ps, e); err != nil {
 		return err
 	}

@@ -215,6 +215,17 @@ func selectedTarget(targets, target string) bool {
 	return slices.Contains(strings.Split(targets, ","), base)
 }
 
+// p99Range returns the lowest and highest p99 of the row's runs.
+func (r *RateRow) p99Range() (lo, hi float64) {
+	for i, run := range r.Runs {
+		if i == 0 || run.P99MS < lo {
+			lo = run.P99MS
+		}
+		hi = max(hi, run.P99MS)
+	}
+	return lo, hi
+}
+
 // achieved returns the row's median achieved rate.
 func (r *RateRow) achieved() float64 {
 	var v []float64

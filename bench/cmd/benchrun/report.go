@@ -84,6 +84,26 @@ func roundRatios(a, b *Row) string {
 	return fmt.Sprintf("%.2f–%.2f×", lo, hi)
 }
 
+// roundsMeeting returns in how many of the rounds both a and b ran a's
+// req/s over b's reached goal, and how many such rounds there were.
+func roundsMeeting(a, b *Row, goal float64) (met, rounds int) {
+	if a == nil || b == nil {
+		return 0, 0
+	}
+	for _, x := range a.Runs {
+		for _, y := range b.Runs {
+			if x.Round != y.Round || y.RPS == 0 {
+				continue
+			}
+			rounds++
+			if x.RPS/y.RPS >= goal {
+				met++
+			}
+		}
+	}
+	return met, rounds
+}
+
 // ratio returns a/b, or 0 when either is missing.
 func ratio(a, b *Row) float64 {
 	if a == nil || b == nil || b.RPS == 0 {
@@ -126,10 +146,14 @@ func failedShare(r *Row) float64 {
 	return float64(bad) / float64(n)
 }
 
-// metServed is met for a req/s ratio of a to b, saying how many answers
-// of either were refusals (not counted in its req/s).
+// metServed is met for a req/s ratio of a to b, saying in how many
+// rounds the goal was reached and how many answers of either were
+// refusals (not counted in its req/s).
 func metServed(v, goal float64, a, b *Row) string {
 	verdict := met(v, goal)
+	if k, n := roundsMeeting(a, b, goal); n > 1 && v != 0 {
+		verdict += fmt.Sprintf(" (met in %d of %d rounds)", k, n)
+	}
 	for _, r := range []*Row{a, b} {
 		if f := failedShare(r); f > 0 && v != 0 {
 			verdict += fmt.Sprintf(" (%.1f%% of the answers of %s were refusals, not counted)", 100*f, targetLabel(r.Target))
@@ -188,6 +212,7 @@ func targetsTable(p func(string, ...any), res *Results) {
 		p("| %s: exgate limits off ÷ net/http floor proxy, req/s (by CPU per request: %s; round by round: %s) | %s | ≥ %.2f× | %s |\n", sc.label,
 			fmtRatio(cpuRatio(e, f)), roundRatios(e, f), fmtRatio(v), goalVsFloor, metServed(v, goalVsFloor, e, f))
 	}
+	floorLayers(p, res)
 	for _, t := range []string{tExgateOff, tExgateRedis} {
 		o, g := cpuOf(res.row(scOrders, t), roleProxy), cpuOf(res.row(scMarkets, t), roleProxy)
 		v := div(o, g)
@@ -210,6 +235,33 @@ func targetsTable(p func(string, ...any), res *Results) {
 	p("| reference: GET markets, exgate with Redis limits ÷ NGINX + limit_req, req/s | %s | (no target) | |\n\n", fmtRatio(ratio(red, ngl)))
 }
 
+// floorLayers writes, for GET markets and POST orders, what stands between
+// the net/http floor and exgate with limits off, as reference lines: the
+// ReverseProxy floor over the net/http floor (what httputil.ReverseProxy
+// itself costs) and exgate over the ReverseProxy floor (what exgate's own
+// request path costs). Nothing is written without the ReverseProxy floor.
+func floorLayers(p func(string, ...any), res *Results) {
+	for _, sc := range []struct{ name, label string }{{scMarkets, "GET markets"}, {scOrders, "POST orders"}} {
+		f, rp, e := res.row(sc.name, tFloor), res.row(sc.name, tFloorRP), res.row(sc.name, tExgateOff)
+		if rp == nil {
+			continue
+		}
+		for _, l := range []struct {
+			a, b *Row
+			what string
+		}{
+			{rp, f, "ReverseProxy floor ÷ net/http floor (what httputil.ReverseProxy costs)"},
+			{e, rp, "exgate limits off ÷ ReverseProxy floor (what exgate's request path costs)"},
+		} {
+			if l.a == nil || l.b == nil {
+				continue
+			}
+			p("| reference: %s: %s, req/s (by CPU per request: %s; proxy CPU %.1f ÷ %.1f µs; round by round: %s) | %s | (no target) | |\n", sc.label, l.what,
+				fmtRatio(cpuRatio(l.a, l.b)), cpuOf(l.a, roleProxy), cpuOf(l.b, roleProxy), roundRatios(l.a, l.b), fmtRatio(ratio(l.a, l.b)))
+		}
+	}
+}
+
 // fixedRateTarget writes the fixed-rate target's line: exgate's added p99
 // over NGINX's.
 func fixedRateTarget(p func(string, ...any), fr *FixedRate) {
@@ -217,22 +269,35 @@ func fixedRateTarget(p func(string, ...any), fr *FixedRate) {
 	if e == nil || ng == nil {
 		return
 	}
-	verdict, v := "", 0.0
-	switch {
-	case fr.Rows[0].Target == tDirect && !fr.held(&fr.Rows[0]):
-		verdict = fmt.Sprintf("**inconclusive**: vegeta did not hold the rate even straight at the backend (achieved %.0f)", fr.Rows[0].achieved())
-	case !fr.held(e) || !fr.held(ng):
-		verdict = fmt.Sprintf("**inconclusive**: the rate was not held (achieved %.0f at exgate, %.0f at NGINX)", e.achieved(), ng.achieved())
-	case ng.AddedP99MS > 0:
-		v = e.AddedP99MS / ng.AddedP99MS
-		verdict = metAtMost(v, goalAddedP99Nginx)
-	case e.AddedP99MS <= 0:
-		verdict = "**met** (neither added a measurable p99)"
-	default:
-		verdict = "**missed** (NGINX added no measurable p99)"
-	}
+	verdict, v := fixedRateVerdict(fr, e, ng)
 	p("| fixed rate (%.0f req/s): exgate's added p99 ÷ NGINX's (%.2f ÷ %.2f ms) | %s | ≤ %.1f× | %s |\n",
 		fr.Rate, e.AddedP99MS, ng.AddedP99MS, fmtRatio(v), goalAddedP99Nginx, verdict)
+}
+
+// fixedRateVerdict judges exgate's (e's) added p99 against NGINX's (ng's)
+// and returns the verdict and the ratio (0 when there is none). The
+// verdict is inconclusive when the rate was not held, and when direct's
+// own p99 moved between rounds by as much as the larger of the two added
+// p99s: a stall of the machine then decides which target looks slower.
+func fixedRateVerdict(fr *FixedRate, e, ng *RateRow) (string, float64) {
+	direct := &fr.Rows[0]
+	lo, hi := direct.p99Range()
+	switch {
+	case direct.Target == tDirect && !fr.held(direct):
+		return fmt.Sprintf("**inconclusive**: vegeta did not hold the rate even straight at the backend (achieved %.0f)", direct.achieved()), 0
+	case !fr.held(e) || !fr.held(ng):
+		return fmt.Sprintf("**inconclusive**: the rate was not held (achieved %.0f at exgate, %.0f at NGINX)", e.achieved(), ng.achieved()), 0
+	case direct.Target == tDirect && hi-lo > 0 && hi-lo >= max(e.AddedP99MS, ng.AddedP99MS):
+		return fmt.Sprintf("**inconclusive**: direct's own p99 ranged %.2f–%.2f ms over the rounds, a spread as large as what either proxy added", lo, hi), 0
+	case ng.AddedP99MS > 0 && e.AddedP99MS >= 0:
+		v := e.AddedP99MS / ng.AddedP99MS
+		return metAtMost(v, goalAddedP99Nginx), v
+	case ng.AddedP99MS > 0:
+		return "**inconclusive**: exgate's p99 was below direct's", 0
+	case e.AddedP99MS <= 0:
+		return "**met** (neither added a measurable p99)", 0
+	}
+	return "**missed** (NGINX added no measurable p99)", 0
 }
 
 // tailParts writes what each layer adds to the p99 at the fixed rate,

@@ -23,6 +23,7 @@ const (
 	tNginxLimit   = "nginx-limit"
 	tCaddy        = "caddy"
 	tFloor        = "floor"
+	tFloorRP      = "floor-rp"
 	tExgateOff    = "exgate-off"
 	tExgateMemory = "exgate-memory"
 	tExgateRedis  = "exgate-redis"
@@ -33,7 +34,7 @@ const (
 
 // targetOrder returns the targets in the order tables list them.
 func targetOrder() []string {
-	return []string{tDirect, tNginx, tNginxLimit, tCaddy, tFloor, tExgateOff, tExgateOff + bSuffix, tExgateMemory,
+	return []string{tDirect, tNginx, tNginxLimit, tCaddy, tFloor, tFloorRP, tExgateOff, tExgateOff + bSuffix, tExgateMemory,
 		tExgateMemory + bSuffix, tExgateRedis, tExgateRedis + bSuffix, tNginxTLS, tCaddyTLS, tExgateTLS}
 }
 
@@ -53,6 +54,8 @@ func targetLabel(name string) string {
 		return "Caddy (reverse_proxy)"
 	case tFloor:
 		return "net/http floor proxy"
+	case tFloorRP:
+		return "ReverseProxy floor proxy"
 	case tExgateOff:
 		return "exgate, limits off"
 	case tExgateMemory:
@@ -236,7 +239,7 @@ type env struct {
 // waits until each answers. Caddy and the floor are left out, with a
 // note, when their binaries are missing (caddy on PATH, floor in bins).
 func startStack(ctx context.Context, ps *procs, e *env) error {
-	ports, err := freePorts(24)
+	ports, err := freePorts(28)
 	if err != nil {
 		return err
 	}
@@ -327,7 +330,7 @@ func startStack(ctx context.Context, ps *procs, e *env) error {
 		}
 		e.targets[x.name] = &target{name: x.name, url: "http://" + listen, proxy: p}
 	}
-	if err := startGoPeers(ps, e, next(), next(), backendAddr); err != nil {
+	if err := startGoPeers(ps, e, next(), next(), next(), backendAddr); err != nil {
 		return err
 	}
 	if err := startTLSTargets(ps, e, next, backendAddr); err != nil {
@@ -351,9 +354,11 @@ func startStack(ctx context.Context, ps *procs, e *env) error {
 	return nil
 }
 
-// startGoPeers starts Caddy and the net/http floor proxy (the Go
-// proxies exgate is measured against) on caddyAddr and floorAddr.
-func startGoPeers(ps *procs, e *env, caddyAddr, floorAddr, backendAddr string) error {
+// startGoPeers starts Caddy, the net/http floor proxy and the
+// ReverseProxy floor proxy (the Go proxies exgate is measured against) on
+// caddyAddr, floorAddr and floorRPAddr. A floor whose binary is missing
+// from bins is left out, with a note.
+func startGoPeers(ps *procs, e *env, caddyAddr, floorAddr, floorRPAddr, backendAddr string) error {
 	if caddy, err := exec.LookPath("caddy"); err != nil {
 		logf("caddy not found (Debian package caddy): Caddy is left out")
 	} else {
@@ -378,16 +383,21 @@ func startGoPeers(ps *procs, e *env, caddyAddr, floorAddr, backendAddr string) e
 		}
 		e.targets[tCaddy] = &target{name: tCaddy, url: "http://" + caddyAddr, proxy: p}
 	}
-	floor := filepath.Join(e.bins, "floor")
-	if _, err := os.Stat(floor); err != nil {
-		logf("%s missing (go build -o %s bench/prototypes/floor/nethttp/main.go): the floor is left out", floor, floor)
-		return nil
+	for _, f := range []struct{ name, bin, src, addr string }{
+		{tFloor, "floor", "nethttp", floorAddr},
+		{tFloorRP, "floor-rp", "reverseproxy", floorRPAddr},
+	} {
+		bin := filepath.Join(e.bins, f.bin)
+		if _, err := os.Stat(bin); err != nil {
+			logf("%s missing (go build -o %s bench/prototypes/floor/%s/main.go): the %s is left out", bin, bin, f.src, targetLabel(f.name))
+			continue
+		}
+		p, err := ps.start(f.name, e.cpus, []string{"GOGC=400"}, bin, f.addr, "http://"+backendAddr)
+		if err != nil {
+			return err
+		}
+		e.targets[f.name] = &target{name: f.name, url: "http://" + f.addr, proxy: p}
 	}
-	p, err := ps.start(tFloor, e.cpus, []string{"GOGC=400"}, floor, floorAddr, "http://"+backendAddr)
-	if err != nil {
-		return err
-	}
-	e.targets[tFloor] = &target{name: tFloor, url: "http://" + floorAddr, proxy: p}
 	return nil
 }
 

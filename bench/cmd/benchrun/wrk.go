@@ -46,10 +46,10 @@ func scenarios() []*scenario {
 	return []*scenario{
 		{name: scMarkets, title: "GET /api/v1/mkt/markets/ (anonymous: one client address, one hot limiter key)",
 			method: "GET", path: "/api/v1/mkt/markets/", script: "get", want: 200,
-			targets: []string{tDirect, tNginx, tNginxLimit, tCaddy, tFloor, tExgateOff, tExgateMemory, tExgateRedis}},
+			targets: []string{tDirect, tNginx, tNginxLimit, tCaddy, tFloor, tFloorRP, tExgateOff, tExgateMemory, tExgateRedis}},
 		{name: scOrders, title: "POST /api/v1/odr/orders/ (one valid token, market order)",
 			method: "POST", path: "/api/v1/odr/orders/", script: "order", want: 201,
-			targets: []string{tDirect, tNginx, tNginxLimit, tCaddy, tFloor, tExgateOff, tExgateMemory, tExgateRedis}},
+			targets: []string{tDirect, tNginx, tNginxLimit, tCaddy, tFloor, tFloorRP, tExgateOff, tExgateMemory, tExgateRedis}},
 		{name: scManyKeys, title: "GET /api/v1/mkt/markets/ with many tokens (a new limiter key on every request)",
 			method: "GET", path: "/api/v1/mkt/markets/", script: "manykeys", want: 200,
 			targets: []string{tDirect, tNginxLimit, tExgateOff, tExgateMemory, tExgateRedis}},

@@ -21,6 +21,9 @@ import (
 	"github.com/exgate/exgate/proxy"
 )
 
+// writerOnly is an io.Writer and nothing more.
+type writerOnly struct{ io.Writer }
+
 func main() {
 	be, err := url.Parse(os.Args[2])
 	if err != nil {
@@ -41,7 +44,11 @@ func main() {
 		}
 		w.WriteHeader(res.StatusCode)
 		b := bufs.Get().(*[]byte)
-		_, _ = io.CopyBuffer(w, res.Body, *b)
+		// writerOnly hides the ResponseWriter's ReadFrom: io.CopyBuffer
+		// would call it, and http.response.ReadFrom sends the head in one
+		// write and the body in another. Through Write, head and body
+		// leave in one write, as exgate's (httputil.ReverseProxy's) do.
+		_, _ = io.CopyBuffer(writerOnly{w}, res.Body, *b)
 		bufs.Put(b)
 		res.Body.Close()
 	})
