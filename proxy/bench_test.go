@@ -4,6 +4,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
 	"slices"
 	"strings"
 	"syscall"
@@ -82,6 +83,38 @@ func BenchmarkGatewayGET(b *testing.B) {
 			benchmarkMarkets(b, gw)
 		})
 	}
+}
+
+// BenchmarkReverseProxyGET is the in-process baseline of
+// BenchmarkGatewayGET/inprocess: httputil.ReverseProxy alone, its Rewrite
+// only setting the backend's URL, with exgate's buffer pool and the same
+// in-process transport. The difference is what exgate's own request path
+// costs (routing, request ids, client address, timeout, metrics, the
+// checks of the backend's answer).
+func BenchmarkReverseProxyGET(b *testing.B) {
+	be := config.MustURL("http://127.0.0.1:1")
+	rp := &httputil.ReverseProxy{
+		Rewrite:    func(pr *httputil.ProxyRequest) { pr.SetURL(be.URL) },
+		Transport:  cannedTransport{},
+		BufferPool: newBufferPool(),
+	}
+	b.ReportAllocs()
+	b.SetParallelism(32)
+	b.ResetTimer()
+	defer reportCPU(b)()
+	b.RunParallel(func(pb *testing.PB) {
+		req := httptest.NewRequest("GET", "/api/v1/mkt/markets/", nil)
+		req.RemoteAddr = "127.0.0.1:5555"
+		w := &discardWriter{h: http.Header{}}
+		for pb.Next() {
+			clear(w.h)
+			rp.ServeHTTP(w, req)
+			if w.code != 200 {
+				b.Errorf("status %d", w.code)
+				return
+			}
+		}
+	})
 }
 
 // benchmarkMarkets runs GET /api/v1/mkt/markets/ through gw from one
