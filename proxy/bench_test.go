@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"context"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -117,6 +118,17 @@ func BenchmarkReverseProxyGET(b *testing.B) {
 	})
 }
 
+// onConnection returns req from 127.0.0.1:5555 with the context the
+// server gives every request of one connection (Server.ConnContext): the
+// connection's peer, worked out once, as for every request after a
+// connection's first.
+func onConnection(gw *Gateway, req *http.Request) *http.Request {
+	req.RemoteAddr = "127.0.0.1:5555"
+	cp := &connPeer{trusted: gw.trusted}
+	cp.once.Do(func() { cp.p = newPeer(req.RemoteAddr, gw.trusted) })
+	return req.WithContext(context.WithValue(req.Context(), peerKey{}, cp))
+}
+
 // benchmarkMarkets runs GET /api/v1/mkt/markets/ through gw from one
 // client address, 64 requests at once on 2 CPUs as the load harness does,
 // each expected to answer 200.
@@ -130,8 +142,7 @@ func benchmarkMarketsAs(b *testing.B, gw *Gateway, auth string) {
 	b.ResetTimer()
 	defer reportCPU(b)()
 	b.RunParallel(func(pb *testing.PB) {
-		req := httptest.NewRequest("GET", "/api/v1/mkt/markets/", nil)
-		req.RemoteAddr = "127.0.0.1:5555"
+		req := onConnection(gw, httptest.NewRequest("GET", "/api/v1/mkt/markets/", nil))
 		if auth != "" {
 			req.Header["Authorization"] = []string{auth}
 		}
@@ -435,8 +446,7 @@ func benchmarkOrders(b *testing.B, gw *Gateway, body string) {
 	defer reportCPU(b)()
 	b.RunParallel(func(pb *testing.PB) {
 		rd := strings.NewReader(body)
-		req := httptest.NewRequest("POST", "/api/v1/odr/orders/", nil)
-		req.RemoteAddr = "127.0.0.1:5555"
+		req := onConnection(gw, httptest.NewRequest("POST", "/api/v1/odr/orders/", nil))
 		w := &discardWriter{h: http.Header{}}
 		for pb.Next() {
 			clear(w.h)
