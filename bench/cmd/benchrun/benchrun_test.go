@@ -341,6 +341,33 @@ func TestReportRateOnly(t *testing.T) {
 	}
 }
 
+// TestRunOrder: within a round Caddy runs right after exgate with Redis
+// limits (and its B build, when there is one); a scenario without Caddy
+// keeps its order.
+func TestRunOrder(t *testing.T) {
+	for _, tc := range []struct {
+		name          string
+		targets, want []string
+	}{
+		{"default", []string{tDirect, tNginx, tNginxLimit, tCaddy, tFloor, tFloorRP, tExgateOff, tExgateRedis},
+			[]string{tDirect, tNginx, tNginxLimit, tFloor, tFloorRP, tExgateOff, tExgateRedis, tCaddy}},
+		{"B build", []string{tCaddy, tExgateOff, tExgateRedis, tExgateRedis + bSuffix},
+			[]string{tExgateOff, tExgateRedis, tExgateRedis + bSuffix, tCaddy}},
+		{"no Caddy", []string{tDirect, tNginxLimit, tExgateOff, tExgateRedis}, []string{tDirect, tNginxLimit, tExgateOff, tExgateRedis}},
+		{"no exgate with Redis limits", []string{tCaddy, tFloor}, []string{tCaddy, tFloor}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := slices.Clone(tc.targets)
+			if got := runOrder(tc.targets); !slices.Equal(got, tc.want) {
+				t.Errorf("runOrder = %v, want %v", got, tc.want)
+			}
+			if !slices.Equal(tc.targets, in) {
+				t.Errorf("runOrder changed its argument: %v", tc.targets)
+			}
+		})
+	}
+}
+
 // TestRoundsMeeting: a req/s target's verdict says in how many of the
 // rounds both targets ran the goal was reached.
 func TestRoundsMeeting(t *testing.T) {

@@ -44,6 +44,23 @@ type combo struct {
 	t  *target
 }
 
+// runOrder returns the order in which a scenario's targets run within a
+// round: the tables' order, but with Caddy right after exgate with Redis
+// limits (and its B build), the target it is compared with, so that the machine's state,
+// which can change within seconds here, weighs on both alike. The floors
+// already run next to exgate with limits off.
+func runOrder(targets []string) []string {
+	if !slices.Contains(targets, tCaddy) || !slices.Contains(targets, tExgateRedis) {
+		return targets
+	}
+	order := slices.DeleteFunc(slices.Clone(targets), func(t string) bool { return t == tCaddy })
+	i := slices.Index(order, tExgateRedis)
+	if j := slices.Index(order, tExgateRedis+bSuffix); j > i {
+		i = j // after the B build too: the A/B pair stays side by side
+	}
+	return slices.Insert(order, i+1, tCaddy)
+}
+
 // measure probes and warms every combination, then runs the rounds,
 // interleaved: odd rounds go through the combinations in reverse, so that
 // a slow drift of the machine weighs on every target alike.
@@ -65,10 +82,10 @@ func (b *bench) measure(ctx context.Context, res *Results) error {
 		res.Scenarios = append(res.Scenarios, sr)
 	}
 	for i, sc := range scs {
-		for j, name := range sc.targets {
+		for _, name := range runOrder(sc.targets) {
 			c := combo{sc, b.e.targets[name]}
 			combos = append(combos, c)
-			rows[c] = &res.Scenarios[i].Rows[j]
+			rows[c] = &res.Scenarios[i].Rows[slices.Index(sc.targets, name)]
 		}
 	}
 	for _, c := range combos {

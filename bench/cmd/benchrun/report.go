@@ -395,7 +395,7 @@ func markdown(res *Results) string {
 			"Compare ratios, not absolute figures: the machine is small and was shared.\n\n")
 	} else {
 		p("Every figure below comes from this one run: the median of %d interleaved runs of %s per target "+
-			"(each preceded once by a %s warm-up; odd rounds run the targets in reverse order). "+
+			"(each preceded once by a %s warm-up; odd rounds run the targets in reverse order; Caddy runs right after exgate with Redis limits, the target it is compared with). "+
 			"Compare ratios, not absolute figures: the machine is small and was shared.\n\n", s.Rounds, s.Duration, s.Warmup)
 	}
 
