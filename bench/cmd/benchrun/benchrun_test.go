@@ -341,6 +341,19 @@ func TestReportRateOnly(t *testing.T) {
 	}
 }
 
+// rows returns a target's row with one run of each req/s given, in
+// rounds 1, 2, …; a 0 is a round it did not run.
+func rows(rps ...float64) *Row {
+	r := &Row{}
+	for i, v := range rps {
+		if v > 0 {
+			r.Runs = append(r.Runs, Run{Round: i + 1, RPS: v})
+		}
+	}
+	r.summarize()
+	return r
+}
+
 // TestRunOrder: within a round Caddy runs right after exgate with Redis
 // limits (and its B build, when there is one); a scenario without Caddy
 // keeps its order.
@@ -371,16 +384,6 @@ func TestRunOrder(t *testing.T) {
 // TestRoundsMeeting: a req/s target's verdict says in how many of the
 // rounds both targets ran the goal was reached.
 func TestRoundsMeeting(t *testing.T) {
-	rows := func(rps ...float64) *Row {
-		r := &Row{}
-		for i, v := range rps {
-			if v > 0 {
-				r.Runs = append(r.Runs, Run{Round: i + 1, RPS: v})
-			}
-		}
-		r.summarize()
-		return r
-	}
 	for _, tc := range []struct {
 		name string
 		a, b *Row
@@ -438,15 +441,6 @@ func TestFixedRateVerdict(t *testing.T) {
 // TestRoundRatios: the range of two targets' req/s ratios pairs runs of
 // the same round only, and says so when no round has both.
 func TestRoundRatios(t *testing.T) {
-	rows := func(rps ...float64) *Row {
-		r := &Row{}
-		for i, v := range rps {
-			if v > 0 {
-				r.Runs = append(r.Runs, Run{Round: i + 1, RPS: v})
-			}
-		}
-		return r
-	}
 	for _, tc := range []struct {
 		name string
 		a, b *Row
