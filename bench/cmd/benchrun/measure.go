@@ -46,9 +46,9 @@ type combo struct {
 
 // runOrder returns the order in which a scenario's targets run within a
 // round: the tables' order, but with Caddy right after exgate with Redis
-// limits (and its B build), the target it is compared with, so that the machine's state,
-// which can change within seconds here, weighs on both alike. The floors
-// already run next to exgate with limits off.
+// limits (and its B build), the target it is compared with, so that the
+// machine's state, which can change within seconds here, weighs on both
+// alike. The floors already run just before exgate with limits off.
 func runOrder(targets []string) []string {
 	if !slices.Contains(targets, tCaddy) || !slices.Contains(targets, tExgateRedis) {
 		return targets
