@@ -1,7 +1,6 @@
 package main
 
 import (
-	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -10,7 +9,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/exgate/exgate/config"
-	"github.com/exgate/exgate/internal/redistest"
+	"github.com/exgate/exgate/internal/unreachable"
 )
 
 // TestDuplicateProtectionOwnRedis checks that idempotency.backend: redis
@@ -18,7 +17,7 @@ import (
 // in-process store that replicas would not share), that it needs the key
 // secret, and that /readyz names what its outage degrades.
 func TestDuplicateProtectionOwnRedis(t *testing.T) {
-	deadRedis := fmt.Sprintf("127.0.0.1:%d", redistest.FreePort(t))
+	deadRedis := unreachable.Refused(t)
 	mut := func(cfg *config.Config) {
 		cfg.Limiter.Backend = config.BackendMemory
 		cfg.Limiter.Redis.Addrs = []string{deadRedis}

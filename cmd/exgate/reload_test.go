@@ -27,6 +27,7 @@ import (
 	"github.com/exgate/exgate/config"
 	"github.com/exgate/exgate/internal/redistest"
 	"github.com/exgate/exgate/internal/tlstest"
+	"github.com/exgate/exgate/internal/unreachable"
 	"github.com/exgate/exgate/limiter"
 	"github.com/exgate/exgate/sim"
 )
@@ -270,7 +271,7 @@ func TestReloadAppliesLiveSettings(t *testing.T) {
 		}
 	}))
 	t.Cleanup(backend.Close)
-	deadRedis := fmt.Sprintf("127.0.0.1:%d", redistest.FreePort(t))
+	deadRedis := unreachable.Refused(t)
 	path := filepath.Join(t.TempDir(), "exgate.yaml")
 	write := func(timeout string, replicas int, onStoreError, idemTimeout, level string) {
 		t.Helper()

@@ -1,9 +1,5 @@
 //go:build linux
 
-// Package unreachable gives tests a backend whose connects time out, as
-// with a host that went silent or whose accept queue is full: a loopback
-// listener whose queue is full and never drained, so that the kernel drops
-// further SYNs.
 package unreachable
 
 import (
@@ -13,8 +9,10 @@ import (
 	"time"
 )
 
-// Addr returns the "127.0.0.1:port" address of such a listener, closed
-// when the test ends. It skips the test on a kernel that accepts
+// Addr returns the "127.0.0.1:port" address of a backend whose connects
+// time out, as with a host that went silent or whose accept queue is
+// full: a loopback listener whose queue is full and never drained, so
+// that the kernel drops further SYNs. It is closed when the test ends. It skips the test on a kernel that accepts
 // connections past the backlog.
 func Addr(t testing.TB) string {
 	t.Helper()
