@@ -198,12 +198,9 @@ func TestClaimRidesInCluster(t *testing.T) {
 	client := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs, ContextTimeoutEnabled: true, MaxRetries: -1})
 	t.Cleanup(func() { _ = client.Close() })
 	ctx := context.Background()
-	var trips, carried int
-	var mu sync.Mutex
-	r := NewRedis(client, RedisOptions{Timeout: time.Second, ClaimFunc: testClaimFunc, Observe: func(_ time.Duration, n int, _ error) {
-		mu.Lock()
-		trips, carried = trips+1, carried+n
-		mu.Unlock()
+	var trips atomic.Int64
+	r := NewRedis(client, RedisOptions{Timeout: time.Second, ClaimFunc: testClaimFunc, Observe: func(time.Duration, int, error) {
+		trips.Add(1)
 	}})
 	defer r.Close()
 	one := Limit{Rate: 1, Period: time.Hour, Burst: 1}
@@ -239,9 +236,7 @@ func TestClaimRidesInCluster(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			mu.Lock()
-			before := trips
-			mu.Unlock()
+			before := trips.Load()
 			var ans Answer
 			if err := r.AllowAll(ctx, tc.q, &ans); err != nil {
 				t.Fatal(err)
@@ -253,10 +248,7 @@ func TestClaimRidesInCluster(t *testing.T) {
 			if tc.run && (len(cl.Reply) != 2 || cl.Reply[0] != "claimed") {
 				t.Errorf("reply %v, want claimed", cl.Reply)
 			}
-			mu.Lock()
-			n := trips - before
-			mu.Unlock()
-			if n != 1 {
+			if n := trips.Load() - before; n != 1 {
 				t.Errorf("%d round trips, want 1: the request's parts and its claim together", n)
 			}
 			exists, err := client.Exists(ctx, tc.q.Claim.Keys[0]).Result()
@@ -278,9 +270,7 @@ func TestClaimRidesInCluster(t *testing.T) {
 		if _, err := client.Del(ctx, q.Claim.Keys[0]).Result(); err != nil {
 			t.Fatal(err)
 		}
-		mu.Lock()
-		before := trips
-		mu.Unlock()
+		before := trips.Load()
 		var ans Answer
 		if err := r.AllowAll(ctx, q, &ans); err != nil || !ans.Allowed || !ans.Admitted {
 			t.Fatalf("guarded request: %v, %+v", err, ans)
@@ -288,10 +278,7 @@ func TestClaimRidesInCluster(t *testing.T) {
 		if !ans.Claim.Run || ans.Claim.Reply[0] != "claimed" {
 			t.Errorf("claim %+v, want run and claimed", ans.Claim)
 		}
-		mu.Lock()
-		n := trips - before
-		mu.Unlock()
-		if n != 2 {
+		if n := trips.Load() - before; n != 2 {
 			t.Errorf("%d round trips, want 2: the guard alone, then the checks and the claim", n)
 		}
 	})
