@@ -12,6 +12,18 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
+// leaseTest starts the redis-server of a lease test (skipped with
+// -short) and returns it with the limit the lease tests decide, far from
+// reach, and the size of that limit's leases.
+func leaseTest(t *testing.T) (*redistest.Server, Limit, int64) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("starts redis-server")
+	}
+	l := Limit{Rate: 1e6, Period: time.Hour, Burst: 1e6}
+	return redistest.Start(t), l, leaseSize(l.Burst)
+}
+
 // seedLease gives r a lease of size requests on k as a round trip would
 // (without charging Redis), with Redis last reporting known remaining.
 func seedLease(r *Redis, k leaseKey, size, known int64) *lease {
@@ -77,12 +89,7 @@ func pastMark(t *testing.T, srv *redistest.Server, r *Redis, k leaseKey, size in
 // (Memory decides every request in process: it has no leases, and none of
 // this applies to it.)
 func TestLeaseRenewedAheadOfNeed(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts redis-server")
-	}
-	srv := redistest.Start(t)
-	l := Limit{Rate: 1e6, Period: time.Hour, Burst: 1e6}
-	size := leaseSize(l.Burst)
+	srv, l, size := leaseTest(t)
 	ctx := context.Background()
 	for _, tc := range []struct {
 		name      string
@@ -176,12 +183,7 @@ func TestLeaseRenewedAheadOfNeed(t *testing.T) {
 // waits for its round trip and leaves no renewal running; a lease taken
 // below its mark after Close starts none.
 func TestLeaseRenewalAndClose(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts redis-server")
-	}
-	srv := redistest.Start(t)
-	l := Limit{Rate: 1e6, Period: time.Hour, Burst: 1e6}
-	size := leaseSize(l.Burst)
+	srv, l, size := leaseTest(t)
 	r := NewRedis(srv.Client(), RedisOptions{Timeout: 2 * time.Second})
 	ls := pastMark(t, srv, r, leaseKey{key: "close", limit: l}, size)
 	if renewalsInFlight(r) != 1 {
@@ -240,12 +242,7 @@ func TestLeaseRenewalAndClose(t *testing.T) {
 // lease still holds requests, as they would after any caller's failed
 // round trip, and the lease is renewed again once Redis is back.
 func TestLeaseRenewalFailure(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts redis-server")
-	}
-	srv := redistest.Start(t)
-	l := Limit{Rate: 1e6, Period: time.Hour, Burst: 1e6}
-	size := leaseSize(l.Burst)
+	srv, l, size := leaseTest(t)
 	ctx := context.Background()
 	var failed atomic.Int64
 	// As exgate configures its client (limiter/redisclient.go): the
