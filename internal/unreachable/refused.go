@@ -16,6 +16,14 @@ import (
 // backend another test package starts at the same time.
 func Refused(t testing.TB) string {
 	t.Helper()
+	_, addr := bound(t)
+	return addr
+}
+
+// bound returns a TCP socket bound to a free port of 127.0.0.1, closed
+// when the test ends, and its "127.0.0.1:port" address.
+func bound(t testing.TB) (int, string) {
+	t.Helper()
 	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -29,5 +37,5 @@ func Refused(t testing.TB) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return (&net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: sa.(*syscall.SockaddrInet4).Port}).String()
+	return fd, (&net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: sa.(*syscall.SockaddrInet4).Port}).String()
 }

@@ -12,26 +12,15 @@ import (
 // Addr returns the "127.0.0.1:port" address of a backend whose connects
 // time out, as with a host that went silent or whose accept queue is
 // full: a loopback listener whose queue is full and never drained, so
-// that the kernel drops further SYNs. It is closed when the test ends. It skips the test on a kernel that accepts
-// connections past the backlog.
+// that the kernel drops further SYNs. It is closed when the test ends.
+// It skips the test on a kernel that accepts connections past the
+// backlog.
 func Addr(t testing.TB) string {
 	t.Helper()
-	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { syscall.Close(fd) })
-	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
-		t.Fatal(err)
-	}
+	fd, addr := bound(t)
 	if err := syscall.Listen(fd, 0); err != nil { // a queue of one
 		t.Fatal(err)
 	}
-	sa, err := syscall.Getsockname(fd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := (&net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: sa.(*syscall.SockaddrInet4).Port}).String()
 	for i := 0; ; i++ { // fill the queue until a connect times out
 		c, err := net.DialTimeout("tcp", addr, 100*time.Millisecond)
 		if err != nil {
