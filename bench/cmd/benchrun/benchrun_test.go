@@ -450,6 +450,7 @@ func TestRoundRatios(t *testing.T) {
 		{"a round one side lacks", rows(200, 0, 150), rows(100, 10, 0), "2.00–2.00×"},
 		{"no round in common", rows(200, 0), rows(0, 100), "–"},
 		{"a row missing", rows(200), nil, "–"},
+		{"a round a served nothing in", &Row{Runs: []Run{{Round: 1, RPS: 0}, {Round: 2, RPS: 200}}}, rows(100, 100), "0.00–2.00×"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := roundRatios(tc.a, tc.b); got != tc.want {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 )
 
@@ -54,54 +55,50 @@ func cpuRatio(a, b *Row) float64 {
 	return allCPU(b) / allCPU(a)
 }
 
+// getAndPost are the scenarios the req/s targets against Caddy and the
+// floors are stated for, with their labels.
+var getAndPost = []struct{ name, label string }{{scMarkets, "GET markets"}, {scOrders, "POST orders"}}
+
 // roundRatios returns the range of a's req/s over b's in the rounds both
 // ran, round by round ("1.05–1.38×"), or "–": the targets run
 // interleaved, so each round's pair shared the machine's state, and the
 // range says how far the ratio of the medians can be trusted on a noisy
 // machine.
 func roundRatios(a, b *Row) string {
-	if a == nil || b == nil {
+	rs := perRound(a, b)
+	if len(rs) == 0 {
 		return "–"
 	}
-	lo, hi := 0.0, 0.0
-	for _, x := range a.Runs {
-		for _, y := range b.Runs {
-			if x.Round != y.Round || y.RPS == 0 {
-				continue
-			}
-			v := x.RPS / y.RPS
-			if lo == 0 || v < lo {
-				lo = v
-			}
-			if v > hi {
-				hi = v
-			}
-		}
-	}
-	if hi == 0 {
-		return "–"
-	}
-	return fmt.Sprintf("%.2f–%.2f×", lo, hi)
+	return fmt.Sprintf("%.2f–%.2f×", slices.Min(rs), slices.Max(rs))
 }
 
 // roundsMeeting returns in how many of the rounds both a and b ran a's
 // req/s over b's reached goal, and how many such rounds there were.
 func roundsMeeting(a, b *Row, goal float64) (met, rounds int) {
-	if a == nil || b == nil {
-		return 0, 0
+	rs := perRound(a, b)
+	for _, v := range rs {
+		if v >= goal {
+			met++
+		}
 	}
+	return met, len(rs)
+}
+
+// perRound returns a's req/s over b's in each round both ran (b with
+// req/s above 0), or nothing when either row is missing.
+func perRound(a, b *Row) []float64 {
+	if a == nil || b == nil {
+		return nil
+	}
+	var rs []float64
 	for _, x := range a.Runs {
 		for _, y := range b.Runs {
-			if x.Round != y.Round || y.RPS == 0 {
-				continue
-			}
-			rounds++
-			if x.RPS/y.RPS >= goal {
-				met++
+			if x.Round == y.Round && y.RPS > 0 {
+				rs = append(rs, x.RPS/y.RPS)
 			}
 		}
 	}
-	return met, rounds
+	return rs
 }
 
 // ratio returns a/b, or 0 when either is missing.
@@ -200,13 +197,13 @@ func targetsTable(p func(string, ...any), res *Results) {
 		p("\n")
 		return
 	}
-	for _, sc := range []struct{ name, label string }{{scMarkets, "GET markets"}, {scOrders, "POST orders"}} {
+	for _, sc := range getAndPost {
 		e, c := res.row(sc.name, tExgateRedis), res.row(sc.name, tCaddy)
 		v := ratio(e, c)
 		p("| %s: exgate with Redis limits ÷ Caddy, req/s (by CPU per request: %s; round by round: %s) | %s | ≥ %.1f× | %s |\n", sc.label,
 			fmtRatio(cpuRatio(e, c)), roundRatios(e, c), fmtRatio(v), goalVsCaddy, metServed(v, goalVsCaddy, e, c))
 	}
-	for _, sc := range []struct{ name, label string }{{scMarkets, "GET markets"}, {scOrders, "POST orders"}} {
+	for _, sc := range getAndPost {
 		e, f := res.row(sc.name, tExgateOff), res.row(sc.name, tFloor)
 		v := ratio(e, f)
 		p("| %s: exgate limits off ÷ net/http floor proxy, req/s (by CPU per request: %s; round by round: %s) | %s | ≥ %.2f× | %s |\n", sc.label,
@@ -241,7 +238,7 @@ func targetsTable(p func(string, ...any), res *Results) {
 // itself costs) and exgate over the ReverseProxy floor (what exgate's own
 // request path costs). Nothing is written without the ReverseProxy floor.
 func floorLayers(p func(string, ...any), res *Results) {
-	for _, sc := range []struct{ name, label string }{{scMarkets, "GET markets"}, {scOrders, "POST orders"}} {
+	for _, sc := range getAndPost {
 		f, rp, e := res.row(sc.name, tFloor), res.row(sc.name, tFloorRP), res.row(sc.name, tExgateOff)
 		if rp == nil {
 			continue
