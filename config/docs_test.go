@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"gopkg.in/yaml.v3"
+
 	"github.com/exgate/exgate/internal/doctext"
 )
 
@@ -53,7 +55,10 @@ func TestDocsListEveryVariable(t *testing.T) {
 }
 
 // TestReadmeDefaultsAreTheDefaults keeps the README's defaults block true:
-// it must load to exactly Default().
+// it must load to exactly Default(), and show every key -print-config
+// prints. Within a route, a key the block leaves out must be one the
+// paragraph after the block names (the routes there write only what they
+// set).
 func TestReadmeDefaultsAreTheDefaults(t *testing.T) {
 	b, err := os.ReadFile("../README.md")
 	if err != nil {
@@ -77,12 +82,59 @@ func TestReadmeDefaultsAreTheDefaults(t *testing.T) {
 		want, _ := Default().Marshal()
 		t.Errorf("README defaults differ from Default():\n%s", diffLines(string(got), string(want)))
 	}
-	// Every top-level section of the defaults appears in the block.
-	for _, key := range []string{"listen:", "admin:", "server:", "upstream:", "client_ip:", "limiter:", "tiers:", "tokens_file:", "validation:", "idempotency:", "log:", "routes:"} {
-		if !strings.Contains(block, "\n"+key) && !strings.HasPrefix(block, key) {
-			t.Errorf("README defaults block lacks %s", key)
+	printed, err := Default().Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	shown := yamlKeys(t, []byte(block))
+	after := s[end:]
+	if i := strings.Index(after, "\n\n"); i >= 0 {
+		after = after[i+2:]
+	}
+	if i := strings.Index(after, "\n\n"); i >= 0 {
+		after = after[:i]
+	}
+	routeKey := regexp.MustCompile(`^routes\[\d+\]\.(?:limits\[\d+\]\.)?([a-z_]+)`)
+	for _, k := range yamlKeys(t, printed) {
+		if slices.Contains(shown, k) {
+			continue
+		}
+		if m := routeKey.FindStringSubmatch(k); m != nil {
+			if !strings.Contains(after, "`"+m[1]+"`") {
+				t.Errorf("README's defaults block leaves out %s, and the paragraph after it does not name `%s`", k, m[1])
+			}
+			continue
+		}
+		t.Errorf("README's defaults block lacks %s, which -print-config prints", k)
+	}
+}
+
+// yamlKeys returns the path of every key of the YAML document data, as
+// the loader names them ("server.tls.reload_interval", "routes[2].limits[0].rate").
+func yamlKeys(t *testing.T, data []byte) []string {
+	t.Helper()
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err != nil || len(doc.Content) == 0 {
+		t.Fatalf("cannot read YAML: %v", err)
+	}
+	var keys []string
+	var walk func(n *yaml.Node, path string)
+	walk = func(n *yaml.Node, path string) {
+		switch n.Kind {
+		case yaml.MappingNode:
+			for i := 0; i+1 < len(n.Content); i += 2 {
+				kp := joinKey(path, n.Content[i].Value)
+				keys = append(keys, kp)
+				walk(n.Content[i+1], kp)
+			}
+		case yaml.SequenceNode:
+			for i, item := range n.Content {
+				walk(item, joinIndex(path, i))
+			}
 		}
 	}
+	walk(doc.Content[0], "")
+	return keys
 }
 
 // diffLines lists the lines of a missing from b and of b missing from a,
