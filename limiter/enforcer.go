@@ -37,7 +37,10 @@ type Outcome struct {
 	Index int
 	// Limit is the limit's name.
 	Limit string
-	// Tier is the tier whose override applied, or "".
+	// Tier is the caller's tier (Decision.Tier) when the limit counts by
+	// token or account, whether or not that tier overrides this limit;
+	// "" for a limit by address (tiers never apply to one) and for a
+	// caller without a tier.
 	Tier string
 	// Decision is DecisionAllowed, DecisionLimited, DecisionShadowLimited
 	// or DecisionExceedsBurst.
@@ -346,7 +349,7 @@ func (e *Enforcer) Decide(ctx context.Context, rr *RouteRules, req Request, d *D
 			continue
 		}
 		r := &rr.limits[m.limit]
-		o := Outcome{Index: m.limit, Limit: r.name, Tier: m.v.tier, v: m.v}
+		o := Outcome{Index: m.limit, Limit: r.name, Tier: m.tier, v: m.v}
 		switch fallback {
 		case config.StoreOpen:
 			e.fallbacks[0].Add(1)
@@ -528,6 +531,7 @@ type plan struct {
 type checkMeta struct {
 	limit int      // the limit's index among the route's
 	v     *variant // the limit as it applies (tier)
+	tier  string   // the caller's tier, when the check counts by token or account (Outcome.Tier)
 }
 
 func (p *plan) reset(cost int64) {
@@ -548,6 +552,7 @@ func (p *plan) add(i int, r *rule, d *Decision, addr []byte, demoted, anonymous 
 	}
 	v := &r.base
 	key := p.key[:0]
+	tier := ""
 	switch {
 	case r.byToken && demoted:
 		if addr == nil {
@@ -561,6 +566,7 @@ func (p *plan) add(i int, r *rule, d *Decision, addr []byte, demoted, anonymous 
 		if d.Tier != "" && r.tiers[d.Tier] != nil {
 			v = r.tiers[d.Tier]
 		}
+		tier = d.Tier
 		key = append(append(key, v.prefixToken...), d.TokenID...)
 	case r.byAccount:
 		if d.Account == "" {
@@ -569,6 +575,7 @@ func (p *plan) add(i int, r *rule, d *Decision, addr []byte, demoted, anonymous 
 		if d.Tier != "" && r.tiers[d.Tier] != nil {
 			v = r.tiers[d.Tier]
 		}
+		tier = d.Tier
 		key = append(append(key, v.prefixAccount...), d.Account...)
 	default:
 		if addr == nil {
@@ -582,7 +589,7 @@ func (p *plan) add(i int, r *rule, d *Decision, addr []byte, demoted, anonymous 
 		return
 	}
 	p.req.Checks = append(p.req.Checks, ratelimit.Check{Key: string(key), Limit: v.limit, Shadow: r.shadow, Branch: branch})
-	p.meta = append(p.meta, checkMeta{limit: i, v: v})
+	p.meta = append(p.meta, checkMeta{limit: i, v: v, tier: tier})
 }
 
 // record appends o, unless maxOutcomes are recorded already.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -226,7 +227,10 @@ tiers:
 		{"place_order", "plain", 5400, ""},
 		{"list_markets", vip, 300, "vip"},
 		{"list_markets", "plain", 200, ""},
-		{"list_matches", vip, 60, ""}, // no token limit to override
+		// The caller's tier, as the access log says, also where the tier
+		// overrides nothing of the route.
+		{"list_orders", vip, 600, "vip"},
+		{"list_matches", vip, 60, ""}, // a limit by address: no tier
 	}
 	for _, tc := range cases {
 		t.Run(tc.route+"/"+tc.token, func(t *testing.T) {
@@ -245,6 +249,13 @@ tiers:
 			}
 		})
 		e = newTestEnforcer(t, nil, newFakeClock()) // the matches case shares an address
+	}
+	// The metrics count each limit under the tiers its outcomes can
+	// carry: every tier for a limit by token, none for one by address.
+	for route, want := range map[string][]string{"list_orders": {"", "vip"}, "list_matches": {""}} {
+		if got := rs.Route(route).LimitTiers(0); !slices.Equal(got, want) {
+			t.Errorf("%s: LimitTiers(0) = %q, want %q", route, got, want)
+		}
 	}
 }
 

@@ -173,17 +173,18 @@ func (rr *RouteRules) LimitNames() []string {
 	return out
 }
 
-// TierNames returns the tiers that override some limit of the route,
-// sorted.
-func (rr *RouteRules) TierNames() []string {
-	var out []string
-	for _, r := range rr.limits {
-		for t := range r.tiers {
-			if !slices.Contains(out, t) {
-				out = append(out, t)
-			}
-		}
+// LimitTiers returns the tiers a decision of the route's limit i is
+// counted under (Outcome.Tier): "" and, for a limit that counts by token
+// or account, every configured tier, sorted; a limit by address has no
+// tier.
+func (rr *RouteRules) LimitTiers(i int) []string {
+	out := []string{""}
+	if r := &rr.limits[i]; !r.byToken && !r.byAccount {
+		return out
 	}
-	slices.Sort(out)
+	for t := range rr.rules.tierNames {
+		out = append(out, t)
+	}
+	slices.Sort(out[1:])
 	return out
 }

@@ -210,8 +210,8 @@ func (g *Gateway) newPlan(cfg *config.Config, rules *limiter.Rules, v *validate.
 		if g.metrics == nil || !r.limits.Limited() {
 			continue
 		}
-		tiers := append([]string{""}, r.limits.TierNames()...)
-		for _, name := range r.limits.LimitNames() {
+		for i, name := range r.limits.LimitNames() {
+			tiers := r.limits.LimitTiers(i)
 			byTier := make(map[string]*metrics.LimitMetrics, len(tiers))
 			for _, tier := range tiers {
 				byTier[tier] = g.metrics.Limit(r.Name, name, tier)
