@@ -3,13 +3,33 @@ GO        ?= go
 PKGS      ?= ./...
 BENCHTIME ?= 1s
 
-.PHONY: all build test test-deps lint fmt-check vet bench bench-go fuzz run clean
+.PHONY: all build install image test test-deps lint fmt-check vet bench bench-go fuzz run clean
+
+## VERSION and REVISION name a build (`exgate -version`, exgate_build_info,
+## the console), read from git: the tag on HEAD, else the Go
+## pseudo-version of HEAD (v0.0.0-<UTC commit time>-<12 digits>), with
+## +dirty for uncommitted changes; and HEAD's commit. They are linked in
+## (-X), so they hold where the Go toolchain records nothing: in a git
+## worktree, with GOFLAGS=-buildvcs=false, in a Docker build without .git.
+VERSION  ?= $(shell git describe --tags --exact-match 2>/dev/null || TZ=UTC git log -1 --abbrev=12 --date=format-local:%Y%m%d%H%M%S --format=v0.0.0-%cd-%h 2>/dev/null)$(shell git status --porcelain --untracked-files=no 2>/dev/null | grep -q . && echo +dirty)
+REVISION ?= $(shell git rev-parse HEAD 2>/dev/null)
+LDFLAGS  := -X main.version=$(VERSION) -X main.revision=$(REVISION)
+PREFIX   ?= /usr/local
 
 all: build
 
 build:
-	$(GO) build -o bin/exgate ./cmd/exgate
-	$(GO) build -o bin/exchange-sim ./cmd/exchange-sim
+	$(GO) build -ldflags "$(LDFLAGS)" -o bin/exgate ./cmd/exgate
+	$(GO) build -ldflags "$(LDFLAGS)" -o bin/exchange-sim ./cmd/exchange-sim
+
+## install: both binaries into $(PREFIX)/bin (/usr/local/bin by default).
+install:
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(DESTDIR)$(PREFIX)/bin/ ./cmd/exgate ./cmd/exchange-sim
+
+## image: the container image (deploy/Dockerfile), named by VERSION.
+image:
+	docker build -f deploy/Dockerfile --build-arg VERSION=$(VERSION) --build-arg REVISION=$(REVISION) \
+	  -t exgate:$(VERSION:+dirty=-dirty) -t exgate:latest .
 
 ## test: install what the tests need (Debian packages when missing), then
 ## gofmt check, go vet and the race-enabled test suite. The packages in

@@ -301,6 +301,27 @@ func TestDockerfile(t *testing.T) {
 			}
 		}
 
+		// The version and commit are linked in from build arguments (the
+		// context has no .git), which `make image` passes from git.
+		if !strings.Contains(buildRun, "-X main.version=${VERSION}") || !strings.Contains(buildRun, "-X main.revision=${REVISION}") {
+			t.Error("exgate's go build does not link main.version and main.revision from VERSION and REVISION")
+		}
+		for _, arg := range []string{"VERSION", "REVISION"} {
+			if !slices.ContainsFunc(build.all("ARG"), func(in instruction) bool { return strings.HasPrefix(in.args, arg+"=") || in.args == arg }) {
+				t.Errorf("the builder declares no ARG %s", arg)
+			}
+		}
+		mk := readFile(t, "../Makefile")
+		image := mk[strings.Index(mk, "\nimage:"):]
+		if i := strings.Index(image[1:], "\n\n"); i >= 0 {
+			image = image[:i+1]
+		}
+		for _, want := range []string{"-f deploy/Dockerfile", "--build-arg VERSION=$(VERSION)", "--build-arg REVISION=$(REVISION)"} {
+			if !strings.Contains(image, want) {
+				t.Errorf("the Makefile's image target lacks %s:\n%s", want, image)
+			}
+		}
+
 		t.Run("final", func(t *testing.T) {
 			if !strings.HasPrefix(final.base, "gcr.io/distroless/static") && final.base != "scratch" {
 				t.Errorf("final base %q, want distroless static or scratch", final.base)

@@ -92,22 +92,49 @@ type BuildInfo struct {
 }
 
 // ReadBuildInfo returns the BuildInfo the Go toolchain embedded in the
-// running binary: the main module's version ("devel" for a local build)
-// and the vcs.revision setting when the build recorded one. Fields it
-// cannot find are left empty.
+// running binary (BuildInfoOf). Fields it cannot find are left empty.
 func ReadBuildInfo() BuildInfo {
-	info := BuildInfo{GoVersion: runtime.Version()}
 	bi, ok := debug.ReadBuildInfo()
 	if !ok {
-		return info
+		return BuildInfo{GoVersion: runtime.Version()}
 	}
-	info.Version = bi.Main.Version
-	if info.Version == "(devel)" {
-		info.Version = "devel"
+	return BuildInfoOf(bi)
+}
+
+// BuildInfoOf reads the version and revision of a build from its
+// debug.BuildInfo: the main module's version, and the version control
+// settings a build from a git checkout records (vcs.revision, vcs.time,
+// vcs.modified). Where the toolchain left the version "(devel)" although
+// it recorded the commit (Go before 1.24), the version is the Go
+// pseudo-version of that commit (v0.0.0-20260102150405-0123456789ab),
+// with "+dirty" when the tree had uncommitted changes, as Go 1.24 and
+// later write it themselves. Without version control information (a
+// build with -buildvcs=false, or outside a git checkout) it is "devel",
+// and Revision is empty.
+func BuildInfoOf(bi *debug.BuildInfo) BuildInfo {
+	info := BuildInfo{GoVersion: bi.GoVersion, Version: bi.Main.Version}
+	if info.GoVersion == "" {
+		info.GoVersion = runtime.Version()
 	}
+	var at string
+	var modified bool
 	for _, s := range bi.Settings {
-		if s.Key == "vcs.revision" {
+		switch s.Key {
+		case "vcs.revision":
 			info.Revision = s.Value
+		case "vcs.time":
+			at = s.Value
+		case "vcs.modified":
+			modified = s.Value == "true"
+		}
+	}
+	if info.Version == "" || info.Version == "(devel)" {
+		info.Version = "devel"
+		if t, err := time.Parse(time.RFC3339, at); err == nil && len(info.Revision) >= 12 {
+			info.Version = "v0.0.0-" + t.UTC().Format("20060102150405") + "-" + info.Revision[:12]
+			if modified {
+				info.Version += "+dirty"
+			}
 		}
 	}
 	return info

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"sync"
@@ -857,4 +858,39 @@ func TestOverloadGaugesReadTheSource(t *testing.T) {
 	}
 	var nilM *Metrics
 	nilM.Overload("r", "c").Shed() // a nil *Metrics records nothing and does not panic
+}
+
+// TestBuildInfoOf reads a build's version and revision from what the Go
+// toolchain records: its own version when it set one, the pseudo-version
+// of the recorded commit when it left "(devel)", "devel" when nothing is
+// recorded.
+func TestBuildInfoOf(t *testing.T) {
+	vcs := func(modified string) []debug.BuildSetting {
+		return []debug.BuildSetting{{Key: "vcs", Value: "git"},
+			{Key: "vcs.revision", Value: "ee62698c9cddba3b517d39df67170ae74bc2f871"},
+			{Key: "vcs.time", Value: "2026-11-25T10:31:02Z"}, {Key: "vcs.modified", Value: modified}}
+	}
+	tests := []struct {
+		name              string
+		bi                debug.BuildInfo
+		version, revision string
+	}{
+		{"stamped by go 1.24+", debug.BuildInfo{Main: debug.Module{Version: "v0.0.0-20261125103102-ee62698c9cdd"}, Settings: vcs("false")},
+			"v0.0.0-20261125103102-ee62698c9cdd", "ee62698c9cddba3b517d39df67170ae74bc2f871"},
+		{"a release", debug.BuildInfo{Main: debug.Module{Version: "v1.2.0"}, Settings: vcs("false")},
+			"v1.2.0", "ee62698c9cddba3b517d39df67170ae74bc2f871"},
+		{"devel with a commit", debug.BuildInfo{Main: debug.Module{Version: "(devel)"}, Settings: vcs("false")},
+			"v0.0.0-20261125103102-ee62698c9cdd", "ee62698c9cddba3b517d39df67170ae74bc2f871"},
+		{"devel with a modified tree", debug.BuildInfo{Main: debug.Module{Version: "(devel)"}, Settings: vcs("true")},
+			"v0.0.0-20261125103102-ee62698c9cdd+dirty", "ee62698c9cddba3b517d39df67170ae74bc2f871"},
+		{"no version control information", debug.BuildInfo{Main: debug.Module{Version: "(devel)"}}, "devel", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := BuildInfoOf(&tt.bi)
+			if got.Version != tt.version || got.Revision != tt.revision || got.GoVersion == "" {
+				t.Errorf("BuildInfoOf = %+v, want version %q revision %q", got, tt.version, tt.revision)
+			}
+		})
+	}
 }

@@ -199,3 +199,43 @@ func TestCheckConfigBinary(t *testing.T) {
 		t.Fatalf("good CA file next to the configuration: %v %q", err, out)
 	}
 }
+
+// TestVersionOfBuilds: `make install` names the build after the git
+// checkout (worktrees included, where the Go toolchain records nothing),
+// and a build that recorded nothing says how to get one that does.
+func TestVersionOfBuilds(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	for _, tool := range []string{"make", "git"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("%s not installed", tool)
+		}
+	}
+	head, err := exec.Command("git", "-C", "../..", "rev-parse", "HEAD").Output()
+	if err != nil {
+		t.Skipf("not a git checkout: %v", err)
+	}
+	rev := strings.TrimSpace(string(head))
+	prefix := t.TempDir()
+	if out, err := exec.Command("make", "-C", "../..", "-s", "install", "PREFIX="+prefix).CombinedOutput(); err != nil {
+		t.Fatalf("make install: %v\n%s", err, out)
+	}
+	out, err := exec.Command(filepath.Join(prefix, "bin", "exgate"), "-version").Output()
+	want := regexp.MustCompile(`^exgate (v\d+\.\d+\.\d+\S*) ` + rev[:12] + `\n$`)
+	if err != nil || !want.Match(out) {
+		t.Fatalf("exgate -version after make install: %v %q, want %s", err, out, want)
+	}
+	if _, err := os.Stat(filepath.Join(prefix, "bin", "exchange-sim")); err != nil {
+		t.Errorf("make install: %v", err)
+	}
+
+	bin := filepath.Join(t.TempDir(), "exgate")
+	if out, err := exec.Command("go", "build", "-buildvcs=false", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	out, err = exec.Command(bin, "-version").Output()
+	if err != nil || !strings.HasPrefix(string(out), "exgate devel (no version recorded: build with make build") {
+		t.Fatalf("exgate -version of a build without version control information: %v %q", err, out)
+	}
+}

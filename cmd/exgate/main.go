@@ -101,7 +101,7 @@ func gatewayCommand(ctx context.Context, args []string, getenv func(string) (str
 		return 2
 	}
 	if *showVersion {
-		fmt.Fprintln(stdout, versionString())
+		fmt.Fprintln(stdout, versionLine())
 		return 0
 	}
 
