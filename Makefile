@@ -85,6 +85,7 @@ fuzz:
 	$(GO) test ./proxy -run='^$$' -fuzz=FuzzTokenPath -fuzztime=$(FUZZTIME)
 	$(GO) test ./validate -run='^$$' -fuzz='^FuzzCheck$$' -fuzztime=$(FUZZTIME)
 	$(GO) test ./validate -run='^$$' -fuzz=FuzzCheckBulk -fuzztime=$(FUZZTIME)
+	$(GO) test ./validate -run='^$$' -fuzz=FuzzCheckIDList -fuzztime=$(FUZZTIME)
 	$(GO) test ./validate -run='^$$' -fuzz=FuzzContentType -fuzztime=$(FUZZTIME)
 
 ## run: the gateway in dev mode (embedded reference backend, in-memory limits).

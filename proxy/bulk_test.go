@@ -106,7 +106,8 @@ func TestBulkGuardedLikeOrders(t *testing.T) {
 }
 
 // TestBulkForwardedCanonically: the backend receives the array of the
-// canonical orders; a bulk cancel the canonical ids.
+// canonical orders; a bulk cancel the canonical ids, as JSON strings, in
+// the shape the client sent (an array, or {"ids": [...]}).
 func TestBulkForwardedCanonically(t *testing.T) {
 	e := startOrders(t, placedBulk)
 	res := postBulk(t, e, ` [ {"base_amount":1e-3,"side":"buy","symbol":"BTC_USDT","type":"limit","price":6.5E4} ,
@@ -119,10 +120,15 @@ func TestBulkForwardedCanonically(t *testing.T) {
 	if got := e.backend.last(t); got.Body != want || got.Path != "/api/v1/odr/orders/bulk/" {
 		t.Fatalf("backend got %s %q, want %q", got.Path, got.Body, want)
 	}
-	res = postBulk(t, e, `[7, "8"]`)
-	res.Body.Close()
-	if got := e.backend.last(t); got.Body != `[7,8]` {
-		t.Fatalf("backend got cancel %q", got.Body)
+	for body, want := range map[string]string{
+		`[7, "8"]`:               `["7","8"]`,
+		` {"ids": [ "2", 3 ] } `: `{"ids":["2","3"]}`,
+	} {
+		res = postBulk(t, e, body)
+		res.Body.Close()
+		if got := e.backend.last(t); got.Body != want {
+			t.Fatalf("backend got cancel %q for %s, want %q", got.Body, body, want)
+		}
 	}
 }
 
@@ -166,7 +172,7 @@ func TestBulkChargedPerOrder(t *testing.T) {
 	if res.StatusCode != 201 { // what the test backend answers
 		t.Fatalf("cancel after the order allowance is spent: %d", res.StatusCode)
 	}
-	res = postBulk(t, e, `[18, 19]`)
+	res = postBulk(t, e, `{"ids": ["18", 19]}`)
 	res.Body.Close()
 	if res.StatusCode != 201 || remaining(t, res) != "0" {
 		t.Fatalf("bulk cancel of 2 with 2 cancels left: %d, remaining %s", res.StatusCode, remaining(t, res))

@@ -2,14 +2,17 @@ package validate
 
 import (
 	"strconv"
+	"strings"
 
 	"github.com/exgate/exgate/apierror"
 )
 
-// Bulk is an accepted bulk request: a JSON array of orders (a bulk
-// placement) or a JSON array of order ids (a bulk cancel), told apart by
-// the kind of the first element: objects are orders, numbers and strings
-// are order ids. Exactly one of Orders and IDs is set.
+// Bulk is an accepted bulk request, in one of the three shapes a client
+// of the API sends to the bulk route: a JSON array of orders (a bulk
+// placement), a JSON array of order ids, or an object {"ids": [...]}
+// (both a bulk cancel). An array is told apart by the kind of its first
+// element: objects are orders, numbers and strings are order ids.
+// Exactly one of Orders and IDs is set.
 type Bulk struct {
 	// Orders are the orders of a placement, in body order, each validated
 	// by the rules of a single order.
@@ -17,6 +20,9 @@ type Bulk struct {
 	// IDs are the order ids of a cancel, in body order, as canonical
 	// decimal digits (no sign, no leading zeros).
 	IDs []string
+	// Keyed reports that the ids came as {"ids": [...]}; the backend
+	// receives that shape back.
+	Keyed bool
 }
 
 // Cancel reports whether the bulk is a cancel.
@@ -31,27 +37,41 @@ func (b *Bulk) Len() int {
 	return len(b.Orders)
 }
 
-// AppendCanonical appends the canonical encoding of the bulk to dst: a
-// JSON array without white space of the orders' canonical encodings
-// (Order.AppendCanonical), or of the ids as JSON numbers.
+// AppendCanonical appends the canonical encoding of the bulk to dst, in
+// the shape it came in and without white space: an array of the orders'
+// canonical encodings (Order.AppendCanonical); an array of the ids as
+// JSON strings of their digits; or {"ids": [...]} of those strings. An id
+// goes as a string, the type the API documents for it, because every JSON
+// parser reads a string of digits exactly, where one that reads numbers
+// as doubles (JavaScript's) would read a 19-digit id as another id.
 func (b *Bulk) AppendCanonical(dst []byte) []byte {
-	dst = append(dst, '[')
-	if b.Cancel() {
-		for i, id := range b.IDs {
-			if i > 0 {
-				dst = append(dst, ',')
-			}
-			dst = append(dst, id...)
-		}
-	} else {
+	if !b.Cancel() {
+		dst = append(dst, '[')
 		for i := range b.Orders {
 			if i > 0 {
 				dst = append(dst, ',')
 			}
 			dst = b.Orders[i].AppendCanonical(dst)
 		}
+		return append(dst, ']')
 	}
-	return append(dst, ']')
+	if b.Keyed {
+		dst = append(dst, `{"ids":`...)
+	}
+	dst = append(dst, '[')
+	for i, id := range b.IDs {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		dst = append(dst, '"')
+		dst = append(dst, id...)
+		dst = append(dst, '"')
+	}
+	dst = append(dst, ']')
+	if b.Keyed {
+		dst = append(dst, '}')
+	}
+	return dst
 }
 
 // MaxBulkBodyBytes returns the bulk body limit (validation.bulk.max_body_bytes).
@@ -79,14 +99,25 @@ type span struct {
 }
 
 // CheckBulk validates a bulk request from its Content-Type header values
-// and its whole body. The body must be one JSON array of 1 to
+// and its whole body. The body must be one JSON value: an array of 1 to
 // validation.bulk.max_orders elements, all orders (objects) or all order
-// ids (positive whole numbers, as JSON numbers or strings of digits).
-// Every order is checked with the rules of a single order; identifiers
-// and ids must not repeat within the bulk. Every problem is reported at
-// once, under the element's name: "orders[2].price", "ids[0]". A bulk
-// with any problem is refused whole.
+// ids (positive whole numbers, as JSON numbers or strings of digits), or
+// an object whose one member "ids" is such an array of order ids. Every
+// order is checked with the rules of a single order; identifiers and ids
+// must not repeat within the bulk. Every problem is reported at once,
+// under the element's name: "orders[2].price", "ids[0]" (in either shape
+// of a cancel). A bulk with any problem is refused whole.
 func (v *Validator) CheckBulk(contentType []string, body []byte) (Bulk, *apierror.Error) {
+	return v.checkBulk(contentType, body, false)
+}
+
+// CheckBulkCancel is CheckBulk for a route that only cancels: an array of
+// orders is refused as a whole, before any of its orders is checked.
+func (v *Validator) CheckBulkCancel(contentType []string, body []byte) (Bulk, *apierror.Error) {
+	return v.checkBulk(contentType, body, true)
+}
+
+func (v *Validator) checkBulk(contentType []string, body []byte, cancelOnly bool) (Bulk, *apierror.Error) {
 	if p := v.PreCheckBulk(contentType, int64(len(body))); p != nil {
 		return Bulk{}, p
 	}
@@ -101,17 +132,13 @@ func (v *Validator) CheckBulk(contentType []string, body []byte) (Bulk, *apierro
 		p.fail("empty body")
 		return Bulk{}, parseError(p.err, p.i)
 	}
-	if !p.at('[') {
-		top, ok := p.value(0)
-		if !ok {
-			return Bulk{}, parseError(p.err, p.i)
+	keyed := !p.at('[')
+	if keyed {
+		arr, e := idsMember(&p)
+		if e != nil {
+			return Bulk{}, e
 		}
-		if p.skipWS(); p.i != len(p.b) {
-			p.fail("data after the JSON value")
-			return Bulk{}, parseError(p.err, p.i)
-		}
-		rep.add(NonFieldErrors, "expected a JSON array of orders or of order ids, got "+top.kind.jsonName())
-		return Bulk{}, rep.doneAs(bulkLead)
+		p = arr
 	}
 	spans, n, ok := v.elements(&p)
 	if !ok {
@@ -125,13 +152,16 @@ func (v *Validator) CheckBulk(contentType []string, body []byte) (Bulk, *apierro
 		rep.add(NonFieldErrors, "the bulk carries "+strconv.Itoa(n)+" elements; a bulk request takes at most "+strconv.Itoa(v.maxBulk))
 		return Bulk{}, rep.doneAs(bulkLead)
 	}
-	var b Bulk
-	if spans[0].kind == kObject {
-		b.Orders = make([]Order, 0, n)
-		v.bulkOrders(body, spans, rs, &b, &rep)
-	} else {
+	b := Bulk{Keyed: keyed}
+	switch {
+	case keyed || spans[0].kind != kObject:
 		b.IDs = make([]string, 0, n)
 		bulkIDs(body, spans, &b, &rep)
+	case cancelOnly:
+		rep.add(NonFieldErrors, errCancelOnly)
+	default:
+		b.Orders = make([]Order, 0, n)
+		v.bulkOrders(body, spans, rs, &b, &rep)
 	}
 	if rep.p != nil {
 		return Bulk{}, rep.doneAs(bulkLead)
@@ -139,8 +169,85 @@ func (v *Validator) CheckBulk(contentType []string, body []byte) (Bulk, *apierro
 	return b, nil
 }
 
+// errCancelOnly is the problem of an array of orders sent to a route that
+// only cancels.
+const errCancelOnly = `this route only cancels orders: send the order ids, as a JSON array or as {"ids": [...]}, not orders`
+
 // bulkLead starts the detail of a refused bulk.
 const bulkLead = "Invalid bulk request"
+
+// idsMember reads a bulk body that is not an array (p at its first
+// byte): the whole value is scanned, and it must be an object whose one
+// member is "ids", an array. It returns a parser over that array, to be
+// read as the bulk's elements, or the answer refusing the body: a parse
+// error, or an invalid_order naming every member that is not a single
+// "ids" array (an object without "ids" is refused as a whole, most likely
+// a single order sent to the bulk route). A member exgate does not know
+// is refused whatever validation.unknown_fields says: it could name more
+// orders to cancel (by identifier, say), which exgate could neither check
+// nor charge.
+func idsMember(p *parser) (parser, *apierror.Error) {
+	start := p.i
+	top, ok := p.value(0)
+	if !ok {
+		return parser{}, parseError(p.err, p.i)
+	}
+	if p.skipWS(); p.i != len(p.b) {
+		p.fail("data after the JSON value")
+		return parser{}, parseError(p.err, p.i)
+	}
+	var rep report
+	if top.kind != kObject {
+		rep.add(NonFieldErrors, `expected a JSON array of orders or of order ids, or {"ids": [...]}, got `+top.kind.jsonName())
+		return parser{}, rep.doneAs(bulkLead)
+	}
+	// The syntax is known good: walk the members.
+	q := parser{b: p.b, i: start + 1}
+	var arr parser
+	var keys keySet
+	idsRepeated := false
+	for q.skipWS(); !q.at('}'); q.skipWS() {
+		lo, hi, esc, _ := q.str()
+		var kbuf [32]byte
+		key := decoded(kbuf[:0], q.b[lo:hi], esc)
+		dup := keys.add(q.b, lo, hi, esc)
+		q.skipWS()
+		q.i++ // ':'
+		q.skipWS()
+		vlo := q.i
+		fv, _ := q.value(1)
+		switch name, shown := safeName(key); {
+		case string(key) == "ids" && dup:
+			if !idsRepeated {
+				rep.add("ids", "must appear only once")
+				idsRepeated = true
+			}
+		case string(key) == "ids" && fv.kind != kArray:
+			rep.add("ids", "must be a JSON array of order ids, got "+fv.kind.jsonName())
+		case string(key) == "ids":
+			arr = parser{b: q.b[:q.i], i: vlo}
+		case dup:
+			// already reported
+		case shown:
+			rep.add(name, "unknown field")
+		default:
+			rep.add(NonFieldErrors, "unknown field (its name is not shown: longer than 32 bytes or unusual characters)")
+		}
+		q.skipWS()
+		if q.at(',') {
+			q.i++
+		}
+	}
+	if !rep.has("ids") && arr.b == nil {
+		// No ids at all: most likely an order sent to the bulk route.
+		rep = report{}
+		rep.add(NonFieldErrors, `expected a JSON array of orders or of order ids, or {"ids": [...]}, got an object without "ids"`)
+	}
+	if rep.p != nil {
+		return parser{}, rep.doneAs(bulkLead)
+	}
+	return arr, nil
+}
 
 // elements scans the array at p.i to its end and returns the spans of
 // its first max_orders+1 elements and the number of elements.
@@ -218,6 +325,13 @@ func (v *Validator) bulkOrders(body []byte, spans []span, rs *compiled, b *Bulk,
 	}
 }
 
+// Problems of an order id, in a bulk cancel's body and in a path's id
+// list alike.
+const (
+	msgNotOrderID = "must be an order id: a positive whole number of at most 19 digits without sign or leading zeros"
+	msgIDKind     = "must be an order id (a positive whole number), got "
+)
+
 // bulkIDs checks each element of a cancel as an order id.
 func bulkIDs(body []byte, spans []span, b *Bulk, rep *report) {
 	seen := make(map[string]int, len(spans))
@@ -230,11 +344,11 @@ func bulkIDs(body []byte, spans []span, b *Bulk, rep *report) {
 		case kString:
 			text = body[s.lo+1 : s.hi-1] // an id has no escapes; one with them is refused below
 		default:
-			rep.add(name, "must be an order id (a positive whole number), got "+s.kind.jsonName())
+			rep.add(name, msgIDKind+s.kind.jsonName())
 			continue
 		}
 		if !isOrderID(text) {
-			rep.add(name, "must be an order id: a positive whole number of at most 19 digits without sign or leading zeros")
+			rep.add(name, msgNotOrderID)
 			continue
 		}
 		id := string(text)
@@ -247,17 +361,68 @@ func bulkIDs(body []byte, spans []span, b *Bulk, rep *report) {
 	}
 }
 
+// maxOrderID is the largest order id, the largest signed 64-bit integer.
+const maxOrderID = "9223372036854775807"
+
 // isOrderID reports whether t is 1 to maxIDDigits decimal digits without
 // a leading zero that fit a signed 64-bit integer.
-func isOrderID(t []byte) bool {
+func isOrderID[T string | []byte](t T) bool {
 	if len(t) == 0 || len(t) > maxIDDigits || t[0] == '0' {
 		return false
 	}
-	for _, c := range t {
-		if c < '0' || c > '9' {
+	for i := 0; i < len(t); i++ {
+		if t[i] < '0' || t[i] > '9' {
 			return false
 		}
 	}
-	_, err := strconv.ParseInt(string(t), 10, 64)
-	return err == nil
+	return len(t) < len(maxOrderID) || string(t) <= maxOrderID
+}
+
+// idListLead starts the detail of a refused id list.
+const idListLead = "Invalid order ids"
+
+// CheckIDList checks the order ids of a path parameter, such as the "3,2"
+// of GET /api/v1/odr/orders/3,2/: one order id, or several joined by
+// commas, each as in a bulk cancel (canonical digits, no repeats), at
+// most max of them. It returns how many there are, or the 400
+// invalid_order answer naming every bad element as a bulk cancel's
+// ("ids[1]"). A list that checks is its own canonical form: nothing about
+// it can be spelled another way. It does not allocate for a list that
+// checks.
+func CheckIDList(list string, max int) (int, *apierror.Error) {
+	var rep report
+	n := strings.Count(list, ",") + 1
+	if n > max {
+		rep.add(NonFieldErrors, "the list carries "+strconv.Itoa(n)+" order ids; a request takes at most "+strconv.Itoa(max))
+		return 0, rep.doneAs(idListLead)
+	}
+	rest := list
+	for i := 0; i < n; i++ {
+		var id string
+		id, rest, _ = strings.Cut(rest, ",")
+		if !isOrderID(id) {
+			rep.add("ids["+strconv.Itoa(i)+"]", msgNotOrderID)
+			continue
+		}
+		if j := indexID(list, i, id); j >= 0 {
+			rep.add("ids["+strconv.Itoa(i)+"]", "repeats ids["+strconv.Itoa(j)+"]")
+		}
+	}
+	if rep.p != nil {
+		return 0, rep.doneAs(idListLead)
+	}
+	return n, nil
+}
+
+// indexID returns the index of the first of the first k elements of list
+// that equals id, or -1.
+func indexID(list string, k int, id string) int {
+	for j := 0; j < k; j++ {
+		var e string
+		e, list, _ = strings.Cut(list, ",")
+		if e == id {
+			return j
+		}
+	}
+	return -1
 }
