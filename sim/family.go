@@ -2,6 +2,7 @@ package sim
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"slices"
 	"strconv"
@@ -72,7 +73,7 @@ type fill struct {
 func (s *Server) familyRoute(p string) (func(http.ResponseWriter, *http.Request, string), string, bool) {
 	switch p {
 	case "/api/v1/odr/orders/bulk/":
-		return s.methods(map[string]handler{http.MethodPost: s.handleBulk}), "", true
+		return s.methods(map[string]handler{http.MethodPost: s.handleBulk, http.MethodDelete: s.handleBulk}), "", true
 	case "/api/v1/odr/fills/":
 		return s.methods(map[string]handler{http.MethodGet: s.handleFills}), "", true
 	case "/api/v1/wlt/wallets/":
@@ -168,31 +169,32 @@ func (s *Server) handleListOrders(w http.ResponseWriter, r *http.Request, _ stri
 }
 
 // handleOrderStatus serves GET /api/v1/odr/orders/{id}/ (one order) and
-// /{id1,id2}/ (a list of the user's orders among those ids).
+// /{id1},{id2}/, ids joined by commas (a list of the user's orders among
+// those ids, in the list's order). A list with an element that is not an
+// id is not found, as an id that is not a number is.
 func (s *Server) handleOrderStatus(w http.ResponseWriter, r *http.Request, param string) {
 	userID, ok := s.authorize(w, r)
 	if !ok {
 		return
 	}
-	if list, isList := strings.CutPrefix(param, "{"); isList {
-		list, ok = strings.CutSuffix(list, "}")
-		out := []orderJSON{}
-		for _, f := range strings.Split(list, ",") {
-			id, err := strconv.ParseInt(f, 10, 64)
-			if !ok || err != nil {
-				writeNotFound(w)
-				return
-			}
-			if o := s.accounts.get(userID, id); o != nil {
-				out = append(out, s.view(o))
-			}
+	if !strings.Contains(param, ",") {
+		if o := s.ownOrder(w, userID, param); o != nil {
+			writeJSON(w, http.StatusOK, s.view(o))
 		}
-		writeJSON(w, http.StatusOK, out)
 		return
 	}
-	if o := s.ownOrder(w, userID, param); o != nil {
-		writeJSON(w, http.StatusOK, s.view(o))
+	out := []orderJSON{}
+	for _, f := range strings.Split(param, ",") {
+		id, err := strconv.ParseInt(f, 10, 64)
+		if err != nil {
+			writeNotFound(w)
+			return
+		}
+		if o := s.accounts.get(userID, id); o != nil {
+			out = append(out, s.view(o))
+		}
 	}
+	writeJSON(w, http.StatusOK, out)
 }
 
 // ownOrder returns the user's order whose id is param, or answers 404 and
@@ -256,12 +258,15 @@ func (b *book) remove(o *order) {
 	}
 }
 
-// handleBulk serves POST /api/v1/odr/orders/bulk/. An array of orders is
-// placed all or nothing: any invalid order answers 400 with a list of
-// per-order errors ({} for the valid ones), as Django REST framework's
-// list serializers do; else 201 with the placed orders. An array of order
-// ids cancels the user's open orders among them: 200 with the canceled
-// orders and, by id, why the others were not.
+// handleBulk serves POST and DELETE /api/v1/odr/orders/bulk/, in the
+// exchange's documented shapes. POSTed, an array of orders is placed all
+// or nothing: any invalid order answers 400 with a list of per-order
+// errors ({} for the valid ones), as Django REST framework's list
+// serializers do; else 201 with {"orders": [the placed orders]}. Order
+// ids, as an array or as {"ids": [...]} (numbers or strings), cancel the
+// user's open orders among them, POSTed or DELETEd: 200 with
+// {"canceled_orders": [ids], "not_canceled_orders": [ids]}, each id as a
+// string. A DELETE takes only ids.
 func (s *Server) handleBulk(w http.ResponseWriter, r *http.Request, _ string) {
 	userID, ok := s.authorize(w, r)
 	if !ok {
@@ -271,37 +276,54 @@ func (s *Server) handleBulk(w http.ResponseWriter, r *http.Request, _ string) {
 	if !ok {
 		return
 	}
+	if obj, isObj := v.(map[string]any); isObj {
+		list, isList := obj["ids"].([]any)
+		if !isList || len(list) == 0 {
+			writeJSON(w, http.StatusBadRequest, fieldErrors{"ids": {"Expected a non-empty list of order ids."}})
+			return
+		}
+		s.bulkCancel(w, userID, list)
+		return
+	}
 	arr, isArr := v.([]any)
 	if !isArr || len(arr) == 0 {
 		writeJSON(w, http.StatusBadRequest, fieldErrors{"non_field_errors": {"Expected a non-empty list of orders or of order ids."}})
 		return
 	}
-	if _, isObj := arr[0].(map[string]any); isObj {
-		s.bulkPlace(w, userID, arr)
+	if _, isObj := arr[0].(map[string]any); !isObj {
+		s.bulkCancel(w, userID, arr)
 		return
 	}
-	canceled := []orderJSON{}
-	failed := map[string]string{}
-	for _, e := range arr {
+	if r.Method == http.MethodDelete {
+		writeJSON(w, http.StatusBadRequest, fieldErrors{"non_field_errors": {"Expected a list of order ids to cancel."}})
+		return
+	}
+	s.bulkPlace(w, userID, arr)
+}
+
+// bulkCancel cancels the user's open orders among ids and answers which
+// were canceled and which not (not found, another user's, no longer
+// open), each id as the string of its number.
+func (s *Server) bulkCancel(w http.ResponseWriter, userID int64, ids []any) {
+	canceled, notCanceled := []string{}, []string{}
+	for _, e := range ids {
 		var text string
 		switch x := e.(type) {
 		case json.Number:
 			text = x.String()
 		case string:
 			text = x
+		default:
+			text = fmt.Sprint(x)
 		}
 		id, err := strconv.ParseInt(text, 10, 64)
-		o := s.accounts.get(userID, id)
-		switch {
-		case err != nil || o == nil:
-			failed[text] = "Not found."
-		case !s.cancel(o):
-			failed[text] = "Order is not active."
-		default:
-			canceled = append(canceled, s.view(o))
+		if o := s.accounts.get(userID, id); err == nil && o != nil && s.cancel(o) {
+			canceled = append(canceled, strconv.FormatInt(id, 10))
+			continue
 		}
+		notCanceled = append(notCanceled, text)
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"canceled": canceled, "failed": failed})
+	writeJSON(w, http.StatusOK, map[string][]string{"canceled_orders": canceled, "not_canceled_orders": notCanceled})
 }
 
 func (s *Server) bulkPlace(w http.ResponseWriter, userID int64, arr []any) {
@@ -333,7 +355,7 @@ func (s *Server) bulkPlace(w http.ResponseWriter, userID int64, arr []any) {
 		j.ID = &id
 		out = append(out, j)
 	}
-	writeJSON(w, http.StatusCreated, out)
+	writeJSON(w, http.StatusCreated, map[string][]orderJSON{"orders": out})
 }
 
 // placeFor places o for the user and records it, returning a snapshot.

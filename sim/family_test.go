@@ -2,6 +2,8 @@ package sim
 
 import (
 	"encoding/json"
+	"slices"
+	"strings"
 	"testing"
 )
 
@@ -43,7 +45,7 @@ func TestOrderLifecycle(t *testing.T) {
 	if r := h.do(t, "GET", "/api/v1/odr/orders/"+first+"/", h.access, nil); r.status != 200 || r.body.(map[string]any)["state"] != "active" {
 		t.Fatalf("status by id: %d %s", r.status, r.raw)
 	}
-	if r := h.do(t, "GET", "/api/v1/odr/orders/{"+first+","+second+",999}/", h.access, nil); r.status != 200 || len(ids(t, r.body)) != 2 {
+	if r := h.do(t, "GET", "/api/v1/odr/orders/"+second+","+first+",999/", h.access, nil); r.status != 200 || !slices.Equal(ids(t, r.body), []string{second, first}) {
 		t.Fatalf("status by id list: %d %s", r.status, r.raw)
 	}
 	// Another user sees none of it and cannot cancel it.
@@ -104,13 +106,15 @@ func TestBulkFillsWalletsTickers(t *testing.T) {
 	}
 	good := `[{"symbol":"BTC_USDT","type":"limit","side":"buy","price":"60000.00","base_amount":"0.01"},{"symbol":"BTC_USDT","type":"limit","side":"buy","price":"60001.00","base_amount":"0.01"}]`
 	r = h.do(t, "POST", "/api/v1/odr/orders/bulk/", h.access, good)
-	placed := ids(t, r.body)
-	if r.status != 201 || len(placed) != 2 {
+	if r.status != 201 {
 		t.Fatalf("bulk: %d %s", r.status, r.raw)
 	}
+	placed := ids(t, r.body.(map[string]any)["orders"])
+	if len(placed) != 2 {
+		t.Fatalf("bulk: %s", r.raw)
+	}
 	r = h.do(t, "POST", "/api/v1/odr/orders/bulk/", h.access, "["+placed[0]+`,"`+placed[1]+`",424242]`)
-	body := r.body.(map[string]any)
-	if r.status != 200 || len(body["canceled"].([]any)) != 2 || body["failed"].(map[string]any)["424242"] == nil {
+	if r.status != 200 || string(r.raw) != `{"canceled_orders":["`+placed[0]+`","`+placed[1]+`"],"not_canceled_orders":["424242"]}`+"\n" {
 		t.Fatalf("bulk cancel: %d %s", r.status, r.raw)
 	}
 	// A market buy of 0.6 BTC takes 0.5 at 65000 and 0.1 at 65010.
@@ -142,5 +146,47 @@ func TestBulkFillsWalletsTickers(t *testing.T) {
 		if r := h.do(t, "GET", p, "", nil); r.status != 401 && !(p == "/api/v1/odr/orders/bulk/" && r.status == 405) {
 			t.Fatalf("%s without a token: %d", p, r.status)
 		}
+	}
+}
+
+// TestBulkCancelShapes: a bulk cancel is read alike as an array of ids and
+// as {"ids": [...]}, POSTed or DELETEd, and answered in the exchange's
+// documented shape; a DELETE places nothing.
+func TestBulkCancelShapes(t *testing.T) {
+	h := newHarness(t, Options{}, true)
+	order := `{"symbol":"BTC_USDT","type":"limit","side":"buy","price":"60000.00","base_amount":"0.01"}`
+	r := h.do(t, "POST", "/api/v1/odr/orders/bulk/", h.access, "["+strings.Repeat(order+",", 3)+order+"]")
+	if r.status != 201 {
+		t.Fatalf("bulk: %d %s", r.status, r.raw)
+	}
+	placed := ids(t, r.body.(map[string]any)["orders"])
+	for i, c := range []struct{ method, body string }{
+		{"POST", `{"ids":["` + placed[0] + `",424242]}`},
+		{"DELETE", `["` + placed[1] + `"]`},
+		{"DELETE", `{"ids":[` + placed[2] + `]}`},
+	} {
+		want := `{"canceled_orders":["` + placed[i] + `"],"not_canceled_orders":[]}`
+		if i == 0 {
+			want = `{"canceled_orders":["` + placed[0] + `"],"not_canceled_orders":["424242"]}`
+		}
+		r := h.do(t, c.method, "/api/v1/odr/orders/bulk/", h.access, c.body)
+		if r.status != 200 || strings.TrimSpace(string(r.raw)) != want {
+			t.Fatalf("%s %s: %d %s, want %s", c.method, c.body, r.status, r.raw, want)
+		}
+	}
+	if r := h.do(t, "DELETE", "/api/v1/odr/orders/bulk/", h.access, "["+order+"]"); r.status != 400 {
+		t.Fatalf("DELETE with orders: %d %s", r.status, r.raw)
+	}
+	for _, bad := range []string{`{"ids":[]}`, `{"ids":"1,2"}`, `{}`} {
+		if r := h.do(t, "POST", "/api/v1/odr/orders/bulk/", h.access, bad); r.status != 400 {
+			t.Fatalf("%s: %d %s", bad, r.status, r.raw)
+		}
+	}
+	r = h.do(t, "GET", "/api/v1/odr/orders/?state=active", h.access, nil)
+	if open := ids(t, r.body); !slices.Equal(open, placed[3:]) {
+		t.Fatalf("open orders %v, want %v", open, placed[3:])
+	}
+	if r := h.do(t, "GET", "/api/v1/odr/orders/"+placed[3]+",x/", h.access, nil); r.status != 404 {
+		t.Fatalf("a list with a non-id: %d %s", r.status, r.raw)
 	}
 }

@@ -18,9 +18,11 @@
 // the token's own user:
 //
 //	GET    /api/v1/odr/orders/?state=active&symbol=   the user's orders
-//	GET    /api/v1/odr/orders/{id}/, /{id1,id2}/       status by id, by id list
+//	GET    /api/v1/odr/orders/{id}/, /{id},{id}/       status by id, by ids joined by commas
 //	DELETE /api/v1/odr/orders/{id}/                    cancel (404 for another user's order)
-//	POST   /api/v1/odr/orders/bulk/                    an array of orders: bulk placement; of ids: bulk cancel
+//	POST   /api/v1/odr/orders/bulk/                    an array of orders: bulk placement ({"orders": [...]});
+//	                                                   an array of ids or {"ids": [...]}: bulk cancel
+//	DELETE /api/v1/odr/orders/bulk/                    ids, as an array or {"ids": [...]}: bulk cancel
 //	GET    /api/v1/odr/fills/                          the user's trades
 //	GET    /api/v1/wlt/wallets/                        balances after the user's trades
 //	GET    /api/v1/mkt/tickers/                        last price, best bid and ask per market

@@ -41,7 +41,7 @@ func TestAPIFamily(t *testing.T) {
 		{"GET", "/api/v1/odr/orders.json?state=active", "", true, 200, ""},
 		{"GET", "/api/v1/odr/orders/" + id + "/", "", false, 401, "not_authenticated"},
 		{"GET", "/api/v1/odr/orders/" + id + "/", "", true, 200, ""},
-		{"GET", "/api/v1/odr/orders/{" + id + ",999999}/", "", true, 200, ""},
+		{"GET", "/api/v1/odr/orders/" + id + ",999999/", "", true, 200, ""},
 		{"GET", "/api/v1/odr/orders/" + id + ".json", "", true, 200, ""},
 		{"POST", "/api/v1/odr/orders/", order, false, 401, "not_authenticated"},
 		{"POST", "/api/v1/odr/orders.json", order, false, 401, "not_authenticated"},
@@ -154,7 +154,7 @@ func TestBulkAndCancelLimits(t *testing.T) {
 		t.Fatalf("cancel after the allowance is spent: %d %s", code, b)
 	}
 	ids := "[" + itoa(open[1].ID) + "," + itoa(open[2].ID) + "]"
-	if code, _, b = call(t, "POST", st.url+"/api/v1/odr/orders/bulk/", ids, h...); code != 200 || !strings.Contains(string(b), `"canceled"`) {
+	if code, _, b = call(t, "POST", st.url+"/api/v1/odr/orders/bulk/", ids, h...); code != 200 || !strings.Contains(string(b), `"canceled_orders":["`+itoa(open[1].ID)+`","`+itoa(open[2].ID)+`"]`) {
 		t.Fatalf("bulk cancel after the allowance is spent: %d %s", code, b)
 	}
 	_, _, b = call(t, "GET", st.url+"/api/v1/odr/orders/?state=active", "", h...)
