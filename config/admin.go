@@ -1,9 +1,67 @@
 package config
 
-// Admin configures what the admin listener (admin_listen) serves beyond
-// /metrics, /healthz and /readyz. It has no checks: every value is valid.
+import (
+	"net/netip"
+	"strings"
+)
+
+// Admin configures the admin listener (admin_listen) beyond its address:
+// who may use the operator console and pprof, which Host names it
+// answers, and pprof itself.
 type Admin struct {
 	// Pprof serves net/http/pprof under /debug/pprof/ on the admin
 	// listener. Default false.
 	Pprof bool `yaml:"pprof"`
+	// TokenEnv names the environment variable holding the admin token:
+	// when it is set and not empty, the console's API (/admin/…) and
+	// pprof need "Authorization: Bearer <token>". The token itself is
+	// never a configuration value. Default "EXGATE_ADMIN_TOKEN".
+	TokenEnv string `yaml:"token_env"`
+	// AllowedHosts are host names, besides the ones always answered, that
+	// the admin listener accepts in a request's Host header for the
+	// console and pprof. Always answered: an IP address, localhost (and
+	// names under .localhost), the host of admin_listen and the machine's
+	// host name. Any other name is refused with 403 (a page of another
+	// site whose name was pointed at this listener — DNS rebinding — must
+	// not read the console). Default: none.
+	AllowedHosts []string `yaml:"allowed_hosts"`
+}
+
+// DefaultAdmin returns the admin listener's defaults: no pprof, the
+// admin token in EXGATE_ADMIN_TOKEN.
+func DefaultAdmin() Admin { return Admin{TokenEnv: "EXGATE_ADMIN_TOKEN"} }
+
+// check reports problems in the admin section at p.
+func (a *Admin) check(col *collector, p path) {
+	col.envName(p.key("token_env"), a.TokenEnv)
+	for i, h := range a.AllowedHosts {
+		if !isHostName(h) {
+			col.addf(p.key("allowed_hosts").index(i),
+				"want a host name such as \"exgate-admin.internal\" (no scheme, port or path), got %q", h)
+		}
+	}
+}
+
+// isHostName reports whether s is a DNS host name (letters, digits,
+// hyphens and dots, with an optional final dot) or an IP address.
+func isHostName(s string) bool {
+	if _, err := netip.ParseAddr(s); err == nil {
+		return true
+	}
+	s = strings.TrimSuffix(s, ".")
+	if s == "" || len(s) > 253 {
+		return false
+	}
+	for _, label := range strings.Split(s, ".") {
+		if label == "" || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' {
+			return false
+		}
+		for i := 0; i < len(label); i++ {
+			c := label[i] | 0x20
+			if !(c >= 'a' && c <= 'z' || label[i] >= '0' && label[i] <= '9' || label[i] == '-' || label[i] == '_') {
+				return false
+			}
+		}
+	}
+	return true
 }

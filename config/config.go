@@ -41,9 +41,11 @@ type Config struct {
 	// Listen is the address of the traffic listener. Default ":8080".
 	Listen string `yaml:"listen" reload:"restart"`
 	// AdminListen is the address of the admin listener that serves
-	// /metrics, /healthz and /readyz. Default "127.0.0.1:9090".
+	// /metrics, /healthz, /readyz and the operator console. Default
+	// "127.0.0.1:9090".
 	AdminListen string `yaml:"admin_listen" reload:"restart"`
-	// Admin configures what the admin listener serves beyond the defaults.
+	// Admin configures the admin listener: its token, the Host names it
+	// answers, pprof.
 	Admin Admin `yaml:"admin" reload:"restart"`
 	// Server holds the traffic listener's timeouts and size limits.
 	Server Server `yaml:"server" reload:"restart"`
@@ -96,6 +98,7 @@ func Default() *Config {
 	return &Config{
 		Listen:         ":8080",
 		AdminListen:    "127.0.0.1:9090",
+		Admin:          DefaultAdmin(),
 		ReloadInterval: 10 * time.Second,
 		Server:         DefaultServer(),
 		Upstream:       DefaultUpstream(),
@@ -128,6 +131,7 @@ func (c *Config) Validate() error {
 func (c *Config) validate(col *collector) {
 	c.normalise()
 	c.checkTopLevel(col)
+	c.Admin.check(col, "admin")
 	c.Server.check(col, "server")
 	c.CORS.check(col, "cors")
 	c.Upstream.check(col, "upstream")

@@ -188,6 +188,21 @@ func TestValidateProgrammatic(t *testing.T) {
 			t.Errorf("problems:\n  %s\nwant:\n  %s", strings.Join(got, "\n  "), strings.Join(want, "\n  "))
 		}
 	})
+	t.Run("admin listener", func(t *testing.T) {
+		c := Default()
+		c.Admin.TokenEnv = "exgate-admin-token"
+		c.Admin.AllowedHosts = []string{"admin.example.test", "https://admin.example.test", "admin.example.test:9090", "10.0.0.7", "-bad.example", "exgate_admin.internal."}
+		got := errorStrings(t, c.Validate())
+		want := []string{
+			`admin.token_env: want an environment variable name ([A-Z_][A-Z0-9_]*), got "exgate-admin-token"`,
+			`admin.allowed_hosts[1]: want a host name such as "exgate-admin.internal" (no scheme, port or path), got "https://admin.example.test"`,
+			`admin.allowed_hosts[2]: want a host name such as "exgate-admin.internal" (no scheme, port or path), got "admin.example.test:9090"`,
+			`admin.allowed_hosts[4]: want a host name such as "exgate-admin.internal" (no scheme, port or path), got "-bad.example"`,
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("problems:\n  %s\nwant:\n  %s", strings.Join(got, "\n  "), strings.Join(want, "\n  "))
+		}
+	})
 	t.Run("normalises", func(t *testing.T) {
 		c := Default()
 		def := slices.IndexFunc(c.Routes, func(r Route) bool { return r.Match.IsDefault() })

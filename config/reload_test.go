@@ -13,6 +13,8 @@ import (
 // changes nothing.
 var reloadModes = map[string]string{
 	"admin.pprof":                         ReloadRestart,
+	"admin.token_env":                     ReloadRestart,
+	"admin.allowed_hosts":                 ReloadRestart,
 	"admin_listen":                        ReloadRestart,
 	"client_ip.ipv6_prefix":               ReloadLive,
 	"client_ip.trusted_proxies":           ReloadRestart,

@@ -50,13 +50,30 @@ type AdminOptions struct {
 	// Console serves the operator console (/admin/… and the page at /)
 	// when set.
 	Console *ConsoleOptions
+	// Token, when set, is the bearer token the console's API and pprof
+	// need. /healthz, /readyz and /metrics never need it: probes and
+	// scrapers must keep working.
+	Token string
+	// TokenEnv names the variable the token is read from, for refusals
+	// that tell the operator what to set. "" means EXGATE_ADMIN_TOKEN.
+	TokenEnv string
+	// RequireToken refuses the console's API and pprof (403
+	// admin_token_required) while Token is empty: the composition root
+	// sets it when the listener is reachable beyond loopback.
+	RequireToken bool
+	// AllowedHosts are the host names the console and pprof answer to
+	// besides IP addresses, localhost and names under .localhost; a
+	// request naming another Host is refused with 403 host_not_allowed.
+	AllowedHosts []string
 }
 
 // AdminHandler returns the handler of the admin listener: /healthz
 // answers 200 while the process serves; /readyz answers 200 while every
 // critical check passes and the gateway is not draining, else 503, with
 // each check's state in a JSON body; /metrics and /debug/pprof/ when
-// configured.
+// configured. The console and pprof answer only the Hosts of
+// AllowedHosts (and addresses, localhost), pprof and the console's API
+// only with the token; every error answer is JSON.
 func (g *Gateway) AdminHandler(o AdminOptions) http.Handler {
 	if o.CheckTimeout <= 0 {
 		o.CheckTimeout = time.Second
@@ -68,6 +85,7 @@ func (g *Gateway) AdminHandler(o AdminOptions) http.Handler {
 		o.Now = time.Now
 	}
 	rc := &readiness{g: g, o: o}
+	access := newAdminAccess(o)
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		writeStatus(w, http.StatusOK, []byte(`{"status":"ok"}`+"\n"))
@@ -77,16 +95,16 @@ func (g *Gateway) AdminHandler(o AdminOptions) http.Handler {
 		mux.Handle("GET /metrics", o.Metrics)
 	}
 	if o.Console != nil {
-		g.mountConsole(mux, *o.Console, rc)
+		g.mountConsole(mux, *o.Console, rc, access)
 	}
 	if o.Pprof {
-		mux.HandleFunc("/debug/pprof/", pprof.Index)
-		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		mux.Handle("/debug/pprof/", access.api(http.HandlerFunc(pprof.Index)))
+		mux.Handle("/debug/pprof/cmdline", access.api(http.HandlerFunc(pprof.Cmdline)))
+		mux.Handle("/debug/pprof/profile", access.api(http.HandlerFunc(pprof.Profile)))
+		mux.Handle("/debug/pprof/symbol", access.api(http.HandlerFunc(pprof.Symbol)))
+		mux.Handle("/debug/pprof/trace", access.api(http.HandlerFunc(pprof.Trace)))
 	}
-	return mux
+	return jsonErrors(mux)
 }
 
 // readiness runs the checks and caches their answer.

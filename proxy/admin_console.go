@@ -2,13 +2,11 @@ package proxy
 
 import (
 	"context"
-	"crypto/subtle"
 	"encoding/json"
 	"net/http"
 	"net/netip"
 	"os"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -26,9 +24,6 @@ const IDPrefixLen = 12
 // ConsoleOptions configure the operator console of the admin listener:
 // the JSON API under /admin/ and the page at /.
 type ConsoleOptions struct {
-	// Token, when set, is the bearer token every console request must
-	// carry; reset is refused while it is empty.
-	Token string
 	// Top is the tracker of heavy hitters the gateway records into.
 	Top *topk.Tracker
 	// Status returns what only the process knows (version, configuration
@@ -74,43 +69,24 @@ type console struct {
 	g      *Gateway
 	o      ConsoleOptions
 	rc     *readiness
+	access *adminAccess
 	resets atomic.Int64
 	host   string
 }
 
-func (g *Gateway) mountConsole(mux *http.ServeMux, o ConsoleOptions, rc *readiness) {
+func (g *Gateway) mountConsole(mux *http.ServeMux, o ConsoleOptions, rc *readiness, access *adminAccess) {
 	if o.Logger == nil {
 		o.Logger = zap.NewNop()
 	}
-	c := &console{g: g, o: o, rc: rc}
+	c := &console{g: g, o: o, rc: rc, access: access}
 	c.host, _ = os.Hostname()
-	mux.Handle("GET /admin/status", c.auth(c.status))
-	mux.Handle("GET /admin/top", c.auth(c.top))
-	mux.Handle("GET /admin/inspect", c.auth(c.inspect))
-	mux.Handle("POST /admin/inspect", c.auth(c.inspect))
-	mux.Handle("POST /admin/reset", http.HandlerFunc(c.reset))
-	mux.Handle("GET /{$}", pageHandler())
-	mux.Handle("GET /console/", pageHandler())
-}
-
-// authorized reports whether r carries the console's token (true when
-// none is configured).
-func (c *console) authorized(r *http.Request) bool {
-	if c.o.Token == "" {
-		return true
-	}
-	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	return ok && subtle.ConstantTimeCompare([]byte(got), []byte(c.o.Token)) == 1
-}
-
-func (c *console) auth(h http.HandlerFunc) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !c.authorized(r) {
-			WriteError(w, "", errAdminToken)
-			return
-		}
-		h(w, r)
-	})
+	mux.Handle("GET /admin/status", access.api(http.HandlerFunc(c.status)))
+	mux.Handle("GET /admin/top", access.api(http.HandlerFunc(c.top)))
+	mux.Handle("GET /admin/inspect", access.api(http.HandlerFunc(c.inspect)))
+	mux.Handle("POST /admin/inspect", access.api(http.HandlerFunc(c.inspect)))
+	mux.Handle("POST /admin/reset", access.api(http.HandlerFunc(c.reset)))
+	mux.Handle("GET /{$}", access.page(pageHandler()))
+	mux.Handle("GET /console/", access.page(pageHandler()))
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {
@@ -135,6 +111,8 @@ type statusBody struct {
 	Refused   int64                 `json:"limited_refused"`
 	Resets    int64                 `json:"resets"`
 	ResetOpen bool                  `json:"reset_enabled"`
+	// TokenEnv names the variable the admin token is read from.
+	TokenEnv string `json:"admin_token_env"`
 }
 
 func (c *console) status(w http.ResponseWriter, r *http.Request) {
@@ -160,7 +138,7 @@ func (c *console) status(w http.ResponseWriter, r *http.Request) {
 	}
 	b.Routes = c.g.Rules().Describe()
 	b.Requests, b.Refused = c.o.Top.Totals()
-	b.Resets, b.ResetOpen = c.resets.Load(), c.o.Token != ""
+	b.Resets, b.ResetOpen, b.TokenEnv = c.resets.Load(), c.access.hasToken, c.access.tokenVar
 	writeJSON(w, http.StatusOK, b)
 }
 
@@ -250,12 +228,6 @@ type subjectBody struct {
 
 // The admin API's own refusals.
 var (
-	errAdminToken = apierror.Static(http.StatusUnauthorized, "not_authenticated",
-		"The admin API needs the admin bearer token.", "WWW-Authenticate", `Bearer realm="exgate admin"`)
-	errResetToken = apierror.Static(http.StatusUnauthorized, "not_authenticated",
-		"Reset needs the admin bearer token.", "WWW-Authenticate", `Bearer realm="exgate admin"`)
-	errResetDisabled = apierror.Static(http.StatusForbidden, "reset_disabled",
-		"Reset needs an admin token (EXGATE_ADMIN_TOKEN).")
 	errNoSubject = apierror.Static(http.StatusBadRequest, "invalid_subject",
 		"Name exactly one of account, user, token, token_id or address.")
 	errSubjectAddress = apierror.Static(http.StatusBadRequest, "invalid_subject", "address is not an IP address.")
@@ -352,14 +324,10 @@ func (c *console) inspect(w http.ResponseWriter, r *http.Request) {
 }
 
 // reset clears one subject's buckets: only with the admin token, which
-// must be configured.
+// must be configured (access.api has checked it).
 func (c *console) reset(w http.ResponseWriter, r *http.Request) {
-	if c.o.Token == "" {
-		WriteError(w, "", errResetDisabled)
-		return
-	}
-	if !c.authorized(r) {
-		WriteError(w, "", errResetToken)
+	if !c.access.hasToken {
+		WriteError(w, "", c.access.errResetDisabled)
 		return
 	}
 	s, sb, e := c.subject(r)

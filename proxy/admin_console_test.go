@@ -31,7 +31,7 @@ func TestConsoleAccess(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	withToken := httptest.NewServer(gw.AdminHandler(AdminOptions{Console: &ConsoleOptions{Token: "s3cret", Top: topk.NewTracker(topk.TrackerOptions{})}}))
+	withToken := httptest.NewServer(gw.AdminHandler(AdminOptions{Token: "s3cret", Console: &ConsoleOptions{Top: topk.NewTracker(topk.TrackerOptions{})}}))
 	defer withToken.Close()
 	open := httptest.NewServer(gw.AdminHandler(AdminOptions{Console: &ConsoleOptions{Top: topk.NewTracker(topk.TrackerOptions{})}}))
 	defer open.Close()
@@ -57,7 +57,7 @@ func TestConsoleAccess(t *testing.T) {
 		{"inspect a user never echoes it", "GET", "/admin/inspect?user=alice-secret-id", bearer, withToken, 200, `"kind": "account"`},
 		{"reset without a configured token", "POST", "/admin/reset?address=192.0.2.1", "", open, 403, "reset_disabled"},
 		{"reset without the token", "POST", "/admin/reset?address=192.0.2.1", "", withToken, 401, "not_authenticated"},
-		{"reset by GET", "GET", "/admin/reset?address=192.0.2.1", bearer, withToken, 405, ""},
+		{"reset by GET", "GET", "/admin/reset?address=192.0.2.1", bearer, withToken, 405, `"code":"method_not_allowed"`},
 		{"reset with the token", "POST", "/admin/reset?address=192.0.2.1", bearer, withToken, 200, `"cleared"`},
 		{"the page needs no token", "GET", "/", "", withToken, 200, `<script src="/console/console.js"`},
 		{"its script", "GET", "/console/console.js", "", withToken, 200, "textContent"},

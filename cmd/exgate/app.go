@@ -295,11 +295,6 @@ func (a *app) loadCertificates(cfg *config.Config) error {
 // listen builds the traffic and admin servers, binds their listeners and
 // starts serving, and starts the certificate watch.
 func (a *app) listen(cfg *config.Config) error {
-	a.srv = proxy.NewServer(cfg, a.gw, a.log, a.edge)
-	a.admin = proxy.NewAdminServer(cfg, a.gw.AdminHandler(proxy.AdminOptions{
-		Checks: a.readinessChecks(), Pprof: cfg.Admin.Pprof, Now: a.d.now,
-		Metrics: metrics.Handler(a.d.reg), Console: a.consoleOptions(),
-	}), a.log)
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", cfg.Listen, err)
@@ -310,6 +305,8 @@ func (a *app) listen(cfg *config.Config) error {
 		return fmt.Errorf("admin listen %s: %w", cfg.AdminListen, err)
 	}
 	a.addr, a.adminAd = ln.Addr().String(), aln.Addr().String()
+	a.srv = proxy.NewServer(cfg, a.gw, a.log, a.edge)
+	a.admin = proxy.NewAdminServer(cfg, a.gw.AdminHandler(a.adminOptions(cfg)), a.log)
 	tln := proxy.ProxyProtocolListener(ln, cfg.Server.ProxyProtocol, cfg.Server.ReadHeaderTimeout, a.edge)
 	go a.serveTraffic(tln)
 	if a.certs != nil {
@@ -324,8 +321,9 @@ func (a *app) listen(cfg *config.Config) error {
 // warnUnsafeDefaults logs what an operator most likely did not mean: an
 // admin console open beyond loopback, limits each replica counts alone.
 func (a *app) warnUnsafeDefaults() {
-	if tok, _ := a.d.getenv(adminTokenEnv); tok == "" && !loopbackAddr(a.adminAd) {
-		a.log.Warn("the admin listener is not on loopback and " + adminTokenEnv + " is not set: anyone who reaches it can read the operator console")
+	if tok, _ := a.d.getenv(a.cfg.Admin.TokenEnv); tok == "" && !loopbackAddr(a.adminAd) {
+		a.log.Warn("the admin listener is not on loopback and " + a.cfg.Admin.TokenEnv +
+			" (admin.token_env) is not set: the console and pprof answer 403 admin_token_required; /healthz, /readyz and /metrics are served")
 	}
 	if a.limits.Kind == config.BackendMemory && !a.d.dev {
 		a.log.Warn("rate limits are kept in this process: each replica counts on its own; set limiter.redis.addrs to share them")

@@ -5,17 +5,20 @@ import (
 	"encoding/hex"
 	"net"
 	"net/netip"
+	"os"
+	"slices"
 	"time"
 
 	"github.com/exgate/exgate/config"
+	"github.com/exgate/exgate/metrics"
 	"github.com/exgate/exgate/proxy"
 	"github.com/exgate/exgate/topk"
 )
 
-// adminTokenEnv names the variable holding the admin console's bearer
-// token. Unset, the console is open to whoever reaches the admin listener
-// (loopback by default) and reset is refused.
-const adminTokenEnv = "EXGATE_ADMIN_TOKEN"
+// adminTokenEnv is the variable `exgate top` and `exgate inspect` read
+// the admin token from unless -token-env names another; the gateway
+// reads the one admin.token_env names (by default the same).
+var adminTokenEnv = config.DefaultAdmin().TokenEnv
 
 // reloadRecord is the last configuration reload and its outcome.
 type reloadRecord struct {
@@ -34,17 +37,39 @@ func configHash(cfg *config.Config) string {
 	return hex.EncodeToString(sum[:])
 }
 
-// consoleOptions wires the operator console: the heavy-hitter tracker
-// the gateway records into, the admin token, and the status only the
-// process knows.
-func (a *app) consoleOptions() *proxy.ConsoleOptions {
-	token, _ := a.d.getenv(adminTokenEnv)
-	return &proxy.ConsoleOptions{
-		Token:  token,
-		Top:    a.top,
-		Logger: a.log.Named("admin"),
-		Status: a.processStatus,
+// adminOptions wires the admin listener's handler: readiness checks,
+// metrics, pprof, and the operator console (the heavy-hitter tracker the
+// gateway records into, the status only the process knows) behind the
+// admin token and the Host allow-list. Without a token, the console and
+// pprof are refused while the listener is bound beyond loopback.
+func (a *app) adminOptions(cfg *config.Config) proxy.AdminOptions {
+	token, _ := a.d.getenv(cfg.Admin.TokenEnv)
+	return proxy.AdminOptions{
+		Checks: a.readinessChecks(), Pprof: cfg.Admin.Pprof, Now: a.d.now,
+		Metrics: metrics.Handler(a.d.reg),
+		Console: &proxy.ConsoleOptions{
+			Top:    a.top,
+			Logger: a.log.Named("admin"),
+			Status: a.processStatus,
+		},
+		Token: token, TokenEnv: cfg.Admin.TokenEnv,
+		RequireToken: !loopbackAddr(a.adminAd),
+		AllowedHosts: adminHosts(cfg),
 	}
+}
+
+// adminHosts are the names the console answers to besides addresses and
+// localhost: admin.allowed_hosts, the host of admin_listen when it is a
+// name, and the machine's host name (an operator's curl on the host).
+func adminHosts(cfg *config.Config) []string {
+	hosts := slices.Clone(cfg.Admin.AllowedHosts)
+	if h, _, err := net.SplitHostPort(cfg.AdminListen); err == nil && h != "" {
+		hosts = append(hosts, h)
+	}
+	if h, err := os.Hostname(); err == nil && h != "" {
+		hosts = append(hosts, h)
+	}
+	return hosts
 }
 
 func (a *app) processStatus() proxy.ProcessStatus {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,13 +13,15 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+
+	"github.com/exgate/exgate/config"
 )
 
 // newBrowser starts a headless Chromium (Debian's chromium, which
 // .ci/test-deps.sh installs) driven over the DevTools protocol with
 // chromedp, in a fresh profile with no background traffic, and returns a
-// browser context bounded by timeout.
-func newBrowser(t *testing.T, timeout time.Duration) context.Context {
+// browser context bounded by timeout; extra options come last.
+func newBrowser(t *testing.T, timeout time.Duration, extra ...chromedp.ExecAllocatorOption) context.Context {
 	t.Helper()
 	path, err := exec.LookPath("chromium")
 	if err != nil {
@@ -35,6 +38,7 @@ func newBrowser(t *testing.T, timeout time.Duration) context.Context {
 		chromedp.Env("HOME=" + t.TempDir()),
 		chromedp.WindowSize(1366, 900),
 	}
+	opts = append(opts, extra...)
 	ctx, cancelTimeout := context.WithTimeout(context.Background(), timeout)
 	actx, cancelAlloc := chromedp.NewExecAllocator(ctx, opts...)
 	bctx, cancelBrowser := chromedp.NewContext(actx)
@@ -134,5 +138,40 @@ func TestConsolePageInBrowser(t *testing.T) {
 	}
 	if strings.Contains(html, testAdminToken) {
 		t.Error("the page shows the admin token")
+	}
+}
+
+// TestConsoleRefusesDNSRebinding plays a DNS-rebinding attack in a real
+// browser: a page of another site whose name now resolves to the admin
+// listener (Chromium's host resolver maps rebind.test to 127.0.0.1) asks
+// the listener for the console's data from its own origin. The console,
+// open to whoever reaches a loopback listener without a token, refuses
+// the request that names that Host; the same page by the listener's
+// address reads it.
+func TestConsoleRefusesDNSRebinding(t *testing.T) {
+	ctx := newBrowser(t, 20*time.Second, chromedp.Flag("host-resolver-rules", "MAP rebind.test 127.0.0.1"))
+	a := startStackWith(t, func(c *config.Config) { c.Log.Access = false }, secretEnv)
+	_, port, _ := net.SplitHostPort(a.adminAd)
+	read := `fetch("/admin/status").then(async r => r.status + " " + await r.text())`
+	var byAddress, rebound string
+	steps := []struct {
+		name string
+		a    chromedp.Action[chromedp.Void]
+	}{
+		{"open the console by address", chromedp.Navigate("http://127.0.0.1:" + port + "/")},
+		{"read the status", into(&byAddress, chromedp.Evaluate[string](read, chromedp.EvalAwaitPromise))},
+		{"open the rebound name", chromedp.Navigate("http://rebind.test:" + port + "/")},
+		{"read the status from there", into(&rebound, chromedp.Evaluate[string](read, chromedp.EvalAwaitPromise))},
+	}
+	for _, st := range steps {
+		if _, err := chromedp.Run(ctx, st.a); err != nil {
+			t.Fatalf("browser: %s: %v", st.name, err)
+		}
+	}
+	if !strings.HasPrefix(byAddress, "200 ") || !strings.Contains(byAddress, `"routes"`) {
+		t.Errorf("the console by address: %.200s", byAddress)
+	}
+	if !strings.HasPrefix(rebound, "403 ") || !strings.Contains(rebound, `"code":"host_not_allowed"`) || strings.Contains(rebound, `"routes"`) {
+		t.Errorf("the console from the rebound name: %.200s, want 403 host_not_allowed", rebound)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"math"
+	"net"
 	"net/http"
 	"regexp"
 	"strconv"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/exgate/exgate/config"
 	"github.com/exgate/exgate/internal/redistest"
@@ -279,5 +281,58 @@ func TestTopFleetView(t *testing.T) {
 	}
 	if code := run(context.Background(), []string{"top"}, env, &out, &errOut); code != 2 {
 		t.Errorf("exgate top without -admin: %d", code)
+	}
+}
+
+// TestAdminListenerBeyondLoopback: an admin listener bound on every
+// interface without the admin token serves probes and metrics but
+// refuses the console and pprof, and says so at start; the token is read
+// from the variable admin.token_env names (not from EXGATE_ADMIN_TOKEN
+// then), and opens them.
+func TestAdminListenerBeyondLoopback(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		env    map[string]string
+		bearer string
+		status int
+		warned bool
+	}{
+		{"no token", nil, "", 403, true},
+		{"the default variable when another is named", map[string]string{adminTokenEnv: "default-var-token"}, "default-var-token", 403, true},
+		{"the named variable", map[string]string{"OPS_ADMIN_TOKEN": "ops-token"}, "ops-token", 200, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			core, logs := observer.New(zap.WarnLevel)
+			st := startStack(t, nil)
+			cfg := config.Default()
+			cfg.Listen, cfg.AdminListen = "127.0.0.1:0", "0.0.0.0:0"
+			cfg.Admin.TokenEnv, cfg.Admin.Pprof = "OPS_ADMIN_TOKEN", true
+			cfg.Upstream.URL = config.MustURL(st.bs.URL)
+			cfg.Server.DrainDelay = 0
+			a := startApp(t, cfg, deps{log: zap.New(core), now: time.Now, getenv: func(k string) (string, bool) {
+				if v, ok := tc.env[k]; ok {
+					return v, true
+				}
+				return secretEnv(k)
+			}})
+			waitCatalogue(t, a)
+			_, port, _ := net.SplitHostPort(a.adminAd)
+			admin := "http://127.0.0.1:" + port
+			for _, path := range []string{"/admin/status", "/admin/top", "/debug/pprof/"} {
+				code, _, b := call(t, "GET", admin+path, "", "Authorization", "Bearer "+tc.bearer)
+				if code != tc.status || code == 403 && !strings.Contains(string(b), `"code":"admin_token_required"`) {
+					t.Errorf("%s: %d %s, want %d", path, code, b, tc.status)
+				}
+			}
+			for _, path := range []string{"/healthz", "/readyz", "/metrics"} {
+				if code, _, b := call(t, "GET", admin+path, ""); code != 200 {
+					t.Errorf("%s: %d %s, want 200", path, code, b)
+				}
+			}
+			warned := logs.FilterMessageSnippet("admin.token_env").Len() == 1
+			if warned != tc.warned {
+				t.Errorf("warned at start: %v, want %v (%v)", warned, tc.warned, logs.All())
+			}
+		})
 	}
 }

@@ -30,9 +30,10 @@ func inspectCommand(ctx context.Context, args []string, getenv func(string) (str
 	tokenID := fs.String("token-id", "", "a token id, or the prefix the console and access log show")
 	address := fs.String("address", "", "a client `IP` address")
 	asJSON := fs.Bool("json", false, "print the admin API's JSON answer")
+	tokenEnv := fs.String("token-env", adminTokenEnv, "the environment `variable` holding the admin token")
 	usage := func() int {
 		fmt.Fprintln(stderr, "usage: exgate inspect [-admin URL] (-user ID | -account KEY | -token T | -token-id ID | -address IP) [-json]")
-		fmt.Fprintln(stderr, "The admin token is read from "+adminTokenEnv+" when the gateway requires one.")
+		fmt.Fprintln(stderr, "The admin token is read from "+adminTokenEnv+" (or -token-env's variable) when the gateway requires one.")
 		return 2
 	}
 	if err := fs.Parse(args); err != nil || fs.NArg() > 0 {
@@ -58,7 +59,7 @@ func inspectCommand(ctx context.Context, args []string, getenv func(string) (str
 	if getenv == nil {
 		getenv = func(string) (string, bool) { return "", false }
 	}
-	if tok, ok := getenv(adminTokenEnv); ok && tok != "" {
+	if tok, ok := getenv(*tokenEnv); ok && tok != "" {
 		req.Header.Set("Authorization", "Bearer "+tok)
 	}
 	res, err := http.DefaultClient.Do(req)

@@ -59,6 +59,7 @@ func topCommand(ctx context.Context, args []string, getenv func(string) (string,
 	fs.Var(&admins, "admin", "a replica's admin `URL`; repeat it for every replica")
 	window := fs.Int("window", 5, "the window in `minutes`: 1, 5 or 15")
 	n := fs.Int("n", 10, "how many to print per list")
+	tokenEnv := fs.String("token-env", adminTokenEnv, "the environment `variable` holding the admin token")
 	if err := fs.Parse(args); err != nil || fs.NArg() > 0 || len(admins) == 0 || !slices.Contains([]int{1, 5, 15}, *window) {
 		fmt.Fprintln(stderr, "usage: exgate top -admin URL [-admin URL …] [-window 1|5|15] [-n 10]")
 		return 2
@@ -66,7 +67,7 @@ func topCommand(ctx context.Context, args []string, getenv func(string) (string,
 	if getenv == nil {
 		getenv = func(string) (string, bool) { return "", false }
 	}
-	token, _ := getenv(adminTokenEnv)
+	token, _ := getenv(*tokenEnv)
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	type key struct{ list, route, kind, id string }

@@ -12,8 +12,12 @@
     const h = {};
     if (token()) h["Authorization"] = "Bearer " + token();
     const r = await fetch(path, Object.assign({headers: h, cache: "no-store"}, opts));
+    const body = await r.json().catch(() => ({detail: r.status + " " + r.statusText}));
     if (r.status === 401) { document.getElementById("login").hidden = false; throw new Error("unauthorized"); }
-    return r.json();
+    // The listener refuses the console (no admin token set, a Host it does
+    // not answer to): say why instead of drawing nothing.
+    if (r.status === 403 && body.code !== "reset_disabled") throw new Error(body.detail);
+    return body;
   }
   function el(tag, text, cls) {
     const e = document.createElement(tag);
@@ -47,7 +51,7 @@
     if (s.catalogue_age !== undefined) add("catalogue age", s.catalogue_age < 0 ? "not loaded" : secs(s.catalogue_age));
     for (const [k, v] of Object.entries(s.listeners || {})) add(k + " listener", v);
     for (const [k, v] of Object.entries(s.checks || {})) add("check " + k, v, v === "ok" ? "" : "zero");
-    add("resets", s.resets + (s.reset_enabled ? "" : " (reset needs EXGATE_ADMIN_TOKEN)"));
+    add("resets", s.resets + (s.reset_enabled ? "" : " (reset needs the admin token, " + s.admin_token_env + ")"));
     const tb = document.querySelector("#routes tbody");
     tb.replaceChildren();
     for (const r of s.routes) for (const l of r.limits) {

@@ -1,0 +1,131 @@
+package proxy
+
+import (
+	"crypto/sha256"
+	"crypto/subtle"
+	"net"
+	"net/http"
+	"net/netip"
+	"strconv"
+	"strings"
+
+	"github.com/exgate/exgate/apierror"
+)
+
+// adminAccess decides who may use the admin listener's console and pprof:
+// a request must name a Host the listener answers to (no DNS-rebinding
+// page reads the console through a browser on an operator's machine),
+// and carry the admin token when one is set. /healthz, /readyz and
+// /metrics are for probes and scrapers and pass neither check.
+type adminAccess struct {
+	token    [sha256.Size]byte // SHA-256 of the token, compared in constant time
+	hasToken bool
+	// closed refuses the console and pprof while no token is set (the
+	// listener is reachable beyond loopback).
+	closed bool
+	hosts  map[string]bool
+	// tokenVar names the variable the token is read from.
+	tokenVar string
+
+	errToken, errClosed, errResetDisabled *apierror.Error
+}
+
+func newAdminAccess(o AdminOptions) *adminAccess {
+	tokenVar := o.TokenEnv
+	if tokenVar == "" {
+		tokenVar = "EXGATE_ADMIN_TOKEN"
+	}
+	a := &adminAccess{
+		hasToken: o.Token != "",
+		closed:   o.RequireToken && o.Token == "",
+		hosts:    map[string]bool{},
+		tokenVar: tokenVar,
+		errToken: apierror.Static(http.StatusUnauthorized, "not_authenticated",
+			"The admin API needs the admin bearer token.", "WWW-Authenticate", `Bearer realm="exgate admin"`),
+		errClosed: apierror.Static(http.StatusForbidden, "admin_token_required",
+			"The admin listener is reachable beyond loopback and no admin token is set: set "+tokenVar+
+				" (admin.token_env) to use the console and pprof here."),
+		errResetDisabled: apierror.Static(http.StatusForbidden, "reset_disabled",
+			"Reset needs an admin token ("+tokenVar+")."),
+	}
+	if a.hasToken {
+		a.token = sha256.Sum256([]byte(o.Token))
+	}
+	for _, h := range o.AllowedHosts {
+		a.hosts[normalHost(h)] = true
+	}
+	return a
+}
+
+// authorized reports whether r carries the admin token (true when none
+// is set). Both sides are hashed first, so the comparison takes the
+// same time whatever the length of what was sent.
+func (a *adminAccess) authorized(r *http.Request) bool {
+	if !a.hasToken {
+		return true
+	}
+	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	sum := sha256.Sum256([]byte(got))
+	return subtle.ConstantTimeCompare(sum[:], a.token[:]) == 1 && ok
+}
+
+// hostAllowed reports whether the listener answers a request for host
+// (the Host header, with or without a port): an absent Host (HTTP/1.0:
+// no browser), an IP address (a page can reach a literal address only
+// from its own origin, which is this listener), localhost and names
+// under .localhost (browsers resolve them to loopback themselves), or a
+// configured name.
+func (a *adminAccess) hostAllowed(host string) bool {
+	if host == "" {
+		return true
+	}
+	if h, port, err := net.SplitHostPort(host); err == nil {
+		if _, err := strconv.ParseUint(port, 10, 16); err != nil {
+			return false
+		}
+		host = h
+	}
+	host = normalHost(strings.TrimSuffix(strings.TrimPrefix(host, "["), "]"))
+	if _, err := netip.ParseAddr(host); err == nil {
+		return true
+	}
+	return host == "localhost" || strings.HasSuffix(host, ".localhost") || a.hosts[host]
+}
+
+// normalHost is a host name as compared: lower case, without a final dot.
+func normalHost(h string) string { return strings.ToLower(strings.TrimSuffix(h, ".")) }
+
+// hostRefused is the answer to a request for a Host the listener does
+// not answer to.
+func hostRefused(host string) *apierror.Error {
+	return apierror.New(http.StatusForbidden, "host_not_allowed",
+		"This admin listener does not answer to Host "+strconv.Quote(host)+
+			": use its address, localhost, or a name in admin.allowed_hosts.")
+}
+
+// page guards what a browser loads but holds no data (the console page):
+// the Host check only.
+func (a *adminAccess) page(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !a.hostAllowed(r.Host) {
+			WriteError(w, "", hostRefused(r.Host))
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// api guards the console's API and pprof: the Host check, then the
+// admin token (or, without one on a listener beyond loopback, a refusal).
+func (a *adminAccess) api(h http.Handler) http.Handler {
+	return a.page(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case a.closed:
+			WriteError(w, "", a.errClosed)
+		case !a.authorized(r):
+			WriteError(w, "", a.errToken)
+		default:
+			h.ServeHTTP(w, r)
+		}
+	}))
+}
