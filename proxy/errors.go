@@ -110,10 +110,11 @@ func methodNotAllowed(method, allow string) *apierror.Error {
 }
 
 // headerTooLarge returns the 431 answer for headers over limit bytes.
+// checkHead has an HTTP/1 connection closed after it; an HTTP/2 stream
+// ends alone (a Connection: close there would become a GOAWAY).
 func headerTooLarge(limit int64) *apierror.Error {
 	return apierror.Static(http.StatusRequestHeaderFieldsTooLarge, "request_header_too_large",
-		"Request headers are larger than "+strconv.FormatInt(limit, 10)+" bytes.",
-		"Connection", "close")
+		"Request headers are larger than "+strconv.FormatInt(limit, 10)+" bytes.")
 }
 
 // WriteError writes e as the response, with the request id. It is the one

@@ -171,6 +171,7 @@ func (g *Gateway) checkHead(st *requestState, r *http.Request) *apierror.Error {
 	}
 	sc := scanHeader(r)
 	if sc.size > g.maxHeader {
+		closeAfterAnswer(st.rw.Header(), r)
 		return g.errHeader
 	}
 	if e := checkConnection(r.Header); e != nil {

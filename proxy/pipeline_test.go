@@ -245,9 +245,15 @@ func TestOrderRouteCannotBeBypassed(t *testing.T) {
 
 func TestHeaderTooLarge(t *testing.T) {
 	e := startEnv(t, func(c *config.Config) { c.Server.MaxHeaderBytes = 8 << 10 })
-	// Over the limit: exgate's JSON 431.
-	assertError(t, do(t, "GET", e.url+"/api/v1/mkt/markets/", nil, "X-Big", strings.Repeat("a", 9<<10)),
-		http.StatusRequestHeaderFieldsTooLarge, "request_header_too_large")
+	// Over the limit: exgate's JSON 431, the HTTP/1.1 connection closed
+	// after it; up to twice the limit net/http leaves the answer to exgate.
+	for _, n := range []int{9 << 10, 15 << 10} {
+		res := do(t, "GET", e.url+"/api/v1/mkt/markets/", nil, "X-Big", strings.Repeat("a", n))
+		if !res.Close {
+			t.Errorf("%d bytes of headers: the connection is kept after the 431", n)
+		}
+		assertError(t, res, http.StatusRequestHeaderFieldsTooLarge, "request_header_too_large")
+	}
 	// Far over: net/http refuses before exgate; still 431, never the backend.
 	res := do(t, "GET", e.url+"/api/v1/mkt/markets/", nil, "X-Big", strings.Repeat("a", 64<<10))
 	res.Body.Close()

@@ -14,15 +14,19 @@ import (
 )
 
 // NewServer returns the traffic server for h with the configured timeouts
-// and header limit. net/http itself refuses a request whose headers exceed
-// the limit by more than 4 KiB (with a plain-text 431) and a request it
-// cannot parse (plain-text 400); every other refusal is exgate's JSON.
+// and header limit. net/http reads a header block of up to twice
+// server.max_header_bytes (headerReadLimit); the gateway answers one over
+// the limit with its JSON 431. net/http itself refuses a request whose
+// headers exceed twice the limit by more than 4 KiB (with a plain-text
+// 431) and a request it cannot parse (plain-text 400); every other
+// refusal is exgate's JSON.
 //
 // Served by ServeTraffic with certificates, it speaks HTTP/2 to clients
 // that offer it (net/http's own, through ALPN) under server.http2's
-// limits: the header list is bounded by server.max_header_bytes as an
-// HTTP/1.1 request's headers are, and every request goes through the same
-// handler. m counts HTTP/2 protocol errors; it may be nil.
+// limits: the header list is bounded as an HTTP/1.1 request's headers are
+// (net/http advertises the bound in SETTINGS_MAX_HEADER_LIST_SIZE), and
+// every request goes through the same handler. m counts HTTP/2 protocol
+// errors; it may be nil.
 func NewServer(cfg *config.Config, h http.Handler, log *zap.Logger, m *metrics.Edge) *http.Server {
 	if log == nil {
 		log = zap.NewNop()
@@ -62,11 +66,22 @@ func NewServer(cfg *config.Config, h http.Handler, log *zap.Logger, m *metrics.E
 		ReadTimeout:                  cfg.Server.ReadTimeout,
 		WriteTimeout:                 cfg.Server.WriteTimeout,
 		IdleTimeout:                  cfg.Server.IdleTimeout,
-		MaxHeaderBytes:               int(cfg.Server.MaxHeaderBytes),
+		MaxHeaderBytes:               headerReadLimit(cfg.Server.MaxHeaderBytes),
 		DisableGeneralOptionsHandler: true,
 		ErrorLog:                     errLog,
 	}
 }
+
+// headerReadLimit is how large a header block net/http reads for the
+// gateway to judge: twice server.max_header_bytes. net/http's HTTP/2
+// server closes the whole connection, every other stream on it included,
+// when a header block goes past its own bound over more than one frame
+// (a CONTINUATION after the bound, or a fragment twice the room left),
+// and answers an HTTP/1.1 request past it in plain text. With its bound
+// above exgate's, a block between the two is read whole and answered
+// 431 request_header_too_large on its own stream; only a block over
+// twice the limit still ends the connection.
+func headerReadLimit(limit config.ByteSize) int { return int(2 * limit) }
 
 // ServeTraffic serves srv on ln: over TLS with the certificates certs
 // chooses (HTTP/2 offered through ALPN when server.http2.enabled) when

@@ -5,11 +5,13 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httptrace"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -285,4 +287,204 @@ func TestHTTP10ConnectionClosedAfterAnswer(t *testing.T) {
 			t.Fatal("the body's request reached the backend")
 		}
 	}
+}
+
+// TestHTTP2OversizeHeaderAnswered431: a header block over
+// server.max_header_bytes, sent over HTTP/2 in a HEADERS frame and its
+// CONTINUATION as browsers and curl send a large one, is answered 431
+// request_header_too_large on its own stream; the connection stays, and
+// the next stream on it is served. (net/http's HTTP/2 server closes the
+// whole connection for a block past its own bound spread over frames:
+// exgate sets that bound above its limit, headerReadLimit.) A Go client,
+// which keeps to the bound the server advertises, gets the same answer
+// on the same connection.
+func TestHTTP2OversizeHeaderAnswered431(t *testing.T) {
+	certs, ca := apiCertificates(t)
+	bs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) }))
+	t.Cleanup(bs.Close)
+	cfg := config.Default() // max_header_bytes: 16KiB
+	cfg.Upstream.URL = config.MustURL(bs.URL)
+	gw, err := New(cfg, Options{Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := serveTLS(t, cfg, gw, nil, certs)
+	tlsCfg := &tls.Config{RootCAs: ca.Pool, ServerName: "api.example.test", NextProtos: []string{"h2"}}
+
+	c := dialH2(t, addr, tlsCfg)
+	big := [][2]string{}
+	for i := range 24 { // 24 KiB of values that Huffman coding barely shrinks
+		big = append(big, [2]string{fmt.Sprintf("x-big-%d", i), strings.Repeat("Zq9~", 256)})
+	}
+	c.send(1, "/api/v1/mkt/markets/", big)
+	if status, body := c.answer(1); status != "431" || !strings.Contains(body, `"code":"request_header_too_large"`) {
+		t.Fatalf("stream 1 (a 24 KiB header block): %s %s, want 431 request_header_too_large", status, body)
+	}
+	c.send(3, "/api/v1/mkt/markets/", nil)
+	if status, _ := c.answer(3); status != "204" {
+		t.Fatalf("stream 3 on the same connection: %s, want 204", status)
+	}
+
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: tlsCfg.Clone(), ForceAttemptHTTP2: true}, Timeout: 5 * time.Second}
+	defer client.CloseIdleConnections()
+	var conns []net.Conn
+	trace := &httptrace.ClientTrace{GotConn: func(i httptrace.GotConnInfo) { conns = append(conns, i.Conn) }}
+	for i, size := range []int{20 << 10, 0} {
+		req, _ := http.NewRequest("GET", "https://"+addr+"/api/v1/mkt/markets/", nil)
+		if size > 0 {
+			req.Header.Set("X-Big", strings.Repeat("a", size))
+		}
+		res, err := client.Do(req.WithContext(httptrace.WithClientTrace(req.Context(), trace)))
+		if err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+		if size > 0 {
+			assertError(t, res, http.StatusRequestHeaderFieldsTooLarge, "request_header_too_large")
+		} else if res.Body.Close(); res.StatusCode != http.StatusNoContent {
+			t.Fatalf("the next request: %s", res.Status)
+		}
+	}
+	if len(conns) != 2 || conns[0] != conns[1] {
+		t.Fatal("the request after a 431 went on a new connection")
+	}
+}
+
+// h2Conn is a raw HTTP/2 client connection: frames written and read as
+// given, so that a test sends what a Go client would refuse to.
+type h2Conn struct {
+	t      *testing.T
+	fr     *http2.Framer
+	frames chan http2.Frame
+	dec    *hpack.Decoder
+}
+
+// dialH2 opens an HTTP/2 connection over TLS and reads the server's
+// frames into a channel, acknowledging its settings, until the test ends.
+func dialH2(t *testing.T, addr string, tlsCfg *tls.Config) *h2Conn {
+	t.Helper()
+	conn, err := tls.Dial("tcp", addr, tlsCfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.WriteString(conn, http2.ClientPreface); err != nil {
+		t.Fatal(err)
+	}
+	c := &h2Conn{t: t, fr: http2.NewFramer(conn, conn), frames: make(chan http2.Frame, 64), dec: hpack.NewDecoder(4096, nil)}
+	if err := c.fr.WriteSettings(); err != nil {
+		t.Fatal(err)
+	}
+	rfr := http2.NewFramer(io.Discard, conn)
+	go func() {
+		defer close(c.frames)
+		for {
+			f, err := rfr.ReadFrame()
+			if err != nil {
+				return
+			}
+			switch f := f.(type) {
+			case *http2.SettingsFrame:
+				if !f.IsAck() {
+					continue // acknowledged below, by the writer
+				}
+			case *http2.HeadersFrame:
+				f = copyHeaders(f)
+				c.frames <- f
+				continue
+			case *http2.DataFrame:
+				c.frames <- &dataCopy{stream: f.StreamID, data: bytes.Clone(f.Data()), end: f.StreamEnded()}
+				continue
+			}
+			c.frames <- f
+		}
+	}()
+	if err := c.fr.WriteSettingsAck(); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// dataCopy is a DATA frame's content kept past the framer's next read.
+type dataCopy struct {
+	http2.Frame
+	stream uint32
+	data   []byte
+	end    bool
+}
+
+// copyHeaders keeps a HEADERS frame's fragment past the framer's next
+// read.
+func copyHeaders(f *http2.HeadersFrame) *http2.HeadersFrame {
+	var buf bytes.Buffer
+	fr := http2.NewFramer(&buf, nil)
+	_ = fr.WriteHeaders(http2.HeadersFrameParam{StreamID: f.StreamID, BlockFragment: f.HeaderBlockFragment(),
+		EndStream: f.StreamEnded(), EndHeaders: f.HeadersEnded()})
+	g, _ := http2.NewFramer(nil, &buf).ReadFrame()
+	return g.(*http2.HeadersFrame)
+}
+
+// send opens stream id with a GET of path and the given headers, the
+// block split into HEADERS and CONTINUATION frames of at most 16 KiB.
+func (c *h2Conn) send(id uint32, path string, headers [][2]string) {
+	c.t.Helper()
+	var hb bytes.Buffer
+	enc := hpack.NewEncoder(&hb)
+	for _, f := range append([][2]string{{":method", "GET"}, {":scheme", "https"}, {":authority", "api.example.test"}, {":path", path}}, headers...) {
+		_ = enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
+	}
+	block := hb.Bytes()
+	const frame = 16 << 10
+	first := block[:min(frame, len(block))]
+	err := c.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: first, EndStream: true, EndHeaders: len(block) <= frame})
+	for rest := block[len(first):]; err == nil && len(rest) > 0; {
+		n := min(frame, len(rest))
+		err = c.fr.WriteContinuation(id, n == len(rest), rest[:n])
+		rest = rest[n:]
+	}
+	if err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+// answer reads stream id's answer: its :status and body. A GOAWAY or the
+// connection's end fails the test.
+func (c *h2Conn) answer(id uint32) (status, body string) {
+	c.t.Helper()
+	for f := range c.frames {
+		switch f := f.(type) {
+		case *http2.GoAwayFrame:
+			c.t.Fatalf("GOAWAY %v (%s): the server closed the connection", f.ErrCode, f.DebugData())
+		case *http2.RSTStreamFrame:
+			if f.StreamID == id {
+				c.t.Fatalf("stream %d reset: %v", id, f.ErrCode)
+			}
+		case *http2.HeadersFrame:
+			if f.StreamID != id {
+				continue
+			}
+			fields, err := c.dec.DecodeFull(f.HeaderBlockFragment())
+			if err != nil {
+				c.t.Fatal(err)
+			}
+			for _, hf := range fields {
+				if hf.Name == ":status" {
+					status = hf.Value
+				}
+			}
+			if f.StreamEnded() {
+				return status, body
+			}
+		case *dataCopy:
+			if f.stream != id {
+				continue
+			}
+			body += string(f.data)
+			if f.end {
+				return status, body
+			}
+		}
+	}
+	c.t.Fatalf("the connection ended before stream %d's answer", id)
+	return "", ""
 }
