@@ -11,15 +11,16 @@
 //     every error JSON; Redis restarted → decisions in Redis again, no
 //     gateway restart.
 //   - TestRedisSlow: Redis paused (CLIENT PAUSE) or blocked (DEBUG SLEEP) →
-//     request latency bounded by limiter.redis.timeout plus a margin.
+//     every request answered by the local fallback, the store deadline
+//     (limiter.redis.timeout) counted as what ended the calls.
 //   - TestSentinelFailover, TestClusterFailover: the Redis master killed
 //     (SIGKILL) or frozen (SIGSTOP) under load through two exgate
 //     replicas, in a Sentinel setup (a master, a replica, three
 //     Sentinels) and a Cluster (three masters with a replica each), the
 //     old master brought back as a replica afterwards →
-//     decisions in the new master within 1s of the promotion being
-//     announced, answers bounded by the store deadline, every fallback
-//     counted, /readyz back to 200, per-address admissions within the
+//     decisions in the new master again after the promotion is
+//     announced (how soon is logged), every request answered, every
+//     fallback counted, /readyz back to 200, per-address admissions within the
 //     bound of docs/limits.md, no order identifier placed twice, orders
 //     placed again once the new master has a replica. Every order's
 //     answer is checked against the backend's record of its X-Request-ID:
@@ -36,14 +37,18 @@
 //   - TestBackendFaults: backend killed or slower than the route timeout →
 //     502/504 in exgate's JSON error shape; goroutines back to the baseline
 //     afterwards.
+//   - TestOverloadShedsMarketDataBeforeCancels: 32 clients against a
+//     backend of 4 workers → the backend never holds more than exgate's
+//     limit and the cancels' headroom, no cancel or placement shed,
+//     market data shed, the limit recovering once the surge ends.
 //   - TestBackendMisbehaviour: connects that time out (a full accept
 //     queue), with and without a capped pool (upstream.max_conns_per_host),
 //     resets, a backend that accepts and never answers behind a capped pool
 //     (requests queue past their deadline), one that closes mid request
 //     body and one that breaks its response off → every client gets a JSON
-//     502/504 within about the route timeout (or, for a response already
-//     under way, a dropped connection), the process stays up, goroutines
-//     and heap return to their baseline.
+//     502/504 (or, for a response already under way, a dropped
+//     connection), the process stays up, goroutines and heap return to
+//     their baseline.
 //   - TestSIGTERMWithOrdersInFlight: SIGTERM with 1,000 orders in flight →
 //     every client gets a complete answer, the orders the backend placed
 //     equal the 2xx answers, exit code 0.
@@ -55,7 +60,8 @@
 //     log line, never at the backend); from a client that closes idle
 //     connections first, none fails.
 //   - TestSlowloris: hundreds of connections trickling header bytes do not
-//     starve normal clients, and read_header_timeout closes them.
+//     keep normal clients from being served, and read_header_timeout
+//     closes them.
 //   - TestHeldUploadsStream: 300 chunked uploads of 1 MiB held open on a
 //     default-route path → they stream to the backend and exgate's resident
 //     memory grows by less than 128 MiB (it grew by ~860 MiB when chunked
@@ -68,15 +74,9 @@
 //   - TestMemoryLimiterManyAddresses: a million distinct client addresses
 //     against the in-process limiter → memory bounded by limiter.max_keys.
 //
-// The latency bounds asserted here are generous correctness bounds (an
-// answer within a second while the store deadline is 50 ms), not
-// performance targets; performance is measured by `make bench`. A
-// starved process delays answers exactly as the faults do, so each timed
-// bound is judged with the kernel's account of the phase it was measured
-// over (internal/starvation): a miss over a phase in which other work on
-// the machine took over a quarter of its CPUs while the test's processes
-// (the test process and every process it started) queued for them
-// skips the test with the figures; any other miss fails it. Bounds that
-// guard safety (no order placed twice, admissions within the declared
-// bound, no undeclared answer) fail whatever the machine.
+// Every assertion here holds on any machine, however busy: what exgate
+// answers, counts, places and bounds, never how fast. A deadline in a
+// test only bounds a hang (a request never answered, a gateway that never
+// recovers), and is far beyond the figure it stands for, which is logged.
+// Speed targets live in `make bench`.
 package fault

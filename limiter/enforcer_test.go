@@ -682,7 +682,7 @@ func BenchmarkDecide(b *testing.B) {
 // TestOneRoundTripPerRequest: against Redis, the token-spray guard and
 // every limit of the route are decided in one round trip per request, a
 // request one limit refuses is charged in none, and with Redis paused a
-// request waits for one store deadline, not one per limit.
+// request makes one round trip, ended by its deadline, not one per limit.
 func TestOneRoundTripPerRequest(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts redis-server")
@@ -702,7 +702,7 @@ routes:
 	rr := Compile(cfg, nil).Route("r")
 	k, _ := NewKeyer(testSecret)
 	var trips atomic.Int64
-	const timeout = 300 * time.Millisecond
+	const timeout = time.Second // the most it may be: far beyond a loaded machine's stalls while Redis answers
 	client, err := NewRedisClient(config.Redis{Addrs: []string{srv.Addr}, Timeout: timeout}, "")
 	if err != nil {
 		t.Fatal(err)
@@ -744,10 +744,11 @@ routes:
 	srv.Freeze()
 	defer srv.Thaw()
 	start := time.Now()
+	before := trips.Load()
 	e.Decide(ctx, rr, Request{Token: "tok-b", Addr: addr("192.0.2.2")}, &d)
 	took := time.Since(start)
-	if took > timeout*9/5 {
-		t.Errorf("with Redis paused a request took %v, want about one deadline (%v)", took, timeout)
+	if n := trips.Load() - before; n != 1 {
+		t.Errorf("with Redis paused a request made %d round trips, want 1 (ended by its deadline)", n)
 	}
 	t.Logf("with Redis paused a request with the spray check and three limits took %v (deadline %v)", took, timeout)
 	if !d.Allowed || d.Outcomes[0].Fallback != config.StoreLocal {

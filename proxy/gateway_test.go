@@ -263,8 +263,8 @@ func TestBackendSlow(t *testing.T) {
 	}
 	start := time.Now()
 	assertError(t, do(t, "GET", e.url+"/api/v1/mkt/markets/", nil), http.StatusGatewayTimeout, "gateway_timeout")
-	if d := time.Since(start); d < 300*time.Millisecond || d > 5*time.Second {
-		t.Fatalf("504 after %v, want about the route timeout", d)
+	if d := time.Since(start); d < 300*time.Millisecond {
+		t.Fatalf("504 after %v, before the route timeout", d)
 	}
 }
 

@@ -266,8 +266,8 @@ func TestTLSHandshakeTimeout(t *testing.T) {
 			if errors.As(err, &ne) && ne.Timeout() {
 				t.Fatal("the stalled handshake was not closed within 5s")
 			}
-			if d := time.Since(start); d < timeout/2 || d > 3*time.Second {
-				t.Fatalf("closed after %v, want about %v", d, timeout)
+			if d := time.Since(start); d < timeout/2 {
+				t.Fatalf("closed after %v, before half of the handshake timeout (%v)", d, timeout)
 			}
 		})
 	}

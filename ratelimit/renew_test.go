@@ -102,7 +102,9 @@ func TestLeaseRenewedAheadOfNeed(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			var mu sync.Mutex
 			var carried []int
-			r := NewRedis(srv.Client(), RedisOptions{Timeout: 2 * time.Second, Observe: func(_ time.Duration, n int, _ error) {
+			// A deadline far beyond the loop's: the renewal stays in
+			// flight while Redis is frozen.
+			r := NewRedis(srv.Client(), RedisOptions{Timeout: 30 * time.Second, Observe: func(_ time.Duration, n int, _ error) {
 				mu.Lock()
 				carried = append(carried, n)
 				mu.Unlock()
@@ -124,7 +126,8 @@ func TestLeaseRenewedAheadOfNeed(t *testing.T) {
 					srv.Thaw()
 				}
 			}()
-			start := time.Now()
+			// A caller that waited for the renewal would wait out its 30s
+			// deadline and find it ended, failed, no longer in flight.
 			mark := size - size/leaseLowWater // the call that leaves fewer than a quarter
 			for i := int64(1); i <= size; i++ {
 				res, err := r.Allow(ctx, k.key, l)
@@ -138,9 +141,6 @@ func TestLeaseRenewedAheadOfNeed(t *testing.T) {
 				if got := renewalsInFlight(r); got != want {
 					t.Fatalf("after call %d of a lease of %d: %d renewals in flight, want %d", i, size, got, want)
 				}
-			}
-			if d := time.Since(start); d > time.Second {
-				t.Fatalf("%d calls took %v with Redis frozen: a caller waited for the renewal", size, d)
 			}
 			srv.Thaw()
 			frozen = false

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/exgate/exgate/internal/redistest"
-	"github.com/exgate/exgate/internal/starvation"
 )
 
 // shutdownConfig is the configuration of TestShutdownBinary: listen and
@@ -34,14 +33,18 @@ routes:
 // is 0 when nothing was running; a request still running at
 // server.shutdown_timeout is cut and the exit code is 1 (the admin
 // listener answers /readyz 503 until then); a second SIGTERM during the
-// drain ends the process at once.
+// drain ends the process at once. The delays are far beyond what a busy
+// machine takes to send the test's requests (each subtest runs its own
+// exgate, in parallel with the others).
 func TestShutdownBinary(t *testing.T) {
 	bin := buildBinary(t)
 	release := make(chan struct{})
+	arrived := make(chan struct{}, 1) // a request reached /slow
 	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/slow" {
 			return
 		}
+		arrived <- struct{}{}
 		select {
 		case <-release:
 		case <-r.Context().Done():
@@ -67,7 +70,8 @@ func TestShutdownBinary(t *testing.T) {
 	}
 
 	t.Run("drain", func(t *testing.T) {
-		cmd, logs, base, admin := run(t, "3s", "5s") // room for a loaded machine
+		t.Parallel()
+		cmd, logs, base, admin := run(t, "10s", "15s")
 		start := time.Now()
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		logs.wait(t, "draining", 0)
@@ -87,13 +91,14 @@ func TestShutdownBinary(t *testing.T) {
 		if err := cmd.Wait(); err != nil {
 			t.Errorf("exit: %v, want exit code 0", err)
 		}
-		if d := time.Since(start); d < 3*time.Second {
-			t.Errorf("exited %v after SIGTERM, before the 3s drain delay", d)
+		if d := time.Since(start); d < 10*time.Second {
+			t.Errorf("exited %v after SIGTERM, before the 10s drain delay", d)
 		}
 	})
 
 	t.Run("requests outlast the shutdown timeout", func(t *testing.T) {
-		cmd, logs, base, admin := run(t, "0s", "1s")
+		t.Parallel()
+		cmd, logs, base, admin := run(t, "0s", "10s")
 		failed := make(chan error, 1)
 		go func() {
 			res, err := http.Get(base + "/slow")
@@ -103,50 +108,46 @@ func TestShutdownBinary(t *testing.T) {
 			}
 			failed <- err
 		}()
-		time.Sleep(200 * time.Millisecond) // the request is at the backend
-		v := starvation.New(t)
-		start := time.Now()
+		<-arrived // the request is at the backend
 		_ = cmd.Process.Signal(syscall.SIGTERM)
-		time.Sleep(300 * time.Millisecond)
-		if res, err := http.Get(admin + "/readyz"); err != nil || res.StatusCode != 503 {
-			t.Errorf("admin /readyz while requests finish: %v %v, want 503", res, err)
-		} else {
+		logs.wait(t, "shutting down", 0)
+		// Logged just before /readyz turns 503: the test asks until it
+		// has (the shutdown timeout leaves it 10s).
+		var status int
+		for deadline := time.Now().Add(10 * time.Second); status != 503 && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+			res, err := http.Get(admin + "/readyz")
+			if err != nil {
+				t.Fatalf("admin /readyz while requests finish: %v", err)
+			}
 			res.Body.Close()
+			status = res.StatusCode
+		}
+		if status != 503 {
+			t.Errorf("admin /readyz while requests finish: %d, want 503", status)
 		}
 		err := cmd.Wait()
 		var ee *exec.ExitError
 		if !errors.As(err, &ee) || ee.ExitCode() != 1 {
 			t.Errorf("exit: %v, want exit code 1", err)
 		}
-		d := time.Since(start)
-		exiting := v.Phase("shutdown")
-		if d > 5*time.Second {
-			v.Errorf(exiting, "took %v to exit with a 1s shutdown timeout", d)
-		}
 		if err := <-failed; err == nil {
 			t.Error("the request still running at the shutdown timeout was answered")
 		}
 		logs.wait(t, "shutdown incomplete", 0)
-		v.Settle()
 	})
 
 	t.Run("second signal", func(t *testing.T) {
+		t.Parallel()
 		cmd, logs, _, _ := run(t, "30s", "25s")
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		logs.wait(t, "draining", 0)
-		v := starvation.New(t)
-		start := time.Now()
+		// Killed by the signal: an exit at the end of the 30s drain
+		// would be a status, not a signal.
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		err := cmd.Wait()
 		var ee *exec.ExitError
 		if !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGTERM {
 			t.Errorf("exit: %v, want killed by the second SIGTERM", err)
 		}
-		d := time.Since(start)
-		killed := v.Phase("second signal")
-		if d > 3*time.Second {
-			v.Errorf(killed, "took %v after the second signal", d)
-		}
-		v.Settle()
 	})
 }

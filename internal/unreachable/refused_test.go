@@ -14,17 +14,14 @@ import (
 // else can listen on its port while the test holds it.
 func TestRefused(t *testing.T) {
 	addr := Refused(t)
-	start := time.Now()
-	c, err := net.DialTimeout("tcp", addr, time.Second)
+	c, err := net.DialTimeout("tcp", addr, 30*time.Second) // refused, not timed out
+
 	if err == nil {
 		c.Close()
 		t.Fatalf("connect to %s succeeded", addr)
 	}
 	if !errors.Is(err, syscall.ECONNREFUSED) {
 		t.Errorf("connect to %s: %v, want connection refused", addr, err)
-	}
-	if d := time.Since(start); d > 500*time.Millisecond {
-		t.Errorf("refusal took %v", d)
 	}
 	if ln, err := net.Listen("tcp", addr); err == nil {
 		ln.Close()
