@@ -208,7 +208,7 @@ type gateway struct {
 // "key: value" each), no access log, and no concurrency limit to the
 // backend: these tests hold hundreds of requests at a backend that does
 // not answer, on purpose, which the limit would shed (overload_test.go
-// measures the limit itself, with overloadConfig). Tests append their own
+// tests the limit itself, with its own configuration). Tests append their own
 // sections (server, limiter, routes, …).
 func configHeader(upstream string, upstreamKeys ...string) string {
 	return gatewayHeader(upstream, false, upstreamKeys...)
