@@ -123,6 +123,18 @@ func (c *Config) checkOrderBodySize(col *collector) {
 	if val >= 64 && val <= 1<<20 && srv > 0 && val > srv {
 		col.addf("validation.max_body_bytes", "%s must not exceed server.max_body_bytes (%s)", val, srv)
 	}
+	c.checkBufferShare(col)
+}
+
+// checkBufferShare reports a server.max_buffered_bytes too small for the
+// largest body read whole (an order, or a bulk within server.max_body_bytes)
+// to fit in the share of a client alone, which is half of it
+// (docs/pools.md): such a body would always be refused 503 server_busy.
+func (c *Config) checkBufferShare(col *collector) {
+	largest := max(c.Validation.MaxBodyBytes, min(c.Validation.Bulk.MaxBodyBytes, c.Server.MaxBodyBytes))
+	if buf := c.Server.MaxBufferedBytes; buf >= 64<<10 && buf < 2*largest {
+		col.addf("server.max_buffered_bytes", "%s is less than twice the largest body read whole (%s): a client may hold at most half of it, so such a body would always be refused", buf, largest)
+	}
 }
 
 // checkDuplicateStore reports a Redis duplicate-protection store without

@@ -250,24 +250,25 @@ func accessToken(t *testing.T, backendURL string) string {
 	return v.Access
 }
 
-// startGatewayServing starts exgate with the configuration yaml and waits
-// until it serves, ready or not (its backend may be what the test broke).
-func startGatewayServing(t *testing.T, yaml string) *gateway {
+// startGatewayServing starts exgate with the configuration yaml, and env
+// ("NAME=value") added to its environment, and waits until it serves,
+// ready or not (its backend may be what the test broke).
+func startGatewayServing(t *testing.T, yaml string, env ...string) *gateway {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "exgate.yaml")
 	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	p := startProcess(t, "exgate", []string{"EXGATE_KEY_SECRET=" + keySecret}, bins(t).exgate, "-config", path)
+	p := startProcess(t, "exgate", append([]string{"EXGATE_KEY_SECRET=" + keySecret}, env...), bins(t).exgate, "-config", path)
 	m := p.logLine(t, "exgate started", 30*time.Second)
 	return &gateway{process: p, url: "http://" + m["listen"].(string), admin: "http://" + m["admin_listen"].(string)}
 }
 
-// startGateway starts exgate with the configuration yaml and waits until
-// it serves and is ready.
-func startGateway(t *testing.T, yaml string) *gateway {
+// startGateway starts exgate with the configuration yaml (and env added
+// to its environment) and waits until it serves and is ready.
+func startGateway(t *testing.T, yaml string, env ...string) *gateway {
 	t.Helper()
-	g := startGatewayServing(t, yaml)
+	g := startGatewayServing(t, yaml, env...)
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		res, err := noKeepAlive().Get(g.admin + "/readyz")
@@ -372,8 +373,13 @@ type answer struct {
 // else is recorded as an error.
 func do(c *http.Client, req *http.Request) answer {
 	start := time.Now()
-	id := req.Header.Get("X-Request-Id")
 	res, err := c.Do(req)
+	return readAnswer(req.Header.Get("X-Request-Id"), start, res, err)
+}
+
+// readAnswer reads the answer res (or the transport error err) to a
+// request with X-Request-ID id sent at start, as do does.
+func readAnswer(id string, start time.Time, res *http.Response, err error) answer {
 	if err != nil {
 		return answer{id: id, err: err, latency: time.Since(start)}
 	}

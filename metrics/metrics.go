@@ -164,6 +164,7 @@ type Metrics struct {
 	authCachedVec    *prometheus.CounterVec
 	jwksFetches      *prometheus.CounterVec
 	overload         *overloadCollectors
+	bodyBudgetGauges *bodyBudgetCollectors
 	goColl           prometheus.Collector
 	procColl         prometheus.Collector
 
@@ -276,7 +277,7 @@ func newMetrics(info BuildInfo) *Metrics {
 	}, []string{"outcome"})
 	m.bodyBudget = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: NameBodyBudget,
-		Help: "Orders refused with 503 server_busy because the bytes of order bodies being held reached server.max_buffered_bytes.",
+		Help: "Orders and bulks refused with 503 server_busy because their client's share of server.max_buffered_bytes was full (a client may hold at most as many bytes as are left free).",
 	})
 	m.catalogueAge = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: NameCatalogueAge,
@@ -316,6 +317,7 @@ func newMetrics(info BuildInfo) *Metrics {
 	m.jwksResults[0] = m.jwksFetches.WithLabelValues("failure")
 	m.jwksResults[1] = m.jwksFetches.WithLabelValues("success")
 	m.overload = newOverloadCollectors()
+	m.bodyBudgetGauges = newBodyBudgetCollectors()
 	m.goColl = collectors.NewGoCollector()
 	m.procColl = collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})
 
@@ -338,7 +340,7 @@ func (m *Metrics) own() []prometheus.Collector {
 		m.decisions, m.storeErrors, m.storeDuration, m.fallback,
 		m.validation, m.idempotency, m.inflight,
 		m.reloads, m.adminResets, m.buildInfo, m.authFailures, m.authCachedVec, m.jwksFetches, m.bodyBudget,
-	}, m.overload.all()...)
+	}, append(m.overload.all(), m.bodyBudgetGauges.gauges...)...)
 }
 
 // Names returns the name of every metric family New and
@@ -433,8 +435,8 @@ func (m *Metrics) Idempotency(o IdempotencyOutcome) {
 	m.idemOutcomes[o].Inc()
 }
 
-// BodyBudgetExhausted counts one order refused because the buffered body
-// budget was spent.
+// BodyBudgetExhausted counts one order or bulk refused because its
+// client's share of the buffered body budget was full.
 func (m *Metrics) BodyBudgetExhausted() {
 	if m == nil {
 		return

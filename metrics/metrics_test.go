@@ -101,6 +101,7 @@ func TestNamesFromDescriptors(t *testing.T) {
 		NameValidation, NameIdempotency, NameCatalogueAge, NameInflight,
 		NameConfigReloads, NameAdminResets, NameBuildInfo, NameBodyBudget, NameAuthCached,
 		NameOverloadShed, NameOverloadQueue, NameOverloadLimit, NameOverloadInFlight, NameOverloadWaiting, NameOverloadMinRTT,
+		NameBodyBuffered, NameBodyBufferedClients,
 		"go_goroutines", "go_gc_duration_seconds", "process_cpu_seconds_total",
 	} {
 		if !slices.Contains(names, want) {
@@ -116,8 +117,8 @@ func TestNamesFromDescriptors(t *testing.T) {
 			t.Errorf("Names() lists %s; want base names", n)
 		}
 	}
-	if exgate != 25 {
-		t.Errorf("Names() lists %d exgate_ families, want 25", exgate)
+	if exgate != 27 {
+		t.Errorf("Names() lists %d exgate_ families, want 27", exgate)
 	}
 }
 
@@ -450,7 +451,7 @@ func TestOtherSeries(t *testing.T) {
 	m.BodyBudgetExhausted()
 
 	want := `
-# HELP exgate_body_budget_refusals_total Orders refused with 503 server_busy because the bytes of order bodies being held reached server.max_buffered_bytes.
+# HELP exgate_body_budget_refusals_total Orders and bulks refused with 503 server_busy because their client's share of server.max_buffered_bytes was full (a client may hold at most as many bytes as are left free).
 # TYPE exgate_body_budget_refusals_total counter
 exgate_body_budget_refusals_total 1
 # HELP exgate_build_info Always 1; the labels say which build of exgate is running.
@@ -893,4 +894,31 @@ func TestBuildInfoOf(t *testing.T) {
 			}
 		})
 	}
+}
+
+type bodyBudget struct {
+	bytes   int64
+	clients int
+}
+
+func (b bodyBudget) Buffered() int64 { return b.bytes }
+func (b bodyBudget) Clients() int    { return b.clients }
+
+// TestBodyBudgetGauges: the body budget's gauges read 0 until a source is
+// set, then the source's figures.
+func TestBodyBudgetGauges(t *testing.T) {
+	m, _ := newTest(t)
+	read := func() (float64, float64) {
+		g := m.bodyBudgetGauges.gauges
+		return testutil.ToFloat64(g[0]), testutil.ToFloat64(g[1])
+	}
+	if b, c := read(); b != 0 || c != 0 {
+		t.Errorf("without a source: %v bytes, %v clients; want 0", b, c)
+	}
+	m.SetBodyBudgetSource(bodyBudget{bytes: 4096, clients: 3})
+	if b, c := read(); b != 4096 || c != 3 {
+		t.Errorf("with a source: %v bytes, %v clients; want 4096 and 3", b, c)
+	}
+	var none *Metrics
+	none.SetBodyBudgetSource(bodyBudget{}) // a nil *Metrics does nothing
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"sync"
 	"sync/atomic"
 
 	"github.com/exgate/exgate/apierror"
@@ -13,8 +14,8 @@ import (
 
 // Request bodies. An order body, single or bulk, is read whole (it is
 // validated and re-encoded), bounded by validation.max_body_bytes (or the
-// bulk limit) and by a budget shared by every request
-// (server.max_buffered_bytes). Every other body streams
+// bulk limit) and by a budget every client has a share of
+// (server.max_buffered_bytes, bufferBudget). Every other body streams
 // to the backend as it arrives: exgate holds no more of it than its copy
 // buffer, whatever its size or however slowly it comes.
 //
@@ -79,7 +80,7 @@ var (
 	errBodyTimeout = apierror.Static(http.StatusRequestTimeout, "request_timeout",
 		"Request body was not received within the server's read timeout.")
 	errBufferBudget = apierror.Static(http.StatusServiceUnavailable, "server_busy",
-		"The gateway holds as many request bodies as it may; retry shortly.", "Retry-After", "1")
+		"The gateway holds as many of your request bodies as it may; retry shortly.", "Retry-After", "1")
 )
 
 // streamBodyOf refuses a body of known length over the limit and wraps
@@ -124,60 +125,119 @@ func (g *Gateway) checkBody(st *requestState, r *http.Request, pl *plan) *apierr
 }
 
 // readWhole reads the body of an order or a bulk whole into a pooled
-// buffer that st holds until finish. It refuses a body the buffer budget
-// has no room for (503 server_busy), one over limit bytes with tooLarge
-// (closing the connection: the rest of the body stays unread), and one the
-// client broke off (400 invalid_body).
+// buffer that st holds until finish. Each read's bytes are charged to the
+// client's share of the buffer budget as they arrive (chargedBody): a
+// request holds only what its client has sent, never what its
+// Content-Length promises. It refuses a body its client's share has no
+// room for (503 server_busy), one over limit bytes with tooLarge, and one
+// the client broke off (400 invalid_body); the first two close an HTTP/1
+// connection after the answer, since the rest of the body stays unread.
 func (g *Gateway) readWhole(st *requestState, r *http.Request, limit int64, tooLarge *apierror.Error) ([]byte, *apierror.Error) {
-	if e := g.reserveBody(st, r, limit); e != nil {
-		return nil, e
-	}
 	bp := bodyPool.Get().(*[]byte)
 	st.order.body = bp
-	body, tooBig, err := readBody((*bp)[:0], r.Body, limit)
+	st.bodyReader = chargedBody{rc: r.Body, st: st}
+	body, tooBig, err := readBody((*bp)[:0], &st.bodyReader, limit)
 	*bp = body[:0]
 	st.bodyTaken = true
 	switch {
 	case tooBig:
 		closeAfterAnswer(st.rw.Header(), r)
 		return nil, tooLarge
+	case err == errShareFull:
+		closeAfterAnswer(st.rw.Header(), r)
+		g.metrics.BodyBudgetExhausted()
+		return nil, errBufferBudget
 	case err != nil:
 		return nil, errBodyUnreadable
 	}
 	return body, nil
 }
 
-// reserveBody takes from the budget what reading r's body whole, up to
-// limit bytes, may hold, or refuses the request 503 server_busy. finish
-// gives it back.
-func (g *Gateway) reserveBody(st *requestState, r *http.Request, limit int64) *apierror.Error {
-	n := limit + 1
-	if r.ContentLength >= 0 {
-		n = min(n, r.ContentLength)
-	}
-	if !g.budget.reserve(n) {
-		g.metrics.BodyBudgetExhausted()
-		return errBufferBudget
-	}
-	st.buffered = n
-	return nil
+// errShareFull is chargedBody's error for bytes its client's share of the
+// budget has no room for.
+var errShareFull = errors.New("proxy: the client's share of the body budget is full")
+
+// chargedBody is a body being read whole, each read's bytes charged to
+// the client's share of the buffer budget as they arrive; finish gives
+// them back.
+type chargedBody struct {
+	rc io.Reader
+	st *requestState
 }
 
-// bufferBudget bounds the bytes of request bodies held whole at once,
-// across every request.
+func (b *chargedBody) Read(p []byte) (int, error) {
+	n, err := b.rc.Read(p)
+	if n > 0 {
+		st := b.st
+		if !st.g.budget.take(st.client, int64(n)) {
+			return 0, errShareFull
+		}
+		st.buffered += int64(n)
+	}
+	return n, err
+}
+
+// bufferBudget bounds the bytes of request bodies held whole at once
+// (server.max_buffered_bytes), and shares them between clients (a
+// verified account, else an address) by a dynamic threshold, the scheme
+// of shared-memory switch buffers (Choudhury and Hahne): a client may take
+// bytes only while, once taken, it holds no more than are left free. A
+// client alone holds at most half of the budget; n clients taking all
+// they can hold at most 1/(n+1) of it each and leave as much free, so a
+// client that holds nothing always finds room, and a client's excess is
+// refused to it alone. Nothing is reserved ahead: bytes are taken as they
+// arrive.
 type bufferBudget struct {
-	left atomic.Int64
+	mu   sync.Mutex
+	size int64
+	used int64
+	held map[clientKey]int64
 }
 
-// reserve takes n bytes of the budget, reporting false (and taking
-// nothing) when fewer are left.
-func (b *bufferBudget) reserve(n int64) bool {
-	if b.left.Add(-n) < 0 {
-		b.left.Add(n)
+func newBufferBudget(size int64) *bufferBudget {
+	return &bufferBudget{size: size, held: make(map[clientKey]int64)}
+}
+
+// take charges n bytes to client c, reporting false (and taking nothing)
+// when c's share has no room for them.
+func (b *bufferBudget) take(c clientKey, n int64) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	free := b.size - b.used - n
+	h := b.held[c] + n
+	if free < 0 || h > free {
 		return false
 	}
+	b.used += n
+	b.held[c] = h
 	return true
 }
 
-// release gives n bytes back.
-func (b *bufferBudget) release(n int64) { b.left.Add(n) }
+// give gives back n bytes client c took.
+func (b *bufferBudget) give(c clientKey, n int64) {
+	if n == 0 {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.used -= n
+	if h := b.held[c] - n; h > 0 {
+		b.held[c] = h
+	} else {
+		delete(b.held, c)
+	}
+}
+
+// Buffered returns the bytes held.
+func (b *bufferBudget) Buffered() int64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.used
+}
+
+// Clients returns how many clients hold bytes.
+func (b *bufferBudget) Clients() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.held)
+}

@@ -107,7 +107,7 @@ type Gateway struct {
 	checkIDs     bool // upstream.check_response_id
 	errHeader    *apierror.Error
 	errBody      *apierror.Error
-	budget       bufferBudget // of order bodies read whole
+	budget       *bufferBudget // of order bodies read whole, shared by clients
 	admission    *overload.Limiter
 	draining     atomic.Bool
 	pool         sync.Pool // *requestState
@@ -168,7 +168,8 @@ func New(cfg *config.Config, opts Options) (*Gateway, error) {
 	g.plan.Store(g.newPlan(cfg, rules, opts.Validator))
 	g.errHeader = headerTooLarge(g.maxHeader)
 	g.errBody = apierror.TooLarge(g.maxBody)
-	g.budget.left.Store(int64(cfg.Server.MaxBufferedBytes))
+	g.budget = newBufferBudget(int64(cfg.Server.MaxBufferedBytes))
+	g.metrics.SetBodyBudgetSource(g.budget)
 	g.rp = &httputil.ReverseProxy{
 		Rewrite:        g.rewrite,
 		Transport:      g.transport,
@@ -189,6 +190,7 @@ type plan struct {
 	rules     *limiter.Rules
 	validator *validate.Validator
 	admission admissionPlan
+	v6Prefix  int // client_ip.ipv6_prefix: the IPv6 addresses that count as one client
 }
 
 // newPlan compiles the route table, attaching to each route its compiled
@@ -219,7 +221,8 @@ func (g *Gateway) newPlan(cfg *config.Config, rules *limiter.Rules, v *validate.
 			r.limitMetrics = append(r.limitMetrics, byTier)
 		}
 	}
-	return &plan{table: t, rules: rules, validator: v, cors: compileCORS(cfg.CORS), admission: g.newAdmissionPlan(cfg)}
+	return &plan{table: t, rules: rules, validator: v, cors: compileCORS(cfg.CORS), admission: g.newAdmissionPlan(cfg),
+		v6Prefix: cfg.ClientIP.IPv6Prefix}
 }
 
 // Reload replaces the route table, the rate limits and the order
@@ -278,6 +281,8 @@ type requestState struct {
 	upStatus   int             // the backend's status, or 0
 	body       *streamBody     // the request body as it streams, when it has one and is not an order
 	buffered   int64           // bytes of the buffer budget this request holds
+	bodyReader chargedBody     // the body being read whole, charged to the client's share
+	client     clientKey       // whose share of the shared pools the request takes (clientOf)
 	bulkCancel bool            // the request is a bulk of order ids to cancel
 	slot       bool            // the request holds a backend slot (admission)
 	routeSlot  *routeAdmission // the route whose own in-flight cap counts the request
@@ -458,7 +463,7 @@ func (g *Gateway) end(st *requestState, r *http.Request, extra ...zap.Field) {
 	g.settleFailed(st, nil)
 	g.releaseSlot(st)
 	st.releaseOrder()
-	g.budget.release(st.buffered)
+	g.budget.give(st.client, st.buffered)
 	g.observe(st, r)
 	g.logAccess(st, r, extra...)
 }

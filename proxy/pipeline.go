@@ -38,6 +38,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	g.setClientAddress(st, r)
+	st.client = clientOf(st, pl)
 	if e := g.admitEarly(st, pl); e != nil {
 		g.refuse(st, r, e)
 		return

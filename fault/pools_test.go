@@ -1,0 +1,508 @@
+package fault
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/exgate/exgate/internal/redistest"
+	"github.com/exgate/exgate/sim"
+)
+
+// The adversarial table of docs/pools.md: for every pool exgate shares
+// between clients, an attacker — one address without an account, one
+// account, or three accounts — takes all of it it can, while a victim
+// account places, cancels and reads. Each row asserts behaviour, never
+// timings:
+//
+//   - every request of the victim succeeds (the backend's own answer);
+//   - the attacker is refused for itself only: each of its refusals is
+//     exgate's own, in the one error shape, with one of the row's codes,
+//     and the row's metric counts them;
+//   - exgate's resident memory grows by at most the row's bound.
+//
+// A new pool comes with its rows here (GUIDE.md, "Fair shares").
+
+// attackerKind is who attacks a pool.
+type attackerKind int
+
+const (
+	// oneAddress is one client address without an account: invented
+	// tokens, or none.
+	oneAddress attackerKind = iota
+	// oneAccount is one verified account, from its own address.
+	oneAccount
+	// threeAccounts is three verified accounts, each from its own
+	// address.
+	threeAccounts
+)
+
+func (k attackerKind) String() string {
+	return [...]string{"one address", "one account", "three accounts"}[k]
+}
+
+// Client addresses on loopback (Linux routes all of 127/8 to lo): the
+// gateway keys its shares by them.
+const (
+	victimAddr  = "127.0.0.10"
+	anonAddr    = "127.0.0.20"
+	accountAddr = "127.0.0.2" // + the attacker's number: 127.0.0.21, 22, 23
+)
+
+// poolAccounts are the reference backend's accounts (api key = secret
+// key): the victim's and the attackers'.
+var poolAccounts = []string{"victim", "attacker1", "attacker2", "attacker3"}
+
+// poolRow is one row of the table: a pool, who attacks it and how.
+type poolRow struct {
+	pool     string // the pool, as docs/pools.md names it
+	attacker attackerKind
+	// config is the gateway's configuration after the table's header
+	// (which writes listen, admin_listen, upstream, log, limiter and
+	// identity): its server, overload, … sections.
+	config string
+	// attack takes all of the pool it can as the attackers of a, until
+	// ctx ends, adding each of their answers to a.answers.
+	attack func(ctx context.Context, t *testing.T, r *poolRun, a *attack)
+	// holding reports that the attackers hold what they could take: the
+	// victim starts then.
+	holding func(t *testing.T, r *poolRun, a *attack) bool
+	// refused are the codes the attackers' refusals may carry; empty
+	// when the row's attackers take nothing shared and are refused
+	// nothing.
+	refused []string
+	// metric, when set, is a counter that must count the attackers'
+	// refusals.
+	metric string
+	// maxGrowth bounds the growth of exgate's resident memory over the
+	// row, in bytes.
+	maxGrowth int64
+}
+
+// poolRows is the table.
+var poolRows = []poolRow{}
+
+// TestPools runs the adversarial table against the real exgate, Redis and
+// the reference backend.
+func TestPools(t *testing.T) {
+	env := startPoolEnv(t)
+	for _, row := range poolRows {
+		t.Run(row.pool+"/"+row.attacker.String(), func(t *testing.T) { env.run(t, row) })
+	}
+}
+
+// poolEnv is what the rows share: one Redis, and the reference backend
+// with its accounts behind a front that parses every body before the
+// backend's view (as a framework does) and holds the expensive reads
+// (heldPaths) until the row ends.
+type poolEnv struct {
+	redis   *redistest.Server
+	backend string
+	tokens  map[string]string // access tokens by account
+	front   *poolFront
+}
+
+// heldPaths are the expensive reads: the backend answers them only when
+// the row ends. The victim never sends them.
+var heldPaths = []string{"/api/v1/odr/fills/", "/api/v1/mkt/tickers/"}
+
+// poolFront is the backend's front.
+type poolFront struct {
+	h       http.Handler
+	mu      sync.Mutex
+	release chan struct{} // closed to answer the held reads
+	held    atomic.Int64  // held reads under way
+}
+
+func (f *poolFront) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		return // a broken request: nothing to answer
+	}
+	r.Body = io.NopCloser(strings.NewReader(string(body)))
+	if slices.Contains(heldPaths, r.URL.Path) {
+		f.mu.Lock()
+		release := f.release
+		f.mu.Unlock()
+		f.held.Add(1)
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+		f.held.Add(-1)
+	}
+	f.h.ServeHTTP(w, r)
+}
+
+// hold starts holding the expensive reads; the returned function answers
+// them.
+func (f *poolFront) hold() func() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	c := make(chan struct{})
+	f.release = c
+	return sync.OnceFunc(func() { close(c) })
+}
+
+func startPoolEnv(t *testing.T) *poolEnv {
+	t.Helper()
+	creds := map[string]string{}
+	for _, a := range poolAccounts {
+		creds[a] = a
+	}
+	front := &poolFront{h: sim.New(sim.Options{Credentials: creds}), release: make(chan struct{})}
+	close(front.release)
+	bs := httptest.NewServer(front)
+	t.Cleanup(bs.Close)
+	env := &poolEnv{redis: redistest.Start(t), backend: bs.URL, tokens: map[string]string{}, front: front}
+	for _, a := range poolAccounts {
+		env.tokens[a] = signIn(t, bs.URL, a)
+	}
+	return env
+}
+
+// signIn signs in to the reference backend as account.
+func signIn(t *testing.T, backendURL, account string) string {
+	t.Helper()
+	res, err := noKeepAlive().Post(backendURL+"/api/v1/usr/authenticate/", "application/json",
+		strings.NewReader(fmt.Sprintf(`{"api_key":%q,"secret_key":%q}`, account, account)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	var v struct{ Access string }
+	if err := json.NewDecoder(res.Body).Decode(&v); err != nil || v.Access == "" {
+		t.Fatalf("sign in as %s: %d %v", account, res.StatusCode, err)
+	}
+	return v.Access
+}
+
+// poolRun is one row's gateway and its victim.
+type poolRun struct {
+	env    *poolEnv
+	g      *gateway
+	host   string
+	victim *http.Client
+	// victimRequests is how many requests exgate had seen when the
+	// attack began.
+	victimRequests int64
+}
+
+// attack is the attackers of one row and what they got.
+type attack struct {
+	kind    attackerKind
+	addrs   []string // the attackers' client addresses
+	tokens  []string // their accounts' tokens, "" for the address without one
+	answers tally
+	// sent and answered count the attackers' requests, for holding.
+	sent, answered atomic.Int64
+	last           atomic.Int64 // the value settled saw last
+}
+
+// attackers returns the attackers of kind k.
+func (env *poolEnv) attackers(k attackerKind) *attack {
+	a := &attack{kind: k}
+	a.last.Store(-1)
+	switch k {
+	case oneAddress:
+		a.addrs, a.tokens = []string{anonAddr}, []string{""}
+	default:
+		n := 1
+		if k == threeAccounts {
+			n = 3
+		}
+		for i := 1; i <= n; i++ {
+			a.addrs = append(a.addrs, accountAddr+strconv.Itoa(i))
+			a.tokens = append(a.tokens, env.tokens["attacker"+strconv.Itoa(i)])
+		}
+	}
+	return a
+}
+
+// poolConfig is a row's gateway configuration: the table's header, then
+// the row's sections. Accounts are verified (identity.verify) unless the
+// attacker is an address without one, whose invented tokens would then be
+// refused before they reach anything shared: its rows run with opaque
+// tokens, the default.
+func (env *poolEnv) poolConfig(row poolRow) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "listen: \"127.0.0.1:0\"\nadmin_listen: \"127.0.0.1:0\"\nupstream:\n  url: %q\nlog:\n  access: false\n", env.backend)
+	fmt.Fprintf(&b, "limiter:\n  redis:\n    addrs: [%q]\n    timeout: 500ms\n", env.redis.Addr)
+	if row.attacker != oneAddress {
+		b.WriteString("identity:\n  verify: true\n")
+	}
+	b.WriteString(row.config)
+	return b.String()
+}
+
+// run runs one row: a fresh Redis database and gateway, the victim's
+// warm-up, the attack, the victim's trades while the attackers hold the
+// pool, and the checks.
+func (env *poolEnv) run(t *testing.T, row poolRow) {
+	if _, err := env.redis.Do("FLUSHALL"); err != nil {
+		t.Fatal(err)
+	}
+	release := env.front.hold()
+	defer release()
+	g := startGateway(t, env.poolConfig(row), "EXGATE_JWT_SECRET="+sim.DevSecret)
+	r := &poolRun{env: env, g: g, host: strings.TrimPrefix(g.url, "http://"), victim: clientFrom(t, victimAddr, 4)}
+	if bad := r.victimTrades(); len(bad) > 0 {
+		t.Fatalf("the victim's trades before any attack: %v", bad)
+	}
+	r.victimRequests = r.seen(t)
+	pid := g.cmd.Process.Pid
+	base := vmRSS(t, pid)
+	var peak atomic.Int64
+	stopRSS := watchRSS(t, pid, &peak)
+	defer stopRSS()
+
+	a := env.attackers(row.attacker)
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); row.attack(ctx, t, r, a) }()
+	if !eventually(20*time.Second, func() bool { return row.holding(t, r, a) }) {
+		t.Logf("metrics: %s", grepLines(g.scrape(t), "exgate_inflight", "exgate_body", "exgate_overload_in"))
+		cancel()
+		wg.Wait()
+		stopRSS()
+		t.Fatalf("the attackers did not come to hold the pool within 20s: %d sent, %d answered: %s", a.sent.Load(), a.answered.Load(), &a.answers)
+	}
+	bad := r.victimTrades()
+	cancel()
+	release()
+	wg.Wait()
+	stopRSS()
+
+	t.Logf("attackers (%v): %s", row.attacker, &a.answers)
+	t.Logf("exgate VmRSS %d MiB at the start, peak +%d MiB", base>>20, (peak.Load()-base)>>20)
+	if len(bad) > 0 {
+		t.Errorf("the victim's requests failed while %v held %s: %v", row.attacker, row.pool, bad)
+	}
+	r.checkRefusals(t, row, a)
+	if grew := peak.Load() - base; grew > row.maxGrowth {
+		t.Errorf("exgate's resident memory grew by %d MiB, want at most %d MiB", grew>>20, row.maxGrowth>>20)
+	}
+}
+
+// checkRefusals checks that the attackers were refused only with the
+// row's codes, in exgate's error shape, and that the row's metric counts
+// the refusals.
+func (r *poolRun) checkRefusals(t *testing.T, row poolRow, a *attack) {
+	a.answers.mu.Lock()
+	defer a.answers.mu.Unlock()
+	if len(a.answers.errs) > 0 {
+		t.Errorf("attackers' answers outside exgate's error shape: %v", a.answers.errs)
+	}
+	refusals := 0
+	for k, n := range a.answers.byKey {
+		status, code, _ := strings.Cut(k, " ")
+		if code == "" || status < "4" {
+			continue // the backend's own answer
+		}
+		if !slices.Contains(row.refused, code) {
+			t.Errorf("%d attackers' requests refused %s, want only %v", n, k, row.refused)
+		}
+		refusals += n
+	}
+	if len(row.refused) > 0 && refusals == 0 {
+		t.Errorf("the attackers took all they could and were never refused (%v): %v", row.refused, a.answers.byKey)
+	}
+	if row.metric != "" && refusals > 0 && r.g.metric(t, row.metric) == 0 {
+		t.Errorf("%s counts none of the attackers' %d refusals", row.metric, refusals)
+	}
+}
+
+// watchRSS samples the resident memory of pid into peak until the
+// returned function is called.
+func watchRSS(t *testing.T, pid int, peak *atomic.Int64) func() {
+	done := make(chan struct{})
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		for {
+			peak.Store(max(peak.Load(), vmRSS(t, pid)))
+			select {
+			case <-done:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}()
+	return sync.OnceFunc(func() { close(done); <-stopped })
+}
+
+// clientFrom returns a client whose connections come from the loopback
+// address ip, with a pool of conns connections.
+func clientFrom(t *testing.T, ip string, conns int) *http.Client {
+	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}, Timeout: 5 * time.Second}
+	tr := &http.Transport{DialContext: d.DialContext, MaxIdleConnsPerHost: conns, MaxConnsPerHost: conns,
+		DisableCompression: true, IdleConnTimeout: 90 * time.Second}
+	t.Cleanup(tr.CloseIdleConnections)
+	return &http.Client{Transport: tr, Timeout: 30 * time.Second}
+}
+
+// dialFrom opens a connection from the loopback address ip to host.
+func dialFrom(ip, host string) (net.Conn, error) {
+	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}, Timeout: 5 * time.Second}
+	return d.Dial("tcp", host)
+}
+
+// victimOrder is a resting limit order of the victim (far under the
+// market), with an identifier.
+func victimOrder(id string) string {
+	return `{"symbol":"BTC_USDT","type":"limit","side":"buy","price":"1000","base_amount":"0.001","identifier":"` + id + `"}`
+}
+
+var victimRound atomic.Int64
+
+// victimTrades is what the victim account does while the attackers hold a
+// pool: it reads the markets and its open orders, places an order and a
+// bulk of two (each with a new identifier), and cancels them, the order
+// alone and the bulk in bulk. It returns each request that did not get
+// the backend's success.
+func (r *poolRun) victimTrades() []string {
+	var bad []string
+	send := func(method, path, body string, want int) []byte {
+		req, _ := http.NewRequest(method, r.g.url+path, strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+r.env.tokens["victim"])
+		if body != "" {
+			req.Header.Set("Content-Type", "application/json")
+		}
+		a := do(r.victim, req)
+		if a.err != nil || a.status != want {
+			bad = append(bad, fmt.Sprintf("%s %s: %d %s %v", method, path, a.status, a.code, a.err))
+			return nil
+		}
+		return a.body
+	}
+	n := victimRound.Add(1)
+	send("GET", "/api/v1/mkt/markets/", "", 200)
+	send("GET", "/api/v1/odr/orders/?state=active", "", 200)
+	var one struct{ ID int64 }
+	if b := send("POST", "/api/v1/odr/orders/", victimOrder(fmt.Sprintf("v%d-a", n)), 201); b != nil {
+		_ = json.Unmarshal(b, &one)
+	}
+	var two []struct{ ID int64 }
+	if b := send("POST", "/api/v1/odr/orders/bulk/", "["+victimOrder(fmt.Sprintf("v%d-b", n))+","+victimOrder(fmt.Sprintf("v%d-c", n))+"]", 201); b != nil {
+		_ = json.Unmarshal(b, &two)
+	}
+	if one.ID != 0 {
+		send("DELETE", "/api/v1/odr/orders/"+strconv.FormatInt(one.ID, 10)+"/", "", 200)
+	}
+	if len(two) == 2 {
+		send("POST", "/api/v1/odr/orders/bulk/", fmt.Sprintf("[%d,%d]", two[0].ID, two[1].ID), 200)
+	}
+	return bad
+}
+
+// Configurations of the rows: a small body budget and a fixed backend
+// limit, so that a few hundred requests take all of either; a read
+// timeout longer than any row.
+const (
+	bodyBudgetConfig = "server:\n  max_buffered_bytes: 4MiB\n  read_timeout: 60s\n"
+)
+
+func init() {
+	for _, k := range []attackerKind{oneAddress, oneAccount, threeAccounts} {
+		poolRows = append(poolRows,
+			poolRow{pool: "request-body budget", attacker: k, config: bodyBudgetConfig,
+				attack: heldBulkBodies, holding: bodiesHeld,
+				refused: []string{"server_busy"}, metric: "exgate_body_budget_refusals_total", maxGrowth: 64 << 20},
+		)
+	}
+}
+
+// bodyConns is how many bulk bodies each attacker holds open: 96 of 64 KiB
+// are 6 MiB, more than the 4 MiB budget.
+const bodyConns = 96
+
+// heldBulkBodies is the attack of the issue's first "Why": each attacker
+// opens bodyConns connections, each sending the head of a bulk
+// (Content-Length: 65536) and all of its body but the last byte, and holds
+// it until exgate answers or the row ends. The address without an account
+// invents a token per connection.
+func heldBulkBodies(ctx context.Context, t *testing.T, r *poolRun, a *attack) {
+	body := "[" + strings.Repeat(" ", 65534)
+	var wg sync.WaitGroup
+	for i, addr := range a.addrs {
+		for j := range bodyConns {
+			tok := a.tokens[i]
+			if tok == "" {
+				tok = fmt.Sprintf("invented-%d-%d", i, j)
+			}
+			head := "POST /api/v1/odr/orders/bulk/ HTTP/1.1\r\nHost: " + r.host + "\r\nAuthorization: Bearer " + tok +
+				"\r\nContent-Type: application/json\r\nContent-Length: 65536\r\n\r\n"
+			wg.Add(1)
+			go func() { defer wg.Done(); heldRequest(ctx, r, a, addr, head, body) }()
+		}
+	}
+	wg.Wait()
+}
+
+// heldRequest sends head and body from addr on a connection of its own
+// and waits for exgate's answer, tallied, or for ctx to end.
+func heldRequest(ctx context.Context, r *poolRun, a *attack, addr, head, body string) {
+	conn, err := dialFrom(addr, r.host)
+	if err != nil {
+		a.answers.add(answer{err: err})
+		return
+	}
+	defer conn.Close()
+	stop := context.AfterFunc(ctx, func() { conn.Close() })
+	defer stop()
+	start := time.Now()
+	_, _ = io.WriteString(conn, head+body) // an error is exgate's answer, closing: read it below
+	a.sent.Add(1)
+	res, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if ctx.Err() != nil {
+		return // the row ended
+	}
+	a.answers.add(readAnswer("", start, res, err))
+	a.answered.Add(1)
+}
+
+// bodiesHeld reports that every attacker's body was sent and is held by
+// exgate or answered, and that exgate holds them as it will: the bytes
+// it buffers no longer move.
+func bodiesHeld(t *testing.T, r *poolRun, a *attack) bool {
+	n := int64(len(a.addrs) * bodyConns)
+	return a.sent.Load() == n && r.seen(t) >= r.victimRequests+n && a.settled(r.g.metric(t, "exgate_body_buffered_bytes"))
+}
+
+// seen returns how many requests exgate has read the head of: those in
+// flight and those answered.
+func (r *poolRun) seen(t *testing.T) int64 {
+	text := r.g.scrape(t)
+	return int64(sumMetric(text, "exgate_inflight_requests") + sumMetric(text, "exgate_requests_total"))
+}
+
+// settled reports whether v is the value it had at the previous call.
+func (a *attack) settled(v float64) bool {
+	prev := a.last.Swap(int64(v))
+	return prev == int64(v)
+}
+
+func grepLines(s string, prefixes ...string) string {
+	var b strings.Builder
+	for line := range strings.Lines(s) {
+		for _, p := range prefixes {
+			if strings.HasPrefix(line, p) {
+				b.WriteString(line)
+			}
+		}
+	}
+	return b.String()
+}
