@@ -395,15 +395,17 @@ func (r *poolRun) victimTrades() []string {
 	if b := send("POST", "/api/v1/odr/orders/", victimOrder(fmt.Sprintf("v%d-a", n)), 201); b != nil {
 		_ = json.Unmarshal(b, &one)
 	}
-	var two []struct{ ID int64 }
+	var two struct{ Orders []struct{ ID int64 } }
 	if b := send("POST", "/api/v1/odr/orders/bulk/", "["+victimOrder(fmt.Sprintf("v%d-b", n))+","+victimOrder(fmt.Sprintf("v%d-c", n))+"]", 201); b != nil {
 		_ = json.Unmarshal(b, &two)
 	}
 	if one.ID != 0 {
 		send("DELETE", "/api/v1/odr/orders/"+strconv.FormatInt(one.ID, 10)+"/", "", 200)
 	}
-	if len(two) == 2 {
-		send("POST", "/api/v1/odr/orders/bulk/", fmt.Sprintf("[%d,%d]", two[0].ID, two[1].ID), 200)
+	if o := two.Orders; len(o) == 2 {
+		send("POST", "/api/v1/odr/orders/bulk/", fmt.Sprintf(`{"ids":["%d","%d"]}`, o[0].ID, o[1].ID), 200)
+	} else {
+		bad = append(bad, fmt.Sprintf("bulk placement: %d orders placed, want 2", len(o)))
 	}
 	return bad
 }
