@@ -105,9 +105,10 @@ func TestDefaultMatchesSpec(t *testing.T) {
 		limits                      []limit
 	}{
 		{"bulk_orders", "POST /api/v1/odr/orders/bulk/", "required", "order_bulk", nil},
-		{"cancel_order", "DELETE /api/v1/odr/orders/{id}/", "required", "", []limit{{"token", "always", "16200/1h"}}},
+		{"bulk_cancel", "DELETE /api/v1/odr/orders/bulk/", "required", "order_bulk", nil},
+		{"cancel_order", "DELETE /api/v1/odr/orders/{id}/", "required", "order_ids", []limit{{"token", "always", "16200/1h"}}},
 		{"list_orders", "GET /api/v1/odr/orders/", "required", "", []limit{{"token", "always", "600/1m"}}},
-		{"get_orders", "GET /api/v1/odr/orders/{ids}/", "required", "", []limit{{"token", "always", "600/1m"}}},
+		{"get_orders", "GET /api/v1/odr/orders/{ids}/", "required", "order_ids", []limit{{"token", "always", "600/1m"}}},
 		{"list_fills", "GET /api/v1/odr/fills/", "required", "", []limit{{"token", "always", "600/1m"}}},
 		{"orders_other", "/api/v1/odr/{rest...}", "required", "", []limit{{"token", "always", "600/1m"}}},
 		{"list_wallets", "GET /api/v1/wlt/wallets/", "required", "", []limit{{"token", "always", "600/1m"}}},
@@ -117,7 +118,7 @@ func TestDefaultMatchesSpec(t *testing.T) {
 		{"authenticate", "POST /api/v1/usr/authenticate/", "none", "", []limit{{"address", "always", "20/1m"}, {"address", "always", "100/1h"}}},
 		{"refresh_token", "POST /api/v1/usr/refresh_token/", "none", "", []limit{{"address", "always", "60/1m"}}},
 	}
-	want = append(want[:1], append(family[:8], append(want[1:3], append(family[8:10], append(want[3:4], append(family[10:], want[4])...)...)...)...)...)
+	want = append(want[:1], append(family[:9], append(want[1:3], append(family[9:11], append(want[3:4], append(family[11:], want[4])...)...)...)...)...)
 	c := Default()
 	if len(c.Routes) != len(want) {
 		t.Fatalf("Default() has %d routes, want %d", len(c.Routes), len(want))
@@ -165,7 +166,7 @@ func TestValidateProgrammatic(t *testing.T) {
 		c := Default()
 		c.Routes[0].Match = Match{Method: "GET", Path: "*"}
 		c.Routes[1].Match = Match{Method: "FETCH", Path: "/x/"}
-		c.Routes[2].Match = Match{Path: "x"}
+		c.Routes[4].Match = Match{Path: "x"}
 		c.Routes[3].Limits[0].Rate = Rate{N: 1, Period: time.Millisecond}
 		c.Routes[3].Timeout = -time.Second
 		c.ClientIP.TrustedProxies = []Prefix{{}}
@@ -177,11 +178,11 @@ func TestValidateProgrammatic(t *testing.T) {
 			`routes[0].match: the default route "*" takes no method`,
 			`routes[0].validate: "order" needs a POST route, but the route matches "GET *"`,
 			`routes[1].match: unknown method "FETCH"`,
-			`routes[1].validate: "order_bulk" needs a POST route, but the route matches "FETCH /x/"`,
-			`routes[2].match: path "x": must start with /`,
+			`routes[1].validate: "order_bulk" needs a POST route (or a DELETE route, which only cancels), but the route matches "FETCH /x/"`,
 			`routes[3].timeout: must not be negative (0 means upstream.timeout), got -1s`,
 			`routes[3].limits[0].rate: period must be whole seconds from 1s to 366d, got 1ms`,
-			`routes[16].match: only one default route "*" is allowed; routes[0] is one`,
+			`routes[4].match: path "x": must start with /`,
+			`routes[17].match: only one default route "*" is allowed; routes[0] is one`,
 			`tiers.vip.place_order.rate: required, such as 60/1m`,
 		}
 		if !slices.Equal(got, want) {

@@ -146,7 +146,7 @@ func TestChecksAcrossSections(t *testing.T) {
 	}{
 		{"route timeout not below the write timeout",
 			func(c *Config) { c.Route("list_orders").Timeout = 30 * time.Second },
-			[]string{`server.write_timeout: 30s must exceed routes[3].timeout (30s, route "list_orders")`}},
+			[]string{`server.write_timeout: 30s must exceed routes[4].timeout (30s, route "list_orders")`}},
 		{"route timeout below the write timeout",
 			func(c *Config) { c.Route("list_orders").Timeout = 29 * time.Second }, nil},
 		{"write timeout refused by its section is not compared",
@@ -179,7 +179,7 @@ func TestChecksAcrossSections(t *testing.T) {
 			[]string{`tokens_file: maps token strings to tiers, but identity.verify counts accounts: write identity.users_file (user id → tier) or identity.jwt.tier_claim instead`}},
 		{"account limit without verification",
 			func(c *Config) { c.Route("list_fills").Limits[0].Key = KeyAccount },
-			[]string{`routes[5].limits[0].key: key: account needs identity.verify: true (JWT access tokens verified at the edge); for opaque tokens write key: token`}},
+			[]string{`routes[6].limits[0].key: key: account needs identity.verify: true (JWT access tokens verified at the edge); for opaque tokens write key: token`}},
 		{"verified accounts count the built-in table per account",
 			func(c *Config) { c.Identity.Verify = true }, nil},
 	}

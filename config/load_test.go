@@ -212,7 +212,7 @@ var invalidFixtures = map[string][]string{
 		`routes[3].match: "GET /api/v1/mth/matches/{market}/" matches the same requests as routes[2] ("GET /api/v1/mth/matches/{symbol}/") (line 14)`,
 		`routes[4].name: required (line 15)`,
 		`routes[5].match: only one default route "*" is allowed; routes[4] is one (line 17)`,
-		`routes[5].validate: want "", "order" or "order_bulk", got "schema" (line 18)`,
+		`routes[5].validate: want "", "order", "order_bulk" or "order_ids", got "schema" (line 18)`,
 		`routes[6].match: required, such as "GET /api/v1/mkt/markets/" or "*" (line 19)`,
 		`routes[0].auth: duplicate protection keys an order's identifier by its token, and auth: none reads no token: an order sent twice with one identifier would be placed twice; write auth: required (or idempotency.enabled: false to go without duplicate protection) (line 2)`,
 	},
@@ -257,7 +257,7 @@ var invalidFixtures = map[string][]string{
 		`upstream.max_idle_conns: must not be negative, got -1 (line 12)`,
 		`upstream.max_conns_per_host: must not be negative (0 means no cap), got -2 (line 13)`,
 		// Problems between sections come after each section's own.
-		`server.write_timeout: 10s must exceed upstream.timeout (10s), the timeout of routes[0] ("place_order"), routes[1] ("bulk_orders"), routes[2] ("cancel_order") and 14 more (line 5)`,
+		`server.write_timeout: 10s must exceed upstream.timeout (10s), the timeout of routes[0] ("place_order"), routes[1] ("bulk_orders"), routes[2] ("bulk_cancel") and 15 more (line 5)`,
 	},
 	"bad-write-timeout.yaml": {
 		`admin_listen: must differ from listen (":8080") (line 2)`,

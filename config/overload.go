@@ -96,12 +96,12 @@ func DefaultOverload() Overload {
 }
 
 // defaultPriority is the class of a route that names none: placements
-// (validate: order or order_bulk) place, a DELETE on a private route
-// cancel, other private routes private_read, everything else
+// (validate: order, or order_bulk on POST) place, a DELETE on a private
+// route cancel, other private routes private_read, everything else
 // market_data.
 func defaultPriority(r *Route) string {
 	switch {
-	case r.Validate == ValidateOrd || r.Validate == ValidateBulk:
+	case r.Validate == ValidateOrd || r.Validate == ValidateBulk && r.Match.Method != "DELETE":
 		return PriorityPlace
 	case r.Auth == AuthRequired && r.Match.Method == "DELETE":
 		return PriorityCancel

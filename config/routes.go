@@ -3,6 +3,7 @@ package config
 import (
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -18,9 +19,12 @@ type Route struct {
 	// without a well-formed Bearer token gets 401. Default "none"
 	// (Validate turns "" into "none").
 	Auth string `yaml:"auth"`
-	// Validate names a body validator: "order" (one order), "order_bulk"
-	// (a JSON array of orders, or of order ids to cancel) or "" for none.
-	// Default "".
+	// Validate names what exgate checks of a request before the backend
+	// sees it: "order" (the body: one order), "order_bulk" (the body: an
+	// array of orders, or order ids to cancel, as an array or
+	// {"ids": [...]}), "order_ids" (the path's last parameter: one order
+	// id, or several joined by commas, each charged as a request) or ""
+	// for none. Default "".
 	Validate string `yaml:"validate"`
 	// Bulk says, for a route with validate: order_bulk, which routes'
 	// limits its requests are charged against.
@@ -52,10 +56,13 @@ type Route struct {
 // costs what k single orders cost.
 type BulkRoute struct {
 	// Orders is the route whose limits a bulk placement (an array of
-	// orders) is charged against. Required with validate: order_bulk.
+	// orders) is charged against. Required with validate: order_bulk on
+	// a POST route; a DELETE route places nothing and names none (an
+	// array of orders sent to it is refused).
 	Orders string `yaml:"orders"`
-	// Cancels is the route whose limits a bulk cancel (an array of order
-	// ids) is charged against. Required with validate: order_bulk.
+	// Cancels is the route whose limits a bulk cancel (order ids, as an
+	// array or {"ids": [...]}) is charged against. Required with
+	// validate: order_bulk.
 	Cancels string `yaml:"cancels"`
 }
 
@@ -71,6 +78,7 @@ const (
 	ValidateNone = ""
 	ValidateOrd  = "order"
 	ValidateBulk = "order_bulk"
+	ValidateIDs  = "order_ids"
 )
 
 // Limit is one rate limit of a route.
@@ -156,12 +164,24 @@ func DefaultRoutes() []Route {
 		Validate: ValidateBulk, Bulk: BulkRoute{Orders: "place_order", Cancels: "cancel_order"},
 		Priority: PriorityPlace, // a bulk cancel is a cancel
 	}
+	// A DELETE of the bulk path with ids cancels them, as some clients of
+	// the API send it; without this route it would be cancel_order's,
+	// charged one cancel for all its ids, of the order "bulk".
+	bulkCancel := Route{
+		Name: "bulk_cancel", Match: mustMatch("DELETE /api/v1/odr/orders/bulk/"), Auth: AuthRequired,
+		Validate: ValidateBulk, Bulk: BulkRoute{Cancels: "cancel_order"}, Priority: PriorityCancel,
+	}
+	cancel := private("cancel_order", "DELETE /api/v1/odr/orders/{id}/", PriorityCancel, cancels)
+	cancel.Validate = ValidateIDs
+	status := private("get_orders", "GET /api/v1/odr/orders/{ids}/", PriorityStatus, reads)
+	status.Validate = ValidateIDs
 	return []Route{
 		place,
 		bulk,
-		private("cancel_order", "DELETE /api/v1/odr/orders/{id}/", PriorityCancel, cancels),
+		bulkCancel,
+		cancel,
 		private("list_orders", "GET /api/v1/odr/orders/", PriorityStatus, reads),
-		private("get_orders", "GET /api/v1/odr/orders/{ids}/", PriorityStatus, reads),
+		status,
 		private("list_fills", "GET /api/v1/odr/fills/", PriorityPrivateRead, reads),
 		private("orders_other", "/api/v1/odr/{rest...}", PriorityPrivateRead, reads),
 		private("list_wallets", "GET /api/v1/wlt/wallets/", PriorityPrivateRead, reads),
@@ -212,6 +232,17 @@ func findRoute(routes []Route, name string) *Route {
 		}
 	}
 	return nil
+}
+
+// endsInParam reports whether the path pattern p (valid) ends in a
+// parameter of one segment, "{name}", with or without a trailing slash.
+func endsInParam(p string) bool {
+	segs := patternSegments(p)
+	if len(segs) == 0 {
+		return false
+	}
+	last := segs[len(segs)-1]
+	return strings.HasPrefix(last, "{") && !strings.HasSuffix(last, "...}")
 }
 
 // normalise fills in the documented meanings of the route's zero values:
@@ -312,12 +343,20 @@ func (r *Route) check(col *collector, p path, i int, routes []Route, t *routeTab
 	col.oneOf(rp.key("auth"), r.Auth, AuthNone, AuthOptional, AuthRequired)
 	switch r.Validate {
 	case ValidateNone:
-	case ValidateOrd, ValidateBulk:
+	case ValidateOrd:
 		if m.Path != "" && m.Method != "POST" {
 			col.addf(rp.key("validate"), "%q needs a POST route, but the route matches %q", r.Validate, m.String())
 		}
+	case ValidateBulk:
+		if m.Path != "" && m.Method != "POST" && m.Method != "DELETE" {
+			col.addf(rp.key("validate"), "%q needs a POST route (or a DELETE route, which only cancels), but the route matches %q", r.Validate, m.String())
+		}
+	case ValidateIDs:
+		if !m.IsDefault() && CheckPattern(m.Path) == nil && !endsInParam(m.Path) {
+			col.addf(rp.key("validate"), "%q checks the path's last parameter, but %q does not end in one such as {ids}", r.Validate, m.Path)
+		}
 	default:
-		col.oneOf(rp.key("validate"), r.Validate, ValidateNone, ValidateOrd, ValidateBulk)
+		col.oneOf(rp.key("validate"), r.Validate, ValidateNone, ValidateOrd, ValidateBulk, ValidateIDs)
 	}
 	r.checkBulk(col, rp, routes)
 	if r.Timeout < 0 {
@@ -353,7 +392,13 @@ func (r *Route) checkBulk(col *collector, p path, routes []Route) {
 	}
 	for _, f := range []struct{ key, name string }{{"orders", r.Bulk.Orders}, {"cancels", r.Bulk.Cancels}} {
 		fp := p.key("bulk").key(f.key)
-		if f.name == "" {
+		switch {
+		case f.key == "orders" && r.Match.Method == "DELETE":
+			if f.name != "" {
+				col.addf(fp, "a DELETE route places no orders: omit bulk.orders (an array of orders sent to it is refused)")
+			}
+			continue
+		case f.name == "":
 			col.addf(fp, "required: the route whose limits a bulk is charged against")
 			continue
 		}

@@ -8,6 +8,8 @@ import (
 	"time"
 )
 
+// TestBulkRouteRules: the settings of bulk routes (POST: placements and
+// cancels; DELETE: cancels only) and of order id lists in paths.
 func TestBulkRouteRules(t *testing.T) {
 	tests := []struct {
 		name string
@@ -32,6 +34,20 @@ func TestBulkRouteRules(t *testing.T) {
 			`routes[1].auth: a order_bulk route must require a token, so that the token limits it is charged against apply`,
 			`routes[1].limits: a order_bulk route has no limits of its own: it is charged against bulk.orders and bulk.cancels`}},
 		{"max orders", func(c *Config) { c.Validation.Bulk.MaxOrders = 0 }, []string{`validation.bulk.max_orders: must be from 1 to 1000, got 0`}},
+		{"a DELETE bulk route that places", func(c *Config) { c.Route("bulk_cancel").Bulk.Orders = "place_order" }, []string{
+			`routes[2].bulk.orders: a DELETE route places no orders: omit bulk.orders (an array of orders sent to it is refused)`}},
+		{"a DELETE bulk route without cancels", func(c *Config) { c.Route("bulk_cancel").Bulk.Cancels = "" }, []string{
+			`routes[2].bulk.cancels: required: the route whose limits a bulk is charged against`}},
+		{"a bulk route neither POST nor DELETE", func(c *Config) { c.Route("bulk_cancel").Match = Match{Method: "PUT", Path: "/api/v1/odr/orders/bulk/"} }, []string{
+			`routes[2].validate: "order_bulk" needs a POST route (or a DELETE route, which only cancels), but the route matches "PUT /api/v1/odr/orders/bulk/"`,
+			`routes[2].bulk.orders: required: the route whose limits a bulk is charged against`}},
+		{"order ids without a last parameter", func(c *Config) {
+			c.Route("list_orders").Validate = ValidateIDs
+			c.Route("orders_other").Validate = ValidateIDs
+		}, []string{
+			`routes[4].validate: "order_ids" checks the path's last parameter, but "/api/v1/odr/orders/" does not end in one such as {ids}`,
+			`routes[7].validate: "order_ids" checks the path's last parameter, but "/api/v1/odr/{rest...}" does not end in one such as {ids}`}},
+		{"order ids on any method", func(c *Config) { c.Route("order_book").Validate = ValidateIDs }, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

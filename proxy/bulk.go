@@ -49,7 +49,11 @@ func (g *Gateway) checkBulk(st *requestState, r *http.Request, pl *plan) *apierr
 	if e != nil {
 		return e
 	}
-	bulk, e := v.CheckBulk(ct, body)
+	check := v.CheckBulk
+	if st.route.bulk.orders == nil {
+		check = v.CheckBulkCancel // a route that only cancels
+	}
+	bulk, e := check(ct, body)
 	if e != nil {
 		g.metrics.ValidationRejected(e.Code)
 		return e

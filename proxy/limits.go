@@ -74,7 +74,7 @@ func (g *Gateway) limitAnswer(st *requestState, pl *plan, rt *Route, cost int64)
 	case d.TooManyTokens:
 		return tooManyTokens(limiter.Seconds(d.RetryAfter))
 	case d.ExceedsBurst:
-		return exceedsBurst(cost, d.MaxCost, st.bulkCancel)
+		return exceedsBurst(cost, d.MaxCost, st.bulkCancel || st.route.maxIDs > 0)
 	}
 	return throttled(limiter.Seconds(d.RetryAfter))
 }

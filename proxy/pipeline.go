@@ -61,8 +61,9 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // limitAndCheck runs the limits, body and identifier steps of a request
-// that is not a bulk: the route's limits, then its body, then the
-// order's identifier claim. When claims ride in the limits' round trip
+// that is not a bulk: the order ids of its path, if its route takes a
+// list (charged one unit each), the route's limits, then its body, then
+// the order's identifier claim. When claims ride in the limits' round trip
 // (joinsClaims), an order is read and validated first, so that its claim
 // is decided with its limits, in one round trip; the answers stay those
 // of the steps in their usual order: a request a limit refuses gets the
@@ -73,7 +74,11 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // (abandonClaim).
 func (g *Gateway) limitAndCheck(st *requestState, r *http.Request, pl *plan) *apierror.Error {
 	if !g.joinsClaims(st, pl) {
-		if e := g.enforceLimits(st, r, pl, st.route, 1, nil); e != nil {
+		cost, e := g.pathIDs(st)
+		if e != nil {
+			return e
+		}
+		if e := g.enforceLimits(st, r, pl, st.route, cost, nil); e != nil {
 			return e
 		}
 		if e := g.checkBody(st, r, pl); e != nil {

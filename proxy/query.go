@@ -28,7 +28,7 @@ var errOrderQuery = apierror.Static(http.StatusBadRequest, "invalid_query",
 // before any limit is charged, and drops an empty one ("?") so that the
 // backend receives the bare path.
 func (g *Gateway) checkQuery(st *requestState, r *http.Request) *apierror.Error {
-	if st.route.Config.Validate == config.ValidateNone {
+	if v := st.route.Config.Validate; v != config.ValidateOrd && v != config.ValidateBulk {
 		return nil
 	}
 	r.URL.ForceQuery = false

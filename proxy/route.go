@@ -23,6 +23,7 @@ type Route struct {
 
 	limits       *limiter.RouteRules                // nil or empty: not limited
 	bulk         *bulkTargets                       // the routes a bulk route charges, or nil
+	maxIDs       int                                // validate: order_ids: the most ids its path may list; else 0
 	metrics      *metrics.RouteMetrics              // nil: no metrics
 	limitMetrics []map[string]*metrics.LimitMetrics // by limit index, then tier ("" for none)
 	admission    *routeAdmission                    // class and in-flight cap under overload
@@ -64,6 +65,9 @@ func compileTable(cfg *config.Config) *table {
 		}
 		if r.Auth == "" {
 			r.Auth = config.AuthNone
+		}
+		if rc.Validate == config.ValidateIDs {
+			r.maxIDs = cfg.Validation.Bulk.MaxOrders
 		}
 		if rc.Match.IsDefault() {
 			r.isDef = true

@@ -190,7 +190,11 @@ func TestMethodsFallThroughToTheBackend(t *testing.T) {
 		{"GET", "/api/v1/odr/orders/?state=active", "tok", 200, "", "/api/v1/odr/orders/?state=active"},
 		{"GET", "/api/v1/odr/orders/", "", 401, "not_authenticated", ""},
 		{"DELETE", "/api/v1/odr/orders/17", "tok", 200, "", "/api/v1/odr/orders/17/"},
-		{"GET", "/api/v1/odr/orders/%7B17,18%7D/", "tok", 200, "", "/api/v1/odr/orders/%7B17,18%7D/"},
+		{"GET", "/api/v1/odr/orders/17,18/", "tok", 200, "", "/api/v1/odr/orders/17,18/"},
+		{"GET", "/api/v1/odr/orders/17%2C18.json", "tok", 200, "", "/api/v1/odr/orders/17,18/"},
+		{"GET", "/api/v1/odr/orders/%7B17,18%7D/", "tok", 400, "invalid_order", ""},
+		{"DELETE", "/api/v1/odr/orders/bulk/", "tok", 503, "bulk_unavailable", ""}, // a bulk cancel, never cancel_order
+		{"GET", "/api/v1/odr/orders/bulk/", "tok", 400, "invalid_order", ""},
 		{"PUT", "/api/v1/odr/orders/", "", 401, "not_authenticated", ""},
 		{"PATCH", "/api/v1/wlt/wallets/", "", 401, "not_authenticated", ""},
 		{"POST", "/api/v1/mkt/markets/", "", 200, "", "/api/v1/mkt/markets/"},

@@ -152,6 +152,10 @@ func TestDocumentedExamples(t *testing.T) {
 		"operations_overloaded":     {{method: "GET", path: "/api/v1/mkt/tickers/"}},
 		"operations_readyz":         {{method: "GET", path: "/readyz", admin: true}},
 		"limits_bulk_exceeds_burst": {bulk(strings.Split(strings.Repeat(limitOrder("60000", "")+"\n", 12), "\n")[:12]...)},
+		"validation_order_ids": {
+			{method: "GET", path: "/api/v1/odr/orders/3,,2/", header: order("").header},
+			{method: "POST", path: "/api/v1/odr/orders/bulk/", body: `{"ids": ["3", ""]}`, header: order("").header},
+		},
 	}
 
 	examples := docExamples(t)

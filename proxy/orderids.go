@@ -1,0 +1,46 @@
+package proxy
+
+import (
+	"strings"
+
+	"github.com/exgate/exgate/apierror"
+	"github.com/exgate/exgate/validate"
+)
+
+// Order ids in a path. A route with validate: order_ids (by default
+// cancel_order, DELETE /api/v1/odr/orders/{id}/, and get_orders,
+// GET /api/v1/odr/orders/{ids}/) carries one order id, or several joined
+// by commas, as its last path parameter: the API's clients ask the status
+// of several orders as GET /api/v1/odr/orders/3,2/. exgate checks the
+// list as it checks a bulk cancel's ids, before any limit is charged, and
+// charges the route's limits one unit per id: a backend that reads a list
+// where exgate read one opaque segment would otherwise serve k ids for the
+// price of one (a list of cancels past the cancel limit), and one that
+// reads "03" as order 3, "3,,2" as two ids or "bulk" as a view could
+// serve what exgate never checked. A list that checks is its own
+// canonical form, forwarded as it came; any other (an empty element, a
+// sign, a leading zero, braces, a repeated id, more than
+// validation.bulk.max_orders ids) is refused with 400 invalid_order,
+// naming the element as a bulk cancel would ("ids[1]").
+
+// pathIDs checks the order id list of st's route, if it takes one, and
+// returns what the request is charged in the route's limits: one unit
+// per id, or one for a route without a list.
+func (g *Gateway) pathIDs(st *requestState) (int64, *apierror.Error) {
+	if st.route.maxIDs == 0 {
+		return 1, nil
+	}
+	n, e := validate.CheckIDList(lastSegment(st.path), st.route.maxIDs)
+	if e != nil {
+		g.metrics.ValidationRejected(e.Code)
+		return 0, e
+	}
+	return int64(n), nil
+}
+
+// lastSegment returns the last segment of a canonical path, without its
+// trailing slash.
+func lastSegment(p string) string {
+	p = strings.TrimSuffix(p, "/")
+	return p[strings.LastIndexByte(p, '/')+1:]
+}
