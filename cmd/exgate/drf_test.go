@@ -309,22 +309,31 @@ func TestDifferentialDRF(t *testing.T) {
 	t.Run("verified accounts", func(t *testing.T) { differentialDRF(t, true) })
 }
 
-func differentialDRF(t *testing.T, verify bool) {
-	drf := startDRF(t)
+// drfGateway starts exgate, with its default configuration changed by
+// mut, in front of the DRF backend, and returns its base URL and
+// configuration.
+func drfGateway(t *testing.T, drf *drfBackend, mut func(*config.Config)) (string, *config.Config) {
+	t.Helper()
 	cfg := config.Default()
 	cfg.Listen, cfg.AdminListen = "127.0.0.1:0", "127.0.0.1:0"
 	cfg.Upstream.URL = config.MustURL(drf.url)
 	cfg.Server.DrainDelay = 0
 	cfg.Limiter.Backend = config.BackendMemory
-	cfg.Identity.Verify = verify
+	if mut != nil {
+		mut(cfg)
+	}
 	env := map[string]string{"EXGATE_JWT_SECRET": drfSigningKey}
 	getenv := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
 	a := startApp(t, cfg, deps{log: zap.NewNop(), now: time.Now, getenv: getenv})
 	waitCatalogue(t, a)
-	gw := "http://" + a.addr
+	return "http://" + a.addr, cfg
+}
 
-	// The reference: a Validator of the same configuration over the
-	// catalogue the DRF backend serves.
+// drfReference is the test's own Validator of cfg over the catalogue the
+// DRF backend serves: what exgate validates, to compare with what DRF
+// read.
+func drfReference(t *testing.T, cfg *config.Config) *validate.Validator {
+	t.Helper()
 	cat, err := validate.NewCatalogue(validate.CatalogueOptions{BaseURL: cfg.Upstream.URL.URL,
 		Path: cfg.Validation.Catalogue.Path, Transport: http.DefaultTransport})
 	if err != nil {
@@ -339,6 +348,13 @@ func differentialDRF(t *testing.T, verify bool) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return ref
+}
+
+func differentialDRF(t *testing.T, verify bool) {
+	drf := startDRF(t)
+	gw, cfg := drfGateway(t, drf, func(c *config.Config) { c.Identity.Verify = verify })
+	ref := drfReference(t, cfg)
 
 	cases := append(validationCorpus(t), parserEdgeCases()...)
 	spelled := drf.tokens[1:2]
@@ -523,14 +539,7 @@ func TestDRFFormatSuffixes(t *testing.T) {
 	if code != 201 || len(drf.placed(t)) != 1 {
 		t.Fatalf("DRF itself does not place an order posted to orders.json (%d %s): the test proves nothing", code, b)
 	}
-	cfg := config.Default()
-	cfg.Listen, cfg.AdminListen = "127.0.0.1:0", "127.0.0.1:0"
-	cfg.Upstream.URL = config.MustURL(drf.url)
-	cfg.Server.DrainDelay = 0
-	cfg.Limiter.Backend = config.BackendMemory
-	a := startApp(t, cfg, deps{log: zap.NewNop(), now: time.Now})
-	waitCatalogue(t, a)
-	gw := "http://" + a.addr
+	gw, _ := drfGateway(t, drf, nil)
 	spellings := []string{"/api/v1/odr/orders.json", "/api/v1/odr/orders.json/", "/api/v1/odr/orders.api",
 		"/api/v1/odr/ORDERS.JSON", "/api/v1/odr/orders%2ejson", "/api/v1/odr/orders.x.json"}
 	for _, sp := range spellings {

@@ -5,8 +5,11 @@ from . import views
 
 urlpatterns = [
     path("api/v1/odr/orders/", views.OrderView.as_view()),
+    path("api/v1/odr/orders/bulk/", views.BulkView.as_view()),
+    path("api/v1/odr/orders/<str:ids>/", views.StatusView.as_view()),
     path("api/v1/mkt/markets/", views.MarketsView.as_view()),
     path("test/placed/", views.PlacedView.as_view()),
+    path("test/bulk/", views.BulkRecordView.as_view()),
 ]
 
 # As Django REST framework backends commonly do: "orders.json",

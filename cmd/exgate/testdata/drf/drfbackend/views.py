@@ -1,7 +1,9 @@
-"""The order view: a serializer that mirrors the trading API's order
+"""The order views: a serializer that mirrors the trading API's order
 fields (DecimalField for decimals, as a Django backend writes them), an
 in-memory store of placed orders, and a record of each placement for the
-test to compare with what exgate validated."""
+test to compare with what exgate validated; the bulk view (placement, and
+cancel by ids as an array or {"ids": [...]}, POSTed or DELETEd) and the
+status of ids joined by commas, each recording what it read."""
 
 import threading
 
@@ -71,6 +73,80 @@ class OrderView(APIView):
         out = {"id": order_id, "state": "active"}
         out.update({k: fields.get(k) for k in FIELDS})
         return Response(out, status=status.HTTP_201_CREATED)
+
+
+class IdsSerializer(serializers.Serializer):
+    # Order ids as a Django backend reads primary keys.
+    ids = serializers.ListField(child=serializers.IntegerField(min_value=1), allow_empty=False)
+
+
+_bulk = []  # every bulk request and status read the views accepted, in order
+
+
+def _record(request, raw, kind, ids=None, orders=None):
+    with _lock:
+        _bulk.append(
+            {
+                "kind": kind,
+                "method": request.method,
+                "request_id": request.META.get("HTTP_X_REQUEST_ID", ""),
+                "body": raw.decode("latin-1"),
+                "ids": ids,
+                "orders": orders,
+            }
+        )
+
+
+class BulkView(APIView):
+    """POST: an array of orders places them all (201, {"orders": [...]});
+    order ids, as an array or {"ids": [...]}, cancel (200, {"canceled_orders",
+    "not_canceled_orders"}). DELETE: ids only."""
+
+    def post(self, request, format=None):
+        raw = request._request.body  # read before DRF parses it; kept by Django
+        data = request.data
+        if isinstance(data, list) and data and isinstance(data[0], dict):
+            s = OrderSerializer(data=data, many=True)
+            s.is_valid(raise_exception=True)
+            orders = [
+                {k: (None if d.get(k) is None else str(d[k])) for k in FIELDS if k in d}
+                for d in s.validated_data
+            ]
+            _record(request, raw, "place", orders=orders)
+            return Response({"orders": orders}, status=status.HTTP_201_CREATED)
+        return self.cancel(request, raw)
+
+    def delete(self, request, format=None):
+        return self.cancel(request, request._request.body)
+
+    def cancel(self, request, raw):
+        data = request.data
+        s = IdsSerializer(data=data if isinstance(data, dict) else {"ids": data})
+        s.is_valid(raise_exception=True)
+        ids = [str(i) for i in s.validated_data["ids"]]
+        _record(request, raw, "cancel", ids=ids)
+        return Response({"canceled_orders": ids, "not_canceled_orders": []})
+
+
+class StatusView(APIView):
+    """GET /api/v1/odr/orders/<ids>/: ids joined by commas, read as a
+    Django view commonly does (int of each part)."""
+
+    def get(self, request, ids, format=None):
+        read = [str(int(i)) for i in ids.split(",")]
+        _record(request, b"", "status", ids=read)
+        return Response([{"id": int(i), "state": "active"} for i in read])
+
+
+class BulkRecordView(APIView):
+    """What the test reads back: every bulk request and status read."""
+
+    authentication_classes = []
+    permission_classes = [AllowAny]
+
+    def get(self, request, format=None):
+        with _lock:
+            return Response(list(_bulk))
 
 
 class MarketsView(APIView):
