@@ -42,21 +42,25 @@ func (g *Gateway) authenticate(st *requestState, r *http.Request) *apierror.Erro
 	switch {
 	case !present:
 		if route.Auth == config.AuthRequired {
+			st.authFailed = "no_credentials"
 			return errNotAuthenticated
 		}
 		return nil
 	case !ok:
+		st.authFailed = badAuthHeader(r.Header["Authorization"])
 		return errBadAuthHeader
 	}
 	if g.verifier != nil {
 		id, reason := g.verifier.Verify(t)
 		if reason != "" {
 			g.metrics.AuthFailure(string(reason))
+			st.authFailed = string(reason)
 			return errTokenNotValid
 		}
 		st.caller.id = id
 	} else if identity.IsJWS(t) && !identity.CanonicalJWS(t) {
 		g.metrics.AuthFailure(string(identity.ReasonNoncanonical))
+		st.authFailed = string(identity.ReasonNoncanonical)
 		return errTokenNotValid
 	}
 	if v := r.Header["Authorization"][0]; !strings.HasPrefix(v, bearerPrefix) {
@@ -93,6 +97,19 @@ func bearerToken(h http.Header) (token string, present, ok bool) {
 		return "", true, false
 	}
 	return t, true, true
+}
+
+// badAuthHeader says why bearerToken refused Authorization headers vs,
+// for the access log: repeated, another scheme than Bearer, or a
+// malformed token (not a token68, or too long).
+func badAuthHeader(vs []string) string {
+	switch {
+	case len(vs) > 1:
+		return "repeated_header"
+	case len(vs[0]) <= len(bearerPrefix) || !strings.EqualFold(vs[0][:len(bearerPrefix)], bearerPrefix):
+		return "not_bearer"
+	}
+	return "malformed_token"
 }
 
 // isToken68 reports whether s is an RFC 7235 token68:

@@ -13,6 +13,8 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/exgate/exgate/config"
 	"github.com/exgate/exgate/identity"
@@ -267,24 +269,30 @@ func TestAuthFailuresCountedByReason(t *testing.T) {
 	}
 	reg := prometheus.NewRegistry()
 	m, _ := metrics.New(reg, metrics.BuildInfo{})
-	gw, err := New(cfg, Options{Transport: backendEcho{}, Limits: enf, Verifier: v, Metrics: m})
+	core, logs := observer.New(zap.InfoLevel)
+	gw, err := New(cfg, Options{Transport: backendEcho{}, Limits: enf, Verifier: v, Metrics: m, Logger: zap.New(core)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	good := signedToken(t, secret, 42, "access")
-	for _, tok := range []string{
-		signedToken(t, "some-other-secret-0123456789", 42, "access"), // bad_signature
-		signedToken(t, secret, 42, "refresh"),                        // wrong_type
-		signedToken(t, secret, 42, "refresh"),                        // wrong_type
-		good + "=",                                                   // noncanonical
-		"opaque",                                                     // malformed
+	for _, tc := range []struct{ token, reason string }{
+		{signedToken(t, "some-other-secret-0123456789", 42, "access"), "bad_signature"},
+		{signedToken(t, secret, 42, "refresh"), "wrong_type"},
+		{signedToken(t, secret, 42, "refresh"), "wrong_type"},
+		{good + "=", "noncanonical"},
+		{"opaque", "malformed"},
 	} {
 		req := httptest.NewRequest("GET", "/api/v1/mkt/markets/", nil)
-		req.Header["Authorization"] = []string{"Bearer " + tok}
+		req.Header["Authorization"] = []string{"Bearer " + tc.token}
 		rec := httptest.NewRecorder()
 		gw.ServeHTTP(rec, req)
 		if rec.Code != http.StatusUnauthorized {
-			t.Fatalf("%q: %d", tok, rec.Code)
+			t.Fatalf("%q: %d", tc.token, rec.Code)
+		}
+		// The access log line says why, as the metric does.
+		lines := logs.FilterMessage("request").All()
+		if f := lines[len(lines)-1].ContextMap(); f["auth_failure"] != tc.reason || f["code"] != "token_not_valid" {
+			t.Errorf("%s: access log %v", tc.reason, f)
 		}
 	}
 	want := `

@@ -40,6 +40,12 @@ const StatusClientClosed = 499
 type Options struct {
 	// Logger receives the access log and errors. Nil means no logging.
 	Logger *zap.Logger
+	// Evidence receives the access log lines that are evidence — of an
+	// order or a cancel (a route of class place or cancel), and of every
+	// refusal (a status of 400 or more, or an answer exgate gave itself)
+	// — which log sampling must never drop; the composition root gives it
+	// the logger's core without the sampler. Nil means Logger.
+	Evidence *zap.Logger
 	// Now is the clock. Nil means time.Now.
 	Now func() time.Time
 	// Transport carries requests to the backend. Nil means
@@ -99,6 +105,7 @@ type Gateway struct {
 	forwarded    bool   // client_ip.header is "forwarded"
 	clientHeader string // the canonical name of client_ip.header
 	log          *zap.Logger
+	evidence     *zap.Logger // the access log lines sampling must keep
 	access       bool
 	now          func() time.Time
 	ids          *requestIDs
@@ -140,6 +147,10 @@ func New(cfg *config.Config, opts Options) (*Gateway, error) {
 	}
 	if g.log == nil {
 		g.log = zap.NewNop()
+	}
+	g.evidence = opts.Evidence
+	if g.evidence == nil {
+		g.evidence = g.log
 	}
 	if g.now == nil {
 		g.now = time.Now
@@ -289,7 +300,15 @@ type requestState struct {
 	bodyTaken  bool            // the body was read whole or handed to the backend (see refuse)
 	forwarded  bool            // the client sent X-Forwarded-* headers (scanHeader)
 	code       string          // the code of exgate's own error answer (refuse), or ""
+	authFailed string          // why a 401 refused the request's credentials (the access log's auth_failure), or ""
 	replayed   bool            // the answer is an order's recorded response, replayed
+}
+
+// evidence reports whether the request's access log line must survive
+// log sampling: an order or a cancel, or a refusal — by exgate or the
+// backend, 499 included.
+func (st *requestState) evidence() bool {
+	return st.rw.status >= 400 || st.code != "" || st.route != nil && st.route.evidence
 }
 
 // rewrite turns the inbound request into the outbound one. The inbound URL
@@ -485,7 +504,11 @@ func (g *Gateway) logAccess(st *requestState, r *http.Request, extra ...zap.Fiel
 	if !g.access {
 		return
 	}
-	ce := g.log.Check(zapcore.InfoLevel, "request")
+	lg := g.log
+	if st.evidence() {
+		lg = g.evidence
+	}
+	ce := lg.Check(zapcore.InfoLevel, "request")
 	if ce == nil {
 		return
 	}
@@ -493,22 +516,29 @@ func (g *Gateway) logAccess(st *requestState, r *http.Request, extra ...zap.Fiel
 	if st.route != nil {
 		route = st.route.Name
 	}
-	fields := make([]zap.Field, 0, 18+len(extra))
+	fields := make([]zap.Field, 0, 21+len(extra))
 	fields = append(fields,
 		zap.String("request_id", st.id),
 		zap.String("route", route),
 		zap.String("method", r.Method),
 		zap.String("path", st.path),
+		zap.String("protocol", r.Proto),
 		zap.Int("status", st.rw.status),
 		zap.Duration("duration", g.now().Sub(st.start)),
 		zap.Int64("bytes", st.rw.bytes),
 		zap.String("peer", r.RemoteAddr),
 	)
+	if ua := r.Header["User-Agent"]; len(ua) > 0 {
+		fields = append(fields, zap.String("user_agent", userAgent(ua[0], r)))
+	}
 	if st.code != "" {
 		// Why exgate answered itself (duplicate_protection_unavailable,
 		// rate_limit_unavailable, throttled, …): the status alone does
 		// not tell one 503 from another.
 		fields = append(fields, zap.String("code", st.code))
+	}
+	if st.authFailed != "" {
+		fields = append(fields, zap.String("auth_failure", st.authFailed))
 	}
 	if st.replayed {
 		fields = append(fields, zap.Bool("replayed", true))
@@ -532,6 +562,24 @@ func (g *Gateway) logAccess(st *requestState, r *http.Request, extra ...zap.Fiel
 		fields = append(fields, zap.NamedError("upstream_error", st.upErr))
 	}
 	ce.Write(append(fields, extra...)...)
+}
+
+// maxUserAgent bounds the user agent an access log line carries.
+const maxUserAgent = 256
+
+// userAgent is the user agent as the access log writes it: at most
+// maxUserAgent bytes, and never the request's bearer token, should a
+// client have put it there.
+func userAgent(ua string, r *http.Request) string {
+	if auth := r.Header["Authorization"]; len(auth) > 0 {
+		if _, t, ok := strings.Cut(auth[0], " "); ok && len(t) >= 8 && strings.Contains(ua, t) {
+			ua = strings.ReplaceAll(ua, t, "[token]")
+		}
+	}
+	if len(ua) > maxUserAgent {
+		ua = ua[:maxUserAgent]
+	}
+	return ua
 }
 
 // limitFields adds the rate-limit decision to an access log line: the

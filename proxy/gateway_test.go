@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -18,6 +19,7 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/exgate/exgate/config"
@@ -112,6 +114,12 @@ func serve(t *testing.T, cfg *config.Config, be *backend, opts Options) *env {
 	t.Helper()
 	core, logs := observer.New(zap.InfoLevel)
 	opts.Logger = zap.New(core)
+	return serveLogged(t, cfg, be, opts, logs)
+}
+
+// serveLogged is serve with the loggers of opts, which write to logs.
+func serveLogged(t *testing.T, cfg *config.Config, be *backend, opts Options, logs *observer.ObservedLogs) *env {
+	t.Helper()
 	gw, err := New(cfg, opts)
 	if err != nil {
 		t.Fatal(err)
@@ -405,5 +413,102 @@ func TestAccessLogNeverHoldsTheToken(t *testing.T) {
 		if strings.Contains(fmt.Sprint(v), "very-secret") {
 			t.Errorf("access log field %s holds the token: %v", k, v)
 		}
+	}
+}
+
+// TestAccessLogEvidenceNotSampled: with log sampling keeping one line of
+// a message an hour, the access log still has a line for every order,
+// every cancel and every refusal (exgate's or the backend's); the other
+// requests' lines are sampled.
+func TestAccessLogEvidenceNotSampled(t *testing.T) {
+	be := &backend{}
+	bs := httptest.NewServer(be)
+	t.Cleanup(bs.Close)
+	cfg := config.Default()
+	cfg.Upstream.URL = config.MustURL(bs.URL)
+	core, logs := observer.New(zap.InfoLevel)
+	e := serveLogged(t, cfg, be, Options{
+		Logger:   zap.New(zapcore.NewSamplerWithOptions(core, time.Hour, 1, 0)),
+		Evidence: zap.New(core),
+	}, logs)
+	const n = 10
+	send := func(method, path string, header ...string) {
+		for range n {
+			res := do(t, method, e.url+path, strings.NewReader(`{}`), header...)
+			io.Copy(io.Discard, res.Body)
+			res.Body.Close()
+		}
+	}
+	token := []string{"Authorization", "Bearer opaque-token-1"}
+	send("GET", "/api/v1/mkt/markets/")                // sampled
+	send("GET", "/api/v1/odr/fills/", token...)        // sampled
+	send("POST", "/api/v1/odr/orders/")                // 401: a refusal, and an order
+	send("POST", "/api/v1/odr/orders/", token...)      // orders
+	send("DELETE", "/api/v1/odr/orders/17/", token...) // cancels
+	send("POST", "/api/v1/odr/orders/bulk/", token...) // a bulk (refused: no validator)
+	send("GET", "/api/v1/mkt%2Fmarkets/")              // refused path
+	be.handler = func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNotFound) }
+	send("GET", "/api/v1/mkt/currencies/") // the backend's refusal
+
+	count := map[string]int{}
+	for _, l := range logs.FilterMessage("request").All() {
+		f := l.ContextMap()
+		count[fmt.Sprint(f["route"], " ", f["status"])]++
+	}
+	want := map[string]int{
+		"place_order 401": n, "place_order 200": n, "cancel_order 200": n, "bulk_orders 503": n,
+		"default 400": n, "list_currencies 404": n,
+	}
+	sampled := count["list_markets 200"] + count["list_fills 200"]
+	delete(count, "list_markets 200")
+	delete(count, "list_fills 200")
+	if !maps.Equal(count, want) || sampled != 1 {
+		t.Errorf("access log lines %v and %d of the other requests', want %v and 1", count, sampled, want)
+	}
+}
+
+// TestAccessLogNamesTheClient: a line says the request's protocol and
+// user agent — cut at 256 bytes, and never with the request's token,
+// should the client have put it there — and why a 401 refused its
+// credentials.
+func TestAccessLogNamesTheClient(t *testing.T) {
+	e := startEnv(t, nil)
+	const token = "Zm9yZ2VkLXNlY3JldC10b2tlbg"
+	for _, tc := range []struct {
+		name     string
+		header   []string
+		ua, fail string
+	}{
+		{"no credentials", nil, "curl/8.14.1", "no_credentials"},
+		{"another scheme", []string{"Authorization", "Basic " + token}, "python-requests/2.32", "not_bearer"},
+		{"a malformed token", []string{"Authorization", "Bearer a b"}, "ccxt/4.2", "malformed_token"},
+		{"a non-canonical JWT", []string{"Authorization", "Bearer eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxIn0.c2ln="}, "bot/1", "noncanonical"},
+		{"the token in the user agent", []string{"Authorization", "Bearer " + token}, "bot/1 (" + token + ")", ""},
+		{"a long user agent", []string{"Authorization", "Bearer " + token}, strings.Repeat("u", 1000), ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			res := do(t, "GET", e.url+"/api/v1/odr/fills/", nil, append([]string{"User-Agent", tc.ua}, tc.header...)...)
+			res.Body.Close()
+			lines := e.logs.FilterMessage("request").All()
+			f := lines[len(lines)-1].ContextMap()
+			wantUA := strings.ReplaceAll(tc.ua, token, "[token]")
+			wantUA = wantUA[:min(len(wantUA), 256)]
+			if f["protocol"] != "HTTP/1.1" || f["user_agent"] != wantUA || f["auth_failure"] != nil && f["auth_failure"] != tc.fail ||
+				tc.fail != "" && f["auth_failure"] != tc.fail {
+				t.Errorf("access log %v", f)
+			}
+			for k, v := range f {
+				if strings.Contains(fmt.Sprint(v), token) {
+					t.Errorf("access log field %s holds the token: %v", k, v)
+				}
+			}
+		})
+	}
+	// Two Authorization headers.
+	res := rawRequest(t, e.addr, "GET /api/v1/odr/fills/ HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer a\r\nAuthorization: Bearer b\r\n\r\n")
+	res.Body.Close()
+	lines := e.logs.FilterMessage("request").All()
+	if f := lines[len(lines)-1].ContextMap(); f["auth_failure"] != "repeated_header" || f["user_agent"] != nil {
+		t.Errorf("access log of two Authorization headers: %v", f)
 	}
 }

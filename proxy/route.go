@@ -27,6 +27,7 @@ type Route struct {
 	metrics      *metrics.RouteMetrics              // nil: no metrics
 	limitMetrics []map[string]*metrics.LimitMetrics // by limit index, then tier ("" for none)
 	admission    *routeAdmission                    // class and in-flight cap under overload
+	evidence     bool                               // orders and cancels: the access log never samples them
 
 	method   string    // "" for any known method
 	segs     []segment // nil for the default route
@@ -62,6 +63,9 @@ func compileTable(cfg *config.Config) *table {
 			Timeout: cfg.RouteTimeout(&rc),
 			Config:  rc,
 			method:  rc.Match.Method,
+			// The route's class says what its requests are; a bulk route
+			// is of class place, and a bulk cancel is a cancel.
+			evidence: rc.Priority == config.PriorityPlace || rc.Priority == config.PriorityCancel || rc.Validate != "",
 		}
 		if r.Auth == "" {
 			r.Auth = config.AuthNone

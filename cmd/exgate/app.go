@@ -29,7 +29,10 @@ import (
 
 // deps are the explicit dependencies of the gateway process.
 type deps struct {
-	log        *zap.Logger
+	log *zap.Logger
+	// evidence writes what log sampling must keep (newLogger). Nil means
+	// log.
+	evidence   *zap.Logger
 	now        func() time.Time
 	dev        bool
 	getenv     func(string) (string, bool) // nil: empty environment
@@ -95,6 +98,9 @@ func newApp(cfg *config.Config, d deps) (*app, error) {
 	if d.getenv == nil {
 		d.getenv = func(string) (string, bool) { return "", false }
 	}
+	if d.evidence == nil {
+		d.evidence = d.log
+	}
 	if d.dev {
 		d.getenv = devGetenv(d.getenv)
 	}
@@ -147,7 +153,7 @@ func (a *app) wire(cfg *config.Config) error {
 		return err
 	}
 	opts := proxy.Options{
-		Logger: a.log.Named("gateway"), Now: a.d.now, Transport: transport,
+		Logger: a.log.Named("gateway"), Evidence: a.d.evidence.Named("gateway"), Now: a.d.now, Transport: transport,
 		Limits: a.limits.Enforcer, Rules: limiter.Compile(cfg, tokens).WithUsers(users), Metrics: a.metrics,
 		Validator: validator, Verifier: verifier, Top: a.top,
 	}
@@ -374,8 +380,10 @@ func (a *app) closeStores() {
 
 // wait serves until ctx ends or a server fails, then shuts down: /readyz
 // turns 503, the listeners close, in-flight requests get up to
-// server.shutdown_timeout to finish. It returns the exit code.
-func (a *app) wait(ctx context.Context) int {
+// server.shutdown_timeout to finish. It returns the exit code and why the
+// gateway stopped (the signal, the server's failure, and requests cut by
+// the shutdown timeout).
+func (a *app) wait(ctx context.Context) (int, string) {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
@@ -385,15 +393,15 @@ func (a *app) wait(ctx context.Context) int {
 		defer stopWatch()
 		go a.watchFiles(wctx, a.cfg.ReloadInterval, changed)
 	}
-	code := 0
+	code, why := 0, ""
 	for running := true; running; {
 		select {
 		case <-ctx.Done():
 			a.log.Info("shutting down", zap.Duration("timeout", a.cfg.Server.ShutdownTimeout))
-			running = false
+			why, running = context.Cause(ctx).Error(), false
 		case err := <-a.errc:
 			a.log.Error("server failed", zap.Error(err))
-			code, running = 1, false
+			code, why, running = 1, "server failed: "+err.Error(), false
 		case <-hup:
 			a.reloadNow()
 		case <-changed:
@@ -402,9 +410,9 @@ func (a *app) wait(ctx context.Context) int {
 	}
 	if err := a.shutdown(); err != nil {
 		a.log.Error("shutdown incomplete", zap.Error(err))
-		code = 1
+		code, why = 1, why+"; shutdown incomplete, requests still running were cut: "+err.Error()
 	}
-	return code
+	return code, why
 }
 
 // shutdown drains and stops every server: /readyz turns 503 at once, the

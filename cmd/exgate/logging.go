@@ -15,15 +15,18 @@ import (
 	"github.com/exgate/exgate/internal/lograte"
 )
 
-// newLogger builds the process logger: JSON on stderr, or a console
-// encoder in dev mode, sampled when log.sampling says so. Outside dev mode
-// lines are written in batches (256 KiB, at most a second late) rather
-// than one write system call per access log line; gatewayCommand syncs
-// the logger before the process exits.
-func newLogger(lc config.Log, dev bool, w io.Writer) (*zap.Logger, error) {
+// newLogger builds the process loggers: JSON on stderr, or a console
+// encoder in dev mode. Outside dev mode lines are written in batches
+// (256 KiB, at most a second late) rather than one write system call per
+// access log line; gatewayCommand syncs them before the process exits.
+// Both write the same lines to the same place: log is sampled when
+// log.sampling says so, evidence never is — it writes what sampling must
+// not thin out under load, the access log lines of orders, cancels and
+// refusals (proxy.Options.Evidence) and the last line at exit.
+func newLogger(lc config.Log, dev bool, w io.Writer) (log, evidence *zap.Logger, err error) {
 	lvl, err := zapcore.ParseLevel(lc.Level)
 	if err != nil {
-		return nil, fmt.Errorf("log.level: %w", err)
+		return nil, nil, fmt.Errorf("log.level: %w", err)
 	}
 	encCfg := zap.NewProductionEncoderConfig()
 	encCfg.TimeKey = "time"
@@ -39,10 +42,12 @@ func newLogger(lc config.Log, dev bool, w io.Writer) (*zap.Logger, error) {
 		ws = &zapcore.BufferedWriteSyncer{WS: zapcore.AddSync(w), Size: 256 << 10, FlushInterval: time.Second}
 	}
 	core := zapcore.NewCore(enc, ws, lvl)
+	sampled := core
 	if lc.Sampling.Initial > 0 {
-		core = zapcore.NewSamplerWithOptions(core, time.Second, lc.Sampling.Initial, lc.Sampling.Thereafter)
+		sampled = zapcore.NewSamplerWithOptions(core, time.Second, lc.Sampling.Initial, lc.Sampling.Thereafter)
 	}
-	return zap.New(core, zap.ErrorOutput(zapcore.Lock(zapcore.AddSync(w)))), nil
+	errOut := zap.ErrorOutput(zapcore.Lock(zapcore.AddSync(w)))
+	return zap.New(sampled, errOut), zap.New(core, errOut), nil
 }
 
 // redisLogger sends go-redis's own log lines (pool dial failures, …) to

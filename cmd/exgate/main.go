@@ -123,7 +123,7 @@ func gatewayCommand(ctx context.Context, args []string, getenv func(string) (str
 		return 0
 	}
 
-	log, err := newLogger(cfg.Log, *dev, stderr)
+	log, evidence, err := newLogger(cfg.Log, *dev, stderr)
 	if err != nil {
 		fmt.Fprintln(stderr, "exgate:", err)
 		return 2
@@ -135,13 +135,26 @@ func gatewayCommand(ctx context.Context, args []string, getenv func(string) (str
 	if *dev {
 		getenv = devSecret(getenv, cfg.Limiter.KeySecretEnv)
 	}
-	a, err := start(cfg, deps{log: log, now: time.Now, dev: *dev, getenv: getenv, configPath: *configPath})
+	a, err := start(cfg, deps{log: log, evidence: evidence, now: time.Now, dev: *dev, getenv: getenv, configPath: *configPath})
 	if err != nil {
 		log.Error("cannot start", zap.Error(err))
-		return 1
+		return stopped(evidence, 1, "cannot start: "+err.Error())
 	}
 	if *dev {
 		printDevBanner(stdout, a)
 	}
-	return a.wait(ctx)
+	code, why := a.wait(ctx)
+	return stopped(evidence, code, why)
+}
+
+// stopped writes the process's last log line — its exit code and why it
+// stops — and returns the code. A line at error level says the exit is
+// not a clean stop.
+func stopped(log *zap.Logger, code int, why string) int {
+	lvl := zap.InfoLevel
+	if code != 0 {
+		lvl = zap.ErrorLevel
+	}
+	log.Log(lvl, "exgate stopped", zap.Int("exit_code", code), zap.String("reason", why))
+	return code
 }

@@ -407,7 +407,7 @@ func TestReloadOnFileChange(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan int)
-	go func() { done <- a.wait(ctx) }()
+	go func() { code, _ := a.wait(ctx); done <- code }()
 	t.Cleanup(func() { cancel(); <-done })
 	waitLog := func(msg string) {
 		t.Helper()
@@ -602,7 +602,7 @@ func TestReloadReportIsTrue(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan int)
-	go func() { done <- a.wait(ctx) }()
+	go func() { code, _ := a.wait(ctx); done <- code }()
 	t.Cleanup(func() { cancel(); <-done })
 	waitCatalogue(t, a)
 	gw := "http://" + a.addr

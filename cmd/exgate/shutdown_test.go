@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -134,6 +135,12 @@ func TestShutdownBinary(t *testing.T) {
 			t.Error("the request still running at the shutdown timeout was answered")
 		}
 		logs.wait(t, "shutdown incomplete", 0)
+		// The last line says so: exit code 1, the signal, the requests cut.
+		line, _ := logs.wait(t, "exgate stopped", 0)
+		if !strings.Contains(line, `"exit_code":1`) || !strings.Contains(line, "terminated signal received; shutdown incomplete") ||
+			!strings.Contains(line, `"level":"error"`) {
+			t.Errorf("the last line: %s", line)
+		}
 	})
 
 	t.Run("second signal", func(t *testing.T) {
