@@ -65,7 +65,7 @@ func compileTable(cfg *config.Config) *table {
 			method:  rc.Match.Method,
 			// The route's class says what its requests are; a bulk route
 			// is of class place, and a bulk cancel is a cancel.
-			evidence: rc.Priority == config.PriorityPlace || rc.Priority == config.PriorityCancel || rc.Validate != "",
+			evidence: rc.Priority == config.PriorityPlace || rc.Priority == config.PriorityCancel,
 		}
 		if r.Auth == "" {
 			r.Auth = config.AuthNone
