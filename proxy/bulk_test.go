@@ -47,6 +47,12 @@ func placedBulk(w http.ResponseWriter, r *http.Request) {
 	_, _ = io.WriteString(w, `[{"id":1}]`)
 }
 
+// perHour sets the first limit of route to n an hour, n at once.
+func perHour(c *config.Config, route string, n int) {
+	l := &c.Route(route).Limits[0]
+	l.Rate, l.Burst = config.Rate{N: int64(n), Period: time.Hour}, n
+}
+
 // remaining is the order allowance's remaining count after a request, from
 // its RateLimit header ("token";r=N;t=…).
 func remaining(t *testing.T, res *http.Response) string {
@@ -139,10 +145,8 @@ func TestBulkForwardedCanonically(t *testing.T) {
 // allowance is spent.
 func TestBulkChargedPerOrder(t *testing.T) {
 	e := startOrdersConfig(t, placedBulk, nil, func(c *config.Config) {
-		c.Route("place_order").Limits[0].Rate = config.Rate{N: 10, Period: time.Hour}
-		c.Route("place_order").Limits[0].Burst = 10
-		c.Route("cancel_order").Limits[0].Rate = config.Rate{N: 3, Period: time.Hour}
-		c.Route("cancel_order").Limits[0].Burst = 3
+		perHour(c, "place_order", 10)
+		perHour(c, "cancel_order", 3)
 	})
 	res := postBulk(t, e, bulkOf(4, ""))
 	res.Body.Close()

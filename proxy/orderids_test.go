@@ -4,7 +4,6 @@ import (
 	"net/http"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/exgate/exgate/config"
 )
@@ -16,10 +15,8 @@ import (
 // before anything is charged or forwarded.
 func TestOrderIDsInPath(t *testing.T) {
 	e := startOrdersConfig(t, placedBulk, nil, func(c *config.Config) {
-		c.Route("get_orders").Limits[0].Rate = config.Rate{N: 20, Period: time.Hour}
-		c.Route("get_orders").Limits[0].Burst = 20
-		c.Route("cancel_order").Limits[0].Rate = config.Rate{N: 4, Period: time.Hour}
-		c.Route("cancel_order").Limits[0].Burst = 4
+		perHour(c, "get_orders", 20)
+		perHour(c, "cancel_order", 4)
 		c.Validation.Bulk.MaxOrders = 5
 	})
 	auth := []string{"Authorization", "Bearer tok"}
@@ -81,8 +78,7 @@ func TestOrderIDsInPath(t *testing.T) {
 // and never reaches the backend.
 func TestBulkCancelByDelete(t *testing.T) {
 	e := startOrdersConfig(t, placedBulk, nil, func(c *config.Config) {
-		c.Route("cancel_order").Limits[0].Rate = config.Rate{N: 5, Period: time.Hour}
-		c.Route("cancel_order").Limits[0].Burst = 5
+		perHour(c, "cancel_order", 5)
 	})
 	h := []string{"Authorization", "Bearer tok", "Content-Type", "application/json"}
 	del := func(body string) *http.Response {

@@ -32,6 +32,24 @@ func buildBinary(t *testing.T) string {
 	return bin
 }
 
+// startBinary runs bin with the configuration file cfgPath and env added
+// to the environment, until the test ends, and waits for its start line.
+// It returns the process, its log and the index of the line after the
+// start line.
+func startBinary(t *testing.T, bin, cfgPath string, env ...string) (*exec.Cmd, *logWatcher, int) {
+	t.Helper()
+	cmd := exec.Command(bin, "-config", cfgPath)
+	cmd.Env = append(os.Environ(), env...)
+	stderr, _ := cmd.StderrPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	logs := watchLog(stderr)
+	_, seen := logs.wait(t, "exgate started", 0)
+	return cmd, logs, seen
+}
+
 // quickstart returns the README's quick-start shell block.
 func quickstart(t *testing.T) string {
 	t.Helper()

@@ -27,21 +27,11 @@ type bulkRead struct {
 
 func (b *drfBackend) bulkReads(t *testing.T) map[string]bulkRead {
 	t.Helper()
-	res, err := http.Get(b.url + "/test/bulk/")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer res.Body.Close()
 	var rs []bulkRead
-	if err := json.NewDecoder(res.Body).Decode(&rs); err != nil {
-		t.Fatal(err)
-	}
+	b.read(t, "/test/bulk/", &rs)
 	out := map[string]bulkRead{}
 	for _, r := range rs {
-		id := r.RequestID
-		if j := strings.LastIndexByte(id, '.'); j >= 0 {
-			id = id[:j] // exgate's own part after the client's id
-		}
+		id := clientRequestID(r.RequestID)
 		if _, dup := out[id]; dup {
 			t.Errorf("request %s reached DRF twice", id)
 		}

@@ -127,23 +127,36 @@ type placement struct {
 
 func (b *drfBackend) placed(t *testing.T) []placement {
 	t.Helper()
-	res, err := http.Get(b.url + "/test/placed/")
+	var ps []placement
+	b.read(t, "/test/placed/", &ps)
+	for i := range ps {
+		ps[i].RequestID = clientRequestID(ps[i].RequestID)
+	}
+	return ps
+}
+
+// read decodes what the DRF backend's test endpoint at path returns into
+// v.
+func (b *drfBackend) read(t *testing.T, path string, v any) {
+	t.Helper()
+	res, err := http.Get(b.url + path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer res.Body.Close()
-	var ps []placement
-	if err := json.NewDecoder(res.Body).Decode(&ps); err != nil {
+	if err := json.NewDecoder(res.Body).Decode(v); err != nil {
 		t.Fatal(err)
 	}
-	for i := range ps {
-		// exgate sends a client's X-Request-ID with a part of its own
-		// after a last dot (no two requests in flight share one).
-		if j := strings.LastIndexByte(ps[i].RequestID, '.'); j >= 0 {
-			ps[i].RequestID = ps[i].RequestID[:j]
-		}
+}
+
+// clientRequestID is the client's X-Request-ID of a request the backend
+// received: exgate sends it with a part of its own after a last dot (no
+// two requests in flight share one).
+func clientRequestID(id string) string {
+	if j := strings.LastIndexByte(id, '.'); j >= 0 {
+		return id[:j]
 	}
-	return ps
+	return id
 }
 
 // drfCase is one request of the differential test.

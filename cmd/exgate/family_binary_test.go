@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -81,15 +80,7 @@ func TestOrderFamilyShapesBinary(t *testing.T) {
 	if err := os.WriteFile(cfgPath, []byte(fmt.Sprintf(familyConfig, listen, admin, bs.URL)), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(bin, "-config", cfgPath)
-	cmd.Env = append(os.Environ(), "EXGATE_KEY_SECRET="+keySecret)
-	stderr, _ := cmd.StderrPipe()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	logs := watchLog(stderr)
-	logs.wait(t, "exgate started", 0)
+	startBinary(t, bin, cfgPath, "EXGATE_KEY_SECRET="+keySecret)
 	base := "http://" + listen
 	waitReady(t, "http://"+admin+"/readyz")
 	token := authenticate(t, base)

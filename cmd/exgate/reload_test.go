@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"slices"
@@ -120,15 +119,7 @@ func TestReloadBinary(t *testing.T) {
 	write("exgate.yaml", fmt.Sprintf(reloadConfig, listen, admin, bs.URL, "2000/1h", "3/1h"))
 	write("tokens.yaml", "tokens: {}\n")
 
-	cmd := exec.Command(bin, "-config", cfgPath)
-	cmd.Env = append(os.Environ(), "EXGATE_KEY_SECRET="+keySecret)
-	stderr, _ := cmd.StderrPipe()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
-	logs := watchLog(stderr)
-	_, seen := logs.wait(t, "exgate started", 0)
+	cmd, logs, seen := startBinary(t, bin, cfgPath, "EXGATE_KEY_SECRET="+keySecret)
 
 	base := "http://" + listen + "/api/v1/mkt/markets/"
 	// Background traffic through every reload: nothing may fail.

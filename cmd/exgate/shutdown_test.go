@@ -59,14 +59,7 @@ func TestShutdownBinary(t *testing.T) {
 		if err := os.WriteFile(path, []byte(fmt.Sprintf(shutdownConfig, listen, admin, backend.URL, drain, timeout)), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		cmd := exec.Command(bin, "-config", path)
-		stderr, _ := cmd.StderrPipe()
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-		logs := watchLog(stderr)
-		logs.wait(t, "exgate started", 0)
+		cmd, logs, _ := startBinary(t, bin, path)
 		return cmd, logs, "http://" + listen, "http://" + admin
 	}
 
