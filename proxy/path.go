@@ -23,11 +23,12 @@ const (
 )
 
 // isPathByte reports whether c may stand in a canonical path: an RFC 3986
-// path character without "%" and ";" (config.IsPathChar), or a brace. The
-// API's order status by id list is "/api/v1/odr/orders/{id1,id2}/"; its
-// clients send the braces raw or as %7B and %7D, and the backend reads
-// them decoded. Braces separate nothing, so exgate keeps them decoded in
-// the canonical path and net/url escapes them again when forwarding.
+// path character without "%" and ";" (config.IsPathChar), or a brace,
+// which clients send raw or as %7B and %7D and backends read decoded.
+// Braces separate nothing, so exgate keeps them decoded in the canonical
+// path and net/url escapes them again when forwarding. (The API's order
+// id list is "3,2", without braces; a route that checks one refuses them,
+// orderids.go.)
 func isPathByte(c byte) bool {
 	return config.IsPathChar(c) || c == '{' || c == '}'
 }
