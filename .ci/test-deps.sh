@@ -14,6 +14,7 @@ declare -A need=(
   [promtool]=prometheus         # checks scrapes and alert rules; a real Prometheus scrapes exgate
   [haproxy]=haproxy             # sends the PROXY protocol (v1 and v2) to exgate in the edge tests
   [chromium]=chromium           # browser tests (cmd/exgate): a page on another origin trades through the CORS policy; the operator console, driven with chromedp
+  [yq]=yq                       # deploy tests run the Kubernetes ConfigMap's check-config recipe with Debian's yq
 )
 
 missing=()

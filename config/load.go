@@ -36,6 +36,18 @@ func Load(path string, getenv func(string) (string, bool)) (*Config, error) {
 	if path == "" {
 		return Parse("", nil, getenv)
 	}
+	data, err := ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return Parse(path, data, getenv)
+}
+
+// ReadFile reads the configuration file at path, whatever it is (a
+// regular file, a pipe such as /dev/stdin, a device), once: up to one
+// byte past MaxFileSize, so that Parse can say it is too large. A problem
+// is returned as Errors.
+func ReadFile(path string) ([]byte, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, Errors{{Msg: err.Error()}}
@@ -45,7 +57,7 @@ func Load(path string, getenv func(string) (string, bool)) (*Config, error) {
 	if err != nil {
 		return nil, Errors{{Msg: fmt.Sprintf("%s: %v", path, err)}}
 	}
-	return Parse(path, data, getenv)
+	return data, nil
 }
 
 // Parse is Load for a document already in memory; name (typically the
@@ -57,12 +69,24 @@ func Load(path string, getenv func(string) (string, bool)) (*Config, error) {
 // table, and each new list element starts from its zero value). A key
 // given as null (or with nothing after it) leaves the default in place.
 func Parse(name string, data []byte, getenv func(string) (string, bool)) (*Config, error) {
+	c, col := parse(name, data, getenv)
+	if err := col.result(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// parse decodes data over the defaults, applies the environment and
+// validates the result, collecting every problem in the collector it
+// returns. The configuration is nil only when data is too large;
+// otherwise it holds what could be decoded, problems and all.
+func parse(name string, data []byte, getenv func(string) (string, bool)) (*Config, *collector) {
 	c := Default()
 	src := &sources{lines: map[string]int{}, envs: map[string]string{}}
 	col := &collector{}
 	if len(data) > MaxFileSize {
 		col.add(&FieldError{Msg: fmt.Sprintf("%slarger than %d bytes", label(name), MaxFileSize)})
-		return nil, col.result()
+		return nil, col
 	}
 	if root, err := decodeDocument(name, data); err != nil {
 		col.add(err)
@@ -79,30 +103,7 @@ func Parse(name string, data []byte, getenv func(string) (string, bool)) (*Confi
 
 	col.startChecks(src)
 	c.validate(col)
-	if err := col.result(); err != nil {
-		return nil, err
-	}
-	return c, nil
-}
-
-// CheckFile loads the file at path as Load does and writes every problem
-// to w, one per line, or "ok" when there is none. It reports whether the
-// file is valid. It backs `exgate check-config FILE`.
-func CheckFile(path string, getenv func(string) (string, bool), w io.Writer) (ok bool) {
-	_, err := Load(path, getenv)
-	if err == nil {
-		fmt.Fprintln(w, "ok")
-		return true
-	}
-	var es Errors
-	if errors.As(err, &es) {
-		for _, e := range es {
-			fmt.Fprintln(w, e.Error())
-		}
-	} else {
-		fmt.Fprintln(w, err.Error())
-	}
-	return false
+	return c, col
 }
 
 // label returns "name: " or "" for messages about the whole document.

@@ -474,7 +474,8 @@ func TestCheckFile(t *testing.T) {
 		ok   bool
 		out  string
 	}{
-		{"testdata/full.yaml", nil, true, "ok\n"},
+		{"testdata/full.yaml", nil, true, "warning: client_ip.trusted_proxies[0]: 10.0.0.0/8 trusts 16777216 addresses: any host in it can send an X-Forwarded-For naming any address, and is limited and logged as that address; narrow it to your proxies' addresses (line 25)\n" +
+			"warning: client_ip.trusted_proxies[2]: fd00::/8 trusts 2^120 addresses: any host in it can send an X-Forwarded-For naming any address, and is limited and logged as that address; narrow it to your proxies' addresses (line 25)\nok\n"},
 		{"", nil, true, "ok\n"},
 		{"testdata/bad-method.yaml", nil, false, "routes[1].match: unknown method \"GTE\" (line 7)\n"},
 		{"testdata/bad-write-timeout.yaml", nil, false, strings.Join(invalidFixtures["bad-write-timeout.yaml"], "\n") + "\n"},
@@ -487,7 +488,7 @@ func TestCheckFile(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.path, func(t *testing.T) {
 			var b strings.Builder
-			if ok := CheckFile(tt.path, env(tt.env), &b); ok != tt.ok || b.String() != tt.out {
+			if ok := CheckFile(tt.path, env(tt.env)).Report(&b); ok != tt.ok || b.String() != tt.out {
 				t.Errorf("CheckFile = %v, output:\n%s\nwant %v, output:\n%s", ok, b.String(), tt.ok, tt.out)
 			}
 		})
@@ -511,5 +512,38 @@ func TestSyntaxErrorLines(t *testing.T) {
 		if want := "f.yaml: invalid YAML: " + tt.want; len(got) != 1 || got[0] != want {
 			t.Errorf("Parse(%q) = %q, want %q", tt.yaml, got, want)
 		}
+	}
+}
+
+// TestCheckWarnsOfWideTrust: a trusted proxy or PROXY protocol peer
+// prefix of every address, or wider than a /16 (IPv4) or a /48 (IPv6),
+// is a warning (valid, but any host in it can choose the client address
+// it is counted as); a problem elsewhere does not hide it.
+func TestCheckWarnsOfWideTrust(t *testing.T) {
+	tests := []struct {
+		yaml string
+		want []string
+	}{
+		{"client_ip: { trusted_proxies: [0.0.0.0/0] }", []string{"client_ip.trusted_proxies[0]: 0.0.0.0/0 trusts every address: any client can send an X-Forwarded-For naming any address"}},
+		{"client_ip: { trusted_proxies: [\"::/0\"], header: forwarded }", []string{"client_ip.trusted_proxies[0]: ::/0 trusts every address: any client can send a Forwarded header naming any address"}},
+		{"client_ip: { trusted_proxies: [10.0.0.0/8, 10.1.0.0/16, 192.0.2.7] }", []string{"client_ip.trusted_proxies[0]: 10.0.0.0/8 trusts 16777216 addresses: any host in it can send an X-Forwarded-For"}},
+		{"client_ip: { trusted_proxies: [\"2001:db8::/32\", \"2001:db8:1::/48\"] }", []string{"client_ip.trusted_proxies[0]: 2001:db8::/32 trusts 2^96 addresses"}},
+		{"server: { proxy_protocol: { trusted_peers: [10.0.0.0/8] } }", []string{"server.proxy_protocol.trusted_peers[0]: 10.0.0.0/8 trusts 16777216 addresses: any host in it can send a PROXY protocol header naming any address, and is limited and logged as that address; narrow it to your load balancers' addresses (line 1)"}},
+		{"server: { proxy_protocol: { trusted_peers: [10.20.0.0/16] } }", nil},
+		{"listen: [1]\nclient_ip: { trusted_proxies: [0.0.0.0/0] }", []string{"client_ip.trusted_proxies[0]: 0.0.0.0/0 trusts every address"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.yaml, func(t *testing.T) {
+			ch := Check("f.yaml", []byte(tt.yaml), nil)
+			got := ch.Warnings()
+			if len(got) != len(tt.want) {
+				t.Fatalf("warnings %q, want %d", got, len(tt.want))
+			}
+			for i, w := range tt.want {
+				if !strings.HasPrefix(got[i].Error(), w) {
+					t.Errorf("warning %q, want it to begin %q", got[i].Error(), w)
+				}
+			}
+		})
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -31,15 +32,16 @@ import (
 // Tests run in deploy/; paths are relative to it, "../" is the repository.
 
 // needTool returns the path of a command, skipping the test when it is
-// missing locally and failing it under CI, where `make test` installs it.
-func needTool(t *testing.T, name string) string {
+// missing locally and failing it under CI, where `make test` installs it
+// (Debian package pkg, through .ci/test-deps.sh).
+func needTool(t *testing.T, name, pkg string) string {
 	t.Helper()
 	p, err := exec.LookPath(name)
 	if err != nil {
 		if os.Getenv("CI") != "" {
-			t.Fatalf("%s is not installed; `make test` installs it (Debian package prometheus)", name)
+			t.Fatalf("%s is not installed; `make test` installs it (Debian package %s)", name, pkg)
 		}
-		t.Skipf("%s is not installed (apt-get install prometheus); skipping", name)
+		t.Skipf("%s is not installed (apt-get install %s); skipping", name, pkg)
 	}
 	return p
 }
@@ -534,7 +536,7 @@ func TestExampleConfigLoads(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			var out bytes.Buffer
-			if !config.CheckFile("examples/exgate.yaml", envFunc(c.env), &out) {
+			if !config.CheckFile("examples/exgate.yaml", envFunc(c.env)).Report(&out) {
 				t.Fatalf("exgate check-config examples/exgate.yaml:\n%s", out.String())
 			}
 			if strings.TrimSpace(out.String()) != "ok" {
@@ -546,12 +548,13 @@ func TestExampleConfigLoads(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// What the example promises in its comments.
+	// What the example promises in its comments; check-config's "ok"
+	// above had no warning: no trust lets a client choose its address.
 	if cfg.Limiter.Backend != config.BackendRedis || len(cfg.Limiter.Redis.Addrs) == 0 {
 		t.Error("the example does not use Redis")
 	}
-	if len(cfg.ClientIP.TrustedProxies) == 0 || len(cfg.Tiers) == 0 || cfg.TokensFile == "" {
-		t.Error("the example lacks trusted proxies, tiers or a tokens file")
+	if len(cfg.Tiers) == 0 || cfg.TokensFile == "" {
+		t.Error("the example lacks tiers or a tokens file")
 	}
 	tf := tokensPath(cfg.TokensFile, "examples/exgate.yaml")
 	checkTokensFile(t, tf, readFile(t, tf), cfg)
@@ -588,16 +591,86 @@ func TestCheckConfigCommand(t *testing.T) {
 	// absolute paths are pointed at it.
 	ca := tlstest.NewCA(t, dir)
 	vol := tlstest.NewSecretVolume(t, filepath.Join(dir, "tls"), ca.Issue(dir, "api", []string{"api.example.test"}, tlstest.Options{}))
+	env := []string{"PATH=" + os.Getenv("PATH"), // no EXGATE_* from the caller
+		"EXGATE_SERVER_TLS_CERTIFICATES_0_CERT_FILE=" + vol.CertFile(), "EXGATE_SERVER_TLS_CERTIFICATES_0_KEY_FILE=" + vol.KeyFile()}
 	for _, file := range []string{"deploy/examples/exgate.yaml", filepath.Join(dir, "exgate.yaml")} {
 		cmd := exec.Command(bin, "check-config", file)
-		cmd.Dir = ".."
-		cmd.Env = []string{"PATH=" + os.Getenv("PATH"), // no EXGATE_* from the caller
-			"EXGATE_SERVER_TLS_CERTIFICATES_0_CERT_FILE=" + vol.CertFile(), "EXGATE_SERVER_TLS_CERTIFICATES_0_KEY_FILE=" + vol.KeyFile()}
+		cmd.Dir, cmd.Env = "..", env
 		out, err := cmd.CombinedOutput()
 		if err != nil || strings.TrimSpace(string(out)) != "ok" {
 			t.Errorf("exgate check-config %s: %v\n%s", file, err, out)
 		}
 	}
+
+	t.Run("as the pod's user", func(t *testing.T) {
+		// The files as the kubelet writes them: the Secret's owned by root
+		// and the pod's fsGroup, with the volume's mode; exgate run as the
+		// Deployment's user must read them.
+		if os.Geteuid() != 0 {
+			t.Skip("needs root, to own files and run exgate as the pod's user")
+		}
+		dep := one(t, byKind, "Deployment")
+		pod := dig(dep, "spec", "template", "spec")
+		c := list(dig(pod, "containers"))[0]
+		u := podUser(pod, c)
+		tlsVol := list(dig(pod, "volumes"))[slices.IndexFunc(list(dig(pod, "volumes")), func(v any) bool { return dig(v, "secret") != nil })]
+		for _, d := range []string{filepath.Dir(dir), dir, filepath.Dir(bin), filepath.Dir(filepath.Dir(bin))} {
+			if err := os.Chmod(d, 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		err := filepath.WalkDir(dir, func(p string, e fs.DirEntry, err error) error {
+			switch {
+			case err != nil || e.Type()&fs.ModeSymlink != 0:
+				return err
+			case e.IsDir():
+				return os.Chmod(p, 0o755)
+			case filepath.Dir(filepath.Dir(p)) == vol.Dir: // the Secret's files, in its ..<timestamp> directory
+				if err := os.Chown(p, 0, u.fsGroup); err != nil {
+					return err
+				}
+				return os.Chmod(p, secretFileMode(tlsVol))
+			}
+			return os.Chmod(p, 0o644) // the ConfigMap's, and the CA's
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(bin, "check-config", filepath.Join(dir, "exgate.yaml"))
+		cmd.Dir, cmd.Env = "/", env
+		groups := make([]uint32, len(u.groups))
+		for i, g := range u.groups {
+			groups[i] = uint32(g)
+		}
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(u.uid), Gid: uint32(u.gid), Groups: groups}}
+		out, err := cmd.CombinedOutput()
+		if err != nil || strings.TrimSpace(string(out)) != "ok" {
+			t.Errorf("exgate check-config as user %d (group %d, groups %v): %v\n%s", u.uid, u.gid, u.groups, err, out)
+		}
+	})
+
+	t.Run("the ConfigMap's recipe", func(t *testing.T) {
+		// The check the ConfigMap's comments give, run as written with
+		// Debian's yq (a jq wrapper, which quotes a string unless told -r).
+		needTool(t, "yq", "yq")
+		var recipe string
+		for _, l := range strings.Split(readFile(t, "kubernetes/configmap.yaml"), "\n") {
+			if r, ok := strings.CutPrefix(l, "#   yq "); ok {
+				recipe = "yq " + r
+				break
+			}
+		}
+		if recipe == "" {
+			t.Fatal("configmap.yaml's comments give no yq recipe")
+		}
+		cmd := exec.Command("bash", "-o", "pipefail", "-c", recipe)
+		cmd.Dir = ".."
+		cmd.Env = []string{"PATH=" + filepath.Dir(bin) + ":" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}
+		out, err := cmd.CombinedOutput()
+		if lines := strings.Split(strings.TrimSpace(string(out)), "\n"); err != nil || lines[len(lines)-1] != "ok" {
+			t.Errorf("%s: %v\n%s", recipe, err, out)
+		}
+	})
 }
 
 // checkTokensFile loads a tokens file with the gateway's own loader, and
@@ -718,9 +791,14 @@ func TestCompose(t *testing.T) {
 		if env["EXGATE_ADMIN_LISTEN"] != "0.0.0.0:9090" {
 			t.Errorf("EXGATE_ADMIN_LISTEN = %q, want 0.0.0.0:9090 (Prometheus scrapes it)", env["EXGATE_ADMIN_LISTEN"])
 		}
-		raw := str(dig(exgate, "environment", "EXGATE_KEY_SECRET"))
-		if !strings.HasPrefix(raw, "${EXGATE_KEY_SECRET") {
-			t.Errorf("EXGATE_KEY_SECRET = %q: want it from the environment, never a literal", raw)
+		// Secrets come from the environment compose runs in, never a
+		// literal: the key secret required, the admin token (the console's,
+		// on the container's every interface) passed on.
+		if raw := str(dig(exgate, "environment", "EXGATE_KEY_SECRET")); !strings.HasPrefix(raw, "${EXGATE_KEY_SECRET:?") {
+			t.Errorf("EXGATE_KEY_SECRET = %q: want it required from the environment, never a literal", raw)
+		}
+		if raw := str(dig(exgate, "environment", "EXGATE_ADMIN_TOKEN")); !strings.HasPrefix(raw, "${EXGATE_ADMIN_TOKEN") {
+			t.Errorf("EXGATE_ADMIN_TOKEN = %q: want it from the environment, never a literal", raw)
 		}
 		cfgPath := exgateConfigPath(t, exgate)
 		src, ok := mounted["exgate"][cfgPath]

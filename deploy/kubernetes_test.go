@@ -1,6 +1,7 @@
 package deploy
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path"
@@ -61,6 +62,7 @@ func TestKubernetes(t *testing.T) {
 		"Deployment": "apps/v1", "Service": "v1", "ConfigMap": "v1",
 		"PodDisruptionBudget": "policy/v1", "HorizontalPodAutoscaler": "autoscaling/v2",
 		"ServiceAccount": "v1", "Kustomization": "kustomize.config.k8s.io/v1beta1",
+		"NetworkPolicy": "networking.k8s.io/v1",
 	} {
 		if o := one(t, byKind, kind); str(o["apiVersion"]) != api {
 			t.Errorf("%s apiVersion %s, want %s", kind, str(o["apiVersion"]), api)
@@ -125,9 +127,14 @@ func TestKubernetes(t *testing.T) {
 	}
 	cm := one(t, byKind, "ConfigMap")
 	data, _ := dig(cm, "data").(map[string]any)
-	cfg, err := config.Parse("configmap exgate.yaml", []byte(str(data["exgate.yaml"])), envFunc(env))
-	if err != nil {
+	checked := config.Check("configmap exgate.yaml", []byte(str(data["exgate.yaml"])), envFunc(env))
+	if err := checked.Problems(); err != nil {
 		t.Fatalf("the ConfigMap's exgate.yaml with the Deployment's environment: %v", err)
+	}
+	cfg := checked.Config
+	// No trust lets a client choose the address it is counted as.
+	for _, w := range checked.Warnings() {
+		t.Errorf("the ConfigMap's exgate.yaml: %v", w)
 	}
 
 	// The traffic port is named for its protocol.
@@ -270,49 +277,94 @@ func TestKubernetes(t *testing.T) {
 		}
 	})
 
-	t.Run("tls from a secret, proxy protocol from the load balancer", func(t *testing.T) {
+	t.Run("tls from a secret the pod's user reads", func(t *testing.T) {
 		if len(cfg.Server.TLS.Certificates) == 0 {
 			t.Fatal("the ConfigMap serves no TLS")
 		}
 		// Every certificate file is in a Secret volume mounted as a whole
-		// directory: a subPath mount would never see a renewal.
+		// directory (a subPath mount would never see a renewal), whose
+		// files the container's user can read as the kubelet writes them.
 		for i, cert := range cfg.Server.TLS.Certificates {
 			for _, f := range []string{cert.CertFile, cert.KeyFile} {
-				var found bool
-				for _, m := range list(dig(c, "volumeMounts")) {
-					if path.Dir(f) != str(dig(m, "mountPath")) {
-						continue
-					}
-					if dig(m, "subPath") != nil {
-						t.Errorf("certificates[%d]: %s is mounted with subPath; renewals would not reach the pod", i, f)
-					}
-					vi := slices.IndexFunc(list(dig(pod, "volumes")), func(v any) bool { return str(dig(v, "name")) == str(dig(m, "name")) })
-					if vi >= 0 && str(dig(list(dig(pod, "volumes"))[vi], "secret", "secretName")) != "" {
-						found = true
-					}
-				}
-				if !found {
+				vol := secretVolumeOf(t, pod, c, f)
+				if vol == nil {
 					t.Errorf("certificates[%d]: %s is not in a mounted Secret", i, f)
+					continue
 				}
 				if b := path.Base(f); b != "tls.crt" && b != "tls.key" {
 					t.Errorf("certificates[%d]: %s is not a key of a kubernetes.io/tls Secret", i, f)
 				}
+				if why := unreadable(podUser(pod, c), secretFileMode(vol)); why != "" {
+					t.Errorf("certificates[%d]: %s: %s", i, f, why)
+				}
 			}
 		}
+	})
+
+	t.Run("client addresses", func(t *testing.T) {
+		// The balancer keeps each client's address as the peer: no PROXY
+		// protocol and nobody trusted to name a client, or else only the
+		// balancer, narrowly (the warnings above).
 		svc := one(t, byKind, "Service")
 		if str(dig(svc, "spec", "type")) != "LoadBalancer" {
 			t.Errorf("Service type %v, want LoadBalancer", dig(svc, "spec", "type"))
 		}
 		ann, _ := dig(svc, "metadata", "annotations").(map[string]any)
-		if str(ann["service.beta.kubernetes.io/aws-load-balancer-proxy-protocol"]) != "*" {
-			t.Error("the LoadBalancer is not asked to send the PROXY protocol")
-		}
+		proxied := str(ann["service.beta.kubernetes.io/aws-load-balancer-proxy-protocol"]) == "*"
 		pp := cfg.Server.ProxyProtocol
-		if len(pp.TrustedPeers) == 0 || pp.Policy != config.ProxyRequired {
-			t.Errorf("proxy_protocol %+v: want the balancer's network trusted, header required", pp)
+		switch {
+		case proxied && (len(pp.TrustedPeers) == 0 || pp.Policy != config.ProxyRequired):
+			t.Errorf("the balancer sends the PROXY protocol, proxy_protocol %+v does not require it from it", pp)
+		case !proxied && len(pp.TrustedPeers) > 0:
+			t.Errorf("proxy_protocol.trusted_peers %v, but the balancer sends no PROXY protocol", pp.TrustedPeers)
+		case !proxied && str(dig(svc, "spec", "externalTrafficPolicy")) != "Local":
+			t.Error("without the PROXY protocol and externalTrafficPolicy Local, every client has a node's address")
 		}
 		if len(cfg.ClientIP.TrustedProxies) != 0 {
 			t.Errorf("client_ip.trusted_proxies %v: behind an L4 balancer no X-Forwarded-For should be believed", cfg.ClientIP.TrustedProxies)
+		}
+	})
+
+	t.Run("admin listener", func(t *testing.T) {
+		// On the pod's address for the probes and Prometheus: its console
+		// answers the admin token only, from a Secret and not optional
+		// (without one it would answer no one).
+		if h, _ := hostPort(t, cfg.AdminListen); h == "127.0.0.1" || h == "::1" || h == "localhost" {
+			return
+		}
+		i := slices.IndexFunc(list(dig(c, "env")), func(e any) bool { return str(dig(e, "name")) == cfg.Admin.TokenEnv })
+		if i < 0 {
+			t.Fatalf("the admin listener is on the pod's address and %s (admin.token_env) is not set", cfg.Admin.TokenEnv)
+		}
+		ref := dig(list(dig(c, "env"))[i], "valueFrom", "secretKeyRef")
+		if str(dig(ref, "name")) == "" || str(dig(ref, "key")) == "" || dig(ref, "optional") == true {
+			t.Errorf("%s is %v: want a required secretKeyRef", cfg.Admin.TokenEnv, dig(list(dig(c, "env"))[i], "valueFrom"))
+		}
+		// Only Prometheus may reach the admin port (the kubelet's probes
+		// come from the node, which NetworkPolicy always lets in); the
+		// traffic port is open.
+		np := one(t, byKind, "NetworkPolicy")
+		if !selects(dig(np, "spec", "podSelector", "matchLabels")) {
+			t.Fatal("the NetworkPolicy selects no exgate pod")
+		}
+		open := map[any]bool{}
+		for _, rule := range list(dig(np, "spec", "ingress")) {
+			for _, p := range list(dig(rule, "ports")) {
+				port := dig(p, "port")
+				if port != traffic && port != "admin" && port != ports[traffic] && port != ports["admin"] {
+					t.Errorf("the NetworkPolicy opens port %v", port)
+				}
+				from := list(dig(rule, "from"))
+				if port == "admin" || port == ports["admin"] {
+					if len(from) == 0 || slices.ContainsFunc(from, func(f any) bool { return dig(f, "podSelector", "matchLabels") == nil }) {
+						t.Errorf("the NetworkPolicy lets %v reach the admin port: want Prometheus's pods only", from)
+					}
+				}
+				open[port] = len(from) == 0
+			}
+		}
+		if !open[traffic] && !open[ports[traffic]] {
+			t.Error("the NetworkPolicy does not open the traffic port to everyone")
 		}
 	})
 
@@ -359,4 +411,77 @@ func TestKustomizeBuild(t *testing.T) {
 			t.Errorf("kustomize output lacks a %s", kind)
 		}
 	}
+}
+
+// secretVolumeOf returns the Secret volume of pod mounted (whole, not by
+// subPath) on the directory of file in container c, or nil.
+func secretVolumeOf(t *testing.T, pod, c any, file string) any {
+	t.Helper()
+	for _, m := range list(dig(c, "volumeMounts")) {
+		if path.Dir(file) != str(dig(m, "mountPath")) {
+			continue
+		}
+		if dig(m, "subPath") != nil {
+			t.Errorf("%s is mounted with subPath; renewals would not reach the pod", file)
+		}
+		vi := slices.IndexFunc(list(dig(pod, "volumes")), func(v any) bool { return str(dig(v, "name")) == str(dig(m, "name")) })
+		if vi >= 0 && str(dig(list(dig(pod, "volumes"))[vi], "secret", "secretName")) != "" {
+			return list(dig(pod, "volumes"))[vi]
+		}
+	}
+	return nil
+}
+
+// secretFileMode is the mode the kubelet gives the files of a Secret
+// volume: its defaultMode, 0644 when unset.
+func secretFileMode(vol any) os.FileMode {
+	if m, ok := dig(vol, "secret", "defaultMode").(int); ok {
+		return os.FileMode(m)
+	}
+	return 0o644
+}
+
+// podProcess is who a container's process runs as, and the group the
+// kubelet gives its volumes' files (fsGroup; 0 without one: root's).
+type podProcess struct {
+	uid, gid, fsGroup int
+	groups            []int // supplementary: fsGroup and supplementalGroups
+}
+
+// podUser reads the container's user, group and groups from its own
+// securityContext, else the pod's.
+func podUser(pod, c any) podProcess {
+	get := func(key string) int {
+		if v, ok := dig(c, "securityContext", key).(int); ok {
+			return v
+		}
+		v, _ := dig(pod, "securityContext", key).(int)
+		return v
+	}
+	p := podProcess{uid: get("runAsUser"), gid: get("runAsGroup")}
+	if fs, ok := dig(pod, "securityContext", "fsGroup").(int); ok {
+		p.fsGroup = fs
+		p.groups = append(p.groups, fs)
+	}
+	for _, g := range list(dig(pod, "securityContext", "supplementalGroups")) {
+		if n, ok := g.(int); ok {
+			p.groups = append(p.groups, n)
+		}
+	}
+	return p
+}
+
+// unreadable says why p cannot read a volume file of the given mode,
+// owned by root and by group p.fsGroup (root's without one), as the
+// kubelet writes it; "" when it can.
+func unreadable(p podProcess, mode os.FileMode) string {
+	switch {
+	case p.uid == 0 && p.gid == 0 && len(p.groups) == 0:
+		return ""
+	case mode&0o004 != 0:
+		return ""
+	case mode&0o040 != 0 && (p.gid == p.fsGroup || slices.Contains(p.groups, p.fsGroup)):
+		return ""
+	}
+	return fmt.Sprintf("mode %04o, owner root, group %d: user %d (group %d, groups %v) cannot read it; set the pod's securityContext.fsGroup to a group of the user", mode, p.fsGroup, p.uid, p.gid, p.groups)
 }

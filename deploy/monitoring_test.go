@@ -398,7 +398,7 @@ type alertRules struct {
 }
 
 func TestPromtoolChecksRulesAndConfig(t *testing.T) {
-	promtool := needTool(t, "promtool")
+	promtool := needTool(t, "promtool", "prometheus")
 	for _, args := range [][]string{
 		{"check", "rules", "prometheus/alerts.yaml"},
 		{"check", "config", "prometheus/prometheus.yaml"},

@@ -83,6 +83,16 @@ func StaticKeys(keys []config.JWTKey, getenv func(string) (string, bool)) ([]*ke
 	return out, errors.Join(errs...)
 }
 
+// CheckPublicKeyFile reads the PEM public key at path as StaticKeys does
+// and checks that it can verify algs; it backs exgate check-config.
+func CheckPublicKeyFile(path string, algs []string) error {
+	pub, err := readPublicKey(path)
+	if err == nil {
+		err = checkAlgorithms(pub, algs)
+	}
+	return err
+}
+
 // readPublicKey reads a PEM public key: PKIX "PUBLIC KEY", PKCS #1
 // "RSA PUBLIC KEY" or the key of a "CERTIFICATE". A private key is
 // refused: the gateway never needs one.

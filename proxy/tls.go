@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -200,6 +201,27 @@ func readPEMFile(path string) ([]byte, error) {
 		return nil, fmt.Errorf("%s: larger than %d bytes", path, maxPEMFileSize)
 	}
 	return b, nil
+}
+
+// CheckCertificates reads and parses each pair of files as
+// LoadCertificates does, and returns the problem of every pair that is
+// not good (none when all are), each naming its YAML path; it backs exgate
+// check-config, which reports every problem at once.
+func CheckCertificates(files []config.Certificate) []error {
+	var errs []error
+	now := time.Now()
+	for i, f := range files {
+		one := []config.Certificate{f}
+		_, data, err := readCertFiles(one)
+		if err == nil {
+			_, err = parseCertSet(one, data, now)
+		}
+		if err != nil {
+			// The problem names the pair as the first of one; it is pair i.
+			errs = append(errs, fmt.Errorf("server.tls.certificates[%d]%s", i, strings.TrimPrefix(err.Error(), "server.tls.certificates[0]")))
+		}
+	}
+	return errs
 }
 
 // parseCertSet parses data (certificate, key, … as readCertFiles returns

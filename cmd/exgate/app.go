@@ -37,6 +37,12 @@ type deps struct {
 	dev        bool
 	getenv     func(string) (string, bool) // nil: empty environment
 	configPath string                      // "" when running on defaults
+	// configData is the configuration file's content as read at start,
+	// once (a pipe gives it only once): the file watch starts from it.
+	configData []byte
+	// warnings are the configuration's unsafe settings
+	// (config.Checked.Warnings), logged at start.
+	warnings config.Errors
 	// reg receives exgate's metrics, served on the admin listener's
 	// /metrics. Nil means a new registry.
 	reg *prometheus.Registry
@@ -112,9 +118,6 @@ func newApp(cfg *config.Config, d deps) (*app, error) {
 	a.started, a.top = d.now(), newTracker(d.now)
 	h := configHash(cfg)
 	a.cfgHash.Store(&h)
-	if d.configPath != "" {
-		a.startDigest = filesDigest(a.watchedFiles())
-	}
 	var err error
 	if a.metrics, err = metrics.New(d.reg, buildInfo()); err != nil {
 		return nil, err
@@ -135,15 +138,22 @@ func (a *app) wire(cfg *config.Config) error {
 			return err
 		}
 	}
-	tokens, users, err := loadTiers(cfg, a.d.configPath)
+	read := readOnce{}
+	if a.d.configPath != "" && a.d.configData != nil {
+		read[a.d.configPath] = a.d.configData
+	}
+	tokens, users, err := loadTiers(cfg, a.d.configPath, read)
 	if err != nil {
 		return err
 	}
-	resolveFiles(cfg, a.d.configPath)
-	if err := a.openLimits(cfg); err != nil {
+	if a.d.configPath != "" {
+		a.startDigest = filesDigest(a.watchedFiles(), read)
+	}
+	files := withResolvedFiles(cfg, a.d.configPath)
+	if err := a.openLimits(files); err != nil {
 		return err
 	}
-	verifier, err := a.startIdentity(cfg)
+	verifier, err := a.startIdentity(files)
 	if err != nil {
 		return err
 	}
@@ -158,7 +168,7 @@ func (a *app) wire(cfg *config.Config) error {
 		Validator: validator, Verifier: verifier, Top: a.top,
 	}
 	if cfg.ProtectsDuplicates() {
-		if opts.Idempotency, err = a.openDuplicateStore(cfg); err != nil {
+		if opts.Idempotency, err = a.openDuplicateStore(files); err != nil {
 			return err
 		}
 		opts.IdempotencyTimeout = cfg.Idempotency.Timeout
@@ -327,6 +337,9 @@ func (a *app) listen(cfg *config.Config) error {
 // warnUnsafeDefaults logs what an operator most likely did not mean: an
 // admin console open beyond loopback, limits each replica counts alone.
 func (a *app) warnUnsafeDefaults() {
+	for _, w := range a.d.warnings {
+		a.log.Warn("unsafe configuration: " + w.Error())
+	}
 	if tok, _ := a.d.getenv(a.cfg.Admin.TokenEnv); tok == "" && !loopbackAddr(a.adminAd) {
 		a.log.Warn("the admin listener is not on loopback and " + a.cfg.Admin.TokenEnv +
 			" (admin.token_env) is not set: the console and pprof answer 403 admin_token_required; /healthz, /readyz and /metrics are served")
@@ -388,7 +401,7 @@ func (a *app) wait(ctx context.Context) (int, string) {
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
 	changed := make(chan struct{}, 1)
-	if a.d.configPath != "" && a.cfg.ReloadInterval > 0 {
+	if rereadable(a.d.configPath) && a.cfg.ReloadInterval > 0 {
 		wctx, stopWatch := context.WithCancel(context.Background())
 		defer stopWatch()
 		go a.watchFiles(wctx, a.cfg.ReloadInterval, changed)

@@ -1,11 +1,13 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/x509"
 	"encoding/pem"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -78,5 +80,96 @@ func TestCheckConfigReadsKeyFiles(t *testing.T) {
 				t.Fatalf("exit %d, output %q; want %q", code, out.String(), tc.want)
 			}
 		})
+	}
+}
+
+// TestCheckConfigFromPipe: a configuration read from a pipe is read once
+// and its files are checked all the same, relative ones from the working
+// directory — through /dev/stdin, "-" and a process substitution — and a
+// problem of the YAML does not hide those of the files: every problem is
+// reported in one pass, each with its line.
+func TestCheckConfigFromPipe(t *testing.T) {
+	bin := buildBinary(t)
+	dir := t.TempDir()
+	yaml := "identity:\n  verify: true\n  jwt:\n    keys: []\n    jwks_file: jwks.json\n    jwks_algorithms: [RS256]\n"
+	if err := os.WriteFile(filepath.Join(dir, "exgate.yaml"), []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, cmdline := range []string{
+		"cat exgate.yaml | exgate check-config /dev/stdin",
+		"cat exgate.yaml | exgate check-config -",
+		"exgate check-config <(cat exgate.yaml)",
+		"exgate check-config exgate.yaml",
+	} {
+		t.Run(cmdline, func(t *testing.T) {
+			cmd := exec.Command("bash", "-c", strings.ReplaceAll(cmdline, "exgate check-config", bin+" check-config"))
+			cmd.Dir = dir
+			out, err := cmd.CombinedOutput()
+			want := "identity.jwt.jwks_file: open jwks.json: no such file or directory (line 5)\n"
+			if err == nil || string(out) != want {
+				t.Fatalf("%s: %v\n%s\nwant exit 1 and %q", cmdline, err, out, want)
+			}
+		})
+	}
+
+	// A problem of the YAML, one of the environment and one of a file, in one pass.
+	bad := yaml + "listen: [8080]\n"
+	cmd := exec.Command(bin, "check-config", "-")
+	cmd.Dir, cmd.Stdin = dir, strings.NewReader(bad)
+	cmd.Env = append(os.Environ(), "EXGATE_LOG_LEVEL=loud")
+	out, err := cmd.CombinedOutput()
+	for _, want := range []string{
+		"listen: want a string, got a sequence (line 7)",
+		"EXGATE_LOG_LEVEL (log.level): want",
+		"identity.jwt.jwks_file: open jwks.json: no such file or directory (line 5)",
+	} {
+		if err == nil || !strings.Contains(string(out), want) {
+			t.Errorf("check-config of a file with three problems: %v\n%s\nlacks %q", err, out, want)
+		}
+	}
+
+	// -files=false checks the YAML alone and says which files it did not read.
+	cmd = exec.Command(bin, "check-config", "-files=false", "-")
+	cmd.Dir, cmd.Stdin = dir, strings.NewReader(yaml)
+	out, err = cmd.CombinedOutput()
+	if want := "not read (-files=false): identity.jwt.jwks_file: jwks.json\nok\n"; err != nil || string(out) != want {
+		t.Errorf("check-config -files=false: %v %q, want %q", err, out, want)
+	}
+}
+
+// TestStartWarnsOfWideTrust: the gateway logs at start the warnings
+// check-config prints, here a trusted proxy prefix of every address.
+func TestStartWarnsOfWideTrust(t *testing.T) {
+	bin := buildBinary(t)
+	path := filepath.Join(t.TempDir(), "exgate.yaml")
+	if err := os.WriteFile(path, []byte("listen: 127.0.0.1:0\nadmin_listen: 127.0.0.1:0\nclient_ip: { trusted_proxies: [0.0.0.0/0] }\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "-config", path)
+	stderr, _ := cmd.StderrPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	found := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			if strings.Contains(sc.Text(), "unsafe configuration: client_ip.trusted_proxies[0]: 0.0.0.0/0 trusts every address") {
+				found <- sc.Text()
+			}
+		}
+		close(found)
+	}()
+	select {
+	case line, ok := <-found:
+		if !ok {
+			t.Fatal("exgate ended without the warning")
+		}
+		if !strings.Contains(line, `"level":"warn"`) {
+			t.Errorf("warning logged as %s", line)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("no warning of the trusted prefix within 30s of start")
 	}
 }

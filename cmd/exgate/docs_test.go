@@ -290,7 +290,7 @@ func checkConfigExample(t *testing.T, ex docExample, name string) {
 	env := checkConfigEnv[name]
 	getenv := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
 	var out bytes.Buffer
-	code := checkConfigCommand([]string{filepath.Join("testdata", "docs", name+".yaml")}, getenv, &out, &out)
+	code := checkConfigCommand([]string{filepath.Join("testdata", "docs", name+".yaml")}, getenv, nil, &out, &out)
 	want := 1
 	if strings.TrimSpace(ex.body) == "ok" {
 		want = 0

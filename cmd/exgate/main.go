@@ -5,7 +5,7 @@
 // Usage:
 //
 //	exgate [-config FILE] [-dev] [-print-config] [-version]
-//	exgate check-config FILE
+//	exgate check-config [-files=false] FILE
 //	exgate token-id [-config FILE] < tokens
 //	exgate inspect [-admin URL] (-user ID | -account KEY | -token T | -token-id ID | -address IP) [-json]
 //	exgate top -admin URL [-admin URL…] [-window MINUTES]
@@ -71,7 +71,7 @@ func run(ctx context.Context, args []string, getenv func(string) (string, bool),
 	if len(args) > 0 {
 		switch args[0] {
 		case "check-config":
-			return checkConfigCommand(args[1:], getenv, stdout, stderr)
+			return checkConfigCommand(args[1:], getenv, os.Stdin, stdout, stderr)
 		case "top":
 			return topCommand(ctx, args[1:], getenv, stdout, stderr)
 		case "inspect":
@@ -105,11 +105,20 @@ func gatewayCommand(ctx context.Context, args []string, getenv func(string) (str
 		return 0
 	}
 
-	cfg, err := config.Load(*configPath, getenv)
-	if err != nil {
+	var data []byte
+	if *configPath != "" {
+		var err error
+		if data, err = config.ReadFile(*configPath); err != nil {
+			fmt.Fprintf(stderr, "exgate: configuration errors:\n%v\n", err)
+			return 2
+		}
+	}
+	checked := config.Check(*configPath, data, getenv)
+	if err := checked.Problems(); err != nil {
 		fmt.Fprintf(stderr, "exgate: configuration errors:\n%v\n", err)
 		return 2
 	}
+	cfg := checked.Config
 	if *dev {
 		devOverrides(cfg)
 	}
@@ -135,7 +144,8 @@ func gatewayCommand(ctx context.Context, args []string, getenv func(string) (str
 	if *dev {
 		getenv = devSecret(getenv, cfg.Limiter.KeySecretEnv)
 	}
-	a, err := start(cfg, deps{log: log, evidence: evidence, now: time.Now, dev: *dev, getenv: getenv, configPath: *configPath})
+	a, err := start(cfg, deps{log: log, evidence: evidence, now: time.Now, dev: *dev, getenv: getenv, configPath: *configPath,
+		configData: data, warnings: checked.Warnings()})
 	if err != nil {
 		log.Error("cannot start", zap.Error(err))
 		return stopped(evidence, 1, "cannot start: "+err.Error())

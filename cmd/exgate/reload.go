@@ -45,6 +45,9 @@ func (a *app) reload() error {
 // reloadConfig is reload without the certificates; it returns the new
 // configuration when it was swapped in.
 func (a *app) reloadConfig() (*config.Config, error) {
+	if a.d.configPath != "" && !rereadable(a.d.configPath) {
+		return nil, fmt.Errorf("the configuration was read from %s, a pipe or device, which gives it once: restart exgate to change it", a.d.configPath)
+	}
 	cfg, err := config.Load(a.d.configPath, a.d.getenv)
 	if err != nil {
 		return nil, err
@@ -64,7 +67,7 @@ func (a *app) reloadConfig() (*config.Config, error) {
 	if err := eff.Validate(); err != nil {
 		return nil, fmt.Errorf("with the settings fixed at start (%s): %w", strings.Join(restart, ", "), err)
 	}
-	tokens, users, err := loadTiers(eff, a.d.configPath)
+	tokens, users, err := loadTiers(eff, a.d.configPath, readOnce{})
 	if err != nil {
 		return nil, err
 	}

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"cmp"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -20,10 +21,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-jose/go-jose/v4"
+	"github.com/golang-jwt/jwt/v5"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/exgate/exgate/config"
+	"github.com/exgate/exgate/internal/jwttest"
 	"github.com/exgate/exgate/internal/redistest"
 	"github.com/exgate/exgate/internal/tlstest"
 	"github.com/exgate/exgate/internal/unreachable"
@@ -889,5 +893,111 @@ func TestReloadReportIsTrue(t *testing.T) {
 				r.after(t)
 			}
 		})
+	}
+}
+
+// TestReloadKeepsRelativeFiles: the files a configuration names by
+// relative paths are taken from its directory at start without changing
+// the configuration in force, so that a reload of the unchanged file
+// reports nothing changed (a relative jwks_file was reported ignored
+// until a restart on every reload) and tokens still verify after it.
+func TestReloadKeepsRelativeFiles(t *testing.T) {
+	dir := t.TempDir()
+	k := mustRSA(t)
+	set, err := json.Marshal(jose.JSONWebKeySet{Keys: []jose.JSONWebKey{{Key: &k.PublicKey, KeyID: "k1", Algorithm: "RS256", Use: "sig"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	write := func(name string, b []byte) {
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("jwks.json", set)
+	write("pub.pem", jwttest.PublicKeyPEM(t, &k.PublicKey))
+	write("exgate.yaml", []byte(`listen: 127.0.0.1:0
+admin_listen: 127.0.0.1:0
+server: { drain_delay: 0s }
+identity:
+  verify: true
+  jwt:
+    keys: [{ kid: k2, algorithms: [RS256], public_key_file: pub.pem }]
+    jwks_file: jwks.json
+    jwks_algorithms: [RS256]
+routes:
+  - { name: all, match: "*", auth: required }
+`))
+	bs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) }))
+	t.Cleanup(bs.Close)
+	getenv := func(name string) (string, bool) {
+		if name == "EXGATE_UPSTREAM_URL" {
+			return bs.URL, true
+		}
+		return secretEnv(name)
+	}
+	path := filepath.Join(dir, "exgate.yaml")
+	cfg, err := config.Load(path, getenv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	core, logs := observer.New(zap.InfoLevel)
+	a := startApp(t, cfg, deps{log: zap.New(core), now: time.Now, getenv: getenv, configPath: path})
+	status := func(kid string) int {
+		tok := jwttest.Sign(t, jwt.SigningMethodRS256, k, kid, jwt.MapClaims{"user_id": "7", "token_type": "access", "exp": time.Now().Add(time.Hour).Unix()}, nil)
+		code, _, _ := call(t, "GET", "http://"+a.addr+"/x", "", "Authorization", "Bearer "+tok)
+		return code
+	}
+	for _, kid := range []string{"k1", "k2"} {
+		if code := status(kid); code != http.StatusNoContent {
+			t.Fatalf("token of key %s before the reload: %d", kid, code)
+		}
+	}
+	a.reloadNow()
+	reloaded := logs.FilterMessage("configuration reloaded").All()
+	if len(reloaded) != 1 {
+		t.Fatalf("reload not logged: %v", logs.All())
+	}
+	if f := reloaded[0].ContextMap(); f["ignored_until_restart"] != nil || fmt.Sprint(f["applied"]) != "[]" {
+		t.Errorf("reload of the unchanged file: applied %v, ignored until restart %v", f["applied"], f["ignored_until_restart"])
+	}
+	for _, kid := range []string{"k1", "k2"} {
+		if code := status(kid); code != http.StatusNoContent {
+			t.Errorf("token of key %s after the reload: %d", kid, code)
+		}
+	}
+}
+
+// TestReloadFromPipeRefused: a configuration read from a pipe cannot be
+// read again; a reload says so and keeps it, where reading the empty pipe
+// would have put the defaults in force.
+func TestReloadFromPipeRefused(t *testing.T) {
+	fifo := filepath.Join(t.TempDir(), "exgate.yaml")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Skipf("mkfifo: %v", err)
+	}
+	go func() {
+		f, err := os.OpenFile(fifo, os.O_WRONLY, 0)
+		if err == nil {
+			_, _ = f.WriteString("listen: 127.0.0.1:0\nadmin_listen: 127.0.0.1:0\nupstream: { url: http://192.0.2.1:9000 }\n")
+			_ = f.Close()
+		}
+	}()
+	data, err := config.ReadFile(fifo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Parse(fifo, data, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	core, logs := observer.New(zap.InfoLevel)
+	a := startApp(t, cfg, deps{log: zap.New(core), now: time.Now, configPath: fifo, configData: data})
+	a.reloadNow()
+	failed := logs.FilterMessage("configuration reload failed; keeping the last good configuration").All()
+	if len(failed) != 1 || !strings.Contains(fmt.Sprint(failed[0].ContextMap()["error"]), "a pipe or device") {
+		t.Fatalf("reload of a configuration read from a pipe: %v", logs.All())
+	}
+	if got := a.live.Load().Upstream.URL.String(); got != "http://192.0.2.1:9000" {
+		t.Errorf("upstream in force after the refused reload: %s", got)
 	}
 }

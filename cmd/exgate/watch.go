@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"crypto/sha256"
-	"os"
 	"time"
 
 	"go.uber.org/zap"
@@ -25,15 +24,15 @@ func (a *app) watchedFiles() []string {
 	return files
 }
 
-// filesDigest is a digest of the content of files, in order; a file that
-// cannot be read counts by its error, so that it appearing or vanishing is
-// a change too. Reading follows symbolic links, so a Kubernetes ConfigMap
-// volume, which swaps its "..data" link to a new directory, reads as the
-// new content.
-func filesDigest(files []string) [sha256.Size]byte {
+// filesDigest is a digest of the content of files, in order, as read
+// holds it or else as read now; a file that cannot be read counts by its
+// error, so that it appearing or vanishing is a change too. Reading
+// follows symbolic links, so a Kubernetes ConfigMap volume, which swaps
+// its "..data" link to a new directory, reads as the new content.
+func filesDigest(files []string, read readOnce) [sha256.Size]byte {
 	h := sha256.New()
 	for _, f := range files {
-		b, err := os.ReadFile(f)
+		b, err := read.read(f)
 		if err != nil {
 			b = []byte("\x00error: " + err.Error())
 		}
@@ -54,7 +53,7 @@ func (a *app) watchFiles(ctx context.Context, interval time.Duration, changed ch
 	last := a.startDigest
 	poll.Every(ctx, interval, func() {
 		files := a.watchedFiles()
-		d := filesDigest(files)
+		d := filesDigest(files, readOnce{})
 		if d == last {
 			return
 		}
