@@ -45,12 +45,12 @@ func TestAccessLogSamplingBinary(t *testing.T) {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(bin, "-config", path)
-	stderr, _ := cmd.StderrPipe()
+	logs := newLogWatcher()
+	cmd.Stderr = logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	logs := watchLog(stderr)
 	logs.wait(t, "exgate started", 0)
 
 	const orders, cancels, reads = 400, 50, 100

@@ -40,12 +40,12 @@ func startBinary(t *testing.T, bin, cfgPath string, env ...string) (*exec.Cmd, *
 	t.Helper()
 	cmd := exec.Command(bin, "-config", cfgPath)
 	cmd.Env = append(os.Environ(), env...)
-	stderr, _ := cmd.StderrPipe()
+	logs := newLogWatcher()
+	cmd.Stderr = logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	logs := watchLog(stderr)
 	_, seen := logs.wait(t, "exgate started", 0)
 	return cmd, logs, seen
 }

@@ -1,7 +1,7 @@
 package main
 
 import (
-	"bufio"
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -60,26 +60,39 @@ routes:
     match: "*"
 `
 
-// logWatcher collects a process's log lines and waits for one.
+// logWatcher collects a process's log lines and waits for one. It is the
+// process's exec.Cmd.Stderr (not a pipe read on the side), so that
+// Cmd.Wait returns only once every line written before the exit is here:
+// Wait closes a StderrPipe after the exit, dropping what was still
+// unread, a process's last lines among them.
 type logWatcher struct {
-	mu    sync.Mutex
-	lines []string
-	cond  *sync.Cond
+	mu      sync.Mutex
+	lines   []string
+	partial []byte // the start of a line still being written
+	cond    *sync.Cond
 }
 
-func watchLog(r io.Reader) *logWatcher {
+func newLogWatcher() *logWatcher {
 	w := &logWatcher{}
 	w.cond = sync.NewCond(&w.mu)
-	go func() {
-		sc := bufio.NewScanner(r)
-		for sc.Scan() {
-			w.mu.Lock()
-			w.lines = append(w.lines, sc.Text())
-			w.cond.Broadcast()
-			w.mu.Unlock()
-		}
-	}()
 	return w
+}
+
+// Write adds the complete lines of p to the log.
+func (w *logWatcher) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.partial = append(w.partial, p...)
+	for {
+		i := bytes.IndexByte(w.partial, '\n')
+		if i < 0 {
+			break
+		}
+		w.lines = append(w.lines, string(w.partial[:i]))
+		w.partial = w.partial[i+1:]
+	}
+	w.cond.Broadcast()
+	return len(p), nil
 }
 
 // wait returns the first line after the first skip lines that contains
