@@ -56,6 +56,12 @@ func into[T any](dst *T, a chromedp.Action[T]) chromedp.Action[chromedp.Void] {
 	}
 }
 
+// textOf reads the text of the first element sel matches, found and read
+// in one script.
+func textOf(sel string) chromedp.Action[string] {
+	return chromedp.Evaluate[string](`(() => { const e = document.querySelector(` + strconv.Quote(sel) + `); return e ? e.textContent : ""; })()`)
+}
+
 // TestConsolePageInBrowser loads the console in a real browser while
 // traffic runs: the operator signs in with the admin token, and the page
 // shows the client driven over its limit first among the throttled, the
@@ -96,12 +102,17 @@ func TestConsolePageInBrowser(t *testing.T) {
 		{"the form goes away", chromedp.WaitNotVisible(css("#login"))},
 		{"a throttled identity appears", chromedp.Poll[chromedp.Void](`(() => { const c = document.querySelector("#top-refused tbody tr td:nth-child(3)");
 			return c && c.textContent.length === 12; })()`, chromedp.WithPollingTimeout(10*time.Second))},
-		{"read the first", into(&firstWho, chromedp.Text(css("#top-refused tbody tr td:nth-child(3)")))},
-		{"read the store", into(&store, chromedp.Text(css("#status dd")))},
-		{"click inspect", chromedp.Click(css("#top-refused tbody tr button"))},
+		// The page redraws its tables as traffic goes on: a row is read
+		// and clicked in one script, not found by one call and read by
+		// another (the node may be gone in between).
+		{"read the first and inspect it", into(&firstWho, chromedp.Evaluate[string](`(() => {
+			const row = document.querySelector("#top-refused tbody tr");
+			row.querySelector("button").click();
+			return row.querySelector("td:nth-child(3)").textContent; })()`))},
+		{"read the store", into(&store, textOf("#status dd"))},
 		{"the inspection appears", chromedp.Poll[chromedp.Void](`document.querySelectorAll("#inspect-table tbody tr").length > 0`,
 			chromedp.WithPollingTimeout(5*time.Second))},
-		{"read remaining", into(&inspectRemaining, chromedp.Text(css("#inspect-table tbody tr td:nth-child(6)")))},
+		{"read remaining", into(&inspectRemaining, textOf("#inspect-table tbody tr td:nth-child(6)"))},
 		{"let the chart draw", chromedp.Poll[chromedp.Void](`document.querySelectorAll("#chart rect").length >= 6`, chromedp.WithPollingTimeout(8*time.Second))},
 		{"try an inline script", chromedp.Evaluate[chromedp.Void](`(() => { const s = document.createElement("script");
 			s.textContent = "window.inlineRan = true"; document.body.appendChild(s); })()`)},
