@@ -15,8 +15,12 @@
 //
 // (so that one slow window costs at most a tenth of the limit): the limit
 // settles where the backend's own queue adds about (tolerance − 1) of its
-// unloaded latency, or the slack when that is more. A fixed limit turns
-// adaptation off.
+// unloaded latency, or the slack when that is more. A limit the traffic
+// does not use grows no further and comes down towards twice the most
+// requests a window had in flight, so that a surge after a quiet spell
+// meets a limit near what the backend was last seen to carry rather than
+// letting the whole surge in before the first window closes. A fixed
+// limit turns adaptation off.
 //
 // Requests carry a Class. A request that finds the backend full waits for a
 // slot, at most its class's wait; a freed slot goes to the most important

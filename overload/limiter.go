@@ -394,9 +394,15 @@ func (l *Limiter) observe(now time.Time, rtt time.Duration) {
 	next := float64(l.limit) * gradient
 	if gradient >= 1 {
 		next += math.Sqrt(float64(l.limit))
-		if 2*peak < l.limit {
-			next = float64(l.limit) // not using what it has: no reason to grow
-		}
+	}
+	if 2*peak < l.limit {
+		// Not using what it has: no reason to grow, and the limit comes
+		// down towards twice what the window used. A surge after a quiet
+		// spell then meets a limit near what the backend was last seen
+		// to carry, not the initial guess or one learnt long ago, which
+		// would let the whole surge in at once before the first window
+		// could close.
+		next = min(next, float64(2*peak))
 	}
 	if next < float64(l.limit) {
 		// Down by a fifth of the step per window (Gradient2's smoothing):
@@ -407,7 +413,7 @@ func (l *Limiter) observe(now time.Time, rtt time.Duration) {
 	}
 	l.limit = min(max(int(next), l.o.Min), l.o.Max)
 	if !now.Before(l.nextProbe) {
-		l.startProbe(now)
+		l.startProbe(now, peak)
 	}
 	l.publish()
 }
@@ -418,12 +424,17 @@ func (l *Limiter) observe(now time.Time, rtt time.Duration) {
 // backend carrying more than Min requests would otherwise see requests
 // shed at every probe, as Envoy's minRTT windows do; under overload the
 // limit sits near the backend's knee, and half of it is below the knee.
-// l.mu is held.
-func (l *Limiter) startProbe(now time.Time) {
+// When the last window (its most in flight: peak) used half the limit or
+// less, the limit stays: the traffic queues nothing at exgate's doing,
+// and halving would only shed a burst the limit left room for. l.mu is
+// held.
+func (l *Limiter) startProbe(now time.Time, peak int) {
 	l.probing = true
 	l.probeFrom = max(l.limit, l.o.Min)
 	l.probeSkip = l.inflight
-	l.limit = max(l.limit/2, l.o.Min)
+	if 2*peak > l.limit {
+		l.limit = max(l.limit/2, l.o.Min)
+	}
 	l.winStart, l.winSum, l.winN, l.winPeak = now, 0, 0, l.inflight
 }
 

@@ -325,6 +325,59 @@ func TestGradientSettlesNearCapacity(t *testing.T) {
 	}
 }
 
+// TestUnusedLimitComesDown: a limit far above what the traffic uses
+// comes down to about twice the windows' peak in flight, so that a surge
+// after a quiet spell meets a limit near what the backend was last seen
+// to carry, not the initial 100; a probe of the unloaded latency does
+// not halve it; and it grows again once the surge uses it and the backend
+// keeps up.
+func TestUnusedLimitComesDown(t *testing.T) {
+	clk := &fakeClock{t: time.Unix(0, 0)}
+	l := New(Options{Min: 4, Max: 1000, Initial: 100, MinSamples: 4, Now: clk.Now})
+	quiet := func(windows, inFlight int) {
+		for range windows {
+			for range inFlight {
+				l.Acquire(context.Background(), Cancel)
+			}
+			for i := range 4 * inFlight {
+				if i == 4*inFlight-1 {
+					clk.Add(100 * time.Millisecond)
+				}
+				l.Release(clk.Now(), 10*time.Millisecond, true)
+				l.Acquire(context.Background(), Cancel)
+			}
+			for range inFlight {
+				l.Release(clk.Now(), 10*time.Millisecond, false)
+			}
+		}
+	}
+	quiet(30, 3)
+	if got := l.Limit(); got > 8 {
+		t.Errorf("limit %d after 30 windows using 3 slots, want at most twice that and a step (8)", got)
+	}
+	// A probe of the unloaded latency keeps a limit the traffic uses half
+	// of at most: halving it would shed a burst it left room for.
+	before := l.Limit()
+	clk.Add(31 * time.Second)
+	for range 3 {
+		l.Acquire(context.Background(), Cancel)
+	}
+	for range 4 { // the window closes and the probe starts
+		l.Release(clk.Now(), 10*time.Millisecond, true)
+		l.Acquire(context.Background(), Cancel)
+	}
+	if got := l.Limit(); !l.probing || got < before-1 {
+		t.Errorf("limit %d at a probe (probing %v), from %d, with 3 in flight: want it kept", got, l.probing, before)
+	}
+	for range 3 {
+		l.Release(clk.Now(), 10*time.Millisecond, false)
+	}
+	run(l, clk, 30, func(int) time.Duration { return 10 * time.Millisecond }) // uses all, no queue
+	if got := l.Limit(); got < 40 {
+		t.Errorf("limit %d after 30 windows using it all without a queue, want it grown", got)
+	}
+}
+
 func TestLimitStaysWithinMinMax(t *testing.T) {
 	clk := &fakeClock{t: time.Unix(0, 0)}
 	l := New(Options{Min: 5, Max: 12, MinSamples: 1, Now: clk.Now})
