@@ -42,6 +42,13 @@ type Overload struct {
 	MaxWait OverloadWaits `yaml:"max_wait"`
 	// RetryAfter is the Retry-After of a shed request. Default 1s.
 	RetryAfter time.Duration `yaml:"retry_after"`
+	// ShedDelay is how long after it arrived a shed request is answered
+	// at the soonest. A client that sends again as soon as it is
+	// answered (hundreds of connections in a loop, ignoring Retry-After)
+	// then costs exgate a few shed answers a second per connection
+	// instead of keeping every CPU busy with them, which would leave
+	// none for the requests it serves. Default 100ms; 0 answers at once.
+	ShedDelay time.Duration `yaml:"shed_delay"`
 }
 
 // OverloadWaits are the waits of the priority classes; 0 sheds a request
@@ -92,6 +99,7 @@ func DefaultOverload() Overload {
 			MarketData:  5 * time.Millisecond,
 		},
 		RetryAfter: time.Second,
+		ShedDelay:  100 * time.Millisecond,
 	}
 }
 
@@ -140,6 +148,9 @@ func (o *Overload) check(col *collector, p path) {
 	}
 	if o.RetryAfter < time.Second {
 		col.addf(p.key("retry_after"), "must be at least 1s (Retry-After counts whole seconds), got %s", o.RetryAfter)
+	}
+	if o.ShedDelay < 0 || o.ShedDelay > max(o.RetryAfter, time.Second) {
+		col.addf(p.key("shed_delay"), "must be 0 to overload.retry_after (%s), got %s", o.RetryAfter, o.ShedDelay)
 	}
 	for _, w := range []struct {
 		key string

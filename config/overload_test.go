@@ -42,11 +42,11 @@ func TestOverloadConfig(t *testing.T) {
 			}},
 		{name: "every problem by its path",
 			yaml: "overload: {min_limit: 0, max_limit: -1, initial_limit: 5000, fixed_limit: -2, tolerance_percent: 0, tolerance_min: -1s," +
-				" window: 0s, probe_interval: 10ms, retry_after: 10ms, max_wait: {cancel: 2m, market_data: -1ms}}\n" +
+				" window: 0s, probe_interval: 10ms, retry_after: 10ms, shed_delay: -1ms, max_wait: {cancel: 2m, market_data: -1ms}}\n" +
 				"routes:\n  - {name: r, match: '*', priority: urgent, max_in_flight: -1}\n",
 			paths: []string{"overload.min_limit", "overload.max_limit", "overload.initial_limit", "overload.fixed_limit",
 				"overload.tolerance_percent", "overload.tolerance_min", "overload.window", "overload.probe_interval", "overload.retry_after",
-				"overload.max_wait.cancel", "overload.max_wait.market_data", "routes[0].priority", "routes[0].max_in_flight"}},
+				"overload.shed_delay", "overload.max_wait.cancel", "overload.max_wait.market_data", "routes[0].priority", "routes[0].max_in_flight"}},
 		{name: "unknown key", yaml: "overload: {limit: 5}\n", paths: []string{"overload.limit"}},
 	}
 	for _, tt := range tests {

@@ -96,6 +96,7 @@ var reloadModes = map[string]string{
 	"overload.max_wait.private_read":      ReloadLive,
 	"overload.max_wait.market_data":       ReloadLive,
 	"overload.retry_after":                ReloadLive,
+	"overload.shed_delay":                 ReloadLive,
 	"server.tls.reload_interval":          ReloadRestart,
 	"server.idle_timeout":                 ReloadRestart,
 	"server.max_body_bytes":               ReloadRestart,

@@ -36,6 +36,9 @@ import (
 type admissionPlan struct {
 	enabled bool
 	errShed *apierror.Error
+	// shedDelay is how long after it arrived a shed request is answered
+	// at the soonest (overload.shed_delay).
+	shedDelay time.Duration
 }
 
 // routeAdmission is a route's overload state, compiled with the plan.
@@ -81,8 +84,9 @@ func (g *Gateway) newAdmissionPlan(cfg *config.Config) admissionPlan {
 	secs := int64((o.RetryAfter + time.Second - 1) / time.Second)
 	when, n := expected(secs)
 	return admissionPlan{
-		enabled: o.Enabled,
-		errShed: apierror.Static(http.StatusServiceUnavailable, "overloaded", "The exchange is busy. "+when, "Retry-After", n),
+		enabled:   o.Enabled,
+		errShed:   apierror.Static(http.StatusServiceUnavailable, "overloaded", "The exchange is busy. "+when, "Retry-After", n),
+		shedDelay: o.ShedDelay,
 	}
 }
 
@@ -112,7 +116,7 @@ func requestClass(st *requestState) overload.Class {
 // admitEarly sheds a request before its limits are charged when its class
 // is being shed anyway. A bulk is not known to be a cancel yet, so it is
 // judged as a cancel here: it is never shed early for being a placement.
-func (g *Gateway) admitEarly(st *requestState, pl *plan) *apierror.Error {
+func (g *Gateway) admitEarly(st *requestState, r *http.Request, pl *plan) *apierror.Error {
 	if !pl.admission.enabled || st.route.admission == nil {
 		return nil
 	}
@@ -124,7 +128,25 @@ func (g *Gateway) admitEarly(st *requestState, pl *plan) *apierror.Error {
 		return nil
 	}
 	st.route.admission.metrics[c].Shed()
+	g.holdShed(st, r, pl)
 	return pl.admission.errShed
+}
+
+// holdShed waits, before a shed request is answered, until
+// overload.shed_delay has passed since it arrived, or its client goes: a
+// client that sends again as soon as it is answered sends a few requests
+// a second on each connection instead of as many as the CPUs can answer.
+func (g *Gateway) holdShed(st *requestState, r *http.Request, pl *plan) {
+	d := pl.admission.shedDelay - g.now().Sub(st.start)
+	if d <= 0 {
+		return
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-r.Context().Done():
+	}
 }
 
 // admit takes a backend slot for st's request, waiting at most its class's
@@ -167,6 +189,7 @@ func (g *Gateway) shed(st *requestState, r *http.Request, pl *plan, c overload.C
 	st.route.admission.metrics[c].Shed()
 	g.settleUnsent(st)
 	g.refundLimits(st, r, pl)
+	g.holdShed(st, r, pl)
 	return pl.admission.errShed
 }
 

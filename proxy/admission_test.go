@@ -13,8 +13,10 @@ import (
 )
 
 // TestOverloadShedsByPriority fills a fixed limit of one slot with a
-// request the backend holds, then checks that market data is shed at once
-// with 503 overloaded and Retry-After, never reaching the backend, that a
+// request the backend holds, then checks that market data is shed without
+// waiting for a slot, with 503 overloaded and Retry-After, answered no
+// sooner than overload.shed_delay after it arrived, never reaching the
+// backend, that a
 // cancel takes the cancels' headroom of one slot over the limit, and that
 // a second cancel waits for a slot and gets it when the first requests
 // end.
@@ -26,6 +28,7 @@ func TestOverloadShedsByPriority(t *testing.T) {
 		c.Overload.MaxWait.MarketData = 0
 		c.Overload.MaxWait.Cancel = 5 * time.Second
 		c.Overload.RetryAfter = 2 * time.Second
+		c.Overload.ShedDelay = 300 * time.Millisecond
 	})
 	e.backend.handler = func(w http.ResponseWriter, r *http.Request) {
 		started <- struct{}{}
@@ -49,7 +52,11 @@ func TestOverloadShedsByPriority(t *testing.T) {
 	}()
 	<-started
 
+	sent := time.Now()
 	res := do(t, "GET", e.url+"/api/v1/mkt/tickers/", nil)
+	if d := time.Since(sent); d < 300*time.Millisecond {
+		t.Errorf("shed answered %v after it was sent, before overload.shed_delay (300ms)", d)
+	}
 	assertError(t, res, http.StatusServiceUnavailable, "overloaded")
 	if got := res.Header.Get("Retry-After"); got != "2" {
 		t.Errorf("Retry-After = %q, want 2", got)

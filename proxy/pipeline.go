@@ -39,7 +39,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	g.setClientAddress(st, r)
 	st.client = clientOf(st, pl)
-	if e := g.admitEarly(st, pl); e != nil {
+	if e := g.admitEarly(st, r, pl); e != nil {
 		g.refuse(st, r, e)
 		return
 	}
