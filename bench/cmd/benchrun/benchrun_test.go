@@ -459,3 +459,46 @@ func TestRoundRatios(t *testing.T) {
 		})
 	}
 }
+
+// TestReportSurgeOnly: the overload surge's targets, each judged, and its
+// section, in a report of the surge alone.
+func TestReportSurgeOnly(t *testing.T) {
+	res := &Results{
+		Generated: time.Date(2026, 11, 28, 7, 0, 0, 0, time.UTC),
+		Command:   "benchrun -surge-only",
+		Machine:   Machine{CPUs: 2, CPUModel: "test CPU", Pinning: "none", LoadAtStart: "0.10 0.20 0.30"},
+		Settings:  Settings{Threads: 2, SurgeOnly: true},
+		Surge: &Surge{Workers: 32, ServiceMS: 50, CapacityRPS: 640, Conns: 400, CancelRate: 20, Duration: "15s",
+			UnloadedCancelP50MS: 52, UnloadedCancelP99MS: 56, CancelP50MS: 70, CancelP99MS: 120, Cancels: 300,
+			BackendPeak: 60, GoodputRPS: 600, ShedAfter: 3, AfterRequests: 740,
+			Timeline: []SurgeSample{{AtMS: 0, InFlight: 5, Limit: 6}, {AtMS: 500, InFlight: 20, Limit: 30}, {AtMS: 1200, InFlight: 60, Limit: 56}}},
+	}
+	md := markdown(res)
+	for _, want := range []string{
+		"Only the overload surge ran (`-surge-only`)",
+		"| overload surge: the backend's peak in-flight ÷ its 32 workers (60 at once) | 1.88× | ≤ 2× | **met** |",
+		"| overload surge: goodput ÷ the backend's capacity (600 of 640 req/s) | 0.94× | ≥ 0.9× | **met** |",
+		"| overload surge: the cancels' p99 ÷ unloaded (120.0 ÷ 56.0 ms) | 2.14× | ≤ 2× | **missed** |",
+		"| overload surge: cancels shed (of 300; 0 not answered 200) | 0 | 0 | **met** |",
+		"| overload surge: requests shed from 5s after the surge (of 740 at a fifth of the capacity) | 3 | 0 | **missed** |",
+		"highest in each second of the surge: 0s 20/30; 1s 60/56;",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("report lacks %q:\n%s", want, md)
+		}
+	}
+	if strings.Contains(md, "How to read it") {
+		t.Errorf("a surge-only report explains the closed-loop runs:\n%s", md)
+	}
+}
+
+// TestSumSamples sums a metric's samples whose labels match.
+func TestSumSamples(t *testing.T) {
+	text := "# HELP x\nexgate_overload_shed_total{route=\"a\",class=\"cancel\"} 2\nexgate_overload_shed_total{route=\"b\",class=\"market_data\"} 40\nexgate_overload_shed_totals 7\n"
+	if got := sumSamples(text, "exgate_overload_shed_total"); got != 42 {
+		t.Errorf("every class: %v, want 42", got)
+	}
+	if got := sumSamples(text, "exgate_overload_shed_total", `class="cancel"`); got != 2 {
+		t.Errorf("cancels: %v, want 2", got)
+	}
+}

@@ -16,6 +16,7 @@
 //	benchrun -bins DIR -b-bins DIR2 -scenarios get-markets   (A/B: two exgate builds, interleaved)
 //	benchrun -bins DIR -b-bins DIR2 -rate-only -rate 7500 -rate-rounds 8 -targets exgate-redis
 //	         (A/B at a fixed rate only, against direct)
+//	benchrun -bins DIR -surge-only [-surge 15s]   (the overload surge only)
 //
 // Every process it starts runs in its own process group and is stopped
 // when benchrun ends, fails, or receives SIGINT, SIGTERM or SIGHUP.
@@ -59,6 +60,17 @@ type options struct {
 	rateRounds   int           // fixed-rate rounds; 0 = no fixed-rate run
 	rateDuration time.Duration // length of one fixed-rate run
 	rateOnly     bool          // only the fixed-rate run, at -rate
+
+	surge     time.Duration // length of the overload surge; 0 = none
+	surgeOnly bool          // only the overload surge
+	// surgeOverload is YAML under the surge exgate's overload: (indented
+	// two spaces), to try settings other than the defaults.
+	surgeOverload string
+
+	// The overload surge's backend, when this process is it.
+	poolBackend string
+	poolWorkers int
+	poolService time.Duration
 }
 
 func main() {
@@ -85,6 +97,12 @@ func main() {
 	flag.IntVar(&o.rateRounds, "rate-rounds", 4, "rounds of the open-loop fixed-rate run at direct, NGINX, Caddy, the floor and exgate (limits off, Redis limits); 0 = none")
 	flag.BoolVar(&o.rateOnly, "rate-only", false, "run only the fixed-rate part, at -rate (needed), at the targets of -targets (default: all it runs at)")
 	flag.DurationVar(&o.rateDuration, "rate-duration", 6*time.Second, "length of one fixed-rate run")
+	flag.DurationVar(&o.surge, "surge", 15*time.Second, "length of the overload surge (exgate in front of a backend of 32 workers × 50 ms, 400 connections of market data and a trader cancelling 20 times a second); 0 = none")
+	flag.BoolVar(&o.surgeOnly, "surge-only", false, "run only the overload surge")
+	flag.StringVar(&o.surgeOverload, "surge-overload", "", "YAML lines (each indented two spaces) under the surge exgate's overload section, to try settings other than the defaults, e.g. '  tolerance_percent: 25'")
+	flag.StringVar(&o.poolBackend, "pool-backend", "", "serve the overload surge's backend on this address and nothing else (benchrun starts itself so)")
+	flag.IntVar(&o.poolWorkers, "pool-workers", surgeWorkers, "the surge backend's workers")
+	flag.DurationVar(&o.poolService, "pool-service", surgeService, "the surge backend's service time per request")
 	flag.BoolVar(&o.serve, "serve", false, "start the stack, print its addresses and keep it up until interrupted (for profiling by hand)")
 	flag.Parse()
 
@@ -101,6 +119,9 @@ func main() {
 }
 
 func run(ctx context.Context, o options) error {
+	if o.poolBackend != "" {
+		return servePool(ctx, o.poolBackend, o.poolWorkers, o.poolService)
+	}
 	if o.render != "" {
 		res, err := readResults(o.render)
 		if err != nil {
@@ -110,6 +131,9 @@ func run(ctx context.Context, o options) error {
 	}
 	if o.rounds < 1 || o.duration < time.Second || o.threads < 1 || o.conns < o.threads || o.tokens < 1 {
 		return errors.New("need rounds ≥ 1, duration ≥ 1s, threads ≥ 1, conns ≥ threads, tokens ≥ 1")
+	}
+	if o.surgeOnly && o.surge <= 0 {
+		return errors.New("-surge-only needs -surge > 0")
 	}
 	if o.rateOnly && (o.rate <= 0 || o.rateRounds < 1) {
 		return errors.New("-rate-only needs -rate > 0 and -rate-rounds ≥ 1 (no closed-loop run measures the capacity the rate is chosen from)")
@@ -140,6 +164,9 @@ func run(ctx context.Context, o options) error {
 	ps := &procs{dir: o.work}
 	defer ps.stopAll()
 	e := &env{bins: o.bins, bBins: o.bBins, work: o.work, cpus: serverCPUs}
+	if o.surgeOnly {
+		return runSurgeOnly(ctx, o, ps, &bench{o: o, e: e, wrkCPUs: wrkCPUs}, serverCPUs, wrkCPUs)
+	}
 	logf("starting the backend, Redis, 3 exgates, 2 NGINXes, Caddy and the floors on loopback (scratch: %s)", o.work)
 	if err := startStack(ctx, ps, e); err != nil {
 		return err
@@ -182,6 +209,11 @@ func run(ctx context.Context, o options) error {
 			logf("fixed rate: skipped (no target it compares was measured on GET markets and -rate is 0)")
 		}
 	}
+	if o.surge > 0 {
+		if res.Surge, err = b.surge(ctx, ps, o.surge); err != nil {
+			return err
+		}
+	}
 	if o.profile {
 		if err := b.profileAll(ctx, res); err != nil {
 			return err
@@ -192,17 +224,41 @@ func run(ctx context.Context, o options) error {
 			return fmt.Errorf("%s exited during the benchmark:\n%s", name, t.proxy.tail())
 		}
 	}
-	if err := os.MkdirAll(o.out, 0o755); err != nil {
+	return write(res, o.out)
+}
+
+// write writes latest.json, latest.md and latest.png into dir.
+func write(res *Results, dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	if err := writeResults(res, filepath.Join(o.out, "latest.json")); err != nil {
+	if err := writeResults(res, filepath.Join(dir, "latest.json")); err != nil {
 		return err
 	}
-	if err := writeReport(res, o.out); err != nil {
+	if err := writeReport(res, dir); err != nil {
 		return err
 	}
-	logf("wrote %s", filepath.Join(o.out, "latest.md"))
+	logf("wrote %s", filepath.Join(dir, "latest.md"))
 	return nil
+}
+
+// runSurgeOnly runs the overload surge alone (-surge-only), without the
+// comparison's stack, and writes its results.
+func runSurgeOnly(ctx context.Context, o options, ps *procs, b *bench, serverCPUs, wrkCPUs string) error {
+	var err error
+	if b.scripts, err = writeScripts(o.work); err != nil {
+		return err
+	}
+	res := &Results{
+		Generated: time.Now().UTC(),
+		Command:   o.command,
+		Machine:   describeMachine(o.pin, serverCPUs, wrkCPUs),
+		Settings:  Settings{Threads: o.threads, Quick: o.quick, SurgeOnly: true},
+	}
+	if res.Surge, err = b.surge(ctx, ps, o.surge); err != nil {
+		return err
+	}
+	return write(res, o.out)
 }
 
 // serve prints where everything listens and waits for ctx to end.

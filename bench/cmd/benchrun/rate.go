@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/csv"
 	"errors"
@@ -252,32 +251,14 @@ func (fr *FixedRate) row(target string) *RateRow {
 	return nil
 }
 
-// attack runs vegeta at t for d at rate and reads every result. vegeta
-// starts a worker per request in flight; the cap (128, twice wrk's
-// connections) keeps a stalled target from making it open connections
-// without end, at the price of sending late, which the achieved rate
-// shows.
+// attack runs vegeta at t's GET markets for d at rate and reads every
+// result.
 func (b *bench) attack(ctx context.Context, vegeta string, t *target, rate float64, d time.Duration) (RateRun, error) {
-	out := filepath.Join(b.o.work, "vegeta.bin")
-	attack := exec.CommandContext(ctx, vegeta, "attack",
-		"-rate", fmt.Sprintf("%.0f/1s", rate), "-duration", d.String(),
-		"-timeout", "5s", "-keepalive=true", "-workers", "16", "-max-workers", "128", "-output", out)
-	attack.Stdin = strings.NewReader("GET " + t.url + "/api/v1/mkt/markets/\n")
-	if b.wrkCPUs != "" {
-		attack = exec.CommandContext(ctx, "taskset", append([]string{"-c", b.wrkCPUs}, attack.Args...)...)
-		attack.Stdin = strings.NewReader("GET " + t.url + "/api/v1/mkt/markets/\n")
-	}
-	var stderr bytes.Buffer
-	attack.Stderr = &stderr
-	if err := attack.Run(); err != nil {
-		return RateRun{}, fmt.Errorf("vegeta attack %s: %w: %s", t.name, err, stderr.String())
-	}
-	enc := exec.CommandContext(ctx, vegeta, "encode", "-to", "csv", out)
-	csvOut, err := enc.Output()
+	run, err := b.vegeta(ctx, vegeta, "GET "+t.url+"/api/v1/mkt/markets/", nil, rate, d)
 	if err != nil {
-		return RateRun{}, fmt.Errorf("vegeta encode: %w", err)
+		return RateRun{}, fmt.Errorf("%s: %w", t.name, err)
 	}
-	return parseVegetaCSV(bytes.NewReader(csvOut), d)
+	return run, nil
 }
 
 // parseVegetaCSV reads vegeta's CSV results (timestamp, status, latency in

@@ -190,10 +190,11 @@ func div(a, b float64) float64 {
 func targetsTable(p func(string, ...any), res *Results) {
 	p("## Targets (issue 12), ratios within this run\n\n")
 	p("| | measured | goal | |\n|---|--:|---|---|\n")
-	if res.Settings.RateOnly {
+	if res.Settings.RateOnly || res.Settings.SurgeOnly {
 		if res.FixedRate != nil {
 			fixedRateTarget(p, res.FixedRate)
 		}
+		surgeTargets(p, res.Surge)
 		p("\n")
 		return
 	}
@@ -228,6 +229,7 @@ func targetsTable(p func(string, ...any), res *Results) {
 	if res.FixedRate != nil {
 		fixedRateTarget(p, res.FixedRate)
 	}
+	surgeTargets(p, res.Surge)
 	red, ngl := res.row(scMarkets, tExgateRedis), res.row(scMarkets, tNginxLimit)
 	p("| reference: GET markets, exgate with Redis limits ÷ NGINX + limit_req, req/s | %s | (no target) | |\n\n", fmtRatio(ratio(red, ngl)))
 }
@@ -387,7 +389,9 @@ func markdown(res *Results) string {
 		p("> **Smoke run (`BENCH_QUICK=1`)**: too short to quote; run `make bench` for figures.\n\n")
 	}
 	p("Generated %s by:\n\n```sh\n%s\n```\n\n", res.Generated.Format("2006-01-02 15:04 MST"), res.Command)
-	if s.RateOnly {
+	if s.SurgeOnly {
+		p("Only the overload surge ran (`-surge-only`).\n\n")
+	} else if s.RateOnly {
 		p("Only the fixed-rate part ran (`-rate-only`): no closed-loop scenario, so no capacity or CPU figures. " +
 			"Compare ratios, not absolute figures: the machine is small and was shared.\n\n")
 	} else {
@@ -403,6 +407,12 @@ func markdown(res *Results) string {
 		p("; the targets marked [B build] run the exgate in `%s`", s.BBuild)
 	}
 	p(".\n")
+	if s.SurgeOnly {
+		p("- Noise: load average %s at the start.\n\n", m.LoadAtStart)
+		targetsTable(p, res)
+		surgeSection(p, res.Surge)
+		return b.String()
+	}
 	p("- Load: `wrk -t%d -c%d` (connections kept alive for the whole run, 5 s timeout), on the same machine as the servers.\n", s.Threads, s.Conns)
 	p("- CPU pinning: %s.\n", m.Pinning)
 	var busy, steal []float64
@@ -451,6 +461,7 @@ func markdown(res *Results) string {
 	}
 
 	fixedRateSection(p, res.FixedRate)
+	surgeSection(p, res.Surge)
 
 	if len(res.Scenarios) > 0 {
 		everyRun(p, res)

@@ -16,6 +16,7 @@ type Results struct {
 	Settings  Settings         `json:"settings"`
 	Scenarios []ScenarioResult `json:"scenarios"`
 	FixedRate *FixedRate       `json:"fixed_rate,omitempty"`
+	Surge     *Surge           `json:"surge,omitempty"`
 	Profiles  []Profile        `json:"profiles,omitempty"`
 }
 
@@ -36,15 +37,16 @@ type Machine struct {
 
 // Settings are the load settings.
 type Settings struct {
-	Rounds   int    `json:"rounds"`
-	Duration string `json:"duration"`
-	Warmup   string `json:"warmup"`
-	Threads  int    `json:"threads"`
-	Conns    int    `json:"conns"`
-	Tokens   int    `json:"tokens"` // distinct tokens in the many-keys scenario
-	Quick    bool   `json:"quick"`
-	BBuild   string `json:"b_build,omitempty"`   // directory of the B build, when compared
-	RateOnly bool   `json:"rate_only,omitempty"` // only the fixed-rate part ran (-rate-only)
+	Rounds    int    `json:"rounds"`
+	Duration  string `json:"duration"`
+	Warmup    string `json:"warmup"`
+	Threads   int    `json:"threads"`
+	Conns     int    `json:"conns"`
+	Tokens    int    `json:"tokens"` // distinct tokens in the many-keys scenario
+	Quick     bool   `json:"quick"`
+	BBuild    string `json:"b_build,omitempty"`    // directory of the B build, when compared
+	RateOnly  bool   `json:"rate_only,omitempty"`  // only the fixed-rate part ran (-rate-only)
+	SurgeOnly bool   `json:"surge_only,omitempty"` // only the overload surge ran (-surge-only)
 }
 
 // ScenarioResult is one scenario's rows, one per target.

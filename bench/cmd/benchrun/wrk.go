@@ -67,7 +67,7 @@ func writeScripts(dir string) (map[string]string, error) {
 		return nil, err
 	}
 	out := map[string]string{}
-	for _, name := range []string{"get", "order", "manykeys"} {
+	for _, name := range []string{"get", "order", "manykeys", "surge"} {
 		body, err := luaFS.ReadFile("lua/" + name + ".lua")
 		if err != nil {
 			return nil, err
