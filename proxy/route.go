@@ -50,6 +50,11 @@ var anyMethods = []string{"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTI
 type table struct {
 	routes []*Route // non-default routes, in configuration order
 	def    *Route   // the "*" route, or nil
+	// byPath holds, for each spelling of a path of literal segments only
+	// as configured (with and without its trailing slash), every route
+	// whose path matches it, in configuration order: find looks such a
+	// path up instead of trying every route.
+	byPath map[string][]*Route
 }
 
 // compileTable compiles the routes of cfg, which must be valid.
@@ -94,6 +99,7 @@ func compileTable(cfg *config.Config) *table {
 		}
 		t.routes = append(t.routes, r)
 	}
+	t.indexLiterals()
 	// Allow headers: the union of methods of the routes with the same
 	// shape, so a 405 lists every method the path accepts.
 	for _, r := range t.routes {
@@ -224,9 +230,57 @@ func (t *table) match(method, p string) (r *Route, matched, allow string) {
 	return nil, p, ""
 }
 
+// indexLiterals fills byPath: for each route whose segments are all
+// literals, its path as configured, with and without the trailing slash,
+// and the routes that match that exact path, in configuration order.
+func (t *table) indexLiterals() {
+	t.byPath = map[string][]*Route{}
+	for _, r := range t.routes {
+		if !allLiteral(r.segs) {
+			continue
+		}
+		p := "/" + r.segs[0].lit
+		for _, s := range r.segs[1:] {
+			p += "/" + s.lit
+		}
+		for _, key := range []string{p, p + "/"} {
+			if _, done := t.byPath[key]; done {
+				continue
+			}
+			n := segmentCount(key)
+			var cands []*Route
+			for _, o := range t.routes {
+				if o.fits(n) && o.matchPath(key) {
+					cands = append(cands, o)
+				}
+			}
+			t.byPath[key] = cands
+		}
+	}
+}
+
+// allLiteral reports whether segs are literal segments only (and at
+// least one).
+func allLiteral(segs []segment) bool {
+	for _, s := range segs {
+		if s.param {
+			return false
+		}
+	}
+	return len(segs) > 0
+}
+
 // find returns the first route, in configuration order, whose method and
 // path match; n is the number of segments of p.
 func (t *table) find(method, p string, n int) *Route {
+	if cands, ok := t.byPath[p]; ok {
+		for _, r := range cands {
+			if r.methodOK(method) {
+				return r
+			}
+		}
+		return nil
+	}
 	for _, r := range t.routes {
 		if r.fits(n) && r.methodOK(method) && r.matchPath(p) {
 			return r

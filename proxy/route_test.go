@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"path"
+	"strings"
 	"testing"
 
 	"github.com/exgate/exgate/config"
@@ -291,5 +293,44 @@ func TestCoveredRoutesAreNeverMatched(t *testing.T) {
 				t.Errorf("%s %s went to %v, want the later route reached: %v", tc.method, tc.path, r, tc.laterReached)
 			}
 		})
+	}
+}
+
+// TestLiteralIndexMatchesTheScan: the index of literal paths finds, for
+// every method and for every spelling of every route's path (literal
+// segments, ids for parameters, case changed, with and without the
+// trailing slash, one segment more or less), the route the scan of the
+// whole table finds, in the default table and in one where a route with
+// a parameter comes before a literal one it covers.
+func TestLiteralIndexMatchesTheScan(t *testing.T) {
+	cover := config.Default()
+	cover.Routes = append([]config.Route{{Name: "any_market", Match: config.Match{Method: "GET", Path: "/api/v1/mkt/{what}/"}}}, cover.Routes...)
+	for name, cfg := range map[string]*config.Config{"default": config.Default(), "covering route first": cover} {
+		tb := compileTable(cfg)
+		scan := &table{routes: tb.routes, def: tb.def}
+		var paths []string
+		for _, r := range tb.routes {
+			var segs []string
+			for _, s := range r.segs {
+				switch {
+				case s.rest:
+					segs = append(segs, "a", "b")
+				case s.param:
+					segs = append(segs, "42")
+				default:
+					segs = append(segs, s.lit)
+				}
+			}
+			p := "/" + strings.Join(segs, "/")
+			paths = append(paths, p, p+"/", strings.ToUpper(p), p+"/x", path.Dir(p))
+		}
+		for _, p := range paths {
+			for _, m := range anyMethods {
+				n := segmentCount(p)
+				if got, want := tb.find(m, p, n), scan.find(m, p, n); got != want {
+					t.Errorf("%s: %s %s: index found %v, the scan %v", name, m, p, got, want)
+				}
+			}
+		}
 	}
 }
