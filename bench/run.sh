@@ -14,6 +14,8 @@
 #   BENCH_PIN=none      none | split (wrk on the last CPU, servers on the others)
 #   BENCH_PROFILE=1     also profile exgate under load (pprof text in bench/results/)
 #   BENCH_RATE_ROUNDS=4 open-loop rounds at half the slowest compared target's rate (vegeta); 0 = none
+#   BENCH_SURGE=15s     the overload surge's length (exgate before a backend of 32 workers, 400
+#                       connections of market data, a trader cancelling); 0 = none
 #   BENCH_OUT=bench/results
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -74,11 +76,11 @@ cp "$vegeta_bin" "$bins/vegeta"
 
 args=(-bins "$bins" -out "${BENCH_OUT:-bench/results}")
 cmdline="make bench"
-for v in BENCH_QUICK BENCH_ROUNDS BENCH_DURATION BENCH_WARMUP BENCH_CONNS BENCH_THREADS BENCH_PIN BENCH_PROFILE BENCH_RATE_ROUNDS; do
+for v in BENCH_QUICK BENCH_ROUNDS BENCH_DURATION BENCH_WARMUP BENCH_CONNS BENCH_THREADS BENCH_PIN BENCH_PROFILE BENCH_RATE_ROUNDS BENCH_SURGE; do
   if [ -n "${!v:-}" ]; then cmdline="$v=${!v} $cmdline"; fi
 done
 if [ "${BENCH_QUICK:-0}" = 1 ]; then
-  args+=(-quick -rounds 1 -duration 2s -warmup 1s -tokens 1000 -rate-rounds 1 -rate-duration 2s)
+  args+=(-quick -rounds 1 -duration 2s -warmup 1s -tokens 1000 -rate-rounds 1 -rate-duration 2s -surge 5s)
 fi
 [ -n "${BENCH_ROUNDS:-}" ] && args+=(-rounds "$BENCH_ROUNDS")
 [ -n "${BENCH_DURATION:-}" ] && args+=(-duration "$BENCH_DURATION")
@@ -88,6 +90,7 @@ fi
 [ -n "${BENCH_PIN:-}" ] && args+=(-pin "$BENCH_PIN")
 [ "${BENCH_PROFILE:-0}" = 1 ] && args+=(-profile)
 [ -n "${BENCH_RATE_ROUNDS:-}" ] && args+=(-rate-rounds "$BENCH_RATE_ROUNDS")
+[ -n "${BENCH_SURGE:-}" ] && args+=(-surge "$BENCH_SURGE")
 args+=(-command "$cmdline")
 
 # benchrun runs in the background so that this shell's trap can pass on

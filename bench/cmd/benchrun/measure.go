@@ -178,7 +178,7 @@ func fmtCPU(m map[string]float64) string {
 func (b *bench) once(ctx context.Context, c combo, d time.Duration) (Run, error) {
 	var args []string
 	switch c.sc.name {
-	case scOrders:
+	case scOrders, scOrdersID:
 		args = []string{b.token}
 	case scManyKeys:
 		args = []string{strconv.Itoa(b.o.tokens)}
@@ -191,6 +191,7 @@ func (b *bench) once(ctx context.Context, c combo, d time.Duration) (Run, error)
 	}
 	storeBefore := b.storeRoundTrips(c.t)
 	evalBefore := b.redis.scriptRuns(ctx)
+	cmdsBefore := b.redis.commands(ctx)
 	sys0, _ := readSysCPU()
 	p0, be0, r0 := proxyCPU(), groupCPU(b.e.backend.pid()), groupCPU(b.e.redis.pid())
 	w, wrkCPU, err := runWrk(ctx, wrkRun{
@@ -203,6 +204,7 @@ func (b *bench) once(ctx context.Context, c combo, d time.Duration) (Run, error)
 	p1, be1, r1 := proxyCPU(), groupCPU(b.e.backend.pid()), groupCPU(b.e.redis.pid())
 	sys1, _ := readSysCPU()
 	evalAfter := b.redis.scriptRuns(ctx)
+	cmdsAfter := b.redis.commands(ctx)
 	storeAfter := b.storeRoundTrips(c.t)
 
 	n := float64(w.Requests)
@@ -233,18 +235,29 @@ func (b *bench) once(ctx context.Context, c combo, d time.Duration) (Run, error)
 		if evalBefore >= 0 && evalAfter >= 0 {
 			run.RedisCallsPerRequest = float64(evalAfter-evalBefore) / n
 		}
+		if cmdsBefore >= 0 && cmdsAfter >= 0 {
+			run.RedisCommandsPerRequest = float64(cmdsAfter-cmdsBefore) / n
+		}
 	}
 	return run, nil
 }
 
-// storeRoundTrips returns exgate's count of limit-store round trips, or 0
-// for other targets.
+// storeRoundTrips returns exgate's count of Redis round trips, or 0 for
+// other targets: the limit store's (which carry the claims riding with
+// the limits) and duplicate protection's own calls (a claim on its own,
+// recording the response, a release).
 func (b *bench) storeRoundTrips(t *target) float64 {
 	if t.admin == "" {
 		return 0
 	}
-	v, _ := scrape("http://"+t.admin+"/metrics", "exgate_ratelimit_store_duration_seconds_count")
-	return v
+	res, err := httpClient(5 * time.Second).Get("http://" + t.admin + "/metrics")
+	if err != nil {
+		return 0
+	}
+	defer res.Body.Close()
+	text, _ := io.ReadAll(res.Body)
+	return sumSamples(string(text), "exgate_ratelimit_store_duration_seconds_count") +
+		sumSamples(string(text), "exgate_duplicate_store_duration_seconds_count")
 }
 
 // scrape returns the value of the first sample of metric at url.
@@ -293,6 +306,24 @@ func (r *redisStats) scriptRuns(ctx context.Context) int64 {
 		return -1
 	}
 	return commandCalls(info, "evalsha") + commandCalls(info, "eval")
+}
+
+// commands returns how many commands Redis has processed
+// (total_commands_processed), or -1.
+func (r *redisStats) commands(ctx context.Context) int64 {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	info, err := r.c.Info(ctx, "stats").Result()
+	if err != nil {
+		return -1
+	}
+	for line := range strings.SplitSeq(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "total_commands_processed:"); ok {
+			n, _ := strconv.ParseInt(v, 10, 64)
+			return n
+		}
+	}
+	return -1
 }
 
 // commandCalls returns the calls of cmd in an INFO commandstats reply.

@@ -16,15 +16,16 @@ import (
 )
 
 // rateTargets are the targets of the fixed-rate run, direct first (the
-// latency every other is compared with). Besides NGINX, Caddy and exgate
-// with Redis limits (the comparison the issue-12 target is about), the
-// net/http floor proxy and exgate with limits off split exgate's added
-// tail into what net/http itself costs (floor against NGINX), what
-// exgate's own request path costs (off against the floor) and what its
-// limits cost (Redis against off). With -b-bins, each exgate target is
-// followed by its B build's.
+// latency every other is compared with). exgate with Redis limits is
+// judged against the ReverseProxy floor (issue 36); NGINX and Caddy are
+// reported; the net/http floor proxy and exgate with limits off split
+// exgate's added tail into what net/http itself costs (floor against
+// NGINX), what ReverseProxy adds (the ReverseProxy floor against the
+// net/http one), what exgate's own request path costs (off against the
+// ReverseProxy floor) and what its limits cost (Redis against off). With
+// -b-bins, each exgate target is followed by its B build's.
 func rateTargets() []string {
-	return []string{tDirect, tNginx, tCaddy, tFloor, tExgateOff, tExgateOff + bSuffix, tExgateRedis, tExgateRedis + bSuffix}
+	return []string{tDirect, tNginx, tCaddy, tFloor, tFloorRP, tExgateOff, tExgateOff + bSuffix, tExgateRedis, tExgateRedis + bSuffix}
 }
 
 // FixedRate is the open-loop run: GET markets at a fixed request rate,

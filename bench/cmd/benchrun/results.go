@@ -62,15 +62,16 @@ type Row struct {
 	Label  string `json:"label"`
 	Runs   []Run  `json:"runs"`
 	// Medians over the runs.
-	RPS                   float64            `json:"rps"`
-	P50MS                 float64            `json:"p50_ms"`
-	P99MS                 float64            `json:"p99_ms"`
-	CPU                   map[string]float64 `json:"cpu_us_per_request"`
-	BusyPct               float64            `json:"busy_pct"`
-	StealPct              float64            `json:"steal_pct"`
-	DecisionsPerRoundTrip float64            `json:"decisions_per_round_trip,omitempty"`
-	RoundTripsPerRequest  float64            `json:"round_trips_per_request,omitempty"`
-	RedisCallsPerRequest  float64            `json:"redis_calls_per_request,omitempty"`
+	RPS                     float64            `json:"rps"`
+	P50MS                   float64            `json:"p50_ms"`
+	P99MS                   float64            `json:"p99_ms"`
+	CPU                     map[string]float64 `json:"cpu_us_per_request"`
+	BusyPct                 float64            `json:"busy_pct"`
+	StealPct                float64            `json:"steal_pct"`
+	DecisionsPerRoundTrip   float64            `json:"decisions_per_round_trip,omitempty"`
+	RoundTripsPerRequest    float64            `json:"round_trips_per_request,omitempty"`
+	RedisCallsPerRequest    float64            `json:"redis_calls_per_request,omitempty"`
+	RedisCommandsPerRequest float64            `json:"redis_commands_per_request,omitempty"`
 	// Errors is the sum over the runs.
 	Errors int64 `json:"errors"`
 }
@@ -92,6 +93,9 @@ type Run struct {
 	DecisionsPerRoundTrip float64            `json:"decisions_per_round_trip,omitempty"`
 	RoundTripsPerRequest  float64            `json:"round_trips_per_request,omitempty"`
 	RedisCallsPerRequest  float64            `json:"redis_calls_per_request,omitempty"`
+	// RedisCommandsPerRequest is Redis's total_commands_processed over
+	// the run, per request (a pipeline's commands count one each).
+	RedisCommandsPerRequest float64 `json:"redis_commands_per_request,omitempty"`
 }
 
 // Profile is the pprof summary of one exgate under load.
@@ -136,6 +140,7 @@ func (r *Row) summarize() {
 	r.DecisionsPerRoundTrip = pick(func(x Run) float64 { return x.DecisionsPerRoundTrip })
 	r.RoundTripsPerRequest = pick(func(x Run) float64 { return x.RoundTripsPerRequest })
 	r.RedisCallsPerRequest = pick(func(x Run) float64 { return x.RedisCallsPerRequest })
+	r.RedisCommandsPerRequest = pick(func(x Run) float64 { return x.RedisCommandsPerRequest })
 	r.CPU = map[string]float64{}
 	for _, role := range roles() {
 		r.CPU[role] = pick(func(x Run) float64 { return x.CPU[role] / x.served() })

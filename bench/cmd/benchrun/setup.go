@@ -433,8 +433,12 @@ func probe(t *target, sc *scenario, token string) error {
 		return err
 	}
 	switch sc.name {
-	case scOrders:
-		req, _ = http.NewRequest(sc.method, t.url+sc.path, strings.NewReader(orderBody))
+	case scOrders, scOrdersID:
+		body := orderBody
+		if sc.name == scOrdersID {
+			body = strings.TrimSuffix(orderBody, "}") + fmt.Sprintf(`,"identifier":"probe-%d"}`, time.Now().UnixNano())
+		}
+		req, _ = http.NewRequest(sc.method, t.url+sc.path, strings.NewReader(body))
 		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("Authorization", "Bearer "+token)
 	case scManyKeys:

@@ -24,6 +24,7 @@ var luaFS embed.FS
 const (
 	scMarkets  = "get-markets"
 	scOrders   = "post-order"
+	scOrdersID = "post-order-id"
 	scManyKeys = "many-keys"
 )
 
@@ -50,6 +51,9 @@ func scenarios() []*scenario {
 		{name: scOrders, title: "POST /api/v1/odr/orders/ (one valid token, market order)",
 			method: "POST", path: "/api/v1/odr/orders/", script: "order", want: 201,
 			targets: []string{tDirect, tNginx, tNginxLimit, tCaddy, tFloor, tFloorRP, tExgateOff, tExgateMemory, tExgateRedis}},
+		{name: scOrdersID, title: "POST /api/v1/odr/orders/ with an identifier of its own (one valid token, market order, duplicate protection in Redis)",
+			method: "POST", path: "/api/v1/odr/orders/", script: "orderid", want: 201,
+			targets: []string{tExgateRedis}},
 		{name: scManyKeys, title: "GET /api/v1/mkt/markets/ with many tokens (a new limiter key on every request)",
 			method: "GET", path: "/api/v1/mkt/markets/", script: "manykeys", want: 200,
 			targets: []string{tDirect, tNginxLimit, tExgateOff, tExgateMemory, tExgateRedis}},
@@ -67,7 +71,7 @@ func writeScripts(dir string) (map[string]string, error) {
 		return nil, err
 	}
 	out := map[string]string{}
-	for _, name := range []string{"get", "order", "manykeys", "surge"} {
+	for _, name := range []string{"get", "order", "orderid", "manykeys", "surge"} {
 		body, err := luaFS.ReadFile("lua/" + name + ".lua")
 		if err != nil {
 			return nil, err
