@@ -65,7 +65,8 @@ func (s *Server) IssueToken(apiKey string) (access, refresh string, err error) {
 	return access, refresh, nil
 }
 
-// sign returns an HS256 JWT of the given type for user id, valid for ttl.
+// sign returns a JWT of the given type for user id, valid for ttl:
+// RS256 with the signing key and its kid, or HS256 with the secret.
 func (s *Server) sign(userID int64, tokenType string, ttl time.Duration) (string, error) {
 	now := s.now()
 	jti := make([]byte, 16)
@@ -79,16 +80,25 @@ func (s *Server) sign(userID int64, tokenType string, ttl time.Duration) (string
 			ID:        hex.EncodeToString(jti),
 		},
 	}
+	if s.rsa != nil {
+		t := jwt.NewWithClaims(jwt.SigningMethodRS256, c)
+		t.Header["kid"] = s.rsa.kid
+		return t.SignedString(s.rsa.key)
+	}
 	return jwt.NewWithClaims(jwt.SigningMethodHS256, c).SignedString(s.secret)
 }
 
-// verify checks a token's HS256 signature, expiry and type, and returns
-// its user id.
+// verify checks a token's signature (RS256 with the signing key's public
+// key, else HS256), expiry and type, and returns its user id.
 func (s *Server) verify(token, tokenType string) (int64, error) {
 	var c claims
+	method, key := jwt.SigningMethod(jwt.SigningMethodHS256), any(s.secret)
+	if s.rsa != nil {
+		method, key = jwt.SigningMethodRS256, &s.rsa.key.PublicKey
+	}
 	_, err := jwt.ParseWithClaims(token, &c,
-		func(*jwt.Token) (any, error) { return s.secret, nil },
-		jwt.WithValidMethods([]string{jwt.SigningMethodHS256.Alg()}),
+		func(*jwt.Token) (any, error) { return key, nil },
+		jwt.WithValidMethods([]string{method.Alg()}),
 		jwt.WithTimeFunc(s.now),
 		jwt.WithExpirationRequired(),
 	)

@@ -13,6 +13,7 @@
 //	POST /api/v1/odr/orders/          (Authorization: Bearer <access JWT>)
 //	POST /api/v1/usr/authenticate/    ({"api_key", "secret_key"} -> {"access", "refresh"})
 //	POST /api/v1/usr/refresh_token/   ({"refresh"} -> {"access"})
+//	GET  /.well-known/jwks.json       (the RS256 verifying key, with Options.SigningKey)
 //
 // and the rest of the family the API's clients use (family.go), each for
 // the token's own user:
@@ -34,6 +35,7 @@
 package sim
 
 import (
+	"crypto/rsa"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -62,8 +64,16 @@ const (
 // Options configures a Server. The zero value is a usable development
 // configuration.
 type Options struct {
-	// Secret is the HS256 key for JWTs; nil means DevSecret.
+	// Secret is the HS256 key for JWTs; nil means DevSecret. Unused with
+	// SigningKey.
 	Secret []byte
+	// SigningKey, when set, signs the tokens with RS256 (as SimpleJWT's
+	// ALGORITHM: RS256 with this SIGNING_KEY), their kid the RFC 7638
+	// thumbprint of its public key, which the server publishes as a JWKS
+	// at /.well-known/jwks.json (Server.JWKS); only RS256 tokens of this
+	// key are then accepted. Nil means HS256 with Secret. At least 2048
+	// bits.
+	SigningKey *rsa.PrivateKey
 	// Credentials maps api_key to secret_key; nil means two dev accounts,
 	// {"dev": "dev", "dev2": "dev2"} (user ids 1 and 2).
 	Credentials map[string]string
@@ -84,6 +94,7 @@ type Options struct {
 // it with New.
 type Server struct {
 	secret     []byte
+	rsa        *rsaSigner      // nil: HS256 with secret
 	users      map[string]user // by api_key
 	now        func() time.Time
 	accessTTL  time.Duration
@@ -98,8 +109,18 @@ type Server struct {
 }
 
 // New returns a Server configured by opts, with the seeded catalogue and,
-// unless opts.NoSeedBook is set, seeded order books.
+// unless opts.NoSeedBook is set, seeded order books. It panics on a
+// SigningKey shorter than 2048 bits (NewChecked returns the error).
 func New(opts Options) *Server {
+	s, err := NewChecked(opts)
+	if err != nil {
+		panic(err)
+	}
+	return s
+}
+
+// NewChecked is New, returning a bad SigningKey as an error.
+func NewChecked(opts Options) (*Server, error) {
 	s := &Server{
 		secret:     opts.Secret,
 		now:        opts.Now,
@@ -111,6 +132,15 @@ func New(opts Options) *Server {
 	}
 	if s.secret == nil {
 		s.secret = []byte(DevSecret)
+	}
+	if k := opts.SigningKey; k != nil {
+		if k.N.BitLen() < 2048 {
+			return nil, fmt.Errorf("sim: signing key of %d bits; RS256 wants at least 2048", k.N.BitLen())
+		}
+		var err error
+		if s.rsa, err = newRSASigner(k); err != nil {
+			return nil, err
+		}
 	}
 	if s.now == nil {
 		s.now = time.Now
@@ -136,7 +166,7 @@ func New(opts Options) *Server {
 	if !opts.NoSeedBook {
 		s.seedBooks()
 	}
-	return s
+	return s, nil
 }
 
 // Markets returns a copy of the seeded market catalogue, in the order the
@@ -176,6 +206,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		rt = route{http.MethodPost, s.handleAuthenticate}
 	case "/api/v1/usr/refresh_token/":
 		rt = route{http.MethodPost, s.handleRefresh}
+	case jwksPath:
+		rt = route{http.MethodGet, s.handleJWKS}
 	default:
 		if h, param, ok := s.familyRoute(p); ok {
 			h(w, r, param)

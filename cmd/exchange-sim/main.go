@@ -3,16 +3,23 @@
 //
 // Usage:
 //
-//	exchange-sim [-listen 127.0.0.1:9000] [-secret KEY] [-credentials KEY:SECRET,...] [-v]
+//	exchange-sim [-listen 127.0.0.1:9000] [-secret KEY | -jwt-key FILE [-print-jwks]] [-credentials KEY:SECRET,...] [-v]
 //
 // The JWT key defaults to $EXGATE_SIM_SECRET, else to the public
-// development key sim.DevSecret. The credentials default to
+// development key sim.DevSecret (HS256). With -jwt-key, tokens are signed
+// with RS256 by the RSA private key in that PEM file (as SimpleJWT's
+// ALGORITHM: RS256), and its public key is served as a JWKS at
+// /.well-known/jwks.json; -print-jwks prints that JWKS and exits, for
+// a gateway's identity.jwt.jwks_file. The credentials default to
 // $EXGATE_SIM_CREDENTIALS, else to the single account dev:dev. SIGINT or
 // SIGTERM shuts the server down gracefully.
 package main
 
 import (
 	"context"
+	"crypto/rsa"
+	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"flag"
 	"fmt"
@@ -50,6 +57,8 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	listen := fs.String("listen", "127.0.0.1:9000", "address to serve on")
 	secret := fs.String("secret", "", "HS256 key for JWTs (default $EXGATE_SIM_SECRET, else the public dev key)")
 	credentials := fs.String("credentials", "", "accounts as api_key:secret_key,... (default $EXGATE_SIM_CREDENTIALS, else dev:dev)")
+	jwtKey := fs.String("jwt-key", "", "PEM `file` of an RSA private key: sign tokens with RS256 (instead of -secret's HS256) and serve its JWKS at /.well-known/jwks.json")
+	printJWKS := fs.Bool("print-jwks", false, "print the JWKS of -jwt-key's public key and exit")
 	verbose := fs.Bool("v", false, "log every request")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -72,9 +81,18 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	if *secret == "" {
 		*secret = os.Getenv("EXGATE_SIM_SECRET")
 	}
-	if *secret != "" {
+	switch {
+	case *jwtKey != "":
+		key, err := readRSAKey(*jwtKey)
+		if err != nil {
+			return err
+		}
+		opts.SigningKey = key
+	case *printJWKS:
+		return errors.New("-print-jwks needs -jwt-key")
+	case *secret != "":
 		opts.Secret = []byte(*secret)
-	} else {
+	default:
 		logger.Warn("using the public development JWT secret; set -secret or EXGATE_SIM_SECRET")
 	}
 	if *credentials == "" {
@@ -88,7 +106,15 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		opts.Credentials = creds
 	}
 
-	var handler http.Handler = sim.New(opts)
+	server, err := sim.NewChecked(opts)
+	if err != nil {
+		return err
+	}
+	if *printJWKS {
+		_, err := fmt.Fprintf(stdout, "%s\n", server.JWKS())
+		return err
+	}
+	var handler http.Handler = server
 	if *verbose {
 		handler = accessLog(logger, handler)
 	}
@@ -163,4 +189,34 @@ func accessLog(logger *zap.Logger, next http.Handler) http.Handler {
 			zap.Duration("duration", time.Since(start)),
 		)
 	})
+}
+
+// readRSAKey reads an RSA private key from a PEM file: PKCS #8 ("PRIVATE
+// KEY", as openssl genpkey writes it) or PKCS #1 ("RSA PRIVATE KEY").
+func readRSAKey(path string) (*rsa.PrivateKey, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("-jwt-key: %w", err)
+	}
+	block, _ := pem.Decode(data)
+	if block == nil {
+		return nil, fmt.Errorf("-jwt-key: %s holds no PEM block", path)
+	}
+	var key any
+	switch block.Type {
+	case "PRIVATE KEY":
+		key, err = x509.ParsePKCS8PrivateKey(block.Bytes)
+	case "RSA PRIVATE KEY":
+		key, err = x509.ParsePKCS1PrivateKey(block.Bytes)
+	default:
+		return nil, fmt.Errorf("-jwt-key: %s holds a %s, not an RSA private key", path, block.Type)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("-jwt-key: %s: %w", path, err)
+	}
+	rk, ok := key.(*rsa.PrivateKey)
+	if !ok {
+		return nil, fmt.Errorf("-jwt-key: %s holds a %T, not an RSA private key", path, key)
+	}
+	return rk, nil
 }

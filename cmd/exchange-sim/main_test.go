@@ -4,9 +4,15 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/x509"
 	"encoding/json"
+	"encoding/pem"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -152,4 +158,64 @@ func TestRunErrors(t *testing.T) {
 	if err := run(context.Background(), []string{"-h"}, io.Discard); err != nil {
 		t.Errorf("run -h: %v", err)
 	}
+}
+
+// TestJWTKey: -jwt-key reads an RSA private key in PKCS #8 or PKCS #1
+// PEM, -print-jwks prints the JWKS of its public key, and other files are
+// refused with the reason.
+func TestJWTKey(t *testing.T) {
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	pkcs8, _ := x509.MarshalPKCS8PrivateKey(key)
+	files := map[string][]byte{
+		"pkcs8.pem":  pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: pkcs8}),
+		"pkcs1.pem":  pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(key)}),
+		"public.pem": pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: must(x509.MarshalPKIXPublicKey(&key.PublicKey))}),
+	}
+	for name, b := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var first string
+	for _, name := range []string{"pkcs8.pem", "pkcs1.pem"} {
+		var out strings.Builder
+		if err := run(context.Background(), []string{"-jwt-key", filepath.Join(dir, name), "-print-jwks"}, &out); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		var set struct {
+			Keys []struct{ Kty, Kid, Alg, Use, N, E, D string }
+		}
+		if err := json.Unmarshal([]byte(out.String()), &set); err != nil || len(set.Keys) != 1 {
+			t.Fatalf("%s: -print-jwks printed %q: %v", name, out.String(), err)
+		}
+		k := set.Keys[0]
+		if k.Kty != "RSA" || k.Alg != "RS256" || k.Use != "sig" || k.Kid == "" || k.N == "" || k.D != "" {
+			t.Errorf("%s: key %+v", name, k)
+		}
+		if first == "" {
+			first = out.String()
+		} else if out.String() != first {
+			t.Errorf("the two encodings of one key print different JWKS:\n%s\n%s", first, out.String())
+		}
+	}
+	for _, tc := range []struct{ args []string }{
+		{[]string{"-jwt-key", filepath.Join(dir, "public.pem")}},
+		{[]string{"-jwt-key", filepath.Join(dir, "none.pem")}},
+		{[]string{"-print-jwks"}},
+	} {
+		if err := run(context.Background(), tc.args, io.Discard); err == nil {
+			t.Errorf("%v accepted", tc.args)
+		}
+	}
+}
+
+func must(b []byte, err error) []byte {
+	if err != nil {
+		panic(err)
+	}
+	return b
 }

@@ -315,3 +315,47 @@ tiers: { vip: { list_markets: { rate: 500/1m } } }
 		t.Fatalf("a bad users file: %v", err)
 	}
 }
+
+// TestReferenceBackendRS256ThroughJWKS: the reference backend signing
+// with RS256 and exgate verifying with its JWKS, as docs/production.md
+// sets them up: the backend's tokens place orders through exgate, and a
+// token of the development HS256 secret is refused by exgate itself.
+func TestReferenceBackendRS256ThroughJWKS(t *testing.T) {
+	key := mustRSA(t)
+	s := sim.New(sim.Options{SigningKey: key})
+	c := &counted{h: s}
+	bs := httptest.NewServer(c)
+	t.Cleanup(bs.Close)
+	jwks := filepath.Join(t.TempDir(), "jwks.json")
+	if err := os.WriteFile(jwks, s.JWKS(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := config.Default()
+	cfg.Listen, cfg.AdminListen = "127.0.0.1:0", "127.0.0.1:0"
+	cfg.Upstream.URL = config.MustURL(bs.URL)
+	verifying(cfg)
+	cfg.Identity.JWT.Keys = nil
+	cfg.Identity.JWT.JWKSFile, cfg.Identity.JWT.JWKSAlgorithms = jwks, []string{"RS256"}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	a := startApp(t, cfg, deps{log: zap.NewNop(), now: time.Now, getenv: secretEnv})
+	waitCatalogue(t, a)
+	gw := "http://" + a.addr
+
+	access := authenticate(t, gw)
+	if !strings.HasPrefix(access, "eyJhbGciOiJSUzI1NiIs") {
+		t.Fatalf("the backend's token is not RS256: %s", access)
+	}
+	order := `{"symbol":"BTC_USDT","type":"market","side":"buy","base_amount":"0.001"}`
+	code, _, b := call(t, "POST", gw+"/api/v1/odr/orders/", order, "Content-Type", "application/json", "Authorization", "Bearer "+access)
+	if code != 201 {
+		t.Fatalf("order with the backend's RS256 token: %d %s", code, b)
+	}
+	before := c.orders.Load()
+	hs, _, _ := sim.New(sim.Options{}).IssueToken("dev")
+	code, _, b = call(t, "POST", gw+"/api/v1/odr/orders/", order, "Content-Type", "application/json", "Authorization", "Bearer "+hs)
+	if code != 401 || !strings.Contains(string(b), "token_not_valid") || c.orders.Load() != before {
+		t.Errorf("order with an HS256 token of the development secret: %d %s, %d orders reached the backend", code, b, c.orders.Load()-before)
+	}
+}
