@@ -15,6 +15,10 @@ declare -A need=(
   [haproxy]=haproxy             # sends the PROXY protocol (v1 and v2) to exgate in the edge tests
   [chromium]=chromium           # browser tests (cmd/exgate): a page on another origin trades through the CORS policy; the operator console, driven with chromedp
   [yq]=yq                       # deploy tests run the Kubernetes ConfigMap's check-config recipe with Debian's yq
+  [openssl]=openssl             # docs/production.md, run by deploy's TestProductionWalkthrough: keys and certificates
+  [ip]=iproute2                 # the walkthrough runs in a network namespace of its own (ip link set lo up)
+  [unshare]=util-linux          # … and unshare makes it
+  [make]=make                   # … and installs the binaries with make install
 )
 
 missing=()
