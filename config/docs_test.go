@@ -442,3 +442,85 @@ func TestDocsDefaultRouteTable(t *testing.T) {
 		})
 	}
 }
+
+// proseDefault is a default stated in the docs' prose: "`server.idle_timeout`
+// (2 minutes by default)", "`limiter.redis.timeout` (default 25 ms)",
+// "`validation.catalogue.refresh`, 30 s by default",
+// "`idempotency.max_per_account` (20,000)".
+var proseDefault = regexp.MustCompile("`([a-z_]+(?:\\.[a-z0-9_]+)+)`(?: \\((?:default )?|, )" +
+	"((?:\\d[\\d,.]*)(?: ?(?:ms|s|m|h|minutes?|hours?|seconds?|days?|KiB|MiB|GiB))?|on|off|`[^`]+`)" +
+	"( by default|[);,])")
+
+// proseValue turns a value as the prose writes it into YAML: "2 minutes"
+// → 2m, "30 s" → 30s, "20,000" → 20000, "64 MiB" → 64MiB, on → true.
+func proseValue(v string) string {
+	v = strings.Trim(v, "`")
+	switch v {
+	case "on":
+		return "true"
+	case "off":
+		return "false"
+	}
+	v = strings.ReplaceAll(v, ",", "")
+	for long, short := range map[string]string{" minutes": "m", " minute": "m", " hours": "h", " hour": "h", " seconds": "s", " second": "s", " days": "d", " day": "d"} {
+		v = strings.Replace(v, long, short, 1)
+	}
+	if n, unit, ok := strings.Cut(v, " "); ok {
+		if unit == "d" {
+			if d, err := strconv.Atoi(n); err == nil {
+				return strconv.Itoa(24*d) + "h"
+			}
+		}
+		v = n + unit
+	}
+	return v
+}
+
+// TestDocsProseDefaults keeps the defaults the docs state in their prose
+// true, as TestDocsKeysAreTheKeys does for the keys table: each value
+// written after a key, in parentheses or followed by "by default", loads
+// to exactly Default() when written into a file at that key.
+func TestDocsProseDefaults(t *testing.T) {
+	want, err := Default().Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	checked := 0
+	for _, d := range doctext.Docs(t, "..") {
+		if d.Name == "performance.md" || d.Name == "configuration.md" {
+			continue // measurements of other settings; the keys table has its own test
+		}
+		for _, m := range proseDefault.FindAllStringSubmatchIndex(d.Text, -1) {
+			key, raw := d.Text[m[2]:m[3]], d.Text[m[4]:m[5]]
+			line := 1 + strings.Count(d.Text[:m[0]], "\n")
+			switch {
+			case strings.HasPrefix(raw, "`") && !strings.HasSuffix(d.Text[:m[4]], "(default "):
+				continue // a list of keys ("`a`, `b`"), not a value
+			case strings.HasPrefix(d.Text[m[1]:], " with "):
+				continue // a default that depends on another setting ("1 by default with Cluster")
+			}
+			if !isKeyPath(reflect.TypeOf(Config{}), key) || strings.HasPrefix(key, "tiers.") || strings.HasPrefix(key, "validation.markets.") {
+				continue // not a key of the configuration with a default of its own
+			}
+			checked++
+			parts := strings.Split(key, ".")
+			var y strings.Builder
+			for i, p := range parts[:len(parts)-1] {
+				y.WriteString(strings.Repeat("  ", i) + p + ":\n")
+			}
+			y.WriteString(strings.Repeat("  ", len(parts)-1) + parts[len(parts)-1] + ": " + proseValue(raw) + "\n")
+			c, err := Parse(d.Name, []byte(y.String()), nil)
+			if err != nil {
+				t.Errorf("%s:%d: `%s` %s: not a value of the key: %v", d.Name, line, key, raw, err)
+				continue
+			}
+			got, _ := c.Marshal()
+			if string(got) != string(want) {
+				t.Errorf("%s:%d: `%s` is said to be %s; the default is otherwise:\n%s", d.Name, line, key, raw, diffNamed("said", string(got), "Default", string(want)))
+			}
+		}
+	}
+	if checked < 25 {
+		t.Errorf("only %d defaults found in the prose; the pattern broke", checked)
+	}
+}
