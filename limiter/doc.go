@@ -9,5 +9,5 @@
 // token-spray guard, falls back as the route's on_store_error says when
 // the store fails, and produces the Decision and its headers. Open builds
 // the store and the Enforcer from configuration, NewRedisClient the Redis
-// client; LoadTokens and LoadUsers read the tier files.
+// client; ParseTokens and ParseUsers read the tier files.
 package limiter

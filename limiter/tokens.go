@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"slices"
 	"strings"
 
@@ -15,25 +14,16 @@ import (
 // MaxTokensFileSize is the largest tokens file accepted, in bytes.
 const MaxTokensFileSize = 64 << 20
 
-// LoadTokens reads a tokens file: a YAML document mapping token ids to
-// tier names,
+// ParseTokens reads a tokens file's document, data: a YAML mapping of
+// token ids to tier names,
 //
 //	tokens:
 //	  3f2a9c…(32 hex digits): vip
 //
 // Ids are what `exgate token-id` prints for a token under the key secret;
 // raw tokens never appear in the file. Every tier must be one of tiers.
-// All problems are reported at once, each with its line.
-func LoadTokens(path string, tiers []string) (map[string]string, error) {
-	data, err := readTierFile(path)
-	if err != nil {
-		return nil, err
-	}
-	return ParseTokens(path, data, tiers)
-}
-
-// ParseTokens is LoadTokens for a document already in memory; name labels
-// the problems.
+// All problems are reported at once, each with its line; name labels
+// them. The file is read by the caller, within MaxTokensFileSize.
 func ParseTokens(name string, data []byte, tiers []string) (map[string]string, error) {
 	return parseTierFile(name, data, "tokens", "token id", tiers, func(k string) (string, string) {
 		id := strings.ToLower(k)
@@ -47,25 +37,16 @@ func ParseTokens(name string, data []byte, tiers []string) (map[string]string, e
 // MaxUserLen is the longest user id a users file may name.
 const MaxUserLen = 256
 
-// LoadUsers reads a users file: a YAML document mapping user ids, as the
-// verified tokens' user claim carries them, to tier names,
+// ParseUsers reads a users file's document, data: a YAML mapping of user
+// ids, as the verified tokens' user claim carries them, to tier names,
 //
 //	users:
 //	  "42": vip
 //	  alice: pro
 //
 // Every tier must be one of tiers. All problems are reported at once,
-// each with its line.
-func LoadUsers(path string, tiers []string) (map[string]string, error) {
-	data, err := readTierFile(path)
-	if err != nil {
-		return nil, err
-	}
-	return ParseUsers(path, data, tiers)
-}
-
-// ParseUsers is LoadUsers for a document already in memory; name labels
-// the problems.
+// each with its line; name labels them. The file is read by the caller,
+// within MaxTokensFileSize.
 func ParseUsers(name string, data []byte, tiers []string) (map[string]string, error) {
 	return parseTierFile(name, data, "users", "user id", tiers, func(k string) (string, string) {
 		if k == "" || len(k) > MaxUserLen {
@@ -73,22 +54,6 @@ func ParseUsers(name string, data []byte, tiers []string) (map[string]string, er
 		}
 		return k, ""
 	})
-}
-
-func readTierFile(path string) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, MaxTokensFileSize+1))
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	if len(data) > MaxTokensFileSize {
-		return nil, fmt.Errorf("%s: larger than %d bytes", path, MaxTokensFileSize)
-	}
-	return data, nil
 }
 
 // parseTierFile reads a YAML document of one mapping, section, from keys
