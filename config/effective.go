@@ -1,7 +1,11 @@
 package config
 
 import (
+	"cmp"
+	"fmt"
+	"math"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -63,4 +67,119 @@ func (c *Config) RouteTimeout(r *Route) time.Duration {
 		return r.Timeout
 	}
 	return c.Upstream.Timeout
+}
+
+// Shares of the duplicate-protection store when nothing bounds an
+// account's orders (an order route without a per-account limit).
+const (
+	fallbackShareIDs   = 200000
+	fallbackShareBytes = 200 << 20
+)
+
+// OrderAllowance is the most orders one account can place within a
+// window: over the routes an order is placed on, each bounded by its
+// tightest per-account limit under the fastest tier.
+type OrderAllowance struct {
+	// Orders is that number; 0 when some order route has no per-account
+	// limit, so that nothing bounds it.
+	Orders int64
+	// Basis names the limits it comes from, as "place_order 5400/1h
+	// (burst 5400)", or the route without a per-account limit.
+	Basis string
+}
+
+// OrderAllowance returns the most orders one account can place within
+// window: over every route with validate: order and every route a bulk
+// placement is charged against, the burst and the rate over window of
+// the route's tightest limit counted per account (key token or account,
+// not anonymous-only), under the tier that lets the most through.
+func (c *Config) OrderAllowance(window time.Duration) OrderAllowance {
+	var a OrderAllowance
+	var basis []string
+	for _, name := range c.orderRoutes() {
+		r := c.Route(name)
+		best, how := int64(-1), ""
+		for _, tier := range append([]string{""}, sortedKeys(c.Tiers)...) {
+			n, h := routeAllowance(r, c.Tiers[tier][name], tier, window)
+			if n >= 0 && (best < 0 || n > best) {
+				best, how = n, h
+			}
+		}
+		if best < 0 {
+			return OrderAllowance{Basis: name + " has no limit per account"}
+		}
+		a.Orders += best
+		basis = append(basis, how)
+	}
+	a.Basis = strings.Join(basis, " + ")
+	return a
+}
+
+// orderRoutes returns the names of the routes an order is placed on:
+// validate: order, and the routes bulk placements are charged against.
+func (c *Config) orderRoutes() []string {
+	var names []string
+	for _, r := range c.Routes {
+		n := ""
+		switch r.Validate {
+		case ValidateOrd:
+			n = r.Name
+		case ValidateBulk:
+			n = r.Bulk.Orders
+		}
+		if n != "" && c.Route(n) != nil && !slices.Contains(names, n) {
+			names = append(names, n)
+		}
+	}
+	return names
+}
+
+// routeAllowance returns the most orders route r lets one account place
+// within window under tier (whose override of r's per-account limits is
+// tl, when set): its tightest per-account limit's burst and rate, or -1
+// when it has none, and how that was worked out.
+func routeAllowance(r *Route, tl TierLimit, tier string, window time.Duration) (int64, string) {
+	if tier != "" && tl.Rate.IsZero() {
+		return -1, ""
+	}
+	best, how := int64(-1), ""
+	for _, l := range r.Limits {
+		if l.Shadow || l.When == WhenAnon || (l.Key != KeyToken && l.Key != KeyAccount) {
+			continue
+		}
+		rate, burst := l.Rate, l.Burst
+		if tier != "" {
+			rate, burst = tl.Rate, tl.Burst
+		}
+		burst = normalBurst(burst, rate)
+		n := min(float64(burst)+math.Ceil(float64(rate.N)*window.Seconds()/rate.Period.Seconds()), 1<<40)
+		if best < 0 || int64(n) < best {
+			best = int64(n)
+			how = fmt.Sprintf("%s %s (burst %d)", r.Name, rate, burst)
+			if tier != "" {
+				how += " for tier " + tier
+			}
+		}
+	}
+	return best, how
+}
+
+// IdempotencyShare returns each account's share of the
+// duplicate-protection store: idempotency.max_per_account identifiers
+// and max_bytes_per_account bytes, each 0 derived: the orders one
+// account can place within retention and in_flight_timeout
+// (OrderAllowance), and IdentifierBytes for each identifier of the
+// share.
+func (c *Config) IdempotencyShare() (ids int, bytes int64) {
+	idem := c.Idempotency
+	ids, bytes = idem.MaxPerAccount, int64(idem.MaxBytesPerAccount)
+	if ids == 0 {
+		a := c.OrderAllowance(idem.Retention + idem.InFlightTimeout)
+		if a.Orders == 0 {
+			ids = fallbackShareIDs
+			bytes = cmp.Or(bytes, fallbackShareBytes)
+		}
+		ids = cmp.Or(ids, int(a.Orders))
+	}
+	return ids, cmp.Or(bytes, int64(ids)*IdentifierBytes)
 }

@@ -38,8 +38,17 @@ type Idempotency struct {
 	// backend accepted, orders in flight and orders whose outcome is
 	// unknown, until their retention ends. Past it, that account's new
 	// identifiers get 503 identifier_quota_exceeded and nobody else's do.
-	// Default 20000.
+	// 0 derives it from the order limits (Config.IdempotencyShare): as
+	// many orders as the fastest tier lets an account place within
+	// retention and in_flight_timeout, so that an account tagging every
+	// order never meets it. Default 0.
 	MaxPerAccount int `yaml:"max_per_account"`
+	// MaxBytesPerAccount is the most bytes one account's identifiers may
+	// cost the store (keys, states, the responses kept for replay, as
+	// the store charges them: docs/validation.md); past it, as past
+	// MaxPerAccount. 0 means MaxPerAccount's (derived) number × 1KiB
+	// (IdentifierBytes). Default 0.
+	MaxBytesPerAccount ByteSize `yaml:"max_bytes_per_account"`
 	// ReplicaAcks is how many Redis replicas must hold a claim (Redis
 	// WAIT) before the order is forwarded, so that a failover cannot lose
 	// it and let a retry place the order again; when fewer acknowledge it
@@ -55,12 +64,18 @@ type Idempotency struct {
 // When full of unexpired entries, new identifiers are refused with a
 // store error rather than forgetting old ones.
 type IdempotencyMemory struct {
-	// MaxEntries is the most identifiers kept. Default 100000.
+	// MaxEntries is the most identifiers kept. Default 1000000.
 	MaxEntries int `yaml:"max_entries"`
-	// MaxBytes bounds the stored responses and keys together.
-	// Default 64MiB.
+	// MaxBytes bounds what the entries cost the heap: keys, states and
+	// the stored responses. Default 1GiB.
 	MaxBytes ByteSize `yaml:"max_bytes"`
 }
+
+// IdentifierBytes is what a derived share (max_bytes_per_account: 0)
+// allows per identifier: an identifier's entry (about 200 bytes in
+// Redis, 300 in memory) and an order's response of up to 700 bytes
+// (a bulk's response is kept once, under its first identifier).
+const IdentifierBytes = 1 << 10
 
 // DefaultIdempotency returns the built-in duplicate-protection settings.
 func DefaultIdempotency() Idempotency {
@@ -71,9 +86,8 @@ func DefaultIdempotency() Idempotency {
 		MaxResponseBytes: 64 << 10,
 		Timeout:          100 * time.Millisecond,
 		KeyPrefix:        "exgate:idem:",
-		MaxPerAccount:    20000,
 		ReplicaAcks:      -1,
-		Memory:           IdempotencyMemory{MaxEntries: 100000, MaxBytes: 64 << 20},
+		Memory:           IdempotencyMemory{MaxEntries: 1000000, MaxBytes: 1 << 30},
 	}
 }
 
@@ -100,8 +114,11 @@ func (idem *Idempotency) check(col *collector, p path) {
 	if idem.KeyPrefix == "" || len(idem.KeyPrefix) > 64 || strings.ContainsFunc(idem.KeyPrefix, func(r rune) bool { return r <= ' ' || r >= 0x7f }) {
 		col.addf(p.key("key_prefix"), "want 1 to 64 printable ASCII characters without spaces, got %q", idem.KeyPrefix)
 	}
-	if idem.MaxPerAccount < 1 {
-		col.addf(p.key("max_per_account"), "must be at least 1, got %d", idem.MaxPerAccount)
+	if idem.MaxPerAccount < 0 {
+		col.addf(p.key("max_per_account"), "must be 0 (from the order limits) or more, got %d", idem.MaxPerAccount)
+	}
+	if idem.MaxBytesPerAccount < 0 || idem.MaxBytesPerAccount > 1<<40 {
+		col.addf(p.key("max_bytes_per_account"), "must be from 0 (max_per_account × %s) to 1TiB, got %s", ByteSize(IdentifierBytes), idem.MaxBytesPerAccount)
 	}
 	if idem.ReplicaAcks < -1 || idem.ReplicaAcks > 5 {
 		col.addf(p.key("replica_acks"), "must be from -1 (by topology) to 5, got %d", idem.ReplicaAcks)

@@ -11,8 +11,8 @@ func TestDefaultIdempotency(t *testing.T) {
 	i := DefaultIdempotency()
 	want := Idempotency{
 		Enabled: true, Retention: 24 * time.Hour, InFlightTimeout: 30 * time.Second,
-		MaxResponseBytes: 64 << 10, Timeout: 100 * time.Millisecond, KeyPrefix: "exgate:idem:", MaxPerAccount: 20000,
-		ReplicaAcks: -1, Memory: IdempotencyMemory{MaxEntries: 100000, MaxBytes: 64 << 20},
+		MaxResponseBytes: 64 << 10, Timeout: 100 * time.Millisecond, KeyPrefix: "exgate:idem:",
+		ReplicaAcks: -1, Memory: IdempotencyMemory{MaxEntries: 1000000, MaxBytes: 1 << 30},
 	}
 	if i != want {
 		t.Errorf("DefaultIdempotency() = %+v, want %+v", i, want)

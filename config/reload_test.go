@@ -24,6 +24,7 @@ var reloadModes = map[string]string{
 	"idempotency.in_flight_timeout":       ReloadRestart,
 	"idempotency.key_prefix":              ReloadRestart,
 	"idempotency.max_per_account":         ReloadRestart,
+	"idempotency.max_bytes_per_account":   ReloadRestart,
 	"idempotency.replica_acks":            ReloadRestart,
 	"idempotency.max_response_bytes":      ReloadRestart,
 	"idempotency.memory.max_bytes":        ReloadRestart,

@@ -12,6 +12,13 @@
 // in-flight claim whose holder never finishes (a crashed replica) turns
 // into an unknown outcome after the in-flight timeout, never into a free
 // identifier. docs/validation.md describes the protocol.
+//
+// A bulk placement claims the identifiers of all its orders at once, all
+// or nothing (Store.ClaimAll), and is one request to the store: its
+// state and its response are kept once, under its first identifier (the
+// head), and each other identifier holds only a mark naming the bulk by
+// its fingerprint. Each account's share of the store is counted in
+// entries and in bytes (Options.MaxPerAccount, MaxBytesPerAccount).
 package idempotency
 
 import (
@@ -39,7 +46,7 @@ func FingerprintOf(body []byte) Fingerprint { return sha256.Sum256(body) }
 // knows the client as (the verified account where identities are
 // verified, else the token id, an HMAC of the token, never the token);
 // each account has its own identifiers and its own share of the store
-// (Options.MaxPerAccount).
+// (Options.MaxPerAccount, Options.MaxBytesPerAccount).
 type Key struct {
 	Account, Identifier string
 }
@@ -95,18 +102,25 @@ type Record struct {
 	Body []byte
 }
 
-// Claim is the answer to Store.Claim.
+// Claim is the answer to Store.Claim and Store.ClaimAll.
 type Claim struct {
 	// Outcome says what the proxy does with the request.
 	Outcome Outcome
 	// Record is the first response, for Replay; nil otherwise.
 	Record *Record
-	// Key and Fingerprint are the claim's arguments.
+	// Key and Fingerprint are the claim's arguments; for ClaimAll, Key
+	// names the first identifier.
 	Key         Key
 	Fingerprint Fingerprint
+	// At is, for InProgress, Conflict and Unknown, the index among the
+	// claimed identifiers of the one that decided the outcome (0 for
+	// Claim).
+	At int
 
-	id   string // the holder's token, for Claimed
-	slot int64  // the account-share slot the claim was counted in (Redis)
+	more   []string // ClaimAll's identifiers after the first
+	id     string   // the holder's token, for Claimed
+	slot   int64    // the account-share slot the claim was counted in (Redis)
+	charge int64    // the bytes the claim charged its account's share (Redis)
 }
 
 // Store keeps claims. Every method has a deadline (Options.Timeout) and
@@ -116,9 +130,19 @@ type Store interface {
 	// Claim claims key for a request with fingerprint fp, or reports why
 	// it cannot.
 	// A new identifier is refused with ErrAccountFull when its account
-	// already holds Options.MaxPerAccount entries, and with ErrFull when
-	// the store has no room.
+	// already holds its share (Options.MaxPerAccount entries or
+	// Options.MaxBytesPerAccount bytes), and with ErrFull when the store
+	// has no room.
 	Claim(ctx context.Context, key Key, fp Fingerprint) (Claim, error)
+	// ClaimAll claims the distinct identifiers ids (at least one) of
+	// account for one request with fingerprint fp, a bulk of orders: all
+	// of them or none. The request is kept once, under ids[0]; the
+	// outcome is that of the request (a repeat of the same bulk is
+	// InProgress, Replay or Unknown) or, when any of ids is held by
+	// another request, Conflict with Claim.At naming the first such.
+	// Complete, Release and MarkUnknown of the claim settle every
+	// identifier at once.
+	ClaimAll(ctx context.Context, account string, ids []string, fp Fingerprint) (Claim, error)
 	// Complete records the backend's response to a Claimed request; later
 	// identical requests replay it. A body over Options.MaxResponseBytes
 	// is not kept: the outcome is recorded as unknown instead. rec.Body
@@ -146,8 +170,9 @@ var (
 	// store holds Options.MaxEntries or Options.MaxBytes of unexpired
 	// entries, or Redis refuses writes at its maxmemory (OOM).
 	ErrFull = errors.New("idempotency: store full")
-	// ErrAccountFull: the account already holds Options.MaxPerAccount
-	// entries; other accounts still claim.
+	// ErrAccountFull: the account already holds its share of the store
+	// (Options.MaxPerAccount entries or Options.MaxBytesPerAccount
+	// bytes); other accounts still claim.
 	ErrAccountFull = errors.New("idempotency: account's share of the store is full")
 )
 
@@ -165,14 +190,19 @@ type Options struct {
 	Timeout time.Duration
 	// KeyPrefix starts every Redis key. Default "exgate:idem:".
 	KeyPrefix string
-	// MaxEntries and MaxBytes bound the memory store. Defaults 100000 and
-	// 64MiB.
+	// MaxEntries and MaxBytes bound the memory store: identifiers, and
+	// the bytes its entries cost the heap (MemoryBytes). Defaults 1000000
+	// and 1GiB.
 	MaxEntries int
 	MaxBytes   int64
-	// MaxPerAccount is the most entries one account holds at once (in
-	// flight, completed or unknown, until they expire); past it the
-	// account's new identifiers get ErrAccountFull. Default 20000.
-	MaxPerAccount int
+	// MaxPerAccount is the most identifiers one account holds at once
+	// (in flight, completed or unknown, until they expire), and
+	// MaxBytesPerAccount the most bytes they may cost the store
+	// (MemoryBytes, RedisBytes); past either the account's new
+	// identifiers get ErrAccountFull. Defaults 200000 and 200MiB:
+	// config.Config.IdempotencyShare derives both from the order limits.
+	MaxPerAccount      int
+	MaxBytesPerAccount int64
 	// ReplicaAcks is how many Redis replicas must acknowledge a claim
 	// (WAIT) before the order is forwarded; 0 forwards on the master's
 	// word alone. The memory store ignores it. Default 0.
@@ -194,6 +224,8 @@ func OptionsFrom(c config.Idempotency) Options {
 		MaxEntries:       c.Memory.MaxEntries,
 		MaxBytes:         int64(c.Memory.MaxBytes),
 		MaxPerAccount:    c.MaxPerAccount,
+		// 0 (derived from the order limits): config.Config.IdempotencyShare
+		MaxBytesPerAccount: int64(c.MaxBytesPerAccount),
 	}
 }
 
@@ -215,13 +247,16 @@ func (o Options) withDefaults() Options {
 		o.KeyPrefix = "exgate:idem:"
 	}
 	if o.MaxEntries <= 0 {
-		o.MaxEntries = 100000
+		o.MaxEntries = 1000000
 	}
 	if o.MaxBytes <= 0 {
-		o.MaxBytes = 64 << 20
+		o.MaxBytes = 1 << 30
 	}
 	if o.MaxPerAccount <= 0 {
-		o.MaxPerAccount = 20000
+		o.MaxPerAccount = 200000
+	}
+	if o.MaxBytesPerAccount <= 0 {
+		o.MaxBytesPerAccount = 200 << 20
 	}
 	if o.Now == nil {
 		o.Now = time.Now

@@ -132,13 +132,14 @@ func TestFingerprint(t *testing.T) {
 func TestOptionsFromConfig(t *testing.T) {
 	o := OptionsFrom(config.DefaultIdempotency())
 	want := Options{Retention: 24 * time.Hour, InFlightTimeout: 30 * time.Second, MaxResponseBytes: 64 << 10,
-		Timeout: 100 * time.Millisecond, KeyPrefix: "exgate:idem:", MaxEntries: 100000, MaxBytes: 64 << 20, MaxPerAccount: 20000}
+		Timeout: 100 * time.Millisecond, KeyPrefix: "exgate:idem:", MaxEntries: 1000000, MaxBytes: 1 << 30}
 	if o.Now != nil || o.Retention != want.Retention || o.InFlightTimeout != want.InFlightTimeout ||
 		o.MaxResponseBytes != want.MaxResponseBytes || o.Timeout != want.Timeout || o.KeyPrefix != want.KeyPrefix ||
-		o.MaxEntries != want.MaxEntries || o.MaxBytes != want.MaxBytes || o.MaxPerAccount != want.MaxPerAccount {
+		o.MaxEntries != want.MaxEntries || o.MaxBytes != want.MaxBytes || o.MaxPerAccount != 0 || o.MaxBytesPerAccount != 0 {
 		t.Errorf("OptionsFrom(default) = %+v", o)
 	}
-	if d := (Options{}).withDefaults(); d.Retention != want.Retention || d.Now == nil || d.KeyPrefix != want.KeyPrefix {
+	if d := (Options{}).withDefaults(); d.Retention != want.Retention || d.Now == nil || d.KeyPrefix != want.KeyPrefix ||
+		d.MaxPerAccount != 200000 || d.MaxBytesPerAccount != 200<<20 {
 		t.Errorf("zero Options defaults = %+v", d)
 	}
 }

@@ -44,10 +44,12 @@ type Prepared struct {
 	// its round trip, near enough.
 	At time.Time
 
-	key  Key
-	fp   Fingerprint
-	id   string // the holder's token
-	slot int64  // the account-share slot the claim counts in
+	key    Key      // the first identifier
+	more   []string // the other identifiers (a bulk's)
+	fp     Fingerprint
+	id     string // the holder's token
+	slot   int64  // the account-share slot the claim counts in
+	charge int64  // the bytes it charges the account's share
 }
 
 // errNotRun is the failure of a claim its round trip carried but did not
@@ -57,12 +59,13 @@ var errNotRun = errors.New("idempotency: the claim did not run with the limits")
 
 // Joiner is a Store whose claims can ride in another script's run on
 // the same Redis. A Prepared claim that was never sent is claimed with
-// Store.Claim instead.
+// Store.ClaimAll instead.
 type Joiner interface {
 	Store
-	// Prepare fills p with a claim of key for a request with
-	// fingerprint fp.
-	Prepare(p *Prepared, key Key, fp Fingerprint)
+	// Prepare fills p with a claim of account's identifiers ids (an
+	// order's one, a bulk's all, as Store.ClaimAll claims them) for a
+	// request with fingerprint fp.
+	Prepare(p *Prepared, account string, ids []string, fp Fingerprint)
 	// Settle returns the claim p's round trip reported (r, whose Sent
 	// is true), as Claim would have: a claim the replicas did not
 	// acknowledge is freed and reported as ErrNotReplicated, a failed
@@ -78,7 +81,9 @@ type Joiner interface {
 }
 
 // Prepare implements Joiner.
-func (s *Redis) Prepare(p *Prepared, key Key, fp Fingerprint) { s.prepare(p, key, fp) }
+func (s *Redis) Prepare(p *Prepared, account string, ids []string, fp Fingerprint) {
+	s.prepare(p, account, ids, fp)
+}
 
 // Settle implements Joiner. A round trip Redis answered with an error
 // for the whole run (the limits' writes refused at maxmemory, say) says
@@ -96,7 +101,7 @@ func (s *Redis) Settle(ctx context.Context, p *Prepared, r ratelimit.ClaimReply)
 	}
 	var reply redis.Error
 	if errors.As(r.Err, &reply) && !ratelimit.Unserved(r.Err) {
-		return s.Claim(ctx, p.key, p.fp)
+		return s.ClaimAll(ctx, p.key.Account, p.ids(), p.fp)
 	}
 	if r.Err != nil {
 		s.failed(ctx, r.Err)
@@ -137,9 +142,12 @@ func (s *Redis) free(ctx context.Context, p *Prepared) error {
 		}
 		c = node
 	}
-	if err := s.finish.Run(ctx, c, p.Keys, p.id, "free", ms(s.o.Retention), "", p.slot).Err(); err != nil {
+	if err := s.finish.Run(ctx, c, p.Keys, p.id, "free", ms(s.o.Retention), "", p.slot, p.charge, 0).Err(); err != nil {
 		s.failed(ctx, err)
 		return storeError("free", err)
 	}
 	return nil
 }
+
+// ids returns the identifiers p claims.
+func (p *Prepared) ids() []string { return append([]string{p.key.Identifier}, p.more...) }

@@ -54,10 +54,15 @@ func (s *joinedStore) limitKey(account string) string {
 
 // Claim decides the account's limit and claims key in one round trip.
 func (s *joinedStore) Claim(ctx context.Context, key Key, fp Fingerprint) (Claim, error) {
+	return s.ClaimAll(ctx, key.Account, []string{key.Identifier}, fp)
+}
+
+// ClaimAll decides the account's limit and claims ids in one round trip.
+func (s *joinedStore) ClaimAll(ctx context.Context, account string, ids []string, fp Fingerprint) (Claim, error) {
 	var p Prepared
-	s.Prepare(&p, key, fp)
+	s.Prepare(&p, account, ids, fp)
 	q := ratelimit.Request{
-		Checks: []ratelimit.Check{{Key: s.limitKey(key.Account), Limit: s.limit}},
+		Checks: []ratelimit.Check{{Key: s.limitKey(account), Limit: s.limit}},
 		Claim:  &p.ClaimPart,
 	}
 	var ans ratelimit.Answer
@@ -172,10 +177,10 @@ func TestJoinedRefusedClaimsNothing(t *testing.T) {
 	if !errors.Is(err, errLimited) {
 		t.Fatalf("claim over the limit = %v, want refused by the limit", err)
 	}
-	if n, err := srv.Do("EXISTS", s.keys(k("second"))[0]); err != nil || n != int64(0) {
+	if n, err := srv.Do("EXISTS", s.keyOf(k("second"))[0]); err != nil || n != int64(0) {
 		t.Errorf("a refused request's claim key: EXISTS = %v %v, want 0", n, err)
 	}
-	if v, err := srv.Do("HVALS", s.keys(k("second"))[1]); err != nil || len(v.([]any)) != 1 || v.([]any)[0] != "1" {
+	if v, err := srv.Do("HGETALL", s.keyOf(k("second"))[1]); err != nil || len(v.(map[any]any)) != 2 || countOf(v) != 1 {
 		t.Errorf("account share after one claim and one refusal = %v %v, want one claim", v, err)
 	}
 }
@@ -222,7 +227,7 @@ func TestJoinedReplicaAcks(t *testing.T) {
 		for i := range 10 {
 			k := Key{Account: "acct", Identifier: "k" + strconv.Itoa(i)}
 			cl := mustClaim(t, s, k, fpA, Claimed)
-			if v, err := replica.Do("GET", s.keys(k)[0]); err != nil || !strings.HasPrefix(v.(string), "p") {
+			if v, err := replica.Do("GET", s.keyOf(k)[0]); err != nil || !strings.HasPrefix(v.(string), "p") {
 				t.Fatalf("replica's copy of claim %v right after Claimed: %q %v", k, v, err)
 			}
 			must(t, s.Complete(context.Background(), cl, Record{Status: 201, Body: []byte("{}")}))
@@ -240,7 +245,7 @@ func TestJoinedReplicaAcks(t *testing.T) {
 		if d := time.Since(start); d > 30*time.Second { // only bounds a WAIT with no deadline
 			t.Errorf("refused after %v, want the %v deadline", d, o.Timeout)
 		}
-		if n, err := alone.Do("EXISTS", s.keys(k)[0]); err != nil || n != int64(0) {
+		if n, err := alone.Do("EXISTS", s.keyOf(k)[0]); err != nil || n != int64(0) {
 			t.Errorf("unacknowledged claim left on the master: EXISTS = %v %v", n, err)
 		}
 	})
@@ -269,7 +274,7 @@ func splitAccount(t *testing.T, c *redis.ClusterClient, s *joinedStore) string {
 	t.Helper()
 	for i := range 1000 {
 		a := "acct" + strconv.Itoa(i)
-		if masterOf(t, c, "rate:"+s.limitKey(a)) != masterOf(t, c, s.keys(Key{Account: a})[0]) {
+		if masterOf(t, c, "rate:"+s.limitKey(a)) != masterOf(t, c, s.keyOf(Key{Account: a})[0]) {
 			return a
 		}
 	}
@@ -348,7 +353,7 @@ func TestJoinedCluster(t *testing.T) {
 		s := newJoined(t, c, o, ratelimit.Limit{Rate: 1, Period: time.Hour, Burst: 1})
 		acct := splitAccount(t, c, s)
 		mustClaim(t, s, Key{Account: acct, Identifier: "first"}, fpA, Claimed)
-		share := s.keys(Key{Account: acct})[1]
+		share := s.keyOf(Key{Account: acct})[1]
 		before, err := c.HGetAll(context.Background(), share).Result()
 		if err != nil {
 			t.Fatal(err)
@@ -357,7 +362,7 @@ func TestJoinedCluster(t *testing.T) {
 		if _, err := s.Claim(context.Background(), second, fpA); !errors.Is(err, errLimited) {
 			t.Fatalf("claim over the limit = %v, want refused by the limit", err)
 		}
-		if n, err := c.Exists(context.Background(), s.keys(second)[0]).Result(); err != nil || n != 0 {
+		if n, err := c.Exists(context.Background(), s.keyOf(second)[0]).Result(); err != nil || n != 0 {
 			t.Errorf("a refused request's claim left held: EXISTS = %v %v, want 0", n, err)
 		}
 		after, err := c.HGetAll(context.Background(), share).Result()
@@ -389,7 +394,7 @@ func TestJoinedCluster(t *testing.T) {
 		s := newJoined(t, c, o, generous)
 		key := Key{Account: "acct-moved", Identifier: "moved"}
 		var p Prepared
-		s.Prepare(&p, key, fpA)
+		s.Prepare(&p, key.Account, []string{key.Identifier}, fpA)
 		// A real MOVED: the claim's key asked of a master that does not
 		// hold it, as a run sent by a stale slot map is answered.
 		owner := masterOf(t, c, p.Keys[0])
@@ -421,7 +426,7 @@ func TestJoinedCluster(t *testing.T) {
 		s := newJoined(t, c, o, generous)
 		acct := splitAccount(t, c, s)
 		mustClaim(t, s, Key{Account: acct, Identifier: "warm"}, fpA, Claimed)
-		srv := cl.Server(masterOf(t, c, s.keys(Key{Account: acct})[0]))
+		srv := cl.Server(masterOf(t, c, s.keyOf(Key{Account: acct})[0]))
 		srv.Freeze()
 		defer srv.Thaw()
 		start := time.Now()
@@ -452,7 +457,7 @@ func TestJoinedClusterResharded(t *testing.T) {
 		mustClaim(t, s, Key{Account: "warm" + strconv.Itoa(i), Identifier: "w"}, fpA, Claimed)
 	}
 	key := Key{Account: "resharded", Identifier: "r"}
-	claimKey := s.keys(key)[0]
+	claimKey := s.keyOf(key)[0]
 	slot, err := c.ClusterKeySlot(ctx, claimKey).Result()
 	if err != nil {
 		t.Fatal(err)
@@ -532,7 +537,7 @@ func TestJoinedClusterReplicaAcks(t *testing.T) {
 		k := Key{Account: acct, Identifier: "k" + strconv.Itoa(i)}
 		mustClaim(t, s, k, fpA, Claimed)
 	}
-	master := cl.Server(masterOf(t, c, s.keys(Key{Account: acct})[0]))
+	master := cl.Server(masterOf(t, c, s.keyOf(Key{Account: acct})[0]))
 	info, err := master.Info("replication")
 	if err != nil {
 		t.Fatal(err)
@@ -555,7 +560,20 @@ func TestJoinedClusterReplicaAcks(t *testing.T) {
 	if _, err := s.Claim(context.Background(), k, fpA); !errors.Is(err, ErrNotReplicated) {
 		t.Fatalf("joined claim with the replica cut off = %v, want ErrNotReplicated", err)
 	}
-	if n, err := master.Do("EXISTS", s.keys(k)[0]); err != nil || n != int64(0) {
+	if n, err := master.Do("EXISTS", s.keyOf(k)[0]); err != nil || n != int64(0) {
 		t.Errorf("unacknowledged claim left on the master: EXISTS = %v %v", n, err)
 	}
+}
+
+// countOf returns the identifiers an account's share counter (HGETALL)
+// holds.
+func countOf(v any) int64 {
+	var n int64
+	for f, x := range v.(map[any]any) {
+		if strings.HasPrefix(f.(string), "n") {
+			c, _ := strconv.ParseInt(x.(string), 10, 64)
+			n += c
+		}
+	}
+	return n
 }

@@ -1,91 +1,160 @@
 package idempotency
 
 import (
-	"container/list"
 	"context"
 	"sync"
 	"time"
 )
 
-// entryOverhead is what an entry costs the heap beyond its key and
-// response (entry, list element, map slots, the per-account count), for
-// the MaxBytes bound; TestMemoryFootprint measures it (~380 B).
-const entryOverhead = 448
+// What an entry costs the heap beyond the strings and the response it
+// holds, for the MaxBytes and MaxBytesPerAccount bounds (MemoryBytes):
+// per request its entry (state, holder, times, response header, list
+// links) and per identifier its slot in the index. TestMemoryFootprint
+// measures that they cover what an order and a bulk really take.
+const (
+	memRequestBytes    = 320
+	memIdentifierBytes = 128
+)
+
+// MemoryBytes is what the memory store charges for one request of n
+// identifiers whose names (the account's once, then each identifier)
+// take names bytes, holding a response of resp bytes (body and
+// Content-Type).
+func MemoryBytes(n, names, resp int) int64 {
+	return int64(memRequestBytes + n*memIdentifierBytes + names + resp)
+}
 
 // Memory is a Store in this process, for dev mode and single-replica
 // deployments; it has the Redis store's semantics. Memory is bounded by
-// Options.MaxEntries and Options.MaxBytes: expired entries are dropped
-// first, and when the store is still full a new identifier gets ErrFull
-// (the proxy answers 503) rather than evicting a live one, which could
-// let a duplicate through. A response that would overflow MaxBytes is
-// recorded as an unknown outcome. Each account holds at most
-// Options.MaxPerAccount entries (ErrAccountFull past it).
+// Options.MaxEntries identifiers and Options.MaxBytes (MemoryBytes):
+// expired entries are dropped first, and when the store is still full a
+// new identifier gets ErrFull (the proxy answers 503) rather than
+// evicting a live one, which could let a duplicate through. A response
+// that would overflow MaxBytes is recorded as an unknown outcome. Each
+// account holds at most Options.MaxPerAccount identifiers and
+// Options.MaxBytesPerAccount bytes (ErrAccountFull past either, checked
+// when it claims: the response of a claim it holds is kept).
+// A request (an order, or a bulk claimed by ClaimAll) is one entry, its
+// response kept once, whatever the number of its identifiers.
 type Memory struct {
-	o         Options
-	mu        sync.Mutex
-	entries   map[Key]*list.Element // of *entry
-	order     *list.List            // by last write, so by expiry: every write sets now + Retention
-	bytes     int64
-	byAccount map[string]int // entries held per account
+	o          Options
+	mu         sync.Mutex
+	index      map[idKey]*entry // every identifier held, to its request's entry
+	head, tail *entry           // by last write, so by expiry: every write sets now + Retention
+	ids        int              // identifiers held (len(index))
+	bytes      int64
+	accounts   map[string]*memShare
 }
 
-// entry is one key's state.
+// idKey names an identifier of an account in the index.
+type idKey struct{ account, id string }
+
+// memShare is what one account holds.
+type memShare struct {
+	ids   int
+	bytes int64
+}
+
+// entry is one request's state.
 type entry struct {
-	key      Key
-	state    byte // 'p' in flight, 'd' done, 'u' unknown
-	fp       Fingerprint
-	id       string
-	deadline time.Time // in flight until
-	expires  time.Time
-	rec      Record
-	size     int64
+	account    string
+	ids        []string // ids[0] is the first identifier
+	state      byte     // 'p' in flight, 'd' done, 'u' unknown
+	fp         Fingerprint
+	holder     string
+	deadline   time.Time // in flight until
+	expires    time.Time
+	rec        Record
+	size       int64
+	prev, next *entry
 }
 
 // NewMemory returns an empty in-process Store.
 func NewMemory(o Options) *Memory {
-	return &Memory{o: o.withDefaults(), entries: map[Key]*list.Element{}, order: list.New(), byAccount: map[string]int{}}
+	return &Memory{o: o.withDefaults(), index: map[idKey]*entry{}, accounts: map[string]*memShare{}}
+}
+
+// MemoryUsage reports what the store holds: identifiers and the bytes
+// they are charged (MemoryBytes), expired ones not yet dropped included.
+func (s *Memory) MemoryUsage() (ids int, bytes int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.ids, s.bytes
+}
+
+// Len returns the number of identifiers held, expired ones not yet
+// dropped included.
+func (s *Memory) Len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.ids
 }
 
 // sweep drops expired entries; the caller holds mu.
 func (s *Memory) sweep(now time.Time) {
-	for e := s.order.Front(); e != nil; e = s.order.Front() {
-		en := e.Value.(*entry)
-		if now.Before(en.expires) {
-			return
-		}
-		s.remove(e)
+	for s.head != nil && !now.Before(s.head.expires) {
+		s.remove(s.head)
 	}
 }
 
-func (s *Memory) remove(e *list.Element) {
-	en := e.Value.(*entry)
-	s.order.Remove(e)
-	delete(s.entries, en.key)
-	s.bytes -= en.size
-	if n := s.byAccount[en.key.Account] - 1; n > 0 {
-		s.byAccount[en.key.Account] = n
+// unlink takes en out of the expiry list; the caller holds mu.
+func (s *Memory) unlink(en *entry) {
+	if en.prev != nil {
+		en.prev.next = en.next
 	} else {
-		delete(s.byAccount, en.key.Account)
+		s.head = en.next
+	}
+	if en.next != nil {
+		en.next.prev = en.prev
+	} else {
+		s.tail = en.prev
+	}
+	en.prev, en.next = nil, nil
+}
+
+// remove drops en and its identifiers; the caller holds mu.
+func (s *Memory) remove(en *entry) {
+	s.unlink(en)
+	for _, id := range en.ids {
+		delete(s.index, idKey{en.account, id})
+	}
+	s.ids -= len(en.ids)
+	s.bytes -= en.size
+	if sh := s.accounts[en.account]; sh != nil {
+		sh.ids -= len(en.ids)
+		sh.bytes -= en.size
+		if sh.ids <= 0 {
+			delete(s.accounts, en.account)
+		}
 	}
 }
 
-// touch marks en written now; the caller holds mu.
-func (s *Memory) touch(e *list.Element, now time.Time) {
-	en := e.Value.(*entry)
+// touch marks en written now, moving it to the end of the expiry list;
+// the caller holds mu.
+func (s *Memory) touch(en *entry, now time.Time) {
 	en.expires = now.Add(s.o.Retention)
-	s.order.MoveToBack(e)
-}
-
-// Len returns the number of entries, expired ones not yet dropped
-// included.
-func (s *Memory) Len() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.entries)
+	if s.tail == en {
+		return
+	}
+	if en.prev != nil || en.next != nil || s.head == en {
+		s.unlink(en)
+	}
+	en.prev = s.tail
+	if s.tail != nil {
+		s.tail.next = en
+	} else {
+		s.head = en
+	}
+	s.tail = en
 }
 
 // Claim implements Store.
 func (s *Memory) Claim(ctx context.Context, key Key, fp Fingerprint) (Claim, error) {
+	return s.ClaimAll(ctx, key.Account, []string{key.Identifier}, fp)
+}
+
+// ClaimAll implements Store.
+func (s *Memory) ClaimAll(ctx context.Context, account string, ids []string, fp Fingerprint) (Claim, error) {
 	if err := ctx.Err(); err != nil {
 		return Claim{}, err
 	}
@@ -93,11 +162,10 @@ func (s *Memory) Claim(ctx context.Context, key Key, fp Fingerprint) (Claim, err
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.sweep(now)
-	c := Claim{Key: key, Fingerprint: fp}
-	if e, ok := s.entries[key]; ok {
-		en := e.Value.(*entry)
+	c := Claim{Key: Key{Account: account, Identifier: ids[0]}, Fingerprint: fp}
+	if en := s.index[idKey{account, ids[0]}]; en != nil {
 		switch {
-		case en.fp != fp:
+		case en.fp != fp || en.ids[0] != ids[0]:
 			c.Outcome = Conflict
 		case en.state == 'd':
 			rec := en.rec
@@ -111,37 +179,57 @@ func (s *Memory) Claim(ctx context.Context, key Key, fp Fingerprint) (Claim, err
 		}
 		return c, nil
 	}
-	if s.byAccount[key.Account] >= s.o.MaxPerAccount {
+	for i, id := range ids[1:] {
+		if s.index[idKey{account, id}] != nil {
+			c.Outcome, c.At = Conflict, i+1
+			return c, nil
+		}
+	}
+	names := len(account)
+	for _, id := range ids {
+		names += len(id)
+	}
+	size := MemoryBytes(len(ids), names, 0)
+	sh := s.accounts[account]
+	if sh != nil && (sh.ids+len(ids) > s.o.MaxPerAccount || sh.bytes+size > s.o.MaxBytesPerAccount) {
 		return Claim{}, ErrAccountFull
 	}
-	size := int64(len(key.Account)+len(key.Identifier)) + entryOverhead
-	if len(s.entries) >= s.o.MaxEntries || s.bytes+size > s.o.MaxBytes {
+	if len(ids) > s.o.MaxPerAccount || size > s.o.MaxBytesPerAccount {
+		return Claim{}, ErrAccountFull
+	}
+	if s.ids+len(ids) > s.o.MaxEntries || s.bytes+size > s.o.MaxBytes {
 		return Claim{}, ErrFull
 	}
 	c.Outcome, c.id = Claimed, newID()
-	en := &entry{key: key, state: 'p', fp: fp, id: c.id, deadline: now.Add(s.o.InFlightTimeout), size: size}
-	e := s.order.PushBack(en)
-	s.entries[key] = e
+	c.more = ids[1:]
+	en := &entry{account: account, ids: append([]string(nil), ids...), state: 'p', fp: fp, holder: c.id,
+		deadline: now.Add(s.o.InFlightTimeout), size: size}
+	for _, id := range ids {
+		s.index[idKey{account, id}] = en
+	}
+	if sh == nil {
+		sh = &memShare{}
+		s.accounts[account] = sh
+	}
+	sh.ids += len(ids)
+	sh.bytes += size
+	s.ids += len(ids)
 	s.bytes += size
-	s.byAccount[key.Account]++
-	s.touch(e, now)
+	s.touch(en, now)
 	return c, nil
 }
 
-// held returns the element of a claim still held; the caller holds mu.
-func (s *Memory) held(c Claim, now time.Time) (*list.Element, error) {
+// held returns the entry of a claim still held; the caller holds mu.
+func (s *Memory) held(c Claim, now time.Time) (*entry, error) {
 	if c.Outcome != Claimed || c.id == "" {
 		return nil, ErrNotClaimed
 	}
 	s.sweep(now)
-	e, ok := s.entries[c.Key]
-	if !ok {
+	en := s.index[idKey{c.Key.Account, c.Key.Identifier}]
+	if en == nil || en.holder != c.id || en.state == 'd' {
 		return nil, ErrClaimLost
 	}
-	if en := e.Value.(*entry); en.id != c.id || en.state == 'd' {
-		return nil, ErrClaimLost
-	}
-	return e, nil
+	return en, nil
 }
 
 // Complete implements Store.
@@ -152,21 +240,21 @@ func (s *Memory) Complete(ctx context.Context, c Claim, rec Record) error {
 	now := s.o.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	e, err := s.held(c, now)
+	en, err := s.held(c, now)
 	if err != nil {
 		return err
 	}
-	en := e.Value.(*entry)
-	grow := int64(len(rec.Body) + len(rec.ContentType))
+	grow := int64(allocated(len(rec.Body)) + len(rec.ContentType))
 	if len(rec.Body) > s.o.MaxResponseBytes || s.bytes+grow > s.o.MaxBytes {
 		en.state = 'u'
 	} else {
 		en.state = 'd'
 		en.rec = Record{Status: rec.Status, ContentType: rec.ContentType, Body: append([]byte(nil), rec.Body...)}
 		en.size += grow
+		s.accounts[en.account].bytes += grow
 		s.bytes += grow
 	}
-	s.touch(e, now)
+	s.touch(en, now)
 	return nil
 }
 
@@ -177,11 +265,11 @@ func (s *Memory) Release(ctx context.Context, c Claim) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	e, err := s.held(c, s.o.Now())
+	en, err := s.held(c, s.o.Now())
 	if err != nil {
 		return err
 	}
-	s.remove(e)
+	s.remove(en)
 	return nil
 }
 
@@ -193,11 +281,11 @@ func (s *Memory) MarkUnknown(ctx context.Context, c Claim) error {
 	now := s.o.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	e, err := s.held(c, now)
+	en, err := s.held(c, now)
 	if err != nil {
 		return err
 	}
-	e.Value.(*entry).state = 'u'
-	s.touch(e, now)
+	en.state = 'u'
+	s.touch(en, now)
 	return nil
 }

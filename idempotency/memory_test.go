@@ -60,14 +60,15 @@ func TestMemoryBounds(t *testing.T) {
 
 	// Byte bound: responses that do not fit are recorded as unknown.
 	o = testOptions(c)
-	o.MaxBytes = 3 * (entryOverhead + int64(len("acct")) + 1)
+	one := MemoryBytes(1, len("acct")+1, 0)         // an entry of acct's with a one-letter identifier
+	o.MaxBytes = 2*one + int64(allocated(int(one))) // a, b, and a's response
 	o.MaxResponseBytes = 1 << 20
 	s = NewMemory(o)
 	a := mustClaim(t, s, k("a"), fpA, Claimed)
-	must(t, s.Complete(context.Background(), a, Record{Status: 201, Body: bytes.Repeat([]byte("x"), entryOverhead)}))
+	must(t, s.Complete(context.Background(), a, Record{Status: 201, Body: bytes.Repeat([]byte("x"), int(one))}))
 	mustClaim(t, s, k("a"), fpA, Replay)
 	b := mustClaim(t, s, k("b"), fpA, Claimed)
-	must(t, s.Complete(context.Background(), b, Record{Status: 201, Body: bytes.Repeat([]byte("x"), 2*entryOverhead)}))
+	must(t, s.Complete(context.Background(), b, Record{Status: 201, Body: bytes.Repeat([]byte("x"), 2*int(one))}))
 	mustClaim(t, s, k("b"), fpA, Unknown)
 	if _, err := s.Claim(context.Background(), k("c"), fpA); !errors.Is(err, ErrFull) {
 		t.Errorf("claim past MaxBytes: %v, want ErrFull", err)

@@ -7,6 +7,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"math/bits"
 	"strconv"
 	"strings"
 	"time"
@@ -28,12 +29,14 @@ import (
 // 16 bytes of the body's SHA-256, then for p and u the holder's 8-byte
 // token (and for p the in-flight deadline in Unix milliseconds), for d
 // the response: three status digits, the Content-Type, a newline and the
-// body.
+// body. A bulk's other identifiers hold only m and the fingerprint: the
+// state and the response are its first identifier's (ClaimAll).
 //
 // An account's share is counted in one small hash per account whose
-// fields are time slots (a 24th of the retention) holding how many
-// claims were made in them; a slot is dropped once every claim made in it
-// has expired, so the count never undercounts what the account holds.
+// fields are time slots (a 24th of the retention): n<slot> holds how many
+// identifiers were claimed in the slot and b<slot> the bytes they were
+// charged (RedisBytes); a slot is dropped once every claim made in it has
+// expired, so the count never undercounts what the account holds.
 //
 // In-flight deadlines are stamped with the replica's clock (Options.Now);
 // clock skew between replicas only shifts when a stuck claim turns
@@ -59,47 +62,66 @@ func NewRedis(c redis.Scripter, o Options) *Redis {
 
 // ClaimFunc is the Lua source of the claim, as a function claim(KEYS,
 // ARGV) that returns the claim's reply (or redis.error_reply): KEYS are
-// the identifier's key and its account's share counter (Redis.keys),
-// ARGV the arguments Redis.claimArgs encodes. The store's own claim
-// script calls it, and so does the rate limiter's decision script when
-// an order's claim rides in its round trip (joined.go): one claim, one
-// source.
+// the first identifier's key, its account's share counter and the keys
+// of the request's other identifiers (Redis.keys), ARGV the arguments
+// Redis.prepare encodes. The store's own claim script calls it, and so
+// does the rate limiter's decision script when an order's claim rides in
+// its round trip (joined.go): one claim, one source. A reply that takes
+// the identifiers is {'claimed'} (ratelimit.ClaimTaken).
+//
+// A held first identifier answers for the request: another request's
+// (another body's, or another bulk's other identifier) is a conflict,
+// the same body's says where that request is. A held other identifier is
+// a conflict, unless it is a mark of this very request (the same
+// fingerprint) whose first identifier has just expired.
 const ClaimFunc = `
 local function claim(KEYS, ARGV)
+  local fp = ARGV[1]
   local v = redis.call('GET', KEYS[1])
-  if not v then
-    local slots = redis.call('HGETALL', KEYS[2])
-    local n, oldest = 0, tonumber(ARGV[7])
-    for i = 1, #slots, 2 do
-      if tonumber(slots[i]) < oldest then
-        redis.call('HDEL', KEYS[2], slots[i])
-      else
-        n = n + tonumber(slots[i + 1])
-      end
+  if v then
+    local st = string.sub(v, 1, 1)
+    if #v < 17 or not (st == 'p' or st == 'u' or st == 'd' or st == 'm') then
+      return redis.error_reply('idempotency: malformed entry')
     end
-    if n >= tonumber(ARGV[8]) then return {'account_full'} end
-    redis.call('SET', KEYS[1], 'p' .. ARGV[1] .. ARGV[2] .. ARGV[4], 'PX', ARGV[5])
-    redis.call('HINCRBY', KEYS[2], ARGV[6], 1)
-    redis.call('PEXPIRE', KEYS[2], ARGV[9])
-    return {'claimed'}
-  end
-  if #v < 21 then return redis.error_reply('idempotency: malformed entry') end
-  if string.sub(v, 2, 17) ~= ARGV[1] then return {'conflict'} end
-  local st = string.sub(v, 1, 1)
-  if st == 'd' then return {'replay', string.sub(v, 18)} end
-  if st == 'p' then
-    if tonumber(ARGV[3]) < tonumber(string.sub(v, 26)) then return {'in_progress'} end
+    if st == 'm' or string.sub(v, 2, 17) ~= fp then return {'conflict', 0} end
+    if st == 'd' then return {'replay', string.sub(v, 18)} end
+    if st == 'u' then return {'unknown', 0} end
+    if #v < 26 then return redis.error_reply('idempotency: malformed entry') end
+    if tonumber(ARGV[3]) < tonumber(string.sub(v, 26)) then return {'in_progress', 0} end
     redis.call('SET', KEYS[1], 'u' .. string.sub(v, 2, 25), 'KEEPTTL')
-    return {'unknown'}
+    return {'unknown', 0}
   end
-  if st == 'u' then return {'unknown'} end
-  return redis.error_reply('idempotency: malformed entry')
+  for i = 3, #KEYS do
+    local m = redis.call('GET', KEYS[i])
+    if m and m ~= 'm' .. fp then return {'conflict', i - 2} end
+  end
+  local slots = redis.call('HGETALL', KEYS[2])
+  local n, b, oldest = 0, 0, tonumber(ARGV[7])
+  for i = 1, #slots, 2 do
+    if tonumber(string.sub(slots[i], 2)) < oldest then
+      redis.call('HDEL', KEYS[2], slots[i])
+    elseif string.sub(slots[i], 1, 1) == 'n' then
+      n = n + tonumber(slots[i + 1])
+    else
+      b = b + tonumber(slots[i + 1])
+    end
+  end
+  local k, charge = #KEYS - 1, tonumber(ARGV[11])
+  if n + k > tonumber(ARGV[8]) or b + charge > tonumber(ARGV[9]) then return {'account_full'} end
+  redis.call('SET', KEYS[1], 'p' .. fp .. ARGV[2] .. ARGV[4], 'PX', ARGV[5])
+  for i = 3, #KEYS do
+    redis.call('SET', KEYS[i], 'm' .. fp, 'PX', ARGV[5])
+  end
+  redis.call('HINCRBY', KEYS[2], 'n' .. ARGV[6], k)
+  redis.call('HINCRBY', KEYS[2], 'b' .. ARGV[6], charge)
+  redis.call('PEXPIRE', KEYS[2], ARGV[10])
+  return {'claimed'}
 end
 `
 
 // Entry layout: byte 1 the state, bytes 2–17 the fingerprint, 18–25 the
 // holder's token, 26– the in-flight deadline (p) or, from byte 18, the
-// response (d).
+// response (d). A mark (m) is byte 1 and the fingerprint.
 const (
 	fpLen = 16
 	idLen = 8
@@ -108,28 +130,44 @@ const (
 	claimScript = ClaimFunc + "return claim(KEYS, ARGV)\n"
 	// finishScript moves a claim held by ARGV[1] (in flight, or turned
 	// unknown by its deadline) to its final state: ARGV[2] is "d"
-	// (complete, with the encoded response in ARGV[4]), "u" (unknown) or
-	// "free" (release, which also gives the account's share back in slot
-	// ARGV[5]).
+	// (complete, with the encoded response in ARGV[4], charged to the
+	// account's share in slot ARGV[5]), "u" (unknown) or "free"
+	// (release, which deletes the request's marks too and gives back to
+	// slot ARGV[5] the identifiers and the ARGV[6] bytes the claim
+	// charged; the response is charged ARGV[7] bytes). KEYS are the claim's: its first identifier's key, the
+	// share counter, the marks' keys; the marks live as long as the
+	// first.
 	finishScript = `
 local v = redis.call('GET', KEYS[1])
 if not v then return 0 end
 local st = string.sub(v, 1, 1)
 if (st ~= 'p' and st ~= 'u') or string.sub(v, 18, 25) ~= ARGV[1] then return 0 end
+local mark = 'm' .. string.sub(v, 2, 17)
 if ARGV[2] == 'free' then
   redis.call('DEL', KEYS[1])
-  local n = tonumber(redis.call('HGET', KEYS[2], ARGV[5]))
-  if n == 1 then
-    redis.call('HDEL', KEYS[2], ARGV[5])
-  elseif n and n > 1 then
-    redis.call('HINCRBY', KEYS[2], ARGV[5], -1)
+  for i = 3, #KEYS do
+    if redis.call('GET', KEYS[i]) == mark then redis.call('DEL', KEYS[i]) end
+  end
+  for _, f in ipairs({{'n' .. ARGV[5], #KEYS - 1}, {'b' .. ARGV[5], tonumber(ARGV[6])}}) do
+    local n = tonumber(redis.call('HGET', KEYS[2], f[1]))
+    if n and n > f[2] then
+      redis.call('HINCRBY', KEYS[2], f[1], -f[2])
+    elseif n then
+      redis.call('HDEL', KEYS[2], f[1])
+    end
   end
   return 1
 end
 if ARGV[2] == 'd' then
   redis.call('SET', KEYS[1], 'd' .. string.sub(v, 2, 17) .. ARGV[4], 'PX', ARGV[3])
+  if redis.call('EXISTS', KEYS[2]) == 1 then
+    redis.call('HINCRBY', KEYS[2], 'b' .. ARGV[5], ARGV[7])
+  end
 else
   redis.call('SET', KEYS[1], 'u' .. string.sub(v, 2, 25), 'PX', ARGV[3])
+end
+for i = 3, #KEYS do
+  if redis.call('GET', KEYS[i]) == mark then redis.call('PEXPIRE', KEYS[i], ARGV[3]) end
 end
 return 1
 `
@@ -161,16 +199,68 @@ func accountTag(s string) string {
 // short (a UUID identifier would take 36).
 const shortIdentifier = 15
 
-// keys returns the Redis keys of a claim: the identifier's and its
-// account's share counter. Short identifiers are kept as they are and
-// long ones hashed, so the two never meet (their lengths differ).
-func (s *Redis) keys(k Key) []string {
-	tag := accountTag(k.Account)
-	id := k.Identifier
-	if len(id) > shortIdentifier {
-		id = accountTag(id)
+// redisKeyBytes is what one identifier's key costs Redis beyond its
+// name and value: the key's object and dict entry, its expiry; the value
+// is charged at its allocation's size (allocated). TestRedisFootprint
+// measures that the bytes charged (RedisBytes) cover what a claim really
+// takes.
+const redisKeyBytes = 144
+
+// RedisBytes is what the Redis store charges an account's share for one
+// identifier whose key is keyLen bytes long holding a value of valueLen
+// bytes.
+func RedisBytes(keyLen, valueLen int) int64 {
+	return int64(redisKeyBytes + keyLen + allocated(valueLen+8)) // + the string's header
+}
+
+// allocated returns the size of the allocation that holds n bytes, as
+// jemalloc (Redis's) and Go's allocator size them: 16-byte steps up to
+// 128, then four sizes to each doubling; Go's are finer, never larger.
+func allocated(n int) int {
+	if n <= 128 {
+		return (n + 15) &^ 15
 	}
-	return []string{s.o.KeyPrefix + "{" + tag + "}" + id, s.o.KeyPrefix + "#{" + tag + "}"}
+	step := 1 << (bits.Len(uint(n-1)) - 3)
+	return (n + step - 1) &^ (step - 1)
+}
+
+// Lengths of the values the claim writes: an in-flight first identifier
+// (p, fingerprint, holder, a 13-digit deadline) and a mark (m,
+// fingerprint).
+const (
+	inFlightLen = 1 + fpLen + idLen + 13
+	markLen     = 1 + fpLen
+)
+
+// keys returns the Redis keys of a claim of account's identifiers ids:
+// the first identifier's, its account's share counter, the other
+// identifiers'. Short identifiers are kept as they are and long ones
+// hashed, so the two never meet (their lengths differ).
+func (s *Redis) keys(account string, ids []string) []string {
+	tag := accountTag(account)
+	keys := make([]string, 0, len(ids)+1)
+	for i, id := range ids {
+		if len(id) > shortIdentifier {
+			id = accountTag(id)
+		}
+		keys = append(keys, s.o.KeyPrefix+"{"+tag+"}"+id)
+		if i == 0 {
+			keys = append(keys, s.o.KeyPrefix+"%{"+tag+"}")
+		}
+	}
+	return keys
+}
+
+// keyOf returns the keys of a claim of one identifier (Redis.keys).
+func (s *Redis) keyOf(k Key) []string { return s.keys(k.Account, []string{k.Identifier}) }
+
+// charge returns what a claim on keys charges its account's share.
+func charge(keys []string) int64 {
+	n := RedisBytes(len(keys[0]), inFlightLen)
+	for _, k := range keys[2:] {
+		n += RedisBytes(len(k), markLen)
+	}
+	return n
 }
 
 // storeError wraps a Redis failure; Redis refusing writes at maxmemory is
@@ -184,10 +274,15 @@ func storeError(op string, err error) error {
 
 // Claim implements Store.
 func (s *Redis) Claim(ctx context.Context, key Key, fp Fingerprint) (Claim, error) {
+	return s.ClaimAll(ctx, key.Account, []string{key.Identifier}, fp)
+}
+
+// ClaimAll implements Store.
+func (s *Redis) ClaimAll(ctx context.Context, account string, ids []string, fp Fingerprint) (Claim, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.o.Timeout)
 	defer cancel()
 	var p Prepared
-	s.prepare(&p, key, fp)
+	s.prepare(&p, account, ids, fp)
 	var res []any
 	var err error
 	if s.o.ReplicaAcks > 0 {
@@ -202,30 +297,35 @@ func (s *Redis) Claim(ctx context.Context, key Key, fp Fingerprint) (Claim, erro
 	return p.outcome(res)
 }
 
-// prepare fills p with the keys and arguments of a claim of key with
-// fingerprint fp (ClaimFunc's KEYS and ARGV), made now by a new holder.
-func (s *Redis) prepare(p *Prepared, key Key, fp Fingerprint) {
+// prepare fills p with the keys and arguments of a claim of account's
+// identifiers ids with fingerprint fp (ClaimFunc's KEYS and ARGV), made
+// now by a new holder.
+func (s *Redis) prepare(p *Prepared, account string, ids []string, fp Fingerprint) {
 	id := newID()
 	at := s.o.Now()
 	now := at.UnixMilli()
 	slot := now / s.slotMS
 	oldest := (now - (s.o.Retention + s.o.InFlightTimeout).Milliseconds()) / s.slotMS
+	keys := s.keys(account, ids)
+	cost := charge(keys)
 	*p = Prepared{
 		ClaimPart: ratelimit.ClaimPart{
-			Keys: s.keys(key),
+			Keys: keys,
 			Args: []any{string(fp[:fpLen]), id,
 				now, now + s.o.InFlightTimeout.Milliseconds(),
-				ms(s.o.Retention), slot, oldest, s.o.MaxPerAccount,
-				ms(s.o.Retention + s.o.InFlightTimeout + time.Duration(s.slotMS)*time.Millisecond)},
+				ms(s.o.Retention), slot, oldest, s.o.MaxPerAccount, s.o.MaxBytesPerAccount,
+				ms(s.o.Retention + s.o.InFlightTimeout + time.Duration(s.slotMS)*time.Millisecond), cost},
 			Timeout:     s.o.Timeout,
 			ReplicaAcks: s.o.ReplicaAcks,
 			WaitTimeout: s.waitTimeout(),
 		},
-		At:   at,
-		key:  key,
-		fp:   fp,
-		id:   id,
-		slot: slot,
+		At:     at,
+		key:    Key{Account: account, Identifier: ids[0]},
+		more:   ids[1:],
+		fp:     fp,
+		id:     id,
+		slot:   slot,
+		charge: cost,
 	}
 }
 
@@ -237,24 +337,31 @@ func (p *Prepared) outcome(res []any) (Claim, error) {
 	}
 	switch res[0] {
 	case "claimed":
-		c.Outcome, c.id, c.slot = Claimed, p.id, p.slot
+		c.Outcome, c.more, c.id, c.slot, c.charge = Claimed, p.more, p.id, p.slot, p.charge
+		return c, nil
 	case "account_full":
 		return Claim{}, ErrAccountFull
-	case "conflict":
-		c.Outcome = Conflict
-	case "in_progress":
-		c.Outcome = InProgress
-	case "unknown":
-		c.Outcome = Unknown
 	case "replay":
 		rec, err := replayRecord(res)
 		if err != nil {
 			return Claim{}, err
 		}
 		c.Outcome, c.Record = Replay, rec
+		return c, nil
+	case "conflict":
+		c.Outcome = Conflict
+	case "in_progress":
+		c.Outcome = InProgress
+	case "unknown":
+		c.Outcome = Unknown
 	default:
 		return Claim{}, fmt.Errorf("idempotency: redis claim: unexpected reply %v", res[0])
 	}
+	at, ok := res[len(res)-1].(int64)
+	if len(res) != 2 || !ok || at < 0 || int(at) > len(p.more) {
+		return Claim{}, fmt.Errorf("idempotency: redis claim: malformed reply %v", res)
+	}
+	c.At = int(at)
 	return c, nil
 }
 
@@ -310,7 +417,12 @@ func (s *Redis) end(ctx context.Context, c Claim, state, rec string) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.o.Timeout)
 	defer cancel()
-	n, err := s.finish.Run(ctx, s.c, s.keys(c.Key), c.id, state, ms(s.o.Retention), rec, c.slot).Int()
+	grow := 0
+	if state == "d" {
+		// The first identifier's value grows from in flight to done.
+		grow = allocated(1+fpLen+len(rec)+8) - allocated(inFlightLen+8)
+	}
+	n, err := s.finish.Run(ctx, s.c, s.claimKeys(c), c.id, state, ms(s.o.Retention), rec, c.slot, c.charge, grow).Int()
 	if err != nil {
 		s.failed(ctx, err)
 		return storeError(state, err)
@@ -319,6 +431,14 @@ func (s *Redis) end(ctx context.Context, c Claim, state, rec string) error {
 		return ErrClaimLost
 	}
 	return nil
+}
+
+// claimKeys returns the keys of claim c (Redis.keys).
+func (s *Redis) claimKeys(c Claim) []string {
+	if len(c.more) == 0 {
+		return s.keyOf(c.Key)
+	}
+	return s.keys(c.Key.Account, append([]string{c.Key.Identifier}, c.more...))
 }
 
 // Complete implements Store.

@@ -36,7 +36,7 @@ func TestReplicaAcks(t *testing.T) {
 			cl := mustClaim(t, s, k, fpA, Claimed)
 			// Asked right after the claim returned, without waiting: the
 			// replica already has it, in flight.
-			if v, err := replica.Do("GET", s.keys(k)[0]); err != nil || !strings.HasPrefix(v.(string), "p") {
+			if v, err := replica.Do("GET", s.keyOf(k)[0]); err != nil || !strings.HasPrefix(v.(string), "p") {
 				t.Fatalf("replica's copy of claim %v right after Claimed: %q %v", k, v, err)
 			}
 			must(t, s.Complete(context.Background(), cl, Record{Status: 201, Body: []byte("{}")}))
@@ -61,7 +61,7 @@ func TestReplicaAcks(t *testing.T) {
 		if d := time.Since(start); d > 30*time.Second { // only bounds a WAIT with no deadline
 			t.Errorf("refused after %v, want the %v deadline", d, o.Timeout)
 		}
-		if n, err := alone.Do("EXISTS", s.keys(k)[0]); err != nil || n != int64(0) {
+		if n, err := alone.Do("EXISTS", s.keyOf(k)[0]); err != nil || n != int64(0) {
 			t.Errorf("unacknowledged claim left on the master: EXISTS = %v %v", n, err)
 		}
 	})
@@ -108,7 +108,7 @@ func TestReplicaAcksCluster(t *testing.T) {
 	for i := range 30 {
 		k := Key{Account: "acct" + strconv.Itoa(i), Identifier: "k"}
 		mustClaim(t, s, k, fpA, Claimed)
-		node, err := c.MasterForKey(context.Background(), s.keys(k)[0])
+		node, err := c.MasterForKey(context.Background(), s.keyOf(k)[0])
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -310,6 +310,97 @@ var storeCases = []struct {
 		mustClaim(t, s, Key{"refused", "a"}, fpA, Claimed)
 		mustClaim(t, s, Key{"refused", "b"}, fpA, Claimed)
 	}},
+	{"a bulk claims its identifiers together and replays its one response", func(t *testing.T, h harness, c *clock) {
+		s := h.store(t, testOptions(c))
+		ids := []string{"b1", "b2", "b3"}
+		cl := mustClaimAll(t, s, "acct", ids, fpA, Claimed)
+		if got := mustClaimAll(t, s, "acct", ids, fpA, InProgress); got.At != 0 {
+			t.Errorf("in progress at %d", got.At)
+		}
+		for _, id := range ids {
+			mustClaim(t, s, k(id), fpB, Conflict) // a single order reusing one
+		}
+		body := []byte(`{"orders":[1,2,3]}`)
+		must(t, s.Complete(context.Background(), cl, Record{Status: 201, ContentType: "application/json", Body: body}))
+		for range 2 {
+			if r := mustClaimAll(t, s, "acct", ids, fpA, Replay).Record; r.Status != 201 || !bytes.Equal(r.Body, body) {
+				t.Fatalf("replayed %+v", r)
+			}
+		}
+		mustClaimAll(t, s, "acct", ids[1:], fpA, Conflict) // not the same request
+		mustClaimAll(t, s, "acct", []string{"b1", "b2"}, fpB, Conflict)
+	}},
+	{"a bulk meeting a used identifier is refused whole, naming it", func(t *testing.T, h harness, c *clock) {
+		s := h.store(t, testOptions(c))
+		mustClaim(t, s, k("x"), fpB, Claimed)
+		mustClaimAll(t, s, "acct", []string{"p", "q"}, fpB, Claimed)
+		for _, tc := range []struct {
+			ids []string
+			at  int
+		}{
+			{[]string{"w", "x", "y"}, 1}, // a single order's
+			{[]string{"x", "w"}, 0},
+			{[]string{"w", "y", "q"}, 2}, // another bulk's other identifier
+			{[]string{"q", "w"}, 0},
+			{[]string{"p", "w"}, 0}, // another bulk's first
+		} {
+			if got := mustClaimAll(t, s, "acct", tc.ids, fpA, Conflict); got.At != tc.at {
+				t.Errorf("ClaimAll(%q) conflicts at %d, want %d", tc.ids, got.At, tc.at)
+			}
+		}
+		// Nothing of the refused bulks was taken.
+		mustClaim(t, s, k("w"), fpA, Claimed)
+		mustClaim(t, s, k("y"), fpA, Claimed)
+	}},
+	{"a bulk settles as one: released, unknown", func(t *testing.T, h harness, c *clock) {
+		s := h.store(t, testOptions(c))
+		cl := mustClaimAll(t, s, "acct", []string{"r1", "r2"}, fpA, Claimed)
+		must(t, s.Release(context.Background(), cl))
+		mustClaim(t, s, k("r2"), fpB, Claimed)
+		mustClaim(t, s, k("r1"), fpB, Claimed)
+		cl = mustClaimAll(t, s, "acct", []string{"u1", "u2"}, fpA, Claimed)
+		must(t, s.MarkUnknown(context.Background(), cl))
+		mustClaimAll(t, s, "acct", []string{"u1", "u2"}, fpA, Unknown)
+		mustClaim(t, s, k("u2"), fpA, Conflict)
+		c.advance(retention - time.Minute)
+		mustClaimAll(t, s, "acct", []string{"u1", "u2"}, fpA, Unknown)
+		cl = mustClaimAll(t, s, "acct", []string{"t1", "t2"}, fpA, Claimed)
+		c.advance(inFlight)
+		mustClaimAll(t, s, "acct", []string{"t1", "t2"}, fpA, Unknown) // its holder is gone
+		must(t, s.Complete(context.Background(), cl, Record{Status: 201, Body: []byte("late")}))
+		mustClaimAll(t, s, "acct", []string{"t1", "t2"}, fpA, Replay)
+	}},
+	{"a bulk counts each identifier in the account's share", func(t *testing.T, h harness, c *clock) {
+		o := testOptions(c)
+		o.MaxPerAccount = 3
+		s := h.store(t, o)
+		if _, err := s.ClaimAll(context.Background(), "big", []string{"1", "2", "3", "4"}, fpA); !errors.Is(err, ErrAccountFull) {
+			t.Fatalf("a bulk larger than the share: %v, want ErrAccountFull", err)
+		}
+		cl := mustClaimAll(t, s, "big", []string{"1", "2", "3"}, fpA, Claimed)
+		if _, err := s.Claim(context.Background(), Key{"big", "4"}, fpA); !errors.Is(err, ErrAccountFull) {
+			t.Fatalf("past the share: %v, want ErrAccountFull", err)
+		}
+		mustClaimAll(t, s, "big", []string{"1", "2", "3"}, fpA, InProgress) // what it holds still answers
+		must(t, s.Release(context.Background(), cl))
+		mustClaim(t, s, Key{"big", "4"}, fpA, Claimed)
+	}},
+	{"an account past its bytes is refused, others are not", func(t *testing.T, h harness, c *clock) {
+		o := testOptions(c)
+		o.MaxBytesPerAccount, o.MaxResponseBytes = 3000, 4096
+		s := h.store(t, o)
+		cl := mustClaim(t, s, Key{"heavy", "a"}, fpA, Claimed)
+		mustClaim(t, s, Key{"heavy", "b"}, fpA, Claimed) // a few hundred bytes each: room for more
+		big := bytes.Repeat([]byte("x"), 2600)
+		must(t, s.Complete(context.Background(), cl, Record{Status: 201, Body: big}))
+		if r := mustClaim(t, s, Key{"heavy", "a"}, fpA, Replay).Record; !bytes.Equal(r.Body, big) {
+			t.Fatal("the response that took the account past its bytes was not kept")
+		}
+		if _, err := s.Claim(context.Background(), Key{"heavy", "c"}, fpA); !errors.Is(err, ErrAccountFull) {
+			t.Fatalf("past the account's bytes: %v, want ErrAccountFull", err)
+		}
+		mustClaim(t, s, Key{"light", "c"}, fpA, Claimed)
+	}},
 }
 
 func runStoreCases(t *testing.T, h harness) {

@@ -95,6 +95,10 @@ type Decision struct {
 	// Claim is what Request.Claim came to: not sent (Claim.Sent false)
 	// when the store did not decide the request in Redis.
 	Claim ratelimit.ClaimReply
+	// Uncharged reports an allowed request whose claim ran and did not
+	// take its identifiers (a duplicate, a refusal): it was charged
+	// nothing, and Outcomes say what the limits hold without it.
+	Uncharged bool
 	// Undecided reports a Request.CacheOnly that the deny cache could not
 	// decide: nothing was decided or charged.
 	Undecided bool
@@ -403,6 +407,10 @@ func (e *Enforcer) Decide(ctx context.Context, rr *RouteRules, req Request, d *D
 		d.record(o)
 		d.uncharge() // all or nothing: the limits that allowed it charged nothing either
 		return
+	}
+	if p.ans.Uncharged && fallback == "" {
+		d.Uncharged = true
+		d.uncharge()
 	}
 }
 

@@ -5,11 +5,9 @@ import (
 	"net/http"
 	"strconv"
 
-	"go.uber.org/zap"
-
 	"github.com/exgate/exgate/apierror"
 	"github.com/exgate/exgate/idempotency"
-	"github.com/exgate/exgate/metrics"
+	"github.com/exgate/exgate/ratelimit"
 	"github.com/exgate/exgate/validate"
 )
 
@@ -29,8 +27,10 @@ var errBulkUnchecked = apierror.Static(http.StatusServiceUnavailable, "bulk_unav
 // counterparts: the body is read and validated whole (every order by the
 // single-order rules, CheckBulk), the request is charged as many units as
 // it carries orders or ids against the target route's limits — all or
-// nothing — and every order identifier is claimed (claimBulk). The
-// backend then receives the canonical encoding of the bulk.
+// nothing — and the identifiers of its orders are claimed together
+// (bulkClaims), in the same round trip as the limits when claims ride
+// with them. The backend then receives the canonical encoding of the
+// bulk.
 func (g *Gateway) checkBulk(st *requestState, r *http.Request, pl *plan) *apierror.Error {
 	v := pl.validator
 	if v == nil {
@@ -62,20 +62,56 @@ func (g *Gateway) checkBulk(st *requestState, r *http.Request, pl *plan) *apierr
 	if bulk.Cancel() {
 		target, st.bulkCancel = st.route.bulk.cancels, true
 	}
+	st.order.canonical = forwardEncoded(st, r, bulk.AppendCanonical(make([]byte, 0, len(body)+64)))
+	claims := !bulk.Cancel() && g.bulkClaims(st, &bulk)
+	joined := claims && g.joiner != nil && target != nil && g.limits != nil && target.limits.Limited()
+	var part *ratelimit.ClaimPart
+	if joined {
+		part = g.prepareClaim(st)
+	}
 	if target != nil {
-		if e := g.enforceLimits(st, r, pl, target, int64(bulk.Len()), nil); e != nil {
+		if e := g.enforceLimits(st, r, pl, target, int64(bulk.Len()), part); e != nil {
+			if joined {
+				g.abandonClaim(st, r)
+			}
 			return e
 		}
 	}
-	body = forwardEncoded(st, r, bulk.AppendCanonical(make([]byte, 0, len(body)+64)))
-	if bulk.Cancel() || g.idem == nil {
-		return nil
+	switch {
+	case joined:
+		return g.joinedClaim(st, r, pl)
+	case claims:
+		return g.claimOwn(st, r, pl)
 	}
-	key := g.identityKey(st)
-	if key == "" {
-		return nil
+	return nil
+}
+
+// bulkClaims reports whether a placement has identifiers to claim, and
+// sets them (with the element each names): every order's that has one,
+// in order, all claimed at once under the fingerprint of the whole
+// canonical bulk, so that:
+//
+//   - a bulk whose identifiers are all new is placed, and its response is
+//     recorded once, for all of them;
+//   - the same bulk sent again is answered with that recorded response
+//     (Idempotent-Replayed), never placed twice;
+//   - a bulk that repeats an identifier of another order or bulk is
+//     refused whole (409, naming the element), and nothing of it is
+//     placed or claimed.
+func (g *Gateway) bulkClaims(st *requestState, bulk *validate.Bulk) bool {
+	if g.idem == nil {
+		return false
 	}
-	return g.claimBulk(st, r, &bulk, key, idempotency.FingerprintOf(body))
+	if st.order.account = g.identityKey(st); st.order.account == "" {
+		return false
+	}
+	for i := range bulk.Orders {
+		if id := bulk.Orders[i].Identifier; id != "" {
+			st.order.ids = append(st.order.ids, id)
+			st.order.elems = append(st.order.elems, i)
+		}
+	}
+	return len(st.order.ids) > 0
 }
 
 // CodeBulkExceedsLimit is the code of the answer to a bulk that carries
@@ -103,89 +139,6 @@ func exceedsBurst(k, maxCost int64, cancel bool) *apierror.Error {
 	return e
 }
 
-// claimBulk claims the identifier of every order of a placement, all
-// under the fingerprint of the whole canonical bulk, so that:
-//
-//   - a bulk whose identifiers are all new is placed, and its response is
-//     recorded under each of them;
-//   - the same bulk sent again is answered with that recorded response
-//     (Idempotent-Replayed), never placed twice;
-//   - a bulk that repeats an identifier of another order or bulk is
-//     refused whole (409, naming the element), and nothing of it is
-//     placed.
-//
-// Claims taken before a refusal are released.
-func (g *Gateway) claimBulk(st *requestState, r *http.Request, bulk *validate.Bulk, account string, fp idempotency.Fingerprint) *apierror.Error {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), g.idemTimeout)
-	defer cancel()
-	var (
-		claims   []idempotency.Claim
-		replay   *idempotency.Record
-		replays  int
-		withID   int
-		refusal  idempotency.Outcome
-		refuseAt = -1
-	)
-	for i := range bulk.Orders {
-		id := bulk.Orders[i].Identifier
-		if id == "" {
-			continue
-		}
-		withID++
-		c, err := g.idem.Claim(ctx, idempotency.Key{Account: account, Identifier: id}, fp)
-		if err != nil {
-			g.releaseTaken(st, claims)
-			return g.claimFailed(st, err)
-		}
-		switch c.Outcome {
-		case idempotency.Claimed:
-			g.metrics.Idempotency(metrics.IdempotencyClaimed)
-			claims = append(claims, c)
-			continue
-		case idempotency.Replay:
-			if replay == nil {
-				replay = c.Record
-			}
-			replays++
-			continue
-		}
-		refusal, refuseAt = c.Outcome, i
-		break
-	}
-	switch {
-	case refuseAt >= 0:
-		g.releaseTaken(st, claims)
-		g.metrics.Idempotency(idemMetric(refusal))
-		return bulkClaimRefusal(refusal, refuseAt)
-	case replays > 0 && replays == withID:
-		g.metrics.Idempotency(metrics.IdempotencyReplayed)
-		return g.replay(st, replay)
-	case replays > 0:
-		// Part of this very bulk was placed before and part was not: it
-		// cannot be answered from the record, nor placed again.
-		g.releaseTaken(st, claims)
-		g.metrics.Idempotency(metrics.IdempotencyConflict)
-		return idempotency.Refusal(idempotency.Conflict)
-	case len(claims) > 0:
-		st.order.claimed, st.order.claim, st.order.more = true, claims[0], claims[1:]
-	}
-	return nil
-}
-
-// releaseTaken releases claims a refused bulk had taken.
-func (g *Gateway) releaseTaken(st *requestState, claims []idempotency.Claim) {
-	if len(claims) == 0 {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), g.idemTimeout)
-	defer cancel()
-	for _, c := range claims {
-		if err := g.idem.Release(ctx, c); err != nil {
-			g.log.Warn("duplicate protection: releasing a refused bulk's claim failed", zap.String("request_id", st.id), zap.Error(err))
-		}
-	}
-}
-
 // bulkClaimRefusal is the 409 answer to a bulk whose i-th order's
 // identifier could not be claimed, naming that element.
 func bulkClaimRefusal(o idempotency.Outcome, i int) *apierror.Error {
@@ -205,36 +158,18 @@ func bulkClaimRefusal(o idempotency.Outcome, i int) *apierror.Error {
 	return e
 }
 
-// releaseClaims releases every claim st holds (one for an order, one per
-// identifier for a bulk) and returns the first error.
+// releaseClaims releases the claim st holds (an order's identifier, or
+// a bulk's).
 func (g *Gateway) releaseClaims(ctx context.Context, st *requestState) error {
-	err := g.idem.Release(ctx, st.order.claim)
-	for _, c := range st.order.more {
-		if e := g.idem.Release(ctx, c); err == nil {
-			err = e
-		}
-	}
-	return err
+	return g.idem.Release(ctx, st.order.claim)
 }
 
-// completeClaims records rec under every claim st holds.
+// completeClaims records rec for the claim st holds.
 func (g *Gateway) completeClaims(ctx context.Context, st *requestState, rec idempotency.Record) error {
-	err := g.idem.Complete(ctx, st.order.claim, rec)
-	for _, c := range st.order.more {
-		if e := g.idem.Complete(ctx, c, rec); err == nil {
-			err = e
-		}
-	}
-	return err
+	return g.idem.Complete(ctx, st.order.claim, rec)
 }
 
-// unknownClaims marks every claim st holds as of unknown outcome.
+// unknownClaims marks the claim st holds as of unknown outcome.
 func (g *Gateway) unknownClaims(ctx context.Context, st *requestState) error {
-	err := g.idem.MarkUnknown(ctx, st.order.claim)
-	for _, c := range st.order.more {
-		if e := g.idem.MarkUnknown(ctx, c); err == nil {
-			err = e
-		}
-	}
-	return err
+	return g.idem.MarkUnknown(ctx, st.order.claim)
 }

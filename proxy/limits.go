@@ -67,7 +67,9 @@ func (g *Gateway) limitAnswer(st *requestState, pl *plan, rt *Route, cost int64)
 	d.SetHeaders(st.rw.Header(), pl.rules.Headers())
 	switch {
 	case d.Allowed:
-		st.charged, st.cost = rt, cost
+		if !d.Uncharged { // a claim that rode with the limits and took nothing charged nothing
+			st.charged, st.cost = rt, cost
+		}
 		return nil
 	case d.Unavailable:
 		return errLimitsUnavailable

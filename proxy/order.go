@@ -26,12 +26,18 @@ type orderState struct {
 	body       *[]byte // pooled buffer holding the client's body, or nil
 	identifier string  // the order's identifier, or ""
 	canonical  []byte  // the canonical body forwarded, whose fingerprint a claim records
-	claimed    bool    // a claim is held and must be settled
-	settled    bool
-	claim      idempotency.Claim
-	more       []idempotency.Claim  // a bulk's claims after the first, settled with it
-	rejected   bool                 // checkOrder refused the body as invalid (counted once it is the answer)
-	prepared   idempotency.Prepared // the claim as it rides with the limits
+	// ids are the identifiers the request claims, all at once, for
+	// account (Gateway.identityKey): an order's one (in one), a bulk's
+	// orders' in order; elems, for a bulk, the element of each.
+	account  string
+	ids      []string
+	elems    []int
+	one      [1]string
+	claimed  bool // a claim is held and must be settled
+	settled  bool
+	claim    idempotency.Claim
+	rejected bool                 // checkOrder refused the body as invalid (counted once it is the answer)
+	prepared idempotency.Prepared // the claim as it rides with the limits
 	// claimBy is the deadline of a claim prepared to ride with the
 	// limits: of their round trip and, should the claim not be carried,
 	// of the claim on its own, so that the order waits one deadline.
@@ -80,22 +86,46 @@ func (g *Gateway) checkOrder(st *requestState, r *http.Request, v *validate.Vali
 // or of an anonymous caller, passes unclaimed; the caller's key (an HMAC
 // for an opaque token) is worked out only for an order that needs it, and
 // reused when the limits already did.
-func (g *Gateway) claimIdentifier(st *requestState, r *http.Request) *apierror.Error {
+func (g *Gateway) claimIdentifier(st *requestState, r *http.Request, pl *plan) *apierror.Error {
+	if !g.orderClaims(st) {
+		return nil
+	}
+	return g.claimOwn(st, r, pl)
+}
+
+// orderClaims reports whether an order has an identifier to claim, and
+// sets the identifiers its claim takes.
+func (g *Gateway) orderClaims(st *requestState) bool {
 	if st.order.identifier == "" || g.idem == nil {
-		return nil
+		return false
 	}
-	key := g.identityKey(st)
-	if key == "" {
-		return nil
+	if st.order.account = g.identityKey(st); st.order.account == "" {
+		return false
 	}
+	st.order.one[0] = st.order.identifier
+	st.order.ids = st.order.one[:]
+	return true
+}
+
+// fingerprint returns the fingerprint a request's claim records: of the
+// canonical body forwarded.
+func (st *requestState) fingerprint() idempotency.Fingerprint {
+	return idempotency.FingerprintOf(st.order.canonical)
+}
+
+// claimOwn claims the request's identifiers (st.order.ids) in a store
+// call of its own, within what is left of the order's one deadline when
+// its claim was prepared to ride with the limits, else within
+// idempotency.timeout.
+func (g *Gateway) claimOwn(st *requestState, r *http.Request, pl *plan) *apierror.Error {
 	by := st.order.claimBy
 	if by.IsZero() {
 		by = g.now().Add(g.idemTimeout)
 	}
 	ctx, cancel := context.WithDeadline(context.WithoutCancel(r.Context()), by)
 	defer cancel()
-	claim, err := g.idem.Claim(ctx, idempotency.Key{Account: key, Identifier: st.order.identifier}, idempotency.FingerprintOf(st.order.canonical))
-	return g.answerClaim(st, claim, err)
+	claim, err := g.idem.ClaimAll(ctx, st.order.account, st.order.ids, st.fingerprint())
+	return g.answerClaim(st, r, pl, claim, err)
 }
 
 // joinsClaims reports whether the request's identifier claim, if it has
@@ -107,24 +137,17 @@ func (g *Gateway) joinsClaims(st *requestState, pl *plan) bool {
 		g.limits != nil && st.route.limits.Limited()
 }
 
-// prepareClaim prepares the identifier claim of a checked order to ride
-// with its limits, or returns nil for an order with nothing to claim (no
-// identifier, or an anonymous caller).
+// prepareClaim prepares the identifier claim of a checked request (an
+// order, whose st.order.ids orderClaims set, or a bulk) to ride with its
+// limits.
 func (g *Gateway) prepareClaim(st *requestState) *ratelimit.ClaimPart {
-	if st.order.identifier == "" {
-		return nil
-	}
-	key := g.identityKey(st)
-	if key == "" {
-		return nil
-	}
 	p := &st.order.prepared
 	st.order.claimBy = g.now().Add(g.idemTimeout)
-	g.joiner.Prepare(p, idempotency.Key{Account: key, Identifier: st.order.identifier}, idempotency.FingerprintOf(st.order.canonical))
+	g.joiner.Prepare(p, st.order.account, st.order.ids, st.fingerprint())
 	return &p.ClaimPart
 }
 
-// joinedClaim answers the claim of an order its limits let pass, from
+// joinedClaim answers the claim of a request its limits let pass, from
 // what the limits' round trip reported. A claim the round trip did not
 // carry (the limits were decided without Redis: the store failing fast,
 // or no limit applying; in a Cluster, a spray guard sent alone whose
@@ -132,14 +155,14 @@ func (g *Gateway) prepareClaim(st *requestState) *ratelimit.ClaimPart {
 // what is left of the order's one deadline; one whose round trip failed
 // is not retried (the order would wait for a second deadline) and the
 // order is refused 503.
-func (g *Gateway) joinedClaim(st *requestState, r *http.Request) *apierror.Error {
+func (g *Gateway) joinedClaim(st *requestState, r *http.Request, pl *plan) *apierror.Error {
 	if !st.decision.Claim.Sent {
-		return g.claimIdentifier(st, r)
+		return g.claimOwn(st, r, pl)
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), g.idemTimeout)
 	defer cancel()
 	claim, err := g.joiner.Settle(ctx, &st.order.prepared, st.decision.Claim)
-	return g.answerClaim(st, claim, err)
+	return g.answerClaim(st, r, pl, claim, err)
 }
 
 // abandonClaim frees the identifier claim of an order its limits did not
@@ -173,9 +196,15 @@ func (g *Gateway) countInvalid(st *requestState, e *apierror.Error) {
 	}
 }
 
-// answerClaim is the answer to an order whose claim came back as claim,
-// or failed with err.
-func (g *Gateway) answerClaim(st *requestState, claim idempotency.Claim, err error) *apierror.Error {
+// answerClaim is the answer to a request whose claim came back as claim,
+// or failed with err. A request its claim does not let through (a
+// replay, a refusal, a failure) is charged nothing: what its limits
+// charged is given back before the answer (a claim that rode with the
+// limits charged nothing in the first place).
+func (g *Gateway) answerClaim(st *requestState, r *http.Request, pl *plan, claim idempotency.Claim, err error) *apierror.Error {
+	if err != nil || claim.Outcome != idempotency.Claimed {
+		g.refundLimits(st, r, pl)
+	}
 	if err != nil {
 		return g.claimFailed(st, err)
 	}
@@ -189,6 +218,9 @@ func (g *Gateway) answerClaim(st *requestState, claim idempotency.Claim, err err
 		return g.replay(st, claim.Record)
 	}
 	g.metrics.Idempotency(idemMetric(claim.Outcome))
+	if st.order.elems != nil {
+		return bulkClaimRefusal(claim.Outcome, st.order.elems[claim.At])
+	}
 	return idempotency.Refusal(claim.Outcome)
 }
 

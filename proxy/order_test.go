@@ -42,6 +42,19 @@ func startOrdersConfig(t *testing.T, handler http.HandlerFunc, set func(*idempot
 func startOrdersStore(t *testing.T, handler http.HandlerFunc, set func(*idempotency.Options), mut func(*config.Config),
 	store ratelimit.Limiter, m *metrics.Metrics) *env {
 	t.Helper()
+	return startOrdersWith(t, handler, mut, store, m, func(o idempotency.Options) idempotency.Store {
+		if set != nil {
+			set(&o)
+		}
+		return idempotency.NewMemory(o)
+	})
+}
+
+// startOrdersWith is startOrdersStore with duplicate protection's store
+// made by idem from the configuration's options.
+func startOrdersWith(t *testing.T, handler http.HandlerFunc, mut func(*config.Config), store ratelimit.Limiter,
+	m *metrics.Metrics, idem func(idempotency.Options) idempotency.Store) *env {
+	t.Helper()
 	be := &backend{handler: handler}
 	bs := httptest.NewServer(be)
 	t.Cleanup(bs.Close)
@@ -69,11 +82,7 @@ func startOrdersStore(t *testing.T, handler http.HandlerFunc, set func(*idempote
 	}
 	k, _ := limiter.NewKeyer([]byte(testKeySecret))
 	enf, _ := limiter.NewEnforcer(limiter.EnforcerOptions{Store: store, Keyer: k})
-	o := idempotency.OptionsFrom(cfg.Idempotency)
-	if set != nil {
-		set(&o)
-	}
-	return serve(t, cfg, be, Options{Limits: enf, Validator: v, Idempotency: idempotency.NewMemory(o), Metrics: m})
+	return serve(t, cfg, be, Options{Limits: enf, Validator: v, Idempotency: idem(idempotency.OptionsFrom(cfg.Idempotency)), Metrics: m})
 }
 
 func postOrder(t *testing.T, e *env, body string, header ...string) *http.Response {

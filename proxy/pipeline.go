@@ -85,14 +85,14 @@ func (g *Gateway) limitAndCheck(st *requestState, r *http.Request, pl *plan) *ap
 			g.countInvalid(st, e)
 			return e
 		}
-		return g.claimIdentifier(st, r)
+		return g.claimIdentifier(st, r, pl)
 	}
 	if e := g.refusedFromCache(st, r, pl); e != nil {
 		return e
 	}
 	body := g.checkOrder(st, r, pl.validator)
 	var claim *ratelimit.ClaimPart
-	if body == nil {
+	if body == nil && g.orderClaims(st) {
 		claim = g.prepareClaim(st)
 	}
 	if e := g.enforceLimits(st, r, pl, st.route, 1, claim); e != nil {
@@ -108,7 +108,7 @@ func (g *Gateway) limitAndCheck(st *requestState, r *http.Request, pl *plan) *ap
 	if claim == nil {
 		return nil // no identifier, or an anonymous caller: nothing to claim
 	}
-	return g.joinedClaim(st, r)
+	return g.joinedClaim(st, r, pl)
 }
 
 // answered is returned by a step that has answered the request itself (a

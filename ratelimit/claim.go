@@ -13,7 +13,10 @@ import "time"
 //
 // Outside a Cluster the claim runs in the one script run that decides
 // the request, right after its limits and only when they let it pass: a
-// request refused by a limit claims nothing. In a Cluster a request's
+// request refused by a limit claims nothing, and a request whose claim
+// does not take what it claims (its reply does not start with
+// ClaimTaken: a duplicate, a refusal, an error) is charged nothing
+// (Answer.Uncharged), all or nothing both ways. In a Cluster a request's
 // limits and its claim may live on different nodes: the claim runs in
 // the script run of its keys' slot, right after the request's part in
 // that slot and only when that part passes, or, when the request has no
@@ -25,6 +28,9 @@ import "time"
 // means (the proxy frees an order's claim before answering it, as split
 // requests' charges are given back before theirs).
 //
+// The parts in other slots that charged a request whose claim was not
+// taken are given back as a refused split request's are.
+//
 // A request carrying a claim is never answered from a hot key's lease:
 // it goes to Redis with its claim, one round trip for both. A ClaimPart
 // is not sent (ClaimReply.Sent is false) when the request does not reach
@@ -33,6 +39,10 @@ import "time"
 // request past its deadline before its round trip, and in a Cluster a
 // request whose spray guard, sent alone first, failed. The caller then
 // claims on its own, when the request passed.
+
+// ClaimTaken is the first element of the reply of a claim that took what
+// it claims: only then is its request charged.
+const ClaimTaken = "claimed"
 
 // ClaimPart is a claim decided with a Request: the claim function's
 // KEYS and ARGV, and what its round trip honours.

@@ -36,9 +36,10 @@ func claimRequest(key, claimKey, arg string, l Limit) *Request {
 }
 
 // TestClaimRidesWithRequest: a request's claim runs in its script run
-// only when its limits let it pass; a claim that fails fails alone; a
-// limiter without a claim function, and the memory limiter, do not send
-// it.
+// only when its limits let it pass, and the request is charged only when
+// its claim takes what it claims (a claim refused, or failed, charges
+// nothing); a claim that fails fails alone; a limiter without a claim
+// function, and the memory limiter, do not send it.
 func TestClaimRidesWithRequest(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts redis-server")
@@ -55,11 +56,12 @@ func TestClaimRidesWithRequest(t *testing.T) {
 		allowed, run        bool
 		reply               []any
 		claimErr, keyExists bool
+		charged             bool
 	}{
-		{"allowed: claimed", claimRequest("c:1", "claim:1", "v1", one), true, true, []any{"claimed", "v1"}, false, true},
-		{"allowed: taken", claimRequest("c:2", "claim:1", "v2", one), true, true, []any{"taken", "v1"}, false, true},
-		{"refused: not run", claimRequest("c:1", "claim:refused", "v3", one), false, false, nil, false, false},
-		{"claim fails alone", claimRequest("c:3", "claim:boom", "boom", one), true, true, nil, true, false},
+		{"allowed: claimed", claimRequest("c:1", "claim:1", "v1", one), true, true, []any{"claimed", "v1"}, false, true, true},
+		{"allowed: taken", claimRequest("c:2", "claim:1", "v2", one), true, true, []any{"taken", "v1"}, false, true, false},
+		{"refused: not run", claimRequest("c:1", "claim:refused", "v3", one), false, false, nil, false, false, true},
+		{"claim fails alone", claimRequest("c:3", "claim:boom", "boom", one), true, true, nil, true, false, false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -87,11 +89,14 @@ func TestClaimRidesWithRequest(t *testing.T) {
 			if err != nil || (n == int64(1)) != tc.keyExists {
 				t.Errorf("claim key exists = %v %v, want %v", n, err, tc.keyExists)
 			}
+			if ans.Uncharged != (tc.allowed && !tc.charged) {
+				t.Errorf("Uncharged = %v for a request charged: %v", ans.Uncharged, tc.charged)
+			}
+			// Its key holds one request (the limit's burst) when it was charged.
+			if res, err := r.Peek(ctx, tc.q.Checks[0].Key, one); err != nil || (res.Remaining == 0) != tc.charged {
+				t.Errorf("its key after the request: %+v %v, want charged: %v", res, err, tc.charged)
+			}
 		})
-	}
-	// The failed claim's request was charged like any that passed.
-	if res, err := r.Allow(ctx, "c:3", one); err != nil || res.Allowed {
-		t.Errorf("key of a request whose claim failed: %+v %v, want charged", res, err)
 	}
 
 	t.Run("concurrent claims, batched, one claimed", func(t *testing.T) {
@@ -262,6 +267,23 @@ func TestClaimRidesInCluster(t *testing.T) {
 	if res, err := r.Allow(ctx, cases[4].q.Checks[0].Key, one); err != nil || !res.Allowed {
 		t.Errorf("the passing part of a refused request was not given back: %+v %v", res, err)
 	}
+
+	t.Run("claim not taken: no part charged, on any master", func(t *testing.T) {
+		for _, q := range []*Request{
+			req("c1", Check{Key: same("t1"), Limit: one}, Check{Key: other("t1"), Limit: one}), // c1 is held
+			req("c1", Check{Key: other("t2"), Limit: one}),                                     // the claim alone in its slot
+		} {
+			var ans Answer
+			if err := r.AllowAll(ctx, q, &ans); err != nil || !ans.Allowed || !ans.Uncharged || ans.Claim.Reply[0] != "taken" {
+				t.Fatalf("a request whose claim is taken: %v, %+v; want allowed, uncharged", err, ans)
+			}
+			for _, c := range q.Checks {
+				if res, err := r.Allow(ctx, c.Key, one); err != nil || !res.Allowed {
+					t.Errorf("%s was charged for a request whose claim took nothing: %+v %v", c.Key, res, err)
+				}
+			}
+		}
+	})
 
 	t.Run("guard sent alone first: the claim goes with the checks", func(t *testing.T) {
 		guard := keyOn(t, cl, "guard:", cs, false)

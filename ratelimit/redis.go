@@ -120,6 +120,7 @@ type call struct {
 	parts   int    // entries the call was split into (Cluster)
 	failed  bool   // a part failed or refused: the request did not pass
 	charged uint64 // the checks (by index) that parts which passed charged
+	untaken bool   // the claim ran and did not take what it claims: nothing is charged
 
 	// Storage for Allow and AllowN.
 	own       Request
@@ -305,7 +306,7 @@ func (r *Redis) Refund(ctx context.Context, q *Request) error {
 	c.ownAns.Results = c.ownRes[:0]
 	c.ownAns.reset(len(q.Checks))
 	c.q, c.ans, c.err, c.refund = &c.own, &c.ownAns, nil, true
-	c.guarded, c.phase, c.parts, c.failed, c.charged = false, false, 0, false, 0
+	c.guarded, c.phase, c.parts, c.failed, c.charged, c.untaken = false, false, 0, false, 0, false
 	r.submit(ctx, c, &r.decide, r.timeout)
 	err := c.err
 	c.q, c.ans, c.err, c.refund, c.own = nil, nil, nil, false, Request{}

@@ -94,6 +94,11 @@ type Answer struct {
 	Results []CheckResult
 	// Claim is what the request's ClaimPart came to.
 	Claim ClaimReply
+	// Uncharged reports a request that passed its limits but whose claim
+	// ran and did not take what it claims (claim.go): nothing was
+	// charged, and Results tell what the limits would have held had it
+	// been.
+	Uncharged bool
 }
 
 // reset prepares a for a request of n checks.

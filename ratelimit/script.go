@@ -33,7 +33,9 @@ import (
 // (ClaimPart) calls the claim function claim(KEYS, ARGV) the script is
 // built with right after the request's checks, and only when the request
 // passed; an error it raises is caught and answered as that claim's, so
-// the run's other requests are decided all the same. The reply is a flat
+// the run's other requests are decided all the same. The request is
+// charged only when its claim took what it claims (a reply starting
+// with ClaimTaken): a claim refused, or failed, charges nothing. The reply is a flat
 // list: for each request whether it passed (1/0), and with a guard the
 // guard's answer (1 admitted, 2 refused) and the guard set's TTL in
 // milliseconds; then for each check its state (0 not applied, 1 allowed,
@@ -122,11 +124,7 @@ for _ = 1, tonumber(ARGV[1]) do
       n = n + 4
     end
   end
-  if out[head] == 1 then
-    for i = 1, nc, 2 do
-      set(charge[i], charge[i + 1])
-    end
-  end
+  local pass = out[head] == 1
   if nclaim > 0 then
     local ck, ca = {}, {}
     for i = 1, nclaim do
@@ -138,7 +136,7 @@ for _ = 1, tonumber(ARGV[1]) do
       ca[i] = ARGV[a + i]
     end
     a = a + na + 1
-    if out[head] == 1 then
+    if pass then
       local ok, r = pcall(claim, ck, ca)
       if not ok then
         r = {"error", type(r) == "table" and r.err or tostring(r)}
@@ -150,9 +148,15 @@ for _ = 1, tonumber(ARGV[1]) do
         out[n + 1 + i] = r[i]
       end
       n = n + 1 + #r
+      pass = r[1] == "claimed"
     else
       out[n + 1] = 0
       n = n + 1
+    end
+  end
+  if pass then
+    for i = 1, nc, 2 do
+      set(charge[i], charge[i + 1])
     end
   end
 end

@@ -120,7 +120,7 @@ func (t *trip) runFor(s uint16) *run {
 // guard sent alone), and a claim that ran for a request another part
 // refused is the caller's to free (claim.go).
 func (t *trip) plan(c *call) {
-	c.parts, c.failed, c.charged, c.phase = 0, false, 0, false
+	c.parts, c.failed, c.charged, c.phase, c.untaken = 0, false, 0, false, false
 	q := c.q
 	if !t.cluster {
 		t.add(t.runFor(0), entry{c: c, guard: q.Guard.Key != "", claim: c.claim})
@@ -498,13 +498,6 @@ func (t *trip) read(rd *replyReader, r *run, e entry, now int64) error {
 			charged |= 1 << i
 		}
 	}
-	if !c.phase {
-		if allowed {
-			c.charged |= charged
-		} else {
-			c.failed = true
-		}
-	}
 	if e.claim {
 		run, reply, err := rd.claim()
 		if err != nil {
@@ -521,6 +514,16 @@ func (t *trip) read(rd *replyReader, r *run, e entry, now int64) error {
 		if r.ack != nil {
 			cl.Acked, cl.AckErr = r.ack.Result()
 		}
+		if run && (len(reply) == 0 || reply[0] != ClaimTaken) {
+			c.untaken, charged = true, 0 // the run charged nothing
+		}
+	}
+	if !c.phase {
+		if allowed {
+			c.charged |= charged
+		} else {
+			c.failed = true
+		}
 	}
 	return nil
 }
@@ -531,10 +534,11 @@ func (c *call) again() bool { return c.phase && c.err == nil }
 
 // settle sets c's answer once its round trip is over, and returns the
 // request that gives back what parts of a split request charged when
-// another part refused it or failed, or nil.
+// another part refused it or failed, or its claim was not taken, or nil.
 func (c *call) settle() *call {
 	c.ans.Allowed = !c.failed && c.err == nil
-	if c.ans.Allowed || c.refund || c.parts < 2 || c.charged == 0 {
+	c.ans.Uncharged = c.ans.Allowed && c.untaken
+	if (c.ans.Allowed && !c.untaken) || c.refund || c.parts < 2 || c.charged == 0 {
 		return nil
 	}
 	rf := &call{}

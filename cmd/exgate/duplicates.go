@@ -24,6 +24,7 @@ func (a *app) openDuplicateStore(cfg *config.Config) (idempotency.Store, error) 
 	opts := idempotency.OptionsFrom(cfg.Idempotency)
 	opts.Now = a.d.now
 	opts.ReplicaAcks = cfg.IdempotencyReplicaAcks()
+	opts.MaxPerAccount, opts.MaxBytesPerAccount = cfg.IdempotencyShare()
 	var s idempotency.Store
 	if duplicatesInRedis(cfg) {
 		a.idem = a.limits.Client
@@ -106,6 +107,13 @@ func (o observedStore) Claim(ctx context.Context, key idempotency.Key, fp idempo
 	return c, err
 }
 
+func (o observedStore) ClaimAll(ctx context.Context, account string, ids []string, fp idempotency.Fingerprint) (idempotency.Claim, error) {
+	start := o.now()
+	c, err := o.s.ClaimAll(ctx, account, ids, fp)
+	o.observe(metrics.DuplicateClaim, start, err)
+	return c, err
+}
+
 func (o observedStore) Complete(ctx context.Context, c idempotency.Claim, rec idempotency.Record) error {
 	start := o.now()
 	err := o.s.Complete(ctx, c, rec)
@@ -128,8 +136,8 @@ type observedJoiner struct {
 	j idempotency.Joiner
 }
 
-func (o observedJoiner) Prepare(p *idempotency.Prepared, key idempotency.Key, fp idempotency.Fingerprint) {
-	o.j.Prepare(p, key, fp)
+func (o observedJoiner) Prepare(p *idempotency.Prepared, account string, ids []string, fp idempotency.Fingerprint) {
+	o.j.Prepare(p, account, ids, fp)
 }
 
 func (o observedJoiner) Settle(ctx context.Context, p *idempotency.Prepared, jr ratelimit.ClaimReply) (idempotency.Claim, error) {

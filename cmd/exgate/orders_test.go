@@ -253,11 +253,12 @@ func listenRetry(addr string) (net.Listener, error) {
 // TestOrderClaimRidesWithLimits: with the limits and duplicate protection
 // in one Redis, an order's identifier claim is decided in the round trip
 // of its limits. An order with an identifier costs one script run before
-// the backend (and one to record its response); replays and conflicts
-// are charged like any request; a request its limit refuses claims
-// nothing, whatever its body, and is refused before its order is read once
-// the deny cache knows it; and with Redis stopped an order with an
-// identifier is refused 503 once the claim's deadline has passed.
+// the backend (and one to record its response); replays and conflicts,
+// answered by the claim, are charged nothing; a request its limit
+// refuses claims nothing, whatever its body, and is refused before its
+// order is read once the deny cache knows it; and with Redis stopped an
+// order with an identifier is refused 503 once the claim's deadline has
+// passed.
 func TestOrderClaimRidesWithLimits(t *testing.T) {
 	srv := redistest.Start(t)
 	const limitTimeout, claimTimeout = time.Second, 2 * time.Second // far beyond a loaded machine's stalls while Redis answers
@@ -287,12 +288,18 @@ func TestOrderClaimRidesWithLimits(t *testing.T) {
 		t.Errorf("an order with an identifier ran %d scripts, want 2 (limits and claim, then its response)", n)
 	}
 	code, h, _ := order(t, url, token, "rides-1", "0.001")
-	if code != 201 || h.Get("Idempotent-Replayed") != "true" || !strings.Contains(h.Get("RateLimit"), ";r=1;") {
-		t.Errorf("replay: %d replayed=%q RateLimit=%q, want 201, true, r=1 (replays are charged)",
+	if code != 201 || h.Get("Idempotent-Replayed") != "true" || !strings.Contains(h.Get("RateLimit"), ";r=2;") {
+		t.Errorf("replay: %d replayed=%q RateLimit=%q, want 201, true, r=2 (a replay is charged nothing)",
 			code, h.Get("Idempotent-Replayed"), h.Get("RateLimit"))
 	}
-	if code, _, b := order(t, url, token, "rides-1", "0.002"); code != 409 || errCode(t, b) != "duplicate_identifier" {
-		t.Errorf("conflict: %d %s", code, b)
+	code, h, b = order(t, url, token, "rides-1", "0.002")
+	if code != 409 || errCode(t, b) != "duplicate_identifier" || !strings.Contains(h.Get("RateLimit"), ";r=2;") {
+		t.Errorf("conflict: %d %s RateLimit=%q, want 409, r=2 (charged nothing)", code, b, h.Get("RateLimit"))
+	}
+	for _, id := range []string{"rides-2", "rides-3"} {
+		if code, _, b := order(t, url, token, id, "0.001"); code != 201 {
+			t.Fatalf("order %s: %d %s", id, code, b)
+		}
 	}
 	// The limit is spent: refused, and no claim is made.
 	if code, _, b := order(t, url, token, "rides-over", "0.001"); code != 429 || errCode(t, b) != "throttled" {
@@ -321,8 +328,8 @@ func TestOrderClaimRidesWithLimits(t *testing.T) {
 	if res, err := http.ReadResponse(bufio.NewReader(conn), nil); err != nil || res.StatusCode != 429 {
 		t.Errorf("throttled client, order body not sent whole: %v %v, want 429 without the body read", res, err)
 	}
-	if n := backend.orders.Load(); n != 2 {
-		t.Errorf("backend saw %d orders, want 2", n)
+	if n := backend.orders.Load(); n != 4 {
+		t.Errorf("backend saw %d orders, want 4", n)
 	}
 
 	// Redis stopped: the round trip's deadline is the claim's (the
@@ -390,7 +397,7 @@ func TestOrderClaimRidesWithLimitsCluster(t *testing.T) {
 	// decides orders in process, on_store_error: local, and sends no
 	// claim.)
 	share := func() any {
-		v, err := claimNode.Do("HVALS", keysOn("cl:#*")[claimNode][0])
+		v, err := claimNode.Do("HGETALL", keysOn("cl:%*")[claimNode][0])
 		if err != nil {
 			t.Fatal(err)
 		}
