@@ -12,6 +12,9 @@ import (
 const (
 	NameDuplicateStoreDuration = "exgate_idempotency_store_duration_seconds"
 	NameDuplicateStoreErrors   = "exgate_idempotency_store_errors_total"
+	NameDuplicateStoreBytes    = "exgate_idempotency_store_bytes"
+	NameDuplicateStoreMaxBytes = "exgate_idempotency_store_max_bytes"
+	NameDuplicateStoreFull     = "exgate_idempotency_store_full"
 )
 
 // DuplicateStoreOp is the operation label of the duplicate-protection
@@ -55,6 +58,9 @@ func (o DuplicateStoreOp) String() string {
 type DuplicateStore struct {
 	duration *prometheus.HistogramVec
 	errs     *prometheus.CounterVec
+	bytes    prometheus.Gauge
+	maxBytes prometheus.Gauge
+	full     prometheus.Gauge
 
 	// Children resolved once, by operation (and error kind).
 	observers [numDuplicateStoreOps]prometheus.Observer
@@ -76,14 +82,28 @@ func NewDuplicateStore(reg prometheus.Registerer) (*DuplicateStore, error) {
 	}, []string{"operation"})
 	s.errs = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: NameDuplicateStoreErrors,
-		Help: "Failed calls to the duplicate-protection store, by operation and kind (timeout, other); a failed claim refuses the order with 503.",
+		Help: "Failed calls to the duplicate-protection store, by operation and kind (timeout, full, other); a failed claim refuses the order with 503.",
 	}, []string{"operation", "kind"})
-	if err := reg.Register(s.duration); err != nil {
-		return nil, fmt.Errorf("metrics: register: %w", err)
-	}
-	if err := reg.Register(s.errs); err != nil {
-		reg.Unregister(s.duration)
-		return nil, fmt.Errorf("metrics: register: %w", err)
+	s.bytes = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: NameDuplicateStoreBytes,
+		Help: "Bytes the duplicate-protection store holds, at its last check: the memory store's entries, or Redis's used_memory (of its fullest master).",
+	})
+	s.maxBytes = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: NameDuplicateStoreMaxBytes,
+		Help: "The duplicate-protection store's bound on bytes: idempotency.memory.max_bytes, or Redis's maxmemory (0: none).",
+	})
+	s.full = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: NameDuplicateStoreFull,
+		Help: "1 while the duplicate-protection store takes no new identifier for lack of room (orders with a new identifier get 503 duplicate_protection_full), else 0.",
+	})
+	cs := []prometheus.Collector{s.duration, s.errs, s.bytes, s.maxBytes, s.full}
+	for i, c := range cs {
+		if err := reg.Register(c); err != nil {
+			for _, r := range cs[:i] {
+				reg.Unregister(r)
+			}
+			return nil, fmt.Errorf("metrics: register: %w", err)
+		}
 	}
 	for o := range s.observers {
 		op := DuplicateStoreOp(o).String()
@@ -97,7 +117,22 @@ func NewDuplicateStore(reg prometheus.Registerer) (*DuplicateStore, error) {
 
 // DuplicateStoreNames lists the duplicate-protection store's metric names.
 func DuplicateStoreNames() []string {
-	return []string{NameDuplicateStoreDuration, NameDuplicateStoreErrors}
+	return []string{NameDuplicateStoreDuration, NameDuplicateStoreErrors, NameDuplicateStoreBytes, NameDuplicateStoreMaxBytes, NameDuplicateStoreFull}
+}
+
+// SetRoom records the store's last check: the bytes it holds, its bound
+// (0: none) and whether it takes no new identifier.
+func (s *DuplicateStore) SetRoom(bytes, maxBytes int64, full bool) {
+	if s == nil {
+		return
+	}
+	s.bytes.Set(float64(bytes))
+	s.maxBytes.Set(float64(maxBytes))
+	f := 0.0
+	if full {
+		f = 1
+	}
+	s.full.Set(f)
 }
 
 // DuplicateStoreBuckets are the duration buckets of the store's calls,

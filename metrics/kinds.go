@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"strings"
 	"syscall"
 )
 
@@ -93,21 +94,34 @@ type storeErrorKind uint8
 const (
 	storeErrOther storeErrorKind = iota
 	storeErrTimeout
+	storeErrFull
 	numStoreErrorKinds
 )
 
 func (k storeErrorKind) String() string {
-	if k == storeErrTimeout {
+	switch k {
+	case storeErrTimeout:
 		return "timeout"
+	case storeErrFull:
+		return "full"
 	}
 	return "other"
 }
 
 func classifyStoreError(err error) storeErrorKind {
-	if IsTimeout(err) {
+	switch {
+	case IsTimeout(err):
 		return storeErrTimeout
+	case IsOutOfMemory(err):
+		return storeErrFull
 	}
 	return storeErrOther
+}
+
+// IsOutOfMemory reports whether err is Redis refusing a write at its
+// maxmemory (an OOM reply).
+func IsOutOfMemory(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "OOM command not allowed")
 }
 
 // FallbackMode is the mode label of exgate_ratelimit_fallback_total: what

@@ -256,7 +256,7 @@ func newMetrics(info BuildInfo) *Metrics {
 	}, []string{"route", "limit", "tier", "decision"})
 	m.storeErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: NameStoreErrors,
-		Help: "Failed calls to the rate-limit store, by kind (timeout, other).",
+		Help: "Failed calls to the rate-limit store, by kind (timeout; full: Redis at maxmemory; other).",
 	}, []string{"kind"})
 	m.storeDuration = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name:    NameStoreDuration,

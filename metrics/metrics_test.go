@@ -344,8 +344,9 @@ exgate_ratelimit_decisions_total{decision="shadow_limited",limit="token",route="
 exgate_ratelimit_fallback_total{mode="closed",route="place_order"} 0
 exgate_ratelimit_fallback_total{mode="local",route="place_order"} 2
 exgate_ratelimit_fallback_total{mode="open",route="place_order"} 0
-# HELP exgate_ratelimit_store_errors_total Failed calls to the rate-limit store, by kind (timeout, other).
+# HELP exgate_ratelimit_store_errors_total Failed calls to the rate-limit store, by kind (timeout; full: Redis at maxmemory; other).
 # TYPE exgate_ratelimit_store_errors_total counter
+exgate_ratelimit_store_errors_total{kind="full"} 0
 exgate_ratelimit_store_errors_total{kind="other"} 1
 exgate_ratelimit_store_errors_total{kind="timeout"} 2
 # HELP exgate_ratelimit_store_duration_seconds Duration of calls to the rate-limit store, failed ones included.
@@ -789,15 +790,21 @@ func TestDuplicateStore(t *testing.T) {
 	s.Observe(DuplicateClaim, 3*time.Millisecond, nil)
 	s.Observe(DuplicateClaim, 100*time.Millisecond, context.DeadlineExceeded)
 	s.Observe(DuplicateComplete, time.Millisecond, errors.New("connection refused"))
+	s.Observe(DuplicateClaim, time.Millisecond, errors.New("idempotency: redis claim: OOM command not allowed when used memory > 'maxmemory'."))
+	s.SetRoom(4000, 4096, true)
 	s.Observe(DuplicateStoreOp(99), time.Millisecond, nil) // ignored
 	var nilStore *DuplicateStore
 	nilStore.Observe(DuplicateClaim, time.Millisecond, nil)
-	if n, _ := testutil.GatherAndCount(reg, NameDuplicateStoreErrors); n != 8 {
-		t.Errorf("%d error series, want 4 operations × 2 kinds", n)
+	if n, _ := testutil.GatherAndCount(reg, NameDuplicateStoreErrors); n != 12 {
+		t.Errorf("%d error series, want 4 operations × 3 kinds", n)
 	}
 	want := `
-# HELP exgate_idempotency_store_errors_total Failed calls to the duplicate-protection store, by operation and kind (timeout, other); a failed claim refuses the order with 503.
+# HELP exgate_idempotency_store_errors_total Failed calls to the duplicate-protection store, by operation and kind (timeout, full, other); a failed claim refuses the order with 503.
 # TYPE exgate_idempotency_store_errors_total counter
+exgate_idempotency_store_errors_total{kind="full",operation="claim"} 1
+exgate_idempotency_store_errors_total{kind="full",operation="complete"} 0
+exgate_idempotency_store_errors_total{kind="full",operation="mark_unknown"} 0
+exgate_idempotency_store_errors_total{kind="full",operation="release"} 0
 exgate_idempotency_store_errors_total{kind="other",operation="claim"} 0
 exgate_idempotency_store_errors_total{kind="other",operation="complete"} 1
 exgate_idempotency_store_errors_total{kind="other",operation="mark_unknown"} 0
@@ -809,6 +816,9 @@ exgate_idempotency_store_errors_total{kind="timeout",operation="release"} 0
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), NameDuplicateStoreErrors); err != nil {
 		t.Error(err)
+	}
+	if testutil.ToFloat64(s.full) != 1 || testutil.ToFloat64(s.bytes) != 4000 || testutil.ToFloat64(s.maxBytes) != 4096 {
+		t.Error("SetRoom did not set the room gauges")
 	}
 	if got := testutil.CollectAndCount(s.duration); got != 4 {
 		t.Errorf("%d duration series, want one per operation", got)

@@ -44,6 +44,8 @@ type ProcessStatus struct {
 	ReloadOutcome string            `json:"reload_outcome,omitempty"`
 	Listeners     map[string]string `json:"listeners"`
 	Store         StoreStatus       `json:"store"`
+	// Duplicates is duplicate protection's store; nil without it.
+	Duplicates *DuplicatesStatus `json:"duplicates,omitempty"`
 	// CatalogueAge is the market catalogue's age in seconds; -1 before it
 	// is loaded; absent when no route validates orders.
 	CatalogueAge *float64 `json:"catalogue_age,omitempty"`
@@ -62,6 +64,27 @@ type StoreStatus struct {
 	FallbackOpen   int64 `json:"fallback_open"`
 	FallbackClosed int64 `json:"fallback_closed"`
 	FallbackLocal  int64 `json:"fallback_local"`
+}
+
+// DuplicatesStatus is duplicate protection's store at its last check.
+type DuplicatesStatus struct {
+	// Mode is "memory" or the Redis topology ("redis cluster").
+	Mode string `json:"mode"`
+	// Bytes and MaxBytes are what the store holds and its bound (the
+	// memory store's, or Redis's used_memory and maxmemory; 0: none);
+	// Identifiers, the memory store's identifiers.
+	Bytes       int64 `json:"bytes"`
+	MaxBytes    int64 `json:"max_bytes"`
+	Identifiers int   `json:"identifiers,omitempty"`
+	// Full reports a store that takes no new identifier.
+	Full bool `json:"full"`
+	// ShareIdentifiers and ShareBytes are each account's share.
+	ShareIdentifiers int   `json:"share_identifiers"`
+	ShareBytes       int64 `json:"share_bytes"`
+	// ReplicaAcks is how many replicas acknowledge each claim.
+	ReplicaAcks int `json:"replica_acks"`
+	// Error is what refuses orders with an identifier, or "".
+	Error string `json:"error,omitempty"`
 }
 
 // console serves the admin API and page.

@@ -57,6 +57,7 @@ type app struct {
 	metrics *metrics.Metrics
 	limits  *limiter.Backend
 	idem    redis.UniversalClient // duplicate protection's Redis client, or nil
+	dup     *duplicateHealth      // watches duplicate protection's store; nil without it
 	// top counts who hits the limits, for the admin console.
 	top        *topk.Tracker
 	started    time.Time
@@ -383,6 +384,9 @@ func (a *app) stopParts() {
 // closeStores closes the rate-limit store and duplicate protection's own
 // Redis client.
 func (a *app) closeStores() {
+	if a.dup != nil {
+		a.dup.stop()
+	}
 	if a.idemOwn {
 		_ = a.idem.Close()
 	}

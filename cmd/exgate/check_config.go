@@ -18,8 +18,10 @@ import (
 // /dev/stdin ("-" too) or <(…) — and reports every problem in one pass,
 // each named by its YAML path: the YAML's and the environment's
 // (config.Check), and those of the files the configuration names
-// (namedFiles), which are read unless -files=false; then the warnings of
-// settings that are valid but unsafe, and "ok" when there was no problem.
+// (namedFiles), which are read unless -files=false; then, when there was
+// no problem, what the configuration sizes (duplicateCapacity); the
+// warnings of settings that are valid but unsafe; and "ok" when there was
+// no problem.
 // It exits 1 on a problem, 2 on bad usage.
 func checkConfigCommand(args []string, getenv func(string) (string, bool), stdin io.Reader, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("check-config", flag.ContinueOnError)
@@ -59,6 +61,11 @@ func checkConfigCommand(args []string, getenv func(string) (string, bool), stdin
 					addFileProblem(ch, f.key, err)
 				}
 			}
+		}
+	}
+	if ch.Config != nil && len(ch.Problems()) == 0 {
+		for _, l := range duplicateCapacity(ch.Config) {
+			fmt.Fprintln(stdout, l)
 		}
 	}
 	if !ch.Report(stdout) {

@@ -89,14 +89,10 @@ func (a *app) processStatus() proxy.ProcessStatus {
 		st.LastReload, st.ReloadOutcome = &at, r.outcome
 	}
 	if a.limits.Kind == config.BackendRedis {
-		switch r := a.cfg.Limiter.Redis; {
-		case r.MasterName != "":
-			st.Store.Mode = "redis sentinel"
-		case len(r.Addrs) > 1:
-			st.Store.Mode = "redis cluster"
-		default:
-			st.Store.Mode = "redis standalone"
-		}
+		st.Store.Mode = redisTopology(a.cfg.Limiter.Redis)
+	}
+	if a.dup != nil {
+		st.Duplicates = a.dup.status()
 	}
 	if a.cat != nil {
 		age := -1.0

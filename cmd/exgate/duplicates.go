@@ -44,6 +44,7 @@ func (a *app) openDuplicateStore(cfg *config.Config) (idempotency.Store, error) 
 	if err != nil {
 		return nil, err
 	}
+	a.dup = newDuplicateHealth(cfg, s.(healthChecker), m, a.log)
 	o := observedStore{s: s, m: m, now: a.d.now}
 	if j, ok := s.(idempotency.Joiner); ok && joinsLimits(cfg, a.idem, a.idemOwn) {
 		return observedJoiner{observedStore: o, j: j}, nil
@@ -93,9 +94,14 @@ func (o observedStore) observe(op metrics.DuplicateStoreOp, start time.Time, err
 }
 
 // storeFailed reports whether err is a failure of the store, as opposed
-// to one of its answers (the claim is no longer held; the store or the
-// account is full, counted in exgate_idempotency_total).
+// to one of its answers (the claim is no longer held; the memory store or
+// the account is full, counted in exgate_idempotency_total). Redis
+// refusing a write at its maxmemory is a failure of Redis, counted with
+// kind "full".
 func storeFailed(err error) bool {
+	if metrics.IsOutOfMemory(err) {
+		return true
+	}
 	return err != nil && !errors.Is(err, idempotency.ErrClaimLost) && !errors.Is(err, idempotency.ErrNotClaimed) &&
 		!errors.Is(err, idempotency.ErrFull) && !errors.Is(err, idempotency.ErrAccountFull)
 }

@@ -1,15 +1,23 @@
 package main
 
 import (
+	"encoding/json"
+	"fmt"
+	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/exgate/exgate/config"
+	"github.com/exgate/exgate/internal/redistest"
 	"github.com/exgate/exgate/internal/unreachable"
+	"github.com/exgate/exgate/proxy"
+	"github.com/exgate/exgate/sim"
 )
 
 // TestDuplicateProtectionOwnRedis checks that idempotency.backend: redis
@@ -38,7 +46,7 @@ func TestDuplicateProtectionOwnRedis(t *testing.T) {
 		t.Fatal("duplicate protection has no Redis client of its own")
 	}
 	_, _, body := call(t, "GET", "http://"+a.adminAd+"/readyz", "")
-	if want := `"duplicate_protection":"orders with an identifier are refused (503 duplicate_protection_unavailable): duplicate-protection store unreachable: `; !strings.Contains(string(body), want) {
+	if want := `"duplicate_protection":"orders with an identifier are refused: duplicate-protection store unreachable (503 duplicate_protection_unavailable): `; !strings.Contains(string(body), want) {
 		t.Errorf("/readyz: %s\nwant it to contain %s", body, want)
 	}
 }
@@ -75,5 +83,83 @@ func TestClaimsJoinLimits(t *testing.T) {
 				t.Errorf("claims join the limits: %v, want %v", got, tc.joins)
 			}
 		})
+	}
+}
+
+// TestClusterWithoutReplicasSaysSo: a Redis Cluster without replicas,
+// with replica_acks 1 (the default for a Cluster), refuses every order
+// with an identifier. Everything exgate says tells it: check-config says
+// what replica_acks asks of every master, the start-up log names the
+// masters without a replica, so do /readyz and the console; the refused
+// orders are charged nothing; orders without an identifier pass.
+func TestClusterWithoutReplicasSaysSo(t *testing.T) {
+	cl := redistest.StartCluster(t, 3)
+	c := &counted{h: sim.New(sim.Options{})}
+	bs := httptest.NewServer(c)
+	t.Cleanup(bs.Close)
+	cfg := config.Default()
+	cfg.Listen, cfg.AdminListen = "127.0.0.1:0", "127.0.0.1:0"
+	cfg.Upstream.URL = config.MustURL(bs.URL)
+	cfg.Server.DrainDelay, cfg.Log.Access = 0, false
+	cfg.Limiter.Redis.Addrs = cl.Addrs
+	cfg.Limiter.Redis.Timeout, cfg.Idempotency.Timeout = time.Second, 2*time.Second
+	l := &cfg.Route("place_order").Limits[0]
+	l.Rate, l.Burst = config.Rate{N: 5, Period: time.Hour}, 5
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(duplicateCapacity(cfg), "\n"); !strings.Contains(got, "idempotency.replica_acks 1 (by topology: redis cluster)") {
+		t.Errorf("check-config does not say what replica_acks asks:\n%s", got)
+	}
+	core, logs := observer.New(zap.InfoLevel)
+	a := startApp(t, cfg, deps{log: zap.New(core), now: time.Now, getenv: secretEnv})
+	waitCatalogue(t, a)
+	url := "http://" + a.addr
+
+	// The log, at start.
+	var line string
+	for deadline := time.Now().Add(10 * time.Second); line == "" && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		for _, e := range logs.FilterMessageSnippet("duplicate protection").All() {
+			line = e.Message + " " + fmt.Sprint(e.ContextMap())
+		}
+	}
+	for _, want := range append([]string{"orders with an identifier are refused", "claims cannot be acknowledged by replicas",
+		"0 replica(s) online, idempotency.replica_acks 1"}, cl.Addrs...) {
+		if !strings.Contains(line, want) {
+			t.Errorf("start-up log %q lacks %q", line, want)
+		}
+	}
+	// /readyz and the console.
+	_, _, body := call(t, "GET", "http://"+a.adminAd+"/readyz", "")
+	var ready struct{ Checks map[string]string }
+	_ = json.Unmarshal(body, &ready)
+	if got := ready.Checks["duplicate_protection"]; !strings.Contains(got, "claims cannot be acknowledged by replicas (503 duplicate_protection_unavailable)") {
+		t.Errorf("/readyz duplicate_protection = %q", got)
+	}
+	_, _, body = call(t, "GET", "http://"+a.adminAd+"/admin/status", "")
+	var status struct{ Duplicates proxy.DuplicatesStatus }
+	_ = json.Unmarshal(body, &status)
+	if d := status.Duplicates; d.ReplicaAcks != 1 || d.Mode != "redis cluster" || !strings.Contains(d.Error, "replica_acks 1") {
+		t.Errorf("console's duplicate protection: %+v", d)
+	}
+
+	// The orders: refused, charged nothing.
+	token := authenticate(t, url)
+	for i := range 7 {
+		code, h, b := order(t, url, token, "no-replica-"+strconv.Itoa(i), "0.001")
+		if code != 503 || errCode(t, b) != "duplicate_protection_unavailable" {
+			t.Fatalf("order %d: %d %s", i, code, b)
+		}
+		if !strings.Contains(h.Get("RateLimit"), ";r=5;") {
+			t.Fatalf("order %d refused by its claim was charged: RateLimit %q", i, h.Get("RateLimit"))
+		}
+	}
+	code, _, b := call(t, "POST", url+"/api/v1/odr/orders/", `{"symbol":"BTC_USDT","type":"limit","side":"buy","price":"100.00","base_amount":"0.001"}`,
+		"Authorization", "Bearer "+token, "Content-Type", "application/json")
+	if code != 201 {
+		t.Errorf("an order without an identifier: %d %s", code, b)
+	}
+	if n := c.orders.Load(); n != 1 {
+		t.Errorf("backend saw %d orders, want only the one without an identifier", n)
 	}
 }

@@ -21,8 +21,10 @@ import (
 //     route fails closed without it: with a local or open fallback the
 //     gateway still serves, and taking every replica out of the load
 //     balancer because the store they share failed would be an outage.
-//   - duplicate_protection (its Redis store) answers; not critical for the
-//     same reason: only orders with an identifier are refused.
+//   - duplicate_protection: its store has room, and in Redis answers and
+//     has the replicas replica_acks waits for on every master; not
+//     critical for the same reason: only orders with an identifier are
+//     refused.
 func (a *app) readinessChecks() []proxy.Check {
 	u := a.cfg.Upstream.URL
 	hostport := u.Host
@@ -69,14 +71,11 @@ func (a *app) readinessChecks() []proxy.Check {
 			Run:    a.limits.Ping,
 		})
 	}
-	if a.idem != nil {
-		idem := a.idem
+	if a.dup != nil {
 		checks = append(checks, proxy.Check{
-			Name: "duplicate_protection",
-			Impact: func() (bool, string) {
-				return false, "orders with an identifier are refused (503 duplicate_protection_unavailable): duplicate-protection store unreachable"
-			},
-			Run: func(ctx context.Context) error { return idem.Ping(ctx).Err() },
+			Name:   "duplicate_protection",
+			Impact: func() (bool, string) { return false, "orders with an identifier are refused" },
+			Run:    a.dup.check,
 		})
 	}
 	return checks

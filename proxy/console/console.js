@@ -45,6 +45,15 @@
     if (s.store.error) add("store error", s.store.error, "zero");
     add("store fallbacks", "errors " + s.store.store_errors + " · open " + s.store.fallback_open +
         " · closed " + s.store.fallback_closed + " · local " + s.store.fallback_local);
+    const d = s.duplicates;
+    if (d) {
+      const mib = (b) => (b / 1048576).toFixed(1) + " MiB";
+      add("duplicate protection", d.mode + " · " + mib(d.bytes) + (d.max_bytes ? " of " + mib(d.max_bytes) : "") +
+          (d.full ? " · FULL: new identifiers refused" : "") + (d.replica_acks ? " · " + d.replica_acks + " replica ack(s)" : ""), d.full ? "zero" : "");
+      add("account share", d.share_identifiers + " identifiers · " + mib(d.share_bytes) +
+          (d.max_bytes ? " · the store holds " + Math.floor(d.max_bytes / d.share_bytes) + " full shares" : ""));
+      if (d.error) add("duplicate protection error", d.error, "zero");
+    }
     add("configuration", (s.config_file || "built-in defaults") + (s.config_hash ? " · " + s.config_hash.slice(0, 12) : ""));
     add("last reload", s.last_reload ? new Date(s.last_reload).toLocaleString() + " · " + s.reload_outcome : "none");
     add("started", new Date(s.started).toLocaleString());

@@ -1,0 +1,47 @@
+package main
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/exgate/exgate/config"
+)
+
+// TestDuplicateCapacity: check-config says each account's share of
+// duplicate protection's store and where it comes from, how many such
+// shares the memory store holds (or what each takes of Redis), what
+// replica_acks asks of every master, and a share below what the order
+// limits let an account place.
+func TestDuplicateCapacity(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		edit func(c *config.Config)
+		want []string
+	}{
+		{"defaults", func(*config.Config) {}, []string{
+			"duplicate protection: each account's share is 135045 identifiers and 131.9 MiB (what place_order 5400/1h (burst 5400) lets one account place in the 24h retention)",
+			"duplicate protection: the memory store (1000000 identifiers, 1024.0 MiB) holds 7 such shares: 7 accounts at their full order rate",
+		}},
+		{"a Redis Cluster", func(c *config.Config) { c.Limiter.Redis.Addrs = []string{"r1:6379", "r2:6379", "r3:6379"} }, []string{
+			"duplicate protection: each account's share is 135045 identifiers and 131.9 MiB (what place_order 5400/1h (burst 5400) lets one account place in the 24h retention)",
+			"duplicate protection: in Redis each share takes up to 131.9 MiB of maxmemory: N accounts at their full order rate need N × 131.9 MiB (beside the limits' keys)",
+			"duplicate protection: idempotency.replica_acks 1 (by topology: redis cluster): each claim waits for 1 replica(s) of its master; a master with fewer online refuses every order with an identifier (503), which /readyz and the log name (replica_acks: 0 goes without)",
+		}},
+		{"a share below the order limits", func(c *config.Config) {
+			c.Idempotency.MaxPerAccount, c.Idempotency.Retention = 20000, 12*time.Hour
+		}, []string{
+			"duplicate protection: each account's share is 20000 identifiers and 19.5 MiB (idempotency.max_per_account, below the 70245 orders place_order 5400/1h (burst 5400) lets one account place in the retention: an account tagging every order at its full rate meets it)",
+			"duplicate protection: the memory store (1000000 identifiers, 1024.0 MiB) holds 50 such shares: 50 accounts at their full order rate",
+		}},
+		{"off", func(c *config.Config) { c.Idempotency.Enabled = false }, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := config.Default()
+			tc.edit(c)
+			if got := duplicateCapacity(c); strings.Join(got, "\n") != strings.Join(tc.want, "\n") {
+				t.Errorf("duplicateCapacity:\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(tc.want, "\n"))
+			}
+		})
+	}
+}

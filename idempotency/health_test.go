@@ -1,0 +1,85 @@
+package idempotency
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/exgate/exgate/internal/redistest"
+)
+
+// TestMemoryHealth: the memory store says how much it holds, and that it
+// is full once it takes no new identifier.
+func TestMemoryHealth(t *testing.T) {
+	o := testOptions(newClock())
+	o.MaxEntries = 3
+	s := NewMemory(o)
+	for i := range 3 {
+		if h, err := s.Health(context.Background()); err != nil || h.Full || h.Identifiers != i {
+			t.Fatalf("with %d identifiers: %+v %v", i, h, err)
+		}
+		mustClaim(t, s, k(strconv.Itoa(i)), fpA, Claimed)
+	}
+	h, err := s.Health(context.Background())
+	if !h.Full || !errors.Is(err, ErrFull) || h.Bytes == 0 || h.MaxBytes != 1<<30 {
+		t.Errorf("at max_entries: %+v %v, want full", h, err)
+	}
+}
+
+// TestRedisHealth: Redis at maxmemory is named full (its writes, claims
+// and limits alike, are refused), and with replica_acks a master without
+// the replicas its claims wait for is named, in a Cluster too: every
+// order with an identifier would be refused.
+func TestRedisHealth(t *testing.T) {
+	srv := redistest.Start(t, "--maxmemory", "4mb", "--maxmemory-policy", "noeviction")
+	o := testOptions(newClock())
+	o.KeyPrefix = uniquePrefix()
+	s := NewRedis(newClient(t, srv.Addr), o)
+	ctx := context.Background()
+	if h, err := s.Health(ctx); err != nil || h.Full || h.MaxBytes != 4<<20 || h.Bytes == 0 {
+		t.Fatalf("a fresh server: %+v %v", h, err)
+	}
+	// Fill it to maxmemory: claims are then refused as a full store.
+	var err error
+	for i := 0; err == nil && i < 200000; i++ {
+		_, err = s.ClaimAll(ctx, "filler"+strconv.Itoa(i%1000), footprintIDs(i*10, 10), fpA)
+	}
+	if !errors.Is(err, ErrFull) {
+		t.Fatalf("claims into a full Redis: %v, want ErrFull", err)
+	}
+	h, err := s.Health(ctx)
+	if !h.Full || !errors.Is(err, ErrFull) || !strings.Contains(err.Error(), "maxmemory") || !strings.Contains(err.Error(), srv.Addr) {
+		t.Errorf("at maxmemory: %+v %v, want full, naming the server", h, err)
+	}
+
+	o.ReplicaAcks = 1
+	if _, err := NewRedis(newClient(t, redistest.Start(t).Addr), o).Health(ctx); !errors.Is(err, ErrReplicasMissing) {
+		t.Errorf("replica_acks 1, no replica: %v, want ErrReplicasMissing", err)
+	}
+	master := redistest.Start(t)
+	redistest.StartReplica(t, master)
+	if _, err := NewRedis(newClient(t, master.Addr), o).Health(ctx); err != nil {
+		t.Errorf("replica_acks 1, one replica: %v", err)
+	}
+
+	cl := redistest.StartCluster(t, 3) // masters without replicas
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs, ContextTimeoutEnabled: true, MaxRetries: -1})
+	t.Cleanup(func() { _ = c.Close() })
+	_, err = NewRedis(c, o).Health(ctx)
+	if !errors.Is(err, ErrReplicasMissing) {
+		t.Fatalf("Cluster without replicas, replica_acks 1: %v, want ErrReplicasMissing", err)
+	}
+	for _, a := range cl.Addrs {
+		if !strings.Contains(err.Error(), a) {
+			t.Errorf("%q does not name master %s", err, a)
+		}
+	}
+	o.ReplicaAcks = 0
+	if _, err := NewRedis(c, o).Health(ctx); err != nil {
+		t.Errorf("Cluster without replicas, replica_acks 0: %v", err)
+	}
+}
