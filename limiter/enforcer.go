@@ -111,6 +111,7 @@ type Decision struct {
 	Outcomes [maxOutcomes]Outcome
 
 	cost int64 // what the request cost in each limit (at least 1)
+	kept *plan // the plan of an undecided CacheOnly request, for the next Decide
 }
 
 // Identity returns the key the request's caller is counted by: the
@@ -249,19 +250,60 @@ func (e *Enforcer) AccountID(user string) string { return e.keyer.AccountID(user
 // once (one round trip to Redis), all or nothing: a request one limit
 // refuses is charged in none. Outcomes are recorded in the order of the
 // limits, up to the first that refuses (and is not a shadow limit).
+//
+// A CacheOnly request the deny cache could not decide leaves its plan
+// (the keys of its limits, its guard) in d, and the next Decide of the
+// same route with d, for the same request, decides that plan instead of
+// building it again: an order whose claim rides with its limits is looked
+// up in the deny cache before its body is read, and decided after.
 func (e *Enforcer) Decide(ctx context.Context, rr *RouteRules, req Request, d *Decision) {
+	kept := d.kept
 	*d = Decision{Allowed: true, cost: max(req.Cost, 1)}
-	if !rr.Limited() {
+	var p *plan
+	switch {
+	case kept != nil && kept.rr == rr && kept.req.Cost == d.cost && !req.CacheOnly:
+		p = kept
+		d.Account, d.TokenID, d.Tier, d.Demoted = p.account, p.tokenID, p.tier, p.demoted
+	case kept != nil:
+		e.plans.Put(kept)
+		fallthrough
+	default:
+		if !rr.Limited() {
+			return
+		}
+		p = e.plans.Get().(*plan)
+		if !e.build(rr, req, d, p) {
+			e.plans.Put(p)
+			return
+		}
+	}
+	keep := false
+	defer func() {
+		if !keep {
+			e.plans.Put(p)
+		}
+	}()
+	p.req.Claim, p.req.CacheOnly = req.Claim, req.CacheOnly
+	err := e.store.AllowAll(ctx, &p.req, &p.ans)
+	d.Claim = p.ans.Claim
+	if req.CacheOnly && err != nil {
+		d.Undecided = true
+		d.kept, keep = p, true
 		return
 	}
+	e.decide(ctx, rr, d, p, err)
+}
+
+// build fills p with the checks and guard of req under the route's rules
+// and d with what they settle of the decision (account, token id, tier,
+// demotion); it reports false when nothing applies to decide.
+func (e *Enforcer) build(rr *RouteRules, req Request, d *Decision, p *plan) bool {
 	rs := rr.rules
 	var addrBuf [64]byte
 	var addr []byte
 	if req.Addr.IsValid() {
 		addr = AddrGroup(req.Addr, rs.v6Prefix).AppendTo(addrBuf[:0])
 	}
-	p := e.plans.Get().(*plan)
-	defer e.plans.Put(p)
 	p.reset(max(req.Cost, 1))
 	anonymous := req.Token == "" && req.Account == ""
 	var demotedFor time.Duration // until the address's token window ends
@@ -301,17 +343,17 @@ func (e *Enforcer) Decide(ctx context.Context, rr *RouteRules, req Request, d *D
 		p.add(i, r, d, addr, false, false, ratelimit.IfAdmitted)
 		p.add(i, r, d, addr, true, true, ratelimit.IfRefused)
 	}
-	if len(p.req.Checks) == 0 && p.req.Guard.Key == "" {
-		return
-	}
-	p.req.Claim, p.req.CacheOnly = req.Claim, req.CacheOnly
+	p.rr, p.demotedFor, p.sprayHash = rr, demotedFor, sprayHash
+	p.account, p.tokenID, p.tier, p.demoted = d.Account, d.TokenID, d.Tier, d.Demoted
+	return len(p.req.Checks) > 0 || p.req.Guard.Key != ""
+}
+
+// decide reads the store's answer to plan p (or its failure, err) into d:
+// the fallback on a failure, the guard's answer, every limit's outcome.
+func (e *Enforcer) decide(ctx context.Context, rr *RouteRules, d *Decision, p *plan, err error) {
+	rs := rr.rules
+	demotedFor, sprayHash := p.demotedFor, p.sprayHash
 	fallback := ""
-	err := e.store.AllowAll(ctx, &p.req, &p.ans)
-	d.Claim = p.ans.Claim
-	if req.CacheOnly && err != nil {
-		d.Undecided = true
-		return
-	}
 	if err != nil {
 		e.storeFailed(rr, err)
 		fallback = rr.onStoreError
@@ -386,32 +428,41 @@ func (e *Enforcer) Decide(ctx context.Context, rr *RouteRules, req Request, d *D
 			d.record(o)
 			continue
 		}
-		d.Allowed = false
-		d.RetryAfter = res.RetryAfter
-		switch {
-		case d.Demoted && (r.byToken || r.when == config.WhenAnon):
-			// Not the token's own limit: say so, and never ask for a
-			// wait beyond the demotion (nor tell one in its fields).
-			d.TooManyTokens = true
-			d.RetryAfter = min(d.RetryAfter, demotedFor)
-			o.Decision = DecisionLimited
-			o.Result.RetryAfter = d.RetryAfter
-		case o.Decision == DecisionExceedsBurst && fallback == config.StoreLocal && p.req.Cost <= m.v.limit.Burst:
-			// Over this replica's share of the limit only: the shared
-			// store would let it pass, so it waits for the store.
-			d.RetryAfter, d.Unavailable = 0, true
-			o.Decision = DecisionLimited
-		case o.Decision == DecisionExceedsBurst:
-			d.RetryAfter, d.ExceedsBurst, d.MaxCost = 0, true, p.maxCost(p.ans.Admitted)
-		}
-		d.record(o)
-		d.uncharge() // all or nothing: the limits that allowed it charged nothing either
+		d.refuse(o, r, p, m, fallback, demotedFor)
 		return
 	}
 	if p.ans.Uncharged && fallback == "" {
 		d.Uncharged = true
 		d.uncharge()
 	}
+}
+
+// refuse records o, the outcome of limit r (check m of plan p) that
+// refused the request, and what the refusal says: a demoted token's
+// refusal by a limit not its own, a bulk over a limit's burst (or over
+// only this replica's share of it, under the local fallback). Nothing
+// was charged.
+func (d *Decision) refuse(o Outcome, r *rule, p *plan, m *checkMeta, fallback string, demotedFor time.Duration) {
+	d.Allowed = false
+	d.RetryAfter = o.Result.RetryAfter
+	switch {
+	case d.Demoted && (r.byToken || r.when == config.WhenAnon):
+		// Not the token's own limit: say so, and never ask for a
+		// wait beyond the demotion (nor tell one in its fields).
+		d.TooManyTokens = true
+		d.RetryAfter = min(d.RetryAfter, demotedFor)
+		o.Decision = DecisionLimited
+		o.Result.RetryAfter = d.RetryAfter
+	case o.Decision == DecisionExceedsBurst && fallback == config.StoreLocal && p.req.Cost <= m.v.limit.Burst:
+		// Over this replica's share of the limit only: the shared
+		// store would let it pass, so it waits for the store.
+		d.RetryAfter, d.Unavailable = 0, true
+		o.Decision = DecisionLimited
+	case o.Decision == DecisionExceedsBurst:
+		d.RetryAfter, d.ExceedsBurst, d.MaxCost = 0, true, p.maxCost(p.ans.Admitted)
+	}
+	d.record(o)
+	d.uncharge() // all or nothing: the limits that allowed it charged nothing either
 }
 
 // uncharge turns the recorded outcomes' Results into what their limits
@@ -533,6 +584,13 @@ type plan struct {
 	metas   [16]checkMeta
 	results [16]ratelimit.CheckResult
 	key     [192]byte
+
+	// What building the plan settled (build), for deciding it again.
+	rr                     *RouteRules
+	account, tokenID, tier string
+	demoted                bool
+	demotedFor             time.Duration
+	sprayHash              uint64
 }
 
 // checkMeta is what a check of a plan stands for.

@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/exgate/exgate/config"
 	"github.com/exgate/exgate/internal/redistest"
@@ -909,5 +910,69 @@ routes:
 				t.Errorf("allowed %d of 3 after two refunded requests, want %d", got, tc.want)
 			}
 		})
+	}
+}
+
+// keysSeen is a limit store that records the keys of each request it
+// decides, as the strings it was given.
+type keysSeen struct {
+	ratelimit.Limiter
+	mu   sync.Mutex
+	seen [][]string
+}
+
+func (k *keysSeen) AllowAll(ctx context.Context, q *ratelimit.Request, ans *ratelimit.Answer) error {
+	k.mu.Lock()
+	var keys []string
+	for _, c := range q.Checks {
+		keys = append(keys, c.Key)
+	}
+	k.seen = append(k.seen, keys)
+	k.mu.Unlock()
+	return k.Limiter.AllowAll(ctx, q, ans)
+}
+
+// TestUndecidedPlanDecidedOnce: a request the deny cache could not decide
+// (CacheOnly) is then decided from the plan built for the lookup — the
+// same keys, not built again — with the same caller; a Decide of another
+// route, or another lookup, builds its own.
+func TestUndecidedPlanDecidedOnce(t *testing.T) {
+	clock := newFakeClock()
+	store := &keysSeen{Limiter: ratelimit.NewDenyCache(ratelimit.NewMemory(ratelimit.MemoryOptions{Now: clock.Now}), 100, nil)}
+	e := newTestEnforcer(t, store, clock)
+	cfg := config.Default()
+	cfg.Tiers = map[string]map[string]config.TierLimit{"mm": {"place_order": {Rate: config.Rate{N: 54000, Period: time.Hour}}}}
+	k, _ := NewKeyer(testSecret)
+	rs := Compile(cfg, map[string]string{k.ID("tok-mm"): "mm"})
+	place, cancel := rs.Route("place_order"), rs.Route("cancel_order")
+	req := Request{Token: "tok-mm", Addr: addr("198.51.100.7")}
+	var d Decision
+	look := req
+	look.CacheOnly = true
+	e.Decide(context.Background(), place, look, &d)
+	if !d.Undecided || d.TokenID == "" || d.Tier != "mm" {
+		t.Fatalf("lookup: %+v", d)
+	}
+	e.Decide(context.Background(), place, req, &d)
+	if !d.Allowed || d.Undecided || d.TokenID == "" || d.Tier != "mm" || d.N != 1 || d.Outcomes[0].Tier != "mm" {
+		t.Fatalf("decision after the lookup: %+v", d)
+	}
+	same := func(a, b []string) bool {
+		return len(a) == 1 && len(b) == 1 && unsafe.StringData(a[0]) == unsafe.StringData(b[0])
+	}
+	if len(store.seen) != 2 || !same(store.seen[0], store.seen[1]) {
+		t.Fatalf("keys of the lookup and the decision: %q, want the lookup's plan decided", store.seen)
+	}
+	// A lookup, then a decision of another route: its own plan.
+	e.Decide(context.Background(), place, look, &d)
+	e.Decide(context.Background(), cancel, req, &d)
+	if !d.Allowed || len(store.seen) != 4 || store.seen[3][0] == store.seen[2][0] {
+		t.Fatalf("another route after a lookup: %+v, keys %q", d, store.seen)
+	}
+	// Two lookups: each its own.
+	e.Decide(context.Background(), place, look, &d)
+	e.Decide(context.Background(), place, look, &d)
+	if !d.Undecided || same(store.seen[4], store.seen[5]) {
+		t.Fatalf("two lookups share a plan: %q", store.seen)
 	}
 }
