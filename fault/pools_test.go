@@ -84,8 +84,9 @@ type poolRow struct {
 	// nothing.
 	refused []string
 	// metric, when set, is a counter that must count the attackers'
-	// refusals.
+	// refusals: its series whose label sets contain labels.
 	metric string
+	labels []string
 	// maxGrowth bounds the growth of exgate's resident memory over the
 	// row, in bytes.
 	maxGrowth int64
@@ -320,7 +321,7 @@ func (r *poolRun) checkRefusals(t *testing.T, row poolRow, a *attack) {
 	if len(row.refused) > 0 && refusals == 0 {
 		t.Errorf("the attackers took all they could and were never refused (%v): %v", row.refused, a.answers.byKey)
 	}
-	if row.metric != "" && refusals > 0 && r.g.metric(t, row.metric) == 0 {
+	if row.metric != "" && refusals > 0 && r.g.metric(t, row.metric, row.labels...) == 0 {
 		t.Errorf("%s counts none of the attackers' %d refusals", row.metric, refusals)
 	}
 }
