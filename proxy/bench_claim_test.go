@@ -58,10 +58,10 @@ func BenchmarkGatewayOrderIdentifier(b *testing.B) {
 		cfg := benchOrderConfig(b, true)
 		v := benchValidator(b, cfg)
 		ro := ratelimit.RedisOptions{Timeout: time.Second}
-		// One account places every order of the run: lift its cap on
-		// identifiers held (max_per_account, 20,000 by default), which
-		// would answer 503 from the 20,001st order on.
-		cfg.Idempotency.MaxPerAccount = 1 << 30
+		// One account places every order of the run: lift its share of
+		// the store (what its order limit lets it place in a day, by
+		// default), which would answer 503 once it is full.
+		cfg.Idempotency.MaxPerAccount, cfg.Idempotency.MaxBytesPerAccount = 1<<30, 1<<40
 		opts := idempotency.OptionsFrom(cfg.Idempotency)
 		opts.KeyPrefix = "bench:" + mode + ":"
 		var idem idempotency.Store = idempotency.NewRedis(srv.Client(), opts)
@@ -178,10 +178,10 @@ func BenchmarkGatewayOrderIdentifierCluster(b *testing.B) {
 		v := benchValidator(b, cfg)
 		var trips, calls atomic.Int64
 		ro := ratelimit.RedisOptions{Timeout: time.Second, Observe: func(time.Duration, int, error) { trips.Add(1) }}
-		// One account places every order of the run: lift its cap on
-		// identifiers held (max_per_account, 20,000 by default), which
-		// would answer 503 from the 20,001st order on.
-		cfg.Idempotency.MaxPerAccount = 1 << 30
+		// One account places every order of the run: lift its share of
+		// the store (what its order limit lets it place in a day, by
+		// default), which would answer 503 once it is full.
+		cfg.Idempotency.MaxPerAccount, cfg.Idempotency.MaxBytesPerAccount = 1<<30, 1<<40
 		opts := idempotency.OptionsFrom(cfg.Idempotency)
 		opts.KeyPrefix = "bench:" + mode + ":"
 		s := idempotency.NewRedis(client, opts)
