@@ -94,26 +94,11 @@ func TestClaimsJoinLimits(t *testing.T) {
 // orders are charged nothing; orders without an identifier pass.
 func TestClusterWithoutReplicasSaysSo(t *testing.T) {
 	cl := redistest.StartCluster(t, 3)
-	c := &counted{h: sim.New(sim.Options{})}
-	bs := httptest.NewServer(c)
-	t.Cleanup(bs.Close)
-	cfg := config.Default()
-	cfg.Listen, cfg.AdminListen = "127.0.0.1:0", "127.0.0.1:0"
-	cfg.Upstream.URL = config.MustURL(bs.URL)
-	cfg.Server.DrainDelay, cfg.Log.Access = 0, false
-	cfg.Limiter.Redis.Addrs = cl.Addrs
-	cfg.Limiter.Redis.Timeout, cfg.Idempotency.Timeout = time.Second, 2*time.Second
-	l := &cfg.Route("place_order").Limits[0]
-	l.Rate, l.Burst = config.Rate{N: 5, Period: time.Hour}, 5
-	if err := cfg.Validate(); err != nil {
-		t.Fatal(err)
-	}
-	if got := strings.Join(duplicateCapacity(cfg), "\n"); !strings.Contains(got, "idempotency.replica_acks 1 (by topology: redis cluster)") {
+	core, logs := observer.New(zap.InfoLevel)
+	a, c := orderApp(t, cl.Addrs, zap.New(core))
+	if got := strings.Join(duplicateCapacity(a.cfg), "\n"); !strings.Contains(got, "idempotency.replica_acks 1 (by topology: redis cluster)") {
 		t.Errorf("check-config does not say what replica_acks asks:\n%s", got)
 	}
-	core, logs := observer.New(zap.InfoLevel)
-	a := startApp(t, cfg, deps{log: zap.New(core), now: time.Now, getenv: secretEnv})
-	waitCatalogue(t, a)
 	url := "http://" + a.addr
 
 	// The log, at start.
@@ -162,4 +147,83 @@ func TestClusterWithoutReplicasSaysSo(t *testing.T) {
 	if n := c.orders.Load(); n != 1 {
 		t.Errorf("backend saw %d orders, want only the one without an identifier", n)
 	}
+}
+
+// TestRedisAtMaxmemorySaysSo: with Redis at its maxmemory an order with a
+// new identifier is refused 503 duplicate_protection_full, charged
+// nothing, and everything exgate says names it: /readyz, the console, the
+// store's metrics (exgate_idempotency_store_full, and the failed claim
+// counted as a store error of kind full).
+func TestRedisAtMaxmemorySaysSo(t *testing.T) {
+	srv := redistest.Start(t, "--maxmemory-policy", "noeviction")
+	a, backend := orderApp(t, []string{srv.Addr}, nil)
+	url := "http://" + a.addr
+	token := authenticate(t, url)
+	if code, _, b := order(t, url, token, "before-full", "0.001"); code != 201 {
+		t.Fatalf("order: %d %s", code, b)
+	}
+	// Redis past its maxmemory: what it holds now is more than it may.
+	info, err := srv.Info("memory")
+	if err != nil {
+		t.Fatal(err)
+	}
+	used, _ := strconv.ParseInt(info["used_memory"], 10, 64)
+	maxmemory := used / 2
+	if _, err := srv.Do("CONFIG", "SET", "maxmemory", strconv.FormatInt(maxmemory, 10)); err != nil {
+		t.Fatal(err)
+	}
+	code, h, b := order(t, url, token, "after-full", "0.001")
+	if code != 503 || errCode(t, b) != "duplicate_protection_full" || !strings.Contains(h.Get("RateLimit"), ";r=4;") {
+		t.Errorf("order into a full Redis: %d %s RateLimit %q, want 503 duplicate_protection_full, charged nothing (r=4)", code, b, h.Get("RateLimit"))
+	}
+	if code, h, _ := order(t, url, token, "before-full", "0.001"); code != 201 || h.Get("Idempotent-Replayed") != "true" {
+		t.Errorf("a stored identifier after Redis filled up: %d, want its replay", code)
+	}
+	_, _, body := call(t, "GET", "http://"+a.adminAd+"/readyz", "")
+	if !strings.Contains(string(body), "duplicate-protection store full, new identifiers refused (503 duplicate_protection_full): "+srv.Addr+": Redis at maxmemory") {
+		t.Errorf("/readyz: %s", body)
+	}
+	_, _, body = call(t, "GET", "http://"+a.adminAd+"/admin/status", "")
+	var status struct{ Duplicates proxy.DuplicatesStatus }
+	_ = json.Unmarshal(body, &status)
+	if d := status.Duplicates; !d.Full || d.MaxBytes != maxmemory || !strings.Contains(d.Error, "maxmemory") {
+		t.Errorf("console's duplicate protection: %+v", d)
+	}
+	_, _, body = call(t, "GET", "http://"+a.adminAd+"/metrics", "")
+	for _, want := range []string{"exgate_idempotency_store_full 1", `exgate_idempotency_store_errors_total{kind="full",operation="claim"} 1`,
+		`exgate_idempotency_total{outcome="store_full"} 1`} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+	if n := backend.orders.Load(); n != 1 {
+		t.Errorf("backend saw %d orders, want 1", n)
+	}
+}
+
+// orderApp is an exgate with its limits and duplicate protection in the
+// Redis at addrs (replica_acks by topology), place_order limited to 5 an
+// hour, in front of the reference backend, logging to log (nil: none).
+func orderApp(t *testing.T, addrs []string, log *zap.Logger) (*app, *counted) {
+	t.Helper()
+	c := &counted{h: sim.New(sim.Options{})}
+	bs := httptest.NewServer(c)
+	t.Cleanup(bs.Close)
+	cfg := config.Default()
+	cfg.Listen, cfg.AdminListen = "127.0.0.1:0", "127.0.0.1:0"
+	cfg.Upstream.URL = config.MustURL(bs.URL)
+	cfg.Server.DrainDelay, cfg.Log.Access = 0, false
+	cfg.Limiter.Redis.Addrs = addrs
+	cfg.Limiter.Redis.Timeout, cfg.Idempotency.Timeout = time.Second, 2*time.Second
+	l := &cfg.Route("place_order").Limits[0]
+	l.Rate, l.Burst = config.Rate{N: 5, Period: time.Hour}, 5
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if log == nil {
+		log = zap.NewNop()
+	}
+	a := startApp(t, cfg, deps{log: log, now: time.Now, getenv: secretEnv})
+	waitCatalogue(t, a)
+	return a, c
 }
