@@ -644,7 +644,7 @@ func TestCheckConfigCommand(t *testing.T) {
 		}
 		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(u.uid), Gid: uint32(u.gid), Groups: groups}}
 		out, err := cmd.CombinedOutput()
-		if err != nil || strings.TrimSpace(string(out)) != "ok" {
+		if err != nil || !strings.HasSuffix(string(out), "\nok\n") {
 			t.Errorf("exgate check-config as user %d (group %d, groups %v): %v\n%s", u.uid, u.gid, u.groups, err, out)
 		}
 	})

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/exgate/exgate/config"
 	"github.com/exgate/exgate/internal/jwttest"
 	"github.com/exgate/exgate/internal/tlstest"
 )
@@ -132,7 +133,8 @@ func TestCheckConfigFromPipe(t *testing.T) {
 	cmd = exec.Command(bin, "check-config", "-files=false", "-")
 	cmd.Dir, cmd.Stdin = dir, strings.NewReader(yaml)
 	out, err = cmd.CombinedOutput()
-	if want := "not read (-files=false): identity.jwt.jwks_file: jwks.json\nok\n"; err != nil || string(out) != want {
+	want := "not read (-files=false): identity.jwt.jwks_file: jwks.json\n" + strings.Join(duplicateCapacity(config.Default()), "\n") + "\nok\n"
+	if err != nil || string(out) != want {
 		t.Errorf("check-config -files=false: %v %q, want %q", err, out, want)
 	}
 }
