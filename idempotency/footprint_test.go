@@ -197,8 +197,8 @@ func measureMemory(t *testing.T, n, requests int) (real, charged float64) {
 		must(t, s.Complete(context.Background(), cl, footprintRecord(r*n, n)))
 	}
 	real = float64(heapInUse()-before) / float64(requests*n)
-	_, bytes := s.MemoryUsage()
-	charged = float64(bytes) / float64(requests*n)
+	h, _ := s.Health(context.Background())
+	charged = float64(h.Bytes) / float64(requests*n)
 	runtime.KeepAlive(s)
 	return real, charged
 }

@@ -74,14 +74,6 @@ func NewMemory(o Options) *Memory {
 	return &Memory{o: o.withDefaults(), index: map[idKey]*entry{}, accounts: map[string]*memShare{}}
 }
 
-// MemoryUsage reports what the store holds: identifiers and the bytes
-// they are charged (MemoryBytes), expired ones not yet dropped included.
-func (s *Memory) MemoryUsage() (ids int, bytes int64) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.ids, s.bytes
-}
-
 // Len returns the number of identifiers held, expired ones not yet
 // dropped included.
 func (s *Memory) Len() int {
