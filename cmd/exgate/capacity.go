@@ -23,28 +23,27 @@ func duplicateCapacity(cfg *config.Config) []string {
 	var from string
 	switch {
 	case idem.MaxPerAccount == 0 && a.Orders > 0:
-		from = "what " + a.Basis + " lets one account place in the " + shortDuration(idem.Retention) + " retention"
+		from = a.Basis + " over the " + shortDuration(idem.Retention) + " retention"
 	case idem.MaxPerAccount == 0:
-		from = a.Basis + ": a fallback, not the order limits"
+		from = a.Basis + ": a fallback"
 	case int64(ids) < a.Orders:
-		from = fmt.Sprintf("idempotency.max_per_account, below the %d orders %s lets one account place in the retention: an account tagging every order at its full rate meets it", a.Orders, a.Basis)
+		from = fmt.Sprintf("set; below the %d orders %s lets an account place in the retention", a.Orders, a.Basis)
 	default:
-		from = "idempotency.max_per_account"
+		from = "set"
 	}
-	lines := []string{fmt.Sprintf("duplicate protection: each account's share is %d identifiers and %s (%s)", ids, mebibytes(bytes), from)}
+	lines := []string{fmt.Sprintf("duplicate protection: each account's share: %d identifiers, %s (%s)", ids, mebibytes(bytes), from)}
 	if cfg.IdempotencyBackend() == config.BackendMemory {
 		m := idem.Memory
 		n := min(int64(m.MaxEntries)/int64(ids), int64(m.MaxBytes)/bytes)
-		lines = append(lines, fmt.Sprintf("duplicate protection: the memory store (%d identifiers, %s) holds %d such shares: %d accounts at their full order rate", m.MaxEntries, mebibytes(int64(m.MaxBytes)), n, n))
-		return lines
+		return append(lines, fmt.Sprintf("duplicate protection: the memory store (%d identifiers, %s) holds %d such shares", m.MaxEntries, mebibytes(int64(m.MaxBytes)), n))
 	}
-	lines = append(lines, fmt.Sprintf("duplicate protection: in Redis each share takes up to %s of maxmemory: N accounts at their full order rate need N × %s (beside the limits' keys)", mebibytes(bytes), mebibytes(bytes)))
+	lines = append(lines, fmt.Sprintf("duplicate protection: in Redis each share is up to %s of maxmemory", mebibytes(bytes)))
 	if acks := cfg.IdempotencyReplicaAcks(); acks > 0 {
 		by := ""
 		if idem.ReplicaAcks < 0 {
 			by = " (by topology: " + redisTopology(cfg.Limiter.Redis) + ")"
 		}
-		lines = append(lines, fmt.Sprintf("duplicate protection: idempotency.replica_acks %d%s: each claim waits for %d replica(s) of its master; a master with fewer online refuses every order with an identifier (503), which /readyz and the log name (replica_acks: 0 goes without)", acks, by, acks))
+		lines = append(lines, fmt.Sprintf("duplicate protection: replica_acks %d%s: a master with fewer replicas online refuses every order with an identifier (503)", acks, by))
 	}
 	return lines
 }

@@ -20,19 +20,19 @@ func TestDuplicateCapacity(t *testing.T) {
 		want []string
 	}{
 		{"defaults", func(*config.Config) {}, []string{
-			"duplicate protection: each account's share is 135045 identifiers and 131.9 MiB (what place_order 5400/1h (burst 5400) lets one account place in the 24h retention)",
-			"duplicate protection: the memory store (1000000 identifiers, 1024.0 MiB) holds 7 such shares: 7 accounts at their full order rate",
+			"duplicate protection: each account's share: 135045 identifiers, 131.9 MiB (place_order 5400/1h (burst 5400) over the 24h retention)",
+			"duplicate protection: the memory store (1000000 identifiers, 1024.0 MiB) holds 7 such shares",
 		}},
 		{"a Redis Cluster", func(c *config.Config) { c.Limiter.Redis.Addrs = []string{"r1:6379", "r2:6379", "r3:6379"} }, []string{
-			"duplicate protection: each account's share is 135045 identifiers and 131.9 MiB (what place_order 5400/1h (burst 5400) lets one account place in the 24h retention)",
-			"duplicate protection: in Redis each share takes up to 131.9 MiB of maxmemory: N accounts at their full order rate need N × 131.9 MiB (beside the limits' keys)",
-			"duplicate protection: idempotency.replica_acks 1 (by topology: redis cluster): each claim waits for 1 replica(s) of its master; a master with fewer online refuses every order with an identifier (503), which /readyz and the log name (replica_acks: 0 goes without)",
+			"duplicate protection: each account's share: 135045 identifiers, 131.9 MiB (place_order 5400/1h (burst 5400) over the 24h retention)",
+			"duplicate protection: in Redis each share is up to 131.9 MiB of maxmemory",
+			"duplicate protection: replica_acks 1 (by topology: redis cluster): a master with fewer replicas online refuses every order with an identifier (503)",
 		}},
 		{"a share below the order limits", func(c *config.Config) {
 			c.Idempotency.MaxPerAccount, c.Idempotency.Retention = 20000, 12*time.Hour
 		}, []string{
-			"duplicate protection: each account's share is 20000 identifiers and 19.5 MiB (idempotency.max_per_account, below the 70245 orders place_order 5400/1h (burst 5400) lets one account place in the retention: an account tagging every order at its full rate meets it)",
-			"duplicate protection: the memory store (1000000 identifiers, 1024.0 MiB) holds 50 such shares: 50 accounts at their full order rate",
+			"duplicate protection: each account's share: 20000 identifiers, 19.5 MiB (set; below the 70245 orders place_order 5400/1h (burst 5400) lets an account place in the retention)",
+			"duplicate protection: the memory store (1000000 identifiers, 1024.0 MiB) holds 50 such shares",
 		}},
 		{"off", func(c *config.Config) { c.Idempotency.Enabled = false }, nil},
 	} {

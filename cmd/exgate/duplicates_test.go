@@ -96,7 +96,7 @@ func TestClusterWithoutReplicasSaysSo(t *testing.T) {
 	cl := redistest.StartCluster(t, 3)
 	core, logs := observer.New(zap.InfoLevel)
 	a, c := orderApp(t, cl.Addrs, zap.New(core))
-	if got := strings.Join(duplicateCapacity(a.cfg), "\n"); !strings.Contains(got, "idempotency.replica_acks 1 (by topology: redis cluster)") {
+	if got := strings.Join(duplicateCapacity(a.cfg), "\n"); !strings.Contains(got, "replica_acks 1 (by topology: redis cluster)") {
 		t.Errorf("check-config does not say what replica_acks asks:\n%s", got)
 	}
 	url := "http://" + a.addr
