@@ -23,7 +23,7 @@ type Overload struct {
 	// TolerancePercent is how much slower than its unloaded latency, in
 	// percent, the backend may answer before the limit shrinks: the limit
 	// settles where the backend's own queue adds about this much.
-	// Default 50.
+	// Default 25.
 	TolerancePercent int `yaml:"tolerance_percent"`
 	// ToleranceMin is the least the backend may be slower than unloaded
 	// before the limit shrinks, whatever the percentage: a backend that
@@ -87,7 +87,7 @@ func DefaultOverload() Overload {
 		MinLimit:         4,
 		MaxLimit:         1000,
 		InitialLimit:     100,
-		TolerancePercent: 50,
+		TolerancePercent: 25,
 		ToleranceMin:     10 * time.Millisecond,
 		Window:           100 * time.Millisecond,
 		ProbeInterval:    30 * time.Second,

@@ -22,7 +22,7 @@ type Options struct {
 	// Fixed, when positive, is the limit, and nothing adapts.
 	Fixed int
 	// Tolerance is how much slower than its unloaded latency the backend
-	// may answer before the limit shrinks, as a factor. Default 1.5.
+	// may answer before the limit shrinks, as a factor. Default 1.25.
 	Tolerance float64
 	// Slack is the least the backend may be slower by: a backend that
 	// answers in microseconds jitters by more than any factor of that.
@@ -67,7 +67,7 @@ func (o *Options) normalise() {
 	}
 	o.Initial = min(max(o.Initial, o.Min), o.Max)
 	if o.Tolerance < 1 {
-		o.Tolerance = 1.5
+		o.Tolerance = 1.25
 	}
 	if o.Slack <= 0 {
 		o.Slack = 10 * time.Millisecond
@@ -105,6 +105,10 @@ type Limiter struct {
 	winSum   time.Duration
 	winN     int
 	winPeak  int // the most requests in flight during the window
+	// started is whether the last window grew the limit by slow start:
+	// the next window's samples are mostly of requests sent under the
+	// old limit, so it may not grow it again.
+	started bool
 
 	minRTT    time.Duration // 0 until measured
 	probing   bool          // the limit is held at Min to measure minRTT
@@ -392,17 +396,33 @@ func (l *Limiter) observe(now time.Time, rtt time.Duration) {
 	// every window would hold √limit requests queued in the backend for
 	// good, which for a backend of a few workers is most of its capacity.
 	next := float64(l.limit) * gradient
-	if gradient >= 1 {
+	started := l.started
+	l.started = false
+	switch {
+	case gradient < 1:
+	case started:
+		next = float64(l.limit) // the window saw little of the last step
+	case float64(avg) <= float64(l.minRTT)+(target-float64(l.minRTT))/2:
+		// The backend shows less than half the queue it may have: far
+		// from its knee, the limit grows by half (slow start), so that a
+		// surge meeting a limit that came down in a quiet spell finds
+		// the backend's capacity within a second or so.
+		next += max(math.Sqrt(float64(l.limit)), float64(l.limit)/2)
+		l.started = true
+	default:
 		next += math.Sqrt(float64(l.limit))
 	}
-	if 2*peak < l.limit {
-		// Not using what it has: no reason to grow, and the limit comes
-		// down towards twice what the window used. A surge after a quiet
-		// spell then meets a limit near what the backend was last seen
-		// to carry, not the initial guess or one learnt long ago, which
-		// would let the whole surge in at once before the first window
-		// could close.
-		next = min(next, float64(2*peak))
+	switch {
+	case 3*peak < l.limit:
+		// Not using what it has: the limit comes down towards three
+		// times what the window used. A surge after a quiet spell then
+		// meets a limit near what the backend was last seen to carry,
+		// not the initial guess or one learnt long ago, which would let
+		// the whole surge in at once before the first window could
+		// close.
+		next = min(next, float64(3*peak))
+	case 2*peak < l.limit:
+		next = min(next, float64(l.limit)) // not using half of it: no reason to grow
 	}
 	if next < float64(l.limit) {
 		// Down by a fifth of the step per window (Gradient2's smoothing):
