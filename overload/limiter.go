@@ -105,9 +105,9 @@ type Limiter struct {
 	winSum   time.Duration
 	winN     int
 	winPeak  int // the most requests in flight during the window
-	// started is whether the last window grew the limit by slow start:
-	// the next window's samples are mostly of requests sent under the
-	// old limit, so it may not grow it again.
+	// started is whether the last window grew the limit by slow start or
+	// ended a probe: the next window's samples are mostly of requests
+	// sent under the old limit, so it may not grow it.
 	started bool
 
 	minRTT    time.Duration // 0 until measured
@@ -381,6 +381,10 @@ func (l *Limiter) observe(now time.Time, rtt time.Duration) {
 		l.minRTTNow.Store(int64(avg))
 		l.probing = false
 		l.limit = l.probeFrom
+		// The next window's samples are mostly of requests sent at the
+		// probe's half limit, which queue nothing: they must not read as
+		// room to grow (slow start would add half the limit at once).
+		l.started = true
 		l.nextProbe = now.Add(l.o.ProbeInterval)
 		l.publish()
 		return
