@@ -209,17 +209,10 @@ func orderApp(t *testing.T, addrs []string, log *zap.Logger) (*app, *counted) {
 	c := &counted{h: sim.New(sim.Options{})}
 	bs := httptest.NewServer(c)
 	t.Cleanup(bs.Close)
-	cfg := config.Default()
-	cfg.Listen, cfg.AdminListen = "127.0.0.1:0", "127.0.0.1:0"
-	cfg.Upstream.URL = config.MustURL(bs.URL)
-	cfg.Server.DrainDelay, cfg.Log.Access = 0, false
-	cfg.Limiter.Redis.Addrs = addrs
-	cfg.Limiter.Redis.Timeout, cfg.Idempotency.Timeout = time.Second, 2*time.Second
-	l := &cfg.Route("place_order").Limits[0]
-	l.Rate, l.Burst = config.Rate{N: 5, Period: time.Hour}, 5
-	if err := cfg.Validate(); err != nil {
-		t.Fatal(err)
-	}
+	cfg := replicaConfig(t, bs.URL, addrs, 1, func(cfg *config.Config) {
+		l := &cfg.Route("place_order").Limits[0]
+		l.Rate, l.Burst = config.Rate{N: 5, Period: time.Hour}, 5
+	})
 	if log == nil {
 		log = zap.NewNop()
 	}

@@ -40,26 +40,7 @@ func replicas(t *testing.T, n int, addrs []string, mut func(*config.Config)) ([]
 	t.Cleanup(bs.Close)
 	var urls []string
 	for i := 0; i < n; i++ {
-		cfg := config.Default()
-		cfg.Listen, cfg.AdminListen = "127.0.0.1:0", "127.0.0.1:0"
-		cfg.Upstream.URL = config.MustURL(bs.URL)
-		cfg.Server.DrainDelay = 0
-		cfg.Log.Access = false
-		cfg.Limiter.Redis.Addrs = addrs
-		// Store deadlines far beyond a loaded machine's stalls: a call
-		// timing out would fall back (limits) or refuse (orders), which
-		// is not what these tests are about; tests of timeouts set their
-		// own in mut.
-		cfg.Limiter.Redis.Timeout = time.Second // the most it may be
-		cfg.Idempotency.Timeout = 2 * time.Second
-		cfg.Limiter.Replicas = n
-		if mut != nil {
-			mut(cfg)
-		}
-		if err := cfg.Validate(); err != nil {
-			t.Fatal(err)
-		}
-		a := startApp(t, cfg, deps{log: zap.NewNop(), now: time.Now, getenv: secretEnv})
+		a := startApp(t, replicaConfig(t, bs.URL, addrs, n, mut), deps{log: zap.NewNop(), now: time.Now, getenv: secretEnv})
 		waitCatalogue(t, a)
 		urls = append(urls, "http://"+a.addr)
 	}
@@ -67,6 +48,33 @@ func replicas(t *testing.T, n int, addrs []string, mut func(*config.Config)) ([]
 	// server, which waits 5s before counting them idle at shutdown.
 	t.Cleanup(client.CloseIdleConnections)
 	return urls, c
+}
+
+// replicaConfig is the configuration of one of n replicas in front of
+// the backend at backendURL, with its limits (and duplicate protection)
+// in the Redis at addrs, changed by mut (nil for none).
+func replicaConfig(t *testing.T, backendURL string, addrs []string, n int, mut func(*config.Config)) *config.Config {
+	t.Helper()
+	cfg := config.Default()
+	cfg.Listen, cfg.AdminListen = "127.0.0.1:0", "127.0.0.1:0"
+	cfg.Upstream.URL = config.MustURL(backendURL)
+	cfg.Server.DrainDelay = 0
+	cfg.Log.Access = false
+	cfg.Limiter.Redis.Addrs = addrs
+	// Store deadlines far beyond a loaded machine's stalls: a call
+	// timing out would fall back (limits) or refuse (orders), which
+	// is not what these tests are about; tests of timeouts set their
+	// own in mut.
+	cfg.Limiter.Redis.Timeout = time.Second // the most it may be
+	cfg.Idempotency.Timeout = 2 * time.Second
+	cfg.Limiter.Replicas = n
+	if mut != nil {
+		mut(cfg)
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	return cfg
 }
 
 // client is an HTTP client with a keep-alive pool large enough for the
