@@ -15,12 +15,15 @@
 //
 // (so that one slow window costs at most a tenth of the limit): the limit
 // settles where the backend's own queue adds about (tolerance − 1) of its
-// unloaded latency, or the slack when that is more. A limit the traffic
-// does not use grows no further and comes down towards twice the most
+// unloaded latency, or the slack when that is more. While the backend
+// shows under half of that queue the limit grows by half every other
+// window instead (slow start). A limit the traffic does not use half of
+// grows no further, and while the gateway is all but idle (a window takes
+// twice its length to gather its samples) it comes down towards three times the most
 // requests a window had in flight, so that a surge after a quiet spell
-// meets a limit near what the backend was last seen to carry rather than
-// letting the whole surge in before the first window closes. A fixed
-// limit turns adaptation off.
+// meets a limit near what the backend last carried rather than letting
+// the whole surge in before the first window closes. A fixed limit turns
+// adaptation off.
 //
 // Requests carry a Class. A request that finds the backend full waits for a
 // slot, at most its class's wait; a freed slot goes to the most important

@@ -372,6 +372,10 @@ func (l *Limiter) observe(now time.Time, rtt time.Duration) {
 	}
 	avg := l.winSum / time.Duration(l.winN)
 	peak := l.winPeak
+	// A window that took twice its length to gather its samples saw
+	// traffic of under about five times MinSamples a second: all but
+	// idle.
+	idle := now.Sub(l.winStart) >= 2*l.o.Window
 	l.winStart, l.winSum, l.winN, l.winPeak = now, 0, 0, l.inflight
 	if avg <= 0 {
 		avg = 1
@@ -417,13 +421,17 @@ func (l *Limiter) observe(now time.Time, rtt time.Duration) {
 		next += math.Sqrt(float64(l.limit))
 	}
 	switch {
-	case 3*peak < l.limit:
-		// Not using what it has: the limit comes down towards three
-		// times what the window used. A surge after a quiet spell then
-		// meets a limit near what the backend was last seen to carry,
-		// not the initial guess or one learnt long ago, which would let
-		// the whole surge in at once before the first window could
-		// close.
+	case idle && 3*peak < l.limit:
+		// All but idle: the limit comes down towards three times what
+		// the window used. A surge
+		// after a quiet spell then meets a limit near what the backend
+		// was last seen to carry, not the initial guess or one learnt
+		// long ago, which would let the whole surge in at once before
+		// the first window could close; slow start finds the capacity
+		// again within a second. Busier traffic keeps its limit: the
+		// requests of a fast backend hold their slots for microseconds,
+		// and a burst of them, all in flight at once when the machine
+		// stalls, would otherwise meet a limit sized to that.
 		next = min(next, float64(3*peak))
 	case 2*peak < l.limit:
 		next = min(next, float64(l.limit)) // not using half of it: no reason to grow

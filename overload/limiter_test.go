@@ -325,8 +325,9 @@ func TestGradientSettlesNearCapacity(t *testing.T) {
 	}
 }
 
-// TestUnusedLimitComesDown: a limit far above what the traffic uses
-// comes down to about three times the windows' peak in flight, so that a surge
+// TestUnusedLimitComesDown: a limit far above what all but idle traffic
+// uses comes down to about three times the windows' peak in flight, so
+// that a surge
 // after a quiet spell meets a limit near what the backend was last seen
 // to carry, not the initial 100; a probe of the unloaded latency does
 // not halve it; and it grows again once the surge uses it and the backend
@@ -334,14 +335,14 @@ func TestGradientSettlesNearCapacity(t *testing.T) {
 func TestUnusedLimitComesDown(t *testing.T) {
 	clk := &fakeClock{t: time.Unix(0, 0)}
 	l := New(Options{Min: 4, Max: 1000, Initial: 100, MinSamples: 4, Now: clk.Now})
-	quiet := func(windows, inFlight int) {
+	windows := func(windows, inFlight int, length time.Duration) {
 		for range windows {
 			for range inFlight {
 				l.Acquire(context.Background(), Cancel)
 			}
 			for i := range 4 * inFlight {
 				if i == 4*inFlight-1 {
-					clk.Add(100 * time.Millisecond)
+					clk.Add(length)
 				}
 				l.Release(clk.Now(), 10*time.Millisecond, true)
 				l.Acquire(context.Background(), Cancel)
@@ -351,6 +352,13 @@ func TestUnusedLimitComesDown(t *testing.T) {
 			}
 		}
 	}
+	// Busy traffic that holds few slots at once (a fast backend) keeps
+	// its limit: a burst of it must not meet one sized to that.
+	windows(30, 3, 100*time.Millisecond)
+	if got := l.Limit(); got != 100 {
+		t.Errorf("limit %d after 30 busy windows using 3 slots, want 100 kept", got)
+	}
+	quiet := func(n, inFlight int) { windows(n, inFlight, 250*time.Millisecond) } // all but idle: 12 answers in 250ms
 	quiet(30, 3)
 	if got := l.Limit(); got > 9 {
 		t.Errorf("limit %d after 30 windows using 3 slots, want at most three times that (9)", got)

@@ -118,6 +118,45 @@ func BenchmarkReverseProxyGET(b *testing.B) {
 	})
 }
 
+// BenchmarkReverseProxyOrder is the in-process baseline of
+// BenchmarkGatewayOrder's order/… benchmarks: httputil.ReverseProxy alone
+// forwarding the same POST of an order, with the same in-process
+// transport and exgate's buffer pool. The difference is exgate's own
+// path for an order: what BenchmarkReverseProxyGET measures for a GET,
+// and the order's body read whole, validated and forwarded in canonical
+// form.
+func BenchmarkReverseProxyOrder(b *testing.B) {
+	be := config.MustURL("http://127.0.0.1:1")
+	rp := &httputil.ReverseProxy{
+		Rewrite:    func(pr *httputil.ProxyRequest) { pr.SetURL(be.URL) },
+		Transport:  orderTransport{},
+		BufferPool: newBufferPool(),
+	}
+	b.ReportAllocs()
+	b.SetParallelism(32)
+	b.ResetTimer()
+	defer reportCPU(b)()
+	b.RunParallel(func(pb *testing.PB) {
+		rd := strings.NewReader(benchOrder)
+		req := httptest.NewRequest("POST", "/api/v1/odr/orders/", nil)
+		req.RemoteAddr = "127.0.0.1:5555"
+		w := &discardWriter{h: http.Header{}}
+		for pb.Next() {
+			clear(w.h)
+			clear(req.Header)
+			req.Header["Authorization"] = []string{"Bearer bench-token"}
+			req.Header["Content-Type"] = []string{"application/json"}
+			rd.Reset(benchOrder)
+			req.Body, req.ContentLength = io.NopCloser(rd), int64(len(benchOrder))
+			rp.ServeHTTP(w, req)
+			if w.code != http.StatusCreated {
+				b.Errorf("status %d", w.code)
+				return
+			}
+		}
+	})
+}
+
 // onConnection returns req from 127.0.0.1:5555 with the context the
 // server gives every request of one connection (Server.ConnContext): the
 // connection's peer, worked out once, as for every request after a
