@@ -260,33 +260,6 @@ func (b *bench) storeRoundTrips(t *target) float64 {
 		sumSamples(string(text), "exgate_duplicate_store_duration_seconds_count")
 }
 
-// scrape returns the value of the first sample of metric at url.
-func scrape(url, metric string) (float64, error) {
-	c := &http.Client{Timeout: 5 * time.Second}
-	res, err := c.Get(url)
-	if err != nil {
-		return 0, err
-	}
-	defer res.Body.Close()
-	b, err := io.ReadAll(res.Body)
-	if err != nil {
-		return 0, err
-	}
-	return scrapeText(string(b), metric)
-}
-
-// scrapeText returns the value of the first sample of metric in a
-// Prometheus text exposition.
-func scrapeText(text, metric string) (float64, error) {
-	for line := range strings.SplitSeq(text, "\n") {
-		if rest, ok := strings.CutPrefix(line, metric); ok && (strings.HasPrefix(rest, " ") || strings.HasPrefix(rest, "{")) {
-			f := strings.Fields(line)
-			return strconv.ParseFloat(f[len(f)-1], 64)
-		}
-	}
-	return 0, fmt.Errorf("no %s", metric)
-}
-
 // redisStats reads the benchmark Redis's command counts.
 type redisStats struct{ c *redis.Client }
 
