@@ -362,14 +362,17 @@ func TestCertificateRotatedUnderLoad(t *testing.T) {
 		"new connections":    {Transport: &http.Transport{TLSClientConfig: tlsCfg.Clone(), DisableKeepAlives: true}},
 	}
 	var stop atomic.Bool
-	var ok, failed atomic.Int64
+	var failed atomic.Int64
 	var firstErr atomic.Value
+	okBy := map[string]*atomic.Int64{} // requests answered 200, by client
 	var wg sync.WaitGroup
 	for name, c := range clients {
+		ok := new(atomic.Int64)
+		okBy[name] = ok
 		c.Timeout = 5 * time.Second
 		wg.Go(func() {
 			defer c.CloseIdleConnections()
-			for i := 0; i < 20000 && !stop.Load(); i++ {
+			for !stop.Load() {
 				res, err := c.Get(url)
 				if err == nil {
 					_, _ = io.Copy(io.Discard, res.Body)
@@ -387,7 +390,23 @@ func TestCertificateRotatedUnderLoad(t *testing.T) {
 			}
 		})
 	}
-	time.Sleep(300 * time.Millisecond)
+	defer func() { stop.Store(true); wg.Wait() }()
+	// Each client has been answered this many more times than before:
+	// its traffic spans the moment in question, however slow the machine.
+	const span = 20
+	eachAnswered := func(what string) {
+		t.Helper()
+		from := map[string]int64{}
+		for name, ok := range okBy {
+			from[name] = ok.Load()
+		}
+		for name, ok := range okBy {
+			if !waitFor(60*time.Second, func() bool { return ok.Load() >= from[name]+span || failed.Load() > 0 }) {
+				t.Fatalf("%s: %s answered %d requests in 60s", what, name, ok.Load()-from[name])
+			}
+		}
+	}
+	eachAnswered("before the rotation")
 	vol.Swap(second.CertPEM, second.KeyPEM)
 	served := func() int64 {
 		c, err := tls.Dial("tcp", e.app.addr, tlsCfg)
@@ -398,23 +417,20 @@ func TestCertificateRotatedUnderLoad(t *testing.T) {
 		defer c.Close()
 		return c.ConnectionState().PeerCertificates[0].SerialNumber.Int64()
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for served() != second.Serial && time.Now().Before(deadline) {
-		time.Sleep(50 * time.Millisecond)
+	if !waitFor(60*time.Second, func() bool { return served() == second.Serial }) {
+		t.Fatalf("new connections get serial %d 60s after the rotation, want %d", served(), second.Serial)
 	}
-	time.Sleep(300 * time.Millisecond) // traffic on the new certificate too
+	eachAnswered("on the new certificate")
 	stop.Store(true)
 	wg.Wait()
+	var total int64
+	for _, ok := range okBy {
+		total += ok.Load()
+	}
 	if n := failed.Load(); n != 0 {
-		t.Fatalf("%d of %d requests failed during the rotation; first: %v", n, n+ok.Load(), firstErr.Load())
+		t.Fatalf("%d of %d requests failed during the rotation; first: %v", n, n+total, firstErr.Load())
 	}
-	if got := served(); got != second.Serial {
-		t.Fatalf("new connections get serial %d, want the rotated %d", got, second.Serial)
-	}
-	if ok.Load() < 50 {
-		t.Fatalf("only %d requests ran", ok.Load())
-	}
-	t.Logf("%d requests across the rotation, none failed", ok.Load())
+	t.Logf("%d requests across the rotation, none failed", total)
 }
 
 // TestSIGHUPReloadsCertificates rewrites the certificate files with
@@ -467,4 +483,15 @@ func TestSIGHUPReloadsCertificates(t *testing.T) {
 	if got := testutil.ToFloat64(e.app.edge.CertReloadCounter(false)); got != 1 {
 		t.Fatalf("failed reloads counted %v, want 1", got)
 	}
+}
+
+// waitFor reports whether cond became true within timeout, a bound on a
+// hang only: a loaded machine makes the wait longer, never the test fail.
+func waitFor(timeout time.Duration, cond func() bool) bool {
+	for deadline := time.Now().Add(timeout); !cond(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			return false
+		}
+	}
+	return true
 }
