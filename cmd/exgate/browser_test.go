@@ -73,7 +73,7 @@ func TestBrowserOnAnotherOrigin(t *testing.T) {
 	})
 	gateway.Store(st.url)
 
-	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
 		"--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync",

@@ -68,7 +68,7 @@ func textOf(sel string) chromedp.Action[string] {
 // store's state, and the limits a click on "inspect" reads. A screenshot
 // is kept (in docs/console.png with EXGATE_UPDATE_SCREENSHOT=1).
 func TestConsolePageInBrowser(t *testing.T) {
-	ctx := newBrowser(t, 20*time.Second)
+	ctx := newBrowser(t, 3*time.Minute)
 	a, gw, admin := consoleStack(t, "")
 	hot := a.limits.Enforcer.TokenID("hot-token")[:12]
 
@@ -101,7 +101,7 @@ func TestConsolePageInBrowser(t *testing.T) {
 		{"sign in", chromedp.Click(css("#login button"))},
 		{"the form goes away", chromedp.WaitNotVisible(css("#login"))},
 		{"a throttled identity appears", chromedp.Poll[chromedp.Void](`(() => { const c = document.querySelector("#top-refused tbody tr td:nth-child(3)");
-			return c && c.textContent.length === 12; })()`, chromedp.WithPollingTimeout(10*time.Second))},
+			return c && c.textContent.length === 12; })()`, chromedp.WithPollingTimeout(time.Minute))},
 		// The page redraws its tables as traffic goes on: a row is read
 		// and clicked in one script, not found by one call and read by
 		// another (the node may be gone in between).
@@ -111,9 +111,9 @@ func TestConsolePageInBrowser(t *testing.T) {
 			return row.querySelector("td:nth-child(3)").textContent; })()`))},
 		{"read the store", into(&store, textOf("#status dd"))},
 		{"the inspection appears", chromedp.Poll[chromedp.Void](`document.querySelectorAll("#inspect-table tbody tr").length > 0`,
-			chromedp.WithPollingTimeout(5*time.Second))},
+			chromedp.WithPollingTimeout(time.Minute))},
 		{"read remaining", into(&inspectRemaining, textOf("#inspect-table tbody tr td:nth-child(6)"))},
-		{"let the chart draw", chromedp.Poll[chromedp.Void](`document.querySelectorAll("#chart rect").length >= 6`, chromedp.WithPollingTimeout(8*time.Second))},
+		{"let the chart draw", chromedp.Poll[chromedp.Void](`document.querySelectorAll("#chart rect").length >= 6`, chromedp.WithPollingTimeout(time.Minute))},
 		{"try an inline script", chromedp.Evaluate[chromedp.Void](`(() => { const s = document.createElement("script");
 			s.textContent = "window.inlineRan = true"; document.body.appendChild(s); })()`)},
 		{"did it run", into(&csp, chromedp.Evaluate[string](`window.inlineRan ? "inline script ran" : "blocked"`))},
@@ -160,7 +160,7 @@ func TestConsolePageInBrowser(t *testing.T) {
 // the request that names that Host; the same page by the listener's
 // address reads it.
 func TestConsoleRefusesDNSRebinding(t *testing.T) {
-	ctx := newBrowser(t, 20*time.Second, chromedp.Flag("host-resolver-rules", "MAP rebind.test 127.0.0.1"))
+	ctx := newBrowser(t, 3*time.Minute, chromedp.Flag("host-resolver-rules", "MAP rebind.test 127.0.0.1"))
 	a := startStackWith(t, func(c *config.Config) { c.Log.Access = false }, secretEnv)
 	_, port, _ := net.SplitHostPort(a.adminAd)
 	read := `fetch("/admin/status").then(async r => r.status + " " + await r.text())`
