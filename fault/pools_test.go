@@ -416,6 +416,7 @@ func (r *poolRun) victimTrades() []string {
 // timeout longer than any row.
 const (
 	bodyBudgetConfig = "server:\n  max_buffered_bytes: 4MiB\n  read_timeout: 60s\n"
+	slotsConfig      = "server:\n  read_timeout: 60s\noverload:\n  fixed_limit: 16\n"
 )
 
 func init() {
@@ -424,6 +425,11 @@ func init() {
 			poolRow{pool: "request-body budget", attacker: k, config: bodyBudgetConfig,
 				attack: heldBulkBodies, holding: bodiesHeld,
 				refused: []string{"server_busy"}, metric: "exgate_body_budget_refusals_total", maxGrowth: 64 << 20},
+			poolRow{pool: "overload slots, streamed bodies", attacker: k, config: slotsConfig,
+				attack: trickledBodies, holding: bodiesTrickling, maxGrowth: 64 << 20},
+			poolRow{pool: "overload slots and queue", attacker: k, config: slotsConfig,
+				attack: heldReads, holding: readsHeld,
+				refused: []string{"overloaded", "throttled"}, metric: "exgate_overload_shed_total", maxGrowth: 64 << 20},
 		)
 	}
 }
@@ -496,6 +502,87 @@ func (r *poolRun) seen(t *testing.T) int64 {
 func (a *attack) settled(v float64) bool {
 	prev := a.last.Swap(int64(v))
 	return prev == int64(v)
+}
+
+// trickleConns is how many streamed bodies each attacker holds: the
+// address's allowance on the two sign-in routes (20 and 60 a minute),
+// and as many for an account.
+const trickleConns = 80
+
+// trickledBodies is the attack of the third "Why": each attacker
+// sends trickleConns requests whose bodies stream to the backend (the
+// sign-in routes for the address, a wallet route for an account), each
+// with the first byte of its 64-byte body, and holds them.
+func trickledBodies(ctx context.Context, t *testing.T, r *poolRun, a *attack) {
+	var wg sync.WaitGroup
+	for i, addr := range a.addrs {
+		for j := range trickleConns {
+			path, auth := "/api/v1/wlt/transfer/", "Authorization: Bearer "+a.tokens[i]+"\r\n"
+			if a.tokens[i] == "" {
+				path, auth = "/api/v1/usr/refresh_token/", ""
+				if j < 20 {
+					path = "/api/v1/usr/authenticate/"
+				}
+			}
+			head := "POST " + path + " HTTP/1.1\r\nHost: " + r.host + "\r\n" + auth +
+				"Content-Type: application/json\r\nContent-Length: 64\r\n\r\n"
+			wg.Add(1)
+			go func() { defer wg.Done(); heldRequest(ctx, r, a, addr, head, "{") }()
+		}
+	}
+	wg.Wait()
+}
+
+// bodiesTrickling reports that exgate holds every trickled request and
+// that the backend slots they take no longer move.
+func bodiesTrickling(t *testing.T, r *poolRun, a *attack) bool {
+	n := int64(len(a.addrs) * trickleConns)
+	return a.sent.Load() == n && r.seen(t) >= r.victimRequests+n && a.settled(r.g.metric(t, "exgate_overload_in_flight"))
+}
+
+// readWorkers is how many requests each attacker keeps under way.
+const readWorkers = 64
+
+// heldReads takes the backend's slots with expensive reads the backend
+// holds (heldPaths): each attacker keeps readWorkers of them under way,
+// sending another as soon as one is answered. An account reads its fills,
+// the address without one the tickers.
+func heldReads(ctx context.Context, t *testing.T, r *poolRun, a *attack) {
+	var wg sync.WaitGroup
+	for i, addr := range a.addrs {
+		c := clientFrom(t, addr, readWorkers)
+		path, header := heldPaths[0], []string{"Authorization", "Bearer " + a.tokens[i]}
+		if a.tokens[i] == "" {
+			path, header = heldPaths[1], nil
+		}
+		for range readWorkers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for ctx.Err() == nil {
+					a.sent.Add(1)
+					ans := do(c, get(r.g.url+path, header...).WithContext(ctx))
+					if ctx.Err() != nil {
+						return
+					}
+					a.answers.add(ans)
+					a.answered.Add(1)
+					select { // refused: ask again a little later
+					case <-ctx.Done():
+					case <-time.After(10 * time.Millisecond):
+					}
+				}
+			}()
+		}
+	}
+	wg.Wait()
+}
+
+// readsHeld reports that the attackers hold backend slots, no longer
+// move, and were refused the rest.
+func readsHeld(t *testing.T, r *poolRun, a *attack) bool {
+	held := r.env.front.held.Load()
+	return held > 0 && a.answered.Load() > 0 && a.settled(float64(held))
 }
 
 func grepLines(s string, prefixes ...string) string {

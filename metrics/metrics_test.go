@@ -101,7 +101,7 @@ func TestNamesFromDescriptors(t *testing.T) {
 		NameValidation, NameIdempotency, NameCatalogueAge, NameInflight,
 		NameConfigReloads, NameAdminResets, NameBuildInfo, NameBodyBudget, NameAuthCached,
 		NameOverloadShed, NameOverloadQueue, NameOverloadLimit, NameOverloadInFlight, NameOverloadWaiting, NameOverloadMinRTT,
-		NameBodyBuffered, NameBodyBufferedClients,
+		NameBodyBuffered, NameBodyBufferedClients, NameOverloadClients,
 		"go_goroutines", "go_gc_duration_seconds", "process_cpu_seconds_total",
 	} {
 		if !slices.Contains(names, want) {
@@ -117,8 +117,8 @@ func TestNamesFromDescriptors(t *testing.T) {
 			t.Errorf("Names() lists %s; want base names", n)
 		}
 	}
-	if exgate != 27 {
-		t.Errorf("Names() lists %d exgate_ families, want 27", exgate)
+	if exgate != 28 {
+		t.Errorf("Names() lists %d exgate_ families, want 28", exgate)
 	}
 }
 
@@ -838,6 +838,7 @@ func (f fixedSource) Limit() int            { return f.limit }
 func (f fixedSource) InFlight() int         { return f.inflight }
 func (f fixedSource) Waiting() int          { return f.waiting }
 func (f fixedSource) MinRTT() time.Duration { return 20 * time.Millisecond }
+func (f fixedSource) Clients() int          { return 5 }
 
 func TestOverloadGaugesReadTheSource(t *testing.T) {
 	m, reg := newTest(t)
@@ -845,7 +846,7 @@ func TestOverloadGaugesReadTheSource(t *testing.T) {
 		t.Errorf("limit without a source = %v, want 0", got)
 	}
 	m.SetOverloadSource(fixedSource{limit: 40, inflight: 12, waiting: 3})
-	want := map[string]float64{NameOverloadLimit: 40, NameOverloadInFlight: 12, NameOverloadWaiting: 3, NameOverloadMinRTT: 0.02}
+	want := map[string]float64{NameOverloadLimit: 40, NameOverloadInFlight: 12, NameOverloadWaiting: 3, NameOverloadMinRTT: 0.02, NameOverloadClients: 5}
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)

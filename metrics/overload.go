@@ -15,6 +15,7 @@ const (
 	NameOverloadInFlight = "exgate_overload_in_flight"
 	NameOverloadWaiting  = "exgate_overload_waiting"
 	NameOverloadMinRTT   = "exgate_overload_min_rtt_seconds"
+	NameOverloadClients  = "exgate_overload_clients"
 )
 
 // OverloadSource reports the state of the concurrency limit to the
@@ -24,6 +25,7 @@ type OverloadSource interface {
 	InFlight() int
 	Waiting() int
 	MinRTT() time.Duration
+	Clients() int
 }
 
 // sourceRef boxes an OverloadSource behind an atomic.Pointer.
@@ -47,7 +49,7 @@ func newOverloadCollectors() *overloadCollectors {
 	o := &overloadCollectors{}
 	o.shed = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: NameOverloadShed,
-		Help: "Requests shed with 503 overloaded because the backend was full, by route and priority class (cancel, status, place, private_read, market_data).",
+		Help: "Requests shed with 503 overloaded because the backend was full, or their client held its share of it, by route and priority class (cancel, status, place, private_read, market_data).",
 	}, []string{"route", "class"})
 	o.queue = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    NameOverloadQueue,
@@ -71,6 +73,8 @@ func newOverloadCollectors() *overloadCollectors {
 			func(s OverloadSource) float64 { return float64(s.Waiting()) }),
 		gauge(NameOverloadMinRTT, "The backend's unloaded round-trip time the limit adapts against, in seconds; 0 before it is measured.",
 			func(s OverloadSource) float64 { return s.MinRTT().Seconds() }),
+		gauge(NameOverloadClients, "Clients (verified accounts, else addresses) holding a slot under the concurrency limit or waiting for one; each may hold at most as many slots as are left free.",
+			func(s OverloadSource) float64 { return float64(s.Clients()) }),
 	}
 	return o
 }

@@ -97,8 +97,15 @@ type Limiter struct {
 	limit    int
 	headroom int // the slots over the limit only cancels take
 	inflight int
-	queues   [NumClasses]waitQueue
 	waiting  int
+
+	// The per-client shares (clients.go): the clients that hold slots
+	// or wait, each class's round robin of clients with waiters, the
+	// zero Client's state, and spare states for reuse.
+	clients map[Client]*client
+	turns   [NumClasses]turns
+	anon    client
+	spare   []*client
 
 	// The controller's window: samples since it opened.
 	winStart time.Time
@@ -127,13 +134,14 @@ type Limiter struct {
 	inflightNow atomic.Int64
 	waitingNow  atomic.Int64
 	minRTTNow   atomic.Int64
+	clientsNow  atomic.Int64
 
 	pool sync.Pool // *waiter
 }
 
 // New returns a Limiter with the options o.
 func New(o Options) *Limiter {
-	l := &Limiter{}
+	l := &Limiter{clients: make(map[Client]*client), spare: make([]*client, 0, 256)}
 	l.pool.New = func() any {
 		t := time.NewTimer(time.Hour)
 		t.Stop()
@@ -181,22 +189,27 @@ func (l *Limiter) InFlight() int { return int(l.inflightNow.Load()) }
 // Waiting returns how many requests wait for a slot.
 func (l *Limiter) Waiting() int { return int(l.waitingNow.Load()) }
 
+// Clients returns how many clients hold slots or wait for one.
+func (l *Limiter) Clients() int { return int(l.clientsNow.Load()) }
+
 // MinRTT returns the backend's measured unloaded round-trip time, 0 before
 // the first measurement.
 func (l *Limiter) MinRTT() time.Duration { return time.Duration(l.minRTTNow.Load()) }
 
-// Acquire takes a slot for a request of class c, waiting at most the
-// class's wait (and never past ctx). A cancel may take a slot over the
-// limit, within the cancels' headroom. It returns whether a slot was taken
-// and how long the request waited. A taken slot must be given back with
-// Release.
-func (l *Limiter) Acquire(ctx context.Context, c Class) (bool, time.Duration) {
+// Acquire takes a slot for a request of class c of client who, waiting at
+// most the class's wait (and never past ctx). A cancel may take a slot
+// over the limit, within the cancels' headroom. A client takes a slot
+// only within its share (Client); past it, it waits like a request that
+// finds the backend full. It returns whether a slot was taken and how
+// long the request waited. A taken slot must be given back with Release.
+func (l *Limiter) Acquire(ctx context.Context, c Class, who Client) (bool, time.Duration) {
 	if c >= NumClasses {
 		c = NumClasses - 1
 	}
 	l.mu.Lock()
-	if l.inflight < l.limitFor(c) && !l.waitersAhead(c) {
-		l.take()
+	cl := l.clientOf(who)
+	if l.may(cl, c) {
+		l.hold(cl, c)
 		l.served(c)
 		l.mu.Unlock()
 		return true, 0
@@ -206,15 +219,14 @@ func (l *Limiter) Acquire(ctx context.Context, c Class) (bool, time.Duration) {
 		if wait <= 0 {
 			l.shed(c)
 		}
+		l.forget(cl)
 		l.mu.Unlock()
 		return false, 0
 	}
 	w := l.pool.Get().(*waiter)
 	w.class, w.granted = c, false
 	start := l.now()
-	l.queues[c].push(w)
-	l.waiting++
-	l.waitingNow.Store(int64(l.waiting))
+	l.enqueue(cl, w, c)
 	l.mu.Unlock()
 
 	w.timer.Reset(wait)
@@ -232,12 +244,11 @@ func (l *Limiter) Acquire(ctx context.Context, c Class) (bool, time.Duration) {
 	case ok:
 		l.served(c)
 	default:
-		l.queues[c].remove(w)
-		l.waiting--
-		l.waitingNow.Store(int64(l.waiting))
+		l.dequeue(cl, w, c)
 		if ctx.Err() == nil {
 			l.shed(c)
 		}
+		l.forget(cl)
 	}
 	l.mu.Unlock()
 	if ok {
@@ -253,14 +264,16 @@ func (l *Limiter) Acquire(ctx context.Context, c Class) (bool, time.Duration) {
 // shedScale is the fixed-point scale of the shed probabilities.
 const shedScale = 1 << 16
 
-// Admit reports whether a request of class c should go on to its checks
-// and Acquire: false sheds it at once, before it is charged anything. While
-// the backend has room it is always true; while it is full, a class whose
-// requests have lately waited in vain is shed with a probability that
-// rises with each such request and falls with each that got a slot, so
-// that what reaches the queue is about what the queue serves. It takes no
-// lock and does not allocate.
-func (l *Limiter) Admit(c Class) bool {
+// Admit reports whether a request of class c of client who should go on
+// to its checks and Acquire: false sheds it at once, before it is charged
+// anything. While the backend has room it is always true; while it is
+// full, a class whose requests have lately waited in vain is shed with a
+// probability that rises with each such request and falls with each that
+// got a slot, so that what reaches the queue is about what the queue
+// serves — but never a request of a client that holds no slot and waits
+// for none: it is within any share, and the queue serves it in its turn.
+// It takes the lock only to spare such a request, and does not allocate.
+func (l *Limiter) Admit(c Class, who Client) bool {
 	if c >= NumClasses {
 		c = NumClasses - 1
 	}
@@ -272,7 +285,16 @@ func (l *Limiter) Admit(c Class) bool {
 		return true
 	}
 	p := l.shedP[c].Load()
-	return p == 0 || rand.Uint32N(shedScale) >= p
+	if p == 0 || rand.Uint32N(shedScale) >= p {
+		return true
+	}
+	if who == 0 {
+		return false
+	}
+	l.mu.Lock()
+	_, busy := l.clients[who]
+	l.mu.Unlock()
+	return !busy
 }
 
 // shed raises class c's shed probability: a request of it waited in vain;
@@ -290,20 +312,6 @@ func (l *Limiter) served(c Class) {
 	}
 }
 
-// waitersAhead reports whether a request of class c waits for a slot that
-// a new request of class c must not take first.
-func (l *Limiter) waitersAhead(c Class) bool {
-	if l.waiting == 0 {
-		return false
-	}
-	for k := Class(0); k <= c; k++ {
-		if l.queues[k].head != nil {
-			return true
-		}
-	}
-	return false
-}
-
 // take counts a slot as taken; l.mu is held.
 func (l *Limiter) take() {
 	l.inflight++
@@ -311,45 +319,29 @@ func (l *Limiter) take() {
 	l.inflightNow.Store(int64(l.inflight))
 }
 
-// Release gives back a slot taken by Acquire. rtt is the backend's round
-// trip and done the time it ended, on the clock of Options.Now (the caller
-// has read it already; reading it again here would be most of Release's
-// cost); sample says whether rtt measures the backend (false for a request
-// that never reached it, or whose client went away; done is then unused).
-func (l *Limiter) Release(done time.Time, rtt time.Duration, sample bool) {
+// Release gives back a slot client who took with Acquire for a request of
+// class c. rtt is the
+// backend's time, from the request's last body byte to its response head
+// (never the client's upload), and done the time it ended, on the clock
+// of Options.Now (the caller has read it already; reading it again here
+// would be most of Release's cost); sample says whether rtt measures the
+// backend (false for a request that never reached it, or whose client
+// went away; done is then unused).
+func (l *Limiter) Release(who Client, c Class, done time.Time, rtt time.Duration, sample bool) {
 	l.mu.Lock()
 	l.inflight--
+	cl := l.clientOf(who)
+	cl.held--
+	if c == Cancel {
+		cl.cancels--
+	}
+	l.forget(cl)
 	if sample {
 		l.observe(done, rtt)
 	}
 	l.grant()
 	l.inflightNow.Store(int64(l.inflight))
 	l.mu.Unlock()
-}
-
-// grant hands free slots to waiters, most important class first, oldest
-// first; l.mu is held.
-func (l *Limiter) grant() {
-	for l.waiting > 0 {
-		var w *waiter
-		for k := range l.queues {
-			if l.queues[k].head == nil {
-				continue
-			}
-			if l.inflight < l.limitFor(Class(k)) {
-				w = l.queues[k].pop()
-			}
-			break // a less important class sees no more of the limit
-		}
-		if w == nil {
-			break
-		}
-		l.waiting--
-		w.granted = true
-		l.take()
-		w.ready <- struct{}{}
-	}
-	l.waitingNow.Store(int64(l.waiting))
 }
 
 // observe adds one round trip, ended at now, to the window and closes the

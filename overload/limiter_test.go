@@ -4,6 +4,7 @@ import (
 	"context"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -25,15 +26,15 @@ func TestFixedLimitShedsPastItWithoutWait(t *testing.T) {
 	l := New(Options{Fixed: 2})
 	ctx := context.Background()
 	for i := 0; i < 2; i++ {
-		if ok, _ := l.Acquire(ctx, MarketData); !ok {
+		if ok, _ := l.Acquire(ctx, MarketData, 0); !ok {
 			t.Fatalf("acquire %d refused under the limit", i)
 		}
 	}
-	if ok, _ := l.Acquire(ctx, MarketData); ok {
+	if ok, _ := l.Acquire(ctx, MarketData, 0); ok {
 		t.Fatal("third acquire admitted over a fixed limit of 2 with no wait")
 	}
-	l.Release(time.Now(), time.Millisecond, true)
-	if ok, _ := l.Acquire(ctx, MarketData); !ok {
+	l.Release(0, MarketData, time.Now(), time.Millisecond, true)
+	if ok, _ := l.Acquire(ctx, MarketData, 0); !ok {
 		t.Fatal("acquire refused after a release")
 	}
 	if got := l.InFlight(); got != 2 {
@@ -52,7 +53,7 @@ func TestFreedSlotGoesToMostImportantWaiter(t *testing.T) {
 	l := New(Options{Fixed: 1, MaxWait: waits})
 	ctx := context.Background()
 	for i := 0; i < 2; i++ { // the limit and the cancels' headroom
-		if ok, _ := l.Acquire(ctx, Cancel); !ok {
+		if ok, _ := l.Acquire(ctx, Cancel, 0); !ok {
 			t.Fatal("first acquires refused")
 		}
 	}
@@ -62,9 +63,9 @@ func TestFreedSlotGoesToMostImportantWaiter(t *testing.T) {
 		wg.Add(1)
 		go func(c Class) {
 			defer wg.Done()
-			if ok, _ := l.Acquire(ctx, c); ok {
+			if ok, _ := l.Acquire(ctx, c, 0); ok {
 				order <- c
-				l.Release(time.Now(), time.Millisecond, true)
+				l.Release(0, MarketData, time.Now(), time.Millisecond, true)
 			}
 		}(c)
 		for l.Waiting() != int(NumClasses-c) {
@@ -74,8 +75,8 @@ func TestFreedSlotGoesToMostImportantWaiter(t *testing.T) {
 			break
 		}
 	}
-	l.Release(time.Now(), time.Millisecond, true)
-	l.Release(time.Now(), time.Millisecond, true)
+	l.Release(0, MarketData, time.Now(), time.Millisecond, true)
+	l.Release(0, MarketData, time.Now(), time.Millisecond, true)
 	wg.Wait()
 	close(order)
 	want := Class(0)
@@ -96,8 +97,8 @@ func TestWaitIsBoundedByClass(t *testing.T) {
 	waits := [NumClasses]time.Duration{Cancel: time.Minute, MarketData: 20 * time.Millisecond}
 	l := New(Options{Fixed: 1, MaxWait: waits})
 	ctx := context.Background()
-	l.Acquire(ctx, Cancel)
-	l.Acquire(ctx, Cancel) // the headroom
+	l.Acquire(ctx, Cancel, 0)
+	l.Acquire(ctx, Cancel, 0) // the headroom
 	tests := []struct {
 		class Class
 		want  bool
@@ -108,7 +109,7 @@ func TestWaitIsBoundedByClass(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.class.String(), func(t *testing.T) {
 			start := time.Now()
-			ok, waited := l.Acquire(ctx, tt.class)
+			ok, waited := l.Acquire(ctx, tt.class, 0)
 			if ok != tt.want {
 				t.Fatalf("Acquire = %v, want %v", ok, tt.want)
 			}
@@ -122,7 +123,7 @@ func TestWaitIsBoundedByClass(t *testing.T) {
 	}
 	// A cancel waiting behind the full limit gets the next slot.
 	done := queued(ctx, l, Cancel)
-	l.Release(time.Now(), time.Millisecond, true)
+	l.Release(0, MarketData, time.Now(), time.Millisecond, true)
 	if !<-done {
 		t.Fatal("cancel shed while a slot was freed")
 	}
@@ -136,18 +137,18 @@ func TestCancelsGoOverTheLimitByTheHeadroom(t *testing.T) {
 	l := New(Options{Fixed: 16, MaxWait: waits})
 	ctx := context.Background()
 	for i := 0; i < 16; i++ {
-		if ok, _ := l.Acquire(ctx, MarketData); !ok {
+		if ok, _ := l.Acquire(ctx, MarketData, 0); !ok {
 			t.Fatalf("market data %d refused under the limit", i)
 		}
 	}
-	if ok, _ := l.Acquire(ctx, MarketData); ok {
+	if ok, _ := l.Acquire(ctx, MarketData, 0); ok {
 		t.Fatal("market data admitted over the limit")
 	}
 	for i := 0; i < 2; i++ {
-		if !l.Admit(Cancel) {
+		if !l.Admit(Cancel, 0) {
 			t.Fatalf("Admit shed cancel %d within the headroom", i)
 		}
-		if ok, waited := l.Acquire(ctx, Cancel); !ok || waited != 0 {
+		if ok, waited := l.Acquire(ctx, Cancel, 0); !ok || waited != 0 {
 			t.Fatalf("cancel %d within the headroom: acquired %v after %v, want at once", i, ok, waited)
 		}
 	}
@@ -157,8 +158,8 @@ func TestCancelsGoOverTheLimitByTheHeadroom(t *testing.T) {
 	// Full for everyone: a placement and a cancel wait.
 	place := queued(ctx, l, Place)
 	cancel := queued(ctx, l, Cancel)
-	l.Release(time.Now(), time.Millisecond, true) // 17 in flight: over the limit, within the headroom
-	if !<-cancel {                                // 18 again
+	l.Release(0, MarketData, time.Now(), time.Millisecond, true) // 17 in flight: over the limit, within the headroom
+	if !<-cancel {                                               // 18 again
 		t.Fatal("the waiting cancel was shed")
 	}
 	select {
@@ -167,7 +168,7 @@ func TestCancelsGoOverTheLimitByTheHeadroom(t *testing.T) {
 	case <-time.After(20 * time.Millisecond):
 	}
 	for i := 0; i < 3; i++ { // down to 15: room under the limit
-		l.Release(time.Now(), time.Millisecond, true)
+		l.Release(0, MarketData, time.Now(), time.Millisecond, true)
 	}
 	if !<-place {
 		t.Fatal("the waiting placement was shed after a slot under the limit freed")
@@ -187,22 +188,22 @@ func TestCancelHeadroomAtEveryLimit(t *testing.T) {
 			l := New(Options{Fixed: tc.limit})
 			ctx := context.Background()
 			for i := 0; i < tc.limit; i++ {
-				if ok, _ := l.Acquire(ctx, MarketData); !ok {
+				if ok, _ := l.Acquire(ctx, MarketData, 0); !ok {
 					t.Fatalf("market data %d refused under the limit", i)
 				}
 			}
-			if ok, _ := l.Acquire(ctx, Status); ok {
+			if ok, _ := l.Acquire(ctx, Status, 0); ok {
 				t.Fatal("a status request went over the limit")
 			}
 			for i := 0; i < tc.headroom; i++ {
-				if !l.Admit(Cancel) {
+				if !l.Admit(Cancel, 0) {
 					t.Fatalf("Admit shed cancel %d within the headroom", i)
 				}
-				if ok, waited := l.Acquire(ctx, Cancel); !ok || waited != 0 {
+				if ok, waited := l.Acquire(ctx, Cancel, 0); !ok || waited != 0 {
 					t.Fatalf("cancel %d within the headroom: acquired %v after %v, want at once", i, ok, waited)
 				}
 			}
-			if ok, _ := l.Acquire(ctx, Cancel); ok { // no wait configured: shed at once
+			if ok, _ := l.Acquire(ctx, Cancel, 0); ok { // no wait configured: shed at once
 				t.Fatalf("a cancel went over the bound of %d", tc.limit+tc.headroom)
 			}
 			if got := l.InFlight(); got != tc.limit+tc.headroom {
@@ -228,14 +229,14 @@ func TestCancelGetsThroughAtTheFloor(t *testing.T) {
 	}
 	ctx := context.Background()
 	for i := 0; i < 2; i++ {
-		if ok, _ := l.Acquire(ctx, MarketData); !ok {
+		if ok, _ := l.Acquire(ctx, MarketData, 0); !ok {
 			t.Fatalf("market data %d refused under the limit", i)
 		}
 	}
-	if !l.Admit(Cancel) {
+	if !l.Admit(Cancel, 0) {
 		t.Fatal("Admit shed a cancel at the floor")
 	}
-	if ok, waited := l.Acquire(ctx, Cancel); !ok || waited != 0 {
+	if ok, waited := l.Acquire(ctx, Cancel, 0); !ok || waited != 0 {
 		t.Fatalf("cancel at the floor: acquired %v after %v, want at once", ok, waited)
 	}
 	place := queued(ctx, l, Place)
@@ -243,7 +244,7 @@ func TestCancelGetsThroughAtTheFloor(t *testing.T) {
 	if got := l.InFlight(); got != 3 {
 		t.Fatalf("InFlight = %d, want 3: the floor and one cancel over it", got)
 	}
-	l.Release(clk.Now(), time.Second, false) // a market data request ends: 2 in flight
+	l.Release(0, MarketData, clk.Now(), time.Second, false) // a market data request ends: 2 in flight
 	if !<-cancel {
 		t.Fatal("the waiting cancel was shed")
 	}
@@ -252,8 +253,8 @@ func TestCancelGetsThroughAtTheFloor(t *testing.T) {
 		t.Fatal("a placement got a slot over the limit")
 	case <-time.After(20 * time.Millisecond):
 	}
-	l.Release(clk.Now(), time.Second, false)
-	l.Release(clk.Now(), time.Second, false) // 1 in flight: room under the limit
+	l.Release(0, MarketData, clk.Now(), time.Second, false)
+	l.Release(0, MarketData, clk.Now(), time.Second, false) // 1 in flight: room under the limit
 	if !<-place {
 		t.Fatal("the waiting placement was shed after a slot under the limit freed")
 	}
@@ -261,11 +262,11 @@ func TestCancelGetsThroughAtTheFloor(t *testing.T) {
 
 func TestAcquireHonoursContext(t *testing.T) {
 	l := New(Options{Fixed: 1, MaxWait: [NumClasses]time.Duration{Cancel: time.Hour}})
-	l.Acquire(context.Background(), Cancel)
-	l.Acquire(context.Background(), Cancel) // the headroom
+	l.Acquire(context.Background(), Cancel, 0)
+	l.Acquire(context.Background(), Cancel, 0) // the headroom
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
 	defer cancel()
-	if ok, _ := l.Acquire(ctx, Cancel); ok {
+	if ok, _ := l.Acquire(ctx, Cancel, 0); ok {
 		t.Fatal("acquired past a done context")
 	}
 }
@@ -276,13 +277,13 @@ func run(l *Limiter, clk *fakeClock, windows int, latency func(n int) time.Durat
 	for w := 0; w < windows; w++ {
 		n := l.Limit()
 		for i := 0; i < n; i++ {
-			l.Acquire(context.Background(), Cancel)
+			l.Acquire(context.Background(), Cancel, 0)
 		}
 		for i := 0; i < n; i++ {
 			if i == n-1 {
 				clk.Add(100 * time.Millisecond)
 			}
-			l.Release(clk.Now(), latency(n), true)
+			l.Release(0, MarketData, clk.Now(), latency(n), true)
 		}
 	}
 }
@@ -338,17 +339,17 @@ func TestUnusedLimitComesDown(t *testing.T) {
 	windows := func(windows, inFlight int, length time.Duration) {
 		for range windows {
 			for range inFlight {
-				l.Acquire(context.Background(), Cancel)
+				l.Acquire(context.Background(), Cancel, 0)
 			}
 			for i := range 4 * inFlight {
 				if i == 4*inFlight-1 {
 					clk.Add(length)
 				}
-				l.Release(clk.Now(), 10*time.Millisecond, true)
-				l.Acquire(context.Background(), Cancel)
+				l.Release(0, Cancel, clk.Now(), 10*time.Millisecond, true)
+				l.Acquire(context.Background(), Cancel, 0)
 			}
 			for range inFlight {
-				l.Release(clk.Now(), 10*time.Millisecond, false)
+				l.Release(0, Cancel, clk.Now(), 10*time.Millisecond, false)
 			}
 		}
 	}
@@ -368,17 +369,17 @@ func TestUnusedLimitComesDown(t *testing.T) {
 	before := l.Limit()
 	clk.Add(31 * time.Second)
 	for range 3 {
-		l.Acquire(context.Background(), Cancel)
+		l.Acquire(context.Background(), Cancel, 0)
 	}
 	for range 4 { // the window closes and the probe starts
-		l.Release(clk.Now(), 10*time.Millisecond, true)
-		l.Acquire(context.Background(), Cancel)
+		l.Release(0, Cancel, clk.Now(), 10*time.Millisecond, true)
+		l.Acquire(context.Background(), Cancel, 0)
 	}
 	if got := l.Limit(); !l.probing || got < before-1 {
 		t.Errorf("limit %d at a probe (probing %v), from %d, with 3 in flight: want it kept", got, l.probing, before)
 	}
 	for range 3 {
-		l.Release(clk.Now(), 10*time.Millisecond, false)
+		l.Release(0, Cancel, clk.Now(), 10*time.Millisecond, false)
 	}
 	run(l, clk, 16, func(int) time.Duration { return 10 * time.Millisecond }) // uses all, no queue
 	if got := l.Limit(); got < 100 {
@@ -415,17 +416,22 @@ func TestParseClass(t *testing.T) {
 func BenchmarkAcquireRelease(b *testing.B) {
 	l := New(Options{Min: 4, Max: 1 << 20, Initial: 1 << 20})
 	ctx := context.Background()
+	var clients atomic.Uint64
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		// The caller has read the clock for the round trip; a request
-		// every microsecond closes a window as real traffic would.
+		// every microsecond closes a window as real traffic would. Each
+		// goroutine is a client of its own, whose state is made at its
+		// Acquire and dropped at its Release, as for a client with one
+		// request at a time.
 		done := time.Now()
+		who := Client(clients.Add(1))
 		for pb.Next() {
-			if ok, _ := l.Acquire(ctx, Place); !ok {
+			if ok, _ := l.Acquire(ctx, Place, who); !ok {
 				b.Fatal("refused")
 			}
 			done = done.Add(time.Microsecond)
-			l.Release(done, time.Millisecond, true)
+			l.Release(who, Place, done, time.Millisecond, true)
 		}
 	})
 }
@@ -440,7 +446,7 @@ func TestAdmitShedsBeforeTheQueueOnceTheQueueSheds(t *testing.T) {
 	count := func(c Class) int {
 		n := 0
 		for i := 0; i < 1000; i++ {
-			if l.Admit(c) {
+			if l.Admit(c, 0) {
 				n++
 			}
 		}
@@ -449,12 +455,12 @@ func TestAdmitShedsBeforeTheQueueOnceTheQueueSheds(t *testing.T) {
 	if got := count(MarketData); got != 1000 {
 		t.Fatalf("Admit with room let %d of 1000 through, want all", got)
 	}
-	l.Acquire(ctx, Cancel) // the backend is full
+	l.Acquire(ctx, Cancel, 0) // the backend is full
 	if got := count(MarketData); got != 1000 {
 		t.Fatalf("Admit before any shed let %d of 1000 through, want all", got)
 	}
 	for i := 0; i < 20; i++ {
-		if ok, _ := l.Acquire(ctx, MarketData); ok {
+		if ok, _ := l.Acquire(ctx, MarketData, 0); ok {
 			t.Fatal("market data admitted over the limit")
 		}
 	}
@@ -464,7 +470,7 @@ func TestAdmitShedsBeforeTheQueueOnceTheQueueSheds(t *testing.T) {
 	if got := count(Cancel); got != 1000 {
 		t.Errorf("Admit let %d of 1000 cancels through, want all", got)
 	}
-	l.Release(time.Now(), time.Millisecond, true) // room again
+	l.Release(0, MarketData, time.Now(), time.Millisecond, true) // room again
 	if got := count(MarketData); got != 1000 {
 		t.Errorf("Admit with room again let %d of 1000 through, want all", got)
 	}
@@ -475,21 +481,14 @@ func BenchmarkAdmit(b *testing.B) {
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			if !l.Admit(MarketData) {
+			if !l.Admit(MarketData, 0) {
 				b.Fatal("shed with room")
 			}
 		}
 	})
 }
 
-// queued starts an Acquire of class c on l and returns once it waits in
-// l's queue, with the channel its result arrives on.
-func queued(ctx context.Context, l *Limiter, c Class) <-chan bool {
-	n := l.Waiting()
-	ch := make(chan bool, 1)
-	go func() { ok, _ := l.Acquire(ctx, c); ch <- ok }()
-	for l.Waiting() != n+1 {
-		time.Sleep(time.Millisecond)
-	}
-	return ch
-}
+// queued starts an Acquire of class c of the zero Client on l and
+// returns once it waits in l's queue, with the channel its result arrives
+// on.
+func queued(ctx context.Context, l *Limiter, c Class) <-chan bool { return queuedFor(ctx, l, c, 0) }

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"sync/atomic"
 	"time"
@@ -27,7 +28,14 @@ import (
 //     takes a slot. A request shed here was charged its limits, and is
 //     given the charge back before it is answered (refundLimits): either
 //     way a shed request costs its client nothing (docs/operations.md,
-//     "Overload").
+//     "Overload"). A request whose body streams takes its slot only once
+//     the body has arrived whole (deferredSlot): a client that trickles
+//     its body holds no slot meanwhile, and the backend's time the limit
+//     learns from starts at the body's last byte.
+//
+// Slots are taken within the client's share (overload.Client, clientOf):
+// a client may hold no more of them than are left free, and freed slots
+// go round robin to the clients that wait.
 //
 // Either way the answer is 503 overloaded with Retry-After, and the
 // backend never sees the request.
@@ -43,10 +51,9 @@ type admissionPlan struct {
 
 // routeAdmission is a route's overload state, compiled with the plan.
 type routeAdmission struct {
-	class       overload.Class
-	maxInFlight int64        // 0: no cap of its own
-	inflight    atomic.Int64 // requests of the route holding a slot
-	metrics     [overload.NumClasses]*metrics.OverloadMetrics
+	class    overload.Class
+	inflight *sharedPool // the route's own cap (max_in_flight) between clients, or nil
+	metrics  [overload.NumClasses]*metrics.OverloadMetrics
 }
 
 // overloadOptions turns the configuration into the limiter's options.
@@ -75,6 +82,7 @@ func overloadOptions(o config.Overload) overload.Options {
 func (g *Gateway) newAdmissionPlan(cfg *config.Config) admissionPlan {
 	o := cfg.Overload
 	opts := overloadOptions(o)
+	opts.Now = g.now // the clock the backend's time is read on
 	if g.admission == nil {
 		g.admission = overload.New(opts)
 		g.metrics.SetOverloadSource(g.admission)
@@ -96,7 +104,10 @@ func (g *Gateway) compileAdmission(r *Route) {
 	if !ok {
 		c = overload.MarketData // Validate fills priority in; a Route built by hand may lack it
 	}
-	a := &routeAdmission{class: c, maxInFlight: int64(r.Config.MaxInFlight)}
+	a := &routeAdmission{class: c}
+	if n := r.Config.MaxInFlight; n > 0 {
+		a.inflight = newSharedPool(int64(n))
+	}
 	a.metrics[c] = g.metrics.Overload(r.Name, c.String())
 	if r.Config.Validate == config.ValidateBulk && c != overload.Cancel {
 		a.metrics[overload.Cancel] = g.metrics.Overload(r.Name, overload.Cancel.String())
@@ -124,7 +135,7 @@ func (g *Gateway) admitEarly(st *requestState, r *http.Request, pl *plan) *apier
 	if st.route.bulk != nil {
 		c = overload.Cancel
 	}
-	if g.admission.Admit(c) {
+	if g.admission.Admit(c, overload.Client(st.client)) {
 		return nil
 	}
 	st.route.admission.metrics[c].Shed()
@@ -157,14 +168,17 @@ func (g *Gateway) admit(st *requestState, r *http.Request, pl *plan) *apierror.E
 		return nil
 	}
 	c := requestClass(st)
-	if a.maxInFlight > 0 {
-		if a.inflight.Add(1) > a.maxInFlight {
-			a.inflight.Add(-1)
-			return g.shed(st, r, pl, c)
-		}
-		st.routeSlot = a
+	if st.body != nil {
+		// The body streams: the slot is taken once it has arrived.
+		st.deferred = &deferredSlot{g: g, ctx: r.Context(), class: c, key: st.client, client: overload.Client(st.client), route: a}
+		st.body.slot = st.deferred
+		return nil
 	}
-	ok, waited := g.admission.Acquire(r.Context(), c)
+	if !a.takeRoute(st.client) {
+		return g.shed(st, r, pl, c)
+	}
+	st.routeSlot = a
+	ok, waited := g.admission.Acquire(r.Context(), c, overload.Client(st.client))
 	if waited > 0 {
 		a.metrics[c].Queued(waited)
 	}
@@ -179,6 +193,96 @@ func (g *Gateway) admit(st *requestState, r *http.Request, pl *plan) *apierror.E
 	}
 	st.slot = true
 	return nil
+}
+
+// takeRoute takes one of the route's own slots (max_in_flight) for
+// client c, within its share of them, reporting false when it has none; a
+// route without a cap of its own always has room.
+func (a *routeAdmission) takeRoute(c clientKey) bool {
+	return a.inflight == nil || a.inflight.take(c, 1)
+}
+
+// releaseRoute gives back a slot takeRoute took for client c.
+func (a *routeAdmission) releaseRoute(c clientKey) {
+	if a.inflight != nil {
+		a.inflight.give(c, 1)
+	}
+}
+
+// errSlotShed is a streamed body's error when its request found no
+// backend slot once the body had arrived: the backend gets the request
+// without its last bytes, never whole, and the client 503 overloaded.
+var errSlotShed = errors.New("proxy: no backend slot for the request once its body arrived")
+
+// Slot states of a deferredSlot.
+const (
+	slotPending int32 = iota // the body is still arriving
+	slotTaken                // taken when the body arrived
+	slotShed                 // none to be had: the request was shed
+	slotDone                 // the request ended; a slot taken after is given back at once
+)
+
+// deferredSlot is the backend slot of a request whose body streams, taken
+// when the body has arrived whole (streamBody.Read, on the transport's
+// goroutine) and given back when the request ends (releaseSlot, on the
+// handler's): whichever comes second gives it back.
+type deferredSlot struct {
+	g      *Gateway
+	ctx    context.Context
+	class  overload.Class
+	key    clientKey // the request's client
+	client overload.Client
+	route  *routeAdmission
+	state  atomic.Int32
+	at     time.Time // when the slot was taken: the backend's time starts there
+}
+
+// take takes the slot, waiting at most the class's wait, and returns
+// errSlotShed when there is none; a request whose client has gone is not
+// shed (nothing is answered).
+func (d *deferredSlot) take() error {
+	g, a := d.g, d.route
+	if !a.takeRoute(d.key) {
+		d.state.Store(slotShed)
+		a.metrics[d.class].Shed()
+		return errSlotShed
+	}
+	ok, waited := g.admission.Acquire(d.ctx, d.class, d.client)
+	if waited > 0 {
+		a.metrics[d.class].Queued(waited)
+	}
+	if !ok {
+		a.releaseRoute(d.key)
+		d.state.Store(slotShed)
+		if d.ctx.Err() != nil {
+			return d.ctx.Err()
+		}
+		a.metrics[d.class].Shed()
+		return errSlotShed
+	}
+	d.at = g.now()
+	if !d.state.CompareAndSwap(slotPending, slotTaken) {
+		d.give(time.Time{}, 0, false) // the request ended first
+	}
+	return nil
+}
+
+// give gives the slot back, with the backend's time as a sample when it
+// measures the backend.
+func (d *deferredSlot) give(end time.Time, rtt time.Duration, sample bool) {
+	d.route.releaseRoute(d.key)
+	d.g.admission.Release(d.client, d.class, end, rtt, sample)
+}
+
+// end marks the request as ended and gives back the slot if it was taken:
+// its sample is the backend's time from the body's last byte to the
+// response head, end.
+func (d *deferredSlot) end(end time.Time, sample bool) {
+	if d.state.Swap(slotDone) != slotTaken {
+		return
+	}
+	rtt := end.Sub(d.at)
+	d.give(end, rtt, sample && rtt >= 0)
 }
 
 // shed refuses a request the backend has no room for. A claimed order
@@ -234,18 +338,22 @@ func (g *Gateway) settleUnsent(st *requestState) {
 // microseconds and would teach the limit a latency the backend never has.
 func (g *Gateway) releaseSlot(st *requestState) {
 	g.releaseRouteSlot(st)
+	sample := st.upDone && st.clientCx.Err() == nil &&
+		(st.upStatus != 0 || metrics.IsTimeout(st.upErr))
+	if st.deferred != nil {
+		st.deferred.end(st.upEnd, sample)
+		st.deferred = nil
+	}
 	if !st.slot {
 		return
 	}
 	st.slot = false
-	sample := st.upDone && st.clientCx.Err() == nil &&
-		(st.upStatus != 0 || metrics.IsTimeout(st.upErr))
-	g.admission.Release(st.upEnd, st.upDur, sample)
+	g.admission.Release(overload.Client(st.client), requestClass(st), st.upEnd, st.upDur, sample)
 }
 
 func (g *Gateway) releaseRouteSlot(st *requestState) {
 	if st.routeSlot != nil {
-		st.routeSlot.inflight.Add(-1)
+		st.routeSlot.releaseRoute(st.client)
 		st.routeSlot = nil
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"io"
 	"net/http"
-	"sync"
 	"sync/atomic"
 
 	"github.com/exgate/exgate/apierror"
@@ -15,7 +14,7 @@ import (
 // Request bodies. An order body, single or bulk, is read whole (it is
 // validated and re-encoded), bounded by validation.max_body_bytes (or the
 // bulk limit) and by a budget every client has a share of
-// (server.max_buffered_bytes, bufferBudget). Every other body streams
+// (server.max_buffered_bytes, a sharedPool). Every other body streams
 // to the backend as it arrives: exgate holds no more of it than its copy
 // buffer, whatever its size or however slowly it comes.
 //
@@ -39,7 +38,12 @@ type streamBody struct {
 	rc     io.ReadCloser
 	n      int64 // read by the transport's one writer only
 	max    int64
-	failed atomic.Pointer[error] // the client's body failed: too large, too slow, broken
+	length int64                 // the declared length, or -1 (chunked)
+	failed atomic.Pointer[error] // the client's body failed: too large, too slow, broken; or it was shed
+	// slot, when set, is the request's backend slot, taken once the
+	// body has arrived whole: before the read that ends it returns, so
+	// that the backend never has the whole request without it.
+	slot *deferredSlot
 }
 
 func (b *streamBody) Read(p []byte) (int, error) {
@@ -58,6 +62,15 @@ func (b *streamBody) Read(p []byte) (int, error) {
 	}
 	if err != nil && err != io.EOF {
 		b.failed.Store(&err)
+		return n, err
+	}
+	if b.slot != nil && (err == io.EOF || b.n == b.length) {
+		slot := b.slot
+		b.slot = nil
+		if e := slot.take(); e != nil {
+			b.failed.Store(&e)
+			return 0, e
+		}
 	}
 	return n, err
 }
@@ -92,18 +105,21 @@ func (g *Gateway) streamBodyOf(st *requestState, r *http.Request) *apierror.Erro
 	case r.Body == nil || r.Body == http.NoBody:
 		return nil
 	}
-	st.body = &streamBody{rc: r.Body, max: g.maxBody}
+	st.body = &streamBody{rc: r.Body, max: g.maxBody, length: r.ContentLength}
 	r.Body = st.body
 	return nil
 }
 
 // bodyError is the answer to a request whose own body failed while it
-// streamed to the backend, or nil when the failure was the backend's.
+// streamed to the backend, or was shed once it had arrived, or nil when
+// the failure was the backend's.
 func (g *Gateway) bodyError(st *requestState) *apierror.Error {
 	var tooBig *http.MaxBytesError
 	switch err := st.body.err(); {
 	case err == nil:
 		return nil
+	case err == errSlotShed:
+		return st.plan.admission.errShed
 	case errors.As(err, &tooBig):
 		return g.errBody
 	case metrics.IsTimeout(err):
@@ -175,69 +191,4 @@ func (b *chargedBody) Read(p []byte) (int, error) {
 		st.buffered += int64(n)
 	}
 	return n, err
-}
-
-// bufferBudget bounds the bytes of request bodies held whole at once
-// (server.max_buffered_bytes), and shares them between clients (a
-// verified account, else an address) by a dynamic threshold, the scheme
-// of shared-memory switch buffers (Choudhury and Hahne): a client may take
-// bytes only while, once taken, it holds no more than are left free. A
-// client alone holds at most half of the budget; n clients taking all
-// they can hold at most 1/(n+1) of it each and leave as much free, so a
-// client that holds nothing always finds room, and a client's excess is
-// refused to it alone. Nothing is reserved ahead: bytes are taken as they
-// arrive.
-type bufferBudget struct {
-	mu   sync.Mutex
-	size int64
-	used int64
-	held map[clientKey]int64
-}
-
-func newBufferBudget(size int64) *bufferBudget {
-	return &bufferBudget{size: size, held: make(map[clientKey]int64)}
-}
-
-// take charges n bytes to client c, reporting false (and taking nothing)
-// when c's share has no room for them.
-func (b *bufferBudget) take(c clientKey, n int64) bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	free := b.size - b.used - n
-	h := b.held[c] + n
-	if free < 0 || h > free {
-		return false
-	}
-	b.used += n
-	b.held[c] = h
-	return true
-}
-
-// give gives back n bytes client c took.
-func (b *bufferBudget) give(c clientKey, n int64) {
-	if n == 0 {
-		return
-	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.used -= n
-	if h := b.held[c] - n; h > 0 {
-		b.held[c] = h
-	} else {
-		delete(b.held, c)
-	}
-}
-
-// Buffered returns the bytes held.
-func (b *bufferBudget) Buffered() int64 {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.used
-}
-
-// Clients returns how many clients hold bytes.
-func (b *bufferBudget) Clients() int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return len(b.held)
 }

@@ -126,12 +126,12 @@ func TestBufferBudget(t *testing.T) {
 	}
 }
 
-// TestBufferBudgetShares: a client may take bytes only while, once taken,
-// it holds no more than are left free: alone, half the budget; with
+// TestBufferBudgetShares: a client may take a byte only while it holds
+// fewer than are left free: alone, half the budget; with
 // others taking all they can, less, and a client that holds nothing
 // always finds room.
 func TestBufferBudgetShares(t *testing.T) {
-	b := newBufferBudget(1000)
+	b := newSharedPool(1000)
 	fill := func(c clientKey) int64 {
 		var n int64
 		for b.take(c, 10) {

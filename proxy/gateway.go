@@ -114,7 +114,7 @@ type Gateway struct {
 	checkIDs     bool // upstream.check_response_id
 	errHeader    *apierror.Error
 	errBody      *apierror.Error
-	budget       *bufferBudget // of order bodies read whole, shared by clients
+	budget       *sharedPool // bytes of order bodies read whole, shared by clients
 	admission    *overload.Limiter
 	draining     atomic.Bool
 	pool         sync.Pool // *requestState
@@ -179,7 +179,7 @@ func New(cfg *config.Config, opts Options) (*Gateway, error) {
 	g.plan.Store(g.newPlan(cfg, rules, opts.Validator))
 	g.errHeader = headerTooLarge(g.maxHeader)
 	g.errBody = apierror.TooLarge(g.maxBody)
-	g.budget = newBufferBudget(int64(cfg.Server.MaxBufferedBytes))
+	g.budget = newSharedPool(int64(cfg.Server.MaxBufferedBytes))
 	g.metrics.SetBodyBudgetSource(g.budget)
 	g.rp = &httputil.ReverseProxy{
 		Rewrite:        g.rewrite,
@@ -296,6 +296,8 @@ type requestState struct {
 	client     clientKey       // whose share of the shared pools the request takes (clientOf)
 	bulkCancel bool            // the request is a bulk of order ids to cancel
 	slot       bool            // the request holds a backend slot (admission)
+	deferred   *deferredSlot   // the backend slot of a request whose body streams, taken once it has arrived
+	plan       *plan           // the plan the request started with
 	routeSlot  *routeAdmission // the route whose own in-flight cap counts the request
 	bodyTaken  bool            // the body was read whole or handed to the backend (see refuse)
 	forwarded  bool            // the client sent X-Forwarded-* headers (scanHeader)
@@ -413,6 +415,11 @@ func (g *Gateway) proxyError(w http.ResponseWriter, r *http.Request, err error) 
 		st.route.metrics.UpstreamError(metrics.ClassifyUpstreamError(err, st.clientCx.Err() != nil))
 	}
 	switch {
+	case bodyErr == st.plan.admission.errShed:
+		// The body arrived whole and found no backend slot: the
+		// backend never got it whole, and the request costs nothing.
+		g.refundLimits(st, r, st.plan)
+		g.refuse(st, r, bodyErr)
 	case bodyErr != nil:
 		// The client's own body failed; the rest of it stays unread.
 		closeAfterAnswer(rw.Header(), r)

@@ -34,6 +34,7 @@ type backend struct {
 	requests []recorded
 	orders   atomic.Int64 // requests a lenient backend would route to its order handler
 	handler  http.HandlerFunc
+	arrived  chan<- string // when set, gets each request's path as it arrives, before its body is read
 }
 
 // drfOrderView is what a Django REST framework backend with
@@ -50,6 +51,9 @@ type recorded struct {
 }
 
 func (b *backend) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if b.arrived != nil {
+		b.arrived <- r.URL.Path
+	}
 	body, err := io.ReadAll(r.Body)
 	b.mu.Lock()
 	b.requests = append(b.requests, recorded{
@@ -72,6 +76,13 @@ func (b *backend) count() int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return len(b.requests)
+}
+
+// all returns what the backend received, in order.
+func (b *backend) all() []recorded {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([]recorded(nil), b.requests...)
 }
 
 func (b *backend) last(t *testing.T) recorded {

@@ -20,6 +20,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer g.finish(st, r)
 
 	pl := g.plan.Load()
+	st.plan = pl
 	g.identify(st, r, pl)
 	if e := g.checkHead(st, r); e != nil {
 		g.refuse(st, r, e)

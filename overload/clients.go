@@ -1,0 +1,182 @@
+package overload
+
+// Client is who a request counts as in the per-client shares of the
+// backend's slots and of the queue: an opaque key the caller derives (the
+// gateway's: a verified account, else a client address). The zero Client
+// is no client: its requests take slots and wait with no share of their
+// own, in one queue (a caller that cannot tell clients apart).
+//
+// A client may take a slot only while it holds fewer slots than are
+// left free — the dynamic threshold of shared-memory
+// switch buffers (Choudhury and Hahne). A client alone holds at most half
+// of the limit; n clients taking all they can hold at most 1/(n+1) of it
+// each and leave as much free, so a client that holds nothing finds a
+// slot at once (while the limit is above 2^n). A request of a client past
+// its share waits for a slot it may take, within its class's wait, and
+// freed slots go round robin to the clients that wait, most important
+// class first, each client's oldest waiter first: a client's queued
+// requests delay another's by at most one turn, however many they are.
+type Client uint64
+
+// client is the state of one Client that holds slots or has waiters.
+type client struct {
+	key     Client
+	held    int // slots held
+	cancels int // of them, cancels'
+	waiting int // requests waiting, in queues
+	queues  [NumClasses]waitQueue
+	// turn links the client into each class's round robin of clients
+	// with waiters of that class.
+	turn [NumClasses]struct{ prev, next *client }
+}
+
+// turns is one class's round robin: the clients with waiters of the
+// class, the next to be served first.
+type turns struct{ head, tail *client }
+
+func (r *turns) push(cl *client, c Class) {
+	t := &cl.turn[c]
+	t.prev, t.next = r.tail, nil
+	if r.tail != nil {
+		r.tail.turn[c].next = cl
+	} else {
+		r.head = cl
+	}
+	r.tail = cl
+}
+
+func (r *turns) remove(cl *client, c Class) {
+	t := &cl.turn[c]
+	if t.prev != nil {
+		t.prev.turn[c].next = t.next
+	} else {
+		r.head = t.next
+	}
+	if t.next != nil {
+		t.next.turn[c].prev = t.prev
+	} else {
+		r.tail = t.prev
+	}
+	t.prev, t.next = nil, nil
+}
+
+// clientOf returns the state of key, made when it holds nothing; l.mu is
+// held.
+func (l *Limiter) clientOf(key Client) *client {
+	if key == 0 {
+		return &l.anon
+	}
+	if cl := l.clients[key]; cl != nil {
+		return cl
+	}
+	var cl *client
+	if n := len(l.spare); n > 0 {
+		cl, l.spare = l.spare[n-1], l.spare[:n-1]
+	} else {
+		cl = new(client)
+	}
+	cl.key = key
+	l.clients[key] = cl
+	l.clientsNow.Store(int64(len(l.clients)))
+	return cl
+}
+
+// forget drops the state of a client that holds nothing and waits for
+// nothing; l.mu is held.
+func (l *Limiter) forget(cl *client) {
+	if cl.held != 0 || cl.waiting != 0 || cl.key == 0 {
+		return
+	}
+	delete(l.clients, cl.key)
+	l.clientsNow.Store(int64(len(l.clients)))
+	if len(l.spare) < cap(l.spare) {
+		*cl = client{}
+		l.spare = append(l.spare, cl)
+	}
+}
+
+// may reports whether client cl may take a slot for a request of class c
+// now: the limit has room for the class, and cl holds fewer slots than
+// are left free. A cancel's share is counted in
+// cancels only, of the limit and the cancels' headroom: a client's other
+// requests never keep its cancel waiting. l.mu is held.
+func (l *Limiter) may(cl *client, c Class) bool {
+	free := l.limitFor(c) - l.inflight
+	held := cl.held
+	if c == Cancel {
+		held = cl.cancels
+	}
+	return free > 0 && (cl.key == 0 || held < free)
+}
+
+// hold counts a slot taken by client cl for a request of class c; l.mu
+// is held.
+func (l *Limiter) hold(cl *client, c Class) {
+	cl.held++
+	if c == Cancel {
+		cl.cancels++
+	}
+	l.take()
+}
+
+// enqueue queues w, a request of class c of client cl; l.mu is held.
+func (l *Limiter) enqueue(cl *client, w *waiter, c Class) {
+	if cl.queues[c].head == nil {
+		l.turns[c].push(cl, c)
+	}
+	cl.queues[c].push(w)
+	cl.waiting++
+	l.waiting++
+	l.waitingNow.Store(int64(l.waiting))
+}
+
+// dequeue takes w, a request of class c of client cl, out of the queue;
+// l.mu is held.
+func (l *Limiter) dequeue(cl *client, w *waiter, c Class) {
+	cl.queues[c].remove(w)
+	if cl.queues[c].head == nil {
+		l.turns[c].remove(cl, c)
+	}
+	cl.waiting--
+	l.waiting--
+	l.waitingNow.Store(int64(l.waiting))
+}
+
+// next returns the client a freed slot goes to: of the most important
+// class with a waiter that may take it, the first client in that class's
+// round robin that may. Nil when no waiter may take a slot. l.mu is held.
+func (l *Limiter) next() (*client, Class) {
+	for k := range l.turns {
+		c := Class(k)
+		if l.inflight >= l.limitFor(c) {
+			return nil, 0 // a less important class sees no more of the limit
+		}
+		for cl := l.turns[c].head; cl != nil; cl = cl.turn[c].next {
+			if l.may(cl, c) {
+				return cl, c
+			}
+		}
+	}
+	return nil, 0
+}
+
+// grant hands free slots to waiters (next), each client's oldest waiter
+// of the class first, the client's turn then moving to the end of the
+// class's round robin; l.mu is held.
+func (l *Limiter) grant() {
+	for l.waiting > 0 {
+		cl, c := l.next()
+		if cl == nil {
+			break
+		}
+		w := cl.queues[c].head
+		l.dequeue(cl, w, c)
+		if cl.queues[c].head != nil { // its next waiter waits for its next turn
+			l.turns[c].remove(cl, c)
+			l.turns[c].push(cl, c)
+		}
+		w.granted = true
+		l.hold(cl, c)
+		w.ready <- struct{}{}
+	}
+}

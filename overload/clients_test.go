@@ -1,0 +1,165 @@
+package overload
+
+import (
+	"context"
+	"testing"
+	"time"
+)
+
+// fill acquires slots of class c for client who until one is refused,
+// and returns how many it got.
+func fill(l *Limiter, c Class, who Client) int {
+	n := 0
+	for {
+		ok, _ := l.Acquire(context.Background(), c, who)
+		if !ok {
+			return n
+		}
+		n++
+	}
+}
+
+// TestClientShares: with no wait, each client that takes all it can gets
+// at most as many slots as are left free — a client alone half of the
+// limit, the next half of what is left — and a client that holds none
+// still finds one; a client past its share is refused, and only it.
+func TestClientShares(t *testing.T) {
+	l := New(Options{Fixed: 16}) // no wait: a request that cannot take a slot is shed at once
+	for _, tt := range []struct {
+		who  Client
+		want int
+	}{{1, 8}, {2, 4}, {3, 2}, {4, 1}, {5, 1}} {
+		if got := fill(l, PrivateRead, tt.who); got != tt.want {
+			t.Errorf("client %d took %d slots, want %d", tt.who, got, tt.want)
+		}
+	}
+	if got, n := l.InFlight(), l.Clients(); got != 16 || n != 5 {
+		t.Fatalf("InFlight = %d, Clients = %d; want 16 and 5", got, n)
+	}
+	// Client 1 gives its slots back: the others may take more, and
+	// client 1 comes back with its share of what is then free.
+	for range 8 {
+		l.Release(1, PrivateRead, time.Now(), time.Millisecond, true)
+	}
+	if got := fill(l, PrivateRead, 2); got != 2 {
+		t.Errorf("client 2, holding 4 with 8 free, took %d more, want 2", got)
+	}
+	if got := fill(l, PrivateRead, 1); got != 3 {
+		t.Errorf("client 1, back with 6 free, took %d, want 3", got)
+	}
+	if n := len(l.clients); n != 5 {
+		t.Errorf("%d clients tracked, want the 5 holding slots", n)
+	}
+	for _, c := range []struct {
+		who Client
+		n   int
+	}{{1, 3}, {2, 6}, {3, 2}, {4, 1}, {5, 1}} {
+		for range c.n {
+			l.Release(c.who, PrivateRead, time.Now(), time.Millisecond, true)
+		}
+	}
+	if n, in := l.Clients(), l.InFlight(); n != 0 || in != 0 || len(l.clients) != 0 {
+		t.Errorf("after every release: %d clients tracked, %d in flight; want none", n, in)
+	}
+}
+
+// TestCancelShare: a cancel's share is of the limit and the cancels'
+// headroom, counted in cancels only: a client whose other requests hold
+// all the slots it may still has its cancels (5 more, until its cancels
+// are as many as are left free), and another client's cancel finds a
+// slot while every non-cancel slot is taken.
+func TestCancelShare(t *testing.T) {
+	l := New(Options{Fixed: 16}) // headroom 2
+	if got := fill(l, PrivateRead, 1); got != 8 {
+		t.Fatalf("client 1 took %d slots, want 8", got)
+	}
+	if got := fill(l, Cancel, 1); got != 5 {
+		t.Errorf("client 1 took %d cancels beyond its 8 reads, want 5", got)
+	}
+	for who := Client(2); l.InFlight() < 16; who++ {
+		fill(l, PrivateRead, who)
+	}
+	if ok, _ := l.Acquire(context.Background(), Cancel, 99); !ok {
+		t.Error("a cancel of a client holding nothing was refused with the headroom free")
+	}
+}
+
+// TestFreedSlotsGoRoundRobin: freed slots go to the waiting clients in
+// turn, each client's oldest waiter first, not to the oldest waiters
+// whoever sent them.
+func TestFreedSlotsGoRoundRobin(t *testing.T) {
+	var waits [NumClasses]time.Duration
+	for i := range waits {
+		waits[i] = 10 * time.Second
+	}
+	l := New(Options{Fixed: 2, MaxWait: waits})
+	ctx := context.Background()
+	for range 2 { // the zero Client has no share: it fills the limit
+		if ok, _ := l.Acquire(ctx, Place, 0); !ok {
+			t.Fatal("the limit refused the zero Client")
+		}
+	}
+	a1 := queuedFor(ctx, l, Place, 1)
+	a2 := queuedFor(ctx, l, Place, 1)
+	b1 := queuedFor(ctx, l, Place, 2)
+	l.Release(0, PrivateRead, time.Now(), time.Millisecond, true)
+	if !<-a1 {
+		t.Fatal("client 1's first waiter got no slot")
+	}
+	l.Release(0, PrivateRead, time.Now(), time.Millisecond, true)
+	select {
+	case ok := <-b1:
+		if !ok {
+			t.Fatal("client 2's waiter got no slot")
+		}
+	case <-a2:
+		t.Fatal("the second freed slot went to client 1's second waiter before client 2's first")
+	}
+	l.Release(1, PrivateRead, time.Now(), time.Millisecond, true)
+	if !<-a2 {
+		t.Fatal("client 1's second waiter got no slot")
+	}
+}
+
+// TestAdmitSparesIdleClients: while the queue sheds a class, Admit sheds
+// its requests on arrival, except those of a client that holds no slot
+// and waits for none.
+func TestAdmitSparesIdleClients(t *testing.T) {
+	l := New(Options{Fixed: 2})
+	ctx := context.Background()
+	if ok, _ := l.Acquire(ctx, MarketData, 7); !ok { // client 7 holds a slot
+		t.Fatal("client 7 refused")
+	}
+	if ok, _ := l.Acquire(ctx, MarketData, 0); !ok {
+		t.Fatal("the zero Client refused")
+	}
+	for range 50 { // the queue sheds market data
+		if ok, _ := l.Acquire(ctx, MarketData, 9); ok {
+			t.Fatal("market data admitted over the limit")
+		}
+	}
+	busy, idle := 0, 0
+	for range 1000 {
+		if l.Admit(MarketData, 7) {
+			busy++
+		}
+		if l.Admit(MarketData, 9) {
+			idle++
+		}
+	}
+	if busy > 100 || idle != 1000 {
+		t.Errorf("Admit let through %d of 1000 of a client holding a slot (want under 100) and %d of 1000 of one holding none (want all)", busy, idle)
+	}
+}
+
+// queuedFor starts an Acquire of class c of client who on l and returns
+// once it waits in l's queue, with the channel its result arrives on.
+func queuedFor(ctx context.Context, l *Limiter, c Class, who Client) <-chan bool {
+	n := l.Waiting()
+	ch := make(chan bool, 1)
+	go func() { ok, _ := l.Acquire(ctx, c, who); ch <- ok }()
+	for l.Waiting() != n+1 {
+		time.Sleep(time.Millisecond)
+	}
+	return ch
+}
