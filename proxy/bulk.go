@@ -45,6 +45,9 @@ func (g *Gateway) checkBulk(st *requestState, r *http.Request, pl *plan) *apierr
 	if r.ContentLength > limit {
 		return g.errBody
 	}
+	if e := g.bulkRefusedFromCache(st, r, pl); e != nil {
+		return e
+	}
 	body, e := g.readWhole(st, r, limit, g.errBody)
 	if e != nil {
 		return e

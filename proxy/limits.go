@@ -42,6 +42,37 @@ func (g *Gateway) refusedFromCache(st *requestState, r *http.Request, pl *plan) 
 	return g.limitAnswer(st, pl, st.route, 1)
 }
 
+// bulkRefusedFromCache refuses, before its body is read, a bulk whose
+// client the deny caches of both its targets know to be refused: neither
+// a placement nor a cancel of it could pass. It is answered as the target
+// that frees first would answer it. Any other bulk goes on to be read,
+// its bytes taken from its client's share as they arrive, charged nothing
+// yet: its cost, and whether it is a placement or a cancel, are in its
+// body, and it is charged them whole once its body is read (checkBulk).
+func (g *Gateway) bulkRefusedFromCache(st *requestState, r *http.Request, pl *plan) *apierror.Error {
+	if g.limits == nil {
+		return nil
+	}
+	var best *Route
+	var d limiter.Decision
+	for _, rt := range [...]*Route{st.route.bulk.cancels, st.route.bulk.orders} {
+		if rt == nil || !rt.limits.Limited() {
+			return nil // no limit could refuse a bulk of this kind
+		}
+		req := st.limitRequest()
+		req.CacheOnly = true
+		g.limits.Decide(r.Context(), rt.limits, req, &st.decision)
+		if st.decision.Undecided || st.decision.Allowed {
+			return nil
+		}
+		if best == nil || st.decision.RetryAfter < d.RetryAfter {
+			best, d = rt, st.decision
+		}
+	}
+	st.decision = d
+	return g.limitAnswer(st, pl, best, 1)
+}
+
 // limitAnswer records the decision of rt's limits in st (metrics, the
 // operator console, the rate-limit headers) and returns its refusal, or
 // nil.
