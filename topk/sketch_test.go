@@ -124,6 +124,58 @@ func TestTrackerWindows(t *testing.T) {
 	}
 }
 
+// TestTrackerWindowsSlide: a window is the last 1, 5 or 15 minutes
+// whatever the clock reads, not the calendar minutes: refusals made ten
+// seconds before a minute turns over are still in the 1-minute window
+// fifty seconds into the next one, and leave it only once more than a
+// minute (and at most 70 seconds) old; likewise for 5 and 15 minutes at
+// minute steps. Span says how far back each window reaches.
+func TestTrackerWindowsSlide(t *testing.T) {
+	start := time.Unix(1_800_000_000, 0).Truncate(time.Minute).Add(50 * time.Second) // hh:mm:50
+	c := &clock{t: start}
+	tr := NewTracker(TrackerOptions{Now: c.Now})
+	hot := Identity{Kind: "token", ID: "hot"}
+	for range 3 {
+		tr.Record(c.Now(), "place_order", hot, netip.MustParseAddr("192.0.2.7"), true)
+	}
+	refused := func(window int) int64 {
+		var n int64
+		for _, r := range tr.Top(window, 3) {
+			n += r.Refused
+		}
+		return n
+	}
+	for _, tc := range []struct {
+		after  time.Duration
+		window int
+		want   int64
+		span   time.Duration
+	}{
+		{0, 1, 3, 60 * time.Second},
+		{20 * time.Second, 1, 3, 60 * time.Second}, // the minute turned over 10 s ago
+		{59 * time.Second, 1, 3, 69 * time.Second},
+		{69 * time.Second, 1, 3, 69 * time.Second},
+		{70 * time.Second, 1, 0, 60 * time.Second},
+		{70 * time.Second, 5, 3, 5 * time.Minute},
+		{5*time.Minute + 9*time.Second, 5, 3, 5*time.Minute + 59*time.Second},
+		{5*time.Minute + 10*time.Second, 5, 0, 5 * time.Minute},
+		{5*time.Minute + 10*time.Second, 15, 3, 15 * time.Minute},
+		{15*time.Minute + 9*time.Second, 15, 3, 15*time.Minute + 59*time.Second},
+		{15*time.Minute + 10*time.Second, 15, 0, 15 * time.Minute},
+	} {
+		c.t = start.Add(tc.after)
+		if got := refused(tc.window); got != tc.want {
+			t.Errorf("%v after, %d-minute window: %d refused, want %d", tc.after, tc.window, got, tc.want)
+		}
+		if got := tr.Span(tc.window); got != tc.span {
+			t.Errorf("%v after, %d-minute window spans %v, want %v", tc.after, tc.window, got, tc.span)
+		}
+	}
+	if _, ok := tr.Resolve("token", "hot"); ok {
+		t.Error("Resolve finds an identity counted more than 16 minutes ago")
+	}
+}
+
 // BenchmarkRecord is the hot path: one limited request recorded. "few"
 // is a handful of busy clients (each already counted: an increment);
 // "churn" is thousands of clients through 32 counters a stripe, so that

@@ -23,30 +23,39 @@ type Identity struct {
 var Windows = [...]int{1, 5, 15}
 
 const (
-	minutes = 15 // the longest window; one bucket per minute
-	stripes = 4  // independently locked parts of a bucket, by key hash
+	fineWidth   = 10 // seconds a fine bucket counts
+	fineSlots   = 7  // the 1-minute window: the current 10 seconds and the 6 before
+	coarseSlots = 16 // the 15-minute window: the current minute and the 15 before
+	maxWindow   = coarseSlots - 1
+	stripes     = 4 // independently locked parts of a route's counts, by key hash
 )
 
 // TrackerOptions configure a Tracker. The zero value is usable.
 type TrackerOptions struct {
-	// K is the number of counters of each sketch stripe. Zero means 32.
+	// K is the number of counters of each sketch. Zero means 32.
 	K int
 	// Now is the clock. Nil means time.Now.
 	Now func() time.Time
 }
 
-// Tracker counts, per route and per minute, requests and refusals by
-// identity and by client address, in Space-Saving sketches split into
-// stripes by key hash (a key always lands in the same stripe, so each
-// stripe is an exact Space-Saving summary of its keys). A count reported
-// for a window overestimates the true one by at most N/K, N being the
-// weight its stripe counted over the window (at most every request of
-// the route in the window; about a quarter of them when keys spread
-// evenly); it is never below it.
+// Tracker counts, per route, requests and refusals by identity and by
+// client address, in Space-Saving sketches split into stripes by key
+// hash (a key always lands in the same stripe, so each stripe is an
+// exact Space-Saving summary of its keys). Each stripe counts in
+// 10-second buckets for the last minute and in minute buckets for the
+// last 15, so that every window slides: the 1-minute window is the last
+// 60 to 70 seconds, the 5- and 15-minute windows the last 5 to 6 and 15
+// to 16 minutes (Span), and a refusal leaves a window only once it is
+// older than the window, never when a calendar minute turns over. A count
+// reported for a window overestimates the true one by at most N/K, N
+// being the weight its stripe counted over the window (at most every
+// request of the route in the window; about a quarter of them when keys
+// spread evenly); it is never below it.
 //
-// Memory is bounded: per route that records, 15 buckets × 4 stripes ×
-// 4 sketches × K counters. Recording costs two stripe locks and, for a
-// key already counted, no allocation. It is safe for concurrent use.
+// Memory is bounded: per route that records, 4 stripes × (7 + 16)
+// buckets × 4 sketches × K counters. Recording costs two stripe locks
+// and, for a key already counted, no allocation. It is safe for
+// concurrent use.
 type Tracker struct {
 	k    int
 	now  func() time.Time
@@ -60,17 +69,25 @@ type Tracker struct {
 }
 
 type routeTrack struct {
-	buckets [minutes][stripes]stripe
+	stripes [stripes]stripe
 }
 
+// stripe is the counts of the keys whose hash lands in it, in the fine
+// and the coarse buckets, under one lock.
 type stripe struct {
-	mu           sync.Mutex
-	minute       int64 // unix minute the counts belong to
+	mu     sync.Mutex
+	fine   [fineSlots]bucket
+	coarse [coarseSlots]bucket
+	_      [16]byte
+}
+
+// bucket is what a stripe counted in one span of time.
+type bucket struct {
+	at           int64 // the span's number: Unix seconds over the span's width
 	requests     int64 // requests whose address (or, without one, identity) lands here
 	refused      int64
 	ids, idsRef  *Sketch[Identity]
 	addrs, adRef *Sketch[netip.Addr]
-	_            [16]byte
 }
 
 // NewTracker returns an empty Tracker.
@@ -97,8 +114,7 @@ func (t *Tracker) Record(at time.Time, route string, id Identity, addr netip.Add
 		t.refused.Add(1)
 	}
 	rt := t.route(route)
-	minute := at.Unix() / 60
-	b := &rt.buckets[minute%minutes]
+	sec := at.Unix()
 	var w int64
 	if refused {
 		w = 1
@@ -106,30 +122,32 @@ func (t *Tracker) Record(at time.Time, route string, id Identity, addr netip.Add
 	counted := false
 	if addr.IsValid() {
 		a16 := addr.As16()
-		s := &b[maphash.Bytes(t.seed, a16[:])%stripes]
+		s := &rt.stripes[maphash.Bytes(t.seed, a16[:])%stripes]
 		s.mu.Lock()
-		s.roll(minute, t.k)
-		s.requests++
-		s.refused += w
-		s.addrs.Add(addr, 1)
-		if refused {
-			s.adRef.Add(addr, 1)
+		for _, b := range s.buckets(sec, t.k) {
+			b.requests++
+			b.refused += w
+			b.addrs.Add(addr, 1)
+			if refused {
+				b.adRef.Add(addr, 1)
+			}
 		}
 		s.mu.Unlock()
 		counted = true
 	}
 	if id.Kind != "" || !counted {
-		s := &b[maphash.String(t.seed, id.ID)%stripes]
+		s := &rt.stripes[maphash.String(t.seed, id.ID)%stripes]
 		s.mu.Lock()
-		s.roll(minute, t.k)
-		if !counted {
-			s.requests++
-			s.refused += w
-		}
-		if id.Kind != "" {
-			s.ids.Add(id, 1)
-			if refused {
-				s.idsRef.Add(id, 1)
+		for _, b := range s.buckets(sec, t.k) {
+			if !counted {
+				b.requests++
+				b.refused += w
+			}
+			if id.Kind != "" {
+				b.ids.Add(id, 1)
+				if refused {
+					b.idsRef.Add(id, 1)
+				}
 			}
 		}
 		s.mu.Unlock()
@@ -153,22 +171,60 @@ func (t *Tracker) route(name string) *routeTrack {
 	return rt
 }
 
-// roll empties the stripe when it holds an older minute; called locked.
-func (s *stripe) roll(minute int64, k int) {
-	if s.ids == nil {
-		s.ids, s.idsRef = NewSketch[Identity](k), NewSketch[Identity](k)
-		s.addrs, s.adRef = NewSketch[netip.Addr](k), NewSketch[netip.Addr](k)
-		s.minute = minute
+// buckets returns the fine and the coarse bucket of the Unix second sec,
+// emptied first when they held an older span; called locked.
+func (s *stripe) buckets(sec int64, k int) [2]*bucket {
+	f, m := sec/fineWidth, sec/60
+	b := [2]*bucket{&s.fine[f%fineSlots], &s.coarse[m%coarseSlots]}
+	b[0].roll(f, k)
+	b[1].roll(m, k)
+	return b
+}
+
+// roll makes the bucket count span at, emptying it when it held another.
+func (b *bucket) roll(at int64, k int) {
+	if b.ids == nil {
+		b.ids, b.idsRef = NewSketch[Identity](k), NewSketch[Identity](k)
+		b.addrs, b.adRef = NewSketch[netip.Addr](k), NewSketch[netip.Addr](k)
+		b.at = at
 		return
 	}
-	if s.minute == minute {
+	if b.at == at {
 		return
 	}
-	s.minute, s.requests, s.refused = minute, 0, 0
-	s.ids.Reset()
-	s.idsRef.Reset()
-	s.addrs.Reset()
-	s.adRef.Reset()
+	b.at, b.requests, b.refused = at, 0, 0
+	b.ids.Reset()
+	b.idsRef.Reset()
+	b.addrs.Reset()
+	b.adRef.Reset()
+}
+
+// inWindow returns the buckets of the stripe that a window of the given
+// minutes covers at Unix second now (see Span); called locked.
+func (s *stripe) inWindow(window int, now int64, each func(*bucket)) {
+	slots, width, n := s.coarse[:], int64(60), int64(window)
+	if window <= 1 {
+		slots, width, n = s.fine[:], fineWidth, 60/fineWidth
+	}
+	cur := now / width
+	for at := cur - n; at <= cur; at++ {
+		if b := &slots[at%int64(len(slots))]; b.ids != nil && b.at == at {
+			each(b)
+		}
+	}
+}
+
+// Span returns how far back a window of the given minutes reaches now:
+// the window's minutes and the part of the current 10 seconds (for 1
+// minute) or of the current minute (for 5 and 15) already gone.
+func (t *Tracker) Span(window int) time.Duration {
+	window = min(max(window, 1), maxWindow)
+	now := t.now()
+	width := time.Minute
+	if window == 1 {
+		width = fineWidth * time.Second
+	}
+	return time.Duration(window)*time.Minute + time.Duration(now.UnixNano()%int64(width))
 }
 
 // Totals returns the requests and refusals recorded since the start.
@@ -191,12 +247,13 @@ type RouteTop struct {
 	ErrorBound      int64 // the largest overestimate of any count here
 }
 
-// Top returns, for every route that recorded within the last window
-// minutes, its n heaviest identities and addresses by refusals and by
-// requests; routes sorted by refusals, then name.
+// Top returns, for every route that recorded within the window of the
+// given minutes (1, 5 or 15; see Span), its n heaviest identities and
+// addresses by refusals and by requests; routes sorted by refusals, then
+// name.
 func (t *Tracker) Top(window, n int) []RouteTop {
-	window = min(max(window, 1), minutes)
-	now := t.now().Unix() / 60
+	window = min(max(window, 1), maxWindow)
+	now := t.now().Unix()
 	t.mu.RLock()
 	names := make([]string, 0, len(t.routes))
 	for name := range t.routes {
@@ -209,27 +266,23 @@ func (t *Tracker) Top(window, n int) []RouteTop {
 		ids, idsRef := map[Identity]Entry[Identity]{}, map[Identity]Entry[Identity]{}
 		addrs, adRef := map[netip.Addr]Entry[netip.Addr]{}, map[netip.Addr]Entry[netip.Addr]{}
 		top := RouteTop{Route: name}
-		var bound int64
-		for m := now - int64(window) + 1; m <= now; m++ {
-			for i := range rt.buckets[m%minutes] {
-				s := &rt.buckets[m%minutes][i]
-				s.mu.Lock()
-				if s.ids != nil && s.minute == m {
-					top.Requests += s.requests
-					top.Refused += s.refused
-					bound += max(s.ids.Bound(), s.addrs.Bound())
-					merge(ids, s.ids)
-					merge(idsRef, s.idsRef)
-					merge(addrs, s.addrs)
-					merge(adRef, s.adRef)
-				}
-				s.mu.Unlock()
-			}
+		for i := range rt.stripes {
+			s := &rt.stripes[i]
+			s.mu.Lock()
+			s.inWindow(window, now, func(b *bucket) {
+				top.Requests += b.requests
+				top.Refused += b.refused
+				top.ErrorBound += max(b.ids.Bound(), b.addrs.Bound())
+				merge(ids, b.ids)
+				merge(idsRef, b.idsRef)
+				merge(addrs, b.addrs)
+				merge(adRef, b.adRef)
+			})
+			s.mu.Unlock()
 		}
 		if top.Requests == 0 {
 			continue
 		}
-		top.ErrorBound = bound
 		top.IDsByRefused, top.IDsByRequests = topOf(idsRef, n), topOf(ids, n)
 		top.AddrsByRefused, top.AddrsByRequests = topOf(adRef, n), topOf(addrs, n)
 		out = append(out, top)
@@ -277,22 +330,21 @@ func (t *Tracker) Resolve(kind, prefix string) (string, bool) {
 		rts = append(rts, rt)
 	}
 	t.mu.RUnlock()
+	now := t.now().Unix()
 	found, ambiguous := "", false
 	for _, rt := range rts {
-		for m := range rt.buckets {
-			for i := range rt.buckets[m] {
-				s := &rt.buckets[m][i]
-				s.mu.Lock()
-				if s.ids != nil {
-					s.ids.Each(func(e Entry[Identity]) {
-						if e.Key.Kind == kind && strings.HasPrefix(e.Key.ID, prefix) {
-							ambiguous = ambiguous || (found != "" && found != e.Key.ID)
-							found = e.Key.ID
-						}
-					})
-				}
-				s.mu.Unlock()
-			}
+		for i := range rt.stripes {
+			s := &rt.stripes[i]
+			s.mu.Lock()
+			s.inWindow(maxWindow, now, func(b *bucket) {
+				b.ids.Each(func(e Entry[Identity]) {
+					if e.Key.Kind == kind && strings.HasPrefix(e.Key.ID, prefix) {
+						ambiguous = ambiguous || (found != "" && found != e.Key.ID)
+						found = e.Key.ID
+					}
+				})
+			})
+			s.mu.Unlock()
 		}
 	}
 	return found, found != "" && !ambiguous
