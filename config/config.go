@@ -47,6 +47,11 @@ type Config struct {
 	// Admin configures the admin listener: its token, the Host names it
 	// answers, pprof.
 	Admin Admin `yaml:"admin" reload:"restart"`
+	// Replica names this process among the replicas of a fleet: in every
+	// log line, in exgate_replica_info, on the console and in `exgate
+	// top`. Default "": the machine's host name (in Kubernetes, the pod's
+	// name). Set it (EXGATE_REPLICA) where replicas share a host name.
+	Replica string `yaml:"replica" reload:"restart"`
 	// Server holds the traffic listener's timeouts and size limits.
 	Server Server `yaml:"server" reload:"restart"`
 	// Upstream is the backend exgate forwards to.
@@ -163,6 +168,9 @@ func (c *Config) checkTopLevel(col *collector) {
 	checkListenAddr(col, "admin_listen", c.AdminListen)
 	if sameListener(c.Listen, c.AdminListen) {
 		col.addf("admin_listen", "must differ from listen (%q)", c.Listen)
+	}
+	if c.Replica != "" && !isReplicaName(c.Replica) {
+		col.addf("replica", "want 1 to 253 letters, digits and . _ : - (such as \"exgate-1\"), got %q", c.Replica)
 	}
 	if c.ReloadInterval != 0 && c.ReloadInterval < time.Second {
 		col.addf("reload_interval", "must be at least 1s (0 turns polling off), got %s", c.ReloadInterval)

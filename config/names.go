@@ -23,6 +23,21 @@ func isName(s string) bool {
 	return true
 }
 
+// isReplicaName reports whether s is 1 to 253 of [A-Za-z0-9._:-] (a
+// host name, a pod's name).
+func isReplicaName(s string) bool {
+	if s == "" || len(s) > 253 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == ':' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
 // isEnvName reports whether s matches [A-Z_][A-Z0-9_]*.
 func isEnvName(s string) bool {
 	if s == "" || s[0] >= '0' && s[0] <= '9' {

@@ -16,6 +16,7 @@ var reloadModes = map[string]string{
 	"admin.token_env":                     ReloadRestart,
 	"admin.allowed_hosts":                 ReloadRestart,
 	"admin_listen":                        ReloadRestart,
+	"replica":                             ReloadRestart,
 	"client_ip.ipv6_prefix":               ReloadLive,
 	"client_ip.trusted_proxies":           ReloadRestart,
 	"client_ip.header":                    ReloadRestart,

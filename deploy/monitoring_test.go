@@ -287,6 +287,7 @@ func gathered(t *testing.T) []*dto.MetricFamily {
 	if err := m.RegisterCatalogueAge(reg); err != nil {
 		t.Fatal(err)
 	}
+	m.SetReplica("exgate-0")
 	dup, err := metrics.NewDuplicateStore(reg)
 	if err != nil {
 		t.Fatal(err)
@@ -755,7 +756,7 @@ func TestDocumentedMetrics(t *testing.T) {
 		for _, m := range mf.GetMetric() {
 			for _, lp := range m.GetLabel() {
 				switch lp.GetName() {
-				case "route", "limit", "tier", "method", "code", "version", "revision", "goversion":
+				case "route", "limit", "tier", "method", "code", "version", "revision", "goversion", "replica":
 					continue
 				}
 				if !strings.Contains(line, "`"+lp.GetValue()+"`") {

@@ -6,7 +6,6 @@ import (
 	"hash/maphash"
 	"net/netip"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -190,9 +189,7 @@ type Enforcer struct {
 	now        func() time.Time
 	plans      sync.Pool
 
-	warnRate  lograte.Limit
-	storeErrs atomic.Int64
-	fallbacks [3]atomic.Int64 // open, closed, local
+	warnRate lograte.Limit
 }
 
 // NewEnforcer returns an Enforcer.
@@ -216,25 +213,6 @@ func NewEnforcer(o EnforcerOptions) (*Enforcer, error) {
 	}
 	e.plans.New = func() any { return new(plan) }
 	return e, nil
-}
-
-// Stats are counters of an Enforcer's store failures.
-type Stats struct {
-	// StoreErrors counts decisions the store could not make.
-	StoreErrors int64
-	// FallbackOpen, FallbackClosed and FallbackLocal count the decisions
-	// made by each on_store_error mode instead.
-	FallbackOpen, FallbackClosed, FallbackLocal int64
-}
-
-// Stats returns the counters.
-func (e *Enforcer) Stats() Stats {
-	return Stats{
-		StoreErrors:    e.storeErrs.Load(),
-		FallbackOpen:   e.fallbacks[0].Load(),
-		FallbackClosed: e.fallbacks[1].Load(),
-		FallbackLocal:  e.fallbacks[2].Load(),
-	}
 }
 
 // TokenID returns the id of token under the Enforcer's key secret.
@@ -398,18 +376,15 @@ func (e *Enforcer) decide(ctx context.Context, rr *RouteRules, d *Decision, p *p
 		o := Outcome{Index: m.limit, Limit: r.name, Tier: m.tier, v: m.v}
 		switch fallback {
 		case config.StoreOpen:
-			e.fallbacks[0].Add(1)
 			o.Fallback, o.Decision = config.StoreOpen, DecisionAllowed
 			d.record(o)
 			continue
 		case config.StoreClosed:
-			e.fallbacks[1].Add(1)
 			o.Fallback, o.Decision = config.StoreClosed, DecisionLimited
 			d.record(o)
 			d.Allowed, d.Unavailable = false, true
 			return
 		case config.StoreLocal:
-			e.fallbacks[2].Add(1)
 			o.Fallback = config.StoreLocal
 		}
 		res := p.ans.Results[j].Result
@@ -554,7 +529,6 @@ func (e *Enforcer) Refund(ctx context.Context, rr *RouteRules, req Request, d *D
 		err = e.local.Refund(ctx, &p.req)
 	default:
 		if err = e.store.Refund(ctx, &p.req); err != nil {
-			e.storeErrs.Add(1)
 			e.warn("rate-limit store failed; a request's charge could not be given back", err, zap.String("route", rr.Name))
 		}
 	}
@@ -676,9 +650,10 @@ func (o *Outcome) wait() time.Duration {
 	return o.Result.ResetAfter
 }
 
-// storeFailed counts a store failure and warns, at most once a second.
+// storeFailed warns of a store failure, at most once a second (the
+// failed round trips are counted by the store's observer, the decisions
+// taken instead by the metrics of each limit's outcome).
 func (e *Enforcer) storeFailed(rr *RouteRules, err error) {
-	e.storeErrs.Add(1)
 	e.warn("rate-limit store failed; route falls back to on_store_error", err,
 		zap.String("route", rr.Name), zap.String("on_store_error", rr.onStoreError))
 }

@@ -160,6 +160,7 @@ type Metrics struct {
 	reloads          *prometheus.CounterVec
 	adminResets      prometheus.Counter
 	buildInfo        *prometheus.GaugeVec
+	replicaInfo      *prometheus.GaugeVec
 	authFailures     *prometheus.CounterVec
 	authCachedVec    *prometheus.CounterVec
 	jwksFetches      *prometheus.CounterVec
@@ -295,6 +296,7 @@ func newMetrics(info BuildInfo) *Metrics {
 		Name: NameAdminResets,
 		Help: "Rate-limit buckets of one account, token or address cleared by an operator through the admin console.",
 	})
+	m.replicaInfo = newReplicaInfo()
 	m.buildInfo = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: NameBuildInfo,
 		Help: "Always 1; the labels say which build of exgate is running.",
@@ -339,7 +341,7 @@ func (m *Metrics) own() []prometheus.Collector {
 		m.requests, m.requestDuration, m.upstreamDuration, m.upstreamErrors,
 		m.decisions, m.storeErrors, m.storeDuration, m.fallback,
 		m.validation, m.idempotency, m.inflight,
-		m.reloads, m.adminResets, m.buildInfo, m.authFailures, m.authCachedVec, m.jwksFetches, m.bodyBudget,
+		m.reloads, m.adminResets, m.buildInfo, m.replicaInfo, m.authFailures, m.authCachedVec, m.jwksFetches, m.bodyBudget,
 	}, append(m.overload.all(), m.bodyBudgetGauges.gauges...)...)
 }
 

@@ -55,6 +55,7 @@ func exercise(m *Metrics) {
 	m.AuthFailure("expired")
 	m.AuthFailureCached("bad_signature")
 	m.JWKSFetch(true)
+	m.SetReplica("exgate-0")
 	o := m.Overload("list_tickers", "market_data")
 	o.Shed()
 	o.Queued(5 * time.Millisecond)
@@ -99,7 +100,7 @@ func TestNamesFromDescriptors(t *testing.T) {
 		NameRequests, NameRequestDuration, NameUpstreamDuration, NameUpstreamErrors,
 		NameRateLimitDecision, NameStoreErrors, NameStoreDuration, NameFallback,
 		NameValidation, NameIdempotency, NameCatalogueAge, NameInflight,
-		NameConfigReloads, NameAdminResets, NameBuildInfo, NameBodyBudget, NameAuthCached,
+		NameConfigReloads, NameAdminResets, NameBuildInfo, NameReplicaInfo, NameBodyBudget, NameAuthCached,
 		NameOverloadShed, NameOverloadQueue, NameOverloadLimit, NameOverloadInFlight, NameOverloadWaiting, NameOverloadMinRTT,
 		NameBodyBuffered, NameBodyBufferedClients, NameOverloadClients,
 		"go_goroutines", "go_gc_duration_seconds", "process_cpu_seconds_total",
@@ -117,8 +118,8 @@ func TestNamesFromDescriptors(t *testing.T) {
 			t.Errorf("Names() lists %s; want base names", n)
 		}
 	}
-	if exgate != 28 {
-		t.Errorf("Names() lists %d exgate_ families, want 28", exgate)
+	if exgate != 29 {
+		t.Errorf("Names() lists %d exgate_ families, want 29", exgate)
 	}
 }
 
@@ -932,4 +933,39 @@ func TestBodyBudgetGauges(t *testing.T) {
 	}
 	var none *Metrics
 	none.SetBodyBudgetSource(bodyBudget{}) // a nil *Metrics does nothing
+}
+
+// TestReplicaInfo: one series names the replica; naming it again
+// replaces it.
+func TestReplicaInfo(t *testing.T) {
+	m, reg := newTest(t)
+	m.SetReplica("exgate-0")
+	m.SetReplica("exgate-1")
+	want := `
+# HELP exgate_replica_info Always 1; the label names this replica (the replica setting, or the host name: in Kubernetes the pod's name).
+# TYPE exgate_replica_info gauge
+exgate_replica_info{replica="exgate-1"} 1
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), NameReplicaInfo); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestStoreTotalsReadTheCounters: the console's store counts are the
+// exported counters' values, every kind and route summed.
+func TestStoreTotalsReadTheCounters(t *testing.T) {
+	m, _ := newTest(t)
+	m.ObserveStore(time.Millisecond, context.DeadlineExceeded)
+	m.ObserveStore(time.Millisecond, errors.New("connection refused"))
+	m.ObserveStore(time.Millisecond, nil)
+	m.Limit("list_markets", "address", "").Observe("allowed", "local")
+	m.Limit("place_order", "token", "").Observe("allowed", "local")
+	m.Limit("place_order", "token", "").Observe("limited", "closed")
+	st := m.StoreTotals()
+	if st.Errors != 2 || st.Fallback[FallbackLocal] != 2 || st.Fallback[FallbackClosed] != 1 || st.Fallback[FallbackOpen] != 0 {
+		t.Errorf("totals %+v", st)
+	}
+	if st := (*Metrics)(nil).StoreTotals(); st.Errors != 0 {
+		t.Errorf("nil: %+v", st)
+	}
 }

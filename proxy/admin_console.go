@@ -14,6 +14,7 @@ import (
 
 	"github.com/exgate/exgate/apierror"
 	"github.com/exgate/exgate/limiter"
+	"github.com/exgate/exgate/metrics"
 	"github.com/exgate/exgate/topk"
 )
 
@@ -31,6 +32,14 @@ type ConsoleOptions struct {
 	Status func() ProcessStatus
 	// Logger receives a line for every reset. Nil means none.
 	Logger *zap.Logger
+	// Replica names this process in /admin/status and /admin/top, so
+	// that the console and `exgate top` tell replicas apart. "" means
+	// the host name.
+	Replica string
+	// Started is when the process started: with Replica, it tells one
+	// process from another of the same name (`exgate top` reaching one
+	// replica at two addresses counts it once).
+	Started time.Time
 }
 
 // ProcessStatus is the part of /admin/status the process fills in.
@@ -59,7 +68,10 @@ type StoreStatus struct {
 	Reachable bool `json:"reachable"`
 	// Error is the last probe's error.
 	Error string `json:"error,omitempty"`
-	// StoreErrors and the Fallback counters are the Enforcer's since start.
+	// StoreErrors and the Fallback counters are the metrics' since start:
+	// failed round trips to the store (exgate_ratelimit_store_errors_total)
+	// and decisions taken without it, by mode
+	// (exgate_ratelimit_fallback_total).
 	StoreErrors    int64 `json:"store_errors"`
 	FallbackOpen   int64 `json:"fallback_open"`
 	FallbackClosed int64 `json:"fallback_closed"`
@@ -103,6 +115,9 @@ func (g *Gateway) mountConsole(mux *http.ServeMux, o ConsoleOptions, rc *readine
 	}
 	c := &console{g: g, o: o, rc: rc, access: access}
 	c.host, _ = os.Hostname()
+	if c.o.Replica == "" {
+		c.o.Replica = c.host
+	}
 	mux.Handle("GET /admin/status", access.api(http.HandlerFunc(c.status)))
 	mux.Handle("GET /admin/top", access.api(http.HandlerFunc(c.top)))
 	mux.Handle("GET /admin/inspect", access.api(http.HandlerFunc(c.inspect)))
@@ -125,6 +140,7 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 type statusBody struct {
 	ProcessStatus
 	Replica   string                `json:"replica"`
+	Host      string                `json:"host"`
 	Now       time.Time             `json:"now"`
 	Draining  bool                  `json:"draining"`
 	Ready     bool                  `json:"ready"`
@@ -143,12 +159,10 @@ func (c *console) status(w http.ResponseWriter, r *http.Request) {
 	if c.o.Status != nil {
 		b.ProcessStatus = c.o.Status()
 	}
-	if c.g.limits != nil {
-		st := c.g.limits.Stats()
-		b.Store.StoreErrors, b.Store.FallbackOpen = st.StoreErrors, st.FallbackOpen
-		b.Store.FallbackClosed, b.Store.FallbackLocal = st.FallbackClosed, st.FallbackLocal
-	}
-	b.Replica, b.Now, b.Draining = c.host, c.rc.o.Now(), c.g.Draining()
+	st := c.g.metrics.StoreTotals()
+	b.Store.StoreErrors, b.Store.FallbackOpen = st.Errors, st.Fallback[metrics.FallbackOpen]
+	b.Store.FallbackClosed, b.Store.FallbackLocal = st.Fallback[metrics.FallbackClosed], st.Fallback[metrics.FallbackLocal]
+	b.Replica, b.Host, b.Now, b.Draining = c.o.Replica, c.host, c.rc.o.Now(), c.g.Draining()
 	b.Checks, b.Ready = c.rc.run(r.Context())
 	b.Ready = b.Ready && !b.Draining
 	if msg, ok := b.Checks["redis"]; ok {
@@ -186,12 +200,16 @@ type topRoute struct {
 }
 
 type topWindow struct {
-	Minutes int        `json:"minutes"`
+	Minutes int `json:"minutes"`
+	// Seconds is how far back the window reaches now: the window slides,
+	// in 10-second steps for 1 minute, minute steps for 5 and 15.
+	Seconds float64    `json:"seconds"`
 	Routes  []topRoute `json:"routes"`
 }
 
 type topBody struct {
 	Replica string      `json:"replica"`
+	Started time.Time   `json:"started"`
 	K       int         `json:"k"`
 	Note    string      `json:"note"`
 	Windows []topWindow `json:"windows"`
@@ -204,10 +222,10 @@ func (c *console) top(w http.ResponseWriter, r *http.Request) {
 			n = min(x, 100)
 		}
 	}
-	b := topBody{Replica: c.host, K: c.o.Top.K(),
+	b := topBody{Replica: c.o.Replica, Started: c.o.Started, K: c.o.Top.K(),
 		Note: "this replica only; counts overestimate by at most error (Space-Saving, N/k per stripe)"}
 	for _, m := range topk.Windows {
-		tw := topWindow{Minutes: m, Routes: []topRoute{}}
+		tw := topWindow{Minutes: m, Seconds: c.o.Top.Span(m).Seconds(), Routes: []topRoute{}}
 		for _, rt := range c.o.Top.Top(m, n) {
 			tw.Routes = append(tw.Routes, topRoute{
 				Route: rt.Route, Requests: rt.Requests, Refused: rt.Refused, ErrorBound: rt.ErrorBound,

@@ -26,6 +26,7 @@ admin_listen: %q
 upstream: { url: %q }
 server: { drain_delay: 0s }
 reload_interval: 0s
+replica: exgate-7
 log: { sampling: { initial: 5, thereafter: 1000 } }
 `
 
@@ -33,8 +34,9 @@ log: { sampling: { initial: 5, thereafter: 1000 } }
 // sends it refused orders, cancels and market reads in a burst: every
 // order and cancel has its access log line (the evidence of a 401 or a
 // 429 must not thin out under load), the reads are sampled; every line
-// names the protocol and the client's user agent; after SIGTERM the last
-// line says the process stopped, with its exit code and why.
+// names the protocol and the client's user agent, and every line of the
+// process the replica; after SIGTERM the last line says the process
+// stopped, with its exit code and why.
 func TestAccessLogSamplingBinary(t *testing.T) {
 	bin := buildBinary(t)
 	backend := httptest.NewServer(sim.New(sim.Options{}))
@@ -82,6 +84,9 @@ func TestAccessLogSamplingBinary(t *testing.T) {
 			t.Fatalf("not a JSON line: %s", line)
 		}
 		last = f
+		if f["replica"] != "exgate-7" {
+			t.Errorf("a line without the replica's name: %s", line)
+		}
 		if f["msg"] != "request" {
 			continue
 		}

@@ -60,6 +60,7 @@ type app struct {
 	dup     *duplicateHealth      // watches duplicate protection's store; nil without it
 	// top counts who hits the limits, for the admin console.
 	top        *topk.Tracker
+	replica    string // this process's name among the replicas (replicaName)
 	started    time.Time
 	cfgHash    atomic.Pointer[string]
 	lastReload atomic.Pointer[reloadRecord]
@@ -123,6 +124,8 @@ func newApp(cfg *config.Config, d deps) (*app, error) {
 	if a.metrics, err = metrics.New(d.reg, buildInfo()); err != nil {
 		return nil, err
 	}
+	a.replica = replicaName(cfg)
+	a.metrics.SetReplica(a.replica)
 	if a.edge, err = metrics.NewEdge(d.reg); err != nil {
 		return nil, err
 	}

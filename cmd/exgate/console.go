@@ -48,14 +48,28 @@ func (a *app) adminOptions(cfg *config.Config) proxy.AdminOptions {
 		Checks: a.readinessChecks(), Pprof: cfg.Admin.Pprof, Now: a.d.now,
 		Metrics: metrics.Handler(a.d.reg),
 		Console: &proxy.ConsoleOptions{
-			Top:    a.top,
-			Logger: a.log.Named("admin"),
-			Status: a.processStatus,
+			Top:     a.top,
+			Logger:  a.log.Named("admin"),
+			Status:  a.processStatus,
+			Replica: a.replica,
+			Started: a.started,
 		},
 		Token: token, TokenEnv: cfg.Admin.TokenEnv,
 		RequireToken: !loopbackAddr(a.adminAd),
 		AllowedHosts: adminHosts(cfg),
 	}
+}
+
+// replicaName is this process's name among the replicas: the replica
+// setting, else the host name (in Kubernetes, the pod's name).
+func replicaName(cfg *config.Config) string {
+	if cfg.Replica != "" {
+		return cfg.Replica
+	}
+	if h, err := os.Hostname(); err == nil && h != "" {
+		return h
+	}
+	return "exgate"
 }
 
 // adminHosts are the names the console answers to besides addresses and

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -89,7 +90,7 @@ func TestConsolePageInBrowser(t *testing.T) {
 	}()
 	defer func() { close(stop); wg.Wait() }()
 
-	var firstWho, store, csp, inspectRemaining, html string
+	var firstWho, store, csp, inspectRemaining, html, replica, note string
 	type css = chromedp.CSS
 	steps := []struct {
 		name string
@@ -110,6 +111,8 @@ func TestConsolePageInBrowser(t *testing.T) {
 			row.querySelector("button").click();
 			return row.querySelector("td:nth-child(3)").textContent; })()`))},
 		{"read the store", into(&store, textOf("#status dd"))},
+		{"read the replica", into(&replica, textOf("#replica"))},
+		{"read the window", into(&note, textOf("#top-note"))},
 		{"the inspection appears", chromedp.Poll[chromedp.Void](`document.querySelectorAll("#inspect-table tbody tr").length > 0`,
 			chromedp.WithPollingTimeout(time.Minute))},
 		{"read remaining", into(&inspectRemaining, textOf("#inspect-table tbody tr td:nth-child(6)"))},
@@ -129,6 +132,12 @@ func TestConsolePageInBrowser(t *testing.T) {
 	}
 	if !strings.HasPrefix(store, "memory · reachable") {
 		t.Errorf("store state shown: %q", store)
+	}
+	if h, _ := os.Hostname(); !strings.HasPrefix(replica, "replica "+h+" · ") {
+		t.Errorf("the page names the replica %q, want the host name %q (no replica set)", replica, h)
+	}
+	if !regexp.MustCompile(`^replica \S+, the last (6\d|70) s \(the window slides\)`).MatchString(note) {
+		t.Errorf("the top lists' note: %q", note)
 	}
 	if inspectRemaining != "0" {
 		t.Errorf("inspect of the hot token shows remaining %q, want 0", inspectRemaining)

@@ -6,6 +6,7 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"os"
 	"regexp"
 	"strconv"
 	"strings"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/exgate/exgate/config"
 	"github.com/exgate/exgate/internal/redistest"
+	"github.com/exgate/exgate/internal/unreachable"
 	"github.com/exgate/exgate/limiter"
 )
 
@@ -334,5 +336,63 @@ func TestAdminListenerBeyondLoopback(t *testing.T) {
 				t.Errorf("warned at start: %v, want %v (%v)", warned, tc.warned, logs.All())
 			}
 		})
+	}
+}
+
+// TestConsoleNamesTheReplicaAndCountsLikeTheMetrics: the replica setting
+// names the process on the console (status and top) and in
+// exgate_replica_info; while the limit store is down, the console's store
+// errors and fallbacks are the exported counters' values — one count, not
+// the console's of its own (which counted every decision refused during
+// the store's backoff as another error).
+func TestConsoleNamesTheReplicaAndCountsLikeTheMetrics(t *testing.T) {
+	dead := unreachable.Refused(t)
+	a := startStackWith(t, func(c *config.Config) {
+		c.Replica = "exgate-blue"
+		c.Limiter.Redis.Addrs = []string{dead}
+		c.Log.Access = false
+	}, func(k string) (string, bool) {
+		if k == adminTokenEnv {
+			return testAdminToken, true
+		}
+		return secretEnv(k)
+	})
+	for i := range 30 {
+		get(t, "http://"+a.addr+"/api/v1/mkt/markets/", "Authorization", "Bearer token-"+strconv.Itoa(i%3))
+	}
+	admin := "http://" + a.adminAd
+	var status struct {
+		Replica, Host string
+		Store         struct {
+			StoreErrors   int64 `json:"store_errors"`
+			FallbackLocal int64 `json:"fallback_local"`
+		}
+	}
+	adminJSON(t, "GET", admin+"/admin/status", &status)
+	m := scrapeAdmin(t, a.adminAd)
+	metric := func(prefix string) int64 {
+		var n int64
+		for _, line := range strings.Split(m, "\n") {
+			if strings.HasPrefix(line, prefix) {
+				f := strings.Fields(line)
+				v, _ := strconv.ParseFloat(f[len(f)-1], 64)
+				n += int64(v)
+			}
+		}
+		return n
+	}
+	errs, local := metric("exgate_ratelimit_store_errors_total{"), metric(`exgate_ratelimit_fallback_total{mode="local"`)
+	if status.Store.StoreErrors == 0 || status.Store.StoreErrors != errs || status.Store.FallbackLocal != local || local < 30 {
+		t.Errorf("console: %d store errors, %d local fallbacks; /metrics: %d and %d", status.Store.StoreErrors, status.Store.FallbackLocal, errs, local)
+	}
+	if h, _ := os.Hostname(); status.Replica != "exgate-blue" || status.Host != h {
+		t.Errorf("status names replica %q on host %q", status.Replica, status.Host)
+	}
+	if !strings.Contains(m, "\nexgate_replica_info{replica=\"exgate-blue\"} 1\n") {
+		t.Error("no exgate_replica_info{replica=\"exgate-blue\"} 1 in /metrics")
+	}
+	var top struct{ Replica string }
+	if adminJSON(t, "GET", admin+"/admin/top", &top); top.Replica != "exgate-blue" {
+		t.Errorf("top names replica %q", top.Replica)
 	}
 }

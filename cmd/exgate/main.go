@@ -8,7 +8,7 @@
 //	exgate check-config [-files=false] FILE
 //	exgate token-id [-config FILE] < tokens
 //	exgate inspect [-admin URL] (-user ID | -account KEY | -token T | -token-id ID | -address IP) [-json]
-//	exgate top -admin URL [-admin URL…] [-window MINUTES]
+//	exgate top (-admin URL | -dns NAME:PORT | -srv NAME)… [-window 1|5|15] [-n N]
 //
 // With no file, exgate runs with the built-in defaults (the trading API's
 // limits table); EXGATE_<PATH> environment variables override any scalar.
@@ -136,6 +136,10 @@ func gatewayCommand(ctx context.Context, args []string, getenv func(string) (str
 	if err != nil {
 		fmt.Fprintln(stderr, "exgate:", err)
 		return 2
+	}
+	if !*dev { // every line says which replica wrote it (one process in dev mode)
+		name := zap.String("replica", replicaName(cfg))
+		log, evidence = log.With(name), evidence.With(name)
 	}
 	defer func() { _ = log.Sync() }()
 	defer redirectStdLog(log.Named("stdlib"))()

@@ -511,6 +511,7 @@ const sectionsConfig = `
 listen: 127.0.0.1:0
 admin_listen: 127.0.0.1:0
 admin: { pprof: false }
+replica: exgate-0
 server: { drain_delay: 0s, max_header_bytes: 16KiB, tls: { certificates: [] } }
 upstream: { url: BACKEND, timeout: 2s }
 client_ip: { trusted_proxies: [] }
@@ -765,6 +766,12 @@ func TestReloadReportIsTrue(t *testing.T) {
 			after: func(t *testing.T) {
 				if code, _, _ := call(t, "GET", "http://"+a.adminAd+"/debug/pprof/", ""); code != 404 {
 					t.Errorf("pprof served after a reload: %d", code)
+				}
+			}},
+		{section: "replica", setting: "replica", from: "replica: exgate-0", to: "replica: exgate-1",
+			after: func(t *testing.T) {
+				if _, _, b := call(t, "GET", "http://"+a.adminAd+"/admin/status", ""); !strings.Contains(string(b), `"replica": "exgate-0"`) {
+					t.Errorf("the console names another replica after a reload: %.300s", b)
 				}
 			}},
 		{section: "server", setting: "server.max_header_bytes", from: "max_header_bytes: 16KiB", to: "max_header_bytes: 4KiB",

@@ -34,7 +34,8 @@
   function secs(s) { return s < 0 ? "never" : s === 0 ? "now" : s.toFixed(1) + " s"; }
 
   function renderStatus(s) {
-    document.getElementById("replica").textContent = s.replica + " · " + s.version;
+    document.getElementById("replica").textContent = "replica " + s.replica +
+      (s.host && s.host !== s.replica ? " on " + s.host : "") + " · " + s.version;
     const ready = document.getElementById("ready");
     ready.textContent = s.draining ? "draining" : s.ready ? "ready" : "not ready";
     ready.className = "badge " + (s.ready ? "ok" : "bad");
@@ -43,7 +44,7 @@
     const add = (k, v, cls) => { dl.appendChild(el("dt", k)); dl.appendChild(el("dd", v, cls)); };
     add("store", s.store.mode + (s.store.reachable ? " · reachable" : " · UNREACHABLE"), s.store.reachable ? "" : "zero");
     if (s.store.error) add("store error", s.store.error, "zero");
-    add("store fallbacks", "errors " + s.store.store_errors + " · open " + s.store.fallback_open +
+    add("store failures", "failed round trips " + s.store.store_errors + " · decided without it: open " + s.store.fallback_open +
         " · closed " + s.store.fallback_closed + " · local " + s.store.fallback_local);
     const d = s.duplicates;
     if (d) {
@@ -133,7 +134,8 @@
       if (empty.length && empty.length < tb.rows.length) empty.forEach(r => r.remove());
       else if (empty.length > 1) empty.slice(1).forEach(r => r.remove());
     }
-    document.getElementById("top-note").textContent = top.note + " · k = " + top.k;
+    document.getElementById("top-note").textContent = "replica " + top.replica + ", the last " + Math.round(w.seconds) +
+      " s (the window slides) · " + top.note + " · k = " + top.k;
   }
 
   async function inspect() {
