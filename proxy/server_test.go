@@ -121,6 +121,23 @@ func TestHTTP2ResetFloodBounded(t *testing.T) {
 	}
 }
 
+// gatewayTLS serves a gateway on the defaults in front of backend, over
+// TLS with HTTP/2, until the test ends, and returns its address and a
+// client's TLS configuration offering h2.
+func gatewayTLS(t *testing.T, backend http.Handler) (string, *tls.Config) {
+	t.Helper()
+	certs, ca := apiCertificates(t)
+	bs := httptest.NewServer(backend)
+	t.Cleanup(bs.Close)
+	cfg := config.Default()
+	cfg.Upstream.URL = config.MustURL(bs.URL)
+	gw, err := New(cfg, Options{Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return serveTLS(t, cfg, gw, nil, certs), &tls.Config{RootCAs: ca.Pool, ServerName: "api.example.test", NextProtos: []string{"h2"}}
+}
+
 // resetFlood connects to addr over TLS with ALPN h2 and sends up to n
 // HEADERS frames, each followed by RST_STREAM, then a PING. It returns the
 // error code of the server's GOAWAY (NO_ERROR when the server answered
@@ -198,18 +215,7 @@ func resetFlood(t *testing.T, addr string, tlsCfg *tls.Config, n int) (http2.Err
 // connection a new TLS handshake. The next request goes on the same
 // connection.
 func TestHTTP2RefusalKeepsConnection(t *testing.T) {
-	certs, ca := apiCertificates(t)
-	be := &backend{}
-	bs := httptest.NewServer(be)
-	t.Cleanup(bs.Close)
-	cfg := config.Default()
-	cfg.Upstream.URL = config.MustURL(bs.URL)
-	gw, err := New(cfg, Options{Logger: zap.NewNop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := serveTLS(t, cfg, gw, nil, certs)
-	tlsCfg := &tls.Config{RootCAs: ca.Pool, ServerName: "api.example.test", NextProtos: []string{"h2"}}
+	addr, tlsCfg := gatewayTLS(t, &backend{})
 	client := &http.Client{Transport: &http.Transport{TLSClientConfig: tlsCfg, ForceAttemptHTTP2: true}, Timeout: 5 * time.Second}
 	defer client.CloseIdleConnections()
 	url := "https://" + addr
@@ -299,17 +305,8 @@ func TestHTTP10ConnectionClosedAfterAnswer(t *testing.T) {
 // which keeps to the bound the server advertises, gets the same answer
 // on the same connection.
 func TestHTTP2OversizeHeaderAnswered431(t *testing.T) {
-	certs, ca := apiCertificates(t)
-	bs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) }))
-	t.Cleanup(bs.Close)
-	cfg := config.Default() // max_header_bytes: 16KiB
-	cfg.Upstream.URL = config.MustURL(bs.URL)
-	gw, err := New(cfg, Options{Logger: zap.NewNop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := serveTLS(t, cfg, gw, nil, certs)
-	tlsCfg := &tls.Config{RootCAs: ca.Pool, ServerName: "api.example.test", NextProtos: []string{"h2"}}
+	// The defaults: server.max_header_bytes 16KiB.
+	addr, tlsCfg := gatewayTLS(t, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) }))
 
 	c := dialH2(t, addr, tlsCfg)
 	big := [][2]string{}

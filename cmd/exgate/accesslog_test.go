@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -46,14 +45,7 @@ func TestAccessLogSamplingBinary(t *testing.T) {
 	if err := os.WriteFile(path, []byte(fmt.Sprintf(samplingConfig, listen, admin, backend.URL)), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(bin, "-config", path)
-	logs := newLogWatcher()
-	cmd.Stderr = logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	logs.wait(t, "exgate started", 0)
+	cmd, logs, _ := startBinary(t, bin, path)
 
 	const orders, cancels, reads = 400, 50, 100
 	base := "http://" + listen

@@ -195,3 +195,30 @@ func TestConsoleRefusesDNSRebinding(t *testing.T) {
 		t.Errorf("the console from the rebound name: %.200s, want 403 host_not_allowed", rebound)
 	}
 }
+
+// TestConsolePageSaysWhyItIsClosed: on an admin listener beyond loopback
+// without the admin token, the page still loads and says why it shows
+// nothing (the API's 403 admin_token_required), instead of drawing an
+// empty console.
+func TestConsolePageSaysWhyItIsClosed(t *testing.T) {
+	ctx := newBrowser(t, 20*time.Second)
+	a := startStackWith(t, func(c *config.Config) { c.AdminListen = "0.0.0.0:0" }, secretEnv)
+	_, port, _ := net.SplitHostPort(a.adminAd)
+	var updated string
+	for _, st := range []struct {
+		name string
+		a    chromedp.Action[chromedp.Void]
+	}{
+		{"open the page", chromedp.Navigate("http://127.0.0.1:" + port + "/")},
+		{"the refusal shown", chromedp.Poll[chromedp.Void](`document.getElementById("updated").textContent.startsWith("not updated")`,
+			chromedp.WithPollingTimeout(10*time.Second))},
+		{"read it", into(&updated, chromedp.Text(chromedp.CSS("#updated")))},
+	} {
+		if _, err := chromedp.Run(ctx, st.a); err != nil {
+			t.Fatalf("browser: %s: %v", st.name, err)
+		}
+	}
+	if !strings.Contains(updated, "no admin token is set: set EXGATE_ADMIN_TOKEN") {
+		t.Errorf("the page says %q", updated)
+	}
+}
