@@ -201,7 +201,7 @@ func TestConsoleRefusesDNSRebinding(t *testing.T) {
 // nothing (the API's 403 admin_token_required), instead of drawing an
 // empty console.
 func TestConsolePageSaysWhyItIsClosed(t *testing.T) {
-	ctx := newBrowser(t, 20*time.Second)
+	ctx := newBrowser(t, 3*time.Minute)
 	a := startStackWith(t, func(c *config.Config) { c.AdminListen = "0.0.0.0:0" }, secretEnv)
 	_, port, _ := net.SplitHostPort(a.adminAd)
 	var updated string
@@ -211,7 +211,7 @@ func TestConsolePageSaysWhyItIsClosed(t *testing.T) {
 	}{
 		{"open the page", chromedp.Navigate("http://127.0.0.1:" + port + "/")},
 		{"the refusal shown", chromedp.Poll[chromedp.Void](`document.getElementById("updated").textContent.startsWith("not updated")`,
-			chromedp.WithPollingTimeout(10*time.Second))},
+			chromedp.WithPollingTimeout(time.Minute))},
 		{"read it", into(&updated, chromedp.Text(chromedp.CSS("#updated")))},
 	} {
 		if _, err := chromedp.Run(ctx, st.a); err != nil {
