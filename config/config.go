@@ -82,6 +82,9 @@ type Config struct {
 	Identity Identity `yaml:"identity" reload:"restart"`
 	// Log configures logging.
 	Log Log `yaml:"log" reload:"restart"`
+	// Tracing configures OpenTelemetry spans exported over OTLP; off by
+	// default. The OTEL_* variables override it.
+	Tracing Tracing `yaml:"tracing" reload:"restart"`
 	// Overload bounds the requests under way at the backend and sheds
 	// the least important first when it is full.
 	Overload Overload `yaml:"overload" reload:"live"`
@@ -114,6 +117,7 @@ func Default() *Config {
 		Idempotency:    DefaultIdempotency(),
 		Identity:       DefaultIdentity(),
 		Log:            DefaultLog(),
+		Tracing:        DefaultTracing(),
 		Overload:       DefaultOverload(),
 		Routes:         DefaultRoutes(),
 	}
@@ -143,6 +147,7 @@ func (c *Config) validate(col *collector) {
 	c.ClientIP.check(col, "client_ip")
 	c.Limiter.check(col, "limiter")
 	c.Log.check(col, "log")
+	c.Tracing.check(col, "tracing")
 	c.Validation.check(col, "validation")
 	c.Idempotency.check(col, "idempotency")
 	c.Identity.check(col, "identity")

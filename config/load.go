@@ -99,6 +99,7 @@ func parse(name string, data []byte, getenv func(string) (string, bool)) (*Confi
 	}
 	e := &envApplier{getenv: getenv, col: col, src: src}
 	e.walk(reflect.ValueOf(c).Elem(), "", "EXGATE")
+	c.Tracing.applyOTelEnv(getenv, col, src)
 	checkRemovedEnv(getenv, col)
 
 	col.startChecks(src)

@@ -138,6 +138,18 @@ var reloadModes = map[string]string{
 	"validation.max_body_bytes":           ReloadLive,
 	"validation.quotes":                   ReloadLive,
 	"validation.unknown_fields":           ReloadLive,
+	"tracing.exporter":                    ReloadRestart,
+	"tracing.protocol":                    ReloadRestart,
+	"tracing.endpoint":                    ReloadRestart,
+	"tracing.sampler":                     ReloadRestart,
+	"tracing.sampler_arg":                 ReloadRestart,
+	"tracing.service_name":                ReloadRestart,
+	"tracing.resource_attributes":         ReloadRestart,
+	"tracing.trust_incoming":              ReloadRestart,
+	"tracing.max_queue_size":              ReloadRestart,
+	"tracing.max_export_batch_size":       ReloadRestart,
+	"tracing.batch_timeout":               ReloadRestart,
+	"tracing.export_timeout":              ReloadRestart,
 }
 
 func TestReloadModes(t *testing.T) {

@@ -301,6 +301,13 @@ func gathered(t *testing.T) []*dto.MetricFamily {
 	edge.SetCertNotAfter(time.Now())
 	edge.ProxyRefused(metrics.ProxyMissing)
 	edge.HTTP2Error("conn_ENHANCE_YOUR_CALM_too_many_early_resets")
+	tr, err := metrics.NewTracing(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr.Exported(3)
+	tr.Dropped("queue_full", 1)
+	tr.Dropped("export_failed", 2)
 	r := m.Route("place_order")
 	r.ObserveRequest("POST", 201, time.Millisecond)
 	r.ObserveUpstream(time.Millisecond)
@@ -326,10 +333,10 @@ func gathered(t *testing.T) []*dto.MetricFamily {
 	for _, mf := range mfs {
 		names = append(names, mf.GetName())
 	}
-	want := append(append(metrics.Names(), metrics.DuplicateStoreNames()...), metrics.EdgeNames()...)
+	want := slices.Concat(metrics.Names(), metrics.DuplicateStoreNames(), metrics.EdgeNames(), metrics.TracingNames())
 	slices.Sort(want)
 	if !slices.Equal(names, want) {
-		t.Fatalf("gathered families %v differ from metrics.Names() and DuplicateStoreNames() %v", names, want)
+		t.Fatalf("gathered families %v differ from metrics.Names(), DuplicateStoreNames(), EdgeNames() and TracingNames() %v", names, want)
 	}
 	return mfs
 }

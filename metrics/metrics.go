@@ -389,12 +389,15 @@ func descName(d *prometheus.Desc) (string, error) {
 }
 
 // Handler returns the /metrics handler for g (normally the
-// *prometheus.Registry passed to New): the text exposition format, errors
+// *prometheus.Registry passed to New): the text exposition format, or
+// OpenMetrics to a scraper that asks for it (the request durations'
+// trace-id exemplars are shown only there), errors
 // in single collectors served around rather than failing the scrape, at
 // most 4 concurrent scrapes and a 10 s bound per scrape.
 func Handler(g prometheus.Gatherer) http.Handler {
 	return promhttp.HandlerFor(g, promhttp.HandlerOpts{
 		ErrorHandling:       promhttp.ContinueOnError,
+		EnableOpenMetrics:   true,
 		MaxRequestsInFlight: 4,
 		Timeout:             10 * time.Second,
 	})

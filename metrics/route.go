@@ -1,6 +1,7 @@
 package metrics
 
 import (
+	"encoding/hex"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -242,4 +243,34 @@ func codeLabel(code int) string {
 		return "000"
 	}
 	return strconv.Itoa(code)
+}
+
+// ObserveRequestTraced is ObserveRequest for a sampled request: its
+// duration carries the request's trace id as an exemplar (OpenMetrics),
+// so that a latency spike on a dashboard links to a trace.
+func (r *RouteMetrics) ObserveRequestTraced(method string, code int, d time.Duration, traceID [16]byte) {
+	if r == nil {
+		return
+	}
+	r.requestCounter(methodIndex(method), code).Inc()
+	observeTraced(r.duration, d, traceID)
+}
+
+// ObserveUpstreamTraced is ObserveUpstream for a sampled request, with
+// its trace id as an exemplar.
+func (r *RouteMetrics) ObserveUpstreamTraced(d time.Duration, traceID [16]byte) {
+	if r == nil {
+		return
+	}
+	observeTraced(r.upstreamDuration, d, traceID)
+}
+
+// observeTraced observes d with the exemplar {trace_id="<32 hex digits>"}.
+func observeTraced(o prometheus.Observer, d time.Duration, traceID [16]byte) {
+	eo, ok := o.(prometheus.ExemplarObserver)
+	if !ok {
+		o.Observe(d.Seconds())
+		return
+	}
+	eo.ObserveWithExemplar(d.Seconds(), prometheus.Labels{"trace_id": hex.EncodeToString(traceID[:])})
 }

@@ -123,6 +123,7 @@ func (g *Gateway) mountConsole(mux *http.ServeMux, o ConsoleOptions, rc *readine
 	mux.Handle("GET /admin/inspect", access.api(http.HandlerFunc(c.inspect)))
 	mux.Handle("POST /admin/inspect", access.api(http.HandlerFunc(c.inspect)))
 	mux.Handle("POST /admin/reset", access.api(http.HandlerFunc(c.reset)))
+	mux.Handle("GET /admin/refusals", access.api(http.HandlerFunc(c.refusalsList)))
 	mux.Handle("GET /{$}", access.page(pageHandler()))
 	mux.Handle("GET /console/", access.page(pageHandler()))
 }

@@ -138,6 +138,9 @@ func (g *Gateway) admitEarly(st *requestState, r *http.Request, pl *plan) *apier
 	if g.admission.Admit(c, overload.Client(st.client)) {
 		return nil
 	}
+	if st.rec {
+		g.traceAdmission(st, c, "shed_on_arrival", 0)
+	}
 	st.route.admission.metrics[c].Shed()
 	g.holdShed(st, r, pl)
 	return pl.admission.errShed
@@ -175,12 +178,18 @@ func (g *Gateway) admit(st *requestState, r *http.Request, pl *plan) *apierror.E
 		return nil
 	}
 	if !a.takeRoute(st.client) {
+		if st.rec {
+			g.traceAdmission(st, c, "shed_route_full", 0)
+		}
 		return g.shed(st, r, pl, c)
 	}
 	st.routeSlot = a
 	ok, waited := g.admission.Acquire(r.Context(), c, overload.Client(st.client))
 	if waited > 0 {
 		a.metrics[c].Queued(waited)
+	}
+	if st.rec {
+		g.traceAdmission(st, c, admissionResult(ok, r), waited)
 	}
 	if !ok {
 		g.releaseRouteSlot(st)

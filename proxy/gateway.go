@@ -18,6 +18,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
@@ -82,6 +85,11 @@ type Options struct {
 	// Top counts requests and refusals of limited routes by identity and
 	// client address for the admin console. Nil means none.
 	Top *topk.Tracker
+	// Tracer starts each request's spans (tracing.Provider.Tracer); whose
+	// trace context a request continues is tracing.trust_incoming. Nil
+	// means tracing is off: no span is started, no trace context read, and
+	// a client's traceparent reaches the backend untouched.
+	Tracer trace.Tracer
 }
 
 // Gateway is the traffic handler: it answers bad requests itself and
@@ -118,6 +126,14 @@ type Gateway struct {
 	admission    *overload.Limiter
 	draining     atomic.Bool
 	pool         sync.Pool // *requestState
+	// tracer starts the requests' spans; nil when tracing is off
+	// (trace.go).
+	tracer       trace.Tracer
+	propagator   propagation.TextMapPropagator
+	trust        uint8              // tracing.trust_incoming
+	upstreamHost attribute.KeyValue // server.address of the backend call
+	upstreamPort attribute.KeyValue // server.port of the backend call
+	refusals     *recentRefusals    // the sampled refusals the console lists
 }
 
 // New builds a Gateway from a validated configuration.
@@ -144,6 +160,7 @@ func New(cfg *config.Config, opts Options) (*Gateway, error) {
 		maxHeader:   int64(cfg.Server.MaxHeaderBytes),
 		maxBody:     int64(cfg.Server.MaxBodyBytes),
 		checkIDs:    cfg.Upstream.CheckResponseID,
+		tracer:      opts.Tracer,
 	}
 	if g.log == nil {
 		g.log = zap.NewNop()
@@ -190,6 +207,7 @@ func New(cfg *config.Config, opts Options) (*Gateway, error) {
 		ErrorLog:       zap.NewStdLog(g.log.Named("reverseproxy")),
 	}
 	g.pool.New = func() any { return new(requestState) }
+	g.setTracing(cfg)
 	return g, nil
 }
 
@@ -219,6 +237,9 @@ func (g *Gateway) newPlan(cfg *config.Config, rules *limiter.Rules, v *validate.
 		}
 		r.limits = rules.Route(r.Name)
 		r.metrics = g.metrics.Route(r.Name)
+		if g.tracer != nil {
+			r.trace = newRouteTrace(r)
+		}
 		g.compileAdmission(r)
 		if g.metrics == nil || !r.limits.Limited() {
 			continue
@@ -304,6 +325,9 @@ type requestState struct {
 	code       string          // the code of exgate's own error answer (refuse), or ""
 	authFailed string          // why a 401 refused the request's credentials (the access log's auth_failure), or ""
 	replayed   bool            // the answer is an order's recorded response, replayed
+	span       trace.Span      // the server span, while tracing is on (trace.go)
+	rec        bool            // span records: the request is sampled
+	upSpan     trace.Span      // the backend call's client span, when recording
 }
 
 // evidence reports whether the request's access log line must survive
@@ -444,6 +468,10 @@ func (g *Gateway) observeUpstream(st *requestState) {
 	st.upDone = true
 	st.upEnd = g.now()
 	st.upDur = st.upEnd.Sub(st.upStart)
+	if st.rec {
+		st.route.metrics.ObserveUpstreamTraced(st.upDur, st.span.SpanContext().TraceID())
+		return
+	}
 	st.route.metrics.ObserveUpstream(st.upDur)
 }
 
@@ -492,6 +520,9 @@ func (g *Gateway) end(st *requestState, r *http.Request, extra ...zap.Field) {
 	g.budget.give(st.client, st.buffered)
 	g.observe(st, r)
 	g.logAccess(st, r, extra...)
+	if st.rec {
+		g.endSpans(st, r, g.now())
+	}
 }
 
 // observe records the request in the metrics.
@@ -503,6 +534,10 @@ func (g *Gateway) observe(st *requestState, r *http.Request) {
 	rm := g.unrouted
 	if st.route != nil {
 		rm = st.route.metrics
+	}
+	if st.rec {
+		rm.ObserveRequestTraced(r.Method, st.rw.status, g.now().Sub(st.start), st.span.SpanContext().TraceID())
+		return
 	}
 	rm.ObserveRequest(r.Method, st.rw.status, g.now().Sub(st.start))
 }
@@ -523,7 +558,7 @@ func (g *Gateway) logAccess(st *requestState, r *http.Request, extra ...zap.Fiel
 	if st.route != nil {
 		route = st.route.Name
 	}
-	fields := make([]zap.Field, 0, 21+len(extra))
+	fields := make([]zap.Field, 0, 23+len(extra))
 	fields = append(fields,
 		zap.String("request_id", st.id),
 		zap.String("route", route),
@@ -568,6 +603,9 @@ func (g *Gateway) logAccess(st *requestState, r *http.Request, extra ...zap.Fiel
 	if st.upErr != nil {
 		fields = append(fields, zap.NamedError("upstream_error", st.upErr))
 	}
+	if st.span != nil {
+		fields = traceFields(fields, st)
+	}
 	ce.Write(append(fields, extra...)...)
 }
 
@@ -575,11 +613,12 @@ func (g *Gateway) logAccess(st *requestState, r *http.Request, extra ...zap.Fiel
 const maxUserAgent = 256
 
 // userAgent is the user agent as the access log writes it: at most
-// maxUserAgent bytes, and never the request's bearer token, should a
-// client have put it there.
+// maxUserAgent bytes, and never a token of the request's Authorization
+// headers (all of them: a request may send two, and is refused for it),
+// should a client have put it there.
 func userAgent(ua string, r *http.Request) string {
-	if auth := r.Header["Authorization"]; len(auth) > 0 {
-		if _, t, ok := strings.Cut(auth[0], " "); ok && len(t) >= 8 && strings.Contains(ua, t) {
+	for _, auth := range r.Header["Authorization"] {
+		if _, t, ok := strings.Cut(auth, " "); ok && len(t) >= 8 && strings.Contains(ua, t) {
 			ua = strings.ReplaceAll(ua, t, "[token]")
 		}
 	}

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"net/http"
+	"time"
 
 	"github.com/exgate/exgate/apierror"
 	"github.com/exgate/exgate/limiter"
@@ -23,7 +24,14 @@ func (g *Gateway) enforceLimits(st *requestState, r *http.Request, pl *plan, rt 
 	}
 	req := st.limitRequest()
 	req.Cost, req.Claim = cost, claim
+	var t0 time.Time
+	if st.rec {
+		t0 = g.now()
+	}
 	g.limits.Decide(r.Context(), rt.limits, req, &st.decision)
+	if st.rec {
+		g.traceLimits(st, rt, cost, t0, false)
+	}
 	return g.limitAnswer(st, pl, rt, cost)
 }
 
@@ -38,6 +46,9 @@ func (g *Gateway) refusedFromCache(st *requestState, r *http.Request, pl *plan) 
 	g.limits.Decide(r.Context(), st.route.limits, req, &st.decision)
 	if st.decision.Undecided || st.decision.Allowed {
 		return nil
+	}
+	if st.rec {
+		g.traceLimits(st, st.route, 1, time.Time{}, true)
 	}
 	return g.limitAnswer(st, pl, st.route, 1)
 }

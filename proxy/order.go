@@ -202,6 +202,9 @@ func (g *Gateway) countInvalid(st *requestState, e *apierror.Error) {
 // charged is given back before the answer (a claim that rode with the
 // limits charged nothing in the first place).
 func (g *Gateway) answerClaim(st *requestState, r *http.Request, pl *plan, claim idempotency.Claim, err error) *apierror.Error {
+	if st.rec {
+		g.traceClaim(st, claim.Outcome, err)
+	}
 	if err != nil || claim.Outcome != idempotency.Claimed {
 		g.refundLimits(st, r, pl)
 	}

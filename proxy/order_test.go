@@ -51,9 +51,10 @@ func startOrdersStore(t *testing.T, handler http.HandlerFunc, set func(*idempote
 }
 
 // startOrdersWith is startOrdersStore with duplicate protection's store
-// made by idem from the configuration's options.
+// made by idem from the configuration's options, and the gateway's
+// options changed by each of extra.
 func startOrdersWith(t *testing.T, handler http.HandlerFunc, mut func(*config.Config), store ratelimit.Limiter,
-	m *metrics.Metrics, idem func(idempotency.Options) idempotency.Store) *env {
+	m *metrics.Metrics, idem func(idempotency.Options) idempotency.Store, extra ...func(*Options)) *env {
 	t.Helper()
 	be := &backend{handler: handler}
 	bs := httptest.NewServer(be)
@@ -82,7 +83,11 @@ func startOrdersWith(t *testing.T, handler http.HandlerFunc, mut func(*config.Co
 	}
 	k, _ := limiter.NewKeyer([]byte(testKeySecret))
 	enf, _ := limiter.NewEnforcer(limiter.EnforcerOptions{Store: store, Keyer: k})
-	return serve(t, cfg, be, Options{Limits: enf, Validator: v, Idempotency: idem(idempotency.OptionsFrom(cfg.Idempotency)), Metrics: m})
+	opts := Options{Limits: enf, Validator: v, Idempotency: idem(idempotency.OptionsFrom(cfg.Idempotency)), Metrics: m}
+	for _, f := range extra {
+		f(&opts)
+	}
+	return serve(t, cfg, be, opts)
 }
 
 func postOrder(t *testing.T, e *env, body string, header ...string) *http.Response {

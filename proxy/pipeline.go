@@ -18,6 +18,9 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	*st = requestState{g: g, start: g.now(), clientCx: r.Context()}
 	st.rw = respWriter{ResponseWriter: w, st: st}
 	defer g.finish(st, r)
+	if g.tracer != nil {
+		g.startSpan(st, r)
+	}
 
 	pl := g.plan.Load()
 	st.plan = pl
@@ -30,7 +33,11 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		g.refuse(st, r, e)
 		return
 	}
-	if e := g.authenticate(st, r); e != nil {
+	e := g.authenticate(st, r)
+	if st.rec {
+		g.traceAuth(st, e)
+	}
+	if e != nil {
 		g.refuse(st, r, e)
 		return
 	}
@@ -128,6 +135,9 @@ func (g *Gateway) refuse(st *requestState, r *http.Request, e *apierror.Error) {
 	}
 	if !st.bodyTaken && r.ContentLength < 0 && r.Body != nil && r.Body != http.NoBody {
 		closeAfterAnswer(st.rw.Header(), r)
+	}
+	if st.rec {
+		g.traceRefusal(st, e)
 	}
 	st.code = e.Code
 	WriteError(&st.rw, st.id, e)
@@ -268,5 +278,8 @@ func (g *Gateway) forward(st *requestState, r *http.Request) {
 	st.upStart = g.now()
 	ctx, cancel := context.WithTimeout(parent, st.route.Timeout)
 	defer cancel()
+	if st.span != nil {
+		g.startUpstreamSpan(st, r, ctx)
+	}
 	g.rp.ServeHTTP(&st.rw, r.WithContext(ctx))
 }

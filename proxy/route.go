@@ -28,6 +28,7 @@ type Route struct {
 	limitMetrics []map[string]*metrics.LimitMetrics // by limit index, then tier ("" for none)
 	admission    *routeAdmission                    // class and in-flight cap under overload
 	evidence     bool                               // orders and cancels: the access log never samples them
+	trace        routeTrace                         // what its spans say of it, while tracing is on
 
 	method   string    // "" for any known method
 	segs     []segment // nil for the default route

@@ -24,6 +24,7 @@ import (
 	"github.com/exgate/exgate/proxy"
 	"github.com/exgate/exgate/sim"
 	"github.com/exgate/exgate/topk"
+	"github.com/exgate/exgate/tracing"
 	"github.com/exgate/exgate/validate"
 )
 
@@ -46,6 +47,9 @@ type deps struct {
 	// reg receives exgate's metrics, served on the admin listener's
 	// /metrics. Nil means a new registry.
 	reg *prometheus.Registry
+	// spanExporter replaces the OTLP exporter of tracing (tests). Nil
+	// means the one the configuration names.
+	spanExporter spanExporter
 }
 
 // app is a started gateway: listeners bound and serving.
@@ -79,9 +83,13 @@ type app struct {
 	adminAd     string       // bound admin address
 	backAddr    string       // dev backend address
 	edge        *metrics.Edge
-	certs       *proxy.Certificates // nil without TLS
-	stopTLS     context.CancelFunc  // stops the certificate watch
-	errc        chan error
+	// traces is the tracer provider, nil while tracing is off;
+	// traceMetrics counts its spans.
+	traces       *tracing.Provider
+	traceMetrics *metrics.Tracing
+	certs        *proxy.Certificates // nil without TLS
+	stopTLS      context.CancelFunc  // stops the certificate watch
+	errc         chan error
 }
 
 // start binds every listener and starts serving. It wires the parts of
@@ -129,6 +137,9 @@ func newApp(cfg *config.Config, d deps) (*app, error) {
 	if a.edge, err = metrics.NewEdge(d.reg); err != nil {
 		return nil, err
 	}
+	if a.traceMetrics, err = metrics.NewTracing(d.reg); err != nil {
+		return nil, err
+	}
 	return a, nil
 }
 
@@ -171,6 +182,12 @@ func (a *app) wire(cfg *config.Config) error {
 		Limits: a.limits.Enforcer, Rules: limiter.Compile(cfg, tokens).WithUsers(users), Metrics: a.metrics,
 		Validator: validator, Verifier: verifier, Top: a.top,
 	}
+	if err := a.startTracing(cfg); err != nil {
+		return err
+	}
+	if a.traces != nil {
+		opts.Tracer = a.traces.Tracer()
+	}
 	if cfg.ProtectsDuplicates() {
 		if opts.Idempotency, err = a.openDuplicateStore(files); err != nil {
 			return err
@@ -193,6 +210,7 @@ func (a *app) wire(cfg *config.Config) error {
 		zap.String("limiter", a.limits.Kind), zap.Int("tier_tokens", len(tokens)), zap.Int("tier_users", len(users)),
 		zap.Bool("verify_tokens", verifier != nil),
 		zap.Bool("tls", a.certs != nil), zap.Int("proxy_protocol_peers", len(cfg.Server.ProxyProtocol.TrustedPeers)),
+		zap.Bool("tracing", a.traces != nil),
 		zap.String("version", versionString()))
 	a.warnUnsafeDefaults()
 	return nil
@@ -381,6 +399,7 @@ func (a *app) stopParts() {
 	if a.backend != nil {
 		_ = a.backend.Close()
 	}
+	a.stopTracing(time.Second)
 	a.closeStores()
 }
 
@@ -462,6 +481,11 @@ func (a *app) shutdown() error {
 	if a.stopID != nil {
 		a.stopID()
 	}
+	a.stopTracing(tracingFlushTimeout)
 	a.closeStores()
 	return err
 }
+
+// tracingFlushTimeout bounds the export of the spans still queued at
+// shutdown: a collector that is down must not hold the process.
+const tracingFlushTimeout = 5 * time.Second

@@ -526,6 +526,7 @@ validation:
 idempotency: { enabled: true }
 identity: { verify: false }
 log: { access: false, level: info }
+tracing: { sampler: parentbased_always_on }
 overload: { fixed_limit: 0, max_wait: { market_data: 5ms } }
 cors: { allowed_origins: [] }
 routes:
@@ -827,6 +828,7 @@ func TestReloadReportIsTrue(t *testing.T) {
 			before: placedTwice("before-reload"), after: placedTwice("after-reload")},
 		{section: "identity", setting: "identity.jwt.leeway", from: "identity: { verify: false }", to: "identity: { verify: false, jwt: { leeway: 1m } }"},
 		{section: "log", setting: "log.level", from: "level: info", to: "level: debug"},
+		{section: "tracing", setting: "tracing.sampler", from: "sampler: parentbased_always_on", to: "sampler: always_off"},
 		{section: "overload", setting: "overload.fixed_limit", from: "fixed_limit: 0", to: "fixed_limit: 1", live: true,
 			before: func(t *testing.T) {
 				if got := concurrentSlow(t); got[0] != 200 || got[1] != 200 {

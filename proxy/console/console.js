@@ -138,6 +138,20 @@
       " s (the window slides) · " + top.note + " · k = " + top.k;
   }
 
+  // renderRefusals lists exgate's last refusals of sampled requests: the
+  // trace id is what to search for in the tracing backend.
+  function renderRefusals(b) {
+    const tb = document.querySelector("#refusals tbody");
+    tb.replaceChildren();
+    for (const r of b.refusals) {
+      row(tb, [new Date(r.time).toLocaleTimeString(), r.route, r.method, r.status, r.code,
+        el("span", r.request_id, "id"), el("span", r.trace_id, "id")]);
+    }
+    if (b.refusals.length === 0) {
+      row(tb, ["—", "", "", "", "", "", b.tracing ? "no sampled request refused yet" : "tracing is off (tracing.exporter)"]);
+    }
+  }
+
   async function inspect() {
     const kind = document.getElementById("inspect-kind").value;
     const id = document.getElementById("inspect-id").value.trim();
@@ -158,10 +172,11 @@
 
   async function refresh() {
     try {
-      const [s, t] = await Promise.all([api("/admin/status"), api("/admin/top")]);
+      const [s, t, rf] = await Promise.all([api("/admin/status"), api("/admin/top"), api("/admin/refusals")]);
       top = t;
       renderStatus(s);
       renderTop();
+      renderRefusals(rf);
       document.getElementById("updated").textContent = "updated " + new Date().toLocaleTimeString();
     } catch (e) {
       document.getElementById("updated").textContent = "not updated: " + e.message;

@@ -1,0 +1,652 @@
+package proxy
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/exgate/exgate/config"
+	"github.com/exgate/exgate/idempotency"
+	"github.com/exgate/exgate/metrics"
+	"github.com/exgate/exgate/ratelimit"
+)
+
+// spans is an in-memory span recorder with the sampler the test names.
+type spans struct {
+	rec *tracetest.SpanRecorder
+	tp  *sdktrace.TracerProvider
+}
+
+func newSpans(t *testing.T, sampler sdktrace.Sampler) *spans {
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec), sdktrace.WithSampler(sampler))
+	t.Cleanup(func() { _ = tp.Shutdown(t.Context()) })
+	return &spans{rec: rec, tp: tp}
+}
+
+func (s *spans) tracer() trace.Tracer { return s.tp.Tracer("test") }
+
+// traced gives a gateway's options the tracer of s.
+func (s *spans) traced(o *Options) { o.Tracer = s.tracer() }
+
+// memoryClaims is duplicate protection in memory.
+func memoryClaims(o idempotency.Options) idempotency.Store { return idempotency.NewMemory(o) }
+
+// ended returns the ended spans; a server span ends after its answer is
+// written, so it waits until want spans have ended.
+func (s *spans) ended(t *testing.T, want int) []sdktrace.ReadOnlySpan {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		got := s.rec.Ended()
+		if len(got) >= want || time.Now().After(deadline) {
+			if len(got) != want {
+				t.Fatalf("%d spans ended, want %d: %v", len(got), want, names(got))
+			}
+			return got
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// server returns the one server span of ss.
+func server(t *testing.T, ss []sdktrace.ReadOnlySpan) sdktrace.ReadOnlySpan {
+	t.Helper()
+	for _, s := range ss {
+		if s.SpanKind() == trace.SpanKindServer {
+			return s
+		}
+	}
+	t.Fatalf("no server span among %v", names(ss))
+	return nil
+}
+
+// kind returns the span of ss of kind k, or nil.
+func kind(ss []sdktrace.ReadOnlySpan, k trace.SpanKind) sdktrace.ReadOnlySpan {
+	for _, s := range ss {
+		if s.SpanKind() == k {
+			return s
+		}
+	}
+	return nil
+}
+
+func names(ss []sdktrace.ReadOnlySpan) []string {
+	var out []string
+	for _, s := range ss {
+		out = append(out, s.Name())
+	}
+	return out
+}
+
+// attr returns the value of attribute k of attrs, as a string, and
+// whether it is set.
+func attr(attrs []attribute.KeyValue, k string) (string, bool) {
+	for _, a := range attrs {
+		if string(a.Key) == k {
+			return a.Value.Emit(), true
+		}
+	}
+	return "", false
+}
+
+// event returns the event named name of s, or fails.
+func event(t *testing.T, s sdktrace.ReadOnlySpan, name string) sdktrace.Event {
+	t.Helper()
+	for _, e := range s.Events() {
+		if e.Name == name {
+			return e
+		}
+	}
+	t.Fatalf("span %q has no event %q: %v", s.Name(), name, s.Events())
+	return sdktrace.Event{}
+}
+
+const clientTraceparent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+
+// TestTraceParentage: a trusted client's context is the server span's
+// parent, the server span the backend call's, and the backend receives
+// the backend call's span as its parent, with the client's tracestate.
+func TestTraceParentage(t *testing.T) {
+	sp := newSpans(t, sdktrace.ParentBased(sdktrace.NeverSample()))
+	be := &backend{}
+	bs := httptest.NewServer(be)
+	t.Cleanup(bs.Close)
+	cfg := config.Default()
+	cfg.Upstream.URL = config.MustURL(bs.URL)
+	cfg.Tracing.TrustIncoming = config.TraceTrustAlways
+	e := serve(t, cfg, be, Options{Tracer: sp.tracer()})
+
+	res := do(t, "GET", e.url+"/api/v1/mth/orderbook/BTC_USDT/", nil,
+		"Traceparent", clientTraceparent, "Tracestate", "vendor=abc")
+	io.Copy(io.Discard, res.Body)
+	res.Body.Close()
+	ss := sp.ended(t, 2)
+	srv, cli := server(t, ss), kind(ss, trace.SpanKindClient)
+	if cli == nil {
+		t.Fatal("no client span of the backend call")
+	}
+	in, _ := trace.TraceIDFromHex("0af7651916cd43dd8448eb211c80319c")
+	if srv.SpanContext().TraceID() != in || srv.Parent().SpanID().String() != "b7ad6b7169203331" || !srv.Parent().IsRemote() {
+		t.Errorf("server span %v has parent %v, want the client's span", srv.SpanContext(), srv.Parent())
+	}
+	if cli.Parent().SpanID() != srv.SpanContext().SpanID() || cli.SpanContext().TraceID() != in {
+		t.Errorf("client span's parent %v, want the server span %v", cli.Parent().SpanID(), srv.SpanContext().SpanID())
+	}
+	got := propagation.TraceContext{}.Extract(t.Context(), propagation.HeaderCarrier(e.backend.last(t).Header))
+	sc := trace.SpanContextFromContext(got)
+	if sc.TraceID() != in || sc.SpanID() != cli.SpanContext().SpanID() || !sc.IsSampled() {
+		t.Errorf("backend's traceparent %q, want exgate's client span %v sampled", e.backend.last(t).Header.Get("Traceparent"), cli.SpanContext().SpanID())
+	}
+	if ts := e.backend.last(t).Header.Get("Tracestate"); ts != "vendor=abc" {
+		t.Errorf("backend's tracestate %q, want the trusted client's vendor=abc", ts)
+	}
+	if srv.Name() != "GET /api/v1/mth/orderbook/{symbol}/" || cli.Name() != srv.Name() {
+		t.Errorf("span names %q and %q, want GET and the route's pattern", srv.Name(), cli.Name())
+	}
+	want := map[string]string{"http.request.method": "GET", "http.route": "/api/v1/mth/orderbook/{symbol}/",
+		"http.response.status_code": "200", "exgate.route": "order_book", "url.scheme": "http",
+		"network.protocol.version": "1.1", "client.address": "127.0.0.1", "exgate.trace.incoming_trusted": "true"}
+	for k, v := range want {
+		if got, _ := attr(srv.Attributes(), k); got != v {
+			t.Errorf("server span %s = %q, want %q", k, got, v)
+		}
+	}
+	if got, _ := attr(cli.Attributes(), "http.response.status_code"); got != "200" {
+		t.Errorf("client span status %q, want 200", got)
+	}
+	if got, _ := attr(cli.Attributes(), "server.address"); got != "127.0.0.1" {
+		t.Errorf("client span server.address %q, want the backend's 127.0.0.1", got)
+	}
+	if srv.Status().Code != codes.Unset {
+		t.Errorf("server span status %v, want unset for a 200", srv.Status())
+	}
+}
+
+// TestTraceUntrustedClient: a client's trace context from a peer
+// trust_incoming does not trust starts no trace of the client's choosing:
+// exgate's span is a root (linked to the client's), sampled by exgate's
+// sampler alone, and the backend gets exgate's context, without the
+// client's tracestate.
+func TestTraceUntrustedClient(t *testing.T) {
+	for _, tc := range []struct {
+		name, trust string
+		proxies     []string
+		trusted     bool
+	}{
+		{"never", config.TraceTrustNever, nil, false},
+		{"trusted_proxies, peer not one", config.TraceTrustProxies, []string{"10.0.0.0/8"}, false},
+		{"trusted_proxies, peer one", config.TraceTrustProxies, []string{"127.0.0.1/32"}, true},
+		{"always", config.TraceTrustAlways, nil, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			// Exgate's own sampler samples nothing: a trace recorded is
+			// one the client chose.
+			sp := newSpans(t, sdktrace.ParentBased(sdktrace.NeverSample()))
+			be := &backend{}
+			bs := httptest.NewServer(be)
+			t.Cleanup(bs.Close)
+			cfg := config.Default()
+			cfg.Upstream.URL = config.MustURL(bs.URL)
+			cfg.Tracing.TrustIncoming = tc.trust
+			for _, p := range tc.proxies {
+				cfg.ClientIP.TrustedProxies = append(cfg.ClientIP.TrustedProxies, config.Prefix{Prefix: mustPrefix(p)})
+			}
+			e := serve(t, cfg, be, Options{Tracer: sp.tracer()})
+			res := do(t, "GET", e.url+"/api/v1/mkt/tickers/", nil, "Traceparent", clientTraceparent, "Tracestate", "vendor=abc")
+			res.Body.Close()
+			up := e.backend.last(t).Header
+			sc := trace.SpanContextFromContext(propagation.TraceContext{}.Extract(t.Context(), propagation.HeaderCarrier(up)))
+			if !tc.trusted {
+				if sc.TraceID().String() == "0af7651916cd43dd8448eb211c80319c" || sc.IsSampled() || !sc.IsValid() {
+					t.Errorf("backend got traceparent %q, want exgate's own trace, not sampled", up.Get("Traceparent"))
+				}
+				if up.Get("Tracestate") != "" {
+					t.Errorf("backend got the untrusted client's tracestate %q", up.Get("Tracestate"))
+				}
+				if n := len(sp.rec.Ended()); n != 0 {
+					t.Errorf("%d spans recorded: an untrusted client chose to be sampled", n)
+				}
+				return
+			}
+			if sc.TraceID().String() != "0af7651916cd43dd8448eb211c80319c" || !sc.IsSampled() {
+				t.Errorf("backend got traceparent %q, want the trusted client's trace, sampled", up.Get("Traceparent"))
+			}
+			sp.ended(t, 2)
+		})
+	}
+	t.Run("untrusted and sampled by exgate: linked", func(t *testing.T) {
+		sp := newSpans(t, sdktrace.AlwaysSample())
+		e := startTraced(t, sp, nil)
+		res := do(t, "GET", e.url+"/api/v1/mkt/tickers/", nil, "Traceparent", clientTraceparent)
+		res.Body.Close()
+		srv := server(t, sp.ended(t, 2))
+		if srv.Parent().IsValid() || len(srv.Links()) != 1 || srv.Links()[0].SpanContext.TraceID().String() != "0af7651916cd43dd8448eb211c80319c" {
+			t.Errorf("server span parent %v links %v, want a root linked to the client's context", srv.Parent(), srv.Links())
+		}
+	})
+}
+
+// startTraced is startEnv with the tracer of sp.
+func startTraced(t *testing.T, sp *spans, mut func(*config.Config)) *env {
+	t.Helper()
+	be := &backend{}
+	bs := httptest.NewServer(be)
+	t.Cleanup(bs.Close)
+	cfg := config.Default()
+	cfg.Upstream.URL = config.MustURL(bs.URL)
+	if mut != nil {
+		mut(cfg)
+	}
+	return serve(t, cfg, be, Options{Tracer: sp.tracer()})
+}
+
+// TestTracingOffPassesTraceContextUntouched: without a tracer the
+// client's traceparent and tracestate reach the backend as sent.
+func TestTracingOffPassesTraceContextUntouched(t *testing.T) {
+	e := startEnv(t, nil)
+	res := do(t, "GET", e.url+"/api/v1/mkt/tickers/", nil, "Traceparent", clientTraceparent, "Tracestate", "vendor=abc")
+	res.Body.Close()
+	h := e.backend.last(t).Header
+	if h.Get("Traceparent") != clientTraceparent || h.Get("Tracestate") != "vendor=abc" {
+		t.Errorf("backend got traceparent %q tracestate %q, want the client's untouched", h.Get("Traceparent"), h.Get("Tracestate"))
+	}
+	for _, le := range e.logs.FilterMessage("request").All() {
+		if _, ok := le.ContextMap()["trace_id"]; ok {
+			t.Errorf("access log line has a trace_id with tracing off: %v", le.ContextMap())
+		}
+	}
+}
+
+// TestTraceNotSampled: a request exgate does not sample records no span
+// but still sends the backend a trace id, marked not sampled, which its
+// access log line names so that the two logs join.
+func TestTraceNotSampled(t *testing.T) {
+	sp := newSpans(t, sdktrace.NeverSample())
+	e := startTraced(t, sp, nil)
+	res := do(t, "GET", e.url+"/api/v1/mkt/tickers/", nil)
+	res.Body.Close()
+	up := e.backend.last(t).Header.Get("Traceparent")
+	sc := trace.SpanContextFromContext(propagation.TraceContext{}.Extract(t.Context(), propagation.HeaderCarrier(e.backend.last(t).Header)))
+	if !sc.IsValid() || sc.IsSampled() {
+		t.Fatalf("backend's traceparent %q, want a valid context not sampled", up)
+	}
+	line := accessLine(t, e)
+	if line["trace_id"] != sc.TraceID().String() || line["span_id"] != sc.SpanID().String() {
+		t.Errorf("access log trace_id %v span_id %v, want the backend's %s", line["trace_id"], line["span_id"], up)
+	}
+	if _, ok := line["trace_sampled"]; ok {
+		t.Error("trace_sampled on a request not sampled")
+	}
+	if n := len(sp.rec.Ended()); n != 0 {
+		t.Errorf("%d spans recorded, want none", n)
+	}
+}
+
+// accessLine waits for the one access log line of e and returns its
+// fields.
+func accessLine(t *testing.T, e *env) map[string]any {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for e.logs.FilterMessage("request").Len() == 0 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	lines := e.logs.FilterMessage("request").All()
+	if len(lines) != 1 {
+		t.Fatalf("%d access log lines, want 1", len(lines))
+	}
+	return lines[0].ContextMap()
+}
+
+// TestTraceAccessLogAndExemplars: a sampled request's access log line
+// names its server span, and its durations carry its trace id as an
+// exemplar.
+func TestTraceAccessLogAndExemplars(t *testing.T) {
+	sp := newSpans(t, sdktrace.AlwaysSample())
+	reg := prometheus.NewRegistry()
+	m, err := metrics.New(reg, metrics.BuildInfo{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	be := &backend{}
+	bs := httptest.NewServer(be)
+	t.Cleanup(bs.Close)
+	cfg := config.Default()
+	cfg.Upstream.URL = config.MustURL(bs.URL)
+	e := serve(t, cfg, be, Options{Tracer: sp.tracer(), Metrics: m})
+	res := do(t, "GET", e.url+"/api/v1/mkt/tickers/", nil)
+	res.Body.Close()
+	srv := server(t, sp.ended(t, 2))
+	line := accessLine(t, e)
+	if line["trace_id"] != srv.SpanContext().TraceID().String() || line["span_id"] != srv.SpanContext().SpanID().String() ||
+		line["trace_sampled"] != true {
+		t.Errorf("access log %v, want the server span %v", line, srv.SpanContext())
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := map[string]bool{}
+	for _, mf := range mfs {
+		for _, mm := range mf.GetMetric() {
+			for _, b := range mm.GetHistogram().GetBucket() {
+				if ex := b.GetExemplar(); ex != nil {
+					for _, lp := range ex.GetLabel() {
+						if lp.GetName() == "trace_id" && lp.GetValue() == srv.SpanContext().TraceID().String() {
+							found[mf.GetName()] = true
+						}
+					}
+				}
+			}
+		}
+	}
+	for _, n := range []string{"exgate_request_duration_seconds", "exgate_upstream_duration_seconds"} {
+		if !found[n] {
+			t.Errorf("%s has no exemplar with the trace id", n)
+		}
+	}
+}
+
+// TestTraceRefusals: a request exgate refuses is traced with its
+// refusal code and the step that decided it; a 5xx is the server span's
+// error, a 4xx is not.
+func TestTraceRefusals(t *testing.T) {
+	sp := newSpans(t, sdktrace.AlwaysSample())
+	var hold sync.WaitGroup
+	release := make(chan struct{})
+	e := startOrdersWith(t, func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/api/v1/odr/fills/":
+			hold.Done()
+			<-release
+		case "/api/v1/odr/orders/":
+			placed(w, r)
+		}
+	}, func(c *config.Config) {
+		c.Route("list_fills").MaxInFlight = 1
+		c.Overload.ShedDelay = 0
+		c.Route("list_matches").Limits[0].Rate = config.Rate{N: 1, Period: time.Hour}
+		c.Route("list_matches").Limits[0].Burst = 0
+	}, ratelimit.NewMemory(ratelimit.MemoryOptions{}), nil, memoryClaims, sp.traced)
+
+	order := `{"symbol":"BTC_USDT","type":"limit","side":"buy","price":"1","base_amount":"1","identifier":"id-1"}`
+	type check func(t *testing.T, srv sdktrace.ReadOnlySpan, all []sdktrace.ReadOnlySpan)
+	cases := []struct {
+		name   string
+		send   func() *http.Response
+		status int
+		code   string
+		spans  int
+		check  check
+	}{
+		{"no token", func() *http.Response {
+			return do(t, "POST", e.url+"/api/v1/odr/orders/", strings.NewReader(order), "Content-Type", "application/json")
+		}, 401, "not_authenticated", 1,
+			func(t *testing.T, srv sdktrace.ReadOnlySpan, _ []sdktrace.ReadOnlySpan) {
+				ev := event(t, srv, "authentication")
+				if r, _ := attr(ev.Attributes, "exgate.auth.result"); r != "refused" {
+					t.Errorf("auth result %q, want refused", r)
+				}
+				if r, _ := attr(ev.Attributes, "exgate.auth.reason"); r != "no_credentials" {
+					t.Errorf("auth reason %q, want no_credentials", r)
+				}
+			}},
+		{"invalid order", func() *http.Response {
+			return postOrder(t, e, `{"symbol":"BTC_USDT","type":"limit","side":"buy","price":"-1","base_amount":"1","zz":1}`)
+		}, 400, "invalid_order", 2, func(t *testing.T, srv sdktrace.ReadOnlySpan, _ []sdktrace.ReadOnlySpan) {
+			ev := event(t, srv, "refused")
+			if f, _ := attr(ev.Attributes, "exgate.refusal.fields"); f != `["(unknown field)","price"]` {
+				t.Errorf("refused fields %s, want price and an unknown field unnamed", f)
+			}
+		}},
+		{"placed", func() *http.Response { return postOrder(t, e, order) }, 201, "", 3,
+			func(t *testing.T, srv sdktrace.ReadOnlySpan, all []sdktrace.ReadOnlySpan) {
+				ev := event(t, srv, "identifier_claim")
+				if o, _ := attr(ev.Attributes, "exgate.identifier.outcome"); o != "claimed" {
+					t.Errorf("claim outcome %q, want claimed", o)
+				}
+				if a, _ := attr(event(t, srv, "authentication").Attributes, "exgate.auth.result"); a != "authenticated" {
+					t.Errorf("auth result %q, want authenticated", a)
+				}
+				var rl sdktrace.ReadOnlySpan
+				for _, s := range all {
+					if s.Name() == "rate_limit" {
+						rl = s
+					}
+				}
+				if rl == nil || rl.Parent().SpanID() != srv.SpanContext().SpanID() {
+					t.Fatalf("no rate_limit child span: %v", names(all))
+				}
+				for k, v := range map[string]string{"exgate.rate_limit.decision": "allowed", "exgate.rate_limit.limit": "token",
+					"exgate.rate_limit.remaining": "5398", "exgate.rate_limit.cost": "1"} {
+					if got, _ := attr(rl.Attributes(), k); got != v {
+						t.Errorf("rate_limit %s = %q, want %q", k, got, v)
+					}
+				}
+				if a, _ := attr(event(t, srv, "overload_admission").Attributes, "exgate.overload.result"); a != "admitted" {
+					t.Errorf("overload result %q, want admitted", a)
+				}
+			}},
+		{"replayed", func() *http.Response { return postOrder(t, e, order) }, 201, "", 2,
+			func(t *testing.T, srv sdktrace.ReadOnlySpan, _ []sdktrace.ReadOnlySpan) {
+				if o, _ := attr(event(t, srv, "identifier_claim").Attributes, "exgate.identifier.outcome"); o != "replayed" {
+					t.Errorf("claim outcome %q, want replayed", o)
+				}
+				if r, _ := attr(srv.Attributes(), "exgate.identifier.replayed"); r != "true" {
+					t.Error("replayed answer not marked")
+				}
+			}},
+		{"identifier conflict", func() *http.Response {
+			return postOrder(t, e, strings.Replace(order, `"1","identifier"`, `"2","identifier"`, 1))
+		},
+			409, "duplicate_identifier", 2, func(t *testing.T, srv sdktrace.ReadOnlySpan, _ []sdktrace.ReadOnlySpan) {
+				if o, _ := attr(event(t, srv, "identifier_claim").Attributes, "exgate.identifier.outcome"); o != "conflict" {
+					t.Errorf("claim outcome %q, want conflict", o)
+				}
+			}},
+		{"throttled (first)", func() *http.Response { return do(t, "GET", e.url+"/api/v1/mth/matches/BTC_USDT/", nil) }, 200, "", 3, nil},
+		{"throttled", func() *http.Response { return do(t, "GET", e.url+"/api/v1/mth/matches/BTC_USDT/", nil) }, 429, "throttled", 2,
+			func(t *testing.T, srv sdktrace.ReadOnlySpan, all []sdktrace.ReadOnlySpan) {
+				for _, s := range all {
+					if s.Name() == "rate_limit" {
+						if d, _ := attr(s.Attributes(), "exgate.rate_limit.decision"); d != "limited" || s.Status().Code != codes.Error {
+							t.Errorf("rate_limit decision %q status %v, want limited, an error", d, s.Status())
+						}
+						return
+					}
+				}
+				t.Error("no rate_limit span")
+			}},
+		{"no route", func() *http.Response { return do(t, "GET", e.url+"/nowhere", nil) }, 200, "", 3,
+			func(t *testing.T, srv sdktrace.ReadOnlySpan, _ []sdktrace.ReadOnlySpan) {
+				if _, ok := attr(srv.Attributes(), "http.route"); ok || srv.Name() != "GET" {
+					t.Errorf("span %q with an http.route for a request only the default route matched", srv.Name())
+				}
+				if r, _ := attr(srv.Attributes(), "exgate.route"); r != "default" {
+					t.Errorf("exgate.route %q, want default", r)
+				}
+			}},
+		{"shed", func() *http.Response {
+			hold.Add(1)
+			go func() {
+				res := do(t, "GET", e.url+"/api/v1/odr/fills/", nil, "Authorization", "Bearer tok")
+				res.Body.Close()
+			}()
+			hold.Wait()
+			return do(t, "GET", e.url+"/api/v1/odr/fills/", nil, "Authorization", "Bearer tok")
+		}, 503, "overloaded", 3, func(t *testing.T, srv sdktrace.ReadOnlySpan, _ []sdktrace.ReadOnlySpan) {
+			if a, _ := attr(event(t, srv, "overload_admission").Attributes, "exgate.overload.result"); a != "shed_route_full" {
+				t.Errorf("overload result %q, want shed_route_full", a)
+			}
+			if srv.Status().Code != codes.Error || srv.Status().Description != "overloaded" {
+				t.Errorf("server span status %v, want an error, overloaded", srv.Status())
+			}
+			if et, _ := attr(srv.Attributes(), "error.type"); et != "overloaded" {
+				t.Errorf("error.type %q, want overloaded", et)
+			}
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			sp.rec.Reset()
+			res := tc.send()
+			if tc.code != "" {
+				assertError(t, res, tc.status, tc.code)
+			} else {
+				io.Copy(io.Discard, res.Body)
+				res.Body.Close()
+				if res.StatusCode != tc.status {
+					t.Fatalf("status %d, want %d", res.StatusCode, tc.status)
+				}
+			}
+			all := sp.ended(t, tc.spans)
+			srv := server(t, all)
+			if got, _ := attr(srv.Attributes(), "http.response.status_code"); got != itoa(tc.status) {
+				t.Errorf("status attribute %q, want %d", got, tc.status)
+			}
+			code, ok := attr(srv.Attributes(), "exgate.refusal.code")
+			if code != tc.code || ok != (tc.code != "") {
+				t.Errorf("refusal code %q, want %q", code, tc.code)
+			}
+			if tc.status < 500 && srv.Status().Code == codes.Error {
+				t.Errorf("a %d is an error of the server span", tc.status)
+			}
+			if tc.check != nil {
+				tc.check(t, srv, all)
+			}
+		})
+	}
+	close(release)
+}
+
+func itoa(n int) string { b, _ := json.Marshal(n); return string(b) }
+
+// TestTraceHoldsNoSecret sends requests with a token, an account's JWT
+// and order ids in the path, and asserts on every attribute of every
+// span, event and link that none carries the token, its id, the account,
+// or an order id.
+func TestTraceHoldsNoSecret(t *testing.T) {
+	sp := newSpans(t, sdktrace.AlwaysSample())
+	e := startOrdersWith(t, placed, nil, ratelimit.NewMemory(ratelimit.MemoryOptions{}), nil, memoryClaims, sp.traced)
+	const token = "sEcReTt0kenValue-9f8e7d6c5b4a"
+	tokenID := e.gw.limits.TokenID(token)
+	order := `{"symbol":"BTC_USDT","type":"limit","side":"buy","price":"1","base_amount":"1","identifier":"ident-77"}`
+	auth := []string{"Authorization", "Bearer " + token, "User-Agent", "bot/1.0 " + token}
+	post := func(body string, h ...string) *http.Response {
+		return do(t, "POST", e.url+"/api/v1/odr/orders/", strings.NewReader(body), append(h, "Content-Type", "application/json")...)
+	}
+	for _, req := range []func() *http.Response{
+		func() *http.Response { return post(order, auth...) },
+		func() *http.Response { return post(`{"price":"x"}`, auth...) },
+		func() *http.Response {
+			return post(order, "Authorization", "Bearer x", "Authorization", "Bearer "+token, "User-Agent", token)
+		},
+		func() *http.Response { return do(t, "DELETE", e.url+"/api/v1/odr/orders/918273645/", nil, auth...) },
+		func() *http.Response {
+			return do(t, "GET", e.url+"/api/v1/odr/orders/918273645,55443322/", nil, auth...)
+		},
+		func() *http.Response {
+			return do(t, "GET", e.url+"/api/v1/odr/orders/918273645/", nil, "Authorization", "Basic "+token)
+		},
+		func() *http.Response {
+			return do(t, "GET", e.url+"/api/v1/wlt/wallets/", nil, "Authorization", "Bearer a.b.c"+token)
+		},
+	} {
+		res := req()
+		io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+	}
+	forbidden := []string{token, tokenID, tokenID[:12], "918273645", "55443322"}
+	deadline := time.Now().Add(10 * time.Second)
+	for len(sp.rec.Ended()) < 7 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	ss := sp.rec.Ended()
+	if len(ss) < 7 {
+		t.Fatalf("only %d spans", len(ss))
+	}
+	checked := 0
+	look := func(where string, attrs []attribute.KeyValue) {
+		for _, a := range attrs {
+			checked++
+			v := a.Value.Emit()
+			for _, f := range forbidden {
+				if strings.Contains(v, f) || strings.Contains(string(a.Key), f) {
+					t.Errorf("%s: attribute %s = %q holds %q", where, a.Key, v, f)
+				}
+			}
+		}
+	}
+	for _, s := range ss {
+		look(s.Name(), s.Attributes())
+		look(s.Name()+" resource", s.Resource().Attributes())
+		for _, ev := range s.Events() {
+			look(s.Name()+" event "+ev.Name, ev.Attributes)
+		}
+		for _, l := range s.Links() {
+			look(s.Name()+" link", l.Attributes)
+		}
+		for _, f := range forbidden {
+			if strings.Contains(s.Name(), f) {
+				t.Errorf("span name %q holds %q", s.Name(), f)
+			}
+		}
+	}
+	if checked < 50 {
+		t.Errorf("only %d attributes checked", checked)
+	}
+	if ua, _ := attr(server(t, ss).Attributes(), "user_agent.original"); ua != "bot/1.0 [token]" && !slices.ContainsFunc(ss, func(s sdktrace.ReadOnlySpan) bool {
+		v, _ := attr(s.Attributes(), "user_agent.original")
+		return v == "bot/1.0 [token]"
+	}) {
+		t.Errorf("user agent %q, want the token replaced", ua)
+	}
+}
+
+// TestConsoleListsSampledRefusals: /admin/refusals lists exgate's
+// refusals of sampled requests with their trace ids, newest first.
+func TestConsoleListsSampledRefusals(t *testing.T) {
+	sp := newSpans(t, sdktrace.AlwaysSample())
+	e := startTraced(t, sp, nil)
+	for _, p := range []string{"/api/%2Fv1/", "/api/v1/odr/orders/"} {
+		res := do(t, "GET", e.url+p, nil)
+		res.Body.Close()
+	}
+	ss := sp.ended(t, 2)
+	rec := httptest.NewRecorder()
+	req := httptest.NewRequest("GET", "/admin/refusals", nil)
+	req.Host, req.RemoteAddr = "localhost", "127.0.0.1:40000"
+	e.gw.AdminHandler(AdminOptions{Console: &ConsoleOptions{}}).ServeHTTP(rec, req)
+	if rec.Code != http.StatusOK {
+		t.Fatalf("/admin/refusals answered %d: %s", rec.Code, rec.Body)
+	}
+	var body refusalsBody
+	if err := json.Unmarshal(rec.Body.Bytes(), &body); err != nil {
+		t.Fatalf("%v: %s", err, rec.Body)
+	}
+	if !body.Tracing || len(body.Refusals) != 2 {
+		t.Fatalf("refusals %+v, want 2 with tracing on", body)
+	}
+	first := body.Refusals[0]
+	if first.Code != "not_authenticated" || first.Route != "list_orders" || first.Status != 401 || first.Method != "GET" {
+		t.Errorf("newest refusal %+v, want list_orders' 401", first)
+	}
+	ids := []string{ss[0].SpanContext().TraceID().String(), ss[1].SpanContext().TraceID().String()}
+	if !slices.Contains(ids, first.TraceID) || !slices.Contains(ids, body.Refusals[1].TraceID) || first.TraceID == body.Refusals[1].TraceID {
+		t.Errorf("trace ids %s %s, want those of the spans %v", first.TraceID, body.Refusals[1].TraceID, ids)
+	}
+}
