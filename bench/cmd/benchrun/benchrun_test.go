@@ -107,8 +107,8 @@ func TestSelected(t *testing.T) {
 		want                map[string][]string
 	}{
 		{"all", "", "", false, map[string][]string{
-			scMarkets:  {tDirect, tNginx, tNginxLimit, tCaddy, tFloor, tFloorRP, tExgateOff, tExgateRedis},
-			scOrders:   {tDirect, tNginx, tNginxLimit, tCaddy, tFloor, tFloorRP, tExgateOff, tExgateRedis},
+			scMarkets:  {tDirect, tNginx, tNginxLimit, tCaddy, tFloor, tFloorRP, tExgateOff, tExgateRedis, tExgateTraced},
+			scOrders:   {tDirect, tNginx, tNginxLimit, tCaddy, tFloor, tFloorRP, tExgateOff, tExgateRedis, tExgateTraced},
 			scOrdersID: {tExgateRedis},
 			scManyKeys: {tDirect, tNginxLimit, tExgateOff, tExgateRedis},
 			scTLS:      {tNginxTLS, tCaddyTLS, tExgateTLS},

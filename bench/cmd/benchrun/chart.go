@@ -149,6 +149,8 @@ func shortName(name string) string {
 		return "exgate, memory"
 	case tExgateRedis:
 		return "exgate, Redis"
+	case tExgateTraced:
+		return "exgate, Redis, traced 1%"
 	}
 	return name
 }

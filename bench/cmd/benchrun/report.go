@@ -17,6 +17,7 @@ const (
 	goalCPUVsFloorRP = 1.15 // exgate with Redis limits ÷ the ReverseProxy floor, CPU per request, both, at most
 	goalManyKeys     = 0.85 // many keys: Redis limits on ÷ off, req/s, at least
 	goalAddedP99     = 1.3  // fixed rate: exgate's added p99 ÷ the ReverseProxy floor's, at most
+	goalCPUTraced    = 1.05 // exgate with Redis limits, tracing on at 1% ÷ off, CPU per request, exgate and Redis, at most (issue 34)
 )
 
 // writeReport writes latest.md and latest.png into dir.
@@ -267,6 +268,7 @@ func targetsTable(p func(string, ...any), res *Results) {
 			cpuOf(e, roleProxy)+cpuOf(e, roleRedis), cpuOf(f, roleProxy), fmtRatio(median(perRoundCPU(e, f, alone, alone))),
 			fmtRatio(median(rs)), goalCPUVsFloorRP, metCPU(median(rs), goalCPUVsFloorRP, rs))
 	}
+	tracedTargets(p, res, withRedis)
 	on, off := res.row(scManyKeys, tExgateRedis), res.row(scManyKeys, tExgateOff)
 	v := ratio(on, off)
 	p("| many keys: exgate Redis limits on ÷ off, req/s (by CPU per request: %s; round by round: %s) | %s | ≥ %.2f× | %s |\n",

@@ -27,6 +27,9 @@ const (
 	tExgateOff    = "exgate-off"
 	tExgateMemory = "exgate-memory"
 	tExgateRedis  = "exgate-redis"
+	// tExgateTraced is exgate-redis with tracing on, 1% of requests
+	// sampled, exporting to the trace sink (tracing.go).
+	tExgateTraced = "exgate-traced"
 	// With -b-bins, a second build of exgate runs beside the first:
 	// "<target>-b" for each exgate target.
 	bSuffix = "-b"
@@ -35,7 +38,7 @@ const (
 // targetOrder returns the targets in the order tables list them.
 func targetOrder() []string {
 	return []string{tDirect, tNginx, tNginxLimit, tCaddy, tFloor, tFloorRP, tExgateOff, tExgateOff + bSuffix, tExgateMemory,
-		tExgateMemory + bSuffix, tExgateRedis, tExgateRedis + bSuffix, tNginxTLS, tCaddyTLS, tExgateTLS}
+		tExgateMemory + bSuffix, tExgateRedis, tExgateRedis + bSuffix, tExgateTraced, tNginxTLS, tCaddyTLS, tExgateTLS}
 }
 
 // targetLabel describes a target in the report.
@@ -62,6 +65,8 @@ func targetLabel(name string) string {
 		return "exgate, memory limits"
 	case tExgateRedis:
 		return "exgate, Redis limits"
+	case tExgateTraced:
+		return "exgate, Redis limits, tracing at 1%"
 	case tNginxTLS:
 		return "NGINX terminating TLS"
 	case tCaddyTLS:
@@ -117,6 +122,13 @@ limiter:
 {{- end}}
   token_spray:
     max_tokens: 0
+{{- if .Trace}}
+tracing:
+  exporter: otlp
+  endpoint: "{{.Trace}}"
+  sampler: parentbased_traceidratio
+  sampler_arg: 0.01
+{{- end}}
 routes:
   - name: place_order
     match: POST /api/v1/odr/orders/
@@ -239,7 +251,7 @@ type env struct {
 // waits until each answers. Caddy and the floor are left out, with a
 // note, when their binaries are missing (caddy on PATH, floor in bins).
 func startStack(ctx context.Context, ps *procs, e *env) error {
-	ports, err := freePorts(28)
+	ports, err := freePorts(31)
 	if err != nil {
 		return err
 	}
@@ -271,13 +283,19 @@ func startStack(ctx context.Context, ps *procs, e *env) error {
 	}
 	e.targets[tDirect] = &target{name: tDirect, url: "http://" + backendAddr}
 
+	sink, err := startTraceSink(next())
+	if err != nil {
+		return err
+	}
 	exgates := []struct {
 		name, backend, redis, bins string
 		limits                     bool
+		trace                      string
 	}{
-		{tExgateOff, "memory", "", e.bins, false},
-		{tExgateMemory, "memory", "", e.bins, true},
-		{tExgateRedis, "redis", e.redisAd, e.bins, true},
+		{tExgateOff, "memory", "", e.bins, false, ""},
+		{tExgateMemory, "memory", "", e.bins, true, ""},
+		{tExgateRedis, "redis", e.redisAd, e.bins, true, ""},
+		{tExgateTraced, "redis", e.redisAd, e.bins, true, sink},
 	}
 	if e.bBins != "" {
 		for _, x := range exgates[:3] {
@@ -290,7 +308,7 @@ func startStack(ctx context.Context, ps *procs, e *env) error {
 		var buf bytes.Buffer
 		if err := exgateConfig.Execute(&buf, map[string]any{
 			"Listen": listen, "Admin": admin, "Upstream": "http://" + backendAddr,
-			"Backend": x.backend, "Redis": x.redis, "Limits": x.limits, "Rate": rateOff,
+			"Backend": x.backend, "Redis": x.redis, "Limits": x.limits, "Rate": rateOff, "Trace": x.trace,
 		}); err != nil {
 			return err
 		}

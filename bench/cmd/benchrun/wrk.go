@@ -47,10 +47,10 @@ func scenarios() []*scenario {
 	return []*scenario{
 		{name: scMarkets, title: "GET /api/v1/mkt/markets/ (anonymous: one client address, one hot limiter key)",
 			method: "GET", path: "/api/v1/mkt/markets/", script: "get", want: 200,
-			targets: []string{tDirect, tNginx, tNginxLimit, tCaddy, tFloor, tFloorRP, tExgateOff, tExgateMemory, tExgateRedis}},
+			targets: []string{tDirect, tNginx, tNginxLimit, tCaddy, tFloor, tFloorRP, tExgateOff, tExgateMemory, tExgateRedis, tExgateTraced}},
 		{name: scOrders, title: "POST /api/v1/odr/orders/ (one valid token, market order)",
 			method: "POST", path: "/api/v1/odr/orders/", script: "order", want: 201,
-			targets: []string{tDirect, tNginx, tNginxLimit, tCaddy, tFloor, tFloorRP, tExgateOff, tExgateMemory, tExgateRedis}},
+			targets: []string{tDirect, tNginx, tNginxLimit, tCaddy, tFloor, tFloorRP, tExgateOff, tExgateMemory, tExgateRedis, tExgateTraced}},
 		{name: scOrdersID, title: "POST /api/v1/odr/orders/ with an identifier of its own (one valid token, market order, duplicate protection in Redis)",
 			method: "POST", path: "/api/v1/odr/orders/", script: "orderid", want: 201,
 			targets: []string{tExgateRedis}},
