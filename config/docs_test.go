@@ -462,8 +462,9 @@ func proseValue(v string) string {
 		return "false"
 	}
 	v = strings.ReplaceAll(v, ",", "")
-	for long, short := range map[string]string{" minutes": "m", " minute": "m", " hours": "h", " hour": "h", " seconds": "s", " second": "s", " days": "d", " day": "d"} {
-		v = strings.Replace(v, long, short, 1)
+	// Plurals first: " minute" would leave the s of " minutes" behind.
+	for _, u := range [][2]string{{" minutes", "m"}, {" minute", "m"}, {" hours", "h"}, {" hour", "h"}, {" seconds", "s"}, {" second", "s"}, {" days", "d"}, {" day", "d"}} {
+		v = strings.Replace(v, u[0], u[1], 1)
 	}
 	if n, unit, ok := strings.Cut(v, " "); ok {
 		if unit == "d" {
