@@ -83,10 +83,13 @@ func TestTracingBinary(t *testing.T) {
 			if code, _, _ := call(t, "GET", "http://"+listen+"/api/v1/odr/orders/", "", "Traceparent", "00-"+clientTrace+"-"+clientSpan+"-01"); code != 401 {
 				t.Fatalf("orders without a token answered %d, want 401", code)
 			}
-			spans := rc.WaitSpans(t, before+3, 30*time.Second)[before:]
-			var server, client, refused otlptest.Span
+			// The order book's server, rate_limit and client spans, and the refusal's server span.
+			spans := rc.WaitSpans(t, before+4, 30*time.Second)[before:]
+			var server, client, refused, limits otlptest.Span
 			for _, s := range spans {
 				switch {
+				case s.Name == "rate_limit":
+					limits = s
 				case s.Kind == tracepb.Span_SPAN_KIND_CLIENT:
 					client = s
 				case s.Kind == tracepb.Span_SPAN_KIND_SERVER && s.Attributes["exgate.refusal.code"] != "":
@@ -95,8 +98,9 @@ func TestTracingBinary(t *testing.T) {
 					server = s
 				}
 			}
-			if server.TraceID != clientTrace || server.ParentSpanID != clientSpan || client.ParentSpanID != server.SpanID {
-				t.Fatalf("spans %+v, want client → exgate's server span → its client span", spans)
+			if server.TraceID != clientTrace || server.ParentSpanID != clientSpan || client.ParentSpanID != server.SpanID ||
+				limits.ParentSpanID != server.SpanID || limits.Attributes["exgate.rate_limit.decision"] != "allowed" {
+				t.Fatalf("spans %+v, want client → exgate's server span → its rate_limit and client spans", spans)
 			}
 			be.mu.Lock()
 			up := be.got["/api/v1/mth/orderbook/BTC_USDT/"]
