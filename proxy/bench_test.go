@@ -189,6 +189,7 @@ func benchmarkMarketsAs(b *testing.B, gw *Gateway, auth string) {
 		for pb.Next() {
 			clear(w.h)
 			delete(req.Header, "X-Request-Id")
+			delete(req.Header, "Traceparent") // what tracing sends the backend, set on the request
 			req.URL.Path = "/api/v1/mkt/markets/"
 			gw.ServeHTTP(w, req)
 			if w.code != 200 {

@@ -130,10 +130,11 @@ type Gateway struct {
 	// (trace.go).
 	tracer       trace.Tracer
 	propagator   propagation.TextMapPropagator
-	trust        uint8              // tracing.trust_incoming
-	upstreamHost attribute.KeyValue // server.address of the backend call
-	upstreamPort attribute.KeyValue // server.port of the backend call
-	refusals     *recentRefusals    // the sampled refusals the console lists
+	spanStart    []trace.SpanStartOption // a server span's start options, built once
+	trust        uint8                   // tracing.trust_incoming
+	upstreamHost attribute.KeyValue      // server.address of the backend call
+	upstreamPort attribute.KeyValue      // server.port of the backend call
+	refusals     *recentRefusals         // the sampled refusals the console lists
 }
 
 // New builds a Gateway from a validated configuration.
@@ -326,6 +327,7 @@ type requestState struct {
 	authFailed string          // why a 401 refused the request's credentials (the access log's auth_failure), or ""
 	replayed   bool            // the answer is an order's recorded response, replayed
 	span       trace.Span      // the server span, while tracing is on (trace.go)
+	traceCtx   context.Context // the context of span, for the backend call's
 	rec        bool            // span records: the request is sampled
 	upSpan     trace.Span      // the backend call's client span, when recording
 }

@@ -279,7 +279,7 @@ func (g *Gateway) forward(st *requestState, r *http.Request) {
 	ctx, cancel := context.WithTimeout(parent, st.route.Timeout)
 	defer cancel()
 	if st.span != nil {
-		g.startUpstreamSpan(st, r, ctx)
+		g.startUpstreamSpan(st, r)
 	}
 	g.rp.ServeHTTP(&st.rw, r.WithContext(ctx))
 }

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -128,31 +129,74 @@ func methodAttr(m string) attribute.KeyValue {
 
 // startSpan starts the request's server span, as the child of the
 // client's trace context when tracing.trust_incoming trusts it, else as
-// the root of a trace of its own linked to the client's.
+// the root of a trace of its own linked to the client's. A request
+// without a traceparent, the common case, starts with options built once
+// and no attribute: what a request that is not sampled pays is the SDK's
+// span and context, nothing of exgate's.
 func (g *Gateway) startSpan(st *requestState, r *http.Request) {
-	ctx := context.Background()
-	var link trace.Link
+	ctx, opts := context.Background(), g.spanStart
 	trusted := false
 	if _, ok := r.Header["Traceparent"]; ok {
-		in := g.propagator.Extract(ctx, propagation.HeaderCarrier(r.Header))
+		in := g.propagator.Extract(ctx, traceCarrier(r.Header))
 		switch {
 		case g.trust == trustAlways, g.trust == trustProxies && g.peerOf(r).trusted:
 			ctx, trusted = in, true
 		default:
-			link = trace.Link{SpanContext: trace.SpanContextFromContext(in)}
+			if link := (trace.Link{SpanContext: trace.SpanContextFromContext(in)}); link.SpanContext.IsValid() {
+				opts = []trace.SpanStartOption{opts[0], trace.WithNewRoot(), trace.WithLinks(link)}
+			}
 		}
 	}
-	opts := make([]trace.SpanStartOption, 0, 5)
-	opts = append(opts, trace.WithSpanKind(trace.SpanKindServer), trace.WithTimestamp(st.start),
-		trace.WithAttributes(methodAttr(r.Method), urlScheme(r)))
-	if link.SpanContext.IsValid() {
-		opts = append(opts, trace.WithNewRoot(), trace.WithLinks(link))
-	}
-	_, st.span = g.tracer.Start(ctx, methodName(r.Method), opts...)
+	st.traceCtx, st.span = g.tracer.Start(ctx, methodName(r.Method), opts...)
 	st.rec = st.span.IsRecording()
-	if st.rec && trusted {
-		st.span.SetAttributes(attrIncomingTrusted.Bool(true))
+	if st.rec {
+		st.span.SetAttributes(methodAttr(r.Method), urlScheme(r))
+		if trusted {
+			st.span.SetAttributes(attrIncomingTrusted.Bool(true))
+		}
 	}
+}
+
+// traceCarrier carries trace context in an http.Header under the
+// canonical names, without canonicalising a key on every request
+// (propagation.HeaderCarrier does, and allocates for it).
+type traceCarrier http.Header
+
+// Get returns the value of traceparent or tracestate, joined as RFC 9110
+// joins repeated fields.
+func (c traceCarrier) Get(key string) string {
+	vs := http.Header(c)[canonicalTraceKey(key)]
+	switch len(vs) {
+	case 0:
+		return ""
+	case 1:
+		return vs[0]
+	}
+	return strings.Join(vs, ",")
+}
+
+// Set replaces the value of key.
+func (c traceCarrier) Set(key, value string) {
+	http.Header(c)[canonicalTraceKey(key)] = []string{value}
+}
+
+// Keys lists the header's names.
+func (c traceCarrier) Keys() []string {
+	keys := make([]string, 0, len(c))
+	for k := range c {
+		keys = append(keys, k)
+	}
+	return keys
+}
+
+func canonicalTraceKey(k string) string {
+	switch k {
+	case "traceparent":
+		return "Traceparent"
+	case "tracestate":
+		return "Tracestate"
+	}
+	return http.CanonicalHeaderKey(k)
 }
 
 func urlScheme(r *http.Request) attribute.KeyValue {
@@ -167,8 +211,8 @@ func urlScheme(r *http.Request) attribute.KeyValue {
 // the trusted client's tracestate): the backend's spans are children of
 // exgate's call. A request that is not sampled sends its server span's
 // context, saying not sampled, and starts no client span.
-func (g *Gateway) startUpstreamSpan(st *requestState, r *http.Request, ctx context.Context) {
-	ctx = trace.ContextWithSpan(ctx, st.span)
+func (g *Gateway) startUpstreamSpan(st *requestState, r *http.Request) {
+	ctx := st.traceCtx
 	if st.rec {
 		ctx, st.upSpan = g.tracer.Start(ctx, spanName(r, st.route),
 			trace.WithSpanKind(trace.SpanKindClient), trace.WithTimestamp(st.upStart),
@@ -181,7 +225,7 @@ func (g *Gateway) startUpstreamSpan(st *requestState, r *http.Request, ctx conte
 		return
 	}
 	delete(r.Header, "Tracestate") // a client's, when not trusted; else written again below
-	g.propagator.Inject(ctx, propagation.HeaderCarrier(r.Header))
+	g.propagator.Inject(ctx, traceCarrier(r.Header))
 }
 
 // endSpans ends the request's spans with what became of it: the route,
@@ -423,6 +467,7 @@ func (g *Gateway) setTracing(cfg *config.Config) {
 		return
 	}
 	g.propagator = propagation.TraceContext{}
+	g.spanStart = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindServer)}
 	g.trust = traceTrust(cfg.Tracing.TrustIncoming)
 	g.upstreamHost = semconv.ServerAddress(g.target.Hostname())
 	port, err := strconv.Atoi(g.target.Port())

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -648,5 +649,49 @@ func TestConsoleListsSampledRefusals(t *testing.T) {
 	ids := []string{ss[0].SpanContext().TraceID().String(), ss[1].SpanContext().TraceID().String()}
 	if !slices.Contains(ids, first.TraceID) || !slices.Contains(ids, body.Refusals[1].TraceID) || first.TraceID == body.Refusals[1].TraceID {
 		t.Errorf("trace ids %s %s, want those of the spans %v", first.TraceID, body.Refusals[1].TraceID, ids)
+	}
+}
+
+// discard is a span exporter that keeps nothing: what exporting costs
+// beyond the SDK's batching is the collector's network, not measured here.
+type discard struct{}
+
+func (discard) ExportSpans(context.Context, []sdktrace.ReadOnlySpan) error { return nil }
+func (discard) Shutdown(context.Context) error                             { return nil }
+
+// BenchmarkGatewayTraced is BenchmarkGatewayGET/inprocess with tracing
+// off, on with 1% of requests sampled, and on with every request
+// sampled, through the SDK's batch processor: the off row must allocate
+// what BenchmarkGatewayGET/inprocess does (tracing off costs nothing), the
+// 1% row shows what an unsampled request's span and traceparent cost.
+// Overload admission is off: the benchmark's 32 parallel requests come
+// from one client address, whose share of the backend's slots would shed
+// them.
+func BenchmarkGatewayTraced(b *testing.B) {
+	for _, tc := range []struct {
+		name    string
+		sampler sdktrace.Sampler
+	}{
+		{"off", nil},
+		{"ratio-0.01", sdktrace.ParentBased(sdktrace.TraceIDRatioBased(0.01))},
+		{"always", sdktrace.AlwaysSample()},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			cfg := config.Default()
+			cfg.Upstream.URL = config.MustURL("http://127.0.0.1:1")
+			cfg.Log.Access = false
+			cfg.Overload.Enabled = false
+			opts := Options{Transport: cannedTransport{}}
+			if tc.sampler != nil {
+				tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(tc.sampler), sdktrace.WithBatcher(discard{}))
+				defer func() { _ = tp.Shutdown(context.Background()) }()
+				opts.Tracer = tp.Tracer("bench")
+			}
+			gw, err := New(cfg, opts)
+			if err != nil {
+				b.Fatal(err)
+			}
+			benchmarkMarkets(b, gw)
+		})
 	}
 }
