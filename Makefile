@@ -53,11 +53,12 @@ lint: fmt-check vet
 	@if command -v staticcheck >/dev/null 2>&1; then staticcheck $(PKGS); \
 	else echo "staticcheck not installed (go install honnef.co/go/tools/cmd/staticcheck@latest); skipped"; fi
 
-## bench: the comparison benchmark against NGINX and Caddy, over plain HTTP
-## and TLS (bench/run.sh): installs
-## nginx, wrk and redis-server when missing, runs everything on loopback,
-## writes bench/results/latest.{md,json,png}. About 10 minutes;
-## BENCH_QUICK=1 for a one-minute smoke run (see bench/run.sh for settings).
+## bench: the comparison benchmark against NGINX, Caddy and the floor
+## proxies, over plain HTTP and TLS, at a fixed rate, and the overload surge
+## (bench/run.sh): installs nginx, caddy, wrk and redis-server when missing,
+## runs everything on loopback, writes bench/results/latest.{md,json,png}.
+## About 18 minutes; BENCH_QUICK=1 for a two-minute smoke run (see
+## bench/run.sh for settings).
 bench:
 	@./bench/run.sh
 
