@@ -103,6 +103,7 @@ var reloadModes = map[string]string{
 	"server.idle_timeout":                 ReloadRestart,
 	"server.max_body_bytes":               ReloadRestart,
 	"server.max_buffered_bytes":           ReloadRestart,
+	"server.max_connections":              ReloadRestart,
 	"server.max_header_bytes":             ReloadRestart,
 	"server.read_header_timeout":          ReloadRestart,
 	"server.read_timeout":                 ReloadRestart,

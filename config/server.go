@@ -25,6 +25,14 @@ type Server struct {
 	// validated (every other body streams to the backend). Past it,
 	// orders get 503 server_busy. Default 64MiB.
 	MaxBufferedBytes ByteSize `yaml:"max_buffered_bytes"`
+	// MaxConnections bounds the client connections held at once, shared
+	// between client addresses (docs/pools.md): a client may open one
+	// only while it holds fewer than are left free; a connection past its
+	// share has its first request answered 503 too_many_connections and
+	// is closed. Connections from trusted proxies are not counted.
+	// Default 0: the process's file-descriptor limit less 1024, kept for
+	// the backend's and Redis's connections and for files.
+	MaxConnections int `yaml:"max_connections"`
 	// DrainDelay is how long exgate keeps serving after a shutdown signal
 	// with /readyz answering 503, so that load balancers stop sending
 	// traffic before the listener closes. Default 5s; 0 closes at once.
@@ -77,6 +85,9 @@ func (s *Server) check(col *collector, p path) {
 	}
 	if s.MaxBodyBytes < 1 {
 		col.addf(p.key("max_body_bytes"), "must be at least 1, got %s", s.MaxBodyBytes)
+	}
+	if s.MaxConnections < 0 {
+		col.addf(p.key("max_connections"), "must not be negative (0 is the file-descriptor limit less 1024), got %d", s.MaxConnections)
 	}
 	if s.MaxBufferedBytes < 64<<10 {
 		col.addf(p.key("max_buffered_bytes"), "must be at least 64KiB, got %s", s.MaxBufferedBytes)

@@ -70,9 +70,13 @@ type poolRow struct {
 	pool     string // the pool, as docs/pools.md names it
 	attacker attackerKind
 	// config is the gateway's configuration after the table's header
-	// (which writes listen, admin_listen, upstream, log, limiter and
-	// identity): its server, overload, … sections.
-	config string
+	// (which writes listen, admin_listen, upstream and log): its server,
+	// overload, … sections. limiter and identity are lines under those
+	// sections, which the header writes.
+	config, limiter, identity string
+	// verify has accounts verified (identity.verify) although the
+	// attacker is an address without one.
+	verify bool
 	// attack takes all of the pool it can as the attackers of a, until
 	// ctx ends, adding each of their answers to a.answers.
 	attack func(ctx context.Context, t *testing.T, r *poolRun, a *attack)
@@ -90,6 +94,9 @@ type poolRow struct {
 	// maxGrowth bounds the growth of exgate's resident memory over the
 	// row, in bytes.
 	maxGrowth int64
+	// check, when set, checks what else the row bounds, once the
+	// attackers stopped.
+	check func(t *testing.T, r *poolRun)
 }
 
 // poolRows is the table.
@@ -236,14 +243,12 @@ func (env *poolEnv) attackers(k attackerKind) *attack {
 // the row's sections. Accounts are verified (identity.verify) unless the
 // attacker is an address without one, whose invented tokens would then be
 // refused before they reach anything shared: its rows run with opaque
-// tokens, the default.
+// tokens, the default, unless they verify tokens on purpose.
 func (env *poolEnv) poolConfig(row poolRow) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "listen: \"127.0.0.1:0\"\nadmin_listen: \"127.0.0.1:0\"\nupstream:\n  url: %q\nlog:\n  access: false\n", env.backend)
-	fmt.Fprintf(&b, "limiter:\n  redis:\n    addrs: [%q]\n    timeout: 500ms\n", env.redis.Addr)
-	if row.attacker != oneAddress {
-		b.WriteString("identity:\n  verify: true\n")
-	}
+	fmt.Fprintf(&b, "limiter:\n  redis:\n    addrs: [%q]\n    timeout: 500ms\n%s", env.redis.Addr, row.limiter)
+	fmt.Fprintf(&b, "identity:\n  verify: %t\n%s", row.attacker != oneAddress || row.verify, row.identity)
 	b.WriteString(row.config)
 	return b.String()
 }
@@ -295,6 +300,9 @@ func (env *poolEnv) run(t *testing.T, row poolRow) {
 	r.checkRefusals(t, row, a)
 	if grew := peak.Load() - base; grew > row.maxGrowth {
 		t.Errorf("exgate's resident memory grew by %d MiB, want at most %d MiB", grew>>20, row.maxGrowth>>20)
+	}
+	if row.check != nil {
+		row.check(t, r)
 	}
 }
 
@@ -425,9 +433,9 @@ func init() {
 			poolRow{pool: "request-body budget", attacker: k, config: bodyBudgetConfig,
 				attack: heldBulkBodies, holding: bodiesHeld,
 				refused: []string{"server_busy"}, metric: "exgate_body_budget_refusals_total", maxGrowth: 64 << 20},
-			poolRow{pool: "overload slots, streamed bodies", attacker: k, config: slotsConfig,
+			poolRow{pool: "backend slots, streamed bodies", attacker: k, config: slotsConfig,
 				attack: trickledBodies, holding: bodiesTrickling, maxGrowth: 64 << 20},
-			poolRow{pool: "overload slots and queue", attacker: k, config: slotsConfig,
+			poolRow{pool: "backend slots and queue", attacker: k, config: slotsConfig,
 				attack: heldReads, holding: readsHeld,
 				refused: []string{"overloaded", "throttled"}, metric: "exgate_overload_shed_total", maxGrowth: 64 << 20},
 		)
@@ -464,6 +472,13 @@ func heldBulkBodies(ctx context.Context, t *testing.T, r *poolRun, a *attack) {
 // heldRequest sends head and body from addr on a connection of its own
 // and waits for exgate's answer, tallied, or for ctx to end.
 func heldRequest(ctx context.Context, r *poolRun, a *attack, addr, head, body string) {
+	sendOn(ctx, r, a, addr, head, body, false)
+}
+
+// sendOn sends head and body from addr on a connection of its own and
+// waits for exgate's answer, tallied, or for ctx to end; with keep, the
+// connection is then kept open until ctx ends.
+func sendOn(ctx context.Context, r *poolRun, a *attack, addr, head, body string, keep bool) {
 	conn, err := dialFrom(addr, r.host)
 	if err != nil {
 		a.answers.add(answer{err: err})
@@ -481,6 +496,9 @@ func heldRequest(ctx context.Context, r *poolRun, a *attack, addr, head, body st
 	}
 	a.answers.add(readAnswer("", start, res, err))
 	a.answered.Add(1)
+	if keep {
+		<-ctx.Done()
+	}
 }
 
 // bodiesHeld reports that every attacker's body was sent and is held by

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -13,11 +14,15 @@ import (
 // Names of the traffic listener's edge metrics (TLS, PROXY protocol,
 // HTTP/2).
 const (
-	NameCertReloads   = "exgate_tls_certificate_reloads_total"
-	NameCertNotAfter  = "exgate_tls_certificate_not_after_timestamp_seconds"
-	NameProxyRefused  = "exgate_proxy_protocol_refused_total"
-	NameHTTP2Errors   = "exgate_http2_errors_total"
-	maxHTTP2ErrorKind = 64
+	NameCertReloads  = "exgate_tls_certificate_reloads_total"
+	NameCertNotAfter = "exgate_tls_certificate_not_after_timestamp_seconds"
+	NameProxyRefused = "exgate_proxy_protocol_refused_total"
+	NameHTTP2Errors  = "exgate_http2_errors_total"
+	// The client connections' pool (server.max_connections).
+	NameConnections        = "exgate_connections"
+	NameConnectionClients  = "exgate_connection_clients"
+	NameConnectionsRefused = "exgate_connections_refused_total"
+	maxHTTP2ErrorKind      = 64
 )
 
 // ProxyRefusal is why a connection's PROXY protocol header was refused.
@@ -57,6 +62,9 @@ type Edge struct {
 	notAfter     prometheus.Gauge
 	proxyRefused *prometheus.CounterVec
 	http2Errors  *prometheus.CounterVec
+	connRefused  prometheus.Counter
+	connGauges   []prometheus.Collector
+	connSource   atomic.Pointer[connSourceRef]
 
 	reloadResults [2]prometheus.Counter // failure, success
 	refusals      [numProxyRefusals]prometheus.Counter
@@ -88,8 +96,13 @@ func NewEdge(reg prometheus.Registerer) (*Edge, error) {
 		Name: NameHTTP2Errors,
 		Help: "HTTP/2 protocol errors net/http counted on client connections, by kind (such as conn_enhance_your_calm_too_many_early_resets).",
 	}, []string{"kind"})
+	e.connRefused = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: NameConnectionsRefused,
+		Help: "Client connections accepted past their client's share of server.max_connections: each one's first request is answered 503 too_many_connections and the connection closed.",
+	})
+	e.connGauges = e.connectionGauges()
 	var done []prometheus.Collector
-	for _, c := range []prometheus.Collector{e.reloads, e.notAfter, e.proxyRefused, e.http2Errors} {
+	for _, c := range append([]prometheus.Collector{e.reloads, e.notAfter, e.proxyRefused, e.http2Errors, e.connRefused}, e.connGauges...) {
 		if err := reg.Register(c); err != nil {
 			for _, d := range done {
 				reg.Unregister(d)
@@ -108,7 +121,50 @@ func NewEdge(reg prometheus.Registerer) (*Edge, error) {
 
 // EdgeNames lists the edge metric names.
 func EdgeNames() []string {
-	return []string{NameCertReloads, NameCertNotAfter, NameProxyRefused, NameHTTP2Errors}
+	return []string{NameCertReloads, NameCertNotAfter, NameProxyRefused, NameHTTP2Errors,
+		NameConnections, NameConnectionClients, NameConnectionsRefused}
+}
+
+// ConnectionSource reports the client connections' pool; the traffic
+// listener's is one.
+type ConnectionSource interface {
+	Buffered() int64 // connections held
+	Clients() int    // client addresses holding them
+}
+
+type connSourceRef struct{ s ConnectionSource }
+
+// connectionGauges are the gauges of the client connections' pool, 0
+// until SetConnectionSource.
+func (e *Edge) connectionGauges() []prometheus.Collector {
+	gauge := func(name, help string, f func(ConnectionSource) float64) prometheus.Collector {
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, func() float64 {
+			if r := e.connSource.Load(); r != nil {
+				return f(r.s)
+			}
+			return 0
+		})
+	}
+	return []prometheus.Collector{
+		gauge(NameConnections, "Client connections held, counted in their clients' shares of server.max_connections (connections from trusted proxies are not).",
+			func(s ConnectionSource) float64 { return float64(s.Buffered()) }),
+		gauge(NameConnectionClients, "Client addresses holding connections; each may hold at most as many as are left free.",
+			func(s ConnectionSource) float64 { return float64(s.Clients()) }),
+	}
+}
+
+// SetConnectionSource makes the connection gauges read s.
+func (e *Edge) SetConnectionSource(s ConnectionSource) {
+	if e != nil {
+		e.connSource.Store(&connSourceRef{s})
+	}
+}
+
+// ConnectionRefused counts a connection accepted past its client's share.
+func (e *Edge) ConnectionRefused() {
+	if e != nil {
+		e.connRefused.Inc()
+	}
 }
 
 // CertReload counts a reload of changed certificate files.

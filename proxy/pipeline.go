@@ -25,6 +25,10 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	pl := g.plan.Load()
 	st.plan = pl
 	g.identify(st, r, pl)
+	if e := checkConnShare(st, r); e != nil {
+		g.refuse(st, r, e)
+		return
+	}
 	if e := g.checkHead(st, r); e != nil {
 		g.refuse(st, r, e)
 		return

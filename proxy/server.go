@@ -97,12 +97,22 @@ func ServeTraffic(srv *http.Server, ln net.Listener, certs *Certificates) error 
 	return srv.ServeTLS(ln, "", "")
 }
 
-// connPeer is a connection's peer, worked out on first use.
+// connPeer is a connection's peer, worked out on first use, and whether
+// the connection was accepted past its client's share (ShareConnections).
 type connPeer struct {
-	conn    net.Conn
-	trusted []netip.Prefix
-	once    sync.Once
-	p       *peer
+	conn     net.Conn
+	trusted  []netip.Prefix
+	once     sync.Once
+	p        *peer
+	pastOnce sync.Once
+	past     bool
+}
+
+// pastShare reports whether the connection was accepted past its client's
+// share, working it out on the first call.
+func (c *connPeer) pastShare() bool {
+	c.pastOnce.Do(func() { c.past = pastShare(c.conn) })
+	return c.past
 }
 
 // get returns the peer, working it out on the first call.

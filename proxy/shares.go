@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"hash/maphash"
+	"net/netip"
 	"sync"
 
 	"github.com/exgate/exgate/limiter"
@@ -20,14 +21,29 @@ var clientSeed = maphash.MakeSeed()
 // clientOf returns the key of st's client; the auth and client-address
 // steps have run.
 func clientOf(st *requestState, pl *plan) clientKey {
-	k := struct {
-		account string
-		addr    [16]byte
-	}{account: st.caller.id.Account}
-	if k.account == "" && st.addr.IsValid() {
-		k.addr = limiter.AddrGroup(st.addr, pl.v6Prefix).As16()
+	if a := st.caller.id.Account; a != "" {
+		return clientKey(maphash.Comparable(clientSeed, clientID{account: a}))
 	}
-	return clientKey(maphash.Comparable(clientSeed, k))
+	var a netip.Addr
+	if st.addr.IsValid() {
+		a = limiter.AddrGroup(st.addr, pl.v6Prefix)
+	}
+	return addrKey(a)
+}
+
+// addrKey returns the key of the client address a (already grouped).
+func addrKey(a netip.Addr) clientKey {
+	var id clientID
+	if a.IsValid() {
+		id.addr = a.As16()
+	}
+	return clientKey(maphash.Comparable(clientSeed, id))
+}
+
+// clientID is what a clientKey hashes: an account, else an address.
+type clientID struct {
+	account string
+	addr    [16]byte
 }
 
 // sharedPool is a quantity shared between clients by a dynamic

@@ -345,7 +345,7 @@ func (a *app) listen(cfg *config.Config) error {
 	a.addr, a.adminAd = ln.Addr().String(), aln.Addr().String()
 	a.srv = proxy.NewServer(cfg, a.gw, a.log, a.edge)
 	a.admin = proxy.NewAdminServer(cfg, a.gw.AdminHandler(a.adminOptions(cfg)), a.log)
-	tln := proxy.ProxyProtocolListener(ln, cfg.Server.ProxyProtocol, cfg.Server.ReadHeaderTimeout, a.edge)
+	tln := proxy.ProxyProtocolListener(proxy.ShareConnections(ln, cfg, a.edge), cfg.Server.ProxyProtocol, cfg.Server.ReadHeaderTimeout, a.edge)
 	go a.serveTraffic(tln)
 	if a.certs != nil {
 		ctx, cancel := context.WithCancel(context.Background())
