@@ -3,6 +3,7 @@ package fault
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -18,6 +19,7 @@ import (
 	"time"
 
 	"github.com/exgate/exgate/internal/redistest"
+	"github.com/exgate/exgate/internal/tlstest"
 	"github.com/exgate/exgate/sim"
 )
 
@@ -77,6 +79,9 @@ type poolRow struct {
 	// verify has accounts verified (identity.verify) although the
 	// attacker is an address without one.
 	verify bool
+	// tls serves the row over TLS, HTTP/2 offered: its config names the
+	// certificate as CERT_FILE and KEY_FILE.
+	tls bool
 	// attack takes all of the pool it can as the attackers of a, until
 	// ctx ends, adding each of their answers to a.answers.
 	attack func(ctx context.Context, t *testing.T, r *poolRun, a *attack)
@@ -120,6 +125,10 @@ type poolEnv struct {
 	backend string
 	tokens  map[string]string // access tokens by account
 	front   *poolFront
+	// tls trusts the certificate of a row over TLS (poolRow.tls), whose
+	// files are leaf's.
+	tls  *tls.Config
+	leaf tlstest.Leaf
 }
 
 // heldPaths are the expensive reads: the backend answers them only when
@@ -174,7 +183,10 @@ func startPoolEnv(t *testing.T) *poolEnv {
 	close(front.release)
 	bs := httptest.NewServer(front)
 	t.Cleanup(bs.Close)
-	env := &poolEnv{redis: redistest.Start(t), backend: bs.URL, tokens: map[string]string{}, front: front}
+	dir := t.TempDir()
+	ca := tlstest.NewCA(t, dir)
+	env := &poolEnv{redis: redistest.Start(t), backend: bs.URL, tokens: map[string]string{}, front: front,
+		tls: &tls.Config{RootCAs: ca.Pool}, leaf: ca.Issue(dir, "exgate", []string{"127.0.0.1"}, tlstest.Options{})}
 	for _, a := range poolAccounts {
 		env.tokens[a] = signIn(t, bs.URL, a)
 	}
@@ -202,6 +214,7 @@ type poolRun struct {
 	env    *poolEnv
 	g      *gateway
 	host   string
+	url    string // the traffic listener, https:// for a row over TLS
 	victim *http.Client
 	// victimRequests is how many requests exgate had seen when the
 	// attack began.
@@ -249,7 +262,7 @@ func (env *poolEnv) poolConfig(row poolRow) string {
 	fmt.Fprintf(&b, "listen: \"127.0.0.1:0\"\nadmin_listen: \"127.0.0.1:0\"\nupstream:\n  url: %q\nlog:\n  access: false\n", env.backend)
 	fmt.Fprintf(&b, "limiter:\n  redis:\n    addrs: [%q]\n    timeout: 500ms\n%s", env.redis.Addr, row.limiter)
 	fmt.Fprintf(&b, "identity:\n  verify: %t\n%s", row.attacker != oneAddress || row.verify, row.identity)
-	b.WriteString(row.config)
+	b.WriteString(strings.NewReplacer("CERT_FILE", env.leaf.CertFile, "KEY_FILE", env.leaf.KeyFile).Replace(row.config))
 	return b.String()
 }
 
@@ -263,7 +276,10 @@ func (env *poolEnv) run(t *testing.T, row poolRow) {
 	release := env.front.hold()
 	defer release()
 	g := startGateway(t, env.poolConfig(row), "EXGATE_JWT_SECRET="+sim.DevSecret)
-	r := &poolRun{env: env, g: g, host: strings.TrimPrefix(g.url, "http://"), victim: clientFrom(t, victimAddr, 4)}
+	r := &poolRun{env: env, g: g, host: strings.TrimPrefix(g.url, "http://"), url: g.url, victim: clientFrom(t, victimAddr, 4)}
+	if row.tls {
+		r.url, r.victim = "https://"+r.host, clientOver(t, victimAddr, 4, env.tls)
+	}
 	if bad := r.victimTrades(); len(bad) > 0 {
 		t.Fatalf("the victim's trades before any attack: %v", bad)
 	}
@@ -356,9 +372,18 @@ func watchRSS(t *testing.T, pid int, peak *atomic.Int64) func() {
 // clientFrom returns a client whose connections come from the loopback
 // address ip, with a pool of conns connections.
 func clientFrom(t *testing.T, ip string, conns int) *http.Client {
+	return clientOver(t, ip, conns, nil)
+}
+
+// clientOver is clientFrom over TLS with tc (HTTP/2 through ALPN), or
+// over plain HTTP/1.1 when tc is nil.
+func clientOver(t *testing.T, ip string, conns int, tc *tls.Config) *http.Client {
 	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}, Timeout: 5 * time.Second}
 	tr := &http.Transport{DialContext: d.DialContext, MaxIdleConnsPerHost: conns, MaxConnsPerHost: conns,
-		DisableCompression: true, IdleConnTimeout: 90 * time.Second}
+		DisableCompression: true, IdleConnTimeout: 90 * time.Second, ForceAttemptHTTP2: tc != nil}
+	if tc != nil {
+		tr.TLSClientConfig = tc.Clone() // the transport sets its protocols in it
+	}
 	t.Cleanup(tr.CloseIdleConnections)
 	return &http.Client{Transport: tr, Timeout: 30 * time.Second}
 }
@@ -385,7 +410,7 @@ var victimRound atomic.Int64
 func (r *poolRun) victimTrades() []string {
 	var bad []string
 	send := func(method, path, body string, want int) []byte {
-		req, _ := http.NewRequest(method, r.g.url+path, strings.NewReader(body))
+		req, _ := http.NewRequest(method, r.url+path, strings.NewReader(body))
 		req.Header.Set("Authorization", "Bearer "+r.env.tokens["victim"])
 		if body != "" {
 			req.Header.Set("Content-Type", "application/json")
@@ -613,4 +638,69 @@ func grepLines(s string, prefixes ...string) string {
 		}
 	}
 	return b.String()
+}
+
+// The issue's first attack over HTTP/2, by an account: streams of several
+// connections each hold the start of a bulk's body.
+const (
+	h2Conns   = 4   // connections per attacker
+	h2Streams = 100 // streams per connection: server.http2.max_concurrent_streams
+	h2Sent    = 16 << 10
+	h2Config  = "server:\n  max_buffered_bytes: 4MiB\n  read_timeout: 60s\n  tls:\n    certificates:\n" +
+		"      - {cert_file: CERT_FILE, key_file: KEY_FILE}\n"
+)
+
+func init() {
+	for _, k := range []attackerKind{oneAccount, threeAccounts} {
+		poolRows = append(poolRows, poolRow{pool: "request-body budget, HTTP/2 streams", attacker: k, config: h2Config, tls: true,
+			attack: h2Bodies, holding: h2BodiesHeld,
+			refused: []string{"server_busy"}, metric: "exgate_body_budget_refusals_total", maxGrowth: 96 << 20})
+	}
+}
+
+// h2Bodies: each attacker account opens h2Conns HTTP/2 connections and on
+// each h2Streams bulks (Content-Length: 65536) whose first 16 KiB it sends
+// and holds, until exgate answers or the row ends: 6.4 MiB of bodies per
+// account against a 4 MiB budget.
+func h2Bodies(ctx context.Context, t *testing.T, r *poolRun, a *attack) {
+	var wg sync.WaitGroup
+	start := "[" + strings.Repeat(" ", h2Sent-1)
+	for i, addr := range a.addrs {
+		for range h2Conns {
+			c := clientOver(t, addr, 1, r.env.tls)
+			for range h2Streams {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					pr, pw := io.Pipe()
+					go func() {
+						_, err := io.WriteString(pw, start)
+						if err == nil {
+							a.sent.Add(1)
+						}
+						<-ctx.Done()
+						pw.Close()
+					}()
+					req, _ := http.NewRequestWithContext(ctx, "POST", r.url+"/api/v1/odr/orders/bulk/", pr)
+					req.ContentLength = 65536
+					req.Header.Set("Authorization", "Bearer "+a.tokens[i])
+					req.Header.Set("Content-Type", "application/json")
+					ans := do(c, req)
+					if ctx.Err() != nil {
+						return
+					}
+					a.answers.add(ans)
+					a.answered.Add(1)
+				}()
+			}
+		}
+	}
+	wg.Wait()
+}
+
+// h2BodiesHeld reports that every stream was refused or sent its 16 KiB,
+// and that the bytes exgate holds no longer move.
+func h2BodiesHeld(t *testing.T, r *poolRun, a *attack) bool {
+	n := int64(len(a.addrs) * h2Conns * h2Streams)
+	return a.sent.Load()+a.answered.Load() >= n && a.settled(r.g.metric(t, "exgate_body_buffered_bytes"))
 }
