@@ -511,14 +511,6 @@ func (q *waitQueue) push(w *waiter) {
 	q.tail = w
 }
 
-func (q *waitQueue) pop() *waiter {
-	w := q.head
-	if w != nil {
-		q.remove(w)
-	}
-	return w
-}
-
 func (q *waitQueue) remove(w *waiter) {
 	if w.prev != nil {
 		w.prev.next = w.next
