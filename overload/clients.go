@@ -6,16 +6,19 @@ package overload
 // is no client: its requests take slots and wait with no share of their
 // own, in one queue (a caller that cannot tell clients apart).
 //
-// A client may take a slot only while it holds fewer slots than are
-// left free — the dynamic threshold of shared-memory
-// switch buffers (Choudhury and Hahne). A client alone holds at most half
-// of the limit; n clients taking all they can hold at most 1/(n+1) of it
+// A client may take a slot while it holds fewer slots than are left free
+// — the dynamic threshold of shared-memory switch buffers (Choudhury and
+// Hahne): n clients taking all they can hold at most 1/(n+1) of the limit
 // each and leave as much free, so a client that holds nothing finds a
-// slot at once (while the limit is above 2^n). A request of a client past
-// its share waits for a slot it may take, within its class's wait, and
-// freed slots go round robin to the clients that wait, most important
-// class first, each client's oldest waiter first: a client's queued
-// requests delay another's by at most one turn, however many they are.
+// slot at once. Past that share a client may still take a slot while no
+// other client waits for one and more than a reserve of the limit (a
+// quarter, at least one slot) is left free: alone, a client uses the
+// backend's room, all but what a newcomer finds free at once, and the
+// limit it uses can grow. A request of a client past its share waits for
+// a slot it may take, within its class's wait, and freed slots go round
+// robin to the clients that wait, most important class first, each
+// client's oldest waiter first: a client's queued requests delay
+// another's by at most one turn, however many they are.
 type Client uint64
 
 // client is the state of one Client that holds slots or has waiters.
@@ -97,17 +100,26 @@ func (l *Limiter) forget(cl *client) {
 
 // may reports whether client cl may take a slot for a request of class c
 // now: the limit has room for the class, and cl holds fewer slots than
-// are left free. A cancel's share is counted in
-// cancels only, of the limit and the cancels' headroom: a client's other
-// requests never keep its cancel waiting. l.mu is held.
+// are left free, or no other client waits and more than the reserve is
+// left free (Client). A cancel's share is counted in cancels only, of the
+// limit and the cancels' headroom: a client's other requests never keep
+// its cancel waiting. l.mu is held.
 func (l *Limiter) may(cl *client, c Class) bool {
-	free := l.limitFor(c) - l.inflight
+	limit := l.limitFor(c)
+	free := limit - l.inflight
 	held := cl.held
 	if c == Cancel {
 		held = cl.cancels
 	}
-	return free > 0 && (cl.key == 0 || held < free)
+	if free <= 0 {
+		return false
+	}
+	return cl.key == 0 || held < free || (l.waiting == cl.waiting && free > max(limit/shareReserve, 1))
 }
+
+// shareReserve is the divisor of the limit that gives the slots a client
+// alone leaves free for newcomers (Client).
+const shareReserve = 4
 
 // hold counts a slot taken by client cl for a request of class c; l.mu
 // is held.

@@ -19,41 +19,41 @@ func fill(l *Limiter, c Class, who Client) int {
 	}
 }
 
-// TestClientShares: with no wait, each client that takes all it can gets
-// at most as many slots as are left free — a client alone half of the
-// limit, the next half of what is left — and a client that holds none
-// still finds one; a client past its share is refused, and only it.
+// TestClientShares: with no wait, a client alone takes all but the
+// reserve (a quarter of the limit); the others then take slots while they
+// hold fewer than are left free, and a client that holds none finds one
+// while any is free; a client past its share is refused, and only it.
 func TestClientShares(t *testing.T) {
 	l := New(Options{Fixed: 16}) // no wait: a request that cannot take a slot is shed at once
 	for _, tt := range []struct {
 		who  Client
 		want int
-	}{{1, 8}, {2, 4}, {3, 2}, {4, 1}, {5, 1}} {
+	}{{1, 12}, {2, 2}, {3, 1}, {4, 1}, {5, 0}} {
 		if got := fill(l, PrivateRead, tt.who); got != tt.want {
 			t.Errorf("client %d took %d slots, want %d", tt.who, got, tt.want)
 		}
 	}
-	if got, n := l.InFlight(), l.Clients(); got != 16 || n != 5 {
-		t.Fatalf("InFlight = %d, Clients = %d; want 16 and 5", got, n)
+	if got, n := l.InFlight(), l.Clients(); got != 16 || n != 4 {
+		t.Fatalf("InFlight = %d, Clients = %d; want 16 and 4", got, n)
 	}
-	// Client 1 gives its slots back: the others may take more, and
-	// client 1 comes back with its share of what is then free.
-	for range 8 {
+	// Client 1 gives its slots back: client 2 takes the room again down
+	// to the reserve, and client 1 comes back with its share of that.
+	for range 12 {
 		l.Release(1, PrivateRead, time.Now(), time.Millisecond, true)
 	}
-	if got := fill(l, PrivateRead, 2); got != 2 {
-		t.Errorf("client 2, holding 4 with 8 free, took %d more, want 2", got)
+	if got := fill(l, PrivateRead, 2); got != 8 {
+		t.Errorf("client 2, holding 2 with 12 free, took %d more, want 8", got)
 	}
-	if got := fill(l, PrivateRead, 1); got != 3 {
-		t.Errorf("client 1, back with 6 free, took %d, want 3", got)
+	if got := fill(l, PrivateRead, 1); got != 2 {
+		t.Errorf("client 1, back with 4 free, took %d, want 2", got)
 	}
-	if n := len(l.clients); n != 5 {
-		t.Errorf("%d clients tracked, want the 5 holding slots", n)
+	if n := len(l.clients); n != 4 {
+		t.Errorf("%d clients tracked, want the 4 holding slots", n)
 	}
 	for _, c := range []struct {
 		who Client
 		n   int
-	}{{1, 3}, {2, 6}, {3, 2}, {4, 1}, {5, 1}} {
+	}{{1, 2}, {2, 10}, {3, 1}, {4, 1}} {
 		for range c.n {
 			l.Release(c.who, PrivateRead, time.Now(), time.Millisecond, true)
 		}
@@ -63,18 +63,56 @@ func TestClientShares(t *testing.T) {
 	}
 }
 
+// TestLoneClientYieldsToWaiters: a client alone uses the limit's room
+// beyond its share, all but the reserve; once another client waits, a
+// freed slot goes to that client, and the first one's next request waits
+// for its turn.
+func TestLoneClientYieldsToWaiters(t *testing.T) {
+	var waits [NumClasses]time.Duration
+	for i := range waits {
+		waits[i] = 10 * time.Second
+	}
+	l := New(Options{Fixed: 16, MaxWait: waits})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	for range 12 {
+		if ok, _ := l.Acquire(ctx, MarketData, 1); !ok {
+			t.Fatal("client 1 alone was refused above the reserve")
+		}
+	}
+	for range 2 { // 0 and 1 slots held, fewer than the 4 and 3 left free
+		if ok, _ := l.Acquire(ctx, MarketData, 2); !ok {
+			t.Fatal("client 2 found no slot in the reserve")
+		}
+	}
+	b := queuedFor(ctx, l, MarketData, 2) // 2 held, 2 free: past its share
+	a := queuedFor(ctx, l, MarketData, 1)
+	l.Release(1, MarketData, time.Now(), time.Millisecond, true)
+	select {
+	case ok := <-b:
+		if !ok {
+			t.Fatal("client 2's waiter got no slot")
+		}
+	case <-a:
+		t.Fatal("the freed slot went back to client 1 while client 2 waited")
+	}
+	if l.Waiting() != 1 {
+		t.Errorf("%d waiting, want client 1's request", l.Waiting())
+	}
+}
+
 // TestCancelShare: a cancel's share is of the limit and the cancels'
 // headroom, counted in cancels only: a client whose other requests hold
-// all the slots it may still has its cancels (5 more, until its cancels
+// all the slots it may still has its cancels (3 more, until its cancels
 // are as many as are left free), and another client's cancel finds a
 // slot while every non-cancel slot is taken.
 func TestCancelShare(t *testing.T) {
 	l := New(Options{Fixed: 16}) // headroom 2
-	if got := fill(l, PrivateRead, 1); got != 8 {
-		t.Fatalf("client 1 took %d slots, want 8", got)
+	if got := fill(l, PrivateRead, 1); got != 12 {
+		t.Fatalf("client 1 took %d slots, want 12", got)
 	}
-	if got := fill(l, Cancel, 1); got != 5 {
-		t.Errorf("client 1 took %d cancels beyond its 8 reads, want 5", got)
+	if got := fill(l, Cancel, 1); got != 3 {
+		t.Errorf("client 1 took %d cancels beyond its 12 reads, want 3 (6 of limit and headroom left free)", got)
 	}
 	for who := Client(2); l.InFlight() < 16; who++ {
 		fill(l, PrivateRead, who)
