@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"os/exec"
@@ -102,7 +103,7 @@ func (b *bench) measure(ctx context.Context, res *Results) error {
 			return err
 		}
 		if run.StatusErrors > 0 {
-			return fmt.Errorf("warm-up %s at %s: %d responses were not %d; the setup is wrong", c.sc.name, c.t.name, run.StatusErrors, c.sc.want)
+			return fmt.Errorf("warm-up %s at %s: %d responses were not %d%s; the setup is wrong", c.sc.name, c.t.name, run.StatusErrors, c.sc.want, answeredBy(c.t))
 		}
 	}
 	for r := range b.o.rounds {
@@ -240,6 +241,46 @@ func (b *bench) once(ctx context.Context, c combo, d time.Duration) (Run, error)
 		}
 	}
 	return run, nil
+}
+
+// answeredBy returns what an exgate target says it answered, by status
+// and error code from its own counters (" (exgate answered 200 ×…, 503
+// overloaded ×…)"), or "" for a target without them: wrk counts only
+// that an answer was not the one wanted.
+func answeredBy(t *target) string {
+	if t.admin == "" {
+		return ""
+	}
+	res, err := httpClient(5 * time.Second).Get("http://" + t.admin + "/metrics")
+	if err != nil {
+		return ""
+	}
+	defer res.Body.Close()
+	text, _ := io.ReadAll(res.Body)
+	codes := map[string]float64{}
+	for line := range strings.SplitSeq(string(text), "\n") {
+		rest, ok := strings.CutPrefix(line, "exgate_requests_total{")
+		if !ok {
+			continue
+		}
+		_, after, _ := strings.Cut(rest, `code="`)
+		code, _, _ := strings.Cut(after, `"`)
+		f := strings.Fields(rest)
+		if v, err := strconv.ParseFloat(f[len(f)-1], 64); err == nil && code != "" {
+			codes[code] += v
+		}
+	}
+	var parts []string
+	for _, code := range slices.Sorted(maps.Keys(codes)) {
+		parts = append(parts, fmt.Sprintf("%s ×%.0f", code, codes[code]))
+	}
+	if shed := sumSamples(string(text), "exgate_overload_shed_total"); shed > 0 {
+		parts = append(parts, fmt.Sprintf("shed by its overload limit ×%.0f", shed))
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return " (exgate answered, since it started: " + strings.Join(parts, ", ") + ")"
 }
 
 // storeRoundTrips returns exgate's count of Redis round trips, or 0 for
