@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/exgate/exgate/internal/redistest"
 )
 
@@ -125,10 +127,15 @@ func perLimit(ctx context.Context, l interface {
 // several limits at once, AllowAll (one script run per request in Redis)
 // answers every request and every limit as the per-limit path does
 // (allowed, remaining, retry and reset), refusing all or nothing.
+//
+// The limits count in minutes, so that no stall of a loaded machine
+// refills anything between two steps: time passes when a step says so,
+// on the memory limiter's fake clock and, for Redis, whose clock is its
+// own, by moving the TAT of every key of the case (shiftTAT).
 func TestAllowAllMatchesPerLimit(t *testing.T) {
-	perSecond := Limit{Rate: 2, Period: time.Second, Burst: 2}
+	perMinute := Limit{Rate: 2, Period: time.Minute, Burst: 2}
 	perHour := Limit{Rate: 5, Period: time.Hour, Burst: 5}
-	slow := Limit{Rate: 1, Period: 2 * time.Second, Burst: 3}
+	slow := Limit{Rate: 1, Period: 2 * time.Minute, Burst: 3}
 	type step struct {
 		advance time.Duration
 		use     []int // the scenario's checks this request carries
@@ -139,13 +146,13 @@ func TestAllowAllMatchesPerLimit(t *testing.T) {
 		checks []Check
 		steps  []step
 	}{
-		{"a refusal charges no other limit", []Check{{Key: "sec", Limit: perSecond}, {Key: "hour", Limit: perHour}}, []step{
+		{"a refusal charges no other limit", []Check{{Key: "min", Limit: perMinute}, {Key: "hour", Limit: perHour}}, []step{
 			{use: []int{0, 1}, allowed: true},
 			{use: []int{0, 1}, allowed: true},
-			{use: []int{0, 1}, allowed: false}, // per second refuses: the hour keeps 3
+			{use: []int{0, 1}, allowed: false}, // per minute refuses: the hour keeps 3
 			{use: []int{0, 1}, allowed: false},
 			{use: []int{1}, allowed: true},
-			{advance: 1100 * time.Millisecond, use: []int{0, 1}, allowed: true},
+			{advance: 66 * time.Second, use: []int{0, 1}, allowed: true},
 			{use: []int{0, 1}, allowed: true},
 			{use: []int{0, 1}, allowed: false}, // the hour is spent
 		}},
@@ -158,12 +165,12 @@ func TestAllowAllMatchesPerLimit(t *testing.T) {
 			{use: []int{0}, allowed: true},
 			{use: []int{0, 1}, allowed: false},
 		}},
-		{"a shadow limit counts but never refuses", []Check{{Key: "sec", Limit: perSecond, Shadow: true}, {Key: "slow", Limit: slow}}, []step{
+		{"a shadow limit counts but never refuses", []Check{{Key: "min", Limit: perMinute, Shadow: true}, {Key: "slow", Limit: slow}}, []step{
 			{use: []int{0, 1}, allowed: true},
 			{use: []int{0, 1}, allowed: true},
 			{use: []int{0, 1}, allowed: true}, // the shadow limit is over
 			{use: []int{0, 1}, allowed: false},
-			{advance: 600 * time.Millisecond, use: []int{0, 1}, allowed: false},
+			{advance: 36 * time.Second, use: []int{0, 1}, allowed: false},
 		}},
 	}
 	type store struct {
@@ -172,32 +179,44 @@ func TestAllowAllMatchesPerLimit(t *testing.T) {
 			Limiter
 			Inspector
 		}
-		advance func(time.Duration)
+		// advance lets d pass for the given keys.
+		advance func(t *testing.T, keys []string, d time.Duration)
 		slack   time.Duration
 	}
 	clock := newFakeClock()
-	stores := []store{{name: "memory", lim: NewMemory(MemoryOptions{Now: clock.Now}), advance: clock.Advance}}
+	stores := []store{{name: "memory", lim: NewMemory(MemoryOptions{Now: clock.Now}),
+		advance: func(_ *testing.T, _ []string, d time.Duration) { clock.Advance(d) }}}
 	if !testing.Short() {
+		shift := func(c redis.Scripter) func(*testing.T, []string, time.Duration) {
+			return func(t *testing.T, keys []string, d time.Duration) { shiftTAT(t, c, keys, d) }
+		}
 		srv := redistest.Start(t)
 		rl := NewRedis(srv.Client(), RedisOptions{Timeout: time.Second})
 		t.Cleanup(func() { _ = rl.Close() })
-		stores = append(stores, store{name: "redis", lim: rl, advance: time.Sleep, slack: 50 * time.Millisecond})
+		stores = append(stores, store{name: "redis", lim: rl, advance: shift(srv.Client()), slack: 50 * time.Millisecond})
 		// In a Cluster the keys of a request fall in different slots:
 		// its parts are decided apart and a refused request gives back
 		// what the others charged.
 		cl := redistest.StartCluster(t, 3)
-		crl := NewRedis(cl.Client(t), RedisOptions{Timeout: time.Second})
+		cc := cl.Client(t)
+		crl := NewRedis(cc, RedisOptions{Timeout: time.Second})
 		t.Cleanup(func() { _ = crl.Close() })
-		stores = append(stores, store{name: "redis-cluster", lim: crl, advance: time.Sleep, slack: 50 * time.Millisecond})
+		stores = append(stores, store{name: "redis-cluster", lim: crl, advance: shift(cc), slack: 50 * time.Millisecond})
 	}
 	ctx := context.Background()
 	for _, st := range stores {
 		for _, tc := range cases {
 			t.Run(st.name+"/"+tc.name, func(t *testing.T) {
+				var keys []string
+				for _, c := range tc.checks {
+					keys = append(keys, keyPrefix+t.Name()+":"+c.Key, keyPrefix+"per-limit:"+t.Name()+":"+c.Key)
+				}
 				var got, want Answer
-				var lastGap time.Duration
+				var maxGap time.Duration
 				for i, s := range tc.steps {
-					st.advance(s.advance)
+					if s.advance > 0 {
+						st.advance(t, keys, s.advance)
+					}
 					var cq, pq Request
 					for _, u := range s.use {
 						c := tc.checks[u]
@@ -212,12 +231,14 @@ func TestAllowAllMatchesPerLimit(t *testing.T) {
 					if err := perLimit(ctx, st.lim, &pq, &want); err != nil {
 						t.Fatal(err)
 					}
-					// The two paths decide a moment apart, and each
-					// one's durations count from its own last charge:
-					// they may differ by this step's gap and the last.
+					// On real time the two paths decide a moment
+					// apart: a key's reset counts from the step that
+					// last set its TAT, any step before, and the
+					// answer from this one, each on either path up
+					// to its gap later.
 					gap := time.Since(start)
-					slack := st.slack + gap + lastGap
-					lastGap = gap
+					maxGap = max(maxGap, gap)
+					slack := st.slack + gap + maxGap
 					if got.Allowed != s.allowed || want.Allowed != s.allowed {
 						t.Fatalf("step %d: AllowAll allowed=%v, per limit %v, want %v", i, got.Allowed, want.Allowed, s.allowed)
 					}
@@ -231,6 +252,30 @@ func TestAllowAllMatchesPerLimit(t *testing.T) {
 					}
 				}
 			})
+		}
+	}
+}
+
+// shiftScript moves the TAT a key holds (float seconds, keyPrefix) d
+// seconds earlier, keeping its expiry.
+var shiftScript = redis.NewScript(`
+local v = redis.call("GET", KEYS[1])
+if v then
+  redis.call("SET", KEYS[1], tonumber(v) - tonumber(ARGV[1]), "KEEPTTL")
+end
+return 0
+`)
+
+// shiftTAT lets d pass for the Redis limiter's keys (with keyPrefix),
+// whose clock is Redis's own: a key's TAT is all it holds, and d passing
+// changes every decision on it as moving its TAT d earlier does (a key
+// that would have expired by then holds a TAT in the past, which counts
+// as a full burst, as a missing key does).
+func shiftTAT(t *testing.T, c redis.Scripter, keys []string, d time.Duration) {
+	t.Helper()
+	for _, k := range keys {
+		if err := shiftScript.Run(context.Background(), c, []string{k}, d.Seconds()).Err(); err != nil {
+			t.Fatalf("moving %s's TAT %v back: %v", k, d, err)
 		}
 	}
 }
