@@ -96,6 +96,19 @@ func startStack(t *testing.T, mut func(*config.Config)) *stack {
 // getenv (nil: none).
 func startStackEnv(t *testing.T, mut func(*config.Config), getenv func(string) (string, bool)) *stack {
 	t.Helper()
+	return startStackDeps(t, mut, deps{getenv: getenv})
+}
+
+// startStackDeps is startStack with the gateway's dependencies d (a nil
+// log or clock: none and time.Now).
+func startStackDeps(t *testing.T, mut func(*config.Config), d deps) *stack {
+	t.Helper()
+	if d.log == nil {
+		d.log = zap.NewNop()
+	}
+	if d.now == nil {
+		d.now = time.Now
+	}
 	s := sim.New(sim.Options{})
 	c := &counted{h: s, release: make(chan struct{})}
 	bs := httptest.NewServer(c)
@@ -107,7 +120,7 @@ func startStackEnv(t *testing.T, mut func(*config.Config), getenv func(string) (
 	if mut != nil {
 		mut(cfg)
 	}
-	a := startApp(t, cfg, deps{log: zap.NewNop(), now: time.Now, getenv: getenv})
+	a := startApp(t, cfg, d)
 	t.Cleanup(func() { close(c.release) }) // before the gateway shuts down
 	waitCatalogue(t, a)
 	return &stack{url: "http://" + a.addr, backend: c, sim: s, app: a, bs: bs}
