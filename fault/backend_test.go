@@ -198,19 +198,22 @@ func TestSIGTERMWithOrdersInFlight(t *testing.T) {
 	var releaseOnce sync.Once
 	t.Cleanup(func() { releaseOnce.Do(func() { close(release) }) })
 
-	// Deadlines far beyond what a busy machine takes to answer 1,000
-	// orders through the race-instrumented proxy above: an order cut by a
-	// route timeout or the shutdown timeout would be exgate's doing.
-	g := startGateway(t, configHeader(slow.URL, "max_idle_conns: 2000", "timeout: 2m")+`server:
+	// Deadlines far beyond what a busy machine takes to pass 1,000 orders
+	// through exgate and the race-instrumented proxy above (at load 20,
+	// over 30s before the last one reached the backend): they only bound
+	// a hang. An order cut by a route timeout, the shutdown timeout or
+	// its client's timeout would be no finding about exgate.
+	g := startGateway(t, configHeader(slow.URL, "max_idle_conns: 2000", "timeout: 8m")+`server:
   drain_delay: 100ms
-  write_timeout: 3m
-  shutdown_timeout: 3m
+  write_timeout: 9m
+  shutdown_timeout: 9m
 idempotency:
-  in_flight_timeout: 5m
+  in_flight_timeout: 10m
 limiter:
   backend: memory
 `)
 	c := newClient(t, orders)
+	c.Timeout = 10 * time.Minute
 	// Nothing else in flight: the order route is ready to take orders.
 	if a := do(c, order(g.url, token)); a.status != http.StatusCreated {
 		t.Fatalf("first order: %d %v %s", a.status, a.err, a.body)
@@ -222,9 +225,14 @@ limiter:
 	for range orders {
 		go func() { answers <- do(c, order(g.url, token)) }()
 	}
-	if !eventually(60*time.Second, func() bool { return arrived.Load() == orders }) {
+	if !eventually(5*time.Minute, func() bool { return arrived.Load() == orders }) {
+		// What the orders that never arrived were answered.
+		var early tally
+		for n := len(answers); n > 0; n-- {
+			early.add(<-answers)
+		}
 		releaseOnce.Do(func() { close(release) })
-		t.Fatalf("only %d of %d orders reached the backend within 60s", arrived.Load(), orders)
+		t.Fatalf("only %d of %d orders reached the backend within 5 minutes; answered before: %s", arrived.Load(), orders, &early)
 	}
 	inflight := g.metric(t, "exgate_inflight_requests")
 	if err := g.cmd.Process.Signal(syscall.SIGTERM); err != nil {
@@ -258,8 +266,8 @@ limiter:
 	}
 	select {
 	case <-g.done:
-	case <-time.After(4 * time.Minute):
-		t.Fatal("exgate did not exit within 4m of SIGTERM")
+	case <-time.After(10 * time.Minute):
+		t.Fatal("exgate did not exit within 10m of SIGTERM")
 	}
 	t.Logf("%v orders in flight at SIGTERM; answers: %s; backend placed %d", inflight, &ty, placed.Load())
 	if g.err != nil {
