@@ -31,6 +31,17 @@ import "time"
 // The parts in other slots that charged a request whose claim was not
 // taken are given back as a refused split request's are.
 //
+// A request answered by its claim (not taken) is charged in its
+// allowance checks instead (Check.Allowance: exgate's allowance of an
+// account's orders answered by duplicate protection, so that a client
+// re-sending them is throttled like any other): in the claim's script
+// run when they are there, else in the round trip that gives back the
+// other parts. An allowance check refuses the request like any other
+// once it cannot take its cost; in a Cluster a claim with no part in
+// its slot runs all the same, and the deny cache answers the client's
+// next requests. A request refused by another part after its claim's
+// run charged its allowance is given that charge back.
+//
 // A request carrying a claim is never answered from a hot key's lease:
 // it goes to Redis with its claim, one round trip for both. A ClaimPart
 // is not sent (ClaimReply.Sent is false) when the request does not reach

@@ -106,8 +106,11 @@ type Limiter interface {
 	// caller lists only the checks that charged it: a check that applied
 	// and allowed). A key's TAT never moves back past now, so a refund
 	// never gives a key more than a full burst; a key that holds nothing
-	// is left alone. Guard, Shadow and Branch are ignored. An error
-	// means the store could not be reached, and the charge stands.
+	// is left alone. A check marked Allowance is charged q.Cost instead:
+	// the request's charge moves to the allowance of its answers, for a
+	// request answered without being let through (claim.go). Guard,
+	// Shadow and Branch are ignored. An error means the store could not
+	// be reached, and the charge stands.
 	Refund(ctx context.Context, q *Request) error
 }
 

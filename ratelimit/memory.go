@@ -140,24 +140,31 @@ func (m *Memory) AllowAll(_ context.Context, q *Request, ans *Answer) error {
 	return nil
 }
 
-// Refund implements Limiter. It never returns an error.
+// Refund implements Limiter: each check's key gives back the cost, and
+// an Allowance check's is charged it. It never returns an error.
 func (m *Memory) Refund(_ context.Context, q *Request) error {
 	cost := q.cost()
 	now := m.now().UnixNano()
 	for i := range q.Checks {
 		c := &q.Checks[i]
 		if !c.Limit.valid(cost) {
-			continue // it charged nothing
+			continue // it charged nothing, and can take nothing
 		}
 		h := maphash.String(m.seed, c.Key)
 		s := &m.shards[h&(memShards-1)]
 		s.mu.Lock()
-		if tat, ok := s.tats[h]; ok {
-			if tat -= mulSat(c.Limit.emission(), cost); tat > now {
-				s.tats[h] = tat
-			} else {
-				delete(s.tats, h) // back to a full burst
+		tat, ok := s.tats[h]
+		switch {
+		case c.Allowance:
+			if !ok {
+				s.makeRoom(now, m.perMax)
 			}
+			s.tats[h] = max(tat, now) + mulSat(c.Limit.emission(), cost)
+		case !ok:
+		case tat-mulSat(c.Limit.emission(), cost) > now:
+			s.tats[h] = tat - mulSat(c.Limit.emission(), cost)
+		default:
+			delete(s.tats, h) // back to a full burst
 		}
 		s.mu.Unlock()
 	}

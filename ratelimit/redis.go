@@ -115,12 +115,13 @@ type call struct {
 	renewal bool // a lease renewal: no caller waits for it (renew)
 
 	// Within a round trip.
-	guarded bool   // the guard's answer is known (ans.Admitted)
-	phase   bool   // only the guard was sent: the checks go in the next round trip
-	parts   int    // entries the call was split into (Cluster)
-	failed  bool   // a part failed or refused: the request did not pass
-	charged uint64 // the checks (by index) that parts which passed charged
-	untaken bool   // the claim ran and did not take what it claims: nothing is charged
+	guarded  bool   // the guard's answer is known (ans.Admitted)
+	phase    bool   // only the guard was sent: the checks go in the next round trip
+	parts    int    // entries the call was split into (Cluster)
+	failed   bool   // a part failed or refused: the request did not pass
+	charged  uint64 // the checks (by index) that parts which passed charged
+	untaken  bool   // the claim ran and did not take what it claims: nothing is charged but the allowance
+	answered uint64 // the allowance checks the claim's run charged, for a claim it did not take
 
 	// Storage for Allow and AllowN.
 	own       Request
@@ -306,7 +307,7 @@ func (r *Redis) Refund(ctx context.Context, q *Request) error {
 	c.ownAns.Results = c.ownRes[:0]
 	c.ownAns.reset(len(q.Checks))
 	c.q, c.ans, c.err, c.refund = &c.own, &c.ownAns, nil, true
-	c.guarded, c.phase, c.parts, c.failed, c.charged, c.untaken = false, false, 0, false, 0, false
+	c.guarded, c.phase, c.parts, c.failed, c.charged, c.untaken, c.answered = false, false, 0, false, 0, false, 0
 	r.submit(ctx, c, &r.decide, r.timeout)
 	err := c.err
 	c.q, c.ans, c.err, c.refund, c.own = nil, nil, nil, false, Request{}

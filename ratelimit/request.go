@@ -26,6 +26,16 @@ type Check struct {
 	// Branch says under which answer of the Request's Guard the check
 	// applies.
 	Branch Branch
+	// Allowance marks the allowance of a request's uncharged answers
+	// (claim.go): the answers its claim gives instead of letting it
+	// through, which charge its other checks nothing. It is decided like
+	// any check, and refuses the request (claim not run) when it cannot
+	// take the request's cost, but it is never charged with the others:
+	// it is charged, and they are not, when the request's claim ran and
+	// did not take what it claims. Refund charges it the request's cost
+	// while it gives the others back: the request was answered without
+	// being let through.
+	Allowance bool
 }
 
 // Guard caps how many distinct members a set admits within a window (the
@@ -48,9 +58,9 @@ type Guard struct {
 // guard first, then every Check that applies under the guard's answer,
 // all on one reading of the store's clock. It is all or nothing: the
 // request passes when no applicable non-shadow check refuses it, and only
-// then is it charged Cost in every applicable check that allows it; a
-// refused request charges nothing. The guard records its member either
-// way.
+// then is it charged Cost in every applicable check that allows it (but
+// its Allowance checks); a refused request charges nothing. The guard
+// records its member either way.
 type Request struct {
 	Guard  Guard
 	Checks []Check
@@ -76,7 +86,8 @@ type CheckResult struct {
 	// Result is the check's answer on its own: Allowed when it would let
 	// the request pass (then Remaining is what is left after it), else
 	// RetryAfter. For a refused request nothing was charged, whatever the
-	// check's own answer.
+	// check's own answer; an Allowance check is charged only when the
+	// request is Uncharged.
 	Result Result
 }
 
@@ -96,8 +107,8 @@ type Answer struct {
 	Claim ClaimReply
 	// Uncharged reports a request that passed its limits but whose claim
 	// ran and did not take what it claims (claim.go): nothing was
-	// charged, and Results tell what the limits would have held had it
-	// been.
+	// charged but its Allowance checks, and Results tell what the limits
+	// would have held had it been charged.
 	Uncharged bool
 }
 
@@ -141,7 +152,9 @@ func decideAll(now int64, q *Request, ans *Answer, tat func(int) int64, charge f
 		}
 		nt, r := gcra(now, tat(i), c.Limit, cost)
 		ans.Results[i] = CheckResult{Applied: true, Result: r}
-		newTats[i] = nt
+		if !c.Allowance { // charged only for an answer of a claim, which no process-local store runs
+			newTats[i] = nt
+		}
 		if !r.Allowed && !c.Shadow {
 			ans.Allowed = false
 		}

@@ -25,9 +25,9 @@ import (
 // for a guard its member, max and window in milliseconds; then for each
 // check its key index, emission interval in seconds (0: a limit the
 // request can never pass), burst, and flags (1 shadow, plus 2 × the
-// branch: 0 always, 1 if admitted, 2 if refused); then for a claim its
-// key indexes, its number of arguments and the arguments. Key indexes
-// point into KEYS.
+// branch: 0 always, 1 if admitted, 2 if refused, plus 8 for an
+// allowance); then for a claim its key indexes, its number of arguments
+// and the arguments. Key indexes point into KEYS.
 //
 // A request without a guard is decided as admitted. A request's claim
 // (ClaimPart) calls the claim function claim(KEYS, ARGV) the script is
@@ -35,7 +35,10 @@ import (
 // passed; an error it raises is caught and answered as that claim's, so
 // the run's other requests are decided all the same. The request is
 // charged only when its claim took what it claims (a reply starting
-// with ClaimTaken): a claim refused, or failed, charges nothing. The reply is a flat
+// with ClaimTaken): a claim refused, or failed, charges nothing but the
+// request's allowance checks (Check.Allowance), which are decided with
+// the others and charged only then. A refund (negative cost) gives back
+// every check's cost but an allowance's, which it charges. The reply is a flat
 // list: for each request whether it passed (1/0), and with a guard the
 // guard's answer (1 admitted, 2 refused) and the guard set's TTL in
 // milliseconds; then for each check its state (0 not applied, 1 allowed,
@@ -47,7 +50,7 @@ import (
 const decideSrc = `
 local t = redis.call("TIME")
 local now = (t[1] - 1483228800) + (t[2] / 1000000)
-local tats, charge, dirty, changed, nd = {}, {}, {}, {}, 0
+local tats, charge, answer, dirty, changed, nd = {}, {}, {}, {}, {}, 0
 local function set(k, tat)
   tats[k] = tat
   if not dirty[k] then
@@ -80,18 +83,20 @@ for _ = 1, tonumber(ARGV[1]) do
     n = n + 2
     a = a + 3
   end
-  local nc = 0
+  local nc, na = 0, 0
   for _ = 1, nchecks do
     local k, e, burst, flags = tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
     a = a + 4
-    local when = math.floor(flags / 2)
+    local when, allowance = math.floor(flags / 2) % 4, flags >= 8
     local tat = tats[k]
     if tat == nil then
       tat = tonumber(redis.call("GET", KEYS[k])) or 0
       tats[k] = tat
     end
     if cost < 0 then
-      if tat > now then
+      if allowance and e > 0 then
+        set(k, math.max(tat, now) - cost * e)
+      elseif tat > now and not allowance then
         set(k, tat + cost * e)
       end
       out[n + 1] = 0
@@ -118,13 +123,18 @@ for _ = 1, tonumber(ARGV[1]) do
         end
       else
         out[n + 1], out[n + 2], out[n + 3], out[n + 4] = 1, math.floor(diff / e * 1000000 + 0.5), 0, math.ceil((new_tat - now) * 1000000)
-        charge[nc + 1], charge[nc + 2] = k, new_tat
-        nc = nc + 2
+        if allowance then
+          answer[na + 1], answer[na + 2] = k, new_tat
+          na = na + 2
+        else
+          charge[nc + 1], charge[nc + 2] = k, new_tat
+          nc = nc + 2
+        end
       end
       n = n + 4
     end
   end
-  local pass = out[head] == 1
+  local pass, answered = out[head] == 1, false
   if nclaim > 0 then
     local ck, ca = {}, {}
     for i = 1, nclaim do
@@ -149,6 +159,7 @@ for _ = 1, tonumber(ARGV[1]) do
       end
       n = n + 1 + #r
       pass = r[1] == "claimed"
+      answered = not pass
     else
       out[n + 1] = 0
       n = n + 1
@@ -157,6 +168,10 @@ for _ = 1, tonumber(ARGV[1]) do
   if pass then
     for i = 1, nc, 2 do
       set(charge[i], charge[i + 1])
+    end
+  elseif answered then
+    for i = 1, na, 2 do
+      set(answer[i], answer[i + 1])
     end
   end
 end
@@ -202,6 +217,9 @@ func newDecision(claimFunc string) *decision {
 	d.script = redis.NewScript(d.src)
 	return d
 }
+
+// flagAllowance marks an allowance check in decideSrc's flags.
+const flagAllowance = 8
 
 // Request modes of decideSrc.
 const (
@@ -295,6 +313,9 @@ func (b *runBuilder) add(q *Request, mode int, idx []int, guard, known, claim bo
 		}
 		if c.Shadow {
 			flags++
+		}
+		if c.Allowance {
+			flags += flagAllowance
 		}
 		b.args = append(b.args, b.key(keyPrefix+c.Key))
 		if c.Limit.valid(q.cost()) {

@@ -120,7 +120,7 @@ func (t *trip) runFor(s uint16) *run {
 // guard sent alone), and a claim that ran for a request another part
 // refused is the caller's to free (claim.go).
 func (t *trip) plan(c *call) {
-	c.parts, c.failed, c.charged, c.phase, c.untaken = 0, false, 0, false, false
+	c.parts, c.failed, c.charged, c.phase, c.untaken, c.answered = 0, false, 0, false, false, 0
 	q := c.q
 	if !t.cluster {
 		t.add(t.runFor(0), entry{c: c, guard: q.Guard.Key != "", claim: c.claim})
@@ -483,7 +483,7 @@ func (t *trip) read(rd *replyReader, r *run, e entry, now int64) error {
 	if e.idx == nil {
 		n = len(c.q.Checks)
 	}
-	var charged uint64
+	var charged, allowances uint64
 	for j := 0; j < n; j++ {
 		i := j
 		if e.idx != nil {
@@ -495,7 +495,11 @@ func (t *trip) read(rd *replyReader, r *run, e entry, now int64) error {
 		}
 		c.ans.Results[i] = res
 		if allowed && res.Applied && res.Result.Allowed && i < 64 {
-			charged |= 1 << i
+			if c.q.Checks[i].Allowance {
+				allowances |= 1 << i
+			} else {
+				charged |= 1 << i
+			}
 		}
 	}
 	if e.claim {
@@ -515,7 +519,9 @@ func (t *trip) read(rd *replyReader, r *run, e entry, now int64) error {
 			cl.Acked, cl.AckErr = r.ack.Result()
 		}
 		if run && (len(reply) == 0 || reply[0] != ClaimTaken) {
-			c.untaken, charged = true, 0 // the run charged nothing
+			// The run charged nothing but the allowance checks it carried.
+			c.untaken, charged = true, 0
+			c.answered |= allowances
 		}
 	}
 	if !c.phase {
@@ -533,19 +539,39 @@ func (t *trip) read(rd *replyReader, r *run, e entry, now int64) error {
 func (c *call) again() bool { return c.phase && c.err == nil }
 
 // settle sets c's answer once its round trip is over, and returns the
-// request that gives back what parts of a split request charged when
-// another part refused it or failed, or its claim was not taken, or nil.
+// request that settles, in one more round trip, what the parts of a
+// split request charged: for a request another part refused or failed,
+// what the parts that passed charged is given back (an allowance
+// charged by its claim's run too); for one whose claim was not taken,
+// the parts that passed are given back and its allowance checks in the
+// other parts charged. It returns nil when nothing is left to settle.
 func (c *call) settle() *call {
 	c.ans.Allowed = !c.failed && c.err == nil
 	c.ans.Uncharged = c.ans.Allowed && c.untaken
-	if (c.ans.Allowed && !c.untaken) || c.refund || c.parts < 2 || c.charged == 0 {
+	if (c.ans.Allowed && !c.untaken) || c.refund || c.parts < 2 {
 		return nil
 	}
 	rf := &call{}
 	for i := range c.q.Checks {
-		if i < 64 && c.charged&(1<<i) != 0 {
-			rf.own.Checks = append(rf.own.Checks, c.q.Checks[i])
+		if i >= 64 {
+			break
 		}
+		ck := c.q.Checks[i]
+		switch bit := uint64(1) << i; {
+		case c.charged&bit != 0:
+		case !ck.Allowance || !c.ans.Results[i].Applied:
+			continue
+		case !c.ans.Allowed && c.answered&bit != 0:
+			ck.Allowance = false // a plain give-back
+		case c.ans.Uncharged && c.answered&bit == 0:
+			// Charged by the refund (Check.Allowance).
+		default:
+			continue
+		}
+		rf.own.Checks = append(rf.own.Checks, ck)
+	}
+	if len(rf.own.Checks) == 0 {
+		return nil
 	}
 	rf.own.Cost = c.q.Cost
 	rf.q, rf.ans, rf.refund = &rf.own, &rf.ownAns, true
