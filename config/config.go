@@ -164,6 +164,8 @@ func (c *Config) normalise() {
 		c.Routes[i].normalise()
 	}
 	normaliseTiers(c.Tiers)
+	da := &c.Idempotency.DuplicateAnswers
+	da.Burst = normalBurst(da.Burst, da.Rate)
 }
 
 // checkTopLevel checks the keys of the document's root that belong to no

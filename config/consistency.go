@@ -20,6 +20,33 @@ func (c *Config) checkAcrossSections(col *collector) {
 	c.checkVerifiedIdentity(col) // identity, tokens_file, routes
 	c.checkEffective(col)        // routes, tiers, validation, idempotency, limiter
 	c.checkBulkBurst(col)        // validation, routes, tiers
+	c.checkDuplicateAnswers(col) // idempotency, validation, routes
+}
+
+// checkDuplicateAnswers reports an order route limit named as the
+// allowance of duplicate answers, which joins the route's limits under
+// that name, and an idempotency.duplicate_answers burst below
+// validation.bulk.max_orders while bulks place orders: a bulk is decided
+// against the allowance at its size, so a bulk larger than the burst
+// could never pass, whether or not it is answered as a duplicate.
+func (c *Config) checkDuplicateAnswers(col *collector) {
+	if !c.ProtectsDuplicates() {
+		return
+	}
+	for _, name := range c.orderRoutes() {
+		i := slices.IndexFunc(c.Routes, func(r Route) bool { return r.Name == name })
+		for j, l := range c.Routes[i].Limits {
+			if l.Name == DuplicateAnswersLimit {
+				col.addf(path("routes").index(i).key("limits").index(j).key("name"), "%q names the allowance of duplicate answers that exgate adds to the limits of a route orders are placed on (idempotency.duplicate_answers); give the limit another name", l.Name)
+			}
+		}
+	}
+	da := c.Idempotency.DuplicateAnswers
+	bulks := slices.ContainsFunc(c.Routes, func(r Route) bool { return r.Validate == ValidateBulk && r.Bulk.Orders != "" })
+	if !da.Rate.IsZero() && bulks && da.Burst > 0 && da.Burst < c.Validation.Bulk.MaxOrders {
+		col.addf("idempotency.duplicate_answers.burst", "%d is below validation.bulk.max_orders (%d): a bulk is decided against the allowance at its size, so a larger bulk could never pass; raise the burst to at least %d",
+			da.Burst, c.Validation.Bulk.MaxOrders, c.Validation.Bulk.MaxOrders)
+	}
 }
 
 // checkBulkBurst reports a validation.bulk.max_orders that no bulk could

@@ -183,3 +183,82 @@ func (c *Config) IdempotencyShare() (ids int, bytes int64) {
 	}
 	return ids, cmp.Or(bytes, int64(ids)*IdentifierBytes)
 }
+
+// DuplicateAnswerLimit is the allowance of duplicate answers on one
+// order route (idempotency.duplicate_answers): a limit of the route,
+// named DuplicateAnswersLimit, charged only for the orders duplicate
+// protection answers instead of placing them.
+type DuplicateAnswerLimit struct {
+	// Route is the order route's name.
+	Route string
+	// Key is what the allowance counts by: KeyToken, KeyAccount or
+	// KeyAddress.
+	Key string
+	// Rate and Burst are the allowance.
+	Rate  Rate
+	Burst int
+	// Tiers reports that the route's tier overrides (tiers.<tier>.<route>)
+	// apply to it: it is derived from a token or account limit, which
+	// they override.
+	Tiers bool
+	// Basis says where it comes from, for check-config:
+	// "idempotency.duplicate_answers", or the route's limit it is derived
+	// from.
+	Basis string
+}
+
+// DuplicateAnswerLimits returns, while duplicate protection runs, the
+// allowance of duplicate answers of each route an order is placed on
+// (validate: order, and the routes bulk placements are charged against),
+// in route order. With idempotency.duplicate_answers.rate it is that, per
+// account (per token with opaque tokens); without, it is the route's own
+// tightest limit on requests with a token (not shadow, not anonymous-only:
+// the lowest rate, then the smallest burst), with its key and burst, and
+// for a token or account limit its tiers. A route with no such limit has
+// none (a zero Rate, and the Basis says why): nothing bounds its orders
+// either.
+func (c *Config) DuplicateAnswerLimits() []DuplicateAnswerLimit {
+	if !c.ProtectsDuplicates() {
+		return nil
+	}
+	da := c.Idempotency.DuplicateAnswers
+	var out []DuplicateAnswerLimit
+	for _, name := range c.orderRoutes() {
+		if !da.Rate.IsZero() {
+			key := KeyToken
+			if c.Identity.Verify {
+				key = KeyAccount
+			}
+			out = append(out, DuplicateAnswerLimit{Route: name, Key: key, Rate: da.Rate, Burst: da.Burst,
+				Basis: "idempotency.duplicate_answers"})
+			continue
+		}
+		r := c.Route(name)
+		best := -1
+		for j, l := range r.Limits {
+			if l.Shadow || l.When == WhenAnon {
+				continue
+			}
+			if best < 0 || tighter(l, r.Limits[best]) {
+				best = j
+			}
+		}
+		if best < 0 {
+			out = append(out, DuplicateAnswerLimit{Route: name, Basis: name + " has no limit on requests with a token"})
+			continue
+		}
+		l := r.Limits[best]
+		out = append(out, DuplicateAnswerLimit{Route: name, Key: l.Key, Rate: l.Rate, Burst: normalBurst(l.Burst, l.Rate),
+			Tiers: l.Key != KeyAddress, Basis: fmt.Sprintf("%s's limit %q", name, l.Name)})
+	}
+	return out
+}
+
+// tighter reports whether limit a lets fewer requests through in the
+// long run than b (a lower rate), or as many in a smaller burst.
+func tighter(a, b Limit) bool {
+	// N/period compared as N_a·period_b < N_b·period_a, in seconds.
+	x := float64(a.Rate.N) * b.Rate.Period.Seconds()
+	y := float64(b.Rate.N) * a.Rate.Period.Seconds()
+	return x < y || (x == y && normalBurst(a.Burst, a.Rate) < normalBurst(b.Burst, b.Rate))
+}

@@ -78,3 +78,60 @@ func TestIdempotencyShare(t *testing.T) {
 		})
 	}
 }
+
+// TestDuplicateAnswerLimits: each order route's allowance of duplicate
+// answers is its own tightest limit on requests with a token (key,
+// burst, and tiers for a token or account limit), or the one set for
+// every order route; a route with no limit to derive from, and a
+// configuration without duplicate protection, has none.
+func TestDuplicateAnswerLimits(t *testing.T) {
+	perHour := func(n int64) Rate { return Rate{N: n, Period: time.Hour} }
+	for _, tc := range []struct {
+		name string
+		edit func(c *Config)
+		want []DuplicateAnswerLimit
+	}{
+		{"defaults: place_order's own", func(*Config) {}, []DuplicateAnswerLimit{
+			{Route: "place_order", Key: KeyToken, Rate: perHour(5400), Burst: 5400, Tiers: true, Basis: `place_order's limit "token"`}}},
+		{"verified accounts", func(c *Config) {
+			c.Identity.Verify = true
+			c.Route("place_order").Limits[0].Key = KeyAccount
+		}, []DuplicateAnswerLimit{
+			{Route: "place_order", Key: KeyAccount, Rate: perHour(5400), Burst: 5400, Tiers: true, Basis: `place_order's limit "token"`}}},
+		{"the tightest of several; shadow and anonymous-only limits left out", func(c *Config) {
+			c.Route("place_order").Limits = []Limit{
+				{Name: "shadow", Key: KeyToken, When: WhenAlways, Rate: perHour(1), Burst: 1, Shadow: true},
+				{Name: "anon", Key: KeyAddress, When: WhenAnon, Rate: perHour(2), Burst: 2},
+				{Name: "minute", Key: KeyToken, When: WhenAlways, Rate: Rate{N: 100, Period: time.Minute}, Burst: 100},
+				{Name: "address", Key: KeyAddress, When: WhenAlways, Rate: perHour(3000), Burst: 50},
+				{Name: "hour", Key: KeyToken, When: WhenAlways, Rate: Rate{N: 3000, Period: time.Hour}, Burst: 10},
+			}
+		}, []DuplicateAnswerLimit{
+			{Route: "place_order", Key: KeyToken, Rate: perHour(3000), Burst: 10, Tiers: true, Basis: `place_order's limit "hour"`}}},
+		{"an address limit: counted by address, no tiers", func(c *Config) {
+			c.Route("place_order").Limits = []Limit{{Name: "address", Key: KeyAddress, When: WhenAlways, Rate: perHour(600), Burst: 60}}
+		}, []DuplicateAnswerLimit{
+			{Route: "place_order", Key: KeyAddress, Rate: perHour(600), Burst: 60, Basis: `place_order's limit "address"`}}},
+		{"set", func(c *Config) {
+			c.Idempotency.DuplicateAnswers = DuplicateAnswers{Rate: Rate{N: 100, Period: time.Minute}, Burst: 20}
+		}, []DuplicateAnswerLimit{
+			{Route: "place_order", Key: KeyToken, Rate: Rate{N: 100, Period: time.Minute}, Burst: 20, Basis: "idempotency.duplicate_answers"}}},
+		{"no limit to derive from", func(c *Config) { c.Route("place_order").Limits = nil }, []DuplicateAnswerLimit{
+			{Route: "place_order", Basis: "place_order has no limit on requests with a token"}}},
+		{"without duplicate protection", func(c *Config) { c.Idempotency.Enabled = false }, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := Default()
+			tc.edit(c)
+			got := c.DuplicateAnswerLimits()
+			if len(got) != len(tc.want) {
+				t.Fatalf("DuplicateAnswerLimits() = %+v, want %+v", got, tc.want)
+			}
+			for i := range got {
+				if got[i] != tc.want[i] {
+					t.Errorf("DuplicateAnswerLimits()[%d] = %+v, want %+v", i, got[i], tc.want[i])
+				}
+			}
+		})
+	}
+}

@@ -56,9 +56,38 @@ type Idempotency struct {
 	// (limiter.redis.master_name) or a Cluster (several addresses), 0 for
 	// one standalone server. Default -1.
 	ReplicaAcks int `yaml:"replica_acks"`
+	// DuplicateAnswers is each client's allowance of duplicate answers
+	// on an order route: orders duplicate protection answers instead of
+	// placing them (a replay, a 409, a 503 identifier_quota_exceeded or
+	// duplicate_protection_full), which charge the order limits nothing.
+	// Past it, the client's orders get 429 throttled (answered from the
+	// deny cache, no Redis call) until it refills. Default: each order
+	// route's own limit (Config.DuplicateAnswerLimits).
+	DuplicateAnswers DuplicateAnswers `yaml:"duplicate_answers"`
 	// Memory bounds the in-process store (the memory backend).
 	Memory IdempotencyMemory `yaml:"memory"`
 }
+
+// DuplicateAnswers is an allowance of duplicate answers: Rate per
+// period, Burst at once, per client (counted as the route's limits
+// count it).
+type DuplicateAnswers struct {
+	// Rate is how many duplicate answers a client may get per period,
+	// counted in orders (a bulk's answer counts its orders), on every
+	// order route, per account (per token with opaque tokens). ""
+	// derives each order route's allowance from the route's own limit:
+	// its tightest limit on requests with a token, with that limit's
+	// burst, key and tiers. Default "".
+	Rate Rate `yaml:"rate"`
+	// Burst is how many may come at once; 0 means Rate's N, and Validate
+	// writes that out. Only with Rate. Default 0.
+	Burst int `yaml:"burst"`
+}
+
+// DuplicateAnswersLimit names the allowance of duplicate answers among
+// an order route's limits: in the rate-limit headers, logs and metrics.
+// No limit of an order route may take the name.
+const DuplicateAnswersLimit = "duplicate_answers"
 
 // IdempotencyMemory bounds the in-process duplicate-protection store.
 // When full of unexpired entries, new identifiers are refused with a
@@ -122,6 +151,14 @@ func (idem *Idempotency) check(col *collector, p path) {
 	}
 	if idem.ReplicaAcks < -1 || idem.ReplicaAcks > 5 {
 		col.addf(p.key("replica_acks"), "must be from -1 (by topology) to 5, got %d", idem.ReplicaAcks)
+	}
+	da, dp := idem.DuplicateAnswers, p.key("duplicate_answers")
+	switch {
+	case !da.Rate.IsZero():
+		checkRate(col, dp.key("rate"), da.Rate)
+		checkBurst(col, dp.key("burst"), da.Burst)
+	case da.Burst != 0:
+		col.addf(dp.key("burst"), "is the burst of %s, which is unset (each order route's own limit): set the rate too, or remove the burst", dp.key("rate"))
 	}
 	mp := p.key("memory")
 	if idem.Memory.MaxEntries < 1 {

@@ -17,9 +17,14 @@ type Rate struct {
 // maxRateN bounds N so that arithmetic on rates cannot overflow.
 const maxRateN = 1 << 40
 
-// UnmarshalText parses "N/period".
+// UnmarshalText parses "N/period"; "" is the zero Rate (unset), which
+// the checks refuse where a rate is required.
 func (r *Rate) UnmarshalText(b []byte) error {
 	s := strings.TrimSpace(string(b))
+	if s == "" {
+		*r = Rate{}
+		return nil
+	}
 	n, p, ok := strings.Cut(s, "/")
 	if !ok {
 		return fmt.Errorf("rate %q: want N/period, such as 60/1m", s)
@@ -36,8 +41,14 @@ func (r *Rate) UnmarshalText(b []byte) error {
 	return nil
 }
 
-// MarshalText writes the rate in the form UnmarshalText reads.
-func (r Rate) MarshalText() ([]byte, error) { return []byte(r.String()), nil }
+// MarshalText writes the rate in the form UnmarshalText reads ("" for
+// the zero Rate).
+func (r Rate) MarshalText() ([]byte, error) {
+	if r.IsZero() {
+		return nil, nil
+	}
+	return []byte(r.String()), nil
+}
 
 // String returns "N/period", with the period in its shortest exact unit.
 func (r Rate) String() string {

@@ -21,6 +21,8 @@ var reloadModes = map[string]string{
 	"client_ip.trusted_proxies":           ReloadRestart,
 	"client_ip.header":                    ReloadRestart,
 	"idempotency.backend":                 ReloadRestart,
+	"idempotency.duplicate_answers.burst": ReloadRestart,
+	"idempotency.duplicate_answers.rate":  ReloadRestart,
 	"idempotency.enabled":                 ReloadRestart,
 	"idempotency.in_flight_timeout":       ReloadRestart,
 	"idempotency.key_prefix":              ReloadRestart,

@@ -96,7 +96,8 @@ type Decision struct {
 	Claim ratelimit.ClaimReply
 	// Uncharged reports an allowed request whose claim ran and did not
 	// take its identifiers (a duplicate, a refusal): it was charged
-	// nothing, and Outcomes say what the limits hold without it.
+	// nothing but its allowance of duplicate answers, and Outcomes say
+	// what the limits hold without it (and the allowance with it).
 	Uncharged bool
 	// Undecided reports a Request.CacheOnly that the deny cache could not
 	// decide: nothing was decided or charged.
@@ -155,7 +156,18 @@ type Request struct {
 	// refused is refused as Decide would; any other is left undecided
 	// (Decision.Undecided), charged nothing.
 	CacheOnly bool
+	// Claims reports a request duplicate protection may answer after its
+	// limits (its identifiers claimed on their own, after Decide): its
+	// limits include the route's allowance of duplicate answers, which
+	// Uncharge charges when it is so answered. A request with a Claim,
+	// and a CacheOnly one, include it too; any other is decided without
+	// it (nothing can answer it without placing it: it is charged).
+	Claims bool
 }
+
+// answers reports whether req's limits include the route's allowance of
+// duplicate answers.
+func (req *Request) answers() bool { return req.Claim != nil || req.CacheOnly || req.Claims }
 
 // EnforcerOptions are an Enforcer's dependencies. Store is required.
 type EnforcerOptions struct {
@@ -242,6 +254,10 @@ func (e *Enforcer) Decide(ctx context.Context, rr *RouteRules, req Request, d *D
 	case kept != nil && kept.rr == rr && kept.req.Cost == d.cost && !req.CacheOnly:
 		p = kept
 		d.Account, d.TokenID, d.Tier, d.Demoted = p.account, p.tokenID, p.tier, p.demoted
+		if !req.answers() && !p.dropAnswers() {
+			e.plans.Put(p)
+			return
+		}
 	case kept != nil:
 		e.plans.Put(kept)
 		fallthrough
@@ -310,8 +326,12 @@ func (e *Enforcer) build(rr *RouteRules, req Request, d *Decision, p *plan) bool
 			}
 		}
 	}
+	answers := req.answers()
 	for i := range rr.limits {
 		r := &rr.limits[i]
+		if r.answers && !answers {
+			continue
+		}
 		if p.req.Guard.Key == "" {
 			p.add(i, r, d, addr, d.Demoted, anonymous, ratelimit.Always)
 			continue
@@ -408,8 +428,10 @@ func (e *Enforcer) decide(ctx context.Context, rr *RouteRules, d *Decision, p *p
 	}
 	if p.ans.Uncharged && fallback == "" {
 		d.Uncharged = true
-		d.uncharge()
+		d.uncharge(false, true)
+		return
 	}
+	d.uncharge(true, false) // the allowance of duplicate answers charges none but them
 }
 
 // refuse records o, the outcome of limit r (check m of plan p) that
@@ -437,21 +459,44 @@ func (d *Decision) refuse(o Outcome, r *rule, p *plan, m *checkMeta, fallback st
 		d.RetryAfter, d.ExceedsBurst, d.MaxCost = 0, true, p.maxCost(p.ans.Admitted)
 	}
 	d.record(o)
-	d.uncharge() // all or nothing: the limits that allowed it charged nothing either
+	d.uncharge(true, true) // all or nothing: the limits that allowed it charged nothing either
 }
 
 // uncharge turns the recorded outcomes' Results into what their limits
 // hold without the request (ratelimit.Result.Uncharged): it was refused,
-// or its charge was given back. A limit the store could not decide (open
-// or closed) has no state to tell.
-func (d *Decision) uncharge() {
+// or its charge was given back, or (for the allowance of duplicate
+// answers) it was not answered as a duplicate. answers and others say
+// which outcomes: the allowance's, the other limits'. A limit the store
+// could not decide (open or closed) has no state to tell.
+func (d *Decision) uncharge(answers, others bool) {
 	for k := 0; k < d.N; k++ {
 		o := &d.Outcomes[k]
+		if o.v.answers && !answers || !o.v.answers && !others {
+			continue
+		}
 		switch o.Fallback {
 		case "":
 			o.Result = o.Result.Uncharged(o.v.limit, d.cost)
 		case config.StoreLocal:
 			o.Result = o.Result.Uncharged(o.v.local, d.cost)
+		}
+	}
+}
+
+// chargeAnswers turns the recorded Results of the allowance of duplicate
+// answers into what it holds once the request is charged to it
+// (ratelimit.Result.Charged).
+func (d *Decision) chargeAnswers() {
+	for k := 0; k < d.N; k++ {
+		o := &d.Outcomes[k]
+		if !o.v.answers || o.Decision != DecisionAllowed {
+			continue
+		}
+		switch o.Fallback {
+		case "":
+			o.Result = o.Result.Charged(o.v.limit, d.cost)
+		case config.StoreLocal:
+			o.Result = o.Result.Charged(o.v.local, d.cost)
 		}
 	}
 }
@@ -487,6 +532,21 @@ func (p *plan) maxCost(admitted bool) int64 {
 // request, so that the answer's rate-limit fields (SetHeaders) tell the
 // client what its next request will find.
 func (e *Enforcer) Refund(ctx context.Context, rr *RouteRules, req Request, d *Decision) error {
+	return e.giveBack(ctx, rr, req, d, false)
+}
+
+// Uncharge is Refund for a request duplicate protection answered instead
+// of letting it through (a replay, a 409, a 503 of its store): its charge
+// moves to the route's allowance of duplicate answers, which is charged
+// its cost (ratelimit.Check.Allowance) in the same store call, when
+// Decide decided it (Request.Claims).
+func (e *Enforcer) Uncharge(ctx context.Context, rr *RouteRules, req Request, d *Decision) error {
+	return e.giveBack(ctx, rr, req, d, true)
+}
+
+// giveBack gives back what Decide charged d's request (Refund) and, with
+// answered, charges its allowance of duplicate answers (Uncharge).
+func (e *Enforcer) giveBack(ctx context.Context, rr *RouteRules, req Request, d *Decision, answered bool) error {
 	if !d.Allowed || d.N == 0 || !rr.Limited() {
 		return nil
 	}
@@ -501,6 +561,9 @@ func (e *Enforcer) Refund(ctx context.Context, rr *RouteRules, req Request, d *D
 	// The keys Decide charged: the spray guard's answer is known now.
 	anonymous := (req.Token == "" && req.Account == "") || d.Demoted
 	for i := range rr.limits {
+		if rr.limits[i].answers && !answered {
+			continue
+		}
 		p.add(i, &rr.limits[i], d, addr, d.Demoted, anonymous, ratelimit.Always)
 	}
 	local, n := false, 0
@@ -533,7 +596,10 @@ func (e *Enforcer) Refund(ctx context.Context, rr *RouteRules, req Request, d *D
 		}
 	}
 	if err == nil {
-		d.uncharge()
+		d.uncharge(false, true)
+		if answered {
+			d.chargeAnswers()
+		}
 	}
 	return err
 }
@@ -628,8 +694,22 @@ func (p *plan) add(i int, r *rule, d *Decision, addr []byte, demoted, anonymous 
 		p.req.Checks[n-1].Branch = ratelimit.Always
 		return
 	}
-	p.req.Checks = append(p.req.Checks, ratelimit.Check{Key: string(key), Limit: v.limit, Shadow: r.shadow, Branch: branch})
+	p.req.Checks = append(p.req.Checks, ratelimit.Check{Key: string(key), Limit: v.limit, Shadow: r.shadow, Branch: branch, Allowance: r.answers})
 	p.meta = append(p.meta, checkMeta{limit: i, v: v, tier: tier})
+}
+
+// dropAnswers removes the checks of the allowance of duplicate answers
+// from p, built with them (they come last), for a request nothing can
+// answer without placing it. It reports whether p has anything left to
+// decide.
+func (p *plan) dropAnswers() bool {
+	n := len(p.req.Checks)
+	for n > 0 && p.meta[n-1].v.answers {
+		n--
+	}
+	clear(p.req.Checks[n:])
+	p.req.Checks, p.meta = p.req.Checks[:n], p.meta[:n]
+	return n > 0 || p.req.Guard.Key != ""
 }
 
 // record appends o, unless maxOutcomes are recorded already.

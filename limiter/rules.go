@@ -49,15 +49,21 @@ type rule struct {
 	shadow    bool
 	base      variant
 	tiers     map[string]*variant // tier → override (token limits only)
+	// answers marks the allowance of duplicate answers
+	// (config.DuplicateAnswerLimits): last among the route's limits,
+	// decided only for requests duplicate protection may answer
+	// (Request.Claims), charged only for its answers.
+	answers bool
 }
 
 // variant is a limit as it applies to one tier (or to no tier).
 type variant struct {
-	tier   string // "" for the route's own limit
-	limit  ratelimit.Limit
-	local  ratelimit.Limit // the local fallback's share: limit / replicas
-	policy []string        // RateLimit-Policy value, shared by every response (never modified)
-	quota  []string        // X-RateLimit-Limit value, likewise
+	tier    string // "" for the route's own limit
+	answers bool   // the allowance of duplicate answers (rule.answers)
+	limit   ratelimit.Limit
+	local   ratelimit.Limit // the local fallback's share: limit / replicas
+	policy  []string        // RateLimit-Policy value, shared by every response (never modified)
+	quota   []string        // X-RateLimit-Limit value, likewise
 
 	prefixToken   string // KeyPrefix + route:limit:N/seconds + ":t:"
 	prefixAccount string // … ":u:" (verified accounts)
@@ -89,31 +95,51 @@ func Compile(cfg *config.Config, tokens map[string]string) *Rules {
 			rr.onStoreError = cfg.Limiter.OnStoreError
 		}
 		for _, lc := range rc.Limits {
-			base := KeyPrefix + rc.Name + ":" + lc.Name + ":"
-			r := rule{
-				name:      lc.Name,
-				byToken:   lc.Key == config.KeyToken,
-				byAccount: lc.Key == config.KeyAccount,
-				when:      lc.When,
-				shadow:    lc.Shadow,
-				base:      newVariant(base, "", lc.Name, lc.Rate, lc.Burst, replicas),
-			}
-			if r.byToken || r.byAccount {
-				for tier, routes := range cfg.Tiers {
-					if tl, ok := routes[rc.Name]; ok {
-						if r.tiers == nil {
-							r.tiers = map[string]*variant{}
-						}
-						v := newVariant(base, tier, lc.Name, tl.Rate, tl.Burst, replicas)
-						r.tiers[tier] = &v
-					}
-				}
-			}
-			rr.limits = append(rr.limits, r)
+			rr.limits = append(rr.limits, compileRule(cfg, rc.Name, lc, true, replicas))
 		}
 		rs.routes[rc.Name] = rr
 	}
+	for _, da := range cfg.DuplicateAnswerLimits() {
+		if da.Rate.IsZero() {
+			continue // nothing to derive it from: nothing bounds the route's orders either
+		}
+		lc := config.Limit{Name: config.DuplicateAnswersLimit, Key: da.Key, When: config.WhenAlways, Rate: da.Rate, Burst: da.Burst}
+		r := compileRule(cfg, da.Route, lc, da.Tiers, replicas)
+		r.answers, r.base.answers = true, true
+		for _, v := range r.tiers {
+			v.answers = true
+		}
+		rr := rs.routes[da.Route]
+		rr.limits = append(rr.limits, r)
+	}
 	return rs
+}
+
+// compileRule compiles limit lc of the named route, with the tiers that
+// override it when tiers is set and it counts by token or account.
+func compileRule(cfg *config.Config, route string, lc config.Limit, tiers bool, replicas int64) rule {
+	base := KeyPrefix + route + ":" + lc.Name + ":"
+	r := rule{
+		name:      lc.Name,
+		byToken:   lc.Key == config.KeyToken,
+		byAccount: lc.Key == config.KeyAccount,
+		when:      lc.When,
+		shadow:    lc.Shadow,
+		base:      newVariant(base, "", lc.Name, lc.Rate, lc.Burst, replicas),
+	}
+	if !tiers || (!r.byToken && !r.byAccount) {
+		return r
+	}
+	for tier, routes := range cfg.Tiers {
+		if tl, ok := routes[route]; ok {
+			if r.tiers == nil {
+				r.tiers = map[string]*variant{}
+			}
+			v := newVariant(base, tier, lc.Name, tl.Rate, tl.Burst, replicas)
+			r.tiers[tier] = &v
+		}
+	}
+	return r
 }
 
 func newVariant(keyBase, tier, name string, rate config.Rate, burst int, replicas int64) variant {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/exgate/exgate/apierror"
 	"github.com/exgate/exgate/config"
+	"github.com/exgate/exgate/limiter"
 	"github.com/exgate/exgate/metrics"
 	"github.com/exgate/exgate/overload"
 )
@@ -314,6 +315,13 @@ func (g *Gateway) shed(st *requestState, r *http.Request, pl *plan, c overload.C
 // fields that tell it (the Enforcer counts and logs that as a store
 // failure).
 func (g *Gateway) refundLimits(st *requestState, r *http.Request, pl *plan) {
+	g.giveBackLimits(st, r, pl, g.limits.Refund)
+}
+
+// giveBackLimits gives back st's charge with giveBack: Enforcer.Refund,
+// or Enforcer.Uncharge for a request duplicate protection answered.
+func (g *Gateway) giveBackLimits(st *requestState, r *http.Request, pl *plan,
+	giveBack func(context.Context, *limiter.RouteRules, limiter.Request, *limiter.Decision) error) {
 	rt := st.charged
 	if rt == nil {
 		return
@@ -321,7 +329,7 @@ func (g *Gateway) refundLimits(st *requestState, r *http.Request, pl *plan) {
 	st.charged = nil
 	req := st.limitRequest()
 	req.Cost = st.cost
-	if g.limits.Refund(r.Context(), rt.limits, req, &st.decision) == nil {
+	if giveBack(r.Context(), rt.limits, req, &st.decision) == nil {
 		st.decision.SetHeaders(st.rw.Header(), pl.rules.Headers())
 	}
 }

@@ -72,6 +72,7 @@ func (g *Gateway) checkBulk(st *requestState, r *http.Request, pl *plan) *apierr
 	if joined {
 		part = g.prepareClaim(st)
 	}
+	st.order.answerable = claims && !joined
 	if target != nil {
 		if e := g.enforceLimits(st, r, pl, target, int64(bulk.Len()), part); e != nil {
 			if joined {

@@ -38,6 +38,10 @@ type orderState struct {
 	claim    idempotency.Claim
 	rejected bool                 // checkOrder refused the body as invalid (counted once it is the answer)
 	prepared idempotency.Prepared // the claim as it rides with the limits
+	// answerable reports a request whose identifiers, if it has any, are
+	// claimed on their own after its limits are decided: duplicate
+	// protection may then answer it (limiter.Request.Claims).
+	answerable bool
 	// claimBy is the deadline of a claim prepared to ride with the
 	// limits: of their round trip and, should the claim not be carried,
 	// of the claim on its own, so that the order waits one deadline.
@@ -198,15 +202,16 @@ func (g *Gateway) countInvalid(st *requestState, e *apierror.Error) {
 
 // answerClaim is the answer to a request whose claim came back as claim,
 // or failed with err. A request its claim does not let through (a
-// replay, a refusal, a failure) is charged nothing: what its limits
-// charged is given back before the answer (a claim that rode with the
-// limits charged nothing in the first place).
+// replay, a refusal, a failure) is charged nothing but its allowance of
+// duplicate answers: what its limits charged moves there before the
+// answer (a claim that rode with the limits charged only the allowance
+// in the first place).
 func (g *Gateway) answerClaim(st *requestState, r *http.Request, pl *plan, claim idempotency.Claim, err error) *apierror.Error {
 	if st.rec {
 		g.traceClaim(st, claim.Outcome, err)
 	}
 	if err != nil || claim.Outcome != idempotency.Claimed {
-		g.refundLimits(st, r, pl)
+		g.giveBackLimits(st, r, pl, g.limits.Uncharge)
 	}
 	if err != nil {
 		return g.claimFailed(st, err)

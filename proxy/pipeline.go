@@ -5,6 +5,7 @@ import (
 	"net/http"
 
 	"github.com/exgate/exgate/apierror"
+	"github.com/exgate/exgate/config"
 	"github.com/exgate/exgate/ratelimit"
 )
 
@@ -90,6 +91,7 @@ func (g *Gateway) limitAndCheck(st *requestState, r *http.Request, pl *plan) *ap
 		if e != nil {
 			return e
 		}
+		st.order.answerable = g.idem != nil && pl.validator != nil && st.route.Config.Validate == config.ValidateOrd
 		if e := g.enforceLimits(st, r, pl, st.route, cost, nil); e != nil {
 			return e
 		}

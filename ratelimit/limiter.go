@@ -182,6 +182,20 @@ func (r Result) Uncharged(l Limit, n int64) Result {
 	return r
 }
 
+// Charged returns r, an allowed answer to a request of cost n under l as
+// the key stands without that request's charge (Uncharged), as the key
+// stands once it is charged after all: n requests fewer in Remaining and
+// n emission intervals more until the key is back to a full burst.
+func (r Result) Charged(l Limit, n int64) Result {
+	if !r.Allowed || !l.valid(1) {
+		return r
+	}
+	n = max(n, 1)
+	r.Remaining = max(r.Remaining-n, 0)
+	r.ResetAfter += time.Duration(mulSat(l.emission(), n))
+	return r
+}
+
 // maxSpan bounds products of intervals, far beyond any configurable
 // window (366 days is about 2^55 ns) and far from overflow.
 const maxSpan = int64(1) << 61

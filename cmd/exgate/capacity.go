@@ -9,7 +9,8 @@ import (
 )
 
 // duplicateCapacity describes, for check-config, each account's share of
-// duplicate protection's store, where it comes from, and how many such
+// duplicate protection's store, where it comes from, each client's
+// allowance of duplicate answers on each order route, and how many such
 // shares the store holds: the memory store's bounds, or in Redis what
 // each share takes of maxmemory, and what replica_acks asks of each
 // master. Nothing when duplicate protection does not run.
@@ -32,6 +33,14 @@ func duplicateCapacity(cfg *config.Config) []string {
 		from = "set"
 	}
 	lines := []string{fmt.Sprintf("duplicate protection: each account's share: %d identifiers, %s (%s)", ids, mebibytes(bytes), from)}
+	for _, da := range cfg.DuplicateAnswerLimits() {
+		if da.Rate.IsZero() {
+			lines = append(lines, fmt.Sprintf("duplicate protection: duplicate answers on %s are not limited: %s (set idempotency.duplicate_answers.rate)", da.Route, da.Basis))
+			continue
+		}
+		lines = append(lines, fmt.Sprintf("duplicate protection: duplicate answers (replays, 409s) on %s: %s (burst %d) per %s (%s), then 429",
+			da.Route, da.Rate, da.Burst, da.Key, da.Basis))
+	}
 	if cfg.IdempotencyBackend() == config.BackendMemory {
 		m := idem.Memory
 		n := min(int64(m.MaxEntries)/int64(ids), int64(m.MaxBytes)/bytes)

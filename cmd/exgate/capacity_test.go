@@ -21,10 +21,12 @@ func TestDuplicateCapacity(t *testing.T) {
 	}{
 		{"defaults", func(*config.Config) {}, []string{
 			"duplicate protection: each account's share: 135045 identifiers, 131.9 MiB (place_order 5400/1h (burst 5400) over the 24h retention)",
+			`duplicate protection: duplicate answers (replays, 409s) on place_order: 5400/1h (burst 5400) per token (place_order's limit "token"), then 429`,
 			"duplicate protection: the memory store (1000000 identifiers, 1024.0 MiB) holds 7 such shares",
 		}},
 		{"a Redis Cluster", func(c *config.Config) { c.Limiter.Redis.Addrs = []string{"r1:6379", "r2:6379", "r3:6379"} }, []string{
 			"duplicate protection: each account's share: 135045 identifiers, 131.9 MiB (place_order 5400/1h (burst 5400) over the 24h retention)",
+			`duplicate protection: duplicate answers (replays, 409s) on place_order: 5400/1h (burst 5400) per token (place_order's limit "token"), then 429`,
 			"duplicate protection: in Redis each share is up to 131.9 MiB of maxmemory",
 			"duplicate protection: replica_acks 1 (by topology: redis cluster): a master with fewer replicas online refuses every order with an identifier (503)",
 		}},
@@ -32,7 +34,24 @@ func TestDuplicateCapacity(t *testing.T) {
 			c.Idempotency.MaxPerAccount, c.Idempotency.Retention = 20000, 12*time.Hour
 		}, []string{
 			"duplicate protection: each account's share: 20000 identifiers, 19.5 MiB (set; below the 70245 orders place_order 5400/1h (burst 5400) lets an account place in the retention)",
+			`duplicate protection: duplicate answers (replays, 409s) on place_order: 5400/1h (burst 5400) per token (place_order's limit "token"), then 429`,
 			"duplicate protection: the memory store (1000000 identifiers, 1024.0 MiB) holds 50 such shares",
+		}},
+		{"duplicate answers set, and a route with nothing to derive them from", func(c *config.Config) {
+			c.Idempotency.DuplicateAnswers = config.DuplicateAnswers{Rate: config.Rate{N: 600, Period: time.Hour}, Burst: 60}
+			c.Identity.Verify = true
+		}, []string{
+			"duplicate protection: each account's share: 135045 identifiers, 131.9 MiB (place_order 5400/1h (burst 5400) over the 24h retention)",
+			"duplicate protection: duplicate answers (replays, 409s) on place_order: 600/1h (burst 60) per account (idempotency.duplicate_answers), then 429",
+			"duplicate protection: the memory store (1000000 identifiers, 1024.0 MiB) holds 7 such shares",
+		}},
+		{"a route with nothing to derive them from", func(c *config.Config) {
+			c.Route("place_order").Limits = nil
+			c.Idempotency.MaxPerAccount = 1000
+		}, []string{
+			"duplicate protection: each account's share: 1000 identifiers, 1.0 MiB (set)",
+			"duplicate protection: duplicate answers on place_order are not limited: place_order has no limit on requests with a token (set idempotency.duplicate_answers.rate)",
+			"duplicate protection: the memory store (1000000 identifiers, 1024.0 MiB) holds 1000 such shares",
 		}},
 		{"off", func(c *config.Config) { c.Idempotency.Enabled = false }, nil},
 	} {
