@@ -158,7 +158,7 @@ func (f *answerFlood) holding(t *testing.T, r *poolRun, a *attack) bool { return
 // answerOrder returns a builder of one attacker's order request.
 func answerOrder(r *poolRun, token, body string) func(context.Context) *http.Request {
 	return func(ctx context.Context) *http.Request {
-		req, _ := http.NewRequestWithContext(ctx, "POST", r.g.url+"/api/v1/odr/orders/", strings.NewReader(body))
+		req, _ := http.NewRequestWithContext(ctx, "POST", r.url+"/api/v1/odr/orders/", strings.NewReader(body))
 		req.Header.Set("Authorization", "Bearer "+token)
 		req.Header.Set("Content-Type", "application/json")
 		return req

@@ -52,11 +52,10 @@ func (d *Decision) SetHeaders(h http.Header, style string) {
 	if style == config.HeadersNone || style == "" {
 		return
 	}
-	k := d.closest()
-	if k < 0 {
+	o := d.Closest()
+	if o == nil {
 		return
 	}
-	o := &d.Outcomes[k]
 	t := Seconds(o.wait())
 	switch style {
 	case config.HeadersIETF:
@@ -74,6 +73,15 @@ func (d *Decision) SetHeaders(h http.Header, style string) {
 		h["X-Ratelimit-Remaining"] = []string{strconv.FormatInt(o.Result.Remaining, 10)}
 		h["X-Ratelimit-Reset"] = []string{strconv.FormatInt(t, 10)}
 	}
+}
+
+// Closest returns the outcome closest to denial, whose fields the
+// headers tell (SetHeaders), or nil when none has a count to tell.
+func (d *Decision) Closest() *Outcome {
+	if k := d.closest(); k >= 0 {
+		return &d.Outcomes[k]
+	}
+	return nil
 }
 
 // closest returns the index of the outcome closest to denial, whose

@@ -344,6 +344,9 @@ func (g *Gateway) traceLimits(st *requestState, rt *Route, cost int64, t0 time.T
 	attrs = append(attrs, attrRoute.String(rt.Name), attrLimitCost.Int64(cost))
 	if d.N > 0 {
 		o := &d.Outcomes[d.N-1]
+		if c := d.Closest(); c != nil {
+			o = c // the limit the rate-limit headers tell
+		}
 		for i := 0; i < d.N; i++ {
 			if d.Outcomes[i].Decision != limiter.DecisionAllowed {
 				o = &d.Outcomes[i]
