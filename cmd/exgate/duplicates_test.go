@@ -128,21 +128,23 @@ func TestClusterWithoutReplicasSaysSo(t *testing.T) {
 		t.Errorf("console's duplicate protection: %+v", d)
 	}
 
-	// The orders: refused, charged nothing.
+	// The orders: refused, charged to the allowance of duplicate answers
+	// (place_order's 5 an hour by default), never to the order limit.
 	token := authenticate(t, url)
-	for i := range 7 {
+	for i := range 5 {
 		code, h, b := order(t, url, token, "no-replica-"+strconv.Itoa(i), "0.001")
 		if code != 503 || errCode(t, b) != "duplicate_protection_unavailable" {
 			t.Fatalf("order %d: %d %s", i, code, b)
 		}
-		if !strings.Contains(h.Get("RateLimit"), ";r=5;") {
-			t.Fatalf("order %d refused by its claim was charged: RateLimit %q", i, h.Get("RateLimit"))
+		if want := fmt.Sprintf(`"duplicate_answers";r=%d;`, 4-i); !strings.Contains(h.Get("RateLimit"), want) {
+			t.Fatalf("order %d refused by its claim: RateLimit %q, want %s", i, h.Get("RateLimit"), want)
 		}
 	}
-	code, _, b := call(t, "POST", url+"/api/v1/odr/orders/", `{"symbol":"BTC_USDT","type":"limit","side":"buy","price":"100.00","base_amount":"0.001"}`,
+	// Five refused orders charged nothing of the order limit's 5.
+	code, h, b := call(t, "POST", url+"/api/v1/odr/orders/", `{"symbol":"BTC_USDT","type":"limit","side":"buy","price":"100.00","base_amount":"0.001"}`,
 		"Authorization", "Bearer "+token, "Content-Type", "application/json")
-	if code != 201 {
-		t.Errorf("an order without an identifier: %d %s", code, b)
+	if code != 201 || !strings.Contains(h.Get("RateLimit"), ";r=4;") {
+		t.Errorf("an order without an identifier: %d RateLimit %q %s", code, h.Get("RateLimit"), b)
 	}
 	if n := c.orders.Load(); n != 1 {
 		t.Errorf("backend saw %d orders, want only the one without an identifier", n)
