@@ -23,6 +23,7 @@ import (
 	"github.com/exgate/exgate/metrics"
 	"github.com/exgate/exgate/ratelimit"
 	"github.com/exgate/exgate/topk"
+	"github.com/exgate/exgate/upstream"
 	"github.com/exgate/exgate/validate"
 )
 
@@ -208,7 +209,7 @@ func BenchmarkDirectGET(b *testing.B) {
 		_, _ = io.WriteString(w, marketsBody)
 	}))
 	defer bs.Close()
-	tr := NewTransport(config.Default().Upstream)
+	tr := upstream.NewTransport(config.Default().Upstream)
 	defer tr.CloseIdleConnections()
 	req, _ := http.NewRequest("GET", bs.URL+"/api/v1/mkt/markets/", nil)
 	buf := make([]byte, 4096)

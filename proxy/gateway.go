@@ -32,6 +32,7 @@ import (
 	"github.com/exgate/exgate/metrics"
 	"github.com/exgate/exgate/overload"
 	"github.com/exgate/exgate/topk"
+	"github.com/exgate/exgate/upstream"
 	"github.com/exgate/exgate/validate"
 )
 
@@ -52,7 +53,7 @@ type Options struct {
 	// Now is the clock. Nil means time.Now.
 	Now func() time.Time
 	// Transport carries requests to the backend. Nil means
-	// NewTransport(upstream).
+	// upstream.NewTransport(cfg.Upstream).
 	Transport http.RoundTripper
 	// Limits enforces the rate limits. Nil means no route is limited.
 	Limits *limiter.Enforcer
@@ -174,7 +175,7 @@ func New(cfg *config.Config, opts Options) (*Gateway, error) {
 		g.now = time.Now
 	}
 	if g.transport == nil {
-		g.transport = NewTransport(cfg.Upstream)
+		g.transport = upstream.NewTransport(cfg.Upstream)
 	}
 	g.clientHeader = "X-Forwarded-For"
 	if cfg.ClientIP.Header == config.HeaderForwarded {

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/exgate/exgate/config"
+	"github.com/exgate/exgate/upstream"
 )
 
 // rawBackend is a backend written on a bare net.Listener, driven by hand,
@@ -302,7 +303,7 @@ func TestForwardBodyOneWrite(t *testing.T) {
 	}))
 	t.Cleanup(bs.Close)
 	cfg := config.Default()
-	tr := NewTransport(cfg.Upstream)
+	tr := upstream.NewTransport(cfg.Upstream)
 	writes := countWrites(tr)
 	t.Cleanup(tr.CloseIdleConnections)
 	t.Run("through the gateway", func(t *testing.T) {
@@ -402,7 +403,7 @@ func BenchmarkForwardBody(b *testing.B) {
 		}},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
-			tr := NewTransport(config.Default().Upstream)
+			tr := upstream.NewTransport(config.Default().Upstream)
 			defer tr.CloseIdleConnections()
 			writes := countWrites(tr)
 			b.ReportAllocs()

@@ -25,6 +25,7 @@ import (
 	"github.com/exgate/exgate/sim"
 	"github.com/exgate/exgate/topk"
 	"github.com/exgate/exgate/tracing"
+	"github.com/exgate/exgate/upstream"
 	"github.com/exgate/exgate/validate"
 )
 
@@ -172,7 +173,7 @@ func (a *app) wire(cfg *config.Config) error {
 	if err != nil {
 		return err
 	}
-	transport := proxy.NewTransport(cfg.Upstream)
+	transport := upstream.NewTransport(cfg.Upstream)
 	validator, err := a.startValidation(cfg, transport)
 	if err != nil {
 		return err

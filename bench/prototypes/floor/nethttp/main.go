@@ -2,7 +2,7 @@
 
 // Command nethttp is the floor of a proxy built on net/http's server: the
 // least a handler can do to forward a request with net/http's Transport,
-// tuned as exgate tunes it (proxy.NewTransport) — no routing, limits,
+// tuned as exgate tunes it (upstream.NewTransport) — no routing, limits,
 // metrics, request ids or error shape. Measured next to exgate and NGINX in
 // docs/performance.md ("The floor of net/http").
 //
@@ -18,7 +18,7 @@ import (
 	"sync"
 
 	"github.com/exgate/exgate/config"
-	"github.com/exgate/exgate/proxy"
+	"github.com/exgate/exgate/upstream"
 )
 
 // writerOnly is an io.Writer and nothing more.
@@ -29,7 +29,7 @@ func main() {
 	if err != nil {
 		panic(err)
 	}
-	tr := proxy.NewTransport(config.Default().Upstream)
+	tr := upstream.NewTransport(config.Default().Upstream)
 	bufs := sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		out := r.Clone(r.Context())

@@ -3,7 +3,7 @@
 // Command reverseproxy is the floor of a proxy built on
 // httputil.ReverseProxy, as exgate is: net/http's server, a ReverseProxy
 // whose Rewrite only sets the backend's URL, net/http's Transport tuned as
-// exgate tunes it (proxy.NewTransport) and a pool of copy buffers — no
+// exgate tunes it (upstream.NewTransport) and a pool of copy buffers — no
 // routing, limits, metrics, request ids, timeouts or error shape. Beside
 // the net/http floor (../nethttp) it shows what ReverseProxy itself costs;
 // beside exgate with limits off, what exgate's own request path costs.
@@ -20,7 +20,7 @@ import (
 	"sync"
 
 	"github.com/exgate/exgate/config"
-	"github.com/exgate/exgate/proxy"
+	"github.com/exgate/exgate/upstream"
 )
 
 // buffers is the ReverseProxy's pool of 32 KiB copy buffers (without one
@@ -43,7 +43,7 @@ func main() {
 	}
 	rp := &httputil.ReverseProxy{
 		Rewrite:    func(pr *httputil.ProxyRequest) { pr.SetURL(be); pr.Out.Host = "" },
-		Transport:  proxy.NewTransport(config.Default().Upstream),
+		Transport:  upstream.NewTransport(config.Default().Upstream),
 		BufferPool: &buffers{},
 	}
 	panic(http.ListenAndServe(os.Args[1], rp))

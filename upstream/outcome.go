@@ -1,0 +1,117 @@
+package upstream
+
+import "time"
+
+// Outcome is how a request to an instance ended, as passive outlier
+// detection reads it.
+type Outcome uint8
+
+// Outcomes.
+const (
+	// Success: the instance answered with a status below 500.
+	Success Outcome = iota
+	// ServerError: the instance answered 5xx, or failed (reset, timeout)
+	// after the request reached it.
+	ServerError
+	// ConnectFailure: no connection to the instance could be made (refused,
+	// timed out, DNS): nothing of the request reached it.
+	ConnectFailure
+	// Abandoned: the request ended for a reason of its own (the client
+	// went away, the body failed): it says nothing of the instance.
+	Abandoned
+)
+
+// String returns the outcome's metric label.
+func (o Outcome) String() string {
+	switch o {
+	case Success:
+		return "success"
+	case ServerError:
+		return "server_error"
+	case ConnectFailure:
+		return "connect_failure"
+	}
+	return "abandoned"
+}
+
+// Done ends a request Pick counted at the instance, with how it went.
+func (i *Instance) Done(o Outcome) {
+	i.active.Add(-1)
+	out := &i.svc.opts.Outlier
+	switch o {
+	case Success:
+		if i.consec5xx.Load() != 0 {
+			i.consec5xx.Store(0)
+		}
+		if i.consecConnect.Load() != 0 {
+			i.consecConnect.Store(0)
+		}
+	case ServerError:
+		i.consecConnect.Store(0)
+		if n := out.Consecutive5xx; n > 0 && int(i.consec5xx.Add(1)) >= n {
+			i.svc.eject(i, ReasonConsecutive5xx)
+		}
+	case ConnectFailure:
+		if n := out.ConsecutiveConnectFailures; n > 0 && int(i.consecConnect.Add(1)) >= n {
+			i.svc.eject(i, ReasonConnectFailure)
+		}
+	}
+}
+
+// eject takes inst out of the rotation for BaseEjectionTime times the
+// number of its ejections (capped at MaxEjectionTime), unless that would
+// eject more of the fleet than MaxEjectionPercent allows.
+func (s *Service) eject(inst *Instance, why Reason) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if inst.ejected || inst.removed {
+		return
+	}
+	inst.consec5xx.Store(0)
+	inst.consecConnect.Store(0)
+	out := &s.opts.Outlier
+	ejected := 0
+	for _, o := range s.instances {
+		if o.ejected {
+			ejected++
+		}
+	}
+	if out.MaxEjectionPercent <= 0 || (ejected+1)*100 > out.MaxEjectionPercent*len(s.instances) && ejected > 0 {
+		return
+	}
+	maxD := out.MaxEjectionTime
+	if maxD <= 0 {
+		maxD = 10 * out.BaseEjectionTime
+	}
+	if inst.ejections > 0 && s.now().Sub(inst.returnedAt) > maxD {
+		inst.ejections = 0 // back and well for longer than any ejection: the count starts again
+	}
+	inst.ejected, inst.ejectedFor = true, why
+	inst.ejections++
+	d := min(out.BaseEjectionTime*time.Duration(inst.ejections), maxD)
+	inst.ejectTimer = time.AfterFunc(d, func() { s.unEject(inst) })
+	s.rebuild()
+	s.notify(Event{Instance: inst, Ejected: true, Reason: why})
+}
+
+// unEject returns inst to the rotation when its ejection ends.
+func (s *Service) unEject(inst *Instance) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !inst.ejected || inst.removed {
+		return
+	}
+	inst.ejected, inst.ejectedFor, inst.ejectTimer = false, ReasonNone, nil
+	inst.returnedAt = s.now()
+	s.rebuild()
+	s.notify(Event{Instance: inst})
+}
+
+// notify reports ev, with the service's state after it, to OnChange.
+// s.mu is held.
+func (s *Service) notify(ev Event) {
+	if s.opts.OnChange != nil {
+		ev.Service, ev.State = s, s.picks.Load().state
+		s.opts.OnChange(ev)
+	}
+}

@@ -1,0 +1,360 @@
+package upstream
+
+import (
+	"errors"
+	"math/rand/v2"
+	"net"
+	"net/url"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// ErrUnavailable is Pick's error when no instance of the service can be
+// sent a request: it has none, or none accepts connections (every one
+// fails its health check or was ejected for refused connects).
+var ErrUnavailable = errors.New("upstream: the service has no available instance")
+
+// Options configure a Service. The zero value is usable: no outlier
+// ejection, no panic mode, and time.Now as the clock.
+type Options struct {
+	// Outlier configures passive outlier ejection.
+	Outlier Outlier
+	// PanicThreshold is the share of the fleet, in percent, below which
+	// the healthy instances alone are not trusted with the load: the
+	// service then balances across every instance that accepts
+	// connections, ejected ones included (Envoy's healthy panic
+	// threshold). 0 turns panic mode off.
+	PanicThreshold int
+	// Now is the clock. Nil means time.Now.
+	Now func() time.Time
+	// OnChange, when set, is called after an instance is ejected or
+	// returned, fails or passes its health check, or the list changes,
+	// with the service's state after it. It must not call back into the
+	// Service's mutating methods.
+	OnChange func(Event)
+}
+
+// Outlier configures passive outlier ejection: an instance that answers a
+// run of server errors, or refuses a run of connections, is taken out of
+// the rotation for a time that grows with each ejection.
+type Outlier struct {
+	// Consecutive5xx ejects an instance after this many server errors
+	// (5xx answers, resets and timeouts after the request was sent) in a
+	// row. 0 means never.
+	Consecutive5xx int
+	// ConsecutiveConnectFailures ejects an instance after this many
+	// failed connects in a row. 0 means never.
+	ConsecutiveConnectFailures int
+	// BaseEjectionTime is how long a first ejection lasts; the n-th lasts
+	// n times as long, up to MaxEjectionTime.
+	BaseEjectionTime time.Duration
+	// MaxEjectionTime caps an ejection. Zero means 10 × BaseEjectionTime.
+	MaxEjectionTime time.Duration
+	// MaxEjectionPercent is the largest share of the fleet ejected at
+	// once, in percent; at least one instance may be ejected while it is
+	// above 0.
+	MaxEjectionPercent int
+}
+
+// Service is a named set of backend instances and the state that chooses
+// between them. It is safe for concurrent use.
+type Service struct {
+	name string
+	opts Options
+	now  func() time.Time
+
+	mu        sync.Mutex
+	instances []*Instance // every instance of the current list, in its order
+	byKey     map[string]*Instance
+	picks     atomic.Pointer[pickSet]
+}
+
+// NewService returns a service named name, with no instances until
+// Update is called.
+func NewService(name string, opts Options) *Service {
+	s := &Service{name: name, opts: opts, now: opts.Now, byKey: map[string]*Instance{}}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	s.picks.Store(&pickSet{})
+	return s
+}
+
+// Name returns the service's name.
+func (s *Service) Name() string { return s.name }
+
+// Instance is one backend instance of a service.
+type Instance struct {
+	// URL is the instance's base URL.
+	URL *url.URL
+	// Addr is the instance's host:port (the port of its scheme when the
+	// URL names none): the operator's address of a backend, used as its
+	// label in metrics and logs.
+	Addr string
+
+	svc    *Service
+	weight uint32 // guarded by svc.mu; read from pick sets built under it
+	active atomic.Int64
+
+	consec5xx     atomic.Int32
+	consecConnect atomic.Int32
+
+	// guarded by svc.mu
+	ejected     bool
+	ejectedFor  Reason
+	ejections   int       // how many times it was ejected; a healthy run ends the count
+	returnedAt  time.Time // when its last ejection ended
+	ejectTimer  *time.Timer
+	checkFailed bool // the active health check marks it down
+	removed     bool
+}
+
+// Reason says why an instance was ejected.
+type Reason uint8
+
+// Ejection reasons.
+const (
+	ReasonNone           Reason = iota
+	ReasonConsecutive5xx        // a run of server errors
+	ReasonConnectFailure        // a run of refused or failed connects
+)
+
+// String returns the reason's metric label.
+func (r Reason) String() string {
+	switch r {
+	case ReasonConsecutive5xx:
+		return "consecutive_5xx"
+	case ReasonConnectFailure:
+		return "connect_failure"
+	}
+	return "none"
+}
+
+// Active returns the requests under way at the instance.
+func (i *Instance) Active() int64 { return i.active.Load() }
+
+// Service returns the service the instance belongs to.
+func (i *Instance) Service() *Service { return i.svc }
+
+// Update replaces the service's list of instances with eps. An instance
+// whose URL is named again keeps its state (requests under way, failure
+// counters, ejection); one no longer named leaves the rotation at once
+// (its requests under way finish); a repeated URL counts once, with the
+// weight of its first mention.
+func (s *Service) Update(eps []Endpoint) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	next := make([]*Instance, 0, len(eps))
+	keep := make(map[string]*Instance, len(eps))
+	for _, ep := range eps {
+		key := ep.URL.String()
+		if _, dup := keep[key]; dup {
+			continue
+		}
+		inst := s.byKey[key]
+		if inst == nil {
+			inst = &Instance{URL: ep.URL, Addr: hostPort(ep.URL), svc: s}
+		}
+		inst.weight = max(ep.Weight, 1)
+		keep[key] = inst
+		next = append(next, inst)
+	}
+	for key, inst := range s.byKey {
+		if keep[key] == nil {
+			inst.removed = true
+			if inst.ejectTimer != nil {
+				inst.ejectTimer.Stop()
+			}
+		}
+	}
+	s.instances, s.byKey = next, keep
+	s.rebuild()
+	s.notify(Event{})
+}
+
+// hostPort is u's host and port, the scheme's port when u names none.
+func hostPort(u *url.URL) string {
+	if u.Port() != "" {
+		return u.Host
+	}
+	if u.Scheme == "https" {
+		return net.JoinHostPort(u.Hostname(), "443")
+	}
+	return net.JoinHostPort(u.Hostname(), "80")
+}
+
+// pickSet is the immutable set Pick chooses from, rebuilt whenever an
+// instance enters or leaves the rotation.
+type pickSet struct {
+	inst  []*Instance
+	cum   []uint64 // cumulative weights; nil when every weight is equal
+	total uint64
+	state State
+}
+
+// State is a service's health at a moment.
+type State struct {
+	// Instances is the size of the fleet.
+	Instances int
+	// Healthy counts the instances in the rotation: passing their health
+	// check and not ejected.
+	Healthy int
+	// Ejected counts the instances ejected by outlier detection.
+	Ejected int
+	// Down counts the instances failing their active health check.
+	Down int
+	// Panic is true while the service balances across every instance
+	// that accepts connections because too few are healthy.
+	Panic bool
+}
+
+// Available reports whether the service has an instance a request may
+// be sent to.
+func (st State) Available() bool { return st.Healthy > 0 || st.Panic }
+
+// State returns the service's health now.
+func (s *Service) State() State { return s.picks.Load().state }
+
+// Instances returns the service's instances now, in the order of its
+// list.
+func (s *Service) Instances() []*Instance {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]*Instance(nil), s.instances...)
+}
+
+// rebuild computes the pick set from the instances' states. s.mu is held.
+func (s *Service) rebuild() {
+	var st State
+	st.Instances = len(s.instances)
+	healthy := make([]*Instance, 0, len(s.instances))
+	reachable := make([]*Instance, 0, len(s.instances))
+	for _, inst := range s.instances {
+		switch {
+		case inst.checkFailed:
+			st.Down++
+			continue
+		case inst.ejected:
+			st.Ejected++
+			if inst.ejectedFor == ReasonConnectFailure {
+				continue // refuses connections: not even in panic
+			}
+		default:
+			st.Healthy++
+			healthy = append(healthy, inst)
+		}
+		reachable = append(reachable, inst)
+	}
+	set := healthy
+	if st.Instances > 0 && st.Healthy*100 < s.opts.PanicThreshold*st.Instances && len(reachable) > len(healthy) {
+		st.Panic = true
+		set = reachable
+	}
+	ps := &pickSet{inst: set, state: st}
+	var equal = true
+	for _, inst := range set {
+		ps.total += uint64(inst.weight)
+		equal = equal && inst.weight == set[0].weight
+	}
+	if !equal {
+		ps.cum = make([]uint64, len(set))
+		var c uint64
+		for i, inst := range set {
+			c += uint64(inst.weight)
+			ps.cum[i] = c
+		}
+	}
+	s.picks.Store(ps)
+}
+
+// Event is a change of a service's state, for OnChange.
+type Event struct {
+	Service *Service
+	// Instance is the instance that changed, or nil when the list did.
+	Instance *Instance
+	// Ejected is set when Instance was ejected (Reason says why).
+	Ejected bool
+	Reason  Reason
+	// State is the service's state after the change.
+	State State
+}
+
+// Pick chooses the instance for a request and counts the request as under
+// way there until Done is called on it: two instances drawn at random (by
+// weight, when weights differ), the one with fewer requests under way per
+// unit of weight. It returns ErrUnavailable when no instance is in the
+// rotation. Pick does not allocate.
+func (s *Service) Pick() (*Instance, error) {
+	inst := s.picks.Load().choose(nil)
+	if inst == nil {
+		return nil, ErrUnavailable
+	}
+	inst.active.Add(1)
+	return inst, nil
+}
+
+// PickOther is Pick for a request being retried: it avoids prev when
+// another instance is in the rotation.
+func (s *Service) PickOther(prev *Instance) (*Instance, error) {
+	inst := s.picks.Load().choose(prev)
+	if inst == nil {
+		return nil, ErrUnavailable
+	}
+	inst.active.Add(1)
+	return inst, nil
+}
+
+// choose draws two candidates and keeps the less loaded one by weight;
+// avoid, when set and not alone, is never returned.
+func (ps *pickSet) choose(avoid *Instance) *Instance {
+	n := len(ps.inst)
+	switch {
+	case n == 0:
+		return nil
+	case n == 1:
+		return ps.inst[0]
+	}
+	a, b := ps.draw(avoid), ps.draw(avoid)
+	// Fewer requests under way per unit of weight wins: a.active/a.weight
+	// < b.active/b.weight, multiplied out. At a tie (an idle fleet) the
+	// first draw wins, so that idle shares follow the weights.
+	if b.active.Load()*int64(a.weight) < a.active.Load()*int64(b.weight) {
+		return b
+	}
+	return a
+}
+
+// draw returns an instance at random, by weight, other than avoid (a few
+// tries, then any other).
+func (ps *pickSet) draw(avoid *Instance) *Instance {
+	for range 4 {
+		inst := ps.drawOne()
+		if inst != avoid {
+			return inst
+		}
+	}
+	for _, inst := range ps.inst {
+		if inst != avoid {
+			return inst
+		}
+	}
+	return ps.inst[0]
+}
+
+func (ps *pickSet) drawOne() *Instance {
+	if ps.cum == nil {
+		return ps.inst[rand.IntN(len(ps.inst))]
+	}
+	r := rand.Uint64N(ps.total)
+	lo, hi := 0, len(ps.cum)-1
+	for lo < hi {
+		m := (lo + hi) / 2
+		if ps.cum[m] > r {
+			hi = m
+		} else {
+			lo = m + 1
+		}
+	}
+	return ps.inst[lo]
+}

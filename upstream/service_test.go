@@ -1,0 +1,269 @@
+package upstream
+
+import (
+	"fmt"
+	"net/url"
+	"sync"
+	"testing"
+	"time"
+)
+
+func endpoints(t testing.TB, weights ...uint32) []Endpoint {
+	t.Helper()
+	eps := make([]Endpoint, len(weights))
+	for i, w := range weights {
+		u, err := url.Parse(fmt.Sprintf("http://10.0.0.%d:9000", i+1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		eps[i] = Endpoint{URL: u, Weight: w}
+	}
+	return eps
+}
+
+// shares picks n times, ending each request at once, and counts the
+// picks by instance address.
+func shares(t *testing.T, s *Service, n int) map[string]int {
+	t.Helper()
+	got := map[string]int{}
+	for range n {
+		inst, err := s.Pick()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got[inst.Addr]++
+		inst.Done(Success)
+	}
+	return got
+}
+
+func TestUpdateKeepsInstanceState(t *testing.T) {
+	s := NewService("orders", Options{Outlier: Outlier{Consecutive5xx: 1, BaseEjectionTime: time.Hour, MaxEjectionPercent: 100}})
+	eps := endpoints(t, 1, 1, 1)
+	s.Update(eps)
+	first := s.Instances()
+	held, err := s.Pick()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ejected *Instance
+	for _, inst := range first {
+		if inst != held {
+			ejected = inst
+			break
+		}
+	}
+	ejected.active.Add(1)
+	ejected.Done(ServerError)
+	if st := s.State(); st.Ejected != 1 || st.Healthy != 2 {
+		t.Fatalf("after a 5xx with consecutive_5xx 1: %+v, want 1 ejected, 2 healthy", st)
+	}
+	// The same list in another order, and a new instance: the old ones
+	// keep their requests under way and their ejection.
+	more := endpoints(t, 1, 1, 1, 1)
+	s.Update([]Endpoint{more[3], more[2], more[1], more[0]})
+	if st := s.State(); st.Instances != 4 || st.Ejected != 1 || st.Healthy != 3 {
+		t.Fatalf("after adding one: %+v, want 4 instances, 1 ejected", st)
+	}
+	if held.Active() != 1 {
+		t.Errorf("the held instance's requests under way: %d, want 1", held.Active())
+	}
+	for _, inst := range s.Instances() {
+		if inst.URL.String() == held.URL.String() && inst != held {
+			t.Errorf("%s named again became a new instance", inst.Addr)
+		}
+	}
+	// Dropped from the list: out of the rotation, its request still ends.
+	s.Update(more[3:])
+	held.Done(Success)
+	for range 50 {
+		inst, err := s.Pick()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if inst.URL.String() != more[3].URL.String() {
+			t.Fatalf("picked %s, which is no longer listed", inst.Addr)
+		}
+		inst.Done(Success)
+	}
+}
+
+func TestPickPrefersFewerRequestsUnderWay(t *testing.T) {
+	s := NewService("md", Options{})
+	s.Update(endpoints(t, 1, 1, 1))
+	insts := s.Instances()
+	busy := insts[0]
+	busy.active.Add(100) // a slow instance holds its requests longer
+	got := shares(t, s, 3000)
+	// A busy instance loses every draw against another: it is chosen
+	// only when both draws are it (1 in 9).
+	if got[busy.Addr] >= got[insts[1].Addr]/2 || got[busy.Addr] >= got[insts[2].Addr]/2 {
+		t.Errorf("shares with one instance busy: %v; want the busy one %s to get far fewer", got, busy.Addr)
+	}
+}
+
+func TestPickFollowsWeights(t *testing.T) {
+	s := NewService("md", Options{})
+	s.Update(endpoints(t, 3, 1))
+	insts := s.Instances()
+	got := shares(t, s, 4000)
+	heavy, light := got[insts[0].Addr], got[insts[1].Addr]
+	// 3:1 by weight; bounds far from it either way.
+	if heavy < 2*light || heavy > 5*light {
+		t.Errorf("idle shares with weights 3 and 1: %d and %d, want about 3:1", heavy, light)
+	}
+	// Loaded in proportion to the weights, the light one is as good a
+	// choice as the heavy one: it gets about its share again.
+	insts[0].active.Add(30)
+	insts[1].active.Add(10)
+	got = shares(t, s, 4000)
+	if got[insts[1].Addr] == 0 || got[insts[0].Addr] < got[insts[1].Addr] {
+		t.Errorf("shares with requests under way in proportion to the weights: %v", got)
+	}
+}
+
+func TestEjectionLimits(t *testing.T) {
+	var mu sync.Mutex
+	var events []Event
+	s := NewService("orders", Options{
+		Outlier: Outlier{Consecutive5xx: 2, ConsecutiveConnectFailures: 1, BaseEjectionTime: time.Hour, MaxEjectionPercent: 50},
+		OnChange: func(ev Event) {
+			mu.Lock()
+			events = append(events, ev)
+			mu.Unlock()
+		},
+	})
+	s.Update(endpoints(t, 1, 1, 1, 1))
+	insts := s.Instances()
+	fail := func(inst *Instance, o Outcome, n int) {
+		for range n {
+			inst.active.Add(1)
+			inst.Done(o)
+		}
+	}
+	fail(insts[0], ServerError, 1)
+	fail(insts[0], Success, 1) // a success ends the run
+	fail(insts[0], ServerError, 1)
+	if st := s.State(); st.Ejected != 0 {
+		t.Fatalf("ejected after runs of one 5xx: %+v", st)
+	}
+	fail(insts[0], ServerError, 2)
+	fail(insts[1], ConnectFailure, 1)
+	fail(insts[2], ConnectFailure, 1) // 3 of 4 would be past 50%
+	st := s.State()
+	if st.Ejected != 2 || st.Healthy != 2 || st.Panic {
+		t.Fatalf("state: %+v, want 2 ejected (max 50%%), 2 healthy", st)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	var reasons []string
+	for _, ev := range events {
+		if ev.Ejected {
+			reasons = append(reasons, ev.Instance.Addr+" "+ev.Reason.String())
+		}
+	}
+	want := []string{insts[0].Addr + " consecutive_5xx", insts[1].Addr + " connect_failure"}
+	if fmt.Sprint(reasons) != fmt.Sprint(want) {
+		t.Errorf("ejections: %v, want %v", reasons, want)
+	}
+}
+
+func TestEjectionEndsAndGrows(t *testing.T) {
+	returned := make(chan *Instance, 4)
+	s := NewService("orders", Options{
+		Outlier: Outlier{Consecutive5xx: 1, BaseEjectionTime: 20 * time.Millisecond, MaxEjectionTime: time.Minute, MaxEjectionPercent: 100},
+		OnChange: func(ev Event) {
+			if ev.Instance != nil && !ev.Ejected {
+				returned <- ev.Instance
+			}
+		},
+	})
+	s.Update(endpoints(t, 1, 1))
+	inst := s.Instances()[0]
+	for i := 1; i <= 2; i++ {
+		inst.active.Add(1)
+		inst.Done(ServerError)
+		s.mu.Lock()
+		n := inst.ejections
+		s.mu.Unlock()
+		if n != i {
+			t.Fatalf("ejections after %d: %d", i, n)
+		}
+		if got := <-returned; got != inst {
+			t.Fatalf("returned %s, want %s", got.Addr, inst.Addr)
+		}
+		if st := s.State(); st.Healthy != 2 {
+			t.Fatalf("after the ejection ended: %+v", st)
+		}
+	}
+}
+
+func TestPanicAndUnavailable(t *testing.T) {
+	s := NewService("orders", Options{
+		Outlier:        Outlier{Consecutive5xx: 1, ConsecutiveConnectFailures: 1, BaseEjectionTime: time.Hour, MaxEjectionPercent: 100},
+		PanicThreshold: 50,
+	})
+	s.Update(endpoints(t, 1, 1, 1))
+	insts := s.Instances()
+	insts[0].active.Add(2)
+	insts[0].Done(ServerError)
+	insts[1].active.Add(1)
+	insts[1].Done(ServerError)
+	st := s.State()
+	if !st.Panic || !st.Available() {
+		t.Fatalf("1 of 3 healthy under a 50%% threshold: %+v, want panic", st)
+	}
+	got := shares(t, s, 300)
+	if got[insts[0].Addr] == 0 || got[insts[1].Addr] == 0 {
+		t.Errorf("in panic the 5xx-ejected instances get no share: %v", got)
+	}
+	insts[2].active.Add(1)
+	insts[2].Done(ConnectFailure)
+	got = shares(t, s, 300)
+	if got[insts[2].Addr] != 0 {
+		t.Errorf("an instance ejected for refusing connects got %d requests in panic", got[insts[2].Addr])
+	}
+	s.Update(nil)
+	if _, err := s.Pick(); err != ErrUnavailable {
+		t.Errorf("Pick of an empty service: %v, want ErrUnavailable", err)
+	}
+	if s.State().Available() {
+		t.Error("an empty service is available")
+	}
+}
+
+func TestPickAllocatesNothing(t *testing.T) {
+	s := NewService("md", Options{})
+	s.Update(endpoints(t, 1, 2, 3))
+	if n := testing.AllocsPerRun(1000, func() {
+		inst, _ := s.Pick()
+		inst.Done(Success)
+	}); n != 0 {
+		t.Errorf("Pick and Done allocate %v times", n)
+	}
+}
+
+// BenchmarkPick measures the choice of an instance and its release, with
+// equal and unequal weights, from parallel goroutines.
+func BenchmarkPick(b *testing.B) {
+	for _, c := range []struct {
+		name    string
+		weights []uint32
+	}{
+		{"equal3", []uint32{1, 1, 1}},
+		{"weighted3", []uint32{1, 2, 3}},
+		{"equal64", make([]uint32, 64)},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			s := NewService("bench", Options{})
+			s.Update(endpoints(b, c.weights...))
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					inst, _ := s.Pick()
+					inst.Done(Success)
+				}
+			})
+		})
+	}
+}
