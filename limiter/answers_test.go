@@ -30,7 +30,7 @@ func outcomeNamed(d *Decision, name string) *Outcome {
 // and only that client's. Memory and Redis stores behind a deny cache.
 func TestDuplicateAnswersAllowance(t *testing.T) {
 	clock := newFakeClock()
-	stores := map[string]ratelimit.Limiter{"memory": ratelimit.NewMemory(ratelimit.MemoryOptions{Now: clock.Now})}
+	stores := map[string]ratelimit.Store{"memory": ratelimit.NewMemory(ratelimit.MemoryOptions{Now: clock.Now})}
 	if !testing.Short() {
 		rl := ratelimit.NewRedis(redistest.Start(t).Client(), ratelimit.RedisOptions{Timeout: time.Second})
 		t.Cleanup(func() { _ = rl.Close() })
@@ -117,7 +117,7 @@ func TestDuplicateAnswersKeys(t *testing.T) {
 	clock := newFakeClock()
 	ctx := context.Background()
 	keys := func(cfg *config.Config, tokens map[string]string, req Request) []string {
-		store := &keysSeen{Limiter: ratelimit.NewMemory(ratelimit.MemoryOptions{Now: clock.Now})}
+		store := &keysSeen{Store: ratelimit.NewMemory(ratelimit.MemoryOptions{Now: clock.Now})}
 		e := newTestEnforcer(t, store, clock)
 		var d Decision
 		req.Claims = true
@@ -159,7 +159,7 @@ func TestDuplicateAnswersKeys(t *testing.T) {
 	// bucket: the spray guard's answer is known from an earlier request.
 	spray := config.Default()
 	spray.Limiter.TokenSpray.MaxTokens = 1
-	store := &keysSeen{Limiter: ratelimit.NewMemory(ratelimit.MemoryOptions{Now: clock.Now})}
+	store := &keysSeen{Store: ratelimit.NewMemory(ratelimit.MemoryOptions{Now: clock.Now})}
 	e := newTestEnforcer(t, store, clock)
 	rr := Compile(spray, nil).Route("place_order")
 	var d Decision

@@ -1,6 +1,9 @@
 // Package limiter is exgate's rate-limit policy: it turns a request's
 // route, token, verified account and client address into the keys and
-// limits that package ratelimit decides.
+// limits that the store, package ratelimit, decides. limiter is the
+// policy (which limits apply to whom, and what happens when the store
+// fails); ratelimit is the store (GCRA in Redis or in memory) and knows
+// nothing of routes or configuration.
 //
 // Rules (compiled once from configuration and swapped whole on reload)
 // hold each route's limits, their tier overrides and their header values.

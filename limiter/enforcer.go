@@ -173,7 +173,7 @@ func (req *Request) answers() bool { return req.Claim != nil || req.CacheOnly ||
 type EnforcerOptions struct {
 	// Store decides against the shared limits: a Redis limiter (usually
 	// behind a DenyCache) or a Memory limiter.
-	Store ratelimit.Limiter
+	Store ratelimit.Store
 	// Local is the in-process limiter used when the store fails on a
 	// route whose on_store_error is "local". Nil means a new Memory
 	// limiter of LocalMaxKeys keys.
@@ -192,7 +192,7 @@ type EnforcerOptions struct {
 // Enforcer applies compiled Rules to requests. It is safe for concurrent
 // use and outlives reloads: the Rules are passed with each request.
 type Enforcer struct {
-	store      ratelimit.Limiter
+	store      ratelimit.Store
 	local      *ratelimit.Memory
 	sprayCache *expiring.Map[bool]
 	seed       maphash.Seed

@@ -43,7 +43,7 @@ func (c *fakeClock) Advance(d time.Duration) {
 }
 
 // newTestEnforcer returns an Enforcer on a memory store with a fake clock.
-func newTestEnforcer(t *testing.T, store ratelimit.Limiter, clock *fakeClock) *Enforcer {
+func newTestEnforcer(t *testing.T, store ratelimit.Store, clock *fakeClock) *Enforcer {
 	t.Helper()
 	k, err := NewKeyer(testSecret)
 	if err != nil {
@@ -806,13 +806,13 @@ routes:
       - { name: watch, key: address, rate: 1/1h, shadow: true }
 `)
 	rr := Compile(cfg, nil).Route("r")
-	stores := map[string]func(t *testing.T, clock *fakeClock) ratelimit.Limiter{
-		"memory": func(t *testing.T, clock *fakeClock) ratelimit.Limiter {
+	stores := map[string]func(t *testing.T, clock *fakeClock) ratelimit.Store{
+		"memory": func(t *testing.T, clock *fakeClock) ratelimit.Store {
 			return ratelimit.NewDenyCache(ratelimit.NewMemory(ratelimit.MemoryOptions{Now: clock.Now}), 100, clock.Now)
 		},
 	}
 	if !testing.Short() {
-		stores["redis"] = func(t *testing.T, _ *fakeClock) ratelimit.Limiter {
+		stores["redis"] = func(t *testing.T, _ *fakeClock) ratelimit.Store {
 			srv := redistest.Start(t)
 			rl := ratelimit.NewRedis(srv.Client(), ratelimit.RedisOptions{Timeout: time.Second})
 			t.Cleanup(func() { _ = rl.Close() })
@@ -909,7 +909,7 @@ routes:
 // keysSeen is a limit store that records the keys of each request it
 // decides, as the strings it was given.
 type keysSeen struct {
-	ratelimit.Limiter
+	ratelimit.Store
 	mu   sync.Mutex
 	seen [][]string
 }
@@ -922,7 +922,7 @@ func (k *keysSeen) AllowAll(ctx context.Context, q *ratelimit.Request, ans *rate
 	}
 	k.seen = append(k.seen, keys)
 	k.mu.Unlock()
-	return k.Limiter.AllowAll(ctx, q, ans)
+	return k.Store.AllowAll(ctx, q, ans)
 }
 
 // TestUndecidedPlanDecidedOnce: a request the deny cache could not decide
@@ -931,7 +931,7 @@ func (k *keysSeen) AllowAll(ctx context.Context, q *ratelimit.Request, ans *rate
 // route, or another lookup, builds its own.
 func TestUndecidedPlanDecidedOnce(t *testing.T) {
 	clock := newFakeClock()
-	store := &keysSeen{Limiter: ratelimit.NewDenyCache(ratelimit.NewMemory(ratelimit.MemoryOptions{Now: clock.Now}), 100, nil)}
+	store := &keysSeen{Store: ratelimit.NewDenyCache(ratelimit.NewMemory(ratelimit.MemoryOptions{Now: clock.Now}), 100, nil)}
 	e := newTestEnforcer(t, store, clock)
 	cfg := config.Default()
 	cfg.Tiers = map[string]map[string]config.TierLimit{"mm": {"place_order": {Rate: config.Rate{N: 54000, Period: time.Hour}}}}

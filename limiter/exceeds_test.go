@@ -34,16 +34,16 @@ routes:
 `)
 	stores := []struct {
 		name  string
-		store func() ratelimit.Limiter
-	}{{"memory", func() ratelimit.Limiter { return nil }}}
+		store func() ratelimit.Store
+	}{{"memory", func() ratelimit.Store { return nil }}}
 	if !testing.Short() {
 		srv := redistest.Start(t)
 		rl := ratelimit.NewRedis(srv.Client(), ratelimit.RedisOptions{Timeout: time.Second})
 		t.Cleanup(func() { _ = rl.Close() })
 		stores = append(stores, struct {
 			name  string
-			store func() ratelimit.Limiter
-		}{"redis", func() ratelimit.Limiter { return rl }})
+			store func() ratelimit.Store
+		}{"redis", func() ratelimit.Store { return rl }})
 	}
 	cases := []struct {
 		tier    string

@@ -131,9 +131,9 @@ routes:
 	}
 	stores := []struct {
 		name  string
-		store func(clock *fakeClock) ratelimit.Limiter
+		store func(clock *fakeClock) ratelimit.Store
 	}{
-		{"memory", func(clock *fakeClock) ratelimit.Limiter {
+		{"memory", func(clock *fakeClock) ratelimit.Store {
 			return ratelimit.NewDenyCache(ratelimit.NewMemory(ratelimit.MemoryOptions{Now: clock.Now}), 100, clock.Now)
 		}},
 	}
@@ -143,8 +143,8 @@ routes:
 		t.Cleanup(func() { _ = rl.Close() })
 		stores = append(stores, struct {
 			name  string
-			store func(clock *fakeClock) ratelimit.Limiter
-		}{"redis", func(*fakeClock) ratelimit.Limiter { return ratelimit.NewDenyCache(rl, 100, nil) }})
+			store func(clock *fakeClock) ratelimit.Store
+		}{"redis", func(*fakeClock) ratelimit.Store { return ratelimit.NewDenyCache(rl, 100, nil) }})
 	}
 	for _, st := range stores {
 		for i, tc := range cases {

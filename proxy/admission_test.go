@@ -190,11 +190,11 @@ func TestShedOrderReleasesItsIdentifier(t *testing.T) {
 // was shed: once the backend has room the client still makes its 3
 // requests, and the 4th is refused. On the memory store and on Redis.
 func TestShedRequestsCostNothing(t *testing.T) {
-	stores := map[string]func(t *testing.T) ratelimit.Limiter{
-		"memory": func(*testing.T) ratelimit.Limiter { return ratelimit.NewMemory(ratelimit.MemoryOptions{}) },
+	stores := map[string]func(t *testing.T) ratelimit.Store{
+		"memory": func(*testing.T) ratelimit.Store { return ratelimit.NewMemory(ratelimit.MemoryOptions{}) },
 	}
 	if !testing.Short() {
-		stores["redis"] = func(t *testing.T) ratelimit.Limiter {
+		stores["redis"] = func(t *testing.T) ratelimit.Store {
 			rl := ratelimit.NewRedis(redistest.Start(t).Client(), ratelimit.RedisOptions{Timeout: time.Second})
 			t.Cleanup(func() { _ = rl.Close() })
 			return ratelimit.NewDenyCache(rl, 100, nil)

@@ -270,7 +270,7 @@ func BenchmarkGatewayLimits(b *testing.B) {
 				b.Fatal(err)
 			}
 			k, _ := limiter.NewKeyer([]byte("bench-secret-0123456789abcdef"))
-			var store ratelimit.Limiter = ratelimit.NewMemory(ratelimit.MemoryOptions{})
+			var store ratelimit.Store = ratelimit.NewMemory(ratelimit.MemoryOptions{})
 			if mode == "redis" {
 				r := ratelimit.NewRedis(srv.Client(), ratelimit.RedisOptions{Timeout: time.Second})
 				defer r.Close()
@@ -442,7 +442,7 @@ func BenchmarkGatewayOrder(b *testing.B) {
 		cfg := benchOrderConfig(b, mode != "off")
 		v := benchValidator(b, cfg)
 		k, _ := limiter.NewKeyer([]byte("bench-secret-0123456789abcdef"))
-		var store ratelimit.Limiter = ratelimit.NewMemory(ratelimit.MemoryOptions{})
+		var store ratelimit.Store = ratelimit.NewMemory(ratelimit.MemoryOptions{})
 		if mode == "redis" {
 			r := ratelimit.NewRedis(srv.Client(), ratelimit.RedisOptions{Timeout: time.Second})
 			defer r.Close()

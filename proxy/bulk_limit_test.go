@@ -25,13 +25,13 @@ import (
 func TestBulkAboveBurst(t *testing.T) {
 	stores := []struct {
 		name  string
-		store func(t *testing.T) ratelimit.Limiter
-	}{{"memory", func(*testing.T) ratelimit.Limiter { return ratelimit.NewMemory(ratelimit.MemoryOptions{}) }}}
+		store func(t *testing.T) ratelimit.Store
+	}{{"memory", func(*testing.T) ratelimit.Store { return ratelimit.NewMemory(ratelimit.MemoryOptions{}) }}}
 	if !testing.Short() {
 		stores = append(stores, struct {
 			name  string
-			store func(t *testing.T) ratelimit.Limiter
-		}{"redis", func(t *testing.T) ratelimit.Limiter {
+			store func(t *testing.T) ratelimit.Store
+		}{"redis", func(t *testing.T) ratelimit.Store {
 			rl := ratelimit.NewRedis(redistest.Start(t).Client(), ratelimit.RedisOptions{Timeout: time.Second})
 			t.Cleanup(func() { _ = rl.Close() })
 			return rl

@@ -23,7 +23,7 @@ import (
 type claimStores struct {
 	name string
 	srv  *redistest.Server
-	lim  ratelimit.Limiter
+	lim  ratelimit.Store
 	idem func(idempotency.Options) idempotency.Store
 }
 

@@ -22,7 +22,7 @@ const testKeySecret = "test-key-secret-0123456789abcdef"
 
 // startLimited is startEnv with rate limits enforced by store (a memory
 // limiter when nil).
-func startLimited(t *testing.T, store ratelimit.Limiter, mut func(*config.Config)) *env {
+func startLimited(t *testing.T, store ratelimit.Store, mut func(*config.Config)) *env {
 	t.Helper()
 	be := &backend{}
 	bs := httptest.NewServer(be)
@@ -230,13 +230,13 @@ func TestReloadChangesLimits(t *testing.T) {
 func TestRateLimitFieldsTellTheStateAfterTheAnswer(t *testing.T) {
 	stores := []struct {
 		name  string
-		store func(t *testing.T) ratelimit.Limiter
-	}{{"memory", func(*testing.T) ratelimit.Limiter { return ratelimit.NewMemory(ratelimit.MemoryOptions{}) }}}
+		store func(t *testing.T) ratelimit.Store
+	}{{"memory", func(*testing.T) ratelimit.Store { return ratelimit.NewMemory(ratelimit.MemoryOptions{}) }}}
 	if !testing.Short() {
 		stores = append(stores, struct {
 			name  string
-			store func(t *testing.T) ratelimit.Limiter
-		}{"redis", func(t *testing.T) ratelimit.Limiter {
+			store func(t *testing.T) ratelimit.Store
+		}{"redis", func(t *testing.T) ratelimit.Store {
 			rl := ratelimit.NewRedis(redistest.Start(t).Client(), ratelimit.RedisOptions{Timeout: time.Second})
 			t.Cleanup(func() { _ = rl.Close() })
 			return ratelimit.NewDenyCache(rl, 100, nil)

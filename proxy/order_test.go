@@ -40,7 +40,7 @@ func startOrdersConfig(t *testing.T, handler http.HandlerFunc, set func(*idempot
 // startOrdersStore is startOrdersConfig with the rate-limit store and the
 // metrics (nil for none) given.
 func startOrdersStore(t *testing.T, handler http.HandlerFunc, set func(*idempotency.Options), mut func(*config.Config),
-	store ratelimit.Limiter, m *metrics.Metrics) *env {
+	store ratelimit.Store, m *metrics.Metrics) *env {
 	t.Helper()
 	return startOrdersWith(t, handler, mut, store, m, func(o idempotency.Options) idempotency.Store {
 		if set != nil {
@@ -53,7 +53,7 @@ func startOrdersStore(t *testing.T, handler http.HandlerFunc, set func(*idempote
 // startOrdersWith is startOrdersStore with duplicate protection's store
 // made by idem from the configuration's options, and the gateway's
 // options changed by each of extra.
-func startOrdersWith(t *testing.T, handler http.HandlerFunc, mut func(*config.Config), store ratelimit.Limiter,
+func startOrdersWith(t *testing.T, handler http.HandlerFunc, mut func(*config.Config), store ratelimit.Store,
 	m *metrics.Metrics, idem func(idempotency.Options) idempotency.Store, extra ...func(*Options)) *env {
 	t.Helper()
 	be := &backend{handler: handler}

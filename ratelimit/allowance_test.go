@@ -10,18 +10,18 @@ import (
 	"github.com/exgate/exgate/internal/redistest"
 )
 
-// allowanceLimiter is a limiter whose keys can be read.
-type allowanceLimiter interface {
-	Limiter
+// allowanceStore is a store whose keys can be read.
+type allowanceStore interface {
+	Store
 	Inspector
 }
 
 // allowanceStores are the limiters the allowance table runs against:
 // memory and Redis (standalone and Cluster), each also behind a deny
 // cache.
-func allowanceStores(t *testing.T) map[string]allowanceLimiter {
+func allowanceStores(t *testing.T) map[string]allowanceStore {
 	mem := NewMemory(MemoryOptions{})
-	out := map[string]allowanceLimiter{"memory": mem, "memory+denycache": NewDenyCache(mem, 100, nil)}
+	out := map[string]allowanceStore{"memory": mem, "memory+denycache": NewDenyCache(mem, 100, nil)}
 	if testing.Short() {
 		return out
 	}

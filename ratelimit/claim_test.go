@@ -130,7 +130,7 @@ func TestClaimRidesWithRequest(t *testing.T) {
 		plain := NewRedis(srv.Client(), RedisOptions{Timeout: time.Second})
 		defer plain.Close()
 		mem := NewMemory(MemoryOptions{})
-		for name, lim := range map[string]Limiter{"redis without a claim function": plain, "memory": mem} {
+		for name, lim := range map[string]Store{"redis without a claim function": plain, "memory": mem} {
 			var ans Answer
 			q := claimRequest("c:ns:"+name, "claim:ns", "v", one)
 			if err := lim.AllowAll(ctx, q, &ans); err != nil || !ans.Allowed || ans.Claim.Sent {

@@ -18,7 +18,7 @@ func TestAllowAllCostAboveBurst(t *testing.T) {
 	small := Limit{Rate: 100, Period: time.Minute, Burst: 5}
 	stores := []struct {
 		name string
-		lim  Limiter
+		lim  Store
 	}{{"memory", NewMemory(MemoryOptions{})}}
 	if !testing.Short() {
 		rl := NewRedis(redistest.Start(t).Client(), RedisOptions{Timeout: time.Second})
@@ -28,10 +28,10 @@ func TestAllowAllCostAboveBurst(t *testing.T) {
 		t.Cleanup(func() { _ = crl.Close() })
 		stores = append(stores, struct {
 			name string
-			lim  Limiter
+			lim  Store
 		}{"redis", rl}, struct {
 			name string
-			lim  Limiter
+			lim  Store
 		}{"redis-cluster", crl})
 	}
 	ctx := context.Background()

@@ -9,7 +9,7 @@ import (
 	"github.com/exgate/exgate/internal/expiring"
 )
 
-// DenyCache is a Limiter that remembers, in process, the keys its store
+// DenyCache is a Store that remembers, in process, the keys its store
 // denied and until when: a key known to be over its limit is answered
 // from the cache until it would next be allowed, with no store round
 // trip, as Envoy's ratelimit local cache does. A denied GCRA request
@@ -21,7 +21,7 @@ import (
 // and holds at most maxKeys entries; when full, the entries that expire
 // soonest are evicted first.
 type DenyCache struct {
-	next    Limiter
+	next    Store
 	now     func() time.Time
 	seed    maphash.Seed
 	entries *expiring.Map[int64] // value: unix ns when the key is back to a full burst
@@ -30,7 +30,7 @@ type DenyCache struct {
 
 // NewDenyCache returns next with a deny cache of at most maxKeys entries
 // in front of it. now is the clock; nil means time.Now.
-func NewDenyCache(next Limiter, maxKeys int, now func() time.Time) *DenyCache {
+func NewDenyCache(next Store, maxKeys int, now func() time.Time) *DenyCache {
 	if now == nil {
 		now = time.Now
 	}
@@ -40,7 +40,7 @@ func NewDenyCache(next Limiter, maxKeys int, now func() time.Time) *DenyCache {
 // Hits returns how many decisions the cache answered without the store.
 func (d *DenyCache) Hits() int64 { return d.hits.Load() }
 
-// Allow implements Limiter.
+// Allow implements Store.
 func (d *DenyCache) Allow(ctx context.Context, key string, l Limit) (Result, error) {
 	h := limitHash(maphash.String(d.seed, key), l)
 	now := d.now().UnixNano()
@@ -56,7 +56,7 @@ func (d *DenyCache) Allow(ctx context.Context, key string, l Limit) (Result, err
 	return r, nil
 }
 
-// AllowN implements Limiter. A key the cache knows to be denied for one
+// AllowN implements Store. A key the cache knows to be denied for one
 // request is denied for n; a store's denial of a cost above one is not
 // cached, since a smaller request may still pass. A cost no wait lets
 // pass (above the burst) is answered so (Never), as the store would, not
@@ -77,7 +77,7 @@ func (d *DenyCache) AllowN(ctx context.Context, key string, l Limit, n int64) (R
 	return d.next.AllowN(ctx, key, l, n)
 }
 
-// AllowAll implements Limiter. A request one of whose non-shadow checks
+// AllowAll implements Store. A request one of whose non-shadow checks
 // the cache knows to be denied is refused from the cache, charging
 // nothing, as the store would (all or nothing); the other checks are then
 // not decided (not Applied). A request with a guard always goes to the
@@ -123,7 +123,7 @@ func (d *DenyCache) AllowAll(ctx context.Context, q *Request, ans *Answer) error
 	return nil
 }
 
-// Refund implements Limiter: the store gives the charge back, and the
+// Refund implements Store: the store gives the charge back, and the
 // cache forgets the checks' keys, whose denials a refund may have made
 // untrue (a key denied while an earlier request of its client waited to
 // be refunded).

@@ -10,7 +10,7 @@ import (
 
 // counting counts the calls that reach the limiter behind it.
 type counting struct {
-	next  Limiter
+	next  Store
 	calls atomic.Int64
 }
 

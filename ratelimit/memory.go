@@ -14,7 +14,7 @@ const memShards = 64
 // sampleSize is how many entries an eviction looks at to pick a victim.
 const sampleSize = 8
 
-// Memory is a Limiter that keeps its state in this process, with the same
+// Memory is a Store that keeps its state in this process, with the same
 // GCRA arithmetic as Redis. Each gateway replica counts on its own, so
 // with N replicas behind a load balancer a client may get up to N times
 // the limit; use Redis to share limits.
@@ -63,12 +63,12 @@ func NewMemory(o MemoryOptions) *Memory {
 	return m
 }
 
-// Allow implements Limiter. It never returns an error.
+// Allow implements Store. It never returns an error.
 func (m *Memory) Allow(_ context.Context, key string, l Limit) (Result, error) {
 	return m.AllowLocal(key, l, 1), nil
 }
 
-// AllowN implements Limiter. It never returns an error.
+// AllowN implements Store. It never returns an error.
 func (m *Memory) AllowN(_ context.Context, key string, l Limit, n int64) (Result, error) {
 	return m.AllowLocal(key, l, n), nil
 }
@@ -95,7 +95,7 @@ func (m *Memory) AllowLocal(key string, l Limit, n int64) Result {
 	return r
 }
 
-// AllowAll implements Limiter: the request's guard, then its checks
+// AllowAll implements Store: the request's guard, then its checks
 // under the locks of every shard they touch (taken in shard order), so
 // that the request is decided and charged at once. It never returns an
 // error.
@@ -140,7 +140,7 @@ func (m *Memory) AllowAll(_ context.Context, q *Request, ans *Answer) error {
 	return nil
 }
 
-// Refund implements Limiter: each check's key gives back the cost, and
+// Refund implements Store: each check's key gives back the cost, and
 // an Allowance check's is charged it. It never returns an error.
 func (m *Memory) Refund(_ context.Context, q *Request) error {
 	cost := q.cost()

@@ -10,7 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Inspector is a Limiter whose state for one key can be read and cleared
+// Inspector is a Store whose state for one key can be read and cleared
 // outside a decision. Memory, Redis and DenyCache implement it.
 type Inspector interface {
 	// Peek reports what a request of cost 1 for key under limit would be

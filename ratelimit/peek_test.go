@@ -16,7 +16,7 @@ func TestPeekChangesNothing(t *testing.T) {
 	type inspected struct {
 		name string
 		lim  interface {
-			Limiter
+			Store
 			Inspector
 		}
 		slack time.Duration

@@ -59,7 +59,7 @@ type RedisOptions struct {
 	ClaimFunc string
 }
 
-// Redis is a Limiter backed by Redis: GCRA computed by one Lua script
+// Redis is a Store backed by Redis: GCRA computed by one Lua script
 // (decideSrc) on Redis's own clock, so replicas with skewed clocks agree.
 // A caller that finds fewer than MaxInFlight round trips in flight sends
 // its request itself, with whatever is queued; the callers that arrive
@@ -167,7 +167,7 @@ func NewRedis(client Client, o RedisOptions) *Redis {
 	return r
 }
 
-// Allow implements Limiter.
+// Allow implements Store.
 func (r *Redis) Allow(ctx context.Context, key string, l Limit) (Result, error) {
 	return r.AllowN(ctx, key, l, 1)
 }
@@ -200,7 +200,7 @@ func (r *Redis) allowOne(ctx context.Context, check Check, n int64, renewal bool
 	return res, err
 }
 
-// AllowAll implements Limiter: q waits for one round trip, shared with
+// AllowAll implements Store: q waits for one round trip, shared with
 // the other requests queued meanwhile.
 func (r *Redis) AllowAll(ctx context.Context, q *Request, ans *Answer) error {
 	if q.CacheOnly {
@@ -289,7 +289,7 @@ func (r *Redis) renew(k leaseKey, l *lease, size int64) {
 	}()
 }
 
-// Refund implements Limiter: q's checks go, as a refund (decideSrc's
+// Refund implements Store: q's checks go, as a refund (decideSrc's
 // mode 2, which moves each key's TAT back by the cost and deletes a key
 // back at a full burst), into the next round trip, and Refund waits for
 // it so that the caller's next request finds nothing charged. Leased

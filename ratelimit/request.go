@@ -73,7 +73,7 @@ type Request struct {
 	Claim *ClaimPart
 	// CacheOnly asks only what is known in process: a DenyCache answers
 	// a request it knows to be refused, as AllowAll would; any other
-	// request, and every other Limiter, returns ErrNotCached, deciding
+	// request, and every other Store, returns ErrNotCached, deciding
 	// and charging nothing.
 	CacheOnly bool
 }

@@ -89,7 +89,7 @@ func TestScriptRunMatchesSequential(t *testing.T) {
 // looked at on its own (Peek), and, when none that counts refuses,
 // each charged on its own (AllowN), one call per limit.
 func perLimit(ctx context.Context, l interface {
-	Limiter
+	Store
 	Inspector
 }, q *Request, ans *Answer) error {
 	ans.reset(len(q.Checks))
@@ -176,7 +176,7 @@ func TestAllowAllMatchesPerLimit(t *testing.T) {
 	type store struct {
 		name string
 		lim  interface {
-			Limiter
+			Store
 			Inspector
 		}
 		// advance lets d pass for the given keys.

@@ -32,7 +32,7 @@ func (c *fakeClock) Advance(d time.Duration) {
 	c.mu.Unlock()
 }
 
-// impl is one Limiter under the shared table: how to decide a request of
+// impl is one Store under the shared table: how to decide a request of
 // cost n, and how to let time pass (a fake clock for the memory limiter,
 // a real sleep for Redis, whose clock is its own). slack is how far the
 // durations it reports may drift from the exact values because real time
@@ -46,7 +46,7 @@ type impl struct {
 }
 
 // refunder returns an impl's refund of cost n on one key under l.
-func refunder(lim Limiter) func(string, Limit, int64) error {
+func refunder(lim Store) func(string, Limit, int64) error {
 	return func(k string, l Limit, n int64) error {
 		return lim.Refund(context.Background(), &Request{Checks: []Check{{Key: k, Limit: l}}, Cost: n})
 	}
@@ -126,13 +126,13 @@ type step struct {
 	resetAfter time.Duration // checked when >= 0; -1 skips
 }
 
-// TestLimiterTable runs one table of behaviour against every
+// TestStoreTable runs one table of behaviour against every
 // implementation: bursts, refill over time, remaining, retry-after, reset,
 // redis_rate's edges (a burst of 0 denies everything, a cost above the
 // burst never passes), and refunds (a charge given back as if the request
 // had never been made, never past a full burst, a cached denial
 // forgotten).
-func TestLimiterTable(t *testing.T) {
+func TestStoreTable(t *testing.T) {
 	// 5 per 2s: one request every 400ms, bursts of 5.
 	five := Limit{Rate: 5, Period: 2 * time.Second, Burst: 5}
 	// 1 per second with a burst of 3.
@@ -329,9 +329,9 @@ func runSteps(t *testing.T, im impl, key string, l Limit, steps []step, stalled 
 	return true
 }
 
-// TestLimiterConcurrentExact: 50 goroutines race for a burst of 100 on one
+// TestStoreConcurrentExact: 50 goroutines race for a burst of 100 on one
 // key; exactly 100 pass, on every implementation.
-func TestLimiterConcurrentExact(t *testing.T) {
+func TestStoreConcurrentExact(t *testing.T) {
 	l := Limit{Rate: 100, Period: time.Hour, Burst: 100}
 	for _, im := range impls(t) {
 		t.Run(im.name, func(t *testing.T) {
@@ -363,8 +363,8 @@ func TestLimiterConcurrentExact(t *testing.T) {
 	}
 }
 
-// TestLimiterKeysIndependent: one key's use does not touch another's.
-func TestLimiterKeysIndependent(t *testing.T) {
+// TestStoreKeysIndependent: one key's use does not touch another's.
+func TestStoreKeysIndependent(t *testing.T) {
 	l := Limit{Rate: 1, Period: time.Hour, Burst: 1}
 	for _, im := range impls(t) {
 		t.Run(im.name, func(t *testing.T) {

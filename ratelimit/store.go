@@ -1,12 +1,13 @@
-// Package ratelimit decides whether a request may pass a rate limit: the
-// decision core of exgate's limits, which knows keys and limits but not
-// routes, tokens or configuration (package limiter turns those into keys).
+// Package ratelimit is the rate-limit store: it decides whether a request
+// may pass a rate limit, knowing keys and limits but not routes, tokens or
+// configuration. The policy that turns those into keys and limits (which
+// limits apply to whom, tiers, fallbacks, headers) is package limiter.
 //
-// The core is one small interface, Limiter, with two implementations that
+// The store is one small interface, Store, with two implementations that
 // share one table of tests: Redis (GCRA on Redis's own clock, shared by
 // every gateway replica, with concurrent decisions batched into pipelined
 // round trips) and Memory (the same GCRA arithmetic in process, with
-// bounded memory). DenyCache wraps a Limiter so that keys known to be over
+// bounded memory). DenyCache wraps a Store so that keys known to be over
 // their limit are answered in process until they reset, without a store
 // round trip.
 //
@@ -84,10 +85,10 @@ type Result struct {
 // Never is the RetryAfter of a request that no wait would let pass.
 const Never = time.Duration(1<<63 - 1)
 
-// Limiter decides requests against limits: one limit for one key (Allow,
+// Store decides requests against limits: one limit for one key (Allow,
 // AllowN), or all the limits of a request at once (AllowAll). It is safe
 // for concurrent use.
-type Limiter interface {
+type Store interface {
 	// Allow reports whether one request for key may pass limit now, and
 	// records it when it does. An error means the store could not decide;
 	// the Result is then meaningless.
