@@ -1,7 +1,7 @@
 // Package overload bounds the requests exgate has under way at the backend
 // and decides, when the backend is full, which wait and which are shed.
 //
-// A Limiter holds a concurrency limit, adapted from the backend's observed
+// A Controller holds a concurrency limit, adapted from the backend's observed
 // latency by a gradient controller (the scheme of Netflix's
 // concurrency-limits Gradient2 and Envoy's adaptive concurrency filter):
 // every window it compares the latency the backend shows without a queue

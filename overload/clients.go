@@ -65,7 +65,7 @@ func (r *turns) remove(cl *client, c Class) {
 
 // clientOf returns the state of key, made when it holds nothing; l.mu is
 // held.
-func (l *Limiter) clientOf(key Client) *client {
+func (l *Controller) clientOf(key Client) *client {
 	if key == 0 {
 		return &l.anon
 	}
@@ -86,7 +86,7 @@ func (l *Limiter) clientOf(key Client) *client {
 
 // forget drops the state of a client that holds nothing and waits for
 // nothing; l.mu is held.
-func (l *Limiter) forget(cl *client) {
+func (l *Controller) forget(cl *client) {
 	if cl.held != 0 || cl.waiting != 0 || cl.key == 0 {
 		return
 	}
@@ -104,7 +104,7 @@ func (l *Limiter) forget(cl *client) {
 // left free (Client). A cancel's share is counted in cancels only, of the
 // limit and the cancels' headroom: a client's other requests never keep
 // its cancel waiting. l.mu is held.
-func (l *Limiter) may(cl *client, c Class) bool {
+func (l *Controller) may(cl *client, c Class) bool {
 	limit := l.limitFor(c)
 	free := limit - l.inflight
 	held := cl.held
@@ -123,7 +123,7 @@ const shareReserve = 4
 
 // hold counts a slot taken by client cl for a request of class c; l.mu
 // is held.
-func (l *Limiter) hold(cl *client, c Class) {
+func (l *Controller) hold(cl *client, c Class) {
 	cl.held++
 	if c == Cancel {
 		cl.cancels++
@@ -132,7 +132,7 @@ func (l *Limiter) hold(cl *client, c Class) {
 }
 
 // enqueue queues w, a request of class c of client cl; l.mu is held.
-func (l *Limiter) enqueue(cl *client, w *waiter, c Class) {
+func (l *Controller) enqueue(cl *client, w *waiter, c Class) {
 	if cl.queues[c].head == nil {
 		l.turns[c].push(cl, c)
 	}
@@ -144,7 +144,7 @@ func (l *Limiter) enqueue(cl *client, w *waiter, c Class) {
 
 // dequeue takes w, a request of class c of client cl, out of the queue;
 // l.mu is held.
-func (l *Limiter) dequeue(cl *client, w *waiter, c Class) {
+func (l *Controller) dequeue(cl *client, w *waiter, c Class) {
 	cl.queues[c].remove(w)
 	if cl.queues[c].head == nil {
 		l.turns[c].remove(cl, c)
@@ -157,7 +157,7 @@ func (l *Limiter) dequeue(cl *client, w *waiter, c Class) {
 // next returns the client a freed slot goes to: of the most important
 // class with a waiter that may take it, the first client in that class's
 // round robin that may. Nil when no waiter may take a slot. l.mu is held.
-func (l *Limiter) next() (*client, Class) {
+func (l *Controller) next() (*client, Class) {
 	for k := range l.turns {
 		c := Class(k)
 		if l.inflight >= l.limitFor(c) {
@@ -175,7 +175,7 @@ func (l *Limiter) next() (*client, Class) {
 // grant hands free slots to waiters (next), each client's oldest waiter
 // of the class first, the client's turn then moving to the end of the
 // class's round robin; l.mu is held.
-func (l *Limiter) grant() {
+func (l *Controller) grant() {
 	for l.waiting > 0 {
 		cl, c := l.next()
 		if cl == nil {

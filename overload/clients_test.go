@@ -8,7 +8,7 @@ import (
 
 // fill acquires slots of class c for client who until one is refused,
 // and returns how many it got.
-func fill(l *Limiter, c Class, who Client) int {
+func fill(l *Controller, c Class, who Client) int {
 	n := 0
 	for {
 		ok, _ := l.Acquire(context.Background(), c, who)
@@ -192,7 +192,7 @@ func TestAdmitSparesIdleClients(t *testing.T) {
 
 // queuedFor starts an Acquire of class c of client who on l and returns
 // once it waits in l's queue, with the channel its result arrives on.
-func queuedFor(ctx context.Context, l *Limiter, c Class, who Client) <-chan bool {
+func queuedFor(ctx context.Context, l *Controller, c Class, who Client) <-chan bool {
 	n := l.Waiting()
 	ch := make(chan bool, 1)
 	go func() { ok, _ := l.Acquire(ctx, c, who); ch <- ok }()

@@ -57,7 +57,7 @@ type routeAdmission struct {
 	metrics  [overload.NumClasses]*metrics.OverloadMetrics
 }
 
-// overloadOptions turns the configuration into the limiter's options.
+// overloadOptions turns the configuration into the overload controller's options.
 func overloadOptions(o config.Overload) overload.Options {
 	return overload.Options{
 		Min:           o.MinLimit,
@@ -78,7 +78,7 @@ func overloadOptions(o config.Overload) overload.Options {
 	}
 }
 
-// newAdmissionPlan configures the limiter from cfg and returns the plan's
+// newAdmissionPlan configures the overload controller from cfg and returns the plan's
 // overload part.
 func (g *Gateway) newAdmissionPlan(cfg *config.Config) admissionPlan {
 	o := cfg.Overload

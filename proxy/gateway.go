@@ -124,7 +124,7 @@ type Gateway struct {
 	errHeader    *apierror.Error
 	errBody      *apierror.Error
 	budget       *sharedPool // bytes of order bodies read whole, shared by clients
-	admission    *overload.Limiter
+	admission    *overload.Controller
 	draining     atomic.Bool
 	pool         sync.Pool // *requestState
 	// tracer starts the requests' spans; nil when tracing is off

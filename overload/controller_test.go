@@ -273,7 +273,7 @@ func TestAcquireHonoursContext(t *testing.T) {
 
 // run feeds the controller windows of samples at a given concurrency,
 // with the backend's latency as a function of concurrency.
-func run(l *Limiter, clk *fakeClock, windows int, latency func(n int) time.Duration) {
+func run(l *Controller, clk *fakeClock, windows int, latency func(n int) time.Duration) {
 	for w := 0; w < windows; w++ {
 		n := l.Limit()
 		for i := 0; i < n; i++ {
@@ -491,4 +491,4 @@ func BenchmarkAdmit(b *testing.B) {
 // queued starts an Acquire of class c of the zero Client on l and
 // returns once it waits in l's queue, with the channel its result arrives
 // on.
-func queued(ctx context.Context, l *Limiter, c Class) <-chan bool { return queuedFor(ctx, l, c, 0) }
+func queued(ctx context.Context, l *Controller, c Class) <-chan bool { return queuedFor(ctx, l, c, 0) }

@@ -9,7 +9,7 @@ import (
 	"time"
 )
 
-// Options configure a Limiter. Zero fields take the defaults noted.
+// Options configure a Controller. Zero fields take the defaults noted.
 type Options struct {
 	// Min is the floor of the adaptive limit and the limit while the
 	// minimum round-trip time is measured. Default 4.
@@ -86,10 +86,10 @@ func (o *Options) normalise() {
 	}
 }
 
-// Limiter is an adaptive concurrency limit with prioritised waiting. Its
+// Controller is an adaptive concurrency limit with prioritised waiting. Its
 // methods are safe for concurrent use. Acquire and Release take one short
 // critical section each and do not allocate once waiters are pooled.
-type Limiter struct {
+type Controller struct {
 	now func() time.Time
 
 	mu       sync.Mutex
@@ -139,9 +139,9 @@ type Limiter struct {
 	pool sync.Pool // *waiter
 }
 
-// New returns a Limiter with the options o.
-func New(o Options) *Limiter {
-	l := &Limiter{clients: make(map[Client]*client), spare: make([]*client, 0, 256)}
+// New returns a Controller with the options o.
+func New(o Options) *Controller {
+	l := &Controller{clients: make(map[Client]*client), spare: make([]*client, 0, 256)}
 	l.pool.New = func() any {
 		t := time.NewTimer(time.Hour)
 		t.Stop()
@@ -154,7 +154,7 @@ func New(o Options) *Limiter {
 // Configure replaces the options. The limit is kept within the new floor
 // and ceiling (or set to a new fixed limit); waiters keep the wait they
 // started with.
-func (l *Limiter) Configure(o Options) {
+func (l *Controller) Configure(o Options) {
 	o.normalise()
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -181,20 +181,20 @@ func (l *Limiter) Configure(o Options) {
 }
 
 // Limit returns the current limit.
-func (l *Limiter) Limit() int { return int(l.limitNow.Load()) }
+func (l *Controller) Limit() int { return int(l.limitNow.Load()) }
 
 // InFlight returns how many slots are taken.
-func (l *Limiter) InFlight() int { return int(l.inflightNow.Load()) }
+func (l *Controller) InFlight() int { return int(l.inflightNow.Load()) }
 
 // Waiting returns how many requests wait for a slot.
-func (l *Limiter) Waiting() int { return int(l.waitingNow.Load()) }
+func (l *Controller) Waiting() int { return int(l.waitingNow.Load()) }
 
 // Clients returns how many clients hold slots or wait for one.
-func (l *Limiter) Clients() int { return int(l.clientsNow.Load()) }
+func (l *Controller) Clients() int { return int(l.clientsNow.Load()) }
 
 // MinRTT returns the backend's measured unloaded round-trip time, 0 before
 // the first measurement.
-func (l *Limiter) MinRTT() time.Duration { return time.Duration(l.minRTTNow.Load()) }
+func (l *Controller) MinRTT() time.Duration { return time.Duration(l.minRTTNow.Load()) }
 
 // Acquire takes a slot for a request of class c of client who, waiting at
 // most the class's wait (and never past ctx). A cancel may take a slot
@@ -202,7 +202,7 @@ func (l *Limiter) MinRTT() time.Duration { return time.Duration(l.minRTTNow.Load
 // only within its share (Client); past it, it waits like a request that
 // finds the backend full. It returns whether a slot was taken and how
 // long the request waited. A taken slot must be given back with Release.
-func (l *Limiter) Acquire(ctx context.Context, c Class, who Client) (bool, time.Duration) {
+func (l *Controller) Acquire(ctx context.Context, c Class, who Client) (bool, time.Duration) {
 	if c >= NumClasses {
 		c = NumClasses - 1
 	}
@@ -273,7 +273,7 @@ const shedScale = 1 << 16
 // serves — but never a request of a client that holds no slot and waits
 // for none: it is within any share, and the queue serves it in its turn.
 // It takes the lock only to spare such a request, and does not allocate.
-func (l *Limiter) Admit(c Class, who Client) bool {
+func (l *Controller) Admit(c Class, who Client) bool {
 	if c >= NumClasses {
 		c = NumClasses - 1
 	}
@@ -299,21 +299,21 @@ func (l *Limiter) Admit(c Class, who Client) bool {
 
 // shed raises class c's shed probability: a request of it waited in vain;
 // l.mu is held.
-func (l *Limiter) shed(c Class) {
+func (l *Controller) shed(c Class) {
 	p := l.shedP[c].Load()
 	l.shedP[c].Store(p + (shedScale-p)/8)
 }
 
 // served lowers class c's shed probability: a request of it got a slot;
 // l.mu is held.
-func (l *Limiter) served(c Class) {
+func (l *Controller) served(c Class) {
 	if p := l.shedP[c].Load(); p != 0 {
 		l.shedP[c].Store(p - p/512 - 1)
 	}
 }
 
 // take counts a slot as taken; l.mu is held.
-func (l *Limiter) take() {
+func (l *Controller) take() {
 	l.inflight++
 	l.winPeak = max(l.winPeak, l.inflight)
 	l.inflightNow.Store(int64(l.inflight))
@@ -327,7 +327,7 @@ func (l *Limiter) take() {
 // would be most of Release's cost); sample says whether rtt measures the
 // backend (false for a request that never reached it, or whose client
 // went away; done is then unused).
-func (l *Limiter) Release(who Client, c Class, done time.Time, rtt time.Duration, sample bool) {
+func (l *Controller) Release(who Client, c Class, done time.Time, rtt time.Duration, sample bool) {
 	l.mu.Lock()
 	l.inflight--
 	cl := l.clientOf(who)
@@ -346,7 +346,7 @@ func (l *Limiter) Release(who Client, c Class, done time.Time, rtt time.Duration
 
 // observe adds one round trip, ended at now, to the window and closes the
 // window when it is due; l.mu is held.
-func (l *Limiter) observe(now time.Time, rtt time.Duration) {
+func (l *Controller) observe(now time.Time, rtt time.Duration) {
 	if l.o.Fixed > 0 {
 		return
 	}
@@ -452,7 +452,7 @@ func (l *Limiter) observe(now time.Time, rtt time.Duration) {
 // less, the limit stays: the traffic queues nothing at exgate's doing,
 // and halving would only shed a burst the limit left room for. l.mu is
 // held.
-func (l *Limiter) startProbe(now time.Time, peak int) {
+func (l *Controller) startProbe(now time.Time, peak int) {
 	l.probing = true
 	l.probeFrom = max(l.limit, l.o.Min)
 	l.probeSkip = l.inflight
@@ -474,7 +474,7 @@ const cancelHeadroom = 8
 
 // publish sets the cancels' headroom from the limit and copies both for
 // exporters and Admit; l.mu is held.
-func (l *Limiter) publish() {
+func (l *Controller) publish() {
 	l.headroom = (l.limit + cancelHeadroom - 1) / cancelHeadroom
 	l.limitNow.Store(int64(l.limit))
 	l.headroomNow.Store(int64(l.headroom))
@@ -482,7 +482,7 @@ func (l *Limiter) publish() {
 
 // limitFor returns the limit a request of class c sees: the limit and
 // the headroom for a cancel, the limit for the others; l.mu is held.
-func (l *Limiter) limitFor(c Class) int {
+func (l *Controller) limitFor(c Class) int {
 	if c == Cancel {
 		return l.limit + l.headroom
 	}
