@@ -201,7 +201,7 @@ type Enforcer struct {
 	now        func() time.Time
 	plans      sync.Pool
 
-	warnRate lograte.Limit
+	warnRate lograte.OncePerSecond
 }
 
 // NewEnforcer returns an Enforcer.

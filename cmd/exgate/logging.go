@@ -56,7 +56,7 @@ func newLogger(lc config.Log, dev bool, w io.Writer) (log, evidence *zap.Logger,
 type redisLogger struct {
 	log  *zap.Logger
 	now  func() time.Time
-	rate lograte.Limit
+	rate lograte.OncePerSecond
 }
 
 // newRedisLogger returns the logger go-redis writes to (redis.SetLogger).

@@ -44,7 +44,7 @@ func (a *app) startTracing(cfg *config.Config) error {
 
 // tracingErrors logs the SDK's errors, at most one a second.
 func tracingErrors(log *zap.Logger, now func() time.Time) otel.ErrorHandler {
-	var limit lograte.Limit
+	var limit lograte.OncePerSecond
 	return otel.ErrorHandlerFunc(func(err error) {
 		if limit.Allow(now()) {
 			log.Warn("tracing: spans not exported (counted in "+metrics.NameTraceSpansDropped+")", zap.Error(err))

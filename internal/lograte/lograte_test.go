@@ -9,7 +9,7 @@ import (
 
 func TestAllow(t *testing.T) {
 	t0 := time.Unix(1_700_000_000, 0)
-	var l Limit
+	var l OncePerSecond
 	for _, tt := range []struct {
 		at   time.Duration // after t0
 		want bool
@@ -30,7 +30,7 @@ func TestAllow(t *testing.T) {
 // TestAllowRacing checks that of events racing at one instant, exactly
 // one passes.
 func TestAllowRacing(t *testing.T) {
-	var l Limit
+	var l OncePerSecond
 	var passed atomic.Int64
 	now := time.Unix(1_700_000_000, 0)
 	var wg sync.WaitGroup
