@@ -96,7 +96,7 @@ type Options struct {
 // Gateway is the traffic handler: it answers bad requests itself and
 // forwards the rest to the backend. It is safe for concurrent use.
 type Gateway struct {
-	plan         atomic.Pointer[plan]
+	plan         atomic.Pointer[requestPlan]
 	limits       *limiter.Enforcer
 	top          *topk.Tracker
 	verifier     *identity.Verifier
@@ -213,9 +213,12 @@ func New(cfg *config.Config, opts Options) (*Gateway, error) {
 	return g, nil
 }
 
-// plan is what a reload replaces: the route table with each route's
-// compiled limits. A request uses the plan it started with throughout.
-type plan struct {
+// requestPlan is the plan every request follows, compiled from the
+// configuration and replaced whole by a reload: the route table with each
+// route's compiled limits, the CORS policy, the order validator and the
+// overload settings. A request follows the plan it started with
+// throughout.
+type requestPlan struct {
 	cors      *corsPolicy // nil when off
 	table     *table
 	rules     *limiter.Rules
@@ -227,7 +230,7 @@ type plan struct {
 // newPlan compiles the route table, attaching to each route its compiled
 // limits and its metric children, resolved once here rather than per
 // request.
-func (g *Gateway) newPlan(cfg *config.Config, rules *limiter.Rules, v *validate.Validator) *plan {
+func (g *Gateway) newPlan(cfg *config.Config, rules *limiter.Rules, v *validate.Validator) *requestPlan {
 	t := compileTable(cfg)
 	all := t.routes
 	if t.def != nil {
@@ -255,7 +258,7 @@ func (g *Gateway) newPlan(cfg *config.Config, rules *limiter.Rules, v *validate.
 			r.limitMetrics = append(r.limitMetrics, byTier)
 		}
 	}
-	return &plan{table: t, rules: rules, validator: v, cors: compileCORS(cfg.CORS), admission: g.newAdmissionPlan(cfg),
+	return &requestPlan{table: t, rules: rules, validator: v, cors: compileCORS(cfg.CORS), admission: g.newAdmissionPlan(cfg),
 		v6Prefix: cfg.ClientIP.IPv6Prefix}
 }
 
@@ -320,7 +323,7 @@ type requestState struct {
 	bulkCancel bool            // the request is a bulk of order ids to cancel
 	slot       bool            // the request holds a backend slot (admission)
 	deferred   *deferredSlot   // the backend slot of a request whose body streams, taken once it has arrived
-	plan       *plan           // the plan the request started with
+	plan       *requestPlan    // the plan the request started with
 	routeSlot  *routeAdmission // the route whose own in-flight cap counts the request
 	bodyTaken  bool            // the body was read whole or handed to the backend (see refuse)
 	forwarded  bool            // the client sent X-Forwarded-* headers (scanHeader)

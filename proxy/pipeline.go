@@ -85,7 +85,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // In a Redis Cluster a claim may run although a limit on another node
 // refused the order: it is freed before the refusal is written
 // (abandonClaim).
-func (g *Gateway) limitAndCheck(st *requestState, r *http.Request, pl *plan) *apierror.Error {
+func (g *Gateway) limitAndCheck(st *requestState, r *http.Request, pl *requestPlan) *apierror.Error {
 	if !g.joinsClaims(st, pl) {
 		cost, e := g.pathIDs(st)
 		if e != nil {
@@ -166,7 +166,7 @@ func closeAfterAnswer(h http.Header, r *http.Request) {
 // formed, else a new one, sent to the backend) and, under a CORS policy,
 // the CORS headers every answer to an allowed origin carries, refusals
 // included.
-func (g *Gateway) identify(st *requestState, r *http.Request, pl *plan) {
+func (g *Gateway) identify(st *requestState, r *http.Request, pl *requestPlan) {
 	if id := r.Header.Get("X-Request-Id"); validRequestID(id) {
 		st.id, st.clientID = id, true
 	} else {
@@ -223,7 +223,7 @@ func (g *Gateway) checkHead(st *requestState, r *http.Request) *apierror.Error {
 // answered here under a policy; without one it goes to the backend on the
 // default route, whatever its path: a browser sends it without
 // credentials, and OPTIONS runs no view of a DRF backend.
-func (g *Gateway) matchRoute(st *requestState, r *http.Request, pl *plan) *apierror.Error {
+func (g *Gateway) matchRoute(st *requestState, r *http.Request, pl *requestPlan) *apierror.Error {
 	preflight := isPreflight(r)
 	if preflight && hasBody(r) {
 		return errPreflightBody
