@@ -294,46 +294,46 @@ func (g *Gateway) CloseIdleConnections() {
 // slot, body buffers, identifier claims) until finish gives it back.
 // Pooled.
 type requestState struct {
-	rw         respWriter
-	start      time.Time
-	id         string
-	upID       string // the X-Request-ID sent to the backend when it is not id (see forward)
-	clientID   bool   // id is the client's own X-Request-ID
-	route      *Route
-	path       string // canonical path, or "" when refused before that
-	clientCx   context.Context
-	upErr      error
-	addr       netip.Addr // client address, once derived
-	caller     caller     // who sent the request, from the auth step
-	order      orderState // validation and duplicate protection
-	limited    bool       // the route's limits were decided
-	decision   limiter.Decision
-	charged    *Route // the route whose limits charged the request (its own, or a bulk's target), once they allowed it
-	cost       int64  // what the request was charged in each of them
-	g          *Gateway
-	upStart    time.Time       // when the request went to the backend, or zero
-	upDone     bool            // the upstream duration was observed
-	upEnd      time.Time       // when the backend answered with headers, or failed
-	upDur      time.Duration   // how long the backend took to answer with headers, or to fail
-	upStatus   int             // the backend's status, or 0
-	body       *streamBody     // the request body as it streams, when it has one and is not an order
-	buffered   int64           // bytes of the buffer budget this request holds
-	bodyReader chargedBody     // the body being read whole, charged to the client's share
-	client     clientKey       // whose share of the shared pools the request takes (clientOf)
-	bulkCancel bool            // the request is a bulk of order ids to cancel
-	slot       bool            // the request holds a backend slot (admission)
-	deferred   *deferredSlot   // the backend slot of a request whose body streams, taken once it has arrived
-	plan       *requestPlan    // the plan the request started with
-	routeSlot  *routeAdmission // the route whose own in-flight cap counts the request
-	bodyTaken  bool            // the body was read whole or handed to the backend (see refuse)
-	forwarded  bool            // the client sent X-Forwarded-* headers (scanHeader)
-	code       string          // the code of exgate's own error answer (refuse), or ""
-	authFailed string          // why a 401 refused the request's credentials (the access log's auth_failure), or ""
-	replayed   bool            // the answer is an order's recorded response, replayed
-	span       trace.Span      // the server span, while tracing is on (trace.go)
-	traceCtx   context.Context // the context of span, for the backend call's
-	rec        bool            // span records: the request is sampled
-	upSpan     trace.Span      // the backend call's client span, when recording
+	rw            respWriter
+	start         time.Time
+	id            string
+	upID          string // the X-Request-ID sent to the backend when it is not id (see forward)
+	clientID      bool   // id is the client's own X-Request-ID
+	route         *Route
+	path          string // canonical path, or "" when refused before that
+	clientCx      context.Context
+	upErr         error
+	addr          netip.Addr // client address, once derived
+	caller        caller     // who sent the request, from the auth step
+	order         orderState // validation and duplicate protection
+	limitsDecided bool       // the route's limits were decided
+	decision      limiter.Decision
+	charged       *Route // the route whose limits charged the request (its own, or a bulk's target), once they allowed it
+	cost          int64  // what the request was charged in each of them
+	g             *Gateway
+	upStart       time.Time       // when the request went to the backend, or zero
+	upDone        bool            // the upstream duration was observed
+	upEnd         time.Time       // when the backend answered with headers, or failed
+	upDur         time.Duration   // how long the backend took to answer with headers, or to fail
+	upStatus      int             // the backend's status, or 0
+	body          *streamBody     // the request body as it streams, when it has one and is not an order
+	buffered      int64           // bytes of the buffer budget this request holds
+	bodyReader    chargedBody     // the body being read whole, charged to the client's share
+	client        clientKey       // whose share of the shared pools the request takes (clientOf)
+	bulkCancel    bool            // the request is a bulk of order ids to cancel
+	slot          bool            // the request holds a backend slot (admission)
+	deferred      *deferredSlot   // the backend slot of a request whose body streams, taken once it has arrived
+	plan          *requestPlan    // the plan the request started with
+	routeSlot     *routeAdmission // the route whose own in-flight cap counts the request
+	bodyTaken     bool            // the body was read whole or handed to the backend (see refuse)
+	forwarded     bool            // the client sent X-Forwarded-* headers (scanHeader)
+	code          string          // the code of exgate's own error answer (refuse), or ""
+	authFailed    string          // why a 401 refused the request's credentials (the access log's auth_failure), or ""
+	replayed      bool            // the answer is an order's recorded response, replayed
+	span          trace.Span      // the server span, while tracing is on (trace.go)
+	traceCtx      context.Context // the context of span, for the backend call's
+	rec           bool            // span records: the request is sampled
+	upSpan        trace.Span      // the backend call's client span, when recording
 }
 
 // evidence reports whether the request's access log line must survive
@@ -597,7 +597,7 @@ func (g *Gateway) logAccess(st *requestState, r *http.Request, extra ...zap.Fiel
 	if a := st.caller.id.Account; a != "" {
 		fields = append(fields, zap.String("account", a[:12])) // an HMAC prefix, never the user id
 	}
-	if st.limited {
+	if st.limitsDecided {
 		fields = g.limitFields(fields, &st.decision)
 	}
 	if st.upDone {

@@ -88,7 +88,7 @@ func (g *Gateway) bulkRefusedFromCache(st *requestState, r *http.Request, pl *re
 // operator console, the rate-limit headers) and returns its refusal, or
 // nil.
 func (g *Gateway) limitAnswer(st *requestState, pl *requestPlan, rt *Route, cost int64) *apierror.Error {
-	st.limited = true
+	st.limitsDecided = true
 	d := &st.decision
 	if rt.limitMetrics != nil {
 		for i := 0; i < d.N; i++ {

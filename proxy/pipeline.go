@@ -25,7 +25,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 	pl := g.plan.Load()
 	st.plan = pl
-	g.identify(st, r, pl)
+	g.assignRequestID(st, r, pl)
 	if e := checkConnShare(st, r); e != nil {
 		g.refuse(st, r, e)
 		return
@@ -104,9 +104,9 @@ func (g *Gateway) limitAndCheck(st *requestState, r *http.Request, pl *requestPl
 	if e := g.refusedFromCache(st, r, pl); e != nil {
 		return e
 	}
-	body := g.checkOrder(st, r, pl.validator)
+	refusal := g.checkOrder(st, r, pl.validator)
 	var claim *ratelimit.ClaimPart
-	if body == nil && g.orderClaims(st) {
+	if refusal == nil && g.orderClaims(st) {
 		claim = g.prepareClaim(st)
 	}
 	if e := g.enforceLimits(st, r, pl, st.route, 1, claim); e != nil {
@@ -115,9 +115,9 @@ func (g *Gateway) limitAndCheck(st *requestState, r *http.Request, pl *requestPl
 		}
 		return e
 	}
-	if body != nil {
-		g.countInvalid(st, body)
-		return body
+	if refusal != nil {
+		g.countInvalid(st, refusal)
+		return refusal
 	}
 	if claim == nil {
 		return nil // no identifier, or an anonymous caller: nothing to claim
@@ -162,11 +162,12 @@ func closeAfterAnswer(h http.Header, r *http.Request) {
 	}
 }
 
-// identify gives the request its id (the client's X-Request-ID when well
-// formed, else a new one, sent to the backend) and, under a CORS policy,
-// the CORS headers every answer to an allowed origin carries, refusals
-// included.
-func (g *Gateway) identify(st *requestState, r *http.Request, pl *requestPlan) {
+// assignRequestID gives the request its id (the client's X-Request-ID
+// when well formed, else a new one, sent to the backend) and, under a CORS
+// policy, the CORS headers every answer to an allowed origin carries,
+// refusals included: what every answer carries, set before any step can
+// refuse.
+func (g *Gateway) assignRequestID(st *requestState, r *http.Request, pl *requestPlan) {
 	if id := r.Header.Get("X-Request-Id"); validRequestID(id) {
 		st.id, st.clientID = id, true
 	} else {
