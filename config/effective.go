@@ -13,19 +13,19 @@ import (
 // stores, whether orders are checked, route timeouts, replica
 // acknowledgements.
 
-// IdempotencyStore returns the store duplicate protection uses:
+// IdempotencyBackend returns the store duplicate protection uses:
 // idempotency.backend, or, when that is empty, the limiter's store
 // (limiter.backend, or redis when limiter.redis.addrs is set).
-func (c *Config) IdempotencyStore() string {
+func (c *Config) IdempotencyBackend() string {
 	if c.Idempotency.Backend != "" {
 		return c.Idempotency.Backend
 	}
-	return c.LimiterStore()
+	return c.LimiterBackend()
 }
 
-// LimiterStore returns the rate-limit store: limiter.backend, or redis
+// LimiterBackend returns the rate-limit store: limiter.backend, or redis
 // when that is empty and limiter.redis.addrs is set, else memory.
-func (c *Config) LimiterStore() string {
+func (c *Config) LimiterBackend() string {
 	switch {
 	case c.Limiter.Backend != "":
 		return c.Limiter.Backend

@@ -27,6 +27,9 @@ type Upstream struct {
 	// Turn it off only for a backend that sets X-Request-ID to ids of its
 	// own. Default true.
 	CheckResponseID bool `yaml:"check_response_id"`
+	// TLS is how instances with an https URL are dialled: a private CA,
+	// a client certificate (mutual TLS), the server name, HTTP/2.
+	TLS BackendTLS `yaml:"tls"`
 }
 
 // DefaultUpstream returns the backend defaults: a backend on the same
@@ -39,6 +42,7 @@ func DefaultUpstream() Upstream {
 		MaxIdleConns:    512,
 		IdleConnTimeout: 90 * time.Second,
 		CheckResponseID: true,
+		TLS:             defaultBackendTLS(),
 	}
 }
 
@@ -50,6 +54,7 @@ func (u *Upstream) check(col *collector, p path) {
 	case u.URL.Scheme != "http" && u.URL.Scheme != "https" || u.URL.Host == "":
 		col.addf(p.key("url"), "want an absolute http or https URL, got %q", u.URL.Redacted())
 	}
+	u.TLS.check(col, p.key("tls"), u.URL.URL != nil && u.URL.Scheme == "https")
 	col.positive(p.key("timeout"), u.Timeout)
 	col.positive(p.key("dial_timeout"), u.DialTimeout)
 	col.positive(p.key("idle_conn_timeout"), u.IdleConnTimeout)

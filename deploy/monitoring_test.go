@@ -305,6 +305,12 @@ func gathered(t *testing.T) []*dto.MetricFamily {
 	if err != nil {
 		t.Fatal(err)
 	}
+	disc, err := metrics.NewDiscovery(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	disc.DNSLookup("orders")("error")
+	disc.BackendTLSReload("orders")(true, time.Now())
 	tr.Exported(3)
 	tr.Dropped("queue_full", 1)
 	tr.Dropped("export_failed", 2)
@@ -333,7 +339,7 @@ func gathered(t *testing.T) []*dto.MetricFamily {
 	for _, mf := range mfs {
 		names = append(names, mf.GetName())
 	}
-	want := slices.Concat(metrics.Names(), metrics.DuplicateStoreNames(), metrics.EdgeNames(), metrics.TracingNames())
+	want := slices.Concat(metrics.Names(), metrics.DuplicateStoreNames(), metrics.EdgeNames(), metrics.TracingNames(), metrics.DiscoveryNames())
 	slices.Sort(want)
 	if !slices.Equal(names, want) {
 		t.Fatalf("gathered families %v differ from metrics.Names(), DuplicateStoreNames(), EdgeNames() and TracingNames() %v", names, want)
@@ -763,7 +769,7 @@ func TestDocumentedMetrics(t *testing.T) {
 		for _, m := range mf.GetMetric() {
 			for _, lp := range m.GetLabel() {
 				switch lp.GetName() {
-				case "route", "limit", "tier", "method", "code", "version", "revision", "goversion", "replica":
+				case "route", "limit", "tier", "method", "code", "version", "revision", "goversion", "replica", "service":
 					continue
 				}
 				if !strings.Contains(line, "`"+lp.GetValue()+"`") {

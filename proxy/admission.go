@@ -128,7 +128,7 @@ func requestClass(st *requestState) overload.Class {
 // admitEarly sheds a request before its limits are charged when its class
 // is being shed anyway. A bulk is not known to be a cancel yet, so it is
 // judged as a cancel here: it is never shed early for being a placement.
-func (g *Gateway) admitEarly(st *requestState, r *http.Request, pl *requestPlan) *apierror.Error {
+func (g *Gateway) admitEarly(st *requestState, r *http.Request, pl *plan) *apierror.Error {
 	if !pl.admission.enabled || st.route.admission == nil {
 		return nil
 	}
@@ -151,7 +151,7 @@ func (g *Gateway) admitEarly(st *requestState, r *http.Request, pl *requestPlan)
 // overload.shed_delay has passed since it arrived, or its client goes: a
 // client that sends again as soon as it is answered sends a few requests
 // a second on each connection instead of as many as the CPUs can answer.
-func (g *Gateway) holdShed(st *requestState, r *http.Request, pl *requestPlan) {
+func (g *Gateway) holdShed(st *requestState, r *http.Request, pl *plan) {
 	d := pl.admission.shedDelay - g.now().Sub(st.start)
 	if d <= 0 {
 		return
@@ -166,7 +166,7 @@ func (g *Gateway) holdShed(st *requestState, r *http.Request, pl *requestPlan) {
 
 // admit takes a backend slot for st's request, waiting at most its class's
 // wait, or sheds it.
-func (g *Gateway) admit(st *requestState, r *http.Request, pl *requestPlan) *apierror.Error {
+func (g *Gateway) admit(st *requestState, r *http.Request, pl *plan) *apierror.Error {
 	a := st.route.admission
 	if !pl.admission.enabled || a == nil {
 		return nil
@@ -299,7 +299,7 @@ func (d *deferredSlot) end(end time.Time, sample bool) {
 // identifier is released and the rate limits it was charged are given
 // back: the order was never sent, and a shed request costs its client
 // nothing.
-func (g *Gateway) shed(st *requestState, r *http.Request, pl *requestPlan, c overload.Class) *apierror.Error {
+func (g *Gateway) shed(st *requestState, r *http.Request, pl *plan, c overload.Class) *apierror.Error {
 	st.route.admission.metrics[c].Shed()
 	g.settleUnsent(st)
 	g.refundLimits(st, r, pl)
@@ -314,13 +314,13 @@ func (g *Gateway) shed(st *requestState, r *http.Request, pl *requestPlan, c ove
 // to say so; a store that cannot be reached leaves the charge and the
 // fields that tell it (the Enforcer counts and logs that as a store
 // failure).
-func (g *Gateway) refundLimits(st *requestState, r *http.Request, pl *requestPlan) {
+func (g *Gateway) refundLimits(st *requestState, r *http.Request, pl *plan) {
 	g.giveBackLimits(st, r, pl, g.limits.Refund)
 }
 
 // giveBackLimits gives back st's charge with giveBack: Enforcer.Refund,
 // or Enforcer.Uncharge for a request duplicate protection answered.
-func (g *Gateway) giveBackLimits(st *requestState, r *http.Request, pl *requestPlan,
+func (g *Gateway) giveBackLimits(st *requestState, r *http.Request, pl *plan,
 	giveBack func(context.Context, *limiter.RouteRules, limiter.Request, *limiter.Decision) error) {
 	rt := st.charged
 	if rt == nil {

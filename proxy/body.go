@@ -133,7 +133,7 @@ func (g *Gateway) bodyError(st *requestState) *apierror.Error {
 // route's body is read whole, validated and replaced by its canonical form
 // (checkOrder); any other body streams to the backend, within
 // server.max_body_bytes (streamBodyOf).
-func (g *Gateway) checkBody(st *requestState, r *http.Request, pl *requestPlan) *apierror.Error {
+func (g *Gateway) checkBody(st *requestState, r *http.Request, pl *plan) *apierror.Error {
 	if st.route.Config.Validate == config.ValidateOrd && pl.validator != nil {
 		return g.checkOrder(st, r, pl.validator)
 	}

@@ -96,7 +96,7 @@ type Options struct {
 // Gateway is the traffic handler: it answers bad requests itself and
 // forwards the rest to the backend. It is safe for concurrent use.
 type Gateway struct {
-	plan         atomic.Pointer[requestPlan]
+	plan         atomic.Pointer[plan]
 	limits       *limiter.Enforcer
 	top          *topk.Tracker
 	verifier     *identity.Verifier
@@ -213,12 +213,9 @@ func New(cfg *config.Config, opts Options) (*Gateway, error) {
 	return g, nil
 }
 
-// requestPlan is the plan every request follows, compiled from the
-// configuration and replaced whole by a reload: the route table with each
-// route's compiled limits, the CORS policy, the order validator and the
-// overload settings. A request follows the plan it started with
-// throughout.
-type requestPlan struct {
+// plan is what a reload replaces: the route table with each route's
+// compiled limits. A request uses the plan it started with throughout.
+type plan struct {
 	cors      *corsPolicy // nil when off
 	table     *table
 	rules     *limiter.Rules
@@ -230,7 +227,7 @@ type requestPlan struct {
 // newPlan compiles the route table, attaching to each route its compiled
 // limits and its metric children, resolved once here rather than per
 // request.
-func (g *Gateway) newPlan(cfg *config.Config, rules *limiter.Rules, v *validate.Validator) *requestPlan {
+func (g *Gateway) newPlan(cfg *config.Config, rules *limiter.Rules, v *validate.Validator) *plan {
 	t := compileTable(cfg)
 	all := t.routes
 	if t.def != nil {
@@ -258,7 +255,7 @@ func (g *Gateway) newPlan(cfg *config.Config, rules *limiter.Rules, v *validate.
 			r.limitMetrics = append(r.limitMetrics, byTier)
 		}
 	}
-	return &requestPlan{table: t, rules: rules, validator: v, cors: compileCORS(cfg.CORS), admission: g.newAdmissionPlan(cfg),
+	return &plan{table: t, rules: rules, validator: v, cors: compileCORS(cfg.CORS), admission: g.newAdmissionPlan(cfg),
 		v6Prefix: cfg.ClientIP.IPv6Prefix}
 }
 
@@ -294,46 +291,46 @@ func (g *Gateway) CloseIdleConnections() {
 // slot, body buffers, identifier claims) until finish gives it back.
 // Pooled.
 type requestState struct {
-	rw            respWriter
-	start         time.Time
-	id            string
-	upID          string // the X-Request-ID sent to the backend when it is not id (see forward)
-	clientID      bool   // id is the client's own X-Request-ID
-	route         *Route
-	path          string // canonical path, or "" when refused before that
-	clientCx      context.Context
-	upErr         error
-	addr          netip.Addr // client address, once derived
-	caller        caller     // who sent the request, from the auth step
-	order         orderState // validation and duplicate protection
-	limitsDecided bool       // the route's limits were decided
-	decision      limiter.Decision
-	charged       *Route // the route whose limits charged the request (its own, or a bulk's target), once they allowed it
-	cost          int64  // what the request was charged in each of them
-	g             *Gateway
-	upStart       time.Time       // when the request went to the backend, or zero
-	upDone        bool            // the upstream duration was observed
-	upEnd         time.Time       // when the backend answered with headers, or failed
-	upDur         time.Duration   // how long the backend took to answer with headers, or to fail
-	upStatus      int             // the backend's status, or 0
-	body          *streamBody     // the request body as it streams, when it has one and is not an order
-	buffered      int64           // bytes of the buffer budget this request holds
-	bodyReader    chargedBody     // the body being read whole, charged to the client's share
-	client        clientKey       // whose share of the shared pools the request takes (clientOf)
-	bulkCancel    bool            // the request is a bulk of order ids to cancel
-	slot          bool            // the request holds a backend slot (admission)
-	deferred      *deferredSlot   // the backend slot of a request whose body streams, taken once it has arrived
-	plan          *requestPlan    // the plan the request started with
-	routeSlot     *routeAdmission // the route whose own in-flight cap counts the request
-	bodyTaken     bool            // the body was read whole or handed to the backend (see refuse)
-	forwarded     bool            // the client sent X-Forwarded-* headers (scanHeader)
-	code          string          // the code of exgate's own error answer (refuse), or ""
-	authFailed    string          // why a 401 refused the request's credentials (the access log's auth_failure), or ""
-	replayed      bool            // the answer is an order's recorded response, replayed
-	span          trace.Span      // the server span, while tracing is on (trace.go)
-	traceCtx      context.Context // the context of span, for the backend call's
-	rec           bool            // span records: the request is sampled
-	upSpan        trace.Span      // the backend call's client span, when recording
+	rw         respWriter
+	start      time.Time
+	id         string
+	upID       string // the X-Request-ID sent to the backend when it is not id (see forward)
+	clientID   bool   // id is the client's own X-Request-ID
+	route      *Route
+	path       string // canonical path, or "" when refused before that
+	clientCx   context.Context
+	upErr      error
+	addr       netip.Addr // client address, once derived
+	caller     caller     // who sent the request, from the auth step
+	order      orderState // validation and duplicate protection
+	limited    bool       // the route's limits were decided
+	decision   limiter.Decision
+	charged    *Route // the route whose limits charged the request (its own, or a bulk's target), once they allowed it
+	cost       int64  // what the request was charged in each of them
+	g          *Gateway
+	upStart    time.Time       // when the request went to the backend, or zero
+	upDone     bool            // the upstream duration was observed
+	upEnd      time.Time       // when the backend answered with headers, or failed
+	upDur      time.Duration   // how long the backend took to answer with headers, or to fail
+	upStatus   int             // the backend's status, or 0
+	body       *streamBody     // the request body as it streams, when it has one and is not an order
+	buffered   int64           // bytes of the buffer budget this request holds
+	bodyReader chargedBody     // the body being read whole, charged to the client's share
+	client     clientKey       // whose share of the shared pools the request takes (clientOf)
+	bulkCancel bool            // the request is a bulk of order ids to cancel
+	slot       bool            // the request holds a backend slot (admission)
+	deferred   *deferredSlot   // the backend slot of a request whose body streams, taken once it has arrived
+	plan       *plan           // the plan the request started with
+	routeSlot  *routeAdmission // the route whose own in-flight cap counts the request
+	bodyTaken  bool            // the body was read whole or handed to the backend (see refuse)
+	forwarded  bool            // the client sent X-Forwarded-* headers (scanHeader)
+	code       string          // the code of exgate's own error answer (refuse), or ""
+	authFailed string          // why a 401 refused the request's credentials (the access log's auth_failure), or ""
+	replayed   bool            // the answer is an order's recorded response, replayed
+	span       trace.Span      // the server span, while tracing is on (trace.go)
+	traceCtx   context.Context // the context of span, for the backend call's
+	rec        bool            // span records: the request is sampled
+	upSpan     trace.Span      // the backend call's client span, when recording
 }
 
 // evidence reports whether the request's access log line must survive
@@ -597,7 +594,7 @@ func (g *Gateway) logAccess(st *requestState, r *http.Request, extra ...zap.Fiel
 	if a := st.caller.id.Account; a != "" {
 		fields = append(fields, zap.String("account", a[:12])) // an HMAC prefix, never the user id
 	}
-	if st.limitsDecided {
+	if st.limited {
 		fields = g.limitFields(fields, &st.decision)
 	}
 	if st.upDone {

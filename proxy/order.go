@@ -90,7 +90,7 @@ func (g *Gateway) checkOrder(st *requestState, r *http.Request, v *validate.Vali
 // or of an anonymous caller, passes unclaimed; the caller's key (an HMAC
 // for an opaque token) is worked out only for an order that needs it, and
 // reused when the limits already did.
-func (g *Gateway) claimIdentifier(st *requestState, r *http.Request, pl *requestPlan) *apierror.Error {
+func (g *Gateway) claimIdentifier(st *requestState, r *http.Request, pl *plan) *apierror.Error {
 	if !g.orderClaims(st) {
 		return nil
 	}
@@ -121,7 +121,7 @@ func (st *requestState) fingerprint() idempotency.Fingerprint {
 // call of its own, within what is left of the order's one deadline when
 // its claim was prepared to ride with the limits, else within
 // idempotency.timeout.
-func (g *Gateway) claimOwn(st *requestState, r *http.Request, pl *requestPlan) *apierror.Error {
+func (g *Gateway) claimOwn(st *requestState, r *http.Request, pl *plan) *apierror.Error {
 	by := st.order.claimBy
 	if by.IsZero() {
 		by = g.now().Add(g.idemTimeout)
@@ -136,7 +136,7 @@ func (g *Gateway) claimOwn(st *requestState, r *http.Request, pl *requestPlan) *
 // one, rides in the round trip of its limits: duplicate protection shares
 // the limiter's Redis (Options.Idempotency is an idempotency.Joiner) and
 // the route validates orders and has limits.
-func (g *Gateway) joinsClaims(st *requestState, pl *requestPlan) bool {
+func (g *Gateway) joinsClaims(st *requestState, pl *plan) bool {
 	return g.joiner != nil && pl.validator != nil && st.route.Config.Validate == config.ValidateOrd &&
 		g.limits != nil && st.route.limits.Limited()
 }
@@ -159,7 +159,7 @@ func (g *Gateway) prepareClaim(st *requestState) *ratelimit.ClaimPart {
 // what is left of the order's one deadline; one whose round trip failed
 // is not retried (the order would wait for a second deadline) and the
 // order is refused 503.
-func (g *Gateway) joinedClaim(st *requestState, r *http.Request, pl *requestPlan) *apierror.Error {
+func (g *Gateway) joinedClaim(st *requestState, r *http.Request, pl *plan) *apierror.Error {
 	if !st.decision.Claim.Sent {
 		return g.claimOwn(st, r, pl)
 	}
@@ -206,7 +206,7 @@ func (g *Gateway) countInvalid(st *requestState, e *apierror.Error) {
 // duplicate answers: what its limits charged moves there before the
 // answer (a claim that rode with the limits charged only the allowance
 // in the first place).
-func (g *Gateway) answerClaim(st *requestState, r *http.Request, pl *requestPlan, claim idempotency.Claim, err error) *apierror.Error {
+func (g *Gateway) answerClaim(st *requestState, r *http.Request, pl *plan, claim idempotency.Claim, err error) *apierror.Error {
 	if st.rec {
 		g.traceClaim(st, claim.Outcome, err)
 	}

@@ -25,7 +25,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 	pl := g.plan.Load()
 	st.plan = pl
-	g.assignRequestID(st, r, pl)
+	g.identify(st, r, pl)
 	if e := checkConnShare(st, r); e != nil {
 		g.refuse(st, r, e)
 		return
@@ -85,7 +85,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // In a Redis Cluster a claim may run although a limit on another node
 // refused the order: it is freed before the refusal is written
 // (abandonClaim).
-func (g *Gateway) limitAndCheck(st *requestState, r *http.Request, pl *requestPlan) *apierror.Error {
+func (g *Gateway) limitAndCheck(st *requestState, r *http.Request, pl *plan) *apierror.Error {
 	if !g.joinsClaims(st, pl) {
 		cost, e := g.pathIDs(st)
 		if e != nil {
@@ -104,9 +104,9 @@ func (g *Gateway) limitAndCheck(st *requestState, r *http.Request, pl *requestPl
 	if e := g.refusedFromCache(st, r, pl); e != nil {
 		return e
 	}
-	refusal := g.checkOrder(st, r, pl.validator)
+	body := g.checkOrder(st, r, pl.validator)
 	var claim *ratelimit.ClaimPart
-	if refusal == nil && g.orderClaims(st) {
+	if body == nil && g.orderClaims(st) {
 		claim = g.prepareClaim(st)
 	}
 	if e := g.enforceLimits(st, r, pl, st.route, 1, claim); e != nil {
@@ -115,9 +115,9 @@ func (g *Gateway) limitAndCheck(st *requestState, r *http.Request, pl *requestPl
 		}
 		return e
 	}
-	if refusal != nil {
-		g.countInvalid(st, refusal)
-		return refusal
+	if body != nil {
+		g.countInvalid(st, body)
+		return body
 	}
 	if claim == nil {
 		return nil // no identifier, or an anonymous caller: nothing to claim
@@ -162,12 +162,11 @@ func closeAfterAnswer(h http.Header, r *http.Request) {
 	}
 }
 
-// assignRequestID gives the request its id (the client's X-Request-ID
-// when well formed, else a new one, sent to the backend) and, under a CORS
-// policy, the CORS headers every answer to an allowed origin carries,
-// refusals included: what every answer carries, set before any step can
-// refuse.
-func (g *Gateway) assignRequestID(st *requestState, r *http.Request, pl *requestPlan) {
+// identify gives the request its id (the client's X-Request-ID when well
+// formed, else a new one, sent to the backend) and, under a CORS policy,
+// the CORS headers every answer to an allowed origin carries, refusals
+// included.
+func (g *Gateway) identify(st *requestState, r *http.Request, pl *plan) {
 	if id := r.Header.Get("X-Request-Id"); validRequestID(id) {
 		st.id, st.clientID = id, true
 	} else {
@@ -224,7 +223,7 @@ func (g *Gateway) checkHead(st *requestState, r *http.Request) *apierror.Error {
 // answered here under a policy; without one it goes to the backend on the
 // default route, whatever its path: a browser sends it without
 // credentials, and OPTIONS runs no view of a DRF backend.
-func (g *Gateway) matchRoute(st *requestState, r *http.Request, pl *requestPlan) *apierror.Error {
+func (g *Gateway) matchRoute(st *requestState, r *http.Request, pl *plan) *apierror.Error {
 	preflight := isPreflight(r)
 	if preflight && hasBody(r) {
 		return errPreflightBody

@@ -20,7 +20,7 @@ var clientSeed = maphash.MakeSeed()
 
 // clientOf returns the key of st's client; the auth and client-address
 // steps have run.
-func clientOf(st *requestState, pl *requestPlan) clientKey {
+func clientOf(st *requestState, pl *plan) clientKey {
 	if a := st.caller.id.Account; a != "" {
 		return clientKey(maphash.Comparable(clientSeed, clientID{account: a}))
 	}

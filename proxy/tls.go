@@ -2,14 +2,10 @@ package proxy
 
 import (
 	"context"
-	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"io"
-	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -18,13 +14,10 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/exgate/exgate/config"
+	"github.com/exgate/exgate/internal/pemfile"
 	"github.com/exgate/exgate/internal/poll"
 	"github.com/exgate/exgate/metrics"
 )
-
-// maxPEMFileSize bounds a certificate or key file read; real chains are a
-// few KiB.
-const maxPEMFileSize = 1 << 20
 
 // Certificates holds the TLS certificates the traffic listener serves and
 // swaps in new ones read from their PEM files without dropping a
@@ -47,13 +40,13 @@ type Certificates struct {
 
 	mu      sync.Mutex // serialises Reload
 	files   []config.Certificate
-	lastBad [sha256.Size]byte // digest of the last set that failed, not logged again
+	lastBad pemfile.Digest // digest of the last set that failed, not logged again
 }
 
 // certSet is one loaded set of certificates.
 type certSet struct {
 	certs    []*tls.Certificate
-	digest   [sha256.Size]byte
+	digest   pemfile.Digest
 	notAfter time.Time // earliest expiry
 }
 
@@ -164,43 +157,20 @@ func (c *Certificates) Watch(ctx context.Context, interval time.Duration) {
 // readCertFiles reads every file of files and returns their contents
 // (certificate, key, certificate, key, …) and one digest of them all.
 // An unreadable file's error names its YAML path.
-func readCertFiles(files []config.Certificate) ([sha256.Size]byte, [][]byte, error) {
-	h := sha256.New()
+func readCertFiles(files []config.Certificate) (pemfile.Digest, [][]byte, error) {
+	d := pemfile.NewDigester()
 	data := make([][]byte, 0, 2*len(files))
-	var lenBuf [8]byte
 	for i, f := range files {
 		for _, p := range []struct{ key, path string }{{"cert_file", f.CertFile}, {"key_file", f.KeyFile}} {
-			b, err := readPEMFile(p.path)
+			b, err := pemfile.Read(p.path)
 			if err != nil {
-				return [sha256.Size]byte{}, nil, fmt.Errorf("server.tls.certificates[%d].%s: %w", i, p.key, err)
+				return pemfile.Digest{}, nil, fmt.Errorf("server.tls.certificates[%d].%s: %w", i, p.key, err)
 			}
-			// Length-prefixed, so that moving bytes between files changes
-			// the digest.
-			h.Write(strconv.AppendInt(lenBuf[:0], int64(len(b)), 10))
-			h.Write(b)
+			d.Add(b)
 			data = append(data, b)
 		}
 	}
-	var d [sha256.Size]byte
-	h.Sum(d[:0])
-	return d, data, nil
-}
-
-// readPEMFile reads a file of at most maxPEMFileSize bytes.
-func readPEMFile(path string) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, maxPEMFileSize+1))
-	if err != nil {
-		return nil, err
-	}
-	if len(b) > maxPEMFileSize {
-		return nil, fmt.Errorf("%s: larger than %d bytes", path, maxPEMFileSize)
-	}
-	return b, nil
+	return d.Sum(), data, nil
 }
 
 // CheckCertificates reads and parses each pair of files as

@@ -60,7 +60,7 @@ type app struct {
 	d       deps
 	log     *zap.Logger
 	metrics *metrics.Metrics
-	limits  *limiter.Store
+	limits  *limiter.Backend
 	idem    redis.UniversalClient // duplicate protection's Redis client, or nil
 	dup     *duplicateHealth      // watches duplicate protection's store; nil without it
 	// top counts who hits the limits, for the admin console.
@@ -90,7 +90,12 @@ type app struct {
 	traceMetrics *metrics.Tracing
 	certs        *proxy.Certificates // nil without TLS
 	stopTLS      context.CancelFunc  // stops the certificate watch
-	errc         chan error
+	// backendTLS dials the backend over TLS, nil for an http backend;
+	// stopBackendTLS stops its files' watch.
+	backendTLS     *upstream.ClientTLS
+	stopBackendTLS context.CancelFunc
+	discovery      *metrics.Discovery
+	errc           chan error
 }
 
 // start binds every listener and starts serving. It wires the parts of
@@ -141,6 +146,9 @@ func newApp(cfg *config.Config, d deps) (*app, error) {
 	if a.traceMetrics, err = metrics.NewTracing(d.reg); err != nil {
 		return nil, err
 	}
+	if a.discovery, err = metrics.NewDiscovery(d.reg); err != nil {
+		return nil, err
+	}
 	return a, nil
 }
 
@@ -174,6 +182,9 @@ func (a *app) wire(cfg *config.Config) error {
 		return err
 	}
 	transport := upstream.NewTransport(cfg.Upstream)
+	if err := a.startBackendTLS(cfg, transport); err != nil {
+		return err
+	}
 	validator, err := a.startValidation(cfg, transport)
 	if err != nil {
 		return err
@@ -391,6 +402,9 @@ func (a *app) serve(name string, s *http.Server, ln net.Listener) {
 // stopParts stops what start had started when a later part failed: the
 // catalogue refresh, the JWKS refresh, the dev backend and the stores.
 func (a *app) stopParts() {
+	if a.stopBackendTLS != nil {
+		a.stopBackendTLS()
+	}
 	if a.stopCat != nil {
 		a.stopCat()
 	}
@@ -475,6 +489,9 @@ func (a *app) shutdown() error {
 	a.gw.CloseIdleConnections()
 	if a.stopTLS != nil {
 		a.stopTLS()
+	}
+	if a.stopBackendTLS != nil {
+		a.stopBackendTLS()
 	}
 	if a.stopCat != nil {
 		a.stopCat()

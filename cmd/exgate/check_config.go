@@ -122,6 +122,7 @@ func namedFiles(cfg *config.Config, configPath string) []namedFile {
 		}})
 	}
 	out = append(out, redisFiles(cfg, configPath)...)
+	out = append(out, backendTLSNamedFiles(cfg, configPath)...)
 	for i, c := range certificateFiles(cfg, configPath) {
 		out = append(out, namedFile{fmt.Sprintf("server.tls.certificates[%d]", i), c.CertFile + ", " + c.KeyFile, func() []error {
 			return proxy.CheckCertificates([]config.Certificate{c})

@@ -56,7 +56,7 @@ func (a *app) openDuplicateStore(cfg *config.Config) (idempotency.Store, error) 
 // duplicate protection's, when it keeps its claims in Redis (it then
 // shares the limiter's client), else none.
 func claimFunc(cfg *config.Config) string {
-	if duplicatesInRedis(cfg) && cfg.LimiterStore() == config.BackendRedis {
+	if duplicatesInRedis(cfg) && cfg.LimiterBackend() == config.BackendRedis {
 		return idempotency.ClaimFunc
 	}
 	return ""
@@ -74,7 +74,7 @@ func joinsLimits(cfg *config.Config, c redis.UniversalClient, own bool) bool {
 // duplicatesInRedis reports whether duplicate protection runs and keeps
 // its claims in Redis.
 func duplicatesInRedis(cfg *config.Config) bool {
-	return cfg.ProtectsDuplicates() && cfg.IdempotencyStore() == config.BackendRedis
+	return cfg.ProtectsDuplicates() && cfg.IdempotencyBackend() == config.BackendRedis
 }
 
 // observedStore is a duplicate-protection store whose every call is timed

@@ -56,7 +56,7 @@ type duplicateState struct {
 // newDuplicateHealth returns the watcher of store s under cfg and starts
 // its checks: one now, then every duplicateHealthEvery until stop.
 func newDuplicateHealth(cfg *config.Config, s healthChecker, m *metrics.DuplicateStore, log *zap.Logger) *duplicateHealth {
-	d := &duplicateHealth{probe: s, m: m, log: log, mode: cfg.IdempotencyStore(), acks: cfg.IdempotencyReplicaAcks(),
+	d := &duplicateHealth{probe: s, m: m, log: log, mode: cfg.IdempotencyBackend(), acks: cfg.IdempotencyReplicaAcks(),
 		timeout: max(time.Second, cfg.Idempotency.Timeout)}
 	if d.mode == config.BackendRedis {
 		d.mode = redisTopology(cfg.Limiter.Redis)

@@ -39,6 +39,7 @@ func (a *app) reloadNow() {
 func (a *app) reload() error {
 	cfg, err := a.reloadConfig()
 	a.reloadCertificates(cfg)
+	a.reloadBackendTLS()
 	return err
 }
 

@@ -1,0 +1,229 @@
+package upstream
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"net/url"
+	"slices"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/exgate/exgate/internal/lograte"
+)
+
+// Lookup results, as DNS.Observe is told them.
+const (
+	LookupOK    = "ok"    // the answer named instances (changed or not)
+	LookupEmpty = "empty" // the answer named none: the last set is kept
+	LookupError = "error" // the lookup failed: the last set is kept
+)
+
+// DNS is a Source of a service's instances found in DNS, looked up again
+// every Interval: the addresses of Name (A and AAAA records, such as a
+// Kubernetes headless Service's), each an instance at Port, or the
+// targets of SRV's records with their ports and weights.
+//
+// A lookup that fails, and one that names no instance, keep the instances
+// last found: one bad answer (a DNS server restarting, a Service briefly
+// without ready pods) never takes every instance away; instances that
+// really went away fail their health checks meanwhile. Each lookup's
+// result is counted through Observe and a failure is logged (at most once
+// a second). Until a lookup first succeeds the service has no instances.
+//
+// Go's resolver does not expose the records' TTLs; Interval is how long
+// an answer is used, whatever its TTL (a lower TTL is not honoured, a
+// higher one costs a lookup an Interval).
+type DNS struct {
+	// Name is the name whose A and AAAA records are the instances'
+	// addresses; Port is their port. Either Name or SRV.
+	Name string
+	Port int
+	// SRV is the name whose SRV records are the instances: each target's
+	// addresses (A and AAAA) at the record's port, with the record's
+	// weight (0 counts as 1). Only the records of the lowest priority
+	// are used.
+	SRV string
+	// Scheme is the instances' URL scheme, "http" or "https"; "" is
+	// "http".
+	Scheme string
+	// Interval is the time between lookups. It must be positive.
+	Interval time.Duration
+	// Resolver looks the names up; nil is net.DefaultResolver.
+	Resolver *net.Resolver
+	// Log, when set, gets a line for every failed lookup (at most one a
+	// second) and every change of the set.
+	Log *zap.Logger
+	// Observe, when set, is told the result of every lookup: LookupOK,
+	// LookupEmpty or LookupError.
+	Observe func(result string)
+
+	logLimit lograte.OncePerSecond
+}
+
+// NewResolver returns a resolver that asks the DNS server at addr
+// (host:port) over UDP, and TCP for truncated answers, instead of the
+// system's; "" returns nil, the system's resolver.
+func NewResolver(addr string) *net.Resolver {
+	if addr == "" {
+		return nil
+	}
+	var d net.Dialer
+	return &net.Resolver{
+		PreferGo: true,
+		Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
+			return d.DialContext(ctx, network, addr)
+		},
+	}
+}
+
+// Run looks the name up at once and then every Interval until ctx ends,
+// calling update with the instances each time they change.
+func (d *DNS) Run(ctx context.Context, update func([]Endpoint)) {
+	var last []Endpoint
+	t := time.NewTicker(d.Interval)
+	defer t.Stop()
+	for {
+		if eps, ok := d.refresh(ctx, last); ok {
+			last = eps
+			update(eps)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// refresh runs one lookup and returns the instances it found, with true
+// when they differ from last.
+func (d *DNS) refresh(ctx context.Context, last []Endpoint) ([]Endpoint, bool) {
+	lctx, cancel := context.WithTimeout(ctx, max(d.Interval, 2*time.Second))
+	eps, err := d.Lookup(lctx)
+	cancel()
+	if ctx.Err() != nil {
+		return nil, false
+	}
+	result := LookupOK
+	switch {
+	case err != nil:
+		result = LookupError
+	case len(eps) == 0:
+		result = LookupEmpty
+		err = errors.New("the answer names no instance")
+	}
+	if d.Observe != nil {
+		d.Observe(result)
+	}
+	if err != nil {
+		if d.Log != nil && d.logLimit.Allow(time.Now()) {
+			d.Log.Warn("DNS lookup of a service's instances failed; keeping the last ones found",
+				zap.String("name", d.name()), zap.Int("instances", len(last)), zap.Error(err))
+		}
+		return nil, false
+	}
+	if slices.EqualFunc(eps, last, sameEndpoint) {
+		return nil, false
+	}
+	if d.Log != nil {
+		d.Log.Info("service instances found in DNS", zap.String("name", d.name()), zap.Int("instances", len(eps)), zap.Int("before", len(last)))
+	}
+	return eps, true
+}
+
+// name is the name looked up.
+func (d *DNS) name() string { return cmp.Or(d.SRV, d.Name) }
+
+// sameEndpoint reports whether a and b are the same instance with the
+// same weight.
+func sameEndpoint(a, b Endpoint) bool { return a.Weight == b.Weight && *a.URL == *b.URL }
+
+// Lookup looks the name up once and returns the instances it names,
+// sorted by address and port; an address named twice (two SRV records'
+// targets) is one instance, weighing both records' weights.
+func (d *DNS) Lookup(ctx context.Context) ([]Endpoint, error) {
+	r := d.Resolver
+	if r == nil {
+		r = net.DefaultResolver
+	}
+	weights := map[netip.AddrPort]uint32{}
+	if d.SRV == "" {
+		addrs, err := r.LookupNetIP(ctx, "ip", d.Name)
+		if err != nil && !isNotFound(err) {
+			return nil, err
+		}
+		for _, a := range addrs {
+			weights[netip.AddrPortFrom(a.Unmap(), uint16(d.Port))] = 1
+		}
+	} else if err := d.lookupSRV(ctx, r, weights); err != nil {
+		return nil, err
+	}
+	eps := make([]Endpoint, 0, len(weights))
+	scheme := cmp.Or(d.Scheme, "http")
+	for ap, w := range weights {
+		eps = append(eps, Endpoint{URL: &url.URL{Scheme: scheme, Host: ap.String()}, Weight: w})
+	}
+	slices.SortFunc(eps, func(a, b Endpoint) int { return strings.Compare(a.URL.Host, b.URL.Host) })
+	return eps, nil
+}
+
+// lookupSRV adds the instances SRV's records of the lowest priority name
+// to weights. A target whose addresses cannot be looked up is left out;
+// when none can be, the lookup fails.
+func (d *DNS) lookupSRV(ctx context.Context, r *net.Resolver, weights map[netip.AddrPort]uint32) error {
+	_, srvs, err := r.LookupSRV(ctx, "", "", d.SRV)
+	if err != nil && !isNotFound(err) {
+		return err
+	}
+	if len(srvs) == 0 {
+		return nil
+	}
+	lowest := srvs[0].Priority
+	for _, s := range srvs {
+		lowest = min(lowest, s.Priority)
+	}
+	var failed error
+	resolved := 0
+	for _, s := range srvs {
+		if s.Priority != lowest || s.Port == 0 || s.Target == "." {
+			continue
+		}
+		addrs, err := r.LookupNetIP(ctx, "ip", s.Target)
+		if err != nil {
+			failed = fmt.Errorf("SRV target %s: %w", s.Target, err)
+			continue
+		}
+		resolved++
+		for _, a := range addrs {
+			weights[netip.AddrPortFrom(a.Unmap(), s.Port)] += uint32(max(s.Weight, 1))
+		}
+	}
+	if resolved == 0 && failed != nil {
+		return failed
+	}
+	return nil
+}
+
+// isNotFound reports whether err says the name has no records of the
+// kind asked (NXDOMAIN, or no answer): an empty answer, not a failure.
+func isNotFound(err error) bool {
+	var de *net.DNSError
+	return errors.As(err, &de) && de.IsNotFound
+}
+
+// ServerName is the name a service found through DNS is expected to have
+// a certificate for: name, or SRV's name without its _service._proto
+// labels, without the final dot.
+func ServerName(name string) string {
+	labels := strings.Split(strings.TrimSuffix(name, "."), ".")
+	for len(labels) > 1 && strings.HasPrefix(labels[0], "_") {
+		labels = labels[1:]
+	}
+	return strings.Join(labels, ".")
+}

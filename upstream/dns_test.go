@@ -1,0 +1,147 @@
+package upstream
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/exgate/exgate/internal/dnstest"
+)
+
+// weighted lists eps as "URL wWeight" strings.
+func weighted(eps []Endpoint) []string {
+	out := make([]string, len(eps))
+	for i, e := range eps {
+		out[i] = fmt.Sprintf("%s w%d", e.URL, e.Weight)
+	}
+	return out
+}
+
+func TestDNSLookup(t *testing.T) {
+	srv := dnstest.Start(t)
+	srv.SetAddrs("backend.test.", netip.MustParseAddr("127.0.0.2"), netip.MustParseAddr("::1"), netip.MustParseAddr("127.0.0.1"))
+	srv.SetAddrs("a.test.", netip.MustParseAddr("127.0.0.11"))
+	srv.SetAddrs("b.test.", netip.MustParseAddr("127.0.0.12"), netip.MustParseAddr("::2"))
+	srv.SetSRV("_http._tcp.backend.test.",
+		dnstest.SRV{Priority: 10, Weight: 30, Port: 9001, Target: "a.test."},
+		dnstest.SRV{Priority: 10, Weight: 0, Port: 9002, Target: "b.test."},
+		dnstest.SRV{Priority: 20, Weight: 50, Port: 9003, Target: "c.test."}, // a higher priority: a backup, left out
+	)
+	srv.SetSRV("_http._tcp.half.test.",
+		dnstest.SRV{Priority: 1, Weight: 5, Port: 9001, Target: "a.test."},
+		dnstest.SRV{Priority: 1, Weight: 5, Port: 9001, Target: "missing.test."}, // unresolvable: left out
+		dnstest.SRV{Priority: 1, Weight: 3, Port: 9001, Target: "a.test."},       // the same instance again: weights add
+	)
+	srv.SetSRV("_http._tcp.gone.test.", dnstest.SRV{Priority: 1, Weight: 5, Port: 9001, Target: "missing.test."})
+	for _, tt := range []struct {
+		name    string
+		dns     *DNS
+		want    []string
+		wantErr bool
+	}{
+		{"A and AAAA", &DNS{Name: "backend.test.", Port: 9000}, []string{"http://127.0.0.1:9000 w1", "http://127.0.0.2:9000 w1", "http://[::1]:9000 w1"}, false},
+		{"https", &DNS{Name: "a.test.", Port: 443, Scheme: "https"}, []string{"https://127.0.0.11:443 w1"}, false},
+		{"NXDOMAIN is empty", &DNS{Name: "nothing.test.", Port: 9000}, []string{}, false},
+		{"SRV weights, lowest priority", &DNS{SRV: "_http._tcp.backend.test."},
+			[]string{"http://127.0.0.11:9001 w30", "http://127.0.0.12:9002 w1", "http://[::2]:9002 w1"}, false},
+		{"SRV target unresolvable", &DNS{SRV: "_http._tcp.half.test."}, []string{"http://127.0.0.11:9001 w8"}, false},
+		{"SRV no target resolvable", &DNS{SRV: "_http._tcp.gone.test."}, nil, true},
+		{"SRV NXDOMAIN is empty", &DNS{SRV: "_http._tcp.nothing.test."}, []string{}, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			d := tt.dns
+			d.Resolver = NewResolver(srv.Addr)
+			eps, err := d.Lookup(context.Background())
+			if (err != nil) != tt.wantErr {
+				t.Fatalf("Lookup: %v, want error: %v", err, tt.wantErr)
+			}
+			if got := weighted(eps); !tt.wantErr && !slices.Equal(got, tt.want) {
+				t.Errorf("Lookup = %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestDNSLookupServerFailure(t *testing.T) {
+	srv := dnstest.Start(t)
+	srv.SetAddrs("backend.test.", netip.MustParseAddr("127.0.0.1"))
+	srv.Fail(true)
+	d := DNS{Name: "backend.test.", Port: 9000, Resolver: NewResolver(srv.Addr)}
+	if eps, err := d.Lookup(context.Background()); err == nil {
+		t.Fatalf("Lookup with SERVFAIL = %v, want an error", weighted(eps))
+	}
+}
+
+// TestDNSRunKeepsLastGoodSet follows a service through DNS: an instance
+// added is found, a failing server and an empty answer keep the instances
+// last found (counted as such), and a later answer replaces them.
+func TestDNSRunKeepsLastGoodSet(t *testing.T) {
+	srv := dnstest.Start(t)
+	a1, a2 := netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("127.0.0.2")
+	srv.SetAddrs("backend.test.", a1)
+	var mu sync.Mutex
+	results := map[string]int{}
+	updates := make(chan []string, 16)
+	d := &DNS{
+		Name: "backend.test.", Port: 9000, Interval: 20 * time.Millisecond, Resolver: NewResolver(srv.Addr),
+		Observe: func(r string) { mu.Lock(); results[r]++; mu.Unlock() },
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); d.Run(ctx, func(eps []Endpoint) { updates <- weighted(eps) }) }()
+	defer func() { cancel(); <-done }()
+
+	next := func(want ...string) {
+		t.Helper()
+		select {
+		case got := <-updates:
+			if !slices.Equal(got, want) {
+				t.Fatalf("update = %q, want %q", got, want)
+			}
+		case <-time.After(time.Minute):
+			t.Fatalf("no update within a minute, want %q", want)
+		}
+	}
+	count := func(r string) int { mu.Lock(); defer mu.Unlock(); return results[r] }
+	waitCount := func(r string, n int) {
+		t.Helper()
+		for deadline := time.Now().Add(time.Minute); count(r) < n; time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d lookups with result %s within a minute, want %d", count(r), r, n)
+			}
+		}
+	}
+	next("http://127.0.0.1:9000 w1")
+	srv.SetAddrs("backend.test.", a1, a2)
+	next("http://127.0.0.1:9000 w1", "http://127.0.0.2:9000 w1")
+
+	srv.Fail(true)
+	waitCount(LookupError, 3)
+	srv.Fail(false)
+	srv.SetAddrs("backend.test.")
+	waitCount(LookupEmpty, 3)
+	select {
+	case got := <-updates:
+		t.Fatalf("a failed or empty lookup updated the instances to %q", got)
+	default:
+	}
+	srv.SetAddrs("backend.test.", a2)
+	next("http://127.0.0.2:9000 w1")
+}
+
+func TestServerName(t *testing.T) {
+	for in, want := range map[string]string{
+		"backend.ns.svc.cluster.local.":             "backend.ns.svc.cluster.local",
+		"_https._tcp.backend.ns.svc.cluster.local.": "backend.ns.svc.cluster.local",
+		"backend.test": "backend.test",
+		"_x":           "_x",
+	} {
+		if got := ServerName(in); got != want {
+			t.Errorf("ServerName(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
