@@ -3,7 +3,7 @@ GO        ?= go
 PKGS      ?= ./...
 BENCHTIME ?= 1s
 
-.PHONY: all build install image test test-deps lint fmt-check vet bench bench-go fuzz run clean
+.PHONY: all build install image test test-deps lint fmt-check vet deadcode bench bench-go fuzz run clean
 
 ## VERSION and REVISION name a build (`exgate -version`, exgate_build_info,
 ## the console), read from git: the tag on HEAD, else the Go
@@ -47,6 +47,13 @@ fmt-check:
 
 vet:
 	$(GO) vet $(PKGS)
+
+## deadcode: no function unreachable from a main or a test (the tool's
+## version is go.mod's `tool` line: fetched through the module proxy like
+## any dependency).
+deadcode:
+	@out=$$($(GO) tool deadcode -test $(PKGS)) || exit 1; \
+	if [ -n "$$out" ]; then echo "unreachable code (deadcode -test):"; echo "$$out"; exit 1; fi
 
 ## lint: formatting and vet, plus staticcheck when it is installed.
 lint: fmt-check vet

@@ -72,6 +72,3 @@ func ParseClass(s string) (Class, bool) {
 	}
 	return 0, false
 }
-
-// ClassNames returns the class names, most important first.
-func ClassNames() []string { return classNames[:] }

@@ -45,13 +45,6 @@ type Options struct {
 	Now func() time.Time
 }
 
-// DefaultMaxWait returns the default waits: a cancel waits up to a second,
-// order status 50ms, a placement 20ms, other private reads 10ms and market
-// data 5ms.
-func DefaultMaxWait() [NumClasses]time.Duration {
-	return [NumClasses]time.Duration{time.Second, 50 * time.Millisecond, 20 * time.Millisecond, 10 * time.Millisecond, 5 * time.Millisecond}
-}
-
 func (o *Options) normalise() {
 	if o.Min <= 0 {
 		o.Min = 4

@@ -69,11 +69,6 @@ func (ct *chartText) draw(img *image.RGBA, face font.Face, x, y int, s string, c
 	return d.Dot.X.Ceil() - x
 }
 
-// width returns the width of s in face.
-func (ct *chartText) width(face font.Face, s string) int {
-	return font.MeasureString(face, s).Ceil()
-}
-
 // fill paints r with c.
 func fill(img *image.RGBA, r image.Rectangle, c color.RGBA) {
 	draw.Draw(img, r, image.NewUniform(c), image.Point{}, draw.Src)
