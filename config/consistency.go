@@ -25,7 +25,8 @@ func (c *Config) checkAcrossSections(col *collector) {
 
 // checkDuplicateAnswers reports an order route limit named as the
 // allowance of duplicate answers, which joins the route's limits under
-// that name, and an idempotency.duplicate_answers burst below
+// that name, an order route whose limits leave no room for the allowance
+// (MaxRouteLimits), and an idempotency.duplicate_answers burst below
 // validation.bulk.max_orders while bulks place orders: a bulk is decided
 // against the allowance at its size, so a bulk larger than the burst
 // could never pass, whether or not it is answered as a duplicate.
@@ -39,6 +40,12 @@ func (c *Config) checkDuplicateAnswers(col *collector) {
 			if l.Name == DuplicateAnswersLimit {
 				col.addf(path("routes").index(i).key("limits").index(j).key("name"), "%q names the allowance of duplicate answers that exgate adds to the limits of a route orders are placed on (idempotency.duplicate_answers); give the limit another name", l.Name)
 			}
+		}
+	}
+	for _, a := range c.DuplicateAnswerLimits() {
+		i := slices.IndexFunc(c.Routes, func(r Route) bool { return r.Name == a.Route })
+		if n := len(c.Routes[i].Limits); !a.Rate.IsZero() && n == MaxRouteLimits {
+			col.addf(path("routes").index(i).key("limits"), "%d limits and the allowance of duplicate answers exgate adds to a route orders are placed on (idempotency.duplicate_answers) make %d: a route has at most %d (its RateLimit headers, metrics and refunds carry each one); merge limits", n, n+1, MaxRouteLimits)
 		}
 	}
 	da := c.Idempotency.DuplicateAnswers

@@ -458,9 +458,21 @@ func defaultLimitName(limits []Limit, j int) string {
 	return l.Key + "_" + l.When + "_" + strconv.Itoa(j)
 }
 
+// MaxRouteLimits is the most limits one route may have, counting the
+// allowance of duplicate answers exgate adds to a route orders are placed
+// on (idempotency.duplicate_answers). A request's decision carries the
+// outcome of each limit inline, without allocating, and its RateLimit
+// headers, metrics and refunds are taken from those outcomes: a limit
+// past them would be enforced but not reported, counted or given back, so
+// a configuration with more is refused.
+const MaxRouteLimits = 8
+
 // checkLimits reports problems in a route's limits at p: each limit's,
-// and names given twice.
+// names given twice, and more limits than MaxRouteLimits.
 func checkLimits(col *collector, p path, limits []Limit) {
+	if len(limits) > MaxRouteLimits {
+		col.addf(p, "%d limits: a route has at most %d (its RateLimit headers, metrics and refunds carry each one); merge limits or move some to another route", len(limits), MaxRouteLimits)
+	}
 	names := map[string]int{}
 	for j, l := range limits {
 		lp := p.index(j)

@@ -3,6 +3,7 @@ package config
 import (
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -88,6 +89,65 @@ func TestDefaultLimitNames(t *testing.T) {
 			}
 			if !slices.Equal(got, tt.want) {
 				t.Errorf("names %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
+
+// TestRouteLimitsCap: a route has at most MaxRouteLimits limits, the
+// allowance of duplicate answers exgate adds to an order route included;
+// more are refused at load, at the route's limits, rather than enforced
+// without being reported, counted or refunded.
+func TestRouteLimitsCap(t *testing.T) {
+	limits := func(n int) []Limit {
+		var out []Limit
+		for i := range n {
+			out = append(out, Limit{Name: "l" + strconv.Itoa(i), Key: KeyToken, When: WhenAlways, Rate: Rate{N: int64(100 + i), Period: time.Minute}})
+		}
+		return out
+	}
+	routeIndex := func(c *Config, name string) int {
+		return slices.IndexFunc(c.Routes, func(r Route) bool { return r.Name == name })
+	}
+	tests := []struct {
+		name  string
+		route string
+		n     int
+		mut   func(c *Config)
+		want  string // the problem at routes[i].limits, "" for none
+	}{
+		{"at the cap", "list_orders", MaxRouteLimits, nil, ""},
+		{"over the cap", "list_orders", MaxRouteLimits + 1, nil,
+			"9 limits: a route has at most 8 (its RateLimit headers, metrics and refunds carry each one); merge limits or move some to another route"},
+		{"an order route with no room for its allowance of duplicate answers", "place_order", MaxRouteLimits, nil,
+			"8 limits and the allowance of duplicate answers exgate adds to a route orders are placed on (idempotency.duplicate_answers) make 9: a route has at most 8 (its RateLimit headers, metrics and refunds carry each one); merge limits"},
+		{"an order route one below the cap", "place_order", MaxRouteLimits - 1, nil, ""},
+		{"an order route without duplicate protection", "place_order", MaxRouteLimits, func(c *Config) { c.Idempotency.Enabled = false }, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := Default()
+			c.Route(tt.route).Limits = limits(tt.n)
+			if tt.mut != nil {
+				tt.mut(c)
+			}
+			at := "routes[" + strconv.Itoa(routeIndex(c, tt.route)) + "].limits: "
+			var got []string
+			if err := c.Validate(); err != nil {
+				for _, e := range err.(Errors) {
+					if strings.HasPrefix(e.Error(), at) {
+						got = append(got, strings.TrimPrefix(e.Error(), at))
+					} else {
+						t.Errorf("unexpected problem: %v", e)
+					}
+				}
+			}
+			var want []string
+			if tt.want != "" {
+				want = []string{tt.want}
+			}
+			if !reflect.DeepEqual(got, want) {
+				t.Errorf("problems at %s\n%q\nwant\n%q", at, got, want)
 			}
 		})
 	}

@@ -26,9 +26,10 @@ const (
 	DecisionExceedsBurst = "exceeds_burst"
 )
 
-// maxOutcomes is how many limits of one route a Decision records inline;
-// further limits are decided but not reported individually.
-const maxOutcomes = 8
+// maxOutcomes is how many limits of one route a Decision records inline:
+// as many as configuration allows a route (config.MaxRouteLimits refuses
+// more at load), so that every limit is reported, counted and refunded.
+const maxOutcomes = config.MaxRouteLimits
 
 // Outcome is what one limit decided for one request.
 type Outcome struct {
@@ -523,9 +524,9 @@ func (p *plan) maxCost(admitted bool) int64 {
 // in every limit that charged it, on the store or, when the store had
 // failed and the route fell back to local limits, in process. A request
 // that was refused, a shadow limit that refused, and a limit the store
-// could not decide (on_store_error open or closed) charged nothing. Only
-// the limits recorded in d's Outcomes (the first eight of a route) are
-// given back: a refund may fall short, never exceed. An error means the
+// could not decide (on_store_error open or closed) charged nothing. The
+// limits recorded in d's Outcomes are given back (every limit of a route
+// configuration accepts: config.MaxRouteLimits). An error means the
 // store could not be reached; the charge then stands, and the failure is
 // counted and logged (at most once a second) as the store's. Once the
 // charge is given back, d's Outcomes describe the limits without the
@@ -620,9 +621,9 @@ type plan struct {
 	req     ratelimit.Request
 	ans     ratelimit.Answer
 	meta    []checkMeta
-	checks  [16]ratelimit.Check
-	metas   [16]checkMeta
-	results [16]ratelimit.CheckResult
+	checks  [2 * maxOutcomes]ratelimit.Check // two a limit while the spray guard is unanswered
+	metas   [2 * maxOutcomes]checkMeta
+	results [2 * maxOutcomes]ratelimit.CheckResult
 	key     [192]byte
 
 	// What building the plan settled (build), for deciding it again.
@@ -712,7 +713,8 @@ func (p *plan) dropAnswers() bool {
 	return n > 0 || p.req.Guard.Key != ""
 }
 
-// record appends o, unless maxOutcomes are recorded already.
+// record appends o, unless maxOutcomes are recorded already (a route of
+// more limits than configuration allows, built without its checks).
 func (d *Decision) record(o Outcome) {
 	if d.N == maxOutcomes {
 		return

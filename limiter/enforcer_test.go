@@ -972,3 +972,40 @@ func TestUndecidedPlanDecidedOnce(t *testing.T) {
 		t.Fatalf("two lookups share a plan: %q", store.seen)
 	}
 }
+
+// TestEveryLimitOfARouteIsReported: a route with as many limits as
+// configuration allows (config.MaxRouteLimits) has every one recorded in
+// the Decision, so that each is counted, told in the headers and given
+// back by Refund; the last one is the one that refuses.
+func TestEveryLimitOfARouteIsReported(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("routes:\n  - name: r\n    match: /r/\n    auth: optional\n    limits:\n")
+	for i := range config.MaxRouteLimits {
+		rate := 100 + i
+		if i == config.MaxRouteLimits-1 {
+			rate = 2 // the last limit refuses the third request
+		}
+		fmt.Fprintf(&b, "      - { name: l%d, key: address, rate: %d/1h }\n", i, rate)
+	}
+	cfg := mustLoad(t, b.String())
+	rr := Compile(cfg, nil).Route("r")
+	clock := newFakeClock()
+	e := newTestEnforcer(t, ratelimit.NewMemory(ratelimit.MemoryOptions{Now: clock.Now}), clock)
+	ctx := context.Background()
+	req := Request{Addr: addr("192.0.2.1")}
+	var d Decision
+	e.Decide(ctx, rr, req, &d)
+	if !d.Allowed || d.N != config.MaxRouteLimits {
+		t.Fatalf("decision recorded %d outcomes (allowed %v), want all %d", d.N, d.Allowed, config.MaxRouteLimits)
+	}
+	if err := e.Refund(ctx, rr, req, &d); err != nil {
+		t.Fatal(err)
+	}
+	if got := count(e, rr, req, 3); got != 2 {
+		t.Errorf("after a refunded request %d of 3 passed, want the last limit's 2: its charge was not given back", got)
+	}
+	e.Decide(ctx, rr, req, &d)
+	if d.Allowed || d.N != config.MaxRouteLimits || d.Outcomes[d.N-1].Limit != "l7" || d.Outcomes[d.N-1].Decision != DecisionLimited {
+		t.Errorf("refusal by the last limit recorded as %d outcomes, last %+v", d.N, d.Outcomes[max(d.N-1, 0)])
+	}
+}
