@@ -94,3 +94,17 @@ func TooLarge(limit int64) *Error {
 	return Static(http.StatusRequestEntityTooLarge, CodeTooLarge,
 		"Request body is larger than "+strconv.FormatInt(limit, 10)+" bytes.")
 }
+
+var notFound = Static(http.StatusNotFound, "not_found", "Not found.")
+
+// NotFound returns the 404 answer to a path nothing serves. It is shared:
+// read-only.
+func NotFound() *Error { return notFound }
+
+// MethodNotAllowed returns the 405 answer to method, with allow (the
+// methods the path accepts) as its Allow header.
+func MethodNotAllowed(method, allow string) *Error {
+	e := New(http.StatusMethodNotAllowed, "method_not_allowed", "Method "+strconv.Quote(method)+" not allowed.")
+	e.Header = http.Header{"Allow": {allow}}
+	return e
+}

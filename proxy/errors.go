@@ -16,7 +16,7 @@ var (
 	errBadAuthHeader = apierror.Static(http.StatusUnauthorized, "authentication_failed",
 		`Invalid Authorization header: expected "Bearer <token>".`,
 		"WWW-Authenticate", `Bearer realm="exgate", error="invalid_token"`)
-	errNotFound       = apierror.Static(http.StatusNotFound, "not_found", "Not found.")
+	errNotFound       = apierror.NotFound()
 	errMethodOverride = apierror.Static(http.StatusBadRequest, "method_override",
 		"Method-override headers (X-HTTP-Method-Override, X-HTTP-Method, X-Method-Override) are not accepted: send the request with the method itself.")
 	errPathOverride = apierror.Static(http.StatusBadRequest, "path_override",
@@ -100,14 +100,6 @@ var pathErrors = func() map[pathError]*apierror.Error {
 	}
 	return m
 }()
-
-// methodNotAllowed returns the 405 answer for method with the given Allow
-// header.
-func methodNotAllowed(method, allow string) *apierror.Error {
-	e := apierror.New(http.StatusMethodNotAllowed, "method_not_allowed", "Method "+strconv.Quote(method)+" not allowed.")
-	e.Header = http.Header{"Allow": {allow}}
-	return e
-}
 
 // headerTooLarge returns the 431 answer for headers over limit bytes.
 // checkHead has an HTTP/1 connection closed after it; an HTTP/2 stream

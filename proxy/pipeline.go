@@ -244,7 +244,7 @@ func (g *Gateway) matchRoute(st *requestState, r *http.Request, pl *plan) *apier
 		st.path = route.forwardPath(matched)
 		return nil
 	case allow != "":
-		return methodNotAllowed(r.Method, allow)
+		return apierror.MethodNotAllowed(r.Method, allow)
 	}
 	return errNotFound
 }

@@ -120,22 +120,3 @@ func (c *connPeer) get() *peer {
 	c.once.Do(func() { c.p = newPeer(c.conn.RemoteAddr().String(), c.trusted) })
 	return c.p
 }
-
-// NewAdminServer returns the admin server for h: short timeouts, it serves
-// only small answers.
-func NewAdminServer(cfg *config.Config, h http.Handler, log *zap.Logger) *http.Server {
-	if log == nil {
-		log = zap.NewNop()
-	}
-	errLog, _ := zap.NewStdLogAt(log.Named("admin"), zap.WarnLevel)
-	return &http.Server{
-		Addr:              cfg.AdminListen,
-		Handler:           h,
-		ReadHeaderTimeout: cfg.Server.ReadHeaderTimeout,
-		ReadTimeout:       cfg.Server.ReadTimeout,
-		WriteTimeout:      cfg.Server.WriteTimeout,
-		IdleTimeout:       cfg.Server.IdleTimeout,
-		MaxHeaderBytes:    int(cfg.Server.MaxHeaderBytes),
-		ErrorLog:          errLog,
-	}
-}

@@ -618,9 +618,10 @@ func TestTraceHoldsNoSecret(t *testing.T) {
 	}
 }
 
-// TestConsoleListsSampledRefusals: /admin/refusals lists exgate's
-// refusals of sampled requests with their trace ids, newest first.
-func TestConsoleListsSampledRefusals(t *testing.T) {
+// TestRecentRefusalsListsSampledRefusals: the refusals the console's
+// /admin/refusals lists are exgate's refusals of sampled requests with
+// their trace ids, newest first.
+func TestRecentRefusalsListsSampledRefusals(t *testing.T) {
 	sp := newSpans(t, sdktrace.AlwaysSample())
 	e := startTraced(t, sp, nil)
 	for _, p := range []string{"/api/%2Fv1/", "/api/v1/odr/orders/"} {
@@ -628,27 +629,17 @@ func TestConsoleListsSampledRefusals(t *testing.T) {
 		res.Body.Close()
 	}
 	ss := sp.ended(t, 2)
-	rec := httptest.NewRecorder()
-	req := httptest.NewRequest("GET", "/admin/refusals", nil)
-	req.Host, req.RemoteAddr = "localhost", "127.0.0.1:40000"
-	e.gw.AdminHandler(AdminOptions{Console: &ConsoleOptions{}}).ServeHTTP(rec, req)
-	if rec.Code != http.StatusOK {
-		t.Fatalf("/admin/refusals answered %d: %s", rec.Code, rec.Body)
+	tracing, refusals := e.gw.RecentRefusals()
+	if !tracing || len(refusals) != 2 {
+		t.Fatalf("refusals %+v (tracing %v), want 2 with tracing on", refusals, tracing)
 	}
-	var body refusalsBody
-	if err := json.Unmarshal(rec.Body.Bytes(), &body); err != nil {
-		t.Fatalf("%v: %s", err, rec.Body)
-	}
-	if !body.Tracing || len(body.Refusals) != 2 {
-		t.Fatalf("refusals %+v, want 2 with tracing on", body)
-	}
-	first := body.Refusals[0]
+	first := refusals[0]
 	if first.Code != "not_authenticated" || first.Route != "list_orders" || first.Status != 401 || first.Method != "GET" {
 		t.Errorf("newest refusal %+v, want list_orders' 401", first)
 	}
 	ids := []string{ss[0].SpanContext().TraceID().String(), ss[1].SpanContext().TraceID().String()}
-	if !slices.Contains(ids, first.TraceID) || !slices.Contains(ids, body.Refusals[1].TraceID) || first.TraceID == body.Refusals[1].TraceID {
-		t.Errorf("trace ids %s %s, want those of the spans %v", first.TraceID, body.Refusals[1].TraceID, ids)
+	if !slices.Contains(ids, first.TraceID) || !slices.Contains(ids, refusals[1].TraceID) || first.TraceID == refusals[1].TraceID {
+		t.Errorf("trace ids %s %s, want those of the spans %v", first.TraceID, refusals[1].TraceID, ids)
 	}
 }
 

@@ -17,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
+	"github.com/exgate/exgate/admin"
 	"github.com/exgate/exgate/config"
 	"github.com/exgate/exgate/identity"
 	"github.com/exgate/exgate/limiter"
@@ -356,7 +357,7 @@ func (a *app) listen(cfg *config.Config) error {
 	}
 	a.addr, a.adminAd = ln.Addr().String(), aln.Addr().String()
 	a.srv = proxy.NewServer(cfg, a.gw, a.log, a.edge)
-	a.admin = proxy.NewAdminServer(cfg, a.gw.AdminHandler(a.adminOptions(cfg)), a.log)
+	a.admin = admin.NewServer(cfg, admin.Handler(a.gw, a.adminOptions(cfg)), a.log)
 	tln := proxy.ProxyProtocolListener(proxy.ShareConnections(ln, cfg, a.edge), cfg.Server.ProxyProtocol, cfg.Server.ReadHeaderTimeout, a.edge)
 	go a.serveTraffic(tln)
 	if a.certs != nil {

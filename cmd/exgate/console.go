@@ -9,9 +9,9 @@ import (
 	"slices"
 	"time"
 
+	"github.com/exgate/exgate/admin"
 	"github.com/exgate/exgate/config"
 	"github.com/exgate/exgate/metrics"
-	"github.com/exgate/exgate/proxy"
 	"github.com/exgate/exgate/topk"
 )
 
@@ -42,13 +42,15 @@ func configHash(cfg *config.Config) string {
 // gateway records into, the status only the process knows) behind the
 // admin token and the Host allow-list. Without a token, the console and
 // pprof are refused while the listener is bound beyond loopback.
-func (a *app) adminOptions(cfg *config.Config) proxy.AdminOptions {
+func (a *app) adminOptions(cfg *config.Config) admin.Options {
 	token, _ := a.d.getenv(cfg.Admin.TokenEnv)
-	return proxy.AdminOptions{
+	return admin.Options{
 		Checks: a.readinessChecks(), Pprof: cfg.Admin.Pprof, Now: a.d.now,
 		Metrics: metrics.Handler(a.d.reg),
-		Console: &proxy.ConsoleOptions{
+		Console: &admin.ConsoleOptions{
 			Top:     a.top,
+			Limits:  a.limits.Enforcer,
+			Metrics: a.metrics,
 			Logger:  a.log.Named("admin"),
 			Status:  a.processStatus,
 			Replica: a.replica,
@@ -86,14 +88,14 @@ func adminHosts(cfg *config.Config) []string {
 	return hosts
 }
 
-func (a *app) processStatus() proxy.ProcessStatus {
+func (a *app) processStatus() admin.ProcessStatus {
 	bi := buildInfo()
-	st := proxy.ProcessStatus{
+	st := admin.ProcessStatus{
 		Version: bi.Version, Revision: bi.Revision,
 		ConfigFile: a.d.configPath,
 		Started:    a.started,
 		Listeners:  map[string]string{"traffic": a.addr, "admin": a.adminAd},
-		Store:      proxy.StoreStatus{Mode: a.limits.Kind},
+		Store:      admin.StoreStatus{Mode: a.limits.Kind},
 	}
 	if h := a.cfgHash.Load(); h != nil {
 		st.ConfigHash = *h

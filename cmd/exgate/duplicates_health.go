@@ -9,11 +9,11 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/exgate/exgate/admin"
 	"github.com/exgate/exgate/config"
 	"github.com/exgate/exgate/idempotency"
 	"github.com/exgate/exgate/internal/poll"
 	"github.com/exgate/exgate/metrics"
-	"github.com/exgate/exgate/proxy"
 )
 
 // duplicateHealthEvery is how often the duplicate-protection store's room
@@ -113,8 +113,8 @@ func describeHealth(err error) error {
 }
 
 // status is the console's view of the last check.
-func (d *duplicateHealth) status() *proxy.DuplicatesStatus {
-	st := &proxy.DuplicatesStatus{Mode: d.mode, ReplicaAcks: d.acks, ShareIdentifiers: d.ids, ShareBytes: d.bytes}
+func (d *duplicateHealth) status() *admin.DuplicatesStatus {
+	st := &admin.DuplicatesStatus{Mode: d.mode, ReplicaAcks: d.acks, ShareIdentifiers: d.ids, ShareBytes: d.bytes}
 	if l := d.last.Load(); l != nil {
 		st.Bytes, st.MaxBytes, st.Full, st.Identifiers = l.h.Bytes, l.h.MaxBytes, l.h.Full, l.h.Identifiers
 		if l.err != nil {

@@ -13,10 +13,10 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/exgate/exgate/admin"
 	"github.com/exgate/exgate/config"
 	"github.com/exgate/exgate/internal/redistest"
 	"github.com/exgate/exgate/internal/unreachable"
-	"github.com/exgate/exgate/proxy"
 	"github.com/exgate/exgate/sim"
 )
 
@@ -122,7 +122,7 @@ func TestClusterWithoutReplicasSaysSo(t *testing.T) {
 		t.Errorf("/readyz duplicate_protection = %q", got)
 	}
 	_, _, body = call(t, "GET", "http://"+a.adminAd+"/admin/status", "")
-	var status struct{ Duplicates proxy.DuplicatesStatus }
+	var status struct{ Duplicates admin.DuplicatesStatus }
 	_ = json.Unmarshal(body, &status)
 	if d := status.Duplicates; d.ReplicaAcks != 1 || d.Mode != "redis cluster" || !strings.Contains(d.Error, "replica_acks 1") {
 		t.Errorf("console's duplicate protection: %+v", d)
@@ -186,7 +186,7 @@ func TestRedisAtMaxmemorySaysSo(t *testing.T) {
 		t.Errorf("/readyz: %s", body)
 	}
 	_, _, body = call(t, "GET", "http://"+a.adminAd+"/admin/status", "")
-	var status struct{ Duplicates proxy.DuplicatesStatus }
+	var status struct{ Duplicates admin.DuplicatesStatus }
 	_ = json.Unmarshal(body, &status)
 	if d := status.Duplicates; !d.Full || d.MaxBytes != maxmemory || !strings.Contains(d.Error, "maxmemory") {
 		t.Errorf("console's duplicate protection: %+v", d)

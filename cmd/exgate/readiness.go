@@ -6,8 +6,8 @@ import (
 	"net"
 	"strings"
 
+	"github.com/exgate/exgate/admin"
 	"github.com/exgate/exgate/config"
-	"github.com/exgate/exgate/proxy"
 )
 
 // readinessChecks are what /readyz looks at besides draining. Whether a
@@ -25,7 +25,7 @@ import (
 //     has the replicas replica_acks waits for on every master; not
 //     critical for the same reason: only orders with an identifier are
 //     refused.
-func (a *app) readinessChecks() []proxy.Check {
+func (a *app) readinessChecks() []admin.Check {
 	u := a.cfg.Upstream.URL
 	hostport := u.Host
 	if u.Port() == "" {
@@ -35,7 +35,7 @@ func (a *app) readinessChecks() []proxy.Check {
 			hostport = net.JoinHostPort(u.Hostname(), "80")
 		}
 	}
-	checks := []proxy.Check{{
+	checks := []admin.Check{{
 		Name: "backend", Critical: true,
 		Run: func(ctx context.Context) error {
 			var dl net.Dialer
@@ -48,7 +48,7 @@ func (a *app) readinessChecks() []proxy.Check {
 	}}
 	if a.cat != nil {
 		cat := a.cat
-		checks = append(checks, proxy.Check{
+		checks = append(checks, admin.Check{
 			Name: "catalogue",
 			Impact: func() (bool, string) {
 				if a.live.Load().Validation.BeforeCatalogue == config.BeforeCataloguePass {
@@ -65,14 +65,14 @@ func (a *app) readinessChecks() []proxy.Check {
 		})
 	}
 	if a.limits.Client != nil {
-		checks = append(checks, proxy.Check{
+		checks = append(checks, admin.Check{
 			Name:   "redis",
 			Impact: func() (bool, string) { return storeImpact(a.live.Load()) },
 			Run:    a.limits.Ping,
 		})
 	}
 	if a.dup != nil {
-		checks = append(checks, proxy.Check{
+		checks = append(checks, admin.Check{
 			Name:   "duplicate_protection",
 			Impact: func() (bool, string) { return false, "orders with an identifier are refused" },
 			Run:    a.dup.check,

@@ -1,4 +1,4 @@
-package proxy
+package admin
 
 import (
 	"bufio"
@@ -14,21 +14,22 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/exgate/exgate/config"
+	"github.com/exgate/exgate/proxy"
 	"github.com/exgate/exgate/topk"
 )
 
 // adminServer serves the admin handler of a gateway on the defaults with
 // o (a console and pprof added) until the test ends.
-func adminServer(t *testing.T, o AdminOptions) *httptest.Server {
+func adminServer(t *testing.T, o Options) *httptest.Server {
 	t.Helper()
-	gw, err := New(config.Default(), Options{})
+	gw, err := proxy.New(config.Default(), proxy.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	o.Console = &ConsoleOptions{Top: topk.NewTracker(topk.TrackerOptions{})}
 	o.Pprof = true
 	o.Metrics = promhttp.HandlerFor(prometheus.NewRegistry(), promhttp.HandlerOpts{})
-	srv := httptest.NewServer(gw.AdminHandler(o))
+	srv := httptest.NewServer(Handler(gw, o))
 	t.Cleanup(srv.Close)
 	return srv
 }
@@ -68,7 +69,7 @@ func adminDo(t *testing.T, srv *httptest.Server, method, path, host string, head
 // the configured names are answered. Probes and scrapers (/healthz,
 // /readyz, /metrics) answer any Host.
 func TestAdminHostAllowList(t *testing.T) {
-	srv := adminServer(t, AdminOptions{AllowedHosts: []string{"exgate-admin.internal"}})
+	srv := adminServer(t, Options{AllowedHosts: []string{"exgate-admin.internal"}})
 	guarded := []string{"/admin/status", "/admin/top", "/admin/inspect?address=192.0.2.1", "/", "/console/console.js", "/debug/pprof/"}
 	for _, host := range []string{"rebind.example", "rebind.example:9090", "127.0.0.1.rebind.example", "localhost.rebind.example",
 		"exgate-admin.internal.rebind.example", "xn--localhost", "localhost:x"} {
@@ -111,8 +112,8 @@ func TestAdminHostAllowList(t *testing.T) {
 // (RequireToken), the console's API and pprof are refused with a 403
 // that says what to set; probes, metrics and the page are served.
 func TestAdminToken(t *testing.T) {
-	withToken := adminServer(t, AdminOptions{Token: "s3cret-admin-token"})
-	closed := adminServer(t, AdminOptions{RequireToken: true, TokenEnv: "OPS_ADMIN_TOKEN"})
+	withToken := adminServer(t, Options{Token: "s3cret-admin-token"})
+	closed := adminServer(t, Options{RequireToken: true, TokenEnv: "OPS_ADMIN_TOKEN"})
 	host := "127.0.0.1"
 	for _, tc := range []struct {
 		name   string
@@ -166,7 +167,7 @@ func TestAdminToken(t *testing.T) {
 // — the mux (unknown path, wrong method), the page's file server, pprof
 // — the answer is exgate's JSON error, with its status and Allow.
 func TestAdminErrorsAreJSON(t *testing.T) {
-	srv := adminServer(t, AdminOptions{})
+	srv := adminServer(t, Options{})
 	for _, tc := range []struct {
 		method, path string
 		status       int

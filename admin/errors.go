@@ -1,4 +1,4 @@
-package proxy
+package admin
 
 import (
 	"mime"
@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/exgate/exgate/apierror"
+	"github.com/exgate/exgate/proxy"
 )
 
 // jsonErrors makes every error answer of the admin listener JSON in the
@@ -80,9 +81,9 @@ func (w *jsonErrorWriter) finish(r *http.Request) {
 	}
 	e := adminError(w.held, r.Method, strings.TrimSpace(string(w.text)))
 	if allow := h.Get("Allow"); allow != "" && w.held == http.StatusMethodNotAllowed {
-		e = methodNotAllowed(r.Method, allow)
+		e = apierror.MethodNotAllowed(r.Method, allow)
 	}
-	WriteError(w.ResponseWriter, "", e)
+	proxy.WriteError(w.ResponseWriter, "", e)
 }
 
 // adminError is the JSON answer standing for a plain-text one: the codes
@@ -92,7 +93,7 @@ func adminError(status int, method, text string) *apierror.Error {
 	switch status {
 	case http.StatusNotFound:
 		if text == "" || text == "404 page not found" {
-			return errNotFound
+			return apierror.NotFound()
 		}
 		return apierror.New(status, "not_found", text)
 	case http.StatusMethodNotAllowed:

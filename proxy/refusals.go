@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"net/http"
 	"sync"
 	"time"
 )
@@ -9,10 +8,10 @@ import (
 // recentRefusalsKept is how many sampled refusals the console lists.
 const recentRefusalsKept = 50
 
-// recentRefusal is one refusal of a sampled request, as the console's
+// RecentRefusal is one refusal of a sampled request, as the console's
 // /admin/refusals lists it: enough to open its trace, and nothing of
 // who sent it.
-type recentRefusal struct {
+type RecentRefusal struct {
 	Time      time.Time `json:"time"`
 	Route     string    `json:"route"`
 	Method    string    `json:"method"`
@@ -26,13 +25,13 @@ type recentRefusal struct {
 // last, in a ring of fixed size.
 type recentRefusals struct {
 	mu   sync.Mutex
-	ring []recentRefusal
+	ring []RecentRefusal
 	next int
 	full bool
 }
 
 func newRecentRefusals(n int) *recentRefusals {
-	return &recentRefusals{ring: make([]recentRefusal, n)}
+	return &recentRefusals{ring: make([]RecentRefusal, n)}
 }
 
 // add records the refusal of st's request, of method, answered at t.
@@ -41,7 +40,7 @@ func (rr *recentRefusals) add(st *requestState, method string, t time.Time) {
 	if st.route != nil {
 		route = st.route.Name
 	}
-	e := recentRefusal{Time: t, Route: route, Method: method, Status: st.rw.status, Code: st.code, RequestID: st.id,
+	e := RecentRefusal{Time: t, Route: route, Method: method, Status: st.rw.status, Code: st.code, RequestID: st.id,
 		TraceID: st.span.SpanContext().TraceID().String()}
 	rr.mu.Lock()
 	rr.ring[rr.next] = e
@@ -53,8 +52,8 @@ func (rr *recentRefusals) add(st *requestState, method string, t time.Time) {
 }
 
 // list returns the refusals kept, newest first.
-func (rr *recentRefusals) list() []recentRefusal {
-	out := []recentRefusal{}
+func (rr *recentRefusals) list() []RecentRefusal {
+	out := []RecentRefusal{}
 	if rr == nil {
 		return out
 	}
@@ -70,15 +69,8 @@ func (rr *recentRefusals) list() []recentRefusal {
 	return out
 }
 
-// refusalsBody is /admin/refusals's answer.
-type refusalsBody struct {
-	// Tracing reports whether tracing is on: off, nothing is listed.
-	Tracing  bool            `json:"tracing"`
-	Refusals []recentRefusal `json:"refusals"`
-}
-
-// refusalsList serves the last refusals of sampled requests with their
-// trace ids, newest first.
-func (c *console) refusalsList(w http.ResponseWriter, _ *http.Request) {
-	writeJSON(w, http.StatusOK, refusalsBody{Tracing: c.g.tracer != nil, Refusals: c.g.refusals.list()})
+// RecentRefusals returns the last refusals of sampled requests, newest
+// first, and whether tracing is on (off, none is kept).
+func (g *Gateway) RecentRefusals() (tracing bool, refusals []RecentRefusal) {
+	return g.tracer != nil, g.refusals.list()
 }

@@ -1,4 +1,4 @@
-package proxy
+package admin
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/exgate/exgate/config"
+	"github.com/exgate/exgate/proxy"
 )
 
 func adminGet(t *testing.T, h http.Handler, path string) (int, string) {
@@ -28,7 +29,7 @@ func adminGet(t *testing.T, h http.Handler, path string) (int, string) {
 }
 
 func TestReadiness(t *testing.T) {
-	gw, err := New(config.Default(), Options{})
+	gw, err := proxy.New(config.Default(), proxy.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,7 +56,7 @@ func TestReadiness(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			code, body := adminGet(t, gw.AdminHandler(AdminOptions{Checks: tc.checks}), "/readyz")
+			code, body := adminGet(t, Handler(gw, Options{Checks: tc.checks}), "/readyz")
 			if code != tc.status || strings.TrimSpace(body) != tc.body {
 				t.Errorf("%d %s, want %d %s", code, body, tc.status, tc.body)
 			}
@@ -64,7 +65,7 @@ func TestReadiness(t *testing.T) {
 	t.Run("slow check bounded", func(t *testing.T) {
 		slow := func(ctx context.Context) error { <-ctx.Done(); return ctx.Err() }
 		// The check returns only when its deadline ends it.
-		code, _ := adminGet(t, gw.AdminHandler(AdminOptions{CheckTimeout: 50 * time.Millisecond,
+		code, _ := adminGet(t, Handler(gw, Options{CheckTimeout: 50 * time.Millisecond,
 			Checks: []Check{{Name: "backend", Critical: true, Run: slow}}}), "/readyz")
 		if code != 503 {
 			t.Errorf("%d, want 503", code)
@@ -72,7 +73,7 @@ func TestReadiness(t *testing.T) {
 	})
 	t.Run("results reused within the interval", func(t *testing.T) {
 		var runs atomic.Int64
-		h := gw.AdminHandler(AdminOptions{CheckInterval: time.Hour,
+		h := Handler(gw, Options{CheckInterval: time.Hour,
 			Checks: []Check{{Name: "backend", Run: func(context.Context) error { runs.Add(1); return nil }}}})
 		for i := 0; i < 5; i++ {
 			adminGet(t, h, "/readyz")
@@ -82,23 +83,23 @@ func TestReadiness(t *testing.T) {
 		}
 	})
 	t.Run("draining", func(t *testing.T) {
-		g2, _ := New(config.Default(), Options{})
+		g2, _ := proxy.New(config.Default(), proxy.Options{})
 		g2.SetDraining()
-		code, body := adminGet(t, g2.AdminHandler(AdminOptions{}), "/readyz")
+		code, body := adminGet(t, Handler(g2, Options{}), "/readyz")
 		if code != 503 || !strings.Contains(body, "draining") {
 			t.Errorf("%d %s", code, body)
 		}
-		if code, _ := adminGet(t, g2.AdminHandler(AdminOptions{}), "/healthz"); code != 200 {
+		if code, _ := adminGet(t, Handler(g2, Options{}), "/healthz"); code != 200 {
 			t.Errorf("healthz while draining: %d", code)
 		}
 	})
 }
 
 func TestAdminPprofAndMetrics(t *testing.T) {
-	gw, _ := New(config.Default(), Options{})
+	gw, _ := proxy.New(config.Default(), proxy.Options{})
 	metrics := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "exgate_up 1\n") })
-	off := gw.AdminHandler(AdminOptions{})
-	on := gw.AdminHandler(AdminOptions{Pprof: true, Metrics: metrics})
+	off := Handler(gw, Options{})
+	on := Handler(gw, Options{Pprof: true, Metrics: metrics})
 	if code, _ := adminGet(t, off, "/debug/pprof/"); code != 404 {
 		t.Errorf("pprof without admin.pprof: %d, want 404", code)
 	}

@@ -1,4 +1,4 @@
-package proxy
+package admin
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 	"github.com/exgate/exgate/apierror"
 	"github.com/exgate/exgate/limiter"
 	"github.com/exgate/exgate/metrics"
+	"github.com/exgate/exgate/proxy"
 	"github.com/exgate/exgate/topk"
 )
 
@@ -30,6 +31,12 @@ type ConsoleOptions struct {
 	// Status returns what only the process knows (version, configuration
 	// file, reloads, listeners, store, catalogue). Nil means none.
 	Status func() ProcessStatus
+	// Limits is the enforcer whose buckets /admin/inspect reads and
+	// /admin/reset clears. Nil means neither names a subject.
+	Limits *limiter.Enforcer
+	// Metrics gives /admin/status the limit store's totals and counts
+	// resets. Nil means none.
+	Metrics *metrics.Metrics
 	// Logger receives a line for every reset. Nil means none.
 	Logger *zap.Logger
 	// Replica names this process in /admin/status and /admin/top, so
@@ -101,7 +108,7 @@ type DuplicatesStatus struct {
 
 // console serves the admin API and page.
 type console struct {
-	g      *Gateway
+	gw     Gateway
 	o      ConsoleOptions
 	rc     *readiness
 	access *adminAccess
@@ -109,11 +116,11 @@ type console struct {
 	host   string
 }
 
-func (g *Gateway) mountConsole(mux *http.ServeMux, o ConsoleOptions, rc *readiness, access *adminAccess) {
+func mountConsole(mux *http.ServeMux, gw Gateway, o ConsoleOptions, rc *readiness, access *adminAccess) {
 	if o.Logger == nil {
 		o.Logger = zap.NewNop()
 	}
-	c := &console{g: g, o: o, rc: rc, access: access}
+	c := &console{gw: gw, o: o, rc: rc, access: access}
 	c.host, _ = os.Hostname()
 	if c.o.Replica == "" {
 		c.o.Replica = c.host
@@ -131,7 +138,7 @@ func (g *Gateway) mountConsole(mux *http.ServeMux, o ConsoleOptions, rc *readine
 func writeJSON(w http.ResponseWriter, code int, v any) {
 	b, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
-		WriteError(w, "", apierror.Internal())
+		proxy.WriteError(w, "", apierror.Internal())
 		return
 	}
 	writeStatus(w, code, append(b, '\n'))
@@ -160,10 +167,10 @@ func (c *console) status(w http.ResponseWriter, r *http.Request) {
 	if c.o.Status != nil {
 		b.ProcessStatus = c.o.Status()
 	}
-	st := c.g.metrics.StoreTotals()
+	st := c.o.Metrics.StoreTotals()
 	b.Store.StoreErrors, b.Store.FallbackOpen = st.Errors, st.Fallback[metrics.FallbackOpen]
 	b.Store.FallbackClosed, b.Store.FallbackLocal = st.Fallback[metrics.FallbackClosed], st.Fallback[metrics.FallbackLocal]
-	b.Replica, b.Host, b.Now, b.Draining = c.o.Replica, c.host, c.rc.o.Now(), c.g.Draining()
+	b.Replica, b.Host, b.Now, b.Draining = c.o.Replica, c.host, c.rc.o.Now(), c.gw.Draining()
 	b.Checks, b.Ready = c.rc.run(r.Context())
 	b.Ready = b.Ready && !b.Draining
 	if msg, ok := b.Checks["redis"]; ok {
@@ -174,7 +181,7 @@ func (c *console) status(w http.ResponseWriter, r *http.Request) {
 	} else {
 		b.Store.Reachable = true
 	}
-	b.Routes = c.g.Rules().Describe()
+	b.Routes = c.gw.Rules().Describe()
 	b.Requests, b.Refused = c.o.Top.Totals()
 	b.Resets, b.ResetOpen, b.TokenEnv = c.resets.Load(), c.access.hasToken, c.access.tokenVar
 	writeJSON(w, http.StatusOK, b)
@@ -298,7 +305,7 @@ func (c *console) subject(r *http.Request) (limiter.Subject, subjectBody, *apier
 			set++
 		}
 	}
-	if set != 1 || c.g.limits == nil {
+	if set != 1 || c.o.Limits == nil {
 		return s, sb, errNoSubject
 	}
 	var e *apierror.Error
@@ -308,10 +315,10 @@ func (c *console) subject(r *http.Request) (limiter.Subject, subjectBody, *apier
 		sb = subjectBody{"account", prefix(s.Account)}
 	case r.Form.Get("user") != "":
 		s.User = r.Form.Get("user")
-		s.Account = c.g.limits.AccountID(s.User)
+		s.Account = c.o.Limits.AccountID(s.User)
 		sb = subjectBody{"account", prefix(s.Account)}
 	case r.Form.Get("token") != "":
-		s.TokenID = c.g.limits.TokenID(r.Form.Get("token"))
+		s.TokenID = c.o.Limits.TokenID(r.Form.Get("token"))
 		sb = subjectBody{"token", prefix(s.TokenID)}
 	case r.Form.Get("token_id") != "":
 		s.TokenID, e = c.fullID("token", r.Form.Get("token_id"))
@@ -349,14 +356,14 @@ func (c *console) fullID(kind, v string) (string, *apierror.Error) {
 func (c *console) inspect(w http.ResponseWriter, r *http.Request) {
 	s, sb, e := c.subject(r)
 	if e != nil {
-		WriteError(w, "", e)
+		proxy.WriteError(w, "", e)
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
 	defer cancel()
-	states, err := c.g.limits.Inspect(ctx, c.g.Rules(), s)
+	states, err := c.o.Limits.Inspect(ctx, c.gw.Rules(), s)
 	if err != nil {
-		WriteError(w, "", storeUnavailable(err))
+		proxy.WriteError(w, "", storeUnavailable(err))
 		return
 	}
 	if states == nil {
@@ -369,25 +376,40 @@ func (c *console) inspect(w http.ResponseWriter, r *http.Request) {
 // must be configured (access.api has checked it).
 func (c *console) reset(w http.ResponseWriter, r *http.Request) {
 	if !c.access.hasToken {
-		WriteError(w, "", c.access.errResetDisabled)
+		proxy.WriteError(w, "", c.access.errResetDisabled)
 		return
 	}
 	s, sb, e := c.subject(r)
 	if e != nil {
-		WriteError(w, "", e)
+		proxy.WriteError(w, "", e)
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
 	defer cancel()
-	n, err := c.g.limits.Reset(ctx, c.g.Rules(), s)
+	n, err := c.o.Limits.Reset(ctx, c.gw.Rules(), s)
 	c.o.Logger.Warn("rate-limit buckets reset by an operator",
 		zap.String("subject_kind", sb.Kind), zap.String("subject", sb.ID), zap.Int("keys", n),
 		zap.String("peer", r.RemoteAddr), zap.Error(err))
 	if err != nil {
-		WriteError(w, "", storeUnavailable(err))
+		proxy.WriteError(w, "", storeUnavailable(err))
 		return
 	}
 	c.resets.Add(1)
-	c.g.metrics.AdminReset()
+	c.o.Metrics.AdminReset()
 	writeJSON(w, http.StatusOK, map[string]any{"subject": sb, "cleared": n})
+}
+
+// refusalsBody is /admin/refusals's answer.
+type refusalsBody struct {
+	// Tracing reports whether tracing is on: off, nothing is listed.
+	Tracing  bool                  `json:"tracing"`
+	Refusals []proxy.RecentRefusal `json:"refusals"`
+}
+
+// refusalsList serves the last refusals of sampled requests with their
+// trace ids, newest first.
+func (c *console) refusalsList(w http.ResponseWriter, _ *http.Request) {
+	var b refusalsBody
+	b.Tracing, b.Refusals = c.gw.RecentRefusals()
+	writeJSON(w, http.StatusOK, b)
 }

@@ -1,4 +1,9 @@
-package proxy
+// Package admin serves exgate's admin listener: /healthz, /readyz with
+// its checks, /metrics, pprof, and the operator console (the JSON API
+// under /admin/ and its page), every error answer as JSON. It reads the
+// traffic gateway through the small Gateway interface; the composition
+// root hands it the gateway, the limit enforcer and the metrics.
+package admin
 
 import (
 	"context"
@@ -7,6 +12,9 @@ import (
 	"net/http/pprof"
 	"sync"
 	"time"
+
+	"github.com/exgate/exgate/limiter"
+	"github.com/exgate/exgate/proxy"
 )
 
 // Check is one readiness check of the admin listener.
@@ -31,9 +39,22 @@ type Check struct {
 	Run func(ctx context.Context) error
 }
 
-// AdminOptions configure the admin handler. The zero value serves
-// /healthz and /readyz only.
-type AdminOptions struct {
+// Gateway is what the admin listener reads of the traffic gateway
+// (*proxy.Gateway).
+type Gateway interface {
+	// Draining reports whether the gateway is shutting down: /readyz
+	// answers 503 from then on.
+	Draining() bool
+	// Rules returns the rate limits in force (a reload replaces them).
+	Rules() *limiter.Rules
+	// RecentRefusals returns the last refusals of sampled requests,
+	// newest first, and whether tracing is on.
+	RecentRefusals() (tracing bool, refusals []proxy.RecentRefusal)
+}
+
+// Options configure the admin handler. The zero value serves /healthz
+// and /readyz only.
+type Options struct {
 	// Checks are run by /readyz, each with CheckTimeout, at most once per
 	// CheckInterval (probes in between get the last answer).
 	Checks []Check
@@ -67,14 +88,14 @@ type AdminOptions struct {
 	AllowedHosts []string
 }
 
-// AdminHandler returns the handler of the admin listener: /healthz
+// Handler returns the handler of the admin listener: /healthz
 // answers 200 while the process serves; /readyz answers 200 while every
 // critical check passes and the gateway is not draining, else 503, with
 // each check's state in a JSON body; /metrics and /debug/pprof/ when
 // configured. The console and pprof answer only the Hosts of
 // AllowedHosts (and addresses, localhost), pprof and the console's API
 // only with the token; every error answer is JSON.
-func (g *Gateway) AdminHandler(o AdminOptions) http.Handler {
+func Handler(gw Gateway, o Options) http.Handler {
 	if o.CheckTimeout <= 0 {
 		o.CheckTimeout = time.Second
 	}
@@ -84,7 +105,7 @@ func (g *Gateway) AdminHandler(o AdminOptions) http.Handler {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	rc := &readiness{g: g, o: o}
+	rc := &readiness{gw: gw, o: o}
 	access := newAdminAccess(o)
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -95,7 +116,7 @@ func (g *Gateway) AdminHandler(o AdminOptions) http.Handler {
 		mux.Handle("GET /metrics", o.Metrics)
 	}
 	if o.Console != nil {
-		g.mountConsole(mux, *o.Console, rc, access)
+		mountConsole(mux, gw, *o.Console, rc, access)
 	}
 	if o.Pprof {
 		mux.Handle("/debug/pprof/", access.api(http.HandlerFunc(pprof.Index)))
@@ -109,8 +130,8 @@ func (g *Gateway) AdminHandler(o AdminOptions) http.Handler {
 
 // readiness runs the checks and caches their answer.
 type readiness struct {
-	g  *Gateway
-	o  AdminOptions
+	gw Gateway
+	o  Options
 	mu sync.Mutex
 	at time.Time
 	st map[string]string
@@ -124,7 +145,7 @@ type readyBody struct {
 }
 
 func (rc *readiness) serve(w http.ResponseWriter, r *http.Request) {
-	if rc.g.Draining() {
+	if rc.gw.Draining() {
 		writeStatus(w, http.StatusServiceUnavailable, []byte(`{"status":"draining"}`+"\n"))
 		return
 	}

@@ -1,4 +1,4 @@
-package proxy
+package admin
 
 import (
 	"crypto/sha256"
@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/exgate/exgate/apierror"
+	"github.com/exgate/exgate/proxy"
 )
 
 // adminAccess decides who may use the admin listener's console and pprof:
@@ -30,7 +31,7 @@ type adminAccess struct {
 	errToken, errClosed, errResetDisabled *apierror.Error
 }
 
-func newAdminAccess(o AdminOptions) *adminAccess {
+func newAdminAccess(o Options) *adminAccess {
 	tokenVar := o.TokenEnv
 	if tokenVar == "" {
 		tokenVar = "EXGATE_ADMIN_TOKEN"
@@ -108,7 +109,7 @@ func hostRefused(host string) *apierror.Error {
 func (a *adminAccess) page(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !a.hostAllowed(r.Host) {
-			WriteError(w, "", hostRefused(r.Host))
+			proxy.WriteError(w, "", hostRefused(r.Host))
 			return
 		}
 		h.ServeHTTP(w, r)
@@ -121,9 +122,9 @@ func (a *adminAccess) api(h http.Handler) http.Handler {
 	return a.page(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch {
 		case a.closed:
-			WriteError(w, "", a.errClosed)
+			proxy.WriteError(w, "", a.errClosed)
 		case !a.authorized(r):
-			WriteError(w, "", a.errToken)
+			proxy.WriteError(w, "", a.errToken)
 		default:
 			h.ServeHTTP(w, r)
 		}

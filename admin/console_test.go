@@ -1,4 +1,4 @@
-package proxy
+package admin
 
 import (
 	"io"
@@ -10,6 +10,7 @@ import (
 
 	"github.com/exgate/exgate/config"
 	"github.com/exgate/exgate/limiter"
+	"github.com/exgate/exgate/proxy"
 	"github.com/exgate/exgate/ratelimit"
 	"github.com/exgate/exgate/topk"
 )
@@ -27,13 +28,13 @@ func TestConsoleAccess(t *testing.T) {
 	enf, _ := limiter.NewEnforcer(limiter.EnforcerOptions{Store: ratelimit.NewMemory(ratelimit.MemoryOptions{}), Keyer: k})
 	cfg := config.Default()
 	cfg.Upstream.URL = config.MustURL("http://127.0.0.1:1")
-	gw, err := New(cfg, Options{Limits: enf})
+	gw, err := proxy.New(cfg, proxy.Options{Limits: enf})
 	if err != nil {
 		t.Fatal(err)
 	}
-	withToken := httptest.NewServer(gw.AdminHandler(AdminOptions{Token: "s3cret", Console: &ConsoleOptions{Top: topk.NewTracker(topk.TrackerOptions{})}}))
+	withToken := httptest.NewServer(Handler(gw, Options{Token: "s3cret", Console: &ConsoleOptions{Top: topk.NewTracker(topk.TrackerOptions{}), Limits: enf}}))
 	defer withToken.Close()
-	open := httptest.NewServer(gw.AdminHandler(AdminOptions{Console: &ConsoleOptions{Top: topk.NewTracker(topk.TrackerOptions{})}}))
+	open := httptest.NewServer(Handler(gw, Options{Console: &ConsoleOptions{Top: topk.NewTracker(topk.TrackerOptions{}), Limits: enf}}))
 	defer open.Close()
 	bearer := "Bearer s3cret"
 	cases := []struct {
