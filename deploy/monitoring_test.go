@@ -15,6 +15,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/exgate/exgate/internal/doctext"
+	"github.com/exgate/exgate/limiter"
 	"github.com/exgate/exgate/metrics"
 )
 
@@ -319,7 +320,7 @@ func gathered(t *testing.T) []*dto.MetricFamily {
 	r.ObserveUpstream(time.Millisecond)
 	r.UpstreamError(metrics.UpstreamTimeout)
 	r.Fallback(metrics.FallbackLocal)
-	m.Limit("place_order", "token", "").Limited()
+	m.Limit("place_order", "token", "").Observe(limiter.Limited, "")
 	m.ObserveStore(time.Millisecond, os.ErrDeadlineExceeded)
 	m.ValidationRejected("invalid_price")
 	m.Idempotency(metrics.IdempotencyClaimed)

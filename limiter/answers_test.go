@@ -88,7 +88,7 @@ func TestDuplicateAnswersAllowance(t *testing.T) {
 
 			e.Decide(ctx, rr, order, &d)
 			a := outcomeNamed(&d, config.DuplicateAnswersLimit)
-			if d.Allowed || a == nil || a.Decision != DecisionLimited || d.RetryAfter < 19*time.Minute || d.RetryAfter > 20*time.Minute {
+			if d.Allowed || a == nil || a.Decision != Limited || d.RetryAfter < 19*time.Minute || d.RetryAfter > 20*time.Minute {
 				t.Fatalf("past the allowance: %+v, want refused by %s for 20 minutes", d, config.DuplicateAnswersLimit)
 			}
 			// The next order of that client is refused before its body

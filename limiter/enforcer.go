@@ -16,15 +16,39 @@ import (
 	"github.com/exgate/exgate/ratelimit"
 )
 
-// Decisions of one limit, as reported in logs and metrics.
+// Verdict is what one limit decided for one request. Logs, traces and
+// metrics name it by String; metrics count each verdict in a counter of
+// its own (metrics.LimitMetrics.Observe takes a Verdict), so a verdict
+// added here is counted without a string to keep equal by hand.
+type Verdict uint8
+
+// The verdicts of one limit.
 const (
-	DecisionAllowed       = "allowed"
-	DecisionLimited       = "limited"
-	DecisionShadowLimited = "shadow_limited"
-	// DecisionExceedsBurst is a refusal no wait would lift: the request
-	// costs more (a bulk of more orders) than the limit's burst.
-	DecisionExceedsBurst = "exceeds_burst"
+	// Allowed: the limit let the request through and charged it.
+	Allowed Verdict = iota
+	// Limited: the limit refused the request (429, or 503 when the store
+	// failed with on_store_error: closed).
+	Limited
+	// ShadowLimited: a shadow limit would have refused the request, which
+	// went on.
+	ShadowLimited
+	// ExceedsBurst is a refusal no wait would lift: the request costs more
+	// (a bulk of more orders) than the limit's burst.
+	ExceedsBurst
+	// NumVerdicts is the number of verdicts.
+	NumVerdicts
 )
+
+var verdictNames = [NumVerdicts]string{"allowed", "limited", "shadow_limited", "exceeds_burst"}
+
+// String returns the verdict as logs, traces and metrics label it:
+// "allowed", "limited", "shadow_limited" or "exceeds_burst".
+func (v Verdict) String() string {
+	if v < NumVerdicts {
+		return verdictNames[v]
+	}
+	return "unknown"
+}
 
 // maxOutcomes is how many limits of one route a Decision records inline:
 // as many as configuration allows a route (config.MaxRouteLimits refuses
@@ -42,9 +66,8 @@ type Outcome struct {
 	// "" for a limit by address (tiers never apply to one) and for a
 	// caller without a tier.
 	Tier string
-	// Decision is DecisionAllowed, DecisionLimited, DecisionShadowLimited
-	// or DecisionExceedsBurst.
-	Decision string
+	// Decision is what the limit decided.
+	Decision Verdict
 	// Fallback is the on_store_error mode used because the store failed
 	// ("open", "closed" or "local"), or "" when the store decided.
 	Fallback string
@@ -397,11 +420,11 @@ func (e *Enforcer) decide(ctx context.Context, rr *RouteRules, d *Decision, p *p
 		o := Outcome{Index: m.limit, Limit: r.name, Tier: m.tier, v: m.v}
 		switch fallback {
 		case config.StoreOpen:
-			o.Fallback, o.Decision = config.StoreOpen, DecisionAllowed
+			o.Fallback, o.Decision = config.StoreOpen, Allowed
 			d.record(o)
 			continue
 		case config.StoreClosed:
-			o.Fallback, o.Decision = config.StoreClosed, DecisionLimited
+			o.Fallback, o.Decision = config.StoreClosed, Limited
 			d.record(o)
 			d.Allowed, d.Unavailable = false, true
 			return
@@ -412,15 +435,15 @@ func (e *Enforcer) decide(ctx context.Context, rr *RouteRules, d *Decision, p *p
 		o.Result = res
 		switch {
 		case res.Allowed:
-			o.Decision = DecisionAllowed
+			o.Decision = Allowed
 		case c.Shadow:
-			o.Decision = DecisionShadowLimited
+			o.Decision = ShadowLimited
 		case res.RetryAfter == ratelimit.Never:
-			o.Decision = DecisionExceedsBurst
+			o.Decision = ExceedsBurst
 		default:
-			o.Decision = DecisionLimited
+			o.Decision = Limited
 		}
-		if o.Decision == DecisionAllowed || o.Decision == DecisionShadowLimited {
+		if o.Decision == Allowed || o.Decision == ShadowLimited {
 			d.record(o)
 			continue
 		}
@@ -449,14 +472,14 @@ func (d *Decision) refuse(o Outcome, r *rule, p *plan, m *checkMeta, fallback st
 		// wait beyond the demotion (nor tell one in its fields).
 		d.TooManyTokens = true
 		d.RetryAfter = min(d.RetryAfter, demotedFor)
-		o.Decision = DecisionLimited
+		o.Decision = Limited
 		o.Result.RetryAfter = d.RetryAfter
-	case o.Decision == DecisionExceedsBurst && fallback == config.StoreLocal && p.req.Cost <= m.v.limit.Burst:
+	case o.Decision == ExceedsBurst && fallback == config.StoreLocal && p.req.Cost <= m.v.limit.Burst:
 		// Over this replica's share of the limit only: the shared
 		// store would let it pass, so it waits for the store.
 		d.RetryAfter, d.Unavailable = 0, true
-		o.Decision = DecisionLimited
-	case o.Decision == DecisionExceedsBurst:
+		o.Decision = Limited
+	case o.Decision == ExceedsBurst:
 		d.RetryAfter, d.ExceedsBurst, d.MaxCost = 0, true, p.maxCost(p.ans.Admitted)
 	}
 	d.record(o)
@@ -490,7 +513,7 @@ func (d *Decision) uncharge(answers, others bool) {
 func (d *Decision) chargeAnswers() {
 	for k := 0; k < d.N; k++ {
 		o := &d.Outcomes[k]
-		if !o.v.answers || o.Decision != DecisionAllowed {
+		if !o.v.answers || o.Decision != Allowed {
 			continue
 		}
 		switch o.Fallback {
@@ -570,7 +593,7 @@ func (e *Enforcer) giveBack(ctx context.Context, rr *RouteRules, req Request, d 
 	local, n := false, 0
 	for j := range p.req.Checks {
 		o := d.outcomeOf(p.meta[j].limit)
-		if o == nil || o.Decision != DecisionAllowed {
+		if o == nil || o.Decision != Allowed {
 			continue
 		}
 		switch o.Fallback {
@@ -726,7 +749,7 @@ func (d *Decision) record(o Outcome) {
 // wait is how long the outcome's limit takes to recover: the retry
 // delay of a denial, else the time until a full burst.
 func (o *Outcome) wait() time.Duration {
-	if o.Decision != DecisionAllowed {
+	if o.Decision != Allowed {
 		return o.Result.RetryAfter
 	}
 	return o.Result.ResetAfter

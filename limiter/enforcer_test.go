@@ -113,7 +113,7 @@ func TestDefaultLimitsFollowTheSpec(t *testing.T) {
 			}
 			var d Decision
 			e.Decide(context.Background(), rr, req, &d)
-			if d.Allowed || d.N != 1 || d.Outcomes[0].Limit != tc.limit || d.Outcomes[0].Decision != DecisionLimited {
+			if d.Allowed || d.N != 1 || d.Outcomes[0].Limit != tc.limit || d.Outcomes[0].Decision != Limited {
 				t.Errorf("decision after the limit = %+v", d)
 			}
 		})
@@ -276,7 +276,7 @@ routes:
 	}
 	var d Decision
 	e.Decide(context.Background(), rr, req, &d)
-	if !d.Allowed || d.Outcomes[0].Decision != DecisionShadowLimited {
+	if !d.Allowed || d.Outcomes[0].Decision != ShadowLimited {
 		t.Errorf("decision %+v, want allowed with a shadow_limited outcome", d)
 	}
 	h := http.Header{}
@@ -842,14 +842,14 @@ routes:
 			// last three requests, so it was charged once.
 			anon := Request{Addr: addr("192.0.2.1")}
 			e.Decide(ctx, rr, anon, &d)
-			if !d.Allowed || d.Outcomes[1].Decision != DecisionShadowLimited {
+			if !d.Allowed || d.Outcomes[1].Decision != ShadowLimited {
 				t.Fatalf("anonymous request: %+v, want allowed with the shadow limit refusing", d)
 			}
 			if err := e.Refund(ctx, rr, anon, &d); err != nil {
 				t.Fatal(err)
 			}
 			e.Decide(ctx, rr, anon, &d)
-			if !d.Allowed || d.Outcomes[0].Result.Remaining != 1 || d.Outcomes[1].Decision != DecisionShadowLimited {
+			if !d.Allowed || d.Outcomes[0].Result.Remaining != 1 || d.Outcomes[1].Decision != ShadowLimited {
 				t.Errorf("after a refund: %+v, want the address at 1 left and the shadow limit still refusing", d)
 			}
 			// A second token from the address is demoted by the spray
@@ -1005,7 +1005,7 @@ func TestEveryLimitOfARouteIsReported(t *testing.T) {
 		t.Errorf("after a refunded request %d of 3 passed, want the last limit's 2: its charge was not given back", got)
 	}
 	e.Decide(ctx, rr, req, &d)
-	if d.Allowed || d.N != config.MaxRouteLimits || d.Outcomes[d.N-1].Limit != "l7" || d.Outcomes[d.N-1].Decision != DecisionLimited {
+	if d.Allowed || d.N != config.MaxRouteLimits || d.Outcomes[d.N-1].Limit != "l7" || d.Outcomes[d.N-1].Decision != Limited {
 		t.Errorf("refusal by the last limit recorded as %d outcomes, last %+v", d.N, d.Outcomes[max(d.N-1, 0)])
 	}
 }

@@ -80,7 +80,7 @@ routes:
 					return
 				}
 				o := d.Outcomes[d.N-1]
-				if d.RetryAfter != 0 || d.Unavailable || d.TooManyTokens || o.Decision != DecisionExceedsBurst || o.Limit != tc.limit {
+				if d.RetryAfter != 0 || d.Unavailable || d.TooManyTokens || o.Decision != ExceedsBurst || o.Limit != tc.limit {
 					t.Errorf("decision %+v, refusing outcome %+v", d, o)
 				}
 				h := http.Header{}

@@ -103,7 +103,7 @@ func (d *Decision) closest() int {
 			continue
 		}
 		h := &d.Outcomes[k]
-		denied, hDenied := o.Decision != DecisionAllowed, h.Decision != DecisionAllowed
+		denied, hDenied := o.Decision != Allowed, h.Decision != Allowed
 		switch {
 		case denied && !hDenied,
 			denied == hDenied && o.Result.Remaining < h.Result.Remaining,

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/exgate/exgate/limiter"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -55,7 +56,7 @@ func BenchmarkRequestPath(b *testing.B) {
 	for b.Loop() {
 		m.IncInflight()
 		m.ObserveStore(400*time.Microsecond, nil)
-		l.Allowed()
+		l.Observe(limiter.Allowed, "")
 		r.ObserveUpstream(2 * time.Millisecond)
 		r.ObserveRequest("GET", 200, 3*time.Millisecond)
 		m.DecInflight()

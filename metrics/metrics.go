@@ -28,6 +28,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/exgate/exgate/limiter"
 )
 
 // DefaultRoute is the route label of requests that matched no route
@@ -658,12 +660,9 @@ func (m *Metrics) Limit(route, limit, tier string) *LimitMetrics {
 	if l := byTier[tier]; l != nil {
 		return l
 	}
-	l = &LimitMetrics{
-		route:   rm,
-		allowed: m.decisions.WithLabelValues(route, limit, tier, "allowed"),
-		limited: m.decisions.WithLabelValues(route, limit, tier, "limited"),
-		shadow:  m.decisions.WithLabelValues(route, limit, tier, "shadow_limited"),
-		exceeds: m.decisions.WithLabelValues(route, limit, tier, "exceeds_burst"),
+	l = &LimitMetrics{route: rm}
+	for v := range limiter.NumVerdicts {
+		l.decisions[v] = m.decisions.WithLabelValues(route, limit, tier, v.String())
 	}
 	byTier[tier] = l
 	return l
@@ -672,20 +671,18 @@ func (m *Metrics) Limit(route, limit, tier string) *LimitMetrics {
 // LimitMetrics counts the decisions of one limit of one route for one
 // tier. A nil *LimitMetrics is valid and counts nothing.
 type LimitMetrics struct {
-	route                    *RouteMetrics
-	allowed, limited, shadow prometheus.Counter
-	exceeds                  prometheus.Counter
+	route     *RouteMetrics
+	decisions [limiter.NumVerdicts]prometheus.Counter // by verdict
 }
 
-// Observe records one limit's outcome as the limiter reports it. decision
-// is "allowed", "limited", "shadow_limited" or "exceeds_burst"; fallback is "" when the
-// store decided, or the limiter.on_store_error mode that decided instead
-// ("open", "closed" or "local"), which is counted in
-// exgate_ratelimit_fallback_total of the limit's route. The open and closed
-// modes decide without looking at the limit, so their outcomes are counted
-// only there; the local mode's decision is counted as a decision too.
-// Unknown values are ignored.
-func (l *LimitMetrics) Observe(decision, fallback string) {
+// Observe records one limit's outcome as the limiter reports it: its
+// verdict, and fallback, "" when the store decided, or the
+// limiter.on_store_error mode that decided instead ("open", "closed" or
+// "local"), which is counted in exgate_ratelimit_fallback_total of the
+// limit's route. The open and closed modes decide without looking at the
+// limit, so their outcomes are counted only there; the local mode's
+// decision is counted as a decision too. An unknown fallback is ignored.
+func (l *LimitMetrics) Observe(v limiter.Verdict, fallback string) {
 	if l == nil {
 		return
 	}
@@ -699,39 +696,8 @@ func (l *LimitMetrics) Observe(decision, fallback string) {
 			return
 		}
 	}
-	switch decision {
-	case "allowed":
-		l.allowed.Inc()
-	case "limited":
-		l.limited.Inc()
-	case "shadow_limited":
-		l.shadow.Inc()
-	case "exceeds_burst":
-		l.exceeds.Inc()
-	}
-}
-
-// Allowed counts a request the limit let through.
-func (l *LimitMetrics) Allowed() {
-	if l != nil {
-		l.allowed.Inc()
-	}
-}
-
-// Limited counts a request the limit refused (answered 429). A refusal
-// because the store failed with on_store_error: closed is not a decision of
-// the limit; it is counted by RouteMetrics.Fallback(FallbackClosed).
-func (l *LimitMetrics) Limited() {
-	if l != nil {
-		l.limited.Inc()
-	}
-}
-
-// ShadowLimited counts a request a shadow limit would have refused and let
-// through.
-func (l *LimitMetrics) ShadowLimited() {
-	if l != nil {
-		l.shadow.Inc()
+	if v < limiter.NumVerdicts {
+		l.decisions[v].Inc()
 	}
 }
 

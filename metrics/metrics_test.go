@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/exgate/exgate/config"
+	"github.com/exgate/exgate/limiter"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -42,9 +44,9 @@ func exercise(m *Metrics) {
 	r.Fallback(FallbackLocal)
 	m.Unrouted().ObserveRequest("BREW", 404, 50*time.Microsecond)
 	l := m.Limit("place_order", "token", "")
-	l.Allowed()
-	l.Limited()
-	m.Limit("place_order", "token", "vip").ShadowLimited()
+	l.Observe(limiter.Allowed, "")
+	l.Observe(limiter.Limited, "")
+	m.Limit("place_order", "token", "vip").Observe(limiter.ShadowLimited, "")
 	m.ObserveStore(time.Millisecond, nil)
 	m.ObserveStore(25*time.Millisecond, context.DeadlineExceeded)
 	m.ValidationRejected("invalid_price")
@@ -307,10 +309,10 @@ func TestRateLimitSeries(t *testing.T) {
 	if tok != m.Limit("place_order", "token", DefaultTier) {
 		t.Error(`Limit with tier "" and DefaultTier differ`)
 	}
-	tok.Allowed()
-	tok.Allowed()
-	tok.Limited()
-	m.Limit("place_order", "token", "vip").ShadowLimited()
+	tok.Observe(limiter.Allowed, "")
+	tok.Observe(limiter.Allowed, "")
+	tok.Observe(limiter.Limited, "")
+	m.Limit("place_order", "token", "vip").Observe(limiter.ShadowLimited, "")
 	m.Route("place_order").Fallback(FallbackLocal)
 	m.Route("place_order").Fallback(FallbackLocal)
 	m.Route("place_order").Fallback(FallbackMode(200)) // ignored
@@ -375,49 +377,58 @@ exgate_ratelimit_store_duration_seconds_count 4
 	}
 }
 
+// TestLimitObserve: every verdict the limiter gives is counted under its
+// own decision label, and every on_store_error mode under its fallback
+// label (open and closed decide without the limit, so only there): a
+// verdict or mode added to limiter or config without its counter fails
+// here rather than going uncounted.
 func TestLimitObserve(t *testing.T) {
-	for _, c := range []struct {
-		decision, fallback string
-		wantDecision       string // "" for none counted
-		wantFallback       string // "" for none counted
-	}{
-		{"allowed", "", "allowed", ""},
-		{"limited", "", "limited", ""},
-		{"shadow_limited", "", "shadow_limited", ""},
-		{"exceeds_burst", "", "exceeds_burst", ""},
-		{"exceeds_burst", "local", "exceeds_burst", "local"},
-		{"allowed", "local", "allowed", "local"},
-		{"limited", "local", "limited", "local"},
-		{"allowed", "open", "", "open"},
-		{"limited", "closed", "", "closed"},
-		{"bogus", "", "", ""},
-		{"allowed", "sideways", "", ""},
-	} {
-		t.Run(c.decision+"/"+c.fallback, func(t *testing.T) {
-			m, _ := newTest(t)
-			m.Limit("list_markets", "address", "").Observe(c.decision, c.fallback)
-			for _, d := range []string{"allowed", "limited", "shadow_limited", "exceeds_burst"} {
-				want := 0.0
-				if d == c.wantDecision {
-					want = 1
+	modes := []string{config.StoreOpen, config.StoreClosed, config.StoreLocal}
+	for v := range limiter.NumVerdicts {
+		for _, fallback := range append([]string{""}, modes...) {
+			t.Run(v.String()+"/"+fallback, func(t *testing.T) {
+				m, _ := newTest(t)
+				m.Limit("list_markets", "address", "").Observe(v, fallback)
+				counted := fallback == "" || fallback == config.StoreLocal
+				for w := range limiter.NumVerdicts {
+					want := 0.0
+					if w == v && counted {
+						want = 1
+					}
+					if got := testutil.ToFloat64(m.decisions.WithLabelValues("list_markets", "address", DefaultTier, w.String())); got != want {
+						t.Errorf("decision %s = %v, want %v", w, got, want)
+					}
 				}
-				if got := testutil.ToFloat64(m.decisions.WithLabelValues("list_markets", "address", DefaultTier, d)); got != want {
-					t.Errorf("decision %s = %v, want %v", d, got, want)
+				for _, f := range modes {
+					want := 0.0
+					if f == fallback {
+						want = 1
+					}
+					if got := testutil.ToFloat64(m.fallback.WithLabelValues("list_markets", f)); got != want {
+						t.Errorf("fallback %s = %v, want %v", f, got, want)
+					}
 				}
-			}
-			for _, f := range []string{"open", "closed", "local"} {
-				want := 0.0
-				if f == c.wantFallback {
-					want = 1
-				}
-				if got := testutil.ToFloat64(m.fallback.WithLabelValues("list_markets", f)); got != want {
-					t.Errorf("fallback %s = %v, want %v", f, got, want)
-				}
-			}
-		})
+			})
+		}
 	}
+	t.Run("unknown", func(t *testing.T) {
+		m, _ := newTest(t)
+		l := m.Limit("list_markets", "address", "")
+		l.Observe(limiter.NumVerdicts, "")
+		l.Observe(limiter.Allowed, "sideways")
+		for w := range limiter.NumVerdicts {
+			if got := testutil.ToFloat64(m.decisions.WithLabelValues("list_markets", "address", DefaultTier, w.String())); got != 0 {
+				t.Errorf("decision %s = %v after an unknown verdict and fallback, want 0", w, got)
+			}
+		}
+		for _, f := range modes {
+			if got := testutil.ToFloat64(m.fallback.WithLabelValues("list_markets", f)); got != 0 {
+				t.Errorf("fallback %s = %v after an unknown fallback, want 0", f, got)
+			}
+		}
+	})
 	var nilLimit *LimitMetrics
-	nilLimit.Observe("allowed", "local") // must not panic
+	nilLimit.Observe(limiter.Allowed, "local") // must not panic
 }
 
 type timeoutErr struct{}
@@ -570,10 +581,7 @@ func TestNilIsNoOp(t *testing.T) {
 		"UpstreamError":      func() { r.UpstreamError(UpstreamTimeout) },
 		"Fallback":           func() { r.Fallback(FallbackOpen) },
 		"Name":               func() { _ = r.Name() },
-		"Allowed":            func() { l.Allowed() },
-		"Limited":            func() { l.Limited() },
-		"ShadowLimited":      func() { l.ShadowLimited() },
-		"Observe":            func() { l.Observe("limited", "local") },
+		"Observe":            func() { l.Observe(limiter.Limited, "local") },
 		"IncInflight":        func() { m.IncInflight() },
 		"DecInflight":        func() { m.DecInflight() },
 		"ObserveStore":       func() { m.ObserveStore(time.Second, io.EOF) },
@@ -601,11 +609,9 @@ func TestHotPathDoesNotAllocate(t *testing.T) {
 		{"ObserveUpstream", func() { r.ObserveUpstream(time.Millisecond) }},
 		{"UpstreamError", func() { r.UpstreamError(UpstreamReset) }},
 		{"Fallback", func() { r.Fallback(FallbackLocal) }},
-		{"Allowed", func() { l.Allowed() }},
-		{"Limited", func() { l.Limited() }},
-		{"ShadowLimited", func() { l.ShadowLimited() }},
-		{"Observe", func() { l.Observe("allowed", "local") }},
-		{"Limit lookup", func() { m.Limit("place_order", "token", "vip").Allowed() }},
+		{"Observe", func() { l.Observe(limiter.Allowed, "") }},
+		{"Observe local", func() { l.Observe(limiter.Limited, "local") }},
+		{"Limit lookup", func() { m.Limit("place_order", "token", "vip").Observe(limiter.Allowed, "") }},
 		{"Inflight", func() { m.IncInflight(); m.DecInflight() }},
 		{"ObserveStore", func() { m.ObserveStore(time.Millisecond, nil) }},
 		{"Idempotency", func() { m.Idempotency(IdempotencyClaimed) }},
@@ -632,7 +638,7 @@ func TestConcurrentUse(t *testing.T) {
 				// Resolving concurrently with first use of each pair.
 				r := m.Route(fmt.Sprint("r", i%3))
 				r.ObserveRequest([]string{"GET", "POST"}[w%2], []int{200, 429, 503, 418}[i%4], time.Millisecond)
-				m.Limit("r", "token", fmt.Sprint("t", i%2)).Allowed()
+				m.Limit("r", "token", fmt.Sprint("t", i%2)).Observe(limiter.Allowed, "")
 				m.ValidationRejected(fmt.Sprint("c", i%5))
 			}
 		}()
@@ -958,9 +964,9 @@ func TestStoreTotalsReadTheCounters(t *testing.T) {
 	m.ObserveStore(time.Millisecond, context.DeadlineExceeded)
 	m.ObserveStore(time.Millisecond, errors.New("connection refused"))
 	m.ObserveStore(time.Millisecond, nil)
-	m.Limit("list_markets", "address", "").Observe("allowed", "local")
-	m.Limit("place_order", "token", "").Observe("allowed", "local")
-	m.Limit("place_order", "token", "").Observe("limited", "closed")
+	m.Limit("list_markets", "address", "").Observe(limiter.Allowed, "local")
+	m.Limit("place_order", "token", "").Observe(limiter.Allowed, "local")
+	m.Limit("place_order", "token", "").Observe(limiter.Limited, "closed")
 	st := m.StoreTotals()
 	if st.Errors != 2 || st.Fallback[FallbackLocal] != 2 || st.Fallback[FallbackClosed] != 1 || st.Fallback[FallbackOpen] != 0 {
 		t.Errorf("totals %+v", st)

@@ -647,12 +647,12 @@ func (g *Gateway) limitFields(fields []zap.Field, d *limiter.Decision) []zap.Fie
 	if d.N > 0 {
 		o := &d.Outcomes[d.N-1]
 		for i := 0; i < d.N; i++ {
-			if d.Outcomes[i].Decision != limiter.DecisionAllowed {
+			if d.Outcomes[i].Decision != limiter.Allowed {
 				o = &d.Outcomes[i]
 				break
 			}
 		}
-		fields = append(fields, zap.String("limit", o.Limit), zap.String("limit_decision", o.Decision),
+		fields = append(fields, zap.String("limit", o.Limit), zap.String("limit_decision", o.Decision.String()),
 			zap.Int64("limit_remaining", o.Result.Remaining))
 		if o.Fallback != "" {
 			fields = append(fields, zap.String("limit_fallback", o.Fallback))

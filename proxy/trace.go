@@ -348,12 +348,12 @@ func (g *Gateway) traceLimits(st *requestState, rt *Route, cost int64, t0 time.T
 			o = c // the limit the rate-limit headers tell
 		}
 		for i := 0; i < d.N; i++ {
-			if d.Outcomes[i].Decision != limiter.DecisionAllowed {
+			if d.Outcomes[i].Decision != limiter.Allowed {
 				o = &d.Outcomes[i]
 				break
 			}
 		}
-		attrs = append(attrs, attrLimitDecision.String(o.Decision), attrLimitName.String(o.Limit),
+		attrs = append(attrs, attrLimitDecision.String(o.Decision.String()), attrLimitName.String(o.Limit),
 			attrLimitRemaining.Int64(o.Result.Remaining))
 		if o.Fallback != "" {
 			attrs = append(attrs, attrLimitFallback.String(o.Fallback))
