@@ -4,10 +4,12 @@ import (
 	"crypto/rand"
 	"crypto/subtle"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -89,28 +91,36 @@ func (s *Server) sign(userID int64, tokenType string, ttl time.Duration) (string
 }
 
 // verify checks a token's signature (RS256 with the signing key's public
-// key, else HS256), expiry and type, and returns its user id.
+// key, else HS256), expiry and type, and returns its user id. Claims are
+// read by their exact names, as SimpleJWT (PyJWT's json.loads) and exgate
+// read them: decoding into a struct would match "USER_ID" or "User_Id" to
+// user_id too, so a token carrying both would name one user to exgate and
+// another here. A user_id must be an integer.
 func (s *Server) verify(token, tokenType string) (int64, error) {
-	var c claims
+	c := jwt.MapClaims{}
 	method, key := jwt.SigningMethod(jwt.SigningMethodHS256), any(s.secret)
 	if s.rsa != nil {
 		method, key = jwt.SigningMethodRS256, &s.rsa.key.PublicKey
 	}
-	_, err := jwt.ParseWithClaims(token, &c,
+	_, err := jwt.ParseWithClaims(token, c,
 		func(*jwt.Token) (any, error) { return key, nil },
 		jwt.WithValidMethods([]string{method.Alg()}),
 		jwt.WithTimeFunc(s.now),
 		jwt.WithExpirationRequired(),
+		jwt.WithJSONNumber(),
 	)
-	switch {
-	case err != nil:
+	if err != nil {
 		return 0, err
-	case c.TokenType != tokenType:
-		return 0, fmt.Errorf("token has type %q, want %q", c.TokenType, tokenType)
-	case c.UserID < 1 || c.UserID > int64(len(s.users)):
+	}
+	if t, _ := c["token_type"].(string); t != tokenType {
+		return 0, fmt.Errorf("token has type %q, want %q", t, tokenType)
+	}
+	n, _ := c["user_id"].(json.Number)
+	id, err := strconv.ParseInt(string(n), 10, 64)
+	if err != nil || id < 1 || id > int64(len(s.users)) {
 		return 0, errors.New("token has no valid user_id")
 	}
-	return c.UserID, nil
+	return id, nil
 }
 
 // authorize checks the request's bearer access token and returns its user

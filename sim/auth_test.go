@@ -1,10 +1,12 @@
 package sim
 
 import (
+	"fmt"
 	"net/http"
 	"testing"
 	"time"
 
+	"github.com/exgate/exgate/internal/jwttest"
 	"github.com/golang-jwt/jwt/v5"
 )
 
@@ -200,6 +202,44 @@ func TestRefresh(t *testing.T) {
 				wantDetail(t, r, tt.status, "token_not_valid")
 			default:
 				wantFieldErrors(t, r, tt.fields)
+			}
+		})
+	}
+}
+
+// TestClaimsReadByExactName: the reference backend reads user_id and
+// token_type by their exact names, as SimpleJWT and exgate do: a claim
+// spelled USER_ID or Token_Type is another claim, whatever its place in
+// the payload, and a token without the exact name is refused.
+func TestClaimsReadByExactName(t *testing.T) {
+	h := newHarness(t, Options{}, false)
+	exp := h.clock.now().Add(time.Hour).Unix()
+	tests := []struct {
+		name    string
+		payload string
+		user    int64 // 0: refused
+	}{
+		{"exact", `{"token_type":"access","user_id":1,"exp":%d}`, 1},
+		{"a case variant after", `{"token_type":"access","user_id":1,"USER_ID":2,"exp":%d}`, 1},
+		{"a case variant before", `{"token_type":"access","User_Id":1,"user_id":2,"exp":%d}`, 2},
+		{"only a case variant", `{"token_type":"access","USER_ID":1,"exp":%d}`, 0},
+		{"type in a case variant", `{"TOKEN_TYPE":"access","token_type":"refresh","user_id":1,"exp":%d}`, 0},
+		{"expiry in a case variant", `{"token_type":"access","user_id":1,"EXP":%d}`, 0},
+		{"user id not an integer", `{"token_type":"access","user_id":1.5,"exp":%d}`, 0},
+		{"user id a string", `{"token_type":"access","user_id":"1","exp":%d}`, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tok := jwttest.SignPayload(t, jwt.SigningMethodHS256, []byte(DevSecret), fmt.Sprintf(tt.payload, exp))
+			user, err := h.sim.verify(tok, accessToken)
+			if tt.user == 0 {
+				if err == nil {
+					t.Errorf("accepted as user %d, want refused", user)
+				}
+				return
+			}
+			if err != nil || user != tt.user {
+				t.Errorf("read as user %d (%v), want %d", user, err, tt.user)
 			}
 		})
 	}

@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"crypto/rsa"
 	"fmt"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -358,4 +359,61 @@ func TestReferenceBackendRS256ThroughJWKS(t *testing.T) {
 	if code != 401 || !strings.Contains(string(b), "token_not_valid") || c.orders.Load() != before {
 		t.Errorf("order with an HS256 token of the development secret: %d %s, %d orders reached the backend", code, b, c.orders.Load()-before)
 	}
+}
+
+// TestClaimsReadAlikeByExgateAndBackend: a token that spells user_id
+// twice, exactly and in another case, names one user to exgate and to
+// the reference backend (both read the exact name, as SimpleJWT does):
+// the orders the backend lists for it are that user's, and exgate counts
+// it in that user's account bucket. Decoding into a Go struct, the
+// backend read the last spelling, another user than exgate's account.
+func TestClaimsReadAlikeByExgateAndBackend(t *testing.T) {
+	urls, backend := replicas(t, 1, nil, verifying)
+	s := backend.h.(*sim.Server)
+	base := urls[0] + "/api/v1/odr/orders/"
+	genuine := map[int]string{}
+	for user, key := range map[int]string{1: "dev", 2: "dev2"} {
+		genuine[user], _, _ = s.IssueToken(key)
+	}
+	order := `{"symbol":"BTC_USDT","type":"limit","side":"buy","price":"100","base_amount":"0.001"}`
+	if code, _, b := call(t, "POST", base, order, "Authorization", "Bearer "+genuine[1], "Content-Type", "application/json"); code != 201 {
+		t.Fatalf("user 1's order: %d %s", code, b)
+	}
+	now := time.Now()
+	for _, tt := range []struct {
+		name    string
+		payload string
+		user    int
+	}{
+		{"exact name first", `{"token_type":"access","user_id":1,"USER_ID":2,"exp":%d,"iat":%d,"jti":"a"}`, 1},
+		{"exact name last", `{"token_type":"access","User_Id":1,"user_id":2,"exp":%d,"iat":%d,"jti":"b"}`, 2},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			crafted := jwttest.SignPayload(t, jwt.SigningMethodHS256, []byte(sim.DevSecret), fmt.Sprintf(tt.payload, now.Add(time.Hour).Unix(), now.Unix()))
+			code, h1, want := call(t, "GET", base, "", "Authorization", "Bearer "+genuine[tt.user])
+			if code != 200 {
+				t.Fatalf("user %d's own token: %d %s", tt.user, code, want)
+			}
+			code, h2, got := call(t, "GET", base, "", "Authorization", "Bearer "+crafted)
+			if code != 200 || string(got) != string(want) {
+				t.Errorf("the backend read the token as another user than %d: %d %s, user %d's orders are %s", tt.user, code, got, tt.user, want)
+			}
+			r1, r2 := accountRemaining(t, h1), accountRemaining(t, h2)
+			if r2 != r1-1 {
+				t.Errorf("exgate counted the token in another bucket than user %d's account: remaining %d after that account's %d", tt.user, r2, r1)
+			}
+		})
+	}
+}
+
+// accountRemaining reads the remaining requests of the "account" limit
+// from an answer's RateLimit header.
+func accountRemaining(t *testing.T, h http.Header) int {
+	t.Helper()
+	v := h.Get("RateLimit")
+	var n int
+	if _, err := fmt.Sscanf(v, `"account";r=%d;`, &n); err != nil {
+		t.Fatalf("RateLimit %q: %v", v, err)
+	}
+	return n
 }
