@@ -164,11 +164,12 @@ func (c *Config) checkOrderBodySize(col *collector) {
 }
 
 // checkBufferShare reports a server.max_buffered_bytes too small for the
-// largest body read whole (an order, or a bulk within server.max_body_bytes)
-// to fit in the share of a client alone, which is half of it
-// (docs/pools.md): such a body would always be refused 503 server_busy.
+// largest body read whole to fit in the share of a client alone, which is
+// half of it (docs/pools.md): such a body would always be refused 503
+// server_busy. Every body is read whole, so the largest is
+// server.max_body_bytes (an order's and a bulk's limits are within it).
 func (c *Config) checkBufferShare(col *collector) {
-	largest := max(c.Validation.MaxBodyBytes, min(c.Validation.Bulk.MaxBodyBytes, c.Server.MaxBodyBytes))
+	largest := c.Server.MaxBodyBytes
 	if buf := c.Server.MaxBufferedBytes; buf >= 64<<10 && buf < 2*largest {
 		col.addf("server.max_buffered_bytes", "%s is less than twice the largest body read whole (%s): a client may hold at most half of it, so such a body would always be refused", buf, largest)
 	}

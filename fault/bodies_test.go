@@ -1,6 +1,7 @@
 package fault
 
 import (
+	"bufio"
 	"bytes"
 	"io"
 	"net"
@@ -35,34 +36,36 @@ func vmRSS(t *testing.T, pid int) int64 {
 	return 0
 }
 
-// TestHeldUploadsStream holds 300 chunked uploads of one 1 MiB chunk each
-// on a default-route path (the issue's attack: the body never ends) and
-// measures the real exgate's resident memory: bodies stream to the
-// backend, so exgate grows by far less than the 300 MiB it is sent
-// (bound: 128 MiB), and once the clients close, its goroutines and heap
-// return to their baseline.
-func TestHeldUploadsStream(t *testing.T) {
+// TestHeldUploadsBuffered holds 300 chunked uploads of one 1 MiB chunk
+// each on a default-route path (the body never ends) from one address and
+// measures the real exgate: every body is read whole before its request
+// reaches the backend, so the backend hears of none of them (no request,
+// no byte); exgate holds at most its client's share of
+// server.max_buffered_bytes (half of it, for one address), refuses the
+// uploads past it with 503 server_busy, and grows by far less than the
+// 300 MiB it is sent (bound: 128 MiB); once the clients close, its
+// goroutines and heap return to their baseline and it holds no body byte.
+func TestHeldUploadsBuffered(t *testing.T) {
 	const (
 		uploads = 300
 		chunk   = 1 << 20
+		budget  = 64 << 20 // server.max_buffered_bytes, the default
 	)
 	var received atomic.Int64 // body bytes the backend has read
-	var open atomic.Int64     // requests the backend is in
+	var arrived atomic.Int64  // requests the backend has seen
 	bs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		open.Add(1)
-		defer open.Add(-1)
-		buf := make([]byte, 32<<10)
-		for {
-			n, err := r.Body.Read(buf)
-			received.Add(int64(n))
-			if err != nil {
-				break
-			}
+		if r.URL.Path != "/api/v1/usr/upload/" {
+			return // the market catalogue's fetch
 		}
+		arrived.Add(1)
+		n, _ := io.Copy(io.Discard, r.Body)
+		received.Add(n)
 		w.WriteHeader(http.StatusNoContent)
 	}))
 	t.Cleanup(bs.Close)
-	g := startGateway(t, configHeader(bs.URL)+`limiter:
+	g := startGateway(t, configHeader(bs.URL)+`server:
+  read_timeout: 120s
+limiter:
   backend: memory
 validation:
   before_catalogue: pass
@@ -84,6 +87,7 @@ validation:
 	baseGoroutines := g.metric(t, "go_goroutines")
 	baseHeap := g.metric(t, "go_memstats_heap_inuse_bytes")
 	baseRSS := vmRSS(t, pid)
+	warmArrived, warmReceived := arrived.Load(), received.Load()
 
 	head := []byte("POST /api/v1/usr/upload/ HTTP/1.1\r\nHost: " + host + "\r\nTransfer-Encoding: chunked\r\n\r\n" +
 		strconv.FormatInt(chunk, 16) + "\r\n")
@@ -94,6 +98,7 @@ validation:
 			c.Close()
 		}
 	}()
+	var refused, otherAnswers atomic.Int64
 	start := time.Now()
 	for i := range uploads {
 		conn, err := net.Dial("tcp", host)
@@ -106,26 +111,48 @@ validation:
 			_, _ = conn.Write(body)
 			_, _ = conn.Write([]byte("\r\n"))
 		}()
+		go func() { // exgate's answer, if it refuses the upload
+			res, err := http.ReadResponse(bufio.NewReader(conn), nil)
+			switch {
+			case err != nil: // closed when the test ends
+			case res.StatusCode == http.StatusServiceUnavailable && strings.Contains(readAll(res), `"code":"server_busy"`):
+				refused.Add(1)
+			default:
+				otherAnswers.Add(1)
+			}
+		}()
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	var peak int64
-	for received.Load() < uploads*chunk {
+	// Every upload ends held whole (its 1 MiB charged) or refused.
+	deadline := time.Now().Add(60 * time.Second)
+	var peak, buffered int64
+	for {
 		peak = max(peak, vmRSS(t, pid))
+		buffered = int64(g.metric(t, "exgate_body_buffered_bytes"))
+		if buffered%chunk == 0 && refused.Load()+otherAnswers.Load()+buffered/chunk == uploads {
+			break
+		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the backend received %d MiB of %d in 30s (%d requests open); exgate grew by %d MiB meanwhile",
-				received.Load()>>20, uploads, open.Load(), (peak-baseRSS)>>20)
+			t.Fatalf("after 60s: %d uploads refused, %d otherwise answered, %d bytes held; exgate grew by %d MiB meanwhile",
+				refused.Load(), otherAnswers.Load(), buffered, (peak-baseRSS)>>20)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 	held := vmRSS(t, pid)
 	peak = max(peak, held)
-	t.Logf("%d uploads of 1 MiB held open, all streamed to the backend in %v: exgate VmRSS %d MiB → %d MiB (peak %d MiB, +%d MiB); %d requests open at the backend",
-		uploads, time.Since(start).Round(time.Millisecond), baseRSS>>20, held>>20, peak>>20, (peak-baseRSS)>>20, open.Load())
+	t.Logf("%d uploads of 1 MiB held open in %v: %d held whole (%d MiB), %d refused; exgate VmRSS %d MiB → %d MiB (peak %d MiB, +%d MiB)",
+		uploads, time.Since(start).Round(time.Millisecond), buffered/chunk, buffered>>20, refused.Load(), baseRSS>>20, held>>20, peak>>20, (peak-baseRSS)>>20)
+	if n, b := arrived.Load()-warmArrived, received.Load()-warmReceived; n != 0 || b != 0 {
+		t.Errorf("the backend saw %d requests and %d body bytes of uploads that never ended, want none", n, b)
+	}
+	if buffered > budget/2 || refused.Load() == 0 || otherAnswers.Load() != 0 {
+		t.Errorf("one address holds %d MiB of the %d MiB budget, %d uploads refused server_busy, %d answered otherwise: want at most half, the rest refused",
+			buffered>>20, budget>>20, refused.Load(), otherAnswers.Load())
+	}
+	if n := g.metric(t, "exgate_body_budget_refusals_total"); n != float64(refused.Load()) {
+		t.Errorf("exgate_body_budget_refusals_total %v, want the %d refusals", n, refused.Load())
+	}
 	if grew := peak - baseRSS; grew > 128<<20 {
 		t.Errorf("exgate grew by %d MiB holding %d uploads of 1 MiB, want < 128 MiB", grew>>20, uploads)
-	}
-	if n := open.Load(); n != uploads {
-		t.Errorf("%d requests open at the backend, want %d (each upload streams)", n, uploads)
 	}
 
 	for _, c := range conns {
@@ -135,18 +162,30 @@ validation:
 	deadline = time.Now().Add(20 * time.Second)
 	for {
 		gr, heap := g.metric(t, "go_goroutines"), g.metric(t, "go_memstats_heap_inuse_bytes")
-		if open.Load() == 0 && gr <= baseGoroutines+5 && heap <= baseHeap+16<<20 {
+		buffered := g.metric(t, "exgate_body_buffered_bytes")
+		if buffered == 0 && gr <= baseGoroutines+5 && heap <= baseHeap+16<<20 {
 			t.Logf("after the clients closed: goroutines %v (baseline %v), heap in use %.1f MiB (baseline %.1f MiB), VmRSS %d MiB",
 				gr, baseGoroutines, heap/(1<<20), baseHeap/(1<<20), vmRSS(t, pid)>>20)
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("20s after the clients closed: %d requests open at the backend, goroutines %v (baseline %v), heap in use %.1f MiB (baseline %.1f MiB)",
-				open.Load(), gr, baseGoroutines, heap/(1<<20), baseHeap/(1<<20))
+			t.Fatalf("20s after the clients closed: %v body bytes held, goroutines %v (baseline %v), heap in use %.1f MiB (baseline %.1f MiB)",
+				buffered, gr, baseGoroutines, heap/(1<<20), baseHeap/(1<<20))
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+	if n := arrived.Load() - warmArrived; n != 0 {
+		t.Errorf("the backend saw %d requests of uploads cut off, want none", n)
+	}
+
 	if g.exited() {
 		t.Fatalf("exgate exited: %v", g.err)
 	}
+}
+
+// readAll returns res's body, closed.
+func readAll(res *http.Response) string {
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	return string(b)
 }

@@ -62,11 +62,15 @@
 //   - TestSlowloris: hundreds of connections trickling header bytes do not
 //     keep normal clients from being served, and read_header_timeout
 //     closes them.
-//   - TestHeldUploadsStream: 300 chunked uploads of 1 MiB held open on a
-//     default-route path → they stream to the backend and exgate's resident
-//     memory grows by less than 128 MiB (it grew by ~860 MiB when chunked
-//     bodies were read whole first); goroutines and heap return to their
-//     baseline once the clients close.
+//   - TestHeldUploadsBuffered: 300 chunked uploads of 1 MiB held open on a
+//     default-route path from one address → exgate reads every body whole
+//     before the backend hears of its request: the backend sees none of
+//     them; exgate holds at most half of server.max_buffered_bytes for the
+//     address (32 held whole), refuses the rest 503 server_busy, and its
+//     resident memory grows by less than 128 MiB (about +40 MiB: bodies
+//     fill pooled buffers of 8 KiB as they arrive, never grown by copies);
+//     goroutines, heap and the body budget return to their baseline once
+//     the clients close.
 //   - TestWorstCasePerAddress: one address with 500 invented tokens on
 //     every route → the Redis keys and bytes and the heap exgate holds stay
 //     within the per-address bounds of docs/limits.md (≈ 12 KB of Redis,

@@ -141,9 +141,44 @@ type poolFront struct {
 	mu      sync.Mutex
 	release chan struct{} // closed to answer the held reads
 	held    atomic.Int64  // held reads under way
+	// trickled counts the requests on trickledPaths the backend has seen
+	// (their heads: counted before their bodies are read).
+	trickled atomic.Int64
+	// conns is the state of each of the backend's connections
+	// (http.ConnState), for activeConns.
+	conns sync.Map // net.Conn → http.ConnState
+}
+
+// trickledPaths are the paths of the trickled bodies' attack
+// (trickledBodies). The victim never sends them.
+var trickledPaths = []string{"/api/v1/usr/authenticate/", "/api/v1/usr/refresh_token/", "/api/v1/wlt/transfer/"}
+
+// connState records the state of a backend connection.
+func (f *poolFront) connState(c net.Conn, s http.ConnState) {
+	if s == http.StateClosed || s == http.StateHijacked {
+		f.conns.Delete(c)
+		return
+	}
+	f.conns.Store(c, s)
+}
+
+// activeConns returns how many of the backend's connections carry a
+// request: from its first byte to its answer (http.StateActive).
+func (f *poolFront) activeConns() int {
+	n := 0
+	f.conns.Range(func(_, s any) bool {
+		if s == http.StateActive {
+			n++
+		}
+		return true
+	})
+	return n
 }
 
 func (f *poolFront) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if slices.Contains(trickledPaths, r.URL.Path) {
+		f.trickled.Add(1)
+	}
 	body, err := io.ReadAll(r.Body)
 	if err != nil {
 		return // a broken request: nothing to answer
@@ -181,7 +216,9 @@ func startPoolEnv(t *testing.T) *poolEnv {
 	}
 	front := &poolFront{h: sim.New(sim.Options{Credentials: creds}), release: make(chan struct{})}
 	close(front.release)
-	bs := httptest.NewServer(front)
+	bs := httptest.NewUnstartedServer(front)
+	bs.Config.ConnState = front.connState
+	bs.Start()
 	t.Cleanup(bs.Close)
 	dir := t.TempDir()
 	ca := tlstest.NewCA(t, dir)
@@ -458,8 +495,8 @@ func init() {
 			poolRow{pool: "request-body budget", attacker: k, config: bodyBudgetConfig,
 				attack: heldBulkBodies, holding: bodiesHeld,
 				refused: []string{"server_busy"}, metric: "exgate_body_budget_refusals_total", maxGrowth: 64 << 20},
-			poolRow{pool: "backend slots, streamed bodies", attacker: k, config: slotsConfig,
-				attack: trickledBodies, holding: bodiesTrickling, maxGrowth: 64 << 20},
+			poolRow{pool: "backend slots and connections, trickled bodies", attacker: k, config: slotsConfig,
+				attack: trickledBodies, holding: bodiesTrickling, maxGrowth: 64 << 20, check: noTrickledRequest},
 			poolRow{pool: "backend slots and queue", attacker: k, config: slotsConfig,
 				attack: heldReads, holding: readsHeld,
 				refused: []string{"overloaded", "throttled"}, metric: "exgate_overload_shed_total", maxGrowth: 64 << 20},
@@ -547,24 +584,28 @@ func (a *attack) settled(v float64) bool {
 	return prev == int64(v)
 }
 
-// trickleConns is how many streamed bodies each attacker holds: the
+// trickleConns is how many trickled bodies each attacker holds: the
 // address's allowance on the two sign-in routes (20 and 60 a minute),
 // and as many for an account.
 const trickleConns = 80
 
 // trickledBodies is the attack of the third "Why": each attacker
-// sends trickleConns requests whose bodies stream to the backend (the
-// sign-in routes for the address, a wallet route for an account), each
-// with the first byte of its 64-byte body, and holds them.
+// sends trickleConns requests whose bodies exgate does not validate
+// (trickledPaths: the sign-in routes for the address, a wallet route for
+// an account), each with the first byte of its 64-byte body, and holds
+// them. On a backend with a worker per request (gunicorn's sync workers),
+// a body forwarded as it arrives would hold a worker and a connection
+// each; exgate reads every body whole first.
 func trickledBodies(ctx context.Context, t *testing.T, r *poolRun, a *attack) {
+	r.env.front.trickled.Store(0) // the accounts' sign-ins, when the table started
 	var wg sync.WaitGroup
 	for i, addr := range a.addrs {
 		for j := range trickleConns {
-			path, auth := "/api/v1/wlt/transfer/", "Authorization: Bearer "+a.tokens[i]+"\r\n"
+			path, auth := trickledPaths[2], "Authorization: Bearer "+a.tokens[i]+"\r\n"
 			if a.tokens[i] == "" {
-				path, auth = "/api/v1/usr/refresh_token/", ""
+				path, auth = trickledPaths[1], ""
 				if j < 20 {
-					path = "/api/v1/usr/authenticate/"
+					path = trickledPaths[0]
 				}
 			}
 			head := "POST " + path + " HTTP/1.1\r\nHost: " + r.host + "\r\n" + auth +
@@ -577,10 +618,27 @@ func trickledBodies(ctx context.Context, t *testing.T, r *poolRun, a *attack) {
 }
 
 // bodiesTrickling reports that exgate holds every trickled request and
-// that the backend slots they take no longer move.
+// that the body bytes it holds no longer move. Then, before the victim
+// starts, the backend has seen none of them, no connection to it carries
+// a request, and they hold no backend slot.
 func bodiesTrickling(t *testing.T, r *poolRun, a *attack) bool {
 	n := int64(len(a.addrs) * trickleConns)
-	return a.sent.Load() == n && r.seen(t) >= r.victimRequests+n && a.settled(r.g.metric(t, "exgate_overload_in_flight"))
+	if a.sent.Load() != n || r.seen(t) < r.victimRequests+n || !a.settled(r.g.metric(t, "exgate_body_buffered_bytes")) {
+		return false
+	}
+	if got, active, slots := r.env.front.trickled.Load(), r.env.front.activeConns(), r.g.metric(t, "exgate_overload_in_flight"); got != 0 || active != 0 || slots != 0 {
+		t.Errorf("while %d bodies trickle: the backend has seen %d of their requests, %d of its connections carry a request, %v backend slots are held; want none",
+			n, got, active, slots)
+	}
+	return true
+}
+
+// noTrickledRequest checks that no trickled request reached the backend,
+// although the attackers cut their bodies off when the row ended.
+func noTrickledRequest(t *testing.T, r *poolRun) {
+	if got := r.env.front.trickled.Swap(0); got != 0 {
+		t.Errorf("the backend saw %d requests whose bodies never arrived whole", got)
+	}
 }
 
 // readWorkers is how many requests each attacker keeps under way.

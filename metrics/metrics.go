@@ -280,7 +280,7 @@ func newMetrics(info BuildInfo) *Metrics {
 	}, []string{"outcome"})
 	m.bodyBudget = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: NameBodyBudget,
-		Help: "Orders and bulks refused with 503 server_busy because their client's share of server.max_buffered_bytes was full (a client may hold at most as many bytes as are left free).",
+		Help: "Requests refused with 503 server_busy because their client's share of server.max_buffered_bytes was full (a client may hold at most as many bytes as are left free).",
 	})
 	m.catalogueAge = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: NameCatalogueAge,

@@ -464,7 +464,7 @@ func TestOtherSeries(t *testing.T) {
 	m.BodyBudgetExhausted()
 
 	want := `
-# HELP exgate_body_budget_refusals_total Orders and bulks refused with 503 server_busy because their client's share of server.max_buffered_bytes was full (a client may hold at most as many bytes as are left free).
+# HELP exgate_body_budget_refusals_total Requests refused with 503 server_busy because their client's share of server.max_buffered_bytes was full (a client may hold at most as many bytes as are left free).
 # TYPE exgate_body_budget_refusals_total counter
 exgate_body_budget_refusals_total 1
 # HELP exgate_build_info Always 1; the labels say which build of exgate is running.

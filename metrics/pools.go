@@ -38,7 +38,7 @@ func newBodyBudgetCollectors() *bodyBudgetCollectors {
 		})
 	}
 	b.gauges = []prometheus.Collector{
-		gauge(NameBodyBuffered, "Bytes of request bodies held whole (orders and bulks being read), out of server.max_buffered_bytes.",
+		gauge(NameBodyBuffered, "Bytes of request bodies held whole (every body is read whole before the backend gets its request), out of server.max_buffered_bytes.",
 			func(s BodyBudgetSource) float64 { return float64(s.Buffered()) }),
 		gauge(NameBodyBufferedClients, "Clients (verified accounts, else addresses) holding bytes of the request-body budget; each may hold at most as many as are left free.",
 			func(s BodyBudgetSource) float64 { return float64(s.Clients()) }),

@@ -2,9 +2,7 @@ package proxy
 
 import (
 	"context"
-	"errors"
 	"net/http"
-	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -29,10 +27,10 @@ import (
 //     takes a slot. A request shed here was charged its limits, and is
 //     given the charge back before it is answered (refundLimits): either
 //     way a shed request costs its client nothing (docs/operations.md,
-//     "Overload"). A request whose body streams takes its slot only once
-//     the body has arrived whole (deferredSlot): a client that trickles
-//     its body holds no slot meanwhile, and the backend's time the limit
-//     learns from starts at the body's last byte.
+//     "Overload"). A request's body has been read whole by then
+//     (body.go): a client that trickles its body holds no slot meanwhile,
+//     and the backend's time the limit learns from starts when the whole
+//     request goes to the backend.
 //
 // Slots are taken within the client's share (overload.Client, clientOf):
 // a client may hold no more of them than are left free, and freed slots
@@ -172,12 +170,6 @@ func (g *Gateway) admit(st *requestState, r *http.Request, pl *plan) *apierror.E
 		return nil
 	}
 	c := requestClass(st)
-	if st.body != nil {
-		// The body streams: the slot is taken once it has arrived.
-		st.deferred = &deferredSlot{g: g, ctx: r.Context(), class: c, key: st.client, client: overload.Client(st.client), route: a}
-		st.body.slot = st.deferred
-		return nil
-	}
 	if !a.takeRoute(st.client) {
 		if st.rec {
 			g.traceAdmission(st, c, "shed_route_full", 0)
@@ -217,82 +209,6 @@ func (a *routeAdmission) releaseRoute(c clientKey) {
 	if a.inflight != nil {
 		a.inflight.give(c, 1)
 	}
-}
-
-// errSlotShed is a streamed body's error when its request found no
-// backend slot once the body had arrived: the backend gets the request
-// without its last bytes, never whole, and the client 503 overloaded.
-var errSlotShed = errors.New("proxy: no backend slot for the request once its body arrived")
-
-// Slot states of a deferredSlot.
-const (
-	slotPending int32 = iota // the body is still arriving
-	slotTaken                // taken when the body arrived
-	slotShed                 // none to be had: the request was shed
-	slotDone                 // the request ended; a slot taken after is given back at once
-)
-
-// deferredSlot is the backend slot of a request whose body streams, taken
-// when the body has arrived whole (streamBody.Read, on the transport's
-// goroutine) and given back when the request ends (releaseSlot, on the
-// handler's): whichever comes second gives it back.
-type deferredSlot struct {
-	g      *Gateway
-	ctx    context.Context
-	class  overload.Class
-	key    clientKey // the request's client
-	client overload.Client
-	route  *routeAdmission
-	state  atomic.Int32
-	at     time.Time // when the slot was taken: the backend's time starts there
-}
-
-// take takes the slot, waiting at most the class's wait, and returns
-// errSlotShed when there is none; a request whose client has gone is not
-// shed (nothing is answered).
-func (d *deferredSlot) take() error {
-	g, a := d.g, d.route
-	if !a.takeRoute(d.key) {
-		d.state.Store(slotShed)
-		a.metrics[d.class].Shed()
-		return errSlotShed
-	}
-	ok, waited := g.admission.Acquire(d.ctx, d.class, d.client)
-	if waited > 0 {
-		a.metrics[d.class].Queued(waited)
-	}
-	if !ok {
-		a.releaseRoute(d.key)
-		d.state.Store(slotShed)
-		if d.ctx.Err() != nil {
-			return d.ctx.Err()
-		}
-		a.metrics[d.class].Shed()
-		return errSlotShed
-	}
-	d.at = g.now()
-	if !d.state.CompareAndSwap(slotPending, slotTaken) {
-		d.give(time.Time{}, 0, false) // the request ended first
-	}
-	return nil
-}
-
-// give gives the slot back, with the backend's time as a sample when it
-// measures the backend.
-func (d *deferredSlot) give(end time.Time, rtt time.Duration, sample bool) {
-	d.route.releaseRoute(d.key)
-	d.g.admission.Release(d.client, d.class, end, rtt, sample)
-}
-
-// end marks the request as ended and gives back the slot if it was taken:
-// its sample is the backend's time from the body's last byte to the
-// response head, end.
-func (d *deferredSlot) end(end time.Time, sample bool) {
-	if d.state.Swap(slotDone) != slotTaken {
-		return
-	}
-	rtt := end.Sub(d.at)
-	d.give(end, rtt, sample && rtt >= 0)
 }
 
 // shed refuses a request the backend has no room for. A claimed order
@@ -357,10 +273,6 @@ func (g *Gateway) releaseSlot(st *requestState) {
 	g.releaseRouteSlot(st)
 	sample := st.upDone && st.clientCx.Err() == nil &&
 		(st.upStatus != 0 || metrics.IsTimeout(st.upErr))
-	if st.deferred != nil {
-		st.deferred.end(st.upEnd, sample)
-		st.deferred = nil
-	}
 	if !st.slot {
 		return
 	}

@@ -313,13 +313,11 @@ type requestState struct {
 	upEnd      time.Time       // when the backend answered with headers, or failed
 	upDur      time.Duration   // how long the backend took to answer with headers, or to fail
 	upStatus   int             // the backend's status, or 0
-	body       *streamBody     // the request body as it streams, when it has one and is not an order
 	buffered   int64           // bytes of the buffer budget this request holds
 	bodyReader chargedBody     // the body being read whole, charged to the client's share
 	client     clientKey       // whose share of the shared pools the request takes (clientOf)
 	bulkCancel bool            // the request is a bulk of order ids to cancel
 	slot       bool            // the request holds a backend slot (admission)
-	deferred   *deferredSlot   // the backend slot of a request whose body streams, taken once it has arrived
 	plan       *plan           // the plan the request started with
 	routeSlot  *routeAdmission // the route whose own in-flight cap counts the request
 	bodyTaken  bool            // the body was read whole or handed to the backend (see refuse)
@@ -437,20 +435,10 @@ func (g *Gateway) proxyError(w http.ResponseWriter, r *http.Request, err error) 
 	st.upErr = err
 	g.observeUpstream(st)
 	g.settleFailed(st, err)
-	bodyErr := g.bodyError(st)
-	if bodyErr == nil && st.route != nil {
+	if st.route != nil {
 		st.route.metrics.UpstreamError(metrics.ClassifyUpstreamError(err, st.clientCx.Err() != nil))
 	}
 	switch {
-	case bodyErr == st.plan.admission.errShed:
-		// The body arrived whole and found no backend slot: the
-		// backend never got it whole, and the request costs nothing.
-		g.refundLimits(st, r, st.plan)
-		g.refuse(st, r, bodyErr)
-	case bodyErr != nil:
-		// The client's own body failed; the rest of it stays unread.
-		closeAfterAnswer(rw.Header(), r)
-		g.refuse(st, r, bodyErr)
 	case st.clientCx.Err() != nil:
 		rw.status = StatusClientClosed
 	case metrics.IsTimeout(err):

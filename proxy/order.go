@@ -23,9 +23,10 @@ import (
 // orderState is the validation and duplicate-protection state of one
 // order request, kept in its requestState.
 type orderState struct {
-	body       *[]byte // pooled buffer holding the client's body, or nil
-	identifier string  // the order's identifier, or ""
-	canonical  []byte  // the canonical body forwarded, whose fingerprint a claim records
+	body       *[]byte   // pooled buffer holding the client's body (its start), or nil
+	more       []*[]byte // pooled buffers holding the rest of the client's body, while it is read
+	identifier string    // the order's identifier, or ""
+	canonical  []byte    // the canonical body forwarded, whose fingerprint a claim records
 	// ids are the identifiers the request claims, all at once, for
 	// account (Gateway.identityKey): an order's one (in one), a bulk's
 	// orders' in order; elems, for a bulk, the element of each.
@@ -48,7 +49,8 @@ type orderState struct {
 	claimBy time.Time
 }
 
-// bodyPool holds order body buffers (validation.max_body_bytes is small).
+// bodyPool holds the buffers request bodies are read into (readChunks):
+// an order's fits in one (validation.max_body_bytes, 8 KiB by default).
 var bodyPool = sync.Pool{New: func() any { b := make([]byte, 0, 8<<10); return &b }}
 
 // errBodyUnreadable answers a body the client broke off.
@@ -261,28 +263,80 @@ func (g *Gateway) claimFailed(st *requestState, err error) *apierror.Error {
 	return idempotency.Unavailable()
 }
 
-// readBody reads r into dst, at most max bytes. tooBig reports a body
-// longer than max (only max+1 bytes are read).
-func readBody(dst []byte, r io.Reader, max int64) (body []byte, tooBig bool, err error) {
+// readChunks reads r into st's pooled buffers (bodyPool: the first is
+// st.order.body, the others st.order.more), at most max bytes, each
+// filled before the next is taken: a body held whole takes the memory of
+// the bytes that have arrived, in buffers of a few KiB that go back to
+// the pool, never what its Content-Length promises and never a buffer
+// grown by copies. tooBig reports a body longer than max; n is how many
+// bytes were read.
+func (st *requestState) readChunks(r io.Reader, max int64) (n int64, tooBig bool, err error) {
 	if r == nil || r == http.NoBody {
-		return dst, false, nil
+		return 0, false, nil
 	}
+	cur := st.order.body
 	for {
-		if int64(len(dst)) > max {
-			return dst, true, nil
+		if n >= max {
+			tooBig, err := probeEnd(r)
+			return n, tooBig, err
 		}
-		if len(dst) == cap(dst) {
-			dst = append(dst, 0)[:len(dst)]
+		if len(*cur) == cap(*cur) {
+			cur = bodyPool.Get().(*[]byte)
+			*cur = (*cur)[:0]
+			st.order.more = append(st.order.more, cur)
 		}
-		n, err := r.Read(dst[len(dst):min(cap(dst), int(max)+1)])
-		dst = dst[:len(dst)+n]
+		b := *cur
+		k, err := r.Read(b[len(b):min(cap(b), len(b)+int(max-n))])
+		*cur = b[:len(b)+k]
+		n += int64(k)
 		if err == io.EOF {
-			return dst, int64(len(dst)) > max, nil
+			return n, false, nil
 		}
 		if err != nil {
-			return dst, false, err
+			return n, false, err
 		}
 	}
+}
+
+// probeEnd reads r, at the limit of its body, for one byte more: true
+// when there is one (the body is too big), false at its end; or the error
+// the read failed with.
+func probeEnd(r io.Reader) (bool, error) {
+	var b [1]byte
+	for {
+		n, err := r.Read(b[:])
+		switch {
+		case n == 1:
+			return true, nil
+		case err == io.EOF:
+			return false, nil
+		case err != nil:
+			return false, err
+		}
+	}
+}
+
+// wholeBody returns the n bytes readChunks read: the first buffer itself
+// when they fit in it (pooled: st's until releaseOrder), else a buffer of
+// their own holding them all (pooled false), and gives the buffers past
+// the first back to the pool.
+func (st *requestState) wholeBody(n int64) (body []byte, pooled bool) {
+	first := *st.order.body
+	if int64(len(first)) == n {
+		body, pooled = first, true // a buffer taken for the end of file is empty
+	} else {
+		body = make([]byte, 0, n)
+		body = append(body, first...)
+	}
+	for _, bp := range st.order.more {
+		if !pooled {
+			body = append(body, *bp...)
+		}
+		putBody(bp)
+	}
+	clear(st.order.more)
+	st.order.more = st.order.more[:0]
+	return body, pooled
 }
 
 // replay answers with the response recorded for an identifier, and
@@ -407,13 +461,18 @@ func putBody(bp *[]byte) {
 	}
 }
 
-// releaseOrder returns the body buffer of an order (the client's bytes)
-// to its pool; the backend is sent the canonical body, a buffer of its own.
+// releaseOrder returns the buffers of a body read whole (the client's
+// bytes) to their pool; the backend is sent a buffer of its own (an
+// order's canonical body, or a copy).
 func (st *requestState) releaseOrder() {
 	if bp := st.order.body; bp != nil {
 		st.order.body = nil
 		putBody(bp)
 	}
+	for _, bp := range st.order.more {
+		putBody(bp)
+	}
+	st.order.more = nil
 }
 
 // idemDefaultTimeout bounds duplicate-protection store calls when the
