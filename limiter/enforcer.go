@@ -318,10 +318,7 @@ func (e *Enforcer) Decide(ctx context.Context, rr *RouteRules, req Request, d *D
 func (e *Enforcer) build(rr *RouteRules, req Request, d *Decision, p *plan) bool {
 	rs := rr.rules
 	var addrBuf [64]byte
-	var addr []byte
-	if req.Addr.IsValid() {
-		addr = AddrGroup(req.Addr, rs.v6Prefix).AppendTo(addrBuf[:0])
-	}
+	addr := rs.addrKey(req.Addr, addrBuf[:0])
 	p.reset(max(req.Cost, 1))
 	anonymous := req.Token == "" && req.Account == ""
 	var demotedFor time.Duration // until the address's token window ends
@@ -350,21 +347,7 @@ func (e *Enforcer) build(rr *RouteRules, req Request, d *Decision, p *plan) bool
 			}
 		}
 	}
-	answers := req.answers()
-	for i := range rr.limits {
-		r := &rr.limits[i]
-		if r.answers && !answers {
-			continue
-		}
-		if p.req.Guard.Key == "" {
-			p.add(i, r, d, addr, d.Demoted, anonymous, ratelimit.Always)
-			continue
-		}
-		// The guard's answer is not known: the limits of both answers,
-		// of which the store applies one.
-		p.add(i, r, d, addr, false, false, ratelimit.IfAdmitted)
-		p.add(i, r, d, addr, true, true, ratelimit.IfRefused)
-	}
+	p.addLimits(rr, d, addr, anonymous, req.answers())
 	p.rr, p.demotedFor, p.sprayHash = rr, demotedFor, sprayHash
 	p.account, p.tokenID, p.tier, p.demoted = d.Account, d.TokenID, d.Tier, d.Demoted
 	return len(p.req.Checks) > 0 || p.req.Guard.Key != ""
@@ -575,21 +558,14 @@ func (e *Enforcer) giveBack(ctx context.Context, rr *RouteRules, req Request, d 
 		return nil
 	}
 	var addrBuf [64]byte
-	var addr []byte
-	if req.Addr.IsValid() {
-		addr = AddrGroup(req.Addr, rr.rules.v6Prefix).AppendTo(addrBuf[:0])
-	}
 	p := e.plans.Get().(*plan)
 	defer e.plans.Put(p)
 	p.reset(max(req.Cost, 1))
-	// The keys Decide charged: the spray guard's answer is known now.
+	// The keys Decide charged, built as Decide built them (d holds the
+	// account, token id, tier and demotion it settled); the spray guard's
+	// answer is known now.
 	anonymous := (req.Token == "" && req.Account == "") || d.Demoted
-	for i := range rr.limits {
-		if rr.limits[i].answers && !answered {
-			continue
-		}
-		p.add(i, &rr.limits[i], d, addr, d.Demoted, anonymous, ratelimit.Always)
-	}
+	p.addLimits(rr, d, rr.rules.addrKey(req.Addr, addrBuf[:0]), anonymous, answered)
 	local, n := false, 0
 	for j := range p.req.Checks {
 		o := d.outcomeOf(p.meta[j].limit)
@@ -669,6 +645,28 @@ func (p *plan) reset(cost int64) {
 	p.req = ratelimit.Request{Checks: p.checks[:0], Cost: cost}
 	p.ans = ratelimit.Answer{Results: p.results[:0]}
 	p.meta = p.metas[:0]
+}
+
+// addLimits adds the route's limits as they apply to the request d
+// decides, from the client address key addr (nil without one): all of
+// them, those of the allowance of duplicate answers only with answers.
+// While the spray guard's answer is not known (p's guard is set), each
+// limit is added as it applies under both answers, of which the store
+// applies one; otherwise as it applies to a request anonymous or not,
+// demoted as d says.
+func (p *plan) addLimits(rr *RouteRules, d *Decision, addr []byte, anonymous, answers bool) {
+	for i := range rr.limits {
+		r := &rr.limits[i]
+		if r.answers && !answers {
+			continue
+		}
+		if p.req.Guard.Key == "" {
+			p.add(i, r, d, addr, d.Demoted, anonymous, ratelimit.Always)
+			continue
+		}
+		p.add(i, r, d, addr, false, false, ratelimit.IfAdmitted)
+		p.add(i, r, d, addr, true, true, ratelimit.IfRefused)
+	}
 }
 
 // add adds limit i, r, as it applies to a request that is demoted or not

@@ -124,3 +124,13 @@ func AddrGroup(a netip.Addr, v6Prefix int) netip.Addr {
 	}
 	return a.WithZone("")
 }
+
+// addrKey appends the key a client address counts under to buf (its
+// AddrGroup under the rules' IPv6 prefix) and returns it, or nil for a
+// request without an address.
+func (rs *Rules) addrKey(a netip.Addr, buf []byte) []byte {
+	if !a.IsValid() {
+		return nil
+	}
+	return AddrGroup(a, rs.v6Prefix).AppendTo(buf)
+}
