@@ -42,6 +42,9 @@ type ClientTLS struct {
 	OnReload func(ok bool, notAfter time.Time)
 
 	cur atomic.Pointer[clientSet]
+	// names holds the server name of instances found under a name (DNS),
+	// by host:port (string → string).
+	names sync.Map
 
 	mu      sync.Mutex // serialises Reload
 	files   config.BackendTLS
@@ -157,13 +160,21 @@ func readClientFiles(c config.BackendTLS, where string) (d pemfile.Digest, ca, c
 	return dg.Sum(), ca, cert, key, nil
 }
 
-// Config returns the configuration of a connection to host, from the
-// files in force now.
-func (c *ClientTLS) Config(host string) *tls.Config {
+// Config returns the configuration of a connection to addr (host:port),
+// from the files in force now. The server name is the configured one,
+// else the name addr's instance was found under (NameInstances), else
+// addr's host.
+func (c *ClientTLS) Config(addr string) *tls.Config {
 	set := c.cur.Load()
 	tc := &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: set.roots, ServerName: c.serverName}
 	if tc.ServerName == "" {
-		tc.ServerName = host
+		if n, ok := c.names.Load(addr); ok {
+			tc.ServerName = n.(string)
+		} else if host, _, err := net.SplitHostPort(addr); err == nil {
+			tc.ServerName = host
+		} else {
+			tc.ServerName = addr
+		}
 	}
 	if set.cert != nil {
 		tc.Certificates = []tls.Certificate{*set.cert}
@@ -173,6 +184,27 @@ func (c *ClientTLS) Config(host string) *tls.Config {
 	}
 	return tc
 }
+
+// NameInstances returns src with each instance it finds dialled for
+// serverName, the name they were found under (ServerName of a DNS name),
+// unless a server name is configured: an instance found by its address
+// has a certificate for the service's name, not for the address.
+func (c *ClientTLS) NameInstances(src Source, serverName string) Source {
+	return sourceFunc(func(ctx context.Context, update func([]Endpoint)) {
+		src.Run(ctx, func(eps []Endpoint) {
+			for _, ep := range eps {
+				c.names.Store(ep.URL.Host, serverName)
+			}
+			update(eps)
+		})
+	})
+}
+
+// sourceFunc is a function that is a Source.
+type sourceFunc func(ctx context.Context, update func([]Endpoint))
+
+// Run calls f.
+func (f sourceFunc) Run(ctx context.Context, update func([]Endpoint)) { f(ctx, update) }
 
 // Apply makes tr dial https instances through c: each connection is
 // dialled by tr.DialContext, then its handshake made with Config, bounded
@@ -185,15 +217,11 @@ func (c *ClientTLS) Apply(tr *http.Transport) {
 	}
 	timeout := tr.TLSHandshakeTimeout
 	tr.DialTLSContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
-		host, _, err := net.SplitHostPort(addr)
-		if err != nil {
-			return nil, err
-		}
 		raw, err := dial(ctx, network, addr)
 		if err != nil {
 			return nil, err
 		}
-		conn := tls.Client(raw, c.Config(host))
+		conn := tls.Client(raw, c.Config(addr))
 		hctx := ctx
 		if timeout > 0 {
 			var cancel context.CancelFunc

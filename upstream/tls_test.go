@@ -1,11 +1,13 @@
 package upstream
 
 import (
+	"context"
 	"crypto/tls"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -19,9 +21,12 @@ import (
 // mtlsBackend is a real TLS server on loopback that requires a client
 // certificate signed by clientCA, and answers with the protocol and the
 // client certificate's name it saw.
-func mtlsBackend(t *testing.T, serverCA, clientCA *tlstest.CA, dir string) *httptest.Server {
+func mtlsBackend(t *testing.T, serverCA, clientCA *tlstest.CA, dir string, names ...string) *httptest.Server {
 	t.Helper()
-	leaf := serverCA.Issue(dir, "backend", []string{"backend.test", "127.0.0.1"}, tlstest.Options{})
+	if len(names) == 0 {
+		names = []string{"backend.test", "127.0.0.1"}
+	}
+	leaf := serverCA.Issue(dir, "backend", names, tlstest.Options{})
 	cert, err := tls.X509KeyPair(leaf.CertPEM, leaf.KeyPEM)
 	if err != nil {
 		t.Fatal(err)
@@ -210,5 +215,34 @@ func TestCheckClientTLS(t *testing.T) {
 				t.Errorf("LoadClientTLS: %v, want an error: %v", err, len(tt.want) > 0)
 			}
 		})
+	}
+}
+
+// TestClientTLSNamesDiscoveredInstances: an instance found in DNS is
+// dialled by its address, and its certificate is for the name it was
+// found under, not for the address.
+func TestClientTLSNamesDiscoveredInstances(t *testing.T) {
+	dir := t.TempDir()
+	ca := tlstest.NewCA(t, dir)
+	client := ca.Issue(dir, "exgate", []string{"exgate-client"}, tlstest.Options{Client: true})
+	srv := mtlsBackend(t, ca, ca, dir, "backend.test")
+	ct, err := LoadClientTLS(config.BackendTLS{CAFile: ca.File, CertFile: client.CertFile, KeyFile: client.KeyFile, HTTP2: true}, "upstream.tls", "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := testTransport()
+	ct.Apply(tr)
+	defer tr.CloseIdleConnections()
+	if got, err := get(tr, srv.URL+"/"); err == nil || !strings.Contains(err.Error(), "127.0.0.1") {
+		t.Fatalf("an address the certificate does not name: %q, %v; want a verification error", got, err)
+	}
+	u, _ := url.Parse(srv.URL)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	found := make(chan []Endpoint, 1)
+	go ct.NameInstances(Static{{URL: u}}, "backend.test").Run(ctx, func(eps []Endpoint) { found <- eps })
+	<-found
+	if got, err := get(tr, srv.URL+"/"); err != nil || got != "HTTP/2.0 exgate-client" {
+		t.Fatalf("an instance found under backend.test: %q, %v", got, err)
 	}
 }
