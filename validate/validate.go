@@ -556,44 +556,58 @@ func usage(typ string, id int) int {
 	return optional
 }
 
-// fields applies the field rules to the scanned values.
+// fields applies the field rules to the scanned values, in steps: fields
+// given twice, the symbol and its market, type and side, the identifier,
+// then the amounts under the market's rules.
 func (v *Validator) fields(st *state, cs *compiled) Order {
 	var o Order
-	rep := &st.rep
-	vals := &st.vals
-	b := st.p.b
 	for id := range numFields {
-		if vals[id].dup {
-			rep.add(fieldName(id), "must appear only once")
+		if st.vals[id].dup {
+			st.rep.add(fieldName(id), "must appear only once")
 		}
 	}
+	rs := v.symbol(st, cs, &o)
+	v.typeAndSide(st, &o)
+	v.identifier(st, &o)
+	v.amounts(st, rs, &o)
+	return o
+}
 
-	// symbol and market.
-	var rs *rules
-	if sym, ok := v.stringField(st, fSymbol, true); ok {
-		var buf [48]byte
-		s := decoded(buf[:0], b[sym.lo:sym.hi], sym.esc)
-		switch {
-		case !config.IsSymbol(string(s)): // no heap copy up to 32 bytes, the longest symbol
-			rep.add("symbol", "must be <BASE>_<QUOTE> of upper-case letters and digits, such as \"BTC_USDT\"")
-		case cs == nil:
-			o.Partial = true
-			o.Symbol = string(s)
-		default:
-			if rs = cs.rules[string(s)]; rs == nil {
-				rep.add("symbol", "no market "+strconv.Quote(string(s)))
-			} else if !rs.m.Tradable {
-				rep.add("symbol", "market "+rs.m.Symbol+" is not tradable")
-				rs = nil
-			} else {
-				o.Market, o.Symbol = rs.m, rs.m.Symbol
-			}
-		}
-	} else if cs == nil {
+// symbol reads the symbol into o and returns its market's rules, or nil
+// when it names no tradable market, or before the catalogue is loaded (cs
+// nil: o is then Partial).
+func (v *Validator) symbol(st *state, cs *compiled, o *Order) *rules {
+	sym, ok := v.stringField(st, fSymbol, true)
+	if !ok {
+		o.Partial = o.Partial || cs == nil
+		return nil
+	}
+	var buf [48]byte
+	s := decoded(buf[:0], st.p.b[sym.lo:sym.hi], sym.esc)
+	switch {
+	case !config.IsSymbol(string(s)): // no heap copy up to 32 bytes, the longest symbol
+		st.rep.add("symbol", "must be <BASE>_<QUOTE> of upper-case letters and digits, such as \"BTC_USDT\"")
+	case cs == nil:
 		o.Partial = true
+		o.Symbol = string(s)
+	default:
+		rs := cs.rules[string(s)]
+		switch {
+		case rs == nil:
+			st.rep.add("symbol", "no market "+strconv.Quote(string(s)))
+		case !rs.m.Tradable:
+			st.rep.add("symbol", "market "+rs.m.Symbol+" is not tradable")
+		default:
+			o.Market, o.Symbol = rs.m, rs.m.Symbol
+			return rs
+		}
 	}
+	return nil
+}
 
-	// type and side.
+// typeAndSide reads the order's type and side into o.
+func (v *Validator) typeAndSide(st *state, o *Order) {
+	b := st.p.b
 	if t, ok := v.stringField(st, fType, true); ok {
 		var buf [16]byte
 		switch string(decoded(buf[:0], b[t.lo:t.hi], t.esc)) {
@@ -606,7 +620,7 @@ func (v *Validator) fields(st *state, cs *compiled) Order {
 		case TypeOCO:
 			o.Type = TypeOCO
 		default:
-			rep.add("type", "must be one of limit, market, stop_limit, oco")
+			st.rep.add("type", "must be one of limit, market, stop_limit, oco")
 		}
 	}
 	if s, ok := v.stringField(st, fSide, true); ok {
@@ -617,36 +631,42 @@ func (v *Validator) fields(st *state, cs *compiled) Order {
 		case SideSell:
 			o.Side = SideSell
 		default:
-			rep.add("side", "must be buy or sell")
+			st.rep.add("side", "must be buy or sell")
 		}
 	}
+}
 
-	// identifier.
-	if id, ok := v.stringField(st, fIdentifier, v.idRequired); ok {
-		var buf [64]byte
-		s := decoded(buf[:0], b[id.lo:id.hi], id.esc)
-		switch {
-		case len(s) == 0:
-			rep.add("identifier", "must not be empty")
-		case len(s) > v.idMax:
-			rep.add("identifier", "must be at most "+strconv.Itoa(v.idMax)+" characters")
-		default:
-			good := true
-			for _, c := range s {
-				if !v.idChars[c] {
-					good = false
-					break
-				}
-			}
-			if good {
-				o.Identifier = string(s)
-			} else {
-				rep.add("identifier", v.idCharsMsg)
-			}
+// identifier reads the order's identifier into o: not empty, at most
+// idMax characters, of the allowed characters.
+func (v *Validator) identifier(st *state, o *Order) {
+	id, ok := v.stringField(st, fIdentifier, v.idRequired)
+	if !ok {
+		return
+	}
+	var buf [64]byte
+	s := decoded(buf[:0], st.p.b[id.lo:id.hi], id.esc)
+	switch {
+	case len(s) == 0:
+		st.rep.add("identifier", "must not be empty")
+		return
+	case len(s) > v.idMax:
+		st.rep.add("identifier", "must be at most "+strconv.Itoa(v.idMax)+" characters")
+		return
+	}
+	for _, c := range s {
+		if !v.idChars[c] {
+			st.rep.add("identifier", v.idCharsMsg)
+			return
 		}
 	}
+	o.Identifier = string(s)
+}
 
-	// Decimals.
+// amounts reads the decimal fields into o and checks them against the
+// market's rules (rs, nil without a market), a limit order's
+// quote_amount against price × base_amount, and the market's minimum
+// order value.
+func (v *Validator) amounts(st *state, rs *rules, o *Order) {
 	var ds [numFields]dec
 	var ok [numFields]bool
 	for id := fBaseAmount; id <= fOCOTarget; id++ {
@@ -655,6 +675,7 @@ func (v *Validator) fields(st *state, cs *compiled) Order {
 	if rs != nil {
 		v.marketRules(st, rs, &ds, &ok)
 	}
+	rep := &st.rep
 	// A limit order's quote_amount is price × base_amount (trading-api.md).
 	if o.Type == TypeLimit && ok[fQuoteAmount] && ok[fPrice] && ok[fBaseAmount] &&
 		cmpProduct(&ds[fPrice], &ds[fBaseAmount], &ds[fQuoteAmount]) != 0 {
@@ -675,7 +696,6 @@ func (v *Validator) fields(st *state, cs *compiled) Order {
 	for id := fBaseAmount; id <= fOCOTarget; id++ {
 		o.amounts[id-fBaseAmount], o.has[id-fBaseAmount] = ds[id], ok[id]
 	}
-	return o
 }
 
 // stringField returns a field that must be a JSON string. Absent or null
