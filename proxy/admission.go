@@ -12,6 +12,7 @@ import (
 	"github.com/exgate/exgate/limiter"
 	"github.com/exgate/exgate/metrics"
 	"github.com/exgate/exgate/overload"
+	"github.com/exgate/exgate/share"
 )
 
 // The overload step bounds the requests under way at the backend
@@ -51,7 +52,7 @@ type admissionPlan struct {
 // routeAdmission is a route's overload state, compiled with the plan.
 type routeAdmission struct {
 	class    overload.Class
-	inflight *sharedPool // the route's own cap (max_in_flight) between clients, or nil
+	inflight *share.Pool // the route's own cap (max_in_flight) between clients, or nil
 	metrics  [overload.NumClasses]*metrics.OverloadMetrics
 }
 
@@ -105,7 +106,7 @@ func (g *Gateway) compileAdmission(r *Route) {
 	}
 	a := &routeAdmission{class: c}
 	if n := r.Config.MaxInFlight; n > 0 {
-		a.inflight = newSharedPool(int64(n))
+		a.inflight = share.NewPool(int64(n))
 	}
 	a.metrics[c] = g.metrics.Overload(r.Name, c.String())
 	if r.Config.Validate == config.ValidateBulk && c != overload.Cancel {
@@ -200,14 +201,14 @@ func (g *Gateway) admit(st *requestState, r *http.Request, pl *plan) *apierror.E
 // takeRoute takes one of the route's own slots (max_in_flight) for
 // client c, within its share of them, reporting false when it has none; a
 // route without a cap of its own always has room.
-func (a *routeAdmission) takeRoute(c clientKey) bool {
-	return a.inflight == nil || a.inflight.take(c, 1)
+func (a *routeAdmission) takeRoute(c share.Key) bool {
+	return a.inflight == nil || a.inflight.Take(c, 1)
 }
 
 // releaseRoute gives back a slot takeRoute took for client c.
-func (a *routeAdmission) releaseRoute(c clientKey) {
+func (a *routeAdmission) releaseRoute(c share.Key) {
 	if a.inflight != nil {
-		a.inflight.give(c, 1)
+		a.inflight.Give(c, 1)
 	}
 }
 

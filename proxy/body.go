@@ -23,7 +23,7 @@ import (
 // Each body is bounded by its route's limit (server.max_body_bytes; an
 // order's validation.max_body_bytes, a bulk's validation.bulk
 // .max_body_bytes) and by a budget every client has a share of
-// (server.max_buffered_bytes, a sharedPool), charged by the bytes that
+// (server.max_buffered_bytes, a share.Pool), charged by the bytes that
 // have arrived, never by what Content-Length promises (readWhole). A body
 // of declared length over the limit is refused before any of it is read;
 // one that grows past it, when its bytes arrive, with the same 413. A
@@ -137,7 +137,7 @@ func (b *chargedBody) Read(p []byte) (int, error) {
 	n, err := b.rc.Read(p)
 	if n > 0 {
 		st := b.st
-		if !st.g.budget.take(st.client, int64(n)) {
+		if !st.g.budget.Take(st.client, int64(n)) {
 			return 0, errShareFull
 		}
 		st.buffered += int64(n)

@@ -149,43 +149,6 @@ func TestBufferBudget(t *testing.T) {
 	}
 }
 
-// TestBufferBudgetShares: a client may take a byte only while it holds
-// fewer than are left free: alone, half the budget; with
-// others taking all they can, less, and a client that holds nothing
-// always finds room.
-func TestBufferBudgetShares(t *testing.T) {
-	b := newSharedPool(1000)
-	fill := func(c clientKey) int64 {
-		var n int64
-		for b.take(c, 10) {
-			n += 10
-		}
-		return n
-	}
-	if got := fill(1); got != 500 {
-		t.Errorf("a client alone took %d of 1000, want 500", got)
-	}
-	if got := fill(2); got != 250 {
-		t.Errorf("a second client took %d of the 500 left, want 250", got)
-	}
-	if got := fill(3); got != 120 {
-		t.Errorf("a third client took %d of the 250 left, want 120", got)
-	}
-	if !b.take(4, 10) {
-		t.Error("a client that holds nothing found no room")
-	}
-	if b.take(1, 1) || b.take(2, 1) {
-		t.Error("a client at its share took more")
-	}
-	b.give(1, 500)
-	if !b.take(2, 10) || b.Clients() != 3 || b.Buffered() != 390 {
-		t.Errorf("after the first client left: %d clients hold %d bytes, want 3 and 390", b.Clients(), b.Buffered())
-	}
-	if b.take(5, 1001) {
-		t.Error("a body larger than the budget was taken")
-	}
-}
-
 // TestBodyCutNeverReachesBackend: a body the client sends too slowly is
 // cut by server.read_timeout (408, its connection closed), one it breaks
 // off is refused (400), and the backend hears of neither: exgate reads a

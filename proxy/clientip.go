@@ -1,9 +1,14 @@
 package proxy
 
 import (
+	"context"
+	"net"
 	"net/http"
 	"net/netip"
 	"strings"
+	"sync"
+
+	"github.com/exgate/exgate/edge"
 )
 
 // peerAddr parses an http.Request RemoteAddr ("ip:port") into the
@@ -294,6 +299,40 @@ type peer struct {
 
 // peerKey is the context key of a connection's *connPeer.
 type peerKey struct{}
+
+// ConnContext records c for the requests that come on it: their peer, and
+// whether c was accepted past its client's share, each worked out on
+// first use — once per connection, not per request, and not here: the
+// server calls ConnContext on its accept loop, and with the PROXY
+// protocol the remote address is known only once the connection's
+// goroutine has read the header. edge.NewServer calls it.
+func (g *Gateway) ConnContext(ctx context.Context, c net.Conn) context.Context {
+	return context.WithValue(ctx, peerKey{}, &connPeer{conn: c, trusted: g.trusted})
+}
+
+// connPeer is a connection's peer, worked out on first use, and whether
+// the connection was accepted past its client's share (edge.ShareConnections).
+type connPeer struct {
+	conn     net.Conn
+	trusted  []netip.Prefix
+	once     sync.Once
+	p        *peer
+	pastOnce sync.Once
+	past     bool
+}
+
+// pastShare reports whether the connection was accepted past its client's
+// share, working it out on the first call.
+func (c *connPeer) pastShare() bool {
+	c.pastOnce.Do(func() { c.past = edge.PastShare(c.conn) })
+	return c.past
+}
+
+// get returns the peer, working it out on the first call.
+func (c *connPeer) get() *peer {
+	c.once.Do(func() { c.p = newPeer(c.conn.RemoteAddr().String(), c.trusted) })
+	return c.p
+}
 
 // newPeer works out the peer of a connection whose remote address is
 // remoteAddr.

@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"bufio"
-	"crypto/tls"
 	"fmt"
 	"net"
 	"net/http"
@@ -10,10 +9,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pires/go-proxyproto"
 	"go.uber.org/zap"
 
 	"github.com/exgate/exgate/config"
+	"github.com/exgate/exgate/edge"
 )
 
 // TestConnectionShares: client connections are shared between addresses:
@@ -36,8 +35,8 @@ func TestConnectionShares(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := NewServer(cfg, gw, zap.NewNop(), nil)
-	go func() { _ = srv.Serve(ShareConnections(ln, cfg, nil)) }()
+	srv := edge.NewServer(cfg, gw, zap.NewNop(), nil)
+	go func() { _ = srv.Serve(edge.ShareConnections(ln, cfg, nil)) }()
 	t.Cleanup(func() { _ = srv.Close() })
 
 	get := func(c net.Conn) *http.Response {
@@ -90,44 +89,5 @@ func TestConnectionShares(t *testing.T) {
 			t.Fatalf("a connection closed did not give its place back: %d", res.StatusCode)
 		}
 		time.Sleep(10 * time.Millisecond)
-	}
-}
-
-// TestMaxConnectionsDefault: without server.max_connections the pool is
-// the process's file-descriptor limit less what is kept for the backend,
-// Redis and files.
-func TestMaxConnectionsDefault(t *testing.T) {
-	cfg := config.Default()
-	if n := MaxConnections(cfg); n < connReserve {
-		t.Errorf("MaxConnections = %d, want at least %d", n, connReserve)
-	}
-	cfg.Server.MaxConnections = 500
-	if n := MaxConnections(cfg); n != 500 {
-		t.Errorf("MaxConnections = %d, want 500 as set", n)
-	}
-}
-
-// TestPastShareUnwraps: a connection past its share is told as such under
-// TLS and under the PROXY protocol, as net/http holds it.
-func TestPastShareUnwraps(t *testing.T) {
-	a, b := net.Pipe()
-	t.Cleanup(func() { a.Close(); b.Close() })
-	counted := &sharedConn{Conn: a, pool: newSharedPool(4)}
-	past := &sharedConn{Conn: a}
-	for _, tt := range []struct {
-		name string
-		conn net.Conn
-		want bool
-	}{
-		{"plain, counted", counted, false},
-		{"plain, past its share", past, true},
-		{"TLS, past its share", tls.Server(past, &tls.Config{}), true},
-		{"PROXY protocol, past its share", proxyproto.NewConn(past), true},
-		{"TLS over the PROXY protocol, counted", tls.Server(proxyproto.NewConn(counted), &tls.Config{}), false},
-		{"not shared", a, false},
-	} {
-		if got := pastShare(tt.conn); got != tt.want {
-			t.Errorf("%s: pastShare = %v, want %v", tt.name, got, tt.want)
-		}
 	}
 }

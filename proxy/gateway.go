@@ -31,6 +31,7 @@ import (
 	"github.com/exgate/exgate/limiter"
 	"github.com/exgate/exgate/metrics"
 	"github.com/exgate/exgate/overload"
+	"github.com/exgate/exgate/share"
 	"github.com/exgate/exgate/topk"
 	"github.com/exgate/exgate/upstream"
 	"github.com/exgate/exgate/validate"
@@ -123,7 +124,7 @@ type Gateway struct {
 	checkIDs     bool // upstream.check_response_id
 	errHeader    *apierror.Error
 	errBody      *apierror.Error
-	budget       *sharedPool // bytes of order bodies read whole, shared by clients
+	budget       *share.Pool // bytes of order bodies read whole, shared by clients
 	admission    *overload.Controller
 	draining     atomic.Bool
 	pool         sync.Pool // *requestState
@@ -198,7 +199,7 @@ func New(cfg *config.Config, opts Options) (*Gateway, error) {
 	g.plan.Store(g.newPlan(cfg, rules, opts.Validator))
 	g.errHeader = headerTooLarge(g.maxHeader)
 	g.errBody = apierror.TooLarge(g.maxBody)
-	g.budget = newSharedPool(int64(cfg.Server.MaxBufferedBytes))
+	g.budget = share.NewPool(int64(cfg.Server.MaxBufferedBytes))
 	g.metrics.SetBodyBudgetSource(g.budget)
 	g.rp = &httputil.ReverseProxy{
 		Rewrite:        g.rewrite,
@@ -315,7 +316,7 @@ type requestState struct {
 	upStatus   int             // the backend's status, or 0
 	buffered   int64           // bytes of the buffer budget this request holds
 	bodyReader chargedBody     // the body being read whole, charged to the client's share
-	client     clientKey       // whose share of the shared pools the request takes (clientOf)
+	client     share.Key       // whose share of the shared pools the request takes (clientOf)
 	bulkCancel bool            // the request is a bulk of order ids to cancel
 	slot       bool            // the request holds a backend slot (admission)
 	plan       *plan           // the plan the request started with
@@ -508,7 +509,7 @@ func (g *Gateway) end(st *requestState, r *http.Request, extra ...zap.Field) {
 	g.settleFailed(st, nil)
 	g.releaseSlot(st)
 	st.releaseOrder()
-	g.budget.give(st.client, st.buffered)
+	g.budget.Give(st.client, st.buffered)
 	g.observe(st, r)
 	g.logAccess(st, r, extra...)
 	if st.rec {

@@ -23,6 +23,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/exgate/exgate/config"
+	"github.com/exgate/exgate/edge"
 	"github.com/exgate/exgate/limiter"
 )
 
@@ -139,7 +140,7 @@ func serveLogged(t *testing.T, cfg *config.Config, be *backend, opts Options, lo
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := NewServer(cfg, gw, zap.NewNop(), nil)
+	srv := edge.NewServer(cfg, gw, zap.NewNop(), nil)
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

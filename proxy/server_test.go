@@ -16,26 +16,29 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/zap"
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
 
 	"github.com/exgate/exgate/config"
+	"github.com/exgate/exgate/edge"
+	"github.com/exgate/exgate/internal/tlstest"
 	"github.com/exgate/exgate/metrics"
 )
 
-// serveTLS serves h, with NewServer's settings from cfg and edge metrics
+// serveTLS serves h, with edge.NewServer's settings from cfg and edge metrics
 // m, over TLS with certs on a free loopback port until the test ends
 // (then shut down, within 5 s), and returns its address.
-func serveTLS(t *testing.T, cfg *config.Config, h http.Handler, m *metrics.Edge, certs *Certificates) string {
+func serveTLS(t *testing.T, cfg *config.Config, h http.Handler, m *metrics.Edge, certs *edge.Certificates) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := NewServer(cfg, h, zap.NewNop(), m)
-	go func() { _ = ServeTraffic(srv, ln, certs) }()
+	srv := edge.NewServer(cfg, h, zap.NewNop(), m)
+	go func() { _ = edge.ServeTraffic(srv, ln, certs) }()
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
@@ -484,4 +487,40 @@ func (c *h2Conn) answer(id uint32) (status, body string) {
 	}
 	c.t.Fatalf("the connection ended before stream %d's answer", id)
 	return "", ""
+}
+
+func newEdgeMetrics(t *testing.T) *metrics.Edge {
+	t.Helper()
+	m, err := metrics.NewEdge(prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// waitFor polls cond for up to 5 seconds.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// apiCertificates returns the certificates of one leaf for
+// api.example.test and the new certificate authority that issued it, whose
+// pool a client trusts.
+func apiCertificates(t *testing.T) (*edge.Certificates, *tlstest.CA) {
+	t.Helper()
+	dir := t.TempDir()
+	ca := tlstest.NewCA(t, dir)
+	leaf := ca.Issue(dir, "api", []string{"api.example.test"}, tlstest.Options{})
+	certs, err := edge.LoadCertificates([]config.Certificate{{CertFile: leaf.CertFile, KeyFile: leaf.KeyFile}}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return certs, ca
 }

@@ -28,7 +28,7 @@ import (
 // then on; established connections keep theirs, and a set that fails to
 // load (a missing or half-written file, a key that does not match, an
 // expired certificate) leaves the last good one in place, as the traffic
-// listener's certificates do (proxy.Certificates).
+// listener's certificates do (edge.Certificates).
 type ClientTLS struct {
 	log   *zap.Logger
 	where string // the YAML path of the settings, such as "upstream.tls"

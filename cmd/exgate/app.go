@@ -19,6 +19,7 @@ import (
 
 	"github.com/exgate/exgate/admin"
 	"github.com/exgate/exgate/config"
+	"github.com/exgate/exgate/edge"
 	"github.com/exgate/exgate/identity"
 	"github.com/exgate/exgate/limiter"
 	"github.com/exgate/exgate/metrics"
@@ -89,8 +90,8 @@ type app struct {
 	// traceMetrics counts its spans.
 	traces       *tracing.Provider
 	traceMetrics *metrics.Tracing
-	certs        *proxy.Certificates // nil without TLS
-	stopTLS      context.CancelFunc  // stops the certificate watch
+	certs        *edge.Certificates // nil without TLS
+	stopTLS      context.CancelFunc // stops the certificate watch
 	// backendTLS dials the backend over TLS, nil for an http backend;
 	// stopBackendTLS stops its files' watch.
 	backendTLS     *upstream.ClientTLS
@@ -339,7 +340,7 @@ func (a *app) loadCertificates(cfg *config.Config) error {
 		return nil
 	}
 	var err error
-	a.certs, err = proxy.LoadCertificates(files, a.log.Named("tls"), a.edge)
+	a.certs, err = edge.LoadCertificates(files, a.log.Named("tls"), a.edge)
 	return err
 }
 
@@ -356,9 +357,9 @@ func (a *app) listen(cfg *config.Config) error {
 		return fmt.Errorf("admin listen %s: %w", cfg.AdminListen, err)
 	}
 	a.addr, a.adminAd = ln.Addr().String(), aln.Addr().String()
-	a.srv = proxy.NewServer(cfg, a.gw, a.log, a.edge)
+	a.srv = edge.NewServer(cfg, a.gw, a.log, a.edge)
 	a.admin = admin.NewServer(cfg, admin.Handler(a.gw, a.adminOptions(cfg)), a.log)
-	tln := proxy.ProxyProtocolListener(proxy.ShareConnections(ln, cfg, a.edge), cfg.Server.ProxyProtocol, cfg.Server.ReadHeaderTimeout, a.edge)
+	tln := edge.ProxyProtocolListener(edge.ShareConnections(ln, cfg, a.edge), cfg.Server.ProxyProtocol, cfg.Server.ReadHeaderTimeout, a.edge)
 	go a.serveTraffic(tln)
 	if a.certs != nil {
 		ctx, cancel := context.WithCancel(context.Background())
@@ -387,7 +388,7 @@ func (a *app) warnUnsafeDefaults() {
 // serveTraffic serves the gateway on ln, over TLS when certificates are
 // configured.
 func (a *app) serveTraffic(ln net.Listener) {
-	if err := proxy.ServeTraffic(a.srv, ln, a.certs); err != nil && !errors.Is(err, http.ErrServerClosed) {
+	if err := edge.ServeTraffic(a.srv, ln, a.certs); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		a.errc <- fmt.Errorf("gateway: %w", err)
 	}
 }

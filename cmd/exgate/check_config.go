@@ -8,9 +8,9 @@ import (
 	"strings"
 
 	"github.com/exgate/exgate/config"
+	"github.com/exgate/exgate/edge"
 	"github.com/exgate/exgate/identity"
 	"github.com/exgate/exgate/limiter"
-	"github.com/exgate/exgate/proxy"
 )
 
 // checkConfigCommand implements `exgate check-config [-files=false] FILE`:
@@ -125,7 +125,7 @@ func namedFiles(cfg *config.Config, configPath string) []namedFile {
 	out = append(out, backendTLSNamedFiles(cfg, configPath)...)
 	for i, c := range certificateFiles(cfg, configPath) {
 		out = append(out, namedFile{fmt.Sprintf("server.tls.certificates[%d]", i), c.CertFile + ", " + c.KeyFile, func() []error {
-			return proxy.CheckCertificates([]config.Certificate{c})
+			return edge.CheckCertificates([]config.Certificate{c})
 		}})
 	}
 	return out

@@ -1,11 +1,9 @@
-package proxy
+package edge
 
 import (
 	"context"
 	"net"
 	"net/http"
-	"net/netip"
-	"sync"
 
 	"go.uber.org/zap"
 
@@ -26,28 +24,20 @@ import (
 // limits: the header list is bounded as an HTTP/1.1 request's headers are
 // (net/http advertises the bound in SETTINGS_MAX_HEADER_LIST_SIZE), and
 // every request goes through the same handler. m counts HTTP/2 protocol
-// errors; it may be nil.
+// errors; it may be nil. When h has a ConnContext method (a
+// *proxy.Gateway has), the server calls it for each connection it
+// accepts: the gateway keeps there what it works out once per connection.
 func NewServer(cfg *config.Config, h http.Handler, log *zap.Logger, m *metrics.Edge) *http.Server {
 	if log == nil {
 		log = zap.NewNop()
 	}
 	errLog, _ := zap.NewStdLogAt(log.Named("http"), zap.WarnLevel)
-	var trusted []netip.Prefix
-	for _, p := range cfg.ClientIP.TrustedProxies {
-		trusted = append(trusted, p.Prefix)
-	}
 	protocols := new(http.Protocols)
 	protocols.SetHTTP1(true)
 	protocols.SetHTTP2(cfg.Server.HTTP2.Enabled)
 	return &http.Server{
-		// The peer is worked out once per connection, not per request,
-		// and not here: ConnContext runs on the accept loop, and with the
-		// PROXY protocol the remote address is known only once the
-		// connection's goroutine has read the header.
-		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
-			return context.WithValue(ctx, peerKey{}, &connPeer{conn: c, trusted: trusted})
-		},
-		Protocols: protocols,
+		ConnContext: connContext(h),
+		Protocols:   protocols,
 		HTTP2: &http.HTTP2Config{
 			MaxConcurrentStreams: cfg.Server.HTTP2.MaxConcurrentStreams,
 			// HPACK's default table and frame sizes; a client cannot
@@ -70,6 +60,16 @@ func NewServer(cfg *config.Config, h http.Handler, log *zap.Logger, m *metrics.E
 		DisableGeneralOptionsHandler: true,
 		ErrorLog:                     errLog,
 	}
+}
+
+// connContext returns h's ConnContext method, or nil.
+func connContext(h http.Handler) func(context.Context, net.Conn) context.Context {
+	if cc, ok := h.(interface {
+		ConnContext(context.Context, net.Conn) context.Context
+	}); ok {
+		return cc.ConnContext
+	}
+	return nil
 }
 
 // headerReadLimit is how large a header block net/http reads for the
@@ -95,28 +95,4 @@ func ServeTraffic(srv *http.Server, ln net.Listener, certs *Certificates) error 
 	}
 	srv.TLSConfig = certs.TLSConfig()
 	return srv.ServeTLS(ln, "", "")
-}
-
-// connPeer is a connection's peer, worked out on first use, and whether
-// the connection was accepted past its client's share (ShareConnections).
-type connPeer struct {
-	conn     net.Conn
-	trusted  []netip.Prefix
-	once     sync.Once
-	p        *peer
-	pastOnce sync.Once
-	past     bool
-}
-
-// pastShare reports whether the connection was accepted past its client's
-// share, working it out on the first call.
-func (c *connPeer) pastShare() bool {
-	c.pastOnce.Do(func() { c.past = pastShare(c.conn) })
-	return c.past
-}
-
-// get returns the peer, working it out on the first call.
-func (c *connPeer) get() *peer {
-	c.once.Do(func() { c.p = newPeer(c.conn.RemoteAddr().String(), c.trusted) })
-	return c.p
 }

@@ -1,10 +1,11 @@
-package proxy
+package edge
 
 import (
 	"errors"
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -64,7 +65,7 @@ func connPolicy(trusted []netip.Prefix, listed proxyproto.Policy) proxyproto.Con
 		if !ok {
 			return proxyproto.REJECT, fmt.Errorf("%w: peer address %v", proxyproto.ErrInvalidUpstream, o.Upstream)
 		}
-		if inPrefixes(a, trusted) {
+		if slices.ContainsFunc(trusted, func(p netip.Prefix) bool { return p.Contains(a) }) {
 			return listed, nil
 		}
 		return proxyproto.REJECT, nil
