@@ -235,6 +235,19 @@ func newMetrics(info BuildInfo) *Metrics {
 		routes: make(map[string]*RouteMetrics),
 		limits: make(map[string]map[string]map[string]*LimitMetrics),
 	}
+	m.newRequestCollectors()
+	m.newLimitCollectors()
+	m.newOrderCollectors()
+	m.newAuthCollectors()
+	m.newProcessCollectors(info)
+	m.overload = newOverloadCollectors()
+	m.bodyBudgetGauges = newBodyBudgetCollectors()
+	return m
+}
+
+// newRequestCollectors builds the collectors of requests and of the
+// backend's answers to them.
+func (m *Metrics) newRequestCollectors() {
 	m.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: NameRequests,
 		Help: "Requests answered, by route, method (GET HEAD POST PUT PATCH DELETE OPTIONS or other) and status code (499: the client went away).",
@@ -253,6 +266,11 @@ func newMetrics(info BuildInfo) *Metrics {
 		Name: NameUpstreamErrors,
 		Help: "Requests the backend did not answer, by route and kind (timeout, unreachable, reset, client_gone, other).",
 	}, []string{"route", "kind"})
+}
+
+// newLimitCollectors builds the collectors of rate-limit decisions and of
+// the limit store.
+func (m *Metrics) newLimitCollectors() {
 	m.decisions = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: NameRateLimitDecision,
 		Help: "Rate-limit decisions, by route, limit, tier and decision (allowed, limited, shadow_limited, exceeds_burst: a bulk larger than the limit's burst, which can never pass at its size).",
@@ -270,6 +288,14 @@ func newMetrics(info BuildInfo) *Metrics {
 		Name: NameFallback,
 		Help: "Rate-limit decisions taken without the store because it failed, by route and mode (open, closed, local).",
 	}, []string{"route", "mode"})
+	for k := range m.storeErrKinds {
+		m.storeErrKinds[k] = m.storeErrors.WithLabelValues(storeErrorKind(k).String())
+	}
+}
+
+// newOrderCollectors builds the collectors of order checks: validation,
+// duplicate protection, the body budget and the market catalogue.
+func (m *Metrics) newOrderCollectors() {
 	m.validation = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: NameValidation,
 		Help: "Orders refused by validation before reaching the backend, by rejection code.",
@@ -286,6 +312,36 @@ func newMetrics(info BuildInfo) *Metrics {
 		Name: NameCatalogueAge,
 		Help: "Seconds since the market catalogue was last loaded from the backend; -1 until the first load.",
 	}, m.catalogueAgeSeconds)
+	m.validCodes = boundedLabel{vec: m.validation, m: map[string]prometheus.Counter{}}
+	for o := range m.idemOutcomes {
+		m.idemOutcomes[o] = m.idempotency.WithLabelValues(IdempotencyOutcome(o).String())
+	}
+}
+
+// newAuthCollectors builds the collectors of token verification.
+func (m *Metrics) newAuthCollectors() {
+	m.authFailures = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: NameAuthFailures,
+		Help: "Bearer tokens refused at the edge, by reason (malformed, noncanonical, bad_signature, bad_algorithm, unknown_key, expired, not_yet_valid, issued_in_future, missing_claim, wrong_type, wrong_issuer, wrong_audience).",
+	}, []string{"reason"})
+	m.authCachedVec = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: NameAuthCached,
+		Help: "Bearer tokens refused from the cache of refused tokens, without their signature being checked again, by reason; also counted in " + NameAuthFailures + ".",
+	}, []string{"reason"})
+	m.jwksFetches = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: NameJWKSFetches,
+		Help: "Fetches of the JWKS URL, by result (success, failure).",
+	}, []string{"result"})
+	m.authCodes = boundedLabel{vec: m.authFailures, m: map[string]prometheus.Counter{}}
+	m.authCached = boundedLabel{vec: m.authCachedVec, m: map[string]prometheus.Counter{}}
+	m.jwksResults[0] = m.jwksFetches.WithLabelValues("failure")
+	m.jwksResults[1] = m.jwksFetches.WithLabelValues("success")
+}
+
+// newProcessCollectors builds the collectors of the process itself:
+// requests in flight, reloads, admin resets, the replica and the build,
+// and the Go and process collectors.
+func (m *Metrics) newProcessCollectors(info BuildInfo) {
 	m.inflight = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: NameInflight,
 		Help: "Requests being served.",
@@ -303,38 +359,11 @@ func newMetrics(info BuildInfo) *Metrics {
 		Name: NameBuildInfo,
 		Help: "Always 1; the labels say which build of exgate is running.",
 	}, []string{"version", "revision", "goversion"})
-	m.authFailures = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: NameAuthFailures,
-		Help: "Bearer tokens refused at the edge, by reason (malformed, noncanonical, bad_signature, bad_algorithm, unknown_key, expired, not_yet_valid, issued_in_future, missing_claim, wrong_type, wrong_issuer, wrong_audience).",
-	}, []string{"reason"})
-	m.authCachedVec = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: NameAuthCached,
-		Help: "Bearer tokens refused from the cache of refused tokens, without their signature being checked again, by reason; also counted in " + NameAuthFailures + ".",
-	}, []string{"reason"})
-	m.jwksFetches = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: NameJWKSFetches,
-		Help: "Fetches of the JWKS URL, by result (success, failure).",
-	}, []string{"result"})
-	m.validCodes = boundedLabel{vec: m.validation, m: map[string]prometheus.Counter{}}
-	m.authCodes = boundedLabel{vec: m.authFailures, m: map[string]prometheus.Counter{}}
-	m.authCached = boundedLabel{vec: m.authCachedVec, m: map[string]prometheus.Counter{}}
-	m.jwksResults[0] = m.jwksFetches.WithLabelValues("failure")
-	m.jwksResults[1] = m.jwksFetches.WithLabelValues("success")
-	m.overload = newOverloadCollectors()
-	m.bodyBudgetGauges = newBodyBudgetCollectors()
-	m.goColl = collectors.NewGoCollector()
-	m.procColl = collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})
-
-	for k := range m.storeErrKinds {
-		m.storeErrKinds[k] = m.storeErrors.WithLabelValues(storeErrorKind(k).String())
-	}
-	for o := range m.idemOutcomes {
-		m.idemOutcomes[o] = m.idempotency.WithLabelValues(IdempotencyOutcome(o).String())
-	}
 	m.reloadResults[0] = m.reloads.WithLabelValues("failure")
 	m.reloadResults[1] = m.reloads.WithLabelValues("success")
 	m.buildInfo.WithLabelValues(orUnknown(info.Version), orUnknown(info.Revision), orDefault(info.GoVersion, runtime.Version())).Set(1)
-	return m
+	m.goColl = collectors.NewGoCollector()
+	m.procColl = collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})
 }
 
 // own returns exgate's collectors, without the Go and process collectors.
