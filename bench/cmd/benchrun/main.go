@@ -129,28 +129,12 @@ func run(ctx context.Context, o options) error {
 		}
 		return writeReport(res, o.out)
 	}
-	if o.rounds < 1 || o.duration < time.Second || o.threads < 1 || o.conns < o.threads || o.tokens < 1 {
-		return errors.New("need rounds ≥ 1, duration ≥ 1s, threads ≥ 1, conns ≥ threads, tokens ≥ 1")
-	}
-	if o.surgeOnly && o.surge <= 0 {
-		return errors.New("-surge-only needs -surge > 0")
-	}
-	if o.rateOnly && (o.rate <= 0 || o.rateRounds < 1) {
-		return errors.New("-rate-only needs -rate > 0 and -rate-rounds ≥ 1 (no closed-loop run measures the capacity the rate is chosen from)")
-	}
-	if o.work == "" {
-		dir, err := os.MkdirTemp("", "exgate-bench-")
-		if err != nil {
-			return err
-		}
-		defer os.RemoveAll(dir)
-		o.work = dir
-	} else if err := os.MkdirAll(o.work, 0o755); err != nil {
+	if err := o.check(); err != nil {
 		return err
 	}
-	// NGINX workers run as an unprivileged user when started as root and
-	// must reach their directories.
-	if err := os.Chmod(o.work, 0o755); err != nil {
+	cleanup, err := o.workDir()
+	defer cleanup()
+	if err != nil {
 		return err
 	}
 	if o.command == "" {
@@ -193,6 +177,50 @@ func run(ctx context.Context, o options) error {
 			Threads: o.threads, Conns: o.conns, Tokens: o.tokens * o.threads, Quick: o.quick, BBuild: o.bBins, RateOnly: o.rateOnly,
 		},
 	}
+	if err := b.runAll(ctx, ps, res); err != nil {
+		return err
+	}
+	return write(res, o.out)
+}
+
+// check refuses options that cannot run together.
+func (o options) check() error {
+	switch {
+	case o.rounds < 1 || o.duration < time.Second || o.threads < 1 || o.conns < o.threads || o.tokens < 1:
+		return errors.New("need rounds ≥ 1, duration ≥ 1s, threads ≥ 1, conns ≥ threads, tokens ≥ 1")
+	case o.surgeOnly && o.surge <= 0:
+		return errors.New("-surge-only needs -surge > 0")
+	case o.rateOnly && (o.rate <= 0 || o.rateRounds < 1):
+		return errors.New("-rate-only needs -rate > 0 and -rate-rounds ≥ 1 (no closed-loop run measures the capacity the rate is chosen from)")
+	}
+	return nil
+}
+
+// workDir makes o.work (a temporary directory when it is empty, removed
+// by the returned cleanup) and lets every user into it: NGINX workers run
+// as an unprivileged user when started as root and must reach their
+// directories.
+func (o *options) workDir() (cleanup func(), err error) {
+	cleanup = func() {}
+	if o.work == "" {
+		dir, err := os.MkdirTemp("", "exgate-bench-")
+		if err != nil {
+			return cleanup, err
+		}
+		cleanup = func() { os.RemoveAll(dir) }
+		o.work = dir
+	} else if err := os.MkdirAll(o.work, 0o755); err != nil {
+		return cleanup, err
+	}
+	return cleanup, os.Chmod(o.work, 0o755)
+}
+
+// runAll runs the scenarios the options ask for into res: the
+// closed-loop rounds, the fixed rate, the surge and the profiles; it
+// fails when a target exited meanwhile.
+func (b *bench) runAll(ctx context.Context, ps *procs, res *Results) error {
+	o, e := b.o, b.e
+	var err error
 	if !o.rateOnly {
 		if err := b.measure(ctx, res); err != nil {
 			return err
@@ -224,7 +252,7 @@ func run(ctx context.Context, o options) error {
 			return fmt.Errorf("%s exited during the benchmark:\n%s", name, t.proxy.tail())
 		}
 	}
-	return write(res, o.out)
+	return nil
 }
 
 // write writes latest.json, latest.md and latest.png into dir.

@@ -259,7 +259,33 @@ func startStack(ctx context.Context, ps *procs, e *env) error {
 	backendAddr := next()
 	e.redisAd = next()
 	e.targets = map[string]*target{}
+	if err := startBackendAndRedis(ctx, ps, e, backendAddr); err != nil {
+		return err
+	}
+	sink, err := startTraceSink(next())
+	if err != nil {
+		return err
+	}
+	if err := startExgates(ps, e, next, backendAddr, sink); err != nil {
+		return err
+	}
+	if err := startNginxes(ps, e, next, backendAddr); err != nil {
+		return err
+	}
+	if err := startGoPeers(ps, e, next(), next(), next(), backendAddr); err != nil {
+		return err
+	}
+	if err := startTLSTargets(ps, e, next, backendAddr); err != nil {
+		return err
+	}
+	return waitTargets(ctx, e)
+}
 
+// startBackendAndRedis starts the reference backend on backendAddr and Redis on
+// e.redisAd, waits until both answer, and adds the backend as the direct
+// target.
+func startBackendAndRedis(ctx context.Context, ps *procs, e *env, backendAddr string) error {
+	var err error
 	e.backend, err = ps.start("exchange-sim", e.cpus, nil, filepath.Join(e.bins, "exchange-sim"), "-listen", backendAddr)
 	if err != nil {
 		return err
@@ -282,11 +308,13 @@ func startStack(ctx context.Context, ps *procs, e *env) error {
 		return err
 	}
 	e.targets[tDirect] = &target{name: tDirect, url: "http://" + backendAddr}
+	return nil
+}
 
-	sink, err := startTraceSink(next())
-	if err != nil {
-		return err
-	}
+// startExgates starts the exgate targets (limits off, in memory, in
+// Redis, traced to sink; and the B build's when there is one), each on
+// addresses from next.
+func startExgates(ps *procs, e *env, next func() string, backendAddr, sink string) error {
 	exgates := []struct {
 		name, backend, redis, bins string
 		limits                     bool
@@ -323,6 +351,11 @@ func startStack(ctx context.Context, ps *procs, e *env) error {
 		}
 		e.targets[x.name] = &target{name: x.name, url: "http://" + listen, proxy: p, admin: admin}
 	}
+	return nil
+}
+
+// startNginxes starts the two NGINX targets, without and with a limit.
+func startNginxes(ps *procs, e *env, next func() string, backendAddr string) error {
 	for _, x := range []struct {
 		name  string
 		limit bool
@@ -348,12 +381,12 @@ func startStack(ctx context.Context, ps *procs, e *env) error {
 		}
 		e.targets[x.name] = &target{name: x.name, url: "http://" + listen, proxy: p}
 	}
-	if err := startGoPeers(ps, e, next(), next(), next(), backendAddr); err != nil {
-		return err
-	}
-	if err := startTLSTargets(ps, e, next, backendAddr); err != nil {
-		return err
-	}
+	return nil
+}
+
+// waitTargets waits until every started target answers, and its admin
+// listener (an exgate's) is ready.
+func waitTargets(ctx context.Context, e *env) error {
 	for _, name := range targetOrder() {
 		t := e.targets[name]
 		if t == nil || t.proxy == nil {
