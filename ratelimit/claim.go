@@ -2,7 +2,7 @@ package ratelimit
 
 import "time"
 
-// Claims decided with a request. A Redis limiter built with a claim
+// Claims decided with a request. A Redis store built with a claim
 // function (RedisOptions.ClaimFunc: the Lua source of a function
 // claim(KEYS, ARGV), exgate's duplicate protection's) runs a request's
 // ClaimPart in the round trip that decides the request's limits: the
@@ -45,7 +45,7 @@ import "time"
 // A request carrying a claim is never answered from a hot key's lease:
 // it goes to Redis with its claim, one round trip for both. A ClaimPart
 // is not sent (ClaimReply.Sent is false) when the request does not reach
-// Redis: the Memory limiter, a DenyCache refusal, calls failing fast
+// Redis: the Memory store, a DenyCache refusal, calls failing fast
 // after a failed round trip, a request with no limit to decide, a
 // request past its deadline before its round trip, and in a Cluster a
 // request whose spray guard, sent alone first, failed. The caller then

@@ -8,7 +8,7 @@ import (
 )
 
 // memShards is the number of independently locked shards of a Memory
-// limiter; a power of two.
+// store; a power of two.
 const memShards = 64
 
 // sampleSize is how many entries an eviction looks at to pick a victim.
@@ -39,7 +39,7 @@ type memShard struct {
 	_         [40]byte // keep shards on separate cache lines
 }
 
-// MemoryOptions configure a Memory limiter. The zero value is usable.
+// MemoryOptions configure a Memory store. The zero value is usable.
 type MemoryOptions struct {
 	// Now is the clock. Nil means time.Now.
 	Now func() time.Time
@@ -47,7 +47,7 @@ type MemoryOptions struct {
 	MaxKeys int
 }
 
-// NewMemory returns an empty Memory limiter.
+// NewMemory returns an empty Memory store.
 func NewMemory(o MemoryOptions) *Memory {
 	m := &Memory{now: o.Now, seed: maphash.MakeSeed(), guard: newMemoryGuard()}
 	if m.now == nil {

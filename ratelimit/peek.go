@@ -73,9 +73,9 @@ func (m *Memory) Forget(_ context.Context, key string, _ Limit) error {
 	return nil
 }
 
-// redisEpoch is where the decision script counts time from (the TAT it
-// stores is float seconds since then, on Redis's clock; redis_rate's
-// epoch, as keyPrefix is its prefix).
+// redisEpoch is where the decision script counts time from: the TAT it
+// stores is float seconds since then, on Redis's clock (part of the
+// stored layout, as keyPrefix is).
 const redisEpoch = 1483228800
 
 // peekScript reads a key's TAT and Redis's clock in one atomic step; it

@@ -11,14 +11,14 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// keyPrefix starts every key the Redis limiter stores: keyPrefix + the
-// caller's key holds that key's TAT, as float seconds since redisEpoch.
-// It is the prefix and the value format redis_rate uses, so that
-// replicas of a version that decided through redis_rate and replicas of
-// this one count on the same keys during a rolling upgrade.
+// keyPrefix starts every key the Redis store keeps: keyPrefix + the
+// caller's key holds that key's TAT, as float seconds since redisEpoch
+// (go-redis/redis_rate's layout). The layout is part of the stored state:
+// replicas of different versions share these keys during a rolling
+// upgrade, so a new prefix or value format would reset every count.
 const keyPrefix = "rate:"
 
-// Client is what the Redis limiter needs of a go-redis client: scripts,
+// Client is what the Redis store needs of a go-redis client: scripts,
 // pipelines and DEL. The standalone, Sentinel and Cluster clients
 // (redis.UniversalClient) satisfy it.
 type Client interface {
@@ -28,7 +28,7 @@ type Client interface {
 	Pipeline() redis.Pipeliner
 }
 
-// RedisOptions configure a Redis limiter. The zero value is usable.
+// RedisOptions configure a Redis store. The zero value is usable.
 type RedisOptions struct {
 	// Timeout is the deadline of every round trip to Redis. Zero means
 	// 25ms.
@@ -55,7 +55,7 @@ type RedisOptions struct {
 	// ClaimFunc, when set, is the Lua source of a function claim(KEYS,
 	// ARGV) that requests with a ClaimPart run in their round trip
 	// (claim.go): idempotency.ClaimFunc, when duplicate protection
-	// shares the limiter's client. Without it, a ClaimPart is not sent.
+	// shares the store's client. Without it, a ClaimPart is not sent.
 	ClaimFunc string
 }
 
@@ -64,8 +64,8 @@ type RedisOptions struct {
 // A caller that finds fewer than MaxInFlight round trips in flight sends
 // its request itself, with whatever is queued; the callers that arrive
 // meanwhile queue, and when the round trip ends the first of them is
-// woken to send the queue in the next one. No goroutine of the limiter's
-// own stands between a caller and Redis: an idle limiter costs a request
+// woken to send the queue in the next one. No goroutine of the store's
+// own stands between a caller and Redis: an idle store costs a request
 // one round trip and no hand-off. Outside a Cluster one script run
 // decides every request of a round trip, in order; in a Cluster one run
 // per hash slot, pipelined to each node at once. A request is all or
@@ -130,7 +130,7 @@ type call struct {
 	ownRes    [1]CheckResult
 }
 
-// NewRedis returns a Redis limiter on client.
+// NewRedis returns a Redis store on client.
 func NewRedis(client Client, o RedisOptions) *Redis {
 	r := &Redis{
 		client:   client,
@@ -262,8 +262,8 @@ const maxRenewals = 64
 // requests of k to add to lease l, which take marked renewing. It is the
 // same decision as any other, of cost size (all or nothing: counted in
 // Redis when granted), in the decide lane: it shares round trips, has
-// the limiter's Timeout as its deadline, and a failed round trip puts
-// the limiter in its backoff like any other, since the requests after it
+// the store's Timeout as its deadline, and a failed round trip puts
+// the store in its backoff like any other, since the requests after it
 // would find Redis failed as well. Close waits for it.
 func (r *Redis) renew(k leaseKey, l *lease, size int64) {
 	r.mu.Lock()
@@ -585,7 +585,7 @@ func isStoreFailure(err error) bool {
 // ASK), the Cluster or the master is down (CLUSTERDOWN, MASTERDOWN), the
 // node is loading its data (LOADING) or asks for a retry (TRYAGAIN). It
 // is go-redis's reading of the reply (found in err however wrapped),
-// shared by the limiter and duplicate protection, whose claims ride in
+// shared by the rate-limit store and duplicate protection, whose claims ride in
 // its runs.
 func Unserved(err error) bool {
 	var reply redis.Error

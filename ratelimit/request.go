@@ -69,7 +69,7 @@ type Request struct {
 	Cost int64
 	// Claim, when set, is a script call decided with the request, in its
 	// round trip, only when the request passes (claim.go). Only a Redis
-	// limiter built with a claim function sends it (Answer.Claim.Sent).
+	// store built with a claim function sends it (Answer.Claim.Sent).
 	Claim *ClaimPart
 	// CacheOnly asks only what is known in process: a DenyCache answers
 	// a request it knows to be refused, as AllowAll would; any other

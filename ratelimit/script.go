@@ -15,9 +15,8 @@ import (
 // would be one after the other; every key is read once and every key
 // changed is written once, at the end.
 //
-// A key holds its TAT as float seconds since redisEpoch (keyPrefix), as
-// redis_rate's script keeps it, with an expiry at the instant the key is
-// back to a full burst.
+// A key holds its TAT as float seconds since redisEpoch (keyPrefix), with
+// an expiry at the instant the key is back to a full burst.
 //
 // ARGV: the number of requests, then for each request its cost (negated
 // for a refund: give back the cost in every check), number of checks,
@@ -189,7 +188,7 @@ end
 return out
 `
 
-// noClaimFunc is the claim function of a limiter built without one: the
+// noClaimFunc is the claim function of a store built without one: the
 // builder never sends a claim to it.
 const noClaimFunc = `
 local function claim()
@@ -197,7 +196,7 @@ local function claim()
 end
 `
 
-// decision is a limiter's decision script: its claim function, then
+// decision is a store's decision script: its claim function, then
 // decideSrc.
 type decision struct {
 	src    string

@@ -131,7 +131,7 @@ func never() Result { return Result{RetryAfter: Never} }
 // whose stored TAT is tat (0 when the key is new) and returns the new TAT
 // to store (0 meaning "do not store") and the result. It is the integer
 // form of the Redis decision script (decideSrc), so that the memory and
-// Redis limiters agree: a denied request changes nothing.
+// Redis stores agree: a denied request changes nothing.
 func gcra(now, tat int64, l Limit, n int64) (int64, Result) {
 	if !l.valid(n) {
 		return 0, never()
