@@ -293,7 +293,7 @@ func gathered(t *testing.T) []*dto.MetricFamily {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dup.Observe(metrics.DuplicateClaim, time.Millisecond, nil)
+	dup.Observe(metrics.IdempotencyOpClaim, time.Millisecond, nil)
 	edge, err := metrics.NewEdge(reg)
 	if err != nil {
 		t.Fatal(err)
@@ -340,10 +340,10 @@ func gathered(t *testing.T) []*dto.MetricFamily {
 	for _, mf := range mfs {
 		names = append(names, mf.GetName())
 	}
-	want := slices.Concat(metrics.Names(), metrics.DuplicateStoreNames(), metrics.EdgeNames(), metrics.TracingNames(), metrics.DiscoveryNames())
+	want := slices.Concat(metrics.Names(), metrics.IdempotencyStoreNames(), metrics.EdgeNames(), metrics.TracingNames(), metrics.DiscoveryNames())
 	slices.Sort(want)
 	if !slices.Equal(names, want) {
-		t.Fatalf("gathered families %v differ from metrics.Names(), DuplicateStoreNames(), EdgeNames() and TracingNames() %v", names, want)
+		t.Fatalf("gathered families %v differ from metrics.Names(), IdempotencyStoreNames(), EdgeNames() and TracingNames() %v", names, want)
 	}
 	return mfs
 }

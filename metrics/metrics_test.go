@@ -794,15 +794,15 @@ func TestDuplicateStore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.Observe(DuplicateClaim, 3*time.Millisecond, nil)
-	s.Observe(DuplicateClaim, 100*time.Millisecond, context.DeadlineExceeded)
-	s.Observe(DuplicateComplete, time.Millisecond, errors.New("connection refused"))
-	s.Observe(DuplicateClaim, time.Millisecond, errors.New("idempotency: redis claim: OOM command not allowed when used memory > 'maxmemory'."))
+	s.Observe(IdempotencyOpClaim, 3*time.Millisecond, nil)
+	s.Observe(IdempotencyOpClaim, 100*time.Millisecond, context.DeadlineExceeded)
+	s.Observe(IdempotencyOpComplete, time.Millisecond, errors.New("connection refused"))
+	s.Observe(IdempotencyOpClaim, time.Millisecond, errors.New("idempotency: redis claim: OOM command not allowed when used memory > 'maxmemory'."))
 	s.SetRoom(4000, 4096, true)
-	s.Observe(DuplicateStoreOp(99), time.Millisecond, nil) // ignored
-	var nilStore *DuplicateStore
-	nilStore.Observe(DuplicateClaim, time.Millisecond, nil)
-	if n, _ := testutil.GatherAndCount(reg, NameDuplicateStoreErrors); n != 12 {
+	s.Observe(IdempotencyStoreOp(99), time.Millisecond, nil) // ignored
+	var nilStore *IdempotencyStore
+	nilStore.Observe(IdempotencyOpClaim, time.Millisecond, nil)
+	if n, _ := testutil.GatherAndCount(reg, NameIdempotencyStoreErrors); n != 12 {
 		t.Errorf("%d error series, want 4 operations × 3 kinds", n)
 	}
 	want := `
@@ -821,7 +821,7 @@ exgate_idempotency_store_errors_total{kind="timeout",operation="complete"} 0
 exgate_idempotency_store_errors_total{kind="timeout",operation="mark_unknown"} 0
 exgate_idempotency_store_errors_total{kind="timeout",operation="release"} 0
 `
-	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), NameDuplicateStoreErrors); err != nil {
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), NameIdempotencyStoreErrors); err != nil {
 		t.Error(err)
 	}
 	if testutil.ToFloat64(s.full) != 1 || testutil.ToFloat64(s.bytes) != 4000 || testutil.ToFloat64(s.maxBytes) != 4096 {

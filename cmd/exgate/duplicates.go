@@ -81,12 +81,12 @@ func duplicatesInRedis(cfg *config.Config) bool {
 // and, when the store failed, counted, by operation.
 type observedStore struct {
 	s   idempotency.Store
-	m   *metrics.DuplicateStore
+	m   *metrics.IdempotencyStore
 	now func() time.Time
 }
 
 // observe records one call that started at start.
-func (o observedStore) observe(op metrics.DuplicateStoreOp, start time.Time, err error) {
+func (o observedStore) observe(op metrics.IdempotencyStoreOp, start time.Time, err error) {
 	if !storeFailed(err) {
 		err = nil
 	}
@@ -109,28 +109,28 @@ func storeFailed(err error) bool {
 func (o observedStore) Claim(ctx context.Context, key idempotency.Key, fp idempotency.Fingerprint) (idempotency.Claim, error) {
 	start := o.now()
 	c, err := o.s.Claim(ctx, key, fp)
-	o.observe(metrics.DuplicateClaim, start, err)
+	o.observe(metrics.IdempotencyOpClaim, start, err)
 	return c, err
 }
 
 func (o observedStore) ClaimAll(ctx context.Context, account string, ids []string, fp idempotency.Fingerprint) (idempotency.Claim, error) {
 	start := o.now()
 	c, err := o.s.ClaimAll(ctx, account, ids, fp)
-	o.observe(metrics.DuplicateClaim, start, err)
+	o.observe(metrics.IdempotencyOpClaim, start, err)
 	return c, err
 }
 
 func (o observedStore) Complete(ctx context.Context, c idempotency.Claim, rec idempotency.Record) error {
 	start := o.now()
 	err := o.s.Complete(ctx, c, rec)
-	o.observe(metrics.DuplicateComplete, start, err)
+	o.observe(metrics.IdempotencyOpComplete, start, err)
 	return err
 }
 
 func (o observedStore) Release(ctx context.Context, c idempotency.Claim) error {
 	start := o.now()
 	err := o.s.Release(ctx, c)
-	o.observe(metrics.DuplicateRelease, start, err)
+	o.observe(metrics.IdempotencyOpRelease, start, err)
 	return err
 }
 
@@ -148,7 +148,7 @@ func (o observedJoiner) Prepare(p *idempotency.Prepared, account string, ids []s
 
 func (o observedJoiner) Settle(ctx context.Context, p *idempotency.Prepared, jr ratelimit.ClaimReply) (idempotency.Claim, error) {
 	c, err := o.j.Settle(ctx, p, jr)
-	o.observe(metrics.DuplicateClaim, p.At, err)
+	o.observe(metrics.IdempotencyOpClaim, p.At, err)
 	return c, err
 }
 
@@ -157,7 +157,7 @@ func (o observedJoiner) Settle(ctx context.Context, p *idempotency.Prepared, jr 
 func (o observedJoiner) Abandon(ctx context.Context, p *idempotency.Prepared, jr ratelimit.ClaimReply) error {
 	start := o.now()
 	err := o.j.Abandon(ctx, p, jr)
-	o.observe(metrics.DuplicateRelease, start, err)
+	o.observe(metrics.IdempotencyOpRelease, start, err)
 	return err
 }
 
@@ -169,6 +169,6 @@ var _ idempotency.Joiner = observedJoiner{}
 func (o observedStore) MarkUnknown(ctx context.Context, c idempotency.Claim) error {
 	start := o.now()
 	err := o.s.MarkUnknown(ctx, c)
-	o.observe(metrics.DuplicateMarkUnknown, start, err)
+	o.observe(metrics.IdempotencyOpMarkUnknown, start, err)
 	return err
 }

@@ -36,7 +36,7 @@ type healthChecker interface {
 // replica_acks waits for).
 type duplicateHealth struct {
 	probe   healthChecker
-	m       *metrics.DuplicateStore
+	m       *metrics.IdempotencyStore
 	log     *zap.Logger
 	mode    string // "memory", or the Redis topology
 	acks    int
@@ -55,7 +55,7 @@ type duplicateState struct {
 
 // newDuplicateHealth returns the watcher of store s under cfg and starts
 // its checks: one now, then every duplicateHealthEvery until stop.
-func newDuplicateHealth(cfg *config.Config, s healthChecker, m *metrics.DuplicateStore, log *zap.Logger) *duplicateHealth {
+func newDuplicateHealth(cfg *config.Config, s healthChecker, m *metrics.IdempotencyStore, log *zap.Logger) *duplicateHealth {
 	d := &duplicateHealth{probe: s, m: m, log: log, mode: cfg.IdempotencyBackend(), acks: cfg.IdempotencyReplicaAcks(),
 		timeout: max(time.Second, cfg.Idempotency.Timeout)}
 	if d.mode == config.BackendRedis {

@@ -10,52 +10,52 @@ import (
 
 // Names of the duplicate-protection store's metrics.
 const (
-	NameDuplicateStoreDuration = "exgate_idempotency_store_duration_seconds"
-	NameDuplicateStoreErrors   = "exgate_idempotency_store_errors_total"
-	NameDuplicateStoreBytes    = "exgate_idempotency_store_bytes"
-	NameDuplicateStoreMaxBytes = "exgate_idempotency_store_max_bytes"
-	NameDuplicateStoreFull     = "exgate_idempotency_store_full"
+	NameIdempotencyStoreDuration = "exgate_idempotency_store_duration_seconds"
+	NameIdempotencyStoreErrors   = "exgate_idempotency_store_errors_total"
+	NameIdempotencyStoreBytes    = "exgate_idempotency_store_bytes"
+	NameIdempotencyStoreMaxBytes = "exgate_idempotency_store_max_bytes"
+	NameIdempotencyStoreFull     = "exgate_idempotency_store_full"
 )
 
-// DuplicateStoreOp is the operation label of the duplicate-protection
+// IdempotencyStoreOp is the operation label of the duplicate-protection
 // store's metrics: which call of idempotency.Store was made.
-type DuplicateStoreOp uint8
+type IdempotencyStoreOp uint8
 
 // Duplicate-protection store operations.
 const (
-	// DuplicateClaim: Claim, made before an order with an identifier is
+	// IdempotencyOpClaim: Claim, made before an order with an identifier is
 	// sent; its failure refuses the order.
-	DuplicateClaim DuplicateStoreOp = iota
-	// DuplicateComplete: Complete, recording the backend's answer.
-	DuplicateComplete
-	// DuplicateRelease: Release, freeing an identifier whose order was
+	IdempotencyOpClaim IdempotencyStoreOp = iota
+	// IdempotencyOpComplete: Complete, recording the backend's answer.
+	IdempotencyOpComplete
+	// IdempotencyOpRelease: Release, freeing an identifier whose order was
 	// not placed.
-	DuplicateRelease
-	// DuplicateMarkUnknown: MarkUnknown, after a timeout or a lost
+	IdempotencyOpRelease
+	// IdempotencyOpMarkUnknown: MarkUnknown, after a timeout or a lost
 	// answer.
-	DuplicateMarkUnknown
-	numDuplicateStoreOps
+	IdempotencyOpMarkUnknown
+	numIdempotencyOps
 )
 
 // String returns the operation label value.
-func (o DuplicateStoreOp) String() string {
+func (o IdempotencyStoreOp) String() string {
 	switch o {
-	case DuplicateClaim:
+	case IdempotencyOpClaim:
 		return "claim"
-	case DuplicateComplete:
+	case IdempotencyOpComplete:
 		return "complete"
-	case DuplicateRelease:
+	case IdempotencyOpRelease:
 		return "release"
 	default:
 		return "mark_unknown"
 	}
 }
 
-// DuplicateStore is the set of collectors of duplicate protection's store:
+// IdempotencyStore is the set of collectors of duplicate protection's store:
 // how long each call takes and which fail. It is registered only where
 // duplicate protection runs (NewDuplicateStore); every method is safe on
-// a nil *DuplicateStore and then does nothing.
-type DuplicateStore struct {
+// a nil *IdempotencyStore and then does nothing.
+type IdempotencyStore struct {
 	duration *prometheus.HistogramVec
 	errs     *prometheus.CounterVec
 	bytes    prometheus.Gauge
@@ -63,37 +63,37 @@ type DuplicateStore struct {
 	full     prometheus.Gauge
 
 	// Children resolved once, by operation (and error kind).
-	observers [numDuplicateStoreOps]prometheus.Observer
-	failures  [numDuplicateStoreOps][numStoreErrorKinds]prometheus.Counter
+	observers [numIdempotencyOps]prometheus.Observer
+	failures  [numIdempotencyOps][numStoreErrorKinds]prometheus.Counter
 }
 
 // NewDuplicateStore builds the duplicate-protection store's collectors and
 // registers them on reg. Like New, it unregisters what it registered when
 // one fails.
-func NewDuplicateStore(reg prometheus.Registerer) (*DuplicateStore, error) {
+func NewDuplicateStore(reg prometheus.Registerer) (*IdempotencyStore, error) {
 	if reg == nil {
 		return nil, errors.New("metrics: nil Registerer")
 	}
-	s := &DuplicateStore{}
+	s := &IdempotencyStore{}
 	s.duration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Name:    NameDuplicateStoreDuration,
+		Name:    NameIdempotencyStoreDuration,
 		Help:    "Duration of calls to the duplicate-protection store, failed ones included, by operation (claim, complete, release, mark_unknown).",
-		Buckets: DuplicateStoreBuckets(),
+		Buckets: IdempotencyStoreBuckets(),
 	}, []string{"operation"})
 	s.errs = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: NameDuplicateStoreErrors,
+		Name: NameIdempotencyStoreErrors,
 		Help: "Failed calls to the duplicate-protection store, by operation and kind (timeout, full, other); a failed claim refuses the order with 503.",
 	}, []string{"operation", "kind"})
 	s.bytes = prometheus.NewGauge(prometheus.GaugeOpts{
-		Name: NameDuplicateStoreBytes,
+		Name: NameIdempotencyStoreBytes,
 		Help: "Bytes the duplicate-protection store holds, at its last check: the memory store's entries, or Redis's used_memory (of its fullest master).",
 	})
 	s.maxBytes = prometheus.NewGauge(prometheus.GaugeOpts{
-		Name: NameDuplicateStoreMaxBytes,
+		Name: NameIdempotencyStoreMaxBytes,
 		Help: "The duplicate-protection store's bound on bytes: idempotency.memory.max_bytes, or Redis's maxmemory (0: none).",
 	})
 	s.full = prometheus.NewGauge(prometheus.GaugeOpts{
-		Name: NameDuplicateStoreFull,
+		Name: NameIdempotencyStoreFull,
 		Help: "1 while the duplicate-protection store takes no new identifier for lack of room (orders with a new identifier get 503 duplicate_protection_full), else 0.",
 	})
 	cs := []prometheus.Collector{s.duration, s.errs, s.bytes, s.maxBytes, s.full}
@@ -106,7 +106,7 @@ func NewDuplicateStore(reg prometheus.Registerer) (*DuplicateStore, error) {
 		}
 	}
 	for o := range s.observers {
-		op := DuplicateStoreOp(o).String()
+		op := IdempotencyStoreOp(o).String()
 		s.observers[o] = s.duration.WithLabelValues(op)
 		for k := range s.failures[o] {
 			s.failures[o][k] = s.errs.WithLabelValues(op, storeErrorKind(k).String())
@@ -115,14 +115,14 @@ func NewDuplicateStore(reg prometheus.Registerer) (*DuplicateStore, error) {
 	return s, nil
 }
 
-// DuplicateStoreNames lists the duplicate-protection store's metric names.
-func DuplicateStoreNames() []string {
-	return []string{NameDuplicateStoreDuration, NameDuplicateStoreErrors, NameDuplicateStoreBytes, NameDuplicateStoreMaxBytes, NameDuplicateStoreFull}
+// IdempotencyStoreNames lists the duplicate-protection store's metric names.
+func IdempotencyStoreNames() []string {
+	return []string{NameIdempotencyStoreDuration, NameIdempotencyStoreErrors, NameIdempotencyStoreBytes, NameIdempotencyStoreMaxBytes, NameIdempotencyStoreFull}
 }
 
 // SetRoom records the store's last check: the bytes it holds, its bound
 // (0: none) and whether it takes no new identifier.
-func (s *DuplicateStore) SetRoom(bytes, maxBytes int64, full bool) {
+func (s *IdempotencyStore) SetRoom(bytes, maxBytes int64, full bool) {
 	if s == nil {
 		return
 	}
@@ -135,9 +135,9 @@ func (s *DuplicateStore) SetRoom(bytes, maxBytes int64, full bool) {
 	s.full.Set(f)
 }
 
-// DuplicateStoreBuckets are the duration buckets of the store's calls,
+// IdempotencyStoreBuckets are the duration buckets of the store's calls,
 // around its default deadline (idempotency.timeout, 100 ms).
-func DuplicateStoreBuckets() []float64 {
+func IdempotencyStoreBuckets() []float64 {
 	return []float64{.0001, .00025, .0005, .001, .002, .005, .01, .025, .05, .075, .1, .25, .5, 1}
 }
 
@@ -145,8 +145,8 @@ func DuplicateStoreBuckets() []float64 {
 // failure, or nil. Answers that are not failures of the store (the claim
 // is no longer held, the store or the account is full) are passed as nil
 // by the caller.
-func (s *DuplicateStore) Observe(op DuplicateStoreOp, d time.Duration, err error) {
-	if s == nil || op >= numDuplicateStoreOps {
+func (s *IdempotencyStore) Observe(op IdempotencyStoreOp, d time.Duration, err error) {
+	if s == nil || op >= numIdempotencyOps {
 		return
 	}
 	s.observers[op].Observe(d.Seconds())
