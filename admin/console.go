@@ -17,6 +17,7 @@ import (
 	"github.com/exgate/exgate/metrics"
 	"github.com/exgate/exgate/proxy"
 	"github.com/exgate/exgate/topk"
+	"github.com/exgate/exgate/upstream"
 )
 
 // IDPrefixLen is how many hex digits of an account key or token id the
@@ -37,6 +38,9 @@ type ConsoleOptions struct {
 	// Metrics gives /admin/status the limit store's totals and counts
 	// resets. Nil means none.
 	Metrics *metrics.Metrics
+	// Fleet is the backend services /admin/status reports. Nil means
+	// none.
+	Fleet *upstream.Fleet
 	// Logger receives a line for every reset. Nil means none.
 	Logger *zap.Logger
 	// Replica names this process in /admin/status and /admin/top, so
@@ -158,6 +162,8 @@ type statusBody struct {
 	Refused   int64                 `json:"limited_refused"`
 	Resets    int64                 `json:"resets"`
 	ResetOpen bool                  `json:"reset_enabled"`
+	// Upstream is each backend service's state and its instances'.
+	Upstream []serviceStatus `json:"upstream"`
 	// TokenEnv names the variable the admin token is read from.
 	TokenEnv string `json:"admin_token_env"`
 }
@@ -184,6 +190,7 @@ func (c *console) status(w http.ResponseWriter, r *http.Request) {
 	b.Routes = c.gw.Rules().Describe()
 	b.Requests, b.Refused = c.o.Top.Totals()
 	b.Resets, b.ResetOpen, b.TokenEnv = c.resets.Load(), c.access.hasToken, c.access.tokenVar
+	b.Upstream = fleetStatus(c.o.Fleet)
 	writeJSON(w, http.StatusOK, b)
 }
 

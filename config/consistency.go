@@ -21,6 +21,17 @@ func (c *Config) checkAcrossSections(col *collector) {
 	c.checkEffective(col)        // routes, tiers, validation, idempotency, limiter
 	c.checkBulkBurst(col)        // validation, routes, tiers
 	c.checkDuplicateAnswers(col) // idempotency, validation, routes
+	c.checkRouteServices(col)    // routes, upstream
+}
+
+// checkRouteServices reports a route naming a service upstream.services
+// does not define.
+func (c *Config) checkRouteServices(col *collector) {
+	for i, r := range c.Routes {
+		if _, ok := c.Upstream.Service(r.Service); !ok {
+			col.addf(path("routes").index(i).key("service"), "no service %q in upstream.services%s", r.Service, didYouMean(r.Service, c.Upstream.ServiceNames()))
+		}
+	}
 }
 
 // checkDuplicateAnswers reports an order route limit named as the

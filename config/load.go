@@ -331,6 +331,8 @@ func (d *decoder) value(n *yaml.Node, v reflect.Value, path string, depth int) {
 			elem := reflect.New(t.Elem()).Elem()
 			if cur := v.MapIndex(k); cur.IsValid() {
 				elem.Set(cur)
+			} else if def, ok := elem.Addr().Interface().(defaulted); ok {
+				def.fillDefaults() // a new entry starts from its defaults, as the document does
 			}
 			d.value(p.val, elem, kp, depth+1)
 			v.SetMapIndex(k, elem)
@@ -339,6 +341,10 @@ func (d *decoder) value(n *yaml.Node, v reflect.Value, path string, depth int) {
 		d.addf(path, n.Line, "internal error: cannot decode into %s", t)
 	}
 }
+
+// defaulted is a map entry type with defaults of its own (a service's
+// health check and outlier ejection): a new entry starts from them.
+type defaulted interface{ fillDefaults() }
 
 // pair is one key/value entry of a mapping.
 type pair struct{ key, val *yaml.Node }

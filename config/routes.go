@@ -45,6 +45,10 @@ type Route struct {
 	// otherwise). A bulk of order ids to cancel is a cancel whatever its
 	// route's class.
 	Priority string `yaml:"priority"`
+	// Service names the service the route forwards to (upstream.services);
+	// "" is the default service, that of upstream.url and upstream.urls.
+	// Default "".
+	Service string `yaml:"service"`
 	// MaxInFlight, when not 0, caps this route's requests under way at
 	// the backend on top of the overload limit; past it, requests are
 	// shed at once. Default 0.

@@ -1,12 +1,26 @@
 package config
 
-import "time"
+import (
+	"slices"
+	"time"
+)
 
-// Upstream is the backend exgate forwards to.
+// DefaultService is the name of the service that upstream.url and
+// upstream.urls name, which a route without a service forwards to.
+const DefaultService = "default"
+
+// Upstream is the backend fleet exgate forwards to: the default service's
+// instances, the connection settings every service shares, and the named
+// services (docs/upstream.md).
 type Upstream struct {
-	// URL is the backend's base URL (http or https). A path in it is
-	// prefixed to every forwarded path. Default "http://127.0.0.1:9000".
+	// URL is the backend's base URL (http or https), the default
+	// service's one instance when URLs is empty. A path in it is prefixed
+	// to every forwarded path. Default "http://127.0.0.1:9000".
 	URL URL `yaml:"url"`
+	// URLs are the default service's instances, when it has several
+	// (EXGATE_UPSTREAM_URLS, comma-separated); URL is then not used.
+	// Default: none.
+	URLs []URL `yaml:"urls"`
 	// Timeout is the default route timeout: the longest exgate waits for
 	// the backend's whole response before answering 504. Default 10s.
 	Timeout time.Duration `yaml:"timeout" reload:"live"`
@@ -30,6 +44,133 @@ type Upstream struct {
 	// TLS is how instances with an https URL are dialled: a private CA,
 	// a client certificate (mutual TLS), the server name, HTTP/2.
 	TLS BackendTLS `yaml:"tls"`
+	// HealthCheck is the default service's active health check.
+	HealthCheck HealthCheck `yaml:"health_check"`
+	// Outlier is the default service's passive outlier ejection.
+	Outlier Outlier `yaml:"outlier"`
+	// PanicThreshold is the share of the default service's instances, in
+	// percent, below which the healthy ones alone are not trusted with
+	// the load: requests are then balanced across every instance that
+	// accepts connections, ejected ones included. 0 turns panic mode
+	// off. Default 50.
+	PanicThreshold int `yaml:"panic_threshold"`
+	// RetryBudget bounds the requests that move to another instance.
+	RetryBudget RetryBudget `yaml:"retry_budget"`
+	// Services are the other named services routes may forward to
+	// (routes[].service), each with its own instances, health check and
+	// outlier ejection; the connection settings above are shared.
+	// Default: none.
+	Services map[string]Service `yaml:"services"`
+}
+
+// Service is a named set of backend instances.
+type Service struct {
+	// URLs are the service's instances. Required.
+	URLs []URL `yaml:"urls"`
+	// HealthCheck is the service's active health check.
+	HealthCheck HealthCheck `yaml:"health_check"`
+	// Outlier is the service's passive outlier ejection.
+	Outlier Outlier `yaml:"outlier"`
+	// PanicThreshold is as upstream.panic_threshold, for this service.
+	// Default 50.
+	PanicThreshold int `yaml:"panic_threshold"`
+}
+
+// fillDefaults gives a service named in the file the defaults of its
+// keys before the file's values are read over them.
+func (s *Service) fillDefaults() {
+	*s = Service{HealthCheck: DefaultHealthCheck(), Outlier: DefaultOutlier(), PanicThreshold: 50}
+}
+
+// HealthCheck is a service's active health check: each instance is sent
+// GET path every interval, and an answer of 2xx within the timeout
+// passes.
+type HealthCheck struct {
+	// Path is the path checked, such as "/healthz"; "" turns active
+	// checks off. Default "".
+	Path string `yaml:"path"`
+	// Interval is the time between two checks of an instance. Default 5s.
+	Interval time.Duration `yaml:"interval"`
+	// Timeout bounds one check. Default 1s.
+	Timeout time.Duration `yaml:"timeout"`
+	// HealthyThreshold is how many checks in a row an instance marked
+	// down must pass to be sent requests again. Default 2.
+	HealthyThreshold int `yaml:"healthy_threshold"`
+	// UnhealthyThreshold is how many checks in a row an instance must
+	// fail to be marked down. Default 3.
+	UnhealthyThreshold int `yaml:"unhealthy_threshold"`
+}
+
+// DefaultHealthCheck returns the health-check defaults: off, and when a
+// path is set, every 5s within 1s, down after 3 failures, up after 2
+// passes.
+func DefaultHealthCheck() HealthCheck {
+	return HealthCheck{Interval: 5 * time.Second, Timeout: time.Second, HealthyThreshold: 2, UnhealthyThreshold: 3}
+}
+
+// Outlier is a service's passive outlier ejection: an instance that
+// answers a run of server errors, or refuses a run of connections, is
+// taken out of the rotation for a time that grows with each ejection.
+type Outlier struct {
+	// Consecutive5xx ejects an instance after this many 5xx answers (or
+	// resets and timeouts after the request reached it) in a row; 0
+	// never. Default 5.
+	Consecutive5xx int `yaml:"consecutive_5xx"`
+	// ConsecutiveConnectFailures ejects an instance after this many
+	// failed connects in a row; 0 never. Default 3.
+	ConsecutiveConnectFailures int `yaml:"consecutive_connect_failures"`
+	// BaseEjectionTime is how long a first ejection lasts; the n-th lasts
+	// n times as long. Default 30s.
+	BaseEjectionTime time.Duration `yaml:"base_ejection_time"`
+	// MaxEjectionTime caps an ejection. Default 5m.
+	MaxEjectionTime time.Duration `yaml:"max_ejection_time"`
+	// MaxEjectionPercent is the largest share of the service's instances
+	// ejected at once, in percent (at least one while it is above 0); 0
+	// turns ejection off. Default 50.
+	MaxEjectionPercent int `yaml:"max_ejection_percent"`
+}
+
+// DefaultOutlier returns the outlier-ejection defaults.
+func DefaultOutlier() Outlier {
+	return Outlier{Consecutive5xx: 5, ConsecutiveConnectFailures: 3, BaseEjectionTime: 30 * time.Second,
+		MaxEjectionTime: 5 * time.Minute, MaxEjectionPercent: 50}
+}
+
+// RetryBudget bounds the requests retried on another instance, as
+// Envoy's retry budget does: at most Percent of a service's requests under
+// way may be retries, and MinRetries at any time whatever the share.
+type RetryBudget struct {
+	// Percent is the share of a service's requests under way that may be
+	// retries at once. Default 20.
+	Percent int `yaml:"percent"`
+	// MinRetries is how many retries may be under way at once whatever
+	// the share. Default 3.
+	MinRetries int `yaml:"min_retries"`
+}
+
+// ServiceNames returns the names of every service: the default one first,
+// then the others in order.
+func (u *Upstream) ServiceNames() []string {
+	names := make([]string, 0, 1+len(u.Services))
+	for n := range u.Services {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return append([]string{DefaultService}, names...)
+}
+
+// Service returns the service named name (DefaultService: the one of
+// upstream.url and upstream.urls), and whether there is one.
+func (u *Upstream) Service(name string) (Service, bool) {
+	if name == "" || name == DefaultService {
+		s := Service{URLs: u.URLs, HealthCheck: u.HealthCheck, Outlier: u.Outlier, PanicThreshold: u.PanicThreshold}
+		if len(s.URLs) == 0 && u.URL.URL != nil {
+			s.URLs = []URL{u.URL}
+		}
+		return s, true
+	}
+	s, ok := u.Services[name]
+	return s, ok
 }
 
 // DefaultUpstream returns the backend defaults: a backend on the same
@@ -43,18 +184,49 @@ func DefaultUpstream() Upstream {
 		IdleConnTimeout: 90 * time.Second,
 		CheckResponseID: true,
 		TLS:             defaultBackendTLS(),
+		HealthCheck:     DefaultHealthCheck(),
+		Outlier:         DefaultOutlier(),
+		PanicThreshold:  50,
+		RetryBudget:     RetryBudget{Percent: 20, MinRetries: 3},
 	}
 }
 
 // check reports problems in the upstream section at p.
 func (u *Upstream) check(col *collector, p path) {
 	switch {
+	case len(u.URLs) > 0:
+		checkURLs(col, p.key("urls"), u.URLs)
 	case u.URL.URL == nil:
 		col.addf(p.key("url"), "required, such as \"http://127.0.0.1:9000\"")
-	case u.URL.Scheme != "http" && u.URL.Scheme != "https" || u.URL.Host == "":
-		col.addf(p.key("url"), "want an absolute http or https URL, got %q", u.URL.Redacted())
+	default:
+		checkURL(col, p.key("url"), u.URL)
 	}
-	u.TLS.check(col, p.key("tls"), u.URL.URL != nil && u.URL.Scheme == "https")
+	u.HealthCheck.check(col, p.key("health_check"))
+	u.Outlier.check(col, p.key("outlier"))
+	checkPercent(col, p.key("panic_threshold"), u.PanicThreshold)
+	checkPercent(col, p.key("retry_budget").key("percent"), u.RetryBudget.Percent)
+	if u.RetryBudget.MinRetries < 0 {
+		col.addf(p.key("retry_budget").key("min_retries"), "must not be negative, got %d", u.RetryBudget.MinRetries)
+	}
+	for _, name := range u.ServiceNames()[1:] {
+		sp := p.key("services").key(name)
+		if name == DefaultService {
+			col.addf(sp, "%q is the service of upstream.url and upstream.urls; give this one another name", name)
+			continue
+		}
+		if !isName(name) {
+			col.addf(sp, "%q must be lower-case letters, digits and _", name)
+		}
+		s := u.Services[name]
+		if len(s.URLs) == 0 {
+			col.addf(sp.key("urls"), "required: the service's instances, such as [\"http://10.0.0.1:9000\"]")
+		}
+		checkURLs(col, sp.key("urls"), s.URLs)
+		s.HealthCheck.check(col, sp.key("health_check"))
+		s.Outlier.check(col, sp.key("outlier"))
+		checkPercent(col, sp.key("panic_threshold"), s.PanicThreshold)
+	}
+	u.TLS.check(col, p.key("tls"), u.DialsHTTPS())
 	col.positive(p.key("timeout"), u.Timeout)
 	col.positive(p.key("dial_timeout"), u.DialTimeout)
 	col.positive(p.key("idle_conn_timeout"), u.IdleConnTimeout)
@@ -64,4 +236,92 @@ func (u *Upstream) check(col *collector, p path) {
 	if u.MaxConnsPerHost < 0 {
 		col.addf(p.key("max_conns_per_host"), "must not be negative (0 means no cap), got %d", u.MaxConnsPerHost)
 	}
+}
+
+// checkURL reports an instance URL that is not an absolute http or https
+// URL.
+func checkURL(col *collector, p path, u URL) {
+	if u.URL == nil || u.Scheme != "http" && u.Scheme != "https" || u.Host == "" {
+		col.addf(p, "want an absolute http or https URL, got %q", u.Redacted())
+	}
+}
+
+// checkURLs checks a service's instance URLs, each once.
+func checkURLs(col *collector, p path, urls []URL) {
+	seen := make(map[string]int, len(urls))
+	for i, u := range urls {
+		if u.URL == nil {
+			col.addf(p.index(i), "want an absolute http or https URL")
+			continue
+		}
+		checkURL(col, p.index(i), u)
+		if j, dup := seen[u.String()]; dup {
+			col.addf(p.index(i), "%q is already %s", u.Redacted(), p.index(j))
+		}
+		seen[u.String()] = i
+	}
+}
+
+func checkPercent(col *collector, p path, n int) {
+	if n < 0 || n > 100 {
+		col.addf(p, "want a percentage from 0 to 100, got %d", n)
+	}
+}
+
+func (h *HealthCheck) check(col *collector, p path) {
+	if h.Path != "" && (h.Path[0] != '/' || !isRequestTarget(h.Path)) {
+		col.addf(p.key("path"), "want an absolute path such as \"/healthz\", got %q", h.Path)
+	}
+	col.positive(p.key("interval"), h.Interval)
+	col.positive(p.key("timeout"), h.Timeout)
+	if h.Timeout > h.Interval && h.Interval > 0 {
+		col.addf(p.key("timeout"), "%s exceeds interval (%s): a check would still run when the next one starts", h.Timeout, h.Interval)
+	}
+	if h.HealthyThreshold < 1 {
+		col.addf(p.key("healthy_threshold"), "want at least 1, got %d", h.HealthyThreshold)
+	}
+	if h.UnhealthyThreshold < 1 {
+		col.addf(p.key("unhealthy_threshold"), "want at least 1, got %d", h.UnhealthyThreshold)
+	}
+}
+
+// isRequestTarget reports whether s is made of the bytes a request
+// target may hold unescaped (RFC 3986 pchar, "/" and "?").
+func isRequestTarget(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c <= ' ' || c >= 0x7f || c == '#' || c == '"' || c == '<' || c == '>' || c == '\\' {
+			return false
+		}
+	}
+	return true
+}
+
+func (o *Outlier) check(col *collector, p path) {
+	if o.Consecutive5xx < 0 {
+		col.addf(p.key("consecutive_5xx"), "must not be negative (0 turns it off), got %d", o.Consecutive5xx)
+	}
+	if o.ConsecutiveConnectFailures < 0 {
+		col.addf(p.key("consecutive_connect_failures"), "must not be negative (0 turns it off), got %d", o.ConsecutiveConnectFailures)
+	}
+	col.positive(p.key("base_ejection_time"), o.BaseEjectionTime)
+	col.positive(p.key("max_ejection_time"), o.MaxEjectionTime)
+	if o.MaxEjectionTime < o.BaseEjectionTime && o.MaxEjectionTime > 0 {
+		col.addf(p.key("max_ejection_time"), "%s is below base_ejection_time (%s)", o.MaxEjectionTime, o.BaseEjectionTime)
+	}
+	checkPercent(col, p.key("max_ejection_percent"), o.MaxEjectionPercent)
+}
+
+// DialsHTTPS reports whether an instance of a service has an https URL,
+// which upstream.tls is for.
+func (u *Upstream) DialsHTTPS() bool {
+	for _, name := range u.ServiceNames() {
+		s, _ := u.Service(name)
+		for _, cu := range s.URLs {
+			if cu.URL != nil && cu.Scheme == "https" {
+				return true
+			}
+		}
+	}
+	return false
 }

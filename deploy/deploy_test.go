@@ -891,8 +891,14 @@ func TestCompose(t *testing.T) {
 			}
 		}
 		_, port := hostPort(t, cfg.Listen)
-		if !strings.Contains(hcfg, fmt.Sprintf("server exgate exgate:%d send-proxy-v2", port)) || !strings.Contains(hcfg, "check-send-proxy") {
-			t.Errorf("haproxy.cfg does not send PROXY v2 (checks included) to exgate:%d", port)
+		_, adminPort := hostPort(t, cfg.AdminListen)
+		if !strings.Contains(hcfg, fmt.Sprintf("server exgate exgate:%d send-proxy-v2 check port %d", port, adminPort)) {
+			t.Errorf("haproxy.cfg does not send PROXY v2 to exgate:%d and check its admin port %d", port, adminPort)
+		}
+		// Readiness over HTTP: exgate's own /readyz, not a TCP connect
+		// (which a wedged or draining process still accepts).
+		if !strings.Contains(hcfg, "option httpchk") || !strings.Contains(hcfg, "uri /readyz") || !strings.Contains(hcfg, "expect status 200") {
+			t.Errorf("haproxy.cfg does not check exgate's /readyz over HTTP:\n%s", hcfg)
 		}
 		if haproxy, err := exec.LookPath("haproxy"); err == nil {
 			if out, err := exec.Command(haproxy, "-c", "-f", "haproxy/haproxy.cfg").CombinedOutput(); err != nil {

@@ -332,6 +332,8 @@ func gathered(t *testing.T) []*dto.MetricFamily {
 	m.JWKSFetch(true)
 	m.Overload("list_tickers", "market_data").Shed()
 	m.Overload("list_tickers", "market_data").Queued(time.Millisecond)
+	m.SetFleetSource(fleet{{Name: "default", Available: true, Instances: []metrics.InstanceStatus{{Addr: "10.0.0.1:9000", State: "healthy",
+		Requests: map[string]uint64{"success": 1}, Ejections: map[string]uint64{"consecutive_5xx": 0}}}}})
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -770,7 +772,7 @@ func TestDocumentedMetrics(t *testing.T) {
 		for _, m := range mf.GetMetric() {
 			for _, lp := range m.GetLabel() {
 				switch lp.GetName() {
-				case "route", "limit", "tier", "method", "code", "version", "revision", "goversion", "replica", "service":
+				case "route", "limit", "tier", "method", "code", "version", "revision", "goversion", "replica", "service", "upstream_instance":
 					continue
 				}
 				if !strings.Contains(line, "`"+lp.GetValue()+"`") {
@@ -798,3 +800,8 @@ func TestDocumentedMetrics(t *testing.T) {
 		}
 	}
 }
+
+// fleet is a fixed backend fleet for the metrics.
+type fleet []metrics.ServiceStatus
+
+func (f fleet) FleetStatus() []metrics.ServiceStatus { return f }

@@ -167,6 +167,7 @@ type Metrics struct {
 	authCachedVec    *prometheus.CounterVec
 	jwksFetches      *prometheus.CounterVec
 	overload         *overloadCollectors
+	fleet            *fleetCollector
 	bodyBudgetGauges *bodyBudgetCollectors
 	goColl           prometheus.Collector
 	procColl         prometheus.Collector
@@ -241,6 +242,7 @@ func newMetrics(info BuildInfo) *Metrics {
 	m.newAuthCollectors()
 	m.newProcessCollectors(info)
 	m.overload = newOverloadCollectors()
+	m.fleet = newFleetCollector()
 	m.bodyBudgetGauges = newBodyBudgetCollectors()
 	return m
 }
@@ -373,6 +375,7 @@ func (m *Metrics) own() []prometheus.Collector {
 		m.decisions, m.storeErrors, m.storeDuration, m.fallback,
 		m.validation, m.idempotency, m.inflight,
 		m.reloads, m.adminResets, m.buildInfo, m.replicaInfo, m.authFailures, m.authCachedVec, m.jwksFetches, m.bodyBudget,
+		m.fleet,
 	}, append(m.overload.all(), m.bodyBudgetGauges.gauges...)...)
 }
 

@@ -61,7 +61,15 @@ func exercise(m *Metrics) {
 	o := m.Overload("list_tickers", "market_data")
 	o.Shed()
 	o.Queued(5 * time.Millisecond)
+	m.SetFleetSource(fixedFleet{{Name: "default", Available: true, Retries: 2, Instances: []InstanceStatus{
+		{Addr: "10.0.0.1:9000", State: "healthy", Active: 3, Requests: map[string]uint64{"success": 10}, Ejections: map[string]uint64{"consecutive_5xx": 1}},
+		{Addr: "10.0.0.2:9000", State: "ejected", Requests: map[string]uint64{"server_error": 5}, Ejections: map[string]uint64{"consecutive_5xx": 1}},
+	}}})
 }
+
+type fixedFleet []ServiceStatus
+
+func (f fixedFleet) FleetStatus() []ServiceStatus { return f }
 
 func TestNewRegistersEverythingLintClean(t *testing.T) {
 	m, reg := newTest(t)
@@ -105,6 +113,8 @@ func TestNamesFromDescriptors(t *testing.T) {
 		NameConfigReloads, NameAdminResets, NameBuildInfo, NameReplicaInfo, NameBodyBudget, NameAuthCached,
 		NameOverloadShed, NameOverloadQueue, NameOverloadLimit, NameOverloadInFlight, NameOverloadWaiting, NameOverloadMinRTT,
 		NameBodyBuffered, NameBodyBufferedClients, NameOverloadClients,
+		NameUpstreamAvailable, NameUpstreamPanic, NameUpstreamInstances, NameUpstreamInstanceActive,
+		NameUpstreamInstanceRequests, NameUpstreamEjections, NameUpstreamRetries, NameUpstreamUnavailable,
 		"go_goroutines", "go_gc_duration_seconds", "process_cpu_seconds_total",
 	} {
 		if !slices.Contains(names, want) {
@@ -120,8 +130,8 @@ func TestNamesFromDescriptors(t *testing.T) {
 			t.Errorf("Names() lists %s; want base names", n)
 		}
 	}
-	if exgate != 29 {
-		t.Errorf("Names() lists %d exgate_ families, want 29", exgate)
+	if exgate != 37 {
+		t.Errorf("Names() lists %d exgate_ families, want 37", exgate)
 	}
 }
 

@@ -73,6 +73,7 @@ func (g *Gateway) bufferBody(st *requestState, r *http.Request) *apierror.Error 
 	}
 	st.releaseOrder() // the pooled buffers: the client's bytes are copied
 	forwardBody(r, body)
+	st.sentBody = body
 	return nil
 }
 

@@ -26,6 +26,7 @@ func forwardCanonical(st *requestState, r *http.Request, o *validate.Order) []by
 func forwardEncoded(st *requestState, r *http.Request, body []byte) []byte {
 	st.releaseOrder() // the client's bytes
 	forwardBody(r, body)
+	st.sentBody = body
 	h := r.Header
 	h["Content-Type"] = jsonContentType // shared; ReverseProxy copies the header
 	delete(h, "Content-Length")

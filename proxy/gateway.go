@@ -11,14 +11,12 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/netip"
-	"net/url"
 	"runtime/debug"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
@@ -56,6 +54,10 @@ type Options struct {
 	// Transport carries requests to the backend. Nil means
 	// upstream.NewTransport(cfg.Upstream).
 	Transport http.RoundTripper
+	// Fleet holds the services routes forward to; the caller runs its
+	// sources and health checks (Fleet.Run). Nil means
+	// upstream.NewFleet(cfg.Upstream), whose static lists need no Run.
+	Fleet *upstream.Fleet
 	// Limits enforces the rate limits. Nil means no route is limited.
 	Limits *limiter.Enforcer
 	// Rules are the compiled rate limits. Nil means limiter.Compile of
@@ -107,8 +109,7 @@ type Gateway struct {
 	idemMaxResp  int
 	metrics      *metrics.Metrics
 	unrouted     *metrics.RouteMetrics
-	target       *url.URL
-	basePath     string // target path without its trailing slash
+	fleet        *upstream.Fleet
 	rp           *httputil.ReverseProxy
 	transport    http.RoundTripper
 	trusted      []netip.Prefix
@@ -130,18 +131,16 @@ type Gateway struct {
 	pool         sync.Pool // *requestState
 	// tracer starts the requests' spans; nil when tracing is off
 	// (trace.go).
-	tracer       trace.Tracer
-	propagator   propagation.TextMapPropagator
-	spanStart    []trace.SpanStartOption // a server span's start options, built once
-	trust        uint8                   // tracing.trust_incoming
-	upstreamHost attribute.KeyValue      // server.address of the backend call
-	upstreamPort attribute.KeyValue      // server.port of the backend call
-	refusals     *recentRefusals         // the sampled refusals the console lists
+	tracer     trace.Tracer
+	propagator propagation.TextMapPropagator
+	spanStart  []trace.SpanStartOption // a server span's start options, built once
+	trust      uint8                   // tracing.trust_incoming
+	refusals   *recentRefusals         // the sampled refusals the console lists
 }
 
 // New builds a Gateway from a validated configuration.
 func New(cfg *config.Config, opts Options) (*Gateway, error) {
-	if cfg.Upstream.URL.URL == nil {
+	if s, _ := cfg.Upstream.Service(config.DefaultService); len(s.URLs) == 0 && opts.Fleet == nil {
 		return nil, errors.New("proxy: upstream.url is not set")
 	}
 	g := &Gateway{
@@ -153,8 +152,7 @@ func New(cfg *config.Config, opts Options) (*Gateway, error) {
 		idemMaxResp: opts.IdempotencyMaxResponse,
 		metrics:     opts.Metrics,
 		unrouted:    opts.Metrics.Unrouted(),
-		target:      cfg.Upstream.URL.URL,
-		basePath:    strings.TrimSuffix(cfg.Upstream.URL.Path, "/"),
+		fleet:       opts.Fleet,
 		transport:   opts.Transport,
 		log:         opts.Logger,
 		access:      cfg.Log.Access,
@@ -178,6 +176,10 @@ func New(cfg *config.Config, opts Options) (*Gateway, error) {
 	if g.transport == nil {
 		g.transport = upstream.NewTransport(cfg.Upstream)
 	}
+	if g.fleet == nil {
+		g.fleet = upstream.NewFleet(cfg.Upstream, upstream.FleetOptions{Now: g.now})
+	}
+	g.metrics.SetFleetSource(fleetStatus{g.fleet})
 	g.clientHeader = "X-Forwarded-For"
 	if cfg.ClientIP.Header == config.HeaderForwarded {
 		g.forwarded, g.clientHeader = true, "Forwarded"
@@ -203,7 +205,7 @@ func New(cfg *config.Config, opts Options) (*Gateway, error) {
 	g.metrics.SetBodyBudgetSource(g.budget)
 	g.rp = &httputil.ReverseProxy{
 		Rewrite:        g.rewrite,
-		Transport:      g.transport,
+		Transport:      fleetTransport{g},
 		BufferPool:     newBufferPool(),
 		ErrorHandler:   g.proxyError,
 		ModifyResponse: g.modifyResponse,
@@ -239,6 +241,7 @@ func (g *Gateway) newPlan(cfg *config.Config, rules *limiter.Rules, v *validate.
 			r.bulk = &bulkTargets{orders: t.named(r.Config.Bulk.Orders), cancels: t.named(r.Config.Bulk.Cancels)}
 		}
 		r.limits = rules.Route(r.Name)
+		r.service = g.fleet.Service(r.Config.Service)
 		r.metrics = g.metrics.Route(r.Name)
 		if g.tracer != nil {
 			r.trace = newRouteTrace(r)
@@ -309,27 +312,30 @@ type requestState struct {
 	charged    *Route // the route whose limits charged the request (its own, or a bulk's target), once they allowed it
 	cost       int64  // what the request was charged in each of them
 	g          *Gateway
-	upStart    time.Time       // when the request went to the backend, or zero
-	upDone     bool            // the upstream duration was observed
-	upEnd      time.Time       // when the backend answered with headers, or failed
-	upDur      time.Duration   // how long the backend took to answer with headers, or to fail
-	upStatus   int             // the backend's status, or 0
-	buffered   int64           // bytes of the buffer budget this request holds
-	bodyReader chargedBody     // the body being read whole, charged to the client's share
-	client     share.Key       // whose share of the shared pools the request takes (clientOf)
-	bulkCancel bool            // the request is a bulk of order ids to cancel
-	slot       bool            // the request holds a backend slot (admission)
-	plan       *plan           // the plan the request started with
-	routeSlot  *routeAdmission // the route whose own in-flight cap counts the request
-	bodyTaken  bool            // the body was read whole or handed to the backend (see refuse)
-	forwarded  bool            // the client sent X-Forwarded-* headers (scanHeader)
-	code       string          // the code of exgate's own error answer (refuse), or ""
-	authFailed string          // why a 401 refused the request's credentials (the access log's auth_failure), or ""
-	replayed   bool            // the answer is an order's recorded response, replayed
-	span       trace.Span      // the server span, while tracing is on (trace.go)
-	traceCtx   context.Context // the context of span, for the backend call's
-	rec        bool            // span records: the request is sampled
-	upSpan     trace.Span      // the backend call's client span, when recording
+	upStart    time.Time          // when the request went to the backend, or zero
+	upDone     bool               // the upstream duration was observed
+	upEnd      time.Time          // when the backend answered with headers, or failed
+	upDur      time.Duration      // how long the backend took to answer with headers, or to fail
+	upStatus   int                // the backend's status, or 0
+	buffered   int64              // bytes of the buffer budget this request holds
+	bodyReader chargedBody        // the body being read whole, charged to the client's share
+	client     share.Key          // whose share of the shared pools the request takes (clientOf)
+	bulkCancel bool               // the request is a bulk of order ids to cancel
+	slot       bool               // the request holds a backend slot (admission)
+	plan       *plan              // the plan the request started with
+	routeSlot  *routeAdmission    // the route whose own in-flight cap counts the request
+	bodyTaken  bool               // the body was read whole or handed to the backend (see refuse)
+	forwarded  bool               // the client sent X-Forwarded-* headers (scanHeader)
+	code       string             // the code of exgate's own error answer (refuse), or ""
+	authFailed string             // why a 401 refused the request's credentials (the access log's auth_failure), or ""
+	replayed   bool               // the answer is an order's recorded response, replayed
+	span       trace.Span         // the server span, while tracing is on (trace.go)
+	traceCtx   context.Context    // the context of span, for the backend call's
+	rec        bool               // span records: the request is sampled
+	upSpan     trace.Span         // the backend call's client span, when recording
+	inst       *upstream.Instance // the instance the request is under way at, from forward to end
+	sentBody   []byte             // the body sent (read whole; an order's canonical form), sent again when the request moves
+	abandoned  bool               // the request to the backend ended for a reason of its own (its client went away)
 }
 
 // evidence reports whether the request's access log line must survive
@@ -342,11 +348,7 @@ func (st *requestState) evidence() bool {
 // rewrite turns the inbound request into the outbound one. The inbound URL
 // path is already the route's canonical path.
 func (g *Gateway) rewrite(pr *httputil.ProxyRequest) {
-	out := pr.Out
-	out.URL.Scheme = g.target.Scheme
-	out.URL.Host = g.target.Host
-	out.URL.Path = g.basePath + pr.In.URL.Path
-	out.URL.RawPath = ""
+	out := pr.Out // its URL is the instance's, set by forward (target)
 	out.Host = ""
 	closeAfterHead(out)
 	dropUpgrade(out)
@@ -436,12 +438,17 @@ func (g *Gateway) proxyError(w http.ResponseWriter, r *http.Request, err error) 
 	st.upErr = err
 	g.observeUpstream(st)
 	g.settleFailed(st, err)
+	st.abandoned = st.clientCx.Err() != nil
 	if st.route != nil {
 		st.route.metrics.UpstreamError(metrics.ClassifyUpstreamError(err, st.clientCx.Err() != nil))
 	}
 	switch {
 	case st.clientCx.Err() != nil:
 		rw.status = StatusClientClosed
+	case upstream.NothingSent(err):
+		// No instance took a connection: nothing of the request was
+		// sent, and it costs its client nothing.
+		g.unavailable(st, r, errUpstreamUnavailable)
 	case metrics.IsTimeout(err):
 		g.refuse(st, r, errGatewayTimeout)
 	case errors.As(err, new(brokenAnswer)):
@@ -515,6 +522,7 @@ func (g *Gateway) end(st *requestState, r *http.Request, extra ...zap.Field) {
 	if st.rec {
 		g.endSpans(st, r, g.now())
 	}
+	g.instanceDone(st)
 }
 
 // observe records the request in the metrics.
@@ -550,7 +558,7 @@ func (g *Gateway) logAccess(st *requestState, r *http.Request, extra ...zap.Fiel
 	if st.route != nil {
 		route = st.route.Name
 	}
-	fields := make([]zap.Field, 0, 23+len(extra))
+	fields := make([]zap.Field, 0, 24+len(extra))
 	fields = append(fields,
 		zap.String("request_id", st.id),
 		zap.String("route", route),
@@ -585,6 +593,9 @@ func (g *Gateway) logAccess(st *requestState, r *http.Request, extra ...zap.Fiel
 	}
 	if st.limited {
 		fields = g.limitFields(fields, &st.decision)
+	}
+	if st.inst != nil {
+		fields = append(fields, zap.String("upstream_instance", st.inst.Addr))
 	}
 	if st.upDone {
 		if st.upStatus != 0 {

@@ -266,7 +266,13 @@ func TestBackendDown(t *testing.T) {
 	dead := ln.Addr().String()
 	ln.Close()
 	e := startEnv(t, func(c *config.Config) { c.Upstream.URL = config.MustURL("http://" + dead) })
-	assertError(t, do(t, "GET", e.url+"/api/v1/mkt/markets/", nil), http.StatusBadGateway, "bad_gateway")
+	// Nothing of the request reached a backend: exgate says the service
+	// is unavailable, and when to try again.
+	res := do(t, "GET", e.url+"/api/v1/mkt/markets/", nil)
+	if res.Header.Get("Retry-After") != "1" {
+		t.Errorf("Retry-After %q, want 1", res.Header.Get("Retry-After"))
+	}
+	assertError(t, res, http.StatusServiceUnavailable, "upstream_unavailable")
 }
 
 func TestBackendSlow(t *testing.T) {
@@ -365,7 +371,7 @@ func TestForwardedHeaders(t *testing.T) {
 
 func TestUpstreamBasePath(t *testing.T) {
 	e := startEnv(t, nil)
-	u := config.MustURL(e.gw.target.String() + "/prefix/")
+	u := config.MustURL(e.gw.fleet.Service("").Instances()[0].URL.String() + "/prefix/")
 	e2 := startEnv(t, func(c *config.Config) { c.Upstream.URL = u })
 	e2.backend = e.backend // the first env's backend serves both
 	res := do(t, "GET", e2.url+"/api/v1/mkt/markets/", nil)

@@ -271,7 +271,6 @@ func (g *Gateway) setClientAddress(st *requestState, r *http.Request) {
 // A request with the client's own X-Request-ID goes with that id made
 // unique (upstreamID) while backend answers are checked by id.
 func (g *Gateway) forward(st *requestState, r *http.Request) {
-	r.URL.Path, r.URL.RawPath = st.path, ""
 	if st.clientID && g.checkIDs {
 		st.upID = upstreamID(st.id, g.ids.next())
 		r.Header["X-Request-Id"] = []string{st.upID}
@@ -280,6 +279,10 @@ func (g *Gateway) forward(st *requestState, r *http.Request) {
 	if st.order.claimed {
 		parent = context.WithValue(context.WithoutCancel(parent), claimKey{}, st)
 	}
+	if e := g.pickInstance(st, r); e != nil {
+		g.unavailable(st, r, e)
+		return
+	}
 	st.bodyTaken = true // the reverse proxy's from here on
 	st.upStart = g.now()
 	ctx, cancel := context.WithTimeout(parent, st.route.Timeout)
@@ -287,5 +290,5 @@ func (g *Gateway) forward(st *requestState, r *http.Request) {
 	if st.span != nil {
 		g.startUpstreamSpan(st, r)
 	}
-	g.rp.ServeHTTP(&st.rw, r.WithContext(ctx))
+	g.rp.ServeHTTP(&st.rw, r.WithContext(&stateContext{Context: ctx, st: st}))
 }

@@ -7,6 +7,7 @@ import (
 	"github.com/exgate/exgate/config"
 	"github.com/exgate/exgate/limiter"
 	"github.com/exgate/exgate/metrics"
+	"github.com/exgate/exgate/upstream"
 )
 
 // Route is a route compiled from configuration: everything the hot path
@@ -34,7 +35,8 @@ type Route struct {
 	segs     []segment // nil for the default route
 	trailing bool      // the canonical form ends in "/"
 	isDef    bool
-	allow    string // Allow header of every route sharing this shape
+	allow    string            // Allow header of every route sharing this shape
+	service  *upstream.Service // the service it forwards to; nil when not started (fleet.go)
 }
 
 type segment struct {

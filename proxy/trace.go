@@ -216,7 +216,7 @@ func (g *Gateway) startUpstreamSpan(st *requestState, r *http.Request) {
 	if st.rec {
 		ctx, st.upSpan = g.tracer.Start(ctx, spanName(r, st.route),
 			trace.WithSpanKind(trace.SpanKindClient), trace.WithTimestamp(st.upStart),
-			trace.WithAttributes(methodAttr(r.Method), g.upstreamHost, g.upstreamPort))
+			trace.WithAttributes(methodAttr(r.Method), semconv.ServerAddress(st.inst.Host), semconv.ServerPort(st.inst.Port)))
 		if st.route.trace.hasRoute {
 			st.upSpan.SetAttributes(semconv.URLTemplate(st.route.Config.Match.Path))
 		}
@@ -472,15 +472,6 @@ func (g *Gateway) setTracing(cfg *config.Config) {
 	g.propagator = propagation.TraceContext{}
 	g.spanStart = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindServer)}
 	g.trust = traceTrust(cfg.Tracing.TrustIncoming)
-	g.upstreamHost = semconv.ServerAddress(g.target.Hostname())
-	port, err := strconv.Atoi(g.target.Port())
-	if err != nil {
-		port = 80
-		if g.target.Scheme == "https" {
-			port = 443
-		}
-	}
-	g.upstreamPort = semconv.ServerPort(port)
 	g.refusals = newRecentRefusals(recentRefusalsKept)
 }
 

@@ -52,7 +52,7 @@ func TestBackendConnectsTimeOut(t *testing.T) {
 					res.Header.Get("Content-Type") != "application/json" {
 					t.Errorf("status %d %s, want a JSON 5xx", res.StatusCode, body)
 				}
-				if eb.Code != "gateway_timeout" && eb.Code != "bad_gateway" {
+				if eb.Code != "gateway_timeout" && eb.Code != "bad_gateway" && eb.Code != "upstream_unavailable" {
 					t.Errorf("code %q", eb.Code)
 				}
 			}

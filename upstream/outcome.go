@@ -19,6 +19,7 @@ const (
 	// Abandoned: the request ended for a reason of its own (the client
 	// went away, the body failed): it says nothing of the instance.
 	Abandoned
+	numOutcomes
 )
 
 // String returns the outcome's metric label.
@@ -37,6 +38,8 @@ func (o Outcome) String() string {
 // Done ends a request Pick counted at the instance, with how it went.
 func (i *Instance) Done(o Outcome) {
 	i.active.Add(-1)
+	i.svc.active.Add(-1)
+	i.outcomes[o].Add(1)
 	out := &i.svc.opts.Outlier
 	switch o {
 	case Success:
@@ -88,10 +91,12 @@ func (s *Service) eject(inst *Instance, why Reason) {
 	}
 	inst.ejected, inst.ejectedFor = true, why
 	inst.ejections++
+	inst.ejectedTotal[why].Add(1)
 	d := min(out.BaseEjectionTime*time.Duration(inst.ejections), maxD)
+	inst.ejectedUntil = s.now().Add(d)
 	inst.ejectTimer = time.AfterFunc(d, func() { s.unEject(inst) })
 	s.rebuild()
-	s.notify(Event{Instance: inst, Ejected: true, Reason: why})
+	s.notify(Event{Kind: Ejected, Instance: inst, Reason: why})
 }
 
 // unEject returns inst to the rotation when its ejection ends.
@@ -101,10 +106,10 @@ func (s *Service) unEject(inst *Instance) {
 	if !inst.ejected || inst.removed {
 		return
 	}
-	inst.ejected, inst.ejectedFor, inst.ejectTimer = false, ReasonNone, nil
+	inst.ejected, inst.ejectedFor, inst.ejectTimer, inst.ejectedUntil = false, ReasonNone, nil, time.Time{}
 	inst.returnedAt = s.now()
 	s.rebuild()
-	s.notify(Event{Instance: inst})
+	s.notify(Event{Kind: Returned, Instance: inst})
 }
 
 // notify reports ev, with the service's state after it, to OnChange.

@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/url"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -26,6 +27,8 @@ type Options struct {
 	// connections, ejected ones included (Envoy's healthy panic
 	// threshold). 0 turns panic mode off.
 	PanicThreshold int
+	// RetryBudget bounds the requests retried on another instance.
+	RetryBudget RetryBudget
 	// Now is the clock. Nil means time.Now.
 	Now func() time.Time
 	// OnChange, when set, is called after an instance is ejected or
@@ -64,6 +67,11 @@ type Service struct {
 	opts Options
 	now  func() time.Time
 
+	active  atomic.Int64  // requests under way at the service's instances
+	retries atomic.Int64  // of which retries
+	retried atomic.Uint64 // retries made
+	refused atomic.Uint64 // requests that found no instance
+
 	mu        sync.Mutex
 	instances []*Instance // every instance of the current list, in its order
 	byKey     map[string]*Instance
@@ -92,6 +100,9 @@ type Instance struct {
 	// URL names none): the operator's address of a backend, used as its
 	// label in metrics and logs.
 	Addr string
+	// Host and Port are Addr's parts.
+	Host string
+	Port int
 
 	svc    *Service
 	weight uint32 // guarded by svc.mu; read from pick sets built under it
@@ -99,15 +110,19 @@ type Instance struct {
 
 	consec5xx     atomic.Int32
 	consecConnect atomic.Int32
+	outcomes      [numOutcomes]atomic.Uint64 // requests ended, by outcome
+	ejectedTotal  [numReasons]atomic.Uint64  // ejections, by reason
 
 	// guarded by svc.mu
-	ejected     bool
-	ejectedFor  Reason
-	ejections   int       // how many times it was ejected; a healthy run ends the count
-	returnedAt  time.Time // when its last ejection ended
-	ejectTimer  *time.Timer
-	checkFailed bool // the active health check marks it down
-	removed     bool
+	ejected      bool
+	ejectedFor   Reason
+	ejections    int       // how many times it was ejected; a healthy run ends the count
+	returnedAt   time.Time // when its last ejection ended
+	ejectTimer   *time.Timer
+	ejectedUntil time.Time
+	checkFailed  bool // the active health check marks it down
+	checkRun     int  // checks in a row whose result goes against checkFailed
+	removed      bool
 }
 
 // Reason says why an instance was ejected.
@@ -118,6 +133,7 @@ const (
 	ReasonNone           Reason = iota
 	ReasonConsecutive5xx        // a run of server errors
 	ReasonConnectFailure        // a run of refused or failed connects
+	numReasons
 )
 
 // String returns the reason's metric label.
@@ -154,7 +170,7 @@ func (s *Service) Update(eps []Endpoint) {
 		}
 		inst := s.byKey[key]
 		if inst == nil {
-			inst = &Instance{URL: ep.URL, Addr: hostPort(ep.URL), svc: s}
+			inst = newInstance(s, ep.URL)
 		}
 		inst.weight = max(ep.Weight, 1)
 		keep[key] = inst
@@ -170,18 +186,21 @@ func (s *Service) Update(eps []Endpoint) {
 	}
 	s.instances, s.byKey = next, keep
 	s.rebuild()
-	s.notify(Event{})
+	s.notify(Event{Kind: ListChanged})
 }
 
-// hostPort is u's host and port, the scheme's port when u names none.
-func hostPort(u *url.URL) string {
-	if u.Port() != "" {
-		return u.Host
+// newInstance returns the instance of s at u.
+func newInstance(s *Service, u *url.URL) *Instance {
+	inst := &Instance{URL: u, Host: u.Hostname(), svc: s}
+	inst.Port, _ = strconv.Atoi(u.Port())
+	if inst.Port == 0 {
+		inst.Port = 80
+		if u.Scheme == "https" {
+			inst.Port = 443
+		}
 	}
-	if u.Scheme == "https" {
-		return net.JoinHostPort(u.Hostname(), "443")
-	}
-	return net.JoinHostPort(u.Hostname(), "80")
+	inst.Addr = net.JoinHostPort(inst.Host, strconv.Itoa(inst.Port))
+	return inst
 }
 
 // pickSet is the immutable set Pick chooses from, rebuilt whenever an
@@ -270,14 +289,31 @@ func (s *Service) rebuild() {
 
 // Event is a change of a service's state, for OnChange.
 type Event struct {
+	Kind    EventKind
 	Service *Service
-	// Instance is the instance that changed, or nil when the list did.
+	// Instance is the instance that changed; nil when the list did.
 	Instance *Instance
-	// Ejected is set when Instance was ejected (Reason says why).
-	Ejected bool
-	Reason  Reason
+	// Reason says why Instance was ejected (Kind Ejected).
+	Reason Reason
 	// State is the service's state after the change.
 	State State
+}
+
+// EventKind says what changed.
+type EventKind uint8
+
+// Event kinds.
+const (
+	ListChanged EventKind = iota // Update replaced the list
+	Ejected                      // outlier detection ejected Instance
+	Returned                     // Instance's ejection ended
+	MarkedDown                   // Instance failed its health checks
+	MarkedUp                     // Instance passed its health checks again
+)
+
+// String returns the kind's log and metric label.
+func (k EventKind) String() string {
+	return [...]string{"list_changed", "ejected", "returned", "marked_down", "marked_up"}[k]
 }
 
 // Pick chooses the instance for a request and counts the request as under
@@ -288,21 +324,49 @@ type Event struct {
 func (s *Service) Pick() (*Instance, error) {
 	inst := s.picks.Load().choose(nil)
 	if inst == nil {
+		s.refused.Add(1)
 		return nil, ErrUnavailable
 	}
 	inst.active.Add(1)
+	s.active.Add(1)
 	return inst, nil
 }
 
-// PickOther is Pick for a request being retried: it avoids prev when
-// another instance is in the rotation.
-func (s *Service) PickOther(prev *Instance) (*Instance, error) {
-	inst := s.picks.Load().choose(prev)
-	if inst == nil {
-		return nil, ErrUnavailable
+// Retry moves a request from prev, which failed it, to another instance
+// of the rotation, within the retry budget: at most RetryBudget.Percent
+// of the service's requests under way may be retries at once, and
+// RetryBudget.Min whatever the share. It returns nil when the budget is
+// spent or no other instance is in the rotation; otherwise the request
+// counts as a retry until EndRetry, and as under way at the instance
+// returned until Done is called on it (as it must still be on prev).
+func (s *Service) Retry(prev *Instance) *Instance {
+	b := s.opts.RetryBudget
+	allowed := max(int64(b.Min), s.active.Load()*int64(b.Percent)/100)
+	if s.retries.Add(1) > allowed {
+		s.retries.Add(-1)
+		return nil
 	}
+	inst := s.picks.Load().choose(prev)
+	if inst == nil || inst == prev {
+		s.retries.Add(-1)
+		return nil
+	}
+	s.retried.Add(1)
 	inst.active.Add(1)
-	return inst, nil
+	s.active.Add(1)
+	return inst
+}
+
+// EndRetry ends a retry Retry allowed, once its round trip has ended.
+func (s *Service) EndRetry() { s.retries.Add(-1) }
+
+// RetryBudget bounds the retries under way at a service at once.
+type RetryBudget struct {
+	// Percent is the share of the service's requests under way that may
+	// be retries.
+	Percent int
+	// Min is how many retries may be under way whatever the share.
+	Min int
 }
 
 // choose draws two candidates and keeps the less loaded one by weight;

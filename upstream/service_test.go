@@ -158,7 +158,7 @@ func TestEjectionLimits(t *testing.T) {
 	defer mu.Unlock()
 	var reasons []string
 	for _, ev := range events {
-		if ev.Ejected {
+		if ev.Kind == Ejected {
 			reasons = append(reasons, ev.Instance.Addr+" "+ev.Reason.String())
 		}
 	}
@@ -173,7 +173,7 @@ func TestEjectionEndsAndGrows(t *testing.T) {
 	s := NewService("orders", Options{
 		Outlier: Outlier{Consecutive5xx: 1, BaseEjectionTime: 20 * time.Millisecond, MaxEjectionTime: time.Minute, MaxEjectionPercent: 100},
 		OnChange: func(ev Event) {
-			if ev.Instance != nil && !ev.Ejected {
+			if ev.Kind == Returned {
 				returned <- ev.Instance
 			}
 		},

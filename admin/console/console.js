@@ -59,6 +59,14 @@
     add("last reload", s.last_reload ? new Date(s.last_reload).toLocaleString() + " · " + s.reload_outcome : "none");
     add("started", new Date(s.started).toLocaleString());
     if (s.catalogue_age !== undefined) add("catalogue age", s.catalogue_age < 0 ? "not loaded" : secs(s.catalogue_age));
+    for (const u of s.upstream || []) {
+      const by = {};
+      for (const i of u.instances || []) by[i.state] = (by[i.state] || 0) + 1;
+      add("service " + u.service, (u.available ? "available" : "UNAVAILABLE: its routes answer 503") + (u.panic ? " · PANIC: ejected instances sent requests too" : "") +
+          " · " + Object.entries(by).map(([k, n]) => n + " " + k).join(", "), u.available && !u.panic ? "" : "zero");
+      for (const i of u.instances || []) if (i.state !== "healthy")
+        add("  " + i.addr, i.state + (i.reason ? " (" + i.reason + ")" : "") + (i.ejected_until ? " until " + new Date(i.ejected_until).toLocaleTimeString() : ""), "zero");
+    }
     for (const [k, v] of Object.entries(s.listeners || {})) add(k + " listener", v);
     for (const [k, v] of Object.entries(s.checks || {})) add("check " + k, v, v === "ok" ? "" : "zero");
     add("resets", s.resets + (s.reset_enabled ? "" : " (reset needs the admin token, " + s.admin_token_env + ")"));

@@ -3,7 +3,7 @@
 //
 // Usage:
 //
-//	exchange-sim [-listen 127.0.0.1:9000] [-secret KEY | -jwt-key FILE [-print-jwks]] [-credentials KEY:SECRET,...] [-v]
+//	exchange-sim [-listen 127.0.0.1:9000] [-secret KEY | -jwt-key FILE [-print-jwks]] [-credentials KEY:SECRET,...] [-delay D] [-v]
 //
 // The JWT key defaults to $EXGATE_SIM_SECRET, else to the public
 // development key sim.DevSecret (HS256). With -jwt-key, tokens are signed
@@ -11,8 +11,9 @@
 // ALGORITHM: RS256), and its public key is served as a JWKS at
 // /.well-known/jwks.json; -print-jwks prints that JWKS and exits, for
 // a gateway's identity.jwt.jwks_file. The credentials default to
-// $EXGATE_SIM_CREDENTIALS, else to the single account dev:dev. SIGINT or
-// SIGTERM shuts the server down gracefully.
+// $EXGATE_SIM_CREDENTIALS, else to the single account dev:dev. -delay
+// holds every answer that long (a slow instance, for fleet tests and
+// benchmarks). SIGINT or SIGTERM shuts the server down gracefully.
 package main
 
 import (
@@ -60,6 +61,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	jwtKey := fs.String("jwt-key", "", "PEM `file` of an RSA private key: sign tokens with RS256 (instead of -secret's HS256) and serve its JWKS at /.well-known/jwks.json")
 	printJWKS := fs.Bool("print-jwks", false, "print the JWKS of -jwt-key's public key and exit")
 	verbose := fs.Bool("v", false, "log every request")
+	delay := fs.Duration("delay", 0, "hold every answer this long: a slow instance")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
@@ -115,6 +117,9 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	var handler http.Handler = server
+	if *delay > 0 {
+		handler = delayed(*delay, handler)
+	}
 	if *verbose {
 		handler = accessLog(logger, handler)
 	}
@@ -219,4 +224,18 @@ func readRSAKey(path string) (*rsa.PrivateKey, error) {
 		return nil, fmt.Errorf("-jwt-key: %s holds a %T, not an RSA private key", path, key)
 	}
 	return rk, nil
+}
+
+// delayed holds every request d (or until its client goes) before h
+// answers it.
+func delayed(d time.Duration, h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			h.ServeHTTP(w, r)
+		case <-r.Context().Done():
+		}
+	})
 }

@@ -78,6 +78,8 @@ type app struct {
 	cat         *validate.Catalogue // nil when no route validates orders
 	stopCat     context.CancelFunc
 	stopID      context.CancelFunc // ends the JWKS refresh; nil without one
+	fleet       *upstream.Fleet    // the backend services
+	stopFleet   context.CancelFunc // ends the fleet's sources and health checks
 	gw          *proxy.Gateway
 	srv         *http.Server
 	admin       *http.Server
@@ -187,12 +189,13 @@ func (a *app) wire(cfg *config.Config) error {
 	if err := a.startBackendTLS(cfg, transport); err != nil {
 		return err
 	}
-	validator, err := a.startValidation(cfg, transport)
+	a.startFleet(cfg, transport)
+	validator, err := a.startValidation(cfg, a.catalogueTransport(transport))
 	if err != nil {
 		return err
 	}
 	opts := proxy.Options{
-		Logger: a.log.Named("gateway"), Evidence: a.d.evidence.Named("gateway"), Now: a.d.now, Transport: transport,
+		Logger: a.log.Named("gateway"), Evidence: a.d.evidence.Named("gateway"), Now: a.d.now, Transport: transport, Fleet: a.fleet,
 		Limits: a.limits.Enforcer, Rules: limiter.Compile(cfg, tokens).WithUsers(users), Metrics: a.metrics,
 		Validator: validator, Verifier: verifier, Top: a.top,
 	}
@@ -220,7 +223,7 @@ func (a *app) wire(cfg *config.Config) error {
 	}
 	a.log.Info("exgate started",
 		zap.String("listen", a.addr), zap.String("admin_listen", a.adminAd),
-		zap.String("upstream", cfg.Upstream.URL.String()), zap.Int("routes", len(cfg.Routes)),
+		zap.Strings("services", cfg.Upstream.ServiceNames()), zap.Int("routes", len(cfg.Routes)),
 		zap.String("limiter", a.limits.Kind), zap.Int("tier_tokens", len(tokens)), zap.Int("tier_users", len(users)),
 		zap.Bool("verify_tokens", verifier != nil),
 		zap.Bool("tls", a.certs != nil), zap.Int("proxy_protocol_peers", len(cfg.Server.ProxyProtocol.TrustedPeers)),
@@ -244,6 +247,7 @@ func (a *app) startDevBackend(cfg *config.Config) error {
 	}
 	go a.serve("backend", a.backend, ln)
 	cfg.Upstream.URL = config.MustURL("http://" + a.backAddr)
+	cfg.Upstream.URLs = nil
 	return nil
 }
 
@@ -303,7 +307,7 @@ func (a *app) startValidation(cfg *config.Config, transport http.RoundTripper) (
 		return nil, err
 	}
 	cat, err := validate.NewCatalogue(validate.CatalogueOptions{
-		BaseURL: cfg.Upstream.URL.URL, Path: vc.Catalogue.Path, Transport: transport, Token: token,
+		BaseURL: defaultInstance(cfg), Path: vc.Catalogue.Path, Transport: transport, Token: token,
 		Refresh: vc.Catalogue.Refresh, Timeout: vc.Catalogue.Timeout, MaxBytes: int64(vc.Catalogue.MaxBytes),
 		Now: a.d.now, Logger: a.log.Named("catalogue"),
 		OnLoad: func(err error) {
@@ -413,6 +417,9 @@ func (a *app) stopParts() {
 	if a.stopID != nil {
 		a.stopID()
 	}
+	if a.stopFleet != nil {
+		a.stopFleet()
+	}
 	if a.backend != nil {
 		_ = a.backend.Close()
 	}
@@ -500,6 +507,9 @@ func (a *app) shutdown() error {
 	}
 	if a.stopID != nil {
 		a.stopID()
+	}
+	if a.stopFleet != nil {
+		a.stopFleet()
 	}
 	a.stopTracing(tracingFlushTimeout)
 	a.closeStores()

@@ -27,7 +27,7 @@ func backendTLSFiles(cfg *config.Config, configPath string) config.BackendTLS {
 // naming its YAML path) and again every upstream.tls.reload_interval and
 // on SIGHUP.
 func (a *app) startBackendTLS(cfg *config.Config, tr *http.Transport) error {
-	if cfg.Upstream.URL.Scheme != "https" {
+	if !cfg.Upstream.DialsHTTPS() {
 		return nil
 	}
 	ct, err := upstream.LoadClientTLS(backendTLSFiles(cfg, a.d.configPath), "upstream.tls", "", a.log.Named("upstream_tls"))

@@ -51,6 +51,7 @@ func (a *app) adminOptions(cfg *config.Config) admin.Options {
 			Top:     a.top,
 			Limits:  a.limits.Enforcer,
 			Metrics: a.metrics,
+			Fleet:   a.fleet,
 			Logger:  a.log.Named("admin"),
 			Status:  a.processStatus,
 			Replica: a.replica,

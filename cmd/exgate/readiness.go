@@ -3,18 +3,23 @@ package main
 import (
 	"context"
 	"errors"
-	"net"
+	"fmt"
 	"strings"
 
 	"github.com/exgate/exgate/admin"
 	"github.com/exgate/exgate/config"
+	"github.com/exgate/exgate/upstream"
 )
 
 // readinessChecks are what /readyz looks at besides draining. Whether a
 // failure makes the instance not ready, and what /readyz says it
 // degrades, follow the configuration in force (reloads included):
-//   - backend: accepts connections; critical (without it every request
-//     fails).
+//   - upstream: every backend service has an instance requests may be
+//     sent to; never critical: readiness is exgate's own. A backend
+//     outage taking every replica out of the load balancer would turn the
+//     answer clients get from a JSON 503 upstream_unavailable (on the
+//     failing service's routes only) into failed connections on all of
+//     them.
 //   - catalogue: the market catalogue is loaded; critical while a route
 //     validates orders and validation.before_catalogue is reject.
 //   - redis (the rate-limit store) answers; critical only while a limited
@@ -26,25 +31,12 @@ import (
 //     critical for the same reason: only orders with an identifier are
 //     refused.
 func (a *app) readinessChecks() []admin.Check {
-	u := a.cfg.Upstream.URL
-	hostport := u.Host
-	if u.Port() == "" {
-		if u.Scheme == "https" {
-			hostport = net.JoinHostPort(u.Hostname(), "443")
-		} else {
-			hostport = net.JoinHostPort(u.Hostname(), "80")
-		}
-	}
 	checks := []admin.Check{{
-		Name: "backend", Critical: true,
-		Run: func(ctx context.Context) error {
-			var dl net.Dialer
-			c, err := dl.DialContext(ctx, "tcp", hostport)
-			if err != nil {
-				return err
-			}
-			return c.Close()
+		Name: "upstream",
+		Impact: func() (bool, string) {
+			return false, "the routes of a service without an available instance answer 503 upstream_unavailable"
 		},
+		Run: func(context.Context) error { return unavailableServices(a.fleet) },
 	}}
 	if a.cat != nil {
 		cat := a.cat
@@ -111,4 +103,22 @@ func storeImpact(cfg *config.Config) (critical bool, degraded string) {
 		return false, "rate-limit store unreachable"
 	}
 	return len(byMode[config.StoreClosed]) > 0, strings.Join(parts, "; ") + ": rate-limit store unreachable"
+}
+
+// unavailableServices names the services with no instance a request may
+// be sent to, and why, or returns nil when every service has one.
+func unavailableServices(f *upstream.Fleet) error {
+	var down []string
+	for _, s := range f.Services() {
+		st := s.State()
+		if st.Available() {
+			continue
+		}
+		down = append(down, fmt.Sprintf("service %s: no available instance (%d instances: %d down, %d ejected)",
+			s.Name(), st.Instances, st.Down, st.Ejected))
+	}
+	if len(down) == 0 {
+		return nil
+	}
+	return errors.New(strings.Join(down, "; "))
 }

@@ -55,7 +55,7 @@ func (a *app) reloadConfig() (*config.Config, error) {
 	}
 	if a.d.dev {
 		devOverrides(cfg)
-		cfg.Upstream.URL = a.cfg.Upstream.URL
+		cfg.Upstream.URL, cfg.Upstream.URLs = a.cfg.Upstream.URL, nil
 	}
 	eff, live, restart := config.Reloaded(a.live.Load(), cfg)
 	if on := len(a.cfg.Server.TLS.Certificates) > 0; on != (len(cfg.Server.TLS.Certificates) > 0) {

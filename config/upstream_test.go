@@ -1,0 +1,92 @@
+package config
+
+import (
+	"errors"
+	"slices"
+	"testing"
+)
+
+func TestUpstreamServicesConfig(t *testing.T) {
+	env := func(vars map[string]string) func(string) (string, bool) {
+		return func(k string) (string, bool) { v, ok := vars[k]; return v, ok }
+	}
+	tests := []struct {
+		name   string
+		yaml   string
+		getenv func(string) (string, bool)
+		paths  []string // YAML paths of the problems; nil means valid
+		check  func(t *testing.T, c *Config)
+	}{
+		{name: "upstream.url is the default service's one instance", yaml: "upstream: {url: 'http://b:9000/base'}\n",
+			check: func(t *testing.T, c *Config) {
+				s, ok := c.Upstream.Service("")
+				if !ok || len(s.URLs) != 1 || s.URLs[0].String() != "http://b:9000/base" || s.Outlier != DefaultOutlier() || s.PanicThreshold != 50 {
+					t.Errorf("default service: %+v", s)
+				}
+			}},
+		{name: "EXGATE_UPSTREAM_URLS lists the default service's instances", yaml: "{}\n",
+			getenv: env(map[string]string{"EXGATE_UPSTREAM_URLS": "http://a:9000, http://b:9000,"}),
+			check: func(t *testing.T, c *Config) {
+				s, _ := c.Upstream.Service(DefaultService)
+				if len(s.URLs) != 2 || s.URLs[0].String() != "http://a:9000" || s.URLs[1].String() != "http://b:9000" {
+					t.Errorf("default service's urls: %v", s.URLs)
+				}
+			}},
+		{name: "a named service starts from the defaults of its keys",
+			yaml: "upstream:\n  outlier: {consecutive_5xx: 9}\n  services:\n    wallets:\n      urls: ['http://w1:80', 'https://w2']\n      outlier: {max_ejection_percent: 100}\n" +
+				"routes:\n  - {name: wlt, match: 'GET /api/v1/wlt/', service: wallets}\n  - {name: rest, match: '*'}\n",
+			check: func(t *testing.T, c *Config) {
+				s, ok := c.Upstream.Service("wallets")
+				want := DefaultOutlier()
+				want.MaxEjectionPercent = 100
+				if !ok || len(s.URLs) != 2 || s.Outlier != want || s.HealthCheck != DefaultHealthCheck() || s.PanicThreshold != 50 {
+					t.Errorf("wallets: %+v", s)
+				}
+				if names := c.Upstream.ServiceNames(); !slices.Equal(names, []string{"default", "wallets"}) {
+					t.Errorf("service names: %v", names)
+				}
+			}},
+		{name: "every problem by its path",
+			yaml: "upstream:\n  urls: ['http://a:1', 'ftp://b', 'http://a:1']\n  panic_threshold: 101\n  retry_budget: {percent: -1, min_retries: -1}\n" +
+				"  health_check: {path: 'healthz', interval: 1s, timeout: 2s, healthy_threshold: 0, unhealthy_threshold: 0}\n" +
+				"  outlier: {consecutive_5xx: -1, consecutive_connect_failures: -1, base_ejection_time: 1m, max_ejection_time: 1s, max_ejection_percent: 200}\n" +
+				"  services:\n    default: {urls: ['http://x:1']}\n    Bad: {urls: ['http://y:1']}\n    empty: {}\n" +
+				"routes:\n  - {name: r, match: '*', service: wallet}\n",
+			paths: []string{"upstream.urls[1]", "upstream.urls[2]", "upstream.panic_threshold", "upstream.retry_budget.percent",
+				"upstream.retry_budget.min_retries", "upstream.health_check.path", "upstream.health_check.timeout",
+				"upstream.health_check.healthy_threshold", "upstream.health_check.unhealthy_threshold",
+				"upstream.outlier.consecutive_5xx", "upstream.outlier.consecutive_connect_failures", "upstream.outlier.max_ejection_time",
+				"upstream.outlier.max_ejection_percent", "upstream.services.default", "upstream.services.Bad",
+				"upstream.services.empty.urls", "routes[0].service"}},
+		{name: "unknown key in a service", yaml: "upstream: {services: {md: {urls: ['http://m:1'], url: 'http://m:1'}}}\n",
+			paths: []string{"upstream.services.md.url"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := Parse("test.yaml", []byte(tt.yaml), tt.getenv)
+			if tt.paths == nil {
+				if err != nil {
+					t.Fatal(err)
+				}
+				tt.check(t, c)
+				return
+			}
+			var errs Errors
+			if !errors.As(err, &errs) {
+				t.Fatalf("err = %v, want Errors", err)
+			}
+			var got []string
+			for _, e := range errs {
+				got = append(got, e.Path)
+			}
+			for _, p := range tt.paths {
+				if !slices.Contains(got, p) {
+					t.Errorf("no problem at %s; got %v", p, err)
+				}
+			}
+			if len(got) != len(tt.paths) {
+				t.Errorf("problems at %q, want exactly %q", got, tt.paths)
+			}
+		})
+	}
+}

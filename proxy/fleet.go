@@ -1,0 +1,200 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"net/url"
+
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+
+	"github.com/exgate/exgate/apierror"
+	"github.com/exgate/exgate/metrics"
+	"github.com/exgate/exgate/upstream"
+)
+
+// The backend fleet (docs/upstream.md): each route forwards to a service
+// of upstream.Fleet, whose Pick chooses the instance in forward, right
+// before the request goes. The request counts as under way at that
+// instance until it ends (end → instanceDone), when its outcome feeds the
+// instance's outlier detection. A request moves to another instance
+// (fleetTransport) only when nothing of it reached the first — its
+// connect failed — or when it is a GET or HEAD without a body, within
+// the service's retry budget: an order, a bulk or a cancel is never sent
+// twice.
+
+// errUpstreamUnavailable answers a request whose service has no instance
+// to send it to, or none of whose instances accepted a connection.
+var errUpstreamUnavailable = apierror.Static(http.StatusServiceUnavailable, "upstream_unavailable",
+	"The service behind this endpoint is unavailable. Expected available in 1 second.", "Retry-After", "1")
+
+// maxAttempts bounds the instances one request is tried on.
+const maxAttempts = 3
+
+// stateKey is the context key under which a forwarded request's context
+// carries its requestState, for fleetTransport.
+type stateKey struct{}
+
+// stateContext is the context a request is forwarded with: its own,
+// carrying its requestState for fleetTransport. It is not pooled with the
+// state: net/http's Transport may still read a context's values after
+// the request ended (a dial it goes on with for its pool).
+type stateContext struct {
+	context.Context
+	st *requestState
+}
+
+// Value returns the request's state for stateKey.
+func (c *stateContext) Value(k any) any {
+	if k == (stateKey{}) {
+		return c.st
+	}
+	return c.Context.Value(k)
+}
+
+// pickInstance chooses the instance st's request goes to and points r at
+// it, or returns the answer when its service has none.
+func (g *Gateway) pickInstance(st *requestState, r *http.Request) *apierror.Error {
+	svc := st.route.service
+	if svc == nil {
+		return errUpstreamUnavailable // a reloaded route naming a service not started (upstream is restart-only)
+	}
+	inst, err := svc.Pick()
+	if err != nil {
+		return errUpstreamUnavailable
+	}
+	st.inst = inst
+	target(r.URL, inst, st.path)
+	return nil
+}
+
+// target points u at inst, on path below the instance's base path.
+func target(u *url.URL, inst *upstream.Instance, path string) {
+	base := inst.URL
+	u.Scheme, u.Host = base.Scheme, base.Host
+	if p := base.Path; p != "" && p != "/" {
+		if p[len(p)-1] == '/' {
+			p = p[:len(p)-1]
+		}
+		path = p + path
+	}
+	u.Path, u.RawPath = path, ""
+}
+
+// unavailable answers a request that reached no instance: its claim is
+// released and its rate-limit charge given back, as for a shed request.
+func (g *Gateway) unavailable(st *requestState, r *http.Request, e *apierror.Error) {
+	g.settleUnsent(st)
+	g.refundLimits(st, r, st.plan)
+	g.refuse(st, r, e)
+}
+
+// instanceDone ends st's request at its instance with its outcome.
+func (g *Gateway) instanceDone(st *requestState) {
+	if inst := st.inst; inst != nil {
+		st.inst = nil
+		inst.Done(outcomeOf(st))
+	}
+}
+
+// outcomeOf is how st's request went, as outlier detection reads it.
+func outcomeOf(st *requestState) upstream.Outcome {
+	switch {
+	case st.upStatus >= 500:
+		return upstream.ServerError
+	case st.upStatus != 0:
+		return upstream.Success
+	case st.upErr == nil || st.abandoned:
+		return upstream.Abandoned
+	case upstream.NothingSent(st.upErr):
+		return upstream.ConnectFailure
+	}
+	return upstream.ServerError
+}
+
+// fleetTransport is the reverse proxy's Transport: the backend Transport,
+// and the move of a failed request to another instance.
+type fleetTransport struct{ g *Gateway }
+
+// RoundTrip sends req to the instance forward chose, and on a failure that
+// allows it, to others (retryable).
+func (t fleetTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	g := t.g
+	res, err := g.transport.RoundTrip(req)
+	st, _ := req.Context().Value(stateKey{}).(*requestState)
+	if err == nil || st == nil || st.inst == nil {
+		return res, err
+	}
+	svc := st.inst.Service()
+	for attempt := 1; attempt < maxAttempts && retryable(st, req, err); attempt++ {
+		next := svc.Retry(st.inst)
+		if next == nil {
+			break
+		}
+		st.upErr = err
+		prev := st.inst
+		st.inst = next
+		prev.Done(outcomeOf(st))
+		st.upErr = nil
+		req = retryRequest(req, next, st)
+		if st.upSpan != nil {
+			st.upSpan.SetAttributes(semconv.ServerAddress(next.Host), semconv.ServerPort(next.Port))
+		}
+		res, err = g.transport.RoundTrip(req)
+		svc.EndRetry()
+		if err == nil {
+			return res, nil
+		}
+	}
+	return nil, err
+}
+
+// retryable reports whether a request that failed with err may go to
+// another instance: its client still waits (or it is a claimed order,
+// which goes whatever its client does), its body can be sent again (none,
+// or the one read whole), and either nothing of it reached the
+// instance or it is a GET or HEAD (safe to repeat) that did not run out
+// of time.
+func retryable(st *requestState, req *http.Request, err error) bool {
+	if req.Context().Err() != nil || st.clientCx.Err() != nil && !st.order.claimed {
+		return false
+	}
+	bodyless := req.Body == nil || req.Body == http.NoBody
+	if !bodyless && st.sentBody == nil {
+		return false // a body exgate does not hold cannot be sent again
+	}
+	if upstream.NothingSent(err) {
+		return true
+	}
+	return bodyless && (req.Method == http.MethodGet || req.Method == http.MethodHead) && !metrics.IsTimeout(err)
+}
+
+// retryRequest is req sent to inst instead.
+func retryRequest(req *http.Request, inst *upstream.Instance, st *requestState) *http.Request {
+	out := req.Clone(req.Context())
+	target(out.URL, inst, st.path)
+	if st.sentBody != nil {
+		out.Body = io.NopCloser(bytes.NewReader(st.sentBody))
+	}
+	return out
+}
+
+// fleetStatus reports the fleet for the metrics.
+type fleetStatus struct{ f *upstream.Fleet }
+
+// FleetStatus returns each service's state and its instances'.
+func (s fleetStatus) FleetStatus() []metrics.ServiceStatus {
+	var out []metrics.ServiceStatus
+	for _, svc := range s.f.Services() {
+		state, counts := svc.State(), svc.Counts()
+		ss := metrics.ServiceStatus{Name: svc.Name(), Available: state.Available(), Panic: state.Panic,
+			Retries: counts.Retries, Unavailable: counts.Unavailable}
+		for _, in := range svc.Status() {
+			ss.Instances = append(ss.Instances, metrics.InstanceStatus{Addr: in.Addr, State: in.State, Active: in.Active,
+				Requests: in.Requests, Ejections: in.Ejections})
+		}
+		out = append(out, ss)
+	}
+	return out
+}

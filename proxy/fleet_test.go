@@ -1,0 +1,166 @@
+package proxy
+
+import (
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/exgate/exgate/config"
+	"github.com/exgate/exgate/internal/unreachable"
+)
+
+// startBackends starts n recording backends and returns them with their
+// URLs.
+func startBackends(t *testing.T, n int) ([]*backend, []config.URL) {
+	t.Helper()
+	var bes []*backend
+	var urls []config.URL
+	for range n {
+		be := &backend{}
+		s := httptest.NewServer(be)
+		t.Cleanup(s.Close)
+		bes = append(bes, be)
+		urls = append(urls, config.MustURL(s.URL))
+	}
+	return bes, urls
+}
+
+const fleetOrder = `{"symbol":"BTC_USDT","type":"market","side":"buy","base_amount":"0.001"}`
+
+// TestRouteForwardsToItsService sends a route naming a service to that
+// service's instances, and every other route to the default service.
+func TestRouteForwardsToItsService(t *testing.T) {
+	bes, urls := startBackends(t, 3)
+	e := startEnv(t, func(c *config.Config) {
+		c.Upstream.URLs = urls[:2]
+		c.Upstream.Services = map[string]config.Service{"markets": {URLs: urls[2:]}}
+		c.Route("list_markets").Service = "markets"
+	})
+	for range 10 {
+		res := do(t, "GET", e.url+"/api/v1/mkt/markets/", nil)
+		res.Body.Close()
+		res = do(t, "GET", e.url+"/api/v1/mkt/tickers/", nil)
+		res.Body.Close()
+	}
+	for _, r := range bes[2].all() {
+		if r.Path != "/api/v1/mkt/markets/" {
+			t.Errorf("the markets service got %s", r.Path)
+		}
+	}
+	if got := bes[2].count(); got != 10 {
+		t.Errorf("the markets service got %d requests, want the route's 10", got)
+	}
+	if got := bes[0].count() + bes[1].count(); got != 10 {
+		t.Errorf("the default service got %d requests, want the other route's 10", got)
+	}
+}
+
+// TestOrderMovesOnlyWhenNothingWasSent points the default service at a
+// live instance and one whose connects are refused: every order is
+// placed once (those that met the refusal moved, nothing of them having
+// been sent), while an order a live instance read and then dropped its
+// connection on is answered 502 and never sent again — a GET dropped the
+// same way moves to another instance.
+func TestOrderMovesOnlyWhenNothingWasSent(t *testing.T) {
+	refused := config.MustURL("http://" + unreachable.Refused(t))
+	e := startOrdersConfig(t, placed, nil, func(c *config.Config) {
+		c.Upstream.URLs = []config.URL{refused, c.Upstream.URL}
+		c.Upstream.Outlier.ConsecutiveConnectFailures = 0 // keep the refusing instance in the rotation
+	})
+	for range 20 {
+		res := postOrder(t, e, fleetOrder)
+		body, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if res.StatusCode/100 != 2 {
+			t.Fatalf("order: %d %s", res.StatusCode, body)
+		}
+	}
+	if got := e.backend.orders.Load(); got != 20 {
+		t.Errorf("the live instance got %d orders, want each of the 20 once", got)
+	}
+	if got := e.gw.fleet.Service("").Counts().Retries; got == 0 {
+		t.Error("no order met the refusing instance: the test proves nothing")
+	}
+
+	// An instance that reads the request and drops the connection.
+	var dropped atomic.Int64
+	drop := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.ReadAll(r.Body)
+		if strings.Contains(r.URL.Path, "orders") {
+			dropped.Add(1)
+		}
+		c, _, err := w.(http.Hijacker).Hijack()
+		if err == nil {
+			c.Close()
+		}
+	}))
+	t.Cleanup(drop.Close)
+	e2 := startOrdersConfig(t, placed, nil, func(c *config.Config) {
+		c.Upstream.URLs = []config.URL{config.MustURL(drop.URL), c.Upstream.URL}
+		c.Upstream.Outlier.Consecutive5xx = 0
+	})
+	sentDrop := 0
+	for range 20 {
+		res := postOrder(t, e2, fleetOrder)
+		res.Body.Close()
+		if res.StatusCode == http.StatusBadGateway {
+			sentDrop++
+		} else if res.StatusCode/100 != 2 {
+			t.Fatalf("order: %d", res.StatusCode)
+		}
+	}
+	if int64(sentDrop) != dropped.Load() || e2.backend.orders.Load()+dropped.Load() != 20 {
+		t.Errorf("orders: %d answered 502, %d read by the dropping instance, %d placed by the other; want each order sent once",
+			sentDrop, dropped.Load(), e2.backend.orders.Load())
+	}
+	if sentDrop == 0 {
+		t.Error("no order met the dropping instance: the test proves nothing")
+	}
+	for range 20 {
+		res := do(t, "GET", e2.url+"/api/v1/mkt/markets/", nil)
+		res.Body.Close()
+		if res.StatusCode/100 != 2 {
+			t.Fatalf("GET with one instance dropping connections: %d; want it moved to the other", res.StatusCode)
+		}
+	}
+}
+
+// TestAccessLogNamesTheInstance writes the instance that served a request
+// in its access log line.
+func TestAccessLogNamesTheInstance(t *testing.T) {
+	_, urls := startBackends(t, 2)
+	e := startEnv(t, func(c *config.Config) {
+		c.Upstream.URLs = urls
+		c.Log.Access = true
+	})
+	res := do(t, "GET", e.url+"/api/v1/mkt/markets/", nil)
+	res.Body.Close()
+	lines := e.logs.FilterMessage("request").All()
+	if len(lines) == 0 {
+		t.Fatal("no access log line")
+	}
+	got, _ := lines[len(lines)-1].ContextMap()["upstream_instance"].(string)
+	if got != strings.TrimPrefix(urls[0].String(), "http://") && got != strings.TrimPrefix(urls[1].String(), "http://") {
+		t.Errorf("upstream_instance %q, want one of %v", got, urls)
+	}
+}
+
+// TestReloadedRouteToServiceNotStarted answers 503 upstream_unavailable on
+// a route a reload pointed at a service the process did not start
+// (services are fixed at start), rather than sending it elsewhere.
+func TestReloadedRouteToServiceNotStarted(t *testing.T) {
+	e := startEnv(t, nil)
+	cfg := config.Default()
+	cfg.Upstream = config.DefaultUpstream()
+	cfg.Upstream.Services = map[string]config.Service{"later": {URLs: []config.URL{config.MustURL("http://127.0.0.1:1")}}}
+	cfg.Route("list_markets").Service = "later"
+	e.gw.Reload(cfg, e.gw.Rules(), nil)
+	res := do(t, "GET", e.url+"/api/v1/mkt/markets/", nil)
+	assertError(t, res, http.StatusServiceUnavailable, "upstream_unavailable")
+	if e.backend.count() != 0 {
+		t.Error("the request reached the default service")
+	}
+}

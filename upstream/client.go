@@ -1,0 +1,42 @@
+package upstream
+
+import "net/http"
+
+// Transport returns a RoundTripper that sends each request to an instance
+// of s, chosen as Pick chooses, over rt: the request's scheme and host are
+// replaced by the instance's (its path is kept). It is for exgate's own
+// requests to a service (the market catalogue), whose outcomes count in
+// the instances' outlier detection like any other.
+func (s *Service) Transport(rt http.RoundTripper) http.RoundTripper {
+	return serviceTransport{s: s, rt: rt}
+}
+
+type serviceTransport struct {
+	s  *Service
+	rt http.RoundTripper
+}
+
+// RoundTrip sends req to an instance of the service.
+func (t serviceTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	inst, err := t.s.Pick()
+	if err != nil {
+		if req.Body != nil {
+			_ = req.Body.Close()
+		}
+		return nil, err
+	}
+	out := req.Clone(req.Context())
+	out.URL.Scheme, out.URL.Host, out.Host = inst.URL.Scheme, inst.URL.Host, ""
+	res, err := t.rt.RoundTrip(out)
+	switch {
+	case err != nil && NothingSent(err):
+		inst.Done(ConnectFailure)
+	case err != nil:
+		inst.Done(ServerError)
+	case res.StatusCode >= 500:
+		inst.Done(ServerError)
+	default:
+		inst.Done(Success)
+	}
+	return res, err
+}
