@@ -53,7 +53,7 @@ func rawBackend(t *testing.T, serve func(c net.Conn, br *bufio.Reader)) string {
 // and never answers (with the pool capped by upstream.max_conns_per_host,
 // so requests queue past their deadline), one that closes while reading
 // a streamed request body, one that breaks its response off mid-body.
-// Every client gets exgate's JSON 502/504 (or, when the backend had
+// Every client gets exgate's JSON 502/503/504 (or, when the backend had
 // already sent its status, a response cut short: the connection is
 // dropped) — from backends that never answer, so only exgate's own
 // deadlines can have ended those requests —, the process stays up, and
@@ -67,8 +67,8 @@ func TestBackendMisbehaviour(t *testing.T) {
 		chunked  bool   // send a streamed (chunked) body
 		want     []string
 	}{
-		{"connects time out", func(t *testing.T) string { return unreachable.Addr(t) }, "dial_timeout: 300ms", false, []string{"504 gateway_timeout", "502 bad_gateway"}},
-		{"connects time out, pool capped", func(t *testing.T) string { return unreachable.Addr(t) }, "max_conns_per_host: 2", false, []string{"504 gateway_timeout", "502 bad_gateway"}},
+		{"connects time out", func(t *testing.T) string { return unreachable.Addr(t) }, "dial_timeout: 300ms", false, []string{"504 gateway_timeout", "502 bad_gateway", "503 upstream_unavailable"}},
+		{"connects time out, pool capped", func(t *testing.T) string { return unreachable.Addr(t) }, "max_conns_per_host: 2", false, []string{"504 gateway_timeout", "502 bad_gateway", "503 upstream_unavailable"}},
 		{"reset after the request", func(t *testing.T) string {
 			return rawBackend(t, func(c net.Conn, _ *bufio.Reader) {
 				_ = c.(*net.TCPConn).SetLinger(0) // close sends RST

@@ -201,13 +201,13 @@ func TestOrderOutcomes(t *testing.T) {
 		t.Errorf("backend saw %d orders for one identifier, want 1", n)
 	}
 
-	// Backend down: the order never left; a retry with the same
-	// identifier, once the backend is back, is placed.
+	// Backend down: the order never left (503 upstream_unavailable); a
+	// retry with the same identifier, once the backend is back, is placed.
 	addr := bs.Listener.Addr().String()
 	bs.CloseClientConnections()
 	bs.Listener.Close()
 	code, _, b = order(t, url, token, "down-one", "0.001")
-	if code != 502 || errCode(t, b) != "bad_gateway" {
+	if code != 503 || errCode(t, b) != "upstream_unavailable" {
 		t.Fatalf("backend down: %d %s", code, b)
 	}
 	ln, err := listenRetry(addr)
