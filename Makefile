@@ -61,7 +61,8 @@ lint: fmt-check vet
 	else echo "staticcheck not installed (go install honnef.co/go/tools/cmd/staticcheck@latest); skipped"; fi
 
 ## bench: the comparison benchmark against NGINX, Caddy and the floor
-## proxies, over plain HTTP and TLS, at a fixed rate, and the overload surge
+## proxies, over plain HTTP and TLS, at a fixed rate, the overload surge, and
+## exgate and Caddy (least_conn) in front of three instances, one slower
 ## (bench/run.sh): installs nginx, caddy, wrk and redis-server when missing,
 ## runs everything on loopback, writes bench/results/latest.{md,json,png}.
 ## About 18 minutes; BENCH_QUICK=1 for a two-minute smoke run (see

@@ -16,6 +16,7 @@
 #   BENCH_RATE_ROUNDS=4 open-loop rounds at half the slowest compared target's rate (vegeta); 0 = none
 #   BENCH_SURGE=15s     the overload surge's length (exgate before a backend of 32 workers, 400
 #                       connections of market data, a trader cancelling); 0 = none
+#   BENCH_FLEET_ROUNDS=3 rounds of exgate and Caddy (least_conn) in front of the same three instances, one slower; 0 = none
 #   BENCH_OUT=bench/results
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -76,11 +77,11 @@ cp "$vegeta_bin" "$bins/vegeta"
 
 args=(-bins "$bins" -out "${BENCH_OUT:-bench/results}")
 cmdline="make bench"
-for v in BENCH_QUICK BENCH_ROUNDS BENCH_DURATION BENCH_WARMUP BENCH_CONNS BENCH_THREADS BENCH_PIN BENCH_PROFILE BENCH_RATE_ROUNDS BENCH_SURGE; do
+for v in BENCH_QUICK BENCH_ROUNDS BENCH_DURATION BENCH_WARMUP BENCH_CONNS BENCH_THREADS BENCH_PIN BENCH_PROFILE BENCH_RATE_ROUNDS BENCH_SURGE BENCH_FLEET_ROUNDS; do
   if [ -n "${!v:-}" ]; then cmdline="$v=${!v} $cmdline"; fi
 done
 if [ "${BENCH_QUICK:-0}" = 1 ]; then
-  args+=(-quick -rounds 1 -duration 2s -warmup 1s -tokens 1000 -rate-rounds 1 -rate-duration 2s -surge 5s)
+  args+=(-quick -rounds 1 -duration 2s -warmup 1s -tokens 1000 -rate-rounds 1 -rate-duration 2s -surge 5s -fleet-rounds 1)
 fi
 [ -n "${BENCH_ROUNDS:-}" ] && args+=(-rounds "$BENCH_ROUNDS")
 [ -n "${BENCH_DURATION:-}" ] && args+=(-duration "$BENCH_DURATION")
@@ -91,6 +92,7 @@ fi
 [ "${BENCH_PROFILE:-0}" = 1 ] && args+=(-profile)
 [ -n "${BENCH_RATE_ROUNDS:-}" ] && args+=(-rate-rounds "$BENCH_RATE_ROUNDS")
 [ -n "${BENCH_SURGE:-}" ] && args+=(-surge "$BENCH_SURGE")
+[ -n "${BENCH_FLEET_ROUNDS:-}" ] && args+=(-fleet-rounds "$BENCH_FLEET_ROUNDS")
 args+=(-command "$cmdline")
 
 # benchrun runs in the background so that this shell's trap can pass on

@@ -17,6 +17,7 @@
 //	benchrun -bins DIR -b-bins DIR2 -rate-only -rate 7500 -rate-rounds 8 -targets exgate-redis
 //	         (A/B at a fixed rate only, against direct)
 //	benchrun -bins DIR -surge-only [-surge 15s]   (the overload surge only)
+//	benchrun -bins DIR -fleet-only [-fleet-rounds 3]   (exgate and Caddy in front of three instances only)
 //
 // Every process it starts runs in its own process group and is stopped
 // when benchrun ends, fails, or receives SIGINT, SIGTERM or SIGHUP.
@@ -61,6 +62,9 @@ type options struct {
 	rateDuration time.Duration // length of one fixed-rate run
 	rateOnly     bool          // only the fixed-rate run, at -rate
 
+	fleetRounds int  // rounds of the fleet comparison; 0 = none
+	fleetOnly   bool // only the fleet comparison
+
 	surge     time.Duration // length of the overload surge; 0 = none
 	surgeOnly bool          // only the overload surge
 	// surgeOverload is YAML under the surge exgate's overload: (indented
@@ -99,6 +103,8 @@ func main() {
 	flag.DurationVar(&o.rateDuration, "rate-duration", 6*time.Second, "length of one fixed-rate run")
 	flag.DurationVar(&o.surge, "surge", 15*time.Second, "length of the overload surge (exgate in front of a backend of 32 workers × 50 ms, 400 connections of market data and a trader cancelling 20 times a second); 0 = none")
 	flag.BoolVar(&o.surgeOnly, "surge-only", false, "run only the overload surge")
+	flag.IntVar(&o.fleetRounds, "fleet-rounds", 3, "rounds of exgate and Caddy (lb_policy least_conn) in front of the same three backend instances, one slower, of -duration each; 0 = none")
+	flag.BoolVar(&o.fleetOnly, "fleet-only", false, "run only the fleet comparison")
 	flag.StringVar(&o.surgeOverload, "surge-overload", "", "YAML lines (each indented two spaces) under the surge exgate's overload section, to try settings other than the defaults, e.g. '  tolerance_percent: 25'")
 	flag.StringVar(&o.poolBackend, "pool-backend", "", "serve the overload surge's backend on this address and nothing else (benchrun starts itself so)")
 	flag.IntVar(&o.poolWorkers, "pool-workers", surgeWorkers, "the surge backend's workers")
@@ -148,7 +154,7 @@ func run(ctx context.Context, o options) error {
 	ps := &procs{dir: o.work}
 	defer ps.stopAll()
 	e := &env{bins: o.bins, bBins: o.bBins, work: o.work, cpus: serverCPUs}
-	if o.surgeOnly {
+	if o.surgeOnly || o.fleetOnly {
 		return runSurgeOnly(ctx, o, ps, &bench{o: o, e: e, wrkCPUs: wrkCPUs}, serverCPUs, wrkCPUs)
 	}
 	logf("starting the backend, Redis, 3 exgates, 2 NGINXes, Caddy and the floors on loopback (scratch: %s)", o.work)
@@ -242,6 +248,11 @@ func (b *bench) runAll(ctx context.Context, ps *procs, res *Results) error {
 			return err
 		}
 	}
+	if o.fleetRounds > 0 {
+		if res.Fleet, err = b.fleet(ctx, ps, o.fleetRounds); err != nil {
+			return err
+		}
+	}
 	if o.profile {
 		if err := b.profileAll(ctx, res); err != nil {
 			return err
@@ -270,8 +281,9 @@ func write(res *Results, dir string) error {
 	return nil
 }
 
-// runSurgeOnly runs the overload surge alone (-surge-only), without the
-// comparison's stack, and writes its results.
+// runSurgeOnly runs the overload surge alone (-surge-only), or the fleet
+// comparison alone (-fleet-only), without the comparison's stack, and
+// writes its results.
 func runSurgeOnly(ctx context.Context, o options, ps *procs, b *bench, serverCPUs, wrkCPUs string) error {
 	var err error
 	if b.scripts, err = writeScripts(o.work); err != nil {
@@ -281,7 +293,13 @@ func runSurgeOnly(ctx context.Context, o options, ps *procs, b *bench, serverCPU
 		Generated: time.Now().UTC(),
 		Command:   o.command,
 		Machine:   describeMachine(o.pin, serverCPUs, wrkCPUs),
-		Settings:  Settings{Threads: o.threads, Quick: o.quick, SurgeOnly: true},
+		Settings:  Settings{Threads: o.threads, Conns: o.conns, Duration: o.duration.String(), Quick: o.quick, SurgeOnly: true},
+	}
+	if o.fleetOnly {
+		if res.Fleet, err = b.fleet(ctx, ps, max(o.fleetRounds, 1)); err != nil {
+			return err
+		}
+		return write(res, o.out)
 	}
 	if res.Surge, err = b.surge(ctx, ps, o.surge); err != nil {
 		return err

@@ -468,7 +468,9 @@ func markdown(res *Results) string {
 		p("> **Smoke run (`BENCH_QUICK=1`)**: too short to quote; run `make bench` for figures.\n\n")
 	}
 	p("Generated %s by:\n\n```sh\n%s\n```\n\n", res.Generated.Format("2006-01-02 15:04 MST"), res.Command)
-	if s.SurgeOnly {
+	if s.SurgeOnly && res.Surge == nil {
+		p("Only the fleet comparison ran (`-fleet-only`).\n\n")
+	} else if s.SurgeOnly {
 		p("Only the overload surge ran (`-surge-only`).\n\n")
 	} else if s.RateOnly {
 		p("Only the fixed-rate part ran (`-rate-only`): no closed-loop scenario, so no capacity or CPU figures. " +
@@ -488,8 +490,11 @@ func markdown(res *Results) string {
 	p(".\n")
 	if s.SurgeOnly {
 		p("- Noise: load average %s at the start.\n\n", m.LoadAtStart)
-		targetsTable(p, res)
+		if res.Surge != nil {
+			targetsTable(p, res)
+		}
 		surgeSection(p, res.Surge)
+		fleetSection(p, res.Fleet)
 		return b.String()
 	}
 	p("- Load: `wrk -t%d -c%d` (connections kept alive for the whole run, 5 s timeout), on the same machine as the servers.\n", s.Threads, s.Conns)
@@ -541,6 +546,7 @@ func markdown(res *Results) string {
 
 	fixedRateSection(p, res.FixedRate)
 	surgeSection(p, res.Surge)
+	fleetSection(p, res.Fleet)
 
 	if len(res.Scenarios) > 0 {
 		everyRun(p, res)

@@ -17,6 +17,7 @@ type Results struct {
 	Scenarios []ScenarioResult `json:"scenarios"`
 	FixedRate *FixedRate       `json:"fixed_rate,omitempty"`
 	Surge     *Surge           `json:"surge,omitempty"`
+	Fleet     *Fleet           `json:"fleet,omitempty"`
 	Profiles  []Profile        `json:"profiles,omitempty"`
 }
 
