@@ -49,6 +49,12 @@ type Route struct {
 	// "" is the default service, that of upstream.url and upstream.urls.
 	// Default "".
 	Service string `yaml:"service"`
+	// Split divides the route's requests between services by weight (a
+	// canary), instead of Service. Default: none.
+	Split []SplitTarget `yaml:"split"`
+	// Sticky is "account" to send an account always to the same service
+	// of Split; "" draws every request. Default "".
+	Sticky string `yaml:"sticky"`
 	// MaxInFlight, when not 0, caps this route's requests under way at
 	// the backend on top of the overload limit; past it, requests are
 	// shed at once. Default 0.

@@ -21,6 +21,9 @@ type Upstream struct {
 	// (EXGATE_UPSTREAM_URLS, comma-separated); URL is then not used.
 	// Default: none.
 	URLs []URL `yaml:"urls"`
+	// DNS finds the default service's instances in DNS instead of URL
+	// and URLs (docs/upstream.md). Default: off.
+	DNS Discovery `yaml:"dns"`
 	// Timeout is the default route timeout: the longest exgate waits for
 	// the backend's whole response before answering 504. Default 10s.
 	Timeout time.Duration `yaml:"timeout" reload:"live"`
@@ -65,8 +68,11 @@ type Upstream struct {
 
 // Service is a named set of backend instances.
 type Service struct {
-	// URLs are the service's instances. Required.
+	// URLs are the service's instances. Required unless DNS finds them.
 	URLs []URL `yaml:"urls"`
+	// DNS finds the service's instances in DNS instead of URLs. Default:
+	// off.
+	DNS Discovery `yaml:"dns"`
 	// HealthCheck is the service's active health check.
 	HealthCheck HealthCheck `yaml:"health_check"`
 	// Outlier is the service's passive outlier ejection.
@@ -79,7 +85,7 @@ type Service struct {
 // fillDefaults gives a service named in the file the defaults of its
 // keys before the file's values are read over them.
 func (s *Service) fillDefaults() {
-	*s = Service{HealthCheck: DefaultHealthCheck(), Outlier: DefaultOutlier(), PanicThreshold: 50}
+	*s = Service{HealthCheck: DefaultHealthCheck(), Outlier: DefaultOutlier(), PanicThreshold: 50, DNS: defaultDiscovery()}
 }
 
 // HealthCheck is a service's active health check: each instance is sent
@@ -163,8 +169,8 @@ func (u *Upstream) ServiceNames() []string {
 // upstream.url and upstream.urls), and whether there is one.
 func (u *Upstream) Service(name string) (Service, bool) {
 	if name == "" || name == DefaultService {
-		s := Service{URLs: u.URLs, HealthCheck: u.HealthCheck, Outlier: u.Outlier, PanicThreshold: u.PanicThreshold}
-		if len(s.URLs) == 0 && u.URL.URL != nil {
+		s := Service{URLs: u.URLs, DNS: u.DNS, HealthCheck: u.HealthCheck, Outlier: u.Outlier, PanicThreshold: u.PanicThreshold}
+		if len(s.URLs) == 0 && !u.DNS.On() && u.URL.URL != nil {
 			s.URLs = []URL{u.URL}
 		}
 		return s, true
@@ -188,14 +194,21 @@ func DefaultUpstream() Upstream {
 		Outlier:         DefaultOutlier(),
 		PanicThreshold:  50,
 		RetryBudget:     RetryBudget{Percent: 20, MinRetries: 3},
+		DNS:             defaultDiscovery(),
 	}
 }
 
 // check reports problems in the upstream section at p.
 func (u *Upstream) check(col *collector, p path) {
+	var urls path
+	if len(u.URLs) > 0 {
+		urls = p.key("urls")
+	}
+	u.DNS.check(col, p.key("dns"), urls)
 	switch {
 	case len(u.URLs) > 0:
 		checkURLs(col, p.key("urls"), u.URLs)
+	case u.DNS.On():
 	case u.URL.URL == nil:
 		col.addf(p.key("url"), "required, such as \"http://127.0.0.1:9000\"")
 	default:
@@ -218,8 +231,13 @@ func (u *Upstream) check(col *collector, p path) {
 			col.addf(sp, "%q must be lower-case letters, digits and _", name)
 		}
 		s := u.Services[name]
-		if len(s.URLs) == 0 {
-			col.addf(sp.key("urls"), "required: the service's instances, such as [\"http://10.0.0.1:9000\"]")
+		var urls path
+		if len(s.URLs) > 0 {
+			urls = sp.key("urls")
+		}
+		s.DNS.check(col, sp.key("dns"), urls)
+		if len(s.URLs) == 0 && !s.DNS.On() {
+			col.addf(sp.key("urls"), "required unless dns finds the instances: such as [\"http://10.0.0.1:9000\"]")
 		}
 		checkURLs(col, sp.key("urls"), s.URLs)
 		s.HealthCheck.check(col, sp.key("health_check"))
@@ -312,11 +330,14 @@ func (o *Outlier) check(col *collector, p path) {
 	checkPercent(col, p.key("max_ejection_percent"), o.MaxEjectionPercent)
 }
 
-// DialsHTTPS reports whether an instance of a service has an https URL,
-// which upstream.tls is for.
+// DialsHTTPS reports whether an instance of a service is dialled over
+// TLS, which upstream.tls is for: an https URL, or dns.scheme https.
 func (u *Upstream) DialsHTTPS() bool {
 	for _, name := range u.ServiceNames() {
 		s, _ := u.Service(name)
+		if s.DNS.On() && s.DNS.Scheme == "https" {
+			return true
+		}
 		for _, cu := range s.URLs {
 			if cu.URL != nil && cu.Scheme == "https" {
 				return true

@@ -21,8 +21,9 @@ const (
 // safe on a nil *Discovery and then does nothing.
 type Discovery struct {
 	lookups  *prometheus.CounterVec
-	reloads  *prometheus.CounterVec
-	notAfter *prometheus.GaugeVec
+	reloads  [2]prometheus.Counter // failure, success
+	reloadsV *prometheus.CounterVec
+	notAfter prometheus.Gauge
 }
 
 // NewDiscovery builds the discovery collectors and registers them on reg.
@@ -36,17 +37,17 @@ func NewDiscovery(reg prometheus.Registerer) (*Discovery, error) {
 			Name: NameDNSLookups,
 			Help: "DNS lookups of a service's instances, by service and result (ok; empty or error: the instances last found are kept).",
 		}, []string{"service", "result"}),
-		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
+		reloadsV: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: NameBackendTLSReloads,
-			Help: "Reloads of a service's changed backend TLS files (CA, client certificate and key), by service and result (success; failure: the last good files stay in use).",
-		}, []string{"service", "result"}),
-		notAfter: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Help: "Reloads of the changed backend TLS files (upstream.tls: CA, client certificate and key), by result (success; failure: the last good files stay in use).",
+		}, []string{"result"}),
+		notAfter: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: NameBackendCertExpiry,
-			Help: "Expiry (Unix seconds) of the client certificate exgate presents to a service's instances (mutual TLS); absent without one.",
-		}, []string{"service"}),
+			Help: "Expiry (Unix seconds) of the client certificate exgate presents to the backends (mutual TLS); 0 without one.",
+		}),
 	}
 	var done []prometheus.Collector
-	for _, c := range []prometheus.Collector{d.lookups, d.reloads, d.notAfter} {
+	for _, c := range []prometheus.Collector{d.lookups, d.reloadsV, d.notAfter} {
 		if err := reg.Register(c); err != nil {
 			for _, r := range done {
 				reg.Unregister(r)
@@ -55,6 +56,7 @@ func NewDiscovery(reg prometheus.Registerer) (*Discovery, error) {
 		}
 		done = append(done, c)
 	}
+	d.reloads[0], d.reloads[1] = d.reloadsV.WithLabelValues("failure"), d.reloadsV.WithLabelValues("success")
 	return d, nil
 }
 
@@ -80,34 +82,30 @@ func (d *Discovery) DNSLookup(service string) func(result string) {
 	}
 }
 
-// BackendTLSReload returns the function that counts service's backend
-// TLS reloads and sets its client certificate's expiry, for
-// upstream.ClientTLS.OnReload; a zero notAfter (no client certificate)
-// removes the gauge.
-func (d *Discovery) BackendTLSReload(service string) func(ok bool, notAfter time.Time) {
+// BackendTLSReload counts a reload of the backend TLS files and sets the
+// client certificate's expiry (zero: none), for
+// upstream.ClientTLS.OnReload.
+func (d *Discovery) BackendTLSReload(ok bool, notAfter time.Time) {
 	if d == nil {
-		return func(bool, time.Time) {}
-	}
-	success, failure := d.reloads.WithLabelValues(service, "success"), d.reloads.WithLabelValues(service, "failure")
-	return func(ok bool, notAfter time.Time) {
-		if ok {
-			success.Inc()
-		} else {
-			failure.Inc()
-		}
-		if notAfter.IsZero() {
-			d.notAfter.DeleteLabelValues(service)
-		} else {
-			d.notAfter.WithLabelValues(service).Set(float64(notAfter.Unix()))
-		}
-	}
-}
-
-// SetBackendCertNotAfter sets service's client certificate expiry as
-// loaded at start (zero: none).
-func (d *Discovery) SetBackendCertNotAfter(service string, notAfter time.Time) {
-	if d == nil || notAfter.IsZero() {
 		return
 	}
-	d.notAfter.WithLabelValues(service).Set(float64(notAfter.Unix()))
+	if ok {
+		d.reloads[1].Inc()
+	} else {
+		d.reloads[0].Inc()
+	}
+	d.SetBackendCertNotAfter(notAfter)
+}
+
+// SetBackendCertNotAfter sets the client certificate's expiry (zero:
+// none).
+func (d *Discovery) SetBackendCertNotAfter(notAfter time.Time) {
+	if d == nil {
+		return
+	}
+	if notAfter.IsZero() {
+		d.notAfter.Set(0)
+		return
+	}
+	d.notAfter.Set(float64(notAfter.Unix()))
 }

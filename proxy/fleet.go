@@ -10,7 +10,6 @@ import (
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 
 	"github.com/exgate/exgate/apierror"
-	"github.com/exgate/exgate/idempotency"
 	"github.com/exgate/exgate/metrics"
 	"github.com/exgate/exgate/upstream"
 )
@@ -58,6 +57,9 @@ func (c *stateContext) Value(k any) any {
 // it, or returns the answer when its service has none.
 func (g *Gateway) pickInstance(st *requestState, r *http.Request) *apierror.Error {
 	svc := st.route.service
+	if st.route.split != nil {
+		svc = g.splitService(st)
+	}
 	if svc == nil {
 		return errUpstreamUnavailable // a reloaded route naming a service not started (upstream is restart-only)
 	}
@@ -86,7 +88,7 @@ func target(u *url.URL, inst *upstream.Instance, path string) {
 // unavailable answers a request that reached no instance: its claim is
 // released and its rate-limit charge given back, as for a shed request.
 func (g *Gateway) unavailable(st *requestState, r *http.Request, e *apierror.Error) {
-	g.settle(st, settleRelease, idempotency.Record{})
+	g.settleUnsent(st)
 	g.refundLimits(st, r, st.plan)
 	g.refuse(st, r, e)
 }
@@ -158,7 +160,7 @@ func (t fleetTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 // instance or it is a GET or HEAD (safe to repeat) that did not run out
 // of time.
 func retryable(st *requestState, req *http.Request, err error) bool {
-	if req.Context().Err() != nil || st.clientCx.Err() != nil && st.claim.phase == claimNone {
+	if req.Context().Err() != nil || st.clientCx.Err() != nil && !st.order.claimed {
 		return false
 	}
 	bodyless := req.Body == nil || req.Body == http.NoBody

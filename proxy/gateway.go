@@ -242,6 +242,7 @@ func (g *Gateway) newPlan(cfg *config.Config, rules *limiter.Rules, v *validate.
 		}
 		r.limits = rules.Route(r.Name)
 		r.service = g.fleet.Service(r.Config.Service)
+		r.split, r.sticky = g.newSplit(r.Config)
 		r.metrics = g.metrics.Route(r.Name)
 		if g.tracer != nil {
 			r.trace = newRouteTrace(r)
@@ -306,8 +307,7 @@ type requestState struct {
 	upErr      error
 	addr       netip.Addr // client address, once derived
 	caller     caller     // who sent the request, from the auth step
-	order      orderState // what the order check found
-	claim      claimState // the claim of the order's identifiers (claim.go)
+	order      orderState // validation and duplicate protection
 	limited    bool       // the route's limits were decided
 	decision   limiter.Decision
 	charged    *Route // the route whose limits charged the request (its own, or a bulk's target), once they allowed it

@@ -297,11 +297,9 @@ func TestRefuseClosesWhileBodyUnread(t *testing.T) {
 			status: http.StatusUnauthorized, closed: true},
 		{name: "not JSON, chunked", raw: head(orders, "tok-ct", "text/plain") + "Transfer-Encoding: chunked\r\n\r\n" + chunked(order),
 			status: http.StatusUnsupportedMediaType, closed: true},
-		// An order is read and checked before its limits are decided
-		// (limitAndCheck): over its limit, it is refused read whole.
-		{name: "over its limit, chunked, read whole", before: spent,
+		{name: "over its limit, chunked", before: spent,
 			raw:    head(orders, "tok-spent", "application/json") + "Transfer-Encoding: chunked\r\n\r\n" + chunked(order),
-			status: http.StatusTooManyRequests, closed: false},
+			status: http.StatusTooManyRequests, closed: true},
 		{name: "order over validation.max_body_bytes, chunked", raw: head(orders, "tok-big", "application/json") +
 			"Transfer-Encoding: chunked\r\n\r\n" + chunked(strings.Repeat(" ", 9<<10)),
 			status: http.StatusRequestEntityTooLarge, closed: true},

@@ -37,6 +37,8 @@ type Route struct {
 	isDef    bool
 	allow    string            // Allow header of every route sharing this shape
 	service  *upstream.Service // the service it forwards to; nil when not started (fleet.go)
+	split    *upstream.Split   // the services it divides its requests between, instead of service
+	sticky   bool              // split by account
 }
 
 type segment struct {

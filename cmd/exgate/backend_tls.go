@@ -8,10 +8,6 @@ import (
 	"github.com/exgate/exgate/upstream"
 )
 
-// defaultService is the name of the service upstream configures, in
-// metrics.
-const defaultService = "default"
-
 // backendTLSFiles returns upstream.tls with its relative paths taken from
 // the configuration file's directory.
 func backendTLSFiles(cfg *config.Config, configPath string) config.BackendTLS {
@@ -22,8 +18,8 @@ func backendTLSFiles(cfg *config.Config, configPath string) config.BackendTLS {
 	return t
 }
 
-// startBackendTLS makes tr dial the backend through upstream.tls when
-// its URL is https: the files are read now (a bad one refuses the start,
+// startBackendTLS makes tr dial the backends through upstream.tls when
+// some instance is dialled over TLS (an https URL, dns.scheme https): the files are read now (a bad one refuses the start,
 // naming its YAML path) and again every upstream.tls.reload_interval and
 // on SIGHUP.
 func (a *app) startBackendTLS(cfg *config.Config, tr *http.Transport) error {
@@ -34,8 +30,8 @@ func (a *app) startBackendTLS(cfg *config.Config, tr *http.Transport) error {
 	if err != nil {
 		return err
 	}
-	ct.OnReload = a.discovery.BackendTLSReload(defaultService)
-	a.discovery.SetBackendCertNotAfter(defaultService, ct.NotAfter())
+	ct.OnReload = a.discovery.BackendTLSReload
+	a.discovery.SetBackendCertNotAfter(ct.NotAfter())
 	ct.Apply(tr)
 	ctx, cancel := context.WithCancel(context.Background())
 	a.backendTLS, a.stopBackendTLS = ct, cancel

@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"net"
 	"net/http"
 	"net/url"
+	"strconv"
 
 	"go.uber.org/zap"
 
@@ -15,7 +17,7 @@ import (
 // and active health checks, over transport, until shutdown.
 func (a *app) startFleet(cfg *config.Config, transport http.RoundTripper) {
 	lg := a.log.Named("upstream")
-	a.fleet = upstream.NewFleet(cfg.Upstream, upstream.FleetOptions{Now: a.d.now, OnChange: func(ev upstream.Event) { logFleetEvent(lg, ev) }})
+	a.fleet = upstream.NewFleet(cfg.Upstream, upstream.FleetOptions{Now: a.d.now, OnChange: func(ev upstream.Event) { logFleetEvent(lg, ev) }, Source: a.serviceSource})
 	ctx, cancel := context.WithCancel(context.Background())
 	a.stopFleet = cancel
 	go a.fleet.Run(ctx, transport)
@@ -54,5 +56,9 @@ func (a *app) catalogueTransport(transport http.RoundTripper) http.RoundTripper 
 // any instance, catalogueTransport).
 func defaultInstance(cfg *config.Config) *url.URL {
 	s, _ := cfg.Upstream.Service(config.DefaultService)
+	if len(s.URLs) == 0 { // found in DNS: no base path
+		d := s.DNS
+		return &url.URL{Scheme: d.Scheme, Host: net.JoinHostPort(upstream.ServerName(d.SRV+d.Name), strconv.Itoa(max(d.Port, 1)))}
+	}
 	return s.URLs[0].URL
 }

@@ -1,0 +1,199 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/exgate/exgate/config"
+	"github.com/exgate/exgate/internal/dnstest"
+)
+
+// dnsInstance is a backend instance at one loopback address: it counts
+// the requests it answers, and holds those to /slow until released.
+type dnsInstance struct {
+	served  atomic.Int64
+	holding chan struct{} // a /slow request arrived
+	release chan struct{}
+	srv     *http.Server
+}
+
+func startDNSInstance(t *testing.T, addr string) *dnsInstance {
+	t.Helper()
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := &dnsInstance{holding: make(chan struct{}, 1), release: make(chan struct{})}
+	in.srv = &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/slow" {
+			in.holding <- struct{}{}
+			<-in.release
+		}
+		in.served.Add(1)
+		w.Header().Set("X-Request-Id", r.Header.Get("X-Request-Id"))
+		_, _ = io.WriteString(w, `{"instance":"`+addr+`"}`)
+	}), ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = in.srv.Serve(ln) }()
+	t.Cleanup(func() { _ = in.srv.Close() })
+	return in
+}
+
+// twoLoopbackInstances starts instances on 127.0.0.1 and 127.0.0.2 at one
+// port, as two pods of a headless Service are one name's addresses at
+// one port.
+func twoLoopbackInstances(t *testing.T) (port int, a, b *dnsInstance) {
+	t.Helper()
+	for range 20 {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		port = ln.Addr().(*net.TCPAddr).Port
+		ln.Close()
+		probe, err := net.Listen("tcp", "127.0.0.2:"+strconv.Itoa(port))
+		if err != nil {
+			continue
+		}
+		probe.Close()
+		return port, startDNSInstance(t, "127.0.0.1:"+strconv.Itoa(port)), startDNSInstance(t, "127.0.0.2:"+strconv.Itoa(port))
+	}
+	t.Skip("no port free on both 127.0.0.1 and 127.0.0.2")
+	return 0, nil, nil
+}
+
+// TestDNSDiscoveryAddsInstance runs exgate with its default service found
+// in DNS, served by a DNS server on loopback: an instance added to the
+// name while exgate runs receives traffic without a reload; a failing
+// DNS server, and an answer with no address, keep the instances; an
+// instance removed from the name finishes the request it holds and gets
+// no other.
+func TestDNSDiscoveryAddsInstance(t *testing.T) {
+	dns := dnstest.Start(t)
+	port, a, b := twoLoopbackInstances(t)
+	ipA, ipB := netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("127.0.0.2")
+	dns.SetAddrs("backend.test.", ipA)
+
+	cfg := config.Default()
+	cfg.Listen, cfg.AdminListen = "127.0.0.1:0", "127.0.0.1:0"
+	cfg.Server.DrainDelay = 0
+	cfg.Upstream.DNS = config.Discovery{Name: "backend.test.", Port: port, Scheme: "http", Interval: 50 * time.Millisecond, Resolver: dns.Addr}
+	cfg.Upstream.Outlier.MaxEjectionPercent = 0 // this test is about DNS alone
+	cfg.Routes = []config.Route{{Name: "any", Match: config.Match{Path: "*"}, Auth: config.AuthNone}}
+	app := startApp(t, cfg, deps{log: zap.NewNop(), now: time.Now})
+	base := "http://" + app.addr
+
+	get := func(path string) int {
+		t.Helper()
+		code, _, body := call(t, "GET", base+path, "")
+		if code != 200 {
+			t.Fatalf("GET %s: %d %s", path, code, body)
+		}
+		return code
+	}
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(time.Minute); !cond(); time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: not within a minute", what)
+			}
+		}
+	}
+	waitFor("the first lookup", func() bool {
+		code, _, _ := call(t, "GET", base+"/x", "")
+		return code == 200
+	})
+	for range 20 {
+		get("/x")
+	}
+	if b.served.Load() != 0 {
+		t.Fatalf("127.0.0.2 served %d requests before DNS named it", b.served.Load())
+	}
+
+	dns.SetAddrs("backend.test.", ipA, ipB)
+	waitFor("the added instance receiving requests", func() bool { get("/x"); return b.served.Load() > 0 })
+
+	lookups := func(result string) float64 {
+		return sumMetric(scrapeAdmin(t, app.adminAd), "exgate_upstream_dns_lookups_total", `result="`+result+`"`)
+	}
+	dns.Fail(true)
+	failed := lookups("error")
+	waitFor("failed lookups counted", func() bool { return lookups("error") >= failed+3 })
+	dns.Fail(false)
+	dns.SetAddrs("backend.test.")
+	empty := lookups("empty")
+	waitFor("empty answers counted", func() bool { return lookups("empty") >= empty+3 })
+	a0, b0 := a.served.Load(), b.served.Load()
+	for range 40 {
+		get("/x")
+	}
+	if a.served.Load() == a0 || b.served.Load() == b0 {
+		t.Fatalf("after failed and empty lookups, 40 requests went %d to 127.0.0.1 and %d to 127.0.0.2: an instance was dropped",
+			a.served.Load()-a0, b.served.Load()-b0)
+	}
+
+	dns.SetAddrs("backend.test.", ipA, ipB)
+	var slow sync.WaitGroup
+	slow.Add(1)
+	var slowCode int
+	go func() {
+		defer slow.Done()
+		slowCode, _, _ = call(t, "GET", base+"/slow", "")
+	}()
+	var held, other *dnsInstance
+	var heldIP, otherIP netip.Addr
+	select {
+	case <-a.holding:
+		held, other, heldIP, otherIP = a, b, ipA, ipB
+	case <-b.holding:
+		held, other, heldIP, otherIP = b, a, ipB, ipA
+	case <-time.After(time.Minute):
+		t.Fatal("the slow request reached no instance within a minute")
+	}
+	dns.SetAddrs("backend.test.", otherIP)
+	waitFor(heldIP.String()+" out of the rotation", func() bool {
+		h0, o0 := held.served.Load(), other.served.Load()
+		for range 10 {
+			get("/x")
+		}
+		return held.served.Load() == h0 && other.served.Load() == o0+10
+	})
+	close(held.release)
+	close(other.release)
+	slow.Wait()
+	if slowCode != 200 {
+		t.Fatalf("the request held by the removed instance was answered %d, want 200", slowCode)
+	}
+}
+
+// sumMetric sums the samples of name in a Prometheus text exposition
+// whose labels contain every one of labels.
+func sumMetric(text, name string, labels ...string) float64 {
+	total := 0.0
+	for _, line := range strings.Split(text, "\n") {
+		rest, ok := strings.CutPrefix(line, name)
+		if !ok || rest == "" || (rest[0] != ' ' && rest[0] != '{') {
+			continue
+		}
+		match := true
+		for _, l := range labels {
+			match = match && strings.Contains(rest, l)
+		}
+		f := strings.Fields(rest)
+		var v float64
+		if _, err := fmt.Sscan(f[len(f)-1], &v); match && err == nil {
+			total += v
+		}
+	}
+	return total
+}
