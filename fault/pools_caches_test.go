@@ -44,7 +44,7 @@ func init() {
 			refused: []string{"token_not_valid"}, metric: "exgate_auth_failures_total", maxGrowth: 64 << 20},
 		poolRow{pool: "deny cache, token-spray guard, top-k tracker, Redis memory", attacker: oneAddress, identity: cacheIdentity, limiter: cacheLimiter,
 			attack: inventedTokens, holding: tokensSent,
-			refused: []string{"throttled", "too_many_tokens"}, metric: "exgate_ratelimit_decisions_total",
+			refused: []string{"throttled", "too_many_tokens", "overloaded"}, metric: "exgate_ratelimit_decisions_total",
 			labels: []string{`decision="limited"`}, maxGrowth: 64 << 20, check: redisBounded},
 	)
 	for _, k := range []attackerKind{oneAddress, threeAccounts} {
@@ -55,10 +55,15 @@ func init() {
 	for _, k := range []attackerKind{oneAccount, threeAccounts} {
 		poolRows = append(poolRows, poolRow{pool: "verified-token cache", attacker: k, identity: cacheIdentity, limiter: cacheLimiter,
 			attack: mintedTokens, holding: tokensSent,
-			refused: []string{"throttled"}, metric: "exgate_ratelimit_decisions_total",
+			refused: []string{"throttled", "overloaded"}, metric: "exgate_ratelimit_decisions_total",
 			labels: []string{`decision="limited"`}, maxGrowth: 64 << 20})
 	}
 }
+
+// The rows whose attackers' allowed requests reach the backend may also
+// see them shed (503 overloaded) when a loaded machine slows the backend
+// and the adaptive limit falls: a shed past the attacker's share of the
+// backend's slots is a refusal for itself alone, as the slots' row has it.
 
 // cacheWorkers is how many requests each attacker keeps under way.
 const cacheWorkers = 8
