@@ -39,16 +39,11 @@ type Server struct {
 func Start(t testing.TB) *Server {
 	t.Helper()
 	s := &Server{addrs: map[string][]netip.Addr{}, srvs: map[string][]SRV{}}
-	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	pc, ln, err := listenPair()
 	if err != nil {
 		t.Fatal(err)
 	}
 	s.Addr = pc.LocalAddr().String()
-	ln, err := net.Listen("tcp", s.Addr)
-	if err != nil {
-		pc.Close()
-		t.Fatal(err)
-	}
 	udp := &dns.Server{PacketConn: pc, Handler: s}
 	tcp := &dns.Server{Listener: ln, Handler: s}
 	go func() { _ = udp.ActivateAndServe() }()
@@ -127,4 +122,22 @@ func (s *Server) answer(m *dns.Msg, q dns.Question) {
 			m.Answer = append(m.Answer, &dns.SRV{Hdr: hdr(dns.TypeSRV), Priority: r.Priority, Weight: r.Weight, Port: r.Port, Target: dns.Fqdn(r.Target)})
 		}
 	}
+}
+
+// listenPair listens on UDP and TCP at one loopback port: a free UDP port
+// may be taken for TCP by another process, so it tries a few ports.
+func listenPair() (net.PacketConn, net.Listener, error) {
+	var err error
+	for range 50 {
+		var pc net.PacketConn
+		if pc, err = net.ListenPacket("udp", "127.0.0.1:0"); err != nil {
+			return nil, nil, err
+		}
+		var ln net.Listener
+		if ln, err = net.Listen("tcp", pc.LocalAddr().String()); err == nil {
+			return pc, ln, nil
+		}
+		pc.Close()
+	}
+	return nil, nil, err
 }
