@@ -5,10 +5,9 @@ import (
 	"net/http"
 	"time"
 
-	"go.uber.org/zap"
-
 	"github.com/exgate/exgate/apierror"
 	"github.com/exgate/exgate/config"
+	"github.com/exgate/exgate/idempotency"
 	"github.com/exgate/exgate/limiter"
 	"github.com/exgate/exgate/metrics"
 	"github.com/exgate/exgate/overload"
@@ -188,7 +187,7 @@ func (g *Gateway) admit(st *requestState, r *http.Request, pl *plan) *apierror.E
 	if !ok {
 		g.releaseRouteSlot(st)
 		if r.Context().Err() != nil {
-			g.settleUnsent(st)
+			g.settle(st, settleRelease, idempotency.Record{})
 			st.rw.status = StatusClientClosed // nothing to answer: the client is gone
 			return answered
 		}
@@ -218,7 +217,7 @@ func (a *routeAdmission) releaseRoute(c share.Key) {
 // nothing.
 func (g *Gateway) shed(st *requestState, r *http.Request, pl *plan, c overload.Class) *apierror.Error {
 	st.route.admission.metrics[c].Shed()
-	g.settleUnsent(st)
+	g.settle(st, settleRelease, idempotency.Record{})
 	g.refundLimits(st, r, pl)
 	g.holdShed(st, r, pl)
 	return pl.admission.errShed
@@ -248,20 +247,6 @@ func (g *Gateway) giveBackLimits(st *requestState, r *http.Request, pl *plan,
 	req.Cost = st.cost
 	if giveBack(r.Context(), rt.limits, req, &st.decision) == nil {
 		st.decision.SetHeaders(st.rw.Header(), pl.rules.Headers())
-	}
-}
-
-// settleUnsent releases the identifier claims of an order exgate decided
-// not to send.
-func (g *Gateway) settleUnsent(st *requestState) {
-	if !st.order.claimed || st.order.settled {
-		return
-	}
-	st.order.settled = true
-	ctx, cancel := context.WithTimeout(context.Background(), g.idemTimeout)
-	defer cancel()
-	if err := g.releaseClaims(ctx, st); err != nil {
-		g.log.Warn("duplicate protection: releasing a claim failed", zap.String("request_id", st.id), zap.Error(err))
 	}
 }
 

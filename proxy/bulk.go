@@ -1,14 +1,10 @@
 package proxy
 
 import (
-	"context"
 	"net/http"
 	"strconv"
 
 	"github.com/exgate/exgate/apierror"
-	"github.com/exgate/exgate/idempotency"
-	"github.com/exgate/exgate/ratelimit"
-	"github.com/exgate/exgate/validate"
 )
 
 // bulkTargets are the routes whose limits a bulk route's requests are
@@ -28,8 +24,8 @@ var errBulkUnchecked = apierror.Static(http.StatusServiceUnavailable, "bulk_unav
 // single-order rules, CheckBulk), the request is charged as many units as
 // it carries orders or ids against the target route's limits — all or
 // nothing — and the identifiers of its orders are claimed together
-// (bulkClaims), in the same round trip as the limits when claims ride
-// with them. The backend then receives the canonical encoding of the
+// (bulkClaims, limitWithClaim), in the same round trip as the limits when
+// claims ride with them. The backend then receives the canonical encoding of the
 // bulk.
 func (g *Gateway) checkBulk(st *requestState, r *http.Request, pl *plan) *apierror.Error {
 	v := pl.validator
@@ -67,55 +63,7 @@ func (g *Gateway) checkBulk(st *requestState, r *http.Request, pl *plan) *apierr
 	}
 	st.order.canonical = forwardEncoded(st, r, bulk.AppendCanonical(make([]byte, 0, len(body)+64)))
 	claims := !bulk.Cancel() && g.bulkClaims(st, &bulk)
-	joined := claims && g.joiner != nil && target != nil && g.limits != nil && target.limits.Limited()
-	var part *ratelimit.ClaimPart
-	if joined {
-		part = g.prepareClaim(st)
-	}
-	st.order.answerable = claims && !joined
-	if target != nil {
-		if e := g.enforceLimits(st, r, pl, target, int64(bulk.Len()), part); e != nil {
-			if joined {
-				g.abandonClaim(st, r)
-			}
-			return e
-		}
-	}
-	switch {
-	case joined:
-		return g.joinedClaim(st, r, pl)
-	case claims:
-		return g.claimOwn(st, r, pl)
-	}
-	return nil
-}
-
-// bulkClaims reports whether a placement has identifiers to claim, and
-// sets them (with the element each names): every order's that has one,
-// in order, all claimed at once under the fingerprint of the whole
-// canonical bulk, so that:
-//
-//   - a bulk whose identifiers are all new is placed, and its response is
-//     recorded once, for all of them;
-//   - the same bulk sent again is answered with that recorded response
-//     (Idempotent-Replayed), never placed twice;
-//   - a bulk that repeats an identifier of another order or bulk is
-//     refused whole (409, naming the element), and nothing of it is
-//     placed or claimed.
-func (g *Gateway) bulkClaims(st *requestState, bulk *validate.Bulk) bool {
-	if g.idem == nil {
-		return false
-	}
-	if st.order.account = g.identityKey(st); st.order.account == "" {
-		return false
-	}
-	for i := range bulk.Orders {
-		if id := bulk.Orders[i].Identifier; id != "" {
-			st.order.ids = append(st.order.ids, id)
-			st.order.elems = append(st.order.elems, i)
-		}
-	}
-	return len(st.order.ids) > 0
+	return g.limitWithClaim(st, r, pl, target, int64(bulk.Len()), claims, nil)
 }
 
 // CodeBulkExceedsLimit is the code of the answer to a bulk that carries
@@ -141,39 +89,4 @@ func exceedsBurst(k, maxCost int64, cancel bool) *apierror.Error {
 	e := apierror.New(http.StatusRequestEntityTooLarge, CodeBulkExceedsLimit, "Bulk refused whole: it "+msg+".")
 	e.Fields = map[string][]string{apierror.NonFieldErrors: {msg}}
 	return e
-}
-
-// bulkClaimRefusal is the 409 answer to a bulk whose i-th order's
-// identifier could not be claimed, naming that element.
-func bulkClaimRefusal(o idempotency.Outcome, i int) *apierror.Error {
-	field := "orders[" + strconv.Itoa(i) + "].identifier"
-	a := idempotency.Refusal(o) // its status and code, with a detail naming the element
-	var msg string
-	switch o {
-	case idempotency.InProgress:
-		msg = "is in an order that is still being placed; retry later to receive its response"
-	case idempotency.Conflict:
-		msg = "was already used for a different order"
-	default:
-		msg = "was already sent to the exchange and its outcome is unknown; check your orders before placing it again with a new identifier"
-	}
-	e := apierror.New(a.Status, a.Code, "Bulk not placed: "+field+" "+msg+".")
-	e.Fields = map[string][]string{field: {msg}}
-	return e
-}
-
-// releaseClaims releases the claim st holds (an order's identifier, or
-// a bulk's).
-func (g *Gateway) releaseClaims(ctx context.Context, st *requestState) error {
-	return g.idem.Release(ctx, st.order.claim)
-}
-
-// completeClaims records rec for the claim st holds.
-func (g *Gateway) completeClaims(ctx context.Context, st *requestState, rec idempotency.Record) error {
-	return g.idem.Complete(ctx, st.order.claim, rec)
-}
-
-// unknownClaims marks the claim st holds as of unknown outcome.
-func (g *Gateway) unknownClaims(ctx context.Context, st *requestState) error {
-	return g.idem.MarkUnknown(ctx, st.order.claim)
 }

@@ -10,6 +10,7 @@ import (
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 
 	"github.com/exgate/exgate/apierror"
+	"github.com/exgate/exgate/idempotency"
 	"github.com/exgate/exgate/metrics"
 	"github.com/exgate/exgate/upstream"
 )
@@ -88,7 +89,7 @@ func target(u *url.URL, inst *upstream.Instance, path string) {
 // unavailable answers a request that reached no instance: its claim is
 // released and its rate-limit charge given back, as for a shed request.
 func (g *Gateway) unavailable(st *requestState, r *http.Request, e *apierror.Error) {
-	g.settleUnsent(st)
+	g.settle(st, settleRelease, idempotency.Record{})
 	g.refundLimits(st, r, st.plan)
 	g.refuse(st, r, e)
 }
@@ -160,7 +161,7 @@ func (t fleetTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 // instance or it is a GET or HEAD (safe to repeat) that did not run out
 // of time.
 func retryable(st *requestState, req *http.Request, err error) bool {
-	if req.Context().Err() != nil || st.clientCx.Err() != nil && !st.order.claimed {
+	if req.Context().Err() != nil || st.clientCx.Err() != nil && st.claim.phase == claimNone {
 		return false
 	}
 	bodyless := req.Body == nil || req.Body == http.NoBody

@@ -307,7 +307,8 @@ type requestState struct {
 	upErr      error
 	addr       netip.Addr // client address, once derived
 	caller     caller     // who sent the request, from the auth step
-	order      orderState // validation and duplicate protection
+	order      orderState // what the order check found
+	claim      claimState // the claim of the order's identifiers (claim.go)
 	limited    bool       // the route's limits were decided
 	decision   limiter.Decision
 	charged    *Route // the route whose limits charged the request (its own, or a bulk's target), once they allowed it

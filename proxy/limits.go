@@ -23,7 +23,7 @@ func (g *Gateway) enforceLimits(st *requestState, r *http.Request, pl *plan, rt 
 		return nil
 	}
 	req := st.limitRequest()
-	req.Cost, req.Claim, req.Claims = cost, claim, st.order.answerable
+	req.Cost, req.Claim, req.Claims = cost, claim, st.claim.answerable
 	var t0 time.Time
 	if st.rec {
 		t0 = g.now()

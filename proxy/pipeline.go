@@ -6,7 +6,6 @@ import (
 
 	"github.com/exgate/exgate/apierror"
 	"github.com/exgate/exgate/config"
-	"github.com/exgate/exgate/ratelimit"
 )
 
 // ServeHTTP runs the request pipeline of docs/architecture.md ("Request
@@ -74,55 +73,41 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // limitAndCheck runs the limits, body and identifier steps of a request
-// that is not a bulk: the order ids of its path, if its route takes a
-// list (charged one unit each), the route's limits, then its body, then
-// the order's identifier claim. When claims ride in the limits' round trip
-// (joinsClaims), an order is read and validated first, so that its claim
-// is decided with its limits, in one round trip; the answers stay those
-// of the steps in their usual order: a request a limit refuses gets the
-// limit's answer, whatever its body, and claims nothing. A client the
-// deny cache knows to be throttled is refused before its order is read.
-// In a Redis Cluster a claim may run although a limit on another node
-// refused the order: it is freed before the refusal is written
-// (abandonClaim).
+// that is not a bulk, in the order of its route's kind, whatever the
+// stores. An order (a route with validate: order) is read and checked
+// first, then its limits are decided with its identifier's claim riding
+// in their round trip when duplicate protection shares the limiter's
+// Redis, else claimed on its own once they let it pass (limitWithClaim);
+// a limit's refusal is the answer whatever the body, and claims nothing,
+// and a client the deny cache knows to be throttled is refused before
+// its order is read. Any other request is charged first — one unit, or
+// one per order id of its path when its route takes a list — and its
+// body read once its limits let it pass.
 func (g *Gateway) limitAndCheck(st *requestState, r *http.Request, pl *plan) *apierror.Error {
-	if !g.joinsClaims(st, pl) {
+	if pl.validator == nil || st.route.Config.Validate != config.ValidateOrd {
 		cost, e := g.pathIDs(st)
 		if e != nil {
 			return e
 		}
-		st.order.answerable = g.idem != nil && pl.validator != nil && st.route.Config.Validate == config.ValidateOrd
 		if e := g.enforceLimits(st, r, pl, st.route, cost, nil); e != nil {
 			return e
 		}
-		if e := g.checkBody(st, r, pl); e != nil {
-			g.countInvalid(st, e)
+		return g.checkBody(st, r, pl)
+	}
+	if g.limits != nil && st.route.limits.Limited() {
+		if e := g.refusedFromCache(st, r, pl); e != nil {
 			return e
 		}
-		return g.claimIdentifier(st, r, pl)
 	}
-	if e := g.refusedFromCache(st, r, pl); e != nil {
-		return e
-	}
-	body := g.checkOrder(st, r, pl.validator)
-	var claim *ratelimit.ClaimPart
-	if body == nil && g.orderClaims(st) {
-		claim = g.prepareClaim(st)
-	}
-	if e := g.enforceLimits(st, r, pl, st.route, 1, claim); e != nil {
-		if claim != nil {
-			g.abandonClaim(st, r)
+	refusal := g.checkOrder(st, r, pl.validator)
+	claims := refusal == nil && g.orderClaims(st)
+	if e := g.limitWithClaim(st, r, pl, st.route, 1, claims, refusal); e != nil {
+		if e == refusal {
+			g.countInvalid(st, e)
 		}
 		return e
 	}
-	if body != nil {
-		g.countInvalid(st, body)
-		return body
-	}
-	if claim == nil {
-		return nil // no identifier, or an anonymous caller: nothing to claim
-	}
-	return g.joinedClaim(st, r, pl)
+	return nil
 }
 
 // answered is returned by a step that has answered the request itself (a
@@ -276,7 +261,7 @@ func (g *Gateway) forward(st *requestState, r *http.Request) {
 		r.Header["X-Request-Id"] = []string{st.upID}
 	}
 	parent := r.Context()
-	if st.order.claimed {
+	if st.claim.phase == claimHeld {
 		parent = context.WithValue(context.WithoutCancel(parent), claimKey{}, st)
 	}
 	if e := g.pickInstance(st, r); e != nil {

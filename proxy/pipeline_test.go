@@ -297,9 +297,11 @@ func TestRefuseClosesWhileBodyUnread(t *testing.T) {
 			status: http.StatusUnauthorized, closed: true},
 		{name: "not JSON, chunked", raw: head(orders, "tok-ct", "text/plain") + "Transfer-Encoding: chunked\r\n\r\n" + chunked(order),
 			status: http.StatusUnsupportedMediaType, closed: true},
-		{name: "over its limit, chunked", before: spent,
+		// An order is read and checked before its limits are decided
+		// (limitAndCheck): over its limit, it is refused read whole.
+		{name: "over its limit, chunked, read whole", before: spent,
 			raw:    head(orders, "tok-spent", "application/json") + "Transfer-Encoding: chunked\r\n\r\n" + chunked(order),
-			status: http.StatusTooManyRequests, closed: true},
+			status: http.StatusTooManyRequests, closed: false},
 		{name: "order over validation.max_body_bytes, chunked", raw: head(orders, "tok-big", "application/json") +
 			"Transfer-Encoding: chunked\r\n\r\n" + chunked(strings.Repeat(" ", 9<<10)),
 			status: http.StatusRequestEntityTooLarge, closed: true},

@@ -1,0 +1,426 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"strconv"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/exgate/exgate/apierror"
+	"github.com/exgate/exgate/idempotency"
+	"github.com/exgate/exgate/metrics"
+	"github.com/exgate/exgate/ratelimit"
+	"github.com/exgate/exgate/validate"
+)
+
+// An order's claim, from start to end (docs/architecture.md, step 8): the
+// identifiers of a checked order or bulk are claimed for its account, all
+// at once, under the fingerprint of its canonical body — riding in the
+// round trip of its limits when duplicate protection shares their Redis
+// (prepareClaim, then joinedClaim, or abandonClaim when a limit refused),
+// else on their own once the limits let the request pass (claimOwn).
+// The answer to the claim (answerClaim) lets the request on holding it,
+// replays a recorded response, or refuses the request. A claim held is
+// settled once: completed with the backend's 2xx response, released when
+// the order was certainly not placed (a 4xx, a dial failure, a request
+// exgate did not send), else marked unknown (settle).
+
+// idemDefaultTimeout bounds duplicate-protection store calls when the
+// configuration does not.
+const idemDefaultTimeout = 100 * time.Millisecond
+
+// claimPhase is where a request's claim stands.
+type claimPhase uint8
+
+const (
+	claimNone    claimPhase = iota // nothing claimed
+	claimHeld                      // claimed: to be settled when the backend answers or fails
+	claimSettled                   // completed, released or marked unknown
+)
+
+// claimState is the identifier claim of one request, kept in its
+// requestState.
+type claimState struct {
+	// ids are the identifiers the request claims, all at once, for
+	// account (Gateway.identityKey): an order's one (in one), a bulk's
+	// orders' in order; elems, for a bulk, the element of each.
+	account string
+	ids     []string
+	elems   []int
+	one     [1]string
+	phase   claimPhase
+	claim   idempotency.Claim    // the claim held, once phase is claimHeld
+	joined  idempotency.Prepared // the claim as it rides with the limits
+	// answerable reports a request whose identifiers are claimed on their
+	// own after its limits are decided: duplicate protection may then
+	// answer it (limiter.Request.Claims).
+	answerable bool
+	// by is the deadline of a claim prepared to ride with the limits: of
+	// their round trip and, should the claim not be carried, of the claim
+	// on its own, so that the order waits one deadline.
+	by time.Time
+}
+
+// claimKey marks an outbound request whose response must be recorded.
+type claimKey struct{}
+
+// limitWithClaim decides rt's limits for a checked request of cost, with
+// the claim of its identifiers (claims: orderClaims or bulkClaims set
+// them) riding in their round trip when duplicate protection shares the
+// limiter's Redis, else made on its own once the limits let the request
+// pass. refusal, when set, is the request's own refusal (an invalid
+// order), answered once the limits let it pass: a limit's refusal comes
+// first, whatever the body, and then nothing is claimed.
+func (g *Gateway) limitWithClaim(st *requestState, r *http.Request, pl *plan, rt *Route, cost int64,
+	claims bool, refusal *apierror.Error) *apierror.Error {
+	limited := rt != nil && g.limits != nil && rt.limits.Limited()
+	joined := claims && limited && g.joiner != nil
+	var part *ratelimit.ClaimPart
+	if joined {
+		part = g.prepareClaim(st)
+	}
+	st.claim.answerable = claims && !joined
+	if limited {
+		if e := g.enforceLimits(st, r, pl, rt, cost, part); e != nil {
+			if joined {
+				g.abandonClaim(st, r)
+			}
+			return e
+		}
+	}
+	switch {
+	case refusal != nil:
+		return refusal
+	case joined:
+		return g.joinedClaim(st, r, pl)
+	case claims:
+		return g.claimOwn(st, r, pl)
+	}
+	return nil
+}
+
+// orderClaims reports whether a checked order has an identifier to claim,
+// and sets the identifiers its claim takes. An order without an
+// identifier, or of an anonymous caller, passes unclaimed; the caller's
+// key (an HMAC for an opaque token) is worked out only for an order that
+// needs it, and reused when the limits already did.
+func (g *Gateway) orderClaims(st *requestState) bool {
+	if st.order.identifier == "" || g.idem == nil {
+		return false
+	}
+	if st.claim.account = g.identityKey(st); st.claim.account == "" {
+		return false
+	}
+	st.claim.one[0] = st.order.identifier
+	st.claim.ids = st.claim.one[:]
+	return true
+}
+
+// bulkClaims reports whether a placement has identifiers to claim, and
+// sets them (with the element each names): every order's that has one,
+// in order, all claimed at once under the fingerprint of the whole
+// canonical bulk, so that:
+//
+//   - a bulk whose identifiers are all new is placed, and its response is
+//     recorded once, for all of them;
+//   - the same bulk sent again is answered with that recorded response
+//     (Idempotent-Replayed), never placed twice;
+//   - a bulk that repeats an identifier of another order or bulk is
+//     refused whole (409, naming the element), and nothing of it is
+//     placed or claimed.
+func (g *Gateway) bulkClaims(st *requestState, bulk *validate.Bulk) bool {
+	if g.idem == nil {
+		return false
+	}
+	if st.claim.account = g.identityKey(st); st.claim.account == "" {
+		return false
+	}
+	for i := range bulk.Orders {
+		if id := bulk.Orders[i].Identifier; id != "" {
+			st.claim.ids = append(st.claim.ids, id)
+			st.claim.elems = append(st.claim.elems, i)
+		}
+	}
+	return len(st.claim.ids) > 0
+}
+
+// fingerprint returns the fingerprint a request's claim records: of the
+// canonical body forwarded.
+func (st *requestState) fingerprint() idempotency.Fingerprint {
+	return idempotency.FingerprintOf(st.order.canonical)
+}
+
+// prepareClaim prepares the identifier claim of a checked request to ride
+// with its limits.
+func (g *Gateway) prepareClaim(st *requestState) *ratelimit.ClaimPart {
+	p := &st.claim.joined
+	st.claim.by = g.now().Add(g.idemTimeout)
+	g.joiner.Prepare(p, st.claim.account, st.claim.ids, st.fingerprint())
+	return &p.ClaimPart
+}
+
+// claimOwn claims the request's identifiers in a store call of its own,
+// within what is left of the order's one deadline when its claim was
+// prepared to ride with the limits, else within idempotency.timeout.
+func (g *Gateway) claimOwn(st *requestState, r *http.Request, pl *plan) *apierror.Error {
+	by := st.claim.by
+	if by.IsZero() {
+		by = g.now().Add(g.idemTimeout)
+	}
+	ctx, cancel := context.WithDeadline(context.WithoutCancel(r.Context()), by)
+	defer cancel()
+	claim, err := g.idem.ClaimAll(ctx, st.claim.account, st.claim.ids, st.fingerprint())
+	return g.answerClaim(st, r, pl, claim, err)
+}
+
+// joinedClaim answers the claim of a request its limits let pass, from
+// what the limits' round trip reported. A claim the round trip did not
+// carry (the limits were decided without Redis: the store failing fast,
+// or no limit applying; in a Cluster, a spray guard sent alone whose
+// round trip failed) is made on its own, within what is left of the
+// order's one deadline; one whose round trip failed is not retried (the
+// order would wait for a second deadline) and the order is refused 503.
+func (g *Gateway) joinedClaim(st *requestState, r *http.Request, pl *plan) *apierror.Error {
+	if !st.decision.Claim.Sent {
+		return g.claimOwn(st, r, pl)
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), g.idemTimeout)
+	defer cancel()
+	claim, err := g.joiner.Settle(ctx, &st.claim.joined, st.decision.Claim)
+	return g.answerClaim(st, r, pl, claim, err)
+}
+
+// abandonClaim frees the identifier claim of a request its limits did not
+// let through (refused, or failed on a route that fails closed), when
+// the claim ran all the same: in a Redis Cluster the claim's script run
+// is on its account's master and the limit that refused may be on
+// another, decided at once in a run of its own. It is freed here, before
+// the refusal is written, so that the client's retry finds the
+// identifier free, and not in the limiter, which gives back what it
+// charged but leaves what a claim means, and how it is freed, to
+// duplicate protection. A free that fails leaves the claim in flight: a
+// retry gets 409 in progress, then the unknown outcome, never a second
+// placement.
+func (g *Gateway) abandonClaim(st *requestState, r *http.Request) {
+	if !st.decision.Claim.Run {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), g.idemTimeout)
+	defer cancel()
+	if err := g.joiner.Abandon(ctx, &st.claim.joined, st.decision.Claim); err != nil {
+		g.log.Warn("duplicate protection: freeing the claim of an order its limits refused failed; retries get 409 until it expires",
+			zap.String("request_id", st.id), zap.Error(err))
+	}
+}
+
+// answerClaim is the answer to a request whose claim came back as claim,
+// or failed with err. A request its claim does not let through (a
+// replay, a refusal, a failure) is charged nothing but its allowance of
+// duplicate answers: what its limits charged moves there before the
+// answer (a claim that rode with the limits charged only the allowance
+// in the first place).
+func (g *Gateway) answerClaim(st *requestState, r *http.Request, pl *plan, claim idempotency.Claim, err error) *apierror.Error {
+	if st.rec {
+		g.traceClaim(st, claim.Outcome, err)
+	}
+	if err != nil || claim.Outcome != idempotency.Claimed {
+		g.giveBackLimits(st, r, pl, g.limits.Uncharge)
+	}
+	if err != nil {
+		return g.claimFailed(st, err)
+	}
+	switch claim.Outcome {
+	case idempotency.Claimed:
+		g.metrics.Idempotency(metrics.IdempotencyClaimed)
+		st.claim.phase, st.claim.claim = claimHeld, claim
+		return nil
+	case idempotency.Replay:
+		g.metrics.Idempotency(metrics.IdempotencyReplayed)
+		return g.replay(st, claim.Record)
+	}
+	g.metrics.Idempotency(idemMetric(claim.Outcome))
+	if st.claim.elems != nil {
+		return bulkClaimRefusal(claim.Outcome, st.claim.elems[claim.At])
+	}
+	return idempotency.Refusal(claim.Outcome)
+}
+
+// idemMetric is the metric outcome of a refused claim.
+func idemMetric(o idempotency.Outcome) metrics.IdempotencyOutcome {
+	switch o {
+	case idempotency.InProgress:
+		return metrics.IdempotencyInProgress
+	case idempotency.Conflict:
+		return metrics.IdempotencyConflict
+	}
+	return metrics.IdempotencyUnknown
+}
+
+// claimFailed is the answer to an order whose identifier could not be
+// claimed, saying why: the account's share is full (only that account is
+// refused), the store is full, or the store failed.
+func (g *Gateway) claimFailed(st *requestState, err error) *apierror.Error {
+	switch {
+	case errors.Is(err, idempotency.ErrAccountFull):
+		g.metrics.Idempotency(metrics.IdempotencyAccountFull)
+		return idempotency.AccountFull()
+	case errors.Is(err, idempotency.ErrFull):
+		g.metrics.Idempotency(metrics.IdempotencyStoreFull)
+		g.log.Warn("duplicate protection store full; order refused", zap.String("request_id", st.id), zap.Error(err))
+		return idempotency.Full()
+	}
+	g.metrics.Idempotency(metrics.IdempotencyStoreError)
+	g.log.Warn("duplicate protection store failed; order refused", zap.String("request_id", st.id), zap.Error(err))
+	return idempotency.Unavailable()
+}
+
+// bulkClaimRefusal is the 409 answer to a bulk whose i-th order's
+// identifier could not be claimed, naming that element.
+func bulkClaimRefusal(o idempotency.Outcome, i int) *apierror.Error {
+	field := "orders[" + strconv.Itoa(i) + "].identifier"
+	a := idempotency.Refusal(o) // its status and code, with a detail naming the element
+	var msg string
+	switch o {
+	case idempotency.InProgress:
+		msg = "is in an order that is still being placed; retry later to receive its response"
+	case idempotency.Conflict:
+		msg = "was already used for a different order"
+	default:
+		msg = "was already sent to the exchange and its outcome is unknown; check your orders before placing it again with a new identifier"
+	}
+	e := apierror.New(a.Status, a.Code, "Bulk not placed: "+field+" "+msg+".")
+	e.Fields = map[string][]string{field: {msg}}
+	return e
+}
+
+// replay answers with the response recorded for an identifier, and
+// returns answered.
+func (g *Gateway) replay(st *requestState, rec *idempotency.Record) *apierror.Error {
+	h := st.rw.Header()
+	if rec.ContentType != "" {
+		h["Content-Type"] = []string{rec.ContentType}
+	}
+	h["Content-Length"] = []string{strconv.Itoa(len(rec.Body))}
+	h[idempotency.ReplayedHeader] = []string{"true"}
+	h["X-Request-Id"] = []string{st.id}
+	st.replayed = true
+	st.rw.WriteHeader(rec.Status)
+	_, _ = st.rw.Write(rec.Body)
+	return answered
+}
+
+// claimSettlement is how a held claim is settled.
+type claimSettlement uint8
+
+const (
+	settleRelease  claimSettlement = iota // the order was certainly not placed: its identifiers are free again
+	settleUnknown                         // the order may have been placed: never sent again
+	settleComplete                        // the backend accepted it: its response is kept for replay
+)
+
+// settle settles the claim st holds, once: a claim already settled, or
+// none, is left alone. rec is the response kept by settleComplete.
+func (g *Gateway) settle(st *requestState, how claimSettlement, rec idempotency.Record) {
+	if st.claim.phase != claimHeld {
+		return
+	}
+	st.claim.phase = claimSettled
+	ctx, cancel := context.WithTimeout(context.Background(), g.idemTimeout)
+	defer cancel()
+	var err error
+	switch how {
+	case settleRelease:
+		err = g.idem.Release(ctx, st.claim.claim)
+	case settleComplete:
+		err = g.idem.Complete(ctx, st.claim.claim, rec)
+	default:
+		if err = g.idem.MarkUnknown(ctx, st.claim.claim); errors.Is(err, idempotency.ErrClaimLost) {
+			err = nil
+		}
+	}
+	if err != nil {
+		g.log.Warn("duplicate protection: settling a claim failed", zap.String("request_id", st.id),
+			zap.String("settlement", settlementNames[how]), zap.Error(err))
+	}
+}
+
+var settlementNames = [...]string{settleRelease: "release", settleUnknown: "unknown", settleComplete: "complete"}
+
+// settleFailed settles the claim of an order the backend did not answer:
+// released when the request certainly never left exgate, else recorded as
+// an unknown outcome (it may have been placed).
+func (g *Gateway) settleFailed(st *requestState, err error) {
+	if err != nil && idempotency.NotSent(err) {
+		g.settle(st, settleRelease, idempotency.Record{})
+		return
+	}
+	g.settle(st, settleUnknown, idempotency.Record{})
+}
+
+// recordResponse, from ModifyResponse, settles the claim of an order as
+// soon as the backend's response arrives, before it is written to the
+// client: a client that hangs up must not leave the outcome unrecorded.
+//
+// Only an order the backend accepted (2xx) keeps its identifier, with the
+// response for replay. An order it refused (4xx) was not placed: the
+// identifier is released, so that refused orders — invented tokens,
+// insufficient balance — cost the store nothing and a corrected order may
+// reuse the identifier. A 5xx says nothing certain about the order (the
+// backend may have failed after placing it), so, like a timeout, it is
+// recorded as an unknown outcome and never sent twice. A 2xx body longer
+// than idempotency.max_response_bytes, or one that cannot be read to its
+// end, is recorded as an unknown outcome too.
+//
+// The body (up to idempotency.max_response_bytes) is read before anything
+// is written to the client, whatever the status: a body the backend
+// breaks off is then answered 502 (errOrderAnswerBroken, through
+// ErrorHandler; 504 when the route's timeout cut it) instead of a dropped
+// connection, which would leave the client with a bare EOF and no answer
+// at all.
+func (g *Gateway) recordResponse(res *http.Response) error {
+	st, _ := res.Request.Context().Value(claimKey{}).(*requestState)
+	if st == nil || st.claim.phase != claimHeld {
+		return nil
+	}
+	b, readErr := io.ReadAll(io.LimitReader(res.Body, int64(g.idemMaxResp)+1))
+	rest := res.Body
+	res.Body = struct {
+		io.Reader
+		io.Closer
+	}{io.MultiReader(bytes.NewReader(b), rest), rest}
+	switch {
+	case res.StatusCode >= 500:
+		g.settle(st, settleUnknown, idempotency.Record{})
+	case res.StatusCode >= 300:
+		g.metrics.Idempotency(metrics.IdempotencyReleased)
+		g.settle(st, settleRelease, idempotency.Record{})
+	case readErr != nil || len(b) > g.idemMaxResp:
+		g.settle(st, settleUnknown, idempotency.Record{})
+	default:
+		g.settle(st, settleComplete, idempotency.Record{Status: res.StatusCode, ContentType: res.Header.Get("Content-Type"), Body: b})
+	}
+	if readErr != nil {
+		return brokenAnswer{readErr}
+	}
+	return nil
+}
+
+// errOrderAnswerBroken answers an order whose response the backend broke
+// off before exgate had read it: nothing had been written to the client.
+var errOrderAnswerBroken = apierror.Static(http.StatusBadGateway, "bad_gateway",
+	"The exchange's answer to this order was cut off, so its outcome is unknown: check your orders before sending it again.")
+
+// brokenAnswer is the error of reading an order's response body, which
+// proxyError answers with errOrderAnswerBroken.
+type brokenAnswer struct{ err error }
+
+func (b brokenAnswer) Error() string { return "order response broken off: " + b.err.Error() }
+
+// Unwrap returns the read error, so that a timeout is still classified as
+// one in the metrics.
+func (b brokenAnswer) Unwrap() error { return b.err }
