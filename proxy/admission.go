@@ -126,7 +126,8 @@ func requestClass(st *requestState) overload.Class {
 // admitEarly sheds a request before its limits are charged when its class
 // is being shed anyway. A bulk is not known to be a cancel yet, so it is
 // judged as a cancel here: it is never shed early for being a placement.
-func (g *Gateway) admitEarly(st *requestState, r *http.Request, pl *plan) *apierror.Error {
+func (g *Gateway) admitEarly(st *requestState, r *http.Request) *apierror.Error {
+	pl := st.plan
 	if !pl.admission.enabled || st.route.admission == nil {
 		return nil
 	}
@@ -164,7 +165,8 @@ func (g *Gateway) holdShed(st *requestState, r *http.Request, pl *plan) {
 
 // admit takes a backend slot for st's request, waiting at most its class's
 // wait, or sheds it.
-func (g *Gateway) admit(st *requestState, r *http.Request, pl *plan) *apierror.Error {
+func (g *Gateway) admit(st *requestState, r *http.Request) *apierror.Error {
+	pl := st.plan
 	a := st.route.admission
 	if !pl.admission.enabled || a == nil {
 		return nil

@@ -34,6 +34,15 @@ var errTokenNotValid = apierror.Static(http.StatusUnauthorized, "token_not_valid
 // It returns the answer to refuse the request with, or nil; st.caller
 // holds the token and its account.
 func (g *Gateway) authenticate(st *requestState, r *http.Request) *apierror.Error {
+	e := g.checkCredentials(st, r)
+	if st.rec {
+		g.traceAuth(st, e)
+	}
+	return e
+}
+
+// checkCredentials is authenticate's check, untraced.
+func (g *Gateway) checkCredentials(st *requestState, r *http.Request) *apierror.Error {
 	route := st.route
 	if route.Auth == config.AuthNone {
 		return nil

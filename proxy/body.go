@@ -71,7 +71,7 @@ func (g *Gateway) bufferBody(st *requestState, r *http.Request) *apierror.Error 
 	if pooled && len(body) > 0 {
 		body = bytes.Clone(body)
 	}
-	st.releaseOrder() // the pooled buffers: the client's bytes are copied
+	st.releaseBodyBuffers() // the pooled buffers: the client's bytes are copied
 	forwardBody(r, body)
 	st.sentBody = body
 	return nil
@@ -93,12 +93,12 @@ func (g *Gateway) readWhole(st *requestState, r *http.Request, limit int64, tooL
 }
 
 // readWholeIn is readWhole, also reporting whether the body returned is a
-// pooled buffer of st's (released with st.releaseOrder) rather than one
+// pooled buffer of st's (released with st.releaseBodyBuffers) rather than one
 // of its own.
 func (g *Gateway) readWholeIn(st *requestState, r *http.Request, limit int64, tooLarge *apierror.Error) ([]byte, bool, *apierror.Error) {
 	bp := bodyPool.Get().(*[]byte)
 	*bp = (*bp)[:0]
-	st.order.body = bp
+	st.bodyBuf = bp
 	st.bodyReader = chargedBody{rc: r.Body, st: st}
 	n, tooBig, err := st.readChunks(&st.bodyReader, limit)
 	st.bodyTaken = true

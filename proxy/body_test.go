@@ -309,22 +309,22 @@ func TestReadChunks(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			src := strings.Repeat("z", tc.size)
 			st := &requestState{}
-			st.order.body = bodyPool.Get().(*[]byte)
-			*st.order.body = (*st.order.body)[:0]
-			defer st.releaseOrder()
+			st.bodyBuf = bodyPool.Get().(*[]byte)
+			*st.bodyBuf = (*st.bodyBuf)[:0]
+			defer st.releaseBodyBuffers()
 			n, tooBig, err := st.readChunks(iotest.HalfReader(strings.NewReader(src)), tc.limit)
 			if err != nil || tooBig != tc.tooBig {
 				t.Fatalf("%d bytes, too big %v, %v; want too big %v", n, tooBig, err, tc.tooBig)
 			}
-			held := len(*st.order.body)
-			for _, bp := range st.order.more {
+			held := len(*st.bodyBuf)
+			for _, bp := range st.bodyMore {
 				if cap(*bp) > 64<<10 {
 					t.Errorf("a buffer of %d bytes", cap(*bp))
 				}
 				held += len(*bp)
 			}
-			if int64(held) != n || len(st.order.more) > int(n)/(8<<10) {
-				t.Errorf("%d bytes read into %d buffers holding %d", n, len(st.order.more)+1, held)
+			if int64(held) != n || len(st.bodyMore) > int(n)/(8<<10) {
+				t.Errorf("%d bytes read into %d buffers holding %d", n, len(st.bodyMore)+1, held)
 			}
 			if tooBig {
 				return

@@ -24,7 +24,7 @@ func forwardCanonical(st *requestState, r *http.Request, o *validate.Order) []by
 // place of the client's bytes (whose buffer goes back to the pool), with
 // the headers of a canonical JSON body, and returns it.
 func forwardEncoded(st *requestState, r *http.Request, body []byte) []byte {
-	st.releaseOrder() // the client's bytes
+	st.releaseBodyBuffers() // the client's bytes
 	forwardBody(r, body)
 	st.sentBody = body
 	h := r.Header

@@ -14,7 +14,7 @@ var errTooManyConnections = apierror.Static(http.StatusServiceUnavailable, "too_
 // checkConnShare refuses a request that came on a connection past its
 // client's share, and closes the connection after the answer (for HTTP/2,
 // a GOAWAY: every stream of such a connection is refused alike).
-func checkConnShare(st *requestState, r *http.Request) *apierror.Error {
+func (g *Gateway) checkConnShare(st *requestState, r *http.Request) *apierror.Error {
 	p, ok := r.Context().Value(peerKey{}).(*connPeer)
 	if !ok || p == nil || !p.pastShare() {
 		return nil

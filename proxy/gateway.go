@@ -292,52 +292,85 @@ func (g *Gateway) CloseIdleConnections() {
 }
 
 // requestState is what the pipeline knows of one request as it goes: who
-// sent it, where it goes, what was decided and what it holds (a backend
-// slot, body buffers, identifier claims) until finish gives it back.
-// Pooled.
+// sent it and where it goes, then a part per concern — what the order
+// check found, the claim of its identifiers, its limits, its backend
+// call, what it holds of the shared pools, its trace — each given back by
+// end, in one place, when the request ends. Pooled.
 type requestState struct {
+	g          *Gateway
 	rw         respWriter
 	start      time.Time
+	plan       *plan // the plan the request started with
 	id         string
-	upID       string // the X-Request-ID sent to the backend when it is not id (see forward)
-	clientID   bool   // id is the client's own X-Request-ID
+	clientID   bool // id is the client's own X-Request-ID
 	route      *Route
 	path       string // canonical path, or "" when refused before that
 	clientCx   context.Context
-	upErr      error
 	addr       netip.Addr // client address, once derived
 	caller     caller     // who sent the request, from the auth step
-	order      orderState // what the order check found
-	claim      claimState // the claim of the order's identifiers (claim.go)
-	limited    bool       // the route's limits were decided
-	decision   limiter.Decision
-	charged    *Route // the route whose limits charged the request (its own, or a bulk's target), once they allowed it
-	cost       int64  // what the request was charged in each of them
-	g          *Gateway
-	upStart    time.Time          // when the request went to the backend, or zero
-	upDone     bool               // the upstream duration was observed
-	upEnd      time.Time          // when the backend answered with headers, or failed
-	upDur      time.Duration      // how long the backend took to answer with headers, or to fail
-	upStatus   int                // the backend's status, or 0
-	buffered   int64              // bytes of the buffer budget this request holds
-	bodyReader chargedBody        // the body being read whole, charged to the client's share
-	client     share.Key          // whose share of the shared pools the request takes (clientOf)
-	bulkCancel bool               // the request is a bulk of order ids to cancel
-	slot       bool               // the request holds a backend slot (admission)
-	plan       *plan              // the plan the request started with
-	routeSlot  *routeAdmission    // the route whose own in-flight cap counts the request
-	bodyTaken  bool               // the body was read whole or handed to the backend (see refuse)
-	forwarded  bool               // the client sent X-Forwarded-* headers (scanHeader)
-	code       string             // the code of exgate's own error answer (refuse), or ""
-	authFailed string             // why a 401 refused the request's credentials (the access log's auth_failure), or ""
-	replayed   bool               // the answer is an order's recorded response, replayed
-	span       trace.Span         // the server span, while tracing is on (trace.go)
-	traceCtx   context.Context    // the context of span, for the backend call's
-	rec        bool               // span records: the request is sampled
-	upSpan     trace.Span         // the backend call's client span, when recording
-	inst       *upstream.Instance // the instance the request is under way at, from forward to end
-	sentBody   []byte             // the body sent (read whole; an order's canonical form), sent again when the request moves
-	abandoned  bool               // the request to the backend ended for a reason of its own (its client went away)
+	client     share.Key  // whose share of the shared pools the request takes (clientOf)
+	forwarded  bool       // the client sent X-Forwarded-* headers (scanHeader)
+	bulkCancel bool       // the request is a bulk of order ids to cancel
+	bodyTaken  bool       // the body was read whole or handed to the backend (see refuse)
+
+	order        orderState // what the order check found (order.go)
+	claim        claimState // the claim of its identifiers, settled by end (claim.go)
+	limitState              // its limits (limits.go)
+	upstreamCall            // its backend call
+	holds                   // what it holds of the shared pools, given back by end
+	traceState              // its spans, ended by end (trace.go)
+
+	code       string // the code of exgate's own error answer (refuse), or ""
+	authFailed string // why a 401 refused the request's credentials (the access log's auth_failure), or ""
+	replayed   bool   // the answer is an order's recorded response, replayed
+}
+
+// limitState is what a request's limits decided.
+type limitState struct {
+	limited  bool // the route's limits were decided
+	decision limiter.Decision
+	charged  *Route // the route whose limits charged the request (its own, or a bulk's target), once they allowed it
+	cost     int64  // what the request was charged in each of them
+}
+
+// upstreamCall is the request's call to the backend.
+type upstreamCall struct {
+	upID     string        // the X-Request-ID sent to the backend when it is not id (see forward)
+	upStart  time.Time     // when the request went to the backend, or zero
+	upDone   bool          // the upstream duration was observed
+	upEnd    time.Time     // when the backend answered with headers, or failed
+	upDur    time.Duration // how long the backend took to answer with headers, or to fail
+	upStatus int           // the backend's status, or 0
+	upErr    error
+	// inst is the backend instance the request is under way at, from
+	// forward to end (fleet.go); sentBody the body sent (read whole; an
+	// order's canonical form), sent again when the request moves to
+	// another instance; abandoned, that the call ended for a reason of
+	// its own (its client went away).
+	inst      *upstream.Instance
+	sentBody  []byte
+	abandoned bool
+}
+
+// holds is what a request holds of what clients share, each charged to
+// its client's share (docs/pools.md) and given back when the request ends
+// (releaseHolds): the pooled buffers its body was read into and the bytes
+// of the body budget they take, its backend slot and its route's.
+type holds struct {
+	bodyBuf    *[]byte         // pooled buffer holding the client's body (its start), or nil
+	bodyMore   []*[]byte       // pooled buffers holding the rest of the client's body, while it is read
+	buffered   int64           // bytes of the buffer budget this request holds
+	bodyReader chargedBody     // the body being read whole, charged to the client's share
+	slot       bool            // the request holds a backend slot (admission)
+	routeSlot  *routeAdmission // the route whose own in-flight cap counts the request
+}
+
+// traceState is the request's spans, while tracing is on (trace.go).
+type traceState struct {
+	span     trace.Span      // the server span
+	traceCtx context.Context // the context of span, for the backend call's
+	rec      bool            // span records: the request is sampled
+	upSpan   trace.Span      // the backend call's client span, when recording
 }
 
 // evidence reports whether the request's access log line must survive
@@ -511,20 +544,29 @@ func (g *Gateway) finish(st *requestState, r *http.Request) {
 	g.pool.Put(st)
 }
 
-// end gives back what the request holds — a claim still open here is
-// settled as of unknown outcome, the backend slot, the body buffers and
-// their budget — and records it in the metrics and the access log.
+// end gives back what the request holds — a claim still held here is
+// settled as of unknown outcome (it may have been placed), then the
+// backend slot, the body buffers and their budget — records it in the
+// metrics and the access log, ends its spans and its call at its backend
+// instance.
 func (g *Gateway) end(st *requestState, r *http.Request, extra ...zap.Field) {
-	g.settleFailed(st, nil)
-	g.releaseSlot(st)
-	st.releaseOrder()
-	g.budget.Give(st.client, st.buffered)
+	g.settle(st, settleUnknown, idempotency.Record{})
+	g.releaseHolds(st)
 	g.observe(st, r)
 	g.logAccess(st, r, extra...)
 	if st.rec {
 		g.endSpans(st, r, g.now())
 	}
 	g.instanceDone(st)
+}
+
+// releaseHolds gives back what st holds of the shared pools: its backend
+// slot and its route's, the pooled buffers its body was read into and the
+// bytes of the body budget they took.
+func (g *Gateway) releaseHolds(st *requestState) {
+	g.releaseSlot(st)
+	st.releaseBodyBuffers()
+	g.budget.Give(st.client, st.buffered)
 }
 
 // observe records the request in the metrics.

@@ -12,11 +12,9 @@ import (
 // orderState is what the order check found of one order request, kept
 // in its requestState.
 type orderState struct {
-	body       *[]byte   // pooled buffer holding the client's body (its start), or nil
-	more       []*[]byte // pooled buffers holding the rest of the client's body, while it is read
-	identifier string    // the order's identifier, or ""
-	canonical  []byte    // the canonical body forwarded, whose fingerprint a claim records
-	rejected   bool      // checkOrder refused the body as invalid (counted once it is the answer)
+	identifier string // the order's identifier, or ""
+	canonical  []byte // the canonical body forwarded, whose fingerprint a claim records
+	rejected   bool   // checkOrder refused the body as invalid (counted once it is the answer)
 }
 
 // bodyPool holds the buffers request bodies are read into (readChunks):
@@ -64,7 +62,7 @@ func (g *Gateway) countInvalid(st *requestState, e *apierror.Error) {
 }
 
 // readChunks reads r into st's pooled buffers (bodyPool: the first is
-// st.order.body, the others st.order.more), at most max bytes, each
+// st.bodyBuf, the others st.bodyMore), at most max bytes, each
 // filled before the next is taken: a body held whole takes the memory of
 // the bytes that have arrived, in buffers of a few KiB that go back to
 // the pool, never what its Content-Length promises and never a buffer
@@ -74,7 +72,7 @@ func (st *requestState) readChunks(r io.Reader, max int64) (n int64, tooBig bool
 	if r == nil || r == http.NoBody {
 		return 0, false, nil
 	}
-	cur := st.order.body
+	cur := st.bodyBuf
 	for {
 		if n >= max {
 			tooBig, err := probeEnd(r)
@@ -83,7 +81,7 @@ func (st *requestState) readChunks(r io.Reader, max int64) (n int64, tooBig bool
 		if len(*cur) == cap(*cur) {
 			cur = bodyPool.Get().(*[]byte)
 			*cur = (*cur)[:0]
-			st.order.more = append(st.order.more, cur)
+			st.bodyMore = append(st.bodyMore, cur)
 		}
 		b := *cur
 		k, err := r.Read(b[len(b):min(cap(b), len(b)+int(max-n))])
@@ -117,25 +115,25 @@ func probeEnd(r io.Reader) (bool, error) {
 }
 
 // wholeBody returns the n bytes readChunks read: the first buffer itself
-// when they fit in it (pooled: st's until releaseOrder), else a buffer of
+// when they fit in it (pooled: st's until releaseBodyBuffers), else a buffer of
 // their own holding them all (pooled false), and gives the buffers past
 // the first back to the pool.
 func (st *requestState) wholeBody(n int64) (body []byte, pooled bool) {
-	first := *st.order.body
+	first := *st.bodyBuf
 	if int64(len(first)) == n {
 		body, pooled = first, true // a buffer taken for the end of file is empty
 	} else {
 		body = make([]byte, 0, n)
 		body = append(body, first...)
 	}
-	for _, bp := range st.order.more {
+	for _, bp := range st.bodyMore {
 		if !pooled {
 			body = append(body, *bp...)
 		}
 		putBody(bp)
 	}
-	clear(st.order.more)
-	st.order.more = st.order.more[:0]
+	clear(st.bodyMore)
+	st.bodyMore = st.bodyMore[:0]
 	return body, pooled
 }
 
@@ -146,16 +144,16 @@ func putBody(bp *[]byte) {
 	}
 }
 
-// releaseOrder returns the buffers of a body read whole (the client's
+// releaseBodyBuffers returns the buffers of a body read whole (the client's
 // bytes) to their pool; the backend is sent a buffer of its own (an
 // order's canonical body, or a copy).
-func (st *requestState) releaseOrder() {
-	if bp := st.order.body; bp != nil {
-		st.order.body = nil
+func (st *requestState) releaseBodyBuffers() {
+	if bp := st.bodyBuf; bp != nil {
+		st.bodyBuf = nil
 		putBody(bp)
 	}
-	for _, bp := range st.order.more {
+	for _, bp := range st.bodyMore {
 		putBody(bp)
 	}
-	st.order.more = nil
+	st.bodyMore = nil
 }

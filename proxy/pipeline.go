@@ -22,58 +22,35 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		g.startSpan(st, r)
 	}
 
-	pl := g.plan.Load()
-	st.plan = pl
-	g.identify(st, r, pl)
-	if e := checkConnShare(st, r); e != nil {
-		g.refuse(st, r, e)
-		return
-	}
-	if e := g.checkHead(st, r); e != nil {
-		g.refuse(st, r, e)
-		return
-	}
-	if e := g.matchRoute(st, r, pl); e != nil {
-		g.refuse(st, r, e)
-		return
-	}
-	e := g.authenticate(st, r)
-	if st.rec {
-		g.traceAuth(st, e)
-	}
-	if e != nil {
-		g.refuse(st, r, e)
-		return
-	}
-	if e := g.checkQuery(st, r); e != nil {
-		g.refuse(st, r, e)
-		return
-	}
-	g.setClientAddress(st, r)
-	st.client = clientOf(st, pl)
-	if e := g.admitEarly(st, r, pl); e != nil {
-		g.refuse(st, r, e)
-		return
-	}
-	if st.route.bulk != nil {
-		// A bulk is charged by its size: its body is checked first.
-		if e := g.checkBulk(st, r, pl); e != nil {
+	st.plan = g.plan.Load()
+	for _, step := range steps {
+		if e := step(g, st, r); e != nil {
 			g.refuse(st, r, e)
 			return
 		}
-	} else if e := g.limitAndCheck(st, r, pl); e != nil {
-		g.refuse(st, r, e)
-		return
-	}
-	if e := g.admit(st, r, pl); e != nil {
-		g.refuse(st, r, e)
-		return
 	}
 	g.forward(st, r)
 }
 
+// steps are the request path's steps, in order (docs/architecture.md,
+// "Request path"): each lets the request on (nil) or returns the answer it
+// is refused with. The plan a step reads is st.plan, the one the request
+// started with.
+var steps = [...]func(*Gateway, *requestState, *http.Request) *apierror.Error{
+	(*Gateway).identify,         // 1: the request id (never refuses)
+	(*Gateway).checkConnShare,   // a connection past its address's share
+	(*Gateway).checkHead,        // 2, 3: the head and the canonical path
+	(*Gateway).matchRoute,       // 4: the route (a CORS preflight answered)
+	(*Gateway).authenticate,     // 5: the token
+	(*Gateway).checkQuery,       // 5: a query string on an order route
+	(*Gateway).setClientAddress, // the client's address and share (never refuses)
+	(*Gateway).admitEarly,       // 8': shed on arrival
+	(*Gateway).limitAndCheck,    // 6, 6', 6'', 7, 8: in the order of the route's kind
+	(*Gateway).admit,            // 8': a backend slot
+}
+
 // limitAndCheck runs the limits, body and identifier steps of a request
-// that is not a bulk, in the order of its route's kind, whatever the
+// (those of a bulk: checkBulk), in the order of its route's kind, whatever the
 // stores. An order (a route with validate: order) is read and checked
 // first, then its limits are decided with its identifier's claim riding
 // in their round trip when duplicate protection shares the limiter's
@@ -83,7 +60,11 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // its order is read. Any other request is charged first — one unit, or
 // one per order id of its path when its route takes a list — and its
 // body read once its limits let it pass.
-func (g *Gateway) limitAndCheck(st *requestState, r *http.Request, pl *plan) *apierror.Error {
+func (g *Gateway) limitAndCheck(st *requestState, r *http.Request) *apierror.Error {
+	pl := st.plan
+	if st.route.bulk != nil {
+		return g.checkBulk(st, r, pl) // a bulk is charged by its size: its body comes first
+	}
 	if pl.validator == nil || st.route.Config.Validate != config.ValidateOrd {
 		cost, e := g.pathIDs(st)
 		if e != nil {
@@ -151,7 +132,8 @@ func closeAfterAnswer(h http.Header, r *http.Request) {
 // formed, else a new one, sent to the backend) and, under a CORS policy,
 // the CORS headers every answer to an allowed origin carries, refusals
 // included.
-func (g *Gateway) identify(st *requestState, r *http.Request, pl *plan) {
+func (g *Gateway) identify(st *requestState, r *http.Request) *apierror.Error {
+	pl := st.plan
 	if id := r.Header.Get("X-Request-Id"); validRequestID(id) {
 		st.id, st.clientID = id, true
 	} else {
@@ -161,6 +143,7 @@ func (g *Gateway) identify(st *requestState, r *http.Request, pl *plan) {
 	if origin := r.Header["Origin"]; pl.cors != nil && len(origin) == 1 {
 		pl.cors.decorate(st.rw.Header(), origin)
 	}
+	return nil
 }
 
 // checkHead refuses a request whose head exgate and the backend could
@@ -208,7 +191,8 @@ func (g *Gateway) checkHead(st *requestState, r *http.Request) *apierror.Error {
 // answered here under a policy; without one it goes to the backend on the
 // default route, whatever its path: a browser sends it without
 // credentials, and OPTIONS runs no view of a DRF backend.
-func (g *Gateway) matchRoute(st *requestState, r *http.Request, pl *plan) *apierror.Error {
+func (g *Gateway) matchRoute(st *requestState, r *http.Request) *apierror.Error {
+	pl := st.plan
 	preflight := isPreflight(r)
 	if preflight && hasBody(r) {
 		return errPreflightBody
@@ -234,10 +218,11 @@ func (g *Gateway) matchRoute(st *requestState, r *http.Request, pl *plan) *apier
 	return errNotFound
 }
 
-// setClientAddress derives the client's address (clientip.go) and
-// replaces the X-Real-IP header the backend receives with it. A client's
+// setClientAddress derives the client's address (clientip.go), replaces
+// the X-Real-IP header the backend receives with it, and sets whom the
+// request counts as in the shared pools (clientOf). A client's
 // X-Forwarded-* headers reach the backend only through a trusted proxy.
-func (g *Gateway) setClientAddress(st *requestState, r *http.Request) {
+func (g *Gateway) setClientAddress(st *requestState, r *http.Request) *apierror.Error {
 	if st.forwarded && !g.peerOf(r).trusted {
 		dropForwardedFamily(r.Header)
 	}
@@ -248,6 +233,8 @@ func (g *Gateway) setClientAddress(st *requestState, r *http.Request) {
 	} else {
 		delete(r.Header, "X-Real-Ip")
 	}
+	st.client = clientOf(st, st.plan)
+	return nil
 }
 
 // forward sends the request to the backend on its canonical path, within
