@@ -104,8 +104,10 @@ type Instance struct {
 	Host string
 	Port int
 
-	svc    *Service
-	weight uint32 // guarded by svc.mu; read from pick sets built under it
+	svc *Service
+	// weight is written under svc.mu (Update) and read without it by
+	// Pick, through pick sets built before or after the write.
+	weight atomic.Uint32
 	active atomic.Int64
 
 	consec5xx     atomic.Int32
@@ -172,7 +174,7 @@ func (s *Service) Update(eps []Endpoint) {
 		if inst == nil {
 			inst = newInstance(s, ep.URL)
 		}
-		inst.weight = max(ep.Weight, 1)
+		inst.weight.Store(max(ep.Weight, 1))
 		keep[key] = inst
 		next = append(next, inst)
 	}
@@ -273,14 +275,14 @@ func (s *Service) rebuild() {
 	ps := &pickSet{inst: set, state: st}
 	var equal = true
 	for _, inst := range set {
-		ps.total += uint64(inst.weight)
-		equal = equal && inst.weight == set[0].weight
+		ps.total += uint64(inst.weight.Load())
+		equal = equal && inst.weight.Load() == set[0].weight.Load()
 	}
 	if !equal {
 		ps.cum = make([]uint64, len(set))
 		var c uint64
 		for i, inst := range set {
-			c += uint64(inst.weight)
+			c += uint64(inst.weight.Load())
 			ps.cum[i] = c
 		}
 	}
@@ -383,7 +385,7 @@ func (ps *pickSet) choose(avoid *Instance) *Instance {
 	// Fewer requests under way per unit of weight wins: a.active/a.weight
 	// < b.active/b.weight, multiplied out. At a tie (an idle fleet) the
 	// first draw wins, so that idle shares follow the weights.
-	if b.active.Load()*int64(a.weight) < a.active.Load()*int64(b.weight) {
+	if b.active.Load()*int64(a.weight.Load()) < a.active.Load()*int64(b.weight.Load()) {
 		return b
 	}
 	return a

@@ -41,7 +41,7 @@ func (s *Service) Status() []InstanceStatus {
 	defer s.mu.Unlock()
 	out := make([]InstanceStatus, len(s.instances))
 	for i, inst := range s.instances {
-		st := InstanceStatus{Addr: inst.Addr, State: "healthy", Weight: inst.weight, Active: inst.active.Load(),
+		st := InstanceStatus{Addr: inst.Addr, State: "healthy", Weight: inst.weight.Load(), Active: inst.active.Load(),
 			Requests: map[string]uint64{}, Ejections: map[string]uint64{}}
 		switch {
 		case inst.checkFailed:

@@ -26,6 +26,7 @@ type dnsInstance struct {
 	holding chan struct{} // a /slow request arrived
 	release chan struct{}
 	srv     *http.Server
+	ln      net.Listener
 }
 
 func startDNSInstance(t *testing.T, addr string) *dnsInstance {
@@ -34,7 +35,7 @@ func startDNSInstance(t *testing.T, addr string) *dnsInstance {
 	if err != nil {
 		t.Fatal(err)
 	}
-	in := &dnsInstance{holding: make(chan struct{}, 1), release: make(chan struct{})}
+	in := &dnsInstance{holding: make(chan struct{}, 1), release: make(chan struct{}), ln: ln}
 	in.srv = &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/slow" {
 			in.holding <- struct{}{}
@@ -196,4 +197,77 @@ func sumMetric(text, name string, labels ...string) float64 {
 		}
 	}
 	return total
+}
+
+// startDNSGateway starts exgate with its default service found through
+// dns (resolver: srv) and one route for any request.
+func startDNSGateway(t *testing.T, srv *dnstest.Server, d config.Discovery) string {
+	t.Helper()
+	cfg := config.Default()
+	cfg.Listen, cfg.AdminListen = "127.0.0.1:0", "127.0.0.1:0"
+	cfg.Server.DrainDelay = 0
+	d.Scheme, d.Interval, d.Resolver = "http", 50*time.Millisecond, srv.Addr
+	cfg.Upstream.DNS = d
+	cfg.Routes = []config.Route{{Name: "any", Match: config.Match{Path: "*"}, Auth: config.AuthNone}}
+	a := startApp(t, cfg, deps{log: zap.NewNop(), now: time.Now})
+	base := "http://" + a.addr
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(10 * time.Millisecond) {
+		if code, _, _ := call(t, "GET", base+"/x", ""); code == 200 {
+			return base
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no instance found in DNS within a minute")
+		}
+	}
+}
+
+// TestDNSDiscoverySRVWeights: SRV records name two instances on one
+// address at their own ports, weighing 3 and 1; sent one at a time (an
+// idle fleet), requests follow the weights (generous bounds).
+func TestDNSDiscoverySRVWeights(t *testing.T) {
+	dns := dnstest.Start(t)
+	heavy, light := startDNSInstance(t, "127.0.0.1:0"), startDNSInstance(t, "127.0.0.1:0")
+	port := func(in *dnsInstance) uint16 { return uint16(in.ln.Addr().(*net.TCPAddr).Port) }
+	dns.SetAddrs("lo.test.", netip.MustParseAddr("127.0.0.1"))
+	dns.SetSRV("_http._tcp.backend.test.",
+		dnstest.SRV{Priority: 1, Weight: 3, Port: port(heavy), Target: "lo.test."},
+		dnstest.SRV{Priority: 1, Weight: 1, Port: port(light), Target: "lo.test."},
+		dnstest.SRV{Priority: 2, Weight: 100, Port: 1, Target: "lo.test."}, // a backup: never used
+	)
+	base := startDNSGateway(t, dns, config.Discovery{SRV: "_http._tcp.backend.test."})
+	h0, l0 := heavy.served.Load(), light.served.Load()
+	const n = 400
+	for range n {
+		if code, _, body := call(t, "GET", base+"/x", ""); code != 200 {
+			t.Fatalf("GET: %d %s", code, body)
+		}
+	}
+	// 300 and 100 expected; the binomial's standard deviation is 9.
+	if h, l := heavy.served.Load()-h0, light.served.Load()-l0; h < 240 || h > 360 || h+l != n {
+		t.Errorf("SRV weights 3:1: %d requests to the heavy instance, %d to the light one", h, l)
+	}
+}
+
+// TestDNSDiscoveryAAndAAAA: a name's A and AAAA records are two instances,
+// one over IPv4 and one over IPv6, at one port.
+func TestDNSDiscoveryAAndAAAA(t *testing.T) {
+	ln6, err := net.Listen("tcp", "[::1]:0")
+	if err != nil {
+		t.Skipf("no IPv6 loopback: %v", err)
+	}
+	port := ln6.Addr().(*net.TCPAddr).Port
+	ln6.Close()
+	v6 := startDNSInstance(t, "[::1]:"+strconv.Itoa(port))
+	v4 := startDNSInstance(t, "127.0.0.1:"+strconv.Itoa(port))
+	dns := dnstest.Start(t)
+	dns.SetAddrs("backend.test.", netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("::1"))
+	base := startDNSGateway(t, dns, config.Discovery{Name: "backend.test.", Port: port})
+	for deadline := time.Now().Add(time.Minute); v4.served.Load() == 0 || v6.served.Load() == 0; {
+		if code, _, body := call(t, "GET", base+"/x", ""); code != 200 {
+			t.Fatalf("GET: %d %s", code, body)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("within a minute: %d requests over IPv4, %d over IPv6; want both", v4.served.Load(), v6.served.Load())
+		}
+	}
 }
