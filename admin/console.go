@@ -64,8 +64,8 @@ type ProcessStatus struct {
 	ReloadOutcome string            `json:"reload_outcome,omitempty"`
 	Listeners     map[string]string `json:"listeners"`
 	Store         StoreStatus       `json:"store"`
-	// Duplicates is duplicate protection's store; nil without it.
-	Duplicates *DuplicatesStatus `json:"duplicates,omitempty"`
+	// Idempotency is duplicate protection's store; nil without it.
+	Idempotency *IdempotencyStatus `json:"duplicates,omitempty"`
 	// CatalogueAge is the market catalogue's age in seconds; -1 before it
 	// is loaded; absent when no route validates orders.
 	CatalogueAge *float64 `json:"catalogue_age,omitempty"`
@@ -89,8 +89,8 @@ type StoreStatus struct {
 	FallbackLocal  int64 `json:"fallback_local"`
 }
 
-// DuplicatesStatus is duplicate protection's store at its last check.
-type DuplicatesStatus struct {
+// IdempotencyStatus is duplicate protection's store at its last check.
+type IdempotencyStatus struct {
 	// Mode is "memory" or the Redis topology ("redis cluster").
 	Mode string `json:"mode"`
 	// Bytes and MaxBytes are what the store holds and its bound (the

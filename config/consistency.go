@@ -15,7 +15,7 @@ import (
 func (c *Config) checkAcrossSections(col *collector) {
 	c.checkWriteTimeout(col)     // server, upstream, routes
 	c.checkOrderBodySize(col)    // validation, server
-	c.checkDuplicateStore(col)   // idempotency, limiter
+	c.checkIdempotencyStore(col) // idempotency, limiter
 	c.checkInFlightTimeout(col)  // idempotency, upstream, routes
 	c.checkVerifiedIdentity(col) // identity, tokens_file, routes
 	c.checkEffective(col)        // routes, tiers, validation, idempotency, limiter
@@ -44,7 +44,7 @@ func (c *Config) checkRouteServices(col *collector) {
 // against the allowance at its size, so a bulk larger than the burst
 // could never pass, whether or not it is answered as a duplicate.
 func (c *Config) checkDuplicateAnswers(col *collector) {
-	if !c.ProtectsDuplicates() {
+	if !c.IdempotencyRuns() {
 		return
 	}
 	for _, name := range c.orderRoutes() {
@@ -188,9 +188,9 @@ func (c *Config) checkBufferShare(col *collector) {
 	}
 }
 
-// checkDuplicateStore reports a Redis duplicate-protection store without
+// checkIdempotencyStore reports a Redis duplicate-protection store without
 // the Redis addresses it connects to (limiter.redis).
-func (c *Config) checkDuplicateStore(col *collector) {
+func (c *Config) checkIdempotencyStore(col *collector) {
 	idem := c.Idempotency
 	if idem.Enabled && idem.Backend == BackendRedis && len(c.Limiter.Redis.Addrs) == 0 {
 		col.addf("idempotency.backend", "\"redis\" needs limiter.redis.addrs")
@@ -297,10 +297,10 @@ func (c *Config) checkEffective(col *collector) {
 	// Duplicate protection must be shared by every replica that can
 	// receive a retry, or an order retried on another replica is placed
 	// twice.
-	if c.ProtectsDuplicates() && c.IdempotencyBackend() == BackendMemory && c.Limiter.Replicas > 1 {
+	if c.IdempotencyRuns() && c.IdempotencyBackend() == BackendMemory && c.Limiter.Replicas > 1 {
 		col.addf("idempotency.backend", "the in-process store is not shared between the %d replicas of limiter.replicas: an order retried through another replica would be placed twice; set limiter.redis.addrs and idempotency.backend: redis, or limiter.replicas: 1 for a single instance", c.Limiter.Replicas)
 	}
-	if c.Limiter.Backend == BackendMemory && len(c.Limiter.Redis.Addrs) > 0 && !(c.ProtectsDuplicates() && c.IdempotencyBackend() == BackendRedis) {
+	if c.Limiter.Backend == BackendMemory && len(c.Limiter.Redis.Addrs) > 0 && !(c.IdempotencyRuns() && c.IdempotencyBackend() == BackendRedis) {
 		col.addf("limiter.redis.addrs", "nothing uses Redis: limiter.backend is \"memory\" and duplicate protection does not use it; set limiter.backend: redis (or idempotency.backend: redis), or remove limiter.redis.addrs")
 	}
 }

@@ -41,9 +41,9 @@ func (c *Config) ValidatesOrders() bool {
 	return slices.ContainsFunc(c.Routes, func(r Route) bool { return r.Validate == ValidateOrd })
 }
 
-// ProtectsDuplicates reports whether duplicate protection runs: it is
+// IdempotencyRuns reports whether duplicate protection runs: it is
 // enabled and some route validates orders.
-func (c *Config) ProtectsDuplicates() bool {
+func (c *Config) IdempotencyRuns() bool {
 	return c.Idempotency.Enabled && c.ValidatesOrders()
 }
 
@@ -218,7 +218,7 @@ type DuplicateAnswerLimit struct {
 // none (a zero Rate, and the Basis says why): nothing bounds its orders
 // either.
 func (c *Config) DuplicateAnswerLimits() []DuplicateAnswerLimit {
-	if !c.ProtectsDuplicates() {
+	if !c.IdempotencyRuns() {
 		return nil
 	}
 	da := c.Idempotency.DuplicateAnswers

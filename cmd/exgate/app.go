@@ -64,7 +64,7 @@ type app struct {
 	metrics *metrics.Metrics
 	limits  *limiter.Backend
 	idem    redis.UniversalClient // duplicate protection's Redis client, or nil
-	dup     *duplicateHealth      // watches duplicate protection's store; nil without it
+	dup     *idempotencyHealth    // watches duplicate protection's store; nil without it
 	// top counts who hits the limits, for the admin console.
 	top        *topk.Tracker
 	replica    string // this process's name among the replicas (replicaName)
@@ -205,8 +205,8 @@ func (a *app) wire(cfg *config.Config) error {
 	if a.traces != nil {
 		opts.Tracer = a.traces.Tracer()
 	}
-	if cfg.ProtectsDuplicates() {
-		if opts.Idempotency, err = a.openDuplicateStore(files); err != nil {
+	if cfg.IdempotencyRuns() {
+		if opts.Idempotency, err = a.openIdempotencyStore(files); err != nil {
 			return err
 		}
 		opts.IdempotencyTimeout = cfg.Idempotency.Timeout
@@ -260,7 +260,7 @@ func (a *app) openLimits(cfg *config.Config) error {
 	a.limits, err = limiter.Open(cfg, limiter.OpenOptions{
 		Getenv: a.d.getenv, Logger: a.log.Named("limiter"), Now: a.d.now,
 		Observe:    func(dur time.Duration, _ int, err error) { m.ObserveStore(dur, err) },
-		SharedKeys: duplicatesInRedis(cfg),
+		SharedKeys: idempotencyInRedis(cfg),
 		ClaimFunc:  claimFunc(cfg),
 	})
 	return err

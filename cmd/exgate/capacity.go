@@ -8,14 +8,14 @@ import (
 	"github.com/exgate/exgate/config"
 )
 
-// duplicateCapacity describes, for check-config, each account's share of
+// idempotencyCapacity describes, for check-config, each account's share of
 // duplicate protection's store, where it comes from, each client's
 // allowance of duplicate answers on each order route, and how many such
 // shares the store holds: the memory store's bounds, or in Redis what
 // each share takes of maxmemory, and what replica_acks asks of each
 // master. Nothing when duplicate protection does not run.
-func duplicateCapacity(cfg *config.Config) []string {
-	if !cfg.ProtectsDuplicates() {
+func idempotencyCapacity(cfg *config.Config) []string {
+	if !cfg.IdempotencyRuns() {
 		return nil
 	}
 	idem := cfg.Idempotency

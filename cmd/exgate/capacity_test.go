@@ -58,8 +58,8 @@ func TestDuplicateCapacity(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			c := config.Default()
 			tc.edit(c)
-			if got := duplicateCapacity(c); strings.Join(got, "\n") != strings.Join(tc.want, "\n") {
-				t.Errorf("duplicateCapacity:\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(tc.want, "\n"))
+			if got := idempotencyCapacity(c); strings.Join(got, "\n") != strings.Join(tc.want, "\n") {
+				t.Errorf("idempotencyCapacity:\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(tc.want, "\n"))
 			}
 		})
 	}

@@ -19,7 +19,7 @@ import (
 // each named by its YAML path: the YAML's and the environment's
 // (config.Check), and those of the files the configuration names
 // (namedFiles), which are read unless -files=false; then, when there was
-// no problem, what the configuration sizes (duplicateCapacity); the
+// no problem, what the configuration sizes (idempotencyCapacity); the
 // warnings of settings that are valid but unsafe; and "ok" when there was
 // no problem.
 // It exits 1 on a problem, 2 on bad usage.
@@ -64,7 +64,7 @@ func checkConfigCommand(args []string, getenv func(string) (string, bool), stdin
 		}
 	}
 	if ch.Config != nil && len(ch.Problems()) == 0 {
-		for _, l := range duplicateCapacity(ch.Config) {
+		for _, l := range idempotencyCapacity(ch.Config) {
 			fmt.Fprintln(stdout, l)
 		}
 	}

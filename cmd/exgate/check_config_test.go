@@ -138,7 +138,7 @@ func TestCheckConfigFromPipe(t *testing.T) {
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	want := "not read (-files=false): identity.jwt.jwks_file: jwks.json\n" + strings.Join(duplicateCapacity(cfg), "\n") + "\nok\n"
+	want := "not read (-files=false): identity.jwt.jwks_file: jwks.json\n" + strings.Join(idempotencyCapacity(cfg), "\n") + "\nok\n"
 	if err != nil || string(out) != want {
 		t.Errorf("check-config -files=false: %v %q, want %q", err, out, want)
 	}

@@ -109,7 +109,7 @@ func (a *app) processStatus() admin.ProcessStatus {
 		st.Store.Mode = redisTopology(a.cfg.Limiter.Redis)
 	}
 	if a.dup != nil {
-		st.Duplicates = a.dup.status()
+		st.Idempotency = a.dup.status()
 	}
 	if a.cat != nil {
 		age := -1.0

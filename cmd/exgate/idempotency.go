@@ -14,19 +14,19 @@ import (
 	"github.com/exgate/exgate/ratelimit"
 )
 
-// openDuplicateStore returns duplicate protection's store, timed and
-// counted by observedStore: in Redis (duplicatesInRedis), shared by every
+// openIdempotencyStore returns duplicate protection's store, timed and
+// counted by observedStore: in Redis (idempotencyInRedis), shared by every
 // replica, or in this process. With the limits in Redis it is their
 // client, and an order's claim rides in the round trip that decides its
 // limits (observedJoiner, claimFunc); with the limits in
 // memory it is a client of its own, from limiter.redis.
-func (a *app) openDuplicateStore(cfg *config.Config) (idempotency.Store, error) {
+func (a *app) openIdempotencyStore(cfg *config.Config) (idempotency.Store, error) {
 	opts := idempotency.OptionsFrom(cfg.Idempotency)
 	opts.Now = a.d.now
 	opts.ReplicaAcks = cfg.IdempotencyReplicaAcks()
 	opts.MaxPerAccount, opts.MaxBytesPerAccount = cfg.IdempotencyShare()
 	var s idempotency.Store
-	if duplicatesInRedis(cfg) {
+	if idempotencyInRedis(cfg) {
 		a.idem = a.limits.Client
 		if a.idem == nil {
 			password, _ := a.d.getenv(cfg.Limiter.Redis.PasswordEnv)
@@ -44,7 +44,7 @@ func (a *app) openDuplicateStore(cfg *config.Config) (idempotency.Store, error) 
 	if err != nil {
 		return nil, err
 	}
-	a.dup = newDuplicateHealth(cfg, s.(healthChecker), m, a.log)
+	a.dup = newIdempotencyHealth(cfg, s.(healthChecker), m, a.log)
 	o := observedStore{s: s, m: m, now: a.d.now}
 	if j, ok := s.(idempotency.Joiner); ok && joinsLimits(cfg, a.idem, a.idemOwn) {
 		return observedJoiner{observedStore: o, j: j}, nil
@@ -56,7 +56,7 @@ func (a *app) openDuplicateStore(cfg *config.Config) (idempotency.Store, error) 
 // duplicate protection's, when it keeps its claims in Redis (it then
 // shares the limiter's client), else none.
 func claimFunc(cfg *config.Config) string {
-	if duplicatesInRedis(cfg) && cfg.LimiterBackend() == config.BackendRedis {
+	if idempotencyInRedis(cfg) && cfg.LimiterBackend() == config.BackendRedis {
 		return idempotency.ClaimFunc
 	}
 	return ""
@@ -71,10 +71,10 @@ func joinsLimits(cfg *config.Config, c redis.UniversalClient, own bool) bool {
 	return claimFunc(cfg) != "" && c != nil && !own
 }
 
-// duplicatesInRedis reports whether duplicate protection runs and keeps
+// idempotencyInRedis reports whether duplicate protection runs and keeps
 // its claims in Redis.
-func duplicatesInRedis(cfg *config.Config) bool {
-	return cfg.ProtectsDuplicates() && cfg.IdempotencyBackend() == config.BackendRedis
+func idempotencyInRedis(cfg *config.Config) bool {
+	return cfg.IdempotencyRuns() && cfg.IdempotencyBackend() == config.BackendRedis
 }
 
 // observedStore is a duplicate-protection store whose every call is timed

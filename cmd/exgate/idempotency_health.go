@@ -16,10 +16,10 @@ import (
 	"github.com/exgate/exgate/metrics"
 )
 
-// duplicateHealthEvery is how often the duplicate-protection store's room
+// idempotencyHealthEvery is how often the duplicate-protection store's room
 // (and, with replica_acks, its replicas) is checked besides /readyz's
 // probes: the metrics and the log follow it.
-const duplicateHealthEvery = 10 * time.Second
+const idempotencyHealthEvery = 10 * time.Second
 
 // healthChecker is a duplicate-protection store that reports its room
 // (both of idempotency's).
@@ -27,14 +27,14 @@ type healthChecker interface {
 	Health(ctx context.Context) (idempotency.Health, error)
 }
 
-// duplicateHealth watches duplicate protection's store: its room, and in
+// idempotencyHealth watches duplicate protection's store: its room, and in
 // Redis the replicas its claims wait for (idempotency's Health). /readyz
 // runs its check, the console shows its last state, the metrics
 // (exgate_idempotency_store_bytes, _max_bytes, _full) follow it, and the
 // log says when it changes: at start, "duplicate protection ready", or
 // what refuses orders (a store full, a master without the replicas
 // replica_acks waits for).
-type duplicateHealth struct {
+type idempotencyHealth struct {
 	probe   healthChecker
 	m       *metrics.IdempotencyStore
 	log     *zap.Logger
@@ -43,20 +43,20 @@ type duplicateHealth struct {
 	ids     int   // an account's share: identifiers
 	bytes   int64 // and bytes
 	timeout time.Duration
-	last    atomic.Pointer[duplicateState]
+	last    atomic.Pointer[idempotencyState]
 	stop    context.CancelFunc
 }
 
-// duplicateState is the result of a check.
-type duplicateState struct {
+// idempotencyState is the result of a check.
+type idempotencyState struct {
 	h   idempotency.Health
 	err error
 }
 
-// newDuplicateHealth returns the watcher of store s under cfg and starts
-// its checks: one now, then every duplicateHealthEvery until stop.
-func newDuplicateHealth(cfg *config.Config, s healthChecker, m *metrics.IdempotencyStore, log *zap.Logger) *duplicateHealth {
-	d := &duplicateHealth{probe: s, m: m, log: log, mode: cfg.IdempotencyBackend(), acks: cfg.IdempotencyReplicaAcks(),
+// newIdempotencyHealth returns the watcher of store s under cfg and starts
+// its checks: one now, then every idempotencyHealthEvery until stop.
+func newIdempotencyHealth(cfg *config.Config, s healthChecker, m *metrics.IdempotencyStore, log *zap.Logger) *idempotencyHealth {
+	d := &idempotencyHealth{probe: s, m: m, log: log, mode: cfg.IdempotencyBackend(), acks: cfg.IdempotencyReplicaAcks(),
 		timeout: max(time.Second, cfg.Idempotency.Timeout)}
 	if d.mode == config.BackendRedis {
 		d.mode = redisTopology(cfg.Limiter.Redis)
@@ -66,27 +66,27 @@ func newDuplicateHealth(cfg *config.Config, s healthChecker, m *metrics.Idempote
 	d.stop = cancel
 	go func() {
 		_ = d.checkWithin(ctx)
-		poll.Every(ctx, duplicateHealthEvery, func() { _ = d.checkWithin(ctx) })
+		poll.Every(ctx, idempotencyHealthEvery, func() { _ = d.checkWithin(ctx) })
 	}()
 	return d
 }
 
 // checkWithin checks the store within d.timeout.
-func (d *duplicateHealth) checkWithin(ctx context.Context) error {
+func (d *idempotencyHealth) checkWithin(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, d.timeout)
 	defer cancel()
 	return d.check(ctx)
 }
 
 // check probes the store, records the result and logs a change.
-func (d *duplicateHealth) check(ctx context.Context) error {
+func (d *idempotencyHealth) check(ctx context.Context) error {
 	h, err := d.probe.Health(ctx)
 	if ctx.Err() != nil && errors.Is(err, context.Canceled) {
 		return err // stopping
 	}
 	err = describeHealth(err)
 	d.m.SetRoom(h.Bytes, h.MaxBytes, h.Full)
-	prev := d.last.Swap(&duplicateState{h: h, err: err})
+	prev := d.last.Swap(&idempotencyState{h: h, err: err})
 	switch {
 	case err != nil && (prev == nil || prev.err == nil || prev.err.Error() != err.Error()):
 		d.log.Error("duplicate protection: orders with an identifier are refused (503)", zap.String("store", d.mode), zap.Error(err))
@@ -113,8 +113,8 @@ func describeHealth(err error) error {
 }
 
 // status is the console's view of the last check.
-func (d *duplicateHealth) status() *admin.DuplicatesStatus {
-	st := &admin.DuplicatesStatus{Mode: d.mode, ReplicaAcks: d.acks, ShareIdentifiers: d.ids, ShareBytes: d.bytes}
+func (d *idempotencyHealth) status() *admin.IdempotencyStatus {
+	st := &admin.IdempotencyStatus{Mode: d.mode, ReplicaAcks: d.acks, ShareIdentifiers: d.ids, ShareBytes: d.bytes}
 	if l := d.last.Load(); l != nil {
 		st.Bytes, st.MaxBytes, st.Full, st.Identifiers = l.h.Bytes, l.h.MaxBytes, l.h.Full, l.h.Identifiers
 		if l.err != nil {

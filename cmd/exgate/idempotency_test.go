@@ -96,7 +96,7 @@ func TestClusterWithoutReplicasSaysSo(t *testing.T) {
 	cl := redistest.StartCluster(t, 3)
 	core, logs := observer.New(zap.InfoLevel)
 	a, c := orderApp(t, cl.Addrs, zap.New(core))
-	if got := strings.Join(duplicateCapacity(a.cfg), "\n"); !strings.Contains(got, "replica_acks 1 (by topology: redis cluster)") {
+	if got := strings.Join(idempotencyCapacity(a.cfg), "\n"); !strings.Contains(got, "replica_acks 1 (by topology: redis cluster)") {
 		t.Errorf("check-config does not say what replica_acks asks:\n%s", got)
 	}
 	url := "http://" + a.addr
@@ -122,7 +122,7 @@ func TestClusterWithoutReplicasSaysSo(t *testing.T) {
 		t.Errorf("/readyz duplicate_protection = %q", got)
 	}
 	_, _, body = call(t, "GET", "http://"+a.adminAd+"/admin/status", "")
-	var status struct{ Duplicates admin.DuplicatesStatus }
+	var status struct{ Duplicates admin.IdempotencyStatus }
 	_ = json.Unmarshal(body, &status)
 	if d := status.Duplicates; d.ReplicaAcks != 1 || d.Mode != "redis cluster" || !strings.Contains(d.Error, "replica_acks 1") {
 		t.Errorf("console's duplicate protection: %+v", d)
@@ -186,7 +186,7 @@ func TestRedisAtMaxmemorySaysSo(t *testing.T) {
 		t.Errorf("/readyz: %s", body)
 	}
 	_, _, body = call(t, "GET", "http://"+a.adminAd+"/admin/status", "")
-	var status struct{ Duplicates admin.DuplicatesStatus }
+	var status struct{ Duplicates admin.IdempotencyStatus }
 	_ = json.Unmarshal(body, &status)
 	if d := status.Duplicates; !d.Full || d.MaxBytes != maxmemory || !strings.Contains(d.Error, "maxmemory") {
 		t.Errorf("console's duplicate protection: %+v", d)
