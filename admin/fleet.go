@@ -24,6 +24,7 @@ type instanceStatus struct {
 	EjectedUntil *time.Time        `json:"ejected_until,omitempty"`
 	Weight       uint32            `json:"weight"`
 	Active       int64             `json:"active"`
+	Limit        int               `json:"overload_limit"`
 	Requests     map[string]uint64 `json:"requests"`
 	Ejections    map[string]uint64 `json:"ejections"`
 }
@@ -39,7 +40,7 @@ func fleetStatus(f *upstream.Fleet) []serviceStatus {
 		ss := serviceStatus{Service: svc.Name(), Available: state.Available(), Panic: state.Panic,
 			Retries: counts.Retries, Refused: counts.Unavailable, Instances: []instanceStatus{}}
 		for _, in := range svc.Status() {
-			is := instanceStatus{Addr: in.Addr, State: in.State, Reason: in.Reason, Weight: in.Weight, Active: in.Active,
+			is := instanceStatus{Addr: in.Addr, State: in.State, Reason: in.Reason, Weight: in.Weight, Active: in.Active, Limit: in.Limit,
 				Requests: in.Requests, Ejections: in.Ejections}
 			if !in.EjectedUntil.IsZero() {
 				is.EjectedUntil = &in.EjectedUntil

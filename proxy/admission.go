@@ -12,6 +12,7 @@ import (
 	"github.com/exgate/exgate/metrics"
 	"github.com/exgate/exgate/overload"
 	"github.com/exgate/exgate/share"
+	"github.com/exgate/exgate/upstream"
 )
 
 // The overload step bounds the requests under way at the backend
@@ -55,8 +56,9 @@ type routeAdmission struct {
 	metrics  [overload.NumClasses]*metrics.OverloadMetrics
 }
 
-// overloadOptions turns the configuration into the overload controller's options.
-func overloadOptions(o config.Overload) overload.Options {
+// OverloadOptions turns the configuration into the options of each
+// backend instance's overload controller (its Now is the caller's).
+func OverloadOptions(o config.Overload) overload.Options {
 	return overload.Options{
 		Min:           o.MinLimit,
 		Max:           o.MaxLimit,
@@ -80,14 +82,10 @@ func overloadOptions(o config.Overload) overload.Options {
 // overload part.
 func (g *Gateway) newAdmissionPlan(cfg *config.Config) admissionPlan {
 	o := cfg.Overload
-	opts := overloadOptions(o)
-	opts.Now = g.now // the clock the backend's time is read on
-	if g.admission == nil {
-		g.admission = overload.New(opts)
-		g.metrics.SetOverloadSource(g.admission)
-	} else {
-		g.admission.Configure(opts)
-	}
+	opts := OverloadOptions(o)
+	opts.Now = g.now                // the clock the backend's time is read on
+	g.fleet.ConfigureOverload(opts) // each instance its own limit
+	g.metrics.SetOverloadSource(fleetOverload{g.fleet})
 	secs := int64((o.RetryAfter + time.Second - 1) / time.Second)
 	when, n := expected(secs)
 	return admissionPlan{
@@ -135,8 +133,12 @@ func (g *Gateway) admitEarly(st *requestState, r *http.Request) *apierror.Error 
 	if st.route.bulk != nil {
 		c = overload.Cancel
 	}
-	if g.admission.Admit(c, overload.Client(st.client)) {
-		return nil
+	var inst *upstream.Instance // the instance the request would go to now
+	if svc := st.route.service; svc != nil {
+		inst = svc.Peek()
+	}
+	if inst == nil || inst.Controller.Admit(c, overload.Client(st.client)) {
+		return nil // a service without an instance answers in admit
 	}
 	if st.rec {
 		g.traceAdmission(st, c, "shed_on_arrival", 0)
@@ -172,6 +174,11 @@ func (g *Gateway) admit(st *requestState, r *http.Request) *apierror.Error {
 		return nil
 	}
 	c := requestClass(st)
+	if e := g.pickInstance(st, r); e != nil {
+		g.settle(st, settleRelease, idempotency.Record{})
+		g.refundLimits(st, r, pl)
+		return e
+	}
 	if !a.takeRoute(st.client) {
 		if st.rec {
 			g.traceAdmission(st, c, "shed_route_full", 0)
@@ -179,7 +186,8 @@ func (g *Gateway) admit(st *requestState, r *http.Request) *apierror.Error {
 		return g.shed(st, r, pl, c)
 	}
 	st.routeSlot = a
-	ok, waited := g.admission.Acquire(r.Context(), c, overload.Client(st.client))
+	ctl := st.inst.Controller // the instance's own limit
+	ok, waited := ctl.Acquire(r.Context(), c, overload.Client(st.client))
 	if waited > 0 {
 		a.metrics[c].Queued(waited)
 	}
@@ -195,7 +203,7 @@ func (g *Gateway) admit(st *requestState, r *http.Request) *apierror.Error {
 		}
 		return g.shed(st, r, pl, c)
 	}
-	st.slot = true
+	st.slot, st.slotCtl = true, ctl
 	return nil
 }
 
@@ -265,7 +273,7 @@ func (g *Gateway) releaseSlot(st *requestState) {
 		return
 	}
 	st.slot = false
-	g.admission.Release(overload.Client(st.client), requestClass(st), st.upEnd, st.upDur, sample)
+	st.slotCtl.Release(overload.Client(st.client), requestClass(st), st.upEnd, st.upDur, sample && !st.moved)
 }
 
 func (g *Gateway) releaseRouteSlot(st *requestState) {

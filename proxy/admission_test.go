@@ -71,7 +71,7 @@ func TestOverloadShedsByPriority(t *testing.T) {
 		res.Body.Close()
 		cancelDone <- res.StatusCode
 	}()
-	for e.gw.admission.Waiting() != 1 {
+	for e.gw.controller().Waiting() != 1 {
 		time.Sleep(time.Millisecond)
 	}
 	close(release)
@@ -79,7 +79,7 @@ func TestOverloadShedsByPriority(t *testing.T) {
 		t.Fatalf("cancel answered %d, want 200 once the slot freed", code)
 	}
 	wg.Wait()
-	if got := e.gw.admission.InFlight(); got != 0 {
+	if got := e.gw.controller().InFlight(); got != 0 {
 		t.Errorf("in flight after every request ended = %d, want 0", got)
 	}
 }
@@ -229,7 +229,7 @@ func TestShedRequestsCostNothing(t *testing.T) {
 				res := do(t, "GET", e.url+"/api/v1/mth/matches/BTC_USDT/", nil)
 				assertError(t, res, http.StatusServiceUnavailable, "overloaded")
 			}
-			if got := e.gw.admission.Waiting(); got != 0 {
+			if got := e.gw.controller().Waiting(); got != 0 {
 				t.Fatalf("%d requests still wait after they were shed", got)
 			}
 			free()

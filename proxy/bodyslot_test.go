@@ -75,7 +75,7 @@ func TestBodyReadWholeBeforeBackend(t *testing.T) {
 				if n := e.backend.countPath(path); n != 0 || len(arrived) != 0 {
 					t.Fatalf("after %d of %d bytes the backend has seen %d requests (%d arrived), want none", i+1, length, n, len(arrived))
 				}
-				if n := e.gw.admission.InFlight(); n != 0 {
+				if n := e.gw.controller().InFlight(); n != 0 {
 					t.Fatalf("a trickling body holds %d backend slots, want none", n)
 				}
 				if i%5 == 0 {
@@ -103,7 +103,7 @@ func TestBodyReadWholeBeforeBackend(t *testing.T) {
 				t.Fatalf("the backend got %s with %q (length %d, %v, %v), want the whole body with its length",
 					got.Path, got.Body, got.ContentLength, got.TransferEncoding, got.BodyErr)
 			}
-			if n := e.gw.admission.InFlight(); n != 0 {
+			if n := e.gw.controller().InFlight(); n != 0 {
 				t.Errorf("%d slots held after every request ended", n)
 			}
 			waitBuffered(t, e, 0)
@@ -174,7 +174,7 @@ func TestSlotSampleIsBackendTime(t *testing.T) {
 			t.Fatalf("upload: %d", res.StatusCode)
 		}
 	}
-	if got := e.gw.admission.MinRTT(); got == 0 || got >= time.Second {
+	if got := e.gw.controller().MinRTT(); got == 0 || got >= time.Second {
 		t.Errorf("the backend's unloaded time measured %v, want the backend's own (under a second on the gateway's clock), not the 20s uploads", got)
 	}
 }

@@ -6,12 +6,14 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"time"
 
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 
 	"github.com/exgate/exgate/apierror"
 	"github.com/exgate/exgate/idempotency"
 	"github.com/exgate/exgate/metrics"
+	"github.com/exgate/exgate/overload"
 	"github.com/exgate/exgate/upstream"
 )
 
@@ -57,6 +59,9 @@ func (c *stateContext) Value(k any) any {
 // pickInstance chooses the instance st's request goes to and points r at
 // it, or returns the answer when its service has none.
 func (g *Gateway) pickInstance(st *requestState, r *http.Request) *apierror.Error {
+	if st.inst != nil {
+		return nil // chosen when the request took its instance's slot (admit)
+	}
 	svc := st.route.service
 	if st.route.split != nil {
 		svc = g.splitService(st)
@@ -136,6 +141,12 @@ func (t fleetTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if next == nil {
 			break
 		}
+		if !g.moveSlot(st, req, next) {
+			svc.EndRetry()
+			next.Done(upstream.Abandoned)
+			break
+		}
+		st.moved = true
 		st.upErr = err
 		prev := st.inst
 		st.inst = next
@@ -201,4 +212,63 @@ func (s fleetStatus) FleetStatus() []metrics.ServiceStatus {
 		out = append(out, ss)
 	}
 	return out
+}
+
+// moveSlot gives back the slot st's request holds at its instance's limit
+// (no sample: the instance did not answer) and takes one at next's,
+// waiting as admit would; it reports false when next has none to give.
+func (g *Gateway) moveSlot(st *requestState, req *http.Request, next *upstream.Instance) bool {
+	if !st.slot {
+		return true
+	}
+	who, c := overload.Client(st.client), requestClass(st)
+	st.slotCtl.Release(who, c, time.Time{}, 0, false)
+	st.slot, st.slotCtl = false, nil
+	if ok, _ := next.Controller.Acquire(req.Context(), c, who); !ok {
+		return false
+	}
+	st.slot, st.slotCtl = true, next.Controller
+	return true
+}
+
+// fleetOverload reports the instances' concurrency limits, summed over
+// the fleet, for the overload gauges (each instance's own limit is in
+// the console).
+type fleetOverload struct{ f *upstream.Fleet }
+
+func (o fleetOverload) sum(get func(*overload.Controller) int) int {
+	n := 0
+	for _, svc := range o.f.Services() {
+		for _, inst := range svc.Instances() {
+			n += get(inst.Controller)
+		}
+	}
+	return n
+}
+
+// Limit is the sum of the instances' limits.
+func (o fleetOverload) Limit() int { return o.sum((*overload.Controller).Limit) }
+
+// InFlight is the slots taken at every instance.
+func (o fleetOverload) InFlight() int { return o.sum((*overload.Controller).InFlight) }
+
+// Waiting is the requests waiting for a slot at every instance.
+func (o fleetOverload) Waiting() int { return o.sum((*overload.Controller).Waiting) }
+
+// Clients is the clients holding or awaiting a slot, summed over the
+// instances (one at two instances counts twice).
+func (o fleetOverload) Clients() int { return o.sum((*overload.Controller).Clients) }
+
+// MinRTT is the lowest unloaded latency an instance has measured, 0
+// before any has.
+func (o fleetOverload) MinRTT() time.Duration {
+	var least time.Duration
+	for _, svc := range o.f.Services() {
+		for _, inst := range svc.Instances() {
+			if d := inst.Controller.MinRTT(); d > 0 && (least == 0 || d < least) {
+				least = d
+			}
+		}
+	}
+	return least
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/exgate/exgate/config"
 	"github.com/exgate/exgate/internal/unreachable"
+	"github.com/exgate/exgate/overload"
 )
 
 // startBackends starts n recording backends and returns them with their
@@ -162,5 +163,58 @@ func TestReloadedRouteToServiceNotStarted(t *testing.T) {
 	assertError(t, res, http.StatusServiceUnavailable, "upstream_unavailable")
 	if e.backend.count() != 0 {
 		t.Error("the request reached the default service")
+	}
+}
+
+// controller is the concurrency limit of the default service's first
+// instance: the one instance of the tests' gateways.
+func (g *Gateway) controller() *overload.Controller {
+	return g.fleet.Service("").Instances()[0].Controller
+}
+
+// TestOverloadLimitPerInstance gives each instance its own concurrency
+// limit: with a fixed limit of one and no wait, one instance holding a
+// request does not shed the next, which goes to the other instance (its
+// own limit free); with both held, the next is shed.
+func TestOverloadLimitPerInstance(t *testing.T) {
+	release := make(chan struct{})
+	held := make(chan string, 4)
+	hold := func(name string) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) {
+			held <- name
+			<-release
+		}
+	}
+	var urls []config.URL
+	for _, name := range []string{"a", "b"} {
+		s := httptest.NewServer(hold(name))
+		t.Cleanup(s.Close)
+		urls = append(urls, config.MustURL(s.URL))
+	}
+	e := startEnv(t, func(c *config.Config) {
+		c.Upstream.URLs = urls
+		c.Overload.FixedLimit = 1
+		c.Overload.MaxWait.MarketData = 0
+	})
+	t.Cleanup(func() { close(release) }) // before the gateway's shutdown waits for them
+	answers := make(chan int, 3)
+	get := func() {
+		res := do(t, "GET", e.url+"/api/v1/mkt/markets/", nil)
+		res.Body.Close()
+		answers <- res.StatusCode
+	}
+	go get()
+	first := <-held
+	go get()
+	second := <-held
+	if first == second {
+		t.Fatalf("both held requests went to instance %s; the second should go to the instance with room", first)
+	}
+	res := do(t, "GET", e.url+"/api/v1/mkt/markets/", nil)
+	assertError(t, res, http.StatusServiceUnavailable, "overloaded")
+	for _, inst := range e.gw.fleet.Service("").Instances() {
+		if got := inst.Controller.InFlight(); got != 1 {
+			t.Errorf("instance %s holds %d slots of its own limit, want 1", inst.Addr, got)
+		}
 	}
 }

@@ -126,7 +126,6 @@ type Gateway struct {
 	errHeader    *apierror.Error
 	errBody      *apierror.Error
 	budget       *share.Pool // bytes of order bodies read whole, shared by clients
-	admission    *overload.Controller
 	draining     atomic.Bool
 	pool         sync.Pool // *requestState
 	// tracer starts the requests' spans; nil when tracing is off
@@ -177,7 +176,9 @@ func New(cfg *config.Config, opts Options) (*Gateway, error) {
 		g.transport = upstream.NewTransport(cfg.Upstream)
 	}
 	if g.fleet == nil {
-		g.fleet = upstream.NewFleet(cfg.Upstream, upstream.FleetOptions{Now: g.now})
+		oo := OverloadOptions(cfg.Overload)
+		oo.Now = g.now
+		g.fleet = upstream.NewFleet(cfg.Upstream, upstream.FleetOptions{Now: g.now, Overload: oo})
 	}
 	g.metrics.SetFleetSource(fleetStatus{g.fleet})
 	g.clientHeader = "X-Forwarded-For"
@@ -342,12 +343,14 @@ type upstreamCall struct {
 	upDur    time.Duration // how long the backend took to answer with headers, or to fail
 	upStatus int           // the backend's status, or 0
 	upErr    error
-	// inst is the backend instance the request is under way at, from
-	// forward to end (fleet.go); sentBody the body sent (read whole; an
-	// order's canonical form), sent again when the request moves to
-	// another instance; abandoned, that the call ended for a reason of
-	// its own (its client went away).
+	// inst is the backend instance the request is under way at, from its
+	// choice (admit, else forward) to end (fleet.go); moved, that the
+	// request moved to another instance (its round trip is not one
+	// instance's); sentBody the body sent (read whole; an order's
+	// canonical form), sent again when the request moves; abandoned, that
+	// the call ended for a reason of its own (its client went away).
 	inst      *upstream.Instance
+	moved     bool
 	sentBody  []byte
 	abandoned bool
 }
@@ -357,12 +360,13 @@ type upstreamCall struct {
 // (releaseHolds): the pooled buffers its body was read into and the bytes
 // of the body budget they take, its backend slot and its route's.
 type holds struct {
-	bodyBuf    *[]byte         // pooled buffer holding the client's body (its start), or nil
-	bodyMore   []*[]byte       // pooled buffers holding the rest of the client's body, while it is read
-	buffered   int64           // bytes of the buffer budget this request holds
-	bodyReader chargedBody     // the body being read whole, charged to the client's share
-	slot       bool            // the request holds a backend slot (admission)
-	routeSlot  *routeAdmission // the route whose own in-flight cap counts the request
+	bodyBuf    *[]byte              // pooled buffer holding the client's body (its start), or nil
+	bodyMore   []*[]byte            // pooled buffers holding the rest of the client's body, while it is read
+	buffered   int64                // bytes of the buffer budget this request holds
+	bodyReader chargedBody          // the body being read whole, charged to the client's share
+	slot       bool                 // the request holds a backend slot (admission)
+	slotCtl    *overload.Controller // the instance's limit slot was taken from
+	routeSlot  *routeAdmission      // the route whose own in-flight cap counts the request
 }
 
 // traceState is the request's spans, while tracing is on (trace.go).

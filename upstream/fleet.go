@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/exgate/exgate/config"
+	"github.com/exgate/exgate/overload"
 )
 
 // Fleet is a configuration's services, by name: the default service (of
@@ -25,6 +26,8 @@ type FleetOptions struct {
 	Now func() time.Time
 	// OnChange is each service's Options.OnChange.
 	OnChange func(Event)
+	// Overload configures each instance's concurrency limit.
+	Overload overload.Options
 	// Source, when set, returns the source of a service's instances; nil
 	// from it (or no Source) means the static list of the service's urls.
 	Source func(name string, s config.Service) Source
@@ -46,6 +49,7 @@ func NewFleet(u config.Upstream, opts FleetOptions) *Fleet {
 			},
 			PanicThreshold: sc.PanicThreshold,
 			RetryBudget:    RetryBudget{Percent: u.RetryBudget.Percent, Min: u.RetryBudget.MinRetries},
+			Overload:       opts.Overload,
 			Now:            opts.Now,
 			OnChange:       opts.OnChange,
 		})
@@ -80,6 +84,14 @@ func (f *Fleet) Service(name string) *Service {
 		name = config.DefaultService
 	}
 	return f.byName[name]
+}
+
+// ConfigureOverload sets the options of every instance's concurrency
+// limit, in every service.
+func (f *Fleet) ConfigureOverload(o overload.Options) {
+	for _, s := range f.ordered {
+		s.ConfigureOverload(o)
+	}
 }
 
 // Services returns every service, the default one first.

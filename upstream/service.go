@@ -9,6 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/exgate/exgate/overload"
 )
 
 // ErrUnavailable is Pick's error when no instance of the service can be
@@ -29,6 +31,9 @@ type Options struct {
 	PanicThreshold int
 	// RetryBudget bounds the requests retried on another instance.
 	RetryBudget RetryBudget
+	// Overload configures each instance's Controller (ConfigureOverload
+	// changes it).
+	Overload overload.Options
 	// Now is the clock. Nil means time.Now.
 	Now func() time.Time
 	// OnChange, when set, is called after an instance is ejected or
@@ -73,7 +78,8 @@ type Service struct {
 	refused atomic.Uint64 // requests that found no instance
 
 	mu        sync.Mutex
-	instances []*Instance // every instance of the current list, in its order
+	overload  overload.Options // each instance's Controller's, guarded by mu
+	instances []*Instance      // every instance of the current list, in its order
 	byKey     map[string]*Instance
 	picks     atomic.Pointer[pickSet]
 }
@@ -81,7 +87,7 @@ type Service struct {
 // NewService returns a service named name, with no instances until
 // Update is called.
 func NewService(name string, opts Options) *Service {
-	s := &Service{name: name, opts: opts, now: opts.Now, byKey: map[string]*Instance{}}
+	s := &Service{name: name, opts: opts, now: opts.Now, byKey: map[string]*Instance{}, overload: opts.Overload}
 	if s.now == nil {
 		s.now = time.Now
 	}
@@ -103,6 +109,13 @@ type Instance struct {
 	// Host and Port are Addr's parts.
 	Host string
 	Port int
+
+	// Controller is the instance's own adaptive concurrency limit (the
+	// overload step takes a slot of it before a request goes), with each
+	// client's share of it: an instance slower than its peers admits
+	// fewer requests at once, and one instance's queue never holds
+	// requests another could serve.
+	Controller *overload.Controller
 
 	svc *Service
 	// weight is written under svc.mu (Update) and read without it by
@@ -193,7 +206,7 @@ func (s *Service) Update(eps []Endpoint) {
 
 // newInstance returns the instance of s at u.
 func newInstance(s *Service, u *url.URL) *Instance {
-	inst := &Instance{URL: u, Host: u.Hostname(), svc: s}
+	inst := &Instance{URL: u, Host: u.Hostname(), svc: s, Controller: overload.New(s.overload)}
 	inst.Port, _ = strconv.Atoi(u.Port())
 	if inst.Port == 0 {
 		inst.Port = 80
@@ -334,6 +347,22 @@ func (s *Service) Pick() (*Instance, error) {
 	return inst, nil
 }
 
+// Peek returns the instance Pick would choose now, without counting a
+// request there, or nil when none is in the rotation: for a decision made
+// before the request is sent (the overload step's early shedding).
+func (s *Service) Peek() *Instance { return s.picks.Load().choose(nil) }
+
+// ConfigureOverload sets the options of every instance's Controller, and
+// of those of instances to come.
+func (s *Service) ConfigureOverload(o overload.Options) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.overload = o
+	for _, inst := range s.instances {
+		inst.Controller.Configure(o)
+	}
+}
+
 // Retry moves a request from prev, which failed it, to another instance
 // of the rotation, within the retry budget: at most RetryBudget.Percent
 // of the service's requests under way may be retries at once, and
@@ -371,8 +400,8 @@ type RetryBudget struct {
 	Min int
 }
 
-// choose draws two candidates and keeps the less loaded one by weight;
-// avoid, when set and not alone, is never returned.
+// choose draws two distinct candidates and keeps the less loaded one by
+// weight; avoid, when set and not alone, is never returned.
 func (ps *pickSet) choose(avoid *Instance) *Instance {
 	n := len(ps.inst)
 	switch {
@@ -381,7 +410,8 @@ func (ps *pickSet) choose(avoid *Instance) *Instance {
 	case n == 1:
 		return ps.inst[0]
 	}
-	a, b := ps.draw(avoid), ps.draw(avoid)
+	a := ps.draw(avoid, nil)
+	b := ps.draw(avoid, a)
 	// Fewer requests under way per unit of weight wins: a.active/a.weight
 	// < b.active/b.weight, multiplied out. At a tie (an idle fleet) the
 	// first draw wins, so that idle shares follow the weights.
@@ -391,19 +421,22 @@ func (ps *pickSet) choose(avoid *Instance) *Instance {
 	return a
 }
 
-// draw returns an instance at random, by weight, other than avoid (a few
-// tries, then any other).
-func (ps *pickSet) draw(avoid *Instance) *Instance {
+// draw returns an instance at random, by weight, other than avoid and
+// other (a few tries, then the first such in order); when there is no
+// such instance, any other than avoid.
+func (ps *pickSet) draw(avoid, other *Instance) *Instance {
 	for range 4 {
-		inst := ps.drawOne()
-		if inst != avoid {
+		if inst := ps.drawOne(); inst != avoid && inst != other {
 			return inst
 		}
 	}
 	for _, inst := range ps.inst {
-		if inst != avoid {
+		if inst != avoid && inst != other {
 			return inst
 		}
+	}
+	if other != nil && other != avoid {
+		return other
 	}
 	return ps.inst[0]
 }

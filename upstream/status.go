@@ -13,9 +13,11 @@ type InstanceStatus struct {
 	Reason string
 	// EjectedUntil is when its ejection ends, or zero.
 	EjectedUntil time.Time
-	// Weight is its weight; Active its requests under way.
+	// Weight is its weight; Active its requests under way; Limit its
+	// concurrency limit now.
 	Weight uint32
 	Active int64
+	Limit  int
 	// Requests counts the requests it ended, by outcome label.
 	Requests map[string]uint64
 	// Ejections counts its ejections, by reason label.
@@ -41,7 +43,7 @@ func (s *Service) Status() []InstanceStatus {
 	defer s.mu.Unlock()
 	out := make([]InstanceStatus, len(s.instances))
 	for i, inst := range s.instances {
-		st := InstanceStatus{Addr: inst.Addr, State: "healthy", Weight: inst.weight.Load(), Active: inst.active.Load(),
+		st := InstanceStatus{Addr: inst.Addr, State: "healthy", Weight: inst.weight.Load(), Active: inst.active.Load(), Limit: inst.Controller.Limit(),
 			Requests: map[string]uint64{}, Ejections: map[string]uint64{}}
 		switch {
 		case inst.checkFailed:

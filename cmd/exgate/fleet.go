@@ -10,6 +10,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/exgate/exgate/config"
+	"github.com/exgate/exgate/proxy"
 	"github.com/exgate/exgate/upstream"
 )
 
@@ -17,7 +18,10 @@ import (
 // and active health checks, over transport, until shutdown.
 func (a *app) startFleet(cfg *config.Config, transport http.RoundTripper) {
 	lg := a.log.Named("upstream")
-	a.fleet = upstream.NewFleet(cfg.Upstream, upstream.FleetOptions{Now: a.d.now, OnChange: func(ev upstream.Event) { logFleetEvent(lg, ev) }, Source: a.serviceSource})
+	oo := proxy.OverloadOptions(cfg.Overload)
+	oo.Now = a.d.now // the gateway's clock, which it reads the backend's time on
+	a.fleet = upstream.NewFleet(cfg.Upstream, upstream.FleetOptions{Now: a.d.now, Overload: oo,
+		OnChange: func(ev upstream.Event) { logFleetEvent(lg, ev) }, Source: a.serviceSource})
 	ctx, cancel := context.WithCancel(context.Background())
 	a.stopFleet = cancel
 	go a.fleet.Run(ctx, transport)
