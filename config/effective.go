@@ -13,19 +13,19 @@ import (
 // stores, whether orders are checked, route timeouts, replica
 // acknowledgements.
 
-// IdempotencyBackend returns the store duplicate protection uses:
+// IdempotencyStore returns the store duplicate protection uses:
 // idempotency.backend, or, when that is empty, the limiter's store
 // (limiter.backend, or redis when limiter.redis.addrs is set).
-func (c *Config) IdempotencyBackend() string {
+func (c *Config) IdempotencyStore() string {
 	if c.Idempotency.Backend != "" {
 		return c.Idempotency.Backend
 	}
-	return c.LimiterBackend()
+	return c.LimiterStore()
 }
 
-// LimiterBackend returns the rate-limit store: limiter.backend, or redis
+// LimiterStore returns the rate-limit store: limiter.backend, or redis
 // when that is empty and limiter.redis.addrs is set, else memory.
-func (c *Config) LimiterBackend() string {
+func (c *Config) LimiterStore() string {
 	switch {
 	case c.Limiter.Backend != "":
 		return c.Limiter.Backend

@@ -13,7 +13,7 @@ type Idempotency struct {
 	// identifier. Default true.
 	Enabled bool `yaml:"enabled"`
 	// Backend is "redis" or "memory". Empty means the limiter's store
-	// (Config.IdempotencyBackend). Redis uses the limiter.redis
+	// (Config.IdempotencyStore). Redis uses the limiter.redis
 	// connection settings, through a client of its own when the limits
 	// are kept in memory. Default "".
 	Backend string `yaml:"backend"`

@@ -134,8 +134,8 @@ type Decision struct {
 	// was refused (ratelimit.Result.Uncharged) or its charge given back.
 	Outcomes [maxOutcomes]Outcome
 
-	cost int64 // what the request cost in each limit (at least 1)
-	kept *plan // the plan of an undecided CacheOnly request, for the next Decide
+	cost int64       // what the request cost in each limit (at least 1)
+	kept *chargePlan // the plan of an undecided CacheOnly request, for the next Decide
 }
 
 // Identity returns the key the request's caller is counted by: the
@@ -247,7 +247,7 @@ func NewEnforcer(o EnforcerOptions) (*Enforcer, error) {
 	if e.local == nil {
 		e.local = ratelimit.NewMemory(ratelimit.MemoryOptions{Now: e.now, MaxKeys: o.LocalMaxKeys})
 	}
-	e.plans.New = func() any { return new(plan) }
+	e.plans.New = func() any { return new(chargePlan) }
 	return e, nil
 }
 
@@ -273,7 +273,7 @@ func (e *Enforcer) AccountID(user string) string { return e.keyer.AccountID(user
 func (e *Enforcer) Decide(ctx context.Context, rr *RouteRules, req Request, d *Decision) {
 	kept := d.kept
 	*d = Decision{Allowed: true, cost: max(req.Cost, 1)}
-	var p *plan
+	var p *chargePlan
 	switch {
 	case kept != nil && kept.rr == rr && kept.req.Cost == d.cost && !req.CacheOnly:
 		p = kept
@@ -289,7 +289,7 @@ func (e *Enforcer) Decide(ctx context.Context, rr *RouteRules, req Request, d *D
 		if !rr.Limited() {
 			return
 		}
-		p = e.plans.Get().(*plan)
+		p = e.plans.Get().(*chargePlan)
 		if !e.build(rr, req, d, p) {
 			e.plans.Put(p)
 			return
@@ -315,7 +315,7 @@ func (e *Enforcer) Decide(ctx context.Context, rr *RouteRules, req Request, d *D
 // build fills p with the checks and guard of req under the route's rules
 // and d with what they settle of the decision (account, token id, tier,
 // demotion); it reports false when nothing applies to decide.
-func (e *Enforcer) build(rr *RouteRules, req Request, d *Decision, p *plan) bool {
+func (e *Enforcer) build(rr *RouteRules, req Request, d *Decision, p *chargePlan) bool {
 	rs := rr.rules
 	var addrBuf [64]byte
 	addr := rs.addrKey(req.Addr, addrBuf[:0])
@@ -355,7 +355,7 @@ func (e *Enforcer) build(rr *RouteRules, req Request, d *Decision, p *plan) bool
 
 // decide reads the store's answer to plan p (or its failure, err) into d:
 // the fallback on a failure, the guard's answer, every limit's outcome.
-func (e *Enforcer) decide(ctx context.Context, rr *RouteRules, d *Decision, p *plan, err error) {
+func (e *Enforcer) decide(ctx context.Context, rr *RouteRules, d *Decision, p *chargePlan, err error) {
 	rs := rr.rules
 	demotedFor, sprayHash := p.demotedFor, p.sprayHash
 	fallback := ""
@@ -446,7 +446,7 @@ func (e *Enforcer) decide(ctx context.Context, rr *RouteRules, d *Decision, p *p
 // refusal by a limit not its own, a bulk over a limit's burst (or over
 // only this replica's share of it, under the local fallback). Nothing
 // was charged.
-func (d *Decision) refuse(o Outcome, r *rule, p *plan, m *checkMeta, fallback string, demotedFor time.Duration) {
+func (d *Decision) refuse(o Outcome, r *rule, p *chargePlan, m *checkMeta, fallback string, demotedFor time.Duration) {
 	d.Allowed = false
 	d.RetryAfter = o.Result.RetryAfter
 	switch {
@@ -511,7 +511,7 @@ func (d *Decision) chargeAnswers() {
 // maxCost returns the largest cost every non-shadow limit of the plan
 // that applies under the guard's answer admitted lets pass: the smallest
 // of their bursts (the shared limit's, not a local fallback's share).
-func (p *plan) maxCost(admitted bool) int64 {
+func (p *chargePlan) maxCost(admitted bool) int64 {
 	n := int64(-1)
 	for j := range p.req.Checks {
 		c := &p.req.Checks[j]
@@ -558,7 +558,7 @@ func (e *Enforcer) giveBack(ctx context.Context, rr *RouteRules, req Request, d 
 		return nil
 	}
 	var addrBuf [64]byte
-	p := e.plans.Get().(*plan)
+	p := e.plans.Get().(*chargePlan)
 	defer e.plans.Put(p)
 	p.reset(max(req.Cost, 1))
 	// The keys Decide charged, built as Decide built them (d holds the
@@ -614,9 +614,10 @@ func (d *Decision) outcomeOf(i int) *Outcome {
 	return nil
 }
 
-// plan is the store request Decide sends, and for each of its checks the
-// limit it stands for. Plans are pooled: a request allocates none.
-type plan struct {
+// chargePlan is what one decision charges: the store request Decide
+// sends, and for each of its checks the limit it stands for. Plans are
+// pooled: a request allocates none.
+type chargePlan struct {
 	req     ratelimit.Request
 	ans     ratelimit.Answer
 	meta    []checkMeta
@@ -640,7 +641,7 @@ type checkMeta struct {
 	tier  string   // the caller's tier, when the check counts by token or account (Outcome.Tier)
 }
 
-func (p *plan) reset(cost int64) {
+func (p *chargePlan) reset(cost int64) {
 	clear(p.checks[:])
 	p.req = ratelimit.Request{Checks: p.checks[:0], Cost: cost}
 	p.ans = ratelimit.Answer{Results: p.results[:0]}
@@ -654,7 +655,7 @@ func (p *plan) reset(cost int64) {
 // limit is added as it applies under both answers, of which the store
 // applies one; otherwise as it applies to a request anonymous or not,
 // demoted as d says.
-func (p *plan) addLimits(rr *RouteRules, d *Decision, addr []byte, anonymous, answers bool) {
+func (p *chargePlan) addLimits(rr *RouteRules, d *Decision, addr []byte, anonymous, answers bool) {
 	for i := range rr.limits {
 		r := &rr.limits[i]
 		if r.answers && !answers {
@@ -672,7 +673,7 @@ func (p *plan) addLimits(rr *RouteRules, d *Decision, addr []byte, anonymous, an
 // add adds limit i, r, as it applies to a request that is demoted or not
 // and anonymous or not (under branch of the spray guard's answer), unless
 // it does not apply to such a request.
-func (p *plan) add(i int, r *rule, d *Decision, addr []byte, demoted, anonymous bool, branch ratelimit.Branch) {
+func (p *chargePlan) add(i int, r *rule, d *Decision, addr []byte, demoted, anonymous bool, branch ratelimit.Branch) {
 	switch {
 	case r.when == config.WhenToken && anonymous,
 		r.when == config.WhenAnon && !anonymous:
@@ -724,7 +725,7 @@ func (p *plan) add(i int, r *rule, d *Decision, addr []byte, demoted, anonymous 
 // from p, built with them (they come last), for a request nothing can
 // answer without placing it. It reports whether p has anything left to
 // decide.
-func (p *plan) dropAnswers() bool {
+func (p *chargePlan) dropAnswers() bool {
 	n := len(p.req.Checks)
 	for n > 0 && p.meta[n-1].v.answers {
 		n--

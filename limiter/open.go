@@ -13,18 +13,18 @@ import (
 	"github.com/exgate/exgate/ratelimit"
 )
 
-// Backend is a started limit store and the Enforcer on it, built from
-// configuration by Open.
-type Backend struct {
+// Store is the started rate-limit store that configuration selects, and
+// the Enforcer applying the rules with it, built by Open.
+type Store struct {
 	// Enforcer applies Rules with this store.
 	Enforcer *Enforcer
 	// Kind is config.BackendRedis or config.BackendMemory.
 	Kind string
-	// Client is the Redis client, or nil for the memory backend.
+	// Client is the Redis client, or nil for the memory store.
 	Client redis.UniversalClient
-	// Redis is the Redis limiter, or nil for the memory backend.
+	// Redis is the Redis store, or nil for the memory store.
 	Redis *ratelimit.Redis
-	// Memory is the memory limiter, or nil for the Redis backend.
+	// Memory is the memory store, or nil for the Redis store.
 	Memory *ratelimit.Memory
 	// Deny is the deny cache in front of Redis, or nil.
 	Deny *ratelimit.DenyCache
@@ -39,29 +39,30 @@ type OpenOptions struct {
 	Logger *zap.Logger
 	// Now is the clock. Nil means time.Now.
 	Now func() time.Time
-	// Observe is passed to the Redis limiter (ratelimit.RedisOptions.Observe).
+	// Observe is passed to the Redis store (ratelimit.RedisOptions.Observe).
 	Observe func(d time.Duration, n int, err error)
 	// SharedKeys says token ids are shared with other replicas beyond the
 	// limits (duplicate protection in Redis keys orders by them), so the
-	// key secret is required whatever the limiter's backend.
+	// key secret is required whatever the limit store.
 	SharedKeys bool
-	// ClaimFunc is passed to the Redis limiter
+	// ClaimFunc is passed to the Redis store
 	// (ratelimit.RedisOptions.ClaimFunc): duplicate protection's claim,
 	// when it shares the limiter's client, so that an order's claim rides
 	// in the round trip of its limits.
 	ClaimFunc string
 }
 
-// ResolveBackend returns the backend cfg selects: its limiter.backend, or
-// redis when that is empty and Redis addresses are set, else memory.
-func ResolveBackend(cfg *config.Config) string { return cfg.LimiterBackend() }
+// StoreKind returns the limit store cfg selects (config.BackendRedis or
+// config.BackendMemory): its limiter.backend, or redis when that is empty
+// and Redis addresses are set, else memory.
+func StoreKind(cfg *config.Config) string { return cfg.LimiterStore() }
 
 // Open builds the limit store that cfg selects and its Enforcer. The
-// Redis backend requires the key secret (every replica must derive the
-// same keys); the memory backend makes a random one when it is not set.
+// Redis store requires the key secret (every replica must derive the
+// same keys); the memory store makes a random one when it is not set.
 // Open does not wait for Redis: a store that is down is a store failure,
 // handled per route by on_store_error, and Ping tells readiness.
-func Open(cfg *config.Config, o OpenOptions) (*Backend, error) {
+func Open(cfg *config.Config, o OpenOptions) (*Store, error) {
 	getenv := o.Getenv
 	if getenv == nil {
 		getenv = func(string) (string, bool) { return "", false }
@@ -71,7 +72,7 @@ func Open(cfg *config.Config, o OpenOptions) (*Backend, error) {
 		log = zap.NewNop()
 	}
 	lc := cfg.Limiter
-	b := &Backend{Kind: ResolveBackend(cfg)}
+	b := &Store{Kind: StoreKind(cfg)}
 
 	secret, _ := getenv(lc.KeySecretEnv)
 	switch {
@@ -121,15 +122,15 @@ func Open(cfg *config.Config, o OpenOptions) (*Backend, error) {
 }
 
 // Ping reports whether the store answers; the memory store always does.
-func (b *Backend) Ping(ctx context.Context) error {
+func (b *Store) Ping(ctx context.Context) error {
 	if b.Client == nil {
 		return nil
 	}
 	return b.Client.Ping(ctx).Err()
 }
 
-// Close stops the Redis limiter and closes the client.
-func (b *Backend) Close() error {
+// Close stops the Redis store and closes the client.
+func (b *Store) Close() error {
 	var errs []error
 	if b.Redis != nil {
 		errs = append(errs, b.Redis.Close())

@@ -19,7 +19,7 @@ const (
 )
 
 // OverloadSource reports the state of the concurrency limit to the
-// backend; the gateway's overload.Limiter is one.
+// backend; the gateway's overload.Controller is one.
 type OverloadSource interface {
 	Limit() int
 	InFlight() int

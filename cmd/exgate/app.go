@@ -62,7 +62,7 @@ type app struct {
 	d       deps
 	log     *zap.Logger
 	metrics *metrics.Metrics
-	limits  *limiter.Backend
+	limits  *limiter.Store
 	idem    redis.UniversalClient // duplicate protection's Redis client, or nil
 	dup     *idempotencyHealth    // watches duplicate protection's store; nil without it
 	// top counts who hits the limits, for the admin console.

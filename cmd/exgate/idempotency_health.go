@@ -56,7 +56,7 @@ type idempotencyState struct {
 // newIdempotencyHealth returns the watcher of store s under cfg and starts
 // its checks: one now, then every idempotencyHealthEvery until stop.
 func newIdempotencyHealth(cfg *config.Config, s healthChecker, m *metrics.IdempotencyStore, log *zap.Logger) *idempotencyHealth {
-	d := &idempotencyHealth{probe: s, m: m, log: log, mode: cfg.IdempotencyBackend(), acks: cfg.IdempotencyReplicaAcks(),
+	d := &idempotencyHealth{probe: s, m: m, log: log, mode: cfg.IdempotencyStore(), acks: cfg.IdempotencyReplicaAcks(),
 		timeout: max(time.Second, cfg.Idempotency.Timeout)}
 	if d.mode == config.BackendRedis {
 		d.mode = redisTopology(cfg.Limiter.Redis)
