@@ -152,7 +152,7 @@ func (g *Gateway) admitEarly(st *requestState, r *http.Request) *apierror.Error 
 // overload.shed_delay has passed since it arrived, or its client goes: a
 // client that sends again as soon as it is answered sends a few requests
 // a second on each connection instead of as many as the CPUs can answer.
-func (g *Gateway) holdShed(st *requestState, r *http.Request, pl *plan) {
+func (g *Gateway) holdShed(st *requestState, r *http.Request, pl *requestPlan) {
 	d := pl.admission.shedDelay - g.now().Sub(st.start)
 	if d <= 0 {
 		return
@@ -225,7 +225,7 @@ func (a *routeAdmission) releaseRoute(c share.Key) {
 // identifier is released and the rate limits it was charged are given
 // back: the order was never sent, and a shed request costs its client
 // nothing.
-func (g *Gateway) shed(st *requestState, r *http.Request, pl *plan, c overload.Class) *apierror.Error {
+func (g *Gateway) shed(st *requestState, r *http.Request, pl *requestPlan, c overload.Class) *apierror.Error {
 	st.route.admission.metrics[c].Shed()
 	g.settle(st, settleRelease, idempotency.Record{})
 	g.refundLimits(st, r, pl)
@@ -240,13 +240,13 @@ func (g *Gateway) shed(st *requestState, r *http.Request, pl *plan, c overload.C
 // to say so; a store that cannot be reached leaves the charge and the
 // fields that tell it (the Enforcer counts and logs that as a store
 // failure).
-func (g *Gateway) refundLimits(st *requestState, r *http.Request, pl *plan) {
+func (g *Gateway) refundLimits(st *requestState, r *http.Request, pl *requestPlan) {
 	g.giveBackLimits(st, r, pl, g.limits.Refund)
 }
 
 // giveBackLimits gives back st's charge with giveBack: Enforcer.Refund,
 // or Enforcer.Uncharge for a request duplicate protection answered.
-func (g *Gateway) giveBackLimits(st *requestState, r *http.Request, pl *plan,
+func (g *Gateway) giveBackLimits(st *requestState, r *http.Request, pl *requestPlan,
 	giveBack func(context.Context, *limiter.RouteRules, limiter.Request, *limiter.Decision) error) {
 	rt := st.charged
 	if rt == nil {

@@ -43,7 +43,7 @@ var (
 // route's body is read whole, validated and replaced by its canonical form
 // (checkOrder); any other body is read whole within server.max_body_bytes
 // and forwarded as it came (bufferBody).
-func (g *Gateway) checkBody(st *requestState, r *http.Request, pl *plan) *apierror.Error {
+func (g *Gateway) checkBody(st *requestState, r *http.Request, pl *requestPlan) *apierror.Error {
 	if st.route.Config.Validate == config.ValidateOrd && pl.validator != nil {
 		return g.checkOrder(st, r, pl.validator)
 	}

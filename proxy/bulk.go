@@ -27,7 +27,7 @@ var errBulkUnchecked = apierror.Static(http.StatusServiceUnavailable, "bulk_unav
 // (bulkClaims, limitWithClaim), in the same round trip as the limits when
 // claims ride with them. The backend then receives the canonical encoding of the
 // bulk.
-func (g *Gateway) checkBulk(st *requestState, r *http.Request, pl *plan) *apierror.Error {
+func (g *Gateway) checkBulk(st *requestState, r *http.Request, pl *requestPlan) *apierror.Error {
 	v := pl.validator
 	if v == nil {
 		return errBulkUnchecked

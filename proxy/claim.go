@@ -76,7 +76,7 @@ type claimKey struct{}
 // pass. refusal, when set, is the request's own refusal (an invalid
 // order), answered once the limits let it pass: a limit's refusal comes
 // first, whatever the body, and then nothing is claimed.
-func (g *Gateway) limitWithClaim(st *requestState, r *http.Request, pl *plan, rt *Route, cost int64,
+func (g *Gateway) limitWithClaim(st *requestState, r *http.Request, pl *requestPlan, rt *Route, cost int64,
 	claims bool, refusal *apierror.Error) *apierror.Error {
 	limited := rt != nil && g.limits != nil && rt.limits.Limited()
 	joined := claims && limited && g.joiner != nil
@@ -167,7 +167,7 @@ func (g *Gateway) prepareClaim(st *requestState) *ratelimit.ClaimPart {
 // claimOwn claims the request's identifiers in a store call of its own,
 // within what is left of the order's one deadline when its claim was
 // prepared to ride with the limits, else within idempotency.timeout.
-func (g *Gateway) claimOwn(st *requestState, r *http.Request, pl *plan) *apierror.Error {
+func (g *Gateway) claimOwn(st *requestState, r *http.Request, pl *requestPlan) *apierror.Error {
 	by := st.claim.by
 	if by.IsZero() {
 		by = g.now().Add(g.idemTimeout)
@@ -185,7 +185,7 @@ func (g *Gateway) claimOwn(st *requestState, r *http.Request, pl *plan) *apierro
 // round trip failed) is made on its own, within what is left of the
 // order's one deadline; one whose round trip failed is not retried (the
 // order would wait for a second deadline) and the order is refused 503.
-func (g *Gateway) joinedClaim(st *requestState, r *http.Request, pl *plan) *apierror.Error {
+func (g *Gateway) joinedClaim(st *requestState, r *http.Request, pl *requestPlan) *apierror.Error {
 	if !st.decision.Claim.Sent {
 		return g.claimOwn(st, r, pl)
 	}
@@ -224,7 +224,7 @@ func (g *Gateway) abandonClaim(st *requestState, r *http.Request) {
 // duplicate answers: what its limits charged moves there before the
 // answer (a claim that rode with the limits charged only the allowance
 // in the first place).
-func (g *Gateway) answerClaim(st *requestState, r *http.Request, pl *plan, claim idempotency.Claim, err error) *apierror.Error {
+func (g *Gateway) answerClaim(st *requestState, r *http.Request, pl *requestPlan, claim idempotency.Claim, err error) *apierror.Error {
 	if st.rec {
 		g.traceClaim(st, claim.Outcome, err)
 	}

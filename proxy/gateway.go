@@ -99,7 +99,7 @@ type Options struct {
 // Gateway is the traffic handler: it answers bad requests itself and
 // forwards the rest to the backend. It is safe for concurrent use.
 type Gateway struct {
-	plan         atomic.Pointer[plan]
+	plan         atomic.Pointer[requestPlan]
 	limits       *limiter.Enforcer
 	top          *topk.Tracker
 	verifier     *identity.Verifier
@@ -217,9 +217,12 @@ func New(cfg *config.Config, opts Options) (*Gateway, error) {
 	return g, nil
 }
 
-// plan is what a reload replaces: the route table with each route's
-// compiled limits. A request uses the plan it started with throughout.
-type plan struct {
+// requestPlan is the plan every request follows, compiled from the
+// configuration and replaced whole by a reload: the route table with each
+// route's compiled limits, the CORS policy, the order validator and the
+// overload settings. A request follows the plan it started with
+// throughout.
+type requestPlan struct {
 	cors      *corsPolicy // nil when off
 	table     *table
 	rules     *limiter.Rules
@@ -231,7 +234,7 @@ type plan struct {
 // newPlan compiles the route table, attaching to each route its compiled
 // limits and its metric children, resolved once here rather than per
 // request.
-func (g *Gateway) newPlan(cfg *config.Config, rules *limiter.Rules, v *validate.Validator) *plan {
+func (g *Gateway) newPlan(cfg *config.Config, rules *limiter.Rules, v *validate.Validator) *requestPlan {
 	t := compileTable(cfg)
 	all := t.routes
 	if t.def != nil {
@@ -261,7 +264,7 @@ func (g *Gateway) newPlan(cfg *config.Config, rules *limiter.Rules, v *validate.
 			r.limitMetrics = append(r.limitMetrics, byTier)
 		}
 	}
-	return &plan{table: t, rules: rules, validator: v, cors: compileCORS(cfg.CORS), admission: g.newAdmissionPlan(cfg),
+	return &requestPlan{table: t, rules: rules, validator: v, cors: compileCORS(cfg.CORS), admission: g.newAdmissionPlan(cfg),
 		v6Prefix: cfg.ClientIP.IPv6Prefix}
 }
 
@@ -301,7 +304,7 @@ type requestState struct {
 	g          *Gateway
 	rw         respWriter
 	start      time.Time
-	plan       *plan // the plan the request started with
+	plan       *requestPlan // the plan the request started with
 	id         string
 	clientID   bool // id is the client's own X-Request-ID
 	route      *Route
@@ -328,10 +331,10 @@ type requestState struct {
 
 // limitState is what a request's limits decided.
 type limitState struct {
-	limited  bool // the route's limits were decided
-	decision limiter.Decision
-	charged  *Route // the route whose limits charged the request (its own, or a bulk's target), once they allowed it
-	cost     int64  // what the request was charged in each of them
+	limitsDecided bool // the route's limits were decided
+	decision      limiter.Decision
+	charged       *Route // the route whose limits charged the request (its own, or a bulk's target), once they allowed it
+	cost          int64  // what the request was charged in each of them
 }
 
 // upstreamCall is the request's call to the backend.
@@ -639,7 +642,7 @@ func (g *Gateway) logAccess(st *requestState, r *http.Request, extra ...zap.Fiel
 	if a := st.caller.id.Account; a != "" {
 		fields = append(fields, zap.String("account", a[:12])) // an HMAC prefix, never the user id
 	}
-	if st.limited {
+	if st.limitsDecided {
 		fields = g.limitFields(fields, &st.decision)
 	}
 	if st.inst != nil {

@@ -18,7 +18,7 @@ import (
 // refusal of a request over a limit (429), of a bulk larger than a limit's
 // burst, which no wait would let pass (413, exceedsBurst), or of one whose
 // store failed on a route that fails closed (503), or nil.
-func (g *Gateway) enforceLimits(st *requestState, r *http.Request, pl *plan, rt *Route, cost int64, claim *ratelimit.ClaimPart) *apierror.Error {
+func (g *Gateway) enforceLimits(st *requestState, r *http.Request, pl *requestPlan, rt *Route, cost int64, claim *ratelimit.ClaimPart) *apierror.Error {
 	if g.limits == nil || !rt.limits.Limited() {
 		return nil
 	}
@@ -40,7 +40,7 @@ func (g *Gateway) enforceLimits(st *requestState, r *http.Request, pl *plan, rt 
 // is decided or read: an order route whose claims ride with its limits
 // reads the order before deciding them, and a throttled client's order is
 // not read. Any other request goes on, charged nothing.
-func (g *Gateway) refusedFromCache(st *requestState, r *http.Request, pl *plan) *apierror.Error {
+func (g *Gateway) refusedFromCache(st *requestState, r *http.Request, pl *requestPlan) *apierror.Error {
 	req := st.limitRequest()
 	req.CacheOnly = true
 	g.limits.Decide(r.Context(), st.route.limits, req, &st.decision)
@@ -60,7 +60,7 @@ func (g *Gateway) refusedFromCache(st *requestState, r *http.Request, pl *plan) 
 // its bytes taken from its client's share as they arrive, charged nothing
 // yet: its cost, and whether it is a placement or a cancel, are in its
 // body, and it is charged them whole once its body is read (checkBulk).
-func (g *Gateway) bulkRefusedFromCache(st *requestState, r *http.Request, pl *plan) *apierror.Error {
+func (g *Gateway) bulkRefusedFromCache(st *requestState, r *http.Request, pl *requestPlan) *apierror.Error {
 	if g.limits == nil {
 		return nil
 	}
@@ -87,8 +87,8 @@ func (g *Gateway) bulkRefusedFromCache(st *requestState, r *http.Request, pl *pl
 // limitAnswer records the decision of rt's limits in st (metrics, the
 // operator console, the rate-limit headers) and returns its refusal, or
 // nil.
-func (g *Gateway) limitAnswer(st *requestState, pl *plan, rt *Route, cost int64) *apierror.Error {
-	st.limited = true
+func (g *Gateway) limitAnswer(st *requestState, pl *requestPlan, rt *Route, cost int64) *apierror.Error {
+	st.limitsDecided = true
 	d := &st.decision
 	if rt.limitMetrics != nil {
 		for i := 0; i < d.N; i++ {

@@ -37,7 +37,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // is refused with. The plan a step reads is st.plan, the one the request
 // started with.
 var steps = [...]func(*Gateway, *requestState, *http.Request) *apierror.Error{
-	(*Gateway).identify,         // 1: the request id (never refuses)
+	(*Gateway).assignRequestID,  // 1: the request id (never refuses)
 	(*Gateway).checkConnShare,   // a connection past its address's share
 	(*Gateway).checkHead,        // 2, 3: the head and the canonical path
 	(*Gateway).matchRoute,       // 4: the route (a CORS preflight answered)
@@ -128,11 +128,12 @@ func closeAfterAnswer(h http.Header, r *http.Request) {
 	}
 }
 
-// identify gives the request its id (the client's X-Request-ID when well
-// formed, else a new one, sent to the backend) and, under a CORS policy,
-// the CORS headers every answer to an allowed origin carries, refusals
-// included.
-func (g *Gateway) identify(st *requestState, r *http.Request) *apierror.Error {
+// assignRequestID gives the request its id (the client's X-Request-ID
+// when well formed, else a new one, sent to the backend) and, under a CORS
+// policy, the CORS headers every answer to an allowed origin carries,
+// refusals included: what every answer carries, set before any step can
+// refuse.
+func (g *Gateway) assignRequestID(st *requestState, r *http.Request) *apierror.Error {
 	pl := st.plan
 	if id := r.Header.Get("X-Request-Id"); validRequestID(id) {
 		st.id, st.clientID = id, true

@@ -12,7 +12,7 @@ import (
 // docs/pools.md): its verified account, else its address (an IPv6
 // address grouped by client_ip.ipv6_prefix, as the rate limits group
 // it). The auth and client-address steps have run.
-func clientOf(st *requestState, pl *plan) share.Key {
+func clientOf(st *requestState, pl *requestPlan) share.Key {
 	if a := st.caller.id.Account; a != "" {
 		return share.AccountKey(a)
 	}
