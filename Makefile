@@ -32,10 +32,10 @@ image:
 	  -t exgate:$(VERSION:+dirty=-dirty) -t exgate:latest .
 
 ## test: install what the tests need (Debian packages when missing), then
-## gofmt check, go vet and the race-enabled test suite. No test asserts a
-## duration, a rate or a percentile (speed is judged by `make bench`), so
-## every package, the fault suite included, runs in one `go test`.
-test: test-deps fmt-check vet
+## gofmt check, go vet, deadcode and the race-enabled test suite. No test
+## asserts a duration, a rate or a percentile (speed is judged by `make
+## bench`), so every package, the fault suite included, runs in one `go test`.
+test: test-deps fmt-check vet deadcode
 	$(GO) test -race -count=1 -timeout 15m $(PKGS)
 
 test-deps:
