@@ -28,6 +28,7 @@ func TestCostsMixedWithCoalescingAndLeases(t *testing.T) {
 	}
 	var admitted atomic.Int64 // in cost units
 	var wg sync.WaitGroup
+	start := time.Now()
 	for ri, r := range replicas {
 		for g := 0; g < 24; g++ {
 			wg.Add(1)
@@ -51,9 +52,11 @@ func TestCostsMixedWithCoalescingAndLeases(t *testing.T) {
 		}
 	}
 	wg.Wait()
+	// One unit refills every 1.2s: a loaded machine's run may earn some.
+	refilled := int64(time.Since(start))/l.emission() + 1
 	maxLease := int64(min(3000/leaseFraction, leaseMax))
-	if got := admitted.Load(); got > 3000 || got < 3000-2*maxLease-7 {
-		t.Errorf("admitted %d units, want at most 3000 and at least %d", got, 3000-2*maxLease-7)
+	if got := admitted.Load(); got > 3000+refilled || got < 3000-2*maxLease-7 {
+		t.Errorf("admitted %d units, want at most 3000 (+%d refilled) and at least %d", got, refilled, 3000-2*maxLease-7)
 	}
 	// What Redis holds agrees: nothing is left for even one more request
 	// beyond what leases hold back.
