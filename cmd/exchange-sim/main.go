@@ -127,6 +127,12 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
+	return serve(ctx, logger, ln, handler)
+}
+
+// serve serves handler on ln until ctx is done, then shuts the server down
+// gracefully, giving requests in flight up to 10 seconds to finish.
+func serve(ctx context.Context, logger *zap.Logger, ln net.Listener, handler http.Handler) error {
 	srv := &http.Server{
 		Handler:           handler,
 		ReadHeaderTimeout: 5 * time.Second,
