@@ -12,20 +12,24 @@ import (
 	"github.com/exgate/exgate/config"
 )
 
-func TestCheckBulk(t *testing.T) {
-	v := newValidator(t, func(c *config.Validation) { c.Bulk.MaxOrders = 3 })
+// bulkCase is one bulk body and what CheckBulk answers it.
+type bulkCase struct {
+	name      string
+	body      string
+	status    int
+	code      string
+	fields    []string // sorted keys of fields, for invalid_order
+	orders    int      // accepted placement size
+	ids       []string // accepted cancel ids
+	canonical string   // accepted: the canonical encoding, when checked
+}
+
+// bulkCases is TestCheckBulk's table, for a route that takes at most three
+// orders.
+func bulkCases() []bulkCase {
 	good := limit()
 	withID := func(id string) string { return limit("identifier", `"`+id+`"`) }
-	tests := []struct {
-		name      string
-		body      string
-		status    int
-		code      string
-		fields    []string // sorted keys of fields, for invalid_order
-		orders    int      // accepted placement size
-		ids       []string // accepted cancel ids
-		canonical string   // accepted: the canonical encoding, when checked
-	}{
+	return []bulkCase{
 		{"one order", "[" + good + "]", 200, "", nil, 1, nil, ""},
 		{"three orders with white space", " [\n" + good + " , " + market() + ",\t" + withID("a") + " ]\n", 200, "", nil, 3, nil, ""},
 		{"canonical placement", `[{"side":"buy","symbol":"BTC_USDT","type":"limit","price":65000.00,"base_amount":"1.5e-3"}]`, 200, "", nil, 1, nil,
@@ -66,7 +70,11 @@ func TestCheckBulk(t *testing.T) {
 			[]string{"orders[0].symbol"}, 0, nil, ""},
 		{"too deep", "[" + strings.Repeat("[", 40) + strings.Repeat("]", 40) + "]", 400, "parse_error", nil, 0, nil, ""},
 	}
-	for _, tt := range tests {
+}
+
+func TestCheckBulk(t *testing.T) {
+	v := newValidator(t, func(c *config.Validation) { c.Bulk.MaxOrders = 3 })
+	for _, tt := range bulkCases() {
 		t.Run(tt.name, func(t *testing.T) {
 			b, p := v.CheckBulk(jsonCT, []byte(tt.body))
 			if tt.status == 200 {

@@ -187,6 +187,40 @@ func TestCatalogueFromReferenceBackend(t *testing.T) {
 	}
 }
 
+// catalogueFailure is a catalogue answer a refresh must refuse.
+type catalogueFailure struct {
+	name   string
+	status int
+	body   string
+}
+
+// catalogueFailures are the answers TestCatalogueRefresh refuses, most of
+// them the catalogue of markets first spoilt in one place.
+func catalogueFailures(first []Market) []catalogueFailure {
+	return []catalogueFailure{
+		{"server error", 500, `{"detail":"oops"}`},
+		{"not found", 404, `not found`},
+		{"rate limited", 429, `{"detail":"throttled"}`},
+		{"redirect", 301, ``},
+		{"not JSON", 200, `<html>`},
+		{"an object", 200, `{"results":[]}`},
+		{"null", 200, `null`},
+		{"empty list", 200, `[]`},
+		{"trailing data", 200, marketsJSON(first...) + `]`},
+		{"negative precision", 200, strings.Replace(marketsJSON(first...), `"price_precision":"2"`, `"price_precision":"-1"`, 1)},
+		{"precision 31", 200, strings.Replace(marketsJSON(first...), `"price_precision":"2"`, `"price_precision":"31"`, 1)},
+		{"precision not a number", 200, strings.Replace(marketsJSON(first...), `"price_precision":"2"`, `"price_precision":"two"`, 1)},
+		{"fractional precision", 200, strings.Replace(marketsJSON(first...), `"price_precision":"2"`, `"price_precision":2.5`, 1)},
+		{"precision missing", 200, strings.Replace(marketsJSON(first...), `"price_precision":"2",`, ``, 1)},
+		{"precision null", 200, strings.Replace(marketsJSON(first...), `"price_precision":"2"`, `"price_precision":null`, 1)},
+		{"tradable missing", 200, strings.Replace(marketsJSON(first...), `"tradable":true,`, ``, 1)},
+		{"tradable a string", 200, strings.Replace(marketsJSON(first...), `"tradable":true`, `"tradable":"yes"`, 1)},
+		{"bad symbol", 200, strings.Replace(marketsJSON(first...), `"symbol":"BTC_USDT"`, `"symbol":"btc/usdt"`, 1)},
+		{"symbol not base_quote", 200, strings.Replace(marketsJSON(first...), `"base":"BTC"`, `"base":"XBT"`, 1)},
+		{"symbol listed twice", 200, marketsJSON(append(first, first[0])...)},
+	}
+}
+
 func TestCatalogueRefresh(t *testing.T) {
 	first := seedMarkets()[:2]
 	srv := newScripted(t, 200, marketsJSON(first...))
@@ -246,32 +280,7 @@ func TestCatalogueRefresh(t *testing.T) {
 	goodAt := cat.LoadedAt()
 
 	// Failed refreshes keep the last good copy and its age.
-	failures := []struct {
-		name   string
-		status int
-		body   string
-	}{
-		{"server error", 500, `{"detail":"oops"}`},
-		{"not found", 404, `not found`},
-		{"rate limited", 429, `{"detail":"throttled"}`},
-		{"redirect", 301, ``},
-		{"not JSON", 200, `<html>`},
-		{"an object", 200, `{"results":[]}`},
-		{"null", 200, `null`},
-		{"empty list", 200, `[]`},
-		{"trailing data", 200, marketsJSON(first...) + `]`},
-		{"negative precision", 200, strings.Replace(marketsJSON(first...), `"price_precision":"2"`, `"price_precision":"-1"`, 1)},
-		{"precision 31", 200, strings.Replace(marketsJSON(first...), `"price_precision":"2"`, `"price_precision":"31"`, 1)},
-		{"precision not a number", 200, strings.Replace(marketsJSON(first...), `"price_precision":"2"`, `"price_precision":"two"`, 1)},
-		{"fractional precision", 200, strings.Replace(marketsJSON(first...), `"price_precision":"2"`, `"price_precision":2.5`, 1)},
-		{"precision missing", 200, strings.Replace(marketsJSON(first...), `"price_precision":"2",`, ``, 1)},
-		{"precision null", 200, strings.Replace(marketsJSON(first...), `"price_precision":"2"`, `"price_precision":null`, 1)},
-		{"tradable missing", 200, strings.Replace(marketsJSON(first...), `"tradable":true,`, ``, 1)},
-		{"tradable a string", 200, strings.Replace(marketsJSON(first...), `"tradable":true`, `"tradable":"yes"`, 1)},
-		{"bad symbol", 200, strings.Replace(marketsJSON(first...), `"symbol":"BTC_USDT"`, `"symbol":"btc/usdt"`, 1)},
-		{"symbol not base_quote", 200, strings.Replace(marketsJSON(first...), `"base":"BTC"`, `"base":"XBT"`, 1)},
-		{"symbol listed twice", 200, marketsJSON(append(first, first[0])...)},
-	}
+	failures := catalogueFailures(first)
 	for _, f := range failures {
 		srv.set(f.status, f.body)
 		clock.advance(time.Second)
@@ -289,8 +298,26 @@ func TestCatalogueRefresh(t *testing.T) {
 	if _, p := v.Check(jsonCT, []byte(limit())); p != nil {
 		t.Errorf("orders still checked against the last good copy: %v", p.Fields)
 	}
-	if n := logs.FilterMessage("market catalogue refresh failed; keeping the last good copy").Len(); n != len(failures) {
-		t.Errorf("%d failure warnings logged, want %d", n, len(failures))
+	checkRefreshReports(t, logs, loads, len(failures))
+
+	// An unchanged refresh keeps the compiled rules (same snapshot).
+	srv.set(200, marketsJSON(seedMarkets()...))
+	before := cat.snap.Load()
+	if err := cat.Load(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if cat.snap.Load() != before {
+		t.Error("an unchanged catalogue replaced the snapshot")
+	}
+}
+
+// checkRefreshReports checks what two good loads followed by failed refused
+// refreshes logged and passed to OnLoad: one change line, and one warning and
+// one error per refused refresh.
+func checkRefreshReports(t *testing.T, logs *observer.ObservedLogs, loads []error, failed int) {
+	t.Helper()
+	if n := logs.FilterMessage("market catalogue refresh failed; keeping the last good copy").Len(); n != failed {
+		t.Errorf("%d failure warnings logged, want %d", n, failed)
 	}
 	if n := logs.FilterMessage("market catalogue changed").Len(); n != 1 {
 		t.Errorf("%d change lines logged, want 1", n)
@@ -301,18 +328,8 @@ func TestCatalogueRefresh(t *testing.T) {
 			nils++
 		}
 	}
-	if len(loads) != 2+len(failures) || nils != 2 {
+	if len(loads) != 2+failed || nils != 2 {
 		t.Errorf("OnLoad saw %d loads, %d successful", len(loads), nils)
-	}
-
-	// An unchanged refresh keeps the compiled rules (same snapshot).
-	srv.set(200, marketsJSON(seedMarkets()...))
-	before := cat.snap.Load()
-	if err := cat.Load(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	if cat.snap.Load() != before {
-		t.Error("an unchanged catalogue replaced the snapshot")
 	}
 }
 

@@ -118,6 +118,9 @@ func walkValue(d *json.Decoder, depth int) (deepest int, dup bool, err error) {
 	return deepest, dup, err
 }
 
+// reference is the fuzz tests' model of Check: it reads body with
+// encoding/json and the rules written out plainly, and says what Check must
+// answer.
 func reference(r *refSpec, body []byte) refResult {
 	res := refResult{surrogate: surrRE.Match(body)}
 	if len(body) > r.maxBody {
@@ -126,24 +129,57 @@ func reference(r *refSpec, body []byte) refResult {
 	if !utf8.Valid(body) || !json.Valid(body) {
 		return refResult{status: 400, code: CodeParseError}
 	}
+	keys, object, ok := refTopKeys(body)
+	switch {
+	case !ok:
+		return refResult{status: 400, code: CodeParseError}
+	case !object:
+		res.status, res.code, res.fields = 400, CodeInvalidOrder, []string{NonFieldErrors}
+		return res
+	}
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(body, &m); err != nil {
+		panic(err) // json.Valid said yes
+	}
+
+	b := &refBody{r: r, keys: keys, m: m, fields: map[string]bool{}}
+	b.checkKeys()
+	market, typ := b.checkStrings()
+	vals := b.decimals(typ)
+	if market != nil {
+		b.checkMarketRules(market, vals)
+	}
+	b.checkTotals(market, typ, vals)
+	if len(b.fields) == 0 {
+		res.status = 200
+		return res
+	}
+	res.status, res.code = 400, CodeInvalidOrder
+	res.fields = slices.Sorted(maps.Keys(b.fields))
+	return res
+}
+
+// refTopKeys walks a valid JSON body and counts its top-level keys. object
+// reports whether the body is an object at all; ok is false when the body
+// nests deeper than MaxDepth.
+func refTopKeys(body []byte) (keys map[string]*topKey, object, ok bool) {
 	d := json.NewDecoder(bytes.NewReader(body))
 	d.UseNumber() // numbers must not pass through float64 even here
-	keys := map[string]*topKey{}
+	keys = map[string]*topKey{}
 	tok, _ := d.Token()
 	if tok != json.Delim('{') {
 		d = json.NewDecoder(bytes.NewReader(body))
 		d.UseNumber()
 		if n, _, err := walkValue(d, 0); err != nil || n > MaxDepth {
-			return refResult{status: 400, code: CodeParseError}
+			return nil, false, false
 		}
-		res.status, res.code, res.fields = 400, CodeInvalidOrder, []string{NonFieldErrors}
-		return res
+		return nil, false, true
 	}
 	for d.More() {
 		k, _ := d.Token()
 		n, dup, err := walkValue(d, 1)
 		if err != nil || n > MaxDepth {
-			return refResult{status: 400, code: CodeParseError}
+			return nil, true, false
 		}
 		tk := keys[k.(string)]
 		if tk == nil {
@@ -153,14 +189,56 @@ func reference(r *refSpec, body []byte) refResult {
 		tk.count++
 		tk.nestedDup = tk.nestedDup || dup
 	}
-	var m map[string]json.RawMessage
-	if err := json.Unmarshal(body, &m); err != nil {
-		panic(err) // json.Valid said yes
-	}
+	return keys, true, true
+}
 
-	fields := map[string]bool{}
+// refBody is one JSON object body as the reference reads it: its top-level
+// keys, their raw values, and the fields found wrong so far.
+type refBody struct {
+	r      *refSpec
+	keys   map[string]*topKey
+	m      map[string]json.RawMessage
+	fields map[string]bool
+}
+
+// repeated reports whether key k appears more than once at the top level.
+func (b *refBody) repeated(k string) bool { return b.keys[k] != nil && b.keys[k].count > 1 }
+
+// get returns a known field's raw value, or nil when absent or
+// repeated (repeats are already reported).
+func (b *refBody) get(k string) json.RawMessage {
+	if b.keys[k] == nil || b.repeated(k) {
+		return nil
+	}
+	return b.m[k]
+}
+
+// isNullRaw reports whether a raw value is absent or JSON null.
+func isNullRaw(raw json.RawMessage) bool { return raw == nil || string(raw) == "null" }
+
+// str returns field k's string value, marking the field wrong when it is
+// not a string of at most 256 bytes, or when it is required and missing.
+func (b *refBody) str(k string, required bool) (string, bool) {
+	raw := b.get(k)
+	if isNullRaw(raw) {
+		if required && !b.repeated(k) {
+			b.fields[k] = true
+		}
+		return "", false
+	}
+	var s string
+	if raw[0] != '"' || len(raw)-2 > 256 || json.Unmarshal(raw, &s) != nil {
+		b.fields[k] = true
+		return "", false
+	}
+	return s, true
+}
+
+// checkKeys marks known fields that are repeated, and unknown fields unless
+// the configuration allows them.
+func (b *refBody) checkKeys() {
 	known := []string{"symbol", "type", "side", "base_amount", "quote_amount", "price", "stop_price", "oco_target_price", "identifier"}
-	for k, tk := range keys {
+	for k, tk := range b.keys {
 		name := k
 		if !safeRE.MatchString(k) {
 			name = NonFieldErrors
@@ -168,59 +246,38 @@ func reference(r *refSpec, body []byte) refResult {
 		switch {
 		case slices.Contains(known, k):
 			if tk.count > 1 {
-				fields[k] = true
+				b.fields[k] = true
 			}
-		case !r.allowUnknown || tk.count > 1 || tk.nestedDup:
-			fields[name] = true
+		case !b.r.allowUnknown || tk.count > 1 || tk.nestedDup:
+			b.fields[name] = true
 		}
 	}
-	// get returns a known field's raw value, or nil when absent or
-	// repeated (repeats are already reported).
-	get := func(k string) json.RawMessage {
-		if keys[k] == nil || keys[k].count > 1 {
-			return nil
-		}
-		return m[k]
-	}
-	isNull := func(raw json.RawMessage) bool { return raw == nil || string(raw) == "null" }
-	str := func(k string, required bool) (string, bool) {
-		raw := get(k)
-		if isNull(raw) {
-			if required && !(keys[k] != nil && keys[k].count > 1) {
-				fields[k] = true
-			}
-			return "", false
-		}
-		var s string
-		if raw[0] != '"' || len(raw)-2 > 256 || json.Unmarshal(raw, &s) != nil {
-			fields[k] = true
-			return "", false
-		}
-		return s, true
-	}
+}
 
-	var market *Market
-	if s, ok := str("symbol", true); ok {
+// checkStrings checks symbol, type, side and identifier, and returns the
+// order's market and type when they are good (nil and "" otherwise).
+func (b *refBody) checkStrings() (market *Market, typ string) {
+	r := b.r
+	if s, ok := b.str("symbol", true); ok {
 		mk, found := r.markets[s]
 		switch {
 		case !symbolRE.MatchString(s) || len(s) > 32 || !found || !mk.Tradable:
-			fields["symbol"] = true
+			b.fields["symbol"] = true
 		default:
 			market = &mk
 		}
 	}
-	typ := ""
-	if s, ok := str("type", true); ok {
+	if s, ok := b.str("type", true); ok {
 		if slices.Contains([]string{"limit", "market", "stop_limit", "oco"}, s) {
 			typ = s
 		} else {
-			fields["type"] = true
+			b.fields["type"] = true
 		}
 	}
-	if s, ok := str("side", true); ok && s != "buy" && s != "sell" {
-		fields["side"] = true
+	if s, ok := b.str("side", true); ok && s != "buy" && s != "sell" {
+		b.fields["side"] = true
 	}
-	if s, ok := str("identifier", false); ok {
+	if s, ok := b.str("identifier", false); ok {
 		good := len(s) >= 1 && len(s) <= r.idMax
 		for _, c := range []byte(s) {
 			if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte(r.idChars, c) >= 0) {
@@ -228,11 +285,15 @@ func reference(r *refSpec, body []byte) refResult {
 			}
 		}
 		if !good {
-			fields["identifier"] = true
+			b.fields["identifier"] = true
 		}
 	}
+	return market, typ
+}
 
-	// Decimals: which are needed by the type.
+// decimals reads the decimal fields an order of type typ needs, marks those
+// missing, unused or malformed, and returns the values of the good ones.
+func (b *refBody) decimals(typ string) map[string]decimal.Decimal {
 	need := map[string]string{"base_amount": "required", "quote_amount": "optional"}
 	for _, k := range []string{"price", "stop_price", "oco_target_price"} {
 		need[k] = "optional"
@@ -249,94 +310,99 @@ func reference(r *refSpec, body []byte) refResult {
 	}
 	vals := map[string]decimal.Decimal{}
 	for k, n := range need {
-		raw := get(k)
-		if keys[k] != nil && keys[k].count > 1 {
+		raw := b.get(k)
+		if b.repeated(k) {
 			continue
 		}
-		if isNull(raw) {
+		if isNullRaw(raw) {
 			if n == "required" {
-				fields[k] = true
+				b.fields[k] = true
 			}
 			continue
 		}
 		if n == "unused" {
-			fields[k] = true
+			b.fields[k] = true
 			continue
 		}
 		text := string(raw)
 		if raw[0] == '"' {
 			if len(raw)-2 > 256 || json.Unmarshal(raw, &text) != nil {
-				fields[k] = true
+				b.fields[k] = true
 				continue
 			}
 		} else if raw[0] != '-' && (raw[0] < '0' || raw[0] > '9') {
-			fields[k] = true // boolean, object, array
+			b.fields[k] = true // boolean, object, array
 			continue
 		}
 		v, ok := refDecimal(text)
 		if !ok {
-			fields[k] = true
+			b.fields[k] = true
 			continue
 		}
 		vals[k] = v
 	}
-	places := func(v decimal.Decimal) int {
-		for p := 0; ; p++ {
-			if v.Truncate(int32(p)).Equal(v) {
-				return p
-			}
+	return vals
+}
+
+// refPlaces returns the number of decimal places v needs.
+func refPlaces(v decimal.Decimal) int {
+	for p := 0; ; p++ {
+		if v.Truncate(int32(p)).Equal(v) {
+			return p
 		}
 	}
-	if market != nil {
-		check := func(k string, bad bool) {
-			if _, ok := vals[k]; ok && bad {
-				fields[k] = true
-				delete(vals, k)
-			}
-		}
-		check("base_amount", places(vals["base_amount"]) > market.BaseAmountPrecision)
-		check("quote_amount", places(vals["quote_amount"]) > market.QuoteAmountPrecision)
-		for _, k := range []string{"price", "stop_price", "oco_target_price"} {
-			v := vals[k]
-			bad := places(v) > market.PricePrecision
-			if inc, ok := r.incr[market.Symbol]; ok && !v.Mod(inc).IsZero() {
-				bad = true
-			}
-			if lo, ok := r.minPrice[market.Symbol]; ok && v.LessThan(lo) {
-				bad = true
-			}
-			if hi, ok := r.maxPrice[market.Symbol]; ok && v.GreaterThan(hi) {
-				bad = true
-			}
-			check(k, bad)
+}
+
+// checkMarketRules marks the decimals that break market's precision,
+// price increment or price bounds, and drops them from vals.
+func (b *refBody) checkMarketRules(market *Market, vals map[string]decimal.Decimal) {
+	r := b.r
+	check := func(k string, bad bool) {
+		if _, ok := vals[k]; ok && bad {
+			b.fields[k] = true
+			delete(vals, k)
 		}
 	}
+	check("base_amount", refPlaces(vals["base_amount"]) > market.BaseAmountPrecision)
+	check("quote_amount", refPlaces(vals["quote_amount"]) > market.QuoteAmountPrecision)
+	for _, k := range []string{"price", "stop_price", "oco_target_price"} {
+		v := vals[k]
+		bad := refPlaces(v) > market.PricePrecision
+		if inc, ok := r.incr[market.Symbol]; ok && !v.Mod(inc).IsZero() {
+			bad = true
+		}
+		if lo, ok := r.minPrice[market.Symbol]; ok && v.LessThan(lo) {
+			bad = true
+		}
+		if hi, ok := r.maxPrice[market.Symbol]; ok && v.GreaterThan(hi) {
+			bad = true
+		}
+		check(k, bad)
+	}
+}
+
+// checkTotals marks a limit order's quote_amount that is not price ×
+// base_amount, and an order worth less than its market's minimum value.
+func (b *refBody) checkTotals(market *Market, typ string, vals map[string]decimal.Decimal) {
 	price, hasPrice := vals["price"]
 	base, hasBase := vals["base_amount"]
 	quote, hasQuote := vals["quote_amount"]
 	if typ == "limit" && hasPrice && hasBase && hasQuote && !price.Mul(base).Equal(quote) {
-		fields["quote_amount"] = true
+		b.fields["quote_amount"] = true
 	}
 	if market != nil && typ != "" {
-		minV, ok := r.minValue[market.Symbol]
+		minV, ok := b.r.minValue[market.Symbol]
 		if !ok {
-			minV, ok = r.minValue["quote:"+market.Quote]
+			minV, ok = b.r.minValue["quote:"+market.Quote]
 		}
 		switch {
 		case !ok:
 		case typ != "market" && hasPrice && hasBase && price.Mul(base).LessThan(minV):
-			fields[NonFieldErrors] = true
+			b.fields[NonFieldErrors] = true
 		case typ == "market" && hasQuote && quote.LessThan(minV):
-			fields[NonFieldErrors] = true
+			b.fields[NonFieldErrors] = true
 		}
 	}
-	if len(fields) == 0 {
-		res.status = 200
-		return res
-	}
-	res.status, res.code = 400, CodeInvalidOrder
-	res.fields = slices.Sorted(maps.Keys(fields))
-	return res
 }
 
 // refDecimal reads a decimal field's text and applies the bounds every

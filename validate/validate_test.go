@@ -99,9 +99,13 @@ const (
 // edgeCases is the main table: default configuration, the reference
 // backend's markets.
 func edgeCases() []bodyCase {
-	deep := func(n int) string { return strings.Repeat("[", n) + strings.Repeat("]", n) }
+	return slices.Concat(acceptedOrderCases(), decimalValueCases(), presenceCases(),
+		marketRuleCases(), stringCases(), keyAndShapeCases(), malformedJSONCases())
+}
+
+// acceptedOrderCases are well-formed orders of every type that the default configuration accepts.
+func acceptedOrderCases() []bodyCase {
 	return []bodyCase{
-		// Accepted orders.
 		good("limit order", limit()),
 		good("limit order, decimals as numbers", limit("price", `65000`, "base_amount", `0.0015`)),
 		good("limit order with matching quote_amount", limit("quote_amount", `"97.50"`)),
@@ -130,8 +134,12 @@ func edgeCases() []bodyCase {
 		good("1e-7 fits BTC_IRT's 8 places", edit(limitBase, "symbol", `"BTC_IRT"`, "price", `6e9`, "base_amount", `1e-7`)),
 		good("20-digit amount", edit(limitBase, "symbol", `"USDT_IRT"`, "price", `"1"`, "base_amount", `"99999999999999999999"`)),
 		good("fields in another order", obj(field{"base_amount", `"1"`}, field{"side", `"sell"`}, field{"price", `"3200.5"`}, field{"type", `"limit"`}, field{"symbol", `"ETH_USDT"`})),
+	}
+}
 
-		// Decimal values.
+// decimalValueCases are amounts and prices that are not positive, finite, plain decimals within range.
+func decimalValueCases() []bodyCase {
+	return []bodyCase{
 		bad(`"0"`, limit("base_amount", `"0"`), f("base_amount"), msgPositive),
 		bad(`"-1"`, limit("base_amount", `"-1"`), f("base_amount"), msgPositive),
 		bad(`"-0"`, limit("base_amount", `"-0"`), f("base_amount"), msgPositive),
@@ -182,8 +190,12 @@ func edgeCases() []bodyCase {
 		bad("object with a value", limit("base_amount", `{"value":"1"}`), f("base_amount"), msgNotDecimal+", got an object"),
 		bad("array amount", limit("base_amount", `[]`), f("base_amount"), msgNotDecimal+", got an array"),
 		bad("array with a value", limit("price", `["65000"]`), f("price"), msgNotDecimal+", got an array"),
+	}
+}
 
-		// Presence by order type.
+// presenceCases are prices and amounts missing, null or present where the order type says otherwise.
+func presenceCases() []bodyCase {
+	return []bodyCase{
 		bad("base_amount null", limit("base_amount", `null`), f("base_amount"), "must not be null for limit orders"),
 		bad("base_amount missing", limit("base_amount", "-"), f("base_amount"), "required for limit orders"),
 		bad("base_amount missing on a market order", market("base_amount", "-"), f("base_amount"), "required for market orders"),
@@ -196,8 +208,12 @@ func edgeCases() []bodyCase {
 		bad("price missing on stop_limit", edit(stopBase, "price", "-"), f("price"), "required for stop_limit orders"),
 		bad("oco_target_price missing on oco", edit(ocoBase, "oco_target_price", "-"), f("oco_target_price"), "required for oco orders"),
 		bad("oco with every price null", edit(ocoBase, "price", `null`, "stop_price", `null`, "oco_target_price", `null`), f("oco_target_price", "price", "stop_price"), ""),
+	}
+}
 
-		// Market rules.
+// marketRuleCases break a market's price increment, amount precision or quote_amount rule.
+func marketRuleCases() []bodyCase {
+	return []bodyCase{
 		bad("price 65000.001", limit("price", `"65000.001"`), f("price"), "must be a multiple of 0.01"),
 		bad("price 65000.005 as a number", limit("price", `65000.005`), f("price"), "must be a multiple of 0.01"),
 		bad("price 6.5000001e4", limit("price", `6.5000001e4`), f("price"), "must be a multiple of 0.01"),
@@ -209,8 +225,12 @@ func edgeCases() []bodyCase {
 		bad("quote_amount not price × base", limit("quote_amount", `"97.51"`), f("quote_amount"), "must equal price × base_amount (97.5) or be omitted"),
 		bad("quote_amount 100 on a limit order", limit("quote_amount", `100`), f("quote_amount"), "must equal price × base_amount (97.5) or be omitted"),
 		bad("market quote_amount with 3 places", market("quote_amount", `"0.001"`), f("quote_amount"), "must have at most 2 decimal places"),
+	}
+}
 
-		// Strings.
+// stringCases are symbols, types, sides and identifiers that are missing, mistyped or malformed.
+func stringCases() []bodyCase {
+	return []bodyCase{
 		bad("symbol missing", limit("symbol", "-"), f("symbol"), "required"),
 		bad("symbol null", limit("symbol", `null`), f("symbol"), "must not be null"),
 		bad("symbol a number", limit("symbol", `123`), f("symbol"), "must be a string, got a number"),
@@ -239,8 +259,12 @@ func edgeCases() []bodyCase {
 		bad("every field wrong at once", obj(field{"symbol", `"x"`}, field{"type", `"y"`}, field{"side", `"z"`}, field{"base_amount", `"0"`}, field{"identifier", `""`}),
 			f("base_amount", "identifier", "side", "symbol", "type"), ""),
 		bad("empty object", `{}`, f("base_amount", "side", "symbol", "type"), ""),
+	}
+}
 
-		// Repeated and unknown keys.
+// keyAndShapeCases are repeated or unknown keys and bodies that are not a JSON object.
+func keyAndShapeCases() []bodyCase {
+	return []bodyCase{
 		bad("price twice", limit("price", `"65000.00"`)+"", nil, ""), // replaced below
 		bad("unknown field", limit("foo", `1`), f("foo"), "unknown field"),
 		bad("unknown field differing in case", limit("Price", `"1"`), f("Price"), "unknown field"),
@@ -253,8 +277,13 @@ func edgeCases() []bodyCase {
 		bad("string", `"order"`, f(nf), "expected a JSON object, got a string"),
 		bad("null", `null`, f(nf), "expected a JSON object, got null"),
 		bad("number", ` 42 `, f(nf), "expected a JSON object, got a number"),
+	}
+}
 
-		// Malformed JSON.
+// malformedJSONCases are bodies that are not valid JSON, or JSON nested too deeply.
+func malformedJSONCases() []bodyCase {
+	deep := func(n int) string { return strings.Repeat("[", n) + strings.Repeat("]", n) }
+	return []bodyCase{
 		parseErr("empty body", ``),
 		parseErr("white space only", " \n\t "),
 		parseErr("trailing object", limit()+` {}`),
