@@ -2,6 +2,7 @@ package config
 
 import (
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -277,6 +278,10 @@ func checkURLs(col *collector, p path, urls []URL) {
 			col.addf(p.index(i), "%q is already %s", u.Redacted(), p.index(j))
 		}
 		seen[u.String()] = i
+		// Instances of one service are interchangeable: one base path.
+		if first := urls[0].URL; first != nil && strings.TrimSuffix(u.Path, "/") != strings.TrimSuffix(first.Path, "/") {
+			col.addf(p.index(i), "path %q differs from %s's %q: the instances of a service serve one API, under one path", u.Path, p.index(0), first.Path)
+		}
 	}
 }
 

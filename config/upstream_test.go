@@ -47,12 +47,12 @@ func TestUpstreamServicesConfig(t *testing.T) {
 				}
 			}},
 		{name: "every problem by its path",
-			yaml: "upstream:\n  urls: ['http://a:1', 'ftp://b', 'http://a:1']\n  panic_threshold: 101\n  retry_budget: {percent: -1, min_retries: -1}\n" +
+			yaml: "upstream:\n  urls: ['http://a:1', 'ftp://b', 'http://a:1', 'http://c:1/v2']\n  panic_threshold: 101\n  retry_budget: {percent: -1, min_retries: -1}\n" +
 				"  health_check: {path: 'healthz', interval: 1s, timeout: 2s, healthy_threshold: 0, unhealthy_threshold: 0}\n" +
 				"  outlier: {consecutive_5xx: -1, consecutive_connect_failures: -1, base_ejection_time: 1m, max_ejection_time: 1s, max_ejection_percent: 200}\n" +
 				"  services:\n    default: {urls: ['http://x:1']}\n    Bad: {urls: ['http://y:1']}\n    empty: {}\n" +
 				"routes:\n  - {name: r, match: '*', service: wallet}\n",
-			paths: []string{"upstream.urls[1]", "upstream.urls[2]", "upstream.panic_threshold", "upstream.retry_budget.percent",
+			paths: []string{"upstream.urls[1]", "upstream.urls[2]", "upstream.urls[3]", "upstream.panic_threshold", "upstream.retry_budget.percent",
 				"upstream.retry_budget.min_retries", "upstream.health_check.path", "upstream.health_check.timeout",
 				"upstream.health_check.healthy_threshold", "upstream.health_check.unhealthy_threshold",
 				"upstream.outlier.consecutive_5xx", "upstream.outlier.consecutive_connect_failures", "upstream.outlier.max_ejection_time",
