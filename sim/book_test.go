@@ -25,98 +25,105 @@ func mkt(side, amount string) map[string]any {
 	return map[string]any{"symbol": "BTC_USDT", "type": "market", "side": side, "base_amount": amount}
 }
 
+// restingResponse is the response of an order that rested without filling.
+var restingResponse = map[string]any{"state": "active", "dealed_base_amount": "0", "closed_at": nil}
+
+// matchingCase is a sequence of orders placed on an empty BTC_USDT book, the
+// trades they make and the book they leave.
+type matchingCase struct {
+	name    string
+	steps   []step
+	matches []match // newest first
+	bids    []string
+	asks    []string // remaining "amount@price", best first
+}
+
+// matchingCases is TestMatching's table.
+var matchingCases = []matchingCase{
+	{
+		name: "crossing limit trades at the maker price",
+		steps: []step{
+			{lim("sell", "0.5", "65000"), restingResponse},
+			{lim("buy", "0.2", "65100"), map[string]any{
+				"state": "closed", "dealed_base_amount": "0.200000", "dealed_quote_amount": "13000.00",
+				"commission": "13.00", "quote_amount": "13020.00", "price": "65100.00",
+			}},
+		},
+		matches: []match{{"1_2", "65000.00", "0.200000", "13000.00", "buy"}},
+		asks:    []string{"0.3@65000"},
+	},
+	{
+		name: "partial fill rests the remainder",
+		steps: []step{
+			{lim("sell", "0.3", "65000"), restingResponse},
+			{lim("buy", "0.8", "65100"), map[string]any{
+				"state": "active", "closed_at": nil, "dealed_base_amount": "0.300000", "dealed_quote_amount": "19500.00",
+			}},
+			{mkt("sell", "0.5"), map[string]any{
+				"state": "closed", "dealed_base_amount": "0.500000", "dealed_quote_amount": "32550.00",
+			}},
+		},
+		matches: []match{{"2_3", "65100.00", "0.500000", "32550.00", "sell"}, {"1_2", "65000.00", "0.300000", "19500.00", "buy"}},
+		asks:    nil,
+		bids:    nil,
+	},
+	{
+		name: "non-crossing limits rest",
+		steps: []step{
+			{lim("sell", "1", "65000"), restingResponse},
+			{lim("buy", "1", "64999.99"), restingResponse},
+		},
+		bids: []string{"1@64999.99"},
+		asks: []string{"1@65000"},
+	},
+	{
+		name:  "market on empty book is cancelled",
+		steps: []step{{mkt("buy", "1"), map[string]any{"state": "canceled", "dealed_base_amount": "0", "commission": "0"}}},
+	},
+	{
+		name: "market larger than the book fills partly and cancels the rest",
+		steps: []step{
+			{lim("buy", "0.1", "64000"), restingResponse},
+			{mkt("sell", "0.4"), map[string]any{"state": "canceled", "dealed_base_amount": "0.100000", "dealed_quote_amount": "6400.00", "commission": "6.40"}},
+		},
+		matches: []match{{"1_2", "64000.00", "0.100000", "6400.00", "sell"}},
+	},
+	{
+		name: "asks: lowest price first, FIFO within a price",
+		steps: []step{
+			{lim("sell", "0.1", "65010"), restingResponse},
+			{lim("sell", "0.1", "65000"), restingResponse},
+			{lim("sell", "0.2", "65000"), restingResponse},
+			{mkt("buy", "0.15"), map[string]any{"state": "closed", "dealed_quote_amount": "9750.00"}},
+			{lim("buy", "0.2", "65020"), map[string]any{"state": "closed", "dealed_quote_amount": "13000.50"}},
+		},
+		matches: []match{
+			{"4_5", "65010.00", "0.050000", "3250.50", "buy"},
+			{"3_5", "65000.00", "0.150000", "9750.00", "buy"},
+			{"2_4", "65000.00", "0.050000", "3250.00", "buy"},
+			{"1_4", "65000.00", "0.100000", "6500.00", "buy"},
+		},
+		asks: []string{"0.05@65010"},
+	},
+	{
+		name: "bids: highest price first, FIFO within a price",
+		steps: []step{
+			{lim("buy", "0.1", "63990"), restingResponse},
+			{lim("buy", "0.1", "64000"), restingResponse},
+			{lim("buy", "0.2", "64000"), restingResponse},
+			{lim("sell", "0.35", "63990"), map[string]any{"state": "closed", "dealed_quote_amount": "22399.50"}},
+		},
+		matches: []match{
+			{"3_4", "63990.00", "0.050000", "3199.50", "sell"},
+			{"2_4", "64000.00", "0.200000", "12800.00", "sell"},
+			{"1_4", "64000.00", "0.100000", "6400.00", "sell"},
+		},
+		bids: []string{"0.05@63990"},
+	},
+}
+
 func TestMatching(t *testing.T) {
-	// resting is the response of an order that rested without filling.
-	resting := map[string]any{"state": "active", "dealed_base_amount": "0", "closed_at": nil}
-	tests := []struct {
-		name    string
-		steps   []step
-		matches []match // newest first
-		bids    []string
-		asks    []string // remaining "amount@price", best first
-	}{
-		{
-			name: "crossing limit trades at the maker price",
-			steps: []step{
-				{lim("sell", "0.5", "65000"), resting},
-				{lim("buy", "0.2", "65100"), map[string]any{
-					"state": "closed", "dealed_base_amount": "0.200000", "dealed_quote_amount": "13000.00",
-					"commission": "13.00", "quote_amount": "13020.00", "price": "65100.00",
-				}},
-			},
-			matches: []match{{"1_2", "65000.00", "0.200000", "13000.00", "buy"}},
-			asks:    []string{"0.3@65000"},
-		},
-		{
-			name: "partial fill rests the remainder",
-			steps: []step{
-				{lim("sell", "0.3", "65000"), resting},
-				{lim("buy", "0.8", "65100"), map[string]any{
-					"state": "active", "closed_at": nil, "dealed_base_amount": "0.300000", "dealed_quote_amount": "19500.00",
-				}},
-				{mkt("sell", "0.5"), map[string]any{
-					"state": "closed", "dealed_base_amount": "0.500000", "dealed_quote_amount": "32550.00",
-				}},
-			},
-			matches: []match{{"2_3", "65100.00", "0.500000", "32550.00", "sell"}, {"1_2", "65000.00", "0.300000", "19500.00", "buy"}},
-			asks:    nil,
-			bids:    nil,
-		},
-		{
-			name: "non-crossing limits rest",
-			steps: []step{
-				{lim("sell", "1", "65000"), resting},
-				{lim("buy", "1", "64999.99"), resting},
-			},
-			bids: []string{"1@64999.99"},
-			asks: []string{"1@65000"},
-		},
-		{
-			name:  "market on empty book is cancelled",
-			steps: []step{{mkt("buy", "1"), map[string]any{"state": "canceled", "dealed_base_amount": "0", "commission": "0"}}},
-		},
-		{
-			name: "market larger than the book fills partly and cancels the rest",
-			steps: []step{
-				{lim("buy", "0.1", "64000"), resting},
-				{mkt("sell", "0.4"), map[string]any{"state": "canceled", "dealed_base_amount": "0.100000", "dealed_quote_amount": "6400.00", "commission": "6.40"}},
-			},
-			matches: []match{{"1_2", "64000.00", "0.100000", "6400.00", "sell"}},
-		},
-		{
-			name: "asks: lowest price first, FIFO within a price",
-			steps: []step{
-				{lim("sell", "0.1", "65010"), resting},
-				{lim("sell", "0.1", "65000"), resting},
-				{lim("sell", "0.2", "65000"), resting},
-				{mkt("buy", "0.15"), map[string]any{"state": "closed", "dealed_quote_amount": "9750.00"}},
-				{lim("buy", "0.2", "65020"), map[string]any{"state": "closed", "dealed_quote_amount": "13000.50"}},
-			},
-			matches: []match{
-				{"4_5", "65010.00", "0.050000", "3250.50", "buy"},
-				{"3_5", "65000.00", "0.150000", "9750.00", "buy"},
-				{"2_4", "65000.00", "0.050000", "3250.00", "buy"},
-				{"1_4", "65000.00", "0.100000", "6500.00", "buy"},
-			},
-			asks: []string{"0.05@65010"},
-		},
-		{
-			name: "bids: highest price first, FIFO within a price",
-			steps: []step{
-				{lim("buy", "0.1", "63990"), resting},
-				{lim("buy", "0.1", "64000"), resting},
-				{lim("buy", "0.2", "64000"), resting},
-				{lim("sell", "0.35", "63990"), map[string]any{"state": "closed", "dealed_quote_amount": "22399.50"}},
-			},
-			matches: []match{
-				{"3_4", "63990.00", "0.050000", "3199.50", "sell"},
-				{"2_4", "64000.00", "0.200000", "12800.00", "sell"},
-				{"1_4", "64000.00", "0.100000", "6400.00", "sell"},
-			},
-			bids: []string{"0.05@63990"},
-		},
-	}
-	for _, tt := range tests {
+	for _, tt := range matchingCases {
 		t.Run(tt.name, func(t *testing.T) {
 			h := newHarness(t, Options{}, false)
 			for i, s := range tt.steps {

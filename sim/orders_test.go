@@ -30,80 +30,86 @@ func orderKinds(withID bool, nulls ...string) map[string]string {
 	return k
 }
 
+// placeOrderCase is one order placed on an empty book and the response it
+// gets: the kind of every field and the exact value of some.
+type placeOrderCase struct {
+	name  string
+	body  string // JSON
+	kinds map[string]string
+	want  map[string]any // exact values of some fields
+}
+
+// placeOrderCases is TestPlaceOrderResponse's table.
+var placeOrderCases = []placeOrderCase{
+	{
+		name:  "limit with string decimals",
+		body:  `{"symbol":"BTC_USDT","type":"limit","side":"buy","base_amount":"0.001","price":"65000.5"}`,
+		kinds: orderKinds(false, "stop_price", "oco_target_price", "identifier", "closed_at"),
+		want: map[string]any{
+			"symbol": "BTC_USDT", "type": "limit", "side": "buy", "price": "65000.50",
+			"base_amount": "0.001000", "quote_amount": "65.0005", "state": "active",
+			"dealed_base_amount": "0", "dealed_quote_amount": "0", "commission": "0",
+			"req_to_cancel": false, "created_at": "2026-11-22T10:04:05.123456+00:00",
+		},
+	},
+	{
+		name:  "limit with number decimals and identifier",
+		body:  `{"symbol":"ETH_BTC","type":"limit","side":"sell","base_amount":1.2345,"price":0.052345,"identifier":"abc-1","stop_price":null}`,
+		kinds: orderKinds(false, "stop_price", "oco_target_price", "closed_at"),
+		want: map[string]any{
+			"price": "0.052345", "base_amount": "1.2345", "quote_amount": "0.0646199025",
+			"identifier": "abc-1", "state": "active",
+		},
+	},
+	{
+		name:  "limit whose quote needs more than the quote precision",
+		body:  `{"symbol":"BTC_USDT","type":"limit","side":"buy","price":"1000.50","base_amount":0.002}`,
+		kinds: orderKinds(false, "stop_price", "oco_target_price", "identifier", "closed_at"),
+		want:  map[string]any{"price": "1000.50", "base_amount": "0.002000", "quote_amount": "2.001"},
+	},
+	{
+		name:  "limit in a zero-decimal market",
+		body:  `{"symbol":"BTC_IRT","type":"limit","side":"buy","base_amount":"0.00012345","price":"5000000000"}`,
+		kinds: orderKinds(false, "stop_price", "oco_target_price", "identifier", "closed_at"),
+		want:  map[string]any{"price": "5000000000", "base_amount": "0.00012345", "quote_amount": "617250"},
+	},
+	{
+		name:  "market on empty book",
+		body:  `{"symbol":"BTC_USDT","type":"market","side":"buy","base_amount":"0.5"}`,
+		kinds: orderKinds(true, "price", "stop_price", "oco_target_price", "identifier"),
+		want: map[string]any{
+			"state": "canceled", "dealed_base_amount": "0", "dealed_quote_amount": "0",
+			"quote_amount": "0", "commission": "0", "closed_at": "2026-11-22T10:04:05.123456+00:00",
+		},
+	},
+	{
+		name:  "market echoes a quote_amount sent",
+		body:  `{"symbol":"BTC_USDT","type":"market","side":"buy","base_amount":"0.5","quote_amount":100,"price":"1"}`,
+		kinds: orderKinds(true, "price", "stop_price", "oco_target_price", "identifier"),
+		want:  map[string]any{"quote_amount": "100.00", "state": "canceled"},
+	},
+	{
+		name:  "stop_limit rests untriggered",
+		body:  `{"symbol":"ETH_USDT","type":"stop_limit","side":"sell","base_amount":"2","price":"3000","stop_price":"3010.5","quote_amount":"1"}`,
+		kinds: orderKinds(true, "oco_target_price", "identifier", "closed_at"),
+		want: map[string]any{
+			"price": "3000.00", "stop_price": "3010.50", "base_amount": "2.0000",
+			"quote_amount": "6000.00", "state": "active",
+		},
+	},
+	{
+		name:  "oco",
+		body:  `{"symbol":"USDT_IRT","type":"oco","side":"buy","base_amount":"10.5","price":"90000","stop_price":"95000","oco_target_price":"89000"}`,
+		kinds: orderKinds(true, "identifier", "closed_at"),
+		want: map[string]any{
+			"price": "90000", "stop_price": "95000", "oco_target_price": "89000",
+			"quote_amount": "945000", "state": "active",
+		},
+	},
+}
+
 func TestPlaceOrderResponse(t *testing.T) {
-	tests := []struct {
-		name  string
-		body  string // JSON
-		kinds map[string]string
-		want  map[string]any // exact values of some fields
-	}{
-		{
-			name:  "limit with string decimals",
-			body:  `{"symbol":"BTC_USDT","type":"limit","side":"buy","base_amount":"0.001","price":"65000.5"}`,
-			kinds: orderKinds(false, "stop_price", "oco_target_price", "identifier", "closed_at"),
-			want: map[string]any{
-				"symbol": "BTC_USDT", "type": "limit", "side": "buy", "price": "65000.50",
-				"base_amount": "0.001000", "quote_amount": "65.0005", "state": "active",
-				"dealed_base_amount": "0", "dealed_quote_amount": "0", "commission": "0",
-				"req_to_cancel": false, "created_at": "2026-11-22T10:04:05.123456+00:00",
-			},
-		},
-		{
-			name:  "limit with number decimals and identifier",
-			body:  `{"symbol":"ETH_BTC","type":"limit","side":"sell","base_amount":1.2345,"price":0.052345,"identifier":"abc-1","stop_price":null}`,
-			kinds: orderKinds(false, "stop_price", "oco_target_price", "closed_at"),
-			want: map[string]any{
-				"price": "0.052345", "base_amount": "1.2345", "quote_amount": "0.0646199025",
-				"identifier": "abc-1", "state": "active",
-			},
-		},
-		{
-			name:  "limit whose quote needs more than the quote precision",
-			body:  `{"symbol":"BTC_USDT","type":"limit","side":"buy","price":"1000.50","base_amount":0.002}`,
-			kinds: orderKinds(false, "stop_price", "oco_target_price", "identifier", "closed_at"),
-			want:  map[string]any{"price": "1000.50", "base_amount": "0.002000", "quote_amount": "2.001"},
-		},
-		{
-			name:  "limit in a zero-decimal market",
-			body:  `{"symbol":"BTC_IRT","type":"limit","side":"buy","base_amount":"0.00012345","price":"5000000000"}`,
-			kinds: orderKinds(false, "stop_price", "oco_target_price", "identifier", "closed_at"),
-			want:  map[string]any{"price": "5000000000", "base_amount": "0.00012345", "quote_amount": "617250"},
-		},
-		{
-			name:  "market on empty book",
-			body:  `{"symbol":"BTC_USDT","type":"market","side":"buy","base_amount":"0.5"}`,
-			kinds: orderKinds(true, "price", "stop_price", "oco_target_price", "identifier"),
-			want: map[string]any{
-				"state": "canceled", "dealed_base_amount": "0", "dealed_quote_amount": "0",
-				"quote_amount": "0", "commission": "0", "closed_at": "2026-11-22T10:04:05.123456+00:00",
-			},
-		},
-		{
-			name:  "market echoes a quote_amount sent",
-			body:  `{"symbol":"BTC_USDT","type":"market","side":"buy","base_amount":"0.5","quote_amount":100,"price":"1"}`,
-			kinds: orderKinds(true, "price", "stop_price", "oco_target_price", "identifier"),
-			want:  map[string]any{"quote_amount": "100.00", "state": "canceled"},
-		},
-		{
-			name:  "stop_limit rests untriggered",
-			body:  `{"symbol":"ETH_USDT","type":"stop_limit","side":"sell","base_amount":"2","price":"3000","stop_price":"3010.5","quote_amount":"1"}`,
-			kinds: orderKinds(true, "oco_target_price", "identifier", "closed_at"),
-			want: map[string]any{
-				"price": "3000.00", "stop_price": "3010.50", "base_amount": "2.0000",
-				"quote_amount": "6000.00", "state": "active",
-			},
-		},
-		{
-			name:  "oco",
-			body:  `{"symbol":"USDT_IRT","type":"oco","side":"buy","base_amount":"10.5","price":"90000","stop_price":"95000","oco_target_price":"89000"}`,
-			kinds: orderKinds(true, "identifier", "closed_at"),
-			want: map[string]any{
-				"price": "90000", "stop_price": "95000", "oco_target_price": "89000",
-				"quote_amount": "945000", "state": "active",
-			},
-		},
-	}
-	for _, tt := range tests {
+	for _, tt := range placeOrderCases {
 		t.Run(tt.name, func(t *testing.T) {
 			h := newHarness(t, Options{}, false)
 			r := h.do(t, http.MethodPost, "/api/v1/odr/orders/", h.access, tt.body)
