@@ -253,43 +253,7 @@ func TestDockerfile(t *testing.T) {
 		if !strings.Contains(buildRun, "--mount=type=cache,target=/go/pkg/mod") {
 			t.Error("go build does not use a module cache mount")
 		}
-		// Every go build in the RUN: static, trimmed, stripped, one of the
-		// two commands, output where the final stage copies from.
-		var outputs []string
-		builds := strings.Split(buildRun, "go build")[1:]
-		if len(builds) != 2 {
-			t.Errorf("%d go build invocations, want 2 (exgate and exchange-sim)", len(builds))
-		}
-		segments := strings.Split(buildRun, "&&")
-		for _, seg := range segments {
-			if !strings.Contains(seg, "go build") {
-				continue
-			}
-			if !strings.Contains(seg, "CGO_ENABLED=0") {
-				t.Errorf("go build without CGO_ENABLED=0: %s", seg)
-			}
-			if !strings.Contains(seg, "-trimpath") {
-				t.Errorf("go build without -trimpath: %s", seg)
-			}
-			ld := regexp.MustCompile(`-ldflags "([^"]*)"`).FindStringSubmatch(seg)
-			if ld == nil || !slices.Contains(strings.Fields(ld[1]), "-s") || !slices.Contains(strings.Fields(ld[1]), "-w") {
-				t.Errorf("go build without -ldflags \"-s -w\": %s", seg)
-			}
-			o := regexp.MustCompile(`-o (\S+) (\./cmd/\S+)`).FindStringSubmatch(seg)
-			if o == nil {
-				t.Errorf("go build without -o OUT ./cmd/PKG: %s", seg)
-				continue
-			}
-			outputs = append(outputs, o[1])
-			if src := readFile(t, filepath.Join("..", o[2], "main.go")); !strings.Contains(src, "package main") {
-				t.Errorf("%s is not a main package", o[2])
-			}
-		}
-		for _, want := range []string{"./cmd/exgate", "./cmd/exchange-sim"} {
-			if !strings.Contains(buildRun, " "+want+" ") && !strings.HasSuffix(buildRun, " "+want) {
-				t.Errorf("the builder does not build %s", want)
-			}
-		}
+		outputs := checkGoBuilds(t, buildRun)
 		// COPY sources exist in the repository.
 		for _, in := range build.all("COPY") {
 			f := strings.Fields(in.args)
@@ -303,76 +267,130 @@ func TestDockerfile(t *testing.T) {
 			}
 		}
 
-		// The version and commit are linked in from build arguments (the
-		// context has no .git), which `make image` passes from git.
-		if !strings.Contains(buildRun, "-X main.version=${VERSION}") || !strings.Contains(buildRun, "-X main.revision=${REVISION}") {
-			t.Error("exgate's go build does not link main.version and main.revision from VERSION and REVISION")
-		}
-		for _, arg := range []string{"VERSION", "REVISION"} {
-			if !slices.ContainsFunc(build.all("ARG"), func(in instruction) bool { return strings.HasPrefix(in.args, arg+"=") || in.args == arg }) {
-				t.Errorf("the builder declares no ARG %s", arg)
-			}
-		}
-		mk := readFile(t, "../Makefile")
-		image := mk[strings.Index(mk, "\nimage:"):]
-		if i := strings.Index(image[1:], "\n\n"); i >= 0 {
-			image = image[:i+1]
-		}
-		for _, want := range []string{"-f deploy/Dockerfile", "--build-arg VERSION=$(VERSION)", "--build-arg REVISION=$(REVISION)"} {
-			if !strings.Contains(image, want) {
-				t.Errorf("the Makefile's image target lacks %s:\n%s", want, image)
-			}
-		}
+		checkVersionLinked(t, build, buildRun)
 
-		t.Run("final", func(t *testing.T) {
-			if !strings.HasPrefix(final.base, "gcr.io/distroless/static") && final.base != "scratch" {
-				t.Errorf("final base %q, want distroless static or scratch", final.base)
-			}
-			users := final.all("USER")
-			if len(users) == 0 {
-				t.Fatal("final stage has no USER: it would run as root")
-			}
-			u, _, _ := strings.Cut(users[len(users)-1].args, ":")
-			if n, err := strconv.Atoi(u); (err == nil && n == 0) || u == "root" || (err != nil && u != "nonroot") {
-				t.Errorf("USER %q: want a non-root numeric uid", users[len(users)-1].args)
-			}
-			var copied []string
-			for _, in := range final.all("COPY") {
-				f := strings.Fields(in.args)
-				if len(f) < 3 || f[0] != "--from="+build.name {
-					t.Errorf("line %d: final COPY %q is not from the builder", in.line, in.args)
-					continue
-				}
-				dst := f[len(f)-1]
-				for _, src := range f[1 : len(f)-1] {
-					if !slices.Contains(outputs, src) {
-						t.Errorf("line %d: COPY of %s, which the builder does not produce (%v)", in.line, src, outputs)
-					}
-					copied = append(copied, path.Join(dst, path.Base(src)))
-				}
-			}
-			ep := final.all("ENTRYPOINT")
-			if len(ep) != 1 {
-				t.Fatalf("%d ENTRYPOINTs in the final stage, want 1", len(ep))
-			}
-			var argv []string
-			if err := json.Unmarshal([]byte(ep[0].args), &argv); err != nil || len(argv) == 0 {
-				t.Fatalf("ENTRYPOINT %s: want exec form (JSON) so that SIGTERM reaches exgate", ep[0].args)
-			}
-			if path.Base(argv[0]) != "exgate" || !slices.Contains(copied, argv[0]) {
-				t.Errorf("ENTRYPOINT %s is not the copied exgate binary (%v)", argv[0], copied)
-			}
-			var ports []string
-			for _, in := range final.all("EXPOSE") {
-				ports = append(ports, strings.Fields(in.args)...)
-			}
-			for _, want := range []string{"8080", "9090"} {
-				if !slices.Contains(ports, want) {
-					t.Errorf("EXPOSE lacks %s (%v)", want, ports)
-				}
-			}
-		})
+		t.Run("final", func(t *testing.T) { checkDockerFinal(t, build, final, outputs) })
 	})
+}
+
+// checkGoBuilds checks every go build in the builder's RUN buildRun:
+// static, trimmed, stripped, one of the two commands. It returns their
+// outputs, where the final stage copies from.
+func checkGoBuilds(t *testing.T, buildRun string) []string {
+	t.Helper()
+	var outputs []string
+	builds := strings.Split(buildRun, "go build")[1:]
+	if len(builds) != 2 {
+		t.Errorf("%d go build invocations, want 2 (exgate and exchange-sim)", len(builds))
+	}
+	segments := strings.Split(buildRun, "&&")
+	for _, seg := range segments {
+		if !strings.Contains(seg, "go build") {
+			continue
+		}
+		if !strings.Contains(seg, "CGO_ENABLED=0") {
+			t.Errorf("go build without CGO_ENABLED=0: %s", seg)
+		}
+		if !strings.Contains(seg, "-trimpath") {
+			t.Errorf("go build without -trimpath: %s", seg)
+		}
+		ld := regexp.MustCompile(`-ldflags "([^"]*)"`).FindStringSubmatch(seg)
+		if ld == nil || !slices.Contains(strings.Fields(ld[1]), "-s") || !slices.Contains(strings.Fields(ld[1]), "-w") {
+			t.Errorf("go build without -ldflags \"-s -w\": %s", seg)
+		}
+		o := regexp.MustCompile(`-o (\S+) (\./cmd/\S+)`).FindStringSubmatch(seg)
+		if o == nil {
+			t.Errorf("go build without -o OUT ./cmd/PKG: %s", seg)
+			continue
+		}
+		outputs = append(outputs, o[1])
+		if src := readFile(t, filepath.Join("..", o[2], "main.go")); !strings.Contains(src, "package main") {
+			t.Errorf("%s is not a main package", o[2])
+		}
+	}
+	for _, want := range []string{"./cmd/exgate", "./cmd/exchange-sim"} {
+		if !strings.Contains(buildRun, " "+want+" ") && !strings.HasSuffix(buildRun, " "+want) {
+			t.Errorf("the builder does not build %s", want)
+		}
+	}
+	return outputs
+}
+
+// checkVersionLinked checks that the version and commit are linked in from
+// build arguments (the context has no .git), which `make image` passes from
+// git.
+func checkVersionLinked(t *testing.T, build *stage, buildRun string) {
+	t.Helper()
+	if !strings.Contains(buildRun, "-X main.version=${VERSION}") || !strings.Contains(buildRun, "-X main.revision=${REVISION}") {
+		t.Error("exgate's go build does not link main.version and main.revision from VERSION and REVISION")
+	}
+	for _, arg := range []string{"VERSION", "REVISION"} {
+		if !slices.ContainsFunc(build.all("ARG"), func(in instruction) bool { return strings.HasPrefix(in.args, arg+"=") || in.args == arg }) {
+			t.Errorf("the builder declares no ARG %s", arg)
+		}
+	}
+	mk := readFile(t, "../Makefile")
+	image := mk[strings.Index(mk, "\nimage:"):]
+	if i := strings.Index(image[1:], "\n\n"); i >= 0 {
+		image = image[:i+1]
+	}
+	for _, want := range []string{"-f deploy/Dockerfile", "--build-arg VERSION=$(VERSION)", "--build-arg REVISION=$(REVISION)"} {
+		if !strings.Contains(image, want) {
+			t.Errorf("the Makefile's image target lacks %s:\n%s", want, image)
+		}
+	}
+}
+
+// checkDockerFinal checks the final stage: a minimal non-root image whose
+// exec-form entrypoint is the exgate binary copied from the builder's
+// outputs, exposing the traffic and admin ports.
+func checkDockerFinal(t *testing.T, build, final *stage, outputs []string) {
+	if !strings.HasPrefix(final.base, "gcr.io/distroless/static") && final.base != "scratch" {
+		t.Errorf("final base %q, want distroless static or scratch", final.base)
+	}
+	users := final.all("USER")
+	if len(users) == 0 {
+		t.Fatal("final stage has no USER: it would run as root")
+	}
+	u, _, _ := strings.Cut(users[len(users)-1].args, ":")
+	if n, err := strconv.Atoi(u); (err == nil && n == 0) || u == "root" || (err != nil && u != "nonroot") {
+		t.Errorf("USER %q: want a non-root numeric uid", users[len(users)-1].args)
+	}
+	var copied []string
+	for _, in := range final.all("COPY") {
+		f := strings.Fields(in.args)
+		if len(f) < 3 || f[0] != "--from="+build.name {
+			t.Errorf("line %d: final COPY %q is not from the builder", in.line, in.args)
+			continue
+		}
+		dst := f[len(f)-1]
+		for _, src := range f[1 : len(f)-1] {
+			if !slices.Contains(outputs, src) {
+				t.Errorf("line %d: COPY of %s, which the builder does not produce (%v)", in.line, src, outputs)
+			}
+			copied = append(copied, path.Join(dst, path.Base(src)))
+		}
+	}
+	ep := final.all("ENTRYPOINT")
+	if len(ep) != 1 {
+		t.Fatalf("%d ENTRYPOINTs in the final stage, want 1", len(ep))
+	}
+	var argv []string
+	if err := json.Unmarshal([]byte(ep[0].args), &argv); err != nil || len(argv) == 0 {
+		t.Fatalf("ENTRYPOINT %s: want exec form (JSON) so that SIGTERM reaches exgate", ep[0].args)
+	}
+	if path.Base(argv[0]) != "exgate" || !slices.Contains(copied, argv[0]) {
+		t.Errorf("ENTRYPOINT %s is not the copied exgate binary (%v)", argv[0], copied)
+	}
+	var ports []string
+	for _, in := range final.all("EXPOSE") {
+		ports = append(ports, strings.Fields(in.args)...)
+	}
+	for _, want := range []string{"8080", "9090"} {
+		if !slices.Contains(ports, want) {
+			t.Errorf("EXPOSE lacks %s (%v)", want, ports)
+		}
+	}
 }
 
 func TestParseDockerfile(t *testing.T) {
@@ -602,52 +620,7 @@ func TestCheckConfigCommand(t *testing.T) {
 		}
 	}
 
-	t.Run("as the pod's user", func(t *testing.T) {
-		// The files as the kubelet writes them: the Secret's owned by root
-		// and the pod's fsGroup, with the volume's mode; exgate run as the
-		// Deployment's user must read them.
-		if os.Geteuid() != 0 {
-			t.Skip("needs root, to own files and run exgate as the pod's user")
-		}
-		dep := one(t, byKind, "Deployment")
-		pod := dig(dep, "spec", "template", "spec")
-		c := list(dig(pod, "containers"))[0]
-		u := podUser(pod, c)
-		tlsVol := list(dig(pod, "volumes"))[slices.IndexFunc(list(dig(pod, "volumes")), func(v any) bool { return dig(v, "secret") != nil })]
-		for _, d := range []string{filepath.Dir(dir), dir, filepath.Dir(bin), filepath.Dir(filepath.Dir(bin))} {
-			if err := os.Chmod(d, 0o755); err != nil {
-				t.Fatal(err)
-			}
-		}
-		err := filepath.WalkDir(dir, func(p string, e fs.DirEntry, err error) error {
-			switch {
-			case err != nil || e.Type()&fs.ModeSymlink != 0:
-				return err
-			case e.IsDir():
-				return os.Chmod(p, 0o755)
-			case filepath.Dir(filepath.Dir(p)) == vol.Dir: // the Secret's files, in its ..<timestamp> directory
-				if err := os.Chown(p, 0, u.fsGroup); err != nil {
-					return err
-				}
-				return os.Chmod(p, secretFileMode(tlsVol))
-			}
-			return os.Chmod(p, 0o644) // the ConfigMap's, and the CA's
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		cmd := exec.Command(bin, "check-config", filepath.Join(dir, "exgate.yaml"))
-		cmd.Dir, cmd.Env = "/", env
-		groups := make([]uint32, len(u.groups))
-		for i, g := range u.groups {
-			groups[i] = uint32(g)
-		}
-		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(u.uid), Gid: uint32(u.gid), Groups: groups}}
-		out, err := cmd.CombinedOutput()
-		if err != nil || !strings.HasSuffix(string(out), "\nok\n") {
-			t.Errorf("exgate check-config as user %d (group %d, groups %v): %v\n%s", u.uid, u.gid, u.groups, err, out)
-		}
-	})
+	t.Run("as the pod's user", func(t *testing.T) { checkConfigAsPodUser(t, byKind, bin, dir, vol, env) })
 
 	t.Run("the ConfigMap's recipe", func(t *testing.T) {
 		// The check the ConfigMap's comments give, run as written with
@@ -671,6 +644,56 @@ func TestCheckConfigCommand(t *testing.T) {
 			t.Errorf("%s: %v\n%s", recipe, err, out)
 		}
 	})
+}
+
+// checkConfigAsPodUser runs exgate check-config on the configuration in dir
+// as the Deployment's user, with the files owned and moded as the kubelet
+// writes them: the TLS Secret's in vol, the ConfigMap's and the CA's.
+func checkConfigAsPodUser(t *testing.T, byKind map[string][]map[string]any, bin, dir string, vol *tlstest.SecretVolume, env []string) {
+	// The files as the kubelet writes them: the Secret's owned by root
+	// and the pod's fsGroup, with the volume's mode; exgate run as the
+	// Deployment's user must read them.
+	if os.Geteuid() != 0 {
+		t.Skip("needs root, to own files and run exgate as the pod's user")
+	}
+	dep := one(t, byKind, "Deployment")
+	pod := dig(dep, "spec", "template", "spec")
+	c := list(dig(pod, "containers"))[0]
+	u := podUser(pod, c)
+	tlsVol := list(dig(pod, "volumes"))[slices.IndexFunc(list(dig(pod, "volumes")), func(v any) bool { return dig(v, "secret") != nil })]
+	for _, d := range []string{filepath.Dir(dir), dir, filepath.Dir(bin), filepath.Dir(filepath.Dir(bin))} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	err := filepath.WalkDir(dir, func(p string, e fs.DirEntry, err error) error {
+		switch {
+		case err != nil || e.Type()&fs.ModeSymlink != 0:
+			return err
+		case e.IsDir():
+			return os.Chmod(p, 0o755)
+		case filepath.Dir(filepath.Dir(p)) == vol.Dir: // the Secret's files, in its ..<timestamp> directory
+			if err := os.Chown(p, 0, u.fsGroup); err != nil {
+				return err
+			}
+			return os.Chmod(p, secretFileMode(tlsVol))
+		}
+		return os.Chmod(p, 0o644) // the ConfigMap's, and the CA's
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "check-config", filepath.Join(dir, "exgate.yaml"))
+	cmd.Dir, cmd.Env = "/", env
+	groups := make([]uint32, len(u.groups))
+	for i, g := range u.groups {
+		groups[i] = uint32(g)
+	}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(u.uid), Gid: uint32(u.gid), Groups: groups}}
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.HasSuffix(string(out), "\nok\n") {
+		t.Errorf("exgate check-config as user %d (group %d, groups %v): %v\n%s", u.uid, u.gid, u.groups, err, out)
+	}
 }
 
 // checkTokensFile loads a tokens file with the gateway's own loader, and
@@ -755,7 +778,33 @@ func TestCompose(t *testing.T) {
 		}
 	}
 
-	// Every bind mount's source exists; remember where files land.
+	c := composeFile{doc: docs[0], services: services, mounted: composeMounts(t, docs[0], services), env: composeEnv(t)}
+	t.Run("exgate", func(t *testing.T) { checkComposeExgate(t, c) })
+
+	t.Run("balancer", func(t *testing.T) { checkComposeBalancer(t, c) })
+
+	t.Run("exchange-sim", func(t *testing.T) { checkComposeExchangeSim(t, c) })
+
+	t.Run("prometheus", func(t *testing.T) { checkComposePrometheus(t, c) })
+
+	t.Run("grafana", func(t *testing.T) { checkComposeGrafana(t, c) })
+}
+
+// composeFile is compose.yaml as TestCompose's checks read it.
+type composeFile struct {
+	doc      any
+	services map[string]any
+	// mounted maps each service's container paths to their bind mount
+	// sources (see composeMounts).
+	mounted map[string]map[string]string
+	env     map[string]string // exgate's environment (see composeEnv)
+}
+
+// composeMounts checks that every bind mount's source and every build
+// context exists, and that every named volume is declared. It returns where
+// files land: for each service, its container paths and their sources.
+func composeMounts(t *testing.T, doc any, services map[string]any) map[string]map[string]string {
+	t.Helper()
 	mounted := map[string]map[string]string{} // service → container path → source
 	for name, svc := range services {
 		mounted[name] = map[string]string{}
@@ -767,7 +816,7 @@ func TestCompose(t *testing.T) {
 			}
 			src, dst := parts[0], parts[1]
 			if !strings.HasPrefix(src, ".") {
-				if dig(docs[0], "volumes", src) == nil && !slices.Contains(keys(dig(docs[0], "volumes")), src) {
+				if dig(doc, "volumes", src) == nil && !slices.Contains(keys(dig(doc, "volumes")), src) {
 					t.Errorf("%s: named volume %s is not declared", name, src)
 				}
 				continue
@@ -785,233 +834,243 @@ func TestCompose(t *testing.T) {
 		}
 	}
 
-	exgate := services["exgate"]
-	env := composeEnv(t)
-	t.Run("exgate", func(t *testing.T) {
-		if env["EXGATE_ADMIN_LISTEN"] != "0.0.0.0:9090" {
-			t.Errorf("EXGATE_ADMIN_LISTEN = %q, want 0.0.0.0:9090 (Prometheus scrapes it)", env["EXGATE_ADMIN_LISTEN"])
-		}
-		// Secrets come from the environment compose runs in, never a
-		// literal: the key secret required, the admin token (the console's,
-		// on the container's every interface) passed on.
-		if raw := str(dig(exgate, "environment", "EXGATE_KEY_SECRET")); !strings.HasPrefix(raw, "${EXGATE_KEY_SECRET:?") {
-			t.Errorf("EXGATE_KEY_SECRET = %q: want it required from the environment, never a literal", raw)
-		}
-		if raw := str(dig(exgate, "environment", "EXGATE_ADMIN_TOKEN")); !strings.HasPrefix(raw, "${EXGATE_ADMIN_TOKEN") {
-			t.Errorf("EXGATE_ADMIN_TOKEN = %q: want it from the environment, never a literal", raw)
-		}
-		cfgPath := exgateConfigPath(t, exgate)
-		src, ok := mounted["exgate"][cfgPath]
-		if !ok {
-			t.Fatalf("-config %s is not mounted", cfgPath)
-		}
-		cfg, err := config.Load(src, envFunc(env))
-		if err != nil {
-			t.Fatalf("%s with compose's environment: %v", src, err)
-		}
-		if cfg.TokensFile != "" {
-			tf := tokensPath(cfg.TokensFile, cfgPath)
-			if src, ok := mounted["exgate"][tf]; !ok {
-				t.Errorf("tokens_file %s (%s) is not mounted", cfg.TokensFile, tf)
-			} else {
-				checkTokensFile(t, src, readFile(t, src), cfg)
-			}
-		}
-		_, admin := hostPort(t, cfg.AdminListen)
-		_, traffic := hostPort(t, cfg.Listen)
-		var published []string
-		for _, p := range list(dig(exgate, "ports")) {
-			published = append(published, str(p))
-		}
-		for _, port := range []int{traffic, admin} {
-			if !slices.ContainsFunc(published, func(p string) bool { return strings.HasSuffix(p, ":"+strconv.Itoa(port)) }) {
-				t.Errorf("port %d is not published (%v)", port, published)
-			}
-		}
-		// The upstream and Redis are the compose services.
-		up, _ := url.Parse(cfg.Upstream.URL.String())
-		if up.Hostname() != "exchange-sim" {
-			t.Errorf("upstream.url %s is not the exchange-sim service", up)
-		}
-		simCmd := list(dig(services["exchange-sim"], "command"))
-		if j := slices.IndexFunc(simCmd, func(v any) bool { return str(v) == "-listen" }); j < 0 || j+1 >= len(simCmd) {
-			t.Errorf("exchange-sim command %v has no -listen", simCmd)
-		} else if _, p := hostPort(t, str(simCmd[j+1])); strconv.Itoa(p) != up.Port() {
-			t.Errorf("exchange-sim listens on %d, upstream.url says %s", p, up.Port())
-		}
-		if len(cfg.Limiter.Redis.Addrs) != 1 {
-			t.Fatalf("redis addrs %v, want the one compose service", cfg.Limiter.Redis.Addrs)
-		}
-		if h, _ := hostPort(t, cfg.Limiter.Redis.Addrs[0]); h != "redis" {
-			t.Errorf("redis addr %s is not the redis service", cfg.Limiter.Redis.Addrs[0])
-		}
-		if cfg.Limiter.Replicas != 1 {
-			t.Errorf("limiter.replicas = %d under compose's single gateway, want 1", cfg.Limiter.Replicas)
-		}
-		grace, err := time.ParseDuration(str(dig(exgate, "stop_grace_period")))
-		if err != nil {
-			t.Fatalf("stop_grace_period: %v", err)
-		}
-		if need := cfg.Server.DrainDelay + cfg.Server.ShutdownTimeout; grace <= need {
-			t.Errorf("stop_grace_period %s ≤ drain_delay + shutdown_timeout = %s", grace, need)
-		}
-		if dig(exgate, "read_only") != true || !slices.Contains(list(dig(exgate, "cap_drop")), any("ALL")) {
-			t.Error("exgate is not read_only with cap_drop ALL")
-		}
-	})
+	return mounted
+}
 
-	t.Run("balancer", func(t *testing.T) {
-		cfg, err := config.Load(mounted["exgate"][exgateConfigPath(t, exgate)], envFunc(env))
-		if err != nil {
-			t.Fatal(err)
+// checkComposeExgate checks exgate's service: its secrets come from the environment, its configuration loads and names the compose services, and its ports, grace period and hardening fit.
+func checkComposeExgate(t *testing.T, c composeFile) {
+	services, mounted, env, exgate := c.services, c.mounted, c.env, c.services["exgate"]
+	if env["EXGATE_ADMIN_LISTEN"] != "0.0.0.0:9090" {
+		t.Errorf("EXGATE_ADMIN_LISTEN = %q, want 0.0.0.0:9090 (Prometheus scrapes it)", env["EXGATE_ADMIN_LISTEN"])
+	}
+	// Secrets come from the environment compose runs in, never a
+	// literal: the key secret required, the admin token (the console's,
+	// on the container's every interface) passed on.
+	if raw := str(dig(exgate, "environment", "EXGATE_KEY_SECRET")); !strings.HasPrefix(raw, "${EXGATE_KEY_SECRET:?") {
+		t.Errorf("EXGATE_KEY_SECRET = %q: want it required from the environment, never a literal", raw)
+	}
+	if raw := str(dig(exgate, "environment", "EXGATE_ADMIN_TOKEN")); !strings.HasPrefix(raw, "${EXGATE_ADMIN_TOKEN") {
+		t.Errorf("EXGATE_ADMIN_TOKEN = %q: want it from the environment, never a literal", raw)
+	}
+	cfgPath := exgateConfigPath(t, exgate)
+	src, ok := mounted["exgate"][cfgPath]
+	if !ok {
+		t.Fatalf("-config %s is not mounted", cfgPath)
+	}
+	cfg, err := config.Load(src, envFunc(env))
+	if err != nil {
+		t.Fatalf("%s with compose's environment: %v", src, err)
+	}
+	if cfg.TokensFile != "" {
+		tf := tokensPath(cfg.TokensFile, cfgPath)
+		if src, ok := mounted["exgate"][tf]; !ok {
+			t.Errorf("tokens_file %s (%s) is not mounted", cfg.TokensFile, tf)
+		} else {
+			checkTokensFile(t, src, readFile(t, src), cfg)
 		}
-		bal := services["balancer"]
-		if bal == nil {
-			t.Fatal("no balancer service")
+	}
+	_, admin := hostPort(t, cfg.AdminListen)
+	_, traffic := hostPort(t, cfg.Listen)
+	var published []string
+	for _, p := range list(dig(exgate, "ports")) {
+		published = append(published, str(p))
+	}
+	for _, port := range []int{traffic, admin} {
+		if !slices.ContainsFunc(published, func(p string) bool { return strings.HasSuffix(p, ":"+strconv.Itoa(port)) }) {
+			t.Errorf("port %d is not published (%v)", port, published)
 		}
-		ip, err := netip.ParseAddr(str(dig(bal, "networks", "default", "ipv4_address")))
-		if err != nil {
-			t.Fatalf("the balancer has no fixed address: %v", err)
-		}
-		trusted := false
-		for _, p := range cfg.Server.ProxyProtocol.TrustedPeers {
-			trusted = trusted || p.Contains(ip)
-		}
-		if !trusted || len(cfg.Server.ProxyProtocol.TrustedPeers) != 1 || cfg.Server.ProxyProtocol.TrustedPeers[0].Bits() != 32 {
-			t.Errorf("trusted_peers %v: want exactly the balancer %s", cfg.Server.ProxyProtocol.TrustedPeers, ip)
-		}
-		subnet := str(dig(list(dig(docs[0], "networks", "default", "ipam", "config"))[0], "subnet"))
-		if pfx, err := netip.ParsePrefix(subnet); err != nil || !pfx.Contains(ip) {
-			t.Errorf("the balancer's address %s is not in the network's subnet %q", ip, subnet)
-		}
-		var hcfg string
-		for dst, src := range mounted["balancer"] {
-			if strings.HasSuffix(dst, "haproxy.cfg") {
-				hcfg = readFile(t, src)
-			}
-		}
-		_, port := hostPort(t, cfg.Listen)
-		_, adminPort := hostPort(t, cfg.AdminListen)
-		if !strings.Contains(hcfg, fmt.Sprintf("server exgate exgate:%d send-proxy-v2 check port %d", port, adminPort)) {
-			t.Errorf("haproxy.cfg does not send PROXY v2 to exgate:%d and check its admin port %d", port, adminPort)
-		}
-		// Readiness over HTTP: exgate's own /readyz, not a TCP connect
-		// (which a wedged or draining process still accepts).
-		if !strings.Contains(hcfg, "option httpchk") || !strings.Contains(hcfg, "uri /readyz") || !strings.Contains(hcfg, "expect status 200") {
-			t.Errorf("haproxy.cfg does not check exgate's /readyz over HTTP:\n%s", hcfg)
-		}
-		if haproxy, err := exec.LookPath("haproxy"); err == nil {
-			if out, err := exec.Command(haproxy, "-c", "-f", "haproxy/haproxy.cfg").CombinedOutput(); err != nil {
-				t.Errorf("haproxy -c: %v\n%s", err, out)
-			}
-		}
-	})
+	}
+	// The upstream and Redis are the compose services.
+	up, _ := url.Parse(cfg.Upstream.URL.String())
+	if up.Hostname() != "exchange-sim" {
+		t.Errorf("upstream.url %s is not the exchange-sim service", up)
+	}
+	simCmd := list(dig(services["exchange-sim"], "command"))
+	if j := slices.IndexFunc(simCmd, func(v any) bool { return str(v) == "-listen" }); j < 0 || j+1 >= len(simCmd) {
+		t.Errorf("exchange-sim command %v has no -listen", simCmd)
+	} else if _, p := hostPort(t, str(simCmd[j+1])); strconv.Itoa(p) != up.Port() {
+		t.Errorf("exchange-sim listens on %d, upstream.url says %s", p, up.Port())
+	}
+	if len(cfg.Limiter.Redis.Addrs) != 1 {
+		t.Fatalf("redis addrs %v, want the one compose service", cfg.Limiter.Redis.Addrs)
+	}
+	if h, _ := hostPort(t, cfg.Limiter.Redis.Addrs[0]); h != "redis" {
+		t.Errorf("redis addr %s is not the redis service", cfg.Limiter.Redis.Addrs[0])
+	}
+	if cfg.Limiter.Replicas != 1 {
+		t.Errorf("limiter.replicas = %d under compose's single gateway, want 1", cfg.Limiter.Replicas)
+	}
+	grace, err := time.ParseDuration(str(dig(exgate, "stop_grace_period")))
+	if err != nil {
+		t.Fatalf("stop_grace_period: %v", err)
+	}
+	if need := cfg.Server.DrainDelay + cfg.Server.ShutdownTimeout; grace <= need {
+		t.Errorf("stop_grace_period %s ≤ drain_delay + shutdown_timeout = %s", grace, need)
+	}
+	if dig(exgate, "read_only") != true || !slices.Contains(list(dig(exgate, "cap_drop")), any("ALL")) {
+		t.Error("exgate is not read_only with cap_drop ALL")
+	}
+}
 
-	t.Run("exchange-sim", func(t *testing.T) {
-		ep := list(dig(services["exchange-sim"], "entrypoint"))
-		if len(ep) != 1 || path.Base(str(ep[0])) != "exchange-sim" {
-			t.Fatalf("entrypoint %v", ep)
+// checkComposeBalancer checks the HAProxy balancer: exgate trusts its fixed address for PROXY v2, and it checks exgate's readiness over HTTP.
+func checkComposeBalancer(t *testing.T, c composeFile) {
+	doc, services, mounted, env, exgate := c.doc, c.services, c.mounted, c.env, c.services["exgate"]
+	cfg, err := config.Load(mounted["exgate"][exgateConfigPath(t, exgate)], envFunc(env))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bal := services["balancer"]
+	if bal == nil {
+		t.Fatal("no balancer service")
+	}
+	ip, err := netip.ParseAddr(str(dig(bal, "networks", "default", "ipv4_address")))
+	if err != nil {
+		t.Fatalf("the balancer has no fixed address: %v", err)
+	}
+	trusted := false
+	for _, p := range cfg.Server.ProxyProtocol.TrustedPeers {
+		trusted = trusted || p.Contains(ip)
+	}
+	if !trusted || len(cfg.Server.ProxyProtocol.TrustedPeers) != 1 || cfg.Server.ProxyProtocol.TrustedPeers[0].Bits() != 32 {
+		t.Errorf("trusted_peers %v: want exactly the balancer %s", cfg.Server.ProxyProtocol.TrustedPeers, ip)
+	}
+	subnet := str(dig(list(dig(doc, "networks", "default", "ipam", "config"))[0], "subnet"))
+	if pfx, err := netip.ParsePrefix(subnet); err != nil || !pfx.Contains(ip) {
+		t.Errorf("the balancer's address %s is not in the network's subnet %q", ip, subnet)
+	}
+	var hcfg string
+	for dst, src := range mounted["balancer"] {
+		if strings.HasSuffix(dst, "haproxy.cfg") {
+			hcfg = readFile(t, src)
 		}
-		if !strings.Contains(readFile(t, "Dockerfile"), "/usr/local/bin/") || path.Dir(str(ep[0])) != "/usr/local/bin" {
-			t.Errorf("entrypoint %s is not where the Dockerfile puts binaries", ep[0])
+	}
+	_, port := hostPort(t, cfg.Listen)
+	_, adminPort := hostPort(t, cfg.AdminListen)
+	if !strings.Contains(hcfg, fmt.Sprintf("server exgate exgate:%d send-proxy-v2 check port %d", port, adminPort)) {
+		t.Errorf("haproxy.cfg does not send PROXY v2 to exgate:%d and check its admin port %d", port, adminPort)
+	}
+	// Readiness over HTTP: exgate's own /readyz, not a TCP connect
+	// (which a wedged or draining process still accepts).
+	if !strings.Contains(hcfg, "option httpchk") || !strings.Contains(hcfg, "uri /readyz") || !strings.Contains(hcfg, "expect status 200") {
+		t.Errorf("haproxy.cfg does not check exgate's /readyz over HTTP:\n%s", hcfg)
+	}
+	if haproxy, err := exec.LookPath("haproxy"); err == nil {
+		if out, err := exec.Command(haproxy, "-c", "-f", "haproxy/haproxy.cfg").CombinedOutput(); err != nil {
+			t.Errorf("haproxy -c: %v\n%s", err, out)
 		}
-		if str(dig(services["exchange-sim"], "image")) != str(dig(exgate, "image")) {
-			t.Error("exchange-sim does not run the exgate image")
-		}
-	})
+	}
+}
 
-	t.Run("prometheus", func(t *testing.T) {
-		p := services["prometheus"]
-		var cfgFile string
-		for _, a := range list(dig(p, "command")) {
-			if v, ok := strings.CutPrefix(str(a), "--config.file="); ok {
-				cfgFile = v
-			}
-		}
-		src, ok := mounted["prometheus"][cfgFile]
-		if !ok || src != "./prometheus/prometheus.yaml" {
-			t.Fatalf("--config.file=%s is mounted from %q, want ./prometheus/prometheus.yaml", cfgFile, src)
-		}
-		var pc struct {
-			RuleFiles     []string `yaml:"rule_files"`
-			ScrapeConfigs []struct {
-				JobName       string `yaml:"job_name"`
-				MetricsPath   string `yaml:"metrics_path"`
-				StaticConfigs []struct {
-					Targets []string `yaml:"targets"`
-				} `yaml:"static_configs"`
-			} `yaml:"scrape_configs"`
-		}
-		if err := yaml.Unmarshal([]byte(readFile(t, "prometheus/prometheus.yaml")), &pc); err != nil {
-			t.Fatal(err)
-		}
-		for _, rf := range pc.RuleFiles {
-			if _, ok := mounted["prometheus"][path.Join(path.Dir(cfgFile), rf)]; !ok {
-				t.Errorf("rule file %s is not mounted next to %s", rf, cfgFile)
-			}
-		}
-		cfg, err := config.Load("examples/exgate.yaml", envFunc(env))
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, admin := hostPort(t, cfg.AdminListen)
-		found := false
-		for _, sc := range pc.ScrapeConfigs {
-			if sc.JobName != "exgate" {
-				continue
-			}
-			found = true
-			if sc.MetricsPath != "" && sc.MetricsPath != "/metrics" {
-				t.Errorf("metrics_path %s", sc.MetricsPath)
-			}
-			for _, tg := range sc.StaticConfigs[0].Targets {
-				if h, p := hostPort(t, tg); h != "exgate" || p != admin {
-					t.Errorf("target %s, want exgate:%d (the admin listener)", tg, admin)
-				}
-			}
-		}
-		if !found {
-			t.Error(`no scrape job "exgate" (the alert rules select job="exgate")`)
-		}
-	})
+// checkComposeExchangeSim checks that exchange-sim runs from the exgate image, where the Dockerfile puts binaries.
+func checkComposeExchangeSim(t *testing.T, c composeFile) {
+	services, exgate := c.services, c.services["exgate"]
+	ep := list(dig(services["exchange-sim"], "entrypoint"))
+	if len(ep) != 1 || path.Base(str(ep[0])) != "exchange-sim" {
+		t.Fatalf("entrypoint %v", ep)
+	}
+	if !strings.Contains(readFile(t, "Dockerfile"), "/usr/local/bin/") || path.Dir(str(ep[0])) != "/usr/local/bin" {
+		t.Errorf("entrypoint %s is not where the Dockerfile puts binaries", ep[0])
+	}
+	if str(dig(services["exchange-sim"], "image")) != str(dig(exgate, "image")) {
+		t.Error("exchange-sim does not run the exgate image")
+	}
+}
 
-	t.Run("grafana", func(t *testing.T) {
-		var prov struct {
-			Providers []struct {
-				Options struct {
-					Path string `yaml:"path"`
-				} `yaml:"options"`
-			} `yaml:"providers"`
+// checkComposePrometheus checks that Prometheus gets its configuration and rule files mounted and scrapes exgate's admin listener.
+func checkComposePrometheus(t *testing.T, c composeFile) {
+	services, mounted, env := c.services, c.mounted, c.env
+	p := services["prometheus"]
+	var cfgFile string
+	for _, a := range list(dig(p, "command")) {
+		if v, ok := strings.CutPrefix(str(a), "--config.file="); ok {
+			cfgFile = v
 		}
-		if err := yaml.Unmarshal([]byte(readFile(t, "grafana/provisioning/dashboards/exgate.yaml")), &prov); err != nil {
-			t.Fatal(err)
+	}
+	src, ok := mounted["prometheus"][cfgFile]
+	if !ok || src != "./prometheus/prometheus.yaml" {
+		t.Fatalf("--config.file=%s is mounted from %q, want ./prometheus/prometheus.yaml", cfgFile, src)
+	}
+	var pc struct {
+		RuleFiles     []string `yaml:"rule_files"`
+		ScrapeConfigs []struct {
+			JobName       string `yaml:"job_name"`
+			MetricsPath   string `yaml:"metrics_path"`
+			StaticConfigs []struct {
+				Targets []string `yaml:"targets"`
+			} `yaml:"static_configs"`
+		} `yaml:"scrape_configs"`
+	}
+	if err := yaml.Unmarshal([]byte(readFile(t, "prometheus/prometheus.yaml")), &pc); err != nil {
+		t.Fatal(err)
+	}
+	for _, rf := range pc.RuleFiles {
+		if _, ok := mounted["prometheus"][path.Join(path.Dir(cfgFile), rf)]; !ok {
+			t.Errorf("rule file %s is not mounted next to %s", rf, cfgFile)
 		}
-		if len(prov.Providers) != 1 {
-			t.Fatalf("%d dashboard providers, want 1", len(prov.Providers))
+	}
+	cfg, err := config.Load("examples/exgate.yaml", envFunc(env))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, admin := hostPort(t, cfg.AdminListen)
+	found := false
+	for _, sc := range pc.ScrapeConfigs {
+		if sc.JobName != "exgate" {
+			continue
 		}
-		dir := prov.Providers[0].Options.Path
-		src, ok := mounted["grafana"][path.Join(dir, "exgate-dashboard.json")]
-		if !ok || src != "./grafana/exgate-dashboard.json" {
-			t.Errorf("the dashboard is not mounted into the provider's path %s", dir)
+		found = true
+		if sc.MetricsPath != "" && sc.MetricsPath != "/metrics" {
+			t.Errorf("metrics_path %s", sc.MetricsPath)
 		}
-		for _, d := range []string{"/etc/grafana/provisioning/datasources", "/etc/grafana/provisioning/dashboards"} {
-			if _, ok := mounted["grafana"][d]; !ok {
-				t.Errorf("%s is not mounted", d)
+		for _, tg := range sc.StaticConfigs[0].Targets {
+			if h, p := hostPort(t, tg); h != "exgate" || p != admin {
+				t.Errorf("target %s, want exgate:%d (the admin listener)", tg, admin)
 			}
 		}
-		var ds struct {
-			Datasources []struct {
-				Type string `yaml:"type"`
-				URL  string `yaml:"url"`
-			} `yaml:"datasources"`
+	}
+	if !found {
+		t.Error(`no scrape job "exgate" (the alert rules select job="exgate")`)
+	}
+}
+
+// checkComposeGrafana checks that Grafana's provisioning and the dashboard are mounted where its providers look.
+func checkComposeGrafana(t *testing.T, c composeFile) {
+	mounted := c.mounted
+	var prov struct {
+		Providers []struct {
+			Options struct {
+				Path string `yaml:"path"`
+			} `yaml:"options"`
+		} `yaml:"providers"`
+	}
+	if err := yaml.Unmarshal([]byte(readFile(t, "grafana/provisioning/dashboards/exgate.yaml")), &prov); err != nil {
+		t.Fatal(err)
+	}
+	if len(prov.Providers) != 1 {
+		t.Fatalf("%d dashboard providers, want 1", len(prov.Providers))
+	}
+	dir := prov.Providers[0].Options.Path
+	src, ok := mounted["grafana"][path.Join(dir, "exgate-dashboard.json")]
+	if !ok || src != "./grafana/exgate-dashboard.json" {
+		t.Errorf("the dashboard is not mounted into the provider's path %s", dir)
+	}
+	for _, d := range []string{"/etc/grafana/provisioning/datasources", "/etc/grafana/provisioning/dashboards"} {
+		if _, ok := mounted["grafana"][d]; !ok {
+			t.Errorf("%s is not mounted", d)
 		}
-		if err := yaml.Unmarshal([]byte(readFile(t, "grafana/provisioning/datasources/prometheus.yaml")), &ds); err != nil {
-			t.Fatal(err)
-		}
-		if len(ds.Datasources) != 1 || ds.Datasources[0].Type != "prometheus" || ds.Datasources[0].URL != "http://prometheus:9090" {
-			t.Errorf("datasources %+v, want the prometheus service", ds.Datasources)
-		}
-	})
+	}
+	var ds struct {
+		Datasources []struct {
+			Type string `yaml:"type"`
+			URL  string `yaml:"url"`
+		} `yaml:"datasources"`
+	}
+	if err := yaml.Unmarshal([]byte(readFile(t, "grafana/provisioning/datasources/prometheus.yaml")), &ds); err != nil {
+		t.Fatal(err)
+	}
+	if len(ds.Datasources) != 1 || ds.Datasources[0].Type != "prometheus" || ds.Datasources[0].URL != "http://prometheus:9090" {
+		t.Errorf("datasources %+v, want the prometheus service", ds.Datasources)
+	}
 }
 
 func keys(v any) []string {

@@ -572,27 +572,7 @@ func TestDashboard(t *testing.T) {
 	if d.UID == "" || d.Title == "" {
 		t.Errorf("uid %q, title %q: both required for provisioning", d.UID, d.Title)
 	}
-	vars := map[string]bool{"__rate_interval": true, "__interval": true, "__range": true}
-	for _, v := range d.Templating.List {
-		vars[v.Name] = true
-		if v.Type == "query" {
-			// label_values(expr, label): the expression names metrics too.
-			m := regexp.MustCompile(`^label_values\((.*),\s*\w+\)$`).FindStringSubmatch(v.Definition)
-			if m == nil {
-				t.Errorf("variable %s: query %q is not label_values(expr, label)", v.Name, v.Definition)
-				continue
-			}
-			names, err := promqlMetricNames(m[1])
-			if err != nil || len(names) != 1 {
-				t.Errorf("variable %s: %q names %v (%v), want one metric", v.Name, m[1], names, err)
-			}
-			for _, n := range names {
-				if err := checkExported(types, n); err != nil {
-					t.Errorf("variable %s: %v", v.Name, err)
-				}
-			}
-		}
-	}
+	vars := dashboardVariables(t, types, &d)
 	if !vars["datasource"] {
 		t.Error("no datasource variable: panels cannot follow the provisioned Prometheus")
 	}
@@ -668,6 +648,35 @@ func TestDashboard(t *testing.T) {
 	if !strings.Contains(readFile(t, "grafana/exgate-dashboard.json"), `decision=\"limited\"`) {
 		t.Error(`no panel selects decision="limited" (429 by route and tier)`)
 	}
+}
+
+// dashboardVariables checks that every query variable of d is
+// label_values over one exported metric, and returns the variables panels
+// may use: d's and Grafana's built-in intervals.
+func dashboardVariables(t *testing.T, types map[string]dto.MetricType, d *grafanaDashboard) map[string]bool {
+	t.Helper()
+	vars := map[string]bool{"__rate_interval": true, "__interval": true, "__range": true}
+	for _, v := range d.Templating.List {
+		vars[v.Name] = true
+		if v.Type == "query" {
+			// label_values(expr, label): the expression names metrics too.
+			m := regexp.MustCompile(`^label_values\((.*),\s*\w+\)$`).FindStringSubmatch(v.Definition)
+			if m == nil {
+				t.Errorf("variable %s: query %q is not label_values(expr, label)", v.Name, v.Definition)
+				continue
+			}
+			names, err := promqlMetricNames(m[1])
+			if err != nil || len(names) != 1 {
+				t.Errorf("variable %s: %q names %v (%v), want one metric", v.Name, m[1], names, err)
+			}
+			for _, n := range names {
+				if err := checkExported(types, n); err != nil {
+					t.Errorf("variable %s: %v", v.Name, err)
+				}
+			}
+		}
+	}
+	return vars
 }
 
 // checkNoOverlap reports panels whose grid rectangles overlap.
