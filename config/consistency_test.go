@@ -8,129 +8,140 @@ import (
 	"time"
 )
 
+// orderRouteYAML is a route of order placements with no auth set.
+const orderRouteYAML = "routes:\n  - name: place_order\n    match: POST /o/\n    validate: order\n"
+
+// bulkRoutesYAML is a placement, a cancel and a bulk route of both, limited
+// per token with bursts of 20 and 30.
+const bulkRoutesYAML = `routes:
+  - {name: place_order, match: POST /o/, auth: required, validate: order, limits: [{key: token, rate: 20/1m}]}
+  - {name: cancel_order, match: "DELETE /o/{id}/", auth: required, limits: [{key: token, rate: 30/1m}]}
+  - {name: bulk, match: POST /o/bulk/, auth: required, validate: order_bulk, bulk: {orders: place_order, cancels: cancel_order}}
+`
+
+// neverApplyCase is a configuration and the one problem Parse finds in it.
+type neverApplyCase struct {
+	name string
+	yaml string
+	// path is the YAML path of the one problem, "" when valid; hint
+	// is a part of its message that says what to do instead.
+	path, hint string
+}
+
+// neverApplyCases is TestSettingsThatNeverApply's table: settings that
+// would do nothing, each beside a nearby one that works.
+var neverApplyCases = []neverApplyCase{
+	{name: "token limit on auth none",
+		yaml: "routes:\n  - {name: a, match: /a/, limits: [{key: token, rate: 1/1s}]}\n",
+		path: "routes[0].limits[0].key", hint: "set routes[0].auth to optional or required, or count by key: address"},
+	{name: "token limit on auth optional applies",
+		yaml: "routes:\n  - {name: a, match: /a/, auth: optional, limits: [{key: token, rate: 1/1s}]}\n"},
+	{name: "when token on auth none",
+		yaml: "routes:\n  - {name: a, match: /a/, limits: [{key: address, when: token, rate: 1/1s}]}\n",
+		path: "routes[0].limits[0].when", hint: "write when: always, or set routes[0].auth to optional"},
+	{name: "when anonymous on auth none applies",
+		yaml: "routes:\n  - {name: a, match: /a/, limits: [{key: address, when: anonymous, rate: 1/1s}]}\n"},
+	{name: "when anonymous on auth required",
+		yaml: "routes:\n  - {name: a, match: /a/, auth: required, limits: [{key: address, when: anonymous, rate: 1/1s}]}\n",
+		path: "routes[0].limits[0].when", hint: "answered 401 before any limit"},
+	{name: "when anonymous on auth optional applies",
+		yaml: "routes:\n  - {name: a, match: /a/, auth: optional, limits: [{key: address, when: anonymous, rate: 1/1s}]}\n"},
+	{name: "on_store_error on a route without limits",
+		yaml: "routes:\n  - {name: a, match: /a/, on_store_error: closed}\n",
+		path: "routes[0].on_store_error", hint: "remove on_store_error or add limits"},
+	{name: "users file without verification",
+		yaml: "identity: {users_file: users.yaml}\ntiers: {vip: {list_markets: {rate: 400/1m}}}\n",
+		path: "identity.users_file", hint: "set identity.verify: true"},
+	{name: "tier claim without verification",
+		yaml: "identity: {jwt: {tier_claim: tier}}\ntiers: {vip: {list_markets: {rate: 400/1m}}}\n",
+		path: "identity.jwt.tier_claim", hint: "map opaque tokens to tiers in tokens_file"},
+	{name: "a route below one that covers it",
+		yaml: "routes:\n  - {name: odr, match: '/o/{rest...}'}\n  - {name: place, match: POST /o/}\n",
+		path: "routes[1].match", hint: "move this route above it"},
+	{name: "a specific route above a general one",
+		yaml: "routes:\n  - {name: place, match: POST /o/}\n  - {name: odr, match: '/o/{rest...}'}\n"},
+	{name: "an origin with its default port",
+		yaml: "cors: {allowed_origins: ['https://app.example.com:443']}\n",
+		path: "cors.allowed_origins[0]", hint: `write that`},
+	{name: "an origin as browsers send it",
+		yaml: "cors: {allowed_origins: ['https://app.example.com']}\n"},
+	{name: "max_in_flight with overload off",
+		yaml: "overload: {enabled: false}\nroutes:\n  - {name: a, match: /a/, max_in_flight: 10}\n",
+		path: "routes[0].max_in_flight", hint: "set overload.enabled: true, or remove max_in_flight"},
+	{name: "max_in_flight with overload on applies",
+		yaml: "routes:\n  - {name: a, match: /a/, max_in_flight: 10}\n"},
+	{name: "on_store_error on a limited route applies",
+		yaml: "routes:\n  - {name: a, match: /a/, on_store_error: closed, limits: [{key: address, rate: 1/1s}]}\n"},
+	{name: "orders without a token get no duplicate protection",
+		yaml: orderRouteYAML,
+		path: "routes[0].auth", hint: "write auth: required (or idempotency.enabled: false"},
+	{name: "orders on auth none without duplicate protection",
+		yaml: orderRouteYAML + "idempotency: {enabled: false}\n"},
+	{name: "orders with auth required",
+		yaml: orderRouteYAML + "    auth: required\n"},
+	{name: "market rules without an order route",
+		yaml: "routes:\n  - {name: a, match: /a/}\nvalidation: {markets: {BTC_USDT: {min_price: \"1\"}}}\n",
+		path: "validation.markets", hint: "add validate: order"},
+	{name: "quote rules without an order route",
+		yaml: "routes:\n  - {name: a, match: /a/}\nvalidation: {quotes: {USDT: {min_value: \"1\"}}}\n",
+		path: "validation.quotes", hint: "add validate: order"},
+	{name: "in-process duplicate protection behind several replicas",
+		yaml: "limiter: {replicas: 3}\n",
+		path: "idempotency.backend", hint: "set limiter.redis.addrs and idempotency.backend: redis"},
+	{name: "in-process duplicate protection named behind several replicas",
+		yaml: "limiter: {replicas: 3, backend: memory}\nidempotency: {backend: memory}\n",
+		path: "idempotency.backend", hint: "idempotency.backend: redis"},
+	{name: "several replicas without duplicate protection",
+		yaml: "limiter: {replicas: 3}\nidempotency: {enabled: false}\n"},
+	{name: "several replicas sharing Redis",
+		yaml: "limiter: {replicas: 3, redis: {addrs: [\"r:6379\"]}}\n"},
+	{name: "duplicate protection in Redis, limits in memory",
+		yaml: "limiter: {replicas: 3, backend: memory, redis: {addrs: [\"r:6379\"]}}\nidempotency: {backend: redis}\n"},
+	{name: "tiers nothing assigns",
+		yaml: "tiers: {vip: {place_order: {rate: 9/1s}}}\n",
+		path: "tiers", hint: "tiers are assigned by tokens_file, identity.users_file or identity.jwt.tier_claim"},
+	{name: "tiers from the tokens file",
+		yaml: "tiers: {vip: {place_order: {rate: 9/1s}}}\ntokens_file: tokens.yaml\n"},
+	{name: "account limit on auth none",
+		yaml: "identity: {verify: true, jwt: {jwks_file: k.json, jwks_algorithms: [RS256]}}\nroutes:\n  - {name: a, match: /a/, limits: [{key: account, rate: 1/1s}]}\n",
+		path: "routes[0].limits[0].key", hint: "set routes[0].auth to optional or required"},
+	{name: "bulks larger than every burst of both kinds",
+		yaml: bulkRoutesYAML + "validation: {bulk: {max_orders: 31}}\n",
+		path: "validation.bulk.max_orders", hint: "20 orders (the burst of routes[0].limits[0], limit \"token\" of route \"place_order\") and 30 order ids (the burst of routes[1].limits[0], limit \"token\" of route \"cancel_order\"): a bulk is charged one unit per order or id, all or nothing, so a larger one is always refused; set validation.bulk.max_orders to at most 30"},
+	{name: "bulks larger than the order burst, within the cancel burst",
+		yaml: bulkRoutesYAML + "validation: {bulk: {max_orders: 30}}\n"},
+	{name: "bulks within every burst",
+		yaml: bulkRoutesYAML + "validation: {bulk: {max_orders: 20}}\n"},
+	{name: "bulks larger than the burst of some tiers only",
+		yaml: bulkRoutesYAML + "validation: {bulk: {max_orders: 50}}\ntokens_file: tokens.yaml\ntiers: {pro: {place_order: {rate: 100/1m}, cancel_order: {rate: 100/1m}}}\n"},
+	{name: "a shadow limit's burst refuses no bulk",
+		yaml: strings.Replace(bulkRoutesYAML, "{key: token, rate: 20/1m}", "{key: token, rate: 20/1m, shadow: true}", 1) + "validation: {bulk: {max_orders: 30}}\n"},
+	{name: "a duplicate-answers burst below the bulk size",
+		yaml: bulkRoutesYAML + "idempotency: {duplicate_answers: {rate: 100/1h, burst: 5}}\n",
+		path: "idempotency.duplicate_answers.burst", hint: "raise the burst to at least 10"},
+	{name: "a duplicate-answers burst of the bulk size",
+		yaml: bulkRoutesYAML + "idempotency: {duplicate_answers: {rate: 100/1h, burst: 10}}\n"},
+	{name: "a duplicate-answers burst without bulks",
+		yaml: orderRouteYAML + "    auth: required\nidempotency: {duplicate_answers: {rate: 100/1h, burst: 5}}\n"},
+	{name: "a duplicate-answers burst without its rate",
+		yaml: "idempotency: {duplicate_answers: {burst: 5}}\n",
+		path: "idempotency.duplicate_answers.burst", hint: "set the rate too"},
+	{name: "an order route limit named as the allowance of duplicate answers",
+		yaml: strings.Replace(bulkRoutesYAML, "{key: token, rate: 20/1m}", "{name: duplicate_answers, key: token, rate: 20/1m}", 1),
+		path: "routes[0].limits[0].name", hint: "give the limit another name"},
+	{name: "another route's limit named so",
+		yaml: strings.Replace(bulkRoutesYAML, "{key: token, rate: 30/1m}", "{name: duplicate_answers, key: token, rate: 30/1m}", 1)},
+	{name: "Redis that nothing uses",
+		yaml: "limiter: {backend: memory, redis: {addrs: [\"r:6379\"]}}\n",
+		path: "limiter.redis.addrs", hint: "set limiter.backend: redis (or idempotency.backend: redis)"},
+}
+
 // TestSettingsThatNeverApply checks that a configuration which would be
 // accepted and silently do nothing (or not what it says) is refused, at the
 // YAML path of the setting, with a message that says what to write
 // instead — and that the nearby configurations that do work are accepted.
 func TestSettingsThatNeverApply(t *testing.T) {
-	orders := "routes:\n  - name: place_order\n    match: POST /o/\n    validate: order\n"
-	bulkRoutes := `routes:
-  - {name: place_order, match: POST /o/, auth: required, validate: order, limits: [{key: token, rate: 20/1m}]}
-  - {name: cancel_order, match: "DELETE /o/{id}/", auth: required, limits: [{key: token, rate: 30/1m}]}
-  - {name: bulk, match: POST /o/bulk/, auth: required, validate: order_bulk, bulk: {orders: place_order, cancels: cancel_order}}
-`
-	tests := []struct {
-		name string
-		yaml string
-		// path is the YAML path of the one problem, "" when valid; hint
-		// is a part of its message that says what to do instead.
-		path, hint string
-	}{
-		{name: "token limit on auth none",
-			yaml: "routes:\n  - {name: a, match: /a/, limits: [{key: token, rate: 1/1s}]}\n",
-			path: "routes[0].limits[0].key", hint: "set routes[0].auth to optional or required, or count by key: address"},
-		{name: "token limit on auth optional applies",
-			yaml: "routes:\n  - {name: a, match: /a/, auth: optional, limits: [{key: token, rate: 1/1s}]}\n"},
-		{name: "when token on auth none",
-			yaml: "routes:\n  - {name: a, match: /a/, limits: [{key: address, when: token, rate: 1/1s}]}\n",
-			path: "routes[0].limits[0].when", hint: "write when: always, or set routes[0].auth to optional"},
-		{name: "when anonymous on auth none applies",
-			yaml: "routes:\n  - {name: a, match: /a/, limits: [{key: address, when: anonymous, rate: 1/1s}]}\n"},
-		{name: "when anonymous on auth required",
-			yaml: "routes:\n  - {name: a, match: /a/, auth: required, limits: [{key: address, when: anonymous, rate: 1/1s}]}\n",
-			path: "routes[0].limits[0].when", hint: "answered 401 before any limit"},
-		{name: "when anonymous on auth optional applies",
-			yaml: "routes:\n  - {name: a, match: /a/, auth: optional, limits: [{key: address, when: anonymous, rate: 1/1s}]}\n"},
-		{name: "on_store_error on a route without limits",
-			yaml: "routes:\n  - {name: a, match: /a/, on_store_error: closed}\n",
-			path: "routes[0].on_store_error", hint: "remove on_store_error or add limits"},
-		{name: "users file without verification",
-			yaml: "identity: {users_file: users.yaml}\ntiers: {vip: {list_markets: {rate: 400/1m}}}\n",
-			path: "identity.users_file", hint: "set identity.verify: true"},
-		{name: "tier claim without verification",
-			yaml: "identity: {jwt: {tier_claim: tier}}\ntiers: {vip: {list_markets: {rate: 400/1m}}}\n",
-			path: "identity.jwt.tier_claim", hint: "map opaque tokens to tiers in tokens_file"},
-		{name: "a route below one that covers it",
-			yaml: "routes:\n  - {name: odr, match: '/o/{rest...}'}\n  - {name: place, match: POST /o/}\n",
-			path: "routes[1].match", hint: "move this route above it"},
-		{name: "a specific route above a general one",
-			yaml: "routes:\n  - {name: place, match: POST /o/}\n  - {name: odr, match: '/o/{rest...}'}\n"},
-		{name: "an origin with its default port",
-			yaml: "cors: {allowed_origins: ['https://app.example.com:443']}\n",
-			path: "cors.allowed_origins[0]", hint: `write that`},
-		{name: "an origin as browsers send it",
-			yaml: "cors: {allowed_origins: ['https://app.example.com']}\n"},
-		{name: "max_in_flight with overload off",
-			yaml: "overload: {enabled: false}\nroutes:\n  - {name: a, match: /a/, max_in_flight: 10}\n",
-			path: "routes[0].max_in_flight", hint: "set overload.enabled: true, or remove max_in_flight"},
-		{name: "max_in_flight with overload on applies",
-			yaml: "routes:\n  - {name: a, match: /a/, max_in_flight: 10}\n"},
-		{name: "on_store_error on a limited route applies",
-			yaml: "routes:\n  - {name: a, match: /a/, on_store_error: closed, limits: [{key: address, rate: 1/1s}]}\n"},
-		{name: "orders without a token get no duplicate protection",
-			yaml: orders,
-			path: "routes[0].auth", hint: "write auth: required (or idempotency.enabled: false"},
-		{name: "orders on auth none without duplicate protection",
-			yaml: orders + "idempotency: {enabled: false}\n"},
-		{name: "orders with auth required",
-			yaml: orders + "    auth: required\n"},
-		{name: "market rules without an order route",
-			yaml: "routes:\n  - {name: a, match: /a/}\nvalidation: {markets: {BTC_USDT: {min_price: \"1\"}}}\n",
-			path: "validation.markets", hint: "add validate: order"},
-		{name: "quote rules without an order route",
-			yaml: "routes:\n  - {name: a, match: /a/}\nvalidation: {quotes: {USDT: {min_value: \"1\"}}}\n",
-			path: "validation.quotes", hint: "add validate: order"},
-		{name: "in-process duplicate protection behind several replicas",
-			yaml: "limiter: {replicas: 3}\n",
-			path: "idempotency.backend", hint: "set limiter.redis.addrs and idempotency.backend: redis"},
-		{name: "in-process duplicate protection named behind several replicas",
-			yaml: "limiter: {replicas: 3, backend: memory}\nidempotency: {backend: memory}\n",
-			path: "idempotency.backend", hint: "idempotency.backend: redis"},
-		{name: "several replicas without duplicate protection",
-			yaml: "limiter: {replicas: 3}\nidempotency: {enabled: false}\n"},
-		{name: "several replicas sharing Redis",
-			yaml: "limiter: {replicas: 3, redis: {addrs: [\"r:6379\"]}}\n"},
-		{name: "duplicate protection in Redis, limits in memory",
-			yaml: "limiter: {replicas: 3, backend: memory, redis: {addrs: [\"r:6379\"]}}\nidempotency: {backend: redis}\n"},
-		{name: "tiers nothing assigns",
-			yaml: "tiers: {vip: {place_order: {rate: 9/1s}}}\n",
-			path: "tiers", hint: "tiers are assigned by tokens_file, identity.users_file or identity.jwt.tier_claim"},
-		{name: "tiers from the tokens file",
-			yaml: "tiers: {vip: {place_order: {rate: 9/1s}}}\ntokens_file: tokens.yaml\n"},
-		{name: "account limit on auth none",
-			yaml: "identity: {verify: true, jwt: {jwks_file: k.json, jwks_algorithms: [RS256]}}\nroutes:\n  - {name: a, match: /a/, limits: [{key: account, rate: 1/1s}]}\n",
-			path: "routes[0].limits[0].key", hint: "set routes[0].auth to optional or required"},
-		{name: "bulks larger than every burst of both kinds",
-			yaml: bulkRoutes + "validation: {bulk: {max_orders: 31}}\n",
-			path: "validation.bulk.max_orders", hint: "20 orders (the burst of routes[0].limits[0], limit \"token\" of route \"place_order\") and 30 order ids (the burst of routes[1].limits[0], limit \"token\" of route \"cancel_order\"): a bulk is charged one unit per order or id, all or nothing, so a larger one is always refused; set validation.bulk.max_orders to at most 30"},
-		{name: "bulks larger than the order burst, within the cancel burst",
-			yaml: bulkRoutes + "validation: {bulk: {max_orders: 30}}\n"},
-		{name: "bulks within every burst",
-			yaml: bulkRoutes + "validation: {bulk: {max_orders: 20}}\n"},
-		{name: "bulks larger than the burst of some tiers only",
-			yaml: bulkRoutes + "validation: {bulk: {max_orders: 50}}\ntokens_file: tokens.yaml\ntiers: {pro: {place_order: {rate: 100/1m}, cancel_order: {rate: 100/1m}}}\n"},
-		{name: "a shadow limit's burst refuses no bulk",
-			yaml: strings.Replace(bulkRoutes, "{key: token, rate: 20/1m}", "{key: token, rate: 20/1m, shadow: true}", 1) + "validation: {bulk: {max_orders: 30}}\n"},
-		{name: "a duplicate-answers burst below the bulk size",
-			yaml: bulkRoutes + "idempotency: {duplicate_answers: {rate: 100/1h, burst: 5}}\n",
-			path: "idempotency.duplicate_answers.burst", hint: "raise the burst to at least 10"},
-		{name: "a duplicate-answers burst of the bulk size",
-			yaml: bulkRoutes + "idempotency: {duplicate_answers: {rate: 100/1h, burst: 10}}\n"},
-		{name: "a duplicate-answers burst without bulks",
-			yaml: orders + "    auth: required\nidempotency: {duplicate_answers: {rate: 100/1h, burst: 5}}\n"},
-		{name: "a duplicate-answers burst without its rate",
-			yaml: "idempotency: {duplicate_answers: {burst: 5}}\n",
-			path: "idempotency.duplicate_answers.burst", hint: "set the rate too"},
-		{name: "an order route limit named as the allowance of duplicate answers",
-			yaml: strings.Replace(bulkRoutes, "{key: token, rate: 20/1m}", "{name: duplicate_answers, key: token, rate: 20/1m}", 1),
-			path: "routes[0].limits[0].name", hint: "give the limit another name"},
-		{name: "another route's limit named so",
-			yaml: strings.Replace(bulkRoutes, "{key: token, rate: 30/1m}", "{name: duplicate_answers, key: token, rate: 30/1m}", 1)},
-		{name: "Redis that nothing uses",
-			yaml: "limiter: {backend: memory, redis: {addrs: [\"r:6379\"]}}\n",
-			path: "limiter.redis.addrs", hint: "set limiter.backend: redis (or idempotency.backend: redis)"},
-	}
-	for _, tt := range tests {
+	for _, tt := range neverApplyCases {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := Parse("t.yaml", []byte(tt.yaml), env(nil))
 			if tt.path == "" {

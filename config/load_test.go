@@ -314,124 +314,130 @@ func TestManyIndependentErrorsReportedTogether(t *testing.T) {
 	}
 }
 
+// parseRuleCase is a configuration file and the problems Parse reports, or a
+// check of the configuration it returns.
+type parseRuleCase struct {
+	name  string
+	yaml  string
+	errs  []string                      // exact problems; nil means valid
+	check func(t *testing.T, c *Config) // run when valid
+}
+
+// parseRuleCases is TestParseRules's table.
+var parseRuleCases = []parseRuleCase{
+	{name: "struct keys merge into defaults",
+		yaml: "server:\n  read_timeout: 7s\n",
+		check: func(t *testing.T, c *Config) {
+			want := Default()
+			want.Server.ReadTimeout = 7 * time.Second
+			if !reflect.DeepEqual(c, want) {
+				t.Errorf("only server.read_timeout may change")
+			}
+		}},
+	{name: "routes replace the default table",
+		yaml: "routes:\n  - {name: only, match: '*'}\n",
+		check: func(t *testing.T, c *Config) {
+			want := []Route{{Name: "only", Match: Match{Path: "*"}, Auth: AuthNone, Priority: PriorityMarketData}}
+			if !reflect.DeepEqual(c.Routes, want) {
+				t.Errorf("routes = %+v, want %+v", c.Routes, want)
+			}
+		}},
+	{name: "null keeps the default",
+		yaml: "listen: ~\nupstream:\n  url: null\nclient_ip: {trusted_proxies: }\n",
+		check: func(t *testing.T, c *Config) {
+			if !reflect.DeepEqual(c, Default()) {
+				t.Errorf("nulls must keep defaults")
+			}
+		}},
+	{name: "empty sequence empties a list",
+		yaml: "client_ip: {trusted_proxies: ['10.0.0.0/8']}\nlimiter: {redis: {addrs: []}}\n",
+		check: func(t *testing.T, c *Config) {
+			if c.Limiter.Redis.Addrs != nil || len(c.ClientIP.TrustedProxies) != 1 {
+				t.Errorf("addrs = %#v, proxies = %v", c.Limiter.Redis.Addrs, c.ClientIP.TrustedProxies)
+			}
+		}},
+	{name: "normalisation of new routes",
+		yaml: "routes:\n  - {name: a, match: GET /a/, limits: [{key: address, rate: 5/1s}]}\n",
+		check: func(t *testing.T, c *Config) {
+			r := c.Routes[0]
+			if r.Auth != AuthNone || r.Limits[0].When != WhenAlways || r.Limits[0].Burst != 5 {
+				t.Errorf("route not normalised: %+v", r)
+			}
+		}},
+	{name: "scalar types from YAML",
+		yaml: "server: {max_header_bytes: 8192, max_body_bytes: 64KiB}\nlog: {access: False}\nupstream: {max_idle_conns: 0x10}\nlimiter: {redis: {db: 2}}\n",
+		check: func(t *testing.T, c *Config) {
+			if c.Server.MaxHeaderBytes != 8192 || c.Server.MaxBodyBytes != 64<<10 || c.Log.Access || c.Upstream.MaxIdleConns != 16 || c.Limiter.Redis.DB != 2 {
+				t.Errorf("got %+v %+v %+v", c.Server, c.Log, c.Upstream)
+			}
+		}},
+	{name: "tier entries merge into the map",
+		yaml: "tokens_file: tokens.yaml\ntiers:\n  vip: {place_order: {rate: 1/1s}}\n  pro: {list_markets: {rate: 2/1s, burst: 1}}\n",
+		check: func(t *testing.T, c *Config) {
+			want := map[string]map[string]TierLimit{
+				"vip": {"place_order": {Rate: Rate{N: 1, Period: time.Second}, Burst: 1}},
+				"pro": {"list_markets": {Rate: Rate{N: 2, Period: time.Second}, Burst: 1}},
+			}
+			if !reflect.DeepEqual(c.Tiers, want) {
+				t.Errorf("tiers = %+v", c.Tiers)
+			}
+		}},
+	{name: "alias cycle in a sequence",
+		yaml: "routes: &r [*r]\n",
+		errs: []string{"routes[0]: want a mapping, got a sequence (line 1)"}},
+	{name: "merge keys: explicit keys win",
+		yaml: "server: {<<: [{read_timeout: 1s}, {read_timeout: 2s, idle_timeout: 3s}], idle_timeout: 4s}\n",
+		check: func(t *testing.T, c *Config) {
+			if c.Server.ReadTimeout != time.Second || c.Server.IdleTimeout != 4*time.Second {
+				t.Errorf("server = %+v", c.Server)
+			}
+		}},
+	{name: "merge of a scalar",
+		yaml: "server: {<<: 5}\n",
+		errs: []string{`server: merge key "<<" wants a mapping or a sequence of mappings, got the integer 5 (line 1)`}},
+	{name: "non-scalar mapping key",
+		yaml: "? [a]\n: 1\n",
+		errs: []string{`test.yaml: mapping keys must be plain strings, got a sequence (line 1)`}},
+	{name: "odd key characters are quoted in paths",
+		yaml: "tiers: {\"a.b\": {\"x y\": {rate: 1/1s}}}\ntokens_file: t.yaml\n",
+		errs: []string{
+			`tiers["a.b"]: tier name "a.b" must be lower-case letters, digits and _ (line 1)`,
+			`tiers["a.b"]["x y"]: no such route (line 1)`,
+		}},
+	{name: "integer range",
+		yaml: "upstream: {max_idle_conns: 9223372036854775808}\n",
+		errs: []string{`upstream.max_idle_conns: integer 9223372036854775808 is out of range (line 1)`}},
+	{name: "route name and pattern errors do not cascade",
+		yaml: "routes:\n  - {name: a, match: 'GET /a/{x'}\n",
+		errs: []string{`routes[0].match: path "/a/{x": parameter "{x" must be a whole segment {name} (or a last {name...}) of a-z, 0-9 and _ (line 2)`}},
+	{name: "one-method routes may share a pattern with an any-method route after them",
+		yaml: "routes:\n  - {name: b, match: 'GET /a/{y}/'}\n  - {name: c, match: 'POST /a/{z}/'}\n  - {name: a, match: '/a/{x}/'}\n"},
+	{name: "a route an earlier one covers is never matched",
+		yaml: "routes:\n  - {name: a, match: '/a/{x}/'}\n  - {name: b, match: 'GET /a/{y}/'}\n  - {name: odr, match: '/api/v1/odr/{rest...}'}\n  - {name: place, match: 'POST /API/v1/odr/orders/'}\n  - {name: one, match: 'GET /api/v1/odr/orders/{id}/'}\n",
+		errs: []string{
+			`routes[1].match: "GET /a/{y}/" is never matched: routes[0] ("/a/{x}/") comes first and matches every request it would (routes are tried in order); move this route above it, or remove it (line 3)`,
+			`routes[3].match: "POST /API/v1/odr/orders/" is never matched: routes[2] ("/api/v1/odr/{rest...}") comes first and matches every request it would (routes are tried in order); move this route above it, or remove it (line 5)`,
+			`routes[4].match: "GET /api/v1/odr/orders/{id}/" is never matched: routes[2] ("/api/v1/odr/{rest...}") comes first and matches every request it would (routes are tried in order); move this route above it, or remove it (line 6)`,
+		}},
+	{name: "validate order needs POST, not any method",
+		yaml: "routes:\n  - {name: a, match: /a/, validate: order}\n",
+		errs: []string{`routes[0].validate: "order" needs a POST route, but the route matches "/a/" (line 2)`,
+			`routes[0].auth: duplicate protection keys an order's identifier by its token, and auth: none reads no token: an order sent twice with one identifier would be placed twice; write auth: required (or idempotency.enabled: false to go without duplicate protection) (line 2)`}},
+	{name: "listeners on different hosts may share a port",
+		yaml: "listen: 10.0.0.1:8080\nadmin_listen: 127.0.0.1:8080\n"},
+	{name: "wildcard listener conflicts",
+		yaml: "listen: 0.0.0.0:9090\n",
+		errs: []string{`admin_listen: must differ from listen ("0.0.0.0:9090")`}},
+	{name: "port 0 never conflicts",
+		yaml: "listen: :0\nadmin_listen: :0\n"},
+	{name: "sentinel may use a db",
+		yaml: "limiter: {redis: {addrs: [a:26379, b:26379], master_name: mymaster, db: 3}}\n"},
+	{name: "redis backend is fine with addrs",
+		yaml: "limiter: {backend: redis, redis: {addrs: ['[::1]:6379']}}\n"},
+}
+
 func TestParseRules(t *testing.T) {
-	tests := []struct {
-		name  string
-		yaml  string
-		errs  []string                      // exact problems; nil means valid
-		check func(t *testing.T, c *Config) // run when valid
-	}{
-		{name: "struct keys merge into defaults",
-			yaml: "server:\n  read_timeout: 7s\n",
-			check: func(t *testing.T, c *Config) {
-				want := Default()
-				want.Server.ReadTimeout = 7 * time.Second
-				if !reflect.DeepEqual(c, want) {
-					t.Errorf("only server.read_timeout may change")
-				}
-			}},
-		{name: "routes replace the default table",
-			yaml: "routes:\n  - {name: only, match: '*'}\n",
-			check: func(t *testing.T, c *Config) {
-				want := []Route{{Name: "only", Match: Match{Path: "*"}, Auth: AuthNone, Priority: PriorityMarketData}}
-				if !reflect.DeepEqual(c.Routes, want) {
-					t.Errorf("routes = %+v, want %+v", c.Routes, want)
-				}
-			}},
-		{name: "null keeps the default",
-			yaml: "listen: ~\nupstream:\n  url: null\nclient_ip: {trusted_proxies: }\n",
-			check: func(t *testing.T, c *Config) {
-				if !reflect.DeepEqual(c, Default()) {
-					t.Errorf("nulls must keep defaults")
-				}
-			}},
-		{name: "empty sequence empties a list",
-			yaml: "client_ip: {trusted_proxies: ['10.0.0.0/8']}\nlimiter: {redis: {addrs: []}}\n",
-			check: func(t *testing.T, c *Config) {
-				if c.Limiter.Redis.Addrs != nil || len(c.ClientIP.TrustedProxies) != 1 {
-					t.Errorf("addrs = %#v, proxies = %v", c.Limiter.Redis.Addrs, c.ClientIP.TrustedProxies)
-				}
-			}},
-		{name: "normalisation of new routes",
-			yaml: "routes:\n  - {name: a, match: GET /a/, limits: [{key: address, rate: 5/1s}]}\n",
-			check: func(t *testing.T, c *Config) {
-				r := c.Routes[0]
-				if r.Auth != AuthNone || r.Limits[0].When != WhenAlways || r.Limits[0].Burst != 5 {
-					t.Errorf("route not normalised: %+v", r)
-				}
-			}},
-		{name: "scalar types from YAML",
-			yaml: "server: {max_header_bytes: 8192, max_body_bytes: 64KiB}\nlog: {access: False}\nupstream: {max_idle_conns: 0x10}\nlimiter: {redis: {db: 2}}\n",
-			check: func(t *testing.T, c *Config) {
-				if c.Server.MaxHeaderBytes != 8192 || c.Server.MaxBodyBytes != 64<<10 || c.Log.Access || c.Upstream.MaxIdleConns != 16 || c.Limiter.Redis.DB != 2 {
-					t.Errorf("got %+v %+v %+v", c.Server, c.Log, c.Upstream)
-				}
-			}},
-		{name: "tier entries merge into the map",
-			yaml: "tokens_file: tokens.yaml\ntiers:\n  vip: {place_order: {rate: 1/1s}}\n  pro: {list_markets: {rate: 2/1s, burst: 1}}\n",
-			check: func(t *testing.T, c *Config) {
-				want := map[string]map[string]TierLimit{
-					"vip": {"place_order": {Rate: Rate{N: 1, Period: time.Second}, Burst: 1}},
-					"pro": {"list_markets": {Rate: Rate{N: 2, Period: time.Second}, Burst: 1}},
-				}
-				if !reflect.DeepEqual(c.Tiers, want) {
-					t.Errorf("tiers = %+v", c.Tiers)
-				}
-			}},
-		{name: "alias cycle in a sequence",
-			yaml: "routes: &r [*r]\n",
-			errs: []string{"routes[0]: want a mapping, got a sequence (line 1)"}},
-		{name: "merge keys: explicit keys win",
-			yaml: "server: {<<: [{read_timeout: 1s}, {read_timeout: 2s, idle_timeout: 3s}], idle_timeout: 4s}\n",
-			check: func(t *testing.T, c *Config) {
-				if c.Server.ReadTimeout != time.Second || c.Server.IdleTimeout != 4*time.Second {
-					t.Errorf("server = %+v", c.Server)
-				}
-			}},
-		{name: "merge of a scalar",
-			yaml: "server: {<<: 5}\n",
-			errs: []string{`server: merge key "<<" wants a mapping or a sequence of mappings, got the integer 5 (line 1)`}},
-		{name: "non-scalar mapping key",
-			yaml: "? [a]\n: 1\n",
-			errs: []string{`test.yaml: mapping keys must be plain strings, got a sequence (line 1)`}},
-		{name: "odd key characters are quoted in paths",
-			yaml: "tiers: {\"a.b\": {\"x y\": {rate: 1/1s}}}\ntokens_file: t.yaml\n",
-			errs: []string{
-				`tiers["a.b"]: tier name "a.b" must be lower-case letters, digits and _ (line 1)`,
-				`tiers["a.b"]["x y"]: no such route (line 1)`,
-			}},
-		{name: "integer range",
-			yaml: "upstream: {max_idle_conns: 9223372036854775808}\n",
-			errs: []string{`upstream.max_idle_conns: integer 9223372036854775808 is out of range (line 1)`}},
-		{name: "route name and pattern errors do not cascade",
-			yaml: "routes:\n  - {name: a, match: 'GET /a/{x'}\n",
-			errs: []string{`routes[0].match: path "/a/{x": parameter "{x" must be a whole segment {name} (or a last {name...}) of a-z, 0-9 and _ (line 2)`}},
-		{name: "one-method routes may share a pattern with an any-method route after them",
-			yaml: "routes:\n  - {name: b, match: 'GET /a/{y}/'}\n  - {name: c, match: 'POST /a/{z}/'}\n  - {name: a, match: '/a/{x}/'}\n"},
-		{name: "a route an earlier one covers is never matched",
-			yaml: "routes:\n  - {name: a, match: '/a/{x}/'}\n  - {name: b, match: 'GET /a/{y}/'}\n  - {name: odr, match: '/api/v1/odr/{rest...}'}\n  - {name: place, match: 'POST /API/v1/odr/orders/'}\n  - {name: one, match: 'GET /api/v1/odr/orders/{id}/'}\n",
-			errs: []string{
-				`routes[1].match: "GET /a/{y}/" is never matched: routes[0] ("/a/{x}/") comes first and matches every request it would (routes are tried in order); move this route above it, or remove it (line 3)`,
-				`routes[3].match: "POST /API/v1/odr/orders/" is never matched: routes[2] ("/api/v1/odr/{rest...}") comes first and matches every request it would (routes are tried in order); move this route above it, or remove it (line 5)`,
-				`routes[4].match: "GET /api/v1/odr/orders/{id}/" is never matched: routes[2] ("/api/v1/odr/{rest...}") comes first and matches every request it would (routes are tried in order); move this route above it, or remove it (line 6)`,
-			}},
-		{name: "validate order needs POST, not any method",
-			yaml: "routes:\n  - {name: a, match: /a/, validate: order}\n",
-			errs: []string{`routes[0].validate: "order" needs a POST route, but the route matches "/a/" (line 2)`,
-				`routes[0].auth: duplicate protection keys an order's identifier by its token, and auth: none reads no token: an order sent twice with one identifier would be placed twice; write auth: required (or idempotency.enabled: false to go without duplicate protection) (line 2)`}},
-		{name: "listeners on different hosts may share a port",
-			yaml: "listen: 10.0.0.1:8080\nadmin_listen: 127.0.0.1:8080\n"},
-		{name: "wildcard listener conflicts",
-			yaml: "listen: 0.0.0.0:9090\n",
-			errs: []string{`admin_listen: must differ from listen ("0.0.0.0:9090")`}},
-		{name: "port 0 never conflicts",
-			yaml: "listen: :0\nadmin_listen: :0\n"},
-		{name: "sentinel may use a db",
-			yaml: "limiter: {redis: {addrs: [a:26379, b:26379], master_name: mymaster, db: 3}}\n"},
-		{name: "redis backend is fine with addrs",
-			yaml: "limiter: {backend: redis, redis: {addrs: ['[::1]:6379']}}\n"},
-	}
-	for _, tt := range tests {
+	for _, tt := range parseRuleCases {
 		t.Run(tt.name, func(t *testing.T) {
 			c, err := Parse("test.yaml", []byte(tt.yaml), nil)
 			got := errorStrings(t, err)
