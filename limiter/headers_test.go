@@ -74,6 +74,54 @@ func (refundFails) Refund(context.Context, *ratelimit.Request) error {
 	return errors.New("connection refused")
 }
 
+// headerStep is one request: its cost, whether its charge is given back, and
+// what its answer tells.
+type headerStep struct {
+	cost    int64
+	refund  bool   // give the charge back after the decision (a shed request)
+	allowed bool   // the decision
+	fields  string // the RateLimit field of the answer; its limit's name, r and t
+	hourly  int64  // the first limit's remaining, where its outcome is recorded
+}
+
+// headerCase is a sequence of requests from one address and what each one's
+// answer tells.
+type headerCase struct {
+	name  string
+	steps []headerStep
+}
+
+// headerCases is TestHeadersTellTheStateAfterTheAnswer's table, for a route
+// limited to 10 an hour and 3 an hour.
+var headerCases = []headerCase{
+	{"refused by the second limit charges the first nothing", []headerStep{
+		{1, false, true, `"short";r=2;t=1200`, 9},
+		{1, false, true, `"short";r=1;t=2400`, 8},
+		{1, false, true, `"short";r=0;t=3600`, 7},
+		{1, false, false, `"short";r=0;t=1200`, 7},
+		{1, false, false, `"short";r=0;t=1200`, 7},
+		{1, true, false, `"short";r=0;t=1200`, 7}, // refused: nothing to give back
+	}},
+	{"a bulk above a burst tells the limit ahead uncharged", []headerStep{
+		{1, false, true, `"short";r=2;t=1200`, 9},
+		{4, false, false, `"hourly";r=9;t=360`, 9},
+		{4, false, false, `"hourly";r=9;t=360`, 9},
+		{2, false, true, `"short";r=0;t=3600`, 7},
+	}},
+	{"a bulk refused for its size leaves what it did not take", []headerStep{
+		{1, false, true, `"short";r=2;t=1200`, 9},
+		{3, false, false, `"short";r=2;t=1200`, 9},
+		{2, false, true, `"short";r=0;t=3600`, 7},
+	}},
+	{"a shed request tells the state before it", []headerStep{
+		{1, false, true, `"short";r=2;t=1200`, 9},
+		{1, true, true, `"short";r=2;t=1200`, 9},
+		{2, true, true, `"short";r=2;t=1200`, 9},
+		{2, false, true, `"short";r=0;t=3600`, 7},
+		{1, false, false, `"short";r=0;t=1200`, 7},
+	}},
+}
+
 // TestHeadersTellTheStateAfterTheAnswer checks that the rate-limit fields
 // of every answer describe the limits as the store holds them after it,
 // in both styles and on every store: limits are all or nothing, so a
@@ -91,44 +139,6 @@ routes:
       - { name: short, key: address, rate: 3/1h, burst: 3 }
 `)
 	rr := Compile(cfg, nil).Route("r")
-	type step struct {
-		cost    int64
-		refund  bool   // give the charge back after the decision (a shed request)
-		allowed bool   // the decision
-		fields  string // the RateLimit field of the answer; its limit's name, r and t
-		hourly  int64  // the first limit's remaining, where its outcome is recorded
-	}
-	cases := []struct {
-		name  string
-		steps []step
-	}{
-		{"refused by the second limit charges the first nothing", []step{
-			{1, false, true, `"short";r=2;t=1200`, 9},
-			{1, false, true, `"short";r=1;t=2400`, 8},
-			{1, false, true, `"short";r=0;t=3600`, 7},
-			{1, false, false, `"short";r=0;t=1200`, 7},
-			{1, false, false, `"short";r=0;t=1200`, 7},
-			{1, true, false, `"short";r=0;t=1200`, 7}, // refused: nothing to give back
-		}},
-		{"a bulk above a burst tells the limit ahead uncharged", []step{
-			{1, false, true, `"short";r=2;t=1200`, 9},
-			{4, false, false, `"hourly";r=9;t=360`, 9},
-			{4, false, false, `"hourly";r=9;t=360`, 9},
-			{2, false, true, `"short";r=0;t=3600`, 7},
-		}},
-		{"a bulk refused for its size leaves what it did not take", []step{
-			{1, false, true, `"short";r=2;t=1200`, 9},
-			{3, false, false, `"short";r=2;t=1200`, 9},
-			{2, false, true, `"short";r=0;t=3600`, 7},
-		}},
-		{"a shed request tells the state before it", []step{
-			{1, false, true, `"short";r=2;t=1200`, 9},
-			{1, true, true, `"short";r=2;t=1200`, 9},
-			{2, true, true, `"short";r=2;t=1200`, 9},
-			{2, false, true, `"short";r=0;t=3600`, 7},
-			{1, false, false, `"short";r=0;t=1200`, 7},
-		}},
-	}
 	stores := []struct {
 		name  string
 		store func(clock *fakeClock) ratelimit.Store
@@ -147,31 +157,12 @@ routes:
 		}{"redis", func(*fakeClock) ratelimit.Store { return ratelimit.NewDenyCache(rl, 100, nil) }})
 	}
 	for _, st := range stores {
-		for i, tc := range cases {
+		for i, tc := range headerCases {
 			t.Run(st.name+"/"+tc.name, func(t *testing.T) {
 				clock := newFakeClock()
 				e := newTestEnforcer(t, st.store(clock), clock)
 				req := Request{Addr: netip.AddrFrom4([4]byte{198, 51, 100, byte(10 + i)})}
-				for k, s := range tc.steps {
-					req.Cost = s.cost
-					var d Decision
-					e.Decide(context.Background(), rr, req, &d)
-					if s.refund {
-						if err := e.Refund(context.Background(), rr, req, &d); err != nil {
-							t.Fatal(err)
-						}
-					}
-					if d.Allowed != s.allowed {
-						t.Fatalf("step %d (cost %d): allowed %v, want %v", k, s.cost, d.Allowed, s.allowed)
-					}
-					checkFields(t, k, &d, s.fields)
-					// The deny cache refuses a known denial before the
-					// limits ahead of it are decided: they are then not
-					// reported.
-					if o := d.Outcomes[0]; o.Limit == "hourly" && o.Result.Remaining != s.hourly {
-						t.Errorf("step %d: the first limit reports %d remaining, want %d", k, o.Result.Remaining, s.hourly)
-					}
-				}
+				runHeaderSteps(t, e, rr, req, tc.steps)
 			})
 		}
 	}
@@ -186,6 +177,32 @@ routes:
 		}
 		checkFields(t, 0, &d, `"short";r=2;t=1200`)
 	})
+}
+
+// runHeaderSteps decides and, where a step says so, refunds each step's
+// request in turn, and checks what its answer tells.
+func runHeaderSteps(t *testing.T, e *Enforcer, rr *RouteRules, req Request, steps []headerStep) {
+	t.Helper()
+	for k, s := range steps {
+		req.Cost = s.cost
+		var d Decision
+		e.Decide(context.Background(), rr, req, &d)
+		if s.refund {
+			if err := e.Refund(context.Background(), rr, req, &d); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if d.Allowed != s.allowed {
+			t.Fatalf("step %d (cost %d): allowed %v, want %v", k, s.cost, d.Allowed, s.allowed)
+		}
+		checkFields(t, k, &d, s.fields)
+		// The deny cache refuses a known denial before the
+		// limits ahead of it are decided: they are then not
+		// reported.
+		if o := d.Outcomes[0]; o.Limit == "hourly" && o.Result.Remaining != s.hourly {
+			t.Errorf("step %d: the first limit reports %d remaining, want %d", k, o.Result.Remaining, s.hourly)
+		}
+	}
 }
 
 // checkFields checks the rate-limit fields d writes in both styles
