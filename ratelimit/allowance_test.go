@@ -122,7 +122,6 @@ func TestClaimAnswerChargesTheAllowance(t *testing.T) {
 	cr := NewRedis(client, RedisOptions{Timeout: time.Second, ClaimFunc: testClaimFunc})
 	t.Cleanup(func() { _ = cr.Close() })
 
-	const claimTag = "{acct}"
 	cs := slot(claimTag)
 	same := func(name string) string { return claimTag + name }
 	other := func(name string) string { return keyOn(t, cl, "other:"+name+":", cs, false) }
@@ -188,24 +187,32 @@ func TestClaimAnswerChargesTheAllowance(t *testing.T) {
 	}
 
 	t.Run("cluster, refused on another master: the claim's run gives its allowance back", func(t *testing.T) {
-		claimKey := claimTag + "refused-elsewhere"
-		if _, err := client.Set(ctx, claimKey, "held", 0).Result(); err != nil {
-			t.Fatal(err)
-		}
-		spent := other("spent")
-		if res, err := cr.Allow(ctx, spent, one); err != nil || !res.Allowed {
-			t.Fatal(res, err)
-		}
-		q := &Request{
-			Checks: []Check{{Key: spent, Limit: one}, {Key: same("re:answers"), Limit: answers, Allowance: true}},
-			Claim:  &ClaimPart{Keys: []string{claimKey}, Args: []any{"v"}, Timeout: time.Second},
-		}
-		var ans Answer
-		if err := cr.AllowAll(ctx, q, &ans); err != nil || ans.Allowed || !ans.Claim.Run || ans.Claim.Reply[0] != "taken" {
-			t.Fatalf("%v, allowed %v, claim %+v; want refused, the claim run and not taken", err, ans.Allowed, ans.Claim)
-		}
-		if res, err := cr.Peek(ctx, q.Checks[1].Key, answers); err != nil || res.Remaining != 2 {
-			t.Errorf("the allowance of a refused request: %d left (%v), want 2", res.Remaining, err)
-		}
+		checkRefusedElsewhere(t, client, cr, claimTag+"refused-elsewhere", other("spent"), same("re:answers"), one, answers)
 	})
+}
+
+// checkRefusedElsewhere sends cr a request whose claim at claimKey is
+// already taken and whose key spent, on another master than the claim,
+// has nothing left (its limit is one), and checks that the refused request
+// leaves its allowance at answersKey whole.
+func checkRefusedElsewhere(t *testing.T, client *redis.ClusterClient, cr *Redis, claimKey, spent, answersKey string, one, answers Limit) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := client.Set(ctx, claimKey, "held", 0).Result(); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := cr.Allow(ctx, spent, one); err != nil || !res.Allowed {
+		t.Fatal(res, err)
+	}
+	q := &Request{
+		Checks: []Check{{Key: spent, Limit: one}, {Key: answersKey, Limit: answers, Allowance: true}},
+		Claim:  &ClaimPart{Keys: []string{claimKey}, Args: []any{"v"}, Timeout: time.Second},
+	}
+	var ans Answer
+	if err := cr.AllowAll(ctx, q, &ans); err != nil || ans.Allowed || !ans.Claim.Run || ans.Claim.Reply[0] != "taken" {
+		t.Fatalf("%v, allowed %v, claim %+v; want refused, the claim run and not taken", err, ans.Allowed, ans.Claim)
+	}
+	if res, err := cr.Peek(ctx, q.Checks[1].Key, answers); err != nil || res.Remaining != 2 {
+		t.Errorf("the allowance of a refused request: %d left (%v), want 2", res.Remaining, err)
+	}
 }

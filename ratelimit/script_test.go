@@ -123,6 +123,96 @@ func perLimit(ctx context.Context, l interface {
 	return nil
 }
 
+// allowAllStep is one request of an allowAllCase: the time that passes
+// before it, the case's checks it carries, and whether it is allowed.
+type allowAllStep struct {
+	advance time.Duration
+	use     []int // the scenario's checks this request carries
+	allowed bool
+}
+
+// allowAllCase is a sequence of requests on several limits at once.
+type allowAllCase struct {
+	name   string
+	checks []Check
+	steps  []allowAllStep
+}
+
+// allowAllCases is TestAllowAllMatchesPerLimit's table. Its limits count in
+// minutes.
+func allowAllCases() []allowAllCase {
+	perMinute := Limit{Rate: 2, Period: time.Minute, Burst: 2}
+	perHour := Limit{Rate: 5, Period: time.Hour, Burst: 5}
+	slow := Limit{Rate: 1, Period: 2 * time.Minute, Burst: 3}
+	return []allowAllCase{
+		{"a refusal charges no other limit", []Check{{Key: "min", Limit: perMinute}, {Key: "hour", Limit: perHour}}, []allowAllStep{
+			{use: []int{0, 1}, allowed: true},
+			{use: []int{0, 1}, allowed: true},
+			{use: []int{0, 1}, allowed: false}, // per minute refuses: the hour keeps 3
+			{use: []int{0, 1}, allowed: false},
+			{use: []int{1}, allowed: true},
+			{advance: 66 * time.Second, use: []int{0, 1}, allowed: true},
+			{use: []int{0, 1}, allowed: true},
+			{use: []int{0, 1}, allowed: false}, // the hour is spent
+		}},
+		{"the later limit refuses", []Check{{Key: "hour", Limit: perHour}, {Key: "slow", Limit: slow}}, []allowAllStep{
+			{use: []int{0, 1}, allowed: true},
+			{use: []int{0, 1}, allowed: true},
+			{use: []int{0, 1}, allowed: true},
+			{use: []int{0, 1}, allowed: false},
+			{use: []int{0}, allowed: true},
+			{use: []int{0}, allowed: true},
+			{use: []int{0, 1}, allowed: false},
+		}},
+		{"a shadow limit counts but never refuses", []Check{{Key: "min", Limit: perMinute, Shadow: true}, {Key: "slow", Limit: slow}}, []allowAllStep{
+			{use: []int{0, 1}, allowed: true},
+			{use: []int{0, 1}, allowed: true},
+			{use: []int{0, 1}, allowed: true}, // the shadow limit is over
+			{use: []int{0, 1}, allowed: false},
+			{advance: 36 * time.Second, use: []int{0, 1}, allowed: false},
+		}},
+	}
+}
+
+// allowAllStore is a store TestAllowAllMatchesPerLimit runs on, with the way
+// time passes for its keys.
+type allowAllStore struct {
+	name string
+	lim  interface {
+		Store
+		Inspector
+	}
+	// advance lets d pass for the given keys.
+	advance func(t *testing.T, keys []string, d time.Duration)
+	slack   time.Duration
+}
+
+// allowAllStores returns the memory limiter on a fake clock and, unless
+// testing.Short, Redis and a Redis Cluster, whose time passes by shiftTAT.
+func allowAllStores(t *testing.T) []allowAllStore {
+	clock := newFakeClock()
+	stores := []allowAllStore{{name: "memory", lim: NewMemory(MemoryOptions{Now: clock.Now}),
+		advance: func(_ *testing.T, _ []string, d time.Duration) { clock.Advance(d) }}}
+	if !testing.Short() {
+		shift := func(c redis.Scripter) func(*testing.T, []string, time.Duration) {
+			return func(t *testing.T, keys []string, d time.Duration) { shiftTAT(t, c, keys, d) }
+		}
+		srv := redistest.Start(t)
+		rl := NewRedis(srv.Client(), RedisOptions{Timeout: time.Second})
+		t.Cleanup(func() { _ = rl.Close() })
+		stores = append(stores, allowAllStore{name: "redis", lim: rl, advance: shift(srv.Client()), slack: 50 * time.Millisecond})
+		// In a Cluster the keys of a request fall in different slots:
+		// its parts are decided apart and a refused request gives back
+		// what the others charged.
+		cl := redistest.StartCluster(t, 3)
+		cc := cl.Client(t)
+		crl := NewRedis(cc, RedisOptions{Timeout: time.Second})
+		t.Cleanup(func() { _ = crl.Close() })
+		stores = append(stores, allowAllStore{name: "redis-cluster", lim: crl, advance: shift(cc), slack: 50 * time.Millisecond})
+	}
+	return stores
+}
+
 // TestAllowAllMatchesPerLimit: for a table of request sequences on
 // several limits at once, AllowAll (one script run per request in Redis)
 // answers every request and every limit as the per-limit path does
@@ -133,125 +223,60 @@ func perLimit(ctx context.Context, l interface {
 // on the memory limiter's fake clock and, for Redis, whose clock is its
 // own, by moving the TAT of every key of the case (shiftTAT).
 func TestAllowAllMatchesPerLimit(t *testing.T) {
-	perMinute := Limit{Rate: 2, Period: time.Minute, Burst: 2}
-	perHour := Limit{Rate: 5, Period: time.Hour, Burst: 5}
-	slow := Limit{Rate: 1, Period: 2 * time.Minute, Burst: 3}
-	type step struct {
-		advance time.Duration
-		use     []int // the scenario's checks this request carries
-		allowed bool
-	}
-	cases := []struct {
-		name   string
-		checks []Check
-		steps  []step
-	}{
-		{"a refusal charges no other limit", []Check{{Key: "min", Limit: perMinute}, {Key: "hour", Limit: perHour}}, []step{
-			{use: []int{0, 1}, allowed: true},
-			{use: []int{0, 1}, allowed: true},
-			{use: []int{0, 1}, allowed: false}, // per minute refuses: the hour keeps 3
-			{use: []int{0, 1}, allowed: false},
-			{use: []int{1}, allowed: true},
-			{advance: 66 * time.Second, use: []int{0, 1}, allowed: true},
-			{use: []int{0, 1}, allowed: true},
-			{use: []int{0, 1}, allowed: false}, // the hour is spent
-		}},
-		{"the later limit refuses", []Check{{Key: "hour", Limit: perHour}, {Key: "slow", Limit: slow}}, []step{
-			{use: []int{0, 1}, allowed: true},
-			{use: []int{0, 1}, allowed: true},
-			{use: []int{0, 1}, allowed: true},
-			{use: []int{0, 1}, allowed: false},
-			{use: []int{0}, allowed: true},
-			{use: []int{0}, allowed: true},
-			{use: []int{0, 1}, allowed: false},
-		}},
-		{"a shadow limit counts but never refuses", []Check{{Key: "min", Limit: perMinute, Shadow: true}, {Key: "slow", Limit: slow}}, []step{
-			{use: []int{0, 1}, allowed: true},
-			{use: []int{0, 1}, allowed: true},
-			{use: []int{0, 1}, allowed: true}, // the shadow limit is over
-			{use: []int{0, 1}, allowed: false},
-			{advance: 36 * time.Second, use: []int{0, 1}, allowed: false},
-		}},
-	}
-	type store struct {
-		name string
-		lim  interface {
-			Store
-			Inspector
+	for _, st := range allowAllStores(t) {
+		for _, tc := range allowAllCases() {
+			t.Run(st.name+"/"+tc.name, func(t *testing.T) { runAllowAllCase(t, st, tc) })
 		}
-		// advance lets d pass for the given keys.
-		advance func(t *testing.T, keys []string, d time.Duration)
-		slack   time.Duration
 	}
-	clock := newFakeClock()
-	stores := []store{{name: "memory", lim: NewMemory(MemoryOptions{Now: clock.Now}),
-		advance: func(_ *testing.T, _ []string, d time.Duration) { clock.Advance(d) }}}
-	if !testing.Short() {
-		shift := func(c redis.Scripter) func(*testing.T, []string, time.Duration) {
-			return func(t *testing.T, keys []string, d time.Duration) { shiftTAT(t, c, keys, d) }
-		}
-		srv := redistest.Start(t)
-		rl := NewRedis(srv.Client(), RedisOptions{Timeout: time.Second})
-		t.Cleanup(func() { _ = rl.Close() })
-		stores = append(stores, store{name: "redis", lim: rl, advance: shift(srv.Client()), slack: 50 * time.Millisecond})
-		// In a Cluster the keys of a request fall in different slots:
-		// its parts are decided apart and a refused request gives back
-		// what the others charged.
-		cl := redistest.StartCluster(t, 3)
-		cc := cl.Client(t)
-		crl := NewRedis(cc, RedisOptions{Timeout: time.Second})
-		t.Cleanup(func() { _ = crl.Close() })
-		stores = append(stores, store{name: "redis-cluster", lim: crl, advance: shift(cc), slack: 50 * time.Millisecond})
-	}
+}
+
+// runAllowAllCase sends each step of tc both through AllowAll and through
+// the per-limit path, on keys of their own, and checks that the two answer
+// alike.
+func runAllowAllCase(t *testing.T, st allowAllStore, tc allowAllCase) {
 	ctx := context.Background()
-	for _, st := range stores {
-		for _, tc := range cases {
-			t.Run(st.name+"/"+tc.name, func(t *testing.T) {
-				var keys []string
-				for _, c := range tc.checks {
-					keys = append(keys, keyPrefix+t.Name()+":"+c.Key, keyPrefix+"per-limit:"+t.Name()+":"+c.Key)
-				}
-				var got, want Answer
-				var maxGap time.Duration
-				for i, s := range tc.steps {
-					if s.advance > 0 {
-						st.advance(t, keys, s.advance)
-					}
-					var cq, pq Request
-					for _, u := range s.use {
-						c := tc.checks[u]
-						c.Key = t.Name() + ":" + c.Key
-						pq.Checks = append(pq.Checks, Check{Key: "per-limit:" + c.Key, Limit: c.Limit, Shadow: c.Shadow})
-						cq.Checks = append(cq.Checks, c)
-					}
-					start := time.Now()
-					if err := st.lim.AllowAll(ctx, &cq, &got); err != nil {
-						t.Fatal(err)
-					}
-					if err := perLimit(ctx, st.lim, &pq, &want); err != nil {
-						t.Fatal(err)
-					}
-					// On real time the two paths decide a moment
-					// apart: a key's reset counts from the step that
-					// last set its TAT, any step before, and the
-					// answer from this one, each on either path up
-					// to its gap later.
-					gap := time.Since(start)
-					maxGap = max(maxGap, gap)
-					slack := st.slack + gap + maxGap
-					if got.Allowed != s.allowed || want.Allowed != s.allowed {
-						t.Fatalf("step %d: AllowAll allowed=%v, per limit %v, want %v", i, got.Allowed, want.Allowed, s.allowed)
-					}
-					for j := range got.Results {
-						g, w := got.Results[j], want.Results[j]
-						if g.Applied != w.Applied || g.Result.Allowed != w.Result.Allowed || g.Result.Remaining != w.Result.Remaining {
-							t.Errorf("step %d check %d: AllowAll %+v, per limit %+v", i, j, g, w)
-						}
-						approx(t, "retry after", g.Result.RetryAfter, w.Result.RetryAfter, slack)
-						approx(t, "reset after", g.Result.ResetAfter, w.Result.ResetAfter, slack)
-					}
-				}
-			})
+	var keys []string
+	for _, c := range tc.checks {
+		keys = append(keys, keyPrefix+t.Name()+":"+c.Key, keyPrefix+"per-limit:"+t.Name()+":"+c.Key)
+	}
+	var got, want Answer
+	var maxGap time.Duration
+	for i, s := range tc.steps {
+		if s.advance > 0 {
+			st.advance(t, keys, s.advance)
+		}
+		var cq, pq Request
+		for _, u := range s.use {
+			c := tc.checks[u]
+			c.Key = t.Name() + ":" + c.Key
+			pq.Checks = append(pq.Checks, Check{Key: "per-limit:" + c.Key, Limit: c.Limit, Shadow: c.Shadow})
+			cq.Checks = append(cq.Checks, c)
+		}
+		start := time.Now()
+		if err := st.lim.AllowAll(ctx, &cq, &got); err != nil {
+			t.Fatal(err)
+		}
+		if err := perLimit(ctx, st.lim, &pq, &want); err != nil {
+			t.Fatal(err)
+		}
+		// On real time the two paths decide a moment
+		// apart: a key's reset counts from the step that
+		// last set its TAT, any step before, and the
+		// answer from this one, each on either path up
+		// to its gap later.
+		gap := time.Since(start)
+		maxGap = max(maxGap, gap)
+		slack := st.slack + gap + maxGap
+		if got.Allowed != s.allowed || want.Allowed != s.allowed {
+			t.Fatalf("step %d: AllowAll allowed=%v, per limit %v, want %v", i, got.Allowed, want.Allowed, s.allowed)
+		}
+		for j := range got.Results {
+			g, w := got.Results[j], want.Results[j]
+			if g.Applied != w.Applied || g.Result.Allowed != w.Result.Allowed || g.Result.Remaining != w.Result.Remaining {
+				t.Errorf("step %d check %d: AllowAll %+v, per limit %+v", i, j, g, w)
+			}
+			approx(t, "retry after", g.Result.RetryAfter, w.Result.RetryAfter, slack)
+			approx(t, "reset after", g.Result.ResetAfter, w.Result.ResetAfter, slack)
 		}
 	}
 }

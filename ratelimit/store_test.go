@@ -126,6 +126,112 @@ type step struct {
 	resetAfter time.Duration // checked when >= 0; -1 skips
 }
 
+// The limits of TestStoreTable.
+var (
+	// storeFive is 5 per 2s: one request every 400ms, bursts of 5.
+	storeFive = Limit{Rate: 5, Period: 2 * time.Second, Burst: 5}
+	// storeBursty is 1 per second with a burst of 3.
+	storeBursty = Limit{Rate: 1, Period: time.Second, Burst: 3}
+	// storeHourly is 3600 per hour, burst 100: the spec's kind of limit.
+	storeHourly = Limit{Rate: 3600, Period: time.Hour, Burst: 100}
+)
+
+// ms is a millisecond, the unit of TestStoreTable's durations.
+const ms = time.Millisecond
+
+// storeCase is a sequence of steps on one key of a store.
+type storeCase struct {
+	name  string
+	limit Limit
+	steps []step
+}
+
+// storeCases is TestStoreTable's table.
+var storeCases = []storeCase{
+	{"burst then deny", storeFive, []step{
+		{allowed: true, remaining: 4, resetAfter: 400 * ms},
+		{allowed: true, remaining: 3, resetAfter: 800 * ms},
+		{allowed: true, remaining: 2, resetAfter: 1200 * ms},
+		{allowed: true, remaining: 1, resetAfter: 1600 * ms},
+		{allowed: true, remaining: 0, resetAfter: 2000 * ms},
+		{allowed: false, retryAfter: 400 * ms, resetAfter: 2000 * ms},
+		{allowed: false, retryAfter: 400 * ms, resetAfter: 2000 * ms},
+	}},
+	{"refill one interval", storeFive, []step{
+		{n: 5, allowed: true, remaining: 0, resetAfter: 2000 * ms},
+		{allowed: false, retryAfter: 400 * ms, resetAfter: 2000 * ms},
+		{advance: 500 * ms, allowed: true, remaining: 0, resetAfter: 1900 * ms},
+		{allowed: false, retryAfter: 300 * ms, resetAfter: 1900 * ms},
+	}},
+	{"reset after full window", storeFive, []step{
+		{n: 5, allowed: true, remaining: 0, resetAfter: 2000 * ms},
+		{advance: 2100 * ms, allowed: true, remaining: 4, resetAfter: 400 * ms},
+	}},
+	{"burst above rate", storeBursty, []step{
+		{allowed: true, remaining: 2, resetAfter: 1000 * ms},
+		{allowed: true, remaining: 1, resetAfter: 2000 * ms},
+		{allowed: true, remaining: 0, resetAfter: 3000 * ms},
+		{allowed: false, retryAfter: 1000 * ms, resetAfter: 3000 * ms},
+	}},
+	{"cost above burst never passes", storeBursty, []step{
+		{n: 4, allowed: false, retryAfter: Never, resetAfter: -1},
+		{allowed: true, remaining: 2, resetAfter: 1000 * ms},
+	}},
+	{"cost within burst", storeHourly, []step{
+		{n: 60, allowed: true, remaining: 40, resetAfter: 60 * time.Second},
+		{n: 41, allowed: false, retryAfter: time.Second, resetAfter: 60 * time.Second},
+		{n: 40, allowed: true, remaining: 0, resetAfter: 100 * time.Second},
+	}},
+	{"a refused bulk leaves room for smaller requests", storeBursty, []step{
+		{n: 2, allowed: true, remaining: 1, resetAfter: 2000 * ms},
+		{n: 2, allowed: false, retryAfter: 1000 * ms, resetAfter: 2000 * ms},
+		{allowed: true, remaining: 0, resetAfter: 3000 * ms},
+	}},
+	{"burst zero denies everything", Limit{Rate: 10, Period: time.Second}, []step{
+		{allowed: false, retryAfter: Never, resetAfter: -1},
+		{advance: 200 * ms, allowed: false, retryAfter: Never, resetAfter: -1},
+	}},
+	{"zero limit denies everything", Limit{}, []step{
+		{allowed: false, retryAfter: Never, resetAfter: -1},
+	}},
+	{"a refund gives back what was charged", storeFive, []step{
+		{n: 5, allowed: true, remaining: 0, resetAfter: 2000 * ms},
+		{refund: 2},
+		{allowed: true, remaining: 1, resetAfter: 1600 * ms},
+		{allowed: true, remaining: 0, resetAfter: 2000 * ms},
+		{allowed: false, retryAfter: 400 * ms, resetAfter: 2000 * ms},
+	}},
+	{"a refund of a bulk gives back its cost", storeHourly, []step{
+		{n: 60, allowed: true, remaining: 40, resetAfter: 60 * time.Second},
+		{refund: 60},
+		{n: 100, allowed: true, remaining: 0, resetAfter: 100 * time.Second},
+		{allowed: false, retryAfter: time.Second, resetAfter: 100 * time.Second},
+	}},
+	{"a refund never gives more than a full burst", storeFive, []step{
+		{allowed: true, remaining: 4, resetAfter: 400 * ms},
+		{refund: 3},
+		{n: 5, allowed: true, remaining: 0, resetAfter: 2000 * ms},
+		{allowed: false, retryAfter: 400 * ms, resetAfter: 2000 * ms},
+	}},
+	{"a refund after time passed", storeFive, []step{
+		{n: 5, allowed: true, remaining: 0, resetAfter: 2000 * ms},
+		{advance: 800 * ms, allowed: true, remaining: 1, resetAfter: 1600 * ms},
+		{refund: 1},
+		{allowed: true, remaining: 1, resetAfter: 1600 * ms},
+	}},
+	{"a refund of a key that holds nothing changes nothing", storeFive, []step{
+		{refund: 2},
+		{n: 5, allowed: true, remaining: 0, resetAfter: 2000 * ms},
+		{allowed: false, retryAfter: 400 * ms, resetAfter: 2000 * ms},
+	}},
+	{"a refund lifts a denial, cached or not", storeFive, []step{
+		{n: 5, allowed: true, remaining: 0, resetAfter: 2000 * ms},
+		{allowed: false, retryAfter: 400 * ms, resetAfter: 2000 * ms},
+		{refund: 1},
+		{allowed: true, remaining: 0, resetAfter: 2000 * ms},
+	}},
+}
+
 // TestStoreTable runs one table of behaviour against every
 // implementation: bursts, refill over time, remaining, retry-after, reset,
 // redis_rate's edges (a burst of 0 denies everything, a cost above the
@@ -133,105 +239,9 @@ type step struct {
 // had never been made, never past a full burst, a cached denial
 // forgotten).
 func TestStoreTable(t *testing.T) {
-	// 5 per 2s: one request every 400ms, bursts of 5.
-	five := Limit{Rate: 5, Period: 2 * time.Second, Burst: 5}
-	// 1 per second with a burst of 3.
-	bursty := Limit{Rate: 1, Period: time.Second, Burst: 3}
-	// 3600 per hour, burst 100: the spec's kind of limit.
-	hourly := Limit{Rate: 3600, Period: time.Hour, Burst: 100}
-	ms := time.Millisecond
-
-	cases := []struct {
-		name  string
-		limit Limit
-		steps []step
-	}{
-		{"burst then deny", five, []step{
-			{allowed: true, remaining: 4, resetAfter: 400 * ms},
-			{allowed: true, remaining: 3, resetAfter: 800 * ms},
-			{allowed: true, remaining: 2, resetAfter: 1200 * ms},
-			{allowed: true, remaining: 1, resetAfter: 1600 * ms},
-			{allowed: true, remaining: 0, resetAfter: 2000 * ms},
-			{allowed: false, retryAfter: 400 * ms, resetAfter: 2000 * ms},
-			{allowed: false, retryAfter: 400 * ms, resetAfter: 2000 * ms},
-		}},
-		{"refill one interval", five, []step{
-			{n: 5, allowed: true, remaining: 0, resetAfter: 2000 * ms},
-			{allowed: false, retryAfter: 400 * ms, resetAfter: 2000 * ms},
-			{advance: 500 * ms, allowed: true, remaining: 0, resetAfter: 1900 * ms},
-			{allowed: false, retryAfter: 300 * ms, resetAfter: 1900 * ms},
-		}},
-		{"reset after full window", five, []step{
-			{n: 5, allowed: true, remaining: 0, resetAfter: 2000 * ms},
-			{advance: 2100 * ms, allowed: true, remaining: 4, resetAfter: 400 * ms},
-		}},
-		{"burst above rate", bursty, []step{
-			{allowed: true, remaining: 2, resetAfter: 1000 * ms},
-			{allowed: true, remaining: 1, resetAfter: 2000 * ms},
-			{allowed: true, remaining: 0, resetAfter: 3000 * ms},
-			{allowed: false, retryAfter: 1000 * ms, resetAfter: 3000 * ms},
-		}},
-		{"cost above burst never passes", bursty, []step{
-			{n: 4, allowed: false, retryAfter: Never, resetAfter: -1},
-			{allowed: true, remaining: 2, resetAfter: 1000 * ms},
-		}},
-		{"cost within burst", hourly, []step{
-			{n: 60, allowed: true, remaining: 40, resetAfter: 60 * time.Second},
-			{n: 41, allowed: false, retryAfter: time.Second, resetAfter: 60 * time.Second},
-			{n: 40, allowed: true, remaining: 0, resetAfter: 100 * time.Second},
-		}},
-		{"a refused bulk leaves room for smaller requests", bursty, []step{
-			{n: 2, allowed: true, remaining: 1, resetAfter: 2000 * ms},
-			{n: 2, allowed: false, retryAfter: 1000 * ms, resetAfter: 2000 * ms},
-			{allowed: true, remaining: 0, resetAfter: 3000 * ms},
-		}},
-		{"burst zero denies everything", Limit{Rate: 10, Period: time.Second}, []step{
-			{allowed: false, retryAfter: Never, resetAfter: -1},
-			{advance: 200 * ms, allowed: false, retryAfter: Never, resetAfter: -1},
-		}},
-		{"zero limit denies everything", Limit{}, []step{
-			{allowed: false, retryAfter: Never, resetAfter: -1},
-		}},
-		{"a refund gives back what was charged", five, []step{
-			{n: 5, allowed: true, remaining: 0, resetAfter: 2000 * ms},
-			{refund: 2},
-			{allowed: true, remaining: 1, resetAfter: 1600 * ms},
-			{allowed: true, remaining: 0, resetAfter: 2000 * ms},
-			{allowed: false, retryAfter: 400 * ms, resetAfter: 2000 * ms},
-		}},
-		{"a refund of a bulk gives back its cost", hourly, []step{
-			{n: 60, allowed: true, remaining: 40, resetAfter: 60 * time.Second},
-			{refund: 60},
-			{n: 100, allowed: true, remaining: 0, resetAfter: 100 * time.Second},
-			{allowed: false, retryAfter: time.Second, resetAfter: 100 * time.Second},
-		}},
-		{"a refund never gives more than a full burst", five, []step{
-			{allowed: true, remaining: 4, resetAfter: 400 * ms},
-			{refund: 3},
-			{n: 5, allowed: true, remaining: 0, resetAfter: 2000 * ms},
-			{allowed: false, retryAfter: 400 * ms, resetAfter: 2000 * ms},
-		}},
-		{"a refund after time passed", five, []step{
-			{n: 5, allowed: true, remaining: 0, resetAfter: 2000 * ms},
-			{advance: 800 * ms, allowed: true, remaining: 1, resetAfter: 1600 * ms},
-			{refund: 1},
-			{allowed: true, remaining: 1, resetAfter: 1600 * ms},
-		}},
-		{"a refund of a key that holds nothing changes nothing", five, []step{
-			{refund: 2},
-			{n: 5, allowed: true, remaining: 0, resetAfter: 2000 * ms},
-			{allowed: false, retryAfter: 400 * ms, resetAfter: 2000 * ms},
-		}},
-		{"a refund lifts a denial, cached or not", five, []step{
-			{n: 5, allowed: true, remaining: 0, resetAfter: 2000 * ms},
-			{allowed: false, retryAfter: 400 * ms, resetAfter: 2000 * ms},
-			{refund: 1},
-			{allowed: true, remaining: 0, resetAfter: 2000 * ms},
-		}},
-	}
 	for _, im := range impls(t) {
 		t.Run(im.name, func(t *testing.T) {
-			for _, tc := range cases {
+			for _, tc := range storeCases {
 				t.Run(tc.name, func(t *testing.T) {
 					if im.slack == 0 {
 						runSteps(t, im, "table:"+t.Name(), tc.limit, tc.steps, nil)
