@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/exgate/exgate/config"
 	"github.com/exgate/exgate/internal/redistest"
@@ -92,41 +93,57 @@ func TestBulkAboveBurst(t *testing.T) {
 
 			// Counted by route, limit and decision; only the
 			// exceeds_burst series are compared.
-			got, err := reg.Gather()
-			if err != nil {
-				t.Fatal(err)
-			}
-			var lines []string
-			for _, mf := range got {
-				if mf.GetName() != metrics.NameRateLimitDecision {
-					continue
-				}
-				for _, mm := range mf.GetMetric() {
-					labels := map[string]string{}
-					for _, l := range mm.GetLabel() {
-						labels[l.GetName()] = l.GetValue()
-					}
-					if labels["decision"] == "exceeds_burst" && mm.GetCounter().GetValue() > 0 {
-						lines = append(lines, fmt.Sprintf("%s/%s/%s=%v", labels["route"], labels["limit"], labels["tier"], mm.GetCounter().GetValue()))
-					}
-				}
-			}
-			if got := strings.Join(lines, " "); got != "cancel_order/token/default=1 place_order/token/default=2" {
+			if got := exceedsBurstSeries(t, reg); got != "cancel_order/token/default=1 place_order/token/default=2" {
 				t.Errorf("exceeds_burst decisions %q", got)
 			}
-			var logged int
-			for _, l := range e.logs.FilterMessage("request").All() {
-				f := l.ContextMap()
-				if f["status"] == int64(413) {
-					logged++
-					if f["limit_decision"] != "exceeds_burst" || f["limit"] != "token" || f["limit_max_cost"] == nil {
-						t.Errorf("access log %v", f)
-					}
-				}
-			}
-			if logged != 3 {
+			if logged := checkExceedsBurstLogged(t, e.logs); logged != 3 {
 				t.Errorf("%d access log lines of a 413, want 3", logged)
 			}
 		})
 	}
+}
+
+// exceedsBurstSeries returns the rate-limit decision series of reg whose
+// decision is exceeds_burst and whose count is not zero, as
+// route/limit/tier=count separated by spaces.
+func exceedsBurstSeries(t *testing.T, reg *prometheus.Registry) string {
+	t.Helper()
+	got, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lines []string
+	for _, mf := range got {
+		if mf.GetName() != metrics.NameRateLimitDecision {
+			continue
+		}
+		for _, mm := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range mm.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["decision"] == "exceeds_burst" && mm.GetCounter().GetValue() > 0 {
+				lines = append(lines, fmt.Sprintf("%s/%s/%s=%v", labels["route"], labels["limit"], labels["tier"], mm.GetCounter().GetValue()))
+			}
+		}
+	}
+	return strings.Join(lines, " ")
+}
+
+// checkExceedsBurstLogged checks the access log lines of the 413 answers in
+// logs, which must tell the exceeds_burst decision of the token limit and
+// its largest cost, and returns how many there are.
+func checkExceedsBurstLogged(t *testing.T, logs *observer.ObservedLogs) int {
+	t.Helper()
+	var logged int
+	for _, l := range logs.FilterMessage("request").All() {
+		f := l.ContextMap()
+		if f["status"] == int64(413) {
+			logged++
+			if f["limit_decision"] != "exceeds_burst" || f["limit"] != "token" || f["limit_max_cost"] == nil {
+				t.Errorf("access log %v", f)
+			}
+		}
+	}
+	return logged
 }

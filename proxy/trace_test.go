@@ -362,6 +362,18 @@ func TestTraceAccessLogAndExemplars(t *testing.T) {
 	}
 }
 
+// traceRefusalCase is a request TestTraceRefusals sends, its answer, the
+// number of spans it ends, and a check of its spans beyond its status and
+// refusal code.
+type traceRefusalCase struct {
+	name   string
+	send   func() *http.Response
+	status int
+	code   string
+	spans  int
+	check  func(t *testing.T, srv sdktrace.ReadOnlySpan, all []sdktrace.ReadOnlySpan)
+}
+
 // TestTraceRefusals: a request exgate refuses is traced with its
 // refusal code and the step that decided it; a 5xx is the server span's
 // error, a 4xx is not.
@@ -385,102 +397,21 @@ func TestTraceRefusals(t *testing.T) {
 	}, ratelimit.NewMemory(ratelimit.MemoryOptions{}), nil, memoryClaims, sp.traced)
 
 	order := `{"symbol":"BTC_USDT","type":"limit","side":"buy","price":"1","base_amount":"1","identifier":"id-1"}`
-	type check func(t *testing.T, srv sdktrace.ReadOnlySpan, all []sdktrace.ReadOnlySpan)
-	cases := []struct {
-		name   string
-		send   func() *http.Response
-		status int
-		code   string
-		spans  int
-		check  check
-	}{
+	cases := []traceRefusalCase{
 		{"no token", func() *http.Response {
 			return do(t, "POST", e.url+"/api/v1/odr/orders/", strings.NewReader(order), "Content-Type", "application/json")
-		}, 401, "not_authenticated", 1,
-			func(t *testing.T, srv sdktrace.ReadOnlySpan, _ []sdktrace.ReadOnlySpan) {
-				ev := event(t, srv, "authentication")
-				if r, _ := attr(ev.Attributes, "exgate.auth.result"); r != "refused" {
-					t.Errorf("auth result %q, want refused", r)
-				}
-				if r, _ := attr(ev.Attributes, "exgate.auth.reason"); r != "no_credentials" {
-					t.Errorf("auth reason %q, want no_credentials", r)
-				}
-			}},
+		}, 401, "not_authenticated", 1, traceNoToken},
 		{"invalid order", func() *http.Response {
 			return postOrder(t, e, `{"symbol":"BTC_USDT","type":"limit","side":"buy","price":"-1","base_amount":"1","zz":1}`)
-		}, 400, "invalid_order", 2, func(t *testing.T, srv sdktrace.ReadOnlySpan, _ []sdktrace.ReadOnlySpan) {
-			ev := event(t, srv, "refused")
-			if f, _ := attr(ev.Attributes, "exgate.refusal.fields"); f != `["(unknown field)","price"]` {
-				t.Errorf("refused fields %s, want price and an unknown field unnamed", f)
-			}
-		}},
-		{"placed", func() *http.Response { return postOrder(t, e, order) }, 201, "", 3,
-			func(t *testing.T, srv sdktrace.ReadOnlySpan, all []sdktrace.ReadOnlySpan) {
-				ev := event(t, srv, "identifier_claim")
-				if o, _ := attr(ev.Attributes, "exgate.identifier.outcome"); o != "claimed" {
-					t.Errorf("claim outcome %q, want claimed", o)
-				}
-				if a, _ := attr(event(t, srv, "authentication").Attributes, "exgate.auth.result"); a != "authenticated" {
-					t.Errorf("auth result %q, want authenticated", a)
-				}
-				var rl sdktrace.ReadOnlySpan
-				for _, s := range all {
-					if s.Name() == "rate_limit" {
-						rl = s
-					}
-				}
-				if rl == nil || rl.Parent().SpanID() != srv.SpanContext().SpanID() {
-					t.Fatalf("no rate_limit child span: %v", names(all))
-				}
-				for k, v := range map[string]string{"exgate.rate_limit.decision": "allowed", "exgate.rate_limit.limit": "token",
-					"exgate.rate_limit.remaining": "5398", "exgate.rate_limit.cost": "1"} {
-					if got, _ := attr(rl.Attributes(), k); got != v {
-						t.Errorf("rate_limit %s = %q, want %q", k, got, v)
-					}
-				}
-				if a, _ := attr(event(t, srv, "overload_admission").Attributes, "exgate.overload.result"); a != "admitted" {
-					t.Errorf("overload result %q, want admitted", a)
-				}
-			}},
-		{"replayed", func() *http.Response { return postOrder(t, e, order) }, 201, "", 2,
-			func(t *testing.T, srv sdktrace.ReadOnlySpan, _ []sdktrace.ReadOnlySpan) {
-				if o, _ := attr(event(t, srv, "identifier_claim").Attributes, "exgate.identifier.outcome"); o != "replayed" {
-					t.Errorf("claim outcome %q, want replayed", o)
-				}
-				if r, _ := attr(srv.Attributes(), "exgate.identifier.replayed"); r != "true" {
-					t.Error("replayed answer not marked")
-				}
-			}},
+		}, 400, "invalid_order", 2, traceInvalidOrder},
+		{"placed", func() *http.Response { return postOrder(t, e, order) }, 201, "", 3, tracePlaced},
+		{"replayed", func() *http.Response { return postOrder(t, e, order) }, 201, "", 2, traceReplayed},
 		{"identifier conflict", func() *http.Response {
 			return postOrder(t, e, strings.Replace(order, `"1","identifier"`, `"2","identifier"`, 1))
-		},
-			409, "duplicate_identifier", 2, func(t *testing.T, srv sdktrace.ReadOnlySpan, _ []sdktrace.ReadOnlySpan) {
-				if o, _ := attr(event(t, srv, "identifier_claim").Attributes, "exgate.identifier.outcome"); o != "conflict" {
-					t.Errorf("claim outcome %q, want conflict", o)
-				}
-			}},
+		}, 409, "duplicate_identifier", 2, traceIdentifierConflict},
 		{"throttled (first)", func() *http.Response { return do(t, "GET", e.url+"/api/v1/mth/matches/BTC_USDT/", nil) }, 200, "", 3, nil},
-		{"throttled", func() *http.Response { return do(t, "GET", e.url+"/api/v1/mth/matches/BTC_USDT/", nil) }, 429, "throttled", 2,
-			func(t *testing.T, srv sdktrace.ReadOnlySpan, all []sdktrace.ReadOnlySpan) {
-				for _, s := range all {
-					if s.Name() == "rate_limit" {
-						if d, _ := attr(s.Attributes(), "exgate.rate_limit.decision"); d != "limited" || s.Status().Code != codes.Error {
-							t.Errorf("rate_limit decision %q status %v, want limited, an error", d, s.Status())
-						}
-						return
-					}
-				}
-				t.Error("no rate_limit span")
-			}},
-		{"no route", func() *http.Response { return do(t, "GET", e.url+"/nowhere", nil) }, 200, "", 3,
-			func(t *testing.T, srv sdktrace.ReadOnlySpan, _ []sdktrace.ReadOnlySpan) {
-				if _, ok := attr(srv.Attributes(), "http.route"); ok || srv.Name() != "GET" {
-					t.Errorf("span %q with an http.route for a request only the default route matched", srv.Name())
-				}
-				if r, _ := attr(srv.Attributes(), "exgate.route"); r != "default" {
-					t.Errorf("exgate.route %q, want default", r)
-				}
-			}},
+		{"throttled", func() *http.Response { return do(t, "GET", e.url+"/api/v1/mth/matches/BTC_USDT/", nil) }, 429, "throttled", 2, traceThrottled},
+		{"no route", func() *http.Response { return do(t, "GET", e.url+"/nowhere", nil) }, 200, "", 3, traceNoRoute},
 		{"shed", func() *http.Response {
 			hold.Add(1)
 			go func() {
@@ -489,49 +420,151 @@ func TestTraceRefusals(t *testing.T) {
 			}()
 			hold.Wait()
 			return do(t, "GET", e.url+"/api/v1/odr/fills/", nil, "Authorization", "Bearer tok")
-		}, 503, "overloaded", 3, func(t *testing.T, srv sdktrace.ReadOnlySpan, _ []sdktrace.ReadOnlySpan) {
-			if a, _ := attr(event(t, srv, "overload_admission").Attributes, "exgate.overload.result"); a != "shed_route_full" {
-				t.Errorf("overload result %q, want shed_route_full", a)
-			}
-			if srv.Status().Code != codes.Error || srv.Status().Description != "overloaded" {
-				t.Errorf("server span status %v, want an error, overloaded", srv.Status())
-			}
-			if et, _ := attr(srv.Attributes(), "error.type"); et != "overloaded" {
-				t.Errorf("error.type %q, want overloaded", et)
-			}
-		}},
+		}, 503, "overloaded", 3, traceShed},
 	}
 	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			sp.rec.Reset()
-			res := tc.send()
-			if tc.code != "" {
-				assertError(t, res, tc.status, tc.code)
-			} else {
-				io.Copy(io.Discard, res.Body)
-				res.Body.Close()
-				if res.StatusCode != tc.status {
-					t.Fatalf("status %d, want %d", res.StatusCode, tc.status)
-				}
-			}
-			all := sp.ended(t, tc.spans)
-			srv := server(t, all)
-			if got, _ := attr(srv.Attributes(), "http.response.status_code"); got != itoa(tc.status) {
-				t.Errorf("status attribute %q, want %d", got, tc.status)
-			}
-			code, ok := attr(srv.Attributes(), "exgate.refusal.code")
-			if code != tc.code || ok != (tc.code != "") {
-				t.Errorf("refusal code %q, want %q", code, tc.code)
-			}
-			if tc.status < 500 && srv.Status().Code == codes.Error {
-				t.Errorf("a %d is an error of the server span", tc.status)
-			}
-			if tc.check != nil {
-				tc.check(t, srv, all)
-			}
-		})
+		t.Run(tc.name, func(t *testing.T) { checkTraceRefusal(t, sp, tc) })
 	}
 	close(release)
+}
+
+// checkTraceRefusal sends tc's request and checks its answer and the
+// status, refusal code and error of its server span.
+func checkTraceRefusal(t *testing.T, sp *spans, tc traceRefusalCase) {
+	sp.rec.Reset()
+	res := tc.send()
+	if tc.code != "" {
+		assertError(t, res, tc.status, tc.code)
+	} else {
+		io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		if res.StatusCode != tc.status {
+			t.Fatalf("status %d, want %d", res.StatusCode, tc.status)
+		}
+	}
+	all := sp.ended(t, tc.spans)
+	srv := server(t, all)
+	if got, _ := attr(srv.Attributes(), "http.response.status_code"); got != itoa(tc.status) {
+		t.Errorf("status attribute %q, want %d", got, tc.status)
+	}
+	code, ok := attr(srv.Attributes(), "exgate.refusal.code")
+	if code != tc.code || ok != (tc.code != "") {
+		t.Errorf("refusal code %q, want %q", code, tc.code)
+	}
+	if tc.status < 500 && srv.Status().Code == codes.Error {
+		t.Errorf("a %d is an error of the server span", tc.status)
+	}
+	if tc.check != nil {
+		tc.check(t, srv, all)
+	}
+}
+
+// traceNoToken checks that a request without a token is refused by
+// authentication, for want of credentials.
+func traceNoToken(t *testing.T, srv sdktrace.ReadOnlySpan, _ []sdktrace.ReadOnlySpan) {
+	ev := event(t, srv, "authentication")
+	if r, _ := attr(ev.Attributes, "exgate.auth.result"); r != "refused" {
+		t.Errorf("auth result %q, want refused", r)
+	}
+	if r, _ := attr(ev.Attributes, "exgate.auth.reason"); r != "no_credentials" {
+		t.Errorf("auth reason %q, want no_credentials", r)
+	}
+}
+
+// traceInvalidOrder checks that an invalid order's refusal names its bad
+// fields, an unknown field unnamed.
+func traceInvalidOrder(t *testing.T, srv sdktrace.ReadOnlySpan, _ []sdktrace.ReadOnlySpan) {
+	ev := event(t, srv, "refused")
+	if f, _ := attr(ev.Attributes, "exgate.refusal.fields"); f != `["(unknown field)","price"]` {
+		t.Errorf("refused fields %s, want price and an unknown field unnamed", f)
+	}
+}
+
+// tracePlaced checks the events and the rate_limit child span of an order
+// placed.
+func tracePlaced(t *testing.T, srv sdktrace.ReadOnlySpan, all []sdktrace.ReadOnlySpan) {
+	ev := event(t, srv, "identifier_claim")
+	if o, _ := attr(ev.Attributes, "exgate.identifier.outcome"); o != "claimed" {
+		t.Errorf("claim outcome %q, want claimed", o)
+	}
+	if a, _ := attr(event(t, srv, "authentication").Attributes, "exgate.auth.result"); a != "authenticated" {
+		t.Errorf("auth result %q, want authenticated", a)
+	}
+	var rl sdktrace.ReadOnlySpan
+	for _, s := range all {
+		if s.Name() == "rate_limit" {
+			rl = s
+		}
+	}
+	if rl == nil || rl.Parent().SpanID() != srv.SpanContext().SpanID() {
+		t.Fatalf("no rate_limit child span: %v", names(all))
+	}
+	for k, v := range map[string]string{"exgate.rate_limit.decision": "allowed", "exgate.rate_limit.limit": "token",
+		"exgate.rate_limit.remaining": "5398", "exgate.rate_limit.cost": "1"} {
+		if got, _ := attr(rl.Attributes(), k); got != v {
+			t.Errorf("rate_limit %s = %q, want %q", k, got, v)
+		}
+	}
+	if a, _ := attr(event(t, srv, "overload_admission").Attributes, "exgate.overload.result"); a != "admitted" {
+		t.Errorf("overload result %q, want admitted", a)
+	}
+}
+
+// traceReplayed checks that an order sent again is marked as a replayed answer.
+func traceReplayed(t *testing.T, srv sdktrace.ReadOnlySpan, _ []sdktrace.ReadOnlySpan) {
+	if o, _ := attr(event(t, srv, "identifier_claim").Attributes, "exgate.identifier.outcome"); o != "replayed" {
+		t.Errorf("claim outcome %q, want replayed", o)
+	}
+	if r, _ := attr(srv.Attributes(), "exgate.identifier.replayed"); r != "true" {
+		t.Error("replayed answer not marked")
+	}
+}
+
+// traceIdentifierConflict checks the claim outcome of an identifier reused
+// for another order.
+func traceIdentifierConflict(t *testing.T, srv sdktrace.ReadOnlySpan, _ []sdktrace.ReadOnlySpan) {
+	if o, _ := attr(event(t, srv, "identifier_claim").Attributes, "exgate.identifier.outcome"); o != "conflict" {
+		t.Errorf("claim outcome %q, want conflict", o)
+	}
+}
+
+// traceThrottled checks that the rate_limit span of a throttled request is
+// an error that says limited.
+func traceThrottled(t *testing.T, srv sdktrace.ReadOnlySpan, all []sdktrace.ReadOnlySpan) {
+	for _, s := range all {
+		if s.Name() == "rate_limit" {
+			if d, _ := attr(s.Attributes(), "exgate.rate_limit.decision"); d != "limited" || s.Status().Code != codes.Error {
+				t.Errorf("rate_limit decision %q status %v, want limited, an error", d, s.Status())
+			}
+			return
+		}
+	}
+	t.Error("no rate_limit span")
+}
+
+// traceNoRoute checks that a request only the default route matched has no
+// http.route.
+func traceNoRoute(t *testing.T, srv sdktrace.ReadOnlySpan, _ []sdktrace.ReadOnlySpan) {
+	if _, ok := attr(srv.Attributes(), "http.route"); ok || srv.Name() != "GET" {
+		t.Errorf("span %q with an http.route for a request only the default route matched", srv.Name())
+	}
+	if r, _ := attr(srv.Attributes(), "exgate.route"); r != "default" {
+		t.Errorf("exgate.route %q, want default", r)
+	}
+}
+
+// traceShed checks that a request shed for its route's slots is an error of
+// the server span, overloaded.
+func traceShed(t *testing.T, srv sdktrace.ReadOnlySpan, _ []sdktrace.ReadOnlySpan) {
+	if a, _ := attr(event(t, srv, "overload_admission").Attributes, "exgate.overload.result"); a != "shed_route_full" {
+		t.Errorf("overload result %q, want shed_route_full", a)
+	}
+	if srv.Status().Code != codes.Error || srv.Status().Description != "overloaded" {
+		t.Errorf("server span status %v, want an error, overloaded", srv.Status())
+	}
+	if et, _ := attr(srv.Attributes(), "error.type"); et != "overloaded" {
+		t.Errorf("error.type %q, want overloaded", et)
+	}
 }
 
 func itoa(n int) string { b, _ := json.Marshal(n); return string(b) }
