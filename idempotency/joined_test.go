@@ -307,32 +307,7 @@ func TestJoinedCluster(t *testing.T) {
 	cl := redistest.StartCluster(t, 3)
 	base := testOptions(newClock())
 
-	t.Run("one round trip", func(t *testing.T) {
-		o := base
-		o.KeyPrefix = uniquePrefix()
-		c := clusterClient(t, cl)
-		s := newJoined(t, c, o, generous)
-		acct := splitAccount(t, c, s)
-		mustClaim(t, s, Key{Account: acct, Identifier: "warm"}, fpA, Claimed) // the scripts are loaded
-		scripts := func() int64 {
-			var n int64
-			for _, srv := range cl.Servers {
-				calls := srv.CommandCalls()
-				n += calls["evalsha"] + calls["eval"]
-			}
-			return n
-		}
-		trips, runs := s.trips.Load(), scripts()
-		for i := range 10 {
-			mustClaim(t, s, Key{Account: acct, Identifier: "one" + strconv.Itoa(i)}, fpA, Claimed)
-		}
-		if n := s.trips.Load() - trips; n != 10 {
-			t.Errorf("10 claims with their limits took %d round trips, want 10", n)
-		}
-		if n := scripts() - runs; n != 20 {
-			t.Errorf("10 claims with their limits on another master ran %d scripts, want 20 (a limit's run and a claim's each)", n)
-		}
-	})
+	t.Run("one round trip", func(t *testing.T) { checkJoinedOneRoundTrip(t, cl, base) })
 
 	t.Run("32 concurrent identical claims from 4 replicas", func(t *testing.T) {
 		o := base
@@ -346,33 +321,7 @@ func TestJoinedCluster(t *testing.T) {
 		}, func(i int) int { return i % 3 })
 	})
 
-	t.Run("refused by a limit on another master: freed", func(t *testing.T) {
-		o := base
-		o.KeyPrefix = uniquePrefix()
-		c := clusterClient(t, cl)
-		s := newJoined(t, c, o, ratelimit.Limit{Rate: 1, Period: time.Hour, Burst: 1})
-		acct := splitAccount(t, c, s)
-		mustClaim(t, s, Key{Account: acct, Identifier: "first"}, fpA, Claimed)
-		share := s.keyOf(Key{Account: acct})[1]
-		before, err := c.HGetAll(context.Background(), share).Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		second := Key{Account: acct, Identifier: "second"}
-		if _, err := s.Claim(context.Background(), second, fpA); !errors.Is(err, errLimited) {
-			t.Fatalf("claim over the limit = %v, want refused by the limit", err)
-		}
-		if n, err := c.Exists(context.Background(), s.keyOf(second)[0]).Result(); err != nil || n != 0 {
-			t.Errorf("a refused request's claim left held: EXISTS = %v %v, want 0", n, err)
-		}
-		after, err := c.HGetAll(context.Background(), share).Result()
-		if err != nil || fmt.Sprint(after) != fmt.Sprint(before) {
-			t.Errorf("account share after a refused request's claim = %v %v, want it back at %v", after, err, before)
-		}
-		// The identifier is free at once for the retry (claimed here
-		// without the spent limit).
-		mustClaim(t, s.Redis, second, fpA, Claimed)
-	})
+	t.Run("refused by a limit on another master: freed", func(t *testing.T) { checkJoinedRefusedElsewhereFreed(t, cl, base) })
 
 	t.Run("refused by a limit in the claim's slot: never run", func(t *testing.T) {
 		o := base
@@ -387,36 +336,7 @@ func TestJoinedCluster(t *testing.T) {
 		}
 	})
 
-	t.Run("a run a node did not serve: a store failure", func(t *testing.T) {
-		o := base
-		o.KeyPrefix = uniquePrefix()
-		c := clusterClient(t, cl)
-		s := newJoined(t, c, o, generous)
-		key := Key{Account: "acct-moved", Identifier: "moved"}
-		var p Prepared
-		s.Prepare(&p, key.Account, []string{key.Identifier}, fpA)
-		// A real MOVED: the claim's key asked of a master that does not
-		// hold it, as a run sent by a stale slot map is answered.
-		owner := masterOf(t, c, p.Keys[0])
-		var other string
-		for _, a := range cl.Addrs {
-			if a != owner {
-				other = a
-				break
-			}
-		}
-		moved := newClient(t, other).Get(context.Background(), p.Keys[0]).Err()
-		if _, ok := redis.IsMovedError(moved); !ok {
-			t.Fatalf("GET on another master: %v, want MOVED", moved)
-		}
-		r := ratelimit.ClaimReply{Sent: true, Err: fmt.Errorf("ratelimit: redis: %w", moved)}
-		if _, err := s.Settle(context.Background(), &p, r); err == nil || errors.Is(err, ErrNotReplicated) {
-			t.Fatalf("Settle after MOVED = %v, want a store failure", err)
-		}
-		if n, err := c.Exists(context.Background(), p.Keys[0]).Result(); err != nil || n != 0 {
-			t.Errorf("Settle after MOVED claimed on its own: EXISTS = %v %v, want 0", n, err)
-		}
-	})
+	t.Run("a run a node did not serve: a store failure", func(t *testing.T) { checkJoinedMovedIsStoreFailure(t, cl, base) })
 
 	t.Run("the claim's master stopped: one deadline", func(t *testing.T) {
 		o := base
@@ -440,6 +360,99 @@ func TestJoinedCluster(t *testing.T) {
 		}
 		t.Logf("claim and limits, the claim's master stopped: failed after %v (deadline %v)", d, o.Timeout)
 	})
+}
+
+// checkJoinedMovedIsStoreFailure checks that a claim answered MOVED is a
+// store failure, and that Settle then claims nothing on its own.
+func checkJoinedMovedIsStoreFailure(t *testing.T, cl *redistest.Cluster, base Options) {
+	o := base
+	o.KeyPrefix = uniquePrefix()
+	c := clusterClient(t, cl)
+	s := newJoined(t, c, o, generous)
+	key := Key{Account: "acct-moved", Identifier: "moved"}
+	var p Prepared
+	s.Prepare(&p, key.Account, []string{key.Identifier}, fpA)
+	// A real MOVED: the claim's key asked of a master that does not
+	// hold it, as a run sent by a stale slot map is answered.
+	owner := masterOf(t, c, p.Keys[0])
+	var other string
+	for _, a := range cl.Addrs {
+		if a != owner {
+			other = a
+			break
+		}
+	}
+	moved := newClient(t, other).Get(context.Background(), p.Keys[0]).Err()
+	if _, ok := redis.IsMovedError(moved); !ok {
+		t.Fatalf("GET on another master: %v, want MOVED", moved)
+	}
+	r := ratelimit.ClaimReply{Sent: true, Err: fmt.Errorf("ratelimit: redis: %w", moved)}
+	if _, err := s.Settle(context.Background(), &p, r); err == nil || errors.Is(err, ErrNotReplicated) {
+		t.Fatalf("Settle after MOVED = %v, want a store failure", err)
+	}
+	if n, err := c.Exists(context.Background(), p.Keys[0]).Result(); err != nil || n != 0 {
+		t.Errorf("Settle after MOVED claimed on its own: EXISTS = %v %v, want 0", n, err)
+	}
+}
+
+// checkJoinedRefusedElsewhereFreed checks that a claim that ran for a
+// request a limit on another master refused is freed at once, its identifier
+// and the account share.
+func checkJoinedRefusedElsewhereFreed(t *testing.T, cl *redistest.Cluster, base Options) {
+	o := base
+	o.KeyPrefix = uniquePrefix()
+	c := clusterClient(t, cl)
+	s := newJoined(t, c, o, ratelimit.Limit{Rate: 1, Period: time.Hour, Burst: 1})
+	acct := splitAccount(t, c, s)
+	mustClaim(t, s, Key{Account: acct, Identifier: "first"}, fpA, Claimed)
+	share := s.keyOf(Key{Account: acct})[1]
+	before, err := c.HGetAll(context.Background(), share).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	second := Key{Account: acct, Identifier: "second"}
+	if _, err := s.Claim(context.Background(), second, fpA); !errors.Is(err, errLimited) {
+		t.Fatalf("claim over the limit = %v, want refused by the limit", err)
+	}
+	if n, err := c.Exists(context.Background(), s.keyOf(second)[0]).Result(); err != nil || n != 0 {
+		t.Errorf("a refused request's claim left held: EXISTS = %v %v, want 0", n, err)
+	}
+	after, err := c.HGetAll(context.Background(), share).Result()
+	if err != nil || fmt.Sprint(after) != fmt.Sprint(before) {
+		t.Errorf("account share after a refused request's claim = %v %v, want it back at %v", after, err, before)
+	}
+	// The identifier is free at once for the retry (claimed here
+	// without the spent limit).
+	mustClaim(t, s.Redis, second, fpA, Claimed)
+}
+
+// checkJoinedOneRoundTrip checks that claims whose limit is on another
+// master take one round trip each, with two script runs.
+func checkJoinedOneRoundTrip(t *testing.T, cl *redistest.Cluster, base Options) {
+	o := base
+	o.KeyPrefix = uniquePrefix()
+	c := clusterClient(t, cl)
+	s := newJoined(t, c, o, generous)
+	acct := splitAccount(t, c, s)
+	mustClaim(t, s, Key{Account: acct, Identifier: "warm"}, fpA, Claimed) // the scripts are loaded
+	scripts := func() int64 {
+		var n int64
+		for _, srv := range cl.Servers {
+			calls := srv.CommandCalls()
+			n += calls["evalsha"] + calls["eval"]
+		}
+		return n
+	}
+	trips, runs := s.trips.Load(), scripts()
+	for i := range 10 {
+		mustClaim(t, s, Key{Account: acct, Identifier: "one" + strconv.Itoa(i)}, fpA, Claimed)
+	}
+	if n := s.trips.Load() - trips; n != 10 {
+		t.Errorf("10 claims with their limits took %d round trips, want 10", n)
+	}
+	if n := scripts() - runs; n != 20 {
+		t.Errorf("10 claims with their limits on another master ran %d scripts, want 20 (a limit's run and a claim's each)", n)
+	}
 }
 
 // TestJoinedClusterResharded: a claim's run sent by a stale slot map
