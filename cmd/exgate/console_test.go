@@ -146,112 +146,140 @@ func TestConsoleAgainstTraffic(t *testing.T) {
 			}
 			hot := a.limits.Enforcer.TokenID("hot-token")[:12]
 
-			var top topAnswer
-			if code := adminJSON(t, "GET", admin+"/admin/top", &top); code != 200 || len(top.Windows) != 3 {
-				t.Fatalf("top: %d %+v", code, top)
-			}
-			w := top.Windows[0]
-			if len(w.Routes) == 0 || w.Routes[0].Route != "list_markets" || w.Routes[0].Refused != 3 {
-				t.Fatalf("1-minute window: %+v", w)
-			}
-			r := w.Routes[0]
-			if len(r.IdentitiesByRefused) == 0 || r.IdentitiesByRefused[0].ID != hot || r.IdentitiesByRefused[0].Count != 3 ||
-				r.IdentitiesByRefused[0].Kind != "token" {
-				t.Errorf("identities by refusals: %+v, want %s first", r.IdentitiesByRefused, hot)
-			}
-			if len(r.AddressesByRefused) == 0 || r.AddressesByRefused[0].ID != "127.0.0.1" {
-				t.Errorf("addresses by refusals: %+v", r.AddressesByRefused)
-			}
+			checkConsoleShowsHotClient(t, admin, hot, retryAfter)
 
-			var in inspected
-			if code := adminJSON(t, "GET", admin+"/admin/inspect?token_id="+hot, &in); code != 200 {
-				t.Fatalf("inspect: %d", code)
-			}
-			l, ok := in.limit("list_markets", "token")
-			if !ok || in.Subject.ID != hot {
-				t.Fatalf("inspect: %+v", in)
-			}
-			ra, _ := strconv.ParseFloat(retryAfter, 64)
-			if l.Remaining != 0 || l.Source != "store" || math.Abs(math.Ceil(l.RetryAfter)-ra) > 1 {
-				t.Errorf("inspect of the throttled token: %+v; the 429 said Retry-After %s", l, retryAfter)
-			}
+			checkInspectChargesNothing(t, a, admin, markets)
 
-			// Inspect charges nothing: a token with one request left keeps it
-			// through many inspections.
-			for i := 0; i < 2; i++ {
-				get(t, markets, "Authorization", "Bearer one-left")
-			}
-			for i := 0; i < 10; i++ {
-				code, _, _ := call(t, "POST", admin+"/admin/inspect", "token=one-left",
-					"Authorization", "Bearer "+testAdminToken, "Content-Type", "application/x-www-form-urlencoded")
-				if code != 200 {
-					t.Fatalf("inspect by token: %d", code)
-				}
-			}
-			adminJSON(t, "GET", admin+"/admin/inspect?token_id="+a.limits.Enforcer.TokenID("one-left"), &in)
-			if l, _ := in.limit("list_markets", "token"); l.Remaining != 1 {
-				t.Errorf("after ten inspections: %+v, want 1 remaining", l)
-			}
-			if code, _ := get(t, markets, "Authorization", "Bearer one-left"); code != 200 {
-				t.Errorf("the last request after inspections: %d", code)
-			}
-			if code, _ := get(t, markets, "Authorization", "Bearer one-left"); code != 429 {
-				t.Errorf("one over: %d", code)
-			}
+			checkInspectCommand(t, admin, hot)
 
-			// The command support runs in a terminal prints the same.
-			var out, errOut strings.Builder
-			env := func(k string) (string, bool) {
-				if k == adminTokenEnv {
-					return testAdminToken, true
-				}
-				return "", false
-			}
-			if code := run(context.Background(), []string{"inspect", "--admin", admin, "--token", "hot-token"}, env, &out, &errOut); code != 0 {
-				t.Fatalf("exgate inspect: %d %s", code, errOut.String())
-			}
-			if !strings.HasPrefix(out.String(), "token "+hot+"\n") ||
-				!regexp.MustCompile(`(?m)^list_markets +token +token +- +3/1m0s +3 +0 +[0-9.]+s `).MatchString(out.String()) {
-				t.Errorf("exgate inspect printed:\n%s", out.String())
-			}
-			if code := run(context.Background(), []string{"inspect", "--admin", admin, "--token-id", hot}, nil, &out, &errOut); code != 1 ||
-				!strings.Contains(errOut.String(), "not_authenticated") {
-				t.Errorf("exgate inspect without the admin token: %d %s", code, errOut.String())
-			}
-
-			// Reset: refused without the admin token, then done with it.
-			code, _, _ := call(t, "POST", admin+"/admin/reset?token_id="+hot, "")
-			if code != 401 {
-				t.Errorf("reset without the token: %d", code)
-			}
-			var reset struct{ Cleared int }
-			if code := adminJSON(t, "POST", admin+"/admin/reset?token_id="+hot, &reset); code != 200 || reset.Cleared == 0 {
-				t.Errorf("reset: %d %+v", code, reset)
-			}
-			if code, _ := get(t, markets, "Authorization", "Bearer hot-token"); code != 200 {
-				t.Errorf("after reset: %d", code)
-			}
-
-			var status struct {
-				Store struct {
-					Mode      string
-					Reachable bool
-				}
-				Routes   []limiter.RouteLimits
-				Resets   int64
-				Draining bool
-			}
-			adminJSON(t, "GET", admin+"/admin/status", &status)
-			if !strings.HasPrefix(status.Store.Mode, store) || !status.Store.Reachable || status.Resets != 1 || len(status.Routes) == 0 {
-				t.Errorf("status: %+v", status)
-			}
-			if _, _, m := call(t, "GET", admin+"/metrics", ""); !strings.Contains(string(m), "\nexgate_admin_resets_total 1\n") {
-				t.Error("the reset is not counted in exgate_admin_resets_total")
-			}
-			if code, _, _ := call(t, "GET", admin+"/admin/status", ""); code != http.StatusUnauthorized {
-				t.Errorf("status without the token: %d", code)
-			}
+			checkConsoleReset(t, admin, markets, hot, store)
 		})
+	}
+}
+
+// checkConsoleShowsHotClient checks that the console's top puts the hot
+// client hot first among the refused, and that inspect shows its remaining
+// at 0 and a retry matching the 429's Retry-After.
+func checkConsoleShowsHotClient(t *testing.T, admin, hot, retryAfter string) {
+	t.Helper()
+	var top topAnswer
+	if code := adminJSON(t, "GET", admin+"/admin/top", &top); code != 200 || len(top.Windows) != 3 {
+		t.Fatalf("top: %d %+v", code, top)
+	}
+	w := top.Windows[0]
+	if len(w.Routes) == 0 || w.Routes[0].Route != "list_markets" || w.Routes[0].Refused != 3 {
+		t.Fatalf("1-minute window: %+v", w)
+	}
+	r := w.Routes[0]
+	if len(r.IdentitiesByRefused) == 0 || r.IdentitiesByRefused[0].ID != hot || r.IdentitiesByRefused[0].Count != 3 ||
+		r.IdentitiesByRefused[0].Kind != "token" {
+		t.Errorf("identities by refusals: %+v, want %s first", r.IdentitiesByRefused, hot)
+	}
+	if len(r.AddressesByRefused) == 0 || r.AddressesByRefused[0].ID != "127.0.0.1" {
+		t.Errorf("addresses by refusals: %+v", r.AddressesByRefused)
+	}
+
+	var in inspected
+	if code := adminJSON(t, "GET", admin+"/admin/inspect?token_id="+hot, &in); code != 200 {
+		t.Fatalf("inspect: %d", code)
+	}
+	l, ok := in.limit("list_markets", "token")
+	if !ok || in.Subject.ID != hot {
+		t.Fatalf("inspect: %+v", in)
+	}
+	ra, _ := strconv.ParseFloat(retryAfter, 64)
+	if l.Remaining != 0 || l.Source != "store" || math.Abs(math.Ceil(l.RetryAfter)-ra) > 1 {
+		t.Errorf("inspect of the throttled token: %+v; the 429 said Retry-After %s", l, retryAfter)
+	}
+}
+
+// checkInspectChargesNothing checks that a token with one request left
+// keeps it through many inspections.
+func checkInspectChargesNothing(t *testing.T, a *app, admin, markets string) {
+	t.Helper()
+	var in inspected
+	for i := 0; i < 2; i++ {
+		get(t, markets, "Authorization", "Bearer one-left")
+	}
+	for i := 0; i < 10; i++ {
+		code, _, _ := call(t, "POST", admin+"/admin/inspect", "token=one-left",
+			"Authorization", "Bearer "+testAdminToken, "Content-Type", "application/x-www-form-urlencoded")
+		if code != 200 {
+			t.Fatalf("inspect by token: %d", code)
+		}
+	}
+	adminJSON(t, "GET", admin+"/admin/inspect?token_id="+a.limits.Enforcer.TokenID("one-left"), &in)
+	if l, _ := in.limit("list_markets", "token"); l.Remaining != 1 {
+		t.Errorf("after ten inspections: %+v, want 1 remaining", l)
+	}
+	if code, _ := get(t, markets, "Authorization", "Bearer one-left"); code != 200 {
+		t.Errorf("the last request after inspections: %d", code)
+	}
+	if code, _ := get(t, markets, "Authorization", "Bearer one-left"); code != 429 {
+		t.Errorf("one over: %d", code)
+	}
+}
+
+// checkInspectCommand checks that exgate inspect, the command support runs
+// in a terminal, prints what the console shows, and only with the admin
+// token.
+func checkInspectCommand(t *testing.T, admin, hot string) {
+	t.Helper()
+	var out, errOut strings.Builder
+	env := func(k string) (string, bool) {
+		if k == adminTokenEnv {
+			return testAdminToken, true
+		}
+		return "", false
+	}
+	if code := run(context.Background(), []string{"inspect", "--admin", admin, "--token", "hot-token"}, env, &out, &errOut); code != 0 {
+		t.Fatalf("exgate inspect: %d %s", code, errOut.String())
+	}
+	if !strings.HasPrefix(out.String(), "token "+hot+"\n") ||
+		!regexp.MustCompile(`(?m)^list_markets +token +token +- +3/1m0s +3 +0 +[0-9.]+s `).MatchString(out.String()) {
+		t.Errorf("exgate inspect printed:\n%s", out.String())
+	}
+	if code := run(context.Background(), []string{"inspect", "--admin", admin, "--token-id", hot}, nil, &out, &errOut); code != 1 ||
+		!strings.Contains(errOut.String(), "not_authenticated") {
+		t.Errorf("exgate inspect without the admin token: %d %s", code, errOut.String())
+	}
+}
+
+// checkConsoleReset checks that reset is refused without the admin token
+// and gives the hot client its allowance back with it, and that status and
+// the metrics count the reset.
+func checkConsoleReset(t *testing.T, admin, markets, hot, store string) {
+	t.Helper()
+	code, _, _ := call(t, "POST", admin+"/admin/reset?token_id="+hot, "")
+	if code != 401 {
+		t.Errorf("reset without the token: %d", code)
+	}
+	var reset struct{ Cleared int }
+	if code := adminJSON(t, "POST", admin+"/admin/reset?token_id="+hot, &reset); code != 200 || reset.Cleared == 0 {
+		t.Errorf("reset: %d %+v", code, reset)
+	}
+	if code, _ := get(t, markets, "Authorization", "Bearer hot-token"); code != 200 {
+		t.Errorf("after reset: %d", code)
+	}
+
+	var status struct {
+		Store struct {
+			Mode      string
+			Reachable bool
+		}
+		Routes   []limiter.RouteLimits
+		Resets   int64
+		Draining bool
+	}
+	adminJSON(t, "GET", admin+"/admin/status", &status)
+	if !strings.HasPrefix(status.Store.Mode, store) || !status.Store.Reachable || status.Resets != 1 || len(status.Routes) == 0 {
+		t.Errorf("status: %+v", status)
+	}
+	if _, _, m := call(t, "GET", admin+"/metrics", ""); !strings.Contains(string(m), "\nexgate_admin_resets_total 1\n") {
+		t.Error("the reset is not counted in exgate_admin_resets_total")
+	}
+	if code, _, _ := call(t, "GET", admin+"/admin/status", ""); code != http.StatusUnauthorized {
+		t.Errorf("status without the token: %d", code)
 	}
 }
 

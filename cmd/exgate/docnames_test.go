@@ -319,6 +319,56 @@ func mentionsGone(doc string, start, end int) bool {
 	return doctext.SaysGone(doc, start, end, goneWords)
 }
 
+// checkQualifiedNames checks the qualified names doc gives in backticks,
+// and bare in its diagrams (fenced blocks without a language): each that
+// names a package, type or member of this module must be declared, unless
+// the text around it says it was removed. at gives an offset's file:line.
+// It returns how many names it checked.
+func checkQualifiedNames(t *testing.T, doc string, at func(int) string, names moduleNames, sections map[string]map[string]bool, prototypes string) (idents int) {
+	t.Helper()
+	qualified := docIdent.FindAllStringSubmatchIndex(doc, -1)
+	for _, blk := range diagrams(doc) {
+		for _, m := range diagramIdent.FindAllStringSubmatchIndex(doc[blk[0]:blk[1]], -1) {
+			for i := range m {
+				if m[i] >= 0 {
+					m[i] += blk[0]
+				}
+			}
+			qualified = append(qualified, m)
+		}
+	}
+	for _, m := range qualified {
+		a, b := doc[m[2]:m[3]], doc[m[4]:m[5]]
+		c := ""
+		if m[6] >= 0 {
+			c = doc[m[6]:m[7]]
+		}
+		if fileExtension[b] || strings.Contains(b, "_") || stdlibType[a] || semconvName[a+"."+b] {
+			continue // `app.go`, `fields.non_field_errors`, `Request.Clone`
+		}
+		var ok bool
+		switch decls := names.pkgDecls[a]; {
+		case decls != nil && a != "main":
+			if keys, isSection := sections[a]; isSection && keys[b] {
+				continue // `limiter.headers`: a configuration key, not Go
+			}
+			if unicode.IsLower(rune(b[0])) && sections[a] != nil {
+				continue // `identity.users_file`-like keys are checked by config's docs test
+			}
+			ok = decls[b] && (c == "" || names.members[b][c])
+		case names.members[a] != nil && unicode.IsLetter(rune(a[0])):
+			ok = c == "" && names.members[a][b]
+		default:
+			continue // not a name of this module (`http.Transport`, `net.Conn`)
+		}
+		idents++
+		if !ok && !strings.Contains(prototypes, " "+b+"(") && !mentionsGone(doc, m[0], m[1]) {
+			t.Errorf("%s: %s is not declared in the module (say it was removed, or drop it)", at(m[0]), doc[m[0]:m[1]])
+		}
+	}
+	return idents
+}
+
 // TestDocsNameOnlyWhatExists keeps the README and docs/ from citing code
 // that is not there: every repository path they give exists, every test,
 // benchmark or fuzz function they name is one (or, for a -bench pattern,
@@ -405,48 +455,7 @@ func TestDocsNameOnlyWhatExists(t *testing.T) {
 				t.Errorf("%s: %s is declared nowhere in the module (say it was removed, or drop it)", at(m[0]), doc[m[0]:m[1]])
 			}
 		}
-		// Qualified names in backticks, and bare in the diagrams (fenced
-		// blocks without a language).
-		qualified := docIdent.FindAllStringSubmatchIndex(doc, -1)
-		for _, blk := range diagrams(doc) {
-			for _, m := range diagramIdent.FindAllStringSubmatchIndex(doc[blk[0]:blk[1]], -1) {
-				for i := range m {
-					if m[i] >= 0 {
-						m[i] += blk[0]
-					}
-				}
-				qualified = append(qualified, m)
-			}
-		}
-		for _, m := range qualified {
-			a, b := doc[m[2]:m[3]], doc[m[4]:m[5]]
-			c := ""
-			if m[6] >= 0 {
-				c = doc[m[6]:m[7]]
-			}
-			if fileExtension[b] || strings.Contains(b, "_") || stdlibType[a] || semconvName[a+"."+b] {
-				continue // `app.go`, `fields.non_field_errors`, `Request.Clone`
-			}
-			var ok bool
-			switch decls := names.pkgDecls[a]; {
-			case decls != nil && a != "main":
-				if keys, isSection := sections[a]; isSection && keys[b] {
-					continue // `limiter.headers`: a configuration key, not Go
-				}
-				if unicode.IsLower(rune(b[0])) && sections[a] != nil {
-					continue // `identity.users_file`-like keys are checked by config's docs test
-				}
-				ok = decls[b] && (c == "" || names.members[b][c])
-			case names.members[a] != nil && unicode.IsLetter(rune(a[0])):
-				ok = c == "" && names.members[a][b]
-			default:
-				continue // not a name of this module (`http.Transport`, `net.Conn`)
-			}
-			idents++
-			if !ok && !strings.Contains(prototypes, " "+b+"(") && !mentionsGone(doc, m[0], m[1]) {
-				t.Errorf("%s: %s is not declared in the module (say it was removed, or drop it)", at(m[0]), doc[m[0]:m[1]])
-			}
-		}
+		idents += checkQualifiedNames(t, doc, at, names, sections, prototypes)
 	}
 	if paths < 50 || tests < 50 || idents < 100 {
 		t.Errorf("checked %d paths, %d test names and %d Go names in the docs; the patterns no longer find them", paths, tests, idents)

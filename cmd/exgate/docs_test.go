@@ -110,69 +110,8 @@ func TestDocumentedExamples(t *testing.T) {
 	stillAt := time.Now()
 	still := startStackDeps(t, matchesLimit, deps{getenv: secretEnv, now: func() time.Time { return stillAt }})
 	token := authenticate(t, st.url)
-	order := func(body string) exampleRequest {
-		return exampleRequest{method: "POST", path: "/api/v1/odr/orders/", body: body, header: []string{"Authorization", "Bearer " + token, "Content-Type", "application/json"}}
-	}
-	limitOrder := func(price, identifier string) string {
-		o := `{"symbol":"BTC_USDT","type":"limit","side":"buy","price":"` + price + `","base_amount":"0.001"`
-		if identifier != "" {
-			o += `,"identifier":"` + identifier + `"`
-		}
-		return o + "}"
-	}
-	// Requests sent before an example's own (to use up a limit, use an
-	// identifier, fill the backend).
-	before := map[string]func(){
-		"limits_throttled": func() {
-			for i := 0; i < 5; i++ {
-				call(t, "GET", still.url+"/api/v1/mth/matches/ETH_USDT/", "")
-			}
-		},
-		"validation_bulk_duplicate": func() {
-			r := order(limitOrder("59000", "grid-7"))
-			if code, _, body := call(t, r.method, st.url+r.path, r.body, r.header...); code != http.StatusCreated {
-				t.Fatalf("placing the first order: %d %s", code, body)
-			}
-		},
-		"operations_overloaded": func() {
-			go func() { // held at the backend until the test ends
-				resp, err := http.Get(st.url + "/api/v1/mkt/tickers/?" + holdQuery)
-				if err == nil {
-					resp.Body.Close()
-				}
-			}()
-			for deadline := time.Now().Add(5 * time.Second); st.backend.held.Load() == 0; time.Sleep(time.Millisecond) {
-				if time.Now().After(deadline) {
-					t.Fatal("the held request did not reach the backend")
-				}
-			}
-		},
-	}
-	bulk := func(orders ...string) exampleRequest {
-		return exampleRequest{method: "POST", path: "/api/v1/odr/orders/bulk/", body: "[" + strings.Join(orders, ",") + "]", header: order("").header}
-	}
-	requests := map[string][]exampleRequest{
-		"readme_error_shape":     {{method: "TRACE", path: "/api/v1/mkt/markets/"}},
-		"api_error_shape":        {{method: "POST", path: "/api/v1/odr/orders/", body: "{}"}},
-		"architecture_error":     {{method: "POST", path: "/api/v1/odr/orders/", body: "{}"}},
-		"identity_token_invalid": {{method: "GET", path: "/api/v1/mkt/markets/", header: []string{"Authorization", "Bearer eyJhbGciOiJIUzI1NiJ9.e30.c2l+"}}},
-		"validation_errors": {
-			order(`{"symbol":"BTC_USDT","type":"limit","side":"buy","price":"64000.005","base_amount":"0.0000001"}`),
-			order(`{"symbol":"BTC_USDT","type":"market","side":"buy","base_amount":"0.001"} {"symbol":"BTC_USDT"}`),
-		},
-		"limits_throttled":          {{method: "GET", path: "/api/v1/mth/matches/ETH_USDT/", still: true}},
-		"identity_token_spelling":   {{method: "GET", path: "/api/v1/mkt/markets/", header: []string{"Authorization", "Bearer " + token + "="}}},
-		"validation_bulk_invalid":   {bulk(limitOrder("60000", ""), limitOrder("60000.5", ""), limitOrder("60000.005", ""))},
-		"validation_bulk_duplicate": {bulk(limitOrder("60000", "grid-5"), limitOrder("60000", "grid-6"), limitOrder("60000", "grid-7"))},
-		"operations_overloaded":     {{method: "GET", path: "/api/v1/mkt/tickers/"}},
-		"operations_readyz":         {{method: "GET", path: "/readyz", admin: true}},
-		"limits_bulk_exceeds_burst": {bulk(strings.Split(strings.Repeat(limitOrder("60000", "")+"\n", 12), "\n")[:12]...)},
-		"validation_order_ids": {
-			{method: "GET", path: "/api/v1/odr/orders/3,,2/", header: order("").header},
-			{method: "POST", path: "/api/v1/odr/orders/bulk/", body: `{"ids": ["3", ""]}`, header: order("").header},
-		},
-	}
-
+	before := exampleSetUps(t, st, still, token)
+	requests := exampleRequests(token)
 	examples := docExamples(t)
 	for name := range logExamples {
 		requests[name] = nil
@@ -193,44 +132,126 @@ func TestDocumentedExamples(t *testing.T) {
 			if f := before[name]; f != nil {
 				f()
 			}
-			switch ex.lang {
-			case "sh":
-				checkShellExample(t, ex, st.url, token)
-			case "json":
-				if gen := logExamples[name]; gen != nil {
-					checkLogExample(t, ex, gen(t, rs.Addr))
-					break
-				}
-				lines := strings.Split(strings.TrimSpace(ex.body), "\n")
-				reqs := requests[name]
-				if len(reqs) != len(lines) {
-					t.Fatalf("%s: %d lines, %d requests to produce them", ex.file, len(lines), len(reqs))
-				}
-				for i, r := range reqs {
-					_, _, body := call(t, r.method, st.url+r.path, r.body, r.header...)
-					if !sameJSON(lines[i], string(body)) {
-						t.Errorf("%s shows\n  %s\nexgate answers\n  %s", ex.file, lines[i], body)
-					}
-				}
-			case "http":
-				reqs := requests[name]
-				if len(reqs) != 1 {
-					t.Fatalf("%s: an http example needs one request, has %d", ex.file, len(reqs))
-				}
-				base := st.url
-				switch {
-				case reqs[0].admin:
-					base = "http://" + st.app.adminAd
-				case reqs[0].still:
-					base = still.url
-				}
-				checkHTTPExample(t, ex, base, reqs[0])
-			case "text":
-				checkConfigExample(t, ex, name)
-			default:
-				t.Fatalf("%s: example %s is a %q block; want sh, json, http or text", ex.file, name, ex.lang)
-			}
+			checkExample(t, name, ex, requests[name], st, still, rs.Addr, token)
 		})
+	}
+}
+
+// exampleOrder is an order placement with body, by token's client.
+func exampleOrder(token, body string) exampleRequest {
+	return exampleRequest{method: "POST", path: "/api/v1/odr/orders/", body: body, header: []string{"Authorization", "Bearer " + token, "Content-Type", "application/json"}}
+}
+
+// limitOrderJSON is a limit order buying 0.001 BTC at price, with the
+// identifier if it is not empty.
+func limitOrderJSON(price, identifier string) string {
+	o := `{"symbol":"BTC_USDT","type":"limit","side":"buy","price":"` + price + `","base_amount":"0.001"`
+	if identifier != "" {
+		o += `,"identifier":"` + identifier + `"`
+	}
+	return o + "}"
+}
+
+// exampleSetUps returns, by example, the requests sent before the
+// example's own (to use up a limit, use an identifier, fill the backend).
+func exampleSetUps(t *testing.T, st, still *stack, token string) map[string]func() {
+	return map[string]func(){
+		"limits_throttled": func() {
+			for i := 0; i < 5; i++ {
+				call(t, "GET", still.url+"/api/v1/mth/matches/ETH_USDT/", "")
+			}
+		},
+		"validation_bulk_duplicate": func() {
+			r := exampleOrder(token, limitOrderJSON("59000", "grid-7"))
+			if code, _, body := call(t, r.method, st.url+r.path, r.body, r.header...); code != http.StatusCreated {
+				t.Fatalf("placing the first order: %d %s", code, body)
+			}
+		},
+		"operations_overloaded": func() {
+			go func() { // held at the backend until the test ends
+				resp, err := http.Get(st.url + "/api/v1/mkt/tickers/?" + holdQuery)
+				if err == nil {
+					resp.Body.Close()
+				}
+			}()
+			for deadline := time.Now().Add(5 * time.Second); st.backend.held.Load() == 0; time.Sleep(time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatal("the held request did not reach the backend")
+				}
+			}
+		},
+	}
+}
+
+// exampleRequests returns, by example, the requests whose answers a json or
+// http example shows, sent as token's client where they need one.
+func exampleRequests(token string) map[string][]exampleRequest {
+	bulk := func(orders ...string) exampleRequest {
+		return exampleRequest{method: "POST", path: "/api/v1/odr/orders/bulk/", body: "[" + strings.Join(orders, ",") + "]", header: exampleOrder(token, "").header}
+	}
+	return map[string][]exampleRequest{
+		"readme_error_shape":     {{method: "TRACE", path: "/api/v1/mkt/markets/"}},
+		"api_error_shape":        {{method: "POST", path: "/api/v1/odr/orders/", body: "{}"}},
+		"architecture_error":     {{method: "POST", path: "/api/v1/odr/orders/", body: "{}"}},
+		"identity_token_invalid": {{method: "GET", path: "/api/v1/mkt/markets/", header: []string{"Authorization", "Bearer eyJhbGciOiJIUzI1NiJ9.e30.c2l+"}}},
+		"validation_errors": {
+			exampleOrder(token, `{"symbol":"BTC_USDT","type":"limit","side":"buy","price":"64000.005","base_amount":"0.0000001"}`),
+			exampleOrder(token, `{"symbol":"BTC_USDT","type":"market","side":"buy","base_amount":"0.001"} {"symbol":"BTC_USDT"}`),
+		},
+		"limits_throttled":          {{method: "GET", path: "/api/v1/mth/matches/ETH_USDT/", still: true}},
+		"identity_token_spelling":   {{method: "GET", path: "/api/v1/mkt/markets/", header: []string{"Authorization", "Bearer " + token + "="}}},
+		"validation_bulk_invalid":   {bulk(limitOrderJSON("60000", ""), limitOrderJSON("60000.5", ""), limitOrderJSON("60000.005", ""))},
+		"validation_bulk_duplicate": {bulk(limitOrderJSON("60000", "grid-5"), limitOrderJSON("60000", "grid-6"), limitOrderJSON("60000", "grid-7"))},
+		"operations_overloaded":     {{method: "GET", path: "/api/v1/mkt/tickers/"}},
+		"operations_readyz":         {{method: "GET", path: "/readyz", admin: true}},
+		"limits_bulk_exceeds_burst": {bulk(strings.Split(strings.Repeat(limitOrderJSON("60000", "")+"\n", 12), "\n")[:12]...)},
+		"validation_order_ids": {
+			{method: "GET", path: "/api/v1/odr/orders/3,,2/", header: exampleOrder(token, "").header},
+			{method: "POST", path: "/api/v1/odr/orders/bulk/", body: `{"ids": ["3", ""]}`, header: exampleOrder(token, "").header},
+		},
+	}
+}
+
+// checkExample checks the documented example name, ex, against what
+// exgate does: a json or http example against the answers to reqs, sent to
+// the gateway st (or still, whose clock stands still, or st's admin
+// listener); a log example against what it logs with Redis at redisAddr.
+func checkExample(t *testing.T, name string, ex docExample, reqs []exampleRequest, st, still *stack, redisAddr, token string) {
+	t.Helper()
+	switch ex.lang {
+	case "sh":
+		checkShellExample(t, ex, st.url, token)
+	case "json":
+		if gen := logExamples[name]; gen != nil {
+			checkLogExample(t, ex, gen(t, redisAddr))
+			break
+		}
+		lines := strings.Split(strings.TrimSpace(ex.body), "\n")
+		if len(reqs) != len(lines) {
+			t.Fatalf("%s: %d lines, %d requests to produce them", ex.file, len(lines), len(reqs))
+		}
+		for i, r := range reqs {
+			_, _, body := call(t, r.method, st.url+r.path, r.body, r.header...)
+			if !sameJSON(lines[i], string(body)) {
+				t.Errorf("%s shows\n  %s\nexgate answers\n  %s", ex.file, lines[i], body)
+			}
+		}
+	case "http":
+		if len(reqs) != 1 {
+			t.Fatalf("%s: an http example needs one request, has %d", ex.file, len(reqs))
+		}
+		base := st.url
+		switch {
+		case reqs[0].admin:
+			base = "http://" + st.app.adminAd
+		case reqs[0].still:
+			base = still.url
+		}
+		checkHTTPExample(t, ex, base, reqs[0])
+	case "text":
+		checkConfigExample(t, ex, name)
+	default:
+		t.Fatalf("%s: example %s is a %q block; want sh, json, http or text", ex.file, name, ex.lang)
 	}
 }
 

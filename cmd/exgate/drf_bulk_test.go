@@ -40,21 +40,11 @@ func (b *drfBackend) bulkReads(t *testing.T) map[string]bulkRead {
 	return out
 }
 
-// TestDRFBulkShapes puts exgate in front of a Django REST framework bulk
-// view (an OrderSerializer(many=True) placement; ids read by a
-// ListField(child=IntegerField()), as an array or {"ids": [...]}, POSTed
-// or DELETEd) and a status view that reads ids joined by commas with
-// int(), and sends bodies and lists that such parsers read differently
-// from a strict one: big ids, ids as numbers and strings, exponents and
-// fractions, escaped, repeated and unknown keys, empty elements, leading
-// zeros. Every request DRF served must carry exactly the ids (or orders)
-// exgate's own Validator accepted, in their canonical form; every request
-// exgate refused must never arrive; and a bulk placement's answer,
-// {"orders": [...]}, is replayed byte for byte for the same bulk.
-func TestDRFBulkShapes(t *testing.T) {
-	drf := startDRF(t)
-	// DRF itself reads these otherwise than their text says (else the
-	// test proves nothing).
+// checkDRFReadsDirect checks that DRF itself, sent to directly, reads
+// bodies and lists otherwise than their text says (else the test proves
+// nothing).
+func checkDRFReadsDirect(t *testing.T, drf *drfBackend) {
+	t.Helper()
 	bearer := []string{"Authorization", "Bearer " + drf.tokens[0], "Content-Type", "application/json"}
 	for i, c := range []struct{ method, path, body, read string }{
 		{"POST", "/api/v1/odr/orders/bulk/", `{"ids": [1], "ids": [2]}`, `["2"]`},
@@ -72,77 +62,23 @@ func TestDRFBulkShapes(t *testing.T) {
 	if code, _, _ := call(t, "GET", drf.url+"/api/v1/odr/orders/3,,2/", "", bearer...); code != 500 {
 		t.Fatalf("DRF itself answers 3,,2 with %d, want 500", code)
 	}
-	direct := len(drf.bulkReads(t))
-	gw, cfg := drfGateway(t, drf, nil)
-	ref := drfReference(t, cfg)
-	order := func(i int, extra string) string {
-		return fmt.Sprintf(`{"symbol":"BTC_USDT","type":"limit","side":"buy","price":"%d.5","base_amount":1e-3%s}`, 60000+i, extra)
-	}
-	bodies := []string{
-		`[1, 2]`, `["3", 4]`, `{"ids": ["5"]}`, `{"\u0069ds": [6]}`, ` { "ids" : [ 7 ] } `,
-		`{"ids": [9223372036854775807]}`, `["9007199254740993"]`, `[9007199254740993]`,
-		`[1e2]`, `[7.0]`, `["7.0"]`, `["07"]`, `[-1]`, `[0]`, `["1 "]`, `["\u0031"]`, `[true]`, `[null]`,
-		`["9223372036854775808"]`, `[1, 1]`, `[1, "1"]`, `{"ids": [1], "ids": [2]}`, `{"IDS": [3]}`, `{"Ids": [3]}`,
-		`{"ids": [8], "identifiers": ["a"]}`, `{"ids": "1,2"}`, `{"ids": []}`, `[]`, `{}`, `{"ids": [[1]]}`,
-		"[" + order(0, "") + "," + order(1, "") + "]",
-		"[" + order(2, `,"identifier":"drf-bulk-1"`) + "]",
-		"[" + order(3, `,"price":"1"`) + "]",
-		"[" + order(4, "") + ", 5]",
-	}
-	type sent struct {
-		method, body string
-		want         *validate.Bulk // what exgate's Validator accepts, or nil
-		status       int
-		answer       []byte
-	}
-	byID := map[string]*sent{}
-	n := 0
-	send := func(method, path, body string) (int, http.Header, []byte, string) {
-		n++
-		id := fmt.Sprintf("drf-bulk-%d", n)
-		req, err := http.NewRequest(method, gw+path, strings.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		req.Header["Content-Type"] = []string{"application/json"}
-		req.Header["X-Request-Id"] = []string{id}
-		req.Header["Authorization"] = []string{"Bearer " + drf.tokens[0]}
-		res, err := (&http.Client{Timeout: 10 * time.Second}).Do(req)
-		if err != nil {
-			t.Fatalf("%s %s %s: %v", method, path, body, err)
-		}
-		defer res.Body.Close()
-		b, _ := io.ReadAll(res.Body)
-		return res.StatusCode, res.Header, b, id
-	}
-	for _, method := range []string{"POST", "DELETE"} {
-		for _, body := range bodies {
-			s := &sent{method: method, body: body}
-			check := ref.CheckBulk
-			if method == "DELETE" {
-				check = ref.CheckBulkCancel
-			}
-			if b, p := check([]string{"application/json"}, []byte(body)); p == nil {
-				s.want = &b
-			}
-			var id string
-			s.status, _, s.answer, id = send(method, "/api/v1/odr/orders/bulk/", body)
-			byID[id] = s
-		}
-	}
-	lists := map[string][]string{} // request id → the ids exgate accepts, or nil
-	for _, list := range []string{"3", "3,2", "9223372036854775807,1", "03", "3,,2", "3,", "3,3", "+3", "3.0,2", "1,2,3,4,5,6,7,8,9,10,11"} {
-		code, _, b, id := send("GET", "/api/v1/odr/orders/"+list+"/", "")
-		if _, p := validate.CheckIDList(list, cfg.Validation.Bulk.MaxOrders); p == nil {
-			lists[id] = strings.Split(list, ",")
-			if code != 200 {
-				t.Errorf("status of %s: %d %s", list, code, b)
-			}
-		} else if code != 400 {
-			t.Errorf("status of %s, which exgate refuses: %d %s", list, code, b)
-		}
-	}
+}
 
+// drfBulkSent is a bulk request TestDRFBulkShapes sent through exgate.
+type drfBulkSent struct {
+	method, body string
+	want         *validate.Bulk // what exgate's Validator accepts, or nil
+	status       int
+	answer       []byte
+}
+
+// checkDRFBulkReads checks what DRF read of the bulk requests byID and the
+// status lists (request id → the ids exgate accepts) sent through exgate:
+// exactly what exgate's Validator accepted, in its canonical form, and
+// nothing it refused. direct is how many requests DRF read before, sent to
+// it directly.
+func checkDRFBulkReads(t *testing.T, drf *drfBackend, byID map[string]*drfBulkSent, lists map[string][]string, direct int) {
+	t.Helper()
 	reads := drf.bulkReads(t)
 	accepted := 0
 	for id, s := range byID {
@@ -193,7 +129,88 @@ func TestDRFBulkShapes(t *testing.T) {
 	if accepted < 15 {
 		t.Errorf("only %d bulk requests reached DRF: the corpus did not run", accepted)
 	}
+}
 
+// TestDRFBulkShapes puts exgate in front of a Django REST framework bulk
+// view (an OrderSerializer(many=True) placement; ids read by a
+// ListField(child=IntegerField()), as an array or {"ids": [...]}, POSTed
+// or DELETEd) and a status view that reads ids joined by commas with
+// int(), and sends bodies and lists that such parsers read differently
+// from a strict one: big ids, ids as numbers and strings, exponents and
+// fractions, escaped, repeated and unknown keys, empty elements, leading
+// zeros. Every request DRF served must carry exactly the ids (or orders)
+// exgate's own Validator accepted, in their canonical form; every request
+// exgate refused must never arrive; and a bulk placement's answer,
+// {"orders": [...]}, is replayed byte for byte for the same bulk.
+func TestDRFBulkShapes(t *testing.T) {
+	drf := startDRF(t)
+	checkDRFReadsDirect(t, drf)
+	direct := len(drf.bulkReads(t))
+	gw, cfg := drfGateway(t, drf, nil)
+	ref := drfReference(t, cfg)
+	order := func(i int, extra string) string {
+		return fmt.Sprintf(`{"symbol":"BTC_USDT","type":"limit","side":"buy","price":"%d.5","base_amount":1e-3%s}`, 60000+i, extra)
+	}
+	bodies := []string{
+		`[1, 2]`, `["3", 4]`, `{"ids": ["5"]}`, `{"\u0069ds": [6]}`, ` { "ids" : [ 7 ] } `,
+		`{"ids": [9223372036854775807]}`, `["9007199254740993"]`, `[9007199254740993]`,
+		`[1e2]`, `[7.0]`, `["7.0"]`, `["07"]`, `[-1]`, `[0]`, `["1 "]`, `["\u0031"]`, `[true]`, `[null]`,
+		`["9223372036854775808"]`, `[1, 1]`, `[1, "1"]`, `{"ids": [1], "ids": [2]}`, `{"IDS": [3]}`, `{"Ids": [3]}`,
+		`{"ids": [8], "identifiers": ["a"]}`, `{"ids": "1,2"}`, `{"ids": []}`, `[]`, `{}`, `{"ids": [[1]]}`,
+		"[" + order(0, "") + "," + order(1, "") + "]",
+		"[" + order(2, `,"identifier":"drf-bulk-1"`) + "]",
+		"[" + order(3, `,"price":"1"`) + "]",
+		"[" + order(4, "") + ", 5]",
+	}
+	byID := map[string]*drfBulkSent{}
+	n := 0
+	send := func(method, path, body string) (int, http.Header, []byte, string) {
+		n++
+		id := fmt.Sprintf("drf-bulk-%d", n)
+		req, err := http.NewRequest(method, gw+path, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header["Content-Type"] = []string{"application/json"}
+		req.Header["X-Request-Id"] = []string{id}
+		req.Header["Authorization"] = []string{"Bearer " + drf.tokens[0]}
+		res, err := (&http.Client{Timeout: 10 * time.Second}).Do(req)
+		if err != nil {
+			t.Fatalf("%s %s %s: %v", method, path, body, err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return res.StatusCode, res.Header, b, id
+	}
+	for _, method := range []string{"POST", "DELETE"} {
+		for _, body := range bodies {
+			s := &drfBulkSent{method: method, body: body}
+			check := ref.CheckBulk
+			if method == "DELETE" {
+				check = ref.CheckBulkCancel
+			}
+			if b, p := check([]string{"application/json"}, []byte(body)); p == nil {
+				s.want = &b
+			}
+			var id string
+			s.status, _, s.answer, id = send(method, "/api/v1/odr/orders/bulk/", body)
+			byID[id] = s
+		}
+	}
+	lists := map[string][]string{} // request id → the ids exgate accepts, or nil
+	for _, list := range []string{"3", "3,2", "9223372036854775807,1", "03", "3,,2", "3,", "3,3", "+3", "3.0,2", "1,2,3,4,5,6,7,8,9,10,11"} {
+		code, _, b, id := send("GET", "/api/v1/odr/orders/"+list+"/", "")
+		if _, p := validate.CheckIDList(list, cfg.Validation.Bulk.MaxOrders); p == nil {
+			lists[id] = strings.Split(list, ",")
+			if code != 200 {
+				t.Errorf("status of %s: %d %s", list, code, b)
+			}
+		} else if code != 400 {
+			t.Errorf("status of %s, which exgate refuses: %d %s", list, code, b)
+		}
+	}
+
+	checkDRFBulkReads(t, drf, byID, lists, direct)
 	// A placement's answer is recorded as DRF wrote it and replayed.
 	placement := "[" + order(5, `,"identifier":"drf-replay"`) + "]"
 	code, _, first, _ := send("POST", "/api/v1/odr/orders/bulk/", placement)

@@ -375,74 +375,9 @@ func differentialDRF(t *testing.T, verify bool) {
 		spelled = drf.tokens[1:] // two tokens of user 2: one account
 	}
 	cases = append(cases, tokenSpellingCases(spelled...)...)
-	type sent struct {
-		c      drfCase
-		canon  string // the canonical encoding of the order exgate validated, or ""
-		status int
-		body   []byte
-	}
-	byID := map[string]*sent{}
-	client := &http.Client{Timeout: 10 * time.Second}
-	for i, c := range cases {
-		s := &sent{c: c}
-		id := fmt.Sprintf("drf-case-%d", i)
-		byID[id] = s
-		var ct []string
-		if c.contentType != "" {
-			ct = strings.Split(c.contentType, ", ") // "a, b" is two header lines
-		}
-		if o, p := ref.Check(ct, []byte(c.body)); p == nil {
-			s.canon = string(o.AppendCanonical(nil))
-		}
-		req, err := http.NewRequest("POST", gw+"/api/v1/odr/orders/", strings.NewReader(c.body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		req.Header["Content-Type"] = ct
-		req.Header["X-Request-Id"] = []string{id}
-		req.Header["Authorization"] = []string{"Bearer " + drf.tokens[0]}
-		if c.auth != "" {
-			req.Header["Authorization"] = []string{c.auth}
-		}
-		res, err := client.Do(req)
-		if err != nil {
-			t.Fatalf("%s: %v", c.name, err)
-		}
-		s.status = res.StatusCode
-		s.body, _ = io.ReadAll(res.Body)
-		res.Body.Close()
-	}
-
+	byID := sendDRFCases(t, drf, gw, ref, cases)
 	placed := drf.placed(t)
-	seen := map[[2]string]string{} // (user, identifier) → request id
-	arrived := map[string]bool{}
-	for _, p := range placed {
-		s := byID[p.RequestID]
-		if s == nil {
-			t.Errorf("DRF placed an order from an unknown request %q: %s", p.RequestID, p.Body)
-			continue
-		}
-		arrived[p.RequestID] = true
-		name := s.c.name
-		if s.canon == "" {
-			t.Errorf("%s: DRF placed %s, an order exgate's validator refuses", name, p.Body)
-			continue
-		}
-		if p.Body != s.canon {
-			t.Errorf("%s: DRF received %q, want the canonical %q", name, p.Body, s.canon)
-		}
-		if p.ContentType != "application/json" {
-			t.Errorf("%s: DRF received Content-Type %q", name, p.ContentType)
-		}
-		sameOrder(t, name, s.canon, p.Fields)
-		if id := p.Fields["identifier"]; id != nil {
-			k := [2]string{p.User, *id}
-			if prev, dup := seen[k]; dup {
-				t.Errorf("%s: identifier %q of user %s placed twice (first by %s)", name, *id, p.User, prev)
-			}
-			seen[k] = p.RequestID
-		}
-	}
+	seen, arrived := checkDRFPlaced(t, placed, byID)
 	accepted, refused := 0, 0
 	for id, s := range byID {
 		if s.c.mustPlace && !arrived[id] {
@@ -499,6 +434,92 @@ func differentialDRF(t *testing.T, verify bool) {
 			t.Errorf("%s was never placed for user 2", id)
 		}
 	}
+}
+
+// drfCaseSent is an order differentialDRF sent through exgate, and
+// exgate's answer.
+type drfCaseSent struct {
+	c      drfCase
+	canon  string // the canonical encoding of the order exgate validated, or ""
+	status int
+	body   []byte
+}
+
+// sendDRFCases places each of cases through the gateway at gw, as DRF's
+// first token unless the case gives its own authorization, and returns
+// them by request id with what ref, exgate's validator, made of them and
+// what the client got.
+func sendDRFCases(t *testing.T, drf *drfBackend, gw string, ref *validate.Validator, cases []drfCase) map[string]*drfCaseSent {
+	t.Helper()
+	byID := map[string]*drfCaseSent{}
+	client := &http.Client{Timeout: 10 * time.Second}
+	for i, c := range cases {
+		s := &drfCaseSent{c: c}
+		id := fmt.Sprintf("drf-case-%d", i)
+		byID[id] = s
+		var ct []string
+		if c.contentType != "" {
+			ct = strings.Split(c.contentType, ", ") // "a, b" is two header lines
+		}
+		if o, p := ref.Check(ct, []byte(c.body)); p == nil {
+			s.canon = string(o.AppendCanonical(nil))
+		}
+		req, err := http.NewRequest("POST", gw+"/api/v1/odr/orders/", strings.NewReader(c.body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header["Content-Type"] = ct
+		req.Header["X-Request-Id"] = []string{id}
+		req.Header["Authorization"] = []string{"Bearer " + drf.tokens[0]}
+		if c.auth != "" {
+			req.Header["Authorization"] = []string{c.auth}
+		}
+		res, err := client.Do(req)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		s.status = res.StatusCode
+		s.body, _ = io.ReadAll(res.Body)
+		res.Body.Close()
+	}
+	return byID
+}
+
+// checkDRFPlaced checks every order DRF placed: sent by the test, accepted
+// by exgate's validator, received in its canonical form, and its
+// identifier placed once per user. It returns the placed identifiers,
+// (user, identifier) → request id, and the request ids that arrived.
+func checkDRFPlaced(t *testing.T, placed []placement, byID map[string]*drfCaseSent) (seen map[[2]string]string, arrived map[string]bool) {
+	t.Helper()
+	seen, arrived = map[[2]string]string{}, map[string]bool{}
+	for _, p := range placed {
+		s := byID[p.RequestID]
+		if s == nil {
+			t.Errorf("DRF placed an order from an unknown request %q: %s", p.RequestID, p.Body)
+			continue
+		}
+		arrived[p.RequestID] = true
+		name := s.c.name
+		if s.canon == "" {
+			t.Errorf("%s: DRF placed %s, an order exgate's validator refuses", name, p.Body)
+			continue
+		}
+		if p.Body != s.canon {
+			t.Errorf("%s: DRF received %q, want the canonical %q", name, p.Body, s.canon)
+		}
+		if p.ContentType != "application/json" {
+			t.Errorf("%s: DRF received Content-Type %q", name, p.ContentType)
+		}
+		sameOrder(t, name, s.canon, p.Fields)
+		if id := p.Fields["identifier"]; id != nil {
+			k := [2]string{p.User, *id}
+			if prev, dup := seen[k]; dup {
+				t.Errorf("%s: identifier %q of user %s placed twice (first by %s)", name, *id, p.User, prev)
+			}
+			seen[k] = p.RequestID
+		}
+	}
+	return seen, arrived
 }
 
 // sameOrder asserts that the fields the DRF serializer validated equal

@@ -226,36 +226,7 @@ func TestEndpointsThroughGateway(t *testing.T) {
 	st := startStack(t, nil)
 	token := authenticate(t, st.url)
 
-	t.Run("markets", func(t *testing.T) {
-		code, _, b := call(t, "GET", st.url+"/api/v1/mkt/markets/", "")
-		var ms []map[string]any
-		decodeJSON(t, b, &ms)
-		if code != 200 || len(ms) < 5 {
-			t.Fatalf("%d, %d markets", code, len(ms))
-		}
-		symbols := map[string]bool{}
-		for _, m := range ms {
-			fieldKinds(t, "market", m, map[string]string{
-				"symbol": "string", "name": "string", "base": "string", "quote": "string", "tradable": "bool",
-				"price_precision": "string", "base_amount_precision": "string", "quote_amount_precision": "string",
-			})
-			sym, _ := m["symbol"].(string)
-			symbols[sym] = true
-			if sym != m["base"].(string)+"_"+m["quote"].(string) || !strings.Contains(m["name"].(string), "/") {
-				t.Errorf("market %v: symbol/name shape", m)
-			}
-			for _, k := range []string{"price_precision", "base_amount_precision", "quote_amount_precision"} {
-				if !intStringRe.MatchString(m[k].(string)) {
-					t.Errorf("market %s: %s = %v", sym, k, m[k])
-				}
-			}
-		}
-		for _, s := range []string{"BTC_USDT", "ETH_USDT", "BTC_IRT", "USDT_IRT", "ETH_BTC"} {
-			if !symbols[s] {
-				t.Errorf("market %s missing", s)
-			}
-		}
-	})
+	t.Run("markets", func(t *testing.T) { checkMarketsEndpoint(t, st) })
 
 	t.Run("currencies", func(t *testing.T) {
 		// Also with a token: optional auth only changes limits.
@@ -272,36 +243,7 @@ func TestEndpointsThroughGateway(t *testing.T) {
 		}
 	})
 
-	t.Run("limit order", func(t *testing.T) {
-		code, _, b := call(t, "POST", st.url+"/api/v1/odr/orders/",
-			`{"symbol":"BTC_USDT","type":"limit","side":"buy","price":"1000.50","base_amount":0.002}`,
-			"Authorization", "Bearer "+token, "Content-Type", "application/json")
-		if code != http.StatusCreated {
-			t.Fatalf("%d %s", code, b)
-		}
-		var o map[string]any
-		decodeJSON(t, b, &o)
-		fieldKinds(t, "limit order", o, map[string]string{
-			"symbol": "string", "type": "string", "side": "string", "price": "string", "stop_price": "null",
-			"oco_target_price": "null", "base_amount": "string", "quote_amount": "string", "identifier": "null",
-			"state": "string", "created_at": "string", "closed_at": "null", "dealed_base_amount": "string",
-			"dealed_quote_amount": "string", "req_to_cancel": "bool", "commission": "string",
-		})
-		if o["state"] != "active" || o["req_to_cancel"] != false || !createdAtRe.MatchString(o["created_at"].(string)) {
-			t.Fatalf("order %v", o)
-		}
-		price, _ := decimal.NewFromString(o["price"].(string))
-		base, _ := decimal.NewFromString(o["base_amount"].(string))
-		quote, _ := decimal.NewFromString(o["quote_amount"].(string))
-		if !price.Mul(base).Equal(quote) {
-			t.Fatalf("quote_amount %s != price %s × base_amount %s", quote, price, base)
-		}
-		for _, k := range []string{"dealed_base_amount", "dealed_quote_amount"} {
-			if d, _ := decimal.NewFromString(o[k].(string)); !d.IsZero() || !decimalRe.MatchString(o[k].(string)) {
-				t.Fatalf("%s = %v on a new order", k, o[k])
-			}
-		}
-	})
+	t.Run("limit order", func(t *testing.T) { checkLimitOrderEndpoint(t, st, token) })
 
 	t.Run("market order and matches", func(t *testing.T) {
 		code, _, b := call(t, "POST", st.url+"/api/v1/odr/orders/",
@@ -333,6 +275,72 @@ func TestEndpointsThroughGateway(t *testing.T) {
 			t.Fatalf("newest match side %v, want the taker's (buy)", ms[0]["side"])
 		}
 	})
+}
+
+// checkMarketsEndpoint checks the markets the gateway st lists: the spec's
+// fields and formats, and the reference markets all there.
+func checkMarketsEndpoint(t *testing.T, st *stack) {
+	code, _, b := call(t, "GET", st.url+"/api/v1/mkt/markets/", "")
+	var ms []map[string]any
+	decodeJSON(t, b, &ms)
+	if code != 200 || len(ms) < 5 {
+		t.Fatalf("%d, %d markets", code, len(ms))
+	}
+	symbols := map[string]bool{}
+	for _, m := range ms {
+		fieldKinds(t, "market", m, map[string]string{
+			"symbol": "string", "name": "string", "base": "string", "quote": "string", "tradable": "bool",
+			"price_precision": "string", "base_amount_precision": "string", "quote_amount_precision": "string",
+		})
+		sym, _ := m["symbol"].(string)
+		symbols[sym] = true
+		if sym != m["base"].(string)+"_"+m["quote"].(string) || !strings.Contains(m["name"].(string), "/") {
+			t.Errorf("market %v: symbol/name shape", m)
+		}
+		for _, k := range []string{"price_precision", "base_amount_precision", "quote_amount_precision"} {
+			if !intStringRe.MatchString(m[k].(string)) {
+				t.Errorf("market %s: %s = %v", sym, k, m[k])
+			}
+		}
+	}
+	for _, s := range []string{"BTC_USDT", "ETH_USDT", "BTC_IRT", "USDT_IRT", "ETH_BTC"} {
+		if !symbols[s] {
+			t.Errorf("market %s missing", s)
+		}
+	}
+}
+
+// checkLimitOrderEndpoint places a limit order through the gateway st as
+// token's client and checks the answer's fields and amounts.
+func checkLimitOrderEndpoint(t *testing.T, st *stack, token string) {
+	code, _, b := call(t, "POST", st.url+"/api/v1/odr/orders/",
+		`{"symbol":"BTC_USDT","type":"limit","side":"buy","price":"1000.50","base_amount":0.002}`,
+		"Authorization", "Bearer "+token, "Content-Type", "application/json")
+	if code != http.StatusCreated {
+		t.Fatalf("%d %s", code, b)
+	}
+	var o map[string]any
+	decodeJSON(t, b, &o)
+	fieldKinds(t, "limit order", o, map[string]string{
+		"symbol": "string", "type": "string", "side": "string", "price": "string", "stop_price": "null",
+		"oco_target_price": "null", "base_amount": "string", "quote_amount": "string", "identifier": "null",
+		"state": "string", "created_at": "string", "closed_at": "null", "dealed_base_amount": "string",
+		"dealed_quote_amount": "string", "req_to_cancel": "bool", "commission": "string",
+	})
+	if o["state"] != "active" || o["req_to_cancel"] != false || !createdAtRe.MatchString(o["created_at"].(string)) {
+		t.Fatalf("order %v", o)
+	}
+	price, _ := decimal.NewFromString(o["price"].(string))
+	base, _ := decimal.NewFromString(o["base_amount"].(string))
+	quote, _ := decimal.NewFromString(o["quote_amount"].(string))
+	if !price.Mul(base).Equal(quote) {
+		t.Fatalf("quote_amount %s != price %s × base_amount %s", quote, price, base)
+	}
+	for _, k := range []string{"dealed_base_amount", "dealed_quote_amount"} {
+		if d, _ := decimal.NewFromString(o[k].(string)); !d.IsZero() || !decimalRe.MatchString(o[k].(string)) {
+			t.Fatalf("%s = %v on a new order", k, o[k])
+		}
+	}
 }
 
 // TestRefusedOrdersNeverReachBackend counts at the reference backend.

@@ -56,45 +56,7 @@ func producedErrorCodes(t *testing.T) map[errorCode]bool {
 			files = append(files, f.file)
 		}
 	}
-	// String constants of the whole module by name (CodeInvalidOrder,
-	// CodeTooLarge…): the codes are named once and used across packages.
-	consts := map[string]string{}
-	for _, f := range files {
-		for _, d := range f.Decls {
-			g, ok := d.(*ast.GenDecl)
-			if !ok || g.Tok != token.CONST {
-				continue
-			}
-			for _, s := range g.Specs {
-				vs := s.(*ast.ValueSpec)
-				for i, n := range vs.Names {
-					if i < len(vs.Values) {
-						if lit, ok := vs.Values[i].(*ast.BasicLit); ok && lit.Kind == token.STRING {
-							consts[n.Name], _ = strconv.Unquote(lit.Value)
-						}
-					}
-				}
-			}
-		}
-	}
-	// Constants defined as other constants (validate.CodeTooLarge =
-	// apierror.CodeTooLarge).
-	for _, f := range files {
-		ast.Inspect(f, func(n ast.Node) bool {
-			if vs, ok := n.(*ast.ValueSpec); ok {
-				for i, name := range vs.Names {
-					if i < len(vs.Values) {
-						if s, ok := vs.Values[i].(*ast.SelectorExpr); ok {
-							if v, ok := consts[s.Sel.Name]; ok {
-								consts[name.Name] = v
-							}
-						}
-					}
-				}
-			}
-			return true
-		})
-	}
+	consts := stringConstants(files)
 	statuses := statusByName()
 	status := func(e ast.Expr) (int, bool) {
 		if s, ok := e.(*ast.SelectorExpr); ok {
@@ -178,6 +140,51 @@ func producedErrorCodes(t *testing.T) map[errorCode]bool {
 		})
 	}
 	return out
+}
+
+// stringConstants returns the string constants of files by name
+// (CodeInvalidOrder, CodeTooLarge…): the codes are named once and used
+// across packages. A constant defined as another constant
+// (validate.CodeTooLarge = apierror.CodeTooLarge) has that one's value.
+func stringConstants(files []*ast.File) map[string]string {
+	consts := map[string]string{}
+	for _, f := range files {
+		for _, d := range f.Decls {
+			g, ok := d.(*ast.GenDecl)
+			if !ok || g.Tok != token.CONST {
+				continue
+			}
+			for _, s := range g.Specs {
+				vs := s.(*ast.ValueSpec)
+				for i, n := range vs.Names {
+					if i < len(vs.Values) {
+						if lit, ok := vs.Values[i].(*ast.BasicLit); ok && lit.Kind == token.STRING {
+							consts[n.Name], _ = strconv.Unquote(lit.Value)
+						}
+					}
+				}
+			}
+		}
+	}
+	// Constants defined as other constants (validate.CodeTooLarge =
+	// apierror.CodeTooLarge).
+	for _, f := range files {
+		ast.Inspect(f, func(n ast.Node) bool {
+			if vs, ok := n.(*ast.ValueSpec); ok {
+				for i, name := range vs.Names {
+					if i < len(vs.Values) {
+						if s, ok := vs.Values[i].(*ast.SelectorExpr); ok {
+							if v, ok := consts[s.Sel.Name]; ok {
+								consts[name.Name] = v
+							}
+						}
+					}
+				}
+			}
+			return true
+		})
+	}
+	return consts
 }
 
 // errorTableRow is a row of an error table: "| 400 | `invalid_path` | …".

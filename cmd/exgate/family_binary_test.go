@@ -86,31 +86,66 @@ func TestOrderFamilyShapesBinary(t *testing.T) {
 	token := authenticate(t, base)
 	h := []string{"Authorization", "Bearer " + token, "Content-Type", "application/json"}
 
-	// send sends a request and returns its answer and what reached the
-	// backend meanwhile.
-	send := func(method, path, body string) (int, http.Header, string, []received) {
+	send := familySend(func(method, path, body string) (int, http.Header, string, []received) {
 		t.Helper()
 		n := rec.count()
 		code, hdr, b := call(t, method, base+path, body, h...)
 		return code, hdr, string(b), rec.since(n)
-	}
-	remaining := func(hdr http.Header) string {
-		_, r, _ := strings.Cut(hdr.Get("RateLimit"), ";r=")
-		r, _, _ = strings.Cut(r, ";")
-		return r
-	}
+	})
 
-	// A bulk placement: forwarded once, canonical; answered as the
-	// exchange documents; the same bulk again is replayed, and a bulk
-	// reusing one of its identifiers places nothing.
-	var orders []string
+	orders, ids := checkFamilyBulkPlacement(t, send)
+	checkFamilyBulkCancels(t, send, ids)
+	checkFamilyRefusals(t, send, orders)
+
+	// The status of ids joined by commas: forwarded as it came, charged
+	// per id; a list exgate and the backend could read differently is
+	// refused at the edge.
+	code, hdr, b, got := send("GET", "/api/v1/odr/orders/"+ids[5]+","+ids[0]+"/", "")
+	var status []struct {
+		ID    int64
+		State string
+	}
+	decodeJSON(t, []byte(b), &status)
+	if code != 200 || len(status) != 2 || itoa(status[0].ID) != ids[5] || status[1].State != "canceled" || rateLimitRemaining(hdr) != "598" {
+		t.Fatalf("status of two orders: %d (remaining %s) %s", code, rateLimitRemaining(hdr), b)
+	}
+	if len(got) != 1 || got[0].path != "/api/v1/odr/orders/"+ids[5]+","+ids[0]+"/" {
+		t.Fatalf("backend got %+v", got)
+	}
+	for _, list := range []string{ids[5] + ",," + ids[0], "0" + ids[5], "{" + ids[5] + "}", "bulk", ids[5] + "," + ids[5]} {
+		if code, _, b, got := send("GET", "/api/v1/odr/orders/"+list+"/", ""); code != 400 || !strings.Contains(b, `"invalid_order"`) || len(got) != 0 {
+			t.Fatalf("status of %s: %d %s; backend got %v", list, code, b, got)
+		}
+	}
+	if code, _, b, got := send("DELETE", "/api/v1/odr/orders/"+ids[5]+"/", ""); code != 200 || !strings.Contains(b, `"state":"canceled"`) || len(got) != 1 {
+		t.Fatalf("cancel: %d %s; backend got %v", code, b, got)
+	}
+}
+
+// familySend sends a request to the gateway and returns its answer and
+// what reached the backend meanwhile.
+type familySend func(method, path, body string) (int, http.Header, string, []received)
+
+// rateLimitRemaining returns the r (remaining) of a RateLimit header.
+func rateLimitRemaining(hdr http.Header) string {
+	_, r, _ := strings.Cut(hdr.Get("RateLimit"), ";r=")
+	r, _, _ = strings.Cut(r, ";")
+	return r
+}
+
+// checkFamilyBulkPlacement sends a bulk placement of six orders: it is
+// forwarded once, canonical, and answered as the exchange documents; the
+// same bulk again is replayed, and a bulk reusing one of its identifiers
+// places nothing. It returns the orders and the ids they were given.
+func checkFamilyBulkPlacement(t *testing.T, send familySend) (orders, ids []string) {
+	t.Helper()
 	for i := range 6 {
 		orders = append(orders, fmt.Sprintf(`{"side":"buy","symbol":"BTC_USDT","type":"limit","price":%d.00,"base_amount":"0.0010","identifier":"shape-%d"}`, 50000+i, i))
 	}
 	placement := "[" + strings.Join(orders, ",") + "]"
 	code, hdr, placed, got := send("POST", "/api/v1/odr/orders/bulk/", placement)
-	if code != 201 || len(got) != 1 || remaining(hdr) != "5394" {
-		t.Fatalf("bulk placement: %d (remaining %s) %s; backend got %v", code, remaining(hdr), placed, got)
+	if code != 201 || len(got) != 1 || rateLimitRemaining(hdr) != "5394" {
+		t.Fatalf("bulk placement: %d (remaining %s) %s; backend got %v", code, rateLimitRemaining(hdr), placed, got)
 	}
 	if !strings.HasPrefix(got[0].body, `[{"symbol":"BTC_USDT","type":"limit","side":"buy","base_amount":"0.001","price":"50000","identifier":"shape-0"},`) {
 		t.Fatalf("backend got the placement as %s", got[0].body)
@@ -120,7 +155,7 @@ func TestOrderFamilyShapesBinary(t *testing.T) {
 	if len(answer.Orders) != 6 {
 		t.Fatalf("placement answer: %s", placed)
 	}
-	ids := make([]string, 6)
+	ids = make([]string, 6)
 	for i, o := range answer.Orders {
 		ids[i] = itoa(o.ID)
 	}
@@ -132,9 +167,14 @@ func TestOrderFamilyShapesBinary(t *testing.T) {
 	if code != 409 || !strings.Contains(b, `"orders[1].identifier"`) || len(got) != 0 {
 		t.Fatalf("a bulk reusing an identifier: %d %s; backend got %v", code, b, got)
 	}
+	return orders, ids
+}
 
-	// Bulk cancels in every shape: each reaches the backend once, in
-	// canonical form with its method, charged one unit per id.
+// checkFamilyBulkCancels cancels the orders ids[0] to ids[4] in every shape
+// of a bulk cancel: each reaches the backend once, in canonical form with
+// its method, charged one unit per id.
+func checkFamilyBulkCancels(t *testing.T, send familySend, ids []string) {
+	t.Helper()
 	left := 16200
 	for _, c := range []struct {
 		method, body, forwarded, answer string
@@ -150,14 +190,20 @@ func TestOrderFamilyShapesBinary(t *testing.T) {
 	} {
 		code, hdr, b, got := send(c.method, "/api/v1/odr/orders/bulk/", c.body)
 		left -= strings.Count(c.forwarded, ",") + 1
-		if code != 200 || strings.TrimSpace(b) != c.answer || remaining(hdr) != itoa(int64(left)) {
-			t.Fatalf("%s %s: %d (remaining %s, want %d) %s", c.method, c.body, code, remaining(hdr), left, b)
+		if code != 200 || strings.TrimSpace(b) != c.answer || rateLimitRemaining(hdr) != itoa(int64(left)) {
+			t.Fatalf("%s %s: %d (remaining %s, want %d) %s", c.method, c.body, code, rateLimitRemaining(hdr), left, b)
 		}
 		if len(got) != 1 || got[0] != (received{c.method, "/api/v1/odr/orders/bulk/", c.forwarded}) {
 			t.Fatalf("%s %s: backend got %+v, want %s %s", c.method, c.body, got, c.method, c.forwarded)
 		}
 	}
+}
 
+// checkFamilyRefusals checks that the same bad ids get the same answer in
+// every shape, that a bulk cancel of orders or with identifiers is refused,
+// and that nothing refused reaches the backend.
+func checkFamilyRefusals(t *testing.T, send familySend, orders []string) {
+	t.Helper()
 	// The same bad ids get the same answer in every shape, and nothing
 	// reaches the backend.
 	var first string
@@ -180,30 +226,6 @@ func TestOrderFamilyShapesBinary(t *testing.T) {
 		if code, _, b, got := send(c.method, "/api/v1/odr/orders/bulk/", c.body); code != 400 || !strings.Contains(b, c.names) || len(got) != 0 {
 			t.Fatalf("%s %s: %d %s; backend got %v", c.method, c.body, code, b, got)
 		}
-	}
-
-	// The status of ids joined by commas: forwarded as it came, charged
-	// per id; a list exgate and the backend could read differently is
-	// refused at the edge.
-	code, hdr, b, got = send("GET", "/api/v1/odr/orders/"+ids[5]+","+ids[0]+"/", "")
-	var status []struct {
-		ID    int64
-		State string
-	}
-	decodeJSON(t, []byte(b), &status)
-	if code != 200 || len(status) != 2 || itoa(status[0].ID) != ids[5] || status[1].State != "canceled" || remaining(hdr) != "598" {
-		t.Fatalf("status of two orders: %d (remaining %s) %s", code, remaining(hdr), b)
-	}
-	if len(got) != 1 || got[0].path != "/api/v1/odr/orders/"+ids[5]+","+ids[0]+"/" {
-		t.Fatalf("backend got %+v", got)
-	}
-	for _, list := range []string{ids[5] + ",," + ids[0], "0" + ids[5], "{" + ids[5] + "}", "bulk", ids[5] + "," + ids[5]} {
-		if code, _, b, got := send("GET", "/api/v1/odr/orders/"+list+"/", ""); code != 400 || !strings.Contains(b, `"invalid_order"`) || len(got) != 0 {
-			t.Fatalf("status of %s: %d %s; backend got %v", list, code, b, got)
-		}
-	}
-	if code, _, b, got := send("DELETE", "/api/v1/odr/orders/"+ids[5]+"/", ""); code != 200 || !strings.Contains(b, `"state":"canceled"`) || len(got) != 1 {
-		t.Fatalf("cancel: %d %s; backend got %v", code, b, got)
 	}
 }
 

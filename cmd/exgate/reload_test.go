@@ -140,36 +140,7 @@ func TestReloadBinary(t *testing.T) {
 
 	base := "http://" + listen + "/api/v1/mkt/markets/"
 	// Background traffic through every reload: nothing may fail.
-	var failures, sent atomic.Int64
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for i := 0; i < 4; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				req, _ := http.NewRequest("GET", base, nil)
-				req.Header.Set("Authorization", "Bearer background")
-				res, err := client.Do(req)
-				sent.Add(1)
-				if err != nil {
-					failures.Add(1)
-					continue
-				}
-				_, _ = io.Copy(io.Discard, res.Body)
-				res.Body.Close()
-				if res.StatusCode != 200 && res.StatusCode != 429 {
-					failures.Add(1)
-				}
-			}
-		}()
-	}
-
+	stopBackground := sendBackground(base)
 	anon := func(n int) (ok int) {
 		for i := 0; i < n; i++ {
 			if code, _ := get(t, base); code == 200 {
@@ -223,15 +194,53 @@ func TestReloadBinary(t *testing.T) {
 		t.Errorf("vip token after failed reloads: %d, want 429 (still its tier, already used up)", code)
 	}
 
-	close(stop)
-	wg.Wait()
-	if failures.Load() != 0 || sent.Load() < 10 {
-		t.Errorf("background traffic: %d of %d requests failed across reloads", failures.Load(), sent.Load())
+	if failures, sent := stopBackground(); failures != 0 || sent < 10 {
+		t.Errorf("background traffic: %d of %d requests failed across reloads", failures, sent)
 	}
 	m := scrapeAdmin(t, admin)
 	if sample(m, `exgate_config_reloads_total{result="success"}`) != "1" || sample(m, `exgate_config_reloads_total{result="failure"}`) != "2" {
 		t.Errorf("reload metrics: success %q failure %q", sample(m, `exgate_config_reloads_total{result="success"}`),
 			sample(m, `exgate_config_reloads_total{result="failure"}`))
+	}
+}
+
+// sendBackground starts four clients sending GET url as one token until
+// the returned stop is called; stop waits for them and returns how many
+// requests they sent and how many failed (answered neither 200 nor 429).
+func sendBackground(url string) (stop func() (failures, sent int64)) {
+	var failures, sent atomic.Int64
+	stopped := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := 0; i < 4; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stopped:
+					return
+				default:
+				}
+				req, _ := http.NewRequest("GET", url, nil)
+				req.Header.Set("Authorization", "Bearer background")
+				res, err := client.Do(req)
+				sent.Add(1)
+				if err != nil {
+					failures.Add(1)
+					continue
+				}
+				_, _ = io.Copy(io.Discard, res.Body)
+				res.Body.Close()
+				if res.StatusCode != 200 && res.StatusCode != 429 {
+					failures.Add(1)
+				}
+			}
+		}()
+	}
+	return func() (int64, int64) {
+		close(stopped)
+		wg.Wait()
+		return failures.Load(), sent.Load()
 	}
 }
 
@@ -578,22 +587,62 @@ func (b *sectionsBackend) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // back reloads again: a live setting goes back, a restart-only one was
 // never in force.
 func TestReloadReportIsTrue(t *testing.T) {
+	g := startReloadGateway(t)
+	rows := append(serverReloadRows(t, g), requestReloadRows(g)...)
+	covered := map[string]bool{}
+	for _, r := range rows {
+		covered[r.section] = true
+	}
+	for setting := range config.ReloadModes() {
+		if section, _, _ := strings.Cut(setting, "."); !covered[section] {
+			t.Errorf("no row changes a setting of section %s", section)
+		}
+	}
+
+	for _, r := range rows {
+		t.Run(r.setting, func(t *testing.T) { g.checkReloadRow(t, r) })
+	}
+}
+
+// reloadRow is a setting TestReloadReportIsTrue changes, and how it checks
+// the change.
+type reloadRow struct {
+	section, setting string // top-level section; the setting changed, by YAML path
+	reported         string // how the report names it, when not by its path
+	from, to         string // the text of the file replaced, once
+	live             bool   // the report says the change applies at once
+	// before and after observe, through the gateway, what the setting
+	// governs; after runs once the reload is logged.
+	before, after func(*testing.T)
+}
+
+// reloadGateway is the gateway TestReloadReportIsTrue reloads: started in
+// this process from the file path in dir, whose text was base at start, in
+// front of be.
+type reloadGateway struct {
+	be        *sectionsBackend
+	dir, path string
+	base      string
+	a         *app
+	logs      *observer.ObservedLogs
+	gw, token string // the gateway's URL, and a token of the backend's
+}
+
+// startReloadGateway writes the configuration and tokens files, starts the
+// gateway in this process and waits until it answers SIGHUP with a reload.
+func startReloadGateway(t *testing.T) *reloadGateway {
+	t.Helper()
 	be := &sectionsBackend{sim: sim.New(sim.Options{})}
 	bs := httptest.NewServer(be)
 	t.Cleanup(bs.Close)
 	dir := t.TempDir()
 	path := filepath.Join(dir, "exgate.yaml")
 	base := strings.Replace(sectionsConfig, "BACKEND", bs.URL, 1)
-	write := func(name, body string) {
-		t.Helper()
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
+	g := &reloadGateway{be: be, dir: dir, path: path, base: base}
 	k, _ := limiter.NewKeyer([]byte(keySecret))
-	write("exgate.yaml", base)
-	write("tokens.yaml", fmt.Sprintf("tokens:\n  %s: vip\n", k.ID("vip-token")))
-	write("more-tokens.yaml", fmt.Sprintf("tokens:\n  %s: vip\n  %s: vip\n", k.ID("vip-token"), k.ID("new-vip")))
+	g.write(t, "exgate.yaml", base)
+	g.write(t, "tokens.yaml", fmt.Sprintf("tokens:\n  %s: vip\n", k.ID("vip-token")))
+	g.write(t, "more-tokens.yaml", fmt.Sprintf("tokens:\n  %s: vip\n  %s: vip\n", k.ID("vip-token"), k.ID("new-vip")))
 	cfg, err := config.Load(path, secretEnv)
 	if err != nil {
 		t.Fatal(err)
@@ -606,6 +655,7 @@ func TestReloadReportIsTrue(t *testing.T) {
 	signal.Notify(hup, syscall.SIGHUP)
 	t.Cleanup(func() { signal.Stop(hup) })
 	core, logs := observer.New(zap.InfoLevel)
+	g.logs = logs
 	a, err := start(cfg, deps{log: zap.New(core), now: time.Now, getenv: secretEnv, configPath: path})
 	if err != nil {
 		t.Fatal(err)
@@ -615,48 +665,15 @@ func TestReloadReportIsTrue(t *testing.T) {
 	go func() { code, _ := a.wait(ctx); done <- code }()
 	t.Cleanup(func() { cancel(); <-done })
 	waitCatalogue(t, a)
-	gw := "http://" + a.addr
+	g.a, g.gw = a, "http://"+a.addr
 
-	// report waits for the gateway to log a reload and returns its
-	// report: the settings applied and those ignored until a restart, by
-	// YAML path.
-	report := func(t *testing.T, within time.Duration) (applied, ignored string, ok bool) {
-		t.Helper()
-		for deadline := time.Now().Add(within); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
-			if failed := logs.FilterMessage("configuration reload failed; keeping the last good configuration").All(); len(failed) > 0 {
-				logs.TakeAll()
-				t.Fatalf("reload failed: %v", failed[0].ContextMap()["error"])
-			}
-			if reloads := logs.FilterMessage("configuration reloaded").All(); len(reloads) > 0 {
-				logs.TakeAll()
-				f := reloads[0].ContextMap()
-				list := func(k string) string {
-					if v, ok := f[k]; ok {
-						return fmt.Sprint(v)
-					}
-					return "[]"
-				}
-				return list("applied"), list("ignored_until_restart"), true
-			}
-		}
-		return "", "", false
-	}
-	sighup := func(t *testing.T) (applied, ignored string) {
-		t.Helper()
-		_ = syscall.Kill(os.Getpid(), syscall.SIGHUP)
-		applied, ignored, ok := report(t, 10*time.Second)
-		if !ok {
-			t.Fatal("no reload logged within 10s of SIGHUP")
-		}
-		return applied, ignored
-	}
 	// wait registers for SIGHUP as it starts: until a reload is logged,
 	// SIGHUP is sent again. The file is the one the gateway started with,
 	// so the reload applies nothing, and neither do the reloads of the
 	// signals sent while wait was not listening yet.
 	for warm := time.Now().Add(10 * time.Second); ; {
 		_ = syscall.Kill(os.Getpid(), syscall.SIGHUP)
-		applied, ignored, ok := report(t, 100*time.Millisecond)
+		applied, ignored, ok := g.report(t, 100*time.Millisecond)
 		if ok {
 			if applied != "[]" || ignored != "[]" {
 				t.Fatalf("reload of the unchanged file: applied %s, ignored %s", applied, ignored)
@@ -668,253 +685,306 @@ func TestReloadReportIsTrue(t *testing.T) {
 		}
 	}
 	time.Sleep(500 * time.Millisecond) // signals still queued reload the same file
-	logs.TakeAll()
+	g.logs.TakeAll()
 
-	// allowed sends n requests to path with header (name, value pairs)
-	// and returns how many the gateway let through.
-	allowed := func(t *testing.T, n int, path string, header ...string) (ok int) {
-		t.Helper()
-		for i := 0; i < n; i++ {
-			if code, _, _ := call(t, "GET", gw+path, "", header...); code == 200 {
-				ok++
-			}
+	g.token = authenticate(t, g.gw)
+	return g
+}
+
+// write writes a file of the gateway's directory.
+func (g *reloadGateway) write(t *testing.T, name, body string) {
+	t.Helper()
+	if err := os.WriteFile(filepath.Join(g.dir, name), []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// report waits for the gateway to log a reload and returns its report: the
+// settings applied and those ignored until a restart, by YAML path.
+func (g *reloadGateway) report(t *testing.T, within time.Duration) (applied, ignored string, ok bool) {
+	t.Helper()
+	logs := g.logs
+	for deadline := time.Now().Add(within); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		if failed := logs.FilterMessage("configuration reload failed; keeping the last good configuration").All(); len(failed) > 0 {
+			logs.TakeAll()
+			t.Fatalf("reload failed: %v", failed[0].ContextMap()["error"])
 		}
-		return ok
-	}
-	expectAllowed := func(want, n int, path string, header ...string) func(*testing.T) {
-		return func(t *testing.T) {
-			t.Helper()
-			if got := allowed(t, n, path, header...); got != want {
-				t.Errorf("%s %v: %d of %d allowed, want %d", path, header, got, n, want)
-			}
-		}
-	}
-	expectStatus := func(want int, path string, header ...string) func(*testing.T) {
-		return func(t *testing.T) {
-			t.Helper()
-			if code, _, b := call(t, "GET", gw+path, "", header...); code != want {
-				t.Errorf("GET %s %v: %d %s, want %d", path, header, code, b, want)
-			}
-		}
-	}
-	// concurrentSlow sends two requests to /slow/ at once and returns
-	// their statuses.
-	concurrentSlow := func(t *testing.T) []int {
-		t.Helper()
-		codes := make([]int, 2)
-		var wg sync.WaitGroup
-		for i := range codes {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				time.Sleep(time.Duration(i) * 50 * time.Millisecond) // while the first holds the backend
-				codes[i], _, _ = call(t, "GET", gw+"/slow/", "")
-			}()
-		}
-		wg.Wait()
-		return codes
-	}
-	notListening := func(addr string) func(*testing.T) {
-		return func(t *testing.T) {
-			t.Helper()
-			if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
-				c.Close()
-				t.Errorf("%s accepts connections: a restart-only listener moved", addr)
-			}
-		}
-	}
-	token := authenticate(t, gw)
-	// ordersReachingBackend posts an order with an unknown field and
-	// returns how many orders the backend has seen.
-	orderWithUnknownField := func(t *testing.T) int64 {
-		t.Helper()
-		call(t, "POST", gw+"/api/v1/odr/orders/", `{"symbol":"BTC_USDT","type":"limit","side":"buy","price":"100.00","base_amount":"0.001","note":"x"}`,
-			"Authorization", "Bearer "+token, "Content-Type", "application/json")
-		return be.orders.Load()
-	}
-	placedTwice := func(identifier string) func(*testing.T) {
-		return func(t *testing.T) {
-			t.Helper()
-			before := be.orders.Load()
-			for i := 0; i < 2; i++ {
-				if code, _, b := order(t, gw, token, identifier, "0.001"); code != 201 {
-					t.Fatalf("order %s: %d %s", identifier, code, b)
+		if reloads := logs.FilterMessage("configuration reloaded").All(); len(reloads) > 0 {
+			logs.TakeAll()
+			f := reloads[0].ContextMap()
+			list := func(k string) string {
+				if v, ok := f[k]; ok {
+					return fmt.Sprint(v)
 				}
+				return "[]"
 			}
-			if got := be.orders.Load() - before; got != 1 {
-				t.Errorf("order %s sent twice: the backend saw it %d times, want once (duplicate protection)", identifier, got)
-			}
+			return list("applied"), list("ignored_until_restart"), true
 		}
 	}
+	return "", "", false
+}
+
+// sighup sends SIGHUP and returns the report of the reload it causes.
+func (g *reloadGateway) sighup(t *testing.T) (applied, ignored string) {
+	t.Helper()
+	_ = syscall.Kill(os.Getpid(), syscall.SIGHUP)
+	applied, ignored, ok := g.report(t, 10*time.Second)
+	if !ok {
+		t.Fatal("no reload logged within 10s of SIGHUP")
+	}
+	return applied, ignored
+}
+
+// allowed sends n requests to path with header (name, value pairs) and
+// returns how many the gateway let through.
+func (g *reloadGateway) allowed(t *testing.T, n int, path string, header ...string) (ok int) {
+	t.Helper()
+	for i := 0; i < n; i++ {
+		if code, _, _ := call(t, "GET", g.gw+path, "", header...); code == 200 {
+			ok++
+		}
+	}
+	return ok
+}
+
+// expectAllowed checks that want of n requests to path with header are let
+// through.
+func (g *reloadGateway) expectAllowed(want, n int, path string, header ...string) func(*testing.T) {
+	return func(t *testing.T) {
+		t.Helper()
+		if got := g.allowed(t, n, path, header...); got != want {
+			t.Errorf("%s %v: %d of %d allowed, want %d", path, header, got, n, want)
+		}
+	}
+}
+
+// expectStatus checks that a request to path with header is answered want.
+func (g *reloadGateway) expectStatus(want int, path string, header ...string) func(*testing.T) {
+	return func(t *testing.T) {
+		t.Helper()
+		if code, _, b := call(t, "GET", g.gw+path, "", header...); code != want {
+			t.Errorf("GET %s %v: %d %s, want %d", path, header, code, b, want)
+		}
+	}
+}
+
+// concurrentSlow sends two requests to /slow/ at once and returns their
+// statuses.
+func (g *reloadGateway) concurrentSlow(t *testing.T) []int {
+	t.Helper()
+	codes := make([]int, 2)
+	var wg sync.WaitGroup
+	for i := range codes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			time.Sleep(time.Duration(i) * 50 * time.Millisecond) // while the first holds the backend
+			codes[i], _, _ = call(t, "GET", g.gw+"/slow/", "")
+		}()
+	}
+	wg.Wait()
+	return codes
+}
+
+// notListening checks that nothing accepts connections at addr.
+func notListening(addr string) func(*testing.T) {
+	return func(t *testing.T) {
+		t.Helper()
+		if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
+			c.Close()
+			t.Errorf("%s accepts connections: a restart-only listener moved", addr)
+		}
+	}
+}
+
+// orderWithUnknownField posts an order with an unknown field and returns
+// how many orders the backend has seen.
+func (g *reloadGateway) orderWithUnknownField(t *testing.T) int64 {
+	t.Helper()
+	call(t, "POST", g.gw+"/api/v1/odr/orders/", `{"symbol":"BTC_USDT","type":"limit","side":"buy","price":"100.00","base_amount":"0.001","note":"x"}`,
+		"Authorization", "Bearer "+g.token, "Content-Type", "application/json")
+	return g.be.orders.Load()
+}
+
+// placedTwice checks that an order with identifier, sent twice, reaches the
+// backend once (duplicate protection).
+func (g *reloadGateway) placedTwice(identifier string) func(*testing.T) {
+	return func(t *testing.T) {
+		t.Helper()
+		before := g.be.orders.Load()
+		for i := 0; i < 2; i++ {
+			if code, _, b := order(t, g.gw, g.token, identifier, "0.001"); code != 201 {
+				t.Fatalf("order %s: %d %s", identifier, code, b)
+			}
+		}
+		if got := g.be.orders.Load() - before; got != 1 {
+			t.Errorf("order %s sent twice: the backend saw it %d times, want once (duplicate protection)", identifier, got)
+		}
+	}
+}
+
+// serverReloadRows are the rows of the settings of how the gateway serves:
+// its listeners, admin, replica, server, upstream and client addresses.
+func serverReloadRows(t *testing.T, g *reloadGateway) []reloadRow {
 	listenPort, adminPort := fmt.Sprintf("127.0.0.1:%d", freePort(t)), fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	bigHeader := strings.Repeat("x", 8<<10)
-	leaf := tlstest.NewCA(t, dir).Issue(dir, "gateway", []string{"127.0.0.1"}, tlstest.Options{})
-
-	rows := []struct {
-		section, setting string // top-level section; the setting changed, by YAML path
-		reported         string // how the report names it, when not by its path
-		from, to         string // the text of the file replaced, once
-		live             bool   // the report says the change applies at once
-		// before and after observe, through the gateway, what the setting
-		// governs; after runs once the reload is logged.
-		before, after func(*testing.T)
-	}{
+	leaf := tlstest.NewCA(t, g.dir).Issue(g.dir, "gateway", []string{"127.0.0.1"}, tlstest.Options{})
+	return []reloadRow{
 		{section: "listen", setting: "listen", from: "\nlisten: 127.0.0.1:0", to: "\nlisten: " + listenPort,
-			after: func(t *testing.T) { expectStatus(200, "/plain/")(t); notListening(listenPort)(t) }},
+			after: func(t *testing.T) { g.expectStatus(200, "/plain/")(t); notListening(listenPort)(t) }},
 		{section: "admin_listen", setting: "admin_listen", from: "admin_listen: 127.0.0.1:0", to: "admin_listen: " + adminPort,
 			after: notListening(adminPort)},
 		{section: "admin", setting: "admin.pprof", from: "pprof: false", to: "pprof: true",
 			after: func(t *testing.T) {
-				if code, _, _ := call(t, "GET", "http://"+a.adminAd+"/debug/pprof/", ""); code != 404 {
+				if code, _, _ := call(t, "GET", "http://"+g.a.adminAd+"/debug/pprof/", ""); code != 404 {
 					t.Errorf("pprof served after a reload: %d", code)
 				}
 			}},
 		{section: "replica", setting: "replica", from: "replica: exgate-0", to: "replica: exgate-1",
 			after: func(t *testing.T) {
-				if _, _, b := call(t, "GET", "http://"+a.adminAd+"/admin/status", ""); !strings.Contains(string(b), `"replica": "exgate-0"`) {
+				if _, _, b := call(t, "GET", "http://"+g.a.adminAd+"/admin/status", ""); !strings.Contains(string(b), `"replica": "exgate-0"`) {
 					t.Errorf("the console names another replica after a reload: %.300s", b)
 				}
 			}},
 		{section: "server", setting: "server.max_header_bytes", from: "max_header_bytes: 16KiB", to: "max_header_bytes: 4KiB",
-			after: expectStatus(200, "/plain/", "X-Big", bigHeader)},
+			after: g.expectStatus(200, "/plain/", "X-Big", bigHeader)},
 		{section: "server", setting: "server.tls.certificates", reported: "server.tls.certificates (turning TLS on or off)",
 			from: "certificates: []", to: fmt.Sprintf("certificates: [{ cert_file: %s, key_file: %s }]", leaf.CertFile, leaf.KeyFile),
-			after: expectStatus(200, "/plain/")},
+			after: g.expectStatus(200, "/plain/")},
 		{section: "upstream", setting: "upstream.timeout", from: "timeout: 2s", to: "timeout: 100ms", live: true,
-			before: expectStatus(200, "/slow/"), after: expectStatus(504, "/slow/")},
+			before: g.expectStatus(200, "/slow/"), after: g.expectStatus(504, "/slow/")},
 		{section: "client_ip", setting: "client_ip.trusted_proxies", from: "trusted_proxies: []", to: "trusted_proxies: [127.0.0.1/32]",
 			after: func(t *testing.T) {
 				// Were the loopback peer trusted, each forwarded address
 				// would count on its own.
 				ok := 0
 				for _, xff := range []string{"203.0.113.1", "203.0.113.2", "203.0.113.3"} {
-					ok += allowed(t, 1, "/by-address/", "X-Forwarded-For", xff)
+					ok += g.allowed(t, 1, "/by-address/", "X-Forwarded-For", xff)
 				}
 				if ok != 2 {
 					t.Errorf("%d of 3 requests with distinct X-Forwarded-For allowed, want 2 (one peer address)", ok)
 				}
 			}},
+	}
+}
+
+// requestReloadRows are the rows of the settings of what requests get:
+// limits, tiers and tokens, validation, duplicate protection, identity,
+// logs and traces, overload, CORS and routes, and reload_interval.
+func requestReloadRows(g *reloadGateway) []reloadRow {
+	return []reloadRow{
 		{section: "limiter", setting: "limiter.headers", from: "headers: ietf", to: "headers: legacy", live: true,
 			before: func(t *testing.T) {
-				if _, h, _ := call(t, "GET", gw+"/headed/", ""); h.Get("RateLimit-Policy") == "" || h.Get("X-RateLimit-Limit") != "" {
+				if _, h, _ := call(t, "GET", g.gw+"/headed/", ""); h.Get("RateLimit-Policy") == "" || h.Get("X-RateLimit-Limit") != "" {
 					t.Errorf("ietf headers: %v", h)
 				}
 			},
 			after: func(t *testing.T) {
-				if _, h, _ := call(t, "GET", gw+"/headed/", ""); h.Get("RateLimit-Policy") != "" || h.Get("X-RateLimit-Limit") != "1000" {
+				if _, h, _ := call(t, "GET", g.gw+"/headed/", ""); h.Get("RateLimit-Policy") != "" || h.Get("X-RateLimit-Limit") != "1000" {
 					t.Errorf("legacy headers: %v", h)
 				}
 			}},
 		{section: "tiers", setting: "tiers", from: "capped: { rate: 3/1h }", to: "capped: { rate: 5/1h }", live: true,
-			before: expectAllowed(3, 4, "/capped/", "Authorization", "Bearer vip-token"),
-			after:  expectAllowed(5, 6, "/capped/", "Authorization", "Bearer vip-token")},
+			before: g.expectAllowed(3, 4, "/capped/", "Authorization", "Bearer vip-token"),
+			after:  g.expectAllowed(5, 6, "/capped/", "Authorization", "Bearer vip-token")},
 		{section: "reload_interval", setting: "reload_interval", from: "reload_interval: 0s", to: "reload_interval: 1s"},
 		{section: "tokens_file", setting: "tokens_file", from: "tokens_file: tokens.yaml", to: "tokens_file: more-tokens.yaml", live: true,
-			before: expectAllowed(2, 3, "/capped/", "Authorization", "Bearer new-vip"),
-			after:  expectAllowed(3, 4, "/capped/", "Authorization", "Bearer new-vip")},
+			before: g.expectAllowed(2, 3, "/capped/", "Authorization", "Bearer new-vip"),
+			after:  g.expectAllowed(3, 4, "/capped/", "Authorization", "Bearer new-vip")},
 		{section: "validation", setting: "validation.unknown_fields", from: "unknown_fields: reject", to: "unknown_fields: allow", live: true,
 			before: func(t *testing.T) {
-				if n, m := be.orders.Load(), orderWithUnknownField(t); m != n {
+				if n, m := g.be.orders.Load(), g.orderWithUnknownField(t); m != n {
 					t.Errorf("an order with an unknown field reached the backend under unknown_fields: reject")
 				}
 			},
 			after: func(t *testing.T) {
-				if n, m := be.orders.Load(), orderWithUnknownField(t); m != n+1 {
+				if n, m := g.be.orders.Load(), g.orderWithUnknownField(t); m != n+1 {
 					t.Errorf("an order with an unknown field did not reach the backend under unknown_fields: allow")
 				}
 			}},
 		{section: "validation", setting: "validation.catalogue.refresh", from: "refresh: 30s", to: "refresh: 1m"},
 		{section: "idempotency", setting: "idempotency.enabled", from: "idempotency: { enabled: true }", to: "idempotency: { enabled: false }",
-			before: placedTwice("before-reload"), after: placedTwice("after-reload")},
+			before: g.placedTwice("before-reload"), after: g.placedTwice("after-reload")},
 		{section: "identity", setting: "identity.jwt.leeway", from: "identity: { verify: false }", to: "identity: { verify: false, jwt: { leeway: 1m } }"},
 		{section: "log", setting: "log.level", from: "level: info", to: "level: debug"},
 		{section: "tracing", setting: "tracing.sampler", from: "sampler: parentbased_always_on", to: "sampler: always_off"},
 		{section: "overload", setting: "overload.fixed_limit", from: "fixed_limit: 0", to: "fixed_limit: 1", live: true,
 			before: func(t *testing.T) {
-				if got := concurrentSlow(t); got[0] != 200 || got[1] != 200 {
+				if got := g.concurrentSlow(t); got[0] != 200 || got[1] != 200 {
 					t.Errorf("two requests at once without a fixed limit: %v, want both 200", got)
 				}
 			},
 			after: func(t *testing.T) {
-				got := concurrentSlow(t)
+				got := g.concurrentSlow(t)
 				if slices.Sort(got); got[0] != 200 || got[1] != 503 {
 					t.Errorf("two requests at once under fixed_limit 1: %v, want one 200 and one 503", got)
 				}
 			}},
 		{section: "cors", setting: "cors.allowed_origins", from: "allowed_origins: []", to: "allowed_origins: [https://app.example]", live: true,
 			before: func(t *testing.T) {
-				if _, h, _ := call(t, "GET", gw+"/plain/", "", "Origin", "https://app.example"); h.Get("Access-Control-Allow-Origin") != "" {
+				if _, h, _ := call(t, "GET", g.gw+"/plain/", "", "Origin", "https://app.example"); h.Get("Access-Control-Allow-Origin") != "" {
 					t.Errorf("CORS answered while off: %v", h)
 				}
 			},
 			after: func(t *testing.T) {
-				if _, h, _ := call(t, "GET", gw+"/plain/", "", "Origin", "https://app.example"); h.Get("Access-Control-Allow-Origin") != "https://app.example" {
+				if _, h, _ := call(t, "GET", g.gw+"/plain/", "", "Origin", "https://app.example"); h.Get("Access-Control-Allow-Origin") != "https://app.example" {
 					t.Errorf("CORS not answered once on: %v", h)
 				}
 			}},
 		{section: "routes", setting: "routes", from: "{ name: plain, match: GET /plain/ }", to: "{ name: plain, match: GET /plain/, limits: [{ key: address, rate: 1/1h }] }", live: true,
-			before: expectAllowed(3, 3, "/plain/"), after: expectAllowed(1, 3, "/plain/")},
+			before: g.expectAllowed(3, 3, "/plain/"), after: g.expectAllowed(1, 3, "/plain/")},
 	}
+}
 
-	covered := map[string]bool{}
-	for _, r := range rows {
-		covered[r.section] = true
+// checkReloadRow changes r's setting in the file, sends SIGHUP and checks
+// the reload's report, the configuration in force and what r observes;
+// putting the file back, it checks the report of that reload too.
+func (g *reloadGateway) checkReloadRow(t *testing.T, r reloadRow) {
+	if strings.Count(g.base, r.from) != 1 {
+		t.Fatalf("%q is not in the configuration once", r.from)
 	}
-	for setting := range config.ReloadModes() {
-		if section, _, _ := strings.Cut(setting, "."); !covered[section] {
-			t.Errorf("no row changes a setting of section %s", section)
+	if r.before != nil {
+		r.before(t)
+	}
+	changed := strings.Replace(g.base, r.from, r.to, 1)
+	g.write(t, "exgate.yaml", changed)
+	t.Cleanup(func() {
+		g.write(t, "exgate.yaml", g.base)
+		wantApplied := "[]"
+		if r.live {
+			wantApplied = "[" + r.setting + "]"
 		}
+		if applied, ignored := g.sighup(t); applied != wantApplied || ignored != "[]" {
+			t.Errorf("putting the file back: applied %s, ignored %s; want applied %s", applied, ignored, wantApplied)
+		}
+	})
+
+	applied, ignored := g.sighup(t)
+	reported := cmp.Or(r.reported, r.setting)
+	wantApplied, wantIgnored := "[]", "["+reported+"]"
+	if r.live {
+		wantApplied, wantIgnored = wantIgnored, wantApplied
 	}
-
-	for _, r := range rows {
-		t.Run(r.setting, func(t *testing.T) {
-			if strings.Count(base, r.from) != 1 {
-				t.Fatalf("%q is not in the configuration once", r.from)
-			}
-			if r.before != nil {
-				r.before(t)
-			}
-			changed := strings.Replace(base, r.from, r.to, 1)
-			write("exgate.yaml", changed)
-			t.Cleanup(func() {
-				write("exgate.yaml", base)
-				wantApplied := "[]"
-				if r.live {
-					wantApplied = "[" + r.setting + "]"
-				}
-				if applied, ignored := sighup(t); applied != wantApplied || ignored != "[]" {
-					t.Errorf("putting the file back: applied %s, ignored %s; want applied %s", applied, ignored, wantApplied)
-				}
-			})
-
-			applied, ignored := sighup(t)
-			reported := cmp.Or(r.reported, r.setting)
-			wantApplied, wantIgnored := "[]", "["+reported+"]"
-			if r.live {
-				wantApplied, wantIgnored = wantIgnored, wantApplied
-			}
-			if applied != wantApplied || ignored != wantIgnored {
-				t.Errorf("report: applied %s, ignored until restart %s; want %s, %s", applied, ignored, wantApplied, wantIgnored)
-			}
-			// The configuration in force holds a live change, and not a
-			// restart-only one: it differs from the file in that setting
-			// alone.
-			file, err := config.Load(path, secretEnv)
-			if err != nil {
-				t.Fatal(err)
-			}
-			_, live, restart := config.Reloaded(a.live.Load(), file)
-			wantDiffer := "[" + r.setting + "]"
-			if r.live {
-				wantDiffer = "[]"
-			}
-			if differ := fmt.Sprint(append(live, restart...)); differ != wantDiffer {
-				t.Errorf("the configuration in force differs from the file in %s, want %s", differ, wantDiffer)
-			}
-			if r.after != nil {
-				r.after(t)
-			}
-		})
+	if applied != wantApplied || ignored != wantIgnored {
+		t.Errorf("report: applied %s, ignored until restart %s; want %s, %s", applied, ignored, wantApplied, wantIgnored)
+	}
+	// The configuration in force holds a live change, and not a
+	// restart-only one: it differs from the file in that setting
+	// alone.
+	file, err := config.Load(g.path, secretEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, live, restart := config.Reloaded(g.a.live.Load(), file)
+	wantDiffer := "[" + r.setting + "]"
+	if r.live {
+		wantDiffer = "[]"
+	}
+	if differ := fmt.Sprint(append(live, restart...)); differ != wantDiffer {
+		t.Errorf("the configuration in force differs from the file in %s, want %s", differ, wantDiffer)
+	}
+	if r.after != nil {
+		r.after(t)
 	}
 }
 

@@ -93,47 +93,7 @@ func TestShutdownBinary(t *testing.T) {
 	t.Run("requests outlast the shutdown timeout", func(t *testing.T) {
 		t.Parallel()
 		cmd, logs, base, admin := run(t, "0s", "10s")
-		failed := make(chan error, 1)
-		go func() {
-			res, err := http.Get(base + "/slow")
-			if err == nil {
-				res.Body.Close()
-				err = fmt.Errorf("answered %s", res.Status)
-			}
-			failed <- err
-		}()
-		<-arrived // the request is at the backend
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		logs.wait(t, "shutting down", 0)
-		// Logged just before /readyz turns 503: the test asks until it
-		// has (the shutdown timeout leaves it 10s).
-		var status int
-		for deadline := time.Now().Add(10 * time.Second); status != 503 && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-			res, err := http.Get(admin + "/readyz")
-			if err != nil {
-				t.Fatalf("admin /readyz while requests finish: %v", err)
-			}
-			res.Body.Close()
-			status = res.StatusCode
-		}
-		if status != 503 {
-			t.Errorf("admin /readyz while requests finish: %d, want 503", status)
-		}
-		err := cmd.Wait()
-		var ee *exec.ExitError
-		if !errors.As(err, &ee) || ee.ExitCode() != 1 {
-			t.Errorf("exit: %v, want exit code 1", err)
-		}
-		if err := <-failed; err == nil {
-			t.Error("the request still running at the shutdown timeout was answered")
-		}
-		logs.wait(t, "shutdown incomplete", 0)
-		// The last line says so: exit code 1, the signal, the requests cut.
-		line, _ := logs.wait(t, "exgate stopped", 0)
-		if !strings.Contains(line, `"exit_code":1`) || !strings.Contains(line, "terminated signal received; shutdown incomplete") ||
-			!strings.Contains(line, `"level":"error"`) {
-			t.Errorf("the last line: %s", line)
-		}
+		checkShutdownTimeoutCuts(t, cmd, logs, base, admin, arrived)
 	})
 
 	t.Run("second signal", func(t *testing.T) {
@@ -150,4 +110,54 @@ func TestShutdownBinary(t *testing.T) {
 			t.Errorf("exit: %v, want killed by the second SIGTERM", err)
 		}
 	})
+}
+
+// checkShutdownTimeoutCuts sends a request to /slow, which the backend
+// holds (it says so on arrived), and SIGTERM to the binary run as cmd:
+// /readyz on admin answers 503 while the request runs, the request is cut
+// at the shutdown timeout, and the process exits 1, its last log line
+// saying why.
+func checkShutdownTimeoutCuts(t *testing.T, cmd *exec.Cmd, logs *logWatcher, base, admin string, arrived <-chan struct{}) {
+	t.Helper()
+	failed := make(chan error, 1)
+	go func() {
+		res, err := http.Get(base + "/slow")
+		if err == nil {
+			res.Body.Close()
+			err = fmt.Errorf("answered %s", res.Status)
+		}
+		failed <- err
+	}()
+	<-arrived // the request is at the backend
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	logs.wait(t, "shutting down", 0)
+	// Logged just before /readyz turns 503: the test asks until it
+	// has (the shutdown timeout leaves it 10s).
+	var status int
+	for deadline := time.Now().Add(10 * time.Second); status != 503 && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		res, err := http.Get(admin + "/readyz")
+		if err != nil {
+			t.Fatalf("admin /readyz while requests finish: %v", err)
+		}
+		res.Body.Close()
+		status = res.StatusCode
+	}
+	if status != 503 {
+		t.Errorf("admin /readyz while requests finish: %d, want 503", status)
+	}
+	err := cmd.Wait()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 1 {
+		t.Errorf("exit: %v, want exit code 1", err)
+	}
+	if err := <-failed; err == nil {
+		t.Error("the request still running at the shutdown timeout was answered")
+	}
+	logs.wait(t, "shutdown incomplete", 0)
+	// The last line says so: exit code 1, the signal, the requests cut.
+	line, _ := logs.wait(t, "exgate stopped", 0)
+	if !strings.Contains(line, `"exit_code":1`) || !strings.Contains(line, "terminated signal received; shutdown incomplete") ||
+		!strings.Contains(line, `"level":"error"`) {
+		t.Errorf("the last line: %s", line)
+	}
 }
