@@ -325,75 +325,15 @@ func failOver(t *testing.T, gws []*gateway, cb *countingBackend, token string, f
 		}, &run.load)
 	})
 	for gi, g := range gws {
-		spawn(func() {
-			for i := 0; ctx.Err() == nil; i++ {
-				p := probe{sent: time.Now()}
-				a := do(c, run.tag(get(g.url+"/api/v1/mth/matches/BTC_USDT/", "X-Forwarded-For", fmt.Sprintf("172.%d.%d.%d", 16+gi, i/250%250, i%250)), "probe", gi))
-				p.answered = time.Now()
-				run.latency("probe", a)
-				// "list_matches";r=19;t=… : the remaining count.
-				remaining, _, _ := strings.Cut(a.rateLimit, ";t=")
-				switch {
-				case a.err != nil:
-					p.by = a.err.Error()
-					run.mu.Lock()
-					run.probeErrs = append(run.probeErrs, a)
-					run.mu.Unlock()
-				case a.status == http.StatusOK && strings.HasSuffix(remaining, ";r=19"):
-					p.by = "redis"
-				case a.status == http.StatusOK && strings.HasSuffix(remaining, ";r=9"):
-					p.by = "local"
-				default:
-					p.by = strings.TrimSpace(strconv.Itoa(a.status) + " " + a.code + " " + a.rateLimit)
-				}
-				if ctx.Err() != nil {
-					return
-				}
-				run.mu.Lock()
-				run.probes[gi] = append(run.probes[gi], p)
-				run.mu.Unlock()
-				time.Sleep(20 * time.Millisecond)
-			}
-		})
+		spawn(func() { run.probeLoop(ctx, c, gi, g) })
 	}
 	for ri, path := range []string{"/api/v1/mth/matches/ETH_BTC/", "/api/v1/mkt/currencies/"} {
 		for w := range 6 {
-			spawn(func() {
-				for i := 0; ctx.Err() == nil; i++ {
-					addr := fmt.Sprintf("198.%d.%d.%d", 18+ri, w, i/40)
-					a := do(c, run.tag(get(gws[i%2].url+path, "X-Forwarded-For", addr), "limited", i%2))
-					if ctx.Err() != nil && a.err != nil {
-						return
-					}
-					run.latency(path, a)
-					run.limited[ri].add(a)
-					if a.err == nil && a.status == http.StatusOK {
-						run.mu.Lock()
-						run.admitted[ri][addr]++
-						run.mu.Unlock()
-					}
-					time.Sleep(40 * time.Millisecond)
-				}
-			})
+			spawn(func() { run.limitedLoop(ctx, c, ri, w, path) })
 		}
 	}
 	for cl := range 100 {
-		spawn(func() {
-			for i := 0; ctx.Err() == nil; i++ {
-				id := fmt.Sprintf("fo-%d-%d", time.Since(start)/(150*time.Millisecond), cl%10)
-				gi := (cl + i) % 2
-				a := do(c, run.tag(orderWithID(gws[gi].url, token, id).WithContext(ctx), "order", gi))
-				if ctx.Err() != nil && a.err != nil {
-					return
-				}
-				run.latency("order", a)
-				run.orders.add(a)
-				run.mu.Lock()
-				run.orderAnswers = append(run.orderAnswers, orderAnswer{a, id})
-				run.mu.Unlock()
-				time.Sleep(300 * time.Millisecond)
-			}
-		})
+		spawn(func() { run.orderLoop(ctx, c, cl, start, token) })
 	}
 
 	time.Sleep(1500 * time.Millisecond) // steady state, and keys short of their limits
@@ -401,22 +341,7 @@ func failOver(t *testing.T, gws []*gateway, cb *countingBackend, token string, f
 		run.fallback0 += g.metric(t, "exgate_ratelimit_fallback_total")
 	}
 	watch, stopWatch := context.WithCancel(ctx)
-	spawn(func() {
-		for watch.Err() == nil {
-			for gi, g := range gws {
-				if res, err := noKeepAlive().Get(g.admin + "/readyz"); err == nil {
-					res.Body.Close()
-					run.mu.Lock()
-					run.readyz[fmt.Sprintf("gateway %d: %d", gi, res.StatusCode)]++
-					if res.StatusCode != http.StatusOK {
-						run.notReady = time.Now()
-					}
-					run.mu.Unlock()
-				}
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-	})
+	spawn(func() { run.watchReadyz(watch) })
 	run.announced = fail()
 	time.Sleep(failoverAfter)
 	// On a loaded machine a gateway may still be falling back here; the
@@ -437,6 +362,102 @@ func failOver(t *testing.T, gws []*gateway, cb *countingBackend, token string, f
 	run.placedAt = slices.Clone(cb.times)
 	cb.mu.Unlock()
 	return run
+}
+
+// probeLoop probes list_matches through gateway gi, g, every 20ms until ctx
+// ends, and records which store decided each answer.
+func (r *failoverRun) probeLoop(ctx context.Context, c *http.Client, gi int, g *gateway) {
+	for i := 0; ctx.Err() == nil; i++ {
+		p := probe{sent: time.Now()}
+		a := do(c, r.tag(get(g.url+"/api/v1/mth/matches/BTC_USDT/", "X-Forwarded-For", fmt.Sprintf("172.%d.%d.%d", 16+gi, i/250%250, i%250)), "probe", gi))
+		p.answered = time.Now()
+		r.latency("probe", a)
+		// "list_matches";r=19;t=… : the remaining count.
+		remaining, _, _ := strings.Cut(a.rateLimit, ";t=")
+		switch {
+		case a.err != nil:
+			p.by = a.err.Error()
+			r.mu.Lock()
+			r.probeErrs = append(r.probeErrs, a)
+			r.mu.Unlock()
+		case a.status == http.StatusOK && strings.HasSuffix(remaining, ";r=19"):
+			p.by = "redis"
+		case a.status == http.StatusOK && strings.HasSuffix(remaining, ";r=9"):
+			p.by = "local"
+		default:
+			p.by = strings.TrimSpace(strconv.Itoa(a.status) + " " + a.code + " " + a.rateLimit)
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		r.mu.Lock()
+		r.probes[gi] = append(r.probes[gi], p)
+		r.mu.Unlock()
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// limitedLoop is worker w hammering path, the limited route ri, every 40ms
+// until ctx ends, with a new address every 40 requests, alternating the
+// gateways.
+func (r *failoverRun) limitedLoop(ctx context.Context, c *http.Client, ri, w int, path string) {
+	gws := r.gws
+	for i := 0; ctx.Err() == nil; i++ {
+		addr := fmt.Sprintf("198.%d.%d.%d", 18+ri, w, i/40)
+		a := do(c, r.tag(get(gws[i%2].url+path, "X-Forwarded-For", addr), "limited", i%2))
+		if ctx.Err() != nil && a.err != nil {
+			return
+		}
+		r.latency(path, a)
+		r.limited[ri].add(a)
+		if a.err == nil && a.status == http.StatusOK {
+			r.mu.Lock()
+			r.admitted[ri][addr]++
+			r.mu.Unlock()
+		}
+		time.Sleep(40 * time.Millisecond)
+	}
+}
+
+// orderLoop is order client cl sending an order every 300ms until ctx ends,
+// retrying one of 10 identifiers that change every 150ms from start,
+// alternating the gateways.
+func (r *failoverRun) orderLoop(ctx context.Context, c *http.Client, cl int, start time.Time, token string) {
+	gws := r.gws
+	for i := 0; ctx.Err() == nil; i++ {
+		id := fmt.Sprintf("fo-%d-%d", time.Since(start)/(150*time.Millisecond), cl%10)
+		gi := (cl + i) % 2
+		a := do(c, r.tag(orderWithID(gws[gi].url, token, id).WithContext(ctx), "order", gi))
+		if ctx.Err() != nil && a.err != nil {
+			return
+		}
+		r.latency("order", a)
+		r.orders.add(a)
+		r.mu.Lock()
+		r.orderAnswers = append(r.orderAnswers, orderAnswer{a, id})
+		r.mu.Unlock()
+		time.Sleep(300 * time.Millisecond)
+	}
+}
+
+// watchReadyz asks every gateway's /readyz every 100ms until watch ends,
+// and counts the answers.
+func (r *failoverRun) watchReadyz(watch context.Context) {
+	gws := r.gws
+	for watch.Err() == nil {
+		for gi, g := range gws {
+			if res, err := noKeepAlive().Get(g.admin + "/readyz"); err == nil {
+				res.Body.Close()
+				r.mu.Lock()
+				r.readyz[fmt.Sprintf("gateway %d: %d", gi, res.StatusCode)]++
+				if res.StatusCode != http.StatusOK {
+					r.notReady = time.Now()
+				}
+				r.mu.Unlock()
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 // settled reports whether every gateway's latest probe was sent after
@@ -517,6 +538,18 @@ func (r *failoverRun) check(t *testing.T) {
 	t.Helper()
 	r.explainBroken(t)
 	r.checkTruthful(t)
+	r.checkSwitches(t)
+	r.checkLatencyAndFallback(t)
+	r.checkReadiness(t)
+	r.checkLimits(t)
+	r.checkOrders(t)
+}
+
+// checkSwitches reports, per gateway, how long after the announcement its
+// decisions were all in Redis again, and fails the gateways that never
+// came back to Redis.
+func (r *failoverRun) checkSwitches(t *testing.T) {
+	t.Helper()
 	for gi := range r.probes {
 		d, local, redis, ok := r.switched(gi)
 		if !ok && !r.back.IsZero() {
@@ -538,6 +571,13 @@ func (r *failoverRun) check(t *testing.T) {
 				r.back.Sub(r.announced).Round(time.Millisecond), local, d.Round(time.Millisecond))
 		}
 	}
+}
+
+// checkLatencyAndFallback reports the answers' latencies and the fallback
+// decisions, and checks that list_markets answered only 200s and that the
+// fallback counter rose by at least the local probe answers.
+func (r *failoverRun) checkLatencyAndFallback(t *testing.T) {
+	t.Helper()
 	slices.SortFunc(r.latencies, func(a, b timed) int { return int(a.d - b.d) })
 	n := len(r.latencies)
 	slowest := r.latencies[n-1]
@@ -561,6 +601,12 @@ func (r *failoverRun) check(t *testing.T) {
 	if r.fallback-r.fallback0 < float64(localProbes) || r.fallback-r.fallback0 < 1 {
 		t.Errorf("exgate_ratelimit_fallback_total rose by %v during the failover, want at least the %d local probe answers (and > 0)", r.fallback-r.fallback0, localProbes)
 	}
+}
+
+// checkReadiness checks that /readyz answered only 200 or 503 during the
+// failover, and 200 again on every gateway after it.
+func (r *failoverRun) checkReadiness(t *testing.T) {
+	t.Helper()
 	// A route failing closed makes Redis critical to readiness: /readyz
 	// may answer 503 while the store is lost, and is 200 again once the
 	// promotion is announced.
@@ -588,7 +634,12 @@ func (r *failoverRun) check(t *testing.T) {
 			t.Errorf("gateway %d: /readyz %d %v after the load, want 200 again", gi, status, switchHang)
 		}
 	}
+}
 
+// checkLimits checks what each address got against its limit across the
+// failover, within the bound docs/limits.md declares.
+func (r *failoverRun) checkLimits(t *testing.T) {
+	t.Helper()
 	// Limits: what each address got against its 20/1h.
 	for ri, route := range []string{"list_matches (local)", "list_currencies (closed)"} {
 		over, worst, keys := 0, 0, 0
@@ -619,7 +670,12 @@ func (r *failoverRun) check(t *testing.T) {
 			t.Errorf("list_currencies (closed) answered %q: %s", k, &r.limited[1])
 		}
 	}
+}
 
+// checkOrders checks that every identifier was placed at most once and
+// that orders got complete answers, and reports when they resumed.
+func (r *failoverRun) checkOrders(t *testing.T) {
+	t.Helper()
 	// Orders: every identifier placed at most once.
 	t.Logf("orders: %s; %d identifiers placed", &r.orders, len(r.placed))
 	for id, n := range r.placed {
