@@ -169,46 +169,14 @@ func TestSIGTERMWithOrdersInFlight(t *testing.T) {
 	be := startBackend(t)
 	token := accessToken(t, be.url)
 
-	u, _ := url.Parse(be.url)
-	rp := httputil.NewSingleHostReverseProxy(u)
-	// The 1,000 held orders go on to the reference backend over at most
-	// 64 connections: opened all at once on a loaded machine, some
-	// failed, and this proxy's own bare 502 reached the client as if
-	// exgate had lost the order.
-	rp.Transport = &http.Transport{MaxConnsPerHost: 64, MaxIdleConnsPerHost: 64}
-	var proxyErrs atomic.Int64
-	rp.ErrorHandler = func(w http.ResponseWriter, r *http.Request, err error) {
-		if proxyErrs.Add(1) <= 3 {
-			t.Logf("the test's proxy to the reference backend failed: %v", err)
-		}
-		w.WriteHeader(http.StatusBadGateway)
-	}
-	var arrived, placed atomic.Int64
-	var hold atomic.Bool // orders wait for release
-	release := make(chan struct{})
-	rp.ModifyResponse = func(res *http.Response) error {
-		if res.Request.Method == http.MethodPost && res.StatusCode/100 == 2 {
-			placed.Add(1)
-		}
-		return nil
-	}
-	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method == http.MethodPost && hold.Load() {
-			arrived.Add(1)
-			<-release
-		}
-		rp.ServeHTTP(w, r)
-	}))
-	t.Cleanup(slow.Close)
-	var releaseOnce sync.Once
-	t.Cleanup(func() { releaseOnce.Do(func() { close(release) }) })
+	hb := startHeldBackend(t, be.url)
 
 	// Deadlines far beyond what a busy machine takes to pass 1,000 orders
 	// through exgate and the race-instrumented proxy above (at load 20,
 	// over 30s before the last one reached the backend): they only bound
 	// a hang. An order cut by a route timeout, the shutdown timeout or
 	// its client's timeout would be no finding about exgate.
-	g := startGateway(t, configHeader(slow.URL, "max_idle_conns: 2000", "timeout: 8m")+`server:
+	g := startGateway(t, configHeader(hb.srv.URL, "max_idle_conns: 2000", "timeout: 8m")+`server:
   drain_delay: 100ms
   write_timeout: 9m
   shutdown_timeout: 9m
@@ -223,21 +191,21 @@ limiter:
 	if a := do(c, order(g.url, token)); a.status != http.StatusCreated {
 		t.Fatalf("first order: %d %v %s", a.status, a.err, a.body)
 	}
-	placed.Store(0)
-	hold.Store(true)
+	hb.placed.Store(0)
+	hb.hold.Store(true)
 
 	answers := make(chan answer, orders)
 	for range orders {
 		go func() { answers <- do(c, order(g.url, token)) }()
 	}
-	if !eventually(5*time.Minute, func() bool { return arrived.Load() == orders }) {
+	if !eventually(5*time.Minute, func() bool { return hb.arrived.Load() == orders }) {
 		// What the orders that never arrived were answered.
 		var early tally
 		for n := len(answers); n > 0; n-- {
 			early.add(<-answers)
 		}
-		releaseOnce.Do(func() { close(release) })
-		t.Fatalf("only %d of %d orders reached the backend within 5 minutes; answered before: %s", arrived.Load(), orders, &early)
+		hb.releaseOnce.Do(func() { close(hb.release) })
+		t.Fatalf("only %d of %d orders reached the backend within 5 minutes; answered before: %s", hb.arrived.Load(), orders, &early)
 	}
 	inflight := g.metric(t, "exgate_inflight_requests")
 	if err := g.cmd.Process.Signal(syscall.SIGTERM); err != nil {
@@ -255,26 +223,16 @@ limiter:
 		return err != nil
 	})
 	time.Sleep(300*time.Millisecond - time.Since(signalled))
-	releaseOnce.Do(func() { close(release) })
+	hb.releaseOnce.Do(func() { close(hb.release) })
 
 	var ty tally
-	created := 0
-	for range orders {
-		a := <-answers
-		ty.add(a)
-		var o struct {
-			ID *int64 `json:"id"`
-		}
-		if a.err == nil && a.status == http.StatusCreated && json.Unmarshal(a.body, &o) == nil && o.ID != nil {
-			created++
-		}
-	}
+	created := countCreated(answers, orders, &ty)
 	select {
 	case <-g.done:
 	case <-time.After(10 * time.Minute):
 		t.Fatal("exgate did not exit within 10m of SIGTERM")
 	}
-	t.Logf("%v orders in flight at SIGTERM; answers: %s; backend placed %d", inflight, &ty, placed.Load())
+	t.Logf("%v orders in flight at SIGTERM; answers: %s; backend placed %d", inflight, &ty, hb.placed.Load())
 	if g.err != nil {
 		t.Errorf("exgate exit after SIGTERM: %v, want status 0", g.err)
 	}
@@ -284,15 +242,78 @@ limiter:
 	if !closed {
 		t.Errorf("exgate still accepted connections 30s after SIGTERM (drain_delay 100ms)")
 	}
-	if n := proxyErrs.Load(); n > 0 {
+	if n := hb.proxyErrs.Load(); n > 0 {
 		t.Errorf("the test's own proxy could not reach the reference backend %d times: the test, not exgate, failed", n)
 	}
 	if ty.nErrs > 0 || created != orders {
 		t.Errorf("want %d complete 201 answers with an order id, got %d: %s", orders, created, &ty)
 	}
-	if int(placed.Load()) != created {
-		t.Errorf("backend placed %d orders, clients got %d 201 answers", placed.Load(), created)
+	if int(hb.placed.Load()) != created {
+		t.Errorf("backend placed %d orders, clients got %d 201 answers", hb.placed.Load(), created)
 	}
+}
+
+// heldBackend is a reverse proxy to the reference backend that, while hold
+// is set, holds every order until release is closed, and counts the orders
+// that arrived and those the backend placed.
+type heldBackend struct {
+	srv             *httptest.Server
+	arrived, placed atomic.Int64
+	hold            atomic.Bool // orders wait for release
+	release         chan struct{}
+	releaseOnce     sync.Once
+	proxyErrs       atomic.Int64 // the test proxy's own failures
+}
+
+// startHeldBackend starts a heldBackend in front of the reference backend
+// at beURL; release is closed when t ends at the latest.
+func startHeldBackend(t *testing.T, beURL string) *heldBackend {
+	hb := &heldBackend{release: make(chan struct{})}
+	u, _ := url.Parse(beURL)
+	rp := httputil.NewSingleHostReverseProxy(u)
+	// The 1,000 held orders go on to the reference backend over at most
+	// 64 connections: opened all at once on a loaded machine, some
+	// failed, and this proxy's own bare 502 reached the client as if
+	// exgate had lost the order.
+	rp.Transport = &http.Transport{MaxConnsPerHost: 64, MaxIdleConnsPerHost: 64}
+	rp.ErrorHandler = func(w http.ResponseWriter, r *http.Request, err error) {
+		if hb.proxyErrs.Add(1) <= 3 {
+			t.Logf("the test's proxy to the reference backend failed: %v", err)
+		}
+		w.WriteHeader(http.StatusBadGateway)
+	}
+	rp.ModifyResponse = func(res *http.Response) error {
+		if res.Request.Method == http.MethodPost && res.StatusCode/100 == 2 {
+			hb.placed.Add(1)
+		}
+		return nil
+	}
+	hb.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost && hb.hold.Load() {
+			hb.arrived.Add(1)
+			<-hb.release
+		}
+		rp.ServeHTTP(w, r)
+	}))
+	t.Cleanup(hb.srv.Close)
+	t.Cleanup(func() { hb.releaseOnce.Do(func() { close(hb.release) }) })
+	return hb
+}
+
+// countCreated reads n answers, adds them to ty and returns how many were
+// complete 201 answers with an order id.
+func countCreated(answers <-chan answer, n int, ty *tally) (created int) {
+	for range n {
+		a := <-answers
+		ty.add(a)
+		var o struct {
+			ID *int64 `json:"id"`
+		}
+		if a.err == nil && a.status == http.StatusCreated && json.Unmarshal(a.body, &o) == nil && o.ID != nil {
+			created++
+		}
+	}
+	return created
 }
 
 // order builds an order request: a market buy the reference backend

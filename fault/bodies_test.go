@@ -77,6 +77,72 @@ validation:
 
 	// Warm up: a few complete uploads, so that pools and the runtime are
 	// at their resting size.
+	warmUpUploads(t, g)
+	time.Sleep(200 * time.Millisecond)
+	baseGoroutines := g.metric(t, "go_goroutines")
+	baseHeap := g.metric(t, "go_memstats_heap_inuse_bytes")
+	baseRSS := vmRSS(t, pid)
+	warmArrived, warmReceived := arrived.Load(), received.Load()
+
+	conns := make([]net.Conn, 0, uploads)
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	var answers uploadAnswers
+	start := time.Now()
+	openHeldUploads(t, host, uploads, chunk, &conns, &answers)
+	// Every upload ends held whole (its 1 MiB charged) or refused.
+	deadline := time.Now().Add(60 * time.Second)
+	var peak, buffered int64
+	for {
+		peak = max(peak, vmRSS(t, pid))
+		buffered = int64(g.metric(t, "exgate_body_buffered_bytes"))
+		if buffered%chunk == 0 && answers.refused.Load()+answers.other.Load()+buffered/chunk == uploads {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after 60s: %d uploads refused, %d otherwise answered, %d bytes held; exgate grew by %d MiB meanwhile",
+				answers.refused.Load(), answers.other.Load(), buffered, (peak-baseRSS)>>20)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	held := vmRSS(t, pid)
+	peak = max(peak, held)
+	t.Logf("%d uploads of 1 MiB held open in %v: %d held whole (%d MiB), %d refused; exgate VmRSS %d MiB → %d MiB (peak %d MiB, +%d MiB)",
+		uploads, time.Since(start).Round(time.Millisecond), buffered/chunk, buffered>>20, answers.refused.Load(), baseRSS>>20, held>>20, peak>>20, (peak-baseRSS)>>20)
+	if n, b := arrived.Load()-warmArrived, received.Load()-warmReceived; n != 0 || b != 0 {
+		t.Errorf("the backend saw %d requests and %d body bytes of uploads that never ended, want none", n, b)
+	}
+	if buffered > budget/2 || answers.refused.Load() == 0 || answers.other.Load() != 0 {
+		t.Errorf("one address holds %d MiB of the %d MiB budget, %d uploads refused server_busy, %d answered otherwise: want at most half, the rest refused",
+			buffered>>20, budget>>20, answers.refused.Load(), answers.other.Load())
+	}
+	if n := g.metric(t, "exgate_body_budget_refusals_total"); n != float64(answers.refused.Load()) {
+		t.Errorf("exgate_body_budget_refusals_total %v, want the %d refusals", n, answers.refused.Load())
+	}
+	if grew := peak - baseRSS; grew > 128<<20 {
+		t.Errorf("exgate grew by %d MiB holding %d uploads of 1 MiB, want < 128 MiB", grew>>20, uploads)
+	}
+
+	for _, c := range conns {
+		c.Close()
+	}
+	conns = nil
+	waitForBaseline(t, g, baseGoroutines, baseHeap)
+	if n := arrived.Load() - warmArrived; n != 0 {
+		t.Errorf("the backend saw %d requests of uploads cut off, want none", n)
+	}
+
+	if g.exited() {
+		t.Fatalf("exgate exited: %v", g.err)
+	}
+}
+
+// warmUpUploads sends g a few complete uploads and closes their
+// connections.
+func warmUpUploads(t *testing.T, g *gateway) {
 	c := newClient(t, 4)
 	for range 8 {
 		req, _ := http.NewRequest(http.MethodPost, g.url+"/api/v1/usr/upload/", io.MultiReader(bytes.NewReader(make([]byte, 64<<10))))
@@ -85,29 +151,25 @@ validation:
 		}
 	}
 	c.Transport.(*http.Transport).CloseIdleConnections()
-	time.Sleep(200 * time.Millisecond)
-	baseGoroutines := g.metric(t, "go_goroutines")
-	baseHeap := g.metric(t, "go_memstats_heap_inuse_bytes")
-	baseRSS := vmRSS(t, pid)
-	warmArrived, warmReceived := arrived.Load(), received.Load()
+}
 
+// uploadAnswers counts exgate's answers to uploads it holds: refusals for
+// the body budget, and any other answer.
+type uploadAnswers struct{ refused, other atomic.Int64 }
+
+// openHeldUploads opens n connections to host, appending each to conns,
+// and sends on each an upload of one chunk of chunk bytes that never ends;
+// it counts exgate's answers, if any, in answers.
+func openHeldUploads(t *testing.T, host string, n, chunk int, conns *[]net.Conn, answers *uploadAnswers) {
 	head := []byte("POST /api/v1/usr/upload/ HTTP/1.1\r\nHost: " + host + "\r\nTransfer-Encoding: chunked\r\n\r\n" +
-		strconv.FormatInt(chunk, 16) + "\r\n")
+		strconv.FormatInt(int64(chunk), 16) + "\r\n")
 	body := bytes.Repeat([]byte("x"), chunk)
-	conns := make([]net.Conn, 0, uploads)
-	defer func() {
-		for _, c := range conns {
-			c.Close()
-		}
-	}()
-	var refused, otherAnswers atomic.Int64
-	start := time.Now()
-	for i := range uploads {
+	for i := range n {
 		conn, err := net.Dial("tcp", host)
 		if err != nil {
 			t.Fatalf("upload %d: %v", i, err)
 		}
-		conns = append(conns, conn)
+		*conns = append(*conns, conn)
 		go func() { // the chunk, and no end: the upload is held
 			_, _ = conn.Write(head)
 			_, _ = conn.Write(body)
@@ -118,50 +180,20 @@ validation:
 			switch {
 			case err != nil: // closed when the test ends
 			case res.StatusCode == http.StatusServiceUnavailable && strings.Contains(readAll(res), `"code":"server_busy"`):
-				refused.Add(1)
+				answers.refused.Add(1)
 			default:
-				otherAnswers.Add(1)
+				answers.other.Add(1)
 			}
 		}()
 	}
-	// Every upload ends held whole (its 1 MiB charged) or refused.
-	deadline := time.Now().Add(60 * time.Second)
-	var peak, buffered int64
-	for {
-		peak = max(peak, vmRSS(t, pid))
-		buffered = int64(g.metric(t, "exgate_body_buffered_bytes"))
-		if buffered%chunk == 0 && refused.Load()+otherAnswers.Load()+buffered/chunk == uploads {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after 60s: %d uploads refused, %d otherwise answered, %d bytes held; exgate grew by %d MiB meanwhile",
-				refused.Load(), otherAnswers.Load(), buffered, (peak-baseRSS)>>20)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	held := vmRSS(t, pid)
-	peak = max(peak, held)
-	t.Logf("%d uploads of 1 MiB held open in %v: %d held whole (%d MiB), %d refused; exgate VmRSS %d MiB → %d MiB (peak %d MiB, +%d MiB)",
-		uploads, time.Since(start).Round(time.Millisecond), buffered/chunk, buffered>>20, refused.Load(), baseRSS>>20, held>>20, peak>>20, (peak-baseRSS)>>20)
-	if n, b := arrived.Load()-warmArrived, received.Load()-warmReceived; n != 0 || b != 0 {
-		t.Errorf("the backend saw %d requests and %d body bytes of uploads that never ended, want none", n, b)
-	}
-	if buffered > budget/2 || refused.Load() == 0 || otherAnswers.Load() != 0 {
-		t.Errorf("one address holds %d MiB of the %d MiB budget, %d uploads refused server_busy, %d answered otherwise: want at most half, the rest refused",
-			buffered>>20, budget>>20, refused.Load(), otherAnswers.Load())
-	}
-	if n := g.metric(t, "exgate_body_budget_refusals_total"); n != float64(refused.Load()) {
-		t.Errorf("exgate_body_budget_refusals_total %v, want the %d refusals", n, refused.Load())
-	}
-	if grew := peak - baseRSS; grew > 128<<20 {
-		t.Errorf("exgate grew by %d MiB holding %d uploads of 1 MiB, want < 128 MiB", grew>>20, uploads)
-	}
+}
 
-	for _, c := range conns {
-		c.Close()
-	}
-	conns = nil
-	deadline = time.Now().Add(20 * time.Second)
+// waitForBaseline waits up to 20s for g to hold no body byte and for its
+// goroutines and heap to return to their baseline, and fails t if they do
+// not.
+func waitForBaseline(t *testing.T, g *gateway, baseGoroutines, baseHeap float64) {
+	pid := g.cmd.Process.Pid
+	deadline := time.Now().Add(20 * time.Second)
 	for {
 		// The body buffers go back to a sync.Pool, which keeps them
 		// until the second collection after: collect before measuring,
@@ -182,13 +214,6 @@ validation:
 				buffered, gr, baseGoroutines, heap/(1<<20), baseHeap/(1<<20))
 		}
 		time.Sleep(100 * time.Millisecond)
-	}
-	if n := arrived.Load() - warmArrived; n != 0 {
-		t.Errorf("the backend saw %d requests of uploads cut off, want none", n)
-	}
-
-	if g.exited() {
-		t.Fatalf("exgate exited: %v", g.err)
 	}
 }
 
