@@ -45,40 +45,7 @@ routes:
 	closedAfter := make(chan time.Duration, slow)
 	var open atomic.Int64
 	for i := range slow {
-		conn, err := net.Dial("tcp", host)
-		if err != nil {
-			t.Fatalf("slow connection %d: %v", i, err)
-		}
-		t.Cleanup(func() { conn.Close() })
-		opened := time.Now()
-		if _, err := fmt.Fprintf(conn, "GET /api/v1/mkt/markets/ HTTP/1.1\r\nHost: %s\r\n", host); err != nil {
-			t.Fatalf("slow connection %d: %v", i, err)
-		}
-		open.Add(1)
-		go func() { // the server closing the connection ends the read
-			buf := make([]byte, 512)
-			for {
-				if _, err := conn.Read(buf); err != nil {
-					open.Add(-1)
-					closedAfter <- time.Since(opened)
-					return
-				}
-			}
-		}()
-		go func() { // one more header line every second
-			tick := time.NewTicker(time.Second)
-			defer tick.Stop()
-			for n := 0; ; n++ {
-				select {
-				case <-ctx.Done():
-					return
-				case <-tick.C:
-				}
-				if _, err := fmt.Fprintf(conn, "X-Slow-%d: %d\r\n", n, n); err != nil {
-					return
-				}
-			}
-		}()
+		openSlowConnection(ctx, t, host, i, &open, closedAfter)
 	}
 
 	// Normal clients while the slow connections are open: a fixed
@@ -124,6 +91,47 @@ routes:
 	if shortest < rht/2 {
 		t.Errorf("a slow connection was closed %v after it opened, before half of read_header_timeout (%v)", shortest, rht)
 	}
+}
+
+// openSlowConnection opens slow connection i to host and sends the start of
+// a request on it, then one more header line every second until ctx ends.
+// open counts it until exgate closes it; closedAfter then gets how long
+// after opening that was.
+func openSlowConnection(ctx context.Context, t *testing.T, host string, i int, open *atomic.Int64, closedAfter chan<- time.Duration) {
+	conn, err := net.Dial("tcp", host)
+	if err != nil {
+		t.Fatalf("slow connection %d: %v", i, err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	opened := time.Now()
+	if _, err := fmt.Fprintf(conn, "GET /api/v1/mkt/markets/ HTTP/1.1\r\nHost: %s\r\n", host); err != nil {
+		t.Fatalf("slow connection %d: %v", i, err)
+	}
+	open.Add(1)
+	go func() { // the server closing the connection ends the read
+		buf := make([]byte, 512)
+		for {
+			if _, err := conn.Read(buf); err != nil {
+				open.Add(-1)
+				closedAfter <- time.Since(opened)
+				return
+			}
+		}
+	}()
+	go func() { // one more header line every second
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		for n := 0; ; n++ {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			if _, err := fmt.Fprintf(conn, "X-Slow-%d: %d\r\n", n, n); err != nil {
+				return
+			}
+		}
+	}()
 }
 
 // TestMemoryLimiterManyAddresses drives a million distinct client

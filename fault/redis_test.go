@@ -131,40 +131,7 @@ func TestRedisKilledUnderLoad(t *testing.T) {
 				t.Errorf("exgate_ratelimit_fallback_total{mode=%q} = %v with Redis down, want ≥ 30", tc.mode, n)
 			}
 
-			srv.Restart()
-			restarted := time.Now()
-			// Recovered: Redis decides again (EVALSHA runs there) and, for
-			// longer than the limiter's 250ms back-off after a failure, no
-			// decision falls back.
-			clean := 0
-			recovered := eventually(15*time.Second, func() bool {
-				fb, calls := g.metric(t, "exgate_ratelimit_fallback_total"), srv.CommandCalls()["evalsha"]
-				time.Sleep(300 * time.Millisecond)
-				if g.metric(t, "exgate_ratelimit_fallback_total") == fb && srv.CommandCalls()["evalsha"] > calls {
-					clean++
-				} else {
-					clean = 0
-				}
-				return clean == 2
-			})
-			if !recovered {
-				t.Fatalf("no recovery within 15s of Redis restarting")
-			}
-			t.Logf("recovered %v after Redis restarted", time.Since(restarted).Round(10*time.Millisecond))
-			fallbacks := g.metric(t, "exgate_ratelimit_fallback_total")
-			calls := srv.CommandCalls()["evalsha"]
-			if got := burst(t, c, g, "192.0.2.4", 25); !slices.Equal(got, repeat("200", 20, "429 throttled", 5)) {
-				t.Errorf("after recovery, 25 requests against 20/1h: %v, want 20 allowed as with Redis up", got)
-			}
-			if d := srv.CommandCalls()["evalsha"] - calls; d < 21 {
-				t.Errorf("after recovery Redis ran %d EVALSHA for 25 requests, want ≥ 21 (the 21st denial is then remembered)", d)
-			}
-			if d := g.metric(t, "exgate_ratelimit_fallback_total") - fallbacks; d != 0 {
-				t.Errorf("after recovery %v more fallback decisions, want 0", d)
-			}
-			if n, err := srv.Do("DBSIZE"); err != nil || n.(int64) == 0 {
-				t.Errorf("after recovery Redis holds %v keys (%v)", n, err)
-			}
+			checkRecoveredInRedis(t, c, g, srv)
 
 			time.Sleep(300 * time.Millisecond)
 			stop()
@@ -185,6 +152,46 @@ func TestRedisKilledUnderLoad(t *testing.T) {
 				t.Errorf("load got no 200: %s", &ty)
 			}
 		})
+	}
+}
+
+// checkRecoveredInRedis restarts srv (empty) and checks that g decides in
+// Redis again: a new client gets the full shared limit, and no decision
+// falls back.
+func checkRecoveredInRedis(t *testing.T, c *http.Client, g *gateway, srv *redistest.Server) {
+	srv.Restart()
+	restarted := time.Now()
+	// Recovered: Redis decides again (EVALSHA runs there) and, for
+	// longer than the limiter's 250ms back-off after a failure, no
+	// decision falls back.
+	clean := 0
+	recovered := eventually(15*time.Second, func() bool {
+		fb, calls := g.metric(t, "exgate_ratelimit_fallback_total"), srv.CommandCalls()["evalsha"]
+		time.Sleep(300 * time.Millisecond)
+		if g.metric(t, "exgate_ratelimit_fallback_total") == fb && srv.CommandCalls()["evalsha"] > calls {
+			clean++
+		} else {
+			clean = 0
+		}
+		return clean == 2
+	})
+	if !recovered {
+		t.Fatalf("no recovery within 15s of Redis restarting")
+	}
+	t.Logf("recovered %v after Redis restarted", time.Since(restarted).Round(10*time.Millisecond))
+	fallbacks := g.metric(t, "exgate_ratelimit_fallback_total")
+	calls := srv.CommandCalls()["evalsha"]
+	if got := burst(t, c, g, "192.0.2.4", 25); !slices.Equal(got, repeat("200", 20, "429 throttled", 5)) {
+		t.Errorf("after recovery, 25 requests against 20/1h: %v, want 20 allowed as with Redis up", got)
+	}
+	if d := srv.CommandCalls()["evalsha"] - calls; d < 21 {
+		t.Errorf("after recovery Redis ran %d EVALSHA for 25 requests, want ≥ 21 (the 21st denial is then remembered)", d)
+	}
+	if d := g.metric(t, "exgate_ratelimit_fallback_total") - fallbacks; d != 0 {
+		t.Errorf("after recovery %v more fallback decisions, want 0", d)
+	}
+	if n, err := srv.Do("DBSIZE"); err != nil || n.(int64) == 0 {
+		t.Errorf("after recovery Redis holds %v keys (%v)", n, err)
 	}
 }
 

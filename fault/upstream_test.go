@@ -104,29 +104,7 @@ validation:
 			baseHeap := g.metric(t, "go_memstats_heap_inuse_bytes")
 			c := newClient(t, requests)
 			var ty tally
-			var cut int
-			var mu sync.Mutex
-			var wg sync.WaitGroup
-			for range requests {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					var body io.Reader
-					if tc.chunked {
-						body = io.MultiReader(strings.NewReader(strings.Repeat("x", 64<<10)))
-					}
-					req, _ := http.NewRequest(http.MethodPost, g.url+"/api/v1/usr/anything/", body)
-					a := do(c, req)
-					if tc.want[0] == "cut" && a.err != nil {
-						mu.Lock()
-						cut++ // the response was already under way: the connection is dropped
-						mu.Unlock()
-						return
-					}
-					ty.add(a)
-				}()
-			}
-			wg.Wait()
+			cut := postConcurrently(c, g.url+"/api/v1/usr/anything/", requests, tc.chunked, tc.want[0] == "cut", &ty)
 			t.Logf("%s: %s, %d responses cut short", tc.name, &ty, cut)
 			if tc.want[0] == "cut" {
 				if cut != requests {
@@ -145,18 +123,54 @@ validation:
 				t.Fatalf("exgate exited: %v", g.err)
 			}
 			c.Transport.(*http.Transport).CloseIdleConnections()
-			deadline := time.Now().Add(15 * time.Second)
-			for {
-				gr, heap := g.metric(t, "go_goroutines"), g.metric(t, "go_memstats_heap_inuse_bytes")
-				if gr <= baseGoroutines+3 && heap <= baseHeap+8<<20 {
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("goroutines %v (baseline %v), heap in use %.1f MiB (baseline %.1f MiB) 15s after the requests ended",
-						gr, baseGoroutines, heap/(1<<20), baseHeap/(1<<20))
-				}
-				time.Sleep(100 * time.Millisecond)
-			}
+			waitForGoroutinesAndHeap(t, g, baseGoroutines, baseHeap)
 		})
+	}
+}
+
+// postConcurrently sends n POST requests to url at once, with a streamed
+// body when chunked, and adds their answers to ty. When expectCut, a
+// request that failed is a response cut short: it is counted in cut, not
+// in ty.
+func postConcurrently(c *http.Client, url string, n int, chunked, expectCut bool, ty *tally) (cut int) {
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var body io.Reader
+			if chunked {
+				body = io.MultiReader(strings.NewReader(strings.Repeat("x", 64<<10)))
+			}
+			req, _ := http.NewRequest(http.MethodPost, url, body)
+			a := do(c, req)
+			if expectCut && a.err != nil {
+				mu.Lock()
+				cut++ // the response was already under way: the connection is dropped
+				mu.Unlock()
+				return
+			}
+			ty.add(a)
+		}()
+	}
+	wg.Wait()
+	return cut
+}
+
+// waitForGoroutinesAndHeap waits up to 15s for g's goroutines and heap to
+// return to their baseline, and fails t if they do not.
+func waitForGoroutinesAndHeap(t *testing.T, g *gateway, baseGoroutines, baseHeap float64) {
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		gr, heap := g.metric(t, "go_goroutines"), g.metric(t, "go_memstats_heap_inuse_bytes")
+		if gr <= baseGoroutines+3 && heap <= baseHeap+8<<20 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("goroutines %v (baseline %v), heap in use %.1f MiB (baseline %.1f MiB) 15s after the requests ended",
+				gr, baseGoroutines, heap/(1<<20), baseHeap/(1<<20))
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
