@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/exgate/exgate/metrics"
 )
 
 // Process roles whose CPU is measured per request.
@@ -261,14 +263,12 @@ func answeredBy(t *target) string {
 	if t.admin == "" {
 		return ""
 	}
-	res, err := httpClient(5 * time.Second).Get("http://" + t.admin + "/metrics")
+	text, err := scrapeMetrics(t.admin)
 	if err != nil {
 		return ""
 	}
-	defer res.Body.Close()
-	text, _ := io.ReadAll(res.Body)
 	codes := map[string]float64{}
-	for line := range strings.SplitSeq(string(text), "\n") {
+	for line := range strings.SplitSeq(text, "\n") {
 		rest, ok := strings.CutPrefix(line, "exgate_requests_total{")
 		if !ok {
 			continue
@@ -284,7 +284,7 @@ func answeredBy(t *target) string {
 	for _, code := range slices.Sorted(maps.Keys(codes)) {
 		parts = append(parts, fmt.Sprintf("%s ×%.0f", code, codes[code]))
 	}
-	if shed := sumSamples(string(text), "exgate_overload_shed_total"); shed > 0 {
+	if shed := sumSamples(text, "exgate_overload_shed_total"); shed > 0 {
 		parts = append(parts, fmt.Sprintf("shed by its overload limit ×%.0f", shed))
 	}
 	if len(parts) == 0 {
@@ -293,19 +293,29 @@ func answeredBy(t *target) string {
 	return " (exgate answered, since it started: " + strings.Join(parts, ", ") + ")"
 }
 
+// scrapeMetrics returns the Prometheus text exgate's admin listener at
+// admin serves.
+func scrapeMetrics(admin string) (string, error) {
+	res, err := httpClient(5 * time.Second).Get("http://" + admin + "/metrics")
+	if err != nil {
+		return "", err
+	}
+	defer res.Body.Close()
+	text, err := io.ReadAll(res.Body)
+	return string(text), err
+}
+
 // shedCount returns how many requests exgate's overload limit has shed
 // since it started, or 0 for other targets.
 func shedCount(t *target) float64 {
 	if t.admin == "" {
 		return 0
 	}
-	res, err := httpClient(5 * time.Second).Get("http://" + t.admin + "/metrics")
+	text, err := scrapeMetrics(t.admin)
 	if err != nil {
 		return 0
 	}
-	defer res.Body.Close()
-	text, _ := io.ReadAll(res.Body)
-	return sumSamples(string(text), "exgate_overload_shed_total")
+	return sumSamples(text, "exgate_overload_shed_total")
 }
 
 // storeRoundTrips returns exgate's count of Redis round trips, or 0 for
@@ -316,14 +326,12 @@ func (b *bench) storeRoundTrips(t *target) float64 {
 	if t.admin == "" {
 		return 0
 	}
-	res, err := httpClient(5 * time.Second).Get("http://" + t.admin + "/metrics")
+	text, err := scrapeMetrics(t.admin)
 	if err != nil {
 		return 0
 	}
-	defer res.Body.Close()
-	text, _ := io.ReadAll(res.Body)
-	return sumSamples(string(text), "exgate_ratelimit_store_duration_seconds_count") +
-		sumSamples(string(text), "exgate_duplicate_store_duration_seconds_count")
+	return sumSamples(text, metrics.NameStoreDuration+"_count") +
+		sumSamples(text, metrics.NameIdempotencyStoreDuration+"_count")
 }
 
 // redisStats reads the benchmark Redis's command counts.

@@ -251,16 +251,11 @@ func (s *surgeStack) stats() (poolStats, error) {
 // metric returns the sum of exgate's samples of name whose labels
 // contain every one of labels (name="value").
 func (s *surgeStack) metric(name string, labels ...string) (float64, error) {
-	res, err := httpClient(5 * time.Second).Get("http://" + s.admin + "/metrics")
+	text, err := scrapeMetrics(s.admin)
 	if err != nil {
 		return 0, err
 	}
-	defer res.Body.Close()
-	text, err := io.ReadAll(res.Body)
-	if err != nil {
-		return 0, err
-	}
-	return sumSamples(string(text), name, labels...), nil
+	return sumSamples(text, name, labels...), nil
 }
 
 // sumSamples sums the samples of name in a Prometheus text exposition
