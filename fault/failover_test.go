@@ -1019,7 +1019,7 @@ func (r *failoverRun) explainBroken(t *testing.T) {
 			fmt.Fprintf(&b, "… and %d more\n", len(broken)-i)
 			break
 		}
-		fmt.Fprintf(&b, "request %s: %v (io.EOF: %v) after %v\n", a.id, a.err, errors.Is(a.err, io.EOF), a.latency.Round(time.Microsecond))
+		fmt.Fprintf(&b, "request %s: %v (io.EOF: %v) after %v, on a %s\n", a.id, a.err, errors.Is(a.err, io.EOF), a.latency.Round(time.Microsecond), a.conn)
 		found := false
 		for gi, out := range outs {
 			for line := range strings.Lines(out) {

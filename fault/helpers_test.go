@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptrace"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -365,6 +366,10 @@ type answer struct {
 	// replayed is whether the answer is a replay of an order's first
 	// answer (Idempotent-Replayed: true).
 	replayed bool
+	// conn says which connection a request that got no answer went out
+	// on: a new one, or one reused after how long idle, and its local
+	// address; "" when it got an answer.
+	conn string
 }
 
 // do sends req and reads the whole answer. Any answer with status ≥ 400
@@ -372,9 +377,30 @@ type answer struct {
 // X-Request-ID, and a body {"detail": string, "code": string}; anything
 // else is recorded as an error.
 func do(c *http.Client, req *http.Request) answer {
+	var got httptrace.GotConnInfo
+	trace := &httptrace.ClientTrace{GotConn: func(info httptrace.GotConnInfo) { got = info }}
+	req = req.WithContext(httptrace.WithClientTrace(req.Context(), trace))
 	start := time.Now()
 	res, err := c.Do(req)
-	return readAnswer(req.Header.Get("X-Request-Id"), start, res, err)
+	a := readAnswer(req.Header.Get("X-Request-Id"), start, res, err)
+	if err != nil {
+		a.conn = connInfo(got)
+	}
+	return a
+}
+
+// connInfo describes the connection a request went out on, for a request
+// that got no answer: a connection exgate closed while the client reused
+// it is told apart from a new one.
+func connInfo(info httptrace.GotConnInfo) string {
+	switch {
+	case info.Conn == nil:
+		return "no connection"
+	case info.Reused:
+		return fmt.Sprintf("reused connection from %v, idle %v before it (was idle: %v)",
+			info.Conn.LocalAddr(), info.IdleTime.Round(time.Microsecond), info.WasIdle)
+	}
+	return fmt.Sprintf("new connection from %v", info.Conn.LocalAddr())
 }
 
 // readAnswer reads the answer res (or the transport error err) to a

@@ -91,9 +91,12 @@ limiter:
 		}
 		_, kind, _ := strings.Cut(a.err.Error(), ": ") // past `Post "url"`
 		kinds[kind]++
+		if len(kinds) == 1 && kinds[kind] == 1 {
+			t.Logf("the first: %v, on a %s", a.err, a.conn)
+		}
 		if strings.Contains(out, `"request_id":"`+a.id+`"`) || cb.view(a.id) != "never received" {
-			t.Errorf("order %s failed with %v, and exgate read it: access log %v, backend: %s",
-				a.id, a.err, strings.Contains(out, `"request_id":"`+a.id+`"`), cb.view(a.id))
+			t.Errorf("order %s failed with %v on a %s, and exgate read it: access log %v, backend: %s",
+				a.id, a.err, a.conn, strings.Contains(out, `"request_id":"`+a.id+`"`), cb.view(a.id))
 		}
 	}
 	t.Logf("client idle timeout longer than exgate's %v: %d of %d orders failed without an answer (%d bare EOF: %v), none read by exgate",
