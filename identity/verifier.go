@@ -264,7 +264,7 @@ func (v *Verifier) verify(token string) (Identity, Reason, jwt.MapClaims) {
 	case nil:
 		return Identity{}, ReasonMissingClaim, claims
 	case string:
-		id.User = u
+		id.User = canonicalUser(u)
 	case json.Number:
 		n, err := strconv.ParseInt(string(u), 10, 64)
 		if err != nil {

@@ -110,6 +110,7 @@ func TestVerify(t *testing.T) {
 	}{
 		{"HS256", hs(nil), "", "42"},
 		{"HS256 string user", hs(jwt.MapClaims{"user_id": "alice"}), "", "alice"},
+		{"string user Django reads as the number 42", hs(jwt.MapClaims{"user_id": " +0042 "}), "", "42"},
 		{"RS256", sign(t, c, jwt.SigningMethodRS256, k.rsa, "rsa", nil), "", "42"},
 		{"PS256", sign(t, c, jwt.SigningMethodPS256, k.rsa, "rsa", nil), "", "42"},
 		{"ES256", sign(t, c, jwt.SigningMethodES256, k.ec, "ec", nil), "", "42"},

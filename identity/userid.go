@@ -1,0 +1,73 @@
+package identity
+
+import (
+	"strings"
+	"unicode"
+)
+
+// canonicalUser returns the account a string user claim names, read as
+// the backend reads it. Django looks a user up by an integer primary key
+// with Python's int(), which takes "01", "+1", " 1 ", "1_0" and digits of
+// any script ("١") as the numbers 1, 1, 1, 10 and 1: a string that int()
+// could read as an integer is the account of that integer, in canonical
+// decimal, as a JSON number claim is. exgate's reading is at least as
+// coarse as Python's (it drops every underscore and every Unicode space
+// around the number, where Python is stricter), so two spellings the
+// backend reads as one user are never two accounts to exgate's limits,
+// duplicate protection and tiers. Any other string (a UUID, a user name)
+// is its own account, as it is to a backend keyed by strings.
+func canonicalUser(s string) string {
+	t := strings.TrimFunc(s, isPythonSpace)
+	neg := false
+	if t != "" && (t[0] == '+' || t[0] == '-') {
+		neg, t = t[0] == '-', t[1:]
+	}
+	var b strings.Builder
+	digits := false
+	for _, r := range t {
+		switch {
+		case r == '_':
+			continue
+		case !unicode.IsDigit(r):
+			return s
+		}
+		digits = true
+		d := digitValue(r)
+		if b.Len() == 0 && d == 0 {
+			continue // a leading zero
+		}
+		b.WriteByte(byte('0' + d))
+	}
+	switch {
+	case !digits:
+		return s
+	case b.Len() == 0:
+		return "0" // "-0", "000"
+	case neg:
+		return "-" + b.String()
+	}
+	return b.String()
+}
+
+// isPythonSpace reports whether Python's str.strip() (and so int())
+// takes r for white space: Unicode's, and the separators U+001C–U+001F.
+func isPythonSpace(r rune) bool {
+	return unicode.IsSpace(r) || (r >= 0x1c && r <= 0x1f)
+}
+
+// digitValue returns the value of r, a decimal digit (Unicode Nd): every
+// range of the Nd table starts at a zero and runs in steps of one, in
+// blocks of ten.
+func digitValue(r rune) int {
+	for _, rg := range unicode.Nd.R16 {
+		if r >= rune(rg.Lo) && r <= rune(rg.Hi) {
+			return int(r-rune(rg.Lo)) % 10
+		}
+	}
+	for _, rg := range unicode.Nd.R32 {
+		if r >= rune(rg.Lo) && r <= rune(rg.Hi) {
+			return int(r-rune(rg.Lo)) % 10
+		}
+	}
+	return 0
+}
