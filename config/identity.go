@@ -61,6 +61,14 @@ type JWT struct {
 	// UserClaim names the claim holding the account (a number or a
 	// string). Default "user_id".
 	UserClaim string `yaml:"user_claim"`
+	// UserClaimType says how the backend keys its users, so that exgate
+	// reads a string user claim as the backend does: "string" (user
+	// names, UUIDs: a string is its own account) or "integer" (Django's
+	// default integer primary key: a string is read as Python's int()
+	// reads it, "01" and "+1" being the account 1, and one it cannot
+	// read is refused). A number claim is the account of its decimal
+	// either way. Default "string".
+	UserClaimType string `yaml:"user_claim_type"`
 	// TokenTypeClaim names the claim holding the token's type.
 	// Default "token_type".
 	TokenTypeClaim string `yaml:"token_type_claim"`
@@ -124,12 +132,19 @@ func DefaultIdentity() Identity {
 		JWKSTimeout:      5 * time.Second,
 		Leeway:           30 * time.Second,
 		UserClaim:        "user_id",
+		UserClaimType:    UserClaimString,
 		TokenTypeClaim:   "token_type",
 		TokenType:        "access",
 		CacheSize:        100000,
 		RefusedCacheSize: 10000,
 	}}
 }
+
+// Values of identity.jwt.user_claim_type.
+const (
+	UserClaimString  = "string"
+	UserClaimInteger = "integer"
+)
 
 // countAccounts, with verification on and the built-in route table, makes
 // the spec's per-token limits count per account: the built-in table is
@@ -166,6 +181,7 @@ func (id *Identity) check(col *collector, p path) {
 			col.addf(jp.key("token_type_claim"), "required with %s, such as \"token_type\"", jp.key("token_type"))
 		}
 	}
+	col.oneOf(jp.key("user_claim_type"), j.UserClaimType, UserClaimString, UserClaimInteger)
 	j.check(col, jp)
 }
 

@@ -44,6 +44,9 @@ routes:
 			[]string{`identity.jwt.jwks_min_interval: must not exceed identity.jwt.jwks_refresh (10s), got 1m0s`}},
 		{"verify without keys", "identity: { verify: true, jwt: { keys: [] } }",
 			[]string{`identity.jwt.keys: identity.verify needs a key: keys, jwks_file or jwks_url`}},
+		{"integer user keys", "identity: { verify: true, jwt: { user_claim_type: integer } }", nil},
+		{"unknown user claim type", "identity: { jwt: { user_claim_type: uuid } }",
+			[]string{`identity.jwt.user_claim_type: want "string" or "integer", got "uuid"`}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

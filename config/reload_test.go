@@ -50,6 +50,7 @@ var reloadModes = map[string]string{
 	"identity.jwt.token_type":                       ReloadRestart,
 	"identity.jwt.token_type_claim":                 ReloadRestart,
 	"identity.jwt.user_claim":                       ReloadRestart,
+	"identity.jwt.user_claim_type":                  ReloadRestart,
 	"identity.users_file":                           ReloadLive,
 	"identity.verify":                               ReloadRestart,
 	"limiter.backend":                               ReloadRestart,

@@ -5,17 +5,38 @@ import (
 	"unicode"
 )
 
-// canonicalUser returns the account a string user claim names, read as
-// the backend reads it. Django looks a user up by an integer primary key
-// with Python's int(), which takes "01", "+1", " 1 ", "1_0" and digits of
-// any script ("١") as the numbers 1, 1, 1, 10 and 1: a string that int()
-// could read as an integer is the account of that integer, in canonical
-// decimal, as a JSON number claim is. exgate's reading is at least as
-// coarse as Python's (it drops every underscore and every Unicode space
-// around the number, where Python is stricter), so two spellings the
-// backend reads as one user are never two accounts to exgate's limits,
-// duplicate protection and tiers. Any other string (a UUID, a user name)
-// is its own account, as it is to a backend keyed by strings.
+// integerUser returns the account a string user claim names to a
+// backend that keys its users by an integer (identity.jwt.user_claim_type
+// integer), read as that backend reads it: Django looks the user up with
+// Python's int(), which takes "01", "+1", " 1 ", "1_0" and digits of any
+// script ("١") as the numbers 1, 1, 1, 10 and 1. The account is that
+// integer in canonical decimal, as a JSON number claim's is. exgate's
+// reading is at least as coarse as Python's (it drops every underscore
+// and every Unicode space around the number, where Python is stricter),
+// so two spellings the backend reads as one user are never two accounts
+// to exgate's limits, duplicate protection and tiers. A string with no
+// integer in it (ok false) names no user of such a backend.
+func integerUser(s string) (string, bool) {
+	c := canonicalUser(s)
+	return c, isDecimal(c)
+}
+
+// isDecimal reports whether s is an integer in canonical decimal.
+func isDecimal(s string) bool {
+	d := strings.TrimPrefix(s, "-")
+	if d == "" || (d[0] == '0' && len(d) > 1) || (d == "0" && s != d) {
+		return false
+	}
+	for i := 0; i < len(d); i++ {
+		if d[i] < '0' || d[i] > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+// canonicalUser returns s in canonical decimal when Python's int() could
+// read it as an integer (integerUser), else s as it is.
 func canonicalUser(s string) string {
 	t := strings.TrimFunc(s, isPythonSpace)
 	neg := false

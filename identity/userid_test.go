@@ -74,6 +74,14 @@ func FuzzCanonicalUser(f *testing.F) {
 		if n, ok := pythonASCIIInt(s); ok && c != n {
 			t.Fatalf("canonicalUser(%q) = %q, Python reads %s", s, c, n)
 		}
+		if n, ok := integerUser(s); ok != isDecimal(c) || (ok && n != c) {
+			t.Fatalf("integerUser(%q) = %q, %v; canonical %q", s, n, ok, c)
+		}
+		if _, ok := pythonASCIIInt(s); ok {
+			if _, isInt := integerUser(s); !isInt {
+				t.Fatalf("integerUser(%q) refuses what Python reads as an integer", s)
+			}
+		}
 	})
 }
 

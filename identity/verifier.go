@@ -264,7 +264,15 @@ func (v *Verifier) verify(token string) (Identity, Reason, jwt.MapClaims) {
 	case nil:
 		return Identity{}, ReasonMissingClaim, claims
 	case string:
-		id.User = canonicalUser(u)
+		if v.cfg.UserClaimType != config.UserClaimInteger {
+			id.User = u
+			break
+		}
+		n, ok := integerUser(u)
+		if !ok {
+			return Identity{}, ReasonMalformed, claims // no integer key: the backend finds no such user
+		}
+		id.User = n
 	case json.Number:
 		n, err := strconv.ParseInt(string(u), 10, 64)
 		if err != nil {

@@ -110,7 +110,7 @@ func TestVerify(t *testing.T) {
 	}{
 		{"HS256", hs(nil), "", "42"},
 		{"HS256 string user", hs(jwt.MapClaims{"user_id": "alice"}), "", "alice"},
-		{"string user Django reads as the number 42", hs(jwt.MapClaims{"user_id": " +0042 "}), "", "42"},
+		{"string user, read as a string", hs(jwt.MapClaims{"user_id": " +0042 "}), "", " +0042 "},
 		{"RS256", sign(t, c, jwt.SigningMethodRS256, k.rsa, "rsa", nil), "", "42"},
 		{"PS256", sign(t, c, jwt.SigningMethodPS256, k.rsa, "rsa", nil), "", "42"},
 		{"ES256", sign(t, c, jwt.SigningMethodES256, k.ec, "ec", nil), "", "42"},
@@ -148,6 +148,26 @@ func TestVerify(t *testing.T) {
 			}
 		})
 	}
+	t.Run("integer user keys", func(t *testing.T) {
+		vi := newVerifier(t, c, func(j *config.JWT) { j.UserClaimType = config.UserClaimInteger; j.CacheSize = 0 })
+		for _, tt := range []struct {
+			user   any
+			want   string
+			reason Reason
+		}{
+			{42, "42", ""},
+			{"42", "42", ""},
+			{" +0042 ", "42", ""}, // Django's int() reads user 42
+			{"4_2", "42", ""},
+			{"alice", "", ReasonMalformed}, // no integer: no user of the backend
+			{"4.2", "", ReasonMalformed},
+		} {
+			id, reason := vi.Verify(hs(jwt.MapClaims{"user_id": tt.user}))
+			if id.User != tt.want || reason != tt.reason {
+				t.Errorf("user_id %#v: Verify = %+v, %q; want user %q, reason %q", tt.user, id, reason, tt.want, tt.reason)
+			}
+		}
+	})
 	t.Run("tier claim", func(t *testing.T) {
 		if id, _ := v.Verify(hs(jwt.MapClaims{"tier": "vip"})); id.Tier != "vip" {
 			t.Fatalf("tier %q", id.Tier)
