@@ -17,11 +17,15 @@ import (
 )
 
 // shutdownConfig is the configuration of TestShutdownBinary: listen and
-// admin addresses, backend, drain delay, shutdown timeout.
+// admin addresses, backend, drain delay, shutdown timeout. The route
+// timeout (20s) outlasts every shutdown timeout the tests set: a request
+// held at the backend is still running when the shutdown timeout ends,
+// however the two timers fall (with both at 10s, the route's 504 could
+// end the request just before the shutdown timeout, and exgate exit 0).
 const shutdownConfig = `
 listen: %q
 admin_listen: %q
-upstream: { url: %q }
+upstream: { url: %q, timeout: 20s }
 server: { drain_delay: %s, shutdown_timeout: %s }
 reload_interval: 0s
 routes:
