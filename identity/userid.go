@@ -17,27 +17,6 @@ import (
 // to exgate's limits, duplicate protection and tiers. A string with no
 // integer in it (ok false) names no user of such a backend.
 func integerUser(s string) (string, bool) {
-	c := canonicalUser(s)
-	return c, isDecimal(c)
-}
-
-// isDecimal reports whether s is an integer in canonical decimal.
-func isDecimal(s string) bool {
-	d := strings.TrimPrefix(s, "-")
-	if d == "" || (d[0] == '0' && len(d) > 1) || (d == "0" && s != d) {
-		return false
-	}
-	for i := 0; i < len(d); i++ {
-		if d[i] < '0' || d[i] > '9' {
-			return false
-		}
-	}
-	return true
-}
-
-// canonicalUser returns s in canonical decimal when Python's int() could
-// read it as an integer (integerUser), else s as it is.
-func canonicalUser(s string) string {
 	t := strings.TrimFunc(s, isPythonSpace)
 	neg := false
 	if t != "" && (t[0] == '+' || t[0] == '-') {
@@ -50,7 +29,7 @@ func canonicalUser(s string) string {
 		case r == '_':
 			continue
 		case !unicode.IsDigit(r):
-			return s
+			return "", false
 		}
 		digits = true
 		d := digitValue(r)
@@ -61,13 +40,13 @@ func canonicalUser(s string) string {
 	}
 	switch {
 	case !digits:
-		return s
+		return "", false
 	case b.Len() == 0:
-		return "0" // "-0", "000"
+		return "0", true // "-0", "000"
 	case neg:
-		return "-" + b.String()
+		return "-" + b.String(), true
 	}
-	return b.String()
+	return b.String(), true
 }
 
 // isPythonSpace reports whether Python's str.strip() (and so int())
