@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"net/http"
 	"strconv"
 
@@ -61,7 +62,8 @@ func (g *Gateway) checkBulk(st *requestState, r *http.Request, pl *requestPlan) 
 	if bulk.Cancel() {
 		target, st.bulkCancel = st.route.bulk.cancels, true
 	}
-	st.order.canonical = forwardEncoded(st, r, bulk.AppendCanonical(make([]byte, 0, len(body)+64)))
+	canonical := bulk.AppendCanonical(make([]byte, 0, len(body)+64))
+	st.order.canonical = forwardEncoded(st, r, bytes.NewReader(canonical), canonical)
 	claims := !bulk.Cancel() && g.bulkClaims(st, &bulk)
 	return g.limitWithClaim(st, r, pl, target, int64(bulk.Len()), claims, nil)
 }

@@ -1,31 +1,56 @@
 package proxy
 
 import (
+	"bytes"
 	"net/http"
 
 	"github.com/exgate/exgate/validate"
 )
 
-// forwardCanonical makes the request carry the canonical encoding of the
-// validated order o instead of the client's bytes, and returns it: the
-// backend then reads the order exgate checked, whatever its JSON parser
-// and charset handling (validate.Order.AppendCanonical). The client's
-// buffer goes back to the pool; the canonical body is a buffer of its own,
-// handed to the transport (forwardBody), which may still read it after the
-// gateway has answered. Content-Type becomes exactly application/json,
-// Content-Length the canonical length, and Content-Encoding and
-// Transfer-Encoding are dropped (the canonical body is neither), as are
-// the headers that describe the client's bytes (bodyDescribing).
-func forwardCanonical(st *requestState, r *http.Request, o *validate.Order) []byte {
-	return forwardEncoded(st, r, o.AppendCanonical(make([]byte, 0, max(r.ContentLength, 0)+64)))
+// canonicalInline is how many bytes of an order's canonical encoding a
+// canonicalBody holds in itself: with its reader, one allocation of 224
+// bytes (a size class of Go's allocator), room for a limit order with an
+// identifier.
+const canonicalInline = 224 - 40 // 40: the size of a bytes.Reader
+
+// canonicalBody is an order's canonical encoding and the reader the
+// transport reads it through, allocated together: one allocation where
+// the bytes and the reader took two. It is the transport's once
+// forwarded (forwardBody), never pooled.
+type canonicalBody struct {
+	rd  bytes.Reader
+	buf [canonicalInline]byte
 }
 
-// forwardEncoded makes body, a buffer of its own, the request's body in
-// place of the client's bytes (whose buffer goes back to the pool), with
-// the headers of a canonical JSON body, and returns it.
-func forwardEncoded(st *requestState, r *http.Request, body []byte) []byte {
+// forwardCanonical makes the request carry the canonical encoding of the
+// validated order o instead of the client's bytes (n of them), and
+// returns it: the backend then reads the order exgate checked, whatever
+// its JSON parser and charset handling (validate.Order.AppendCanonical).
+// The client's buffer goes back to the pool; the canonical body is a
+// buffer of its own, handed to the transport (forwardBody), which may
+// still read it after the gateway has answered. Content-Type becomes
+// exactly application/json, Content-Length the canonical length, and
+// Content-Encoding and Transfer-Encoding are dropped (the canonical body
+// is neither), as are the headers that describe the client's bytes
+// (bodyDescribing).
+func forwardCanonical(st *requestState, r *http.Request, o *validate.Order, n int) []byte {
+	if n > canonicalInline { // the canonical encoding is about as long as the client's
+		body := o.AppendCanonical(make([]byte, 0, n+64))
+		return forwardEncoded(st, r, bytes.NewReader(body), body)
+	}
+	cb := new(canonicalBody)
+	body := o.AppendCanonical(cb.buf[:0]) // a longer encoding than foreseen moves out of buf
+	cb.rd.Reset(body)
+	return forwardEncoded(st, r, &cb.rd, body)
+}
+
+// forwardEncoded makes body, a buffer of its own read through rd (a
+// reader of body from its start), the request's body in place of the
+// client's bytes (whose buffer goes back to the pool), with the headers
+// of a canonical JSON body, and returns it.
+func forwardEncoded(st *requestState, r *http.Request, rd *bytes.Reader, body []byte) []byte {
 	st.releaseBodyBuffers() // the client's bytes
-	forwardBody(r, body)
+	forwardReader(r, rd)
 	st.sentBody = body
 	h := r.Header
 	h["Content-Type"] = jsonContentType // shared; ReverseProxy copies the header

@@ -49,7 +49,7 @@ func (g *Gateway) checkOrder(st *requestState, r *http.Request, v *validate.Vali
 		return e
 	}
 	st.order.identifier = order.Identifier
-	st.order.canonical = forwardCanonical(st, r, &order)
+	st.order.canonical = forwardCanonical(st, r, &order, len(body))
 	return nil
 }
 

@@ -86,14 +86,19 @@ func dropExpect(out *http.Request) {
 // nil: a body that can be rewound would make the request replayable, and
 // an order is never sent twice.
 func forwardBody(r *http.Request, body []byte) {
-	r.Body = io.NopCloser(bytes.NewReader(body))
-	r.ContentLength = int64(len(body))
+	forwardReader(r, bytes.NewReader(body))
+}
+
+// forwardReader is forwardBody of the body rd reads, from its start.
+func forwardReader(r *http.Request, rd *bytes.Reader) {
+	r.Body = http.NoBody
+	if rd.Len() > 0 {
+		r.Body = io.NopCloser(rd)
+	}
+	r.ContentLength = int64(rd.Len())
 	r.TransferEncoding = nil
 	delete(r.Header, "Transfer-Encoding")
 	delete(r.Header, "Expect")
-	if len(body) == 0 {
-		r.Body = http.NoBody
-	}
 }
 
 // inMemoryBodyType is the type of the bodies exgate reads whole before
