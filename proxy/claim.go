@@ -66,9 +66,6 @@ type claimState struct {
 	by time.Time
 }
 
-// claimKey marks an outbound request whose response must be recorded.
-type claimKey struct{}
-
 // limitWithClaim decides rt's limits for a checked request of cost, with
 // the claim of its identifiers (claims: orderClaims or bulkClaims set
 // them) riding in their round trip when duplicate protection shares the
@@ -383,7 +380,7 @@ func (g *Gateway) settleFailed(st *requestState, err error) {
 // connection, which would leave the client with a bare EOF and no answer
 // at all.
 func (g *Gateway) recordResponse(res *http.Response) error {
-	st, _ := res.Request.Context().Value(claimKey{}).(*requestState)
+	st, _ := res.Request.Context().Value(stateKey{}).(*requestState)
 	if st == nil || st.claim.phase != claimHeld {
 		return nil
 	}

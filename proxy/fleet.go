@@ -40,12 +40,15 @@ const maxAttempts = 3
 type stateKey struct{}
 
 // stateContext is the context a request is forwarded with: its own,
-// carrying its requestState for fleetTransport. It is not pooled with the
-// state: net/http's Transport may still read a context's values after
-// the request ended (a dial it goes on with for its pool).
+// cancelled at the route's deadline (deadlineQueue), carrying its
+// requestState for fleetTransport and the order's response record. It is
+// not pooled with the state: net/http's Transport may still read a
+// context's values after the request ended (a dial it goes on with for
+// its pool).
 type stateContext struct {
-	context.Context
-	st *requestState
+	context.Context // cancelled with the cause context.DeadlineExceeded at deadline
+	st              *requestState
+	deadline        time.Time
 }
 
 // Value returns the request's state for stateKey.
@@ -54,6 +57,25 @@ func (c *stateContext) Value(k any) any {
 		return c.st
 	}
 	return c.Context.Value(k)
+}
+
+// Deadline returns the route's deadline, or the parent's when earlier.
+func (c *stateContext) Deadline() (time.Time, bool) {
+	if d, ok := c.Context.Deadline(); ok && d.Before(c.deadline) {
+		return d, true
+	}
+	return c.deadline, true
+}
+
+// Err returns context.DeadlineExceeded once the route's deadline has
+// cancelled the call, as a context of context.WithTimeout does: the
+// HTTP/2 transport and ReverseProxy report ctx.Err, not its cause.
+func (c *stateContext) Err() error {
+	err := c.Context.Err()
+	if err != nil && context.Cause(c.Context) == context.DeadlineExceeded {
+		return context.DeadlineExceeded
+	}
+	return err
 }
 
 // pickInstance chooses the instance st's request goes to and points r at

@@ -128,6 +128,7 @@ type Gateway struct {
 	budget       *share.Pool // bytes of order bodies read whole, shared by clients
 	draining     atomic.Bool
 	pool         sync.Pool // *requestState
+	deadlines    deadlineQueues
 	// tracer starts the requests' spans; nil when tracing is off
 	// (trace.go).
 	tracer     trace.Tracer
@@ -248,6 +249,7 @@ func (g *Gateway) newPlan(cfg *config.Config, rules *limiter.Rules, v *validate.
 		r.service = g.fleet.Service(r.Config.Service)
 		r.split, r.sticky = g.newSplit(r.Config)
 		r.metrics = g.metrics.Route(r.Name)
+		r.deadlines = g.deadlines.queue(r.Timeout)
 		if g.tracer != nil {
 			r.trace = newRouteTrace(r)
 		}
@@ -346,6 +348,7 @@ type upstreamCall struct {
 	upDur    time.Duration // how long the backend took to answer with headers, or to fail
 	upStatus int           // the backend's status, or 0
 	upErr    error
+	deadline deadlineEntry // its place in its route's deadline queue while under way
 	// inst is the backend instance the request is under way at, from its
 	// choice (admit, else forward) to end (fleet.go); moved, that the
 	// request moved to another instance (its round trip is not one

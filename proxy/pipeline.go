@@ -239,7 +239,7 @@ func (g *Gateway) setClientAddress(st *requestState, r *http.Request) *apierror.
 }
 
 // forward sends the request to the backend on its canonical path, within
-// the route's timeout. A claimed order goes through even if its client
+// the route's timeout (deadlineQueue). A claimed order goes through even if its client
 // hangs up, so that its outcome is recorded and a retry gets the replay.
 // A request with the client's own X-Request-ID goes with that id made
 // unique (upstreamID) while backend answers are checked by id.
@@ -250,7 +250,7 @@ func (g *Gateway) forward(st *requestState, r *http.Request) {
 	}
 	parent := r.Context()
 	if st.claim.phase == claimHeld {
-		parent = context.WithValue(context.WithoutCancel(parent), claimKey{}, st)
+		parent = context.WithoutCancel(parent)
 	}
 	if e := g.pickInstance(st, r); e != nil {
 		g.unavailable(st, r, e)
@@ -258,10 +258,14 @@ func (g *Gateway) forward(st *requestState, r *http.Request) {
 	}
 	st.bodyTaken = true // the reverse proxy's from here on
 	st.upStart = g.now()
-	ctx, cancel := context.WithTimeout(parent, st.route.Timeout)
-	defer cancel()
+	ctx, cancel := context.WithCancelCause(parent)
+	deadline := st.route.deadlines.join(&st.deadline, cancel)
+	defer func() {
+		st.deadline.leave()
+		cancel(nil)
+	}()
 	if st.span != nil {
 		g.startUpstreamSpan(st, r)
 	}
-	g.rp.ServeHTTP(&st.rw, r.WithContext(&stateContext{Context: ctx, st: st}))
+	g.rp.ServeHTTP(&st.rw, r.WithContext(&stateContext{Context: ctx, st: st, deadline: deadline}))
 }

@@ -30,6 +30,7 @@ type Route struct {
 	admission    *routeAdmission                    // class and in-flight cap under overload
 	evidence     bool                               // orders and cancels: the access log never samples them
 	trace        routeTrace                         // what its spans say of it, while tracing is on
+	deadlines    *timeoutQueues                     // cancel its backend calls at Timeout
 
 	method   string    // "" for any known method
 	segs     []segment // nil for the default route
