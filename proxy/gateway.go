@@ -129,6 +129,7 @@ type Gateway struct {
 	draining     atomic.Bool
 	pool         sync.Pool // *requestState
 	deadlines    deadlineQueues
+	lastHost     atomic.Pointer[[1]string] // the X-Forwarded-Host value last made (forwardedHost)
 	// tracer starts the requests' spans; nil when tracing is off
 	// (trace.go).
 	tracer     trace.Tracer
@@ -416,7 +417,7 @@ func (g *Gateway) rewrite(pr *httputil.ProxyRequest) {
 		}
 		out.Header["X-Forwarded-For"] = xff
 	}
-	out.Header["X-Forwarded-Host"] = []string{pr.In.Host}
+	out.Header["X-Forwarded-Host"] = g.forwardedHost(pr.In.Host)
 	proto := forwardedHTTP
 	if pr.In.TLS != nil {
 		proto = forwardedHTTPS
@@ -432,6 +433,18 @@ func (g *Gateway) rewrite(pr *httputil.ProxyRequest) {
 	out.Header["X-Forwarded-Proto"] = proto
 	// X-Real-Ip is the client address ServeHTTP derived, set on the
 	// inbound request and copied with its headers.
+}
+
+// forwardedHost returns the X-Forwarded-Host value of host: the one last
+// made, shared by the requests that name the same host (almost all do:
+// a gateway serves a few names), never modified; a new one for another.
+func (g *Gateway) forwardedHost(host string) []string {
+	if v := g.lastHost.Load(); v != nil && v[0] == host {
+		return v[:]
+	}
+	v := &[1]string{host}
+	g.lastHost.Store(v)
+	return v[:]
 }
 
 // Shared X-Forwarded-Proto values, never modified.
@@ -550,7 +563,7 @@ func (g *Gateway) finish(st *requestState, r *http.Request) {
 		st.rw.status = http.StatusOK // net/http's answer when nothing was written
 	}
 	g.end(st, r)
-	*st = requestState{}
+	*st = requestState{} // what ServeHTTP takes from the pool is zero
 	g.pool.Put(st)
 }
 

@@ -14,8 +14,8 @@ import (
 // reaches the backend.
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	g.metrics.IncInflight()
-	st := g.pool.Get().(*requestState)
-	*st = requestState{g: g, start: g.now(), clientCx: r.Context()}
+	st := g.pool.Get().(*requestState) // zero: finish clears it before putting it back
+	st.g, st.start, st.clientCx = g, g.now(), r.Context()
 	st.rw = respWriter{ResponseWriter: w, st: st}
 	defer g.finish(st, r)
 	if g.tracer != nil {
