@@ -77,21 +77,25 @@ func appendDec(dst []byte, d *dec) []byte {
 
 // appendJSONString appends s as a JSON string. Validated strings are
 // printable ASCII without '"' or '\' (symbols, types, sides, identifiers
-// of the configured characters); quotes, backslashes and control
-// characters are escaped all the same.
+// of the configured characters), appended in one copy; quotes,
+// backslashes and control characters are escaped all the same.
 func appendJSONString(dst []byte, s string) []byte {
 	const hex = "0123456789abcdef"
 	dst = append(dst, '"')
+	plain := 0 // s[plain:i] needs no escape
 	for i := 0; i < len(s); i++ {
 		c := s[i]
-		switch {
-		case c == '"' || c == '\\':
+		if c >= 0x20 && c != '"' && c != '\\' && c != 0x7f {
+			continue
+		}
+		dst = append(dst, s[plain:i]...)
+		plain = i + 1
+		if c == '"' || c == '\\' {
 			dst = append(dst, '\\', c)
-		case c < 0x20 || c == 0x7f:
+		} else {
 			dst = append(dst, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
-		default:
-			dst = append(dst, c)
 		}
 	}
+	dst = append(dst, s[plain:]...)
 	return append(dst, '"')
 }

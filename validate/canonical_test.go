@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 func TestAppendCanonical(t *testing.T) {
@@ -174,4 +175,38 @@ func TestCorpusFile(t *testing.T) {
 	if err != nil || !bytes.Equal(have, buf.Bytes()) {
 		t.Fatalf("%s is out of date with edgeCases (%v): go test ./validate -run TestCorpusFile -update", path, err)
 	}
+}
+
+// FuzzAppendJSONString checks that appendJSONString writes a JSON string
+// that encoding/json reads back as the string given, with no byte below
+// 0x20, nor 0x7f, left unescaped; its table gives the exact escapes.
+func FuzzAppendJSONString(f *testing.F) {
+	for _, tt := range []struct{ in, want string }{
+		{"BTC_USDT", `"BTC_USDT"`},
+		{"", `""`},
+		{`a"b\c`, `"a\"b\\c"`},
+		{"\x00tab\there\x1f\x7f", `"\u0000tab\u0009here\u001f\u007f"`},
+		{"é", `"é"`},
+		{`"`, `"\""`},
+	} {
+		if got := string(appendJSONString([]byte("x"), tt.in)); got != "x"+tt.want {
+			f.Errorf("appendJSONString(%q) = %s, want %s", tt.in, got[1:], tt.want)
+		}
+		f.Add(tt.in)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		out := appendJSONString(nil, s)
+		for _, c := range out {
+			if c < 0x20 || c == 0x7f {
+				t.Fatalf("appendJSONString(%q) = %q: byte %#x unescaped", s, out, c)
+			}
+		}
+		if !utf8.ValidString(s) {
+			return // encoding/json reads invalid UTF-8 as U+FFFD
+		}
+		var back string
+		if err := json.Unmarshal(out, &back); err != nil || back != s {
+			t.Fatalf("appendJSONString(%q) = %s, read back as %q (%v)", s, out, back, err)
+		}
+	})
 }
