@@ -24,8 +24,12 @@ type deadlineQueue struct {
 	mu         sync.Mutex
 	head, tail *deadlineEntry
 	timer      *time.Timer
-	armedAt    time.Time // the deadline the timer is armed for; zero when it is not
+	armedAt    time.Duration // the deadline the timer is armed for; zero when it is not
 }
+
+// deadlineEpoch is what deadlines count from: time.Since reads only the
+// monotonic clock, half of what time.Now reads.
+var deadlineEpoch = time.Now()
 
 // deadlineEntry is a call's place in a deadlineQueue. It lives in the
 // request's pooled state; the queue touches it only while it is queued,
@@ -33,7 +37,7 @@ type deadlineQueue struct {
 type deadlineEntry struct {
 	q          *deadlineQueue // the queue it joined
 	prev, next *deadlineEntry
-	at         time.Time
+	at         time.Duration // its deadline, as monotonic time since deadlineEpoch
 	cancel     context.CancelCauseFunc
 	queued     bool
 }
@@ -41,21 +45,21 @@ type deadlineEntry struct {
 // join queues e, whose call is cancelled with cancel once q's timeout has
 // passed from now, and returns its deadline.
 func (q *deadlineQueue) join(e *deadlineEntry, cancel context.CancelCauseFunc) time.Time {
-	at := time.Now().Add(q.d)
+	at := time.Since(deadlineEpoch) + q.d
 	q.mu.Lock()
 	e.q, e.at, e.cancel, e.queued = q, at, cancel, true
 	// After the last call whose deadline is not later: almost always the
 	// tail, since calls join as their deadlines come.
 	p := q.tail
-	for p != nil && p.at.After(at) {
+	for p != nil && p.at > at {
 		p = p.prev
 	}
 	q.insertAfter(p, e)
-	if q.armedAt.IsZero() || at.Before(q.armedAt) {
-		q.arm(at)
+	if q.armedAt == 0 || at < q.armedAt {
+		q.arm(at, at-q.d)
 	}
 	q.mu.Unlock()
-	return at
+	return deadlineEpoch.Add(at)
 }
 
 // leave takes e out of the queue it joined, if the timer has not
@@ -73,17 +77,17 @@ func (e *deadlineEntry) leave() {
 // fire cancels the calls whose deadline has passed, outside the lock, and
 // arms the timer for the next deadline.
 func (q *deadlineQueue) fire() {
-	now := time.Now()
+	now := time.Since(deadlineEpoch)
 	var due []context.CancelCauseFunc
 	q.mu.Lock()
-	for e := q.head; e != nil && !e.at.After(now); e = q.head {
+	for e := q.head; e != nil && e.at <= now; e = q.head {
 		due = append(due, e.cancel)
 		q.unlink(e)
 		e.cancel = nil
 	}
-	q.armedAt = time.Time{}
+	q.armedAt = 0
 	if q.head != nil {
-		q.arm(q.head.at)
+		q.arm(q.head.at, now)
 	}
 	q.mu.Unlock()
 	for _, cancel := range due {
@@ -91,14 +95,14 @@ func (q *deadlineQueue) fire() {
 	}
 }
 
-// arm sets the timer to fire at at. q.mu is held.
-func (q *deadlineQueue) arm(at time.Time) {
+// arm sets the timer to fire at at, now being now. q.mu is held.
+func (q *deadlineQueue) arm(at, now time.Duration) {
 	q.armedAt = at
 	if q.timer == nil {
-		q.timer = time.AfterFunc(time.Until(at), q.fire)
+		q.timer = time.AfterFunc(at-now, q.fire)
 		return
 	}
-	q.timer.Reset(time.Until(at))
+	q.timer.Reset(at - now)
 }
 
 // insertAfter puts e after p, or first when p is nil. q.mu is held.

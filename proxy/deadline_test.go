@@ -73,9 +73,9 @@ func TestDeadlineQueueOrder(t *testing.T) {
 	// Move the second to the end, as if its deadline were the latest.
 	entries[1].leave()
 	q.mu.Lock()
-	entries[1].at, entries[1].queued = q.tail.at.Add(time.Nanosecond), true
+	entries[1].at, entries[1].queued = q.tail.at+1, true
 	p := q.tail
-	for p != nil && p.at.After(entries[1].at) {
+	for p != nil && p.at > entries[1].at {
 		p = p.prev
 	}
 	q.insertAfter(p, &entries[1])
@@ -86,7 +86,7 @@ func TestDeadlineQueueOrder(t *testing.T) {
 		if i >= len(want) || e != want[i] {
 			t.Fatalf("entry %d is not the expected one", i)
 		}
-		if e.next != nil && e.next.at.Before(e.at) {
+		if e.next != nil && e.next.at < e.at {
 			t.Fatalf("entry %d's deadline is after the next one's", i)
 		}
 		i++
