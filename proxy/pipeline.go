@@ -135,8 +135,8 @@ func closeAfterAnswer(h http.Header, r *http.Request) {
 // refuse.
 func (g *Gateway) assignRequestID(st *requestState, r *http.Request) *apierror.Error {
 	pl := st.plan
-	if id := r.Header.Get("X-Request-Id"); validRequestID(id) {
-		st.id, st.clientID = id, true
+	if ids := r.Header["X-Request-Id"]; len(ids) > 0 && validRequestID(ids[0]) {
+		st.id, st.clientID = ids[0], true
 	} else {
 		st.id = g.ids.next()
 		r.Header["X-Request-Id"] = []string{st.id}
