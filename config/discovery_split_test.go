@@ -1,7 +1,6 @@
 package config
 
 import (
-	"errors"
 	"slices"
 	"testing"
 	"time"
@@ -10,12 +9,7 @@ import (
 // TestDiscoveryAndSplitConfig: a service's dns block and a route's split,
 // as decoded and as refused, each problem at its YAML path.
 func TestDiscoveryAndSplitConfig(t *testing.T) {
-	for _, tt := range []struct {
-		name  string
-		yaml  string
-		paths []string // YAML paths of the problems; nil means valid
-		check func(t *testing.T, c *Config)
-	}{
+	runParseCases(t, []parseCase{
 		{name: "dns for the default service and SRV for another",
 			yaml: "upstream:\n  dns: {name: orders.test, port: 8000}\n  services:\n    mkt:\n      dns: {srv: _http._tcp.mkt.test, scheme: https, interval: 1s, resolver: '10.0.0.10:53'}\n",
 			check: func(t *testing.T, c *Config) {
@@ -51,27 +45,5 @@ func TestDiscoveryAndSplitConfig(t *testing.T) {
 			paths: []string{"routes[0].service", "routes[0].sticky", "routes[0].split[1].service",
 				"routes[1].split[1].service", "routes[1].split[1].weight", "routes[1].split",
 				"routes[2].split", "routes[3].sticky"}},
-	} {
-		t.Run(tt.name, func(t *testing.T) {
-			c, err := Parse("exgate.yaml", []byte(tt.yaml), func(string) (string, bool) { return "", false })
-			var got []string
-			var es Errors
-			if errors.As(err, &es) {
-				for _, e := range es {
-					got = append(got, e.Path)
-				}
-			} else if err != nil {
-				t.Fatal(err)
-			}
-			slices.Sort(got)
-			want := slices.Clone(tt.paths)
-			slices.Sort(want)
-			if !slices.Equal(got, want) {
-				t.Fatalf("problems at %q, want %q (%v)", got, want, err)
-			}
-			if tt.check != nil {
-				tt.check(t, c)
-			}
-		})
-	}
+	})
 }

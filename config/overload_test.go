@@ -1,19 +1,13 @@
 package config
 
 import (
-	"errors"
 	"slices"
 	"testing"
 	"time"
 )
 
 func TestOverloadConfig(t *testing.T) {
-	tests := []struct {
-		name  string
-		yaml  string
-		paths []string // YAML paths of the problems; nil means valid
-		check func(t *testing.T, c *Config)
-	}{
+	tests := []parseCase{
 		{name: "defaults", yaml: "{}\n",
 			check: func(t *testing.T, c *Config) {
 				if !c.Overload.Enabled || c.Overload.MaxWait.Cancel != time.Second || c.Route("cancel_order").Priority != PriorityCancel ||
@@ -49,32 +43,5 @@ func TestOverloadConfig(t *testing.T) {
 				"overload.shed_delay", "overload.max_wait.cancel", "overload.max_wait.market_data", "routes[0].priority", "routes[0].max_in_flight"}},
 		{name: "unknown key", yaml: "overload: {limit: 5}\n", paths: []string{"overload.limit"}},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			c, err := Parse("test.yaml", []byte(tt.yaml), nil)
-			if tt.paths == nil {
-				if err != nil {
-					t.Fatal(err)
-				}
-				tt.check(t, c)
-				return
-			}
-			var errs Errors
-			if !errors.As(err, &errs) {
-				t.Fatalf("err = %v, want Errors", err)
-			}
-			var got []string
-			for _, e := range errs {
-				got = append(got, e.Path)
-			}
-			for _, p := range tt.paths {
-				if !slices.Contains(got, p) {
-					t.Errorf("no problem at %s; got %v", p, err)
-				}
-			}
-			if len(got) != len(tt.paths) {
-				t.Errorf("problems at %q, want exactly %q", got, tt.paths)
-			}
-		})
-	}
+	runParseCases(t, tests)
 }

@@ -1,7 +1,6 @@
 package config
 
 import (
-	"errors"
 	"slices"
 	"testing"
 )
@@ -10,13 +9,7 @@ func TestUpstreamServicesConfig(t *testing.T) {
 	env := func(vars map[string]string) func(string) (string, bool) {
 		return func(k string) (string, bool) { v, ok := vars[k]; return v, ok }
 	}
-	tests := []struct {
-		name   string
-		yaml   string
-		getenv func(string) (string, bool)
-		paths  []string // YAML paths of the problems; nil means valid
-		check  func(t *testing.T, c *Config)
-	}{
+	tests := []parseCase{
 		{name: "upstream.url is the default service's one instance", yaml: "upstream: {url: 'http://b:9000/base'}\n",
 			check: func(t *testing.T, c *Config) {
 				s, ok := c.Upstream.Service("")
@@ -61,32 +54,5 @@ func TestUpstreamServicesConfig(t *testing.T) {
 		{name: "unknown key in a service", yaml: "upstream: {services: {md: {urls: ['http://m:1'], url: 'http://m:1'}}}\n",
 			paths: []string{"upstream.services.md.url"}},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			c, err := Parse("test.yaml", []byte(tt.yaml), tt.getenv)
-			if tt.paths == nil {
-				if err != nil {
-					t.Fatal(err)
-				}
-				tt.check(t, c)
-				return
-			}
-			var errs Errors
-			if !errors.As(err, &errs) {
-				t.Fatalf("err = %v, want Errors", err)
-			}
-			var got []string
-			for _, e := range errs {
-				got = append(got, e.Path)
-			}
-			for _, p := range tt.paths {
-				if !slices.Contains(got, p) {
-					t.Errorf("no problem at %s; got %v", p, err)
-				}
-			}
-			if len(got) != len(tt.paths) {
-				t.Errorf("problems at %q, want exactly %q", got, tt.paths)
-			}
-		})
-	}
+	runParseCases(t, tests)
 }
