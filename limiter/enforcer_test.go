@@ -16,34 +16,18 @@ import (
 	"unsafe"
 
 	"github.com/exgate/exgate/config"
+	"github.com/exgate/exgate/internal/fakeclock"
 	"github.com/exgate/exgate/internal/redistest"
 	"github.com/exgate/exgate/ratelimit"
 )
 
 var testSecret = []byte("0123456789abcdef0123456789abcdef")
 
-// fakeClock is a settable clock.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func newFakeClock() *fakeClock { return &fakeClock{t: time.Unix(1_800_000_000, 0)} }
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
+// newFakeClock returns a clock standing still until a test advances it.
+func newFakeClock() *fakeclock.Clock { return fakeclock.New(time.Unix(1_800_000_000, 0)) }
 
 // newTestEnforcer returns an Enforcer on a memory store with a fake clock.
-func newTestEnforcer(t *testing.T, store ratelimit.Store, clock *fakeClock) *Enforcer {
+func newTestEnforcer(t *testing.T, store ratelimit.Store, clock *fakeclock.Clock) *Enforcer {
 	t.Helper()
 	k, err := NewKeyer(testSecret)
 	if err != nil {
@@ -806,13 +790,13 @@ routes:
       - { name: watch, key: address, rate: 1/1h, shadow: true }
 `)
 	rr := Compile(cfg, nil).Route("r")
-	stores := map[string]func(t *testing.T, clock *fakeClock) ratelimit.Store{
-		"memory": func(t *testing.T, clock *fakeClock) ratelimit.Store {
+	stores := map[string]func(t *testing.T, clock *fakeclock.Clock) ratelimit.Store{
+		"memory": func(t *testing.T, clock *fakeclock.Clock) ratelimit.Store {
 			return ratelimit.NewDenyCache(ratelimit.NewMemory(ratelimit.MemoryOptions{Now: clock.Now}), 100, clock.Now)
 		},
 	}
 	if !testing.Short() {
-		stores["redis"] = func(t *testing.T, _ *fakeClock) ratelimit.Store {
+		stores["redis"] = func(t *testing.T, _ *fakeclock.Clock) ratelimit.Store {
 			srv := redistest.Start(t)
 			rl := ratelimit.NewRedis(srv.Client(), ratelimit.RedisOptions{Timeout: time.Second})
 			t.Cleanup(func() { _ = rl.Close() })

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/exgate/exgate/config"
+	"github.com/exgate/exgate/internal/fakeclock"
 	"github.com/exgate/exgate/internal/redistest"
 	"github.com/exgate/exgate/ratelimit"
 )
@@ -141,9 +142,9 @@ routes:
 	rr := Compile(cfg, nil).Route("r")
 	stores := []struct {
 		name  string
-		store func(clock *fakeClock) ratelimit.Store
+		store func(clock *fakeclock.Clock) ratelimit.Store
 	}{
-		{"memory", func(clock *fakeClock) ratelimit.Store {
+		{"memory", func(clock *fakeclock.Clock) ratelimit.Store {
 			return ratelimit.NewDenyCache(ratelimit.NewMemory(ratelimit.MemoryOptions{Now: clock.Now}), 100, clock.Now)
 		}},
 	}
@@ -153,8 +154,8 @@ routes:
 		t.Cleanup(func() { _ = rl.Close() })
 		stores = append(stores, struct {
 			name  string
-			store func(clock *fakeClock) ratelimit.Store
-		}{"redis", func(*fakeClock) ratelimit.Store { return ratelimit.NewDenyCache(rl, 100, nil) }})
+			store func(clock *fakeclock.Clock) ratelimit.Store
+		}{"redis", func(*fakeclock.Clock) ratelimit.Store { return ratelimit.NewDenyCache(rl, 100, nil) }})
 	}
 	for _, st := range stores {
 		for i, tc := range headerCases {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/exgate/exgate/internal/fakeclock"
 	"github.com/exgate/exgate/internal/redistest"
 	"github.com/redis/go-redis/v9"
 )
@@ -256,7 +257,7 @@ func TestLeaseRenewalFailure(t *testing.T) {
 	// The deadline is far beyond a loaded machine's stalls while Redis
 	// answers (the renewal waits it out, Redis frozen); the backoff
 	// ends when the test moves the clock, however long it took to look.
-	clock := &fakeClock{t: time.Now()}
+	clock := fakeclock.New(time.Now())
 	r := NewRedis(client, RedisOptions{Timeout: 2 * time.Second, Backoff: time.Second, Now: clock.Now,
 		Observe: func(_ time.Duration, _ int, err error) {
 			if err != nil {

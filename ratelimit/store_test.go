@@ -9,28 +9,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/exgate/exgate/internal/fakeclock"
 	"github.com/exgate/exgate/internal/redistest"
 )
 
-// fakeClock is a settable clock for the memory limiter.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func newFakeClock() *fakeClock { return &fakeClock{t: time.Unix(1_800_000_000, 0)} }
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
+// newFakeClock returns a clock standing still until a test advances it.
+func newFakeClock() *fakeclock.Clock { return fakeclock.New(time.Unix(1_800_000_000, 0)) }
 
 // impl is one Store under the shared table: how to decide a request of
 // cost n, and how to let time pass (a fake clock for the memory limiter,
