@@ -27,16 +27,16 @@ func TestMemoryRetention(t *testing.T) {
 	s := NewMemory(testOptions(c))
 	cl := mustClaim(t, s, k("done"), fpA, Claimed)
 	must(t, s.Complete(context.Background(), cl, Record{Status: 201}))
-	c.advance(time.Hour)
+	c.Advance(time.Hour)
 	mustClaim(t, s, k("unknown"), fpA, Claimed)
-	c.advance(retention - time.Hour - time.Second)
+	c.Advance(retention - time.Hour - time.Second)
 	mustClaim(t, s, k("done"), fpA, Replay)
-	c.advance(time.Second)
+	c.Advance(time.Second)
 	mustClaim(t, s, k("done"), fpA, Claimed) // retention is over: the identifier is free again
 	if s.Len() != 2 {
 		t.Errorf("Len = %d, want 2", s.Len())
 	}
-	c.advance(retention)
+	c.Advance(retention)
 	mustClaim(t, s, k("other"), fpA, Claimed)
 	if s.Len() != 1 {
 		t.Errorf("Len after everything expired = %d, want 1 (expired entries are dropped)", s.Len())
@@ -55,7 +55,7 @@ func TestMemoryBounds(t *testing.T) {
 		t.Fatalf("fourth entry: %v, want ErrFull", err)
 	}
 	mustClaim(t, s, k("0"), fpA, InProgress) // existing keys still answer
-	c.advance(retention)
+	c.Advance(retention)
 	mustClaim(t, s, k("3"), fpA, Claimed) // expired entries make room
 
 	// Byte bound: responses that do not fit are recorded as unknown.

@@ -99,12 +99,12 @@ func TestRedisKeyLayout(t *testing.T) {
 		t.Errorf("PTTL after claim = %dms, want within the retention", ms)
 	}
 	v, _ := srv.Do("GET", full)
-	want := "p" + string(fpA[:16]) + cl.id + strconv.FormatInt(c.now().Add(inFlight).UnixMilli(), 10)
+	want := "p" + string(fpA[:16]) + cl.id + strconv.FormatInt(c.Now().Add(inFlight).UnixMilli(), 10)
 	if v != want || len(want) > 44 { // 44: the longest string Redis keeps embedded in its object
 		t.Errorf("in-flight entry %q, want %q", v, want)
 	}
 	slots, _ := srv.Do("HGETALL", share)
-	slot := c.now().UnixMilli() / (retention / 24).Milliseconds()
+	slot := c.Now().UnixMilli() / (retention / 24).Milliseconds()
 	if fmt.Sprint(slots) != fmt.Sprintf("map[b%d:%d n%d:1]", slot, RedisBytes(len(full), len(v.(string))), slot) {
 		t.Errorf("share counter %v", slots)
 	}

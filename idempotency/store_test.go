@@ -8,27 +8,13 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/exgate/exgate/internal/fakeclock"
 )
 
-// clock is a settable clock, shared by the replicas of a test.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func newClock() *clock { return &clock{t: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)} }
-
-func (c *clock) now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) advance(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
+// newClock returns a clock a test moves by hand, shared by the replicas
+// of a test.
+func newClock() *fakeclock.Clock { return fakeclock.New(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)) }
 
 // harness builds stores of one implementation. replicas returns n stores
 // sharing one state, as n exgate replicas would (for the memory store,
@@ -50,8 +36,8 @@ const (
 	retention = 24 * time.Hour
 )
 
-func testOptions(c *clock) Options {
-	return Options{InFlightTimeout: inFlight, Retention: retention, MaxResponseBytes: 1024, Timeout: 2 * time.Second, Now: c.now}
+func testOptions(c *fakeclock.Clock) Options {
+	return Options{InFlightTimeout: inFlight, Retention: retention, MaxResponseBytes: 1024, Timeout: 2 * time.Second, Now: c.Now}
 }
 
 // k is identifier id of the account most tests use.
@@ -82,17 +68,17 @@ func must(t *testing.T, err error) {
 // storeCases is the one table every Store passes.
 var storeCases = []struct {
 	name string
-	run  func(t *testing.T, h harness, c *clock)
+	run  func(t *testing.T, h harness, c *fakeclock.Clock)
 }{
-	{"first claims, same body waits, other body conflicts", func(t *testing.T, h harness, c *clock) {
+	{"first claims, same body waits, other body conflicts", func(t *testing.T, h harness, c *fakeclock.Clock) {
 		s := h.store(t, testOptions(c))
 		mustClaim(t, s, k("k"), fpA, Claimed)
 		mustClaim(t, s, k("k"), fpA, InProgress)
 		mustClaim(t, s, k("k"), fpB, Conflict)
-		c.advance(inFlight - time.Millisecond)
+		c.Advance(inFlight - time.Millisecond)
 		mustClaim(t, s, k("k"), fpA, InProgress)
 	}},
-	{"completed request replays its response", func(t *testing.T, h harness, c *clock) {
+	{"completed request replays its response", func(t *testing.T, h harness, c *fakeclock.Clock) {
 		s := h.store(t, testOptions(c))
 		cl := mustClaim(t, s, k("k"), fpA, Claimed)
 		body := []byte("{\"id\":1}\x00\xff binary-safe")
@@ -105,10 +91,10 @@ var storeCases = []struct {
 			r.Body[0] = 'X' // the caller's copy
 		}
 		mustClaim(t, s, k("k"), fpB, Conflict)
-		c.advance(inFlight * 2)
+		c.Advance(inFlight * 2)
 		mustClaim(t, s, k("k"), fpA, Replay)
 	}},
-	{"error responses replay too", func(t *testing.T, h harness, c *clock) {
+	{"error responses replay too", func(t *testing.T, h harness, c *fakeclock.Clock) {
 		s := h.store(t, testOptions(c))
 		for i, rec := range []Record{{Status: 500}, {Status: 400, ContentType: "application/json", Body: []byte(`{"price":["bad"]}`)}, {Status: 503, Body: []byte{}}} {
 			key := k(string(rune('a' + i)))
@@ -120,7 +106,7 @@ var storeCases = []struct {
 			}
 		}
 	}},
-	{"release frees the identifier", func(t *testing.T, h harness, c *clock) {
+	{"release frees the identifier", func(t *testing.T, h harness, c *fakeclock.Clock) {
 		s := h.store(t, testOptions(c))
 		first := mustClaim(t, s, k("k"), fpA, Claimed)
 		must(t, s.Release(context.Background(), first))
@@ -132,19 +118,19 @@ var storeCases = []struct {
 		must(t, s.Complete(context.Background(), second, Record{Status: 201}))
 		mustClaim(t, s, k("k"), fpB, Replay)
 	}},
-	{"unknown outcome blocks repeats", func(t *testing.T, h harness, c *clock) {
+	{"unknown outcome blocks repeats", func(t *testing.T, h harness, c *fakeclock.Clock) {
 		s := h.store(t, testOptions(c))
 		cl := mustClaim(t, s, k("k"), fpA, Claimed)
 		must(t, s.MarkUnknown(context.Background(), cl))
 		mustClaim(t, s, k("k"), fpA, Unknown)
 		mustClaim(t, s, k("k"), fpB, Conflict)
-		c.advance(retention - time.Minute)
+		c.Advance(retention - time.Minute)
 		mustClaim(t, s, k("k"), fpA, Unknown)
 	}},
-	{"expired in-flight claim is unknown, not free", func(t *testing.T, h harness, c *clock) {
+	{"expired in-flight claim is unknown, not free", func(t *testing.T, h harness, c *fakeclock.Clock) {
 		s := h.store(t, testOptions(c))
 		cl := mustClaim(t, s, k("k"), fpA, Claimed)
-		c.advance(inFlight)
+		c.Advance(inFlight)
 		mustClaim(t, s, k("k"), fpA, Unknown)
 		mustClaim(t, s, k("k"), fpB, Conflict)
 		mustClaim(t, s, k("k"), fpA, Unknown)
@@ -154,21 +140,21 @@ var storeCases = []struct {
 			t.Errorf("replayed %q", r.Body)
 		}
 	}},
-	{"expired in-flight claim unseen by anyone is unknown", func(t *testing.T, h harness, c *clock) {
+	{"expired in-flight claim unseen by anyone is unknown", func(t *testing.T, h harness, c *fakeclock.Clock) {
 		s := h.store(t, testOptions(c))
 		mustClaim(t, s, k("k"), fpA, Claimed)
-		c.advance(time.Hour)
+		c.Advance(time.Hour)
 		mustClaim(t, s, k("k"), fpA, Unknown)
 	}},
-	{"holder may release after expiry", func(t *testing.T, h harness, c *clock) {
+	{"holder may release after expiry", func(t *testing.T, h harness, c *fakeclock.Clock) {
 		s := h.store(t, testOptions(c))
 		cl := mustClaim(t, s, k("k"), fpA, Claimed)
-		c.advance(inFlight + time.Second)
+		c.Advance(inFlight + time.Second)
 		mustClaim(t, s, k("k"), fpA, Unknown)
 		must(t, s.Release(context.Background(), cl))
 		mustClaim(t, s, k("k"), fpA, Claimed)
 	}},
-	{"a claim finishes once", func(t *testing.T, h harness, c *clock) {
+	{"a claim finishes once", func(t *testing.T, h harness, c *fakeclock.Clock) {
 		s := h.store(t, testOptions(c))
 		cl := mustClaim(t, s, k("k"), fpA, Claimed)
 		must(t, s.Complete(context.Background(), cl, Record{Status: 201}))
@@ -185,7 +171,7 @@ var storeCases = []struct {
 			t.Errorf("the first response was overwritten: %+v", r)
 		}
 	}},
-	{"only a Claimed claim can finish", func(t *testing.T, h harness, c *clock) {
+	{"only a Claimed claim can finish", func(t *testing.T, h harness, c *fakeclock.Clock) {
 		s := h.store(t, testOptions(c))
 		mustClaim(t, s, k("k"), fpA, Claimed)
 		waiting := mustClaim(t, s, k("k"), fpA, InProgress)
@@ -199,7 +185,7 @@ var storeCases = []struct {
 		}
 		mustClaim(t, s, k("k"), fpA, InProgress)
 	}},
-	{"another replica's claim cannot be finished", func(t *testing.T, h harness, c *clock) {
+	{"another replica's claim cannot be finished", func(t *testing.T, h harness, c *fakeclock.Clock) {
 		rs := h.replicas(t, 2, testOptions(c))
 		mine := mustClaim(t, rs[0], k("k"), fpA, Claimed)
 		must(t, rs[0].Release(context.Background(), mine))
@@ -211,7 +197,7 @@ var storeCases = []struct {
 		must(t, rs[1].Complete(context.Background(), theirs, Record{Status: 201}))
 		mustClaim(t, rs[0], k("k"), fpA, Replay)
 	}},
-	{"responses over the cap are not kept", func(t *testing.T, h harness, c *clock) {
+	{"responses over the cap are not kept", func(t *testing.T, h harness, c *fakeclock.Clock) {
 		s := h.store(t, testOptions(c))
 		big := mustClaim(t, s, k("big"), fpA, Claimed)
 		must(t, s.Complete(context.Background(), big, Record{Status: 201, Body: bytes.Repeat([]byte("x"), 1025)}))
@@ -222,7 +208,7 @@ var storeCases = []struct {
 			t.Errorf("replayed %d bytes", len(r.Body))
 		}
 	}},
-	{"keys are per token and identifier", func(t *testing.T, h harness, c *clock) {
+	{"keys are per token and identifier", func(t *testing.T, h harness, c *fakeclock.Clock) {
 		s := h.store(t, testOptions(c))
 		mustClaim(t, s, Key{"tok1", "a"}, fpA, Claimed)
 		mustClaim(t, s, Key{"tok2", "a"}, fpA, Claimed)
@@ -232,7 +218,7 @@ var storeCases = []struct {
 		mustClaim(t, s, Key{"tok1", "}a"}, fpA, Claimed)
 		mustClaim(t, s, Key{"tok1", "a"}, fpA, InProgress)
 	}},
-	{"100 concurrent identical requests across replicas claim once", func(t *testing.T, h harness, c *clock) {
+	{"100 concurrent identical requests across replicas claim once", func(t *testing.T, h harness, c *fakeclock.Clock) {
 		rs := h.replicas(t, 4, testOptions(c))
 		var wg sync.WaitGroup
 		var mu sync.Mutex
@@ -267,7 +253,7 @@ var storeCases = []struct {
 			mustClaim(t, r, Key{"tok", "same"}, fpA, Replay)
 		}
 	}},
-	{"an account past its share is refused, others are not", func(t *testing.T, h harness, c *clock) {
+	{"an account past its share is refused, others are not", func(t *testing.T, h harness, c *fakeclock.Clock) {
 		o := testOptions(c)
 		o.MaxPerAccount = 3
 		rs := h.replicas(t, 2, o)
@@ -299,7 +285,7 @@ var storeCases = []struct {
 			t.Fatalf("claim past the share after one release: %v", err)
 		}
 	}},
-	{"released claims never use up the share", func(t *testing.T, h harness, c *clock) {
+	{"released claims never use up the share", func(t *testing.T, h harness, c *fakeclock.Clock) {
 		o := testOptions(c)
 		o.MaxPerAccount = 2
 		s := h.store(t, o)
@@ -310,7 +296,7 @@ var storeCases = []struct {
 		mustClaim(t, s, Key{"refused", "a"}, fpA, Claimed)
 		mustClaim(t, s, Key{"refused", "b"}, fpA, Claimed)
 	}},
-	{"a bulk claims its identifiers together and replays its one response", func(t *testing.T, h harness, c *clock) {
+	{"a bulk claims its identifiers together and replays its one response", func(t *testing.T, h harness, c *fakeclock.Clock) {
 		s := h.store(t, testOptions(c))
 		ids := []string{"b1", "b2", "b3"}
 		cl := mustClaimAll(t, s, "acct", ids, fpA, Claimed)
@@ -330,7 +316,7 @@ var storeCases = []struct {
 		mustClaimAll(t, s, "acct", ids[1:], fpA, Conflict) // not the same request
 		mustClaimAll(t, s, "acct", []string{"b1", "b2"}, fpB, Conflict)
 	}},
-	{"a bulk meeting a used identifier is refused whole, naming it", func(t *testing.T, h harness, c *clock) {
+	{"a bulk meeting a used identifier is refused whole, naming it", func(t *testing.T, h harness, c *fakeclock.Clock) {
 		s := h.store(t, testOptions(c))
 		mustClaim(t, s, k("x"), fpB, Claimed)
 		mustClaimAll(t, s, "acct", []string{"p", "q"}, fpB, Claimed)
@@ -352,7 +338,7 @@ var storeCases = []struct {
 		mustClaim(t, s, k("w"), fpA, Claimed)
 		mustClaim(t, s, k("y"), fpA, Claimed)
 	}},
-	{"a bulk settles as one: released, unknown", func(t *testing.T, h harness, c *clock) {
+	{"a bulk settles as one: released, unknown", func(t *testing.T, h harness, c *fakeclock.Clock) {
 		s := h.store(t, testOptions(c))
 		cl := mustClaimAll(t, s, "acct", []string{"r1", "r2"}, fpA, Claimed)
 		must(t, s.Release(context.Background(), cl))
@@ -362,15 +348,15 @@ var storeCases = []struct {
 		must(t, s.MarkUnknown(context.Background(), cl))
 		mustClaimAll(t, s, "acct", []string{"u1", "u2"}, fpA, Unknown)
 		mustClaim(t, s, k("u2"), fpA, Conflict)
-		c.advance(retention - time.Minute)
+		c.Advance(retention - time.Minute)
 		mustClaimAll(t, s, "acct", []string{"u1", "u2"}, fpA, Unknown)
 		cl = mustClaimAll(t, s, "acct", []string{"t1", "t2"}, fpA, Claimed)
-		c.advance(inFlight)
+		c.Advance(inFlight)
 		mustClaimAll(t, s, "acct", []string{"t1", "t2"}, fpA, Unknown) // its holder is gone
 		must(t, s.Complete(context.Background(), cl, Record{Status: 201, Body: []byte("late")}))
 		mustClaimAll(t, s, "acct", []string{"t1", "t2"}, fpA, Replay)
 	}},
-	{"a bulk counts each identifier in the account's share", func(t *testing.T, h harness, c *clock) {
+	{"a bulk counts each identifier in the account's share", func(t *testing.T, h harness, c *fakeclock.Clock) {
 		o := testOptions(c)
 		o.MaxPerAccount = 3
 		s := h.store(t, o)
@@ -385,7 +371,7 @@ var storeCases = []struct {
 		must(t, s.Release(context.Background(), cl))
 		mustClaim(t, s, Key{"big", "4"}, fpA, Claimed)
 	}},
-	{"an account past its bytes is refused, others are not", func(t *testing.T, h harness, c *clock) {
+	{"an account past its bytes is refused, others are not", func(t *testing.T, h harness, c *fakeclock.Clock) {
 		o := testOptions(c)
 		o.MaxBytesPerAccount, o.MaxResponseBytes = 3000, 4096
 		s := h.store(t, o)

@@ -7,20 +7,9 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/exgate/exgate/internal/fakeclock"
 )
-
-// fakeClock is a manual clock for the controller's windows.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *fakeClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *fakeClock) Add(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
 
 func TestFixedLimitShedsPastItWithoutWait(t *testing.T) {
 	l := New(Options{Fixed: 2})
@@ -219,7 +208,7 @@ func TestCancelHeadroomAtEveryLimit(t *testing.T) {
 // the next cancel waits for the next freed slot ahead of other waiters,
 // and that nothing else goes over the limit.
 func TestCancelGetsThroughAtTheFloor(t *testing.T) {
-	clk := &fakeClock{t: time.Unix(0, 0)}
+	clk := fakeclock.New(time.Unix(0, 0))
 	waits := [NumClasses]time.Duration{Cancel: 5 * time.Second, Place: 5 * time.Second}
 	l := New(Options{Min: 2, Max: 100, Initial: 20, MinSamples: 1, MaxWait: waits, Now: clk.Now})
 	run(l, clk, 5, func(int) time.Duration { return time.Millisecond })                   // the unloaded latency
@@ -273,7 +262,7 @@ func TestAcquireHonoursContext(t *testing.T) {
 
 // run feeds the controller windows of samples at a given concurrency,
 // with the backend's latency as a function of concurrency.
-func run(l *Controller, clk *fakeClock, windows int, latency func(n int) time.Duration) {
+func run(l *Controller, clk *fakeclock.Clock, windows int, latency func(n int) time.Duration) {
 	for w := 0; w < windows; w++ {
 		n := l.Limit()
 		for i := 0; i < n; i++ {
@@ -281,7 +270,7 @@ func run(l *Controller, clk *fakeClock, windows int, latency func(n int) time.Du
 		}
 		for i := 0; i < n; i++ {
 			if i == n-1 {
-				clk.Add(100 * time.Millisecond)
+				clk.Advance(100 * time.Millisecond)
 			}
 			l.Release(0, MarketData, clk.Now(), latency(n), true)
 		}
@@ -292,7 +281,7 @@ func run(l *Controller, clk *fakeClock, windows int, latency func(n int) time.Du
 // of 20 workers taking 10ms each, whose latency grows with its queue once
 // they are busy: the limit settles above the workers and well below 2×.
 func TestGradientSettlesNearCapacity(t *testing.T) {
-	clk := &fakeClock{t: time.Unix(0, 0)}
+	clk := fakeclock.New(time.Unix(0, 0))
 	l := New(Options{Min: 4, Max: 1000, Initial: 10, MinSamples: 4, Slack: time.Millisecond, Now: clk.Now})
 	backend := func(n int) time.Duration {
 		d := 10 * time.Millisecond
@@ -316,7 +305,7 @@ func TestGradientSettlesNearCapacity(t *testing.T) {
 	if got := l.Limit(); got > before*3/4 {
 		t.Errorf("limit %d after the backend slowed 4× (from %d), want it shrinking", got, before)
 	}
-	clk.Add(31 * time.Second)
+	clk.Advance(31 * time.Second)
 	run(l, clk, 60, slow)
 	if got := l.MinRTT(); got != 40*time.Millisecond {
 		t.Errorf("MinRTT after a probe = %v, want 40ms", got)
@@ -334,7 +323,7 @@ func TestGradientSettlesNearCapacity(t *testing.T) {
 // not halve it; and it grows again once the surge uses it and the backend
 // keeps up.
 func TestUnusedLimitComesDown(t *testing.T) {
-	clk := &fakeClock{t: time.Unix(0, 0)}
+	clk := fakeclock.New(time.Unix(0, 0))
 	l := New(Options{Min: 4, Max: 1000, Initial: 100, MinSamples: 4, Now: clk.Now})
 	windows := func(windows, inFlight int, length time.Duration) {
 		for range windows {
@@ -343,7 +332,7 @@ func TestUnusedLimitComesDown(t *testing.T) {
 			}
 			for i := range 4 * inFlight {
 				if i == 4*inFlight-1 {
-					clk.Add(length)
+					clk.Advance(length)
 				}
 				l.Release(0, Cancel, clk.Now(), 10*time.Millisecond, true)
 				l.Acquire(context.Background(), Cancel, 0)
@@ -367,7 +356,7 @@ func TestUnusedLimitComesDown(t *testing.T) {
 	// A probe of the unloaded latency keeps a limit the traffic uses half
 	// of at most: halving it would shed a burst it left room for.
 	before := l.Limit()
-	clk.Add(31 * time.Second)
+	clk.Advance(31 * time.Second)
 	for range 3 {
 		l.Acquire(context.Background(), Cancel, 0)
 	}
@@ -388,7 +377,7 @@ func TestUnusedLimitComesDown(t *testing.T) {
 }
 
 func TestLimitStaysWithinMinMax(t *testing.T) {
-	clk := &fakeClock{t: time.Unix(0, 0)}
+	clk := fakeclock.New(time.Unix(0, 0))
 	l := New(Options{Min: 5, Max: 12, MinSamples: 1, Now: clk.Now})
 	run(l, clk, 50, func(int) time.Duration { return time.Millisecond }) // never slower: grows
 	if got := l.Limit(); got != 12 {

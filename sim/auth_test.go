@@ -21,7 +21,7 @@ func TestOrderAuth(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	other := New(Options{Secret: []byte("another secret"), Now: h.clock.now})
+	other := New(Options{Secret: []byte("another secret"), Now: h.clock.Now})
 	foreign, _, err := other.IssueToken("dev")
 	if err != nil {
 		t.Fatal(err)
@@ -34,7 +34,7 @@ func TestOrderAuth(t *testing.T) {
 		return s
 	}
 	valid := func(typ string, uid int64) claims {
-		now := h.clock.now()
+		now := h.clock.Now()
 		return claims{TokenType: typ, UserID: uid, RegisteredClaims: jwt.RegisteredClaims{
 			IssuedAt: jwt.NewNumericDate(now), ExpiresAt: jwt.NewNumericDate(now.Add(time.Hour)), ID: "x",
 		}}
@@ -88,7 +88,7 @@ func TestOrderAuth(t *testing.T) {
 		if r := h.do(t, http.MethodPost, "/api/v1/odr/orders/", h.access, orderBody()); r.status != http.StatusCreated {
 			t.Fatalf("fresh token: status %d: %s", r.status, r.raw)
 		}
-		h.clock.advance(time.Minute + time.Second)
+		h.clock.Advance(time.Minute + time.Second)
 		r := h.do(t, http.MethodPost, "/api/v1/odr/orders/", h.access, orderBody())
 		wantDetail(t, r, http.StatusUnauthorized, "token_not_valid")
 	})
@@ -146,12 +146,12 @@ func TestAuthenticate(t *testing.T) {
 func checkClaims(t *testing.T, h *harness, token, typ string, userID int64, ttl time.Duration) {
 	t.Helper()
 	var c map[string]any
-	_, err := jwt.NewParser(jwt.WithTimeFunc(h.clock.now)).ParseWithClaims(token, (*jwt.MapClaims)(&c),
+	_, err := jwt.NewParser(jwt.WithTimeFunc(h.clock.Now)).ParseWithClaims(token, (*jwt.MapClaims)(&c),
 		func(tok *jwt.Token) (any, error) { return []byte(DevSecret), nil })
 	if err != nil {
 		t.Fatalf("token %q: %v", token, err)
 	}
-	now := h.clock.now().Unix()
+	now := h.clock.Now().Unix()
 	want := map[string]any{"token_type": typ, "user_id": float64(userID), "iat": float64(now), "exp": float64(now + int64(ttl/time.Second))}
 	for k, v := range want {
 		if c[k] != v {
@@ -186,7 +186,7 @@ func TestRefresh(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			h.clock.advance(tt.advance)
+			h.clock.Advance(tt.advance)
 			r := h.do(t, http.MethodPost, "/api/v1/usr/refresh_token/", "", tt.body)
 			switch tt.status {
 			case http.StatusOK:
@@ -213,7 +213,7 @@ func TestRefresh(t *testing.T) {
 // the payload, and a token without the exact name is refused.
 func TestClaimsReadByExactName(t *testing.T) {
 	h := newHarness(t, Options{}, false)
-	exp := h.clock.now().Add(time.Hour).Unix()
+	exp := h.clock.Now().Add(time.Hour).Unix()
 	tests := []struct {
 		name    string
 		payload string

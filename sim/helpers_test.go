@@ -8,9 +8,10 @@ import (
 	"net/http/httptest"
 	"reflect"
 	"regexp"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/exgate/exgate/internal/fakeclock"
 )
 
 var (
@@ -19,26 +20,10 @@ var (
 	decimalRE   = regexp.MustCompile(`^\d+(\.\d+)?$`)
 )
 
-// clock is a settable time source for Options.Now.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func newClock() *clock {
-	return &clock{t: time.Date(2026, 11, 22, 10, 4, 5, 123456789, time.UTC)}
-}
-
-func (c *clock) now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
+// newClock returns a time source for Options.Now that a test moves by
+// hand.
+func newClock() *fakeclock.Clock {
+	return fakeclock.New(time.Date(2026, 11, 22, 10, 4, 5, 123456789, time.UTC))
 }
 
 // harness is a Server behind a real HTTP listener, with a fake clock and
@@ -46,7 +31,7 @@ func (c *clock) advance(d time.Duration) {
 type harness struct {
 	sim    *Server
 	url    string
-	clock  *clock
+	clock  *fakeclock.Clock
 	access string
 }
 
@@ -56,7 +41,7 @@ func newHarness(t *testing.T, opts Options, seed bool) *harness {
 	t.Helper()
 	c := newClock()
 	if opts.Now == nil {
-		opts.Now = c.now
+		opts.Now = c.Now
 	}
 	opts.NoSeedBook = !seed
 	s := New(opts)

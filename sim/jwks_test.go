@@ -47,7 +47,7 @@ func TestRS256Tokens(t *testing.T) {
 				t.Errorf("token kid %v, the JWKS says %s", tk.Header["kid"], jwk.KeyID)
 			}
 			return jwk.Key, nil
-		}, jwt.WithValidMethods([]string{"RS256"}), jwt.WithTimeFunc(h.clock.now))
+		}, jwt.WithValidMethods([]string{"RS256"}), jwt.WithTimeFunc(h.clock.Now))
 		if err != nil || !parsed.Valid {
 			t.Fatalf("the JWKS key does not verify the token: %v", err)
 		}
@@ -55,7 +55,7 @@ func TestRS256Tokens(t *testing.T) {
 			t.Errorf("RS256 token refused: %d %s", res.status, res.raw)
 		}
 	}
-	hs := New(Options{Now: h.clock.now})
+	hs := New(Options{Now: h.clock.Now})
 	forged, _, _ := hs.IssueToken("dev")
 	if res := h.do(t, "GET", "/api/v1/odr/orders/", forged, nil); res.status != http.StatusUnauthorized {
 		t.Errorf("HS256 token of the development secret: %d, want 401", res.status)
