@@ -22,6 +22,7 @@ import (
 
 	"github.com/exgate/exgate/config"
 	"github.com/exgate/exgate/idempotency"
+	"github.com/exgate/exgate/limiter"
 	"github.com/exgate/exgate/metrics"
 	"github.com/exgate/exgate/ratelimit"
 )
@@ -683,14 +684,14 @@ type discard struct{}
 func (discard) ExportSpans(context.Context, []sdktrace.ReadOnlySpan) error { return nil }
 func (discard) Shutdown(context.Context) error                             { return nil }
 
-// BenchmarkGatewayTraced is BenchmarkGatewayGET/inprocess with tracing
-// off, on with 1% of requests sampled, and on with every request
-// sampled, through the SDK's batch processor: the off row must allocate
-// what BenchmarkGatewayGET/inprocess does (tracing off costs nothing), the
-// 1% row shows what an unsampled request's span and traceparent cost.
-// Overload admission is off: the benchmark's 32 parallel requests come
-// from one client address, whose share of the backend's slots would shed
-// them.
+// BenchmarkGatewayTraced is BenchmarkGatewayGET/inprocess and
+// BenchmarkGatewayOrder/order/memory with tracing off, on with 1% of
+// requests sampled, and on with every request sampled, through the SDK's
+// batch processor: the off rows must allocate what those benchmarks do
+// (tracing off costs nothing), the 1% rows show what an unsampled
+// request's trace context and traceparent cost. Overload admission is
+// off: the benchmark's 32 parallel requests come from one client
+// address, whose share of the backend's slots would shed them.
 func BenchmarkGatewayTraced(b *testing.B) {
 	for _, tc := range []struct {
 		name    string
@@ -700,22 +701,40 @@ func BenchmarkGatewayTraced(b *testing.B) {
 		{"ratio-0.01", sdktrace.ParentBased(sdktrace.TraceIDRatioBased(0.01))},
 		{"always", sdktrace.AlwaysSample()},
 	} {
-		b.Run(tc.name, func(b *testing.B) {
+		traced := func(b *testing.B, o *Options) {
+			if tc.sampler == nil {
+				return
+			}
+			tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(tc.sampler), sdktrace.WithBatcher(discard{}))
+			b.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+			o.Tracer = tp.Tracer("bench")
+		}
+		b.Run("get/"+tc.name, func(b *testing.B) {
 			cfg := config.Default()
 			cfg.Upstream.URL = config.MustURL("http://127.0.0.1:1")
 			cfg.Log.Access = false
 			cfg.Overload.Enabled = false
 			opts := Options{Transport: cannedTransport{}}
-			if tc.sampler != nil {
-				tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(tc.sampler), sdktrace.WithBatcher(discard{}))
-				defer func() { _ = tp.Shutdown(context.Background()) }()
-				opts.Tracer = tp.Tracer("bench")
-			}
+			traced(b, &opts)
 			gw, err := New(cfg, opts)
 			if err != nil {
 				b.Fatal(err)
 			}
 			benchmarkMarkets(b, gw)
+		})
+		b.Run("order/"+tc.name, func(b *testing.B) {
+			cfg := benchOrderConfig(b, true)
+			cfg.Overload.Enabled = false
+			k, _ := limiter.NewKeyer([]byte("bench-secret-0123456789abcdef"))
+			enf, _ := limiter.NewEnforcer(limiter.EnforcerOptions{Store: ratelimit.NewMemory(ratelimit.MemoryOptions{}), Keyer: k})
+			opts := Options{Transport: orderTransport{}, Limits: enf, Validator: benchValidator(b, cfg),
+				Idempotency: idempotency.NewMemory(idempotency.OptionsFrom(cfg.Idempotency))}
+			traced(b, &opts)
+			gw, err := New(cfg, opts)
+			if err != nil {
+				b.Fatal(err)
+			}
+			benchmarkOrders(b, gw, benchOrder)
 		})
 	}
 }
