@@ -93,7 +93,7 @@ type Options struct {
 	// trace context a request continues is tracing.trust_incoming. Nil
 	// means tracing is off: no span is started, no trace context read, and
 	// a client's traceparent reaches the backend untouched.
-	Tracer trace.Tracer
+	Tracer Tracer
 }
 
 // Gateway is the traffic handler: it answers bad requests itself and
@@ -132,7 +132,7 @@ type Gateway struct {
 	lastHost     atomic.Pointer[[1]string] // the X-Forwarded-Host value last made (forwardedHost)
 	// tracer starts the requests' spans; nil when tracing is off
 	// (trace.go).
-	tracer     trace.Tracer
+	tracer     Tracer
 	propagator propagation.TextMapPropagator
 	spanStart  []trace.SpanStartOption // a server span's start options, built once
 	trust      uint8                   // tracing.trust_incoming
@@ -378,10 +378,13 @@ type holds struct {
 
 // traceState is the request's spans, while tracing is on (trace.go).
 type traceState struct {
-	span     trace.Span      // the server span
-	traceCtx context.Context // the context of span, for the backend call's
-	rec      bool            // span records: the request is sampled
-	upSpan   trace.Span      // the backend call's client span, when recording
+	sc       trace.SpanContext // the server span's context, sampled or not
+	span     trace.Span        // the server span, when the request is sampled (else nil)
+	traceCtx context.Context   // the context of span, for the backend call's
+	rec      bool              // span records: the request is sampled
+	upSpan   trace.Span        // the backend call's client span, when recording
+	// traceparent holds the value sent to the backend (sendTraceContext)
+	traceparent [1]string
 }
 
 // evidence reports whether the request's access log line must survive
@@ -673,7 +676,7 @@ func (g *Gateway) logAccess(st *requestState, r *http.Request, extra ...zap.Fiel
 	if st.upErr != nil {
 		fields = append(fields, zap.NamedError("upstream_error", st.upErr))
 	}
-	if st.span != nil {
+	if st.sc.IsValid() {
 		fields = traceFields(fields, st)
 	}
 	ce.Write(append(fields, extra...)...)

@@ -264,7 +264,7 @@ func (g *Gateway) forward(st *requestState, r *http.Request) {
 		st.deadline.leave()
 		cancel(nil)
 	}()
-	if st.span != nil {
+	if st.sc.IsValid() {
 		g.startUpstreamSpan(st, r)
 	}
 	g.rp.ServeHTTP(&st.rw, r.WithContext(&stateContext{Context: ctx, st: st, deadline: deadline}))

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"encoding/hex"
 	"net/http"
 	"slices"
 	"strconv"
@@ -29,8 +30,8 @@ import (
 // other step that decided something. Every hook runs only while tracing
 // is on (st.span set), and records only while the request is sampled
 // (st.rec): off, a request pays one nil check per hook; on and not
-// sampled, it pays its server span's start and the traceparent sent to
-// the backend. No attribute carries a token, a token id, an account or a
+// sampled, it pays the sampler's decision, its span context (no span is
+// started) and the traceparent sent to the backend. No attribute carries a token, a token id, an account or a
 // raw path with its ids.
 
 // Attributes of exgate's own, beside the HTTP semantic conventions'.
@@ -58,6 +59,17 @@ const (
 	attrReplayed        = attribute.Key("exgate.identifier.replayed")
 	attrIncomingTrusted = attribute.Key("exgate.trace.incoming_trusted")
 )
+
+// Tracer starts the requests' spans: tracing.Tracer, the SDK's tracer
+// whose provider's sampler decides before a span starts.
+type Tracer interface {
+	trace.Tracer
+	// StartSampled starts a span as Start does when it is sampled (or
+	// recorded), and returns the context holding it, its span context and
+	// the span; else it starts none and returns ctx, the span context the
+	// span would have had, and a nil span.
+	StartSampled(ctx context.Context, name string, opts ...trace.SpanStartOption) (context.Context, trace.SpanContext, trace.Span)
+}
 
 // Trust of a client's trace context, compiled from tracing.trust_incoming.
 const (
@@ -131,8 +143,9 @@ func methodAttr(m string) attribute.KeyValue {
 // client's trace context when tracing.trust_incoming trusts it, else as
 // the root of a trace of its own linked to the client's. A request
 // without a traceparent, the common case, starts with options built once
-// and no attribute: what a request that is not sampled pays is the SDK's
-// span and context, nothing of exgate's.
+// and no attribute. The sampler decides first: a request it does not
+// sample gets the span context of its server span (st.sc) and no span,
+// which allocates nothing.
 func (g *Gateway) startSpan(st *requestState, r *http.Request) {
 	ctx, opts := context.Background(), g.spanStart
 	trusted := false
@@ -147,7 +160,10 @@ func (g *Gateway) startSpan(st *requestState, r *http.Request) {
 			}
 		}
 	}
-	st.traceCtx, st.span = g.tracer.Start(ctx, methodName(r.Method), opts...)
+	st.traceCtx, st.sc, st.span = g.tracer.StartSampled(ctx, methodName(r.Method), opts...)
+	if st.span == nil {
+		return
+	}
 	st.rec = st.span.IsRecording()
 	if st.rec {
 		st.span.SetAttributes(methodAttr(r.Method), urlScheme(r))
@@ -212,20 +228,40 @@ func urlScheme(r *http.Request) attribute.KeyValue {
 // exgate's call. A request that is not sampled sends its server span's
 // context, saying not sampled, and starts no client span.
 func (g *Gateway) startUpstreamSpan(st *requestState, r *http.Request) {
-	ctx := st.traceCtx
+	sc := st.sc
 	if st.rec {
-		ctx, st.upSpan = g.tracer.Start(ctx, spanName(r, st.route),
+		_, st.upSpan = g.tracer.Start(st.traceCtx, spanName(r, st.route),
 			trace.WithSpanKind(trace.SpanKindClient), trace.WithTimestamp(st.upStart),
 			trace.WithAttributes(methodAttr(r.Method), semconv.ServerAddress(st.inst.Host), semconv.ServerPort(st.inst.Port)))
 		if st.route.trace.hasRoute {
 			st.upSpan.SetAttributes(semconv.URLTemplate(st.route.Config.Match.Path))
 		}
+		sc = st.upSpan.SpanContext()
 	}
-	if !st.span.SpanContext().HasTraceID() {
-		return
+	st.sendTraceContext(r.Header, sc)
+}
+
+// traceparentLen is the length of a version 00 traceparent.
+const traceparentLen = len("00-") + 32 + len("-") + 16 + len("-") + 2
+
+// sendTraceContext sets h's traceparent to sc, and its tracestate to
+// sc's (a trusted client's, as the sampler kept it) or none, byte for
+// byte as propagation.TraceContext's Inject writes them: the one
+// traceparent value is formatted on the stack and held in st's slice
+// (the reverse proxy copies the header for the backend).
+func (st *requestState) sendTraceContext(h http.Header, sc trace.SpanContext) {
+	var b [traceparentLen]byte
+	tid, sid := sc.TraceID(), sc.SpanID()
+	v := append(b[:0], "00-"...)
+	v = append(hex.AppendEncode(v, tid[:]), '-')
+	v = append(hex.AppendEncode(v, sid[:]), '-')
+	v = hex.AppendEncode(v, []byte{byte(sc.TraceFlags() & (trace.FlagsSampled | trace.FlagsRandom))})
+	st.traceparent[0] = string(v)
+	h["Traceparent"] = st.traceparent[:]
+	delete(h, "Tracestate") // a client's, when not trusted
+	if ts := sc.TraceState(); ts.Len() > 0 {
+		h["Tracestate"] = []string{ts.String()}
 	}
-	delete(r.Header, "Tracestate") // a client's, when not trusted; else written again below
-	g.propagator.Inject(ctx, traceCarrier(r.Header))
 }
 
 // endSpans ends the request's spans with what became of it: the route,
@@ -443,13 +479,10 @@ func refusedFields(fields map[string][]string) []string {
 }
 
 // traceIDs returns the trace and span ids of the request's server span,
-// for its access log line, or zero ids when tracing is off.
+// sampled or not, for its access log line, or zero ids when tracing is
+// off.
 func (st *requestState) traceIDs() (trace.TraceID, trace.SpanID) {
-	if st.span == nil {
-		return trace.TraceID{}, trace.SpanID{}
-	}
-	sc := st.span.SpanContext()
-	return sc.TraceID(), sc.SpanID()
+	return st.sc.TraceID(), st.sc.SpanID()
 }
 
 // admissionResult names the outcome of waiting for a backend slot.

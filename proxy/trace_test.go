@@ -3,7 +3,9 @@ package proxy
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -25,22 +27,23 @@ import (
 	"github.com/exgate/exgate/limiter"
 	"github.com/exgate/exgate/metrics"
 	"github.com/exgate/exgate/ratelimit"
+	"github.com/exgate/exgate/tracing"
 )
 
 // spans is an in-memory span recorder with the sampler the test names.
 type spans struct {
 	rec *tracetest.SpanRecorder
-	tp  *sdktrace.TracerProvider
+	tr  *tracing.Tracer
 }
 
 func newSpans(t *testing.T, sampler sdktrace.Sampler) *spans {
 	rec := tracetest.NewSpanRecorder()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec), sdktrace.WithSampler(sampler))
+	tp, tr := tracing.NewTracerProvider(sampler, "test", sdktrace.WithSpanProcessor(rec))
 	t.Cleanup(func() { _ = tp.Shutdown(t.Context()) })
-	return &spans{rec: rec, tp: tp}
+	return &spans{rec: rec, tr: tr}
 }
 
-func (s *spans) tracer() trace.Tracer { return s.tp.Tracer("test") }
+func (s *spans) tracer() *tracing.Tracer { return s.tr }
 
 // traced gives a gateway's options the tracer of s.
 func (s *spans) traced(o *Options) { o.Tracer = s.tracer() }
@@ -296,6 +299,82 @@ func TestTraceNotSampled(t *testing.T) {
 	}
 	if n := len(sp.rec.Ended()); n != 0 {
 		t.Errorf("%d spans recorded, want none", n)
+	}
+}
+
+// TestTraceContextSent: with tracing on, the backend always gets a
+// traceparent naming exgate's span — the server span of a request not
+// sampled (flags 00), the backend call's of a sampled one — in the
+// trusted client's trace or a fresh one, with the trusted client's
+// tracestate and never an untrusted one's, byte for byte as
+// propagation.TraceContext writes them; a parent-based sampler follows a
+// trusted sampled parent.
+func TestTraceContextSent(t *testing.T) {
+	const unsampledParent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00"
+	client, _ := trace.TraceIDFromHex("0af7651916cd43dd8448eb211c80319c")
+	for _, tc := range []struct {
+		name, sampler, trust, traceparent, tracestate string
+		wantClient, wantSampled                       bool
+		wantState                                     string
+	}{
+		{"no traceparent, not sampled", "parentbased_always_off", config.TraceTrustAlways, "", "", false, false, ""},
+		{"trusted unsampled parent", "parentbased_always_on", config.TraceTrustAlways, unsampledParent, "vendor=abc , other=x", true, false, "vendor=abc,other=x"},
+		{"untrusted sampled parent", "parentbased_always_off", config.TraceTrustNever, clientTraceparent, "vendor=abc", false, false, ""},
+		{"untrusted unsampled parent, sampled by exgate", "always_on", config.TraceTrustNever, unsampledParent, "vendor=abc", false, true, ""},
+		{"trusted sampled parent, 0% of roots", "parentbased_traceidratio", config.TraceTrustAlways, clientTraceparent, "vendor=abc", true, true, "vendor=abc"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sp := newSpans(t, tracing.Sampler(tc.sampler, 0))
+			e := startTraced(t, sp, func(c *config.Config) { c.Tracing.TrustIncoming = tc.trust })
+			var hdr []string
+			if tc.traceparent != "" {
+				hdr = append(hdr, "Traceparent", tc.traceparent, "Tracestate", tc.tracestate)
+			}
+			res := do(t, "GET", e.url+"/api/v1/mkt/tickers/", nil, hdr...)
+			res.Body.Close()
+			got := e.backend.last(t).Header
+			line := accessLine(t, e)
+			tid, _ := trace.TraceIDFromHex(fmt.Sprint(line["trace_id"]))
+			sid, _ := trace.SpanIDFromHex(fmt.Sprint(line["span_id"]))
+			if (tid == client) != tc.wantClient {
+				t.Errorf("trace id %s, want the client's: %v", tid, tc.wantClient)
+			}
+			want := trace.SpanContextConfig{TraceID: tid, SpanID: sid}
+			if tc.wantSampled {
+				want.TraceFlags = trace.FlagsSampled
+				want.SpanID = kind(sp.ended(t, 2), trace.SpanKindClient).SpanContext().SpanID()
+			} else if n := len(sp.rec.Ended()); n != 0 {
+				t.Errorf("%d spans recorded of a request not sampled", n)
+			}
+			if tc.wantState != "" {
+				want.TraceState, _ = trace.ParseTraceState(tc.wantState)
+			}
+			sent := http.Header{}
+			propagation.TraceContext{}.Inject(trace.ContextWithSpanContext(t.Context(), trace.NewSpanContext(want)), propagation.HeaderCarrier(sent))
+			if !want.TraceID.IsValid() || !slices.Equal(got["Traceparent"], sent["Traceparent"]) || !slices.Equal(got["Tracestate"], sent["Tracestate"]) {
+				t.Errorf("backend got traceparent %q tracestate %q, want %q %q", got["Traceparent"], got["Tracestate"], sent["Traceparent"], sent["Tracestate"])
+			}
+		})
+	}
+}
+
+// TestSendTraceContextIsThePropagators: what exgate writes for a span
+// context is what propagation.TraceContext writes, whatever its flags
+// and tracestate, and replaces a client's.
+func TestSendTraceContextIsThePropagators(t *testing.T) {
+	ts, _ := trace.ParseTraceState("a=1,b=2")
+	for _, sc := range []trace.SpanContextConfig{
+		{TraceID: trace.TraceID{0xff, 0x0a}, SpanID: trace.SpanID{0x01}},
+		{TraceID: trace.TraceID{15: 1}, SpanID: trace.SpanID{7: 0xab}, TraceFlags: trace.FlagsSampled},
+		{TraceID: trace.TraceID{1, 2, 3}, SpanID: trace.SpanID{4, 5}, TraceFlags: 0xff, TraceState: ts},
+	} {
+		want := http.Header{}
+		propagation.TraceContext{}.Inject(trace.ContextWithSpanContext(t.Context(), trace.NewSpanContext(sc)), propagation.HeaderCarrier(want))
+		got := http.Header{"Traceparent": {clientTraceparent}, "Tracestate": {"vendor=abc"}}
+		(&requestState{}).sendTraceContext(got, trace.NewSpanContext(sc))
+		if !maps.EqualFunc(got, want, slices.Equal) {
+			t.Errorf("%+v: sent %q, the propagator's %q", sc, got, want)
+		}
 	}
 }
 
@@ -705,9 +784,9 @@ func BenchmarkGatewayTraced(b *testing.B) {
 			if tc.sampler == nil {
 				return
 			}
-			tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(tc.sampler), sdktrace.WithBatcher(discard{}))
+			tp, tr := tracing.NewTracerProvider(tc.sampler, "bench", sdktrace.WithBatcher(discard{}))
 			b.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
-			o.Tracer = tp.Tracer("bench")
+			o.Tracer = tr
 		}
 		b.Run("get/"+tc.name, func(b *testing.B) {
 			cfg := config.Default()

@@ -23,7 +23,6 @@ import (
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
-	"go.opentelemetry.io/otel/trace"
 
 	"github.com/exgate/exgate/config"
 )
@@ -70,7 +69,7 @@ type Options struct {
 // spans; Shutdown exports what is queued and stops.
 type Provider struct {
 	tp     *sdktrace.TracerProvider
-	tracer trace.Tracer
+	tracer *Tracer
 	queue  *boundedProcessor
 }
 
@@ -105,16 +104,15 @@ func New(cfg config.Tracing, o Options) (*Provider, error) {
 		sdktrace.WithMaxExportBatchSize(batch),
 		sdktrace.WithBatchTimeout(cfg.BatchTimeout),
 		sdktrace.WithExportTimeout(cfg.ExportTimeout))
-	tp := sdktrace.NewTracerProvider(
-		sdktrace.WithSampler(Sampler(cfg.Sampler, float64(cfg.SamplerArg))),
+	tp, tracer := NewTracerProvider(Sampler(cfg.Sampler, float64(cfg.SamplerArg)), o.Version,
 		sdktrace.WithResource(res),
 		sdktrace.WithSpanProcessor(bp),
 	)
-	return &Provider{tp: tp, tracer: tp.Tracer(ScopeName, trace.WithInstrumentationVersion(o.Version)), queue: bp}, nil
+	return &Provider{tp: tp, tracer: tracer, queue: bp}, nil
 }
 
 // Tracer returns the tracer of exgate's spans.
-func (p *Provider) Tracer() trace.Tracer { return p.tracer }
+func (p *Provider) Tracer() *Tracer { return p.tracer }
 
 // Queued returns how many spans wait for export, the batch under export
 // included.
