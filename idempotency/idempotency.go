@@ -118,6 +118,7 @@ type Claim struct {
 	At int
 
 	more   []string // ClaimAll's identifiers after the first
+	keys   []string // the claim's keys in Redis (Redis.keys), for Claimed
 	id     string   // the holder's token, for Claimed
 	slot   int64    // the account-share slot the claim was counted in (Redis)
 	charge int64    // the bytes the claim charged its account's share (Redis)

@@ -190,8 +190,17 @@ func ms(d time.Duration) string {
 // without braces, and an account's keys share one Cluster slot. It also
 // shortens long identifiers.
 func accountTag(s string) string {
+	var tag [tagLen]byte
+	return string(appendTag(tag[:0], s))
+}
+
+// tagLen is the length of accountTag's tags.
+const tagLen = 16
+
+// appendTag appends accountTag(s) to dst.
+func appendTag(dst []byte, s string) []byte {
 	sum := sha256.Sum256([]byte(s))
-	return base64.RawURLEncoding.EncodeToString(sum[:12])
+	return base64.RawURLEncoding.AppendEncode(dst, sum[:12])
 }
 
 // shortIdentifier is the longest identifier a key holds as it is; a
@@ -235,18 +244,44 @@ const (
 // keys returns the Redis keys of a claim of account's identifiers ids:
 // the first identifier's, its account's share counter, the other
 // identifiers'. Short identifiers are kept as they are and long ones
-// hashed, so the two never meet (their lengths differ).
+// hashed, so the two never meet (their lengths differ). The keys are
+// written in one string, of which each is a part.
 func (s *Redis) keys(account string, ids []string) []string {
-	tag := accountTag(account)
-	keys := make([]string, 0, len(ids)+1)
+	var tagBuf [tagLen]byte
+	tag := appendTag(tagBuf[:0], account)
+	prefix := s.o.KeyPrefix
+	n := len(prefix) + 2 + tagLen + 1 // the share counter's: prefix%{tag}
+	for _, id := range ids {
+		n += len(prefix) + 1 + tagLen + 1 + min(len(id), tagLen)
+	}
+	var b strings.Builder
+	b.Grow(n)
+	ends := make([]int, 0, 8)
 	for i, id := range ids {
+		b.WriteString(prefix)
+		b.WriteByte('{')
+		b.Write(tag)
+		b.WriteByte('}')
 		if len(id) > shortIdentifier {
-			id = accountTag(id)
+			var idTag [tagLen]byte
+			b.Write(appendTag(idTag[:0], id))
+		} else {
+			b.WriteString(id)
 		}
-		keys = append(keys, s.o.KeyPrefix+"{"+tag+"}"+id)
+		ends = append(ends, b.Len())
 		if i == 0 {
-			keys = append(keys, s.o.KeyPrefix+"%{"+tag+"}")
+			b.WriteString(prefix)
+			b.WriteString("%{")
+			b.Write(tag)
+			b.WriteByte('}')
+			ends = append(ends, b.Len())
 		}
+	}
+	all := b.String()
+	keys := make([]string, len(ends))
+	start := 0
+	for i, end := range ends {
+		keys[i], start = all[start:end], end
 	}
 	return keys
 }
@@ -337,7 +372,7 @@ func (p *Prepared) outcome(res []any) (Claim, error) {
 	}
 	switch res[0] {
 	case "claimed":
-		c.Outcome, c.more, c.id, c.slot, c.charge = Claimed, p.more, p.id, p.slot, p.charge
+		c.Outcome, c.more, c.keys, c.id, c.slot, c.charge = Claimed, p.more, p.Keys, p.id, p.slot, p.charge
 		return c, nil
 	case "account_full":
 		return Claim{}, ErrAccountFull
@@ -412,7 +447,7 @@ func replayRecord(res []any) (*Record, error) {
 
 // end runs the finish script.
 func (s *Redis) end(ctx context.Context, c Claim, state, rec string) error {
-	if c.Outcome != Claimed || c.id == "" {
+	if c.Outcome != Claimed || c.id == "" || len(c.keys) == 0 {
 		return ErrNotClaimed
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.o.Timeout)
@@ -422,7 +457,7 @@ func (s *Redis) end(ctx context.Context, c Claim, state, rec string) error {
 		// The first identifier's value grows from in flight to done.
 		grow = allocated(1+fpLen+len(rec)+8) - allocated(inFlightLen+8)
 	}
-	n, err := s.finish.Run(ctx, s.c, s.claimKeys(c), c.id, state, ms(s.o.Retention), rec, c.slot, c.charge, grow).Int()
+	n, err := s.finish.Run(ctx, s.c, c.keys, c.id, state, ms(s.o.Retention), rec, c.slot, c.charge, grow).Int()
 	if err != nil {
 		s.failed(ctx, err)
 		return storeError(state, err)
@@ -431,14 +466,6 @@ func (s *Redis) end(ctx context.Context, c Claim, state, rec string) error {
 		return ErrClaimLost
 	}
 	return nil
-}
-
-// claimKeys returns the keys of claim c (Redis.keys).
-func (s *Redis) claimKeys(c Claim) []string {
-	if len(c.more) == 0 {
-		return s.keyOf(c.Key)
-	}
-	return s.keys(c.Key.Account, append([]string{c.Key.Identifier}, c.more...))
 }
 
 // Complete implements Store.

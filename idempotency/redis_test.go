@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -262,5 +263,30 @@ func TestRedisFull(t *testing.T) {
 			mustClaim(t, s, k("done"), fpA, Replay)
 			mustClaim(t, s, k("done"), fpB, Conflict)
 		})
+	}
+}
+
+// TestRedisKeysOneString checks the keys of a claim, a bulk's with a
+// long identifier hashed among them, written as Redis.keys spells them,
+// in at most two allocations (the string holding them all and the slice);
+// and that a claim taken keeps its keys, so that settling it does not
+// write them again.
+func TestRedisKeysOneString(t *testing.T) {
+	s := NewRedis(nil, Options{KeyPrefix: "exgate:idem:"})
+	long := "0123456789abcdef-a-uuid-long-one"
+	ids := []string{"ord-1", long, "ord-3"}
+	tag := accountTag("acct")
+	want := []string{"exgate:idem:{" + tag + "}ord-1", "exgate:idem:%{" + tag + "}",
+		"exgate:idem:{" + tag + "}" + accountTag(long), "exgate:idem:{" + tag + "}ord-3"}
+	if got := s.keys("acct", ids); !slices.Equal(got, want) {
+		t.Errorf("keys = %q, want %q", got, want)
+	}
+	if n := testing.AllocsPerRun(100, func() { s.keys("acct", ids) }); n > 2 {
+		t.Errorf("%v allocations per keys, want at most 2", n)
+	}
+	var p Prepared
+	s.prepare(&p, "acct", ids, Fingerprint{})
+	if c, err := p.outcome([]any{"claimed"}); err != nil || !slices.Equal(c.keys, want) {
+		t.Errorf("claim keys %q (%v), want %q", c.keys, err, want)
 	}
 }
