@@ -142,7 +142,7 @@ func (s *Redis) free(ctx context.Context, p *Prepared) error {
 		}
 		c = node
 	}
-	if err := s.finish.Run(ctx, c, p.Keys, p.id, "free", ms(s.o.Retention), "", p.slot, p.charge, 0).Err(); err != nil {
+	if err := s.finish.Run(ctx, c, p.Keys, p.id, "free", s.retentionArg, "", p.slot, p.charge, 0).Err(); err != nil {
 		s.failed(ctx, err)
 		return storeError("free", err)
 	}

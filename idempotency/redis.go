@@ -47,6 +47,11 @@ type Redis struct {
 	claim  *redis.Script
 	finish *redis.Script
 	slotMS int64 // width of an account-share slot
+
+	// The scripts' arguments that are the same in every call, encoded
+	// once: the retention and the share counter's lifetime in
+	// milliseconds, the account's share.
+	retentionArg, counterTTLArg, maxPerAccountArg, maxBytesArg any
 }
 
 // NewRedis returns a Store on client c (a *redis.Client, *redis.ClusterClient
@@ -56,8 +61,11 @@ type Redis struct {
 // noeviction): an evicted claim is a forgotten identifier.
 func NewRedis(c redis.Scripter, o Options) *Redis {
 	o = o.withDefaults()
+	slotMS := max(1, (o.Retention / 24).Milliseconds())
 	return &Redis{c: c, o: o, claim: redis.NewScript(claimScript), finish: redis.NewScript(finishScript),
-		slotMS: max(1, (o.Retention / 24).Milliseconds())}
+		slotMS:       slotMS,
+		retentionArg: ms(o.Retention), counterTTLArg: ms(o.Retention + o.InFlightTimeout + time.Duration(slotMS)*time.Millisecond),
+		maxPerAccountArg: o.MaxPerAccount, maxBytesArg: o.MaxBytesPerAccount}
 }
 
 // ClaimFunc is the Lua source of the claim, as a function claim(KEYS,
@@ -348,8 +356,7 @@ func (s *Redis) prepare(p *Prepared, account string, ids []string, fp Fingerprin
 			Keys: keys,
 			Args: []any{string(fp[:fpLen]), id,
 				now, now + s.o.InFlightTimeout.Milliseconds(),
-				ms(s.o.Retention), slot, oldest, s.o.MaxPerAccount, s.o.MaxBytesPerAccount,
-				ms(s.o.Retention + s.o.InFlightTimeout + time.Duration(s.slotMS)*time.Millisecond), cost},
+				s.retentionArg, slot, oldest, s.maxPerAccountArg, s.maxBytesArg, s.counterTTLArg, cost},
 			Timeout:     s.o.Timeout,
 			ReplicaAcks: s.o.ReplicaAcks,
 			WaitTimeout: s.waitTimeout(),
@@ -457,7 +464,7 @@ func (s *Redis) end(ctx context.Context, c Claim, state, rec string) error {
 		// The first identifier's value grows from in flight to done.
 		grow = allocated(1+fpLen+len(rec)+8) - allocated(inFlightLen+8)
 	}
-	n, err := s.finish.Run(ctx, s.c, c.keys, c.id, state, ms(s.o.Retention), rec, c.slot, c.charge, grow).Int()
+	n, err := s.finish.Run(ctx, s.c, c.keys, c.id, state, s.retentionArg, rec, c.slot, c.charge, grow).Int()
 	if err != nil {
 		s.failed(ctx, err)
 		return storeError(state, err)
