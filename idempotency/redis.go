@@ -68,6 +68,16 @@ func NewRedis(c redis.Scripter, o Options) *Redis {
 		maxPerAccountArg: o.MaxPerAccount, maxBytesArg: o.MaxBytesPerAccount}
 }
 
+// within returns ctx bounded by Options.Timeout: ctx itself when its own
+// deadline comes no later (the gateway gives each call one), else a
+// context of its own, to be cancelled.
+func (s *Redis) within(ctx context.Context) (context.Context, context.CancelFunc) {
+	if d, ok := ctx.Deadline(); ok && time.Until(d) <= s.o.Timeout {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, s.o.Timeout)
+}
+
 // ClaimFunc is the Lua source of the claim, as a function claim(KEYS,
 // ARGV) that returns the claim's reply (or redis.error_reply): KEYS are
 // the first identifier's key, its account's share counter and the keys
@@ -322,7 +332,7 @@ func (s *Redis) Claim(ctx context.Context, key Key, fp Fingerprint) (Claim, erro
 
 // ClaimAll implements Store.
 func (s *Redis) ClaimAll(ctx context.Context, account string, ids []string, fp Fingerprint) (Claim, error) {
-	ctx, cancel := context.WithTimeout(ctx, s.o.Timeout)
+	ctx, cancel := s.within(ctx)
 	defer cancel()
 	var p Prepared
 	s.prepare(&p, account, ids, fp)
@@ -457,7 +467,7 @@ func (s *Redis) end(ctx context.Context, c Claim, state, rec string) error {
 	if c.Outcome != Claimed || c.id == "" || len(c.keys) == 0 {
 		return ErrNotClaimed
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.o.Timeout)
+	ctx, cancel := s.within(ctx)
 	defer cancel()
 	grow := 0
 	if state == "d" {

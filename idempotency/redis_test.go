@@ -290,3 +290,44 @@ func TestRedisKeysOneString(t *testing.T) {
 		t.Errorf("claim keys %q (%v), want %q", c.keys, err, want)
 	}
 }
+
+// TestRedisCallDeadline checks that a call is bounded by
+// Options.Timeout, or by its context's deadline when that comes first:
+// then the context is the caller's own, not another one wrapping it (the
+// gateway gives each store call its deadline).
+func TestRedisCallDeadline(t *testing.T) {
+	s := NewRedis(nil, Options{Timeout: time.Second})
+	for _, tt := range []struct {
+		name  string
+		in    time.Duration // the caller's deadline from now, 0 for none
+		reuse bool
+	}{
+		{"no deadline", 0, false},
+		{"a later deadline", time.Hour, false},
+		{"a sooner deadline", 100 * time.Millisecond, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			parent, cancelParent := context.Background(), context.CancelFunc(func() {})
+			if tt.in > 0 {
+				parent, cancelParent = context.WithTimeout(parent, tt.in)
+			}
+			defer cancelParent()
+			before := time.Now()
+			ctx, cancel := s.within(parent)
+			after := time.Now()
+			defer cancel()
+			d, ok := ctx.Deadline()
+			if (ctx == parent) != tt.reuse {
+				t.Errorf("the caller's context reused: %v, want %v", ctx == parent, tt.reuse)
+			}
+			if !tt.reuse && (!ok || d.Before(before.Add(time.Second)) || d.After(after.Add(time.Second))) {
+				t.Errorf("deadline %v (%v), want Options.Timeout from the call", d, ok)
+			}
+			if tt.reuse {
+				if n := testing.AllocsPerRun(100, func() { _, c := s.within(parent); c() }); n != 0 {
+					t.Errorf("%v allocations for a call within its caller's deadline, want 0", n)
+				}
+			}
+		})
+	}
+}
