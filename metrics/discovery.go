@@ -2,7 +2,6 @@ package metrics
 
 import (
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -21,7 +20,7 @@ const (
 // safe on a nil *Discovery and then does nothing.
 type Discovery struct {
 	lookups  *prometheus.CounterVec
-	reloads  [2]prometheus.Counter // failure, success
+	reloads  results
 	reloadsV *prometheus.CounterVec
 	notAfter prometheus.Gauge
 }
@@ -46,17 +45,10 @@ func NewDiscovery(reg prometheus.Registerer) (*Discovery, error) {
 			Help: "Expiry (Unix seconds) of the client certificate exgate presents to the backends (mutual TLS); 0 without one.",
 		}),
 	}
-	var done []prometheus.Collector
-	for _, c := range []prometheus.Collector{d.lookups, d.reloadsV, d.notAfter} {
-		if err := reg.Register(c); err != nil {
-			for _, r := range done {
-				reg.Unregister(r)
-			}
-			return nil, fmt.Errorf("metrics: register: %w", err)
-		}
-		done = append(done, c)
+	if err := register(reg, []prometheus.Collector{d.lookups, d.reloadsV, d.notAfter}); err != nil {
+		return nil, err
 	}
-	d.reloads[0], d.reloads[1] = d.reloadsV.WithLabelValues("failure"), d.reloadsV.WithLabelValues("success")
+	d.reloads = newResults(d.reloadsV)
 	return d, nil
 }
 
@@ -89,11 +81,7 @@ func (d *Discovery) BackendTLSReload(ok bool, notAfter time.Time) {
 	if d == nil {
 		return
 	}
-	if ok {
-		d.reloads[1].Inc()
-	} else {
-		d.reloads[0].Inc()
-	}
+	d.reloads.of(ok).Inc()
 	d.SetBackendCertNotAfter(notAfter)
 }
 

@@ -2,7 +2,6 @@ package metrics
 
 import (
 	"errors"
-	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -66,7 +65,7 @@ type Edge struct {
 	connGauges   []prometheus.Collector
 	connSource   atomic.Pointer[connSourceRef]
 
-	reloadResults [2]prometheus.Counter // failure, success
+	reloadResults results
 	refusals      [numProxyRefusals]prometheus.Counter
 
 	mu         sync.Mutex
@@ -101,18 +100,10 @@ func NewEdge(reg prometheus.Registerer) (*Edge, error) {
 		Help: "Client connections accepted past their client's share of server.max_connections: each one's first request is answered 503 too_many_connections and the connection closed.",
 	})
 	e.connGauges = e.connectionGauges()
-	var done []prometheus.Collector
-	for _, c := range append([]prometheus.Collector{e.reloads, e.notAfter, e.proxyRefused, e.http2Errors, e.connRefused}, e.connGauges...) {
-		if err := reg.Register(c); err != nil {
-			for _, d := range done {
-				reg.Unregister(d)
-			}
-			return nil, fmt.Errorf("metrics: register: %w", err)
-		}
-		done = append(done, c)
+	if err := register(reg, append([]prometheus.Collector{e.reloads, e.notAfter, e.proxyRefused, e.http2Errors, e.connRefused}, e.connGauges...)); err != nil {
+		return nil, err
 	}
-	e.reloadResults[0] = e.reloads.WithLabelValues("failure")
-	e.reloadResults[1] = e.reloads.WithLabelValues("success")
+	e.reloadResults = newResults(e.reloads)
 	for r := range e.refusals {
 		e.refusals[r] = e.proxyRefused.WithLabelValues(ProxyRefusal(r).String())
 	}
@@ -172,11 +163,7 @@ func (e *Edge) CertReload(success bool) {
 	if e == nil {
 		return
 	}
-	if success {
-		e.reloadResults[1].Inc()
-	} else {
-		e.reloadResults[0].Inc()
-	}
+	e.reloadResults.of(success).Inc()
 }
 
 // SetCertNotAfter records the earliest expiry of the served certificates.
@@ -221,10 +208,7 @@ func (e *Edge) HTTP2Error(errType string) {
 // CertReloadCounter returns the reload counter of result success or
 // failure, for tests.
 func (e *Edge) CertReloadCounter(success bool) prometheus.Counter {
-	if success {
-		return e.reloadResults[1]
-	}
-	return e.reloadResults[0]
+	return e.reloadResults.of(success)
 }
 
 // ProxyRefusedCounter returns the refusal counter of reason r, for tests.

@@ -2,7 +2,6 @@ package metrics
 
 import (
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -96,14 +95,8 @@ func NewDuplicateStore(reg prometheus.Registerer) (*IdempotencyStore, error) {
 		Name: NameIdempotencyStoreFull,
 		Help: "1 while the duplicate-protection store takes no new identifier for lack of room (orders with a new identifier get 503 duplicate_protection_full), else 0.",
 	})
-	cs := []prometheus.Collector{s.duration, s.errs, s.bytes, s.maxBytes, s.full}
-	for i, c := range cs {
-		if err := reg.Register(c); err != nil {
-			for _, r := range cs[:i] {
-				reg.Unregister(r)
-			}
-			return nil, fmt.Errorf("metrics: register: %w", err)
-		}
+	if err := register(reg, []prometheus.Collector{s.duration, s.errs, s.bytes, s.maxBytes, s.full}); err != nil {
+		return nil, err
 	}
 	for o := range s.observers {
 		op := IdempotencyStoreOp(o).String()

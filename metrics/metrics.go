@@ -175,8 +175,8 @@ type Metrics struct {
 	// Pre-resolved children of the label sets that have no route.
 	storeErrKinds [numStoreErrorKinds]prometheus.Counter
 	idemOutcomes  [numIdempotencyOutcomes]prometheus.Counter
-	reloadResults [2]prometheus.Counter // failure, success
-	jwksResults   [2]prometheus.Counter // failure, success
+	reloadResults results
+	jwksResults   results
 
 	// catalogueLoaded is the Unix time in nanoseconds of the last
 	// catalogue load, 0 before the first.
@@ -203,30 +203,50 @@ func New(reg prometheus.Registerer, info BuildInfo) (*Metrics, error) {
 		return nil, errors.New("metrics: nil Registerer")
 	}
 	m := newMetrics(info)
-	var done []prometheus.Collector
-	for _, c := range m.own() {
-		if err := reg.Register(c); err != nil {
-			for _, d := range done {
-				reg.Unregister(d)
-			}
-			return nil, fmt.Errorf("metrics: register: %w", err)
-		}
-		done = append(done, c)
-	}
-	for _, c := range []prometheus.Collector{m.goColl, m.procColl} {
-		if err := reg.Register(c); err != nil {
-			var are prometheus.AlreadyRegisteredError
-			if errors.As(err, &are) {
-				continue
-			}
-			for _, d := range done {
-				reg.Unregister(d)
-			}
-			return nil, fmt.Errorf("metrics: register: %w", err)
-		}
-		done = append(done, c)
+	if err := register(reg, m.own(), m.goColl, m.procColl); err != nil {
+		return nil, err
 	}
 	return m, nil
+}
+
+// register registers own and then shared on reg, all or none: when one
+// fails, it unregisters what it registered and returns the error. A
+// collector of shared that reg holds already (the Go and process
+// collectors of prometheus.DefaultRegisterer) is kept and not an error.
+func register(reg prometheus.Registerer, own []prometheus.Collector, shared ...prometheus.Collector) error {
+	var done []prometheus.Collector
+	for i, c := range append(slices.Clip(own), shared...) {
+		err := reg.Register(c)
+		var are prometheus.AlreadyRegisteredError
+		switch {
+		case err == nil:
+			done = append(done, c)
+		case i >= len(own) && errors.As(err, &are): // held already: kept
+		default:
+			for _, d := range done {
+				reg.Unregister(d)
+			}
+			return fmt.Errorf("metrics: register: %w", err)
+		}
+	}
+	return nil
+}
+
+// results are the two series of a counter by result: failure and success.
+type results [2]prometheus.Counter
+
+// newResults resolves the failure and success series of vec, whose one
+// label is the result.
+func newResults(vec *prometheus.CounterVec) results {
+	return results{vec.WithLabelValues("failure"), vec.WithLabelValues("success")}
+}
+
+// of returns the series of a success, or of a failure.
+func (r *results) of(success bool) prometheus.Counter {
+	if success {
+		return r[1]
+	}
+	return r[0]
 }
 
 // newMetrics builds the collectors without registering them.
@@ -336,8 +356,7 @@ func (m *Metrics) newAuthCollectors() {
 	}, []string{"result"})
 	m.authCodes = boundedLabel{vec: m.authFailures, m: map[string]prometheus.Counter{}}
 	m.authCached = boundedLabel{vec: m.authCachedVec, m: map[string]prometheus.Counter{}}
-	m.jwksResults[0] = m.jwksFetches.WithLabelValues("failure")
-	m.jwksResults[1] = m.jwksFetches.WithLabelValues("success")
+	m.jwksResults = newResults(m.jwksFetches)
 }
 
 // newProcessCollectors builds the collectors of the process itself:
@@ -361,8 +380,7 @@ func (m *Metrics) newProcessCollectors(info BuildInfo) {
 		Name: NameBuildInfo,
 		Help: "Always 1; the labels say which build of exgate is running.",
 	}, []string{"version", "revision", "goversion"})
-	m.reloadResults[0] = m.reloads.WithLabelValues("failure")
-	m.reloadResults[1] = m.reloads.WithLabelValues("success")
+	m.reloadResults = newResults(m.reloads)
 	m.buildInfo.WithLabelValues(orUnknown(info.Version), orUnknown(info.Revision), orDefault(info.GoVersion, runtime.Version())).Set(1)
 	m.goColl = collectors.NewGoCollector()
 	m.procColl = collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})
@@ -523,11 +541,7 @@ func (m *Metrics) JWKSFetch(ok bool) {
 	if m == nil {
 		return
 	}
-	if ok {
-		m.jwksResults[1].Inc()
-	} else {
-		m.jwksResults[0].Inc()
-	}
+	m.jwksResults.of(ok).Inc()
 }
 
 // boundedLabel resolves the children of a one-label counter vector on
@@ -579,11 +593,7 @@ func (m *Metrics) ConfigReload(success bool) {
 	if m == nil {
 		return
 	}
-	if success {
-		m.reloadResults[1].Inc()
-	} else {
-		m.reloadResults[0].Inc()
-	}
+	m.reloadResults.of(success).Inc()
 }
 
 // SetCatalogueLoaded records when the market catalogue was last loaded

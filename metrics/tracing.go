@@ -2,7 +2,6 @@ package metrics
 
 import (
 	"errors"
-	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -53,15 +52,8 @@ func NewTracing(reg prometheus.Registerer) (*Tracing, error) {
 		}
 		return float64(t.queued())
 	})
-	var done []prometheus.Collector
-	for _, c := range []prometheus.Collector{t.exported, t.dropped, queue} {
-		if err := reg.Register(c); err != nil {
-			for _, d := range done {
-				reg.Unregister(d)
-			}
-			return nil, fmt.Errorf("metrics: register: %w", err)
-		}
-		done = append(done, c)
+	if err := register(reg, []prometheus.Collector{t.exported, t.dropped, queue}); err != nil {
+		return nil, err
 	}
 	for _, r := range traceDropReasons {
 		t.reasons[r] = t.dropped.WithLabelValues(r)
