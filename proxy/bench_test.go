@@ -60,18 +60,32 @@ func (cannedTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 // and against an in-process transport. BenchmarkDirectGET is the baseline:
 // the same request straight to the same backend with the same client
 // transport, measured in the same run.
-func BenchmarkGatewayGET(b *testing.B) {
+func BenchmarkGatewayGET(b *testing.B) { benchmarkGateways(b, cannedTransport{}, benchmarkMarkets) }
+
+// marketsBackend is a backend over loopback that reads each request's
+// body to its end and answers marketsBody.
+func marketsBackend(b *testing.B) *httptest.Server {
 	bs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = io.WriteString(w, marketsBody)
 	}))
-	defer bs.Close()
+	b.Cleanup(bs.Close)
+	return bs
+}
+
+// benchmarkGateways runs bench, as sub-benchmarks "loopback" and
+// "inprocess", against a gateway of the built-in configuration (access
+// log off) in front of marketsBackend, and in front of the in-process
+// transport inprocess.
+func benchmarkGateways(b *testing.B, inprocess http.RoundTripper, bench func(*testing.B, *Gateway)) {
+	bs := marketsBackend(b)
 	for _, tc := range []struct {
 		name string
 		tr   http.RoundTripper
 	}{
 		{"loopback", nil},
-		{"inprocess", cannedTransport{}},
+		{"inprocess", inprocess},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			cfg := config.Default()
@@ -82,7 +96,7 @@ func BenchmarkGatewayGET(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer gw.CloseIdleConnections()
-			benchmarkMarkets(b, gw)
+			bench(b, gw)
 		})
 	}
 }
@@ -204,11 +218,7 @@ func benchmarkMarketsAs(b *testing.B, gw *Gateway, auth string) {
 // BenchmarkDirectGET is BenchmarkGatewayGET's baseline: the client
 // transport straight to the backend.
 func BenchmarkDirectGET(b *testing.B) {
-	bs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = io.WriteString(w, marketsBody)
-	}))
-	defer bs.Close()
+	bs := marketsBackend(b)
 	tr := upstream.NewTransport(config.Default().Upstream)
 	defer tr.CloseIdleConnections()
 	req, _ := http.NewRequest("GET", bs.URL+"/api/v1/mkt/markets/", nil)
@@ -547,33 +557,7 @@ func (drainTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 // read whole within its client's share of the body budget and forwarded
 // with its length, against a backend over loopback and an in-process
 // transport that reads the body.
-func BenchmarkGatewayPOST(b *testing.B) {
-	bs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.Copy(io.Discard, r.Body)
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = io.WriteString(w, marketsBody)
-	}))
-	defer bs.Close()
-	for _, tc := range []struct {
-		name string
-		tr   http.RoundTripper
-	}{
-		{"loopback", nil},
-		{"inprocess", drainTransport{}},
-	} {
-		b.Run(tc.name, func(b *testing.B) {
-			cfg := config.Default()
-			cfg.Upstream.URL = config.MustURL(bs.URL)
-			cfg.Log.Access = false
-			gw, err := New(cfg, Options{Transport: tc.tr})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer gw.CloseIdleConnections()
-			benchmarkSignIns(b, gw)
-		})
-	}
-}
+func BenchmarkGatewayPOST(b *testing.B) { benchmarkGateways(b, drainTransport{}, benchmarkSignIns) }
 
 // benchmarkSignIns posts signInBody through gw from one client address,
 // 64 requests at once on 2 CPUs, each expected to answer 200.
