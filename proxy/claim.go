@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -384,12 +383,8 @@ func (g *Gateway) recordResponse(res *http.Response) error {
 	if st == nil || st.claim.phase != claimHeld {
 		return nil
 	}
-	b, readErr := io.ReadAll(io.LimitReader(res.Body, int64(g.idemMaxResp)+1))
-	rest := res.Body
-	res.Body = struct {
-		io.Reader
-		io.Closer
-	}{io.MultiReader(bytes.NewReader(b), rest), rest}
+	b, readErr := readAnswer(res.Body, g.idemMaxResp, res.ContentLength)
+	res.Body = &heldBody{held: b, rest: res.Body}
 	switch {
 	case res.StatusCode >= 500:
 		g.settle(st, settleUnknown, idempotency.Record{})
@@ -406,6 +401,50 @@ func (g *Gateway) recordResponse(res *http.Response) error {
 	}
 	return nil
 }
+
+// readAnswer reads r, an order's response body, up to max+1 bytes: more
+// than max says that the body is longer than duplicate protection keeps.
+// A body of known length (size, 0 or more) up to max is read into one
+// buffer of its size; err is the read's error, io.EOF excepted.
+func readAnswer(r io.Reader, max int, size int64) ([]byte, error) {
+	n := 512
+	if size >= 0 && size <= int64(max) {
+		n = int(size) + 1 // room to see the end without growing
+	}
+	b := make([]byte, 0, n)
+	for len(b) <= max {
+		if len(b) == cap(b) {
+			b = append(b, 0)[:len(b)] // grow
+		}
+		k, err := r.Read(b[len(b):min(cap(b), max+1)])
+		b = b[:len(b)+k]
+		if err == io.EOF {
+			return b, nil
+		}
+		if err != nil {
+			return b, err
+		}
+	}
+	return b, nil
+}
+
+// heldBody is an order's response body whose first bytes, held, exgate
+// read to record them: the client is served them, then the rest.
+type heldBody struct {
+	held []byte
+	rest io.ReadCloser
+}
+
+func (h *heldBody) Read(p []byte) (int, error) {
+	if len(h.held) > 0 {
+		n := copy(p, h.held)
+		h.held = h.held[n:]
+		return n, nil
+	}
+	return h.rest.Read(p)
+}
+
+func (h *heldBody) Close() error { return h.rest.Close() }
 
 // errOrderAnswerBroken answers an order whose response the backend broke
 // off before exgate had read it: nothing had been written to the client.

@@ -481,3 +481,81 @@ func TestOrderAnswerBrokenOff(t *testing.T) {
 		})
 	}
 }
+
+// TestOrderAnswerRecorded: the answer to an identified order reaches its
+// client whole, whatever its length and framing, and is kept for replay
+// when it fits the gateway's IdempotencyMaxResponse
+// (idempotency.max_response_bytes): a retry gets it again byte for byte.
+// A longer one leaves the outcome unknown (409 outcome_unknown), and the
+// order is never sent twice.
+func TestOrderAnswerRecorded(t *testing.T) {
+	const max = 1024
+	for _, tc := range []struct {
+		name     string
+		size     int
+		chunked  bool
+		replayed bool
+	}{
+		{"short", 100, false, true},
+		{"short, chunked", 100, true, true},
+		{"as long as kept", max, false, true},
+		{"as long as kept, chunked", max, true, true},
+		{"a byte longer", max + 1, false, false},
+		{"a byte longer, chunked", max + 1, true, false},
+		{"long, chunked", 5 * max, true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			answer := `{"id":1,"pad":"` + strings.Repeat("x", tc.size-len(`{"id":1,"pad":""}`)) + `"}`
+			var calls atomic.Int64
+			e := startOrdersWith(t, func(w http.ResponseWriter, r *http.Request) {
+				calls.Add(1)
+				w.Header().Set("Content-Type", "application/json")
+				if !tc.chunked {
+					w.Header().Set("Content-Length", strconv.Itoa(len(answer)))
+				}
+				w.WriteHeader(http.StatusCreated)
+				_, _ = io.WriteString(w, answer[:len(answer)/2])
+				w.(http.Flusher).Flush()
+				_, _ = io.WriteString(w, answer[len(answer)/2:])
+			}, nil, ratelimit.NewMemory(ratelimit.MemoryOptions{}), nil,
+				func(o idempotency.Options) idempotency.Store { return idempotency.NewMemory(o) },
+				func(o *Options) { o.IdempotencyMaxResponse = max })
+			body := `{"symbol":"BTC_USDT","type":"market","side":"buy","base_amount":"0.5","identifier":"recorded"}`
+			for try := range 2 {
+				res := postOrder(t, e, body)
+				b, err := io.ReadAll(res.Body)
+				res.Body.Close()
+				switch {
+				case err != nil:
+					t.Fatalf("try %d: %v", try, err)
+				case try == 0 || tc.replayed:
+					if res.StatusCode != http.StatusCreated || string(b) != answer || (try == 1) != (res.Header.Get("Idempotent-Replayed") == "true") {
+						t.Errorf("try %d: %d, replayed %q, %d bytes, want 201 and the backend's %d bytes",
+							try, res.StatusCode, res.Header.Get("Idempotent-Replayed"), len(b), len(answer))
+					}
+				case res.StatusCode != http.StatusConflict || !strings.Contains(string(b), `"code":"outcome_unknown"`):
+					t.Errorf("retry of an order whose answer was not kept: %d %s, want 409 outcome_unknown", res.StatusCode, b)
+				}
+			}
+			if n := calls.Load(); n != 1 {
+				t.Errorf("backend received %d orders, want 1", n)
+			}
+		})
+	}
+}
+
+// TestReadAnswerAllocations gates the allocations of reading an order's
+// answer to record it: one buffer for a body of known length.
+func TestReadAnswerAllocations(t *testing.T) {
+	const answer = `{"id":1,"state":"active"}`
+	rd := strings.NewReader(answer)
+	read := func() {
+		rd.Reset(answer)
+		if b, err := readAnswer(rd, 1024, int64(len(answer))); err != nil || string(b) != answer {
+			t.Fatalf("readAnswer = %q, %v", b, err)
+		}
+	}
+	if n := testing.AllocsPerRun(100, read); n > 1 {
+		t.Errorf("%v allocations per readAnswer, want 1", n)
+	}
+}
