@@ -8,10 +8,11 @@ import (
 )
 
 // canonicalInline is how many bytes of an order's canonical encoding a
-// canonicalBody holds in itself: with its reader, one allocation of 224
-// bytes (a size class of Go's allocator), room for a limit order with an
-// identifier.
-const canonicalInline = 224 - 40 // 40: the size of a bytes.Reader
+// canonicalBody holds in itself: with its reader, one allocation of 192
+// bytes (a size class of Go's allocator), room for a usual limit order
+// with an identifier; as many bytes as the encoding and its reader took
+// in two allocations before.
+const canonicalInline = 192 - 40 // 40: the size of a bytes.Reader
 
 // canonicalBody is an order's canonical encoding and the reader the
 // transport reads it through, allocated together: one allocation where
