@@ -57,6 +57,91 @@ func TestSketchBound(t *testing.T) {
 	}
 }
 
+// TestSketchMerge folds sketches of parts of a stream into one, as the
+// Tracker folds its 10-second buckets into their minute's, and checks the
+// merged sketch against exact counts: every count at least the true one,
+// its error and the floor at most Total/k, a key left out counted at most
+// the floor; and parts that never dropped a key merge exactly.
+func TestSketchMerge(t *testing.T) {
+	zipf := func(keys uint64, z float64) func(part int) string {
+		g := rand.NewZipf(rand.New(rand.NewPCG(5, 6)), z, 1, keys-1)
+		return func(int) string { return strconv.FormatUint(g.Uint64(), 10) }
+	}
+	r := rand.New(rand.NewPCG(7, 8))
+	for _, tc := range []struct {
+		name        string
+		k, n, parts int
+		key         func(part int) string
+		exact       bool
+	}{
+		{"few keys", 8, 600, 6, zipf(6, 1.5), true},
+		{"zipf", 8, 6000, 6, zipf(2000, 1.2), false},
+		{"flat", 8, 6000, 6, func(int) string { return strconv.Itoa(r.IntN(40)) }, false},
+		// Each part has its own busy keys and a few shared ones.
+		{"shifting", 4, 6000, 6, func(part int) string {
+			if r.IntN(3) == 0 {
+				return strconv.Itoa(r.IntN(3))
+			}
+			return strconv.Itoa(100*part + r.IntN(6))
+		}, false},
+		{"one part", 16, 3000, 1, zipf(500, 1.3), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			checkMerge(t, tc.k, tc.n, tc.parts, tc.key, tc.exact)
+		})
+	}
+	// Many tiny streams: 2 counters, a handful of keys, a few parts, in
+	// every order a sketch drops and merges them.
+	t.Run("tiny", func(t *testing.T) {
+		for range 2000 {
+			keys := 2 + r.IntN(4)
+			checkMerge(t, 2, (2+r.IntN(4))*(1+r.IntN(12)), 2+r.IntN(3), func(int) string { return strconv.Itoa(r.IntN(keys)) }, false)
+			if t.Failed() {
+				return
+			}
+		}
+	})
+}
+
+func checkMerge(t *testing.T, k, n, parts int, key func(part int) string, exactly bool) {
+	t.Helper()
+	merged := NewSketch[string](k)
+	exact := map[string]int64{}
+	total := 0
+	for p := range parts {
+		part := NewSketch[string](k)
+		for range n / parts {
+			k := key(p)
+			part.Add(k, 1)
+			exact[k]++
+			total++
+		}
+		merged.Merge(part)
+	}
+	bound := merged.Bound()
+	if merged.Total() != int64(total) || merged.Floor() > bound {
+		t.Fatalf("total %d, floor %d, bound %d", merged.Total(), merged.Floor(), bound)
+	}
+	kept := map[string]bool{}
+	merged.Each(func(e Entry[string]) {
+		kept[e.Key] = true
+		if e.Count < exact[e.Key] || e.Count-e.Err > exact[e.Key] || e.Err > bound {
+			t.Errorf("%s: count %d err %d, true %d, bound %d", e.Key, e.Count, e.Err, exact[e.Key], bound)
+		}
+		if exactly && (e.Count != exact[e.Key] || e.Err != 0) {
+			t.Errorf("%s: count %d err %d, exactly %d", e.Key, e.Count, e.Err, exact[e.Key])
+		}
+	})
+	for k, c := range exact {
+		if !kept[k] && c > merged.Floor() {
+			t.Errorf("%s counted %d > floor %d but dropped", k, c, merged.Floor())
+		}
+	}
+	if exactly && len(kept) != len(exact) {
+		t.Errorf("kept %d keys of %d", len(kept), len(exact))
+	}
+}
+
 type clock struct {
 	mu sync.Mutex
 	t  time.Time
