@@ -86,13 +86,11 @@ func (p *parser) str() (lo, hi int, esc, ok bool) {
 	p.i++
 	lo = p.i
 	for {
-		for p.i < len(b) {
-			c := b[p.i]
-			if c < 0x20 || c == '"' || c == '\\' || c >= utf8.RuneSelf {
-				break
-			}
-			p.i++
+		i := p.i // a local index: the loop keeps it in a register
+		for i < len(b) && plainByte[b[i]] {
+			i++
 		}
+		p.i = i
 		if p.i >= len(b) {
 			return 0, 0, false, p.fail("unterminated string")
 		}
@@ -117,6 +115,16 @@ func (p *parser) str() (lo, hi int, esc, ok bool) {
 		}
 	}
 }
+
+// plainByte says which bytes a JSON string holds as they are: printable
+// ASCII but '"' and '\\' (a control character, an escape, the end of the
+// string or a byte of a multi-byte character stops str's fast loop).
+var plainByte = func() (t [256]bool) {
+	for c := 0x20; c < utf8.RuneSelf; c++ {
+		t[c] = c != '"' && c != '\\'
+	}
+	return t
+}()
 
 // escape scans the escape sequence at p.i.
 func (p *parser) escape() bool {
