@@ -46,26 +46,29 @@ type TrackerOptions struct {
 // last 15, so that every window slides: the 1-minute window is the last
 // 60 to 70 seconds, the 5- and 15-minute windows the last 5 to 6 and 15
 // to 16 minutes (Span), and a refusal leaves a window only once it is
-// older than the window, never when a calendar minute turns over. A count
+// older than the window, never when a calendar minute turns over. A
+// request is counted once, in its 10-second bucket; when that bucket is
+// taken for a new 10 seconds (a minute later) its sketches are merged
+// into its minute's bucket (Sketch.Merge), and a minute's count is its
+// bucket's and those of its 10-second buckets not merged yet. A count
 // reported for a window overestimates the true one by at most N/K, N
 // being the weight its stripe counted over the window (at most every
 // request of the route in the window; about a quarter of them when keys
-// spread evenly); it is never below it.
+// spread evenly); it is never below it. While a stripe holds no more than
+// K keys of a kind in any bucket, counts are exact.
 //
 // Memory is bounded: per route that records, 4 stripes × (7 + 16)
-// buckets × 4 sketches × K counters. Recording costs two stripe locks
-// and, for a key already counted, no allocation. It is safe for
-// concurrent use.
+// buckets × 4 sketches × K counters (2K while a minute's bucket merges).
+// Recording costs a lookup of the route in a map no lock guards, one or
+// two stripe locks and, for a key already counted, no allocation. It is
+// safe for concurrent use.
 type Tracker struct {
 	k    int
 	now  func() time.Time
 	seed maphash.Seed
 
-	mu     sync.RWMutex
-	routes map[string]*routeTrack
-
-	requests atomic.Int64
-	refused  atomic.Int64
+	mu     sync.Mutex // serializes adding routes
+	routes atomic.Pointer[map[string]*routeTrack]
 }
 
 type routeTrack struct {
@@ -75,10 +78,12 @@ type routeTrack struct {
 // stripe is the counts of the keys whose hash lands in it, in the fine
 // and the coarse buckets, under one lock.
 type stripe struct {
-	mu     sync.Mutex
-	fine   [fineSlots]bucket
-	coarse [coarseSlots]bucket
-	_      [16]byte
+	mu       sync.Mutex
+	fine     [fineSlots]bucket
+	coarse   [coarseSlots]bucket
+	requests int64 // since the start, those counted here (Totals)
+	refused  int64
+	_        [16]byte
 }
 
 // bucket is what a stripe counted in one span of time.
@@ -98,7 +103,9 @@ func NewTracker(o TrackerOptions) *Tracker {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	return &Tracker{k: o.K, now: o.Now, seed: maphash.MakeSeed(), routes: map[string]*routeTrack{}}
+	t := &Tracker{k: o.K, now: o.Now, seed: maphash.MakeSeed()}
+	t.routes.Store(&map[string]*routeTrack{})
+	return t
 }
 
 // Record counts one request on route, made at the given time, by id
@@ -109,89 +116,127 @@ func (t *Tracker) Record(at time.Time, route string, id Identity, addr netip.Add
 	if t == nil {
 		return
 	}
-	t.requests.Add(1)
-	if refused {
-		t.refused.Add(1)
-	}
 	rt := t.route(route)
-	sec := at.Unix()
+	span := at.Unix() / fineWidth
 	var w int64
 	if refused {
 		w = 1
 	}
 	counted := false
 	if addr.IsValid() {
-		a16 := addr.As16()
-		s := &rt.stripes[maphash.Bytes(t.seed, a16[:])%stripes]
+		s := &rt.stripes[t.addrStripe(addr)]
 		s.mu.Lock()
-		for _, b := range s.buckets(sec, t.k) {
-			b.requests++
-			b.refused += w
-			b.addrs.Add(addr, 1)
-			if refused {
-				b.adRef.Add(addr, 1)
-			}
+		b := s.fineBucket(span, t.k)
+		b.requests++
+		b.refused += w
+		s.requests++
+		s.refused += w
+		b.addrs.Add(addr, 1)
+		if refused {
+			b.adRef.Add(addr, 1)
 		}
 		s.mu.Unlock()
 		counted = true
 	}
 	if id.Kind != "" || !counted {
-		s := &rt.stripes[maphash.String(t.seed, id.ID)%stripes]
+		s := &rt.stripes[t.idStripe(id)]
 		s.mu.Lock()
-		for _, b := range s.buckets(sec, t.k) {
-			if !counted {
-				b.requests++
-				b.refused += w
-			}
-			if id.Kind != "" {
-				b.ids.Add(id, 1)
-				if refused {
-					b.idsRef.Add(id, 1)
-				}
+		b := s.fineBucket(span, t.k)
+		if !counted {
+			b.requests++
+			b.refused += w
+			s.requests++
+			s.refused += w
+		}
+		if id.Kind != "" {
+			b.ids.Add(id, 1)
+			if refused {
+				b.idsRef.Add(id, 1)
 			}
 		}
 		s.mu.Unlock()
 	}
 }
 
+// addrStripe returns the stripe that counts addr.
+func (t *Tracker) addrStripe(addr netip.Addr) uint64 {
+	a16 := addr.As16()
+	return maphash.Bytes(t.seed, a16[:]) % stripes
+}
+
+// idStripe returns the stripe that counts id.
+func (t *Tracker) idStripe(id Identity) uint64 { return maphash.String(t.seed, id.ID) % stripes }
+
 // route returns the route's buckets, made on first use.
 func (t *Tracker) route(name string) *routeTrack {
-	t.mu.RLock()
-	rt := t.routes[name]
-	t.mu.RUnlock()
-	if rt != nil {
+	if rt := (*t.routes.Load())[name]; rt != nil {
 		return rt
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if rt = t.routes[name]; rt == nil {
-		rt = &routeTrack{}
-		t.routes[name] = rt
+	old := *t.routes.Load()
+	if rt := old[name]; rt != nil {
+		return rt
 	}
+	m := make(map[string]*routeTrack, len(old)+1)
+	for n, rt := range old {
+		m[n] = rt
+	}
+	rt := &routeTrack{}
+	m[name] = rt
+	t.routes.Store(&m)
 	return rt
 }
 
-// buckets returns the fine and the coarse bucket of the Unix second sec,
-// emptied first when they held an older span; called locked.
-func (s *stripe) buckets(sec int64, k int) [2]*bucket {
-	f, m := sec/fineWidth, sec/60
-	b := [2]*bucket{&s.fine[f%fineSlots], &s.coarse[m%coarseSlots]}
-	b[0].roll(f, k)
-	b[1].roll(m, k)
+// routeList returns the routes that recorded, by name.
+func (t *Tracker) routeList() map[string]*routeTrack { return *t.routes.Load() }
+
+// fineBucket returns the 10-second bucket of span, first merging what it
+// held of an earlier span into that span's minute bucket; called
+// locked. A request recorded late, after its slot was taken by a later
+// span, is counted in that later span.
+func (s *stripe) fineBucket(span int64, k int) *bucket {
+	b := &s.fine[span%fineSlots]
+	switch {
+	case b.ids == nil:
+		b.init(span, k)
+	case b.at < span:
+		s.fold(b, k)
+		b.reset(span)
+	}
 	return b
 }
 
-// roll makes the bucket count span at, emptying it when it held another.
-func (b *bucket) roll(at int64, k int) {
-	if b.ids == nil {
-		b.ids, b.idsRef = NewSketch[Identity](k), NewSketch[Identity](k)
-		b.addrs, b.adRef = NewSketch[netip.Addr](k), NewSketch[netip.Addr](k)
-		b.at = at
+// fold merges the fine bucket b into its minute's coarse bucket, unless
+// that one already counts a later minute (b is then older than every
+// window); called locked.
+func (s *stripe) fold(b *bucket, k int) {
+	m := b.at / (60 / fineWidth)
+	c := &s.coarse[m%coarseSlots]
+	switch {
+	case c.ids == nil:
+		c.init(m, k)
+	case c.at < m:
+		c.reset(m)
+	case c.at > m:
 		return
 	}
-	if b.at == at {
-		return
-	}
+	c.requests += b.requests
+	c.refused += b.refused
+	c.ids.Merge(b.ids)
+	c.idsRef.Merge(b.idsRef)
+	c.addrs.Merge(b.addrs)
+	c.adRef.Merge(b.adRef)
+}
+
+func (b *bucket) init(at int64, k int) {
+	b.ids, b.idsRef = NewSketch[Identity](k), NewSketch[Identity](k)
+	b.addrs, b.adRef = NewSketch[netip.Addr](k), NewSketch[netip.Addr](k)
+	b.at = at
+}
+
+// reset empties the bucket to count span at.
+func (b *bucket) reset(at int64) {
 	b.at, b.requests, b.refused = at, 0, 0
 	b.ids.Reset()
 	b.idsRef.Reset()
@@ -199,17 +244,36 @@ func (b *bucket) roll(at int64, k int) {
 	b.adRef.Reset()
 }
 
-// inWindow returns the buckets of the stripe that a window of the given
-// minutes covers at Unix second now (see Span); called locked.
-func (s *stripe) inWindow(window int, now int64, each func(*bucket)) {
-	slots, width, n := s.coarse[:], int64(60), int64(window)
+// inWindow calls each with the buckets of the stripe that a window of
+// the given minutes covers at Unix second now (see Span), a span at a
+// time: for 1 minute each 10-second bucket, for 5 and 15 each minute's
+// bucket with its 10-second buckets not merged into it yet; called
+// locked.
+func (s *stripe) inWindow(window int, now int64, each func(span []*bucket)) {
+	var group [1 + fineSlots]*bucket
 	if window <= 1 {
-		slots, width, n = s.fine[:], fineWidth, 60/fineWidth
+		cur := now / fineWidth
+		for at := cur - 60/fineWidth; at <= cur; at++ {
+			if b := &s.fine[at%fineSlots]; b.ids != nil && b.at == at {
+				group[0] = b
+				each(group[:1])
+			}
+		}
+		return
 	}
-	cur := now / width
-	for at := cur - n; at <= cur; at++ {
-		if b := &slots[at%int64(len(slots))]; b.ids != nil && b.at == at {
-			each(b)
+	cur := now / 60
+	for at := cur - int64(window); at <= cur; at++ {
+		g := group[:0]
+		if b := &s.coarse[at%coarseSlots]; b.ids != nil && b.at == at {
+			g = append(g, b)
+		}
+		for i := range s.fine {
+			if b := &s.fine[i]; b.ids != nil && b.at/(60/fineWidth) == at {
+				g = append(g, b)
+			}
+		}
+		if len(g) > 0 {
+			each(g)
 		}
 	}
 }
@@ -229,7 +293,15 @@ func (t *Tracker) Span(window int) time.Duration {
 
 // Totals returns the requests and refusals recorded since the start.
 func (t *Tracker) Totals() (requests, refused int64) {
-	return t.requests.Load(), t.refused.Load()
+	for _, rt := range t.routeList() {
+		for i := range rt.stripes {
+			s := &rt.stripes[i]
+			s.mu.Lock()
+			requests, refused = requests+s.requests, refused+s.refused
+			s.mu.Unlock()
+		}
+	}
+	return requests, refused
 }
 
 // K returns the counters per sketch stripe.
@@ -254,38 +326,12 @@ type RouteTop struct {
 func (t *Tracker) Top(window, n int) []RouteTop {
 	window = min(max(window, 1), maxWindow)
 	now := t.now().Unix()
-	t.mu.RLock()
-	names := make([]string, 0, len(t.routes))
-	for name := range t.routes {
-		names = append(names, name)
-	}
-	t.mu.RUnlock()
 	var out []RouteTop
-	for _, name := range names {
-		rt := t.route(name)
-		ids, idsRef := map[Identity]Entry[Identity]{}, map[Identity]Entry[Identity]{}
-		addrs, adRef := map[netip.Addr]Entry[netip.Addr]{}, map[netip.Addr]Entry[netip.Addr]{}
-		top := RouteTop{Route: name}
-		for i := range rt.stripes {
-			s := &rt.stripes[i]
-			s.mu.Lock()
-			s.inWindow(window, now, func(b *bucket) {
-				top.Requests += b.requests
-				top.Refused += b.refused
-				top.ErrorBound += max(b.ids.Bound(), b.addrs.Bound())
-				merge(ids, b.ids)
-				merge(idsRef, b.idsRef)
-				merge(addrs, b.addrs)
-				merge(adRef, b.adRef)
-			})
-			s.mu.Unlock()
+	for name, rt := range t.routeList() {
+		if top := rt.top(window, now, t.k, n); top.Requests > 0 {
+			top.Route = name
+			out = append(out, top)
 		}
-		if top.Requests == 0 {
-			continue
-		}
-		top.IDsByRefused, top.IDsByRequests = topOf(idsRef, n), topOf(ids, n)
-		top.AddrsByRefused, top.AddrsByRequests = topOf(adRef, n), topOf(addrs, n)
-		out = append(out, top)
 	}
 	slices.SortFunc(out, func(a, b RouteTop) int {
 		if a.Refused != b.Refused {
@@ -299,12 +345,71 @@ func (t *Tracker) Top(window, n int) []RouteTop {
 	return out
 }
 
-func merge[K comparable](into map[K]Entry[K], s *Sketch[K]) {
+// top returns the route's counts over the window, for Top.
+func (rt *routeTrack) top(window int, now int64, k, n int) RouteTop {
+	ids, idsRef := newTally[Identity](), newTally[Identity]()
+	addrs, adRef := newTally[netip.Addr](), newTally[netip.Addr]()
+	var top RouteTop
+	for i := range rt.stripes {
+		s := &rt.stripes[i]
+		s.mu.Lock()
+		s.inWindow(window, now, func(span []*bucket) {
+			var nIDs, nAddrs int64
+			for _, b := range span {
+				top.Requests += b.requests
+				top.Refused += b.refused
+				nIDs, nAddrs = nIDs+b.ids.Total(), nAddrs+b.addrs.Total()
+				ids.add(b.ids)
+				idsRef.add(b.idsRef)
+				addrs.add(b.addrs)
+				adRef.add(b.adRef)
+			}
+			top.ErrorBound += max(nIDs, nAddrs) / int64(k)
+		})
+		s.mu.Unlock()
+		ids.endStripe()
+		idsRef.endStripe()
+		addrs.endStripe()
+		adRef.endStripe()
+	}
+	top.IDsByRefused, top.IDsByRequests = topOf(idsRef.all, n), topOf(ids.all, n)
+	top.AddrsByRefused, top.AddrsByRequests = topOf(adRef.all, n), topOf(addrs.all, n)
+	return top
+}
+
+// tally adds up the counts of one kind of key over a window: a key's
+// count is the sum, over the buckets of its stripe in the window, of its
+// count where a bucket holds it and of the bucket's Floor where not (as
+// count and as error), so that it stays at least the true count.
+type tally[K comparable] struct {
+	all    map[K]Entry[K]
+	stripe map[K]Entry[K] // the stripe's keys, less the floors of the buckets holding them
+	floor  int64          // the floors of the stripe's buckets, summed
+}
+
+func newTally[K comparable]() *tally[K] {
+	return &tally[K]{all: map[K]Entry[K]{}, stripe: map[K]Entry[K]{}}
+}
+
+func (c *tally[K]) add(s *Sketch[K]) {
+	f := s.Floor()
+	c.floor += f
 	s.Each(func(e Entry[K]) {
-		c := into[e.Key]
-		c.Key, c.Count, c.Err = e.Key, c.Count+e.Count, c.Err+e.Err
-		into[e.Key] = c
+		x := c.stripe[e.Key]
+		x.Key, x.Count, x.Err = e.Key, x.Count+e.Count-f, x.Err+e.Err-f
+		c.stripe[e.Key] = x
 	})
+}
+
+// endStripe moves the stripe's keys into all (a key is counted in one
+// stripe only).
+func (c *tally[K]) endStripe() {
+	for k, e := range c.stripe {
+		e.Count, e.Err = e.Count+c.floor, e.Err+c.floor
+		c.all[k] = e
+	}
+	clear(c.stripe)
+	c.floor = 0
 }
 
 func topOf[K comparable](m map[K]Entry[K], n int) []Entry[K] {
@@ -324,25 +429,21 @@ func (t *Tracker) Resolve(kind, prefix string) (string, bool) {
 	if prefix == "" {
 		return "", false
 	}
-	t.mu.RLock()
-	rts := make([]*routeTrack, 0, len(t.routes))
-	for _, rt := range t.routes {
-		rts = append(rts, rt)
-	}
-	t.mu.RUnlock()
 	now := t.now().Unix()
 	found, ambiguous := "", false
-	for _, rt := range rts {
+	for _, rt := range t.routeList() {
 		for i := range rt.stripes {
 			s := &rt.stripes[i]
 			s.mu.Lock()
-			s.inWindow(maxWindow, now, func(b *bucket) {
-				b.ids.Each(func(e Entry[Identity]) {
-					if e.Key.Kind == kind && strings.HasPrefix(e.Key.ID, prefix) {
-						ambiguous = ambiguous || (found != "" && found != e.Key.ID)
-						found = e.Key.ID
-					}
-				})
+			s.inWindow(maxWindow, now, func(span []*bucket) {
+				for _, b := range span {
+					b.ids.Each(func(e Entry[Identity]) {
+						if e.Key.Kind == kind && strings.HasPrefix(e.Key.ID, prefix) {
+							ambiguous = ambiguous || (found != "" && found != e.Key.ID)
+							found = e.Key.ID
+						}
+					})
+				}
 			})
 			s.mu.Unlock()
 		}
