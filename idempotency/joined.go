@@ -70,6 +70,8 @@ type Joiner interface {
 	// is true), as Claim would have: a claim the replicas did not
 	// acknowledge is freed and reported as ErrNotReplicated, a failed
 	// round trip, or one that did not run the claim, as a store failure.
+	// A call it makes to the store (the claim made again, a free) is
+	// bounded by Options.Timeout even when ctx has no deadline.
 	Settle(ctx context.Context, p *Prepared, r ratelimit.ClaimReply) (Claim, error)
 	// Abandon frees the claim p if its round trip ran it and it took the
 	// identifier (r.Run, reply "claimed"), for a request that is not let

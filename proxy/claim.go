@@ -185,9 +185,10 @@ func (g *Gateway) joinedClaim(st *requestState, r *http.Request, pl *requestPlan
 	if !st.decision.Claim.Sent {
 		return g.claimOwn(st, r, pl)
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), g.idemTimeout)
-	defer cancel()
-	claim, err := g.joiner.Settle(ctx, &st.claim.joined, st.decision.Claim)
+	// Most claims are settled from their round trip's reply alone; a call
+	// Settle makes (the claim made again, a free) is bounded by the
+	// store's own timeout (idempotency.Joiner), so none is made here.
+	claim, err := g.joiner.Settle(context.WithoutCancel(r.Context()), &st.claim.joined, st.decision.Claim)
 	return g.answerClaim(st, r, pl, claim, err)
 }
 
