@@ -11,7 +11,11 @@
 // counted; any key whose true count exceeds N/k is guaranteed to be kept.
 package topk
 
-import "slices"
+import (
+	"hash/maphash"
+	"math/bits"
+	"slices"
+)
 
 // Entry is one key of a Sketch with its count and the most by which the
 // count may exceed the true one.
@@ -23,59 +27,123 @@ type Entry[K comparable] struct {
 
 // Sketch is a Space-Saving summary of a stream of keys: at most k
 // counters, a min-heap of them by count, and an index from key to
-// counter. A counter keeps its place while the heap moves only its number,
-// so Add costs O(log k), writes the index only when a key is inserted or
-// replaced, and allocates only when the index grows. It is not safe for
-// concurrent use.
+// counter (open addressing by the key's hash, which the caller may have
+// computed already: AddHashed). A counter keeps its place while the heap
+// moves only its number, so Add costs O(log k) and allocates nothing
+// once the sketch holds k keys. It is not safe for concurrent use.
 type Sketch[K comparable] struct {
 	k     int
 	n     int64 // total weight added
 	floor int64 // the most a key not counted here may have been counted
-	slots []Entry[K]
+	slots []counter[K]
 	heap  []int32 // slot numbers, the smallest count first
 	pos   []int32 // heap position of each slot
-	index map[K]int32
+	index []int32 // slot number + 1 at the key's hash's place (0: free), linear probing
+	shift uint    // 64 − log2(len(index)): a hash's place is its top bits
 }
+
+// counter is an Entry with its key's hash.
+type counter[K comparable] struct {
+	Entry[K]
+	hash uint64
+}
+
+// seed hashes the keys of Add.
+var seed = maphash.MakeSeed()
 
 // NewSketch returns a Sketch of k counters (k ≥ 1).
 func NewSketch[K comparable](k int) *Sketch[K] {
 	k = max(k, 1)
+	b := bits.Len(uint(2*k - 1)) // the index has 2k to 4k places
 	return &Sketch[K]{
 		k:     k,
-		slots: make([]Entry[K], 0, k),
+		slots: make([]counter[K], 0, k),
 		heap:  make([]int32, 0, k),
 		pos:   make([]int32, 0, k),
-		index: make(map[K]int32, k),
+		index: make([]int32, 1<<b),
+		shift: uint(64 - b),
 	}
 }
 
 // Add counts w more for key.
-func (s *Sketch[K]) Add(key K, w int64) {
+func (s *Sketch[K]) Add(key K, w int64) { s.AddHashed(key, maphash.Comparable(seed, key), w) }
+
+// AddHashed counts w more for key, whose hash is h. Every key of a
+// sketch, and of the sketches merged with it, must be hashed alike:
+// either all by Add or all by AddHashed with one hash function.
+func (s *Sketch[K]) AddHashed(key K, h uint64, w int64) {
 	s.n += w
-	if i, ok := s.index[key]; ok {
+	i, at := s.find(key, h)
+	if i >= 0 {
 		s.slots[i].Count += w
 		s.down(s.pos[i])
 		return
 	}
 	if len(s.slots) < s.k {
 		i := int32(len(s.slots))
-		s.slots = append(s.slots, Entry[K]{Key: key, Count: w})
+		s.slots = append(s.slots, counter[K]{Entry[K]{Key: key, Count: w}, h})
 		s.heap = append(s.heap, i)
 		s.pos = append(s.pos, i)
-		s.index[key] = i
+		s.index[at] = i + 1
 		s.up(i)
 		return
 	}
 	// Replace the smallest counter: the newcomer may have been counted
 	// up to that many times while it was not tracked, and so may any key
 	// no longer tracked.
-	i := s.heap[0]
+	i = s.heap[0]
 	min := &s.slots[i]
-	delete(s.index, min.Key)
+	s.unindex(i)
 	s.floor = max(s.floor, min.Count)
-	min.Key, min.Err, min.Count = key, min.Count, min.Count+w
-	s.index[key] = i
+	min.Key, min.Err, min.Count, min.hash = key, min.Count, min.Count+w, h
+	s.reindex(i)
 	s.down(0)
+}
+
+// find returns the slot of key, or -1 and the free place of the index
+// where it goes.
+func (s *Sketch[K]) find(key K, h uint64) (slot int32, at uint64) {
+	mask := uint64(len(s.index) - 1)
+	for at = h >> s.shift; ; at = (at + 1) & mask {
+		j := s.index[at] - 1
+		if j < 0 {
+			return -1, at
+		}
+		if s.slots[j].hash == h && s.slots[j].Key == key {
+			return j, at
+		}
+	}
+}
+
+// reindex puts slot i in the index.
+func (s *Sketch[K]) reindex(i int32) {
+	mask := uint64(len(s.index) - 1)
+	at := s.slots[i].hash >> s.shift
+	for s.index[at] != 0 {
+		at = (at + 1) & mask
+	}
+	s.index[at] = i + 1
+}
+
+// unindex takes slot i out of the index, moving back the places that
+// followed it so that every key stays reachable from its hash's place.
+func (s *Sketch[K]) unindex(i int32) {
+	mask := uint64(len(s.index) - 1)
+	at := s.slots[i].hash >> s.shift
+	for s.index[at] != i+1 {
+		at = (at + 1) & mask
+	}
+	free := at
+	for j := (free + 1) & mask; s.index[j] != 0; j = (j + 1) & mask {
+		home := s.slots[s.index[j]-1].hash >> s.shift
+		// j's key may fill the free place unless its home lies
+		// cyclically after the free place, up to j.
+		if (j-home)&mask >= (j-free)&mask {
+			s.index[free], s.index[j] = s.index[j], 0
+			free = j
+		}
+	}
+	s.index[free] = 0
 }
 
 // Merge counts into s what o counted, keeping s's k counters: a key's
@@ -86,7 +154,7 @@ func (s *Sketch[K]) Add(key K, w int64) {
 // of every count, and the floor, at most Total/k (the mergeable
 // Space-Saving of Agarwal et al., "Mergeable Summaries", 2012). Merging
 // sketches that never dropped a key, into no more than k keys, adds
-// exact counts exactly.
+// exact counts exactly. Both must hash keys alike (AddHashed).
 func (s *Sketch[K]) Merge(o *Sketch[K]) {
 	if o.n == 0 {
 		return
@@ -94,33 +162,40 @@ func (s *Sketch[K]) Merge(o *Sketch[K]) {
 	s.n += o.n
 	for i := range s.slots {
 		e := &s.slots[i]
-		if j, ok := o.index[e.Key]; ok {
+		if j, _ := o.find(e.Key, e.hash); j >= 0 {
 			e.Count, e.Err = e.Count+o.slots[j].Count, e.Err+o.slots[j].Err
 		} else {
 			e.Count, e.Err = e.Count+o.floor, e.Err+o.floor
 		}
 	}
 	for _, e := range o.slots {
-		if _, ok := s.index[e.Key]; !ok {
-			s.slots = append(s.slots, Entry[K]{Key: e.Key, Count: e.Count + s.floor, Err: e.Err + s.floor})
+		if i, _ := s.find(e.Key, e.hash); i < 0 {
+			e.Count, e.Err = e.Count+s.floor, e.Err+s.floor
+			s.slots = append(s.slots, e)
 		}
 	}
 	s.floor += o.floor
 	if len(s.slots) > s.k {
-		SortEntries(s.slots)
-		s.floor = max(s.floor, s.slots[s.k].Count)
-		s.slots = s.slots[:s.k]
+		s.prune()
 	}
 	clear(s.index)
 	s.heap, s.pos = s.heap[:0], s.pos[:0]
-	for i, e := range s.slots {
-		s.index[e.Key] = int32(i)
+	for i := range s.slots {
+		s.reindex(int32(i))
 		s.heap = append(s.heap, int32(i))
 		s.pos = append(s.pos, int32(i))
 	}
 	for i := int32(len(s.heap)/2 - 1); i >= 0; i-- {
 		s.down(i)
 	}
+}
+
+// prune keeps the k largest counts, the largest dropped becoming the
+// floor.
+func (s *Sketch[K]) prune() {
+	slices.SortStableFunc(s.slots, func(a, b counter[K]) int { return compareEntries(a.Entry, b.Entry) })
+	s.floor = max(s.floor, s.slots[s.k].Count)
+	s.slots = s.slots[:s.k]
 }
 
 // Total returns the total weight added.
@@ -143,35 +218,38 @@ func (s *Sketch[K]) Reset() {
 // Each calls f with every counter.
 func (s *Sketch[K]) Each(f func(Entry[K])) {
 	for _, e := range s.slots {
-		f(e)
+		f(e.Entry)
 	}
 }
 
 // Top returns up to n counters, largest first.
 func (s *Sketch[K]) Top(n int) []Entry[K] {
-	out := slices.Clone(s.slots)
+	out := make([]Entry[K], len(s.slots))
+	for i, e := range s.slots {
+		out[i] = e.Entry
+	}
 	SortEntries(out)
 	return out[:min(n, len(out))]
 }
 
 // SortEntries sorts entries by count, largest first, then by smaller
 // error.
-func SortEntries[K comparable](es []Entry[K]) {
-	slices.SortStableFunc(es, func(a, b Entry[K]) int {
-		switch {
-		case a.Count != b.Count:
-			if a.Count > b.Count {
-				return -1
-			}
-			return 1
-		case a.Err != b.Err:
-			if a.Err < b.Err {
-				return -1
-			}
-			return 1
+func SortEntries[K comparable](es []Entry[K]) { slices.SortStableFunc(es, compareEntries[K]) }
+
+func compareEntries[K comparable](a, b Entry[K]) int {
+	switch {
+	case a.Count != b.Count:
+		if a.Count > b.Count {
+			return -1
 		}
-		return 0
-	})
+		return 1
+	case a.Err != b.Err:
+		if a.Err < b.Err {
+			return -1
+		}
+		return 1
+	}
+	return 0
 }
 
 func (s *Sketch[K]) up(i int32) {

@@ -1,6 +1,7 @@
 package topk
 
 import (
+	"hash/maphash"
 	"math/rand/v2"
 	"net/netip"
 	"strconv"
@@ -54,6 +55,69 @@ func TestSketchBound(t *testing.T) {
 				t.Errorf("top: %+v", top)
 			}
 		})
+	}
+}
+
+// TestSketchIndex drives a sketch's own index through insertions and
+// replacements with hashes that collide and wrap around its end, checking
+// after every Add that each key is found where it is, the index holds
+// nothing else, the heap is a heap, and counts hold Space-Saving's bound.
+func TestSketchIndex(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		hash func(k int) uint64
+	}{
+		{"maphash", func(k int) uint64 { return maphash.Comparable(seed, k) }},
+		{"one place", func(int) uint64 { return 0 }},
+		{"the last places", func(k int) uint64 { return ^uint64(0) - uint64(k%2) }},
+		{"three places", func(k int) uint64 { return uint64(k%3) << 62 }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := rand.New(rand.NewPCG(9, 10))
+			s := NewSketch[int](8)
+			exact := map[int]int64{}
+			for i := range 3000 {
+				k := r.IntN(4 + i/300) // a few keys, then more than the counters
+				s.AddHashed(k, tc.hash(k), 1)
+				exact[k]++
+				checkIndex(t, s, exact)
+				if t.Failed() {
+					t.Fatalf("after %d adds", i+1)
+				}
+			}
+			m := NewSketch[int](8)
+			m.Merge(s)
+			checkIndex(t, m, exact)
+		})
+	}
+}
+
+func checkIndex(t *testing.T, s *Sketch[int], exact map[int]int64) {
+	t.Helper()
+	used := 0
+	for _, j := range s.index {
+		if j != 0 {
+			used++
+		}
+	}
+	if used != len(s.slots) {
+		t.Errorf("index holds %d keys, sketch %d", used, len(s.slots))
+	}
+	for i, c := range s.slots {
+		if j, _ := s.find(c.Key, c.hash); j != int32(i) {
+			t.Errorf("key %d of slot %d found at %d", c.Key, i, j)
+		}
+		if s.heap[s.pos[i]] != int32(i) {
+			t.Errorf("slot %d at heap place %d, which holds %d", i, s.pos[i], s.heap[s.pos[i]])
+		}
+		if c.Count < exact[c.Key] || c.Count-c.Err > exact[c.Key] || c.Count < s.Floor() {
+			t.Errorf("key %d: count %d err %d, truly %d, floor %d", c.Key, c.Count, c.Err, exact[c.Key], s.Floor())
+		}
+	}
+	for i := 1; i < len(s.heap); i++ {
+		if s.slots[s.heap[(i-1)/2]].Count > s.slots[s.heap[i]].Count {
+			t.Errorf("heap place %d below a larger count", i)
+		}
 	}
 }
 

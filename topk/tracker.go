@@ -124,22 +124,24 @@ func (t *Tracker) Record(at time.Time, route string, id Identity, addr netip.Add
 	}
 	counted := false
 	if addr.IsValid() {
-		s := &rt.stripes[t.addrStripe(addr)]
+		h := t.addrHash(addr)
+		s := &rt.stripes[h%stripes]
 		s.mu.Lock()
 		b := s.fineBucket(span, t.k)
 		b.requests++
 		b.refused += w
 		s.requests++
 		s.refused += w
-		b.addrs.Add(addr, 1)
+		b.addrs.AddHashed(addr, h, 1)
 		if refused {
-			b.adRef.Add(addr, 1)
+			b.adRef.AddHashed(addr, h, 1)
 		}
 		s.mu.Unlock()
 		counted = true
 	}
 	if id.Kind != "" || !counted {
-		s := &rt.stripes[t.idStripe(id)]
+		h := t.idHash(id)
+		s := &rt.stripes[h%stripes]
 		s.mu.Lock()
 		b := s.fineBucket(span, t.k)
 		if !counted {
@@ -149,23 +151,25 @@ func (t *Tracker) Record(at time.Time, route string, id Identity, addr netip.Add
 			s.refused += w
 		}
 		if id.Kind != "" {
-			b.ids.Add(id, 1)
+			b.ids.AddHashed(id, h, 1)
 			if refused {
-				b.idsRef.Add(id, 1)
+				b.idsRef.AddHashed(id, h, 1)
 			}
 		}
 		s.mu.Unlock()
 	}
 }
 
-// addrStripe returns the stripe that counts addr.
-func (t *Tracker) addrStripe(addr netip.Addr) uint64 {
+// addrHash returns the hash of addr: its low bits choose the stripe that
+// counts it, its high bits its place in the stripe's sketches' index.
+func (t *Tracker) addrHash(addr netip.Addr) uint64 {
 	a16 := addr.As16()
-	return maphash.Bytes(t.seed, a16[:]) % stripes
+	return maphash.Bytes(t.seed, a16[:])
 }
 
-// idStripe returns the stripe that counts id.
-func (t *Tracker) idStripe(id Identity) uint64 { return maphash.String(t.seed, id.ID) % stripes }
+// idHash returns the hash of id, like addrHash (of the id alone: an
+// account and a token of the same id are told apart by their kind).
+func (t *Tracker) idHash(id Identity) uint64 { return maphash.String(t.seed, id.ID) }
 
 // route returns the route's buckets, made on first use.
 func (t *Tracker) route(name string) *routeTrack {

@@ -59,14 +59,14 @@ func exactTop(tr *Tracker, recs []record, window int, now int64) []RouteTop {
 		}
 		if r.id.Kind != "" {
 			ids[r.route][r.id]++
-			nIDs[spanKey{r.route, tr.idStripe(r.id), span}]++
+			nIDs[spanKey{r.route, tr.idHash(r.id) % stripes, span}]++
 			if r.refused {
 				idsRef[r.route][r.id]++
 			}
 		}
 		if r.addr.IsValid() {
 			addrs[r.route][r.addr]++
-			nAddrs[spanKey{r.route, tr.addrStripe(r.addr), span}]++
+			nAddrs[spanKey{r.route, tr.addrHash(r.addr) % stripes, span}]++
 			if r.refused {
 				adRef[r.route][r.addr]++
 			}
