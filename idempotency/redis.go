@@ -361,12 +361,14 @@ func (s *Redis) prepare(p *Prepared, account string, ids []string, fp Fingerprin
 	oldest := (now - (s.o.Retention + s.o.InFlightTimeout).Milliseconds()) / s.slotMS
 	keys := s.keys(account, ids)
 	cost := charge(keys)
+	a := &claimArgs{fp: string(fp[:fpLen]), id: id, now: now, deadline: now + s.o.InFlightTimeout.Milliseconds(),
+		slot: slot, oldest: oldest, cost: cost}
+	a.argv = [...]any{&a.fp, &a.id, &a.now, &a.deadline,
+		s.retentionArg, &a.slot, &a.oldest, s.maxPerAccountArg, s.maxBytesArg, s.counterTTLArg, &a.cost}
 	*p = Prepared{
 		ClaimPart: ratelimit.ClaimPart{
-			Keys: keys,
-			Args: []any{string(fp[:fpLen]), id,
-				now, now + s.o.InFlightTimeout.Milliseconds(),
-				s.retentionArg, slot, oldest, s.maxPerAccountArg, s.maxBytesArg, s.counterTTLArg, cost},
+			Keys:        keys,
+			Args:        a.argv[:],
 			Timeout:     s.o.Timeout,
 			ReplicaAcks: s.o.ReplicaAcks,
 			WaitTimeout: s.waitTimeout(),
@@ -379,6 +381,18 @@ func (s *Redis) prepare(p *Prepared, account string, ids []string, fp Fingerprin
 		slot:   slot,
 		charge: cost,
 	}
+}
+
+// claimArgs holds a claim's arguments (ClaimFunc's ARGV) in one
+// allocation: argv points at the values of the claim's own (go-redis
+// writes a *string or *int64 as the value it points at), where each value
+// boxed in an interface took one. They never change once prepared: the
+// rate limiter may write them after their request has gone (a round trip
+// its client left).
+type claimArgs struct {
+	fp, id                            string
+	now, deadline, slot, oldest, cost int64
+	argv                              [11]any
 }
 
 // outcome reads ClaimFunc's reply res to the claim p prepared.
@@ -474,7 +488,9 @@ func (s *Redis) end(ctx context.Context, c Claim, state, rec string) error {
 		// The first identifier's value grows from in flight to done.
 		grow = allocated(1+fpLen+len(rec)+8) - allocated(inFlightLen+8)
 	}
-	n, err := s.finish.Run(ctx, s.c, c.keys, c.id, state, s.retentionArg, rec, c.slot, c.charge, grow).Int()
+	a := &finishArgs{id: c.id, rec: rec, slot: c.slot, charge: c.charge, grow: int64(grow)}
+	a.argv = [...]any{&a.id, state, s.retentionArg, &a.rec, &a.slot, &a.charge, &a.grow}
+	n, err := s.finish.Run(ctx, s.c, c.keys, a.argv[:]...).Int()
 	if err != nil {
 		s.failed(ctx, err)
 		return storeError(state, err)
@@ -483,6 +499,14 @@ func (s *Redis) end(ctx context.Context, c Claim, state, rec string) error {
 		return ErrClaimLost
 	}
 	return nil
+}
+
+// finishArgs holds the finish script's arguments in one allocation, as
+// claimArgs does the claim's.
+type finishArgs struct {
+	id, rec            string
+	slot, charge, grow int64
+	argv               [7]any
 }
 
 // Complete implements Store.

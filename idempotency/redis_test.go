@@ -331,3 +331,23 @@ func TestRedisCallDeadline(t *testing.T) {
 		})
 	}
 }
+
+// TestRedisPrepareAllocations gates a claim's preparation at five
+// allocations (its keys' string and slice, its arguments, the
+// fingerprint's and the holder's strings): its arguments point into one
+// claimArgs instead of each boxing a value of its own.
+func TestRedisPrepareAllocations(t *testing.T) {
+	s := NewRedis(nil, Options{KeyPrefix: "exgate:idem:"})
+	ids := []string{"ord-1"}
+	var p Prepared
+	if n := testing.AllocsPerRun(100, func() { s.prepare(&p, "acct", ids, Fingerprint{}) }); n > 5 {
+		t.Errorf("%v allocations per prepare, want at most 5", n)
+	}
+	for i, a := range p.Args {
+		switch a.(type) {
+		case *string, *int64, string, int64, int:
+		default:
+			t.Errorf("ARGV[%d] is a %T, which go-redis does not write as its value", i+1, a)
+		}
+	}
+}
