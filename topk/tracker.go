@@ -58,10 +58,10 @@ type TrackerOptions struct {
 // K keys of a kind in any bucket, counts are exact.
 //
 // Memory is bounded: per route that records, 4 stripes × (7 + 16)
-// buckets × 4 sketches × K counters (2K while a minute's bucket merges).
-// Recording costs a lookup of the route in a map no lock guards, one or
-// two stripe locks and, for a key already counted, no allocation. It is
-// safe for concurrent use.
+// buckets × 4 sketches × K counters (a minute bucket's sketches keep
+// room for 2K, which merging needs). Recording costs a lookup of the
+// route in a map no lock guards, one or two stripe locks and no
+// allocation once a sketch holds K keys. It is safe for concurrent use.
 type Tracker struct {
 	k    int
 	now  func() time.Time
