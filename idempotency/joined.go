@@ -101,8 +101,7 @@ func (s *Redis) Settle(ctx context.Context, p *Prepared, r ratelimit.ClaimReply)
 	if r.Err == nil && !r.Run {
 		r.Err = errNotRun
 	}
-	var reply redis.Error
-	if errors.As(r.Err, &reply) && !ratelimit.Unserved(r.Err) {
+	if r.Err != nil && redisError(r.Err) && !ratelimit.Unserved(r.Err) {
 		return s.ClaimAll(ctx, p.key.Account, p.ids(), p.fp)
 	}
 	if r.Err != nil {
@@ -115,6 +114,13 @@ func (s *Redis) Settle(ctx context.Context, p *Prepared, r ratelimit.ClaimReply)
 		}
 	}
 	return p.outcome(r.Reply)
+}
+
+// redisError reports whether err is, or wraps, an error reply from
+// Redis.
+func redisError(err error) bool {
+	var reply redis.Error
+	return errors.As(err, &reply)
 }
 
 // Abandon implements Joiner.

@@ -354,14 +354,19 @@ func (s *Redis) ClaimAll(ctx context.Context, account string, ids []string, fp F
 // identifiers ids with fingerprint fp (ClaimFunc's KEYS and ARGV), made
 // now by a new holder.
 func (s *Redis) prepare(p *Prepared, account string, ids []string, fp Fingerprint) {
-	id := newID()
+	// The fingerprint's argument and a new holder's token, in one string.
+	var b [fpLen + idLen]byte
+	copy(b[:], fp[:fpLen])
+	_, _ = rand.Read(b[fpLen:])
+	fpAndID := string(b[:])
+	fpArg, id := fpAndID[:fpLen], fpAndID[fpLen:]
 	at := s.o.Now()
 	now := at.UnixMilli()
 	slot := now / s.slotMS
 	oldest := (now - (s.o.Retention + s.o.InFlightTimeout).Milliseconds()) / s.slotMS
 	keys := s.keys(account, ids)
 	cost := charge(keys)
-	a := &claimArgs{fp: string(fp[:fpLen]), id: id, now: now, deadline: now + s.o.InFlightTimeout.Milliseconds(),
+	a := &claimArgs{fp: fpArg, id: id, now: now, deadline: now + s.o.InFlightTimeout.Milliseconds(),
 		slot: slot, oldest: oldest, cost: cost}
 	a.argv = [...]any{&a.fp, &a.id, &a.now, &a.deadline,
 		s.retentionArg, &a.slot, &a.oldest, s.maxPerAccountArg, s.maxBytesArg, s.counterTTLArg, &a.cost}
@@ -488,8 +493,8 @@ func (s *Redis) end(ctx context.Context, c Claim, state, rec string) error {
 		// The first identifier's value grows from in flight to done.
 		grow = allocated(1+fpLen+len(rec)+8) - allocated(inFlightLen+8)
 	}
-	a := &finishArgs{id: c.id, rec: rec, slot: c.slot, charge: c.charge, grow: int64(grow)}
-	a.argv = [...]any{&a.id, state, s.retentionArg, &a.rec, &a.slot, &a.charge, &a.grow}
+	a := &finishArgs{id: c.id, state: state, rec: rec, slot: c.slot, charge: c.charge, grow: int64(grow)}
+	a.argv = [...]any{&a.id, &a.state, s.retentionArg, &a.rec, &a.slot, &a.charge, &a.grow}
 	n, err := s.finish.Run(ctx, s.c, c.keys, a.argv[:]...).Int()
 	if err != nil {
 		s.failed(ctx, err)
@@ -504,7 +509,7 @@ func (s *Redis) end(ctx context.Context, c Claim, state, rec string) error {
 // finishArgs holds the finish script's arguments in one allocation, as
 // claimArgs does the claim's.
 type finishArgs struct {
-	id, rec            string
+	id, state, rec     string
 	slot, charge, grow int64
 	argv               [7]any
 }

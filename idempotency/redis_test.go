@@ -332,16 +332,21 @@ func TestRedisCallDeadline(t *testing.T) {
 	}
 }
 
-// TestRedisPrepareAllocations gates a claim's preparation at five
+// TestRedisPrepareAllocations gates a claim's preparation at four
 // allocations (its keys' string and slice, its arguments, the
-// fingerprint's and the holder's strings): its arguments point into one
-// claimArgs instead of each boxing a value of its own.
+// fingerprint's and the holder's string; one more under the race
+// detector): its arguments point into one claimArgs instead of each
+// boxing a value of its own.
 func TestRedisPrepareAllocations(t *testing.T) {
 	s := NewRedis(nil, Options{KeyPrefix: "exgate:idem:"})
 	ids := []string{"ord-1"}
 	var p Prepared
-	if n := testing.AllocsPerRun(100, func() { s.prepare(&p, "acct", ids, Fingerprint{}) }); n > 5 {
-		t.Errorf("%v allocations per prepare, want at most 5", n)
+	want := 4.0
+	if raceBuild {
+		want++ // crypto/rand's buffer
+	}
+	if n := testing.AllocsPerRun(100, func() { s.prepare(&p, "acct", ids, Fingerprint{}) }); n > want {
+		t.Errorf("%v allocations per prepare, want at most %v", n, want)
 	}
 	for i, a := range p.Args {
 		switch a.(type) {
