@@ -140,7 +140,8 @@ func (v *Validator) checkBulk(contentType []string, body []byte, cancelOnly bool
 		}
 		p = arr
 	}
-	spans, n, ok := v.elements(&p)
+	var room [32]span // a bulk's spans, on the stack up to 32 elements
+	spans, n, ok := v.elements(&p, room[:0])
 	if !ok {
 		return Bulk{}, parseError(p.err, p.i)
 	}
@@ -250,8 +251,9 @@ func idsMember(p *parser) (parser, *apierror.Error) {
 }
 
 // elements scans the array at p.i to its end and returns the spans of
-// its first max_orders+1 elements and the number of elements.
-func (v *Validator) elements(p *parser) (spans []span, n int, ok bool) {
+// its first max_orders+1 elements, appended to spans, and the number of
+// elements.
+func (v *Validator) elements(p *parser, spans []span) (_ []span, n int, ok bool) {
 	p.i++
 	p.skipWS()
 	if p.at(']') {
@@ -290,7 +292,7 @@ func (v *Validator) elements(p *parser) (spans []span, n int, ok bool) {
 
 // bulkOrders checks each element of a placement as a single order.
 func (v *Validator) bulkOrders(body []byte, spans []span, rs *compiled, b *Bulk, rep *report) {
-	seen := make(map[string]int, len(spans))
+	var seen map[string]int // the orders' identifiers, made at the first
 	for i, s := range spans {
 		name := "orders[" + strconv.Itoa(i) + "]"
 		if s.kind != kObject {
@@ -318,6 +320,9 @@ func (v *Validator) bulkOrders(body []byte, spans []span, rs *compiled, b *Bulk,
 			if j, dup := seen[o.Identifier]; dup {
 				rep.add(name+".identifier", "repeats orders["+strconv.Itoa(j)+"].identifier")
 				continue
+			}
+			if seen == nil {
+				seen = make(map[string]int, len(spans))
 			}
 			seen[o.Identifier] = i
 		}

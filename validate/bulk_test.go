@@ -335,3 +335,28 @@ func FuzzCheckIDList(f *testing.F) {
 		}
 	})
 }
+
+// TestCheckBulkAllocations gates the allocations of a bulk's check: its
+// elements' spans are on the stack up to 32 elements, and a placement
+// without identifiers makes no set of them; what is left is the bulk's
+// orders, or its ids (their slice, each id's string, the set of them).
+func TestCheckBulkAllocations(t *testing.T) {
+	v := newValidator(t, nil)
+	order := `{"symbol":"BTC_USDT","type":"limit","side":"buy","price":"65000.00","base_amount":"0.0015"}`
+	orders := "[" + strings.TrimSuffix(strings.Repeat(order+",", 10), ",") + "]"
+	for _, tt := range []struct {
+		name, body string
+		max        float64
+	}{
+		{"ten orders", orders, 1},
+		{"ten ids", `[1,2,3,4,5,6,7,8,9,10]`, 15},
+	} {
+		body := []byte(tt.body)
+		if _, p := v.CheckBulk(jsonCT, body); p != nil {
+			t.Fatalf("%s: %v", tt.name, p.Fields)
+		}
+		if n := testing.AllocsPerRun(100, func() { _, _ = v.CheckBulk(jsonCT, body) }); n > tt.max {
+			t.Errorf("%s: %v allocations per CheckBulk, want at most %v", tt.name, n, tt.max)
+		}
+	}
+}
