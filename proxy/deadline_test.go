@@ -2,8 +2,11 @@ package proxy
 
 import (
 	"context"
+	"io"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -177,5 +180,108 @@ func TestBackendSlowHTTP2(t *testing.T) {
 	assertError(t, do(t, "GET", e.url+"/api/v1/mkt/markets/", nil), http.StatusGatewayTimeout, "gateway_timeout")
 	if got, _ := proto.Load().(string); got != "HTTP/2.0" {
 		t.Fatalf("the backend was called over %q, want HTTP/2.0", got)
+	}
+}
+
+// TestDeadlineQueueRequestsRacingTheirDeadline sends many concurrent
+// requests to a backend that answers around the route's timeout, so that
+// deadlines fire as calls end and pooled request states (whose
+// deadlineEntry the queues hold) are taken by the next request: every
+// answer is its own request's — the backend's echo of its probe — or a
+// DRF error, never another request's. Run it under -race.
+func TestDeadlineQueueRequestsRacingTheirDeadline(t *testing.T) {
+	e := startEnv(t, func(c *config.Config) {
+		c.Route("list_markets").Timeout = 2 * time.Millisecond
+	})
+	e.backend.handler = func(w http.ResponseWriter, r *http.Request) {
+		time.Sleep(time.Duration(len(r.URL.RawQuery)%4) * time.Millisecond)
+		_, _ = w.Write([]byte(r.URL.Query().Get("probe")))
+	}
+	var statuses [8]map[int]int
+	for g := range statuses {
+		statuses[g] = map[int]int{}
+	}
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 25 {
+				probe := strconv.Itoa(g*1000 + i)
+				res, err := http.Get(e.url + "/api/v1/mkt/markets/?probe=" + probe)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				body, _ := io.ReadAll(res.Body)
+				res.Body.Close()
+				statuses[g][res.StatusCode]++
+				switch {
+				case res.StatusCode == http.StatusOK && string(body) != probe:
+					t.Errorf("request %s answered %q", probe, body)
+				case res.StatusCode != http.StatusOK && !strings.Contains(string(body), `"code"`):
+					t.Errorf("request %s answered %d %q", probe, res.StatusCode, body)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	t.Logf("statuses: %v", statuses)
+}
+
+// TestClaimedOrderBoundedAfterClientLeft: a claimed order goes on when
+// its client hangs up (its call's parent context is never cancelled), and
+// is still cut at its route's timeout by the deadline queue: the backend
+// sees the call cancelled, the claim is settled as of unknown outcome,
+// and a retry is answered 409 outcome_unknown without reaching the
+// backend.
+func TestClaimedOrderBoundedAfterClientLeft(t *testing.T) {
+	var calls atomic.Int64
+	entered, cut, testDone := make(chan struct{}, 1), make(chan struct{}, 1), make(chan struct{})
+	e := startOrdersConfig(t, func(w http.ResponseWriter, r *http.Request) {
+		if calls.Add(1) > 1 {
+			placed(w, r)
+			return
+		}
+		entered <- struct{}{}
+		select {
+		case <-r.Context().Done(): // exgate gave up on the call
+			cut <- struct{}{}
+		case <-testDone:
+		}
+	}, nil, func(c *config.Config) { c.Route("place_order").Timeout = 300 * time.Millisecond })
+	t.Cleanup(func() { close(testDone) }) // before the servers close
+	body := `{"symbol":"BTC_USDT","type":"market","side":"buy","base_amount":"0.5","identifier":"left"}`
+	ctx, cancel := context.WithCancel(context.Background())
+	req, _ := http.NewRequestWithContext(ctx, "POST", e.url+"/api/v1/odr/orders/", strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer tok")
+	req.Header.Set("Content-Type", "application/json")
+	errc := make(chan error, 1)
+	go func() {
+		res, err := http.DefaultClient.Do(req)
+		if err == nil {
+			res.Body.Close()
+		}
+		errc <- err
+	}()
+	<-entered
+	cancel()
+	if err := <-errc; err == nil {
+		t.Fatal("the client did not give up")
+	}
+	select {
+	case <-cut:
+	case <-time.After(time.Minute): // liveness bound only
+		t.Fatal("the claimed order's backend call was never cut")
+	}
+	for deadline := time.Now().Add(time.Minute); len(e.logs.FilterMessage("request").All()) == 0; {
+		if time.Now().After(deadline) {
+			t.Fatal("the order's request never ended")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	assertError(t, postOrder(t, e, body), http.StatusConflict, "outcome_unknown")
+	if n := calls.Load(); n != 1 {
+		t.Errorf("backend received %d orders, want 1", n)
 	}
 }
