@@ -817,3 +817,61 @@ func BenchmarkGatewayTraced(b *testing.B) {
 		})
 	}
 }
+
+// TestTraceContextSentConcurrently: requests sampled and not, many at
+// once, each send the backend the trace context of their own server span
+// (the one their access log line names), though each request's
+// traceparent value is held in its pooled state, which the next request
+// takes. Run it under -race.
+func TestTraceContextSentConcurrently(t *testing.T) {
+	sp := newSpans(t, tracing.Sampler("traceidratio", 0.5))
+	e := startTraced(t, sp, nil)
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 25 {
+				res, err := http.Get(e.url + "/api/v1/mkt/tickers/")
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				_, _ = io.Copy(io.Discard, res.Body)
+				res.Body.Close()
+			}
+		}()
+	}
+	wg.Wait()
+	logged := map[string]map[string]any{} // request id → its access log line
+	for deadline := time.Now().Add(time.Minute); e.logs.FilterMessage("request").Len() < 200; {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d access log lines, want 200", e.logs.FilterMessage("request").Len())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	for _, l := range e.logs.FilterMessage("request").All() {
+		m := l.ContextMap()
+		logged[fmt.Sprint(m["request_id"])] = m
+	}
+	sampled := 0
+	for _, r := range e.backend.all() {
+		id := r.Header.Get("X-Request-Id")
+		line, ok := logged[id]
+		if !ok {
+			t.Fatalf("the backend got request id %q, which no access log line names", id)
+		}
+		tp := r.Header.Get("Traceparent")
+		parts := strings.Split(tp, "-")
+		if len(parts) != 4 || parts[1] != line["trace_id"] {
+			t.Errorf("request %s: backend got traceparent %q, its trace is %v", id, tp, line["trace_id"])
+			continue
+		}
+		if parts[3] == "01" {
+			sampled++
+		} else if parts[2] != line["span_id"] {
+			t.Errorf("request %s not sampled: backend got span %s, its server span is %v", id, parts[2], line["span_id"])
+		}
+	}
+	t.Logf("%d of %d requests sampled", sampled, len(e.backend.all()))
+}
