@@ -105,7 +105,7 @@ func benchmarkIdentifiedOrders(b *testing.B, gw *Gateway, srv *redistest.Server)
 			req.URL.Path = "/api/v1/odr/orders/"
 			gw.ServeHTTP(w, req)
 			if w.code != http.StatusCreated {
-				b.Errorf("status %d", w.code)
+				b.Error(w.answer())
 				return
 			}
 		}

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -32,11 +33,22 @@ import (
 type discardWriter struct {
 	h    http.Header
 	code int
+	body []byte // the body of an answer that is not a success, for the benchmark's error
 }
 
-func (w *discardWriter) Header() http.Header         { return w.h }
-func (w *discardWriter) WriteHeader(code int)        { w.code = code }
-func (w *discardWriter) Write(b []byte) (int, error) { return len(b), nil }
+func (w *discardWriter) Header() http.Header  { return w.h }
+func (w *discardWriter) WriteHeader(code int) { w.code = code }
+func (w *discardWriter) Write(b []byte) (int, error) {
+	if w.code >= 300 {
+		w.body = append(w.body[:0], b...)
+	}
+	return len(b), nil
+}
+
+// answer says what w was answered: its status and, for a refusal,
+// exgate's error code with its detail, so that a benchmark that stops
+// says which refusal stopped it.
+func (w *discardWriter) answer() string { return fmt.Sprintf("status %d %s", w.code, w.body) }
 
 const marketsBody = `[{"symbol":"BTC_USDT","name":"Bitcoin/Tether","base":"BTC","quote":"USDT","tradable":true,"price_precision":"2","base_amount_precision":"6","quote_amount_precision":"2"}]`
 
@@ -126,7 +138,7 @@ func BenchmarkReverseProxyGET(b *testing.B) {
 			clear(w.h)
 			rp.ServeHTTP(w, req)
 			if w.code != 200 {
-				b.Errorf("status %d", w.code)
+				b.Error(w.answer())
 				return
 			}
 		}
@@ -165,7 +177,7 @@ func BenchmarkReverseProxyOrder(b *testing.B) {
 			req.Body, req.ContentLength = io.NopCloser(rd), int64(len(benchOrder))
 			rp.ServeHTTP(w, req)
 			if w.code != http.StatusCreated {
-				b.Errorf("status %d", w.code)
+				b.Error(w.answer())
 				return
 			}
 		}
@@ -208,7 +220,7 @@ func benchmarkMarketsAs(b *testing.B, gw *Gateway, auth string) {
 			req.URL.Path = "/api/v1/mkt/markets/"
 			gw.ServeHTTP(w, req)
 			if w.code != 200 {
-				b.Errorf("status %d", w.code)
+				b.Error(w.answer())
 				return
 			}
 		}
@@ -509,7 +521,7 @@ func benchmarkOrders(b *testing.B, gw *Gateway, body string) {
 			req.URL.Path = "/api/v1/odr/orders/"
 			gw.ServeHTTP(w, req)
 			if w.code != http.StatusCreated {
-				b.Errorf("status %d", w.code)
+				b.Error(w.answer())
 				return
 			}
 		}
@@ -579,7 +591,7 @@ func benchmarkSignIns(b *testing.B, gw *Gateway) {
 			req.URL.Path = "/api/v1/usr/authenticate/"
 			gw.ServeHTTP(w, req)
 			if w.code != 200 {
-				b.Errorf("status %d", w.code)
+				b.Error(w.answer())
 				return
 			}
 		}
