@@ -56,7 +56,7 @@ func BenchmarkGatewayOrderIdentifier(b *testing.B) {
 	srv := redistest.Start(b)
 	for _, mode := range []string{"joined", "separate"} {
 		cfg := benchOrderConfig(b, true)
-		v := benchValidator(b, cfg)
+		v := oneMarketValidator(b, cfg)
 		ro := ratelimit.RedisOptions{Timeout: time.Second}
 		// One account places every order of the run: lift its share of
 		// the store (what its order limit lets it place in a day, by
@@ -175,7 +175,7 @@ func BenchmarkGatewayOrderIdentifierCluster(b *testing.B) {
 		client := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs, ContextTimeoutEnabled: true, MaxRetries: -1})
 		defer client.Close()
 		cfg := benchOrderConfig(b, true)
-		v := benchValidator(b, cfg)
+		v := oneMarketValidator(b, cfg)
 		var trips, calls atomic.Int64
 		ro := ratelimit.RedisOptions{Timeout: time.Second, Observe: func(time.Duration, int, error) { trips.Add(1) }}
 		// One account places every order of the run: lift its share of

@@ -462,7 +462,7 @@ func BenchmarkGatewayOrder(b *testing.B) {
 	srv := redistest.Start(b)
 	for _, mode := range []string{"off", "memory", "redis"} {
 		cfg := benchOrderConfig(b, mode != "off")
-		v := benchValidator(b, cfg)
+		v := oneMarketValidator(b, cfg)
 		k, _ := limiter.NewKeyer([]byte("bench-secret-0123456789abcdef"))
 		var store ratelimit.Store = ratelimit.NewMemory(ratelimit.MemoryOptions{})
 		if mode == "redis" {
@@ -482,20 +482,22 @@ func BenchmarkGatewayOrder(b *testing.B) {
 	}
 }
 
-// benchValidator is the order validator of cfg over a catalogue of the
-// one market the benchmark orders trade.
-func benchValidator(b *testing.B, cfg *config.Config) *validate.Validator {
+// oneMarketValidator is the order validator of cfg's rules over a
+// catalogue of one market, BTC_USDT, the one the tests' and benchmarks'
+// orders trade, set by hand (nothing is fetched from cfg's upstream).
+func oneMarketValidator(tb testing.TB, cfg *config.Config) *validate.Validator {
+	tb.Helper()
 	cat, err := validate.NewCatalogue(validate.CatalogueOptions{BaseURL: cfg.Upstream.URL.URL, Transport: http.DefaultTransport})
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 	if err := cat.Set([]validate.Market{{Symbol: "BTC_USDT", Base: "BTC", Quote: "USDT", Tradable: true,
 		PricePrecision: 2, BaseAmountPrecision: 6, QuoteAmountPrecision: 2}}); err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 	v, err := validate.New(cfg.Validation, cat, zap.NewNop())
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 	return v
 }

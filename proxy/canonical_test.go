@@ -3,13 +3,10 @@ package proxy
 import (
 	"io"
 	"net/http"
-	"net/url"
 	"strings"
 	"testing"
 
 	"github.com/exgate/exgate/config"
-	"github.com/exgate/exgate/validate"
-	"go.uber.org/zap"
 )
 
 // TestForwardCanonicalAllocations gates the allocations of an order's
@@ -18,7 +15,9 @@ import (
 // for canonicalBody's room is encoded in a buffer of its own, a third.
 // Each forwarded body is the order's canonical encoding.
 func TestForwardCanonicalAllocations(t *testing.T) {
-	v := orderValidator(t)
+	cfg := config.Default()
+	cfg.Upstream.URL = config.MustURL("http://backend.invalid:9000")
+	v := oneMarketValidator(t, cfg)
 	long := `{"symbol":"BTC_USDT","type":"limit","side":"buy","base_amount":"0.001","price":"100.25",` +
 		strings.Repeat(" ", 40) + `"identifier":"` + strings.Repeat("x", 64) + `"}`
 	for _, tt := range []struct {
@@ -49,24 +48,4 @@ func TestForwardCanonicalAllocations(t *testing.T) {
 			}
 		})
 	}
-}
-
-// orderValidator is a validator of config.Default's rules over a
-// catalogue of one market, BTC_USDT.
-func orderValidator(t *testing.T) *validate.Validator {
-	t.Helper()
-	u, _ := url.Parse("http://backend.invalid:9000")
-	cat, err := validate.NewCatalogue(validate.CatalogueOptions{BaseURL: u, Transport: http.DefaultTransport})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cat.Set([]validate.Market{{Symbol: "BTC_USDT", Base: "BTC", Quote: "USDT", Tradable: true,
-		PricePrecision: 2, BaseAmountPrecision: 6, QuoteAmountPrecision: 2}}); err != nil {
-		t.Fatal(err)
-	}
-	v, err := validate.New(config.Default().Validation, cat, zap.NewNop())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return v
 }

@@ -256,17 +256,7 @@ func TestClaimedOrderBoundedAfterClientLeft(t *testing.T) {
 	req, _ := http.NewRequestWithContext(ctx, "POST", e.url+"/api/v1/odr/orders/", strings.NewReader(body))
 	req.Header.Set("Authorization", "Bearer tok")
 	req.Header.Set("Content-Type", "application/json")
-	errc := make(chan error, 1)
-	go func() {
-		res, err := http.DefaultClient.Do(req)
-		if err == nil {
-			res.Body.Close()
-		}
-		errc <- err
-	}()
-	<-entered
-	cancel()
-	if err := <-errc; err == nil {
+	if err := hangUpOnEntered(req, cancel, entered); err == nil {
 		t.Fatal("the client did not give up")
 	}
 	select {

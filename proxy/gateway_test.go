@@ -294,15 +294,10 @@ func TestBackendSlow(t *testing.T) {
 	}
 }
 
-func TestClientGoneLogged499(t *testing.T) {
-	entered := make(chan struct{}, 1)
-	e := startEnv(t, nil)
-	e.backend.handler = func(w http.ResponseWriter, r *http.Request) {
-		entered <- struct{}{}
-		<-r.Context().Done()
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	req, _ := http.NewRequestWithContext(ctx, "GET", e.url+"/api/v1/mkt/markets/", nil)
+// hangUpOnEntered sends req, whose context cancel ends, and hangs up once
+// the backend says on entered that it holds the request; it returns what
+// the client's Do returned.
+func hangUpOnEntered(req *http.Request, cancel context.CancelFunc, entered <-chan struct{}) error {
 	errc := make(chan error, 1)
 	go func() {
 		res, err := http.DefaultClient.Do(req)
@@ -313,7 +308,19 @@ func TestClientGoneLogged499(t *testing.T) {
 	}()
 	<-entered
 	cancel()
-	<-errc
+	return <-errc
+}
+
+func TestClientGoneLogged499(t *testing.T) {
+	entered := make(chan struct{}, 1)
+	e := startEnv(t, nil)
+	e.backend.handler = func(w http.ResponseWriter, r *http.Request) {
+		entered <- struct{}{}
+		<-r.Context().Done()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	req, _ := http.NewRequestWithContext(ctx, "GET", e.url+"/api/v1/mkt/markets/", nil)
+	_ = hangUpOnEntered(req, cancel, entered)
 	deadline := time.Now().Add(5 * time.Second)
 	for time.Now().Before(deadline) {
 		for _, l := range e.logs.FilterMessage("request").All() {

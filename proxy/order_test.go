@@ -5,7 +5,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -13,14 +12,11 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/zap"
-
 	"github.com/exgate/exgate/config"
 	"github.com/exgate/exgate/idempotency"
 	"github.com/exgate/exgate/limiter"
 	"github.com/exgate/exgate/metrics"
 	"github.com/exgate/exgate/ratelimit"
-	"github.com/exgate/exgate/validate"
 )
 
 // startOrders is a gateway with order validation (a fixed catalogue) and
@@ -68,19 +64,7 @@ func startOrdersWith(t *testing.T, handler http.HandlerFunc, mut func(*config.Co
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	u, _ := url.Parse(bs.URL)
-	cat, err := validate.NewCatalogue(validate.CatalogueOptions{BaseURL: u, Transport: http.DefaultTransport})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cat.Set([]validate.Market{{Symbol: "BTC_USDT", Base: "BTC", Quote: "USDT", Tradable: true,
-		PricePrecision: 2, BaseAmountPrecision: 6, QuoteAmountPrecision: 2}}); err != nil {
-		t.Fatal(err)
-	}
-	v, err := validate.New(cfg.Validation, cat, zap.NewNop())
-	if err != nil {
-		t.Fatal(err)
-	}
+	v := oneMarketValidator(t, cfg)
 	k, _ := limiter.NewKeyer([]byte(testKeySecret))
 	enf, _ := limiter.NewEnforcer(limiter.EnforcerOptions{Store: store, Keyer: k})
 	opts := Options{Limits: enf, Validator: v, Idempotency: idem(idempotency.OptionsFrom(cfg.Idempotency)), Metrics: m}

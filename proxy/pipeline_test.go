@@ -9,19 +9,15 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"net/url"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"go.uber.org/zap"
-
 	"github.com/exgate/exgate/config"
 	"github.com/exgate/exgate/idempotency"
 	"github.com/exgate/exgate/limiter"
 	"github.com/exgate/exgate/ratelimit"
-	"github.com/exgate/exgate/validate"
 )
 
 // fuzzGateway is the whole pipeline — paths, routes, auth, limits,
@@ -36,14 +32,7 @@ func fuzzGateway(f *testing.F) *Gateway {
 	if err := cfg.Validate(); err != nil {
 		f.Fatal(err)
 	}
-	u, _ := url.Parse("http://backend.invalid:9000")
-	cat, _ := validate.NewCatalogue(validate.CatalogueOptions{BaseURL: u, Transport: http.DefaultTransport})
-	_ = cat.Set([]validate.Market{{Symbol: "BTC_USDT", Base: "BTC", Quote: "USDT", Tradable: true,
-		PricePrecision: 2, BaseAmountPrecision: 6, QuoteAmountPrecision: 2}})
-	v, err := validate.New(cfg.Validation, cat, zap.NewNop())
-	if err != nil {
-		f.Fatal(err)
-	}
+	v := oneMarketValidator(f, cfg)
 	k, _ := limiter.NewKeyer([]byte(testKeySecret))
 	enf, _ := limiter.NewEnforcer(limiter.EnforcerOptions{Store: ratelimit.NewMemory(ratelimit.MemoryOptions{}), Keyer: k})
 	gw, err := New(cfg, Options{

@@ -806,7 +806,7 @@ func BenchmarkGatewayTraced(b *testing.B) {
 			cfg.Overload.Enabled = false
 			k, _ := limiter.NewKeyer([]byte("bench-secret-0123456789abcdef"))
 			enf, _ := limiter.NewEnforcer(limiter.EnforcerOptions{Store: ratelimit.NewMemory(ratelimit.MemoryOptions{}), Keyer: k})
-			opts := Options{Transport: orderTransport{}, Limits: enf, Validator: benchValidator(b, cfg),
+			opts := Options{Transport: orderTransport{}, Limits: enf, Validator: oneMarketValidator(b, cfg),
 				Idempotency: idempotency.NewMemory(idempotency.OptionsFrom(cfg.Idempotency))}
 			traced(b, &opts)
 			gw, err := New(cfg, opts)
