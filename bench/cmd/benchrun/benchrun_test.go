@@ -497,3 +497,114 @@ func TestSumSamples(t *testing.T) {
 		t.Errorf("a prefix: %v, want 0", got)
 	}
 }
+
+// TestTracedRule: the traced comparison's rate is half of the slower of
+// its two targets in the closed loop, or the flag's.
+func TestTracedRule(t *testing.T) {
+	row := func(target string, rps float64) Row { return Row{Target: target, Label: targetLabel(target), RPS: rps} }
+	res := &Results{Scenarios: []ScenarioResult{
+		{Name: scMarkets, Rows: []Row{row(tCaddy, 3000), row(tExgateRedis, 12000), row(tExgateTraced, 11000)}},
+		{Name: scOrders, Rows: []Row{row(tExgateRedis, 8000)}},
+	}}
+	for _, tc := range []struct {
+		name, scenario string
+		flag, want     float64
+		wantRule       string
+	}{
+		{"the slower of the two", scMarkets, 0, 5500, "exgate, Redis limits, tracing at 1%, 11000 req/s"},
+		{"flag", scMarkets, 4000, 4000, "set by -traced-rate"},
+		{"one target not measured", scOrders, 0, 0, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rate, rule := tracedRule(res, tc.scenario, tc.flag)
+			if rate != tc.want || !strings.Contains(rule, tc.wantRule) {
+				t.Errorf("tracedRule = %v, %q; want %v, …%q…", rate, rule, tc.want, tc.wantRule)
+			}
+		})
+	}
+}
+
+// TestTracedVerdict: the traced comparison is judged by the median of
+// its per-round ratios, and is inconclusive when a target fell behind
+// the rate or failed requests.
+func TestTracedVerdict(t *testing.T) {
+	runs := func(achieved float64, errs int64, cpus ...float64) []TracedRun {
+		var rs []TracedRun
+		for i, c := range cpus {
+			rs = append(rs, TracedRun{Round: i + 1, Requests: 1000, Achieved: achieved, Errors: errs, CPU: c})
+		}
+		return rs
+	}
+	for _, tc := range []struct {
+		name    string
+		off, on []TracedRun
+		want    string
+		ratio   float64
+	}{
+		{"met", runs(3000, 0, 100, 110, 90), runs(3000, 0, 102, 120, 92), "**met** (met in 2 of 3 rounds)", 1.02},
+		{"missed", runs(3000, 0, 100, 100, 100), runs(3000, 0, 104, 108, 110), "**missed** (met in 1 of 3 rounds)", 1.08},
+		{"rate not held", runs(3000, 0, 100), runs(2500, 0, 101), "**inconclusive**: tracing on achieved 2500 of 3000 req/s", 1.01},
+		{"failed requests", runs(3000, 3, 100), runs(3000, 0, 101), "**inconclusive**: tracing off had 3 failed requests", 1.01},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sc := &TracedScenario{Name: scOrders, Rate: 3000, Off: tc.off, On: tc.on}
+			if got := sc.verdict(); got != tc.want {
+				t.Errorf("verdict = %q, want %q", got, tc.want)
+			}
+			if v := median(sc.ratios()); math.Abs(v-tc.ratio) > 0.005 {
+				t.Errorf("median ratio = %.3f, want %.2f", v, tc.ratio)
+			}
+		})
+	}
+}
+
+// TestReportTraced: where the traced comparison ran, the targets table
+// judges tracing there and reports the closed loop's ratio beside it;
+// where it did not, the closed loop's ratio is judged.
+func TestReportTraced(t *testing.T) {
+	row := func(target string, proxy float64) Row {
+		r := Row{Target: target, Label: targetLabel(target), Runs: []Run{{Round: 1, RPS: 9000, CPU: map[string]float64{
+			roleProxy: proxy, roleBackend: 30, roleRedis: 10, roleWrk: 12}}}}
+		r.summarize()
+		return r
+	}
+	res := &Results{
+		Settings: Settings{Rounds: 1, Duration: "6s", Threads: 2, Conns: 64},
+		Scenarios: []ScenarioResult{
+			{Name: scMarkets, Title: "GET markets", Rows: []Row{row(tExgateRedis, 90), row(tExgateTraced, 98)}},
+			{Name: scOrders, Title: "POST orders", Rows: []Row{row(tExgateRedis, 100), row(tExgateTraced, 102)}},
+		},
+		Traced: &TracedRate{Duration: "6s", Rounds: 2, Tool: "vegeta", Scenarios: []TracedScenario{{
+			Name: scMarkets, Label: "GET markets", Rate: 4500,
+			Off: []TracedRun{{Round: 1, Achieved: 4500, CPU: 100}, {Round: 2, Achieved: 4500, CPU: 100}},
+			On:  []TracedRun{{Round: 1, Achieved: 4500, CPU: 103}, {Round: 2, Achieved: 4500, CPU: 101}},
+		}}},
+	}
+	md := markdown(res)
+	for _, want := range []string{
+		"| GET markets at a fixed 4500 req/s: exgate with Redis limits, tracing on at 1% ÷ off, CPU per request (exgate and Redis 102.0 ÷ 100.0 µs) | 1.02× | ≤ 1.05× | **met** (met in 2 of 2 rounds) |",
+		"| GET markets: exgate with Redis limits, tracing on at 1% ÷ off, CPU per request in the closed loop (exgate and Redis 108.0 ÷ 100.0 µs) | 1.08× | (judged at the fixed rate) |  |",
+		"| POST orders: exgate with Redis limits, tracing on at 1% ÷ off, CPU per request in the closed loop (exgate and Redis 112.0 ÷ 110.0 µs) | 1.02× | ≤ 1.05× | **met** |",
+		"| 2 | 100.0 | 101.0 | 1.01× | 4500 / 4500 | 0 / 0 |",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("report lacks %q:\n%s", want, md)
+		}
+	}
+}
+
+// TestParseVegetaCSV: every result is counted, and one with another
+// status than the one wanted, or an error, is a failure.
+func TestParseVegetaCSV(t *testing.T) {
+	csv := "1700000000000000000,201,1000000,10,20,,,\n" +
+		"1700000000001000000,201,3000000,10,20,,,\n" +
+		"1700000000002000000,429,2000000,10,20,,,\n" +
+		"1700000000003000000,0,5000000000,0,0,\"Post: timeout\",,\n"
+	run, err := parseVegetaCSV(strings.NewReader(csv), 201, 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if run.Requests != 4 || run.Errors != 2 || run.Achieved != 2 || run.P50MS != 2 {
+		t.Errorf("parseVegetaCSV = %+v, want 4 requests, 2 errors, 2 req/s, p50 2 ms", run)
+	}
+}

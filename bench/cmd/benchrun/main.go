@@ -16,6 +16,8 @@
 //	benchrun -bins DIR -b-bins DIR2 -scenarios get-markets   (A/B: two exgate builds, interleaved)
 //	benchrun -bins DIR -b-bins DIR2 -rate-only -rate 7500 -rate-rounds 8 -targets exgate-redis
 //	         (A/B at a fixed rate only, against direct)
+//	benchrun -bins DIR -scenarios get-markets,post-order -targets exgate-redis,exgate-traced -rounds 3 -rate-rounds 0 -surge 0 -fleet-rounds 0 -traced-rounds 9
+//	         (issue 34's tracing target: the closed loop picks the rate, the fixed rate judges)
 //	benchrun -bins DIR -surge-only [-surge 15s]   (the overload surge only)
 //	benchrun -bins DIR -fleet-only [-fleet-rounds 3]   (exgate and Caddy in front of three instances only)
 //
@@ -62,6 +64,9 @@ type options struct {
 	rateDuration time.Duration // length of one fixed-rate run
 	rateOnly     bool          // only the fixed-rate run, at -rate
 
+	tracedRounds int     // rounds of tracing off and on at a fixed rate; 0 = none
+	tracedRate   float64 // their req/s; 0 = half of the slower one's closed-loop req/s, per scenario
+
 	fleetRounds int  // rounds of the fleet comparison; 0 = none
 	fleetOnly   bool // only the fleet comparison
 
@@ -101,6 +106,8 @@ func main() {
 	flag.IntVar(&o.rateRounds, "rate-rounds", 4, "rounds of the open-loop fixed-rate run at direct, NGINX, Caddy, the floor and exgate (limits off, Redis limits); 0 = none")
 	flag.BoolVar(&o.rateOnly, "rate-only", false, "run only the fixed-rate part, at -rate (needed), at the targets of -targets (default: all it runs at)")
 	flag.DurationVar(&o.rateDuration, "rate-duration", 6*time.Second, "length of one fixed-rate run")
+	flag.IntVar(&o.tracedRounds, "traced-rounds", 5, "rounds of exgate with Redis limits, tracing off and on at 1%, sent GET markets and POST orders at a fixed rate, each run -rate-duration long: issue 34's CPU target; 0 = none")
+	flag.Float64Var(&o.tracedRate, "traced-rate", 0, "request rate of the traced comparison; 0 = half of the slower of the two targets' median req/s in the closed loop, per scenario")
 	flag.DurationVar(&o.surge, "surge", 15*time.Second, "length of the overload surge (exgate in front of a backend of 32 workers × 50 ms, 400 connections of market data and a trader cancelling 20 times a second); 0 = none")
 	flag.BoolVar(&o.surgeOnly, "surge-only", false, "run only the overload surge")
 	flag.IntVar(&o.fleetRounds, "fleet-rounds", 3, "rounds of exgate and Caddy (lb_policy least_conn) in front of the same three backend instances, one slower, of -duration each; 0 = none")
@@ -241,6 +248,11 @@ func (b *bench) runAll(ctx context.Context, ps *procs, res *Results) error {
 			res.FixedRate = fr
 		} else {
 			logf("fixed rate: skipped (no target it compares was measured on GET markets and -rate is 0)")
+		}
+	}
+	if o.tracedRounds > 0 && selectedTarget(o.targets, tExgateRedis) && selectedTarget(o.targets, tExgateTraced) {
+		if res.Traced, err = b.tracedRate(ctx, res); err != nil {
+			return err
 		}
 	}
 	if o.surge > 0 {

@@ -255,7 +255,7 @@ func (fr *FixedRate) row(target string) *RateRow {
 // attack runs vegeta at t's GET markets for d at rate and reads every
 // result.
 func (b *bench) attack(ctx context.Context, vegeta string, t *target, rate float64, d time.Duration) (RateRun, error) {
-	run, err := b.vegeta(ctx, vegeta, "GET "+t.url+"/api/v1/mkt/markets/", nil, rate, d)
+	run, err := b.vegeta(ctx, vegeta, "GET "+t.url+"/api/v1/mkt/markets/", nil, 200, rate, d)
 	if err != nil {
 		return RateRun{}, fmt.Errorf("%s: %w", t.name, err)
 	}
@@ -263,12 +263,14 @@ func (b *bench) attack(ctx context.Context, vegeta string, t *target, rate float
 }
 
 // parseVegetaCSV reads vegeta's CSV results (timestamp, status, latency in
-// ns, …) into exact percentiles over every request of a run of length d.
-func parseVegetaCSV(r io.Reader, d time.Duration) (RateRun, error) {
+// ns, …) into exact percentiles over every request of a run of length d;
+// an answer with another status than want, or none, is an error.
+func parseVegetaCSV(r io.Reader, want int, d time.Duration) (RateRun, error) {
 	cr := csv.NewReader(r)
 	cr.FieldsPerRecord = -1
 	var lat []float64
 	var run RateRun
+	ok := strconv.Itoa(want)
 	for {
 		rec, err := cr.Read()
 		if err == io.EOF {
@@ -285,7 +287,7 @@ func parseVegetaCSV(r io.Reader, d time.Duration) (RateRun, error) {
 			return RateRun{}, fmt.Errorf("vegeta csv latency %q: %w", rec[2], err)
 		}
 		run.Requests++
-		if rec[1] != "200" || rec[5] != "" {
+		if rec[1] != ok || rec[5] != "" {
 			run.Errors++
 		}
 		lat = append(lat, float64(ns)/1e6)

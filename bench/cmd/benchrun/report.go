@@ -247,6 +247,7 @@ func targetsTable(p func(string, ...any), res *Results) {
 		if res.FixedRate != nil {
 			fixedRateTarget(p, res.FixedRate)
 		}
+		tracedRateTargets(p, res.Traced)
 		surgeTargets(p, res.Surge)
 		p("\n")
 		return
@@ -545,6 +546,7 @@ func markdown(res *Results) string {
 	}
 
 	fixedRateSection(p, res.FixedRate)
+	tracedRateSection(p, res.Traced)
 	surgeSection(p, res.Surge)
 	fleetSection(p, res.Fleet)
 

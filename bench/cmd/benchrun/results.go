@@ -16,6 +16,7 @@ type Results struct {
 	Settings  Settings         `json:"settings"`
 	Scenarios []ScenarioResult `json:"scenarios"`
 	FixedRate *FixedRate       `json:"fixed_rate,omitempty"`
+	Traced    *TracedRate      `json:"traced,omitempty"`
 	Surge     *Surge           `json:"surge,omitempty"`
 	Fleet     *Fleet           `json:"fleet,omitempty"`
 	Profiles  []Profile        `json:"profiles,omitempty"`

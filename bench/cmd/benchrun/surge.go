@@ -298,7 +298,7 @@ func (b *bench) surge(ctx context.Context, ps *procs, d time.Duration) (*Surge, 
 		CapacityRPS: float64(surgeWorkers) * float64(time.Second) / float64(surgeService),
 		Conns:       surgeConns, CancelRate: surgeCancelRate, Duration: d.String()}
 	cancels := func(d time.Duration) (RateRun, error) {
-		return b.vegeta(ctx, vegeta, "DELETE "+s.url+"/api/v1/odr/orders/42/", []string{"X-Forwarded-For: 192.0.2.7"}, surgeCancelRate, d)
+		return b.vegeta(ctx, vegeta, "DELETE "+s.url+"/api/v1/odr/orders/42/", []string{"X-Forwarded-For: 192.0.2.7"}, 200, surgeCancelRate, d)
 	}
 	if _, err := cancels(2 * time.Second); err != nil { // connections opened
 		return nil, err
@@ -339,7 +339,7 @@ func (b *bench) surge(ctx context.Context, ps *procs, d time.Duration) (*Surge, 
 	go func() { defer wg.Done(); after[0], errs[0] = cancels(5 * time.Second) }()
 	go func() {
 		defer wg.Done()
-		after[1], errs[1] = b.vegeta(ctx, vegeta, "GET "+s.url+"/api/v1/mkt/tickers/", []string{"X-Forwarded-For: 198.51.100.9"}, out.CapacityRPS/5, 5*time.Second)
+		after[1], errs[1] = b.vegeta(ctx, vegeta, "GET "+s.url+"/api/v1/mkt/tickers/", []string{"X-Forwarded-For: 198.51.100.9"}, 200, out.CapacityRPS/5, 5*time.Second)
 	}()
 	wg.Wait()
 	if err := errors.Join(errs[:]...); err != nil {
@@ -473,7 +473,7 @@ func (s *surgeStack) during(ctx context.Context, b *bench, out *Surge, d time.Du
 // request in flight; the cap (128, twice wrk's connections) keeps a
 // stalled target from making it open connections without end, at the
 // price of sending late, which the achieved rate shows.
-func (b *bench) vegeta(ctx context.Context, vegeta, target string, header []string, rate float64, d time.Duration) (RateRun, error) {
+func (b *bench) vegeta(ctx context.Context, vegeta, target string, header []string, want int, rate float64, d time.Duration) (RateRun, error) {
 	out := filepath.Join(b.o.work, fmt.Sprintf("vegeta-%d.bin", time.Now().UnixNano()))
 	defer os.Remove(out)
 	args := []string{vegeta, "attack", "-rate", fmt.Sprintf("%.0f/1s", rate), "-duration", d.String(),
@@ -495,7 +495,7 @@ func (b *bench) vegeta(ctx context.Context, vegeta, target string, header []stri
 	if err != nil {
 		return RateRun{}, fmt.Errorf("vegeta encode: %w", err)
 	}
-	return parseVegetaCSV(bytes.NewReader(csvOut), d)
+	return parseVegetaCSV(bytes.NewReader(csvOut), want, d)
 }
 
 // surgeTargets writes the surge's lines of the targets table.

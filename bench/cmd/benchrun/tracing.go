@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -30,16 +31,23 @@ func startTraceSink(addr string) (string, error) {
 
 // tracedTargets writes issue 34's target: with tracing on and 1% of
 // requests sampled, exgate and Redis spend at most 5% more CPU per
-// request than with tracing off, on GET markets and POST orders.
+// request than with tracing off, on GET markets and POST orders. It is
+// judged at the fixed rate (TracedRate) where that ran; the closed loop's
+// ratio is then reported beside it.
 func tracedTargets(p func(string, ...any), res *Results, roles []string) {
+	tracedRateTargets(p, res.Traced)
 	for _, sc := range getAndPost {
 		on, off := res.row(sc.name, tExgateTraced), res.row(sc.name, tExgateRedis)
 		if on == nil || off == nil {
 			continue
 		}
 		rs := perRoundCPU(on, off, roles, roles)
-		p("| %s: exgate with Redis limits, tracing on at 1%% ÷ off, CPU per request (exgate and Redis %.1f ÷ %.1f µs) | %s | ≤ %.2f× | %s |\n",
+		goal, verdict := fmt.Sprintf("≤ %.2f×", goalCPUTraced), metCPU(median(rs), goalCPUTraced, rs)
+		if res.Traced.traced(sc.name) != nil {
+			goal, verdict = "(judged at the fixed rate)", ""
+		}
+		p("| %s: exgate with Redis limits, tracing on at 1%% ÷ off, CPU per request in the closed loop (exgate and Redis %.1f ÷ %.1f µs) | %s | %s | %s |\n",
 			sc.label, cpuOf(on, roleProxy)+cpuOf(on, roleRedis), cpuOf(off, roleProxy)+cpuOf(off, roleRedis),
-			fmtRatio(median(rs)), goalCPUTraced, metCPU(median(rs), goalCPUTraced, rs))
+			fmtRatio(median(rs)), goal, verdict)
 	}
 }
