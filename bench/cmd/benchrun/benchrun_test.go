@@ -531,7 +531,11 @@ func TestTracedVerdict(t *testing.T) {
 	runs := func(achieved float64, errs int64, cpus ...float64) []TracedRun {
 		var rs []TracedRun
 		for i, c := range cpus {
-			rs = append(rs, TracedRun{Round: i + 1, Requests: 1000, Achieved: achieved, Errors: errs, CPU: c})
+			r := TracedRun{Round: i + 1, Requests: 1000, Achieved: achieved, Errors: errs, CPU: c}
+			if errs > 0 {
+				r.Failed = map[string]int64{"status 503": errs}
+			}
+			rs = append(rs, r)
 		}
 		return rs
 	}
@@ -543,8 +547,10 @@ func TestTracedVerdict(t *testing.T) {
 	}{
 		{"met", runs(3000, 0, 100, 110, 90), runs(3000, 0, 102, 120, 92), "**met** (met in 2 of 3 rounds)", 1.02},
 		{"missed", runs(3000, 0, 100, 100, 100), runs(3000, 0, 104, 108, 110), "**missed** (met in 1 of 3 rounds)", 1.08},
-		{"rate not held", runs(3000, 0, 100), runs(2500, 0, 101), "**inconclusive**: tracing on achieved 2500 of 3000 req/s", 1.01},
-		{"failed requests", runs(3000, 3, 100), runs(3000, 0, 101), "**inconclusive**: tracing off had 3 failed requests", 1.01},
+		{"rate not held", runs(3000, 0, 100), runs(2500, 0, 101), "**inconclusive**: round 1: tracing on achieved 2500 of 3000 req/s", 0},
+		{"failed requests", runs(3000, 3, 100), runs(3000, 0, 101), "**inconclusive**: round 1: tracing off had 3 failed requests (status 503 ×3)", 0},
+		{"one flawed round of three left out", runs(3000, 0, 100, 100, 100), append(runs(3000, 0, 101, 103), TracedRun{Round: 3, Achieved: 3000, Errors: 2, Failed: map[string]int64{"status 503": 2}, CPU: 90}),
+			"**met** (met in 2 of 2 rounds); left out: round 3: tracing on had 2 failed requests (status 503 ×2)", 1.02},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			sc := &TracedScenario{Name: scOrders, Rate: 3000, Off: tc.off, On: tc.on}
@@ -585,7 +591,7 @@ func TestReportTraced(t *testing.T) {
 		"| GET markets at a fixed 4500 req/s: exgate with Redis limits, tracing on at 1% ÷ off, CPU per request (exgate and Redis 102.0 ÷ 100.0 µs) | 1.02× | ≤ 1.05× | **met** (met in 2 of 2 rounds) |",
 		"| GET markets: exgate with Redis limits, tracing on at 1% ÷ off, CPU per request in the closed loop (exgate and Redis 108.0 ÷ 100.0 µs) | 1.08× | (judged at the fixed rate) |  |",
 		"| POST orders: exgate with Redis limits, tracing on at 1% ÷ off, CPU per request in the closed loop (exgate and Redis 112.0 ÷ 110.0 µs) | 1.02× | ≤ 1.05× | **met** |",
-		"| 2 | 100.0 | 101.0 | 1.01× | 4500 / 4500 | 0 / 0 |",
+		"| 2 | 100.0 | 101.0 | 1.01× | 4500 / 4500 | 0 / 0 |  |",
 	} {
 		if !strings.Contains(md, want) {
 			t.Errorf("report lacks %q:\n%s", want, md)
@@ -606,5 +612,8 @@ func TestParseVegetaCSV(t *testing.T) {
 	}
 	if run.Requests != 4 || run.Errors != 2 || run.Achieved != 2 || run.P50MS != 2 {
 		t.Errorf("parseVegetaCSV = %+v, want 4 requests, 2 errors, 2 req/s, p50 2 ms", run)
+	}
+	if got := fmtFailed(run.Failed); got != " (Post: timeout ×1, status 429 ×1)" {
+		t.Errorf("failed = %q", got)
 	}
 }

@@ -110,6 +110,9 @@ type RateRun struct {
 	P99MS    float64 `json:"p99_ms"`
 	P999MS   float64 `json:"p999_ms"`
 	Errors   int64   `json:"errors"`
+	// Failed counts the errors by what came back: a status, or vegeta's
+	// error when no answer did.
+	Failed map[string]int64 `json:"failed,omitempty"`
 }
 
 // fixedRate runs the open-loop rounds at rate, interleaved like the
@@ -289,6 +292,17 @@ func parseVegetaCSV(r io.Reader, want int, d time.Duration) (RateRun, error) {
 		run.Requests++
 		if rec[1] != ok || rec[5] != "" {
 			run.Errors++
+			if run.Failed == nil {
+				run.Failed = map[string]int64{}
+			}
+			what := "status " + rec[1]
+			if rec[5] != "" {
+				what = rec[5]
+			}
+			if _, seen := run.Failed[what]; !seen && len(run.Failed) >= maxFailedKinds {
+				what = "other"
+			}
+			run.Failed[what]++
 		}
 		lat = append(lat, float64(ns)/1e6)
 	}
@@ -300,6 +314,10 @@ func parseVegetaCSV(r io.Reader, want int, d time.Duration) (RateRun, error) {
 	run.Achieved = float64(run.Requests) / d.Seconds()
 	return run, nil
 }
+
+// maxFailedKinds bounds RateRun.Failed: vegeta's error texts name the
+// connection, so a run of refused dials would list each one.
+const maxFailedKinds = 8
 
 // quantile returns the q-quantile of sorted (nearest rank), or 0.
 func quantile(sorted []float64, q float64) float64 {

@@ -47,6 +47,8 @@ type TracedRun struct {
 	Requests int64   `json:"requests"`
 	Achieved float64 `json:"achieved_rps"`
 	Errors   int64   `json:"errors"`
+	// Failed counts the errors by status, or vegeta's error.
+	Failed map[string]int64 `json:"failed,omitempty"`
 	// CPU is exgate's and Redis's CPU per request, in microseconds.
 	CPU float64 `json:"cpu_us_per_request"`
 }
@@ -122,8 +124,8 @@ func (b *bench) tracedRate(ctx context.Context, res *Results) (*TracedRate, erro
 				} else {
 					sc.Off = append(sc.Off, run)
 				}
-				logf("traced at a fixed rate, round %d/%d %-12s %-14s %7.0f req/s  exgate and Redis %6.1f µs/req  errors %d",
-					r+1, tr.Rounds, sc.Name, t.name, run.Achieved, run.CPU, run.Errors)
+				logf("traced at a fixed rate, round %d/%d %-12s %-14s %7.0f req/s  exgate and Redis %6.1f µs/req  errors %d%s",
+					r+1, tr.Rounds, sc.Name, t.name, run.Achieved, run.CPU, run.Errors, fmtFailed(run.Failed))
 			}
 		}
 	}
@@ -146,7 +148,7 @@ func (b *bench) tracedRun(ctx context.Context, vegeta string, sc *TracedScenario
 	}
 	p1, r1 := groupCPU(t.proxy.pid()), groupCPU(b.e.redis.pid())
 	return TracedRun{
-		Requests: run.Requests, Achieved: run.Achieved, Errors: run.Errors,
+		Requests: run.Requests, Achieved: run.Achieved, Errors: run.Errors, Failed: run.Failed,
 		CPU: float64((p1 - p0 + r1 - r0).Microseconds()) / float64(run.Requests),
 	}, nil
 }
@@ -157,14 +159,51 @@ func selectedScenario(only, scenario string) bool {
 	return only == "" || slices.Contains(strings.Split(only, ","), scenario)
 }
 
-// ratios returns the on ÷ off CPU ratio of every round both ran.
-func (sc *TracedScenario) ratios() []float64 {
-	var rs []float64
+// round is one round of the traced comparison: both targets' runs, and
+// why the round cannot be compared ("" when it can).
+type round struct {
+	off, on TracedRun
+	flaw    string
+}
+
+// rounds returns the rounds both targets ran. A round in which a target
+// fell behind the rate or failed requests is flawed: its CPU per request
+// was spent on another load than the other target's.
+func (sc *TracedScenario) rounds() []round {
+	var rs []round
 	for _, on := range sc.On {
 		for _, off := range sc.Off {
-			if off.Round == on.Round && off.CPU > 0 && on.CPU > 0 {
-				rs = append(rs, on.CPU/off.CPU)
+			if off.Round != on.Round {
+				continue
 			}
+			var flaws []string
+			for _, side := range []struct {
+				name string
+				run  TracedRun
+			}{{"off", off}, {"on", on}} {
+				if side.run.Achieved < heldShare*sc.Rate {
+					flaws = append(flaws, fmt.Sprintf("tracing %s achieved %.0f of %.0f req/s", side.name, side.run.Achieved, sc.Rate))
+				}
+				if side.run.Errors > 0 {
+					flaws = append(flaws, fmt.Sprintf("tracing %s had %d failed requests%s", side.name, side.run.Errors, fmtFailed(side.run.Failed)))
+				}
+			}
+			if off.CPU <= 0 || on.CPU <= 0 {
+				flaws = append(flaws, "no CPU measured")
+			}
+			rs = append(rs, round{off: off, on: on, flaw: strings.Join(flaws, ", ")})
+		}
+	}
+	return rs
+}
+
+// ratios returns the on ÷ off CPU ratio of every round that can be
+// compared.
+func (sc *TracedScenario) ratios() []float64 {
+	var rs []float64
+	for _, r := range sc.rounds() {
+		if r.flaw == "" {
+			rs = append(rs, r.on.CPU/r.off.CPU)
 		}
 	}
 	return rs
@@ -179,33 +218,41 @@ func cpu(runs []TracedRun) float64 {
 	return median(v)
 }
 
-// verdict judges the scenario: inconclusive when a target did not hold
-// the rate or answered anything but the scenario's success, else met when
-// the median of the per-round ratios is within goalCPUTraced, with the
-// rounds that met it.
+// verdict judges the scenario by the median of the per-round ratios of
+// the rounds that can be compared, with the rounds that met the goal and
+// those left out; it is inconclusive when fewer than half the rounds can
+// be compared.
 func (sc *TracedScenario) verdict() string {
-	var bad []string
-	for _, side := range []struct {
-		name string
-		runs []TracedRun
-	}{{"off", sc.Off}, {"on", sc.On}} {
-		var achieved []float64
-		var errs int64
-		for _, r := range side.runs {
-			achieved, errs = append(achieved, r.Achieved), errs+r.Errors
+	var left []string
+	all := sc.rounds()
+	for _, r := range all {
+		if r.flaw != "" {
+			left = append(left, fmt.Sprintf("round %d: %s", r.on.Round, r.flaw))
 		}
-		if a := median(achieved); a < heldShare*sc.Rate {
-			bad = append(bad, fmt.Sprintf("tracing %s achieved %.0f of %.0f req/s", side.name, a, sc.Rate))
-		}
-		if errs > 0 {
-			bad = append(bad, fmt.Sprintf("tracing %s had %d failed requests", side.name, errs))
-		}
-	}
-	if len(bad) > 0 {
-		return "**inconclusive**: " + strings.Join(bad, "; ")
 	}
 	rs := sc.ratios()
-	return metCPU(median(rs), goalCPUTraced, rs)
+	if len(rs) == 0 || 2*len(rs) < len(all) {
+		return "**inconclusive**: " + strings.Join(left, "; ")
+	}
+	v := metCPU(median(rs), goalCPUTraced, rs)
+	if len(left) > 0 {
+		v += "; left out: " + strings.Join(left, "; ")
+	}
+	return v
+}
+
+// fmtFailed lists what failed requests got back (" (status 503 ×3)"),
+// or "" for none.
+func fmtFailed(failed map[string]int64) string {
+	if len(failed) == 0 {
+		return ""
+	}
+	var parts []string
+	for what, n := range failed {
+		parts = append(parts, fmt.Sprintf("%s ×%d", what, n))
+	}
+	slices.Sort(parts)
+	return " (" + strings.Join(parts, ", ") + ")"
 }
 
 // tracedRateTargets writes the traced comparison's lines of the targets
@@ -247,14 +294,10 @@ func tracedRateSection(p func(string, ...any), tr *TracedRate) {
 	for i := range tr.Scenarios {
 		sc := &tr.Scenarios[i]
 		p("%s at %.0f req/s (%s):\n\n", sc.Label, sc.Rate, sc.Rule)
-		p("| round | off µs/req | on µs/req | on ÷ off | achieved req/s, off / on | errors, off / on |\n|--:|--:|--:|--:|--:|--:|\n")
-		for _, on := range sc.On {
-			for _, off := range sc.Off {
-				if off.Round == on.Round {
-					p("| %d | %.1f | %.1f | %s | %.0f / %.0f | %d / %d |\n", on.Round, off.CPU, on.CPU, fmtRatio(div(on.CPU, off.CPU)),
-						off.Achieved, on.Achieved, off.Errors, on.Errors)
-				}
-			}
+		p("| round | off µs/req | on µs/req | on ÷ off | achieved req/s, off / on | errors, off / on | left out |\n|--:|--:|--:|--:|--:|--:|---|\n")
+		for _, r := range sc.rounds() {
+			p("| %d | %.1f | %.1f | %s | %.0f / %.0f | %d / %d | %s |\n", r.on.Round, r.off.CPU, r.on.CPU, fmtRatio(div(r.on.CPU, r.off.CPU)),
+				r.off.Achieved, r.on.Achieved, r.off.Errors, r.on.Errors, r.flaw)
 		}
 		p("\n")
 	}
