@@ -166,9 +166,17 @@ type round struct {
 	flaw    string
 }
 
+// maxFailedShare is the share of a run's requests that may fail (exgate's
+// overload limit sheds a few when the shared machine stalls it) with the
+// round still compared: a failed request costs less CPU than one served,
+// so it lowers its run's CPU per request by less than its share, well
+// within the 5% the target allows.
+const maxFailedShare = 0.01
+
 // rounds returns the rounds both targets ran. A round in which a target
-// fell behind the rate or failed requests is flawed: its CPU per request
-// was spent on another load than the other target's.
+// fell behind the rate or failed more than maxFailedShare of its requests
+// is flawed: its CPU per request was spent on another load than the other
+// target's.
 func (sc *TracedScenario) rounds() []round {
 	var rs []round
 	for _, on := range sc.On {
@@ -184,8 +192,8 @@ func (sc *TracedScenario) rounds() []round {
 				if side.run.Achieved < heldShare*sc.Rate {
 					flaws = append(flaws, fmt.Sprintf("tracing %s achieved %.0f of %.0f req/s", side.name, side.run.Achieved, sc.Rate))
 				}
-				if side.run.Errors > 0 {
-					flaws = append(flaws, fmt.Sprintf("tracing %s had %d failed requests%s", side.name, side.run.Errors, fmtFailed(side.run.Failed)))
+				if float64(side.run.Errors) > maxFailedShare*float64(side.run.Requests) {
+					flaws = append(flaws, fmt.Sprintf("tracing %s had %d of %d requests fail%s", side.name, side.run.Errors, side.run.Requests, fmtFailed(side.run.Failed)))
 				}
 			}
 			if off.CPU <= 0 || on.CPU <= 0 {
