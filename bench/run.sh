@@ -77,11 +77,11 @@ cp "$vegeta_bin" "$bins/vegeta"
 
 args=(-bins "$bins" -out "${BENCH_OUT:-bench/results}")
 cmdline="make bench"
-for v in BENCH_QUICK BENCH_ROUNDS BENCH_DURATION BENCH_WARMUP BENCH_CONNS BENCH_THREADS BENCH_PIN BENCH_PROFILE BENCH_RATE_ROUNDS BENCH_SURGE BENCH_FLEET_ROUNDS; do
+for v in BENCH_QUICK BENCH_ROUNDS BENCH_DURATION BENCH_WARMUP BENCH_CONNS BENCH_THREADS BENCH_PIN BENCH_PROFILE BENCH_RATE_ROUNDS BENCH_TRACED_ROUNDS BENCH_SURGE BENCH_FLEET_ROUNDS; do
   if [ -n "${!v:-}" ]; then cmdline="$v=${!v} $cmdline"; fi
 done
 if [ "${BENCH_QUICK:-0}" = 1 ]; then
-  args+=(-quick -rounds 1 -duration 2s -warmup 1s -tokens 1000 -rate-rounds 1 -rate-duration 2s -surge 5s -fleet-rounds 1)
+  args+=(-quick -rounds 1 -duration 2s -warmup 1s -tokens 1000 -rate-rounds 1 -rate-duration 2s -traced-rounds 1 -surge 5s -fleet-rounds 1)
 fi
 [ -n "${BENCH_ROUNDS:-}" ] && args+=(-rounds "$BENCH_ROUNDS")
 [ -n "${BENCH_DURATION:-}" ] && args+=(-duration "$BENCH_DURATION")
@@ -91,6 +91,7 @@ fi
 [ -n "${BENCH_PIN:-}" ] && args+=(-pin "$BENCH_PIN")
 [ "${BENCH_PROFILE:-0}" = 1 ] && args+=(-profile)
 [ -n "${BENCH_RATE_ROUNDS:-}" ] && args+=(-rate-rounds "$BENCH_RATE_ROUNDS")
+[ -n "${BENCH_TRACED_ROUNDS:-}" ] && args+=(-traced-rounds "$BENCH_TRACED_ROUNDS")
 [ -n "${BENCH_SURGE:-}" ] && args+=(-surge "$BENCH_SURGE")
 [ -n "${BENCH_FLEET_ROUNDS:-}" ] && args+=(-fleet-rounds "$BENCH_FLEET_ROUNDS")
 args+=(-command "$cmdline")

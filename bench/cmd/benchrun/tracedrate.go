@@ -298,7 +298,7 @@ func tracedRateSection(p func(string, ...any), tr *TracedRate) {
 	p("## Tracing at a fixed rate (open loop, %s)\n\n", tr.Tool)
 	p("exgate with Redis limits, tracing off and on (1%% of requests sampled, spans exported over OTLP/HTTP to a sink in benchrun), "+
 		"sent the same requests at the same rate by `vegeta attack -rate` for %s, %d rounds, off first in odd rounds and on first in even ones. "+
-		"CPU is exgate's and Redis's, per request answered, read from /proc around each run.\n\n", tr.Duration, tr.Rounds)
+		"CPU is exgate's and Redis's per request sent, read from /proc around each run.\n\n", tr.Duration, tr.Rounds)
 	for i := range tr.Scenarios {
 		sc := &tr.Scenarios[i]
 		p("%s at %.0f req/s (%s):\n\n", sc.Label, sc.Rate, sc.Rule)
