@@ -14,23 +14,72 @@ import (
 )
 
 // accounts holds, per user, the orders the user placed (in placement
-// order). The orders themselves are owned by their books and read or
-// written under the book's mutex.
+// order): every open one and, once placement has pruned the history, the
+// newest closedKept closed ones. The orders themselves are owned by their
+// books and read or written under the book's mutex.
 type accounts struct {
-	mu     sync.Mutex
-	byID   map[int64]*order
-	byUser map[int64][]*order
+	mu         sync.Mutex
+	byID       map[int64]*order
+	byUser     map[int64][]*order
+	closedKept int
 }
 
-// add records a placed order of a user.
-func (a *accounts) add(o *order) {
+// defaultClosedOrdersKept is Options.ClosedOrdersKept's zero value.
+const defaultClosedOrdersKept = 10000
+
+// add records a placed order of a user. Each time the user's history
+// grows past twice closedKept orders (and every closedKept orders after
+// that), it returns a copy of the history for the caller to prune; else
+// nil. Pruning then costs a constant amount per order placed.
+func (a *accounts) add(o *order) []*order {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.byID == nil {
 		a.byID, a.byUser = map[int64]*order{}, map[int64][]*order{}
 	}
 	a.byID[o.id] = o
-	a.byUser[o.userID] = append(a.byUser[o.userID], o)
+	history := append(a.byUser[o.userID], o)
+	a.byUser[o.userID] = history
+	if len(history) > 2*a.closedKept && len(history)%a.closedKept == 1 {
+		return slices.Clone(history)
+	}
+	return nil
+}
+
+// drop forgets the given orders of a user.
+func (a *accounts) drop(userID int64, gone []*order) {
+	if len(gone) == 0 {
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	set := make(map[*order]bool, len(gone))
+	for _, o := range gone {
+		set[o] = true
+		delete(a.byID, o.id)
+	}
+	a.byUser[userID] = slices.DeleteFunc(a.byUser[userID], func(o *order) bool { return set[o] })
+}
+
+// closedBeyond returns the closed orders of history (oldest first) older
+// than its newest keep closed ones, each order's state read under its
+// book's lock. An order never reopens, so what it returns stays closed.
+func (s *Server) closedBeyond(history []*order, keep int) []*order {
+	var closed []*order
+	for i := len(history) - 1; i >= 0; i-- {
+		o := history[i]
+		b := s.books[o.market.Symbol]
+		b.mu.Lock()
+		open := o.state == stateActive
+		b.mu.Unlock()
+		if !open {
+			closed = append(closed, o)
+		}
+	}
+	if len(closed) <= keep {
+		return nil
+	}
+	return closed[keep:]
 }
 
 // get returns the user's order with the given id, or nil: another user's
@@ -362,8 +411,12 @@ func (s *Server) bulkPlace(w http.ResponseWriter, userID int64, arr []any) {
 func (s *Server) placeFor(userID int64, o *order) order {
 	now := s.now()
 	o.id, o.userID, o.createdAt = s.lastOrderID.Add(1), userID, now
-	s.accounts.add(o)
-	return s.books[o.market.Symbol].place(o, now)
+	history := s.accounts.add(o)
+	placed := s.books[o.market.Symbol].place(o, now)
+	if history != nil {
+		s.accounts.drop(userID, s.closedBeyond(history, s.accounts.closedKept))
+	}
+	return placed
 }
 
 // handleFills serves GET /api/v1/odr/fills/: the user's trades, newest

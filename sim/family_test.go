@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -188,5 +189,79 @@ func TestBulkCancelShapes(t *testing.T) {
 	}
 	if r := h.do(t, "GET", "/api/v1/odr/orders/"+placed[3]+",x/", h.access, nil); r.status != 404 {
 		t.Fatalf("a list with a non-id: %d %s", r.status, r.raw)
+	}
+}
+
+// TestClosedOrdersKept: a user's history keeps every open order and the
+// newest ClosedOrdersKept closed ones; an older closed order is no longer
+// listed and its status is not found, as an archived one. Another user's
+// history is not touched.
+func TestClosedOrdersKept(t *testing.T) {
+	h := newHarness(t, Options{ClosedOrdersKept: 3, Credentials: map[string]string{"dev": "dev", "other": "other"}}, false)
+	other, _, err := h.sim.IssueToken("other")
+	if err != nil {
+		t.Fatal(err)
+	}
+	place := func(token, body string) {
+		t.Helper()
+		if r := h.do(t, "POST", "/api/v1/odr/orders/", token, body); r.status != 201 {
+			t.Fatalf("place: %d %s", r.status, r.raw)
+		}
+	}
+	limit := `{"symbol":"BTC_USDT","type":"limit","side":"buy","price":"60000.00","base_amount":"0.01"}`
+	market := `{"symbol":"BTC_USDT","type":"market","side":"buy","base_amount":"0.01"}` // an empty book: canceled at once
+	place(h.access, limit)                                                              // id 1, stays open
+	place(other, market)                                                                // id 2
+	for range 12 {                                                                      // ids 3 to 14
+		place(h.access, market)
+	}
+	// The history is pruned each time it passes twice 3 orders (at 7,
+	// after ids 8, 11 and 14): the open order and the newest 3 closed.
+	r := h.do(t, "GET", "/api/v1/odr/orders/", h.access, nil)
+	if got := ids(t, r.body); !slices.Equal(got, []string{"14", "13", "12", "1"}) {
+		t.Fatalf("history after 13 orders, 3 closed kept: %v, want [14 13 12 1]", got)
+	}
+	for id, want := range map[string]int{"1": 200, "12": 200, "11": 404, "3": 404} {
+		if r := h.do(t, "GET", "/api/v1/odr/orders/"+id+"/", h.access, nil); r.status != want {
+			t.Errorf("status of order %s: %d %s, want %d", id, r.status, r.raw, want)
+		}
+	}
+	if r := h.do(t, "GET", "/api/v1/odr/orders/", other, nil); !slices.Equal(ids(t, r.body), []string{"2"}) {
+		t.Fatalf("another user's history: %s", r.raw)
+	}
+}
+
+// TestClosedOrdersKeptConcurrent: orders placed, listed and cancelled at
+// once while the history is pruned (run under -race) leave every open
+// order in the history and at most the bound's slack of closed ones.
+func TestClosedOrdersKeptConcurrent(t *testing.T) {
+	h := newHarness(t, Options{ClosedOrdersKept: 5}, false)
+	limit := `{"symbol":"BTC_USDT","type":"limit","side":"buy","price":"60000.00","base_amount":"0.01"}`
+	market := `{"symbol":"BTC_USDT","type":"market","side":"buy","base_amount":"0.01"}`
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 40 {
+				body := market
+				if i%10 == g {
+					body = limit
+				}
+				h.do(t, "POST", "/api/v1/odr/orders/", h.access, body)
+				if i%7 == 0 {
+					h.do(t, "GET", "/api/v1/odr/orders/", h.access, nil)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	open := ids(t, h.do(t, "GET", "/api/v1/odr/orders/?state=active", h.access, nil).body)
+	all := ids(t, h.do(t, "GET", "/api/v1/odr/orders/", h.access, nil).body)
+	if len(open) != 16 {
+		t.Fatalf("open orders: %d, want the 16 limit orders", len(open))
+	}
+	if closed := len(all) - len(open); closed < 5 || closed > 3*5 {
+		t.Fatalf("closed orders kept: %d, want 5 to 15", closed)
 	}
 }

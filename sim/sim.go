@@ -88,6 +88,13 @@ type Options struct {
 	// MaxMatches bounds the recent-matches list of each market; 0 means
 	// 100.
 	MaxMatches int
+	// ClosedOrdersKept bounds how many closed (filled or canceled) orders
+	// each user's history keeps, newest first, as an exchange archives
+	// older ones: an order past it is no longer listed and its status is
+	// not found. Open orders are always kept. 0 means 10,000. Without a
+	// bound, a benchmark's millions of orders filled the heap, and the
+	// garbage collector's pauses became the backend's latency.
+	ClosedOrdersKept int
 }
 
 // Server is the simulated exchange. It is safe for concurrent use; build
@@ -129,6 +136,10 @@ func NewChecked(opts Options) (*Server, error) {
 		markets:    seedMarkets(),
 		currencies: seedCurrencies(),
 		books:      make(map[string]*book),
+	}
+	s.accounts.closedKept = opts.ClosedOrdersKept
+	if s.accounts.closedKept <= 0 {
+		s.accounts.closedKept = defaultClosedOrdersKept
 	}
 	if s.secret == nil {
 		s.secret = []byte(DevSecret)

@@ -95,7 +95,7 @@ func (b *bench) tracedRate(ctx context.Context, res *Results) (*TracedRate, erro
 		return nil, nil
 	}
 	body := filepath.Join(b.o.work, "traced-order.json")
-	if err := os.WriteFile(body, []byte(`{"symbol":"BTC_USDT","type":"market","side":"buy","base_amount":"0.001"}`), 0o644); err != nil {
+	if err := os.WriteFile(body, []byte(orderBody), 0o644); err != nil {
 		return nil, err
 	}
 	off, on := b.e.targets[tExgateRedis], b.e.targets[tExgateTraced]
