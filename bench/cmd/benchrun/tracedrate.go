@@ -159,9 +159,9 @@ func selectedScenario(only, scenario string) bool {
 	return only == "" || slices.Contains(strings.Split(only, ","), scenario)
 }
 
-// round is one round of the traced comparison: both targets' runs, and
+// tracedRound is one round of the traced comparison: both targets' runs, and
 // why the round cannot be compared ("" when it can).
-type round struct {
+type tracedRound struct {
 	off, on TracedRun
 	flaw    string
 }
@@ -177,8 +177,8 @@ const maxFailedShare = 0.01
 // fell behind the rate or failed more than maxFailedShare of its requests
 // is flawed: its CPU per request was spent on another load than the other
 // target's.
-func (sc *TracedScenario) rounds() []round {
-	var rs []round
+func (sc *TracedScenario) rounds() []tracedRound {
+	var rs []tracedRound
 	for _, on := range sc.On {
 		for _, off := range sc.Off {
 			if off.Round != on.Round {
@@ -199,7 +199,7 @@ func (sc *TracedScenario) rounds() []round {
 			if off.CPU <= 0 || on.CPU <= 0 {
 				flaws = append(flaws, "no CPU measured")
 			}
-			rs = append(rs, round{off: off, on: on, flaw: strings.Join(flaws, ", ")})
+			rs = append(rs, tracedRound{off: off, on: on, flaw: strings.Join(flaws, ", ")})
 		}
 	}
 	return rs
@@ -217,8 +217,8 @@ func (sc *TracedScenario) ratios() []float64 {
 	return rs
 }
 
-// cpu returns the median CPU per request of runs.
-func cpu(runs []TracedRun) float64 {
+// medianCPU returns the median CPU per request of runs.
+func medianCPU(runs []TracedRun) float64 {
 	var v []float64
 	for _, r := range runs {
 		v = append(v, r.CPU)
@@ -272,7 +272,7 @@ func tracedRateTargets(p func(string, ...any), tr *TracedRate) {
 	for i := range tr.Scenarios {
 		sc := &tr.Scenarios[i]
 		p("| %s at a fixed %.0f req/s: exgate with Redis limits, tracing on at 1%% ÷ off, CPU per request (exgate and Redis %.1f ÷ %.1f µs) | %s | ≤ %.2f× | %s |\n",
-			sc.Label, sc.Rate, cpu(sc.On), cpu(sc.Off), fmtRatio(median(sc.ratios())), goalCPUTraced, sc.verdict())
+			sc.Label, sc.Rate, medianCPU(sc.On), medianCPU(sc.Off), fmtRatio(median(sc.ratios())), goalCPUTraced, sc.verdict())
 	}
 }
 
