@@ -479,11 +479,24 @@ func (g *Gateway) modifyResponse(res *http.Response) error {
 		return err
 	}
 	if res.Header.Get("X-Request-Id") == "" && res.Request != nil {
-		if id := res.Request.Header["X-Request-Id"]; len(id) == 1 {
-			res.Header["X-Request-Id"] = id // shared, never modified
-		}
+		answerWithID(res)
 	}
 	return nil
+}
+
+// answerWithID gives a response the backend sent without an X-Request-ID
+// the one sent with its request (the client's own, once clientsID has
+// given it back). It goes straight into the client's answer, whose header
+// the reverse proxy copies the backend's into next: set on res, net/http
+// would copy it again, into a slice of its own.
+func answerWithID(res *http.Response) {
+	id := res.Request.Header["X-Request-Id"]
+	st, _ := res.Request.Context().Value(stateKey{}).(*requestState)
+	if len(id) != 1 || st == nil {
+		return
+	}
+	delete(res.Header, "X-Request-Id")  // an empty value of the backend's
+	st.rw.Header()["X-Request-Id"] = id // the outbound request's, never modified
 }
 
 // proxyError maps a failure to reach the backend to an answer: client gone

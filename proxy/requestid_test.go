@@ -1,12 +1,15 @@
 package proxy
 
 import (
+	"fmt"
 	"io"
 	"net/http"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/exgate/exgate/config"
 )
 
 func TestRequestID(t *testing.T) {
@@ -153,5 +156,54 @@ func TestClientsSharingAnIDGetTheirOwnAnswers(t *testing.T) {
 	res.Body.Close()
 	if res.StatusCode != http.StatusOK || res.Header.Get("X-Request-Id") != "1" {
 		t.Fatalf("echoed answer: %d with X-Request-Id %q, want 200 with the client's 1", res.StatusCode, res.Header.Get("X-Request-Id"))
+	}
+}
+
+// TestAnswerWithoutIDGetsTheRequests: a backend's answer without an
+// X-Request-ID reaches the client with exactly one, the request's: the id
+// exgate made, or the client's own (not the one made unique for the
+// backend); so does one with an empty X-Request-ID while backend answers
+// are not checked by id (checked, it names no request of exgate's: 502).
+func TestAnswerWithoutIDGetsTheRequests(t *testing.T) {
+	for _, check := range []bool{true, false} {
+		e := startEnv(t, func(c *config.Config) { c.Upstream.CheckResponseID = check })
+		for _, tc := range []struct {
+			name    string
+			backend []string // the backend's X-Request-Id values
+			client  string   // the client's X-Request-Id, or ""
+		}{
+			{"none", nil, ""},
+			{"empty", []string{""}, ""},
+			{"empty then another", []string{"", "other"}, ""},
+			{"none, the client's id", nil, "client-7"},
+			{"empty, the client's id", []string{""}, "client-7"},
+		} {
+			t.Run(fmt.Sprintf("%s/checked=%v", tc.name, check), func(t *testing.T) {
+				e.backend.handler = func(w http.ResponseWriter, r *http.Request) {
+					if tc.backend != nil {
+						w.Header()["X-Request-Id"] = tc.backend
+					}
+					_, _ = io.WriteString(w, `{}`)
+				}
+				var h []string
+				if tc.client != "" {
+					h = []string{"X-Request-Id", tc.client}
+				}
+				res := do(t, "GET", e.url+"/api/v1/mkt/markets/", nil, h...)
+				res.Body.Close()
+				got := res.Header.Values("X-Request-Id")
+				want := e.backend.last(t).Header.Get("X-Request-Id")
+				if tc.client != "" {
+					want = tc.client
+				}
+				status := http.StatusOK
+				if check && tc.backend != nil {
+					status = http.StatusBadGateway
+				}
+				if res.StatusCode != status || len(got) != 1 || got[0] != want {
+					t.Fatalf("answer %d with X-Request-Id %q, want %d with [%q]", res.StatusCode, got, status, want)
+				}
+			})
+		}
 	}
 }
