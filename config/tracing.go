@@ -144,8 +144,7 @@ func (t *Tracing) check(col *collector, p path) {
 	col.oneOf(p.key("sampler"), t.Sampler, TraceSamplers...)
 	col.oneOf(p.key("trust_incoming"), t.TrustIncoming, TraceTrustNever, TraceTrustProxies, TraceTrustAlways)
 	if t.Endpoint != "" {
-		u, err := url.Parse(t.Endpoint)
-		if err != nil || u.Scheme != "http" && u.Scheme != "https" || u.Host == "" {
+		if !httpURL(t.Endpoint) {
 			col.addf(p.key("endpoint"), "want an http or https URL such as \"http://otel-collector:4318\", got %q", t.Endpoint)
 		}
 	}
@@ -165,6 +164,14 @@ func (t *Tracing) check(col *collector, p path) {
 	}
 	col.positive(p.key("batch_timeout"), t.BatchTimeout)
 	col.positive(p.key("export_timeout"), t.ExportTimeout)
+}
+
+// httpURL reports whether s is an http or https URL with a host. A bad
+// endpoint is left as it was given, so that its problem quotes the value
+// the operator wrote.
+func httpURL(s string) bool {
+	u, err := url.Parse(s)
+	return err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != ""
 }
 
 // otelEnv applies the standard OpenTelemetry variables to a tracing
@@ -194,7 +201,7 @@ func (t *Tracing) applyOTelEnv(getenv func(string) (string, bool), col *collecto
 		t.Endpoint = v
 	} else if v, ok := e.get("OTEL_EXPORTER_OTLP_ENDPOINT", p.key("endpoint")); ok {
 		t.Endpoint = v
-		if t.Protocol == TraceProtocolHTTP && v != "" {
+		if t.Protocol == TraceProtocolHTTP && httpURL(v) {
 			t.Endpoint = strings.TrimSuffix(v, "/") + "/v1/traces" // a base URL, per the OTLP exporter spec
 		}
 	}

@@ -106,6 +106,7 @@ func TestTracingProblems(t *testing.T) {
 		{"ratio variable", "", map[string]string{"OTEL_TRACES_SAMPLER_ARG": "1%"}, `OTEL_TRACES_SAMPLER_ARG (tracing.sampler_arg): want a ratio from 0 to 1, such as 0.01, got "1%"`},
 		{"sampler", "tracing: {sampler: jaeger_remote}", nil, "tracing.sampler: want"},
 		{"endpoint", "tracing: {endpoint: 'collector:4317'}", nil, `tracing.endpoint: want an http or https URL`},
+		{"endpoint variable", "", map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "collector:4318"}, `OTEL_EXPORTER_OTLP_ENDPOINT (tracing.endpoint): want an http or https URL such as "http://otel-collector:4318", got "collector:4318"`},
 		{"trust", "tracing: {trust_incoming: proxies}", nil, `tracing.trust_incoming: want "never", "trusted_proxies" or "always"`},
 		{"batch", "tracing: {max_queue_size: 0, max_export_batch_size: 0}", nil, "tracing.max_export_batch_size: must be at least 1, got 0"},
 		{"bsp variable", "", map[string]string{"OTEL_BSP_EXPORT_TIMEOUT": "10s"}, `OTEL_BSP_EXPORT_TIMEOUT (tracing.export_timeout): want milliseconds`},
