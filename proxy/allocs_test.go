@@ -13,10 +13,9 @@ import (
 // GET over what httputil.ReverseProxy alone allocates for it: the request
 // id, the forwarded request's context (its cancel context, that
 // context's done channel and cancel function, stateContext) and the
-// request carrying it, the X-Request-ID value of the inbound request, and
-// the slice the reverse proxy copies the request's two extra headers
-// (X-Request-ID, X-Real-IP) into.
-const exgateGETAllocations = 8
+// request carrying it, and the slice the reverse proxy copies the
+// request's two extra headers (X-Request-ID, X-Real-IP) into.
+const exgateGETAllocations = 7
 
 // TestGatewayGETAllocations gates what exgate's request path allocates
 // for a GET on the built-in configuration, over what the reverse proxy

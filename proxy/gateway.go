@@ -330,6 +330,11 @@ type requestState struct {
 	code       string // the code of exgate's own error answer (refuse), or ""
 	authFailed string // why a 401 refused the request's credentials (the access log's auth_failure), or ""
 	replayed   bool   // the answer is an order's recorded response, replayed
+
+	// idHeader holds the inbound request's X-Request-ID value when exgate
+	// sets it (setIDHeader): the reverse proxy sends the backend a copy of
+	// the header, and nothing reads the inbound request once it has ended.
+	idHeader [1]string
 }
 
 // limitState is what a request's limits decided.

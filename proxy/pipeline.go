@@ -139,7 +139,7 @@ func (g *Gateway) assignRequestID(st *requestState, r *http.Request) *apierror.E
 		st.id, st.clientID = ids[0], true
 	} else {
 		st.id = g.ids.next()
-		r.Header["X-Request-Id"] = []string{st.id}
+		st.setIDHeader(r, st.id)
 	}
 	if origin := r.Header["Origin"]; pl.cors != nil && len(origin) == 1 {
 		pl.cors.decorate(st.rw.Header(), origin)
@@ -246,7 +246,7 @@ func (g *Gateway) setClientAddress(st *requestState, r *http.Request) *apierror.
 func (g *Gateway) forward(st *requestState, r *http.Request) {
 	if st.clientID && g.checkIDs {
 		st.upID = upstreamID(st.id, g.ids.next())
-		r.Header["X-Request-Id"] = []string{st.upID}
+		st.setIDHeader(r, st.upID)
 	}
 	parent := r.Context()
 	if st.claim.phase == claimHeld {

@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	randv2 "math/rand/v2"
+	"net/http"
 	"strconv"
 	"sync/atomic"
 )
@@ -70,6 +71,14 @@ func validRequestID(s string) bool {
 // two upstream ids are equal only when their fresh parts are. The client's
 // id stays in front, for finding the backend's log lines of a request.
 func upstreamID(id, fresh string) string { return id + "." + fresh }
+
+// setIDHeader sets the X-Request-ID r carries to the backend to id, in
+// st's own slice: the reverse proxy sends a copy of r's header, and the
+// slice goes back to the pool with st, when nothing reads r any more.
+func (st *requestState) setIDHeader(r *http.Request, id string) {
+	st.idHeader[0] = id
+	r.Header["X-Request-Id"] = st.idHeader[:]
+}
 
 // clientsID gives the answer back the client's own X-Request-ID where the
 // backend echoed the one exgate sent (upstreamID): the client sees the id
