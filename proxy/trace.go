@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/hex"
 	"net/http"
+	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
@@ -277,7 +278,7 @@ func (g *Gateway) endSpans(st *requestState, r *http.Request, end time.Time) {
 	}
 	s := st.span
 	s.SetName(spanName(r, st.route))
-	attrs := make([]attribute.KeyValue, 0, 12)
+	attrs := make([]attribute.KeyValue, 0, 14)
 	attrs = append(attrs, semconv.HTTPResponseStatusCode(st.rw.status), attrRequestID.String(st.id),
 		semconv.NetworkProtocolVersion(protocolVersion(r)))
 	if attrs[len(attrs)-1].Value.AsString() == "" {
@@ -294,6 +295,12 @@ func (g *Gateway) endSpans(st *requestState, r *http.Request, end time.Time) {
 	}
 	if st.addr.IsValid() {
 		attrs = append(attrs, semconv.ClientAddress(st.addr.String()))
+	}
+	if peer, err := netip.ParseAddrPort(r.RemoteAddr); err == nil {
+		// The connection's peer, the access log's peer: a trusted proxy
+		// when client.address is the client it named, and there on a
+		// request refused before its client address was derived.
+		attrs = append(attrs, semconv.NetworkPeerAddress(peer.Addr().Unmap().String()), semconv.NetworkPeerPort(int(peer.Port())))
 	}
 	if ua := r.Header["User-Agent"]; len(ua) > 0 {
 		attrs = append(attrs, semconv.UserAgentOriginal(userAgent(ua[0], r)))

@@ -165,11 +165,15 @@ func TestTraceParentage(t *testing.T) {
 	}
 	want := map[string]string{"http.request.method": "GET", "http.route": "/api/v1/mth/orderbook/{symbol}/",
 		"http.response.status_code": "200", "exgate.route": "order_book", "url.scheme": "http",
-		"network.protocol.version": "1.1", "client.address": "127.0.0.1", "exgate.trace.incoming_trusted": "true"}
+		"network.protocol.version": "1.1", "client.address": "127.0.0.1", "exgate.trace.incoming_trusted": "true",
+		"network.peer.address": "127.0.0.1"}
 	for k, v := range want {
 		if got, _ := attr(srv.Attributes(), k); got != v {
 			t.Errorf("server span %s = %q, want %q", k, got, v)
 		}
+	}
+	if port, _ := attr(srv.Attributes(), "network.peer.port"); port == "" || port == "0" {
+		t.Errorf("server span network.peer.port %q, want the client connection's port", port)
 	}
 	if got, _ := attr(cli.Attributes(), "http.response.status_code"); got != "200" {
 		t.Errorf("client span status %q, want 200", got)
@@ -548,6 +552,11 @@ func traceNoToken(t *testing.T, srv sdktrace.ReadOnlySpan, _ []sdktrace.ReadOnly
 	}
 	if r, _ := attr(ev.Attributes, "exgate.auth.reason"); r != "no_credentials" {
 		t.Errorf("auth reason %q, want no_credentials", r)
+	}
+	// Refused before its client address is derived, the request still
+	// says where it came from.
+	if p, _ := attr(srv.Attributes(), "network.peer.address"); p != "127.0.0.1" {
+		t.Errorf("network.peer.address %q, want the peer 127.0.0.1", p)
 	}
 }
 
