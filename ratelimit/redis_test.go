@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -64,49 +65,63 @@ func TestManyKeysOneScriptRun(t *testing.T) {
 
 // BenchmarkRedisAllow measures one decision against a real Redis on
 // loopback, one caller at a time and with 64 concurrent callers whose
-// decisions share pipelined round trips (each on a key of its own, as in
-// the many-keys benchmark); with 64 callers it reports the CPU this
-// process and redis-server spent per decision.
+// decisions share pipelined round trips, each on a key of its own: keys
+// of a pool of 1024, which stay in Redis (warm), or of one so large that
+// every decision's key is new to Redis, as in the many-keys benchmark
+// (new). With 64 callers it reports per decision the CPU this process
+// and redis-server spent, the script runs and the microseconds Redis
+// counted in them.
 func BenchmarkRedisAllow(b *testing.B) {
 	srv := redistest.Start(b)
-	for _, conc := range []int{1, 64} {
-		b.Run("callers="+strconv.Itoa(conc), func(b *testing.B) {
+	for _, bc := range []struct {
+		name        string
+		conc, nkeys int
+	}{{"callers=1", 1, 1 << 10}, {"callers=64", 64, 1 << 10}, {"callers=64/new", 64, 1 << 18}} {
+		b.Run(bc.name, func(b *testing.B) {
 			r := NewRedis(srv.Client(), RedisOptions{Timeout: time.Second})
 			defer r.Close()
-			ks := benchKeys(1024)
+			ks := benchKeys(bc.nkeys)
+			mask := int64(bc.nkeys - 1)
 			ctx := context.Background()
 			var n atomic.Int64
 			b.ReportAllocs()
-			if conc == 1 {
+			if bc.conc == 1 {
 				for b.Loop() {
 					i := n.Add(1)
-					if _, err := r.Allow(ctx, ks[i&1023], benchLimit); err != nil {
+					if _, err := r.Allow(ctx, ks[i&mask], benchLimit); err != nil {
 						b.Fatal(err)
 					}
 				}
 				return
 			}
-			b.SetParallelism(conc / 2) // GOMAXPROCS is 2 here: conc goroutines
-			before, runs := scriptMicros(b, srv), srv.CommandCalls()["evalsha"]
-			cpu, redisCPU := processCPU(b), serverCPU(b, srv)
-			b.ResetTimer()
-			defer func() {
-				b.ReportMetric((scriptMicros(b, srv)-before)/float64(b.N), "redis-µs/op")
-				b.ReportMetric(float64(srv.CommandCalls()["evalsha"]-runs)/float64(b.N), "runs/op")
-				// CPU rather than time: on a shared machine they differ.
-				b.ReportMetric(float64(processCPU(b)-cpu)/float64(b.N), "cpu-ns/op")
-				b.ReportMetric(float64(serverCPU(b, srv)-redisCPU)/float64(b.N), "redis-cpu-ns/op")
-			}()
+			b.SetParallelism(bc.conc / 2) // GOMAXPROCS is 2 here: conc goroutines
+			defer reportRedisCost(b, srv)()
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {
 					i := n.Add(1)
-					if _, err := r.Allow(ctx, ks[i&1023], benchLimit); err != nil {
+					if _, err := r.Allow(ctx, ks[i&mask], benchLimit); err != nil {
 						b.Error(err)
 						return
 					}
 				}
 			})
 		})
+	}
+}
+
+// reportRedisCost resets b's timer and returns the function that reports,
+// per operation, what Redis and this process spent since: the script
+// runs, the microseconds Redis counted in them, and the CPU of both.
+func reportRedisCost(b *testing.B, srv *redistest.Server) func() {
+	before, runs := scriptMicros(b, srv), srv.CommandCalls()["evalsha"]
+	cpu, redisCPU := processCPU(b), serverCPU(b, srv)
+	b.ResetTimer()
+	return func() {
+		b.ReportMetric((scriptMicros(b, srv)-before)/float64(b.N), "redis-µs/op")
+		b.ReportMetric(float64(srv.CommandCalls()["evalsha"]-runs)/float64(b.N), "runs/op")
+		// CPU rather than time: on a shared machine they differ.
+		b.ReportMetric(float64(processCPU(b)-cpu)/float64(b.N), "cpu-ns/op")
+		b.ReportMetric(float64(serverCPU(b, srv)-redisCPU)/float64(b.N), "redis-cpu-ns/op")
 	}
 }
 
@@ -244,17 +259,23 @@ func BenchmarkRedisAllowAll(b *testing.B) {
 // scriptMicros returns the microseconds Redis has spent running scripts
 // (EVALSHA and EVAL), from INFO commandstats.
 func scriptMicros(tb testing.TB, srv *redistest.Server) float64 {
+	return commandMicros(tb, srv, "evalsha", "eval")
+}
+
+// commandMicros returns the microseconds Redis has spent in the named
+// commands (those a script calls counted too), from INFO commandstats.
+func commandMicros(tb testing.TB, srv *redistest.Server, names ...string) float64 {
 	v, err := srv.Do("INFO", "commandstats")
 	if err != nil {
 		tb.Fatal(err)
 	}
 	var total float64
 	for _, line := range strings.Split(fmt.Sprint(v), "\n") {
-		line = strings.TrimSpace(line)
-		if !strings.HasPrefix(line, "cmdstat_evalsha:") && !strings.HasPrefix(line, "cmdstat_eval:") {
+		name, stats, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok || !slices.Contains(names, strings.TrimPrefix(name, "cmdstat_")) {
 			continue
 		}
-		for _, f := range strings.Split(line[strings.IndexByte(line, ':')+1:], ",") {
+		for _, f := range strings.Split(stats, ",") {
 			if us, ok := strings.CutPrefix(f, "usec="); ok {
 				n, _ := strconv.ParseFloat(us, 64)
 				total += n
@@ -262,6 +283,50 @@ func scriptMicros(tb testing.TB, srv *redistest.Server) float64 {
 		}
 	}
 	return total
+}
+
+// BenchmarkDecisionScript measures Redis's side of a decision alone:
+// script runs of 32 single-limit requests, each on a key new to Redis (as
+// in the many-keys benchmark), sent one after another. Per decision it
+// reports the microseconds Redis counted in the script runs, and of them
+// in GET and SET, and redis-server's CPU.
+func BenchmarkDecisionScript(b *testing.B) {
+	srv := redistest.Start(b)
+	c := srv.Client()
+	ctx := context.Background()
+	const perRun = 32
+	ks := benchKeys(1 << 18)
+	reqs := make([]Request, perRun)
+	for i := range reqs {
+		reqs[i] = Request{Checks: make([]Check, 1)}
+	}
+	bld := runBuilder{d: newDecision("")}
+	n, eval := 0, true
+	run := func() {
+		bld.reset()
+		for i := range reqs {
+			reqs[i].Checks[0] = Check{Key: ks[n&(1<<18-1)], Limit: benchLimit}
+			n++
+			bld.add(&reqs[i], modeDecide, nil, false, false, false)
+		}
+		cmd := bld.cmd(ctx, eval)
+		if err := c.Process(ctx, cmd); err != nil {
+			b.Fatal(err)
+		}
+	}
+	run() // Redis knows the script: EVALSHA from here on
+	eval = false
+	script, get, set := scriptMicros(b, srv), commandMicros(b, srv, "get"), commandMicros(b, srv, "set")
+	cpu := serverCPU(b, srv)
+	b.ResetTimer()
+	for i := 0; i < b.N; i += perRun {
+		run()
+	}
+	d := float64(b.N)
+	b.ReportMetric((scriptMicros(b, srv)-script)/d, "script-µs/op")
+	b.ReportMetric((commandMicros(b, srv, "get")-get)/d, "get-µs/op")
+	b.ReportMetric((commandMicros(b, srv, "set")-set)/d, "set-µs/op")
+	b.ReportMetric(float64(serverCPU(b, srv)-cpu)/d, "redis-cpu-ns/op")
 }
 
 // TestRedisCloseWithRoundTripInFlight: with Redis paused, the first caller

@@ -2,7 +2,9 @@ package ratelimit
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
+	"math"
 	"strings"
 	"time"
 
@@ -18,15 +20,22 @@ import (
 // A key holds its TAT as float seconds since redisEpoch (keyPrefix), with
 // an expiry at the instant the key is back to a full burst.
 //
-// ARGV: the number of requests, then for each request its cost (negated
-// for a refund: give back the cost in every check), number of checks,
-// guard key index (0 for none) and number of claim keys (0 for none);
-// for a guard its member, max and window in milliseconds; then for each
-// check its key index, emission interval in seconds (0: a limit the
-// request can never pass), burst, and flags (1 shadow, plus 2 × the
-// branch: 0 always, 1 if admitted, 2 if refused, plus 8 for an
-// allowance); then for a claim its key indexes, its number of arguments
-// and the arguments. Key indexes point into KEYS.
+// The run's numbers come packed in ARGV[1] (little-endian, read with the
+// struct library Redis's Lua has: Lua's tonumber goes through strtod,
+// which cost Redis more than the rest of a decision but its key's GET
+// and SET), its strings (a guard's member, a claim's arguments) as
+// ARGV[2] on, in the order they are used. ARGV[1] holds the number of
+// requests and of limits (int32 each); each limit's emission interval in
+// seconds and burst (doubles); then for each request its cost (a double,
+// negated for a refund: give back the cost in every check), number of
+// checks, guard key index (0 for none) and number of claim keys (0 for
+// none) (int32s); for a guard its max and window in milliseconds
+// (doubles), its member the next string; then for each check its key
+// index and limit index (int32s; limit 0: a limit the request can never
+// pass) and flags (a byte: 1 shadow, plus 2 × the branch: 0 always, 1 if
+// admitted, 2 if refused, plus 8 for an allowance); then for a claim its
+// key indexes and its number of arguments (int32s), the arguments the
+// next strings. Key indexes point into KEYS.
 //
 // A request without a guard is decided as admitted. A request's claim
 // (ClaimPart) calls the claim function claim(KEYS, ARGV) the script is
@@ -49,6 +58,13 @@ import (
 const decideSrc = `
 local t = redis.call("TIME")
 local now = (t[1] - 1483228800) + (t[2] / 1000000)
+local nums, decode = ARGV[1], struct.unpack
+local nreq, nlim, p = decode("<i4i4", nums)
+local le, lb = {}, {}
+for i = 1, nlim do
+  le[i], lb[i], p = decode("<dd", nums, p)
+end
+local s = 2
 local tats, charge, answer, dirty, changed, nd = {}, {}, {}, {}, {}, 0
 local function set(k, tat)
   tats[k] = tat
@@ -58,21 +74,23 @@ local function set(k, tat)
     changed[nd] = k
   end
 end
-local out, n, a = {}, 0, 2
-for _ = 1, tonumber(ARGV[1]) do
-  local cost, nchecks, guard, nclaim = tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
-  a = a + 4
+local out, n = {}, 0
+for _ = 1, nreq do
+  local cost, nchecks, guard, nclaim
+  cost, nchecks, guard, nclaim, p = decode("<di4i4i4", nums, p)
   local head, branch = n + 1, 1
   out[head] = cost > 0 and 1 or 0
   n = head
   if guard > 0 then
-    local key, member = KEYS[guard], ARGV[a]
+    local key, member, gmax, window = KEYS[guard], ARGV[s]
+    gmax, window, p = decode("<dd", nums, p)
+    s = s + 1
     if redis.call("SISMEMBER", key, member) == 0 then
       local size = redis.call("SCARD", key)
-      if size < tonumber(ARGV[a + 1]) then
+      if size < gmax then
         redis.call("SADD", key, member)
         if size == 0 then
-          redis.call("PEXPIRE", key, ARGV[a + 2])
+          redis.call("PEXPIRE", key, window)
         end
       else
         branch = 2
@@ -80,12 +98,15 @@ for _ = 1, tonumber(ARGV[1]) do
     end
     out[n + 1], out[n + 2] = branch, redis.call("PTTL", key)
     n = n + 2
-    a = a + 3
   end
   local nc, na = 0, 0
   for _ = 1, nchecks do
-    local k, e, burst, flags = tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
-    a = a + 4
+    local k, li, flags
+    k, li, flags, p = decode("<i4i4B", nums, p)
+    local e, burst = 0, 0
+    if li > 0 then
+      e, burst = le[li], lb[li]
+    end
     local when, allowance = math.floor(flags / 2) % 4, flags >= 8
     local tat = tats[k]
     if tat == nil then
@@ -136,15 +157,16 @@ for _ = 1, tonumber(ARGV[1]) do
   local pass, answered = out[head] == 1, false
   if nclaim > 0 then
     local ck, ca = {}, {}
+    local ki, na
     for i = 1, nclaim do
-      ck[i] = KEYS[tonumber(ARGV[a])]
-      a = a + 1
+      ki, p = decode("<i4", nums, p)
+      ck[i] = KEYS[ki]
     end
-    local na = tonumber(ARGV[a])
+    na, p = decode("<i4", nums, p)
     for i = 1, na do
-      ca[i] = ARGV[a + i]
+      ca[i] = ARGV[s + i - 1]
     end
-    a = a + na + 1
+    s = s + na
     if pass then
       local ok, r = pcall(claim, ck, ca)
       if not ok then
@@ -218,7 +240,7 @@ func newDecision(claimFunc string) *decision {
 }
 
 // flagAllowance marks an allowance check in decideSrc's flags.
-const flagAllowance = 8
+const flagAllowance byte = 8
 
 // Request modes of decideSrc.
 const (
@@ -226,41 +248,29 @@ const (
 	modeRefund = 2
 )
 
-// runBuilder assembles one run of decideSrc: its keys (each once) and
-// arguments. It is reused between runs.
+// runBuilder assembles one run of decideSrc: its keys (each once), its
+// numbers, packed (decideSrc's ARGV[1]), and its strings. It is reused
+// between runs.
 type runBuilder struct {
 	d      *decision
 	keys   []any
 	index  map[string]int // key → its 1-based index in keys
-	args   []any
-	n      int              // requests
-	limits map[Limit][2]any // a limit's emission interval and burst as arguments, boxed once
-}
-
-// maxLimitArgs bounds runBuilder.limits: limits come from configuration,
-// a few per route and tier.
-const maxLimitArgs = 1024
-
-// limitArgs returns l's emission interval in seconds and burst, as
-// arguments of decideSrc.
-func (b *runBuilder) limitArgs(l Limit) [2]any {
-	if la, ok := b.limits[l]; ok {
-		return la
-	}
-	if b.limits == nil || len(b.limits) >= maxLimitArgs {
-		b.limits = make(map[Limit][2]any)
-	}
-	la := [2]any{l.Period.Seconds() / float64(l.Rate), l.Burst}
-	b.limits[l] = la
-	return la
+	n      int            // requests
+	reqs   []byte         // the requests' numbers
+	strs   []any          // the strings, after the numbers
+	nums   []byte         // the numbers sent: the header, the limits, reqs
+	lims   []Limit        // this run's limits, in the order of their indexes
+	limits map[Limit]int  // a limit → its 1-based index in lims
 }
 
 func (b *runBuilder) reset() {
-	b.keys, b.args, b.n = b.keys[:0], b.args[:0], 0
+	b.keys, b.n, b.reqs, b.strs, b.lims = b.keys[:0], 0, b.reqs[:0], b.strs[:0], b.lims[:0]
 	if b.index == nil {
 		b.index = make(map[string]int)
+		b.limits = make(map[Limit]int)
 	}
 	clear(b.index)
+	clear(b.limits)
 }
 
 // key returns the index in KEYS of the Redis key full, adding it.
@@ -271,6 +281,29 @@ func (b *runBuilder) key(full string) int {
 	b.keys = append(b.keys, full)
 	b.index[full] = len(b.keys)
 	return len(b.keys)
+}
+
+// limit returns the index of l among the run's limits, adding it.
+func (b *runBuilder) limit(l Limit) int {
+	if i, ok := b.limits[l]; ok {
+		return i
+	}
+	b.lims = append(b.lims, l)
+	b.limits[l] = len(b.lims)
+	return len(b.lims)
+}
+
+// int32s and float64s append decideSrc's numbers to b's requests.
+func (b *runBuilder) int32s(v ...int) {
+	for _, x := range v {
+		b.reqs = binary.LittleEndian.AppendUint32(b.reqs, uint32(int32(x)))
+	}
+}
+
+func (b *runBuilder) float64s(v ...float64) {
+	for _, x := range v {
+		b.reqs = binary.LittleEndian.AppendUint64(b.reqs, math.Float64bits(x))
+	}
 }
 
 // add appends a request of the given mode made of the checks of q listed
@@ -296,9 +329,11 @@ func (b *runBuilder) add(q *Request, mode int, idx []int, guard, known, claim bo
 	if claim {
 		nclaim = len(q.Claim.Keys)
 	}
-	b.args = append(b.args, cost, n, g, nclaim)
+	b.float64s(float64(cost))
+	b.int32s(n, g, nclaim)
 	if g > 0 {
-		b.args = append(b.args, q.Guard.Member, q.Guard.Max, q.Guard.Window.Milliseconds())
+		b.float64s(float64(q.Guard.Max), float64(q.Guard.Window.Milliseconds()))
+		b.strs = append(b.strs, q.Guard.Member)
 	}
 	for j := 0; j < n; j++ {
 		i := j
@@ -306,9 +341,9 @@ func (b *runBuilder) add(q *Request, mode int, idx []int, guard, known, claim bo
 			i = idx[j]
 		}
 		c := &q.Checks[i]
-		flags := 2 * int(c.Branch)
+		flags := 2 * byte(c.Branch)
 		if known {
-			flags = 2 * int(Always)
+			flags = 2 * byte(Always)
 		}
 		if c.Shadow {
 			flags++
@@ -316,20 +351,19 @@ func (b *runBuilder) add(q *Request, mode int, idx []int, guard, known, claim bo
 		if c.Allowance {
 			flags += flagAllowance
 		}
-		b.args = append(b.args, b.key(keyPrefix+c.Key))
+		li := 0 // a limit the request can never pass
 		if c.Limit.valid(q.cost()) {
-			la := b.limitArgs(c.Limit)
-			b.args = append(b.args, la[0], la[1], flags)
-		} else {
-			b.args = append(b.args, 0, 0, flags) // an emission interval of 0: never passes
+			li = b.limit(c.Limit)
 		}
+		b.int32s(b.key(keyPrefix+c.Key), li)
+		b.reqs = append(b.reqs, flags)
 	}
 	if claim {
 		for _, k := range q.Claim.Keys {
-			b.args = append(b.args, b.key(k)) // the claim's own names: no keyPrefix
+			b.int32s(b.key(k)) // the claim's own names: no keyPrefix
 		}
-		b.args = append(b.args, len(q.Claim.Args))
-		b.args = append(b.args, q.Claim.Args...)
+		b.int32s(len(q.Claim.Args))
+		b.strs = append(b.strs, q.Claim.Args...)
 	}
 	return n
 }
@@ -337,7 +371,14 @@ func (b *runBuilder) add(q *Request, mode int, idx []int, guard, known, claim bo
 // cmd returns the run as one command: EVALSHA, or EVAL when eval is set
 // (after NOSCRIPT).
 func (b *runBuilder) cmd(ctx context.Context, eval bool) *redis.Cmd {
-	args := make([]any, 0, 3+len(b.keys)+1+len(b.args))
+	b.nums = binary.LittleEndian.AppendUint32(b.nums[:0], uint32(b.n))
+	b.nums = binary.LittleEndian.AppendUint32(b.nums, uint32(len(b.lims)))
+	for _, l := range b.lims {
+		b.nums = binary.LittleEndian.AppendUint64(b.nums, math.Float64bits(l.Period.Seconds()/float64(l.Rate)))
+		b.nums = binary.LittleEndian.AppendUint64(b.nums, math.Float64bits(float64(l.Burst)))
+	}
+	b.nums = append(b.nums, b.reqs...)
+	args := make([]any, 0, 3+len(b.keys)+1+len(b.strs))
 	if eval {
 		args = append(args, "eval", b.d.src)
 	} else {
@@ -345,8 +386,8 @@ func (b *runBuilder) cmd(ctx context.Context, eval bool) *redis.Cmd {
 	}
 	args = append(args, len(b.keys))
 	args = append(args, b.keys...)
-	args = append(args, b.n)
-	args = append(args, b.args...)
+	args = append(args, b.nums)
+	args = append(args, b.strs...)
 	cmd := redis.NewCmd(ctx, args...)
 	if len(b.keys) > 0 {
 		cmd.SetFirstKeyPos(3) // routes the run to its slot's node in a Cluster
