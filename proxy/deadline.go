@@ -43,9 +43,10 @@ type deadlineEntry struct {
 }
 
 // join queues e, whose call is cancelled with cancel once q's timeout has
-// passed from now, and returns its deadline.
-func (q *deadlineQueue) join(e *deadlineEntry, cancel context.CancelCauseFunc) time.Time {
-	at := time.Since(deadlineEpoch) + q.d
+// passed from now (time.Since(deadlineEpoch), as the caller read it), and
+// returns its deadline.
+func (q *deadlineQueue) join(e *deadlineEntry, cancel context.CancelCauseFunc, now time.Duration) time.Time {
+	at := now + q.d
 	q.mu.Lock()
 	e.q, e.at, e.cancel, e.queued = q, at, cancel, true
 	// After the last call whose deadline is not later: almost always the
@@ -149,12 +150,12 @@ type paddedQueue struct {
 }
 
 // join queues e in one of the queues, as deadlineQueue.join.
-func (t *timeoutQueues) join(e *deadlineEntry, cancel context.CancelCauseFunc) time.Time {
+func (t *timeoutQueues) join(e *deadlineEntry, cancel context.CancelCauseFunc, now time.Duration) time.Time {
 	q := &t.shards[0].deadlineQueue
 	if n := uint32(len(t.shards)); n > 1 {
 		q = &t.shards[randv2.Uint32N(n)].deadlineQueue
 	}
-	return q.join(e, cancel)
+	return q.join(e, cancel, now)
 }
 
 // deadlineQueues holds a gateway's queues, one set per route timeout,

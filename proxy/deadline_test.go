@@ -35,7 +35,7 @@ func TestDeadlineQueue(t *testing.T) {
 			var e deadlineEntry
 			ctx, cancel := context.WithCancelCause(context.Background())
 			defer cancel(nil)
-			at := q.join(&e, cancel)
+			at := q.join(&e, cancel, time.Since(deadlineEpoch))
 			sc := &stateContext{Context: ctx, deadline: at}
 			if d, ok := sc.Deadline(); !ok || !d.Equal(at) {
 				t.Fatalf("Deadline() = %v, %v; want %v", d, ok, at)
@@ -71,7 +71,7 @@ func TestDeadlineQueueOrder(t *testing.T) {
 	entries := make([]deadlineEntry, 4)
 	noop := func(error) {}
 	for i := range entries {
-		q.join(&entries[i], noop)
+		q.join(&entries[i], noop, time.Since(deadlineEpoch))
 	}
 	// Move the second to the end, as if its deadline were the latest.
 	entries[1].leave()
@@ -135,7 +135,7 @@ func TestDeadlineQueueConcurrent(t *testing.T) {
 					cancelled.Add(1)
 				}
 				mu.Lock()
-				at = qs.join(&e, cancel)
+				at = qs.join(&e, cancel, time.Since(deadlineEpoch))
 				mu.Unlock()
 				if i%2 == 0 {
 					time.Sleep(2 * time.Millisecond)

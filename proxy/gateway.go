@@ -119,6 +119,7 @@ type Gateway struct {
 	evidence     *zap.Logger // the access log lines sampling must keep
 	access       bool
 	now          func() time.Time
+	monotonic    bool // now is time.Now: a request's later times are read as time elapsed (nowSince)
 	ids          *requestIDs
 	maxHeader    int64
 	maxBody      int64
@@ -172,7 +173,7 @@ func New(cfg *config.Config, opts Options) (*Gateway, error) {
 		g.evidence = g.log
 	}
 	if g.now == nil {
-		g.now = time.Now
+		g.now, g.monotonic = time.Now, true
 	}
 	if g.transport == nil {
 		g.transport = upstream.NewTransport(cfg.Upstream)
@@ -544,7 +545,7 @@ func (g *Gateway) observeUpstream(st *requestState) {
 		return
 	}
 	st.upDone = true
-	st.upEnd = g.now()
+	st.upEnd = g.nowSince(st.upStart)
 	st.upDur = st.upEnd.Sub(st.upStart)
 	if st.rec {
 		st.route.metrics.ObserveUpstreamTraced(st.upDur, st.span.SpanContext().TraceID())
@@ -596,12 +597,38 @@ func (g *Gateway) finish(st *requestState, r *http.Request) {
 func (g *Gateway) end(st *requestState, r *http.Request, extra ...zap.Field) {
 	g.settle(st, settleUnknown, idempotency.Record{})
 	g.releaseHolds(st)
-	g.observe(st, r)
-	g.logAccess(st, r, extra...)
+	var done time.Time // when the request ended, read once for all that record it
+	if g.metrics != nil || g.access || st.rec {
+		done = g.nowSince(st.start)
+	}
+	g.observe(st, r, done)
+	g.logAccess(st, r, done, extra...)
 	if st.rec {
-		g.endSpans(st, r, g.now())
+		g.endSpans(st, r, done)
 	}
 	g.instanceDone(st)
+}
+
+// nowSince returns the time now on the gateway's clock, for a request
+// that read t on it earlier (its start, its call's start): with time.Now,
+// t and the time elapsed since, one read of the monotonic clock where
+// time.Now reads the wall clock too; with a clock of the caller's
+// (Options.Now), that clock.
+func (g *Gateway) nowSince(t time.Time) time.Time {
+	if g.monotonic {
+		return t.Add(time.Since(t))
+	}
+	return g.now()
+}
+
+// sinceEpoch returns t, a time nowSince gave, as the deadline queues count
+// time (monotonic, since deadlineEpoch), reading no clock when t carries
+// the monotonic reading.
+func (g *Gateway) sinceEpoch(t time.Time) time.Duration {
+	if g.monotonic {
+		return t.Sub(deadlineEpoch)
+	}
+	return time.Since(deadlineEpoch)
 }
 
 // releaseHolds gives back what st holds of the shared pools: its backend
@@ -613,8 +640,8 @@ func (g *Gateway) releaseHolds(st *requestState) {
 	g.budget.Give(st.client, st.buffered)
 }
 
-// observe records the request in the metrics.
-func (g *Gateway) observe(st *requestState, r *http.Request) {
+// observe records the request, ended at done, in the metrics.
+func (g *Gateway) observe(st *requestState, r *http.Request, done time.Time) {
 	g.metrics.DecInflight()
 	if g.metrics == nil {
 		return
@@ -624,13 +651,14 @@ func (g *Gateway) observe(st *requestState, r *http.Request) {
 		rm = st.route.metrics
 	}
 	if st.rec {
-		rm.ObserveRequestTraced(r.Method, st.rw.status, g.now().Sub(st.start), st.span.SpanContext().TraceID())
+		rm.ObserveRequestTraced(r.Method, st.rw.status, done.Sub(st.start), st.span.SpanContext().TraceID())
 		return
 	}
-	rm.ObserveRequest(r.Method, st.rw.status, g.now().Sub(st.start))
+	rm.ObserveRequest(r.Method, st.rw.status, done.Sub(st.start))
 }
 
-func (g *Gateway) logAccess(st *requestState, r *http.Request, extra ...zap.Field) {
+// logAccess writes the request's access log line; done is when it ended.
+func (g *Gateway) logAccess(st *requestState, r *http.Request, done time.Time, extra ...zap.Field) {
 	if !g.access {
 		return
 	}
@@ -654,7 +682,7 @@ func (g *Gateway) logAccess(st *requestState, r *http.Request, extra ...zap.Fiel
 		zap.String("path", st.path),
 		zap.String("protocol", r.Proto),
 		zap.Int("status", st.rw.status),
-		zap.Duration("duration", g.now().Sub(st.start)),
+		zap.Duration("duration", done.Sub(st.start)),
 		zap.Int64("bytes", st.rw.bytes),
 		zap.String("peer", r.RemoteAddr),
 	)

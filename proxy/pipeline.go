@@ -257,9 +257,9 @@ func (g *Gateway) forward(st *requestState, r *http.Request) {
 		return
 	}
 	st.bodyTaken = true // the reverse proxy's from here on
-	st.upStart = g.now()
+	st.upStart = g.nowSince(st.start)
 	ctx, cancel := context.WithCancelCause(parent)
-	deadline := st.route.deadlines.join(&st.deadline, cancel)
+	deadline := st.route.deadlines.join(&st.deadline, cancel, g.sinceEpoch(st.upStart))
 	defer func() {
 		st.deadline.leave()
 		cancel(nil)
