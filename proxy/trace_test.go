@@ -24,6 +24,7 @@ import (
 
 	"github.com/exgate/exgate/config"
 	"github.com/exgate/exgate/idempotency"
+	"github.com/exgate/exgate/identity"
 	"github.com/exgate/exgate/limiter"
 	"github.com/exgate/exgate/metrics"
 	"github.com/exgate/exgate/ratelimit"
@@ -693,15 +694,34 @@ func TestTraceHoldsNoSecret(t *testing.T) {
 		io.Copy(io.Discard, res.Body)
 		res.Body.Close()
 	}
-	forbidden := []string{token, tokenID, tokenID[:12], "918273645", "55443322"}
+	ss := sp.endedAtLeast(t, 7)
+	assertSpansHoldNone(t, ss, token, tokenID, tokenID[:12], "918273645", "55443322")
+	if ua, _ := attr(server(t, ss).Attributes(), "user_agent.original"); ua != "bot/1.0 [token]" && !slices.ContainsFunc(ss, func(s sdktrace.ReadOnlySpan) bool {
+		v, _ := attr(s.Attributes(), "user_agent.original")
+		return v == "bot/1.0 [token]"
+	}) {
+		t.Errorf("user agent %q, want the token replaced", ua)
+	}
+}
+
+// endedAtLeast waits until at least n spans have ended and returns them.
+func (s *spans) endedAtLeast(t *testing.T, n int) []sdktrace.ReadOnlySpan {
+	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
-	for len(sp.rec.Ended()) < 7 && time.Now().Before(deadline) {
+	for len(s.rec.Ended()) < n && time.Now().Before(deadline) {
 		time.Sleep(time.Millisecond)
 	}
-	ss := sp.rec.Ended()
-	if len(ss) < 7 {
-		t.Fatalf("only %d spans", len(ss))
+	ss := s.rec.Ended()
+	if len(ss) < n {
+		t.Fatalf("only %d spans ended, want %d", len(ss), n)
 	}
+	return ss
+}
+
+// assertSpansHoldNone fails when a name, attribute (key or value), event
+// or link of ss, or their resource, holds one of forbidden.
+func assertSpansHoldNone(t *testing.T, ss []sdktrace.ReadOnlySpan, forbidden ...string) {
+	t.Helper()
 	checked := 0
 	look := func(where string, attrs []attribute.KeyValue) {
 		for _, a := range attrs {
@@ -732,12 +752,54 @@ func TestTraceHoldsNoSecret(t *testing.T) {
 	if checked < 50 {
 		t.Errorf("only %d attributes checked", checked)
 	}
-	if ua, _ := attr(server(t, ss).Attributes(), "user_agent.original"); ua != "bot/1.0 [token]" && !slices.ContainsFunc(ss, func(s sdktrace.ReadOnlySpan) bool {
-		v, _ := attr(s.Attributes(), "user_agent.original")
-		return v == "bot/1.0 [token]"
-	}) {
-		t.Errorf("user agent %q, want the token replaced", ua)
+}
+
+// TestTraceHoldsNoAccount: with tokens verified as accounts' JWTs, no
+// span holds the token, the account's user id or its key (whole or the
+// prefix the access log shows), an order's identifier or its body, on an
+// order placed, replayed, refused for its body, and refused for its
+// identifier.
+func TestTraceHoldsNoAccount(t *testing.T) {
+	const secret, user = "trace-jwt-secret-0123456789abcdef", "8675309"
+	sp := newSpans(t, sdktrace.AlwaysSample())
+	var cfg *config.Config
+	verifying := func(c *config.Config) {
+		c.Identity.Verify, cfg = true, c
+		for i := range c.Routes {
+			for j := range c.Routes[i].Limits {
+				if l := &c.Routes[i].Limits[j]; l.Key == config.KeyToken {
+					l.Key = config.KeyAccount
+				}
+			}
+		}
 	}
+	e := startOrdersWith(t, placed, verifying,
+		ratelimit.NewMemory(ratelimit.MemoryOptions{}), nil, memoryClaims, sp.traced, func(o *Options) {
+			v, err := identity.New(cfg.Identity.JWT, identity.Options{
+				Getenv: func(string) (string, bool) { return secret, true }, AccountKey: o.Limits.AccountID})
+			if err != nil {
+				t.Fatal(err)
+			}
+			o.Verifier = v
+		})
+	token := signedToken(t, secret, user, "access")
+	account := e.gw.limits.AccountID(user)
+	order := `{"symbol":"BTC_USDT","type":"limit","side":"buy","price":"31415.92","base_amount":"2.71828","identifier":"my-ident-4242"}`
+	auth := []string{"Authorization", "Bearer " + token}
+	for i, body := range []string{order, order, `{"symbol":"BTC_USDT","price":"31415.92","identifier":"my-ident-4242"}`,
+		strings.Replace(order, "2.71828", "1.41421", 1)} {
+		res := do(t, "POST", e.url+"/api/v1/odr/orders/", strings.NewReader(body), append(auth, "Content-Type", "application/json")...)
+		io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		if want := []int{201, 201, 400, 409}[i]; res.StatusCode != want {
+			t.Fatalf("order %d answered %d, want %d", i, res.StatusCode, want)
+		}
+	}
+	ss := sp.endedAtLeast(t, 4)
+	if v, _ := attr(server(t, ss).Attributes(), "exgate.auth.verified"); v != "true" {
+		t.Fatalf("exgate.auth.verified %q: the token was not verified as an account's", v)
+	}
+	assertSpansHoldNone(t, ss, token, user, account, account[:12], "my-ident-4242", "31415.92", "2.71828", "1.41421")
 }
 
 // TestRecentRefusalsListsSampledRefusals: the refusals the console's
