@@ -309,7 +309,7 @@ func BenchmarkDecisionScript(b *testing.B) {
 			n++
 			bld.add(&reqs[i], modeDecide, nil, false, false, false)
 		}
-		cmd := bld.cmd(ctx, eval)
+		cmd := bld.cmd(ctx, eval, false)
 		if err := c.Process(ctx, cmd); err != nil {
 			b.Fatal(err)
 		}

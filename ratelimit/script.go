@@ -369,8 +369,10 @@ func (b *runBuilder) add(q *Request, mode int, idx []int, guard, known, claim bo
 }
 
 // cmd returns the run as one command: EVALSHA, or EVAL when eval is set
-// (after NOSCRIPT).
-func (b *runBuilder) cmd(ctx context.Context, eval bool) *redis.Cmd {
+// (after NOSCRIPT). A run carrying claims, whose reply holds strings, is
+// read as a *redis.Cmd; any other, all integers, as a
+// *redis.IntSliceCmd, which reads them without boxing each.
+func (b *runBuilder) cmd(ctx context.Context, eval, claims bool) redis.Cmder {
 	b.nums = binary.LittleEndian.AppendUint32(b.nums[:0], uint32(b.n))
 	b.nums = binary.LittleEndian.AppendUint32(b.nums, uint32(len(b.lims)))
 	for _, l := range b.lims {
@@ -388,7 +390,15 @@ func (b *runBuilder) cmd(ctx context.Context, eval bool) *redis.Cmd {
 	args = append(args, b.keys...)
 	args = append(args, b.nums)
 	args = append(args, b.strs...)
-	cmd := redis.NewCmd(ctx, args...)
+	var cmd interface {
+		redis.Cmder
+		SetFirstKeyPos(int8)
+	}
+	if claims {
+		cmd = redis.NewCmd(ctx, args...)
+	} else {
+		cmd = redis.NewIntSliceCmd(ctx, args...)
+	}
 	if len(b.keys) > 0 {
 		cmd.SetFirstKeyPos(3) // routes the run to its slot's node in a Cluster
 	}

@@ -50,11 +50,11 @@ func TestScriptRunMatchesSequential(t *testing.T) {
 	for i := range reqs {
 		b.add(&reqs[i], modeDecide, nil, false, false, false)
 	}
-	cmd := b.cmd(ctx, true)
+	cmd := b.cmd(ctx, true, false).(*redis.IntSliceCmd)
 	if err := c.Process(ctx, cmd); err != nil {
 		t.Fatal(err)
 	}
-	v, err := cmd.Int64Slice()
+	v, err := cmd.Result()
 	if err != nil {
 		t.Fatal(err)
 	}

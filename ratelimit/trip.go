@@ -35,8 +35,8 @@ type trip struct {
 type run struct {
 	b       runBuilder
 	entries []entry
-	cmd     *redis.Cmd
-	claims  bool // an entry carries a claim: the reply holds strings
+	cmd     redis.Cmder // a *redis.Cmd with claims, else a *redis.IntSliceCmd (runBuilder.cmd)
+	claims  bool        // an entry carries a claim: the reply holds strings
 
 	// With claims that ask replicas to acknowledge them: the most
 	// replicas asked for, how long WAIT blocks, and the WAIT sent after
@@ -255,7 +255,7 @@ func (t *trip) send(ctx context.Context, client Client) error {
 	}
 	t.cmds = t.cmds[:0]
 	for _, r := range t.runs[:t.used] {
-		r.cmd = r.b.cmd(ctx, r.acks > 0)
+		r.cmd = r.b.cmd(ctx, r.acks > 0, r.claims)
 		t.cmds = append(t.cmds, r.cmd)
 	}
 	cc, cluster := client.(*redis.ClusterClient)
@@ -276,7 +276,7 @@ func (t *trip) send(ctx context.Context, client Client) error {
 	var err error
 	for _, r := range t.runs[:t.used] {
 		if isNoScript(r.cmd.Err()) {
-			r.cmd = r.b.cmd(ctx, true)
+			r.cmd = r.b.cmd(ctx, true, r.claims)
 			if cluster {
 				// To the master directly, as the run went (sendByNode).
 				if node, err := r.master(ctx, cc); err != nil {
@@ -303,7 +303,7 @@ func (t *trip) send(ctx context.Context, client Client) error {
 func (t *trip) sendAcked(ctx context.Context, client Client) error {
 	p := client.Pipeline()
 	for _, r := range t.runs[:t.used] {
-		r.cmd = r.b.cmd(ctx, true)
+		r.cmd = r.b.cmd(ctx, true, r.claims)
 		_ = p.Process(ctx, r.cmd)
 	}
 	_ = p.Process(ctx, waitFor(ctx, t.runs[:t.used]))
@@ -422,12 +422,13 @@ func (t *trip) answer(ls *leases, now int64) {
 	for _, r := range t.runs[:t.used] {
 		var rd replyReader
 		var err error
-		if r.claims {
+		switch cmd := r.cmd.(type) {
+		case *redis.Cmd:
 			var raw []any
-			raw, err = r.cmd.Slice()
+			raw, err = cmd.Slice()
 			rd = readerOf(raw)
-		} else {
-			rd.v, err = r.cmd.Int64Slice()
+		case *redis.IntSliceCmd:
+			rd.v, err = cmd.Result()
 		}
 		for _, e := range r.entries {
 			if err == nil {
