@@ -9,15 +9,20 @@ import (
 
 // headerScan is what one pass over a request's header block finds.
 type headerScan struct {
-	size       int64 // the request line and headers as they were read, approximately
-	underscore bool  // a header name contains an underscore
-	forwarded  bool  // a header name starts with X-Forwarded-
+	size           int64 // the request line and headers as they were read, approximately
+	underscore     bool  // a header name contains an underscore
+	forwarded      bool  // a header name starts with X-Forwarded-
+	connection     bool  // a Connection header
+	methodOverride bool  // a method-override header (isMethodOverride)
+	pathOverride   bool  // a path-override header (isPathOverride)
 }
 
 // scanHeader reads the request line and every header name once: the
 // size for server.max_header_bytes, names with an underscore (refused:
-// errUnderscoreHeader) and the X-Forwarded-* family (dropped from
-// clients that are not trusted proxies: dropForwardedFamily).
+// errUnderscoreHeader), the X-Forwarded-* family (dropped from clients
+// that are not trusted proxies: dropForwardedFamily), and the headers
+// checkHead reads or refuses, so that a request without them is not
+// looked up for each of them again.
 func scanHeader(r *http.Request) headerScan {
 	sc := headerScan{size: int64(len(r.Method) + len(r.RequestURI) + len(r.Proto) + 4 + len("Host: \r\n") + len(r.Host))}
 	for k, vs := range r.Header {
@@ -29,6 +34,15 @@ func scanHeader(r *http.Request) headerScan {
 		}
 		if strings.HasPrefix(k, forwardedPrefix) {
 			sc.forwarded = true
+		}
+		switch {
+		case vs == nil: // a name without a header (net/http never makes one)
+		case k == "Connection":
+			sc.connection = true
+		case isMethodOverride(k):
+			sc.methodOverride = true
+		case isPathOverride(k):
+			sc.pathOverride = true
 		}
 	}
 	return sc

@@ -42,6 +42,42 @@ func TestScanHeader(t *testing.T) {
 	}
 }
 
+// TestScanHeaderFindsCheckedHeaders: the one pass finds each header
+// checkHead reads or refuses by its canonical name, as a look-up of that
+// name in the header map would: not under another spelling, and not a
+// name without a header (nil values).
+func TestScanHeaderFindsCheckedHeaders(t *testing.T) {
+	for _, tc := range []struct {
+		name                                     string
+		connection, methodOverride, pathOverride bool
+	}{
+		{"Connection", true, false, false},
+		{"X-Http-Method-Override", false, true, false},
+		{"X-Http-Method", false, true, false},
+		{"X-Method-Override", false, true, false},
+		{"X-Original-Url", false, false, true},
+		{"X-Rewrite-Url", false, false, true},
+		{"X-Original-URL", false, false, false}, // not the canonical spelling: the map holds no such key
+		{"connection", false, false, false},
+		{"X-Http-Method-Overrides", false, false, false},
+		{"Accept", false, false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, vs := range [][]string{{"x"}, {}, nil} {
+				r := &http.Request{Method: "GET", RequestURI: "/", Proto: "HTTP/1.1", Host: "h",
+					Header: http.Header{"Accept": {"*/*"}, tc.name: vs}}
+				sc := scanHeader(r)
+				_, found := r.Header[tc.name]
+				found = found && vs != nil
+				if got, want := [3]bool{sc.connection, sc.methodOverride, sc.pathOverride},
+					[3]bool{tc.connection && found, tc.methodOverride && found, tc.pathOverride && found}; got != want {
+					t.Fatalf("values %q: connection, method and path override %v, want %v", vs, got, want)
+				}
+			}
+		})
+	}
+}
+
 // BenchmarkScanHeader measures the one pass over a browser-like request
 // head (nine headers, none refused or dropped) that sizes it and finds
 // underscore names and the X-Forwarded-* family.

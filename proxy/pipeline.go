@@ -166,8 +166,10 @@ func (g *Gateway) checkHead(st *requestState, r *http.Request) *apierror.Error {
 		closeAfterAnswer(st.rw.Header(), r)
 		return g.errHeader
 	}
-	if e := checkConnection(r.Header); e != nil {
-		return e
+	if sc.connection {
+		if e := checkConnection(r.Header); e != nil {
+			return e
+		}
 	}
 	if sc.underscore {
 		return errUnderscoreHeader
@@ -178,10 +180,10 @@ func (g *Gateway) checkHead(st *requestState, r *http.Request) *apierror.Error {
 		return pathErrors[err.(pathError)]
 	}
 	st.path = p
-	if methodOverridden(r.Header) {
+	if sc.methodOverride {
 		return errMethodOverride
 	}
-	if pathOverridden(r.Header) {
+	if sc.pathOverride {
 		return errPathOverride
 	}
 	return nil
