@@ -57,7 +57,8 @@ limiter: { backend: memory }
 // continues through exgate's server span and its backend call to the
 // backend, a refusal is traced with its code, the access log names each
 // request's trace, /metrics shows the trace id as an exemplar in
-// OpenMetrics, and the process stops cleanly, its spans flushed.
+// OpenMetrics, the console's /admin/refusals lists the refusal with its
+// trace id, and the process stops cleanly, its spans flushed.
 func TestTracingBinary(t *testing.T) {
 	bin := buildBinary(t)
 	rc := otlptest.Start(t)
@@ -115,6 +116,7 @@ func TestTracingBinary(t *testing.T) {
 			if refused.Attributes["exgate.refusal.code"] != "not_authenticated" || refused.Attributes["http.response.status_code"] != "401" {
 				t.Errorf("refused span %+v, want not_authenticated, 401", refused)
 			}
+			checkRefusalListed(t, admin, refused)
 			line, _ := logs.wait(t, server.SpanID, 0)
 			var fields map[string]any
 			if err := json.Unmarshal([]byte(line), &fields); err != nil || fields["trace_id"] != clientTrace || fields["span_id"] != server.SpanID {
@@ -140,6 +142,31 @@ func TestTracingBinary(t *testing.T) {
 			}
 		})
 	}
+}
+
+// checkRefusalListed checks that the console's /admin/refusals lists the
+// refusal whose server span is refused, with its trace id: the trace an
+// operator opens from the console.
+func checkRefusalListed(t *testing.T, admin string, refused otlptest.Span) {
+	t.Helper()
+	code, _, b := call(t, "GET", "http://"+admin+"/admin/refusals", "")
+	var body struct {
+		Tracing  bool `json:"tracing"`
+		Refusals []struct {
+			Code    string `json:"code"`
+			Status  int    `json:"status"`
+			TraceID string `json:"trace_id"`
+		} `json:"refusals"`
+	}
+	if err := json.Unmarshal(b, &body); err != nil || code != 200 || !body.Tracing {
+		t.Fatalf("/admin/refusals answered %d %s, want tracing on", code, b)
+	}
+	for _, r := range body.Refusals {
+		if r.Code == "not_authenticated" && r.Status == 401 && r.TraceID == refused.TraceID {
+			return
+		}
+	}
+	t.Errorf("/admin/refusals %s does not list the 401 of trace %s", b, refused.TraceID)
 }
 
 // TestTracingCollectorUnreachable: with the collector refusing every
