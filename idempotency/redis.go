@@ -47,6 +47,9 @@ type Redis struct {
 	claim  *redis.Script
 	finish *redis.Script
 	slotMS int64 // width of an account-share slot
+	// finishes queues the finish runs of concurrent orders for a shared
+	// round trip (finish.go).
+	finishes finishLane
 
 	// The scripts' arguments that are the same in every call, encoded
 	// once: the retention and the share counter's lifetime in
@@ -493,9 +496,13 @@ func (s *Redis) end(ctx context.Context, c Claim, state, rec string) error {
 		// The first identifier's value grows from in flight to done.
 		grow = allocated(1+fpLen+len(rec)+8) - allocated(inFlightLen+8)
 	}
-	a := &finishArgs{id: c.id, state: state, rec: rec, slot: c.slot, charge: c.charge, grow: int64(grow)}
-	a.argv = [...]any{&a.id, &a.state, s.retentionArg, &a.rec, &a.slot, &a.charge, &a.grow}
-	n, err := s.finish.Run(ctx, s.c, c.keys, a.argv[:]...).Int()
+	f := finishCalls.Get().(*finishCall)
+	f.ctx, f.keys = ctx, c.keys
+	f.id, f.state, f.rec, f.slot, f.charge, f.grow = c.id, state, rec, c.slot, c.charge, int64(grow)
+	f.argv = [...]any{&f.id, &f.state, s.retentionArg, &f.rec, &f.slot, &f.charge, &f.grow}
+	n, err := s.runFinish(f)
+	f.ctx, f.keys, f.id, f.rec, f.err, f.argv = nil, nil, "", "", nil, [7]any{}
+	finishCalls.Put(f)
 	if err != nil {
 		s.failed(ctx, err)
 		return storeError(state, err)
@@ -504,14 +511,6 @@ func (s *Redis) end(ctx context.Context, c Claim, state, rec string) error {
 		return ErrClaimLost
 	}
 	return nil
-}
-
-// finishArgs holds the finish script's arguments in one allocation, as
-// claimArgs does the claim's.
-type finishArgs struct {
-	id, state, rec     string
-	slot, charge, grow int64
-	argv               [7]any
 }
 
 // Complete implements Store.

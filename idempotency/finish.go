@@ -1,0 +1,179 @@
+package idempotency
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Finishing claims in shared round trips. Every claimed order ends with a
+// run of the finish script (Complete, Release or MarkUnknown) once its
+// backend has answered, and its answer waits for that run. The runs of
+// concurrent orders share pipelined round trips, as the limits' decisions
+// do: a run that finds fewer than finishInFlight round trips of finish
+// runs under way is sent at once, alone; any other is queued, and as soon
+// as a round trip in flight ends, the first run queued sends the queue
+// (up to finishMaxBatch runs) in one pipeline. Under load a round
+// trip carries many runs; an order alone waits for none.
+//
+// Nothing of what a run guarantees changes: each caller still waits for
+// its own run's reply, so an order's answer is written only once its
+// response is recorded, before any replay can read it; a run that fails,
+// or is not sent because its deadline passed in the queue, reports its
+// error and leaves the claim in flight, which retries see as InProgress
+// and then Unknown, never as free. A run is one script run, all or
+// nothing, whatever else its round trip carries.
+
+// finishInFlight is how many round trips of finish runs a store has under
+// way at once; finishMaxBatch bounds the runs one of them carries.
+const (
+	finishInFlight = 2
+	finishMaxBatch = 64
+)
+
+// finishLane queues the finish runs waiting for a round trip.
+type finishLane struct {
+	mu      sync.Mutex
+	sending int           // round trips under way (or about to be)
+	queue   []*finishCall // runs waiting for the next
+}
+
+// finishCall is one run of the finish script, its arguments and its
+// reply, pooled: go-redis writes each *string or *int64 argument as the
+// value it points at, where each value boxed in an interface took an
+// allocation.
+type finishCall struct {
+	ctx                context.Context
+	keys               []string
+	id, state, rec     string
+	slot, charge, grow int64
+	argv               [7]any
+
+	cmd  *redis.Cmd
+	n    int64
+	err  error
+	lead bool          // woken to send the queue, not answered
+	done chan struct{} // answered (or woken to lead); buffered
+	// batch is the runs this call sends when it leads, reused.
+	batch []*finishCall
+}
+
+var finishCalls = sync.Pool{New: func() any { return &finishCall{done: make(chan struct{}, 1)} }}
+
+// runFinish runs the finish script for c, in a round trip shared with the
+// runs of other orders when the client pipelines (any go-redis client
+// does), and returns its reply.
+func (s *Redis) runFinish(c *finishCall) (int64, error) {
+	p, ok := s.c.(pipeliner)
+	if !ok {
+		return s.finish.Run(c.ctx, s.c, c.keys, c.argv[:]...).Int64()
+	}
+	l := &s.finishes
+	l.mu.Lock()
+	if l.sending < finishInFlight {
+		l.sending++
+		l.mu.Unlock()
+		s.sendFinishes(p, c)
+	} else {
+		l.queue = append(l.queue, c)
+		l.mu.Unlock()
+		<-c.done
+		if c.lead {
+			c.lead = false
+			s.sendFinishes(p, c)
+		}
+	}
+	return c.n, c.err
+}
+
+// sendFinishes sends first's batch in one round trip (first alone when it
+// was sent as it came, else the runs queued with it), then hands the runs
+// queued meanwhile on to the first of them, which sends them, or gives up
+// its place in flight. The caller holds one of the places in flight: the
+// queue holds runs only while every place is taken.
+func (s *Redis) sendFinishes(p pipeliner, first *finishCall) {
+	batch := first.batch
+	if len(batch) == 0 {
+		batch = append(batch, first)
+	}
+	s.finishTrip(p, batch)
+
+	l := &s.finishes
+	l.mu.Lock()
+	if len(l.queue) > 0 {
+		next := l.queue[0]
+		n := min(len(l.queue), finishMaxBatch)
+		next.batch = append(next.batch[:0], l.queue[:n]...)
+		rest := copy(l.queue, l.queue[n:])
+		clear(l.queue[rest:])
+		l.queue = l.queue[:rest]
+		next.lead = true
+		next.done <- struct{}{}
+	} else {
+		l.sending--
+	}
+	l.mu.Unlock()
+	for _, c := range batch[1:] {
+		c.done <- struct{}{}
+	}
+	clear(batch)
+	first.batch = batch[:0]
+}
+
+// finishTrip sends the runs of batch whose context is still live in one
+// round trip, ended by the earliest of their deadlines, and sets each
+// run's reply. A run whose context ended while it was queued is not sent.
+func (s *Redis) finishTrip(p pipeliner, batch []*finishCall) {
+	if len(batch) == 1 { // alone: no pipeline to build
+		c := batch[0]
+		c.n, c.err = s.finish.Run(c.ctx, s.c, c.keys, c.argv[:]...).Int64()
+		return
+	}
+	var deadline time.Time
+	live := 0
+	for _, c := range batch {
+		if c.err = c.ctx.Err(); c.err != nil {
+			continue
+		}
+		live++
+		if d, ok := c.ctx.Deadline(); ok && (deadline.IsZero() || d.Before(deadline)) {
+			deadline = d
+		}
+	}
+	if live == 0 {
+		return
+	}
+	if deadline.IsZero() {
+		deadline = time.Now().Add(s.o.Timeout)
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	pl := p.Pipeline()
+	for _, c := range batch {
+		if c.err == nil {
+			c.cmd = s.finish.EvalSha(ctx, pl, c.keys, c.argv[:]...)
+		}
+	}
+	_, _ = pl.Exec(ctx)
+	again := false
+	for _, c := range batch {
+		again = again || (c.cmd != nil && redis.HasErrorPrefix(c.cmd.Err(), "NOSCRIPT"))
+	}
+	if again { // Redis lost its scripts (a restart, a failover): send the script itself
+		pl = p.Pipeline()
+		for _, c := range batch {
+			if c.cmd != nil && redis.HasErrorPrefix(c.cmd.Err(), "NOSCRIPT") {
+				c.cmd = s.finish.Eval(ctx, pl, c.keys, c.argv[:]...)
+			}
+		}
+		_, _ = pl.Exec(ctx)
+	}
+	for _, c := range batch {
+		if c.cmd != nil {
+			c.n, c.err = c.cmd.Int64()
+			c.cmd = nil
+		}
+	}
+}

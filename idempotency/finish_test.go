@@ -1,0 +1,285 @@
+package idempotency
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/exgate/exgate/internal/redistest"
+)
+
+// tripCount is a go-redis hook counting the round trips of finish runs: a
+// run sent alone, or a pipeline and the runs it carries.
+type tripCount struct {
+	alone, pipelines, piped atomic.Int64
+}
+
+func (h *tripCount) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *tripCount) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if isFinishRun(cmd) {
+			h.alone.Add(1)
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (h *tripCount) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		runs := int64(0)
+		for _, c := range cmds {
+			if isFinishRun(c) {
+				runs++
+			}
+		}
+		if runs > 0 {
+			h.pipelines.Add(1)
+			h.piped.Add(runs)
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// isFinishRun reports whether cmd runs the finish script: its ARGV[2] is
+// a state (the claim script's is a fingerprint, 16 bytes).
+func isFinishRun(cmd redis.Cmder) bool {
+	a := cmd.Args()
+	if len(a) < 4 || (a[0] != "evalsha" && a[0] != "eval") {
+		return false
+	}
+	n, _ := a[2].(int)
+	if len(a) < 3+n+2 {
+		return false
+	}
+	st, ok := a[3+n+1].(*string)
+	return ok && (*st == "d" || *st == "u" || *st == "free")
+}
+
+// queuedFinishes claims n identifiers on s, then, with srv frozen, starts
+// settle(i, claim) for each, in a goroutine of its own, and returns once
+// every run the store does not have in flight is queued (finishInFlight
+// are), with the claims and the channel of the runs' errors.
+func queuedFinishes(t *testing.T, s *Redis, srv *redistest.Server, name string, n int,
+	settle func(int, Claim) error) ([]Claim, <-chan error) {
+	t.Helper()
+	claims := make([]Claim, n)
+	for i := range claims {
+		claims[i] = mustClaim(t, s, k(name+strconv.Itoa(i)), fpA, Claimed)
+	}
+	srv.Freeze()
+	t.Cleanup(srv.Thaw)
+	errs := make(chan error, n)
+	for i, c := range claims {
+		go func() { errs <- settle(i, c) }()
+	}
+	for {
+		s.finishes.mu.Lock()
+		queued := len(s.finishes.queue)
+		s.finishes.mu.Unlock()
+		if queued == n-finishInFlight {
+			return claims, errs
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestRedisFinishesShareRoundTrips: the finish runs of concurrent orders
+// share round trips: those that find finishInFlight round trips under way
+// go in one pipeline once the first ends, and each is answered with its
+// own reply, its response recorded for its own identifier.
+func TestRedisFinishesShareRoundTrips(t *testing.T) {
+	srv := redistest.Start(t)
+	client := newClient(t, srv.Addr)
+	o := testOptions(newClock())
+	o.KeyPrefix, o.Timeout = uniquePrefix(), 30*time.Second
+	s := NewRedis(client, o)
+	warm := mustClaim(t, s, k("warm"), fpA, Claimed)
+	if err := s.Complete(context.Background(), warm, Record{Status: 201}); err != nil { // the scripts loaded
+		t.Fatal(err)
+	}
+	var trips tripCount
+	client.AddHook(&trips)
+	const n = 20
+	claims, errs := queuedFinishes(t, s, srv, "f", n, func(i int, c Claim) error {
+		return s.Complete(context.Background(), c, Record{Status: 201, ContentType: "application/json", Body: []byte(`{"id":` + strconv.Itoa(i) + `}`)})
+	})
+	srv.Thaw()
+	for range n {
+		if err := <-errs; err != nil {
+			t.Errorf("Complete: %v", err)
+		}
+	}
+	if a, p, r := trips.alone.Load(), trips.pipelines.Load(), trips.piped.Load(); a != finishInFlight || p != 1 || r != n-finishInFlight {
+		t.Errorf("%d runs alone and %d in %d pipelines, want %d alone and the %d others in one",
+			a, r, p, finishInFlight, n-finishInFlight)
+	}
+	for i, c := range claims {
+		r := mustClaim(t, s, c.Key, fpA, Replay)
+		if want := `{"id":` + strconv.Itoa(i) + `}`; string(r.Record.Body) != want || r.Record.Status != 201 {
+			t.Errorf("%s replays %d %s, want 201 %s", c.Key, r.Record.Status, r.Record.Body, want)
+		}
+	}
+}
+
+// TestRedisFinishTripScriptsLost: a round trip of finish runs that Redis
+// answers NOSCRIPT (its scripts lost in a restart or a failover) sends
+// them again with the script, and each gets its own reply; a run whose
+// context ended in the queue is not sent, and reports why.
+func TestRedisFinishTripScriptsLost(t *testing.T) {
+	srv := redistest.Start(t)
+	client := newClient(t, srv.Addr)
+	o := testOptions(newClock())
+	o.KeyPrefix = uniquePrefix()
+	s := NewRedis(client, o)
+	var trips tripCount
+	client.AddHook(&trips)
+	ended, cancel := context.WithCancel(context.Background())
+	cancel()
+	var batch []*finishCall
+	claims := make([]Claim, 3)
+	for i := range claims {
+		claims[i] = mustClaim(t, s, k("s"+strconv.Itoa(i)), fpA, Claimed)
+		f := &finishCall{ctx: context.Background(), keys: claims[i].keys, id: claims[i].id, state: "d",
+			rec: encodeRecord(Record{Status: 201, Body: []byte(strconv.Itoa(i))}), slot: claims[i].slot}
+		if i == 1 {
+			f.ctx = ended
+		}
+		f.argv = [...]any{&f.id, &f.state, s.retentionArg, &f.rec, &f.slot, &f.charge, &f.grow}
+		batch = append(batch, f)
+	}
+	if _, err := srv.Do("SCRIPT", "FLUSH"); err != nil {
+		t.Fatal(err)
+	}
+	s.finishTrip(client, batch)
+	for i, f := range batch {
+		switch {
+		case i == 1 && !errors.Is(f.err, context.Canceled):
+			t.Errorf("run %d of an ended context: %d, %v; want context.Canceled", i, f.n, f.err)
+		case i != 1 && (f.err != nil || f.n != 1):
+			t.Errorf("run %d: %d, %v; want 1", i, f.n, f.err)
+		}
+	}
+	if p, r := trips.pipelines.Load(), trips.piped.Load(); p != 2 || r != 4 {
+		t.Errorf("%d runs in %d pipelines, want 2 and 2 again after NOSCRIPT", r, p)
+	}
+	mustClaim(t, s, claims[0].Key, fpA, Replay)
+	mustClaim(t, s, claims[1].Key, fpA, InProgress)
+	mustClaim(t, s, claims[2].Key, fpA, Replay)
+}
+
+// TestRedisFinishesFailing: finish runs queued or in flight when Redis
+// stops answering each report an error once their deadline passes (none
+// waits for another's), and leave their claim in flight: a retry is held
+// (InProgress) or, for a run Redis carried out after all, replayed, never
+// claimed again. Runs queued when Redis is gone fail too, and the store
+// works again once Redis is back.
+func TestRedisFinishesFailing(t *testing.T) {
+	srv := redistest.Start(t)
+	o := testOptions(newClock())
+	o.KeyPrefix, o.Timeout = uniquePrefix(), 300*time.Millisecond
+	s := NewRedis(newClient(t, srv.Addr), o)
+	const n = 12
+	complete := func(_ int, c Claim) error {
+		return s.Complete(context.Background(), c, Record{Status: 201, Body: []byte(`{}`)})
+	}
+	claims, errs := queuedFinishes(t, s, srv, "held", n, complete)
+	for range n {
+		if err := <-errs; err == nil || errors.Is(err, ErrClaimLost) {
+			t.Errorf("Complete on a frozen Redis = %v, want a store error", err)
+		}
+	}
+	srv.Thaw()
+	retry := NewRedis(newClient(t, srv.Addr), withTimeout(o, 30*time.Second))
+	for _, c := range claims {
+		if r, err := retry.Claim(context.Background(), c.Key, fpA); err != nil || (r.Outcome != InProgress && r.Outcome != Replay) {
+			t.Errorf("retry of %s after its record failed = %s, %v; want in progress (or the record Redis made after all)", c.Key, r.Outcome, err)
+		}
+	}
+
+	// Redis gone while runs wait: they fail, and the lane empties.
+	_, errs = queuedFinishes(t, s, srv, "gone", n, complete)
+	srv.Stop()
+	srv.Thaw()
+	for range n {
+		if err := <-errs; err == nil {
+			t.Error("Complete with Redis gone succeeded")
+		}
+	}
+	srv.Restart()
+	s = NewRedis(newClient(t, srv.Addr), withTimeout(o, 30*time.Second))
+	c := mustClaim(t, s, k("after"), fpA, Claimed)
+	if err := s.Complete(context.Background(), c, Record{Status: 201}); err != nil {
+		t.Errorf("Complete with Redis back: %v", err)
+	}
+}
+
+func withTimeout(o Options, d time.Duration) Options { o.Timeout = d; return o }
+
+// TestRedisFinishRacesRetries: a retry of an identifier whose response is
+// being recorded, in a round trip shared with other orders', is held
+// (InProgress) or replays that very response, never claimed again; on a
+// standalone Redis and in a Cluster, whose pipelines go to each run's
+// master.
+func TestRedisFinishRacesRetries(t *testing.T) {
+	srv := redistest.Start(t)
+	cl := redistest.StartCluster(t, 3)
+	for _, tc := range []struct {
+		name   string
+		client func() redis.Scripter
+	}{
+		{"standalone", func() redis.Scripter { return newClient(t, srv.Addr) }},
+		{"cluster", func() redis.Scripter { return cl.Client(t) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := testOptions(newClock())
+			o.KeyPrefix, o.Timeout = uniquePrefix(), 30*time.Second
+			raceFinishes(t, NewRedis(tc.client(), o), NewRedis(tc.client(), o))
+		})
+	}
+}
+
+// raceFinishes completes claims of many accounts on s while retrying each
+// on retries.
+func raceFinishes(t *testing.T, s, retries *Redis) {
+	const n = 64
+	claims := make([]Claim, n)
+	for i := range claims {
+		claims[i] = mustClaim(t, s, Key{"acct" + strconv.Itoa(i%8), "r" + strconv.Itoa(i)}, fpA, Claimed)
+	}
+	var wg sync.WaitGroup
+	for i, c := range claims {
+		body := `{"id":` + strconv.Itoa(i) + `}`
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			if err := s.Complete(context.Background(), c, Record{Status: 201, Body: []byte(body)}); err != nil {
+				t.Errorf("Complete(%s): %v", c.Key, err)
+			}
+		}()
+		go func() {
+			defer wg.Done()
+			r, err := retries.Claim(context.Background(), c.Key, fpA)
+			switch {
+			case err != nil:
+				t.Errorf("retry of %s: %v", c.Key, err)
+			case r.Outcome == Replay && string(r.Record.Body) != body:
+				t.Errorf("retry of %s replays %s, want %s", c.Key, r.Record.Body, body)
+			case r.Outcome != Replay && r.Outcome != InProgress:
+				t.Errorf("retry of %s = %s, want in progress or replay", c.Key, r.Outcome)
+			}
+		}()
+	}
+	wg.Wait()
+	for i, c := range claims {
+		if r := mustClaim(t, s, c.Key, fpA, Replay); string(r.Record.Body) != `{"id":`+strconv.Itoa(i)+`}` {
+			t.Errorf("%s replays %s", c.Key, r.Record.Body)
+		}
+	}
+}
