@@ -303,8 +303,17 @@ func (g *Gateway) CloseIdleConnections() {
 // sent it and where it goes, then a part per concern — what the order
 // check found, the claim of its identifiers, its limits, its backend
 // call, what it holds of the shared pools, its trace — each given back by
-// end, in one place, when the request ends. Pooled.
+// end, in one place, when the request ends. Pooled: finish clears it for
+// the next request, but for the parts of what the gateway does not do
+// (duplicate protection, limits), which no request writes.
 type requestState struct {
+	requestCore
+	claim      claimState // the claim of its identifiers, settled by end (claim.go); Options.Idempotency's
+	limitState            // its limits (limits.go); Options.Limits'
+}
+
+// requestCore is the part of requestState every request writes.
+type requestCore struct {
 	g          *Gateway
 	rw         respWriter
 	start      time.Time
@@ -322,8 +331,6 @@ type requestState struct {
 	bodyTaken  bool       // the body was read whole or handed to the backend (see refuse)
 
 	order        orderState // what the order check found (order.go)
-	claim        claimState // the claim of its identifiers, settled by end (claim.go)
-	limitState              // its limits (limits.go)
 	upstreamCall            // its backend call
 	holds                   // what it holds of the shared pools, given back by end
 	traceState              // its spans, ended by end (trace.go)
@@ -585,8 +592,22 @@ func (g *Gateway) finish(st *requestState, r *http.Request) {
 		st.rw.status = http.StatusOK // net/http's answer when nothing was written
 	}
 	g.end(st, r)
-	*st = requestState{} // what ServeHTTP takes from the pool is zero
+	g.clear(st)
 	g.pool.Put(st)
+}
+
+// clear makes st zero, as ServeHTTP takes it from the pool: the parts of
+// the features the gateway has, since no request writes those of the
+// others (a claim needs duplicate protection, a decision the limits), and
+// the 2 KiB of the two need no clearing then.
+func (g *Gateway) clear(st *requestState) {
+	st.requestCore = requestCore{}
+	if g.idem != nil {
+		st.claim = claimState{}
+	}
+	if g.limits != nil {
+		st.limitState = limitState{}
+	}
 }
 
 // end gives back what the request holds — a claim still held here is

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"strconv"
 	"strings"
 	"testing"
@@ -23,7 +24,7 @@ import (
 // fuzzGateway is the whole pipeline — paths, routes, auth, limits,
 // validation, duplicate protection — in front of an in-process backend
 // that answers 201 to everything it receives.
-func fuzzGateway(f *testing.F) *Gateway {
+func fuzzGateway(f testing.TB) *Gateway {
 	f.Helper()
 	cfg := config.Default()
 	cfg.Upstream.URL = config.MustURL("http://backend.invalid:9000")
@@ -61,30 +62,36 @@ func (backendEcho) RoundTrip(r *http.Request) (*http.Response, error) {
 	}, nil
 }
 
+// gatewaySeeds are requests of every kind, as they come on the wire: GETs,
+// orders (one with an identifier), bulks, refusals of the head, the path,
+// the body, preflights.
+var gatewaySeeds = []string{
+	"GET /api/v1/mkt/markets/ HTTP/1.1\r\nHost: x\r\n\r\n",
+	"GET //api/./v1/mth/matches/BTC_USDT HTTP/1.1\r\nHost: x\r\nX-Forwarded-For: 1.2.3.4\r\n\r\n",
+	"POST /api/v1/odr/orders/ HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer abc\r\nContent-Type: application/json\r\nContent-Length: 74\r\n\r\n" +
+		`{"symbol":"BTC_USDT","type":"market","side":"buy","base_amount":"0.001"}  `,
+	"POST /api/v1/odr/orders/ HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer abc\r\nContent-Type: application/json\r\nContent-Length: 96\r\n\r\n" +
+		`{"symbol":"BTC_USDT","type":"limit","side":"buy","price":"1.00","base_amount":1e-3,"identifier":"x"}`,
+	"POST /api/v1/odr/%6frders HTTP/1.1\r\nHost: x\r\nAuthorization: bearer  x\r\nTransfer-Encoding: chunked\r\n\r\n3\r\n{}\n\r\n0\r\n\r\n",
+	"DELETE /api/v1/odr/orders/ HTTP/1.1\r\nHost: x\r\n\r\n",
+	"GET /api/v1/mkt/%2e%2e/%2fetc HTTP/1.1\r\nHost: x\r\n\r\n",
+	"OPTIONS * HTTP/1.1\r\nHost: x\r\n\r\n",
+	"POST /api/v1/odr/orders/bulk.json HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer abc\r\nContent-Type: application/json\r\nContent-Length: 79\r\n\r\n" +
+		`[{"symbol":"BTC_USDT","type":"market","side":"buy","base_amount":"0.001"},17]`,
+	"POST /api/v1/odr/orders/bulk/ HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer abc\r\nContent-Type: application/json\r\nContent-Length: 7\r\n\r\n[1,\"2\"]",
+	"POST /api/v1/odr/orders/bulk/ HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer abc\r\nContent-Type: application/json\r\nContent-Length: 92\r\n\r\n" +
+		`[{"symbol":"BTC_USDT","type":"market","side":"buy","base_amount":"0.001","identifier":"b1"}]`,
+	"GET /api/v1/odr/orders/%7B1,2%7D/ HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer abc\r\n\r\n",
+	"OPTIONS /api/v1/odr/orders/ HTTP/1.1\r\nHost: x\r\nOrigin: https://a.example\r\nAccess-Control-Request-Method: POST\r\n\r\n",
+	"GET /api/v1/odr/orders/ HTTP/1.1\r\nHost: x\r\nX-HTTP-Method-Override: POST\r\n\r\n",
+}
+
 // FuzzGateway sends arbitrary requests (as net/http would parse them from
 // the wire) through the whole pipeline: exgate never panics, never answers
 // 500, and every answer it gives itself is a JSON error in the one shape
 // with a request id.
 func FuzzGateway(f *testing.F) {
-	seeds := []string{
-		"GET /api/v1/mkt/markets/ HTTP/1.1\r\nHost: x\r\n\r\n",
-		"GET //api/./v1/mth/matches/BTC_USDT HTTP/1.1\r\nHost: x\r\nX-Forwarded-For: 1.2.3.4\r\n\r\n",
-		"POST /api/v1/odr/orders/ HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer abc\r\nContent-Type: application/json\r\nContent-Length: 74\r\n\r\n" +
-			`{"symbol":"BTC_USDT","type":"market","side":"buy","base_amount":"0.001"}  `,
-		"POST /api/v1/odr/orders/ HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer abc\r\nContent-Type: application/json\r\nContent-Length: 96\r\n\r\n" +
-			`{"symbol":"BTC_USDT","type":"limit","side":"buy","price":"1.00","base_amount":1e-3,"identifier":"x"}`,
-		"POST /api/v1/odr/%6frders HTTP/1.1\r\nHost: x\r\nAuthorization: bearer  x\r\nTransfer-Encoding: chunked\r\n\r\n3\r\n{}\n\r\n0\r\n\r\n",
-		"DELETE /api/v1/odr/orders/ HTTP/1.1\r\nHost: x\r\n\r\n",
-		"GET /api/v1/mkt/%2e%2e/%2fetc HTTP/1.1\r\nHost: x\r\n\r\n",
-		"OPTIONS * HTTP/1.1\r\nHost: x\r\n\r\n",
-		"POST /api/v1/odr/orders/bulk.json HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer abc\r\nContent-Type: application/json\r\nContent-Length: 79\r\n\r\n" +
-			`[{"symbol":"BTC_USDT","type":"market","side":"buy","base_amount":"0.001"},17]`,
-		"POST /api/v1/odr/orders/bulk/ HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer abc\r\nContent-Type: application/json\r\nContent-Length: 7\r\n\r\n[1,\"2\"]",
-		"GET /api/v1/odr/orders/%7B1,2%7D/ HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer abc\r\n\r\n",
-		"OPTIONS /api/v1/odr/orders/ HTTP/1.1\r\nHost: x\r\nOrigin: https://a.example\r\nAccess-Control-Request-Method: POST\r\n\r\n",
-		"GET /api/v1/odr/orders/ HTTP/1.1\r\nHost: x\r\nX-HTTP-Method-Override: POST\r\n\r\n",
-	}
-	for _, s := range seeds {
+	for _, s := range gatewaySeeds {
 		f.Add([]byte(s))
 	}
 	gw := fuzzGateway(f)
@@ -357,4 +364,40 @@ func rawExchange(t *testing.T, addr, raw string) *http.Response {
 	}
 	_, _ = io.Copy(io.Discard, res.Body)
 	return res
+}
+
+// TestRequestStateZeroAfterEachRequest: the state a request leaves in the
+// pool is zero after each of gatewaySeeds' requests, sent twice (an order's
+// identifier claimed, then replayed), through a gateway with limits and
+// duplicate protection and through one with neither, whose state finish
+// clears but for those two parts (Gateway.clear): nothing of a request is
+// left for the next one to read.
+func TestRequestStateZeroAfterEachRequest(t *testing.T) {
+	cfg := config.Default()
+	cfg.Upstream.URL = config.MustURL("http://backend.invalid:9000")
+	plain, err := New(cfg, Options{Transport: backendEcho{}, Validator: oneMarketValidator(t, cfg)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, gw := range []struct {
+		name string
+		gw   *Gateway
+	}{{"limits and duplicate protection", fuzzGateway(t)}, {"neither", plain}} {
+		t.Run(gw.name, func(t *testing.T) {
+			for i := range 2 * len(gatewaySeeds) {
+				raw := gatewaySeeds[i%len(gatewaySeeds)]
+				req, err := http.ReadRequest(bufio.NewReader(strings.NewReader(raw)))
+				if err != nil {
+					t.Fatal(err)
+				}
+				req.RemoteAddr = "192.0.2.1:1234"
+				gw.gw.ServeHTTP(httptest.NewRecorder(), req)
+				st := gw.gw.pool.Get().(*requestState) // the state the request put back, unless the pool dropped it
+				if !reflect.ValueOf(st).Elem().IsZero() {
+					t.Errorf("%q left its state not zero: %+v", raw, *st)
+				}
+				gw.gw.pool.Put(st)
+			}
+		})
+	}
 }
