@@ -25,6 +25,7 @@ import (
 	"github.com/exgate/exgate/config"
 	"github.com/exgate/exgate/idempotency"
 	"github.com/exgate/exgate/identity"
+	"github.com/exgate/exgate/internal/unreachable"
 	"github.com/exgate/exgate/limiter"
 	"github.com/exgate/exgate/metrics"
 	"github.com/exgate/exgate/ratelimit"
@@ -658,6 +659,49 @@ func traceShed(t *testing.T, srv sdktrace.ReadOnlySpan, _ []sdktrace.ReadOnlySpa
 }
 
 func itoa(n int) string { b, _ := json.Marshal(n); return string(b) }
+
+// TestTraceBackendFailures: a backend that answers 5xx, and one that
+// cannot be reached, are errors of the backend call's client span (its
+// status, or the failure's kind as exgate_upstream_errors_total names it)
+// and of the server span (the status, or exgate's refusal code).
+func TestTraceBackendFailures(t *testing.T) {
+	for _, tc := range []struct {
+		name, upstream, clientErr string
+	}{
+		{"answers 500", "", "500"},
+		{"unreachable", "http://" + unreachable.Refused(t), "unreachable"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sp := newSpans(t, sdktrace.AlwaysSample())
+			be := &backend{handler: func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(500) }}
+			bs := httptest.NewServer(be)
+			t.Cleanup(bs.Close)
+			cfg := config.Default()
+			cfg.Upstream.URL = config.MustURL(bs.URL)
+			if tc.upstream != "" {
+				cfg.Upstream.URL = config.MustURL(tc.upstream)
+			}
+			e := serve(t, cfg, be, Options{Tracer: sp.tracer()})
+			res := do(t, "GET", e.url+"/api/v1/mth/orderbook/BTC_USDT/", nil)
+			io.Copy(io.Discard, res.Body)
+			res.Body.Close()
+			ss := sp.ended(t, 2) // no limits: no rate_limit span
+			srv, cli := server(t, ss), kind(ss, trace.SpanKindClient)
+			if cli == nil {
+				t.Fatalf("no client span among %v", names(ss))
+			}
+			if got, _ := attr(srv.Attributes(), "http.response.status_code"); res.StatusCode < 500 || got != itoa(res.StatusCode) {
+				t.Errorf("answered %d, server span status %s", res.StatusCode, got)
+			}
+			if et, _ := attr(srv.Attributes(), "error.type"); srv.Status().Code != codes.Error || et == "" {
+				t.Errorf("server span error.type %q status %v, want an error", et, srv.Status())
+			}
+			if et, _ := attr(cli.Attributes(), "error.type"); cli.Status().Code != codes.Error || et != tc.clientErr {
+				t.Errorf("client span error.type %q status %v, want an error, %s", et, cli.Status(), tc.clientErr)
+			}
+		})
+	}
+}
 
 // TestTraceHoldsNoSecret sends requests with a token, an account's JWT
 // and order ids in the path, and asserts on every attribute of every
