@@ -356,10 +356,9 @@ func (g *Gateway) peerOf(r *http.Request) *peer {
 }
 
 // client derives the request's client address and its X-Real-IP value,
-// from the connection's peer and, when the peer is a trusted proxy, the
+// from p, the connection's peer, and, when p is a trusted proxy, the
 // configured forwarding header (client_ip.header).
-func (g *Gateway) client(r *http.Request) (netip.Addr, []string) {
-	p := g.peerOf(r)
+func (g *Gateway) client(r *http.Request, p *peer) (netip.Addr, []string) {
 	if !p.ok {
 		return netip.Addr{}, nil
 	}

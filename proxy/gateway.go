@@ -324,6 +324,7 @@ type requestCore struct {
 	path       string // canonical path, or "" when refused before that
 	clientCx   context.Context
 	addr       netip.Addr // client address, once derived
+	peer       *peer      // the connection's peer, once derived (setClientAddress)
 	caller     caller     // who sent the request, from the auth step
 	client     share.Key  // whose share of the shared pools the request takes (clientOf)
 	forwarded  bool       // the client sent X-Forwarded-* headers (scanHeader)
@@ -421,7 +422,7 @@ func (g *Gateway) rewrite(pr *httputil.ProxyRequest) {
 	// connection's peer worked out once per connection, with shared
 	// header values instead of new ones per request. ReverseProxy has
 	// removed what the client sent of these (and Forwarded).
-	p := g.peerOf(pr.In)
+	p := g.forwardedPeer(pr.In)
 	if p.ok {
 		xff := p.realIP
 		if p.trusted {
@@ -449,6 +450,16 @@ func (g *Gateway) rewrite(pr *httputil.ProxyRequest) {
 	out.Header["X-Forwarded-Proto"] = proto
 	// X-Real-Ip is the client address ServeHTTP derived, set on the
 	// inbound request and copied with its headers.
+}
+
+// forwardedPeer returns the peer of in, a request forward sends: the one
+// setClientAddress derived, else (a request not forwarded by forward) the
+// connection's.
+func (g *Gateway) forwardedPeer(in *http.Request) *peer {
+	if st, _ := in.Context().Value(stateKey{}).(*requestState); st != nil && st.peer != nil {
+		return st.peer
+	}
+	return g.peerOf(in)
 }
 
 // forwardedHost returns the X-Forwarded-Host value of host: the one last
@@ -491,8 +502,8 @@ func (g *Gateway) modifyResponse(res *http.Response) error {
 	if err := g.recordResponse(res); err != nil {
 		return err
 	}
-	if res.Header.Get("X-Request-Id") == "" && res.Request != nil {
-		answerWithID(res)
+	if id := res.Header["X-Request-Id"]; (len(id) == 0 || id[0] == "") && res.Request != nil {
+		answerWithID(res) // none, or an empty one (the header as res.Header.Get reads it)
 	}
 	return nil
 }

@@ -226,11 +226,12 @@ func (g *Gateway) matchRoute(st *requestState, r *http.Request) *apierror.Error 
 // request counts as in the shared pools (clientOf). A client's
 // X-Forwarded-* headers reach the backend only through a trusted proxy.
 func (g *Gateway) setClientAddress(st *requestState, r *http.Request) *apierror.Error {
-	if st.forwarded && !g.peerOf(r).trusted {
+	st.peer = g.peerOf(r)
+	if st.forwarded && !st.peer.trusted {
 		dropForwardedFamily(r.Header)
 	}
 	var realIP []string
-	st.addr, realIP = g.client(r)
+	st.addr, realIP = g.client(r, st.peer)
 	if realIP != nil {
 		r.Header["X-Real-Ip"] = realIP // what the client sent is replaced
 	} else {
