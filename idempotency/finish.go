@@ -27,9 +27,11 @@ import (
 // nothing, whatever else its round trip carries.
 
 // finishInFlight is how many round trips of finish runs a store has under
-// way at once; finishMaxBatch bounds the runs one of them carries.
+// way at once: one, as the limits' (ratelimit.RedisOptions.MaxInFlight),
+// so that the runs that come while it is under way share the next;
+// finishMaxBatch bounds the runs one round trip carries.
 const (
-	finishInFlight = 2
+	finishInFlight = 1
 	finishMaxBatch = 64
 )
 
