@@ -84,6 +84,25 @@ func (d *Decision) Closest() *Outcome {
 	return nil
 }
 
+// Deciding returns the outcome that decided the request, the one its
+// access log line and its trace name: the first that did not allow it,
+// else the one closest to denial (Closest, the one the headers tell), else
+// the last; nil when no limit applied.
+func (d *Decision) Deciding() *Outcome {
+	if d.N == 0 {
+		return nil
+	}
+	for i := 0; i < d.N; i++ {
+		if d.Outcomes[i].Decision != Allowed {
+			return &d.Outcomes[i]
+		}
+	}
+	if o := d.Closest(); o != nil {
+		return o
+	}
+	return &d.Outcomes[d.N-1]
+}
+
 // closest returns the index of the outcome closest to denial, whose
 // fields the headers tell, or -1: the one with the fewest requests
 // remaining (a denial, shadow included, before any allowance), and of

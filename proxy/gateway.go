@@ -781,7 +781,8 @@ func userAgent(ua string, r *http.Request) string {
 
 // limitFields adds the rate-limit decision to an access log line: the
 // token id's first 12 hex digits (never the token), the tier, and the
-// limit that decided (the one that denied, else the last one checked).
+// limit that decided (Decision.Deciding: the one that denied, else the
+// one closest to denial, as the RateLimit headers and the trace name it).
 func (g *Gateway) limitFields(fields []zap.Field, d *limiter.Decision) []zap.Field {
 	if d.TokenID != "" {
 		fields = append(fields, zap.String("token_id", d.TokenID[:12]))
@@ -792,14 +793,7 @@ func (g *Gateway) limitFields(fields []zap.Field, d *limiter.Decision) []zap.Fie
 	if d.Demoted {
 		fields = append(fields, zap.Bool("token_demoted", true))
 	}
-	if d.N > 0 {
-		o := &d.Outcomes[d.N-1]
-		for i := 0; i < d.N; i++ {
-			if d.Outcomes[i].Decision != limiter.Allowed {
-				o = &d.Outcomes[i]
-				break
-			}
-		}
+	if o := d.Deciding(); o != nil {
 		fields = append(fields, zap.String("limit", o.Limit), zap.String("limit_decision", o.Decision.String()),
 			zap.Int64("limit_remaining", o.Result.Remaining))
 		if o.Fallback != "" {

@@ -20,7 +20,6 @@ import (
 	"github.com/exgate/exgate/apierror"
 	"github.com/exgate/exgate/config"
 	"github.com/exgate/exgate/idempotency"
-	"github.com/exgate/exgate/limiter"
 	"github.com/exgate/exgate/metrics"
 	"github.com/exgate/exgate/overload"
 )
@@ -385,17 +384,7 @@ func (g *Gateway) traceLimits(st *requestState, rt *Route, cost int64, t0 time.T
 	d := &st.decision
 	attrs := make([]attribute.KeyValue, 0, 8)
 	attrs = append(attrs, attrRoute.String(rt.Name), attrLimitCost.Int64(cost))
-	if d.N > 0 {
-		o := &d.Outcomes[d.N-1]
-		if c := d.Closest(); c != nil {
-			o = c // the limit the rate-limit headers tell
-		}
-		for i := 0; i < d.N; i++ {
-			if d.Outcomes[i].Decision != limiter.Allowed {
-				o = &d.Outcomes[i]
-				break
-			}
-		}
+	if o := d.Deciding(); o != nil {
 		attrs = append(attrs, attrLimitDecision.String(o.Decision.String()), attrLimitName.String(o.Limit),
 			attrLimitRemaining.Int64(o.Result.Remaining))
 		if o.Fallback != "" {

@@ -399,6 +399,33 @@ func accessLine(t *testing.T, e *env) map[string]any {
 	return lines[0].ContextMap()
 }
 
+// TestTraceAndLogNameOneLimit: an order placed with an identifier (its
+// limits and its allowance of duplicate answers decided in one round)
+// has its access log line, its rate_limit span and its RateLimit header
+// name the one limit that decided it, not the allowance its claim left
+// uncharged: the log said duplicate_answers where the trace said token.
+func TestTraceAndLogNameOneLimit(t *testing.T) {
+	sp := newSpans(t, sdktrace.AlwaysSample())
+	e := startOrdersWith(t, placed, nil, ratelimit.NewMemory(ratelimit.MemoryOptions{}), nil, memoryClaims, sp.traced)
+	res := postOrder(t, e, `{"symbol":"BTC_USDT","type":"limit","side":"buy","price":"1","base_amount":"1","identifier":"one-limit"}`)
+	io.Copy(io.Discard, res.Body)
+	res.Body.Close()
+	if res.StatusCode != 201 {
+		t.Fatalf("order answered %d", res.StatusCode)
+	}
+	var spanLimit string
+	for _, s := range sp.ended(t, 3) {
+		if s.Name() == "rate_limit" {
+			spanLimit, _ = attr(s.Attributes(), "exgate.rate_limit.limit")
+		}
+	}
+	line := accessLine(t, e)
+	header := res.Header.Get("Ratelimit")
+	if spanLimit == "" || line["limit"] != spanLimit || !strings.HasPrefix(header, `"`+spanLimit+`";`) {
+		t.Errorf("the span names limit %q, the access log %q, the RateLimit header %q: want one limit", spanLimit, line["limit"], header)
+	}
+}
+
 // TestTraceAccessLogAndExemplars: a sampled request's access log line
 // names its server span, and its durations carry its trace id as an
 // exemplar.
