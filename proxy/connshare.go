@@ -13,10 +13,15 @@ var errTooManyConnections = apierror.Static(http.StatusServiceUnavailable, "too_
 
 // checkConnShare refuses a request that came on a connection past its
 // client's share, and closes the connection after the answer (for HTTP/2,
-// a GOAWAY: every stream of such a connection is refused alike).
+// a GOAWAY: every stream of such a connection is refused alike). It keeps
+// the connection's peer, found with its share, for setClientAddress.
 func (g *Gateway) checkConnShare(st *requestState, r *http.Request) *apierror.Error {
 	p, ok := r.Context().Value(peerKey{}).(*connPeer)
-	if !ok || p == nil || !p.pastShare() {
+	if !ok || p == nil {
+		return nil
+	}
+	st.peer = p.get()
+	if !p.pastShare() {
 		return nil
 	}
 	st.rw.Header()["Connection"] = connClose

@@ -324,7 +324,7 @@ type requestCore struct {
 	path       string // canonical path, or "" when refused before that
 	clientCx   context.Context
 	addr       netip.Addr // client address, once derived
-	peer       *peer      // the connection's peer, once derived (setClientAddress)
+	peer       *peer      // the connection's peer (checkConnShare, else setClientAddress)
 	caller     caller     // who sent the request, from the auth step
 	client     share.Key  // whose share of the shared pools the request takes (clientOf)
 	forwarded  bool       // the client sent X-Forwarded-* headers (scanHeader)

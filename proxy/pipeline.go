@@ -141,7 +141,10 @@ func (g *Gateway) assignRequestID(st *requestState, r *http.Request) *apierror.E
 		st.id = g.ids.next()
 		st.setIDHeader(r, st.id)
 	}
-	if origin := r.Header["Origin"]; pl.cors != nil && len(origin) == 1 {
+	if pl.cors == nil {
+		return nil
+	}
+	if origin := r.Header["Origin"]; len(origin) == 1 {
 		pl.cors.decorate(st.rw.Header(), origin)
 	}
 	return nil
@@ -226,7 +229,9 @@ func (g *Gateway) matchRoute(st *requestState, r *http.Request) *apierror.Error 
 // request counts as in the shared pools (clientOf). A client's
 // X-Forwarded-* headers reach the backend only through a trusted proxy.
 func (g *Gateway) setClientAddress(st *requestState, r *http.Request) *apierror.Error {
-	st.peer = g.peerOf(r)
+	if st.peer == nil { // a request without the server's connection context (checkConnShare)
+		st.peer = g.peerOf(r)
+	}
 	if st.forwarded && !st.peer.trusted {
 		dropForwardedFamily(r.Header)
 	}
