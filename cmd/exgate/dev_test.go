@@ -60,3 +60,30 @@ func TestDevModeSharesLimitsThroughRedis(t *testing.T) {
 		t.Fatalf("dev mode without an explicit backend uses %q", cfg.Limiter.Backend)
 	}
 }
+
+// TestDevModeHonoursOTelVariables: go run ./cmd/exgate -dev with the
+// standard OTEL_* variables traces as they say, as the README's quick
+// start and docs/operations.md ("Tracing") promise: dev mode's own
+// settings leave the tracing section to them.
+func TestDevModeHonoursOTelVariables(t *testing.T) {
+	env := map[string]string{
+		"OTEL_TRACES_EXPORTER":        "otlp",
+		"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector.example:4317",
+		"OTEL_EXPORTER_OTLP_PROTOCOL": "grpc",
+		"OTEL_TRACES_SAMPLER":         "parentbased_traceidratio",
+		"OTEL_TRACES_SAMPLER_ARG":     "0.25",
+		"OTEL_SERVICE_NAME":           "exgate-dev",
+		"OTEL_RESOURCE_ATTRIBUTES":    "deployment.environment.name=dev",
+	}
+	cfg, err := config.Load("", func(k string) (string, bool) { v, ok := env[k]; return v, ok })
+	if err != nil {
+		t.Fatal(err)
+	}
+	devOverrides(cfg)
+	tr := cfg.Tracing
+	if !tr.On() || tr.Protocol != config.TraceProtocolGRPC || tr.ExportURL() != "http://collector.example:4317" ||
+		tr.Sampler != "parentbased_traceidratio" || tr.SamplerArg != 0.25 || tr.ServiceName != "exgate-dev" ||
+		tr.ResourceAttributes["deployment.environment.name"] != "dev" {
+		t.Errorf("dev mode's tracing %+v, want the variables' settings", tr)
+	}
+}
