@@ -201,8 +201,14 @@ for i = 1, nd do
   local left = tats[k] - now
   if left > 0 then
     -- At least a second: an interval below the TAT's float precision
-    -- leaves it at now.
-    redis.call("SET", KEYS[k], tats[k], "EX", math.max(math.ceil(left), 1))
+    -- leaves it at now. One second, the usual expiry, as a string: Redis
+    -- formats a number argument with snprintf("%.17g"), which costs it
+    -- more than the GET of a key.
+    local ex = math.ceil(left)
+    if ex <= 1 then
+      ex = "1"
+    end
+    redis.call("SET", KEYS[k], tats[k], "EX", ex)
   else
     redis.call("DEL", KEYS[k])
   end
