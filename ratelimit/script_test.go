@@ -85,6 +85,58 @@ func TestScriptRunMatchesSequential(t *testing.T) {
 	}
 }
 
+// TestScriptRunReadsEveryKey: a run of more keys than one MGET reads
+// (decideSrc reads the TATs 1,000 at a time) finds each key's own count:
+// key i, charged i mod 3 times by an earlier run, has 3 − i mod 3 − 1
+// left after one more request.
+func TestScriptRunReadsEveryKey(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts redis-server")
+	}
+	srv := redistest.Start(t)
+	c := srv.Client()
+	ctx := context.Background()
+	l := Limit{Rate: 3, Period: time.Hour, Burst: 3}
+	const keys = 2500
+	run := func(times func(i int) int) []int64 {
+		b := runBuilder{d: newDecision("")}
+		b.reset()
+		var reqs []Request
+		for i := 0; i < keys; i++ {
+			for j := 0; j < times(i); j++ {
+				reqs = append(reqs, Request{Checks: []Check{{Key: "every" + strconv.Itoa(i), Limit: l}}})
+			}
+		}
+		for i := range reqs {
+			b.add(&reqs[i], modeDecide, nil, false, false, false)
+		}
+		cmd := b.cmd(ctx, true, false).(*redis.IntSliceCmd)
+		if err := c.Process(ctx, cmd); err != nil {
+			t.Fatal(err)
+		}
+		rd := replyReader{v: cmd.Val()}
+		remaining := make([]int64, len(reqs))
+		for i := range reqs {
+			allowed, _, _, err := rd.head(false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cr, err := rd.check()
+			if err != nil || !allowed {
+				t.Fatalf("request %d: allowed=%v %+v %v", i, allowed, cr, err)
+			}
+			remaining[i] = cr.Result.Remaining
+		}
+		return remaining
+	}
+	run(func(i int) int { return i % 3 })
+	for i, left := range run(func(int) int { return 1 }) {
+		if want := int64(3 - i%3 - 1); left != want {
+			t.Errorf("key %d: %d left, want %d", i, left, want)
+		}
+	}
+}
+
 // perLimit is the per-limit path AllowAll must agree with: each check
 // looked at on its own (Peek), and, when none that counts refuses,
 // each charged on its own (AllowN), one call per limit.

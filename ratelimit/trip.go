@@ -319,7 +319,7 @@ func (t *trip) sendAcked(ctx context.Context, client Client) error {
 // master returns the client of the Cluster master holding r's slot (its
 // keys share one), by the Cluster client's slot map.
 func (r *run) master(ctx context.Context, cc *redis.ClusterClient) (*redis.Client, error) {
-	return cc.MasterForKey(ctx, r.b.keys[0].(string))
+	return cc.MasterForKey(ctx, r.b.firstKey())
 }
 
 // waitFor returns the WAIT that answers the replica acks of runs' claims
