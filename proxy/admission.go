@@ -257,6 +257,9 @@ func (g *Gateway) giveBackLimits(st *requestState, r *http.Request, pl *requestP
 	req.Cost = st.cost
 	if giveBack(r.Context(), rt.limits, req, &st.decision) == nil {
 		st.decision.SetHeaders(st.rw.Header(), pl.rules.Headers())
+		if st.rec {
+			st.span.SetAttributes(attrLimitGivenBack.Bool(true))
+		}
 	}
 }
 

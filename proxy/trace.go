@@ -51,6 +51,7 @@ const (
 	attrLimitFallback   = attribute.Key("exgate.rate_limit.fallback")
 	attrLimitCached     = attribute.Key("exgate.rate_limit.deny_cache")
 	attrLimitDemoted    = attribute.Key("exgate.rate_limit.token_demoted")
+	attrLimitGivenBack  = attribute.Key("exgate.rate_limit.given_back")
 	attrClaimOutcome    = attribute.Key("exgate.identifier.outcome")
 	attrOverloadClass   = attribute.Key("exgate.overload.class")
 	attrOverloadResult  = attribute.Key("exgate.overload.result")
@@ -396,6 +397,9 @@ func (g *Gateway) traceLimits(st *requestState, rt *Route, cost int64, t0 time.T
 	}
 	if d.Demoted {
 		attrs = append(attrs, attrLimitDemoted.Bool(true))
+	}
+	if d.Uncharged { // its claim, riding in the round trip, took nothing: only its allowance was charged
+		st.span.SetAttributes(attrLimitGivenBack.Bool(true))
 	}
 	if cached {
 		attrs = append(attrs, attrLimitCached.Bool(true))

@@ -426,6 +426,33 @@ func TestTraceAndLogNameOneLimit(t *testing.T) {
 	}
 }
 
+// TestTraceReplayGivenBack: an order replayed is charged only its
+// allowance of duplicate answers, and its server span says its limits'
+// charge was given back, whether its claim was a call of its own or rode
+// in the limits' round trip (Redis).
+func TestTraceReplayGivenBack(t *testing.T) {
+	for _, m := range claimModes(t) {
+		t.Run(m.name, func(t *testing.T) {
+			sp := newSpans(t, sdktrace.AlwaysSample())
+			e := startOrdersWith(t, placed, nil, m.lim, nil, m.idem, sp.traced)
+			order := `{"symbol":"BTC_USDT","type":"limit","side":"buy","price":"1","base_amount":"1","identifier":"given-back-` + m.name + `"}`
+			for i, want := range []bool{false, true} { // placed: server, rate_limit, client spans; replayed: no client span
+				sp.rec.Reset()
+				res := postOrder(t, e, order)
+				io.Copy(io.Discard, res.Body)
+				res.Body.Close()
+				if res.StatusCode != 201 {
+					t.Fatalf("order %d answered %d", i, res.StatusCode)
+				}
+				srv := server(t, sp.ended(t, 3-i))
+				if g, _ := attr(srv.Attributes(), "exgate.rate_limit.given_back"); (g == "true") != want {
+					t.Errorf("order %d: exgate.rate_limit.given_back %q, want %v", i, g, want)
+				}
+			}
+		})
+	}
+}
+
 // TestTraceAccessLogAndExemplars: a sampled request's access log line
 // names its server span, and its durations carry its trace id as an
 // exemplar.
@@ -626,6 +653,9 @@ func tracePlaced(t *testing.T, srv sdktrace.ReadOnlySpan, all []sdktrace.ReadOnl
 	if a, _ := attr(event(t, srv, "overload_admission").Attributes, "exgate.overload.result"); a != "admitted" {
 		t.Errorf("overload result %q, want admitted", a)
 	}
+	if g, ok := attr(srv.Attributes(), "exgate.rate_limit.given_back"); ok {
+		t.Errorf("exgate.rate_limit.given_back %q on an order placed, want none", g)
+	}
 }
 
 // traceReplayed checks that an order sent again is marked as a replayed answer.
@@ -635,6 +665,10 @@ func traceReplayed(t *testing.T, srv sdktrace.ReadOnlySpan, _ []sdktrace.ReadOnl
 	}
 	if r, _ := attr(srv.Attributes(), "exgate.identifier.replayed"); r != "true" {
 		t.Error("replayed answer not marked")
+	}
+	// Its limits' charge moved to its allowance of duplicate answers.
+	if g, _ := attr(srv.Attributes(), "exgate.rate_limit.given_back"); g != "true" {
+		t.Errorf("exgate.rate_limit.given_back %q on a replay, want true", g)
 	}
 }
 
@@ -682,6 +716,9 @@ func traceShed(t *testing.T, srv sdktrace.ReadOnlySpan, _ []sdktrace.ReadOnlySpa
 	}
 	if et, _ := attr(srv.Attributes(), "error.type"); et != "overloaded" {
 		t.Errorf("error.type %q, want overloaded", et)
+	}
+	if g, _ := attr(srv.Attributes(), "exgate.rate_limit.given_back"); g != "true" {
+		t.Errorf("exgate.rate_limit.given_back %q on a request shed, want true (its charge refunded)", g)
 	}
 }
 
