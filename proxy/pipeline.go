@@ -268,12 +268,26 @@ func (g *Gateway) forward(st *requestState, r *http.Request) {
 	st.upStart = g.nowSince(st.start)
 	ctx, cancel := context.WithCancelCause(parent)
 	deadline := st.route.deadlines.join(&st.deadline, cancel, g.sinceEpoch(st.upStart))
+	own := r.Context()
+	setContext(r, &stateContext{Context: ctx, st: st, deadline: deadline})
 	defer func() {
+		setContext(r, own)
 		st.deadline.leave()
 		cancel(nil)
 	}()
 	if st.sc.IsValid() {
 		g.startUpstreamSpan(st, r)
 	}
-	g.rp.ServeHTTP(&st.rw, r.WithContext(&stateContext{Context: ctx, st: st, deadline: deadline}))
+	g.rp.ServeHTTP(&st.rw, r)
+}
+
+// setContext makes ctx r's context in place, for the reverse proxy's
+// outbound copy of r to carry: r.WithContext's copy of r is made on the
+// stack and copied back, where forwarding r.WithContext(ctx) made a
+// copy of r on the heap per request (a Request is 250 bytes). exgate's
+// handler is the only one to read or write r while it runs (net/http
+// keeps the contexts it cancels apart from the request), and forward
+// gives r its own context back before it returns.
+func setContext(r *http.Request, ctx context.Context) {
+	*r = *r.WithContext(ctx)
 }
