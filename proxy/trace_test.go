@@ -453,6 +453,40 @@ func TestTraceReplayGivenBack(t *testing.T) {
 	}
 }
 
+// TestTraceDenyCacheRefusal: a throttled client's order that the deny
+// cache refuses before its body is read, with no store round trip, is
+// traced with a rate_limit event (exgate.rate_limit.deny_cache) in place
+// of the round trip's span, and its refusal code.
+func TestTraceDenyCacheRefusal(t *testing.T) {
+	sp := newSpans(t, sdktrace.AlwaysSample())
+	e := startOrdersWith(t, placed, func(c *config.Config) {
+		c.Route("place_order").Limits[0].Rate = config.Rate{N: 1, Period: time.Hour}
+		c.Route("place_order").Limits[0].Burst = 1
+	}, ratelimit.NewDenyCache(ratelimit.NewMemory(ratelimit.MemoryOptions{}), 100, nil), nil, memoryClaims, sp.traced)
+	order := `{"symbol":"BTC_USDT","type":"limit","side":"buy","price":"1","base_amount":"1"}`
+	for i, want := range []int{201, 429, 429} { // placed; refused by the store; refused by its deny cache
+		sp.rec.Reset()
+		res := postOrder(t, e, order)
+		io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		if res.StatusCode != want {
+			t.Fatalf("order %d answered %d, want %d", i, res.StatusCode, want)
+		}
+	}
+	ss := sp.ended(t, 1) // the server span alone: no round trip, no backend call
+	srv := server(t, ss)
+	ev := event(t, srv, "rate_limit")
+	for k, v := range map[string]string{"exgate.rate_limit.deny_cache": "true", "exgate.rate_limit.decision": "limited",
+		"exgate.rate_limit.limit": "token"} {
+		if got, _ := attr(ev.Attributes, k); got != v {
+			t.Errorf("rate_limit event %s = %q, want %q", k, got, v)
+		}
+	}
+	if code, _ := attr(srv.Attributes(), "exgate.refusal.code"); code != "throttled" {
+		t.Errorf("refusal code %q, want throttled", code)
+	}
+}
+
 // TestTraceAccessLogAndExemplars: a sampled request's access log line
 // names its server span, and its durations carry its trace id as an
 // exemplar.
