@@ -35,6 +35,7 @@ type Route struct {
 	method   string    // "" for any known method
 	segs     []segment // nil for the default route
 	trailing bool      // the canonical form ends in "/"
+	spelling string    // the path forwarded when its segments are all literal (forwardPath), else ""
 	isDef    bool
 	allow    string            // Allow header of every route sharing this shape
 	service  *upstream.Service // the service it forwards to; nil when not started (fleet.go)
@@ -103,6 +104,7 @@ func compileTable(cfg *config.Config) *table {
 				r.segs = append(r.segs, segment{lit: s})
 			}
 		}
+		r.spelling = literalSpelling(r)
 		t.routes = append(t.routes, r)
 	}
 	t.indexLiterals()
@@ -346,10 +348,15 @@ func formatless(p string) (string, bool) {
 // canonical path is p: the route's own spelling (its literal segments and
 // trailing slash) with the request's parameter values, so that the backend
 // sees exactly the path the route describes. The default route forwards p.
-// It does not allocate when p is already in the route's spelling.
+// It does not allocate when p is already in the route's spelling, nor for
+// a route of literal segments only, whose path is the same for every
+// request (spelling).
 func (r *Route) forwardPath(p string) string {
 	if r.isDef {
 		return p
+	}
+	if r.spelling != "" {
+		return r.spelling
 	}
 	if r.spelledAsRoute(p) {
 		return p
@@ -369,6 +376,23 @@ func (r *Route) forwardPath(p string) string {
 		} else {
 			b.WriteString(r.segs[i].lit)
 		}
+	}
+	if r.trailing || len(r.segs) == 0 {
+		b.WriteByte('/')
+	}
+	return b.String()
+}
+
+// literalSpelling returns the path forwarded for every request to r when
+// its pattern has no parameter: its literal segments as configured, and
+// its trailing slash; "" when it has one.
+func literalSpelling(r *Route) string {
+	if len(r.segs) > 0 && !allLiteral(r.segs) {
+		return ""
+	}
+	var b strings.Builder
+	for _, s := range r.segs {
+		b.WriteString("/" + s.lit)
 	}
 	if r.trailing || len(r.segs) == 0 {
 		b.WriteByte('/')

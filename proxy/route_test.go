@@ -334,3 +334,36 @@ func TestLiteralIndexMatchesTheScan(t *testing.T) {
 		}
 	}
 }
+
+// TestLiteralRouteForwardsItsSpelling: a route of literal segments only
+// forwards the path compiled for it at load (spelling) for every
+// spelling of its path it matches — as configured, in another case,
+// without or with its trailing slash — the very path the segment by
+// segment rewrite makes, without allocating.
+func TestLiteralRouteForwardsItsSpelling(t *testing.T) {
+	tab := compileTable(config.Default())
+	n := 0
+	for _, r := range tab.routes {
+		if r.spelling == "" {
+			continue
+		}
+		n++
+		bare := strings.TrimSuffix(r.spelling, "/")
+		for _, p := range []string{r.spelling, strings.ToUpper(r.spelling), bare, bare + "/", strings.ToUpper(bare)} {
+			if p == "" || !r.matchPath(p) {
+				continue
+			}
+			general := *r
+			general.spelling = ""
+			if got, want := r.forwardPath(p), general.forwardPath(p); got != want {
+				t.Errorf("%s: %q forwarded as %q, want %q", r.Name, p, got, want)
+			}
+			if a := testing.AllocsPerRun(10, func() { _ = r.forwardPath(p) }); a != 0 {
+				t.Errorf("%s: forwardPath(%q) allocates %v times", r.Name, p, a)
+			}
+		}
+	}
+	if n == 0 {
+		t.Fatal("no route of literal segments in the built-in configuration")
+	}
+}
