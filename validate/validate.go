@@ -670,7 +670,7 @@ func (v *Validator) amounts(st *state, rs *rules, o *Order) {
 	var ds [numFields]dec
 	var ok [numFields]bool
 	for id := fBaseAmount; id <= fOCOTarget; id++ {
-		ds[id], ok[id] = v.decimalField(st, id, o.Type)
+		ok[id] = v.decimalField(st, id, o.Type, &ds[id])
 	}
 	if rs != nil {
 		v.marketRules(st, rs, &ds, &ok)
@@ -728,11 +728,12 @@ func (v *Validator) stringField(st *state, id int, req bool) (val, bool) {
 
 // decimalField reads a decimal field and checks its presence against the
 // order type (typ is "" when the type is invalid: presence is then not
-// judged) and its value against the market-independent bounds.
-func (v *Validator) decimalField(st *state, id int, typ string) (dec, bool) {
+// judged) and its value against the market-independent bounds, into d
+// (left zero when it reports false).
+func (v *Validator) decimalField(st *state, id int, typ string, d *dec) bool {
 	f := st.vals[id]
 	if f.dup {
-		return dec{}, false
+		return false
 	}
 	name := fieldName(id)
 	u := usage(typ, id)
@@ -748,11 +749,11 @@ func (v *Validator) decimalField(st *state, id int, typ string) (dec, bool) {
 		default:
 			st.rep.add(name, "must not be null for "+typ+" orders")
 		}
-		return dec{}, false
+		return false
 	}
 	if u == unused {
 		st.rep.add(name, "not used by "+typ+" orders; omit it or send null")
-		return dec{}, false
+		return false
 	}
 	var text []byte
 	var buf [64]byte
@@ -762,19 +763,20 @@ func (v *Validator) decimalField(st *state, id int, typ string) (dec, bool) {
 	case kString:
 		if f.hi-f.lo > 256 {
 			st.rep.add(name, msgNotDecimal)
-			return dec{}, false
+			return false
 		}
 		text = decoded(buf[:0], st.p.b[f.lo:f.hi], f.esc)
 	default:
 		st.rep.add(name, msgNotDecimal+", got "+f.kind.jsonName())
-		return dec{}, false
+		return false
 	}
-	d, msg := parseDec(text)
+	p, msg := parseDec(text)
 	if msg != "" {
 		st.rep.add(name, msg)
-		return dec{}, false
+		return false
 	}
-	return d, true
+	*d = p
+	return true
 }
 
 // marketRules checks the decimals against the market's precisions,
