@@ -2,6 +2,7 @@ package idempotency
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"time"
 
@@ -47,7 +48,8 @@ type finishLane struct {
 // value it points at, where each value boxed in an interface took an
 // allocation.
 type finishCall struct {
-	ctx                context.Context
+	ctx                context.Context // the caller's: not sent once it has ended
+	deadline           time.Time       // the caller's, or Options.Timeout from the call
 	keys               []string
 	id, state, rec     string
 	slot, charge, grow int64
@@ -70,7 +72,9 @@ var finishCalls = sync.Pool{New: func() any { return &finishCall{done: make(chan
 func (s *Redis) runFinish(c *finishCall) (int64, error) {
 	p, ok := s.c.(pipeliner)
 	if !ok {
-		return s.finish.Run(c.ctx, s.c, c.keys, c.argv[:]...).Int64()
+		ctx, cancel := context.WithDeadline(c.ctx, c.deadline)
+		defer cancel()
+		return s.finish.Run(ctx, s.c, c.keys, c.argv[:]...).Int64()
 	}
 	l := &s.finishes
 	l.mu.Lock()
@@ -124,34 +128,40 @@ func (s *Redis) sendFinishes(p pipeliner, first *finishCall) {
 	first.batch = batch[:0]
 }
 
-// finishTrip sends the runs of batch whose context is still live in one
-// round trip, ended by the earliest of their deadlines, and sets each
-// run's reply. A run whose context ended while it was queued is not sent.
+// finishTrip sends the runs of batch whose caller's context is still
+// live in one round trip, ended by the earliest of their deadlines (one
+// context for them all), and sets each run's reply. A run whose context
+// ended, or whose deadline passed, while it was queued is not sent.
 func (s *Redis) finishTrip(p pipeliner, batch []*finishCall) {
-	if len(batch) == 1 { // alone: no pipeline to build
-		c := batch[0]
-		c.n, c.err = s.finish.Run(c.ctx, s.c, c.keys, c.argv[:]...).Int64()
-		return
-	}
+	now := time.Now()
 	var deadline time.Time
 	live := 0
 	for _, c := range batch {
-		if c.err = c.ctx.Err(); c.err != nil {
+		c.err = c.ctx.Err()
+		if c.err == nil && !c.deadline.After(now) {
+			c.err = context.DeadlineExceeded
+		}
+		if c.err != nil {
 			continue
 		}
 		live++
-		if d, ok := c.ctx.Deadline(); ok && (deadline.IsZero() || d.Before(deadline)) {
-			deadline = d
+		if deadline.IsZero() || c.deadline.Before(deadline) {
+			deadline = c.deadline
 		}
 	}
 	if live == 0 {
 		return
 	}
-	if deadline.IsZero() {
-		deadline = time.Now().Add(s.o.Timeout)
-	}
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
+	if live == 1 { // alone: no pipeline to build
+		for _, c := range batch {
+			if c.err == nil {
+				c.n, c.err = s.finish.Run(ctx, s.c, c.keys, c.argv[:]...).Int64()
+			}
+		}
+		return
+	}
 	pl := p.Pipeline()
 	for _, c := range batch {
 		if c.err == nil {
@@ -161,12 +171,12 @@ func (s *Redis) finishTrip(p pipeliner, batch []*finishCall) {
 	_, _ = pl.Exec(ctx)
 	again := false
 	for _, c := range batch {
-		again = again || (c.cmd != nil && redis.HasErrorPrefix(c.cmd.Err(), "NOSCRIPT"))
+		again = again || (c.cmd != nil && isNoScript(c.cmd.Err()))
 	}
 	if again { // Redis lost its scripts (a restart, a failover): send the script itself
 		pl = p.Pipeline()
 		for _, c := range batch {
-			if c.cmd != nil && redis.HasErrorPrefix(c.cmd.Err(), "NOSCRIPT") {
+			if c.cmd != nil && isNoScript(c.cmd.Err()) {
 				c.cmd = s.finish.Eval(ctx, pl, c.keys, c.argv[:]...)
 			}
 		}
@@ -178,4 +188,10 @@ func (s *Redis) finishTrip(p pipeliner, batch []*finishCall) {
 			c.cmd = nil
 		}
 	}
+}
+
+// isNoScript reports a run Redis did not know the script of. (go-redis's
+// HasErrorPrefix allocates, even for no error.)
+func isNoScript(err error) bool {
+	return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT")
 }

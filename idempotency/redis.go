@@ -489,15 +489,18 @@ func (s *Redis) end(ctx context.Context, c Claim, state, rec string) error {
 	if c.Outcome != Claimed || c.id == "" || len(c.keys) == 0 {
 		return ErrNotClaimed
 	}
-	ctx, cancel := s.within(ctx)
-	defer cancel()
 	grow := 0
 	if state == "d" {
 		// The first identifier's value grows from in flight to done.
 		grow = allocated(1+fpLen+len(rec)+8) - allocated(inFlightLen+8)
 	}
 	f := finishCalls.Get().(*finishCall)
-	f.ctx, f.keys = ctx, c.keys
+	// The call's deadline, without a context of its own: its round trip
+	// makes one, for all the runs it carries (finishTrip).
+	f.ctx, f.deadline, f.keys = ctx, time.Now().Add(s.o.Timeout), c.keys
+	if d, ok := ctx.Deadline(); ok && d.Before(f.deadline) {
+		f.deadline = d
+	}
 	f.id, f.state, f.rec, f.slot, f.charge, f.grow = c.id, state, rec, c.slot, c.charge, int64(grow)
 	f.argv = [...]any{&f.id, &f.state, s.retentionArg, &f.rec, &f.slot, &f.charge, &f.grow}
 	n, err := s.runFinish(f)

@@ -321,14 +321,17 @@ const (
 )
 
 // settle settles the claim st holds, once: a claim already settled, or
-// none, is left alone. rec is the response kept by settleComplete.
+// none, is left alone. rec is the response kept by settleComplete. The
+// call has no deadline of its own: the store bounds it by its own
+// (idempotency.Options.Timeout, idempotency.timeout as the gateway's), and
+// a Redis store makes one context for the settling runs one round trip
+// carries, where one here cost each order its timer.
 func (g *Gateway) settle(st *requestState, how claimSettlement, rec idempotency.Record) {
 	if st.claim.phase != claimHeld {
 		return
 	}
 	st.claim.phase = claimSettled
-	ctx, cancel := context.WithTimeout(context.Background(), g.idemTimeout)
-	defer cancel()
+	ctx := context.Background()
 	var err error
 	switch how {
 	case settleRelease:
