@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -289,10 +290,22 @@ func commandMicros(tb testing.TB, srv *redistest.Server, names ...string) float6
 // script runs of 32 single-limit requests, each on a key new to Redis (as
 // in the many-keys benchmark), sent one after another. Per decision it
 // reports the microseconds Redis counted in the script runs, and of them
-// in GET and SET, and redis-server's CPU.
+// in reading the keys (GET, MGET) and in SET, and redis-server's CPU.
+//
+// With EXGATE_BENCH_REDIS set to an address, it sends its runs there and
+// reports nothing of Redis's: to count the instructions a decision costs
+// a redis-server run under callgrind (docs/performance.md, "Many keys:
+// what Redis does per decision").
 func BenchmarkDecisionScript(b *testing.B) {
-	srv := redistest.Start(b)
-	c := srv.Client()
+	var srv *redistest.Server
+	var c *redis.Client
+	if addr := os.Getenv("EXGATE_BENCH_REDIS"); addr != "" {
+		c = redis.NewClient(&redis.Options{Addr: addr})
+		defer c.Close()
+	} else {
+		srv = redistest.Start(b)
+		c = srv.Client()
+	}
 	ctx := context.Background()
 	const perRun = 32
 	ks := benchKeys(1 << 18)
@@ -316,7 +329,14 @@ func BenchmarkDecisionScript(b *testing.B) {
 	}
 	run() // Redis knows the script: EVALSHA from here on
 	eval = false
-	script, get, set := scriptMicros(b, srv), commandMicros(b, srv, "get"), commandMicros(b, srv, "set")
+	if srv == nil {
+		b.ResetTimer()
+		for i := 0; i < b.N; i += perRun {
+			run()
+		}
+		return
+	}
+	script, get, set := scriptMicros(b, srv), commandMicros(b, srv, "get", "mget"), commandMicros(b, srv, "set")
 	cpu := serverCPU(b, srv)
 	b.ResetTimer()
 	for i := 0; i < b.N; i += perRun {
@@ -324,7 +344,7 @@ func BenchmarkDecisionScript(b *testing.B) {
 	}
 	d := float64(b.N)
 	b.ReportMetric((scriptMicros(b, srv)-script)/d, "script-µs/op")
-	b.ReportMetric((commandMicros(b, srv, "get")-get)/d, "get-µs/op")
+	b.ReportMetric((commandMicros(b, srv, "get", "mget")-get)/d, "get-µs/op")
 	b.ReportMetric((commandMicros(b, srv, "set")-set)/d, "set-µs/op")
 	b.ReportMetric(float64(serverCPU(b, srv)-cpu)/d, "redis-cpu-ns/op")
 }
