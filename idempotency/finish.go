@@ -51,7 +51,8 @@ type finishCall struct {
 	ctx                context.Context // the caller's: not sent once it has ended
 	deadline           time.Time       // the caller's, or Options.Timeout from the call
 	keys               []string
-	id, state, rec     string
+	id, state          string
+	rec                recordArg
 	slot, charge, grow int64
 	argv               [7]any
 
@@ -65,6 +66,23 @@ type finishCall struct {
 }
 
 var finishCalls = sync.Pool{New: func() any { return &finishCall{done: make(chan struct{}, 1)} }}
+
+// release returns f to its pool, keeping its buffer of a usual response.
+func (f *finishCall) release() {
+	f.ctx, f.keys, f.id, f.err, f.argv = nil, nil, "", nil, [7]any{}
+	if cap(f.rec.b) > 4<<10 {
+		f.rec.b = nil
+	}
+	finishCalls.Put(f)
+}
+
+// recordArg is the finish script's response argument (ARGV[4]), encoded
+// into a buffer its pooled call keeps, which go-redis writes through
+// MarshalBinary: one allocation less per response recorded than a string.
+type recordArg struct{ b []byte }
+
+// MarshalBinary returns the encoded response.
+func (a *recordArg) MarshalBinary() ([]byte, error) { return a.b, nil }
 
 // runFinish runs the finish script for c, in a round trip shared with the
 // runs of other orders when the client pipelines (any go-redis client

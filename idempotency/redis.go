@@ -450,21 +450,18 @@ func (s *Redis) failed(ctx context.Context, err error) {
 	}
 }
 
-// encodeRecord writes a response as a done entry keeps it after its
+// appendRecord appends a response as a done entry keeps it after its
 // fingerprint: three status digits, the Content-Type, a newline, the
 // body.
-func encodeRecord(rec Record) string {
+func appendRecord(dst []byte, rec *Record) []byte {
 	ct := rec.ContentType
 	if strings.ContainsAny(ct, "\r\n") { // not a header value; never sent by net/http
 		ct = ""
 	}
-	var b strings.Builder
-	b.Grow(3 + len(ct) + 1 + len(rec.Body))
-	b.WriteString(strconv.Itoa(rec.Status))
-	b.WriteString(ct)
-	b.WriteByte('\n')
-	b.Write(rec.Body)
-	return b.String()
+	dst = strconv.AppendInt(dst, int64(rec.Status), 10)
+	dst = append(dst, ct...)
+	dst = append(dst, '\n')
+	return append(dst, rec.Body...)
 }
 
 // replayRecord reads {'replay', encoded response}.
@@ -484,28 +481,30 @@ func replayRecord(res []any) (*Record, error) {
 	return &Record{Status: status, ContentType: ct, Body: []byte(body)}, nil
 }
 
-// end runs the finish script.
-func (s *Redis) end(ctx context.Context, c Claim, state, rec string) error {
+// end runs the finish script: to state "d" with the response rec, or
+// "u" or "free" (rec nil).
+func (s *Redis) end(ctx context.Context, c Claim, state string, rec *Record) error {
 	if c.Outcome != Claimed || c.id == "" || len(c.keys) == 0 {
 		return ErrNotClaimed
 	}
-	grow := 0
-	if state == "d" {
-		// The first identifier's value grows from in flight to done.
-		grow = allocated(1+fpLen+len(rec)+8) - allocated(inFlightLen+8)
-	}
 	f := finishCalls.Get().(*finishCall)
+	f.rec.b = f.rec.b[:0]
+	grow := 0
+	if rec != nil {
+		f.rec.b = appendRecord(f.rec.b, rec)
+		// The first identifier's value grows from in flight to done.
+		grow = allocated(1+fpLen+len(f.rec.b)+8) - allocated(inFlightLen+8)
+	}
 	// The call's deadline, without a context of its own: its round trip
 	// makes one, for all the runs it carries (finishTrip).
 	f.ctx, f.deadline, f.keys = ctx, time.Now().Add(s.o.Timeout), c.keys
 	if d, ok := ctx.Deadline(); ok && d.Before(f.deadline) {
 		f.deadline = d
 	}
-	f.id, f.state, f.rec, f.slot, f.charge, f.grow = c.id, state, rec, c.slot, c.charge, int64(grow)
+	f.id, f.state, f.slot, f.charge, f.grow = c.id, state, c.slot, c.charge, int64(grow)
 	f.argv = [...]any{&f.id, &f.state, s.retentionArg, &f.rec, &f.slot, &f.charge, &f.grow}
 	n, err := s.runFinish(f)
-	f.ctx, f.keys, f.id, f.rec, f.err, f.argv = nil, nil, "", "", nil, [7]any{}
-	finishCalls.Put(f)
+	f.release()
 	if err != nil {
 		s.failed(ctx, err)
 		return storeError(state, err)
@@ -519,17 +518,17 @@ func (s *Redis) end(ctx context.Context, c Claim, state, rec string) error {
 // Complete implements Store.
 func (s *Redis) Complete(ctx context.Context, c Claim, rec Record) error {
 	if len(rec.Body) > s.o.MaxResponseBytes || rec.Status < 100 || rec.Status > 999 {
-		return s.end(ctx, c, "u", "")
+		return s.end(ctx, c, "u", nil)
 	}
-	return s.end(ctx, c, "d", encodeRecord(rec))
+	return s.end(ctx, c, "d", &rec)
 }
 
 // Release implements Store.
 func (s *Redis) Release(ctx context.Context, c Claim) error {
-	return s.end(ctx, c, "free", "")
+	return s.end(ctx, c, "free", nil)
 }
 
 // MarkUnknown implements Store.
 func (s *Redis) MarkUnknown(ctx context.Context, c Claim) error {
-	return s.end(ctx, c, "u", "")
+	return s.end(ctx, c, "u", nil)
 }
