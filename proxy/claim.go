@@ -63,6 +63,10 @@ type claimState struct {
 	// their round trip and, should the claim not be carried, of the claim
 	// on its own, so that the order waits one deadline.
 	by time.Time
+	// held is the response body of the order whose claim is settled
+	// (recordResponse): the proxy reads it within the request, before
+	// its state goes back to the pool.
+	held heldBody
 }
 
 // limitWithClaim decides rt's limits for a checked request of cost, with
@@ -388,7 +392,8 @@ func (g *Gateway) recordResponse(res *http.Response) error {
 		return nil
 	}
 	b, readErr := readAnswer(res.Body, g.idemMaxResp, res.ContentLength)
-	res.Body = &heldBody{held: b, rest: res.Body}
+	st.claim.held = heldBody{held: b, rest: res.Body}
+	res.Body = &st.claim.held
 	switch {
 	case res.StatusCode >= 500:
 		g.settle(st, settleUnknown, idempotency.Record{})
