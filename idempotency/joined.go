@@ -71,7 +71,9 @@ type Joiner interface {
 	// acknowledge is freed and reported as ErrNotReplicated, a failed
 	// round trip, or one that did not run the claim, as a store failure.
 	// A call it makes to the store (the claim made again, a free) is
-	// bounded by Options.Timeout even when ctx has no deadline.
+	// bounded by Options.Timeout even when ctx has no deadline, and is
+	// not cancelled with ctx (its values are kept): the order's client
+	// hanging up must not leave a claim half made.
 	Settle(ctx context.Context, p *Prepared, r ratelimit.ClaimReply) (Claim, error)
 	// Abandon frees the claim p if its round trip ran it and it took the
 	// identifier (r.Run, reply "claimed"), for a request that is not let
@@ -102,14 +104,14 @@ func (s *Redis) Settle(ctx context.Context, p *Prepared, r ratelimit.ClaimReply)
 		r.Err = errNotRun
 	}
 	if r.Err != nil && redisError(r.Err) && !ratelimit.Unserved(r.Err) {
-		return s.ClaimAll(ctx, p.key.Account, p.ids(), p.fp)
+		return s.ClaimAll(context.WithoutCancel(ctx), p.key.Account, p.ids(), p.fp)
 	}
 	if r.Err != nil {
 		s.failed(ctx, r.Err)
 		return Claim{}, storeError("claim", r.Err)
 	}
 	if p.ReplicaAcks > 0 {
-		if err := s.acked(ctx, p, r.Reply, r.Acked, r.AckErr); err != nil {
+		if err := s.acked(context.WithoutCancel(ctx), p, r.Reply, r.Acked, r.AckErr); err != nil {
 			return Claim{}, err
 		}
 	}

@@ -191,8 +191,9 @@ func (g *Gateway) joinedClaim(st *requestState, r *http.Request, pl *requestPlan
 	}
 	// Most claims are settled from their round trip's reply alone; a call
 	// Settle makes (the claim made again, a free) is bounded by the
-	// store's own timeout (idempotency.Joiner), so none is made here.
-	claim, err := g.joiner.Settle(context.WithoutCancel(r.Context()), &st.claim.joined, st.decision.Claim)
+	// store's own timeout and outlives the client (idempotency.Joiner),
+	// so no context is made here.
+	claim, err := g.joiner.Settle(r.Context(), &st.claim.joined, st.decision.Claim)
 	return g.answerClaim(st, r, pl, claim, err)
 }
 
