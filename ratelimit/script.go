@@ -274,13 +274,13 @@ const (
 // between runs.
 type runBuilder struct {
 	d      *decision
-	tats   keySet // the keys holding TATs: KEYS[1] to KEYS[#tats]
-	others keySet // the guards' and claims' keys, after them
-	keys   []any  // KEYS as sent: tats, then others
-	n      int    // requests
-	reqs   []byte // the requests' numbers
-	strs   []any  // the strings, after the numbers
-	nums   []byte // the numbers sent: the header, the limits, reqs
+	tats   tatKeys // the keys holding TATs: KEYS[1] to KEYS[#tats]
+	others keySet  // the guards' and claims' keys, after them
+	keys   []any   // KEYS as sent: tats, then others
+	n      int     // requests
+	reqs   []byte  // the requests' numbers
+	strs   []any   // the strings, after the numbers
+	nums   []byte  // the numbers sent: the header, the limits, reqs
 	lims   []Limit
 	limits map[Limit]int // a limit → its 1-based index in lims
 }
@@ -309,6 +309,45 @@ func (ks *keySet) add(full string) int {
 	return len(ks.keys)
 }
 
+// tatKeys are a run's keys holding TATs, each once: keyPrefix and a
+// check's key, written into one buffer and sent from it, so that a
+// decision's key costs no string of its own nor its boxing in KEYS.
+type tatKeys struct {
+	buf   []byte
+	keys  []keyArg
+	index map[string]int // a check's key (without keyPrefix) → its 1-based index in keys
+}
+
+// keyArg is one key of tatKeys, as go-redis writes it
+// (encoding.BinaryMarshaler).
+type keyArg struct {
+	t        *tatKeys
+	from, to int // its bytes in t.buf
+}
+
+// MarshalBinary returns the key's bytes.
+func (k *keyArg) MarshalBinary() ([]byte, error) { return k.t.buf[k.from:k.to], nil }
+
+func (t *tatKeys) reset() {
+	t.buf, t.keys = t.buf[:0], t.keys[:0]
+	if t.index == nil {
+		t.index = make(map[string]int)
+	}
+	clear(t.index)
+}
+
+// add returns the index of the TAT key of a check's key, adding it.
+func (t *tatKeys) add(key string) int {
+	if i, ok := t.index[key]; ok {
+		return i
+	}
+	from := len(t.buf)
+	t.buf = append(append(t.buf, keyPrefix...), key...)
+	t.keys = append(t.keys, keyArg{t: t, from: from, to: len(t.buf)})
+	t.index[key] = len(t.keys)
+	return len(t.keys)
+}
+
 func (b *runBuilder) reset() {
 	b.tats.reset()
 	b.others.reset()
@@ -323,7 +362,8 @@ func (b *runBuilder) reset() {
 // is in one slot.
 func (b *runBuilder) firstKey() string {
 	if len(b.tats.keys) > 0 {
-		return b.tats.keys[0].(string)
+		k := b.tats.keys[0]
+		return string(b.tats.buf[k.from:k.to])
 	}
 	return b.others.keys[0].(string)
 }
@@ -400,7 +440,7 @@ func (b *runBuilder) add(q *Request, mode int, idx []int, guard, known, claim bo
 		if c.Limit.valid(q.cost()) {
 			li = b.limit(c.Limit)
 		}
-		b.int32s(b.tats.add(keyPrefix+c.Key), li)
+		b.int32s(b.tats.add(c.Key), li)
 		b.reqs = append(b.reqs, flags)
 	}
 	if claim {
@@ -426,7 +466,11 @@ func (b *runBuilder) cmd(ctx context.Context, eval, claims bool) redis.Cmder {
 		b.nums = binary.LittleEndian.AppendUint64(b.nums, math.Float64bits(float64(l.Burst)))
 	}
 	b.nums = append(b.nums, b.reqs...)
-	b.keys = append(append(b.keys[:0], b.tats.keys...), b.others.keys...)
+	b.keys = b.keys[:0]
+	for i := range b.tats.keys {
+		b.keys = append(b.keys, &b.tats.keys[i])
+	}
+	b.keys = append(b.keys, b.others.keys...)
 	args := make([]any, 0, 3+len(b.keys)+1+len(b.strs))
 	if eval {
 		args = append(args, "eval", b.d.src)
