@@ -152,7 +152,7 @@ func (b *bench) measure(ctx context.Context, res *Results) error {
 func selected(all []*scenario, only, targets string, withB bool) []*scenario {
 	var out []*scenario
 	for _, sc := range all {
-		if only != "" && !slices.Contains(strings.Split(only, ","), sc.name) {
+		if !selectedScenario(only, sc.name) {
 			continue
 		}
 		if targets != "" {

@@ -39,6 +39,8 @@ type TracedScenario struct {
 	Rule  string      `json:"rule"`
 	Off   []TracedRun `json:"off"` // exgate with Redis limits, tracing off
 	On    []TracedRun `json:"on"`  // the same, tracing on at 1%
+
+	def *scenario // the closed loop's scenario of that name: its request and status
 }
 
 // TracedRun is one vegeta run at one target.
@@ -81,14 +83,16 @@ func (b *bench) tracedRate(ctx context.Context, res *Results) (*TracedRate, erro
 		return nil, err
 	}
 	tr := &TracedRate{Duration: b.o.rateDuration.String(), Rounds: b.o.tracedRounds, Tool: "vegeta"}
+	defs := scenarios()
 	for _, sc := range getAndPost {
 		if !selectedScenario(b.o.only, sc.name) {
 			continue
 		}
+		i := slices.IndexFunc(defs, func(d *scenario) bool { return d.name == sc.name })
 		if rate, rule := tracedRule(res, sc.name, b.o.tracedRate); rate > 0 {
-			tr.Scenarios = append(tr.Scenarios, TracedScenario{Name: sc.name, Label: sc.label, Rate: rate, Rule: rule})
+			tr.Scenarios = append(tr.Scenarios, TracedScenario{Name: sc.name, Label: sc.label, Rate: rate, Rule: rule, def: defs[i]})
 		} else {
-			logf("traced at a fixed rate: %s skipped (neither target measured in the closed loop, and -traced-rate is 0)", sc.label)
+			logf("traced at a fixed rate: %s skipped (a target not measured in the closed loop, and -traced-rate is 0)", sc.label)
 		}
 	}
 	if len(tr.Scenarios) == 0 {
@@ -135,14 +139,13 @@ func (b *bench) tracedRate(ctx context.Context, res *Results) (*TracedRate, erro
 // tracedRun sends sc's requests to t at sc.Rate for d and measures the
 // CPU exgate and Redis spend around it.
 func (b *bench) tracedRun(ctx context.Context, vegeta string, sc *TracedScenario, t *target, body string, d time.Duration) (TracedRun, error) {
-	line, header, want := "GET "+t.url+"/api/v1/mkt/markets/", []string(nil), 200
-	if sc.Name == scOrders {
-		line = "POST " + t.url + "/api/v1/odr/orders/\n@" + body
+	line, header := sc.def.method+" "+t.url+sc.def.path, []string(nil)
+	if sc.def.method == "POST" {
+		line += "\n@" + body
 		header = []string{"Content-Type: application/json", "Authorization: Bearer " + b.token}
-		want = 201
 	}
 	p0, r0 := groupCPU(t.proxy.pid()), groupCPU(b.e.redis.pid())
-	run, err := b.vegeta(ctx, vegeta, line, header, want, sc.Rate, d)
+	run, err := b.vegeta(ctx, vegeta, line, header, sc.def.want, sc.Rate, d)
 	if err != nil {
 		return TracedRun{}, fmt.Errorf("traced at a fixed rate, %s at %s: %w", sc.Name, t.name, err)
 	}
