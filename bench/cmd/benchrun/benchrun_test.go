@@ -189,8 +189,8 @@ func TestFixedRateRule(t *testing.T) {
 		want     float64
 		wantRule string
 	}{
-		{"slowest compared", 0, res, 8500, "Caddy (reverse_proxy), 17000 req/s"},
-		{"the floor slowest", 0, floorSlowest, 7500, "net/http floor proxy, 15000 req/s"},
+		{"slowest compared", 0, res, 4250, "a quarter of the median req/s on GET markets of the slowest target compared (Caddy (reverse_proxy), 17000 req/s)"},
+		{"the floor slowest", 0, floorSlowest, 3750, "net/http floor proxy, 15000 req/s"},
 		{"flag", 5000, res, 5000, "set by -rate"},
 		{"nothing measured", 0, &Results{}, 0, ""},
 	} {
@@ -229,7 +229,7 @@ func TestReportFromResults(t *testing.T) {
 				{Target: tFloor, Label: targetLabel(tFloor), Runs: []RateRun{{Round: 1, Achieved: 10500, P50MS: 0.4, P99MS: 2.5, P999MS: 6}}},
 				{Target: tFloorRP, Label: targetLabel(tFloorRP), Runs: []RateRun{{Round: 1, Achieved: 10500, P50MS: 0.4, P99MS: 2.6, P999MS: 6}}},
 				{Target: tExgateOff, Label: targetLabel(tExgateOff), Runs: []RateRun{{Round: 1, Achieved: 10500, P50MS: 0.4, P99MS: 2.75, P999MS: 7}}},
-				{Target: tExgateRedis, Label: targetLabel(tExgateRedis), Runs: []RateRun{{Round: 1, Achieved: 10500, P50MS: 0.5, P99MS: 4, P999MS: 9}}},
+				{Target: tExgateRedis, Label: targetLabel(tExgateRedis), Runs: []RateRun{{Round: 1, Achieved: 10500, P50MS: 0.5, P99MS: 4, P999MS: 9, BusyPct: 47.4}}},
 			}},
 	}
 	res.FixedRate.summarize()
@@ -255,8 +255,8 @@ func TestReportFromResults(t *testing.T) {
 		"| reference: GET markets: exgate limits off ÷ ReverseProxy floor (what exgate's request path costs), req/s (by CPU per request: 1.05×; proxy CPU 50.0 ÷ 55.0 µs; round by round: 0.92–0.92×) | 0.92× | (no target) | |",
 		"The rate: half of the median req/s on GET markets of the slowest target compared (Caddy (reverse_proxy), 21000 req/s).",
 		"vegeta straight at the backend before the rounds: 12000 req/s asked, 10000 achieved, 10500 req/s asked, 10400 achieved.",
-		"| exgate, Redis limits | 0.50 | 4.00 | 9.00 | 0.30 | 3.00 | 6.00 | 10500 | 0 |",
-		"| net/http floor proxy | 0.40 | 2.50 | 6.00 | 0.20 | 1.50 | 3.00 | 10500 | 0 |",
+		"| exgate, Redis limits | 0.50 | 4.00 | 9.00 | 0.30 | 3.00 | 6.00 | 10500 | 47% | 0 |",
+		"| net/http floor proxy | 0.40 | 2.50 | 6.00 | 0.20 | 1.50 | 3.00 | 10500 | 0% | 0 |",
 		"Added p99, layer by layer (differences of the medians above): net/http itself (floor − NGINX) +0.50 ms; " +
 			"httputil.ReverseProxy (ReverseProxy floor − net/http floor) +0.10 ms; " +
 			"exgate's request path (limits off − ReverseProxy floor) +0.15 ms; exgate's Redis limits (Redis − off) +1.25 ms.",
@@ -312,7 +312,7 @@ func TestReportRateOnly(t *testing.T) {
 		"Only the fixed-rate part ran (`-rate-only`)",
 		"| fixed rate (7500 req/s): exgate's added p99 ÷ the ReverseProxy floor's (2.00 ÷ 1.20 ms) | 1.67× | ≤ 1.3× | **missed** |",
 		"| reference: fixed rate: exgate's added p99 ÷ NGINX's (2.00 ÷ 0.50 ms) | 4.00× | (no target) | |",
-		"| exgate, Redis limits [B build] | 0.30 | 2.00 | 4.00 | 0.20 | 1.00 | 2.00 | 7500 | 0 |",
+		"| exgate, Redis limits [B build] | 0.30 | 2.00 | 4.00 | 0.20 | 1.00 | 2.00 | 7500 | 0% | 0 |",
 		"exgate, Redis limits, B build ÷ A: added p50 1.00×, p99 0.50×, p99.9 0.50×",
 	} {
 		if !strings.Contains(md, want) {
@@ -401,7 +401,13 @@ func TestFixedRateVerdict(t *testing.T) {
 	rr := func(target string, achieved float64, p99s ...float64) RateRow {
 		r := RateRow{Target: target}
 		for i, p := range p99s {
-			r.Runs = append(r.Runs, RateRun{Round: i + 1, Achieved: achieved, P50MS: 0.1, P99MS: p, P999MS: 2 * p})
+			r.Runs = append(r.Runs, RateRun{Round: i + 1, Achieved: achieved, P50MS: 0.1, P99MS: p, P999MS: 2 * p, BusyPct: 50})
+		}
+		return r
+	}
+	busy := func(r RateRow, pct float64) RateRow {
+		for i := range r.Runs {
+			r.Runs[i].BusyPct = pct
 		}
 		return r
 	}
@@ -418,6 +424,9 @@ func TestFixedRateVerdict(t *testing.T) {
 		{"exgate below direct", rr(tDirect, 8000, 3.0), rr(tNginx, 8000, 4.0), rr(tExgateRedis, 8000, 2.0), "**inconclusive**: exgate's p99 was below direct's", 0},
 		{"rate not held", rr(tDirect, 8000, 1.0), rr(tNginx, 8000, 2.0), rr(tExgateRedis, 6000, 9.0),
 			"**inconclusive**: the rate was not held (achieved 6000 at exgate, 8000 at NGINX (proxy_pass, keepalive))", 0},
+		{"machine near full at exgate", rr(tDirect, 8000, 1.0, 1.2), rr(tNginx, 8000, 1.5, 1.7), busy(rr(tExgateRedis, 8000, 30, 32), 83),
+			"**inconclusive**: the machine was 83% busy at exgate and 50% at NGINX (proxy_pass, keepalive) (at most 75%): the tail measured is its queue", 0},
+		{"machine busy within bounds", rr(tDirect, 8000, 1.0, 1.2), busy(rr(tNginx, 8000, 2.0, 2.1), 74), rr(tExgateRedis, 8000, 2.2, 2.3), "**met**", 1.21},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			fr := &FixedRate{Rate: 8000, Rows: []RateRow{tc.direct, tc.ngx, tc.exg}}

@@ -59,7 +59,7 @@ type options struct {
 	only     string // scenarios to run, comma-separated; "" = all
 	targets  string // targets to run, comma-separated; "" = all
 
-	rate         float64       // fixed-rate run's req/s; 0 = half of the slowest compared target's GET markets
+	rate         float64       // fixed-rate run's req/s; 0 = a quarter of the slowest compared target's GET markets
 	rateRounds   int           // fixed-rate rounds; 0 = no fixed-rate run
 	rateDuration time.Duration // length of one fixed-rate run
 	rateOnly     bool          // only the fixed-rate run, at -rate
@@ -102,7 +102,7 @@ func main() {
 	flag.BoolVar(&o.quick, "quick", false, "mark the results as a smoke run (BENCH_QUICK=1)")
 	flag.StringVar(&o.only, "scenarios", "", "run only these scenarios (comma-separated: get-markets,post-order,many-keys)")
 	flag.StringVar(&o.targets, "targets", "", "run only these targets (comma-separated: direct,nginx,nginx-limit,caddy,floor,floor-rp,exgate-off,exgate-memory,exgate-redis)")
-	flag.Float64Var(&o.rate, "rate", 0, "request rate of the open-loop run (GET markets, vegeta); 0 = half of the median req/s on GET markets of the slowest target it compares (NGINX, Caddy, exgate with Redis limits) in this run, lowered to what vegeta holds straight at the backend")
+	flag.Float64Var(&o.rate, "rate", 0, "request rate of the open-loop run (GET markets, vegeta); 0 = a quarter of the median req/s on GET markets of the slowest target it compares (NGINX, Caddy, exgate with Redis limits) in this run, lowered to what vegeta holds straight at the backend")
 	flag.IntVar(&o.rateRounds, "rate-rounds", 4, "rounds of the open-loop fixed-rate run at direct, NGINX, Caddy, the floor and exgate (limits off, Redis limits); 0 = none")
 	flag.BoolVar(&o.rateOnly, "rate-only", false, "run only the fixed-rate part, at -rate (needed), at the targets of -targets (default: all it runs at)")
 	flag.DurationVar(&o.rateDuration, "rate-duration", 6*time.Second, "length of one fixed-rate run")

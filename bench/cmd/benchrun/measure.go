@@ -237,7 +237,7 @@ func (b *bench) once(ctx context.Context, c combo, d time.Duration) (Run, error)
 		},
 	}
 	if all := float64((sys1.busy + sys1.idle + sys1.steal) - (sys0.busy + sys0.idle + sys0.steal)); all > 0 {
-		run.BusyPct = 100 * float64(sys1.busy-sys0.busy) / all
+		run.BusyPct = sys0.busyPctUntil(sys1)
 		run.StealPct = 100 * float64(sys1.steal-sys0.steal) / all
 	}
 	if strings.HasPrefix(c.t.name, tExgateRedis) {

@@ -267,6 +267,16 @@ type sysCPU struct {
 	busy, idle, steal int64
 }
 
+// busyPctUntil returns how busy the machine was from s to later, in
+// percent of all its CPUs' time (0 when no time passed).
+func (s sysCPU) busyPctUntil(later sysCPU) float64 {
+	all := float64((later.busy + later.idle + later.steal) - (s.busy + s.idle + s.steal))
+	if all <= 0 {
+		return 0
+	}
+	return 100 * float64(later.busy-s.busy) / all
+}
+
 // readSysCPU reads the "cpu" line of /proc/stat: busy is user, nice,
 // system, irq and softirq; idle includes iowait; steal is time the
 // hypervisor gave to other guests.

@@ -354,9 +354,12 @@ func fixedRateTarget(p func(string, ...any), fr *FixedRate) {
 
 // fixedRateVerdict judges exgate's (e's) added p99 against a baseline's (b's)
 // and returns the verdict and the ratio (0 when there is none). The
-// verdict is inconclusive when the rate was not held, and when direct's
-// own p99 moved between rounds by as much as the larger of the two added
-// p99s: a stall of the machine then decides which target looks slower.
+// verdict is inconclusive when the rate was not held; when the machine
+// was busier than busyVerdictPct during either target's rounds (their
+// tails are then the machine's queue, and a few percent of CPU more
+// multiplies one); and when direct's own p99 moved between rounds by as
+// much as the larger of the two added p99s: a stall of the machine then
+// decides which target looks slower.
 func fixedRateVerdict(fr *FixedRate, e, ng *RateRow) (string, float64) {
 	direct := &fr.Rows[0]
 	lo, hi := direct.p99Range()
@@ -365,6 +368,8 @@ func fixedRateVerdict(fr *FixedRate, e, ng *RateRow) (string, float64) {
 		return fmt.Sprintf("**inconclusive**: vegeta did not hold the rate even straight at the backend (achieved %.0f)", direct.achieved()), 0
 	case !fr.held(e) || !fr.held(ng):
 		return fmt.Sprintf("**inconclusive**: the rate was not held (achieved %.0f at exgate, %.0f at %s)", e.achieved(), ng.achieved(), targetLabel(ng.Target)), 0
+	case e.BusyPct > busyVerdictPct || ng.BusyPct > busyVerdictPct:
+		return fmt.Sprintf("**inconclusive**: the machine was %.0f%% busy at exgate and %.0f%% at %s (at most %d%%): the tail measured is its queue", e.BusyPct, ng.BusyPct, targetLabel(ng.Target), busyVerdictPct), 0
 	case direct.Target == tDirect && hi-lo > 0 && hi-lo >= max(e.AddedP99MS, ng.AddedP99MS):
 		return fmt.Sprintf("**inconclusive**: direct's own p99 ranged %.2f–%.2f ms over the rounds, a spread as large as what either proxy added", lo, hi), 0
 	case ng.AddedP99MS > 0 && e.AddedP99MS >= 0:
@@ -420,17 +425,7 @@ func fixedRateSection(p func(string, ...any), fr *FixedRate) {
 	p("The rate: %s. Held by `vegeta attack -rate` for %s, %d interleaved rounds; "+
 		"exact percentiles over every request of a run, then the median over the rounds. *Added* is the target's latency minus direct's in the same round.\n\n",
 		rule, fr.Duration, fr.Rounds)
-	if len(fr.Probes) > 0 {
-		p("vegeta straight at the backend before the rounds:")
-		for i, pr := range fr.Probes {
-			sep := ","
-			if i == len(fr.Probes)-1 {
-				sep = "."
-			}
-			p(" %.0f req/s asked, %.0f achieved%s", pr.Rate, pr.Achieved, sep)
-		}
-		p("\n\n")
-	}
+	probesSection(p, fr.Probes)
 	for _, r := range fr.Rows {
 		if !fr.held(&r) {
 			p("**The rate was not held everywhere** (achieved below 95%% of %.0f req/s, see the table): a target that fell behind "+
@@ -439,22 +434,30 @@ func fixedRateSection(p func(string, ...any), fr *FixedRate) {
 			break
 		}
 	}
-	p("| target | p50 ms | p99 ms | p99.9 ms | added p50 ms | added p99 ms | added p99.9 ms | achieved req/s | errors |\n")
-	p("|---|--:|--:|--:|--:|--:|--:|--:|--:|\n")
+	p("| target | p50 ms | p99 ms | p99.9 ms | added p50 ms | added p99 ms | added p99.9 ms | achieved req/s | machine busy | errors |\n")
+	p("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
 	for _, r := range fr.Rows {
-		var ach []float64
-		for _, run := range r.Runs {
-			ach = append(ach, run.Achieved)
-		}
 		if r.Target == tDirect {
-			p("| %s | %.2f | %.2f | %.2f | – | – | – | %.0f | %d |\n", r.Label, r.P50MS, r.P99MS, r.P999MS, median(ach), r.Errors)
+			p("| %s | %.2f | %.2f | %.2f | – | – | – | %.0f | %.0f%% | %d |\n", r.Label, r.P50MS, r.P99MS, r.P999MS, r.achieved(), r.BusyPct, r.Errors)
 			continue
 		}
-		p("| %s | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.0f | %d |\n", r.Label, r.P50MS, r.P99MS, r.P999MS,
-			r.AddedP50MS, r.AddedP99MS, r.AddedP999MS, median(ach), r.Errors)
+		p("| %s | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.0f | %.0f%% | %d |\n", r.Label, r.P50MS, r.P99MS, r.P999MS,
+			r.AddedP50MS, r.AddedP99MS, r.AddedP999MS, r.achieved(), r.BusyPct, r.Errors)
 	}
 	p("\n")
 	tailParts(p, fr)
+}
+
+// probesSection writes the calibration runs of vegeta straight at the
+// backend.
+func probesSection(p func(string, ...any), probes []RateProbe) {
+	var parts []string
+	for _, pr := range probes {
+		parts = append(parts, fmt.Sprintf("%.0f req/s asked, %.0f achieved", pr.Rate, pr.Achieved))
+	}
+	if len(parts) > 0 {
+		p("vegeta straight at the backend before the rounds: %s.\n\n", strings.Join(parts, ", "))
+	}
 }
 
 // markdown renders the results as latest.md.
