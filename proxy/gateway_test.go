@@ -143,6 +143,11 @@ func serveLogged(t *testing.T, cfg *config.Config, be *backend, opts Options, lo
 	srv := edge.NewServer(cfg, gw, zap.NewNop(), nil)
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(func() {
+		// Shutdown counts a connection that has sent no request as active
+		// for its first 5 s: close the test clients' spare connections
+		// (dialed by http.DefaultClient while others were busy, then
+		// never used) so that it does not wait them out.
+		http.DefaultClient.CloseIdleConnections()
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		_ = srv.Shutdown(ctx)
