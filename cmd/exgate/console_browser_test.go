@@ -90,7 +90,7 @@ func TestConsolePageInBrowser(t *testing.T) {
 	}()
 	defer func() { close(stop); wg.Wait() }()
 
-	var firstWho, store, csp, inspectRemaining, html, replica, note string
+	var firstWho, store, csp, inspectRemaining, html, replica, note, refusals string
 	type css = chromedp.CSS
 	steps := []struct {
 		name string
@@ -113,6 +113,7 @@ func TestConsolePageInBrowser(t *testing.T) {
 		{"read the store", into(&store, textOf("#status dd"))},
 		{"read the replica", into(&replica, textOf("#replica"))},
 		{"read the window", into(&note, textOf("#top-note"))},
+		{"read the refusals", into(&refusals, textOf("#refusals tbody"))},
 		{"the inspection appears", chromedp.Poll[chromedp.Void](`document.querySelectorAll("#inspect-table tbody tr").length > 0`,
 			chromedp.WithPollingTimeout(time.Minute))},
 		{"read remaining", into(&inspectRemaining, textOf("#inspect-table tbody tr td:nth-child(6)"))},
@@ -138,6 +139,9 @@ func TestConsolePageInBrowser(t *testing.T) {
 	}
 	if !regexp.MustCompile(`^replica \S+, the last (6\d|70) s \(the window slides\)`).MatchString(note) {
 		t.Errorf("the top lists' note: %q", note)
+	}
+	if refusals != "—tracing is off (tracing.exporter)" {
+		t.Errorf("the refusals table with tracing off: %q, want it to say tracing is off", refusals)
 	}
 	if inspectRemaining != "0" {
 		t.Errorf("inspect of the hot token shows remaining %q, want 0", inspectRemaining)
@@ -220,5 +224,37 @@ func TestConsolePageSaysWhyItIsClosed(t *testing.T) {
 	}
 	if !strings.Contains(updated, "no admin token is set: set EXGATE_ADMIN_TOKEN") {
 		t.Errorf("the page says %q", updated)
+	}
+}
+
+// checkRefusalShown opens the console of the admin listener at admin (on
+// loopback: no token needed) in Chromium and waits for its table of
+// recent refusals to list the refusal of trace traceID with its status
+// and code: what an operator clicks through to the tracing backend from.
+// Without Chromium it says so and checks nothing (.ci/test-deps.sh
+// installs it).
+func checkRefusalShown(t *testing.T, admin, traceID, status, code string) {
+	t.Helper()
+	if _, err := exec.LookPath("chromium"); err != nil {
+		t.Log("chromium not installed: the console page's refusals table is not checked")
+		return
+	}
+	ctx := newBrowser(t, 2*time.Minute)
+	var row string
+	find := `[...document.querySelectorAll("#refusals tbody tr")].map(r => [...r.cells].map(c => c.textContent).join("|")).find(r => r.includes(` + strconv.Quote(traceID) + `)) || ""`
+	for _, st := range []struct {
+		name string
+		a    chromedp.Action[chromedp.Void]
+	}{
+		{"open the console", chromedp.Navigate("http://" + admin + "/")},
+		{"the refusal listed", chromedp.Poll[chromedp.Void](find+` !== ""`, chromedp.WithPollingTimeout(time.Minute))},
+		{"read its row", into(&row, chromedp.Evaluate[string](find))},
+	} {
+		if _, err := chromedp.Run(ctx, st.a); err != nil {
+			t.Fatalf("browser: %s: %v", st.name, err)
+		}
+	}
+	if !strings.Contains(row, "|"+status+"|"+code+"|") || !strings.HasSuffix(row, "|"+traceID) {
+		t.Errorf("the console's refusals table row %q, want status %s, code %s and trace %s", row, status, code, traceID)
 	}
 }

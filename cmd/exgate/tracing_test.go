@@ -58,7 +58,8 @@ limiter: { backend: memory }
 // backend, a refusal is traced with its code, the access log names each
 // request's trace, /metrics shows the trace id as an exemplar in
 // OpenMetrics, the console's /admin/refusals lists the refusal with its
-// trace id, and the process stops cleanly, its spans flushed.
+// trace id and its page shows it in Chromium, and the process stops
+// cleanly, its spans flushed.
 func TestTracingBinary(t *testing.T) {
 	bin := buildBinary(t)
 	rc := otlptest.Start(t)
@@ -117,6 +118,7 @@ func TestTracingBinary(t *testing.T) {
 				t.Errorf("refused span %+v, want not_authenticated, 401", refused)
 			}
 			checkRefusalListed(t, admin, refused)
+			checkRefusalShown(t, admin, refused.TraceID, "401", "not_authenticated")
 			line, _ := logs.wait(t, server.SpanID, 0)
 			var fields map[string]any
 			if err := json.Unmarshal([]byte(line), &fields); err != nil || fields["trace_id"] != clientTrace || fields["span_id"] != server.SpanID {
