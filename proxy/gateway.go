@@ -340,10 +340,14 @@ type requestCore struct {
 	authFailed string // why a 401 refused the request's credentials (the access log's auth_failure), or ""
 	replayed   bool   // the answer is an order's recorded response, replayed
 
-	// idHeader holds the inbound request's X-Request-ID value when exgate
-	// sets it (setIDHeader): the reverse proxy sends the backend a copy of
-	// the header, and nothing reads the inbound request once it has ended.
-	idHeader [1]string
+	// idValue is the X-Request-ID value exgate sends the backend in
+	// place of the client's (idValue: its own id, or the client's made
+	// unique), or nil when the client's own goes: set on the outbound
+	// request by rewrite.
+	idValue []string
+	// realIP is the X-Real-IP value the backend receives in place of the
+	// client's, or nil for none (setClientAddress; shared, never modified).
+	realIP []string
 }
 
 // limitState is what a request's limits decided.
@@ -418,11 +422,15 @@ func (g *Gateway) rewrite(pr *httputil.ProxyRequest) {
 	dropExpect(out)
 	keepInMemoryBody(pr)
 	dropRequestTrailers(out)
+	st, _ := pr.In.Context().Value(stateKey{}).(*requestState)
+	if st != nil {
+		st.setBackendHeaders(out.Header)
+	}
 	// What httputil.ProxyRequest.SetXForwarded sets, from the
 	// connection's peer worked out once per connection, with shared
 	// header values instead of new ones per request. ReverseProxy has
 	// removed what the client sent of these (and Forwarded).
-	p := g.forwardedPeer(pr.In)
+	p := g.forwardedPeer(pr.In, st)
 	if p.ok {
 		xff := p.realIP
 		if p.trusted {
@@ -448,15 +456,31 @@ func (g *Gateway) rewrite(pr *httputil.ProxyRequest) {
 		}
 	}
 	out.Header["X-Forwarded-Proto"] = proto
-	// X-Real-Ip is the client address ServeHTTP derived, set on the
-	// inbound request and copied with its headers.
+}
+
+// setBackendHeaders sets in h, the outbound request's header, the headers
+// exgate sends the backend in place of the client's: X-Request-ID when
+// exgate chose the id sent (idValue), and X-Real-IP, the client address
+// (none when it is not known). They are set on the outbound request
+// alone, in values never modified, after ReverseProxy has copied the
+// client's header and removed its hop-by-hop fields: the inbound header
+// stays as the client sent it, and the copy carries no value of exgate's.
+func (st *requestState) setBackendHeaders(h http.Header) {
+	if st.idValue != nil {
+		h["X-Request-Id"] = st.idValue
+	}
+	if st.realIP != nil {
+		h["X-Real-Ip"] = st.realIP // what the client sent is replaced
+	} else {
+		delete(h, "X-Real-Ip")
+	}
 }
 
 // forwardedPeer returns the peer of in, a request forward sends: the one
-// setClientAddress derived, else (a request not forwarded by forward) the
-// connection's.
-func (g *Gateway) forwardedPeer(in *http.Request) *peer {
-	if st, _ := in.Context().Value(stateKey{}).(*requestState); st != nil && st.peer != nil {
+// setClientAddress derived (st's), else (a request not forwarded by
+// forward) the connection's.
+func (g *Gateway) forwardedPeer(in *http.Request, st *requestState) *peer {
+	if st != nil && st.peer != nil {
 		return st.peer
 	}
 	return g.peerOf(in)

@@ -138,8 +138,8 @@ func (g *Gateway) assignRequestID(st *requestState, r *http.Request) *apierror.E
 	if ids := r.Header["X-Request-Id"]; len(ids) > 0 && validRequestID(ids[0]) {
 		st.id, st.clientID = ids[0], true
 	} else {
-		st.id = g.ids.next()
-		st.setIDHeader(r, st.id)
+		st.idValue = g.ids.nextValue()
+		st.id = st.idValue[0]
 	}
 	if pl.cors == nil {
 		return nil
@@ -224,10 +224,11 @@ func (g *Gateway) matchRoute(st *requestState, r *http.Request) *apierror.Error 
 	return errNotFound
 }
 
-// setClientAddress derives the client's address (clientip.go), replaces
-// the X-Real-IP header the backend receives with it, and sets whom the
-// request counts as in the shared pools (clientOf). A client's
-// X-Forwarded-* headers reach the backend only through a trusted proxy.
+// setClientAddress derives the client's address (clientip.go) and the
+// X-Real-IP value the backend receives in place of any the client sent
+// (set by rewrite), and sets whom the request counts as in the shared
+// pools (clientOf). A client's X-Forwarded-* headers reach the backend
+// only through a trusted proxy.
 func (g *Gateway) setClientAddress(st *requestState, r *http.Request) *apierror.Error {
 	if st.peer == nil { // a request without the server's connection context (checkConnShare)
 		st.peer = g.peerOf(r)
@@ -235,13 +236,7 @@ func (g *Gateway) setClientAddress(st *requestState, r *http.Request) *apierror.
 	if st.forwarded && !st.peer.trusted {
 		dropForwardedFamily(r.Header)
 	}
-	var realIP []string
-	st.addr, realIP = g.client(r, st.peer)
-	if realIP != nil {
-		r.Header["X-Real-Ip"] = realIP // what the client sent is replaced
-	} else {
-		delete(r.Header, "X-Real-Ip")
-	}
+	st.addr, st.realIP = g.client(r, st.peer)
 	st.client = clientOf(st, st.plan)
 	return nil
 }
@@ -250,11 +245,11 @@ func (g *Gateway) setClientAddress(st *requestState, r *http.Request) *apierror.
 // the route's timeout (deadlineQueue). A claimed order goes through even if its client
 // hangs up, so that its outcome is recorded and a retry gets the replay.
 // A request with the client's own X-Request-ID goes with that id made
-// unique (upstreamID) while backend answers are checked by id.
+// unique (upstreamValue) while backend answers are checked by id.
 func (g *Gateway) forward(st *requestState, r *http.Request) {
 	if st.clientID && g.checkIDs {
-		st.upID = upstreamID(st.id, g.ids.next())
-		st.setIDHeader(r, st.upID)
+		st.idValue = g.ids.upstreamValue(st.id)
+		st.upID = st.idValue[0]
 	}
 	parent := r.Context()
 	if st.claim.phase == claimHeld {

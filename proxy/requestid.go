@@ -4,9 +4,9 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	randv2 "math/rand/v2"
-	"net/http"
 	"strconv"
 	"sync/atomic"
+	"unsafe"
 )
 
 // requestIDs makes request ids: a random per-process prefix, a counter
@@ -30,14 +30,53 @@ func newRequestIDs() *requestIDs {
 	return &requestIDs{prefix: hex.EncodeToString(b[:]) + "-"}
 }
 
+// genIDLen is the longest id requestIDs makes: the prefix with its dash,
+// the counter, a dash and the random part, each number at most 13 digits
+// in base 36.
+const genIDLen = 17 + 13 + 1 + 13
+
 // next returns a new id.
 func (g *requestIDs) next() string {
-	var buf [17 + 13 + 1 + 13]byte
-	b := append(buf[:0], g.prefix...)
+	var buf [genIDLen]byte
+	return string(g.appendNext(buf[:0]))
+}
+
+// appendNext appends a new id to b.
+func (g *requestIDs) appendNext(b []byte) []byte {
+	b = append(b, g.prefix...)
 	b = strconv.AppendUint(b, g.n.Add(1), 36)
 	b = append(b, '-')
-	b = strconv.AppendUint(b, randv2.Uint64(), 36)
-	return string(b)
+	return strconv.AppendUint(b, randv2.Uint64(), 36)
+}
+
+// idValue is an id exgate sends the backend in its X-Request-ID, made
+// with the one-element header value that carries it in one allocation
+// (headerValue). The value goes into the outbound request's header and,
+// when the backend answers without an id, into the client's answer, so
+// it is never pooled, and never modified once made.
+type idValue struct {
+	v   [1]string
+	buf [genIDLen]byte
+}
+
+// nextValue returns a new id as an X-Request-ID value (idValue).
+func (g *requestIDs) nextValue() []string {
+	p := new(idValue)
+	return headerValue(&p.v, g.appendNext(p.buf[:0]))
+}
+
+// upstreamIDValue is idValue for an id upstreamValue makes.
+type upstreamIDValue struct {
+	v   [1]string
+	buf [maxRequestIDLen + 1 + genIDLen]byte
+}
+
+// headerValue makes v's one value the text of b, without copying it, and
+// returns v as a header value: b's bytes are written once, before, and
+// never again.
+func headerValue(v *[1]string, b []byte) []string {
+	v[0] = unsafe.String(unsafe.SliceData(b), len(b))
+	return v[:]
 }
 
 // maxRequestIDLen bounds an X-Request-ID accepted from a client.
@@ -62,26 +101,23 @@ func validRequestID(s string) bool {
 	return true
 }
 
-// upstreamID returns the X-Request-ID sent to the backend for a request
-// whose client sent id: id, a dot and fresh, a new id of this gateway's.
-// Backend answers are matched to their request by id (checkResponseID),
-// which holds only while no two requests in flight share one; clients
-// choose their ids (two that count from 1 meet at once), so the id a
-// backend sees ends in a part no client chooses. Fresh ids have no dot, so
-// two upstream ids are equal only when their fresh parts are. The client's
-// id stays in front, for finding the backend's log lines of a request.
-func upstreamID(id, fresh string) string { return id + "." + fresh }
-
-// setIDHeader sets the X-Request-ID r carries to the backend to id, in
-// st's own slice: the reverse proxy sends a copy of r's header, and the
-// slice goes back to the pool with st, when nothing reads r any more.
-func (st *requestState) setIDHeader(r *http.Request, id string) {
-	st.idHeader[0] = id
-	r.Header["X-Request-Id"] = st.idHeader[:]
+// upstreamValue returns the X-Request-ID sent to the backend for a
+// request whose client sent id, as a header value (idValue): id, a dot
+// and a new id of this gateway's. Backend answers are matched to their
+// request by id (checkResponseID), which holds only while no two requests
+// in flight share one; clients choose their ids (two that count from 1
+// meet at once), so the id a backend sees ends in a part no client
+// chooses. New ids have no dot, so two upstream ids are equal only when
+// their new parts are. The client's id stays in front, for finding the
+// backend's log lines of a request.
+func (g *requestIDs) upstreamValue(id string) []string {
+	p := new(upstreamIDValue)
+	b := append(append(p.buf[:0], id...), '.')
+	return headerValue(&p.v, g.appendNext(b))
 }
 
 // clientsID gives the answer back the client's own X-Request-ID where the
-// backend echoed the one exgate sent (upstreamID): the client sees the id
+// backend echoed the one exgate sent (upstreamValue): the client sees the id
 // it sent.
 func (st *requestState) clientsID() {
 	if st.upID == "" {

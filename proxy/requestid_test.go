@@ -35,7 +35,7 @@ func TestRequestID(t *testing.T) {
 			id := res.Header.Get("X-Request-Id")
 			back := e.backend.last(t).Header.Get("X-Request-Id")
 			if tt.kept {
-				// The backend sees the client's id made unique (upstreamID).
+				// The backend sees the client's id made unique (upstreamValue).
 				if fresh, ok := strings.CutPrefix(back, id+"."); !ok || fresh == "" || strings.Contains(fresh, ".") {
 					t.Fatalf("backend saw %q for the client's %q", back, id)
 				}

@@ -152,7 +152,7 @@ func checkHeadersExgateSet(t *testing.T, h http.Header) {
 			t.Errorf("backend %s = %q, want %q", k, got, want)
 		}
 	}
-	// The client's id, made unique for the backend (upstreamID).
+	// The client's id, made unique for the backend (upstreamValue).
 	if got := h.Values("X-Request-Id"); len(got) != 1 || !strings.HasPrefix(got[0], "client-id.") {
 		t.Errorf("backend X-Request-Id = %q, want the client's client-id made unique", got)
 	}

@@ -184,7 +184,7 @@ func TestNoClientGetsAnotherRequestsResponse(t *testing.T) {
 		res.Body.Close()
 		switch res.StatusCode {
 		case http.StatusOK:
-			// The backend saw the client's id made unique (upstreamID).
+			// The backend saw the client's id made unique (upstreamValue).
 			echo := res.Header.Get("X-Echo")
 			fresh, mine := strings.CutPrefix(echo, id+".")
 			mine = mine && fresh != "" && !strings.Contains(fresh, ".") && res.Header.Get("X-Request-Id") == id
