@@ -153,9 +153,11 @@ type Request struct {
 	// Token is the request's opaque bearer token, or "" for none. It is
 	// ignored when Account is set.
 	Token string
-	// TokenID is Token's id (TokenID) when the caller has it from an
-	// earlier decision of the same request, so that it is not worked out
-	// again; "" has Decide work it out.
+	// TokenID is Token's id (TokenID) when the caller knows it already
+	// (from an earlier decision of the same request, or of an earlier
+	// request with the same token), so that it is not worked out again;
+	// "" has Decide work it out. It must be Token's id under the
+	// Enforcer's key secret.
 	TokenID string
 	// Account is the key of the verified account behind the request's
 	// token (identity.Identity.Account), or "" without verification.

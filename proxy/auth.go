@@ -67,7 +67,7 @@ func (g *Gateway) checkCredentials(st *requestState, r *http.Request) *apierror.
 			return errTokenNotValid
 		}
 		st.caller.id = id
-	} else if identity.IsJWS(t) && !identity.CanonicalJWS(t) {
+	} else if !st.lastToken(t) && identity.IsJWS(t) && !identity.CanonicalJWS(t) {
 		g.metrics.AuthFailure(string(identity.ReasonNoncanonical))
 		st.authFailed = string(identity.ReasonNoncanonical)
 		return errTokenNotValid
@@ -153,21 +153,75 @@ func (g *Gateway) identityKey(st *requestState) string {
 	switch {
 	case st.caller.id.Account != "":
 		return st.caller.id.Account
-	case st.decision.TokenID != "":
-		return st.decision.TokenID
 	case st.caller.token != "" && g.limits != nil:
-		return g.limits.TokenID(st.caller.token)
+		if id := st.tokenID(); id != "" {
+			return id
+		}
+		id := g.limits.TokenID(st.caller.token)
+		st.rememberTokenID(id)
+		return id
 	}
 	return ""
 }
 
+// tokenMemo is a bearer token a request on a connection was accepted
+// with, and its id under the limiter's key secret (limiter.Keyer): a
+// client sends its token on every request of a connection, and its id, an
+// HMAC, is worked out once per connection rather than once per request.
+// A connection keeps one, of its last token (at most maxTokenLen bytes),
+// its own: no other connection reads it, so no client can evict another's
+// or be given another's id. The id is a function of the whole token; a
+// request whose token differs in any byte works its own out. It holds
+// no verdict on the token: a verifier (identity.verify) decides every
+// request as before, from its own caches.
+type tokenMemo struct {
+	token, id string
+}
+
+// lastToken reports whether token is the one the last request of st's
+// connection was accepted with (tokenMemo): its spelling was checked then.
+func (st *requestState) lastToken(token string) bool {
+	if st.peer == nil {
+		return false
+	}
+	m := st.peer.token.Load()
+	return m != nil && m.token == token
+}
+
+// tokenID returns the id of the request's opaque token when it is known
+// without working it out: from an earlier decision of the request, or
+// from the connection's last request with the same token (tokenMemo);
+// else "".
+func (st *requestState) tokenID() string {
+	if st.decision.TokenID != "" || st.peer == nil || st.caller.token == "" {
+		return st.decision.TokenID
+	}
+	if m := st.peer.token.Load(); m != nil && m.token == st.caller.token {
+		return m.id
+	}
+	return ""
+}
+
+// rememberTokenID keeps id, the id of the request's opaque token, for the
+// next requests of its connection (tokenMemo).
+func (st *requestState) rememberTokenID(id string) {
+	if st.peer == nil || id == "" || st.caller.token == "" {
+		return
+	}
+	if m := st.peer.token.Load(); m != nil && m.token == st.caller.token && m.id == id {
+		return
+	}
+	st.peer.token.Store(&tokenMemo{token: st.caller.token, id: id})
+}
+
 // limitRequest is what the route's limits look at for st: the token's id
 // is taken from an earlier decision of the request (an order whose claim
-// rides with its limits is first looked up in the deny cache), not worked
-// out again.
+// rides with its limits is first looked up in the deny cache) or from its
+// connection's last request with the same token (tokenID), not worked out
+// again.
 func (st *requestState) limitRequest() limiter.Request {
 	if id := &st.caller.id; id.Account != "" {
 		return limiter.Request{Account: id.Account, User: id.User, Tier: id.Tier, Addr: st.addr}
 	}
-	return limiter.Request{Token: st.caller.token, TokenID: st.decision.TokenID, Addr: st.addr}
+	return limiter.Request{Token: st.caller.token, TokenID: st.tokenID(), Addr: st.addr}
 }

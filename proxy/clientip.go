@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/exgate/exgate/edge"
 )
@@ -295,6 +296,9 @@ type peer struct {
 	ok      bool       // addr parsed
 	trusted bool       // addr is one of the trusted proxies
 	realIP  []string   // X-Real-IP value when the peer is the client; never modified
+	// token is the last bearer token a request on the connection was
+	// accepted with, and its id (tokenMemo), or nil.
+	token atomic.Pointer[tokenMemo]
 }
 
 // peerKey is the context key of a connection's *connPeer.

@@ -28,11 +28,19 @@ func (g *Gateway) enforceLimits(st *requestState, r *http.Request, pl *requestPl
 	if st.rec {
 		t0 = g.now()
 	}
-	g.limits.Decide(r.Context(), rt.limits, req, &st.decision)
+	g.decide(st, r, rt.limits, req)
 	if st.rec {
 		g.traceLimits(st, rt, cost, t0, false)
 	}
 	return g.limitAnswer(st, pl, rt, cost)
+}
+
+// decide decides the limits rules for req into st.decision, and keeps
+// the id of the request's token for the next requests of its connection
+// (tokenMemo).
+func (g *Gateway) decide(st *requestState, r *http.Request, rules *limiter.RouteRules, req limiter.Request) {
+	g.limits.Decide(r.Context(), rules, req, &st.decision)
+	st.rememberTokenID(st.decision.TokenID)
 }
 
 // refusedFromCache refuses, as enforceLimits would, a request the deny
@@ -43,7 +51,7 @@ func (g *Gateway) enforceLimits(st *requestState, r *http.Request, pl *requestPl
 func (g *Gateway) refusedFromCache(st *requestState, r *http.Request, pl *requestPlan) *apierror.Error {
 	req := st.limitRequest()
 	req.CacheOnly = true
-	g.limits.Decide(r.Context(), st.route.limits, req, &st.decision)
+	g.decide(st, r, st.route.limits, req)
 	if st.decision.Undecided || st.decision.Allowed {
 		return nil
 	}
@@ -72,7 +80,7 @@ func (g *Gateway) bulkRefusedFromCache(st *requestState, r *http.Request, pl *re
 		}
 		req := st.limitRequest()
 		req.CacheOnly = true
-		g.limits.Decide(r.Context(), rt.limits, req, &st.decision)
+		g.decide(st, r, rt.limits, req)
 		if st.decision.Undecided || st.decision.Allowed {
 			return nil
 		}

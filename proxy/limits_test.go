@@ -1,9 +1,12 @@
 package proxy
 
 import (
+	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -336,4 +339,52 @@ func rateLimitFields(t *testing.T, res *http.Response) fields {
 		t.Fatalf("RateLimit %q", v)
 	}
 	return f
+}
+
+// TestTokenIDPerConnection sends requests with two tokens in turn on one
+// connection, whose last token's id the gateway keeps (tokenMemo): each
+// token is counted in its own limit, never in the other's, whichever came
+// last; and the token the connection last sent, spelled otherwise (a
+// padded JWT), is refused as any non-canonical token is.
+func TestTokenIDPerConnection(t *testing.T) {
+	e := startLimited(t, nil, func(c *config.Config) {
+		rt := c.Route("list_matches")
+		rt.Auth = config.AuthOptional
+		rt.Limits = []config.Limit{{Key: config.KeyToken, When: config.WhenToken, Rate: config.Rate{N: 2, Period: time.Minute}}}
+	})
+	conn, err := net.Dial("tcp", strings.TrimPrefix(e.url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	br := bufio.NewReader(conn)
+	send := func(token string) *http.Response {
+		t.Helper()
+		fmt.Fprintf(conn, "GET /api/v1/mth/matches/BTC_USDT/ HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n\r\n", token)
+		res, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		return res
+	}
+	a, b := "eyJhIjoxfQ.eyJiIjoyfQ.c2lnYQ", "eyJhIjoxfQ.eyJiIjoyfQ.c2lnYg"
+	steps := []struct {
+		token  string
+		status int
+		left   string // the RateLimit header's remaining, for a 200
+	}{
+		{a, 200, "1"}, {b, 200, "1"}, {b, 200, "0"}, {a, 200, "0"}, {a, 429, ""}, {b, 429, ""},
+		{a + "=", 401, ""}, // the last token accepted, padded: not canonical
+	}
+	for i, s := range steps {
+		res := send(s.token)
+		if res.StatusCode != s.status {
+			t.Fatalf("request %d (token %q): %d, want %d", i, s.token, res.StatusCode, s.status)
+		}
+		if want := `"token";r=` + s.left + ";"; s.status == 200 && !strings.HasPrefix(res.Header.Get("RateLimit"), want) {
+			t.Errorf("request %d: RateLimit %q, want prefix %q", i, res.Header.Get("RateLimit"), want)
+		}
+	}
 }
