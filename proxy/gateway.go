@@ -920,31 +920,30 @@ func (w *respWriter) Flush() {
 // Unwrap returns the underlying writer, for http.ResponseController.
 func (w *respWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
-// bufferPool is the ReverseProxy's pool of copy buffers. A channel keeps
-// the free list without boxing slices in interfaces.
-type bufferPool chan []byte
+// bufferPool is the ReverseProxy's pool of copy buffers. It holds each
+// buffer by a pointer to its array, which an interface holds without an
+// allocation (a slice would be boxed), in a sync.Pool: each processor
+// takes and gives back buffers of its own, where a channel's one lock
+// went from core to core with every response.
+type bufferPool struct{ p *sync.Pool }
 
+// proxyBufSize is the size of a copy buffer.
 const proxyBufSize = 32 << 10
 
-func newBufferPool() bufferPool { return make(bufferPool, 256) }
+func newBufferPool() bufferPool { return bufferPool{p: new(sync.Pool)} }
 
 // Get returns a buffer from the pool or a new one.
 func (p bufferPool) Get() []byte {
-	select {
-	case b := <-p:
-		return b
-	default:
-		return make([]byte, proxyBufSize)
+	if b, ok := p.p.Get().(*[proxyBufSize]byte); ok {
+		return b[:]
 	}
+	return make([]byte, proxyBufSize)
 }
 
-// Put returns a buffer to the pool, dropping it when the pool is full.
+// Put returns a buffer to the pool; one of another size is dropped.
 func (p bufferPool) Put(b []byte) {
 	if cap(b) != proxyBufSize {
 		return
 	}
-	select {
-	case p <- b[:proxyBufSize]:
-	default:
-	}
+	p.p.Put((*[proxyBufSize]byte)(b[:proxyBufSize]))
 }
