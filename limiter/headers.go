@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"strconv"
 	"time"
+	"unsafe"
 
 	"github.com/exgate/exgate/config"
 	"github.com/exgate/exgate/ratelimit"
@@ -59,20 +60,32 @@ func (d *Decision) SetHeaders(h http.Header, style string) {
 	t := Seconds(o.wait())
 	switch style {
 	case config.HeadersIETF:
-		var b [96]byte
-		v := append(b[:0], '"')
+		f := new(rateLimitField)
+		v := append(f.buf[:0], '"')
 		v = append(v, o.Limit...)
 		v = append(v, `";r=`...)
 		v = strconv.AppendInt(v, o.Result.Remaining, 10)
 		v = append(v, ";t="...)
 		v = strconv.AppendInt(v, t, 10)
+		// v is written once, here, and never again: the value is its
+		// text, not a copy (one allocation for the value and its
+		// slice, where a string and a slice took two).
+		f.v[0] = unsafe.String(unsafe.SliceData(v), len(v))
 		h["Ratelimit-Policy"] = o.v.policy
-		h["Ratelimit"] = []string{string(v)}
+		h["Ratelimit"] = f.v[:]
 	case config.HeadersLegacy:
 		h["X-Ratelimit-Limit"] = o.v.quota
 		h["X-Ratelimit-Remaining"] = []string{strconv.FormatInt(o.Result.Remaining, 10)}
 		h["X-Ratelimit-Reset"] = []string{strconv.FormatInt(t, 10)}
 	}
+}
+
+// rateLimitField is a RateLimit header value with its text: a usual
+// value ("token";r=199;t=1 and a longer limit name) fits in buf, and a
+// longer one is moved out of it by append.
+type rateLimitField struct {
+	v   [1]string
+	buf [64]byte
 }
 
 // Closest returns the outcome closest to denial, whose fields the

@@ -229,3 +229,34 @@ func checkFields(t *testing.T, step int, d *Decision, want string) {
 		t.Errorf("step %d: Retry-After %d, t=%s: they differ", step, Seconds(d.RetryAfter), tt)
 	}
 }
+
+// TestRateLimitFieldOfLongName checks the RateLimit field of a limit
+// whose name does not fit the field's inline buffer, and that a field
+// already sent is not changed by the next one.
+func TestRateLimitFieldOfLongName(t *testing.T) {
+	cfg := config.Default()
+	name := strings.Repeat("n", 80)
+	cfg.Route("list_matches").Limits[0].Name = name
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	rs := Compile(cfg, nil)
+	e := newTestEnforcer(t, nil, newFakeClock())
+	rr := rs.Route("list_matches")
+	req := Request{Addr: addr("198.51.100.7")}
+	var d Decision
+	var sent []string
+	for i := 0; i < 2; i++ {
+		e.Decide(context.Background(), rr, req, &d)
+		h := http.Header{}
+		d.SetHeaders(h, config.HeadersIETF)
+		want := `"` + name + `";r=` + strconv.Itoa(59-i) + ";t=" + strconv.Itoa(i+1)
+		if got := h.Get("RateLimit"); got != want {
+			t.Errorf("request %d: RateLimit %q, want %q", i, got, want)
+		}
+		sent = append(sent, h.Get("RateLimit"))
+	}
+	if want := `"` + name + `";r=59;t=1`; sent[0] != want {
+		t.Errorf("the first field became %q, want %q", sent[0], want)
+	}
+}
