@@ -1,6 +1,7 @@
 package limiter
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"hash/maphash"
@@ -626,7 +627,11 @@ type chargePlan struct {
 	checks  [2 * maxOutcomes]ratelimit.Check // two a limit while the spray guard is unanswered
 	metas   [2 * maxOutcomes]checkMeta
 	results [2 * maxOutcomes]ratelimit.CheckResult
-	key     [192]byte
+	// keys holds the text of the checks' keys while they are added, one
+	// after the other (each check's end in its checkMeta), in key at first:
+	// they become one string, the checks' keys parts of it (addLimits).
+	keys []byte
+	key  [192]byte
 
 	// What building the plan settled (build), for deciding it again.
 	rr                     *RouteRules
@@ -638,9 +643,10 @@ type chargePlan struct {
 
 // checkMeta is what a check of a plan stands for.
 type checkMeta struct {
-	limit int      // the limit's index among the route's
-	v     *variant // the limit as it applies (tier)
-	tier  string   // the caller's tier, when the check counts by token or account (Outcome.Tier)
+	keyEnd int      // where the check's key ends in the plan's keys
+	limit  int      // the limit's index among the route's
+	v      *variant // the limit as it applies (tier)
+	tier   string   // the caller's tier, when the check counts by token or account (Outcome.Tier)
 }
 
 func (p *chargePlan) reset(cost int64) {
@@ -648,6 +654,7 @@ func (p *chargePlan) reset(cost int64) {
 	p.req = ratelimit.Request{Checks: p.checks[:0], Cost: cost}
 	p.ans = ratelimit.Answer{Results: p.results[:0]}
 	p.meta = p.metas[:0]
+	p.keys = p.key[:0]
 }
 
 // addLimits adds the route's limits as they apply to the request d
@@ -656,7 +663,8 @@ func (p *chargePlan) reset(cost int64) {
 // While the spray guard's answer is not known (p's guard is set), each
 // limit is added as it applies under both answers, of which the store
 // applies one; otherwise as it applies to a request anonymous or not,
-// demoted as d says.
+// demoted as d says. The checks' keys are made in one allocation,
+// parts of one string, however many there are.
 func (p *chargePlan) addLimits(rr *RouteRules, d *Decision, addr []byte, anonymous, answers bool) {
 	for i := range rr.limits {
 		r := &rr.limits[i]
@@ -670,6 +678,21 @@ func (p *chargePlan) addLimits(rr *RouteRules, d *Decision, addr []byte, anonymo
 		p.add(i, r, d, addr, false, false, ratelimit.IfAdmitted)
 		p.add(i, r, d, addr, true, true, ratelimit.IfRefused)
 	}
+	keys, start := string(p.keys), 0
+	for j := range p.req.Checks {
+		end := p.meta[j].keyEnd
+		p.req.Checks[j].Key = keys[start:end]
+		start = end
+	}
+}
+
+// keyOf returns the text of check j's key, while checks are added.
+func (p *chargePlan) keyOf(j int) []byte {
+	start := 0
+	if j > 0 {
+		start = p.meta[j-1].keyEnd
+	}
+	return p.keys[start:p.meta[j].keyEnd]
 }
 
 // add adds limit i, r, as it applies to a request that is demoted or not
@@ -682,7 +705,8 @@ func (p *chargePlan) add(i int, r *rule, d *Decision, addr []byte, demoted, anon
 		return
 	}
 	v := &r.base
-	key := p.key[:0]
+	start := len(p.keys)
+	key := p.keys
 	tier := ""
 	switch {
 	case r.byToken && demoted:
@@ -714,13 +738,14 @@ func (p *chargePlan) add(i int, r *rule, d *Decision, addr []byte, demoted, anon
 		}
 		key = append(append(key, v.prefixAddr...), addr...)
 	}
-	if n := len(p.req.Checks); branch == ratelimit.IfRefused && n > 0 && p.meta[n-1].limit == i && p.req.Checks[n-1].Key == string(key) {
+	if n := len(p.req.Checks); branch == ratelimit.IfRefused && n > 0 && p.meta[n-1].limit == i && bytes.Equal(p.keyOf(n-1), key[start:]) {
 		// The same key under either answer: one check that always applies.
 		p.req.Checks[n-1].Branch = ratelimit.Always
 		return
 	}
-	p.req.Checks = append(p.req.Checks, ratelimit.Check{Key: string(key), Limit: v.limit, Shadow: r.shadow, Branch: branch, Allowance: r.answers})
-	p.meta = append(p.meta, checkMeta{limit: i, v: v, tier: tier})
+	p.keys = key
+	p.req.Checks = append(p.req.Checks, ratelimit.Check{Limit: v.limit, Shadow: r.shadow, Branch: branch, Allowance: r.answers})
+	p.meta = append(p.meta, checkMeta{keyEnd: len(key), limit: i, v: v, tier: tier})
 }
 
 // dropAnswers removes the checks of the allowance of duplicate answers
