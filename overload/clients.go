@@ -63,13 +63,16 @@ func (r *turns) remove(cl *client, c Class) {
 	t.prev, t.next = nil, nil
 }
 
-// clientOf returns the state of key, made when it holds nothing; l.mu is
-// held.
+// clientOf returns the state of key, made when it holds nothing (or
+// taken back from idle); l.mu is held.
 func (l *Controller) clientOf(key Client) *client {
 	if key == 0 {
 		return &l.anon
 	}
 	if cl := l.clients[key]; cl != nil {
+		if cl == l.idle {
+			l.idle = nil
+		}
 		return cl
 	}
 	var cl *client
@@ -80,22 +83,34 @@ func (l *Controller) clientOf(key Client) *client {
 	}
 	cl.key = key
 	l.clients[key] = cl
-	l.clientsNow.Store(int64(len(l.clients)))
 	return cl
 }
 
-// forget drops the state of a client that holds nothing and waits for
-// nothing; l.mu is held.
+// forget lets go of the state of a client that holds nothing and waits
+// for nothing. The last such state stays in clients, as idle, for that
+// client's next request: a client whose requests come one at a time
+// (each done before the next takes its slot) would otherwise have its
+// state made and dropped again for each, a map insert and delete under
+// the lock. The one idle before it is dropped. l.mu is held.
 func (l *Controller) forget(cl *client) {
-	if cl.held != 0 || cl.waiting != 0 || cl.key == 0 {
+	if cl.held != 0 || cl.waiting != 0 || cl.key == 0 || cl == l.idle {
 		return
 	}
-	delete(l.clients, cl.key)
-	l.clientsNow.Store(int64(len(l.clients)))
-	if len(l.spare) < cap(l.spare) {
-		*cl = client{}
-		l.spare = append(l.spare, cl)
+	if old := l.idle; old != nil {
+		delete(l.clients, old.key)
+		if len(l.spare) < cap(l.spare) {
+			*old = client{}
+			l.spare = append(l.spare, old)
+		}
 	}
+	l.idle = cl
+}
+
+// busy reports whether client who holds slots or waits for one; l.mu is
+// held.
+func (l *Controller) busy(who Client) bool {
+	cl := l.clients[who]
+	return cl != nil && cl != l.idle
 }
 
 // may reports whether client cl may take a slot for a request of class c

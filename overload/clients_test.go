@@ -58,8 +58,9 @@ func TestClientShares(t *testing.T) {
 			l.Release(c.who, PrivateRead, time.Now(), time.Millisecond, true)
 		}
 	}
-	if n, in := l.Clients(), l.InFlight(); n != 0 || in != 0 || len(l.clients) != 0 {
-		t.Errorf("after every release: %d clients tracked, %d in flight; want none", n, in)
+	if n, in := l.Clients(), l.InFlight(); n != 0 || in != 0 || len(l.clients) > 1 {
+		t.Errorf("after every release: %d clients holding or waiting, %d in flight, %d states kept; want none, none and at most the last idle one",
+			n, in, len(l.clients))
 	}
 }
 
@@ -200,4 +201,44 @@ func queuedFor(ctx context.Context, l *Controller, c Class, who Client) <-chan b
 		time.Sleep(time.Millisecond)
 	}
 	return ch
+}
+
+// TestIdleClientKept: the last client to hold nothing keeps its state,
+// idle, for its next request, and only that one: it counts as no client
+// (Clients), Admit sheds it as a client that holds no slot, and the next
+// client to go idle takes its place.
+func TestIdleClientKept(t *testing.T) {
+	l := New(Options{Fixed: 1, MaxWait: [NumClasses]time.Duration{MarketData: time.Millisecond}})
+	ctx := context.Background()
+	for _, who := range []Client{1, 1, 2, 3, 3} {
+		if ok, _ := l.Acquire(ctx, MarketData, who); !ok {
+			t.Fatalf("client %d refused with the backend empty", who)
+		}
+		l.Release(who, MarketData, time.Now(), time.Millisecond, true)
+		if n := l.Clients(); n != 0 || len(l.clients) != 1 || l.idle == nil || l.idle.key != who {
+			t.Fatalf("after client %d's request: %d clients, %d states kept, idle %v; want 0, 1 and client %d's",
+				who, n, len(l.clients), l.idle, who)
+		}
+	}
+	// The backend full, with market data being shed: the idle client is
+	// spared as one that holds nothing; the one holding the slot is not.
+	l.Acquire(ctx, MarketData, 4)
+	for range 20 {
+		l.Acquire(ctx, MarketData, 5)
+	}
+	if l.Clients() != 1 {
+		t.Fatalf("%d clients with client 4 holding the slot, want 1", l.Clients())
+	}
+	spared, busy := 0, 0
+	for range 1000 {
+		if l.Admit(MarketData, 3) {
+			spared++
+		}
+		if l.Admit(MarketData, 4) {
+			busy++
+		}
+	}
+	if spared != 1000 || busy > 500 {
+		t.Errorf("Admit let %d of 1000 of the idle client's through and %d of the busy one's; want all, and under half", spared, busy)
+	}
 }

@@ -93,9 +93,11 @@ type Controller struct {
 	waiting  int
 
 	// The per-client shares (clients.go): the clients that hold slots
-	// or wait, each class's round robin of clients with waiters, the
+	// or wait, and the last to hold none (idle, kept for its next
+	// request), each class's round robin of clients with waiters, the
 	// zero Client's state, and spare states for reuse.
 	clients map[Client]*client
+	idle    *client
 	turns   [NumClasses]turns
 	anon    client
 	spare   []*client
@@ -127,7 +129,6 @@ type Controller struct {
 	inflightNow atomic.Int64
 	waitingNow  atomic.Int64
 	minRTTNow   atomic.Int64
-	clientsNow  atomic.Int64
 
 	pool sync.Pool // *waiter
 }
@@ -182,8 +183,17 @@ func (l *Controller) InFlight() int { return int(l.inflightNow.Load()) }
 // Waiting returns how many requests wait for a slot.
 func (l *Controller) Waiting() int { return int(l.waitingNow.Load()) }
 
-// Clients returns how many clients hold slots or wait for one.
-func (l *Controller) Clients() int { return int(l.clientsNow.Load()) }
+// Clients returns how many clients hold slots or wait for one. It takes
+// the lock: it is for exporters, not for a request's path.
+func (l *Controller) Clients() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := len(l.clients)
+	if l.idle != nil {
+		n--
+	}
+	return n
+}
 
 // MinRTT returns the backend's measured unloaded round-trip time, 0 before
 // the first measurement.
@@ -285,7 +295,7 @@ func (l *Controller) Admit(c Class, who Client) bool {
 		return false
 	}
 	l.mu.Lock()
-	_, busy := l.clients[who]
+	busy := l.busy(who)
 	l.mu.Unlock()
 	return !busy
 }

@@ -410,9 +410,9 @@ func BenchmarkAcquireRelease(b *testing.B) {
 	b.RunParallel(func(pb *testing.PB) {
 		// The caller has read the clock for the round trip; a request
 		// every microsecond closes a window as real traffic would. Each
-		// goroutine is a client of its own, whose state is made at its
-		// Acquire and dropped at its Release, as for a client with one
-		// request at a time.
+		// goroutine is a client of its own with one request at a time,
+		// whose state is kept idle between them (forget) while no other
+		// client goes idle meanwhile.
 		done := time.Now()
 		who := Client(clients.Add(1))
 		for pb.Next() {
