@@ -56,16 +56,28 @@ func forwardEncoded(st *requestState, r *http.Request, rd *bytes.Reader, body []
 	h := r.Header
 	h["Content-Type"] = jsonContentType // shared; ReverseProxy copies the header
 	delete(h, "Content-Length")
-	delete(h, "Content-Encoding")
-	for _, k := range bodyDescribing {
-		delete(h, k)
+	if !st.plainBody { // the head has such headers, or was not scanned
+		for _, k := range bodyDescribing {
+			delete(h, k)
+		}
 	}
 	return body
 }
 
-// bodyDescribing are the headers that describe a request's body bytes
-// (their digest, or a range of them): they describe the client's bytes,
-// not the canonical body forwarded in their place, so a backend that
-// checks them would refuse every re-encoded order and one that trusts
-// them would record what it did not receive.
-var bodyDescribing = []string{"Content-Md5", "Digest", "Content-Digest", "Repr-Digest", "Content-Range"}
+// bodyDescribing are the headers that describe a request's body bytes:
+// its encoding, its digest, or a range of it. They describe the client's
+// bytes, not the canonical body forwarded in their place, so a backend
+// that checks them would refuse every re-encoded order and one that
+// trusts them would record what it did not receive.
+var bodyDescribing = []string{"Content-Encoding", "Content-Md5", "Digest", "Content-Digest", "Repr-Digest", "Content-Range"}
+
+// isBodyDescribing reports whether name is one of bodyDescribing, for
+// scanHeader: a request whose head has none is forwarded in canonical
+// form without looking each up.
+func isBodyDescribing(name string) bool {
+	switch name {
+	case "Content-Encoding", "Content-Md5", "Digest", "Content-Digest", "Repr-Digest", "Content-Range":
+		return true
+	}
+	return false
+}

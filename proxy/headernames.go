@@ -15,6 +15,7 @@ type headerScan struct {
 	connection     bool  // a Connection header
 	methodOverride bool  // a method-override header (isMethodOverride)
 	pathOverride   bool  // a path-override header (isPathOverride)
+	bodyDescribing bool  // a header describing the body's bytes (isBodyDescribing)
 }
 
 // scanHeader reads the request line and every header name once: the
@@ -43,6 +44,8 @@ func scanHeader(r *http.Request) headerScan {
 			sc.methodOverride = true
 		case isPathOverride(k):
 			sc.pathOverride = true
+		case isBodyDescribing(k):
+			sc.bodyDescribing = true
 		}
 	}
 	return sc

@@ -160,6 +160,33 @@ func TestValidOrderForwardedCanonically(t *testing.T) {
 // TestTwoSpellingsOfOneOrderAreOneOrder: duplicate protection compares
 // canonical encodings, so a retry spelled differently is replayed, and a
 // different order under the same identifier is still refused.
+// TestBodyDescribingHeaderAloneDropped sends orders with one header
+// describing the client's bytes each: the head's scan finds each alone
+// (isBodyDescribing), and the backend, sent the canonical body, gets none
+// of them; the order's other headers are forwarded.
+func TestBodyDescribingHeaderAloneDropped(t *testing.T) {
+	e := startOrders(t, placed)
+	body := `{"symbol":"BTC_USDT","type":"market","side":"buy","base_amount":"0.5"}`
+	for _, k := range bodyDescribing {
+		t.Run(k, func(t *testing.T) {
+			res := do(t, "POST", e.url+"/api/v1/odr/orders/", strings.NewReader(body),
+				"Authorization", "Bearer tok", "Content-Type", "application/json", k, "identity", "X-Client-Tag", "t1")
+			io.Copy(io.Discard, res.Body)
+			res.Body.Close()
+			if res.StatusCode != 201 {
+				t.Fatalf("status %d", res.StatusCode)
+			}
+			got := e.backend.last(t)
+			if v := got.Header[k]; v != nil {
+				t.Errorf("backend got %s %q with the canonical body", k, v)
+			}
+			if v := got.Header.Get("X-Client-Tag"); v != "t1" {
+				t.Errorf("backend got X-Client-Tag %q, want t1", v)
+			}
+		})
+	}
+}
+
 func TestTwoSpellingsOfOneOrderAreOneOrder(t *testing.T) {
 	e := startOrders(t, placed)
 	first := `{"symbol":"BTC_USDT","type":"limit","side":"buy","price":"65000.00","base_amount":"0.0015","identifier":"o-1"}`

@@ -177,7 +177,7 @@ func (g *Gateway) checkHead(st *requestState, r *http.Request) *apierror.Error {
 	if sc.underscore {
 		return errUnderscoreHeader
 	}
-	st.forwarded = sc.forwarded
+	st.forwarded, st.plainBody = sc.forwarded, !sc.bodyDescribing
 	p, err := canonicalPath(r.URL.EscapedPath())
 	if err != nil {
 		return pathErrors[err.(pathError)]
