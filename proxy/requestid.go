@@ -4,7 +4,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	randv2 "math/rand/v2"
-	"strconv"
 	"sync/atomic"
 	"unsafe"
 )
@@ -44,9 +43,27 @@ func (g *requestIDs) next() string {
 // appendNext appends a new id to b.
 func (g *requestIDs) appendNext(b []byte) []byte {
 	b = append(b, g.prefix...)
-	b = strconv.AppendUint(b, g.n.Add(1), 36)
+	b = appendBase36(b, g.n.Add(1))
 	b = append(b, '-')
-	return strconv.AppendUint(b, randv2.Uint64(), 36)
+	return appendBase36(b, randv2.Uint64())
+}
+
+// appendBase36 appends u in base 36, as strconv.AppendUint(b, u, 36)
+// does, dividing by the constant 36 (a multiplication) where strconv
+// divides by its base argument: the random part of an id is 13 digits.
+func appendBase36(b []byte, u uint64) []byte {
+	const digits = "0123456789abcdefghijklmnopqrstuvwxyz"
+	var buf [13]byte // 36^13 > 2^64
+	i := len(buf)
+	for u >= 36 {
+		q := u / 36
+		i--
+		buf[i] = digits[u-q*36]
+		u = q
+	}
+	i--
+	buf[i] = digits[u]
+	return append(b, buf[i:]...)
 }
 
 // idValue is an id exgate sends the backend in its X-Request-ID, made

@@ -3,6 +3,8 @@ package proxy
 import (
 	"fmt"
 	"io"
+	"math"
+	"math/rand/v2"
 	"net/http"
 	"strconv"
 	"strings"
@@ -204,6 +206,24 @@ func TestAnswerWithoutIDGetsTheRequests(t *testing.T) {
 					t.Fatalf("answer %d with X-Request-Id %q, want %d with [%q]", res.StatusCode, got, status, want)
 				}
 			})
+		}
+	}
+}
+
+// TestAppendBase36: ids' numbers are written as strconv writes them in
+// base 36, at the edges (0, 35, 36, each power of 36, the largest uint64)
+// and at random.
+func TestAppendBase36(t *testing.T) {
+	us := []uint64{0, 1, 35, 36, 37, 1295, 1296, math.MaxUint64, math.MaxUint64 - 1}
+	for p := uint64(36); p < math.MaxUint64/36; p *= 36 {
+		us = append(us, p-1, p, p+1)
+	}
+	for range 10000 {
+		us = append(us, rand.Uint64(), rand.Uint64N(1<<20))
+	}
+	for _, u := range us {
+		if got, want := string(appendBase36([]byte("x-"), u)), "x-"+strconv.FormatUint(u, 36); got != want {
+			t.Fatalf("appendBase36(%d) = %q, want %q", u, got, want)
 		}
 	}
 }
