@@ -397,7 +397,10 @@ func (c *call) finish() {
 // every call it took is answered (a Cluster call whose guard was
 // answered alone goes again, with the calls queued by then), and then
 // hands l's queue on to the first call in it, or gives up its place in
-// flight. The caller holds one of l's places in flight.
+// flight. The caller holds one of l's places in flight. It does not send
+// the calls queued after its last round trip left: its own caller's
+// answer would wait for their round trips, and under a steady load for
+// as long as the load lasts.
 func (r *Redis) send(l *lane, first *call) {
 	r.mu.Lock()
 	t := r.trip()
@@ -406,12 +409,12 @@ func (r *Redis) send(l *lane, first *call) {
 	for {
 		t.carry = r.roundTrip(t, t.batch, t.carry[:0])
 		r.mu.Lock()
-		t.batch = r.take(l, append(t.batch[:0], t.carry...))
-		if len(t.batch) == 0 {
+		if len(t.carry) == 0 {
 			r.handOn(l, t)
 			r.mu.Unlock()
 			break
 		}
+		t.batch = r.take(l, append(t.batch[:0], t.carry...))
 		r.mu.Unlock()
 	}
 	// first was answered by finish, into its own buffered channel.

@@ -499,3 +499,67 @@ func TestStoreFailure(t *testing.T) {
 		})
 	}
 }
+
+// heldClient is a client of a real Redis whose round trips wait at a
+// gate while hold is set: each announces itself on entered and goes on
+// when released.
+type heldClient struct {
+	*redis.Client
+	hold    atomic.Bool
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (h *heldClient) Process(ctx context.Context, cmd redis.Cmder) error {
+	if h.hold.Load() {
+		h.entered <- struct{}{}
+		<-h.release
+	}
+	return h.Client.Process(ctx, cmd)
+}
+
+// TestRedisSenderAnswersItsOwnCaller: the caller whose round trip is in
+// flight when others queue gets its answer when that round trip ends,
+// and the first queued caller sends the next one: the sender does not
+// go on sending the queue, where its own caller's answer would wait for
+// every round trip of a steady load.
+func TestRedisSenderAnswersItsOwnCaller(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts redis-server")
+	}
+	srv := redistest.Start(t)
+	hc := &heldClient{Client: srv.Client(), entered: make(chan struct{}, 4), release: make(chan struct{})}
+	r := NewRedis(hc, RedisOptions{Timeout: time.Minute})
+	defer r.Close()
+	ctx := context.Background()
+	if _, err := r.Allow(ctx, "sender:warm", benchLimit); err != nil { // the script is loaded
+		t.Fatal(err)
+	}
+	hc.hold.Store(true)
+	first, second := make(chan error, 1), make(chan error, 1)
+	go func() { _, err := r.Allow(ctx, "sender:first", benchLimit); first <- err }()
+	<-hc.entered // the first caller's round trip is held
+	go func() { _, err := r.Allow(ctx, "sender:second", benchLimit); second <- err }()
+	for queued := 0; queued == 0; time.Sleep(time.Millisecond) {
+		r.mu.Lock()
+		queued = len(r.decide.queue)
+		r.mu.Unlock()
+	}
+	hc.release <- struct{}{}
+	<-hc.entered // the second caller's round trip is held
+	select {
+	case err := <-first:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second): // only bounds a hang
+		hc.hold.Store(false)
+		close(hc.release) // lets Close end the round trip held
+		t.Fatal("the first caller's answer waited for the round trip of a call queued after it")
+	}
+	hc.hold.Store(false)
+	hc.release <- struct{}{}
+	if err := <-second; err != nil {
+		t.Fatal(err)
+	}
+}
