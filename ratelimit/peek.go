@@ -74,7 +74,7 @@ func (m *Memory) Forget(_ context.Context, key string, _ Limit) error {
 }
 
 // redisEpoch is where the decision script counts time from: the TAT it
-// stores is float seconds since then, on Redis's clock (part of the
+// stores is decimal seconds since then, on Redis's clock (part of the
 // stored layout, as keyPrefix is).
 const redisEpoch = 1483228800
 

@@ -12,10 +12,13 @@ import (
 )
 
 // keyPrefix starts every key the Redis store keeps: keyPrefix + the
-// caller's key holds that key's TAT, as float seconds since redisEpoch
-// (go-redis/redis_rate's layout). The layout is part of the stored state:
-// replicas of different versions share these keys during a rolling
-// upgrade, so a new prefix or value format would reset every count.
+// caller's key holds that key's TAT, as decimal seconds since redisEpoch
+// (go-redis/redis_rate's layout; written with seven decimals, where
+// earlier versions wrote 17 significant digits). The layout is part of
+// the stored state: replicas of different versions share these keys
+// during a rolling upgrade, and each reads the value with Lua's tonumber,
+// whatever the decimals; a new prefix, or a value tonumber cannot read,
+// would reset every count.
 const keyPrefix = "rate:"
 
 // Client is what the Redis store needs of a go-redis client: scripts,

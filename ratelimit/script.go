@@ -17,8 +17,9 @@ import (
 // would be one after the other; every key is read once and every key
 // changed is written once, at the end.
 //
-// A key holds its TAT as float seconds since redisEpoch (keyPrefix), with
-// an expiry at the instant the key is back to a full burst.
+// A key holds its TAT as decimal seconds since redisEpoch (keyPrefix),
+// rounded up to seven decimals, with an expiry at the instant the key is
+// back to a full burst.
 //
 // KEYS are the keys holding TATs, read at once with MGET (cheaper for
 // Redis than a GET each), then the guards' and claims' keys. The run's
@@ -211,19 +212,32 @@ for _ = 1, nreq do
     end
   end
 end
+-- What SET is given is a string: Redis formats a number argument with
+-- snprintf("%.17g"), which cost it more than the GET of a key. A TAT is
+-- written in decimal seconds with seven decimals, rounded up (never
+-- earlier than the TAT), from two integers, which format cheaply; a
+-- replica of an earlier version reads it with tonumber as it reads its
+-- own.
+local format = string.format
 for i = 1, nd do
   local k = changed[i]
-  local left = tats[k] - now
+  local tat = tats[k]
+  local left = tat - now
   if left > 0 then
     -- At least a second: an interval below the TAT's float precision
-    -- leaves it at now. One second, the usual expiry, as a string: Redis
-    -- formats a number argument with snprintf("%.17g"), which costs it
-    -- more than the GET of a key.
+    -- leaves it at now.
     local ex = ceil(left)
     if ex <= 1 then
       ex = "1"
+    else
+      ex = format("%d", ex)
     end
-    redis.call("SET", KEYS[k], tats[k], "EX", ex)
+    local sec = floor(tat)
+    local frac = ceil((tat - sec) * 10000000)
+    if frac >= 10000000 then
+      sec, frac = sec + 1, frac - 10000000
+    end
+    redis.call("SET", KEYS[k], format("%d.%07d", sec, frac), "EX", ex)
   else
     redis.call("DEL", KEYS[k])
   end

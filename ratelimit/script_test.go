@@ -2,6 +2,8 @@ package ratelimit
 
 import (
 	"context"
+	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -333,7 +335,7 @@ func runAllowAllCase(t *testing.T, st allowAllStore, tc allowAllCase) {
 	}
 }
 
-// shiftScript moves the TAT a key holds (float seconds, keyPrefix) d
+// shiftScript moves the TAT a key holds (decimal seconds, keyPrefix) d
 // seconds earlier, keeping its expiry.
 var shiftScript = redis.NewScript(`
 local v = redis.call("GET", KEYS[1])
@@ -353,6 +355,77 @@ func shiftTAT(t *testing.T, c redis.Scripter, keys []string, d time.Duration) {
 	for _, k := range keys {
 		if err := shiftScript.Run(context.Background(), c, []string{k}, d.Seconds()).Err(); err != nil {
 			t.Fatalf("moving %s's TAT %v back: %v", k, d, err)
+		}
+	}
+}
+
+// TestTATSharedAcrossVersions: the TAT a key holds is written as a
+// decimal string of seven decimals (SET given a number, Redis formats it
+// with snprintf("%.17g"), which cost it more than the key's GET), and
+// replicas of this version and of the last one to write numbers
+// (testdata/decide-0b2af22.lua) share every key's count during a rolling
+// upgrade: a key decided by the two in turn lets exactly its burst
+// through, each answer counting what the other charged.
+func TestTATSharedAcrossVersions(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts redis-server")
+	}
+	srv := redistest.Start(t)
+	c := srv.Client()
+	ctx := context.Background()
+	src, err := os.ReadFile("testdata/decide-0b2af22.lua")
+	if err != nil {
+		t.Fatal(err)
+	}
+	earlier, current := &decision{src: noClaimFunc + string(src)}, newDecision("")
+	l := Limit{Rate: 6, Period: time.Hour, Burst: 6}
+	decide := func(d *decision, key string) CheckResult {
+		t.Helper()
+		b := runBuilder{d: d}
+		b.reset()
+		q := Request{Checks: []Check{{Key: key, Limit: l}}}
+		b.add(&q, modeDecide, nil, false, false, false)
+		cmd := b.cmd(ctx, true, false).(*redis.IntSliceCmd)
+		if err := c.Process(ctx, cmd); err != nil {
+			t.Fatal(err)
+		}
+		rd := replyReader{v: cmd.Val()}
+		if _, _, _, err := rd.head(false); err != nil {
+			t.Fatal(err)
+		}
+		res, err := rd.check()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	decimal := regexp.MustCompile(`^[0-9]+\.[0-9]{7}$`)
+	for k := 0; k < 20; k++ {
+		key := "versions" + strconv.Itoa(k)
+		first, second := current, earlier
+		if k%2 == 1 {
+			first, second = earlier, current
+		}
+		for i := 0; i < 8; i++ {
+			d := first
+			if i%2 == 1 {
+				d = second
+			}
+			res := decide(d, key)
+			if want := i < 6; res.Result.Allowed != want || (want && res.Result.Remaining != int64(5-i)) {
+				t.Fatalf("key %d, request %d (by the %s version): allowed=%v remaining=%d, want allowed=%v remaining=%d",
+					k, i, map[bool]string{true: "current", false: "earlier"}[d == current], res.Result.Allowed, res.Result.Remaining, want, 5-i)
+			}
+			if d != current || !res.Result.Allowed {
+				continue
+			}
+			v, err := c.Get(ctx, keyPrefix+key).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !decimal.MatchString(v) {
+				t.Fatalf("key %d holds %q, want decimal seconds with seven decimals", k, v)
+			}
 		}
 	}
 }
