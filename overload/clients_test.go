@@ -2,6 +2,7 @@ package overload
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 )
@@ -240,5 +241,65 @@ func TestIdleClientKept(t *testing.T) {
 	}
 	if spared != 1000 || busy > 500 {
 		t.Errorf("Admit let %d of 1000 of the idle client's through and %d of the busy one's; want all, and under half", spared, busy)
+	}
+}
+
+// TestIdleStateHoldsNoShare: the state a client keeps idle (forget)
+// counts as holding nothing. Whichever client went idle last (the
+// flooder or a client about to ask), the shares come out as with no state
+// kept; and while a flood from one client holds all it may, a
+// well-behaved client whose requests come one at a time (its state idle
+// between them, or another's) finds a slot at once every time: a client
+// past its share is refused for itself alone.
+func TestIdleStateHoldsNoShare(t *testing.T) {
+	want := []int{12, 2, 1, 1, 0}
+	for idle := Client(1); idle <= 6; idle++ {
+		l := New(Options{Fixed: 16})
+		if ok, _ := l.Acquire(context.Background(), PrivateRead, idle); !ok {
+			t.Fatal("refused with the backend empty")
+		}
+		l.Release(idle, PrivateRead, time.Now(), time.Millisecond, true)
+		for i, n := range want {
+			if got := fill(l, PrivateRead, Client(i+1)); got != n {
+				t.Errorf("client %d idle first: client %d took %d slots, want %d", idle, i+1, got, n)
+			}
+		}
+	}
+
+	l := New(Options{Fixed: 8}) // no wait: a request that cannot take a slot is shed at once
+	stop := make(chan struct{})
+	var flood sync.WaitGroup
+	for range 16 {
+		flood.Add(1)
+		go func() {
+			defer flood.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if ok, _ := l.Acquire(context.Background(), PrivateRead, 1); ok {
+					l.Release(1, PrivateRead, time.Now(), time.Millisecond, true)
+				}
+			}
+		}()
+	}
+	refused := 0
+	for i := range 5000 {
+		who := Client(2 + i%2) // two well-behaved clients in turn, one request at a time
+		if ok, _ := l.Acquire(context.Background(), PrivateRead, who); !ok {
+			refused++
+			continue
+		}
+		l.Release(who, PrivateRead, time.Now(), time.Millisecond, true)
+	}
+	close(stop)
+	flood.Wait()
+	if refused != 0 {
+		t.Errorf("%d of 5,000 requests of clients holding nothing refused under one client's flood, want none", refused)
+	}
+	if n, in := l.Clients(), l.InFlight(); n != 0 || in != 0 || len(l.clients) > 1 {
+		t.Errorf("after the flood: %d clients, %d in flight, %d states kept; want none, none and at most one idle", n, in, len(l.clients))
 	}
 }
