@@ -153,3 +153,64 @@ func genID(s string) bool {
 	}
 	return true
 }
+
+// TestCopyBuffersCarryOnlyTheirResponse: the reverse proxy's copy buffers
+// (pooled, 2e88bd6) go from response to response; under many concurrent
+// clients on kept-alive connections, each answer's body is only its own
+// request's bytes, whole, in any framing (a length, chunks flushed in
+// pieces), and one the backend breaks off midway ends short, never with
+// another answer's bytes. Run with -race.
+func TestCopyBuffersCarryOnlyTheirResponse(t *testing.T) {
+	const workers, perWorker, size = 8, 40, 100_000
+	e := startEnv(t, nil)
+	e.backend.handler = func(w http.ResponseWriter, r *http.Request) {
+		who := r.URL.Query().Get("who")
+		body := strings.Repeat(who, size/len(who)+1)[:size]
+		switch r.URL.Query().Get("mode") {
+		case "length":
+			w.Header().Set("Content-Length", fmt.Sprint(size))
+			_, _ = io.WriteString(w, body)
+		case "chunks":
+			for i := 0; i < size; i += 7_000 {
+				_, _ = io.WriteString(w, body[i:min(i+7_000, size)])
+				w.(http.Flusher).Flush()
+			}
+		case "broken":
+			w.Header().Set("Content-Length", fmt.Sprint(size))
+			_, _ = io.WriteString(w, body[:size/2])
+			w.(http.Flusher).Flush()
+			panic(http.ErrAbortHandler)
+		}
+	}
+	modes := []string{"length", "chunks", "broken"}
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			client := &http.Client{Transport: &http.Transport{MaxConnsPerHost: 1}, Timeout: 10 * time.Second}
+			defer client.CloseIdleConnections()
+			for i := range perWorker {
+				mode := modes[(w+i)%len(modes)]
+				who := fmt.Sprintf("<w%d-%d>", w, i)
+				res, err := client.Get(e.url + "/api/v1/mkt/markets/?mode=" + mode + "&who=" + who)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				b, err := io.ReadAll(res.Body)
+				res.Body.Close()
+				want := strings.Repeat(who, size/len(who)+1)[:size]
+				switch {
+				case !strings.HasPrefix(want, string(b)):
+					t.Errorf("%s answer of %s: %d bytes not all its own", mode, who, len(b))
+				case mode != "broken" && (err != nil || len(b) != size):
+					t.Errorf("%s answer of %s: %d bytes, %v; want all %d", mode, who, len(b), err, size)
+				case mode == "broken" && err == nil && res.StatusCode == http.StatusOK:
+					t.Errorf("broken answer of %s read whole without an error (%d bytes)", who, len(b))
+				}
+			}
+		}()
+	}
+	wg.Wait()
+}
