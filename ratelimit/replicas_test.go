@@ -1,0 +1,95 @@
+package ratelimit
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/exgate/exgate/internal/redistest"
+)
+
+// TestReplicasShareManyKeysExactly: two replicas share one real Redis,
+// each a Redis store with its own client and pipelined sender behind a
+// deny cache, as gateways run them; one of them, in the second run, runs
+// the decision script of the last version to write TATs as numbers
+// (testdata/decide-0b2af22.lua), as during a rolling upgrade. 32
+// concurrent callers send requests of two checks each (a key of its own,
+// burst 5, and its group's, burst 30) over 40 keys in 4 groups: no key
+// and no group ever lets more than its burst through, and each group
+// lets exactly its burst (its keys hold more).
+func TestReplicasShareManyKeysExactly(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts redis-server")
+	}
+	srv := redistest.Start(t)
+	old, err := os.ReadFile("testdata/decide-0b2af22.lua")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const keys, groups, keyBurst, groupBurst = 40, 4, 5, 30
+	keyLimit := Limit{Rate: keyBurst, Period: time.Hour, Burst: keyBurst}
+	groupLimit := Limit{Rate: groupBurst, Period: time.Hour, Burst: groupBurst}
+	for run, upgrade := range []bool{false, true} {
+		t.Run(fmt.Sprintf("upgrade=%v", upgrade), func(t *testing.T) {
+			var stores [2]Store
+			for i := range stores {
+				c := redis.NewClient(&redis.Options{Addr: srv.Addr})
+				t.Cleanup(func() { _ = c.Close() })
+				r := NewRedis(c, RedisOptions{Timeout: 2 * time.Second})
+				t.Cleanup(func() { _ = r.Close() })
+				if upgrade && i == 1 {
+					src := noClaimFunc + string(old)
+					r.d = &decision{src: src, script: redis.NewScript(src)}
+				}
+				stores[i] = NewDenyCache(r, 1000, nil)
+			}
+			var (
+				mu        sync.Mutex
+				perKey    [keys]int
+				perGroup  [groups]int
+				wg        sync.WaitGroup
+				keyName   = func(k int) string { return fmt.Sprintf("replicas%d:key%d", run, k) }
+				groupName = func(g int) string { return fmt.Sprintf("replicas%d:group%d", run, g) }
+			)
+			for w := range 32 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					rng := rand.New(rand.NewPCG(uint64(w), 1))
+					var ans Answer
+					for range 60 {
+						k := rng.IntN(keys)
+						q := &Request{Checks: []Check{{Key: keyName(k), Limit: keyLimit}, {Key: groupName(k % groups), Limit: groupLimit}}}
+						if err := stores[w%2].AllowAll(context.Background(), q, &ans); err != nil {
+							t.Error(err)
+							return
+						}
+						if ans.Allowed {
+							mu.Lock()
+							perKey[k]++
+							perGroup[k%groups]++
+							mu.Unlock()
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			for k, n := range perKey {
+				if n > keyBurst {
+					t.Errorf("key %d let %d through, over its burst %d", k, n, keyBurst)
+				}
+			}
+			for g, n := range perGroup {
+				if n != groupBurst {
+					t.Errorf("group %d let %d through, want exactly its burst %d", g, n, groupBurst)
+				}
+			}
+		})
+	}
+}
