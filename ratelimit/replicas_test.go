@@ -93,3 +93,61 @@ func TestReplicasShareManyKeysExactly(t *testing.T) {
 		})
 	}
 }
+
+// TestRedisAnswersReachTheirOwnCallers: calls batched into pipelined
+// round trips (94dfcb0's hand-off of the queue) each get their own
+// answer: 64 callers on one store, small batches, two round trips in
+// flight, a third of the calls given up by their callers midway; each
+// caller's key has a burst of its own, and every answer it gets tells
+// exactly what is left of its own key.
+func TestRedisAnswersReachTheirOwnCallers(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts redis-server")
+	}
+	srv := redistest.Start(t)
+	for _, o := range []RedisOptions{{Timeout: 2 * time.Second, MaxBatch: 3}, {Timeout: 2 * time.Second, MaxBatch: 3, MaxInFlight: 2}} {
+		t.Run(fmt.Sprintf("inflight=%d", o.MaxInFlight), func(t *testing.T) {
+			r := NewRedis(srv.Client(), o)
+			t.Cleanup(func() { _ = r.Close() })
+			var wg sync.WaitGroup
+			for w := range 64 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					burst := int64(20 + w)
+					l := Limit{Rate: burst, Period: time.Hour, Burst: burst}
+					key := fmt.Sprintf("own%d:%d", o.MaxInFlight, w)
+					charged := int64(0)
+					var ans Answer
+					for i := range 15 {
+						ctx, cancel := context.WithCancel(context.Background())
+						if i%3 == 2 {
+							cancel() // given up before or while its round trip is sent
+						}
+						err := r.AllowAll(ctx, &Request{Checks: []Check{{Key: key, Limit: l}}}, &ans)
+						cancel()
+						if err != nil {
+							if i%3 != 2 {
+								t.Errorf("caller %d, call %d: %v", w, i, err)
+							}
+							// A call given up may or may not have been
+							// charged: read the key to know.
+							charged = -1
+							continue
+						}
+						if !ans.Allowed {
+							t.Errorf("caller %d, call %d refused with %d of %d charged", w, i, charged, burst)
+							continue
+						}
+						left := ans.Results[0].Result.Remaining
+						if charged >= 0 && left != burst-charged-1 {
+							t.Errorf("caller %d, call %d: %d left, want %d of its own burst %d", w, i, left, burst-charged-1, burst)
+						}
+						charged = burst - left
+					}
+				}()
+			}
+			wg.Wait()
+		})
+	}
+}
