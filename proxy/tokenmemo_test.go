@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bufio"
 	"crypto/tls"
 	"encoding/base64"
 	"fmt"
@@ -179,3 +180,77 @@ func TestTokenIDsOfManyClientsOnOneHTTP2Connection(t *testing.T) {
 		}
 	}
 }
+
+// TestTokenMemoFollowsReloads: the id a connection keeps of its last
+// token (tokenMemo) carries no tier and no limit: after a reload gives
+// the token's id a tier, the next request of the same kept-alive
+// connection is counted in the tier's limit, and after a reload takes it
+// away, in the route's again, still spent; another token on the
+// connection keeps its own count throughout.
+func TestTokenMemoFollowsReloads(t *testing.T) {
+	var cfg *config.Config
+	limited := func(c *config.Config) {
+		rt := c.Route("list_matches")
+		rt.Auth = config.AuthOptional
+		rt.Limits = []config.Limit{{Key: config.KeyToken, When: config.WhenToken, Rate: config.Rate{N: 2, Period: time.Hour}}}
+	}
+	e := startLimited(t, nil, func(c *config.Config) { limited(c); cfg = c })
+	conn, err := net.Dial("tcp", e.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(20 * time.Second))
+	br := bufio.NewReader(conn)
+	send := func(token string) (int, string) {
+		t.Helper()
+		fmt.Fprintf(conn, "GET /api/v1/mth/matches/BTC_USDT/ HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n\r\n", token)
+		res, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		return res.StatusCode, res.Header.Get("Ratelimit-Policy")
+	}
+	k, _ := limiter.NewKeyer([]byte(testKeySecret))
+	a, b := "opaque-token-a", "opaque-token-b"
+	reload := func(tiered bool) {
+		t.Helper()
+		next := config.Default()
+		next.Upstream = cfg.Upstream
+		next.Limiter.Backend = config.BackendMemory
+		limited(next)
+		var tokens map[string]string
+		if tiered {
+			next.TokensFile = "tokens.yaml" // read by the caller: its tiers are given to Compile
+			next.Tiers = map[string]map[string]config.TierLimit{"pro": {"list_matches": {Rate: config.Rate{N: 10, Period: time.Hour}}}}
+			tokens = map[string]string{k.ID(a): "pro"}
+		}
+		if err := next.Validate(); err != nil {
+			t.Fatal(err)
+		}
+		e.gw.Reload(next, limiter.Compile(next, tokens), nil)
+	}
+	steps := []struct {
+		reload *bool // reload first, with a tier for a or without
+		token  string
+		status int
+		quota  string // RateLimit-Policy's q
+	}{
+		{nil, a, 200, "q=2"}, {nil, a, 200, "q=2"}, {nil, a, 429, "q=2"}, {nil, b, 200, "q=2"},
+		{ptr(true), a, 200, "q=10"}, {nil, b, 200, "q=2"}, {nil, a, 200, "q=10"}, {nil, b, 429, "q=2"},
+		{ptr(false), a, 429, "q=2"}, {nil, b, 429, "q=2"},
+	}
+	for i, s := range steps {
+		if s.reload != nil {
+			reload(*s.reload)
+		}
+		status, policy := send(s.token)
+		if status != s.status || !strings.Contains(policy, s.quota) {
+			t.Fatalf("step %d (%s): %d with RateLimit-Policy %q, want %d with %s", i, s.token, status, policy, s.status, s.quota)
+		}
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
