@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/http/httptrace"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -254,3 +255,52 @@ func TestTokenMemoFollowsReloads(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// TestDuplicatesPerTokenOnOneConnection: duplicate protection keys an
+// order's identifier by its token's id, which a connection keeps for its
+// last token (tokenMemo): two tokens taking turns on one kept-alive
+// connection with one identifier each have their own order placed once
+// and their own answer replayed, never the other's, with the route's
+// limits on or off (the id worked out by the limits or by the claim).
+func TestDuplicatesPerTokenOnOneConnection(t *testing.T) {
+	for _, limits := range []bool{true, false} {
+		t.Run(fmt.Sprintf("limits=%v", limits), func(t *testing.T) {
+			e := startOrdersConfig(t, func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(http.StatusCreated)
+				_, _ = io.WriteString(w, `{"for":"`+strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")+`"}`)
+			}, nil, func(c *config.Config) {
+				if !limits {
+					c.Route("place_order").Limits = nil
+					c.Routes = slices.DeleteFunc(c.Routes, func(r config.Route) bool { return r.Validate == config.ValidateBulk })
+				}
+			})
+			conn, err := net.Dial("tcp", e.addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			_ = conn.SetDeadline(time.Now().Add(20 * time.Second))
+			br := bufio.NewReader(conn)
+			body := `{"symbol":"BTC_USDT","type":"market","side":"buy","base_amount":"0.5","identifier":"o-7"}`
+			for i, s := range []struct{ token, replayed string }{
+				{"tok-a", ""}, {"tok-b", ""}, {"tok-a", "true"}, {"tok-b", "true"}, {"tok-b", "true"}, {"tok-a", "true"},
+			} {
+				fmt.Fprintf(conn, "POST /api/v1/odr/orders/ HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s",
+					s.token, len(body), body)
+				res, err := http.ReadResponse(br, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				b, _ := io.ReadAll(res.Body)
+				res.Body.Close()
+				if res.StatusCode != 201 || res.Header.Get("Idempotent-Replayed") != s.replayed || string(b) != `{"for":"`+s.token+`"}` {
+					t.Errorf("order %d of %s: %d, replayed %q, %s; want 201, %q, its own answer", i, s.token, res.StatusCode, res.Header.Get("Idempotent-Replayed"), b, s.replayed)
+				}
+			}
+			if n := e.backend.count(); n != 2 {
+				t.Errorf("the backend got %d orders, want 2: one per token", n)
+			}
+		})
+	}
+}
