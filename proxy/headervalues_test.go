@@ -31,32 +31,7 @@ func TestHeaderValuesOfConcurrentRequests(t *testing.T) {
 		rt := c.Route("list_matches")
 		rt.Limits = []config.Limit{{Key: config.KeyAddress, Rate: config.Rate{N: workers * perWorker * 3 / 4, Period: time.Hour}}}
 	})
-	e.backend.handler = func(w http.ResponseWriter, r *http.Request) {
-		id := r.Header.Get("X-Request-Id")
-		switch r.URL.Query().Get("mode") {
-		case "echo":
-			w.Header().Set("X-Request-Id", id)
-		case "own":
-			w.Header().Set("X-Request-Id", "backend-own")
-		case "two":
-			w.Header()["X-Request-Id"] = []string{id, id}
-		case "early":
-			w.Header().Set("Link", "</style.css>; rel=preload")
-			w.Header().Set("X-Request-Id", id)
-			w.WriteHeader(http.StatusEarlyHints)
-		case "trailer":
-			w.Header().Set("Trailer", "X-Checksum")
-			w.Header().Set("X-Request-Id", id)
-			_, _ = io.WriteString(w, `{}`)
-			w.Header().Set("X-Checksum", id)
-			return
-		case "ratelimit":
-			w.Header().Set("X-Request-Id", id)
-			w.Header().Set("RateLimit-Policy", `"backend";q=1;w=1`)
-			w.Header().Set("RateLimit", `"backend";r=0;t=1`)
-		}
-		_, _ = io.WriteString(w, `{}`)
-	}
+	e.backend.handler = answerInEveryWay
 	modes := []string{"echo", "none", "own", "two", "early", "trailer", "ratelimit"}
 	var (
 		mu      sync.Mutex
@@ -120,6 +95,46 @@ func TestHeaderValuesOfConcurrentRequests(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+	checkIDsReachedAndLogged(t, e, answers)
+}
+
+// answerInEveryWay is the backend of TestHeaderValuesOfConcurrentRequests:
+// it answers as the request's mode query says, echoing the request's id,
+// with none, with its own, with two, after a 103 Early Hints, with
+// trailers, or with rate-limit fields of its own.
+func answerInEveryWay(w http.ResponseWriter, r *http.Request) {
+	id := r.Header.Get("X-Request-Id")
+	switch r.URL.Query().Get("mode") {
+	case "echo":
+		w.Header().Set("X-Request-Id", id)
+	case "own":
+		w.Header().Set("X-Request-Id", "backend-own")
+	case "two":
+		w.Header()["X-Request-Id"] = []string{id, id}
+	case "early":
+		w.Header().Set("Link", "</style.css>; rel=preload")
+		w.Header().Set("X-Request-Id", id)
+		w.WriteHeader(http.StatusEarlyHints)
+	case "trailer":
+		w.Header().Set("Trailer", "X-Checksum")
+		w.Header().Set("X-Request-Id", id)
+		_, _ = io.WriteString(w, `{}`)
+		w.Header().Set("X-Checksum", id)
+		return
+	case "ratelimit":
+		w.Header().Set("X-Request-Id", id)
+		w.Header().Set("RateLimit-Policy", `"backend";q=1;w=1`)
+		w.Header().Set("RateLimit", `"backend";r=0;t=1`)
+	}
+	_, _ = io.WriteString(w, `{}`)
+}
+
+// checkIDsReachedAndLogged checks that the backend got each request's id
+// with a part of exgate's, and the client's address, and that the access
+// log's ids, read after all the traffic, are the ids the clients were
+// answered with.
+func checkIDsReachedAndLogged(t *testing.T, e *env, answers []string) {
+	t.Helper()
 	for _, r := range e.backend.all() {
 		up := r.Header.Values("X-Request-Id")
 		if len(up) != 1 || strings.Count(up[0], ".") > 1 || !genID(up[0][strings.LastIndexByte(up[0], '.')+1:]) {

@@ -35,37 +35,7 @@ import (
 // of its own request.
 func TestTokenIDsOfManyClientsOnOneHTTP2Connection(t *testing.T) {
 	const clients, perClient, limit = 12, 7, 4
-	cfg := config.Default()
-	be := &backend{}
-	bs := httptest.NewServer(be)
-	t.Cleanup(bs.Close)
-	cfg.Upstream.URL = config.MustURL(bs.URL)
-	cfg.Limiter.Backend = config.BackendMemory
-	cfg.ClientIP.TrustedProxies = []config.Prefix{{Prefix: mustPrefix("127.0.0.0/8")}}
-	rt := cfg.Route("list_matches")
-	rt.Auth = config.AuthOptional
-	rt.Limits = []config.Limit{{Key: config.KeyToken, When: config.WhenToken, Rate: config.Rate{N: limit, Period: time.Hour}}}
-	if err := cfg.Validate(); err != nil {
-		t.Fatal(err)
-	}
-	k, _ := limiter.NewKeyer([]byte(testKeySecret))
-	enf, err := limiter.NewEnforcer(limiter.EnforcerOptions{Store: ratelimit.NewMemory(ratelimit.MemoryOptions{}), Keyer: k})
-	if err != nil {
-		t.Fatal(err)
-	}
-	core, logs := observer.New(zap.InfoLevel)
-	gw, err := New(cfg, Options{Logger: zap.New(core), Limits: enf, Rules: limiter.Compile(cfg, nil)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	certs, ca := apiCertificates(t)
-	addr := serveTLS(t, cfg, gw, nil, certs)
-	tr := &http.Transport{
-		TLSClientConfig:   &tls.Config{RootCAs: ca.Pool, ServerName: "api.example.test", NextProtos: []string{"h2"}},
-		ForceAttemptHTTP2: true,
-		MaxConnsPerHost:   1,
-	}
-	client := &http.Client{Transport: tr, Timeout: 20 * time.Second}
+	addr, be, logs, k, client := tokenMemoH2Gateway(t, limit)
 	defer client.CloseIdleConnections()
 
 	token := func(i int) string {
@@ -146,6 +116,54 @@ func TestTokenIDsOfManyClientsOnOneHTTP2Connection(t *testing.T) {
 			t.Errorf("client %d's token had %d requests through, want its limit %d", i, ok[i], limit)
 		}
 	}
+	checkTokensReached(t, be, logs, k, token, clients, perClient, limit)
+}
+
+// tokenMemoH2Gateway serves, over TLS with HTTP/2, a gateway whose
+// list_matches route limits each token to limit requests, in memory, and
+// trusts 127.0.0.0/8 as proxies; it returns its address, its backend and
+// access log, the limiter's keyer, and a client of one connection.
+func tokenMemoH2Gateway(t *testing.T, limit int64) (string, *backend, *observer.ObservedLogs, *limiter.Keyer, *http.Client) {
+	t.Helper()
+	cfg := config.Default()
+	be := &backend{}
+	bs := httptest.NewServer(be)
+	t.Cleanup(bs.Close)
+	cfg.Upstream.URL = config.MustURL(bs.URL)
+	cfg.Limiter.Backend = config.BackendMemory
+	cfg.ClientIP.TrustedProxies = []config.Prefix{{Prefix: mustPrefix("127.0.0.0/8")}}
+	rt := cfg.Route("list_matches")
+	rt.Auth = config.AuthOptional
+	rt.Limits = []config.Limit{{Key: config.KeyToken, When: config.WhenToken, Rate: config.Rate{N: limit, Period: time.Hour}}}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	k, _ := limiter.NewKeyer([]byte(testKeySecret))
+	enf, err := limiter.NewEnforcer(limiter.EnforcerOptions{Store: ratelimit.NewMemory(ratelimit.MemoryOptions{}), Keyer: k})
+	if err != nil {
+		t.Fatal(err)
+	}
+	core, logs := observer.New(zap.InfoLevel)
+	gw, err := New(cfg, Options{Logger: zap.New(core), Limits: enf, Rules: limiter.Compile(cfg, nil)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	certs, ca := apiCertificates(t)
+	addr := serveTLS(t, cfg, gw, nil, certs)
+	tr := &http.Transport{
+		TLSClientConfig:   &tls.Config{RootCAs: ca.Pool, ServerName: "api.example.test", NextProtos: []string{"h2"}},
+		ForceAttemptHTTP2: true,
+		MaxConnsPerHost:   1,
+	}
+	client := &http.Client{Transport: tr, Timeout: 20 * time.Second}
+	return addr, be, logs, k, client
+}
+
+// checkTokensReached checks that the backend got each request's own
+// token and id, and that each access log line names its own request's
+// token id and holds no token.
+func checkTokensReached(t *testing.T, be *backend, logs *observer.ObservedLogs, k *limiter.Keyer, token func(int) string, clients, perClient, limit int) {
+	t.Helper()
 	// The backend got each request's own token and id.
 	got := be.all()
 	if len(got) != 1+clients*limit {
