@@ -236,10 +236,7 @@ func (b *bench) once(ctx context.Context, c combo, d time.Duration) (Run, error)
 			roleRedis: perReq(r1 - r0), roleWrk: perReq(wrkCPU),
 		},
 	}
-	if all := float64((sys1.busy + sys1.idle + sys1.steal) - (sys0.busy + sys0.idle + sys0.steal)); all > 0 {
-		run.BusyPct = sys0.busyPctUntil(sys1)
-		run.StealPct = 100 * float64(sys1.steal-sys0.steal) / all
-	}
+	run.BusyPct, run.StealPct = sys0.sharesUntil(sys1)
 	if strings.HasPrefix(c.t.name, tExgateRedis) {
 		if rt := storeAfter - storeBefore; rt > 0 {
 			run.DecisionsPerRoundTrip = n / rt

@@ -267,14 +267,15 @@ type sysCPU struct {
 	busy, idle, steal int64
 }
 
-// busyPctUntil returns how busy the machine was from s to later, in
-// percent of all its CPUs' time (0 when no time passed).
-func (s sysCPU) busyPctUntil(later sysCPU) float64 {
+// sharesUntil returns how busy the machine was from s to later, and how
+// much of its time the hypervisor stole, each in percent of all its CPUs'
+// time (both 0 when no time passed).
+func (s sysCPU) sharesUntil(later sysCPU) (busyPct, stealPct float64) {
 	all := float64((later.busy + later.idle + later.steal) - (s.busy + s.idle + s.steal))
 	if all <= 0 {
-		return 0
+		return 0, 0
 	}
-	return 100 * float64(later.busy-s.busy) / all
+	return 100 * float64(later.busy-s.busy) / all, 100 * float64(later.steal-s.steal) / all
 }
 
 // readSysCPU reads the "cpu" line of /proc/stat: busy is user, nice,

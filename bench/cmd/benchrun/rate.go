@@ -281,7 +281,7 @@ func (b *bench) attack(ctx context.Context, vegeta string, t *target, rate float
 		return RateRun{}, fmt.Errorf("%s: %w", t.name, err)
 	}
 	sys1, _ := readSysCPU()
-	run.BusyPct = sys0.busyPctUntil(sys1)
+	run.BusyPct, _ = sys0.sharesUntil(sys1)
 	return run, nil
 }
 
