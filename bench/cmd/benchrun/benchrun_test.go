@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"image/png"
 	"math"
 	"slices"
@@ -275,6 +276,52 @@ func TestReportFromResults(t *testing.T) {
 	}
 	if b := img.Bounds(); b.Dx() != chartW || b.Dy() < 200 {
 		t.Errorf("chart is %v", b)
+	}
+}
+
+// TestIdentifiedOrderTrips checks issue 36 item 4's line: an order whose
+// claim rides with its limits waits for one round trip before it is
+// forwarded (met); a claim sent on its own adds one (missed); a run whose
+// limits never reached Redis measured nothing.
+func TestIdentifiedOrderTrips(t *testing.T) {
+	for _, tc := range []struct {
+		name                  string
+		limits, alone, finish float64
+		want                  string
+	}{
+		{"claims ride", 0.19, 0, 1, "| 1.00 | 1 (issue 36 item 4) | **met** |"},
+		{"every claim alone", 0.19, 1, 1, "| 2.00 | 1 (issue 36 item 4) | **missed** |"},
+		{"a tenth alone", 0.19, 0.1, 1, "claims sent on their own: 0.10 per order; 5.3 orders share a round trip). After the backend answers: 1.00 finish runs per order"},
+		{"not measured", 0, 0, 0, "| 0.00 | 1 (issue 36 item 4) | not measured |"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := Row{Target: tExgateRedis, Runs: []Run{{Round: 1, RPS: 1000, Requests: 6000,
+				RoundTripsPerRequest: tc.limits, ClaimsAlonePerRequest: tc.alone, FinishRunsPerRequest: tc.finish,
+				CPU: map[string]float64{roleProxy: 100}}}}
+			if tc.limits > 0 {
+				r.Runs[0].DecisionsPerRoundTrip = 1 / tc.limits
+			}
+			r.summarize()
+			var b strings.Builder
+			identifiedOrderTrips(func(f string, a ...any) { fmt.Fprintf(&b, f, a...) }, &r)
+			if !strings.Contains(b.String(), tc.want) {
+				t.Errorf("got\n%s\nwant it to contain %q", b.String(), tc.want)
+			}
+		})
+	}
+}
+
+// TestClaimsAlone checks the claims sent on their own are the script runs
+// neither a limit store's round trip nor a finish run accounts for.
+func TestClaimsAlone(t *testing.T) {
+	for _, tc := range []struct{ runs, trips, finish, want float64 }{
+		{1070, 70, 1000, 0},
+		{2070, 70, 1000, 1000},
+		{1000, 70, 1000, 0}, // a scrape between the two counts: never below 0
+	} {
+		if got := claimsAlone(tc.runs, tc.trips, tc.finish); got != tc.want {
+			t.Errorf("claimsAlone(%v, %v, %v) = %v, want %v", tc.runs, tc.trips, tc.finish, got, tc.want)
+		}
 	}
 }
 

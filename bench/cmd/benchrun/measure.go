@@ -191,8 +191,12 @@ func fmtCPU(m map[string]float64) string {
 func (b *bench) once(ctx context.Context, c combo, d time.Duration) (Run, error) {
 	var args []string
 	switch c.sc.name {
-	case scOrders, scOrdersID:
+	case scOrders:
 		args = []string{b.token}
+	case scOrdersID:
+		// A nonce per run: the identifiers of every run (warm-up and
+		// rounds) are new, so that none is a replay of an earlier run's.
+		args = []string{b.token, strconv.FormatInt(time.Now().UnixNano(), 36)}
 	case scManyKeys:
 		args = []string{strconv.Itoa(b.o.tokens)}
 	}
@@ -202,7 +206,7 @@ func (b *bench) once(ctx context.Context, c combo, d time.Duration) (Run, error)
 		}
 		return groupCPU(c.t.proxy.pid())
 	}
-	storeBefore := b.storeRoundTrips(c.t)
+	storeBefore := b.storeCallsOf(c.t)
 	evalBefore := b.redis.scriptRuns(ctx)
 	cmdsBefore := b.redis.commands(ctx)
 	sys0, _ := readSysCPU()
@@ -218,7 +222,7 @@ func (b *bench) once(ctx context.Context, c combo, d time.Duration) (Run, error)
 	sys1, _ := readSysCPU()
 	evalAfter := b.redis.scriptRuns(ctx)
 	cmdsAfter := b.redis.commands(ctx)
-	storeAfter := b.storeRoundTrips(c.t)
+	storeAfter := b.storeCallsOf(c.t)
 
 	n := float64(w.Requests)
 	perReq := func(d time.Duration) float64 { return float64(d.Microseconds()) / n }
@@ -238,12 +242,16 @@ func (b *bench) once(ctx context.Context, c combo, d time.Duration) (Run, error)
 	}
 	run.BusyPct, run.StealPct = sys0.sharesUntil(sys1)
 	if strings.HasPrefix(c.t.name, tExgateRedis) {
-		if rt := storeAfter - storeBefore; rt > 0 {
+		rt, finish := storeAfter.limitRoundTrips-storeBefore.limitRoundTrips, storeAfter.finishRuns-storeBefore.finishRuns
+		if rt > 0 {
 			run.DecisionsPerRoundTrip = n / rt
 			run.RoundTripsPerRequest = rt / n
 		}
+		run.FinishRunsPerRequest = finish / n
 		if evalBefore >= 0 && evalAfter >= 0 {
-			run.RedisCallsPerRequest = float64(evalAfter-evalBefore) / n
+			runs := float64(evalAfter - evalBefore)
+			run.RedisCallsPerRequest = runs / n
+			run.ClaimsAlonePerRequest = claimsAlone(runs, rt, finish) / n
 		}
 		if cmdsBefore >= 0 && cmdsAfter >= 0 {
 			run.RedisCommandsPerRequest = float64(cmdsAfter-cmdsBefore) / n
@@ -315,20 +323,42 @@ func shedCount(t *target) float64 {
 	return sumSamples(text, "exgate_overload_shed_total")
 }
 
-// storeRoundTrips returns exgate's count of Redis round trips, or 0 for
-// other targets: the limit store's (which carry the claims riding with
-// the limits) and duplicate protection's own calls (a claim on its own,
-// recording the response, a release).
-func (b *bench) storeRoundTrips(t *target) float64 {
+// storeCalls is what an exgate target's Redis stores counted, from its
+// metrics: the limit store's round trips (each carries the decisions of
+// the requests queued for it, and the claims riding with them) and
+// duplicate protection's finish runs (a response recorded, a claim
+// released or marked unknown), which share pipelined round trips of
+// their own.
+type storeCalls struct {
+	limitRoundTrips, finishRuns float64
+}
+
+// storeCallsOf returns t's storeCalls, zero for a target without an
+// admin listener (not an exgate).
+func (b *bench) storeCallsOf(t *target) storeCalls {
 	if t.admin == "" {
-		return 0
+		return storeCalls{}
 	}
 	text, err := scrapeMetrics(t.admin)
 	if err != nil {
-		return 0
+		return storeCalls{}
 	}
-	return sumSamples(text, metrics.NameStoreDuration+"_count") +
-		sumSamples(text, metrics.NameIdempotencyStoreDuration+"_count")
+	idem := metrics.NameIdempotencyStoreDuration + "_count"
+	return storeCalls{
+		limitRoundTrips: sumSamples(text, metrics.NameStoreDuration+"_count"),
+		finishRuns:      sumSamples(text, idem) - sumSamples(text, idem, `operation="claim"`),
+	}
+}
+
+// claimsAlone returns how many of duplicate protection's claims were sent
+// in script runs of their own, not riding with the limits, from Redis's
+// count of script runs: the benchmark's Redis is one instance, where a
+// round trip of the limit store is one script run (its decisions and the
+// claims riding with them) and every other run is a finish run or a
+// claim alone. (exgate counts a claim riding with the limits and one
+// alone under the same operation label.)
+func claimsAlone(scriptRuns, limitRoundTrips, finishRuns float64) float64 {
+	return max(0, scriptRuns-limitRoundTrips-finishRuns)
 }
 
 // redisStats reads the benchmark Redis's command counts.

@@ -278,14 +278,14 @@ func targetsTable(p func(string, ...any), res *Results) {
 		fixedRateTarget(p, res.FixedRate)
 	}
 	surgeTargets(p, res.Surge)
+	identifiedOrderTrips(p, res.row(scOrdersID, tExgateRedis))
 	referenceLines(p, res)
 	p("\n")
 }
 
 // referenceLines writes the figures the report keeps without a target:
 // what each layer between the floors and exgate costs, the order work,
-// the backend's work behind exgate, NGINX with limit_req, and Redis round
-// trips per identified order.
+// the backend's work behind exgate and NGINX with limit_req.
 func referenceLines(p func(string, ...any), res *Results) {
 	for _, sc := range getAndPost {
 		e, f := res.row(sc.name, tExgateOff), res.row(sc.name, tFloor)
@@ -304,10 +304,26 @@ func referenceLines(p func(string, ...any), res *Results) {
 	}
 	red, ngl := res.row(scMarkets, tExgateRedis), res.row(scMarkets, tNginxLimit)
 	p("| reference: GET markets, exgate with Redis limits ÷ NGINX + limit_req, req/s | %s | (no target) | |\n", fmtRatio(ratio(red, ngl)))
-	if r := res.row(scOrdersID, tExgateRedis); r != nil {
-		p("| reference: orders with an identifier each, exgate with Redis limits: Redis round trips per order (limits and claim, and duplicate protection's own calls), Redis commands per order | %.2f, %.2f | (issue 36 item 4: one round trip) | |\n",
-			r.RoundTripsPerRequest, r.RedisCommandsPerRequest)
+}
+
+// identifiedOrderTrips writes issue 36 item 4's line for r, the orders
+// with an identifier each at exgate with Redis limits: the Redis round
+// trips an order waits for before it is forwarded (its limits', with its
+// claim riding in them, plus any claim sent on its own), and what follows
+// the backend's answer (the finish run that records it, pipelined with
+// other orders').
+func identifiedOrderTrips(p func(string, ...any), r *Row) {
+	if r == nil {
+		return
 	}
+	before := 0.0
+	if r.RoundTripsPerRequest > 0 {
+		before = 1 + r.ClaimsAlonePerRequest
+	}
+	p("| orders with an identifier each, exgate with Redis limits: Redis round trips an order waits for before it is forwarded (its limits', its claim riding in them; "+
+		"claims sent on their own: %.2f per order; %.1f orders share a round trip). After the backend answers: %.2f finish runs per order (the response recorded), "+
+		"pipelined with other orders'; %.2f Redis commands per order | %.2f | 1 (issue 36 item 4) | %s |\n",
+		r.ClaimsAlonePerRequest, r.DecisionsPerRoundTrip, r.FinishRunsPerRequest, r.RedisCommandsPerRequest, before, metAtMost(before, 1))
 }
 
 // floorLayers writes, for GET markets and POST orders, what stands between
@@ -541,9 +557,10 @@ func markdown(res *Results) string {
 			tlsOverhead(p, res)
 		}
 		if r := res.row(sc.Name, tExgateRedis); r != nil && r.DecisionsPerRoundTrip > 0 {
-			p("\nexgate with Redis limits: %.2f Redis round trips per request (the limits', with any claims riding in them, and duplicate protection's own; "+
-				"%.1f requests share a pipelined round trip), %.2f script runs (EVALSHA, EVAL) and %.2f Redis commands (total_commands_processed) per request.\n",
-				r.RoundTripsPerRequest, r.DecisionsPerRoundTrip, r.RedisCallsPerRequest, r.RedisCommandsPerRequest)
+			p("\nexgate with Redis limits: %.2f Redis round trips of the limit store per request (with any claims riding in them; "+
+				"%.1f requests share a pipelined round trip), %.2f claims sent on their own and %.2f finish runs of duplicate protection per request, "+
+				"%.2f script runs (EVALSHA, EVAL) and %.2f Redis commands (total_commands_processed) per request.\n",
+				r.RoundTripsPerRequest, r.DecisionsPerRoundTrip, r.ClaimsAlonePerRequest, r.FinishRunsPerRequest, r.RedisCallsPerRequest, r.RedisCommandsPerRequest)
 		}
 		p("\n")
 	}

@@ -72,6 +72,8 @@ type Row struct {
 	StealPct                float64            `json:"steal_pct"`
 	DecisionsPerRoundTrip   float64            `json:"decisions_per_round_trip,omitempty"`
 	RoundTripsPerRequest    float64            `json:"round_trips_per_request,omitempty"`
+	ClaimsAlonePerRequest   float64            `json:"claims_alone_per_request,omitempty"`
+	FinishRunsPerRequest    float64            `json:"finish_runs_per_request,omitempty"`
 	RedisCallsPerRequest    float64            `json:"redis_calls_per_request,omitempty"`
 	RedisCommandsPerRequest float64            `json:"redis_commands_per_request,omitempty"`
 	// Errors is the sum over the runs.
@@ -93,8 +95,18 @@ type Run struct {
 	Errors                int64              `json:"errors"`
 	StatusErrors          int64              `json:"status_errors"`
 	DecisionsPerRoundTrip float64            `json:"decisions_per_round_trip,omitempty"`
-	RoundTripsPerRequest  float64            `json:"round_trips_per_request,omitempty"`
-	RedisCallsPerRequest  float64            `json:"redis_calls_per_request,omitempty"`
+	// RoundTripsPerRequest is the limit store's round trips (which carry
+	// the claims riding with the limits) per request.
+	RoundTripsPerRequest float64 `json:"round_trips_per_request,omitempty"`
+	// ClaimsAlonePerRequest is duplicate protection's claims sent in a
+	// round trip of their own, not riding with the limits, per request.
+	ClaimsAlonePerRequest float64 `json:"claims_alone_per_request,omitempty"`
+	// FinishRunsPerRequest is duplicate protection's finish runs (a
+	// response recorded, a claim released or marked unknown) per
+	// request, sent after the backend has answered in pipelined round
+	// trips of their own.
+	FinishRunsPerRequest float64 `json:"finish_runs_per_request,omitempty"`
+	RedisCallsPerRequest float64 `json:"redis_calls_per_request,omitempty"`
 	// RedisCommandsPerRequest is Redis's total_commands_processed over
 	// the run, per request (a pipeline's commands count one each).
 	RedisCommandsPerRequest float64 `json:"redis_commands_per_request,omitempty"`
@@ -141,6 +153,8 @@ func (r *Row) summarize() {
 	r.StealPct = pick(func(x Run) float64 { return x.StealPct })
 	r.DecisionsPerRoundTrip = pick(func(x Run) float64 { return x.DecisionsPerRoundTrip })
 	r.RoundTripsPerRequest = pick(func(x Run) float64 { return x.RoundTripsPerRequest })
+	r.ClaimsAlonePerRequest = pick(func(x Run) float64 { return x.ClaimsAlonePerRequest })
+	r.FinishRunsPerRequest = pick(func(x Run) float64 { return x.FinishRunsPerRequest })
 	r.RedisCallsPerRequest = pick(func(x Run) float64 { return x.RedisCallsPerRequest })
 	r.RedisCommandsPerRequest = pick(func(x Run) float64 { return x.RedisCommandsPerRequest })
 	r.CPU = map[string]float64{}
