@@ -271,15 +271,18 @@ func (e *Enforcer) AccountID(user string) string { return e.keyer.AccountID(user
 // A CacheOnly request the deny cache could not decide leaves its plan
 // (the keys of its limits, its guard) in d, and the next Decide of the
 // same route with d, for the same request, decides that plan instead of
-// building it again: an order whose claim rides with its limits is looked
-// up in the deny cache before its body is read, and decided after.
+// building it again, without looking it up in the deny cache again
+// (ratelimit.Request.CacheAsked): an order whose claim rides with its
+// limits is looked up in the deny cache before its body is read, and
+// decided after.
 func (e *Enforcer) Decide(ctx context.Context, rr *RouteRules, req Request, d *Decision) {
 	kept := d.kept
 	*d = Decision{Allowed: true, cost: max(req.Cost, 1)}
 	var p *chargePlan
+	asked := false // p's checks were just looked up in the deny cache
 	switch {
 	case kept != nil && kept.rr == rr && kept.req.Cost == d.cost && !req.CacheOnly:
-		p = kept
+		p, asked = kept, true
 		d.Account, d.TokenID, d.Tier, d.Demoted = p.account, p.tokenID, p.tier, p.demoted
 		if !req.answers() && !p.dropAnswers() {
 			e.plans.Put(p)
@@ -304,7 +307,7 @@ func (e *Enforcer) Decide(ctx context.Context, rr *RouteRules, req Request, d *D
 			e.plans.Put(p)
 		}
 	}()
-	p.req.Claim, p.req.CacheOnly = req.Claim, req.CacheOnly
+	p.req.Claim, p.req.CacheOnly, p.req.CacheAsked = req.Claim, req.CacheOnly, asked
 	err := e.store.AllowAll(ctx, &p.req, &p.ans)
 	d.Claim = p.ans.Claim
 	if req.CacheOnly && err != nil {

@@ -891,11 +891,12 @@ routes:
 }
 
 // keysSeen is a limit store that records the keys of each request it
-// decides, as the strings it was given.
+// decides, as the strings it was given, and whether it came CacheAsked.
 type keysSeen struct {
 	ratelimit.Store
-	mu   sync.Mutex
-	seen [][]string
+	mu    sync.Mutex
+	seen  [][]string
+	asked []bool
 }
 
 func (k *keysSeen) AllowAll(ctx context.Context, q *ratelimit.Request, ans *ratelimit.Answer) error {
@@ -905,14 +906,16 @@ func (k *keysSeen) AllowAll(ctx context.Context, q *ratelimit.Request, ans *rate
 		keys = append(keys, c.Key)
 	}
 	k.seen = append(k.seen, keys)
+	k.asked = append(k.asked, q.CacheAsked)
 	k.mu.Unlock()
 	return k.Store.AllowAll(ctx, q, ans)
 }
 
 // TestUndecidedPlanDecidedOnce: a request the deny cache could not decide
 // (CacheOnly) is then decided from the plan built for the lookup — the
-// same keys, not built again — with the same caller; a Decide of another
-// route, or another lookup, builds its own.
+// same keys, not built again — with the same caller, and is not looked
+// up in the deny cache again (CacheAsked); a Decide of another route, or
+// another lookup, builds its own.
 func TestUndecidedPlanDecidedOnce(t *testing.T) {
 	clock := newFakeClock()
 	store := &keysSeen{Store: ratelimit.NewDenyCache(ratelimit.NewMemory(ratelimit.MemoryOptions{Now: clock.Now}), 100, nil)}
@@ -943,11 +946,14 @@ func TestUndecidedPlanDecidedOnce(t *testing.T) {
 		!strings.Contains(store.seen[0][1], ":"+config.DuplicateAnswersLimit+":") {
 		t.Fatalf("keys of the lookup and the decision: %q, want the lookup's plan decided, without its allowance of duplicate answers", store.seen)
 	}
+	if store.asked[0] || !store.asked[1] {
+		t.Fatalf("CacheAsked of the lookup and the decision: %v, want false then true", store.asked)
+	}
 	// A lookup, then a decision of another route: its own plan.
 	e.Decide(context.Background(), place, look, &d)
 	e.Decide(context.Background(), cancel, req, &d)
-	if !d.Allowed || len(store.seen) != 4 || store.seen[3][0] == store.seen[2][0] {
-		t.Fatalf("another route after a lookup: %+v, keys %q", d, store.seen)
+	if !d.Allowed || len(store.seen) != 4 || store.seen[3][0] == store.seen[2][0] || store.asked[3] {
+		t.Fatalf("another route after a lookup: %+v, keys %q, CacheAsked %v", d, store.seen, store.asked)
 	}
 	// Two lookups: each its own.
 	e.Decide(context.Background(), place, look, &d)

@@ -85,10 +85,10 @@ func (d *DenyCache) AllowN(ctx context.Context, key string, l Limit, n int64) (R
 // never pass (a cost above its burst): the client is told that, not a
 // cached denial's wait. Denials the store gives for a request of cost 1
 // are cached. A CacheOnly request the cache does not refuse gets
-// ErrNotCached.
+// ErrNotCached; a CacheAsked one goes to the store without a look-up.
 func (d *DenyCache) AllowAll(ctx context.Context, q *Request, ans *Answer) error {
 	now := d.now().UnixNano()
-	if q.Guard.Key == "" && !q.neverPasses() {
+	if q.Guard.Key == "" && !q.CacheAsked && !q.neverPasses() {
 		for i := range q.Checks {
 			c := &q.Checks[i]
 			if c.Shadow || !Applies(c.Branch, true) {

@@ -168,3 +168,30 @@ func TestDenyCacheCacheOnly(t *testing.T) {
 		t.Error("Memory charged a CacheOnly request")
 	}
 }
+
+// TestDenyCacheCacheAsked: a request whose checks the cache was just
+// asked about (CacheAsked) goes to the store without a second look-up,
+// and the store's answer is the cached one's: refused, charging nothing.
+func TestDenyCacheCacheAsked(t *testing.T) {
+	clock := newFakeClock()
+	store := &counting{next: NewMemory(MemoryOptions{Now: clock.Now})}
+	dc := NewDenyCache(store, 1000, clock.Now)
+	ctx := context.Background()
+	l := Limit{Rate: 1, Period: time.Hour, Burst: 1}
+	var ans Answer
+	for i, want := range []bool{true, false} { // the second is denied, and cached
+		if err := dc.AllowAll(ctx, &Request{Checks: []Check{{Key: "k", Limit: l}}}, &ans); err != nil || ans.Allowed != want {
+			t.Fatalf("request %d: allowed %v (%v), want %v", i, ans.Allowed, err, want)
+		}
+	}
+	calls, hits := store.calls.Load(), dc.Hits()
+	if err := dc.AllowAll(ctx, &Request{Checks: []Check{{Key: "k", Limit: l}}, CacheAsked: true}, &ans); err != nil || ans.Allowed || ans.Results[0].Result.RetryAfter <= 0 {
+		t.Fatalf("CacheAsked request: %+v %v, want refused by the store with a wait", ans, err)
+	}
+	if store.calls.Load() != calls+1 || dc.Hits() != hits {
+		t.Errorf("store calls +%d, cache hits +%d; want +1 and +0", store.calls.Load()-calls, dc.Hits()-hits)
+	}
+	if err := dc.AllowAll(ctx, &Request{Checks: []Check{{Key: "k", Limit: l}}}, &ans); err != nil || ans.Allowed || dc.Hits() != hits+1 {
+		t.Errorf("a request after it: %+v %v, hits +%d; want refused from the cache", ans, err, dc.Hits()-hits)
+	}
+}

@@ -76,6 +76,12 @@ type Request struct {
 	// request, and every other Store, returns ErrNotCached, deciding
 	// and charging nothing.
 	CacheOnly bool
+	// CacheAsked reports that a DenyCache was asked about these checks
+	// just before, by a CacheOnly request it did not refuse (an order
+	// looked up before its body is read): the request goes to the store
+	// without the cache being asked again. A denial the cache learnt in
+	// between is then the store's own to give, and the answer is the same.
+	CacheAsked bool
 }
 
 // CheckResult is what one Check decided.
