@@ -177,6 +177,7 @@ var reloadModes = map[string]string{
 	"tracing.service_name":                          ReloadRestart,
 	"tracing.resource_attributes":                   ReloadRestart,
 	"tracing.trust_incoming":                        ReloadRestart,
+	"tracing.propagators":                           ReloadRestart,
 	"tracing.max_queue_size":                        ReloadRestart,
 	"tracing.max_export_batch_size":                 ReloadRestart,
 	"tracing.batch_timeout":                         ReloadRestart,

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"maps"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -58,6 +59,16 @@ type Tracing struct {
 	// flag can have every one of its requests traced, a cost the exchange
 	// pays.
 	TrustIncoming string `yaml:"trust_incoming"`
+	// Propagators are the formats of trace context exgate reads from a
+	// client it trusts and writes to the backend, as OTEL_PROPAGATORS
+	// names them: tracecontext (W3C traceparent and tracestate), baggage
+	// (W3C baggage), b3 (B3's one header), b3multi (B3's X-B3-* headers),
+	// jaeger (uber-trace-id), xray (X-Amzn-Trace-Id), ottrace (ot-tracer-*),
+	// or none alone. exgate writes every format listed on each request it
+	// forwards, replacing what a client sent in it; a format not listed is
+	// forwarded as the client sent it, as any header. OTEL_PROPAGATORS
+	// overrides it. Default tracecontext, baggage.
+	Propagators []string `yaml:"propagators"`
 	// MaxQueueSize bounds the spans waiting to be exported; a span that
 	// finds the queue full is dropped and counted
 	// (exgate_tracing_spans_dropped_total{reason="queue_full"}), never
@@ -97,6 +108,19 @@ var TraceSamplers = []string{
 	"parentbased_always_on", "parentbased_always_off", "parentbased_traceidratio",
 }
 
+// TracePropagators are the values of tracing.propagators, as
+// OTEL_PROPAGATORS names them.
+var TracePropagators = []string{
+	TracePropagatorTraceContext, TracePropagatorBaggage, "b3", "b3multi", "jaeger", "xray", "ottrace", TracePropagatorNone,
+}
+
+// Propagators of tracing.propagators that exgate handles itself.
+const (
+	TracePropagatorTraceContext = "tracecontext"
+	TracePropagatorBaggage      = "baggage"
+	TracePropagatorNone         = "none"
+)
+
 // DefaultTracing returns tracing's defaults: off; when turned on, OTLP
 // over HTTP to the local collector, every trace sampled unless a trusted
 // parent says otherwise, clients' trace context not trusted.
@@ -108,6 +132,7 @@ func DefaultTracing() Tracing {
 		SamplerArg:         1,
 		ServiceName:        defaultServiceName,
 		TrustIncoming:      TraceTrustNever,
+		Propagators:        []string{TracePropagatorTraceContext, TracePropagatorBaggage},
 		MaxQueueSize:       2048,
 		MaxExportBatchSize: 512,
 		BatchTimeout:       5 * time.Second,
@@ -143,6 +168,7 @@ func (t *Tracing) check(col *collector, p path) {
 	col.oneOf(p.key("protocol"), t.Protocol, TraceProtocolHTTP, TraceProtocolGRPC)
 	col.oneOf(p.key("sampler"), t.Sampler, TraceSamplers...)
 	col.oneOf(p.key("trust_incoming"), t.TrustIncoming, TraceTrustNever, TraceTrustProxies, TraceTrustAlways)
+	t.checkPropagators(col, p.key("propagators"))
 	if t.Endpoint != "" {
 		if !httpURL(t.Endpoint) {
 			col.addf(p.key("endpoint"), "want an http or https URL such as \"http://otel-collector:4318\", got %q", t.Endpoint)
@@ -164,6 +190,25 @@ func (t *Tracing) check(col *collector, p path) {
 	}
 	col.positive(p.key("batch_timeout"), t.BatchTimeout)
 	col.positive(p.key("export_timeout"), t.ExportTimeout)
+}
+
+// checkPropagators reports a propagator exgate does not know, one named
+// twice, none beside another, and an empty list (none says "no
+// propagation" where an empty list could be a mistake).
+func (t *Tracing) checkPropagators(col *collector, p path) {
+	if len(t.Propagators) == 0 {
+		col.addf(p, "must name at least one propagator, or none")
+	}
+	for i, name := range t.Propagators {
+		switch {
+		case !slices.Contains(TracePropagators, name):
+			col.oneOf(p.index(i), name, TracePropagators...)
+		case slices.Index(t.Propagators, name) != i:
+			col.addf(p.index(i), "%q is named twice", name)
+		case name == TracePropagatorNone && len(t.Propagators) > 1:
+			col.addf(p.index(i), "none stands alone: it means no trace context is read or written")
+		}
+	}
 }
 
 // httpURL reports whether s is an http or https URL with a host. A bad
@@ -211,6 +256,14 @@ func (t *Tracing) applyOTelEnv(getenv func(string) (string, bool), col *collecto
 	if v, ok := e.get("OTEL_TRACES_SAMPLER_ARG", p.key("sampler_arg")); ok {
 		if err := t.SamplerArg.UnmarshalText([]byte(v)); err != nil {
 			e.problem("OTEL_TRACES_SAMPLER_ARG", p.key("sampler_arg"), "%v", err)
+		}
+	}
+	if v, ok := e.get("OTEL_PROPAGATORS", p.key("propagators")); ok {
+		t.Propagators = t.Propagators[:0:0]
+		for name := range strings.SplitSeq(v, ",") {
+			if name = strings.ToLower(strings.TrimSpace(name)); name != "" {
+				t.Propagators = append(t.Propagators, name)
+			}
 		}
 	}
 	e.resource(t, p)

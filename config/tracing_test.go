@@ -1,6 +1,7 @@
 package config
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -71,6 +72,24 @@ func TestTracingEnv(t *testing.T) {
 			}
 			return ""
 		}},
+		{"propagators by default", "", nil, func(tr *Tracing) string {
+			if !slices.Equal(tr.Propagators, []string{"tracecontext", "baggage"}) {
+				return "W3C trace context and baggage, OTEL_PROPAGATORS' default"
+			}
+			return ""
+		}},
+		{"propagators of the file", "tracing: {propagators: [b3]}", nil, func(tr *Tracing) string {
+			if !slices.Equal(tr.Propagators, []string{"b3"}) {
+				return "the file's list, replacing the default"
+			}
+			return ""
+		}},
+		{"OTEL_PROPAGATORS", "tracing: {propagators: [b3]}", map[string]string{"OTEL_PROPAGATORS": " B3multi, tracecontext,"}, func(tr *Tracing) string {
+			if !slices.Equal(tr.Propagators, []string{"b3multi", "tracecontext"}) {
+				return "the variable's list, in its order, names trimmed and lower-cased"
+			}
+			return ""
+		}},
 		{"empty variable is unset", file, map[string]string{"OTEL_TRACES_EXPORTER": "", "OTEL_SERVICE_NAME": " "}, func(tr *Tracing) string {
 			if !tr.On() || tr.ServiceName != "from-file" {
 				return "empty variables ignored"
@@ -110,6 +129,10 @@ func TestTracingProblems(t *testing.T) {
 		{"trust", "tracing: {trust_incoming: proxies}", nil, `tracing.trust_incoming: want "never", "trusted_proxies" or "always"`},
 		{"batch", "tracing: {max_queue_size: 0, max_export_batch_size: 0}", nil, "tracing.max_export_batch_size: must be at least 1, got 0"},
 		{"bsp variable", "", map[string]string{"OTEL_BSP_EXPORT_TIMEOUT": "10s"}, `OTEL_BSP_EXPORT_TIMEOUT (tracing.export_timeout): want milliseconds`},
+		{"propagator", "tracing: {propagators: [tracecontext, zipkin]}", nil, `tracing.propagators[1]: want "tracecontext", "baggage", "b3", "b3multi", "jaeger", "xray", "ottrace" or "none", got "zipkin"`},
+		{"propagator variable", "", map[string]string{"OTEL_PROPAGATORS": "tracecontext,none"}, `OTEL_PROPAGATORS (tracing.propagators[1]): none stands alone`},
+		{"propagator twice", "tracing: {propagators: [b3, b3]}", nil, `tracing.propagators[1]: "b3" is named twice`},
+		{"no propagator", "tracing: {propagators: []}", nil, `tracing.propagators: must name at least one propagator, or none`},
 		{"attributes variable", "", map[string]string{"OTEL_RESOURCE_ATTRIBUTES": "a=1,broken"}, `OTEL_RESOURCE_ATTRIBUTES (tracing.resource_attributes): want key=value pairs`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -17,7 +17,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -133,11 +132,11 @@ type Gateway struct {
 	lastHost     atomic.Pointer[[1]string] // the X-Forwarded-Host value last made (forwardedHost)
 	// tracer starts the requests' spans; nil when tracing is off
 	// (trace.go).
-	tracer     Tracer
-	propagator propagation.TextMapPropagator
-	spanStart  []trace.SpanStartOption // a server span's start options, built once
-	trust      uint8                   // tracing.trust_incoming
-	refusals   *recentRefusals         // the sampled refusals the console lists
+	tracer    Tracer
+	formats   traceFormats            // tracing.propagators
+	spanStart []trace.SpanStartOption // a server span's start options, built once
+	trust     uint8                   // tracing.trust_incoming
+	refusals  *recentRefusals         // the sampled refusals the console lists
 }
 
 // New builds a Gateway from a validated configuration.
@@ -216,7 +215,9 @@ func New(cfg *config.Config, opts Options) (*Gateway, error) {
 		ErrorLog:       zap.NewStdLog(g.log.Named("reverseproxy")),
 	}
 	g.pool.New = func() any { return new(requestState) }
-	g.setTracing(cfg)
+	if err := g.setTracing(cfg); err != nil {
+		return nil, err
+	}
 	return g, nil
 }
 

@@ -3,6 +3,8 @@ package proxy
 import (
 	"context"
 	"encoding/hex"
+	"fmt"
+	"net"
 	"net/http"
 	"net/netip"
 	"slices"
@@ -12,7 +14,6 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
-	"go.opentelemetry.io/otel/propagation"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
@@ -150,8 +151,8 @@ func methodAttr(m string) attribute.KeyValue {
 func (g *Gateway) startSpan(st *requestState, r *http.Request) {
 	ctx, opts := context.Background(), g.spanStart
 	trusted := false
-	if _, ok := r.Header["Traceparent"]; ok {
-		in := g.propagator.Extract(ctx, traceCarrier(r.Header))
+	if g.formats.carried(r.Header) {
+		in := g.formats.read.Extract(ctx, traceCarrier(r.Header))
 		switch {
 		case g.trust == trustAlways, g.trust == trustProxies && g.peerOf(r).trusted:
 			ctx, trusted = in, true
@@ -212,6 +213,8 @@ func canonicalTraceKey(k string) string {
 		return "Traceparent"
 	case "tracestate":
 		return "Tracestate"
+	case "baggage":
+		return "Baggage"
 	}
 	return http.CanonicalHeaderKey(k)
 }
@@ -224,10 +227,11 @@ func urlScheme(r *http.Request) attribute.KeyValue {
 }
 
 // startUpstreamSpan starts the client span of the backend call, under the
-// server span, and sends its context to the backend in traceparent (and
-// the trusted client's tracestate): the backend's spans are children of
-// exgate's call. A request that is not sampled sends its server span's
-// context, saying not sampled, and starts no client span.
+// server span, and sends its context to the backend in every format of
+// tracing.propagators (with the trusted client's tracestate and
+// baggage): the backend's spans are children of exgate's call. A request
+// that is not sampled sends its server span's context, saying not
+// sampled, and starts no client span.
 func (g *Gateway) startUpstreamSpan(st *requestState, r *http.Request) {
 	sc := st.sc
 	if st.rec {
@@ -239,7 +243,7 @@ func (g *Gateway) startUpstreamSpan(st *requestState, r *http.Request) {
 		}
 		sc = st.upSpan.SpanContext()
 	}
-	st.sendTraceContext(r.Header, sc)
+	g.formats.write(st, r.Header, st.traceCtx, sc)
 }
 
 // traceparentLen is the length of a version 00 traceparent.
@@ -278,7 +282,7 @@ func (g *Gateway) endSpans(st *requestState, r *http.Request, end time.Time) {
 	}
 	s := st.span
 	s.SetName(spanName(r, st.route))
-	attrs := make([]attribute.KeyValue, 0, 14)
+	attrs := make([]attribute.KeyValue, 0, 16)
 	attrs = append(attrs, semconv.HTTPResponseStatusCode(st.rw.status), attrRequestID.String(st.id),
 		semconv.NetworkProtocolVersion(protocolVersion(r)))
 	if attrs[len(attrs)-1].Value.AsString() == "" {
@@ -293,6 +297,7 @@ func (g *Gateway) endSpans(st *requestState, r *http.Request, end time.Time) {
 	if methodAttr(r.Method) == semconv.HTTPRequestMethodOther {
 		attrs = append(attrs, semconv.HTTPRequestMethodOriginal(r.Method))
 	}
+	attrs = appendServerAddress(attrs, r)
 	if st.addr.IsValid() {
 		attrs = append(attrs, semconv.ClientAddress(st.addr.String()))
 	}
@@ -321,6 +326,30 @@ func (g *Gateway) endSpans(st *requestState, r *http.Request, end time.Time) {
 	}
 	s.SetAttributes(attrs...)
 	s.End(trace.WithTimestamp(end))
+}
+
+// maxServerAddress bounds server.address: a DNS name has at most 253
+// bytes, and a client's Host header is not kept longer.
+const maxServerAddress = 255
+
+// appendServerAddress appends server.address, the name the client asked
+// for in its Host header (the semantic conventions' source for it), and
+// server.port when the header names a port other than the scheme's. A
+// Host that is empty or longer than a DNS name adds neither.
+func appendServerAddress(attrs []attribute.KeyValue, r *http.Request) []attribute.KeyValue {
+	host, port, err := net.SplitHostPort(r.Host)
+	if err != nil { // no port
+		host, port = strings.TrimSuffix(strings.TrimPrefix(r.Host, "["), "]"), ""
+	}
+	if host == "" || len(host) > maxServerAddress {
+		return attrs
+	}
+	attrs = append(attrs, semconv.ServerAddress(host))
+	p, err := strconv.Atoi(port)
+	if err != nil || p <= 0 || p > 65535 || (r.TLS == nil && p == 80) || (r.TLS != nil && p == 443) {
+		return attrs
+	}
+	return append(attrs, semconv.ServerPort(p))
 }
 
 // endUpstreamSpan ends the backend call's client span.
@@ -498,14 +527,18 @@ func admissionResult(ok bool, r *http.Request) string {
 
 // setTracing compiles what the gateway's spans need of cfg, while
 // tracing is on.
-func (g *Gateway) setTracing(cfg *config.Config) {
+func (g *Gateway) setTracing(cfg *config.Config) error {
 	if g.tracer == nil {
-		return
+		return nil
 	}
-	g.propagator = propagation.TraceContext{}
+	var err error
+	if g.formats, err = newTraceFormats(cfg.Tracing.Propagators); err != nil {
+		return fmt.Errorf("proxy: tracing.propagators: %w", err)
+	}
 	g.spanStart = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindServer)}
 	g.trust = traceTrust(cfg.Tracing.TrustIncoming)
 	g.refusals = newRecentRefusals(recentRefusalsKept)
+	return nil
 }
 
 // traceFields adds the request's trace and span ids to its access log

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/contrib/propagators/autoprop"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
@@ -168,7 +170,7 @@ func TestTraceParentage(t *testing.T) {
 	want := map[string]string{"http.request.method": "GET", "http.route": "/api/v1/mth/orderbook/{symbol}/",
 		"http.response.status_code": "200", "exgate.route": "order_book", "url.scheme": "http",
 		"network.protocol.version": "1.1", "client.address": "127.0.0.1", "exgate.trace.incoming_trusted": "true",
-		"network.peer.address": "127.0.0.1"}
+		"network.peer.address": "127.0.0.1", "server.address": "127.0.0.1", "server.port": e.url[strings.LastIndexByte(e.url, ':')+1:]}
 	for k, v := range want {
 		if got, _ := attr(srv.Attributes(), k); got != v {
 			t.Errorf("server span %s = %q, want %q", k, got, v)
@@ -1087,4 +1089,154 @@ func TestTraceContextSentConcurrently(t *testing.T) {
 		}
 	}
 	t.Logf("%d of %d requests sampled", sampled, len(e.backend.all()))
+}
+
+// TestTracePropagators: exgate reads a trusted client's trace context in
+// each format of tracing.propagators and writes its own context to the
+// backend in each, replacing what the client sent in it (an untrusted
+// client's baggage removed); a format not listed reaches the backend as
+// the client sent it, and none reads and writes nothing.
+func TestTracePropagators(t *testing.T) {
+	const clientTrace = "0af7651916cd43dd8448eb211c80319c"
+	b3multi := []string{"X-B3-Traceid", clientTrace, "X-B3-Spanid", "b7ad6b7169203331", "X-B3-Sampled", "1"}
+	for _, tc := range []struct {
+		name        string
+		propagators []string
+		trust       string
+		sent        []string
+		read        string   // the format the backend's context is read in: a propagator's name
+		continued   bool     // exgate's trace is the client's
+		want        []string // fields the backend gets as written, "" for absent
+	}{
+		{"default, trusted baggage carried", nil, config.TraceTrustAlways,
+			[]string{"Traceparent", clientTraceparent, "Baggage", "tenant=a,  k=v"}, "tracecontext", true,
+			[]string{"Baggage", "tenant=a,k=v"}},
+		{"default, untrusted baggage removed", nil, config.TraceTrustNever,
+			[]string{"Traceparent", clientTraceparent, "Baggage", "tenant=a"}, "tracecontext", false,
+			[]string{"Baggage", ""}},
+		{"tracecontext alone, baggage untouched", []string{"tracecontext"}, config.TraceTrustNever,
+			[]string{"Traceparent", clientTraceparent, "Baggage", "tenant=a"}, "tracecontext", false,
+			[]string{"Baggage", "tenant=a"}},
+		{"b3multi, trusted", []string{"b3multi"}, config.TraceTrustAlways,
+			append([]string{"Traceparent", clientTraceparent}, b3multi...), "b3multi", true,
+			[]string{"Traceparent", clientTraceparent, "B3", ""}},
+		{"b3multi, untrusted", []string{"b3multi"}, config.TraceTrustNever,
+			b3multi, "b3multi", false, []string{"Traceparent", ""}},
+		{"b3 single header after tracecontext", []string{"tracecontext", "b3"}, config.TraceTrustAlways,
+			[]string{"B3", clientTrace + "-b7ad6b7169203331-1"}, "b3", true, nil},
+		{"jaeger", []string{"jaeger"}, config.TraceTrustAlways,
+			[]string{"Uber-Trace-Id", clientTrace + ":b7ad6b7169203331:0:1"}, "jaeger", true, nil},
+		{"xray, untrusted", []string{"xray"}, config.TraceTrustNever,
+			[]string{"X-Amzn-Trace-Id", "Root=1-0af76519-16cd43dd8448eb211c80319c;Parent=b7ad6b7169203331;Sampled=1"}, "xray", false, nil},
+		{"none", []string{"none"}, config.TraceTrustAlways,
+			[]string{"Traceparent", clientTraceparent, "Baggage", "tenant=a"}, "", false,
+			[]string{"Traceparent", clientTraceparent, "Baggage", "tenant=a"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sp := newSpans(t, sdktrace.AlwaysSample())
+			e := startTraced(t, sp, func(c *config.Config) {
+				c.Tracing.TrustIncoming = tc.trust
+				if tc.propagators != nil {
+					c.Tracing.Propagators = tc.propagators
+				}
+			})
+			res := do(t, "GET", e.url+"/api/v1/mkt/tickers/", nil, tc.sent...)
+			res.Body.Close()
+			srv := server(t, sp.ended(t, 2))
+			if continued := srv.SpanContext().TraceID().String() == clientTrace; continued != tc.continued {
+				t.Errorf("server span in trace %s, want the client's trace: %v", srv.SpanContext().TraceID(), tc.continued)
+			}
+			up := e.backend.last(t).Header
+			if tc.read != "" {
+				p, err := autoprop.TextMapPropagator(tc.read)
+				if err != nil {
+					t.Fatal(err)
+				}
+				sc := trace.SpanContextFromContext(p.Extract(t.Context(), propagation.HeaderCarrier(up)))
+				if sc.TraceID() != srv.SpanContext().TraceID() || !sc.IsSampled() {
+					t.Errorf("backend's %s context %v, want exgate's trace %s, sampled: %q", tc.read, sc, srv.SpanContext().TraceID(), up)
+				}
+			}
+			for i := 0; i+1 < len(tc.want); i += 2 {
+				if got := strings.Join(up[tc.want[i]], ","); got != tc.want[i+1] {
+					t.Errorf("backend's %s %q, want %q", tc.want[i], got, tc.want[i+1])
+				}
+			}
+		})
+	}
+}
+
+// TestTraceServerAddress: the server span names the host the client
+// asked for, and its port when it is not the scheme's.
+func TestTraceServerAddress(t *testing.T) {
+	for _, tc := range []struct {
+		host, addr, port string
+		tls              bool
+	}{
+		{"api.exchange.example", "api.exchange.example", "", false},
+		{"api.exchange.example:8443", "api.exchange.example", "8443", true},
+		{"api.exchange.example:443", "api.exchange.example", "", true},
+		{"api.exchange.example:80", "api.exchange.example", "", false},
+		{"api.exchange.example:443", "api.exchange.example", "443", false},
+		{"[2001:db8::1]:8080", "2001:db8::1", "8080", false},
+		{"[2001:db8::1]", "2001:db8::1", "", false},
+		{"api.exchange.example:x", "api.exchange.example", "", false},
+		{"", "", "", false},
+		{strings.Repeat("a", 256), "", "", false},
+	} {
+		t.Run(tc.host, func(t *testing.T) {
+			r := httptest.NewRequest("GET", "/", nil)
+			r.Host = tc.host
+			if tc.tls {
+				r.TLS = &tls.ConnectionState{}
+			}
+			attrs := appendServerAddress(nil, r)
+			if addr, _ := attr(attrs, "server.address"); addr != tc.addr {
+				t.Errorf("server.address %q, want %q", addr, tc.addr)
+			}
+			if port, _ := attr(attrs, "server.port"); port != tc.port {
+				t.Errorf("server.port %q, want %q", port, tc.port)
+			}
+		})
+	}
+}
+
+// TestTracePropagatorsAllocations: W3C baggage, in the default
+// propagators, costs a request that carries none no allocation over
+// trace context alone, sampled or not.
+func TestTracePropagatorsAllocations(t *testing.T) {
+	if raceBuild {
+		t.Skip("-race makes pooled state anew at random, which moves the counts")
+	}
+	for _, sampler := range []sdktrace.Sampler{sdktrace.NeverSample(), sdktrace.AlwaysSample()} {
+		t.Run(sampler.Description(), func(t *testing.T) {
+			allocs := func(propagators ...string) float64 {
+				sp := newSpans(t, sampler)
+				cfg := config.Default()
+				cfg.Upstream.URL = config.MustURL("http://127.0.0.1:1")
+				cfg.Log.Access = false
+				cfg.Tracing.Propagators = propagators
+				gw, err := New(cfg, Options{Transport: cannedTransport{}, Tracer: sp.tracer()})
+				if err != nil {
+					t.Fatal(err)
+				}
+				req := onConnection(gw, httptest.NewRequest("GET", "/api/v1/mkt/markets/", nil))
+				w := &discardWriter{h: http.Header{}}
+				return testing.AllocsPerRun(200, func() {
+					clear(w.h)
+					delete(req.Header, "X-Request-Id")
+					delete(req.Header, "Traceparent")
+					req.URL.Path = "/api/v1/mkt/markets/"
+					gw.ServeHTTP(w, req)
+					if w.code != 200 {
+						t.Fatal(w.answer())
+					}
+				})
+			}
+			alone, both := allocs("tracecontext"), allocs("tracecontext", "baggage")
+			if both > alone {
+				t.Errorf("%v allocations per GET with baggage, %v with trace context alone", both, alone)
+			}
+		})
+	}
 }

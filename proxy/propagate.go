@@ -1,0 +1,108 @@
+package proxy
+
+import (
+	"context"
+	"net/http"
+	"slices"
+
+	"go.opentelemetry.io/contrib/propagators/autoprop"
+	"go.opentelemetry.io/otel/baggage"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/exgate/exgate/config"
+)
+
+// traceFormats reads and writes the trace context formats of
+// tracing.propagators (docs/operations.md, "Tracing"). Each is read from
+// a client's request through its OpenTelemetry propagator (autoprop
+// builds them by OTEL_PROPAGATORS' names) and written to the backend in
+// place of what the client sent in it: W3C trace context and baggage by
+// hand, which allocates nothing on a request that carries neither, the
+// other formats by their propagators. The zero traceFormats (none)
+// reads and writes no format, and leaves every header as it came.
+type traceFormats struct {
+	// read extracts every format, in the configured order: a later
+	// format's context replaces an earlier one's, as a composite
+	// propagator's does.
+	read propagation.TextMapPropagator
+	// fields are the header names of every format, canonical: a request
+	// carrying none of them starts a trace of exgate's own.
+	fields       []string
+	traceContext bool // traceparent and tracestate written by sendTraceContext
+	baggage      bool // a trusted client's baggage carried, an untrusted one's removed
+	// others writes the formats other than W3C's, nil without any; it
+	// first removes otherFields, the client's.
+	others      propagation.TextMapPropagator
+	otherFields []string
+}
+
+// newTraceFormats builds the formats named, which config has checked.
+func newTraceFormats(names []string) (traceFormats, error) {
+	if len(names) == 0 || slices.Contains(names, config.TracePropagatorNone) {
+		return traceFormats{}, nil
+	}
+	read, err := autoprop.TextMapPropagator(names...)
+	if err != nil {
+		return traceFormats{}, err
+	}
+	f := traceFormats{read: read, fields: canonicalFields(read)}
+	var rest []string
+	for _, n := range names {
+		switch n {
+		case config.TracePropagatorTraceContext:
+			f.traceContext = true
+		case config.TracePropagatorBaggage:
+			f.baggage = true
+		default:
+			rest = append(rest, n)
+		}
+	}
+	if len(rest) > 0 {
+		if f.others, err = autoprop.TextMapPropagator(rest...); err != nil {
+			return traceFormats{}, err
+		}
+		f.otherFields = canonicalFields(f.others)
+	}
+	return f, nil
+}
+
+func canonicalFields(p propagation.TextMapPropagator) []string {
+	var out []string
+	for _, k := range p.Fields() {
+		if k = canonicalTraceKey(k); !slices.Contains(out, k) {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// carried reports whether h carries trace context in any format.
+func (f *traceFormats) carried(h http.Header) bool {
+	for _, k := range f.fields {
+		if _, ok := h[k]; ok {
+			return true
+		}
+	}
+	return false
+}
+
+// write sets h's trace context in every format to sc, with the baggage
+// of ctx (a trusted client's, none otherwise), replacing the client's.
+func (f *traceFormats) write(st *requestState, h http.Header, ctx context.Context, sc trace.SpanContext) {
+	if f.traceContext {
+		st.sendTraceContext(h, sc)
+	}
+	if f.baggage {
+		delete(h, "Baggage")
+		if b := baggage.FromContext(ctx); b.Len() > 0 {
+			h["Baggage"] = []string{b.String()}
+		}
+	}
+	if f.others != nil {
+		for _, k := range f.otherFields {
+			delete(h, k)
+		}
+		f.others.Inject(trace.ContextWithSpanContext(ctx, sc), traceCarrier(h))
+	}
+}
