@@ -11,6 +11,7 @@ type serviceStatus struct {
 	Service   string           `json:"service"`
 	Available bool             `json:"available"`
 	Panic     bool             `json:"panic"`
+	Failover  bool             `json:"failover"`
 	Retries   uint64           `json:"retries"`
 	Refused   uint64           `json:"unavailable"`
 	Instances []instanceStatus `json:"instances"`
@@ -20,6 +21,7 @@ type serviceStatus struct {
 type instanceStatus struct {
 	Addr         string            `json:"addr"`
 	State        string            `json:"state"`
+	Priority     uint16            `json:"priority"`
 	Reason       string            `json:"reason,omitempty"`
 	EjectedUntil *time.Time        `json:"ejected_until,omitempty"`
 	Weight       uint32            `json:"weight"`
@@ -38,9 +40,9 @@ func fleetStatus(f *upstream.Fleet) []serviceStatus {
 	for _, svc := range f.Services() {
 		state, counts := svc.State(), svc.Counts()
 		ss := serviceStatus{Service: svc.Name(), Available: state.Available(), Panic: state.Panic,
-			Retries: counts.Retries, Refused: counts.Unavailable, Instances: []instanceStatus{}}
+			Failover: state.Failover, Retries: counts.Retries, Refused: counts.Unavailable, Instances: []instanceStatus{}}
 		for _, in := range svc.Status() {
-			is := instanceStatus{Addr: in.Addr, State: in.State, Reason: in.Reason, Weight: in.Weight, Active: in.Active, Limit: in.Limit,
+			is := instanceStatus{Addr: in.Addr, State: in.State, Priority: in.Priority, Reason: in.Reason, Weight: in.Weight, Active: in.Active, Limit: in.Limit,
 				Requests: in.Requests, Ejections: in.Ejections}
 			if !in.EjectedUntil.IsZero() {
 				is.EjectedUntil = &in.EjectedUntil

@@ -10,6 +10,7 @@ import (
 const (
 	NameUpstreamAvailable        = "exgate_upstream_service_available"
 	NameUpstreamPanic            = "exgate_upstream_service_panic"
+	NameUpstreamFailover         = "exgate_upstream_service_failover"
 	NameUpstreamInstances        = "exgate_upstream_instances"
 	NameUpstreamInstanceActive   = "exgate_upstream_instance_active"
 	NameUpstreamInstanceRequests = "exgate_upstream_instance_requests_total"
@@ -29,6 +30,9 @@ type ServiceStatus struct {
 	Name      string
 	Available bool
 	Panic     bool
+	// Failover is true while requests go to instances of a higher
+	// priority than the service's lowest (SRV backups).
+	Failover bool
 	// Retries and Unavailable count requests moved to another instance
 	// and requests that found none.
 	Retries, Unavailable uint64
@@ -55,7 +59,7 @@ type InstanceStatus struct {
 type fleetCollector struct {
 	source                                        atomic.Pointer[fleetRef]
 	available, panic, instances, active, requests *prometheus.Desc
-	ejections, retries, unavailable               *prometheus.Desc
+	ejections, retries, unavailable, failover     *prometheus.Desc
 }
 
 type fleetRef struct{ s FleetSource }
@@ -70,6 +74,8 @@ func newFleetCollector() *fleetCollector {
 			"1 while the service has an instance requests may be sent to; 0 while its routes answer 503 upstream_unavailable.", []string{"service"}, nil),
 		panic: prometheus.NewDesc(NameUpstreamPanic,
 			"1 while fewer of the service's instances than upstream.panic_threshold are healthy and requests go to ejected ones too.", []string{"service"}, nil),
+		failover: prometheus.NewDesc(NameUpstreamFailover,
+			"1 while no instance of the service's lowest priority (SRV) is healthy enough and requests go to a higher priority's (backups).", []string{"service"}, nil),
 		instances: prometheus.NewDesc(NameUpstreamInstances,
 			"The service's instances by state: healthy, ejected (by outlier detection) or down (failing the active health check).", []string{"service", "state"}, nil),
 		active: prometheus.NewDesc(NameUpstreamInstanceActive,
@@ -87,7 +93,7 @@ func newFleetCollector() *fleetCollector {
 
 // Describe sends the fleet descriptors.
 func (c *fleetCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.available, c.panic, c.instances, c.active, c.requests, c.ejections, c.retries, c.unavailable} {
+	for _, d := range []*prometheus.Desc{c.available, c.panic, c.failover, c.instances, c.active, c.requests, c.ejections, c.retries, c.unavailable} {
 		ch <- d
 	}
 }
@@ -101,6 +107,7 @@ func (c *fleetCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, s := range r.s.FleetStatus() {
 		ch <- prometheus.MustNewConstMetric(c.available, prometheus.GaugeValue, b2f(s.Available), s.Name)
 		ch <- prometheus.MustNewConstMetric(c.panic, prometheus.GaugeValue, b2f(s.Panic), s.Name)
+		ch <- prometheus.MustNewConstMetric(c.failover, prometheus.GaugeValue, b2f(s.Failover), s.Name)
 		ch <- prometheus.MustNewConstMetric(c.retries, prometheus.CounterValue, float64(s.Retries), s.Name)
 		ch <- prometheus.MustNewConstMetric(c.unavailable, prometheus.CounterValue, float64(s.Unavailable), s.Name)
 		byState := map[string]int{}

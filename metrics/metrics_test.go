@@ -113,7 +113,7 @@ func TestNamesFromDescriptors(t *testing.T) {
 		NameConfigReloads, NameAdminResets, NameBuildInfo, NameReplicaInfo, NameBodyBudget, NameAuthCached,
 		NameOverloadShed, NameOverloadQueue, NameOverloadLimit, NameOverloadInFlight, NameOverloadWaiting, NameOverloadMinRTT,
 		NameBodyBuffered, NameBodyBufferedClients, NameOverloadClients,
-		NameUpstreamAvailable, NameUpstreamPanic, NameUpstreamInstances, NameUpstreamInstanceActive,
+		NameUpstreamAvailable, NameUpstreamPanic, NameUpstreamFailover, NameUpstreamInstances, NameUpstreamInstanceActive,
 		NameUpstreamInstanceRequests, NameUpstreamEjections, NameUpstreamRetries, NameUpstreamUnavailable,
 		"go_goroutines", "go_gc_duration_seconds", "process_cpu_seconds_total",
 	} {
@@ -130,8 +130,8 @@ func TestNamesFromDescriptors(t *testing.T) {
 			t.Errorf("Names() lists %s; want base names", n)
 		}
 	}
-	if exgate != 37 {
-		t.Errorf("Names() lists %d exgate_ families, want 37", exgate)
+	if exgate != 38 {
+		t.Errorf("Names() lists %d exgate_ families, want 38", exgate)
 	}
 }
 

@@ -226,7 +226,7 @@ func (s fleetStatus) FleetStatus() []metrics.ServiceStatus {
 	for _, svc := range s.f.Services() {
 		state, counts := svc.State(), svc.Counts()
 		ss := metrics.ServiceStatus{Name: svc.Name(), Available: state.Available(), Panic: state.Panic,
-			Retries: counts.Retries, Unavailable: counts.Unavailable}
+			Failover: state.Failover, Retries: counts.Retries, Unavailable: counts.Unavailable}
 		for _, in := range svc.Status() {
 			ss.Instances = append(ss.Instances, metrics.InstanceStatus{Addr: in.Addr, State: in.State, Active: in.Active,
 				Requests: in.Requests, Ejections: in.Ejections})

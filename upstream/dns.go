@@ -46,8 +46,8 @@ type DNS struct {
 	Port int
 	// SRV is the name whose SRV records are the instances: each target's
 	// addresses (A and AAAA) at the record's port, with the record's
-	// weight (0 counts as 1). Only the records of the lowest priority
-	// are used.
+	// weight (0 counts as 1) and priority (the Service uses a higher
+	// priority's instances only while no lower one's are healthy).
 	SRV string
 	// Scheme is the instances' URL scheme, "http" or "https"; "" is
 	// "http".
@@ -142,56 +142,60 @@ func (d *DNS) name() string { return cmp.Or(d.SRV, d.Name) }
 
 // sameEndpoint reports whether a and b are the same instance with the
 // same weight.
-func sameEndpoint(a, b Endpoint) bool { return a.Weight == b.Weight && *a.URL == *b.URL }
+func sameEndpoint(a, b Endpoint) bool {
+	return a.Weight == b.Weight && a.Priority == b.Priority && *a.URL == *b.URL
+}
 
 // Lookup looks the name up once and returns the instances it names,
-// sorted by address and port; an address named twice (two SRV records'
-// targets) is one instance, weighing both records' weights.
+// sorted by priority, then address and port. An address named twice (two
+// SRV records' targets) is one instance, of the lower of the records'
+// priorities, weighing the weights of that priority's records.
 func (d *DNS) Lookup(ctx context.Context) ([]Endpoint, error) {
 	r := d.Resolver
 	if r == nil {
 		r = net.DefaultResolver
 	}
-	weights := map[netip.AddrPort]uint32{}
+	found := map[netip.AddrPort]srvShare{}
 	if d.SRV == "" {
 		addrs, err := r.LookupNetIP(ctx, "ip", d.Name)
 		if err != nil && !isNotFound(err) {
 			return nil, err
 		}
 		for _, a := range addrs {
-			weights[netip.AddrPortFrom(a.Unmap(), uint16(d.Port))] = 1
+			found[netip.AddrPortFrom(a.Unmap(), uint16(d.Port))] = srvShare{weight: 1}
 		}
-	} else if err := d.lookupSRV(ctx, r, weights); err != nil {
+	} else if err := d.lookupSRV(ctx, r, found); err != nil {
 		return nil, err
 	}
-	eps := make([]Endpoint, 0, len(weights))
+	eps := make([]Endpoint, 0, len(found))
 	scheme := cmp.Or(d.Scheme, "http")
-	for ap, w := range weights {
-		eps = append(eps, Endpoint{URL: &url.URL{Scheme: scheme, Host: ap.String()}, Weight: w})
+	for ap, sh := range found {
+		eps = append(eps, Endpoint{URL: &url.URL{Scheme: scheme, Host: ap.String()}, Weight: sh.weight, Priority: sh.priority})
 	}
-	slices.SortFunc(eps, func(a, b Endpoint) int { return strings.Compare(a.URL.Host, b.URL.Host) })
+	slices.SortFunc(eps, func(a, b Endpoint) int {
+		return cmp.Or(cmp.Compare(a.Priority, b.Priority), strings.Compare(a.URL.Host, b.URL.Host))
+	})
 	return eps, nil
 }
 
-// lookupSRV adds the instances SRV's records of the lowest priority name
-// to weights. A target whose addresses cannot be looked up is left out;
-// when none can be, the lookup fails.
-func (d *DNS) lookupSRV(ctx context.Context, r *net.Resolver, weights map[netip.AddrPort]uint32) error {
+// srvShare is an instance's priority and weight, from its SRV records.
+type srvShare struct {
+	priority uint16
+	weight   uint32
+}
+
+// lookupSRV adds the instances SRV's records name to found, each with
+// its record's priority and weight. A target whose addresses cannot be
+// looked up is left out; when none can be, the lookup fails.
+func (d *DNS) lookupSRV(ctx context.Context, r *net.Resolver, found map[netip.AddrPort]srvShare) error {
 	_, srvs, err := r.LookupSRV(ctx, "", "", d.SRV)
 	if err != nil && !isNotFound(err) {
 		return err
 	}
-	if len(srvs) == 0 {
-		return nil
-	}
-	lowest := srvs[0].Priority
-	for _, s := range srvs {
-		lowest = min(lowest, s.Priority)
-	}
 	var failed error
 	resolved := 0
 	for _, s := range srvs {
-		if s.Priority != lowest || s.Port == 0 || s.Target == "." {
+		if s.Port == 0 || s.Target == "." {
 			continue
 		}
 		addrs, err := r.LookupNetIP(ctx, "ip", s.Target)
@@ -201,7 +205,16 @@ func (d *DNS) lookupSRV(ctx context.Context, r *net.Resolver, weights map[netip.
 		}
 		resolved++
 		for _, a := range addrs {
-			weights[netip.AddrPortFrom(a.Unmap(), s.Port)] += uint32(max(s.Weight, 1))
+			ap := netip.AddrPortFrom(a.Unmap(), s.Port)
+			sh, ok := found[ap]
+			switch {
+			case !ok || s.Priority < sh.priority:
+				sh = srvShare{priority: s.Priority}
+			case s.Priority > sh.priority:
+				continue // the instance is already of a lower priority
+			}
+			sh.weight += uint32(max(s.Weight, 1))
+			found[ap] = sh
 		}
 	}
 	if resolved == 0 && failed != nil {

@@ -12,11 +12,15 @@ import (
 	"github.com/exgate/exgate/internal/dnstest"
 )
 
-// weighted lists eps as "URL wWeight" strings.
+// weighted lists eps as "URL wWeight" strings, with " pPriority" when
+// it is not 0.
 func weighted(eps []Endpoint) []string {
 	out := make([]string, len(eps))
 	for i, e := range eps {
 		out[i] = fmt.Sprintf("%s w%d", e.URL, e.Weight)
+		if e.Priority != 0 {
+			out[i] += fmt.Sprintf(" p%d", e.Priority)
+		}
 	}
 	return out
 }
@@ -26,10 +30,12 @@ func TestDNSLookup(t *testing.T) {
 	srv.SetAddrs("backend.test.", netip.MustParseAddr("127.0.0.2"), netip.MustParseAddr("::1"), netip.MustParseAddr("127.0.0.1"))
 	srv.SetAddrs("a.test.", netip.MustParseAddr("127.0.0.11"))
 	srv.SetAddrs("b.test.", netip.MustParseAddr("127.0.0.12"), netip.MustParseAddr("::2"))
+	srv.SetAddrs("c.test.", netip.MustParseAddr("127.0.0.13"))
 	srv.SetSRV("_http._tcp.backend.test.",
 		dnstest.SRV{Priority: 10, Weight: 30, Port: 9001, Target: "a.test."},
 		dnstest.SRV{Priority: 10, Weight: 0, Port: 9002, Target: "b.test."},
-		dnstest.SRV{Priority: 20, Weight: 50, Port: 9003, Target: "c.test."}, // a higher priority: a backup, left out
+		dnstest.SRV{Priority: 20, Weight: 50, Port: 9003, Target: "c.test."}, // a higher priority: a backup
+		dnstest.SRV{Priority: 30, Weight: 9, Port: 9001, Target: "a.test."},  // an instance of priority 10 already
 	)
 	srv.SetSRV("_http._tcp.half.test.",
 		dnstest.SRV{Priority: 1, Weight: 5, Port: 9001, Target: "a.test."},
@@ -46,9 +52,9 @@ func TestDNSLookup(t *testing.T) {
 		{"A and AAAA", &DNS{Name: "backend.test.", Port: 9000}, []string{"http://127.0.0.1:9000 w1", "http://127.0.0.2:9000 w1", "http://[::1]:9000 w1"}, false},
 		{"https", &DNS{Name: "a.test.", Port: 443, Scheme: "https"}, []string{"https://127.0.0.11:443 w1"}, false},
 		{"NXDOMAIN is empty", &DNS{Name: "nothing.test.", Port: 9000}, []string{}, false},
-		{"SRV weights, lowest priority", &DNS{SRV: "_http._tcp.backend.test."},
-			[]string{"http://127.0.0.11:9001 w30", "http://127.0.0.12:9002 w1", "http://[::2]:9002 w1"}, false},
-		{"SRV target unresolvable", &DNS{SRV: "_http._tcp.half.test."}, []string{"http://127.0.0.11:9001 w8"}, false},
+		{"SRV weights and priorities", &DNS{SRV: "_http._tcp.backend.test."},
+			[]string{"http://127.0.0.11:9001 w30 p10", "http://127.0.0.12:9002 w1 p10", "http://[::2]:9002 w1 p10", "http://127.0.0.13:9003 w50 p20"}, false},
+		{"SRV target unresolvable", &DNS{SRV: "_http._tcp.half.test."}, []string{"http://127.0.0.11:9001 w8 p1"}, false},
 		{"SRV no target resolvable", &DNS{SRV: "_http._tcp.gone.test."}, nil, true},
 		{"SRV NXDOMAIN is empty", &DNS{SRV: "_http._tcp.nothing.test."}, []string{}, false},
 	} {

@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/url"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -129,6 +130,7 @@ type Instance struct {
 	ejectedTotal  [numReasons]atomic.Uint64  // ejections, by reason
 
 	// guarded by svc.mu
+	priority     uint16 // its level: Endpoint.Priority
 	ejected      bool
 	ejectedFor   Reason
 	ejections    int       // how many times it was ejected; a healthy run ends the count
@@ -188,6 +190,7 @@ func (s *Service) Update(eps []Endpoint) {
 			inst = newInstance(s, ep.URL)
 		}
 		inst.weight.Store(max(ep.Weight, 1))
+		inst.priority = ep.Priority
 		keep[key] = inst
 		next = append(next, inst)
 	}
@@ -239,8 +242,14 @@ type State struct {
 	// Down counts the instances failing their active health check.
 	Down int
 	// Panic is true while the service balances across every instance
-	// that accepts connections because too few are healthy.
+	// of its level in use that accepts connections, because too few are
+	// healthy.
 	Panic bool
+	// Failover is true while the service sends requests to instances of
+	// a higher priority than its lowest (SRV backups), because no lower
+	// level is healthy enough; Priority is the level in use.
+	Failover bool
+	Priority uint16
 }
 
 // Available reports whether the service has an instance a request may
@@ -259,32 +268,91 @@ func (s *Service) Instances() []*Instance {
 }
 
 // rebuild computes the pick set from the instances' states. s.mu is held.
+//
+// The rotation is one level of instances, the lowest priority that is
+// healthy enough: one with a healthy instance, and at least
+// PanicThreshold percent of its instances healthy. When no level is, it
+// is the lowest level with an instance that accepts connections, and
+// there, as with a single level, panic mode balances across every
+// instance that accepts connections when too few are healthy.
 func (s *Service) rebuild() {
 	var st State
 	st.Instances = len(s.instances)
-	healthy := make([]*Instance, 0, len(s.instances))
-	reachable := make([]*Instance, 0, len(s.instances))
 	for _, inst := range s.instances {
 		switch {
 		case inst.checkFailed:
 			st.Down++
-			continue
 		case inst.ejected:
 			st.Ejected++
+		default:
+			st.Healthy++
+		}
+	}
+	levels := s.levels()
+	var set []*Instance
+	chosen := false
+	for _, p := range levels {
+		healthy, _, n := s.level(p)
+		if len(healthy) > 0 && len(healthy)*100 >= s.opts.PanicThreshold*n {
+			set, st.Priority, chosen = healthy, p, true
+			break
+		}
+	}
+	for i := 0; !chosen && i < len(levels); i++ {
+		healthy, reachable, n := s.level(levels[i])
+		if len(reachable) == 0 {
+			continue
+		}
+		set, st.Priority, chosen = healthy, levels[i], true
+		if len(healthy)*100 < s.opts.PanicThreshold*n && len(reachable) > len(healthy) {
+			st.Panic, set = true, reachable
+		}
+	}
+	st.Failover = chosen && len(levels) > 1 && st.Priority != levels[0]
+	if !chosen {
+		st.Priority = 0
+	}
+	s.picks.Store(newPickSet(set, st))
+}
+
+// levels returns the instances' distinct priorities, lowest first.
+func (s *Service) levels() []uint16 {
+	var ps []uint16
+	for _, inst := range s.instances {
+		if !slices.Contains(ps, inst.priority) {
+			ps = append(ps, inst.priority)
+		}
+	}
+	slices.Sort(ps)
+	return ps
+}
+
+// level returns the instances of priority p that are healthy, those that
+// accept connections (healthy, or ejected for server errors), and how
+// many it has.
+func (s *Service) level(p uint16) (healthy, reachable []*Instance, n int) {
+	for _, inst := range s.instances {
+		if inst.priority != p {
+			continue
+		}
+		n++
+		switch {
+		case inst.checkFailed:
+			continue
+		case inst.ejected:
 			if inst.ejectedFor == ReasonConnectFailure {
 				continue // refuses connections: not even in panic
 			}
 		default:
-			st.Healthy++
 			healthy = append(healthy, inst)
 		}
 		reachable = append(reachable, inst)
 	}
-	set := healthy
-	if st.Instances > 0 && st.Healthy*100 < s.opts.PanicThreshold*st.Instances && len(reachable) > len(healthy) {
-		st.Panic = true
-		set = reachable
-	}
+	return healthy, reachable, n
+}
+
+// newPickSet returns the pick set of set, with the service's state st.
+func newPickSet(set []*Instance, st State) *pickSet {
 	ps := &pickSet{inst: set, state: st}
 	var equal = true
 	for _, inst := range set {
@@ -299,7 +367,7 @@ func (s *Service) rebuild() {
 			ps.cum[i] = c
 		}
 	}
-	s.picks.Store(ps)
+	return ps
 }
 
 // Event is a change of a service's state, for OnChange.

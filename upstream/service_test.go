@@ -6,6 +6,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/exgate/exgate/config"
 )
 
 func endpoints(t testing.TB, weights ...uint32) []Endpoint {
@@ -264,6 +266,76 @@ func BenchmarkPick(b *testing.B) {
 					inst.Done(Success)
 				}
 			})
+		})
+	}
+}
+
+// TestPriorityFailover: a service sends requests to its lowest priority
+// while that level is healthy enough (a healthy instance, and at least
+// panic_threshold percent of its instances), to the next level while it
+// is not, and back when it recovers; with no level healthy enough, panic
+// mode applies to the lowest level that accepts connections.
+func TestPriorityFailover(t *testing.T) {
+	hc := config.HealthCheck{UnhealthyThreshold: 1, HealthyThreshold: 1}
+	for _, tc := range []struct {
+		name      string
+		threshold int
+		down      []int // instances marked down: 0 and 1 are priority 10, 2 and 3 priority 20, 4 priority 30
+		ejected   []int // instances ejected for a server error
+		want      []int // the instances picked
+		failover  bool
+		panic     bool
+	}{
+		{"all healthy: the lowest priority", 50, nil, nil, []int{0, 1}, false, false},
+		{"half the lowest healthy, at the threshold", 50, []int{0}, nil, []int{1}, false, false},
+		{"half the lowest healthy, under the threshold", 60, []int{0}, nil, []int{2, 3}, true, false},
+		{"lowest down: the next", 50, []int{0, 1}, nil, []int{2, 3}, true, false},
+		{"two levels down: the third", 50, []int{0, 1, 2, 3}, nil, []int{4}, true, false},
+		{"no threshold: one healthy instance keeps its level", 0, []int{0}, nil, []int{1}, false, false},
+		{"none healthy enough: panic in the lowest that accepts connections", 50, []int{2, 3, 4}, []int{0, 1}, []int{0, 1}, false, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := NewService("orders", Options{
+				Outlier:        Outlier{Consecutive5xx: 1, BaseEjectionTime: time.Hour, MaxEjectionPercent: 100},
+				PanicThreshold: tc.threshold,
+			})
+			eps := endpoints(t, 1, 1, 1, 1, 1)
+			for i, p := range []uint16{10, 10, 20, 20, 30} {
+				eps[i].Priority = p
+			}
+			s.Update([]Endpoint{eps[4], eps[2], eps[0], eps[3], eps[1]}) // the list's order does not matter
+			insts := map[string]*Instance{}
+			for _, inst := range s.Instances() {
+				insts[inst.Addr] = inst
+			}
+			at := func(i int) *Instance { return insts[eps[i].URL.Host] }
+			for _, i := range tc.down {
+				s.recordCheck(at(i), false, hc)
+			}
+			for _, i := range tc.ejected {
+				at(i).active.Add(1)
+				at(i).Done(ServerError)
+			}
+			got := shares(t, s, 200)
+			var want []string
+			for _, i := range tc.want {
+				want = append(want, at(i).Addr)
+				if got[at(i).Addr] == 0 {
+					t.Errorf("instance %d got no request: %v", i, got)
+				}
+			}
+			if len(got) != len(want) {
+				t.Errorf("requests went to %v, want only %v", got, want)
+			}
+			if st := s.State(); st.Failover != tc.failover || st.Panic != tc.panic || st.Priority != eps[tc.want[0]].Priority {
+				t.Errorf("state %+v, want failover %v, panic %v, priority %d", st, tc.failover, tc.panic, eps[tc.want[0]].Priority)
+			}
+			for _, i := range tc.down {
+				s.recordCheck(at(i), true, hc)
+			}
+			if st := s.State(); len(tc.ejected) == 0 && (st.Failover || st.Priority != 10) {
+				t.Errorf("after the lowest level recovered: %+v, want it in use again", st)
+			}
 		})
 	}
 }

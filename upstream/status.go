@@ -13,6 +13,8 @@ type InstanceStatus struct {
 	Reason string
 	// EjectedUntil is when its ejection ends, or zero.
 	EjectedUntil time.Time
+	// Priority is its level (Endpoint.Priority).
+	Priority uint16
 	// Weight is its weight; Active its requests under way; Limit its
 	// concurrency limit now.
 	Weight uint32
@@ -43,7 +45,7 @@ func (s *Service) Status() []InstanceStatus {
 	defer s.mu.Unlock()
 	out := make([]InstanceStatus, len(s.instances))
 	for i, inst := range s.instances {
-		st := InstanceStatus{Addr: inst.Addr, State: "healthy", Weight: inst.weight.Load(), Active: inst.active.Load(), Limit: inst.Controller.Limit(),
+		st := InstanceStatus{Addr: inst.Addr, State: "healthy", Priority: inst.priority, Weight: inst.weight.Load(), Active: inst.active.Load(), Limit: inst.Controller.Limit(),
 			Requests: map[string]uint64{}, Ejections: map[string]uint64{}}
 		switch {
 		case inst.checkFailed:

@@ -22,9 +22,14 @@ type Endpoint struct {
 	// URL is the instance's base URL (http or https); a path in it is
 	// prefixed to every forwarded path.
 	URL *url.URL
-	// Weight is the instance's share of the work relative to its peers.
-	// Zero means 1.
+	// Weight is the instance's share of the work relative to its peers
+	// of the same priority. Zero means 1.
 	Weight uint32
+	// Priority is the instance's level, lower first (an SRV record's
+	// priority): a service sends requests to the instances of its lowest
+	// level that is healthy enough, and to a higher level only while no
+	// lower one is (Service). Zero, every static instance's, is the first.
+	Priority uint16
 }
 
 // Source finds a service's instances: a static list, DNS A/AAAA records

@@ -63,7 +63,8 @@
       const by = {};
       for (const i of u.instances || []) by[i.state] = (by[i.state] || 0) + 1;
       add("service " + u.service, (u.available ? "available" : "UNAVAILABLE: its routes answer 503") + (u.panic ? " · PANIC: ejected instances sent requests too" : "") +
-          " · " + Object.entries(by).map(([k, n]) => n + " " + k).join(", "), u.available && !u.panic ? "" : "zero");
+          (u.failover ? " · FAILOVER: requests go to backup instances (a higher SRV priority)" : "") +
+          " · " + Object.entries(by).map(([k, n]) => n + " " + k).join(", "), u.available && !u.panic && !u.failover ? "" : "zero");
       for (const i of u.instances || []) if (i.state !== "healthy")
         add("  " + i.addr, i.state + (i.reason ? " (" + i.reason + ")" : "") + (i.ejected_until ? " until " + new Date(i.ejected_until).toLocaleTimeString() : ""), "zero");
     }

@@ -248,6 +248,41 @@ func TestDNSDiscoverySRVWeights(t *testing.T) {
 	}
 }
 
+// TestDNSDiscoverySRVFailover: SRV records of priority 1 and 2 name a
+// primary and a backup; requests go to the primary alone, and once it
+// stops accepting connections (ejected), to the backup.
+func TestDNSDiscoverySRVFailover(t *testing.T) {
+	dns := dnstest.Start(t)
+	primary, backup := startDNSInstance(t, "127.0.0.1:0"), startDNSInstance(t, "127.0.0.1:0")
+	port := func(in *dnsInstance) uint16 { return uint16(in.ln.Addr().(*net.TCPAddr).Port) }
+	dns.SetAddrs("lo.test.", netip.MustParseAddr("127.0.0.1"))
+	dns.SetSRV("_http._tcp.backend.test.",
+		dnstest.SRV{Priority: 1, Weight: 1, Port: port(primary), Target: "lo.test."},
+		dnstest.SRV{Priority: 2, Weight: 1, Port: port(backup), Target: "lo.test."},
+	)
+	base := startDNSGateway(t, dns, config.Discovery{SRV: "_http._tcp.backend.test."})
+	for range 50 {
+		if code, _, body := call(t, "GET", base+"/x", ""); code != 200 {
+			t.Fatalf("GET: %d %s", code, body)
+		}
+	}
+	if n := backup.served.Load(); n != 0 {
+		t.Fatalf("the backup served %d requests while the primary was healthy", n)
+	}
+	_ = primary.srv.Close()
+	for deadline := time.Now().Add(time.Minute); backup.served.Load() == 0; time.Sleep(10 * time.Millisecond) {
+		_, _, _ = call(t, "GET", base+"/x", "")
+		if time.Now().After(deadline) {
+			t.Fatal("no request reached the backup within a minute of the primary's end")
+		}
+	}
+	for range 20 {
+		if code, _, body := call(t, "GET", base+"/x", ""); code != 200 {
+			t.Fatalf("GET after the failover: %d %s", code, body)
+		}
+	}
+}
+
 // TestDNSDiscoveryAAndAAAA: a name's A and AAAA records are two instances,
 // one over IPv4 and one over IPv6, at one port.
 func TestDNSDiscoveryAAndAAAA(t *testing.T) {

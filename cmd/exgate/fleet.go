@@ -35,7 +35,7 @@ func logFleetEvent(lg *zap.Logger, ev upstream.Event) {
 	}
 	fields := []zap.Field{zap.String("service", ev.Service.Name()), zap.String("instance", ev.Instance.Addr),
 		zap.String("event", ev.Kind.String()), zap.Int("healthy", ev.State.Healthy), zap.Int("instances", ev.State.Instances),
-		zap.Bool("panic", ev.State.Panic)}
+		zap.Bool("panic", ev.State.Panic), zap.Bool("failover", ev.State.Failover)}
 	switch ev.Kind {
 	case upstream.Ejected:
 		lg.Warn("backend instance ejected", append(fields, zap.String("reason", ev.Reason.String()))...)
