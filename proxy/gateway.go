@@ -508,8 +508,9 @@ var (
 
 // modifyResponse refuses a response with a status HTTP does not define,
 // one that switches protocols or one that names another request's id,
-// records the response of a claimed order and adds the request id to
-// backend responses that lack one.
+// leaves the client one set of legacy rate-limit fields, records the
+// response of a claimed order and adds the request id to backend
+// responses that lack one.
 func (g *Gateway) modifyResponse(res *http.Response) error {
 	if err := checkStatus(res); err != nil {
 		return err
@@ -524,6 +525,11 @@ func (g *Gateway) modifyResponse(res *http.Response) error {
 	}
 	if g.plan.Load().cors != nil {
 		dropBackendCORS(res.Header)
+	}
+	if res.Request != nil && hasLegacyRateLimit(res.Header) {
+		if st, _ := res.Request.Context().Value(stateKey{}).(*requestState); st != nil {
+			mergeLegacyRateLimit(res, st.rw.Header())
+		}
 	}
 	if err := g.recordResponse(res); err != nil {
 		return err
