@@ -32,11 +32,13 @@ import (
 // seconds and burst (doubles); then for each request its cost (a double,
 // negated for a refund: give back the cost in every check), number of
 // checks, guard key index (0 for none) and number of claim keys (0 for
-// none) (int32s); for a guard its max and window in milliseconds
-// (doubles), its member the next string; then for each check its TAT
-// key's index and limit index (int32s; limit 0: a limit the request can
-// never pass) and flags (a byte: 1 shadow, plus 2 × the branch: 0
-// always, 1 if admitted, 2 if refused, plus 8 for an allowance); then for
+// none) (int32s), and its first check (zeros when it has none: read with
+// the request's numbers, in one struct.unpack); for a guard its max and
+// window in milliseconds (doubles), its member the next string; then its
+// other checks. A check is its TAT key's index and limit index (int32s;
+// limit 0: a limit the request can never pass) and flags (a byte: 1
+// shadow, plus 2 × the branch: 0 always, 1 if admitted, 2 if refused,
+// plus 8 for an allowance). Then for
 // a claim its key indexes and its number of arguments (int32s), the
 // arguments the next strings. A guard's and a claim's key indexes count
 // from the first key after the TAT keys.
@@ -92,8 +94,9 @@ local function set(k, tat)
 end
 local out, n = {}, 0
 for _ = 1, nreq do
-  local cost, nchecks, guard, nclaim
-  cost, nchecks, guard, nclaim, p = decode("<di4i4i4", nums, p)
+  -- A request's numbers and its first check's, in one unpack.
+  local cost, nchecks, guard, nclaim, k1, li1, flags1
+  cost, nchecks, guard, nclaim, k1, li1, flags1, p = decode("<di4i4i4i4i4B", nums, p)
   local head, branch = n + 1, 1
   out[head] = cost > 0 and 1 or 0
   n = head
@@ -116,9 +119,11 @@ for _ = 1, nreq do
     n = n + 2
   end
   local nc, na = 0, 0
-  for _ = 1, nchecks do
-    local k, li, flags
-    k, li, flags, p = decode("<i4i4B", nums, p)
+  for ci = 1, nchecks do
+    local k, li, flags = k1, li1, flags1
+    if ci > 1 then
+      k, li, flags, p = decode("<i4i4B", nums, p)
+    end
     local e, burst = 0, 0
     if li > 0 then
       e, burst = le[li], lb[li]
@@ -430,32 +435,24 @@ func (b *runBuilder) add(q *Request, mode int, idx []int, guard, known, claim bo
 	}
 	b.float64s(float64(cost))
 	b.int32s(n, g, nclaim)
+	at := func(j int) int { // the index in q.Checks of the j-th check sent
+		if idx != nil {
+			return idx[j]
+		}
+		return j
+	}
+	if n == 0 {
+		b.int32s(0, 0)
+		b.reqs = append(b.reqs, 0)
+	} else {
+		b.check(q, at(0), known)
+	}
 	if g > 0 {
 		b.float64s(float64(q.Guard.Max), float64(q.Guard.Window.Milliseconds()))
 		b.strs = append(b.strs, q.Guard.Member)
 	}
-	for j := 0; j < n; j++ {
-		i := j
-		if idx != nil {
-			i = idx[j]
-		}
-		c := &q.Checks[i]
-		flags := 2 * byte(c.Branch)
-		if known {
-			flags = 2 * byte(Always)
-		}
-		if c.Shadow {
-			flags++
-		}
-		if c.Allowance {
-			flags += flagAllowance
-		}
-		li := 0 // a limit the request can never pass
-		if c.Limit.valid(q.cost()) {
-			li = b.limit(c.Limit)
-		}
-		b.int32s(b.tats.add(c.Key), li)
-		b.reqs = append(b.reqs, flags)
+	for j := 1; j < n; j++ {
+		b.check(q, at(j), known)
 	}
 	if claim {
 		for _, k := range q.Claim.Keys {
@@ -465,6 +462,28 @@ func (b *runBuilder) add(q *Request, mode int, idx []int, guard, known, claim bo
 		b.strs = append(b.strs, q.Claim.Args...)
 	}
 	return n
+}
+
+// check appends q's i-th check to b's requests; with known, as applying
+// always.
+func (b *runBuilder) check(q *Request, i int, known bool) {
+	c := &q.Checks[i]
+	flags := 2 * byte(c.Branch)
+	if known {
+		flags = 2 * byte(Always)
+	}
+	if c.Shadow {
+		flags++
+	}
+	if c.Allowance {
+		flags += flagAllowance
+	}
+	li := 0 // a limit the request can never pass
+	if c.Limit.valid(q.cost()) {
+		li = b.limit(c.Limit)
+	}
+	b.int32s(b.tats.add(c.Key), li)
+	b.reqs = append(b.reqs, flags)
 }
 
 // cmd returns the run as one command: EVALSHA, or EVAL when eval is set
