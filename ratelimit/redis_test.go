@@ -336,7 +336,7 @@ func BenchmarkDecisionScript(b *testing.B) {
 		}
 		return
 	}
-	script, get, set := scriptMicros(b, srv), commandMicros(b, srv, "get", "mget"), commandMicros(b, srv, "set")
+	script, get, set := scriptMicros(b, srv), commandMicros(b, srv, "get", "mget"), commandMicros(b, srv, "set", "setex")
 	cpu := serverCPU(b, srv)
 	b.ResetTimer()
 	for i := 0; i < b.N; i += perRun {
@@ -345,7 +345,7 @@ func BenchmarkDecisionScript(b *testing.B) {
 	d := float64(b.N)
 	b.ReportMetric((scriptMicros(b, srv)-script)/d, "script-µs/op")
 	b.ReportMetric((commandMicros(b, srv, "get", "mget")-get)/d, "get-µs/op")
-	b.ReportMetric((commandMicros(b, srv, "set")-set)/d, "set-µs/op")
+	b.ReportMetric((commandMicros(b, srv, "set", "setex")-set)/d, "set-µs/op")
 	b.ReportMetric(float64(serverCPU(b, srv)-cpu)/d, "redis-cpu-ns/op")
 }
 

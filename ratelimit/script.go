@@ -242,7 +242,8 @@ for i = 1, nd do
     if frac >= 10000000 then
       sec, frac = sec + 1, frac - 10000000
     end
-    redis.call("SET", KEYS[k], format("%d.%07d", sec, frac), "EX", ex)
+    -- SETEX, not SET with EX: one argument fewer to convert and parse.
+    redis.call("SETEX", KEYS[k], ex, format("%d.%07d", sec, frac))
   else
     redis.call("DEL", KEYS[k])
   end
