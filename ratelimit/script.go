@@ -64,7 +64,7 @@ import (
 const decideSrc = `
 -- Locals, not globals, for what every decision calls: a global is two
 -- table lookups.
-local floor, ceil, max, min = math.floor, math.ceil, math.max, math.min
+local ceil, max, min = math.ceil, math.max, math.min
 local t = redis.call("TIME")
 local now = (t[1] - 1483228800) + (t[2] / 1000000)
 local nums, decode = ARGV[1], struct.unpack
@@ -131,7 +131,9 @@ for _ = 1, nreq do
     local when, allowance = (flags - flags % 2) / 2 % 4, flags >= 8
     local tat = tats[k]
     if tat == nil then
-      tat = tonumber(stored[k]) or 0
+      -- A key Redis does not hold is false in MGET's reply: no call.
+      local v = stored[k]
+      tat = v and tonumber(v) or 0
       tats[k] = tat
     end
     if cost < 0 then
@@ -163,7 +165,15 @@ for _ = 1, nreq do
           out[head] = 0
         end
       else
-        out[n + 1], out[n + 2], out[n + 3], out[n + 4] = 1, floor(diff / e * 1000000 + 0.5), 0, ceil((new_tat - now) * 1000000)
+        -- The remaining count rounded by Redis, which truncates a
+        -- number in the reply (positive here: the floor); the reset
+        -- rounded up without a call (x % 1 is x's fraction, exactly).
+        local reset = (new_tat - now) * 1000000
+        local r = reset % 1
+        if r > 0 then
+          reset = reset - r + 1
+        end
+        out[n + 1], out[n + 2], out[n + 3], out[n + 4] = 1, diff / e * 1000000 + 0.5, 0, reset
         if allowance then
           answer[na + 1], answer[na + 2] = k, new_tat
           na = na + 2
@@ -231,14 +241,17 @@ for i = 1, nd do
   if left > 0 then
     -- At least a second: an interval below the TAT's float precision
     -- leaves it at now.
-    local ex = ceil(left)
-    if ex <= 1 then
-      ex = "1"
-    else
-      ex = format("%d", ex)
+    local ex = "1"
+    if left > 1 then
+      ex = format("%d", ceil(left))
     end
-    local sec = floor(tat)
-    local frac = ceil((tat - sec) * 10000000)
+    -- The floor and ceiling by x % 1, x's fraction (exact): no call.
+    local sec = tat - tat % 1
+    local frac = (tat - sec) * 10000000
+    local r = frac % 1
+    if r > 0 then
+      frac = frac - r + 1
+    end
     if frac >= 10000000 then
       sec, frac = sec + 1, frac - 10000000
     end
