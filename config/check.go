@@ -58,9 +58,10 @@ func (c *Checked) Problems() Errors {
 }
 
 // Warnings returns the settings that are valid but let anyone who
-// reaches exgate choose the client address it counts them as: a trusted
+// reaches exgate choose the client address it counts them as (a trusted
 // proxy or PROXY protocol peer prefix of every address, or of more
-// addresses than a set of load balancers has.
+// addresses than a set of load balancers has), and keys set by a former
+// name (limiter.backend, idempotency.backend).
 func (c *Checked) Warnings() Errors { return c.warns }
 
 // Has reports whether a problem was found at path, within it, or at a
@@ -112,7 +113,7 @@ const (
 )
 
 // warnings lists the trusted prefixes that let clients choose their
-// address (Checked.Warnings), annotated by src.
+// address, and the former names set (Checked.Warnings), annotated by src.
 func (c *Config) warnings(src *sources) Errors {
 	var out Errors
 	add := func(p path, pr Prefix, header, who string) {
@@ -142,6 +143,19 @@ func (c *Config) warnings(src *sources) Errors {
 	}
 	for i, pr := range c.Server.ProxyProtocol.TrustedPeers {
 		add(path("server").key("proxy_protocol").key("trusted_peers").index(i), pr, "a PROXY protocol header", "load balancers' addresses")
+	}
+	for _, section := range []struct {
+		p       path
+		backend string
+	}{{"limiter", c.Limiter.Backend}, {"idempotency", c.Idempotency.Backend}} {
+		if section.backend == "" {
+			continue
+		}
+		fe := &FieldError{Path: string(section.p.key("backend")), Msg: fmt.Sprintf("is the former name of %s, read still: rename it", section.p.key("store"))}
+		if src != nil {
+			src.annotate(fe)
+		}
+		out = append(out, fe)
 	}
 	return out
 }

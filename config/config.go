@@ -164,6 +164,8 @@ func (c *Config) normalise() {
 		c.Routes[i].normalise()
 	}
 	normaliseTiers(c.Tiers)
+	c.Limiter.Store = formerStore(c.Limiter.Store, c.Limiter.Backend)
+	c.Idempotency.Store = formerStore(c.Idempotency.Store, c.Idempotency.Backend)
 	da := &c.Idempotency.DuplicateAnswers
 	da.Burst = normalBurst(da.Burst, da.Rate)
 }

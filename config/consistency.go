@@ -192,8 +192,8 @@ func (c *Config) checkBufferShare(col *collector) {
 // the Redis addresses it connects to (limiter.redis).
 func (c *Config) checkIdempotencyStore(col *collector) {
 	idem := c.Idempotency
-	if idem.Enabled && idem.Backend == BackendRedis && len(c.Limiter.Redis.Addrs) == 0 {
-		col.addf("idempotency.backend", "\"redis\" needs limiter.redis.addrs")
+	if idem.Enabled && idem.Store == StoreRedis && len(c.Limiter.Redis.Addrs) == 0 {
+		col.addf("idempotency.store", "\"redis\" needs limiter.redis.addrs")
 	}
 }
 
@@ -297,10 +297,10 @@ func (c *Config) checkEffective(col *collector) {
 	// Duplicate protection must be shared by every replica that can
 	// receive a retry, or an order retried on another replica is placed
 	// twice.
-	if c.IdempotencyRuns() && c.IdempotencyStore() == BackendMemory && c.Limiter.Replicas > 1 {
-		col.addf("idempotency.backend", "the in-process store is not shared between the %d replicas of limiter.replicas: an order retried through another replica would be placed twice; set limiter.redis.addrs and idempotency.backend: redis, or limiter.replicas: 1 for a single instance", c.Limiter.Replicas)
+	if c.IdempotencyRuns() && c.IdempotencyStore() == StoreMemory && c.Limiter.Replicas > 1 {
+		col.addf("idempotency.store", "the in-process store is not shared between the %d replicas of limiter.replicas: an order retried through another replica would be placed twice; set limiter.redis.addrs and idempotency.store: redis, or limiter.replicas: 1 for a single instance", c.Limiter.Replicas)
 	}
-	if c.Limiter.Backend == BackendMemory && len(c.Limiter.Redis.Addrs) > 0 && !(c.IdempotencyRuns() && c.IdempotencyStore() == BackendRedis) {
-		col.addf("limiter.redis.addrs", "nothing uses Redis: limiter.backend is \"memory\" and duplicate protection does not use it; set limiter.backend: redis (or idempotency.backend: redis), or remove limiter.redis.addrs")
+	if c.Limiter.Store == StoreMemory && len(c.Limiter.Redis.Addrs) > 0 && !(c.IdempotencyRuns() && c.IdempotencyStore() == StoreRedis) {
+		col.addf("limiter.redis.addrs", "nothing uses Redis: limiter.store is \"memory\" and duplicate protection does not use it; set limiter.store: redis (or idempotency.store: redis), or remove limiter.redis.addrs")
 	}
 }

@@ -236,7 +236,7 @@ func TestDocsKeysAreTheKeys(t *testing.T) {
 
 // docKey is a configuration path written in backticks in the docs:
 // `limiter.redis.timeout`, `routes[0].limits`, `tiers.vip.place_order.rate`,
-// `limiter.backend: redis`.
+// `limiter.store: redis`.
 var docKey = regexp.MustCompile("`([a-z_]+(?:\\[[^\\]` ]+\\])?(?:\\.[a-z0-9_<>]+(?:\\[[^\\]` ]+\\])?)+)(?:[:=][^`\n]*)?`")
 
 // historic says a name is mentioned as something that no longer

@@ -14,25 +14,25 @@ import (
 // acknowledgements.
 
 // IdempotencyStore returns the store duplicate protection uses:
-// idempotency.backend, or, when that is empty, the limiter's store
-// (limiter.backend, or redis when limiter.redis.addrs is set).
+// idempotency.store, or, when that is empty, the limiter's store
+// (limiter.store, or redis when limiter.redis.addrs is set).
 func (c *Config) IdempotencyStore() string {
-	if c.Idempotency.Backend != "" {
-		return c.Idempotency.Backend
+	if c.Idempotency.Store != "" {
+		return c.Idempotency.Store
 	}
 	return c.LimiterStore()
 }
 
-// LimiterStore returns the rate-limit store: limiter.backend, or redis
+// LimiterStore returns the rate-limit store: limiter.store, or redis
 // when that is empty and limiter.redis.addrs is set, else memory.
 func (c *Config) LimiterStore() string {
 	switch {
-	case c.Limiter.Backend != "":
-		return c.Limiter.Backend
+	case c.Limiter.Store != "":
+		return c.Limiter.Store
 	case len(c.Limiter.Redis.Addrs) > 0:
-		return BackendRedis
+		return StoreRedis
 	}
-	return BackendMemory
+	return StoreMemory
 }
 
 // ValidatesOrders reports whether some route has validate: order, the

@@ -45,9 +45,9 @@ var envCases = []envCase{
 				t.Errorf("got %d %v %v %v %d", c.Limiter.Replicas, c.Log.Access, c.Limiter.Redis.TLS, c.Server.MaxBodyBytes, c.ClientIP.IPv6Prefix)
 			}
 		}},
-	{name: "comma lists", env: map[string]string{"EXGATE_LIMITER_BACKEND": "redis", "EXGATE_LIMITER_REDIS_ADDRS": "a:6379, b:6379,", "EXGATE_CLIENT_IP_TRUSTED_PROXIES": "10.0.0.0/8,127.0.0.1"},
+	{name: "comma lists", env: map[string]string{"EXGATE_LIMITER_STORE": "redis", "EXGATE_LIMITER_REDIS_ADDRS": "a:6379, b:6379,", "EXGATE_CLIENT_IP_TRUSTED_PROXIES": "10.0.0.0/8,127.0.0.1"},
 		check: func(t *testing.T, c *Config) {
-			if !slices.Equal(c.Limiter.Redis.Addrs, []string{"a:6379", "b:6379"}) || c.Limiter.Backend != BackendRedis {
+			if !slices.Equal(c.Limiter.Redis.Addrs, []string{"a:6379", "b:6379"}) || c.Limiter.Store != StoreRedis {
 				t.Errorf("addrs = %q", c.Limiter.Redis.Addrs)
 			}
 			if len(c.ClientIP.TrustedProxies) != 2 || c.ClientIP.TrustedProxies[1].String() != "127.0.0.1/32" {

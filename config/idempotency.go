@@ -12,11 +12,14 @@ type Idempotency struct {
 	// Enabled turns duplicate protection on for orders that carry an
 	// identifier. Default true.
 	Enabled bool `yaml:"enabled"`
-	// Backend is "redis" or "memory". Empty means the limiter's store
-	// (Config.IdempotencyStore). Redis uses the limiter.redis
-	// connection settings, through a client of its own when the limits
-	// are kept in memory. Default "".
-	Backend string `yaml:"backend"`
+	// Store is duplicate protection's store, "redis" or "memory". Empty
+	// means the limiter's store (Config.IdempotencyStore). Redis uses the
+	// limiter.redis connection settings, through a client of its own when
+	// the limits are kept in memory. Default "".
+	Store string `yaml:"store"`
+	// Backend is Store's former name, still read: a file or variable
+	// that sets it sets Store, with a warning. Default "".
+	Backend string `yaml:"backend,omitempty"`
 	// Retention is how long an identifier stays taken, and its response
 	// replayable, after its last change. Default 24h.
 	Retention time.Duration `yaml:"retention"`
@@ -64,7 +67,7 @@ type Idempotency struct {
 	// deny cache, no Redis call) until it refills. Default: each order
 	// route's own limit (Config.DuplicateAnswerLimits).
 	DuplicateAnswers DuplicateAnswers `yaml:"duplicate_answers"`
-	// Memory bounds the in-process store (the memory backend).
+	// Memory bounds the in-process store (store: memory).
 	Memory IdempotencyMemory `yaml:"memory"`
 }
 
@@ -124,7 +127,8 @@ func DefaultIdempotency() Idempotency {
 // its in-flight timeout against the route timeouts are checked across
 // sections.
 func (idem *Idempotency) check(col *collector, p path) {
-	col.oneOf(p.key("backend"), idem.Backend, "", BackendRedis, BackendMemory)
+	checkFormerStore(col, p, idem.Store, idem.Backend)
+	col.oneOf(p.key("store"), idem.Store, "", StoreRedis, StoreMemory)
 	if idem.Retention < time.Minute || idem.Retention > 366*24*time.Hour {
 		col.addf(p.key("retention"), "must be from 1m to 366d, got %s", idem.Retention)
 	}

@@ -37,7 +37,7 @@ var idempotencyFixtures = map[string][]string{
 		`idempotency.memory.max_entries: must be at least 1, got 0 (line 12)`,
 		`idempotency.memory.max_bytes: must be at least idempotency.max_response_bytes (2MiB), got 1MiB (line 13)`,
 		// Problems between sections come after each section's own.
-		`idempotency.backend: "redis" needs limiter.redis.addrs (line 4)`,
+		`idempotency.store: "redis" needs limiter.redis.addrs (line 4)`,
 	},
 	"bad-in-flight.yaml": {
 		`idempotency.in_flight_timeout: 20s must exceed the timeout of routes[0] ("place_order", 20s) (line 6)`,
@@ -58,8 +58,8 @@ func TestIdempotencyRules(t *testing.T) {
 		env  map[string]string
 		want []string // problems; nil means valid
 	}{
-		{"redis backend with the limiter's redis", "limiter: {redis: {addrs: ['r:6379']}}\nidempotency: {backend: redis}\n", nil, nil},
-		{"redis backend unused when disabled", "idempotency: {enabled: false, backend: redis}\n", nil, nil},
+		{"redis store with the limiter's redis", "limiter: {redis: {addrs: ['r:6379']}}\nidempotency: {store: redis}\n", nil, nil},
+		{"redis store unused when disabled", "idempotency: {enabled: false, store: redis}\n", nil, nil},
 		{"in-flight timeout not below retention", "idempotency: {retention: 1m, in_flight_timeout: 1m}\n", nil,
 			[]string{`idempotency.in_flight_timeout: 1m0s must be less than idempotency.retention (1m0s) (line 1)`}},
 		{"in-flight timeout against the inherited route timeout", "upstream: {timeout: 30s}\nserver: {write_timeout: 40s}\n", nil,

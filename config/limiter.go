@@ -4,9 +4,12 @@ import "time"
 
 // Limiter selects and configures the rate-limit store.
 type Limiter struct {
-	// Backend is "redis" or "memory". Empty means redis when
-	// Redis.Addrs is set, memory otherwise. Default "".
-	Backend string `yaml:"backend"`
+	// Store is the limit store, "redis" or "memory". Empty means redis
+	// when Redis.Addrs is set, memory otherwise. Default "".
+	Store string `yaml:"store"`
+	// Backend is Store's former name, still read (formerStore): a file or
+	// variable that sets it sets Store, with a warning. Default "".
+	Backend string `yaml:"backend,omitempty"`
 	// Replicas is how many exgate instances share the limits; it sizes
 	// the local fallback (rate / replicas). Default 1.
 	Replicas int `yaml:"replicas" reload:"live"`
@@ -24,7 +27,7 @@ type Limiter struct {
 	// "legacy" (X-RateLimit-Limit/-Remaining/-Reset) or "none".
 	// Default "ietf".
 	Headers string `yaml:"headers" reload:"live"`
-	// MaxKeys bounds the keys the in-process limiter (the memory backend
+	// MaxKeys bounds the keys the in-process limiter (the memory store
 	// and the local fallback) keeps; past it, the keys closest to full are
 	// evicted first. Default 1000000.
 	MaxKeys int `yaml:"max_keys"`
@@ -49,17 +52,18 @@ type TokenSpray struct {
 	Window time.Duration `yaml:"window"`
 }
 
-// Limiter backends, store-error modes and header styles.
+// Stores (limiter.store, idempotency.store), store-error modes and
+// header styles.
 const (
 	HeadersIETF   = "ietf"
 	HeadersLegacy = "legacy"
 	HeadersNone   = "none"
 
-	BackendRedis  = "redis"
-	BackendMemory = "memory"
-	StoreOpen     = "open"
-	StoreClosed   = "closed"
-	StoreLocal    = "local"
+	StoreRedis  = "redis"
+	StoreMemory = "memory"
+	StoreOpen   = "open"
+	StoreClosed = "closed"
+	StoreLocal  = "local"
 )
 
 // DefaultLimiter returns the rate-limit store's defaults: in memory for a
@@ -78,12 +82,30 @@ func DefaultLimiter() Limiter {
 	}
 }
 
+// formerStore returns the store a section names: store, else backend,
+// its former name.
+func formerStore(store, backend string) string {
+	if store == "" {
+		return backend
+	}
+	return store
+}
+
+// checkFormerStore refuses a section at p whose store and backend (the
+// former name) name different stores.
+func checkFormerStore(col *collector, p path, store, backend string) {
+	if backend != "" && store != backend {
+		col.addf(p.key("backend"), "is the former name of %s, which says %q: set only %s", p.key("store"), store, p.key("store"))
+	}
+}
+
 // check reports problems in the limiter section at p, its Redis settings
 // included.
 func (l *Limiter) check(col *collector, p path) {
-	col.oneOf(p.key("backend"), l.Backend, "", BackendRedis, BackendMemory)
-	if l.Backend == BackendRedis && len(l.Redis.Addrs) == 0 {
-		col.addf(p.key("redis").key("addrs"), "required when limiter.backend is \"redis\"")
+	checkFormerStore(col, p, l.Store, l.Backend)
+	col.oneOf(p.key("store"), l.Store, "", StoreRedis, StoreMemory)
+	if l.Store == StoreRedis && len(l.Redis.Addrs) == 0 {
+		col.addf(p.key("redis").key("addrs"), "required when limiter.store is \"redis\"")
 	}
 	if l.Replicas < 1 {
 		col.addf(p.key("replicas"), "must be at least 1, got %d", l.Replicas)

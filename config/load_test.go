@@ -47,7 +47,7 @@ func fullConfig() *Config {
 		{netip.MustParsePrefix("192.168.1.7/32")},
 		{netip.MustParsePrefix("fd00::/8")},
 	}
-	c.Limiter.Backend = BackendRedis
+	c.Limiter.Store = StoreRedis
 	c.Limiter.Replicas = 3
 	c.Limiter.Redis.Addrs = []string{"127.0.0.1:6379"}
 	c.Limiter.Redis.Username = "exgate"
@@ -85,7 +85,7 @@ func TestValidFixtures(t *testing.T) {
 					t.Errorf("routes[%d] = %+v, want the default %+v", i, c.Routes[i], d[i])
 				}
 			}
-			if c.Limiter.Backend != BackendRedis || c.Tiers["vip"]["place_order"].Rate.String() != "20000/1h" || c.TokensFile != "tiers.yaml" {
+			if c.Limiter.Store != StoreRedis || c.Tiers["vip"]["place_order"].Rate.String() != "20000/1h" || c.TokensFile != "tiers.yaml" {
 				t.Errorf("limiter = %+v, tiers = %v", c.Limiter, c.Tiers)
 			}
 		}},
@@ -127,7 +127,7 @@ func TestValidFixtures(t *testing.T) {
 			}
 		}},
 		{"memory.yaml", func(t *testing.T, c *Config) {
-			if c.Limiter.Backend != BackendMemory || c.Limiter.OnStoreError != StoreOpen {
+			if c.Limiter.Store != StoreMemory || c.Limiter.OnStoreError != StoreOpen {
 				t.Errorf("limiter = %+v", c.Limiter)
 			}
 			r := c.Routes[1]
@@ -194,7 +194,7 @@ var invalidFixtures = map[string][]string{
 		`routes[0].limits[0].rate: rate "5400/1hr": period "1hr": want a duration such as 1s, 1m, 1h, 24h or 1d (line 16)`,
 		`listen: port "80800" must be a number from 0 to 65535 (line 2)`,
 		`server.max_header_bytes: must be from 1KiB to 1MiB, got 100 (line 5)`,
-		`limiter.redis.addrs: required when limiter.backend is "redis" (line 6)`,
+		`limiter.redis.addrs: required when limiter.store is "redis" (line 6)`,
 		`limiter.on_store_error: want "open", "closed" or "local", got "fail" (line 8)`,
 		`log.level: want "debug", "info", "warn" or "error", got "verbose" (line 10)`,
 		`routes[0].name: "Place Order" must be lower-case letters, digits and _ (line 12)`,
@@ -227,14 +227,14 @@ var invalidFixtures = map[string][]string{
 		`client_ip.trusted_proxies[0]: prefix "10.0.0.0/33": not a CIDR prefix (line 2)`,
 		`client_ip.trusted_proxies[1]: prefix "fe80::1%eth0": an address with a zone cannot be a prefix (line 2)`,
 		`client_ip.ipv6_prefix: must be from 1 to 128, got 129 (line 3)`,
-		`limiter.redis.addrs: required when limiter.backend is "redis" (line 8)`,
+		`limiter.redis.addrs: required when limiter.store is "redis" (line 8)`,
 		`limiter.replicas: must be at least 1, got 0 (line 6)`,
 		`limiter.key_secret_env: want an environment variable name ([A-Z_][A-Z0-9_]*), got "exgate-key" (line 7)`,
 		`limiter.redis.password_env: want an environment variable name ([A-Z_][A-Z0-9_]*), got "1PASSWORD" (line 9)`,
 		`limiter.redis.timeout: must be greater than 0 and at most 1s, got 2s (line 10)`,
 	},
 	"bad-redis.yaml": {
-		`limiter.backend: want "", "redis" or "memory", got "redsi"; did you mean "redis"? (line 2)`,
+		`limiter.store: want "", "redis" or "memory", got "redsi"; did you mean "redis"? (line 2)`,
 		`limiter.redis.addrs[1]: want host:port such as "127.0.0.1:6379", got "redis-b" (line 4)`,
 		`limiter.redis.addrs[2]: want host:port such as "127.0.0.1:6379", got ":6379" (line 4)`,
 		`limiter.redis.addrs[3]: port "0" must be a number from 1 to 65535 (line 4)`,
@@ -432,8 +432,8 @@ var parseRuleCases = []parseRuleCase{
 		yaml: "listen: :0\nadmin_listen: :0\n"},
 	{name: "sentinel may use a db",
 		yaml: "limiter: {redis: {addrs: [a:26379, b:26379], master_name: mymaster, db: 3}}\n"},
-	{name: "redis backend is fine with addrs",
-		yaml: "limiter: {backend: redis, redis: {addrs: ['[::1]:6379']}}\n"},
+	{name: "redis store is fine with addrs",
+		yaml: "limiter: {store: redis, redis: {addrs: ['[::1]:6379']}}\n"},
 }
 
 func TestParseRules(t *testing.T) {
@@ -546,6 +546,54 @@ func TestCheckWarnsOfWideTrust(t *testing.T) {
 				t.Fatalf("warnings %q, want %d", got, len(tt.want))
 			}
 			for i, w := range tt.want {
+				if !strings.HasPrefix(got[i].Error(), w) {
+					t.Errorf("warning %q, want it to begin %q", got[i].Error(), w)
+				}
+			}
+		})
+	}
+}
+
+// TestFormerStoreName: limiter.backend and idempotency.backend, the
+// former names of the sections' store, are read still, from the file or
+// the environment, with a warning; one that names a store other than
+// store's is refused.
+func TestFormerStoreName(t *testing.T) {
+	for _, tc := range []struct {
+		name, yaml             string
+		env                    map[string]string
+		limiter, idem, problem string
+		warnings               []string
+	}{
+		{"store", "limiter: {store: memory}\nidempotency: {store: memory}", nil, "memory", "memory", "", nil},
+		{"former names in the file", "limiter: {backend: memory}\nidempotency: {backend: memory}", nil, "memory", "memory", "",
+			[]string{"limiter.backend: is the former name of limiter.store, read still: rename it (line 1)",
+				"idempotency.backend: is the former name of idempotency.store, read still: rename it (line 2)"}},
+		{"former name in the environment", "limiter: {redis: {addrs: ['r:6379']}}", map[string]string{"EXGATE_LIMITER_BACKEND": "redis"}, "redis", "", "",
+			[]string{"EXGATE_LIMITER_BACKEND (limiter.backend): is the former name of limiter.store, read still: rename it"}},
+		{"both, the same", "limiter: {store: memory, backend: memory}", nil, "memory", "", "", []string{"limiter.backend"}},
+		{"both, different", "limiter: {store: memory, backend: redis}", nil, "", "", `limiter.backend: is the former name of limiter.store, which says "memory": set only limiter.store`, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			getenv := func(k string) (string, bool) { v, ok := tc.env[k]; return v, ok }
+			ch := Check("f.yaml", []byte(tc.yaml), getenv)
+			if tc.problem != "" {
+				if p := ch.Problems(); len(p) != 1 || !strings.HasPrefix(p[0].Error(), tc.problem) {
+					t.Fatalf("problems %q, want one beginning %q", p, tc.problem)
+				}
+				return
+			}
+			if p := ch.Problems(); len(p) != 0 {
+				t.Fatalf("problems %q", p)
+			}
+			if ch.Config.Limiter.Store != tc.limiter || ch.Config.Idempotency.Store != tc.idem {
+				t.Errorf("limiter.store %q, idempotency.store %q; want %q, %q", ch.Config.Limiter.Store, ch.Config.Idempotency.Store, tc.limiter, tc.idem)
+			}
+			got := ch.Warnings()
+			if len(got) != len(tc.warnings) {
+				t.Fatalf("warnings %q, want %q", got, tc.warnings)
+			}
+			for i, w := range tc.warnings {
 				if !strings.HasPrefix(got[i].Error(), w) {
 					t.Errorf("warning %q, want it to begin %q", got[i].Error(), w)
 				}

@@ -67,8 +67,8 @@ func encodeValue(v reflect.Value) (*yaml.Node, error) {
 		}
 		for i := 0; i < t.NumField(); i++ {
 			k := yamlName(t.Field(i))
-			if k == "" {
-				continue
+			if k == "" || v.Field(i).IsZero() && strings.Contains(t.Field(i).Tag.Get("yaml"), ",omitempty") {
+				continue // a former name, set only by an old file
 			}
 			fv, err := encodeValue(v.Field(i))
 			if err != nil {

@@ -48,7 +48,7 @@ func TestValidationFixture(t *testing.T) {
 		t.Errorf("validation =\n%+v\nwant\n%+v", c.Validation, want)
 	}
 	wantIdem := Idempotency{
-		Enabled: true, Backend: BackendRedis, Retention: 48 * time.Hour, InFlightTimeout: 15 * time.Second,
+		Enabled: true, Store: StoreRedis, Retention: 48 * time.Hour, InFlightTimeout: 15 * time.Second,
 		MaxResponseBytes: 16 << 10, Timeout: 250 * time.Millisecond, KeyPrefix: "prod:idem:", MaxPerAccount: 500,
 		ReplicaAcks: 2, Memory: IdempotencyMemory{MaxEntries: 5000, MaxBytes: 8 << 20},
 	}

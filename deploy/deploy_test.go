@@ -568,7 +568,7 @@ func TestExampleConfigLoads(t *testing.T) {
 	}
 	// What the example promises in its comments; check-config's "ok"
 	// above had no warning: no trust lets a client choose its address.
-	if cfg.Limiter.Backend != config.BackendRedis || len(cfg.Limiter.Redis.Addrs) == 0 {
+	if cfg.Limiter.Store != config.StoreRedis || len(cfg.Limiter.Redis.Addrs) == 0 {
 		t.Error("the example does not use Redis")
 	}
 	if len(cfg.Tiers) == 0 || cfg.TokensFile == "" {

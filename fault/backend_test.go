@@ -77,7 +77,7 @@ func TestBackendFaults(t *testing.T) {
 				upstream = sp.srv.URL
 			}
 			g := startGateway(t, configHeader(upstream)+`limiter:
-  backend: memory
+  store: memory
 routes:
   - name: list_markets
     match: GET /api/v1/mkt/markets/
@@ -183,7 +183,7 @@ func TestSIGTERMWithOrdersInFlight(t *testing.T) {
 idempotency:
   in_flight_timeout: 10m
 limiter:
-  backend: memory
+  store: memory
 `)
 	c := newClient(t, orders)
 	c.Timeout = 10 * time.Minute

@@ -68,7 +68,7 @@ func TestHeldUploadsBuffered(t *testing.T) {
 admin:
   pprof: true
 limiter:
-  backend: memory
+  store: memory
 validation:
   before_catalogue: pass
 `)

@@ -31,7 +31,7 @@ func TestSlowloris(t *testing.T) {
 	g := startGateway(t, configHeader(be.url)+`server:
   read_header_timeout: 10s
 limiter:
-  backend: memory
+  store: memory
 routes:
   - name: list_markets
     match: GET /api/v1/mkt/markets/
@@ -135,7 +135,7 @@ func openSlowConnection(ctx context.Context, t *testing.T, host string, i int, o
 }
 
 // TestMemoryLimiterManyAddresses drives a million distinct client
-// addresses through the in-process limiter (the memory backend and the
+// addresses through the in-process limiter (the memory store and the
 // local fallback), as exgate keys them, and measures the heap after
 // garbage collection: the number of keys stays within limiter.max_keys
 // (default 1,000,000, and a smaller bound) and memory with it.

@@ -63,7 +63,7 @@ func failoverConfig(upstream string, redisKeys ...string) string {
 	return configHeaderAccessLog(upstream) + fmt.Sprintf(`client_ip:
   trusted_proxies: ["127.0.0.1"]
 limiter:
-  backend: redis
+  store: redis
   replicas: 2
   on_store_error: local
   redis:

@@ -43,7 +43,7 @@ upstream:
   outlier: {consecutive_connect_failures: 1, base_ejection_time: 1s, max_ejection_time: 2s, max_ejection_percent: 100}
 log: {access: false}
 overload: {enabled: false}
-limiter: {backend: memory}
+limiter: {store: memory}
 routes:
   - {name: list_markets, match: "GET /api/v1/mkt/markets/"}
   - {name: place_order, match: "POST /api/v1/odr/orders/", auth: required, validate: order}

@@ -36,7 +36,7 @@ func TestKeepAliveIdleTimeout(t *testing.T) {
 	g := startGateway(t, configHeaderAccessLog(cb.url)+fmt.Sprintf(`server:
   idle_timeout: %s
 limiter:
-  backend: memory
+  store: memory
 `, idle))
 	var seq int
 	var seqMu sync.Mutex

@@ -44,7 +44,7 @@ var duplicateRows = []struct {
 // memoryStore is the idempotency section of a memory store of the given
 // bounds; share's lines follow it.
 func memoryStore(entries int, bytes string) string {
-	return fmt.Sprintf("idempotency:\n  backend: memory\n  memory:\n    max_entries: %d\n    max_bytes: %s\n", entries, bytes)
+	return fmt.Sprintf("idempotency:\n  store: memory\n  memory:\n    max_entries: %d\n    max_bytes: %s\n", entries, bytes)
 }
 
 // share is an account's share of the store, within an idempotency

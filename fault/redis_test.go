@@ -22,7 +22,7 @@ func redisConfig(upstream, addr, onStoreError string, timeout time.Duration) str
 	return configHeader(upstream) + fmt.Sprintf(`client_ip:
   trusted_proxies: ["127.0.0.1"]
 limiter:
-  backend: redis
+  store: redis
   replicas: 2
   on_store_error: %s
   redis:

@@ -96,7 +96,7 @@ func TestBackendMisbehaviour(t *testing.T) {
 				upstream = append(upstream, tc.upstream)
 			}
 			g := startGatewayServing(t, configHeader("http://"+addr, upstream...)+`limiter:
-  backend: memory
+  store: memory
 validation:
   before_catalogue: pass
 `)

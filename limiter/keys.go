@@ -47,7 +47,7 @@ func NewKeyer(secret []byte) (*Keyer, error) {
 }
 
 // RandomSecret returns a fresh random secret, for a single process whose
-// limits are not shared (memory backend, dev mode).
+// limits are not shared (memory store, dev mode).
 func RandomSecret() []byte {
 	b := make([]byte, 32)
 	_, _ = rand.Read(b)

@@ -18,7 +18,7 @@ import (
 type Store struct {
 	// Enforcer applies Rules with this store.
 	Enforcer *Enforcer
-	// Kind is config.BackendRedis or config.BackendMemory.
+	// Kind is config.StoreRedis or config.StoreMemory.
 	Kind string
 	// Client is the Redis client, or nil for the memory store.
 	Client redis.UniversalClient
@@ -52,8 +52,8 @@ type OpenOptions struct {
 	ClaimFunc string
 }
 
-// StoreKind returns the limit store cfg selects (config.BackendRedis or
-// config.BackendMemory): its limiter.backend, or redis when that is empty
+// StoreKind returns the limit store cfg selects (config.StoreRedis or
+// config.StoreMemory): its limiter.store, or redis when that is empty
 // and Redis addresses are set, else memory.
 func StoreKind(cfg *config.Config) string { return cfg.LimiterStore() }
 
@@ -78,9 +78,9 @@ func Open(cfg *config.Config, o OpenOptions) (*Store, error) {
 	switch {
 	case secret != "" && len(secret) < MinSecretLen:
 		return nil, fmt.Errorf("limiter.key_secret_env: %s must hold at least %d bytes", lc.KeySecretEnv, MinSecretLen)
-	case secret == "" && b.Kind != config.BackendRedis && o.SharedKeys:
+	case secret == "" && b.Kind != config.StoreRedis && o.SharedKeys:
 		return nil, fmt.Errorf("limiter.key_secret_env: %s is not set; replicas sharing duplicate protection through Redis key orders by token id and must all use the same secret (at least %d bytes)", lc.KeySecretEnv, MinSecretLen)
-	case secret == "" && b.Kind == config.BackendRedis:
+	case secret == "" && b.Kind == config.StoreRedis:
 		return nil, fmt.Errorf("limiter.key_secret_env: %s is not set; replicas sharing limits through Redis must all use the same secret (at least %d bytes)", lc.KeySecretEnv, MinSecretLen)
 	}
 	key := []byte(secret)
@@ -96,7 +96,7 @@ func Open(cfg *config.Config, o OpenOptions) (*Store, error) {
 
 	eo := EnforcerOptions{Keyer: keyer, Logger: log, Now: o.Now, LocalMaxKeys: lc.MaxKeys}
 	switch b.Kind {
-	case config.BackendRedis:
+	case config.StoreRedis:
 		password, _ := getenv(lc.Redis.PasswordEnv)
 		b.Client, err = NewRedisClient(lc.Redis, password)
 		if err != nil {

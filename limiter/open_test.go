@@ -15,7 +15,7 @@ func TestOpenBackends(t *testing.T) {
 	}
 	t.Run("memory without secret", func(t *testing.T) {
 		b, err := Open(config.Default(), OpenOptions{})
-		if err != nil || b.Kind != config.BackendMemory || b.Memory == nil || b.Client != nil {
+		if err != nil || b.Kind != config.StoreMemory || b.Memory == nil || b.Client != nil {
 			t.Fatalf("%+v %v", b, err)
 		}
 		if err := b.Ping(context.Background()); err != nil {
@@ -44,7 +44,7 @@ func TestOpenBackends(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer b.Close()
-		if b.Kind != config.BackendRedis || b.Deny == nil {
+		if b.Kind != config.StoreRedis || b.Deny == nil {
 			t.Errorf("backend %+v", b)
 		}
 		if err := b.Ping(context.Background()); err == nil {

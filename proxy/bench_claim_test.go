@@ -45,7 +45,7 @@ func identifiedOrderGateway(b *testing.B, cfg *config.Config, v *validate.Valida
 // BenchmarkGatewayOrderIdentifier measures orders that each carry a new
 // identifier, with the limits and duplicate protection in one real
 // redis-server: "joined" decides each order's limits and claim in one
-// script run (the default with limiter.backend redis), "separate" claims
+// script run (the default with limiter.store redis), "separate" claims
 // after the limits, in a call of its own (a Cluster, or the limits in
 // memory). scripts/op counts the script runs Redis made per order (INFO
 // commandstats): one to record each response (Complete), and the runs

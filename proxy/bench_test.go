@@ -398,7 +398,7 @@ upstream:
 log:
   access: false
 limiter:
-  backend: memory
+  store: memory
   token_spray:
     max_tokens: 0
 routes:

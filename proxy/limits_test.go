@@ -32,7 +32,7 @@ func startLimited(t *testing.T, store ratelimit.Store, mut func(*config.Config))
 	t.Cleanup(bs.Close)
 	cfg := config.Default()
 	cfg.Upstream.URL = config.MustURL(bs.URL)
-	cfg.Limiter.Backend = config.BackendMemory
+	cfg.Limiter.Store = config.StoreMemory
 	if mut != nil {
 		mut(cfg)
 	}

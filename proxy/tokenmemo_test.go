@@ -130,7 +130,7 @@ func tokenMemoH2Gateway(t *testing.T, limit int64) (string, *backend, *observer.
 	bs := httptest.NewServer(be)
 	t.Cleanup(bs.Close)
 	cfg.Upstream.URL = config.MustURL(bs.URL)
-	cfg.Limiter.Backend = config.BackendMemory
+	cfg.Limiter.Store = config.StoreMemory
 	cfg.ClientIP.TrustedProxies = []config.Prefix{{Prefix: mustPrefix("127.0.0.0/8")}}
 	rt := cfg.Route("list_matches")
 	rt.Auth = config.AuthOptional
@@ -238,7 +238,7 @@ func TestTokenMemoFollowsReloads(t *testing.T) {
 		t.Helper()
 		next := config.Default()
 		next.Upstream = cfg.Upstream
-		next.Limiter.Backend = config.BackendMemory
+		next.Limiter.Store = config.StoreMemory
 		limited(next)
 		var tokens map[string]string
 		if tiered {

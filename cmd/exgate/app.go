@@ -384,7 +384,7 @@ func (a *app) warnUnsafeDefaults() {
 		a.log.Warn("the admin listener is not on loopback and " + a.cfg.Admin.TokenEnv +
 			" (admin.token_env) is not set: the console and pprof answer 403 admin_token_required; /healthz, /readyz and /metrics are served")
 	}
-	if a.limits.Kind == config.BackendMemory && !a.d.dev {
+	if a.limits.Kind == config.StoreMemory && !a.d.dev {
 		a.log.Warn("rate limits are kept in this process: each replica counts on its own; set limiter.redis.addrs to share them")
 	}
 }

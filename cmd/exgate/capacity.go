@@ -41,7 +41,7 @@ func idempotencyCapacity(cfg *config.Config) []string {
 		lines = append(lines, fmt.Sprintf("duplicate protection: duplicate answers (replays, 409s) on %s: %s (burst %d) per %s (%s), then 429",
 			da.Route, da.Rate, da.Burst, da.Key, da.Basis))
 	}
-	if cfg.IdempotencyStore() == config.BackendMemory {
+	if cfg.IdempotencyStore() == config.StoreMemory {
 		m := idem.Memory
 		n := min(int64(m.MaxEntries)/int64(ids), int64(m.MaxBytes)/bytes)
 		return append(lines, fmt.Sprintf("duplicate protection: the memory store (%d identifiers, %s) holds %d such shares", m.MaxEntries, mebibytes(int64(m.MaxBytes)), n))

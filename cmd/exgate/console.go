@@ -105,7 +105,7 @@ func (a *app) processStatus() admin.ProcessStatus {
 		at := r.at
 		st.LastReload, st.ReloadOutcome = &at, r.outcome
 	}
-	if a.limits.Kind == config.BackendRedis {
+	if a.limits.Kind == config.StoreRedis {
 		st.Store.Mode = redisTopology(a.cfg.Limiter.Redis)
 	}
 	if a.dup != nil {

@@ -71,10 +71,10 @@ func devSecret(getenv func(string) (string, bool), name string) func(string) (st
 
 // limitStore says where rate limits are kept.
 func limitStore(a *app) string {
-	if a.limits.Kind == config.BackendRedis {
+	if a.limits.Kind == config.StoreRedis {
 		return "Redis at " + strings.Join(a.cfg.Limiter.Redis.Addrs, ",") + " (shared with every instance using it)"
 	}
-	return "in memory (this process only; EXGATE_LIMITER_BACKEND=redis and EXGATE_LIMITER_REDIS_ADDRS share them)"
+	return "in memory (this process only; EXGATE_LIMITER_STORE=redis and EXGATE_LIMITER_REDIS_ADDRS share them)"
 }
 
 // curlBase turns a bound listen address into a URL a developer can paste:
@@ -97,7 +97,7 @@ func curlBase(addr string) string {
 }
 
 // devOverrides adapts a configuration to dev mode: limits in this process
-// unless limiter.backend is explicitly "redis" (so that two dev instances
+// unless limiter.store is explicitly "redis" (so that two dev instances
 // can share limits through a real Redis), no drain delay at Ctrl-C, and,
 // unless the file configures identity itself, access tokens verified with
 // the reference backend's signing secret, so that limits count per
@@ -105,8 +105,8 @@ func curlBase(addr string) string {
 // keeps tokens opaque). The reference backend's address is set once it
 // listens.
 func devOverrides(cfg *config.Config) {
-	if cfg.Limiter.Backend != config.BackendRedis {
-		cfg.Limiter.Backend = config.BackendMemory
+	if cfg.Limiter.Store != config.StoreRedis {
+		cfg.Limiter.Store = config.StoreMemory
 	}
 	cfg.Server.DrainDelay = 0
 	if cfg.Identity.Verify {

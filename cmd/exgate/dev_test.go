@@ -14,13 +14,13 @@ import (
 )
 
 // TestDevModeSharesLimitsThroughRedis starts two dev-mode gateways with
-// an explicit EXGATE_LIMITER_BACKEND=redis, as a developer would to try
+// an explicit EXGATE_LIMITER_STORE=redis, as a developer would to try
 // shared limits: they count one address together, and the banner says
 // where the limits are kept. Without it, dev mode keeps them in memory.
 func TestDevModeSharesLimitsThroughRedis(t *testing.T) {
 	rs := redistest.Start(t)
 	env := map[string]string{
-		"EXGATE_LIMITER_BACKEND":     "redis",
+		"EXGATE_LIMITER_STORE":       "redis",
 		"EXGATE_LIMITER_REDIS_ADDRS": rs.Addr,
 		// Dev mode's 25ms deadline falls back to local limits whenever a
 		// loaded machine stalls; sharing is what is under test here.
@@ -56,8 +56,8 @@ func TestDevModeSharesLimitsThroughRedis(t *testing.T) {
 
 	cfg := config.Default()
 	devOverrides(cfg)
-	if cfg.Limiter.Backend != config.BackendMemory {
-		t.Fatalf("dev mode without an explicit backend uses %q", cfg.Limiter.Backend)
+	if cfg.Limiter.Store != config.StoreMemory {
+		t.Fatalf("dev mode without an explicit backend uses %q", cfg.Limiter.Store)
 	}
 }
 

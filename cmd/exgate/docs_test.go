@@ -91,7 +91,7 @@ func TestDocumentedExamples(t *testing.T) {
 		l.Rate, l.Burst = config.Rate{N: 5, Period: time.Minute}, 5
 	}
 	st := startStackEnv(t, func(c *config.Config) {
-		c.Limiter.Backend = config.BackendRedis
+		c.Limiter.Store = config.StoreRedis
 		c.Limiter.Redis.Addrs = []string{rs.Addr}
 		// Store deadlines far beyond a loaded machine's stalls: a limit
 		// decided by the local fallback, or an order refused 503, is

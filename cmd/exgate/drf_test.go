@@ -331,7 +331,7 @@ func drfGateway(t *testing.T, drf *drfBackend, mut func(*config.Config)) (string
 	cfg.Listen, cfg.AdminListen = "127.0.0.1:0", "127.0.0.1:0"
 	cfg.Upstream.URL = config.MustURL(drf.url)
 	cfg.Server.DrainDelay = 0
-	cfg.Limiter.Backend = config.BackendMemory
+	cfg.Limiter.Store = config.StoreMemory
 	if mut != nil {
 		mut(cfg)
 	}

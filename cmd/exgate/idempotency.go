@@ -56,7 +56,7 @@ func (a *app) openIdempotencyStore(cfg *config.Config) (idempotency.Store, error
 // duplicate protection's, when it keeps its claims in Redis (it then
 // shares the limiter's client), else none.
 func claimFunc(cfg *config.Config) string {
-	if idempotencyInRedis(cfg) && cfg.LimiterStore() == config.BackendRedis {
+	if idempotencyInRedis(cfg) && cfg.LimiterStore() == config.StoreRedis {
 		return idempotency.ClaimFunc
 	}
 	return ""
@@ -74,7 +74,7 @@ func joinsLimits(cfg *config.Config, c redis.UniversalClient, own bool) bool {
 // idempotencyInRedis reports whether duplicate protection runs and keeps
 // its claims in Redis.
 func idempotencyInRedis(cfg *config.Config) bool {
-	return cfg.IdempotencyRuns() && cfg.IdempotencyStore() == config.BackendRedis
+	return cfg.IdempotencyRuns() && cfg.IdempotencyStore() == config.StoreRedis
 }
 
 // observedStore is a duplicate-protection store whose every call is timed

@@ -58,7 +58,7 @@ type idempotencyState struct {
 func newIdempotencyHealth(cfg *config.Config, s healthChecker, m *metrics.IdempotencyStore, log *zap.Logger) *idempotencyHealth {
 	d := &idempotencyHealth{probe: s, m: m, log: log, mode: cfg.IdempotencyStore(), acks: cfg.IdempotencyReplicaAcks(),
 		timeout: max(time.Second, cfg.Idempotency.Timeout)}
-	if d.mode == config.BackendRedis {
+	if d.mode == config.StoreRedis {
 		d.mode = redisTopology(cfg.Limiter.Redis)
 	}
 	d.ids, d.bytes = cfg.IdempotencyShare()

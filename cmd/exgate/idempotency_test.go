@@ -20,16 +20,16 @@ import (
 	"github.com/exgate/exgate/sim"
 )
 
-// TestDuplicateProtectionOwnRedis checks that idempotency.backend: redis
+// TestDuplicateProtectionOwnRedis checks that idempotency.store: redis
 // with the limits in memory gets a Redis client of its own (not an
 // in-process store that replicas would not share), that it needs the key
 // secret, and that /readyz names what its outage degrades.
 func TestDuplicateProtectionOwnRedis(t *testing.T) {
 	deadRedis := unreachable.Refused(t)
 	mut := func(cfg *config.Config) {
-		cfg.Limiter.Backend = config.BackendMemory
+		cfg.Limiter.Store = config.StoreMemory
 		cfg.Limiter.Redis.Addrs = []string{deadRedis}
-		cfg.Idempotency.Backend = config.BackendRedis
+		cfg.Idempotency.Store = config.StoreRedis
 	}
 	cfg := config.Default()
 	cfg.Listen, cfg.AdminListen = "127.0.0.1:0", "127.0.0.1:0"
@@ -65,16 +65,16 @@ func TestClaimsJoinLimits(t *testing.T) {
 		own              bool
 		claimFunc, joins bool
 	}{
-		{"redis limits and duplicates, one client", config.BackendRedis, "", single, false, true, true},
-		{"redis limits and duplicates, Cluster", config.BackendRedis, "", cluster, false, true, true},
-		{"memory limits, redis duplicates (own client)", config.BackendMemory, config.BackendRedis, single, true, false, false},
-		{"redis limits, memory duplicates", config.BackendRedis, config.BackendMemory, nil, false, false, false},
-		{"memory limits and duplicates", config.BackendMemory, "", nil, false, false, false},
+		{"redis limits and duplicates, one client", config.StoreRedis, "", single, false, true, true},
+		{"redis limits and duplicates, Cluster", config.StoreRedis, "", cluster, false, true, true},
+		{"memory limits, redis duplicates (own client)", config.StoreMemory, config.StoreRedis, single, true, false, false},
+		{"redis limits, memory duplicates", config.StoreRedis, config.StoreMemory, nil, false, false, false},
+		{"memory limits and duplicates", config.StoreMemory, "", nil, false, false, false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := config.Default()
-			cfg.Limiter.Backend, cfg.Idempotency.Backend = tc.limiter, tc.idem
+			cfg.Limiter.Store, cfg.Idempotency.Store = tc.limiter, tc.idem
 			cfg.Limiter.Redis.Addrs = []string{"127.0.0.1:1"}
 			if got := claimFunc(cfg) != ""; got != tc.claimFunc {
 				t.Errorf("limiter built with the claim function: %v, want %v", got, tc.claimFunc)

@@ -206,7 +206,7 @@ func TestForgedTokenRefusalsCached(t *testing.T) {
 	cfg.Listen, cfg.AdminListen = "127.0.0.1:0", "127.0.0.1:0"
 	cfg.Upstream.URL = config.MustURL(bs.URL)
 	cfg.Server.DrainDelay = 0
-	cfg.Limiter.Backend = config.BackendMemory
+	cfg.Limiter.Store = config.StoreMemory
 	verifying(cfg)
 	a := startApp(t, cfg, deps{log: zap.NewNop(), now: time.Now, getenv: secretEnv})
 	forged := devToken(t, []byte("not-the-issuer-secret-000"), jwt.SigningMethodHS256, "", nil)

@@ -90,7 +90,7 @@ func gatewayCommand(ctx context.Context, args []string, getenv func(string) (str
 	fs := flag.NewFlagSet("exgate", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	configPath := fs.String("config", "", "YAML configuration `file` (default: built-in defaults)")
-	dev := fs.Bool("dev", false, "development mode: also run the reference backend in this process, limits in memory (unless EXGATE_LIMITER_BACKEND=redis)")
+	dev := fs.Bool("dev", false, "development mode: also run the reference backend in this process, limits in memory (unless EXGATE_LIMITER_STORE=redis)")
 	printConfig := fs.Bool("print-config", false, "print the effective configuration as YAML and exit")
 	showVersion := fs.Bool("version", false, "print the version and exit")
 	if err := fs.Parse(args); err != nil {

@@ -42,7 +42,7 @@ func TestDRFOrderQuery(t *testing.T) {
 	cfg.Listen, cfg.AdminListen = "127.0.0.1:0", "127.0.0.1:0"
 	cfg.Upstream.URL = config.MustURL(drf.url)
 	cfg.Server.DrainDelay = 0
-	cfg.Limiter.Backend = config.BackendMemory
+	cfg.Limiter.Store = config.StoreMemory
 	a := startApp(t, cfg, deps{log: zap.NewNop(), now: time.Now})
 	waitCatalogue(t, a)
 	gw := "http://" + a.addr

@@ -258,7 +258,7 @@ server: { drain_delay: 0s }
 reload_interval: 0s
 log: { access: false, level: %s }
 limiter:
-  backend: redis
+  store: redis
   redis: { addrs: [%q], timeout: 20ms }
   replicas: %d
   on_store_error: %s
@@ -524,7 +524,7 @@ replica: exgate-0
 server: { drain_delay: 0s, max_header_bytes: 16KiB, tls: { certificates: [] } }
 upstream: { url: BACKEND, timeout: 2s }
 client_ip: { trusted_proxies: [] }
-limiter: { backend: memory, headers: ietf, token_spray: { max_tokens: 0 } }
+limiter: { store: memory, headers: ietf, token_spray: { max_tokens: 0 } }
 tiers:
   vip: { capped: { rate: 3/1h } }
 reload_interval: 0s

@@ -48,7 +48,7 @@ listen: %s
 admin_listen: %s
 upstream: { url: %s }
 server: { drain_delay: 0s }
-limiter: { backend: memory }
+limiter: { store: memory }
 `
 
 // TestTracingBinary runs the real binary with tracing configured by the
@@ -182,7 +182,7 @@ func TestTracingCollectorUnreachable(t *testing.T) {
 	cfg.Listen, cfg.AdminListen = "127.0.0.1:0", "127.0.0.1:0"
 	cfg.Upstream.URL = config.MustURL(bs.URL)
 	cfg.Server.DrainDelay = 0
-	cfg.Limiter.Backend = config.BackendMemory
+	cfg.Limiter.Store = config.StoreMemory
 	cfg.Overload.Enabled = false // 20 clients of one address are shed on a loaded machine: not tracing's doing
 	cfg.Tracing.Exporter = config.TraceExporterOTLP
 	cfg.Tracing.Endpoint = "http://" + unreachable.Refused(t)

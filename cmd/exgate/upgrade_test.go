@@ -78,7 +78,7 @@ func TestUpgradeNeverTunnels(t *testing.T) {
 	cfg.Listen, cfg.AdminListen = "127.0.0.1:0", "127.0.0.1:0"
 	cfg.Upstream.URL = config.MustURL(bs.URL)
 	cfg.Server.DrainDelay = 0
-	cfg.Limiter.Backend = config.BackendMemory
+	cfg.Limiter.Store = config.StoreMemory
 	a := startApp(t, cfg, deps{log: zap.NewNop(), now: time.Now})
 	waitCatalogue(t, a)
 

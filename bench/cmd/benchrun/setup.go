@@ -115,6 +115,8 @@ upstream:
 log:
   access: false
 limiter:
+  # limiter.store's former name, which every build reads: -b-bins may run
+  # a build from before the rename.
   backend: {{.Backend}}
 {{- if .Redis}}
   redis:
