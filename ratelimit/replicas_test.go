@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"sync"
 	"testing"
 	"time"
@@ -18,7 +17,8 @@ import (
 // each a Redis store with its own client and pipelined sender behind a
 // deny cache, as gateways run them; one of them, in the second run, runs
 // the decision script of the last version to write TATs as numbers
-// (testdata/decide-0b2af22.lua), as during a rolling upgrade. 32
+// (testdata/decide-0b2af22.lua; its reply in the current shape:
+// earlierScript), as during a rolling upgrade. 32
 // concurrent callers send requests of two checks each (a key of its own,
 // burst 5, and its group's, burst 30) over 40 keys in 4 groups: no key
 // and no group ever lets more than its burst through, and each group
@@ -28,10 +28,7 @@ func TestReplicasShareManyKeysExactly(t *testing.T) {
 		t.Skip("starts redis-server")
 	}
 	srv := redistest.Start(t)
-	old, err := os.ReadFile("testdata/decide-0b2af22.lua")
-	if err != nil {
-		t.Fatal(err)
-	}
+	old := earlierScript(t)
 	const keys, groups, keyBurst, groupBurst = 40, 4, 5, 30
 	keyLimit := Limit{Rate: keyBurst, Period: time.Hour, Burst: keyBurst}
 	groupLimit := Limit{Rate: groupBurst, Period: time.Hour, Burst: groupBurst}
@@ -44,7 +41,7 @@ func TestReplicasShareManyKeysExactly(t *testing.T) {
 				r := NewRedis(c, RedisOptions{Timeout: 2 * time.Second})
 				t.Cleanup(func() { _ = r.Close() })
 				if upgrade && i == 1 {
-					src := noClaimFunc + string(old)
+					src := noClaimFunc + old
 					r.d = &decision{src: src, script: redis.NewScript(src)}
 				}
 				stores[i] = NewDenyCache(r, 1000, nil)

@@ -56,9 +56,10 @@ import (
 // list: for each request whether it passed (1/0), and with a guard the
 // guard's answer (1 admitted, 2 refused) and the guard set's TTL in
 // milliseconds; then for each check its state (0 not applied, 1 allowed,
-// 2 refused, 3 never passes) and, unless 0, the remaining count in
-// millionths (rounded to the nearest), and in microseconds (rounded up)
-// the retry delay and the time until the key is back to a full burst;
+// 2 refused, 3 never passes) and, when 1, the remaining count in
+// millionths (rounded to the nearest) or, when 2, the retry delay in
+// microseconds (rounded up), then, when 1 or 2, the time until the key is
+// back to a full burst in microseconds (rounded up);
 // then with a claim the length of the claim's reply (0: not run) and the
 // reply, or {'error', message} for a claim that failed.
 const decideSrc = `
@@ -148,8 +149,8 @@ for _ = 1, nreq do
       out[n + 1] = 0
       n = n + 1
     elseif e <= 0 then
-      out[n + 1], out[n + 2], out[n + 3], out[n + 4] = 3, 0, 0, 0
-      n = n + 4
+      out[n + 1] = 3
+      n = n + 1
       if flags % 2 == 0 then
         out[head] = 0
       end
@@ -160,7 +161,7 @@ for _ = 1, nreq do
       local new_tat = tat + cost * e
       local diff = now - (new_tat - e * burst)
       if diff < 0 then
-        out[n + 1], out[n + 2], out[n + 3], out[n + 4] = 2, 0, ceil(-diff * 1000000), ceil((tat - now) * 1000000)
+        out[n + 1], out[n + 2], out[n + 3] = 2, ceil(-diff * 1000000), ceil((tat - now) * 1000000)
         if flags % 2 == 0 then
           out[head] = 0
         end
@@ -173,7 +174,7 @@ for _ = 1, nreq do
         if r > 0 then
           reset = reset - r + 1
         end
-        out[n + 1], out[n + 2], out[n + 3], out[n + 4] = 1, diff / e * 1000000 + 0.5, 0, reset
+        out[n + 1], out[n + 2], out[n + 3] = 1, diff / e * 1000000 + 0.5, reset
         if allowance then
           answer[na + 1], answer[na + 2] = k, new_tat
           na = na + 2
@@ -182,7 +183,7 @@ for _ = 1, nreq do
           nc = nc + 2
         end
       end
-      n = n + 4
+      n = n + 3
     end
   end
   local pass, answered = out[head] == 1, false
@@ -546,7 +547,7 @@ func (b *runBuilder) cmd(ctx context.Context, eval, claims bool) redis.Cmder {
 // Fields of decideSrc's reply.
 const (
 	replyGuard = 2 // a guard's answer and TTL
-	replyCheck = 4 // a check's that applied
+	replyCheck = 3 // a check's that was allowed or refused
 )
 
 // replyReader walks a decideSrc reply.
@@ -590,9 +591,15 @@ func (r *replyReader) head(guard bool) (allowed bool, branch int64, ttl time.Dur
 
 // check reads one check's result.
 func (r *replyReader) check() (CheckResult, error) {
-	if r.pos < len(r.v) && r.v[r.pos] == 0 {
-		r.pos++
-		return CheckResult{}, nil
+	if r.pos < len(r.v) {
+		switch r.v[r.pos] {
+		case 0: // not applied
+			r.pos++
+			return CheckResult{}, nil
+		case 3: // never passes
+			r.pos++
+			return CheckResult{Applied: true, Result: never()}, nil
+		}
 	}
 	if r.pos+replyCheck > len(r.v) {
 		return CheckResult{}, errReply
@@ -606,15 +613,15 @@ func (r *replyReader) check() (CheckResult, error) {
 		return CheckResult{Applied: true, Result: Result{
 			Allowed:    true,
 			Remaining:  max(c[1]/1e6, 0),
-			ResetAfter: time.Duration(c[3]) * time.Microsecond,
+			ResetAfter: time.Duration(c[2]) * time.Microsecond,
 		}}, nil
 	case 2:
 		return CheckResult{Applied: true, Result: Result{
-			RetryAfter: time.Duration(c[2]) * time.Microsecond,
-			ResetAfter: time.Duration(c[3]) * time.Microsecond,
+			RetryAfter: time.Duration(c[1]) * time.Microsecond,
+			ResetAfter: time.Duration(c[2]) * time.Microsecond,
 		}}, nil
 	default:
-		return CheckResult{Applied: true, Result: never()}, nil
+		return CheckResult{}, errReply
 	}
 }
 

@@ -373,11 +373,7 @@ func TestTATSharedAcrossVersions(t *testing.T) {
 	srv := redistest.Start(t)
 	c := srv.Client()
 	ctx := context.Background()
-	src, err := os.ReadFile("testdata/decide-0b2af22.lua")
-	if err != nil {
-		t.Fatal(err)
-	}
-	earlier, current := &decision{src: noClaimFunc + string(src)}, newDecision("")
+	earlier, current := &decision{src: noClaimFunc + earlierScript(t)}, newDecision("")
 	l := Limit{Rate: 6, Period: time.Hour, Burst: 6}
 	decide := func(d *decision, key string) CheckResult {
 		t.Helper()
@@ -428,4 +424,31 @@ func TestTATSharedAcrossVersions(t *testing.T) {
 			}
 		}
 	}
+}
+
+// earlierScript returns the decision script of the last version to write
+// TATs as numbers (testdata/decide-0b2af22.lua), its reply in the
+// current shape (a check allowed or refused answers three numbers, one
+// that never passes one), so that this version's reader can read it:
+// what it reads and writes in Redis is that version's. Its arguments are
+// laid out as this version's for requests without a guard.
+func earlierScript(t *testing.T) string {
+	t.Helper()
+	src, err := os.ReadFile("testdata/decide-0b2af22.lua")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(src)
+	for _, r := range [][2]string{
+		{"out[n + 1], out[n + 2], out[n + 3], out[n + 4] = 3, 0, 0, 0\n      n = n + 4\n", "out[n + 1] = 3\n      n = n + 1\n"},
+		{"out[n + 1], out[n + 2], out[n + 3], out[n + 4] = 2, 0, ", "out[n + 1], out[n + 2], out[n + 3] = 2, "},
+		{"out[n + 1], out[n + 2], out[n + 3], out[n + 4] = 1, floor(diff / e * 1000000 + 0.5), 0, ", "out[n + 1], out[n + 2], out[n + 3] = 1, floor(diff / e * 1000000 + 0.5), "},
+		{"      n = n + 4\n    end\n  end\n", "      n = n + 3\n    end\n  end\n"},
+	} {
+		if strings.Count(s, r[0]) != 1 {
+			t.Fatalf("testdata/decide-0b2af22.lua: %q not found once", r[0])
+		}
+		s = strings.Replace(s, r[0], r[1], 1)
+	}
+	return s
 }
