@@ -243,7 +243,8 @@ func init() {
 		finishRequest findRunnable SetXForwarded JoinHostPort
 		DialerRetries PoolSize tryDial HostClient
 		LoadBalancer syncFrequency subPath jobLabel sessionStorage DecimalField
-		RateLimit KiB MiB GiB EdDSA NaN`) {
+		RateLimit KiB MiB GiB EdDSA NaN
+		validateHeaders setDeadlineImpl propagateCancel WithCancelCause`) {
 		stdlibName[n] = true
 	}
 }
