@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"slices"
+	"strings"
 
 	"go.opentelemetry.io/contrib/propagators/autoprop"
 	"go.opentelemetry.io/otel/baggage"
@@ -32,10 +33,17 @@ type traceFormats struct {
 	traceContext bool // traceparent and tracestate written by sendTraceContext
 	baggage      bool // a trusted client's baggage carried, an untrusted one's removed
 	// others writes the formats other than W3C's, nil without any; it
-	// first removes otherFields, the client's.
-	others      propagation.TextMapPropagator
-	otherFields []string
+	// first removes otherFields and the fields that begin with
+	// otherPrefixes (Jaeger's and OpenTracing's baggage), the client's.
+	others        propagation.TextMapPropagator
+	otherFields   []string
+	otherPrefixes []string
 }
+
+// baggagePrefixes are the canonical prefixes of the fields in which a
+// format carries baggage, one field an entry: its propagator's Fields
+// cannot list them.
+var baggagePrefixes = map[string]string{"jaeger": "Uberctx-", "ottrace": "Ot-Baggage-"}
 
 // newTraceFormats builds the formats named, which config has checked.
 func newTraceFormats(names []string) (traceFormats, error) {
@@ -56,6 +64,9 @@ func newTraceFormats(names []string) (traceFormats, error) {
 			f.baggage = true
 		default:
 			rest = append(rest, n)
+			if p, ok := baggagePrefixes[n]; ok {
+				f.otherPrefixes = append(f.otherPrefixes, p)
+			}
 		}
 	}
 	if len(rest) > 0 {
@@ -102,6 +113,13 @@ func (f *traceFormats) write(st *requestState, h http.Header, ctx context.Contex
 	if f.others != nil {
 		for _, k := range f.otherFields {
 			delete(h, k)
+		}
+		for k := range h {
+			for _, p := range f.otherPrefixes {
+				if strings.HasPrefix(k, p) {
+					delete(h, k)
+				}
+			}
 		}
 		f.others.Inject(trace.ContextWithSpanContext(ctx, sc), traceCarrier(h))
 	}
