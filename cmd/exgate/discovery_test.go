@@ -221,20 +221,29 @@ func startDNSGateway(t *testing.T, srv *dnstest.Server, d config.Discovery) stri
 	}
 }
 
+// port returns the instance's port.
+func (in *dnsInstance) port() uint16 { return uint16(in.ln.Addr().(*net.TCPAddr).Port) }
+
+// startSRVGateway starts a gateway whose default service's instances are
+// the records of _http._tcp.backend.test., of targets lo.test. (127.0.0.1).
+func startSRVGateway(t *testing.T, records ...dnstest.SRV) string {
+	t.Helper()
+	dns := dnstest.Start(t)
+	dns.SetAddrs("lo.test.", netip.MustParseAddr("127.0.0.1"))
+	dns.SetSRV("_http._tcp.backend.test.", records...)
+	return startDNSGateway(t, dns, config.Discovery{SRV: "_http._tcp.backend.test."})
+}
+
 // TestDNSDiscoverySRVWeights: SRV records name two instances on one
 // address at their own ports, weighing 3 and 1; sent one at a time (an
 // idle fleet), requests follow the weights (generous bounds).
 func TestDNSDiscoverySRVWeights(t *testing.T) {
-	dns := dnstest.Start(t)
 	heavy, light := startDNSInstance(t, "127.0.0.1:0"), startDNSInstance(t, "127.0.0.1:0")
-	port := func(in *dnsInstance) uint16 { return uint16(in.ln.Addr().(*net.TCPAddr).Port) }
-	dns.SetAddrs("lo.test.", netip.MustParseAddr("127.0.0.1"))
-	dns.SetSRV("_http._tcp.backend.test.",
-		dnstest.SRV{Priority: 1, Weight: 3, Port: port(heavy), Target: "lo.test."},
-		dnstest.SRV{Priority: 1, Weight: 1, Port: port(light), Target: "lo.test."},
+	base := startSRVGateway(t,
+		dnstest.SRV{Priority: 1, Weight: 3, Port: heavy.port(), Target: "lo.test."},
+		dnstest.SRV{Priority: 1, Weight: 1, Port: light.port(), Target: "lo.test."},
 		dnstest.SRV{Priority: 2, Weight: 100, Port: 1, Target: "lo.test."}, // a backup: never used
 	)
-	base := startDNSGateway(t, dns, config.Discovery{SRV: "_http._tcp.backend.test."})
 	h0, l0 := heavy.served.Load(), light.served.Load()
 	const n = 400
 	for range n {
@@ -252,15 +261,11 @@ func TestDNSDiscoverySRVWeights(t *testing.T) {
 // primary and a backup; requests go to the primary alone, and once it
 // stops accepting connections (ejected), to the backup.
 func TestDNSDiscoverySRVFailover(t *testing.T) {
-	dns := dnstest.Start(t)
 	primary, backup := startDNSInstance(t, "127.0.0.1:0"), startDNSInstance(t, "127.0.0.1:0")
-	port := func(in *dnsInstance) uint16 { return uint16(in.ln.Addr().(*net.TCPAddr).Port) }
-	dns.SetAddrs("lo.test.", netip.MustParseAddr("127.0.0.1"))
-	dns.SetSRV("_http._tcp.backend.test.",
-		dnstest.SRV{Priority: 1, Weight: 1, Port: port(primary), Target: "lo.test."},
-		dnstest.SRV{Priority: 2, Weight: 1, Port: port(backup), Target: "lo.test."},
+	base := startSRVGateway(t,
+		dnstest.SRV{Priority: 1, Weight: 1, Port: primary.port(), Target: "lo.test."},
+		dnstest.SRV{Priority: 2, Weight: 1, Port: backup.port(), Target: "lo.test."},
 	)
-	base := startDNSGateway(t, dns, config.Discovery{SRV: "_http._tcp.backend.test."})
 	for range 50 {
 		if code, _, body := call(t, "GET", base+"/x", ""); code != 200 {
 			t.Fatalf("GET: %d %s", code, body)
