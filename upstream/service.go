@@ -1,6 +1,7 @@
 package upstream
 
 import (
+	"cmp"
 	"errors"
 	"math/rand/v2"
 	"net"
@@ -276,79 +277,67 @@ func (s *Service) Instances() []*Instance {
 // there, as with a single level, panic mode balances across every
 // instance that accepts connections when too few are healthy.
 func (s *Service) rebuild() {
-	var st State
-	st.Instances = len(s.instances)
-	for _, inst := range s.instances {
-		switch {
-		case inst.checkFailed:
-			st.Down++
-		case inst.ejected:
-			st.Ejected++
-		default:
-			st.Healthy++
-		}
-	}
-	levels := s.levels()
-	var set []*Instance
-	chosen := false
-	for _, p := range levels {
-		healthy, _, n := s.level(p)
-		if len(healthy) > 0 && len(healthy)*100 >= s.opts.PanicThreshold*n {
-			set, st.Priority, chosen = healthy, p, true
+	st := State{Instances: len(s.instances)}
+	levels := s.levels(&st)
+	var in *level
+	for i := range levels {
+		if l := &levels[i]; len(l.healthy) > 0 && len(l.healthy)*100 >= s.opts.PanicThreshold*l.n {
+			in = l
 			break
 		}
 	}
-	for i := 0; !chosen && i < len(levels); i++ {
-		healthy, reachable, n := s.level(levels[i])
-		if len(reachable) == 0 {
-			continue
-		}
-		set, st.Priority, chosen = healthy, levels[i], true
-		if len(healthy)*100 < s.opts.PanicThreshold*n && len(reachable) > len(healthy) {
-			st.Panic, set = true, reachable
+	for i := 0; in == nil && i < len(levels); i++ {
+		if len(levels[i].reachable) > 0 {
+			in = &levels[i]
 		}
 	}
-	st.Failover = chosen && len(levels) > 1 && st.Priority != levels[0]
-	if !chosen {
-		st.Priority = 0
+	var set []*Instance
+	if in != nil {
+		set, st.Priority, st.Failover = in.healthy, in.priority, in.priority != levels[0].priority
+		if len(in.healthy)*100 < s.opts.PanicThreshold*in.n && len(in.reachable) > len(in.healthy) {
+			st.Panic, set = true, in.reachable
+		}
 	}
 	s.picks.Store(newPickSet(set, st))
 }
 
-// levels returns the instances' distinct priorities, lowest first.
-func (s *Service) levels() []uint16 {
-	var ps []uint16
-	for _, inst := range s.instances {
-		if !slices.Contains(ps, inst.priority) {
-			ps = append(ps, inst.priority)
-		}
-	}
-	slices.Sort(ps)
-	return ps
+// level is the instances of one priority: how many, those that are
+// healthy, and those that accept connections (healthy, or ejected for
+// server errors).
+type level struct {
+	priority           uint16
+	n                  int
+	healthy, reachable []*Instance
 }
 
-// level returns the instances of priority p that are healthy, those that
-// accept connections (healthy, or ejected for server errors), and how
-// many it has.
-func (s *Service) level(p uint16) (healthy, reachable []*Instance, n int) {
+// levels sorts the instances into their levels, lowest priority first,
+// and counts them by state into st. s.mu is held.
+func (s *Service) levels(st *State) []level {
+	var ls []level
 	for _, inst := range s.instances {
-		if inst.priority != p {
-			continue
+		i := slices.IndexFunc(ls, func(l level) bool { return l.priority == inst.priority })
+		if i < 0 {
+			ls, i = append(ls, level{priority: inst.priority}), len(ls)
 		}
-		n++
+		l := &ls[i]
+		l.n++
 		switch {
 		case inst.checkFailed:
+			st.Down++
 			continue
 		case inst.ejected:
+			st.Ejected++
 			if inst.ejectedFor == ReasonConnectFailure {
 				continue // refuses connections: not even in panic
 			}
 		default:
-			healthy = append(healthy, inst)
+			st.Healthy++
+			l.healthy = append(l.healthy, inst)
 		}
-		reachable = append(reachable, inst)
+		l.reachable = append(l.reachable, inst)
 	}
-	return healthy, reachable, n
+	slices.SortFunc(ls, func(a, b level) int { return cmp.Compare(a.priority, b.priority) })
+	return ls
 }
 
 // newPickSet returns the pick set of set, with the service's state st.
