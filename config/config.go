@@ -29,6 +29,7 @@
 package config
 
 import (
+	"cmp"
 	"net"
 	"strconv"
 	"strings"
@@ -164,8 +165,9 @@ func (c *Config) normalise() {
 		c.Routes[i].normalise()
 	}
 	normaliseTiers(c.Tiers)
-	c.Limiter.Store = formerStore(c.Limiter.Store, c.Limiter.Backend)
-	c.Idempotency.Store = formerStore(c.Idempotency.Store, c.Idempotency.Backend)
+	// store, else backend, its former name
+	c.Limiter.Store = cmp.Or(c.Limiter.Store, c.Limiter.Backend)
+	c.Idempotency.Store = cmp.Or(c.Idempotency.Store, c.Idempotency.Backend)
 	da := &c.Idempotency.DuplicateAnswers
 	da.Burst = normalBurst(da.Burst, da.Rate)
 }

@@ -7,7 +7,7 @@ type Limiter struct {
 	// Store is the limit store, "redis" or "memory". Empty means redis
 	// when Redis.Addrs is set, memory otherwise. Default "".
 	Store string `yaml:"store"`
-	// Backend is Store's former name, still read (formerStore): a file or
+	// Backend is Store's former name, still read (Config.normalise): a file or
 	// variable that sets it sets Store, with a warning. Default "".
 	Backend string `yaml:"backend,omitempty"`
 	// Replicas is how many exgate instances share the limits; it sizes
@@ -80,15 +80,6 @@ func DefaultLimiter() Limiter {
 		DenyCacheKeys: 100000,
 		TokenSpray:    TokenSpray{MaxTokens: 20, Window: time.Hour},
 	}
-}
-
-// formerStore returns the store a section names: store, else backend,
-// its former name.
-func formerStore(store, backend string) string {
-	if store == "" {
-		return backend
-	}
-	return store
 }
 
 // checkFormerStore refuses a section at p whose store and backend (the
