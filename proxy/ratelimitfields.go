@@ -17,10 +17,11 @@ var legacyRateLimitFields = [...]string{"X-Ratelimit-Limit", "X-Ratelimit-Remain
 // denial (fewer requests remaining), else exgate's stand; the backend's
 // are never appended, which would give the client two values of one
 // field. The RateLimit and RateLimit-Policy lists of the ietf style need
-// no merge: the backend's entries follow exgate's, each named.
+// no merge: the backend's entries follow exgate's, each named. The caller
+// calls it for a response with such fields (hasLegacyRateLimit).
 func mergeLegacyRateLimit(res *http.Response, out http.Header) {
 	mine, ok := out["X-Ratelimit-Remaining"]
-	if !ok || !hasLegacyRateLimit(res.Header) {
+	if !ok {
 		return
 	}
 	theirs, whole := wholeLegacyFields(res.Header)
@@ -50,15 +51,14 @@ func hasLegacyRateLimit(h http.Header) bool {
 func wholeLegacyFields(h http.Header) (v [3]int64, ok bool) {
 	for i, k := range legacyRateLimitFields {
 		vs := h[k]
-		if len(vs) != 1 || len(vs[0]) == 0 || len(vs[0]) > 18 {
+		if len(vs) != 1 || len(vs[0]) > 18 {
 			return v, false
 		}
-		for _, c := range []byte(vs[0]) {
-			if c < '0' || c > '9' {
-				return v, false
-			}
+		u, err := strconv.ParseUint(vs[0], 10, 63) // digits alone: no sign
+		if err != nil {
+			return v, false
 		}
-		v[i], _ = strconv.ParseInt(vs[0], 10, 64)
+		v[i] = int64(u)
 	}
 	return v, true
 }
