@@ -268,8 +268,19 @@ func (o fleetOverload) sum(get func(*overload.Controller) int) int {
 	return n
 }
 
-// Limit is the sum of the instances' limits.
-func (o fleetOverload) Limit() int { return o.sum((*overload.Controller).Limit) }
+// Limit is the sum of the limits of the instances in each service's
+// rotation: what exgate lets be under way at once. An instance out of it
+// (an idle SRV backup, one ejected or down) gets no new request, so its
+// limit is not counted.
+func (o fleetOverload) Limit() int {
+	n := 0
+	for _, svc := range o.f.Services() {
+		for _, inst := range svc.Rotation() {
+			n += inst.Controller.Limit()
+		}
+	}
+	return n
+}
 
 // InFlight is the slots taken at every instance.
 func (o fleetOverload) InFlight() int { return o.sum((*overload.Controller).InFlight) }

@@ -218,3 +218,30 @@ func TestOverloadLimitPerInstance(t *testing.T) {
 		}
 	}
 }
+
+// TestOverloadLimitCountsTheRotation sums only the limits of instances
+// requests go to: with a fixed limit of 3 at each of two instances, the
+// gauge reads 6, and 3 once the instance that refuses connections is
+// ejected (its limit lets nothing be under way).
+func TestOverloadLimitCountsTheRotation(t *testing.T) {
+	refused := config.MustURL("http://" + unreachable.Refused(t))
+	e := startOrdersConfig(t, placed, nil, func(c *config.Config) {
+		c.Upstream.URLs = []config.URL{refused, c.Upstream.URL}
+		c.Upstream.Outlier.ConsecutiveConnectFailures = 1
+		c.Overload.FixedLimit = 3
+	})
+	gauge := fleetOverload{e.gw.fleet}
+	if got := gauge.Limit(); got != 6 {
+		t.Fatalf("limit with both instances in the rotation: %d, want 6", got)
+	}
+	for i := 0; e.gw.fleet.Service("").State().Ejected == 0; i++ {
+		if i == 100 {
+			t.Fatal("the refusing instance was never ejected")
+		}
+		res := do(t, "GET", e.url+"/api/v1/mkt/markets/", nil)
+		res.Body.Close()
+	}
+	if got := gauge.Limit(); got != 3 {
+		t.Errorf("limit with the refusing instance ejected: %d, want 3 (the instance in the rotation)", got)
+	}
+}

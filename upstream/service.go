@@ -268,6 +268,14 @@ func (s *Service) Instances() []*Instance {
 	return append([]*Instance(nil), s.instances...)
 }
 
+// Rotation returns the instances requests are sent to now: the level in
+// use, its healthy instances (every one that accepts connections in
+// panic mode). Instances of other levels, ejected or down ones are not
+// in it.
+func (s *Service) Rotation() []*Instance {
+	return slices.Clone(s.picks.Load().inst)
+}
+
 // rebuild computes the pick set from the instances' states. s.mu is held.
 //
 // The rotation is one level of instances, the lowest priority that is

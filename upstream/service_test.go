@@ -3,6 +3,7 @@ package upstream
 import (
 	"fmt"
 	"net/url"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -326,6 +327,13 @@ func TestPriorityFailover(t *testing.T) {
 			}
 			if len(got) != len(want) {
 				t.Errorf("requests went to %v, want only %v", got, want)
+			}
+			var rotation []string
+			for _, inst := range s.Rotation() {
+				rotation = append(rotation, inst.Addr)
+			}
+			if slices.Sort(rotation); !slices.Equal(rotation, slices.Sorted(slices.Values(want))) {
+				t.Errorf("rotation %v, want %v", rotation, want)
 			}
 			if st := s.State(); st.Failover != tc.failover || st.Panic != tc.panic || st.Priority != eps[tc.want[0]].Priority {
 				t.Errorf("state %+v, want failover %v, panic %v, priority %d", st, tc.failover, tc.panic, eps[tc.want[0]].Priority)
