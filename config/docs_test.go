@@ -256,6 +256,9 @@ func isHistoric(doc string, start, end int) bool {
 func isKeyPath(t reflect.Type, path string) bool {
 	for _, seg := range strings.Split(path, ".") {
 		name, index, _ := strings.Cut(seg, "[")
+		if t.Kind() == reflect.Pointer {
+			t = t.Elem()
+		}
 		switch {
 		case t.Kind() == reflect.Map:
 			t = t.Elem()

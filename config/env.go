@@ -13,7 +13,8 @@ import (
 // routes[0].timeout is EXGATE_ROUTES_0_TIMEOUT, and
 // tiers.vip.place_order.rate is EXGATE_TIERS_VIP_PLACE_ORDER_RATE. Only
 // values that exist after the file is read can be overridden: list
-// elements by index and map entries by key. A list of scalars
+// elements by index and map entries by key; an optional block (a
+// service's tls) is made by a variable under it. A list of scalars
 // (limiter.redis.addrs, client_ip.trusted_proxies) is one variable holding
 // a comma-separated list; the empty string means the empty list. Other
 // EXGATE_* variables are ignored, since other tools may share the prefix.
@@ -58,6 +59,16 @@ func (e *envApplier) walk(v reflect.Value, path, env string) {
 			i++
 		}
 		v.Set(list)
+	case t.Kind() == reflect.Pointer && t.Elem().Kind() == reflect.Struct:
+		if !v.IsNil() {
+			e.walk(v.Elem(), path, env)
+			return
+		}
+		set := len(e.src.envs)
+		block := newBlock(t.Elem())
+		if e.walk(block.Elem(), path, env); len(e.src.envs) > set {
+			v.Set(block) // a variable under it makes an optional block
+		}
 	case t.Kind() == reflect.Slice:
 		for i := 0; i < v.Len(); i++ {
 			e.walk(v.Index(i), joinIndex(path, i), env+"_"+strconv.Itoa(i))

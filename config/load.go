@@ -296,6 +296,11 @@ func (d *decoder) value(n *yaml.Node, v reflect.Value, path string, depth int) {
 			d.src.lines[kp] = p.key.Line
 			d.value(p.val, f, kp, depth+1)
 		}
+	case t.Kind() == reflect.Pointer && t.Elem().Kind() == reflect.Struct:
+		if v.IsNil() {
+			v.Set(newBlock(t.Elem()))
+		}
+		d.value(n, v.Elem(), path, depth)
 	case t.Kind() == reflect.Slice:
 		if n.Kind != yaml.SequenceNode {
 			d.addf(path, n.Line, "want %s, got %s", want(t), got(n))
@@ -342,8 +347,19 @@ func (d *decoder) value(n *yaml.Node, v reflect.Value, path string, depth int) {
 	}
 }
 
-// defaulted is a map entry type with defaults of its own (a service's
-// health check and outlier ejection): a new entry starts from them.
+// newBlock returns a new value of t, an optional block's type (a field
+// that is a pointer), from its defaults when it has some.
+func newBlock(t reflect.Type) reflect.Value {
+	nv := reflect.New(t)
+	if def, ok := nv.Interface().(defaulted); ok {
+		def.fillDefaults()
+	}
+	return nv
+}
+
+// defaulted is a map entry or optional block type with defaults of its
+// own (a service's health check and outlier ejection, its tls block): a
+// new one starts from them.
 type defaulted interface{ fillDefaults() }
 
 // pair is one key/value entry of a mapping.

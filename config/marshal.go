@@ -70,6 +70,9 @@ func encodeValue(v reflect.Value) (*yaml.Node, error) {
 			if k == "" || v.Field(i).IsZero() && strings.Contains(t.Field(i).Tag.Get("yaml"), ",omitempty") {
 				continue // a former name, set only by an old file
 			}
+			if v.Field(i).Kind() == reflect.Pointer && v.Field(i).IsNil() {
+				continue // an optional block not given
+			}
 			fv, err := encodeValue(v.Field(i))
 			if err != nil {
 				return nil, fmt.Errorf("%s: %w", k, err)
@@ -77,6 +80,8 @@ func encodeValue(v reflect.Value) (*yaml.Node, error) {
 			n.Content = append(n.Content, scalarNode("!!str", k), fv)
 		}
 		return n, nil
+	case t.Kind() == reflect.Pointer && t.Elem().Kind() == reflect.Struct:
+		return encodeValue(v.Elem())
 	case t.Kind() == reflect.Slice:
 		n := &yaml.Node{Kind: yaml.SequenceNode}
 		if isScalar(t.Elem()) || v.Len() == 0 {

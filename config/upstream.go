@@ -62,8 +62,8 @@ type Upstream struct {
 	RetryBudget RetryBudget `yaml:"retry_budget"`
 	// Services are the other named services routes may forward to
 	// (routes[].service), each with its own instances, health check and
-	// outlier ejection; the connection settings above are shared.
-	// Default: none.
+	// outlier ejection; the connection settings above are shared, and TLS
+	// unless a service has a tls block of its own. Default: none.
 	Services map[string]Service `yaml:"services"`
 }
 
@@ -81,6 +81,12 @@ type Service struct {
 	// PanicThreshold is as upstream.panic_threshold, for this service.
 	// Default 50.
 	PanicThreshold int `yaml:"panic_threshold"`
+	// TLS is how this service's https instances are dialled, when it
+	// differs from the other services' (a CA, a client certificate or a
+	// server name of its own): the keys and defaults of upstream.tls, not
+	// its values. The service then has a connection pool of its own (the
+	// pool settings of upstream). Nil, the default, means upstream.tls.
+	TLS *BackendTLS `yaml:"tls"`
 }
 
 // fillDefaults gives a service named in the file the defaults of its
@@ -180,6 +186,16 @@ func (u *Upstream) Service(name string) (Service, bool) {
 	return s, ok
 }
 
+// ServiceTLS returns the TLS settings service name's https instances are
+// dialled with, and their YAML path: the service's own tls block, else
+// upstream.tls.
+func (u *Upstream) ServiceTLS(name string) (BackendTLS, string) {
+	if s, ok := u.Services[name]; ok && name != DefaultService && s.TLS != nil {
+		return *s.TLS, "upstream.services." + name + ".tls"
+	}
+	return u.TLS, "upstream.tls"
+}
+
 // DefaultUpstream returns the backend defaults: a backend on the same
 // host, port 9000.
 func DefaultUpstream() Upstream {
@@ -244,6 +260,9 @@ func (u *Upstream) check(col *collector, p path) {
 		s.HealthCheck.check(col, sp.key("health_check"))
 		s.Outlier.check(col, sp.key("outlier"))
 		checkPercent(col, sp.key("panic_threshold"), s.PanicThreshold)
+		if s.TLS != nil {
+			s.TLS.check(col, sp.key("tls"), s.DialsHTTPS())
+		}
 	}
 	u.TLS.check(col, p.key("tls"), u.DialsHTTPS())
 	col.positive(p.key("timeout"), u.Timeout)
@@ -335,19 +354,23 @@ func (o *Outlier) check(col *collector, p path) {
 	checkPercent(col, p.key("max_ejection_percent"), o.MaxEjectionPercent)
 }
 
-// DialsHTTPS reports whether an instance of a service is dialled over
-// TLS, which upstream.tls is for: an https URL, or dns.scheme https.
+// DialsHTTPS reports whether an instance of a service that has no tls
+// block of its own is dialled over TLS, which upstream.tls is then for:
+// an https URL, or dns.scheme https.
 func (u *Upstream) DialsHTTPS() bool {
 	for _, name := range u.ServiceNames() {
-		s, _ := u.Service(name)
-		if s.DNS.On() && s.DNS.Scheme == "https" {
+		if s, _ := u.Service(name); s.TLS == nil && s.DialsHTTPS() {
 			return true
-		}
-		for _, cu := range s.URLs {
-			if cu.URL != nil && cu.Scheme == "https" {
-				return true
-			}
 		}
 	}
 	return false
+}
+
+// DialsHTTPS reports whether an instance of s is dialled over TLS: an
+// https URL, or dns.scheme https.
+func (s *Service) DialsHTTPS() bool {
+	if s.DNS.On() && s.DNS.Scheme == "https" {
+		return true
+	}
+	return slices.ContainsFunc(s.URLs, func(cu URL) bool { return cu.URL != nil && cu.Scheme == "https" })
 }

@@ -51,6 +51,41 @@ func TestUpstreamServicesConfig(t *testing.T) {
 				"upstream.outlier.consecutive_5xx", "upstream.outlier.consecutive_connect_failures", "upstream.outlier.max_ejection_time",
 				"upstream.outlier.max_ejection_percent", "upstream.services.default", "upstream.services.Bad",
 				"upstream.services.empty.urls", "routes[0].service"}},
+		{name: "a service's own tls starts from upstream.tls's defaults, not its values",
+			yaml: "upstream:\n  url: 'https://core'\n  tls: {ca_file: core-ca.pem, server_name: core, http2: false}\n  services:\n" +
+				"    wallets: {urls: ['https://w1'], tls: {ca_file: wallets-ca.pem}}\n    markets: {urls: ['https://m1']}\n",
+			check: func(t *testing.T, c *Config) {
+				w, where := c.Upstream.ServiceTLS("wallets")
+				want := defaultBackendTLS()
+				want.CAFile = "wallets-ca.pem"
+				if w != want || where != "upstream.services.wallets.tls" {
+					t.Errorf("wallets: %+v at %s, want %+v", w, where, want)
+				}
+				for _, name := range []string{"markets", DefaultService, ""} {
+					if m, where := c.Upstream.ServiceTLS(name); m != c.Upstream.TLS || where != "upstream.tls" {
+						t.Errorf("%q: %+v at %s, want upstream.tls", name, m, where)
+					}
+				}
+				if s, _ := c.Upstream.Service("markets"); s.TLS != nil {
+					t.Errorf("markets has a tls block of its own: %+v", s.TLS)
+				}
+			}},
+		{name: "EXGATE_UPSTREAM_SERVICES_<NAME>_TLS_* make a service's tls block",
+			yaml:   "upstream: {services: {wallets: {urls: ['https://w1']}, markets: {urls: ['https://m1']}}}\n",
+			getenv: env(map[string]string{"EXGATE_UPSTREAM_SERVICES_WALLETS_TLS_SERVER_NAME": "wallets.internal"}),
+			check: func(t *testing.T, c *Config) {
+				w, _ := c.Upstream.ServiceTLS("wallets")
+				if w.ServerName != "wallets.internal" || !w.HTTP2 || w.ReloadInterval != defaultBackendTLS().ReloadInterval {
+					t.Errorf("wallets: %+v", w)
+				}
+				if s, _ := c.Upstream.Service("markets"); s.TLS != nil {
+					t.Errorf("markets has a tls block of its own: %+v", s.TLS)
+				}
+			}},
+		{name: "upstream.tls is checked only when a service without its own dials https",
+			yaml: "upstream:\n  url: 'http://core'\n  tls: {server_name: core}\n  services:\n" +
+				"    wallets: {urls: ['https://w1'], tls: {cert_file: c.pem, reload_interval: 10ms}}\n    markets: {urls: ['http://m1'], tls: {ca_file: m.pem}}\n",
+			paths: []string{"upstream.services.markets.tls", "upstream.services.wallets.tls.key_file", "upstream.services.wallets.tls.reload_interval", "upstream.tls"}},
 		{name: "unknown key in a service", yaml: "upstream: {services: {md: {urls: ['http://m:1'], url: 'http://m:1'}}}\n",
 			paths: []string{"upstream.services.md.url"}},
 	}

@@ -42,6 +42,10 @@ func defaultBackendTLS() BackendTLS {
 	return BackendTLS{HTTP2: true, ReloadInterval: 10 * time.Second}
 }
 
+// fillDefaults gives a service's own tls block upstream.tls's defaults
+// before the file's values are read over them.
+func (t *BackendTLS) fillDefaults() { *t = defaultBackendTLS() }
+
 // Files reports whether t names a file to read (a CA, or a client
 // certificate and key).
 func (t *BackendTLS) Files() bool { return t.CAFile != "" || t.CertFile != "" || t.KeyFile != "" }

@@ -311,7 +311,7 @@ func gathered(t *testing.T) []*dto.MetricFamily {
 		t.Fatal(err)
 	}
 	disc.DNSLookup("orders")("error")
-	disc.BackendTLSReload(true, time.Now())
+	disc.BackendTLS([]string{"orders"}, time.Time{})(true, time.Now())
 	tr.Exported(3)
 	tr.Dropped("queue_full", 1)
 	tr.Dropped("export_failed", 2)

@@ -20,9 +20,8 @@ const (
 // safe on a nil *Discovery and then does nothing.
 type Discovery struct {
 	lookups  *prometheus.CounterVec
-	reloads  results
-	reloadsV *prometheus.CounterVec
-	notAfter prometheus.Gauge
+	reloads  *prometheus.CounterVec
+	notAfter *prometheus.GaugeVec
 }
 
 // NewDiscovery builds the discovery collectors and registers them on reg.
@@ -36,19 +35,18 @@ func NewDiscovery(reg prometheus.Registerer) (*Discovery, error) {
 			Name: NameDNSLookups,
 			Help: "DNS lookups of a service's instances, by service and result (ok; empty or error: the instances last found are kept).",
 		}, []string{"service", "result"}),
-		reloadsV: prometheus.NewCounterVec(prometheus.CounterOpts{
+		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: NameBackendTLSReloads,
-			Help: "Reloads of the changed backend TLS files (upstream.tls: CA, client certificate and key), by result (success; failure: the last good files stay in use).",
-		}, []string{"result"}),
-		notAfter: prometheus.NewGauge(prometheus.GaugeOpts{
+			Help: "Reloads of the changed TLS files a service's instances are dialled with (upstream.tls, or the service's own tls: CA, client certificate and key), by service and result (success; failure: the last good files stay in use).",
+		}, []string{"service", "result"}),
+		notAfter: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: NameBackendCertExpiry,
-			Help: "Expiry (Unix seconds) of the client certificate exgate presents to the backends (mutual TLS); 0 without one.",
-		}),
+			Help: "Expiry (Unix seconds) of the client certificate exgate presents to a service's instances (mutual TLS), by service; 0 without one.",
+		}, []string{"service"}),
 	}
-	if err := register(reg, []prometheus.Collector{d.lookups, d.reloadsV, d.notAfter}); err != nil {
+	if err := register(reg, []prometheus.Collector{d.lookups, d.reloads, d.notAfter}); err != nil {
 		return nil, err
 	}
-	d.reloads = newResults(d.reloadsV)
 	return d, nil
 }
 
@@ -74,26 +72,37 @@ func (d *Discovery) DNSLookup(service string) func(result string) {
 	}
 }
 
-// BackendTLSReload counts a reload of the backend TLS files and sets the
-// client certificate's expiry (zero: none), for
-// upstream.ClientTLS.OnReload.
-func (d *Discovery) BackendTLSReload(ok bool, notAfter time.Time) {
+// BackendTLS returns the function that counts a reload of the TLS files
+// that services' instances are dialled with and sets the client
+// certificate's expiry (zero: none), for upstream.ClientTLS.OnReload,
+// and sets the expiry in force now, notAfter. Each of services gets its
+// series: those that share upstream.tls count each of its reloads.
+func (d *Discovery) BackendTLS(services []string, notAfter time.Time) func(ok bool, notAfter time.Time) {
 	if d == nil {
-		return
+		return func(bool, time.Time) {}
 	}
-	d.reloads.of(ok).Inc()
-	d.SetBackendCertNotAfter(notAfter)
-}
-
-// SetBackendCertNotAfter sets the client certificate's expiry (zero:
-// none).
-func (d *Discovery) SetBackendCertNotAfter(notAfter time.Time) {
-	if d == nil {
-		return
+	type series struct {
+		reloads  results
+		notAfter prometheus.Gauge
 	}
-	if notAfter.IsZero() {
-		d.notAfter.Set(0)
-		return
+	all := make([]series, len(services))
+	for i, svc := range services {
+		all[i] = series{results{d.reloads.WithLabelValues(svc, "failure"), d.reloads.WithLabelValues(svc, "success")}, d.notAfter.WithLabelValues(svc)}
 	}
-	d.notAfter.Set(float64(notAfter.Unix()))
+	set := func(t time.Time) {
+		v := 0.0
+		if !t.IsZero() {
+			v = float64(t.Unix())
+		}
+		for _, s := range all {
+			s.notAfter.Set(v)
+		}
+	}
+	set(notAfter)
+	return func(ok bool, t time.Time) {
+		for _, s := range all {
+			s.reloads.of(ok).Inc()
+		}
+		set(t)
+	}
 }

@@ -144,20 +144,25 @@ func outcomeOf(st *requestState) upstream.Outcome {
 	return upstream.ServerError
 }
 
-// fleetTransport is the reverse proxy's Transport: the backend Transport,
-// and the move of a failed request to another instance.
+// fleetTransport is the reverse proxy's Transport: the backend Transport
+// (a service's own, when it has one), and the move of a failed request to
+// another instance of its service.
 type fleetTransport struct{ g *Gateway }
 
 // RoundTrip sends req to the instance forward chose, and on a failure that
 // allows it, to others (retryable).
 func (t fleetTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	g := t.g
-	res, err := g.transport.RoundTrip(req)
 	st, _ := req.Context().Value(stateKey{}).(*requestState)
-	if err == nil || st == nil || st.inst == nil {
-		return res, err
+	if st == nil || st.inst == nil {
+		return g.transport.RoundTrip(req)
 	}
 	svc := st.inst.Service()
+	rt := svc.RoundTripper(g.transport)
+	res, err := rt.RoundTrip(req)
+	if err == nil {
+		return res, nil
+	}
 	for attempt := 1; attempt < maxAttempts && retryable(st, req, err); attempt++ {
 		next := svc.Retry(st.inst)
 		if next == nil {
@@ -178,7 +183,7 @@ func (t fleetTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if st.upSpan != nil {
 			st.upSpan.SetAttributes(semconv.ServerAddress(next.Host), semconv.ServerPort(next.Port))
 		}
-		res, err = g.transport.RoundTrip(req)
+		res, err = rt.RoundTrip(req)
 		svc.EndRetry()
 		if err == nil {
 			return res, nil

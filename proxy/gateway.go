@@ -293,10 +293,17 @@ func (g *Gateway) SetDraining() { g.draining.Store(true) }
 // Draining reports whether SetDraining was called.
 func (g *Gateway) Draining() bool { return g.draining.Load() }
 
-// CloseIdleConnections closes idle backend connections.
+// CloseIdleConnections closes idle backend connections, those of the
+// services' own Transports too.
 func (g *Gateway) CloseIdleConnections() {
-	if t, ok := g.transport.(interface{ CloseIdleConnections() }); ok {
-		t.CloseIdleConnections()
+	rts := []http.RoundTripper{g.transport}
+	for _, svc := range g.fleet.Services() {
+		rts = append(rts, svc.RoundTripper(nil))
+	}
+	for _, rt := range rts {
+		if t, ok := rt.(interface{ CloseIdleConnections() }); ok {
+			t.CloseIdleConnections()
+		}
 	}
 }
 

@@ -28,6 +28,10 @@ type FleetOptions struct {
 	OnChange func(Event)
 	// Overload configures each instance's concurrency limit.
 	Overload overload.Options
+	// Transport, when set, returns how a service's instances are reached
+	// when not through the fleet's Transport (Options.Transport); nil
+	// from it means the fleet's.
+	Transport func(name string) http.RoundTripper
 	// Source, when set, returns the source of a service's instances; nil
 	// from it (or no Source) means the static list of the service's urls.
 	Source func(name string, s config.Service) Source
@@ -39,7 +43,12 @@ func NewFleet(u config.Upstream, opts FleetOptions) *Fleet {
 	f := &Fleet{byName: map[string]*Service{}, sources: map[*Service]Source{}, checks: map[*Service]config.HealthCheck{}}
 	for _, name := range u.ServiceNames() {
 		sc, _ := u.Service(name)
+		var rt http.RoundTripper
+		if opts.Transport != nil {
+			rt = opts.Transport(name)
+		}
 		s := NewService(name, Options{
+			Transport: rt,
 			Outlier: Outlier{
 				Consecutive5xx:             sc.Outlier.Consecutive5xx,
 				ConsecutiveConnectFailures: sc.Outlier.ConsecutiveConnectFailures,
@@ -98,7 +107,8 @@ func (f *Fleet) ConfigureOverload(o overload.Options) {
 func (f *Fleet) Services() []*Service { return f.ordered }
 
 // Run runs the services' sources and active health checks, the checks
-// sent through rt, until ctx ends.
+// sent through rt (a service's own Transport, when it has one), until ctx
+// ends.
 func (f *Fleet) Run(ctx context.Context, rt http.RoundTripper) {
 	var wg sync.WaitGroup
 	for s, src := range f.sources {
@@ -112,7 +122,7 @@ func (f *Fleet) Run(ctx context.Context, rt http.RoundTripper) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			s.runHealthChecks(ctx, rt, hc)
+			s.runHealthChecks(ctx, s.RoundTripper(rt), hc)
 		}()
 	}
 	wg.Wait()

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math/rand/v2"
 	"net"
+	"net/http"
 	"net/url"
 	"slices"
 	"strconv"
@@ -36,6 +37,11 @@ type Options struct {
 	// Overload configures each instance's Controller (ConfigureOverload
 	// changes it).
 	Overload overload.Options
+	// Transport reaches the service's instances when they are dialled
+	// apart from the other services' (a tls block of their own: its CA,
+	// client certificate and server name, in a connection pool of its
+	// own). Nil means the fleet's Transport (Fleet.Run's, the gateway's).
+	Transport http.RoundTripper
 	// Now is the clock. Nil means time.Now.
 	Now func() time.Time
 	// OnChange, when set, is called after an instance is ejected or
@@ -95,6 +101,15 @@ func NewService(name string, opts Options) *Service {
 	}
 	s.picks.Store(&pickSet{})
 	return s
+}
+
+// RoundTripper returns how the service's instances are reached: its own
+// Transport (Options.Transport), else fleet, the fleet's.
+func (s *Service) RoundTripper(fleet http.RoundTripper) http.RoundTripper {
+	if s.opts.Transport != nil {
+		return s.opts.Transport
+	}
+	return fleet
 }
 
 // Name returns the service's name.

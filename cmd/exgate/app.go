@@ -94,12 +94,15 @@ type app struct {
 	traceMetrics *metrics.Tracing
 	certs        *edge.Certificates // nil without TLS
 	stopTLS      context.CancelFunc // stops the certificate watch
-	// backendTLS dials the backend over TLS, nil for an http backend;
-	// stopBackendTLS stops its files' watch.
-	backendTLS     *upstream.ClientTLS
-	stopBackendTLS context.CancelFunc
-	discovery      *metrics.Discovery
-	errc           chan error
+	// backendTLS dials each service's https instances, by service name
+	// (services that share upstream.tls share one); serviceTransports
+	// are the Transports of services with a tls block of their own;
+	// stopBackendTLS stops the files' watch.
+	backendTLS        map[string]*upstream.ClientTLS
+	serviceTransports map[string]http.RoundTripper
+	stopBackendTLS    context.CancelFunc
+	discovery         *metrics.Discovery
+	errc              chan error
 }
 
 // start binds every listener and starts serving. It wires the parts of

@@ -126,7 +126,7 @@ func TestBackendMutualTLS(t *testing.T) {
 				t.Fatal("the rotated client certificate was not presented within a minute")
 			}
 		}
-		if got := scrapeAdmin(t, a.adminAd); !strings.Contains(got, `exgate_upstream_tls_reloads_total{result="success"} 1`) {
+		if got := scrapeAdmin(t, a.adminAd); !strings.Contains(got, `exgate_upstream_tls_reloads_total{result="success",service="default"} 1`) {
 			t.Errorf("metrics do not count the reload:\n%s", grepLines(got, "exgate_upstream_tls"))
 		}
 	})
@@ -180,6 +180,18 @@ func TestBackendTLSFilesChecked(t *testing.T) {
 			}
 		})
 	}
+	t.Run("a service's own block", func(t *testing.T) {
+		path := filepath.Join(dir, "exgate.yaml")
+		yaml := "upstream:\n  url: https://backend.test:9443\n  tls: {ca_file: ca.crt}\n  services:\n    md: {urls: ['https://md.test'], tls: {ca_file: bad-ca.crt}}\n"
+		if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		var out, errb bytes.Buffer
+		code := run(t.Context(), []string{"check-config", path}, func(string) (string, bool) { return "", false }, &out, &errb)
+		if want := "upstream.services.md.tls.ca_file: " + filepath.Join(dir, "bad-ca.crt") + " holds no PEM certificate"; code == 0 || !strings.Contains(out.String(), want) {
+			t.Fatalf("exit %d, output %q; want %q", code, out.String(), want)
+		}
+	})
 	t.Run("start refused", func(t *testing.T) {
 		cfg := config.Default()
 		cfg.Listen, cfg.AdminListen = "127.0.0.1:0", "127.0.0.1:0"
@@ -196,6 +208,78 @@ func TestBackendTLSFilesChecked(t *testing.T) {
 		_, err := config.Parse("exgate.yaml", []byte("upstream:\n  url: http://backend.test:9000\n  tls: {server_name: backend.test}\n"), func(string) (string, bool) { return "", false })
 		if err == nil || !strings.Contains(err.Error(), "upstream.tls: set, but") {
 			t.Fatalf("tls settings with an http URL: %v, want refused", err)
+		}
+	})
+}
+
+// TestBackendTLSPerService runs two services whose instances are signed
+// by two private CAs and ask for client certificates of their own CA:
+// the default service is dialled through upstream.tls, the market-data
+// service through its own tls block, each presenting its own client
+// certificate over a Transport of its own. Without the service's block
+// the market-data instance is dialled with upstream.tls, whose CA does
+// not sign it: 502, and the default service is unaffected.
+func TestBackendTLSPerService(t *testing.T) {
+	dirA, dirB := t.TempDir(), t.TempDir()
+	caA, caB := tlstest.NewCA(t, dirA), tlstest.NewCA(t, dirB)
+	core, md := startMTLSSim(t, caA, dirA), startMTLSSim(t, caB, dirB)
+	clientA := caA.Issue(dirA, "client", []string{"exgate-core"}, tlstest.Options{Client: true})
+	clientB := caB.Issue(dirB, "client", []string{"exgate-md"}, tlstest.Options{Client: true})
+
+	gateway := func(t *testing.T, ownBlock bool) *app {
+		cfg := config.Default()
+		cfg.Listen, cfg.AdminListen = "127.0.0.1:0", "127.0.0.1:0"
+		cfg.Server.DrainDelay = 0
+		cfg.Upstream.URL = config.MustURL(core.srv.URL)
+		cfg.Upstream.TLS.CAFile, cfg.Upstream.TLS.ServerName = caA.File, "backend.test"
+		cfg.Upstream.TLS.CertFile, cfg.Upstream.TLS.KeyFile = clientA.CertFile, clientA.KeyFile
+		svc := config.Service{URLs: []config.URL{config.MustURL(md.srv.URL)}, HealthCheck: config.DefaultHealthCheck(),
+			Outlier: config.DefaultOutlier(), PanicThreshold: 50}
+		if ownBlock {
+			own := cfg.Upstream.TLS
+			own.CAFile, own.CertFile, own.KeyFile = caB.File, clientB.CertFile, clientB.KeyFile
+			svc.TLS = &own
+		}
+		cfg.Upstream.Services = map[string]config.Service{"md": svc}
+		for i := range cfg.Routes {
+			if cfg.Routes[i].Name == "list_markets" {
+				cfg.Routes[i].Service = "md"
+			}
+		}
+		return startApp(t, cfg, deps{log: zap.NewNop(), now: time.Now})
+	}
+	get := func(t *testing.T, a *app, path string) (int, []byte) {
+		code, _, body := call(t, "GET", "http://"+a.addr+path, "")
+		return code, body
+	}
+	t.Run("each service its own CA and client certificate", func(t *testing.T) {
+		a := gateway(t, true)
+		for _, c := range []struct {
+			path    string
+			backend *mtlsSim
+			cn      string
+		}{{"/api/v1/mkt/markets/", md, "exgate-md"}, {"/api/v1/mkt/currencies/", core, "exgate-core"}, {"/api/v1/mkt/markets/", md, "exgate-md"}} {
+			if code, body := get(t, a, c.path); code != 200 {
+				t.Fatalf("GET %s: %d %s", c.path, code, body)
+			}
+			if _, cn := c.backend.last(); cn != c.cn {
+				t.Errorf("GET %s: the backend saw client certificate %q, want %q", c.path, cn, c.cn)
+			}
+		}
+		got := scrapeAdmin(t, a.adminAd)
+		for _, svc := range []string{"default", "md"} {
+			if !strings.Contains(got, `exgate_upstream_tls_client_certificate_not_after_timestamp_seconds{service="`+svc+`"} `) {
+				t.Errorf("no client certificate expiry for service %s:\n%s", svc, grepLines(got, "exgate_upstream_tls"))
+			}
+		}
+	})
+	t.Run("without its block: upstream.tls", func(t *testing.T) {
+		a := gateway(t, false)
+		if code, body := get(t, a, "/api/v1/mkt/markets/"); code != 502 || !bytes.Contains(body, []byte(`"code":"bad_gateway"`)) {
+			t.Errorf("GET markets at an instance upstream.tls's CA does not sign: %d %s, want 502 bad_gateway", code, body)
+		}
+		if code, body := get(t, a, "/api/v1/mkt/currencies/"); code != 200 {
+			t.Errorf("GET currencies at the default service: %d %s", code, body)
 		}
 	})
 }

@@ -23,8 +23,9 @@ func (a *app) serviceSource(name string, sc config.Service) upstream.Source {
 		Log:      a.log.Named("upstream").With(zap.String("service", name)),
 		Observe:  a.discovery.DNSLookup(name),
 	}
-	if d.Scheme != "https" || a.backendTLS == nil {
+	ct := a.backendTLS[name]
+	if d.Scheme != "https" || ct == nil {
 		return src
 	}
-	return a.backendTLS.NameInstances(src, upstream.ServerName(src.SRV+src.Name))
+	return ct.NameInstances(src, upstream.ServerName(src.SRV+src.Name))
 }

@@ -21,7 +21,7 @@ func (a *app) startFleet(cfg *config.Config, transport http.RoundTripper) {
 	oo := proxy.OverloadOptions(cfg.Overload)
 	oo.Now = a.d.now // the gateway's clock, which it reads the backend's time on
 	a.fleet = upstream.NewFleet(cfg.Upstream, upstream.FleetOptions{Now: a.d.now, Overload: oo,
-		OnChange: func(ev upstream.Event) { logFleetEvent(lg, ev) }, Source: a.serviceSource})
+		OnChange: func(ev upstream.Event) { logFleetEvent(lg, ev) }, Source: a.serviceSource, Transport: a.serviceTransport})
 	ctx, cancel := context.WithCancel(context.Background())
 	a.stopFleet = cancel
 	go a.fleet.Run(ctx, transport)
