@@ -153,16 +153,24 @@ type fleetTransport struct{ g *Gateway }
 // allows it, to others (retryable).
 func (t fleetTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	g := t.g
-	st, _ := req.Context().Value(stateKey{}).(*requestState)
-	if st == nil || st.inst == nil {
-		return g.transport.RoundTrip(req)
+	var st *requestState
+	rt := g.transport
+	if g.ownTransports { // else every service's is g.transport: no look-up
+		if st, _ = req.Context().Value(stateKey{}).(*requestState); st != nil && st.inst != nil {
+			rt = st.inst.Service().RoundTripper(rt)
+		}
 	}
-	svc := st.inst.Service()
-	rt := svc.RoundTripper(g.transport)
 	res, err := rt.RoundTrip(req)
 	if err == nil {
 		return res, nil
 	}
+	if st == nil {
+		st, _ = req.Context().Value(stateKey{}).(*requestState)
+	}
+	if st == nil || st.inst == nil {
+		return res, err
+	}
+	svc := st.inst.Service()
 	for attempt := 1; attempt < maxAttempts && retryable(st, req, err); attempt++ {
 		next := svc.Retry(st.inst)
 		if next == nil {

@@ -98,38 +98,41 @@ type Options struct {
 // Gateway is the traffic handler: it answers bad requests itself and
 // forwards the rest to the backend. It is safe for concurrent use.
 type Gateway struct {
-	plan         atomic.Pointer[requestPlan]
-	limits       *limiter.Enforcer
-	top          *topk.Tracker
-	verifier     *identity.Verifier
-	idem         idempotency.Store
-	joiner       idempotency.Joiner // idem, when its claims ride in the limits' round trip
-	idemTimeout  time.Duration
-	idemMaxResp  int
-	metrics      *metrics.Metrics
-	unrouted     *metrics.RouteMetrics
-	fleet        *upstream.Fleet
-	rp           *httputil.ReverseProxy
-	transport    http.RoundTripper
-	trusted      []netip.Prefix
-	forwarded    bool   // client_ip.header is "forwarded"
-	clientHeader string // the canonical name of client_ip.header
-	log          *zap.Logger
-	evidence     *zap.Logger // the access log lines sampling must keep
-	access       bool
-	now          func() time.Time
-	monotonic    bool // now is time.Now: a request's later times are read as time elapsed (nowSince)
-	ids          *requestIDs
-	maxHeader    int64
-	maxBody      int64
-	checkIDs     bool // upstream.check_response_id
-	errHeader    *apierror.Error
-	errBody      *apierror.Error
-	budget       *share.Pool // bytes of order bodies read whole, shared by clients
-	draining     atomic.Bool
-	pool         sync.Pool // *requestState
-	deadlines    deadlineQueues
-	lastHost     atomic.Pointer[[1]string] // the X-Forwarded-Host value last made (forwardedHost)
+	plan        atomic.Pointer[requestPlan]
+	limits      *limiter.Enforcer
+	top         *topk.Tracker
+	verifier    *identity.Verifier
+	idem        idempotency.Store
+	joiner      idempotency.Joiner // idem, when its claims ride in the limits' round trip
+	idemTimeout time.Duration
+	idemMaxResp int
+	metrics     *metrics.Metrics
+	unrouted    *metrics.RouteMetrics
+	fleet       *upstream.Fleet
+	rp          *httputil.ReverseProxy
+	transport   http.RoundTripper
+	// ownTransports is set when a service has a Transport of its own
+	// (upstream.Service.RoundTripper): forward then looks it up.
+	ownTransports bool
+	trusted       []netip.Prefix
+	forwarded     bool   // client_ip.header is "forwarded"
+	clientHeader  string // the canonical name of client_ip.header
+	log           *zap.Logger
+	evidence      *zap.Logger // the access log lines sampling must keep
+	access        bool
+	now           func() time.Time
+	monotonic     bool // now is time.Now: a request's later times are read as time elapsed (nowSince)
+	ids           *requestIDs
+	maxHeader     int64
+	maxBody       int64
+	checkIDs      bool // upstream.check_response_id
+	errHeader     *apierror.Error
+	errBody       *apierror.Error
+	budget        *share.Pool // bytes of order bodies read whole, shared by clients
+	draining      atomic.Bool
+	pool          sync.Pool // *requestState
+	deadlines     deadlineQueues
+	lastHost      atomic.Pointer[[1]string] // the X-Forwarded-Host value last made (forwardedHost)
 	// tracer starts the requests' spans; nil when tracing is off
 	// (trace.go).
 	tracer    Tracer
@@ -181,6 +184,9 @@ func New(cfg *config.Config, opts Options) (*Gateway, error) {
 		oo := OverloadOptions(cfg.Overload)
 		oo.Now = g.now
 		g.fleet = upstream.NewFleet(cfg.Upstream, upstream.FleetOptions{Now: g.now, Overload: oo})
+	}
+	for _, svc := range g.fleet.Services() {
+		g.ownTransports = g.ownTransports || svc.RoundTripper(nil) != nil
 	}
 	g.metrics.SetFleetSource(fleetStatus{g.fleet})
 	g.clientHeader = "X-Forwarded-For"
