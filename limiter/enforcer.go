@@ -277,7 +277,8 @@ func (e *Enforcer) AccountID(user string) string { return e.keyer.AccountID(user
 // decided after.
 func (e *Enforcer) Decide(ctx context.Context, rr *RouteRules, req Request, d *Decision) {
 	kept := d.kept
-	*d = Decision{Allowed: true, cost: max(req.Cost, 1)}
+	d.Reset()
+	d.Allowed, d.cost = true, max(req.Cost, 1)
 	var p *chargePlan
 	asked := false // p's checks were just looked up in the deny cache
 	switch {
@@ -763,6 +764,19 @@ func (p *chargePlan) dropAnswers() bool {
 	clear(p.req.Checks[n:])
 	p.req.Checks, p.meta = p.req.Checks[:n], p.meta[:n]
 	return n > 0 || p.req.Guard.Key != ""
+}
+
+// Reset makes d the zero Decision, clearing only the outcomes it
+// recorded: those past N are zero already, since outcomes are only ever
+// appended. Most of a Decision's kilobyte is outcomes a route never uses,
+// and clearing memory that holds pointers costs a write barrier on every
+// pointer while the collector marks.
+func (d *Decision) Reset() {
+	clear(d.Outcomes[:d.N])
+	d.Allowed, d.Unavailable, d.RetryAfter, d.ExceedsBurst, d.MaxCost = false, false, 0, false, 0
+	d.TokenID, d.Account, d.Tier, d.Demoted, d.TooManyTokens = "", "", "", false, false
+	d.Claim, d.Uncharged, d.Undecided, d.N = ratelimit.ClaimReply{}, false, false, 0
+	d.cost, d.kept = 0, nil
 }
 
 // record appends o, unless maxOutcomes are recorded already (a route of

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/netip"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -997,5 +998,41 @@ func TestEveryLimitOfARouteIsReported(t *testing.T) {
 	e.Decide(ctx, rr, req, &d)
 	if d.Allowed || d.N != config.MaxRouteLimits || d.Outcomes[d.N-1].Limit != "l7" || d.Outcomes[d.N-1].Decision != Limited {
 		t.Errorf("refusal by the last limit recorded as %d outcomes, last %+v", d.N, d.Outcomes[max(d.N-1, 0)])
+	}
+}
+
+// TestDecisionReset: Reset leaves every field of a Decision zero, those
+// added after it was written too (each is set here through reflection).
+func TestDecisionReset(t *testing.T) {
+	var d Decision
+	v := reflect.ValueOf(&d).Elem()
+	for i := 0; i < v.NumField(); i++ {
+		f := reflect.NewAt(v.Field(i).Type(), v.Field(i).Addr().UnsafePointer()).Elem()
+		switch f.Kind() {
+		case reflect.Bool:
+			f.SetBool(true)
+		case reflect.Int, reflect.Int64:
+			f.SetInt(1)
+		case reflect.String:
+			f.SetString("x")
+		case reflect.Pointer:
+			f.Set(reflect.New(f.Type().Elem()))
+		case reflect.Struct:
+			f.Field(0).Set(reflect.ValueOf(true).Convert(f.Field(0).Type()))
+		case reflect.Array:
+			for j := 0; j < f.Len(); j++ {
+				f.Index(j).FieldByName("Limit").SetString("x")
+			}
+		default:
+			t.Fatalf("field %s of kind %s: set it here", v.Type().Field(i).Name, f.Kind())
+		}
+		if f.IsZero() {
+			t.Fatalf("field %s was not set", v.Type().Field(i).Name)
+		}
+	}
+	d.N = maxOutcomes
+	d.Reset()
+	if !v.IsZero() {
+		t.Errorf("after Reset: %+v, want the zero Decision", d)
 	}
 }

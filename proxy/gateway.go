@@ -367,8 +367,13 @@ type requestCore struct {
 
 // limitState is what a request's limits decided.
 type limitState struct {
-	limitsDecided bool // the route's limits were decided
-	decision      limiter.Decision
+	limitCharge
+	decision limiter.Decision
+}
+
+// limitCharge is whether and where a request's limits charged it.
+type limitCharge struct {
+	limitsDecided bool   // the route's limits were decided
 	charged       *Route // the route whose limits charged the request (its own, or a bulk's target), once they allowed it
 	cost          int64  // what the request was charged in each of them
 }
@@ -662,7 +667,8 @@ func (g *Gateway) clear(st *requestState) {
 		st.claim = claimState{}
 	}
 	if g.limits != nil {
-		st.limitState = limitState{}
+		st.limitCharge = limitCharge{}
+		st.decision.Reset() // its outcomes recorded only: most of its kilobyte is never written
 	}
 }
 
