@@ -68,6 +68,7 @@ func (e *envApplier) walk(v reflect.Value, path, env string) {
 		block := newBlock(t.Elem())
 		if e.walk(block.Elem(), path, env); len(e.src.envs) > set {
 			v.Set(block) // a variable under it makes an optional block
+			e.src.envs[path] = e.firstWithin(path)
 		}
 	case t.Kind() == reflect.Slice:
 		for i := 0; i < v.Len(); i++ {
@@ -89,6 +90,19 @@ func (e *envApplier) walk(v reflect.Value, path, env string) {
 			v.SetMapIndex(k, elem)
 		}
 	}
+}
+
+// firstWithin returns the first by name of the variables that supplied
+// values within path: a problem of an optional block the environment made
+// names it.
+func (e *envApplier) firstWithin(path string) string {
+	first := ""
+	for p, name := range e.src.envs {
+		if within(p, path) && (first == "" || name < first) {
+			first = name
+		}
+	}
+	return first
 }
 
 // set records that the environment supplied path, replacing whatever

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"errors"
 	"slices"
 	"testing"
 )
@@ -90,4 +91,13 @@ func TestUpstreamServicesConfig(t *testing.T) {
 			paths: []string{"upstream.services.md.url"}},
 	}
 	runParseCases(t, tests)
+
+	t.Run("a problem of a block the environment made names its variable", func(t *testing.T) {
+		_, err := Parse("test.yaml", []byte("upstream: {services: {plain: {urls: ['http://p1']}}}\n"),
+			env(map[string]string{"EXGATE_UPSTREAM_SERVICES_PLAIN_TLS_SERVER_NAME": "p", "EXGATE_UPSTREAM_SERVICES_PLAIN_TLS_HTTP2": "false"}))
+		var errs Errors
+		if !errors.As(err, &errs) || len(errs) != 1 || errs[0].Path != "upstream.services.plain.tls" || errs[0].Env != "EXGATE_UPSTREAM_SERVICES_PLAIN_TLS_HTTP2" {
+			t.Fatalf("err = %v, want one problem at upstream.services.plain.tls named by EXGATE_UPSTREAM_SERVICES_PLAIN_TLS_HTTP2", err)
+		}
+	})
 }
