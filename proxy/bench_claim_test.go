@@ -84,8 +84,9 @@ func benchmarkIdentifiedOrders(b *testing.B, gw *Gateway, srv *redistest.Server)
 	var seq atomic.Int64
 	prefix := strconv.FormatInt(time.Now().UnixNano(), 36)
 	var before map[string]int64
+	var redisCPU time.Duration
 	if srv != nil {
-		before = srv.CommandCalls()
+		before, redisCPU = srv.CommandCalls(), srv.CPU(b)
 	}
 	b.ReportAllocs()
 	b.SetParallelism(32)
@@ -118,6 +119,7 @@ func benchmarkIdentifiedOrders(b *testing.B, gw *Gateway, srv *redistest.Server)
 	after := srv.CommandCalls()
 	runs := after["evalsha"] + after["eval"] - before["evalsha"] - before["eval"]
 	b.ReportMetric(float64(runs)/float64(b.N), "scripts/op")
+	b.ReportMetric(float64(srv.CPU(b)-redisCPU)/float64(b.N), "redis-cpu-ns/op")
 }
 
 // callCount counts a duplicate-protection store's calls of its own, each

@@ -115,14 +115,14 @@ func BenchmarkRedisAllow(b *testing.B) {
 // runs, the microseconds Redis counted in them, and the CPU of both.
 func reportRedisCost(b *testing.B, srv *redistest.Server) func() {
 	before, runs := scriptMicros(b, srv), srv.CommandCalls()["evalsha"]
-	cpu, redisCPU := processCPU(b), serverCPU(b, srv)
+	cpu, redisCPU := processCPU(b), srv.CPU(b)
 	b.ResetTimer()
 	return func() {
 		b.ReportMetric((scriptMicros(b, srv)-before)/float64(b.N), "redis-µs/op")
 		b.ReportMetric(float64(srv.CommandCalls()["evalsha"]-runs)/float64(b.N), "runs/op")
 		// CPU rather than time: on a shared machine they differ.
 		b.ReportMetric(float64(processCPU(b)-cpu)/float64(b.N), "cpu-ns/op")
-		b.ReportMetric(float64(serverCPU(b, srv)-redisCPU)/float64(b.N), "redis-cpu-ns/op")
+		b.ReportMetric(float64(srv.CPU(b)-redisCPU)/float64(b.N), "redis-cpu-ns/op")
 	}
 }
 
@@ -337,7 +337,7 @@ func BenchmarkDecisionScript(b *testing.B) {
 		return
 	}
 	script, get, set := scriptMicros(b, srv), commandMicros(b, srv, "get", "mget"), commandMicros(b, srv, "set", "setex")
-	cpu := serverCPU(b, srv)
+	cpu := srv.CPU(b)
 	b.ResetTimer()
 	for i := 0; i < b.N; i += perRun {
 		run()
@@ -346,7 +346,7 @@ func BenchmarkDecisionScript(b *testing.B) {
 	b.ReportMetric((scriptMicros(b, srv)-script)/d, "script-µs/op")
 	b.ReportMetric((commandMicros(b, srv, "get", "mget")-get)/d, "get-µs/op")
 	b.ReportMetric((commandMicros(b, srv, "set", "setex")-set)/d, "set-µs/op")
-	b.ReportMetric(float64(serverCPU(b, srv)-cpu)/d, "redis-cpu-ns/op")
+	b.ReportMetric(float64(srv.CPU(b)-cpu)/d, "redis-cpu-ns/op")
 }
 
 // TestRedisCloseWithRoundTripInFlight: with Redis paused, the first caller
@@ -439,23 +439,6 @@ func processCPU(tb testing.TB) time.Duration {
 		tb.Fatal(err)
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
-// serverCPU is the CPU time redis-server has used so far, from INFO cpu.
-func serverCPU(tb testing.TB, srv *redistest.Server) time.Duration {
-	m, err := srv.Info("cpu")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	var total float64
-	for _, f := range []string{"used_cpu_user", "used_cpu_sys"} {
-		v, err := strconv.ParseFloat(m[f], 64)
-		if err != nil {
-			tb.Fatalf("INFO cpu %s: %v", f, err)
-		}
-		total += v
-	}
-	return time.Duration(total * float64(time.Second))
 }
 
 // replyError is a reply Redis sent as an error, as go-redis reports one.

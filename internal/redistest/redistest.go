@@ -202,6 +202,25 @@ func (s *Server) Info(section string) (map[string]string, error) {
 	return out, nil
 }
 
+// CPU returns the CPU time redis-server has used so far (user and
+// system), from INFO cpu.
+func (s *Server) CPU(tb testing.TB) time.Duration {
+	tb.Helper()
+	m, err := s.Info("cpu")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var total float64
+	for _, f := range []string{"used_cpu_user", "used_cpu_sys"} {
+		v, err := strconv.ParseFloat(m[f], 64)
+		if err != nil {
+			tb.Fatalf("redistest: INFO cpu %s: %v", f, err)
+		}
+		total += v
+	}
+	return time.Duration(total * float64(time.Second))
+}
+
 // StartReplica starts a replica of master (extra arguments as for Start)
 // and returns once master's writes reach it.
 func StartReplica(t testing.TB, master *Server, args ...string) *Server {
