@@ -46,11 +46,7 @@ type Redis struct {
 	o      Options
 	claim  *redis.Script
 	finish *redis.Script
-	// finishAll runs the finishes of a round trip (finish.go); cluster
-	// says the client is a Cluster's, whose script runs keep to one slot.
-	finishAll *redis.Script
-	cluster   bool
-	slotMS    int64 // width of an account-share slot
+	slotMS int64 // width of an account-share slot
 	// finishes queues the finish runs of concurrent orders for a shared
 	// round trip (finish.go).
 	finishes finishLane
@@ -69,9 +65,7 @@ type Redis struct {
 func NewRedis(c redis.Scripter, o Options) *Redis {
 	o = o.withDefaults()
 	slotMS := max(1, (o.Retention / 24).Milliseconds())
-	_, cluster := c.(*redis.ClusterClient)
 	return &Redis{c: c, o: o, claim: redis.NewScript(claimScript), finish: redis.NewScript(finishScript),
-		finishAll: redis.NewScript(finishAllScript), cluster: cluster,
 		slotMS:       slotMS,
 		retentionArg: ms(o.Retention), counterTTLArg: ms(o.Retention + o.InFlightTimeout + time.Duration(slotMS)*time.Millisecond),
 		maxPerAccountArg: o.MaxPerAccount, maxBytesArg: o.MaxBytesPerAccount}
@@ -164,47 +158,39 @@ const (
 	// charged; the response is charged ARGV[7] bytes). KEYS are the claim's: its first identifier's key, the
 	// share counter, the marks' keys; the marks live as long as the
 	// first.
-	finishScript = finishFunc + "return finish(KEYS, ARGV)\n"
-	// finishFunc is the Lua source of one finish, as a function
-	// finish(KEYS, ARGV) returning 1, or 0 when the claim is not held by
-	// ARGV[1] (any more): finishScript calls it once, finishAllScript
-	// (finish.go) once for each run of a round trip. One finish, one
-	// source.
-	finishFunc = `
-local function finish(KEYS, ARGV)
-  local v = redis.call('GET', KEYS[1])
-  if not v then return 0 end
-  local st = string.sub(v, 1, 1)
-  if (st ~= 'p' and st ~= 'u') or string.sub(v, 18, 25) ~= ARGV[1] then return 0 end
-  local mark = 'm' .. string.sub(v, 2, 17)
-  if ARGV[2] == 'free' then
-    redis.call('DEL', KEYS[1])
-    for i = 3, #KEYS do
-      if redis.call('GET', KEYS[i]) == mark then redis.call('DEL', KEYS[i]) end
-    end
-    for _, f in ipairs({{'n' .. ARGV[5], #KEYS - 1}, {'b' .. ARGV[5], tonumber(ARGV[6])}}) do
-      local n = tonumber(redis.call('HGET', KEYS[2], f[1]))
-      if n and n > f[2] then
-        redis.call('HINCRBY', KEYS[2], f[1], -f[2])
-      elseif n then
-        redis.call('HDEL', KEYS[2], f[1])
-      end
-    end
-    return 1
-  end
-  if ARGV[2] == 'd' then
-    redis.call('SET', KEYS[1], 'd' .. string.sub(v, 2, 17) .. ARGV[4], 'PX', ARGV[3])
-    if redis.call('EXISTS', KEYS[2]) == 1 then
-      redis.call('HINCRBY', KEYS[2], 'b' .. ARGV[5], ARGV[7])
-    end
-  else
-    redis.call('SET', KEYS[1], 'u' .. string.sub(v, 2, 25), 'PX', ARGV[3])
-  end
+	finishScript = `
+local v = redis.call('GET', KEYS[1])
+if not v then return 0 end
+local st = string.sub(v, 1, 1)
+if (st ~= 'p' and st ~= 'u') or string.sub(v, 18, 25) ~= ARGV[1] then return 0 end
+local mark = 'm' .. string.sub(v, 2, 17)
+if ARGV[2] == 'free' then
+  redis.call('DEL', KEYS[1])
   for i = 3, #KEYS do
-    if redis.call('GET', KEYS[i]) == mark then redis.call('PEXPIRE', KEYS[i], ARGV[3]) end
+    if redis.call('GET', KEYS[i]) == mark then redis.call('DEL', KEYS[i]) end
+  end
+  for _, f in ipairs({{'n' .. ARGV[5], #KEYS - 1}, {'b' .. ARGV[5], tonumber(ARGV[6])}}) do
+    local n = tonumber(redis.call('HGET', KEYS[2], f[1]))
+    if n and n > f[2] then
+      redis.call('HINCRBY', KEYS[2], f[1], -f[2])
+    elseif n then
+      redis.call('HDEL', KEYS[2], f[1])
+    end
   end
   return 1
 end
+if ARGV[2] == 'd' then
+  redis.call('SET', KEYS[1], 'd' .. string.sub(v, 2, 17) .. ARGV[4], 'PX', ARGV[3])
+  if redis.call('EXISTS', KEYS[2]) == 1 then
+    redis.call('HINCRBY', KEYS[2], 'b' .. ARGV[5], ARGV[7])
+  end
+else
+  redis.call('SET', KEYS[1], 'u' .. string.sub(v, 2, 25), 'PX', ARGV[3])
+end
+for i = 3, #KEYS do
+  if redis.call('GET', KEYS[i]) == mark then redis.call('PEXPIRE', KEYS[i], ARGV[3]) end
+end
+return 1
 `
 )
 
