@@ -294,6 +294,7 @@ func gathered(t *testing.T) []*dto.MetricFamily {
 		t.Fatal(err)
 	}
 	dup.Observe(metrics.IdempotencyOpClaim, time.Millisecond, nil)
+	dup.SetScriptRuns(scriptRunCounts{})
 	edge, err := metrics.NewEdge(reg)
 	if err != nil {
 		t.Fatal(err)
@@ -814,3 +815,8 @@ func TestDocumentedMetrics(t *testing.T) {
 type fleet []metrics.ServiceStatus
 
 func (f fleet) FleetStatus() []metrics.ServiceStatus { return f }
+
+// scriptRunCounts is a metrics.ScriptRunSource of fixed counts.
+type scriptRunCounts struct{ claims, finishes uint64 }
+
+func (c scriptRunCounts) ScriptRuns() (uint64, uint64) { return c.claims, c.finishes }

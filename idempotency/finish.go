@@ -2,6 +2,8 @@ package idempotency
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -19,13 +21,20 @@ import (
 // (up to finishMaxBatch runs) in one pipeline. Under load a round
 // trip carries many runs; an order alone waits for none.
 //
+// The runs a round trip carries go as one script run (finishAllScript),
+// one in each hash slot of a Cluster (the runs of accounts whose keys
+// share a hash tag), so Redis pays a script run's own cost once a round
+// trip, not once an order.
+//
 // Nothing of what a run guarantees changes: each caller still waits for
 // its own run's reply, so an order's answer is written only once its
 // response is recorded, before any replay can read it; a run that fails,
 // or is not sent because its deadline passed in the queue, reports its
 // error and leaves the claim in flight, which retries see as InProgress
-// and then Unknown, never as free. A run is one script run, all or
-// nothing, whatever else its round trip carries.
+// and then Unknown, never as free. Each finish of a script run is the one
+// finish function (finishFunc) with its own keys and arguments, its
+// arguments checked before it writes, its failure its own (the others'
+// writes stand, as two runs' would).
 
 // finishInFlight is how many round trips of finish runs a store has under
 // way at once: one, as the limits' (ratelimit.RedisOptions.MaxInFlight),
@@ -35,6 +44,42 @@ const (
 	finishInFlight = 1
 	finishMaxBatch = 64
 )
+
+// finishAllScript runs the finishes of a round trip in one script run:
+// for each, ARGV holds how many keys it has, then its seven arguments
+// (finishScript's), and KEYS its keys, in the same order. It answers one
+// reply a finish: finish's, or an error of that finish alone. A batch
+// whose layout does not add up is refused whole before anything is
+// written.
+const finishAllScript = finishFunc + `
+local bad = redis.error_reply('idempotency: malformed finish batch')
+if #ARGV % 8 ~= 0 then return bad end
+local k = 0
+for i = 1, #ARGV, 8 do
+  local nk = tonumber(ARGV[i])
+  if not nk or nk < 2 or nk % 1 ~= 0 then return bad end
+  k = k + nk
+end
+if k ~= #KEYS then return bad end
+local out = {}
+k = 0
+for i = 1, #ARGV, 8 do
+  local nk, st = tonumber(ARGV[i]), ARGV[i + 2]
+  if (st ~= 'd' and st ~= 'u' and st ~= 'free') or not tonumber(ARGV[i + 3]) or not tonumber(ARGV[i + 5])
+      or not tonumber(ARGV[i + 6]) or not tonumber(ARGV[i + 7]) then
+    out[#out + 1] = redis.error_reply('idempotency: malformed finish')
+  else
+    local ok, r = pcall(finish, {unpack(KEYS, k + 1, k + nk)}, {unpack(ARGV, i + 1, i + 7)})
+    if ok then
+      out[#out + 1] = r
+    else
+      out[#out + 1] = redis.error_reply(type(r) == 'table' and r.err or tostring(r))
+    end
+  end
+  k = k + nk
+end
+return out
+`
 
 // finishLane queues the finish runs waiting for a round trip.
 type finishLane struct {
@@ -56,7 +101,6 @@ type finishCall struct {
 	slot, charge, grow int64
 	argv               [7]any
 
-	cmd  *redis.Cmd
 	n    int64
 	err  error
 	lead bool          // woken to send the queue, not answered
@@ -92,6 +136,7 @@ func (s *Redis) runFinish(c *finishCall) (int64, error) {
 	if !ok {
 		ctx, cancel := context.WithDeadline(c.ctx, c.deadline)
 		defer cancel()
+		s.finishRuns.Add(1)
 		return s.finish.Run(ctx, s.c, c.keys, c.argv[:]...).Int64()
 	}
 	l := &s.finishes
@@ -175,37 +220,124 @@ func (s *Redis) finishTrip(p pipeliner, batch []*finishCall) {
 	if live == 1 { // alone: no pipeline to build
 		for _, c := range batch {
 			if c.err == nil {
+				s.finishRuns.Add(1)
 				c.n, c.err = s.finish.Run(ctx, s.c, c.keys, c.argv[:]...).Int64()
 			}
 		}
 		return
 	}
+	groups := s.finishGroups(batch)
+	s.finishRuns.Add(uint64(len(groups)))
 	pl := p.Pipeline()
-	for _, c := range batch {
-		if c.err == nil {
-			c.cmd = s.finish.EvalSha(ctx, pl, c.keys, c.argv[:]...)
-		}
+	for _, g := range groups {
+		g.cmd = g.send(ctx, pl, s, (*redis.Script).EvalSha)
 	}
 	_, _ = pl.Exec(ctx)
 	again := false
-	for _, c := range batch {
-		again = again || (c.cmd != nil && isNoScript(c.cmd.Err()))
+	for _, g := range groups {
+		again = again || isNoScript(g.cmd.Err())
 	}
 	if again { // Redis lost its scripts (a restart, a failover): send the script itself
 		pl = p.Pipeline()
-		for _, c := range batch {
-			if c.cmd != nil && isNoScript(c.cmd.Err()) {
-				c.cmd = s.finish.Eval(ctx, pl, c.keys, c.argv[:]...)
+		for _, g := range groups {
+			if isNoScript(g.cmd.Err()) {
+				g.cmd = g.send(ctx, pl, s, (*redis.Script).Eval)
 			}
 		}
 		_, _ = pl.Exec(ctx)
 	}
+	for _, g := range groups {
+		g.answer()
+	}
+}
+
+// finishGroup is the runs of a round trip that go in one script run:
+// every live run of the trip outside a Cluster, those of one hash slot in
+// a Cluster.
+type finishGroup struct {
+	tag  string // the hash tag of the runs' keys (Cluster)
+	runs []*finishCall
+	cmd  *redis.Cmd
+}
+
+// finishGroups returns batch's live runs by script run.
+func (s *Redis) finishGroups(batch []*finishCall) []*finishGroup {
+	var groups []*finishGroup
 	for _, c := range batch {
-		if c.cmd != nil {
-			c.n, c.err = c.cmd.Int64()
-			c.cmd = nil
+		if c.err != nil {
+			continue
+		}
+		tag := ""
+		if s.cluster {
+			tag = hashTag(c.keys[0])
+		}
+		i := slices.IndexFunc(groups, func(g *finishGroup) bool { return g.tag == tag })
+		if i < 0 {
+			groups, i = append(groups, &finishGroup{tag: tag}), len(groups)
+		}
+		groups[i].runs = append(groups[i].runs, c)
+	}
+	return groups
+}
+
+// send queues g's script run on pl through run (EvalSha, or Eval): the
+// finish script of its one run, else finishAllScript of them all.
+func (g *finishGroup) send(ctx context.Context, pl redis.Pipeliner, s *Redis,
+	run func(*redis.Script, context.Context, redis.Scripter, []string, ...any) *redis.Cmd) *redis.Cmd {
+	if len(g.runs) == 1 {
+		c := g.runs[0]
+		return run(s.finish, ctx, pl, c.keys, c.argv[:]...)
+	}
+	var keys []string
+	args := make([]any, 0, 8*len(g.runs))
+	for _, c := range g.runs {
+		keys = append(keys, c.keys...)
+		args = append(append(args, len(c.keys)), c.argv[:]...)
+	}
+	return run(s.finishAll, ctx, pl, keys, args...)
+}
+
+// answer sets each run's reply from g's script run.
+func (g *finishGroup) answer() {
+	if len(g.runs) == 1 {
+		g.runs[0].n, g.runs[0].err = g.cmd.Int64()
+		return
+	}
+	replies, err := g.cmd.Slice()
+	if err == nil && len(replies) != len(g.runs) {
+		err = fmt.Errorf("idempotency: %d replies to %d finishes", len(replies), len(g.runs))
+	}
+	for i, c := range g.runs {
+		switch {
+		case err != nil:
+			c.err = err
+		default:
+			c.n, c.err = finishReply(replies[i])
 		}
 	}
+}
+
+// finishReply reads one finish's reply in finishAllScript's answer.
+func finishReply(r any) (int64, error) {
+	switch v := r.(type) {
+	case int64:
+		return v, nil
+	case error:
+		return 0, v
+	}
+	return 0, fmt.Errorf("idempotency: finish reply %T", r)
+}
+
+// hashTag returns the part of key Redis Cluster hashes to its slot: the
+// text between its first "{" and the first "}" after it, when not empty,
+// else the whole key. Keys of one tag share a slot.
+func hashTag(key string) string {
+	if i := strings.IndexByte(key, '{'); i >= 0 {
+		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
+			return key[i+1 : i+1+j]
+		}
+	}
+	return key
 }
 
 // isNoScript reports a run Redis did not know the script of. (go-redis's

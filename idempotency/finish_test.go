@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -15,17 +16,19 @@ import (
 )
 
 // tripCount is a go-redis hook counting the round trips of finish runs: a
-// run sent alone, or a pipeline and the runs it carries.
+// script run sent alone, or a pipeline, the script runs it carries and
+// the finishes they carry (finishAllScript carries many).
 type tripCount struct {
-	alone, pipelines, piped atomic.Int64
+	alone, pipelines, piped, finishes atomic.Int64
 }
 
 func (h *tripCount) DialHook(next redis.DialHook) redis.DialHook { return next }
 
 func (h *tripCount) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if isFinishRun(cmd) {
+		if n := finishesIn(cmd); n > 0 {
 			h.alone.Add(1)
+			h.finishes.Add(n)
 		}
 		return next(ctx, cmd)
 	}
@@ -35,8 +38,9 @@ func (h *tripCount) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		runs := int64(0)
 		for _, c := range cmds {
-			if isFinishRun(c) {
+			if n := finishesIn(c); n > 0 {
 				runs++
+				h.finishes.Add(n)
 			}
 		}
 		if runs > 0 {
@@ -47,19 +51,29 @@ func (h *tripCount) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 	}
 }
 
-// isFinishRun reports whether cmd runs the finish script: its ARGV[2] is
-// a state (the claim script's is a fingerprint, 16 bytes).
-func isFinishRun(cmd redis.Cmder) bool {
+// finishesIn returns how many finishes cmd runs: 1 for the finish script
+// (its ARGV[2] is a state; the claim script's is a fingerprint), the
+// number of its runs for finishAllScript (ARGV[1] a key count, ARGV[3] a
+// state), 0 for any other command.
+func finishesIn(cmd redis.Cmder) int64 {
 	a := cmd.Args()
 	if len(a) < 4 || (a[0] != "evalsha" && a[0] != "eval") {
-		return false
+		return 0
 	}
 	n, _ := a[2].(int)
-	if len(a) < 3+n+2 {
-		return false
+	isState := func(i int) bool {
+		st, ok := a[i].(*string)
+		return ok && (*st == "d" || *st == "u" || *st == "free")
 	}
-	st, ok := a[3+n+1].(*string)
-	return ok && (*st == "d" || *st == "u" || *st == "free")
+	switch {
+	case len(a) >= 3+n+8 && isState(3+n+2):
+		if _, batch := a[3+n].(int); batch {
+			return int64(len(a)-3-n) / 8
+		}
+	case len(a) >= 3+n+2 && isState(3+n+1):
+		return 1
+	}
+	return 0
 }
 
 // queuedFinishes claims n identifiers on s, then, with srv frozen, starts
@@ -104,8 +118,12 @@ func TestRedisFinishesShareRoundTrips(t *testing.T) {
 	if err := s.Complete(context.Background(), warm, Record{Status: 201}); err != nil { // the scripts loaded
 		t.Fatal(err)
 	}
+	if err := s.finishAll.Load(context.Background(), client).Err(); err != nil {
+		t.Fatal(err)
+	}
 	var trips tripCount
 	client.AddHook(&trips)
+	_, runsBefore := s.ScriptRuns()
 	const n = 20
 	claims, errs := queuedFinishes(t, s, srv, "f", n, func(i int, c Claim) error {
 		return s.Complete(context.Background(), c, Record{Status: 201, ContentType: "application/json", Body: []byte(`{"id":` + strconv.Itoa(i) + `}`)})
@@ -116,9 +134,12 @@ func TestRedisFinishesShareRoundTrips(t *testing.T) {
 			t.Errorf("Complete: %v", err)
 		}
 	}
-	if a, p, r := trips.alone.Load(), trips.pipelines.Load(), trips.piped.Load(); a != finishInFlight || p != 1 || r != n-finishInFlight {
-		t.Errorf("%d runs alone and %d in %d pipelines, want %d alone and the %d others in one",
-			a, r, p, finishInFlight, n-finishInFlight)
+	if a, p, r, f := trips.alone.Load(), trips.pipelines.Load(), trips.piped.Load(), trips.finishes.Load(); a != finishInFlight || p != 1 || r != 1 || f != n {
+		t.Errorf("%d script runs alone, %d in %d pipelines, %d finishes in all; want %d alone and the %d others in one script run",
+			a, r, p, f, finishInFlight, n-finishInFlight)
+	}
+	if _, runs := s.ScriptRuns(); runs-runsBefore != 2 {
+		t.Errorf("the store counts %d finish script runs, want 2 (one alone, one of the others)", runs-runsBefore)
 	}
 	for i, c := range claims {
 		r := mustClaim(t, s, c.Key, fpA, Replay)
@@ -166,12 +187,118 @@ func TestRedisFinishTripScriptsLost(t *testing.T) {
 			t.Errorf("run %d: %d, %v; want 1", i, f.n, f.err)
 		}
 	}
-	if p, r := trips.pipelines.Load(), trips.piped.Load(); p != 2 || r != 4 {
-		t.Errorf("%d runs in %d pipelines, want 2 and 2 again after NOSCRIPT", r, p)
+	if p, r, f := trips.pipelines.Load(), trips.piped.Load(), trips.finishes.Load(); p != 2 || r != 2 || f != 4 {
+		t.Errorf("%d script runs of %d finishes in %d pipelines, want one of the 2 live finishes, and again after NOSCRIPT", r, f, p)
 	}
 	mustClaim(t, s, claims[0].Key, fpA, Replay)
 	mustClaim(t, s, claims[1].Key, fpA, InProgress)
 	mustClaim(t, s, claims[2].Key, fpA, Replay)
+}
+
+// completion returns the finish run that completes claim c of s with body.
+func completion(s *Redis, c Claim, body string) *finishCall {
+	f := &finishCall{ctx: context.Background(), deadline: time.Now().Add(time.Minute), keys: c.keys, id: c.id, state: "d",
+		rec: recordArg{appendRecord(nil, &Record{Status: 201, Body: []byte(body)})}, slot: c.slot}
+	f.argv = [...]any{&f.id, &f.state, s.retentionArg, &f.rec, &f.slot, &f.charge, &f.grow}
+	return f
+}
+
+// TestRedisFinishAllFailsAlone: the finishes of one script run fail alone.
+// A claim whose key holds what no claim holds (WRONGTYPE) and one already
+// completed (0) are answered so, and the others are recorded. A batch
+// whose layout does not add up is refused whole, nothing written.
+func TestRedisFinishAllFailsAlone(t *testing.T) {
+	srv := redistest.Start(t)
+	client := newClient(t, srv.Addr)
+	o := testOptions(newClock())
+	o.KeyPrefix = uniquePrefix()
+	s := NewRedis(client, o)
+	var batch []*finishCall
+	claims := make([]Claim, 4)
+	for i := range claims {
+		claims[i] = mustClaim(t, s, k("w"+strconv.Itoa(i)), fpA, Claimed)
+		batch = append(batch, completion(s, claims[i], strconv.Itoa(i)))
+	}
+	if err := s.Complete(context.Background(), claims[2], Record{Status: 201, Body: []byte("2")}); err != nil {
+		t.Fatal(err)
+	}
+	if err := client.Del(context.Background(), claims[1].keys[0]).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := client.HSet(context.Background(), claims[1].keys[0], "x", "y").Err(); err != nil {
+		t.Fatal(err)
+	}
+	s.finishTrip(client, batch)
+	for i, f := range batch {
+		switch i {
+		case 1:
+			if f.err == nil || !strings.Contains(f.err.Error(), "WRONGTYPE") {
+				t.Errorf("finish of a key holding a hash: %d, %v; want its WRONGTYPE error", f.n, f.err)
+			}
+		case 2:
+			if f.err != nil || f.n != 0 {
+				t.Errorf("finish of a claim completed before: %d, %v; want 0", f.n, f.err)
+			}
+		default:
+			if f.err != nil || f.n != 1 {
+				t.Errorf("finish %d: %d, %v; want 1", i, f.n, f.err)
+			}
+			if r := mustClaim(t, s, claims[i].Key, fpA, Replay); string(r.Record.Body) != strconv.Itoa(i) {
+				t.Errorf("%s replays %s", claims[i].Key, r.Record.Body)
+			}
+		}
+	}
+
+	c := mustClaim(t, s, k("layout"), fpA, Claimed)
+	f := completion(s, c, "x")
+	for _, tc := range []struct {
+		name string
+		keys []string
+		args []any
+	}{
+		{"keys short of the count", c.keys[:1], append([]any{len(c.keys)}, f.argv[:]...)},
+		{"a count that is not a number", c.keys, append([]any{"two"}, f.argv[:]...)},
+		{"arguments short of a run", c.keys, append([]any{len(c.keys)}, f.argv[:6]...)},
+	} {
+		if err := s.finishAll.Eval(context.Background(), client, tc.keys, tc.args...).Err(); err == nil || !strings.Contains(err.Error(), "malformed finish batch") {
+			t.Errorf("%s: %v, want the batch refused", tc.name, err)
+		}
+	}
+	mustClaim(t, s, c.Key, fpA, InProgress) // nothing was written
+}
+
+// TestRedisFinishAllCluster: in a Cluster the finishes of a round trip go
+// in one script run per hash slot (an account's keys share one), each
+// answered and recorded.
+func TestRedisFinishAllCluster(t *testing.T) {
+	cl := redistest.StartCluster(t, 3)
+	client := cl.Client(t)
+	o := testOptions(newClock())
+	o.KeyPrefix = uniquePrefix()
+	s := NewRedis(client, o)
+	var batch []*finishCall
+	var claims []Claim
+	for i := range 8 {
+		c := mustClaim(t, s, Key{"acct" + strconv.Itoa(i%4), "c" + strconv.Itoa(i)}, fpA, Claimed)
+		claims = append(claims, c)
+		batch = append(batch, completion(s, c, strconv.Itoa(i)))
+	}
+	var trips tripCount
+	client.AddHook(&trips)
+	s.finishTrip(client, batch)
+	for i, f := range batch {
+		if f.err != nil || f.n != 1 {
+			t.Errorf("finish %d: %d, %v; want 1", i, f.n, f.err)
+		}
+		if r := mustClaim(t, s, claims[i].Key, fpA, Replay); string(r.Record.Body) != strconv.Itoa(i) {
+			t.Errorf("%s replays %s", claims[i].Key, r.Record.Body)
+		}
+	}
+	// The first pipeline: one script run per account (the second, if
+	// any, sends them again with the script after NOSCRIPT).
+	if r, f := trips.piped.Load(), trips.finishes.Load(); (r != 4 && r != 8) || f != 2*r {
+		t.Errorf("%d script runs carried %d finishes, want 4 runs of 2 (per pipeline)", r, f)
+	}
 }
 
 // TestRedisFinishesFailing: finish runs queued or in flight when Redis

@@ -152,6 +152,7 @@ func (s *Redis) free(ctx context.Context, p *Prepared) error {
 		}
 		c = node
 	}
+	s.finishRuns.Add(1)
 	if err := s.finish.Run(ctx, c, p.Keys, p.id, "free", s.retentionArg, "", p.slot, p.charge, 0).Err(); err != nil {
 		s.failed(ctx, err)
 		return storeError("free", err)

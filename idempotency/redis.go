@@ -10,6 +10,7 @@ import (
 	"math/bits"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -46,7 +47,15 @@ type Redis struct {
 	o      Options
 	claim  *redis.Script
 	finish *redis.Script
-	slotMS int64 // width of an account-share slot
+	// finishAll runs the finishes of a round trip (finish.go); cluster
+	// says the client is a Cluster's, whose script runs keep to one slot.
+	finishAll *redis.Script
+	cluster   bool
+	// claimRuns and finishRuns count the script runs sent: claims of the
+	// store's own (not riding with the limits) and finish runs
+	// (ScriptRuns).
+	claimRuns, finishRuns atomic.Uint64
+	slotMS                int64 // width of an account-share slot
 	// finishes queues the finish runs of concurrent orders for a shared
 	// round trip (finish.go).
 	finishes finishLane
@@ -65,10 +74,20 @@ type Redis struct {
 func NewRedis(c redis.Scripter, o Options) *Redis {
 	o = o.withDefaults()
 	slotMS := max(1, (o.Retention / 24).Milliseconds())
+	_, cluster := c.(*redis.ClusterClient)
 	return &Redis{c: c, o: o, claim: redis.NewScript(claimScript), finish: redis.NewScript(finishScript),
+		finishAll: redis.NewScript(finishAllScript), cluster: cluster,
 		slotMS:       slotMS,
 		retentionArg: ms(o.Retention), counterTTLArg: ms(o.Retention + o.InFlightTimeout + time.Duration(slotMS)*time.Millisecond),
 		maxPerAccountArg: o.MaxPerAccount, maxBytesArg: o.MaxBytesPerAccount}
+}
+
+// ScriptRuns returns how many script runs the store has sent: claims of
+// its own, not riding in the limits' round trip, and finish runs, each
+// carrying the finishes of one round trip (one per hash slot in a
+// Cluster). A run sent again with its script after NOSCRIPT counts once.
+func (s *Redis) ScriptRuns() (claims, finishes uint64) {
+	return s.claimRuns.Load(), s.finishRuns.Load()
 }
 
 // within returns ctx bounded by Options.Timeout: ctx itself when its own
@@ -158,39 +177,47 @@ const (
 	// charged; the response is charged ARGV[7] bytes). KEYS are the claim's: its first identifier's key, the
 	// share counter, the marks' keys; the marks live as long as the
 	// first.
-	finishScript = `
-local v = redis.call('GET', KEYS[1])
-if not v then return 0 end
-local st = string.sub(v, 1, 1)
-if (st ~= 'p' and st ~= 'u') or string.sub(v, 18, 25) ~= ARGV[1] then return 0 end
-local mark = 'm' .. string.sub(v, 2, 17)
-if ARGV[2] == 'free' then
-  redis.call('DEL', KEYS[1])
-  for i = 3, #KEYS do
-    if redis.call('GET', KEYS[i]) == mark then redis.call('DEL', KEYS[i]) end
-  end
-  for _, f in ipairs({{'n' .. ARGV[5], #KEYS - 1}, {'b' .. ARGV[5], tonumber(ARGV[6])}}) do
-    local n = tonumber(redis.call('HGET', KEYS[2], f[1]))
-    if n and n > f[2] then
-      redis.call('HINCRBY', KEYS[2], f[1], -f[2])
-    elseif n then
-      redis.call('HDEL', KEYS[2], f[1])
+	finishScript = finishFunc + "return finish(KEYS, ARGV)\n"
+	// finishFunc is the Lua source of one finish, as a function
+	// finish(KEYS, ARGV) returning 1, or 0 when the claim is not held by
+	// ARGV[1] (any more): finishScript calls it once, finishAllScript
+	// (finish.go) once for each run of a round trip. One finish, one
+	// source.
+	finishFunc = `
+local function finish(KEYS, ARGV)
+  local v = redis.call('GET', KEYS[1])
+  if not v then return 0 end
+  local st = string.sub(v, 1, 1)
+  if (st ~= 'p' and st ~= 'u') or string.sub(v, 18, 25) ~= ARGV[1] then return 0 end
+  local mark = 'm' .. string.sub(v, 2, 17)
+  if ARGV[2] == 'free' then
+    redis.call('DEL', KEYS[1])
+    for i = 3, #KEYS do
+      if redis.call('GET', KEYS[i]) == mark then redis.call('DEL', KEYS[i]) end
     end
+    for _, f in ipairs({{'n' .. ARGV[5], #KEYS - 1}, {'b' .. ARGV[5], tonumber(ARGV[6])}}) do
+      local n = tonumber(redis.call('HGET', KEYS[2], f[1]))
+      if n and n > f[2] then
+        redis.call('HINCRBY', KEYS[2], f[1], -f[2])
+      elseif n then
+        redis.call('HDEL', KEYS[2], f[1])
+      end
+    end
+    return 1
+  end
+  if ARGV[2] == 'd' then
+    redis.call('SET', KEYS[1], 'd' .. string.sub(v, 2, 17) .. ARGV[4], 'PX', ARGV[3])
+    if redis.call('EXISTS', KEYS[2]) == 1 then
+      redis.call('HINCRBY', KEYS[2], 'b' .. ARGV[5], ARGV[7])
+    end
+  else
+    redis.call('SET', KEYS[1], 'u' .. string.sub(v, 2, 25), 'PX', ARGV[3])
+  end
+  for i = 3, #KEYS do
+    if redis.call('GET', KEYS[i]) == mark then redis.call('PEXPIRE', KEYS[i], ARGV[3]) end
   end
   return 1
 end
-if ARGV[2] == 'd' then
-  redis.call('SET', KEYS[1], 'd' .. string.sub(v, 2, 17) .. ARGV[4], 'PX', ARGV[3])
-  if redis.call('EXISTS', KEYS[2]) == 1 then
-    redis.call('HINCRBY', KEYS[2], 'b' .. ARGV[5], ARGV[7])
-  end
-else
-  redis.call('SET', KEYS[1], 'u' .. string.sub(v, 2, 25), 'PX', ARGV[3])
-end
-for i = 3, #KEYS do
-  if redis.call('GET', KEYS[i]) == mark then redis.call('PEXPIRE', KEYS[i], ARGV[3]) end
-end
-return 1
 `
 )
 
@@ -341,6 +368,7 @@ func (s *Redis) ClaimAll(ctx context.Context, account string, ids []string, fp F
 	s.prepare(&p, account, ids, fp)
 	var res []any
 	var err error
+	s.claimRuns.Add(1)
 	if s.o.ReplicaAcks > 0 {
 		res, err = s.runAcked(ctx, &p)
 	} else {

@@ -2,6 +2,7 @@ package metrics
 
 import (
 	"errors"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -14,6 +15,7 @@ const (
 	NameIdempotencyStoreBytes    = "exgate_idempotency_store_bytes"
 	NameIdempotencyStoreMaxBytes = "exgate_idempotency_store_max_bytes"
 	NameIdempotencyStoreFull     = "exgate_idempotency_store_full"
+	NameIdempotencyScriptRuns    = "exgate_idempotency_store_script_runs_total"
 )
 
 // IdempotencyStoreOp is the operation label of the duplicate-protection
@@ -60,6 +62,7 @@ type IdempotencyStore struct {
 	bytes    prometheus.Gauge
 	maxBytes prometheus.Gauge
 	full     prometheus.Gauge
+	runs     *scriptRuns
 
 	// Children resolved once, by operation (and error kind).
 	observers [numIdempotencyOps]prometheus.Observer
@@ -95,7 +98,10 @@ func NewDuplicateStore(reg prometheus.Registerer) (*IdempotencyStore, error) {
 		Name: NameIdempotencyStoreFull,
 		Help: "1 while the duplicate-protection store takes no new identifier for lack of room (orders with a new identifier get 503 duplicate_protection_full), else 0.",
 	})
-	if err := register(reg, []prometheus.Collector{s.duration, s.errs, s.bytes, s.maxBytes, s.full}); err != nil {
+	s.runs = &scriptRuns{desc: prometheus.NewDesc(NameIdempotencyScriptRuns,
+		"Redis script runs of duplicate protection's store, by script: claim (a claim sent on its own, not riding in the limits' round trip) and finish (a run that records responses, releases claims or marks them unknown; one run carries the finishes of a round trip).",
+		[]string{"script"}, nil)}
+	if err := register(reg, []prometheus.Collector{s.duration, s.errs, s.bytes, s.maxBytes, s.full, s.runs}); err != nil {
 		return nil, err
 	}
 	for o := range s.observers {
@@ -110,7 +116,42 @@ func NewDuplicateStore(reg prometheus.Registerer) (*IdempotencyStore, error) {
 
 // IdempotencyStoreNames lists the duplicate-protection store's metric names.
 func IdempotencyStoreNames() []string {
-	return []string{NameIdempotencyStoreDuration, NameIdempotencyStoreErrors, NameIdempotencyStoreBytes, NameIdempotencyStoreMaxBytes, NameIdempotencyStoreFull}
+	return []string{NameIdempotencyStoreDuration, NameIdempotencyStoreErrors, NameIdempotencyStoreBytes, NameIdempotencyStoreMaxBytes, NameIdempotencyStoreFull, NameIdempotencyScriptRuns}
+}
+
+// ScriptRunSource reports the script runs a Redis store has sent:
+// claims of its own and finish runs.
+type ScriptRunSource interface {
+	ScriptRuns() (claims, finishes uint64)
+}
+
+// SetScriptRuns makes src the source of the script-run counters; without
+// one (a memory store) they have no series.
+func (s *IdempotencyStore) SetScriptRuns(src ScriptRunSource) {
+	if s == nil || src == nil {
+		return
+	}
+	s.runs.src.Store(&src)
+}
+
+// scriptRuns collects a ScriptRunSource's counts.
+type scriptRuns struct {
+	desc *prometheus.Desc
+	src  atomic.Pointer[ScriptRunSource]
+}
+
+// Describe implements prometheus.Collector.
+func (r *scriptRuns) Describe(ch chan<- *prometheus.Desc) { ch <- r.desc }
+
+// Collect implements prometheus.Collector.
+func (r *scriptRuns) Collect(ch chan<- prometheus.Metric) {
+	src := r.src.Load()
+	if src == nil {
+		return
+	}
+	claims, finishes := (*src).ScriptRuns()
+	ch <- prometheus.MustNewConstMetric(r.desc, prometheus.CounterValue, float64(claims), "claim")
+	ch <- prometheus.MustNewConstMetric(r.desc, prometheus.CounterValue, float64(finishes), "finish")
 }
 
 // SetRoom records the store's last check: the bytes it holds, its bound

@@ -840,6 +840,19 @@ exgate_idempotency_store_errors_total{kind="timeout",operation="release"} 0
 	if got := testutil.CollectAndCount(s.duration); got != 4 {
 		t.Errorf("%d duration series, want one per operation", got)
 	}
+	if n, _ := testutil.GatherAndCount(reg, NameIdempotencyScriptRuns); n != 0 {
+		t.Errorf("%d script-run series without a source, want none (a memory store runs no script)", n)
+	}
+	s.SetScriptRuns(scriptRunCounts{3, 40})
+	runs := `
+# HELP exgate_idempotency_store_script_runs_total Redis script runs of duplicate protection's store, by script: claim (a claim sent on its own, not riding in the limits' round trip) and finish (a run that records responses, releases claims or marks them unknown; one run carries the finishes of a round trip).
+# TYPE exgate_idempotency_store_script_runs_total counter
+exgate_idempotency_store_script_runs_total{script="claim"} 3
+exgate_idempotency_store_script_runs_total{script="finish"} 40
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(runs), NameIdempotencyScriptRuns); err != nil {
+		t.Error(err)
+	}
 	if _, err := NewDuplicateStore(reg); err == nil {
 		t.Error("registering the store's collectors twice is not an error")
 	}
@@ -847,6 +860,11 @@ exgate_idempotency_store_errors_total{kind="timeout",operation="release"} 0
 		t.Errorf("lint: %v %v", problems, err)
 	}
 }
+
+// scriptRunCounts is a ScriptRunSource of fixed counts.
+type scriptRunCounts struct{ claims, finishes uint64 }
+
+func (c scriptRunCounts) ScriptRuns() (uint64, uint64) { return c.claims, c.finishes }
 
 // fixedSource is an OverloadSource with set values.
 type fixedSource struct{ limit, inflight, waiting int }

@@ -44,6 +44,9 @@ func (a *app) openIdempotencyStore(cfg *config.Config) (idempotency.Store, error
 	if err != nil {
 		return nil, err
 	}
+	if r, ok := s.(metrics.ScriptRunSource); ok {
+		m.SetScriptRuns(r)
+	}
 	a.dup = newIdempotencyHealth(cfg, s.(healthChecker), m, a.log)
 	o := observedStore{s: s, m: m, now: a.d.now}
 	if j, ok := s.(idempotency.Joiner); ok && joinsLimits(cfg, a.idem, a.idemOwn) {

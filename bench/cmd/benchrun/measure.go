@@ -253,6 +253,9 @@ func (b *bench) once(ctx context.Context, c combo, d time.Duration) (Run, error)
 			run.RedisCallsPerRequest = runs / n
 			run.ClaimsAlonePerRequest = claimsAlone(runs, rt, finish) / n
 		}
+		if storeBefore.scriptRunsCounted && storeAfter.scriptRunsCounted { // exgate's own count, where the build has it
+			run.ClaimsAlonePerRequest = (storeAfter.claimScriptRuns - storeBefore.claimScriptRuns) / n
+		}
 		if cmdsBefore >= 0 && cmdsAfter >= 0 {
 			run.RedisCommandsPerRequest = float64(cmdsAfter-cmdsBefore) / n
 		}
@@ -331,6 +334,11 @@ func shedCount(t *target) float64 {
 // their own.
 type storeCalls struct {
 	limitRoundTrips, finishRuns float64
+	// claimScriptRuns are duplicate protection's claims sent in script
+	// runs of their own, as exgate counts them (its script-run counter,
+	// when scriptRunsCounted: builds from before it lack it).
+	claimScriptRuns   float64
+	scriptRunsCounted bool
 }
 
 // storeCallsOf returns t's storeCalls, zero for a target without an
@@ -345,14 +353,17 @@ func (b *bench) storeCallsOf(t *target) storeCalls {
 	}
 	idem := metrics.NameIdempotencyStoreDuration + "_count"
 	return storeCalls{
-		limitRoundTrips: sumSamples(text, metrics.NameStoreDuration+"_count"),
-		finishRuns:      sumSamples(text, idem) - sumSamples(text, idem, `operation="claim"`),
+		limitRoundTrips:   sumSamples(text, metrics.NameStoreDuration+"_count"),
+		finishRuns:        sumSamples(text, idem) - sumSamples(text, idem, `operation="claim"`),
+		claimScriptRuns:   sumSamples(text, metrics.NameIdempotencyScriptRuns, `script="claim"`),
+		scriptRunsCounted: strings.Contains(text, metrics.NameIdempotencyScriptRuns+"{"),
 	}
 }
 
 // claimsAlone returns how many of duplicate protection's claims were sent
-// in script runs of their own, not riding with the limits, from Redis's
-// count of script runs: the benchmark's Redis is one instance, where a
+// in script runs of their own, not riding with the limits, for a build
+// that does not count its script runs (one that does says it: storeCalls),
+// from Redis's count of script runs: the benchmark's Redis is one instance, where a
 // round trip of the limit store is one script run (its decisions and the
 // claims riding with them) and every other run is a finish run or a
 // claim alone. (exgate counts a claim riding with the limits and one
