@@ -12,19 +12,20 @@ import (
 )
 
 // Finishing claims in shared round trips. Every claimed order ends with a
-// run of the finish script (Complete, Release or MarkUnknown) once its
-// backend has answered, and its answer waits for that run. The runs of
-// concurrent orders share pipelined round trips, as the limits' decisions
-// do: a run that finds fewer than finishInFlight round trips of finish
-// runs under way is sent at once, alone; any other is queued, and as soon
-// as a round trip in flight ends, the first run queued sends the queue
-// (up to finishMaxBatch runs) in one pipeline. Under load a round
-// trip carries many runs; an order alone waits for none.
+// finish (Complete, Release or MarkUnknown) once its backend has
+// answered, and its answer waits for that finish. The finishes of
+// concurrent orders share round trips, as the limits' decisions do: a
+// finish that finds fewer than finishInFlight round trips of finishes
+// under way is sent at once, alone, as a run of the finish script; any
+// other is queued, and as soon as a round trip in flight ends, the first
+// finish queued sends the queue (up to finishMaxBatch finishes) in one
+// round trip. Under load a round trip carries many finishes; an order
+// alone waits for none.
 //
-// The runs a round trip carries go as one script run (finishAllScript),
-// one in each hash slot of a Cluster (the runs of accounts whose keys
-// share a hash tag), so Redis pays a script run's own cost once a round
-// trip, not once an order.
+// The finishes a round trip carries go as one script run
+// (finishAllScript), one in each hash slot of a Cluster (the finishes of
+// accounts whose keys share a hash tag), so Redis pays a script run's own
+// cost once a round trip, not once an order.
 //
 // Nothing of what a run guarantees changes: each caller still waits for
 // its own run's reply, so an order's answer is written only once its
@@ -88,8 +89,7 @@ type finishLane struct {
 	queue   []*finishCall // runs waiting for the next
 }
 
-// finishCall is one run of the finish script, its arguments and its
-// reply, pooled: go-redis writes each *string or *int64 argument as the
+// finishCall is one finish, its arguments and its reply, pooled: go-redis writes each *string or *int64 argument as the
 // value it points at, where each value boxed in an interface took an
 // allocation.
 type finishCall struct {
