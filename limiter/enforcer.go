@@ -636,6 +636,11 @@ type chargePlan struct {
 	// they become one string, the checks' keys parts of it (addLimits).
 	keys []byte
 	key  [192]byte
+	// lastKeys is the string the plan last made of its keys, reused when
+	// the next request's keys are the same (a client's requests come in
+	// runs, and a pooled plan tends to serve the same goroutine): no
+	// allocation then.
+	lastKeys string
 
 	// What building the plan settled (build), for deciding it again.
 	rr                     *RouteRules
@@ -653,8 +658,12 @@ type checkMeta struct {
 	tier   string   // the caller's tier, when the check counts by token or account (Outcome.Tier)
 }
 
+// reset empties p for a request of cost. It clears only the checks the
+// last request used (those past them are zero: dropAnswers clears what
+// it drops), since clearing memory that holds pointers costs a write
+// barrier on every pointer while the collector marks.
 func (p *chargePlan) reset(cost int64) {
-	clear(p.checks[:])
+	clear(p.checks[:min(len(p.req.Checks), len(p.checks))])
 	p.req = ratelimit.Request{Checks: p.checks[:0], Cost: cost}
 	p.ans = ratelimit.Answer{Results: p.results[:0]}
 	p.meta = p.metas[:0]
@@ -668,7 +677,8 @@ func (p *chargePlan) reset(cost int64) {
 // limit is added as it applies under both answers, of which the store
 // applies one; otherwise as it applies to a request anonymous or not,
 // demoted as d says. The checks' keys are made in one allocation,
-// parts of one string, however many there are.
+// parts of one string, however many there are, and in none when they
+// are those of the plan's last request (lastKeys).
 func (p *chargePlan) addLimits(rr *RouteRules, d *Decision, addr []byte, anonymous, answers bool) {
 	for i := range rr.limits {
 		r := &rr.limits[i]
@@ -682,7 +692,10 @@ func (p *chargePlan) addLimits(rr *RouteRules, d *Decision, addr []byte, anonymo
 		p.add(i, r, d, addr, false, false, ratelimit.IfAdmitted)
 		p.add(i, r, d, addr, true, true, ratelimit.IfRefused)
 	}
-	keys, start := string(p.keys), 0
+	if string(p.keys) != p.lastKeys { // compares without allocating
+		p.lastKeys = string(p.keys)
+	}
+	keys, start := p.lastKeys, 0
 	for j := range p.req.Checks {
 		end := p.meta[j].keyEnd
 		p.req.Checks[j].Key = keys[start:end]

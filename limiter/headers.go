@@ -60,19 +60,8 @@ func (d *Decision) SetHeaders(h http.Header, style string) {
 	t := Seconds(o.wait())
 	switch style {
 	case config.HeadersIETF:
-		f := new(rateLimitField)
-		v := append(f.buf[:0], '"')
-		v = append(v, o.Limit...)
-		v = append(v, `";r=`...)
-		v = strconv.AppendInt(v, o.Result.Remaining, 10)
-		v = append(v, ";t="...)
-		v = strconv.AppendInt(v, t, 10)
-		// v is written once, here, and never again: the value is its
-		// text, not a copy (one allocation for the value and its
-		// slice, where a string and a slice took two).
-		f.v[0] = unsafe.String(unsafe.SliceData(v), len(v))
 		h["Ratelimit-Policy"] = o.v.policy
-		h["Ratelimit"] = f.v[:]
+		h["Ratelimit"] = o.v.rateLimitValue(o.Limit, o.Result.Remaining, t)
 	case config.HeadersLegacy:
 		h["X-Ratelimit-Limit"] = o.v.quota
 		h["X-Ratelimit-Remaining"] = []string{strconv.FormatInt(o.Result.Remaining, 10)}
@@ -80,12 +69,48 @@ func (d *Decision) SetHeaders(h http.Header, style string) {
 	}
 }
 
-// rateLimitField is a RateLimit header value with its text: a usual
-// value ("token";r=199;t=1 and a longer limit name) fits in buf, and a
-// longer one is moved out of it by append.
+// rateLimitValue returns the RateLimit field's value for limit with r
+// requests remaining and t seconds to tell, reusing a value made before
+// when it says the same: a limit's counts repeat from request to request
+// (a client's runs count down through the same remainders, a lease
+// answers from a count it holds), and a value reused allocates nothing.
+// The variant keeps the last value made for each remainder modulo
+// rateLimitValues. A value is never modified once made, so responses
+// share it as they share the policy; its slice has room for one string
+// only, so an append to it copies.
+func (v *variant) rateLimitValue(limit string, r, t int64) []string {
+	slot := &v.rateLimit[uint64(r)%rateLimitValues]
+	if f := slot.Load(); f != nil && f.r == r && f.t == t && f.limit == limit {
+		return f.v[:]
+	}
+	f := &rateLimitField{limit: limit, r: r, t: t}
+	b := append(f.buf[:0], '"')
+	b = append(b, limit...)
+	b = append(b, `";r=`...)
+	b = strconv.AppendInt(b, r, 10)
+	b = append(b, ";t="...)
+	b = strconv.AppendInt(b, t, 10)
+	// b is written once, here, and never again: the value is its text,
+	// not a copy (one allocation for the value and its slice, where a
+	// string and a slice took two).
+	f.v[0] = unsafe.String(unsafe.SliceData(b), len(b))
+	slot.Store(f)
+	return f.v[:]
+}
+
+// rateLimitValues is how many RateLimit field values a variant keeps
+// (rateLimitValue), one for each remainder modulo it: a variant keeps at
+// most that many values of about a hundred bytes.
+const rateLimitValues = 256
+
+// rateLimitField is a RateLimit header value with its text and what it
+// says: a usual value ("token";r=199;t=1 and a longer limit name) fits in
+// buf, and a longer one is moved out of it by append.
 type rateLimitField struct {
-	v   [1]string
-	buf [64]byte
+	v     [1]string
+	limit string
+	r, t  int64
+	buf   [64]byte
 }
 
 // Closest returns the outcome closest to denial, whose fields the

@@ -260,3 +260,37 @@ func TestRateLimitFieldOfLongName(t *testing.T) {
 		t.Errorf("the first field became %q, want %q", sent[0], want)
 	}
 }
+
+// TestRateLimitValueReused checks that a RateLimit value made before is
+// reused only when it says the same limit, count and wait, and that a
+// slot taken by another count gives that count's own text.
+func TestRateLimitValueReused(t *testing.T) {
+	v := newVariant("k:", "", "token", config.Rate{N: 10, Period: time.Second}, 10, 1)
+	tests := []struct {
+		name  string
+		limit string
+		r, t  int64
+		want  string
+		same  bool // the value is the one the step before returned
+	}{
+		{name: "first", limit: "token", r: 9, t: 1, want: `"token";r=9;t=1`},
+		{name: "repeated", limit: "token", r: 9, t: 1, want: `"token";r=9;t=1`, same: true},
+		{name: "other wait", limit: "token", r: 9, t: 2, want: `"token";r=9;t=2`},
+		{name: "same slot, other count", limit: "token", r: 9 + rateLimitValues, t: 2, want: `"token";r=265;t=2`},
+		{name: "other name", limit: "order", r: 9 + rateLimitValues, t: 2, want: `"order";r=265;t=2`},
+		{name: "other slot", limit: "order", r: 8, t: 2, want: `"order";r=8;t=2`},
+	}
+	var last []string
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got := v.rateLimitValue(tc.limit, tc.r, tc.t)
+			if len(got) != 1 || got[0] != tc.want || cap(got) != 1 {
+				t.Fatalf("value %q (cap %d), want [%q] of capacity 1", got, cap(got), tc.want)
+			}
+			if same := last != nil && &got[0] == &last[0]; same != tc.same {
+				t.Errorf("reused the value before: %v, want %v", same, tc.same)
+			}
+			last = got
+		})
+	}
+}

@@ -3,6 +3,7 @@ package limiter
 import (
 	"slices"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/exgate/exgate/config"
@@ -64,6 +65,12 @@ type variant struct {
 	local   ratelimit.Limit // the local fallback's share: limit / replicas
 	policy  []string        // RateLimit-Policy value, shared by every response (never modified)
 	quota   []string        // X-RateLimit-Limit value, likewise
+
+	// rateLimit holds RateLimit field values made for the limit, reused
+	// while the numbers they tell repeat (rateLimitValue). Rules copy
+	// their variants, which share it; a value tells its limit's name with
+	// its numbers, so a copy never takes another limit's value.
+	rateLimit *[rateLimitValues]atomic.Pointer[rateLimitField]
 
 	prefixToken   string // KeyPrefix + route:limit:N/seconds + ":t:"
 	prefixAccount string // … ":u:" (verified accounts)
@@ -159,6 +166,7 @@ func newVariant(keyBase, tier, name string, rate config.Rate, burst int, replica
 		prefixAccount: keyBase + "u:",
 		prefixAddr:    keyBase + "a:",
 		prefixSpray:   keyBase + "s:",
+		rateLimit:     new([rateLimitValues]atomic.Pointer[rateLimitField]),
 		policy:        []string{strconv.Quote(name) + ";q=" + strconv.FormatInt(l.Burst, 10) + ";w=" + strconv.FormatInt(w, 10)},
 		quota:         []string{strconv.FormatInt(l.Burst, 10)},
 	}
