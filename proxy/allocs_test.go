@@ -17,12 +17,12 @@ import (
 
 // exgateGETAllocations is what exgate's own request path allocates for a
 // GET over what httputil.ReverseProxy alone allocates for it: the request
-// id and the forwarded request's context (its cancel context, that
-// context's done channel and cancel function, stateContext; set on the
-// request in place, setContext). The headers exgate sends the backend
-// (X-Request-ID, X-Real-IP) are set on the outbound request in values
-// that are not copied (setBackendHeaders).
-const exgateGETAllocations = 5
+// id with the forwarded request's stateContext (one allocation, idValue;
+// set on the request in place, setContext) and the forwarded context's
+// cancel context, its done channel and its cancel function. The headers
+// exgate sends the backend (X-Request-ID, X-Real-IP) are set on the
+// outbound request in values that are not copied (setBackendHeaders).
+const exgateGETAllocations = 4
 
 // TestGatewayGETAllocations gates what exgate's request path allocates
 // for a GET on the built-in configuration, over what the reverse proxy

@@ -363,6 +363,10 @@ type requestCore struct {
 	// realIP is the X-Real-IP value the backend receives in place of the
 	// client's, or nil for none (setClientAddress; shared, never modified).
 	realIP []string
+	// fwdCtx is the context forward sends the request with, made in one
+	// allocation with idValue when exgate made the id (nextValue), else
+	// nil: forward makes one of its own.
+	fwdCtx *stateContext
 }
 
 // limitState is what a request's limits decided.

@@ -138,7 +138,7 @@ func (g *Gateway) assignRequestID(st *requestState, r *http.Request) *apierror.E
 	if ids := r.Header["X-Request-Id"]; len(ids) > 0 && validRequestID(ids[0]) {
 		st.id, st.clientID = ids[0], true
 	} else {
-		st.idValue = g.ids.nextValue()
+		st.idValue, st.fwdCtx = g.ids.nextValue()
 		st.id = st.idValue[0]
 	}
 	if pl.cors == nil {
@@ -264,7 +264,13 @@ func (g *Gateway) forward(st *requestState, r *http.Request) {
 	ctx, cancel := context.WithCancelCause(parent)
 	deadline := st.route.deadlines.join(&st.deadline, cancel, g.sinceEpoch(st.upStart))
 	own := r.Context()
-	setContext(r, &stateContext{Context: ctx, st: st, deadline: deadline})
+	sc := st.fwdCtx // made with the request's id, if exgate made it (nextValue)
+	if sc == nil {
+		sc = new(stateContext)
+	}
+	st.fwdCtx = nil
+	*sc = stateContext{Context: ctx, st: st, deadline: deadline}
+	setContext(r, sc)
 	defer func() {
 		setContext(r, own)
 		st.deadline.leave()

@@ -70,16 +70,20 @@ func appendBase36(b []byte, u uint64) []byte {
 // with the one-element header value that carries it in one allocation
 // (headerValue). The value goes into the outbound request's header and,
 // when the backend answers without an id, into the client's answer, so
-// it is never pooled, and never modified once made.
+// it is never pooled, and never modified once made. The same allocation
+// holds the context the request is forwarded with (ctx, filled by
+// forward), which is never pooled either: one allocation for the two.
 type idValue struct {
 	v   [1]string
 	buf [genIDLen]byte
+	ctx stateContext
 }
 
-// nextValue returns a new id as an X-Request-ID value (idValue).
-func (g *requestIDs) nextValue() []string {
+// nextValue returns a new id as an X-Request-ID value (idValue), and the
+// forwarded context made with it, zero until forward fills it.
+func (g *requestIDs) nextValue() ([]string, *stateContext) {
 	p := new(idValue)
-	return headerValue(&p.v, g.appendNext(p.buf[:0]))
+	return headerValue(&p.v, g.appendNext(p.buf[:0])), &p.ctx
 }
 
 // upstreamIDValue is idValue for an id upstreamValue makes.
