@@ -480,6 +480,11 @@ func (g *Gateway) rewrite(pr *httputil.ProxyRequest) {
 		}
 	}
 	out.Header["X-Forwarded-Proto"] = proto
+	if _, ok := out.Header["User-Agent"]; !ok {
+		// What ReverseProxy sets after the rewrite (so that the
+		// Transport sends none of Go's own), in a shared value.
+		out.Header["User-Agent"] = noUserAgent
+	}
 }
 
 // setBackendHeaders sets in h, the outbound request's header, the headers
@@ -522,10 +527,12 @@ func (g *Gateway) forwardedHost(host string) []string {
 	return v[:]
 }
 
-// Shared X-Forwarded-Proto values, never modified.
+// Shared X-Forwarded-Proto values and the empty User-Agent of a request
+// that came without one, never modified.
 var (
 	forwardedHTTP  = []string{"http"}
 	forwardedHTTPS = []string{"https"}
+	noUserAgent    = []string{""}
 )
 
 // modifyResponse refuses a response with a status HTTP does not define,

@@ -12,6 +12,7 @@ import (
 	"net/http/httptest"
 	"path"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -378,6 +379,34 @@ func TestForwardedHeaders(t *testing.T) {
 					got.Get("X-Forwarded-For"), got.Get("X-Real-Ip"), got.Get("X-Forwarded-Proto"), got.Get("Forwarded"), got.Get("X-Forwarded-Host"))
 			}
 		})
+	}
+}
+
+// TestUserAgentForwarded checks that the backend receives the client's
+// User-Agent as sent, and none (not Go's own) when the client sent none:
+// rewrite sets what ReverseProxy would, in a shared value.
+func TestUserAgentForwarded(t *testing.T) {
+	tests := []struct {
+		name, sent string
+		want       []string
+	}{
+		{"none", "", nil},
+		{"the client's", "curl/8.5.0", []string{"curl/8.5.0"}},
+	}
+	e := startEnv(t, nil)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			for range 2 { // the shared value is the same on the next request
+				res := do(t, "GET", e.url+"/api/v1/mkt/markets/", nil, "User-Agent", tt.sent)
+				res.Body.Close()
+				if got := e.backend.last(t).Header["User-Agent"]; !slices.Equal(got, tt.want) {
+					t.Fatalf("backend saw User-Agent %q, want %q", got, tt.want)
+				}
+			}
+		})
+	}
+	if noUserAgent[0] != "" {
+		t.Fatalf("the shared empty User-Agent became %q", noUserAgent[0])
 	}
 }
 
