@@ -167,12 +167,10 @@ func TestRedisFinishTripScriptsLost(t *testing.T) {
 	claims := make([]Claim, 3)
 	for i := range claims {
 		claims[i] = mustClaim(t, s, k("s"+strconv.Itoa(i)), fpA, Claimed)
-		f := &finishCall{ctx: context.Background(), deadline: time.Now().Add(time.Minute), keys: claims[i].keys, id: claims[i].id, state: "d",
-			rec: recordArg{appendRecord(nil, &Record{Status: 201, Body: []byte(strconv.Itoa(i))})}, slot: claims[i].slot}
+		f := completion(s, claims[i], strconv.Itoa(i))
 		if i == 1 {
 			f.ctx = ended
 		}
-		f.argv = [...]any{&f.id, &f.state, s.retentionArg, &f.rec, &f.slot, &f.charge, &f.grow}
 		batch = append(batch, f)
 	}
 	if _, err := srv.Do("SCRIPT", "FLUSH"); err != nil {
