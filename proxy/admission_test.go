@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/exgate/exgate/config"
-	"github.com/exgate/exgate/internal/redistest"
 	"github.com/exgate/exgate/ratelimit"
 )
 
@@ -195,7 +194,7 @@ func TestShedRequestsCostNothing(t *testing.T) {
 	}
 	if !testing.Short() {
 		stores["redis"] = func(t *testing.T) ratelimit.Store {
-			rl := ratelimit.NewRedis(redistest.Start(t).Client(), ratelimit.RedisOptions{Timeout: time.Second})
+			rl := newTestRedisLimits(t)
 			t.Cleanup(func() { _ = rl.Close() })
 			return ratelimit.NewDenyCache(rl, 100, nil)
 		}

@@ -11,7 +11,6 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/exgate/exgate/config"
-	"github.com/exgate/exgate/internal/redistest"
 	"github.com/exgate/exgate/metrics"
 	"github.com/exgate/exgate/ratelimit"
 )
@@ -33,7 +32,7 @@ func TestBulkAboveBurst(t *testing.T) {
 			name  string
 			store func(t *testing.T) ratelimit.Store
 		}{"redis", func(t *testing.T) ratelimit.Store {
-			rl := ratelimit.NewRedis(redistest.Start(t).Client(), ratelimit.RedisOptions{Timeout: time.Second})
+			rl := newTestRedisLimits(t)
 			t.Cleanup(func() { _ = rl.Close() })
 			return rl
 		}})

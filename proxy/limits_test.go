@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/exgate/exgate/config"
-	"github.com/exgate/exgate/internal/redistest"
 	"github.com/exgate/exgate/limiter"
 	"github.com/exgate/exgate/ratelimit"
 )
@@ -240,7 +239,7 @@ func TestRateLimitFieldsTellTheStateAfterTheAnswer(t *testing.T) {
 			name  string
 			store func(t *testing.T) ratelimit.Store
 		}{"redis", func(t *testing.T) ratelimit.Store {
-			rl := ratelimit.NewRedis(redistest.Start(t).Client(), ratelimit.RedisOptions{Timeout: time.Second})
+			rl := newTestRedisLimits(t)
 			t.Cleanup(func() { _ = rl.Close() })
 			return ratelimit.NewDenyCache(rl, 100, nil)
 		}})
