@@ -14,6 +14,7 @@ type backendTLSBlock struct {
 	where    string // its YAML path
 	files    config.BackendTLS
 	services []string // the services dialled over TLS with it
+	own      bool     // a service's own block, dialled over a Transport of its own
 }
 
 // backendTLSBlocks lists the TLS settings of cfg's services that dial
@@ -28,12 +29,12 @@ func backendTLSBlocks(cfg *config.Config, configPath string) []backendTLSBlock {
 		if !s.DialsHTTPS() {
 			continue
 		}
-		t, where := cfg.Upstream.ServiceTLS(name)
-		if where == shared.where {
+		if s.TLS == nil {
 			shared.services = append(shared.services, name)
 			continue
 		}
-		own = append(own, backendTLSBlock{where: where, files: t, services: []string{name}})
+		t, where := cfg.Upstream.ServiceTLS(name)
+		own = append(own, backendTLSBlock{where: where, files: t, services: []string{name}, own: true})
 	}
 	shared.files = cfg.Upstream.TLS
 	blocks := own
@@ -67,7 +68,7 @@ func (a *app) startBackendTLS(cfg *config.Config, tr *http.Transport) error {
 		}
 		ct.OnReload = a.discovery.BackendTLS(b.services, ct.NotAfter())
 		dial := tr
-		if b.where != "upstream.tls" {
+		if b.own {
 			dial = upstream.NewTransport(cfg.Upstream)
 			a.serviceTransports[b.services[0]] = dial
 		}
