@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/exgate/exgate/internal/clusterslot"
 )
 
 // Finishing claims in shared round trips. Every claimed order ends with a
@@ -23,8 +25,8 @@ import (
 // alone waits for none.
 //
 // The finishes a round trip carries go as one script run
-// (finishAllScript), one in each hash slot of a Cluster (the finishes of
-// accounts whose keys share a hash tag), so Redis pays a script run's own
+// (finishAllScript), one in each hash slot of a Cluster (an account's
+// keys share a hash tag, so its finishes share a slot), so Redis pays a script run's own
 // cost once a round trip, not once an order.
 //
 // Nothing of what a run guarantees changes: each caller still waits for
@@ -255,7 +257,7 @@ func (s *Redis) finishTrip(p pipeliner, batch []*finishCall) {
 // every live run of the trip outside a Cluster, those of one hash slot in
 // a Cluster.
 type finishGroup struct {
-	tag  string // the hash tag of the runs' keys (Cluster)
+	slot uint16 // the hash slot of the runs' keys (Cluster)
 	runs []*finishCall
 	cmd  *redis.Cmd
 }
@@ -267,13 +269,13 @@ func (s *Redis) finishGroups(batch []*finishCall) []*finishGroup {
 		if c.err != nil {
 			continue
 		}
-		tag := ""
+		var slot uint16
 		if s.cluster {
-			tag = hashTag(c.keys[0])
+			slot = clusterslot.Of(c.keys[0]) // an account's keys share a hash tag
 		}
-		i := slices.IndexFunc(groups, func(g *finishGroup) bool { return g.tag == tag })
+		i := slices.IndexFunc(groups, func(g *finishGroup) bool { return g.slot == slot })
 		if i < 0 {
-			groups, i = append(groups, &finishGroup{tag: tag}), len(groups)
+			groups, i = append(groups, &finishGroup{slot: slot}), len(groups)
 		}
 		groups[i].runs = append(groups[i].runs, c)
 	}
@@ -326,18 +328,6 @@ func finishReply(r any) (int64, error) {
 		return 0, v
 	}
 	return 0, fmt.Errorf("idempotency: finish reply %T", r)
-}
-
-// hashTag returns the part of key Redis Cluster hashes to its slot: the
-// text between its first "{" and the first "}" after it, when not empty,
-// else the whole key. Keys of one tag share a slot.
-func hashTag(key string) string {
-	if i := strings.IndexByte(key, '{'); i >= 0 {
-		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
-			return key[i+1 : i+1+j]
-		}
-	}
-	return key
 }
 
 // isNoScript reports a run Redis did not know the script of. (go-redis's

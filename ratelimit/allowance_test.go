@@ -7,6 +7,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/exgate/exgate/internal/clusterslot"
 	"github.com/exgate/exgate/internal/redistest"
 )
 
@@ -122,7 +123,7 @@ func TestClaimAnswerChargesTheAllowance(t *testing.T) {
 	cr := NewRedis(client, RedisOptions{Timeout: time.Second, ClaimFunc: testClaimFunc})
 	t.Cleanup(func() { _ = cr.Close() })
 
-	cs := slot(claimTag)
+	cs := clusterslot.Of(claimTag)
 	same := func(name string) string { return claimTag + name }
 	other := func(name string) string { return keyOn(t, cl, "other:"+name+":", cs, false) }
 	setups := []struct {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/exgate/exgate/internal/clusterslot"
 	"github.com/exgate/exgate/internal/redistest"
 )
 
@@ -190,8 +191,8 @@ func keyOn(t *testing.T, cl *redistest.Cluster, prefix string, s uint16, same bo
 	}
 	for i := range 1000 {
 		k := prefix + strconv.Itoa(i)
-		o, err := cl.SlotOwner(cl.Servers[0], int(slot(keyPrefix+k)))
-		if err == nil && (o == owner) == same && slot(keyPrefix+k) != s {
+		o, err := cl.SlotOwner(cl.Servers[0], int(clusterslot.Of(keyPrefix+k)))
+		if err == nil && (o == owner) == same && clusterslot.Of(keyPrefix+k) != s {
 			return k
 		}
 	}
@@ -235,7 +236,7 @@ func (f *claimCluster) same(name string) string { return claimTag + name }
 
 // other returns a limit key on another master than the claim's.
 func (f *claimCluster) other(name string) string {
-	return keyOn(f.t, f.cl, "other:"+name+":", slot(claimTag), false)
+	return keyOn(f.t, f.cl, "other:"+name+":", clusterslot.Of(claimTag), false)
 }
 
 // req returns a request of checks claiming claimKey in the claim's slot.
@@ -316,7 +317,7 @@ func TestClaimRidesInCluster(t *testing.T) {
 func checkClaimKeepsItsReply(t *testing.T, f *claimCluster) {
 	ctx := context.Background()
 	key := f.other("down")
-	owner, err := f.cl.SlotOwner(f.cl.Servers[0], int(slot(keyPrefix+key)))
+	owner, err := f.cl.SlotOwner(f.cl.Servers[0], int(clusterslot.Of(keyPrefix+key)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -394,8 +395,8 @@ func checkGuardAloneFails(t *testing.T, f *claimCluster) {
 	// round trip fails and the claim never reaches Redis. The
 	// caller must learn it was not sent (so that it may claim on
 	// its own), not that it may have run.
-	guard := keyOn(t, f.cl, "guard-down:", slot(claimTag), false)
-	guardOwner, err := f.cl.SlotOwner(f.cl.Servers[0], int(slot(guard)))
+	guard := keyOn(t, f.cl, "guard-down:", clusterslot.Of(claimTag), false)
+	guardOwner, err := f.cl.SlotOwner(f.cl.Servers[0], int(clusterslot.Of(guard)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -451,7 +452,7 @@ func checkScriptsFlushed(t *testing.T, f *claimCluster) {
 // checkGuardAloneFirst checks that a request whose guard is on a master of its own sends the guard alone first, then its checks with its claim.
 func checkGuardAloneFirst(t *testing.T, f *claimCluster) {
 	ctx := context.Background()
-	guard := keyOn(t, f.cl, "guard:", slot(claimTag), false)
+	guard := keyOn(t, f.cl, "guard:", clusterslot.Of(claimTag), false)
 	q := f.req("guarded", Check{Key: f.same("g1"), Limit: f.many, Branch: IfAdmitted}, Check{Key: f.other("g2"), Limit: f.many, Branch: IfRefused})
 	q.Guard = Guard{Key: guard, Member: "m", Max: 10, Window: time.Minute}
 	if _, err := f.client.Del(ctx, q.Claim.Keys[0]).Result(); err != nil {

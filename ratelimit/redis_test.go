@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/exgate/exgate/internal/clusterslot"
 	"github.com/exgate/exgate/internal/redistest"
 	"github.com/redis/go-redis/v9"
 )
@@ -169,13 +170,13 @@ func TestRedisClusterFailover(t *testing.T) {
 	l := Limit{Rate: 10, Period: time.Hour, Burst: 10}
 	// Two keys on two different masters.
 	a, b := "failover:a", ""
-	ownerA, err := cl.SlotOwner(cl.Servers[0], int(slot(keyPrefix+a)))
+	ownerA, err := cl.SlotOwner(cl.Servers[0], int(clusterslot.Of(keyPrefix+a)))
 	if err != nil {
 		t.Fatal(err)
 	}
 	for i := 0; b == ""; i++ {
 		k := "failover:b" + strconv.Itoa(i)
-		if o, err := cl.SlotOwner(cl.Servers[0], int(slot(keyPrefix+k))); err == nil && o != ownerA {
+		if o, err := cl.SlotOwner(cl.Servers[0], int(clusterslot.Of(keyPrefix+k))); err == nil && o != ownerA {
 			b = k
 		}
 	}

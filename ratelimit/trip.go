@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/exgate/exgate/internal/clusterslot"
 )
 
 // trip is one round trip being planned and answered: its script runs
@@ -128,13 +130,13 @@ func (t *trip) plan(c *call) {
 	}
 	var cs uint16 // the claim's slot
 	if c.claim {
-		cs = slot(q.Claim.Keys[0])
+		cs = clusterslot.Of(q.Claim.Keys[0])
 	}
 	if q.Guard.Key != "" && !c.guarded {
-		gs := slot(q.Guard.Key)
+		gs := clusterslot.Of(q.Guard.Key)
 		together := true
 		for i := range q.Checks {
-			if slot(keyPrefix+q.Checks[i].Key) != gs {
+			if clusterslot.Of(keyPrefix+q.Checks[i].Key) != gs {
 				together = false
 				break
 			}
@@ -157,7 +159,7 @@ func (t *trip) plan(c *call) {
 		if c.guarded && !Applies(q.Checks[i].Branch, c.ans.Admitted) {
 			continue
 		}
-		s := slot(keyPrefix + q.Checks[i].Key)
+		s := clusterslot.Of(keyPrefix + q.Checks[i].Key)
 		j := 0
 		for j < len(slots) && slots[j] != s {
 			j++
