@@ -32,7 +32,7 @@ func TestDuplicateAnswersAllowance(t *testing.T) {
 	clock := newFakeClock()
 	stores := map[string]ratelimit.Store{"memory": ratelimit.NewMemory(ratelimit.MemoryOptions{Now: clock.Now})}
 	if !testing.Short() {
-		rl := ratelimit.NewRedis(redistest.Start(t).Client(), ratelimit.RedisOptions{Timeout: time.Second})
+		rl := ratelimit.NewRedis(redistest.Start(t).Client(), ratelimit.RedisOptions{Timeout: testStoreTimeout})
 		t.Cleanup(func() { _ = rl.Close() })
 		stores["redis"] = rl
 	}

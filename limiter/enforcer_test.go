@@ -749,7 +749,7 @@ func BenchmarkDecideRedis(b *testing.B) {
 	}
 	rr := Compile(cfg, nil).Route("list_markets")
 	k, _ := NewKeyer(testSecret)
-	rl := ratelimit.NewRedis(srv.Client(), ratelimit.RedisOptions{Timeout: time.Second})
+	rl := ratelimit.NewRedis(srv.Client(), ratelimit.RedisOptions{Timeout: testStoreTimeout})
 	defer rl.Close()
 	e, _ := NewEnforcer(EnforcerOptions{Store: rl, Keyer: k})
 	tokens := make([]string, 1<<14)
@@ -799,7 +799,7 @@ routes:
 	if !testing.Short() {
 		stores["redis"] = func(t *testing.T, _ *fakeclock.Clock) ratelimit.Store {
 			srv := redistest.Start(t)
-			rl := ratelimit.NewRedis(srv.Client(), ratelimit.RedisOptions{Timeout: time.Second})
+			rl := ratelimit.NewRedis(srv.Client(), ratelimit.RedisOptions{Timeout: testStoreTimeout})
 			t.Cleanup(func() { _ = rl.Close() })
 			return ratelimit.NewDenyCache(rl, 100, nil)
 		}

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"testing"
-	"time"
 
 	"github.com/exgate/exgate/config"
 	"github.com/exgate/exgate/internal/redistest"
@@ -38,7 +37,7 @@ routes:
 	}{{"memory", func() ratelimit.Store { return nil }}}
 	if !testing.Short() {
 		srv := redistest.Start(t)
-		rl := ratelimit.NewRedis(srv.Client(), ratelimit.RedisOptions{Timeout: time.Second})
+		rl := ratelimit.NewRedis(srv.Client(), ratelimit.RedisOptions{Timeout: testStoreTimeout})
 		t.Cleanup(func() { _ = rl.Close() })
 		stores = append(stores, struct {
 			name  string

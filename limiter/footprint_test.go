@@ -10,7 +10,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/exgate/exgate/config"
 	"github.com/exgate/exgate/internal/redistest"
@@ -54,13 +53,13 @@ routes:
   - { name: place_order, match: POST /o/, auth: required, limits: [{ key: token, rate: 1000/24h }] }
   - { name: list_markets, match: GET /m/, auth: optional, limits: [{ key: address, when: anonymous, rate: 10000/24h }, { key: token, when: token, rate: 1000/24h }] }
 `)
-	client, err := NewRedisClient(config.Redis{Addrs: []string{srv.Addr}, Timeout: time.Second}, "")
+	client, err := NewRedisClient(config.Redis{Addrs: []string{srv.Addr}, Timeout: testStoreTimeout}, "")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = client.Close() })
 	k, _ := NewKeyer(testSecret)
-	e, err := NewEnforcer(EnforcerOptions{Store: ratelimit.NewRedis(client, ratelimit.RedisOptions{Timeout: time.Second}), Keyer: k})
+	e, err := NewEnforcer(EnforcerOptions{Store: ratelimit.NewRedis(client, ratelimit.RedisOptions{Timeout: testStoreTimeout}), Keyer: k})
 	if err != nil {
 		t.Fatal(err)
 	}

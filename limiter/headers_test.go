@@ -150,7 +150,7 @@ routes:
 	}
 	if !testing.Short() {
 		srv := redistest.Start(t)
-		rl := ratelimit.NewRedis(srv.Client(), ratelimit.RedisOptions{Timeout: time.Second})
+		rl := ratelimit.NewRedis(srv.Client(), ratelimit.RedisOptions{Timeout: testStoreTimeout})
 		t.Cleanup(func() { _ = rl.Close() })
 		stores = append(stores, struct {
 			name  string

@@ -34,7 +34,7 @@ routes:
 	for i := 0; i < 2; i++ {
 		c := srv.Client()
 		k, _ := NewKeyer(testSecret)
-		rl := ratelimit.NewRedis(c, ratelimit.RedisOptions{Timeout: time.Second})
+		rl := ratelimit.NewRedis(c, ratelimit.RedisOptions{Timeout: testStoreTimeout})
 		t.Cleanup(func() { _ = rl.Close() })
 		e, err := NewEnforcer(EnforcerOptions{Store: rl, Keyer: k})
 		if err != nil {
@@ -91,7 +91,7 @@ routes:
 `)
 	rr := Compile(cfg, nil).Route("r")
 	k, _ := NewKeyer(testSecret)
-	rl := ratelimit.NewRedis(cl.Client(t), ratelimit.RedisOptions{Timeout: time.Second})
+	rl := ratelimit.NewRedis(cl.Client(t), ratelimit.RedisOptions{Timeout: testStoreTimeout})
 	t.Cleanup(func() { _ = rl.Close() })
 	e, err := NewEnforcer(EnforcerOptions{Store: rl, Keyer: k})
 	if err != nil {

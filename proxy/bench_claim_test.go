@@ -57,7 +57,7 @@ func BenchmarkGatewayOrderIdentifier(b *testing.B) {
 	for _, mode := range []string{"joined", "separate"} {
 		cfg := benchOrderConfig(b, true)
 		v := oneMarketValidator(b, cfg)
-		ro := ratelimit.RedisOptions{Timeout: time.Second}
+		ro := ratelimit.RedisOptions{Timeout: testStoreTimeout}
 		// One account places every order of the run: lift its share of
 		// the store (what its order limit lets it place in a day, by
 		// default), which would answer 503 once it is full.
@@ -179,7 +179,7 @@ func BenchmarkGatewayOrderIdentifierCluster(b *testing.B) {
 		cfg := benchOrderConfig(b, true)
 		v := oneMarketValidator(b, cfg)
 		var trips, calls atomic.Int64
-		ro := ratelimit.RedisOptions{Timeout: time.Second, Observe: func(time.Duration, int, error) { trips.Add(1) }}
+		ro := ratelimit.RedisOptions{Timeout: testStoreTimeout, Observe: func(time.Duration, int, error) { trips.Add(1) }}
 		// One account places every order of the run: lift its share of
 		// the store (what its order limit lets it place in a day, by
 		// default), which would answer 503 once it is full.

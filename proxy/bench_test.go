@@ -294,7 +294,7 @@ func BenchmarkGatewayLimits(b *testing.B) {
 			k, _ := limiter.NewKeyer([]byte("bench-secret-0123456789abcdef"))
 			var store ratelimit.Store = ratelimit.NewMemory(ratelimit.MemoryOptions{})
 			if mode == "redis" {
-				r := ratelimit.NewRedis(srv.Client(), ratelimit.RedisOptions{Timeout: time.Second})
+				r := ratelimit.NewRedis(srv.Client(), ratelimit.RedisOptions{Timeout: testStoreTimeout})
 				defer r.Close()
 				store = ratelimit.NewDenyCache(r, 1000, nil)
 			}
@@ -466,7 +466,7 @@ func BenchmarkGatewayOrder(b *testing.B) {
 		k, _ := limiter.NewKeyer([]byte("bench-secret-0123456789abcdef"))
 		var store ratelimit.Store = ratelimit.NewMemory(ratelimit.MemoryOptions{})
 		if mode == "redis" {
-			r := ratelimit.NewRedis(srv.Client(), ratelimit.RedisOptions{Timeout: time.Second})
+			r := ratelimit.NewRedis(srv.Client(), ratelimit.RedisOptions{Timeout: testStoreTimeout})
 			defer r.Close()
 			store = ratelimit.NewDenyCache(r, 1000, nil)
 		}

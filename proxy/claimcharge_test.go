@@ -34,7 +34,7 @@ func claimModes(t *testing.T) []claimStores {
 		return modes
 	}
 	srv := redistest.Start(t)
-	rl := ratelimit.NewRedis(srv.Client(), ratelimit.RedisOptions{Timeout: time.Second, ClaimFunc: idempotency.ClaimFunc})
+	rl := ratelimit.NewRedis(srv.Client(), ratelimit.RedisOptions{Timeout: testStoreTimeout, ClaimFunc: idempotency.ClaimFunc})
 	t.Cleanup(func() { _ = rl.Close() })
 	return append(modes, claimStores{name: "joined", srv: srv, lim: ratelimit.NewDenyCache(rl, 100, nil),
 		idem: func(o idempotency.Options) idempotency.Store {

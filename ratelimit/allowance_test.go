@@ -26,10 +26,10 @@ func allowanceStores(t *testing.T) map[string]allowanceStore {
 	if testing.Short() {
 		return out
 	}
-	rl := NewRedis(redistest.Start(t).Client(), RedisOptions{Timeout: time.Second})
+	rl := NewRedis(redistest.Start(t).Client(), RedisOptions{Timeout: testStoreTimeout})
 	t.Cleanup(func() { _ = rl.Close() })
 	cl := redistest.StartCluster(t, 3)
-	crl := NewRedis(cl.Client(t), RedisOptions{Timeout: time.Second})
+	crl := NewRedis(cl.Client(t), RedisOptions{Timeout: testStoreTimeout})
 	t.Cleanup(func() { _ = crl.Close() })
 	out["redis"], out["redis+denycache"], out["redis-cluster"] = rl, NewDenyCache(rl, 100, nil), crl
 	return out
@@ -114,13 +114,13 @@ func TestClaimAnswerChargesTheAllowance(t *testing.T) {
 	one := Limit{Rate: 1, Period: time.Hour, Burst: 1}
 	srv := redistest.Start(t)
 	var runs int64
-	r := NewRedis(srv.Client(), RedisOptions{Timeout: time.Second, ClaimFunc: testClaimFunc,
+	r := NewRedis(srv.Client(), RedisOptions{Timeout: testStoreTimeout, ClaimFunc: testClaimFunc,
 		Observe: func(time.Duration, int, error) { runs++ }})
 	t.Cleanup(func() { _ = r.Close() })
 	cl := redistest.StartCluster(t, 3)
 	client := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs, ContextTimeoutEnabled: true, MaxRetries: -1})
 	t.Cleanup(func() { _ = client.Close() })
-	cr := NewRedis(client, RedisOptions{Timeout: time.Second, ClaimFunc: testClaimFunc})
+	cr := NewRedis(client, RedisOptions{Timeout: testStoreTimeout, ClaimFunc: testClaimFunc})
 	t.Cleanup(func() { _ = cr.Close() })
 
 	cs := clusterslot.Of(claimTag)

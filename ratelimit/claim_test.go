@@ -47,7 +47,7 @@ func TestClaimRidesWithRequest(t *testing.T) {
 	}
 	srv := redistest.Start(t)
 	ctx := context.Background()
-	r := NewRedis(srv.Client(), RedisOptions{Timeout: time.Second, ClaimFunc: testClaimFunc})
+	r := NewRedis(srv.Client(), RedisOptions{Timeout: testStoreTimeout, ClaimFunc: testClaimFunc})
 	defer r.Close()
 	one := Limit{Rate: 1, Period: time.Hour, Burst: 1}
 
@@ -103,7 +103,7 @@ func TestClaimRidesWithRequest(t *testing.T) {
 	t.Run("concurrent claims, batched, one claimed", func(t *testing.T) { checkConcurrentClaimsOneClaimed(t, r) })
 
 	t.Run("not sent", func(t *testing.T) {
-		plain := NewRedis(srv.Client(), RedisOptions{Timeout: time.Second})
+		plain := NewRedis(srv.Client(), RedisOptions{Timeout: testStoreTimeout})
 		defer plain.Close()
 		mem := NewMemory(MemoryOptions{})
 		for name, lim := range map[string]Store{"redis without a claim function": plain, "memory": mem} {
@@ -224,7 +224,7 @@ func newClaimCluster(t *testing.T) *claimCluster {
 		many: Limit{Rate: 1000, Period: time.Second, Burst: 1000}}
 	f.client = redis.NewClusterClient(&redis.ClusterOptions{Addrs: f.cl.Addrs, ContextTimeoutEnabled: true, MaxRetries: -1})
 	t.Cleanup(func() { _ = f.client.Close() })
-	f.r = NewRedis(f.client, RedisOptions{Timeout: time.Second, ClaimFunc: testClaimFunc, Observe: func(time.Duration, int, error) {
+	f.r = NewRedis(f.client, RedisOptions{Timeout: testStoreTimeout, ClaimFunc: testClaimFunc, Observe: func(time.Duration, int, error) {
 		f.trips.Add(1)
 	}})
 	t.Cleanup(func() { _ = f.r.Close() })

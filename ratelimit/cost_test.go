@@ -21,10 +21,10 @@ func TestAllowAllCostAboveBurst(t *testing.T) {
 		lim  Store
 	}{{"memory", NewMemory(MemoryOptions{})}}
 	if !testing.Short() {
-		rl := NewRedis(redistest.Start(t).Client(), RedisOptions{Timeout: time.Second})
+		rl := NewRedis(redistest.Start(t).Client(), RedisOptions{Timeout: testStoreTimeout})
 		t.Cleanup(func() { _ = rl.Close() })
 		cl := redistest.StartCluster(t, 3)
-		crl := NewRedis(cl.Client(t), RedisOptions{Timeout: time.Second})
+		crl := NewRedis(cl.Client(t), RedisOptions{Timeout: testStoreTimeout})
 		t.Cleanup(func() { _ = crl.Close() })
 		stores = append(stores, struct {
 			name string

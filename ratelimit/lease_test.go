@@ -22,7 +22,7 @@ func TestCostsMixedWithCoalescingAndLeases(t *testing.T) {
 	l := Limit{Rate: 3000, Period: time.Hour, Burst: 3000}
 	var replicas []*Redis
 	for i := 0; i < 2; i++ {
-		r := NewRedis(srv.Client(), RedisOptions{Timeout: time.Second})
+		r := NewRedis(srv.Client(), RedisOptions{Timeout: testStoreTimeout})
 		defer r.Close()
 		replicas = append(replicas, r)
 	}
@@ -78,7 +78,7 @@ func TestHotKeyLeases(t *testing.T) {
 	l := Limit{Rate: 5000, Period: time.Hour, Burst: 5000}
 	var replicas []*Redis
 	for i := 0; i < 3; i++ {
-		r := NewRedis(srv.Client(), RedisOptions{Timeout: time.Second})
+		r := NewRedis(srv.Client(), RedisOptions{Timeout: testStoreTimeout})
 		defer r.Close()
 		replicas = append(replicas, r)
 	}
@@ -159,7 +159,7 @@ func TestHotKeyLeaseRenewedByOneCall(t *testing.T) {
 		{"never leased", false, 1000, 1000},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r := NewRedis(srv.Client(), RedisOptions{Timeout: time.Second})
+			r := NewRedis(srv.Client(), RedisOptions{Timeout: testStoreTimeout})
 			defer r.Close()
 			key := "renew:" + tc.name
 			if tc.leased {

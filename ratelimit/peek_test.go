@@ -29,9 +29,9 @@ func TestPeekChangesNothing(t *testing.T) {
 	}
 	if !testing.Short() {
 		srv := redistest.Start(t)
-		rl := NewRedis(srv.Client(), RedisOptions{Timeout: time.Second})
+		rl := NewRedis(srv.Client(), RedisOptions{Timeout: testStoreTimeout})
 		t.Cleanup(func() { _ = rl.Close() })
-		rl2 := NewRedis(srv.Client(), RedisOptions{Timeout: time.Second})
+		rl2 := NewRedis(srv.Client(), RedisOptions{Timeout: testStoreTimeout})
 		t.Cleanup(func() { _ = rl2.Close() })
 		list = append(list,
 			inspected{name: "redis", lim: rl, slack: 80 * time.Millisecond},

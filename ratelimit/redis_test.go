@@ -27,7 +27,7 @@ func TestManyKeysOneScriptRun(t *testing.T) {
 		t.Skip("starts redis-server")
 	}
 	srv := redistest.Start(t)
-	r := NewRedis(srv.Client(), RedisOptions{Timeout: time.Second})
+	r := NewRedis(srv.Client(), RedisOptions{Timeout: testStoreTimeout})
 	defer r.Close()
 	l := Limit{Rate: 3, Period: time.Hour, Burst: 3}
 	const keys, perKey = 200, 5
@@ -80,7 +80,7 @@ func BenchmarkRedisAllow(b *testing.B) {
 		conc, nkeys int
 	}{{"callers=1", 1, 1 << 10}, {"callers=64", 64, 1 << 10}, {"callers=64/new", 64, 1 << 18}} {
 		b.Run(bc.name, func(b *testing.B) {
-			r := NewRedis(srv.Client(), RedisOptions{Timeout: time.Second})
+			r := NewRedis(srv.Client(), RedisOptions{Timeout: testStoreTimeout})
 			defer r.Close()
 			ks := benchKeys(bc.nkeys)
 			mask := int64(bc.nkeys - 1)
@@ -135,7 +135,7 @@ func TestRedisKeyPrefix(t *testing.T) {
 		t.Skip("starts redis-server")
 	}
 	srv := redistest.Start(t)
-	r := NewRedis(srv.Client(), RedisOptions{Timeout: time.Second})
+	r := NewRedis(srv.Client(), RedisOptions{Timeout: testStoreTimeout})
 	defer r.Close()
 	l := Limit{Rate: 2, Period: time.Hour, Burst: 2}
 	if _, err := r.Allow(context.Background(), "prefixed", l); err != nil {
@@ -236,7 +236,7 @@ func TestRedisClusterFailover(t *testing.T) {
 // the many-keys benchmark), decided in one script run per round trip.
 func BenchmarkRedisAllowAll(b *testing.B) {
 	srv := redistest.Start(b)
-	r := NewRedis(srv.Client(), RedisOptions{Timeout: time.Second})
+	r := NewRedis(srv.Client(), RedisOptions{Timeout: testStoreTimeout})
 	defer r.Close()
 	ks := benchKeys(1 << 16)
 	ctx := context.Background()

@@ -299,7 +299,7 @@ func BenchmarkLeaseHotKey(b *testing.B) {
 	for _, mode := range []string{"paced-20k", "closed-16"} {
 		b.Run(mode, func(b *testing.B) {
 			var waited, trips atomic.Int64
-			r := NewRedis(srv.Client(), RedisOptions{Timeout: time.Second, Observe: func(_ time.Duration, n int, _ error) {
+			r := NewRedis(srv.Client(), RedisOptions{Timeout: testStoreTimeout, Observe: func(_ time.Duration, n int, _ error) {
 				waited.Add(int64(n))
 				trips.Add(1)
 			}})

@@ -25,7 +25,7 @@ func TestScriptRunMatchesSequential(t *testing.T) {
 	c := srv.Client()
 	ctx := context.Background()
 	l := Limit{Rate: 5, Period: 2 * time.Second, Burst: 5}
-	r := NewRedis(c, RedisOptions{Timeout: time.Second, MaxInFlight: 1, MaxBatch: 1})
+	r := NewRedis(c, RedisOptions{Timeout: testStoreTimeout, MaxInFlight: 1, MaxBatch: 1})
 	defer r.Close()
 	counts := []int{7, 1, 3, 6}
 	seq := make([][]Result, len(counts))
@@ -252,7 +252,7 @@ func allowAllStores(t *testing.T) []allowAllStore {
 			return func(t *testing.T, keys []string, d time.Duration) { shiftTAT(t, c, keys, d) }
 		}
 		srv := redistest.Start(t)
-		rl := NewRedis(srv.Client(), RedisOptions{Timeout: time.Second})
+		rl := NewRedis(srv.Client(), RedisOptions{Timeout: testStoreTimeout})
 		t.Cleanup(func() { _ = rl.Close() })
 		stores = append(stores, allowAllStore{name: "redis", lim: rl, advance: shift(srv.Client()), slack: 50 * time.Millisecond})
 		// In a Cluster the keys of a request fall in different slots:
@@ -260,7 +260,7 @@ func allowAllStores(t *testing.T) []allowAllStore {
 		// what the others charged.
 		cl := redistest.StartCluster(t, 3)
 		cc := cl.Client(t)
-		crl := NewRedis(cc, RedisOptions{Timeout: time.Second})
+		crl := NewRedis(cc, RedisOptions{Timeout: testStoreTimeout})
 		t.Cleanup(func() { _ = crl.Close() })
 		stores = append(stores, allowAllStore{name: "redis-cluster", lim: crl, advance: shift(cc), slack: 50 * time.Millisecond})
 	}

@@ -17,7 +17,7 @@ func TestCoalescingUnderLoad(t *testing.T) {
 		t.Skip("starts redis-server")
 	}
 	srv := redistest.Start(t)
-	r := NewRedis(srv.Client(), RedisOptions{Timeout: time.Second})
+	r := NewRedis(srv.Client(), RedisOptions{Timeout: testStoreTimeout})
 	defer r.Close()
 	l := Limit{Rate: 1000, Period: time.Hour, Burst: 1000}
 	before := srv.CommandCalls()
