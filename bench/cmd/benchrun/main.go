@@ -103,7 +103,7 @@ func main() {
 	flag.StringVar(&o.only, "scenarios", "", "run only these scenarios (comma-separated: get-markets,post-order,many-keys)")
 	flag.StringVar(&o.targets, "targets", "", "run only these targets (comma-separated: direct,nginx,nginx-limit,caddy,floor,floor-rp,exgate-off,exgate-memory,exgate-redis)")
 	flag.Float64Var(&o.rate, "rate", 0, "request rate of the open-loop run (GET markets, vegeta); 0 = a quarter of the median req/s on GET markets of the slowest target it compares (NGINX, Caddy, exgate with Redis limits) in this run, lowered to what vegeta holds straight at the backend")
-	flag.IntVar(&o.rateRounds, "rate-rounds", 4, "rounds of the open-loop fixed-rate run at direct, NGINX, Caddy, the floor and exgate (limits off, Redis limits); 0 = none")
+	flag.IntVar(&o.rateRounds, "rate-rounds", 6, "rounds of the open-loop fixed-rate run at direct, NGINX, Caddy, the floor and exgate (limits off, Redis limits); 0 = none")
 	flag.BoolVar(&o.rateOnly, "rate-only", false, "run only the fixed-rate part, at -rate (needed), at the targets of -targets (default: all it runs at)")
 	flag.DurationVar(&o.rateDuration, "rate-duration", 6*time.Second, "length of one fixed-rate run")
 	flag.IntVar(&o.tracedRounds, "traced-rounds", 5, "rounds of exgate with Redis limits, tracing off and on at 1%, sent GET markets and POST orders at a fixed rate, each run -rate-duration long: issue 34's CPU target; 0 = none")

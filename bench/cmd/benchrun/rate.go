@@ -235,15 +235,17 @@ func selectedTarget(targets, target string) bool {
 	return slices.Contains(strings.Split(targets, ","), base)
 }
 
-// p99Range returns the lowest and highest p99 of the row's runs.
-func (r *RateRow) p99Range() (lo, hi float64) {
-	for i, run := range r.Runs {
-		if i == 0 || run.P99MS < lo {
-			lo = run.P99MS
-		}
-		hi = max(hi, run.P99MS)
+// p99Spread returns the lower and upper quartiles of the row's runs'
+// p99s (nearest rank): the middle half of the rounds, which a stall of
+// the machine in one round does not move, as it does not move the
+// medians the verdict judges.
+func (r *RateRow) p99Spread() (lo, hi float64) {
+	v := make([]float64, 0, len(r.Runs))
+	for _, run := range r.Runs {
+		v = append(v, run.P99MS)
 	}
-	return lo, hi
+	slices.Sort(v)
+	return quantile(v, 0.25), quantile(v, 0.75)
 }
 
 // achieved returns the row's median achieved rate.

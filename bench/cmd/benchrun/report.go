@@ -373,12 +373,12 @@ func fixedRateTarget(p func(string, ...any), fr *FixedRate) {
 // verdict is inconclusive when the rate was not held; when the machine
 // was busier than busyVerdictPct during either target's rounds (their
 // tails are then the machine's queue, and a few percent of CPU more
-// multiplies one); and when direct's own p99 moved between rounds by as
-// much as the larger of the two added p99s: a stall of the machine then
-// decides which target looks slower.
+// multiplies one); and when direct's own p99 moved over the middle half
+// of the rounds by as much as the larger of the two added p99s: stalls
+// of the machine then decide which target looks slower.
 func fixedRateVerdict(fr *FixedRate, e, ng *RateRow) (string, float64) {
 	direct := &fr.Rows[0]
-	lo, hi := direct.p99Range()
+	lo, hi := direct.p99Spread()
 	switch {
 	case direct.Target == tDirect && !fr.held(direct):
 		return fmt.Sprintf("**inconclusive**: vegeta did not hold the rate even straight at the backend (achieved %.0f)", direct.achieved()), 0
@@ -387,7 +387,7 @@ func fixedRateVerdict(fr *FixedRate, e, ng *RateRow) (string, float64) {
 	case e.BusyPct > busyVerdictPct || ng.BusyPct > busyVerdictPct:
 		return fmt.Sprintf("**inconclusive**: the machine was %.0f%% busy at exgate and %.0f%% at %s (at most %d%%): the tail measured is its queue", e.BusyPct, ng.BusyPct, targetLabel(ng.Target), busyVerdictPct), 0
 	case direct.Target == tDirect && hi-lo > 0 && hi-lo >= max(e.AddedP99MS, ng.AddedP99MS):
-		return fmt.Sprintf("**inconclusive**: direct's own p99 ranged %.2f–%.2f ms over the rounds, a spread as large as what either proxy added", lo, hi), 0
+		return fmt.Sprintf("**inconclusive**: direct's own p99 ranged %.2f–%.2f ms over the middle half of the rounds, a spread as large as what either proxy added", lo, hi), 0
 	case ng.AddedP99MS > 0 && e.AddedP99MS >= 0:
 		v := e.AddedP99MS / ng.AddedP99MS
 		return metAtMost(v, goalAddedP99), v
