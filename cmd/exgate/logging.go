@@ -39,7 +39,7 @@ func newLogger(lc config.Log, dev bool, w io.Writer) (log, evidence *zap.Logger,
 	}
 	var ws zapcore.WriteSyncer = zapcore.Lock(zapcore.AddSync(w))
 	if !dev {
-		ws = &zapcore.BufferedWriteSyncer{WS: zapcore.AddSync(w), Size: 256 << 10, FlushInterval: time.Second}
+		ws = &zapcore.BufferedWriteSyncer{WS: zapcore.AddSync(writeOnly{w}), Size: 256 << 10, FlushInterval: time.Second}
 	}
 	core := zapcore.NewCore(enc, ws, lvl)
 	sampled := core
@@ -49,6 +49,13 @@ func newLogger(lc config.Log, dev bool, w io.Writer) (log, evidence *zap.Logger,
 	errOut := zap.ErrorOutput(zapcore.Lock(zapcore.AddSync(w)))
 	return zap.New(sampled, errOut), zap.New(core, errOut), nil
 }
+
+// writeOnly hides its Writer's Sync from the buffered log, whose flush
+// each second would otherwise call it: an *os.File's Sync is fsync, which
+// forced a log file's lines to disk every second (a thread stalled for
+// milliseconds on a busy disk) for nothing a crash of exgate would lose,
+// since written lines are the kernel's to keep.
+type writeOnly struct{ io.Writer }
 
 // redisLogger sends go-redis's own log lines (pool dial failures, …) to
 // zap at warn level, at most one a second so that a Redis outage cannot

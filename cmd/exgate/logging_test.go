@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/exgate/exgate/config"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
@@ -35,5 +36,33 @@ func TestStdLogRedirected(t *testing.T) {
 	}
 	if w := fmt.Sprintf("%T", stdlog.Writer()); w == "main.stdLogWriter" {
 		t.Error("the standard logger was not restored")
+	}
+}
+
+// syncCounter is a log destination that counts its Sync calls.
+type syncCounter struct {
+	strings.Builder
+	syncs int
+}
+
+func (c *syncCounter) Sync() error { c.syncs++; return nil }
+
+// TestLogFlushDoesNotSync checks that flushing the buffered log writes its
+// lines without calling the destination's Sync (fsync, for a file).
+func TestLogFlushDoesNotSync(t *testing.T) {
+	var dst syncCounter
+	log, _, err := newLogger(config.Default().Log, false, &dst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	log.Info("a line")
+	if err := log.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(dst.String(), "a line") {
+		t.Errorf("flushed %q, want the line", dst.String())
+	}
+	if dst.syncs != 0 {
+		t.Errorf("the destination's Sync was called %d times, want 0", dst.syncs)
 	}
 }
