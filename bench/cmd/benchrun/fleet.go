@@ -75,7 +75,8 @@ routes:
   - {name: list_tickers, match: "GET ` + fleetPath + `", auth: none}
 `))
 
-// fleetCaddy is Caddy in front of the fleet with least_conn balancing.
+// fleetCaddy is Caddy in front of the fleet with least_conn balancing and
+// a keep-alive pool as large as exgate's there (max_idle_conns 1000).
 var fleetCaddy = template.Must(template.New("fleet-caddy").Parse(`# Written by bench/cmd/benchrun (the fleet).
 {
 	admin off
@@ -84,6 +85,9 @@ var fleetCaddy = template.Must(template.New("fleet-caddy").Parse(`# Written by b
 http://{{.Listen}} {
 	reverse_proxy {{.Backends}} {
 		lb_policy least_conn
+		transport http {
+			keepalive_idle_conns_per_host 1000
+		}
 	}
 }
 `))
