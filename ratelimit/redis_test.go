@@ -70,17 +70,21 @@ func TestManyKeysOneScriptRun(t *testing.T) {
 // decisions share pipelined round trips, each on a key of its own: keys
 // of a pool of 1024, which stay in Redis (warm), or of one so large that
 // every decision's key is new to Redis, as in the many-keys benchmark
-// (new). With 64 callers it reports per decision the CPU this process
-// and redis-server spent, the script runs and the microseconds Redis
-// counted in them.
+// (new), with one round trip in flight (the default) or more
+// (inflight=2, 4: smaller runs, less waiting). With 64 callers it
+// reports per decision the CPU this process and redis-server spent, the
+// script runs and the microseconds Redis counted in them.
 func BenchmarkRedisAllow(b *testing.B) {
 	srv := redistest.Start(b)
 	for _, bc := range []struct {
-		name        string
-		conc, nkeys int
-	}{{"callers=1", 1, 1 << 10}, {"callers=64", 64, 1 << 10}, {"callers=64/new", 64, 1 << 18}} {
+		name                  string
+		conc, nkeys, inFlight int
+	}{
+		{"callers=1", 1, 1 << 10, 0}, {"callers=64", 64, 1 << 10, 0}, {"callers=64/new", 64, 1 << 18, 0},
+		{"callers=64/new/inflight=2", 64, 1 << 18, 2}, {"callers=64/new/inflight=4", 64, 1 << 18, 4},
+	} {
 		b.Run(bc.name, func(b *testing.B) {
-			r := NewRedis(srv.Client(), RedisOptions{Timeout: testStoreTimeout})
+			r := NewRedis(srv.Client(), RedisOptions{Timeout: testStoreTimeout, MaxInFlight: bc.inFlight})
 			defer r.Close()
 			ks := benchKeys(bc.nkeys)
 			mask := int64(bc.nkeys - 1)
