@@ -248,6 +248,31 @@ func (s *surgeStack) stats() (poolStats, error) {
 	return st, json.NewDecoder(res.Body).Decode(&st)
 }
 
+// drained waits until the backend holds no request, for at most
+// timeout: the capacity run's requests stay in it for up to two service
+// times after wrk has gone, and a peak counted from before they leave
+// reads that run's connections (2 × the workers), not the surge's.
+func (s *surgeStack) drained(ctx context.Context, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		st, err := s.stats()
+		if err != nil {
+			return err
+		}
+		if st.InFlight == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the surge's backend still held %d requests %v after the capacity run", st.InFlight, timeout)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
 // metric returns the sum of exgate's samples of name whose labels
 // contain every one of labels (name="value").
 func (s *surgeStack) metric(name string, labels ...string) (float64, error) {
@@ -381,6 +406,9 @@ func (s *surgeStack) capacity(ctx context.Context, b *bench) (float64, error) {
 // cancels at once, the backend's in-flight and exgate's limit sampled
 // every 100 ms.
 func (s *surgeStack) during(ctx context.Context, b *bench, out *Surge, d time.Duration, cancels func(time.Duration) (RateRun, error)) error {
+	if err := s.drained(ctx, 5*time.Second); err != nil {
+		return err
+	}
 	if _, err := httpClient(5*time.Second).Post(s.backendURL+"/bench/peak", "", nil); err != nil {
 		return err
 	}
