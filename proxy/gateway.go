@@ -566,7 +566,39 @@ func (g *Gateway) modifyResponse(res *http.Response) error {
 	if id := res.Header["X-Request-Id"]; (len(id) == 0 || id[0] == "") && res.Request != nil {
 		answerWithID(res) // none, or an empty one (the header as res.Header.Get reads it)
 	}
+	moveHeader(res)
 	return nil
+}
+
+// moveHeader moves every field of the backend's response that the
+// client's answer does not have yet into the answer's header, value slice
+// and all, where ReverseProxy would copy each value after ModifyResponse
+// (copyHeader: Header.Add, an allocation and a key check per value; a
+// GET's Date, Content-Length and X-Request-Id were three allocations). It
+// is what copyHeader makes of them: keys as the Transport read them are
+// canonical already, and a field the answer has (exgate's own) is left in
+// res.Header for copyHeader to add to, as before (so is a field without
+// a value, which copyHeader leaves out). Nothing else holds the
+// moved slices once they are out of res.Header (each the Transport's own,
+// of capacity one per field or grown by append: an append to one never
+// writes into another). Content-Type stays too: ReverseProxy reads it from
+// res.Header after the copy (an event stream is flushed as it comes).
+func moveHeader(res *http.Response) {
+	if res.Request == nil {
+		return
+	}
+	st, _ := res.Request.Context().Value(stateKey{}).(*requestState)
+	if st == nil {
+		return
+	}
+	out := st.rw.Header()
+	for k, v := range res.Header {
+		if _, ok := out[k]; ok || k == "Content-Type" || len(v) == 0 {
+			continue // copyHeader's to add to, read later, or nothing to copy
+		}
+		out[k] = v
+		delete(res.Header, k)
+	}
 }
 
 // answerWithID gives a response the backend sent without an X-Request-ID

@@ -1,0 +1,127 @@
+package proxy
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/exgate/exgate/config"
+)
+
+// TestMoveHeader: the backend's fields the answer lacks move into it, as
+// read, and leave res.Header; a field the answer has (exgate's own) and
+// Content-Type stay for ReverseProxy to add, and so does a field without
+// a value (which it leaves out); the moved value slices share
+// no array, so that adding to one field changes no other.
+func TestMoveHeader(t *testing.T) {
+	const raw = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nDate: Sun, 29 Nov 2026 03:43:40 GMT\r\n" +
+		"Set-Cookie: a=1\r\nX-Custom: x\r\nSet-Cookie: b=2\r\nCache-Control: no-store\r\nVary: Origin\r\nContent-Length: 0\r\n\r\n"
+	for _, tc := range []struct {
+		name  string
+		ours  http.Header // the answer's header before the move
+		want  http.Header // the answer's header after it
+		stays []string    // the fields left in res.Header
+	}{
+		{"none of ours", http.Header{},
+			http.Header{"Date": {"Sun, 29 Nov 2026 03:43:40 GMT"}, "Set-Cookie": {"a=1", "b=2"}, "X-Custom": {"x"},
+				"Cache-Control": {"no-store"}, "Vary": {"Origin"}, "Content-Length": {"0"}},
+			[]string{"Content-Type", "X-Empty"}},
+		{"one of ours", http.Header{"Vary": {"Accept"}},
+			http.Header{"Date": {"Sun, 29 Nov 2026 03:43:40 GMT"}, "Set-Cookie": {"a=1", "b=2"}, "X-Custom": {"x"},
+				"Cache-Control": {"no-store"}, "Vary": {"Accept"}, "Content-Length": {"0"}},
+			[]string{"Content-Type", "Vary", "X-Empty"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			res, err := http.ReadResponse(bufio.NewReader(strings.NewReader(raw)), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			res.Header["X-Empty"] = []string{}
+			st := &requestState{}
+			st.rw = respWriter{ResponseWriter: httptest.NewRecorder(), st: st}
+			for k, v := range tc.ours {
+				st.rw.Header()[k] = v
+			}
+			res.Request = httptest.NewRequest("GET", "/", nil).WithContext(context.WithValue(context.Background(), stateKey{}, st))
+			moveHeader(res)
+			out := st.rw.Header()
+			for k, v := range tc.want {
+				if !slices.Equal(out[k], v) {
+					t.Errorf("answer's %s %q, want %q", k, out[k], v)
+				}
+			}
+			if got := slices.Sorted(func(yield func(string) bool) {
+				for k := range res.Header {
+					if !yield(k) {
+						return
+					}
+				}
+			}); !slices.Equal(got, tc.stays) {
+				t.Errorf("res.Header keeps %q, want %q", got, tc.stays)
+			}
+			for k := range out {
+				out[k] = append(out[k], "added")
+			}
+			for k, v := range tc.want {
+				if got := out[k]; !slices.Equal(got[:len(got)-1], v) {
+					t.Errorf("after appending to every field, %s %q, want %q and one added", k, got, v)
+				}
+			}
+		})
+	}
+}
+
+// TestBackendFieldsReachClient: every field of the backend's answer
+// reaches the client once, in order, beside exgate's own (ietf RateLimit:
+// exgate's entry, then the backend's), and an event stream of known
+// length is still flushed as it comes.
+func TestBackendFieldsReachClient(t *testing.T) {
+	e := startLimited(t, nil, func(c *config.Config) {
+		c.Limiter.Headers = config.HeadersIETF
+		c.Route("list_matches").Limits = []config.Limit{{Key: config.KeyAddress, Rate: config.Rate{N: 100, Period: time.Hour}}}
+	})
+	release := make(chan struct{})
+	e.backend.handler = func(w http.ResponseWriter, r *http.Request) {
+		h := w.Header()
+		h["Set-Cookie"] = []string{"a=1", "b=2"}
+		h["X-Custom"] = []string{"x"}
+		h["Ratelimit"] = []string{`"backend";r=3;t=7`}
+		h["Content-Type"] = []string{"text/event-stream"}
+		h["Content-Length"] = []string{"10"}
+		_, _ = io.WriteString(w, "data: 1\n\n")
+		w.(http.Flusher).Flush()
+		<-release
+		_, _ = io.WriteString(w, "\n")
+	}
+	res := do(t, "GET", e.url+"/api/v1/mth/matches/BTC_USDT/", nil)
+	defer res.Body.Close()
+	got := make([]byte, 9)
+	done := make(chan error, 1)
+	go func() { _, err := io.ReadFull(res.Body, got); done <- err }()
+	select {
+	case err := <-done:
+		if err != nil || string(got) != "data: 1\n\n" {
+			t.Errorf("first event %q, %v", got, err)
+		}
+	case <-time.After(time.Minute): // only a hang reaches this
+		t.Error("the event stream's first event was held back")
+	}
+	close(release)
+	for k, want := range map[string][]string{
+		"Set-Cookie": {"a=1", "b=2"}, "X-Custom": {"x"}, "Content-Type": {"text/event-stream"},
+		"Ratelimit": {`"address";r=99;t=36`, `"backend";r=3;t=7`},
+	} {
+		if v := res.Header[k]; !slices.Equal(v, want) {
+			t.Errorf("%s %q, want %q", k, v, want)
+		}
+	}
+	if v := res.Header["X-Request-Id"]; len(v) != 1 || v[0] == "" {
+		t.Errorf("X-Request-Id %q, want one", v)
+	}
+}
