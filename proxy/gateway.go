@@ -581,8 +581,11 @@ func (g *Gateway) modifyResponse(res *http.Response) error {
 // a value, which copyHeader leaves out). Nothing else holds the
 // moved slices once they are out of res.Header (each the Transport's own,
 // of capacity one per field or grown by append: an append to one never
-// writes into another). Content-Type stays too: ReverseProxy reads it from
-// res.Header after the copy (an event stream is flushed as it comes).
+// writes into another). The Content-Type of an event stream stays too:
+// ReverseProxy reads it from res.Header after the copy to flush the stream
+// as it comes; any other moves, so that ReverseProxy finds none and parses
+// none (mime.ParseMediaType's parameter map, an allocation per answer) and
+// copies none.
 func moveHeader(res *http.Response) {
 	if res.Request == nil {
 		return
@@ -593,12 +596,22 @@ func moveHeader(res *http.Response) {
 	}
 	out := st.rw.Header()
 	for k, v := range res.Header {
-		if _, ok := out[k]; ok || k == "Content-Type" || len(v) == 0 {
-			continue // copyHeader's to add to, read later, or nothing to copy
+		if _, ok := out[k]; ok || len(v) == 0 || k == "Content-Type" && isEventStream(v[0]) {
+			continue // copyHeader's to add to, nothing to copy, or read later
 		}
 		out[k] = v
 		delete(res.Header, k)
 	}
+}
+
+// isEventStream reports whether ReverseProxy takes an answer of Content-Type
+// ct for an event stream, which it flushes as it comes: ct's media type,
+// lowercased as mime.ParseMediaType makes it, is text/event-stream
+// (ReverseProxy.flushInterval). Nothing is allocated for a type in lower
+// case.
+func isEventStream(ct string) bool {
+	base, _, _ := strings.Cut(ct, ";")
+	return strings.TrimSpace(strings.ToLower(base)) == "text/event-stream"
 }
 
 // answerWithID gives a response the backend sent without an X-Request-ID

@@ -3,7 +3,9 @@ package proxy
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"io"
+	"mime"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -15,28 +17,42 @@ import (
 )
 
 // TestMoveHeader: the backend's fields the answer lacks move into it, as
-// read, and leave res.Header; a field the answer has (exgate's own) and
-// Content-Type stay for ReverseProxy to add, and so does a field without
-// a value (which it leaves out); the moved value slices share
+// read, and leave res.Header; a field the answer has (exgate's own) and an
+// event stream's Content-Type stay for ReverseProxy to add (and to read,
+// to flush the stream), and so does a field without a value (which it
+// leaves out); any other Content-Type moves; the moved value slices share
 // no array, so that adding to one field changes no other.
 func TestMoveHeader(t *testing.T) {
-	const raw = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nDate: Sun, 29 Nov 2026 03:43:40 GMT\r\n" +
+	const head = "HTTP/1.1 200 OK\r\nContent-Type: %s\r\nDate: Sun, 29 Nov 2026 03:43:40 GMT\r\n" +
 		"Set-Cookie: a=1\r\nX-Custom: x\r\nSet-Cookie: b=2\r\nCache-Control: no-store\r\nVary: Origin\r\nContent-Length: 0\r\n\r\n"
+	backend := func(vary string) http.Header {
+		return http.Header{"Date": {"Sun, 29 Nov 2026 03:43:40 GMT"}, "Set-Cookie": {"a=1", "b=2"}, "X-Custom": {"x"},
+			"Cache-Control": {"no-store"}, "Vary": {vary}, "Content-Length": {"0"}}
+	}
+	withType := func(h http.Header, ct string) http.Header {
+		h["Content-Type"] = []string{ct}
+		return h
+	}
 	for _, tc := range []struct {
 		name  string
+		ctype string      // the backend's Content-Type
 		ours  http.Header // the answer's header before the move
 		want  http.Header // the answer's header after it
 		stays []string    // the fields left in res.Header
 	}{
-		{"none of ours", http.Header{},
-			http.Header{"Date": {"Sun, 29 Nov 2026 03:43:40 GMT"}, "Set-Cookie": {"a=1", "b=2"}, "X-Custom": {"x"},
-				"Cache-Control": {"no-store"}, "Vary": {"Origin"}, "Content-Length": {"0"}},
-			[]string{"Content-Type", "X-Empty"}},
-		{"one of ours", http.Header{"Vary": {"Accept"}},
-			http.Header{"Date": {"Sun, 29 Nov 2026 03:43:40 GMT"}, "Set-Cookie": {"a=1", "b=2"}, "X-Custom": {"x"},
-				"Cache-Control": {"no-store"}, "Vary": {"Accept"}, "Content-Length": {"0"}},
+		{"none of ours", "text/event-stream", http.Header{}, backend("Origin"), []string{"Content-Type", "X-Empty"}},
+		{"one of ours", "text/event-stream", http.Header{"Vary": {"Accept"}}, backend("Accept"),
 			[]string{"Content-Type", "Vary", "X-Empty"}},
+		{"event stream as ReverseProxy parses it", "Text/Event-Stream ; charset=utf-8", http.Header{}, backend("Origin"),
+			[]string{"Content-Type", "X-Empty"}},
+		{"json moves", "application/json", http.Header{},
+			withType(backend("Origin"), "application/json"), []string{"X-Empty"}},
+		{"not quite an event stream moves", "text/event-streams", http.Header{},
+			withType(backend("Origin"), "text/event-streams"), []string{"X-Empty"}},
+		{"our own type stays ours", "application/json", http.Header{"Content-Type": {"text/plain"}},
+			withType(backend("Origin"), "text/plain"), []string{"Content-Type", "X-Empty"}},
 	} {
+		raw := fmt.Sprintf(head, tc.ctype)
 		t.Run(tc.name, func(t *testing.T) {
 			res, err := http.ReadResponse(bufio.NewReader(strings.NewReader(raw)), nil)
 			if err != nil {
@@ -123,5 +139,24 @@ func TestBackendFieldsReachClient(t *testing.T) {
 	}
 	if v := res.Header["X-Request-Id"]; len(v) != 1 || v[0] == "" {
 		t.Errorf("X-Request-Id %q, want one", v)
+	}
+}
+
+// TestIsEventStream: isEventStream agrees with ReverseProxy's own test,
+// mime.ParseMediaType's media type being text/event-stream
+// (ReverseProxy.flushInterval), for types it flushes and types it does not.
+func TestIsEventStream(t *testing.T) {
+	for _, ct := range []string{
+		"text/event-stream", "TEXT/EVENT-STREAM", " text/event-stream ", "text/event-stream;charset=utf-8",
+		"text/Event-Stream ; x=y", "text/event-stream; bad", "text/event-stream;;", "\ttext/event-stream\t",
+		"", ";", "application/json", "text/event-streams", "text/event", "text/event-stream/x",
+		"text /event-stream", "text/event-\u017ftream", "\u212aext/event-stream", "text/html; charset=utf-8",
+	} {
+		t.Run(ct, func(t *testing.T) {
+			base, _, _ := mime.ParseMediaType(ct)
+			if want := base == "text/event-stream"; isEventStream(ct) != want {
+				t.Errorf("isEventStream(%q) = %v, ReverseProxy flushes it as it comes: %v", ct, !want, want)
+			}
+		})
 	}
 }
