@@ -65,7 +65,7 @@ lint: fmt-check vet
 ## exgate and Caddy (least_conn) in front of three instances, one slower
 ## (bench/run.sh): installs nginx, caddy, wrk and redis-server when missing,
 ## runs everything on loopback, writes bench/results/latest.{md,json,png}.
-## About 21 minutes; BENCH_QUICK=1 for a two-minute smoke run (see
+## About 23 minutes; BENCH_QUICK=1 for a two-minute smoke run (see
 ## bench/run.sh for settings).
 bench:
 	@./bench/run.sh
