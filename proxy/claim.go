@@ -387,9 +387,8 @@ func (g *Gateway) settleFailed(st *requestState, err error) {
 // ErrorHandler; 504 when the route's timeout cut it) instead of a dropped
 // connection, which would leave the client with a bare EOF and no answer
 // at all.
-func (g *Gateway) recordResponse(res *http.Response) error {
-	st, _ := res.Request.Context().Value(stateKey{}).(*requestState)
-	if st == nil || st.claim.phase != claimHeld {
+func (g *Gateway) recordResponse(st *requestState, res *http.Response) error {
+	if st.claim.phase != claimHeld {
 		return nil
 	}
 	b, readErr := readAnswer(res.Body, g.idemMaxResp, res.ContentLength)

@@ -555,24 +555,36 @@ func (g *Gateway) modifyResponse(res *http.Response) error {
 	if g.plan.Load().cors != nil {
 		dropBackendCORS(res.Header)
 	}
-	if res.Request != nil && hasLegacyRateLimit(res.Header) {
-		if st, _ := res.Request.Context().Value(stateKey{}).(*requestState); st != nil {
-			mergeLegacyRateLimit(res, st.rw.Header())
-		}
+	st := responseState(res)
+	if st == nil {
+		return nil // cannot happen: every request the proxy sends carries its state
 	}
-	if err := g.recordResponse(res); err != nil {
+	if hasLegacyRateLimit(res.Header) {
+		mergeLegacyRateLimit(res, st.rw.Header())
+	}
+	if err := g.recordResponse(st, res); err != nil {
 		return err
 	}
-	if id := res.Header["X-Request-Id"]; (len(id) == 0 || id[0] == "") && res.Request != nil {
-		answerWithID(res) // none, or an empty one (the header as res.Header.Get reads it)
+	if id := res.Header["X-Request-Id"]; len(id) == 0 || id[0] == "" {
+		answerWithID(st, res) // none, or an empty one (the header as res.Header.Get reads it)
 	}
-	moveHeader(res)
+	moveHeader(st.rw.Header(), res.Header)
 	return nil
 }
 
-// moveHeader moves every field of the backend's response that the
-// client's answer does not have yet into the answer's header, value slice
-// and all, where ReverseProxy would copy each value after ModifyResponse
+// responseState returns the state of the request res answers, or nil for
+// a response without one.
+func responseState(res *http.Response) *requestState {
+	if res.Request == nil {
+		return nil
+	}
+	st, _ := res.Request.Context().Value(stateKey{}).(*requestState)
+	return st
+}
+
+// moveHeader moves every field of from, the backend's response header,
+// that out, the client's answer's, does not have yet into out, value
+// slice and all, where ReverseProxy would copy each value after ModifyResponse
 // (copyHeader: Header.Add, an allocation and a key check per value; a
 // GET's Date, Content-Length and X-Request-Id were three allocations). It
 // is what copyHeader makes of them: keys as the Transport read them are
@@ -586,21 +598,13 @@ func (g *Gateway) modifyResponse(res *http.Response) error {
 // as it comes; any other moves, so that ReverseProxy finds none and parses
 // none (mime.ParseMediaType's parameter map, an allocation per answer) and
 // copies none.
-func moveHeader(res *http.Response) {
-	if res.Request == nil {
-		return
-	}
-	st, _ := res.Request.Context().Value(stateKey{}).(*requestState)
-	if st == nil {
-		return
-	}
-	out := st.rw.Header()
-	for k, v := range res.Header {
+func moveHeader(out, from http.Header) {
+	for k, v := range from {
 		if _, ok := out[k]; ok || len(v) == 0 || k == "Content-Type" && isEventStream(v[0]) {
 			continue // copyHeader's to add to, nothing to copy, or read later
 		}
 		out[k] = v
-		delete(res.Header, k)
+		delete(from, k)
 	}
 }
 
@@ -619,10 +623,9 @@ func isEventStream(ct string) bool {
 // given it back). It goes straight into the client's answer, whose header
 // the reverse proxy copies the backend's into next: set on res, net/http
 // would copy it again, into a slice of its own.
-func answerWithID(res *http.Response) {
+func answerWithID(st *requestState, res *http.Response) {
 	id := res.Request.Header["X-Request-Id"]
-	st, _ := res.Request.Context().Value(stateKey{}).(*requestState)
-	if len(id) != 1 || st == nil {
+	if len(id) != 1 {
 		return
 	}
 	delete(res.Header, "X-Request-Id")  // an empty value of the backend's
