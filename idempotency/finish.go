@@ -26,8 +26,8 @@ import (
 //
 // The finishes a round trip carries go as one script run
 // (finishAllScript), one in each hash slot of a Cluster (an account's
-// keys share a hash tag, so its finishes share a slot), so Redis pays a script run's own
-// cost once a round trip, not once an order.
+// keys share a hash tag, so its finishes share a slot), so Redis pays a
+// script run's own cost once a round trip, not once an order.
 //
 // Nothing of what a run guarantees changes: each caller still waits for
 // its own run's reply, so an order's answer is written only once its
@@ -91,9 +91,9 @@ type finishLane struct {
 	queue   []*finishCall // runs waiting for the next
 }
 
-// finishCall is one finish, its arguments and its reply, pooled: go-redis writes each *string or *int64 argument as the
-// value it points at, where each value boxed in an interface took an
-// allocation.
+// finishCall is one finish, its arguments and its reply, pooled: go-redis
+// writes each *string or *int64 argument as the value it points at, where
+// each value boxed in an interface took an allocation.
 type finishCall struct {
 	ctx                context.Context // the caller's: not sent once it has ended
 	deadline           time.Time       // the caller's, or Options.Timeout from the call
@@ -310,12 +310,11 @@ func (g *finishGroup) answer() {
 		err = fmt.Errorf("idempotency: %d replies to %d finishes", len(replies), len(g.runs))
 	}
 	for i, c := range g.runs {
-		switch {
-		case err != nil:
+		if err != nil {
 			c.err = err
-		default:
-			c.n, c.err = finishReply(replies[i])
+			continue
 		}
+		c.n, c.err = finishReply(replies[i])
 	}
 }
 
