@@ -19,12 +19,16 @@ func TestSurgeWaitsForTheBackendToDrain(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
 		held     []int64 // what the backend reports, in turn; the last repeats
+		timeout  time.Duration
 		wantErr  string
 		minPolls int64
 	}{
-		{"empty at once", []int64{0}, "", 1},
-		{"drains", []int64{64, 30, 2, 0}, "", 4},
-		{"never drains", []int64{5}, "still held 5 requests", 2},
+		// A drain is given a minute, which only a hang reaches, so that a
+		// slow machine cannot fail it; the backend that never drains, a
+		// short wait, polled at least once whatever the machine's speed.
+		{"empty at once", []int64{0}, time.Minute, "", 1},
+		{"drains", []int64{64, 30, 2, 0}, time.Minute, "", 4},
+		{"never drains", []int64{5}, 200 * time.Millisecond, "still held 5 requests", 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var polls atomic.Int64
@@ -34,7 +38,7 @@ func TestSurgeWaitsForTheBackendToDrain(t *testing.T) {
 			}))
 			defer ts.Close()
 			s := &surgeStack{backendURL: ts.URL}
-			err := s.drained(context.Background(), 200*time.Millisecond)
+			err := s.drained(context.Background(), tc.timeout)
 			switch {
 			case tc.wantErr == "" && err != nil:
 				t.Fatalf("drained: %v", err)
