@@ -36,8 +36,16 @@ const (
 	retention = 24 * time.Hour
 )
 
+// testStoreTimeout is the Redis deadline of tests that do not test a
+// deadline: only a hang reaches it, where a round trip over a second or two
+// under a loaded suite would be decided by the store-error path. A test of
+// a deadline sets its own.
+const testStoreTimeout = time.Minute
+
+// testOptions are the store options of the shared table: a Redis deadline
+// only a hang reaches, the clock c.
 func testOptions(c *fakeclock.Clock) Options {
-	return Options{InFlightTimeout: inFlight, Retention: retention, MaxResponseBytes: 1024, Timeout: 2 * time.Second, Now: c.Now}
+	return Options{InFlightTimeout: inFlight, Retention: retention, MaxResponseBytes: 1024, Timeout: testStoreTimeout, Now: c.Now}
 }
 
 // k is identifier id of the account most tests use.

@@ -352,7 +352,7 @@ func checkConcurrentClaimsInCluster(t *testing.T, f *claimCluster) {
 	for i := range lims {
 		c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: f.cl.Addrs, ContextTimeoutEnabled: true})
 		t.Cleanup(func() { _ = c.Close() })
-		lims[i] = NewRedis(c, RedisOptions{Timeout: 2 * time.Second, ClaimFunc: testClaimFunc})
+		lims[i] = NewRedis(c, RedisOptions{Timeout: testStoreTimeout, ClaimFunc: testClaimFunc})
 		defer lims[i].Close()
 	}
 	var wg sync.WaitGroup
@@ -367,7 +367,7 @@ func checkConcurrentClaimsInCluster(t *testing.T, f *claimCluster) {
 				key = "many:" + strconv.Itoa(i%3)
 			}
 			q := &Request{Checks: []Check{{Key: key, Limit: f.many}},
-				Claim: &ClaimPart{Keys: []string{claimTag + "same"}, Args: []any{strconv.Itoa(i)}, Timeout: 2 * time.Second}}
+				Claim: &ClaimPart{Keys: []string{claimTag + "same"}, Args: []any{strconv.Itoa(i)}, Timeout: testStoreTimeout}}
 			var ans Answer
 			if err := lims[i%4].AllowAll(ctx, q, &ans); err != nil || !ans.Claim.Run {
 				t.Errorf("claim %d: %v, %+v", i, err, ans.Claim)

@@ -38,7 +38,7 @@ func TestReplicasShareManyKeysExactly(t *testing.T) {
 			for i := range stores {
 				c := redis.NewClient(&redis.Options{Addr: srv.Addr})
 				t.Cleanup(func() { _ = c.Close() })
-				r := NewRedis(c, RedisOptions{Timeout: 2 * time.Second})
+				r := NewRedis(c, RedisOptions{Timeout: testStoreTimeout})
 				t.Cleanup(func() { _ = r.Close() })
 				if upgrade && i == 1 {
 					src := noClaimFunc + old
@@ -102,7 +102,7 @@ func TestRedisAnswersReachTheirOwnCallers(t *testing.T) {
 		t.Skip("starts redis-server")
 	}
 	srv := redistest.Start(t)
-	for _, o := range []RedisOptions{{Timeout: 2 * time.Second, MaxBatch: 3}, {Timeout: 2 * time.Second, MaxBatch: 3, MaxInFlight: 2}} {
+	for _, o := range []RedisOptions{{Timeout: testStoreTimeout, MaxBatch: 3}, {Timeout: testStoreTimeout, MaxBatch: 3, MaxInFlight: 2}} {
 		t.Run(fmt.Sprintf("inflight=%d", o.MaxInFlight), func(t *testing.T) {
 			r := NewRedis(srv.Client(), o)
 			t.Cleanup(func() { _ = r.Close() })
