@@ -254,6 +254,8 @@ func TestReportFromResults(t *testing.T) {
 		"| reference: fixed rate: exgate's added p99 ÷ NGINX's (3.00 ÷ 1.00 ms) | 3.00× | (no target) | |",
 		"| reference: GET markets: ReverseProxy floor ÷ net/http floor (what httputil.ReverseProxy costs), req/s (by CPU per request: 1.05×; proxy CPU 55.0 ÷ 60.0 µs; round by round: 1.04–1.04×) | 1.04× | (no target) | |",
 		"| reference: GET markets: exgate limits off ÷ ReverseProxy floor (what exgate's request path costs), req/s (by CPU per request: 1.05×; proxy CPU 50.0 ÷ 55.0 µs; round by round: 0.92–0.92×) | 0.92× | (no target) | |",
+		"| reference: GET markets: ReverseProxy floor ÷ Caddy (the ceiling of the targets against Caddy: a proxy doing none of exgate's work), req/s (round by round: 1.62–1.62×) | 1.62× | (no target) | |",
+		"| reference: POST orders: ReverseProxy floor ÷ Caddy, CPU per request (the floor 75.0 µs ÷ Caddy 90.0 µs) | 0.83× | (no target) | |",
 		"The rate: half of the median req/s on GET markets of the slowest target compared (Caddy (reverse_proxy), 21000 req/s).",
 		"vegeta straight at the backend before the rounds: 12000 req/s asked, 10000 achieved, 10500 req/s asked, 10400 achieved.",
 		"| exgate, Redis limits | 0.50 | 4.00 | 9.00 | 0.30 | 3.00 | 6.00 | 10500 | 47% | 0 |",

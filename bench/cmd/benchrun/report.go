@@ -293,6 +293,7 @@ func referenceLines(p func(string, ...any), res *Results) {
 			fmtRatio(cpuRatio(e, f)), roundRatios(e, f), fmtRatio(ratio(e, f)))
 	}
 	floorLayers(p, res)
+	floorVsCaddy(p, res)
 	for _, t := range []string{tExgateOff, tExgateRedis} {
 		o, g := cpuOf(res.row(scOrders, t), roleProxy), cpuOf(res.row(scMarkets, t), roleProxy)
 		p("| reference: %s: proxy CPU per order ÷ per GET (%.1f ÷ %.1f µs) | %s | (no target) | |\n", targetLabel(t), o, g, fmtRatio(div(o, g)))
@@ -350,6 +351,25 @@ func floorLayers(p func(string, ...any), res *Results) {
 			p("| reference: %s: %s, req/s (by CPU per request: %s; proxy CPU %.1f ÷ %.1f µs; round by round: %s) | %s | (no target) | |\n", sc.label, l.what,
 				fmtRatio(cpuRatio(l.a, l.b)), cpuOf(l.a, roleProxy), cpuOf(l.b, roleProxy), roundRatios(l.a, l.b), fmtRatio(ratio(l.a, l.b)))
 		}
+	}
+}
+
+// floorVsCaddy writes, for GET markets and POST orders, the ReverseProxy
+// floor's req/s and CPU per request against Caddy's as reference lines:
+// what a proxy on httputil.ReverseProxy that does none of exgate's work
+// reaches against the targets stated against Caddy, the most exgate can.
+// Nothing is written without both rows.
+func floorVsCaddy(p func(string, ...any), res *Results) {
+	alone := []string{roleProxy}
+	for _, sc := range getAndPost {
+		f, c := res.row(sc.name, tFloorRP), res.row(sc.name, tCaddy)
+		if f == nil || c == nil {
+			continue
+		}
+		p("| reference: %s: ReverseProxy floor ÷ Caddy (the ceiling of the targets against Caddy: a proxy doing none of exgate's work), req/s (round by round: %s) | %s | (no target) | |\n",
+			sc.label, roundRatios(f, c), fmtRatio(ratio(f, c)))
+		p("| reference: %s: ReverseProxy floor ÷ Caddy, CPU per request (the floor %.1f µs ÷ Caddy %.1f µs) | %s | (no target) | |\n",
+			sc.label, cpuOf(f, roleProxy), cpuOf(c, roleProxy), fmtRatio(median(perRoundCPU(f, c, alone, alone))))
 	}
 }
 
