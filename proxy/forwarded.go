@@ -12,16 +12,41 @@ import (
 // USE_X_FORWARDED_PORT, Spring's ForwardedHeaderFilter).
 const forwardedPrefix = "X-Forwarded-"
 
-// dropForwardedFamily removes every X-Forwarded-* header from a request a
-// client sent directly: the backend trusts exgate as its proxy and would
-// take a client's X-Forwarded-Port or -Prefix for exgate's word. From a
-// trusted proxy they are kept, as its X-Forwarded-For chain is; exgate
-// sets -For, -Host and -Proto itself either way (Gateway.rewrite). Header
-// names are canonical here (net/http's servers canonicalise them).
+// dropForwardedFamily removes every X-Forwarded-* header, and every other
+// header a backend may read the client's address from (isAddressHeader),
+// from a request a client sent directly: the backend trusts exgate as its
+// proxy and would take a client's X-Forwarded-Port or -Prefix, or its
+// True-Client-IP, for exgate's word. From a trusted proxy they are kept,
+// as its X-Forwarded-For chain is; exgate sets -For, -Host and -Proto and
+// X-Real-IP itself either way (Gateway.rewrite). Header names are
+// canonical here (net/http's servers canonicalise them).
 func dropForwardedFamily(h http.Header) {
 	for k := range h {
-		if strings.HasPrefix(k, forwardedPrefix) {
+		if strings.HasPrefix(k, forwardedPrefix) || isAddressHeader(k) {
 			delete(h, k)
 		}
 	}
+}
+
+// isAddressHeader reports whether k, a canonical header name, is one that
+// CDNs, load balancers and proxies put the client's address in and that
+// backends read it from instead of X-Real-IP or X-Forwarded-For: chi's
+// RealIP and httprate's KeyByRealIP read True-Client-IP (Akamai,
+// Cloudflare) before X-Real-IP; npm's request-ip X-Client-IP before
+// X-Forwarded-For, then CF-Connecting-IP, DO-Connecting-IP,
+// Fastly-Client-IP, X-Cluster-Client-IP, X-Forwarded, Forwarded-For,
+// X-Appengine-User-IP and CF-Pseudo-IPv4; Rails' remote_ip and
+// django-ipware Client-IP; gin a trusted platform's header such as
+// CF-Connecting-IP. A client that wrote one would be another address to
+// the backend's own limits and allow-lists than the one exgate counted it
+// as. X-Real-IP is not one: exgate replaces it.
+func isAddressHeader(k string) bool {
+	switch k {
+	case "True-Client-Ip", "X-Client-Ip", "Client-Ip", "Cf-Connecting-Ip", "Cf-Connecting-Ipv6",
+		"Cf-Pseudo-Ipv4", "Do-Connecting-Ip", "Fastly-Client-Ip", "X-Cluster-Client-Ip", "X-Forwarded",
+		"Forwarded-For", "X-Original-Forwarded-For", "X-Appengine-User-Ip", "X-Envoy-External-Address",
+		"X-Originating-Ip", "X-Remote-Ip", "X-Remote-Addr":
+		return true
+	}
+	return false
 }

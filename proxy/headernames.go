@@ -11,7 +11,7 @@ import (
 type headerScan struct {
 	size           int64 // the request line and headers as they were read, approximately
 	underscore     bool  // a header name contains an underscore
-	forwarded      bool  // a header name starts with X-Forwarded-
+	forwarded      bool  // a header name starts with X-Forwarded-, or is an address header (isAddressHeader)
 	connection     bool  // a Connection header
 	methodOverride bool  // a method-override header (isMethodOverride)
 	pathOverride   bool  // a path-override header (isPathOverride)
@@ -20,8 +20,9 @@ type headerScan struct {
 
 // scanHeader reads the request line and every header name once: the
 // size for server.max_header_bytes, names with an underscore (refused:
-// errUnderscoreHeader), the X-Forwarded-* family (dropped from clients
-// that are not trusted proxies: dropForwardedFamily), and the headers
+// errUnderscoreHeader), the X-Forwarded-* family and the other headers
+// of a client's address (dropped from clients that are not trusted
+// proxies: dropForwardedFamily), and the headers
 // checkHead reads or refuses, so that a request without them is not
 // looked up for each of them again.
 func scanHeader(r *http.Request) headerScan {
@@ -33,7 +34,7 @@ func scanHeader(r *http.Request) headerScan {
 		if strings.IndexByte(k, '_') >= 0 {
 			sc.underscore = true
 		}
-		if strings.HasPrefix(k, forwardedPrefix) {
+		if strings.HasPrefix(k, forwardedPrefix) || isAddressHeader(k) {
 			sc.forwarded = true
 		}
 		switch {

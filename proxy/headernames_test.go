@@ -22,6 +22,9 @@ func TestScanHeader(t *testing.T) {
 		{"X-Forwarded-Port", http.Header{"Accept": {"*/*"}, "X-Forwarded-Port": {"443"}}, false, true},
 		{"X-Forwarded-For", http.Header{"X-Forwarded-For": {"1.2.3.4"}}, false, true},
 		{"X-Forwarded without a dash", http.Header{"X-Forwardedport": {"1"}}, false, false},
+		{"True-Client-IP", http.Header{"Accept": {"*/*"}, "True-Client-Ip": {"1.2.3.4"}}, false, true},
+		{"X-Forwarded alone", http.Header{"X-Forwarded": {"for=1.2.3.4"}}, false, true},
+		{"X-Client-IP", http.Header{"X-Client-Ip": {"1.2.3.4"}}, false, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := &http.Request{Method: "GET", RequestURI: "/", Proto: "HTTP/1.1", Host: "h", Header: tc.header}

@@ -227,8 +227,9 @@ func (g *Gateway) matchRoute(st *requestState, r *http.Request) *apierror.Error 
 // setClientAddress derives the client's address (clientip.go) and the
 // X-Real-IP value the backend receives in place of any the client sent
 // (set by rewrite), and sets whom the request counts as in the shared
-// pools (clientOf). A client's X-Forwarded-* headers reach the backend
-// only through a trusted proxy.
+// pools (clientOf). A client's X-Forwarded-* headers, and the other
+// headers a backend may read its address from (isAddressHeader), reach
+// the backend only through a trusted proxy.
 func (g *Gateway) setClientAddress(st *requestState, r *http.Request) *apierror.Error {
 	if st.peer == nil { // a request without the server's connection context (checkConnShare)
 		st.peer = g.peerOf(r)
