@@ -78,6 +78,33 @@ func isZero(b []byte) bool {
 // that wrote the entry, never anything further left, which whoever sent
 // the request to that hop chose.
 func clientAddr(peer netip.Addr, values []string, forwarded bool, trusted []netip.Prefix) netip.Addr {
+	return walkClient(peer, values, forwarded, trusted, nil)
+}
+
+// forwardedChain returns the X-Forwarded-For value exgate sends the backend
+// for a trusted peer whose client it read in Forwarded (values, its
+// lines): the addresses clientAddr walked through, from the client to the
+// last trusted proxy, in client form, then the peer's. The proxies wrote
+// Forwarded and passed a client's X-Forwarded-For through unread, so the
+// backend gets the chain exgate read, as proxies appending to
+// X-Forwarded-For would have written it from the client on: its client is
+// the one exgate counted, read right to left past exgate and the proxies,
+// or as the left-most entry.
+func forwardedChain(peer netip.Addr, values []string, trusted []netip.Prefix) string {
+	var hops []netip.Addr
+	walkClient(peer, values, true, trusted, &hops)
+	var b strings.Builder
+	for i := len(hops) - 1; i >= 0; i-- {
+		b.WriteString(hops[i].String())
+		b.WriteString(", ")
+	}
+	b.WriteString(peer.String())
+	return b.String()
+}
+
+// walkClient is clientAddr, appending to hops, when it is not nil, every
+// address it reads on its way (right to left), the client's last.
+func walkClient(peer netip.Addr, values []string, forwarded bool, trusted []netip.Prefix, hops *[]netip.Addr) netip.Addr {
 	client := peer
 	for i := len(values) - 1; i >= 0; i-- {
 		h := values[i]
@@ -102,6 +129,9 @@ func clientAddr(peer netip.Addr, values []string, forwarded bool, trusted []neti
 				return client
 			}
 			client = a
+			if hops != nil {
+				*hops = append(*hops, a)
+			}
 			if !inPrefixes(a, trusted) {
 				return client
 			}

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/exgate/exgate/config"
@@ -53,5 +54,54 @@ func TestClientAddressHeadersFromClientsDropped(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestForwardedModeSendsTheChainItRead: with client_ip.header: forwarded
+// the trusted proxies write Forwarded, which ReverseProxy does not forward,
+// and pass a client's X-Forwarded-For through unread. The backend's
+// X-Forwarded-For is then the chain exgate read in Forwarded, from the
+// client it derived to its peer: never the client's own X-Forwarded-For,
+// whose entries a backend reading right to left past exgate and the proxy
+// (or the left-most entry) would take for the client's address, and in
+// which the client exgate counted would appear nowhere.
+func TestForwardedModeSendsTheChainItRead(t *testing.T) {
+	e := startEnv(t, func(c *config.Config) {
+		c.ClientIP.TrustedProxies = []config.Prefix{{Prefix: mustPrefix("127.0.0.0/8")}, {Prefix: mustPrefix("10.0.0.0/8")}}
+		c.ClientIP.Header = config.HeaderForwarded
+	})
+	for _, tc := range []struct {
+		name, forwarded, xff, want, realIP string
+	}{
+		{"one hop", "for=198.51.100.7", "203.0.113.66", "198.51.100.7, 127.0.0.1", "198.51.100.7"},
+		{"through a trusted proxy", "for=198.51.100.7, for=10.0.0.2", "203.0.113.66, 10.0.0.9", "198.51.100.7, 10.0.0.2, 127.0.0.1", "198.51.100.7"},
+		{"client-chosen entries left of the client", "for=203.0.113.66;proto=https, for=198.51.100.7", "", "198.51.100.7, 127.0.0.1", "198.51.100.7"},
+		{"two lines", "for=203.0.113.66\nfor=\"[2001:db8::1]:4711\"", "203.0.113.66", "2001:db8::1, 127.0.0.1", "2001:db8::1"},
+		{"an element that cannot be read", "for=unknown, for=10.0.0.2", "203.0.113.66", "10.0.0.2, 127.0.0.1", "10.0.0.2"},
+		{"no Forwarded", "", "203.0.113.66", "127.0.0.1", "127.0.0.1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req, _ := http.NewRequest("GET", e.url+"/api/v1/mkt/markets/", nil)
+			for _, v := range strings.Split(tc.forwarded, "\n") {
+				if v != "" {
+					req.Header.Add("Forwarded", v)
+				}
+			}
+			if tc.xff != "" {
+				req.Header.Set("X-Forwarded-For", tc.xff)
+			}
+			res, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			res.Body.Close()
+			got := e.backend.last(t).Header
+			if xff := got.Values("X-Forwarded-For"); len(xff) != 1 || xff[0] != tc.want {
+				t.Errorf("backend's X-Forwarded-For %q, want %q", xff, tc.want)
+			}
+			if r := got.Get("X-Real-Ip"); r != tc.realIP {
+				t.Errorf("backend's X-Real-IP %q, want %q", r, tc.realIP)
+			}
+		})
 	}
 }

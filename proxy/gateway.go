@@ -457,9 +457,16 @@ func (g *Gateway) rewrite(pr *httputil.ProxyRequest) {
 	p := g.forwardedPeer(pr.In, st)
 	if p.ok {
 		xff := p.realIP
-		if p.trusted {
-			// Keep the chain the trusted proxy built and append the
-			// peer. From anyone else, the chain is dropped.
+		switch {
+		case !p.trusted: // from anyone else, the chain is dropped
+		case g.forwarded:
+			// The trusted proxies wrote Forwarded: the chain read there,
+			// never the X-Forwarded-For they passed through unread.
+			if fwd := pr.In.Header["Forwarded"]; len(fwd) > 0 {
+				xff = []string{forwardedChain(p.addr, fwd, g.trusted)}
+			}
+		default:
+			// Keep the chain the trusted proxy built and append the peer.
 			if prior := pr.In.Header["X-Forwarded-For"]; len(prior) > 0 {
 				xff = []string{strings.Join(prior, ", ") + ", " + p.realIP[0]}
 			}
