@@ -56,7 +56,8 @@ func (g *Gateway) checkBody(st *requestState, r *http.Request, pl *requestPlan) 
 // (forwardBody). The bytes forwarded are a copy of their own: the
 // transport may still read them after the gateway has answered, while
 // the pooled buffer they were read into goes back at once. A request
-// without a body reads and allocates nothing.
+// without a body reads and allocates nothing. A form or JSON body that
+// names a method override (bodyNamesMethod) is refused.
 func (g *Gateway) bufferBody(st *requestState, r *http.Request) *apierror.Error {
 	if r.Body == nil || r.Body == http.NoBody {
 		return nil
@@ -67,6 +68,9 @@ func (g *Gateway) bufferBody(st *requestState, r *http.Request) *apierror.Error 
 	body, pooled, e := g.readWholeIn(st, r, g.maxBody, g.errBody)
 	if e != nil {
 		return e
+	}
+	if ct := r.Header["Content-Type"]; len(ct) > 0 && bodyNamesMethod(ct[0], body) {
+		return errMethodOverride // a method override in a form or JSON body (methodParam)
 	}
 	if pooled && len(body) > 0 {
 		body = bytes.Clone(body)

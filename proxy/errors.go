@@ -18,7 +18,7 @@ var (
 		"WWW-Authenticate", `Bearer realm="exgate", error="invalid_token"`)
 	errNotFound       = apierror.NotFound()
 	errMethodOverride = apierror.Static(http.StatusBadRequest, "method_override",
-		"Method-override headers (X-HTTP-Method-Override, X-HTTP-Method, X-Method-Override) are not accepted: send the request with the method itself.")
+		"Method overrides (the X-HTTP-Method-Override, X-HTTP-Method and X-Method-Override headers, a _method parameter in the query or the body) are not accepted: send the request with the method itself.")
 	errPathOverride = apierror.Static(http.StatusBadRequest, "path_override",
 		"Path-override headers (X-Original-URL, X-Rewrite-URL) are not accepted: send the request to the path itself.")
 	errBadGateway     = apierror.Static(http.StatusBadGateway, "bad_gateway", "The upstream service is unavailable.")

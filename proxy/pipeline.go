@@ -154,7 +154,7 @@ func (g *Gateway) assignRequestID(st *requestState, r *http.Request) *apierror.E
 // read differently, or that is too large: headers over
 // server.max_header_bytes, a Connection option naming an end-to-end
 // header, a header name with an underscore, a path with no canonical
-// form, a method- or path-override header. It sets the request's canonical
+// form, a method- or path-override header, a _method query parameter. It sets the request's canonical
 // path, and has an HTTP/1.0 connection closed after its answer.
 func (g *Gateway) checkHead(st *requestState, r *http.Request) *apierror.Error {
 	if r.ProtoMajor == 1 && r.ProtoMinor == 0 {
@@ -183,7 +183,7 @@ func (g *Gateway) checkHead(st *requestState, r *http.Request) *apierror.Error {
 		return pathErrors[err.(pathError)]
 	}
 	st.path = p
-	if sc.methodOverride {
+	if sc.methodOverride || r.URL.RawQuery != "" && queryNamesMethod(r.URL.RawQuery) {
 		return errMethodOverride
 	}
 	if sc.pathOverride {
