@@ -197,9 +197,10 @@ func (c *Config) checkIdempotencyStore(col *collector) {
 	}
 }
 
-// checkInFlightTimeout reports order routes whose timeout outlasts the
-// claim on an order identifier: a retry could then find the claim
-// expired while the first request is still at the backend.
+// checkInFlightTimeout reports routes that claim order identifiers (order
+// routes, and bulk routes that place orders) whose timeout outlasts the
+// claim: a retry could then find the claim expired while the first
+// request is still at the backend.
 func (c *Config) checkInFlightTimeout(col *collector) {
 	idem := c.Idempotency
 	if idem.InFlightTimeout <= 0 || idem.inFlightOutlivesRetention() {
@@ -207,7 +208,7 @@ func (c *Config) checkInFlightTimeout(col *collector) {
 	}
 	for i := range c.Routes {
 		r := &c.Routes[i]
-		if r.Validate != ValidateOrd {
+		if r.Validate != ValidateOrd && (r.Validate != ValidateBulk || r.Bulk.Orders == "") {
 			continue
 		}
 		if t := c.RouteTimeout(r); idem.InFlightTimeout <= t {

@@ -199,7 +199,19 @@ func TestChecksAcrossSections(t *testing.T) {
 			func(c *Config) { c.Idempotency.Store, c.Idempotency.Enabled = StoreRedis, false }, nil},
 		{"claim shorter than the order route's timeout",
 			func(c *Config) { c.Idempotency.InFlightTimeout = 10 * time.Second },
-			[]string{`idempotency.in_flight_timeout: 10s must exceed the timeout of routes[0] ("place_order", 10s)`}},
+			[]string{`idempotency.in_flight_timeout: 10s must exceed the timeout of routes[0] ("place_order", 10s)`,
+				`idempotency.in_flight_timeout: 10s must exceed the timeout of routes[1] ("bulk_orders", 10s)`}},
+		{"claim shorter than a bulk placement route's timeout",
+			func(c *Config) {
+				c.Route("bulk_orders").Timeout = 45 * time.Second
+				c.Server.WriteTimeout = time.Minute
+			},
+			[]string{`idempotency.in_flight_timeout: 30s must exceed the timeout of routes[1] ("bulk_orders", 45s)`}},
+		{"a bulk cancel route claims nothing",
+			func(c *Config) {
+				c.Route("bulk_cancel").Timeout = 45 * time.Second
+				c.Server.WriteTimeout = time.Minute
+			}, nil},
 		{"claim refused by its section is not compared",
 			func(c *Config) { c.Idempotency.InFlightTimeout = 25 * time.Hour },
 			[]string{`idempotency.in_flight_timeout: 25h0m0s must be less than idempotency.retention (24h0m0s)`}},

@@ -63,7 +63,8 @@ func TestIdempotencyRules(t *testing.T) {
 		{"in-flight timeout not below retention", "idempotency: {retention: 1m, in_flight_timeout: 1m}\n", nil,
 			[]string{`idempotency.in_flight_timeout: 1m0s must be less than idempotency.retention (1m0s) (line 1)`}},
 		{"in-flight timeout against the inherited route timeout", "upstream: {timeout: 30s}\nserver: {write_timeout: 40s}\n", nil,
-			[]string{`idempotency.in_flight_timeout: 30s must exceed the timeout of routes[0] ("place_order", 30s)`}},
+			[]string{`idempotency.in_flight_timeout: 30s must exceed the timeout of routes[0] ("place_order", 30s)`,
+				`idempotency.in_flight_timeout: 30s must exceed the timeout of routes[1] ("bulk_orders", 30s)`}},
 		{"routes without validation do not bound in-flight timeout", "idempotency: {in_flight_timeout: 2s}\nroutes: [{name: x, match: 'POST /x/', timeout: 9s}]\n", nil, nil},
 	}
 	for _, tt := range tests {
