@@ -44,9 +44,30 @@ func isAddressHeader(k string) bool {
 	switch k {
 	case "True-Client-Ip", "X-Client-Ip", "Client-Ip", "Cf-Connecting-Ip", "Cf-Connecting-Ipv6",
 		"Cf-Pseudo-Ipv4", "Do-Connecting-Ip", "Fastly-Client-Ip", "X-Cluster-Client-Ip", "X-Forwarded",
-		"Forwarded-For", "X-Original-Forwarded-For", "X-Appengine-User-Ip", "X-Envoy-External-Address",
-		"X-Originating-Ip", "X-Remote-Ip", "X-Remote-Addr":
+		"Forwarded-For", "X-Original-Forwarded-For", "X-Appengine-User-Ip", "X-Originating-Ip", "X-Remote-Ip", "X-Remote-Addr":
 		return true
 	}
 	return false
+}
+
+// envoyPrefix is the family of headers Envoy reads as instructions from
+// the request it forwards: x-envoy-retry-on and x-envoy-max-retries (retry
+// it), x-envoy-hedge-on-per-try-timeout (send it again beside the first),
+// x-envoy-upstream-rq-timeout-ms (wait longer)…, taken from a request it
+// judges internal by its X-Forwarded-For.
+const envoyPrefix = "X-Envoy-"
+
+// dropEnvoyHeaders removes every X-Envoy-* header from a request, whoever
+// sent it: an Envoy between exgate and the backend (a service mesh's
+// sidecar) would act on a client's x-envoy-retry-on for a request exgate's
+// X-Forwarded-For shows coming from a private address, and retry an order
+// after a 5xx or a reset, placing it twice behind duplicate protection's
+// back. A trusted proxy that writes X-Forwarded-For passes a client's
+// through, so its are dropped too. Header names are canonical here.
+func dropEnvoyHeaders(h http.Header) {
+	for k := range h {
+		if strings.HasPrefix(k, envoyPrefix) {
+			delete(h, k)
+		}
+	}
 }

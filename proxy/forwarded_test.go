@@ -20,8 +20,8 @@ import (
 func TestClientAddressHeadersFromClientsDropped(t *testing.T) {
 	names := []string{"True-Client-IP", "X-Client-IP", "Client-IP", "CF-Connecting-IP", "CF-Connecting-IPv6",
 		"CF-Pseudo-IPv4", "DO-Connecting-IP", "Fastly-Client-IP", "X-Cluster-Client-IP", "X-Forwarded",
-		"Forwarded-For", "X-Original-Forwarded-For", "X-Appengine-User-IP", "X-Envoy-External-Address",
-		"X-Originating-IP", "X-Remote-IP", "X-Remote-Addr", "x-client-ip"}
+		"Forwarded-For", "X-Original-Forwarded-For", "X-Appengine-User-IP", "X-Originating-IP",
+		"X-Remote-IP", "X-Remote-Addr", "x-client-ip"}
 	for _, tc := range []struct {
 		name    string
 		trusted bool
@@ -103,5 +103,49 @@ func TestForwardedModeSendsTheChainItRead(t *testing.T) {
 				t.Errorf("backend's X-Real-IP %q, want %q", r, tc.realIP)
 			}
 		})
+	}
+}
+
+// TestEnvoyHeadersNeverForwarded: an Envoy between exgate and the backend
+// (a service mesh's sidecar) takes x-envoy-retry-on, x-envoy-max-retries
+// and the timeouts from a request it judges internal by its
+// X-Forwarded-For, which exgate writes: a client on a private address
+// could have it retry an order after a 5xx or a reset, placing it twice
+// behind exgate's back. No client's X-Envoy-* header reaches the backend,
+// a trusted proxy's neither (one that writes X-Forwarded-For passes the
+// client's through).
+func TestEnvoyHeadersNeverForwarded(t *testing.T) {
+	names := []string{"X-Envoy-Retry-On", "X-Envoy-Max-Retries", "X-Envoy-Retry-Grpc-On",
+		"X-Envoy-Hedge-On-Per-Try-Timeout", "X-Envoy-Upstream-Rq-Timeout-Ms", "X-Envoy-Upstream-Rq-Per-Try-Timeout-Ms",
+		"X-Envoy-Internal", "x-envoy-retry-on"}
+	for _, tc := range []struct {
+		name    string
+		trusted bool
+	}{{"untrusted client", false}, {"trusted proxy", true}} {
+		e := startEnv(t, func(c *config.Config) {
+			if tc.trusted {
+				c.ClientIP.TrustedProxies = []config.Prefix{{Prefix: mustPrefix("127.0.0.0/8")}}
+			}
+		})
+		for _, name := range names {
+			t.Run(tc.name+"/"+name, func(t *testing.T) {
+				req, _ := http.NewRequest("POST", e.url+"/api/v1/odr/payments/", strings.NewReader(`{}`))
+				req.Header.Set("Authorization", "Bearer tok")
+				req.Header[name] = []string{"5xx,reset"} // as written, not canonicalised by Go
+				req.Header.Set("X-Note", "kept")
+				res, err := http.DefaultClient.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				res.Body.Close()
+				got := e.backend.last(t).Header
+				if g := got.Get(name); g != "" {
+					t.Errorf("%s reached the backend: %q", name, g)
+				}
+				if got.Get("X-Note") != "kept" {
+					t.Errorf("the other headers: %v", got)
+				}
+			})
+		}
 	}
 }

@@ -342,6 +342,7 @@ type requestCore struct {
 	caller     caller     // who sent the request, from the auth step
 	client     share.Key  // whose share of the shared pools the request takes (clientOf)
 	forwarded  bool       // the client sent X-Forwarded-* or other address headers (scanHeader)
+	envoy      bool       // the client sent X-Envoy-* headers (scanHeader)
 	plainBody  bool       // no header describing the body's bytes (scanHeader): forwardEncoded drops none
 	bulkCancel bool       // the request is a bulk of order ids to cancel
 	bodyTaken  bool       // the body was read whole or handed to the backend (see refuse)

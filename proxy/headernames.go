@@ -12,6 +12,7 @@ type headerScan struct {
 	size           int64 // the request line and headers as they were read, approximately
 	underscore     bool  // a header name contains an underscore
 	forwarded      bool  // a header name starts with X-Forwarded-, or is an address header (isAddressHeader)
+	envoy          bool  // a header name starts with X-Envoy- (dropEnvoyHeaders)
 	connection     bool  // a Connection header
 	methodOverride bool  // a method-override header (isMethodOverride)
 	pathOverride   bool  // a path-override header (isPathOverride)
@@ -22,7 +23,8 @@ type headerScan struct {
 // size for server.max_header_bytes, names with an underscore (refused:
 // errUnderscoreHeader), the X-Forwarded-* family and the other headers
 // of a client's address (dropped from clients that are not trusted
-// proxies: dropForwardedFamily), and the headers
+// proxies: dropForwardedFamily), the X-Envoy-* family (dropped from every
+// request: dropEnvoyHeaders), and the headers
 // checkHead reads or refuses, so that a request without them is not
 // looked up for each of them again.
 func scanHeader(r *http.Request) headerScan {
@@ -36,6 +38,8 @@ func scanHeader(r *http.Request) headerScan {
 		}
 		if strings.HasPrefix(k, forwardedPrefix) || isAddressHeader(k) {
 			sc.forwarded = true
+		} else if strings.HasPrefix(k, envoyPrefix) {
+			sc.envoy = true
 		}
 		switch {
 		case vs == nil: // a name without a header (net/http never makes one)

@@ -177,7 +177,7 @@ func (g *Gateway) checkHead(st *requestState, r *http.Request) *apierror.Error {
 	if sc.underscore {
 		return errUnderscoreHeader
 	}
-	st.forwarded, st.plainBody = sc.forwarded, !sc.bodyDescribing
+	st.forwarded, st.envoy, st.plainBody = sc.forwarded, sc.envoy, !sc.bodyDescribing
 	p, err := canonicalPath(r.URL.EscapedPath())
 	if err != nil {
 		return pathErrors[err.(pathError)]
@@ -229,13 +229,16 @@ func (g *Gateway) matchRoute(st *requestState, r *http.Request) *apierror.Error 
 // (set by rewrite), and sets whom the request counts as in the shared
 // pools (clientOf). A client's X-Forwarded-* headers, and the other
 // headers a backend may read its address from (isAddressHeader), reach
-// the backend only through a trusted proxy.
+// the backend only through a trusted proxy; its X-Envoy-* headers never.
 func (g *Gateway) setClientAddress(st *requestState, r *http.Request) *apierror.Error {
 	if st.peer == nil { // a request without the server's connection context (checkConnShare)
 		st.peer = g.peerOf(r)
 	}
 	if st.forwarded && !st.peer.trusted {
 		dropForwardedFamily(r.Header)
+	}
+	if st.envoy {
+		dropEnvoyHeaders(r.Header)
 	}
 	st.addr, st.realIP = g.client(r, st.peer)
 	st.client = clientOf(st, st.plan)
