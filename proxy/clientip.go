@@ -234,11 +234,16 @@ func lastForwardedElement(h string) (last, rest string) {
 }
 
 // forwardedFor returns the value of the for= parameter of one Forwarded
-// element (pairs separated by ";", names compared ignoring case, values a
-// token or a quoted string). ok is false when the element cannot be read
-// or does not have exactly one for=. Unquoted values may hold ":", "[" and
-// "]" (RFC 7239 requires quotes there; proxies omit them).
-func forwardedFor(elem string) (node string, ok bool) {
+// element (forwardedParam).
+func forwardedFor(elem string) (node string, ok bool) { return forwardedParam(elem, "for") }
+
+// forwardedParam returns the value of the parameter called name of one
+// Forwarded element (pairs separated by ";", names compared ignoring case,
+// values a token or a quoted string). ok is false when the element cannot
+// be read or does not have exactly one such parameter. Unquoted values may
+// hold ":", "[" and "]" (RFC 7239 requires quotes there; proxies omit
+// them).
+func forwardedParam(elem, param string) (node string, ok bool) {
 	s := elem
 	found := false
 	for {
@@ -267,7 +272,7 @@ func forwardedFor(elem string) (node string, ok bool) {
 			}
 			val, s = s[:j], s[j:]
 		}
-		if asciiEqualFold(name, "for") {
+		if asciiEqualFold(name, param) {
 			if found {
 				return "", false
 			}
@@ -404,4 +409,30 @@ func (g *Gateway) client(r *http.Request, p *peer) (netip.Addr, []string) {
 		return a, p.realIP
 	}
 	return a, []string{a.String()}
+}
+
+// trustedProto returns the scheme a trusted peer says its client used, as
+// the peer itself wrote it: the proto= of the last Forwarded element
+// (client_ip.header: forwarded; the peer passes an X-Forwarded-Proto
+// through unread), else the last entry of X-Forwarded-Proto (a proxy that
+// appends one leaves the client's before it); "" when it says none.
+func (g *Gateway) trustedProto(h http.Header) string {
+	name := "X-Forwarded-Proto"
+	if g.forwarded {
+		name = "Forwarded"
+	}
+	v := h[name]
+	if len(v) == 0 {
+		return ""
+	}
+	last := v[len(v)-1]
+	if g.forwarded {
+		last, _ = lastForwardedElement(last)
+		proto, _ := forwardedParam(last, "proto")
+		return proto
+	}
+	if i := strings.LastIndexByte(last, ','); i >= 0 {
+		last = last[i+1:]
+	}
+	return trimOWS(last)
 }

@@ -149,3 +149,48 @@ func TestEnvoyHeadersNeverForwarded(t *testing.T) {
 		}
 	}
 }
+
+// TestForwardedProtoFromTheTrustedHop: the scheme a trusted proxy reports
+// is the one it wrote itself — the proto= of the last Forwarded element
+// with client_ip.header: forwarded, else the last X-Forwarded-Proto entry
+// (a proxy that appends one leaves the client's before it) — never one the
+// client put before it, which the proxy passed through: the backend takes
+// the answer for whether its client used TLS.
+func TestForwardedProtoFromTheTrustedHop(t *testing.T) {
+	for _, mode := range []string{config.HeaderXForwardedFor, config.HeaderForwarded} {
+		e := startEnv(t, func(c *config.Config) {
+			c.ClientIP.TrustedProxies = []config.Prefix{{Prefix: mustPrefix("127.0.0.0/8")}}
+			c.ClientIP.Header = mode
+		})
+		for _, tc := range []struct {
+			name      string
+			forwarded []string
+			proto     []string
+			want      string
+		}{
+			{"one value", nil, []string{"https"}, map[string]string{config.HeaderXForwardedFor: "https", config.HeaderForwarded: "http"}[mode]},
+			{"appended line", nil, []string{"https", "http"}, "http"},
+			{"appended entry", nil, []string{"https, http"}, "http"},
+			{"not a scheme", nil, []string{"gopher"}, "http"},
+			{"proxy's element", []string{"for=198.51.100.7;proto=https"}, []string{"http"},
+				map[string]string{config.HeaderXForwardedFor: "http", config.HeaderForwarded: "https"}[mode]},
+			{"client's element before the proxy's", []string{"for=203.0.113.66;proto=https, for=198.51.100.7"}, nil, "http"},
+			{"client's proto beside the proxy's element", []string{"for=198.51.100.7;proto=http"}, []string{"https"},
+				map[string]string{config.HeaderXForwardedFor: "https", config.HeaderForwarded: "http"}[mode]},
+		} {
+			t.Run(mode+"/"+tc.name, func(t *testing.T) {
+				req, _ := http.NewRequest("GET", e.url+"/api/v1/mkt/markets/", nil)
+				req.Header["Forwarded"] = tc.forwarded
+				req.Header["X-Forwarded-Proto"] = tc.proto
+				res, err := http.DefaultClient.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				res.Body.Close()
+				if got := e.backend.last(t).Header.Values("X-Forwarded-Proto"); len(got) != 1 || got[0] != tc.want {
+					t.Errorf("backend's X-Forwarded-Proto %q, want %q", got, tc.want)
+				}
+			})
+		}
+	}
+}

@@ -480,10 +480,10 @@ func (g *Gateway) rewrite(pr *httputil.ProxyRequest) {
 		proto = forwardedHTTPS
 	}
 	if p.trusted {
-		switch pr.In.Header.Get("X-Forwarded-Proto") {
-		case "http":
+		switch v := g.trustedProto(pr.In.Header); {
+		case asciiEqualFold(v, "http"):
 			proto = forwardedHTTP
-		case "https":
+		case asciiEqualFold(v, "https"):
 			proto = forwardedHTTPS
 		}
 	}
