@@ -415,22 +415,7 @@ func (l *Controller) observe(now time.Time, rtt time.Duration) {
 	default:
 		next += math.Sqrt(float64(l.limit))
 	}
-	switch {
-	case idle && 3*peak < l.limit:
-		// All but idle: the limit comes down towards three times what
-		// the window used. A surge
-		// after a quiet spell then meets a limit near what the backend
-		// was last seen to carry, not the initial guess or one learnt
-		// long ago, which would let the whole surge in at once before
-		// the first window could close; slow start finds the capacity
-		// again within a second. Busier traffic keeps its limit: the
-		// requests of a fast backend hold their slots for microseconds,
-		// and a burst of them, all in flight at once when the machine
-		// stalls, would otherwise meet a limit sized to that.
-		next = min(next, float64(3*peak))
-	case 2*peak < l.limit:
-		next = min(next, float64(l.limit)) // not using half of it: no reason to grow
-	}
+	next = l.used(next, peak, idle)
 	if next < float64(l.limit) {
 		// Down by a fifth of the step per window (Gradient2's smoothing):
 		// one slow window (a pause, a slow query) costs at most a tenth
@@ -443,6 +428,36 @@ func (l *Controller) observe(now time.Time, rtt time.Duration) {
 		l.startProbe(now, peak)
 	}
 	l.publish()
+}
+
+// used bounds the next limit by what the closed window used of the
+// limit: peak, its most in flight; idle, whether it was all but idle.
+// l.mu is held.
+func (l *Controller) used(next float64, peak int, idle bool) float64 {
+	switch {
+	case idle && 3*peak < l.limit:
+		// All but idle: the limit comes down towards three times what
+		// the window used. A surge
+		// after a quiet spell then meets a limit near what the backend
+		// was last seen to carry, not the initial guess or one learnt
+		// long ago, which would let the whole surge in at once before
+		// the first window could close; slow start finds the capacity
+		// again within a second. Busier traffic keeps its limit: the
+		// requests of a fast backend hold their slots for microseconds,
+		// and a burst of them, all in flight at once when the machine
+		// stalls, would otherwise meet a limit sized to that.
+		return min(next, float64(3*peak))
+	case 2*peak < l.limit:
+		// Not using half of it: no reason to grow, and none to shrink.
+		// The window's latency came with a concurrency the limit did not
+		// hold back, so a lower limit would not have lowered it. Shrunk
+		// at every slow window, the limit of light traffic on a busy
+		// machine would come down a step at each of the machine's
+		// stalls and never grow back, until a stall's burst met it and
+		// was queued and shed at a backend far from full.
+		return float64(l.limit)
+	}
+	return next
 }
 
 // startProbe holds the limit at half its value (not below Min) until one
