@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"go.uber.org/zap"
@@ -378,8 +379,10 @@ func (g *Gateway) settleFailed(st *requestState, err error) {
 // reuse the identifier. A 5xx says nothing certain about the order (the
 // backend may have failed after placing it), so, like a timeout, it is
 // recorded as an unknown outcome and never sent twice. A 2xx body longer
-// than idempotency.max_response_bytes, or one that cannot be read to its
-// end, is recorded as an unknown outcome too.
+// than idempotency.max_response_bytes, one that cannot be read to its
+// end, or one in a content coding (encoded: the backend compressed it
+// although its request accepted none, identityEncoded) is recorded as an
+// unknown outcome too.
 //
 // The body (up to idempotency.max_response_bytes) is read before anything
 // is written to the client, whatever the status: a body the backend
@@ -400,7 +403,7 @@ func (g *Gateway) recordResponse(st *requestState, res *http.Response) error {
 	case res.StatusCode >= 300:
 		g.metrics.Idempotency(metrics.IdempotencyReleased)
 		g.settle(st, settleRelease, idempotency.Record{})
-	case readErr != nil || len(b) > g.idemMaxResp:
+	case readErr != nil || len(b) > g.idemMaxResp || encoded(res.Header):
 		g.settle(st, settleUnknown, idempotency.Record{})
 	default:
 		g.settle(st, settleComplete, idempotency.Record{Status: res.StatusCode, ContentType: res.Header.Get("Content-Type"), Body: b})
@@ -409,6 +412,34 @@ func (g *Gateway) recordResponse(st *requestState, res *http.Response) error {
 		return brokenAnswer{readErr}
 	}
 	return nil
+}
+
+// identityEncoded drops from h, the header of an order the request's
+// claim is held for, the Accept-Encoding its client sent (net/http's
+// clients, Python's requests and browsers send gzip unasked), so that the
+// backend answers the order in the identity encoding: the answer
+// recorded for the order's identifiers is replayed to any retry of its
+// account, with its status and Content-Type alone (idempotency.Record),
+// and a gzipped body recorded would reach the retry as bytes it cannot
+// read, whatever encodings the retry accepts. Only an order placed under
+// a claim loses compression; its answer is short.
+func (c *claimState) identityEncoded(h http.Header) {
+	if c.phase == claimHeld {
+		delete(h, "Accept-Encoding")
+	}
+}
+
+// encoded reports whether h, a response header, names a content coding
+// other than identity: a body duplicate protection cannot replay, for
+// its record keeps no Content-Encoding, nor could a retry be sure to
+// accept it.
+func encoded(h http.Header) bool {
+	for _, v := range h["Content-Encoding"] {
+		if v != "" && !asciiEqualFold(strings.TrimSpace(v), "identity") {
+			return true
+		}
+	}
+	return false
 }
 
 // readAnswer reads r, an order's response body, up to max+1 bytes: more

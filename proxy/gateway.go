@@ -450,6 +450,7 @@ func (g *Gateway) rewrite(pr *httputil.ProxyRequest) {
 	st, _ := pr.In.Context().Value(stateKey{}).(*requestState)
 	if st != nil {
 		st.setBackendHeaders(out.Header)
+		st.claim.identityEncoded(out.Header)
 	}
 	// What httputil.ProxyRequest.SetXForwarded sets, from the
 	// connection's peer worked out once per connection, with shared
