@@ -5,6 +5,7 @@ import (
 	"compress/gzip"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -66,7 +67,7 @@ func readDecoded(t *testing.T, res *http.Response) string {
 // replay its client cannot read.
 func TestReplayedOrderAnswerIsReadable(t *testing.T) {
 	const answer = `{"id":7,"state":"active"}`
-	for _, tc := range []struct {
+	cases := []struct {
 		name          string
 		always        bool   // the backend compresses whatever the request accepts
 		first, retry  string // the Accept-Encoding of the order and of its retry
@@ -80,41 +81,45 @@ func TestReplayedOrderAnswerIsReadable(t *testing.T) {
 		{name: "bulk, gzip, retried without", first: "gzip", retry: "identity", bulk: true, wantReplay: true},
 		{name: "backend always compresses", always: true, first: "", retry: "", wantRetryCode: "outcome_unknown"},
 		{name: "bulk, backend always compresses", always: true, first: "gzip", retry: "gzip", bulk: true, wantRetryCode: "outcome_unknown"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			var placements atomic.Int64
-			be := gzipBackend(tc.always, answer)
-			e := startOrders(t, func(w http.ResponseWriter, r *http.Request) {
-				placements.Add(1)
-				be(w, r)
+	}
+	for _, m := range claimModes(t) {
+		for i, tc := range cases {
+			t.Run(m.name+"/"+tc.name, func(t *testing.T) {
+				var placements atomic.Int64
+				be := gzipBackend(tc.always, answer)
+				e := startOrdersWith(t, func(w http.ResponseWriter, r *http.Request) {
+					placements.Add(1)
+					be(w, r)
+				}, nil, m.lim, nil, m.idem)
+				id := m.name + strconv.Itoa(i) // one Redis serves every case
+				send := func(enc string) *http.Response {
+					h := []string{"Accept-Encoding", enc}
+					if enc == "" {
+						h = nil
+					}
+					if tc.bulk {
+						return postBulk(t, e, "["+bulkOrder(0, id)+"]", h...)
+					}
+					return postOrder(t, e, bulkOrder(0, id), h...)
+				}
+				res := send(tc.first)
+				if got := readDecoded(t, res); res.StatusCode != http.StatusCreated || got != answer {
+					t.Fatalf("order: %d %q, want 201 %s", res.StatusCode, got, answer)
+				}
+				res = send(tc.retry)
+				replayed := res.Header.Get(idempotency.ReplayedHeader) == "true"
+				got := readDecoded(t, res)
+				switch {
+				case tc.wantReplay && (res.StatusCode != http.StatusCreated || !replayed || got != answer):
+					t.Errorf("retry: %d replayed %v, Content-Encoding %q, body %q; want the recorded 201 %s",
+						res.StatusCode, replayed, res.Header.Get("Content-Encoding"), got, answer)
+				case !tc.wantReplay && (res.StatusCode != http.StatusConflict || !strings.Contains(got, `"code":"`+tc.wantRetryCode+`"`)):
+					t.Errorf("retry: %d %q, want 409 %s", res.StatusCode, got, tc.wantRetryCode)
+				}
+				if n := placements.Load(); n != 1 {
+					t.Errorf("backend placed %d orders, want 1", n)
+				}
 			})
-			send := func(enc string) *http.Response {
-				h := []string{"Accept-Encoding", enc}
-				if enc == "" {
-					h = nil
-				}
-				if tc.bulk {
-					return postBulk(t, e, "["+bulkOrder(0, "enc")+"]", h...)
-				}
-				return postOrder(t, e, bulkOrder(0, "enc"), h...)
-			}
-			res := send(tc.first)
-			if got := readDecoded(t, res); res.StatusCode != http.StatusCreated || got != answer {
-				t.Fatalf("order: %d %q, want 201 %s", res.StatusCode, got, answer)
-			}
-			res = send(tc.retry)
-			replayed := res.Header.Get(idempotency.ReplayedHeader) == "true"
-			got := readDecoded(t, res)
-			switch {
-			case tc.wantReplay && (res.StatusCode != http.StatusCreated || !replayed || got != answer):
-				t.Errorf("retry: %d replayed %v, Content-Encoding %q, body %q; want the recorded 201 %s",
-					res.StatusCode, replayed, res.Header.Get("Content-Encoding"), got, answer)
-			case !tc.wantReplay && (res.StatusCode != http.StatusConflict || !strings.Contains(got, `"code":"`+tc.wantRetryCode+`"`)):
-				t.Errorf("retry: %d %q, want 409 %s", res.StatusCode, got, tc.wantRetryCode)
-			}
-			if n := placements.Load(); n != 1 {
-				t.Errorf("backend placed %d orders, want 1", n)
-			}
-		})
+		}
 	}
 }
