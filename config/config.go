@@ -170,6 +170,8 @@ func (c *Config) normalise() {
 	c.Idempotency.Store = cmp.Or(c.Idempotency.Store, c.Idempotency.Backend)
 	da := &c.Idempotency.DuplicateAnswers
 	da.Burst = normalBurst(da.Burst, da.Rate)
+	lr := &c.Log.RefusalsPerClient
+	lr.Burst = normalBurst(lr.Burst, lr.Rate)
 }
 
 // checkTopLevel checks the keys of the document's root that belong to no

@@ -1,5 +1,7 @@
 package config
 
+import "time"
+
 // Log configures logging.
 type Log struct {
 	// Level is debug, info, warn or error. Default "info".
@@ -8,6 +10,22 @@ type Log struct {
 	Access bool `yaml:"access"`
 	// Sampling thins out repeated log lines.
 	Sampling Sampling `yaml:"sampling"`
+	// RefusalsPerClient is each client's share of the access log's lines
+	// of refusals exgate answers itself before a request reaches the
+	// backend (docs/pools.md): past it, the client's such lines are
+	// counted, not written, and summed up in one line per client every
+	// ten seconds. Default 20/1s, burst 200.
+	RefusalsPerClient RefusalShare `yaml:"refusals_per_client"`
+}
+
+// RefusalShare is a client's share of refusal lines: Rate per period,
+// Burst at once, per client (an account, else an address).
+type RefusalShare struct {
+	// Rate is how many refusal lines a client may write per period; ""
+	// turns the share off (every line written). Default 20/1s.
+	Rate Rate `yaml:"rate"`
+	// Burst is how many may come at once; 0 means Rate's N. Default 200.
+	Burst int `yaml:"burst"`
 }
 
 // Sampling keeps, of the lines with the same level and message in each
@@ -23,8 +41,12 @@ type Sampling struct {
 }
 
 // DefaultLog returns the logging defaults: info and above, with the
-// access log, unsampled.
-func DefaultLog() Log { return Log{Level: "info", Access: true} }
+// access log, unsampled, each client's refusal lines shared at 20 a
+// second, 200 at once.
+func DefaultLog() Log {
+	return Log{Level: "info", Access: true,
+		RefusalsPerClient: RefusalShare{Rate: Rate{N: 20, Period: time.Second}, Burst: 200}}
+}
 
 // check reports problems in the log section at p.
 func (l *Log) check(col *collector, p path) {
@@ -35,5 +57,12 @@ func (l *Log) check(col *collector, p path) {
 	}
 	if l.Sampling.Thereafter < 0 {
 		col.addf(sp.key("thereafter"), "must not be negative, got %d", l.Sampling.Thereafter)
+	}
+	rp := p.key("refusals_per_client")
+	if rs := l.RefusalsPerClient; !rs.Rate.IsZero() {
+		checkRate(col, rp.key("rate"), rs.Rate)
+		if rs.Burst < 0 {
+			col.addf(rp.key("burst"), "must not be negative (0: the rate's N), got %d", rs.Burst)
+		}
 	}
 }

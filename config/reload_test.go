@@ -78,6 +78,8 @@ var reloadModes = map[string]string{
 	"listen":                                        ReloadRestart,
 	"log.access":                                    ReloadRestart,
 	"log.level":                                     ReloadRestart,
+	"log.refusals_per_client.burst":                 ReloadRestart,
+	"log.refusals_per_client.rate":                  ReloadRestart,
 	"log.sampling.initial":                          ReloadRestart,
 	"log.sampling.thereafter":                       ReloadRestart,
 	"reload_interval":                               ReloadRestart,

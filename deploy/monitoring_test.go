@@ -330,6 +330,7 @@ func gathered(t *testing.T) []*dto.MetricFamily {
 	m.ConfigReload(true)
 	m.AuthFailure("expired")
 	m.AuthFailureCached("bad_signature")
+	m.LogRefusalSuppressed("token_not_valid")
 	m.JWKSFetch(true)
 	m.Overload("list_tickers", "market_data").Shed()
 	m.Overload("list_tickers", "market_data").Queued(time.Millisecond)

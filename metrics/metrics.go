@@ -66,6 +66,7 @@ const (
 	NameJWKSFetches       = "exgate_jwks_fetches_total"
 	NameAuthCached        = "exgate_auth_failures_cached_total"
 	NameBodyBudget        = "exgate_body_budget_refusals_total"
+	NameLogSuppressed     = "exgate_log_refusals_suppressed_total"
 )
 
 // RequestBuckets returns the bucket bounds, in seconds, of the request and
@@ -159,6 +160,8 @@ type Metrics struct {
 	catalogueAge     prometheus.GaugeFunc
 	inflight         prometheus.Gauge
 	bodyBudget       prometheus.Counter
+	logSuppressed    *prometheus.CounterVec
+	logCodes         boundedLabel
 	reloads          *prometheus.CounterVec
 	adminResets      prometheus.Counter
 	buildInfo        *prometheus.GaugeVec
@@ -330,6 +333,11 @@ func (m *Metrics) newOrderCollectors() {
 		Name: NameBodyBudget,
 		Help: "Requests refused with 503 server_busy because their client's share of server.max_buffered_bytes was full (a client may hold at most as many bytes as are left free).",
 	})
+	m.logSuppressed = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: NameLogSuppressed,
+		Help: "Access log lines of refusals exgate answered itself not written because their client was past its share of them (log.refusals_per_client), by code; each such client's are summed up in a line every 10 s.",
+	}, []string{"code"})
+	m.logCodes = boundedLabel{vec: m.logSuppressed, m: map[string]prometheus.Counter{}}
 	m.catalogueAge = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: NameCatalogueAge,
 		Help: "Seconds since the market catalogue was last loaded from the backend; -1 until the first load.",
@@ -392,7 +400,7 @@ func (m *Metrics) own() []prometheus.Collector {
 		m.requests, m.requestDuration, m.upstreamDuration, m.upstreamErrors,
 		m.decisions, m.storeErrors, m.storeDuration, m.fallback,
 		m.validation, m.idempotency, m.inflight,
-		m.reloads, m.adminResets, m.buildInfo, m.replicaInfo, m.authFailures, m.authCachedVec, m.jwksFetches, m.bodyBudget,
+		m.reloads, m.adminResets, m.buildInfo, m.replicaInfo, m.authFailures, m.authCachedVec, m.jwksFetches, m.bodyBudget, m.logSuppressed,
 		m.fleet,
 	}, append(m.overload.all(), m.bodyBudgetGauges.gauges...)...)
 }
@@ -499,6 +507,16 @@ func (m *Metrics) BodyBudgetExhausted() {
 		return
 	}
 	m.bodyBudget.Inc()
+}
+
+// LogRefusalSuppressed counts one access log line of a refusal with the
+// given code ("" counts as other) not written because its client was past
+// its share of such lines. On a nil *Metrics it does nothing.
+func (m *Metrics) LogRefusalSuppressed(code string) {
+	if m == nil {
+		return
+	}
+	m.logCodes.counter(code).Inc()
 }
 
 // ValidationRejected counts one order refused by validation with the given

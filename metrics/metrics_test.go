@@ -56,6 +56,7 @@ func exercise(m *Metrics) {
 	m.ConfigReload(true)
 	m.AuthFailure("expired")
 	m.AuthFailureCached("bad_signature")
+	m.LogRefusalSuppressed("token_not_valid")
 	m.JWKSFetch(true)
 	m.SetReplica("exgate-0")
 	o := m.Overload("list_tickers", "market_data")
@@ -110,7 +111,7 @@ func TestNamesFromDescriptors(t *testing.T) {
 		NameRequests, NameRequestDuration, NameUpstreamDuration, NameUpstreamErrors,
 		NameRateLimitDecision, NameStoreErrors, NameStoreDuration, NameFallback,
 		NameValidation, NameIdempotency, NameCatalogueAge, NameInflight,
-		NameConfigReloads, NameAdminResets, NameBuildInfo, NameReplicaInfo, NameBodyBudget, NameAuthCached,
+		NameConfigReloads, NameAdminResets, NameBuildInfo, NameReplicaInfo, NameBodyBudget, NameAuthCached, NameLogSuppressed,
 		NameOverloadShed, NameOverloadQueue, NameOverloadLimit, NameOverloadInFlight, NameOverloadWaiting, NameOverloadMinRTT,
 		NameBodyBuffered, NameBodyBufferedClients, NameOverloadClients,
 		NameUpstreamAvailable, NameUpstreamPanic, NameUpstreamFailover, NameUpstreamInstances, NameUpstreamInstanceActive,
@@ -130,8 +131,8 @@ func TestNamesFromDescriptors(t *testing.T) {
 			t.Errorf("Names() lists %s; want base names", n)
 		}
 	}
-	if exgate != 38 {
-		t.Errorf("Names() lists %d exgate_ families, want 38", exgate)
+	if exgate != 39 {
+		t.Errorf("Names() lists %d exgate_ families, want 39", exgate)
 	}
 }
 

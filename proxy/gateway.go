@@ -6,6 +6,7 @@
 package proxy
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"net/http"
@@ -25,6 +26,7 @@ import (
 	"github.com/exgate/exgate/config"
 	"github.com/exgate/exgate/idempotency"
 	"github.com/exgate/exgate/identity"
+	"github.com/exgate/exgate/internal/logshare"
 	"github.com/exgate/exgate/limiter"
 	"github.com/exgate/exgate/metrics"
 	"github.com/exgate/exgate/overload"
@@ -118,7 +120,8 @@ type Gateway struct {
 	forwarded     bool   // client_ip.header is "forwarded"
 	clientHeader  string // the canonical name of client_ip.header
 	log           *zap.Logger
-	evidence      *zap.Logger // the access log lines sampling must keep
+	evidence      *zap.Logger     // the access log lines sampling must keep
+	logShare      *logshare.Share // each client's share of the refusal lines (log.refusals_per_client), nil when off
 	access        bool
 	now           func() time.Time
 	monotonic     bool // now is time.Now: a request's later times are read as time elapsed (nowSince)
@@ -173,6 +176,12 @@ func New(cfg *config.Config, opts Options) (*Gateway, error) {
 	g.evidence = opts.Evidence
 	if g.evidence == nil {
 		g.evidence = g.log
+	}
+	if rs := cfg.Log.RefusalsPerClient; g.access {
+		g.logShare = logshare.New(logshare.Options{
+			Rate: rs.Rate.N, Period: rs.Rate.Period, Burst: int64(cmp.Or(rs.Burst, int(rs.Rate.N))),
+			Log: g.evidence, Suppressed: g.metrics.LogRefusalSuppressed,
+		})
 	}
 	if g.now == nil {
 		g.now, g.monotonic = time.Now, true
@@ -435,6 +444,14 @@ type traceState struct {
 // backend, 499 included.
 func (st *requestState) evidence() bool {
 	return st.rw.status >= 400 || st.code != "" || st.route != nil && st.route.evidence
+}
+
+// ownRefusal reports whether the request was refused by exgate before it
+// went to the backend: its access log line is charged to its client's
+// share of such lines (log.refusals_per_client). The line of a request
+// that went to the backend, whatever its status, never is.
+func (st *requestState) ownRefusal() bool {
+	return st.upStart.IsZero() && (st.code != "" || st.rw.status >= 400)
 }
 
 // rewrite turns the inbound request into the outbound one. The inbound URL
@@ -818,7 +835,7 @@ func (g *Gateway) logAccess(st *requestState, r *http.Request, done time.Time, e
 		lg = g.evidence
 	}
 	ce := lg.Check(zapcore.InfoLevel, "request")
-	if ce == nil {
+	if ce == nil || g.logShare != nil && st.ownRefusal() && !g.withinLogShare(st, r, done) {
 		return
 	}
 	route := "default"

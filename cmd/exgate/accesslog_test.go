@@ -12,13 +12,15 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/exgate/exgate/internal/logshare"
 	"github.com/exgate/exgate/internal/redistest"
 	"github.com/exgate/exgate/sim"
 )
 
 // samplingConfig is TestAccessLogSamplingBinary's configuration: listen
 // and admin addresses, backend. Sampling keeps 5 lines of a message a
-// second, then one in a thousand.
+// second, then one in a thousand; the address's share of refusal lines
+// is its first 300.
 const samplingConfig = `
 listen: %q
 admin_listen: %q
@@ -26,13 +28,16 @@ upstream: { url: %q }
 server: { drain_delay: 0s }
 reload_interval: 0s
 replica: exgate-7
-log: { sampling: { initial: 5, thereafter: 1000 } }
+log: { sampling: { initial: 5, thereafter: 1000 }, refusals_per_client: { rate: 1/1h, burst: 300 } }
 `
 
 // TestAccessLogSamplingBinary runs the real binary with log sampling and
 // sends it refused orders, cancels and market reads in a burst: every
 // order and cancel has its access log line (the evidence of a 401 or a
-// 429 must not thin out under load), the reads are sampled; every line
+// 429 must not thin out under load) up to the address's share of refusal
+// lines (the 401s of its orders), and those past it are counted in the
+// summary written at shutdown, by status and code; the cancels reached
+// the backend and are all written; the reads are sampled; every line
 // names the protocol and the client's user agent, and every line of the
 // process the replica; after SIGTERM the last line says the process
 // stopped, with its exit code and why.
@@ -67,6 +72,7 @@ func TestAccessLogSamplingBinary(t *testing.T) {
 	logs.wait(t, "exgate stopped", 0)
 
 	count := map[string]int{}
+	var notWritten float64
 	var last map[string]any
 	logs.mu.Lock()
 	defer logs.mu.Unlock()
@@ -79,6 +85,12 @@ func TestAccessLogSamplingBinary(t *testing.T) {
 		if f["replica"] != "exgate-7" {
 			t.Errorf("a line without the replica's name: %s", line)
 		}
+		if f["msg"] == logshare.SummaryMessage {
+			if f["client"] != "127.0.0.1" {
+				t.Errorf("a summary without its client: %s", line)
+			}
+			notWritten += f["lines_not_written"].(float64)
+		}
 		if f["msg"] != "request" {
 			continue
 		}
@@ -90,8 +102,11 @@ func TestAccessLogSamplingBinary(t *testing.T) {
 			t.Errorf("a 401 without its reason: %s", line)
 		}
 	}
-	if count["place_order"] != orders || count["cancel_order"] != cancels || count["list_markets"] >= reads {
-		t.Errorf("access log lines by route: %v; want every one of %d orders and %d cancels, fewer than the %d reads", count, orders, cancels, reads)
+	if count["place_order"] != 300 || count["cancel_order"] != cancels || count["list_markets"] >= reads {
+		t.Errorf("access log lines by route: %v; want the first 300 of %d orders, every one of %d cancels (the backend answered them), fewer than the %d reads", count, orders, cancels, reads)
+	}
+	if notWritten != orders-300 {
+		t.Errorf("summaries count %v refusal lines not written, want %d", notWritten, orders-300)
 	}
 	if last["msg"] != "exgate stopped" || last["exit_code"] != 0.0 || !strings.Contains(fmt.Sprint(last["reason"]), "terminated") {
 		t.Errorf("the last line: %v, want exgate stopped with exit code 0 and the signal", last)

@@ -499,6 +499,7 @@ func (a *app) shutdown() error {
 		_ = a.backend.Shutdown(ctx)
 	}
 	a.gw.CloseIdleConnections()
+	a.gw.FlushLogShare() // the refusal lines not written since the last summary
 	if a.stopTLS != nil {
 		a.stopTLS()
 	}

@@ -1,0 +1,65 @@
+package proxy
+
+import (
+	"net/http"
+	"net/netip"
+	"time"
+
+	"github.com/exgate/exgate/limiter"
+	"github.com/exgate/exgate/share"
+)
+
+// withinLogShare charges the access log line of a request exgate refused
+// itself (ownRefusal) to its client's share of such lines
+// (log.refusals_per_client, docs/pools.md) and reports whether it is
+// within it. A line past it is counted, not written: the share writes a
+// summary of the client's lines not written every 10 s.
+func (g *Gateway) withinLogShare(st *requestState, r *http.Request, now time.Time) bool {
+	k, addr := g.logClient(st, r)
+	if g.logShare.Allow(k, now) {
+		return true
+	}
+	account := ""
+	if a := st.caller.id.Account; a != "" {
+		account = a[:12] // as the access log writes it: an HMAC prefix, never the user id
+	}
+	g.logShare.Suppress(k, now, st.rw.status, st.code, addr, account)
+	return false
+}
+
+// logClient returns the request's client as the shared pools count it
+// (clientOf) and its address as the rate limits group it; for a request
+// refused before its address was derived (setClientAddress: a 400 of its
+// head, a 401 of its token), derived here from its connection's peer, as
+// setClientAddress derives it.
+func (g *Gateway) logClient(st *requestState, r *http.Request) (share.Key, netip.Addr) {
+	a := st.addr
+	if st.client == 0 || !a.IsValid() {
+		p := st.peer
+		if p == nil {
+			p = g.peerOf(r)
+		}
+		switch {
+		case !p.ok:
+		case !p.trusted:
+			a = p.addr
+		default:
+			a = clientAddr(p.addr, r.Header[g.clientHeader], g.forwarded, g.trusted)
+		}
+	}
+	if a.IsValid() {
+		a = limiter.AddrGroup(a, st.plan.v6Prefix)
+	}
+	if st.client != 0 {
+		return st.client, a
+	}
+	if acct := st.caller.id.Account; acct != "" {
+		return share.AccountKey(acct), a
+	}
+	return share.AddrKey(a), a
+}
+
+// FlushLogShare writes the summaries of the refusal lines not written
+// since the last ones (log.refusals_per_client); the process calls it at
+// shutdown, before its last line, so that none is lost.
+func (g *Gateway) FlushLogShare() { g.logShare.Flush() }

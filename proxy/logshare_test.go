@@ -1,0 +1,171 @@
+package proxy
+
+import (
+	"io"
+	"maps"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/exgate/exgate/config"
+	"github.com/exgate/exgate/internal/logshare"
+	"github.com/exgate/exgate/metrics"
+)
+
+// TestRefusalLinesShared: one address floods refusals exgate answers
+// itself (401s of orders without a token, 400s of invalid paths) while
+// another client places orders, cancels them and is refused (a 401, a
+// 400). Every line of the other client is written; the flooder's stop at
+// its burst, and the summary written at the flush counts the rest, by
+// status and code, as the metric does.
+func TestRefusalLinesShared(t *testing.T) {
+	const burst, flood = 10, 120
+	cfg := config.Default()
+	cfg.Upstream.URL = config.MustURL("http://backend.invalid:9000")
+	cfg.Log.RefusalsPerClient = config.RefusalShare{Rate: config.Rate{N: 1, Period: time.Hour}, Burst: burst}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	m, _ := metrics.New(reg, metrics.BuildInfo{})
+	core, logs := observer.New(zap.InfoLevel)
+	gw, err := New(cfg, Options{Transport: backendEcho{}, Metrics: m, Logger: zap.New(core)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	send := func(from, method, path string, header ...string) int {
+		var body *strings.Reader
+		if method == "POST" {
+			body = strings.NewReader(`{"symbol":"BTC_USDT"}`)
+		}
+		var req *http.Request
+		if body != nil {
+			req = httptest.NewRequest(method, path, body)
+		} else {
+			req = httptest.NewRequest(method, path, nil)
+		}
+		req.RemoteAddr = from + ":40000"
+		req.Header.Set("Content-Type", "application/json")
+		for i := 0; i+1 < len(header); i += 2 {
+			req.Header.Set(header[i], header[i+1])
+		}
+		rec := httptest.NewRecorder()
+		gw.ServeHTTP(rec, req)
+		return rec.Code
+	}
+	const flooder, victim = "192.0.2.66", "198.51.100.7"
+	victimWants := []struct {
+		method, path string
+		header       []string
+		status       int
+	}{
+		{"POST", "/api/v1/odr/orders/", []string{"Authorization", "Bearer victim-token"}, 201},
+		{"DELETE", "/api/v1/odr/orders/7/", []string{"Authorization", "Bearer victim-token"}, 201},
+		{"POST", "/api/v1/odr/orders/", nil, http.StatusUnauthorized},
+		{"GET", "/api/v1/%2F", nil, http.StatusBadRequest},
+	}
+	for i := range flood {
+		if i%2 == 0 {
+			if c := send(flooder, "POST", "/api/v1/odr/orders/"); c != http.StatusUnauthorized {
+				t.Fatalf("flooder's order without a token: %d", c)
+			}
+		} else if c := send(flooder, "GET", "/api/v1/%2F"); c != http.StatusBadRequest {
+			t.Fatalf("flooder's invalid path: %d", c)
+		}
+		if i%30 == 29 { // the victim's requests among the flood's
+			for _, v := range victimWants {
+				if c := send(victim, v.method, v.path, v.header...); c != v.status {
+					t.Fatalf("victim's %s %s: %d, want %d", v.method, v.path, c, v.status)
+				}
+			}
+		}
+	}
+	gw.FlushLogShare()
+
+	byClient := map[string]int{}
+	for _, e := range logs.FilterMessage("request").All() {
+		f := e.ContextMap()
+		who := strings.Split(f["peer"].(string), ":")[0]
+		byClient[who]++
+	}
+	if byClient[victim] != 4*len(victimWants) {
+		t.Errorf("%d lines of the victim, want every one of its %d", byClient[victim], 4*len(victimWants))
+	}
+	if byClient[flooder] != burst {
+		t.Errorf("%d lines of the flooder, want its burst, %d", byClient[flooder], burst)
+	}
+	sums := logs.FilterMessage(logshare.SummaryMessage).All()
+	if len(sums) != 1 {
+		t.Fatalf("%d summaries, want one, the flooder's", len(sums))
+	}
+	f := sums[0].ContextMap()
+	if f["client"] != flooder || f["lines_not_written"] != int64(flood-burst) {
+		t.Errorf("summary %v, want client %s and %d lines not written", f, flooder, flood-burst)
+	}
+	got := map[string]int64{}
+	for _, r := range f["by"].([]any) {
+		rf := r.(map[string]any)
+		got[rf["code"].(string)] += rf["lines"].(int64)
+	}
+	if got["not_authenticated"]+got["invalid_path"] != flood-burst || got["not_authenticated"] == 0 || got["invalid_path"] == 0 {
+		t.Errorf("summary by code %v, want the 401s and 400s past the burst", got)
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	counted := map[string]int64{}
+	for _, mf := range mfs {
+		if mf.GetName() != metrics.NameLogSuppressed {
+			continue
+		}
+		for _, s := range mf.GetMetric() {
+			counted[s.GetLabel()[0].GetValue()] = int64(s.GetCounter().GetValue())
+		}
+	}
+	if !maps.Equal(counted, got) {
+		t.Errorf("%s by code %v, want %v", metrics.NameLogSuppressed, counted, got)
+	}
+}
+
+// TestRefusalLineShareAllocations: a refusal line within its client's
+// share costs no allocation more than with the share off.
+func TestRefusalLineShareAllocations(t *testing.T) {
+	cfg := config.Default()
+	cfg.Upstream.URL = config.MustURL("http://127.0.0.1:1")
+	cfg.Log.RefusalsPerClient = config.RefusalShare{Rate: config.Rate{N: 1 << 30, Period: time.Second}, Burst: 1 << 30}
+	lg := zap.New(zapcore.NewCore(zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig()), zapcore.AddSync(io.Discard), zap.InfoLevel))
+	gw, err := New(cfg, Options{Transport: cannedTransport{}, Logger: lg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if gw.logShare == nil {
+		t.Fatal("the share is off")
+	}
+	req := onConnection(gw, httptest.NewRequest("GET", "/api/v1/%2F", nil))
+	w := &discardWriter{h: http.Header{}}
+	refused := func() {
+		clear(w.h)
+		req.URL.Path, req.URL.RawPath = "/api/v1//", "/api/v1/%2F"
+		gw.ServeHTTP(w, req)
+		if w.code != http.StatusBadRequest {
+			t.Fatalf("status %d, want 400", w.code)
+		}
+	}
+	refused()
+	shared := testing.AllocsPerRun(200, refused)
+	share := gw.logShare
+	gw.logShare = nil
+	unshared := testing.AllocsPerRun(200, refused)
+	gw.logShare = share
+	if shared > unshared {
+		t.Errorf("%v allocations per refusal within its share, %v with the share off", shared, unshared)
+	}
+}
