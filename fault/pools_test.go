@@ -76,6 +76,9 @@ type poolRow struct {
 	// overload, … sections. limiter and identity are lines under those
 	// sections, which the header writes.
 	config, limiter, identity string
+	// log turns the access log on (the table's header turns it off) and
+	// holds lines under the log section.
+	log string
 	// verify has accounts verified (identity.verify) although the
 	// attacker is an address without one.
 	verify bool
@@ -296,7 +299,7 @@ func (env *poolEnv) attackers(k attackerKind) *attack {
 // tokens, the default, unless they verify tokens on purpose.
 func (env *poolEnv) poolConfig(row poolRow) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "listen: \"127.0.0.1:0\"\nadmin_listen: \"127.0.0.1:0\"\nupstream:\n  url: %q\nlog:\n  access: false\n", env.backend)
+	fmt.Fprintf(&b, "listen: \"127.0.0.1:0\"\nadmin_listen: \"127.0.0.1:0\"\nupstream:\n  url: %q\nlog:\n  access: %t\n%s", env.backend, row.log != "", row.log)
 	fmt.Fprintf(&b, "limiter:\n  redis:\n    addrs: [%q]\n    timeout: 500ms\n%s", env.redis.Addr, row.limiter)
 	fmt.Fprintf(&b, "identity:\n  verify: %t\n%s", row.attacker != oneAddress || row.verify, row.identity)
 	b.WriteString(strings.NewReplacer("CERT_FILE", env.leaf.CertFile, "KEY_FILE", env.leaf.KeyFile).Replace(row.config))
