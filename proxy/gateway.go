@@ -447,11 +447,15 @@ func (st *requestState) evidence() bool {
 }
 
 // ownRefusal reports whether the request was refused by exgate before it
-// went to the backend: its access log line is charged to its client's
-// share of such lines (log.refusals_per_client). The line of a request
-// that went to the backend, whatever its status, never is.
+// went to the backend, and without its limits letting it through: its
+// access log line is charged to its client's share of such lines
+// (log.refusals_per_client). The line of a request that went to the
+// backend, whatever its status, never is, nor that of a request its
+// limits allowed (then answered by duplicate protection, shed, or
+// refused by validation), which the limits bound.
 func (st *requestState) ownRefusal() bool {
-	return st.upStart.IsZero() && (st.code != "" || st.rw.status >= 400)
+	return st.upStart.IsZero() && (st.code != "" || st.rw.status >= 400) &&
+		!(st.limitsDecided && st.decision.Allowed)
 }
 
 // rewrite turns the inbound request into the outbound one. The inbound URL
