@@ -299,7 +299,7 @@ func commandMicros(tb testing.TB, srv *redistest.Server, names ...string) float6
 //
 // With EXGATE_BENCH_REDIS set to an address, it sends its runs there and
 // reports nothing of Redis's: to count the instructions a decision costs
-// a redis-server run under callgrind (docs/performance.md, "Many keys:
+// a redis-server run under callgrind (docs/performance-history.md, "Many keys:
 // what Redis does per decision").
 func BenchmarkDecisionScript(b *testing.B) {
 	var srv *redistest.Server

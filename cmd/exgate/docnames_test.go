@@ -385,7 +385,7 @@ func TestDocsNameOnlyWhatExists(t *testing.T) {
 		t.Fatal(err)
 	}
 	alerts := string(rules)
-	// The measured prototypes' diffs (docs/performance.md) declare names
+	// The measured prototypes' diffs (docs/performance-history.md) declare names
 	// of their own.
 	diffs, err := filepath.Glob("../../bench/prototypes/*.diff")
 	if err != nil {

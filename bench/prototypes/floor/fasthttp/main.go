@@ -1,7 +1,7 @@
 // Command fasthttp is the floor of a proxy without net/http: fasthttp's
 // server and HostClient forwarding every request to one backend, setting
 // X-Forwarded-For and a fixed X-Request-Id. Measured next to exgate and
-// NGINX in docs/performance.md ("The floor of net/http"). It is its own
+// NGINX in docs/performance-history.md ("The floor of net/http"). It is its own
 // module so that exgate does not depend on fasthttp:
 //
 //	cd bench/prototypes/floor/fasthttp && go build -o /tmp/floor-fasthttp .

@@ -4,7 +4,7 @@
 // least a handler can do to forward a request with net/http's Transport,
 // tuned as exgate tunes it (upstream.NewTransport) — no routing, limits,
 // metrics, request ids or error shape. Measured next to exgate and NGINX in
-// docs/performance.md ("The floor of net/http").
+// docs/performance-history.md ("The floor of net/http").
 //
 //	go build -o /tmp/floor-nethttp bench/prototypes/floor/nethttp/main.go
 //	GOGC=400 /tmp/floor-nethttp 127.0.0.1:39999 http://BACKEND
