@@ -325,22 +325,8 @@ func TestGradientSettlesNearCapacity(t *testing.T) {
 func TestUnusedLimitComesDown(t *testing.T) {
 	clk := fakeclock.New(time.Unix(0, 0))
 	l := New(Options{Min: 4, Max: 1000, Initial: 100, MinSamples: 4, Now: clk.Now})
-	windows := func(windows, inFlight int, length time.Duration) {
-		for range windows {
-			for range inFlight {
-				l.Acquire(context.Background(), Cancel, 0)
-			}
-			for i := range 4 * inFlight {
-				if i == 4*inFlight-1 {
-					clk.Advance(length)
-				}
-				l.Release(0, Cancel, clk.Now(), 10*time.Millisecond, true)
-				l.Acquire(context.Background(), Cancel, 0)
-			}
-			for range inFlight {
-				l.Release(0, Cancel, clk.Now(), 10*time.Millisecond, false)
-			}
-		}
+	windows := func(n, inFlight int, length time.Duration) {
+		heldWindows(l, clk, n, inFlight, length, 10*time.Millisecond)
 	}
 	// Busy traffic that holds few slots at once (a fast backend) keeps
 	// its limit: a burst of it must not meet one sized to that.
@@ -397,23 +383,7 @@ func TestSlowWindowsShrinkOnlyAUsedLimit(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			clk := fakeclock.New(time.Unix(0, 0))
 			l := New(Options{Min: 4, Max: 1000, Initial: 100, MinSamples: 4, Now: clk.Now})
-			windows := func(n, inFlight int, rtt time.Duration) {
-				for range n {
-					for range inFlight {
-						l.Acquire(context.Background(), Cancel, 0)
-					}
-					for i := range 4 * inFlight {
-						if i == 4*inFlight-1 {
-							clk.Advance(100 * time.Millisecond)
-						}
-						l.Release(0, Cancel, clk.Now(), rtt, true)
-						l.Acquire(context.Background(), Cancel, 0)
-					}
-					for range inFlight {
-						l.Release(0, Cancel, clk.Now(), rtt, false)
-					}
-				}
-			}
+			windows := func(n, inFlight int, rtt time.Duration) { heldWindows(l, clk, n, inFlight, 100*time.Millisecond, rtt) }
 			windows(3, 3, time.Millisecond)               // the unloaded latency learnt, the limit kept
 			windows(10, tc.inFlight, 50*time.Millisecond) // slow windows, each over the tolerance
 			got := l.Limit()
@@ -529,3 +499,24 @@ func BenchmarkAdmit(b *testing.B) {
 // returns once it waits in l's queue, with the channel its result arrives
 // on.
 func queued(ctx context.Context, l *Controller, c Class) <-chan bool { return queuedFor(ctx, l, c, 0) }
+
+// heldWindows runs n of l's windows, each length long on clk, in which
+// inFlight requests are under way at once and each answers after rtt:
+// 4 × inFlight samples a window, the window's last moving the clock.
+func heldWindows(l *Controller, clk *fakeclock.Clock, n, inFlight int, length, rtt time.Duration) {
+	for range n {
+		for range inFlight {
+			l.Acquire(context.Background(), Cancel, 0)
+		}
+		for i := range 4 * inFlight {
+			if i == 4*inFlight-1 {
+				clk.Advance(length)
+			}
+			l.Release(0, Cancel, clk.Now(), rtt, true)
+			l.Acquire(context.Background(), Cancel, 0)
+		}
+		for range inFlight {
+			l.Release(0, Cancel, clk.Now(), rtt, false)
+		}
+	}
+}

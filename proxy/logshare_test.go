@@ -27,38 +27,9 @@ import (
 // status and code, as the metric does.
 func TestRefusalLinesShared(t *testing.T) {
 	const burst, flood = 10, 120
-	cfg := config.Default()
-	cfg.Upstream.URL = config.MustURL("http://backend.invalid:9000")
-	cfg.Log.RefusalsPerClient = config.RefusalShare{Rate: config.Rate{N: 1, Period: time.Hour}, Burst: burst}
-	if err := cfg.Validate(); err != nil {
-		t.Fatal(err)
-	}
-	reg := prometheus.NewRegistry()
-	m, _ := metrics.New(reg, metrics.BuildInfo{})
-	core, logs := observer.New(zap.InfoLevel)
-	gw, err := New(cfg, Options{Transport: backendEcho{}, Metrics: m, Logger: zap.New(core)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	gw, logs, reg := refusalShareGateway(t, burst)
 	send := func(from, method, path string, header ...string) int {
-		var body *strings.Reader
-		if method == "POST" {
-			body = strings.NewReader(`{"symbol":"BTC_USDT"}`)
-		}
-		var req *http.Request
-		if body != nil {
-			req = httptest.NewRequest(method, path, body)
-		} else {
-			req = httptest.NewRequest(method, path, nil)
-		}
-		req.RemoteAddr = from + ":40000"
-		req.Header.Set("Content-Type", "application/json")
-		for i := 0; i+1 < len(header); i += 2 {
-			req.Header.Set(header[i], header[i+1])
-		}
-		rec := httptest.NewRecorder()
-		gw.ServeHTTP(rec, req)
-		return rec.Code
+		return sendFrom(gw, from, method, path, header...)
 	}
 	const flooder, victim = "192.0.2.66", "198.51.100.7"
 	victimWants := []struct {
@@ -117,6 +88,55 @@ func TestRefusalLinesShared(t *testing.T) {
 	if got["not_authenticated"]+got["invalid_path"] != flood-burst || got["not_authenticated"] == 0 || got["invalid_path"] == 0 {
 		t.Errorf("summary by code %v, want the 401s and 400s past the burst", got)
 	}
+	if counted := suppressedByCode(t, reg); !maps.Equal(counted, got) {
+		t.Errorf("%s by code %v, want %v", metrics.NameLogSuppressed, counted, got)
+	}
+}
+
+// refusalShareGateway is a gateway whose clients each have burst refusal
+// lines (and one an hour after), with its access log and its metrics'
+// registry.
+func refusalShareGateway(t *testing.T, burst int) (*Gateway, *observer.ObservedLogs, *prometheus.Registry) {
+	t.Helper()
+	cfg := config.Default()
+	cfg.Upstream.URL = config.MustURL("http://backend.invalid:9000")
+	cfg.Log.RefusalsPerClient = config.RefusalShare{Rate: config.Rate{N: 1, Period: time.Hour}, Burst: burst}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	m, _ := metrics.New(reg, metrics.BuildInfo{})
+	core, logs := observer.New(zap.InfoLevel)
+	gw, err := New(cfg, Options{Transport: backendEcho{}, Metrics: m, Logger: zap.New(core)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return gw, logs, reg
+}
+
+// sendFrom sends gw a request from address from, with the header fields
+// header lists (name, value, …) and, for a POST, an order's JSON body,
+// and returns its status.
+func sendFrom(gw *Gateway, from, method, path string, header ...string) int {
+	var body io.Reader
+	if method == "POST" {
+		body = strings.NewReader(`{"symbol":"BTC_USDT"}`)
+	}
+	req := httptest.NewRequest(method, path, body)
+	req.RemoteAddr = from + ":40000"
+	req.Header.Set("Content-Type", "application/json")
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	rec := httptest.NewRecorder()
+	gw.ServeHTTP(rec, req)
+	return rec.Code
+}
+
+// suppressedByCode returns the refusal lines not written, by code, as
+// the metric counts them.
+func suppressedByCode(t *testing.T, reg *prometheus.Registry) map[string]int64 {
+	t.Helper()
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -130,9 +150,7 @@ func TestRefusalLinesShared(t *testing.T) {
 			counted[s.GetLabel()[0].GetValue()] = int64(s.GetCounter().GetValue())
 		}
 	}
-	if !maps.Equal(counted, got) {
-		t.Errorf("%s by code %v, want %v", metrics.NameLogSuppressed, counted, got)
-	}
+	return counted
 }
 
 // TestRefusalLineShareAllocations: a refusal line within its client's
