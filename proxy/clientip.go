@@ -401,14 +401,24 @@ func (g *Gateway) client(r *http.Request, p *peer) (netip.Addr, []string) {
 	if !p.ok {
 		return netip.Addr{}, nil
 	}
-	if !p.trusted {
-		return p.addr, p.realIP
-	}
-	a := clientAddr(p.addr, r.Header[g.clientHeader], g.forwarded, g.trusted)
+	a := g.clientAddrOf(r, p)
 	if a == p.addr {
 		return a, p.realIP
 	}
 	return a, []string{a.String()}
+}
+
+// clientAddrOf is client's address alone, allocating nothing: p's, or,
+// when p is a trusted proxy, the one read in client_ip.header; none when
+// p has none.
+func (g *Gateway) clientAddrOf(r *http.Request, p *peer) netip.Addr {
+	switch {
+	case !p.ok:
+		return netip.Addr{}
+	case !p.trusted:
+		return p.addr
+	}
+	return clientAddr(p.addr, r.Header[g.clientHeader], g.forwarded, g.trusted)
 }
 
 // trustedProto returns the scheme a trusted peer says its client used, as

@@ -39,24 +39,18 @@ func (g *Gateway) logClient(st *requestState, r *http.Request) (share.Key, netip
 		if p == nil {
 			p = g.peerOf(r)
 		}
-		switch {
-		case !p.ok:
-		case !p.trusted:
-			a = p.addr
-		default:
-			a = clientAddr(p.addr, r.Header[g.clientHeader], g.forwarded, g.trusted)
+		if p.ok {
+			a = g.clientAddrOf(r, p)
 		}
+	}
+	k := st.client
+	if k == 0 {
+		k = clientKey(st.caller.id.Account, a, st.plan)
 	}
 	if a.IsValid() {
 		a = limiter.AddrGroup(a, st.plan.v6Prefix)
 	}
-	if st.client != 0 {
-		return st.client, a
-	}
-	if acct := st.caller.id.Account; acct != "" {
-		return share.AccountKey(acct), a
-	}
-	return share.AddrKey(a), a
+	return k, a
 }
 
 // FlushLogShare writes the summaries of the refusal lines not written

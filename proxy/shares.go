@@ -13,12 +13,18 @@ import (
 // address grouped by client_ip.ipv6_prefix, as the rate limits group
 // it). The auth and client-address steps have run.
 func clientOf(st *requestState, pl *requestPlan) share.Key {
-	if a := st.caller.id.Account; a != "" {
-		return share.AccountKey(a)
+	return clientKey(st.caller.id.Account, st.addr, pl)
+}
+
+// clientKey is clientOf's key for a request of account (none: "") from
+// addr.
+func clientKey(account string, addr netip.Addr, pl *requestPlan) share.Key {
+	if account != "" {
+		return share.AccountKey(account)
 	}
 	var a netip.Addr
-	if st.addr.IsValid() {
-		a = limiter.AddrGroup(st.addr, pl.v6Prefix)
+	if addr.IsValid() {
+		a = limiter.AddrGroup(addr, pl.v6Prefix)
 	}
 	return share.AddrKey(a)
 }
