@@ -466,6 +466,7 @@ func (g *Gateway) rewrite(pr *httputil.ProxyRequest) {
 	closeAfterHead(out)
 	dropUpgrade(out)
 	dropExpect(out)
+	keepFromReplay(out)
 	keepInMemoryBody(pr)
 	dropRequestTrailers(out)
 	st, _ := pr.In.Context().Value(stateKey{}).(*requestState)

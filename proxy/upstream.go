@@ -72,6 +72,43 @@ func dropExpect(out *http.Request) {
 	delete(out.Header, "Expect")
 }
 
+// replayHeaders are the headers whose presence in a request's header map
+// net/http's Transport takes as leave to send the request again
+// (Request.isReplayable, golang.org/issue/19943): on a kept-alive
+// connection that fails after the request was written and before the
+// answer's first byte — a backend worker killed or recycled with the
+// request read — it resends a bodyless request carrying either one on a
+// new connection, whatever its method.
+// Each is listed with the lower-case name keepFromReplay sends it under.
+var replayHeaders = [...][2]string{
+	{"Idempotency-Key", "idempotency-key"},
+	{"X-Idempotency-Key", "x-idempotency-key"},
+}
+
+// keepFromReplay keeps net/http's Transport from sending out again, out,
+// a request that is not safe to repeat (any method but GET, HEAD, OPTIONS
+// and TRACE) and that carries a client's Idempotency-Key or
+// X-Idempotency-Key: exgate never sends a request that may have reached
+// the backend twice (fleetTransport, retryable), and a client's header
+// says nothing of what the backend does with a repeat (a cancel of all
+// orders sent again cancels the ones placed meanwhile). The header still
+// goes, under its lower-case name, which the Transport's check, an exact
+// look-up of the canonical name, does not find: HTTP/1 writes names as
+// they are in the map, HTTP/2 in lower case, and field names are
+// case-insensitive (RFC 9110 §5.1), so the backend reads the same field.
+func keepFromReplay(out *http.Request) {
+	switch out.Method {
+	case http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace:
+		return // safe: the Transport repeats them whatever their headers
+	}
+	for _, name := range replayHeaders {
+		if v, ok := out.Header[name[0]]; ok {
+			delete(out.Header, name[0])
+			out.Header[name[1]] = v
+		}
+	}
+}
+
 // forwardBody makes body, read whole and checked, the body of the request
 // forwarded to the backend, sent with its Content-Length. body becomes the
 // transport's: it must be the request's own buffer, never pooled or
