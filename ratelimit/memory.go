@@ -79,15 +79,28 @@ func (m *Memory) AllowLocal(key string, l Limit, n int64) Result {
 	if !l.valid(n) {
 		return never()
 	}
-	h := maphash.String(m.seed, key)
+	return m.AllowHash(maphash.String(m.seed, key), m.now(), l, n)
+}
+
+// AllowHash decides, as AllowLocal does, a request of cost n at now for
+// the key whose 64-bit hash is h: for a caller that keys its clients by
+// a seeded hash of its own (internal/logshare's share.Key), and so
+// allocates no string per decision. The hash's low bits choose the
+// shard, so it must be seeded, not chosen by clients; a Memory should
+// be given hashes only or string keys only, as a caller's hash may
+// equal the hash of one of its string keys.
+func (m *Memory) AllowHash(h uint64, now time.Time, l Limit, n int64) Result {
+	if !l.valid(n) {
+		return never()
+	}
 	s := &m.shards[h&(memShards-1)]
-	now := m.now().UnixNano()
+	at := now.UnixNano()
 	s.mu.Lock()
 	tat, ok := s.tats[h]
-	newTat, r := gcra(now, tat, l, n)
+	newTat, r := gcra(at, tat, l, n)
 	if newTat != 0 {
 		if !ok {
-			s.makeRoom(now, m.perMax)
+			s.makeRoom(at, m.perMax)
 		}
 		s.tats[h] = newTat
 	}

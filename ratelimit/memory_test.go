@@ -4,9 +4,68 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
+
+// TestAllowHash: a key given by its hash is decided as a string key is
+// (the same GCRA), and callers at one instant get exactly its burst
+// between them, whatever their number: decided under the shard's lock.
+func TestAllowHash(t *testing.T) {
+	l := Limit{Rate: 10, Period: time.Second, Burst: 5}
+	cases := []struct {
+		name string
+		at   []time.Duration // the instants of the calls, from the start
+		want int             // how many are allowed
+	}{
+		{"a burst of its depth", []time.Duration{0, 0, 0, 0, 0, 0, 0}, 5},
+		{"one back an interval later", []time.Duration{0, 0, 0, 0, 0, 0, 100 * time.Millisecond, 100 * time.Millisecond}, 6},
+		{"full again once refilled", []time.Duration{0, 0, 0, 0, 0, 0, time.Second, time.Second, time.Second, time.Second, time.Second, time.Second}, 10},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			clock := newFakeClock()
+			start := clock.Now()
+			m := NewMemory(MemoryOptions{Now: clock.Now})
+			byHash := NewMemory(MemoryOptions{})
+			got := 0
+			for i, at := range tc.at {
+				clock.Advance(start.Add(at).Sub(clock.Now()))
+				r := byHash.AllowHash(7, clock.Now(), l, 1)
+				if want := m.AllowLocal("k", l, 1); r != want {
+					t.Fatalf("call %d: AllowHash = %+v, AllowLocal = %+v", i, r, want)
+				}
+				if r.Allowed {
+					got++
+				}
+			}
+			if got != tc.want {
+				t.Fatalf("%d allowed, want %d", got, tc.want)
+			}
+		})
+	}
+	t.Run("concurrent callers", func(t *testing.T) {
+		m := NewMemory(MemoryOptions{})
+		now := time.Unix(1_800_000_000, 0)
+		var n atomic.Int64
+		var wg sync.WaitGroup
+		for range 8 {
+			wg.Go(func() {
+				for range 100 {
+					if m.AllowHash(7, now, l, 1).Allowed {
+						n.Add(1)
+					}
+				}
+			})
+		}
+		wg.Wait()
+		if n.Load() != l.Burst {
+			t.Fatalf("%d allowed at one instant, want the burst, %d", n.Load(), l.Burst)
+		}
+	})
+}
 
 func TestMemoryStaysBounded(t *testing.T) {
 	clock := newFakeClock()

@@ -77,34 +77,6 @@ func (e *Map[V]) Put(h uint64, v V, until, now int64) {
 	s.mu.Unlock()
 }
 
-// Advance moves the expiry of h to step past the later of its expiry and
-// now (now when h has none, or it has expired), unless that is more than
-// limit past now, and reports whether it moved it; an entry it makes
-// holds V's zero value. Decided under the shard's lock, it is a GCRA
-// bucket kept as its theoretical arrival time (internal/logshare): each
-// call takes step, the bucket holds limit, and the entry expires when
-// the bucket is full again.
-func (e *Map[V]) Advance(h uint64, now, step, limit int64) bool {
-	s := &e.shards[h&(shards-1)]
-	s.mu.Lock()
-	ent, ok := s.m[h]
-	tat := now
-	if ok && ent.until > now {
-		tat = ent.until
-	}
-	if tat+step-now > limit {
-		s.mu.Unlock()
-		return false
-	}
-	if !ok && len(s.m) >= e.perMax {
-		s.evict(now)
-	}
-	ent.until = tat + step
-	s.m[h] = ent
-	s.mu.Unlock()
-	return true
-}
-
 // Len returns the number of entries, expired ones included.
 func (e *Map[V]) Len() int {
 	n := 0

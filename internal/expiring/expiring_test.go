@@ -1,8 +1,6 @@
 package expiring
 
 import (
-	"sync"
-	"sync/atomic"
 	"testing"
 )
 
@@ -26,52 +24,4 @@ func TestMapExpiresAndStaysBounded(t *testing.T) {
 	if n := m.Len(); n > 640 {
 		t.Errorf("%d entries, want at most 640", n)
 	}
-}
-
-// TestAdvance: Advance is a GCRA bucket of limit/step calls, refilled one
-// call a step, decided under the lock: callers at one instant get
-// exactly its depth between them, whatever their number.
-func TestAdvance(t *testing.T) {
-	const step, limit = 10, 50 // a bucket of 5
-	cases := []struct {
-		name string
-		at   []int64 // the instants of the calls
-		want int     // how many are allowed
-	}{
-		{"a burst of its depth", []int64{0, 0, 0, 0, 0, 0, 0}, 5},
-		{"one back a step later", []int64{0, 0, 0, 0, 0, 0, 10, 10}, 6},
-		{"full again once expired", []int64{0, 0, 0, 0, 0, 1000, 1000, 1000, 1000, 1000, 1000}, 10},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			m := New[struct{}](100)
-			got := 0
-			for _, at := range tc.at {
-				if m.Advance(1, at, step, limit) {
-					got++
-				}
-			}
-			if got != tc.want {
-				t.Fatalf("%d allowed, want %d", got, tc.want)
-			}
-		})
-	}
-	t.Run("concurrent callers", func(t *testing.T) {
-		m := New[struct{}](100)
-		var n atomic.Int64
-		var wg sync.WaitGroup
-		for range 8 {
-			wg.Go(func() {
-				for range 100 {
-					if m.Advance(7, 0, step, limit) {
-						n.Add(1)
-					}
-				}
-			})
-		}
-		wg.Wait()
-		if n.Load() != 5 {
-			t.Fatalf("%d allowed at one instant, want the depth, 5", n.Load())
-		}
-	})
 }

@@ -18,7 +18,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
-	"github.com/exgate/exgate/internal/expiring"
+	"github.com/exgate/exgate/ratelimit"
 	"github.com/exgate/exgate/share"
 )
 
@@ -59,9 +59,8 @@ type Options struct {
 // Share is the clients' shares of the refusal lines. Its methods are safe
 // for concurrent use; a nil *Share allows every line.
 type Share struct {
-	cost  int64 // ns of the bucket one line takes: Period / Rate
-	depth int64 // ns of the bucket's depth: cost * Burst
-	tat   *expiring.Map[struct{}]
+	limit ratelimit.Limit   // Rate per Period, Burst
+	lines *ratelimit.Memory // each client's bucket, keyed by its share.Key
 	opts  Options
 
 	mu     sync.Mutex
@@ -79,24 +78,24 @@ func New(o Options) *Share {
 	if o.AfterFunc == nil {
 		o.AfterFunc = func(d time.Duration, f func()) { time.AfterFunc(d, f) }
 	}
-	cost := max(int64(o.Period)/o.Rate, 1)
 	return &Share{
-		cost: cost, depth: cost * o.Burst,
-		tat:  expiring.New[struct{}](MaxClients),
-		opts: o,
-		over: make(map[share.Key]*tally),
+		limit: ratelimit.Limit{Rate: o.Rate, Period: o.Period, Burst: o.Burst},
+		lines: ratelimit.NewMemory(ratelimit.MemoryOptions{MaxKeys: MaxClients}),
+		opts:  o,
+		over:  make(map[share.Key]*tally),
 	}
 }
 
 // Allow charges client k one line at now and reports whether it is
-// within its share. The bucket is kept as its theoretical arrival time
-// (GCRA, expiring.Map.Advance): the instant it would be full again,
-// which is also when its entry expires.
+// within its share. The bucket is the rate limiter's own GCRA, in a
+// ratelimit.Memory keyed by k (Memory.AllowHash): the same arithmetic
+// as every limit, a refused line takes nothing, and a client is
+// forgotten once its bucket is full again.
 func (s *Share) Allow(k share.Key, now time.Time) bool {
 	if s == nil {
 		return true
 	}
-	return s.tat.Advance(uint64(k), now.UnixNano(), s.cost, s.depth)
+	return s.lines.AllowHash(uint64(k), now, s.limit, 1).Allowed
 }
 
 // reason is what a line not written was: its status and code.

@@ -9,6 +9,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/exgate/exgate/internal/fakeclock"
+	"github.com/exgate/exgate/ratelimit"
 	"github.com/exgate/exgate/share"
 )
 
@@ -192,5 +193,37 @@ func BenchmarkAllow(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		s.Allow(k, now)
+	}
+}
+
+// TestAllowIsTheRateLimitersGCRA: a client's share of the lines is
+// decided as a limit of the rate limiter is (ratelimit.Memory, the same
+// GCRA as Redis), line for line, including a rate that does not divide
+// its period, where the interval of one line is rounded up: never more
+// lines than the rate.
+func TestAllowIsTheRateLimitersGCRA(t *testing.T) {
+	k := share.AddrKey(netip.MustParseAddr("192.0.2.9"))
+	cases := []struct {
+		name  string
+		limit ratelimit.Limit
+		every []time.Duration // the gaps before each line, cycled
+	}{
+		{"a rate that divides its period", ratelimit.Limit{Rate: 10, Period: time.Second, Burst: 3}, []time.Duration{0, 0, 0, 0, 100 * time.Millisecond}},
+		{"a rate that does not", ratelimit.Limit{Rate: 3, Period: time.Second, Burst: 1}, []time.Duration{333333333}},
+		{"a burst, then the rate's gap", ratelimit.Limit{Rate: 7, Period: time.Second, Burst: 4}, []time.Duration{0, 0, 0, 0, 0, 142857142, 142857143}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			clock := fakeclock.New(time.Unix(1_700_000_000, 0))
+			s := New(Options{Rate: tc.limit.Rate, Period: tc.limit.Period, Burst: tc.limit.Burst, AfterFunc: func(time.Duration, func()) {}})
+			m := ratelimit.NewMemory(ratelimit.MemoryOptions{Now: clock.Now})
+			for i := range 60 {
+				clock.Advance(tc.every[i%len(tc.every)])
+				want := m.AllowLocal("client", tc.limit, 1).Allowed
+				if got := s.Allow(k, clock.Now()); got != want {
+					t.Fatalf("line %d: Allow = %v, the rate limiter's answer %v", i, got, want)
+				}
+			}
+		})
 	}
 }
