@@ -31,7 +31,12 @@ func (g *Gateway) withinLogShare(st *requestState, r *http.Request, now time.Tim
 // (clientOf) and its address as the rate limits group it; for a request
 // refused before its address was derived (setClientAddress: a 400 of its
 // head, a 401 of its token), derived here from its connection's peer, as
-// setClientAddress derives it.
+// setClientAddress derives it. A request refused before its token was
+// read (a 400 invalid_path, a 404, a 405) is its address's, even when its
+// token would verify: the address is all exgate knows then, a token not
+// verified names no one (anyone could spend another account's share with
+// it), and verifying one only to choose whose share a line goes to
+// would make every such refusal cost a signature check.
 func (g *Gateway) logClient(st *requestState, r *http.Request) (share.Key, netip.Addr) {
 	a := st.addr
 	if st.client == 0 || !a.IsValid() {

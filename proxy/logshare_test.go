@@ -15,8 +15,11 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/exgate/exgate/config"
+	"github.com/exgate/exgate/identity"
 	"github.com/exgate/exgate/internal/logshare"
+	"github.com/exgate/exgate/limiter"
 	"github.com/exgate/exgate/metrics"
+	"github.com/exgate/exgate/ratelimit"
 )
 
 // TestRefusalLinesShared: one address floods refusals exgate answers
@@ -224,6 +227,62 @@ func TestOwnRefusal(t *testing.T) {
 			tc.set(st)
 			if got := st.ownRefusal(); got != tc.want {
 				t.Fatalf("ownRefusal = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestVerifiedAccountsRefusalLines: a refusal decided before the token is
+// read (400 invalid_path, step 3) is charged to its address's share of
+// refusal lines, even when its token would verify: exgate does not know
+// the account yet, and will not verify a token only to choose whose
+// share a line goes to. One decided after (400 invalid_query) is
+// charged to the account. Steps in order, one address, burst 1 each.
+func TestVerifiedAccountsRefusalLines(t *testing.T) {
+	const secret = "logshare-secret-0123456789abcdef"
+	cfg := config.Default()
+	cfg.Upstream.URL = config.MustURL("http://backend.invalid:9000")
+	cfg.Identity.Verify = true
+	cfg.Log.RefusalsPerClient = config.RefusalShare{Rate: config.Rate{N: 1, Period: time.Hour}, Burst: 1}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	k, _ := limiter.NewKeyer([]byte(testKeySecret))
+	enf, _ := limiter.NewEnforcer(limiter.EnforcerOptions{Store: ratelimit.NewMemory(ratelimit.MemoryOptions{}), Keyer: k})
+	v, err := identity.New(cfg.Identity.JWT, identity.Options{
+		Getenv: func(string) (string, bool) { return secret, true }, AccountKey: enf.AccountID,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	core, logs := observer.New(zap.InfoLevel)
+	gw, err := New(cfg, Options{Transport: backendEcho{}, Limits: enf, Verifier: v, Logger: zap.New(core)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	auth := []string{"Authorization", "Bearer " + signedToken(t, secret, 42, "access")}
+	const from = "192.0.2.80"
+	steps := []struct {
+		name    string
+		method  string
+		path    string
+		header  []string
+		status  int
+		written bool
+	}{
+		{"the account's invalid path takes the address's line", "GET", "/api/v1/%2F", auth, http.StatusBadRequest, true},
+		{"the address's own invalid path finds its share spent", "GET", "/api/v1/%2F", nil, http.StatusBadRequest, false},
+		{"the account's refusal after its token is its own", "POST", "/api/v1/odr/orders/?x=1", auth, http.StatusBadRequest, true},
+		{"and then spent too", "POST", "/api/v1/odr/orders/?x=1", auth, http.StatusBadRequest, false},
+	}
+	for _, s := range steps {
+		t.Run(s.name, func(t *testing.T) {
+			before := logs.FilterMessage("request").Len()
+			if c := sendFrom(gw, from, s.method, s.path, s.header...); c != s.status {
+				t.Fatalf("%s %s: %d, want %d", s.method, s.path, c, s.status)
+			}
+			if written := logs.FilterMessage("request").Len() > before; written != s.written {
+				t.Fatalf("line written %v, want %v", written, s.written)
 			}
 		})
 	}
