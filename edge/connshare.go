@@ -41,7 +41,9 @@ func MaxConnections(cfg *config.Config) int64 {
 }
 
 // ShareConnections returns ln, whose connections are shared between the
-// client addresses they come from (grouped by client_ip.ipv6_prefix). A
+// client addresses they come from, in the form the rate limits key them
+// (limiter.ClientForm: an embedded IPv4 address is that IPv4 client),
+// grouped by client_ip.ipv6_prefix. A
 // connection from a trusted proxy (client_ip.trusted_proxies,
 // server.proxy_protocol.trusted_peers) carries many clients and is not
 // counted. Wrap the listener the kernel accepts on, before the PROXY
@@ -78,7 +80,7 @@ func (l *sharedListener) Accept() (net.Conn, error) {
 	if err != nil {
 		return c, nil // not an IP peer (a test's pipe): nothing to share
 	}
-	addr := ap.Addr().Unmap()
+	addr := limiter.ClientForm(ap.Addr()) // as the gateway keys the client and compares its proxies
 	for _, p := range l.exempt {
 		if p.Contains(addr) {
 			return c, nil

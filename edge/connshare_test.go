@@ -3,6 +3,7 @@ package edge
 import (
 	"crypto/tls"
 	"net"
+	"net/netip"
 	"testing"
 
 	"github.com/pires/go-proxyproto"
@@ -47,5 +48,80 @@ func TestPastShareUnwraps(t *testing.T) {
 		if got := PastShare(tt.conn); got != tt.want {
 			t.Errorf("%s: PastShare = %v, want %v", tt.name, got, tt.want)
 		}
+	}
+}
+
+// addrConn is a connection from a chosen peer address.
+type addrConn struct {
+	net.Conn
+	peer net.Addr
+}
+
+func (c addrConn) RemoteAddr() net.Addr { return c.peer }
+
+// peerListener accepts one connection from each address of peers in turn.
+type peerListener struct {
+	net.Listener
+	peers []string
+}
+
+func (l *peerListener) Accept() (net.Conn, error) {
+	if len(l.peers) == 0 {
+		return nil, net.ErrClosed
+	}
+	a, b := net.Pipe()
+	b.Close()
+	peer := net.TCPAddrFromAddrPort(netip.MustParseAddrPort(l.peers[0]))
+	l.peers = l.peers[1:]
+	return addrConn{Conn: a, peer: peer}, nil
+}
+
+// TestConnectionShareKeysClientsAsTheLimitsDo: a peer whose IPv6 address
+// embeds an IPv4 one (IPv4-mapped, -translated, NAT64's 64:ff9b::/96,
+// IPv4-compatible) is that IPv4 client, as the rate limits and the
+// other pools key it (docs/limits.md, "Client address"), not one IPv6
+// /64 with every other IPv4 client seen in that form; and a trusted
+// proxy listed by its IPv4 address is not counted when it comes in such
+// a form. With server.max_connections 4, the first client takes its two
+// connections (its share), and the next peer's connection is counted
+// when it is another client, past its share when it is the same one.
+func TestConnectionShareKeysClientsAsTheLimitsDo(t *testing.T) {
+	for _, tt := range []struct {
+		name  string
+		peers []string // the last one's connection is checked
+		want  string   // counted, past its share, or exempt
+	}{
+		{"NAT64: two IPv4 clients", []string{"[64:ff9b::c633:6409]:1", "[64:ff9b::c633:6409]:2", "[64:ff9b::cb00:7107]:3"}, "counted"},
+		{"NAT64: one IPv4 client", []string{"[64:ff9b::c633:6409]:1", "[64:ff9b::c633:6409]:2", "198.51.100.9:3"}, "past"},
+		{"IPv4-translated: two IPv4 clients", []string{"[::ffff:0:c633:6409]:1", "[::ffff:0:c633:6409]:2", "[::ffff:0:cb00:7107]:3"}, "counted"},
+		{"IPv4-compatible: two IPv4 clients", []string{"[::c633:6409]:1", "[::c633:6409]:2", "[::cb00:7107]:3"}, "counted"},
+		{"IPv4-mapped: one IPv4 client", []string{"[::ffff:c633:6409]:1", "[::ffff:c633:6409]:2", "198.51.100.9:3"}, "past"},
+		{"IPv6: one /64", []string{"[2001:db8::1]:1", "[2001:db8::2]:2", "[2001:db8::3]:3"}, "past"},
+		{"IPv6: two /64s", []string{"[2001:db8::1]:1", "[2001:db8::2]:2", "[2001:db8:0:1::3]:3"}, "counted"},
+		{"trusted proxy through NAT64", []string{"[64:ff9b::c633:6409]:1", "[64:ff9b::c633:6409]:2", "[64:ff9b::a00:1]:3"}, "exempt"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := config.Default()
+			cfg.Server.MaxConnections = 4
+			cfg.ClientIP.TrustedProxies = []config.Prefix{{Prefix: netip.MustParsePrefix("10.0.0.1/32")}}
+			ln := ShareConnections(&peerListener{peers: tt.peers}, cfg, nil)
+			var c net.Conn
+			for range tt.peers {
+				var err error
+				if c, err = ln.Accept(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			got := "exempt"
+			if sc, ok := c.(*sharedConn); ok {
+				got = "counted"
+				if PastShare(sc) {
+					got = "past"
+				}
+			}
+			if got != tt.want {
+				t.Errorf("the connection from %s is %s, want %s", tt.peers[len(tt.peers)-1], got, tt.want)
+			}
+		})
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/pires/go-proxyproto"
 
 	"github.com/exgate/exgate/config"
+	"github.com/exgate/exgate/limiter"
 	"github.com/exgate/exgate/metrics"
 )
 
@@ -90,13 +91,14 @@ func tcpOnly(h *proxyproto.Header) error {
 	return errNotTCP
 }
 
-// netAddrIP returns the IP address of a TCP peer, IPv4-mapped addresses
-// unmapped.
+// netAddrIP returns the IP address of a TCP peer in the form the gateway
+// compares with its trusted proxies (limiter.ClientForm: an embedded IPv4
+// address, IPv4-mapped or NAT64's, as that IPv4 address).
 func netAddrIP(a net.Addr) (netip.Addr, bool) {
 	switch t := a.(type) {
 	case *net.TCPAddr:
 		ip, ok := netip.AddrFromSlice(t.IP)
-		return ip.Unmap(), ok
+		return limiter.ClientForm(ip), ok
 	case nil:
 		return netip.Addr{}, false
 	}
@@ -104,7 +106,7 @@ func netAddrIP(a net.Addr) (netip.Addr, bool) {
 	if err != nil {
 		return netip.Addr{}, false
 	}
-	return ap.Addr().Unmap(), true
+	return limiter.ClientForm(ap.Addr()), true
 }
 
 // proxyListener counts the connections refused for their header.

@@ -110,6 +110,8 @@ func TestConnPolicy(t *testing.T) {
 		{"balancer, required", proxyproto.REQUIRE, addr("10.0.3.4:5000"), proxyproto.REQUIRE, false},
 		{"balancer, optional", proxyproto.USE, addr("10.0.3.4:5000"), proxyproto.USE, false},
 		{"balancer, IPv4-mapped", proxyproto.REQUIRE, addr("[::ffff:10.0.3.4]:5000"), proxyproto.REQUIRE, false},
+		{"balancer, NAT64", proxyproto.REQUIRE, addr("[64:ff9b::a00:304]:5000"), proxyproto.REQUIRE, false},
+		{"direct client, NAT64", proxyproto.REQUIRE, addr("[64:ff9b::cb00:7107]:5000"), proxyproto.REJECT, false},
 		{"direct client", proxyproto.REQUIRE, addr("203.0.113.7:5000"), proxyproto.REJECT, false},
 		{"unreadable peer", proxyproto.REQUIRE, &net.UnixAddr{Name: "@x", Net: "unix"}, proxyproto.REJECT, true},
 	} {

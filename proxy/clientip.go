@@ -10,16 +10,17 @@ import (
 	"sync/atomic"
 
 	"github.com/exgate/exgate/edge"
+	"github.com/exgate/exgate/limiter"
 )
 
 // peerAddr parses an http.Request RemoteAddr ("ip:port") into the
-// client-address form (clientForm).
+// client-address form (limiter.ClientForm).
 func peerAddr(remoteAddr string) (netip.Addr, bool) {
 	ap, err := netip.ParseAddrPort(remoteAddr)
 	if err != nil {
 		return netip.Addr{}, false
 	}
-	return clientForm(ap.Addr()), true
+	return limiter.ClientForm(ap.Addr()), true
 }
 
 func inPrefixes(a netip.Addr, ps []netip.Prefix) bool {
@@ -29,42 +30,6 @@ func inPrefixes(a netip.Addr, ps []netip.Prefix) bool {
 		}
 	}
 	return false
-}
-
-// clientForm is the form in which a client address is keyed, compared
-// with the trusted proxies and forwarded in X-Real-IP: without a zone
-// (a zone names an interface of the host that saw the address, meaningless
-// elsewhere), and an IPv6 address that embeds an IPv4 one as that IPv4
-// address — IPv4-mapped (::ffff:0:0/96), IPv4-translated
-// (::ffff:0:0:0/96), NAT64 well-known prefix (64:ff9b::/96) and
-// IPv4-compatible (::a.b.c.d, except :: and ::1). Otherwise every IPv4
-// client seen through such a form would share one IPv6 /64 bucket.
-func clientForm(a netip.Addr) netip.Addr {
-	a = a.WithZone("")
-	if !a.Is6() {
-		return a
-	}
-	b := a.As16()
-	var v4 [4]byte
-	copy(v4[:], b[12:])
-	switch {
-	case isZero(b[:10]) && b[10] == 0xff && b[11] == 0xff: // ::ffff:a.b.c.d
-	case isZero(b[:8]) && b[8] == 0xff && b[9] == 0xff && b[10] == 0 && b[11] == 0: // ::ffff:0:a.b.c.d
-	case b[0] == 0 && b[1] == 0x64 && b[2] == 0xff && b[3] == 0x9b && isZero(b[4:12]): // 64:ff9b::a.b.c.d
-	case isZero(b[:12]) && !(isZero(v4[:3]) && v4[3] <= 1): // ::a.b.c.d, not :: or ::1
-	default:
-		return a
-	}
-	return netip.AddrFrom4(v4)
-}
-
-func isZero(b []byte) bool {
-	for _, c := range b {
-		if c != 0 {
-			return false
-		}
-	}
-	return true
 }
 
 // clientAddr derives the client's address from a trusted peer's
@@ -162,10 +127,10 @@ func nodeAddr(s string) (netip.Addr, bool) {
 		if err != nil || !a.Is6() {
 			return netip.Addr{}, false
 		}
-		return clientForm(a), true
+		return limiter.ClientForm(a), true
 	}
 	if a, err := netip.ParseAddr(s); err == nil {
-		return clientForm(a), true
+		return limiter.ClientForm(a), true
 	}
 	i := strings.LastIndexByte(s, ':')
 	if i < 0 || !validPort(s[i+1:]) {

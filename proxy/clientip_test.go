@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/exgate/exgate/config"
+	"github.com/exgate/exgate/limiter"
 )
 
 func TestNodeAddr(t *testing.T) {
@@ -152,7 +153,7 @@ func FuzzClientAddr(f *testing.F) {
 	peer := netip.MustParseAddr("10.0.0.1")
 	f.Fuzz(func(t *testing.T, h string, forwarded bool) {
 		a := clientAddr(peer, strings.Split(h, "\n"), forwarded, trusted)
-		if !a.IsValid() || a.Zone() != "" || clientForm(a) != a {
+		if !a.IsValid() || a.Zone() != "" || limiter.ClientForm(a) != a {
 			t.Fatalf("clientAddr(%q) = %v, not in client form", h, a)
 		}
 		if forwarded {
