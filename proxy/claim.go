@@ -378,7 +378,10 @@ func (g *Gateway) settleFailed(st *requestState, err error) {
 // insufficient balance — cost the store nothing and a corrected order may
 // reuse the identifier. A 5xx says nothing certain about the order (the
 // backend may have failed after placing it), so, like a timeout, it is
-// recorded as an unknown outcome and never sent twice. A 2xx body longer
+// recorded as an unknown outcome and never sent twice; so is a 3xx, which
+// refuses nothing: 303 See Other is how HTTP answers a POST that created
+// something found elsewhere (a backend that redirects after placing the
+// order), and a record keeps no Location to replay it with. A 2xx body longer
 // than idempotency.max_response_bytes, one that cannot be read to its
 // end, or one in a content coding (encoded: the backend compressed it
 // although its request accepted none, identityEncoded) is recorded as an
@@ -398,12 +401,10 @@ func (g *Gateway) recordResponse(st *requestState, res *http.Response) error {
 	st.claim.held = heldBody{held: b, rest: res.Body}
 	res.Body = &st.claim.held
 	switch {
-	case res.StatusCode >= 500:
-		g.settle(st, settleUnknown, idempotency.Record{})
-	case res.StatusCode >= 300:
+	case res.StatusCode >= 400 && res.StatusCode < 500:
 		g.metrics.Idempotency(metrics.IdempotencyReleased)
 		g.settle(st, settleRelease, idempotency.Record{})
-	case readErr != nil || len(b) > g.idemMaxResp || encoded(res.Header):
+	case res.StatusCode/100 != 2 || readErr != nil || len(b) > g.idemMaxResp || encoded(res.Header): // a 5xx, a 3xx
 		g.settle(st, settleUnknown, idempotency.Record{})
 	default:
 		g.settle(st, settleComplete, idempotency.Record{Status: res.StatusCode, ContentType: res.Header.Get("Content-Type"), Body: b})
