@@ -182,6 +182,7 @@ func (t fleetTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 			break
 		}
 		st.moved = true
+		st.reached = st.reached || !upstream.NothingSent(err)
 		st.upErr = err
 		prev := st.inst
 		st.inst = next

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/exgate/exgate/config"
 	"github.com/exgate/exgate/internal/unreachable"
@@ -243,5 +244,57 @@ func TestOverloadLimitCountsTheRotation(t *testing.T) {
 	}
 	if got := gauge.Limit(); got != 3 {
 		t.Errorf("limit with the refusing instance ejected: %d, want 3 (the instance in the rotation)", got)
+	}
+}
+
+// TestMovedGETChargedOnceServed: a GET moves from an instance that read
+// it and dropped the connection to one whose connects are refused (and
+// back, up to three attempts, in either order). It was served, so its
+// charge stays whatever its last instance did: answered 502, and the
+// limit refuses once it is spent. A GET no instance took a connection
+// for costs nothing: answered 503, and never refused by the limit.
+func TestMovedGETChargedOnceServed(t *testing.T) {
+	drop := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if c, _, err := w.(http.Hijacker).Hijack(); err == nil {
+			c.Close()
+		}
+	}))
+	t.Cleanup(drop.Close)
+	const limit = 10
+	cases := []struct {
+		name      string
+		instances []config.URL
+		status    int
+		charged   bool
+	}{
+		{"one read it, the other refused", []config.URL{config.MustURL(drop.URL), config.MustURL("http://" + unreachable.Refused(t))},
+			http.StatusBadGateway, true},
+		{"both refused", []config.URL{config.MustURL("http://" + unreachable.Refused(t)), config.MustURL("http://" + unreachable.Refused(t))},
+			http.StatusServiceUnavailable, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			e := startLimited(t, nil, func(c *config.Config) {
+				c.Upstream.URLs = tc.instances
+				c.Upstream.Outlier.ConsecutiveConnectFailures = 0 // keep every instance in the rotation
+				c.Upstream.Outlier.Consecutive5xx = 0
+				c.Route("list_matches").Limits[0].Rate = config.Rate{N: limit, Period: time.Hour}
+				c.Route("list_matches").Limits[0].Burst = 0
+			})
+			for i := range 2 * limit {
+				res := do(t, "GET", e.url+"/api/v1/mth/matches/BTC_USDT/", nil)
+				res.Body.Close()
+				want := tc.status
+				if tc.charged && i >= limit {
+					want = http.StatusTooManyRequests
+				}
+				if res.StatusCode != want {
+					t.Fatalf("GET %d: %d, want %d", i, res.StatusCode, want)
+				}
+			}
+			if e.gw.fleet.Service("").Counts().Retries == 0 {
+				t.Error("no GET moved: the test proves nothing")
+			}
+		})
 	}
 }

@@ -405,11 +405,15 @@ type upstreamCall struct {
 	// inst is the backend instance the request is under way at, from its
 	// choice (admit, else forward) to end (fleet.go); moved, that the
 	// request moved to another instance (its round trip is not one
-	// instance's); sentBody the body sent (read whole; an order's
-	// canonical form), sent again when the request moves; abandoned, that
-	// the call ended for a reason of its own (its client went away).
+	// instance's); reached, that an instance it moved from may have read
+	// it (a GET or HEAD that failed there after its connect), so that it
+	// is charged whatever its last instance did; sentBody the body sent
+	// (read whole; an order's canonical form), sent again when the
+	// request moves; abandoned, that the call ended for a reason of its
+	// own (its client went away).
 	inst      *upstream.Instance
 	moved     bool
+	reached   bool
 	sentBody  []byte
 	abandoned bool
 }
@@ -683,6 +687,10 @@ func (g *Gateway) proxyError(w http.ResponseWriter, r *http.Request, err error) 
 	switch {
 	case st.clientCx.Err() != nil:
 		rw.status = StatusClientClosed
+	case upstream.NothingSent(err) && st.reached:
+		// The last instance took no connection, but one before it read
+		// the request and failed it: it was served, and its charge stays.
+		g.refuse(st, r, errBadGateway)
 	case upstream.NothingSent(err):
 		// No instance took a connection: nothing of the request was
 		// sent, and it costs its client nothing.
