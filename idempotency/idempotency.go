@@ -28,6 +28,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -98,8 +99,56 @@ type Record struct {
 	Status int
 	// ContentType is the response's Content-Type, or "".
 	ContentType string
+	// Header is the response's headers kept with it besides Content-Type,
+	// as name and value pairs in order (the proxy's allow-list of headers
+	// about the order: Location, ETag…), or nil. A pair whose name or
+	// value holds a line break is not kept (net/http never sends one).
+	Header []string
+	// Accept is what the order's Accept header asked for, as the proxy
+	// keeps it to judge a retry's against (a cache keeps the request
+	// headers a response varies by alike), or "".
+	Accept string
 	// Body is the whole response body.
 	Body []byte
+}
+
+// MaxRecordHeaderBytes bounds what a Record's Header and Accept take
+// together (HeaderBytes): a response whose headers to keep take more is
+// not kept, its outcome recorded as unknown instead, as a body over
+// Options.MaxResponseBytes is.
+const MaxRecordHeaderBytes = 4 << 10
+
+// HeaderBytes returns what r's Header and Accept take: each name and
+// value with two bytes of separator, and the Accept.
+func (r *Record) HeaderBytes() int {
+	n := len(r.Accept)
+	for _, s := range r.Header {
+		n += len(s) + 1
+	}
+	return n
+}
+
+// keptPair reports whether a Record keeps the header name: value: a name
+// without a colon, neither with a line break (never sent by net/http).
+func keptPair(name, value string) bool {
+	return name != "" && !strings.ContainsAny(name, ":\r\n") && !strings.ContainsAny(value, "\r\n")
+}
+
+// keptValue is what a Record keeps of a header value: the value, or ""
+// when it holds a line break.
+func keptValue(v string) string {
+	if strings.ContainsAny(v, "\r\n") {
+		return ""
+	}
+	return v
+}
+
+// keepable reports whether a store keeps r under o: its body within
+// Options.MaxResponseBytes, its headers within MaxRecordHeaderBytes, its
+// status three digits.
+func (o *Options) keepable(r *Record) bool {
+	return len(r.Body) <= o.MaxResponseBytes && r.HeaderBytes() <= MaxRecordHeaderBytes &&
+		r.Status >= 100 && r.Status <= 999
 }
 
 // Claim is the answer to Store.Claim and Store.ClaimAll.
@@ -145,8 +194,9 @@ type Store interface {
 	// identifier at once.
 	ClaimAll(ctx context.Context, account string, ids []string, fp Fingerprint) (Claim, error)
 	// Complete records the backend's response to a Claimed request; later
-	// identical requests replay it. A body over Options.MaxResponseBytes
-	// is not kept: the outcome is recorded as unknown instead. rec.Body
+	// identical requests replay it. A body over Options.MaxResponseBytes,
+	// or headers over MaxRecordHeaderBytes, are not kept: the outcome is
+	// recorded as unknown instead. rec.Body
 	// must be the whole body: a caller that stopped reading it calls
 	// MarkUnknown rather than storing a truncated response.
 	Complete(ctx context.Context, c Claim, rec Record) error

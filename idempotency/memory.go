@@ -2,6 +2,8 @@ package idempotency
 
 import (
 	"context"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 )
@@ -16,10 +18,39 @@ const (
 	memIdentifierBytes = 128
 )
 
+// recordBytes is what keeping rec costs the memory store: its body's and
+// headers' allocations and the Content-Type's bytes (MemoryBytes' resp).
+func recordBytes(rec *Record) int64 {
+	n := allocated(len(rec.Body)) + len(rec.ContentType)
+	if rec.Header != nil {
+		n += allocated(16 * len(rec.Header)) // the slice of string headers
+		for _, h := range rec.Header {
+			n += allocated(len(h))
+		}
+	}
+	if rec.Accept != "" {
+		n += allocated(len(rec.Accept))
+	}
+	return int64(n)
+}
+
+// cloneHeader copies the pairs of h a Record keeps (keptPair), and their
+// strings: a Record keeps none of its caller's memory (a header value may
+// be part of a larger string).
+func cloneHeader(h []string) []string {
+	var out []string
+	for i := 0; i+1 < len(h); i += 2 {
+		if keptPair(h[i], h[i+1]) {
+			out = append(out, strings.Clone(h[i]), strings.Clone(h[i+1]))
+		}
+	}
+	return out
+}
+
 // MemoryBytes is what the memory store charges for one request of n
 // identifiers whose names (the account's once, then each identifier)
-// take names bytes, holding a response of resp bytes (body and
-// Content-Type).
+// take names bytes, holding a response of resp bytes (body, Content-Type
+// and the headers kept: recordBytes).
 func MemoryBytes(n, names, resp int) int64 {
 	return int64(memRequestBytes + n*memIdentifierBytes + names + resp)
 }
@@ -161,6 +192,7 @@ func (s *Memory) ClaimAll(ctx context.Context, account string, ids []string, fp 
 			c.Outcome = Conflict
 		case en.state == 'd':
 			rec := en.rec
+			rec.Header = slices.Clone(en.rec.Header)
 			rec.Body = append([]byte(nil), en.rec.Body...)
 			c.Outcome, c.Record = Replay, &rec
 		case en.state == 'p' && now.Before(en.deadline):
@@ -236,12 +268,13 @@ func (s *Memory) Complete(ctx context.Context, c Claim, rec Record) error {
 	if err != nil {
 		return err
 	}
-	grow := int64(allocated(len(rec.Body)) + len(rec.ContentType))
-	if len(rec.Body) > s.o.MaxResponseBytes || s.bytes+grow > s.o.MaxBytes {
+	grow := recordBytes(&rec)
+	if !s.o.keepable(&rec) || s.bytes+grow > s.o.MaxBytes {
 		en.state = 'u'
 	} else {
 		en.state = 'd'
-		en.rec = Record{Status: rec.Status, ContentType: rec.ContentType, Body: append([]byte(nil), rec.Body...)}
+		en.rec = Record{Status: rec.Status, ContentType: rec.ContentType, Header: cloneHeader(rec.Header),
+			Accept: strings.Clone(keptValue(rec.Accept)), Body: append([]byte(nil), rec.Body...)}
 		en.size += grow
 		s.accounts[en.account].bytes += grow
 		s.bytes += grow

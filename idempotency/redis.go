@@ -480,33 +480,86 @@ func (s *Redis) failed(ctx context.Context, err error) {
 
 // appendRecord appends a response as a done entry keeps it after its
 // fingerprint: three status digits, the Content-Type, a newline, the
-// body.
+// body. A response with headers or an Accept to keep is written in the
+// form of headers, after an h: the status digits, the Content-Type and a
+// newline, the Accept and a newline, a line "name:value" for each header
+// kept, an empty line, the body. Records without either keep the first
+// form, which exgate before headers were kept reads too.
 func appendRecord(dst []byte, rec *Record) []byte {
 	ct := rec.ContentType
 	if strings.ContainsAny(ct, "\r\n") { // not a header value; never sent by net/http
 		ct = ""
 	}
+	if len(rec.Header) == 0 && rec.Accept == "" {
+		dst = strconv.AppendInt(dst, int64(rec.Status), 10)
+		dst = append(dst, ct...)
+		dst = append(dst, '\n')
+		return append(dst, rec.Body...)
+	}
+	dst = append(dst, 'h')
 	dst = strconv.AppendInt(dst, int64(rec.Status), 10)
 	dst = append(dst, ct...)
+	dst = append(dst, '\n')
+	dst = append(dst, keptValue(rec.Accept)...)
+	dst = append(dst, '\n')
+	for i := 0; i+1 < len(rec.Header); i += 2 {
+		name, value := rec.Header[i], rec.Header[i+1]
+		if !keptPair(name, value) {
+			continue
+		}
+		dst = append(dst, name...)
+		dst = append(dst, ':')
+		dst = append(dst, value...)
+		dst = append(dst, '\n')
+	}
 	dst = append(dst, '\n')
 	return append(dst, rec.Body...)
 }
 
-// replayRecord reads {'replay', encoded response}.
+// replayRecord reads {'replay', encoded response}, in either of
+// appendRecord's forms.
 func replayRecord(res []any) (*Record, error) {
 	v, _ := res[len(res)-1].(string)
-	if len(res) != 2 || len(v) < 4 {
+	if len(res) != 2 {
+		return nil, errors.New("idempotency: redis claim: malformed replay")
+	}
+	headed := strings.HasPrefix(v, "h")
+	if headed {
+		v = v[1:]
+	}
+	if len(v) < 4 {
 		return nil, errors.New("idempotency: redis claim: malformed replay")
 	}
 	status, err := strconv.Atoi(v[:3])
 	if err != nil || status < 100 {
 		return nil, fmt.Errorf("idempotency: redis claim: malformed stored status %q", v[:3])
 	}
-	ct, body, ok := strings.Cut(v[3:], "\n")
+	ct, rest, ok := strings.Cut(v[3:], "\n")
 	if !ok {
 		return nil, errors.New("idempotency: redis claim: malformed stored response")
 	}
-	return &Record{Status: status, ContentType: ct, Body: []byte(body)}, nil
+	rec := &Record{Status: status, ContentType: ct}
+	if headed {
+		if rec.Accept, rest, ok = strings.Cut(rest, "\n"); !ok {
+			return nil, errors.New("idempotency: redis claim: malformed stored response")
+		}
+		for {
+			var line string
+			if line, rest, ok = strings.Cut(rest, "\n"); !ok {
+				return nil, errors.New("idempotency: redis claim: malformed stored headers")
+			}
+			if line == "" {
+				break
+			}
+			name, value, ok := strings.Cut(line, ":")
+			if !ok {
+				return nil, errors.New("idempotency: redis claim: malformed stored header")
+			}
+			rec.Header = append(rec.Header, name, value)
+		}
+	}
+	rec.Body = []byte(rest)
+	return rec, nil
 }
 
 // end runs the finish script: to state "d" with the response rec, or
@@ -545,7 +598,7 @@ func (s *Redis) end(ctx context.Context, c Claim, state string, rec *Record) err
 
 // Complete implements Store.
 func (s *Redis) Complete(ctx context.Context, c Claim, rec Record) error {
-	if len(rec.Body) > s.o.MaxResponseBytes || rec.Status < 100 || rec.Status > 999 {
+	if !s.o.keepable(&rec) {
 		return s.end(ctx, c, "u", nil)
 	}
 	return s.end(ctx, c, "d", &rec)

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -378,6 +380,67 @@ var storeCases = []struct {
 		mustClaimAll(t, s, "big", []string{"1", "2", "3"}, fpA, InProgress) // what it holds still answers
 		must(t, s.Release(context.Background(), cl))
 		mustClaim(t, s, Key{"big", "4"}, fpA, Claimed)
+	}},
+	{"headers and the order's Accept replay with the response", func(t *testing.T, h harness, c *fakeclock.Clock) {
+		s := h.store(t, testOptions(c))
+		for i, tc := range []struct {
+			rec  Record
+			want Record // what replays, when not rec itself
+		}{
+			{rec: Record{Status: 201, ContentType: "application/json", Header: []string{"Location", "/api/v1/odr/orders/7/"}, Body: []byte(`{"id":7}`)}},
+			{rec: Record{Status: 201, ContentType: "application/json", Header: []string{"Location", "/o/7", "Etag", `W/"1"`,
+				"Link", "</o/7>; rel=self", "Link", "</o/>; rel=collection", "Preference-Applied", "return=minimal"}, Body: []byte{}}},
+			{rec: Record{Status: 201, ContentType: "text/html; charset=utf-8", Accept: "text/html", Body: []byte("<p>placed</p>\n")}},
+			{rec: Record{Status: 200, ContentType: "application/json", Accept: "application/json; version=2.0", Header: []string{"Content-Language", "fa"}, Body: []byte("{}")}},
+			{rec: Record{Status: 201, Header: []string{"Location", ""}, Body: []byte("\n\nbody\n")}},
+			{rec: Record{Status: 201, ContentType: "application/json", Header: []string{"Location", "/o/1\r\nSet-Cookie: a=b", "Etag", `"2"`, "Bad:Name", "x"},
+				Accept: "a\nb", Body: []byte("{}")},
+				want: Record{Status: 201, ContentType: "application/json", Header: []string{"Etag", `"2"`}, Body: []byte("{}")}},
+		} {
+			key := k("h" + strconv.Itoa(i))
+			cl := mustClaim(t, s, key, fpA, Claimed)
+			must(t, s.Complete(context.Background(), cl, tc.rec))
+			want := tc.want
+			if want.Status == 0 {
+				want = tc.rec
+			}
+			got := mustClaim(t, s, key, fpA, Replay).Record
+			if got.Status != want.Status || got.ContentType != want.ContentType || got.Accept != want.Accept ||
+				!slices.Equal(got.Header, want.Header) || !bytes.Equal(got.Body, want.Body) {
+				t.Errorf("case %d: replayed %+v, want %+v", i, got, want)
+			}
+		}
+	}},
+	{"headers over the cap are not kept", func(t *testing.T, h harness, c *fakeclock.Clock) {
+		s := h.store(t, testOptions(c))
+		link := func(n int) []string { return []string{"Link", strings.Repeat("l", n-len("Link")-2)} }
+		big := mustClaim(t, s, k("big"), fpA, Claimed)
+		must(t, s.Complete(context.Background(), big, Record{Status: 201, Header: link(MaxRecordHeaderBytes + 1), Body: []byte("{}")}))
+		mustClaim(t, s, k("big"), fpA, Unknown)
+		accept := mustClaim(t, s, k("accept"), fpA, Claimed)
+		must(t, s.Complete(context.Background(), accept, Record{Status: 201, Header: link(MaxRecordHeaderBytes - 8), Accept: "text/html", Body: []byte("{}")}))
+		mustClaim(t, s, k("accept"), fpA, Unknown)
+		exact := mustClaim(t, s, k("exact"), fpA, Claimed)
+		must(t, s.Complete(context.Background(), exact, Record{Status: 201, Header: link(MaxRecordHeaderBytes), Body: []byte("{}")}))
+		if r := mustClaim(t, s, k("exact"), fpA, Replay).Record; r.HeaderBytes() != MaxRecordHeaderBytes {
+			t.Errorf("replayed %d bytes of headers", r.HeaderBytes())
+		}
+	}},
+	{"kept headers count in the account's bytes", func(t *testing.T, h harness, c *fakeclock.Clock) {
+		o := testOptions(c)
+		o.MaxBytesPerAccount = 3000
+		s := h.store(t, o)
+		cl := mustClaim(t, s, Key{"heavy", "a"}, fpA, Claimed)
+		mustClaim(t, s, Key{"heavy", "b"}, fpA, Claimed) // a few hundred bytes each: room for more
+		link := []string{"Link", strings.Repeat("l", 2600)}
+		must(t, s.Complete(context.Background(), cl, Record{Status: 201, Header: link, Body: []byte("{}")}))
+		if r := mustClaim(t, s, Key{"heavy", "a"}, fpA, Replay).Record; !slices.Equal(r.Header, link) {
+			t.Fatal("the headers that took the account past its bytes were not kept")
+		}
+		if _, err := s.Claim(context.Background(), Key{"heavy", "c"}, fpA); !errors.Is(err, ErrAccountFull) {
+			t.Fatalf("past the account's bytes: %v, want ErrAccountFull", err)
+		}
+		mustClaim(t, s, Key{"light", "c"}, fpA, Claimed)
 	}},
 	{"an account past its bytes is refused, others are not", func(t *testing.T, h harness, c *fakeclock.Clock) {
 		o := testOptions(c)
