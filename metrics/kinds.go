@@ -196,12 +196,16 @@ const (
 	// IdempotencyReleased: the backend refused a claimed order (4xx), so
 	// its identifier was freed.
 	IdempotencyReleased
+	// IdempotencyNotAcceptable: a repeat of a placed order whose Accept
+	// (or Prefer) does not ask for the stored answer got 406 instead of
+	// it.
+	IdempotencyNotAcceptable
 	numIdempotencyOutcomes
 )
 
 // String returns the label value: "claimed", "replayed", "in_progress",
-// "conflict", "unknown", "store_error", "store_full", "account_full" or
-// "released".
+// "conflict", "unknown", "store_error", "store_full", "account_full",
+// "released" or "not_acceptable".
 func (o IdempotencyOutcome) String() string {
 	switch o {
 	case IdempotencyClaimed:
@@ -222,6 +226,8 @@ func (o IdempotencyOutcome) String() string {
 		return "account_full"
 	case IdempotencyReleased:
 		return "released"
+	case IdempotencyNotAcceptable:
+		return "not_acceptable"
 	}
 	return "invalid"
 }

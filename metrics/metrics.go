@@ -327,7 +327,7 @@ func (m *Metrics) newOrderCollectors() {
 	}, []string{"code"})
 	m.idempotency = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: NameIdempotency,
-		Help: "Duplicate-protection outcomes for order identifiers (claimed, replayed, in_progress, conflict, unknown, released, store_error, store_full, account_full).",
+		Help: "Duplicate-protection outcomes for order identifiers (claimed, replayed, in_progress, conflict, unknown, released, store_error, store_full, account_full, not_acceptable).",
 	}, []string{"outcome"})
 	m.bodyBudget = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: NameBodyBudget,

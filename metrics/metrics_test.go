@@ -485,12 +485,13 @@ exgate_build_info{goversion="go1.26.0",revision="abc123",version="v1.2.3"} 1
 # TYPE exgate_config_reloads_total counter
 exgate_config_reloads_total{result="failure"} 1
 exgate_config_reloads_total{result="success"} 2
-# HELP exgate_idempotency_total Duplicate-protection outcomes for order identifiers (claimed, replayed, in_progress, conflict, unknown, released, store_error, store_full, account_full).
+# HELP exgate_idempotency_total Duplicate-protection outcomes for order identifiers (claimed, replayed, in_progress, conflict, unknown, released, store_error, store_full, account_full, not_acceptable).
 # TYPE exgate_idempotency_total counter
 exgate_idempotency_total{outcome="account_full"} 0
 exgate_idempotency_total{outcome="claimed"} 0
 exgate_idempotency_total{outcome="conflict"} 0
 exgate_idempotency_total{outcome="in_progress"} 0
+exgate_idempotency_total{outcome="not_acceptable"} 0
 exgate_idempotency_total{outcome="released"} 0
 exgate_idempotency_total{outcome="replayed"} 1
 exgate_idempotency_total{outcome="store_error"} 1
@@ -761,6 +762,7 @@ func TestEnumLabels(t *testing.T) {
 		{IdempotencyInProgress.String(), "in_progress"}, {IdempotencyConflict.String(), "conflict"},
 		{IdempotencyUnknown.String(), "unknown"}, {IdempotencyStoreError.String(), "store_error"},
 		{IdempotencyStoreFull.String(), "store_full"}, {IdempotencyAccountFull.String(), "account_full"}, {IdempotencyReleased.String(), "released"},
+		{IdempotencyNotAcceptable.String(), "not_acceptable"},
 	} {
 		t.Run(c.want, func(t *testing.T) {
 			if c.got != c.want {

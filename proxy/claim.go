@@ -243,8 +243,7 @@ func (g *Gateway) answerClaim(st *requestState, r *http.Request, pl *requestPlan
 		st.claim.phase, st.claim.claim = claimHeld, claim
 		return nil
 	case idempotency.Replay:
-		g.metrics.Idempotency(metrics.IdempotencyReplayed)
-		return g.replay(st, claim.Record)
+		return g.replay(st, r, claim.Record)
 	}
 	g.metrics.Idempotency(idemMetric(claim.Outcome))
 	if st.claim.elems != nil {
@@ -299,22 +298,6 @@ func bulkClaimRefusal(o idempotency.Outcome, i int) *apierror.Error {
 	e := apierror.New(a.Status, a.Code, "Bulk not placed: "+field+" "+msg+".")
 	e.Fields = map[string][]string{field: {msg}}
 	return e
-}
-
-// replay answers with the response recorded for an identifier, and
-// returns answered.
-func (g *Gateway) replay(st *requestState, rec *idempotency.Record) *apierror.Error {
-	h := st.rw.Header()
-	if rec.ContentType != "" {
-		h["Content-Type"] = []string{rec.ContentType}
-	}
-	h["Content-Length"] = []string{strconv.Itoa(len(rec.Body))}
-	h[idempotency.ReplayedHeader] = []string{"true"}
-	h["X-Request-Id"] = []string{st.id}
-	st.replayed = true
-	st.rw.WriteHeader(rec.Status)
-	_, _ = st.rw.Write(rec.Body)
-	return answered
 }
 
 // claimSettlement is how a held claim is settled.
@@ -407,7 +390,9 @@ func (g *Gateway) recordResponse(st *requestState, res *http.Response) error {
 	case res.StatusCode/100 != 2 || readErr != nil || len(b) > g.idemMaxResp || encoded(res.Header): // a 5xx, a 3xx
 		g.settle(st, settleUnknown, idempotency.Record{})
 	default:
-		g.settle(st, settleComplete, idempotency.Record{Status: res.StatusCode, ContentType: res.Header.Get("Content-Type"), Body: b})
+		ct := res.Header.Get("Content-Type")
+		g.settle(st, settleComplete, idempotency.Record{Status: res.StatusCode, ContentType: ct,
+			Header: keptHeaders(res.Header), Accept: acceptAsked(sentAccept(res), ct), Body: b})
 	}
 	if readErr != nil {
 		return brokenAnswer{readErr}

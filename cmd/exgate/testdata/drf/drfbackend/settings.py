@@ -17,6 +17,18 @@ INSTALLED_APPS = [
 # an API backend behind a gateway.
 MIDDLEWARE = []
 DATABASES = {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}}
+# As a DRF deployment has them: the templates of the browsable API, which
+# DRF's default renderers answer an Accept of text/html with (HTML 201s
+# duplicate protection must not replay to a JSON retry:
+# cmd/exgate/drf_replay_test.go).
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "APP_DIRS": True,
+        "OPTIONS": {"context_processors": ["django.template.context_processors.request"]},
+    }
+]
+STATIC_URL = "/static/"
 USE_TZ = True
 DEFAULT_AUTO_FIELD = "django.db.models.AutoField"
 
@@ -26,6 +38,9 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "UNAUTHENTICATED_USER": None,
+    # The API version from the Accept header's parameters
+    # ("application/json; version=2.0"), as DRF backends commonly read it.
+    "DEFAULT_VERSIONING_CLASS": "rest_framework.versioning.AcceptHeaderVersioning",
 }
 
 SIMPLE_JWT = {

@@ -72,7 +72,11 @@ class OrderView(APIView):
             )
         out = {"id": order_id, "state": "active"}
         out.update({k: fields.get(k) for k in FIELDS})
-        return Response(out, status=status.HTTP_201_CREATED)
+        if request.version is not None:  # AcceptHeaderVersioning's, when asked
+            out["version"] = request.version
+        # The created order's address, as a DRF view that names it does.
+        headers = {"Location": f"/api/v1/odr/orders/{order_id}/"}
+        return Response(out, status=status.HTTP_201_CREATED, headers=headers)
 
 
 class IdsSerializer(serializers.Serializer):
