@@ -181,7 +181,7 @@ func heapInUse() uint64 {
 // measureMemory places and completes requests of n orders in a memory
 // store, each of its own account, and returns what they cost the heap
 // and what MaxBytes charges, per order.
-func measureMemory(t *testing.T, n, requests int) (real, charged float64) {
+func measureMemory(t *testing.T, n, requests int, headed bool) (real, charged float64) {
 	o := testOptions(newClock())
 	o.MaxResponseBytes = 64 << 10
 	s := NewMemory(o)
@@ -194,7 +194,13 @@ func measureMemory(t *testing.T, n, requests int) (real, charged float64) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		must(t, s.Complete(context.Background(), cl, footprintRecord(r*n, n)))
+		rec := footprintRecord(r*n, n)
+		if headed { // as the proxy keeps a DRF answer's headers and a versioned Accept
+			loc := "/api/v1/odr/orders/" + strconv.Itoa(123456789+r*n) + "/"
+			rec.Header = []string{"Location", loc, "Etag", `W/"` + strconv.Itoa(r) + `"`, "Link", "<" + loc + ">; rel=self"}
+			rec.Accept = "application/json; version=2.0"
+		}
+		must(t, s.Complete(context.Background(), cl, rec))
 	}
 	real = float64(heapInUse()-before) / float64(requests*n)
 	h, _ := s.Health(context.Background())
@@ -205,15 +211,17 @@ func measureMemory(t *testing.T, n, requests int) (real, charged float64) {
 
 // TestMemoryFootprint checks that the memory store's byte bounds are
 // honest: what an order really costs the heap (entry, index slots,
-// per-account count, the stored response), placed alone or in a bulk, is
+// per-account count, the stored response and the headers kept with it),
+// placed alone or in a bulk, is
 // within what MaxBytes and MaxBytesPerAccount charge for it
 // (MemoryBytes).
 func TestMemoryFootprint(t *testing.T) {
 	for _, c := range []struct {
 		name        string
 		n, requests int
-	}{{"single", 1, 20000}, {"bulk", footprintBulk, 2000}} {
-		real, charged := measureMemory(t, c.n, c.requests)
+		headed      bool // the response kept with headers and an Accept
+	}{{"single", 1, 20000, false}, {"single, with headers", 1, 20000, true}, {"bulk", footprintBulk, 2000, false}} {
+		real, charged := measureMemory(t, c.n, c.requests, c.headed)
 		t.Logf("memory store, %s: %.0f B of heap per order, %.0f B charged", c.name, real, charged)
 		if real > charged {
 			t.Errorf("%s: an order costs %.0f B but the store charges %.0f B: the byte bound undercounts", c.name, real, charged)
