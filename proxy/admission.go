@@ -134,11 +134,15 @@ func (g *Gateway) admitEarly(st *requestState, r *http.Request) *apierror.Error 
 		c = overload.Cancel
 	}
 	var inst *upstream.Instance // the instance the request would go to now
-	if svc := st.route.service; svc != nil {
+	if svc := g.serviceOf(st); svc != nil {
 		inst = svc.Peek()
 	}
-	if inst == nil || inst.Controller.Admit(c, overload.Client(st.client)) {
+	if inst == nil {
 		return nil // a service without an instance answers in admit
+	}
+	if inst.Controller.Admit(c, overload.Client(st.client)) {
+		st.peeked = inst // where it goes (pickInstance): the instance that admitted it
+		return nil
 	}
 	if st.rec {
 		g.traceAdmission(st, c, "shed_on_arrival", 0)

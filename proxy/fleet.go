@@ -84,20 +84,32 @@ func (g *Gateway) pickInstance(st *requestState, r *http.Request) *apierror.Erro
 	if st.inst != nil {
 		return nil // chosen when the request took its instance's slot (admit)
 	}
-	svc := st.route.service
-	if st.route.split != nil {
-		svc = g.splitService(st)
+	var inst *upstream.Instance
+	var err error
+	if p := st.peeked; p != nil {
+		inst, err = p.Service().PickPeeked(p) // the instance whose limit let it in on arrival (admitEarly)
+	} else {
+		svc := g.serviceOf(st)
+		if svc == nil {
+			return errUpstreamUnavailable // a reloaded route naming a service not started (upstream is restart-only)
+		}
+		inst, err = svc.Pick()
 	}
-	if svc == nil {
-		return errUpstreamUnavailable // a reloaded route naming a service not started (upstream is restart-only)
-	}
-	inst, err := svc.Pick()
 	if err != nil {
 		return errUpstreamUnavailable
 	}
 	st.inst = inst
 	target(r.URL, inst, st.path)
 	return nil
+}
+
+// serviceOf returns the service st's request goes to: its route's, or
+// the one its split draws.
+func (g *Gateway) serviceOf(st *requestState) *upstream.Service {
+	if st.route.split != nil {
+		return g.splitService(st)
+	}
+	return st.route.service
 }
 
 // target points u at inst, on path below the instance's base path.

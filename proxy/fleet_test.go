@@ -1,9 +1,11 @@
 package proxy
 
 import (
+	"context"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -296,5 +298,92 @@ func TestMovedGETChargedOnceServed(t *testing.T) {
 				t.Error("no GET moved: the test proves nothing")
 			}
 		})
+	}
+}
+
+// TestEarlyShedDecidedWhereItGoes: a client holds the one slot of some
+// instances, whose queues shed its class; another instance is free. Its
+// requests are shed on arrival (before anything is charged) by the
+// instance the balancer chose, or let in by it — and then sent there,
+// never to an instance (or a split's service) that did not decide them:
+// none waits in a full instance's queue to be shed there, and some are
+// served, each by the free instance.
+func TestEarlyShedDecidedWhereItGoes(t *testing.T) {
+	cases := []struct {
+		name string
+		set  func(c *config.Config, urls []config.URL) // points the services at urls
+		held map[string]int                            // by service, how many of its first instances the client holds
+	}{
+		{"one service of three instances", func(c *config.Config, urls []config.URL) {
+			c.Upstream.URLs = urls
+		}, map[string]int{"": 2}},
+		{"a route split between two services", func(c *config.Config, urls []config.URL) {
+			c.Upstream.URLs = urls[:1]
+			c.Upstream.Services = map[string]config.Service{"canary": {URLs: urls[1:2]}}
+			c.Route("list_markets").Split = []config.SplitTarget{{Service: config.DefaultService, Weight: 1}, {Service: "canary", Weight: 1}}
+		}, map[string]int{"": 1}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			bes, urls := startBackends(t, 3)
+			e := startEnv(t, func(c *config.Config) {
+				tc.set(c, urls)
+				c.Overload.FixedLimit = 1
+				c.Overload.MaxWait.MarketData = time.Millisecond
+				c.Overload.ShedDelay = 0
+				c.Log.Access = true
+			})
+			who := overload.Client(clientKey("", netip.MustParseAddr("127.0.0.1"), e.gw.plan.Load()))
+			busy := map[string]bool{}
+			for svc, n := range tc.held {
+				for _, inst := range e.gw.fleet.Service(svc).Instances()[:n] {
+					busy[inst.Addr] = true
+					holdAndShed(t, inst.Controller, who)
+				}
+			}
+			const n = 60
+			served := 0
+			for range n {
+				res := do(t, "GET", e.url+"/api/v1/mkt/markets/", nil)
+				res.Body.Close()
+				switch res.StatusCode {
+				case http.StatusOK:
+					served++
+				case http.StatusServiceUnavailable:
+				default:
+					t.Fatalf("GET: %d, want 200 or 503 overloaded", res.StatusCode)
+				}
+			}
+			for _, l := range e.logs.FilterMessage("request").All() {
+				f := l.ContextMap()
+				if inst, _ := f["upstream_instance"].(string); busy[inst] {
+					t.Fatalf("a request went to %s, whose queue sheds: %v", inst, f)
+				}
+			}
+			byFree := 0
+			for i, u := range urls {
+				if !busy[strings.TrimPrefix(u.String(), "http://")] {
+					byFree += bes[i].count()
+				}
+			}
+			if served == 0 || served == n || byFree != served {
+				t.Errorf("%d of %d served, %d by the free instance; want some of them served, each by the free one", served, n, byFree)
+			}
+		})
+	}
+}
+
+// holdAndShed has who hold ctl's one slot, and its queue shed market
+// data: a hundred such requests waited there in vain.
+func holdAndShed(t *testing.T, ctl *overload.Controller, who overload.Client) {
+	t.Helper()
+	ctx := context.Background()
+	if ok, _ := ctl.Acquire(ctx, overload.Cancel, who); !ok {
+		t.Fatal("the first slot was not free")
+	}
+	for range 100 {
+		if ok, _ := ctl.Acquire(ctx, overload.MarketData, who); ok {
+			t.Fatal("a second slot over the fixed limit of one")
+		}
 	}
 }

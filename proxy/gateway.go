@@ -412,6 +412,7 @@ type upstreamCall struct {
 	// request moves; abandoned, that the call ended for a reason of its
 	// own (its client went away).
 	inst      *upstream.Instance
+	peeked    *upstream.Instance // the instance admitEarly asked, where pickInstance sends the request
 	moved     bool
 	reached   bool
 	sentBody  []byte

@@ -429,8 +429,25 @@ func (s *Service) Pick() (*Instance, error) {
 
 // Peek returns the instance Pick would choose now, without counting a
 // request there, or nil when none is in the rotation: for a decision made
-// before the request is sent (the overload step's early shedding).
+// before the request is sent (the overload step's early shedding), whose
+// request then goes there (PickPeeked).
 func (s *Service) Peek() *Instance { return s.picks.Load().choose(nil) }
+
+// PickPeeked is Pick for a request a decision was made for at peeked, an
+// instance Peek returned: the request goes there, so that the instance
+// that decided is the one it is sent to, and counts as under way there
+// until Done; when peeked has left the rotation meanwhile, it is Pick.
+// It does not allocate.
+func (s *Service) PickPeeked(peeked *Instance) (*Instance, error) {
+	for _, inst := range s.picks.Load().inst {
+		if inst == peeked {
+			inst.active.Add(1)
+			s.active.Add(1)
+			return inst, nil
+		}
+	}
+	return s.Pick()
+}
 
 // ConfigureOverload sets the options of every instance's Controller, and
 // of those of instances to come.

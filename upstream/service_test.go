@@ -105,6 +105,50 @@ func TestPickPrefersFewerRequestsUnderWay(t *testing.T) {
 	}
 }
 
+// TestPickPeeked: a request decided at the instance Peek returned goes
+// there and counts as under way there; one whose instance has left the
+// rotation meanwhile goes where Pick sends it.
+func TestPickPeeked(t *testing.T) {
+	cases := []struct {
+		name   string
+		leaves bool // the peeked instance leaves the service's list before the pick
+	}{
+		{"still in the rotation", false},
+		{"left it", true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			s := NewService("md", Options{})
+			eps := endpoints(t, 1, 1, 1)
+			s.Update(eps)
+			for range 50 {
+				peeked := s.Peek()
+				if tc.leaves {
+					var rest []Endpoint
+					for _, ep := range eps {
+						if ep.URL.Host != peeked.Addr {
+							rest = append(rest, ep)
+						}
+					}
+					s.Update(rest)
+				}
+				inst, err := s.PickPeeked(peeked)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if (inst == peeked) == tc.leaves {
+					t.Fatalf("picked %s for a request peeked at %s (left the rotation: %v)", inst.Addr, peeked.Addr, tc.leaves)
+				}
+				if inst.Active() != 1 {
+					t.Fatalf("%d requests under way at %s, want the one picked", inst.Active(), inst.Addr)
+				}
+				inst.Done(Success)
+				s.Update(eps)
+			}
+		})
+	}
+}
+
 func TestPickFollowsWeights(t *testing.T) {
 	s := NewService("md", Options{})
 	s.Update(endpoints(t, 3, 1))
