@@ -43,7 +43,8 @@ func inPrefixes(a netip.Addr, ps []netip.Prefix) bool {
 // that wrote the entry, never anything further left, which whoever sent
 // the request to that hop chose.
 func clientAddr(peer netip.Addr, values []string, forwarded bool, trusted []netip.Prefix) netip.Addr {
-	return walkClient(peer, values, forwarded, trusted, nil)
+	client, _ := walkClient(peer, values, forwarded, trusted, nil, false)
+	return client
 }
 
 // forwardedChain returns the X-Forwarded-For value exgate sends the backend
@@ -55,21 +56,26 @@ func clientAddr(peer netip.Addr, values []string, forwarded bool, trusted []neti
 // X-Forwarded-For would have written it from the client on: its client is
 // the one exgate counted, read right to left past exgate and the proxies,
 // or as the left-most entry.
+//
+// It allocates only the value: the hops of a chain of up to 8 and the
+// text of one up to 512 bytes are kept on the stack.
 func forwardedChain(peer netip.Addr, values []string, trusted []netip.Prefix) string {
-	var hops []netip.Addr
-	walkClient(peer, values, true, trusted, &hops)
-	var b strings.Builder
+	var hopBuf [8]netip.Addr
+	_, hops := walkClient(peer, values, true, trusted, hopBuf[:0], true)
+	var textBuf [512]byte
+	b := textBuf[:0]
 	for i := len(hops) - 1; i >= 0; i-- {
-		b.WriteString(hops[i].String())
-		b.WriteString(", ")
+		b = hops[i].AppendTo(b)
+		b = append(b, ", "...)
 	}
-	b.WriteString(peer.String())
-	return b.String()
+	b = peer.AppendTo(b)
+	return string(b)
 }
 
-// walkClient is clientAddr, appending to hops, when it is not nil, every
-// address it reads on its way (right to left), the client's last.
-func walkClient(peer netip.Addr, values []string, forwarded bool, trusted []netip.Prefix, hops *[]netip.Addr) netip.Addr {
+// walkClient is clientAddr, and, when collect is set, hops with every
+// address it reads on its way appended (right to left), the client's
+// last.
+func walkClient(peer netip.Addr, values []string, forwarded bool, trusted []netip.Prefix, hops []netip.Addr, collect bool) (netip.Addr, []netip.Addr) {
 	client := peer
 	for i := len(values) - 1; i >= 0; i-- {
 		h := values[i]
@@ -91,18 +97,18 @@ func walkClient(peer netip.Addr, values []string, forwarded bool, trusted []neti
 			}
 			a, parsed := nodeAddr(node)
 			if !ok || !parsed {
-				return client
+				return client, hops
 			}
 			client = a
-			if hops != nil {
-				*hops = append(*hops, a)
+			if collect {
+				hops = append(hops, a)
 			}
 			if !inPrefixes(a, trusted) {
-				return client
+				return client, hops
 			}
 		}
 	}
-	return client
+	return client, hops
 }
 
 // nodeAddr reads one forwarding entry's address, in client form: "a.b.c.d",
@@ -129,11 +135,18 @@ func nodeAddr(s string) (netip.Addr, bool) {
 		}
 		return limiter.ClientForm(a), true
 	}
-	if a, err := netip.ParseAddr(s); err == nil {
+	i := strings.IndexByte(s, ':')
+	if i < 0 || strings.IndexByte(s[i+1:], ':') >= 0 {
+		// No colon (IPv4) or two or more (IPv6): an address alone. One
+		// colon is never an address alone, and trying one would allocate
+		// ParseAddr's error for every IPv4 entry with a port.
+		a, err := netip.ParseAddr(s)
+		if err != nil {
+			return netip.Addr{}, false
+		}
 		return limiter.ClientForm(a), true
 	}
-	i := strings.LastIndexByte(s, ':')
-	if i < 0 || !validPort(s[i+1:]) {
+	if !validPort(s[i+1:]) {
 		return netip.Addr{}, false
 	}
 	a, err := netip.ParseAddr(s[:i])

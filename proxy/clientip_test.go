@@ -72,6 +72,11 @@ func TestNodeAddr(t *testing.T) {
 			if !ok || a.String() != tt.want {
 				t.Fatalf("nodeAddr(%q) = %v, %v; want %s", tt.in, a, ok, tt.want)
 			}
+			// A readable entry is read on every request from a trusted
+			// proxy: it allocates nothing.
+			if n := testing.AllocsPerRun(100, func() { _, _ = nodeAddr(tt.in) }); n != 0 {
+				t.Errorf("nodeAddr(%q): %v allocations, want none", tt.in, n)
+			}
 		})
 	}
 }
@@ -260,3 +265,30 @@ func TestTrustedProxyForwardedFor(t *testing.T) {
 }
 
 func mustPrefix(s string) netip.Prefix { return netip.MustParsePrefix(s) }
+
+// TestForwardedChainAllocatesOnlyItsValue: the X-Forwarded-For value a
+// trusted peer's request gets in forwarded mode is built with one
+// allocation, its own, the hops walked and its text kept on the stack.
+func TestForwardedChainAllocatesOnlyItsValue(t *testing.T) {
+	peer := netip.MustParseAddr("127.0.0.1")
+	trusted := []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("10.0.0.0/8")}
+	for _, tc := range []struct {
+		name   string
+		values []string
+		want   string
+	}{
+		{"one hop", []string{"for=198.51.100.7"}, "198.51.100.7, 127.0.0.1"},
+		{"through trusted proxies", []string{`for=198.51.100.7;proto=https, for=10.0.0.2, for="10.0.0.3:80"`}, "198.51.100.7, 10.0.0.2, 10.0.0.3, 127.0.0.1"},
+		{"IPv6 on a second line", []string{"for=203.0.113.66", `for="[2001:db8::1]:4711"`}, "2001:db8::1, 127.0.0.1"},
+		{"none", nil, "127.0.0.1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := forwardedChain(peer, tc.values, trusted); got != tc.want {
+				t.Fatalf("forwardedChain = %q, want %q", got, tc.want)
+			}
+			if n := testing.AllocsPerRun(100, func() { _ = forwardedChain(peer, tc.values, trusted) }); n > 1 {
+				t.Errorf("%v allocations, want at most 1, the value", n)
+			}
+		})
+	}
+}
