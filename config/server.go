@@ -29,7 +29,8 @@ type Server struct {
 	// between client addresses (docs/pools.md): a client may open one
 	// only while it holds fewer than are left free; a connection past its
 	// share has its first request answered 503 too_many_connections and
-	// is closed. Connections from trusted proxies are not counted.
+	// is closed. Connections from trusted proxies are not counted; a PROXY
+	// protocol balancer's is counted as the client its header names.
 	// Default 0: the process's file-descriptor limit less 1024, kept for
 	// the backend's and Redis's connections and for files.
 	MaxConnections int `yaml:"max_connections"`

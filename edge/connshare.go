@@ -43,19 +43,22 @@ func MaxConnections(cfg *config.Config) int64 {
 // ShareConnections returns ln, whose connections are shared between the
 // client addresses they come from, in the form the rate limits key them
 // (limiter.ClientForm: an embedded IPv4 address is that IPv4 client),
-// grouped by client_ip.ipv6_prefix. A
-// connection from a trusted proxy (client_ip.trusted_proxies,
-// server.proxy_protocol.trusted_peers) carries many clients and is not
-// counted. Wrap the listener the kernel accepts on, before the PROXY
-// protocol: the peer is then known at once. m counts and shows them; it
-// may be nil.
+// grouped by client_ip.ipv6_prefix. A connection from a trusted proxy
+// (client_ip.trusted_proxies) carries many clients and is not counted. A
+// connection from a balancer of server.proxy_protocol.trusted_peers
+// carries the one client its PROXY header names, known only once the
+// header is read on the connection's own goroutine: it is counted in that
+// client's share when its first request asks (PastShare), and not at all
+// when its header names no client (none, LOCAL) or a trusted proxy. Wrap
+// the listener the kernel accepts on, before the PROXY protocol: the peer
+// is then known at once. m counts and shows them; it may be nil.
 func ShareConnections(ln net.Listener, cfg *config.Config, m *metrics.Edge) net.Listener {
 	l := &sharedListener{Listener: ln, pool: share.NewPool(MaxConnections(cfg)), v6Prefix: cfg.ClientIP.IPv6Prefix, metrics: m}
 	for _, p := range cfg.ClientIP.TrustedProxies {
 		l.exempt = append(l.exempt, p.Prefix)
 	}
 	for _, p := range cfg.Server.ProxyProtocol.TrustedPeers {
-		l.exempt = append(l.exempt, p.Prefix)
+		l.balancers = append(l.balancers, p.Prefix)
 	}
 	m.SetConnectionSource(l.pool)
 	return l
@@ -63,14 +66,15 @@ func ShareConnections(ln net.Listener, cfg *config.Config, m *metrics.Edge) net.
 
 type sharedListener struct {
 	net.Listener
-	pool     *share.Pool
-	exempt   []netip.Prefix
-	v6Prefix int
-	metrics  *metrics.Edge
+	pool      *share.Pool
+	exempt    []netip.Prefix // client_ip.trusted_proxies
+	balancers []netip.Prefix // server.proxy_protocol.trusted_peers
+	v6Prefix  int
+	metrics   *metrics.Edge
 }
 
 // Accept returns the next connection, counted in its client's share, or
-// marked as past it.
+// marked as past it; a balancer's is counted at its first request.
 func (l *sharedListener) Accept() (net.Conn, error) {
 	c, err := l.Listener.Accept()
 	if err != nil {
@@ -81,51 +85,108 @@ func (l *sharedListener) Accept() (net.Conn, error) {
 		return c, nil // not an IP peer (a test's pipe): nothing to share
 	}
 	addr := limiter.ClientForm(ap.Addr()) // as the gateway keys the client and compares its proxies
-	for _, p := range l.exempt {
-		if p.Contains(addr) {
-			return c, nil
-		}
-	}
-	k := share.AddrKey(limiter.AddrGroup(addr, l.v6Prefix))
-	sc := &sharedConn{Conn: c, pool: l.pool, key: k}
-	if !l.pool.Take(k, 1) {
-		sc.pool = nil // past its share: answered and closed at its first request
-		l.metrics.ConnectionRefused()
+	sc := &sharedConn{Conn: c}
+	switch {
+	case inPrefixes(l.balancers, addr):
+		sc.from = l
+	case inPrefixes(l.exempt, addr):
+		return c, nil
+	default:
+		l.count(sc, addr)
 	}
 	return sc, nil
 }
 
+// count takes sc's place in the share of client addr, or marks it past
+// its share.
+func (l *sharedListener) count(sc *sharedConn, addr netip.Addr) {
+	k := share.AddrKey(limiter.AddrGroup(addr, l.v6Prefix))
+	if !l.pool.Take(k, 1) {
+		sc.past = true // answered and closed at its first request
+		l.metrics.ConnectionRefused()
+		return
+	}
+	sc.pool, sc.key = l.pool, k
+}
+
+// inPrefixes reports whether a is inside one of ps.
+func inPrefixes(ps []netip.Prefix, a netip.Addr) bool {
+	for _, p := range ps {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
 // sharedConn is a client connection counted in its client's share (pool
-// set) or past it (pool nil).
+// set), past it (past), or from a balancer and not counted yet (from set).
 type sharedConn struct {
 	net.Conn
 	pool *share.Pool
 	key  share.Key
-	once sync.Once
+	past bool
+	// from is the listener of a balancer's connection whose client is
+	// counted at its first request (countClient); nil once it has been.
+	from   *sharedListener
+	mu     sync.Mutex
+	closed bool
 }
 
 // Close closes the connection and gives its place back.
 func (c *sharedConn) Close() error {
-	c.once.Do(func() {
-		if c.pool != nil {
-			c.pool.Give(c.key, 1)
-		}
-	})
+	c.mu.Lock()
+	if !c.closed && c.pool != nil {
+		c.pool.Give(c.key, 1)
+	}
+	c.closed = true
+	c.mu.Unlock()
 	return c.Conn.Close()
+}
+
+// countClient counts a balancer's connection, once, in the share of the
+// client whose address the PROXY protocol layer pc names (its
+// RemoteAddr; pc nil: the connection is no PROXY protocol connection),
+// and reports whether it is past the share. A client that is a balancer
+// (no header, or LOCAL: the balancer's own address) or a trusted proxy is
+// not counted.
+func (c *sharedConn) countClient(pc net.Conn) bool {
+	c.mu.Lock()
+	pending := c.from != nil && pc != nil
+	c.mu.Unlock()
+	var client net.Addr
+	if pending {
+		client = pc.RemoteAddr() // read already: net/http asked first
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if l := c.from; l != nil && client != nil && !c.closed {
+		c.from = nil
+		if a, ok := netAddrIP(client); ok && !inPrefixes(l.balancers, a) && !inPrefixes(l.exempt, a) {
+			l.count(c, a)
+		}
+	}
+	return c.past
 }
 
 // PastShare reports whether c, a connection as net/http holds it (under
 // TLS and the PROXY protocol), was accepted past its client's share: its
 // first request is to be answered 503 too_many_connections and the
-// connection closed.
+// connection closed. A balancer's connection is counted in the share of
+// the client its PROXY header names on the first call, which must come
+// after the header was read (the connection's RemoteAddr asked).
 func PastShare(c net.Conn) bool {
+	var pc net.Conn // the PROXY protocol layer
 	for {
 		switch v := c.(type) {
 		case *sharedConn:
-			return v.pool == nil
+			return v.countClient(pc)
 		case interface{ NetConn() net.Conn }: // *tls.Conn
 			c = v.NetConn()
 		case interface{ Raw() net.Conn }: // a PROXY protocol connection
+			if pc == nil {
+				pc = c
+			}
 			c = v.Raw()
 		default:
 			return false

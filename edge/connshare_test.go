@@ -32,7 +32,7 @@ func TestPastShareUnwraps(t *testing.T) {
 	a, b := net.Pipe()
 	t.Cleanup(func() { a.Close(); b.Close() })
 	counted := &sharedConn{Conn: a, pool: share.NewPool(4)}
-	past := &sharedConn{Conn: a}
+	past := &sharedConn{Conn: a, past: true}
 	for _, tt := range []struct {
 		name string
 		conn net.Conn
@@ -124,4 +124,94 @@ func TestConnectionShareKeysClientsAsTheLimitsDo(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestBalancerConnectionsCountTheirClient: a connection from a PROXY
+// protocol balancer (server.proxy_protocol.trusted_peers) is counted in
+// the share of the client its header names, under TLS too, when its
+// first request asks (PastShare); with server.max_connections 4 a client
+// holds two. One whose header names no client, or a trusted proxy, is
+// not counted.
+func TestBalancerConnectionsCountTheirClient(t *testing.T) {
+	const lb = "10.9.0.1:40000"
+	for _, tt := range []struct {
+		name    string
+		clients []string // the client each connection's header names ("": no header)
+		tls     bool
+		want    string // of the last connection: counted, past, or exempt
+	}{
+		{"one client, a third connection", []string{"203.0.113.7:1", "203.0.113.7:2", "203.0.113.7:3"}, false, "past"},
+		{"one client under TLS", []string{"203.0.113.7:1", "203.0.113.7:2", "203.0.113.7:3"}, true, "past"},
+		{"IPv4-mapped: the same client", []string{"203.0.113.7:1", "203.0.113.7:2", "[::ffff:203.0.113.7]:3"}, false, "past"},
+		{"another client", []string{"203.0.113.7:1", "203.0.113.7:2", "198.51.100.9:1"}, false, "counted"},
+		{"no header", []string{"", "", ""}, false, "exempt"},
+		{"a trusted proxy behind the balancer", []string{"10.0.0.1:1", "10.0.0.1:2", "10.0.0.1:3"}, false, "exempt"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := config.Default()
+			cfg.Server.MaxConnections = 4
+			cfg.ClientIP.TrustedProxies = []config.Prefix{{Prefix: netip.MustParsePrefix("10.0.0.1/32")}}
+			cfg.Server.ProxyProtocol.TrustedPeers = []config.Prefix{{Prefix: netip.MustParsePrefix("10.9.0.0/24")}}
+			peers := make([]string, len(tt.clients))
+			for i := range peers {
+				peers[i] = lb
+			}
+			ln := ShareConnections(&headerListener{t: t, peers: peers, clients: tt.clients}, cfg, nil)
+			got := ""
+			for range tt.clients {
+				c, err := ln.Accept()
+				if err != nil {
+					t.Fatal(err)
+				}
+				var held net.Conn = proxyproto.NewConn(c)
+				held.RemoteAddr() // the header is read, as net/http asks first
+				if tt.tls {
+					held = tls.Server(held, &tls.Config{})
+				}
+				got = "counted"
+				if PastShare(held) {
+					got = "past"
+				} else if sc := c.(*sharedConn); sc.pool == nil {
+					got = "exempt"
+				}
+			}
+			if got != tt.want {
+				t.Errorf("the last connection is %s, want %s", got, tt.want)
+			}
+		})
+	}
+}
+
+// headerListener accepts one connection from each address of peers in
+// turn, on which a PROXY protocol v2 header naming the client of the
+// same index (none for "") arrives.
+type headerListener struct {
+	net.Listener
+	t       *testing.T
+	peers   []string
+	clients []string
+}
+
+func (l *headerListener) Accept() (net.Conn, error) {
+	if len(l.peers) == 0 {
+		return nil, net.ErrClosed
+	}
+	a, b := net.Pipe()
+	l.t.Cleanup(func() { a.Close(); b.Close() })
+	peer := net.TCPAddrFromAddrPort(netip.MustParseAddrPort(l.peers[0]))
+	var header []byte
+	if l.clients[0] != "" {
+		src := net.TCPAddrFromAddrPort(netip.MustParseAddrPort(l.clients[0]))
+		dst := &net.TCPAddr{IP: net.IPv4(192, 0, 2, 1), Port: 443}
+		if src.IP.To4() == nil {
+			dst = &net.TCPAddr{IP: net.ParseIP("2001:db8::1"), Port: 443}
+		}
+		var err error
+		if header, err = proxyproto.HeaderProxyFromAddrs(2, src, dst).Format(); err != nil {
+			l.t.Fatal(err)
+		}
+	}
+	l.peers, l.clients = l.peers[1:], l.clients[1:]
+	go func() { _, _ = b.Write(append(header, "GET / HTTP/1.1\r\n"...)) }()
+	return addrConn{Conn: a, peer: peer}, nil
 }

@@ -53,7 +53,9 @@ func startEdge(t *testing.T, mut func(*config.Config)) *edgeEnv {
 	}
 	srv := edge.NewServer(cfg, gw, zap.NewNop(), m)
 	go func() {
-		_ = edge.ServeTraffic(srv, edge.ProxyProtocolListener(ln, cfg.Server.ProxyProtocol, cfg.Server.ReadHeaderTimeout, m), nil)
+		// As cmd/exgate listens: the connection share under the PROXY protocol.
+		shared := edge.ShareConnections(ln, cfg, m)
+		_ = edge.ServeTraffic(srv, edge.ProxyProtocolListener(shared, cfg.Server.ProxyProtocol, cfg.Server.ReadHeaderTimeout, m), nil)
 	}()
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -264,4 +266,72 @@ func TestProxyProtocolHeaderDeadline(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestConnectionSharesBehindProxyProtocol: behind an L4 balancer that
+// sends the PROXY protocol, each balancer connection carries one client,
+// the one its header names, and is counted in that client's share of
+// connections as a direct connection is (docs/pools.md): with
+// server.max_connections 8, one client holds 4 connections through the
+// balancer and its fifth is answered 503 too_many_connections and closed,
+// while another client the balancer carries is served. A header naming a
+// trusted proxy (an L7 proxy behind the balancer) is not counted, nor is
+// a balancer connection without a header (policy optional): its client
+// is not known.
+func TestConnectionSharesBehindProxyProtocol(t *testing.T) {
+	const lb = "127.0.0.2"
+	for _, tc := range []struct {
+		name   string
+		held   string // the client the first 4 connections carry ("": no header)
+		last   string // the client the fifth carries ("": no header)
+		status int
+	}{
+		{name: "one client, a fifth connection", held: "203.0.113.7:1", last: "203.0.113.7:2", status: http.StatusServiceUnavailable},
+		{name: "one client in an IPv6 /64", held: "[2001:db8::1]:1", last: "[2001:db8::2]:2", status: http.StatusServiceUnavailable},
+		{name: "another client", held: "203.0.113.7:1", last: "198.51.100.9:1", status: http.StatusOK},
+		{name: "a trusted proxy behind the balancer", held: "10.1.1.1:1", last: "10.1.1.1:2", status: http.StatusOK},
+		{name: "the balancer itself, without headers", last: "", status: http.StatusOK},
+		{name: "the balancer itself, then a client", last: "203.0.113.7:1", status: http.StatusOK},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := startEdge(t, func(c *config.Config) {
+				c.Server.MaxConnections = 8
+				c.Server.ProxyProtocol = config.ProxyProtocol{TrustedPeers: prefixes(t, lb), Policy: config.ProxyOptional}
+				c.ClientIP.TrustedProxies = prefixes(t, "10.0.0.0/8")
+			})
+			header := func(client string) []byte {
+				if client == "" {
+					return nil
+				}
+				return proxyHeader(t, 2, client)
+			}
+			for i := range 4 { // half of 8: each served, and kept open
+				c := dialFrom(t, lb, e.addr)
+				res, err := roundTrip(c, bufio.NewReader(c), header(tc.held), "")
+				if err != nil || res.StatusCode != http.StatusOK {
+					t.Fatalf("connection %d: %v %v", i, res, err)
+				}
+			}
+			c := dialFrom(t, lb, e.addr)
+			_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+			if _, err := c.Write(append(header(tc.last), "GET /api/v1/anything/ HTTP/1.1\r\nHost: api.example.test\r\n\r\n"...)); err != nil {
+				t.Fatal(err)
+			}
+			res, err := http.ReadResponse(bufio.NewReader(c), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.status == http.StatusOK {
+				res.Body.Close()
+				if res.StatusCode != http.StatusOK {
+					t.Fatalf("fifth connection: %s, want 200", res.Status)
+				}
+				return
+			}
+			assertError(t, res, tc.status, "too_many_connections")
+			if !res.Close {
+				t.Error("too_many_connections: the connection is kept open")
+			}
+		})
+	}
 }

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -205,6 +207,7 @@ func TestHAProxyProxyProtocol(t *testing.T) {
 	curl := needCommand(t, "curl", "curl")
 	e := startEdgeStack(t, func(cfg *config.Config, _ *tlstest.CA, _ string) {
 		matchesLimit(cfg, 3)
+		cfg.Server.MaxConnections = 8 // an address alone holds 4
 		var p config.Prefix
 		_ = p.UnmarshalText([]byte("127.0.0.1"))
 		cfg.Server.ProxyProtocol = config.ProxyProtocol{TrustedPeers: []config.Prefix{p}, Policy: config.ProxyRequired}
@@ -279,6 +282,46 @@ backend exgate_v1
 		}
 	})
 	t.Run("forged header sent directly", func(t *testing.T) { checkForgedProxyHeaders(t, e) })
+	t.Run("one client's connections through HAProxy are its share", func(t *testing.T) {
+		for i := range 4 {
+			if status, code := tlsGet(t, e, "127.0.0.5", v2); status != http.StatusOK {
+				t.Fatalf("connection %d of 127.0.0.5: %d %s, want 200", i, status, code)
+			}
+		}
+		if status, code := tlsGet(t, e, "127.0.0.5", v1); status != http.StatusServiceUnavailable || code != "too_many_connections" {
+			t.Fatalf("a fifth connection of 127.0.0.5: %d %s, want 503 too_many_connections", status, code)
+		}
+		if status, code := tlsGet(t, e, "127.0.0.6", v2); status != http.StatusOK {
+			t.Fatalf("another client beside it: %d %s, want 200", status, code)
+		}
+	})
+}
+
+// tlsGet opens a TLS connection from the loopback address from through
+// HAProxy's port, sends one request on it and returns the answer's status
+// and error code; the connection stays open until the test ends.
+func tlsGet(t *testing.T, e *edgeStack, from string, port int) (int, string) {
+	t.Helper()
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}, Timeout: 2 * time.Second}
+	c, err := tls.DialWithDialer(&d, "tcp", fmt.Sprintf("127.0.0.1:%d", port), &tls.Config{RootCAs: e.ca.Pool, ServerName: "api.example.test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.WriteString(c, "GET /api/v1/mkt/markets/ HTTP/1.1\r\nHost: api.example.test\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	res, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	var body struct {
+		Code string `json:"code"`
+	}
+	_ = json.NewDecoder(res.Body).Decode(&body)
+	return res.StatusCode, body.Code
 }
 
 // checkForgedProxyHeaders sends PROXY v1 and v2 headers naming another
