@@ -187,6 +187,12 @@ func (f *poolFront) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return // a broken request: nothing to answer
 	}
 	r.Body = io.NopCloser(strings.NewReader(string(body)))
+	if strings.HasPrefix(r.Header.Get("Authorization"), sprayedPrefix) && r.Method == http.MethodPost {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusServiceUnavailable) // an outage the invented tokens' orders meet (pools_spray_test.go)
+		_, _ = io.WriteString(w, `{"detail":"The exchange is unavailable.","code":"`+outageCode+`"}`)
+		return
+	}
 	if slices.Contains(heldPaths, r.URL.Path) {
 		f.mu.Lock()
 		release := f.release

@@ -99,13 +99,13 @@ func measureRedis(t *testing.T, n, requests, perAccount int) redisFootprint {
 	var f redisFootprint
 	ids := footprintIDs(0, max(n, 2))
 	cl := mustClaimAll(t, s, "probe", ids, fpA, Claimed)
-	keys := s.keys("probe", ids)
+	keys := s.keys("probe", "", ids)
 	f.inFlight, f.share, f.mark = usage(keys[0]), usage(keys[1]), usage(keys[2])
 	must(t, s.MarkUnknown(ctx, cl))
 	f.unknown = usage(keys[0])
 	cl = mustClaimAll(t, s, "probe2", ids[:1], fpA, Claimed)
 	must(t, s.Complete(ctx, cl, footprintRecord(0, 1)))
-	f.done = usage(s.keys("probe2", ids[:1])[0])
+	f.done = usage(s.keys("probe2", "", ids[:1])[0])
 
 	before := redisUsed(t, srv)
 	for r := range requests {
@@ -190,7 +190,7 @@ func measureMemory(t *testing.T, n, requests int, headed bool) (real, charged fl
 		// Made here, as the proxy makes them for each request: the
 		// store keeps the account's and identifiers' strings, and a
 		// copy of the response.
-		cl, err := s.ClaimAll(context.Background(), footprintAccount(r), footprintIDs(r*n, n), fpA)
+		cl, err := s.ClaimAll(context.Background(), footprintAccount(r), "", footprintIDs(r*n, n), fpA)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -231,7 +231,7 @@ func TestMemoryFootprint(t *testing.T) {
 
 func mustClaimAll(t *testing.T, s Store, account string, ids []string, fp Fingerprint, want Outcome) Claim {
 	t.Helper()
-	c, err := s.ClaimAll(context.Background(), account, ids, fp)
+	c, err := s.ClaimAll(context.Background(), account, "", ids, fp)
 	if err != nil {
 		t.Fatalf("ClaimAll(%s, %q): %v", account, ids, err)
 	}

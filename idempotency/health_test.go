@@ -46,7 +46,7 @@ func TestRedisHealth(t *testing.T) {
 	// Fill it to maxmemory: claims are then refused as a full store.
 	var err error
 	for i := 0; err == nil && i < 200000; i++ {
-		_, err = s.ClaimAll(ctx, "filler"+strconv.Itoa(i%1000), footprintIDs(i*10, 10), fpA)
+		_, err = s.ClaimAll(ctx, "filler"+strconv.Itoa(i%1000), "", footprintIDs(i*10, 10), fpA)
 	}
 	if !errors.Is(err, ErrFull) {
 		t.Fatalf("claims into a full Redis: %v, want ErrFull", err)

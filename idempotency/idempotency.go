@@ -17,8 +17,10 @@
 // or nothing (Store.ClaimAll), and is one request to the store: its
 // state and its response are kept once, under its first identifier (the
 // head), and each other identifier holds only a mark naming the bulk by
-// its fingerprint. Each account's share of the store is counted in
-// entries and in bytes (Options.MaxPerAccount, MaxBytesPerAccount).
+// its fingerprint. Each client's share of the store — an account's, or
+// for opaque tokens their client address's (Store.ClaimAll's client) —
+// is counted in entries and in bytes (Options.MaxPerAccount,
+// MaxBytesPerAccount).
 package idempotency
 
 import (
@@ -27,6 +29,7 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"net/netip"
 	"strconv"
 	"strings"
 	"syscall"
@@ -46,10 +49,31 @@ func FingerprintOf(body []byte) Fingerprint { return sha256.Sum256(body) }
 // Key names an identifier of one account. Account is what the proxy
 // knows the client as (the verified account where identities are
 // verified, else the token id, an HMAC of the token, never the token);
-// each account has its own identifiers and its own share of the store
-// (Options.MaxPerAccount, Options.MaxBytesPerAccount).
+// each account has its own identifiers. A claim is charged to the share
+// of the store (Options.MaxPerAccount, Options.MaxBytesPerAccount) of its
+// client: the account itself, or, for an account anyone can invent (an
+// opaque token), the client it came from (Store.ClaimAll's client,
+// AddressClient), so that the tokens one address invents share one share
+// (docs/pools.md).
 type Key struct {
 	Account, Identifier string
+}
+
+// AddressClient returns the Client of a claim made from the client
+// address a (grouped as the rate limits group it: limiter.AddrGroup of
+// limiter.ClientForm), a name no account or token id takes (it holds a
+// space).
+func AddressClient(a netip.Addr) string {
+	var b [len("addr ") + 45]byte
+	return string(a.AppendTo(append(b[:0], "addr "...)))
+}
+
+// owner returns who a claim of account from client is charged to.
+func owner(account, client string) string {
+	if client == "" {
+		return account
+	}
+	return client
 }
 
 // Outcome is the result of a claim.
@@ -185,14 +209,14 @@ type Store interface {
 	// has no room.
 	Claim(ctx context.Context, key Key, fp Fingerprint) (Claim, error)
 	// ClaimAll claims the distinct identifiers ids (at least one) of
-	// account for one request with fingerprint fp, a bulk of orders: all
-	// of them or none. The request is kept once, under ids[0]; the
+	// account, charged to client's share ("": the account's own; Key), for one request
+	// with fingerprint fp, a bulk of orders: all of them or none. The request is kept once, under ids[0]; the
 	// outcome is that of the request (a repeat of the same bulk is
 	// InProgress, Replay or Unknown) or, when any of ids is held by
 	// another request, Conflict with Claim.At naming the first such.
 	// Complete, Release and MarkUnknown of the claim settle every
 	// identifier at once.
-	ClaimAll(ctx context.Context, account string, ids []string, fp Fingerprint) (Claim, error)
+	ClaimAll(ctx context.Context, account, client string, ids []string, fp Fingerprint) (Claim, error)
 	// Complete records the backend's response to a Claimed request; later
 	// identical requests replay it. A body over Options.MaxResponseBytes,
 	// or headers over MaxRecordHeaderBytes, are not kept: the outcome is
@@ -221,9 +245,9 @@ var (
 	// store holds Options.MaxEntries or Options.MaxBytes of unexpired
 	// entries, or Redis refuses writes at its maxmemory (OOM).
 	ErrFull = errors.New("idempotency: store full")
-	// ErrAccountFull: the account already holds its share of the store
-	// (Options.MaxPerAccount entries or Options.MaxBytesPerAccount
-	// bytes); other accounts still claim.
+	// ErrAccountFull: the claim's client (ClaimAll's, else its account)
+	// already holds its share of the store (Options.MaxPerAccount entries
+	// or Options.MaxBytesPerAccount bytes); other clients still claim.
 	ErrAccountFull = errors.New("idempotency: account's share of the store is full")
 )
 
@@ -246,7 +270,9 @@ type Options struct {
 	// and 1GiB.
 	MaxEntries int
 	MaxBytes   int64
-	// MaxPerAccount is the most identifiers one account holds at once
+	// MaxPerAccount is the most identifiers one account (or one client
+	// address, for all the opaque tokens it presents: Key) holds
+	// at once
 	// (in flight, completed or unknown, until they expire), and
 	// MaxBytesPerAccount the most bytes they may cost the store
 	// (MemoryBytes, RedisBytes); past either the account's new
@@ -333,7 +359,7 @@ var (
 	errFull = apierror.Static(http.StatusServiceUnavailable, "duplicate_protection_full",
 		"Duplicate protection has no room for new identifiers, so the order was not sent; retry later, or send it without an identifier.")
 	errAccountFull = apierror.Static(http.StatusServiceUnavailable, "identifier_quota_exceeded",
-		"This account holds its whole share of duplicate-protection entries, so the order was not sent; retry later, or send it without an identifier.")
+		"This account (with unverified tokens, this address) holds its whole share of duplicate-protection entries, so the order was not sent; retry later, or send it without an identifier.")
 )
 
 // Refusal returns the answer to a request whose claim came back

@@ -36,8 +36,8 @@ import (
 // script run: the ratelimit.ClaimPart it rides as (ClaimFunc's KEYS and
 // ARGV, the deadline Options.Timeout, the replica acks
 // Options.ReplicaAcks and how long their WAIT blocks), and what Settle
-// reads its reply with. The keys share the account's hash tag, so they
-// live in one Cluster slot.
+// reads its reply with. The keys share the hash tag of whose share the
+// claim is charged to, so they live in one Cluster slot.
 type Prepared struct {
 	ratelimit.ClaimPart
 	// At is when the claim was prepared, on Options.Now: the start of
@@ -45,6 +45,8 @@ type Prepared struct {
 	At time.Time
 
 	key    Key      // the first identifier
+	own    int      // how many of Keys are the claim's own (the rest legacy keys, read only)
+	client string   // whose share it is charged to (Store.ClaimAll)
 	more   []string // the other identifiers (a bulk's)
 	fp     Fingerprint
 	id     string // the holder's token
@@ -63,9 +65,10 @@ var errNotRun = errors.New("idempotency: the claim did not run with the limits")
 type Joiner interface {
 	Store
 	// Prepare fills p with a claim of account's identifiers ids (an
-	// order's one, a bulk's all, as Store.ClaimAll claims them) for a
+	// order's one, a bulk's all, as Store.ClaimAll claims them), charged
+	// to client's share (Key), for a
 	// request with fingerprint fp.
-	Prepare(p *Prepared, account string, ids []string, fp Fingerprint)
+	Prepare(p *Prepared, account, client string, ids []string, fp Fingerprint)
 	// Settle returns the claim p's round trip reported (r, whose Sent
 	// is true), as Claim would have: a claim the replicas did not
 	// acknowledge is freed and reported as ErrNotReplicated, a failed
@@ -85,8 +88,8 @@ type Joiner interface {
 }
 
 // Prepare implements Joiner.
-func (s *Redis) Prepare(p *Prepared, account string, ids []string, fp Fingerprint) {
-	s.prepare(p, account, ids, fp)
+func (s *Redis) Prepare(p *Prepared, account, client string, ids []string, fp Fingerprint) {
+	s.prepare(p, account, client, ids, fp)
 }
 
 // Settle implements Joiner. A round trip Redis answered with an error
@@ -104,7 +107,7 @@ func (s *Redis) Settle(ctx context.Context, p *Prepared, r ratelimit.ClaimReply)
 		r.Err = errNotRun
 	}
 	if r.Err != nil && redisError(r.Err) && !ratelimit.Unserved(r.Err) {
-		return s.ClaimAll(context.WithoutCancel(ctx), p.key.Account, p.ids(), p.fp)
+		return s.ClaimAll(context.WithoutCancel(ctx), p.key.Account, p.client, p.ids(), p.fp)
 	}
 	if r.Err != nil {
 		s.failed(ctx, r.Err)
@@ -153,7 +156,7 @@ func (s *Redis) free(ctx context.Context, p *Prepared) error {
 		c = node
 	}
 	s.finishRuns.Add(1)
-	if err := s.finish.Run(ctx, c, p.Keys, p.id, "free", s.retentionArg, "", p.slot, p.charge, 0).Err(); err != nil {
+	if err := s.finish.Run(ctx, c, p.Keys[:p.own], p.id, "free", s.retentionArg, "", p.slot, p.charge, 0).Err(); err != nil {
 		s.failed(ctx, err)
 		return storeError("free", err)
 	}

@@ -54,13 +54,13 @@ func (s *joinedStore) limitKey(account string) string {
 
 // Claim decides the account's limit and claims key in one round trip.
 func (s *joinedStore) Claim(ctx context.Context, key Key, fp Fingerprint) (Claim, error) {
-	return s.ClaimAll(ctx, key.Account, []string{key.Identifier}, fp)
+	return s.ClaimAll(ctx, key.Account, "", []string{key.Identifier}, fp)
 }
 
 // ClaimAll decides the account's limit and claims ids in one round trip.
-func (s *joinedStore) ClaimAll(ctx context.Context, account string, ids []string, fp Fingerprint) (Claim, error) {
+func (s *joinedStore) ClaimAll(ctx context.Context, account, client string, ids []string, fp Fingerprint) (Claim, error) {
 	var p Prepared
-	s.Prepare(&p, account, ids, fp)
+	s.Prepare(&p, account, client, ids, fp)
 	q := ratelimit.Request{
 		Checks: []ratelimit.Check{{Key: s.limitKey(account), Limit: s.limit}},
 		Claim:  &p.ClaimPart,
@@ -371,7 +371,7 @@ func checkJoinedMovedIsStoreFailure(t *testing.T, cl *redistest.Cluster, base Op
 	s := newJoined(t, c, o, generous)
 	key := Key{Account: "acct-moved", Identifier: "moved"}
 	var p Prepared
-	s.Prepare(&p, key.Account, []string{key.Identifier}, fpA)
+	s.Prepare(&p, key.Account, "", []string{key.Identifier}, fpA)
 	// A real MOVED: the claim's key asked of a master that does not
 	// hold it, as a run sent by a stale slot map is answered.
 	owner := masterOf(t, c, p.Keys[0])

@@ -48,7 +48,8 @@ func cloneHeader(h []string) []string {
 }
 
 // MemoryBytes is what the memory store charges for one request of n
-// identifiers whose names (the account's once, then each identifier)
+// identifiers whose names (the account's and its client's once, then
+// each identifier)
 // take names bytes, holding a response of resp bytes (body, Content-Type
 // and the headers kept: recordBytes).
 func MemoryBytes(n, names, resp int) int64 {
@@ -62,7 +63,8 @@ func MemoryBytes(n, names, resp int) int64 {
 // new identifier gets ErrFull (the proxy answers 503) rather than
 // evicting a live one, which could let a duplicate through. A response
 // that would overflow MaxBytes is recorded as an unknown outcome. Each
-// account holds at most Options.MaxPerAccount identifiers and
+// client (an account, or an address for all its opaque tokens: Key)
+// holds at most Options.MaxPerAccount identifiers and
 // Options.MaxBytesPerAccount bytes (ErrAccountFull past either, checked
 // when it claims: the response of a claim it holds is kept).
 // A request (an order, or a bulk claimed by ClaimAll) is one entry, its
@@ -74,13 +76,14 @@ type Memory struct {
 	head, tail *entry           // by last write, so by expiry: every write sets now + Retention
 	ids        int              // identifiers held (len(index))
 	bytes      int64
-	accounts   map[string]*memShare
+	accounts   map[string]*memShare // by owner: ClaimAll's client, else the account
 }
 
 // idKey names an identifier of an account in the index.
 type idKey struct{ account, id string }
 
-// memShare is what one account holds.
+// memShare is what one client (an account, or an address for the opaque
+// tokens it presents) holds.
 type memShare struct {
 	ids   int
 	bytes int64
@@ -89,6 +92,7 @@ type memShare struct {
 // entry is one request's state.
 type entry struct {
 	account    string
+	owner      string   // whose share it is charged to: ClaimAll's client, else account
 	ids        []string // ids[0] is the first identifier
 	state      byte     // 'p' in flight, 'd' done, 'u' unknown
 	fp         Fingerprint
@@ -143,11 +147,11 @@ func (s *Memory) remove(en *entry) {
 	}
 	s.ids -= len(en.ids)
 	s.bytes -= en.size
-	if sh := s.accounts[en.account]; sh != nil {
+	if sh := s.accounts[en.owner]; sh != nil {
 		sh.ids -= len(en.ids)
 		sh.bytes -= en.size
 		if sh.ids <= 0 {
-			delete(s.accounts, en.account)
+			delete(s.accounts, en.owner)
 		}
 	}
 }
@@ -173,11 +177,11 @@ func (s *Memory) touch(en *entry, now time.Time) {
 
 // Claim implements Store.
 func (s *Memory) Claim(ctx context.Context, key Key, fp Fingerprint) (Claim, error) {
-	return s.ClaimAll(ctx, key.Account, []string{key.Identifier}, fp)
+	return s.ClaimAll(ctx, key.Account, "", []string{key.Identifier}, fp)
 }
 
 // ClaimAll implements Store.
-func (s *Memory) ClaimAll(ctx context.Context, account string, ids []string, fp Fingerprint) (Claim, error) {
+func (s *Memory) ClaimAll(ctx context.Context, account, client string, ids []string, fp Fingerprint) (Claim, error) {
 	if err := ctx.Err(); err != nil {
 		return Claim{}, err
 	}
@@ -209,12 +213,13 @@ func (s *Memory) ClaimAll(ctx context.Context, account string, ids []string, fp 
 			return c, nil
 		}
 	}
-	names := len(account)
+	who := owner(account, client)
+	names := len(account) + len(client)
 	for _, id := range ids {
 		names += len(id)
 	}
 	size := MemoryBytes(len(ids), names, 0)
-	sh := s.accounts[account]
+	sh := s.accounts[who]
 	if sh != nil && (sh.ids+len(ids) > s.o.MaxPerAccount || sh.bytes+size > s.o.MaxBytesPerAccount) {
 		return Claim{}, ErrAccountFull
 	}
@@ -226,14 +231,14 @@ func (s *Memory) ClaimAll(ctx context.Context, account string, ids []string, fp 
 	}
 	c.Outcome, c.id = Claimed, newID()
 	c.more = ids[1:]
-	en := &entry{account: account, ids: append([]string(nil), ids...), state: 'p', fp: fp, holder: c.id,
+	en := &entry{account: account, owner: who, ids: append([]string(nil), ids...), state: 'p', fp: fp, holder: c.id,
 		deadline: now.Add(s.o.InFlightTimeout), size: size}
 	for _, id := range ids {
 		s.index[idKey{account, id}] = en
 	}
 	if sh == nil {
 		sh = &memShare{}
-		s.accounts[account] = sh
+		s.accounts[who] = sh
 	}
 	sh.ids += len(ids)
 	sh.bytes += size
@@ -276,7 +281,7 @@ func (s *Memory) Complete(ctx context.Context, c Claim, rec Record) error {
 		en.rec = Record{Status: rec.Status, ContentType: rec.ContentType, Header: cloneHeader(rec.Header),
 			Accept: strings.Clone(keptValue(rec.Accept)), Body: append([]byte(nil), rec.Body...)}
 		en.size += grow
-		s.accounts[en.account].bytes += grow
+		s.accounts[en.owner].bytes += grow
 		s.bytes += grow
 	}
 	s.touch(en, now)

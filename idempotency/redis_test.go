@@ -284,16 +284,90 @@ func TestRedisKeysOneString(t *testing.T) {
 	tag := accountTag("acct")
 	want := []string{"exgate:idem:{" + tag + "}ord-1", "exgate:idem:%{" + tag + "}",
 		"exgate:idem:{" + tag + "}" + accountTag(long), "exgate:idem:{" + tag + "}ord-3"}
-	if got := s.keys("acct", ids); !slices.Equal(got, want) {
+	if got := s.keys("acct", "", ids); !slices.Equal(got, want) {
 		t.Errorf("keys = %q, want %q", got, want)
 	}
-	if n := testing.AllocsPerRun(100, func() { s.keys("acct", ids) }); n > 2 {
+	if n := testing.AllocsPerRun(100, func() { s.keys("acct", "", ids) }); n > 2 {
 		t.Errorf("%v allocations per keys, want at most 2", n)
 	}
 	var p Prepared
-	s.prepare(&p, "acct", ids, Fingerprint{})
+	s.prepare(&p, "acct", "", ids, Fingerprint{})
 	if c, err := p.outcome([]any{"claimed"}); err != nil || !slices.Equal(c.keys, want) {
 		t.Errorf("claim keys %q (%v), want %q", c.keys, err, want)
+	}
+
+	// A client's claim: its keys carry the client's tag, then the
+	// account's, and outside a Cluster it reads the keys the account's
+	// identifiers had before (want), writing none of them.
+	ctag := accountTag("addr 198.51.100.7")
+	own := []string{"exgate:idem:{" + ctag + "}" + tag + "ord-1", "exgate:idem:%{" + ctag + "}",
+		"exgate:idem:{" + ctag + "}" + tag + accountTag(long), "exgate:idem:{" + ctag + "}" + tag + "ord-3"}
+	legacy := slices.Delete(slices.Clone(want), 1, 2)
+	if got := s.keys("acct", "addr 198.51.100.7", ids); !slices.Equal(got, append(slices.Clone(own), legacy...)) {
+		t.Errorf("a client's keys = %q, want %q then %q", got, own, legacy)
+	}
+	if n := testing.AllocsPerRun(100, func() { s.keys("acct", "addr 198.51.100.7", ids) }); n > 2 {
+		t.Errorf("%v allocations per client's keys, want at most 2", n)
+	}
+	s.prepare(&p, "acct", "addr 198.51.100.7", ids, Fingerprint{})
+	if c, err := p.outcome([]any{"claimed"}); err != nil || !slices.Equal(c.keys, own) || c.charge != charge(own) {
+		t.Errorf("a client's claim keys %q (%v), want %q", c.keys, err, own)
+	}
+	s.cluster = true
+	if got := s.keys("acct", "addr 198.51.100.7", ids); !slices.Equal(got, own) {
+		t.Errorf("a client's keys in a Cluster = %q, want %q", got, own)
+	}
+}
+
+// TestRedisClientClaimsReadOldKeys: an identifier an exgate before
+// per-client shares claimed for an opaque token (under the token's own
+// tag) still answers that token's claims after the upgrade, alone and
+// riding with the limits, for an order and a bulk.
+func TestRedisClientClaimsReadOldKeys(t *testing.T) {
+	srv := redistest.Start(t)
+	for _, h := range []harness{redisHarness(srv), joinedHarness(srv)} {
+		t.Run(h.name, func(t *testing.T) {
+			o := testOptions(newClock())
+			rs := h.replicas(t, 1, o)
+			switch s := rs[0].(type) {
+			case *Redis:
+				o.KeyPrefix = s.o.KeyPrefix
+			case *joinedStore:
+				o.KeyPrefix = s.o.KeyPrefix
+			}
+			before := NewRedis(newClient(t, srv.Addr), o) // claims as exgate did: the account's own share
+			ctx := context.Background()
+			const addr = "addr 198.51.100.7"
+			done := mustClaim(t, before, Key{"tok", "done"}, fpA, Claimed)
+			must(t, before.Complete(ctx, done, Record{Status: 201, Body: []byte("{}")}))
+			unknown := mustClaim(t, before, Key{"tok", "unknown"}, fpA, Claimed)
+			must(t, before.MarkUnknown(ctx, unknown))
+			mustClaim(t, before, Key{"tok", "flying"}, fpA, Claimed)
+			if _, err := before.ClaimAll(ctx, "tok", "", []string{"b1", "b2"}, fpA); err != nil {
+				t.Fatal(err)
+			}
+			for _, tc := range []struct {
+				ids  []string
+				fp   Fingerprint
+				want Outcome
+				at   int
+			}{
+				{[]string{"done"}, fpA, Replay, 0},
+				{[]string{"done"}, fpB, Conflict, 0},
+				{[]string{"unknown"}, fpA, Unknown, 0},
+				{[]string{"flying"}, fpA, InProgress, 0},
+				{[]string{"b1", "b2"}, fpA, InProgress, 0},
+				{[]string{"new", "b2"}, fpB, Conflict, 1},
+				{[]string{"new"}, fpA, Claimed, 0},
+			} {
+				c, err := rs[0].ClaimAll(ctx, "tok", addr, tc.ids, tc.fp)
+				if err != nil || c.Outcome != tc.want || c.At != tc.at {
+					t.Errorf("ClaimAll(%q) after the upgrade = %s at %d, %v; want %s at %d", tc.ids, c.Outcome, c.At, err, tc.want, tc.at)
+				}
+			}
+			// Another token's old identifiers are its own.
+			mustClaimAll(t, rs[0], "other", []string{"done"}, fpA, Claimed)
+		})
 	}
 }
 
@@ -351,7 +425,7 @@ func TestRedisPrepareAllocations(t *testing.T) {
 	if raceBuild {
 		want++ // crypto/rand's buffer
 	}
-	if n := testing.AllocsPerRun(100, func() { s.prepare(&p, "acct", ids, Fingerprint{}) }); n > want {
+	if n := testing.AllocsPerRun(100, func() { s.prepare(&p, "acct", "", ids, Fingerprint{}) }); n > want {
 		t.Errorf("%v allocations per prepare, want at most %v", n, want)
 	}
 	for i, a := range p.Args {

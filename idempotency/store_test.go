@@ -295,6 +295,81 @@ var storeCases = []struct {
 			t.Fatalf("claim past the share after one release: %v", err)
 		}
 	}},
+	{"the tokens of one address share its share, each keeping its own identifiers", func(t *testing.T, h harness, c *fakeclock.Clock) {
+		o := testOptions(c)
+		o.MaxPerAccount = 3
+		rs := h.replicas(t, 2, o)
+		ctx := context.Background()
+		const attacker, victim = "addr 198.51.100.7", "addr 203.0.113.9"
+		claim := func(s Store, account, client, id string, fp Fingerprint) (Claim, error) {
+			return s.ClaimAll(ctx, account, client, []string{id}, fp)
+		}
+		// Three invented tokens, each with "a1": three orders, one share.
+		var held []Claim
+		for i := range 3 {
+			cl, err := claim(rs[i%2], "tok"+strconv.Itoa(i), attacker, "a1", fpA)
+			if err != nil || cl.Outcome != Claimed {
+				t.Fatalf("token %d's a1: %+v, %v; want claimed", i, cl, err)
+			}
+			held = append(held, cl)
+			must(t, rs[i%2].MarkUnknown(ctx, cl)) // the backend failed: kept for the retention
+		}
+		for _, tok := range []string{"tok3", "tok0"} {
+			if cl, err := claim(rs[1], tok, attacker, "fresh", fpA); !errors.Is(err, ErrAccountFull) {
+				t.Fatalf("%s past the address's share = %+v, %v; want ErrAccountFull", tok, cl, err)
+			}
+		}
+		// What each token holds still answers, as its own.
+		for i := range 3 {
+			if cl, err := claim(rs[0], "tok"+strconv.Itoa(i), attacker, "a1", fpA); err != nil || cl.Outcome != Unknown {
+				t.Fatalf("token %d's a1 again: %+v, %v; want unknown", i, cl, err)
+			}
+		}
+		if cl, err := claim(rs[0], "tok0", attacker, "a1", fpB); err != nil || cl.Outcome != Conflict {
+			t.Fatalf("token 0's a1, another body: %+v, %v; want conflict", cl, err)
+		}
+		// Another address's tokens and a verified account claim in full.
+		for i := range 3 {
+			if cl, err := claim(rs[i%2], "vtok"+strconv.Itoa(i), victim, "a1", fpA); err != nil || cl.Outcome != Claimed {
+				t.Fatalf("another address's token %d: %+v, %v; want claimed", i, cl, err)
+			}
+			mustClaim(t, rs[i%2], Key{"account", strconv.Itoa(i)}, fpA, Claimed)
+		}
+		if _, err := claim(rs[0], "tok9", victim, "b", fpA); !errors.Is(err, ErrAccountFull) {
+			t.Fatalf("the other address past its own share: %v, want ErrAccountFull", err)
+		}
+		// A bulk is charged to the address too, and a release gives back.
+		if _, err := rs[0].ClaimAll(ctx, "tok4", attacker, []string{"x", "y"}, fpA); !errors.Is(err, ErrAccountFull) {
+			t.Fatalf("a bulk past the address's share: %v, want ErrAccountFull", err)
+		}
+		cl, err := claim(rs[1], "tok5", "addr 192.0.2.1", "x", fpA)
+		if err != nil || cl.Outcome != Claimed {
+			t.Fatalf("a third address: %+v, %v", cl, err)
+		}
+		must(t, rs[1].Release(ctx, cl))
+		if _, err := rs[0].ClaimAll(ctx, "tok5", "addr 192.0.2.1", []string{"x", "y", "z"}, fpA); err != nil {
+			t.Fatalf("after a release the address's share is whole again: %v", err)
+		}
+	}},
+	{"the bytes of one address's tokens share its share", func(t *testing.T, h harness, c *fakeclock.Clock) {
+		o := testOptions(c)
+		o.MaxBytesPerAccount, o.MaxResponseBytes = 3000, 4096
+		s := h.store(t, o)
+		ctx := context.Background()
+		const addr = "addr 198.51.100.7"
+		cl, err := s.ClaimAll(ctx, "tok0", addr, []string{"a"}, fpA)
+		must(t, err)
+		_, err = s.ClaimAll(ctx, "tok1", addr, []string{"a"}, fpA) // a few hundred bytes each: room for more
+		must(t, err)
+		must(t, s.Complete(ctx, cl, Record{Status: 201, Body: bytes.Repeat([]byte("x"), 2600)}))
+		if _, err := s.ClaimAll(ctx, "tok2", addr, []string{"a"}, fpA); !errors.Is(err, ErrAccountFull) {
+			t.Fatalf("a third token past the address's bytes: %v, want ErrAccountFull", err)
+		}
+		if _, err := s.ClaimAll(ctx, "vtok", "addr 203.0.113.9", []string{"a"}, fpA); err != nil {
+			t.Fatalf("another address: %v", err)
+		}
+		mustClaim(t, s, Key{"account", "a"}, fpA, Claimed)
+	}},
 	{"released claims never use up the share", func(t *testing.T, h harness, c *fakeclock.Clock) {
 		o := testOptions(c)
 		o.MaxPerAccount = 2
@@ -370,7 +445,7 @@ var storeCases = []struct {
 		o := testOptions(c)
 		o.MaxPerAccount = 3
 		s := h.store(t, o)
-		if _, err := s.ClaimAll(context.Background(), "big", []string{"1", "2", "3", "4"}, fpA); !errors.Is(err, ErrAccountFull) {
+		if _, err := s.ClaimAll(context.Background(), "big", "", []string{"1", "2", "3", "4"}, fpA); !errors.Is(err, ErrAccountFull) {
 			t.Fatalf("a bulk larger than the share: %v, want ErrAccountFull", err)
 		}
 		cl := mustClaimAll(t, s, "big", []string{"1", "2", "3"}, fpA, Claimed)

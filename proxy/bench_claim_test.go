@@ -134,9 +134,9 @@ func (c callCount) Claim(ctx context.Context, k idempotency.Key, fp idempotency.
 	return c.Store.Claim(ctx, k, fp)
 }
 
-func (c callCount) ClaimAll(ctx context.Context, account string, ids []string, fp idempotency.Fingerprint) (idempotency.Claim, error) {
+func (c callCount) ClaimAll(ctx context.Context, account, client string, ids []string, fp idempotency.Fingerprint) (idempotency.Claim, error) {
 	c.calls.Add(1)
-	return c.Store.ClaimAll(ctx, account, ids, fp)
+	return c.Store.ClaimAll(ctx, account, client, ids, fp)
 }
 
 func (c callCount) Complete(ctx context.Context, cl idempotency.Claim, rec idempotency.Record) error {
@@ -150,8 +150,8 @@ type joinerCount struct {
 	j idempotency.Joiner
 }
 
-func (c joinerCount) Prepare(p *idempotency.Prepared, account string, ids []string, fp idempotency.Fingerprint) {
-	c.j.Prepare(p, account, ids, fp)
+func (c joinerCount) Prepare(p *idempotency.Prepared, account, client string, ids []string, fp idempotency.Fingerprint) {
+	c.j.Prepare(p, account, client, ids, fp)
 }
 
 func (c joinerCount) Settle(ctx context.Context, p *idempotency.Prepared, r ratelimit.ClaimReply) (idempotency.Claim, error) {

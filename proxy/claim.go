@@ -13,6 +13,7 @@ import (
 
 	"github.com/exgate/exgate/apierror"
 	"github.com/exgate/exgate/idempotency"
+	"github.com/exgate/exgate/limiter"
 	"github.com/exgate/exgate/metrics"
 	"github.com/exgate/exgate/ratelimit"
 	"github.com/exgate/exgate/validate"
@@ -48,8 +49,10 @@ const (
 type claimState struct {
 	// ids are the identifiers the request claims, all at once, for
 	// account (Gateway.identityKey): an order's one (in one), a bulk's
-	// orders' in order; elems, for a bulk, the element of each.
+	// orders' in order; elems, for a bulk, the element of each. client
+	// is whose share of the store the claim is charged to (claimClient).
 	account string
+	client  string
 	ids     []string
 	elems   []int
 	one     [1]string
@@ -117,6 +120,7 @@ func (g *Gateway) orderClaims(st *requestState) bool {
 	if st.claim.account = g.identityKey(st); st.claim.account == "" {
 		return false
 	}
+	st.claim.client = claimClient(st)
 	st.claim.one[0] = st.order.identifier
 	st.claim.ids = st.claim.one[:]
 	return true
@@ -141,6 +145,7 @@ func (g *Gateway) bulkClaims(st *requestState, bulk *validate.Bulk) bool {
 	if st.claim.account = g.identityKey(st); st.claim.account == "" {
 		return false
 	}
+	st.claim.client = claimClient(st)
 	for i := range bulk.Orders {
 		if id := bulk.Orders[i].Identifier; id != "" {
 			st.claim.ids = append(st.claim.ids, id)
@@ -148,6 +153,19 @@ func (g *Gateway) bulkClaims(st *requestState, bulk *validate.Bulk) bool {
 		}
 	}
 	return len(st.claim.ids) > 0
+}
+
+// claimClient returns whose share of the duplicate-protection store a
+// request's claim is charged to (idempotency.Key.Client): a verified
+// account's own (""), else its client address, grouped as the rate
+// limits group it, for every opaque token it presents: anyone can invent
+// a token, and a client is an account or an address (docs/pools.md). A
+// request without an address (a test's) is charged to its token.
+func claimClient(st *requestState) string {
+	if st.caller.id.Account != "" || !st.addr.IsValid() {
+		return ""
+	}
+	return idempotency.AddressClient(limiter.AddrGroup(st.addr, st.plan.v6Prefix))
 }
 
 // fingerprint returns the fingerprint a request's claim records: of the
@@ -161,7 +179,7 @@ func (st *requestState) fingerprint() idempotency.Fingerprint {
 func (g *Gateway) prepareClaim(st *requestState) *ratelimit.ClaimPart {
 	p := &st.claim.joined
 	st.claim.by = g.now().Add(g.idemTimeout)
-	g.joiner.Prepare(p, st.claim.account, st.claim.ids, st.fingerprint())
+	g.joiner.Prepare(p, st.claim.account, st.claim.client, st.claim.ids, st.fingerprint())
 	return &p.ClaimPart
 }
 
@@ -175,7 +193,7 @@ func (g *Gateway) claimOwn(st *requestState, r *http.Request, pl *requestPlan) *
 	}
 	ctx, cancel := context.WithDeadline(context.WithoutCancel(r.Context()), by)
 	defer cancel()
-	claim, err := g.idem.ClaimAll(ctx, st.claim.account, st.claim.ids, st.fingerprint())
+	claim, err := g.idem.ClaimAll(ctx, st.claim.account, st.claim.client, st.claim.ids, st.fingerprint())
 	return g.answerClaim(st, r, pl, claim, err)
 }
 

@@ -55,6 +55,7 @@ func TestRefusedClaimChargesNothing(t *testing.T) {
 				c.Route("place_order").Limits[0].Rate = config.Rate{N: 20, Period: time.Hour}
 				c.Route("place_order").Limits[0].Burst = 20
 				c.Idempotency.MaxPerAccount = 9
+				c.ClientIP.TrustedProxies = []config.Prefix{{Prefix: mustPrefix("127.0.0.0/8")}}
 				// Duplicate answers charge their own allowance
 				// (TestDuplicateAnswersThrottled): a large one here, so
 				// that the headers tell the order allowance.
@@ -63,10 +64,11 @@ func TestRefusedClaimChargesNothing(t *testing.T) {
 				o.MaxPerAccount = 9
 				return m.idem(o)
 			})
-			// Another account's order loads the scripts into Redis
-			// (whose first runs are answered NOSCRIPT and sent again).
+			// Another client's order loads the scripts into Redis
+			// (whose first runs are answered NOSCRIPT and sent again):
+			// another token from another address, whose share it takes.
 			res := do(t, "POST", e.url+"/api/v1/odr/orders/", strings.NewReader(bulkOrder(0, "warm")),
-				"Authorization", "Bearer warm", "Content-Type", "application/json")
+				"Authorization", "Bearer warm", "Content-Type", "application/json", "X-Forwarded-For", "198.51.100.1")
 			res.Body.Close()
 			steps := []struct {
 				name, path, body string
@@ -126,9 +128,9 @@ type countedStore struct {
 	claims atomic.Int64
 }
 
-func (c *countedStore) ClaimAll(ctx context.Context, account string, ids []string, fp idempotency.Fingerprint) (idempotency.Claim, error) {
+func (c *countedStore) ClaimAll(ctx context.Context, account, client string, ids []string, fp idempotency.Fingerprint) (idempotency.Claim, error) {
 	c.claims.Add(1)
-	return c.Store.ClaimAll(ctx, account, ids, fp)
+	return c.Store.ClaimAll(ctx, account, client, ids, fp)
 }
 
 // TestDuplicateAnswersThrottled: a client re-sending an order duplicate

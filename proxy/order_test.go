@@ -356,34 +356,47 @@ func TestClaimKeptOnlyWhenAccepted(t *testing.T) {
 	}
 }
 
-// TestAccountShare: an account that fills its share of the store gets 503
-// identifier_quota_exceeded for new identifiers; another account's orders
-// go through.
+// TestAccountShare: a client that fills its share of the store gets 503
+// identifier_quota_exceeded for new identifiers; another client's orders
+// go through. With opaque tokens the client is the address: a token it
+// invents draws from the share its other tokens filled (each keeping its
+// own identifiers), another address's token does not.
 func TestAccountShare(t *testing.T) {
-	e := startOrdersConfig(t, placed, func(o *idempotency.Options) { o.MaxPerAccount = 2 }, nil)
-	order := func(token, id string) *http.Response {
+	e := startOrdersConfig(t, placed, func(o *idempotency.Options) { o.MaxPerAccount = 2 }, func(c *config.Config) {
+		c.ClientIP.TrustedProxies = []config.Prefix{{Prefix: mustPrefix("127.0.0.0/8")}}
+	})
+	order := func(token, from, id string) *http.Response {
 		return do(t, "POST", e.url+"/api/v1/odr/orders/",
 			strings.NewReader(`{"symbol":"BTC_USDT","type":"market","side":"buy","base_amount":"0.5","identifier":"`+id+`"}`),
-			"Authorization", "Bearer "+token, "Content-Type", "application/json")
+			"Authorization", "Bearer "+token, "Content-Type", "application/json", "X-Forwarded-For", from)
 	}
-	for _, id := range []string{"a", "b"} {
-		if res := order("greedy", id); res.StatusCode != 201 {
-			t.Fatalf("order %s: %d", id, res.StatusCode)
-		}
-	}
-	res := order("greedy", "c")
-	b, _ := io.ReadAll(res.Body)
-	res.Body.Close()
-	if res.StatusCode != 503 || !strings.Contains(string(b), `"code":"identifier_quota_exceeded"`) {
-		t.Errorf("past the share: %d %s", res.StatusCode, b)
-	}
-	if res := order("greedy", "a"); res.StatusCode != 201 || res.Header.Get("Idempotent-Replayed") != "true" {
-		t.Errorf("replay past the share: %d", res.StatusCode)
-	}
-	for _, id := range []string{"a", "b"} {
-		if res := order("innocent", id); res.StatusCode != 201 || res.Header.Get("Idempotent-Replayed") != "" {
-			t.Errorf("another account's order %s: %d", id, res.StatusCode)
-		}
+	const greedy, innocent = "203.0.113.7", "198.51.100.9"
+	for _, tc := range []struct {
+		name, token, from, id string
+		status                int
+		code                  string
+		replayed              bool
+	}{
+		{"an order", "greedy", greedy, "a", 201, "", false},
+		{"another token's order with the same identifier: its own", "invented", greedy, "a", 201, "", false},
+		{"past the address's share", "greedy", greedy, "c", 503, "identifier_quota_exceeded", false},
+		{"a token it invents, past the address's share", "invented2", greedy, "a", 503, "identifier_quota_exceeded", false},
+		{"the same address's IPv4-mapped form, past the share", "invented3", "::ffff:" + greedy, "a", 503, "identifier_quota_exceeded", false},
+		{"a replay past the share", "greedy", greedy, "a", 201, "", true},
+		{"another address's token", "innocent", innocent, "a", 201, "", false},
+		{"another address's second order", "innocent", innocent, "b", 201, "", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			res := order(tc.token, tc.from, tc.id)
+			if tc.code != "" {
+				assertError(t, res, tc.status, tc.code)
+				return
+			}
+			res.Body.Close()
+			if res.StatusCode != tc.status || (res.Header.Get("Idempotent-Replayed") == "true") != tc.replayed {
+				t.Errorf("%d (replayed %q), want %d (replayed %v)", res.StatusCode, res.Header.Get("Idempotent-Replayed"), tc.status, tc.replayed)
+			}
+		})
 	}
 	if n := e.backend.count(); n != 4 {
 		t.Errorf("backend got %d orders, want 4", n)

@@ -116,9 +116,9 @@ func (o observedStore) Claim(ctx context.Context, key idempotency.Key, fp idempo
 	return c, err
 }
 
-func (o observedStore) ClaimAll(ctx context.Context, account string, ids []string, fp idempotency.Fingerprint) (idempotency.Claim, error) {
+func (o observedStore) ClaimAll(ctx context.Context, account, client string, ids []string, fp idempotency.Fingerprint) (idempotency.Claim, error) {
 	start := o.now()
-	c, err := o.s.ClaimAll(ctx, account, ids, fp)
+	c, err := o.s.ClaimAll(ctx, account, client, ids, fp)
 	o.observe(metrics.IdempotencyOpClaim, start, err)
 	return c, err
 }
@@ -145,8 +145,8 @@ type observedJoiner struct {
 	j idempotency.Joiner
 }
 
-func (o observedJoiner) Prepare(p *idempotency.Prepared, account string, ids []string, fp idempotency.Fingerprint) {
-	o.j.Prepare(p, account, ids, fp)
+func (o observedJoiner) Prepare(p *idempotency.Prepared, account, client string, ids []string, fp idempotency.Fingerprint) {
+	o.j.Prepare(p, account, client, ids, fp)
 }
 
 func (o observedJoiner) Settle(ctx context.Context, p *idempotency.Prepared, jr ratelimit.ClaimReply) (idempotency.Claim, error) {
