@@ -335,7 +335,8 @@ func (c *console) subject(r *http.Request) (limiter.Subject, subjectBody, *apier
 		if err != nil {
 			return s, sb, errSubjectAddress
 		}
-		s.Addr, sb = a.Unmap(), subjectBody{"address", a.Unmap().String()}
+		a = limiter.ClientForm(a) // the IPv4 client a NAT64 or mapped form names, as the limits key it
+		s.Addr, sb = a, subjectBody{"address", a.String()}
 	}
 	return s, sb, e
 }

@@ -50,6 +50,8 @@ func TestConsoleAccess(t *testing.T) {
 		{"top without the token", "GET", "/admin/top", "", withToken, 401, "not_authenticated"},
 		{"inspect without the token", "GET", "/admin/inspect?address=192.0.2.1", "", withToken, 401, "not_authenticated"},
 		{"inspect an address", "GET", "/admin/inspect?address=192.0.2.1", bearer, withToken, 200, `"remaining": 600`},
+		{"inspect a NAT64 address: its IPv4 client", "GET", "/admin/inspect?address=64:ff9b::192.0.2.1", bearer, withToken, 200, `"id": "192.0.2.1"`},
+		{"inspect a translated address: its IPv4 client", "GET", "/admin/inspect?address=::ffff:0:192.0.2.1", bearer, withToken, 200, `"id": "192.0.2.1"`},
 		{"inspect two subjects", "GET", "/admin/inspect?address=192.0.2.1&user=7", bearer, withToken, 400, "invalid_subject"},
 		{"inspect nobody", "GET", "/admin/inspect", bearer, withToken, 400, "invalid_subject"},
 		{"inspect a bad address", "GET", "/admin/inspect?address=192.0.2", bearer, withToken, 400, "invalid_subject"},
