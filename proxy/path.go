@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"net/url"
 	"strings"
 
 	"github.com/exgate/exgate/config"
@@ -68,31 +69,65 @@ func canonicalPath(p string) (string, error) {
 // isClean reports whether p is already canonical: only path characters and
 // single slashes, no "." or ".." segments, no escapes, and at most
 // maxSegments segments.
-func isClean(p string) bool {
-	segStart, nsegs := 0, 0
-	for i := 0; i <= len(p); i++ {
-		if i < len(p) && p[i] != '/' {
-			if !isPathByte(p[i]) {
-				return false
-			}
-			continue
-		}
-		// p[segStart:i] is a segment, preceded by a slash at segStart-1.
-		if i > 0 {
-			if nsegs++; nsegs > maxSegments {
-				return false
-			}
-			seg := p[segStart:i]
-			switch {
-			case seg == "" && i < len(p):
-				return false // "//" or a leading "//"
-			case seg == "." || seg == "..":
-				return false
-			}
-		}
-		segStart = i + 1
+func isClean(p string) bool { return isCleanOf(p, &pathBytes) }
+
+// isCleanOf is isClean with the bytes a segment may have in allowed
+// (pathBytes, or plainPathBytes).
+func isCleanOf(p string, allowed *[256]bool) bool {
+	start, nsegs := 0, 0
+	if p != "" && p[0] == '/' {
+		start = 1
 	}
-	return true
+	for {
+		end := start
+		for ; end < len(p) && p[end] != '/'; end++ {
+			if !allowed[p[end]] {
+				return false
+			}
+		}
+		// p[start:end] is a segment.
+		if nsegs++; nsegs > maxSegments {
+			return false
+		}
+		switch seg := p[start:end]; {
+		case seg == "" && end < len(p):
+			return false // "//" or a leading "//"
+		case seg == "." || seg == "..":
+			return false
+		}
+		if end == len(p) {
+			return true
+		}
+		start = end + 1
+	}
+}
+
+// requestPath returns the canonical form of u's path, as
+// canonicalPath(u.EscapedPath()) does. A path net/url read as sent (no
+// RawPath) of bytes it never escapes (plainPathBytes) is its own escaped
+// form: when it is canonical too it is returned as is, read once, where
+// EscapedPath and isClean read it twice. Any other goes through
+// EscapedPath and canonicalPath (TestRequestPathIsCanonicalPath).
+func requestPath(u *url.URL) (string, error) {
+	if p := u.Path; u.RawPath == "" && p != "" && p[0] == '/' && isCleanOf(p, &plainPathBytes) {
+		return p, nil
+	}
+	return canonicalPath(u.EscapedPath())
+}
+
+// pathBytes holds isPathByte for each byte; plainPathBytes the path bytes
+// net/url leaves unescaped in a path (url.URL.EscapedPath: letters,
+// digits and "-._~$&+,:=@", not "!'()*" nor braces).
+var pathBytes, plainPathBytes = pathByteTables()
+
+func pathByteTables() (path, plain [256]bool) {
+	for c := range 256 {
+		b := byte(c)
+		path[c] = isPathByte(b)
+		p := "/" + string(rune(b))
+		plain[c] = path[c] && (&url.URL{Path: p}).EscapedPath() == p
+	}
+	return path, plain
 }
 
 // cleanPath decodes and resolves p. It is the slow path of canonicalPath.

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"net/http"
+	"net/url"
 	"strings"
 	"testing"
 )
@@ -123,5 +124,37 @@ func TestInvalidPath(t *testing.T) {
 	}
 	if e.backend.count() != 0 {
 		t.Fatal("an invalid path reached the backend")
+	}
+}
+
+// TestRequestPathIsCanonicalPath checks that requestPath answers what
+// canonicalPath answers for the escaped path, result and refusal: for
+// request targets as net/url parses them, and for a path with each byte
+// in a segment, as sent and as a URL with RawPath.
+func TestRequestPathIsCanonicalPath(t *testing.T) {
+	var urls []*url.URL
+	for _, target := range []string{
+		"/api/v1/mkt/markets/", "/api/v1/odr/orders/3,2/", "/a/./b", "/a/../b", "/../a", "/a//b", "//a",
+		"/a%2Fb", "/a%41b", "/a%7Bb%7D", "/a%25", "/a!b", "/a{b}", "/a(b)*", "/a;b", "/a/b.json",
+		"/a%20b", "/a~b-c_d.e$f&g+h,i:j=k@l", "/a/%2e%2e/b", "*", "/",
+	} {
+		u, err := url.ParseRequestURI(target)
+		if err != nil {
+			t.Fatalf("ParseRequestURI(%q): %v", target, err)
+		}
+		urls = append(urls, u)
+	}
+	for c := range 256 {
+		seg := "a" + string([]byte{byte(c)}) + "b"
+		urls = append(urls, &url.URL{Path: "/x/" + seg + "/"}, &url.URL{Path: "/x/" + seg, RawPath: "/x/" + url.PathEscape(seg)})
+	}
+	for _, u := range urls {
+		t.Run(u.String(), func(t *testing.T) {
+			want, wantErr := canonicalPath(u.EscapedPath())
+			got, err := requestPath(u)
+			if got != want || err != wantErr {
+				t.Fatalf("requestPath(%q, raw %q) = %q, %v; canonicalPath(EscapedPath) = %q, %v", u.Path, u.RawPath, got, err, want, wantErr)
+			}
+		})
 	}
 }

@@ -178,7 +178,7 @@ func (g *Gateway) checkHead(st *requestState, r *http.Request) *apierror.Error {
 		return errUnderscoreHeader
 	}
 	st.forwarded, st.envoy, st.plainBody = sc.forwarded, sc.envoy, !sc.bodyDescribing
-	p, err := canonicalPath(r.URL.EscapedPath())
+	p, err := requestPath(r.URL)
 	if err != nil {
 		return pathErrors[err.(pathError)]
 	}
