@@ -583,8 +583,11 @@ func (g *Gateway) modifyResponse(res *http.Response) error {
 	if err := checkNoSwitch(res); err != nil {
 		return err
 	}
+	// The backend's X-Request-ID, read once: nothing below writes it
+	// before answerWithID.
+	id, idSent := res.Header["X-Request-Id"]
 	if g.checkIDs {
-		if err := checkResponseID(res); err != nil {
+		if err := checkResponseID(res, id); err != nil {
 			return err // before anything is recorded: the answer is not this request's
 		}
 	}
@@ -601,8 +604,8 @@ func (g *Gateway) modifyResponse(res *http.Response) error {
 	if err := g.recordResponse(st, res); err != nil {
 		return err
 	}
-	if id := res.Header["X-Request-Id"]; len(id) == 0 || id[0] == "" {
-		answerWithID(st, res) // none, or an empty one (the header as res.Header.Get reads it)
+	if len(id) == 0 || id[0] == "" {
+		answerWithID(st, res, idSent) // none, or an empty one (the header as res.Header.Get reads it)
 	}
 	moveHeader(st.rw.Header(), res.Header)
 	return nil
@@ -648,23 +651,31 @@ func moveHeader(out, from http.Header) {
 // ct for an event stream, which it flushes as it comes: ct's media type,
 // lowercased as mime.ParseMediaType makes it, is text/event-stream
 // (ReverseProxy.flushInterval). Nothing is allocated for a type in lower
-// case.
+// case, and a type shorter than that is not read: only ASCII letters
+// lowercase to its ASCII, byte for byte.
 func isEventStream(ct string) bool {
+	const eventStream = "text/event-stream"
 	base, _, _ := strings.Cut(ct, ";")
-	return strings.TrimSpace(strings.ToLower(base)) == "text/event-stream"
+	if len(base) < len(eventStream) {
+		return false
+	}
+	return strings.TrimSpace(strings.ToLower(base)) == eventStream
 }
 
 // answerWithID gives a response the backend sent without an X-Request-ID
 // the one sent with its request (the client's own, once clientsID has
 // given it back). It goes straight into the client's answer, whose header
 // the reverse proxy copies the backend's into next: set on res, net/http
-// would copy it again, into a slice of its own.
-func answerWithID(st *requestState, res *http.Response) {
+// would copy it again, into a slice of its own. sent is whether the backend
+// sent the field (empty): it is removed from res then.
+func answerWithID(st *requestState, res *http.Response, sent bool) {
 	id := res.Request.Header["X-Request-Id"]
 	if len(id) != 1 {
 		return
 	}
-	delete(res.Header, "X-Request-Id")  // an empty value of the backend's
+	if sent {
+		delete(res.Header, "X-Request-Id") // an empty value of the backend's
+	}
 	st.rw.Header()["X-Request-Id"] = id // the outbound request's, never modified
 }
 

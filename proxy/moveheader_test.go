@@ -148,7 +148,7 @@ func TestIsEventStream(t *testing.T) {
 		"text/event-stream", "TEXT/EVENT-STREAM", " text/event-stream ", "text/event-stream;charset=utf-8",
 		"text/Event-Stream ; x=y", "text/event-stream; bad", "text/event-stream;;", "\ttext/event-stream\t",
 		"", ";", "application/json", "text/event-streams", "text/event", "text/event-stream/x",
-		"text /event-stream", "text/event-\u017ftream", "\u212aext/event-stream", "text/html; charset=utf-8",
+		"text /event-stream", "text/event-strea", "text/event-\u017ftream", "\u212aext/event-stream", "text/html; charset=utf-8",
 	} {
 		t.Run(ct, func(t *testing.T) {
 			base, _, _ := mime.ParseMediaType(ct)

@@ -19,10 +19,10 @@ var errForeignResponse = errors.New("exgate upstream: the response carries anoth
 // X-Request-ID; a backend that echoes it lets exgate prove each answer
 // belongs to its request, so that a response a backend sent unasked on a
 // keep-alive connection (and read as the answer to the next request on it)
-// reaches no client. A response without the header is not checked. The
-// gateway checks every response unless upstream.check_response_id is off.
-func checkResponseID(res *http.Response) error {
-	got := res.Header["X-Request-Id"]
+// reaches no client. got is the response's X-Request-ID values; a
+// response without the header is not checked. The gateway checks every
+// response unless upstream.check_response_id is off.
+func checkResponseID(res *http.Response, got []string) error {
 	if len(got) == 0 || res.Request == nil {
 		return nil
 	}

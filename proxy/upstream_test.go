@@ -257,7 +257,7 @@ func TestCheckResponseID(t *testing.T) {
 			if tt.got != nil {
 				res.Header["X-Request-Id"] = tt.got
 			}
-			if err := checkResponseID(res); (err != nil) != tt.foreign {
+			if err := checkResponseID(res, res.Header["X-Request-Id"]); (err != nil) != tt.foreign {
 				t.Fatalf("checkResponseID = %v, want foreign %v", err, tt.foreign)
 			}
 		})
