@@ -353,6 +353,7 @@ type requestCore struct {
 	forwarded  bool       // the client sent X-Forwarded-* or other address headers (scanHeader)
 	envoy      bool       // the client sent X-Envoy-* headers (scanHeader)
 	plainBody  bool       // no header describing the body's bytes (scanHeader): forwardEncoded drops none
+	rewritten  bool       // a header rewrite removes or renames (scanHeader): else it looks none up
 	bulkCancel bool       // the request is a bulk of order ids to cancel
 	bodyTaken  bool       // the body was read whole or handed to the backend (see refuse)
 
@@ -469,12 +470,14 @@ func (g *Gateway) rewrite(pr *httputil.ProxyRequest) {
 	out := pr.Out // its URL is the instance's, set by forward (target)
 	out.Host = ""
 	closeAfterHead(out)
-	dropUpgrade(out)
-	dropExpect(out)
-	keepFromReplay(out)
+	st, _ := pr.In.Context().Value(stateKey{}).(*requestState)
+	if st == nil || st.rewritten { // else the client sent none of their headers (scanHeader)
+		dropUpgrade(out)
+		dropExpect(out)
+		keepFromReplay(out)
+	}
 	keepInMemoryBody(pr)
 	dropRequestTrailers(out)
-	st, _ := pr.In.Context().Value(stateKey{}).(*requestState)
 	if st != nil {
 		st.setBackendHeaders(out.Header)
 		st.claim.identityEncoded(out.Header)

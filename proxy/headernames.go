@@ -17,6 +17,7 @@ type headerScan struct {
 	methodOverride bool  // a method-override header (isMethodOverride)
 	pathOverride   bool  // a path-override header (isPathOverride)
 	bodyDescribing bool  // a header describing the body's bytes (isBodyDescribing)
+	rewritten      bool  // a header rewrite removes or renames on the outbound request (isRewritten)
 }
 
 // scanHeader reads the request line and every header name once: the
@@ -25,8 +26,8 @@ type headerScan struct {
 // of a client's address (dropped from clients that are not trusted
 // proxies: dropForwardedFamily), the X-Envoy-* family (dropped from every
 // request: dropEnvoyHeaders), and the headers
-// checkHead reads or refuses, so that a request without them is not
-// looked up for each of them again.
+// checkHead reads or refuses and those rewrite removes or renames, so
+// that a request without them is not looked up for each of them again.
 func scanHeader(r *http.Request) headerScan {
 	sc := headerScan{size: int64(len(r.Method) + len(r.RequestURI) + len(r.Proto) + 4 + len("Host: \r\n") + len(r.Host))}
 	for k, vs := range r.Header {
@@ -51,6 +52,8 @@ func scanHeader(r *http.Request) headerScan {
 			sc.pathOverride = true
 		case isBodyDescribing(k):
 			sc.bodyDescribing = true
+		case isRewritten(k):
+			sc.rewritten = true
 		}
 	}
 	return sc
@@ -68,3 +71,14 @@ func scanHeader(r *http.Request) headerScan {
 // limit is charged.
 var errUnderscoreHeader = apierror.Static(http.StatusBadRequest, "invalid_header",
 	"Header names may not contain an underscore: a backend behind CGI or WSGI reads X_Forwarded_For as X-Forwarded-For.")
+
+// isRewritten reports whether rewrite removes or renames the header name
+// on the outbound request when the client sent it: dropUpgrade's,
+// dropExpect's and keepFromReplay's (replayHeaders).
+func isRewritten(name string) bool {
+	switch name {
+	case "Upgrade", "Http2-Settings", "Expect", replayHeaders[0][0], replayHeaders[1][0]:
+		return true
+	}
+	return false
+}

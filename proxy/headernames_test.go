@@ -1,8 +1,14 @@
 package proxy
 
 import (
+	"context"
 	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"reflect"
 	"testing"
+
+	"github.com/exgate/exgate/config"
 )
 
 func TestScanHeader(t *testing.T) {
@@ -100,6 +106,46 @@ func BenchmarkScanHeader(b *testing.B) {
 	for b.Loop() {
 		if sc := scanHeader(r); sc.underscore || sc.forwarded {
 			b.Fatal("refused")
+		}
+	}
+}
+
+// TestRewriteLooksUpOnlyWhatWasSent checks that rewrite, which removes and
+// renames the headers isRewritten names only when scanHeader saw one of
+// them, makes the outbound header it makes when it looks each one up.
+func TestRewriteLooksUpOnlyWhatWasSent(t *testing.T) {
+	g, err := New(config.Default(), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type header struct {
+		name string
+		h    http.Header
+	}
+	var sent []header
+	for _, name := range []string{"Upgrade", "Http2-Settings", "Expect", replayHeaders[0][0], replayHeaders[1][0], "Accept"} {
+		sent = append(sent, header{name, http.Header{name: {"v"}}},
+			header{name + " among others", http.Header{name: {"v"}, "Connection": {"Upgrade"}, "Content-Type": {"text/plain"}}})
+	}
+	for _, method := range []string{"GET", "POST", "DELETE"} {
+		for _, tc := range sent {
+			h := tc.h
+			t.Run(method+" "+tc.name, func(t *testing.T) {
+				outbound := func(st *requestState) http.Header {
+					in := httptest.NewRequest(method, "/api/v1/odr/orders/", nil)
+					in.Header = h.Clone()
+					if st != nil {
+						st.rewritten = scanHeader(in).rewritten
+						in = in.WithContext(context.WithValue(in.Context(), stateKey{}, st))
+					}
+					pr := &httputil.ProxyRequest{In: in, Out: in.Clone(in.Context())}
+					g.rewrite(pr)
+					return pr.Out.Header
+				}
+				if got, want := outbound(&requestState{}), outbound(nil); !reflect.DeepEqual(got, want) {
+					t.Fatalf("the outbound header is %v, looking each header up %v", got, want)
+				}
+			})
 		}
 	}
 }

@@ -177,7 +177,7 @@ func (g *Gateway) checkHead(st *requestState, r *http.Request) *apierror.Error {
 	if sc.underscore {
 		return errUnderscoreHeader
 	}
-	st.forwarded, st.envoy, st.plainBody = sc.forwarded, sc.envoy, !sc.bodyDescribing
+	st.forwarded, st.envoy, st.plainBody, st.rewritten = sc.forwarded, sc.envoy, !sc.bodyDescribing, sc.rewritten
 	p, err := requestPath(r.URL)
 	if err != nil {
 		return pathErrors[err.(pathError)]
