@@ -302,7 +302,10 @@ func (g *Gateway) Reload(cfg *config.Config, rules *limiter.Rules, v *validate.V
 func (g *Gateway) Rules() *limiter.Rules { return g.plan.Load().rules }
 
 // SetDraining marks the gateway as shutting down: /readyz answers 503 from
-// then on so load balancers stop sending traffic.
+// then on so load balancers stop sending traffic, and every answer closes
+// its connection (Connection: close; a GOAWAY over HTTP/2) so that
+// clients on keep-alive connections move to a ready replica before the
+// listener closes.
 func (g *Gateway) SetDraining() { g.draining.Store(true) }
 
 // Draining reports whether SetDraining was called.

@@ -18,6 +18,13 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	st.g, st.start, st.clientCx = g, g.now(), r.Context()
 	st.rw = respWriter{ResponseWriter: w, st: st}
 	defer g.finish(st, r)
+	if g.draining.Load() {
+		// Shutting down: the client is to open a new connection, which
+		// its balancer sends to a ready replica, rather than send its next
+		// request into this one as the shutdown closes it (for HTTP/2,
+		// net/http sends a GOAWAY: the streams under way finish).
+		w.Header()["Connection"] = connClose
+	}
 	if g.tracer != nil {
 		g.startSpan(st, r)
 	}
