@@ -174,6 +174,9 @@ func (t fleetTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	res, err := rt.RoundTrip(req)
 	if err == nil {
+		if g.checkIDs {
+			unhideResponseID(res.Header)
+		}
 		return res, nil
 	}
 	if st == nil {
@@ -207,6 +210,9 @@ func (t fleetTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		res, err = rt.RoundTrip(req)
 		svc.EndRetry()
 		if err == nil {
+			if g.checkIDs {
+				unhideResponseID(res.Header)
+			}
 			return res, nil
 		}
 	}

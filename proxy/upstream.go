@@ -6,7 +6,9 @@ import (
 	"io"
 	"net/http"
 	"net/http/httputil"
+	"net/textproto"
 	"reflect"
+	"strings"
 )
 
 // errForeignResponse is the error of a backend response that carries
@@ -31,6 +33,41 @@ func checkResponseID(res *http.Response, got []string) error {
 		return errForeignResponse
 	}
 	return nil
+}
+
+// unhideResponseID takes X-Request-ID out of the tokens of a backend
+// response's Connection header, so that the header stays for
+// checkResponseID: ReverseProxy strips every header Connection names
+// before ModifyResponse, and a backend naming X-Request-ID there would
+// otherwise slip an answer with another request's id past the check (an
+// answer without the header is not checked). The id then reaches the
+// client as any checked one does (the request's own; the client's, by
+// clientsID). It changes nothing, and allocates nothing, for a response
+// whose Connection does not name it.
+func unhideResponseID(h http.Header) {
+	for i, v := range h["Connection"] {
+		if !namesRequestID(v) {
+			continue
+		}
+		var kept []string
+		for tok := range strings.SplitSeq(v, ",") {
+			if t := textproto.TrimString(tok); t != "" && !strings.EqualFold(t, "X-Request-Id") {
+				kept = append(kept, t)
+			}
+		}
+		h["Connection"][i] = strings.Join(kept, ", ")
+	}
+}
+
+// namesRequestID reports whether the Connection value v names
+// X-Request-ID among its tokens.
+func namesRequestID(v string) bool {
+	for tok := range strings.SplitSeq(v, ",") {
+		if strings.EqualFold(textproto.TrimString(tok), "X-Request-Id") {
+			return true
+		}
+	}
+	return false
 }
 
 // errInvalidStatus is the error of a backend response whose status code

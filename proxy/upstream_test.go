@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"net/http/httptrace"
 	"net/textproto"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -264,6 +265,38 @@ func TestCheckResponseID(t *testing.T) {
 	}
 }
 
+// TestUnhideResponseID checks what is left of a Connection header that
+// names X-Request-ID: every other token, in order.
+func TestUnhideResponseID(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		conn []string
+		want []string
+	}{
+		{"none", nil, nil},
+		{"close", []string{"close"}, []string{"close"}},
+		{"alone", []string{"X-Request-ID"}, []string{""}},
+		{"among others, any case, spaces", []string{"keep-alive , x-request-id,Foo"}, []string{"keep-alive, Foo"}},
+		{"in a second line", []string{"close", "X-REQUEST-ID, Bar"}, []string{"close", "Bar"}},
+		{"a longer name", []string{"X-Request-Ids"}, []string{"X-Request-Ids"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := http.Header{}
+			if tc.conn != nil {
+				h["Connection"] = slices.Clone(tc.conn)
+			}
+			unhideResponseID(h)
+			if !slices.Equal(h["Connection"], tc.want) {
+				t.Errorf("Connection %q, want %q", h["Connection"], tc.want)
+			}
+		})
+	}
+	h := http.Header{"Connection": {"keep-alive"}}
+	if n := testing.AllocsPerRun(100, func() { unhideResponseID(h) }); n != 0 {
+		t.Errorf("%v allocations for a Connection that does not name it, want 0", n)
+	}
+}
+
 // writeCounter counts the writes made on the connections it dials.
 type writeCounter struct {
 	net.Conn
@@ -467,6 +500,46 @@ func TestResponseIDCheckSetting(t *testing.T) {
 			res.Body.Close()
 			if res.StatusCode != tt.status || res.Header.Get("X-Request-Id") != "the-backends-own-id" {
 				t.Fatalf("status %d, X-Request-Id %q", res.StatusCode, res.Header.Get("X-Request-Id"))
+			}
+		})
+	}
+}
+
+// TestResponseIDNamedInConnection: a backend answer whose Connection
+// header names X-Request-ID (which ReverseProxy strips, with every
+// header Connection names, before ModifyResponse) is checked as any
+// other: another request's id is refused 502, the request's own passes
+// and the client gets its own id back.
+func TestResponseIDNamedInConnection(t *testing.T) {
+	e := startEnv(t, nil)
+	for _, tc := range []struct {
+		name, connection string
+		echo             bool // the backend echoes the id it got, else sends its own
+		status           int
+	}{
+		{"another id, hidden", "X-Request-ID", false, http.StatusBadGateway},
+		{"another id, hidden in lower case among others", "keep-alive, x-request-id", false, http.StatusBadGateway},
+		{"another id, not hidden", "keep-alive", false, http.StatusBadGateway},
+		{"the request's id, named", "X-Request-ID", true, http.StatusOK},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e.backend.handler = func(w http.ResponseWriter, r *http.Request) {
+				id := "the-backends-own-id"
+				if tc.echo {
+					id = r.Header.Get("X-Request-Id")
+				}
+				w.Header().Set("X-Request-Id", id)
+				w.Header().Set("Connection", tc.connection)
+				_, _ = io.WriteString(w, `{"ok":true}`)
+			}
+			res := do(t, "GET", e.url+"/api/v1/mkt/markets/", nil, "X-Request-Id", "client-id-1")
+			if tc.status == http.StatusBadGateway {
+				assertError(t, res, http.StatusBadGateway, "bad_gateway")
+				return
+			}
+			res.Body.Close()
+			if res.StatusCode != tc.status || res.Header.Get("X-Request-Id") != "client-id-1" {
+				t.Fatalf("status %d, X-Request-Id %q; want %d, client-id-1", res.StatusCode, res.Header.Get("X-Request-Id"), tc.status)
 			}
 		})
 	}
