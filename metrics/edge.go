@@ -137,7 +137,7 @@ func (e *Edge) connectionGauges() []prometheus.Collector {
 		})
 	}
 	return []prometheus.Collector{
-		gauge(NameConnections, "Client connections held, counted in their clients' shares of server.max_connections (connections from trusted proxies are not).",
+		gauge(NameConnections, "Client connections held, counted in their clients' shares of server.max_connections (connections from trusted proxies are not; a PROXY protocol balancer's is its client's from its first request).",
 			func(s ConnectionSource) float64 { return float64(s.Buffered()) }),
 		gauge(NameConnectionClients, "Client addresses holding connections; each may hold at most as many as are left free.",
 			func(s ConnectionSource) float64 { return float64(s.Clients()) }),
