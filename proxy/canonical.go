@@ -51,7 +51,7 @@ func forwardCanonical(st *requestState, r *http.Request, o *validate.Order, n in
 // of a canonical JSON body, and returns it.
 func forwardEncoded(st *requestState, r *http.Request, rd *bytes.Reader, body []byte) []byte {
 	st.releaseBodyBuffers() // the client's bytes
-	forwardReader(r, rd)
+	forwardReader(r, rd, st.noDrops)
 	st.sentBody = body
 	h := r.Header
 	h["Content-Type"] = jsonContentType // shared; ReverseProxy copies the header

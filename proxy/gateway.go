@@ -356,7 +356,7 @@ type requestCore struct {
 	forwarded  bool       // the client sent X-Forwarded-* or other address headers (scanHeader)
 	envoy      bool       // the client sent X-Envoy-* headers (scanHeader)
 	plainBody  bool       // no header describing the body's bytes (scanHeader): forwardEncoded drops none
-	rewritten  bool       // a header rewrite removes or renames (scanHeader): else it looks none up
+	noDrops    bool       // none of the headers forwarding removes or renames (isRewritten, scanHeader): none is looked up
 	bulkCancel bool       // the request is a bulk of order ids to cancel
 	bodyTaken  bool       // the body was read whole or handed to the backend (see refuse)
 
@@ -474,7 +474,7 @@ func (g *Gateway) rewrite(pr *httputil.ProxyRequest) {
 	out.Host = ""
 	closeAfterHead(out)
 	st, _ := pr.In.Context().Value(stateKey{}).(*requestState)
-	if st == nil || st.rewritten { // else the client sent none of their headers (scanHeader)
+	if st == nil || !st.noDrops { // else the client sent none of their headers (scanHeader)
 		dropUpgrade(out)
 		dropExpect(out)
 		keepFromReplay(out)

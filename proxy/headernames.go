@@ -17,7 +17,7 @@ type headerScan struct {
 	methodOverride bool  // a method-override header (isMethodOverride)
 	pathOverride   bool  // a path-override header (isPathOverride)
 	bodyDescribing bool  // a header describing the body's bytes (isBodyDescribing)
-	rewritten      bool  // a header rewrite removes or renames on the outbound request (isRewritten)
+	rewritten      bool  // a header forwarding removes or renames (isRewritten)
 }
 
 // scanHeader reads the request line and every header name once: the
@@ -26,7 +26,7 @@ type headerScan struct {
 // of a client's address (dropped from clients that are not trusted
 // proxies: dropForwardedFamily), the X-Envoy-* family (dropped from every
 // request: dropEnvoyHeaders), and the headers
-// checkHead reads or refuses and those rewrite removes or renames, so
+// checkHead reads or refuses and those forwarding removes or renames, so
 // that a request without them is not looked up for each of them again.
 func scanHeader(r *http.Request) headerScan {
 	sc := headerScan{size: int64(len(r.Method) + len(r.RequestURI) + len(r.Proto) + 4 + len("Host: \r\n") + len(r.Host))}
@@ -72,12 +72,13 @@ func scanHeader(r *http.Request) headerScan {
 var errUnderscoreHeader = apierror.Static(http.StatusBadRequest, "invalid_header",
 	"Header names may not contain an underscore: a backend behind CGI or WSGI reads X_Forwarded_For as X-Forwarded-For.")
 
-// isRewritten reports whether rewrite removes or renames the header name
-// on the outbound request when the client sent it: dropUpgrade's,
-// dropExpect's and keepFromReplay's (replayHeaders).
+// isRewritten reports whether forwarding removes or renames the header
+// name when the client sent it: rewrite on the outbound request
+// (dropUpgrade's, dropExpect's and keepFromReplay's replayHeaders), and
+// forwardReader on a body read whole (Transfer-Encoding, Expect).
 func isRewritten(name string) bool {
 	switch name {
-	case "Upgrade", "Http2-Settings", "Expect", replayHeaders[0][0], replayHeaders[1][0]:
+	case "Upgrade", "Http2-Settings", "Expect", "Transfer-Encoding", replayHeaders[0][0], replayHeaders[1][0]:
 		return true
 	}
 	return false

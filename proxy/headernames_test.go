@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"context"
 	"net/http"
 	"net/http/httptest"
@@ -135,7 +136,7 @@ func TestRewriteLooksUpOnlyWhatWasSent(t *testing.T) {
 					in := httptest.NewRequest(method, "/api/v1/odr/orders/", nil)
 					in.Header = h.Clone()
 					if st != nil {
-						st.rewritten = scanHeader(in).rewritten
+						st.noDrops = !scanHeader(in).rewritten
 						in = in.WithContext(context.WithValue(in.Context(), stateKey{}, st))
 					}
 					pr := &httputil.ProxyRequest{In: in, Out: in.Clone(in.Context())}
@@ -147,5 +148,24 @@ func TestRewriteLooksUpOnlyWhatWasSent(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestForwardReaderLooksUpOnlyWhatWasSent checks that forwardReader, given
+// that scanHeader saw none of the headers forwarding removes, leaves the
+// header as it leaves it looking each one up.
+func TestForwardReaderLooksUpOnlyWhatWasSent(t *testing.T) {
+	for _, name := range []string{"Transfer-Encoding", "Expect", "Content-Length", "Accept"} {
+		t.Run(name, func(t *testing.T) {
+			forwarded := func(scanned bool) http.Header {
+				r := httptest.NewRequest("POST", "/api/v1/odr/orders/", nil)
+				r.Header = http.Header{name: {"v"}, "Content-Type": {"application/json"}}
+				forwardReader(r, bytes.NewReader([]byte(`{}`)), scanned && !scanHeader(r).rewritten)
+				return r.Header
+			}
+			if got, want := forwarded(true), forwarded(false); !reflect.DeepEqual(got, want) {
+				t.Fatalf("the forwarded header is %v, looking each header up %v", got, want)
+			}
+		})
 	}
 }

@@ -184,7 +184,7 @@ func (g *Gateway) checkHead(st *requestState, r *http.Request) *apierror.Error {
 	if sc.underscore {
 		return errUnderscoreHeader
 	}
-	st.forwarded, st.envoy, st.plainBody, st.rewritten = sc.forwarded, sc.envoy, !sc.bodyDescribing, sc.rewritten
+	st.forwarded, st.envoy, st.plainBody, st.noDrops = sc.forwarded, sc.envoy, !sc.bodyDescribing, !sc.rewritten
 	p, err := requestPath(r.URL)
 	if err != nil {
 		return pathErrors[err.(pathError)]

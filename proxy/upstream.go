@@ -160,19 +160,23 @@ func keepFromReplay(out *http.Request) {
 // nil: a body that can be rewound would make the request replayable, and
 // an order is never sent twice.
 func forwardBody(r *http.Request, body []byte) {
-	forwardReader(r, bytes.NewReader(body))
+	forwardReader(r, bytes.NewReader(body), false)
 }
 
 // forwardReader is forwardBody of the body rd reads, from its start.
-func forwardReader(r *http.Request, rd *bytes.Reader) {
+// noDrops is the request's requestState.noDrops: its head has neither
+// Transfer-Encoding nor Expect, and they are not looked up.
+func forwardReader(r *http.Request, rd *bytes.Reader, noDrops bool) {
 	r.Body = http.NoBody
 	if rd.Len() > 0 {
 		r.Body = io.NopCloser(rd)
 	}
 	r.ContentLength = int64(rd.Len())
 	r.TransferEncoding = nil
-	delete(r.Header, "Transfer-Encoding")
-	delete(r.Header, "Expect")
+	if !noDrops {
+		delete(r.Header, "Transfer-Encoding")
+		delete(r.Header, "Expect")
+	}
 }
 
 // inMemoryBodyType is the type of the bodies exgate reads whole before
