@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"net/netip"
 	"strconv"
 	"strings"
 	"time"
@@ -159,13 +160,18 @@ func (g *Gateway) bulkClaims(st *requestState, bulk *validate.Bulk) bool {
 // request's claim is charged to (idempotency.Key.Client): a verified
 // account's own (""), else its client address, grouped as the rate
 // limits group it, for every opaque token it presents: anyone can invent
-// a token, and a client is an account or an address (docs/pools.md). A
-// request without an address (a test's) is charged to its token.
+// a token, and a client is an account or an address (docs/pools.md).
+// Requests without an address are one client, as in the other pools
+// (share.AddrKey).
 func claimClient(st *requestState) string {
-	if st.caller.id.Account != "" || !st.addr.IsValid() {
+	if st.caller.id.Account != "" {
 		return ""
 	}
-	return idempotency.AddressClient(limiter.AddrGroup(st.addr, st.plan.v6Prefix))
+	var a netip.Addr
+	if st.addr.IsValid() {
+		a = limiter.AddrGroup(st.addr, st.plan.v6Prefix)
+	}
+	return idempotency.AddressClient(a)
 }
 
 // fingerprint returns the fingerprint a request's claim records: of the
