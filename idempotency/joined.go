@@ -45,7 +45,6 @@ type Prepared struct {
 	At time.Time
 
 	key    Key      // the first identifier
-	own    int      // how many of Keys are the claim's own (the rest legacy keys, read only)
 	client string   // whose share it is charged to (Store.ClaimAll)
 	more   []string // the other identifiers (a bulk's)
 	fp     Fingerprint
@@ -156,7 +155,7 @@ func (s *Redis) free(ctx context.Context, p *Prepared) error {
 		c = node
 	}
 	s.finishRuns.Add(1)
-	if err := s.finish.Run(ctx, c, p.Keys[:p.own], p.id, "free", s.retentionArg, "", p.slot, p.charge, 0).Err(); err != nil {
+	if err := s.finish.Run(ctx, c, p.Keys, p.id, "free", s.retentionArg, "", p.slot, p.charge, 0).Err(); err != nil {
 		s.failed(ctx, err)
 		return storeError("free", err)
 	}

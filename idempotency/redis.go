@@ -20,10 +20,10 @@ import (
 
 // Redis is a Store in Redis, shared by every exgate replica. Each
 // identifier is one string key changed only by Lua scripts, so claims
-// are atomic; a claim's keys and its client's share counter carry the same
-// hash tag, so every script touches one hash slot and the store works on
-// standalone Redis, Sentinel and Cluster. Redis expires a key after the
-// retention window.
+// are atomic; in a Cluster a claim's keys and its client's share counter
+// carry the same hash tag (keys), so every script touches one hash slot,
+// and the store works on standalone Redis, Sentinel and Cluster. Redis
+// expires a key after the retention window.
 //
 // The value is as small as the protocol allows (docs/validation.md
 // measures it): a state byte (p in flight, u unknown, d done), the first
@@ -104,10 +104,8 @@ func (s *Redis) within(ctx context.Context) (context.Context, context.CancelFunc
 // ClaimFunc is the Lua source of the claim, as a function claim(KEYS,
 // ARGV) that returns the claim's reply (or redis.error_reply): KEYS are
 // the first identifier's key, its client's share counter and the keys
-// of the request's other identifiers (Redis.keys), then the ARGV[12]
-// keys the same identifiers had before shares were kept per client
-// (legacyKeys: read, never written), ARGV the arguments Redis.prepare
-// encodes. The store's own claim script calls it, and so
+// of the request's other identifiers (Redis.keys), ARGV the arguments
+// Redis.prepare encodes. The store's own claim script calls it, and so
 // does the rate limiter's decision script when an order's claim rides in
 // its round trip (joined.go): one claim, one source. A reply that takes
 // the identifiers is {'claimed'} (ratelimit.ClaimTaken).
@@ -120,13 +118,7 @@ func (s *Redis) within(ctx context.Context) (context.Context, context.CancelFunc
 const ClaimFunc = `
 local function claim(KEYS, ARGV)
   local fp = ARGV[1]
-  local nk = #KEYS - tonumber(ARGV[12] or 0)
-  local first = KEYS[1]
-  local v = redis.call('GET', first)
-  if not v and nk < #KEYS then
-    first = KEYS[nk + 1]
-    v = redis.call('GET', first)
-  end
+  local v = redis.call('GET', KEYS[1])
   if v then
     local st = string.sub(v, 1, 1)
     if #v < 17 or not (st == 'p' or st == 'u' or st == 'd' or st == 'm') then
@@ -137,16 +129,12 @@ local function claim(KEYS, ARGV)
     if st == 'u' then return {'unknown', 0} end
     if #v < 26 then return redis.error_reply('idempotency: malformed entry') end
     if tonumber(ARGV[3]) < tonumber(string.sub(v, 26)) then return {'in_progress', 0} end
-    redis.call('SET', first, 'u' .. string.sub(v, 2, 25), 'KEEPTTL')
+    redis.call('SET', KEYS[1], 'u' .. string.sub(v, 2, 25), 'KEEPTTL')
     return {'unknown', 0}
   end
-  for i = 3, nk do
+  for i = 3, #KEYS do
     local m = redis.call('GET', KEYS[i])
     if m and m ~= 'm' .. fp then return {'conflict', i - 2} end
-  end
-  for i = nk + 2, #KEYS do
-    local m = redis.call('GET', KEYS[i])
-    if m and m ~= 'm' .. fp then return {'conflict', i - nk - 1} end
   end
   local slots = redis.call('HGETALL', KEYS[2])
   local n, b, oldest = 0, 0, tonumber(ARGV[7])
@@ -159,10 +147,10 @@ local function claim(KEYS, ARGV)
       b = b + tonumber(slots[i + 1])
     end
   end
-  local k, charge = nk - 1, tonumber(ARGV[11])
+  local k, charge = #KEYS - 1, tonumber(ARGV[11])
   if n + k > tonumber(ARGV[8]) or b + charge > tonumber(ARGV[9]) then return {'account_full'} end
   redis.call('SET', KEYS[1], 'p' .. fp .. ARGV[2] .. ARGV[4], 'PX', ARGV[5])
-  for i = 3, nk do
+  for i = 3, #KEYS do
     redis.call('SET', KEYS[i], 'm' .. fp, 'PX', ARGV[5])
   end
   redis.call('HINCRBY', KEYS[2], 'n' .. ARGV[6], k)
@@ -304,64 +292,56 @@ const (
 
 // keys returns the Redis keys of a claim of account's identifiers ids,
 // charged to client's share: the first identifier's, the share counter,
-// the other identifiers', then legacyKeys'. Every key of the claim
-// carries the hash tag of whose share it is charged to (the account, or
-// its client: Key), so that a claim touches one Cluster slot; a
-// client's identifier keys hold the account's tag after it, so that each
-// account keeps its own identifiers. Short identifiers are kept as they
-// are and long ones hashed, so the two never meet (their lengths differ).
-// The legacy keys, which a claim reads and never writes (ClaimFunc), are
-// its identifiers' keys as they were before shares were kept per client,
-// under the account's own tag, so that an identifier an earlier exgate
-// claimed is still answered after the upgrade; they live in another hash
-// slot, so a Cluster's claims cannot read them (docs/limits.md,
-// "Upgrading"). The keys are written in one string, of which each is a
-// part.
+// the other identifiers'. An identifier's key carries its account's hash
+// tag and the share counter the tag of whose share the claim is charged
+// to (the account, or its client: Key). In a Cluster a claim's keys must
+// share one slot, so a client's identifier keys there carry the client's
+// tag, with the account's after it so that each account keeps its own
+// identifiers; outside a Cluster slots do not matter, and an identifier's
+// key is where every exgate before per-client shares kept it, so that
+// replicas of either kind see each other's claims (docs/limits.md,
+// "Upgrading"). Short identifiers are kept as they are and long ones
+// hashed, so the two never meet (their lengths differ). The keys are
+// written in one string, of which each is a part.
 func (s *Redis) keys(account, client string, ids []string) []string {
-	var tagBuf, nsBuf [tagLen]byte
+	var tagBuf, counterBuf [tagLen]byte
 	var ns []byte
 	tag := appendTag(tagBuf[:0], account)
+	counter := tag
 	if client != "" && client != account {
-		ns, tag = tag, appendTag(nsBuf[:0], client)
+		counter = appendTag(counterBuf[:0], client)
+		if s.cluster {
+			ns, tag = tag, counter
+		}
 	}
 	prefix := s.o.KeyPrefix
 	n := len(prefix) + 2 + tagLen + 1 // the share counter's: prefix%{tag}
 	for _, id := range ids {
 		n += len(prefix) + 1 + tagLen + 1 + len(ns) + min(len(id), tagLen)
 	}
-	legacy := ns != nil && !s.cluster
-	if legacy {
-		n *= 2
-	}
 	var b strings.Builder
 	b.Grow(n)
 	ends := make([]int, 0, 8)
-	write := func(tag, ns []byte, counter bool) {
-		for i, id := range ids {
-			b.WriteString(prefix)
-			b.WriteByte('{')
-			b.Write(tag)
-			b.WriteByte('}')
-			b.Write(ns)
-			if len(id) > shortIdentifier {
-				var idTag [tagLen]byte
-				b.Write(appendTag(idTag[:0], id))
-			} else {
-				b.WriteString(id)
-			}
-			ends = append(ends, b.Len())
-			if i == 0 && counter {
-				b.WriteString(prefix)
-				b.WriteString("%{")
-				b.Write(tag)
-				b.WriteByte('}')
-				ends = append(ends, b.Len())
-			}
+	for i, id := range ids {
+		b.WriteString(prefix)
+		b.WriteByte('{')
+		b.Write(tag)
+		b.WriteByte('}')
+		b.Write(ns)
+		if len(id) > shortIdentifier {
+			var idTag [tagLen]byte
+			b.Write(appendTag(idTag[:0], id))
+		} else {
+			b.WriteString(id)
 		}
-	}
-	write(tag, ns, true)
-	if legacy {
-		write(ns, nil, false)
+		ends = append(ends, b.Len())
+		if i == 0 {
+			b.WriteString(prefix)
+			b.WriteString("%{")
+			b.Write(counter)
+			b.WriteByte('}')
+			ends = append(ends, b.Len())
+		}
 	}
 	all := b.String()
 	keys := make([]string, len(ends))
@@ -434,12 +414,11 @@ func (s *Redis) prepare(p *Prepared, account, client string, ids []string, fp Fi
 	slot := now / s.slotMS
 	oldest := (now - (s.o.Retention + s.o.InFlightTimeout).Milliseconds()) / s.slotMS
 	keys := s.keys(account, client, ids)
-	own := len(ids) + 1
-	cost := charge(keys[:own])
+	cost := charge(keys)
 	a := &claimArgs{fp: fpArg, id: id, now: now, deadline: now + s.o.InFlightTimeout.Milliseconds(),
-		slot: slot, oldest: oldest, cost: cost, legacy: int64(len(keys) - own)}
+		slot: slot, oldest: oldest, cost: cost}
 	a.argv = [...]any{&a.fp, &a.id, &a.now, &a.deadline,
-		s.retentionArg, &a.slot, &a.oldest, s.maxPerAccountArg, s.maxBytesArg, s.counterTTLArg, &a.cost, &a.legacy}
+		s.retentionArg, &a.slot, &a.oldest, s.maxPerAccountArg, s.maxBytesArg, s.counterTTLArg, &a.cost}
 	*p = Prepared{
 		ClaimPart: ratelimit.ClaimPart{
 			Keys:        keys,
@@ -450,7 +429,6 @@ func (s *Redis) prepare(p *Prepared, account, client string, ids []string, fp Fi
 		},
 		At:     at,
 		key:    Key{Account: account, Identifier: ids[0]},
-		own:    own,
 		client: client,
 		more:   ids[1:],
 		fp:     fp,
@@ -467,9 +445,9 @@ func (s *Redis) prepare(p *Prepared, account, client string, ids []string, fp Fi
 // rate limiter may write them after their request has gone (a round trip
 // its client left).
 type claimArgs struct {
-	fp, id                                    string
-	now, deadline, slot, oldest, cost, legacy int64
-	argv                                      [12]any
+	fp, id                            string
+	now, deadline, slot, oldest, cost int64
+	argv                              [11]any
 }
 
 // outcome reads ClaimFunc's reply res to the claim p prepared.
@@ -480,7 +458,7 @@ func (p *Prepared) outcome(res []any) (Claim, error) {
 	}
 	switch res[0] {
 	case "claimed":
-		c.Outcome, c.more, c.keys, c.id, c.slot, c.charge = Claimed, p.more, p.Keys[:p.own], p.id, p.slot, p.charge
+		c.Outcome, c.more, c.keys, c.id, c.slot, c.charge = Claimed, p.more, p.Keys, p.id, p.slot, p.charge
 		return c, nil
 	case "account_full":
 		return Claim{}, ErrAccountFull

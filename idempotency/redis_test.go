@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -296,38 +297,47 @@ func TestRedisKeysOneString(t *testing.T) {
 		t.Errorf("claim keys %q (%v), want %q", c.keys, err, want)
 	}
 
-	// A client's claim: its keys carry the client's tag, then the
-	// account's, and outside a Cluster it reads the keys the account's
-	// identifiers had before (want), writing none of them.
-	ctag := accountTag("addr 198.51.100.7")
-	own := []string{"exgate:idem:{" + ctag + "}" + tag + "ord-1", "exgate:idem:%{" + ctag + "}",
-		"exgate:idem:{" + ctag + "}" + tag + accountTag(long), "exgate:idem:{" + ctag + "}" + tag + "ord-3"}
-	legacy := slices.Delete(slices.Clone(want), 1, 2)
-	if got := s.keys("acct", "addr 198.51.100.7", ids); !slices.Equal(got, append(slices.Clone(own), legacy...)) {
-		t.Errorf("a client's keys = %q, want %q then %q", got, own, legacy)
+	// A client's claim outside a Cluster: its identifiers' keys are the
+	// account's own, where an exgate before per-client shares kept them
+	// (want), and only the share counter is the client's. In a Cluster
+	// every key carries the client's tag, then the account's.
+	const addr = "addr 198.51.100.7"
+	ctag := accountTag(addr)
+	standalone := slices.Clone(want)
+	standalone[1] = "exgate:idem:%{" + ctag + "}"
+	if got := s.keys("acct", addr, ids); !slices.Equal(got, standalone) {
+		t.Errorf("a client's keys = %q, want %q", got, standalone)
 	}
-	if n := testing.AllocsPerRun(100, func() { s.keys("acct", "addr 198.51.100.7", ids) }); n > 2 {
+	if n := testing.AllocsPerRun(100, func() { s.keys("acct", addr, ids) }); n > 2 {
 		t.Errorf("%v allocations per client's keys, want at most 2", n)
 	}
-	s.prepare(&p, "acct", "addr 198.51.100.7", ids, Fingerprint{})
-	if c, err := p.outcome([]any{"claimed"}); err != nil || !slices.Equal(c.keys, own) || c.charge != charge(own) {
-		t.Errorf("a client's claim keys %q (%v), want %q", c.keys, err, own)
+	s.prepare(&p, "acct", addr, ids, Fingerprint{})
+	if c, err := p.outcome([]any{"claimed"}); err != nil || !slices.Equal(c.keys, standalone) || c.charge != charge(standalone) {
+		t.Errorf("a client's claim keys %q (%v), want %q", c.keys, err, standalone)
 	}
 	s.cluster = true
-	if got := s.keys("acct", "addr 198.51.100.7", ids); !slices.Equal(got, own) {
-		t.Errorf("a client's keys in a Cluster = %q, want %q", got, own)
+	cluster := []string{"exgate:idem:{" + ctag + "}" + tag + "ord-1", "exgate:idem:%{" + ctag + "}",
+		"exgate:idem:{" + ctag + "}" + tag + accountTag(long), "exgate:idem:{" + ctag + "}" + tag + "ord-3"}
+	if got := s.keys("acct", addr, ids); !slices.Equal(got, cluster) {
+		t.Errorf("a client's keys in a Cluster = %q, want %q", got, cluster)
 	}
 }
 
-// TestRedisClientClaimsReadOldKeys: an identifier an exgate before
-// per-client shares claimed for an opaque token (under the token's own
-// tag) still answers that token's claims after the upgrade, alone and
-// riding with the limits, for an order and a bulk.
-func TestRedisClientClaimsReadOldKeys(t *testing.T) {
+// TestRedisClientKeysAreOldExgates: outside a Cluster an opaque token's
+// identifiers, charged to its address's share, live at the keys and in
+// the values an exgate before per-client shares used (the token's own
+// tag), so that replicas of both kinds answer each other's claims in a
+// rolling upgrade: entries written by hand as the old exgate wrote them
+// answer the new claims, alone and riding with the limits, for an order
+// and a bulk; a claim, a bulk's marks and a completed answer of the new
+// code are found at the old keys, in the old form, and an old-style
+// claim (no client) sees them.
+func TestRedisClientKeysAreOldExgates(t *testing.T) {
 	srv := redistest.Start(t)
 	for _, h := range []harness{redisHarness(srv), joinedHarness(srv)} {
 		t.Run(h.name, func(t *testing.T) {
-			o := testOptions(newClock())
+			c := newClock()
+			o := testOptions(c)
 			rs := h.replicas(t, 1, o)
 			switch s := rs[0].(type) {
 			case *Redis:
@@ -335,16 +345,17 @@ func TestRedisClientClaimsReadOldKeys(t *testing.T) {
 			case *joinedStore:
 				o.KeyPrefix = s.o.KeyPrefix
 			}
-			before := NewRedis(newClient(t, srv.Addr), o) // claims as exgate did: the account's own share
+			rdb := newClient(t, srv.Addr)
 			ctx := context.Background()
 			const addr = "addr 198.51.100.7"
-			done := mustClaim(t, before, Key{"tok", "done"}, fpA, Claimed)
-			must(t, before.Complete(ctx, done, Record{Status: 201, Body: []byte("{}")}))
-			unknown := mustClaim(t, before, Key{"tok", "unknown"}, fpA, Claimed)
-			must(t, before.MarkUnknown(ctx, unknown))
-			mustClaim(t, before, Key{"tok", "flying"}, fpA, Claimed)
-			if _, err := before.ClaimAll(ctx, "tok", "", []string{"b1", "b2"}, fpA); err != nil {
-				t.Fatal(err)
+			old := func(id string) string { return o.KeyPrefix + "{" + accountTag("tok") + "}" + id }
+			fp := string(fpA[:fpLen])
+			deadline := strconv.FormatInt(c.Now().Add(inFlight).UnixMilli(), 10)
+			for id, v := range map[string]string{
+				"done": "d" + fp + "201application/json\n{}", "unknown": "u" + fp + "holder01",
+				"flying": "p" + fp + "holder02" + deadline, "b1": "p" + fp + "holder03" + deadline, "b2": "m" + fp,
+			} {
+				must(t, rdb.Set(ctx, old(id), v, time.Hour).Err())
 			}
 			for _, tc := range []struct {
 				ids  []string
@@ -358,14 +369,42 @@ func TestRedisClientClaimsReadOldKeys(t *testing.T) {
 				{[]string{"flying"}, fpA, InProgress, 0},
 				{[]string{"b1", "b2"}, fpA, InProgress, 0},
 				{[]string{"new", "b2"}, fpB, Conflict, 1},
-				{[]string{"new"}, fpA, Claimed, 0},
 			} {
-				c, err := rs[0].ClaimAll(ctx, "tok", addr, tc.ids, tc.fp)
-				if err != nil || c.Outcome != tc.want || c.At != tc.at {
-					t.Errorf("ClaimAll(%q) after the upgrade = %s at %d, %v; want %s at %d", tc.ids, c.Outcome, c.At, err, tc.want, tc.at)
+				cl, err := rs[0].ClaimAll(ctx, "tok", addr, tc.ids, tc.fp)
+				if err != nil || cl.Outcome != tc.want || cl.At != tc.at {
+					t.Errorf("ClaimAll(%q) of an old entry = %s at %d, %v; want %s at %d", tc.ids, cl.Outcome, cl.At, err, tc.want, tc.at)
 				}
 			}
-			// Another token's old identifiers are its own.
+			// The new code's claims, at the old keys in the old form.
+			one, err := rs[0].ClaimAll(ctx, "tok", addr, []string{"new"}, fpA)
+			if err != nil || one.Outcome != Claimed {
+				t.Fatalf("a new identifier: %+v, %v", one, err)
+			}
+			bulk, err := rs[0].ClaimAll(ctx, "tok", addr, []string{"n1", "n2"}, fpA)
+			if err != nil || bulk.Outcome != Claimed {
+				t.Fatalf("a new bulk: %+v, %v", bulk, err)
+			}
+			for _, e := range []struct {
+				id, start string
+				n         int
+			}{{"new", "p" + fp, inFlightLen}, {"n1", "p" + fp, inFlightLen}, {"n2", "m" + fp, markLen}} {
+				v, err := rdb.Get(ctx, old(e.id)).Result()
+				if err != nil || !strings.HasPrefix(v, e.start) || len(v) != e.n {
+					t.Errorf("the new code's %s at its old key = %q, %v; want %d bytes from %q", e.id, v, err, e.n, e.start)
+				}
+			}
+			if n, err := rdb.Exists(ctx, o.KeyPrefix+"%{"+accountTag(addr)+"}").Result(); err != nil || n != 1 {
+				t.Errorf("the address's share counter: %d, %v; want it kept", n, err)
+			}
+			before := NewRedis(newClient(t, srv.Addr), o) // claims with no client, as exgate did
+			mustClaim(t, before, Key{"tok", "new"}, fpA, InProgress)
+			mustClaimAll(t, before, "tok", []string{"x", "n2"}, fpB, Conflict)
+			must(t, rs[0].Complete(ctx, one, Record{Status: 201, ContentType: "application/json", Body: []byte("{}")}))
+			if v, err := rdb.Get(ctx, old("new")).Result(); err != nil || v != "d"+fp+"201application/json\n{}" {
+				t.Errorf("the new code's answer at its old key = %q, %v", v, err)
+			}
+			mustClaim(t, before, Key{"tok", "new"}, fpA, Replay)
+			// Another token's identifiers are its own.
 			mustClaimAll(t, rs[0], "other", []string{"done"}, fpA, Claimed)
 		})
 	}
