@@ -23,7 +23,7 @@ const (
 func recordBytes(rec *Record) int64 {
 	n := allocated(len(rec.Body)) + len(rec.ContentType)
 	if rec.Header != nil {
-		n += allocated(16 * len(rec.Header)) // the slice of string headers
+		n += allocated(16 * cap(rec.Header)) // the slice of string headers
 		for _, h := range rec.Header {
 			n += allocated(len(h))
 		}
@@ -38,7 +38,16 @@ func recordBytes(rec *Record) int64 {
 // strings: a Record keeps none of its caller's memory (a header value may
 // be part of a larger string).
 func cloneHeader(h []string) []string {
-	var out []string
+	n := 0
+	for i := 0; i+1 < len(h); i += 2 {
+		if keptPair(h[i], h[i+1]) {
+			n += 2
+		}
+	}
+	if n == 0 {
+		return nil
+	}
+	out := make([]string, 0, n) // exactly: recordBytes charges its capacity
 	for i := 0; i+1 < len(h); i += 2 {
 		if keptPair(h[i], h[i+1]) {
 			out = append(out, strings.Clone(h[i]), strings.Clone(h[i+1]))
