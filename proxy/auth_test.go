@@ -130,15 +130,7 @@ func FuzzTokenPath(f *testing.F) {
 		f.Fatal(err)
 	}
 	cfg.Route("place_order").Validate = "" // the token path, not the body
-	k, _ := limiter.NewKeyer([]byte(testKeySecret))
-	enf, _ := limiter.NewEnforcer(limiter.EnforcerOptions{Store: ratelimit.NewMemory(ratelimit.MemoryOptions{}), Keyer: k})
-	v, err := identity.New(cfg.Identity.JWT, identity.Options{
-		Getenv:     func(string) (string, bool) { return fuzzSecret, true },
-		AccountKey: enf.AccountID,
-	})
-	if err != nil {
-		f.Fatal(err)
-	}
+	enf, v := verifiedLimits(f, cfg, ratelimit.NewMemory(ratelimit.MemoryOptions{}), fuzzSecret)
 	be := &recordAuth{}
 	gw, err := New(cfg, Options{Transport: be, Limits: enf, Rules: limiter.Compile(cfg, nil), Verifier: v})
 	if err != nil {
@@ -204,18 +196,10 @@ func TestVerifiedTokensShareOneBucket(t *testing.T) {
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	k, _ := limiter.NewKeyer([]byte(testKeySecret))
 	// A stopped clock: nothing refills during the run, so the count is
 	// exact however long a loaded machine takes.
 	stopped := time.Now()
-	store := ratelimit.NewMemory(ratelimit.MemoryOptions{Now: func() time.Time { return stopped }})
-	enf, _ := limiter.NewEnforcer(limiter.EnforcerOptions{Store: store, Keyer: k})
-	v, err := identity.New(cfg.Identity.JWT, identity.Options{
-		Getenv: func(string) (string, bool) { return secret, true }, AccountKey: enf.AccountID,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	enf, v := verifiedLimits(t, cfg, ratelimit.NewMemory(ratelimit.MemoryOptions{Now: func() time.Time { return stopped }}), secret)
 	e := serve(t, cfg, be, Options{Limits: enf, Rules: limiter.Compile(cfg, nil), Verifier: v})
 	tokens := []string{signedToken(t, secret, 42, "access"), signedToken(t, secret, 42, "access")}
 	if tokens[0] == tokens[1] {
@@ -259,14 +243,7 @@ func TestAuthFailuresCountedByReason(t *testing.T) {
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	k, _ := limiter.NewKeyer([]byte(testKeySecret))
-	enf, _ := limiter.NewEnforcer(limiter.EnforcerOptions{Store: ratelimit.NewMemory(ratelimit.MemoryOptions{}), Keyer: k})
-	v, err := identity.New(cfg.Identity.JWT, identity.Options{
-		Getenv: func(string) (string, bool) { return secret, true }, AccountKey: enf.AccountID,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	enf, v := verifiedLimits(t, cfg, ratelimit.NewMemory(ratelimit.MemoryOptions{}), secret)
 	reg := prometheus.NewRegistry()
 	m, _ := metrics.New(reg, metrics.BuildInfo{})
 	core, logs := observer.New(zap.InfoLevel)
@@ -368,4 +345,27 @@ func TestOptionalAuth(t *testing.T) {
 	if e.backend.count() != n {
 		t.Fatal("a malformed Authorization header reached the backend")
 	}
+}
+
+// verifiedLimits returns the limits over store, keyed with testKeySecret,
+// and a verifier of cfg's JWTs signed with secret that names accounts as
+// those limits key them: a gateway's Limits and Verifier for
+// identity.verify.
+func verifiedLimits(tb testing.TB, cfg *config.Config, store ratelimit.Store, secret string) (*limiter.Enforcer, *identity.Verifier) {
+	tb.Helper()
+	k, err := limiter.NewKeyer([]byte(testKeySecret))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	enf, err := limiter.NewEnforcer(limiter.EnforcerOptions{Store: store, Keyer: k})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	v, err := identity.New(cfg.Identity.JWT, identity.Options{
+		Getenv: func(string) (string, bool) { return secret, true }, AccountKey: enf.AccountID,
+	})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return enf, v
 }

@@ -15,9 +15,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/exgate/exgate/config"
-	"github.com/exgate/exgate/identity"
 	"github.com/exgate/exgate/internal/logshare"
-	"github.com/exgate/exgate/limiter"
 	"github.com/exgate/exgate/metrics"
 	"github.com/exgate/exgate/ratelimit"
 )
@@ -247,14 +245,7 @@ func TestVerifiedAccountsRefusalLines(t *testing.T) {
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	k, _ := limiter.NewKeyer([]byte(testKeySecret))
-	enf, _ := limiter.NewEnforcer(limiter.EnforcerOptions{Store: ratelimit.NewMemory(ratelimit.MemoryOptions{}), Keyer: k})
-	v, err := identity.New(cfg.Identity.JWT, identity.Options{
-		Getenv: func(string) (string, bool) { return secret, true }, AccountKey: enf.AccountID,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	enf, v := verifiedLimits(t, cfg, ratelimit.NewMemory(ratelimit.MemoryOptions{}), secret)
 	core, logs := observer.New(zap.InfoLevel)
 	gw, err := New(cfg, Options{Transport: backendEcho{}, Limits: enf, Verifier: v, Logger: zap.New(core)})
 	if err != nil {
