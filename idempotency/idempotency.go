@@ -54,7 +54,8 @@ func FingerprintOf(body []byte) Fingerprint { return sha256.Sum256(body) }
 // client: the account itself, or, for an account anyone can invent (an
 // opaque token), the client it came from (Store.ClaimAll's client,
 // AddressClient), so that the tokens one address invents share one share
-// (docs/pools.md).
+// (docs/pools.md); in a Redis Cluster, the account's (Redis.keys). An
+// identifier is its account's wherever a claim of it comes from.
 type Key struct {
 	Account, Identifier string
 }

@@ -36,8 +36,8 @@ import (
 // script run: the ratelimit.ClaimPart it rides as (ClaimFunc's KEYS and
 // ARGV, the deadline Options.Timeout, the replica acks
 // Options.ReplicaAcks and how long their WAIT blocks), and what Settle
-// reads its reply with. The keys share the hash tag of whose share the
-// claim is charged to, so they live in one Cluster slot.
+// reads its reply with. In a Cluster the keys share the account's hash
+// tag, so they live in one slot (Redis.keys).
 type Prepared struct {
 	ratelimit.ClaimPart
 	// At is when the claim was prepared, on Options.Now: the start of

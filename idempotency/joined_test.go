@@ -287,7 +287,7 @@ func splitAccount(t *testing.T, c *redis.ClusterClient, s *joinedStore) string {
 // which lives on another master for most accounts.
 func TestJoinedClusterStore(t *testing.T) {
 	cl := redistest.StartCluster(t, 3)
-	runStoreCases(t, harness{name: "joined cluster", replicas: func(t *testing.T, n int, o Options) []Store {
+	runStoreCases(t, harness{name: "joined cluster", accountShares: true, replicas: func(t *testing.T, n int, o Options) []Store {
 		o.KeyPrefix = uniquePrefix()
 		out := make([]Store, n)
 		for i := range out {

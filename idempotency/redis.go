@@ -20,8 +20,8 @@ import (
 
 // Redis is a Store in Redis, shared by every exgate replica. Each
 // identifier is one string key changed only by Lua scripts, so claims
-// are atomic; in a Cluster a claim's keys and its client's share counter
-// carry the same hash tag (keys), so every script touches one hash slot,
+// are atomic; in a Cluster a claim's keys and its share counter carry
+// its account's hash tag (keys), so every script touches one hash slot,
 // and the store works on standalone Redis, Sentinel and Cluster. Redis
 // expires a key after the retention window.
 //
@@ -293,31 +293,27 @@ const (
 // keys returns the Redis keys of a claim of account's identifiers ids,
 // charged to client's share: the first identifier's, the share counter,
 // the other identifiers'. An identifier's key carries its account's hash
-// tag and the share counter the tag of whose share the claim is charged
-// to (the account, or its client: Key). In a Cluster a claim's keys must
-// share one slot, so a client's identifier keys there carry the client's
-// tag, with the account's after it so that each account keeps its own
-// identifiers; outside a Cluster slots do not matter, and an identifier's
-// key is where every exgate before per-client shares kept it, so that
-// replicas of either kind see each other's claims (docs/limits.md,
-// "Upgrading"). Short identifiers are kept as they are and long ones
-// hashed, so the two never meet (their lengths differ). The keys are
-// written in one string, of which each is a part.
+// tag, wherever the claim comes from: an identifier is its account's, and
+// a retry from another client address (IPv6 then IPv4, a NAT's pool, a
+// new network) meets the order it repeats. The share counter carries the
+// tag of whose share the claim is charged to: the account's, or outside a
+// Cluster its client's (Key). In a Cluster a claim's keys must share one
+// slot, and an address's counter is in another slot than its tokens'
+// identifiers, so there a claim is charged to its account's share
+// (docs/limits.md, "Upgrading"). Short identifiers are kept as they are
+// and long ones hashed, so the two never meet (their lengths differ). The
+// keys are written in one string, of which each is a part.
 func (s *Redis) keys(account, client string, ids []string) []string {
 	var tagBuf, counterBuf [tagLen]byte
-	var ns []byte
 	tag := appendTag(tagBuf[:0], account)
 	counter := tag
-	if client != "" && client != account {
+	if client != "" && client != account && !s.cluster {
 		counter = appendTag(counterBuf[:0], client)
-		if s.cluster {
-			ns, tag = tag, counter
-		}
 	}
 	prefix := s.o.KeyPrefix
 	n := len(prefix) + 2 + tagLen + 1 // the share counter's: prefix%{tag}
 	for _, id := range ids {
-		n += len(prefix) + 1 + tagLen + 1 + len(ns) + min(len(id), tagLen)
+		n += len(prefix) + 1 + tagLen + 1 + min(len(id), tagLen)
 	}
 	var b strings.Builder
 	b.Grow(n)
@@ -327,7 +323,6 @@ func (s *Redis) keys(account, client string, ids []string) []string {
 		b.WriteByte('{')
 		b.Write(tag)
 		b.WriteByte('}')
-		b.Write(ns)
 		if len(id) > shortIdentifier {
 			var idTag [tagLen]byte
 			b.Write(appendTag(idTag[:0], id))

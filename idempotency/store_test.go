@@ -24,6 +24,9 @@ func newClock() *fakeclock.Clock { return fakeclock.New(time.Date(2026, 3, 1, 12
 type harness struct {
 	name     string
 	replicas func(t *testing.T, n int, o Options) []Store
+	// accountShares: the store charges every claim to its account's
+	// share, whatever its client (a Redis Cluster: Redis.keys).
+	accountShares bool
 }
 
 func (h harness) store(t *testing.T, o Options) Store { return h.replicas(t, 1, o)[0] }
@@ -296,6 +299,9 @@ var storeCases = []struct {
 		}
 	}},
 	{"the tokens of one address share its share, each keeping its own identifiers", func(t *testing.T, h harness, c *fakeclock.Clock) {
+		if h.accountShares {
+			t.Skip("a Cluster charges a claim to its account's share (Redis.keys)")
+		}
 		o := testOptions(c)
 		o.MaxPerAccount = 3
 		rs := h.replicas(t, 2, o)
@@ -351,7 +357,44 @@ var storeCases = []struct {
 			t.Fatalf("after a release the address's share is whole again: %v", err)
 		}
 	}},
+	{"an account's identifier is one order from every address", func(t *testing.T, h harness, c *fakeclock.Clock) {
+		// A client retrying from another address (IPv6 then IPv4, a NAT's
+		// pool, a new network) is charged to another share, and still
+		// meets its order: an identifier is an account's, wherever a claim
+		// of it comes from.
+		rs := h.replicas(t, 2, testOptions(c))
+		ctx := context.Background()
+		for _, tc := range []struct {
+			name string
+			ids  []string
+		}{
+			{"an order", []string{"o1"}},
+			{"a bulk", []string{"b1", "b2"}},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				first, err := rs[0].ClaimAll(ctx, "tok", "addr 2001:db8::", tc.ids, fpA)
+				if err != nil || first.Outcome != Claimed {
+					t.Fatalf("the first claim: %+v, %v; want claimed", first, err)
+				}
+				for i, client := range []string{"addr 198.51.100.7", ""} {
+					if cl, err := rs[1].ClaimAll(ctx, "tok", client, tc.ids, fpA); err != nil || cl.Outcome != InProgress {
+						t.Fatalf("a retry from %q while in flight: %s, %v; want in_progress", client, cl.Outcome, err)
+					}
+					if cl, err := rs[i].ClaimAll(ctx, "tok", client, tc.ids[len(tc.ids)-1:], fpB); err != nil || cl.Outcome != Conflict {
+						t.Fatalf("another request with its identifier from %q: %s, %v; want conflict", client, cl.Outcome, err)
+					}
+				}
+				must(t, rs[0].Complete(ctx, first, Record{Status: 201, Body: []byte("{}")}))
+				if cl, err := rs[1].ClaimAll(ctx, "tok", "addr 198.51.100.7", tc.ids, fpA); err != nil || cl.Outcome != Replay {
+					t.Fatalf("a retry from another address once placed: %s, %v; want replay", cl.Outcome, err)
+				}
+			})
+		}
+	}},
 	{"the bytes of one address's tokens share its share", func(t *testing.T, h harness, c *fakeclock.Clock) {
+		if h.accountShares {
+			t.Skip("a Cluster charges a claim to its account's share (Redis.keys)")
+		}
 		o := testOptions(c)
 		o.MaxBytesPerAccount, o.MaxResponseBytes = 3000, 4096
 		s := h.store(t, o)

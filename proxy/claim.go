@@ -157,7 +157,7 @@ func (g *Gateway) bulkClaims(st *requestState, bulk *validate.Bulk) bool {
 }
 
 // claimClient returns whose share of the duplicate-protection store a
-// request's claim is charged to (idempotency.Key.Client): a verified
+// request's claim is charged to (idempotency.Store.ClaimAll's client): a verified
 // account's own (""), else its client address, grouped as the rate
 // limits group it, for every opaque token it presents: anyone can invent
 // a token, and a client is an account or an address (docs/pools.md).
