@@ -6,6 +6,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httptrace"
+	"net/textproto"
 	"strings"
 	"testing"
 	"time"
@@ -71,6 +73,62 @@ func TestDrainingClosesConnections(t *testing.T) {
 			send("before draining", false)
 			gw.SetDraining()
 			send("while draining", true)
+		})
+	}
+}
+
+// TestDrainingInterimAnswersCarryNoConnection: while draining, a
+// backend's 103 Early Hints reaches the client without the Connection:
+// close exgate puts on the final answer. HTTP/2 forbids a Connection
+// field (RFC 9113 §8.2.2: nghttp2 and browsers reset the stream of a
+// response carrying one), and net/http's HTTP/2 server takes it out of a
+// final answer only; an interim answer closes nothing in HTTP/1 either.
+// The final answer still closes the connection (HTTP/1) or sends a
+// GOAWAY (HTTP/2).
+func TestDrainingInterimAnswersCarryNoConnection(t *testing.T) {
+	for _, h2 := range []bool{false, true} {
+		t.Run(map[bool]string{false: "HTTP/1.1", true: "HTTP/2"}[h2], func(t *testing.T) {
+			bs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Link", "</markets.css>; rel=preload")
+				w.WriteHeader(http.StatusEarlyHints)
+				w.Header().Set("Content-Type", "application/json")
+				_, _ = io.WriteString(w, "[]")
+			}))
+			t.Cleanup(bs.Close)
+			cfg := config.Default()
+			cfg.Upstream.URL = config.MustURL(bs.URL)
+			gw, err := New(cfg, Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			gw.SetDraining()
+			front := httptest.NewUnstartedServer(gw)
+			front.EnableHTTP2 = h2
+			front.StartTLS()
+			t.Cleanup(front.Close)
+			var interim []textproto.MIMEHeader
+			req, _ := http.NewRequest("GET", front.URL+"/api/v1/mkt/markets/", nil)
+			req = req.WithContext(httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{
+				Got1xxResponse: func(_ int, h textproto.MIMEHeader) error { interim = append(interim, h); return nil },
+			}))
+			res, err := front.Client().Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, _ = io.Copy(io.Discard, res.Body)
+			res.Body.Close()
+			if res.StatusCode != http.StatusOK || res.ProtoMajor != map[bool]int{false: 1, true: 2}[h2] {
+				t.Fatalf("%s %d", res.Proto, res.StatusCode)
+			}
+			if len(interim) != 1 || interim[0].Get("Link") == "" {
+				t.Fatalf("interim answers %v, want the backend's 103 with its Link", interim)
+			}
+			if v, ok := interim[0]["Connection"]; ok {
+				t.Errorf("the 103 carries Connection %q", v)
+			}
+			if !h2 && !res.Close {
+				t.Error("the final answer keeps the connection while draining")
+			}
 		})
 	}
 }

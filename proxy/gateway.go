@@ -1003,10 +1003,17 @@ type respWriter struct {
 // WriteHeader records the final status; informational ones pass through.
 // The first final status of a proxied request marks the backend's answer.
 // A final answer without a Content-Type is written without one; one after
-// a 1xx gets back the headers ReverseProxy cleared (restoreEarly).
+// a 1xx gets back the headers ReverseProxy cleared (restoreEarly). A 1xx
+// goes without Connection (draining's close, restored on the final
+// answer): HTTP/2 forbids the field, and net/http's HTTP/2 server takes
+// it out of a final answer only.
 func (w *respWriter) WriteHeader(code int) {
-	if code < 200 && w.early == nil {
-		w.early = w.ResponseWriter.Header().Clone()
+	if code < 200 {
+		h := w.ResponseWriter.Header()
+		if w.early == nil {
+			w.early = h.Clone()
+		}
+		delete(h, "Connection")
 	}
 	if w.status == 0 && code >= 200 {
 		w.status = code
