@@ -388,7 +388,9 @@ func (g *Gateway) settleFailed(st *requestState, err error) {
 // recorded as an unknown outcome and never sent twice; so is a 3xx, which
 // refuses nothing: 303 See Other is how HTTP answers a POST that created
 // something found elsewhere (a backend that redirects after placing the
-// order), and a record keeps no Location to replay it with. A 2xx body longer
+// order), but no 3xx says that it did (a 307 or 308 asks for the order to
+// be sent elsewhere), so none is replayed as the order's answer. A 2xx
+// body longer
 // than idempotency.max_response_bytes, one that cannot be read to its
 // end, or one in a content coding (encoded: the backend compressed it
 // although its request accepted none, identityEncoded) is recorded as an
