@@ -16,8 +16,8 @@ import (
 // (applyOTelEnv): deployment tooling sets them for every service of a
 // cluster, and the file gives what they leave unset.
 type Tracing struct {
-	// Exporter is "none" (tracing off: no span, the client's traceparent
-	// forwarded untouched) or "otlp". OTEL_TRACES_EXPORTER overrides it,
+	// Exporter is "none" (tracing off: no span, and a client's trace
+	// context forwarded only when TrustIncoming trusts it) or "otlp". OTEL_TRACES_EXPORTER overrides it,
 	// and OTEL_SDK_DISABLED=true turns tracing off. Default "none".
 	Exporter string `yaml:"exporter"`
 	// Protocol is the OTLP transport: "http/protobuf" or "grpc".
@@ -53,7 +53,9 @@ type Tracing struct {
 	// exgate continues: "never" (every request starts a trace of its own,
 	// linked to the client's), "trusted_proxies" (from a peer in
 	// client_ip.trusted_proxies, or a PROXY protocol peer it names)
-	// or "always". A client whose context is trusted chooses, through its
+	// or "always". With tracing off it says whose trace context (each
+	// format of Propagators, baggage too) is forwarded; an untrusted
+	// client's is removed. A client whose context is trusted chooses, through its
 	// sampled flag, whether its requests are traced. Default "never": an
 	// exchange's clients are the public, and a client that may set the
 	// flag can have every one of its requests traced, a cost the exchange

@@ -93,7 +93,8 @@ type Options struct {
 	// Tracer starts each request's spans (tracing.Provider.Tracer); whose
 	// trace context a request continues is tracing.trust_incoming. Nil
 	// means tracing is off: no span is started, no trace context read, and
-	// a client's traceparent reaches the backend untouched.
+	// a client's trace context reaches the backend only when
+	// tracing.trust_incoming trusts it (removed otherwise).
 	Tracer Tracer
 }
 
@@ -490,6 +491,11 @@ func (g *Gateway) rewrite(pr *httputil.ProxyRequest) {
 	// header values instead of new ones per request. ReverseProxy has
 	// removed what the client sent of these (and Forwarded).
 	p := g.forwardedPeer(pr.In, st)
+	if g.tracer == nil && !g.trustsTraceOf(p) {
+		// Tracing off, a client's trace context is still not the
+		// backend's to sample by or read baggage from (tracing.trust_incoming).
+		g.formats.remove(out.Header)
+	}
 	if p.ok {
 		xff := p.realIP
 		switch {

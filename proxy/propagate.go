@@ -98,6 +98,25 @@ func (f *traceFormats) carried(h http.Header) bool {
 	return false
 }
 
+// remove deletes from h every field of the formats, and the fields that
+// carry their baggage: what forwarding removes of a client's trace
+// context it does not trust while tracing is off (Gateway.rewrite).
+func (f *traceFormats) remove(h http.Header) {
+	for _, k := range f.fields {
+		delete(h, k)
+	}
+	if len(f.otherPrefixes) == 0 {
+		return
+	}
+	for k := range h {
+		for _, p := range f.otherPrefixes {
+			if strings.HasPrefix(k, p) {
+				delete(h, k)
+			}
+		}
+	}
+}
+
 // write sets h's trace context in every format to sc, with the baggage
 // of ctx (a trusted client's, none otherwise), replacing the client's.
 func (f *traceFormats) write(st *requestState, h http.Header, ctx context.Context, sc trace.SpanContext) {

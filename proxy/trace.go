@@ -154,7 +154,7 @@ func (g *Gateway) startSpan(st *requestState, r *http.Request) {
 	if g.formats.carried(r.Header) {
 		in := g.formats.read.Extract(ctx, traceCarrier(r.Header))
 		switch {
-		case g.trust == trustAlways, g.trust == trustProxies && g.peerOf(r).trusted:
+		case g.trustsTraceOf(g.peerOf(r)):
 			ctx, trusted = in, true
 		default:
 			if link := (trace.Link{SpanContext: trace.SpanContextFromContext(in)}); link.SpanContext.IsValid() {
@@ -525,20 +525,28 @@ func admissionResult(ok bool, r *http.Request) string {
 	return "shed"
 }
 
-// setTracing compiles what the gateway's spans need of cfg, while
-// tracing is on.
+// setTracing compiles what the gateway needs of cfg's tracing section:
+// the formats and whose context is trusted, tracing on or off (off, an
+// untrusted client's context is removed: rewrite), and what its spans
+// need while tracing is on.
 func (g *Gateway) setTracing(cfg *config.Config) error {
-	if g.tracer == nil {
-		return nil
-	}
 	var err error
 	if g.formats, err = newTraceFormats(cfg.Tracing.Propagators); err != nil {
 		return fmt.Errorf("proxy: tracing.propagators: %w", err)
 	}
-	g.spanStart = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindServer)}
 	g.trust = traceTrust(cfg.Tracing.TrustIncoming)
+	if g.tracer == nil {
+		return nil
+	}
+	g.spanStart = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindServer)}
 	g.refusals = newRecentRefusals(recentRefusalsKept)
 	return nil
+}
+
+// trustsTraceOf reports whether tracing.trust_incoming trusts the trace
+// context of a request from p.
+func (g *Gateway) trustsTraceOf(p *peer) bool {
+	return g.trust == trustAlways || g.trust == trustProxies && p.trusted
 }
 
 // traceFields adds the request's trace and span ids to its access log

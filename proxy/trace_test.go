@@ -269,20 +269,91 @@ func startTraced(t *testing.T, sp *spans, mut func(*config.Config)) *env {
 	return serve(t, cfg, be, Options{Tracer: sp.tracer()})
 }
 
-// TestTracingOffPassesTraceContextUntouched: without a tracer the
-// client's traceparent and tracestate reach the backend as sent.
-func TestTracingOffPassesTraceContextUntouched(t *testing.T) {
-	e := startEnv(t, nil)
-	res := do(t, "GET", e.url+"/api/v1/mkt/tickers/", nil, "Traceparent", clientTraceparent, "Tracestate", "vendor=abc")
-	res.Body.Close()
-	h := e.backend.last(t).Header
-	if h.Get("Traceparent") != clientTraceparent || h.Get("Tracestate") != "vendor=abc" {
-		t.Errorf("backend got traceparent %q tracestate %q, want the client's untouched", h.Get("Traceparent"), h.Get("Tracestate"))
-	}
-	for _, le := range e.logs.FilterMessage("request").All() {
-		if _, ok := le.ContextMap()["trace_id"]; ok {
-			t.Errorf("access log line has a trace_id with tracing off: %v", le.ContextMap())
-		}
+// TestClientTraceContextTrust: a client's traceparent, tracestate and
+// baggage reach the backend only from a client tracing.trust_incoming
+// trusts, tracing on or off. Off, an untrusted client's are removed (a
+// traced backend would otherwise sample by its flag and read its
+// baggage); on, exgate's own trace context replaces them. A format not
+// in tracing.propagators is not exgate's and passes as sent.
+func TestClientTraceContextTrust(t *testing.T) {
+	const (
+		sent      = "the client's"
+		gone      = "none"
+		own       = "exgate's own trace"
+		continued = "the client's trace, exgate's span"
+	)
+	sent3 := map[string]string{"Traceparent": sent, "Tracestate": sent, "Baggage": sent}
+	for _, tc := range []struct {
+		name, trust string
+		tracing     bool
+		proxies     []string
+		propagators []string
+		want        map[string]string
+	}{
+		{"off, never", config.TraceTrustNever, false, nil, nil, map[string]string{"Traceparent": gone, "Tracestate": gone, "Baggage": gone}},
+		{"off, trusted_proxies, peer not one", config.TraceTrustProxies, false, []string{"10.0.0.0/8"}, nil, map[string]string{"Traceparent": gone, "Tracestate": gone, "Baggage": gone}},
+		{"off, trusted_proxies, peer one", config.TraceTrustProxies, false, []string{"127.0.0.1/32"}, nil, sent3},
+		{"off, always", config.TraceTrustAlways, false, nil, nil, sent3},
+		{"off, never, propagators none", config.TraceTrustNever, false, nil, []string{config.TracePropagatorNone}, sent3},
+		{"off, never, baggage not listed", config.TraceTrustNever, false, nil, []string{config.TracePropagatorTraceContext}, map[string]string{"Traceparent": gone, "Tracestate": gone, "Baggage": sent}},
+		{"on, never", config.TraceTrustNever, true, nil, nil, map[string]string{"Traceparent": own, "Tracestate": gone, "Baggage": gone}},
+		{"on, trusted_proxies, peer not one", config.TraceTrustProxies, true, []string{"10.0.0.0/8"}, nil, map[string]string{"Traceparent": own, "Tracestate": gone, "Baggage": gone}},
+		{"on, trusted_proxies, peer one", config.TraceTrustProxies, true, []string{"127.0.0.1/32"}, nil, map[string]string{"Traceparent": continued, "Tracestate": sent, "Baggage": sent}},
+		{"on, always", config.TraceTrustAlways, true, nil, nil, map[string]string{"Traceparent": continued, "Tracestate": sent, "Baggage": sent}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			be := &backend{}
+			bs := httptest.NewServer(be)
+			t.Cleanup(bs.Close)
+			cfg := config.Default()
+			cfg.Upstream.URL = config.MustURL(bs.URL)
+			cfg.Tracing.TrustIncoming = tc.trust
+			if tc.propagators != nil {
+				cfg.Tracing.Propagators = tc.propagators
+			}
+			for _, p := range tc.proxies {
+				cfg.ClientIP.TrustedProxies = append(cfg.ClientIP.TrustedProxies, config.Prefix{Prefix: mustPrefix(p)})
+			}
+			var opts Options
+			if tc.tracing {
+				opts.Tracer = newSpans(t, sdktrace.ParentBased(sdktrace.NeverSample())).tracer()
+			}
+			e := serve(t, cfg, be, opts)
+			in := map[string]string{"Traceparent": clientTraceparent, "Tracestate": "vendor=abc", "Baggage": "tenant=vip"}
+			res := do(t, "GET", e.url+"/api/v1/mkt/tickers/", nil,
+				"Traceparent", in["Traceparent"], "Tracestate", in["Tracestate"], "Baggage", in["Baggage"])
+			res.Body.Close()
+			up := e.backend.last(t).Header
+			for _, h := range []string{"Traceparent", "Tracestate", "Baggage"} {
+				t.Run(h, func(t *testing.T) {
+					got := up.Get(h)
+					var is string
+					switch tid := strings.Split(got, "-"); {
+					case got == "":
+						is = gone
+					case got == in[h]:
+						is = sent
+					case h == "Traceparent" && len(tid) == 4 && tid[1] == "0af7651916cd43dd8448eb211c80319c":
+						is = continued
+					case h == "Traceparent" && len(tid) == 4:
+						is = own
+					default:
+						is = fmt.Sprintf("%q", got)
+					}
+					if is != tc.want[h] {
+						t.Errorf("backend got %s %s (%q), want %s", h, is, up.Get(h), tc.want[h])
+					}
+				})
+			}
+			if tc.tracing {
+				return
+			}
+			for _, le := range e.logs.FilterMessage("request").All() {
+				if _, ok := le.ContextMap()["trace_id"]; ok {
+					t.Errorf("access log line has a trace_id with tracing off: %v", le.ContextMap())
+				}
+			}
+		})
 	}
 }
 
