@@ -25,15 +25,25 @@ type Admin struct {
 	// site whose name was pointed at this listener — DNS rebinding — must
 	// not read the console). Default: none.
 	AllowedHosts []string `yaml:"allowed_hosts"`
+	// MaxConnections bounds the connections the admin listener holds at
+	// once: past it, a new connection waits in the kernel's accept queue
+	// until one closes, and holds no file descriptor of the process,
+	// which traffic, the backend and Redis share (docs/pools.md). Its
+	// callers are operators and Prometheus, a few connections each.
+	// Default 64.
+	MaxConnections int `yaml:"max_connections"`
 }
 
 // DefaultAdmin returns the admin listener's defaults: no pprof, the
-// admin token in EXGATE_ADMIN_TOKEN.
-func DefaultAdmin() Admin { return Admin{TokenEnv: "EXGATE_ADMIN_TOKEN"} }
+// admin token in EXGATE_ADMIN_TOKEN, 64 connections at once.
+func DefaultAdmin() Admin { return Admin{TokenEnv: "EXGATE_ADMIN_TOKEN", MaxConnections: 64} }
 
 // check reports problems in the admin section at p.
 func (a *Admin) check(col *collector, p path) {
 	col.envName(p.key("token_env"), a.TokenEnv)
+	if a.MaxConnections < 1 {
+		col.addf(p.key("max_connections"), "must be at least 1, got %d", a.MaxConnections)
+	}
 	for i, h := range a.AllowedHosts {
 		if !isHostName(h) {
 			col.addf(p.key("allowed_hosts").index(i),

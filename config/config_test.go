@@ -216,11 +216,13 @@ func TestValidateProgrammatic(t *testing.T) {
 		c := Default()
 		c.Admin.TokenEnv = "exgate-admin-token"
 		c.Admin.AllowedHosts = []string{"admin.example.test", "https://admin.example.test", "admin.example.test:9090", "10.0.0.7", "-bad.example", "exgate_admin.internal."}
+		c.Admin.MaxConnections = 0
 		c.Replica = "exgate 1"
 		got := errorStrings(t, c.Validate())
 		want := []string{
 			`replica: want 1 to 253 letters, digits and . _ : - (such as "exgate-1"), got "exgate 1"`,
 			`admin.token_env: want an environment variable name ([A-Z_][A-Z0-9_]*), got "exgate-admin-token"`,
+			`admin.max_connections: must be at least 1, got 0`,
 			`admin.allowed_hosts[1]: want a host name such as "exgate-admin.internal" (no scheme, port or path), got "https://admin.example.test"`,
 			`admin.allowed_hosts[2]: want a host name such as "exgate-admin.internal" (no scheme, port or path), got "admin.example.test:9090"`,
 			`admin.allowed_hosts[4]: want a host name such as "exgate-admin.internal" (no scheme, port or path), got "-bad.example"`,

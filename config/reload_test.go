@@ -15,6 +15,7 @@ var reloadModes = map[string]string{
 	"admin.pprof":                                   ReloadRestart,
 	"admin.token_env":                               ReloadRestart,
 	"admin.allowed_hosts":                           ReloadRestart,
+	"admin.max_connections":                         ReloadRestart,
 	"admin_listen":                                  ReloadRestart,
 	"replica":                                       ReloadRestart,
 	"client_ip.ipv6_prefix":                         ReloadLive,

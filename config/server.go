@@ -32,7 +32,8 @@ type Server struct {
 	// is closed. Connections from trusted proxies are not counted; a PROXY
 	// protocol balancer's is counted as the client its header names.
 	// Default 0: the process's file-descriptor limit less 1024, kept for
-	// the backend's and Redis's connections and for files.
+	// the backend's and Redis's connections, the admin listener's
+	// (Admin.MaxConnections) and files.
 	MaxConnections int `yaml:"max_connections"`
 	// DrainDelay is how long exgate keeps serving after a shutdown signal
 	// with /readyz answering 503, so that load balancers stop sending

@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
+	"golang.org/x/net/netutil"
 
 	"github.com/exgate/exgate/admin"
 	"github.com/exgate/exgate/config"
@@ -364,6 +365,9 @@ func (a *app) listen(cfg *config.Config) error {
 		return fmt.Errorf("admin listen %s: %w", cfg.AdminListen, err)
 	}
 	a.addr, a.adminAd = ln.Addr().String(), aln.Addr().String()
+	// Past admin.max_connections a connection waits in the kernel's
+	// accept queue, holding none of the descriptors traffic shares.
+	aln = netutil.LimitListener(aln, cfg.Admin.MaxConnections)
 	a.srv = edge.NewServer(cfg, a.gw, a.log, a.edge)
 	a.admin = admin.NewServer(cfg, admin.Handler(a.gw, a.adminOptions(cfg)), a.log)
 	tln := edge.ProxyProtocolListener(edge.ShareConnections(ln, cfg, a.edge), cfg.Server.ProxyProtocol, cfg.Server.ReadHeaderTimeout, a.edge)
