@@ -491,9 +491,10 @@ func (g *Gateway) rewrite(pr *httputil.ProxyRequest) {
 	// header values instead of new ones per request. ReverseProxy has
 	// removed what the client sent of these (and Forwarded).
 	p := g.forwardedPeer(pr.In, st)
-	if g.tracer == nil && !g.trustsTraceOf(p) {
+	if g.tracer == nil && (st == nil || !st.noDrops || g.formats.others != nil) && !g.trustsTraceOf(p) {
 		// Tracing off, a client's trace context is still not the
-		// backend's to sample by or read baggage from (tracing.trust_incoming).
+		// backend's to sample by or read baggage from
+		// (tracing.trust_incoming); scanHeader saw the W3C fields.
 		g.formats.remove(out.Header)
 	}
 	if p.ok {

@@ -74,11 +74,15 @@ var errUnderscoreHeader = apierror.Static(http.StatusBadRequest, "invalid_header
 
 // isRewritten reports whether forwarding removes or renames the header
 // name when the client sent it: rewrite on the outbound request
-// (dropUpgrade's, dropExpect's and keepFromReplay's replayHeaders), and
-// forwardReader on a body read whole (Transfer-Encoding, Expect).
+// (dropUpgrade's, dropExpect's and keepFromReplay's replayHeaders, and
+// with tracing off an untrusted client's W3C trace context:
+// traceFormats.remove; the other formats' fields are looked up on every
+// request), and forwardReader on a body read whole (Transfer-Encoding,
+// Expect).
 func isRewritten(name string) bool {
 	switch name {
-	case "Upgrade", "Http2-Settings", "Expect", "Transfer-Encoding", replayHeaders[0][0], replayHeaders[1][0]:
+	case "Upgrade", "Http2-Settings", "Expect", "Transfer-Encoding", replayHeaders[0][0], replayHeaders[1][0],
+		"Traceparent", "Tracestate", "Baggage":
 		return true
 	}
 	return false

@@ -124,7 +124,7 @@ func TestRewriteLooksUpOnlyWhatWasSent(t *testing.T) {
 		h    http.Header
 	}
 	var sent []header
-	for _, name := range []string{"Upgrade", "Http2-Settings", "Expect", replayHeaders[0][0], replayHeaders[1][0], "Accept"} {
+	for _, name := range []string{"Upgrade", "Http2-Settings", "Expect", replayHeaders[0][0], replayHeaders[1][0], "Traceparent", "Tracestate", "Baggage", "Accept"} {
 		sent = append(sent, header{name, http.Header{name: {"v"}}},
 			header{name + " among others", http.Header{name: {"v"}, "Connection": {"Upgrade"}, "Content-Type": {"text/plain"}}})
 	}
