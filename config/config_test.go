@@ -189,29 +189,6 @@ func TestValidateProgrammatic(t *testing.T) {
 			t.Errorf("problems:\n  %s\nwant:\n  %s", strings.Join(got, "\n  "), strings.Join(want, "\n  "))
 		}
 	})
-	t.Run("each client's share of refusal lines", func(t *testing.T) {
-		for _, tc := range []struct {
-			name  string
-			share RefusalShare
-			want  []string
-		}{
-			{"the default", DefaultLog().RefusalsPerClient, nil},
-			{"off", RefusalShare{}, nil},
-			{"burst 0: the rate's N", RefusalShare{Rate: Rate{N: 5, Period: time.Second}}, nil},
-			{"a negative burst", RefusalShare{Rate: Rate{N: 5, Period: time.Second}, Burst: -1},
-				[]string{`log.refusals_per_client.burst: must not be negative (0: the rate's N), got -1`}},
-			{"a period under a second", RefusalShare{Rate: Rate{N: 5, Period: time.Millisecond}, Burst: 10},
-				[]string{`log.refusals_per_client.rate: period must be whole seconds from 1s to 366d, got 1ms`}},
-		} {
-			t.Run(tc.name, func(t *testing.T) {
-				c := Default()
-				c.Log.RefusalsPerClient = tc.share
-				if got := errorStrings(t, c.Validate()); !slices.Equal(got, tc.want) {
-					t.Errorf("problems %q, want %q", got, tc.want)
-				}
-			})
-		}
-	})
 	t.Run("admin listener", func(t *testing.T) {
 		c := Default()
 		c.Admin.TokenEnv = "exgate-admin-token"
@@ -247,4 +224,30 @@ func TestValidateProgrammatic(t *testing.T) {
 			t.Errorf("not normalised: %+v %+v", c.Routes[def], c.Tiers)
 		}
 	})
+}
+
+// TestValidateRefusalShare checks log.refusals_per_client's bounds: each
+// client's share of the access log's refusal lines.
+func TestValidateRefusalShare(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		share RefusalShare
+		want  []string
+	}{
+		{"the default", DefaultLog().RefusalsPerClient, nil},
+		{"off", RefusalShare{}, nil},
+		{"burst 0: the rate's N", RefusalShare{Rate: Rate{N: 5, Period: time.Second}}, nil},
+		{"a negative burst", RefusalShare{Rate: Rate{N: 5, Period: time.Second}, Burst: -1},
+			[]string{`log.refusals_per_client.burst: must not be negative (0: the rate's N), got -1`}},
+		{"a period under a second", RefusalShare{Rate: Rate{N: 5, Period: time.Millisecond}, Burst: 10},
+			[]string{`log.refusals_per_client.rate: period must be whole seconds from 1s to 366d, got 1ms`}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := Default()
+			c.Log.RefusalsPerClient = tc.share
+			if got := errorStrings(t, c.Validate()); !slices.Equal(got, tc.want) {
+				t.Errorf("problems %q, want %q", got, tc.want)
+			}
+		})
+	}
 }
