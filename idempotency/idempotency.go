@@ -361,7 +361,7 @@ var (
 	errFull = apierror.Static(http.StatusServiceUnavailable, "duplicate_protection_full",
 		"Duplicate protection has no room for new identifiers, so the order was not sent; retry later, or send it without an identifier.")
 	errAccountFull = apierror.Static(http.StatusServiceUnavailable, "identifier_quota_exceeded",
-		"This account (with unverified tokens, this address) holds its whole share of duplicate-protection entries, so the order was not sent; retry later, or send it without an identifier.")
+		"Your share of duplicate-protection entries is full (your account's; with unverified tokens, your address's, or in a Redis Cluster your token's), so the order was not sent; retry later, or send it without an identifier.")
 )
 
 // Refusal returns the answer to a request whose claim came back
