@@ -71,21 +71,26 @@ func namesEndToEnd(opt string) bool {
 	return false
 }
 
-// asciiEqualFold reports whether s equals the lower-case ASCII string
-// lower, ignoring ASCII case only: net/http canonicalises header names by
-// ASCII case, so Unicode look-alikes never name the same header.
-func asciiEqualFold(s, lower string) bool {
-	if len(s) != len(lower) {
+// asciiEqualFold reports whether a equals b, ignoring ASCII case only:
+// net/http canonicalises header names by ASCII case, so Unicode
+// look-alikes never name the same header. Either may be in any case (a
+// media type or parameter name of the backend's, as of the client's).
+func asciiEqualFold(a, b string) bool {
+	if len(a) != len(b) {
 		return false
 	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c >= 'A' && c <= 'Z' {
-			c += 'a' - 'A'
-		}
-		if c != lower[i] {
+	for i := 0; i < len(a); i++ {
+		if asciiLower(a[i]) != asciiLower(b[i]) {
 			return false
 		}
 	}
 	return true
+}
+
+// asciiLower returns c in lower case when it is an ASCII letter.
+func asciiLower(c byte) byte {
+	if c >= 'A' && c <= 'Z' {
+		return c + 'a' - 'A'
+	}
+	return c
 }

@@ -40,6 +40,9 @@ func TestReplayNegotiation(t *testing.T) {
 		{name: "HTML, retried with text/*", order: "text/html", ct: html, retry: "text/*", want: true},
 		{name: "version 2, retried the same", order: "application/json; version=2.0", ct: js, retry: "application/json; version=2.0", want: true},
 		{name: "version 2, retried spelled otherwise", order: "application/json; version=2.0", ct: js, retry: `application/JSON;VERSION="2.0";q=0.9`, want: true},
+		{name: "version 2 in capitals, retried in lower case", order: "application/json; VERSION=2.0", ct: js, retry: "application/json; version=2.0", want: true},
+		{name: "a Content-Type in capitals, retried for JSON", order: js, ct: "Application/JSON", retry: js, want: true},
+		{name: "a Content-Type in capitals, retried for HTML", order: js, ct: "Application/JSON", retry: "text/html"},
 		{name: "version 2 with q, retried without q", order: "application/json; version=2.0; q=0.9, */*;q=0.1", ct: js, retry: "application/json;version=2.0", want: true},
 		{name: "version 2, retried for version 1", order: "application/json; version=2.0", ct: js, retry: "application/json; version=1.0"},
 		{name: "version 2, retried without a version", order: "application/json; version=2.0", ct: js, retry: js},
@@ -51,6 +54,7 @@ func TestReplayNegotiation(t *testing.T) {
 		{name: "no Content-Type", order: js, retry: "image/png", want: true},
 		{name: "minimal, retried minimal", ct: js, applied: "return=minimal", retryPrefer: "return=minimal", want: true},
 		{name: "minimal, retried among others", ct: js, applied: "return=minimal", retryPrefer: `respond-async, return="minimal"; x=1`, want: true},
+		{name: "Minimal in capitals, retried minimal", ct: js, applied: "return=Minimal", retryPrefer: "return=minimal", want: true},
 		{name: "minimal, retried with no Prefer", ct: js, applied: "return=minimal"},
 		{name: "minimal, retried for the representation", ct: js, applied: "return=minimal", retryPrefer: "return=representation"},
 		{name: "Prefer not applied", ct: js, retryPrefer: "return=minimal", want: true},
@@ -185,4 +189,26 @@ func TestReplayCarriesTheOrdersHeaders(t *testing.T) {
 			})
 		}
 	}
+}
+
+// FuzzReplayNegotiation reads any Accept and Content-Type as a retry's
+// and a kept answer's: never a panic, and a retry sending the order's own
+// Accept always gets the order's kept answer.
+func FuzzReplayNegotiation(f *testing.F) {
+	for _, s := range [][2]string{
+		{"application/json; version=2.0; q=0.9, */*;q=0.1", "application/json"},
+		{browserAccept, "text/html; charset=utf-8"},
+		{`application/JSON;VERSION="2.0";q=0`, "Application/JSON"},
+		{";;,, ;q=;=", "/;"},
+		{"*/*;q=0.000", ""},
+	} {
+		f.Add(s[0], s[1], "application/json")
+	}
+	f.Fuzz(func(t *testing.T, order, ct, retry string) {
+		rec := &idempotency.Record{Status: 201, ContentType: ct, Accept: acceptAsked(order, ct)}
+		if e := replayRefusal(http.Header{"Accept": {order}}, rec); e != nil {
+			t.Fatalf("the order's own Accept %q (kept %q, Content-Type %q) refused: %s", order, rec.Accept, ct, e.Detail)
+		}
+		_ = replayRefusal(http.Header{"Accept": {retry}}, rec)
+	})
 }
