@@ -9,6 +9,8 @@ import (
 	"net/textproto"
 	"reflect"
 	"strings"
+
+	"golang.org/x/net/http/httpguts"
 )
 
 // errForeignResponse is the error of a backend response that carries
@@ -45,29 +47,19 @@ func checkResponseID(res *http.Response, got []string) error {
 // clientsID). It changes nothing, and allocates nothing, for a response
 // whose Connection does not name it.
 func unhideResponseID(h http.Header) {
-	for i, v := range h["Connection"] {
-		if !namesRequestID(v) {
+	vs := h["Connection"]
+	for i, v := range vs {
+		if !httpguts.HeaderValuesContainsToken(vs[i:i+1], "X-Request-Id") {
 			continue
 		}
 		var kept []string
 		for tok := range strings.SplitSeq(v, ",") {
-			if t := textproto.TrimString(tok); t != "" && !strings.EqualFold(t, "X-Request-Id") {
+			if t := textproto.TrimString(tok); t != "" && !asciiEqualFold(t, "x-request-id") {
 				kept = append(kept, t)
 			}
 		}
-		h["Connection"][i] = strings.Join(kept, ", ")
+		vs[i] = strings.Join(kept, ", ")
 	}
-}
-
-// namesRequestID reports whether the Connection value v names
-// X-Request-ID among its tokens.
-func namesRequestID(v string) bool {
-	for tok := range strings.SplitSeq(v, ",") {
-		if strings.EqualFold(textproto.TrimString(tok), "X-Request-Id") {
-			return true
-		}
-	}
-	return false
 }
 
 // errInvalidStatus is the error of a backend response whose status code
