@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"slices"
 	"sync/atomic"
 	"time"
 
@@ -66,7 +65,7 @@ func connPolicy(trusted []netip.Prefix, listed proxyproto.Policy) proxyproto.Con
 		if !ok {
 			return proxyproto.REJECT, fmt.Errorf("%w: peer address %v", proxyproto.ErrInvalidUpstream, o.Upstream)
 		}
-		if slices.ContainsFunc(trusted, func(p netip.Prefix) bool { return p.Contains(a) }) {
+		if inPrefixes(trusted, a) {
 			return listed, nil
 		}
 		return proxyproto.REJECT, nil
