@@ -38,12 +38,18 @@ func init() {
 		{"duplicate-protection identifiers, memory, invented tokens in an outage", memoryStore(400, "64MiB") + share(shareIDs, "100MiB"), false},
 		{"duplicate-protection identifiers, Redis at maxmemory, invented tokens in an outage", "idempotency:\n" + share(shareIDs, "100MiB"), true},
 	} {
-		s := &spray{redis: d.redis}
-		poolRows = append(poolRows, poolRow{pool: d.pool, attacker: oneAddress, config: d.config,
-			attack: s.attack, holding: s.holding,
-			refused: []string{"identifier_quota_exceeded", "too_many_tokens", "throttled", outageCode},
-			metric:  "exgate_idempotency_total", labels: []string{`outcome="account_full"`},
-			maxGrowth: 64 << 20})
+		kinds := []attackerKind{oneAddress, tenAddresses}
+		if d.redis {
+			kinds = kinds[:1] // Redis's room is not yet its shares' bound
+		}
+		for _, k := range kinds {
+			s := &spray{redis: d.redis}
+			poolRows = append(poolRows, poolRow{pool: d.pool, attacker: k, config: d.config,
+				attack: s.attack, holding: s.holding,
+				refused: []string{"identifier_quota_exceeded", "too_many_tokens", "throttled", outageCode},
+				metric:  "exgate_idempotency_total", labels: []string{`outcome="account_full"`},
+				maxGrowth: 64 << 20})
+		}
 	}
 }
 
@@ -52,8 +58,9 @@ type spray struct {
 	redis bool
 	// refused counts the tokens refused for the store: their address
 	// holds its share (identifier_quota_exceeded) or, before the fix,
-	// the store is full (duplicate_protection_full).
-	refused atomic.Int64
+	// the store is full (duplicate_protection_full); full counts the
+	// addresses refused so at least once.
+	refused, full atomic.Int64
 }
 
 // sprayTokens is how many tokens the attack invents at most, ten times
@@ -65,32 +72,41 @@ var sprayRound atomic.Int64
 // attack sets Redis's maxmemory for a Redis row (what Redis holds now and
 // 160 KiB: an address's share, about 40 KiB, fits with its limits' keys, the
 // invented tokens' shares of before did not), then has four connections
-// of the address place orders, each token until it is refused for the
-// store, then the next token, until ctx ends.
+// of each address place orders, each token until it is refused for the
+// store, then the next token, until ctx ends. Ten addresses (tenAddresses)
+// each take their share of a store that holds under seven: before a
+// share was also bounded by the room left, the seventh filled it and the
+// victim's identified orders were refused duplicate_protection_full.
 func (s *spray) attack(ctx context.Context, t *testing.T, r *poolRun, a *attack) {
 	if s.redis {
 		setMaxmemory(t, r, 160<<10)
 	}
 	round := sprayRound.Add(1)
-	var next atomic.Int64
 	var wg sync.WaitGroup
-	for range 4 {
-		c := clientFrom(t, a.addrs[0], 1)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for ctx.Err() == nil {
-				n := next.Add(1) // a token met again places new identifiers
-				s.place(ctx, r, a, c, fmt.Sprintf("%s%d-%d", sprayedPrefix, round, n%sprayTokens), fmt.Sprintf("s%d-%d", round, n))
-			}
-		}()
+	for i, addr := range a.addrs {
+		var next, refused atomic.Int64
+		for range 4 {
+			c := clientFrom(t, addr, 1)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for ctx.Err() == nil {
+					n := next.Add(1) // a token met again places new identifiers
+					if s.place(ctx, r, a, c, fmt.Sprintf("%s%d-%d-%d", sprayedPrefix, round, i, n%sprayTokens), fmt.Sprintf("s%d-%d-%d", round, i, n)) &&
+						refused.Add(1) == 1 {
+						s.full.Add(1)
+					}
+				}
+			}()
+		}
 	}
 	wg.Wait()
 }
 
 // place has one token place orders with identifiers starting with
-// prefix until it is refused for the store, or throttled.
-func (s *spray) place(ctx context.Context, r *poolRun, a *attack, c *http.Client, auth, prefix string) {
+// prefix until it is refused for the store, or throttled; it reports
+// whether the store refused it.
+func (s *spray) place(ctx context.Context, r *poolRun, a *attack, c *http.Client, auth, prefix string) bool {
 	for n := 0; ctx.Err() == nil; n++ {
 		req, _ := http.NewRequestWithContext(ctx, "POST", r.g.url+"/api/v1/odr/orders/", strings.NewReader(victimOrder(prefix+"-"+strconv.Itoa(n))))
 		req.Header.Set("Authorization", auth)
@@ -98,22 +114,23 @@ func (s *spray) place(ctx context.Context, r *poolRun, a *attack, c *http.Client
 		a.sent.Add(1)
 		ans := do(c, req)
 		if ctx.Err() != nil {
-			return // the row ended
+			return false // the row ended
 		}
 		a.answers.add(ans)
 		a.answered.Add(1)
 		switch ans.code {
 		case "identifier_quota_exceeded", "duplicate_protection_full":
 			s.refused.Add(1)
-			return
+			return true
 		case "too_many_tokens", "throttled":
-			return
+			return false
 		}
 	}
+	return false
 }
 
-// holding reports that the address holds what it could take: 40 of its
-// tokens were refused for the store.
+// holding reports that the addresses hold what they could take: each
+// was refused for the store, 40 of their tokens in all.
 func (s *spray) holding(t *testing.T, r *poolRun, a *attack) bool {
-	return s.refused.Load() >= 40
+	return s.full.Load() == int64(len(a.addrs)) && s.refused.Load() >= 40
 }

@@ -49,10 +49,13 @@ const (
 	// threeAccounts is three verified accounts, each from its own
 	// address.
 	threeAccounts
+	// tenAddresses is ten client addresses without an account, each
+	// with invented tokens.
+	tenAddresses
 )
 
 func (k attackerKind) String() string {
-	return [...]string{"one address", "one account", "three accounts"}[k]
+	return [...]string{"one address", "one account", "three accounts", "ten addresses"}[k]
 }
 
 // Client addresses on loopback (Linux routes all of 127/8 to lo): the
@@ -60,6 +63,7 @@ func (k attackerKind) String() string {
 const (
 	victimAddr  = "127.0.0.10"
 	anonAddr    = "127.0.0.20"
+	anonAddrs   = "127.0.0.3" // + the address's number: 127.0.0.30 … 39 (tenAddresses)
 	accountAddr = "127.0.0.2" // + the attacker's number: 127.0.0.21, 22, 23
 )
 
@@ -285,6 +289,10 @@ func (env *poolEnv) attackers(k attackerKind) *attack {
 	switch k {
 	case oneAddress:
 		a.addrs, a.tokens = []string{anonAddr}, []string{""}
+	case tenAddresses:
+		for i := range 10 {
+			a.addrs, a.tokens = append(a.addrs, anonAddrs+strconv.Itoa(i)), append(a.tokens, "")
+		}
 	default:
 		n := 1
 		if k == threeAccounts {
@@ -307,7 +315,7 @@ func (env *poolEnv) poolConfig(row poolRow) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "listen: \"127.0.0.1:0\"\nadmin_listen: \"127.0.0.1:0\"\nupstream:\n  url: %q\nlog:\n  access: %t\n%s", env.backend, row.log != "", row.log)
 	fmt.Fprintf(&b, "limiter:\n  redis:\n    addrs: [%q]\n    timeout: 500ms\n%s", env.redis.Addr, row.limiter)
-	fmt.Fprintf(&b, "identity:\n  verify: %t\n%s", row.attacker != oneAddress || row.verify, row.identity)
+	fmt.Fprintf(&b, "identity:\n  verify: %t\n%s", (row.attacker != oneAddress && row.attacker != tenAddresses) || row.verify, row.identity)
 	b.WriteString(strings.NewReplacer("CERT_FILE", env.leaf.CertFile, "KEY_FILE", env.leaf.KeyFile).Replace(row.config))
 	return b.String()
 }

@@ -18,11 +18,11 @@ func TestMemoryHealth(t *testing.T) {
 	o := testOptions(newClock())
 	o.MaxEntries = 3
 	s := NewMemory(o)
-	for i := range 3 {
+	for i := range 3 { // three accounts: one alone may take half the store
 		if h, err := s.Health(context.Background()); err != nil || h.Full || h.Identifiers != i {
 			t.Fatalf("with %d identifiers: %+v %v", i, h, err)
 		}
-		mustClaim(t, s, k(strconv.Itoa(i)), fpA, Claimed)
+		mustClaim(t, s, Key{"acct" + strconv.Itoa(i), "a"}, fpA, Claimed)
 	}
 	h, err := s.Health(context.Background())
 	if !h.Full || !errors.Is(err, ErrFull) || h.Bytes == 0 || h.MaxBytes != 1<<30 {

@@ -1,6 +1,7 @@
 package idempotency
 
 import (
+	"cmp"
 	"context"
 	"slices"
 	"strings"
@@ -74,8 +75,12 @@ func MemoryBytes(n, names, resp int) int64 {
 // that would overflow MaxBytes is recorded as an unknown outcome. Each
 // client (an account, or an address for all its opaque tokens: Key)
 // holds at most Options.MaxPerAccount identifiers and
-// Options.MaxBytesPerAccount bytes (ErrAccountFull past either, checked
-// when it claims: the response of a claim it holds is kept).
+// Options.MaxBytesPerAccount bytes, and takes an identifier, and its
+// bytes, only while it holds fewer than are left free (take: the dynamic
+// threshold of docs/pools.md), so that clients filling the store always
+// leave room for one that holds nothing (ErrAccountFull past either
+// bound, checked when it claims: the response of a claim it holds is
+// kept).
 // A request (an order, or a bulk claimed by ClaimAll) is one entry, its
 // response kept once, whatever the number of its identifiers.
 type Memory struct {
@@ -184,6 +189,36 @@ func (s *Memory) touch(en *entry, now time.Time) {
 	s.tail = en
 }
 
+// take reports whether a client holding held units of a pool of size
+// units, used of them taken, may take a claim of n more: the dynamic
+// threshold of docs/pools.md, where a client takes while it holds fewer
+// than are left free, and a claim, as a packet into a switch's shared
+// buffer, is taken whole when its client is under that threshold and it
+// fits. It is nil when it may; ErrAccountFull when the client holds
+// some and no fewer than are left free (past its share); ErrFull when
+// the claim does not fit (the pool is full for everyone).
+func take(held, n, used, size int64) error {
+	free := size - used
+	switch {
+	case held > 0 && held >= free:
+		return ErrAccountFull
+	case n > free:
+		return ErrFull
+	}
+	return nil
+}
+
+// shareOf is take of a claim's identifiers and of its bytes: a client
+// past its share of either is ErrAccountFull, else a store without room
+// for either ErrFull.
+func shareOf(heldIDs, ids, usedIDs, maxIDs, heldBytes, bytes, usedBytes, maxBytes int64) error {
+	e1, e2 := take(heldIDs, ids, usedIDs, maxIDs), take(heldBytes, bytes, usedBytes, maxBytes)
+	if e1 == ErrAccountFull || e2 == ErrAccountFull {
+		return ErrAccountFull
+	}
+	return cmp.Or(e1, e2)
+}
+
 // Claim implements Store.
 func (s *Memory) Claim(ctx context.Context, key Key, fp Fingerprint) (Claim, error) {
 	return s.ClaimAll(ctx, key.Account, "", []string{key.Identifier}, fp)
@@ -229,14 +264,16 @@ func (s *Memory) ClaimAll(ctx context.Context, account, client string, ids []str
 	}
 	size := MemoryBytes(len(ids), names, 0)
 	sh := s.accounts[who]
-	if sh != nil && (sh.ids+len(ids) > s.o.MaxPerAccount || sh.bytes+size > s.o.MaxBytesPerAccount) {
+	var held memShare
+	if sh != nil {
+		held = *sh
+	}
+	if held.ids+len(ids) > s.o.MaxPerAccount || held.bytes+size > s.o.MaxBytesPerAccount {
 		return Claim{}, ErrAccountFull
 	}
-	if len(ids) > s.o.MaxPerAccount || size > s.o.MaxBytesPerAccount {
-		return Claim{}, ErrAccountFull
-	}
-	if s.ids+len(ids) > s.o.MaxEntries || s.bytes+size > s.o.MaxBytes {
-		return Claim{}, ErrFull
+	if err := shareOf(int64(held.ids), int64(len(ids)), int64(s.ids), int64(s.o.MaxEntries),
+		held.bytes, size, s.bytes, s.o.MaxBytes); err != nil {
+		return Claim{}, err
 	}
 	c.Outcome, c.id = Claimed, newID()
 	c.more = ids[1:]

@@ -48,29 +48,30 @@ func TestMemoryBounds(t *testing.T) {
 	o := testOptions(c)
 	o.MaxEntries = 3
 	s := NewMemory(o)
+	acct := func(i int) Key { return Key{"acct" + strconv.Itoa(i), "a"} } // one alone may take half the store
 	for i := range 3 {
-		mustClaim(t, s, k(strconv.Itoa(i)), fpA, Claimed)
+		mustClaim(t, s, acct(i), fpA, Claimed)
 	}
-	if _, err := s.Claim(context.Background(), k("3"), fpA); !errors.Is(err, ErrFull) {
+	if _, err := s.Claim(context.Background(), acct(3), fpA); !errors.Is(err, ErrFull) {
 		t.Fatalf("fourth entry: %v, want ErrFull", err)
 	}
-	mustClaim(t, s, k("0"), fpA, InProgress) // existing keys still answer
+	mustClaim(t, s, acct(0), fpA, InProgress) // existing keys still answer
 	c.Advance(retention)
-	mustClaim(t, s, k("3"), fpA, Claimed) // expired entries make room
+	mustClaim(t, s, acct(3), fpA, Claimed) // expired entries make room
 
 	// Byte bound: responses that do not fit are recorded as unknown.
 	o = testOptions(c)
-	one := MemoryBytes(1, len("acct")+1, 0)         // an entry of acct's with a one-letter identifier
+	one := MemoryBytes(1, len("acct")+1, 0)         // an entry of an account of 4 letters with a one-letter identifier
 	o.MaxBytes = 2*one + int64(allocated(int(one))) // a, b, and a's response
 	o.MaxResponseBytes = 1 << 20
 	s = NewMemory(o)
-	a := mustClaim(t, s, k("a"), fpA, Claimed)
+	a := mustClaim(t, s, Key{"acct", "a"}, fpA, Claimed)
 	must(t, s.Complete(context.Background(), a, Record{Status: 201, Body: bytes.Repeat([]byte("x"), int(one))}))
-	mustClaim(t, s, k("a"), fpA, Replay)
-	b := mustClaim(t, s, k("b"), fpA, Claimed)
+	mustClaim(t, s, Key{"acct", "a"}, fpA, Replay)
+	b := mustClaim(t, s, Key{"accu", "b"}, fpA, Claimed)
 	must(t, s.Complete(context.Background(), b, Record{Status: 201, Body: bytes.Repeat([]byte("x"), 2*int(one))}))
-	mustClaim(t, s, k("b"), fpA, Unknown)
-	if _, err := s.Claim(context.Background(), k("c"), fpA); !errors.Is(err, ErrFull) {
+	mustClaim(t, s, Key{"accu", "b"}, fpA, Unknown)
+	if _, err := s.Claim(context.Background(), Key{"accv", "c"}, fpA); !errors.Is(err, ErrFull) {
 		t.Errorf("claim past MaxBytes: %v, want ErrFull", err)
 	}
 }

@@ -413,6 +413,56 @@ var storeCases = []struct {
 		}
 		mustClaim(t, s, Key{"account", "a"}, fpA, Claimed)
 	}},
+	{"clients filling the store in an outage leave room for one that holds nothing", func(t *testing.T, h harness, c *fakeclock.Clock) {
+		if h.accountShares {
+			t.Skip("a Cluster's claim sees its slot only, not the store's room (Redis.keys)")
+		}
+		// Seven static shares fill the store (check-config's "holds 7
+		// such shares", scaled down): 14 identifiers each of 100, in
+		// identifiers and in bytes, every name of one length so that each
+		// claim costs the same.
+		o := testOptions(c)
+		o.MaxPerAccount = 14
+		rs := h.replicas(t, 2, o)
+		one := claimBytes(rs[0], "tok00", "addr 198.51.100.10", "i00")
+		o.MaxBytesPerAccount = 14 * one
+		for _, s := range rs {
+			setRoom(s, o, 100, 100*one)
+		}
+		ctx := context.Background()
+		// Ten addresses invent a token each and place orders whose
+		// outcome the backend leaves unknown (kept for the retention)
+		// until refused: before shares were bounded by the room left,
+		// the eighth filled the store.
+		held := map[string]int{}
+		for a := range 10 {
+			addr := "addr 198.51.100." + strconv.Itoa(10+a)
+			tok := "tok" + strconv.Itoa(10+a)
+			for i := 10; ; i++ {
+				s := rs[i%2]
+				cl, err := s.ClaimAll(ctx, tok, addr, []string{"i" + strconv.Itoa(i)}, fpA)
+				if errors.Is(err, ErrAccountFull) {
+					break
+				}
+				if err != nil || cl.Outcome != Claimed {
+					t.Fatalf("address %d's order %d: %+v, %v; want claimed or ErrAccountFull (its share), never the store full", a, i, cl, err)
+				}
+				must(t, s.MarkUnknown(ctx, cl))
+				held[addr]++
+			}
+			if held[addr] == 0 || held[addr] > 14 {
+				t.Fatalf("address %d took %d identifiers, want 1 to 14", a, held[addr])
+			}
+		}
+		// A newcomer's identified order finds room; the attackers' own
+		// still answer.
+		if cl, err := rs[0].ClaimAll(ctx, "tok99", "addr 203.0.113.99", []string{"i99"}, fpA); err != nil || cl.Outcome != Claimed {
+			t.Fatalf("a newcomer after ten addresses filled the store (%v): %+v, %v; want claimed", held, cl, err)
+		}
+		if cl, err := rs[1].ClaimAll(ctx, "tok10", "addr 198.51.100.10", []string{"i10"}, fpA); err != nil || cl.Outcome != Unknown {
+			t.Fatalf("an attacker's order again: %+v, %v; want unknown", cl, err)
+		}
+	}},
 	{"released claims never use up the share", func(t *testing.T, h harness, c *fakeclock.Clock) {
 		o := testOptions(c)
 		o.MaxPerAccount = 2
@@ -576,6 +626,32 @@ var storeCases = []struct {
 		}
 		mustClaim(t, s, Key{"light", "c"}, fpA, Claimed)
 	}},
+}
+
+// claimBytes is what s charges a claim of account's identifier id
+// charged to client's share.
+func claimBytes(s Store, account, client, id string) int64 {
+	switch s := s.(type) {
+	case *Memory:
+		return MemoryBytes(1, len(account)+len(client)+len(id), 0)
+	case *Redis:
+		return charge(s.keys(account, client, []string{id}))
+	case *joinedStore:
+		return charge(s.keys(account, client, []string{id}))
+	}
+	panic("claimBytes: a store of no harness")
+}
+
+// setRoom makes s's room ids identifiers and bytes bytes: the memory
+// store's bounds (Options.MaxEntries, MaxBytes, o's other fields kept).
+func setRoom(s Store, o Options, ids int, bytes int64) {
+	switch s := s.(type) {
+	case *Memory:
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		o.MaxEntries, o.MaxBytes = ids, bytes
+		s.o = o.withDefaults()
+	}
 }
 
 func runStoreCases(t *testing.T, h harness) {

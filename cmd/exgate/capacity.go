@@ -11,8 +11,9 @@ import (
 // idempotencyCapacity describes, for check-config, each account's share of
 // duplicate protection's store, where it comes from, each client's
 // allowance of duplicate answers on each order route, and how many such
-// shares the store holds: the memory store's bounds, or in Redis what
-// each share takes of maxmemory, and what replica_acks asks of each
+// shares the store holds: the memory store's bounds (past which a share
+// is bounded by the room left, too), or in Redis what each share takes
+// of maxmemory, and what replica_acks asks of each
 // master. Nothing when duplicate protection does not run.
 func idempotencyCapacity(cfg *config.Config) []string {
 	if !cfg.IdempotencyRuns() {
@@ -44,7 +45,9 @@ func idempotencyCapacity(cfg *config.Config) []string {
 	if cfg.IdempotencyStore() == config.StoreMemory {
 		m := idem.Memory
 		n := min(int64(m.MaxEntries)/int64(ids), int64(m.MaxBytes)/bytes)
-		return append(lines, fmt.Sprintf("duplicate protection: the memory store (%d identifiers, %s) holds %d such shares", m.MaxEntries, mebibytes(int64(m.MaxBytes)), n))
+		return append(lines, fmt.Sprintf("duplicate protection: the memory store (%d identifiers, %s) holds %d such shares; "+
+			"a client also takes only while it holds less than is left free, so clients filling it leave room for one that holds nothing",
+			m.MaxEntries, mebibytes(int64(m.MaxBytes)), n))
 	}
 	lines = append(lines, fmt.Sprintf("duplicate protection: in Redis each share is up to %s of maxmemory", mebibytes(bytes)))
 	if acks := cfg.IdempotencyReplicaAcks(); acks > 0 {

@@ -22,7 +22,7 @@ func TestDuplicateCapacity(t *testing.T) {
 		{"defaults", func(*config.Config) {}, []string{
 			"duplicate protection: each account's share: 135045 identifiers, 131.9 MiB (place_order 5400/1h (burst 5400) over the 24h retention)",
 			`duplicate protection: duplicate answers (replays, 409s) on place_order: 5400/1h (burst 5400) per token (place_order's limit "token"), then 429`,
-			"duplicate protection: the memory store (1000000 identifiers, 1024.0 MiB) holds 7 such shares",
+			"duplicate protection: the memory store (1000000 identifiers, 1024.0 MiB) holds 7 such shares; a client also takes only while it holds less than is left free, so clients filling it leave room for one that holds nothing",
 		}},
 		{"a Redis Cluster", func(c *config.Config) { c.Limiter.Redis.Addrs = []string{"r1:6379", "r2:6379", "r3:6379"} }, []string{
 			"duplicate protection: each account's share: 135045 identifiers, 131.9 MiB (place_order 5400/1h (burst 5400) over the 24h retention)",
@@ -35,7 +35,7 @@ func TestDuplicateCapacity(t *testing.T) {
 		}, []string{
 			"duplicate protection: each account's share: 20000 identifiers, 19.5 MiB (set; below the 70245 orders place_order 5400/1h (burst 5400) lets an account place in the retention)",
 			`duplicate protection: duplicate answers (replays, 409s) on place_order: 5400/1h (burst 5400) per token (place_order's limit "token"), then 429`,
-			"duplicate protection: the memory store (1000000 identifiers, 1024.0 MiB) holds 50 such shares",
+			"duplicate protection: the memory store (1000000 identifiers, 1024.0 MiB) holds 50 such shares; a client also takes only while it holds less than is left free, so clients filling it leave room for one that holds nothing",
 		}},
 		{"duplicate answers set, and a route with nothing to derive them from", func(c *config.Config) {
 			c.Idempotency.DuplicateAnswers = config.DuplicateAnswers{Rate: config.Rate{N: 600, Period: time.Hour}, Burst: 60}
@@ -43,7 +43,7 @@ func TestDuplicateCapacity(t *testing.T) {
 		}, []string{
 			"duplicate protection: each account's share: 135045 identifiers, 131.9 MiB (place_order 5400/1h (burst 5400) over the 24h retention)",
 			"duplicate protection: duplicate answers (replays, 409s) on place_order: 600/1h (burst 60) per account (idempotency.duplicate_answers), then 429",
-			"duplicate protection: the memory store (1000000 identifiers, 1024.0 MiB) holds 7 such shares",
+			"duplicate protection: the memory store (1000000 identifiers, 1024.0 MiB) holds 7 such shares; a client also takes only while it holds less than is left free, so clients filling it leave room for one that holds nothing",
 		}},
 		{"a route with nothing to derive them from", func(c *config.Config) {
 			c.Route("place_order").Limits = nil
@@ -51,7 +51,7 @@ func TestDuplicateCapacity(t *testing.T) {
 		}, []string{
 			"duplicate protection: each account's share: 1000 identifiers, 1.0 MiB (set)",
 			"duplicate protection: duplicate answers on place_order are not limited: place_order has no limit on requests with a token (set idempotency.duplicate_answers.rate)",
-			"duplicate protection: the memory store (1000000 identifiers, 1024.0 MiB) holds 1000 such shares",
+			"duplicate protection: the memory store (1000000 identifiers, 1024.0 MiB) holds 1000 such shares; a client also takes only while it holds less than is left free, so clients filling it leave room for one that holds nothing",
 		}},
 		{"off", func(c *config.Config) { c.Idempotency.Enabled = false }, nil},
 	} {
