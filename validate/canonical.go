@@ -32,12 +32,14 @@ var amountKeys = [numAmounts]string{
 // It allocates only when dst is too small, or for a decimal of more than
 // 19 significant digits.
 func (o *Order) AppendCanonical(dst []byte) []byte {
-	dst = append(dst, `{"symbol":`...)
-	dst = appendJSONString(dst, o.Symbol)
-	dst = append(dst, `,"type":`...)
-	dst = appendJSONString(dst, o.Type)
-	dst = append(dst, `,"side":`...)
-	dst = appendJSONString(dst, o.Side)
+	// Each string's quotes go out with the key before it and after it.
+	dst = append(dst, `{"symbol":"`...)
+	dst = appendEscaped(dst, o.Symbol)
+	dst = append(dst, `","type":"`...)
+	dst = appendEscaped(dst, o.Type)
+	dst = append(dst, `","side":"`...)
+	dst = appendEscaped(dst, o.Side)
+	dst = append(dst, '"')
 	for i := range o.amounts {
 		if o.has[i] {
 			dst = append(dst, amountKeys[i]...)
@@ -46,8 +48,9 @@ func (o *Order) AppendCanonical(dst []byte) []byte {
 		}
 	}
 	if o.Identifier != "" {
-		dst = append(dst, `,"identifier":`...)
-		dst = appendJSONString(dst, o.Identifier)
+		dst = append(dst, `,"identifier":"`...)
+		dst = appendEscaped(dst, o.Identifier)
+		dst = append(dst, '"')
 	}
 	return append(dst, '}')
 }
@@ -75,17 +78,17 @@ func appendDec(dst []byte, d *dec) []byte {
 	return append(dst, digits[k:]...)
 }
 
-// appendJSONString appends s as a JSON string. Validated strings are
-// printable ASCII without '"' or '\' (symbols, types, sides, identifiers
-// of the configured characters), appended in one copy; quotes,
+// appendEscaped appends s as the content of a JSON string. Validated
+// strings are printable ASCII without '"' or '\' (symbols, types, sides,
+// identifiers of the configured characters): each byte is looked up in
+// jsonPlain, and a string of plain bytes is appended in one copy; quotes,
 // backslashes and control characters are escaped all the same.
-func appendJSONString(dst []byte, s string) []byte {
+func appendEscaped(dst []byte, s string) []byte {
 	const hex = "0123456789abcdef"
-	dst = append(dst, '"')
 	plain := 0 // s[plain:i] needs no escape
 	for i := 0; i < len(s); i++ {
 		c := s[i]
-		if c >= 0x20 && c != '"' && c != '\\' && c != 0x7f {
+		if jsonPlain[c] {
 			continue
 		}
 		dst = append(dst, s[plain:i]...)
@@ -96,6 +99,15 @@ func appendJSONString(dst []byte, s string) []byte {
 			dst = append(dst, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
 		}
 	}
-	dst = append(dst, s[plain:]...)
-	return append(dst, '"')
+	return append(dst, s[plain:]...)
 }
+
+// jsonPlain says which bytes appendEscaped writes as they are: all but
+// control characters, DEL, '"' and '\' (a byte of a multi-byte character
+// is plain).
+var jsonPlain = func() (t [256]bool) {
+	for c := 0x20; c < 256; c++ {
+		t[c] = c != '"' && c != '\\' && c != 0x7f
+	}
+	return t
+}()

@@ -177,9 +177,18 @@ func TestCorpusFile(t *testing.T) {
 	}
 }
 
-// FuzzAppendJSONString checks that appendJSONString writes a JSON string
-// that encoding/json reads back as the string given, with no byte below
-// 0x20, nor 0x7f, left unescaped; its table gives the exact escapes.
+// appendJSONString appends s as a JSON string, as AppendCanonical writes
+// each string field: appendEscaped between quotes.
+func appendJSONString(dst []byte, s string) []byte {
+	dst = append(dst, '"')
+	dst = appendEscaped(dst, s)
+	return append(dst, '"')
+}
+
+// FuzzAppendJSONString checks that appendEscaped writes, between quotes,
+// a JSON string that encoding/json reads back as the string given, with
+// no byte below 0x20, nor 0x7f, left unescaped; its table gives the exact
+// escapes.
 func FuzzAppendJSONString(f *testing.F) {
 	for _, tt := range []struct{ in, want string }{
 		{"BTC_USDT", `"BTC_USDT"`},
