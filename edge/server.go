@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"net/http"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -27,15 +28,25 @@ import (
 // errors; it may be nil. When h has a ConnContext method (a
 // *proxy.Gateway has), the server calls it for each connection it
 // accepts: the gateway keeps there what it works out once per connection.
+// net/http's own lines about client connections (failed handshakes,
+// HTTP/2 connection errors, GOAWAYs received) go to log within a bound
+// no client can flood past (serverLog).
 func NewServer(cfg *config.Config, h http.Handler, log *zap.Logger, m *metrics.Edge) *http.Server {
+	return newServer(cfg, h, log, m, time.Now, func(d time.Duration, f func()) { time.AfterFunc(d, f) })
+}
+
+// newServer is NewServer on the clock now, whose net/http log lines
+// (serverLog) are summed up by timers after starts.
+func newServer(cfg *config.Config, h http.Handler, log *zap.Logger, m *metrics.Edge,
+	now func() time.Time, after func(time.Duration, func())) *http.Server {
 	if log == nil {
 		log = zap.NewNop()
 	}
-	errLog, _ := zap.NewStdLogAt(log.Named("http"), zap.WarnLevel)
+	errLog, lines := newServerLog(log, now, after)
 	protocols := new(http.Protocols)
 	protocols.SetHTTP1(true)
 	protocols.SetHTTP2(cfg.Server.HTTP2.Enabled)
-	return &http.Server{
+	srv := &http.Server{
 		ConnContext: connContext(h),
 		Protocols:   protocols,
 		HTTP2: &http.HTTP2Config{
@@ -60,6 +71,8 @@ func NewServer(cfg *config.Config, h http.Handler, log *zap.Logger, m *metrics.E
 		DisableGeneralOptionsHandler: true,
 		ErrorLog:                     errLog,
 	}
+	srv.RegisterOnShutdown(lines.flush)
+	return srv
 }
 
 // connContext returns h's ConnContext method, or nil.

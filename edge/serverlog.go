@@ -1,0 +1,108 @@
+package edge
+
+import (
+	stdlog "log"
+	"strings"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// The bound of net/http's own lines about client connections (serverLog):
+// at most serverLogBurst at once, then serverLogRate a second, for the
+// whole server; a summary every serverLogSummary while lines are held back.
+const (
+	serverLogRate    = 20
+	serverLogBurst   = 200
+	serverLogSummary = 10 * time.Second
+)
+
+// serverLog is the writer of the traffic server's ErrorLog: the lines
+// net/http writes itself about client connections — a failed TLS
+// handshake, an HTTP/2 connection error, a GOAWAY received — which no
+// request, limit or share of exgate's bounds. One client could otherwise
+// write as many as it likes: net/http logs every GOAWAY frame with an
+// error code that a connection carries (tens of thousands from one
+// connection before it closes, 17 bytes sent for each 150-byte line), and
+// every failed handshake of a connection opened only to fail it; each
+// line is written under the log's lock, into the 256 KiB buffer every
+// access log line shares and past it into the sink, in every client's
+// request, as the refusal lines were before their share (docs/pools.md).
+//
+// The lines go to the log as before (logger "http", warn) within a
+// GCRA bucket of serverLogBurst lines, refilled at serverLogRate a
+// second, shared by the whole server: these lines name a connection, not
+// a client exgate knows (a GOAWAY's names none), and they report the
+// connection's protocol, never a request's answer. Past it lines are
+// counted, not written, and one line every serverLogSummary while that
+// lasts — and one at shutdown (flush) — says how many: nothing is lost
+// silently. A client that floods them hides the other connections' lines
+// of that time, never their requests, nor the access log.
+type serverLog struct {
+	log   *zap.Logger
+	now   func() time.Time
+	after func(time.Duration, func()) // time.AfterFunc, or a test's
+
+	mu      sync.Mutex
+	tat     time.Time // GCRA's theoretical arrival time: when the bucket is full again
+	held    int64     // lines not written since the last summary
+	first   time.Time // when the first of them came
+	summary bool      // a summary is due (after armed)
+}
+
+// newServerLog returns the ErrorLog of a traffic server logging to log,
+// on the clock now.
+func newServerLog(log *zap.Logger, now func() time.Time, after func(time.Duration, func())) (*stdlog.Logger, *serverLog) {
+	s := &serverLog{log: log.Named("http"), now: now, after: after}
+	return stdlog.New(s, "", 0), s
+}
+
+// Write writes one line of net/http's, or counts it when past the bound.
+func (s *serverLog) Write(p []byte) (int, error) {
+	if s.allow() {
+		s.log.Warn(strings.TrimSuffix(string(p), "\n"))
+	}
+	return len(p), nil
+}
+
+// allow charges a line to the bucket and reports whether it may be
+// written; a line that may not is counted, and a summary armed.
+func (s *serverLog) allow() bool {
+	const interval = time.Second / serverLogRate
+	now := s.now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	tat := s.tat
+	if tat.Before(now) {
+		tat = now
+	}
+	if tat.Sub(now) <= interval*(serverLogBurst-1) {
+		s.tat = tat.Add(interval)
+		return true
+	}
+	if s.held == 0 {
+		s.first = now
+	}
+	s.held++
+	if !s.summary {
+		s.summary = true
+		s.after(serverLogSummary, s.flush)
+	}
+	return false
+}
+
+// flush writes how many lines were not written since the last summary,
+// if any. The timer armed by allow calls it, and so does the server's
+// Shutdown.
+func (s *serverLog) flush() {
+	s.mu.Lock()
+	n, first := s.held, s.first
+	s.held, s.summary = 0, false
+	s.mu.Unlock()
+	if n > 0 {
+		s.log.Warn("net/http's connection log lines not written: past their bound",
+			zap.Int64("lines_not_written", n), zap.Time("first", first),
+			zap.Int("bound_per_second", serverLogRate), zap.Int("bound_at_once", serverLogBurst))
+	}
+}
