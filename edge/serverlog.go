@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/exgate/exgate/ratelimit"
 )
 
 // The bound of net/http's own lines about client connections (serverLog):
@@ -31,8 +33,9 @@ const (
 // request, as the refusal lines were before their share (docs/pools.md).
 //
 // The lines go to the log as before (logger "http", warn) within a
-// GCRA bucket of serverLogBurst lines, refilled at serverLogRate a
-// second, shared by the whole server: these lines name a connection, not
+// bucket of serverLogBurst lines, refilled at serverLogRate a second —
+// the rate limiter's own GCRA (ratelimit.Memory), one key — shared by
+// the whole server: these lines name a connection, not
 // a client exgate knows (a GOAWAY's names none), and they report the
 // connection's protocol, never a request's answer. Past it lines are
 // counted, not written, and one line every serverLogSummary while that
@@ -44,17 +47,22 @@ type serverLog struct {
 	now   func() time.Time
 	after func(time.Duration, func()) // time.AfterFunc, or a test's
 
+	lines *ratelimit.Memory // the server's one bucket, key 0
+
 	mu      sync.Mutex
-	tat     time.Time // GCRA's theoretical arrival time: when the bucket is full again
 	held    int64     // lines not written since the last summary
 	first   time.Time // when the first of them came
 	summary bool      // a summary is due (after armed)
 }
 
+// serverLogLimit is serverLog's bucket.
+var serverLogLimit = ratelimit.Limit{Rate: serverLogRate, Period: time.Second, Burst: serverLogBurst}
+
 // newServerLog returns the ErrorLog of a traffic server logging to log,
 // on the clock now.
 func newServerLog(log *zap.Logger, now func() time.Time, after func(time.Duration, func())) (*stdlog.Logger, *serverLog) {
-	s := &serverLog{log: log.Named("http"), now: now, after: after}
+	s := &serverLog{log: log.Named("http"), now: now, after: after,
+		lines: ratelimit.NewMemory(ratelimit.MemoryOptions{MaxKeys: 1})}
 	return stdlog.New(s, "", 0), s
 }
 
@@ -69,18 +77,12 @@ func (s *serverLog) Write(p []byte) (int, error) {
 // allow charges a line to the bucket and reports whether it may be
 // written; a line that may not is counted, and a summary armed.
 func (s *serverLog) allow() bool {
-	const interval = time.Second / serverLogRate
 	now := s.now()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	tat := s.tat
-	if tat.Before(now) {
-		tat = now
-	}
-	if tat.Sub(now) <= interval*(serverLogBurst-1) {
-		s.tat = tat.Add(interval)
+	if s.lines.AllowHash(0, now, serverLogLimit, 1).Allowed {
 		return true
 	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	if s.held == 0 {
 		s.first = now
 	}
