@@ -43,8 +43,8 @@ func (g *Gateway) checkOrder(st *requestState, r *http.Request, v *validate.Vali
 		}
 		return e
 	}
-	order, e := v.Check(r.Header["Content-Type"], body)
-	if e != nil {
+	var order validate.Order
+	if e := v.CheckInto(&order, r.Header["Content-Type"], body); e != nil {
 		st.order.rejected = true
 		return e
 	}

@@ -307,7 +307,8 @@ func (v *Validator) bulkOrders(body []byte, spans []span, rs *compiled, b *Bulk,
 			rep.add(name+"."+NonFieldErrors, "is not a well-formed JSON object ("+st.p.err+")")
 			continue
 		}
-		o := v.fields(&st, rs)
+		var o Order
+		v.fields(&st, rs, &o)
 		if ep := st.rep.p; ep != nil {
 			for _, f := range st.rep.order {
 				for _, msg := range ep.Fields[f] {

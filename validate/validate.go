@@ -229,28 +229,39 @@ func (v *Validator) PreCheck(contentType []string, contentLength int64) *apierro
 // before_catalogue is "pass"), 400 parse_error, or 400 invalid_order with
 // every field problem at once. It never modifies or retains body.
 func (v *Validator) Check(contentType []string, body []byte) (Order, *apierror.Error) {
-	if p := v.PreCheck(contentType, int64(len(body))); p != nil {
+	var o Order
+	if p := v.CheckInto(&o, contentType, body); p != nil {
 		return Order{}, p
+	}
+	return o, nil
+}
+
+// CheckInto is Check writing the order into o, which must be zero, where
+// Check returns a copy of it: the proxy's order path keeps it where it
+// encodes it. o is the order only when CheckInto returns nil.
+func (v *Validator) CheckInto(o *Order, contentType []string, body []byte) *apierror.Error {
+	if p := v.PreCheck(contentType, int64(len(body))); p != nil {
+		return p
 	}
 	rs := v.current()
 	if rs == nil && !v.pass {
-		return Order{}, errUnavailable
+		return errUnavailable
 	}
 	var st state
 	st.p.b = body
 	if !v.scan(&st) {
-		return Order{}, parseError(st.p.err, st.p.i)
+		return parseError(st.p.err, st.p.i)
 	}
 	if st.notObject != kAbsent {
 		r := report{}
 		r.add(NonFieldErrors, "expected a JSON object, got "+st.notObject.jsonName())
-		return Order{}, r.done()
+		return r.done()
 	}
-	o := v.fields(&st, rs)
+	v.fields(&st, rs, o)
 	if st.rep.p != nil {
-		return Order{}, st.rep.done()
+		return st.rep.done()
 	}
-	return o, nil
+	return nil
 }
 
 // current returns the rules compiled from the catalogue's snapshot, or
@@ -558,19 +569,18 @@ func usage(typ string, id int) int {
 
 // fields applies the field rules to the scanned values, in steps: fields
 // given twice, the symbol and its market, type and side, the identifier,
-// then the amounts under the market's rules.
-func (v *Validator) fields(st *state, cs *compiled) Order {
-	var o Order
+// then the amounts under the market's rules. It writes the order into o,
+// which must be zero.
+func (v *Validator) fields(st *state, cs *compiled, o *Order) {
 	for id := range numFields {
 		if st.vals[id].dup {
 			st.rep.add(fieldName(id), "must appear only once")
 		}
 	}
-	rs := v.symbol(st, cs, &o)
-	v.typeAndSide(st, &o)
-	v.identifier(st, &o)
-	v.amounts(st, rs, &o)
-	return o
+	rs := v.symbol(st, cs, o)
+	v.typeAndSide(st, o)
+	v.identifier(st, o)
+	v.amounts(st, rs, o)
 }
 
 // symbol reads the symbol into o and returns its market's rules, or nil
@@ -665,36 +675,35 @@ func (v *Validator) identifier(st *state, o *Order) {
 // amounts reads the decimal fields into o and checks them against the
 // market's rules (rs, nil without a market), a limit order's
 // quote_amount against price × base_amount, and the market's minimum
-// order value.
+// order value. The decimals are read and checked in o itself: field
+// id's decimal is o.amounts[id-fBaseAmount], o.has[id-fBaseAmount] says
+// whether the order carries it.
 func (v *Validator) amounts(st *state, rs *rules, o *Order) {
-	var ds [numFields]dec
-	var ok [numFields]bool
+	ds, ok := &o.amounts, &o.has
 	for id := fBaseAmount; id <= fOCOTarget; id++ {
-		ok[id] = v.decimalField(st, id, o.Type, &ds[id])
+		ok[id-fBaseAmount] = v.decimalField(st, id, o.Type, &ds[id-fBaseAmount])
 	}
 	if rs != nil {
-		v.marketRules(st, rs, &ds, &ok)
+		v.marketRules(st, rs, o)
 	}
+	const price, base, quote = fPrice - fBaseAmount, fBaseAmount - fBaseAmount, fQuoteAmount - fBaseAmount
 	rep := &st.rep
 	// A limit order's quote_amount is price × base_amount (trading-api.md).
-	if o.Type == TypeLimit && ok[fQuoteAmount] && ok[fPrice] && ok[fBaseAmount] &&
-		cmpProduct(&ds[fPrice], &ds[fBaseAmount], &ds[fQuoteAmount]) != 0 {
-		rep.add("quote_amount", "must equal price × base_amount ("+product(&ds[fPrice], &ds[fBaseAmount])+") or be omitted")
+	if o.Type == TypeLimit && ok[quote] && ok[price] && ok[base] &&
+		cmpProduct(&ds[price], &ds[base], &ds[quote]) != 0 {
+		rep.add("quote_amount", "must equal price × base_amount ("+product(&ds[price], &ds[base])+") or be omitted")
 	}
 	if rs != nil && rs.minValue != nil && o.Type != "" {
 		switch {
-		case o.Type != TypeMarket && ok[fPrice] && ok[fBaseAmount]:
-			if cmpProduct(&ds[fPrice], &ds[fBaseAmount], rs.minValue) < 0 {
+		case o.Type != TypeMarket && ok[price] && ok[base]:
+			if cmpProduct(&ds[price], &ds[base], rs.minValue) < 0 {
 				rep.add(NonFieldErrors, rs.minValueMsg+" (price × base_amount)")
 			}
-		case o.Type == TypeMarket && ok[fQuoteAmount]:
-			if cmpDec(&ds[fQuoteAmount], rs.minValue) < 0 {
+		case o.Type == TypeMarket && ok[quote]:
+			if cmpDec(&ds[quote], rs.minValue) < 0 {
 				rep.add(NonFieldErrors, rs.minValueMsg+" (quote_amount)")
 			}
 		}
-	}
-	for id := fBaseAmount; id <= fOCOTarget; id++ {
-		o.amounts[id-fBaseAmount], o.has[id-fBaseAmount] = ds[id], ok[id]
 	}
 }
 
@@ -779,24 +788,25 @@ func (v *Validator) decimalField(st *state, id int, typ string, d *dec) bool {
 	return true
 }
 
-// marketRules checks the decimals against the market's precisions,
+// marketRules checks o's decimals against the market's precisions,
 // price increment and price bounds; a decimal that fails is marked not
-// ok.
-func (v *Validator) marketRules(st *state, rs *rules, ds *[numFields]dec, ok *[numFields]bool) {
+// carried (o.has).
+func (v *Validator) marketRules(st *state, rs *rules, o *Order) {
 	m := rs.m
-	if ok[fBaseAmount] && ds[fBaseAmount].scale > m.BaseAmountPrecision {
+	ds, ok := &o.amounts, &o.has
+	if base := fBaseAmount - fBaseAmount; ok[base] && ds[base].scale > m.BaseAmountPrecision {
 		st.rep.add("base_amount", rs.basePlaces)
-		ok[fBaseAmount] = false
+		ok[base] = false
 	}
-	if ok[fQuoteAmount] && ds[fQuoteAmount].scale > m.QuoteAmountPrecision {
+	if quote := fQuoteAmount - fBaseAmount; ok[quote] && ds[quote].scale > m.QuoteAmountPrecision {
 		st.rep.add("quote_amount", rs.quotePlaces)
-		ok[fQuoteAmount] = false
+		ok[quote] = false
 	}
 	for id := fPrice; id <= fOCOTarget; id++ {
-		if !ok[id] {
+		if !ok[id-fBaseAmount] {
 			continue
 		}
-		d := &ds[id]
+		d := &ds[id-fBaseAmount]
 		switch {
 		case !rs.customInc && d.scale > m.PricePrecision:
 			st.rep.add(fieldName(id), rs.incMsg)
@@ -811,6 +821,6 @@ func (v *Validator) marketRules(st *state, rs *rules, ds *[numFields]dec, ok *[n
 		default:
 			continue
 		}
-		ok[id] = false
+		ok[id-fBaseAmount] = false
 	}
 }
