@@ -42,7 +42,7 @@ func newServer(cfg *config.Config, h http.Handler, log *zap.Logger, m *metrics.E
 	if log == nil {
 		log = zap.NewNop()
 	}
-	errLog, lines := newServerLog(log, now, after)
+	errLog := newServerLog(log, now, after)
 	protocols := new(http.Protocols)
 	protocols.SetHTTP1(true)
 	protocols.SetHTTP2(cfg.Server.HTTP2.Enabled)
@@ -71,7 +71,6 @@ func newServer(cfg *config.Config, h http.Handler, log *zap.Logger, m *metrics.E
 		DisableGeneralOptionsHandler: true,
 		ErrorLog:                     errLog,
 	}
-	srv.RegisterOnShutdown(lines.flush)
 	return srv
 }
 

@@ -2,6 +2,7 @@ package edge
 
 import (
 	stdlog "log"
+	"net/http"
 	"strings"
 	"sync"
 	"time"
@@ -39,8 +40,8 @@ const (
 // a client exgate knows (a GOAWAY's names none), and they report the
 // connection's protocol, never a request's answer. Past it lines are
 // counted, not written, and one line every serverLogSummary while that
-// lasts — and one at shutdown (flush) — says how many: nothing is lost
-// silently. A client that floods them hides the other connections' lines
+// lasts — and one at shutdown (FlushServerLog) — says how many: nothing
+// is lost silently. A client that floods them hides the other connections' lines
 // of that time, never their requests, nor the access log.
 type serverLog struct {
 	log   *zap.Logger
@@ -60,10 +61,23 @@ var serverLogLimit = ratelimit.Limit{Rate: serverLogRate, Period: time.Second, B
 
 // newServerLog returns the ErrorLog of a traffic server logging to log,
 // on the clock now.
-func newServerLog(log *zap.Logger, now func() time.Time, after func(time.Duration, func())) (*stdlog.Logger, *serverLog) {
+func newServerLog(log *zap.Logger, now func() time.Time, after func(time.Duration, func())) *stdlog.Logger {
 	s := &serverLog{log: log.Named("http"), now: now, after: after,
 		lines: ratelimit.NewMemory(ratelimit.MemoryOptions{MaxKeys: 1})}
-	return stdlog.New(s, "", 0), s
+	return stdlog.New(s, "", 0)
+}
+
+// FlushServerLog writes the summary of the lines of net/http's that
+// srv, a server of NewServer, held back since the last one (serverLog).
+// The process calls it once srv is shut down, before its last line, so
+// that none is lost; it does nothing for another server.
+func FlushServerLog(srv *http.Server) {
+	if srv.ErrorLog == nil {
+		return
+	}
+	if s, ok := srv.ErrorLog.Writer().(*serverLog); ok {
+		s.flush()
+	}
 }
 
 // Write writes one line of net/http's, or counts it when past the bound.
@@ -95,8 +109,8 @@ func (s *serverLog) allow() bool {
 }
 
 // flush writes how many lines were not written since the last summary,
-// if any. The timer armed by allow calls it, and so does the server's
-// Shutdown.
+// if any. The timer armed by allow calls it, and so does
+// FlushServerLog.
 func (s *serverLog) flush() {
 	s.mu.Lock()
 	n, first := s.held, s.first

@@ -503,7 +503,8 @@ func (a *app) shutdown() error {
 		_ = a.backend.Shutdown(ctx)
 	}
 	a.gw.CloseIdleConnections()
-	a.gw.FlushLogShare() // the refusal lines not written since the last summary
+	a.gw.FlushLogShare()       // the refusal lines not written since the last summary
+	edge.FlushServerLog(a.srv) // and net/http's own lines
 	if a.stopTLS != nil {
 		a.stopTLS()
 	}
