@@ -594,6 +594,18 @@ func (v *Validator) symbol(st *state, cs *compiled, o *Order) *rules {
 	}
 	var buf [48]byte
 	s := decoded(buf[:0], st.p.b[sym.lo:sym.hi], sym.esc)
+	if cs != nil {
+		// A market's symbol is well formed (Catalogue.Set refuses any
+		// other): only a symbol the catalogue lacks is checked for form.
+		if rs := cs.rules[string(s)]; rs != nil { // no heap copy for a map key
+			if !rs.m.Tradable {
+				st.rep.add("symbol", "market "+rs.m.Symbol+" is not tradable")
+				return nil
+			}
+			o.Market, o.Symbol = rs.m, rs.m.Symbol
+			return rs
+		}
+	}
 	switch {
 	case !config.IsSymbol(string(s)): // no heap copy up to 32 bytes, the longest symbol
 		st.rep.add("symbol", "must be <BASE>_<QUOTE> of upper-case letters and digits, such as \"BTC_USDT\"")
@@ -601,16 +613,7 @@ func (v *Validator) symbol(st *state, cs *compiled, o *Order) *rules {
 		o.Partial = true
 		o.Symbol = string(s)
 	default:
-		rs := cs.rules[string(s)]
-		switch {
-		case rs == nil:
-			st.rep.add("symbol", "no market "+strconv.Quote(string(s)))
-		case !rs.m.Tradable:
-			st.rep.add("symbol", "market "+rs.m.Symbol+" is not tradable")
-		default:
-			o.Market, o.Symbol = rs.m, rs.m.Symbol
-			return rs
-		}
+		st.rep.add("symbol", "no market "+strconv.Quote(string(s)))
 	}
 	return nil
 }
