@@ -94,20 +94,25 @@ func (s *Service) eject(inst *Instance, why Reason) {
 	inst.ejectedTotal[why].Add(1)
 	d := min(out.BaseEjectionTime*time.Duration(inst.ejections), maxD)
 	inst.ejectedUntil = s.now().Add(d)
-	inst.ejectTimer = time.AfterFunc(d, func() { s.unEject(inst) })
+	time.AfterFunc(d, func() { s.unEject(inst) })
 	s.rebuild()
 	s.notify(Event{Kind: Ejected, Instance: inst, Reason: why})
 }
 
-// unEject returns inst to the rotation when its ejection ends.
+// unEject returns inst to the rotation when its ejection ends. An
+// instance no longer listed ends its ejection too, unseen, in case it is
+// named again while it drains (Update).
 func (s *Service) unEject(inst *Instance) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if !inst.ejected || inst.removed {
+	if !inst.ejected {
 		return
 	}
-	inst.ejected, inst.ejectedFor, inst.ejectTimer, inst.ejectedUntil = false, ReasonNone, nil, time.Time{}
+	inst.ejected, inst.ejectedFor, inst.ejectedUntil = false, ReasonNone, time.Time{}
 	inst.returnedAt = s.now()
+	if inst.removed {
+		return
+	}
 	s.rebuild()
 	s.notify(Event{Kind: Returned, Instance: inst})
 }

@@ -89,13 +89,18 @@ type Service struct {
 	overload  overload.Options // each instance's Controller's, guarded by mu
 	instances []*Instance      // every instance of the current list, in its order
 	byKey     map[string]*Instance
-	picks     atomic.Pointer[pickSet]
+	// draining holds the instances that left the list with requests
+	// under way, by URL, until those end: one named again meanwhile is
+	// the same instance (reclaim).
+	draining map[string]*Instance
+	picks    atomic.Pointer[pickSet]
 }
 
 // NewService returns a service named name, with no instances until
 // Update is called.
 func NewService(name string, opts Options) *Service {
-	s := &Service{name: name, opts: opts, now: opts.Now, byKey: map[string]*Instance{}, overload: opts.Overload}
+	s := &Service{name: name, opts: opts, now: opts.Now, byKey: map[string]*Instance{}, draining: map[string]*Instance{},
+		overload: opts.Overload}
 	if s.now == nil {
 		s.now = time.Now
 	}
@@ -151,7 +156,6 @@ type Instance struct {
 	ejectedFor   Reason
 	ejections    int       // how many times it was ejected; a healthy run ends the count
 	returnedAt   time.Time // when its last ejection ended
-	ejectTimer   *time.Timer
 	ejectedUntil time.Time
 	checkFailed  bool // the active health check marks it down
 	checkRun     int  // checks in a row whose result goes against checkFailed
@@ -188,9 +192,12 @@ func (i *Instance) Service() *Service { return i.svc }
 
 // Update replaces the service's list of instances with eps. An instance
 // whose URL is named again keeps its state (requests under way, failure
-// counters, ejection); one no longer named leaves the rotation at once
-// (its requests under way finish); a repeated URL counts once, with the
-// weight of its first mention.
+// counters, ejection, its concurrency limit and the slots taken of it);
+// one no longer named leaves the rotation at once (its requests under
+// way finish), and is the same instance again if named while any of them
+// is still under way (a pod whose readiness flapped: the requests it
+// serves still count against its limit and its load); a repeated URL
+// counts once, with the weight of its first mention.
 func (s *Service) Update(eps []Endpoint) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -203,18 +210,23 @@ func (s *Service) Update(eps []Endpoint) {
 		}
 		inst := s.byKey[key]
 		if inst == nil {
-			inst = newInstance(s, ep.URL)
+			inst = s.reclaim(key, ep.URL)
 		}
 		inst.weight.Store(max(ep.Weight, 1))
 		inst.priority = ep.Priority
 		keep[key] = inst
 		next = append(next, inst)
 	}
+	for key, inst := range s.draining {
+		if inst.idle() {
+			delete(s.draining, key)
+		}
+	}
 	for key, inst := range s.byKey {
 		if keep[key] == nil {
 			inst.removed = true
-			if inst.ejectTimer != nil {
-				inst.ejectTimer.Stop()
+			if !inst.idle() {
+				s.draining[key] = inst
 			}
 		}
 	}
@@ -222,6 +234,24 @@ func (s *Service) Update(eps []Endpoint) {
 	s.rebuild()
 	s.notify(Event{Kind: ListChanged})
 }
+
+// reclaim returns the instance at u named again: the one that left the
+// list with requests still under way, if any is, with its state, else a
+// new one. s.mu is held.
+func (s *Service) reclaim(key string, u *url.URL) *Instance {
+	inst := s.draining[key]
+	if inst == nil || inst.idle() {
+		return newInstance(s, u)
+	}
+	delete(s.draining, key)
+	inst.removed = false
+	inst.Controller.Configure(s.overload) // a reload's, if one came meanwhile
+	return inst
+}
+
+// idle reports whether no request is under way at the instance: none
+// counted from Pick to Done, and no slot of its limit taken.
+func (i *Instance) idle() bool { return i.active.Load() == 0 && i.Controller.InFlight() == 0 }
 
 // newInstance returns the instance of s at u.
 func newInstance(s *Service, u *url.URL) *Instance {
