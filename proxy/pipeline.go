@@ -16,7 +16,9 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	g.metrics.IncInflight()
 	st := g.pool.Get().(*requestState) // zero: finish clears it before putting it back
 	st.g, st.start, st.clientCx = g, g.now(), r.Context()
-	st.rw = respWriter{ResponseWriter: w, st: st}
+	// Field by field: st.rw is zero, and assigning it whole would clear
+	// its pointers under the collector's write barrier first.
+	st.rw.ResponseWriter, st.rw.st = w, st
 	defer g.finish(st, r)
 	if g.draining.Load() {
 		// Shutting down: the client is to open a new connection, which
@@ -280,7 +282,9 @@ func (g *Gateway) forward(st *requestState, r *http.Request) {
 		sc = new(stateContext)
 	}
 	st.fwdCtx = nil
-	*sc = stateContext{Context: ctx, st: st, deadline: deadline}
+	// sc is zero (new, or nextValue's): set field by field, where a whole
+	// assignment copies it under the collector's write barrier.
+	sc.Context, sc.st, sc.deadline = ctx, st, deadline
 	setContext(r, sc)
 	defer func() {
 		setContext(r, own)

@@ -19,6 +19,7 @@ import (
 	"github.com/exgate/exgate/idempotency"
 	"github.com/exgate/exgate/limiter"
 	"github.com/exgate/exgate/ratelimit"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 )
 
 // fuzzGateway is the whole pipeline — paths, routes, auth, limits,
@@ -369,9 +370,10 @@ func rawExchange(t *testing.T, addr, raw string) *http.Response {
 // TestRequestStateZeroAfterEachRequest: the state a request leaves in the
 // pool is zero after each of gatewaySeeds' requests, sent twice (an order's
 // identifier claimed, then replayed), through a gateway with limits and
-// duplicate protection and through one with neither, whose state finish
-// clears but for those two parts (Gateway.clear): nothing of a request is
-// left for the next one to read.
+// duplicate protection, through one with neither, whose state finish
+// clears but for those two parts and the trace's (Gateway.clear), and
+// through one that traces every request: nothing of a request is left for
+// the next one to read.
 func TestRequestStateZeroAfterEachRequest(t *testing.T) {
 	cfg := config.Default()
 	cfg.Upstream.URL = config.MustURL("http://backend.invalid:9000")
@@ -379,10 +381,15 @@ func TestRequestStateZeroAfterEachRequest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	traced, err := New(cfg, Options{Transport: backendEcho{}, Validator: oneMarketValidator(t, cfg),
+		Tracer: newSpans(t, sdktrace.AlwaysSample()).tracer()})
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, gw := range []struct {
 		name string
 		gw   *Gateway
-	}{{"limits and duplicate protection", fuzzGateway(t)}, {"neither", plain}} {
+	}{{"limits and duplicate protection", fuzzGateway(t)}, {"neither", plain}, {"traced", traced}} {
 		t.Run(gw.name, func(t *testing.T) {
 			for i := range 2 * len(gatewaySeeds) {
 				raw := gatewaySeeds[i%len(gatewaySeeds)]
