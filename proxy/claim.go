@@ -426,19 +426,17 @@ func (g *Gateway) recordResponse(st *requestState, res *http.Response) error {
 	return nil
 }
 
-// identityEncoded drops from h, the header of an order the request's
-// claim is held for, the Accept-Encoding its client sent (net/http's
-// clients, Python's requests and browsers send gzip unasked), so that the
-// backend answers the order in the identity encoding: the answer
+// identityEncoded reports whether the request is an order its claim is
+// held for, sent without the Accept-Encoding its client sent (net/http's
+// clients, Python's requests and browsers send gzip unasked; sentAs), so
+// that the backend answers the order in the identity encoding: the answer
 // recorded for the order's identifiers is replayed to any retry of its
 // account, with its status and Content-Type alone (idempotency.Record),
 // and a gzipped body recorded would reach the retry as bytes it cannot
 // read, whatever encodings the retry accepts. Only an order placed under
 // a claim loses compression; its answer is short.
-func (c *claimState) identityEncoded(h http.Header) {
-	if c.phase == claimHeld {
-		delete(h, "Accept-Encoding")
-	}
+func (c *claimState) identityEncoded() bool {
+	return c.phase == claimHeld
 }
 
 // encoded reports whether h, a response header, names a content coding

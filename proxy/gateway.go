@@ -378,6 +378,9 @@ type requestCore struct {
 	// realIP is the X-Real-IP value the backend receives in place of the
 	// client's, or nil for none (setClientAddress; shared, never modified).
 	realIP []string
+	// inHeader is the client's header while forward hides it from
+	// ReverseProxy (hideHeader), else nil.
+	inHeader http.Header
 	// fwdCtx is the context forward sends the request with, made in one
 	// allocation with idValue when exgate made the id (nextValue), else
 	// nil: forward makes one of its own.
@@ -475,28 +478,24 @@ func (g *Gateway) rewrite(pr *httputil.ProxyRequest) {
 	out.Host = ""
 	closeAfterHead(out)
 	st, _ := pr.In.Context().Value(stateKey{}).(*requestState)
-	if st == nil || !st.noDrops { // else the client sent none of their headers (scanHeader)
-		dropUpgrade(out)
-		dropExpect(out)
-		keepFromReplay(out)
+	src := out.Header // ReverseProxy's copy of the client's header
+	if st == nil {
+		st = new(requestState) // a request not sent by forward: it sets no header of its own
+	} else if st.inHeader != nil {
+		src, pr.In.Header = st.inHeader, st.inHeader // hidden by forward: out's is empty (hideHeader)
 	}
 	keepInMemoryBody(pr)
 	dropRequestTrailers(out)
-	if st != nil {
-		st.setBackendHeaders(out.Header)
-		st.claim.identityEncoded(out.Header)
-	}
+	p := g.forwardedPeer(pr.In, st)
+	// Tracing off, a client's trace context is still not the backend's
+	// to sample by or read baggage from (tracing.trust_incoming);
+	// scanHeader saw the W3C fields.
+	dropTrace := g.tracer == nil && (!st.noDrops || g.formats.others != nil) && !g.trustsTraceOf(p)
+	out.Header = g.backendHeader(pr, st, src, p, dropTrace)
 	// What httputil.ProxyRequest.SetXForwarded sets, from the
 	// connection's peer worked out once per connection, with shared
-	// header values instead of new ones per request. ReverseProxy has
-	// removed what the client sent of these (and Forwarded).
-	p := g.forwardedPeer(pr.In, st)
-	if g.tracer == nil && (st == nil || !st.noDrops || g.formats.others != nil) && !g.trustsTraceOf(p) {
-		// Tracing off, a client's trace context is still not the
-		// backend's to sample by or read baggage from
-		// (tracing.trust_incoming); scanHeader saw the W3C fields.
-		g.formats.remove(out.Header)
-	}
+	// header values instead of new ones per request. The client's
+	// (and Forwarded) are not copied (sentAs).
 	if p.ok {
 		xff := p.realIP
 		switch {
@@ -537,20 +536,17 @@ func (g *Gateway) rewrite(pr *httputil.ProxyRequest) {
 }
 
 // setBackendHeaders sets in h, the outbound request's header, the headers
-// exgate sends the backend in place of the client's: X-Request-ID when
-// exgate chose the id sent (idValue), and X-Real-IP, the client address
-// (none when it is not known). They are set on the outbound request
-// alone, in values never modified, after ReverseProxy has copied the
-// client's header and removed its hop-by-hop fields: the inbound header
-// stays as the client sent it, and the copy carries no value of exgate's.
+// exgate sends the backend in place of the client's (which sentAs leaves
+// out): X-Request-ID when exgate chose the id sent (idValue), and
+// X-Real-IP, the client address (none when it is not known). They are set
+// on the outbound request alone, in values never modified: the inbound
+// header stays as the client sent it.
 func (st *requestState) setBackendHeaders(h http.Header) {
 	if st.idValue != nil {
 		h["X-Request-Id"] = st.idValue
 	}
 	if st.realIP != nil {
-		h["X-Real-Ip"] = st.realIP // what the client sent is replaced
-	} else {
-		delete(h, "X-Real-Ip")
+		h["X-Real-Ip"] = st.realIP
 	}
 }
 

@@ -73,12 +73,13 @@ var errUnderscoreHeader = apierror.Static(http.StatusBadRequest, "invalid_header
 	"Header names may not contain an underscore: a backend behind CGI or WSGI reads X_Forwarded_For as X-Forwarded-For.")
 
 // isRewritten reports whether forwarding removes or renames the header
-// name when the client sent it: rewrite on the outbound request
-// (dropUpgrade's, dropExpect's and keepFromReplay's replayHeaders, and
-// with tracing off an untrusted client's W3C trace context:
-// traceFormats.remove; the other formats' fields are looked up on every
+// name when the client sent it: rewrite on the outbound request (sentAs:
+// an offer to switch protocols, Expect, keepFromReplay's replayHeaders,
+// and with tracing off an untrusted client's W3C trace context:
+// traceFormats.carries; the other formats' fields are looked up on every
 // request), and forwardReader on a body read whole (Transfer-Encoding,
-// Expect).
+// Expect). A request without any of them is not looked up for an
+// Upgrade either (hideHeader).
 func isRewritten(name string) bool {
 	switch name {
 	case "Upgrade", "Http2-Settings", "Expect", "Transfer-Encoding", replayHeaders[0][0], replayHeaders[1][0],

@@ -287,6 +287,7 @@ func (g *Gateway) forward(st *requestState, r *http.Request) {
 	sc.Context, sc.st, sc.deadline = ctx, st, deadline
 	setContext(r, sc)
 	defer func() {
+		unhideHeader(st, r)
 		setContext(r, own)
 		st.deadline.leave()
 		cancel(nil)
@@ -294,6 +295,7 @@ func (g *Gateway) forward(st *requestState, r *http.Request) {
 	if st.sc.IsValid() {
 		g.startUpstreamSpan(st, r)
 	}
+	hideHeader(st, r)
 	g.rp.ServeHTTP(&st.rw, r)
 }
 

@@ -98,23 +98,20 @@ func (f *traceFormats) carried(h http.Header) bool {
 	return false
 }
 
-// remove deletes from h every field of the formats, and the fields that
-// carry their baggage: what forwarding removes of a client's trace
-// context it does not trust while tracing is off (Gateway.rewrite).
-func (f *traceFormats) remove(h http.Header) {
-	for _, k := range f.fields {
-		delete(h, k)
+// carries reports whether k, a canonical field name, is a field of the
+// formats, or one that carries their baggage: what forwarding leaves out
+// of a client's trace context it does not trust while tracing is off
+// (Gateway.rewrite, sentAs).
+func (f *traceFormats) carries(k string) bool {
+	if slices.Contains(f.fields, k) {
+		return true
 	}
-	if len(f.otherPrefixes) == 0 {
-		return
-	}
-	for k := range h {
-		for _, p := range f.otherPrefixes {
-			if strings.HasPrefix(k, p) {
-				delete(h, k)
-			}
+	for _, p := range f.otherPrefixes {
+		if strings.HasPrefix(k, p) {
+			return true
 		}
 	}
+	return false
 }
 
 // write sets h's trace context in every format to sc, with the baggage

@@ -89,18 +89,6 @@ func closeAfterHead(out *http.Request) {
 	}
 }
 
-// dropExpect forwards a request without its Expect header. exgate's own
-// server answers a client's Expect: 100-continue when the body is first
-// read, which is when the body starts to go to the backend; forwarded, the
-// header would make the Transport wait for the backend's 100 Continue
-// before sending the body, up to its ExpectContinueTimeout (a second) on
-// every such request to a backend that never sends one (HTTP/1.0 servers
-// such as Python's wsgiref). NGINX, HAProxy and Envoy answer it themselves
-// too. Orders drop it in forwardBody.
-func dropExpect(out *http.Request) {
-	delete(out.Header, "Expect")
-}
-
 // replayHeaders are the headers whose presence in a request's header map
 // net/http's Transport takes as leave to send the request again
 // (Request.isReplayable, golang.org/issue/19943): on a kept-alive
@@ -114,28 +102,25 @@ var replayHeaders = [...][2]string{
 	{"X-Idempotency-Key", "x-idempotency-key"},
 }
 
-// keepFromReplay keeps net/http's Transport from sending out again, out,
-// a request that is not safe to repeat (any method but GET, HEAD, OPTIONS
-// and TRACE) and that carries a client's Idempotency-Key or
-// X-Idempotency-Key: exgate never sends a request that may have reached
-// the backend twice (fleetTransport, retryable), and a client's header
-// says nothing of what the backend does with a repeat (a cancel of all
-// orders sent again cancels the ones placed meanwhile). The header still
-// goes, under its lower-case name, which the Transport's check, an exact
-// look-up of the canonical name, does not find: HTTP/1 writes names as
-// they are in the map, HTTP/2 in lower case, and field names are
-// case-insensitive (RFC 9110 §5.1), so the backend reads the same field.
-func keepFromReplay(out *http.Request) {
-	switch out.Method {
-	case http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace:
-		return // safe: the Transport repeats them whatever their headers
-	}
+// keepFromReplay returns the name under which the client's field k, one
+// of replayHeaders, goes to the backend on a request that is not safe to
+// repeat (any method but GET, HEAD, OPTIONS and TRACE: safeMethod): its
+// lower-case name. It keeps net/http's Transport from sending such a
+// request again: exgate never sends a request that may have reached the
+// backend twice (fleetTransport, retryable), and a client's header says
+// nothing of what the backend does with a repeat (a cancel of all orders
+// sent again cancels the ones placed meanwhile). The Transport's check,
+// an exact look-up of the canonical name, does not find the lower-case
+// one: HTTP/1 writes names as they are in the map, HTTP/2 in lower case,
+// and field names are case-insensitive (RFC 9110 §5.1), so the backend
+// reads the same field.
+func keepFromReplay(k string) string {
 	for _, name := range replayHeaders {
-		if v, ok := out.Header[name[0]]; ok {
-			delete(out.Header, name[0])
-			out.Header[name[1]] = v
+		if name[0] == k {
+			return name[1]
 		}
 	}
+	return k
 }
 
 // forwardBody makes body, read whole and checked, the body of the request
