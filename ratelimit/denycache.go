@@ -85,10 +85,12 @@ func (d *DenyCache) AllowN(ctx context.Context, key string, l Limit, n int64) (R
 // never pass (a cost above its burst): the client is told that, not a
 // cached denial's wait. Denials the store gives for a request of cost 1
 // are cached. A CacheOnly request the cache does not refuse gets
-// ErrNotCached; a CacheAsked one goes to the store without a look-up.
+// ErrNotCached; a CacheAsked one goes to the store without a look-up, and
+// so does every request while the cache holds no denial that has not run
+// out (Map.Live): no key of it is hashed.
 func (d *DenyCache) AllowAll(ctx context.Context, q *Request, ans *Answer) error {
 	now := d.now().UnixNano()
-	if q.Guard.Key == "" && !q.CacheAsked && !q.neverPasses() {
+	if q.Guard.Key == "" && !q.CacheAsked && d.entries.Live(now) && !q.neverPasses() {
 		for i := range q.Checks {
 			c := &q.Checks[i]
 			if c.Shadow || !Applies(c.Branch, true) {

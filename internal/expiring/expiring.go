@@ -7,6 +7,7 @@ package expiring
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -21,6 +22,7 @@ const sampleSize = 8
 // sample, the entry that expires soonest. It is safe for concurrent use.
 type Map[V any] struct {
 	perMax int
+	last   atomic.Int64 // the latest until of any entry put (unix ns)
 	shards [shards]shard[V]
 }
 
@@ -68,6 +70,8 @@ func (e *Map[V]) Get(h uint64, now int64) (v V, until int64, ok bool) {
 
 // Put stores v for h until the given time (unix ns).
 func (e *Map[V]) Put(h uint64, v V, until, now int64) {
+	for last := e.last.Load(); until > last && !e.last.CompareAndSwap(last, until); last = e.last.Load() {
+	}
 	s := &e.shards[h&(shards-1)]
 	s.mu.Lock()
 	if _, exists := s.m[h]; !exists && len(s.m) >= e.perMax {
@@ -76,6 +80,11 @@ func (e *Map[V]) Put(h uint64, v V, until, now int64) {
 	s.m[h] = entry[V]{until: until, v: v}
 	s.mu.Unlock()
 }
+
+// Live reports whether an entry may hold at now (unix ns): false when
+// every entry put has expired by then, so that every Get at now misses.
+// A caller that finds it false spares the key's hash and the look-up.
+func (e *Map[V]) Live(now int64) bool { return now < e.last.Load() }
 
 // Len returns the number of entries, expired ones included.
 func (e *Map[V]) Len() int {

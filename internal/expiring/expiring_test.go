@@ -25,3 +25,40 @@ func TestMapExpiresAndStaysBounded(t *testing.T) {
 		t.Errorf("%d entries, want at most 640", n)
 	}
 }
+
+// TestLiveUntilTheLastEntryExpires checks that Live is true while an entry
+// put may hold, through shorter entries put after a longer one, and
+// false from the latest expiry on, when every Get misses.
+func TestLiveUntilTheLastEntryExpires(t *testing.T) {
+	m := New[int](64)
+	steps := []struct {
+		name string
+		put  int64 // an entry's until; 0: none
+		at   int64
+		live bool
+	}{
+		{name: "empty", at: 0, live: false},
+		{name: "one entry", put: 100, at: 99, live: true},
+		{name: "a shorter one after it", put: 50, at: 60, live: true},
+		{name: "at the longest expiry", at: 100, live: false},
+		{name: "a new one", put: 200, at: 150, live: true},
+	}
+	for i, s := range steps {
+		t.Run(s.name, func(t *testing.T) {
+			if s.put != 0 {
+				m.Put(uint64(i), i, s.put, 0)
+			}
+			if got := m.Live(s.at); got != s.live {
+				t.Errorf("Live(%d) = %v, want %v", s.at, got, s.live)
+			}
+			if s.live {
+				return
+			}
+			for h := range uint64(len(steps)) {
+				if _, _, ok := m.Get(h, s.at); ok {
+					t.Errorf("Live(%d) is false, but Get(%d) found an entry", s.at, h)
+				}
+			}
+		})
+	}
+}
