@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // The duplicate-protection rows of invented tokens: the address without
@@ -38,13 +39,13 @@ func init() {
 		{"duplicate-protection identifiers, memory, invented tokens in an outage", memoryStore(400, "64MiB") + share(shareIDs, "100MiB"), false},
 		{"duplicate-protection identifiers, Redis at maxmemory, invented tokens in an outage", "idempotency:\n" + share(shareIDs, "100MiB"), true},
 	} {
-		kinds := []attackerKind{oneAddress, tenAddresses}
-		if d.redis {
-			kinds = kinds[:1] // Redis's room is not yet its shares' bound
-		}
-		for _, k := range kinds {
+		for _, k := range []attackerKind{oneAddress, tenAddresses} {
 			s := &spray{redis: d.redis}
-			poolRows = append(poolRows, poolRow{pool: d.pool, attacker: k, config: d.config,
+			cfg := d.config
+			if d.redis && k == tenAddresses {
+				cfg = "idempotency:\n" + share(tenShareIDs, "100MiB") // ten such shares overflow maxmemory (attack)
+			}
+			poolRows = append(poolRows, poolRow{pool: d.pool, attacker: k, config: cfg,
 				attack: s.attack, holding: s.holding,
 				refused: []string{"identifier_quota_exceeded", "too_many_tokens", "throttled", outageCode},
 				metric:  "exgate_idempotency_total", labels: []string{`outcome="account_full"`},
@@ -63,44 +64,92 @@ type spray struct {
 	refused, full atomic.Int64
 }
 
+// tenShareIDs is an address's share in the Redis row of ten addresses:
+// ten of them take more of Redis than maxmemory leaves.
+const tenShareIDs = 200
+
 // sprayTokens is how many tokens the attack invents at most, ten times
 // token_spray.max_tokens (20).
 const sprayTokens = 200
 
 var sprayRound atomic.Int64
 
-// attack sets Redis's maxmemory for a Redis row (what Redis holds now and
-// 160 KiB: an address's share, about 40 KiB, fits with its limits' keys, the
-// invented tokens' shares of before did not), then has four connections
-// of each address place orders, each token until it is refused for the
-// store, then the next token, until ctx ends. Ten addresses (tenAddresses)
-// each take their share of a store that holds under seven: before a
-// share was also bounded by the room left, the seventh filled it and the
+// attack has four connections of each address place orders, each token
+// until it is refused for the store, then the next token, until ctx
+// ends. In a Redis row it first sets Redis's maxmemory (what Redis holds
+// now and 160 KiB: an address's share, about 40 KiB, fits with its
+// limits' keys, the invented tokens' shares of before did not; for ten
+// addresses 192 KiB, where their ten static shares of tenShareIDs, about
+// 300 KiB, do not fit) once each
+// connection placed a few orders, so that what Redis holds besides the
+// store (exgate's connections to it, the limits' keys) has grown to what
+// the attack makes it, and has exgate measure its room. Ten addresses
+// (tenAddresses) each take their share of a store that holds fewer: before
+// a share was also bounded by the room left, they filled it and the
 // victim's identified orders were refused duplicate_protection_full.
 func (s *spray) attack(ctx context.Context, t *testing.T, r *poolRun, a *attack) {
-	if s.redis {
-		setMaxmemory(t, r, 160<<10)
-	}
 	round := sprayRound.Add(1)
-	var wg sync.WaitGroup
+	type conn struct {
+		c           *http.Client
+		i           int
+		next, fails *atomic.Int64
+	}
+	var conns []conn
 	for i, addr := range a.addrs {
-		var next, refused atomic.Int64
+		var next, fails atomic.Int64
 		for range 4 {
-			c := clientFrom(t, addr, 1)
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for ctx.Err() == nil {
-					n := next.Add(1) // a token met again places new identifiers
-					if s.place(ctx, r, a, c, fmt.Sprintf("%s%d-%d-%d", sprayedPrefix, round, i, n%sprayTokens), fmt.Sprintf("s%d-%d-%d", round, i, n)) &&
-						refused.Add(1) == 1 {
-						s.full.Add(1)
-					}
-				}
-			}()
+			conns = append(conns, conn{clientFrom(t, addr, 1), i, &next, &fails})
 		}
 	}
+	token := func(c conn, n int64) (string, string) {
+		return fmt.Sprintf("%s%d-%d-%d", sprayedPrefix, round, c.i, n%sprayTokens), fmt.Sprintf("s%d-%d-%d", round, c.i, n)
+	}
+	if s.redis {
+		atOnce(conns, func(c conn) {
+			for range 3 {
+				auth, id := token(c, c.next.Add(1))
+				s.order(ctx, r, a, c.c, auth, id)
+			}
+		})
+		room := int64(160 << 10)
+		if len(a.addrs) > 1 {
+			room = 192 << 10
+		}
+		setMaxmemory(t, r, room)
+		measureRoom(t, r)
+	}
+	atOnce(conns, func(c conn) {
+		for ctx.Err() == nil {
+			auth, id := token(c, c.next.Add(1)) // a token met again places new identifiers
+			if s.place(ctx, r, a, c.c, auth, id) && c.fails.Add(1) == 1 {
+				s.full.Add(1)
+			}
+		}
+	})
+}
+
+// atOnce runs f for every one of xs at once, and waits for them.
+func atOnce[X any](xs []X, f func(X)) {
+	var wg sync.WaitGroup
+	for _, x := range xs {
+		wg.Add(1)
+		go func() { defer wg.Done(); f(x) }()
+	}
 	wg.Wait()
+}
+
+// measureRoom has exgate measure Redis's room now: its health check does
+// every 10 s, and /readyz's at most once a second.
+func measureRoom(t *testing.T, r *poolRun) {
+	measured := eventually(5*time.Second, func() bool {
+		if resp, err := http.Get(r.g.admin + "/readyz"); err == nil {
+			_ = resp.Body.Close()
+		}
+		return r.g.metric(t, "exgate_idempotency_store_max_bytes") > 0
+	})
+	if !measured {
+		t.Error("exgate did not see Redis's maxmemory")
+	}
 }
 
 // place has one token place orders with identifiers starting with
@@ -108,17 +157,7 @@ func (s *spray) attack(ctx context.Context, t *testing.T, r *poolRun, a *attack)
 // whether the store refused it.
 func (s *spray) place(ctx context.Context, r *poolRun, a *attack, c *http.Client, auth, prefix string) bool {
 	for n := 0; ctx.Err() == nil; n++ {
-		req, _ := http.NewRequestWithContext(ctx, "POST", r.g.url+"/api/v1/odr/orders/", strings.NewReader(victimOrder(prefix+"-"+strconv.Itoa(n))))
-		req.Header.Set("Authorization", auth)
-		req.Header.Set("Content-Type", "application/json")
-		a.sent.Add(1)
-		ans := do(c, req)
-		if ctx.Err() != nil {
-			return false // the row ended
-		}
-		a.answers.add(ans)
-		a.answered.Add(1)
-		switch ans.code {
+		switch s.order(ctx, r, a, c, auth, prefix+"-"+strconv.Itoa(n)) {
 		case "identifier_quota_exceeded", "duplicate_protection_full":
 			s.refused.Add(1)
 			return true
@@ -127,6 +166,22 @@ func (s *spray) place(ctx context.Context, r *poolRun, a *attack, c *http.Client
 		}
 	}
 	return false
+}
+
+// order has one token place an order with identifier id, and returns the
+// code of its answer ("" when the row ended first).
+func (s *spray) order(ctx context.Context, r *poolRun, a *attack, c *http.Client, auth, id string) string {
+	req, _ := http.NewRequestWithContext(ctx, "POST", r.g.url+"/api/v1/odr/orders/", strings.NewReader(victimOrder(id)))
+	req.Header.Set("Authorization", auth)
+	req.Header.Set("Content-Type", "application/json")
+	a.sent.Add(1)
+	ans := do(c, req)
+	if ctx.Err() != nil {
+		return "" // the row ended
+	}
+	a.answers.add(ans)
+	a.answered.Add(1)
+	return ans.code
 }
 
 // holding reports that the addresses hold what they could take: each

@@ -60,7 +60,7 @@ if #ARGV % 8 ~= 0 then return bad end
 local k = 0
 for i = 1, #ARGV, 8 do
   local nk = tonumber(ARGV[i])
-  if not nk or nk < 2 or nk % 1 ~= 0 then return bad end
+  if not nk or nk < 3 or nk % 1 ~= 0 then return bad end
   k = k + nk
 end
 if k ~= #KEYS then return bad end

@@ -100,7 +100,7 @@ func measureRedis(t *testing.T, n, requests, perAccount int) redisFootprint {
 	ids := footprintIDs(0, max(n, 2))
 	cl := mustClaimAll(t, s, "probe", ids, fpA, Claimed)
 	keys := s.keys("probe", "", ids)
-	f.inFlight, f.share, f.mark = usage(keys[0]), usage(keys[1]), usage(keys[2])
+	f.inFlight, f.share, f.mark = usage(keys[0]), usage(keys[1]), usage(keys[3])
 	must(t, s.MarkUnknown(ctx, cl))
 	f.unknown = usage(keys[0])
 	cl = mustClaimAll(t, s, "probe2", ids[:1], fpA, Claimed)

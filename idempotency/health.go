@@ -137,8 +137,11 @@ func (s *Redis) probe(ctx context.Context, c *redis.Client) (Health, error) {
 		return h, err
 	}
 	h.Bytes, h.MaxBytes = infoInt(mem, "used_memory"), infoInt(mem, "maxmemory")
+	if !s.cluster {
+		s.measureRoom(ctx, c, h.Bytes, h.MaxBytes)
+	}
 	var errs joined
-	if h.MaxBytes > 0 && h.Bytes+max(64<<10, h.MaxBytes/100) >= h.MaxBytes {
+	if h.MaxBytes > 0 && h.Bytes+fullMargin(h.MaxBytes) >= h.MaxBytes {
 		// Within 64KiB (or 1%) of it: Redis refuses the next writes
 		// that take memory, and has refused some already.
 		h.Full = true
@@ -158,6 +161,40 @@ func (s *Redis) probe(ctx context.Context, c *redis.Client) (Health, error) {
 		return h, nil
 	}
 	return h, errs
+}
+
+// fullMargin is how near maxmemory Health calls Redis full: 64KiB, or 1%
+// of maxmemory.
+func fullMargin(maxmemory int64) int64 { return max(64<<10, maxmemory/100) }
+
+// measureRoom sets the room a claim compares its client's share with
+// (Redis.room), outside a Cluster, from the master's used_memory and
+// maxmemory and the store's counter (storeCounter): what the store's
+// claims hold, and what Redis has free short of fullMargin. Redis's other
+// keys and buffers (the limits', its clients') are what they were when it
+// was read; the store's own claims are counted exactly as they come and
+// go. Without maxmemory the room is unknown (0): shares are bounded by
+// their static size alone.
+func (s *Redis) measureRoom(ctx context.Context, c *redis.Client, used, maxmemory int64) {
+	if maxmemory <= 0 {
+		s.room.Store(0)
+		return
+	}
+	slots, err := c.HGetAll(ctx, s.o.KeyPrefix+storeCounter).Result()
+	if err != nil {
+		return // the last room stands
+	}
+	oldest := (s.o.Now().UnixMilli() - (s.o.Retention + s.o.InFlightTimeout).Milliseconds()) / s.slotMS
+	var held int64
+	for f, v := range slots {
+		slot, err := strconv.ParseInt(f[1:], 10, 64)
+		if f[0] != 'b' || err != nil || slot < oldest {
+			continue
+		}
+		n, _ := strconv.ParseInt(v, 10, 64)
+		held += n
+	}
+	s.room.Store(max(1, held+maxmemory-fullMargin(maxmemory)-used))
 }
 
 // infoInt reads an integer field of an INFO reply, 0 when absent.

@@ -43,10 +43,13 @@ func TestRedisHealth(t *testing.T) {
 	if h, err := s.Health(ctx); err != nil || h.Full || h.MaxBytes != 4<<20 || h.Bytes == 0 {
 		t.Fatalf("a fresh server: %+v %v", h, err)
 	}
-	// Fill it to maxmemory: claims are then refused as a full store.
+	// Fill it to maxmemory: claims are then refused as a full store. The
+	// filler has never measured Redis's room (Health): its shares are
+	// their static size alone (TestRedisRoomFromMaxmemory tests the room).
+	filler := NewRedis(newClient(t, srv.Addr), o)
 	var err error
 	for i := 0; err == nil && i < 200000; i++ {
-		_, err = s.ClaimAll(ctx, "filler"+strconv.Itoa(i%1000), "", footprintIDs(i*10, 10), fpA)
+		_, err = filler.ClaimAll(ctx, "filler"+strconv.Itoa(i%1000), "", footprintIDs(i*10, 10), fpA)
 	}
 	if !errors.Is(err, ErrFull) {
 		t.Fatalf("claims into a full Redis: %v, want ErrFull", err)
@@ -81,5 +84,58 @@ func TestRedisHealth(t *testing.T) {
 	o.ReplicaAcks = 0
 	if _, err := NewRedis(c, o).Health(ctx); err != nil {
 		t.Errorf("Cluster without replicas, replica_acks 0: %v", err)
+	}
+}
+
+// TestRedisRoomFromMaxmemory: outside a Cluster, Health measures the room
+// a claim compares its client's share with (Redis.room): maxmemory short
+// of fullMargin, less what Redis holds besides the store's claims. Ten
+// addresses filling it in an outage are each refused their share
+// (ErrAccountFull), never the store full, and a newcomer's order finds
+// room; without maxmemory the room is unknown and shares are static.
+func TestRedisRoomFromMaxmemory(t *testing.T) {
+	srv := redistest.Start(t)
+	o := testOptions(newClock())
+	o.KeyPrefix = uniquePrefix()
+	s := NewRedis(newClient(t, srv.Addr), o)
+	ctx := context.Background()
+	if _, err := s.Health(ctx); err != nil || s.room.Load() != 0 {
+		t.Fatalf("without maxmemory: room %d (%v), want 0", s.room.Load(), err)
+	}
+	// Redis's first script run takes about 240 KB of its own, once.
+	cl := mustClaim(t, s, k("warm"), fpA, Claimed)
+	must(t, s.Release(ctx, cl))
+	const room = 512 << 10
+	for _, kv := range [][2]string{{"maxmemory-policy", "noeviction"}, {"maxmemory", strconv.FormatInt(redisUsed(t, srv)+room, 10)}} {
+		if _, err := srv.Do("CONFIG", "SET", kv[0], kv[1]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.Health(ctx); err != nil || s.room.Load() < room-fullMargin(room)-(32<<10) || s.room.Load() > room-fullMargin(room)+(32<<10) {
+		t.Fatalf("room %d (%v), want about %d", s.room.Load(), err, room-fullMargin(room))
+	}
+	held := map[string]int{}
+	for a := range 10 {
+		addr := "addr 198.51.100." + strconv.Itoa(10+a)
+		for i := 10000; ; i++ {
+			cl, err := s.ClaimAll(ctx, "tok"+strconv.Itoa(10+a), addr, []string{"i" + strconv.Itoa(i)}, fpA)
+			if errors.Is(err, ErrAccountFull) {
+				break
+			}
+			if err != nil {
+				t.Fatalf("address %d's order %d: %v; want claimed or ErrAccountFull (its share), never the store full", a, i, err)
+			}
+			must(t, s.MarkUnknown(ctx, cl))
+			held[addr]++
+		}
+		if a == 4 {
+			must(t, func() error { _, err := s.Health(ctx); return err }()) // measured again, the claims counted
+		}
+	}
+	if cl, err := s.ClaimAll(ctx, "tok99", "addr 203.0.113.99", []string{"i99999"}, fpA); err != nil || cl.Outcome != Claimed {
+		t.Fatalf("a newcomer after ten addresses filled Redis (%v): %+v, %v; want claimed", held, cl, err)
+	}
+	if held["addr 198.51.100.10"] <= held["addr 198.51.100.19"] {
+		t.Errorf("the first address took %d, the last %d: want fewer as the room shrinks", held["addr 198.51.100.10"], held["addr 198.51.100.19"])
 	}
 }

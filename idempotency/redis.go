@@ -57,6 +57,12 @@ type Redis struct {
 	// (ScriptRuns).
 	claimRuns, finishRuns atomic.Uint64
 	slotMS                int64 // width of an account-share slot
+	// room is the bytes duplicate protection may hold in Redis, outside a
+	// Cluster: maxmemory less what Redis holds besides the store's
+	// counted claims, and less the margin Health calls full, as the last
+	// Health read it (measureRoom); 0 when unknown (no maxmemory, INFO
+	// not allowed, a Cluster), when a share is its static bound alone.
+	room atomic.Int64
 	// finishes queues the finish runs of concurrent orders for a shared
 	// round trip (finish.go).
 	finishes finishLane
@@ -103,9 +109,10 @@ func (s *Redis) within(ctx context.Context) (context.Context, context.CancelFunc
 
 // ClaimFunc is the Lua source of the claim, as a function claim(KEYS,
 // ARGV) that returns the claim's reply (or redis.error_reply): KEYS are
-// the first identifier's key, its client's share counter and the keys
-// of the request's other identifiers (Redis.keys), ARGV the arguments
-// Redis.prepare encodes. The store's own claim script calls it, and so
+// the first identifier's key, its client's share counter, the store's
+// counter (outside a Cluster; in one the client's counter again) and the
+// keys of the request's other identifiers (Redis.keys), ARGV the
+// arguments Redis.prepare encodes. The store's own claim script calls it, and so
 // does the rate limiter's decision script when an order's claim rides in
 // its round trip (joined.go): one claim, one source. A reply that takes
 // the identifiers is {'claimed'} (ratelimit.ClaimTaken).
@@ -115,7 +122,28 @@ func (s *Redis) within(ctx context.Context) (context.Context, context.CancelFunc
 // the same body's says where that request is. A held other identifier is
 // a conflict, unless it is a mark of this very request (the same
 // fingerprint) whose first identifier has just expired.
+//
+// A new claim is charged to its client's share: refused ('account_full')
+// past the static share (ARGV[8] identifiers, ARGV[9] bytes) or, outside
+// a Cluster and when the store knows its room (ARGV[12] bytes: Redis.room),
+// when the client holds some bytes and no fewer than the room leaves free
+// (the dynamic threshold of docs/pools.md, as the memory store's take),
+// and 'full' when the claim does not fit in what is left free.
 const ClaimFunc = `
+local function claimHeld(key, oldest)
+  local slots = redis.call('HGETALL', key)
+  local n, b = 0, 0
+  for i = 1, #slots, 2 do
+    if tonumber(string.sub(slots[i], 2)) < oldest then
+      redis.call('HDEL', key, slots[i])
+    elseif string.sub(slots[i], 1, 1) == 'n' then
+      n = n + tonumber(slots[i + 1])
+    else
+      b = b + tonumber(slots[i + 1])
+    end
+  end
+  return n, b
+end
 local function claim(KEYS, ARGV)
   local fp = ARGV[1]
   local v = redis.call('GET', KEYS[1])
@@ -132,30 +160,30 @@ local function claim(KEYS, ARGV)
     redis.call('SET', KEYS[1], 'u' .. string.sub(v, 2, 25), 'KEEPTTL')
     return {'unknown', 0}
   end
-  for i = 3, #KEYS do
+  for i = 4, #KEYS do
     local m = redis.call('GET', KEYS[i])
-    if m and m ~= 'm' .. fp then return {'conflict', i - 2} end
+    if m and m ~= 'm' .. fp then return {'conflict', i - 3} end
   end
-  local slots = redis.call('HGETALL', KEYS[2])
-  local n, b, oldest = 0, 0, tonumber(ARGV[7])
-  for i = 1, #slots, 2 do
-    if tonumber(string.sub(slots[i], 2)) < oldest then
-      redis.call('HDEL', KEYS[2], slots[i])
-    elseif string.sub(slots[i], 1, 1) == 'n' then
-      n = n + tonumber(slots[i + 1])
-    else
-      b = b + tonumber(slots[i + 1])
-    end
-  end
-  local k, charge = #KEYS - 1, tonumber(ARGV[11])
+  local oldest = tonumber(ARGV[7])
+  local n, b = claimHeld(KEYS[2], oldest)
+  local k, charge = #KEYS - 2, tonumber(ARGV[11])
   if n + k > tonumber(ARGV[8]) or b + charge > tonumber(ARGV[9]) then return {'account_full'} end
+  local store, room = KEYS[3] ~= KEYS[2], tonumber(ARGV[12])
+  if store and room > 0 then
+    local _, used = claimHeld(KEYS[3], oldest)
+    local free = room - used
+    if b > 0 and b >= free then return {'account_full'} end
+    if charge > free then return {'full'} end
+  end
   redis.call('SET', KEYS[1], 'p' .. fp .. ARGV[2] .. ARGV[4], 'PX', ARGV[5])
-  for i = 3, #KEYS do
+  for i = 4, #KEYS do
     redis.call('SET', KEYS[i], 'm' .. fp, 'PX', ARGV[5])
   end
-  redis.call('HINCRBY', KEYS[2], 'n' .. ARGV[6], k)
-  redis.call('HINCRBY', KEYS[2], 'b' .. ARGV[6], charge)
-  redis.call('PEXPIRE', KEYS[2], ARGV[10])
+  for i = 2, store and 3 or 2 do
+    redis.call('HINCRBY', KEYS[i], 'n' .. ARGV[6], k)
+    redis.call('HINCRBY', KEYS[i], 'b' .. ARGV[6], charge)
+    redis.call('PEXPIRE', KEYS[i], ARGV[10])
+  end
   return {'claimed'}
 end
 `
@@ -175,9 +203,11 @@ const (
 	// account's share in slot ARGV[5]), "u" (unknown) or "free"
 	// (release, which deletes the request's marks too and gives back to
 	// slot ARGV[5] the identifiers and the ARGV[6] bytes the claim
-	// charged; the response is charged ARGV[7] bytes). KEYS are the claim's: its first identifier's key, the
-	// share counter, the marks' keys; the marks live as long as the
-	// first.
+	// charged; the response is charged ARGV[7] bytes). KEYS are the
+	// claim's: its first identifier's key, the share counter, the store's
+	// counter (the share counter again in a Cluster), the marks' keys;
+	// the marks live as long as the first, and both counters are charged
+	// and given back alike.
 	finishScript = finishFunc + "return finish(KEYS, ARGV)\n"
 	// finishFunc is the Lua source of one finish, as a function
 	// finish(KEYS, ARGV) returning 1, or 0 when the claim is not held by
@@ -191,30 +221,35 @@ local function finish(KEYS, ARGV)
   local st = string.sub(v, 1, 1)
   if (st ~= 'p' and st ~= 'u') or string.sub(v, 18, 25) ~= ARGV[1] then return 0 end
   local mark = 'm' .. string.sub(v, 2, 17)
+  local last = KEYS[3] ~= KEYS[2] and 3 or 2
   if ARGV[2] == 'free' then
     redis.call('DEL', KEYS[1])
-    for i = 3, #KEYS do
+    for i = 4, #KEYS do
       if redis.call('GET', KEYS[i]) == mark then redis.call('DEL', KEYS[i]) end
     end
-    for _, f in ipairs({{'n' .. ARGV[5], #KEYS - 1}, {'b' .. ARGV[5], tonumber(ARGV[6])}}) do
-      local n = tonumber(redis.call('HGET', KEYS[2], f[1]))
-      if n and n > f[2] then
-        redis.call('HINCRBY', KEYS[2], f[1], -f[2])
-      elseif n then
-        redis.call('HDEL', KEYS[2], f[1])
+    for c = 2, last do
+      for _, f in ipairs({{'n' .. ARGV[5], #KEYS - 2}, {'b' .. ARGV[5], tonumber(ARGV[6])}}) do
+        local n = tonumber(redis.call('HGET', KEYS[c], f[1]))
+        if n and n > f[2] then
+          redis.call('HINCRBY', KEYS[c], f[1], -f[2])
+        elseif n then
+          redis.call('HDEL', KEYS[c], f[1])
+        end
       end
     end
     return 1
   end
   if ARGV[2] == 'd' then
     redis.call('SET', KEYS[1], 'd' .. string.sub(v, 2, 17) .. ARGV[4], 'PX', ARGV[3])
-    if redis.call('EXISTS', KEYS[2]) == 1 then
-      redis.call('HINCRBY', KEYS[2], 'b' .. ARGV[5], ARGV[7])
+    for c = 2, last do
+      if redis.call('EXISTS', KEYS[c]) == 1 then
+        redis.call('HINCRBY', KEYS[c], 'b' .. ARGV[5], ARGV[7])
+      end
     end
   else
     redis.call('SET', KEYS[1], 'u' .. string.sub(v, 2, 25), 'PX', ARGV[3])
   end
-  for i = 3, #KEYS do
+  for i = 4, #KEYS do
     if redis.call('GET', KEYS[i]) == mark then redis.call('PEXPIRE', KEYS[i], ARGV[3]) end
   end
   return 1
@@ -292,7 +327,8 @@ const (
 
 // keys returns the Redis keys of a claim of account's identifiers ids,
 // charged to client's share: the first identifier's, the share counter,
-// the other identifiers'. An identifier's key carries its account's hash
+// the store's counter (storeCounter; in a Cluster the share counter
+// again), the other identifiers'. An identifier's key carries its account's hash
 // tag, wherever the claim comes from: an identifier is its account's, and
 // a retry from another client address (IPv6 then IPv4, a NAT's pool, a
 // new network) meets the order it repeats. The share counter carries the
@@ -312,6 +348,9 @@ func (s *Redis) keys(account, client string, ids []string) []string {
 	}
 	prefix := s.o.KeyPrefix
 	n := len(prefix) + 2 + tagLen + 1 // the share counter's: prefix%{tag}
+	if !s.cluster {
+		n += len(prefix) + len(storeCounter)
+	}
 	for _, id := range ids {
 		n += len(prefix) + 1 + tagLen + 1 + min(len(id), tagLen)
 	}
@@ -336,6 +375,11 @@ func (s *Redis) keys(account, client string, ids []string) []string {
 			b.Write(counter)
 			b.WriteByte('}')
 			ends = append(ends, b.Len())
+			if !s.cluster {
+				b.WriteString(prefix)
+				b.WriteString(storeCounter)
+			}
+			ends = append(ends, b.Len()) // in a Cluster, empty: the share counter again
 		}
 	}
 	all := b.String()
@@ -344,8 +388,17 @@ func (s *Redis) keys(account, client string, ids []string) []string {
 	for i, end := range ends {
 		keys[i], start = all[start:end], end
 	}
+	if s.cluster {
+		keys[2] = keys[1]
+	}
 	return keys
 }
+
+// storeCounter names, after the key prefix, the store's counter outside a
+// Cluster: the identifiers and bytes every client's claims hold, counted
+// as a share counter counts them, that a claim compares with the room
+// (Redis.room).
+const storeCounter = "%store"
 
 // keyOf returns the keys of a claim of one identifier (Redis.keys).
 func (s *Redis) keyOf(k Key) []string { return s.keys(k.Account, "", []string{k.Identifier}) }
@@ -353,7 +406,7 @@ func (s *Redis) keyOf(k Key) []string { return s.keys(k.Account, "", []string{k.
 // charge returns what a claim on keys charges its account's share.
 func charge(keys []string) int64 {
 	n := RedisBytes(len(keys[0]), inFlightLen)
-	for _, k := range keys[2:] {
+	for _, k := range keys[3:] {
 		n += RedisBytes(len(k), markLen)
 	}
 	return n
@@ -411,9 +464,9 @@ func (s *Redis) prepare(p *Prepared, account, client string, ids []string, fp Fi
 	keys := s.keys(account, client, ids)
 	cost := charge(keys)
 	a := &claimArgs{fp: fpArg, id: id, now: now, deadline: now + s.o.InFlightTimeout.Milliseconds(),
-		slot: slot, oldest: oldest, cost: cost}
+		slot: slot, oldest: oldest, cost: cost, room: s.room.Load()}
 	a.argv = [...]any{&a.fp, &a.id, &a.now, &a.deadline,
-		s.retentionArg, &a.slot, &a.oldest, s.maxPerAccountArg, s.maxBytesArg, s.counterTTLArg, &a.cost}
+		s.retentionArg, &a.slot, &a.oldest, s.maxPerAccountArg, s.maxBytesArg, s.counterTTLArg, &a.cost, &a.room}
 	*p = Prepared{
 		ClaimPart: ratelimit.ClaimPart{
 			Keys:        keys,
@@ -440,9 +493,9 @@ func (s *Redis) prepare(p *Prepared, account, client string, ids []string, fp Fi
 // rate limiter may write them after their request has gone (a round trip
 // its client left).
 type claimArgs struct {
-	fp, id                            string
-	now, deadline, slot, oldest, cost int64
-	argv                              [11]any
+	fp, id                                  string
+	now, deadline, slot, oldest, cost, room int64
+	argv                                    [12]any
 }
 
 // outcome reads ClaimFunc's reply res to the claim p prepared.
@@ -457,6 +510,8 @@ func (p *Prepared) outcome(res []any) (Claim, error) {
 		return c, nil
 	case "account_full":
 		return Claim{}, ErrAccountFull
+	case "full":
+		return Claim{}, ErrFull
 	case "replay":
 		rec, err := replayRecord(res)
 		if err != nil {

@@ -454,6 +454,13 @@ var storeCases = []struct {
 				t.Fatalf("address %d took %d identifiers, want 1 to 14", a, held[addr])
 			}
 		}
+		total := 0
+		for _, n := range held {
+			total += n
+		}
+		if total >= 100 {
+			t.Fatalf("ten addresses hold %d identifiers of a store of 100 (%v)", total, held)
+		}
 		// A newcomer's identified order finds room; the attackers' own
 		// still answer.
 		if cl, err := rs[0].ClaimAll(ctx, "tok99", "addr 203.0.113.99", []string{"i99"}, fpA); err != nil || cl.Outcome != Claimed {
@@ -643,7 +650,8 @@ func claimBytes(s Store, account, client, id string) int64 {
 }
 
 // setRoom makes s's room ids identifiers and bytes bytes: the memory
-// store's bounds (Options.MaxEntries, MaxBytes, o's other fields kept).
+// store's bounds (Options.MaxEntries, MaxBytes, o's other fields kept),
+// Redis's room in bytes (Redis.room, which Health measures).
 func setRoom(s Store, o Options, ids int, bytes int64) {
 	switch s := s.(type) {
 	case *Memory:
@@ -651,6 +659,10 @@ func setRoom(s Store, o Options, ids int, bytes int64) {
 		defer s.mu.Unlock()
 		o.MaxEntries, o.MaxBytes = ids, bytes
 		s.o = o.withDefaults()
+	case *Redis:
+		s.room.Store(bytes)
+	case *joinedStore:
+		s.room.Store(bytes)
 	}
 }
 

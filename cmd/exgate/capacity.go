@@ -13,7 +13,7 @@ import (
 // allowance of duplicate answers on each order route, and how many such
 // shares the store holds: the memory store's bounds (past which a share
 // is bounded by the room left, too), or in Redis what each share takes
-// of maxmemory, and what replica_acks asks of each
+// of maxmemory (and outside a Cluster the room it leaves), and what replica_acks asks of each
 // master. Nothing when duplicate protection does not run.
 func idempotencyCapacity(cfg *config.Config) []string {
 	if !cfg.IdempotencyRuns() {
@@ -49,7 +49,11 @@ func idempotencyCapacity(cfg *config.Config) []string {
 			"a client also takes only while it holds less than is left free, so clients filling it leave room for one that holds nothing",
 			m.MaxEntries, mebibytes(int64(m.MaxBytes)), n))
 	}
-	lines = append(lines, fmt.Sprintf("duplicate protection: in Redis each share is up to %s of maxmemory", mebibytes(bytes)))
+	room := "; a client also takes only while it holds less than maxmemory leaves free, so clients filling it leave room for one that holds nothing"
+	if redisTopology(cfg.Limiter.Redis) == "redis cluster" {
+		room = " of its master (in a Cluster no claim sees the store's room: size maxmemory for the shares that trade at once)"
+	}
+	lines = append(lines, fmt.Sprintf("duplicate protection: in Redis each share is up to %s of maxmemory%s", mebibytes(bytes), room))
 	if acks := cfg.IdempotencyReplicaAcks(); acks > 0 {
 		by := ""
 		if idem.ReplicaAcks < 0 {

@@ -27,7 +27,7 @@ func TestDuplicateCapacity(t *testing.T) {
 		{"a Redis Cluster", func(c *config.Config) { c.Limiter.Redis.Addrs = []string{"r1:6379", "r2:6379", "r3:6379"} }, []string{
 			"duplicate protection: each account's share: 135045 identifiers, 131.9 MiB (place_order 5400/1h (burst 5400) over the 24h retention)",
 			`duplicate protection: duplicate answers (replays, 409s) on place_order: 5400/1h (burst 5400) per token (place_order's limit "token"), then 429`,
-			"duplicate protection: in Redis each share is up to 131.9 MiB of maxmemory",
+			"duplicate protection: in Redis each share is up to 131.9 MiB of maxmemory of its master (in a Cluster no claim sees the store's room: size maxmemory for the shares that trade at once)",
 			"duplicate protection: replica_acks 1 (by topology: redis cluster): a master with fewer replicas online refuses every order with an identifier (503)",
 		}},
 		{"a share below the order limits", func(c *config.Config) {
