@@ -95,15 +95,23 @@ func (g *Gateway) newAdmissionPlan(cfg *config.Config) admissionPlan {
 	}
 }
 
-// compileAdmission sets a route's class, cap and metric children.
-func (g *Gateway) compileAdmission(r *Route) {
+// compileAdmission sets a route's class, cap and metric children. A
+// route capped in the plan before, prev (nil when none), keeps its pool,
+// resized to the new cap: the requests under way under the old plan still
+// hold their slots of it, so a reload never lets a route send its cap
+// again to the backend.
+func (g *Gateway) compileAdmission(r *Route, prev *share.Pool) {
 	c, ok := overload.ParseClass(r.Config.Priority)
 	if !ok {
 		c = overload.MarketData // Validate fills priority in; a Route built by hand may lack it
 	}
 	a := &routeAdmission{class: c}
 	if n := r.Config.MaxInFlight; n > 0 {
-		a.inflight = share.NewPool(int64(n))
+		a.inflight = prev
+		if prev == nil {
+			a.inflight = share.NewPool(int64(n))
+		}
+		a.inflight.Resize(int64(n))
 	}
 	a.metrics[c] = g.metrics.Overload(r.Name, c.String())
 	if r.Config.Validate == config.ValidateBulk && c != overload.Cancel {

@@ -256,9 +256,14 @@ type requestPlan struct {
 // request.
 func (g *Gateway) newPlan(cfg *config.Config, rules *limiter.Rules, v *validate.Validator) *requestPlan {
 	t := compileTable(cfg)
-	all := t.routes
-	if t.def != nil {
-		all = append(all[:len(all):len(all)], t.def)
+	all := t.allRoutes()
+	caps := map[string]*share.Pool{} // the routes' caps in the plan in force, by name
+	if prev := g.plan.Load(); prev != nil {
+		for _, r := range prev.table.allRoutes() {
+			if r.admission != nil && r.admission.inflight != nil {
+				caps[r.Name] = r.admission.inflight
+			}
+		}
 	}
 	for _, r := range all {
 		if r.Config.Validate == config.ValidateBulk {
@@ -272,7 +277,7 @@ func (g *Gateway) newPlan(cfg *config.Config, rules *limiter.Rules, v *validate.
 		if g.tracer != nil {
 			r.trace = newRouteTrace(r)
 		}
-		g.compileAdmission(r)
+		g.compileAdmission(r, caps[r.Name])
 		if g.metrics == nil || !r.limits.Limited() {
 			continue
 		}

@@ -64,6 +64,14 @@ type table struct {
 	byPath map[string][]*Route
 }
 
+// allRoutes returns the table's routes, the default one last.
+func (t *table) allRoutes() []*Route {
+	if t.def == nil {
+		return t.routes
+	}
+	return append(t.routes[:len(t.routes):len(t.routes)], t.def)
+}
+
 // compileTable compiles the routes of cfg, which must be valid.
 func compileTable(cfg *config.Config) *table {
 	t := &table{}

@@ -59,6 +59,14 @@ func NewPool(size int64) *Pool {
 	return &Pool{size: size, held: make(map[Key]int64)}
 }
 
+// Resize sets the pool's size to size. The units held stay held: a pool
+// resized below them refuses every Take until enough are given back.
+func (b *Pool) Resize(size int64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.size = size
+}
+
 // Take charges n units to client c, reporting false (and taking nothing)
 // when c's share has no room for them.
 func (b *Pool) Take(c Key, n int64) bool {
