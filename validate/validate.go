@@ -403,6 +403,7 @@ func fieldName(id int) string {
 type state struct {
 	p         parser
 	vals      [numFields]val
+	repeated  bool // a known field's key appears more than once (its val's dup)
 	unknown   keySet
 	notObject kind // the top-level value's kind when it is not an object
 	rep       report
@@ -459,6 +460,7 @@ func (v *Validator) scan(st *state) bool {
 		if id := fieldID(key); id >= 0 {
 			if st.vals[id].kind != kAbsent {
 				st.vals[id].dup = true // the key itself repeats
+				st.repeated = true
 			} else {
 				fv.dup = false // a known field holding an object is refused anyway
 				st.vals[id] = fv
@@ -573,7 +575,7 @@ func usage(typ string, id int) int {
 // which must be zero.
 func (v *Validator) fields(st *state, cs *compiled, o *Order) {
 	for id := range numFields {
-		if st.vals[id].dup {
+		if st.repeated && st.vals[id].dup {
 			st.rep.add(fieldName(id), "must appear only once")
 		}
 	}
@@ -743,15 +745,17 @@ func (v *Validator) stringField(st *state, id int, req bool) (val, bool) {
 // judged) and its value against the market-independent bounds, into d
 // (left zero when it reports false).
 func (v *Validator) decimalField(st *state, id int, typ string, d *dec) bool {
-	f := st.vals[id]
+	f := &st.vals[id]
 	if f.dup {
 		return false
 	}
-	name := fieldName(id)
 	u := usage(typ, id)
 	if f.kind == kAbsent || f.kind == kNull {
+		if u != required {
+			return false
+		}
+		name := fieldName(id)
 		switch {
-		case u != required:
 		case typ == "" && f.kind == kAbsent:
 			st.rep.add(name, "required")
 		case typ == "":
@@ -763,6 +767,7 @@ func (v *Validator) decimalField(st *state, id int, typ string, d *dec) bool {
 		}
 		return false
 	}
+	name := fieldName(id)
 	if u == unused {
 		st.rep.add(name, "not used by "+typ+" orders; omit it or send null")
 		return false
