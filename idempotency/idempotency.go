@@ -20,7 +20,10 @@
 // its fingerprint. Each client's share of the store — an account's, or
 // for opaque tokens their client address's (Store.ClaimAll's client) —
 // is counted in entries and in bytes (Options.MaxPerAccount,
-// MaxBytesPerAccount).
+// MaxBytesPerAccount), and bounded by the store's room too: a client
+// takes a claim only while it holds fewer than are left free (the
+// dynamic threshold of docs/pools.md), so clients filling the store leave
+// room for one that holds nothing.
 package idempotency
 
 import (
@@ -207,8 +210,8 @@ type Store interface {
 	// it cannot.
 	// A new identifier is refused with ErrAccountFull when its account
 	// already holds its share (Options.MaxPerAccount entries or
-	// Options.MaxBytesPerAccount bytes), and with ErrFull when the store
-	// has no room.
+	// Options.MaxBytesPerAccount bytes, or no fewer than the store has
+	// left free), and with ErrFull when the store has no room for it.
 	Claim(ctx context.Context, key Key, fp Fingerprint) (Claim, error)
 	// ClaimAll claims the distinct identifiers ids (at least one) of
 	// account, charged to client's share ("": the account's own; Key), for one request
@@ -249,7 +252,9 @@ var (
 	ErrFull = errors.New("idempotency: store full")
 	// ErrAccountFull: the claim's client (ClaimAll's, else its account)
 	// already holds its share of the store (Options.MaxPerAccount entries
-	// or Options.MaxBytesPerAccount bytes); other clients still claim.
+	// or Options.MaxBytesPerAccount bytes, or no fewer than the store has
+	// left free: the memory store's take, Redis's room); other clients
+	// still claim.
 	ErrAccountFull = errors.New("idempotency: account's share of the store is full")
 )
 
@@ -361,7 +366,7 @@ var (
 	errFull = apierror.Static(http.StatusServiceUnavailable, "duplicate_protection_full",
 		"Duplicate protection has no room for new identifiers, so the order was not sent; retry later, or send it without an identifier.")
 	errAccountFull = apierror.Static(http.StatusServiceUnavailable, "identifier_quota_exceeded",
-		"Your share of duplicate-protection entries is full (your account's; with unverified tokens, your address's, or in a Redis Cluster your token's), so the order was not sent; retry later, or send it without an identifier.")
+		"Your share of duplicate-protection entries is full (your account's; with unverified tokens, your address's, or in a Redis Cluster your token's; a share is at most what the store has left free, so it shrinks as the store fills), so the order was not sent; retry later, or send it without an identifier.")
 )
 
 // Refusal returns the answer to a request whose claim came back
