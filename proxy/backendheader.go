@@ -69,7 +69,9 @@ func unhideHeader(st *requestState, r *http.Request) {
 // ReverseProxy's copy of it (a request that asks to switch protocols, or
 // one rewrite sees without forward). The fields that go (sentAs) keep
 // their values, never modified: the client's request and the backend's
-// share them. With them go exgate's X-Request-ID and X-Real-IP
+// share them, and none is a value the pooled state holds (net/http's
+// HTTP/2 Transport may write the header after the request ended:
+// stateContext.traceparent). With them go exgate's X-Request-ID and X-Real-IP
 // (setBackendHeaders) and, when the client asked for trailers, TE:
 // trailers (as ReverseProxy sends it); the header is sized for those and
 // rewrite's X-Forwarded-For, -Host, -Proto and empty User-Agent, so that

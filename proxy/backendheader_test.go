@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/exgate/exgate/config"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 )
 
 // clientFieldPool is what TestBackendHeaderAsCopied's clients send, a
@@ -263,3 +264,51 @@ func TestBackendHeaderSize(t *testing.T) {
 type roundTripFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// TestBackendHeaderOutlivesRequest checks that the header sent to the
+// backend still reads as it was sent once the request has ended and its
+// state has gone back to the pool: the header shares its values with the
+// client's and exgate's, and net/http's HTTP/2 Transport may still be
+// writing it after RoundTrip returned (a request cancelled while its
+// stream waits to write its head), so no value of it may be one the
+// pooled state holds and the next request writes.
+func TestBackendHeaderOutlivesRequest(t *testing.T) {
+	cfg := config.Default()
+	cfg.Upstream.URL = config.MustURL("http://127.0.0.1:1")
+	for _, tc := range []struct {
+		name   string
+		traced bool
+		h      http.Header
+	}{
+		{"an SDK's", false, clientHeaders()},
+		{"an SDK's, traced", true, clientHeaders()},
+		{"a client's trace context, traced", true, http.Header{"Traceparent": {clientTraceparent}, "Tracestate": {"vendor=abc"}}},
+		{"none, traced", true, http.Header{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var sent, asSent http.Header
+			tr := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+				sent, asSent = r.Header, r.Header.Clone()
+				return cannedTransport{}.RoundTrip(r)
+			})
+			opts := Options{Transport: tr}
+			if tc.traced {
+				opts.Tracer = newSpans(t, sdktrace.AlwaysSample()).tracer()
+			}
+			gw, err := New(cfg, opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			req := onConnection(gw, httptest.NewRequest("GET", "/api/v1/mkt/markets/", nil))
+			req.Header = tc.h.Clone()
+			w := &discardWriter{h: http.Header{}}
+			gw.ServeHTTP(w, req) // returns once the request's state is back in the pool
+			if w.code != 200 {
+				t.Fatalf("answer %s, want 200", w.answer())
+			}
+			if !reflect.DeepEqual(sent, asSent) {
+				t.Fatalf("the backend's header became %v once the request ended, sent as %v", sent, asSent)
+			}
+		})
+	}
+}

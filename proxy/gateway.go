@@ -453,8 +453,6 @@ type traceState struct {
 	traceCtx context.Context   // the context of span, for the backend call's
 	rec      bool              // span records: the request is sampled
 	upSpan   trace.Span        // the backend call's client span, when recording
-	// traceparent holds the value sent to the backend (sendTraceContext)
-	traceparent [1]string
 }
 
 // evidence reports whether the request's access log line must survive

@@ -293,7 +293,7 @@ func (g *Gateway) forward(st *requestState, r *http.Request) {
 		cancel(nil)
 	}()
 	if st.sc.IsValid() {
-		g.startUpstreamSpan(st, r)
+		g.startUpstreamSpan(st, r, &sc.traceparent)
 	}
 	hideHeader(st, r)
 	g.rp.ServeHTTP(&st.rw, r)

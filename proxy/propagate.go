@@ -115,10 +115,11 @@ func (f *traceFormats) carries(k string) bool {
 }
 
 // write sets h's trace context in every format to sc, with the baggage
-// of ctx (a trusted client's, none otherwise), replacing the client's.
-func (f *traceFormats) write(st *requestState, h http.Header, ctx context.Context, sc trace.SpanContext) {
+// of ctx (a trusted client's, none otherwise), replacing the client's;
+// tp holds the traceparent (sendTraceContext).
+func (f *traceFormats) write(tp *[1]string, h http.Header, ctx context.Context, sc trace.SpanContext) {
 	if f.traceContext {
-		st.sendTraceContext(h, sc)
+		sendTraceContext(h, tp, sc)
 	}
 	if f.baggage {
 		delete(h, "Baggage")

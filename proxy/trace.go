@@ -231,8 +231,9 @@ func urlScheme(r *http.Request) attribute.KeyValue {
 // tracing.propagators (with the trusted client's tracestate and
 // baggage): the backend's spans are children of exgate's call. A request
 // that is not sampled sends its server span's context, saying not
-// sampled, and starts no client span.
-func (g *Gateway) startUpstreamSpan(st *requestState, r *http.Request) {
+// sampled, and starts no client span. tp holds the traceparent sent
+// (sendTraceContext).
+func (g *Gateway) startUpstreamSpan(st *requestState, r *http.Request, tp *[1]string) {
 	sc := st.sc
 	if st.rec {
 		_, st.upSpan = g.tracer.Start(st.traceCtx, spanName(r, st.route),
@@ -243,7 +244,7 @@ func (g *Gateway) startUpstreamSpan(st *requestState, r *http.Request) {
 		}
 		sc = st.upSpan.SpanContext()
 	}
-	g.formats.write(st, r.Header, st.traceCtx, sc)
+	g.formats.write(tp, r.Header, st.traceCtx, sc)
 }
 
 // traceparentLen is the length of a version 00 traceparent.
@@ -252,17 +253,18 @@ const traceparentLen = len("00-") + 32 + len("-") + 16 + len("-") + 2
 // sendTraceContext sets h's traceparent to sc, and its tracestate to
 // sc's (a trusted client's, as the sampler kept it) or none, byte for
 // byte as propagation.TraceContext's Inject writes them: the one
-// traceparent value is formatted on the stack and held in st's slice
-// (the reverse proxy copies the header for the backend).
-func (st *requestState) sendTraceContext(h http.Header, sc trace.SpanContext) {
+// traceparent value is formatted on the stack and held in tp, the
+// forwarded context's (stateContext.traceparent), which the backend's
+// header shares (backendHeader).
+func sendTraceContext(h http.Header, tp *[1]string, sc trace.SpanContext) {
 	var b [traceparentLen]byte
 	tid, sid := sc.TraceID(), sc.SpanID()
 	v := append(b[:0], "00-"...)
 	v = append(hex.AppendEncode(v, tid[:]), '-')
 	v = append(hex.AppendEncode(v, sid[:]), '-')
 	v = hex.AppendEncode(v, []byte{byte(sc.TraceFlags() & (trace.FlagsSampled | trace.FlagsRandom))})
-	st.traceparent[0] = string(v)
-	h["Traceparent"] = st.traceparent[:]
+	tp[0] = string(v)
+	h["Traceparent"] = tp[:]
 	delete(h, "Tracestate") // a client's, when not trusted
 	if ts := sc.TraceState(); ts.Len() > 0 {
 		h["Tracestate"] = []string{ts.String()}
