@@ -185,8 +185,11 @@ type srvShare struct {
 }
 
 // lookupSRV adds the instances SRV's records name to found, each with
-// its record's priority and weight. A target whose addresses cannot be
-// looked up is left out; when none can be, the lookup fails.
+// its record's priority and weight. A target that has no address
+// (NXDOMAIN, no records) is left out, and when no target has one, the
+// lookup fails; so does it when a target's lookup fails (SERVFAIL, a
+// timeout): a half answer would take that target's instances out of the
+// service, which a failed lookup never does.
 func (d *DNS) lookupSRV(ctx context.Context, r *net.Resolver, found map[netip.AddrPort]srvShare) error {
 	_, srvs, err := r.LookupSRV(ctx, "", "", d.SRV)
 	if err != nil && !isNotFound(err) {
@@ -199,6 +202,9 @@ func (d *DNS) lookupSRV(ctx context.Context, r *net.Resolver, found map[netip.Ad
 			continue
 		}
 		addrs, err := r.LookupNetIP(ctx, "ip", s.Target)
+		if err != nil && !isNotFound(err) {
+			return fmt.Errorf("SRV target %s: %w", s.Target, err)
+		}
 		if err != nil {
 			failed = fmt.Errorf("SRV target %s: %w", s.Target, err)
 			continue

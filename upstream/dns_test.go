@@ -43,6 +43,12 @@ func TestDNSLookup(t *testing.T) {
 		dnstest.SRV{Priority: 1, Weight: 3, Port: 9001, Target: "a.test."},       // the same instance again: weights add
 	)
 	srv.SetSRV("_http._tcp.gone.test.", dnstest.SRV{Priority: 1, Weight: 5, Port: 9001, Target: "missing.test."})
+	srv.SetAddrs("broken.test.", netip.MustParseAddr("127.0.0.14"))
+	srv.FailName("broken.test.", true) // its server restarting: SERVFAIL
+	srv.SetSRV("_http._tcp.flaky.test.",
+		dnstest.SRV{Priority: 1, Weight: 5, Port: 9001, Target: "a.test."},
+		dnstest.SRV{Priority: 1, Weight: 5, Port: 9001, Target: "broken.test."}, // its lookup fails: the lookup fails
+	)
 	for _, tt := range []struct {
 		name    string
 		dns     *DNS
@@ -56,6 +62,10 @@ func TestDNSLookup(t *testing.T) {
 			[]string{"http://127.0.0.11:9001 w30 p10", "http://127.0.0.12:9002 w1 p10", "http://[::2]:9002 w1 p10", "http://127.0.0.13:9003 w50 p20"}, false},
 		{"SRV target unresolvable", &DNS{SRV: "_http._tcp.half.test."}, []string{"http://127.0.0.11:9001 w8 p1"}, false},
 		{"SRV no target resolvable", &DNS{SRV: "_http._tcp.gone.test."}, nil, true},
+		// Before, the failing target was left out: its instances left the
+		// service (drained) on a half answer, which keeps the last set no
+		// more than a whole one does.
+		{"SRV target lookup failing", &DNS{SRV: "_http._tcp.flaky.test."}, nil, true},
 		{"SRV NXDOMAIN is empty", &DNS{SRV: "_http._tcp.nothing.test."}, []string{}, false},
 	} {
 		t.Run(tt.name, func(t *testing.T) {

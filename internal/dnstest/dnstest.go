@@ -31,6 +31,8 @@ type Server struct {
 	addrs map[string][]netip.Addr
 	srvs  map[string][]SRV
 	fail  bool
+	// failing holds the names answered SERVFAIL (FailName).
+	failing map[string]bool
 	// Queries counts the questions answered.
 	Queries atomic.Int64
 }
@@ -38,7 +40,7 @@ type Server struct {
 // Start serves an empty zone until the test ends.
 func Start(t testing.TB) *Server {
 	t.Helper()
-	s := &Server{addrs: map[string][]netip.Addr{}, srvs: map[string][]SRV{}}
+	s := &Server{addrs: map[string][]netip.Addr{}, srvs: map[string][]SRV{}, failing: map[string]bool{}}
 	pc, ln, err := listenPair()
 	if err != nil {
 		t.Fatal(err)
@@ -76,6 +78,14 @@ func (s *Server) Fail(on bool) {
 	s.fail = on
 }
 
+// FailName makes the server answer SERVFAIL to every question about
+// name while on, and the others from the zone.
+func (s *Server) FailName(name string, on bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.failing[dns.Fqdn(strings.ToLower(name))] = on
+}
+
 // ServeDNS answers one query from the zone.
 func (s *Server) ServeDNS(w dns.ResponseWriter, req *dns.Msg) {
 	s.Queries.Add(1)
@@ -98,6 +108,10 @@ func (s *Server) ServeDNS(w dns.ResponseWriter, req *dns.Msg) {
 // holds no record of q's name.
 func (s *Server) answer(m *dns.Msg, q dns.Question) {
 	name := strings.ToLower(q.Name)
+	if s.failing[name] {
+		m.Rcode = dns.RcodeServerFailure
+		return
+	}
 	addrs, hasAddrs := s.addrs[name]
 	srvs, hasSRV := s.srvs[name]
 	if !hasAddrs && !hasSRV || len(addrs) == 0 && len(srvs) == 0 {
