@@ -324,8 +324,7 @@ func (e *Enforcer) Decide(ctx context.Context, rr *RouteRules, req Request, d *D
 // demotion); it reports false when nothing applies to decide.
 func (e *Enforcer) build(rr *RouteRules, req Request, d *Decision, p *chargePlan) bool {
 	rs := rr.rules
-	var addrBuf [64]byte
-	addr := rs.addrKey(req.Addr, addrBuf[:0])
+	addr := p.addrKey(rs, req.Addr)
 	p.reset(max(req.Cost, 1))
 	anonymous := req.Token == "" && req.Account == ""
 	var demotedFor time.Duration // until the address's token window ends
@@ -641,6 +640,13 @@ type chargePlan struct {
 	// runs, and a pooled plan tends to serve the same goroutine): no
 	// allocation then.
 	lastKeys string
+	// addrText is the key text of the client address addr under an IPv6
+	// prefix of addrPrefix (Rules.addrKey), the last the plan made:
+	// made again only for another address or prefix (addrKey).
+	addr       netip.Addr
+	addrPrefix int
+	addrText   []byte
+	addrBuf    [64]byte
 
 	// What building the plan settled (build), for deciding it again.
 	rr                     *RouteRules
@@ -656,6 +662,24 @@ type checkMeta struct {
 	limit  int      // the limit's index among the route's
 	v      *variant // the limit as it applies (tier)
 	tier   string   // the caller's tier, when the check counts by token or account (Outcome.Tier)
+}
+
+// addrKey returns the key text of client address a under rs
+// (Rules.addrKey), nil for a request without an address. It is made
+// again only when a (its zone included) or rs's IPv6 prefix is not the
+// last request's: a pooled plan tends to serve the same connection's
+// goroutine, and the text depends on nothing else. The text is the
+// plan's, valid until its next request; the checks' keys and the spray
+// guard's are copies of it.
+func (p *chargePlan) addrKey(rs *Rules, a netip.Addr) []byte {
+	if !a.IsValid() {
+		return nil
+	}
+	if a != p.addr || rs.v6Prefix != p.addrPrefix || p.addrText == nil {
+		p.addrText = rs.addrKey(a, p.addrBuf[:0])
+		p.addr, p.addrPrefix = a, rs.v6Prefix
+	}
+	return p.addrText
 }
 
 // reset empties p for a request of cost. It clears only the checks the

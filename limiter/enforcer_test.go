@@ -1036,3 +1036,40 @@ func TestDecisionReset(t *testing.T) {
 		t.Errorf("after Reset: %+v, want the zero Decision", d)
 	}
 }
+
+// TestPlanAddrKeyNeverAnotherClients holds the address text a plan
+// remembers (chargePlan.addrKey) to the text made afresh for each
+// request: one plan serving addresses one after the other, IPv4, mapped,
+// zoned, under two IPv6 prefixes, and none, never answers one request
+// with the text of another's.
+func TestPlanAddrKeyNeverAnotherClients(t *testing.T) {
+	r64 := Compile(config.Default(), nil)
+	r128 := Compile(mustLoad(t, "client_ip: {ipv6_prefix: 128}\n"), nil)
+	p := new(chargePlan)
+	for _, tc := range []struct {
+		name string
+		rs   *Rules
+		addr netip.Addr
+	}{
+		{"first IPv4", r64, netip.MustParseAddr("203.0.113.1")},
+		{"same IPv4", r64, netip.MustParseAddr("203.0.113.1")},
+		{"another IPv4", r64, netip.MustParseAddr("203.0.113.2")},
+		{"mapped", r64, netip.MustParseAddr("::ffff:203.0.113.3")},
+		{"IPv6", r64, netip.MustParseAddr("2001:db8::1")},
+		{"IPv6 same /64", r64, netip.MustParseAddr("2001:db8::2")},
+		{"IPv6 under /128", r128, netip.MustParseAddr("2001:db8::2")},
+		{"IPv6 under /64 again", r64, netip.MustParseAddr("2001:db8::2")},
+		{"zoned", r128, netip.MustParseAddr("fe80::1%eth0")},
+		{"none", r64, netip.Addr{}},
+		{"IPv4 after none", r64, netip.MustParseAddr("203.0.113.2")},
+		{"none again", r128, netip.Addr{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			want := tc.rs.addrKey(tc.addr, nil)
+			got := p.addrKey(tc.rs, tc.addr)
+			if string(got) != string(want) || (got == nil) != (want == nil) {
+				t.Errorf("addrKey(%v) = %q, want %q", tc.addr, got, want)
+			}
+		})
+	}
+}
