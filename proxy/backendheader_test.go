@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"context"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
@@ -132,13 +131,12 @@ func sentToBackend(t *testing.T, g *Gateway, method string, h http.Header, st *r
 	in.Header = h.Clone()
 	st.noDrops = !scanHeader(in).rewritten
 	st.peer = g.peerOf(in)
-	in = in.WithContext(context.WithValue(in.Context(), stateKey{}, st))
 	var sent http.Header
 	tr := roundTripFunc(func(r *http.Request) (*http.Response, error) {
 		sent = r.Header.Clone()
 		return cannedTransport{}.RoundTrip(r)
 	})
-	rp := &httputil.ReverseProxy{Rewrite: g.rewrite, Transport: tr}
+	rp := &httputil.ReverseProxy{Rewrite: func(pr *httputil.ProxyRequest) { g.rewrite(st, pr) }, Transport: tr}
 	if hidden {
 		hideHeader(st, in)
 		defer unhideHeader(st, in)
@@ -170,7 +168,7 @@ func sentXForwarded(t *testing.T, g *Gateway, in *http.Request, st *requestState
 	inHeader := st.inHeader
 	defer func() { st.inHeader = inHeader }()
 	st.inHeader = nil
-	g.rewrite(pr)
+	g.rewrite(st, pr)
 	return pr.Out.Header
 }
 

@@ -112,7 +112,7 @@ type Gateway struct {
 	metrics     *metrics.Metrics
 	unrouted    *metrics.RouteMetrics
 	fleet       *upstream.Fleet
-	rp          *httputil.ReverseProxy
+	rp          httputil.ReverseProxy // what each pooled state's proxy is made of (newState), but its Rewrite
 	transport   http.RoundTripper
 	// ownTransports is set when a service has a Transport of its own
 	// (upstream.Service.RoundTripper): forward then looks it up.
@@ -222,15 +222,14 @@ func New(cfg *config.Config, opts Options) (*Gateway, error) {
 	g.errBody = apierror.TooLarge(g.maxBody)
 	g.budget = share.NewPool(int64(cfg.Server.MaxBufferedBytes))
 	g.metrics.SetBodyBudgetSource(g.budget)
-	g.rp = &httputil.ReverseProxy{
-		Rewrite:        g.rewrite,
+	g.rp = httputil.ReverseProxy{
 		Transport:      fleetTransport{g},
 		BufferPool:     newBufferPool(),
 		ErrorHandler:   g.proxyError,
 		ModifyResponse: g.modifyResponse,
 		ErrorLog:       zap.NewStdLog(g.log.Named("reverseproxy")),
 	}
-	g.pool.New = func() any { return new(requestState) }
+	g.pool.New = func() any { return g.newState() }
 	if err := g.setTracing(cfg); err != nil {
 		return nil, err
 	}
@@ -343,6 +342,22 @@ type requestState struct {
 	claim      claimState // the claim of its identifiers, settled by end (claim.go); Options.Idempotency's
 	limitState            // its limits (limits.go); Options.Limits'
 	traceState            // its spans, ended by end (trace.go); Options.Tracer's
+	// proxy is the reverse proxy the state's requests are forwarded with,
+	// made with the state (newState) and kept: its Rewrite is rewrite
+	// bound to the state.
+	proxy *httputil.ReverseProxy
+}
+
+// newState makes a pooled request state with its reverse proxy: the
+// gateway's, its Rewrite bound to the state, so that rewrite has the
+// state without looking for it in the client's request's context, where
+// forward would have to set it (setContext).
+func (g *Gateway) newState() *requestState {
+	st := new(requestState)
+	rp := g.rp
+	rp.Rewrite = func(pr *httputil.ProxyRequest) { g.rewrite(st, pr) }
+	st.proxy = &rp
+	return st
 }
 
 // requestCore is the part of requestState every request writes.
@@ -386,9 +401,9 @@ type requestCore struct {
 	// inHeader is the client's header while forward hides it from
 	// ReverseProxy (hideHeader), else nil.
 	inHeader http.Header
-	// fwdCtx is the context forward sends the request with, made in one
+	// fwdCtx is the context the request is forwarded with, made in one
 	// allocation with idValue when exgate made the id (nextValue), else
-	// nil: forward makes one of its own.
+	// by forward; rewrite sets it on the outbound request and drops it.
 	fwdCtx *stateContext
 }
 
@@ -474,13 +489,18 @@ func (st *requestState) ownRefusal() bool {
 		!(st.limitsDecided && st.decision.Allowed)
 }
 
-// rewrite turns the inbound request into the outbound one. The inbound URL
+// rewrite turns the inbound request into the outbound one, st's (nil
+// for a request without a state): sent with st's forwarded context
+// (forward), the client's request keeping its own. The inbound URL
 // path is already the route's canonical path.
-func (g *Gateway) rewrite(pr *httputil.ProxyRequest) {
+func (g *Gateway) rewrite(st *requestState, pr *httputil.ProxyRequest) {
 	out := pr.Out // its URL is the instance's, set by forward (target)
+	if st != nil && st.fwdCtx != nil {
+		setContext(out, st.fwdCtx)
+		st.fwdCtx = nil
+	}
 	out.Host = ""
 	closeAfterHead(out)
-	st, _ := pr.In.Context().Value(stateKey{}).(*requestState)
 	src := out.Header // ReverseProxy's copy of the client's header
 	if st == nil {
 		st = new(requestState) // a request not sent by forward: it sets no header of its own

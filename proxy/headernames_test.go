@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"bytes"
-	"context"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -137,10 +136,9 @@ func TestRewriteLooksUpOnlyWhatWasSent(t *testing.T) {
 					in.Header = h.Clone()
 					if st != nil {
 						st.noDrops = !scanHeader(in).rewritten
-						in = in.WithContext(context.WithValue(in.Context(), stateKey{}, st))
 					}
 					pr := &httputil.ProxyRequest{In: in, Out: in.Clone(in.Context())}
-					g.rewrite(pr)
+					g.rewrite(st, pr)
 					return pr.Out.Header
 				}
 				if got, want := outbound(&requestState{}), outbound(nil); !reflect.DeepEqual(got, want) {

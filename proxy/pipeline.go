@@ -276,19 +276,16 @@ func (g *Gateway) forward(st *requestState, r *http.Request) {
 	st.upStart = g.nowSince(st.start)
 	ctx, cancel := context.WithCancelCause(parent)
 	deadline := st.route.deadlines.join(&st.deadline, cancel, g.sinceEpoch(st.upStart))
-	own := r.Context()
 	sc := st.fwdCtx // made with the request's id, if exgate made it (nextValue)
 	if sc == nil {
 		sc = new(stateContext)
+		st.fwdCtx = sc
 	}
-	st.fwdCtx = nil
 	// sc is zero (new, or nextValue's): set field by field, where a whole
 	// assignment copies it under the collector's write barrier.
 	sc.Context, sc.st, sc.deadline = ctx, st, deadline
-	setContext(r, sc)
 	defer func() {
 		unhideHeader(st, r)
-		setContext(r, own)
 		st.deadline.leave()
 		cancel(nil)
 	}()
@@ -296,16 +293,18 @@ func (g *Gateway) forward(st *requestState, r *http.Request) {
 		g.startUpstreamSpan(st, r, &sc.traceparent)
 	}
 	hideHeader(st, r)
-	g.rp.ServeHTTP(&st.rw, r)
+	st.proxy.ServeHTTP(&st.rw, r) // its rewrite sends the outbound request with sc
 }
 
-// setContext makes ctx r's context in place, for the reverse proxy's
-// outbound copy of r to carry: r.WithContext's copy of r is made on the
-// stack and copied back, where forwarding r.WithContext(ctx) made a
-// copy of r on the heap per request (a Request is 250 bytes). exgate's
-// handler is the only one to read or write r while it runs (net/http
-// keeps the contexts it cancels apart from the request), and forward
-// gives r its own context back before it returns.
+// setContext makes ctx r's context in place: rewrite's for the outbound
+// request, ReverseProxy's own copy of the client's, which nothing else
+// holds yet. r.WithContext's copy of r is made on the stack and copied
+// back, where r.WithContext(ctx) alone made a copy of r on the heap (a
+// Request is 304 bytes). The client's request keeps its own context:
+// exgate's hooks find the request's state bound to its own proxy
+// (requestState.proxy), not in the request's context, so that it is
+// copied once under the collector's write barrier, not twice (in and
+// back).
 func setContext(r *http.Request, ctx context.Context) {
 	*r = *r.WithContext(ctx)
 }
