@@ -169,6 +169,56 @@ func TestReloadedRouteToServiceNotStarted(t *testing.T) {
 	}
 }
 
+// TestReloadedSplitToServiceNotStarted answers 503 upstream_unavailable on
+// the share of a route's split that a reload gave to a service the
+// process did not start, as for a route pointed at one (service:), and
+// serves the share of a started one: before, the split was dropped
+// whole and the route forwarded to the default service, which the
+// requests of the other services were never meant for.
+func TestReloadedSplitToServiceNotStarted(t *testing.T) {
+	cases := []struct {
+		name   string
+		split  []config.SplitTarget
+		sticky string
+		want   int
+	}{
+		{name: "none started", split: []config.SplitTarget{{Service: "later", Weight: 9}, {Service: "later_canary", Weight: 1}},
+			want: http.StatusServiceUnavailable},
+		{name: "none started, sticky", split: []config.SplitTarget{{Service: "later", Weight: 9}, {Service: "later_canary", Weight: 1}},
+			sticky: config.StickyAccount, want: http.StatusServiceUnavailable},
+		{name: "the share of one not started", split: []config.SplitTarget{{Service: config.DefaultService, Weight: 0}, {Service: "later", Weight: 1}},
+			want: http.StatusServiceUnavailable},
+		{name: "the share of the started one", split: []config.SplitTarget{{Service: config.DefaultService, Weight: 1}, {Service: "later", Weight: 0}},
+			want: http.StatusOK},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			e := startEnv(t, nil)
+			cfg := config.Default()
+			cfg.Upstream = config.DefaultUpstream()
+			cfg.Upstream.Services = map[string]config.Service{
+				"later":        {URLs: []config.URL{config.MustURL("http://127.0.0.1:1")}},
+				"later_canary": {URLs: []config.URL{config.MustURL("http://127.0.0.1:2")}},
+			}
+			r := cfg.Route("list_markets")
+			r.Split, r.Sticky = tc.split, tc.sticky
+			e.gw.Reload(cfg, e.gw.Rules(), nil)
+			res := do(t, "GET", e.url+"/api/v1/mkt/markets/", nil)
+			if tc.want == http.StatusOK {
+				res.Body.Close()
+				if res.StatusCode != tc.want || e.backend.count() != 1 {
+					t.Errorf("status %d, %d requests at the default service, want %d, 1", res.StatusCode, e.backend.count(), tc.want)
+				}
+				return
+			}
+			assertError(t, res, tc.want, "upstream_unavailable")
+			if e.backend.count() != 0 {
+				t.Error("the request reached the default service")
+			}
+		})
+	}
+}
+
 // controller is the concurrency limit of the default service's first
 // instance: the one instance of the tests' gateways.
 func (g *Gateway) controller() *overload.Controller {

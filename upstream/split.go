@@ -4,6 +4,8 @@ import "math/rand/v2"
 
 // SplitTarget is one service of a split and its weight.
 type SplitTarget struct {
+	// Service is the service; nil (one the process did not start) makes
+	// Pick and PickSticky return nil for its share.
 	Service *Service
 	Weight  uint32
 }
@@ -29,7 +31,8 @@ func NewSplit(targets []SplitTarget) *Split {
 	return s
 }
 
-// Pick returns a service drawn at random by weight.
+// Pick returns a service drawn at random by weight (nil for the share of
+// a target without one).
 func (s *Split) Pick() *Service { return s.at(rand.Uint64N(s.total)) }
 
 // PickSticky returns the service key always goes to while the weights
