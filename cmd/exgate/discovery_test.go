@@ -35,6 +35,13 @@ func startDNSInstance(t *testing.T, addr string) *dnsInstance {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return serveDNSInstance(t, ln)
+}
+
+// serveDNSInstance is startDNSInstance on the listener ln.
+func serveDNSInstance(t *testing.T, ln net.Listener) *dnsInstance {
+	t.Helper()
+	addr := ln.Addr().String()
 	in := &dnsInstance{holding: make(chan struct{}, 1), release: make(chan struct{}), ln: ln}
 	in.srv = &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/slow" {
@@ -55,22 +62,33 @@ func startDNSInstance(t *testing.T, addr string) *dnsInstance {
 // one port.
 func twoLoopbackInstances(t *testing.T) (port int, a, b *dnsInstance) {
 	t.Helper()
+	lnA, lnB, ok := listenPair(t, "127.0.0.1", "127.0.0.2")
+	if !ok {
+		t.Skip("no port free on both 127.0.0.1 and 127.0.0.2")
+	}
+	return lnA.Addr().(*net.TCPAddr).Port, serveDNSInstance(t, lnA), serveDNSInstance(t, lnB)
+}
+
+// listenPair listens on hostA and hostB at one port, found free on both:
+// the second is bound while the first is held, so that no other test or
+// process can take the port between them. ok is false when 20 ports
+// tried were taken on hostB (or hostA cannot be listened on at all).
+func listenPair(t *testing.T, hostA, hostB string) (lnA, lnB net.Listener, ok bool) {
+	t.Helper()
 	for range 20 {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		a, err := net.Listen("tcp", net.JoinHostPort(hostA, "0"))
 		if err != nil {
-			t.Fatal(err)
+			return nil, nil, false
 		}
-		port = ln.Addr().(*net.TCPAddr).Port
-		ln.Close()
-		probe, err := net.Listen("tcp", "127.0.0.2:"+strconv.Itoa(port))
+		port := strconv.Itoa(a.Addr().(*net.TCPAddr).Port)
+		b, err := net.Listen("tcp", net.JoinHostPort(hostB, port))
 		if err != nil {
+			a.Close()
 			continue
 		}
-		probe.Close()
-		return port, startDNSInstance(t, "127.0.0.1:"+strconv.Itoa(port)), startDNSInstance(t, "127.0.0.2:"+strconv.Itoa(port))
+		return a, b, true
 	}
-	t.Skip("no port free on both 127.0.0.1 and 127.0.0.2")
-	return 0, nil, nil
+	return nil, nil, false
 }
 
 // TestDNSDiscoveryAddsInstance runs exgate with its default service found
@@ -291,14 +309,12 @@ func TestDNSDiscoverySRVFailover(t *testing.T) {
 // TestDNSDiscoveryAAndAAAA: a name's A and AAAA records are two instances,
 // one over IPv4 and one over IPv6, at one port.
 func TestDNSDiscoveryAAndAAAA(t *testing.T) {
-	ln6, err := net.Listen("tcp", "[::1]:0")
-	if err != nil {
-		t.Skipf("no IPv6 loopback: %v", err)
+	ln6, ln4, ok := listenPair(t, "::1", "127.0.0.1")
+	if !ok {
+		t.Skip("no IPv6 loopback, or no port free on both ::1 and 127.0.0.1")
 	}
 	port := ln6.Addr().(*net.TCPAddr).Port
-	ln6.Close()
-	v6 := startDNSInstance(t, "[::1]:"+strconv.Itoa(port))
-	v4 := startDNSInstance(t, "127.0.0.1:"+strconv.Itoa(port))
+	v6, v4 := serveDNSInstance(t, ln6), serveDNSInstance(t, ln4)
 	dns := dnstest.Start(t)
 	dns.SetAddrs("backend.test.", netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("::1"))
 	base := startDNSGateway(t, dns, config.Discovery{Name: "backend.test.", Port: port})
