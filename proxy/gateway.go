@@ -630,9 +630,7 @@ func (g *Gateway) modifyResponse(res *http.Response) error {
 	if st == nil {
 		return nil // cannot happen: every request the proxy sends carries its state
 	}
-	if hasLegacyRateLimit(res.Header) {
-		mergeLegacyRateLimit(res, st.rw.Header())
-	}
+	mergeLegacyRateLimit(res, st.rw.Header())
 	if err := g.recordResponse(st, res); err != nil {
 		return err
 	}

@@ -17,11 +17,13 @@ var legacyRateLimitFields = [...]string{"X-Ratelimit-Limit", "X-Ratelimit-Remain
 // denial (fewer requests remaining), else exgate's stand; the backend's
 // are never appended, which would give the client two values of one
 // field. The RateLimit and RateLimit-Policy lists of the ietf style need
-// no merge: the backend's entries follow exgate's, each named. The caller
-// calls it for a response with such fields (hasLegacyRateLimit).
+// no merge: the backend's entries follow exgate's, each named. It looks
+// for the backend's (hasLegacyRateLimit) only when exgate wrote its own:
+// one look-up in the client's answer, not three in the backend's, for
+// the answers of every other style.
 func mergeLegacyRateLimit(res *http.Response, out http.Header) {
 	mine, ok := out["X-Ratelimit-Remaining"]
-	if !ok {
+	if !ok || !hasLegacyRateLimit(res.Header) {
 		return
 	}
 	theirs, whole := wholeLegacyFields(res.Header)
