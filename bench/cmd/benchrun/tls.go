@@ -142,11 +142,22 @@ func startTLSTargets(ps *procs, e *env, next func() string, backendAddr string) 
 }
 
 // httpClient returns the benchmark's HTTP client: it accepts the
-// self-signed certificate of the TLS targets (loopback only).
+// self-signed certificate of the TLS targets (loopback only). Every
+// client shares benchTransport and its keep-alive connections.
 func httpClient(timeout time.Duration) *http.Client {
-	return &http.Client{Timeout: timeout, Transport: &http.Transport{
-		TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // the benchmark's own certificate, on loopback
-	}}
+	return &http.Client{Timeout: timeout, Transport: benchTransport}
+}
+
+// benchTransport is the Transport of every httpClient: one pool of
+// keep-alive connections, so that the surge's scrapes of exgate's
+// metrics, many a second, reuse theirs. A Transport per client left each
+// scrape's connection open and idle (exgate closes it after
+// server.idle_timeout, 2 minutes), and exgate's admin listener holds at
+// most admin.max_connections (64) at once: the 65th scrape waited in the
+// kernel's queue until its 5 s timeout failed the run.
+var benchTransport = &http.Transport{
+	TLSClientConfig:     &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // the benchmark's own certificate, on loopback
+	MaxIdleConnsPerHost: 4,
 }
 
 // tlsOverhead writes, per proxy, what TLS costs it: its req/s over TLS ÷
