@@ -489,22 +489,20 @@ func (st *requestState) ownRefusal() bool {
 		!(st.limitsDecided && st.decision.Allowed)
 }
 
-// rewrite turns the inbound request into the outbound one, st's (nil
-// for a request without a state): sent with st's forwarded context
-// (forward), the client's request keeping its own. The inbound URL
+// rewrite turns the inbound request into the outbound one, st's: sent
+// with st's forwarded context (forward), the client's request keeping its
+// own. The inbound URL
 // path is already the route's canonical path.
 func (g *Gateway) rewrite(st *requestState, pr *httputil.ProxyRequest) {
 	out := pr.Out // its URL is the instance's, set by forward (target)
-	if st != nil && st.fwdCtx != nil {
+	if st.fwdCtx != nil {
 		setContext(out, st.fwdCtx)
 		st.fwdCtx = nil
 	}
 	out.Host = ""
 	closeAfterHead(out)
 	src := out.Header // ReverseProxy's copy of the client's header
-	if st == nil {
-		st = new(requestState) // a request not sent by forward: it sets no header of its own
-	} else if st.inHeader != nil {
+	if st.inHeader != nil {
 		src, pr.In.Header = st.inHeader, st.inHeader // hidden by forward: out's is empty (hideHeader)
 	}
 	keepInMemoryBody(pr)
@@ -574,10 +572,9 @@ func (st *requestState) setBackendHeaders(h http.Header) {
 }
 
 // forwardedPeer returns the peer of in, a request forward sends: the one
-// setClientAddress derived (st's), else (a request not forwarded by
-// forward) the connection's.
+// setClientAddress derived (st's), else the connection's.
 func (g *Gateway) forwardedPeer(in *http.Request, st *requestState) *peer {
-	if st != nil && st.peer != nil {
+	if st.peer != nil {
 		return st.peer
 	}
 	return g.peerOf(in)
