@@ -323,81 +323,75 @@ const (
 // between runs.
 type runBuilder struct {
 	d      *decision
-	tats   tatKeys // the keys holding TATs: KEYS[1] to KEYS[#tats]
-	others keySet  // the guards' and claims' keys, after them
+	tats   keyList // the keys holding TATs (prefix keyPrefix): KEYS[1] to KEYS[#tats]
+	others keyList // the guards' and claims' keys, of their callers' naming (no prefix), after them
 	keys   []any   // KEYS as sent: tats, then others
 	n      int     // requests
 	reqs   []byte  // the requests' numbers
 	strs   []any   // the strings, after the numbers
-	nums   []byte  // the numbers sent: the header, the limits, reqs
+	nums   packed  // the numbers sent: the header, the limits, reqs
 	lims   []Limit
 	limits map[Limit]int // a limit → its 1-based index in lims
 }
 
-// keySet is a run's keys of one kind, each once.
-type keySet struct {
-	keys  []any
-	index map[string]int // key → its 1-based index in keys
+// packed is decideSrc's ARGV[1], as go-redis writes it
+// (encoding.BinaryMarshaler).
+type packed []byte
+
+// MarshalBinary returns the bytes.
+func (p *packed) MarshalBinary() ([]byte, error) { return *p, nil }
+
+// keyList is a run's keys of one kind, each once, each prefix+key:
+// written into one buffer and sent from it, so that a key costs no
+// string of its own nor its boxing in KEYS.
+type keyList struct {
+	prefix string
+	buf    []byte
+	keys   []keyArg
+	index  map[string]int // a key (without prefix) → its 1-based index in keys
 }
 
-func (ks *keySet) reset() {
-	ks.keys = ks.keys[:0]
-	if ks.index == nil {
-		ks.index = make(map[string]int)
-	}
-	clear(ks.index)
-}
-
-// add returns the index of the key full in ks, adding it.
-func (ks *keySet) add(full string) int {
-	if i, ok := ks.index[full]; ok {
-		return i
-	}
-	ks.keys = append(ks.keys, full)
-	ks.index[full] = len(ks.keys)
-	return len(ks.keys)
-}
-
-// tatKeys are a run's keys holding TATs, each once: keyPrefix and a
-// check's key, written into one buffer and sent from it, so that a
-// decision's key costs no string of its own nor its boxing in KEYS.
-type tatKeys struct {
-	buf   []byte
-	keys  []keyArg
-	index map[string]int // a check's key (without keyPrefix) → its 1-based index in keys
-}
-
-// keyArg is one key of tatKeys, as go-redis writes it
+// keyArg is one key of a keyList, as go-redis writes it
 // (encoding.BinaryMarshaler).
 type keyArg struct {
-	t        *tatKeys
-	from, to int // its bytes in t.buf
+	l        *keyList
+	from, to int // its bytes in l.buf
 }
 
 // MarshalBinary returns the key's bytes.
-func (k *keyArg) MarshalBinary() ([]byte, error) { return k.t.buf[k.from:k.to], nil }
+func (k *keyArg) MarshalBinary() ([]byte, error) { return k.l.buf[k.from:k.to], nil }
 
-func (t *tatKeys) reset() {
-	t.buf, t.keys = t.buf[:0], t.keys[:0]
-	if t.index == nil {
-		t.index = make(map[string]int)
+func (l *keyList) reset() {
+	l.buf, l.keys = l.buf[:0], l.keys[:0]
+	if l.index == nil {
+		l.index = make(map[string]int)
 	}
-	clear(t.index)
+	clear(l.index)
 }
 
-// add returns the index of the TAT key of a check's key, adding it.
-func (t *tatKeys) add(key string) int {
-	if i, ok := t.index[key]; ok {
+// add returns the index of prefix+key in l, adding it.
+func (l *keyList) add(key string) int {
+	if i, ok := l.index[key]; ok {
 		return i
 	}
-	from := len(t.buf)
-	t.buf = append(append(t.buf, keyPrefix...), key...)
-	t.keys = append(t.keys, keyArg{t: t, from: from, to: len(t.buf)})
-	t.index[key] = len(t.keys)
-	return len(t.keys)
+	from := len(l.buf)
+	l.buf = append(append(l.buf, l.prefix...), key...)
+	l.keys = append(l.keys, keyArg{l: l, from: from, to: len(l.buf)})
+	l.index[key] = len(l.keys)
+	return len(l.keys)
+}
+
+// appendTo appends l's keys to args, each as a pointer into l.keys
+// (no allocation).
+func (l *keyList) appendTo(args []any) []any {
+	for i := range l.keys {
+		args = append(args, &l.keys[i])
+	}
+	return args
 }
 
 func (b *runBuilder) reset() {
+	b.tats.prefix = keyPrefix
 	b.tats.reset()
 	b.others.reset()
 	b.keys, b.n, b.reqs, b.strs, b.lims = b.keys[:0], 0, b.reqs[:0], b.strs[:0], b.lims[:0]
@@ -410,11 +404,12 @@ func (b *runBuilder) reset() {
 // firstKey returns a key of the run: in a Cluster, every key of a run
 // is in one slot.
 func (b *runBuilder) firstKey() string {
-	if len(b.tats.keys) > 0 {
-		k := b.tats.keys[0]
-		return string(b.tats.buf[k.from:k.to])
+	l := &b.tats
+	if len(l.keys) == 0 {
+		l = &b.others
 	}
-	return b.others.keys[0].(string)
+	k := l.keys[0]
+	return string(l.buf[k.from:k.to])
 }
 
 // limit returns the index of l among the run's limits, adding it.
@@ -453,7 +448,7 @@ func (b *runBuilder) add(q *Request, mode int, idx []int, guard, known, claim bo
 	}
 	g := 0
 	if guard && q.Guard.Key != "" {
-		g = b.others.add(q.Guard.Key) // a set of the caller's naming, not a TAT: no keyPrefix
+		g = b.others.add(q.Guard.Key) // a set of the caller's naming, not a TAT
 	}
 	cost := q.cost()
 	if mode == modeRefund {
@@ -486,7 +481,7 @@ func (b *runBuilder) add(q *Request, mode int, idx []int, guard, known, claim bo
 	}
 	if claim {
 		for _, k := range q.Claim.Keys {
-			b.int32s(b.others.add(k)) // the claim's own names: no keyPrefix
+			b.int32s(b.others.add(k)) // the claim's own names
 		}
 		b.int32s(len(q.Claim.Args))
 		b.strs = append(b.strs, q.Claim.Args...)
@@ -529,11 +524,7 @@ func (b *runBuilder) cmd(ctx context.Context, eval, claims bool) redis.Cmder {
 		b.nums = binary.LittleEndian.AppendUint64(b.nums, math.Float64bits(float64(l.Burst)))
 	}
 	b.nums = append(b.nums, b.reqs...)
-	b.keys = b.keys[:0]
-	for i := range b.tats.keys {
-		b.keys = append(b.keys, &b.tats.keys[i])
-	}
-	b.keys = append(b.keys, b.others.keys...)
+	b.keys = b.others.appendTo(b.tats.appendTo(b.keys[:0]))
 	args := make([]any, 0, 3+len(b.keys)+1+len(b.strs))
 	if eval {
 		args = append(args, "eval", b.d.src)
@@ -542,7 +533,7 @@ func (b *runBuilder) cmd(ctx context.Context, eval, claims bool) redis.Cmder {
 	}
 	args = append(args, len(b.keys))
 	args = append(args, b.keys...)
-	args = append(args, b.nums)
+	args = append(args, &b.nums) // a pointer: boxed without allocating
 	args = append(args, b.strs...)
 	var cmd interface {
 		redis.Cmder
