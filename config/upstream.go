@@ -126,8 +126,9 @@ func DefaultHealthCheck() HealthCheck {
 // taken out of the rotation for a time that grows with each ejection.
 type Outlier struct {
 	// Consecutive5xx ejects an instance after this many 5xx answers (or
-	// resets and timeouts after the request reached it) in a row; 0
-	// never. Default 5.
+	// resets and timeouts after the request reached it) in a row, over
+	// all its requests or over its reads (GET, HEAD) or its writes
+	// (orders, cancels) alone; 0 never. Default 5.
 	Consecutive5xx int `yaml:"consecutive_5xx"`
 	// ConsecutiveConnectFailures ejects an instance after this many
 	// failed connects in a row; 0 never. Default 3.

@@ -139,11 +139,12 @@ func (g *Gateway) unavailable(st *requestState, r *http.Request, e *apierror.Err
 	g.refuse(st, r, e)
 }
 
-// instanceDone ends st's request at its instance with its outcome.
-func (g *Gateway) instanceDone(st *requestState) {
+// instanceDone ends st's request, r, at its instance with its outcome
+// and kind (a read, or a write such as an order).
+func (g *Gateway) instanceDone(st *requestState, r *http.Request) {
 	if inst := st.inst; inst != nil {
 		st.inst = nil
-		inst.Done(outcomeOf(st))
+		inst.Done(outcomeOf(st), upstream.KindOf(r.Method))
 	}
 }
 
@@ -199,7 +200,7 @@ func (t fleetTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		if !g.moveSlot(st, req, next) {
 			svc.EndRetry()
-			next.Done(upstream.Abandoned)
+			next.Done(upstream.Abandoned, upstream.KindOf(req.Method))
 			break
 		}
 		st.moved = true
@@ -207,7 +208,7 @@ func (t fleetTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		st.upErr = err
 		prev := st.inst
 		st.inst = next
-		prev.Done(outcomeOf(st))
+		prev.Done(outcomeOf(st), upstream.KindOf(req.Method))
 		st.upErr = nil
 		req = retryRequest(req, next, st)
 		if st.upSpan != nil {

@@ -831,7 +831,7 @@ func (g *Gateway) end(st *requestState, r *http.Request, extra ...zap.Field) {
 	if st.rec {
 		g.endSpans(st, r, done)
 	}
-	g.instanceDone(st)
+	g.instanceDone(st, r)
 }
 
 // nowSince returns the time now on the gateway's clock, for a request

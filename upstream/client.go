@@ -29,15 +29,16 @@ func (t serviceTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	out := req.Clone(req.Context())
 	out.URL.Scheme, out.URL.Host, out.Host = inst.URL.Scheme, inst.URL.Host, ""
 	res, err := t.rt.RoundTrip(out)
+	k := KindOf(req.Method)
 	switch {
 	case err != nil && NothingSent(err):
-		inst.Done(ConnectFailure)
+		inst.Done(ConnectFailure, k)
 	case err != nil:
-		inst.Done(ServerError)
+		inst.Done(ServerError, k)
 	case res.StatusCode >= 500:
-		inst.Done(ServerError)
+		inst.Done(ServerError, k)
 	default:
-		inst.Done(Success)
+		inst.Done(Success, k)
 	}
 	return res, err
 }

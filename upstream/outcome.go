@@ -1,6 +1,9 @@
 package upstream
 
-import "time"
+import (
+	"net/http"
+	"time"
+)
 
 // Outcome is how a request to an instance ended, as passive outlier
 // detection reads it.
@@ -35,8 +38,33 @@ func (o Outcome) String() string {
 	return "abandoned"
 }
 
-// Done ends a request Pick counted at the instance, with how it went.
-func (i *Instance) Done(o Outcome) {
+// Kind is which of an instance's paths a request took: its reads or its
+// writes. Outlier detection counts an instance's server errors of each
+// apart as well as together, so that an instance whose order path fails
+// (its link to the matching engine down) while its reads succeed is
+// ejected: the reads' successes would end a single run of failures.
+type Kind uint8
+
+// Kinds.
+const (
+	// Read is a GET or HEAD: market data, balances, an order's status.
+	Read Kind = iota
+	// Write is any other method: orders, cancels.
+	Write
+	numKinds
+)
+
+// KindOf returns the kind of a request of the method.
+func KindOf(method string) Kind {
+	if method == http.MethodGet || method == http.MethodHead {
+		return Read
+	}
+	return Write
+}
+
+// Done ends a request Pick counted at the instance, with how it went and
+// its kind.
+func (i *Instance) Done(o Outcome, k Kind) {
 	i.active.Add(-1)
 	i.svc.active.Add(-1)
 	i.outcomes[o].Add(1)
@@ -46,19 +74,38 @@ func (i *Instance) Done(o Outcome) {
 		if i.consec5xx.Load() != 0 {
 			i.consec5xx.Store(0)
 		}
+		if i.consec5xxOf[k].Load() != 0 {
+			i.consec5xxOf[k].Store(0)
+		}
 		if i.consecConnect.Load() != 0 {
 			i.consecConnect.Store(0)
 		}
 	case ServerError:
 		i.consecConnect.Store(0)
-		if n := out.Consecutive5xx; n > 0 && int(i.consec5xx.Add(1)) >= n {
+		n := out.Consecutive5xx
+		if n <= 0 {
+			break
+		}
+		all, ofKind := i.consec5xx.Add(1), i.consec5xxOf[k].Add(1)
+		switch {
+		case int(all) >= n:
 			i.svc.eject(i, ReasonConsecutive5xx)
+		case int(ofKind) >= n:
+			i.svc.eject(i, k.reason())
 		}
 	case ConnectFailure:
 		if n := out.ConsecutiveConnectFailures; n > 0 && int(i.consecConnect.Add(1)) >= n {
 			i.svc.eject(i, ReasonConnectFailure)
 		}
 	}
+}
+
+// reason is the ejection reason of a run of server errors of kind k.
+func (k Kind) reason() Reason {
+	if k == Read {
+		return ReasonReads5xx
+	}
+	return ReasonWrites5xx
 }
 
 // eject takes inst out of the rotation for BaseEjectionTime times the
@@ -71,6 +118,9 @@ func (s *Service) eject(inst *Instance, why Reason) {
 		return
 	}
 	inst.consec5xx.Store(0)
+	for k := range inst.consec5xxOf {
+		inst.consec5xxOf[k].Store(0)
+	}
 	inst.consecConnect.Store(0)
 	out := &s.opts.Outlier
 	ejected := 0

@@ -57,7 +57,9 @@ type Options struct {
 type Outlier struct {
 	// Consecutive5xx ejects an instance after this many server errors
 	// (5xx answers, resets and timeouts after the request was sent) in a
-	// row. 0 means never.
+	// row, counted over all its requests and over each Kind apart (its
+	// writes' run goes on through successful reads, and the reverse).
+	// 0 means never.
 	Consecutive5xx int
 	// ConsecutiveConnectFailures ejects an instance after this many
 	// failed connects in a row. 0 means never.
@@ -145,7 +147,8 @@ type Instance struct {
 	weight atomic.Uint32
 	active atomic.Int64
 
-	consec5xx     atomic.Int32
+	consec5xx     atomic.Int32           // server errors in a row, of any kind
+	consec5xxOf   [numKinds]atomic.Int32 // server errors in a row of each kind
 	consecConnect atomic.Int32
 	outcomes      [numOutcomes]atomic.Uint64 // requests ended, by outcome
 	ejectedTotal  [numReasons]atomic.Uint64  // ejections, by reason
@@ -170,6 +173,8 @@ const (
 	ReasonNone           Reason = iota
 	ReasonConsecutive5xx        // a run of server errors
 	ReasonConnectFailure        // a run of refused or failed connects
+	ReasonReads5xx              // a run of server errors of its reads, its writes succeeding
+	ReasonWrites5xx             // a run of server errors of its writes (orders), its reads succeeding
 	numReasons
 )
 
@@ -180,6 +185,10 @@ func (r Reason) String() string {
 		return "consecutive_5xx"
 	case ReasonConnectFailure:
 		return "connect_failure"
+	case ReasonReads5xx:
+		return "consecutive_5xx_reads"
+	case ReasonWrites5xx:
+		return "consecutive_5xx_writes"
 	}
 	return "none"
 }

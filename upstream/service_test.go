@@ -35,7 +35,7 @@ func shares(t *testing.T, s *Service, n int) map[string]int {
 			t.Fatal(err)
 		}
 		got[inst.Addr]++
-		inst.Done(Success)
+		inst.Done(Success, Read)
 	}
 	return got
 }
@@ -57,7 +57,7 @@ func TestUpdateKeepsInstanceState(t *testing.T) {
 		}
 	}
 	ejected.active.Add(1)
-	ejected.Done(ServerError)
+	ejected.Done(ServerError, Read)
 	if st := s.State(); st.Ejected != 1 || st.Healthy != 2 {
 		t.Fatalf("after a 5xx with consecutive_5xx 1: %+v, want 1 ejected, 2 healthy", st)
 	}
@@ -78,7 +78,7 @@ func TestUpdateKeepsInstanceState(t *testing.T) {
 	}
 	// Dropped from the list: out of the rotation, its request still ends.
 	s.Update(more[3:])
-	held.Done(Success)
+	held.Done(Success, Read)
 	for range 50 {
 		inst, err := s.Pick()
 		if err != nil {
@@ -87,7 +87,7 @@ func TestUpdateKeepsInstanceState(t *testing.T) {
 		if inst.URL.String() != more[3].URL.String() {
 			t.Fatalf("picked %s, which is no longer listed", inst.Addr)
 		}
-		inst.Done(Success)
+		inst.Done(Success, Read)
 	}
 }
 
@@ -142,7 +142,7 @@ func TestPickPeeked(t *testing.T) {
 				if inst.Active() != 1 {
 					t.Fatalf("%d requests under way at %s, want the one picked", inst.Active(), inst.Addr)
 				}
-				inst.Done(Success)
+				inst.Done(Success, Read)
 				s.Update(eps)
 			}
 		})
@@ -185,7 +185,7 @@ func TestEjectionLimits(t *testing.T) {
 	fail := func(inst *Instance, o Outcome, n int) {
 		for range n {
 			inst.active.Add(1)
-			inst.Done(o)
+			inst.Done(o, Read)
 		}
 	}
 	fail(insts[0], ServerError, 1)
@@ -229,7 +229,7 @@ func TestEjectionEndsAndGrows(t *testing.T) {
 	inst := s.Instances()[0]
 	for i := 1; i <= 2; i++ {
 		inst.active.Add(1)
-		inst.Done(ServerError)
+		inst.Done(ServerError, Read)
 		s.mu.Lock()
 		n := inst.ejections
 		s.mu.Unlock()
@@ -253,9 +253,9 @@ func TestPanicAndUnavailable(t *testing.T) {
 	s.Update(endpoints(t, 1, 1, 1))
 	insts := s.Instances()
 	insts[0].active.Add(1)
-	insts[0].Done(ServerError)
+	insts[0].Done(ServerError, Read)
 	insts[1].active.Add(1)
-	insts[1].Done(ServerError)
+	insts[1].Done(ServerError, Read)
 	st := s.State()
 	if !st.Panic || !st.Available() {
 		t.Fatalf("1 of 3 healthy under a 50%% threshold: %+v, want panic", st)
@@ -265,7 +265,7 @@ func TestPanicAndUnavailable(t *testing.T) {
 		t.Errorf("in panic the 5xx-ejected instances get no share: %v", got)
 	}
 	insts[2].active.Add(1)
-	insts[2].Done(ConnectFailure)
+	insts[2].Done(ConnectFailure, Read)
 	got = shares(t, s, 300)
 	if got[insts[2].Addr] != 0 {
 		t.Errorf("an instance ejected for refusing connects got %d requests in panic", got[insts[2].Addr])
@@ -284,7 +284,7 @@ func TestPickAllocatesNothing(t *testing.T) {
 	s.Update(endpoints(t, 1, 2, 3))
 	if n := testing.AllocsPerRun(1000, func() {
 		inst, _ := s.Pick()
-		inst.Done(Success)
+		inst.Done(Success, Read)
 	}); n != 0 {
 		t.Errorf("Pick and Done allocate %v times", n)
 	}
@@ -308,7 +308,7 @@ func BenchmarkPick(b *testing.B) {
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {
 					inst, _ := s.Pick()
-					inst.Done(Success)
+					inst.Done(Success, Read)
 				}
 			})
 		})
@@ -359,7 +359,7 @@ func TestPriorityFailover(t *testing.T) {
 			}
 			for _, i := range tc.ejected {
 				at(i).active.Add(1)
-				at(i).Done(ServerError)
+				at(i).Done(ServerError, Read)
 			}
 			got := shares(t, s, 200)
 			var want []string
@@ -387,6 +387,80 @@ func TestPriorityFailover(t *testing.T) {
 			}
 			if st := s.State(); len(tc.ejected) == 0 && (st.Failover || st.Priority != 10) {
 				t.Errorf("after the lowest level recovered: %+v, want it in use again", st)
+			}
+		})
+	}
+}
+
+// TestEjectionRunsByKind feeds one instance's outcomes, reads and writes
+// interleaved, under consecutive_5xx 3: a run of either kind's server
+// errors ejects it whatever the other kind does meanwhile (an instance
+// whose orders fail while its reads succeed), a success ends only its
+// own kind's run, and a run over both kinds ejects as before.
+func TestEjectionRunsByKind(t *testing.T) {
+	const (
+		rOK  = "r+" // a read answered
+		rErr = "r-" // a read failed (5xx)
+		wOK  = "w+"
+		wErr = "w-"
+	)
+	tests := []struct {
+		name  string
+		seq   []string
+		want  Reason // ReasonNone: still in the rotation
+		after int    // the outcome that ejects it (1-based), when want is not ReasonNone
+	}{
+		{"writes fail, reads succeed", []string{wErr, rOK, wErr, rOK, rOK, wErr, rOK}, ReasonWrites5xx, 6},
+		{"reads fail, writes succeed", []string{rErr, wOK, rErr, wOK, rErr}, ReasonReads5xx, 5},
+		{"a write's success ends the writes' run", []string{wErr, rOK, wErr, wOK, wErr, rOK, wErr}, ReasonNone, 0},
+		{"both fail: the run over both", []string{wErr, rErr, wErr}, ReasonConsecutive5xx, 3},
+		{"alternating failures and successes of each", []string{wErr, wOK, rErr, rOK, wErr, wOK, rErr, rOK}, ReasonNone, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var got []Event
+			s := NewService("orders", Options{
+				Outlier: Outlier{Consecutive5xx: 3, BaseEjectionTime: time.Hour, MaxEjectionPercent: 50},
+				OnChange: func(ev Event) {
+					if ev.Kind == Ejected {
+						got = append(got, ev)
+					}
+				},
+			})
+			s.Update(endpoints(t, 1, 1))
+			inst := s.Instances()[0]
+			at := 0
+			for i, o := range tt.seq {
+				k, out := Read, Success
+				if o[0] == 'w' {
+					k = Write
+				}
+				if o[1] == '-' {
+					out = ServerError
+				}
+				inst.active.Add(1)
+				inst.Done(out, k)
+				if len(got) > 0 && at == 0 {
+					at = i + 1
+				}
+			}
+			switch {
+			case tt.want == ReasonNone && len(got) != 0:
+				t.Fatalf("ejected for %s after outcome %d", got[0].Reason, at)
+			case tt.want == ReasonNone:
+				return
+			case len(got) != 1 || got[0].Reason != tt.want || at != tt.after:
+				t.Fatalf("ejections %v at outcome %d, want one for %s at %d", got, at, tt.want, tt.after)
+			}
+			if st := s.Status()[0]; st.State != "ejected" || st.Reason != tt.want.String() || st.Ejections[tt.want.String()] != 1 {
+				t.Errorf("status: %+v", st)
+			}
+			for range 20 {
+				if p, _ := s.Pick(); p == inst {
+					t.Fatal("the ejected instance was picked")
+				} else {
+					p.Done(Success, Write)
+				}
 			}
 		})
 	}

@@ -35,7 +35,7 @@ func TestUpdateWhilePicking(t *testing.T) {
 				t.Error(err)
 				return
 			}
-			inst.Done(Success)
+			inst.Done(Success, Read)
 		}
 	}()
 	wg.Wait()
@@ -81,7 +81,7 @@ func TestUpdateNamedAgainWhileDraining(t *testing.T) {
 			}
 			if tc.eject {
 				failed, _ := s.PickPeeked(a)
-				failed.Done(ServerError)
+				failed.Done(ServerError, Read)
 				if st := s.State(); st.Ejected != 1 {
 					t.Fatalf("after a 5xx with consecutive_5xx 1: %+v, want 1 ejected", st)
 				}
@@ -89,7 +89,7 @@ func TestUpdateNamedAgainWhileDraining(t *testing.T) {
 			s.Update(eps[1:]) // a leaves the answer
 			if tc.ended {
 				a.Controller.Release(1, overload.Place, time.Time{}, 0, false)
-				a.Done(Success)
+				a.Done(Success, Read)
 			}
 			s.Update(eps) // and is named again
 			again := s.Instances()[0]
@@ -118,7 +118,7 @@ func TestUpdateNamedAgainWhileDraining(t *testing.T) {
 			if tc.eject && slices.Contains(s.Rotation(), again) {
 				t.Error("an instance ejected for an hour is back in the rotation")
 			}
-			held.Done(Success)
+			held.Done(Success, Read)
 		})
 	}
 }
