@@ -17,8 +17,9 @@ import (
 // bulkRead is one bulk request or status read the DRF views accepted, as
 // they read it.
 type bulkRead struct {
-	Kind      string               `json:"kind"` // place, cancel or status
+	Kind      string               `json:"kind"` // place, cancel, status or cancel_path (DELETE of ids in the path)
 	Method    string               `json:"method"`
+	Query     string               `json:"query"` // the query string the view could read
 	RequestID string               `json:"request_id"`
 	Body      string               `json:"body"`
 	IDs       []string             `json:"ids"`

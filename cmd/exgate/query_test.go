@@ -97,3 +97,64 @@ func TestOrderQueryReferenceBackend(t *testing.T) {
 		t.Errorf("GET orders ?state=bogus: the backend did not read the query (%d %s)", code, b)
 	}
 }
+
+// TestDRFOrderIDQuery puts exgate in front of a Django REST framework view
+// of order ids in the path (GET reads them, DELETE cancels them). DRF
+// itself runs a cancel whatever its query says, and reads the query
+// beside it: ?format=api cancels the order and answers the JSON client
+// with an HTML page, and a view that reads ?ids= or a mass cancel from it
+// would cancel orders exgate never checked nor charged (cancel_order
+// charges one unit per id of the path). Through exgate a cancel or a
+// status read with any query string is refused with 400 invalid_query and
+// never reaches DRF; without one, DRF reads exactly the path's ids, and a
+// bare "?" is dropped.
+func TestDRFOrderIDQuery(t *testing.T) {
+	drf := startDRF(t)
+	bearer := []string{"Authorization", "Bearer " + drf.tokens[0]}
+	code, h, _ := call(t, "DELETE", drf.url+"/api/v1/odr/orders/3/?format=api", "", append(bearer, "X-Request-Id", "direct")...)
+	if r := drf.bulkReads(t)["direct"]; r.Kind != "cancel_path" || r.Query != "format=api" || !strings.HasPrefix(h.Get("Content-Type"), "text/html") {
+		t.Fatalf("DRF does not cancel and switch its renderer on ?format=api (%d %s, read %+v): the test proves nothing", code, h.Get("Content-Type"), r)
+	}
+	gw, _ := drfGateway(t, drf, nil)
+	for i, c := range []struct{ method, target string }{
+		{"DELETE", "/api/v1/odr/orders/3/?ids=4,5,6"},
+		{"DELETE", "/api/v1/odr/orders/3/?ids=4&ids=5"},
+		{"DELETE", "/api/v1/odr/orders/3/?ids[]=4&ids[]=5"},
+		{"DELETE", "/api/v1/odr/orders/3/?symbol=BTC_USDT&all=true"},
+		{"DELETE", "/api/v1/odr/orders/3/?format=api"},
+		{"DELETE", "/api/v1/odr/orders/3,2/?a=1;ids=4"},
+		{"DELETE", "/api/v1/odr/orders/3.json?ids=4"},
+		{"GET", "/api/v1/odr/orders/3/?ids=4,5,6"},
+		{"GET", "/api/v1/odr/orders/3,2/?format=api"},
+	} {
+		id := fmt.Sprintf("query-%d", i)
+		code, _, b := call(t, c.method, gw+c.target, "", append(bearer, "X-Request-Id", id)...)
+		if code != http.StatusBadRequest || errCode(t, b) != "invalid_query" {
+			t.Errorf("%s %s: %d %.100s, want 400 invalid_query", c.method, c.target, code, b)
+		}
+	}
+	accepted := []struct{ method, target, id, kind, ids string }{
+		{"DELETE", "/api/v1/odr/orders/3,2/", "cancel", "cancel_path", "3,2"},
+		{"DELETE", "/api/v1/odr/orders/5/?", "cancel-bare", "cancel_path", "5"},
+		{"GET", "/api/v1/odr/orders/3,2/?", "status-bare", "status", "3,2"},
+	}
+	for _, c := range accepted {
+		if code, _, b := call(t, c.method, gw+c.target, "", append(bearer, "X-Request-Id", c.id)...); code != http.StatusOK {
+			t.Errorf("%s %s: %d %s", c.method, c.target, code, b)
+		}
+	}
+	reads := drf.bulkReads(t)
+	for id, r := range reads {
+		if strings.HasPrefix(id, "query-") {
+			t.Errorf("DRF read %s %s of %q with query %q, a request exgate refused", r.Method, r.Kind, r.IDs, r.Query)
+		}
+	}
+	for _, c := range accepted {
+		if r := reads[c.id]; r.Kind != c.kind || strings.Join(r.IDs, ",") != c.ids || r.Query != "" {
+			t.Errorf("%s %s: DRF read %s of %q with query %q, want %s of %s and no query", c.method, c.target, r.Kind, r.IDs, r.Query, c.kind, c.ids)
+		}
+	}
+	if len(reads) != 1+len(accepted) {
+		t.Errorf("DRF read %d requests, want the direct one and %d through exgate: %+v", len(reads), len(accepted), reads)
+	}
+}

@@ -3,7 +3,8 @@ fields (DecimalField for decimals, as a Django backend writes them), an
 in-memory store of placed orders, and a record of each placement for the
 test to compare with what exgate validated; the bulk view (placement, and
 cancel by ids as an array or {"ids": [...]}, POSTed or DELETEd) and the
-status of ids joined by commas, each recording what it read."""
+status and cancel of ids joined by commas in the path, each recording
+what it read (and the query string beside it)."""
 
 import threading
 
@@ -97,6 +98,7 @@ def _record(request, raw, kind, ids=None, orders=None):
                 "body": raw.decode("latin-1"),
                 "ids": ids,
                 "orders": orders,
+                "query": request.META.get("QUERY_STRING", ""),
             }
         )
 
@@ -134,12 +136,18 @@ class BulkView(APIView):
 
 class StatusView(APIView):
     """GET /api/v1/odr/orders/<ids>/: ids joined by commas, read as a
-    Django view commonly does (int of each part)."""
+    Django view commonly does (int of each part). DELETE cancels them,
+    recording the query string the view could read beside the path."""
 
     def get(self, request, ids, format=None):
         read = [str(int(i)) for i in ids.split(",")]
         _record(request, b"", "status", ids=read)
         return Response([{"id": int(i), "state": "active"} for i in read])
+
+    def delete(self, request, ids, format=None):
+        read = [str(int(i)) for i in ids.split(",")]
+        _record(request, b"", "cancel_path", ids=read)
+        return Response([{"id": int(i), "state": "canceled"} for i in read])
 
 
 class BulkRecordView(APIView):
