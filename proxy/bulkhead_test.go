@@ -47,7 +47,7 @@ func TestBulkHeadRefusedFromCache(t *testing.T) {
 			c.Route(name).Limits[0].Rate = config.Rate{N: 1, Period: time.Hour}
 			c.Route(name).Limits[0].Burst = 1
 		}
-	}, ratelimit.NewDenyCache(rl, 100, nil), nil)
+	}, ratelimit.NewDenyCache(rl, denyCacheKeys, nil), nil)
 	answer := func(c net.Conn) int {
 		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
 		res, err := http.ReadResponse(bufio.NewReader(c), nil)
@@ -89,6 +89,13 @@ func TestBulkHeadRefusedFromCache(t *testing.T) {
 		t.Errorf("a bulk refused at its head holds %d bytes", n)
 	}
 }
+
+// denyCacheKeys is the size of the deny cache of a test that needs it to
+// hold a few refusals at once: the cache is 64 shards of maxKeys/64
+// entries each (expiring.Map), so one of 100 keys holds one a shard, and
+// two refusals whose keys hash to one shard (by a seed drawn per cache:
+// 1 run in 64) evict each other.
+const denyCacheKeys = 1000
 
 // newTestRedisLimits is a Redis limit store on a Redis of its own whose
 // deadline only a hang reaches: on a loaded machine a round trip slower
