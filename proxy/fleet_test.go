@@ -442,6 +442,136 @@ func holdAndShed(t *testing.T, ctl *overload.Controller, who overload.Client) {
 	}
 }
 
+// orderFleet is three instances on loopback behind a gateway, the second
+// of which answers every order 503 while its link is down (its reads
+// 200), each recording the order identifiers that reached it.
+type orderFleet struct {
+	e         *env
+	badAddr   string
+	linkDown  atomic.Bool
+	badOrders atomic.Int64
+	mu        sync.Mutex
+	reached   map[string]int  // order identifier → the times it reached an instance
+	badSeen   strings.Builder // what the bad instance answered, in order: r a read, w a failed order
+	sent      int             // orders placed
+}
+
+// startOrderFleet starts the fleet with consecutive_5xx 3 and ejections
+// of 2s, the link down.
+func startOrderFleet(t *testing.T) *orderFleet {
+	f := &orderFleet{reached: map[string]int{}}
+	f.linkDown.Store(true)
+	var urls []config.URL
+	for _, bad := range []bool{false, true, false} {
+		s := httptest.NewServer(f.instance(bad))
+		t.Cleanup(s.Close)
+		urls = append(urls, config.MustURL(s.URL))
+	}
+	f.badAddr = strings.TrimPrefix(urls[1].URL.String(), "http://")
+	f.e = startOrdersConfig(t, placed, nil, func(c *config.Config) {
+		c.Upstream.URLs = urls
+		c.Upstream.Outlier.Consecutive5xx = 3
+		c.Upstream.Outlier.BaseEjectionTime = 2 * time.Second
+		c.Upstream.Outlier.MaxEjectionTime = 4 * time.Second
+	})
+	return f
+}
+
+// instance is an instance's handler.
+func (f *orderFleet) instance(bad bool) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		order := r.Method == http.MethodPost
+		f.mu.Lock()
+		if bad && (!order || f.linkDown.Load()) {
+			f.badSeen.WriteString(map[bool]string{true: "w", false: "r"}[order])
+		}
+		if order {
+			var o struct{ Identifier string }
+			_ = json.Unmarshal(body, &o)
+			f.reached[o.Identifier]++
+		}
+		f.mu.Unlock()
+		if bad && order {
+			f.badOrders.Add(1)
+			if f.linkDown.Load() {
+				http.Error(w, `{"detail":"matching engine unreachable"}`, http.StatusServiceUnavailable)
+				return
+			}
+		}
+		placed(w, r)
+	}
+}
+
+// status is the bad instance's.
+func (f *orderFleet) status(t *testing.T) upstream.InstanceStatus {
+	t.Helper()
+	for _, st := range f.e.gw.fleet.Service("").Status() {
+		if st.Addr == f.badAddr {
+			return st
+		}
+	}
+	t.Fatalf("no instance %s", f.badAddr)
+	return upstream.InstanceStatus{}
+}
+
+// place places an order of a new identifier and returns its status.
+func (f *orderFleet) place(t *testing.T) int {
+	t.Helper()
+	f.sent++
+	res := postOrder(t, f.e, fmt.Sprintf(`{"symbol":"BTC_USDT","type":"market","side":"buy","base_amount":"0.001","identifier":"o-%d"}`, f.sent))
+	_, _ = io.Copy(io.Discard, res.Body)
+	res.Body.Close()
+	return res.StatusCode
+}
+
+// read sends a GET, which must not fail.
+func (f *orderFleet) read(t *testing.T) {
+	t.Helper()
+	res := do(t, "GET", f.e.url+"/api/v1/mkt/markets/", nil)
+	_, _ = io.Copy(io.Discard, res.Body)
+	res.Body.Close()
+	if res.StatusCode >= 500 {
+		t.Fatalf("a read answered %d", res.StatusCode)
+	}
+}
+
+// ejectedForOrders sends reads and orders until the bad instance is
+// ejected, and checks why: after its third failed order, for the run of
+// its writes when its reads' successes came between them (a read is
+// drawn to it about once in three), else for the run over both kinds,
+// as before.
+func (f *orderFleet) ejectedForOrders(t *testing.T) {
+	deadline := time.Now().Add(time.Minute) // only bounds a hang
+	for f.status(t).State != "ejected" {
+		if time.Now().After(deadline) {
+			t.Fatalf("never ejected: %+v", f.status(t))
+		}
+		for range 3 {
+			f.read(t)
+		}
+		f.place(t)
+	}
+	st := f.status(t)
+	f.mu.Lock()
+	seen := f.badSeen.String()
+	f.mu.Unlock()
+	want := "consecutive_5xx_writes"
+	if !strings.Contains(strings.Trim(seen, "r"), "r") {
+		want = "consecutive_5xx"
+	}
+	if st.Reason != want || st.Ejections[want] != 1 || st.Requests["server_error"] != 3 {
+		t.Fatalf("ejected: %+v after %q, want for %s after its third failed order", st, seen, want)
+	}
+	for _, ss := range (fleetStatus{f.e.gw.fleet}).FleetStatus() {
+		for _, in := range ss.Instances {
+			if in.Addr == f.badAddr && in.Ejections[want] != 1 {
+				t.Errorf("the metrics' ejections of %s: %v", f.badAddr, in.Ejections)
+			}
+		}
+	}
+}
+
 // TestInstanceFailingOnlyOrdersEjected runs the default service over three
 // real instances on loopback, one of which answers every order 503 (its
 // link to the matching engine down) and every read 200, reads and orders
@@ -452,157 +582,54 @@ func holdAndShed(t *testing.T, ctl *overload.Controller, who overload.Client) {
 // back, and no order reaches the instances twice (a 5xx answer is an
 // answer: the order is never sent to another instance).
 func TestInstanceFailingOnlyOrdersEjected(t *testing.T) {
-	var linkDown atomic.Bool
-	linkDown.Store(true)
-	var mu sync.Mutex
-	reached := map[string]int{} // order identifier → the times it reached an instance
-	var badOrders atomic.Int64
-	var badSeen strings.Builder // what the bad instance answered, in order: r a read, w a failed order
-	instance := func(bad bool) http.HandlerFunc {
-		return func(w http.ResponseWriter, r *http.Request) {
-			body, _ := io.ReadAll(r.Body)
-			if bad && (r.Method != http.MethodPost || linkDown.Load()) {
-				mu.Lock()
-				badSeen.WriteString(map[bool]string{true: "r", false: "w"}[r.Method != http.MethodPost])
-				mu.Unlock()
-			}
-			if r.Method == http.MethodPost {
-				var o struct{ Identifier string }
-				_ = json.Unmarshal(body, &o)
-				mu.Lock()
-				reached[o.Identifier]++
-				mu.Unlock()
-				if bad {
-					badOrders.Add(1)
-				}
-				if bad && linkDown.Load() {
-					http.Error(w, `{"detail":"matching engine unreachable"}`, http.StatusServiceUnavailable)
-					return
-				}
-			}
-			placed(w, r)
-		}
-	}
-	var urls []config.URL
-	for _, bad := range []bool{false, true, false} {
-		s := httptest.NewServer(instance(bad))
-		t.Cleanup(s.Close)
-		urls = append(urls, config.MustURL(s.URL))
-	}
-	e := startOrdersConfig(t, placed, nil, func(c *config.Config) {
-		c.Upstream.URLs = urls
-		c.Upstream.Outlier.Consecutive5xx = 3
-		c.Upstream.Outlier.BaseEjectionTime = 2 * time.Second
-		c.Upstream.Outlier.MaxEjectionTime = 4 * time.Second
-	})
-	svc := e.gw.fleet.Service("")
-	badAddr := strings.TrimPrefix(urls[1].URL.String(), "http://")
-	statusOf := func() upstream.InstanceStatus {
-		for _, st := range svc.Status() {
-			if st.Addr == badAddr {
-				return st
-			}
-		}
-		t.Fatalf("no instance %s", badAddr)
-		return upstream.InstanceStatus{}
-	}
-	n := 0
-	place := func() int {
-		n++
-		res := postOrder(t, e, fmt.Sprintf(`{"symbol":"BTC_USDT","type":"market","side":"buy","base_amount":"0.001","identifier":"o-%d"}`, n))
-		_, _ = io.Copy(io.Discard, res.Body)
-		res.Body.Close()
-		return res.StatusCode
-	}
-	read := func() {
-		res := do(t, "GET", e.url+"/api/v1/mkt/markets/", nil)
-		_, _ = io.Copy(io.Discard, res.Body)
-		res.Body.Close()
-		if res.StatusCode >= 500 {
-			t.Fatalf("a read answered %d", res.StatusCode)
-		}
-	}
-
-	t.Run("ejected for its orders while its reads succeed", func(t *testing.T) {
-		deadline := time.Now().Add(time.Minute) // only bounds a hang
-		for statusOf().State != "ejected" {
-			if time.Now().After(deadline) {
-				t.Fatalf("never ejected: %+v", statusOf())
-			}
-			for range 3 {
-				read() // reads between the orders: some reach the bad instance and succeed
-			}
-			place()
-		}
-		st := statusOf()
-		mu.Lock()
-		seen := badSeen.String()
-		mu.Unlock()
-		// Its reads' successes came between its failed orders (a read
-		// is drawn to it about once in three): the run of its writes
-		// ejects it. Should none have come between them, the run over
-		// both kinds does, as it did before.
-		want := "consecutive_5xx_writes"
-		if !strings.Contains(strings.Trim(seen, "r"), "r") {
-			want = "consecutive_5xx"
-		}
-		if st.Reason != want || st.Ejections[want] != 1 || st.Requests["server_error"] != 3 {
-			t.Fatalf("ejected: %+v after %q, want for %s after its third failed order", st, seen, want)
-		}
-		for _, ss := range (fleetStatus{e.gw.fleet}).FleetStatus() {
-			for _, in := range ss.Instances {
-				if in.Addr == badAddr && in.Ejections["consecutive_5xx_writes"] != 1 {
-					t.Errorf("the metrics' ejections of %s: %v", badAddr, in.Ejections)
-				}
-			}
-		}
-	})
+	f := startOrderFleet(t)
+	t.Run("ejected for its orders while its reads succeed", f.ejectedForOrders)
 
 	t.Run("no order while ejected", func(t *testing.T) {
-		before, sent := badOrders.Load(), 0
+		before, sent := f.badOrders.Load(), 0
 		for range 30 {
-			until := statusOf().EjectedUntil
-			if code := place(); code/100 != 2 {
+			until := f.status(t).EjectedUntil
+			if code := f.place(t); code/100 != 2 {
 				t.Fatalf("an order while the bad instance is ejected answered %d", code)
 			}
-			if st := statusOf(); st.State != "ejected" || !st.EjectedUntil.Equal(until) {
+			if st := f.status(t); st.State != "ejected" || !st.EjectedUntil.Equal(until) {
 				break // the ejection ended meanwhile: the orders before it prove it
 			}
 			sent++
 		}
-		if got := badOrders.Load(); got != before || sent == 0 {
+		if got := f.badOrders.Load(); got != before || sent == 0 {
 			t.Errorf("the ejected instance got %d orders of %d sent while it was ejected", got-before, sent)
 		}
 	})
 
 	t.Run("back after its ejection, placing orders again", func(t *testing.T) {
-		linkDown.Store(false)
+		f.linkDown.Store(false)
 		deadline := time.Now().Add(time.Minute)
-		for statusOf().State != "healthy" {
+		for f.status(t).State != "healthy" {
 			if time.Now().After(deadline) {
-				t.Fatalf("never back: %+v", statusOf())
+				t.Fatalf("never back: %+v", f.status(t))
 			}
 			time.Sleep(20 * time.Millisecond)
 		}
-		before := badOrders.Load()
-		for i := 0; badOrders.Load() == before; i++ {
+		before := f.badOrders.Load()
+		for i := 0; f.badOrders.Load() == before; i++ {
 			if i == 300 {
 				t.Fatal("300 orders and none reached the instance back in the rotation")
 			}
-			if code := place(); code/100 != 2 {
+			if code := f.place(t); code/100 != 2 {
 				t.Fatalf("an order answered %d with every instance well", code)
 			}
 		}
 	})
 
-	mu.Lock()
-	defer mu.Unlock()
-	for id, k := range reached {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for id, k := range f.reached {
 		if k != 1 {
 			t.Errorf("order %s reached the instances %d times", id, k)
 		}
 	}
-	if len(reached) != n {
-		t.Errorf("%d orders sent, %d reached an instance", n, len(reached))
+	if len(f.reached) != f.sent {
+		t.Errorf("%d orders sent, %d reached an instance", f.sent, len(f.reached))
 	}
 }
