@@ -28,9 +28,13 @@ type Admin struct {
 	// MaxConnections bounds the connections the admin listener holds at
 	// once: past it, a new connection waits in the kernel's accept queue
 	// until one closes, and holds no file descriptor of the process,
-	// which traffic, the backend and Redis share (docs/pools.md). Its
-	// callers are operators and Prometheus, a few connections each.
-	// Default 64.
+	// which traffic, the backend and Redis share (docs/pools.md). Within
+	// it each client address has a share (edge.ShareAdminConnections: of
+	// three quarters of it, the rest kept for the connections refused),
+	// so that one caller cannot keep the probes and Prometheus out; an
+	// address at its share closes its oldest idle connection for a new
+	// one, and is refused (503 too_many_connections) only when it has none
+	// idle. Default 64.
 	MaxConnections int `yaml:"max_connections"`
 }
 

@@ -71,42 +71,60 @@ type sharedListener struct {
 	balancers []netip.Prefix // server.proxy_protocol.trusted_peers
 	v6Prefix  int
 	metrics   *metrics.Edge
+	// admin, when set, are the admin listener's rules
+	// (ShareAdminConnections): a client at its share closes its idle
+	// connections, oldest first, before it is refused, and the
+	// connections refused are bounded.
+	admin *adminConns
 }
 
 // Accept returns the next connection, counted in its client's share, or
 // marked as past it; a balancer's is counted at its first request.
 func (l *sharedListener) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
-	if err != nil {
-		return nil, err
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		ap, err := netip.ParseAddrPort(c.RemoteAddr().String())
+		if err != nil {
+			return c, nil // not an IP peer (a test's pipe): nothing to share
+		}
+		addr := limiter.ClientForm(ap.Addr()) // as the gateway keys the client and compares its proxies
+		sc := &sharedConn{Conn: c}
+		switch {
+		case inPrefixes(l.balancers, addr):
+			sc.from = l
+		case inPrefixes(l.exempt, addr):
+			return c, nil
+		case !l.count(sc, addr):
+			_ = c.Close() // past its share, and no room left to answer it
+			continue
+		}
+		return sc, nil
 	}
-	ap, err := netip.ParseAddrPort(c.RemoteAddr().String())
-	if err != nil {
-		return c, nil // not an IP peer (a test's pipe): nothing to share
-	}
-	addr := limiter.ClientForm(ap.Addr()) // as the gateway keys the client and compares its proxies
-	sc := &sharedConn{Conn: c}
-	switch {
-	case inPrefixes(l.balancers, addr):
-		sc.from = l
-	case inPrefixes(l.exempt, addr):
-		return c, nil
-	default:
-		l.count(sc, addr)
-	}
-	return sc, nil
 }
 
 // count takes sc's place in the share of client addr, or marks it past
-// its share.
-func (l *sharedListener) count(sc *sharedConn, addr netip.Addr) {
+// its share (on the admin listener, once addr has no idle connection
+// left to close). It reports false when sc is past its share and the
+// listener has no room left for the connections it refuses: sc is to be
+// closed unanswered.
+func (l *sharedListener) count(sc *sharedConn, addr netip.Addr) bool {
 	k := share.AddrKey(limiter.AddrGroup(addr, l.v6Prefix))
-	if !l.pool.Take(k, 1) {
+	for !l.pool.Take(k, 1) {
+		if l.admin != nil && l.admin.closeOldest(k) {
+			continue // its place is free again
+		}
+		if l.admin != nil && !l.admin.takeRefused(sc) {
+			return false
+		}
 		sc.past = true // answered and closed at its first request
 		l.metrics.ConnectionRefused()
-		return
+		return true
 	}
 	sc.pool, sc.key = l.pool, k
+	return true
 }
 
 // inPrefixes reports whether a is inside one of ps.
@@ -128,9 +146,12 @@ type sharedConn struct {
 	past bool
 	// from is the listener of a balancer's connection whose client is
 	// counted at its first request (countClient); nil once it has been.
-	from   *sharedListener
-	mu     sync.Mutex
-	closed bool
+	from *sharedListener
+	// refusedOf is the admin listener whose room for refused connections
+	// this one takes (adminConns.takeRefused), or nil.
+	refusedOf *adminConns
+	mu        sync.Mutex
+	closed    bool
 }
 
 // Close closes the connection and gives its place back.
@@ -138,6 +159,9 @@ func (c *sharedConn) Close() error {
 	c.mu.Lock()
 	if !c.closed && c.pool != nil {
 		c.pool.Give(c.key, 1)
+	}
+	if !c.closed && c.refusedOf != nil {
+		c.refusedOf.refused.Add(-1)
 	}
 	c.closed = true
 	c.mu.Unlock()

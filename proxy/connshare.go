@@ -27,3 +27,8 @@ func (g *Gateway) checkConnShare(st *requestState, r *http.Request) *apierror.Er
 	st.rw.Header()["Connection"] = connClose
 	return errTooManyConnections
 }
+
+// TooManyConnections returns the answer to a request that came on a
+// connection past its client's share: 503 too_many_connections,
+// Retry-After: 1. The admin listener gives it too (admin.NewServer).
+func TooManyConnections() *apierror.Error { return errTooManyConnections }

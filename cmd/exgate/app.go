@@ -54,6 +54,10 @@ type deps struct {
 	// spanExporter replaces the OTLP exporter of tracing (tests). Nil
 	// means the one the configuration names.
 	spanExporter spanExporter
+	// adminConnState, when set, is told each admin connection's state
+	// after the admin listener's share is (tests: a connection is idle,
+	// and may be closed for a newer one of its address, once told so).
+	adminConnState func(net.Conn, http.ConnState)
 }
 
 // app is a started gateway: listeners bound and serving.
@@ -366,10 +370,17 @@ func (a *app) listen(cfg *config.Config) error {
 	}
 	a.addr, a.adminAd = ln.Addr().String(), aln.Addr().String()
 	// Past admin.max_connections a connection waits in the kernel's
-	// accept queue, holding none of the descriptors traffic shares.
-	aln = netutil.LimitListener(aln, cfg.Admin.MaxConnections)
+	// accept queue, holding none of the descriptors traffic shares; below
+	// it, each address has its share (edge.ShareAdminConnections), so
+	// that one caller's idle connections cannot keep the probes and
+	// Prometheus waiting there.
+	aln, adminIdle := edge.ShareAdminConnections(netutil.LimitListener(aln, cfg.Admin.MaxConnections), cfg)
 	a.srv = edge.NewServer(cfg, a.gw, a.log, a.edge)
 	a.admin = admin.NewServer(cfg, admin.Handler(a.gw, a.adminOptions(cfg)), a.log)
+	a.admin.ConnState = adminIdle
+	if told := a.d.adminConnState; told != nil {
+		a.admin.ConnState = func(c net.Conn, s http.ConnState) { adminIdle(c, s); told(c, s) }
+	}
 	tln := edge.ProxyProtocolListener(edge.ShareConnections(ln, cfg, a.edge), cfg.Server.ProxyProtocol, cfg.Server.ReadHeaderTimeout, a.edge)
 	go a.serveTraffic(tln)
 	if a.certs != nil {
