@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"net/http"
+	"strings"
 
 	"github.com/exgate/exgate/apierror"
 	"github.com/exgate/exgate/config"
@@ -24,20 +25,64 @@ import (
 // still cancels under ?format=api and answers the JSON client with HTML.
 // No client of the trading API sends a query to place, cancel or read an
 // order by id, so those routes refuse any; a bare "?" is dropped. Every
-// other route forwards its query: a list filter such as
-// GET /api/v1/odr/orders/?state=active is unaffected.
+// other route forwards its query as it came (a list filter such as
+// GET /api/v1/odr/orders/?state=active is unaffected), unless
+// httputil.ReverseProxy would not: it re-encodes a query with a ";", a
+// malformed percent-escape or more than 10,000 parameters through
+// url.ParseQuery, dropping every parameter that refuses, so that
+// ?state=active;symbol=BTC_USDT reached the backend as no query at all
+// (the whole order list, where Django reads state "active;symbol=BTC_USDT"
+// and lists nothing), ?symbol=BTC_USDT&x=%zz as ?symbol=BTC_USDT, and
+// 10,000 "&" after ?state=active as no filter. Parsers read those queries
+// differently (";" split by some, kept by Django and Python's parse_qsl;
+// "%zz" dropped by Go, kept literally by Django), so exgate refuses them
+// (queryAsSent) rather than forward what the client did not send.
 
 var (
 	errOrderQuery = apierror.Static(http.StatusBadRequest, "invalid_query",
 		"An order route takes no query string: the order's fields go in the JSON body.")
 	errIDsQuery = apierror.Static(http.StatusBadRequest, "invalid_query",
 		"An order id route takes no query string: the order ids go in the path.")
+	errQueryUnclear = apierror.Static(http.StatusBadRequest, "invalid_query",
+		`The query string has a ";", a malformed percent-escape or more than 10000 parameters, which parsers read differently: separate parameters with "&", and write ";" as %3B and "%" as %25.`)
 )
 
+// maxQueryParams is the most parameters net/url parses in a query (its
+// defaultMaxParams); httputil.ReverseProxy re-encodes one with more.
+const maxQueryParams = 10000
+
+// queryAsSent reports whether httputil.ReverseProxy forwards the raw
+// query q as it is (its cleanQueryParams): no ";", every "%" followed by
+// two hex digits, at most maxQueryParams parameters.
+func queryAsSent(q string) bool {
+	if strings.Count(q, "&") >= maxQueryParams {
+		return false
+	}
+	for i := 0; i < len(q); i++ {
+		switch q[i] {
+		case ';':
+			return false
+		case '%':
+			if i+2 >= len(q) {
+				return false
+			}
+			if _, ok := unhex(q[i+1]); !ok {
+				return false
+			}
+			if _, ok := unhex(q[i+2]); !ok {
+				return false
+			}
+			i += 2
+		}
+	}
+	return true
+}
+
 // checkQuery refuses a query string on a route that checks what it
-// forwards (validate: order, order_bulk or order_ids), before any limit
-// is charged, and drops an empty one ("?") so that the backend receives
-// the bare path.
+// forwards (validate: order, order_bulk or order_ids), and on any other
+// route one that would not be forwarded as it came (queryAsSent), before
+// any limit is charged; it drops an empty one ("?") on the former so that
+// the backend receives the bare path.
 func (g *Gateway) checkQuery(st *requestState, r *http.Request) *apierror.Error {
 	e := errOrderQuery
 	switch st.route.Config.Validate {
@@ -45,6 +90,9 @@ func (g *Gateway) checkQuery(st *requestState, r *http.Request) *apierror.Error 
 	case config.ValidateIDs:
 		e = errIDsQuery
 	default:
+		if q := r.URL.RawQuery; q != "" && !queryAsSent(q) {
+			return errQueryUnclear
+		}
 		return nil
 	}
 	r.URL.ForceQuery = false

@@ -2,7 +2,10 @@ package proxy
 
 import (
 	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
 	"strconv"
+	"strings"
 	"testing"
 )
 
@@ -70,6 +73,102 @@ func TestOrderRouteQueryRefused(t *testing.T) {
 			}
 			if got := e.backend.last(t).RequestURI; got != tc.forwarded {
 				t.Errorf("backend request URI %q, want %q", got, tc.forwarded)
+			}
+		})
+	}
+}
+
+// reverseProxyQuery returns the query an httputil.ReverseProxy with a
+// Rewrite hook, as exgate's, sends its backend for the raw query q.
+func reverseProxyQuery(q string) string {
+	var got string
+	rp := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) { pr.Out.URL.Scheme, pr.Out.URL.Host = "http", "backend.example" },
+		Transport: roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			got = r.URL.RawQuery
+			return &http.Response{StatusCode: http.StatusNoContent, Header: http.Header{}, Body: http.NoBody, Request: r}, nil
+		}),
+	}
+	req := httptest.NewRequest("GET", "/api/v1/mkt/tickers/", nil)
+	req.URL.RawQuery = q
+	rp.ServeHTTP(httptest.NewRecorder(), req)
+	return got
+}
+
+// TestQueryAsSent holds queryAsSent to what httputil.ReverseProxy does: a
+// query it reports as sent reaches the backend byte for byte, and any
+// other is re-encoded, with parameters dropped, by the ReverseProxy.
+func TestQueryAsSent(t *testing.T) {
+	for _, tc := range []struct {
+		name, q string
+		sent    bool
+	}{
+		{"plain", "state=active&symbol=BTC_USDT", true},
+		{"repeated", "symbol=BTC_USDT&symbol=ETH_USDT", true},
+		{"plus and %20", "a=+b%20c", true},
+		{"array form", "ids[]=1&ids[]=2", true},
+		{"comma list", "ids=1,2", true},
+		{"escapes", "%5Fx=%e2%82%AC&y=%c3%28", true},
+		{"NUL escaped", "x=%00", true},
+		{"empty parameters", "&&a=1&", true},
+		{"10000 parameters", "a=1" + strings.Repeat("&", maxQueryParams-1), true},
+		{"semicolon", "state=active;symbol=BTC_USDT", false},
+		{"semicolon alone", ";", false},
+		{"semicolon at the end", "symbol=BTC_USDT;", false},
+		{"bad escape", "symbol=BTC_USDT&x=%zz", false},
+		{"half escape", "a=%4", false},
+		{"percent at the end", "a=%", false},
+		{"percent in a name", "%=1", false},
+		{"escape of a non-hex digit", "a=%4g", false},
+		{"10001 parameters", "state=active" + strings.Repeat("&", maxQueryParams), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := queryAsSent(tc.q); got != tc.sent {
+				t.Errorf("queryAsSent: %v, want %v", got, tc.sent)
+			}
+			if out := reverseProxyQuery(tc.q); (out == tc.q) != tc.sent {
+				t.Errorf("httputil.ReverseProxy forwards %.80q as %.80q: the table is wrong", tc.q, out)
+			}
+		})
+	}
+}
+
+// TestQueryNotForwardedAsSent: a query httputil.ReverseProxy would
+// re-encode, dropping parameters (";", a malformed escape, more than 10000
+// parameters), is refused with 400 invalid_query on every route before
+// the backend sees it; on main ?state=active;symbol=BTC_USDT reached it as
+// no query at all, the whole order list. Any other query reaches the
+// backend byte for byte.
+func TestQueryNotForwardedAsSent(t *testing.T) {
+	e := startOrders(t, placed)
+	for _, tc := range []struct {
+		name, target string
+		refused      bool
+	}{
+		{"semicolon", "/api/v1/odr/orders/?state=active;symbol=BTC_USDT", true},
+		{"bad escape", "/api/v1/odr/fills/?symbol=BTC_USDT&x=%zz", true},
+		{"half escape", "/api/v1/odr/fills/?symbol=BTC_USDT%5", true},
+		{"too many parameters", "/api/v1/odr/orders/?state=active" + strings.Repeat("&", maxQueryParams), true},
+		{"recent matches", "/api/v1/mth/matches/BTC_USDT/?limit=5;x", true},
+		{"default route", "/other/?a=1;b=2", true},
+		{"public read", "/api/v1/mkt/markets/?a=%", true},
+		{"plain", "/api/v1/odr/orders/?state=active&symbol=BTC_USDT", false},
+		{"repeated and escaped", "/api/v1/odr/fills/?symbol=BTC%5FUSDT&symbol=ETH_USDT&a=+b%20c&ids[]=1", false},
+		{"10000 parameters", "/api/v1/odr/orders/?state=active" + strings.Repeat("&", maxQueryParams-1), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := e.backend.count()
+			res := rawRequest(t, e.addr, "GET "+tc.target+" HTTP/1.1\r\nHost: api.example\r\nAuthorization: Bearer tok\r\n\r\n")
+			if tc.refused {
+				assertError(t, res, http.StatusBadRequest, "invalid_query")
+				if n := e.backend.count(); n != before {
+					t.Fatalf("the backend received %d requests", n-before)
+				}
+				return
+			}
+			res.Body.Close()
+			if got := e.backend.last(t).RequestURI; got != tc.target {
+				t.Errorf("backend request URI %.100q, want %.100q", got, tc.target)
 			}
 		})
 	}

@@ -7,6 +7,7 @@ urlpatterns = [
     path("api/v1/odr/orders/", views.OrderView.as_view()),
     path("api/v1/odr/orders/bulk/", views.BulkView.as_view()),
     path("api/v1/odr/orders/<str:ids>/", views.StatusView.as_view()),
+    path("api/v1/odr/fills/", views.FillsView.as_view()),
     path("api/v1/mkt/markets/", views.MarketsView.as_view()),
     path("test/placed/", views.PlacedView.as_view()),
     path("test/bulk/", views.BulkRecordView.as_view()),

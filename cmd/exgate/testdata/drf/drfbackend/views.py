@@ -150,6 +150,22 @@ class StatusView(APIView):
         return Response([{"id": int(i), "state": "canceled"} for i in read])
 
 
+class FillsView(APIView):
+    """GET /api/v1/odr/fills/: answers how Django read the query string
+    (QueryDict: "&" separates, the last value of a name is
+    request.GET[name], a malformed escape is kept as written)."""
+
+    def get(self, request, format=None):
+        q = request.query_params
+        return Response(
+            {
+                "query": request.META.get("QUERY_STRING", ""),
+                "lists": {k: q.getlist(k) for k in q},
+                "symbol": q.get("symbol"),
+            }
+        )
+
+
 class BulkRecordView(APIView):
     """What the test reads back: every bulk request and status read."""
 
