@@ -606,6 +606,9 @@ var (
 // response of a claimed order and adds the request id to backend
 // responses that lack one.
 func (g *Gateway) modifyResponse(res *http.Response) error {
+	if st := responseState(res); st != nil {
+		st.rw.endHints() // exgate's own fields back, after a 1xx
+	}
 	if err := checkStatus(res); err != nil {
 		return err
 	}
@@ -716,6 +719,7 @@ func (g *Gateway) proxyError(w http.ResponseWriter, r *http.Request, err error) 
 		return
 	}
 	st := rw.st
+	rw.endHints() // exgate's own fields back, after a 1xx
 	st.upErr = err
 	g.observeUpstream(st)
 	g.settleFailed(st, err)
@@ -1019,33 +1023,30 @@ type respWriter struct {
 	st     *requestState
 	status int
 	bytes  int64
-	// early is the header as it stood when the backend's first 1xx
-	// (103 Early Hints) was written: ReverseProxy clears the header after
-	// each 1xx, exgate's RateLimit and CORS headers with it, and the
-	// final answer gets them back from here.
-	early http.Header
+	// hinting is set while the backend's answer is awaited (forward, until
+	// endHints): a 1xx it sends meanwhile (103 Early Hints) reaches the
+	// client through ReverseProxy, which adds the 1xx's fields to the
+	// answer's header, writes it and clears the header (proxy/interim.go).
+	hinting bool
+	// own is the header as it stood when ReverseProxy first read it for a
+	// 1xx, before adding the 1xx's fields: exgate's own (RateLimit, CORS),
+	// which the final answer gets back (endHints), without the 1xx's.
+	own http.Header
 }
 
-// WriteHeader records the final status; informational ones pass through.
-// The first final status of a proxied request marks the backend's answer.
-// A final answer without a Content-Type is written without one; one after
-// a 1xx gets back the headers ReverseProxy cleared (restoreEarly). A 1xx
-// goes without Connection (draining's close, restored on the final
-// answer): HTTP/2 forbids the field, and net/http's HTTP/2 server takes
-// it out of a final answer only.
+// WriteHeader records the final status; informational ones pass through,
+// their fields filtered as a final answer's are (hint). The first final
+// status of a proxied request marks the backend's answer. A final answer
+// without a Content-Type is written without one; one after a 1xx gets
+// back exgate's own fields, which ReverseProxy cleared (endHints).
 func (w *respWriter) WriteHeader(code int) {
 	if code < 200 {
-		h := w.ResponseWriter.Header()
-		if w.early == nil {
-			w.early = h.Clone()
-		}
-		delete(h, "Connection")
+		w.hint()
+	} else {
+		w.endHints()
 	}
 	if w.status == 0 && code >= 200 {
 		w.status = code
-		if w.early != nil {
-			w.restoreEarly()
-		}
 		if h := w.ResponseWriter.Header(); h["Content-Type"] == nil {
 			// An answer the backend sent without a type goes without
 			// one: net/http would guess one from the body (text/html
@@ -1059,18 +1060,6 @@ func (w *respWriter) WriteHeader(code int) {
 		w.st.g.observeUpstream(w.st)
 	}
 	w.ResponseWriter.WriteHeader(code)
-}
-
-// restoreEarly puts back on the final answer every header it lacks of
-// those standing before the backend's first 1xx: exgate's own, and the
-// 1xx's (hints of the final answer's headers, RFC 8297).
-func (w *respWriter) restoreEarly() {
-	h := w.ResponseWriter.Header()
-	for k, v := range w.early {
-		if _, ok := h[k]; !ok {
-			h[k] = v
-		}
-	}
 }
 
 // Write records the bytes written.

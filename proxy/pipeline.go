@@ -293,6 +293,7 @@ func (g *Gateway) forward(st *requestState, r *http.Request) {
 		g.startUpstreamSpan(st, r, &sc.traceparent)
 	}
 	hideHeader(st, r)
+	st.rw.hinting = true          // until the backend's answer or failure: endHints
 	st.proxy.ServeHTTP(&st.rw, r) // its rewrite sends the outbound request with sc
 }
 

@@ -1,0 +1,167 @@
+package proxy
+
+import (
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httptrace"
+	"net/textproto"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/exgate/exgate/config"
+)
+
+// TestBackendInterimFieldsFiltered: a backend's 1xx (103 Early Hints)
+// reaches the client as its final answer would — without hop-by-hop
+// fields or those its Connection names (RFC 9113 §8.2.2 has an HTTP/2
+// client reset a stream whose answer carries Keep-Alive, Upgrade or
+// Proxy-Connection), without the backend's CORS fields while exgate's
+// policy is on, without an X-Request-ID exgate did not check — and its
+// fields stay on it: the final answer carries the backend's final
+// fields and exgate's own, never the 1xx's. Before, ReverseProxy passed
+// a 1xx's fields unfiltered and exgate put every one of them on the final
+// answer: a 103's Access-Control-Allow-Origin: * let a refused origin read
+// the answer, its Content-Encoding: gzip made a JSON body unreadable, its
+// Keep-Alive went on the final answer, and a final answer with RateLimit
+// fields of the backend's lost exgate's.
+func TestBackendInterimFieldsFiltered(t *testing.T) {
+	const allowed, refused = "https://app.example", "https://evil.example"
+	cases := []struct {
+		name   string
+		origin string
+		hint   http.Header // the backend's 103
+		final  http.Header // the backend's final answer (200, "[]")
+		status int         // the client's final answer: 200, the backend's, when 0
+		check  func(t *testing.T, interim, final http.Header)
+	}{
+		{"backend CORS, refused origin", refused,
+			http.Header{"Access-Control-Allow-Origin": {"*"}, "Access-Control-Allow-Credentials": {"true"}, "Link": {"</a.css>; rel=preload"}}, nil, 0,
+			func(t *testing.T, interim, final http.Header) {
+				lacks(t, "103", interim, "Access-Control-Allow-Origin", "Access-Control-Allow-Credentials")
+				lacks(t, "final answer", final, "Access-Control-Allow-Origin", "Access-Control-Allow-Credentials")
+			}},
+		{"backend CORS, allowed origin", allowed,
+			http.Header{"Access-Control-Allow-Origin": {refused}, "Access-Control-Expose-Headers": {"X-Debug"}}, nil, 0,
+			func(t *testing.T, interim, final http.Header) {
+				for what, h := range map[string]http.Header{"103": interim, "final answer": final} {
+					if v := h["Access-Control-Allow-Origin"]; !slices.Equal(v, []string{allowed}) {
+						t.Errorf("%s: Access-Control-Allow-Origin %q, want exgate's alone", what, v)
+					}
+					if v := h["Access-Control-Expose-Headers"]; slices.Contains(v, "X-Debug") {
+						t.Errorf("%s: Access-Control-Expose-Headers %q, want exgate's alone", what, v)
+					}
+				}
+			}},
+		{"hop-by-hop fields", allowed,
+			http.Header{"Keep-Alive": {"timeout=5"}, "Upgrade": {"h2c"}, "Proxy-Connection": {"keep-alive"},
+				"Connection": {"keep-alive, X-Debug"}, "X-Debug": {"1"}, "Link": {"</a.css>; rel=preload"}}, nil, 0,
+			func(t *testing.T, interim, final http.Header) {
+				for what, h := range map[string]http.Header{"103": interim, "final answer": final} {
+					lacks(t, what, h, "Keep-Alive", "Upgrade", "Proxy-Connection", "Connection", "X-Debug")
+				}
+				if interim.Get("Link") == "" {
+					t.Errorf("103 without its Link: %v", interim)
+				}
+			}},
+		{"the 103's fields stay on it", allowed,
+			http.Header{"Content-Encoding": {"gzip"}, "Set-Cookie": {"sid=1"}, "Link": {"</a.css>; rel=preload"}}, nil, 0,
+			func(t *testing.T, interim, final http.Header) {
+				if interim.Get("Link") == "" || interim.Get("Set-Cookie") == "" {
+					t.Errorf("103 without its fields: %v", interim)
+				}
+				lacks(t, "final answer", final, "Content-Encoding", "Set-Cookie", "Link")
+			}},
+		{"another request's id", allowed,
+			http.Header{"X-Request-Id": {"another-request"}}, nil, 0,
+			func(t *testing.T, interim, final http.Header) {
+				lacks(t, "103", interim, "X-Request-Id")
+				if id := final.Get("X-Request-Id"); id == "" || id == "another-request" {
+					t.Errorf("final answer with X-Request-Id %q, want the request's", id)
+				}
+			}},
+		{"a final answer of another request's", allowed,
+			http.Header{"Content-Encoding": {"gzip"}, "Set-Cookie": {"sid=other"}, "Link": {"</a.css>; rel=preload"}},
+			http.Header{"X-Request-Id": {"another-request"}, "Content-Encoding": {"gzip"}}, http.StatusBadGateway,
+			func(t *testing.T, interim, final http.Header) {
+				lacks(t, "exgate's 502", final, "Content-Encoding", "Set-Cookie", "Link")
+			}},
+		{"exgate's own fields before the backend's", allowed,
+			http.Header{"Link": {"</a.css>; rel=preload"}}, http.Header{"Ratelimit": {`"backend";r=0;t=1`}}, 0,
+			func(t *testing.T, interim, final http.Header) {
+				for what, h := range map[string]http.Header{"103": interim, "final answer": final} {
+					if f := h["Ratelimit"]; len(f) == 0 || !strings.HasPrefix(f[0], `"address";r=`) {
+						t.Errorf("%s: RateLimit %q, want exgate's first", what, f)
+					}
+				}
+				if f := final["Ratelimit"]; len(f) != 2 || f[1] != `"backend";r=0;t=1` {
+					t.Errorf("final answer: RateLimit %q, want exgate's, then the backend's", f)
+				}
+			}},
+	}
+	e := startLimited(t, nil, func(c *config.Config) { c.CORS.AllowedOrigins = []string{allowed} })
+	h1 := &http.Client{Transport: &http.Transport{DisableCompression: true}}
+	t.Cleanup(h1.CloseIdleConnections)
+	front := httptest.NewUnstartedServer(e.gw) // the same gateway over TLS, HTTP/2
+	front.EnableHTTP2 = true
+	front.StartTLS()
+	t.Cleanup(front.Close)
+	h2 := front.Client()
+	h2.Transport.(*http.Transport).DisableCompression = true
+	protocols := []struct {
+		name   string
+		url    string
+		client *http.Client
+		major  int
+	}{{"HTTP/1.1", e.url, h1, 1}, {"HTTP/2", front.URL, h2, 2}}
+	for _, p := range protocols {
+		for _, tc := range cases {
+			t.Run(p.name+"/"+tc.name, func(t *testing.T) {
+				e.backend.handler = func(w http.ResponseWriter, r *http.Request) {
+					h := w.Header()
+					for k, v := range tc.hint {
+						h[k] = v
+					}
+					w.WriteHeader(http.StatusEarlyHints)
+					clear(h)
+					for k, v := range tc.final {
+						h[k] = v
+					}
+					h.Set("Content-Type", "application/json")
+					_, _ = io.WriteString(w, "[]")
+				}
+				var interim []http.Header
+				req, _ := http.NewRequest("GET", p.url+"/api/v1/mkt/markets/", nil)
+				req.Header.Set("Origin", tc.origin)
+				req = req.WithContext(httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{
+					Got1xxResponse: func(_ int, h textproto.MIMEHeader) error { interim = append(interim, http.Header(h)); return nil },
+				}))
+				res, err := p.client.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				body, _ := io.ReadAll(res.Body)
+				res.Body.Close()
+				want, wantBody := http.StatusOK, "[]"
+				if tc.status != 0 {
+					want, wantBody = tc.status, `{"detail":`
+				}
+				if res.StatusCode != want || res.ProtoMajor != p.major || !strings.HasPrefix(string(body), wantBody) || len(interim) != 1 {
+					t.Fatalf("%s %d %q after %d 1xx answers, want %d %s… after one 103", res.Proto, res.StatusCode, body, len(interim), want, wantBody)
+				}
+				tc.check(t, interim[0], res.Header)
+			})
+		}
+	}
+}
+
+// lacks reports each of names that h, the header of what, carries.
+func lacks(t *testing.T, what string, h http.Header, names ...string) {
+	t.Helper()
+	for _, k := range names {
+		if v, ok := h[k]; ok {
+			t.Errorf("%s carries %s %q", what, k, v)
+		}
+	}
+}
