@@ -109,6 +109,10 @@ type poolRow struct {
 	// check, when set, checks what else the row bounds, once the
 	// attackers stopped.
 	check func(t *testing.T, r *poolRun)
+	// victimAdmin has the victim, besides its trades, scrape /metrics and
+	// ask /healthz and /readyz on the admin listener, as Prometheus and
+	// the probes do (poolRun.victimAdmin).
+	victimAdmin bool
 }
 
 // poolRows is the table.
@@ -357,6 +361,9 @@ func (env *poolEnv) run(t *testing.T, row poolRow) {
 		t.Fatalf("the attackers did not come to hold the pool within 20s: %d sent, %d answered: %s", a.sent.Load(), a.answered.Load(), &a.answers)
 	}
 	bad := r.victimTrades()
+	if row.victimAdmin {
+		bad = append(bad, r.victimAdmin()...)
+	}
 	cancel()
 	release()
 	wg.Wait()
