@@ -227,7 +227,7 @@ func (l *Controller) Acquire(ctx context.Context, c Class, who Client) (bool, ti
 		return false, 0
 	}
 	w := l.pool.Get().(*waiter)
-	w.class, w.granted = c, false
+	w.class, w.granted, w.evicted = c, false, false
 	start := l.now()
 	l.enqueue(cl, w, c)
 	l.mu.Unlock()
@@ -242,10 +242,12 @@ func (l *Controller) Acquire(ctx context.Context, c Class, who Client) (bool, ti
 	waited := l.now().Sub(start)
 
 	l.mu.Lock()
-	ok := w.granted
+	ok, evicted := w.granted, w.evicted
 	switch {
 	case ok:
 		l.served(c)
+	case evicted: // out of its queue already, and not shed: sent elsewhere
+		l.forget(cl)
 	default:
 		l.dequeue(cl, w, c)
 		if ctx.Err() == nil {
@@ -254,14 +256,39 @@ func (l *Controller) Acquire(ctx context.Context, c Class, who Client) (bool, ti
 		l.forget(cl)
 	}
 	l.mu.Unlock()
-	if ok {
-		select { // the grant's signal, if the select above left it
+	if ok || evicted {
+		select { // the grant's or the eviction's signal, if the select above left it
 		case <-w.ready:
 		default:
 		}
 	}
 	l.pool.Put(w)
 	return ok, waited
+}
+
+// Evict ends the wait of every request waiting for a slot: each one's
+// Acquire returns false at once, as if its wait had ended, without
+// raising its class's shed probability. It is for a backend instance
+// that left the rotation (ejected, failing its health checks, gone from
+// DNS): the requests queued at it are better sent to another, and its
+// slots still held are given back as their requests end. It returns how
+// many waits it ended.
+func (l *Controller) Evict() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for k := range l.turns {
+		c := Class(k)
+		for cl := l.turns[c].head; cl != nil; cl = l.turns[c].head {
+			for w := cl.queues[c].head; w != nil; w = cl.queues[c].head {
+				l.dequeue(cl, w, c) // the client leaves the round robin with its last waiter
+				w.evicted = true
+				w.ready <- struct{}{}
+				n++
+			}
+		}
+	}
+	return n
 }
 
 // shedScale is the fixed-point scale of the shed probabilities.
@@ -512,6 +539,7 @@ type waiter struct {
 	prev, next *waiter
 	class      Class
 	granted    bool
+	evicted    bool // Evict took it out of its queue
 	ready      chan struct{}
 	timer      *time.Timer
 }

@@ -520,3 +520,58 @@ func heldWindows(l *Controller, clk *fakeclock.Clock, n, inFlight int, length, r
 		}
 	}
 }
+
+// TestEvictEndsWaits queues requests of several classes and clients at a
+// full limit and evicts them: each Acquire returns false at once, none
+// waits on, no class's shed probability rises (an evicted request is sent
+// elsewhere, not shed), the slots held stay held, and the controller
+// serves a request queued afterwards as before.
+func TestEvictEndsWaits(t *testing.T) {
+	tests := []struct {
+		name    string
+		waiters []Class
+		clients []Client
+	}{
+		{"none", nil, nil},
+		{"one order", []Class{Place}, []Client{1}},
+		{"classes and clients", []Class{Place, MarketData, Place, Status}, []Client{1, 2, 1, 0}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var waits [NumClasses]time.Duration
+			for i := range waits {
+				waits[i] = time.Hour // only an eviction ends them
+			}
+			l := New(Options{Fixed: 1, MaxWait: waits})
+			ctx := context.Background()
+			if ok, _ := l.Acquire(ctx, MarketData, 9); !ok {
+				t.Fatal("the first slot was not free")
+			}
+			var results []<-chan bool
+			for i, c := range tt.waiters {
+				results = append(results, queuedFor(ctx, l, c, tt.clients[i]))
+			}
+			if got := l.Evict(); got != len(tt.waiters) {
+				t.Fatalf("Evict ended %d waits, want %d", got, len(tt.waiters))
+			}
+			for i, ch := range results {
+				if <-ch {
+					t.Errorf("waiter %d got a slot", i)
+				}
+			}
+			if l.Waiting() != 0 || l.InFlight() != 1 {
+				t.Fatalf("after Evict: %d waiting, %d in flight; want 0 and the slot held", l.Waiting(), l.InFlight())
+			}
+			for c := range l.shedP {
+				if p := l.shedP[c].Load(); p != 0 {
+					t.Errorf("class %s's shed probability rose to %d", Class(c), p)
+				}
+			}
+			next := queuedFor(ctx, l, Place, 1)
+			l.Release(9, MarketData, time.Now(), time.Millisecond, true)
+			if !<-next {
+				t.Fatal("a request queued after the eviction was not served")
+			}
+		})
+	}
+}

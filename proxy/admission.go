@@ -198,10 +198,15 @@ func (g *Gateway) admit(st *requestState, r *http.Request) *apierror.Error {
 		return g.shed(st, r, pl, c)
 	}
 	st.routeSlot = a
-	ctl := st.inst.Controller // the instance's own limit
-	ok, waited := ctl.Acquire(r.Context(), c, overload.Client(st.client))
+	ok, waited, e := g.acquireSlot(st, r, c)
 	if waited > 0 {
 		a.metrics[c].Queued(waited)
+	}
+	if e != nil {
+		g.releaseRouteSlot(st)
+		g.settle(st, settleRelease, idempotency.Record{})
+		g.refundLimits(st, r, pl)
+		return e
 	}
 	if st.rec {
 		g.traceAdmission(st, c, admissionResult(ok, r), waited)
@@ -215,8 +220,41 @@ func (g *Gateway) admit(st *requestState, r *http.Request) *apierror.Error {
 		}
 		return g.shed(st, r, pl, c)
 	}
-	st.slot, st.slotCtl = true, ctl
+	st.slot, st.slotCtl = true, st.inst.Controller
 	return nil
+}
+
+// acquireSlot takes a slot of the limit of st's instance for its request,
+// r, of class c, waiting at most the class's wait, and reports whether it
+// did and how long it waited. A request whose instance left the rotation
+// (ejected, down, gone from DNS) before it got its slot, or while it
+// waited for one (overload.Controller.Evict ends that wait), is picked
+// again: nothing of it has left exgate, so an order too may go to another
+// instance. It is tried at most maxAttempts instances; when none is left,
+// or the last still left the rotation, it is refused as a request of a
+// service without an instance (the returned error).
+func (g *Gateway) acquireSlot(st *requestState, r *http.Request, c overload.Class) (bool, time.Duration, *apierror.Error) {
+	who := overload.Client(st.client)
+	var waited time.Duration
+	for attempt := 1; ; attempt++ {
+		ctl := st.inst.Controller // the instance's own limit
+		ok, w := ctl.Acquire(r.Context(), c, who)
+		waited += w
+		if st.inst.InRotation() || r.Context().Err() != nil {
+			return ok, waited, nil
+		}
+		if ok {
+			ctl.Release(who, c, time.Time{}, 0, false)
+		}
+		st.inst.Unpick()
+		st.inst, st.peeked = nil, nil
+		if attempt == maxAttempts {
+			return false, waited, errUpstreamUnavailable
+		}
+		if e := g.pickInstance(st, r); e != nil {
+			return false, waited, e
+		}
+	}
 }
 
 // takeRoute takes one of the route's own slots (max_in_flight) for

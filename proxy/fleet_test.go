@@ -633,3 +633,100 @@ func TestInstanceFailingOnlyOrdersEjected(t *testing.T) {
 		t.Errorf("%d orders sent, %d reached an instance", f.sent, len(f.reached))
 	}
 }
+
+// TestQueuedOrderLeavesInstanceOutOfRotation fills two instances' limits
+// of one with reads they hold, queues an order at one of them, and takes
+// that one out of the rotation (ejected, or gone from the list as from
+// DNS): the order, which never left exgate, is picked again and waits at
+// the other, and once that one has room it is placed there, once; the
+// instance that left never sees it.
+func TestQueuedOrderLeavesInstanceOutOfRotation(t *testing.T) {
+	tests := []struct {
+		name  string
+		leave func(t *testing.T, svc *upstream.Service, left *upstream.Instance, stays upstream.Endpoint)
+	}{
+		{"ejected", func(t *testing.T, svc *upstream.Service, left *upstream.Instance, _ upstream.Endpoint) {
+			failed, err := svc.PickPeeked(left) // a request of another client fails there
+			if err != nil || failed != left {
+				t.Fatal("the instance is not in the rotation")
+			}
+			failed.Done(upstream.ServerError, upstream.Write)
+		}},
+		{"gone from the list", func(_ *testing.T, svc *upstream.Service, _ *upstream.Instance, stays upstream.Endpoint) {
+			svc.Update([]upstream.Endpoint{stays})
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var orders [2]atomic.Int64
+			release := [2]chan struct{}{make(chan struct{}), make(chan struct{})}
+			held := make(chan int, 2)
+			var urls []config.URL
+			for i := range 2 {
+				s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					if r.Method == http.MethodGet {
+						held <- i
+						<-release[i]
+						return
+					}
+					orders[i].Add(1)
+					placed(w, r)
+				}))
+				t.Cleanup(s.Close)
+				urls = append(urls, config.MustURL(s.URL))
+			}
+			e := startOrdersConfig(t, placed, nil, func(c *config.Config) {
+				c.Upstream.URLs = urls
+				c.Upstream.Outlier.Consecutive5xx = 1
+				c.Overload.FixedLimit = 1
+				c.Overload.MaxWait.Place = time.Minute // only the instance's leaving ends it
+			})
+			t.Cleanup(func() { close(release[0]); close(release[1]) }) // before the gateway's shutdown waits for them
+			for range 2 {
+				go func() {
+					res := do(t, "GET", e.url+"/api/v1/mkt/markets/", nil)
+					res.Body.Close()
+				}()
+				<-held
+			}
+			answered := make(chan int, 1)
+			go func() {
+				res := postOrder(t, e, fleetOrder)
+				_, _ = io.Copy(io.Discard, res.Body)
+				res.Body.Close()
+				answered <- res.StatusCode
+			}()
+			svc := e.gw.fleet.Service("")
+			insts := svc.Instances()
+			at := waitQueued(t, insts)
+			stays := 1 - at
+			tt.leave(t, svc, insts[at], upstream.Endpoint{URL: urls[stays].URL})
+			if got := waitQueued(t, insts); got != stays {
+				t.Fatalf("the order waits at instance %d, want it picked again for %d", got, stays)
+			}
+			release[stays] <- struct{}{} // its held read ends: the order takes its slot
+			if code := <-answered; code/100 != 2 {
+				t.Fatalf("the order answered %d", code)
+			}
+			if orders[at].Load() != 0 || orders[stays].Load() != 1 {
+				t.Errorf("orders: %d at the instance that left, %d at the other; want 0 and 1", orders[at].Load(), orders[stays].Load())
+			}
+		})
+	}
+}
+
+// waitQueued returns the index of the instance a request waits at.
+func waitQueued(t *testing.T, insts []*upstream.Instance) int {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute) // only bounds a hang
+	for time.Now().Before(deadline) {
+		for i, inst := range insts {
+			if inst.Controller.Waiting() == 1 {
+				return i
+			}
+		}
+		time.Sleep(time.Millisecond)
+	}
+	t.Fatal("no request waits at an instance")
+	return -1
+}

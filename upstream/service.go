@@ -146,6 +146,9 @@ type Instance struct {
 	// Pick, through pick sets built before or after the write.
 	weight atomic.Uint32
 	active atomic.Int64
+	// inRotation is whether the instance is in the pick set now, written
+	// by rebuild under svc.mu.
+	inRotation atomic.Bool
 
 	consec5xx     atomic.Int32           // server errors in a row, of any kind
 	consec5xxOf   [numKinds]atomic.Int32 // server errors in a row of each kind
@@ -360,7 +363,39 @@ func (s *Service) rebuild() {
 			st.Panic, set = true, in.reachable
 		}
 	}
+	s.rotate(set)
 	s.picks.Store(newPickSet(set, st))
+}
+
+// rotate marks the instances of set as in the rotation and the others as
+// out of it. An instance that leaves it (ejected, down, gone from the
+// list, its level no longer in use) ends the waits of the requests queued
+// at its limit (overload.Controller.Evict): nothing of them has left
+// exgate, and their callers pick another instance for them
+// (Instance.InRotation). s.mu is held.
+func (s *Service) rotate(set []*Instance) {
+	for _, inst := range set {
+		inst.inRotation.Store(true)
+	}
+	for _, inst := range s.picks.Load().inst {
+		if !slices.Contains(set, inst) && inst.inRotation.Swap(false) {
+			inst.Controller.Evict()
+		}
+	}
+}
+
+// InRotation reports whether requests are sent to the instance now: it
+// is in the rotation (Rotation). A request picked for it that has not yet
+// gone (it waited for a slot of its limit) is better picked again
+// elsewhere when it is not.
+func (i *Instance) InRotation() bool { return i.inRotation.Load() }
+
+// Unpick ends a request Pick counted at the instance that never went
+// there (picked again elsewhere, Service.Pick, after its instance left
+// the rotation while it waited): no outcome is counted.
+func (i *Instance) Unpick() {
+	i.active.Add(-1)
+	i.svc.active.Add(-1)
 }
 
 // level is the instances of one priority: how many, those that are

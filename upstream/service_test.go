@@ -1,6 +1,7 @@
 package upstream
 
 import (
+	"context"
 	"fmt"
 	"net/url"
 	"slices"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/exgate/exgate/config"
+	"github.com/exgate/exgate/overload"
 )
 
 func endpoints(t testing.TB, weights ...uint32) []Endpoint {
@@ -461,6 +463,71 @@ func TestEjectionRunsByKind(t *testing.T) {
 				} else {
 					p.Done(Success, Write)
 				}
+			}
+		})
+	}
+}
+
+// TestLeavingTheRotationEndsWaits queues a request at an instance whose
+// limit is full, then takes the instance out of the rotation: its wait
+// ends at once without a slot, the instance reports it is out
+// (InRotation) and, once back, in; an instance that stays is untouched.
+func TestLeavingTheRotationEndsWaits(t *testing.T) {
+	tests := []struct {
+		name  string
+		leave func(s *Service, inst *Instance, eps []Endpoint)
+		back  func(s *Service, inst *Instance, eps []Endpoint)
+	}{
+		{"ejected", func(s *Service, inst *Instance, _ []Endpoint) {
+			inst.active.Add(1)
+			inst.Done(ServerError, Write)
+		}, func(s *Service, inst *Instance, _ []Endpoint) { s.unEject(inst) }},
+		{"gone from the list", func(s *Service, _ *Instance, eps []Endpoint) { s.Update(eps[1:]) },
+			func(s *Service, _ *Instance, eps []Endpoint) { s.Update(eps) }},
+		{"down", func(s *Service, inst *Instance, _ []Endpoint) {
+			s.recordCheck(inst, false, config.HealthCheck{UnhealthyThreshold: 1})
+		}, func(s *Service, inst *Instance, _ []Endpoint) {
+			s.recordCheck(inst, true, config.HealthCheck{HealthyThreshold: 1})
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			waits := [overload.NumClasses]time.Duration{overload.Place: time.Hour}
+			s := NewService("orders", Options{
+				Outlier:  Outlier{Consecutive5xx: 1, BaseEjectionTime: time.Hour, MaxEjectionPercent: 50},
+				Overload: overload.Options{Fixed: 1, MaxWait: waits},
+			})
+			eps := endpoints(t, 1, 1)
+			s.Update(eps)
+			inst, other := s.Instances()[0], s.Instances()[1]
+			ctx := context.Background()
+			for _, i := range []*Instance{inst, other} {
+				if ok, _ := i.Controller.Acquire(ctx, overload.Place, 1); !ok || !i.InRotation() {
+					t.Fatalf("%s: first slot %v, in the rotation %v", i.Addr, ok, i.InRotation())
+				}
+			}
+			waited := make(chan bool, 2)
+			for _, i := range []*Instance{inst, other} {
+				go func() { ok, _ := i.Controller.Acquire(ctx, overload.Place, 2); waited <- ok }()
+				for i.Controller.Waiting() != 1 {
+					time.Sleep(time.Millisecond)
+				}
+			}
+			tt.leave(s, inst, eps)
+			if <-waited {
+				t.Fatal("the request queued at the instance that left got a slot")
+			}
+			if inst.InRotation() || !other.InRotation() || other.Controller.Waiting() != 1 {
+				t.Fatalf("in the rotation: %v and %v, the other's waiting %d; want out, in, 1",
+					inst.InRotation(), other.InRotation(), other.Controller.Waiting())
+			}
+			tt.back(s, inst, eps)
+			if back := s.Instances()[0]; !back.InRotation() {
+				t.Fatal("back, the instance is still out of the rotation")
+			}
+			other.Controller.Release(1, overload.Place, time.Now(), time.Millisecond, true)
+			if !<-waited {
+				t.Fatal("the other instance's waiter was not served")
 			}
 		})
 	}
