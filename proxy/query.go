@@ -44,7 +44,7 @@ var (
 	errIDsQuery = apierror.Static(http.StatusBadRequest, "invalid_query",
 		"An order id route takes no query string: the order ids go in the path.")
 	errQueryUnclear = apierror.Static(http.StatusBadRequest, "invalid_query",
-		`The query string has a ";", a malformed percent-escape or more than 10000 parameters, which parsers read differently: separate parameters with "&", and write ";" as %3B and "%" as %25.`)
+		`The query string has a ";", a malformed percent-escape or more than 10000 parameters, which parsers read differently: write ";" as %3B and "%" as %25.`)
 )
 
 // maxQueryParams is the most parameters net/url parses in a query (its
