@@ -32,7 +32,10 @@ const (
 // A lookup that fails, and one that names no instance, keep the instances
 // last found: one bad answer (a DNS server restarting, a Service briefly
 // without ready pods) never takes every instance away; instances that
-// really went away fail their health checks meanwhile. Each lookup's
+// really went away fail their health checks meanwhile. A and AAAA
+// records are asked apart: one family's lookup failing keeps that
+// family's instances last found beside the other's answer (PartialError).
+// Each lookup's
 // result is counted through Observe and a failure is logged (at most once
 // a second). Until a lookup first succeeds the service has no instances.
 //
@@ -110,6 +113,10 @@ func (d *DNS) refresh(ctx context.Context, last []Endpoint) ([]Endpoint, bool) {
 	if ctx.Err() != nil {
 		return nil, false
 	}
+	var partial *PartialError
+	if errors.As(err, &partial) {
+		eps = keepFamily(eps, last, partial.IPv6)
+	}
 	result := LookupOK
 	switch {
 	case err != nil:
@@ -121,7 +128,12 @@ func (d *DNS) refresh(ctx context.Context, last []Endpoint) ([]Endpoint, bool) {
 	if d.Observe != nil {
 		d.Observe(result)
 	}
-	if err != nil {
+	if partial != nil && len(eps) > 0 {
+		if d.Log != nil && d.logLimit.Allow(time.Now()) {
+			d.Log.Warn("DNS lookup of one address family of a service's instances failed; keeping that family's last ones found",
+				zap.String("name", d.name()), zap.Int("instances", len(eps)), zap.Error(err))
+		}
+	} else if err != nil {
 		if d.Log != nil && d.logLimit.Allow(time.Now()) {
 			d.Log.Warn("DNS lookup of a service's instances failed; keeping the last ones found",
 				zap.String("name", d.name()), zap.Int("instances", len(last)), zap.Error(err))
@@ -156,13 +168,15 @@ func (d *DNS) Lookup(ctx context.Context) ([]Endpoint, error) {
 		r = net.DefaultResolver
 	}
 	found := map[netip.AddrPort]srvShare{}
+	var partial error
 	if d.SRV == "" {
-		addrs, err := r.LookupNetIP(ctx, "ip", d.Name)
-		if err != nil && !isNotFound(err) {
+		addrs, err := lookupFamilies(ctx, r, d.Name)
+		if err != nil && !errors.As(err, new(*PartialError)) {
 			return nil, err
 		}
+		partial = err
 		for _, a := range addrs {
-			found[netip.AddrPortFrom(a.Unmap(), uint16(d.Port))] = srvShare{weight: 1}
+			found[netip.AddrPortFrom(a, uint16(d.Port))] = srvShare{weight: 1}
 		}
 	} else if err := d.lookupSRV(ctx, r, found); err != nil {
 		return nil, err
@@ -172,10 +186,96 @@ func (d *DNS) Lookup(ctx context.Context) ([]Endpoint, error) {
 	for ap, sh := range found {
 		eps = append(eps, Endpoint{URL: &url.URL{Scheme: scheme, Host: ap.String()}, Weight: sh.weight, Priority: sh.priority})
 	}
+	sortEndpoints(eps)
+	return eps, partial
+}
+
+// sortEndpoints sorts eps by priority, then address and port.
+func sortEndpoints(eps []Endpoint) {
 	slices.SortFunc(eps, func(a, b Endpoint) int {
 		return cmp.Or(cmp.Compare(a.Priority, b.Priority), strings.Compare(a.URL.Host, b.URL.Host))
 	})
-	return eps, nil
+}
+
+// PartialError is Lookup's error when the lookup of one address family
+// of Name failed (SERVFAIL, a timeout) and the other's answered: the
+// endpoints Lookup returns with it are the other family's. Run keeps the
+// failed family's instances last found beside them. Go's resolver would
+// return such a half answer as whole (net.Resolver.StrictErrors off), and
+// the service would shrink to one family's instances, the others drained,
+// on one bad answer; strict, it would fail the whole lookup every time a
+// server never answers one family, and follow neither.
+type PartialError struct {
+	// IPv6 is whether the failed family is IPv6's (AAAA records), else
+	// IPv4's (A).
+	IPv6 bool
+	Err  error
+}
+
+// Error names the failed family and why it failed.
+func (e *PartialError) Error() string {
+	return fmt.Sprintf("the %s records' lookup failed: %v", e.family(), e.Err)
+}
+
+// family is the failed family's record type.
+func (e *PartialError) family() string {
+	if e.IPv6 {
+		return "AAAA"
+	}
+	return "A"
+}
+
+// Unwrap returns the failed family's error.
+func (e *PartialError) Unwrap() error { return e.Err }
+
+// lookupFamilies looks name's A and AAAA records up apart, at once, and
+// returns the addresses both name. A family without records (NXDOMAIN, no
+// answer) names none; when one family's lookup fails, the other's
+// addresses come with a *PartialError; when both fail, the error is the
+// first's.
+func lookupFamilies(ctx context.Context, r *net.Resolver, name string) ([]netip.Addr, error) {
+	var v6 []netip.Addr
+	var err6 error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		v6, err6 = r.LookupNetIP(ctx, "ip6", name)
+	}()
+	v4, err4 := r.LookupNetIP(ctx, "ip4", name)
+	<-done
+	if isNotFound(err4) {
+		v4, err4 = nil, nil
+	}
+	if isNotFound(err6) {
+		v6, err6 = nil, nil
+	}
+	addrs := make([]netip.Addr, 0, len(v4)+len(v6))
+	for _, a := range append(v4, v6...) {
+		addrs = append(addrs, a.Unmap())
+	}
+	switch {
+	case err4 != nil && err6 != nil:
+		return nil, err4
+	case err4 != nil:
+		return addrs, &PartialError{Err: err4}
+	case err6 != nil:
+		return addrs, &PartialError{IPv6: true, Err: err6}
+	}
+	return addrs, nil
+}
+
+// keepFamily returns eps, found with one family's lookup failed, with the
+// instances of last of that family (IPv6's, or IPv4's): those the failed
+// lookup would otherwise take out of the service.
+func keepFamily(eps, last []Endpoint, ipv6 bool) []Endpoint {
+	out := slices.Clone(eps)
+	for _, ep := range last {
+		if ap, err := netip.ParseAddrPort(ep.URL.Host); err == nil && ap.Addr().Is6() == ipv6 {
+			out = append(out, ep)
+		}
+	}
+	sortEndpoints(out)
+	return out
 }
 
 // srvShare is an instance's priority and weight, from its SRV records.
@@ -201,17 +301,21 @@ func (d *DNS) lookupSRV(ctx context.Context, r *net.Resolver, found map[netip.Ad
 		if s.Port == 0 || s.Target == "." {
 			continue
 		}
-		addrs, err := r.LookupNetIP(ctx, "ip", s.Target)
-		if err != nil && !isNotFound(err) {
+		addrs, err := lookupFamilies(ctx, r, s.Target)
+		var partial *PartialError
+		switch {
+		case errors.As(err, &partial): // a half answer fails the lookup too (not a PartialError: nothing is kept of it)
+			return fmt.Errorf("SRV target %s: the %s records' lookup failed: %w", s.Target, partial.family(), partial.Err)
+		case err != nil:
 			return fmt.Errorf("SRV target %s: %w", s.Target, err)
 		}
-		if err != nil {
-			failed = fmt.Errorf("SRV target %s: %w", s.Target, err)
+		if len(addrs) == 0 {
+			failed = fmt.Errorf("SRV target %s: no address", s.Target)
 			continue
 		}
 		resolved++
 		for _, a := range addrs {
-			ap := netip.AddrPortFrom(a.Unmap(), s.Port)
+			ap := netip.AddrPortFrom(a, s.Port)
 			sh, ok := found[ap]
 			switch {
 			case !ok || s.Priority < sh.priority:

@@ -2,6 +2,7 @@ package upstream
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -147,6 +148,111 @@ func TestDNSRunKeepsLastGoodSet(t *testing.T) {
 	}
 	srv.SetAddrs("backend.test.", a2)
 	next("http://127.0.0.2:9000 w1")
+}
+
+// TestDNSLookupOneFamilyFailing looks names up on a DNS server that
+// answers SERVFAIL to one address family's questions: a name's lookup
+// gives the other family's addresses with a *PartialError naming the
+// failed one (Run keeps that family's last instances), and an SRV
+// target's fails the whole lookup, as a target that fails whole does.
+func TestDNSLookupOneFamilyFailing(t *testing.T) {
+	srv := dnstest.Start(t)
+	srv.SetAddrs("both.test.", netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("::1"))
+	srv.SetSRV("_http._tcp.both.test.", dnstest.SRV{Priority: 1, Weight: 1, Port: 9001, Target: "both.test."})
+	srv.SetAddrs("v4only.test.", netip.MustParseAddr("127.0.0.2"))
+	for _, tt := range []struct {
+		name, fail, rtype string
+		dns               *DNS
+		want              []string
+		wantPartial       bool // else a failure whole
+		wantIPv6          bool
+	}{
+		{"AAAA failing", "both.test.", "AAAA", &DNS{Name: "both.test.", Port: 9000}, []string{"http://127.0.0.1:9000 w1"}, true, true},
+		{"A failing", "both.test.", "A", &DNS{Name: "both.test.", Port: 9000}, []string{"http://[::1]:9000 w1"}, true, false},
+		{"AAAA failing, no A record", "v4only.test.", "AAAA", &DNS{Name: "v4only.test.", Port: 9000}, []string{"http://127.0.0.2:9000 w1"}, true, true},
+		{"SRV target's AAAA failing", "both.test.", "AAAA", &DNS{SRV: "_http._tcp.both.test."}, nil, false, false},
+		{"SRV target's A failing", "both.test.", "A", &DNS{SRV: "_http._tcp.both.test."}, nil, false, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			srv.FailType(tt.fail, tt.rtype, true)
+			defer srv.FailType(tt.fail, tt.rtype, false)
+			d := tt.dns
+			d.Resolver = NewResolver(srv.Addr)
+			eps, err := d.Lookup(context.Background())
+			var partial *PartialError
+			switch {
+			case err == nil:
+				t.Fatalf("Lookup = %q with %s failing, want an error", weighted(eps), tt.rtype)
+			case errors.As(err, &partial) != tt.wantPartial:
+				t.Fatalf("Lookup: %v, want partial: %v", err, tt.wantPartial)
+			case !tt.wantPartial:
+				return
+			case partial.IPv6 != tt.wantIPv6:
+				t.Errorf("the failed family: IPv6 %v, want %v (%v)", partial.IPv6, tt.wantIPv6, err)
+			}
+			if got := weighted(eps); !slices.Equal(got, tt.want) {
+				t.Errorf("Lookup = %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
+
+// TestDNSRunKeepsFailedFamily follows a name of an IPv4 and an IPv6
+// instance while its DNS server fails one family's questions: an
+// instance added to the other family is followed, the failed family's
+// instances stay (counted as a failed lookup), and once the family
+// answers again its own changes are followed. Before, Go's resolver
+// returned the half answer as whole: the service shrank to one family.
+func TestDNSRunKeepsFailedFamily(t *testing.T) {
+	a1, a2 := netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("127.0.0.2")
+	b1, b2 := netip.MustParseAddr("::1"), netip.MustParseAddr("::2")
+	for _, tt := range []struct {
+		rtype string
+		kept  []string // while failing: the failed family's instances kept, the other's found
+	}{
+		{"AAAA", []string{"http://127.0.0.1:9000 w1", "http://127.0.0.2:9000 w1", "http://[::1]:9000 w1"}},
+		{"A", []string{"http://127.0.0.1:9000 w1", "http://[::1]:9000 w1", "http://[::2]:9000 w1"}},
+	} {
+		t.Run(tt.rtype, func(t *testing.T) {
+			srv := dnstest.Start(t)
+			srv.SetAddrs("backend.test.", a1, b1)
+			var mu sync.Mutex
+			results := map[string]int{}
+			updates := make(chan []string, 16)
+			d := &DNS{
+				Name: "backend.test.", Port: 9000, Interval: 20 * time.Millisecond, Resolver: NewResolver(srv.Addr),
+				Observe: func(r string) { mu.Lock(); results[r]++; mu.Unlock() },
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan struct{})
+			go func() { defer close(done); d.Run(ctx, func(eps []Endpoint) { updates <- weighted(eps) }) }()
+			defer func() { cancel(); <-done }()
+			next := func(want ...string) {
+				t.Helper()
+				select {
+				case got := <-updates:
+					if !slices.Equal(got, want) {
+						t.Fatalf("update = %q, want %q", got, want)
+					}
+				case <-time.After(time.Minute): // only bounds a hang
+					t.Fatalf("no update within a minute, want %q", want)
+				}
+			}
+			next("http://127.0.0.1:9000 w1", "http://[::1]:9000 w1")
+
+			srv.FailType("backend.test.", tt.rtype, true)
+			srv.SetAddrs("backend.test.", a1, a2, b1, b2) // the failing family's addition is not seen
+			next(tt.kept...)
+			mu.Lock()
+			failed := results[LookupError]
+			mu.Unlock()
+			if failed == 0 {
+				t.Error("the half answer was not counted as a failed lookup")
+			}
+			srv.FailType("backend.test.", tt.rtype, false)
+			next("http://127.0.0.1:9000 w1", "http://127.0.0.2:9000 w1", "http://[::1]:9000 w1", "http://[::2]:9000 w1")
+		})
+	}
 }
 
 func TestServerName(t *testing.T) {

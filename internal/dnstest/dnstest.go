@@ -33,6 +33,9 @@ type Server struct {
 	fail  bool
 	// failing holds the names answered SERVFAIL (FailName).
 	failing map[string]bool
+	// failingType holds the questions of a name and type answered
+	// SERVFAIL (FailType).
+	failingType map[dns.Question]bool
 	// Queries counts the questions answered.
 	Queries atomic.Int64
 }
@@ -40,7 +43,8 @@ type Server struct {
 // Start serves an empty zone until the test ends.
 func Start(t testing.TB) *Server {
 	t.Helper()
-	s := &Server{addrs: map[string][]netip.Addr{}, srvs: map[string][]SRV{}, failing: map[string]bool{}}
+	s := &Server{addrs: map[string][]netip.Addr{}, srvs: map[string][]SRV{}, failing: map[string]bool{},
+		failingType: map[dns.Question]bool{}}
 	pc, ln, err := listenPair()
 	if err != nil {
 		t.Fatal(err)
@@ -86,6 +90,16 @@ func (s *Server) FailName(name string, on bool) {
 	s.failing[dns.Fqdn(strings.ToLower(name))] = on
 }
 
+// FailType makes the server answer SERVFAIL to the questions of one
+// record type ("A", "AAAA", "SRV") about name while on, and the others
+// from the zone: a server that fails one address family.
+func (s *Server) FailType(name, rtype string, on bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	q := dns.Question{Name: dns.Fqdn(strings.ToLower(name)), Qtype: dns.StringToType[rtype], Qclass: dns.ClassINET}
+	s.failingType[q] = on
+}
+
 // ServeDNS answers one query from the zone.
 func (s *Server) ServeDNS(w dns.ResponseWriter, req *dns.Msg) {
 	s.Queries.Add(1)
@@ -108,7 +122,7 @@ func (s *Server) ServeDNS(w dns.ResponseWriter, req *dns.Msg) {
 // holds no record of q's name.
 func (s *Server) answer(m *dns.Msg, q dns.Question) {
 	name := strings.ToLower(q.Name)
-	if s.failing[name] {
+	if s.failing[name] || s.failingType[dns.Question{Name: name, Qtype: q.Qtype, Qclass: q.Qclass}] {
 		m.Rcode = dns.RcodeServerFailure
 		return
 	}
