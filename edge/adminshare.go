@@ -24,7 +24,10 @@ import (
 // server.idle_timeout would close it later), and is refused (503
 // too_many_connections at its first request, then closed) only when the
 // address has none idle. The connections an address keeps busy (requests
-// under way, headers being read) are never closed for another.
+// under way, headers being read) are never closed for another: a
+// keep-alive connection is idle from its answer until the first bytes of
+// its next request are read (sharedConn.Read), where net/http tells
+// StateActive only once that request's header is whole.
 //
 // A connection refused still holds a place of the listener until its
 // first request is answered (at most server.read_header_timeout), so the
@@ -74,19 +77,35 @@ func (ac *adminConns) connState(c net.Conn, s http.ConnState) {
 	if !ok || sc.pool == nil {
 		return // not counted in a share (past it): nothing to close for others
 	}
+	if s != http.StateIdle {
+		ac.unlist(sc)
+		return
+	}
 	ac.mu.Lock()
 	defer ac.mu.Unlock()
+	if !sc.listed.Load() {
+		sc.listed.Store(true)
+		ac.idle[sc.key] = append(ac.idle[sc.key], sc)
+	}
+}
+
+// unlist takes sc off the idle connections: its next request has begun
+// (sharedConn.Read), or it is busy or closed (connState).
+func (ac *adminConns) unlist(sc *sharedConn) {
+	ac.mu.Lock()
+	defer ac.mu.Unlock()
+	if !sc.listed.Load() {
+		return
+	}
+	sc.listed.Store(false)
 	list := ac.idle[sc.key]
-	i := slices.Index(list, sc)
-	switch {
-	case s == http.StateIdle && i < 0:
-		ac.idle[sc.key] = append(list, sc)
-	case s != http.StateIdle && i >= 0:
-		if list = slices.Delete(list, i, i+1); len(list) == 0 {
-			delete(ac.idle, sc.key)
-		} else {
-			ac.idle[sc.key] = list
-		}
+	if i := slices.Index(list, sc); i >= 0 {
+		list = slices.Delete(list, i, i+1)
+	}
+	if len(list) == 0 {
+		delete(ac.idle, sc.key)
+	} else {
+		ac.idle[sc.key] = list
 	}
 }
 
@@ -100,6 +119,7 @@ func (ac *adminConns) closeOldest(k share.Key) bool {
 		return false
 	}
 	oldest := list[0]
+	oldest.listed.Store(false)
 	if len(list) == 1 {
 		delete(ac.idle, k)
 	} else {

@@ -4,6 +4,7 @@ import (
 	"net"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/exgate/exgate/config"
@@ -123,7 +124,7 @@ func (l *sharedListener) count(sc *sharedConn, addr netip.Addr) bool {
 		l.metrics.ConnectionRefused()
 		return true
 	}
-	sc.pool, sc.key = l.pool, k
+	sc.pool, sc.key, sc.idleOf = l.pool, k, l.admin
 	return true
 }
 
@@ -150,8 +151,23 @@ type sharedConn struct {
 	// refusedOf is the admin listener whose room for refused connections
 	// this one takes (adminConns.takeRefused), or nil.
 	refusedOf *adminConns
-	mu        sync.Mutex
-	closed    bool
+	// idleOf is the admin listener that lists this connection while it
+	// is idle (adminConns.connState), or nil; listed tells whether it is.
+	idleOf *adminConns
+	listed atomic.Bool
+	mu     sync.Mutex
+	closed bool
+}
+
+// Read reads from the connection. An idle admin connection that reads
+// bytes has its next request under way: it is no longer idle, though
+// net/http tells StateActive only once that request's header is whole.
+func (c *sharedConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if n > 0 && c.listed.Load() {
+		c.idleOf.unlist(c)
+	}
+	return n, err
 }
 
 // Close closes the connection and gives its place back.
