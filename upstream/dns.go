@@ -335,9 +335,13 @@ func (d *DNS) lookupSRV(ctx context.Context, r *net.Resolver, found map[netip.Ad
 
 // isNotFound reports whether err says the name has no records of the
 // kind asked (NXDOMAIN, or no answer): an empty answer, not a failure.
+// A *net.AddrError is one too: the system's resolver through cgo answers
+// an IPv6 question about a name of A records alone with IPv4-mapped
+// addresses (getaddrinfo's AI_V4MAPPED), which LookupNetIP's "ip6"
+// filters out, left with "no suitable address".
 func isNotFound(err error) bool {
 	var de *net.DNSError
-	return errors.As(err, &de) && de.IsNotFound
+	return errors.As(err, &de) && de.IsNotFound || errors.As(err, new(*net.AddrError))
 }
 
 // ServerName is the name a service found through DNS is expected to have

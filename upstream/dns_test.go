@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"slices"
 	"sync"
@@ -251,6 +252,30 @@ func TestDNSRunKeepsFailedFamily(t *testing.T) {
 			}
 			srv.FailType("backend.test.", tt.rtype, false)
 			next("http://127.0.0.1:9000 w1", "http://127.0.0.2:9000 w1", "http://[::1]:9000 w1", "http://[::2]:9000 w1")
+		})
+	}
+}
+
+// TestIsNotFound tells an empty answer from a failed lookup: NXDOMAIN
+// and no records, and an IPv6 lookup left with no address once the
+// cgo resolver's IPv4-mapped ones are filtered out, are empty; SERVFAIL
+// and a timeout are failures.
+func TestIsNotFound(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"NXDOMAIN", &net.DNSError{Err: "no such host", Name: "a.test", IsNotFound: true}, true},
+		{"no address of the family", &net.AddrError{Err: "no suitable address found", Addr: "a.test"}, true},
+		{"SERVFAIL", &net.DNSError{Err: "server misbehaving", Name: "a.test", IsTemporary: true}, false},
+		{"timeout", &net.DNSError{Err: "i/o timeout", Name: "a.test", IsTimeout: true}, false},
+		{"wrapped NXDOMAIN", fmt.Errorf("x: %w", &net.DNSError{IsNotFound: true}), true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := isNotFound(tt.err); got != tt.want {
+				t.Errorf("isNotFound(%v) = %v, want %v", tt.err, got, tt.want)
+			}
 		})
 	}
 }
