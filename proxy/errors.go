@@ -23,6 +23,14 @@ var (
 		"Path-override headers (X-Original-URL, X-Rewrite-URL) are not accepted: send the request to the path itself.")
 	errBadGateway     = apierror.Static(http.StatusBadGateway, "bad_gateway", "The upstream service is unavailable.")
 	errGatewayTimeout = apierror.Static(http.StatusGatewayTimeout, "gateway_timeout", "The upstream service did not answer in time.")
+	// errWriteBadGateway and errWriteTimeout answer a write (an order, a
+	// cancel: any method but GET and HEAD) that reached the backend and
+	// got no answer: it may have taken effect, and the client must not
+	// read "unavailable" as "not done".
+	errWriteBadGateway = apierror.Static(http.StatusBadGateway, "bad_gateway",
+		"The upstream service failed after this request reached it, so its outcome is unknown: check whether it took effect (your orders) before sending it again.")
+	errWriteTimeout = apierror.Static(http.StatusGatewayTimeout, "gateway_timeout",
+		"The upstream service did not answer this request in time, so its outcome is unknown: check whether it took effect (your orders) before sending it again.")
 	// errLimitsUnavailable answers when the rate-limit store failed on a
 	// route whose on_store_error is "closed".
 	errLimitsUnavailable = apierror.Static(http.StatusServiceUnavailable, "rate_limit_unavailable",

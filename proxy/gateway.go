@@ -733,18 +733,28 @@ func (g *Gateway) proxyError(w http.ResponseWriter, r *http.Request, err error) 
 	case upstream.NothingSent(err) && st.reached:
 		// The last instance took no connection, but one before it read
 		// the request and failed it: it was served, and its charge stays.
-		g.refuse(st, r, errBadGateway)
+		g.refuse(st, r, sentFailed(r, errBadGateway, errWriteBadGateway))
 	case upstream.NothingSent(err):
 		// No instance took a connection: nothing of the request was
 		// sent, and it costs its client nothing.
 		g.unavailable(st, r, errUpstreamUnavailable)
 	case metrics.IsTimeout(err):
-		g.refuse(st, r, errGatewayTimeout)
+		g.refuse(st, r, sentFailed(r, errGatewayTimeout, errWriteTimeout))
 	case errors.As(err, new(brokenAnswer)):
 		g.refuse(st, r, errOrderAnswerBroken)
 	default:
-		g.refuse(st, r, errBadGateway)
+		g.refuse(st, r, sentFailed(r, errBadGateway, errWriteBadGateway))
 	}
+}
+
+// sentFailed returns the answer to r, sent to the backend and failed
+// there: read for a read (GET, HEAD), write for anything else, whose
+// outcome is unknown.
+func sentFailed(r *http.Request, read, write *apierror.Error) *apierror.Error {
+	if upstream.KindOf(r.Method) == upstream.Read {
+		return read
+	}
+	return write
 }
 
 // observeUpstream records, once, how long the backend took to answer with

@@ -656,3 +656,53 @@ func TestHeadersKeptAfterBackend1xx(t *testing.T) {
 		}
 	}
 }
+
+// TestWriteFailedOutcomeUnknown: a request the backend received and then
+// failed (the connection closed before an answer, or no answer before the
+// route's timeout) is answered 502 bad_gateway or 504 gateway_timeout;
+// for a write (an order, a cancel) the detail says its outcome is
+// unknown, where "unavailable" would read as "not done".
+func TestWriteFailedOutcomeUnknown(t *testing.T) {
+	const order = `{"symbol":"BTC_USDT","type":"market","side":"buy","base_amount":"0.5"}`
+	for _, tc := range []struct {
+		name, method, path, body string
+		hang                     bool // the backend never answers (else it closes the connection)
+		status                   int
+		code                     string
+		unknown                  bool
+	}{
+		{"read, closed", "GET", "/api/v1/odr/fills/", "", false, 502, "bad_gateway", false},
+		{"order, closed", "POST", "/api/v1/odr/orders/", order, false, 502, "bad_gateway", true},
+		{"cancel, closed", "DELETE", "/api/v1/odr/orders/3/", "", false, 502, "bad_gateway", true},
+		{"read, no answer", "GET", "/api/v1/odr/fills/", "", true, 504, "gateway_timeout", false},
+		{"cancel, no answer", "DELETE", "/api/v1/odr/orders/3/", "", true, 504, "gateway_timeout", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := startOrdersConfig(t, func(w http.ResponseWriter, r *http.Request) {
+				if tc.hang {
+					<-r.Context().Done()
+					return
+				}
+				c, _, err := w.(http.Hijacker).Hijack()
+				if err == nil {
+					c.Close()
+				}
+			}, nil, func(c *config.Config) {
+				c.Route("list_fills").Timeout = 100 * time.Millisecond
+				c.Route("cancel_order").Timeout = 100 * time.Millisecond
+			})
+			var body io.Reader
+			if tc.body != "" {
+				body = strings.NewReader(tc.body)
+			}
+			res := do(t, tc.method, e.url+tc.path, body, "Authorization", "Bearer tok", "Content-Type", "application/json")
+			eb := assertError(t, res, tc.status, tc.code)
+			if got := strings.Contains(eb.Detail, "outcome is unknown"); got != tc.unknown {
+				t.Errorf("detail %q: says the outcome is unknown %v, want %v", eb.Detail, got, tc.unknown)
+			}
+			if e.backend.count() == 0 {
+				t.Error("the backend received nothing")
+			}
+		})
+	}
+}
