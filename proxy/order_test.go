@@ -277,29 +277,53 @@ func TestOrderRefusals(t *testing.T) {
 
 // TestClaimedOrderSurvivesClientHangingUp: a client that gives up while
 // its order is at the backend does not leave the outcome unknown; its
-// retry gets the response replayed.
+// retry gets the response replayed. The client gives up once the backend
+// holds its order, and the backend answers once the client has given up;
+// until exgate has kept that answer a retry is held (409
+// request_in_progress, never sent), so the retry is repeated until it is
+// answered otherwise.
 func TestClaimedOrderSurvivesClientHangingUp(t *testing.T) {
 	var calls atomic.Int64
+	reached, release := make(chan struct{}, 1), make(chan struct{})
 	e := startOrders(t, func(w http.ResponseWriter, r *http.Request) {
-		calls.Add(1)
-		time.Sleep(300 * time.Millisecond)
+		if calls.Add(1) == 1 {
+			reached <- struct{}{}
+			<-release
+		}
 		placed(w, r)
 	})
 	body := `{"symbol":"BTC_USDT","type":"market","side":"buy","base_amount":"0.5","identifier":"hang-up"}`
-	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	go func() {
+		select {
+		case <-reached:
+			cancel()
+		case <-release: // the request failed before the backend
+		}
+	}()
 	req, _ := http.NewRequestWithContext(ctx, "POST", e.url+"/api/v1/odr/orders/", strings.NewReader(body))
 	req.Header.Set("Authorization", "Bearer tok")
 	req.Header.Set("Content-Type", "application/json")
-	if _, err := http.DefaultClient.Do(req); err == nil {
+	_, err := http.DefaultClient.Do(req)
+	close(release)
+	if err == nil {
 		t.Fatal("the client did not give up")
 	}
-	time.Sleep(500 * time.Millisecond) // the backend answers meanwhile
-	res := postOrder(t, e, body)
-	b, _ := io.ReadAll(res.Body)
-	res.Body.Close()
-	if res.StatusCode != 201 || res.Header.Get("Idempotent-Replayed") != "true" || string(b) != `{"id":1,"state":"active"}` {
-		t.Errorf("retry: %d %q %s", res.StatusCode, res.Header.Get("Idempotent-Replayed"), b)
+	var status int
+	var replayed string
+	var b []byte
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) { // only bounds a hang
+		res := postOrder(t, e, body)
+		b, _ = io.ReadAll(res.Body)
+		res.Body.Close()
+		status, replayed = res.StatusCode, res.Header.Get("Idempotent-Replayed")
+		if status != http.StatusConflict || !strings.Contains(string(b), `"request_in_progress"`) || time.Now().After(deadline) {
+			break
+		}
+	}
+	if status != 201 || replayed != "true" || string(b) != `{"id":1,"state":"active"}` {
+		t.Errorf("retry: %d %q %s", status, replayed, b)
 	}
 	if calls.Load() != 1 {
 		t.Errorf("backend called %d times", calls.Load())
