@@ -36,7 +36,7 @@ func TestAdminNextRequestKept(t *testing.T) {
 			reads := make(chan struct{}, 64)
 			cfg := config.Default()
 			cfg.Admin.MaxConnections = 8 // 127.0.0.1 alone holds 3
-			ln, hook := ShareAdminConnections(&readsListener{Listener: inner, reads: reads}, cfg)
+			ln, hook := ShareAdminConnections(&readsListener{Listener: inner, reads: reads}, cfg, nil)
 			idle := make(chan struct{}, 64)
 			srv := &http.Server{
 				Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 
 	"github.com/exgate/exgate/config"
+	"github.com/exgate/exgate/metrics"
 	"github.com/exgate/exgate/share"
 )
 
@@ -49,10 +50,11 @@ func adminRefusedRoom(max int) int64 { return int64(max / 4) }
 // the ConnState hook of the server that serves it, which tells the
 // listener its idle connections. Wrap the listener that bounds the
 // connections held (netutil.LimitListener at admin.max_connections): a
-// connection closed for a newer one gives its place back at once.
-func ShareAdminConnections(ln net.Listener, cfg *config.Config) (net.Listener, func(net.Conn, http.ConnState)) {
+// connection closed for a newer one gives its place back at once. m
+// counts the connections closed for the share; it may be nil.
+func ShareAdminConnections(ln net.Listener, cfg *config.Config, m *metrics.Edge) (net.Listener, func(net.Conn, http.ConnState)) {
 	room := adminRefusedRoom(cfg.Admin.MaxConnections)
-	ac := &adminConns{idle: map[share.Key][]*sharedConn{}, refusedMax: room}
+	ac := &adminConns{idle: map[share.Key][]*sharedConn{}, refusedMax: room, metrics: m}
 	l := &sharedListener{Listener: ln, pool: share.NewPool(int64(cfg.Admin.MaxConnections) - room),
 		v6Prefix: cfg.ClientIP.IPv6Prefix, admin: ac}
 	return l, ac.connState
@@ -68,6 +70,7 @@ type adminConns struct {
 	// refusedMax.
 	refused    atomic.Int64
 	refusedMax int64
+	metrics    *metrics.Edge
 }
 
 // connState lists c while it is idle (http.StateIdle) and unlists it when
@@ -127,16 +130,20 @@ func (ac *adminConns) closeOldest(k share.Key) bool {
 	}
 	ac.mu.Unlock()
 	_ = oldest.Close() // its goroutine, waiting for a request, ends
+	ac.metrics.AdminConnectionClosed(metrics.AdminIdleForNewer)
 	return true
 }
 
-// takeRefused takes a place of the refused connections' room for sc,
-// given back when sc closes, and reports false when the room is full.
-func (ac *adminConns) takeRefused(sc *sharedConn) bool {
+// refuse marks sc past its share, in a place of the refused connections'
+// room given back when sc closes, and reports false when the room is
+// full: sc is then to be closed unanswered.
+func (ac *adminConns) refuse(sc *sharedConn) bool {
 	if ac.refused.Add(1) > ac.refusedMax {
 		ac.refused.Add(-1)
+		ac.metrics.AdminConnectionClosed(metrics.AdminRefusedRoomFull)
 		return false
 	}
-	sc.refusedOf = ac
+	sc.refusedOf, sc.past = ac, true // answered and closed at its first request
+	ac.metrics.AdminConnectionClosed(metrics.AdminPastShare)
 	return true
 }

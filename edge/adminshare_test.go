@@ -8,7 +8,11 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/exgate/exgate/config"
+	"github.com/exgate/exgate/metrics"
 )
 
 // TestAdminConnectionShare: with admin.max_connections 8 the admin
@@ -45,7 +49,11 @@ func TestAdminConnectionShare(t *testing.T) {
 			cfg := config.Default()
 			cfg.Admin.MaxConnections = 8
 			tl := &trackListener{peers: tt.peers}
-			ln, hook := ShareAdminConnections(tl, cfg)
+			m, err := metrics.NewEdge(prometheus.NewRegistry())
+			if err != nil {
+				t.Fatal(err)
+			}
+			ln, hook := ShareAdminConnections(tl, cfg, m)
 			var accepted []net.Conn
 			for {
 				c, err := ln.Accept()
@@ -80,6 +88,17 @@ func TestAdminConnectionShare(t *testing.T) {
 			if !slices.Equal(got, tt.want) {
 				t.Errorf("connections %v, want %v", got, tt.want)
 			}
+			for want, r := range map[string]metrics.AdminClose{"closed": metrics.AdminIdleForNewer, "past": metrics.AdminPastShare, "dropped": metrics.AdminRefusedRoomFull} {
+				n := 0
+				for _, g := range tt.want {
+					if g == want {
+						n++
+					}
+				}
+				if c := testutil.ToFloat64(m.AdminClosedCounter(r)); c != float64(n) {
+					t.Errorf("exgate_admin_connections_closed_total{reason=%q} = %v, want %d", r, c, n)
+				}
+			}
 		})
 	}
 }
@@ -91,7 +110,7 @@ func TestAdminRefusedRoomGivenBack(t *testing.T) {
 	cfg.Admin.MaxConnections = 4 // a share pool of 3, one refused at once
 	const a = "192.0.2.1"
 	tl := &trackListener{peers: []string{a, a, a, a}}
-	ln, _ := ShareAdminConnections(tl, cfg)
+	ln, _ := ShareAdminConnections(tl, cfg, nil)
 	var past []net.Conn
 	for range 3 {
 		c, err := ln.Accept()

@@ -117,8 +117,8 @@ func (l *sharedListener) count(sc *sharedConn, addr netip.Addr) bool {
 		if l.admin != nil && l.admin.closeOldest(k) {
 			continue // its place is free again
 		}
-		if l.admin != nil && !l.admin.takeRefused(sc) {
-			return false
+		if l.admin != nil {
+			return l.admin.refuse(sc)
 		}
 		sc.past = true // answered and closed at its first request
 		l.metrics.ConnectionRefused()

@@ -36,7 +36,8 @@ func init() {
 	poolRows = append(poolRows, poolRow{pool: "admin listener connections", attacker: oneAddress,
 		config: "admin:\n  max_connections: 16\nserver:\n  read_header_timeout: 60s\n",
 		attack: adminConnections, holding: adminConnectionsHeld, victimAdmin: true,
-		refused: []string{"too_many_connections"}, maxGrowth: 64 << 20})
+		refused: []string{"too_many_connections"}, metric: "exgate_admin_connections_closed_total", labels: []string{`reason="past_share"`},
+		maxGrowth: 64 << 20})
 }
 
 // adminConnections is the row's attack; once the row ends it finishes the

@@ -21,7 +21,9 @@ const (
 	NameConnections        = "exgate_connections"
 	NameConnectionClients  = "exgate_connection_clients"
 	NameConnectionsRefused = "exgate_connections_refused_total"
-	maxHTTP2ErrorKind      = 64
+	// The admin listener's connections (admin.max_connections).
+	NameAdminConnectionsClosed = "exgate_admin_connections_closed_total"
+	maxHTTP2ErrorKind          = 64
 )
 
 // ProxyRefusal is why a connection's PROXY protocol header was refused.
@@ -40,6 +42,29 @@ const (
 	numProxyRefusals
 )
 
+// AdminClose is why the admin listener closed a connection for its
+// address's share (edge.ShareAdminConnections).
+type AdminClose int
+
+// Reasons the admin listener closes a connection for its address's share.
+const (
+	// AdminIdleForNewer: an idle keep-alive connection closed for a newer
+	// one of its address, at its share.
+	AdminIdleForNewer AdminClose = iota
+	// AdminPastShare: a connection past its address's share, its first
+	// request answered 503 too_many_connections.
+	AdminPastShare
+	// AdminRefusedRoomFull: a connection past its address's share closed
+	// unanswered at once, the refused connections' room full.
+	AdminRefusedRoomFull
+	numAdminCloses
+)
+
+// String returns the reason label value.
+func (r AdminClose) String() string {
+	return [...]string{"idle_for_newer", "past_share", "refused_room_full"}[r]
+}
+
 // String returns the reason label value.
 func (r ProxyRefusal) String() string {
 	switch r {
@@ -54,7 +79,8 @@ func (r ProxyRefusal) String() string {
 
 // Edge is the set of collectors of the traffic listener's edge: TLS
 // certificate reloads and expiry, refused PROXY protocol headers, HTTP/2
-// protocol errors. Build it with NewEdge; every method is safe on a nil
+// protocol errors, client connections' shares (the admin listener's
+// too). Build it with NewEdge; every method is safe on a nil
 // *Edge and then does nothing.
 type Edge struct {
 	reloads      *prometheus.CounterVec
@@ -67,6 +93,8 @@ type Edge struct {
 
 	reloadResults results
 	refusals      [numProxyRefusals]prometheus.Counter
+	adminClosed   *prometheus.CounterVec
+	adminCloses   [numAdminCloses]prometheus.Counter
 
 	mu         sync.Mutex
 	http2Kinds map[string]prometheus.Counter
@@ -99,9 +127,16 @@ func NewEdge(reg prometheus.Registerer) (*Edge, error) {
 		Name: NameConnectionsRefused,
 		Help: "Client connections accepted past their client's share of server.max_connections: each one's first request is answered 503 too_many_connections and the connection closed.",
 	})
+	e.adminClosed = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: NameAdminConnectionsClosed,
+		Help: "Admin listener connections closed for their address's share of admin.max_connections, by reason (idle_for_newer: an idle one, for a newer one of its address; past_share: answered 503 too_many_connections; refused_room_full: closed unanswered).",
+	}, []string{"reason"})
 	e.connGauges = e.connectionGauges()
-	if err := register(reg, append([]prometheus.Collector{e.reloads, e.notAfter, e.proxyRefused, e.http2Errors, e.connRefused}, e.connGauges...)); err != nil {
+	if err := register(reg, append([]prometheus.Collector{e.reloads, e.notAfter, e.proxyRefused, e.http2Errors, e.connRefused, e.adminClosed}, e.connGauges...)); err != nil {
 		return nil, err
+	}
+	for r := range e.adminCloses {
+		e.adminCloses[r] = e.adminClosed.WithLabelValues(AdminClose(r).String())
 	}
 	e.reloadResults = newResults(e.reloads)
 	for r := range e.refusals {
@@ -113,7 +148,7 @@ func NewEdge(reg prometheus.Registerer) (*Edge, error) {
 // EdgeNames lists the edge metric names.
 func EdgeNames() []string {
 	return []string{NameCertReloads, NameCertNotAfter, NameProxyRefused, NameHTTP2Errors,
-		NameConnections, NameConnectionClients, NameConnectionsRefused}
+		NameConnections, NameConnectionClients, NameConnectionsRefused, NameAdminConnectionsClosed}
 }
 
 // ConnectionSource reports the client connections' pool; the traffic
@@ -155,6 +190,14 @@ func (e *Edge) SetConnectionSource(s ConnectionSource) {
 func (e *Edge) ConnectionRefused() {
 	if e != nil {
 		e.connRefused.Inc()
+	}
+}
+
+// AdminConnectionClosed counts an admin listener connection closed for
+// its address's share, for reason r.
+func (e *Edge) AdminConnectionClosed(r AdminClose) {
+	if e != nil && r >= 0 && r < numAdminCloses {
+		e.adminCloses[r].Inc()
 	}
 }
 
@@ -210,6 +253,10 @@ func (e *Edge) HTTP2Error(errType string) {
 func (e *Edge) CertReloadCounter(success bool) prometheus.Counter {
 	return e.reloadResults.of(success)
 }
+
+// AdminClosedCounter returns the counter of the admin listener's
+// connections closed for reason r, for tests.
+func (e *Edge) AdminClosedCounter(r AdminClose) prometheus.Counter { return e.adminCloses[r] }
 
 // ProxyRefusedCounter returns the refusal counter of reason r, for tests.
 func (e *Edge) ProxyRefusedCounter(r ProxyRefusal) prometheus.Counter { return e.refusals[r] }

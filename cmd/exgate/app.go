@@ -374,7 +374,7 @@ func (a *app) listen(cfg *config.Config) error {
 	// it, each address has its share (edge.ShareAdminConnections), so
 	// that one caller's idle connections cannot keep the probes and
 	// Prometheus waiting there.
-	aln, adminIdle := edge.ShareAdminConnections(netutil.LimitListener(aln, cfg.Admin.MaxConnections), cfg)
+	aln, adminIdle := edge.ShareAdminConnections(netutil.LimitListener(aln, cfg.Admin.MaxConnections), cfg, a.edge)
 	a.srv = edge.NewServer(cfg, a.gw, a.log, a.edge)
 	a.admin = admin.NewServer(cfg, admin.Handler(a.gw, a.adminOptions(cfg)), a.log)
 	a.admin.ConnState = adminIdle
