@@ -229,8 +229,8 @@ func (g *Gateway) admit(st *requestState, r *http.Request) *apierror.Error {
 // did and how long it waited. A request whose instance left the rotation
 // (ejected, down, gone from DNS) before it got its slot, or while it
 // waited for one (overload.Controller.Evict ends that wait), is picked
-// again: nothing of it has left exgate, so an order too may go to another
-// instance. It is tried at most maxAttempts instances; when none is left,
+// again in the same service: nothing of it has left exgate, so an order
+// too may go to another instance. It is tried at most maxAttempts instances; when none is left,
 // or the last still left the rotation, it is refused as a request of a
 // service without an instance (the returned error).
 func (g *Gateway) acquireSlot(st *requestState, r *http.Request, c overload.Class) (bool, time.Duration, *apierror.Error) {
@@ -246,14 +246,18 @@ func (g *Gateway) acquireSlot(st *requestState, r *http.Request, c overload.Clas
 		if ok {
 			ctl.Release(who, c, time.Time{}, 0, false)
 		}
+		svc := st.inst.Service() // the same service: a split is not drawn again
 		st.inst.Unpick()
 		st.inst, st.peeked = nil, nil
 		if attempt == maxAttempts {
 			return false, waited, errUpstreamUnavailable
 		}
-		if e := g.pickInstance(st, r); e != nil {
-			return false, waited, e
+		inst, err := svc.Pick()
+		if err != nil {
+			return false, waited, errUpstreamUnavailable
 		}
+		st.inst = inst
+		target(r.URL, inst, st.path)
 	}
 }
 
