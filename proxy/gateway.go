@@ -500,6 +500,11 @@ func (g *Gateway) rewrite(st *requestState, pr *httputil.ProxyRequest) {
 		st.fwdCtx = nil
 	}
 	out.Host = ""
+	// The query as the client sent it, which checkQuery held to what
+	// ReverseProxy forwards unchanged: ReverseProxy re-encodes every query
+	// (sorted, escaped anew, past its bound dropped whole) when GODEBUG
+	// names urlmaxqueryparams, whatever its value.
+	out.URL.RawQuery = pr.In.URL.RawQuery
 	closeAfterHead(out)
 	src := out.Header // ReverseProxy's copy of the client's header
 	if st.inHeader != nil {

@@ -36,7 +36,10 @@ import (
 // 10,000 "&" after ?state=active as no filter. Parsers read those queries
 // differently (";" split by some, kept by Django and Python's parse_qsl;
 // "%zz" dropped by Go, kept literally by Django), so exgate refuses them
-// (queryAsSent) rather than forward what the client did not send.
+// (queryAsSent) rather than forward what the client did not send. With
+// GODEBUG naming urlmaxqueryparams, ReverseProxy re-encodes every query;
+// rewrite puts the client's back, so that the backend reads the query
+// exgate checked under any setting.
 
 var (
 	errOrderQuery = apierror.Static(http.StatusBadRequest, "invalid_query",

@@ -173,3 +173,26 @@ func TestQueryNotForwardedAsSent(t *testing.T) {
 		})
 	}
 }
+
+// TestQueryForwardedAsSentUnderGODEBUG: with GODEBUG urlmaxqueryparams
+// set (to any value: the operator's bound on net/url's parameters),
+// httputil.ReverseProxy re-encodes every query, sorted and escaped anew,
+// and drops the whole query past that bound; exgate still forwards the
+// query it checked byte for byte.
+func TestQueryForwardedAsSentUnderGODEBUG(t *testing.T) {
+	for _, tc := range []struct{ name, godebug, target string }{
+		{"default bound named, keys unsorted", "urlmaxqueryparams=10000", "/api/v1/odr/orders/?symbol=BTC_USDT&state=active"},
+		{"default bound named, escapes", "urlmaxqueryparams=10000", "/api/v1/odr/fills/?symbol=BTC%5FUSDT&a=+b%20c&ids[]=1&flag"},
+		{"lower bound, more parameters", "urlmaxqueryparams=2", "/api/v1/odr/orders/?state=active&symbol=BTC_USDT&limit=5"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv("GODEBUG", tc.godebug)
+			e := startOrders(t, placed)
+			res := rawRequest(t, e.addr, "GET "+tc.target+" HTTP/1.1\r\nHost: api.example\r\nAuthorization: Bearer tok\r\n\r\n")
+			res.Body.Close()
+			if got := e.backend.last(t).RequestURI; got != tc.target {
+				t.Errorf("backend request URI %q, want %q", got, tc.target)
+			}
+		})
+	}
+}
