@@ -18,8 +18,10 @@ import (
 //
 // The cache is keyed by key and limit together (a tier or a reload that
 // changes a key's limit does not reuse a deny made under another limit)
-// and holds at most maxKeys entries; when full, the entries that expire
-// soonest are evicted first.
+// and holds at most maxKeys entries, maxKeys/64 in each of 64 shards
+// (expiring.Map) that its keys fall in by a seed drawn per cache: a full
+// shard evicts, of a sample, the entry that expires soonest, so a cache of
+// fewer than 128 keys can evict at its second entry.
 type DenyCache struct {
 	next    Store
 	now     func() time.Time
