@@ -110,15 +110,17 @@ func TestDefaultMatchesSpec(t *testing.T) {
 		{"list_orders", "GET /api/v1/odr/orders/", "required", "", []limit{{"token", "always", "600/1m"}}},
 		{"get_orders", "GET /api/v1/odr/orders/{ids}/", "required", "order_ids", []limit{{"token", "always", "600/1m"}}},
 		{"list_fills", "GET /api/v1/odr/fills/", "required", "", []limit{{"token", "always", "600/1m"}}},
-		{"orders_other", "/api/v1/odr/{rest...}", "required", "", []limit{{"token", "always", "600/1m"}}},
+		{"orders_other", "GET /api/v1/odr/{rest...}", "required", "", []limit{{"token", "always", "600/1m"}}},
+		{"orders_refused", "/api/v1/odr/{rest...}", "none", "", nil}, // refuse: true, every other method
 		{"list_wallets", "GET /api/v1/wlt/wallets/", "required", "", []limit{{"token", "always", "600/1m"}}},
-		{"wallets_other", "/api/v1/wlt/{rest...}", "required", "", []limit{{"token", "always", "600/1m"}}},
+		{"wallets_other", "GET /api/v1/wlt/{rest...}", "required", "", []limit{{"token", "always", "600/1m"}}},
+		{"wallets_refused", "/api/v1/wlt/{rest...}", "none", "", nil},
 		{"list_tickers", "GET /api/v1/mkt/tickers/", "optional", "", []limit{{"address", "anonymous", "10000/24h"}, {"token", "token", "200/1m"}}},
 		{"order_book", "GET /api/v1/mth/orderbook/{symbol}/", "optional", "", []limit{{"address", "anonymous", "10000/24h"}, {"token", "token", "200/1m"}}},
 		{"authenticate", "POST /api/v1/usr/authenticate/", "none", "", []limit{{"address", "always", "20/1m"}, {"address", "always", "100/1h"}}},
 		{"refresh_token", "POST /api/v1/usr/refresh_token/", "none", "", []limit{{"address", "always", "60/1m"}}},
 	}
-	want = append(want[:1], append(family[:9], append(want[1:3], append(family[9:11], append(want[3:4], append(family[11:], want[4])...)...)...)...)...)
+	want = append(want[:1], append(family[:11], append(want[1:3], append(family[11:13], append(want[3:4], append(family[13:], want[4])...)...)...)...)...)
 	c := Default()
 	if len(c.Routes) != len(want) {
 		t.Fatalf("Default() has %d routes, want %d", len(c.Routes), len(want))
@@ -126,6 +128,9 @@ func TestDefaultMatchesSpec(t *testing.T) {
 	for i, w := range want {
 		r := c.Routes[i]
 		t.Run(w.name, func(t *testing.T) {
+			if r.Refuse != strings.HasSuffix(w.name, "_refused") {
+				t.Errorf("refuse = %v", r.Refuse)
+			}
 			if r.Name != w.name || r.Match.String() != w.match || r.Auth != w.auth || r.Validate != w.validate || r.Timeout != 0 {
 				t.Errorf("route = %s %q auth=%s validate=%q timeout=%v, want %s %q auth=%s validate=%q timeout=0",
 					r.Name, r.Match, r.Auth, r.Validate, r.Timeout, w.name, w.match, w.auth, w.validate)
@@ -182,7 +187,7 @@ func TestValidateProgrammatic(t *testing.T) {
 			`routes[3].timeout: must not be negative (0 means upstream.timeout), got -1s`,
 			`routes[3].limits[0].rate: period must be whole seconds from 1s to 366d, got 1ms`,
 			`routes[4].match: path "x": must start with /`,
-			`routes[17].match: only one default route "*" is allowed; routes[0] is one`,
+			`routes[19].match: only one default route "*" is allowed; routes[0] is one`,
 			`tiers.vip.place_order.rate: required, such as 60/1m`,
 		}
 		if !slices.Equal(got, want) {

@@ -151,6 +151,7 @@ func (c *Config) checkWriteTimeout(col *collector) {
 		r := &c.Routes[i]
 		p := path("routes").index(i)
 		switch {
+		case r.Refuse: // forwards nothing
 		case r.Timeout > 0 && r.Timeout >= w:
 			col.addf("server.write_timeout", "%s must exceed %s.timeout (%s, route %q)", w, p, r.Timeout, r.Name)
 		case r.Timeout == 0 && c.Upstream.Timeout >= w:

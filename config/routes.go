@@ -59,6 +59,17 @@ type Route struct {
 	// the backend on top of the overload limit; past it, requests are
 	// shed at once. Default 0.
 	MaxInFlight int `yaml:"max_in_flight"`
+	// Refuse, when true, answers every request the route matches 405
+	// method_not_allowed, with an Allow header naming the methods the
+	// rest of the table accepts on its path, before authentication,
+	// limits or the backend: a deny-by-default for methods exgate has no
+	// check for under a namespace (the default table's orders_refused
+	// and wallets_refused). A refusing route forwards nothing, so it
+	// takes no validate, bulk, limits, timeout, on_store_error, service,
+	// split, sticky or max_in_flight, and its auth is none (a refusal
+	// needs no token); a route before it still serves
+	// what it matches. Default false.
+	Refuse bool `yaml:"refuse"`
 }
 
 // BulkRoute names the routes whose limits a bulk request is charged
@@ -167,6 +178,13 @@ func DefaultRoutes() []Route {
 	private := func(name, match, priority string, r Rate) Route {
 		return Route{Name: name, Match: mustMatch(match), Auth: AuthRequired, Priority: priority, Limits: token(r)}
 	}
+	// Any other method under the private namespaces is a write exgate
+	// has no check for (a mass cancel, an amend, a withdrawal): refused
+	// 405 rather than forwarded unchecked, or left to the anonymous
+	// default route.
+	refused := func(name, match string) Route {
+		return Route{Name: name, Match: mustMatch(match), Auth: AuthNone, Priority: PriorityMarketData, Refuse: true}
+	}
 	place := private("place_order", "POST /api/v1/odr/orders/", PriorityPlace, orders)
 	place.Validate = ValidateOrd
 	bulk := Route{
@@ -193,9 +211,11 @@ func DefaultRoutes() []Route {
 		private("list_orders", "GET /api/v1/odr/orders/", PriorityStatus, reads),
 		status,
 		private("list_fills", "GET /api/v1/odr/fills/", PriorityPrivateRead, reads),
-		private("orders_other", "/api/v1/odr/{rest...}", PriorityPrivateRead, reads),
+		private("orders_other", "GET /api/v1/odr/{rest...}", PriorityPrivateRead, reads),
+		refused("orders_refused", "/api/v1/odr/{rest...}"),
 		private("list_wallets", "GET /api/v1/wlt/wallets/", PriorityPrivateRead, reads),
-		private("wallets_other", "/api/v1/wlt/{rest...}", PriorityPrivateRead, reads),
+		private("wallets_other", "GET /api/v1/wlt/{rest...}", PriorityPrivateRead, reads),
+		refused("wallets_refused", "/api/v1/wlt/{rest...}"),
 		publicRead("list_markets", "GET /api/v1/mkt/markets/"),
 		publicRead("list_currencies", "GET /api/v1/mkt/currencies/"),
 		publicRead("list_tickers", "GET /api/v1/mkt/tickers/"),
@@ -369,6 +389,7 @@ func (r *Route) check(col *collector, p path, i int, routes []Route, t *routeTab
 		col.oneOf(rp.key("validate"), r.Validate, ValidateNone, ValidateOrd, ValidateBulk, ValidateIDs)
 	}
 	r.checkBulk(col, rp, routes)
+	r.checkRefuse(col, rp)
 	if r.Timeout < 0 {
 		col.addf(rp.key("timeout"), "must not be negative (0 means upstream.timeout), got %s", r.Timeout)
 	}
@@ -379,6 +400,29 @@ func (r *Route) check(col *collector, p path, i int, routes []Route, t *routeTab
 	col.oneOf(rp.key("priority"), r.Priority, Priorities()...)
 	if r.MaxInFlight < 0 {
 		col.addf(rp.key("max_in_flight"), "must not be negative (0: only the overload limit), got %d", r.MaxInFlight)
+	}
+}
+
+// checkRefuse checks a refusing route at p: not the default route (leave
+// it out for a 404), and nothing of what a forwarding route has.
+func (r *Route) checkRefuse(col *collector, p path) {
+	if !r.Refuse {
+		return
+	}
+	if r.Match.IsDefault() {
+		col.addf(p.key("refuse"), "the default route \"*\" cannot refuse: without it, a request no route matches is answered 404 (or 405)")
+	}
+	for _, f := range []struct {
+		key string
+		set bool
+	}{
+		{"auth", r.Auth != AuthNone && r.Auth != ""}, {"validate", r.Validate != ""}, {"bulk", r.Bulk != (BulkRoute{})}, {"limits", len(r.Limits) > 0},
+		{"timeout", r.Timeout != 0}, {"on_store_error", r.OnStoreError != ""}, {"service", r.Service != ""},
+		{"split", len(r.Split) > 0}, {"sticky", r.Sticky != ""}, {"max_in_flight", r.MaxInFlight != 0},
+	} {
+		if f.set {
+			col.addf(p.key(f.key), "a route with refuse: true forwards nothing: omit %s", f.key)
+		}
 	}
 }
 

@@ -49,6 +49,24 @@ func TestBulkRouteRules(t *testing.T) {
 			`routes[4].validate: "order_ids" checks the path's last parameter, but "/api/v1/odr/orders/" does not end in one such as {ids}`,
 			`routes[7].validate: "order_ids" checks the path's last parameter, but "/api/v1/odr/{rest...}" does not end in one such as {ids}`}},
 		{"order ids on any method", func(c *Config) { c.Route("order_book").Validate = ValidateIDs }, nil},
+		{"a refusing route that would forward", func(c *Config) {
+			r := c.Route("orders_refused")
+			r.Auth, r.Validate, r.Timeout, r.Service, r.MaxInFlight = AuthRequired, ValidateIDs, time.Second, "x", 2
+			r.Limits = []Limit{{Key: KeyToken, Rate: Rate{N: 1, Period: time.Second}}}
+		}, []string{
+			`routes[8].validate: "order_ids" checks the path's last parameter, but "/api/v1/odr/{rest...}" does not end in one such as {ids}`,
+			`routes[8].auth: a route with refuse: true forwards nothing: omit auth`,
+			`routes[8].validate: a route with refuse: true forwards nothing: omit validate`,
+			`routes[8].limits: a route with refuse: true forwards nothing: omit limits`,
+			`routes[8].timeout: a route with refuse: true forwards nothing: omit timeout`,
+			`routes[8].service: a route with refuse: true forwards nothing: omit service`,
+			`routes[8].max_in_flight: a route with refuse: true forwards nothing: omit max_in_flight`,
+			`routes[8].service: no service "x" in upstream.services`}},
+		{"the default route refusing", func(c *Config) { c.Route("default").Refuse, c.Route("default").Limits = true, nil }, []string{
+			`routes[19].refuse: the default route "*" cannot refuse: without it, a request no route matches is answered 404 (or 405)`}},
+		{"a refusing route of one method", func(c *Config) {
+			c.Routes[8].Match = Match{Method: "DELETE", Path: "/api/v1/odr/{rest...}"}
+		}, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

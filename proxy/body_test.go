@@ -258,7 +258,10 @@ func TestChunkedBodyForwardedWithLength(t *testing.T) {
 // itself, while another client's requests on the same route pass.
 func TestBufferBudgetOtherRoutes(t *testing.T) {
 	const budget = 128 << 10
-	e := startEnv(t, func(c *config.Config) { c.Server.MaxBufferedBytes = budget })
+	e := startEnv(t, func(c *config.Config) {
+		c.Server.MaxBufferedBytes = budget
+		forwardWrites(c, "wallets_refused")
+	})
 	head := func(length int) string {
 		return "POST /api/v1/wlt/transfer/ HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer tok\r\n" +
 			"Content-Type: application/json\r\nContent-Length: " + strconv.Itoa(length) + "\r\n\r\n"

@@ -53,6 +53,7 @@ func TestBodyReadWholeBeforeBackend(t *testing.T) {
 			e := startEnv(t, func(c *config.Config) {
 				c.Overload.FixedLimit = 1
 				c.Overload.MaxWait.MarketData = 0
+				forwardWrites(c, "wallets_refused")
 			})
 			arrived := make(chan string, 8)
 			e.backend.arrived = arrived

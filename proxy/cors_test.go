@@ -47,8 +47,13 @@ func TestPreflightPassesToBackendWithoutPolicy(t *testing.T) {
 	if e.backend.count() != n {
 		t.Fatal("a preflight with a body reached the backend")
 	}
-	// An OPTIONS that is not a preflight still follows the table.
-	assertError(t, do(t, "OPTIONS", e.url+"/api/v1/odr/orders/", nil), http.StatusUnauthorized, "not_authenticated")
+	// An OPTIONS that is not a preflight still follows the table: under
+	// /api/v1/odr/ a method no route names is refused.
+	res = do(t, "OPTIONS", e.url+"/api/v1/odr/orders/", nil)
+	if allow := res.Header.Get("Allow"); allow != "GET, HEAD, POST" {
+		t.Errorf("Allow = %q", allow)
+	}
+	assertError(t, res, http.StatusMethodNotAllowed, "method_not_allowed")
 }
 
 // TestCORSPolicy: with a policy, exgate answers preflights itself (no

@@ -136,7 +136,7 @@ func TestEnvoyHeadersNeverForwarded(t *testing.T) {
 		"X-Envoy-Hedge-On-Per-Try-Timeout", "X-Envoy-Upstream-Rq-Timeout-Ms", "X-Envoy-Upstream-Rq-Per-Try-Timeout-Ms",
 		"X-Envoy-Internal", "x-envoy-retry-on"}
 	sendHeaders(t, names, func(e *env, name string) *http.Request {
-		req, _ := http.NewRequest("POST", e.url+"/api/v1/odr/payments/", strings.NewReader(`{}`))
+		req, _ := http.NewRequest("POST", e.url+"/api/v1/usr/payments/", strings.NewReader(`{}`))
 		req.Header.Set("Authorization", "Bearer tok")
 		req.Header[name] = []string{"5xx,reset"}
 		return req

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"net/http"
 	"strings"
 
 	"github.com/exgate/exgate/apierror"
@@ -22,13 +23,29 @@ import (
 // sign, a leading zero, braces, a repeated id, more than
 // validation.bulk.max_orders ids) is refused with 400 invalid_order,
 // naming the element as a bulk cancel would ("ids[1]").
+//
+// Such a request carries no body: the ids are the path's. Django REST
+// framework parses request.data on a DELETE as on a POST, so a cancel
+// view that reads {"ids": [4, 5, 6]} beside the path's one id would be a
+// mass cancel exgate neither checked nor charged; a body on such a route
+// (a Content-Length above 0, or chunked) is refused with 400
+// unexpected_body before any limit is charged.
+
+// errIDsBody refuses a body on a route whose order ids are its path's.
+var errIDsBody = apierror.Static(http.StatusBadRequest, "unexpected_body",
+	"This request takes no body: its order ids go in the path (3, or 3,2).")
 
 // pathIDs checks the order id list of st's route, if it takes one, and
 // returns what the request is charged in the route's limits: one unit
-// per id, or one for a route without a list.
-func (g *Gateway) pathIDs(st *requestState) (int64, *apierror.Error) {
+// per id, or one for a route without a list. A request with a body is
+// refused on a route with a list (errIDsBody).
+func (g *Gateway) pathIDs(st *requestState, r *http.Request) (int64, *apierror.Error) {
 	if st.route.maxIDs == 0 {
 		return 1, nil
+	}
+	if hasBody(r) {
+		g.metrics.ValidationRejected(errIDsBody.Code)
+		return 0, errIDsBody
 	}
 	n, e := validate.CheckIDList(lastSegment(st.path), st.route.maxIDs)
 	if e != nil {

@@ -75,7 +75,7 @@ func (g *Gateway) limitAndCheck(st *requestState, r *http.Request) *apierror.Err
 		return g.checkBulk(st, r, pl) // a bulk is charged by its size: its body comes first
 	}
 	if pl.validator == nil || st.route.Config.Validate != config.ValidateOrd {
-		cost, e := g.pathIDs(st)
+		cost, e := g.pathIDs(st, r)
 		if e != nil {
 			return e
 		}

@@ -37,6 +37,7 @@ type Route struct {
 	trailing bool      // the canonical form ends in "/"
 	spelling string    // the path forwarded when its segments are all literal (forwardPath), else ""
 	isDef    bool
+	refuse   bool              // refuse: true, every request it matches answered 405 (refusedAt)
 	allow    string            // Allow header of every route sharing this shape
 	service  *upstream.Service // the service it forwards to; nil when not started (fleet.go)
 	split    *upstream.Split   // the services it divides its requests between, instead of service
@@ -83,6 +84,7 @@ func compileTable(cfg *config.Config) *table {
 			Timeout: cfg.RouteTimeout(&rc),
 			Config:  rc,
 			method:  rc.Match.Method,
+			refuse:  rc.Refuse,
 			// The route's class says what its requests are; a bulk route
 			// is of class place, and a bulk cancel is a cancel.
 			evidence: rc.Priority == config.PriorityPlace || rc.Priority == config.PriorityCancel,
@@ -128,7 +130,7 @@ func compileTable(cfg *config.Config) *table {
 			}
 		}
 		for _, o := range t.routes {
-			if !sameShape(r, o) {
+			if o.refuse || !sameShape(r, o) {
 				continue
 			}
 			switch o.method {
@@ -221,15 +223,22 @@ func (r *Route) matchPath(p string) bool {
 // as Django REST framework's format_suffix_patterns route it to the same
 // view; matched is the path the route matched, whose canonical spelling is
 // forwarded. Without a route, allow is the Allow header for a 405 (the
-// method is one no route accepts), or "" for a 404.
+// method is one no route accepts, or the route found refuses it:
+// refusedAt), or "" for a 404.
 func (t *table) match(method, p string) (r *Route, matched, allow string) {
 	if bare, ok := formatless(p); ok {
 		if r := t.find(method, bare, segmentCount(bare)); r != nil {
+			if r.refuse {
+				return nil, bare, t.refusedAt(bare)
+			}
 			return r, bare, ""
 		}
 	}
 	n := segmentCount(p)
 	if r := t.find(method, p, n); r != nil {
+		if r.refuse {
+			return nil, p, t.refusedAt(p)
+		}
 		return r, p, ""
 	}
 	if t.def != nil {
@@ -244,6 +253,30 @@ func (t *table) match(method, p string) (r *Route, matched, allow string) {
 		}
 	}
 	return nil, p, ""
+}
+
+// refusedAt returns the Allow header of a request a refusing route
+// matched at the canonical path p: the methods a route that forwards
+// (the default route included) would serve at p, GET with HEAD; "" (a
+// 404) when there is none. A refusal only, so it may take its time: one
+// lookup per method.
+func (t *table) refusedAt(p string) string {
+	n := segmentCount(p)
+	var b strings.Builder
+	for _, m := range anyMethods {
+		r := t.find(m, p, n)
+		if r == nil {
+			r = t.def
+		}
+		if r == nil || r.refuse || !r.methodOK(m) {
+			continue
+		}
+		if b.Len() > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(m)
+	}
+	return b.String()
 }
 
 // indexLiterals fills byPath: for each route whose segments are all

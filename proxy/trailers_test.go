@@ -68,8 +68,8 @@ func TestRequestTrailersNotForwarded(t *testing.T) {
 	for _, tc := range []struct {
 		name, target, header, body, wantBody string
 	}{
-		{"streamed route, announced", "/api/v1/wlt/deposits/", "Trailer: " + smuggledNames + "\r\n", "abc", "abc"},
-		{"streamed route, not announced", "/api/v1/wlt/deposits/", "", "abc", "abc"},
+		{"streamed route, announced", "/api/v1/usr/deposits/", "Trailer: " + smuggledNames + "\r\n", "abc", "abc"},
+		{"streamed route, not announced", "/api/v1/usr/deposits/", "", "abc", "abc"},
 		{"order route, announced", "/api/v1/odr/orders/", "Trailer: " + smuggledNames + "\r\n", order, order},
 		{"order route, not announced", "/api/v1/odr/orders/", "", order, order},
 	} {

@@ -53,6 +53,11 @@ _placed = []  # every placed order, in order
 
 
 class OrderView(APIView):
+    def delete(self, request, format=None):
+        # A mass cancel (?symbol=X), as Binance's DELETE openOrders or
+        # djangorestframework-bulk's bulk destroy.
+        return _write(request, "mass_cancel")
+
     def post(self, request, format=None):
         raw = request._request.body  # read before DRF parses it; kept by Django
         s = OrderSerializer(data=request.data)
@@ -145,9 +150,47 @@ class StatusView(APIView):
         return Response([{"id": int(i), "state": "active"} for i in read])
 
     def delete(self, request, ids, format=None):
+        # DRF parses a DELETE's body as a POST's: a view that also reads
+        # {"ids": [...]} from it cancels those (a mass cancel).
+        raw = request._request.body
         read = [str(int(i)) for i in ids.split(",")]
-        _record(request, b"", "cancel_path", ids=read)
+        data = request.data
+        if isinstance(data, dict):
+            read += [str(int(i)) for i in data.get("ids", [])]
+        _record(request, raw, "cancel_path", ids=read)
         return Response([{"id": int(i), "state": "canceled"} for i in read])
+
+    def patch(self, request, ids, format=None):
+        return _write(request, "amend")
+
+    def put(self, request, ids, format=None):
+        return _write(request, "amend")
+
+
+def _write(request, kind):
+    """Records a write exgate has no check for (an amend, a mass cancel, a
+    cancel action, a withdrawal) and answers it done."""
+    _record(request, request._request.body, kind)
+    return Response({"done": kind})
+
+
+class WriteView(APIView):
+    """The writes a real exchange backend has beside the order family
+    (a cancel action, a withdrawal): each recorded."""
+
+    kind = "write"
+
+    def post(self, request, format=None, **kwargs):
+        return _write(request, self.kind)
+
+    def put(self, request, format=None, **kwargs):
+        return _write(request, self.kind)
+
+    def patch(self, request, format=None, **kwargs):
+        return _write(request, self.kind)
+
+    def delete(self, request, format=None, **kwargs):
+        return _write(request, self.kind)
 
 
 class FillsView(APIView):
