@@ -170,3 +170,35 @@ func TestRouteLimitsCap(t *testing.T) {
 		})
 	}
 }
+
+// TestRefuseFromYAML: an operator's table keeps the deny-by-default and
+// serves a write of its own above it, with its own limits; a refusing
+// route that would also forward is refused at load, by key, from YAML
+// and from the environment.
+func TestRefuseFromYAML(t *testing.T) {
+	runParseCases(t, []parseCase{
+		{name: "a write route above the refusal",
+			yaml: "upstream: {url: 'http://127.0.0.1:9000'}\nroutes:\n" +
+				"  - {name: amend, match: 'PATCH /api/v1/odr/orders/{id}/', auth: required, limits: [{key: token, rate: 60/1m}]}\n" +
+				"  - {name: reads, match: 'GET /api/v1/odr/{rest...}', auth: required, limits: [{key: token, rate: 600/1m}]}\n" +
+				"  - {name: writes, match: '/api/v1/odr/{rest...}', refuse: true}\n  - {name: default, match: '*'}\n",
+			check: func(t *testing.T, c *Config) {
+				if c.Routes[0].Refuse || !c.Routes[2].Refuse || c.Routes[2].Auth != AuthNone {
+					t.Errorf("routes = %+v", c.Routes)
+				}
+			}},
+		{name: "refuse from the environment",
+			yaml:   "upstream: {url: 'http://127.0.0.1:9000'}\nroutes:\n  - {name: writes, match: '/x/{rest...}'}\n",
+			getenv: func(k string) (string, bool) { return "true", k == "EXGATE_ROUTES_0_REFUSE" },
+			check: func(t *testing.T, c *Config) {
+				if !c.Routes[0].Refuse {
+					t.Error("EXGATE_ROUTES_0_REFUSE not read")
+				}
+			}},
+		{name: "a refusing route that forwards",
+			yaml: "upstream: {url: 'http://127.0.0.1:9000'}\nroutes:\n" +
+				"  - {name: writes, match: '/x/{rest...}', refuse: true, auth: required, limits: [{key: token, rate: 1/1s}], split: [{service: default, weight: 1}, {service: default, weight: 1}]}\n" +
+				"  - {name: all, match: '*', refuse: true}\n",
+			paths: []string{"routes[0].auth", "routes[0].limits", "routes[0].split", "routes[0].split[1].service", "routes[1].refuse"}},
+	})
+}
