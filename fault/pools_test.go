@@ -615,8 +615,8 @@ const trickleConns = 80
 
 // trickledBodies is the attack of the third "Why": each attacker
 // sends trickleConns requests whose bodies exgate does not validate
-// (trickledPaths: the sign-in routes for the address, a wallet route for
-// an account), each with the first byte of its 64-byte body, and holds
+// (trickledPaths: the sign-in routes for the address, a wallet read for
+// an account, which the default table serves to a GET alone), each with the first byte of its 64-byte body, and holds
 // them. On a backend with a worker per request (gunicorn's sync workers),
 // a body forwarded as it arrives would hold a worker and a connection
 // each; exgate reads every body whole first.
@@ -625,14 +625,16 @@ func trickledBodies(ctx context.Context, t *testing.T, r *poolRun, a *attack) {
 	var wg sync.WaitGroup
 	for i, addr := range a.addrs {
 		for j := range trickleConns {
-			path, auth := trickledPaths[2], "Authorization: Bearer "+a.tokens[i]+"\r\n"
+			// An account's body goes on a wallet read: the default
+			// table refuses a wallet write (405) before reading its body.
+			method, path, auth := "GET ", trickledPaths[2], "Authorization: Bearer "+a.tokens[i]+"\r\n"
 			if a.tokens[i] == "" {
-				path, auth = trickledPaths[1], ""
+				method, path, auth = "POST ", trickledPaths[1], ""
 				if j < 20 {
 					path = trickledPaths[0]
 				}
 			}
-			head := "POST " + path + " HTTP/1.1\r\nHost: " + r.host + "\r\n" + auth +
+			head := method + path + " HTTP/1.1\r\nHost: " + r.host + "\r\n" + auth +
 				"Content-Type: application/json\r\nContent-Length: 64\r\n\r\n"
 			wg.Add(1)
 			go func() { defer wg.Done(); heldRequest(ctx, r, a, addr, head, "{") }()
