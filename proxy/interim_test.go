@@ -101,48 +101,10 @@ func TestBackendInterimFieldsFiltered(t *testing.T) {
 			}},
 	}
 	e := startLimited(t, nil, func(c *config.Config) { c.CORS.AllowedOrigins = []string{allowed} })
-	h1 := &http.Client{Transport: &http.Transport{DisableCompression: true}}
-	t.Cleanup(h1.CloseIdleConnections)
-	front := httptest.NewUnstartedServer(e.gw) // the same gateway over TLS, HTTP/2
-	front.EnableHTTP2 = true
-	front.StartTLS()
-	t.Cleanup(front.Close)
-	h2 := front.Client()
-	h2.Transport.(*http.Transport).DisableCompression = true
-	protocols := []struct {
-		name   string
-		url    string
-		client *http.Client
-		major  int
-	}{{"HTTP/1.1", e.url, h1, 1}, {"HTTP/2", front.URL, h2, 2}}
-	for _, p := range protocols {
+	for _, p := range bothProtocols(t, e) {
 		for _, tc := range cases {
 			t.Run(p.name+"/"+tc.name, func(t *testing.T) {
-				e.backend.handler = func(w http.ResponseWriter, r *http.Request) {
-					h := w.Header()
-					for k, v := range tc.hint {
-						h[k] = v
-					}
-					w.WriteHeader(http.StatusEarlyHints)
-					clear(h)
-					for k, v := range tc.final {
-						h[k] = v
-					}
-					h.Set("Content-Type", "application/json")
-					_, _ = io.WriteString(w, "[]")
-				}
-				var interim []http.Header
-				req, _ := http.NewRequest("GET", p.url+"/api/v1/mkt/markets/", nil)
-				req.Header.Set("Origin", tc.origin)
-				req = req.WithContext(httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{
-					Got1xxResponse: func(_ int, h textproto.MIMEHeader) error { interim = append(interim, http.Header(h)); return nil },
-				}))
-				res, err := p.client.Do(req)
-				if err != nil {
-					t.Fatal(err)
-				}
-				body, _ := io.ReadAll(res.Body)
-				res.Body.Close()
+				interim, res, body := askHinted(t, e, p.client, p.url, tc.origin, tc.hint, tc.final)
 				want, wantBody := http.StatusOK, "[]"
 				if tc.status != 0 {
 					want, wantBody = tc.status, `{"detail":`
@@ -154,6 +116,62 @@ func TestBackendInterimFieldsFiltered(t *testing.T) {
 			})
 		}
 	}
+}
+
+// protocolClient is a client of the gateway over one protocol.
+type protocolClient struct {
+	name   string
+	url    string
+	client *http.Client
+	major  int
+}
+
+// bothProtocols returns clients of e's gateway over HTTP/1.1 and, the
+// same gateway served over TLS, HTTP/2, neither asking for compression.
+func bothProtocols(t *testing.T, e *env) []protocolClient {
+	h1 := &http.Client{Transport: &http.Transport{DisableCompression: true}}
+	t.Cleanup(h1.CloseIdleConnections)
+	front := httptest.NewUnstartedServer(e.gw)
+	front.EnableHTTP2 = true
+	front.StartTLS()
+	t.Cleanup(front.Close)
+	h2 := front.Client()
+	h2.Transport.(*http.Transport).DisableCompression = true
+	return []protocolClient{{"HTTP/1.1", e.url, h1, 1}, {"HTTP/2", front.URL, h2, 2}}
+}
+
+// askHinted has e's backend answer a 103 with the fields hint, then 200
+// "[]" with the fields final, and asks it through client at url from
+// origin: the 1xx answers' fields the client got, its final answer and
+// that answer's body.
+func askHinted(t *testing.T, e *env, client *http.Client, url, origin string, hint, final http.Header) ([]http.Header, *http.Response, []byte) {
+	t.Helper()
+	e.backend.handler = func(w http.ResponseWriter, r *http.Request) {
+		h := w.Header()
+		for k, v := range hint {
+			h[k] = v
+		}
+		w.WriteHeader(http.StatusEarlyHints)
+		clear(h)
+		for k, v := range final {
+			h[k] = v
+		}
+		h.Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, "[]")
+	}
+	var interim []http.Header
+	req, _ := http.NewRequest("GET", url+"/api/v1/mkt/markets/", nil)
+	req.Header.Set("Origin", origin)
+	req = req.WithContext(httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{
+		Got1xxResponse: func(_ int, h textproto.MIMEHeader) error { interim = append(interim, http.Header(h)); return nil },
+	}))
+	res, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	return interim, res, body
 }
 
 // lacks reports each of names that h, the header of what, carries.
