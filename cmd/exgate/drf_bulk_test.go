@@ -17,7 +17,7 @@ import (
 // bulkRead is one bulk request or status read the DRF views accepted, as
 // they read it.
 type bulkRead struct {
-	Kind      string               `json:"kind"` // place, cancel, status or cancel_path (DELETE of ids in the path)
+	Kind      string               `json:"kind"` // place, cancel, status, cancel_path (DELETE of ids in the path), or a write no route checks (drf_writes_test.go)
 	Method    string               `json:"method"`
 	Query     string               `json:"query"` // the query string the view could read
 	RequestID string               `json:"request_id"`

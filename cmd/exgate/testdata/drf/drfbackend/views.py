@@ -4,7 +4,10 @@ in-memory store of placed orders, and a record of each placement for the
 test to compare with what exgate validated; the bulk view (placement, and
 cancel by ids as an array or {"ids": [...]}, POSTed or DELETEd) and the
 status and cancel of ids joined by commas in the path, each recording
-what it read (and the query string beside it)."""
+what it read (and the query string beside it); and the writes exchange
+backends have beside them, each recorded: a mass cancel (DELETE of the
+order list), an amend (PATCH, PUT of an order), a cancel action and a
+withdrawal, and a cancel that also reads ids from a DELETE's body."""
 
 import threading
 
