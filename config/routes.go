@@ -142,14 +142,17 @@ const (
 // named for what it does. Routes are tried in this order and the first
 // whose path and method match serves the request, so a method no route
 // names on a path falls through to a later route, and finally to
-// "default".
+// "default" — except under /api/v1/odr/ and /api/v1/wlt/, whose refusing
+// routes answer every method their reads and named routes do not serve
+// 405 (Route.Refuse).
 //
 //   - Orders, fills and wallets (everything under /api/v1/odr/ and
 //     /api/v1/wlt/) require a token at the edge and are counted per
 //     token: placement against the spec's 5400/h order allowance (single
 //     and bulk alike: a bulk of k orders costs k), cancels (single and
 //     bulk) against their own limit so that a spent order allowance never
-//     blocks one, reads against a read limit.
+//     blocks one, reads against a read limit; any other write there (a
+//     mass cancel, an amend, a withdrawal) has no check, and is refused.
 //   - Public reads (markets, currencies, tickers, order book) are counted
 //     like the spec's market list: per address without a token, per token
 //     with one. Recent matches keep the spec's 60/min.
