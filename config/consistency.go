@@ -181,11 +181,12 @@ func (c *Config) checkOrderBodySize(col *collector) {
 // largest body read whole to fit in the share of a client alone, which is
 // half of it (docs/pools.md): such a body would always be refused 503
 // server_busy. Every body is read whole, so the largest is
-// server.max_body_bytes (an order's and a bulk's limits are within it).
+// server.max_body_bytes (an order's and a bulk's limits are within it),
+// charged with BodyReadCharge while it is read.
 func (c *Config) checkBufferShare(col *collector) {
 	largest := c.Server.MaxBodyBytes
-	if buf := c.Server.MaxBufferedBytes; buf >= 64<<10 && buf < 2*largest {
-		col.addf("server.max_buffered_bytes", "%s is less than twice the largest body read whole (%s): a client may hold at most half of it, so such a body would always be refused", buf, largest)
+	if buf := c.Server.MaxBufferedBytes; buf >= 64<<10 && buf < 2*(largest+BodyReadCharge) {
+		col.addf("server.max_buffered_bytes", "%s is less than twice the largest body read whole (%s) and its read's charge (%s): a client may hold at most half of it, so such a body would always be refused", buf, largest, ByteSize(BodyReadCharge))
 	}
 }
 

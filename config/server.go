@@ -2,6 +2,15 @@ package config
 
 import "time"
 
+// BodyReadCharge is what a request whose body is being read is charged of
+// its client's share of server.max_buffered_bytes before its first byte,
+// beside the bytes that arrive, until the read ends: about what such a
+// request holds while its client sends nothing (22.8 KiB measured for an
+// HTTP/2 stream: net/http's stream, the handler's goroutine and stack,
+// exgate's pooled state), so that stalled bodies are bounded by the budget
+// as bytes are, and one client's by its share (docs/pools.md).
+const BodyReadCharge = 24 << 10
+
 // Server holds the traffic listener's timeouts and size limits.
 type Server struct {
 	// ReadHeaderTimeout bounds reading a request's headers. Default 5s.
@@ -21,9 +30,9 @@ type Server struct {
 	// larger bodies get 413. Default 1MiB.
 	MaxBodyBytes ByteSize `yaml:"max_body_bytes"`
 	// MaxBufferedBytes bounds the request-body bytes held in memory at
-	// once across all requests: order bodies, which are read whole to be
-	// validated (every other body streams to the backend). Past it,
-	// orders get 503 server_busy. Default 64MiB.
+	// once across all requests, each body being read whole before it is
+	// forwarded, and BodyReadCharge for each body being read. Past its
+	// client's share, a request gets 503 server_busy. Default 64MiB.
 	MaxBufferedBytes ByteSize `yaml:"max_buffered_bytes"`
 	// MaxConnections bounds the client connections held at once, shared
 	// between client addresses (docs/pools.md): a client may open one

@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/exgate/exgate/config"
 	"github.com/exgate/exgate/internal/redistest"
 	"github.com/exgate/exgate/internal/tlstest"
 	"github.com/exgate/exgate/sim"
@@ -739,6 +740,9 @@ func init() {
 		poolRows = append(poolRows, poolRow{pool: "request-body budget, HTTP/2 streams", attacker: k, config: h2Config, tls: true,
 			attack: h2Bodies, holding: h2BodiesHeld,
 			refused: []string{"server_busy"}, metric: "exgate_body_budget_refusals_total", maxGrowth: 96 << 20})
+		poolRows = append(poolRows, poolRow{pool: "request-body budget, stalled HTTP/2 streams", attacker: k, config: h2Config, tls: true,
+			attack: h2Stalled, holding: h2StalledHeld,
+			refused: []string{"server_busy"}, metric: "exgate_body_budget_refusals_total", maxGrowth: 96 << 20})
 	}
 }
 
@@ -747,8 +751,23 @@ func init() {
 // and holds, until exgate answers or the row ends: 6.4 MiB of bodies per
 // account against a 4 MiB budget.
 func h2Bodies(ctx context.Context, t *testing.T, r *poolRun, a *attack) {
+	h2Open(ctx, t, r, a, "["+strings.Repeat(" ", h2Sent-1))
+}
+
+// h2Stalled: each attacker account opens h2Conns HTTP/2 connections and on
+// each h2Streams bulks (Content-Length: 65536) of which it sends the
+// headers and no byte of body, until exgate answers or the row ends: 400
+// streams per account, each charged config.BodyReadCharge (9.4 MiB)
+// against a 4 MiB budget. Before the charge, exgate held them all and
+// counted nothing.
+func h2Stalled(ctx context.Context, t *testing.T, r *poolRun, a *attack) {
+	h2Open(ctx, t, r, a, "")
+}
+
+// h2Open opens the streams of h2Bodies and h2Stalled, each sending start
+// (counted in a.sent once written; nothing when empty) and holding.
+func h2Open(ctx context.Context, t *testing.T, r *poolRun, a *attack, start string) {
 	var wg sync.WaitGroup
-	start := "[" + strings.Repeat(" ", h2Sent-1)
 	for i, addr := range a.addrs {
 		for range h2Conns {
 			c := clientOver(t, addr, 1, r.env.tls)
@@ -758,9 +777,10 @@ func h2Bodies(ctx context.Context, t *testing.T, r *poolRun, a *attack) {
 					defer wg.Done()
 					pr, pw := io.Pipe()
 					go func() {
-						_, err := io.WriteString(pw, start)
-						if err == nil {
-							a.sent.Add(1)
+						if start != "" {
+							if _, err := io.WriteString(pw, start); err == nil {
+								a.sent.Add(1)
+							}
 						}
 						<-ctx.Done()
 						pw.Close()
@@ -780,6 +800,15 @@ func h2Bodies(ctx context.Context, t *testing.T, r *poolRun, a *attack) {
 		}
 	}
 	wg.Wait()
+}
+
+// h2StalledHeld reports that every stalled stream was refused or is
+// charged its read's config.BodyReadCharge, and that the bytes exgate
+// holds no longer move.
+func h2StalledHeld(t *testing.T, r *poolRun, a *attack) bool {
+	n := int64(len(a.addrs) * h2Conns * h2Streams)
+	b := int64(r.g.metric(t, "exgate_body_buffered_bytes"))
+	return b%config.BodyReadCharge == 0 && a.answered.Load()+b/config.BodyReadCharge >= n && a.settled(float64(b))
 }
 
 // h2BodiesHeld reports that every stream was refused or sent its 16 KiB,

@@ -100,12 +100,21 @@ func (g *Gateway) readWhole(st *requestState, r *http.Request, limit int64, tooL
 // pooled buffer of st's (released with st.releaseBodyBuffers) rather than one
 // of its own.
 func (g *Gateway) readWholeIn(st *requestState, r *http.Request, limit int64, tooLarge *apierror.Error) ([]byte, bool, *apierror.Error) {
+	charged := r.Body != nil && r.Body != http.NoBody
+	if charged && !g.takeReadCharge(st) {
+		closeAfterAnswer(st.rw.Header(), r)
+		g.metrics.BodyBudgetExhausted()
+		return nil, false, errBufferBudget
+	}
 	bp := bodyPool.Get().(*[]byte)
 	*bp = (*bp)[:0]
 	st.bodyBuf = bp
 	st.bodyReader = chargedBody{rc: r.Body, st: st}
 	n, tooBig, err := st.readChunks(&st.bodyReader, limit)
 	st.bodyTaken = true
+	if charged {
+		g.giveReadCharge(st)
+	}
 	switch {
 	case tooBig:
 		closeAfterAnswer(st.rw.Header(), r)
@@ -124,6 +133,31 @@ func (g *Gateway) readWholeIn(st *requestState, r *http.Request, limit int64, to
 	}
 	body, pooled := st.wholeBody(n)
 	return body, pooled, nil
+}
+
+// takeReadCharge charges config.BodyReadCharge to st's client's share of
+// the body budget for a body about to be read (the memory a request
+// waiting for its body holds before any byte of it: net/http's stream or
+// connection, the handler's goroutine, exgate's state), reporting false
+// when the share has no room for it. It is held, beside the bytes that
+// arrive, until the read ends (giveReadCharge), so that a client that
+// stalls its bodies holds its share's worth of them at most, however many
+// it opens; a panic in the read leaves it in st.buffered, which finish
+// gives back.
+func (g *Gateway) takeReadCharge(st *requestState) bool {
+	if !g.budget.Take(st.client, config.BodyReadCharge) {
+		return false
+	}
+	st.buffered += config.BodyReadCharge
+	return true
+}
+
+// giveReadCharge gives back the charge takeReadCharge took, once the read
+// has ended: from there on the request waits on exgate and the backend
+// (its limits, a slot), which their own shares bound, never on its client.
+func (g *Gateway) giveReadCharge(st *requestState) {
+	st.buffered -= config.BodyReadCharge
+	g.budget.Give(st.client, config.BodyReadCharge)
 }
 
 // errShareFull is chargedBody's error for bytes its client's share of the

@@ -65,7 +65,7 @@ func fillShare(t *testing.T, e *env, from, head, body string) (refused int, conn
 		}()
 		var res *http.Response
 		deadline := time.Now().Add(5 * time.Second)
-		for res == nil && e.gw.budget.Buffered() != before+int64(len(body)) {
+		for res == nil && e.gw.budget.Buffered() != before+reading(len(body), 1) {
 			if time.Now().After(deadline) {
 				t.Fatalf("a body neither held nor refused: %d bytes held", e.gw.budget.Buffered())
 			}
@@ -86,6 +86,12 @@ func fillShare(t *testing.T, e *env, from, head, body string) (refused int, conn
 	return refused, conns
 }
 
+// reading returns what the body budget holds for bodies being read of
+// which bytes have arrived: the bytes and each read's charge.
+func reading(bytes, bodies int) int64 {
+	return int64(bytes) + int64(bodies)*config.BodyReadCharge
+}
+
 // waitBuffered waits until the gateway's body budget holds n bytes.
 func waitBuffered(t *testing.T, e *env, n int64) {
 	t.Helper()
@@ -99,23 +105,25 @@ func waitBuffered(t *testing.T, e *env, n int64) {
 }
 
 // TestBufferBudget: an order body being read holds the bytes that have
-// arrived, charged to its client's share of server.max_buffered_bytes,
-// never what its Content-Length promises. A client is refused 503
+// arrived and its read's charge (config.BodyReadCharge), charged to its
+// client's share of server.max_buffered_bytes, never what its
+// Content-Length promises. A client is refused 503
 // server_busy (its connection closed: the body stays unread) once it
 // would hold more than is left free, while a client that holds nothing
 // still places its orders; everything comes back when the bodies end.
 func TestBufferBudget(t *testing.T) {
-	const budget = 128 << 10
+	const budget = 256 << 10
 	e := startOrdersConfig(t, placed, nil, func(c *config.Config) { c.Server.MaxBufferedBytes, c.Server.MaxBodyBytes = budget, 64<<10 })
 	order := `{"symbol":"BTC_USDT","type":"market","side":"buy","base_amount":"0.5"}`
 
-	// 64 heads promising 8 KiB each (4× the budget), one byte of body
-	// sent: 64 bytes held, and the same client's order still fits.
+	// 4 heads promising 8 KiB each, one byte of body sent:
+	// 4 bytes and 4 reads' charges held, and the same client's order
+	// still fits.
 	var conns []net.Conn
-	for range 64 {
+	for range 4 {
 		conns = append(conns, holdOrder(t, e.addr, "127.0.0.1", 8<<10, "{"))
 	}
-	waitBuffered(t, e, 64)
+	waitBuffered(t, e, reading(4, 4))
 	if res := postOrder(t, e, order); res.StatusCode != http.StatusCreated {
 		t.Fatalf("an order beside 64 unsent bodies: %d", res.StatusCode)
 	}

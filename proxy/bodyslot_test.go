@@ -72,7 +72,7 @@ func TestBodyReadWholeBeforeBackend(t *testing.T) {
 				if _, err := io.WriteString(c, body[i:i+1]); err != nil {
 					t.Fatal(err)
 				}
-				waitBuffered(t, e, int64(i+1)) // exgate has read the byte
+				waitBuffered(t, e, reading(i+1, 1)) // exgate has read the byte
 				if n := e.backend.countPath(path); n != 0 || len(arrived) != 0 {
 					t.Fatalf("after %d of %d bytes the backend has seen %d requests (%d arrived), want none", i+1, length, n, len(arrived))
 				}
@@ -129,7 +129,7 @@ func TestBodyShedWhenWhole(t *testing.T) {
 		}
 	}
 	finish := trickle(t, e.addr, "/api/v1/usr/upload/", 64)
-	waitBuffered(t, e, 1)
+	waitBuffered(t, e, reading(1, 1))
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() { // holds the one slot
@@ -167,7 +167,7 @@ func TestSlotSampleIsBackendTime(t *testing.T) {
 	e := serve(t, cfg, be, Options{Now: clk.Now})
 	for range 12 { // a window closes at its 10th sample
 		finish := trickle(t, e.addr, "/api/v1/usr/upload/", 64)
-		waitBuffered(t, e, 1)
+		waitBuffered(t, e, reading(1, 1))
 		clk.Add(20 * time.Second) // the client's upload
 		res := finish()
 		res.Body.Close()

@@ -76,7 +76,7 @@ func TestBulkHeadRefusedFromCache(t *testing.T) {
 
 	// Cancels can still pass: the bulk's body is read.
 	held := holdBulk(t, e.addr)
-	waitBuffered(t, e, 1)
+	waitBuffered(t, e, reading(1, 1))
 	held.Close()
 	waitBuffered(t, e, 0)
 
