@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"io"
 	"net/http"
 	"strings"
 
@@ -29,7 +30,10 @@ import (
 // view that reads {"ids": [4, 5, 6]} beside the path's one id would be a
 // mass cancel exgate neither checked nor charged; a body on such a route
 // (a Content-Length above 0, or chunked) is refused with 400
-// unexpected_body before any limit is charged.
+// unexpected_body before any limit is charged. A body of unknown length
+// that ends before its first byte (the empty last chunk; an HTTP/2
+// client that leaves a DELETE's stream open and ends it with an empty
+// DATA frame) is none: that cancel goes through.
 
 // errIDsBody refuses a body on a route whose order ids are its path's.
 var errIDsBody = apierror.Static(http.StatusBadRequest, "unexpected_body",
@@ -43,7 +47,7 @@ func (g *Gateway) pathIDs(st *requestState, r *http.Request) (int64, *apierror.E
 	if st.route.maxIDs == 0 {
 		return 1, nil
 	}
-	if hasBody(r) {
+	if bodySent(r) {
 		g.metrics.ValidationRejected(errIDsBody.Code)
 		return 0, errIDsBody
 	}
@@ -60,4 +64,21 @@ func (g *Gateway) pathIDs(st *requestState, r *http.Request) (int64, *apierror.E
 func lastSegment(p string) string {
 	p = strings.TrimSuffix(p, "/")
 	return p[strings.LastIndexByte(p, '/')+1:]
+}
+
+// bodySent reports whether r carries a body: a Content-Length above 0, or
+// a body of unknown length (chunked, or HTTP/2 without a Content-Length)
+// whose first read gives a byte or fails. One that ends at once is none,
+// and r is then left with none (http.NoBody), so that the backend is sent
+// none either.
+func bodySent(r *http.Request) bool {
+	if r.ContentLength >= 0 && len(r.TransferEncoding) == 0 {
+		return r.ContentLength > 0
+	}
+	var first [1]byte
+	if n, err := io.ReadAtLeast(r.Body, first[:], 1); n > 0 || err != io.EOF {
+		return true
+	}
+	r.Body, r.ContentLength, r.TransferEncoding = http.NoBody, 0, nil
+	return false
 }

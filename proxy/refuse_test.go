@@ -153,6 +153,39 @@ func TestOrderIDsRouteRefusesBody(t *testing.T) {
 	if res.StatusCode != http.StatusOK || remaining(t, res) != "9" {
 		t.Fatalf("cancel without a body: %d, remaining %s; want 200, 9 (the refusals charged nothing)", res.StatusCode, remaining(t, res))
 	}
+	emptyBodiesOfUnknownLength(t, e)
+}
+
+// emptyBodiesOfUnknownLength: a cancel whose body has no length and ends
+// before its first byte (HTTP/1.1's empty last chunk; HTTP/2 headers
+// without END_STREAM, then an empty DATA frame that ends the stream, as
+// a client that leaves a DELETE's stream open sends) carries no body: it
+// is forwarded, without one.
+func emptyBodiesOfUnknownLength(t *testing.T, e *env) {
+	t.Run("HTTP/1.1 empty chunked", func(t *testing.T) {
+		res := rawRequest(t, e.addr, "DELETE /api/v1/odr/orders/3/ HTTP/1.1\r\nHost: api.example\r\n"+
+			"Authorization: Bearer tok\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n")
+		res.Body.Close()
+		if res.StatusCode != http.StatusOK {
+			t.Fatalf("status %d, want 200", res.StatusCode)
+		}
+	})
+	t.Run("HTTP/2 stream ended by an empty DATA frame", func(t *testing.T) {
+		h2 := bothProtocols(t, e)[1]
+		req, _ := http.NewRequest("DELETE", h2.url+"/api/v1/odr/orders/3/", io.NopCloser(strings.NewReader("")))
+		req.Header.Set("Authorization", "Bearer tok")
+		res, err := h2.client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		if res.StatusCode != http.StatusOK || res.ProtoMajor != 2 {
+			t.Fatalf("status %d over HTTP/%d, want 200 over HTTP/2", res.StatusCode, res.ProtoMajor)
+		}
+	})
+	if got := e.backend.last(t); got.ContentLength != 0 || len(got.TransferEncoding) > 0 {
+		t.Errorf("the backend got Content-Length %d, Transfer-Encoding %q: want no body", got.ContentLength, got.TransferEncoding)
+	}
 }
 
 // forwardWrites makes the default table's refusing route name forward
