@@ -360,8 +360,13 @@ func TestMovedGETChargedOnceServed(t *testing.T) {
 // requests are shed on arrival (before anything is charged) by the
 // instance the balancer chose, or let in by it — and then sent there,
 // never to an instance (or a split's service) that did not decide them:
-// none waits in a full instance's queue to be shed there, and some are
-// served, each by the free instance.
+// some are served, each by the free instance, and at most one waits in
+// a full instance's queue to be shed there. That one is the queue's own
+// probe: a class shed at every arrival is still let in at about 7 in
+// 65,536 (overload.Controller.Admit's probability saturates there, so
+// that a queue that frees up is seen again), about 1 run in 100 of 60
+// requests; two in one run, about 1 in 10^5, is a decision made
+// elsewhere.
 func TestEarlyShedDecidedWhereItGoes(t *testing.T) {
 	cases := []struct {
 		name string
@@ -408,10 +413,13 @@ func TestEarlyShedDecidedWhereItGoes(t *testing.T) {
 					t.Fatalf("GET: %d, want 200 or 503 overloaded", res.StatusCode)
 				}
 			}
+			probes := 0
 			for _, l := range e.logs.FilterMessage("request").All() {
 				f := l.ContextMap()
 				if inst, _ := f["upstream_instance"].(string); busy[inst] {
-					t.Fatalf("a request went to %s, whose queue sheds: %v", inst, f)
+					if probes++; probes > 1 || f["code"] != "overloaded" {
+						t.Fatalf("a request went to %s, whose queue sheds: %v", inst, f)
+					}
 				}
 			}
 			byFree := 0
