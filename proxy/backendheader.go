@@ -193,10 +193,11 @@ func safeMethod(method string) bool {
 // Idempotency-Key and X-Idempotency-Key on a request not safe to send
 // twice go under their lower-case names (keepFromReplay).
 func (g *Gateway) sentAs(st *requestState, k string, unsafe, dropTrace bool) string {
+	if isHopByHop(k) {
+		return ""
+	}
 	switch k {
-	case "Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization",
-		"Te", "Trailer", "Transfer-Encoding", "Upgrade", // ReverseProxy's hop-by-hop fields
-		"Forwarded", "X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto",
+	case "Forwarded", "X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto",
 		"Http2-Settings", "Expect", "X-Real-Ip":
 		return ""
 	case "X-Request-Id":

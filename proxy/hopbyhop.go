@@ -94,3 +94,16 @@ func asciiLower(c byte) byte {
 	}
 	return c
 }
+
+// isHopByHop reports whether the field k (canonical) is one of the fields
+// ReverseProxy removes from a request and a final answer (RFC 9110
+// §7.6.1; RFC 9113 §8.2.2 has an HTTP/2 client reset a stream whose
+// answer carries one), besides those a Connection field names.
+func isHopByHop(k string) bool {
+	switch k {
+	case "Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization",
+		"Te", "Trailer", "Transfer-Encoding", "Upgrade":
+		return true
+	}
+	return false
+}

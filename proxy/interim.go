@@ -97,14 +97,6 @@ func (w *respWriter) endHints() {
 	}
 }
 
-// hopByHopFields are the fields ReverseProxy removes from a final answer
-// (RFC 9110 §7.6.1; RFC 9113 §8.2.2 has an HTTP/2 client reset a stream
-// whose answer carries one), besides those its Connection field names.
-var hopByHopFields = [...]string{
-	"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization",
-	"Te", "Trailer", "Transfer-Encoding", "Upgrade",
-}
-
 // dropHopByHop removes from h, a backend's 1xx's fields, what ReverseProxy
 // removes from a final answer: the fields its Connection names, and the
 // hop-by-hop fields.
@@ -116,7 +108,9 @@ func dropHopByHop(h http.Header) {
 			}
 		}
 	}
-	for _, k := range hopByHopFields {
-		delete(h, k)
+	for k := range h {
+		if isHopByHop(k) {
+			delete(h, k)
+		}
 	}
 }
