@@ -688,6 +688,10 @@ func TestWriteFailedOutcomeUnknown(t *testing.T) {
 					c.Close()
 				}
 			}, nil, func(c *config.Config) {
+				if !tc.hang { // a closed connection must not race the route's timeout
+					c.Route("place_order").Timeout = time.Minute
+					return
+				}
 				c.Route("list_fills").Timeout = 100 * time.Millisecond
 				c.Route("cancel_order").Timeout = 100 * time.Millisecond
 			})
