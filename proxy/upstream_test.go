@@ -689,7 +689,7 @@ func TestWriteFailedOutcomeUnknown(t *testing.T) {
 				}
 			}, nil, func(c *config.Config) {
 				if !tc.hang { // a closed connection must not race the route's timeout
-					c.Route("place_order").Timeout = time.Minute
+					c.Route("place_order").Timeout = 20 * time.Second
 					return
 				}
 				c.Route("list_fills").Timeout = 100 * time.Millisecond
