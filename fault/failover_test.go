@@ -724,8 +724,9 @@ func (r *failoverRun) ordersOnceReplicated(t *testing.T, old *redistest.Server, 
 	c := newClient(t, 1)
 	id := "after-" + strings.NewReplacer("/", "-", " ", "-").Replace(t.Name())
 	// A new identifier per try: a try whose claim was taken but whose
-	// answer timed out leaves its identifier in flight (outcome unknown,
-	// 409 to every retry for idempotency.in_flight_timeout), by design.
+	// answer timed out may leave its identifier in flight (outcome
+	// unknown, 409 to every retry for idempotency.in_flight_timeout) when
+	// the free of its lost claim fails too, the master being lost.
 	placedAt := time.Now()
 	tries := 0
 	var last answer

@@ -110,6 +110,7 @@ func (s *Redis) Settle(ctx context.Context, p *Prepared, r ratelimit.ClaimReply)
 	}
 	if r.Err != nil {
 		s.failed(ctx, r.Err)
+		s.freeLost(p, r.Err)
 		return Claim{}, storeError("claim", r.Err)
 	}
 	if p.ReplicaAcks > 0 {
@@ -160,6 +161,40 @@ func (s *Redis) free(ctx context.Context, p *Prepared) error {
 		return storeError("free", err)
 	}
 	return nil
+}
+
+// mayHaveRun reports whether a claim whose call failed with err may have
+// run in Redis all the same: no reply came back (the call's deadline
+// passed while Redis ran it, or the connection broke after the claim was
+// sent). A reply from Redis (an error, OOM, MOVED) says what it did, and
+// a dial that failed that the claim was never sent.
+func mayHaveRun(err error) bool {
+	return err != nil && !redisError(err) && !NotSent(err)
+}
+
+// freeLost frees the claim p, whose call failed with err, when Redis may
+// have run it all the same (mayHaveRun): its order is refused and never
+// sent, and a claim left in Redis would answer the client's retry — the
+// one the refusal asks for, with the same identifier — 409 in progress
+// and then outcome unknown for the whole retention, for an order never
+// placed. The free is the holder's (p's own token): it frees the claim p
+// made and nothing else, never another request's. It runs in the
+// background, within Options.Timeout, so that the refusal keeps its one
+// deadline; should it reach Redis before the claim (the two go on
+// different connections) or fail, the claim stays, as before: in
+// progress, then unknown, never placed twice.
+func (s *Redis) freeLost(p *Prepared, err error) {
+	if !mayHaveRun(err) {
+		return
+	}
+	// What free reads of p, copied: the proxy's Prepared is reused by
+	// the next request.
+	q := &Prepared{ClaimPart: ratelimit.ClaimPart{Keys: p.Keys}, id: p.id, slot: p.slot, charge: p.charge}
+	s.frees.Add(1)
+	go func() {
+		defer s.frees.Done()
+		_ = s.free(context.Background(), q)
+	}()
 }
 
 // ids returns the identifiers p claims.

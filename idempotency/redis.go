@@ -10,6 +10,7 @@ import (
 	"math/bits"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -66,6 +67,8 @@ type Redis struct {
 	// finishes queues the finish runs of concurrent orders for a shared
 	// round trip (finish.go).
 	finishes finishLane
+	// frees counts the frees of lost claims under way (freeLost).
+	frees sync.WaitGroup
 
 	// The scripts' arguments that are the same in every call, encoded
 	// once: the retention and the share counter's lifetime in
@@ -442,6 +445,7 @@ func (s *Redis) ClaimAll(ctx context.Context, account, client string, ids []stri
 	}
 	if err != nil {
 		s.failed(ctx, err)
+		s.freeLost(&p, err)
 		return Claim{}, storeError("claim", err)
 	}
 	return p.outcome(res)
