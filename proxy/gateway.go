@@ -430,6 +430,9 @@ type upstreamCall struct {
 	upStatus int           // the backend's status, or 0
 	upErr    error
 	deadline deadlineEntry // its place in its route's deadline queue while under way
+	// cut cancels the call, with its cause, while it is under way
+	// (forward): a backend that sends too many 1xx answers (passInterim).
+	cut context.CancelCauseFunc
 	// inst is the backend instance the request is under way at, from its
 	// choice (admit, else forward) to end (fleet.go); moved, that the
 	// request moved to another instance (its round trip is not one
@@ -613,6 +616,9 @@ var (
 func (g *Gateway) modifyResponse(res *http.Response) error {
 	if st := responseState(res); st != nil {
 		st.rw.endHints() // exgate's own fields back, after a 1xx
+		if st.rw.interims > maxInterim {
+			return errTooManyInterim // an answer that came as the call was cut for its 1xx answers
+		}
 	}
 	if err := checkStatus(res); err != nil {
 		return err
@@ -725,6 +731,9 @@ func (g *Gateway) proxyError(w http.ResponseWriter, r *http.Request, err error) 
 	}
 	st := rw.st
 	rw.endHints() // exgate's own fields back, after a 1xx
+	if rw.interims > maxInterim {
+		err = errTooManyInterim // the call cut for them (passInterim): context.Canceled, or this, its cause
+	}
 	st.upErr = err
 	g.observeUpstream(st)
 	g.settleFailed(st, err)
@@ -1047,6 +1056,10 @@ type respWriter struct {
 	// 1xx, before adding the 1xx's fields: exgate's own (RateLimit, CORS),
 	// which the final answer gets back (endHints), without the 1xx's.
 	own http.Header
+	// interims counts the backend's 1xx answers (passInterim); http10 is
+	// set for a client speaking HTTP/1.0, which gets none of them.
+	interims int
+	http10   bool
 }
 
 // WriteHeader records the final status; informational ones pass through,
@@ -1056,6 +1069,9 @@ type respWriter struct {
 // back exgate's own fields, which ReverseProxy cleared (endHints).
 func (w *respWriter) WriteHeader(code int) {
 	if code < 200 {
+		if !w.passInterim() {
+			return
+		}
 		w.hint()
 	} else {
 		w.endHints()

@@ -1,10 +1,12 @@
 package proxy
 
 import (
+	"errors"
 	"maps"
 	"net/http"
 	"net/textproto"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -20,6 +22,40 @@ import (
 // it for a 1xx (Header, own), each 1xx goes with its fields filtered as a
 // final answer's are (hint), and the final answer gets exgate's own
 // fields back, none of the 1xx's (endHints).
+
+// maxInterim is how many 1xx answers a request's backend may send before
+// its final answer: the bound Go's Transport kept itself until it left it
+// to the hook that reads them (golang/go#65035), here ReverseProxy's,
+// which passes every one on. One 103 Early Hints is the use; a backend
+// past it is broken, and without the bound it had exgate write each of a
+// flood to the client, parsing each within Transport.MaxResponseHeaderBytes
+// of its own, until the route's timeout.
+const maxInterim = 5
+
+// errTooManyInterim is the error of a call cut for its 1xx answers
+// (passInterim): answered 502, an order's outcome unknown.
+var errTooManyInterim = errors.New("the backend sent more than " + strconv.Itoa(maxInterim) + " 1xx answers before its answer")
+
+// passInterim counts a backend's 1xx answer, which ReverseProxy is about
+// to write, and reports whether it goes to the client: not to an HTTP/1.0
+// client (RFC 9110 §15.2: HTTP/1.0 defines no 1xx, and its client reads
+// the first status line as the answer — "HTTP/1.0 103 Early Hints", the
+// final answer after it taken for its body), and none past maxInterim,
+// the first of which cuts the call with errTooManyInterim (its HTTP/1.1
+// connection closed, its HTTP/2 stream reset; proxyError and
+// modifyResponse answer it 502). ReverseProxy writes a 1xx only while its
+// round trip is under way, under its own lock: before forward ends the
+// call and drops cut.
+func (w *respWriter) passInterim() bool {
+	w.interims++
+	if w.interims > maxInterim {
+		if cut := w.st.cut; cut != nil && w.interims == maxInterim+1 {
+			cut(errTooManyInterim)
+		}
+		return false
+	}
+	return !w.http10
+}
 
 // Header returns the answer's header. While the backend's answer is
 // awaited (hinting), the first call is ReverseProxy's for a 1xx, about to

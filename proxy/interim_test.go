@@ -1,7 +1,9 @@
 package proxy
 
 import (
+	"bufio"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httptrace"
@@ -9,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/exgate/exgate/config"
 )
@@ -181,5 +184,121 @@ func lacks(t *testing.T, what string, h http.Header, names ...string) {
 		if v, ok := h[k]; ok {
 			t.Errorf("%s carries %s %q", what, k, v)
 		}
+	}
+}
+
+// TestBackendInterimAnswersBounded: a backend's 1xx answers reach the
+// client only as HTTP allows and only so many. Go's Transport leaves it to
+// the hook that reads them (ReverseProxy's, which passes every one on) to
+// bound how many a response may have (golang/go#65035): before, a backend
+// that sent a thousand 103s before its answer had exgate write a thousand
+// to the client, and would have gone on until the route's timeout. Past
+// maxInterim the call is cut and answered 502. And RFC 9110 §15.2 forbids a
+// 1xx to an HTTP/1.0 client, which reads the first status line as the
+// answer (a proxy in front speaking HTTP/1.0, NGINX's default
+// proxy_http_version, would take the 103 and everything after it for the
+// answer): before, exgate wrote it "HTTP/1.0 103 Early Hints".
+func TestBackendInterimAnswersBounded(t *testing.T) {
+	cases := []struct {
+		name     string
+		interims int // the 103s the backend sends before its answer
+		status   int // the client's final answer
+		passed   int // the 1xx answers the client gets over HTTP/1.1 and HTTP/2
+	}{
+		{"one", 1, http.StatusOK, 1},
+		{"at the bound", maxInterim, http.StatusOK, maxInterim},
+		{"one past the bound", maxInterim + 1, http.StatusBadGateway, maxInterim},
+		{"a flood", 1000, http.StatusBadGateway, maxInterim},
+	}
+	e := startLimited(t, nil, nil)
+	protocols := bothProtocols(t, e)
+	for _, tc := range cases {
+		e.backend.handler = func(w http.ResponseWriter, _ *http.Request) {
+			for range tc.interims {
+				w.Header().Set("Link", "</a.css>; rel=preload")
+				w.WriteHeader(http.StatusEarlyHints)
+			}
+			w.Header().Del("Link")
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = io.WriteString(w, "[]")
+		}
+		for _, p := range protocols {
+			t.Run(p.name+"/"+tc.name, func(t *testing.T) {
+				interims := 0
+				req, _ := http.NewRequest("GET", p.url+"/api/v1/mkt/markets/", nil)
+				req = req.WithContext(httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{
+					Got1xxResponse: func(int, textproto.MIMEHeader) error { interims++; return nil },
+				}))
+				res, err := p.client.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				body, _ := io.ReadAll(res.Body)
+				res.Body.Close()
+				if res.StatusCode != tc.status || interims != tc.passed {
+					t.Fatalf("%d %q after %d 1xx answers, want %d after %d", res.StatusCode, body, interims, tc.status, tc.passed)
+				}
+				if tc.status != http.StatusOK && !strings.Contains(string(body), `"code":"bad_gateway"`) {
+					t.Fatalf("answer %q, want exgate's bad_gateway", body)
+				}
+			})
+		}
+		t.Run("HTTP/1.0/"+tc.name, func(t *testing.T) {
+			c, err := net.Dial("tcp", e.addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+			if _, err := io.WriteString(c, "GET /api/v1/mkt/markets/ HTTP/1.0\r\nHost: x\r\n\r\n"); err != nil {
+				t.Fatal(err)
+			}
+			res, err := http.ReadResponse(bufio.NewReader(c), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(res.Body)
+			res.Body.Close()
+			if res.StatusCode != tc.status {
+				t.Fatalf("an HTTP/1.0 client read %s %q, want %d: no 1xx answer", res.Status, body, tc.status)
+			}
+		})
+	}
+}
+
+// TestOrderInterimFloodOutcomeUnknown: an order whose backend is cut for
+// its 1xx answers reached the backend: its client is told its outcome is
+// unknown, and a retry with its identifier is answered 409
+// outcome_unknown, never sent again.
+func TestOrderInterimFloodOutcomeUnknown(t *testing.T) {
+	const order = `{"symbol":"BTC_USDT","type":"market","side":"buy","base_amount":"0.5","identifier":"flood-1"}`
+	e := startOrdersConfig(t, func(w http.ResponseWriter, _ *http.Request) {
+		for range 100 {
+			w.WriteHeader(http.StatusEarlyHints)
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusCreated)
+		_, _ = io.WriteString(w, `{"id":1}`)
+	}, nil, nil)
+	for _, tc := range []struct {
+		name    string
+		status  int
+		code    string
+		unknown bool // the detail says the outcome is unknown
+	}{
+		{"first", http.StatusBadGateway, "bad_gateway", true},
+		{"retry", http.StatusConflict, "outcome_unknown", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			res := do(t, "POST", e.url+"/api/v1/odr/orders/", strings.NewReader(order),
+				"Authorization", "Bearer tok", "Content-Type", "application/json")
+			eb := assertError(t, res, tc.status, tc.code)
+			if tc.unknown && !strings.Contains(eb.Detail, "outcome is unknown") {
+				t.Errorf("detail %q, want it to say the outcome is unknown", eb.Detail)
+			}
+			if n := e.backend.count(); n != 1 {
+				t.Errorf("the backend received %d orders, want 1", n)
+			}
+		})
 	}
 }

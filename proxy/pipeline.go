@@ -284,16 +284,19 @@ func (g *Gateway) forward(st *requestState, r *http.Request) {
 	// sc is zero (new, or nextValue's): set field by field, where a whole
 	// assignment copies it under the collector's write barrier.
 	sc.Context, sc.st, sc.deadline = ctx, st, deadline
+	st.cut = cancel
 	defer func() {
 		unhideHeader(st, r)
 		st.deadline.leave()
 		cancel(nil)
+		st.cut = nil
 	}()
 	if st.sc.IsValid() {
 		g.startUpstreamSpan(st, r, &sc.traceparent)
 	}
 	hideHeader(st, r)
-	st.rw.hinting = true          // until the backend's answer or failure: endHints
+	st.rw.hinting = true // until the backend's answer or failure: endHints
+	st.rw.http10 = !r.ProtoAtLeast(1, 1)
 	st.proxy.ServeHTTP(&st.rw, r) // its rewrite sends the outbound request with sc
 }
 
