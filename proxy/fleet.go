@@ -139,12 +139,14 @@ func (g *Gateway) unavailable(st *requestState, r *http.Request, e *apierror.Err
 	g.refuse(st, r, e)
 }
 
-// instanceDone ends st's request, r, at its instance with its outcome
-// and kind (a read, or a write such as an order).
+// instanceDone ends st's request, r, at its instance with its outcome,
+// kind (a read, or a write such as an order) and client (clientOf: the
+// instance's runs of server errors eject only when they are not one
+// client's alone).
 func (g *Gateway) instanceDone(st *requestState, r *http.Request) {
 	if inst := st.inst; inst != nil {
 		st.inst = nil
-		inst.Done(outcomeOf(st), upstream.KindOf(r.Method))
+		inst.Done(outcomeOf(st), upstream.KindOf(r.Method), upstream.Client(st.client))
 	}
 }
 
@@ -200,7 +202,7 @@ func (t fleetTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		if !g.moveSlot(st, req, next) {
 			svc.EndRetry()
-			next.Done(upstream.Abandoned, upstream.KindOf(req.Method))
+			next.Done(upstream.Abandoned, upstream.KindOf(req.Method), upstream.Client(st.client))
 			break
 		}
 		st.moved = true
@@ -208,7 +210,7 @@ func (t fleetTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		st.upErr = err
 		prev := st.inst
 		st.inst = next
-		prev.Done(outcomeOf(st), upstream.KindOf(req.Method))
+		prev.Done(outcomeOf(st), upstream.KindOf(req.Method), upstream.Client(st.client))
 		st.upErr = nil
 		req = retryRequest(req, next, st)
 		if st.upSpan != nil {

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -452,26 +454,42 @@ func holdAndShed(t *testing.T, ctl *overload.Controller, who overload.Client) {
 
 // orderFleet is three instances on loopback behind a gateway, the second
 // of which answers every order 503 while its link is down (its reads
-// 200), each recording the order identifiers that reached it.
+// 200), and every one of which answers 500 to a poison order (one of
+// poisonAmount: a shape its matching engine chokes on, as a backend bug
+// would), each recording the order identifiers that reached it. Its
+// orders are placed by two traders, from two loopback addresses: two
+// clients, as the limits and outlier detection tell them apart.
 type orderFleet struct {
 	e         *env
 	badAddr   string
+	traders   [2]*http.Client // from 127.0.0.2 and 127.0.0.3
 	linkDown  atomic.Bool
 	badOrders atomic.Int64
+	orders    [3]atomic.Int64 // the orders each instance was sent
+	good      [3]atomic.Int64 // of which placed (answered 201)
 	mu        sync.Mutex
 	reached   map[string]int  // order identifier → the times it reached an instance
 	badSeen   strings.Builder // what the bad instance answered, in order: r a read, w a failed order
+	badFrom   map[string]int  // client address → the orders of it the bad instance failed
 	sent      int             // orders placed
 }
 
+// poisonAmount is the base amount of a poison order.
+const poisonAmount = "0.0066"
+
 // startOrderFleet starts the fleet with consecutive_5xx 3 and ejections
-// of 2s, the link down.
-func startOrderFleet(t *testing.T) *orderFleet {
-	f := &orderFleet{reached: map[string]int{}}
-	f.linkDown.Store(true)
+// of 2s, the link down when linkDown.
+func startOrderFleet(t *testing.T, linkDown bool) *orderFleet {
+	f := &orderFleet{reached: map[string]int{}, badFrom: map[string]int{}}
+	f.linkDown.Store(linkDown)
+	for i := range f.traders {
+		d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, byte(2+i))}}
+		f.traders[i] = &http.Client{Transport: &http.Transport{DialContext: d.DialContext}}
+		t.Cleanup(f.traders[i].CloseIdleConnections)
+	}
 	var urls []config.URL
-	for _, bad := range []bool{false, true, false} {
-		s := httptest.NewServer(f.instance(bad))
+	for i, bad := range []bool{false, true, false} {
+		s := httptest.NewServer(f.instance(i, bad))
 		t.Cleanup(s.Close)
 		urls = append(urls, config.MustURL(s.URL))
 	}
@@ -485,29 +503,43 @@ func startOrderFleet(t *testing.T) *orderFleet {
 	return f
 }
 
-// instance is an instance's handler.
-func (f *orderFleet) instance(bad bool) http.HandlerFunc {
+// instance is the i-th instance's handler.
+func (f *orderFleet) instance(i int, bad bool) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
 		order := r.Method == http.MethodPost
+		var o struct {
+			Identifier string
+			BaseAmount string `json:"base_amount"`
+		}
+		_ = json.Unmarshal(body, &o)
+		failing := bad && order && f.linkDown.Load()
 		f.mu.Lock()
-		if bad && (!order || f.linkDown.Load()) {
+		if bad && (!order || failing) {
 			f.badSeen.WriteString(map[bool]string{true: "w", false: "r"}[order])
 		}
+		if failing {
+			f.badFrom[r.Header.Get("X-Real-IP")]++
+		}
 		if order {
-			var o struct{ Identifier string }
-			_ = json.Unmarshal(body, &o)
 			f.reached[o.Identifier]++
+			f.orders[i].Add(1)
 		}
 		f.mu.Unlock()
 		if bad && order {
 			f.badOrders.Add(1)
-			if f.linkDown.Load() {
-				http.Error(w, `{"detail":"matching engine unreachable"}`, http.StatusServiceUnavailable)
-				return
-			}
 		}
-		placed(w, r)
+		switch {
+		case order && o.BaseAmount == poisonAmount:
+			http.Error(w, `{"detail":"internal error"}`, http.StatusInternalServerError)
+		case failing:
+			http.Error(w, `{"detail":"matching engine unreachable"}`, http.StatusServiceUnavailable)
+		default:
+			if order {
+				f.good[i].Add(1)
+			}
+			placed(w, r)
+		}
 	}
 }
 
@@ -523,11 +555,29 @@ func (f *orderFleet) status(t *testing.T) upstream.InstanceStatus {
 	return upstream.InstanceStatus{}
 }
 
-// place places an order of a new identifier and returns its status.
+// place places an order of a new identifier, for each trader in turn,
+// and returns its status.
 func (f *orderFleet) place(t *testing.T) int {
 	t.Helper()
+	return f.placeAs(t, f.sent%len(f.traders), "0.001")
+}
+
+// placeAs places an order of a new identifier and the base amount for
+// the trader who and returns its status.
+func (f *orderFleet) placeAs(t *testing.T, who int, amount string) int {
+	t.Helper()
 	f.sent++
-	res := postOrder(t, f.e, fmt.Sprintf(`{"symbol":"BTC_USDT","type":"market","side":"buy","base_amount":"0.001","identifier":"o-%d"}`, f.sent))
+	body := fmt.Sprintf(`{"symbol":"BTC_USDT","type":"market","side":"buy","base_amount":%q,"identifier":"o-%d"}`, amount, f.sent)
+	req, err := http.NewRequest("POST", f.e.url+"/api/v1/odr/orders/", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer tok")
+	req.Header.Set("Content-Type", "application/json")
+	res, err := f.traders[who].Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
 	_, _ = io.Copy(io.Discard, res.Body)
 	res.Body.Close()
 	return res.StatusCode
@@ -544,11 +594,13 @@ func (f *orderFleet) read(t *testing.T) {
 	}
 }
 
-// ejectedForOrders sends reads and orders until the bad instance is
-// ejected, and checks why: after its third failed order, for the run of
-// its writes when its reads' successes came between them (a read is
-// drawn to it about once in three), else for the run over both kinds,
-// as before.
+// ejectedForOrders sends reads and orders, of each trader in turn,
+// until the bad instance is ejected, and checks why and when: once its
+// run of failed orders holds two of each trader's (a run of one client's
+// failures alone ejects nothing, nor one with a single failure of
+// another's), for the run of its writes when its reads' successes came
+// between them (a read is drawn to it about once in three), else for
+// the run over both kinds.
 func (f *orderFleet) ejectedForOrders(t *testing.T) {
 	deadline := time.Now().Add(time.Minute) // only bounds a hang
 	for f.status(t).State != "ejected" {
@@ -562,14 +614,22 @@ func (f *orderFleet) ejectedForOrders(t *testing.T) {
 	}
 	st := f.status(t)
 	f.mu.Lock()
-	seen := f.badSeen.String()
+	seen, from := f.badSeen.String(), maps.Clone(f.badFrom)
 	f.mu.Unlock()
 	want := "consecutive_5xx_writes"
 	if !strings.Contains(strings.Trim(seen, "r"), "r") {
 		want = "consecutive_5xx"
 	}
-	if st.Reason != want || st.Ejections[want] != 1 || st.Requests["server_error"] != 3 {
-		t.Fatalf("ejected: %+v after %q, want for %s after its third failed order", st, seen, want)
+	failed, least := 0, -1
+	for _, n := range from {
+		failed += n
+		if least < 0 || n < least {
+			least = n
+		}
+	}
+	if st.Reason != want || st.Ejections[want] != 1 || st.Requests["server_error"] != uint64(failed) || len(from) != 2 || least != 2 {
+		t.Fatalf("ejected: %+v after %q, the traders' failed orders there %v; want for %s once each trader had two",
+			st, seen, from, want)
 	}
 	for _, ss := range (fleetStatus{f.e.gw.fleet}).FleetStatus() {
 		for _, in := range ss.Instances {
@@ -580,17 +640,35 @@ func (f *orderFleet) ejectedForOrders(t *testing.T) {
 	}
 }
 
+// placedOnce checks that every order placed reached the instances once: a
+// 5xx is an answer, and an order answered is never sent again.
+func (f *orderFleet) placedOnce(t *testing.T) {
+	t.Helper()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for id, k := range f.reached {
+		if k != 1 {
+			t.Errorf("order %s reached the instances %d times", id, k)
+		}
+	}
+	if len(f.reached) != f.sent {
+		t.Errorf("%d orders sent, %d reached an instance", f.sent, len(f.reached))
+	}
+}
+
 // TestInstanceFailingOnlyOrdersEjected runs the default service over three
 // real instances on loopback, one of which answers every order 503 (its
-// link to the matching engine down) and every read 200, reads and orders
-// interleaved so that its reads' successes come between its orders'
-// failures: it is ejected for its writes (consecutive_5xx_writes) while
-// its reads succeed, no order goes to it while it is ejected, it comes
-// back once its ejection ends and places orders again once its link is
-// back, and no order reaches the instances twice (a 5xx answer is an
-// answer: the order is never sent to another instance).
+// link to the matching engine down) and every read 200, reads and two
+// traders' orders interleaved so that its reads' successes come between
+// its orders' failures: it is ejected for its writes
+// (consecutive_5xx_writes) while its reads succeed, once its run of
+// failed orders is not one trader's alone, no order goes to it while it
+// is ejected, it comes back once its ejection ends and places orders
+// again once its link is back, and no order reaches the instances twice
+// (a 5xx answer is an answer: the order is never sent to another
+// instance).
 func TestInstanceFailingOnlyOrdersEjected(t *testing.T) {
-	f := startOrderFleet(t)
+	f := startOrderFleet(t, true)
 	t.Run("ejected for its orders while its reads succeed", f.ejectedForOrders)
 
 	t.Run("no order while ejected", func(t *testing.T) {
@@ -629,17 +707,58 @@ func TestInstanceFailingOnlyOrdersEjected(t *testing.T) {
 			}
 		}
 	})
+	f.placedOnce(t)
+}
 
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	for id, k := range f.reached {
-		if k != 1 {
-			t.Errorf("order %s reached the instances %d times", id, k)
+// TestOneClientsPoisonOrdersEjectNothing runs the default service over
+// three real instances on loopback, every one of which answers 500 to a
+// poison order (a shape its matching engine chokes on): one trader sends
+// 60 of them in a row, which before ejected an instance after every
+// third failure there (up to max_ejection_percent of the fleet, again
+// after each ejection ended). None is ejected now: the run of an
+// instance's failures is that one client's alone. The other trader's
+// orders, sent between more of them, are placed at every instance; no
+// order reaches the instances twice.
+func TestOneClientsPoisonOrdersEjectNothing(t *testing.T) {
+	f := startOrderFleet(t, false)
+	for i := range 60 {
+		if code := f.placeAs(t, 0, poisonAmount); code != http.StatusInternalServerError {
+			t.Fatalf("poison order %d answered %d, want the backend's 500", i, code)
 		}
 	}
-	if len(f.reached) != f.sent {
-		t.Errorf("%d orders sent, %d reached an instance", f.sent, len(f.reached))
+	for i := range f.orders {
+		if n := f.orders[i].Load(); n < 3 {
+			t.Fatalf("instance %d was sent %d poison orders of 60, fewer than consecutive_5xx", i, n)
+		}
 	}
+	for i := 0; f.good[0].Load() == 0 || f.good[1].Load() == 0 || f.good[2].Load() == 0; i++ {
+		if i == 300 {
+			t.Fatalf("300 orders of the other trader, placed at the instances %d, %d, %d", f.good[0].Load(), f.good[1].Load(), f.good[2].Load())
+		}
+		if code := f.placeAs(t, 0, poisonAmount); code != http.StatusInternalServerError {
+			t.Fatalf("a poison order answered %d", code)
+		}
+		if code := f.placeAs(t, 1, "0.001"); code/100 != 2 {
+			t.Fatalf("the other trader's order answered %d", code)
+		}
+	}
+	svc := f.e.gw.fleet.Service("")
+	if st := svc.State(); st.Ejected != 0 || st.Healthy != 3 {
+		t.Errorf("the service after one trader's poison orders: %+v, want every instance healthy", st)
+	}
+	for _, ss := range (fleetStatus{f.e.gw.fleet}).FleetStatus() {
+		for _, in := range ss.Instances {
+			for why, n := range in.Ejections {
+				if n != 0 {
+					t.Errorf("%s ejected %d times for %s", in.Addr, n, why)
+				}
+			}
+			if in.Requests["server_error"] == 0 {
+				t.Errorf("%s answered no poison order: %v", in.Addr, in.Requests)
+			}
+		}
+	}
+	f.placedOnce(t)
 }
 
 // TestQueuedOrderLeavesInstanceOutOfRotation fills two instances' limits
@@ -654,11 +773,13 @@ func TestQueuedOrderLeavesInstanceOutOfRotation(t *testing.T) {
 		leave func(t *testing.T, svc *upstream.Service, left *upstream.Instance, stays upstream.Endpoint)
 	}{
 		{"ejected", func(t *testing.T, svc *upstream.Service, left *upstream.Instance, _ upstream.Endpoint) {
-			failed, err := svc.PickPeeked(left) // a request of another client fails there
-			if err != nil || failed != left {
-				t.Fatal("the instance is not in the rotation")
+			for who := range upstream.Client(2) { // requests of two other clients fail there
+				failed, err := svc.PickPeeked(left)
+				if err != nil || failed != left {
+					t.Fatal("the instance is not in the rotation")
+				}
+				failed.Done(upstream.ServerError, upstream.Write, who+1)
 			}
-			failed.Done(upstream.ServerError, upstream.Write)
 		}},
 		{"gone from the list", func(_ *testing.T, svc *upstream.Service, _ *upstream.Instance, stays upstream.Endpoint) {
 			svc.Update([]upstream.Endpoint{stays})

@@ -7,7 +7,8 @@ import "net/http"
 // it has one: RoundTripper): the request's scheme and host are
 // replaced by the instance's (its path is kept). It is for exgate's own
 // requests to a service (the market catalogue), whose outcomes count in
-// the instances' outlier detection like any other.
+// the instances' outlier detection like any other, as those of one client
+// (the zero Client).
 func (s *Service) Transport(rt http.RoundTripper) http.RoundTripper {
 	return serviceTransport{s: s, rt: s.RoundTripper(rt)}
 }
@@ -32,13 +33,13 @@ func (t serviceTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	k := KindOf(req.Method)
 	switch {
 	case err != nil && NothingSent(err):
-		inst.Done(ConnectFailure, k)
+		inst.Done(ConnectFailure, k, 0)
 	case err != nil:
-		inst.Done(ServerError, k)
+		inst.Done(ServerError, k, 0)
 	case res.StatusCode >= 500:
-		inst.Done(ServerError, k)
+		inst.Done(ServerError, k, 0)
 	default:
-		inst.Done(Success, k)
+		inst.Done(Success, k, 0)
 	}
 	return res, err
 }

@@ -1,6 +1,7 @@
 package upstream
 
 import (
+	"math"
 	"net/http"
 	"time"
 )
@@ -62,42 +63,140 @@ func KindOf(method string) Kind {
 	return Write
 }
 
-// Done ends a request Pick counted at the instance, with how it went and
-// its kind.
-func (i *Instance) Done(o Outcome, k Kind) {
+// Client is who a request was sent for, as outlier detection tells
+// clients apart: an opaque key the caller derives (the gateway's: a
+// verified account, else a client address, as its shared pools and rate
+// limits key them). The zero Client is exgate's own requests (the market
+// catalogue's fetch), one client.
+type Client uint64
+
+// Done ends a request Pick counted at the instance, with how it went, its
+// kind and the client it was sent for.
+func (i *Instance) Done(o Outcome, k Kind, who Client) {
 	i.active.Add(-1)
 	i.svc.active.Add(-1)
 	i.outcomes[o].Add(1)
 	out := &i.svc.opts.Outlier
 	switch o {
 	case Success:
-		if i.consec5xx.Load() != 0 {
-			i.consec5xx.Store(0)
-		}
-		if i.consec5xxOf[k].Load() != 0 {
-			i.consec5xxOf[k].Store(0)
+		if i.inRun.Load()&runBits(k) != 0 {
+			i.endRuns(k)
 		}
 		if i.consecConnect.Load() != 0 {
 			i.consecConnect.Store(0)
 		}
 	case ServerError:
 		i.consecConnect.Store(0)
-		n := out.Consecutive5xx
-		if n <= 0 {
-			break
-		}
-		all, ofKind := i.consec5xx.Add(1), i.consec5xxOf[k].Add(1)
-		switch {
-		case int(all) >= n:
-			i.svc.eject(i, ReasonConsecutive5xx)
-		case int(ofKind) >= n:
-			i.svc.eject(i, k.reason())
+		if n := out.Consecutive5xx; n > 0 {
+			if why := i.failed(k, who, n); why != ReasonNone {
+				i.svc.eject(i, why)
+			}
 		}
 	case ConnectFailure:
 		if n := out.ConsecutiveConnectFailures; n > 0 && int(i.consecConnect.Add(1)) >= n {
 			i.svc.eject(i, ReasonConnectFailure)
 		}
 	}
+}
+
+// runOf is the index in Instance.runs of the run of kind k's requests
+// (runs[0] is the run over all of them).
+func runOf(k Kind) int { return 1 + int(k) }
+
+// runBits are the bits of Instance.inRun of the runs a request of kind k
+// counts in: the run over all and its kind's.
+func runBits(k Kind) uint32 { return 1 | 1<<runOf(k) }
+
+// endRuns ends the runs a success of kind k ends: the run over all and
+// kind k's.
+func (i *Instance) endRuns(k Kind) {
+	i.runMu.Lock()
+	i.runs[0], i.runs[runOf(k)] = run{}, run{}
+	i.inRun.Store(i.inRun.Load() &^ runBits(k))
+	i.runMu.Unlock()
+}
+
+// failed counts a server error of kind k, sent for who, in the runs it
+// belongs to, and returns why the instance is to be ejected (ReasonNone:
+// it is not), n being Consecutive5xx.
+func (i *Instance) failed(k Kind, who Client, n int) Reason {
+	i.runMu.Lock()
+	defer i.runMu.Unlock()
+	i.inRun.Store(i.inRun.Load() | runBits(k))
+	all, ofKind := &i.runs[0], &i.runs[runOf(k)]
+	all.add(who)
+	ofKind.add(who)
+	switch {
+	case all.ejects(n):
+		return ReasonConsecutive5xx
+	case ofKind.ejects(n):
+		return k.reason()
+	}
+	return ReasonNone
+}
+
+// endAllRuns ends every run of server errors and of failed connects (the
+// instance is being ejected).
+func (i *Instance) endAllRuns() {
+	i.runMu.Lock()
+	i.runs = [len(i.runs)]run{}
+	i.inRun.Store(0)
+	i.runMu.Unlock()
+	i.consecConnect.Store(0)
+}
+
+// runClients is how many clients a run tells apart. A run whose failures
+// are of that many clients has at least two failures of clients other
+// than the one that failed most, which is all ejects asks: a client past
+// them needs no entry.
+const runClients = 3
+
+// run is a run of server errors at an instance: how many, and how many of
+// them each of its first clients' requests made. A client whose requests
+// make the backend fail (an order shape that trips a bug of the matching
+// engine) fails on every instance: its own failures tell nothing of the
+// instance, and one client must not eject the fleet for everyone.
+type run struct {
+	n       int32
+	used    int8
+	clients [runClients]Client
+	of      [runClients]int32
+}
+
+// add counts a failure of who's request.
+func (r *run) add(who Client) {
+	if r.n == math.MaxInt32 {
+		return // one client alone, for ever: its count says no more
+	}
+	r.n++
+	for j := range r.used {
+		if r.clients[j] == who {
+			r.of[j]++
+			return
+		}
+	}
+	if int(r.used) < runClients {
+		r.clients[r.used], r.of[r.used] = who, 1
+		r.used++
+	}
+}
+
+// ejects reports whether the run ejects its instance at n
+// (Consecutive5xx): it holds n failures, and at least two of them (one,
+// when n is 1 or 2) are of clients other than the one that failed most in
+// it. One client's failures never eject alone, and with another client's
+// they need two of that client's (or of others): a single failure of a
+// well client's request, which a healthy backend answers now and then,
+// does not complete a poisoning client's run.
+func (r *run) ejects(n int) bool {
+	if int(r.n) < n {
+		return false
+	}
+	top := int32(0)
+	for j := range r.used {
+		top = max(top, r.of[j])
+	}
+	return int(r.n-top) >= min(2, max(n-1, 1))
 }
 
 // reason is the ejection reason of a run of server errors of kind k.
@@ -117,11 +216,7 @@ func (s *Service) eject(inst *Instance, why Reason) {
 	if inst.ejected || inst.removed {
 		return
 	}
-	inst.consec5xx.Store(0)
-	for k := range inst.consec5xxOf {
-		inst.consec5xxOf[k].Store(0)
-	}
-	inst.consecConnect.Store(0)
+	inst.endAllRuns()
 	out := &s.opts.Outlier
 	ejected := 0
 	for _, o := range s.instances {

@@ -58,8 +58,10 @@ type Outlier struct {
 	// Consecutive5xx ejects an instance after this many server errors
 	// (5xx answers, resets and timeouts after the request was sent) in a
 	// row, counted over all its requests and over each Kind apart (its
-	// writes' run goes on through successful reads, and the reverse).
-	// 0 means never.
+	// writes' run goes on through successful reads, and the reverse),
+	// once the run is not one client's alone: at least two of its
+	// failures are of clients other than the one that failed most in it
+	// (one, when Consecutive5xx is 1 or 2). 0 means never.
 	Consecutive5xx int
 	// ConsecutiveConnectFailures ejects an instance after this many
 	// failed connects in a row. 0 means never.
@@ -150,8 +152,14 @@ type Instance struct {
 	// by rebuild under svc.mu.
 	inRotation atomic.Bool
 
-	consec5xx     atomic.Int32           // server errors in a row, of any kind
-	consec5xxOf   [numKinds]atomic.Int32 // server errors in a row of each kind
+	// runs are the instance's runs of server errors, over all its
+	// requests and over each Kind apart (runOf), with the clients whose
+	// requests failed in them; guarded by runMu. inRun has bit i set while
+	// runs[i] holds a failure, so that a success, the common case, ends
+	// none without taking runMu.
+	runMu         sync.Mutex
+	runs          [1 + numKinds]run
+	inRun         atomic.Uint32
 	consecConnect atomic.Int32
 	outcomes      [numOutcomes]atomic.Uint64 // requests ended, by outcome
 	ejectedTotal  [numReasons]atomic.Uint64  // ejections, by reason

@@ -37,7 +37,7 @@ func shares(t *testing.T, s *Service, n int) map[string]int {
 			t.Fatal(err)
 		}
 		got[inst.Addr]++
-		inst.Done(Success, Read)
+		inst.Done(Success, Read, 0)
 	}
 	return got
 }
@@ -58,10 +58,9 @@ func TestUpdateKeepsInstanceState(t *testing.T) {
 			break
 		}
 	}
-	ejected.active.Add(1)
-	ejected.Done(ServerError, Read)
+	failTwice(ejected, Read)
 	if st := s.State(); st.Ejected != 1 || st.Healthy != 2 {
-		t.Fatalf("after a 5xx with consecutive_5xx 1: %+v, want 1 ejected, 2 healthy", st)
+		t.Fatalf("after two clients' 5xx with consecutive_5xx 1: %+v, want 1 ejected, 2 healthy", st)
 	}
 	// The same list in another order, and a new instance: the old ones
 	// keep their requests under way and their ejection.
@@ -80,7 +79,7 @@ func TestUpdateKeepsInstanceState(t *testing.T) {
 	}
 	// Dropped from the list: out of the rotation, its request still ends.
 	s.Update(more[3:])
-	held.Done(Success, Read)
+	held.Done(Success, Read, 0)
 	for range 50 {
 		inst, err := s.Pick()
 		if err != nil {
@@ -89,7 +88,7 @@ func TestUpdateKeepsInstanceState(t *testing.T) {
 		if inst.URL.String() != more[3].URL.String() {
 			t.Fatalf("picked %s, which is no longer listed", inst.Addr)
 		}
-		inst.Done(Success, Read)
+		inst.Done(Success, Read, 0)
 	}
 }
 
@@ -144,7 +143,7 @@ func TestPickPeeked(t *testing.T) {
 				if inst.Active() != 1 {
 					t.Fatalf("%d requests under way at %s, want the one picked", inst.Active(), inst.Addr)
 				}
-				inst.Done(Success, Read)
+				inst.Done(Success, Read, 0)
 				s.Update(eps)
 			}
 		})
@@ -171,6 +170,16 @@ func TestPickFollowsWeights(t *testing.T) {
 	}
 }
 
+// failTwice ends two requests of kind k at inst as server errors, each of
+// another client: a run that ejects at consecutive_5xx 1 or 2 (one
+// client's alone never does).
+func failTwice(inst *Instance, k Kind) {
+	for who := range Client(2) {
+		inst.active.Add(1)
+		inst.Done(ServerError, k, who+1)
+	}
+}
+
 func TestEjectionLimits(t *testing.T) {
 	var mu sync.Mutex
 	var events []Event
@@ -184,10 +193,12 @@ func TestEjectionLimits(t *testing.T) {
 	})
 	s.Update(endpoints(t, 1, 1, 1, 1))
 	insts := s.Instances()
+	var who Client
 	fail := func(inst *Instance, o Outcome, n int) {
 		for range n {
+			who++ // each request another client's
 			inst.active.Add(1)
-			inst.Done(o, Read)
+			inst.Done(o, Read, who)
 		}
 	}
 	fail(insts[0], ServerError, 1)
@@ -230,8 +241,7 @@ func TestEjectionEndsAndGrows(t *testing.T) {
 	s.Update(endpoints(t, 1, 1))
 	inst := s.Instances()[0]
 	for i := 1; i <= 2; i++ {
-		inst.active.Add(1)
-		inst.Done(ServerError, Read)
+		failTwice(inst, Read)
 		s.mu.Lock()
 		n := inst.ejections
 		s.mu.Unlock()
@@ -254,10 +264,8 @@ func TestPanicAndUnavailable(t *testing.T) {
 	})
 	s.Update(endpoints(t, 1, 1, 1))
 	insts := s.Instances()
-	insts[0].active.Add(1)
-	insts[0].Done(ServerError, Read)
-	insts[1].active.Add(1)
-	insts[1].Done(ServerError, Read)
+	failTwice(insts[0], Read)
+	failTwice(insts[1], Read)
 	st := s.State()
 	if !st.Panic || !st.Available() {
 		t.Fatalf("1 of 3 healthy under a 50%% threshold: %+v, want panic", st)
@@ -267,7 +275,7 @@ func TestPanicAndUnavailable(t *testing.T) {
 		t.Errorf("in panic the 5xx-ejected instances get no share: %v", got)
 	}
 	insts[2].active.Add(1)
-	insts[2].Done(ConnectFailure, Read)
+	insts[2].Done(ConnectFailure, Read, 0)
 	got = shares(t, s, 300)
 	if got[insts[2].Addr] != 0 {
 		t.Errorf("an instance ejected for refusing connects got %d requests in panic", got[insts[2].Addr])
@@ -286,7 +294,7 @@ func TestPickAllocatesNothing(t *testing.T) {
 	s.Update(endpoints(t, 1, 2, 3))
 	if n := testing.AllocsPerRun(1000, func() {
 		inst, _ := s.Pick()
-		inst.Done(Success, Read)
+		inst.Done(Success, Read, 0)
 	}); n != 0 {
 		t.Errorf("Pick and Done allocate %v times", n)
 	}
@@ -310,7 +318,7 @@ func BenchmarkPick(b *testing.B) {
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {
 					inst, _ := s.Pick()
-					inst.Done(Success, Read)
+					inst.Done(Success, Read, 0)
 				}
 			})
 		})
@@ -360,8 +368,7 @@ func TestPriorityFailover(t *testing.T) {
 				s.recordCheck(at(i), false, hc)
 			}
 			for _, i := range tc.ejected {
-				at(i).active.Add(1)
-				at(i).Done(ServerError, Read)
+				failTwice(at(i), Read)
 			}
 			got := shares(t, s, 200)
 			var want []string
@@ -441,7 +448,7 @@ func TestEjectionRunsByKind(t *testing.T) {
 					out = ServerError
 				}
 				inst.active.Add(1)
-				inst.Done(out, k)
+				inst.Done(out, k, Client(i)) // each request another client's
 				if len(got) > 0 && at == 0 {
 					at = i + 1
 				}
@@ -461,7 +468,7 @@ func TestEjectionRunsByKind(t *testing.T) {
 				if p, _ := s.Pick(); p == inst {
 					t.Fatal("the ejected instance was picked")
 				} else {
-					p.Done(Success, Write)
+					p.Done(Success, Write, 0)
 				}
 			}
 		})
@@ -479,8 +486,7 @@ func TestLeavingTheRotationEndsWaits(t *testing.T) {
 		back  func(s *Service, inst *Instance, eps []Endpoint)
 	}{
 		{"ejected", func(s *Service, inst *Instance, _ []Endpoint) {
-			inst.active.Add(1)
-			inst.Done(ServerError, Write)
+			failTwice(inst, Write)
 		}, func(s *Service, inst *Instance, _ []Endpoint) { s.unEject(inst) }},
 		{"gone from the list", func(s *Service, _ *Instance, eps []Endpoint) { s.Update(eps[1:]) },
 			func(s *Service, _ *Instance, eps []Endpoint) { s.Update(eps) }},
@@ -528,6 +534,79 @@ func TestLeavingTheRotationEndsWaits(t *testing.T) {
 			other.Controller.Release(1, overload.Place, time.Now(), time.Millisecond, true)
 			if !<-waited {
 				t.Fatal("the other instance's waiter was not served")
+			}
+		})
+	}
+}
+
+// TestEjectionNeedsClientsBesidesOne ends requests of several clients at
+// an instance and checks that a run of server errors ejects only when it
+// is not one client's alone: a client whose requests make the backend
+// fail (a poison order) ejects nothing, however many it sends, nor with
+// one other client's failure beside them; two clients' failures on a
+// broken instance eject it.
+func TestEjectionNeedsClientsBesidesOne(t *testing.T) {
+	rep := func(s string, n int) []string { return slices.Repeat([]string{s}, n) }
+	cat := func(parts ...[]string) []string { return slices.Concat(parts...) }
+	tests := []struct {
+		name  string
+		n     int      // consecutive_5xx
+		seq   []string // each request: its client (A, B, C, D), kind (r, w) and outcome (+, -)
+		want  Reason   // ReasonNone: still in the rotation
+		after int      // the request that ejects it (1-based)
+	}{
+		{"one client's failed orders alone", 3, rep("Aw-", 50), ReasonNone, 0},
+		{"one client's and one other failure", 3, cat(rep("Aw-", 20), []string{"Bw-"}, rep("Aw-", 20)), ReasonNone, 0},
+		{"one client's and two other failures", 3, cat(rep("Aw-", 10), []string{"Bw-", "Cw-"}), ReasonConsecutive5xx, 12},
+		{"the one client's failures around another's", 3, cat([]string{"Bw-"}, rep("Aw-", 10), []string{"Bw-"}), ReasonConsecutive5xx, 12},
+		{"another client's success ends the run", 3, cat(rep("Aw-", 10), []string{"Bw-", "Cw+", "Bw-"}, rep("Aw-", 10)), ReasonNone, 0},
+		{"another client's read ends the run over all only", 3, cat(rep("Aw-", 5), []string{"Br+", "Bw-", "Cw-"}), ReasonWrites5xx, 8},
+		{"one client's failed orders, others' reads succeeding", 3, cat(rep("Aw-", 5), rep("Br+", 5), rep("Aw-", 5)), ReasonNone, 0},
+		{"two clients on a broken instance", 3, []string{"Aw-", "Bw-", "Aw-", "Bw-"}, ReasonConsecutive5xx, 4},
+		{"three clients on a broken instance", 3, []string{"Aw-", "Bw-", "Cw-"}, ReasonConsecutive5xx, 3},
+		{"a fourth client past the run's set", 5, []string{"Aw-", "Bw-", "Cw-", "Dw-", "Dw-"}, ReasonConsecutive5xx, 5},
+		{"one client's failed reads alone", 5, rep("Ar-", 50), ReasonNone, 0},
+		{"consecutive_5xx 1: one client's failure", 1, rep("Aw-", 10), ReasonNone, 0},
+		{"consecutive_5xx 1: two clients' failures", 1, []string{"Aw-", "Aw-", "Bw-"}, ReasonConsecutive5xx, 3},
+		{"consecutive_5xx 2: two clients' failures", 2, []string{"Aw-", "Bw-"}, ReasonConsecutive5xx, 2},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var got []Event
+			s := NewService("orders", Options{
+				Outlier: Outlier{Consecutive5xx: tt.n, BaseEjectionTime: time.Hour, MaxEjectionPercent: 50},
+				OnChange: func(ev Event) {
+					if ev.Kind == Ejected {
+						got = append(got, ev)
+					}
+				},
+			})
+			s.Update(endpoints(t, 1, 1))
+			inst := s.Instances()[0]
+			at := 0
+			for i, r := range tt.seq {
+				k, out := Read, Success
+				if r[1] == 'w' {
+					k = Write
+				}
+				if r[2] == '-' {
+					out = ServerError
+				}
+				inst.active.Add(1)
+				inst.Done(out, k, Client(r[0]))
+				if len(got) > 0 && at == 0 {
+					at = i + 1
+				}
+			}
+			switch {
+			case tt.want == ReasonNone && len(got) != 0:
+				t.Fatalf("ejected for %s after request %d", got[0].Reason, at)
+			case tt.want == ReasonNone:
+				if st := s.Status()[0]; st.State != "healthy" || st.Requests["server_error"] == 0 {
+					t.Errorf("status: %+v", st)
+				}
+			case len(got) != 1 || got[0].Reason != tt.want || at != tt.after:
+				t.Fatalf("ejections %v at request %d, want one for %s at %d", got, at, tt.want, tt.after)
 			}
 		})
 	}

@@ -35,7 +35,7 @@ func TestUpdateWhilePicking(t *testing.T) {
 				t.Error(err)
 				return
 			}
-			inst.Done(Success, Read)
+			inst.Done(Success, Read, 0)
 		}
 	}()
 	wg.Wait()
@@ -80,16 +80,18 @@ func TestUpdateNamedAgainWhileDraining(t *testing.T) {
 				t.Fatal("the first request found no slot at a")
 			}
 			if tc.eject {
-				failed, _ := s.PickPeeked(a)
-				failed.Done(ServerError, Read)
+				for who := range Client(2) { // two clients' requests fail there
+					failed, _ := s.PickPeeked(a)
+					failed.Done(ServerError, Read, who+1)
+				}
 				if st := s.State(); st.Ejected != 1 {
-					t.Fatalf("after a 5xx with consecutive_5xx 1: %+v, want 1 ejected", st)
+					t.Fatalf("after two clients' 5xx with consecutive_5xx 1: %+v, want 1 ejected", st)
 				}
 			}
 			s.Update(eps[1:]) // a leaves the answer
 			if tc.ended {
 				a.Controller.Release(1, overload.Place, time.Time{}, 0, false)
-				a.Done(Success, Read)
+				a.Done(Success, Read, 0)
 			}
 			s.Update(eps) // and is named again
 			again := s.Instances()[0]
@@ -118,7 +120,7 @@ func TestUpdateNamedAgainWhileDraining(t *testing.T) {
 			if tc.eject && slices.Contains(s.Rotation(), again) {
 				t.Error("an instance ejected for an hour is back in the rotation")
 			}
-			held.Done(Success, Read)
+			held.Done(Success, Read, 0)
 		})
 	}
 }
