@@ -114,6 +114,11 @@ type poolRow struct {
 	// ask /healthz and /readyz on the admin listener, as Prometheus and
 	// the probes do (poolRun.victimAdmin).
 	victimAdmin bool
+	// fleet lists the backend's instances (poolEnv.instances: three
+	// servers of the one reference backend) in upstream.urls instead of
+	// its one url, with upstream holding lines under that section.
+	fleet    bool
+	upstream string
 }
 
 // poolRows is the table.
@@ -135,8 +140,11 @@ func TestPools(t *testing.T) {
 type poolEnv struct {
 	redis   *redistest.Server
 	backend string
-	tokens  map[string]string // access tokens by account
-	front   *poolFront
+	// instances are three servers of the backend (the first is backend),
+	// for a row's fleet.
+	instances []string
+	tokens    map[string]string // access tokens by account
+	front     *poolFront
 	// tls trusts the certificate of a row over TLS (poolRow.tls), whose
 	// files are leaf's.
 	tls  *tls.Config
@@ -196,6 +204,12 @@ func (f *poolFront) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return // a broken request: nothing to answer
 	}
 	r.Body = io.NopCloser(strings.NewReader(string(body)))
+	if r.Method == http.MethodPost && r.URL.Path == "/api/v1/odr/orders/" && strings.Contains(string(body), `"`+poisonAmount+`"`) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusInternalServerError) // an order the matching engine chokes on (pools_fleet_test.go)
+		_, _ = io.WriteString(w, `{"detail":"Internal error.","code":"`+poisonCode+`"}`)
+		return
+	}
 	if strings.HasPrefix(r.Header.Get("Authorization"), sprayedPrefix) && r.Method == http.MethodPost {
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusServiceUnavailable) // an outage the invented tokens' orders meet (pools_spray_test.go)
@@ -234,16 +248,20 @@ func startPoolEnv(t *testing.T) *poolEnv {
 	}
 	front := &poolFront{h: sim.New(sim.Options{Credentials: creds}), release: make(chan struct{})}
 	close(front.release)
-	bs := httptest.NewUnstartedServer(front)
-	bs.Config.ConnState = front.connState
-	bs.Start()
-	t.Cleanup(bs.Close)
+	var instances []string
+	for range 3 {
+		bs := httptest.NewUnstartedServer(front)
+		bs.Config.ConnState = front.connState
+		bs.Start()
+		t.Cleanup(bs.Close)
+		instances = append(instances, bs.URL)
+	}
 	dir := t.TempDir()
 	ca := tlstest.NewCA(t, dir)
-	env := &poolEnv{redis: redistest.Start(t), backend: bs.URL, tokens: map[string]string{}, front: front,
+	env := &poolEnv{redis: redistest.Start(t), backend: instances[0], instances: instances, tokens: map[string]string{}, front: front,
 		tls: &tls.Config{RootCAs: ca.Pool}, leaf: ca.Issue(dir, "exgate", []string{"127.0.0.1"}, tlstest.Options{})}
 	for _, a := range poolAccounts {
-		env.tokens[a] = signIn(t, bs.URL, a)
+		env.tokens[a] = signIn(t, env.backend, a)
 	}
 	return env
 }
@@ -318,7 +336,15 @@ func (env *poolEnv) attackers(k attackerKind) *attack {
 // tokens, the default, unless they verify tokens on purpose.
 func (env *poolEnv) poolConfig(row poolRow) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "listen: \"127.0.0.1:0\"\nadmin_listen: \"127.0.0.1:0\"\nupstream:\n  url: %q\nlog:\n  access: %t\n%s", env.backend, row.log != "", row.log)
+	upstream := fmt.Sprintf("  url: %q\n", env.backend)
+	if row.fleet {
+		var urls []string
+		for _, u := range env.instances {
+			urls = append(urls, strconv.Quote(u))
+		}
+		upstream = fmt.Sprintf("  urls: [%s]\n%s", strings.Join(urls, ", "), row.upstream)
+	}
+	fmt.Fprintf(&b, "listen: \"127.0.0.1:0\"\nadmin_listen: \"127.0.0.1:0\"\nupstream:\n%slog:\n  access: %t\n%s", upstream, row.log != "", row.log)
 	fmt.Fprintf(&b, "limiter:\n  redis:\n    addrs: [%q]\n    timeout: 500ms\n%s", env.redis.Addr, row.limiter)
 	fmt.Fprintf(&b, "identity:\n  verify: %t\n%s", (row.attacker != oneAddress && row.attacker != tenAddresses) || row.verify, row.identity)
 	b.WriteString(strings.NewReplacer("CERT_FILE", env.leaf.CertFile, "KEY_FILE", env.leaf.KeyFile).Replace(row.config))
