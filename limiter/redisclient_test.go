@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -105,11 +104,8 @@ func TestRedisTLS(t *testing.T) {
 		t.Skip("starts redis-server")
 	}
 	pki := newTestPKI(t)
-	port := redistest.FreePort(t)
-	redistest.Start(t, "--tls-port", strconv.Itoa(port),
-		"--tls-cert-file", pki.serverCert, "--tls-key-file", pki.serverKey,
-		"--tls-ca-cert-file", pki.ca, "--tls-auth-clients", "yes")
-	addr := "127.0.0.1:" + strconv.Itoa(port)
+	addr := redistest.StartTLS(t, "--tls-cert-file", pki.serverCert, "--tls-key-file", pki.serverKey,
+		"--tls-ca-cert-file", pki.ca, "--tls-auth-clients", "yes").TLSAddr
 	base := config.Redis{Addrs: []string{addr}, Timeout: time.Second, TLS: true,
 		TLSCAFile: pki.ca, TLSCertFile: pki.clientCert, TLSKeyFile: pki.clientKey}
 

@@ -32,13 +32,20 @@ import (
 type Server struct {
 	// Addr is the server's "127.0.0.1:port" address.
 	Addr string
+	// TLSAddr is the address of the server's TLS port, when started by
+	// StartTLS; "" otherwise.
+	TLSAddr string
 
 	t    testing.TB
 	dir  string
 	args []string
-	mu   sync.Mutex
-	cmd  *exec.Cmd
-	done chan struct{}
+	// command, when set, returns the command that runs the server at
+	// Addr and the file it logs to, in place of a standalone
+	// redis-server's (a Sentinel's, startSentinel).
+	command func() (*exec.Cmd, string)
+	mu      sync.Mutex
+	cmd     *exec.Cmd
+	done    chan struct{}
 }
 
 // packages names the Debian package of each program the helpers start.
@@ -62,15 +69,17 @@ func need(t testing.TB, bins ...string) {
 	}
 }
 
-// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
-func FreePort(t testing.TB) int {
+// freePort returns a TCP port on 127.0.0.1 that was free a moment ago:
+// another process may take it before a server binds it, so that each
+// start on it is checked (startOnFreePort).
+func freePort(t testing.TB) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	return strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
 }
 
 // Start starts a standalone redis-server on a free loopback port with
@@ -80,18 +89,40 @@ func Start(t testing.TB, args ...string) *Server {
 	t.Helper()
 	need(t, "redis-server")
 	s := &Server{t: t, dir: t.TempDir(), args: args}
-	var err error
-	for attempt := 0; attempt < 5; attempt++ {
-		s.Addr = "127.0.0.1:" + strconv.Itoa(FreePort(t))
-		if err = s.start(); err == nil {
-			break
-		}
-	}
-	if err != nil {
-		t.Fatalf("redistest: %v", err)
-	}
+	s.startOnFreePort(false)
 	t.Cleanup(s.Stop)
 	return s
+}
+
+// StartTLS is Start with a TLS port too (TLSAddr), on another free
+// loopback port: args name the certificates ("--tls-cert-file", …).
+func StartTLS(t testing.TB, args ...string) *Server {
+	t.Helper()
+	need(t, "redis-server")
+	s := &Server{t: t, dir: t.TempDir(), args: args}
+	s.startOnFreePort(true)
+	t.Cleanup(s.Stop)
+	return s
+}
+
+// startOnFreePort starts the server on ports found free, with fresh
+// ones after a start that failed: a port found free can be taken by
+// another process (a server another test package starts) before the
+// server binds it, which then exits, or answers on the port the other
+// process took and is told apart by its process id (start).
+func (s *Server) startOnFreePort(withTLS bool) {
+	s.t.Helper()
+	var err error
+	for attempt := 0; attempt < 10; attempt++ {
+		s.Addr = "127.0.0.1:" + freePort(s.t)
+		if withTLS {
+			s.TLSAddr = "127.0.0.1:" + freePort(s.t)
+		}
+		if err = s.start(); err == nil {
+			return
+		}
+	}
+	s.t.Fatalf("redistest: %v", err)
 }
 
 // Port returns the server's port.
@@ -101,14 +132,10 @@ func (s *Server) Port() string {
 }
 
 func (s *Server) start() error {
-	args := append([]string{
-		"--port", s.Port(), "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no",
-		"--dir", s.dir, "--protected-mode", "no",
-		"--daemonize", "no", "--loglevel", "warning",
-		"--logfile", filepath.Join(s.dir, "redis-"+s.Port()+".log"),
-	}, s.args...)
-	cmd := exec.Command("redis-server", args...)
+	cmd, logFile := s.redisCommand()
+	if s.command != nil {
+		cmd, logFile = s.command()
+	}
 	if err := cmd.Start(); err != nil {
 		return err
 	}
@@ -121,18 +148,61 @@ func (s *Server) start() error {
 	for time.Now().Before(deadline) {
 		select {
 		case <-done:
-			log, _ := os.ReadFile(filepath.Join(s.dir, "redis-"+s.Port()+".log"))
-			return fmt.Errorf("redis-server on %s exited: %s", s.Addr, strings.TrimSpace(string(log)))
+			log, _ := os.ReadFile(logFile)
+			return fmt.Errorf("%s on %s exited: %s", cmd.Path, s.Addr, strings.TrimSpace(string(log)))
 		default:
 		}
 		if ping(s.Addr) == nil {
-			return nil
+			// Another process's server may answer on a port this one
+			// could not bind (it exits soon after).
+			pid, err := serverPID(s.Addr)
+			if err == nil && pid == cmd.Process.Pid {
+				return nil
+			}
+			s.Stop()
+			return fmt.Errorf("another server answers on %s (process %d, %v), not %s (process %d)", s.Addr, pid, err, cmd.Path, cmd.Process.Pid)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	_ = cmd.Process.Kill()
-	<-done
-	return fmt.Errorf("redis-server on %s did not answer PING within 10s", s.Addr)
+	s.Stop()
+	return fmt.Errorf("%s on %s did not answer PING within 10s", cmd.Path, s.Addr)
+}
+
+// redisCommand returns the command that runs a standalone redis-server
+// at s.Addr (and s.TLSAddr) with s.args, and the file it logs to.
+func (s *Server) redisCommand() (*exec.Cmd, string) {
+	logFile := filepath.Join(s.dir, "redis-"+s.Port()+".log")
+	args := []string{
+		"--port", s.Port(), "--bind", "127.0.0.1",
+		"--save", "", "--appendonly", "no",
+		"--dir", s.dir, "--protected-mode", "no",
+		"--daemonize", "no", "--loglevel", "warning",
+		"--logfile", logFile,
+	}
+	if s.TLSAddr != "" {
+		_, p, _ := net.SplitHostPort(s.TLSAddr)
+		args = append(args, "--tls-port", p)
+	}
+	return exec.Command("redis-server", append(args, s.args...)...), logFile
+}
+
+// serverPID returns the process id the server at addr reports (INFO
+// server's process_id).
+func serverPID(addr string) (int, error) {
+	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, PoolSize: 1})
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	info, err := c.Info(ctx, "server").Result()
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "process_id:"); ok {
+			return strconv.Atoi(v)
+		}
+	}
+	return 0, fmt.Errorf("INFO server names no process_id")
 }
 
 // ping sends PING over a fresh connection.

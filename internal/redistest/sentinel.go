@@ -6,7 +6,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -25,35 +24,31 @@ func StartSentinel(t testing.TB, master *Server, name string) *Server {
 	return s
 }
 
-// startSentinel starts bin as a Sentinel monitoring master under name.
-// Sentinel rewrites its configuration file, which lives in the test's
-// temporary directory.
+// startSentinel starts bin as a Sentinel monitoring master under name,
+// on a free port (startOnFreePort). Sentinel rewrites its configuration
+// file, which lives in the test's temporary directory and is written
+// afresh for each port tried.
 func startSentinel(t testing.TB, bin string, master *Server, name string, quorum int, downAfter time.Duration) *Server {
 	t.Helper()
-	dir := t.TempDir()
-	port := FreePort(t)
-	conf := filepath.Join(dir, "sentinel.conf")
-	body := fmt.Sprintf("port %d\nbind 127.0.0.1\nprotected-mode no\ndir %s\n"+
-		"sentinel monitor %s 127.0.0.1 %s %d\n"+
-		"sentinel down-after-milliseconds %s %d\n"+
-		"sentinel failover-timeout %s 5000\n"+
-		"sentinel parallel-syncs %s 1\n",
-		port, dir, name, master.Port(), quorum, name, downAfter.Milliseconds(), name, name)
-	if err := os.WriteFile(conf, []byte(body), 0o600); err != nil {
-		t.Fatal(err)
+	s := &Server{t: t, dir: t.TempDir()}
+	conf, logFile := filepath.Join(s.dir, "sentinel.conf"), filepath.Join(s.dir, "sentinel.log")
+	s.command = func() (*exec.Cmd, string) {
+		body := fmt.Sprintf("port %s\nbind 127.0.0.1\nprotected-mode no\ndir %s\n"+
+			"sentinel monitor %s 127.0.0.1 %s %d\n"+
+			"sentinel down-after-milliseconds %s %d\n"+
+			"sentinel failover-timeout %s 5000\n"+
+			"sentinel parallel-syncs %s 1\n",
+			s.Port(), s.dir, name, master.Port(), quorum, name, downAfter.Milliseconds(), name, name)
+		if err := os.WriteFile(conf, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		args := []string{conf, "--logfile", logFile}
+		if bin == "redis-server" {
+			args = append(args, "--sentinel")
+		}
+		return exec.Command(bin, args...), logFile
 	}
-	s := &Server{t: t, dir: dir, Addr: "127.0.0.1:" + strconv.Itoa(port)}
-	args := []string{conf, "--logfile", filepath.Join(dir, "sentinel.log")}
-	if bin == "redis-server" {
-		args = append(args, "--sentinel")
-	}
-	cmd := exec.Command(bin, args...)
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
-	s.cmd, s.done = cmd, done
+	s.startOnFreePort(false)
 	t.Cleanup(s.Stop)
 	return s
 }
