@@ -13,7 +13,6 @@ import (
 	"testing"
 
 	"github.com/exgate/exgate/internal/logshare"
-	"github.com/exgate/exgate/internal/redistest"
 	"github.com/exgate/exgate/sim"
 )
 
@@ -45,12 +44,12 @@ func TestAccessLogSamplingBinary(t *testing.T) {
 	bin := buildBinary(t)
 	backend := httptest.NewServer(sim.New(sim.Options{}))
 	t.Cleanup(backend.Close)
-	listen, admin := fmt.Sprintf("127.0.0.1:%d", redistest.FreePort(t)), fmt.Sprintf("127.0.0.1:%d", redistest.FreePort(t))
 	path := filepath.Join(t.TempDir(), "exgate.yaml")
-	if err := os.WriteFile(path, []byte(fmt.Sprintf(samplingConfig, listen, admin, backend.URL)), 0o600); err != nil {
+	if err := os.WriteFile(path, []byte(fmt.Sprintf(samplingConfig, anyPort, anyPort, backend.URL)), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	cmd, logs, _ := startBinary(t, bin, path)
+	listen, _ := startedAddrs(t, logs)
 
 	const orders, cancels, reads = 400, 50, 100
 	base := "http://" + listen

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -22,7 +23,7 @@ func TestStartFailureReleasesListeners(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer taken.Close()
-	traffic := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	traffic := reservedAddr(t)
 	cfg := config.Default()
 	cfg.Listen, cfg.AdminListen = traffic, taken.Addr().String()
 	cfg.Server.DrainDelay = 0
@@ -46,4 +47,31 @@ func TestStartFailureReleasesListeners(t *testing.T) {
 		c.Close()
 		t.Error("something still accepts connections on the traffic address")
 	}
+}
+
+// reservedAddr returns a "127.0.0.1:port" address nothing listens on,
+// held until the test ends by a socket bound to it with SO_REUSEADDR and
+// never listening: a listener bound to the port by its number with
+// SO_REUSEADDR, as net.Listen binds, may still take it, but no socket
+// bound to port 0 is given it, as a port merely found free could be
+// given to a server another test package starts meanwhile.
+func reservedAddr(t *testing.T) string {
+	t.Helper()
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	syscall.CloseOnExec(fd)
+	t.Cleanup(func() { syscall.Close(fd) })
+	if err := syscall.SetsockoptInt(fd, syscall.SOL_SOCKET, syscall.SO_REUSEADDR, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		t.Fatal(err)
+	}
+	sa, err := syscall.Getsockname(fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fmt.Sprintf("127.0.0.1:%d", sa.(*syscall.SockaddrInet4).Port)
 }

@@ -50,6 +50,27 @@ func startBinary(t *testing.T, bin, cfgPath string, env ...string) (*exec.Cmd, *
 	return cmd, logs, seen
 }
 
+// anyPort is the listen and admin_listen of a test's binary: each
+// listener takes a port the kernel finds free as it binds (startedAddrs
+// reads which), where a port found free before the start could be taken
+// by another process meanwhile (a server another test package starts).
+const anyPort = "127.0.0.1:0"
+
+// startedAddrs returns the traffic and admin addresses the binary's start
+// line reports.
+func startedAddrs(t *testing.T, logs *logWatcher) (listen, admin string) {
+	t.Helper()
+	line, _ := logs.wait(t, "exgate started", 0)
+	var f struct {
+		Listen string `json:"listen"`
+		Admin  string `json:"admin_listen"`
+	}
+	if err := json.Unmarshal([]byte(line), &f); err != nil || f.Listen == "" || f.Admin == "" {
+		t.Fatalf("start line without the listeners' addresses (%v): %s", err, line)
+	}
+	return f.Listen, f.Admin
+}
+
 // quickstart returns the README's quick-start shell block.
 func quickstart(t *testing.T) string {
 	t.Helper()

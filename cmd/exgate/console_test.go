@@ -49,6 +49,17 @@ func consoleStack(t *testing.T, redisAddr string) (*app, string, string) {
 // startStackWith is startStack's gateway with an environment.
 func startStackWith(t *testing.T, mut func(*config.Config), getenv func(string) (string, bool)) *app {
 	t.Helper()
+	a, err := tryStartStack(t, mut, getenv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+// tryStartStack is startStackWith, returning the error of a gateway that
+// did not start.
+func tryStartStack(t *testing.T, mut func(*config.Config), getenv func(string) (string, bool)) (*app, error) {
+	t.Helper()
 	st := startStack(t, nil) // the reference backend
 	cfg := config.Default()
 	cfg.Listen, cfg.AdminListen = "127.0.0.1:0", "127.0.0.1:0"
@@ -58,9 +69,13 @@ func startStackWith(t *testing.T, mut func(*config.Config), getenv func(string) 
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	a := startApp(t, cfg, deps{log: zap.NewNop(), now: time.Now, getenv: getenv})
+	a, err := start(cfg, deps{log: zap.NewNop(), now: time.Now, getenv: getenv})
+	if err != nil {
+		return nil, err
+	}
+	t.Cleanup(func() { _ = a.shutdown() })
 	waitCatalogue(t, a)
-	return a
+	return a, nil
 }
 
 func adminJSON(t *testing.T, method, url string, out any, header ...string) int {

@@ -212,7 +212,11 @@ func TestHAProxyProxyProtocol(t *testing.T) {
 		_ = p.UnmarshalText([]byte("127.0.0.1"))
 		cfg.Server.ProxyProtocol = config.ProxyProtocol{TrustedPeers: []config.Prefix{p}, Policy: config.ProxyRequired}
 	})
-	v2, v1 := freePort(t), freePort(t)
+	// HAProxy serves on listeners the test opened (bind fd@N: the
+	// descriptors it inherits), where ports found free before it
+	// starts could be taken by another process meanwhile.
+	v2, v2File := inheritedListener(t)
+	v1, v1File := inheritedListener(t)
 	cfgFile := filepath.Join(e.dir, "haproxy.cfg")
 	hcfg := fmt.Sprintf(`global
   maxconn 200
@@ -222,23 +226,26 @@ defaults
   timeout client 10s
   timeout server 10s
 frontend v2
-  bind 127.0.0.1:%d
+  bind fd@3
   default_backend exgate_v2
 frontend v1
-  bind 127.0.0.1:%d
+  bind fd@4
   default_backend exgate_v1
 backend exgate_v2
   server gw %s send-proxy-v2
 backend exgate_v1
   server gw %s send-proxy
-`, v2, v1, e.app.addr, e.app.addr)
+`, e.app.addr, e.app.addr)
 	if err := os.WriteFile(cfgFile, []byte(hcfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if out, err := exec.Command(haproxy, "-c", "-f", cfgFile).CombinedOutput(); err != nil {
+	check := exec.Command(haproxy, "-c", "-f", cfgFile)
+	check.ExtraFiles = []*os.File{v2File, v1File}
+	if out, err := check.CombinedOutput(); err != nil {
 		t.Fatalf("haproxy -c: %v\n%s", err, out)
 	}
 	cmd := exec.Command(haproxy, "-db", "-f", cfgFile)
+	cmd.ExtraFiles = []*os.File{v2File, v1File}
 	var logs strings.Builder
 	cmd.Stdout, cmd.Stderr = &logs, &logs
 	if err := cmd.Start(); err != nil {
@@ -355,15 +362,22 @@ func checkForgedProxyHeaders(t *testing.T, e *edgeStack) {
 	}
 }
 
-// freePort returns a loopback port nothing listens on right now.
-func freePort(t *testing.T) int {
+// inheritedListener opens a listener on a free loopback port for a
+// child process to serve (exec.Cmd.ExtraFiles) and returns its port and
+// descriptor; the test's copies are closed when it ends.
+func inheritedListener(t *testing.T) (int, *os.File) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	f, err := ln.(*net.TCPListener).File()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	return ln.Addr().(*net.TCPAddr).Port, f
 }
 
 // waitListening waits until addr accepts connections.

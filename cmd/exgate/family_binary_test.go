@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/exgate/exgate/idempotency"
-	"github.com/exgate/exgate/internal/redistest"
 	"github.com/exgate/exgate/sim"
 )
 
@@ -75,12 +74,12 @@ func TestOrderFamilyShapesBinary(t *testing.T) {
 	rec := &recorder{h: sim.New(sim.Options{})}
 	bs := httptest.NewServer(rec)
 	t.Cleanup(bs.Close)
-	listen, admin := fmt.Sprintf("127.0.0.1:%d", redistest.FreePort(t)), fmt.Sprintf("127.0.0.1:%d", redistest.FreePort(t))
 	cfgPath := filepath.Join(t.TempDir(), "exgate.yaml")
-	if err := os.WriteFile(cfgPath, []byte(fmt.Sprintf(familyConfig, listen, admin, bs.URL)), 0o600); err != nil {
+	if err := os.WriteFile(cfgPath, []byte(fmt.Sprintf(familyConfig, anyPort, anyPort, bs.URL)), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	startBinary(t, bin, cfgPath, "EXGATE_KEY_SECRET="+keySecret)
+	_, logs, _ := startBinary(t, bin, cfgPath, "EXGATE_KEY_SECRET="+keySecret)
+	listen, admin := startedAddrs(t, logs)
 	base := "http://" + listen
 	waitReady(t, "http://"+admin+"/readyz")
 	token := authenticate(t, base)

@@ -28,7 +28,6 @@ import (
 
 	"github.com/exgate/exgate/config"
 	"github.com/exgate/exgate/internal/jwttest"
-	"github.com/exgate/exgate/internal/redistest"
 	"github.com/exgate/exgate/internal/tlstest"
 	"github.com/exgate/exgate/internal/unreachable"
 	"github.com/exgate/exgate/limiter"
@@ -125,7 +124,6 @@ func TestReloadBinary(t *testing.T) {
 	bs := httptest.NewServer(sim.New(sim.Options{}))
 	t.Cleanup(bs.Close)
 	dir := t.TempDir()
-	listen, admin := fmt.Sprintf("127.0.0.1:%d", redistest.FreePort(t)), fmt.Sprintf("127.0.0.1:%d", redistest.FreePort(t))
 	cfgPath := filepath.Join(dir, "exgate.yaml")
 	write := func(name, body string) {
 		t.Helper()
@@ -133,10 +131,11 @@ func TestReloadBinary(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	write("exgate.yaml", fmt.Sprintf(reloadConfig, listen, admin, bs.URL, "2000/1h", "3/1h"))
+	write("exgate.yaml", fmt.Sprintf(reloadConfig, anyPort, anyPort, bs.URL, "2000/1h", "3/1h"))
 	write("tokens.yaml", "tokens: {}\n")
 
 	cmd, logs, seen := startBinary(t, bin, cfgPath, "EXGATE_KEY_SECRET="+keySecret)
+	listen, admin := startedAddrs(t, logs)
 
 	base := "http://" + listen + "/api/v1/mkt/markets/"
 	// Background traffic through every reload: nothing may fail.
@@ -155,7 +154,7 @@ func TestReloadBinary(t *testing.T) {
 
 	// Raise the anonymous limit and put a token in the vip tier.
 	k, _ := limiter.NewKeyer([]byte(keySecret))
-	write("exgate.yaml", fmt.Sprintf(reloadConfig, listen, admin, bs.URL, "2/1h", "10/1h"))
+	write("exgate.yaml", fmt.Sprintf(reloadConfig, anyPort, anyPort, bs.URL, "2/1h", "10/1h"))
 	write("tokens.yaml", fmt.Sprintf("tokens:\n  %s: vip\n", k.ID("vip-token")))
 	_ = cmd.Process.Signal(syscall.SIGHUP)
 	line, seen := logs.wait(t, "configuration reloaded", seen)
@@ -176,14 +175,14 @@ func TestReloadBinary(t *testing.T) {
 	}
 
 	// A bad configuration: the last good one stays, the log says why.
-	write("exgate.yaml", fmt.Sprintf(reloadConfig, listen, admin, bs.URL, "2/1h", "ten/1h"))
+	write("exgate.yaml", fmt.Sprintf(reloadConfig, anyPort, anyPort, bs.URL, "2/1h", "ten/1h"))
 	_ = cmd.Process.Signal(syscall.SIGHUP)
 	line, seen = logs.wait(t, "configuration reload failed", seen)
 	if !strings.Contains(line, "routes[0].limits[0].rate") || !strings.Contains(line, "keeping the last good configuration") {
 		t.Errorf("failed reload log line: %s", line)
 	}
 	// A bad tokens file: likewise.
-	write("exgate.yaml", fmt.Sprintf(reloadConfig, listen, admin, bs.URL, "2/1h", "10/1h"))
+	write("exgate.yaml", fmt.Sprintf(reloadConfig, anyPort, anyPort, bs.URL, "2/1h", "10/1h"))
 	write("tokens.yaml", fmt.Sprintf("tokens:\n  %s: platinum\n", k.ID("x")))
 	_ = cmd.Process.Signal(syscall.SIGHUP)
 	line, _ = logs.wait(t, "configuration reload failed", seen)
@@ -826,7 +825,7 @@ func (g *reloadGateway) placedTwice(identifier string) func(*testing.T) {
 // serverReloadRows are the rows of the settings of how the gateway serves:
 // its listeners, admin, replica, server, upstream and client addresses.
 func serverReloadRows(t *testing.T, g *reloadGateway) []reloadRow {
-	listenPort, adminPort := fmt.Sprintf("127.0.0.1:%d", freePort(t)), fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	listenPort, adminPort := reservedAddr(t), reservedAddr(t)
 	bigHeader := strings.Repeat("x", 8<<10)
 	leaf := tlstest.NewCA(t, g.dir).Issue(g.dir, "gateway", []string{"127.0.0.1"}, tlstest.Options{})
 	return []reloadRow{

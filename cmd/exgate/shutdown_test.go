@@ -12,8 +12,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/exgate/exgate/internal/redistest"
 )
 
 // shutdownConfig is the configuration of TestShutdownBinary: listen and
@@ -58,12 +56,12 @@ func TestShutdownBinary(t *testing.T) {
 	t.Cleanup(func() { close(release); backend.Close() })
 	run := func(t *testing.T, drain, timeout string) (*exec.Cmd, *logWatcher, string, string) {
 		t.Helper()
-		listen, admin := fmt.Sprintf("127.0.0.1:%d", redistest.FreePort(t)), fmt.Sprintf("127.0.0.1:%d", redistest.FreePort(t))
 		path := filepath.Join(t.TempDir(), "exgate.yaml")
-		if err := os.WriteFile(path, []byte(fmt.Sprintf(shutdownConfig, listen, admin, backend.URL, drain, timeout)), 0o600); err != nil {
+		if err := os.WriteFile(path, []byte(fmt.Sprintf(shutdownConfig, anyPort, anyPort, backend.URL, drain, timeout)), 0o600); err != nil {
 			t.Fatal(err)
 		}
 		cmd, logs, _ := startBinary(t, bin, path)
+		listen, admin := startedAddrs(t, logs)
 		return cmd, logs, "http://" + listen, "http://" + admin
 	}
 

@@ -105,17 +105,18 @@ func dnsAnswer(q []byte, zone map[string]dnsRecords) ([]byte, error) {
 	return b.Finish()
 }
 
-// TestTopFindsReplicasThroughDNS: two replicas, named by their replica
-// setting, on one admin port at 127.0.0.1 and 127.0.0.2, as a Kubernetes
-// headless Service's records name pods. `exgate top` finds them through
-// the name's A records (-dns) and through SRV records (-srv), lists each
-// replica by name, counts a process reached at two addresses once, says
-// which replica did not answer, and adds the others' counts.
-func TestTopFindsReplicasThroughDNS(t *testing.T) {
-	port := freePort(t)
-	for i, ip := range []string{"127.0.0.1", "127.0.0.2"} {
-		st := startStackWith(t, func(c *config.Config) {
-			c.AdminListen = net.JoinHostPort(ip, strconv.Itoa(port))
+// startTopReplicas starts TestTopFindsReplicasThroughDNS's replicas,
+// exgate-0 and exgate-1, their admin listeners at one port of 127.0.0.1
+// and 127.0.0.2, and sends each 5 market reads of one token, 3 allowed.
+// The port is the one the kernel finds free for exgate-0; exgate-1 is
+// started again beside another exgate-0 when a listener at 127.0.0.2
+// holds it (a port found free for both beforehand could be taken by
+// another process before they bind it). It returns the port.
+func startTopReplicas(t *testing.T) int {
+	t.Helper()
+	replica := func(i int, admin string) (*app, error) {
+		return tryStartStack(t, func(c *config.Config) {
+			c.AdminListen = admin
 			c.Replica = "exgate-" + strconv.Itoa(i)
 			c.Route("list_markets").Limits[1].Rate = config.Rate{N: 3, Period: time.Minute}
 			c.Route("list_markets").Limits[1].Burst = 3
@@ -126,10 +127,38 @@ func TestTopFindsReplicasThroughDNS(t *testing.T) {
 			}
 			return secretEnv(k)
 		})
-		for range 5 {
-			get(t, "http://"+st.addr+"/api/v1/mkt/markets/", "Authorization", "Bearer hot-token")
-		}
 	}
+	for attempt := 0; ; attempt++ {
+		first, err := replica(0, "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, port, _ := net.SplitHostPort(first.adminAd)
+		second, err := replica(1, net.JoinHostPort("127.0.0.2", port))
+		if err != nil {
+			if attempt < 9 && strings.Contains(err.Error(), "admin listen") {
+				continue
+			}
+			t.Fatal(err)
+		}
+		for _, st := range []*app{first, second} {
+			for range 5 {
+				get(t, "http://"+st.addr+"/api/v1/mkt/markets/", "Authorization", "Bearer hot-token")
+			}
+		}
+		p, _ := strconv.Atoi(port)
+		return p
+	}
+}
+
+// TestTopFindsReplicasThroughDNS: two replicas, named by their replica
+// setting, on one admin port at 127.0.0.1 and 127.0.0.2, as a Kubernetes
+// headless Service's records name pods. `exgate top` finds them through
+// the name's A records (-dns) and through SRV records (-srv), lists each
+// replica by name, counts a process reached at two addresses once, says
+// which replica did not answer, and adds the others' counts.
+func TestTopFindsReplicasThroughDNS(t *testing.T) {
+	port := startTopReplicas(t)
 	k, _ := limiter.NewKeyer([]byte(keySecret))
 	hot := k.ID("hot-token")[:12]
 	ip := netip.MustParseAddr

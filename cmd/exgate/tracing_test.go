@@ -20,7 +20,6 @@ import (
 
 	"github.com/exgate/exgate/config"
 	"github.com/exgate/exgate/internal/otlptest"
-	"github.com/exgate/exgate/internal/redistest"
 	"github.com/exgate/exgate/internal/unreachable"
 	"github.com/exgate/exgate/metrics"
 )
@@ -68,14 +67,14 @@ func TestTracingBinary(t *testing.T) {
 			be := &traceparents{}
 			bs := httptest.NewServer(be)
 			t.Cleanup(bs.Close)
-			listen, admin := fmt.Sprintf("127.0.0.1:%d", redistest.FreePort(t)), fmt.Sprintf("127.0.0.1:%d", redistest.FreePort(t))
 			cfgPath := filepath.Join(t.TempDir(), "exgate.yaml")
-			if err := os.WriteFile(cfgPath, []byte(fmt.Sprintf(tracingConfig, listen, admin, bs.URL)), 0o600); err != nil {
+			if err := os.WriteFile(cfgPath, []byte(fmt.Sprintf(tracingConfig, anyPort, anyPort, bs.URL)), 0o600); err != nil {
 				t.Fatal(err)
 			}
 			cmd, logs, _ := startBinary(t, bin, cfgPath, "EXGATE_KEY_SECRET=tracing-test-secret-0123456789",
 				"OTEL_TRACES_EXPORTER=otlp", "OTEL_EXPORTER_OTLP_PROTOCOL="+tc.protocol, "OTEL_EXPORTER_OTLP_ENDPOINT="+tc.endpoint,
 				"OTEL_SERVICE_NAME=exgate-"+tc.protocol, "OTEL_BSP_SCHEDULE_DELAY=50", "EXGATE_TRACING_TRUST_INCOMING=always")
+			listen, admin := startedAddrs(t, logs)
 			before := len(rc.Spans())
 			const clientTrace, clientSpan = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
 			code, _, _ := call(t, "GET", "http://"+listen+"/api/v1/mth/orderbook/BTC_USDT/", "", "Traceparent", "00-"+clientTrace+"-"+clientSpan+"-01")
