@@ -80,7 +80,7 @@ fuzz:
 	$(GO) test ./proxy -run='^$$' -fuzz=FuzzCanonicalPath -fuzztime=$(FUZZTIME)
 	$(GO) test ./proxy -run='^$$' -fuzz=FuzzGateway -fuzztime=$(FUZZTIME)
 	$(GO) test ./proxy -run='^$$' -fuzz=FuzzProxyProtocolHeader -fuzztime=$(FUZZTIME)
-	$(GO) test ./proxy -run='^$$' -fuzz=FuzzClientAddr -fuzztime=$(FUZZTIME)
+	$(GO) test ./clientip -run='^$$' -fuzz=FuzzClientAddr -fuzztime=$(FUZZTIME)
 	$(GO) test ./config -run='^$$' -fuzz=FuzzParse -fuzztime=$(FUZZTIME)
 	$(GO) test ./identity -run='^$$' -fuzz=FuzzCanonicalBase64URL -fuzztime=$(FUZZTIME)
 	$(GO) test ./proxy -run='^$$' -fuzz=FuzzTokenPath -fuzztime=$(FUZZTIME)

@@ -237,8 +237,8 @@ func BenchmarkReverseProxyOrder(b *testing.B) {
 // connection's first.
 func onConnection(gw *Gateway, req *http.Request) *http.Request {
 	req.RemoteAddr = "127.0.0.1:5555"
-	cp := &connPeer{trusted: gw.trusted}
-	cp.once.Do(func() { cp.p = newPeer(req.RemoteAddr, gw.trusted) })
+	cp := &connPeer{proxies: gw.proxies}
+	cp.once.Do(func() { cp.p = newPeer(req.RemoteAddr, gw.proxies) })
 	return req.WithContext(context.WithValue(req.Context(), peerKey{}, cp))
 }
 

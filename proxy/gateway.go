@@ -23,6 +23,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/exgate/exgate/apierror"
+	"github.com/exgate/exgate/clientip"
 	"github.com/exgate/exgate/config"
 	"github.com/exgate/exgate/idempotency"
 	"github.com/exgate/exgate/identity"
@@ -117,9 +118,7 @@ type Gateway struct {
 	// ownTransports is set when a service has a Transport of its own
 	// (upstream.Service.RoundTripper): forward then looks it up.
 	ownTransports bool
-	trusted       []netip.Prefix
-	forwarded     bool   // client_ip.header is "forwarded"
-	clientHeader  string // the canonical name of client_ip.header
+	proxies       *clientip.Proxies // client_ip: whose forwarding header names a request's client
 	log           *zap.Logger
 	evidence      *zap.Logger     // the access log lines sampling must keep
 	logShare      *logshare.Share // each client's share of the refusal lines (log.refusals_per_client), nil when off
@@ -199,13 +198,7 @@ func New(cfg *config.Config, opts Options) (*Gateway, error) {
 		g.ownTransports = g.ownTransports || svc.RoundTripper(nil) != nil
 	}
 	g.metrics.SetFleetSource(fleetStatus{g.fleet})
-	g.clientHeader = "X-Forwarded-For"
-	if cfg.ClientIP.Header == config.HeaderForwarded {
-		g.forwarded, g.clientHeader = true, "Forwarded"
-	}
-	for _, p := range cfg.ClientIP.TrustedProxies {
-		g.trusted = append(g.trusted, p.Prefix)
-	}
+	g.proxies = clientip.New(cfg.ClientIP)
 	rules := opts.Rules
 	if rules == nil {
 		rules = limiter.Compile(cfg, nil)
@@ -529,11 +522,11 @@ func (g *Gateway) rewrite(st *requestState, pr *httputil.ProxyRequest) {
 		xff := p.realIP
 		switch {
 		case !p.trusted: // from anyone else, the chain is dropped
-		case g.forwarded:
+		case g.proxies.Forwarded():
 			// The trusted proxies wrote Forwarded: the chain read there,
 			// never the X-Forwarded-For they passed through unread.
 			if fwd := pr.In.Header["Forwarded"]; len(fwd) > 0 {
-				xff = []string{forwardedChain(p.addr, fwd, g.trusted)}
+				xff = []string{g.proxies.Chain(p.addr, fwd)}
 			}
 		default:
 			// Keep the chain the trusted proxy built and append the peer.
@@ -549,7 +542,7 @@ func (g *Gateway) rewrite(st *requestState, pr *httputil.ProxyRequest) {
 		proto = forwardedHTTPS
 	}
 	if p.trusted {
-		switch v := g.trustedProto(pr.In.Header); {
+		switch v := g.proxies.Proto(pr.In.Header); {
 		case asciiEqualFold(v, "http"):
 			proto = forwardedHTTP
 		case asciiEqualFold(v, "https"):
