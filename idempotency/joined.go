@@ -80,9 +80,11 @@ type Joiner interface {
 	// Abandon frees the claim p if its round trip ran it and it took the
 	// identifier (r.Run, reply "claimed"), for a request that is not let
 	// through: refused or failed by a limit that was decided in another
-	// script run than the claim (a Cluster's other node). It does nothing
-	// for a claim that did not run or did not take the identifier. The
-	// free is best effort, within Options.Timeout.
+	// script run than the claim (a Cluster's other node), or by
+	// on_store_error after the round trip failed without a reply, when
+	// the claim may have run (r.Sent and r.Err). It does nothing for a
+	// claim that did not run or did not take the identifier. The free is
+	// best effort, within Options.Timeout.
 	Abandon(ctx context.Context, p *Prepared, r ratelimit.ClaimReply) error
 }
 
@@ -128,9 +130,18 @@ func redisError(err error) bool {
 	return errors.As(err, &reply)
 }
 
-// Abandon implements Joiner.
+// Abandon implements Joiner. A claim whose round trip failed without a
+// reply (r.Err: a deadline, a connection broken) may have run all the
+// same: it is freed in the background (freeLost), as a claim on its own
+// is.
 func (s *Redis) Abandon(ctx context.Context, p *Prepared, r ratelimit.ClaimReply) error {
-	if !r.Run || len(r.Reply) == 0 || r.Reply[0] != "claimed" {
+	if !r.Run {
+		if r.Sent {
+			s.freeLost(p, r.Err)
+		}
+		return nil
+	}
+	if len(r.Reply) == 0 || r.Reply[0] != "claimed" {
 		return nil
 	}
 	return s.free(ctx, p)

@@ -224,9 +224,12 @@ func (g *Gateway) joinedClaim(st *requestState, r *http.Request, pl *requestPlan
 
 // abandonClaim frees the identifier claim of a request its limits did not
 // let through (refused, or failed on a route that fails closed), when
-// the claim ran all the same: in a Redis Cluster the claim's script run
-// is on its account's master and the limit that refused may be on
-// another, decided at once in a run of its own. It is freed here, before
+// the claim ran, or may have, all the same: in a Redis Cluster the
+// claim's script run is on its account's master and the limit that
+// refused may be on another, decided at once in a run of its own; and a
+// round trip whose reply never came back (its deadline, a broken
+// connection) may have run the claim before on_store_error refused the
+// request (freed in the background, idempotency.Joiner.Abandon). It is freed here, before
 // the refusal is written, so that the client's retry finds the
 // identifier free, and not in the limiter, which gives back what it
 // charged but leaves what a claim means, and how it is freed, to
@@ -234,7 +237,7 @@ func (g *Gateway) joinedClaim(st *requestState, r *http.Request, pl *requestPlan
 // retry gets 409 in progress, then the unknown outcome, never a second
 // placement.
 func (g *Gateway) abandonClaim(st *requestState, r *http.Request) {
-	if !st.decision.Claim.Run {
+	if c := st.decision.Claim; !c.Run && (!c.Sent || c.Err == nil) {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), g.idemTimeout)

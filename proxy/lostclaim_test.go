@@ -1,0 +1,131 @@
+package proxy
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/exgate/exgate/config"
+	"github.com/exgate/exgate/idempotency"
+	"github.com/exgate/exgate/internal/redistest"
+	"github.com/exgate/exgate/ratelimit"
+)
+
+// replyLost is a go-redis hook that, once armed, lets the next command or
+// pipeline reach Redis and run there, and then answers its caller
+// context.DeadlineExceeded instead of Redis's reply: a Redis that ran the
+// script after its caller's deadline.
+type replyLost struct{ armed atomic.Bool }
+
+func (h *replyLost) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *replyLost) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if name := cmd.Name(); (name == "evalsha" || name == "eval") && h.armed.CompareAndSwap(true, false) {
+			cmd.SetErr(context.DeadlineExceeded)
+			return context.DeadlineExceeded
+		}
+		return err
+	}
+}
+
+func (h *replyLost) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		if h.armed.CompareAndSwap(true, false) {
+			for _, c := range cmds {
+				c.SetErr(context.DeadlineExceeded)
+			}
+			return context.DeadlineExceeded
+		}
+		return err
+	}
+}
+
+// TestLostClaimFreedWhenLimitsFail: an order whose claim rides with its
+// limits in a round trip Redis ran but whose reply never came back is
+// refused — by on_store_error: closed (503 rate_limit_unavailable), or,
+// when open lets it pass, for want of its claim (503
+// duplicate_protection_unavailable) — and never sent; the claim the run
+// took is freed, so that the client's retry with the same identifier is
+// placed, once. Before, under closed, the claim stayed: the retry got 409
+// request_in_progress and then outcome_unknown, for an order never sent.
+func TestLostClaimFreedWhenLimitsFail(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs redis-server")
+	}
+	srv := redistest.Start(t)
+	for _, tc := range []struct {
+		mode, code string
+	}{
+		{config.StoreClosed, "rate_limit_unavailable"},
+		{config.StoreOpen, "duplicate_protection_unavailable"},
+	} {
+		t.Run(tc.mode, func(t *testing.T) {
+			h := &replyLost{}
+			c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true, MaxRetries: -1})
+			c.AddHook(h)
+			t.Cleanup(func() { _ = c.Close() })
+			rl := ratelimit.NewRedis(c, ratelimit.RedisOptions{Timeout: testStoreTimeout, ClaimFunc: idempotency.ClaimFunc})
+			t.Cleanup(func() { _ = rl.Close() })
+			var calls atomic.Int64
+			e := startOrdersWith(t, func(w http.ResponseWriter, r *http.Request) {
+				calls.Add(1)
+				placed(w, r)
+			}, func(cfg *config.Config) {
+				cfg.Route("place_order").OnStoreError = tc.mode
+			}, rl, nil, func(o idempotency.Options) idempotency.Store {
+				o.Timeout, o.KeyPrefix = time.Second, "lost-"+tc.mode+":"
+				return idempotency.NewRedis(c, o)
+			})
+			order := func(id string) *http.Response {
+				return postOrder(t, e, `{"symbol":"BTC_USDT","type":"market","side":"buy","base_amount":"0.5","identifier":"`+id+`"}`)
+			}
+			res := order("warm") // the scripts are loaded
+			io.Copy(io.Discard, res.Body)
+			res.Body.Close()
+			if res.StatusCode != http.StatusCreated {
+				t.Fatalf("first order: %d", res.StatusCode)
+			}
+			h.armed.Store(true)
+			assertError(t, order("lost"), http.StatusServiceUnavailable, tc.code)
+			// The claim is freed in the background; the bound only ends a
+			// wait for a claim never freed.
+			for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+				keys, err := c.Keys(context.Background(), "lost-"+tc.mode+":{*}lost").Result()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(keys) == 0 {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("the claim of the order refused after its round trip's reply was lost is still held: %v", keys)
+				}
+			}
+			// The retry, once the limiter no longer fails fast.
+			for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+				res := order("lost")
+				b, _ := io.ReadAll(res.Body)
+				res.Body.Close()
+				if res.StatusCode == http.StatusServiceUnavailable && strings.Contains(string(b), `"rate_limit_unavailable"`) && time.Now().Before(deadline) {
+					continue
+				}
+				if res.StatusCode != http.StatusCreated || res.Header.Get(idempotency.ReplayedHeader) != "" {
+					t.Fatalf("the retry: %d %s, want 201, placed", res.StatusCode, b)
+				}
+				break
+			}
+			if n := calls.Load(); n != 2 {
+				t.Errorf("backend called %d times, want 2 (the first order and the retry)", n)
+			}
+		})
+	}
+}
