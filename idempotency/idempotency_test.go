@@ -12,6 +12,7 @@ import (
 
 	"github.com/exgate/exgate/apierror"
 	"github.com/exgate/exgate/config"
+	"github.com/exgate/exgate/internal/unreachable"
 )
 
 // roundTrip sends a POST through a fresh transport to addr.
@@ -57,9 +58,7 @@ func server(t *testing.T, handle func(net.Conn)) string {
 
 func TestNotSent(t *testing.T) {
 	// Nothing listens: refused at dial.
-	ln, _ := net.Listen("tcp", "127.0.0.1:0")
-	closed := ln.Addr().String()
-	ln.Close()
+	closed := unreachable.Refused(t)
 	if err := roundTrip(t, closed, 5*time.Second); !NotSent(err) {
 		t.Errorf("connection refused: NotSent(%v) = false", err)
 	}

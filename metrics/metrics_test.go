@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/exgate/exgate/config"
+	"github.com/exgate/exgate/internal/unreachable"
 	"github.com/exgate/exgate/limiter"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -682,19 +683,14 @@ func TestConcurrentUse(t *testing.T) {
 }
 
 func TestClassifyUpstreamError(t *testing.T) {
-	// A real refused dial: a port that was just free.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	// A real refused dial: a port bound and never listening.
+	addr := unreachable.Refused(t)
 	_, refused := (&http.Client{}).Get("http://" + addr + "/")
 	if refused == nil {
 		t.Fatal("GET to a closed port succeeded")
 	}
 	// A real reset: the server closes the connection without answering.
-	ln, err = net.Listen("tcp", "127.0.0.1:0")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,11 +2,9 @@ package metrics
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -18,6 +16,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/exgate/exgate/internal/promtest"
 )
 
 // needTool returns the path of a Prometheus tool, skipping the test when it
@@ -129,26 +129,7 @@ scrape_configs:
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	addr := freeAddr(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	cmd := exec.CommandContext(ctx, bin,
-		"--config.file="+cfgPath,
-		"--storage.tsdb.path="+filepath.Join(dir, "data"),
-		"--web.listen-address="+addr,
-		"--log.level=warn",
-	)
-	var logs bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &logs, &logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cancel()
-		_ = cmd.Wait()
-		if t.Failed() {
-			t.Logf("prometheus output:\n%s", logs.String())
-		}
-	})
+	addr := promtest.Start(t, bin, cfgPath)
 
 	query := "http://" + addr + "/api/v1/query?query=" +
 		url.QueryEscape(`exgate_requests_total{job="exgate",route="place_order",method="POST",code="201"}`)
@@ -196,15 +177,4 @@ func queryValue(u string) (value, body string, err error) {
 	}
 	v, _ := ans.Data.Result[0].Value[1].(string)
 	return v, string(b), nil
-}
-
-// freeAddr returns a loopback address whose port was free a moment ago.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
 }

@@ -25,6 +25,7 @@ import (
 
 	"github.com/exgate/exgate/config"
 	"github.com/exgate/exgate/edge"
+	"github.com/exgate/exgate/internal/unreachable"
 	"github.com/exgate/exgate/limiter"
 )
 
@@ -268,9 +269,7 @@ func TestBodyForwardedByteForByte(t *testing.T) {
 }
 
 func TestBackendDown(t *testing.T) {
-	ln, _ := net.Listen("tcp", "127.0.0.1:0")
-	dead := ln.Addr().String()
-	ln.Close()
+	dead := unreachable.Refused(t)
 	e := startEnv(t, func(c *config.Config) { c.Upstream.URL = config.MustURL("http://" + dead) })
 	// Nothing of the request reached a backend: exgate says the service
 	// is unavailable, and when to try again.
