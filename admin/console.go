@@ -239,13 +239,14 @@ func (c *console) top(w http.ResponseWriter, r *http.Request) {
 	}
 	b := topBody{Replica: c.o.Replica, Started: c.o.Started, K: c.o.Top.K(),
 		Note: "this replica only; counts overestimate by at most error (Space-Saving, N/k per stripe)"}
+	v6 := c.gw.Rules().IPv6Prefix()
 	for _, m := range topk.Windows {
 		tw := topWindow{Minutes: m, Seconds: c.o.Top.Span(m).Seconds(), Routes: []topRoute{}}
 		for _, rt := range c.o.Top.Top(m, n) {
 			tw.Routes = append(tw.Routes, topRoute{
 				Route: rt.Route, Requests: rt.Requests, Refused: rt.Refused, ErrorBound: rt.ErrorBound,
 				IDsByRefused: idEntries(rt.IDsByRefused), IDsByRequests: idEntries(rt.IDsByRequests),
-				AddrsByRefused: addrEntries(rt.AddrsByRefused), AddrsByRequests: addrEntries(rt.AddrsByRequests),
+				AddrsByRefused: addrEntries(rt.AddrsByRefused, v6), AddrsByRequests: addrEntries(rt.AddrsByRequests, v6),
 			})
 		}
 		b.Windows = append(b.Windows, tw)
@@ -261,10 +262,18 @@ func idEntries(es []topk.Entry[topk.Identity]) []topEntry {
 	return out
 }
 
-func addrEntries(es []topk.Entry[netip.Addr]) []topEntry {
+// addrEntries lists the client addresses es counted, each as the limits
+// count it (the gateway records it so): an IPv6 client as its group, the
+// prefix of v6Prefix bits (client_ip.ipv6_prefix), written as a prefix,
+// which inspect and reset take.
+func addrEntries(es []topk.Entry[netip.Addr], v6Prefix int) []topEntry {
 	out := make([]topEntry, 0, len(es))
 	for _, e := range es {
-		out = append(out, topEntry{Kind: "address", ID: e.Key.String(), Count: e.Count, Error: e.Err})
+		id := e.Key.String()
+		if e.Key.Is6() && v6Prefix > 0 && v6Prefix < 128 {
+			id = netip.PrefixFrom(e.Key, v6Prefix).String()
+		}
+		out = append(out, topEntry{Kind: "address", ID: id, Count: e.Count, Error: e.Err})
 	}
 	return out
 }
@@ -286,8 +295,9 @@ type subjectBody struct {
 var (
 	errNoSubject = apierror.Static(http.StatusBadRequest, "invalid_subject",
 		"Name exactly one of account, user, token, token_id or address.")
-	errSubjectAddress = apierror.Static(http.StatusBadRequest, "invalid_subject", "address is not an IP address.")
-	errSubjectPrefix  = apierror.Static(http.StatusBadRequest, "invalid_subject",
+	errSubjectAddress = apierror.Static(http.StatusBadRequest, "invalid_subject",
+		"address is not an IP address, nor an IPv6 client's group as the top lists write it.")
+	errSubjectPrefix = apierror.Static(http.StatusBadRequest, "invalid_subject",
 		"Give the whole id or its first "+strconv.Itoa(IDPrefixLen)+" hex digits.")
 )
 
@@ -331,7 +341,7 @@ func (c *console) subject(r *http.Request) (limiter.Subject, subjectBody, *apier
 		s.TokenID, e = c.fullID("token", r.Form.Get("token_id"))
 		sb = subjectBody{"token", prefix(s.TokenID)}
 	default:
-		a, err := netip.ParseAddr(r.Form.Get("address"))
+		a, err := subjectAddr(r.Form.Get("address"), c.gw.Rules().IPv6Prefix())
 		if err != nil {
 			return s, sb, errSubjectAddress
 		}
@@ -339,6 +349,22 @@ func (c *console) subject(r *http.Request) (limiter.Subject, subjectBody, *apier
 		s.Addr, sb = a, subjectBody{"address", a.String()}
 	}
 	return s, sb, e
+}
+
+// subjectAddr reads the address a subject names: an address, or an IPv6
+// client's group as the top lists write it (2001:db8:1:2::/64: a prefix
+// of v6Prefix bits, client_ip.ipv6_prefix), as its first address, which
+// the limits key as that group. A prefix of another length names no one
+// client.
+func subjectAddr(v string, v6Prefix int) (netip.Addr, error) {
+	p, err := netip.ParsePrefix(v)
+	if err != nil {
+		return netip.ParseAddr(v)
+	}
+	if !p.Addr().Is6() || p.Addr().Is4In6() || p.Bits() != v6Prefix {
+		return netip.Addr{}, errSubjectAddress
+	}
+	return p.Masked().Addr(), nil
 }
 
 // fullID returns the whole account key or token id that v names: v

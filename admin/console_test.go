@@ -4,9 +4,11 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/exgate/exgate/config"
 	"github.com/exgate/exgate/limiter"
@@ -32,7 +34,10 @@ func TestConsoleAccess(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	withToken := httptest.NewServer(Handler(gw, Options{Token: "s3cret", Console: &ConsoleOptions{Top: topk.NewTracker(topk.TrackerOptions{}), Limits: enf}}))
+	top := topk.NewTracker(topk.TrackerOptions{})
+	// The gateway records an IPv6 client as its /64 (limiter.AddrGroup).
+	top.Record(time.Now(), "list_matches", topk.Identity{}, limiter.AddrGroup(netip.MustParseAddr("2001:db8:1:2::9"), 64), true)
+	withToken := httptest.NewServer(Handler(gw, Options{Token: "s3cret", Console: &ConsoleOptions{Top: top, Limits: enf}}))
 	defer withToken.Close()
 	open := httptest.NewServer(Handler(gw, Options{Console: &ConsoleOptions{Top: topk.NewTracker(topk.TrackerOptions{}), Limits: enf}}))
 	defer open.Close()
@@ -52,6 +57,10 @@ func TestConsoleAccess(t *testing.T) {
 		{"inspect an address", "GET", "/admin/inspect?address=192.0.2.1", bearer, withToken, 200, `"remaining": 600`},
 		{"inspect a NAT64 address: its IPv4 client", "GET", "/admin/inspect?address=64:ff9b::192.0.2.1", bearer, withToken, 200, `"id": "192.0.2.1"`},
 		{"inspect a translated address: its IPv4 client", "GET", "/admin/inspect?address=::ffff:0:192.0.2.1", bearer, withToken, 200, `"id": "192.0.2.1"`},
+		{"top lists an IPv6 client as its group", "GET", "/admin/top", bearer, withToken, 200, `"id": "2001:db8:1:2::/64"`},
+		{"inspect the group the top lists write", "GET", "/admin/inspect?address=2001:db8:1:2::/64", bearer, withToken, 200, `"id": "2001:db8:1:2::"`},
+		{"inspect a prefix of another length", "GET", "/admin/inspect?address=2001:db8:1::/48", bearer, withToken, 400, "invalid_subject"},
+		{"inspect an IPv4 prefix", "GET", "/admin/inspect?address=192.0.2.0/24", bearer, withToken, 400, "invalid_subject"},
 		{"inspect two subjects", "GET", "/admin/inspect?address=192.0.2.1&user=7", bearer, withToken, 400, "invalid_subject"},
 		{"inspect nobody", "GET", "/admin/inspect", bearer, withToken, 400, "invalid_subject"},
 		{"inspect a bad address", "GET", "/admin/inspect?address=192.0.2", bearer, withToken, 400, "invalid_subject"},

@@ -112,7 +112,7 @@ func (g *Gateway) limitAnswer(st *requestState, pl *requestPlan, rt *Route, cost
 		case d.TokenID != "":
 			id = topk.Identity{Kind: "token", ID: d.TokenID}
 		}
-		g.top.Record(st.start, rt.Name, id, st.addr, !d.Allowed)
+		g.top.Record(st.start, rt.Name, id, limiter.AddrGroup(st.addr, pl.v6Prefix), !d.Allowed) // the client as the limits count it
 	}
 	d.SetHeaders(st.rw.Header(), pl.rules.Headers())
 	switch {
