@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -110,6 +111,10 @@ func TestCertificatesReloadKeepsLastGood(t *testing.T) {
 	first := ca.Issue(dir, "first", []string{"api.example.test"}, tlstest.Options{})
 	other := ca.Issue(dir, "other", []string{"api.example.test"}, tlstest.Options{})
 	expired := ca.Issue(dir, "expired", []string{"api.example.test"}, tlstest.Options{NotBefore: time.Now().Add(-48 * time.Hour), NotAfter: time.Now().Add(-time.Hour)})
+	caPEM, err := os.ReadFile(ca.File)
+	if err != nil {
+		t.Fatal(err)
+	}
 	files := []config.Certificate{{CertFile: filepath.Join(dir, "tls.crt"), KeyFile: filepath.Join(dir, "tls.key")}}
 	write := func(cert, key []byte) {
 		t.Helper()
@@ -139,6 +144,9 @@ func TestCertificatesReloadKeepsLastGood(t *testing.T) {
 		{"missing certificate file", nil, first.KeyPEM, "cert_file"},
 		{"not PEM", []byte("not a certificate"), first.KeyPEM, "certificates[0]"},
 		{"half-written certificate", first.CertPEM[:len(first.CertPEM)/2], first.KeyPEM, "certificates[0]"},
+		// The leaf whole, the chain's next certificate cut off: it used to
+		// load as the leaf alone, served without its chain.
+		{"chain half written", append(slices.Clip(other.CertPEM), caPEM[:len(caPEM)/2]...), other.KeyPEM, "cert_file"},
 		{"key of another certificate", first.CertPEM, other.KeyPEM, "certificates[0]"},
 		{"expired", expired.CertPEM, expired.KeyPEM, "expired"},
 	}

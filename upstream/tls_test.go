@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -165,6 +166,19 @@ func TestClientTLSReload(t *testing.T) {
 		t.Fatalf("Reload of unchanged files = %v, %v; want false, nil", changed, err)
 	}
 
+	// A bundle of authorities caught half written, its second (the
+	// backend's) cut off: it used to load as the first alone, and every
+	// new connection failed its handshake until the file was read again.
+	write(files.CAFile, append(caPEM(old), caPEM(ca)[:len(caPEM(ca))/2]...))
+	if _, err := ct.Reload(nil); err == nil || !strings.HasPrefix(err.Error(), "upstream.tls.ca_file: ") {
+		t.Fatalf("Reload of a half-written CA bundle: %v, want an error naming upstream.tls.ca_file", err)
+	}
+	tr.CloseIdleConnections()
+	if got, err := get(tr, url); err != nil || got != "HTTP/2.0 new-client" {
+		t.Fatalf("after a half-written CA bundle, a new connection: %q, %v; want the last good files in use", got, err)
+	}
+	write(files.CAFile, caPEM(ca))
+
 	write(files.KeyFile, oldClient.KeyPEM) // half a rotation: the key does not match
 	if _, err := ct.Reload(nil); err == nil || !strings.HasPrefix(err.Error(), "upstream.tls.cert_file: ") {
 		t.Fatalf("Reload of a mismatched key: %v, want an error naming upstream.tls.cert_file", err)
@@ -173,7 +187,7 @@ func TestClientTLSReload(t *testing.T) {
 	if got, err := get(tr, url); err != nil || got != "HTTP/2.0 new-client" {
 		t.Fatalf("after a bad reload, a new connection: %q, %v; want the last good files in use", got, err)
 	}
-	if want := []bool{true, false}; len(reloads) != 2 || reloads[0] != want[0] || reloads[1] != want[1] {
+	if want := []bool{true, false, false}; !slices.Equal(reloads, want) {
 		t.Errorf("OnReload told %v, want %v", reloads, want)
 	}
 }
