@@ -142,12 +142,20 @@ type Outlier struct {
 	// ejected at once, in percent (at least one while it is above 0); 0
 	// turns ejection off. Default 50.
 	MaxEjectionPercent int `yaml:"max_ejection_percent"`
+	// FailurePercentageThreshold ejects an instance whose reads or
+	// writes failed (5xx, resets, timeouts) in at least this share, in
+	// percent, of its last FailurePercentageRequestVolume of them, unless
+	// one client made most of those failures; 0 never. Default 0.
+	FailurePercentageThreshold int `yaml:"failure_percentage_threshold"`
+	// FailurePercentageRequestVolume is how many of an instance's reads,
+	// or of its writes, a share is judged over. Default 50, at least 10.
+	FailurePercentageRequestVolume int `yaml:"failure_percentage_request_volume"`
 }
 
 // DefaultOutlier returns the outlier-ejection defaults.
 func DefaultOutlier() Outlier {
 	return Outlier{Consecutive5xx: 5, ConsecutiveConnectFailures: 3, BaseEjectionTime: 30 * time.Second,
-		MaxEjectionTime: 5 * time.Minute, MaxEjectionPercent: 50}
+		MaxEjectionTime: 5 * time.Minute, MaxEjectionPercent: 50, FailurePercentageRequestVolume: 50}
 }
 
 // RetryBudget bounds the requests retried on another instance, as
@@ -353,7 +361,15 @@ func (o *Outlier) check(col *collector, p path) {
 		col.addf(p.key("max_ejection_time"), "%s is below base_ejection_time (%s)", o.MaxEjectionTime, o.BaseEjectionTime)
 	}
 	checkPercent(col, p.key("max_ejection_percent"), o.MaxEjectionPercent)
+	checkPercent(col, p.key("failure_percentage_threshold"), o.FailurePercentageThreshold)
+	if o.FailurePercentageRequestVolume < minFailureVolume {
+		col.addf(p.key("failure_percentage_request_volume"), "want at least %d (a share of fewer requests is noise), got %d",
+			minFailureVolume, o.FailurePercentageRequestVolume)
+	}
 }
+
+// minFailureVolume is the fewest requests a failure share is judged over.
+const minFailureVolume = 10
 
 // DialsHTTPS reports whether an instance of a service that has no tls
 // block of its own is dialled over TLS, which upstream.tls is then for:

@@ -43,14 +43,16 @@ func TestUpstreamServicesConfig(t *testing.T) {
 		{name: "every problem by its path",
 			yaml: "upstream:\n  urls: ['http://a:1', 'ftp://b', 'http://a:1', 'http://c:1/v2']\n  panic_threshold: 101\n  retry_budget: {percent: -1, min_retries: -1}\n" +
 				"  health_check: {path: 'healthz', interval: 1s, timeout: 2s, healthy_threshold: 0, unhealthy_threshold: 0}\n" +
-				"  outlier: {consecutive_5xx: -1, consecutive_connect_failures: -1, base_ejection_time: 1m, max_ejection_time: 1s, max_ejection_percent: 200}\n" +
+				"  outlier: {consecutive_5xx: -1, consecutive_connect_failures: -1, base_ejection_time: 1m, max_ejection_time: 1s, max_ejection_percent: 200,\n" +
+				"    failure_percentage_threshold: 101, failure_percentage_request_volume: 9}\n" +
 				"  services:\n    default: {urls: ['http://x:1']}\n    Bad: {urls: ['http://y:1']}\n    empty: {}\n" +
 				"routes:\n  - {name: r, match: '*', service: wallet}\n",
 			paths: []string{"upstream.urls[1]", "upstream.urls[2]", "upstream.urls[3]", "upstream.panic_threshold", "upstream.retry_budget.percent",
 				"upstream.retry_budget.min_retries", "upstream.health_check.path", "upstream.health_check.timeout",
 				"upstream.health_check.healthy_threshold", "upstream.health_check.unhealthy_threshold",
 				"upstream.outlier.consecutive_5xx", "upstream.outlier.consecutive_connect_failures", "upstream.outlier.max_ejection_time",
-				"upstream.outlier.max_ejection_percent", "upstream.services.default", "upstream.services.Bad",
+				"upstream.outlier.max_ejection_percent", "upstream.outlier.failure_percentage_threshold",
+				"upstream.outlier.failure_percentage_request_volume", "upstream.services.default", "upstream.services.Bad",
 				"upstream.services.empty.urls", "routes[0].service"}},
 		{name: "a service's own tls starts from upstream.tls's defaults, not its values",
 			yaml: "upstream:\n  url: 'https://core'\n  tls: {ca_file: core-ca.pem, server_name: core, http2: false}\n  services:\n" +

@@ -26,8 +26,10 @@ const (
 const poisonOrders = 90
 
 // fleetUpstream lists three instances, each ejected after 3 server errors
-// in a row, the whole fleet ejectable.
-const fleetUpstream = "  outlier: {consecutive_5xx: 3, max_ejection_percent: 100}\n"
+// in a row or half of its last 10 reads or writes failed, the whole fleet
+// ejectable.
+const fleetUpstream = "  outlier: {consecutive_5xx: 3, max_ejection_percent: 100, failure_percentage_threshold: 50, " +
+	"failure_percentage_request_volume: 10}\n"
 
 func init() {
 	for _, k := range []attackerKind{oneAddress, oneAccount} {

@@ -83,7 +83,7 @@ func newFleetCollector() *fleetCollector {
 		requests: prometheus.NewDesc(NameUpstreamInstanceRequests,
 			"Requests an instance ended, by outcome (success, server_error, connect_failure, abandoned).", []string{"service", "upstream_instance", "outcome"}, nil),
 		ejections: prometheus.NewDesc(NameUpstreamEjections,
-			"Instances ejected by outlier detection, by reason (consecutive_5xx, consecutive_5xx_writes, consecutive_5xx_reads, connect_failure).", []string{"service", "upstream_instance", "reason"}, nil),
+			"Instances ejected by outlier detection, by reason (consecutive_5xx, consecutive_5xx_writes, consecutive_5xx_reads, failure_percentage, connect_failure).", []string{"service", "upstream_instance", "reason"}, nil),
 		retries: prometheus.NewDesc(NameUpstreamRetries,
 			"Requests moved to another instance of the service (nothing of them reached the first, or a GET/HEAD).", []string{"service"}, nil),
 		unavailable: prometheus.NewDesc(NameUpstreamUnavailable,

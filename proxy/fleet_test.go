@@ -464,6 +464,7 @@ type orderFleet struct {
 	badAddr   string
 	traders   [2]*http.Client // from 127.0.0.2 and 127.0.0.3
 	linkDown  atomic.Bool
+	halfDown  atomic.Bool // the bad instance fails every other order it is sent instead
 	badOrders atomic.Int64
 	orders    [3]atomic.Int64 // the orders each instance was sent
 	good      [3]atomic.Int64 // of which placed (answered 201)
@@ -477,8 +478,9 @@ type orderFleet struct {
 // poisonAmount is the base amount of a poison order.
 const poisonAmount = "0.0066"
 
-// startOrderFleet starts the fleet with consecutive_5xx 3 and ejections
-// of 2s, the link down when linkDown.
+// startOrderFleet starts the fleet with consecutive_5xx 3, a failure
+// percentage of 50 over 10 requests, and ejections of 2s, the link down
+// when linkDown.
 func startOrderFleet(t *testing.T, linkDown bool) *orderFleet {
 	f := &orderFleet{reached: map[string]int{}, badFrom: map[string]int{}}
 	f.linkDown.Store(linkDown)
@@ -499,6 +501,8 @@ func startOrderFleet(t *testing.T, linkDown bool) *orderFleet {
 		c.Upstream.Outlier.Consecutive5xx = 3
 		c.Upstream.Outlier.BaseEjectionTime = 2 * time.Second
 		c.Upstream.Outlier.MaxEjectionTime = 4 * time.Second
+		c.Upstream.Outlier.FailurePercentageThreshold = 50
+		c.Upstream.Outlier.FailurePercentageRequestVolume = 10
 	})
 	return f
 }
@@ -514,6 +518,9 @@ func (f *orderFleet) instance(i int, bad bool) http.HandlerFunc {
 		}
 		_ = json.Unmarshal(body, &o)
 		failing := bad && order && f.linkDown.Load()
+		if bad && order && f.halfDown.Load() {
+			failing = f.badOrders.Load()%2 == 0 // the first, third, … it is sent
+		}
 		f.mu.Lock()
 		if bad && (!order || failing) {
 			f.badSeen.WriteString(map[bool]string{true: "w", false: "r"}[order])
@@ -756,6 +763,42 @@ func TestOneClientsPoisonOrdersEjectNothing(t *testing.T) {
 			if in.Requests["server_error"] == 0 {
 				t.Errorf("%s answered no poison order: %v", in.Addr, in.Requests)
 			}
+		}
+	}
+	f.placedOnce(t)
+}
+
+// TestInstanceFailingHalfItsOrdersEjected runs the default service over
+// three real instances on loopback, one of which fails every other order
+// it is sent (503), two traders placing orders in turn: its successes end
+// every run of failures, so consecutive_5xx never ejects it, and it is
+// ejected for its failure percentage (50 over its last 10 orders) once
+// its failures are not mostly one trader's; its answers (503 or 201)
+// reach the traders, and no order reaches the instances twice.
+func TestInstanceFailingHalfItsOrdersEjected(t *testing.T) {
+	f := startOrderFleet(t, false)
+	f.halfDown.Store(true)
+	deadline := time.Now().Add(time.Minute) // only bounds a hang
+	for f.status(t).State != "ejected" {
+		if time.Now().After(deadline) {
+			t.Fatalf("never ejected: %+v", f.status(t))
+		}
+		if code := f.place(t); code != http.StatusCreated && code != http.StatusServiceUnavailable {
+			t.Fatalf("an order answered %d", code)
+		}
+	}
+	st := f.status(t)
+	f.mu.Lock()
+	from := maps.Clone(f.badFrom)
+	f.mu.Unlock()
+	failed := st.Requests["server_error"]
+	if st.Reason != "failure_percentage" || st.Ejections["failure_percentage"] != 1 || failed == 0 ||
+		st.Requests["success"] < failed-1 || len(from) != 2 {
+		t.Fatalf("ejected: %+v, the traders' failed orders there %v; want for its failure percentage, half its orders failed, of both traders", st, from)
+	}
+	for why, n := range st.Ejections {
+		if why != "failure_percentage" && n != 0 {
+			t.Errorf("also ejected %d times for %s", n, why)
 		}
 	}
 	f.placedOnce(t)

@@ -50,11 +50,13 @@ func NewFleet(u config.Upstream, opts FleetOptions) *Fleet {
 		s := NewService(name, Options{
 			Transport: rt,
 			Outlier: Outlier{
-				Consecutive5xx:             sc.Outlier.Consecutive5xx,
-				ConsecutiveConnectFailures: sc.Outlier.ConsecutiveConnectFailures,
-				BaseEjectionTime:           sc.Outlier.BaseEjectionTime,
-				MaxEjectionTime:            sc.Outlier.MaxEjectionTime,
-				MaxEjectionPercent:         sc.Outlier.MaxEjectionPercent,
+				Consecutive5xx:                 sc.Outlier.Consecutive5xx,
+				ConsecutiveConnectFailures:     sc.Outlier.ConsecutiveConnectFailures,
+				BaseEjectionTime:               sc.Outlier.BaseEjectionTime,
+				MaxEjectionTime:                sc.Outlier.MaxEjectionTime,
+				MaxEjectionPercent:             sc.Outlier.MaxEjectionPercent,
+				FailurePercentage:              sc.Outlier.FailurePercentageThreshold,
+				FailurePercentageRequestVolume: sc.Outlier.FailurePercentageRequestVolume,
 			},
 			PanicThreshold: sc.PanicThreshold,
 			RetryBudget:    RetryBudget{Percent: u.RetryBudget.Percent, Min: u.RetryBudget.MinRetries},

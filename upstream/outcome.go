@@ -3,6 +3,7 @@ package upstream
 import (
 	"math"
 	"net/http"
+	"sync/atomic"
 	"time"
 )
 
@@ -87,8 +88,8 @@ func (i *Instance) Done(o Outcome, k Kind, who Client) {
 		}
 	case ServerError:
 		i.consecConnect.Store(0)
-		if n := out.Consecutive5xx; n > 0 {
-			if why := i.failed(k, who, n); why != ReasonNone {
+		if out.Consecutive5xx > 0 || out.FailurePercentage > 0 {
+			if why := i.failed(k, who, out); why != ReasonNone {
 				i.svc.eject(i, why)
 			}
 		}
@@ -97,6 +98,40 @@ func (i *Instance) Done(o Outcome, k Kind, who Client) {
 			i.svc.eject(i, ReasonConnectFailure)
 		}
 	}
+	if out.FailurePercentage > 0 && o <= ServerError && int(i.windows[k].requests.Add(1)) >= out.FailurePercentageRequestVolume &&
+		i.judge(k, out) {
+		i.svc.eject(i, ReasonFailurePercentage)
+	}
+}
+
+// window is an instance's last requests of a kind, for failure-percentage
+// ejection: how many ended (a success or a server error), and their
+// failures with the clients who made them (guarded by runMu).
+type window struct {
+	requests atomic.Int32
+	failures run
+}
+
+// judge ends the window of kind k once it holds
+// FailurePercentageRequestVolume requests, and reports whether its
+// instance is to be ejected: at least FailurePercentage percent of them
+// failed, no client made more than two thirds of the failures, and at
+// least two are of clients other than the one that failed most. A client
+// whose requests fail everywhere (a poison order) makes most of an
+// instance's failures, however many it sends: its window is not judged.
+func (i *Instance) judge(k Kind, out *Outlier) bool {
+	i.runMu.Lock()
+	defer i.runMu.Unlock()
+	w := &i.windows[k]
+	r := int(w.requests.Load())
+	if r < out.FailurePercentageRequestVolume {
+		return false // another request ended it meanwhile
+	}
+	f := w.failures
+	w.requests.Store(0)
+	w.failures = run{}
+	top := int(f.top())
+	return int(f.n)*100 >= out.FailurePercentage*r && 3*top <= 2*int(f.n) && int(f.n)-top >= 2
 }
 
 // runOf is the index in Instance.runs of the run of kind k's requests
@@ -117,11 +152,18 @@ func (i *Instance) endRuns(k Kind) {
 }
 
 // failed counts a server error of kind k, sent for who, in the runs it
-// belongs to, and returns why the instance is to be ejected (ReasonNone:
-// it is not), n being Consecutive5xx.
-func (i *Instance) failed(k Kind, who Client, n int) Reason {
+// belongs to and its kind's window, and returns why the instance is to be
+// ejected for a run (ReasonNone: it is not).
+func (i *Instance) failed(k Kind, who Client, out *Outlier) Reason {
 	i.runMu.Lock()
 	defer i.runMu.Unlock()
+	if out.FailurePercentage > 0 {
+		i.windows[k].failures.add(who)
+	}
+	n := out.Consecutive5xx
+	if n <= 0 {
+		return ReasonNone
+	}
 	i.inRun.Store(i.inRun.Load() | runBits(k))
 	all, ofKind := &i.runs[0], &i.runs[runOf(k)]
 	all.add(who)
@@ -135,12 +177,16 @@ func (i *Instance) failed(k Kind, who Client, n int) Reason {
 	return ReasonNone
 }
 
-// endAllRuns ends every run of server errors and of failed connects (the
-// instance is being ejected).
+// endAllRuns ends every run of server errors and of failed connects, and
+// every window (the instance is being ejected).
 func (i *Instance) endAllRuns() {
 	i.runMu.Lock()
 	i.runs = [len(i.runs)]run{}
 	i.inRun.Store(0)
+	for k := range i.windows {
+		i.windows[k].requests.Store(0)
+		i.windows[k].failures = run{}
+	}
 	i.runMu.Unlock()
 	i.consecConnect.Store(0)
 }
@@ -189,14 +235,17 @@ func (r *run) add(who Client) {
 // well client's request, which a healthy backend answers now and then,
 // does not complete a poisoning client's run.
 func (r *run) ejects(n int) bool {
-	if int(r.n) < n {
-		return false
-	}
+	return int(r.n) >= n && int(r.n-r.top()) >= min(2, max(n-1, 1))
+}
+
+// top returns the failures of the client that failed most in the run, of
+// those it tells apart.
+func (r *run) top() int32 {
 	top := int32(0)
 	for j := range r.used {
 		top = max(top, r.of[j])
 	}
-	return int(r.n-top) >= min(2, max(n-1, 1))
+	return top
 }
 
 // reason is the ejection reason of a run of server errors of kind k.

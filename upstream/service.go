@@ -75,6 +75,18 @@ type Outlier struct {
 	// once, in percent; at least one instance may be ejected while it is
 	// above 0.
 	MaxEjectionPercent int
+	// FailurePercentage ejects an instance whose requests of a Kind
+	// failed (server errors) in at least this share, in percent, of its
+	// last FailurePercentageRequestVolume requests of that kind, once
+	// those failures are not mostly one client's: no client made more
+	// than two thirds of them, and at least two are of other clients. An
+	// instance failing half of its orders at random, its successes ending
+	// every run, is ejected so. 0 means never.
+	FailurePercentage int
+	// FailurePercentageRequestVolume is how many requests of a kind a
+	// share is judged over (a connect failure or an abandoned request
+	// counts in none).
+	FailurePercentageRequestVolume int
 }
 
 // Service is a named set of backend instances and the state that chooses
@@ -160,6 +172,7 @@ type Instance struct {
 	runMu         sync.Mutex
 	runs          [1 + numKinds]run
 	inRun         atomic.Uint32
+	windows       [numKinds]window // of each Kind, for failure-percentage ejection
 	consecConnect atomic.Int32
 	outcomes      [numOutcomes]atomic.Uint64 // requests ended, by outcome
 	ejectedTotal  [numReasons]atomic.Uint64  // ejections, by reason
@@ -181,11 +194,12 @@ type Reason uint8
 
 // Ejection reasons.
 const (
-	ReasonNone           Reason = iota
-	ReasonConsecutive5xx        // a run of server errors
-	ReasonConnectFailure        // a run of refused or failed connects
-	ReasonReads5xx              // a run of server errors of its reads, its writes succeeding
-	ReasonWrites5xx             // a run of server errors of its writes (orders), its reads succeeding
+	ReasonNone              Reason = iota
+	ReasonConsecutive5xx           // a run of server errors
+	ReasonConnectFailure           // a run of refused or failed connects
+	ReasonReads5xx                 // a run of server errors of its reads, its writes succeeding
+	ReasonWrites5xx                // a run of server errors of its writes (orders), its reads succeeding
+	ReasonFailurePercentage        // too large a share of its last requests of a kind failed
 	numReasons
 )
 
@@ -200,6 +214,8 @@ func (r Reason) String() string {
 		return "consecutive_5xx_reads"
 	case ReasonWrites5xx:
 		return "consecutive_5xx_writes"
+	case ReasonFailurePercentage:
+		return "failure_percentage"
 	}
 	return "none"
 }

@@ -611,3 +611,86 @@ func TestEjectionNeedsClientsBesidesOne(t *testing.T) {
 		})
 	}
 }
+
+// TestFailurePercentageEjection ends requests of several clients at an
+// instance, failing some, and checks failure-percentage ejection: an
+// instance whose last requests of a kind failed in at least the threshold's
+// share is ejected when the failures are not mostly one client's, its
+// successes between them notwithstanding (no run of failures would eject
+// it); one client's failures, however many, eject nothing.
+func TestFailurePercentageEjection(t *testing.T) {
+	// cycle repeats the requests of pattern n times.
+	cycle := func(n int, pattern ...string) []string { return slices.Repeat(pattern, n) }
+	// spread is n requests of kind k from A, B and C in turn, every other
+	// one failing (the first failing).
+	spread := func(n int, k byte) []string {
+		var seq []string
+		for i := range n {
+			out := byte('+')
+			if i%2 == 0 {
+				out = '-'
+			}
+			seq = append(seq, string([]byte{"ABC"[i%3], k, out}))
+		}
+		return seq
+	}
+	var interleaved []string // reads of A that succeed between writes failing half
+	for _, w := range spread(20, 'w') {
+		interleaved = append(interleaved, "Ar+", w)
+	}
+	tests := []struct {
+		name      string
+		threshold int
+		seq       []string
+		want      Reason
+		after     int
+	}{
+		{"half of three clients' orders fail", 50, spread(20, 'w'), ReasonFailurePercentage, 20},
+		{"half of their reads fail", 50, spread(20, 'r'), ReasonFailurePercentage, 20},
+		{"under the threshold", 60, spread(60, 'w'), ReasonNone, 0},
+		{"off", 0, spread(60, 'w'), ReasonNone, 0},
+		{"the writes' window apart from the reads'", 50, interleaved, ReasonFailurePercentage, 40},
+		{"one client's failed orders alone", 50, cycle(20, "Aw-", "Aw-", "Bw+"), ReasonNone, 0},
+		{"one client's and another's few", 50, cycle(20, "Aw-", "Aw-", "Aw-", "Bw-", "Cw+"), ReasonNone, 0},
+		{"one client's beside a broken instance's", 50, cycle(4, "Aw-", "Bw-", "Cw+", "Cw-", "Bw+"), ReasonFailurePercentage, 20},
+		{"two clients' only, one of them failing", 50, cycle(20, "Aw-", "Bw+"), ReasonNone, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var got []Event
+			s := NewService("orders", Options{
+				Outlier: Outlier{Consecutive5xx: 3, FailurePercentage: tt.threshold, FailurePercentageRequestVolume: 20,
+					BaseEjectionTime: time.Hour, MaxEjectionPercent: 50},
+				OnChange: func(ev Event) {
+					if ev.Kind == Ejected {
+						got = append(got, ev)
+					}
+				},
+			})
+			s.Update(endpoints(t, 1, 1))
+			inst := s.Instances()[0]
+			at := 0
+			for i, r := range tt.seq {
+				k, out := Read, Success
+				if r[1] == 'w' {
+					k = Write
+				}
+				if r[2] == '-' {
+					out = ServerError
+				}
+				inst.active.Add(1)
+				inst.Done(out, k, Client(r[0]))
+				if len(got) > 0 && at == 0 {
+					at = i + 1
+				}
+			}
+			switch {
+			case tt.want == ReasonNone && len(got) != 0:
+				t.Fatalf("ejected for %s after request %d", got[0].Reason, at)
+			case tt.want == ReasonNone:
+			case len(got) != 1 || got[0].Reason != tt.want || at != tt.after:
+				t.Fatalf("ejections %v at request %d, want one for %s at %d", got, at, tt.want, tt.after)
+			}
+		})
+	}
+}
