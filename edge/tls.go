@@ -108,7 +108,12 @@ func (c *Certificates) NotAfter() time.Time { return c.cur.Load().notAfter }
 // reloaded configuration), and swaps them in when their content changed
 // and they load. It reports whether a new set is now served. A failure
 // keeps the current set, is logged and counted; the same bad content is
-// not reported twice in a row by Watch.
+// not reported twice in a row by Watch. Files named by a reloaded
+// configuration are watched from then on even when they fail to load
+// (not there yet, half written): Watch serves them once they are fixed,
+// as it does the files it already watched, rather than keep reading the
+// old ones, which the configuration no longer names, until the next
+// SIGHUP.
 func (c *Certificates) Reload(files []config.Certificate) (bool, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -126,7 +131,7 @@ func (c *Certificates) Reload(files []config.Certificate) (bool, error) {
 		set, err = parseCertSet(files, data, time.Now())
 	}
 	if err != nil {
-		c.lastBad = digest
+		c.lastBad, c.files = digest, files
 		c.metrics.CertReload(false)
 		c.log.Error("TLS certificates not reloaded; serving the last good ones", zap.Error(err))
 		return false, err
