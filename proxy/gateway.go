@@ -216,11 +216,10 @@ func New(cfg *config.Config, opts Options) (*Gateway, error) {
 	g.budget = share.NewPool(int64(cfg.Server.MaxBufferedBytes))
 	g.metrics.SetBodyBudgetSource(g.budget)
 	g.rp = httputil.ReverseProxy{
-		Transport:      fleetTransport{g},
-		BufferPool:     newBufferPool(),
-		ErrorHandler:   g.proxyError,
-		ModifyResponse: g.modifyResponse,
-		ErrorLog:       zap.NewStdLog(g.log.Named("reverseproxy")),
+		Transport:    fleetTransport{g},
+		BufferPool:   newBufferPool(),
+		ErrorHandler: g.proxyError,
+		ErrorLog:     zap.NewStdLog(g.log.Named("reverseproxy")),
 	}
 	g.pool.New = func() any { return g.newState() }
 	if err := g.setTracing(cfg); err != nil {
@@ -336,19 +335,22 @@ type requestState struct {
 	limitState            // its limits (limits.go); Options.Limits'
 	traceState            // its spans, ended by end (trace.go); Options.Tracer's
 	// proxy is the reverse proxy the state's requests are forwarded with,
-	// made with the state (newState) and kept: its Rewrite is rewrite
-	// bound to the state.
+	// made with the state (newState) and kept: its Rewrite and
+	// ModifyResponse are rewrite and modifyResponse bound to the state.
 	proxy *httputil.ReverseProxy
 }
 
 // newState makes a pooled request state with its reverse proxy: the
-// gateway's, its Rewrite bound to the state, so that rewrite has the
-// state without looking for it in the client's request's context, where
-// forward would have to set it (setContext).
+// gateway's, its Rewrite and ModifyResponse bound to the state, so that
+// rewrite has the state without looking for it in the client's request's
+// context, where forward would have to set it (setContext), and
+// modifyResponse without looking for it in the outbound request's, a walk
+// of two contexts.
 func (g *Gateway) newState() *requestState {
 	st := new(requestState)
 	rp := g.rp
 	rp.Rewrite = func(pr *httputil.ProxyRequest) { g.rewrite(st, pr) }
+	rp.ModifyResponse = func(res *http.Response) error { return g.modifyResponse(st, res) }
 	st.proxy = &rp
 	return st
 }
@@ -605,13 +607,12 @@ var (
 // one that switches protocols or one that names another request's id,
 // leaves the client one set of legacy rate-limit fields, records the
 // response of a claimed order and adds the request id to backend
-// responses that lack one.
-func (g *Gateway) modifyResponse(res *http.Response) error {
-	if st := responseState(res); st != nil {
-		st.rw.endHints() // exgate's own fields back, after a 1xx
-		if st.rw.interims > maxInterim {
-			return errTooManyInterim // an answer that came as the call was cut for its 1xx answers
-		}
+// responses that lack one. st is the state of the request res answers:
+// the reverse proxy calling it is the state's own (newState).
+func (g *Gateway) modifyResponse(st *requestState, res *http.Response) error {
+	st.rw.endHints() // exgate's own fields back, after a 1xx
+	if st.rw.interims > maxInterim {
+		return errTooManyInterim // an answer that came as the call was cut for its 1xx answers
 	}
 	if err := checkStatus(res); err != nil {
 		return err
@@ -630,10 +631,6 @@ func (g *Gateway) modifyResponse(res *http.Response) error {
 	if g.plan.Load().cors != nil {
 		dropBackendCORS(res.Header)
 	}
-	st := responseState(res)
-	if st == nil {
-		return nil // cannot happen: every request the proxy sends carries its state
-	}
 	mergeLegacyRateLimit(res, st.rw.Header())
 	if err := g.recordResponse(st, res); err != nil {
 		return err
@@ -643,16 +640,6 @@ func (g *Gateway) modifyResponse(res *http.Response) error {
 	}
 	moveHeader(st.rw.Header(), res.Header)
 	return nil
-}
-
-// responseState returns the state of the request res answers, or nil for
-// a response without one.
-func responseState(res *http.Response) *requestState {
-	if res.Request == nil {
-		return nil
-	}
-	st, _ := res.Request.Context().Value(stateKey{}).(*requestState)
-	return st
 }
 
 // moveHeader moves every field of from, the backend's response header,

@@ -244,7 +244,8 @@ func init() {
 		DialerRetries PoolSize tryDial HostClient
 		LoadBalancer syncFrequency subPath jobLabel sessionStorage DecimalField
 		RateLimit KiB MiB GiB EdDSA NaN
-		validateHeaders setDeadlineImpl propagateCancel WithCancelCause`) {
+		validateHeaders setDeadlineImpl propagateCancel WithCancelCause
+		ModifyResponse SetReadDeadline SetWriteDeadline cancelCtx gcStart`) {
 		stdlibName[n] = true
 	}
 }
