@@ -191,17 +191,23 @@ func (i *Instance) endAllRuns() {
 	i.consecConnect.Store(0)
 }
 
-// runClients is how many clients a run tells apart. A run whose failures
-// are of that many clients has at least two failures of clients other
-// than the one that failed most, which is all ejects asks: a client past
-// them needs no entry.
-const runClients = 3
+// runClients is how many clients a run tells apart: past them, it counts
+// as Space-Saving counts heavy hitters (Metwally, Agrawal and El Abbadi),
+// in a fixed array of the instance, never a map.
+const runClients = 4
 
-// run is a run of server errors at an instance: how many, and how many of
-// them each of its first clients' requests made. A client whose requests
-// make the backend fail (an order shape that trips a bug of the matching
-// engine) fails on every instance: its own failures tell nothing of the
-// instance, and one client must not eject the fleet for everyone.
+// run is a run of server errors at an instance (or a window's failures):
+// how many, and of which clients. A client whose requests make the
+// backend fail (an order shape that trips a bug of the matching engine)
+// fails on every instance: its own failures tell nothing of the instance,
+// and one client must not eject the fleet for everyone.
+//
+// The counts of clients sum to n. A new client, once runClients are
+// held, takes the place of the one with the fewest failures, with that
+// count plus one: a client's count is never under its own failures, and
+// any client that made more than n/runClients of them is held. So top
+// is never under the failures of the client that failed most, and a
+// client that makes most of a run's failures cannot pass for others'.
 type run struct {
 	n       int32
 	used    int8
@@ -224,7 +230,16 @@ func (r *run) add(who Client) {
 	if int(r.used) < runClients {
 		r.clients[r.used], r.of[r.used] = who, 1
 		r.used++
+		return
 	}
+	least := 0
+	for j := 1; j < runClients; j++ {
+		if r.of[j] < r.of[least] {
+			least = j
+		}
+	}
+	r.clients[least] = who
+	r.of[least]++
 }
 
 // ejects reports whether the run ejects its instance at n
@@ -238,8 +253,8 @@ func (r *run) ejects(n int) bool {
 	return int(r.n) >= n && int(r.n-r.top()) >= min(2, max(n-1, 1))
 }
 
-// top returns the failures of the client that failed most in the run, of
-// those it tells apart.
+// top returns the count of the client that failed most in the run: never
+// under its failures (add).
 func (r *run) top() int32 {
 	top := int32(0)
 	for j := range r.used {

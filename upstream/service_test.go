@@ -564,7 +564,7 @@ func TestEjectionNeedsClientsBesidesOne(t *testing.T) {
 		{"one client's failed orders, others' reads succeeding", 3, cat(rep("Aw-", 5), rep("Br+", 5), rep("Aw-", 5)), ReasonNone, 0},
 		{"two clients on a broken instance", 3, []string{"Aw-", "Bw-", "Aw-", "Bw-"}, ReasonConsecutive5xx, 4},
 		{"three clients on a broken instance", 3, []string{"Aw-", "Bw-", "Cw-"}, ReasonConsecutive5xx, 3},
-		{"a fourth client past the run's set", 5, []string{"Aw-", "Bw-", "Cw-", "Dw-", "Dw-"}, ReasonConsecutive5xx, 5},
+		{"a fifth client past the run's set", 6, []string{"Aw-", "Bw-", "Cw-", "Dw-", "Ew-", "Ew-"}, ReasonConsecutive5xx, 6},
 		{"one client's failed reads alone", 5, rep("Ar-", 50), ReasonNone, 0},
 		{"consecutive_5xx 1: one client's failure", 1, rep("Aw-", 10), ReasonNone, 0},
 		{"consecutive_5xx 1: two clients' failures", 1, []string{"Aw-", "Aw-", "Bw-"}, ReasonConsecutive5xx, 3},
@@ -654,6 +654,8 @@ func TestFailurePercentageEjection(t *testing.T) {
 		{"one client's and another's few", 50, cycle(20, "Aw-", "Aw-", "Aw-", "Bw-", "Cw+"), ReasonNone, 0},
 		{"one client's beside a broken instance's", 50, cycle(4, "Aw-", "Bw-", "Cw+", "Cw-", "Bw+"), ReasonFailurePercentage, 20},
 		{"two clients' only, one of them failing", 50, cycle(20, "Aw-", "Bw+"), ReasonNone, 0},
+		{"one client's failures past four others'", 50, slices.Concat([]string{"Bw-", "Fw+", "Cw-", "Fw+", "Dw-", "Fw+", "Ew-", "Fw+"},
+			cycle(4, "Aw-", "Aw-", "Fw+")), ReasonNone, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
