@@ -177,10 +177,12 @@ func (s *Redis) free(ctx context.Context, p *Prepared) error {
 // mayHaveRun reports whether a claim whose call failed with err may have
 // run in Redis all the same: no reply came back (the call's deadline
 // passed while Redis ran it, or the connection broke after the claim was
-// sent). A reply from Redis (an error, OOM, MOVED) says what it did, and
-// a dial that failed that the claim was never sent.
+// sent). A reply from Redis (an error, OOM, MOVED; the claim's own error
+// in a run of the limits, ratelimit.ClaimError) says what it did, and a
+// dial that failed that the claim was never sent.
 func mayHaveRun(err error) bool {
-	return err != nil && !redisError(err) && !NotSent(err)
+	var claimErr ratelimit.ClaimError
+	return err != nil && !redisError(err) && !errors.As(err, &claimErr) && !NotSent(err)
 }
 
 // freeLost frees the claim p, whose call failed with err, when Redis may

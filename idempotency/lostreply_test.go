@@ -3,6 +3,7 @@ package idempotency
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"sync/atomic"
 	"syscall"
@@ -12,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/exgate/exgate/internal/redistest"
+	"github.com/exgate/exgate/ratelimit"
 )
 
 // lostReply is a go-redis hook that, once armed, lets the next script
@@ -132,4 +134,35 @@ func strMap(m map[string]string) map[any]any {
 		out[f] = v
 	}
 	return out
+}
+
+// TestMayHaveRun: a claim is freed after its call failed only when no
+// reply came back: a reply from Redis, the claim's own error in a run of
+// the limits, or a dial that failed say it took nothing.
+func TestMayHaveRun(t *testing.T) {
+	srv := redistest.Start(t)
+	replyErr := newClient(t, srv.Addr).Do(context.Background(), "NOSUCHCOMMAND").Err()
+	if replyErr == nil {
+		t.Fatal("an unknown command did not fail")
+	}
+	for _, tc := range []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"deadline", context.DeadlineExceeded, true},
+		{"deadline, as the limiter wraps it", fmt.Errorf("ratelimit: redis: %w", context.DeadlineExceeded), true},
+		{"connection reset", &net.OpError{Op: "read", Net: "tcp", Err: syscall.ECONNRESET}, true},
+		{"a reply from Redis", replyErr, false},
+		{"a reply from Redis, wrapped", fmt.Errorf("ratelimit: redis: %w", replyErr), false},
+		{"the claim's own error in the limits' run", ratelimit.ClaimError("OOM command not allowed"), false},
+		{"dial refused", &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}, false},
+		{"none", nil, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := mayHaveRun(tc.err); got != tc.want {
+				t.Errorf("mayHaveRun(%v) = %v, want %v", tc.err, got, tc.want)
+			}
+		})
+	}
 }
