@@ -188,7 +188,7 @@ func safeMethod(method string) bool {
 //     own go in their place (setBackendHeaders);
 //   - Accept-Encoding on an order whose claim is held
 //     (claimState.identityEncoded);
-//   - the client's trace context when dropTrace (traceFormats.carries).
+//   - the client's trace context when dropTrace (traceheader.Formats.Carries).
 //
 // Idempotency-Key and X-Idempotency-Key on a request not safe to send
 // twice go under their lower-case names (keepFromReplay).
@@ -213,7 +213,7 @@ func (g *Gateway) sentAs(st *requestState, k string, unsafe, dropTrace bool) str
 			return keepFromReplay(k)
 		}
 	}
-	if dropTrace && g.formats.carries(k) {
+	if dropTrace && g.formats.Carries(k) {
 		return ""
 	}
 	return k

@@ -6,8 +6,6 @@ import (
 	"net/http/httptest"
 	"net/http/httputil"
 	"reflect"
-	"slices"
-	"strings"
 	"testing"
 
 	"github.com/exgate/exgate/config"
@@ -208,7 +206,7 @@ func oldRewrite(g *Gateway, st *requestState, pr *httputil.ProxyRequest) {
 	}
 	if g.tracer == nil && !g.trustsTraceOf(g.forwardedPeer(pr.In, st)) {
 		for k := range h {
-			if slices.Contains(g.formats.fields, k) || slices.ContainsFunc(g.formats.otherPrefixes, func(p string) bool { return strings.HasPrefix(k, p) }) {
+			if g.formats.Carries(k) {
 				delete(h, k)
 			}
 		}

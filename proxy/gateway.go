@@ -33,6 +33,7 @@ import (
 	"github.com/exgate/exgate/overload"
 	"github.com/exgate/exgate/share"
 	"github.com/exgate/exgate/topk"
+	"github.com/exgate/exgate/traceheader"
 	"github.com/exgate/exgate/upstream"
 	"github.com/exgate/exgate/validate"
 )
@@ -139,7 +140,7 @@ type Gateway struct {
 	// tracer starts the requests' spans; nil when tracing is off
 	// (trace.go).
 	tracer    Tracer
-	formats   traceFormats            // tracing.propagators
+	formats   traceheader.Formats     // tracing.propagators
 	spanStart []trace.SpanStartOption // a server span's start options, built once
 	trust     uint8                   // tracing.trust_incoming
 	refusals  *recentRefusals         // the sampled refusals the console lists
@@ -514,7 +515,7 @@ func (g *Gateway) rewrite(st *requestState, pr *httputil.ProxyRequest) {
 	// Tracing off, a client's trace context is still not the backend's
 	// to sample by or read baggage from (tracing.trust_incoming);
 	// scanHeader saw the W3C fields.
-	dropTrace := g.tracer == nil && (!st.noDrops || g.formats.others != nil) && !g.trustsTraceOf(p)
+	dropTrace := g.tracer == nil && (!st.noDrops || g.formats.NonW3C()) && !g.trustsTraceOf(p)
 	out.Header = g.backendHeader(pr, st, src, p, dropTrace)
 	// What httputil.ProxyRequest.SetXForwarded sets, from the
 	// connection's peer worked out once per connection, with shared

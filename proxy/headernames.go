@@ -76,7 +76,7 @@ var errUnderscoreHeader = apierror.Static(http.StatusBadRequest, "invalid_header
 // name when the client sent it: rewrite on the outbound request (sentAs:
 // an offer to switch protocols, Expect, keepFromReplay's replayHeaders,
 // and with tracing off an untrusted client's W3C trace context:
-// traceFormats.carries; the other formats' fields are looked up on every
+// traceheader.Formats.Carries; the other formats' fields are looked up on every
 // request), and forwardReader on a body read whole (Transfer-Encoding,
 // Expect). A request without any of them is not looked up for an
 // Upgrade either (hideHeader).

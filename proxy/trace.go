@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"context"
-	"encoding/hex"
 	"fmt"
 	"net"
 	"net/http"
@@ -23,6 +22,7 @@ import (
 	"github.com/exgate/exgate/idempotency"
 	"github.com/exgate/exgate/metrics"
 	"github.com/exgate/exgate/overload"
+	"github.com/exgate/exgate/traceheader"
 )
 
 // The request's spans (docs/operations.md, "Tracing"): a server span from
@@ -151,8 +151,8 @@ func methodAttr(m string) attribute.KeyValue {
 func (g *Gateway) startSpan(st *requestState, r *http.Request) {
 	ctx, opts := context.Background(), g.spanStart
 	trusted := false
-	if g.formats.carried(r.Header) {
-		in := g.formats.read.Extract(ctx, traceCarrier(r.Header))
+	if g.formats.Carried(r.Header) {
+		in := g.formats.Read(ctx, r.Header)
 		switch {
 		case g.trustsTraceOf(g.peerOf(r)):
 			ctx, trusted = in, true
@@ -175,50 +175,6 @@ func (g *Gateway) startSpan(st *requestState, r *http.Request) {
 	}
 }
 
-// traceCarrier carries trace context in an http.Header under the
-// canonical names, without canonicalising a key on every request
-// (propagation.HeaderCarrier does, and allocates for it).
-type traceCarrier http.Header
-
-// Get returns the value of traceparent or tracestate, joined as RFC 9110
-// joins repeated fields.
-func (c traceCarrier) Get(key string) string {
-	vs := http.Header(c)[canonicalTraceKey(key)]
-	switch len(vs) {
-	case 0:
-		return ""
-	case 1:
-		return vs[0]
-	}
-	return strings.Join(vs, ",")
-}
-
-// Set replaces the value of key.
-func (c traceCarrier) Set(key, value string) {
-	http.Header(c)[canonicalTraceKey(key)] = []string{value}
-}
-
-// Keys lists the header's names.
-func (c traceCarrier) Keys() []string {
-	keys := make([]string, 0, len(c))
-	for k := range c {
-		keys = append(keys, k)
-	}
-	return keys
-}
-
-func canonicalTraceKey(k string) string {
-	switch k {
-	case "traceparent":
-		return "Traceparent"
-	case "tracestate":
-		return "Tracestate"
-	case "baggage":
-		return "Baggage"
-	}
-	return http.CanonicalHeaderKey(k)
-}
-
 func urlScheme(r *http.Request) attribute.KeyValue {
 	if r.TLS != nil {
 		return semconv.URLScheme("https")
@@ -232,7 +188,7 @@ func urlScheme(r *http.Request) attribute.KeyValue {
 // baggage): the backend's spans are children of exgate's call. A request
 // that is not sampled sends its server span's context, saying not
 // sampled, and starts no client span. tp holds the traceparent sent
-// (sendTraceContext).
+// (traceheader.Formats.Write).
 func (g *Gateway) startUpstreamSpan(st *requestState, r *http.Request, tp *[1]string) {
 	sc := st.sc
 	if st.rec {
@@ -244,31 +200,7 @@ func (g *Gateway) startUpstreamSpan(st *requestState, r *http.Request, tp *[1]st
 		}
 		sc = st.upSpan.SpanContext()
 	}
-	g.formats.write(tp, r.Header, st.traceCtx, sc)
-}
-
-// traceparentLen is the length of a version 00 traceparent.
-const traceparentLen = len("00-") + 32 + len("-") + 16 + len("-") + 2
-
-// sendTraceContext sets h's traceparent to sc, and its tracestate to
-// sc's (a trusted client's, as the sampler kept it) or none, byte for
-// byte as propagation.TraceContext's Inject writes them: the one
-// traceparent value is formatted on the stack and held in tp, the
-// forwarded context's (stateContext.traceparent), which the backend's
-// header shares (backendHeader).
-func sendTraceContext(h http.Header, tp *[1]string, sc trace.SpanContext) {
-	var b [traceparentLen]byte
-	tid, sid := sc.TraceID(), sc.SpanID()
-	v := append(b[:0], "00-"...)
-	v = append(hex.AppendEncode(v, tid[:]), '-')
-	v = append(hex.AppendEncode(v, sid[:]), '-')
-	v = hex.AppendEncode(v, []byte{byte(sc.TraceFlags() & (trace.FlagsSampled | trace.FlagsRandom))})
-	tp[0] = string(v)
-	h["Traceparent"] = tp[:]
-	delete(h, "Tracestate") // a client's, when not trusted
-	if ts := sc.TraceState(); ts.Len() > 0 {
-		h["Tracestate"] = []string{ts.String()}
-	}
+	g.formats.Write(tp, r.Header, st.traceCtx, sc)
 }
 
 // endSpans ends the request's spans with what became of it: the route,
@@ -533,7 +465,7 @@ func admissionResult(ok bool, r *http.Request) string {
 // need while tracing is on.
 func (g *Gateway) setTracing(cfg *config.Config) error {
 	var err error
-	if g.formats, err = newTraceFormats(cfg.Tracing.Propagators); err != nil {
+	if g.formats, err = traceheader.New(cfg.Tracing.Propagators); err != nil {
 		return fmt.Errorf("proxy: tracing.propagators: %w", err)
 	}
 	g.trust = traceTrust(cfg.Tracing.TrustIncoming)
