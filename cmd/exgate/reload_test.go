@@ -554,17 +554,29 @@ routes:
   - { name: default, match: "*" }
 `
 
-// sectionsBackend answers the test routes itself (/slow/ after 300ms)
-// and sends the rest to the reference backend, counting the orders that
-// reach it.
+// sectionsBackend answers the test routes itself (/slow/ after 300ms, or
+// when concurrentSlow releases it) and sends the rest to the reference
+// backend, counting the orders that reach it.
 type sectionsBackend struct {
 	sim    http.Handler
 	orders atomic.Int64
+	hold   atomic.Pointer[slowHold] // set by concurrentSlow
+}
+
+// slowHold holds concurrentSlow's /slow/ requests at the backend: each is
+// told on arrived, and answered once release is closed.
+type slowHold struct {
+	arrived, release chan struct{}
 }
 
 func (b *sectionsBackend) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch r.URL.Path {
 	case "/slow/":
+		if h := b.hold.Load(); h != nil {
+			h.arrived <- struct{}{}
+			<-h.release
+			break
+		}
 		time.Sleep(300 * time.Millisecond)
 	case "/capped/", "/by-address/", "/headed/", "/plain/":
 	default:
@@ -666,25 +678,25 @@ func startReloadGateway(t *testing.T) *reloadGateway {
 	waitCatalogue(t, a)
 	g.a, g.gw = a, "http://"+a.addr
 
-	// wait registers for SIGHUP as it starts: until a reload is logged,
-	// SIGHUP is sent again. The file is the one the gateway started with,
-	// so the reload applies nothing, and neither do the reloads of the
-	// signals sent while wait was not listening yet.
-	for warm := time.Now().Add(10 * time.Second); ; {
+	// wait registers for SIGHUP as it starts: a SIGHUP sent before is
+	// not answered, and is sent again. Each is given as long as a row's
+	// (sighup): one sent again while the reload of an earlier one ran
+	// would reload once more after it, and that report would be read as
+	// the next row's. The file is the one the gateway started with, so
+	// the reload applies nothing.
+	for attempt := 1; ; attempt++ {
 		_ = syscall.Kill(os.Getpid(), syscall.SIGHUP)
-		applied, ignored, ok := g.report(t, 100*time.Millisecond)
+		applied, ignored, ok := g.report(t, 10*time.Second)
 		if ok {
 			if applied != "[]" || ignored != "[]" {
 				t.Fatalf("reload of the unchanged file: applied %s, ignored %s", applied, ignored)
 			}
 			break
 		}
-		if time.Now().After(warm) {
-			t.Fatal("SIGHUP not answered within 10s")
+		if attempt == 3 {
+			t.Fatal("SIGHUP not answered within 10s, three times")
 		}
 	}
-	time.Sleep(500 * time.Millisecond) // signals still queued reload the same file
-	g.logs.TakeAll()
 
 	g.token = authenticate(t, g.gw)
 	return g
@@ -768,20 +780,40 @@ func (g *reloadGateway) expectStatus(want int, path string, header ...string) fu
 }
 
 // concurrentSlow sends two requests to /slow/ at once and returns their
-// statuses.
+// statuses: the second once the backend holds the first, which it holds
+// until the second is decided (answered, or held there too), whatever
+// the time each takes to arrive.
 func (g *reloadGateway) concurrentSlow(t *testing.T) []int {
 	t.Helper()
+	h := &slowHold{arrived: make(chan struct{}, 2), release: make(chan struct{})}
+	g.be.hold.Store(h)
+	var release sync.Once
+	defer func() { release.Do(func() { close(h.release) }); g.be.hold.Store(nil) }()
 	codes := make([]int, 2)
-	var wg sync.WaitGroup
-	for i := range codes {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			time.Sleep(time.Duration(i) * 50 * time.Millisecond) // while the first holds the backend
-			codes[i], _, _ = call(t, "GET", g.gw+"/slow/", "")
-		}()
+	answered := make(chan struct{}, 2)
+	send := func(i int) {
+		codes[i], _, _ = call(t, "GET", g.gw+"/slow/", "")
+		answered <- struct{}{}
 	}
-	wg.Wait()
+	done := 0
+	next := func() { // a request reaches the backend, or is answered
+		t.Helper()
+		select {
+		case <-h.arrived:
+		case <-answered:
+			done++
+		case <-time.After(30 * time.Second):
+			t.Fatal("a request to /slow/ neither reached the backend nor was answered within 30s")
+		}
+	}
+	go send(0)
+	next()
+	go send(1)
+	next()
+	release.Do(func() { close(h.release) })
+	for ; done < 2; done++ {
+		<-answered
+	}
 	return codes
 }
 
