@@ -150,6 +150,7 @@ var reloadModes = map[string]string{
 	"upstream.dns.scheme":                                ReloadRestart,
 	"upstream.dns.interval":                              ReloadRestart,
 	"upstream.dns.resolver":                              ReloadRestart,
+	"upstream.hide_headers":                              ReloadRestart,
 	"upstream.tls.cert_file":                             ReloadRestart,
 	"upstream.tls.key_file":                              ReloadRestart,
 	"upstream.tls.server_name":                           ReloadRestart,

@@ -1,9 +1,12 @@
 package config
 
 import (
+	"net/textproto"
 	"slices"
 	"strings"
 	"time"
+
+	"golang.org/x/net/http/httpguts"
 )
 
 // DefaultService is the name of the service that upstream.url and
@@ -45,6 +48,13 @@ type Upstream struct {
 	// Turn it off only for a backend that sets X-Request-ID to ids of its
 	// own. Default true.
 	CheckResponseID bool `yaml:"check_response_id"`
+	// HideHeaders are the fields of the backend's answers (and of its 1xx
+	// answers) that never reach a client, as NGINX's proxy_hide_header:
+	// those that tell an attacker what runs behind exgate and its version.
+	// Not a field that frames or describes the body (Content-*,
+	// Transfer-Encoding, Trailer), Connection nor X-Request-ID. [] passes
+	// them all. Default Server and X-Powered-By.
+	HideHeaders []string `yaml:"hide_headers"`
 	// TLS is how instances with an https URL are dialled: a private CA,
 	// a client certificate (mutual TLS), the server name, HTTP/2.
 	TLS BackendTLS `yaml:"tls"`
@@ -215,6 +225,7 @@ func DefaultUpstream() Upstream {
 		MaxIdleConns:    512,
 		IdleConnTimeout: 90 * time.Second,
 		CheckResponseID: true,
+		HideHeaders:     []string{"Server", "X-Powered-By"},
 		TLS:             defaultBackendTLS(),
 		HealthCheck:     DefaultHealthCheck(),
 		Outlier:         DefaultOutlier(),
@@ -274,6 +285,7 @@ func (u *Upstream) check(col *collector, p path) {
 		}
 	}
 	u.TLS.check(col, p.key("tls"), u.DialsHTTPS())
+	checkHideHeaders(col, p.key("hide_headers"), u.HideHeaders)
 	col.positive(p.key("timeout"), u.Timeout)
 	col.positive(p.key("dial_timeout"), u.DialTimeout)
 	col.positive(p.key("idle_conn_timeout"), u.IdleConnTimeout)
@@ -282,6 +294,22 @@ func (u *Upstream) check(col *collector, p path) {
 	}
 	if u.MaxConnsPerHost < 0 {
 		col.addf(p.key("max_conns_per_host"), "must not be negative (0 means no cap), got %d", u.MaxConnsPerHost)
+	}
+}
+
+// checkHideHeaders reports an entry of upstream.hide_headers that is not
+// a field name, or names a field the answer cannot go without: one that
+// frames or describes its body, Connection, or X-Request-ID, by which the
+// answer is told to be its request's.
+func checkHideHeaders(col *collector, p path, names []string) {
+	for i, n := range names {
+		c := textproto.CanonicalMIMEHeaderKey(n)
+		switch {
+		case !httpguts.ValidHeaderFieldName(n):
+			col.addf(p.index(i), "want a header field name, such as \"Server\"; got %q", n)
+		case strings.HasPrefix(c, "Content-") || c == "Transfer-Encoding" || c == "Trailer" || c == "Connection" || c == "X-Request-Id":
+			col.addf(p.index(i), "%s cannot be hidden: the answer needs it", n)
+		}
 	}
 }
 

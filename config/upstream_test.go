@@ -18,6 +18,21 @@ func TestUpstreamServicesConfig(t *testing.T) {
 					t.Errorf("default service: %+v", s)
 				}
 			}},
+		{name: "upstream.hide_headers hides Server and X-Powered-By by default", yaml: "{}\n",
+			check: func(t *testing.T, c *Config) {
+				if !slices.Equal(c.Upstream.HideHeaders, []string{"Server", "X-Powered-By"}) {
+					t.Errorf("hide_headers %q", c.Upstream.HideHeaders)
+				}
+			}},
+		{name: "upstream.hide_headers: [] hides none", yaml: "upstream: {hide_headers: []}\n",
+			check: func(t *testing.T, c *Config) {
+				if len(c.Upstream.HideHeaders) != 0 {
+					t.Errorf("hide_headers %q", c.Upstream.HideHeaders)
+				}
+			}},
+		{name: "upstream.hide_headers: not a field the answer needs, nor a malformed name",
+			yaml:  "upstream: {hide_headers: [X-Runtime, content-type, Transfer-Encoding, X-Request-ID, Connection, 'Bad Name']}\n",
+			paths: []string{"upstream.hide_headers[1]", "upstream.hide_headers[2]", "upstream.hide_headers[3]", "upstream.hide_headers[4]", "upstream.hide_headers[5]"}},
 		{name: "EXGATE_UPSTREAM_URLS lists the default service's instances", yaml: "{}\n",
 			getenv: env(map[string]string{"EXGATE_UPSTREAM_URLS": "http://a:9000, http://b:9000,"}),
 			check: func(t *testing.T, c *Config) {

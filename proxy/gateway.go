@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/netip"
+	"net/textproto"
 	"runtime/debug"
 	"strings"
 	"sync"
@@ -130,13 +131,16 @@ type Gateway struct {
 	maxHeader     int64
 	maxBody       int64
 	checkIDs      bool // upstream.check_response_id
-	errHeader     *apierror.Error
-	errBody       *apierror.Error
-	budget        *share.Pool // bytes of order bodies read whole, shared by clients
-	draining      atomic.Bool
-	pool          sync.Pool // *requestState
-	deadlines     deadlineQueues
-	lastHost      atomic.Pointer[[1]string] // the X-Forwarded-Host value last made (forwardedHost)
+	// hidden are the fields of the backend's answers no client gets
+	// (upstream.hide_headers), in canonical form.
+	hidden    []string
+	errHeader *apierror.Error
+	errBody   *apierror.Error
+	budget    *share.Pool // bytes of order bodies read whole, shared by clients
+	draining  atomic.Bool
+	pool      sync.Pool // *requestState
+	deadlines deadlineQueues
+	lastHost  atomic.Pointer[[1]string] // the X-Forwarded-Host value last made (forwardedHost)
 	// tracer starts the requests' spans; nil when tracing is off
 	// (trace.go).
 	tracer    Tracer
@@ -169,6 +173,7 @@ func New(cfg *config.Config, opts Options) (*Gateway, error) {
 		maxHeader:   int64(cfg.Server.MaxHeaderBytes),
 		maxBody:     int64(cfg.Server.MaxBodyBytes),
 		checkIDs:    cfg.Upstream.CheckResponseID,
+		hidden:      canonicalNames(cfg.Upstream.HideHeaders),
 		tracer:      opts.Tracer,
 	}
 	if g.log == nil {
@@ -632,6 +637,7 @@ func (g *Gateway) modifyResponse(st *requestState, res *http.Response) error {
 	if g.plan.Load().cors != nil {
 		dropBackendCORS(res.Header)
 	}
+	g.hide(res.Header)
 	mergeLegacyRateLimit(res, st.rw.Header())
 	if err := g.recordResponse(st, res); err != nil {
 		return err
@@ -641,6 +647,25 @@ func (g *Gateway) modifyResponse(st *requestState, res *http.Response) error {
 	}
 	moveHeader(st.rw.Header(), res.Header)
 	return nil
+}
+
+// hide removes from h, a backend's answer's or 1xx's header, the fields
+// upstream.hide_headers names: before it is recorded for replay or
+// reaches the client.
+func (g *Gateway) hide(h http.Header) {
+	for _, k := range g.hidden {
+		delete(h, k)
+	}
+}
+
+// canonicalNames returns names in canonical form, as http.Header keys
+// them.
+func canonicalNames(names []string) []string {
+	out := make([]string, len(names))
+	for i, n := range names {
+		out[i] = textproto.CanonicalMIMEHeaderKey(n)
+	}
+	return out
 }
 
 // moveHeader moves every field of from, the backend's response header,

@@ -76,8 +76,9 @@ func (w *respWriter) Header() http.Header {
 // has added to it (for a 1xx after the first, to the header it cleared):
 // they go as a final answer's would — without hop-by-hop fields and those
 // the 1xx's Connection names, without the backend's CORS fields under a
-// policy — and without an X-Request-ID (a 1xx is never checked against its
-// request; the final answer is: checkResponseID), beside exgate's own
+// policy, without those of upstream.hide_headers (hide) — and without an
+// X-Request-ID (a 1xx is never checked against its request; the final
+// answer is: checkResponseID), beside exgate's own
 // fields but Connection (draining's close, kept for the final answer:
 // HTTP/2 forbids the field, and net/http's HTTP/2 server takes it out of
 // a final answer only). A value the 1xx shares with exgate's own field is
@@ -100,6 +101,7 @@ func (w *respWriter) hint() {
 	}
 	dropHopByHop(fields)
 	delete(fields, "X-Request-Id")
+	w.st.g.hide(fields)
 	if w.st.plan != nil && w.st.plan.cors != nil {
 		dropBackendCORS(fields)
 	}
