@@ -50,7 +50,7 @@ type stateContext struct {
 	st              *requestState
 	deadline        time.Time
 	// traceparent holds the traceparent value sent to the backend
-	// (sendTraceContext). The backend's header shares it, and net/http's
+	// (traceheader.Formats.Write). The backend's header shares it, and net/http's
 	// HTTP/2 Transport may still write that header after the request has
 	// ended (RoundTrip returns on a cancel while the stream waits to write
 	// its head): it is here, never pooled, not in the pooled state.
