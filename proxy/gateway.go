@@ -53,7 +53,9 @@ type Options struct {
 	// — which log sampling must never drop; the composition root gives it
 	// the logger's core without the sampler. Nil means Logger.
 	Evidence *zap.Logger
-	// Now is the clock. Nil means time.Now.
+	// Now is the clock. Nil means time.Now, a request's later times then
+	// read as time elapsed since its start (nowSince): give the process's
+	// wall clock as nil, not as time.Now, which is read whole each time.
 	Now func() time.Time
 	// Transport carries requests to the backend. Nil means
 	// upstream.NewTransport(cfg.Upstream).

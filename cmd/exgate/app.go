@@ -37,8 +37,14 @@ type deps struct {
 	log *zap.Logger
 	// evidence writes what log sampling must keep (newLogger). Nil means
 	// log.
-	evidence   *zap.Logger
+	evidence *zap.Logger
+	// now is the process's clock. Nil means time.Now, the wall clock
+	// (newApp), which the gateway is then left to default to
+	// (proxy.Options.Now nil): it reads a request's later times as time
+	// elapsed since its start, one read of the monotonic clock each, where
+	// a clock of the caller's is read whole (wall and monotonic) each time.
 	now        func() time.Time
+	wallClock  bool // now is time.Now, as newApp fills it in
 	dev        bool
 	getenv     func(string) (string, bool) // nil: empty environment
 	configPath string                      // "" when running on defaults
@@ -135,6 +141,9 @@ func newApp(cfg *config.Config, d deps) (*app, error) {
 	if d.evidence == nil {
 		d.evidence = d.log
 	}
+	if d.now == nil {
+		d.now, d.wallClock = time.Now, true
+	}
 	if d.dev {
 		d.getenv = devGetenv(d.getenv)
 	}
@@ -202,8 +211,12 @@ func (a *app) wire(cfg *config.Config) error {
 	if err != nil {
 		return err
 	}
+	gatewayNow := a.d.now
+	if a.d.wallClock {
+		gatewayNow = nil // time.Now, a request's later times read as time elapsed (proxy.Options.Now)
+	}
 	opts := proxy.Options{
-		Logger: a.log.Named("gateway"), Evidence: a.d.evidence.Named("gateway"), Now: a.d.now, Transport: transport, Fleet: a.fleet,
+		Logger: a.log.Named("gateway"), Evidence: a.d.evidence.Named("gateway"), Now: gatewayNow, Transport: transport, Fleet: a.fleet,
 		Limits: a.limits.Enforcer, Rules: limiter.Compile(cfg, tokens).WithUsers(users), Metrics: a.metrics,
 		Validator: validator, Verifier: verifier, Top: a.top,
 	}

@@ -100,14 +100,11 @@ func startStackEnv(t *testing.T, mut func(*config.Config), getenv func(string) (
 }
 
 // startStackDeps is startStack with the gateway's dependencies d (a nil
-// log or clock: none and time.Now).
+// log or clock: none and the wall clock, as the process runs).
 func startStackDeps(t *testing.T, mut func(*config.Config), d deps) *stack {
 	t.Helper()
 	if d.log == nil {
 		d.log = zap.NewNop()
-	}
-	if d.now == nil {
-		d.now = time.Now
 	}
 	s := sim.New(sim.Options{})
 	c := &counted{h: s, release: make(chan struct{})}

@@ -148,7 +148,7 @@ func gatewayCommand(ctx context.Context, args []string, getenv func(string) (str
 	if *dev {
 		getenv = devSecret(getenv, cfg.Limiter.KeySecretEnv)
 	}
-	a, err := start(cfg, deps{log: log, evidence: evidence, now: time.Now, dev: *dev, getenv: getenv, configPath: *configPath,
+	a, err := start(cfg, deps{log: log, evidence: evidence, dev: *dev, getenv: getenv, configPath: *configPath,
 		configData: data, warnings: checked.Warnings()})
 	if err != nil {
 		log.Error("cannot start", zap.Error(err))
