@@ -203,11 +203,25 @@ func (s *Redis) freeLost(p *Prepared, err error) {
 	// What free reads of p, copied: the proxy's Prepared is reused by
 	// the next request.
 	q := &Prepared{ClaimPart: ratelimit.ClaimPart{Keys: p.Keys}, id: p.id, slot: p.slot, charge: p.charge}
+	s.freesMu.RLock()
 	s.frees.Add(1)
+	s.freesMu.RUnlock()
 	go func() {
 		defer s.frees.Done()
 		_ = s.free(context.Background(), q)
 	}()
+}
+
+// Wait waits for what the store does in the background: the frees of
+// lost claims under way (freeLost), each within Options.Timeout. Call it
+// before closing the store's client: a free the closed client cut would
+// leave the claim of an order never sent held, its retry refused 409 and
+// then outcome unknown, as if the free had failed. A claim lost while it
+// waits (a request still under way) has its free start once it returns.
+func (s *Redis) Wait() {
+	s.freesMu.Lock()
+	defer s.freesMu.Unlock()
+	s.frees.Wait()
 }
 
 // ids returns the identifiers p claims.

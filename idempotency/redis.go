@@ -67,8 +67,11 @@ type Redis struct {
 	// finishes queues the finish runs of concurrent orders for a shared
 	// round trip (finish.go).
 	finishes finishLane
-	// frees counts the frees of lost claims under way (freeLost).
-	frees sync.WaitGroup
+	// frees counts the frees of lost claims under way (freeLost);
+	// freesMu keeps a free from being counted while Wait waits (a
+	// WaitGroup's Add concurrent with its Wait is a misuse that panics).
+	frees   sync.WaitGroup
+	freesMu sync.RWMutex
 
 	// The scripts' arguments that are the same in every call, encoded
 	// once: the retention and the share counter's lifetime in

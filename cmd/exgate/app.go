@@ -21,6 +21,7 @@ import (
 	"github.com/exgate/exgate/admin"
 	"github.com/exgate/exgate/config"
 	"github.com/exgate/exgate/edge"
+	"github.com/exgate/exgate/idempotency"
 	"github.com/exgate/exgate/identity"
 	"github.com/exgate/exgate/limiter"
 	"github.com/exgate/exgate/metrics"
@@ -75,7 +76,10 @@ type app struct {
 	metrics *metrics.Metrics
 	limits  *limiter.Store
 	idem    redis.UniversalClient // duplicate protection's Redis client, or nil
-	dup     *idempotencyHealth    // watches duplicate protection's store; nil without it
+	// idemStore is duplicate protection's store in idem, or nil: its
+	// frees in the background are waited for before idem is closed.
+	idemStore *idempotency.Redis
+	dup       *idempotencyHealth // watches duplicate protection's store; nil without it
 	// top counts who hits the limits, for the admin console.
 	top        *topk.Tracker
 	replica    string // this process's name among the replicas (replicaName)
@@ -459,10 +463,15 @@ func (a *app) stopParts() {
 }
 
 // closeStores closes the rate-limit store and duplicate protection's own
-// Redis client.
+// Redis client, once duplicate protection's frees of lost claims under
+// way have ended (idempotency.Redis.Wait): the client they use, its own
+// or the limiter's, closed first would cut them.
 func (a *app) closeStores() {
 	if a.dup != nil {
 		a.dup.stop()
+	}
+	if a.idemStore != nil {
+		a.idemStore.Wait()
 	}
 	if a.idemOwn {
 		_ = a.idem.Close()

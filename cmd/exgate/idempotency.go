@@ -36,7 +36,8 @@ func (a *app) openIdempotencyStore(cfg *config.Config) (idempotency.Store, error
 			}
 			a.idemOwn = true
 		}
-		s = idempotency.NewRedis(a.idem, opts)
+		a.idemStore = idempotency.NewRedis(a.idem, opts)
+		s = a.idemStore
 	} else {
 		s = idempotency.NewMemory(opts)
 	}

@@ -1,0 +1,126 @@
+package main
+
+import (
+	"context"
+	"net/http/httptest"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+
+	"github.com/exgate/exgate/config"
+	"github.com/exgate/exgate/internal/redistest"
+	"github.com/exgate/exgate/sim"
+)
+
+// lostClaimHook is a go-redis hook that, once armed, lets the next script
+// run (or pipeline of them) reach Redis and run there, and answers its
+// caller context.DeadlineExceeded instead of Redis's reply: a claim whose
+// reply never came back. It holds each free of a claim (the finish
+// script run with "free") for hold before sending it: a free still under
+// way when the gateway shuts down.
+type lostClaimHook struct {
+	armed atomic.Bool
+	hold  time.Duration
+}
+
+func (h *lostClaimHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *lostClaimHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		for _, a := range cmd.Args() {
+			if a == "free" {
+				time.Sleep(h.hold)
+				break
+			}
+		}
+		err := next(ctx, cmd)
+		if name := cmd.Name(); (name == "evalsha" || name == "eval") && h.armed.CompareAndSwap(true, false) {
+			cmd.SetErr(context.DeadlineExceeded)
+			return context.DeadlineExceeded
+		}
+		return err
+	}
+}
+
+func (h *lostClaimHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		if h.armed.CompareAndSwap(true, false) {
+			for _, c := range cmds {
+				c.SetErr(context.DeadlineExceeded)
+			}
+			return context.DeadlineExceeded
+		}
+		return err
+	}
+}
+
+// TestShutdownWaitsForLostClaimFrees: an order whose claim's reply never
+// came back is refused 503 and never sent, and its claim is freed in the
+// background (idempotency's freeLost) so that the retry the 503 asks for,
+// with the same identifier, is placed. A gateway shut down while that
+// free is under way waits for it before closing its Redis client, the
+// limiter's or duplicate protection's own: before, the client was closed
+// under the free, and the claim of an order never sent stayed, the retry
+// (on another replica, or after the restart) refused 409
+// request_in_progress and then outcome_unknown for the whole retention.
+func TestShutdownWaitsForLostClaimFrees(t *testing.T) {
+	srv := redistest.Start(t)
+	bs := httptest.NewServer(sim.New(sim.Options{}))
+	t.Cleanup(bs.Close)
+	for _, tc := range []struct {
+		name, prefix string
+		mut          func(*config.Config)
+	}{
+		{"claim riding with the limits, the limiter's client", "shutjoined:", func(*config.Config) {}},
+		{"claim on its own, duplicate protection's own client", "shutown:", func(cfg *config.Config) {
+			cfg.Limiter.Store, cfg.Idempotency.Store = config.StoreMemory, config.StoreRedis
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			prefix := tc.prefix
+			cfg := replicaConfig(t, bs.URL, []string{srv.Addr}, 1, func(cfg *config.Config) {
+				cfg.Idempotency.KeyPrefix = prefix
+				tc.mut(cfg)
+			})
+			a, err := start(cfg, deps{log: zap.NewNop(), now: time.Now, getenv: secretEnv})
+			if err != nil {
+				t.Fatal(err)
+			}
+			stopped := false
+			t.Cleanup(func() {
+				if !stopped {
+					_ = a.shutdown()
+				}
+			})
+			waitCatalogue(t, a)
+			url := "http://" + a.addr
+			token := authenticate(t, url)
+			// The claim's free is held well within its deadline
+			// (idempotency.timeout, 2s here).
+			h := &lostClaimHook{hold: 500 * time.Millisecond}
+			a.idem.AddHook(h)
+			if code, _, b := order(t, url, token, "warm", "0.001"); code != 201 { // the scripts are loaded
+				t.Fatalf("first order: %d %s", code, b)
+			}
+			h.armed.Store(true)
+			if code, _, b := order(t, url, token, "lost", "0.001"); code != 503 {
+				t.Fatalf("order whose claim's reply was lost: %d %s, want 503", code, b)
+			}
+			stopped = true
+			if err := a.shutdown(); err != nil {
+				t.Fatal(err)
+			}
+			keys, err := srv.Do("KEYS", prefix+"{*}lost")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(keys.([]any)) != 0 {
+				t.Errorf("the claim of the order refused, never sent, is still held after the shutdown: %v", keys)
+			}
+		})
+	}
+}
