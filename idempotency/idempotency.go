@@ -29,6 +29,7 @@ package idempotency
 import (
 	"context"
 	"crypto/sha256"
+	"crypto/tls"
 	"errors"
 	"net"
 	"net/http"
@@ -399,14 +400,22 @@ func AccountFull() *apierror.Error { return errAccountFull }
 
 // NotSent reports whether a transport error from the backend round trip
 // proves the request never left exgate: the connection could not be
-// opened (dial failure, refused, name not resolved). Anything else
-// (timeouts, resets, EOF after writing) may have reached the backend.
+// opened (dial failure, refused, name not resolved), or the backend's
+// certificate failed exgate's verification in the TLS handshake, before
+// any byte of the request was written (upstream.NothingSent, for the
+// same reasons). Anything else (timeouts, resets, EOF after writing, an
+// alert from the backend, which TLS 1.3 may send after the client wrote)
+// may have reached the backend.
 func NotSent(err error) bool {
 	if err == nil {
 		return false
 	}
 	var op *net.OpError
 	if errors.As(err, &op) && op.Op == "dial" {
+		return true
+	}
+	var verify *tls.CertificateVerificationError
+	if errors.As(err, &verify) {
 		return true
 	}
 	var dns *net.DNSError

@@ -3,7 +3,10 @@ package idempotency
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"strings"
@@ -92,6 +95,9 @@ func TestNotSent(t *testing.T) {
 		{&net.OpError{Op: "read", Net: "tcp", Err: errors.New("connection reset by peer")}, false},
 		{&net.OpError{Op: "dial", Net: "tcp", Err: context.DeadlineExceeded}, true},
 		{&net.DNSError{Err: "no such host", Name: "backend", IsNotFound: true}, true},
+		{&tls.CertificateVerificationError{Err: x509.UnknownAuthorityError{}}, true},
+		{fmt.Errorf("proxy: %w", &tls.CertificateVerificationError{Err: x509.CertificateInvalidError{Reason: x509.Expired}}), true},
+		{&net.OpError{Op: "remote error", Err: tls.AlertError(42)}, false}, // bad_certificate: TLS 1.3 sends it after the request
 	} {
 		if got := NotSent(tt.err); got != tt.want {
 			t.Errorf("NotSent(%#v) = %v, want %v", tt.err, got, tt.want)

@@ -1,0 +1,54 @@
+package upstream
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/exgate/exgate/config"
+	"github.com/exgate/exgate/internal/tlstest"
+)
+
+// TestNothingSentTLS: a round trip whose TLS handshake failed exgate's
+// verification of the instance's certificate sent nothing of the request
+// (NothingSent): an order may go to another instance, and its claim is
+// released (idempotency.NotSent), where it was answered 502 as an outcome
+// unknown and its identifier refused for the retention. A client
+// certificate the instance refuses proves nothing: in TLS 1.3 its alert
+// comes after exgate has written the request.
+func TestNothingSentTLS(t *testing.T) {
+	dir := t.TempDir()
+	ca := tlstest.NewCA(t, dir)
+	other := tlstest.NewCA(t, t.TempDir())
+	srv := mtlsBackend(t, ca, ca, dir)
+	client := ca.Issue(dir, "exgate", []string{"exgate-client"}, tlstest.Options{Client: true})
+	for _, tt := range []struct {
+		name       string
+		c          config.BackendTLS
+		serverName string
+		want       bool
+	}{
+		{"the instance's certificate from an unknown authority", config.BackendTLS{CAFile: other.File, CertFile: client.CertFile, KeyFile: client.KeyFile}, "", true},
+		{"the instance's certificate for another name", config.BackendTLS{CAFile: ca.File, CertFile: client.CertFile, KeyFile: client.KeyFile}, "elsewhere.test", true},
+		{"no client certificate, refused by the instance", config.BackendTLS{CAFile: ca.File}, "", false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			ct, err := LoadClientTLS(tt.c, "upstream.tls", tt.serverName, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tr := testTransport()
+			ct.Apply(tr)
+			defer tr.CloseIdleConnections()
+			req, _ := http.NewRequest("POST", srv.URL+"/api/v1/odr/orders/", strings.NewReader(`{"symbol":"BTC_USDT"}`))
+			res, err := tr.RoundTrip(req)
+			if err == nil {
+				res.Body.Close()
+				t.Fatalf("round trip answered %d, want a failed handshake", res.StatusCode)
+			}
+			if got := NothingSent(err); got != tt.want {
+				t.Errorf("NothingSent(%v) = %v, want %v", err, got, tt.want)
+			}
+		})
+	}
+}
