@@ -6,18 +6,11 @@ import (
 	"testing"
 )
 
-func TestUpstreamServicesConfig(t *testing.T) {
-	env := func(vars map[string]string) func(string) (string, bool) {
-		return func(k string) (string, bool) { v, ok := vars[k]; return v, ok }
-	}
-	tests := []parseCase{
-		{name: "upstream.url is the default service's one instance", yaml: "upstream: {url: 'http://b:9000/base'}\n",
-			check: func(t *testing.T, c *Config) {
-				s, ok := c.Upstream.Service("")
-				if !ok || len(s.URLs) != 1 || s.URLs[0].String() != "http://b:9000/base" || s.Outlier != DefaultOutlier() || s.PanicThreshold != 50 {
-					t.Errorf("default service: %+v", s)
-				}
-			}},
+// TestUpstreamHideHeadersConfig: upstream.hide_headers hides Server and
+// X-Powered-By by default, [] none, and refuses a malformed name or a
+// field the answer needs.
+func TestUpstreamHideHeadersConfig(t *testing.T) {
+	runParseCases(t, []parseCase{
 		{name: "upstream.hide_headers hides Server and X-Powered-By by default", yaml: "{}\n",
 			check: func(t *testing.T, c *Config) {
 				if !slices.Equal(c.Upstream.HideHeaders, []string{"Server", "X-Powered-By"}) {
@@ -33,6 +26,21 @@ func TestUpstreamServicesConfig(t *testing.T) {
 		{name: "upstream.hide_headers: not a field the answer needs, nor a malformed name",
 			yaml:  "upstream: {hide_headers: [X-Runtime, content-type, Transfer-Encoding, X-Request-ID, Connection, 'Bad Name']}\n",
 			paths: []string{"upstream.hide_headers[1]", "upstream.hide_headers[2]", "upstream.hide_headers[3]", "upstream.hide_headers[4]", "upstream.hide_headers[5]"}},
+	})
+}
+
+func TestUpstreamServicesConfig(t *testing.T) {
+	env := func(vars map[string]string) func(string) (string, bool) {
+		return func(k string) (string, bool) { v, ok := vars[k]; return v, ok }
+	}
+	tests := []parseCase{
+		{name: "upstream.url is the default service's one instance", yaml: "upstream: {url: 'http://b:9000/base'}\n",
+			check: func(t *testing.T, c *Config) {
+				s, ok := c.Upstream.Service("")
+				if !ok || len(s.URLs) != 1 || s.URLs[0].String() != "http://b:9000/base" || s.Outlier != DefaultOutlier() || s.PanicThreshold != 50 {
+					t.Errorf("default service: %+v", s)
+				}
+			}},
 		{name: "EXGATE_UPSTREAM_URLS lists the default service's instances", yaml: "{}\n",
 			getenv: env(map[string]string{"EXGATE_UPSTREAM_URLS": "http://a:9000, http://b:9000,"}),
 			check: func(t *testing.T, c *Config) {
