@@ -114,7 +114,23 @@ func (w *respWriter) hint() {
 	for k, v := range fields {
 		h[k] = append(h[k][:len(h[k]):len(h[k])], v...)
 	}
+	h["Content-Length"] = interimCopy
 }
+
+// interimCopy is the Content-Length a 1xx's header is written with (hint),
+// so that net/http's HTTP/2 server writes a copy of it: it writes a 1xx's
+// header map itself unless the map holds a Content-Length or
+// Transfer-Encoding, which it takes out of a copy — and when the client
+// resets its stream meanwhile, it returns before the frame is encoded,
+// which a write too large for the connection's buffer does on a goroutine
+// of its own. ReverseProxy then clears the map, and exgate's next 1xx or
+// endHints writes it, while that goroutine reads it: a concurrent map
+// write and iteration, a fatal error of the runtime that no recover
+// catches, the whole process ended by one client's RST_STREAM
+// (TestInterimHTTP2ClientReset under -race). HTTP/1's server writes a
+// 1xx before it returns, never its Content-Length; ReverseProxy's clear
+// takes it out of the header after. Shared, never modified.
+var interimCopy = []string{"0"}
 
 // endHints ends the time in which the backend may send a 1xx: its final
 // answer, or its failure, has come. The header gets back exgate's own

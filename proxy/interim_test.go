@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bufio"
+	"context"
 	"io"
 	"net"
 	"net/http"
@@ -199,27 +200,44 @@ func lacks(t *testing.T, what string, h http.Header, names ...string) {
 // proxy_http_version, would take the 103 and everything after it for the
 // answer): before, exgate wrote it "HTTP/1.0 103 Early Hints".
 func TestBackendInterimAnswersBounded(t *testing.T) {
-	cases := []struct {
-		name     string
-		interims int // the 103s the backend sends before its answer
-		status   int // the client's final answer
-		passed   int // the 1xx answers the client gets over HTTP/1.1 and HTTP/2
-	}{
+	// interims: the 103s the backend sends before its answer; status: the
+	// client's final answer; passed: the 1xx answers the client gets over
+	// HTTP/1.1 and HTTP/2.
+	cases := []interimCase{
 		{"one", 1, http.StatusOK, 1},
 		{"at the bound", maxInterim, http.StatusOK, maxInterim},
 		{"one past the bound", maxInterim + 1, http.StatusBadGateway, maxInterim},
 		{"a flood", 1000, http.StatusBadGateway, maxInterim},
 	}
-	e := startLimited(t, nil, nil)
+	for _, b := range []struct {
+		name string
+		env  func(t *testing.T) *env
+	}{{"HTTP/1.1 backend", func(t *testing.T) *env { return startLimited(t, nil, nil) }}, {"HTTP/2 backend", startHTTP2Backend}} {
+		t.Run(b.name, func(t *testing.T) { interimBounded(t, b.env(t), cases) })
+	}
+}
+
+// interimCase is a case of TestBackendInterimAnswersBounded.
+type interimCase = struct {
+	name     string
+	interims int
+	status   int
+	passed   int
+}
+
+// interimBounded runs TestBackendInterimAnswersBounded's cases against
+// e, from HTTP/1.1, HTTP/2 and HTTP/1.0 clients.
+func interimBounded(t *testing.T, e *env, cases []interimCase) {
 	protocols := bothProtocols(t, e)
 	for _, tc := range cases {
 		e.backend.handler = func(w http.ResponseWriter, _ *http.Request) {
+			// The header is not touched once a 1xx is written: net/http's
+			// HTTP/2 server may still be writing it.
+			w.Header().Set("Link", "</a.css>; rel=preload")
+			w.Header().Set("Content-Type", "application/json")
 			for range tc.interims {
-				w.Header().Set("Link", "</a.css>; rel=preload")
 				w.WriteHeader(http.StatusEarlyHints)
 			}
-			w.Header().Del("Link")
-			w.Header().Set("Content-Type", "application/json")
 			_, _ = io.WriteString(w, "[]")
 		}
 		for _, p := range protocols {
@@ -266,6 +284,19 @@ func TestBackendInterimAnswersBounded(t *testing.T) {
 	}
 }
 
+// startHTTP2Backend starts a gateway in front of a backend it calls over
+// HTTP/2 (TLS, ALPN).
+func startHTTP2Backend(t *testing.T) *env {
+	be := &backend{}
+	bs := httptest.NewUnstartedServer(be)
+	bs.EnableHTTP2 = true
+	bs.StartTLS()
+	t.Cleanup(bs.Close)
+	cfg := config.Default()
+	cfg.Upstream.URL = config.MustURL(bs.URL)
+	return serve(t, cfg, be, Options{Transport: bs.Client().Transport})
+}
+
 // TestOrderInterimFloodOutcomeUnknown: an order whose backend is cut for
 // its 1xx answers reached the backend: its client is told its outcome is
 // unknown, and a retry with its identifier is answered 409
@@ -300,5 +331,54 @@ func TestOrderInterimFloodOutcomeUnknown(t *testing.T) {
 				t.Errorf("the backend received %d orders, want 1", n)
 			}
 		})
+	}
+}
+
+// TestInterimHTTP2ClientReset: a client that resets its HTTP/2 stream as
+// a backend's 103 is written to it ends its own request, never the
+// process. net/http's HTTP/2 server writes a 1xx's header map itself,
+// and when the stream is reset meanwhile returns before a write too
+// large for the connection's buffer is encoded, on a goroutine of its
+// own; ReverseProxy then cleared the map and exgate wrote it while that
+// goroutine read it: under -race a data race, without it a concurrent
+// map write and iteration, a fatal error no recover catches. exgate has
+// the server write a copy (interimCopy). Each 103 still reaches a client
+// that keeps its stream, without the Content-Length that asks for the
+// copy, over HTTP/1.1 and HTTP/2.
+func TestInterimHTTP2ClientReset(t *testing.T) {
+	e := startLimited(t, nil, nil)
+	for _, tc := range []struct {
+		name string
+		link int // bytes of the 103's Link: past the connection's 4 KiB buffer, written on a goroutine
+	}{{"small 103", 64}, {"large 103", 6 << 10}} {
+		hints := func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Link", "</a.css>; rel=preload; x="+strings.Repeat("x", tc.link))
+			w.Header().Set("Content-Type", "application/json")
+			for range maxInterim {
+				w.WriteHeader(http.StatusEarlyHints)
+			}
+			_, _ = io.WriteString(w, "[]")
+		}
+		for _, p := range bothProtocols(t, e) {
+			t.Run(p.name+"/"+tc.name, func(t *testing.T) {
+				e.backend.handler = hints
+				for range 60 { // resets at the first 103
+					ctx, cancel := context.WithCancel(context.Background())
+					req, _ := http.NewRequestWithContext(httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
+						Got1xxResponse: func(int, textproto.MIMEHeader) error { cancel(); return nil },
+					}), "GET", p.url+"/api/v1/mkt/markets/", nil)
+					if res, err := p.client.Do(req); err == nil {
+						_, _ = io.Copy(io.Discard, res.Body)
+						res.Body.Close()
+					}
+					cancel()
+				}
+				interim, res, body := askHinted(t, e, p.client, p.url, "", http.Header{"Link": {"</a.css>; rel=preload"}}, nil)
+				if res.StatusCode != http.StatusOK || len(interim) != 1 || interim[0].Get("Link") == "" {
+					t.Fatalf("%d %q after 1xx answers %v, want 200 after a 103 with its Link", res.StatusCode, body, interim)
+				}
+				lacks(t, "103", interim[0], "Content-Length")
+			})
+		}
 	}
 }
