@@ -97,6 +97,10 @@ type Controller struct {
 	// request), each class's round robin of clients with waiters, the
 	// zero Client's state, and spare states for reuse.
 	clients map[Client]*client
+	// out is set while the controller's backend instance is out of the
+	// rotation (Evict, until Readmit): a request that would wait for one
+	// of its slots is not queued, and is sent elsewhere by its caller.
+	out bool
 	idle    *client
 	turns   [NumClasses]turns
 	anon    client
@@ -217,6 +221,11 @@ func (l *Controller) Acquire(ctx context.Context, c Class, who Client) (bool, ti
 		l.mu.Unlock()
 		return true, 0
 	}
+	if l.out { // its caller picks another instance: not shed
+		l.forget(cl)
+		l.mu.Unlock()
+		return false, 0
+	}
 	wait := l.o.MaxWait[c]
 	if wait <= 0 || ctx.Err() != nil {
 		if wait <= 0 {
@@ -268,14 +277,17 @@ func (l *Controller) Acquire(ctx context.Context, c Class, who Client) (bool, ti
 
 // Evict ends the wait of every request waiting for a slot: each one's
 // Acquire returns false at once, as if its wait had ended, without
-// raising its class's shed probability. It is for a backend instance
-// that left the rotation (ejected, failing its health checks, gone from
-// DNS): the requests queued at it are better sent to another, and its
-// slots still held are given back as their requests end. It returns how
-// many waits it ended.
+// raising its class's shed probability; and until Readmit, an Acquire
+// that finds no free slot returns false at once, queuing nothing. It is
+// for a backend instance that left the rotation (ejected, failing its
+// health checks, gone from DNS): the requests queued at it, or picked for
+// it just before it left, are better sent to another, and its slots
+// still held are given back as their requests end. It returns how many
+// waits it ended.
 func (l *Controller) Evict() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.out = true
 	n := 0
 	for k := range l.turns {
 		c := Class(k)
@@ -289,6 +301,14 @@ func (l *Controller) Evict() int {
 		}
 	}
 	return n
+}
+
+// Readmit ends what Evict began, for an instance back in the rotation:
+// requests may wait for its slots again.
+func (l *Controller) Readmit() {
+	l.mu.Lock()
+	l.out = false
+	l.mu.Unlock()
 }
 
 // shedScale is the fixed-point scale of the shed probabilities.

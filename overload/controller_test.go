@@ -524,8 +524,9 @@ func heldWindows(l *Controller, clk *fakeclock.Clock, n, inFlight int, length, r
 // TestEvictEndsWaits queues requests of several classes and clients at a
 // full limit and evicts them: each Acquire returns false at once, none
 // waits on, no class's shed probability rises (an evicted request is sent
-// elsewhere, not shed), the slots held stay held, and the controller
-// serves a request queued afterwards as before.
+// elsewhere, not shed), the slots held stay held, a request that comes
+// while the instance is out is refused at once without waiting, and once
+// readmitted the controller serves a request queued as before.
 func TestEvictEndsWaits(t *testing.T) {
 	tests := []struct {
 		name    string
@@ -567,10 +568,17 @@ func TestEvictEndsWaits(t *testing.T) {
 					t.Errorf("class %s's shed probability rose to %d", Class(c), p)
 				}
 			}
+			if ok, waited := l.Acquire(ctx, Place, 1); ok || waited != 0 || l.Waiting() != 0 {
+				t.Fatalf("an Acquire after the eviction: ok %v, waited %v, %d waiting; want refused at once, none queued", ok, waited, l.Waiting())
+			}
+			if p := l.shedP[Place].Load(); p != 0 {
+				t.Errorf("a request refused out of the rotation raised the shed probability to %d", p)
+			}
+			l.Readmit()
 			next := queuedFor(ctx, l, Place, 1)
 			l.Release(9, MarketData, time.Now(), time.Millisecond, true)
 			if !<-next {
-				t.Fatal("a request queued after the eviction was not served")
+				t.Fatal("a request queued after the readmission was not served")
 			}
 		})
 	}

@@ -387,21 +387,26 @@ func (s *Service) rebuild() {
 			st.Panic, set = true, in.reachable
 		}
 	}
-	s.rotate(set)
+	was := s.picks.Load().inst
+	for _, inst := range set {
+		if !inst.inRotation.Load() {
+			inst.Controller.Readmit()
+			inst.inRotation.Store(true)
+		}
+	}
 	s.picks.Store(newPickSet(set, st))
+	s.retire(was, set)
 }
 
-// rotate marks the instances of set as in the rotation and the others as
-// out of it. An instance that leaves it (ejected, down, gone from the
-// list, its level no longer in use) ends the waits of the requests queued
-// at its limit (overload.Controller.Evict): nothing of them has left
-// exgate, and their callers pick another instance for them
-// (Instance.InRotation). s.mu is held.
-func (s *Service) rotate(set []*Instance) {
-	for _, inst := range set {
-		inst.inRotation.Store(true)
-	}
-	for _, inst := range s.picks.Load().inst {
+// retire takes the instances of was that are not in set out of the
+// rotation, after the pick set without them is published. An instance
+// that leaves it (ejected, down, gone from the list, its level no longer
+// in use) ends the waits of the requests queued at its limit and queues
+// none until it is back (overload.Controller.Evict): nothing of them has
+// left exgate, and their callers pick another instance for them
+// (Instance.InRotation), from the new set. s.mu is held.
+func (s *Service) retire(was, set []*Instance) {
+	for _, inst := range was {
 		if !slices.Contains(set, inst) && inst.inRotation.Swap(false) {
 			inst.Controller.Evict()
 		}

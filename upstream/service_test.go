@@ -478,7 +478,9 @@ func TestEjectionRunsByKind(t *testing.T) {
 // TestLeavingTheRotationEndsWaits queues a request at an instance whose
 // limit is full, then takes the instance out of the rotation: its wait
 // ends at once without a slot, the instance reports it is out
-// (InRotation) and, once back, in; an instance that stays is untouched.
+// (InRotation), a request picked for it before it left neither gets a slot
+// nor queues there, and once back it is in and queues requests again; an
+// instance that stays is untouched.
 func TestLeavingTheRotationEndsWaits(t *testing.T) {
 	tests := []struct {
 		name  string
@@ -527,13 +529,30 @@ func TestLeavingTheRotationEndsWaits(t *testing.T) {
 				t.Fatalf("in the rotation: %v and %v, the other's waiting %d; want out, in, 1",
 					inst.InRotation(), other.InRotation(), other.Controller.Waiting())
 			}
+			if ok, _ := inst.Controller.Acquire(ctx, overload.Place, 3); ok || inst.Controller.Waiting() != 0 {
+				t.Fatal("a request picked for the instance before it left got a slot or queued there")
+			}
 			tt.back(s, inst, eps)
-			if back := s.Instances()[0]; !back.InRotation() {
+			back := s.Instances()[0]
+			if !back.InRotation() {
 				t.Fatal("back, the instance is still out of the rotation")
 			}
 			other.Controller.Release(1, overload.Place, time.Now(), time.Millisecond, true)
 			if !<-waited {
 				t.Fatal("the other instance's waiter was not served")
+			}
+			if back.Controller.InFlight() == 0 { // a new instance of the same address: fill its slot
+				if ok, _ := back.Controller.Acquire(ctx, overload.Place, 1); !ok {
+					t.Fatal("back, the instance's free slot was refused")
+				}
+			}
+			go func() { ok, _ := back.Controller.Acquire(ctx, overload.Place, 2); waited <- ok }()
+			for back.Controller.Waiting() != 1 {
+				time.Sleep(time.Millisecond)
+			}
+			back.Controller.Release(1, overload.Place, time.Now(), time.Millisecond, true)
+			if !<-waited {
+				t.Fatal("back, a request queued at the instance was not served")
 			}
 		})
 	}
