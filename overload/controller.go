@@ -100,11 +100,11 @@ type Controller struct {
 	// out is set while the controller's backend instance is out of the
 	// rotation (Evict, until Readmit): a request that would wait for one
 	// of its slots is not queued, and is sent elsewhere by its caller.
-	out bool
-	idle    *client
-	turns   [NumClasses]turns
-	anon    client
-	spare   []*client
+	out   bool
+	idle  *client
+	turns [NumClasses]turns
+	anon  client
+	spare []*client
 
 	// The controller's window: samples since it opened.
 	winStart time.Time
