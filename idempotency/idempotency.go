@@ -401,9 +401,10 @@ func AccountFull() *apierror.Error { return errAccountFull }
 // NotSent reports whether a transport error from the backend round trip
 // proves the request never left exgate: the connection could not be
 // opened (dial failure, refused, name not resolved), or the backend's
-// certificate failed exgate's verification in the TLS handshake, before
-// any byte of the request was written (upstream.NothingSent, for the
-// same reasons). Anything else (timeouts, resets, EOF after writing, an
+// certificate failed exgate's verification in the TLS handshake, or the
+// handshake did not end within the Transport's TLSHandshakeTimeout,
+// before any byte of the request was written (upstream.NothingSent, for
+// the same reasons). Anything else (timeouts, resets, EOF after writing, an
 // alert from the backend, which TLS 1.3 may send after the client wrote)
 // may have reached the backend.
 func NotSent(err error) bool {
@@ -417,6 +418,13 @@ func NotSent(err error) bool {
 	var verify *tls.CertificateVerificationError
 	if errors.As(err, &verify) {
 		return true
+	}
+	for e := err; e != nil; e = errors.Unwrap(e) {
+		// net/http's unexported error of a TLS handshake past the
+		// Transport's TLSHandshakeTimeout (upstream.HandshakeTimedOut).
+		if e.Error() == "net/http: TLS handshake timeout" {
+			return true
+		}
 	}
 	var dns *net.DNSError
 	if errors.As(err, &dns) {

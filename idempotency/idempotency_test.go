@@ -7,6 +7,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"strings"
@@ -83,6 +84,30 @@ func TestNotSent(t *testing.T) {
 	if err := roundTrip(t, reset, 5*time.Second); NotSent(err) {
 		t.Errorf("reset after sending: NotSent(%v) = true", err)
 	}
+
+	// The backend takes the connection and never finishes the TLS
+	// handshake: the request, written after it, was never sent.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		if c, err := ln.Accept(); err == nil {
+			_, _ = io.Copy(io.Discard, c) // the ClientHello, and no answer
+			c.Close()
+		}
+	}()
+	hello := ln.Addr().String()
+	tr := &http.Transport{TLSHandshakeTimeout: 50 * time.Millisecond}
+	req, _ := http.NewRequest(http.MethodPost, "https://"+hello+"/api/v1/odr/orders/", strings.NewReader(`{"identifier":"a"}`))
+	if res, err := tr.RoundTrip(req); err == nil {
+		res.Body.Close()
+		t.Error("a TLS round trip to a server that never answers its handshake succeeded")
+	} else if !NotSent(err) {
+		t.Errorf("TLS handshake timeout: NotSent(%v) = false", err)
+	}
+	tr.CloseIdleConnections()
 
 	for _, tt := range []struct {
 		err  error

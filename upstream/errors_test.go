@@ -1,9 +1,14 @@
 package upstream
 
 import (
+	"context"
+	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/exgate/exgate/config"
 	"github.com/exgate/exgate/internal/tlstest"
@@ -50,5 +55,39 @@ func TestNothingSentTLS(t *testing.T) {
 				t.Errorf("NothingSent(%v) = %v, want %v", err, got, tt.want)
 			}
 		})
+	}
+}
+
+// TestNothingSentHandshakeTimeout: an instance that takes the connection
+// and never finishes the TLS handshake was sent nothing of the request
+// when the Transport's TLSHandshakeTimeout ends the round trip.
+func TestNothingSentHandshakeTimeout(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		_, _ = io.Copy(io.Discard, c) // the ClientHello, and no answer
+	}()
+	tr := testTransport()
+	tr.TLSHandshakeTimeout = 50 * time.Millisecond
+	defer tr.CloseIdleConnections()
+	req, _ := http.NewRequest("POST", "https://"+ln.Addr().String()+"/api/v1/odr/orders/", strings.NewReader(`{"symbol":"BTC_USDT"}`))
+	res, err := tr.RoundTrip(req)
+	if err == nil {
+		res.Body.Close()
+		t.Fatal("round trip answered, want a handshake timeout")
+	}
+	if !NothingSent(err) || !HandshakeTimedOut(fmt.Errorf("proxy: %w", err)) {
+		t.Errorf("NothingSent(%v) = %v, HandshakeTimedOut = %v; want both true", err, NothingSent(err), HandshakeTimedOut(err))
+	}
+	if NothingSent(context.DeadlineExceeded) {
+		t.Error("NothingSent(context.DeadlineExceeded) = true: a deadline says nothing of where the round trip was")
 	}
 }
