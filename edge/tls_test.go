@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -110,6 +111,10 @@ func TestCertificatesReloadKeepsLastGood(t *testing.T) {
 	first := ca.Issue(dir, "first", []string{"api.example.test"}, tlstest.Options{})
 	other := ca.Issue(dir, "other", []string{"api.example.test"}, tlstest.Options{})
 	expired := ca.Issue(dir, "expired", []string{"api.example.test"}, tlstest.Options{NotBefore: time.Now().Add(-48 * time.Hour), NotAfter: time.Now().Add(-time.Hour)})
+	caPEM, err := os.ReadFile(ca.File)
+	if err != nil {
+		t.Fatal(err)
+	}
 	files := []config.Certificate{{CertFile: filepath.Join(dir, "tls.crt"), KeyFile: filepath.Join(dir, "tls.key")}}
 	write := func(cert, key []byte) {
 		t.Helper()
@@ -139,6 +144,9 @@ func TestCertificatesReloadKeepsLastGood(t *testing.T) {
 		{"missing certificate file", nil, first.KeyPEM, "cert_file"},
 		{"not PEM", []byte("not a certificate"), first.KeyPEM, "certificates[0]"},
 		{"half-written certificate", first.CertPEM[:len(first.CertPEM)/2], first.KeyPEM, "certificates[0]"},
+		// The leaf whole, the chain's next certificate cut off: it used to
+		// load as the leaf alone, served without its chain.
+		{"chain half written", append(slices.Clip(other.CertPEM), caPEM[:len(caPEM)/2]...), other.KeyPEM, "cert_file"},
 		{"key of another certificate", first.CertPEM, other.KeyPEM, "certificates[0]"},
 		{"expired", expired.CertPEM, expired.KeyPEM, "expired"},
 	}
@@ -304,4 +312,61 @@ func apiCertificates(t *testing.T) (*Certificates, *tlstest.CA) {
 		t.Fatal(err)
 	}
 	return certs, ca
+}
+
+// TestCertificatesReloadedNamesWatched: a reloaded configuration naming
+// other certificate files that do not load yet (not written yet, half
+// written, the key of another certificate) keeps the last good
+// certificates, and the poll serves the new files once they are fixed.
+// Before, the poll kept reading the old files, which the configuration no
+// longer named, and the fixed ones waited for another SIGHUP: the old
+// certificate was served until it expired.
+func TestCertificatesReloadedNamesWatched(t *testing.T) {
+	dir := t.TempDir()
+	ca := tlstest.NewCA(t, dir)
+	first := ca.Issue(dir, "first", []string{"api.example.test"}, tlstest.Options{})
+	for _, tc := range []struct {
+		name string
+		// cert and key are the new files' content when the configuration
+		// naming them is reloaded; nil: not there.
+		cert, key func(next tlstest.Leaf) []byte
+	}{
+		{"not written yet", nil, nil},
+		{"half written", func(l tlstest.Leaf) []byte { return l.CertPEM[:len(l.CertPEM)/2] }, func(l tlstest.Leaf) []byte { return l.KeyPEM }},
+		{"the key of another certificate", func(l tlstest.Leaf) []byte { return l.CertPEM }, func(tlstest.Leaf) []byte { return first.KeyPEM }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sub := t.TempDir()
+			next := ca.Issue(t.TempDir(), "next", []string{"api.example.test"}, tlstest.Options{})
+			files := []config.Certificate{{CertFile: filepath.Join(sub, "next.crt"), KeyFile: filepath.Join(sub, "next.key")}}
+			write := func(cert, key []byte) {
+				t.Helper()
+				for _, f := range []struct {
+					path string
+					b    []byte
+				}{{files[0].CertFile, cert}, {files[0].KeyFile, key}} {
+					if err := os.WriteFile(f.path, f.b, 0o600); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			m := newEdgeMetrics(t)
+			certs, err := LoadCertificates([]config.Certificate{{CertFile: first.CertFile, KeyFile: first.KeyFile}}, nil, m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.cert != nil {
+				write(tc.cert(next), tc.key(next))
+			}
+			if changed, err := certs.Reload(files); changed || err == nil {
+				t.Fatalf("reload naming files that do not load: changed %v, err %v; want an error", changed, err)
+			}
+			if got := servedSerial(t, certs, ca, "api.example.test"); got != first.Serial {
+				t.Fatalf("serving %d, want the last good %d", got, first.Serial)
+			}
+			write(next.CertPEM, next.KeyPEM)
+			go certs.Watch(t.Context(), 10*time.Millisecond)
+			waitFor(t, "the fixed files served", func() bool { return servedSerial(t, certs, ca, "api.example.test") == next.Serial })
+		})
+	}
 }
