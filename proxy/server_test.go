@@ -524,3 +524,45 @@ func apiCertificates(t *testing.T) (*edge.Certificates, *tlstest.CA) {
 	}
 	return certs, ca
 }
+
+// TestNetHTTPRefusalsPlain pins the refusals net/http answers itself,
+// before exgate sees the request, in plain text rather than the one JSON
+// shape, as docs/architecture.md ("Errors") lists them: should exgate
+// come to answer one, the list must lose it.
+func TestNetHTTPRefusalsPlain(t *testing.T) {
+	e := startEnv(t, nil)
+	for _, tc := range []struct {
+		name, request string
+		status        int
+	}{
+		{"unparseable request line", "GET /api/v1/mkt/markets/ HTTP/1.1 x\r\nHost: x\r\n\r\n", http.StatusBadRequest},
+		{"no Host", "GET /api/v1/mkt/markets/ HTTP/1.1\r\n\r\n", http.StatusBadRequest},
+		{"a transfer coding other than chunked", "POST /api/v1/usr/authenticate/ HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\n", http.StatusNotImplemented},
+		{"another HTTP version", "GET /api/v1/mkt/markets/ HTTP/3.0\r\nHost: x\r\n\r\n", http.StatusHTTPVersionNotSupported},
+		{"an Expect other than 100-continue", "GET /api/v1/mkt/markets/ HTTP/1.1\r\nHost: x\r\nExpect: foo\r\n\r\n", http.StatusExpectationFailed},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := net.Dial("tcp", e.addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+			if _, err := io.WriteString(c, tc.request); err != nil {
+				t.Fatal(err)
+			}
+			res, err := http.ReadResponse(bufio.NewReader(c), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(res.Body)
+			res.Body.Close()
+			if res.StatusCode != tc.status || strings.Contains(string(b), `"code"`) || strings.HasPrefix(res.Header.Get("Content-Type"), "application/json") {
+				t.Fatalf("%s %q %q, want net/http's plain %d", res.Status, res.Header.Get("Content-Type"), b, tc.status)
+			}
+			if e.backend.count() != 0 {
+				t.Fatal("the request reached the backend")
+			}
+		})
+	}
+}
