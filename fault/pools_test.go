@@ -351,6 +351,9 @@ func (env *poolEnv) poolConfig(row poolRow) string {
 	return b.String()
 }
 
+// holdWithin bounds how long a row's attackers take to hold its pool.
+const holdWithin = 2 * time.Minute
+
 // run runs one row: a fresh Redis database and gateway, the victim's
 // warm-up, the attack, the victim's trades while the attackers hold the
 // pool, and the checks.
@@ -380,12 +383,15 @@ func (env *poolEnv) run(t *testing.T, row poolRow) {
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() { defer wg.Done(); row.attack(ctx, t, r, a) }()
-	if !eventually(20*time.Second, func() bool { return row.holding(t, r, a) }) {
+	// The bound only ends a hang: an attack that is a fixed number of
+	// requests (the caches' rows: 3000 tokens an attacker, each signed
+	// and verified) took over 20s on a loaded machine.
+	if !eventually(holdWithin, func() bool { return row.holding(t, r, a) }) {
 		t.Logf("metrics: %s", grepLines(g.scrape(t), "exgate_inflight", "exgate_body", "exgate_overload_in"))
 		cancel()
 		wg.Wait()
 		stopRSS()
-		t.Fatalf("the attackers did not come to hold the pool within 20s: %d sent, %d answered: %s", a.sent.Load(), a.answered.Load(), &a.answers)
+		t.Fatalf("the attackers did not come to hold the pool within %v: %d sent, %d answered: %s", holdWithin, a.sent.Load(), a.answered.Load(), &a.answers)
 	}
 	bad := r.victimTrades()
 	if row.victimAdmin {
