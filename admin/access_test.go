@@ -14,7 +14,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/exgate/exgate/config"
-	"github.com/exgate/exgate/proxy"
 	"github.com/exgate/exgate/topk"
 )
 
@@ -22,7 +21,7 @@ import (
 // o (a console and pprof added) until the test ends.
 func adminServer(t *testing.T, o Options) *httptest.Server {
 	t.Helper()
-	gw, err := proxy.New(config.Default(), proxy.Options{})
+	gw, err := newGateway(config.Default(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,8 +12,18 @@ import (
 	"time"
 
 	"github.com/exgate/exgate/config"
+	"github.com/exgate/exgate/limiter"
 	"github.com/exgate/exgate/proxy"
+	"github.com/exgate/exgate/upstream"
 )
+
+// newGateway is the gateway of cfg with limits (nil: none) and the
+// dependencies the composition root gives it: the backend transport, a
+// fleet of cfg's static lists and cfg's limits without token tiers.
+func newGateway(cfg *config.Config, limits *limiter.Enforcer) (*proxy.Gateway, error) {
+	return proxy.New(cfg, proxy.Options{Limits: limits, Transport: upstream.NewTransport(cfg.Upstream),
+		Fleet: upstream.NewFleet(cfg.Upstream, upstream.FleetOptions{}), Rules: limiter.Compile(cfg, nil)})
+}
 
 func adminGet(t *testing.T, h http.Handler, path string) (int, string) {
 	t.Helper()
@@ -29,7 +39,7 @@ func adminGet(t *testing.T, h http.Handler, path string) (int, string) {
 }
 
 func TestReadiness(t *testing.T) {
-	gw, err := proxy.New(config.Default(), proxy.Options{})
+	gw, err := newGateway(config.Default(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,7 +93,7 @@ func TestReadiness(t *testing.T) {
 		}
 	})
 	t.Run("draining", func(t *testing.T) {
-		g2, _ := proxy.New(config.Default(), proxy.Options{})
+		g2, _ := newGateway(config.Default(), nil)
 		g2.SetDraining()
 		code, body := adminGet(t, Handler(g2, Options{}), "/readyz")
 		if code != 503 || !strings.Contains(body, "draining") {
@@ -96,7 +106,7 @@ func TestReadiness(t *testing.T) {
 }
 
 func TestAdminPprofAndMetrics(t *testing.T) {
-	gw, _ := proxy.New(config.Default(), proxy.Options{})
+	gw, _ := newGateway(config.Default(), nil)
 	metrics := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "exgate_up 1\n") })
 	off := Handler(gw, Options{})
 	on := Handler(gw, Options{Pprof: true, Metrics: metrics})

@@ -12,7 +12,6 @@ import (
 
 	"github.com/exgate/exgate/config"
 	"github.com/exgate/exgate/limiter"
-	"github.com/exgate/exgate/proxy"
 	"github.com/exgate/exgate/ratelimit"
 	"github.com/exgate/exgate/topk"
 )
@@ -30,7 +29,7 @@ func TestConsoleAccess(t *testing.T) {
 	enf, _ := limiter.NewEnforcer(limiter.EnforcerOptions{Store: ratelimit.NewMemory(ratelimit.MemoryOptions{}), Keyer: k})
 	cfg := config.Default()
 	cfg.Upstream.URL = config.MustURL("http://127.0.0.1:1")
-	gw, err := proxy.New(cfg, proxy.Options{Limits: enf})
+	gw, err := newGateway(cfg, enf)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -41,7 +41,7 @@ func TestGatewayGETAllocations(t *testing.T) {
 	cfg.Upstream.URL = config.MustURL("http://127.0.0.1:1")
 	cfg.Log.Access = false
 	tr := &idRecorder{}
-	gw, err := New(cfg, Options{Transport: tr})
+	gw, err := newGateway(cfg, Options{Transport: tr})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,7 +107,7 @@ func TestAccessLogAllocations(t *testing.T) {
 	cfg.Upstream.URL = config.MustURL("http://127.0.0.1:1")
 	core := zapcore.NewCore(zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig()), sink, zap.InfoLevel)
 	tr := &idRecorder{}
-	gw, err := New(cfg, Options{Transport: tr, Logger: zap.New(core)})
+	gw, err := newGateway(cfg, Options{Transport: tr, Logger: zap.New(core)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -132,7 +132,7 @@ func FuzzTokenPath(f *testing.F) {
 	cfg.Route("place_order").Validate = "" // the token path, not the body
 	enf, v := verifiedLimits(f, cfg, ratelimit.NewMemory(ratelimit.MemoryOptions{}), fuzzSecret)
 	be := &recordAuth{}
-	gw, err := New(cfg, Options{Transport: be, Limits: enf, Rules: limiter.Compile(cfg, nil), Verifier: v})
+	gw, err := newGateway(cfg, Options{Transport: be, Limits: enf, Rules: limiter.Compile(cfg, nil), Verifier: v})
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -247,7 +247,7 @@ func TestAuthFailuresCountedByReason(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	m, _ := metrics.New(reg, metrics.BuildInfo{})
 	core, logs := observer.New(zap.InfoLevel)
-	gw, err := New(cfg, Options{Transport: backendEcho{}, Limits: enf, Verifier: v, Metrics: m, Logger: zap.New(core)})
+	gw, err := newGateway(cfg, Options{Transport: backendEcho{}, Limits: enf, Verifier: v, Metrics: m, Logger: zap.New(core)})
 	if err != nil {
 		t.Fatal(err)
 	}

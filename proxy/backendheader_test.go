@@ -65,7 +65,7 @@ var clientFieldPool = []struct {
 func TestBackendHeaderAsCopied(t *testing.T) {
 	cfg := config.Default()
 	cfg.Upstream.URL = config.MustURL("http://127.0.0.1:1")
-	g, err := New(cfg, Options{})
+	g, err := newGateway(cfg, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -238,7 +238,7 @@ func TestBackendHeaderSize(t *testing.T) {
 				sent = r.Header.Clone()
 				return cannedTransport{}.RoundTrip(r)
 			})
-			gw, err := New(cfg, Options{Transport: tr})
+			gw, err := newGateway(cfg, Options{Transport: tr})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -291,7 +291,7 @@ func TestBackendHeaderOutlivesRequest(t *testing.T) {
 			if tc.traced {
 				opts.Tracer = newSpans(t, sdktrace.AlwaysSample()).tracer()
 			}
-			gw, err := New(cfg, opts)
+			gw, err := newGateway(cfg, opts)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -35,7 +35,7 @@ func identifiedOrderGateway(b *testing.B, cfg *config.Config, v *validate.Valida
 	k, _ := limiter.NewKeyer([]byte("bench-secret-0123456789abcdef"))
 	enf, _ := limiter.NewEnforcer(limiter.EnforcerOptions{Store: ratelimit.NewDenyCache(r, 1000, nil), Keyer: k})
 	m, _ := metrics.New(prometheus.NewRegistry(), metrics.BuildInfo{})
-	gw, err := New(cfg, Options{Transport: orderTransport{}, Limits: enf, Metrics: m, Validator: v, Idempotency: idem})
+	gw, err := newGateway(cfg, Options{Transport: orderTransport{}, Limits: enf, Metrics: m, Validator: v, Idempotency: idem})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -80,7 +80,7 @@ func BenchmarkGatewayGET(b *testing.B) {
 		cfg := config.Default()
 		cfg.Upstream.URL = config.MustURL("http://127.0.0.1:1")
 		cfg.Log.Access = false
-		gw, err := New(cfg, Options{Transport: cannedTransport{}})
+		gw, err := newGateway(cfg, Options{Transport: cannedTransport{}})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -136,7 +136,7 @@ func benchmarkGateways(b *testing.B, inprocess http.RoundTripper, bench func(*te
 			cfg := config.Default()
 			cfg.Upstream.URL = config.MustURL(bs.URL)
 			cfg.Log.Access = false
-			gw, err := New(cfg, Options{Transport: tc.tr})
+			gw, err := newGateway(cfg, Options{Transport: tc.tr})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -361,7 +361,7 @@ func BenchmarkGatewayLimits(b *testing.B) {
 			if mode == "memory+console" { // every request recorded for the operator console
 				opts.Top = topk.NewTracker(topk.TrackerOptions{})
 			}
-			gw, err := New(cfg, opts)
+			gw, err := newGateway(cfg, opts)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -404,7 +404,7 @@ func BenchmarkGatewayIdentity(b *testing.B) {
 				}
 				opts.Verifier = v
 			}
-			gw, err := New(cfg, opts)
+			gw, err := newGateway(cfg, opts)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -538,7 +538,7 @@ func benchOrderGateway(b *testing.B, mode string) *Gateway {
 	}
 	enf, _ := limiter.NewEnforcer(limiter.EnforcerOptions{Store: store, Keyer: k})
 	m, _ := metrics.New(prometheus.NewRegistry(), metrics.BuildInfo{})
-	gw, err := New(cfg, Options{Transport: orderTransport{}, Limits: enf, Metrics: m, Validator: v,
+	gw, err := newGateway(cfg, Options{Transport: orderTransport{}, Limits: enf, Metrics: m, Validator: v,
 		Idempotency: idempotency.NewMemory(idempotency.OptionsFrom(cfg.Idempotency))})
 	if err != nil {
 		b.Fatal(err)

@@ -32,10 +32,6 @@ import (
 // the order was certainly not placed (a 4xx, a dial failure, a request
 // exgate did not send), else marked unknown (settle).
 
-// idemDefaultTimeout bounds duplicate-protection store calls when the
-// configuration does not.
-const idemDefaultTimeout = 100 * time.Millisecond
-
 // claimPhase is where a request's claim stands.
 type claimPhase uint8
 

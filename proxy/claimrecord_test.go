@@ -75,8 +75,10 @@ func TestConcurrentRetriesPlacedOnce(t *testing.T) {
 			// A deadline a loaded machine meets: a record that misses it
 			// leaves its identifier held, which the later retries would
 			// tell as a failure.
-			e := startOrdersWith(t, be.serve, liftOrderLimit, m.lim, nil, m.idem,
-				func(o *Options) { o.IdempotencyTimeout = 5 * time.Second })
+			e := startOrdersWith(t, be.serve, func(c *config.Config) {
+				liftOrderLimit(c)
+				c.Idempotency.Timeout = 5 * time.Second
+			}, m.lim, nil, m.idem)
 			const n = 16
 			answers := make([][2]answer, n)
 			var wg sync.WaitGroup

@@ -27,7 +27,7 @@ func TestConnectionShares(t *testing.T) {
 	cfg := config.Default()
 	cfg.Upstream.URL = config.MustURL(bs.URL)
 	cfg.Server.MaxConnections = 8
-	gw, err := New(cfg, Options{})
+	gw, err := newGateway(cfg, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -38,7 +38,7 @@ func TestDrainingClosesConnections(t *testing.T) {
 			t.Cleanup(bs.Close)
 			cfg := config.Default()
 			cfg.Upstream.URL = config.MustURL(bs.URL)
-			gw, err := New(cfg, Options{})
+			gw, err := newGateway(cfg, Options{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -97,7 +97,7 @@ func TestDrainingInterimAnswersCarryNoConnection(t *testing.T) {
 			t.Cleanup(bs.Close)
 			cfg := config.Default()
 			cfg.Upstream.URL = config.MustURL(bs.URL)
-			gw, err := New(cfg, Options{})
+			gw, err := newGateway(cfg, Options{})
 			if err != nil {
 				t.Fatal(err)
 			}

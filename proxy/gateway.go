@@ -43,7 +43,9 @@ import (
 // away before exgate could answer, as NGINX logs it.
 const StatusClientClosed = 499
 
-// Options are a Gateway's dependencies. The zero value is usable.
+// Options are a Gateway's dependencies. Transport, Fleet and Rules are
+// required (New refuses nil); every other nil field has the meaning its
+// comment documents.
 type Options struct {
 	// Logger receives the access log and errors. Nil means no logging.
 	Logger *zap.Logger
@@ -57,17 +59,15 @@ type Options struct {
 	// read as time elapsed since its start (nowSince): give the process's
 	// wall clock as nil, not as time.Now, which is read whole each time.
 	Now func() time.Time
-	// Transport carries requests to the backend. Nil means
-	// upstream.NewTransport(cfg.Upstream).
+	// Transport carries requests to the backend
+	// (upstream.NewTransport(cfg.Upstream)). Required.
 	Transport http.RoundTripper
 	// Fleet holds the services routes forward to; the caller runs its
-	// sources and health checks (Fleet.Run). Nil means
-	// upstream.NewFleet(cfg.Upstream), whose static lists need no Run.
+	// sources and health checks (Fleet.Run). Required.
 	Fleet *upstream.Fleet
 	// Limits enforces the rate limits. Nil means no route is limited.
 	Limits *limiter.Enforcer
-	// Rules are the compiled rate limits. Nil means limiter.Compile of
-	// the configuration with no token tiers.
+	// Rules are the compiled rate limits (limiter.Compile). Required.
 	Rules *limiter.Rules
 	// Metrics receives the request, upstream and rate-limit series. Nil
 	// means no metrics.
@@ -84,14 +84,10 @@ type Options struct {
 	// an order's claim rides in the round trip that decides its limits
 	// (the Limits' store must then be a Redis limiter on the same Redis,
 	// built with idempotency.ClaimFunc).
+	// Each call to it is bounded by idempotency.timeout, and the largest
+	// response recorded for replay is idempotency.max_response_bytes (a
+	// longer one is recorded as an unknown outcome).
 	Idempotency idempotency.Store
-	// IdempotencyTimeout bounds each call to the Idempotency store. Zero
-	// means 100ms.
-	IdempotencyTimeout time.Duration
-	// IdempotencyMaxResponse is the largest response recorded for replay,
-	// in bytes; a longer one is recorded as an unknown outcome. Zero
-	// means 64 KiB.
-	IdempotencyMaxResponse int
 	// Top counts requests and refusals of limited routes by identity and
 	// client address for the admin console. Nil means none.
 	Top *topk.Tracker
@@ -152,18 +148,24 @@ type Gateway struct {
 	refusals  *recentRefusals         // the sampled refusals the console lists
 }
 
-// New builds a Gateway from a validated configuration.
+// New builds a Gateway from a validated configuration. It refuses options
+// without a Transport, a Fleet or Rules.
 func New(cfg *config.Config, opts Options) (*Gateway, error) {
-	if s, _ := cfg.Upstream.Service(config.DefaultService); len(s.URLs) == 0 && opts.Fleet == nil {
-		return nil, errors.New("proxy: upstream.url is not set")
+	switch {
+	case opts.Transport == nil:
+		return nil, errors.New("proxy: Options.Transport is nil")
+	case opts.Fleet == nil:
+		return nil, errors.New("proxy: Options.Fleet is nil")
+	case opts.Rules == nil:
+		return nil, errors.New("proxy: Options.Rules is nil")
 	}
 	g := &Gateway{
 		limits:      opts.Limits,
 		top:         opts.Top,
 		verifier:    opts.Verifier,
 		idem:        opts.Idempotency,
-		idemTimeout: opts.IdempotencyTimeout,
-		idemMaxResp: opts.IdempotencyMaxResponse,
+		idemTimeout: cfg.Idempotency.Timeout,
+		idemMaxResp: int(cfg.Idempotency.MaxResponseBytes),
 		metrics:     opts.Metrics,
 		unrouted:    opts.Metrics.Unrouted(),
 		fleet:       opts.Fleet,
@@ -194,31 +196,13 @@ func New(cfg *config.Config, opts Options) (*Gateway, error) {
 	if g.now == nil {
 		g.now, g.monotonic = time.Now, true
 	}
-	if g.transport == nil {
-		g.transport = upstream.NewTransport(cfg.Upstream)
-	}
-	if g.fleet == nil {
-		oo := OverloadOptions(cfg.Overload)
-		oo.Now = g.now
-		g.fleet = upstream.NewFleet(cfg.Upstream, upstream.FleetOptions{Now: g.now, Overload: oo})
-	}
 	for _, svc := range g.fleet.Services() {
 		g.ownTransports = g.ownTransports || svc.RoundTripper(nil) != nil
 	}
 	g.metrics.SetFleetSource(fleetStatus{g.fleet})
 	g.proxies = clientip.New(cfg.ClientIP)
-	rules := opts.Rules
-	if rules == nil {
-		rules = limiter.Compile(cfg, nil)
-	}
 	g.joiner, _ = opts.Idempotency.(idempotency.Joiner)
-	if g.idemTimeout <= 0 {
-		g.idemTimeout = idemDefaultTimeout
-	}
-	if g.idemMaxResp <= 0 {
-		g.idemMaxResp = 64 << 10
-	}
-	g.plan.Store(g.newPlan(cfg, rules, opts.Validator))
+	g.plan.Store(g.newPlan(cfg, opts.Rules, opts.Validator))
 	g.errHeader = headerTooLarge(g.maxHeader)
 	g.errBody = apierror.TooLarge(g.maxBody)
 	g.budget = share.NewPool(int64(cfg.Server.MaxBufferedBytes))

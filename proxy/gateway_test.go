@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -27,6 +28,7 @@ import (
 	"github.com/exgate/exgate/edge"
 	"github.com/exgate/exgate/internal/unreachable"
 	"github.com/exgate/exgate/limiter"
+	"github.com/exgate/exgate/upstream"
 )
 
 // backend is a test backend that records what reaches it. It behaves like
@@ -134,7 +136,7 @@ func serve(t *testing.T, cfg *config.Config, be *backend, opts Options) *env {
 // serveLogged is serve with the loggers of opts, which write to logs.
 func serveLogged(t *testing.T, cfg *config.Config, be *backend, opts Options, logs *observer.ObservedLogs) *env {
 	t.Helper()
-	gw, err := New(cfg, opts)
+	gw, err := newGateway(cfg, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -574,5 +576,59 @@ func TestAccessLogNamesTheClient(t *testing.T) {
 	lines := e.logs.FilterMessage("request").All()
 	if f := lines[len(lines)-1].ContextMap(); f["auth_failure"] != "repeated_header" || f["user_agent"] != nil {
 		t.Errorf("access log of two Authorization headers: %v", f)
+	}
+}
+
+// newGateway is New with the dependencies a test leaves nil built from
+// cfg as the composition root builds them (cmd/exgate): the backend
+// Transport of upstream, a Fleet of cfg's static lists (which need no
+// Run) on the gateway's clock, and cfg's limits without token tiers.
+func newGateway(cfg *config.Config, opts Options) (*Gateway, error) {
+	if opts.Fleet == nil {
+		if s, _ := cfg.Upstream.Service(config.DefaultService); len(s.URLs) == 0 {
+			return nil, errors.New("proxy: upstream.url is not set")
+		}
+		now := opts.Now
+		if now == nil {
+			now = time.Now
+		}
+		oo := OverloadOptions(cfg.Overload)
+		oo.Now = now
+		opts.Fleet = upstream.NewFleet(cfg.Upstream, upstream.FleetOptions{Now: now, Overload: oo})
+	}
+	if opts.Transport == nil {
+		opts.Transport = upstream.NewTransport(cfg.Upstream)
+	}
+	if opts.Rules == nil {
+		opts.Rules = limiter.Compile(cfg, nil)
+	}
+	return New(cfg, opts)
+}
+
+// TestNewRefusesMissingDependencies: New builds none of the dependencies
+// the composition root wires; a caller that forgets one is refused.
+func TestNewRefusesMissingDependencies(t *testing.T) {
+	cfg := config.Default()
+	all := Options{Transport: upstream.NewTransport(cfg.Upstream), Fleet: upstream.NewFleet(cfg.Upstream, upstream.FleetOptions{}),
+		Rules: limiter.Compile(cfg, nil)}
+	for _, tc := range []struct {
+		name    string
+		without func(*Options)
+		want    string
+	}{
+		{"transport", func(o *Options) { o.Transport = nil }, "Options.Transport is nil"},
+		{"fleet", func(o *Options) { o.Fleet = nil }, "Options.Fleet is nil"},
+		{"rules", func(o *Options) { o.Rules = nil }, "Options.Rules is nil"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			opts := all
+			tc.without(&opts)
+			if _, err := New(cfg, opts); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("New without its %s: %v, want an error saying %q", tc.name, err, tc.want)
+			}
+		})
+	}
+	if _, err := New(cfg, all); err != nil {
+		t.Errorf("New with every dependency: %v", err)
 	}
 }

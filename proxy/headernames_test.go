@@ -114,7 +114,7 @@ func BenchmarkScanHeader(b *testing.B) {
 // renames the headers isRewritten names only when scanHeader saw one of
 // them, makes the outbound header it makes when it looks each one up.
 func TestRewriteLooksUpOnlyWhatWasSent(t *testing.T) {
-	g, err := New(config.Default(), Options{})
+	g, err := newGateway(config.Default(), Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -108,7 +108,7 @@ func refusalShareGateway(t *testing.T, burst int) (*Gateway, *observer.ObservedL
 	reg := prometheus.NewRegistry()
 	m, _ := metrics.New(reg, metrics.BuildInfo{})
 	core, logs := observer.New(zap.InfoLevel)
-	gw, err := New(cfg, Options{Transport: backendEcho{}, Metrics: m, Logger: zap.New(core)})
+	gw, err := newGateway(cfg, Options{Transport: backendEcho{}, Metrics: m, Logger: zap.New(core)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,7 +161,7 @@ func TestRefusalLineShareAllocations(t *testing.T) {
 	cfg.Upstream.URL = config.MustURL("http://127.0.0.1:1")
 	cfg.Log.RefusalsPerClient = config.RefusalShare{Rate: config.Rate{N: 1 << 30, Period: time.Second}, Burst: 1 << 30}
 	lg := zap.New(zapcore.NewCore(zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig()), zapcore.AddSync(io.Discard), zap.InfoLevel))
-	gw, err := New(cfg, Options{Transport: cannedTransport{}, Logger: lg})
+	gw, err := newGateway(cfg, Options{Transport: cannedTransport{}, Logger: lg})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -247,7 +247,7 @@ func TestVerifiedAccountsRefusalLines(t *testing.T) {
 	}
 	enf, v := verifiedLimits(t, cfg, ratelimit.NewMemory(ratelimit.MemoryOptions{}), secret)
 	core, logs := observer.New(zap.InfoLevel)
-	gw, err := New(cfg, Options{Transport: backendEcho{}, Limits: enf, Verifier: v, Logger: zap.New(core)})
+	gw, err := newGateway(cfg, Options{Transport: backendEcho{}, Limits: enf, Verifier: v, Logger: zap.New(core)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -532,8 +532,7 @@ func TestOrderAnswerBrokenOff(t *testing.T) {
 
 // TestOrderAnswerRecorded: the answer to an identified order reaches its
 // client whole, whatever its length and framing, and is kept for replay
-// when it fits the gateway's IdempotencyMaxResponse
-// (idempotency.max_response_bytes): a retry gets it again byte for byte.
+// when it fits idempotency.max_response_bytes: a retry gets it again byte for byte.
 // A longer one leaves the outcome unknown (409 outcome_unknown), and the
 // order is never sent twice.
 func TestOrderAnswerRecorded(t *testing.T) {
@@ -565,9 +564,9 @@ func TestOrderAnswerRecorded(t *testing.T) {
 				_, _ = io.WriteString(w, answer[:len(answer)/2])
 				w.(http.Flusher).Flush()
 				_, _ = io.WriteString(w, answer[len(answer)/2:])
-			}, nil, ratelimit.NewMemory(ratelimit.MemoryOptions{}), nil,
-				func(o idempotency.Options) idempotency.Store { return idempotency.NewMemory(o) },
-				func(o *Options) { o.IdempotencyMaxResponse = max })
+			}, func(c *config.Config) { c.Idempotency.MaxResponseBytes = max },
+				ratelimit.NewMemory(ratelimit.MemoryOptions{}), nil,
+				func(o idempotency.Options) idempotency.Store { return idempotency.NewMemory(o) })
 			body := `{"symbol":"BTC_USDT","type":"market","side":"buy","base_amount":"0.5","identifier":"recorded"}`
 			for try := range 2 {
 				res := postOrder(t, e, body)

@@ -37,7 +37,7 @@ func fuzzGateway(f testing.TB) *Gateway {
 	v := oneMarketValidator(f, cfg)
 	k, _ := limiter.NewKeyer([]byte(testKeySecret))
 	enf, _ := limiter.NewEnforcer(limiter.EnforcerOptions{Store: ratelimit.NewMemory(ratelimit.MemoryOptions{}), Keyer: k})
-	gw, err := New(cfg, Options{
+	gw, err := newGateway(cfg, Options{
 		Transport: backendEcho{}, Limits: enf, Validator: v,
 		Idempotency: idempotency.NewMemory(idempotency.OptionsFrom(cfg.Idempotency)),
 	})
@@ -377,11 +377,11 @@ func rawExchange(t *testing.T, addr, raw string) *http.Response {
 func TestRequestStateZeroAfterEachRequest(t *testing.T) {
 	cfg := config.Default()
 	cfg.Upstream.URL = config.MustURL("http://backend.invalid:9000")
-	plain, err := New(cfg, Options{Transport: backendEcho{}, Validator: oneMarketValidator(t, cfg)})
+	plain, err := newGateway(cfg, Options{Transport: backendEcho{}, Validator: oneMarketValidator(t, cfg)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	traced, err := New(cfg, Options{Transport: backendEcho{}, Validator: oneMarketValidator(t, cfg),
+	traced, err := newGateway(cfg, Options{Transport: backendEcho{}, Validator: oneMarketValidator(t, cfg),
 		Tracer: newSpans(t, sdktrace.AlwaysSample()).tracer()})
 	if err != nil {
 		t.Fatal(err)

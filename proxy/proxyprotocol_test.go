@@ -42,7 +42,7 @@ func startEdge(t *testing.T, mut func(*config.Config)) *edgeEnv {
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	gw, err := New(cfg, Options{Logger: zap.NewNop()})
+	gw, err := newGateway(cfg, Options{Logger: zap.NewNop()})
 	if err != nil {
 		t.Fatal(err)
 	}

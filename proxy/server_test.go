@@ -134,7 +134,7 @@ func gatewayTLS(t *testing.T, backend http.Handler) (string, *tls.Config) {
 	t.Cleanup(bs.Close)
 	cfg := config.Default()
 	cfg.Upstream.URL = config.MustURL(bs.URL)
-	gw, err := New(cfg, Options{Logger: zap.NewNop()})
+	gw, err := newGateway(cfg, Options{Logger: zap.NewNop()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -213,7 +213,7 @@ func TestStalledBodiesCharged(t *testing.T) {
 			var victim func() (string, string)
 			if proto == "HTTP/2" {
 				var err error
-				if gw, err = New(cfg, Options{Logger: zap.NewNop()}); err != nil {
+				if gw, err = newGateway(cfg, Options{Logger: zap.NewNop()}); err != nil {
 					t.Fatal(err)
 				}
 				certs, ca := apiCertificates(t)

@@ -144,7 +144,7 @@ func tokenMemoH2Gateway(t *testing.T, limit int64) (string, *backend, *observer.
 		t.Fatal(err)
 	}
 	core, logs := observer.New(zap.InfoLevel)
-	gw, err := New(cfg, Options{Logger: zap.New(core), Limits: enf, Rules: limiter.Compile(cfg, nil)})
+	gw, err := newGateway(cfg, Options{Logger: zap.New(core), Limits: enf, Rules: limiter.Compile(cfg, nil)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1060,7 +1060,7 @@ func BenchmarkGatewayTraced(b *testing.B) {
 			cfg.Overload.Enabled = false
 			opts := Options{Transport: cannedTransport{}}
 			traced(b, &opts)
-			gw, err := New(cfg, opts)
+			gw, err := newGateway(cfg, opts)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -1074,7 +1074,7 @@ func BenchmarkGatewayTraced(b *testing.B) {
 			opts := Options{Transport: orderTransport{}, Limits: enf, Validator: oneMarketValidator(b, cfg),
 				Idempotency: idempotency.NewMemory(idempotency.OptionsFrom(cfg.Idempotency))}
 			traced(b, &opts)
-			gw, err := New(cfg, opts)
+			gw, err := newGateway(cfg, opts)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -1282,7 +1282,7 @@ func TestTracePropagatorsAllocations(t *testing.T) {
 				cfg.Upstream.URL = config.MustURL("http://127.0.0.1:1")
 				cfg.Log.Access = false
 				cfg.Tracing.Propagators = propagators
-				gw, err := New(cfg, Options{Transport: cannedTransport{}, Tracer: sp.tracer()})
+				gw, err := newGateway(cfg, Options{Transport: cannedTransport{}, Tracer: sp.tracer()})
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -106,7 +106,7 @@ func TestRequestTrailersNotForwardedHTTP2(t *testing.T) {
 	t.Cleanup(bs.Close)
 	cfg := config.Default()
 	cfg.Upstream.URL = config.MustURL(bs.URL)
-	gw, err := New(cfg, Options{})
+	gw, err := newGateway(cfg, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

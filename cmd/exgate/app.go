@@ -234,8 +234,6 @@ func (a *app) wire(cfg *config.Config) error {
 		if opts.Idempotency, err = a.openIdempotencyStore(files); err != nil {
 			return err
 		}
-		opts.IdempotencyTimeout = cfg.Idempotency.Timeout
-		opts.IdempotencyMaxResponse = int(cfg.Idempotency.MaxResponseBytes)
 	}
 	if a.gw, err = proxy.New(cfg, opts); err != nil {
 		return err
