@@ -56,33 +56,11 @@ type routeAdmission struct {
 	metrics  [overload.NumClasses]*metrics.OverloadMetrics
 }
 
-// OverloadOptions turns the configuration into the options of each
-// backend instance's overload controller (its Now is the caller's).
-func OverloadOptions(o config.Overload) overload.Options {
-	return overload.Options{
-		Min:           o.MinLimit,
-		Max:           o.MaxLimit,
-		Initial:       o.InitialLimit,
-		Fixed:         o.FixedLimit,
-		Tolerance:     1 + float64(o.TolerancePercent)/100,
-		Slack:         max(o.ToleranceMin, time.Nanosecond), // 0 means none, not the default
-		Window:        o.Window,
-		ProbeInterval: o.ProbeInterval,
-		MaxWait: [overload.NumClasses]time.Duration{
-			overload.Cancel:      o.MaxWait.Cancel,
-			overload.Status:      o.MaxWait.Status,
-			overload.Place:       o.MaxWait.Place,
-			overload.PrivateRead: o.MaxWait.PrivateRead,
-			overload.MarketData:  o.MaxWait.MarketData,
-		},
-	}
-}
-
 // newAdmissionPlan configures the overload controller from cfg and returns the plan's
 // overload part.
 func (g *Gateway) newAdmissionPlan(cfg *config.Config) admissionPlan {
 	o := cfg.Overload
-	opts := OverloadOptions(o)
+	opts := upstream.OverloadOptions(o)
 	opts.Now = g.now                // the clock the backend's time is read on
 	g.fleet.ConfigureOverload(opts) // each instance its own limit
 	g.metrics.SetOverloadSource(fleetOverload{g.fleet})

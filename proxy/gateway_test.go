@@ -592,7 +592,7 @@ func newGateway(cfg *config.Config, opts Options) (*Gateway, error) {
 		if now == nil {
 			now = time.Now
 		}
-		oo := OverloadOptions(cfg.Overload)
+		oo := upstream.OverloadOptions(cfg.Overload)
 		oo.Now = now
 		opts.Fleet = upstream.NewFleet(cfg.Upstream, upstream.FleetOptions{Now: now, Overload: oo})
 	}

@@ -97,6 +97,28 @@ func (f *Fleet) Service(name string) *Service {
 	return f.byName[name]
 }
 
+// OverloadOptions turns the configuration into the options of each
+// backend instance's overload controller (its Now is the caller's).
+func OverloadOptions(o config.Overload) overload.Options {
+	return overload.Options{
+		Min:           o.MinLimit,
+		Max:           o.MaxLimit,
+		Initial:       o.InitialLimit,
+		Fixed:         o.FixedLimit,
+		Tolerance:     1 + float64(o.TolerancePercent)/100,
+		Slack:         max(o.ToleranceMin, time.Nanosecond), // 0 means none, not the default
+		Window:        o.Window,
+		ProbeInterval: o.ProbeInterval,
+		MaxWait: [overload.NumClasses]time.Duration{
+			overload.Cancel:      o.MaxWait.Cancel,
+			overload.Status:      o.MaxWait.Status,
+			overload.Place:       o.MaxWait.Place,
+			overload.PrivateRead: o.MaxWait.PrivateRead,
+			overload.MarketData:  o.MaxWait.MarketData,
+		},
+	}
+}
+
 // ConfigureOverload sets the options of every instance's concurrency
 // limit, in every service.
 func (f *Fleet) ConfigureOverload(o overload.Options) {

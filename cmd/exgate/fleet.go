@@ -10,7 +10,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/exgate/exgate/config"
-	"github.com/exgate/exgate/proxy"
 	"github.com/exgate/exgate/upstream"
 )
 
@@ -18,7 +17,7 @@ import (
 // and active health checks, over transport, until shutdown.
 func (a *app) startFleet(cfg *config.Config, transport http.RoundTripper) {
 	lg := a.log.Named("upstream")
-	oo := proxy.OverloadOptions(cfg.Overload)
+	oo := upstream.OverloadOptions(cfg.Overload)
 	oo.Now = a.d.now // the gateway's clock, which it reads the backend's time on
 	a.fleet = upstream.NewFleet(cfg.Upstream, upstream.FleetOptions{Now: a.d.now, Overload: oo,
 		OnChange: func(ev upstream.Event) { logFleetEvent(lg, ev) }, Source: a.serviceSource, Transport: a.serviceTransport})
