@@ -314,28 +314,30 @@ func OptionsFrom(c config.Idempotency) Options {
 	}
 }
 
-// withDefaults fills in zero values.
+// withDefaults fills in zero values, with the configuration's defaults
+// (config.DefaultIdempotency) where it has them.
 func (o Options) withDefaults() Options {
+	d := OptionsFrom(config.DefaultIdempotency())
 	if o.Retention <= 0 {
-		o.Retention = 24 * time.Hour
+		o.Retention = d.Retention
 	}
 	if o.InFlightTimeout <= 0 {
-		o.InFlightTimeout = 30 * time.Second
+		o.InFlightTimeout = d.InFlightTimeout
 	}
 	if o.MaxResponseBytes <= 0 {
-		o.MaxResponseBytes = 64 << 10
+		o.MaxResponseBytes = d.MaxResponseBytes
 	}
 	if o.Timeout <= 0 {
-		o.Timeout = 100 * time.Millisecond
+		o.Timeout = d.Timeout
 	}
 	if o.KeyPrefix == "" {
-		o.KeyPrefix = "exgate:idem:"
+		o.KeyPrefix = d.KeyPrefix
 	}
 	if o.MaxEntries <= 0 {
-		o.MaxEntries = 1000000
+		o.MaxEntries = d.MaxEntries
 	}
 	if o.MaxBytes <= 0 {
-		o.MaxBytes = 1 << 30
+		o.MaxBytes = d.MaxBytes
 	}
 	if o.MaxPerAccount <= 0 {
 		o.MaxPerAccount = 200000
