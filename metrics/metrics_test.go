@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"runtime"
 	"runtime/debug"
 	"slices"
 	"strings"
@@ -23,6 +24,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 )
 
 func newTest(t *testing.T) (*Metrics, *prometheus.Registry) {
@@ -187,6 +189,32 @@ func TestNewKeepsExistingGoCollectors(t *testing.T) {
 	}
 	if n, err := testutil.GatherAndCount(reg, "go_goroutines"); err != nil || n != 1 {
 		t.Errorf("go_goroutines: %d series (err %v), want 1", n, err)
+	}
+}
+
+// TestLiveHeap: go_gc_heap_live_bytes is registered beside the Go
+// collector, whether New registered that or found it, and says what the
+// last collection found live.
+func TestLiveHeap(t *testing.T) {
+	for _, found := range []bool{false, true} {
+		t.Run(fmt.Sprintf("Go collector registered before: %v", found), func(t *testing.T) {
+			reg := prometheus.NewRegistry()
+			if found {
+				reg.MustRegister(collectors.NewGoCollector())
+			}
+			if _, err := New(reg, BuildInfo{}); err != nil {
+				t.Fatal(err)
+			}
+			runtime.GC()
+			mfs, err := reg.Gather()
+			if err != nil {
+				t.Fatal(err)
+			}
+			i := slices.IndexFunc(mfs, func(mf *dto.MetricFamily) bool { return mf.GetName() == "go_gc_heap_live_bytes" })
+			if i < 0 || len(mfs[i].GetMetric()) != 1 || mfs[i].GetMetric()[0].GetGauge().GetValue() <= 0 {
+				t.Fatalf("go_gc_heap_live_bytes: want one gauge above 0 after a collection")
+			}
+		})
 	}
 }
 
