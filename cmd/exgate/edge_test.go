@@ -212,49 +212,7 @@ func TestHAProxyProxyProtocol(t *testing.T) {
 		_ = p.UnmarshalText([]byte("127.0.0.1"))
 		cfg.Server.ProxyProtocol = config.ProxyProtocol{TrustedPeers: []config.Prefix{p}, Policy: config.ProxyRequired}
 	})
-	// HAProxy serves on listeners the test opened (bind fd@N: the
-	// descriptors it inherits), where ports found free before it
-	// starts could be taken by another process meanwhile.
-	v2, v2File := inheritedListener(t)
-	v1, v1File := inheritedListener(t)
-	cfgFile := filepath.Join(e.dir, "haproxy.cfg")
-	hcfg := fmt.Sprintf(`global
-  maxconn 200
-defaults
-  mode tcp
-  timeout connect 2s
-  timeout client 10s
-  timeout server 10s
-frontend v2
-  bind fd@3
-  default_backend exgate_v2
-frontend v1
-  bind fd@4
-  default_backend exgate_v1
-backend exgate_v2
-  server gw %s send-proxy-v2
-backend exgate_v1
-  server gw %s send-proxy
-`, e.app.addr, e.app.addr)
-	if err := os.WriteFile(cfgFile, []byte(hcfg), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	check := exec.Command(haproxy, "-c", "-f", cfgFile)
-	check.ExtraFiles = []*os.File{v2File, v1File}
-	if out, err := check.CombinedOutput(); err != nil {
-		t.Fatalf("haproxy -c: %v\n%s", err, out)
-	}
-	cmd := exec.Command(haproxy, "-db", "-f", cfgFile)
-	cmd.ExtraFiles = []*os.File{v2File, v1File}
-	var logs strings.Builder
-	cmd.Stdout, cmd.Stderr = &logs, &logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	for _, p := range []int{v1, v2} {
-		waitListening(t, fmt.Sprintf("127.0.0.1:%d", p))
-	}
+	v2, v1, logs := startHAProxy(t, haproxy, e.dir, e.app.addr)
 
 	get := func(t *testing.T, from string, port, n int) string {
 		t.Helper()
@@ -302,6 +260,56 @@ backend exgate_v1
 			t.Fatalf("another client beside it: %d %s, want 200", status, code)
 		}
 	})
+}
+
+// startHAProxy starts HAProxy in front of the gateway at addr with two
+// frontends, one sending PROXY protocol v2 and one v1, and returns their
+// ports and HAProxy's output. HAProxy serves on listeners the test
+// opened (bind fd@N: the descriptors it inherits), where ports found
+// free before it starts could be taken by another process meanwhile.
+func startHAProxy(t *testing.T, haproxy, dir, addr string) (v2, v1 int, logs *strings.Builder) {
+	t.Helper()
+	v2, v2File := inheritedListener(t)
+	v1, v1File := inheritedListener(t)
+	cfgFile := filepath.Join(dir, "haproxy.cfg")
+	hcfg := fmt.Sprintf(`global
+  maxconn 200
+defaults
+  mode tcp
+  timeout connect 2s
+  timeout client 10s
+  timeout server 10s
+frontend v2
+  bind fd@3
+  default_backend exgate_v2
+frontend v1
+  bind fd@4
+  default_backend exgate_v1
+backend exgate_v2
+  server gw %s send-proxy-v2
+backend exgate_v1
+  server gw %s send-proxy
+`, addr, addr)
+	if err := os.WriteFile(cfgFile, []byte(hcfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	check := exec.Command(haproxy, "-c", "-f", cfgFile)
+	check.ExtraFiles = []*os.File{v2File, v1File}
+	if out, err := check.CombinedOutput(); err != nil {
+		t.Fatalf("haproxy -c: %v\n%s", err, out)
+	}
+	cmd := exec.Command(haproxy, "-db", "-f", cfgFile)
+	cmd.ExtraFiles = []*os.File{v2File, v1File}
+	logs = &strings.Builder{}
+	cmd.Stdout, cmd.Stderr = logs, logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	for _, p := range []int{v1, v2} {
+		waitListening(t, fmt.Sprintf("127.0.0.1:%d", p))
+	}
+	return v2, v1, logs
 }
 
 // tlsGet opens a TLS connection from the loopback address from through
