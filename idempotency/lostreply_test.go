@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -15,41 +14,6 @@ import (
 	"github.com/exgate/exgate/internal/redistest"
 	"github.com/exgate/exgate/ratelimit"
 )
-
-// lostReply is a go-redis hook that, once armed, lets the next script
-// run (or pipeline of them) reach Redis and run there, and then answers
-// its caller with err instead of Redis's reply: a reply that did not come
-// back in time, or a connection cut after the command was sent.
-type lostReply struct {
-	armed atomic.Bool
-	err   error
-}
-
-func (h *lostReply) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (h *lostReply) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		err := next(ctx, cmd)
-		if name := cmd.Name(); (name == "evalsha" || name == "eval") && h.armed.CompareAndSwap(true, false) {
-			cmd.SetErr(h.err)
-			return h.err
-		}
-		return err
-	}
-}
-
-func (h *lostReply) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		err := next(ctx, cmds)
-		if h.armed.CompareAndSwap(true, false) {
-			for _, c := range cmds {
-				c.SetErr(h.err)
-			}
-			return h.err
-		}
-		return err
-	}
-}
 
 // TestLostClaimReplyFreed: a claim that ran in Redis but whose reply never
 // reached exgate (its deadline passed while Redis ran it, or the
@@ -88,7 +52,7 @@ func TestLostClaimReplyFreed(t *testing.T) {
 				o.KeyPrefix = uniquePrefix()
 				o.ReplicaAcks = path.acks
 				o.Timeout = 2 * time.Second // a WAIT's answer on a loaded machine; never reached
-				h := &lostReply{err: lost.err}
+				h := &redistest.LostReply{Err: lost.err}
 				c := newClient(t, path.addr)
 				c.AddHook(h)
 				s, claim := path.claim(t, c, o)
@@ -97,7 +61,7 @@ func TestLostClaimReplyFreed(t *testing.T) {
 				if cl, err := claim(k("warm")); err != nil || cl.Outcome != Claimed {
 					t.Fatalf("first claim = %+v %v, want Claimed", cl, err)
 				}
-				h.armed.Store(true)
+				h.Arm()
 				if _, err := claim(k("lost")); err == nil || !errors.Is(err, lost.err) && !errors.Is(err, ErrNotReplicated) {
 					t.Fatalf("claim whose reply was lost = %v, want a store failure", err)
 				}

@@ -17,38 +17,6 @@ import (
 	"github.com/exgate/exgate/ratelimit"
 )
 
-// replyLost is a go-redis hook that, once armed, lets the next command or
-// pipeline reach Redis and run there, and then answers its caller
-// context.DeadlineExceeded instead of Redis's reply: a Redis that ran the
-// script after its caller's deadline.
-type replyLost struct{ armed atomic.Bool }
-
-func (h *replyLost) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (h *replyLost) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		err := next(ctx, cmd)
-		if name := cmd.Name(); (name == "evalsha" || name == "eval") && h.armed.CompareAndSwap(true, false) {
-			cmd.SetErr(context.DeadlineExceeded)
-			return context.DeadlineExceeded
-		}
-		return err
-	}
-}
-
-func (h *replyLost) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		err := next(ctx, cmds)
-		if h.armed.CompareAndSwap(true, false) {
-			for _, c := range cmds {
-				c.SetErr(context.DeadlineExceeded)
-			}
-			return context.DeadlineExceeded
-		}
-		return err
-	}
-}
-
 // TestLostClaimFreedWhenLimitsFail: an order whose claim rides with its
 // limits in a round trip Redis ran but whose reply never came back is
 // refused — by on_store_error: closed (503 rate_limit_unavailable), or,
@@ -69,7 +37,7 @@ func TestLostClaimFreedWhenLimitsFail(t *testing.T) {
 		{config.StoreOpen, "duplicate_protection_unavailable"},
 	} {
 		t.Run(tc.mode, func(t *testing.T) {
-			h := &replyLost{}
+			h := &redistest.LostReply{}
 			c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true, MaxRetries: -1})
 			c.AddHook(h)
 			t.Cleanup(func() { _ = c.Close() })
@@ -94,7 +62,7 @@ func TestLostClaimFreedWhenLimitsFail(t *testing.T) {
 			if res.StatusCode != http.StatusCreated {
 				t.Fatalf("first order: %d", res.StatusCode)
 			}
-			h.armed.Store(true)
+			h.Arm()
 			assertError(t, order("lost"), http.StatusServiceUnavailable, tc.code)
 			// The claim is freed in the background; the bound only ends a
 			// wait for a claim never freed.

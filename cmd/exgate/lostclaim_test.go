@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"net/http/httptest"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,20 +14,14 @@ import (
 	"github.com/exgate/exgate/sim"
 )
 
-// lostClaimHook is a go-redis hook that, once armed, lets the next script
-// run (or pipeline of them) reach Redis and run there, and answers its
-// caller context.DeadlineExceeded instead of Redis's reply: a claim whose
-// reply never came back. It holds each free of a claim (the finish
-// script run with "free") for hold before sending it: a free still under
-// way when the gateway shuts down.
-type lostClaimHook struct {
-	armed atomic.Bool
-	hold  time.Duration
-}
+// heldFrees is a go-redis hook that holds each free of a claim (the
+// finish script run with "free") for hold before sending it: a free
+// still under way when the gateway shuts down.
+type heldFrees struct{ hold time.Duration }
 
-func (h *lostClaimHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h heldFrees) DialHook(next redis.DialHook) redis.DialHook { return next }
 
-func (h *lostClaimHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+func (h heldFrees) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		for _, a := range cmd.Args() {
 			if a == "free" {
@@ -36,26 +29,12 @@ func (h *lostClaimHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 				break
 			}
 		}
-		err := next(ctx, cmd)
-		if name := cmd.Name(); (name == "evalsha" || name == "eval") && h.armed.CompareAndSwap(true, false) {
-			cmd.SetErr(context.DeadlineExceeded)
-			return context.DeadlineExceeded
-		}
-		return err
+		return next(ctx, cmd)
 	}
 }
 
-func (h *lostClaimHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		err := next(ctx, cmds)
-		if h.armed.CompareAndSwap(true, false) {
-			for _, c := range cmds {
-				c.SetErr(context.DeadlineExceeded)
-			}
-			return context.DeadlineExceeded
-		}
-		return err
-	}
+func (h heldFrees) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
 }
 
 // TestShutdownWaitsForLostClaimFrees: an order whose claim's reply never
@@ -101,12 +80,13 @@ func TestShutdownWaitsForLostClaimFrees(t *testing.T) {
 			token := authenticate(t, url)
 			// The claim's free is held well within its deadline
 			// (idempotency.timeout, 2s here).
-			h := &lostClaimHook{hold: 500 * time.Millisecond}
+			h := &redistest.LostReply{}
+			a.idem.AddHook(heldFrees{hold: 500 * time.Millisecond})
 			a.idem.AddHook(h)
 			if code, _, b := order(t, url, token, "warm", "0.001"); code != 201 { // the scripts are loaded
 				t.Fatalf("first order: %d %s", code, b)
 			}
-			h.armed.Store(true)
+			h.Arm()
 			if code, _, b := order(t, url, token, "lost", "0.001"); code != 503 {
 				t.Fatalf("order whose claim's reply was lost: %d %s, want 503", code, b)
 			}

@@ -1,0 +1,60 @@
+package redistest
+
+import (
+	"context"
+	"sync/atomic"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// LostReply is a go-redis hook (redis.Client.AddHook) that, once armed,
+// lets the next script run (EVALSHA or EVAL) or pipeline reach Redis and
+// run there, and then answers its caller Err instead of Redis's reply: a
+// reply that did not come back in time, or a connection cut after the
+// command was sent. The zero LostReply is disarmed and answers
+// context.DeadlineExceeded once armed.
+type LostReply struct {
+	// Err is the error the lost reply is answered with; nil means
+	// context.DeadlineExceeded.
+	Err   error
+	armed atomic.Bool
+}
+
+// Arm makes the next script run or pipeline lose its reply.
+func (h *LostReply) Arm() { h.armed.Store(true) }
+
+func (h *LostReply) err() error {
+	if h.Err == nil {
+		return context.DeadlineExceeded
+	}
+	return h.Err
+}
+
+// DialHook implements redis.Hook.
+func (h *LostReply) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+// ProcessHook implements redis.Hook.
+func (h *LostReply) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if name := cmd.Name(); (name == "evalsha" || name == "eval") && h.armed.CompareAndSwap(true, false) {
+			cmd.SetErr(h.err())
+			return h.err()
+		}
+		return err
+	}
+}
+
+// ProcessPipelineHook implements redis.Hook.
+func (h *LostReply) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		if h.armed.CompareAndSwap(true, false) {
+			for _, c := range cmds {
+				c.SetErr(h.err())
+			}
+			return h.err()
+		}
+		return err
+	}
+}
