@@ -74,8 +74,7 @@ type Client uint64
 // Done ends a request Pick counted at the instance, with how it went, its
 // kind and the client it was sent for.
 func (i *Instance) Done(o Outcome, k Kind, who Client) {
-	i.active.Add(-1)
-	i.svc.active.Add(-1)
+	i.uncount()
 	i.outcomes[o].Add(1)
 	out := &i.svc.opts.Outlier
 	switch o {

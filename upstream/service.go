@@ -422,7 +422,11 @@ func (i *Instance) InRotation() bool { return i.inRotation.Load() }
 // Unpick ends a request Pick counted at the instance that never went
 // there (picked again elsewhere, Service.Pick, after its instance left
 // the rotation while it waited): no outcome is counted.
-func (i *Instance) Unpick() {
+func (i *Instance) Unpick() { i.uncount() }
+
+// uncount takes a request Pick counted off the instance's and its
+// service's counts of requests in flight.
+func (i *Instance) uncount() {
 	i.active.Add(-1)
 	i.svc.active.Add(-1)
 }
