@@ -9,6 +9,7 @@ import (
 	"net/textproto"
 	"reflect"
 	"strings"
+	"sync"
 
 	"golang.org/x/net/http/httpguts"
 )
@@ -173,4 +174,32 @@ func keepInMemoryBody(pr *httputil.ProxyRequest) {
 	if pr.Out.Body != nil && reflect.TypeOf(pr.In.Body) == inMemoryBodyType {
 		pr.Out.Body = pr.In.Body
 	}
+}
+
+// bufferPool is the ReverseProxy's pool of copy buffers. It holds each
+// buffer by a pointer to its array, which an interface holds without an
+// allocation (a slice would be boxed), in a sync.Pool: each processor
+// takes and gives back buffers of its own, where a channel's one lock
+// went from core to core with every response.
+type bufferPool struct{ p *sync.Pool }
+
+// proxyBufSize is the size of a copy buffer.
+const proxyBufSize = 32 << 10
+
+func newBufferPool() bufferPool { return bufferPool{p: new(sync.Pool)} }
+
+// Get returns a buffer from the pool or a new one.
+func (p bufferPool) Get() []byte {
+	if b, ok := p.p.Get().(*[proxyBufSize]byte); ok {
+		return b[:]
+	}
+	return make([]byte, proxyBufSize)
+}
+
+// Put returns a buffer to the pool; one of another size is dropped.
+func (p bufferPool) Put(b []byte) {
+	if cap(b) != proxyBufSize {
+		return
+	}
+	p.p.Put((*[proxyBufSize]byte)(b[:proxyBufSize]))
 }

@@ -1,0 +1,196 @@
+package proxy
+
+import (
+	"errors"
+	"net/http"
+	"net/textproto"
+	"strings"
+
+	"github.com/exgate/exgate/apierror"
+	"github.com/exgate/exgate/metrics"
+	"github.com/exgate/exgate/upstream"
+)
+
+// modifyResponse refuses a response with a status HTTP does not define,
+// one that switches protocols or one that names another request's id,
+// leaves the client one set of legacy rate-limit fields, records the
+// response of a claimed order and adds the request id to backend
+// responses that lack one. st is the state of the request res answers:
+// the reverse proxy calling it is the state's own (newState).
+func (g *Gateway) modifyResponse(st *requestState, res *http.Response) error {
+	st.rw.endHints() // exgate's own fields back, after a 1xx
+	if st.rw.interims > maxInterim {
+		return errTooManyInterim // an answer that came as the call was cut for its 1xx answers
+	}
+	if err := checkStatus(res); err != nil {
+		return err
+	}
+	if err := checkNoSwitch(res); err != nil {
+		return err
+	}
+	// The backend's X-Request-ID, read once: nothing below writes it
+	// before answerWithID.
+	id, idSent := res.Header["X-Request-Id"]
+	if g.checkIDs {
+		if err := checkResponseID(res, id); err != nil {
+			return err // before anything is recorded: the answer is not this request's
+		}
+	}
+	if g.plan.Load().cors != nil {
+		dropBackendCORS(res.Header)
+	}
+	g.hide(res.Header)
+	mergeLegacyRateLimit(res, st.rw.Header())
+	if err := g.recordResponse(st, res); err != nil {
+		return err
+	}
+	if len(id) == 0 || id[0] == "" {
+		answerWithID(st, res, idSent) // none, or an empty one (the header as res.Header.Get reads it)
+	}
+	moveHeader(st.rw.Header(), res.Header)
+	return nil
+}
+
+// hide removes from h, a backend's answer's or 1xx's header, the fields
+// upstream.hide_headers names: before it is recorded for replay or
+// reaches the client.
+func (g *Gateway) hide(h http.Header) {
+	for _, k := range g.hidden {
+		delete(h, k)
+	}
+}
+
+// canonicalNames returns names in canonical form, as http.Header keys
+// them.
+func canonicalNames(names []string) []string {
+	out := make([]string, len(names))
+	for i, n := range names {
+		out[i] = textproto.CanonicalMIMEHeaderKey(n)
+	}
+	return out
+}
+
+// moveHeader moves every field of from, the backend's response header,
+// that out, the client's answer's, does not have yet into out, value
+// slice and all, where ReverseProxy would copy each value after ModifyResponse
+// (copyHeader: Header.Add, an allocation and a key check per value; a
+// GET's Date, Content-Length and X-Request-Id were three allocations). It
+// is what copyHeader makes of them: keys as the Transport read them are
+// canonical already, and a field the answer has (exgate's own) is left in
+// res.Header for copyHeader to add to, as before (so is a field without
+// a value, which copyHeader leaves out). Nothing else holds the
+// moved slices once they are out of res.Header (each the Transport's own,
+// of capacity one per field or grown by append: an append to one never
+// writes into another). The Content-Type of an event stream stays too:
+// ReverseProxy reads it from res.Header after the copy to flush the stream
+// as it comes; any other moves, so that ReverseProxy finds none and parses
+// none (mime.ParseMediaType's parameter map, an allocation per answer) and
+// copies none.
+func moveHeader(out, from http.Header) {
+	for k, v := range from {
+		if _, ok := out[k]; ok || len(v) == 0 || k == "Content-Type" && isEventStream(v[0]) {
+			continue // copyHeader's to add to, nothing to copy, or read later
+		}
+		out[k] = v
+		delete(from, k)
+	}
+}
+
+// isEventStream reports whether ReverseProxy takes an answer of Content-Type
+// ct for an event stream, which it flushes as it comes: ct's media type,
+// lowercased as mime.ParseMediaType makes it, is text/event-stream
+// (ReverseProxy.flushInterval). Nothing is allocated for a type in lower
+// case, and a type shorter than that is not read: only ASCII letters
+// lowercase to its ASCII, byte for byte.
+func isEventStream(ct string) bool {
+	const eventStream = "text/event-stream"
+	base, _, _ := strings.Cut(ct, ";")
+	if len(base) < len(eventStream) {
+		return false
+	}
+	return strings.TrimSpace(strings.ToLower(base)) == eventStream
+}
+
+// answerWithID gives a response the backend sent without an X-Request-ID
+// the one sent with its request (the client's own, once clientsID has
+// given it back). It goes straight into the client's answer, whose header
+// the reverse proxy copies the backend's into next: set on res, net/http
+// would copy it again, into a slice of its own. sent is whether the backend
+// sent the field (empty): it is removed from res then.
+func answerWithID(st *requestState, res *http.Response, sent bool) {
+	id := res.Request.Header["X-Request-Id"]
+	if len(id) != 1 {
+		return
+	}
+	if sent {
+		delete(res.Header, "X-Request-Id") // an empty value of the backend's
+	}
+	st.rw.Header()["X-Request-Id"] = id // the outbound request's, never modified
+}
+
+// proxyError maps a failure to reach the backend to an answer: client gone
+// → nothing (logged as 499), timeout → 504, body over the limit → 413,
+// anything else → 502.
+func (g *Gateway) proxyError(w http.ResponseWriter, r *http.Request, err error) {
+	rw, ok := w.(*respWriter)
+	if !ok { // cannot happen: the gateway always passes its own writer
+		WriteError(w, "", errBadGateway)
+		return
+	}
+	st := rw.st
+	rw.endHints() // exgate's own fields back, after a 1xx
+	if rw.interims > maxInterim {
+		err = errTooManyInterim // the call cut for them (passInterim): context.Canceled, or this, its cause
+	}
+	st.upErr = err
+	g.observeUpstream(st)
+	g.settleFailed(st, err)
+	st.abandoned = st.clientCx.Err() != nil
+	if st.route != nil {
+		st.route.metrics.UpstreamError(metrics.ClassifyUpstreamError(err, st.clientCx.Err() != nil))
+	}
+	switch {
+	case st.clientCx.Err() != nil:
+		rw.status = StatusClientClosed
+	case upstream.NothingSent(err) && st.reached:
+		// The last instance took no connection, but one before it read
+		// the request and failed it: it was served, and its charge stays.
+		g.refuse(st, r, sentFailed(r, errBadGateway, errWriteBadGateway))
+	case upstream.NothingSent(err):
+		// No instance took a connection: nothing of the request was
+		// sent, and it costs its client nothing.
+		g.unavailable(st, r, errUpstreamUnavailable)
+	case metrics.IsTimeout(err):
+		g.refuse(st, r, sentFailed(r, errGatewayTimeout, errWriteTimeout))
+	case errors.As(err, new(brokenAnswer)):
+		g.refuse(st, r, errOrderAnswerBroken)
+	default:
+		g.refuse(st, r, sentFailed(r, errBadGateway, errWriteBadGateway))
+	}
+}
+
+// sentFailed returns the answer to r, sent to the backend and failed
+// there: read for a read (GET, HEAD), write for anything else, whose
+// outcome is unknown.
+func sentFailed(r *http.Request, read, write *apierror.Error) *apierror.Error {
+	if upstream.KindOf(r.Method) == upstream.Read {
+		return read
+	}
+	return write
+}
+
+// observeUpstream records, once, how long the backend took to answer with
+// headers or to fail.
+func (g *Gateway) observeUpstream(st *requestState) {
+	if st.upDone || st.upStart.IsZero() || st.route == nil {
+		return
+	}
+	st.upDone = true
+	st.upEnd = g.nowSince(st.upStart)
+	st.upDur = st.upEnd.Sub(st.upStart)
+	if st.rec {
+		st.route.metrics.ObserveUpstreamTraced(st.upDur, st.span.SpanContext().TraceID())
+		return
+	}
+	st.route.metrics.ObserveUpstream(st.upDur)
+}
