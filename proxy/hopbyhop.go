@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"iter"
 	"net/http"
 	"net/textproto"
 	"strings"
@@ -45,16 +46,27 @@ var errHopByHopAbuse = apierror.Static(http.StatusBadRequest, "invalid_header",
 // case-insensitively after trimming white space, as ReverseProxy reads
 // them.
 func checkConnection(h http.Header) *apierror.Error {
-	for _, v := range h["Connection"] {
-		for v != "" {
-			var opt string
-			opt, v, _ = strings.Cut(v, ",")
-			if namesEndToEnd(textproto.TrimString(opt)) {
-				return errHopByHopAbuse
-			}
+	for opt := range connectionOptions(h["Connection"]) {
+		if namesEndToEnd(opt) {
+			return errHopByHopAbuse
 		}
 	}
 	return nil
+}
+
+// connectionOptions yields the options of the Connection field lines vs:
+// each comma-separated element of each line, trimmed of white space,
+// empty ones skipped (RFC 9110 §7.6.1, §5.6.1), as ReverseProxy reads them.
+func connectionOptions(vs []string) iter.Seq[string] {
+	return func(yield func(string) bool) {
+		for _, v := range vs {
+			for opt := range strings.SplitSeq(v, ",") {
+				if opt = textproto.TrimString(opt); opt != "" && !yield(opt) {
+					return
+				}
+			}
+		}
+	}
 }
 
 // namesEndToEnd reports whether the connection option opt names an

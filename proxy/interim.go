@@ -7,7 +7,6 @@ import (
 	"net/textproto"
 	"slices"
 	"strconv"
-	"strings"
 )
 
 // A backend's 1xx answers (103 Early Hints) reach the client through
@@ -155,12 +154,8 @@ func (w *respWriter) endHints() {
 // removes from a final answer: the fields its Connection names, and the
 // hop-by-hop fields.
 func dropHopByHop(h http.Header) {
-	for _, v := range h["Connection"] {
-		for name := range strings.SplitSeq(v, ",") {
-			if name = textproto.TrimString(name); name != "" {
-				delete(h, textproto.CanonicalMIMEHeaderKey(name))
-			}
-		}
+	for name := range connectionOptions(h["Connection"]) {
+		delete(h, textproto.CanonicalMIMEHeaderKey(name))
 	}
 	for k := range h {
 		if isHopByHop(k) {

@@ -6,7 +6,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httputil"
-	"net/textproto"
 	"reflect"
 	"strings"
 	"sync"
@@ -49,13 +48,13 @@ func checkResponseID(res *http.Response, got []string) error {
 // whose Connection does not name it.
 func unhideResponseID(h http.Header) {
 	vs := h["Connection"]
-	for i, v := range vs {
+	for i := range vs {
 		if !httpguts.HeaderValuesContainsToken(vs[i:i+1], "X-Request-Id") {
 			continue
 		}
 		var kept []string
-		for tok := range strings.SplitSeq(v, ",") {
-			if t := textproto.TrimString(tok); t != "" && !asciiEqualFold(t, "x-request-id") {
+		for t := range connectionOptions(vs[i : i+1]) {
+			if !asciiEqualFold(t, "x-request-id") {
 				kept = append(kept, t)
 			}
 		}
