@@ -185,44 +185,5 @@ func mayHaveRun(err error) bool {
 	return err != nil && !redisError(err) && !errors.As(err, &claimErr) && !NotSent(err)
 }
 
-// freeLost frees the claim p, whose call failed with err, when Redis may
-// have run it all the same (mayHaveRun): its order is refused and never
-// sent, and a claim left in Redis would answer the client's retry — the
-// one the refusal asks for, with the same identifier — 409 in progress
-// and then outcome unknown for the whole retention, for an order never
-// placed. The free is the holder's (p's own token): it frees the claim p
-// made and nothing else, never another request's. It runs in the
-// background, within Options.Timeout, so that the refusal keeps its one
-// deadline; should it reach Redis before the claim (the two go on
-// different connections) or fail, the claim stays, as before: in
-// progress, then unknown, never placed twice.
-func (s *Redis) freeLost(p *Prepared, err error) {
-	if !mayHaveRun(err) {
-		return
-	}
-	// What free reads of p, copied: the proxy's Prepared is reused by
-	// the next request.
-	q := &Prepared{ClaimPart: ratelimit.ClaimPart{Keys: p.Keys}, id: p.id, slot: p.slot, charge: p.charge}
-	s.freesMu.RLock()
-	s.frees.Add(1)
-	s.freesMu.RUnlock()
-	go func() {
-		defer s.frees.Done()
-		_ = s.free(context.Background(), q)
-	}()
-}
-
-// Wait waits for what the store does in the background: the frees of
-// lost claims under way (freeLost), each within Options.Timeout. Call it
-// before closing the store's client: a free the closed client cut would
-// leave the claim of an order never sent held, its retry refused 409 and
-// then outcome unknown, as if the free had failed. A claim lost while it
-// waits (a request still under way) has its free start once it returns.
-func (s *Redis) Wait() {
-	s.freesMu.Lock()
-	defer s.freesMu.Unlock()
-	s.frees.Wait()
-}
-
 // ids returns the identifiers p claims.
 func (p *Prepared) ids() []string { return append([]string{p.key.Identifier}, p.more...) }

@@ -65,7 +65,7 @@ func TestLostClaimReplyFreed(t *testing.T) {
 				if _, err := claim(k("lost")); err == nil || !errors.Is(err, lost.err) && !errors.Is(err, ErrNotReplicated) {
 					t.Fatalf("claim whose reply was lost = %v, want a store failure", err)
 				}
-				s.frees.Wait()
+				s.background.Wait()
 				if v, err := c.Get(context.Background(), s.keyOf(k("lost"))[0]).Result(); !errors.Is(err, redis.Nil) {
 					t.Errorf("the claim whose reply was lost is still in Redis: %q %v", v, err)
 				}

@@ -67,11 +67,18 @@ type Redis struct {
 	// finishes queues the finish runs of concurrent orders for a shared
 	// round trip (finish.go).
 	finishes finishLane
-	// frees counts the frees of lost claims under way (freeLost);
-	// freesMu keeps a free from being counted while Wait waits (a
-	// WaitGroup's Add concurrent with its Wait is a misuse that panics).
-	frees   sync.WaitGroup
-	freesMu sync.RWMutex
+	// background counts what the store does in the background
+	// (background.go): the frees of lost claims (freeLost) and the
+	// settlements retried (settleLater); backgroundMu keeps work from
+	// being counted while Wait waits (a WaitGroup's Add concurrent with
+	// its Wait is a misuse that panics). quit, closed by Wait, cuts the
+	// retries' waits short; retrying is the bytes the retried
+	// settlements hold (settleRetryBytes).
+	background   sync.WaitGroup
+	backgroundMu sync.RWMutex
+	quit         chan struct{}
+	quitOnce     sync.Once
+	retrying     atomic.Int64
 
 	// The scripts' arguments that are the same in every call, encoded
 	// once: the retention and the share counter's lifetime in
@@ -89,7 +96,7 @@ func NewRedis(c redis.Scripter, o Options) *Redis {
 	slotMS := max(1, (o.Retention / 24).Milliseconds())
 	_, cluster := c.(*redis.ClusterClient)
 	return &Redis{c: c, o: o, claim: redis.NewScript(claimScript), finish: redis.NewScript(finishScript),
-		finishAll: redis.NewScript(finishAllScript), cluster: cluster,
+		finishAll: redis.NewScript(finishAllScript), cluster: cluster, quit: make(chan struct{}),
 		slotMS:       slotMS,
 		retentionArg: ms(o.Retention), counterTTLArg: ms(o.Retention + o.InFlightTimeout + time.Duration(slotMS)*time.Millisecond),
 		maxPerAccountArg: o.MaxPerAccount, maxBytesArg: o.MaxBytesPerAccount}
@@ -672,17 +679,23 @@ func (s *Redis) end(ctx context.Context, c Claim, state string, rec *Record) err
 	return nil
 }
 
-// Complete implements Store.
+// Complete implements Store. A completion whose run failed is retried in
+// the background (settleLater).
 func (s *Redis) Complete(ctx context.Context, c Claim, rec Record) error {
 	if !s.o.keepable(&rec) {
 		return s.end(ctx, c, "u", nil)
 	}
-	return s.end(ctx, c, "d", &rec)
+	err := s.end(ctx, c, "d", &rec)
+	s.settleLater(c, "d", &rec, err)
+	return err
 }
 
-// Release implements Store.
+// Release implements Store. A release whose run failed is retried in the
+// background (settleLater).
 func (s *Redis) Release(ctx context.Context, c Claim) error {
-	return s.end(ctx, c, "free", nil)
+	err := s.end(ctx, c, "free", nil)
+	s.settleLater(c, "free", nil, err)
+	return err
 }
 
 // MarkUnknown implements Store.
