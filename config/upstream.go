@@ -48,6 +48,15 @@ type Upstream struct {
 	// Turn it off only for a backend that sets X-Request-ID to ids of its
 	// own. Default true.
 	CheckResponseID bool `yaml:"check_response_id"`
+	// ForwardHost sends the backend the client's Host (the name the
+	// client used, from which a backend builds its absolute links:
+	// Django's build_absolute_uri, DRF's pagination), as Envoy and
+	// Kubernetes' ingress-nginx do; false sends the instance's host:port
+	// (for a backend, or a sidecar in front of it, that routes by Host).
+	// The client's Host is what net/http accepted, unchecked against any
+	// list: a backend that serves several names checks it (Django's
+	// ALLOWED_HOSTS). Default true.
+	ForwardHost bool `yaml:"forward_host"`
 	// HideHeaders are the fields of the backend's answers (and of its 1xx
 	// answers) that never reach a client, as NGINX's proxy_hide_header:
 	// those that tell an attacker what runs behind exgate and its version.
@@ -225,6 +234,7 @@ func DefaultUpstream() Upstream {
 		MaxIdleConns:    512,
 		IdleConnTimeout: 90 * time.Second,
 		CheckResponseID: true,
+		ForwardHost:     true,
 		HideHeaders:     []string{"Server", "X-Powered-By"},
 		TLS:             defaultBackendTLS(),
 		HealthCheck:     DefaultHealthCheck(),

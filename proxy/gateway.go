@@ -122,6 +122,7 @@ type Gateway struct {
 	maxHeader     int64
 	maxBody       int64
 	checkIDs      bool // upstream.check_response_id
+	forwardHost   bool // upstream.forward_host: the backend gets the client's Host
 	// hidden are the fields of the backend's answers no client gets
 	// (upstream.hide_headers), in canonical form.
 	hidden    []string
@@ -170,6 +171,7 @@ func New(cfg *config.Config, opts Options) (*Gateway, error) {
 		maxHeader:   int64(cfg.Server.MaxHeaderBytes),
 		maxBody:     int64(cfg.Server.MaxBodyBytes),
 		checkIDs:    cfg.Upstream.CheckResponseID,
+		forwardHost: cfg.Upstream.ForwardHost,
 		hidden:      canonicalNames(cfg.Upstream.HideHeaders),
 		tracer:      opts.Tracer,
 	}

@@ -48,6 +48,7 @@ var drfOrderView = regexp.MustCompile(`^/api/v1/odr/orders(\.[a-z0-9]+)?$`)
 
 type recorded struct {
 	Method, RequestURI, Path string
+	Host                     string
 	Header                   http.Header
 	Body                     string
 	ContentLength            int64
@@ -62,7 +63,7 @@ func (b *backend) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	body, err := io.ReadAll(r.Body)
 	b.mu.Lock()
 	b.requests = append(b.requests, recorded{
-		Method: r.Method, RequestURI: r.RequestURI, Path: r.URL.Path, Header: r.Header.Clone(),
+		Method: r.Method, RequestURI: r.RequestURI, Path: r.URL.Path, Host: r.Host, Header: r.Header.Clone(),
 		Body: string(body), ContentLength: r.ContentLength, TransferEncoding: r.TransferEncoding, BodyErr: err,
 	})
 	b.mu.Unlock()
@@ -378,6 +379,45 @@ func TestForwardedHeaders(t *testing.T) {
 				got.Get("X-Forwarded-Host") != strings.TrimPrefix(e.url, "http://") {
 				t.Fatalf("backend saw XFF %q, X-Real-Ip %q, proto %q, Forwarded %q, X-Forwarded-Host %q",
 					got.Get("X-Forwarded-For"), got.Get("X-Real-Ip"), got.Get("X-Forwarded-Proto"), got.Get("Forwarded"), got.Get("X-Forwarded-Host"))
+			}
+		})
+	}
+}
+
+// TestBackendHost: the backend gets the Host the client sent (the name
+// it builds its absolute links from: a Location, DRF's pagination), with
+// X-Forwarded-Host the same; with upstream.forward_host off, or a request
+// without a Host (HTTP/1.0), the instance's address. On main every
+// backend got the instance's address, and handed it to clients.
+func TestBackendHost(t *testing.T) {
+	tests := []struct {
+		name        string
+		forwardHost bool
+		raw         string // the request sent, %s its path
+		want        string // the Host the backend gets; "instance": the instance's host:port
+	}{
+		{"a name", true, "GET %s HTTP/1.1\r\nHost: api.exchange.example\r\n\r\n", "api.exchange.example"},
+		{"a name and port", true, "GET %s HTTP/1.1\r\nHost: api.exchange.example:8443\r\n\r\n", "api.exchange.example:8443"},
+		{"an address", true, "GET %s HTTP/1.1\r\nHost: [2001:db8::1]:443\r\n\r\n", "[2001:db8::1]:443"},
+		{"absolute form", true, "GET http://api.exchange.example%s HTTP/1.1\r\nHost: other.example\r\n\r\n", "api.exchange.example"},
+		{"HTTP/1.0 without Host", true, "GET %s HTTP/1.0\r\n\r\n", "instance"},
+		{"forward_host off", false, "GET %s HTTP/1.1\r\nHost: api.exchange.example\r\n\r\n", "instance"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := startEnv(t, func(c *config.Config) { c.Upstream.ForwardHost = tt.forwardHost })
+			res := rawRequest(t, e.addr, fmt.Sprintf(tt.raw, "/api/v1/mkt/markets/"))
+			res.Body.Close()
+			want := tt.want
+			if want == "instance" {
+				want = e.gw.fleet.Service("").Instances()[0].URL.Host
+			}
+			got := e.backend.last(t)
+			if res.StatusCode != http.StatusOK || got.Host != want {
+				t.Errorf("%d; the backend got Host %q, want %q", res.StatusCode, got.Host, want)
+			}
+			if xfh := got.Header.Get("X-Forwarded-Host"); tt.want != "instance" && xfh != want {
+				t.Errorf("X-Forwarded-Host %q, want %q", xfh, want)
 			}
 		})
 	}

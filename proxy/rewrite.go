@@ -16,7 +16,13 @@ func (g *Gateway) rewrite(st *requestState, pr *httputil.ProxyRequest) {
 		setContext(out, st.fwdCtx)
 		st.fwdCtx = nil
 	}
-	out.Host = ""
+	if !g.forwardHost {
+		// The instance's host:port (out.URL's), as net/http sends it
+		// when Host is empty; else the client's, which ReverseProxy's
+		// copy of the request kept: the name a backend builds its
+		// absolute links from (Location, pagination).
+		out.Host = ""
+	}
 	// The query as the client sent it, which checkQuery held to what
 	// ReverseProxy forwards unchanged: ReverseProxy re-encodes every query
 	// (sorted, escaped anew, past its bound dropped whole) when GODEBUG

@@ -9,6 +9,7 @@ urlpatterns = [
     path("api/v1/odr/orders/<str:ids>/", views.StatusView.as_view()),
     path("api/v1/odr/orders/<str:ids>/cancel/", views.WriteView.as_view(kind="cancel_action")),
     path("api/v1/odr/fills/", views.FillsView.as_view()),
+    path("api/v1/odr/history/", views.HistoryView.as_view()),
     path("api/v1/wlt/withdrawals/", views.WriteView.as_view(kind="withdrawal")),
     path("api/v1/mkt/markets/", views.MarketsView.as_view()),
     path("test/placed/", views.PlacedView.as_view()),

@@ -7,11 +7,13 @@ status and cancel of ids joined by commas in the path, each recording
 what it read (and the query string beside it); and the writes exchange
 backends have beside them, each recorded: a mass cancel (DELETE of the
 order list), an amend (PATCH, PUT of an order), a cancel action and a
-withdrawal, and a cancel that also reads ids from a DELETE's body."""
+withdrawal, and a cancel that also reads ids from a DELETE's body; a
+paged listing whose links DRF builds from the request's Host."""
 
 import threading
 
 from rest_framework import serializers, status
+from rest_framework.pagination import PageNumberPagination
 from rest_framework.permissions import AllowAny
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -210,6 +212,21 @@ class FillsView(APIView):
                 "symbol": q.get("symbol"),
             }
         )
+
+
+class HistoryPagination(PageNumberPagination):
+    page_size = 2
+
+
+class HistoryView(APIView):
+    """GET /api/v1/odr/history/: a listing paged by DRF's
+    PageNumberPagination, whose next and previous links are absolute
+    URLs built from the Host the view saw (request.build_absolute_uri)."""
+
+    def get(self, request, format=None):
+        pager = HistoryPagination()
+        page = pager.paginate_queryset([{"id": i} for i in range(1, 6)], request, view=self)
+        return pager.get_paginated_response(page)
 
 
 class BulkRecordView(APIView):
