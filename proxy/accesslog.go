@@ -52,7 +52,7 @@ func (g *Gateway) logAccess(st *requestState, r *http.Request, done time.Time, e
 	fields := append((*fp)[:0],
 		zap.String("request_id", st.id),
 		zap.String("route", route),
-		zap.String("method", r.Method),
+		zap.String("method", methodShown(r.Method)),
 		zap.String("path", st.path),
 		zap.String("protocol", r.Proto),
 		zap.Int("status", st.rw.status),
@@ -115,6 +115,23 @@ var accessFields = sync.Pool{New: func() any {
 	s := make([]zap.Field, 0, 28)
 	return &s
 }}
+
+// maxMethodShown bounds the method a log line, a span or a 405's detail
+// shows: the longest methods registered (UPDATEREDIRECTREF,
+// BASELINE-CONTROL) are 17 bytes, and net/http reads any token up to
+// twice server.max_header_bytes as one.
+const maxMethodShown = 24
+
+// methodShown is the method m as the access log, the span's
+// http.request.method_original and a 405's detail show it: its first
+// maxMethodShown bytes, followed by "…" (no token holds it) when it is
+// longer. A method is a token, ASCII, so the cut splits no character.
+func methodShown(m string) string {
+	if len(m) <= maxMethodShown {
+		return m
+	}
+	return m[:maxMethodShown] + "…"
+}
 
 // maxUserAgent bounds the user agent an access log line carries.
 const maxUserAgent = 256

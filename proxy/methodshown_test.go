@@ -1,0 +1,52 @@
+package proxy
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+)
+
+// TestLongMethodBounded: a method is a token of any length net/http
+// reads (up to twice server.max_header_bytes in its request line), and
+// on main a client's 12 KiB method went whole into the access log line,
+// the span's http.request.method_original and the 405's detail, on
+// every request. Now each carries its first maxMethodShown bytes and
+// "…"; a method that long is refused as before (405, or 431 past the
+// header limit), and a known one or a short unknown one is shown whole.
+func TestLongMethodBounded(t *testing.T) {
+	long := func(n int) string { return strings.Repeat("X", n) }
+	tests := []struct {
+		name, method string
+		status       int
+		shown        string // the method as the log, the span and the detail show it
+	}{
+		{"an unknown method", "PROPFIND", 405, "PROPFIND"},
+		{"at the bound", long(maxMethodShown), 405, long(maxMethodShown)},
+		{"one past it", long(maxMethodShown + 1), 405, long(maxMethodShown) + "…"},
+		{"12 KiB", long(12 << 10), 405, long(maxMethodShown) + "…"},
+		{"past the header limit", long(17 << 10), 431, long(maxMethodShown) + "…"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			sp := newSpans(t, sdktrace.AlwaysSample())
+			e := startTraced(t, sp, nil)
+			res := do(t, tt.method, e.url+"/api/v1/mkt/markets/", nil)
+			er := assertError(t, res, tt.status, map[int]string{405: "method_not_allowed", 431: "request_header_too_large"}[tt.status])
+			if want := fmt.Sprintf("Method %q not allowed.", tt.shown); tt.status == 405 && er.Detail != want {
+				t.Errorf("detail %.80q, want %q", er.Detail, want)
+			}
+			if got := accessLine(t, e)["method"]; got != tt.shown {
+				t.Errorf("access log method %.80q, want %q", got, tt.shown)
+			}
+			srv := server(t, sp.ended(t, 1))
+			if got, _ := attr(srv.Attributes(), "http.request.method_original"); got != tt.shown {
+				t.Errorf("span's http.request.method_original %.80q, want %q", got, tt.shown)
+			}
+			if e.backend.count() != 0 {
+				t.Error("reached the backend")
+			}
+		})
+	}
+}
