@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/exgate/exgate/apierror"
+	"github.com/exgate/exgate/clientip"
 	"github.com/exgate/exgate/limiter"
 	"github.com/exgate/exgate/metrics"
 	"github.com/exgate/exgate/proxy"
@@ -345,7 +346,7 @@ func (c *console) subject(r *http.Request) (limiter.Subject, subjectBody, *apier
 		if err != nil {
 			return s, sb, errSubjectAddress
 		}
-		a = limiter.ClientForm(a) // the IPv4 client a NAT64 or mapped form names, as the limits key it
+		a = clientip.ClientForm(a) // the IPv4 client a NAT64 or mapped form names, as the limits key it
 		s.Addr, sb = a, subjectBody{"address", a.String()}
 	}
 	return s, sb, e

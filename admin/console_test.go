@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/exgate/exgate/clientip"
 	"github.com/exgate/exgate/config"
 	"github.com/exgate/exgate/limiter"
 	"github.com/exgate/exgate/ratelimit"
@@ -34,8 +35,8 @@ func TestConsoleAccess(t *testing.T) {
 		t.Fatal(err)
 	}
 	top := topk.NewTracker(topk.TrackerOptions{})
-	// The gateway records an IPv6 client as its /64 (limiter.AddrGroup).
-	top.Record(time.Now(), "list_matches", topk.Identity{}, limiter.AddrGroup(netip.MustParseAddr("2001:db8:1:2::9"), 64), true)
+	// The gateway records an IPv6 client as its /64 (clientip.AddrGroup).
+	top.Record(time.Now(), "list_matches", topk.Identity{}, clientip.AddrGroup(netip.MustParseAddr("2001:db8:1:2::9"), 64), true)
 	withToken := httptest.NewServer(Handler(gw, Options{Token: "s3cret", Console: &ConsoleOptions{Top: top, Limits: enf}}))
 	defer withToken.Close()
 	open := httptest.NewServer(Handler(gw, Options{Console: &ConsoleOptions{Top: topk.NewTracker(topk.TrackerOptions{}), Limits: enf}}))

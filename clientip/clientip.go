@@ -2,7 +2,9 @@
 // section; docs/limits.md, "Client address"): the TCP peer, or, when the
 // peer is one of the trusted proxies, the address they name in the header
 // they write (X-Forwarded-For, or Forwarded, RFC 7239), read right to
-// left. Every address it returns is in client form (limiter.ClientForm).
+// left. Every address it returns is in client form (ClientForm), the
+// form every package keys, groups (AddrGroup) and compares a client
+// address in.
 // It reads addresses and header values, never a request: the gateway
 // works out a connection's peer once and asks here for each request's
 // client.
@@ -14,7 +16,6 @@ import (
 	"strings"
 
 	"github.com/exgate/exgate/config"
-	"github.com/exgate/exgate/limiter"
 )
 
 // Proxies is the client_ip section as requests are read by it: the peers
@@ -39,7 +40,7 @@ func New(c config.ClientIP) *Proxies {
 }
 
 // Trusts reports whether a, in client form, is one of the trusted proxies.
-func (p *Proxies) Trusts(a netip.Addr) bool { return inPrefixes(a, p.trusted) }
+func (p *Proxies) Trusts(a netip.Addr) bool { return InPrefixes(a, p.trusted) }
 
 // Forwarded reports whether the trusted proxies write Forwarded
 // (client_ip.header: forwarded) rather than X-Forwarded-For.
@@ -84,22 +85,13 @@ func (p *Proxies) Proto(h http.Header) string {
 }
 
 // Peer parses an http.Request RemoteAddr ("ip:port") into the
-// client-address form (limiter.ClientForm).
+// client-address form (ClientForm).
 func Peer(remoteAddr string) (netip.Addr, bool) {
 	ap, err := netip.ParseAddrPort(remoteAddr)
 	if err != nil {
 		return netip.Addr{}, false
 	}
-	return limiter.ClientForm(ap.Addr()), true
-}
-
-func inPrefixes(a netip.Addr, ps []netip.Prefix) bool {
-	for _, p := range ps {
-		if p.Contains(a) {
-			return true
-		}
-	}
-	return false
+	return ClientForm(ap.Addr()), true
 }
 
 // clientAddr derives the client's address from a trusted peer's
@@ -173,7 +165,7 @@ func walkClient(peer netip.Addr, values []string, forwarded bool, trusted []neti
 			if collect {
 				hops = append(hops, a)
 			}
-			if !inPrefixes(a, trusted) {
+			if !InPrefixes(a, trusted) {
 				return client, hops
 			}
 		}
@@ -203,7 +195,7 @@ func nodeAddr(s string) (netip.Addr, bool) {
 		if err != nil || !a.Is6() {
 			return netip.Addr{}, false
 		}
-		return limiter.ClientForm(a), true
+		return ClientForm(a), true
 	}
 	i := strings.IndexByte(s, ':')
 	if i < 0 || strings.IndexByte(s[i+1:], ':') >= 0 {
@@ -214,7 +206,7 @@ func nodeAddr(s string) (netip.Addr, bool) {
 		if err != nil {
 			return netip.Addr{}, false
 		}
-		return limiter.ClientForm(a), true
+		return ClientForm(a), true
 	}
 	if !validPort(s[i+1:]) {
 		return netip.Addr{}, false

@@ -4,8 +4,6 @@ import (
 	"net/netip"
 	"strings"
 	"testing"
-
-	"github.com/exgate/exgate/limiter"
 )
 
 func TestNodeAddr(t *testing.T) {
@@ -140,7 +138,7 @@ func FuzzClientAddr(f *testing.F) {
 	peer := netip.MustParseAddr("10.0.0.1")
 	f.Fuzz(func(t *testing.T, h string, forwarded bool) {
 		a := clientAddr(peer, strings.Split(h, "\n"), forwarded, trusted)
-		if !a.IsValid() || a.Zone() != "" || limiter.ClientForm(a) != a {
+		if !a.IsValid() || a.Zone() != "" || ClientForm(a) != a {
 			t.Fatalf("clientAddr(%q) = %v, not in client form", h, a)
 		}
 		if forwarded {

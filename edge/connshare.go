@@ -7,8 +7,8 @@ import (
 	"sync/atomic"
 	"syscall"
 
+	"github.com/exgate/exgate/clientip"
 	"github.com/exgate/exgate/config"
-	"github.com/exgate/exgate/limiter"
 	"github.com/exgate/exgate/metrics"
 	"github.com/exgate/exgate/share"
 )
@@ -43,7 +43,7 @@ func MaxConnections(cfg *config.Config) int64 {
 
 // ShareConnections returns ln, whose connections are shared between the
 // client addresses they come from, in the form the rate limits key them
-// (limiter.ClientForm: an embedded IPv4 address is that IPv4 client),
+// (clientip.ClientForm: an embedded IPv4 address is that IPv4 client),
 // grouped by client_ip.ipv6_prefix. A connection from a trusted proxy
 // (client_ip.trusted_proxies) carries many clients and is not counted. A
 // connection from a balancer of server.proxy_protocol.trusted_peers
@@ -87,16 +87,15 @@ func (l *sharedListener) Accept() (net.Conn, error) {
 		if err != nil {
 			return nil, err
 		}
-		ap, err := netip.ParseAddrPort(c.RemoteAddr().String())
-		if err != nil {
+		addr, ok := clientip.Peer(c.RemoteAddr().String()) // as the gateway keys the client and compares its proxies
+		if !ok {
 			return c, nil // not an IP peer (a test's pipe): nothing to share
 		}
-		addr := limiter.ClientForm(ap.Addr()) // as the gateway keys the client and compares its proxies
 		sc := &sharedConn{Conn: c}
 		switch {
-		case inPrefixes(l.balancers, addr):
+		case clientip.InPrefixes(addr, l.balancers):
 			sc.from = l
-		case inPrefixes(l.exempt, addr):
+		case clientip.InPrefixes(addr, l.exempt):
 			return c, nil
 		case !l.count(sc, addr):
 			_ = c.Close() // past its share, and no room left to answer it
@@ -112,7 +111,7 @@ func (l *sharedListener) Accept() (net.Conn, error) {
 // listener has no room left for the connections it refuses: sc is to be
 // closed unanswered.
 func (l *sharedListener) count(sc *sharedConn, addr netip.Addr) bool {
-	k := share.AddrKey(limiter.AddrGroup(addr, l.v6Prefix))
+	k := share.AddrKey(clientip.AddrGroup(addr, l.v6Prefix))
 	for !l.pool.Take(k, 1) {
 		if l.admin != nil && l.admin.closeOldest(k) {
 			continue // its place is free again
@@ -126,16 +125,6 @@ func (l *sharedListener) count(sc *sharedConn, addr netip.Addr) bool {
 	}
 	sc.pool, sc.key, sc.idleOf = l.pool, k, l.admin
 	return true
-}
-
-// inPrefixes reports whether a is inside one of ps.
-func inPrefixes(ps []netip.Prefix, a netip.Addr) bool {
-	for _, p := range ps {
-		if p.Contains(a) {
-			return true
-		}
-	}
-	return false
 }
 
 // sharedConn is a client connection counted in its client's share (pool
@@ -202,7 +191,7 @@ func (c *sharedConn) countClient(pc net.Conn) bool {
 	defer c.mu.Unlock()
 	if l := c.from; l != nil && client != nil && !c.closed {
 		c.from = nil
-		if a, ok := netAddrIP(client); ok && !inPrefixes(l.balancers, a) && !inPrefixes(l.exempt, a) {
+		if a, ok := netAddrIP(client); ok && !clientip.InPrefixes(a, l.balancers) && !clientip.InPrefixes(a, l.exempt) {
 			l.count(c, a)
 		}
 	}

@@ -10,8 +10,8 @@ import (
 
 	"github.com/pires/go-proxyproto"
 
+	"github.com/exgate/exgate/clientip"
 	"github.com/exgate/exgate/config"
-	"github.com/exgate/exgate/limiter"
 	"github.com/exgate/exgate/metrics"
 )
 
@@ -65,7 +65,7 @@ func connPolicy(trusted []netip.Prefix, listed proxyproto.Policy) proxyproto.Con
 		if !ok {
 			return proxyproto.REJECT, fmt.Errorf("%w: peer address %v", proxyproto.ErrInvalidUpstream, o.Upstream)
 		}
-		if inPrefixes(trusted, a) {
+		if clientip.InPrefixes(a, trusted) {
 			return listed, nil
 		}
 		return proxyproto.REJECT, nil
@@ -91,21 +91,17 @@ func tcpOnly(h *proxyproto.Header) error {
 }
 
 // netAddrIP returns the IP address of a TCP peer in the form the gateway
-// compares with its trusted proxies (limiter.ClientForm: an embedded IPv4
+// compares with its trusted proxies (clientip.ClientForm: an embedded IPv4
 // address, IPv4-mapped or NAT64's, as that IPv4 address).
 func netAddrIP(a net.Addr) (netip.Addr, bool) {
 	switch t := a.(type) {
 	case *net.TCPAddr:
 		ip, ok := netip.AddrFromSlice(t.IP)
-		return limiter.ClientForm(ip), ok
+		return clientip.ClientForm(ip), ok
 	case nil:
 		return netip.Addr{}, false
 	}
-	ap, err := netip.ParseAddrPort(a.String())
-	if err != nil {
-		return netip.Addr{}, false
-	}
-	return limiter.ClientForm(ap.Addr()), true
+	return clientip.Peer(a.String())
 }
 
 // proxyListener counts the connections refused for their header.

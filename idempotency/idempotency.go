@@ -65,8 +65,8 @@ type Key struct {
 }
 
 // AddressClient returns the Client of a claim made from the client
-// address a (grouped as the rate limits group it: limiter.AddrGroup of
-// limiter.ClientForm), a name no account or token id takes (it holds a
+// address a (grouped as the rate limits group it: clientip.AddrGroup of
+// clientip.ClientForm), a name no account or token id takes (it holds a
 // space). The zero Addr is the one client of requests without an
 // address.
 func AddressClient(a netip.Addr) string {

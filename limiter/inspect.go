@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/exgate/exgate/clientip"
 	"github.com/exgate/exgate/config"
 	"github.com/exgate/exgate/ratelimit"
 )
@@ -22,8 +23,8 @@ type Subject struct {
 	// TokenID is an opaque token's id (Keyer.ID).
 	TokenID string
 	// Addr is a client address; it is put in the form the limits key it
-	// (ClientForm: an IPv4 address embedded in an IPv6 one is that IPv4
-	// client) and grouped as they group it (IPv6 by
+	// (clientip.ClientForm: an IPv4 address embedded in an IPv6 one is
+	// that IPv4 client) and grouped as they group it (IPv6 by
 	// client_ip.ipv6_prefix).
 	Addr netip.Addr
 }
@@ -86,7 +87,7 @@ func (e *Enforcer) targets(rs *Rules, s Subject, all bool) []target {
 	}
 	var addr string
 	if s.Addr.IsValid() {
-		addr = AddrGroup(ClientForm(s.Addr), rs.v6Prefix).String()
+		addr = clientip.AddrGroup(clientip.ClientForm(s.Addr), rs.v6Prefix).String()
 	}
 	names := make([]string, 0, len(rs.routes))
 	for n := range rs.routes {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"testing"
 
+	"github.com/exgate/exgate/clientip"
 	"github.com/exgate/exgate/config"
 	"github.com/exgate/exgate/ratelimit"
 )
@@ -11,7 +12,7 @@ import (
 // TestInspectKeysClientsAsTheLimitsDo: the operator asking about an
 // address in any form that embeds an IPv4 address (IPv4-mapped,
 // translated, NAT64, IPv4-compatible) sees, and resets, the limits of
-// that IPv4 client, as the limits key it (ClientForm); an IPv6 address
+// that IPv4 client, as the limits key it (clientip.ClientForm); an IPv6 address
 // of its own is its /64.
 func TestInspectKeysClientsAsTheLimitsDo(t *testing.T) {
 	cfg := config.Default()
@@ -36,7 +37,7 @@ func TestInspectKeysClientsAsTheLimitsDo(t *testing.T) {
 			ctx := context.Background()
 			var d Decision
 			for range 3 {
-				e.Decide(ctx, rr, Request{Addr: ClientForm(addr(tc.charged))}, &d)
+				e.Decide(ctx, rr, Request{Addr: clientip.ClientForm(addr(tc.charged))}, &d)
 			}
 			remaining := func() int64 {
 				states, err := e.Inspect(ctx, rs, Subject{Addr: addr(tc.asked)})

@@ -196,7 +196,7 @@ func (rs *Rules) Tiers() int { return len(rs.tiers) }
 func (rs *Rules) Headers() string { return rs.headers }
 
 // IPv6Prefix returns client_ip.ipv6_prefix: the length of the prefix an
-// IPv6 client is limited as (AddrGroup).
+// IPv6 client is limited as (clientip.AddrGroup).
 func (rs *Rules) IPv6Prefix() int { return rs.v6Prefix }
 
 // Limited reports whether the route has any limit.

@@ -13,8 +13,8 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/exgate/exgate/apierror"
+	"github.com/exgate/exgate/clientip"
 	"github.com/exgate/exgate/idempotency"
-	"github.com/exgate/exgate/limiter"
 	"github.com/exgate/exgate/metrics"
 	"github.com/exgate/exgate/ratelimit"
 	"github.com/exgate/exgate/validate"
@@ -165,7 +165,7 @@ func claimClient(st *requestState) string {
 	}
 	var a netip.Addr
 	if st.addr.IsValid() {
-		a = limiter.AddrGroup(st.addr, st.plan.v6Prefix)
+		a = clientip.AddrGroup(st.addr, st.plan.v6Prefix)
 	}
 	return idempotency.AddressClient(a)
 }

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/exgate/exgate/apierror"
+	"github.com/exgate/exgate/clientip"
 	"github.com/exgate/exgate/limiter"
 	"github.com/exgate/exgate/ratelimit"
 	"github.com/exgate/exgate/topk"
@@ -112,7 +113,7 @@ func (g *Gateway) limitAnswer(st *requestState, pl *requestPlan, rt *Route, cost
 		case d.TokenID != "":
 			id = topk.Identity{Kind: "token", ID: d.TokenID}
 		}
-		g.top.Record(st.start, rt.Name, id, limiter.AddrGroup(st.addr, pl.v6Prefix), !d.Allowed) // the client as the limits count it
+		g.top.Record(st.start, rt.Name, id, clientip.AddrGroup(st.addr, pl.v6Prefix), !d.Allowed) // the client as the limits count it
 	}
 	d.SetHeaders(st.rw.Header(), pl.rules.Headers())
 	switch {

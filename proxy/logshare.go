@@ -5,7 +5,7 @@ import (
 	"net/netip"
 	"time"
 
-	"github.com/exgate/exgate/limiter"
+	"github.com/exgate/exgate/clientip"
 	"github.com/exgate/exgate/share"
 )
 
@@ -53,7 +53,7 @@ func (g *Gateway) logClient(st *requestState, r *http.Request) (share.Key, netip
 		k = clientKey(st.caller.id.Account, a, st.plan)
 	}
 	if a.IsValid() {
-		a = limiter.AddrGroup(a, st.plan.v6Prefix)
+		a = clientip.AddrGroup(a, st.plan.v6Prefix)
 	}
 	return k, a
 }

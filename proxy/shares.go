@@ -3,7 +3,7 @@ package proxy
 import (
 	"net/netip"
 
-	"github.com/exgate/exgate/limiter"
+	"github.com/exgate/exgate/clientip"
 	"github.com/exgate/exgate/share"
 )
 
@@ -24,7 +24,7 @@ func clientKey(account string, addr netip.Addr, pl *requestPlan) share.Key {
 	}
 	var a netip.Addr
 	if addr.IsValid() {
-		a = limiter.AddrGroup(addr, pl.v6Prefix)
+		a = clientip.AddrGroup(addr, pl.v6Prefix)
 	}
 	return share.AddrKey(a)
 }
