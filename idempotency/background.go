@@ -15,6 +15,86 @@ import (
 // and a settlement whose run failed, retried (settleLater). Wait waits
 // for both before the store's client is closed.
 
+// RequestContext is a context that names the request a store call is made
+// for (ID, its request id): the Redis store names it in the report of
+// what it does in the background for the call (Options.Report), so that
+// an operator can tell which order's claim stayed held. A caller keeps one
+// per request and sets Context before each call: no allocation.
+type RequestContext struct {
+	context.Context
+	ID string
+}
+
+// requestIDKey is the key RequestContext answers its ID for.
+type requestIDKey struct{}
+
+// Value returns the request id for requestIDKey, else Context's value.
+func (c *RequestContext) Value(k any) any {
+	if k == (requestIDKey{}) {
+		return c.ID
+	}
+	return c.Context.Value(k)
+}
+
+// requestIDOf returns the id of the request ctx names (RequestContext),
+// or "".
+func requestIDOf(ctx context.Context) string {
+	id, _ := ctx.Value(requestIDKey{}).(string)
+	return id
+}
+
+// Work is a kind of work the Redis store does in the background.
+type Work uint8
+
+// Works of the Redis store in the background.
+const (
+	// WorkFree: the free of a claim whose reply was lost (freeLost).
+	WorkFree Work = iota
+	// WorkComplete: a completion retried (settleLater).
+	WorkComplete
+	// WorkRelease: a release retried (settleLater).
+	WorkRelease
+)
+
+// String names the work.
+func (w Work) String() string {
+	switch w {
+	case WorkFree:
+		return "free"
+	case WorkComplete:
+		return "complete"
+	}
+	return "release"
+}
+
+// Background is the report of one work the Redis store did in the
+// background (Options.Report), once it has ended.
+type Background struct {
+	Work Work
+	// RequestID is the id of the request the work was for (RequestContext),
+	// or "".
+	RequestID string
+	// Err is nil when the work was done. ErrClaimLost: the claim was not
+	// held by its holder any more — for a retried settlement, recorded
+	// or released already (by a run whose reply was lost) or expired;
+	// for a free, the claim never ran, or has yet to reach Redis (it then
+	// stays held). ErrRetryBudget: the settlement was not retried, for
+	// want of room (settleRetryBytes). Else the last attempt's failure:
+	// the claim stays held, in flight and then unknown.
+	Err error
+}
+
+// ErrRetryBudget is the Background.Err of a settlement not retried
+// because those being retried hold their bound already.
+var ErrRetryBudget = errors.New("idempotency: settlements being retried hold their bound; not retried")
+
+// report reports the end of work w for request id (Options.Report).
+func (s *Redis) report(w Work, id string, err error) {
+	if s.o.Report != nil {
+		s.o.Report(Background{Work: w, RequestID: id, Err: err})
+	}
+}
+
 // freeLost frees the claim p, whose call failed with err, when Redis may
 // have run it all the same (mayHaveRun): its order is refused and never
 // sent, and a claim left in Redis would answer the client's retry — the
@@ -26,10 +106,11 @@ import (
 // deadline; should it reach Redis before the claim (the two go on
 // different connections) or fail, the claim stays, as before: in
 // progress, then unknown, never placed twice.
-func (s *Redis) freeLost(p *Prepared, err error) {
+func (s *Redis) freeLost(ctx context.Context, p *Prepared, err error) {
 	if !mayHaveRun(err) {
 		return
 	}
+	id := requestIDOf(ctx)
 	// What free reads of p, copied: the proxy's Prepared is reused by
 	// the next request.
 	q := &Prepared{ClaimPart: ratelimit.ClaimPart{Keys: p.Keys}, id: p.id, slot: p.slot, charge: p.charge}
@@ -38,7 +119,11 @@ func (s *Redis) freeLost(p *Prepared, err error) {
 	s.backgroundMu.RUnlock()
 	go func() {
 		defer s.background.Done()
-		_ = s.free(context.Background(), q)
+		n, err := s.free(context.Background(), q)
+		if err == nil && n == 0 {
+			err = ErrClaimLost
+		}
+		s.report(WorkFree, id, err)
 	}()
 }
 
@@ -72,9 +157,13 @@ const settleRetryMaxWait = 2 * time.Second
 // reply was lost, released, or expired). A failure that is not the
 // store's (ErrNotClaimed, ErrClaimLost), and a marking as unknown, which
 // the claim's deadline makes by itself, are not retried.
-func (s *Redis) settleLater(c Claim, state string, rec *Record, err error) {
+func (s *Redis) settleLater(ctx context.Context, c Claim, state string, rec *Record, err error) {
 	if err == nil || errors.Is(err, ErrNotClaimed) || errors.Is(err, ErrClaimLost) {
 		return
+	}
+	w, id := WorkRelease, requestIDOf(ctx)
+	if state == "d" {
+		w = WorkComplete
 	}
 	cost := int64(settleRetryCost)
 	if rec != nil {
@@ -84,19 +173,23 @@ func (s *Redis) settleLater(c Claim, state string, rec *Record, err error) {
 	}
 	if s.retrying.Add(cost) > settleRetryBytes {
 		s.retrying.Add(-cost)
+		s.report(w, id, ErrRetryBudget)
 		return
 	}
 	c.keys, c.more = slices.Clone(c.keys), slices.Clone(c.more)
 	s.backgroundMu.RLock()
 	s.background.Add(1)
 	s.backgroundMu.RUnlock()
-	go s.retrySettle(c, state, rec, cost)
+	go func() {
+		defer s.background.Done()
+		defer s.retrying.Add(-cost)
+		s.report(w, id, s.retrySettle(c, state, rec))
+	}()
 }
 
-// retrySettle makes settleLater's attempts.
-func (s *Redis) retrySettle(c Claim, state string, rec *Record, cost int64) {
-	defer s.background.Done()
-	defer s.retrying.Add(-cost)
+// retrySettle makes settleLater's attempts, and returns the last one's
+// error.
+func (s *Redis) retrySettle(c Claim, state string, rec *Record) error {
 	wait, until := s.o.Timeout, time.Now().Add(s.o.InFlightTimeout)
 	t := time.NewTimer(wait)
 	defer t.Stop()
@@ -109,7 +202,7 @@ func (s *Redis) retrySettle(c Claim, state string, rec *Record, cost int64) {
 		}
 		err := s.end(context.Background(), c, state, rec)
 		if err == nil || errors.Is(err, ErrClaimLost) || last || !time.Now().Before(until) {
-			return
+			return err
 		}
 		wait = min(2*wait, settleRetryMaxWait)
 		t.Reset(wait)

@@ -295,6 +295,10 @@ type Options struct {
 	// Now is the clock that times in-flight claims (and, in the memory
 	// store, retention). Nil means time.Now.
 	Now func() time.Time
+	// Report, when set, is told the end of each work the Redis store
+	// does in the background (Background): the frees of lost claims,
+	// the settlements retried. It is called from the work's goroutine.
+	Report func(Background)
 }
 
 // OptionsFrom returns the Options of the idempotency configuration.

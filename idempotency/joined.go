@@ -112,7 +112,7 @@ func (s *Redis) Settle(ctx context.Context, p *Prepared, r ratelimit.ClaimReply)
 	}
 	if r.Err != nil {
 		s.failed(ctx, r.Err)
-		s.freeLost(p, r.Err)
+		s.freeLost(ctx, p, r.Err)
 		return Claim{}, storeError("claim", r.Err)
 	}
 	if p.ReplicaAcks > 0 {
@@ -137,41 +137,44 @@ func redisError(err error) bool {
 func (s *Redis) Abandon(ctx context.Context, p *Prepared, r ratelimit.ClaimReply) error {
 	if !r.Run {
 		if r.Sent {
-			s.freeLost(p, r.Err)
+			s.freeLost(ctx, p, r.Err)
 		}
 		return nil
 	}
 	if len(r.Reply) == 0 || r.Reply[0] != "claimed" {
 		return nil
 	}
-	return s.free(ctx, p)
+	_, err := s.free(ctx, p)
+	return err
 }
 
 // free releases the claim p, taken by its holder: the identifier's key
-// is deleted and the account's share given back, within Options.Timeout
+// is deleted and the account's share given back (n 1; 0 when p's holder
+// does not hold it), within Options.Timeout
 // even when ctx is done (the caller may be answering a client that left).
 // In a Cluster it goes to the master of the claim's keys directly, as the
 // claim did: a Cluster client built with go-redis's routing policies
 // (its default) fetches COMMAND from random nodes on its first command
 // under a 5s deadline of its own, which a node failing (as one may have,
 // for the claim to be freed) would hold.
-func (s *Redis) free(ctx context.Context, p *Prepared) error {
+func (s *Redis) free(ctx context.Context, p *Prepared) (int64, error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.o.Timeout)
 	defer cancel()
 	var c redis.Scripter = s.c
 	if cc, ok := s.c.(*redis.ClusterClient); ok {
 		node, err := cc.MasterForKey(ctx, p.Keys[0])
 		if err != nil {
-			return storeError("free", err)
+			return 0, storeError("free", err)
 		}
 		c = node
 	}
 	s.finishRuns.Add(1)
-	if err := s.finish.Run(ctx, c, p.Keys, p.id, "free", s.retentionArg, "", p.slot, p.charge, 0).Err(); err != nil {
+	n, err := s.finish.Run(ctx, c, p.Keys, p.id, "free", s.retentionArg, "", p.slot, p.charge, 0).Int64()
+	if err != nil {
 		s.failed(ctx, err)
-		return storeError("free", err)
+		return 0, storeError("free", err)
 	}
-	return nil
+	return n, nil
 }
 
 // mayHaveRun reports whether a claim whose call failed with err may have

@@ -455,7 +455,7 @@ func (s *Redis) ClaimAll(ctx context.Context, account, client string, ids []stri
 	}
 	if err != nil {
 		s.failed(ctx, err)
-		s.freeLost(&p, err)
+		s.freeLost(ctx, &p, err)
 		return Claim{}, storeError("claim", err)
 	}
 	return p.outcome(res)
@@ -686,7 +686,7 @@ func (s *Redis) Complete(ctx context.Context, c Claim, rec Record) error {
 		return s.end(ctx, c, "u", nil)
 	}
 	err := s.end(ctx, c, "d", &rec)
-	s.settleLater(c, "d", &rec, err)
+	s.settleLater(ctx, c, "d", &rec, err)
 	return err
 }
 
@@ -694,7 +694,7 @@ func (s *Redis) Complete(ctx context.Context, c Claim, rec Record) error {
 // background (settleLater).
 func (s *Redis) Release(ctx context.Context, c Claim) error {
 	err := s.end(ctx, c, "free", nil)
-	s.settleLater(c, "free", nil, err)
+	s.settleLater(ctx, c, "free", nil, err)
 	return err
 }
 

@@ -93,7 +93,7 @@ func (s *Redis) acked(ctx context.Context, p *Prepared, res []any, acked int64, 
 		// Not forwarded: free the identifier for the retry. Should this
 		// be lost too, the retry meets an in-flight claim (409), not a
 		// second placement.
-		_ = s.free(ctx, p)
+		_, _ = s.free(ctx, p)
 	}
 	if werr != nil {
 		return fmt.Errorf("%w: WAIT: %v", ErrNotReplicated, werr)

@@ -16,7 +16,68 @@ const (
 	NameIdempotencyStoreMaxBytes = "exgate_idempotency_store_max_bytes"
 	NameIdempotencyStoreFull     = "exgate_idempotency_store_full"
 	NameIdempotencyScriptRuns    = "exgate_idempotency_store_script_runs_total"
+	NameIdempotencyBackground    = "exgate_idempotency_store_background_total"
 )
+
+// IdempotencyWork is the work label of exgate_idempotency_store_background_total:
+// what the Redis store did in the background (idempotency.Work).
+type IdempotencyWork uint8
+
+// Works of the store in the background.
+const (
+	// IdempotencyWorkFree: the free of a claim whose reply was lost.
+	IdempotencyWorkFree IdempotencyWork = iota
+	// IdempotencyWorkComplete: a completion retried.
+	IdempotencyWorkComplete
+	// IdempotencyWorkRelease: a release retried.
+	IdempotencyWorkRelease
+	numIdempotencyWorks
+)
+
+// String returns the work label value.
+func (w IdempotencyWork) String() string {
+	switch w {
+	case IdempotencyWorkFree:
+		return "free"
+	case IdempotencyWorkComplete:
+		return "complete"
+	}
+	return "release"
+}
+
+// IdempotencyWorkEnd is how a work in the background ended; a failure is
+// labelled by its kind (timeout, full, other).
+type IdempotencyWorkEnd uint8
+
+// Ends of a work in the background.
+const (
+	// IdempotencyWorkDone: the claim was freed, or its answer recorded.
+	IdempotencyWorkDone IdempotencyWorkEnd = iota
+	// IdempotencyWorkNotHeld: the claim was not held by its holder.
+	IdempotencyWorkNotHeld
+	// IdempotencyWorkOverBudget: the settlement was not retried, for
+	// want of room.
+	IdempotencyWorkOverBudget
+	// IdempotencyWorkFailed: the store failed; the claim stays held.
+	IdempotencyWorkFailed
+)
+
+// numWorkResults counts the result label values: the ends before
+// IdempotencyWorkFailed, then a failure's kinds.
+const numWorkResults = int(IdempotencyWorkFailed) + int(numStoreErrorKinds)
+
+// workResult returns the i-th result label value.
+func workResult(i int) string {
+	switch IdempotencyWorkEnd(i) {
+	case IdempotencyWorkDone:
+		return "done"
+	case IdempotencyWorkNotHeld:
+		return "not_held"
+	case IdempotencyWorkOverBudget:
+		return "over_budget"
+	}
+	return storeErrorKind(i - int(IdempotencyWorkFailed)).String()
+}
 
 // IdempotencyStoreOp is the operation label of the duplicate-protection
 // store's metrics: which call of idempotency.Store was made.
@@ -63,10 +124,12 @@ type IdempotencyStore struct {
 	maxBytes prometheus.Gauge
 	full     prometheus.Gauge
 	runs     *scriptRuns
+	works    *prometheus.CounterVec
 
 	// Children resolved once, by operation (and error kind).
 	observers [numIdempotencyOps]prometheus.Observer
 	failures  [numIdempotencyOps][numStoreErrorKinds]prometheus.Counter
+	workEnds  [numIdempotencyWorks][numWorkResults]prometheus.Counter
 }
 
 // NewDuplicateStore builds the duplicate-protection store's collectors and
@@ -101,7 +164,11 @@ func NewDuplicateStore(reg prometheus.Registerer) (*IdempotencyStore, error) {
 	s.runs = &scriptRuns{desc: prometheus.NewDesc(NameIdempotencyScriptRuns,
 		"Redis script runs of duplicate protection's store, by script: claim (a claim sent on its own, not riding in the limits' round trip) and finish (a run that records responses, releases claims or marks them unknown; one run carries the finishes of a round trip).",
 		[]string{"script"}, nil)}
-	if err := register(reg, []prometheus.Collector{s.duration, s.errs, s.bytes, s.maxBytes, s.full, s.runs}); err != nil {
+	s.works = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: NameIdempotencyBackground,
+		Help: "Works the Redis duplicate-protection store did in the background, by work (free: a claim whose reply was lost; complete, release: a settlement retried) and result (done; not_held; over_budget: not retried; timeout, full, other: failed, the claim stays held and its order's retries get 409).",
+	}, []string{"work", "result"})
+	if err := register(reg, []prometheus.Collector{s.duration, s.errs, s.bytes, s.maxBytes, s.full, s.runs, s.works}); err != nil {
 		return nil, err
 	}
 	for o := range s.observers {
@@ -111,12 +178,17 @@ func NewDuplicateStore(reg prometheus.Registerer) (*IdempotencyStore, error) {
 			s.failures[o][k] = s.errs.WithLabelValues(op, storeErrorKind(k).String())
 		}
 	}
+	for w := range s.workEnds {
+		for r := range s.workEnds[w] {
+			s.workEnds[w][r] = s.works.WithLabelValues(IdempotencyWork(w).String(), workResult(r))
+		}
+	}
 	return s, nil
 }
 
 // IdempotencyStoreNames lists the duplicate-protection store's metric names.
 func IdempotencyStoreNames() []string {
-	return []string{NameIdempotencyStoreDuration, NameIdempotencyStoreErrors, NameIdempotencyStoreBytes, NameIdempotencyStoreMaxBytes, NameIdempotencyStoreFull, NameIdempotencyScriptRuns}
+	return []string{NameIdempotencyStoreDuration, NameIdempotencyStoreErrors, NameIdempotencyStoreBytes, NameIdempotencyStoreMaxBytes, NameIdempotencyStoreFull, NameIdempotencyScriptRuns, NameIdempotencyBackground}
 }
 
 // ScriptRunSource reports the script runs a Redis store has sent:
@@ -187,4 +259,17 @@ func (s *IdempotencyStore) Observe(op IdempotencyStoreOp, d time.Duration, err e
 	if err != nil {
 		s.failures[op][classifyStoreError(err)].Inc()
 	}
+}
+
+// Work counts one work of the store in the background, w, that ended as
+// end; err is the failure of IdempotencyWorkFailed, labelled by its kind.
+func (s *IdempotencyStore) Work(w IdempotencyWork, end IdempotencyWorkEnd, err error) {
+	if s == nil || w >= numIdempotencyWorks || end > IdempotencyWorkFailed {
+		return
+	}
+	r := int(end)
+	if end == IdempotencyWorkFailed {
+		r += int(classifyStoreError(err))
+	}
+	s.workEnds[w][r].Inc()
 }

@@ -68,6 +68,17 @@ type claimState struct {
 	// (recordResponse): the proxy reads it within the request, before
 	// its state goes back to the pool.
 	held heldBody
+	// ctx is the context of the request's calls to the store (storeCtx).
+	ctx idempotency.RequestContext
+}
+
+// storeCtx returns parent naming st's request by its id
+// (idempotency.RequestContext), for a call to duplicate protection's
+// store: what the store does in the background for the call is reported
+// with it. It is st's own, valid for that call.
+func (st *requestState) storeCtx(parent context.Context) context.Context {
+	st.claim.ctx = idempotency.RequestContext{Context: parent, ID: st.id}
+	return &st.claim.ctx
 }
 
 // limitWithClaim decides rt's limits for a checked request of cost, with
@@ -193,7 +204,7 @@ func (g *Gateway) claimOwn(st *requestState, r *http.Request, pl *requestPlan) *
 	if by.IsZero() {
 		by = g.now().Add(g.idemTimeout)
 	}
-	ctx, cancel := context.WithDeadline(context.WithoutCancel(r.Context()), by)
+	ctx, cancel := context.WithDeadline(st.storeCtx(context.WithoutCancel(r.Context())), by)
 	defer cancel()
 	claim, err := g.idem.ClaimAll(ctx, st.claim.account, st.claim.client, st.claim.ids, st.fingerprint())
 	return g.answerClaim(st, r, pl, claim, err)
@@ -214,7 +225,7 @@ func (g *Gateway) joinedClaim(st *requestState, r *http.Request, pl *requestPlan
 	// Settle makes (the claim made again, a free) is bounded by the
 	// store's own timeout and outlives the client (idempotency.Joiner),
 	// so no context is made here.
-	claim, err := g.joiner.Settle(r.Context(), &st.claim.joined, st.decision.Claim)
+	claim, err := g.joiner.Settle(st.storeCtx(r.Context()), &st.claim.joined, st.decision.Claim)
 	return g.answerClaim(st, r, pl, claim, err)
 }
 
@@ -236,7 +247,7 @@ func (g *Gateway) abandonClaim(st *requestState, r *http.Request) {
 	if c := st.decision.Claim; !c.Run && (!c.Sent || c.Err == nil) {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), g.idemTimeout)
+	ctx, cancel := context.WithTimeout(st.storeCtx(context.WithoutCancel(r.Context())), g.idemTimeout)
 	defer cancel()
 	if err := g.joiner.Abandon(ctx, &st.claim.joined, st.decision.Claim); err != nil {
 		g.log.Warn("duplicate protection: freeing the claim of an order its limits refused failed; retries get 409 until it expires",
@@ -343,7 +354,7 @@ func (g *Gateway) settle(st *requestState, how claimSettlement, rec idempotency.
 		return
 	}
 	st.claim.phase = claimSettled
-	ctx := context.Background()
+	ctx := st.storeCtx(context.Background())
 	var err error
 	switch how {
 	case settleRelease:

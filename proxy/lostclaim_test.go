@@ -44,6 +44,7 @@ func TestLostClaimFreedWhenLimitsFail(t *testing.T) {
 			rl := ratelimit.NewRedis(c, ratelimit.RedisOptions{Timeout: testStoreTimeout, ClaimFunc: idempotency.ClaimFunc})
 			t.Cleanup(func() { _ = rl.Close() })
 			var calls atomic.Int64
+			reports := make(chan idempotency.Background, 4)
 			e := startOrdersWith(t, func(w http.ResponseWriter, r *http.Request) {
 				calls.Add(1)
 				placed(w, r)
@@ -51,6 +52,7 @@ func TestLostClaimFreedWhenLimitsFail(t *testing.T) {
 				cfg.Route("place_order").OnStoreError = tc.mode
 			}, rl, nil, func(o idempotency.Options) idempotency.Store {
 				o.Timeout, o.KeyPrefix = time.Second, "lost-"+tc.mode+":"
+				o.Report = func(b idempotency.Background) { reports <- b }
 				return idempotency.NewRedis(c, o)
 			})
 			order := func(id string) *http.Response {
@@ -63,7 +65,9 @@ func TestLostClaimFreedWhenLimitsFail(t *testing.T) {
 				t.Fatalf("first order: %d", res.StatusCode)
 			}
 			h.Arm()
-			assertError(t, order("lost"), http.StatusServiceUnavailable, tc.code)
+			lost := order("lost")
+			id := lost.Header.Get("X-Request-Id")
+			assertError(t, lost, http.StatusServiceUnavailable, tc.code)
 			// The claim is freed in the background; the bound only ends a
 			// wait for a claim never freed.
 			for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
@@ -77,6 +81,16 @@ func TestLostClaimFreedWhenLimitsFail(t *testing.T) {
 				if time.Now().After(deadline) {
 					t.Fatalf("the claim of the order refused after its round trip's reply was lost is still held: %v", keys)
 				}
+			}
+			// The free is reported, naming the order's request; the bound
+			// only ends a wait for a report never made.
+			select {
+			case b := <-reports:
+				if b.Work != idempotency.WorkFree || b.RequestID != id || b.Err != nil {
+					t.Errorf("reported %+v, want the free done, for request %q", b, id)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("the free was not reported")
 			}
 			// The retry, once the limiter no longer fails fast.
 			for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {

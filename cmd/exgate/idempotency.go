@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
 
 	"github.com/exgate/exgate/config"
 	"github.com/exgate/exgate/idempotency"
@@ -25,6 +26,11 @@ func (a *app) openIdempotencyStore(cfg *config.Config) (idempotency.Store, error
 	opts.Now = a.d.now
 	opts.ReplicaAcks = cfg.IdempotencyReplicaAcks()
 	opts.MaxPerAccount, opts.MaxBytesPerAccount = cfg.IdempotencyShare()
+	m, err := metrics.NewDuplicateStore(a.d.reg)
+	if err != nil {
+		return nil, err
+	}
+	opts.Report = reportWork(a.log, m)
 	var s idempotency.Store
 	if idempotencyInRedis(cfg) {
 		a.idem = a.limits.Client
@@ -41,10 +47,6 @@ func (a *app) openIdempotencyStore(cfg *config.Config) (idempotency.Store, error
 	} else {
 		s = idempotency.NewMemory(opts)
 	}
-	m, err := metrics.NewDuplicateStore(a.d.reg)
-	if err != nil {
-		return nil, err
-	}
 	if r, ok := s.(metrics.ScriptRunSource); ok {
 		m.SetScriptRuns(r)
 	}
@@ -54,6 +56,39 @@ func (a *app) openIdempotencyStore(cfg *config.Config) (idempotency.Store, error
 		return observedJoiner{observedStore: o, j: j}, nil
 	}
 	return o, nil
+}
+
+// reportWork returns the report of what the Redis store does in the
+// background (idempotency.Options.Report): each work counted by how it
+// ended (exgate_idempotency_store_background_total), and one that leaves
+// a claim held — a free or a retried settlement that failed, a
+// settlement not retried — logged with its request's id (never the
+// account, nor the identifier): its order's retries get 409
+// request_in_progress, then outcome_unknown.
+func reportWork(log *zap.Logger, m *metrics.IdempotencyStore) func(idempotency.Background) {
+	return func(b idempotency.Background) {
+		w := metrics.IdempotencyWorkRelease
+		switch b.Work {
+		case idempotency.WorkFree:
+			w = metrics.IdempotencyWorkFree
+		case idempotency.WorkComplete:
+			w = metrics.IdempotencyWorkComplete
+		}
+		switch {
+		case b.Err == nil:
+			m.Work(w, metrics.IdempotencyWorkDone, nil)
+			return
+		case errors.Is(b.Err, idempotency.ErrClaimLost):
+			m.Work(w, metrics.IdempotencyWorkNotHeld, nil)
+			return
+		case errors.Is(b.Err, idempotency.ErrRetryBudget):
+			m.Work(w, metrics.IdempotencyWorkOverBudget, nil)
+		default:
+			m.Work(w, metrics.IdempotencyWorkFailed, b.Err)
+		}
+		log.Warn("duplicate protection: work in the background failed; the order's claim stays held, its retries get 409 until it expires",
+			zap.String("request_id", b.RequestID), zap.Stringer("work", b.Work), zap.Error(b.Err))
+	}
 }
 
 // claimFunc is the claim the Redis limiter runs with an order's limits:

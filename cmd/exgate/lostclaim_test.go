@@ -2,15 +2,24 @@ package main
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"net/http/httptest"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/exgate/exgate/config"
+	"github.com/exgate/exgate/idempotency"
 	"github.com/exgate/exgate/internal/redistest"
+	"github.com/exgate/exgate/metrics"
 	"github.com/exgate/exgate/sim"
 )
 
@@ -100,6 +109,75 @@ func TestShutdownWaitsForLostClaimFrees(t *testing.T) {
 			}
 			if len(keys.([]any)) != 0 {
 				t.Errorf("the claim of the order refused, never sent, is still held after the shutdown: %v", keys)
+			}
+		})
+	}
+}
+
+// TestReportWork: what duplicate protection's Redis store did in the
+// background is counted by work and result, and a work that leaves a
+// claim held — a free or a retried settlement that failed, a settlement
+// not retried — is logged with its request's id, never the account or
+// the identifier; a work done, or with nothing to do, is not.
+func TestReportWork(t *testing.T) {
+	timeout := fmt.Errorf("idempotency: redis free: %w", context.DeadlineExceeded)
+	for _, tc := range []struct {
+		name   string
+		b      idempotency.Background
+		series string // its labels, sorted
+		logged bool
+	}{
+		{"free done", idempotency.Background{Work: idempotency.WorkFree, RequestID: "r1"}, "result=done,work=free", false},
+		{"free found nothing", idempotency.Background{Work: idempotency.WorkFree, RequestID: "r1", Err: idempotency.ErrClaimLost}, "result=not_held,work=free", false},
+		{"free timed out", idempotency.Background{Work: idempotency.WorkFree, RequestID: "r1", Err: timeout}, "result=timeout,work=free", true},
+		{"completion failed", idempotency.Background{Work: idempotency.WorkComplete, RequestID: "r1", Err: errors.New("connection refused")}, "result=other,work=complete", true},
+		{"release not retried", idempotency.Background{Work: idempotency.WorkRelease, RequestID: "r1", Err: idempotency.ErrRetryBudget}, "result=over_budget,work=release", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			reg := prometheus.NewRegistry()
+			m, err := metrics.NewDuplicateStore(reg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			core, logs := observer.New(zapcore.DebugLevel)
+			reportWork(zap.New(core), m)(tc.b)
+			mfs, err := reg.Gather()
+			if err != nil {
+				t.Fatal(err)
+			}
+			var counted []string
+			for _, mf := range mfs {
+				if mf.GetName() != metrics.NameIdempotencyBackground {
+					continue
+				}
+				for _, s := range mf.GetMetric() {
+					if s.GetCounter().GetValue() == 0 {
+						continue
+					}
+					var labels []string
+					for _, l := range s.GetLabel() {
+						labels = append(labels, l.GetName()+"="+l.GetValue())
+					}
+					counted = append(counted, fmt.Sprintf("%s %v", strings.Join(labels, ","), s.GetCounter().GetValue()))
+				}
+			}
+			if want := []string{tc.series + " 1"}; !slices.Equal(counted, want) {
+				t.Errorf("counted %v, want %v", counted, want)
+			}
+			lines := logs.All()
+			if !tc.logged {
+				if len(lines) != 0 {
+					t.Errorf("logged %v, want nothing", lines)
+				}
+				return
+			}
+			if len(lines) != 1 || lines[0].ContextMap()["request_id"] != "r1" || lines[0].ContextMap()["work"] != tc.b.Work.String() {
+				t.Fatalf("logged %v, want one line naming request r1 and the work", lines)
+			}
+			for k := range lines[0].ContextMap() {
+				if k != "request_id" && k != "work" && k != "error" {
+					t.Errorf("the line has a field %q: only the request id, the work and the error", k)
+				}
 			}
 		})
 	}
