@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"net/url"
 	"strconv"
 	"strings"
 
@@ -28,7 +29,7 @@ type adminAccess struct {
 	// tokenVar names the variable the token is read from.
 	tokenVar string
 
-	errToken, errClosed, errResetDisabled *apierror.Error
+	errToken, errClosed, errResetDisabled, errCrossSite *apierror.Error
 }
 
 func newAdminAccess(o Options) *adminAccess {
@@ -48,6 +49,9 @@ func newAdminAccess(o Options) *adminAccess {
 				" (admin.token_env) to use the console and pprof here."),
 		errResetDisabled: apierror.Static(http.StatusForbidden, "reset_disabled",
 			"Reset needs an admin token ("+tokenVar+")."),
+		errCrossSite: apierror.Static(http.StatusForbidden, "cross_site_refused",
+			"The admin API and pprof answer a browser only from the console's own page or an address typed in, "+
+				"not a request another site's page sent."),
 	}
 	if a.hasToken {
 		a.token = sha256.Sum256([]byte(o.Token))
@@ -104,6 +108,30 @@ func hostRefused(host string) *apierror.Error {
 			": use its address, localhost, or a name in admin.allowed_hosts.")
 }
 
+// crossSite reports whether r is a browser's request that another
+// origin's page sent (an image, a fetch, a form): Sec-Fetch-Site other
+// than same-origin or none (an address typed in, a bookmark), or, from a
+// browser that sends no Sec-Fetch-Site, an Origin that is not the
+// listener's own (scheme aside: the listener's Host, as the browser
+// named it). Such a request is unread by its page, but pprof's and the
+// console's cost is paid all the same (a CPU profile, a forced
+// collection, a stop-the-world goroutine dump). Tools send neither
+// header.
+func crossSite(r *http.Request) bool {
+	switch r.Header.Get("Sec-Fetch-Site") {
+	case "same-origin", "none":
+		return false
+	case "":
+		o := r.Header.Get("Origin")
+		if o == "" {
+			return false
+		}
+		u, err := url.Parse(o)
+		return err != nil || u.Host == "" || !strings.EqualFold(u.Host, r.Host)
+	}
+	return true
+}
+
 // page guards what a browser loads but holds no data (the console page):
 // the Host check only.
 func (a *adminAccess) page(h http.Handler) http.Handler {
@@ -116,11 +144,14 @@ func (a *adminAccess) page(h http.Handler) http.Handler {
 	})
 }
 
-// api guards the console's API and pprof: the Host check, then the
-// admin token (or, without one on a listener beyond loopback, a refusal).
+// api guards the console's API and pprof: the Host check, a browser's
+// request from another origin refused, then the admin token (or,
+// without one on a listener beyond loopback, a refusal).
 func (a *adminAccess) api(h http.Handler) http.Handler {
 	return a.page(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch {
+		case crossSite(r):
+			proxy.WriteError(w, "", a.errCrossSite)
 		case a.closed:
 			proxy.WriteError(w, "", a.errClosed)
 		case !a.authorized(r):

@@ -196,3 +196,51 @@ func TestAdminErrorsAreJSON(t *testing.T) {
 		t.Errorf("a profile: %d %.80s", a.status, a.body)
 	}
 }
+
+// TestAdminCrossSiteRefused: a page of another site open in an
+// operator's browser can send GETs (an image, a no-cors fetch) and form
+// POSTs to the admin listener by its address, which the Host check
+// answers, and without a token on loopback nothing else stood in the
+// way: on main each was served, so the page could start CPU profiles and
+// execution traces, force collections (/debug/pprof/heap?gc=1) and
+// stop-the-world goroutine dumps (?debug=2) on the gateway at will, the
+// answers unread but their cost paid. The console's API and pprof now
+// refuse a browser's request that did not come from their own origin
+// (Sec-Fetch-Site other than same-origin or none; without it, an Origin
+// naming another host), 403 cross_site_refused; the console's own page,
+// an address typed in, and tools that send neither header are answered.
+// The page itself (no data), probes and metrics answer any.
+func TestAdminCrossSiteRefused(t *testing.T) {
+	srv := adminServer(t, Options{})
+	host := strings.TrimPrefix(srv.URL, "http://")
+	tests := []struct {
+		name, method, path string
+		header             []string
+		status             int
+		code               string
+	}{
+		{"a CPU profile from another site", "GET", "/debug/pprof/profile?seconds=1", []string{"Sec-Fetch-Site", "cross-site"}, 403, "cross_site_refused"},
+		{"a forced collection from another site", "GET", "/debug/pprof/heap?gc=1", []string{"Sec-Fetch-Site", "cross-site"}, 403, "cross_site_refused"},
+		{"a goroutine dump from the same site", "GET", "/debug/pprof/goroutine?debug=2", []string{"Sec-Fetch-Site", "same-site"}, 403, "cross_site_refused"},
+		{"the status from another site", "GET", "/admin/status", []string{"Sec-Fetch-Site", "cross-site"}, 403, "cross_site_refused"},
+		{"an inspect form from another site", "POST", "/admin/inspect?address=192.0.2.1", []string{"Sec-Fetch-Site", "cross-site", "Origin", "http://evil.example"}, 403, "cross_site_refused"},
+		{"another origin without Sec-Fetch-Site", "GET", "/admin/status", []string{"Origin", "http://evil.example"}, 403, "cross_site_refused"},
+		{"an opaque origin", "GET", "/admin/status", []string{"Origin", "null"}, 403, "cross_site_refused"},
+		{"another port of the host", "GET", "/admin/status", []string{"Origin", "http://" + strings.Split(host, ":")[0] + ":1"}, 403, "cross_site_refused"},
+		{"the console's page", "GET", "/admin/status", []string{"Sec-Fetch-Site", "same-origin", "Origin", "http://" + host}, 200, ""},
+		{"its own origin without Sec-Fetch-Site", "GET", "/admin/status", []string{"Origin", "http://" + host}, 200, ""},
+		{"an address typed in", "GET", "/debug/pprof/", []string{"Sec-Fetch-Site", "none"}, 200, ""},
+		{"a tool", "GET", "/debug/pprof/", nil, 200, ""},
+		{"the page from a link", "GET", "/", []string{"Sec-Fetch-Site", "cross-site"}, 200, ""},
+		{"metrics from another site", "GET", "/metrics", []string{"Sec-Fetch-Site", "cross-site"}, 200, ""},
+		{"readyz from another site", "GET", "/readyz", []string{"Sec-Fetch-Site", "cross-site"}, 200, ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			a := adminDo(t, srv, tc.method, tc.path, "", tc.header...)
+			if a.status != tc.status || a.code != tc.code {
+				t.Errorf("%d %.200s, want %d %s", a.status, a.body, tc.status, tc.code)
+			}
+		})
+	}
+}

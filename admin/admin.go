@@ -94,7 +94,8 @@ type Options struct {
 // each check's state in a JSON body; /metrics and /debug/pprof/ when
 // configured. The console and pprof answer only the Hosts of
 // AllowedHosts (and addresses, localhost), pprof and the console's API
-// only with the token; every error answer is JSON.
+// only with the token and never to another origin's page (crossSite);
+// every error answer is JSON.
 func Handler(gw Gateway, o Options) http.Handler {
 	if o.CheckTimeout <= 0 {
 		o.CheckTimeout = time.Second

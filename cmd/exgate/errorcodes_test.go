@@ -212,7 +212,7 @@ func TestDocumentedErrorCodes(t *testing.T) {
 	// checks: docs/operations.md) and the pipeline's internal "answered"
 	// marker are not traffic answers.
 	console := map[string]bool{"reset_disabled": true, "invalid_subject": true, "unknown_subject": true,
-		"admin_token_required": true, "host_not_allowed": true}
+		"admin_token_required": true, "host_not_allowed": true, "cross_site_refused": true}
 
 	arch, err := os.ReadFile("../../docs/architecture.md")
 	if err != nil {
