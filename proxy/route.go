@@ -11,7 +11,12 @@ import (
 )
 
 // Route is a route compiled from configuration: everything the hot path
-// needs, computed once at load.
+// needs, computed once at load. What requests it matches and how the path
+// it forwards them is spelled is its routePattern, compiled from its match
+// (compileTable) and read by the route table and forwardPath alone; the
+// rest is what the requests it matched use, the parts that hold pools and
+// counters (limits, admission, metrics, deadlines, service) attached by the
+// plan (newPlan).
 type Route struct {
 	// Name is the configured route name, used in logs and metrics.
 	Name string
@@ -22,6 +27,8 @@ type Route struct {
 	// Config is the route as configured.
 	Config config.Route
 
+	routePattern // what it matches (compileTable)
+
 	limits       *limiter.RouteRules                // nil or empty: not limited
 	bulk         *bulkTargets                       // the routes a bulk route charges, or nil
 	maxIDs       int                                // validate: order_ids: the most ids its path may list; else 0
@@ -31,17 +38,21 @@ type Route struct {
 	evidence     bool                               // orders and cancels: the access log never samples them
 	trace        routeTrace                         // what its spans say of it, while tracing is on
 	deadlines    *timeoutQueues                     // cancel its backend calls at Timeout
+	service      *upstream.Service                  // the service it forwards to; nil when not started (fleet.go)
+	split        *upstream.Split                    // the services it divides its requests between, instead of service
+	sticky       bool                               // split by account
+}
 
+// routePattern is what a route matches — a method and a path's shape — and
+// how the path it forwards is spelled, compiled from its match at load.
+type routePattern struct {
 	method   string    // "" for any known method
 	segs     []segment // nil for the default route
 	trailing bool      // the canonical form ends in "/"
 	spelling string    // the path forwarded when its segments are all literal (forwardPath), else ""
 	isDef    bool
-	refuse   bool              // refuse: true, every request it matches answered 405 (refusedAt)
-	allow    string            // Allow header of every route sharing this shape
-	service  *upstream.Service // the service it forwards to; nil when not started (fleet.go)
-	split    *upstream.Split   // the services it divides its requests between, instead of service
-	sticky   bool              // split by account
+	refuse   bool   // refuse: true, every request it matches answered 405 (refusedAt)
+	allow    string // Allow header of every route sharing this shape
 }
 
 type segment struct {
@@ -79,12 +90,11 @@ func compileTable(cfg *config.Config) *table {
 	for i := range cfg.Routes {
 		rc := cfg.Routes[i]
 		r := &Route{
-			Name:    rc.Name,
-			Auth:    rc.Auth,
-			Timeout: cfg.RouteTimeout(&rc),
-			Config:  rc,
-			method:  rc.Match.Method,
-			refuse:  rc.Refuse,
+			Name:         rc.Name,
+			Auth:         rc.Auth,
+			Timeout:      cfg.RouteTimeout(&rc),
+			Config:       rc,
+			routePattern: routePattern{method: rc.Match.Method, refuse: rc.Refuse},
 			// The route's class says what its requests are; a bulk route
 			// is of class place, and a bulk cancel is a cancel.
 			evidence: rc.Priority == config.PriorityPlace || rc.Priority == config.PriorityCancel,
@@ -177,7 +187,7 @@ func sameShape(a, b *Route) bool {
 }
 
 // methodOK reports whether the route accepts method.
-func (r *Route) methodOK(method string) bool {
+func (r *routePattern) methodOK(method string) bool {
 	switch r.method {
 	case method:
 		return true
@@ -198,7 +208,7 @@ func (r *Route) methodOK(method string) bool {
 // Literal segments compare case-insensitively and the trailing slash is
 // ignored, so every spelling of a route's path that a lenient backend might
 // route to the same handler is held to the route.
-func (r *Route) matchPath(p string) bool {
+func (r *routePattern) matchPath(p string) bool {
 	it := segmentIter{p: p}
 	for i := range r.segs {
 		if r.segs[i].rest {
@@ -340,7 +350,7 @@ func (t *table) find(method, p string, n int) *Route {
 
 // fits reports whether a path of n segments can have the route's shape:
 // a cheap test that spares most routes the segment comparison.
-func (r *Route) fits(n int) bool {
+func (r *routePattern) fits(n int) bool {
 	if k := len(r.segs); k > 0 && r.segs[k-1].rest {
 		return n >= k-1
 	}
@@ -392,7 +402,7 @@ func formatless(p string) (string, bool) {
 // It does not allocate when p is already in the route's spelling, nor for
 // a route of literal segments only, whose path is the same for every
 // request (spelling).
-func (r *Route) forwardPath(p string) string {
+func (r *routePattern) forwardPath(p string) string {
 	if r.isDef {
 		return p
 	}
@@ -443,7 +453,7 @@ func literalSpelling(r *Route) string {
 
 // spelledAsRoute reports whether p, which matches r, is spelled exactly as
 // the route's pattern.
-func (r *Route) spelledAsRoute(p string) bool {
+func (r *routePattern) spelledAsRoute(p string) bool {
 	if len(r.segs) == 0 {
 		return p == "/"
 	}
