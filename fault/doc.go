@@ -59,6 +59,13 @@
 //     closed), and every one of them was never read by exgate (no access
 //     log line, never at the backend); from a client that closes idle
 //     connections first, none fails.
+//   - TestKeepAliveUnusedConnection: the same on pooled connections that
+//     have carried no request (Go's transport pools a connection it
+//     dialed for a request another connection carried), which exgate
+//     closes at server.read_header_timeout, not idle_timeout → from a
+//     client that keeps them longer, some orders get no answer, none
+//     read by exgate; from a client whose idle timeout is below
+//     read_header_timeout, none fails.
 //   - TestSlowloris: hundreds of connections trickling header bytes do not
 //     keep normal clients from being served, and read_header_timeout
 //     closes them.

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptrace"
 	"os"
@@ -304,14 +305,109 @@ func noKeepAlive() *http.Client {
 // newClient returns a client with a keep-alive pool for conns
 // connections; its idle connections are closed when the test ends. Like
 // every client of exgate should (docs/operations.md, "Keep-alive in front
-// of exgate"), it closes idle connections before exgate's idle_timeout
-// (2m by default) would: a POST written into a connection exgate has just
-// closed fails with a bare EOF (TestKeepAliveIdleTimeout).
+// of exgate"), it closes an idle connection before exgate would: a POST
+// written into a connection exgate has just closed fails with a bare EOF
+// (TestKeepAliveIdleTimeout). exgate closes a connection that has carried
+// a request after server.idle_timeout (2m by default), and one that has
+// carried none yet after server.read_header_timeout (5s by default): its
+// bound on a connection that sends no header. Go's transport pools such
+// connections: one it dialed for a request that another connection,
+// freed meanwhile, then carried. So its idle timeout, clientIdleTimeout,
+// is below read_header_timeout. Its connections are traced
+// (tracedConn), so that a request that gets no answer tells what its
+// connection carried before.
 func newClient(t *testing.T, conns int) *http.Client {
+	d := &net.Dialer{}
+	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := d.DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return &tracedConn{Conn: c, dialed: time.Now()}, nil
+	}
 	tr := &http.Transport{MaxIdleConnsPerHost: conns, MaxConnsPerHost: conns, DisableCompression: true,
-		IdleConnTimeout: 90 * time.Second}
+		IdleConnTimeout: clientIdleTimeout, DialContext: dial}
 	t.Cleanup(tr.CloseIdleConnections)
 	return &http.Client{Transport: tr, Timeout: 30 * time.Second}
+}
+
+// clientIdleTimeout is how long newClient's clients keep an idle
+// connection: a fifth of server.read_header_timeout's default (5s), the
+// earliest exgate closes one (a connection that has carried no request
+// yet). Go's transport never hands out a connection idle for longer,
+// whenever its timer fires; the margin is for the time between exgate's
+// accepting a connection, when its bound starts, and the client's
+// pooling it (a loaded machine's scheduling). With the 90s this client
+// had before, exgate closed 0 to 9 connections of each failover run's load
+// (TestSentinelFailover, TestClusterFailover under -race at load 12: 16
+// in 4 runs), each dialed in the load's first burst, pooled without
+// having carried a request and closed 5s after; CI on 8ecf11d failed
+// with two orders answered by a bare EOF on two connections reused after
+// 4.98s idle, at that moment. With 1s, none was closed by exgate in 20
+// runs beside stress-ng at load 15 (2 to 82 such connections a run,
+// closed by the client first).
+const clientIdleTimeout = time.Second
+
+// tracedConn is a client connection of newClient's that keeps what do
+// needs to explain a request that got no answer on it: when it was
+// dialed, how many requests it carried, the last one's answer, and when
+// a read first met the server's end of it (io.EOF).
+type tracedConn struct {
+	net.Conn
+	dialed time.Time
+	mu     sync.Mutex
+	sent   int       // requests sent on it (do's GotConn)
+	last   string    // the last answer recorded on it: X-Request-ID and status
+	lastAt time.Time // when that answer was read
+	eofAt  time.Time // when a read first returned io.EOF, or zero
+}
+
+func (c *tracedConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if err == io.EOF {
+		c.mu.Lock()
+		if c.eofAt.IsZero() {
+			c.eofAt = time.Now()
+		}
+		c.mu.Unlock()
+	}
+	return n, err
+}
+
+// took counts a request sent on c and returns how many c carried before.
+func (c *tracedConn) took() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.sent++
+	return c.sent - 1
+}
+
+// answered records a, an answer read on c.
+func (c *tracedConn) answered(a answer) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.last, c.lastAt = strings.TrimSpace(fmt.Sprintf("%s %d %s", a.id, a.status, a.code)), time.Now()
+}
+
+// history describes c for a request sent on it after before others,
+// at its end (now).
+func (c *tracedConn) history(before int, now time.Time) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var b strings.Builder
+	fmt.Fprintf(&b, "dialed %v before", now.Sub(c.dialed).Round(time.Millisecond))
+	if before == 0 {
+		b.WriteString(", it had carried no request")
+	} else {
+		fmt.Fprintf(&b, ", it had carried %d requests", before)
+		if c.last != "" {
+			fmt.Fprintf(&b, ", the last answer recorded %s, %v before", c.last, now.Sub(c.lastAt).Round(time.Millisecond))
+		}
+	}
+	if !c.eofAt.IsZero() {
+		fmt.Fprintf(&b, "; the server's close read %v before", now.Sub(c.eofAt).Round(time.Microsecond))
+	}
+	return b.String()
 }
 
 // metric returns the sum of the samples of the named metric on the
@@ -385,20 +481,35 @@ type answer struct {
 // else is recorded as an error.
 func do(c *http.Client, req *http.Request) answer {
 	var got httptrace.GotConnInfo
-	trace := &httptrace.ClientTrace{GotConn: func(info httptrace.GotConnInfo) { got = info }}
+	before := 0
+	trace := &httptrace.ClientTrace{GotConn: func(info httptrace.GotConnInfo) {
+		got = info
+		if tc, ok := info.Conn.(*tracedConn); ok {
+			before = tc.took()
+		}
+	}}
 	req = req.WithContext(httptrace.WithClientTrace(req.Context(), trace))
 	start := time.Now()
 	res, err := c.Do(req)
 	a := readAnswer(req.Header.Get("X-Request-Id"), start, res, err)
-	if err != nil {
+	tc, traced := got.Conn.(*tracedConn)
+	switch {
+	case err != nil:
 		a.conn = connInfo(got)
+		if traced {
+			a.conn += "; " + tc.history(before, time.Now())
+		}
+	case traced:
+		tc.answered(a)
 	}
 	return a
 }
 
 // connInfo describes the connection a request went out on, for a request
 // that got no answer: a connection exgate closed while the client reused
-// it is told apart from a new one.
+// it is told apart from a new one. Go's transport reports a pooled
+// connection as reused even when it has carried no request (tracedConn
+// tells).
 func connInfo(info httptrace.GotConnInfo) string {
 	switch {
 	case info.Conn == nil:
