@@ -21,6 +21,10 @@ var (
 		"Method overrides (the X-HTTP-Method-Override, X-HTTP-Method and X-Method-Override headers, a _method parameter in the query or the body) are not accepted: send the request with the method itself.")
 	errPathOverride = apierror.Static(http.StatusBadRequest, "path_override",
 		"Path-override headers (X-Original-URL, X-Rewrite-URL) are not accepted: send the request to the path itself.")
+	// errInvalidAuthority answers an HTTP/2 request whose :authority is
+	// not a Host net/http's HTTP/1 server would take (checkHead).
+	errInvalidAuthority = apierror.Static(http.StatusBadRequest, "invalid_header",
+		"The request's :authority is not a valid host.")
 	errBadGateway     = apierror.Static(http.StatusBadGateway, "bad_gateway", "The upstream service is unavailable.")
 	errGatewayTimeout = apierror.Static(http.StatusGatewayTimeout, "gateway_timeout", "The upstream service did not answer in time.")
 	// errWriteBadGateway and errWriteTimeout answer a write (an order, a

@@ -4,6 +4,8 @@ import (
 	"context"
 	"net/http"
 
+	"golang.org/x/net/http/httpguts"
+
 	"github.com/exgate/exgate/apierror"
 	"github.com/exgate/exgate/config"
 )
@@ -185,6 +187,12 @@ func (g *Gateway) checkHead(st *requestState, r *http.Request) *apierror.Error {
 	}
 	if sc.underscore {
 		return errUnderscoreHeader
+	}
+	if r.ProtoMajor == 2 && !httpguts.ValidHostHeader(r.Host) {
+		// net/http's HTTP/2 server takes any :authority a field value
+		// may hold, where its HTTP/1 server refuses such a Host: it goes
+		// to the backend as its Host (upstream.forward_host).
+		return errInvalidAuthority
 	}
 	st.forwarded, st.envoy, st.plainBody, st.noDrops = sc.forwarded, sc.envoy, !sc.bodyDescribing, !sc.rewritten
 	p, err := requestPath(r.URL)
