@@ -375,10 +375,11 @@ func (g *Gateway) settle(st *requestState, how claimSettlement, rec idempotency.
 var settlementNames = [...]string{settleRelease: "release", settleUnknown: "unknown", settleComplete: "complete"}
 
 // settleFailed settles the claim of an order the backend did not answer:
-// released when the request certainly never left exgate, else recorded as
-// an unknown outcome (it may have been placed).
+// released when the request certainly never left exgate (its error says
+// so, or net/http never had a connection for it: nothingSent), else
+// recorded as an unknown outcome (it may have been placed).
 func (g *Gateway) settleFailed(st *requestState, err error) {
-	if err != nil && idempotency.NotSent(err) {
+	if err != nil && (idempotency.NotSent(err) || nothingSent(st, err)) {
 		g.settle(st, settleRelease, idempotency.Record{})
 		return
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"net/http/httptrace"
 	"net/url"
 	"time"
 
@@ -165,6 +166,32 @@ func outcomeOf(st *requestState) upstream.Outcome {
 	return upstream.ServerError
 }
 
+// watchConn returns ctx, the context of st's backend call, watching for
+// the connection net/http sends it on (httptrace's GotConn) when st is an
+// order whose claim is held: net/http writes a request only on a
+// connection it has, so a call that failed before it had one sent
+// nothing (nothingSent), whatever its error says — the route's deadline
+// in the TLS handshake, a client certificate the instance refused in a
+// TLS 1.2 handshake, whose alert comes before the handshake ends. In TLS
+// 1.3 the client's handshake ends before the instance checks the
+// certificate: the connection is had, the order written. One allocation
+// per such order (the trace; its context another).
+func watchConn(st *requestState, ctx context.Context) context.Context {
+	if st.claim.phase != claimHeld {
+		return ctx
+	}
+	st.connWatched = true
+	return httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{GotConn: st.gotConn})
+}
+
+// nothingSent reports whether st's backend call, failed with err, sent
+// nothing of its request to any instance: err proves it
+// (upstream.NothingSent), or the call was watched and net/http never had
+// a connection for it (watchConn).
+func nothingSent(st *requestState, err error) bool {
+	return upstream.NothingSent(err) || st.connWatched && !st.connGot
+}
+
 // fleetTransport is the reverse proxy's Transport: the backend Transport
 // (a service's own, when it has one), and the move of a failed request to
 // another instance of its service.
@@ -206,7 +233,7 @@ func (t fleetTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 			break
 		}
 		st.moved = true
-		st.reached = st.reached || !upstream.NothingSent(err)
+		st.reached = st.reached || !nothingSent(st, err)
 		st.upErr = err
 		prev := st.inst
 		st.inst = next
@@ -242,7 +269,7 @@ func retryable(st *requestState, req *http.Request, err error) bool {
 	if !bodyless && st.sentBody == nil {
 		return false // a body exgate does not hold cannot be sent again
 	}
-	if upstream.NothingSent(err) {
+	if nothingSent(st, err) {
 		return true
 	}
 	return bodyless && (req.Method == http.MethodGet || req.Method == http.MethodHead) && !metrics.IsTimeout(err)

@@ -283,6 +283,7 @@ func (g *Gateway) forward(st *requestState, r *http.Request) {
 	st.bodyTaken = true // the reverse proxy's from here on
 	st.upStart = g.nowSince(st.start)
 	ctx, cancel := context.WithCancelCause(parent)
+	ctx = watchConn(st, ctx)
 	deadline := st.route.deadlines.join(&st.deadline, cancel, g.sinceEpoch(st.upStart))
 	sc := st.fwdCtx // made with the request's id, if exgate made it (nextValue)
 	if sc == nil {

@@ -401,7 +401,7 @@ func TestRequestStateZeroAfterEachRequest(t *testing.T) {
 				gw.gw.ServeHTTP(httptest.NewRecorder(), req)
 				st := gw.gw.pool.Get().(*requestState) // the state the request put back, unless the pool dropped it
 				left := *st
-				left.proxy = nil // the state's own, kept (newState)
+				left.proxy, left.gotConn = nil, nil // the state's own, kept (newState)
 				if !reflect.ValueOf(left).IsZero() {
 					t.Errorf("%q left its state not zero: %+v", raw, left)
 				}

@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"net/http"
+	"net/http/httptrace"
 	"net/http/httputil"
 	"net/netip"
 	"time"
@@ -31,6 +32,9 @@ type requestState struct {
 	// made with the state (newState) and kept: its Rewrite and
 	// ModifyResponse are rewrite and modifyResponse bound to the state.
 	proxy *httputil.ReverseProxy
+	// gotConn, made with the state, records that net/http has a
+	// connection for its request's backend call (watchConn).
+	gotConn func(httptrace.GotConnInfo)
 }
 
 // newState makes a pooled request state with its reverse proxy: the
@@ -45,6 +49,7 @@ func (g *Gateway) newState() *requestState {
 	rp.Rewrite = func(pr *httputil.ProxyRequest) { g.rewrite(st, pr) }
 	rp.ModifyResponse = func(res *http.Response) error { return g.modifyResponse(st, res) }
 	st.proxy = &rp
+	st.gotConn = func(httptrace.GotConnInfo) { st.connGot = true }
 	return st
 }
 
@@ -136,6 +141,11 @@ type upstreamCall struct {
 	reached   bool
 	sentBody  []byte
 	abandoned bool
+	// connWatched says that the call watches for its connection (an
+	// order whose claim is held: watchConn), and connGot that net/http
+	// had one for it, on which alone it writes a request: a watched call
+	// that failed without one sent nothing (nothingSent).
+	connWatched, connGot bool
 }
 
 // holds is what a request holds of what clients share, each charged to

@@ -152,11 +152,11 @@ func (g *Gateway) proxyError(w http.ResponseWriter, r *http.Request, err error) 
 	switch {
 	case st.clientCx.Err() != nil:
 		rw.status = StatusClientClosed
-	case upstream.NothingSent(err) && st.reached:
+	case nothingSent(st, err) && st.reached:
 		// The last instance took no connection, but one before it read
 		// the request and failed it: it was served, and its charge stays.
 		g.refuse(st, r, sentFailed(r, errBadGateway, errWriteBadGateway))
-	case upstream.NothingSent(err):
+	case nothingSent(st, err):
 		// No instance took a connection: nothing of the request was
 		// sent, and it costs its client nothing.
 		g.unavailable(st, r, errUpstreamUnavailable)

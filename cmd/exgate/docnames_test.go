@@ -245,7 +245,7 @@ func init() {
 		LoadBalancer syncFrequency subPath jobLabel sessionStorage DecimalField
 		RateLimit KiB MiB GiB EdDSA NaN
 		validateHeaders setDeadlineImpl propagateCancel WithCancelCause
-		ModifyResponse SetReadDeadline SetWriteDeadline cancelCtx gcStart`) {
+		ModifyResponse SetReadDeadline SetWriteDeadline cancelCtx gcStart GotConn`) {
 		stdlibName[n] = true
 	}
 }
