@@ -4,6 +4,8 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -107,6 +109,85 @@ func TestLostClaimFreedWhenLimitsFail(t *testing.T) {
 			}
 			if n := calls.Load(); n != 2 {
 				t.Errorf("backend called %d times, want 2 (the first order and the retry)", n)
+			}
+		})
+	}
+}
+
+// TestLostRunChargeStands: the limits' charge of an order whose round
+// trip's reply was lost is never given back, whether Redis ran the run
+// (its claim then freed) or never saw it: a lost reply does not say which,
+// and giving back a charge never made would let the client past its limit
+// (no limit bypass). A run that did charge costs the client that one
+// request of its allowance, its retry charged again (docs/limits.md,
+// "A lost reply's charge"); one that never ran costs nothing.
+func TestLostRunChargeStands(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs redis-server")
+	}
+	for _, tc := range []struct {
+		name string
+		lost *redistest.LostReply
+		// placed is how many new orders are placed after the retry before
+		// the limit (burst 4) refuses one: 4 less the warm order, the
+		// retry and the lost run's charge.
+		placed int
+	}{
+		{"the run ran, its reply lost", &redistest.LostReply{}, 1},
+		{"the run never reached Redis", &redistest.LostReply{Unsent: true}, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := redistest.Start(t)
+			c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true, MaxRetries: -1})
+			c.AddHook(tc.lost)
+			t.Cleanup(func() { _ = c.Close() })
+			rl := ratelimit.NewRedis(c, ratelimit.RedisOptions{Timeout: testStoreTimeout, ClaimFunc: idempotency.ClaimFunc})
+			t.Cleanup(func() { _ = rl.Close() })
+			var s *idempotency.Redis
+			e := startOrdersWith(t, placed, func(cfg *config.Config) {
+				r := cfg.Route("place_order")
+				r.OnStoreError = config.StoreClosed
+				r.Limits[0].Rate, r.Limits[0].Burst = config.Rate{N: 4, Period: 24 * time.Hour}, 4
+			}, rl, nil, func(o idempotency.Options) idempotency.Store {
+				o.Timeout = time.Second
+				s = idempotency.NewRedis(c, o)
+				return s
+			})
+			order := func(id string) (int, string) {
+				res := postOrder(t, e, `{"symbol":"BTC_USDT","type":"market","side":"buy","base_amount":"0.5","identifier":"`+id+`"}`)
+				b, _ := io.ReadAll(res.Body)
+				res.Body.Close()
+				return res.StatusCode, string(b)
+			}
+			if status, b := order("warm"); status != http.StatusCreated { // the scripts are loaded
+				t.Fatalf("first order: %d %s", status, b)
+			}
+			tc.lost.Arm()
+			if status, b := order("lost"); status != http.StatusServiceUnavailable || !strings.Contains(b, `"rate_limit_unavailable"`) {
+				t.Fatalf("the order whose round trip's reply was lost: %d %s, want 503 rate_limit_unavailable", status, b)
+			}
+			s.Wait() // its claim's free, if any
+			// The retry, once the limiter no longer fails fast; then new
+			// orders until the limit refuses one.
+			var answers []int
+			for deadline := time.Now().Add(10 * time.Second); len(answers) == 0 || answers[len(answers)-1] == http.StatusCreated; {
+				id := "lost"
+				if len(answers) > 0 {
+					id = "new" + strconv.Itoa(len(answers))
+				}
+				status, b := order(id)
+				if status == http.StatusServiceUnavailable && strings.Contains(b, `"rate_limit_unavailable"`) && time.Now().Before(deadline) {
+					time.Sleep(20 * time.Millisecond)
+					continue
+				}
+				answers = append(answers, status)
+			}
+			want := []int{http.StatusCreated}
+			for range tc.placed {
+				want = append(want, http.StatusCreated)
+			}
+			if want = append(want, http.StatusTooManyRequests); !slices.Equal(answers, want) {
+				t.Errorf("the retry, then new orders: %v, want %v", answers, want)
 			}
 		})
 	}
