@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/exgate/exgate/ratelimit"
+	"github.com/exgate/exgate/share"
 )
 
 // What the Redis store does in the background, each by its claim's holder
@@ -79,13 +80,14 @@ type Background struct {
 	// or released already (by a run whose reply was lost) or expired;
 	// for a free, the claim never ran, or has yet to reach Redis (it then
 	// stays held). ErrRetryBudget: the settlement was not retried, for
-	// want of room (settleRetryBytes). Else the last attempt's failure:
+	// want of room in its owner's share (settleRetryBytes). Else the last attempt's failure:
 	// the claim stays held, in flight and then unknown.
 	Err error
 }
 
 // ErrRetryBudget is the Background.Err of a settlement not retried
-// because those being retried hold their bound already.
+// because its claim's owner holds its share of what the settlements
+// retried may hold (settleRetryBytes).
 var ErrRetryBudget = errors.New("idempotency: settlements being retried hold their bound; not retried")
 
 // report reports the end of work w for request id (Options.Report).
@@ -129,7 +131,12 @@ func (s *Redis) freeLost(ctx context.Context, p *Prepared, err error) {
 
 // settleRetryBytes bounds what the settlements retried in the background
 // hold at once (settleLater): their responses, and settleRetryCost each.
-// A settlement past it is not retried, as before retries were.
+// It is a pool shared between clients (share.Pool, Redis.settling): each
+// settlement is charged to its claim's owner — the account, or the client
+// address of opaque tokens (Store.ClaimAll's client) — before it is
+// taken, so that one client's orders during a Redis outage hold at most
+// its share and the others' settlements are still retried. A settlement
+// past its owner's share is not retried, as before retries were.
 const (
 	settleRetryBytes = 32 << 20
 	settleRetryCost  = 512
@@ -171,8 +178,8 @@ func (s *Redis) settleLater(ctx context.Context, c Claim, state string, rec *Rec
 		r.Body, r.Header = slices.Clone(r.Body), slices.Clone(r.Header)
 		rec, cost = &r, cost+int64(len(r.Body)+r.HeaderBytes()+len(r.ContentType))
 	}
-	if s.retrying.Add(cost) > settleRetryBytes {
-		s.retrying.Add(-cost)
+	who := share.AccountKey(owner(c.Key.Account, c.client))
+	if !s.settling.Take(who, cost) {
 		s.report(w, id, ErrRetryBudget)
 		return
 	}
@@ -182,7 +189,7 @@ func (s *Redis) settleLater(ctx context.Context, c Claim, state string, rec *Rec
 	s.backgroundMu.RUnlock()
 	go func() {
 		defer s.background.Done()
-		defer s.retrying.Add(-cost)
+		defer s.settling.Give(who, cost)
 		s.report(w, id, s.retrySettle(c, state, rec))
 	}()
 }

@@ -197,6 +197,7 @@ type Claim struct {
 	At int
 
 	more   []string // ClaimAll's identifiers after the first
+	client string   // ClaimAll's client, whose share it is charged to (Redis, for Claimed)
 	keys   []string // the claim's keys in Redis (Redis.keys), for Claimed
 	id     string   // the holder's token, for Claimed
 	slot   int64    // the account-share slot the claim was counted in (Redis)

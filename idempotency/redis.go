@@ -17,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/exgate/exgate/ratelimit"
+	"github.com/exgate/exgate/share"
 )
 
 // Redis is a Store in Redis, shared by every exgate replica. Each
@@ -72,13 +73,13 @@ type Redis struct {
 	// settlements retried (settleLater); backgroundMu keeps work from
 	// being counted while Wait waits (a WaitGroup's Add concurrent with
 	// its Wait is a misuse that panics). quit, closed by Wait, cuts the
-	// retries' waits short; retrying is the bytes the retried
-	// settlements hold (settleRetryBytes).
+	// retries' waits short; settling holds the bytes the retried
+	// settlements hold, each client's share (settleRetryBytes).
 	background   sync.WaitGroup
 	backgroundMu sync.RWMutex
 	quit         chan struct{}
 	quitOnce     sync.Once
-	retrying     atomic.Int64
+	settling     *share.Pool
 
 	// The scripts' arguments that are the same in every call, encoded
 	// once: the retention and the share counter's lifetime in
@@ -97,6 +98,7 @@ func NewRedis(c redis.Scripter, o Options) *Redis {
 	_, cluster := c.(*redis.ClusterClient)
 	return &Redis{c: c, o: o, claim: redis.NewScript(claimScript), finish: redis.NewScript(finishScript),
 		finishAll: redis.NewScript(finishAllScript), cluster: cluster, quit: make(chan struct{}),
+		settling:     share.NewPool(settleRetryBytes),
 		slotMS:       slotMS,
 		retentionArg: ms(o.Retention), counterTTLArg: ms(o.Retention + o.InFlightTimeout + time.Duration(slotMS)*time.Millisecond),
 		maxPerAccountArg: o.MaxPerAccount, maxBytesArg: o.MaxBytesPerAccount}
@@ -521,6 +523,7 @@ func (p *Prepared) outcome(res []any) (Claim, error) {
 	switch res[0] {
 	case "claimed":
 		c.Outcome, c.more, c.keys, c.id, c.slot, c.charge = Claimed, p.more, p.Keys, p.id, p.slot, p.charge
+		c.client = p.client
 		return c, nil
 	case "account_full":
 		return Claim{}, ErrAccountFull

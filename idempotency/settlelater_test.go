@@ -2,7 +2,11 @@ package idempotency
 
 import (
 	"context"
+	"errors"
 	"net"
+	"net/netip"
+	"strconv"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -74,5 +78,89 @@ func TestFailedSettlementRetried(t *testing.T) {
 				})
 			}
 		}
+	}
+}
+
+// TestSettlementRetriesShared: the room the settlements retried in the
+// background may hold (settleRetryBytes) is a pool shared between
+// clients, and each client has its share of it, charged to its claim's
+// owner: one account, or one address with the opaque tokens it invents,
+// whose orders' settlements fail during a Redis outage holds at most its
+// share and is refused the rest (ErrRetryBudget) for itself alone, while
+// another account's settlement that fails then is still retried. Before,
+// the first client to fail took all the room, and every other client's
+// placed orders were left unrecorded: their retries got 409 in progress,
+// then outcome unknown.
+func TestSettlementRetriesShared(t *testing.T) {
+	srv := redistest.Start(t)
+	const body = 1 << 20 // each settlement holds its response: a bound's 32nd
+	rec := Record{Status: 201, ContentType: "application/json", Body: make([]byte, body)}
+	victim := Key{Account: "victim", Identifier: "v"}
+	for _, tc := range []struct {
+		name string
+		// account and client of the attacker's i-th order (ClaimAll's).
+		claimOf func(i int) (account, client string)
+	}{
+		{"one account", func(int) (string, string) { return "attacker", "" }},
+		{"one address, invented tokens", func(i int) (string, string) {
+			return "token" + strconv.Itoa(i), AddressClient(netip.MustParseAddr("192.0.2.7"))
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var mu sync.Mutex
+			ended := map[string]error{} // by request id
+			o := testOptions(newClock())
+			o.KeyPrefix = uniquePrefix()
+			o.MaxResponseBytes = body
+			o.Timeout = time.Minute // the retries wait for Wait
+			o.Report = func(b Background) {
+				mu.Lock()
+				defer mu.Unlock()
+				ended[b.RequestID] = b.Err
+			}
+			c := newClient(t, srv.Addr)
+			fail := &failedFinishes{}
+			c.AddHook(fail)
+			s := NewRedis(c, o)
+			const orders = settleRetryBytes/body + 8 // more than the whole bound
+			var held []Claim
+			for i := range orders {
+				account, client := tc.claimOf(i)
+				h, err := s.ClaimAll(context.Background(), account, client, []string{"a" + strconv.Itoa(i)}, fpA)
+				if err != nil || h.Outcome != Claimed {
+					t.Fatalf("the attacker's claim %d: %v %v", i, h.Outcome, err)
+				}
+				held = append(held, h)
+			}
+			v := mustClaim(t, s, victim, fpA, Claimed)
+			fail.on.Store(true) // Redis goes away: every settlement fails
+			for i, h := range held {
+				ctx := &RequestContext{Context: context.Background(), ID: "attacker-" + strconv.Itoa(i)}
+				if err := s.Complete(ctx, h, rec); err == nil {
+					t.Fatal("a completion whose run failed reported no failure")
+				}
+			}
+			if err := s.Complete(&RequestContext{Context: context.Background(), ID: "victim"}, v, rec); err == nil {
+				t.Fatal("the victim's completion whose run failed reported no failure")
+			}
+			mu.Lock()
+			victimErr, victimEnded := ended["victim"]
+			refused := 0
+			for _, err := range ended {
+				if errors.Is(err, ErrRetryBudget) {
+					refused++
+				}
+			}
+			mu.Unlock()
+			if victimEnded {
+				t.Errorf("the victim's settlement was not retried: %v", victimErr)
+			}
+			if refused == 0 {
+				t.Error("the attacker's settlements past its share were retried")
+			}
+			fail.on.Store(false) // Redis is back: Wait's attempt records
+			s.Wait()
+			mustClaim(t, s, victim, fpA, Replay)
+		})
 	}
 }
