@@ -41,6 +41,14 @@ type Options struct {
 	// MaxWait is, by class, the longest a request waits for a slot before
 	// it is shed; 0 sheds it at once when the backend is full.
 	MaxWait [NumClasses]time.Duration
+	// Conns, when positive, is the most requests the backend instance
+	// can be sent at once: its connections, when each carries one
+	// request (upstream.max_conns_per_host over HTTP/1.1). The limit is
+	// kept within it, the cancels' headroom included (connLimit): a slot
+	// past the connections would wait for one in the connection pool's
+	// queue, first come first served, where a cancel's headroom gives it
+	// nothing.
+	Conns int
 	// Now is the clock. Nil means time.Now.
 	Now func() time.Time
 }
@@ -59,6 +67,13 @@ func (o *Options) normalise() {
 		o.Initial = 100
 	}
 	o.Initial = min(max(o.Initial, o.Min), o.Max)
+	if o.Conns > 0 {
+		c := connLimit(o.Conns)
+		o.Max = min(o.Max, c)
+		o.Min = min(o.Min, o.Max)
+		o.Initial = min(o.Initial, o.Max)
+		o.Fixed = min(o.Fixed, c)
+	}
 	if o.Tolerance < 1 {
 		o.Tolerance = 1.25
 	}
@@ -543,6 +558,17 @@ func (l *Controller) publish() {
 	l.headroom = (l.limit + cancelHeadroom - 1) / cancelHeadroom
 	l.limitNow.Store(int64(l.limit))
 	l.headroomNow.Store(int64(l.headroom))
+}
+
+// connLimit returns the largest limit whose slots and cancels' headroom
+// together fit in conns connections, at least 1 (with one connection a
+// cancel's headroom has none of its own).
+func connLimit(conns int) int {
+	l := conns
+	for l > 1 && l+(l+cancelHeadroom-1)/cancelHeadroom > conns {
+		l--
+	}
+	return max(l, 1)
 }
 
 // limitFor returns the limit a request of class c sees: the limit and

@@ -583,3 +583,40 @@ func TestEvictEndsWaits(t *testing.T) {
 		})
 	}
 }
+
+// TestLimitWithinConns checks that a limit (fixed, or adaptive from its
+// initial value up to its ceiling) is kept within Options.Conns, the
+// backend's connections, with the cancels' headroom: every slot a
+// request of any class may take, cancels' included, has a connection.
+func TestLimitWithinConns(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		o     Options
+		limit int // the limit at start
+		max   int // the ceiling an adaptive limit may grow to
+	}{
+		{"fixed over 2 connections", Options{Fixed: 4, Conns: 2}, 1, 1},
+		{"fixed over 9 connections", Options{Fixed: 100, Conns: 9}, 8, 8},
+		{"fixed over 100 connections", Options{Fixed: 100, Conns: 100}, 88, 88},
+		{"fixed within the connections", Options{Fixed: 8, Conns: 9}, 8, 8},
+		{"adaptive over 32 connections", Options{Conns: 32}, 28, 28},
+		{"adaptive, floor over 2 connections", Options{Min: 4, Initial: 4, Conns: 2}, 1, 1},
+		{"one connection", Options{Fixed: 4, Conns: 1}, 1, 1},
+		{"no cap", Options{Fixed: 100}, 100, 100},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := New(tc.o)
+			if got := l.Limit(); got != tc.limit {
+				t.Errorf("Limit() = %d, want %d", got, tc.limit)
+			}
+			if tc.o.Fixed == 0 && l.o.Max != tc.max {
+				t.Errorf("ceiling %d, want %d", l.o.Max, tc.max)
+			}
+			if c := tc.o.Conns; c > 1 {
+				if got := l.limitFor(Cancel); got > c {
+					t.Errorf("a cancel may take %d slots, over %d connections", got, c)
+				}
+			}
+		})
+	}
+}

@@ -319,3 +319,75 @@ func TestRouteCapNeedsOverload(t *testing.T) {
 		t.Fatalf("second request over max_in_flight 1 with overload disabled: %d, want 200 (the cap is not applied)", res.StatusCode)
 	}
 }
+
+// TestCancelHeadroomHasAConnection: with upstream.max_conns_per_host
+// capping the backend's connections below the overload limit, market
+// data the backend holds filled every connection and queued for one in
+// the Transport, first come first served; a cancel took its headroom's
+// slot at once and then waited in that queue behind the market data
+// until its route timed out (504). The limit is kept within the
+// connections, the headroom included: the market data past them is shed,
+// and the cancel finds a connection of its own and is answered.
+func TestCancelHeadroomHasAConnection(t *testing.T) {
+	const reads, conns = 4, 2
+	for _, tc := range []struct {
+		name string
+		set  func(*config.Overload)
+	}{
+		{"fixed limit over the connections", func(o *config.Overload) { o.FixedLimit = 4 }},
+		{"adaptive limit over the connections", func(o *config.Overload) { o.MinLimit, o.InitialLimit = 4, 4 }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			release := make(chan struct{})
+			var arrived atomic.Int64
+			e := startEnv(t, func(c *config.Config) {
+				c.Upstream.MaxConnsPerHost = conns
+				tc.set(&c.Overload)
+				c.Overload.MaxWait.MarketData = 0
+				c.Overload.ShedDelay = 0
+				c.Route("cancel_order").Timeout = 2 * time.Second // bounds the wait in the Transport's queue
+			})
+			e.backend.handler = func(w http.ResponseWriter, r *http.Request) {
+				if r.Method == http.MethodGet {
+					arrived.Add(1)
+					<-release
+				}
+				w.WriteHeader(http.StatusOK)
+			}
+			var wg sync.WaitGroup
+			var shed atomic.Int64
+			for range reads {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					res := do(t, "GET", e.url+"/api/v1/mkt/markets/", nil)
+					res.Body.Close()
+					if res.StatusCode == http.StatusServiceUnavailable {
+						shed.Add(1)
+					}
+				}()
+			}
+			// Every read holds a slot or was shed, and the backend holds
+			// as many as have a connection.
+			ctl := e.gw.controller()
+			for {
+				held := int64(ctl.InFlight())
+				if held+shed.Load() == reads && arrived.Load() == min(held, conns) {
+					break
+				}
+				time.Sleep(time.Millisecond)
+			}
+			res := do(t, "DELETE", e.url+"/api/v1/odr/orders/7/", nil, "Authorization", "Bearer t0ken")
+			res.Body.Close()
+			if res.StatusCode != http.StatusOK {
+				t.Errorf("cancel answered %d with %d reads holding slots over %d connections, want 200",
+					res.StatusCode, ctl.InFlight(), conns)
+			}
+			if got := ctl.Limit(); got+(got+7)/8 > conns {
+				t.Errorf("limit %d and its cancels' headroom, over %d connections", got, conns)
+			}
+			close(release)
+			wg.Wait()
+		})
+	}
+}

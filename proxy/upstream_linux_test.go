@@ -19,7 +19,9 @@ import (
 // connects time out, so that requests queue for a connection past the
 // route timeout: every client gets a JSON 5xx (the connects never
 // complete, so only exgate's deadlines can answer them; the client's 30s
-// timeout only bounds a hang), and exgate keeps serving.
+// timeout only bounds a hang), and exgate keeps serving. The overload
+// limit is off: on, it is kept within the two connections and sheds the
+// requests past them instead of letting them queue.
 func TestBackendConnectsTimeOut(t *testing.T) {
 	addr := unreachable.Addr(t)
 	cfg := config.Default()
@@ -27,6 +29,7 @@ func TestBackendConnectsTimeOut(t *testing.T) {
 	cfg.Upstream.DialTimeout = 200 * time.Millisecond
 	cfg.Upstream.Timeout = 400 * time.Millisecond
 	cfg.Upstream.MaxConnsPerHost = 2
+	cfg.Overload.Enabled = false
 	for i := range cfg.Routes {
 		cfg.Routes[i].Timeout = 0 // the upstream default
 	}

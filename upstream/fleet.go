@@ -43,6 +43,7 @@ func NewFleet(u config.Upstream, opts FleetOptions) *Fleet {
 	f := &Fleet{byName: map[string]*Service{}, sources: map[*Service]Source{}, checks: map[*Service]config.HealthCheck{}}
 	for _, name := range u.ServiceNames() {
 		sc, _ := u.Service(name)
+		tls, _ := u.ServiceTLS(name)
 		var rt http.RoundTripper
 		if opts.Transport != nil {
 			rt = opts.Transport(name)
@@ -61,6 +62,8 @@ func NewFleet(u config.Upstream, opts FleetOptions) *Fleet {
 			PanicThreshold: sc.PanicThreshold,
 			RetryBudget:    RetryBudget{Percent: u.RetryBudget.Percent, Min: u.RetryBudget.MinRetries},
 			Overload:       opts.Overload,
+			MaxConns:       u.MaxConnsPerHost,
+			HTTP2:          tls.HTTP2,
 			Now:            opts.Now,
 			OnChange:       opts.OnChange,
 		})

@@ -37,6 +37,15 @@ type Options struct {
 	// Overload configures each instance's Controller (ConfigureOverload
 	// changes it).
 	Overload overload.Options
+	// MaxConns is the most connections to each instance
+	// (upstream.max_conns_per_host; 0: no cap). Over HTTP/1.1 (an http
+	// instance, or an https one when HTTP2 is false) a connection
+	// carries one request at a time, and the instance's Controller keeps
+	// its limit within them (overload.Options.Conns, overloadOf).
+	MaxConns int
+	// HTTP2 is whether https instances are offered HTTP/2, which carries
+	// many requests on a connection.
+	HTTP2 bool
 	// Transport reaches the service's instances when they are dialled
 	// apart from the other services' (a tls block of their own: its CA,
 	// client certificate and server name, in a connection pool of its
@@ -281,7 +290,7 @@ func (s *Service) reclaim(key string, u *url.URL) *Instance {
 	}
 	delete(s.draining, key)
 	inst.removed = false
-	inst.Controller.Configure(s.overload) // a reload's, if one came meanwhile
+	inst.Controller.Configure(s.overloadOf(u)) // a reload's, if one came meanwhile
 	return inst
 }
 
@@ -291,7 +300,7 @@ func (i *Instance) idle() bool { return i.active.Load() == 0 && i.Controller.InF
 
 // newInstance returns the instance of s at u.
 func newInstance(s *Service, u *url.URL) *Instance {
-	inst := &Instance{URL: u, Host: u.Hostname(), svc: s, Controller: overload.New(s.overload)}
+	inst := &Instance{URL: u, Host: u.Hostname(), svc: s, Controller: overload.New(s.overloadOf(u))}
 	inst.Port, _ = strconv.Atoi(u.Port())
 	if inst.Port == 0 {
 		inst.Port = 80
@@ -563,8 +572,19 @@ func (s *Service) ConfigureOverload(o overload.Options) {
 	defer s.mu.Unlock()
 	s.overload = o
 	for _, inst := range s.instances {
-		inst.Controller.Configure(o)
+		inst.Controller.Configure(s.overloadOf(inst.URL))
 	}
+}
+
+// overloadOf returns the options of the Controller of the instance at u:
+// the service's, its limit kept within the instance's connections when
+// each carries one request (Options.MaxConns). s.mu is held.
+func (s *Service) overloadOf(u *url.URL) overload.Options {
+	o := s.overload
+	if s.opts.MaxConns > 0 && (u.Scheme != "https" || !s.opts.HTTP2) {
+		o.Conns = s.opts.MaxConns
+	}
+	return o
 }
 
 // Retry moves a request from prev, which failed it, to another instance
