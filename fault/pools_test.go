@@ -167,6 +167,9 @@ type poolFront struct {
 	// conns is the state of each of the backend's connections
 	// (http.ConnState), for activeConns.
 	conns sync.Map // net.Conn → http.ConnState
+	// settle holds and answers the settlements row's orders
+	// (pools_settle_test.go).
+	settle settleFront
 }
 
 // trickledPaths are the paths of the trickled bodies' attack
@@ -208,6 +211,10 @@ func (f *poolFront) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusInternalServerError) // an order the matching engine chokes on (pools_fleet_test.go)
 		_, _ = io.WriteString(w, `{"detail":"Internal error.","code":"`+poisonCode+`"}`)
+		return
+	}
+	if r.Method == http.MethodPost && r.URL.Path == "/api/v1/odr/orders/" && strings.Contains(string(body), `"`+settleAmount+`"`) {
+		f.settle.serve(w, r) // an order Redis goes away under (pools_settle_test.go)
 		return
 	}
 	if strings.HasPrefix(r.Header.Get("Authorization"), sprayedPrefix) && r.Method == http.MethodPost {
