@@ -122,7 +122,7 @@ var reloadModes = map[string]string{
 	"upstream.dial_timeout":                              ReloadRestart,
 	"upstream.idle_conn_timeout":                         ReloadRestart,
 	"upstream.check_response_id":                         ReloadRestart,
-	"upstream.forward_host":                              ReloadRestart,
+	"upstream.forward_hosts":                             ReloadRestart,
 	"upstream.max_conns_per_host":                        ReloadRestart,
 	"upstream.max_idle_conns":                            ReloadRestart,
 	"upstream.timeout":                                   ReloadLive,

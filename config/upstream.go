@@ -48,15 +48,18 @@ type Upstream struct {
 	// Turn it off only for a backend that sets X-Request-ID to ids of its
 	// own. Default true.
 	CheckResponseID bool `yaml:"check_response_id"`
-	// ForwardHost sends the backend the client's Host (the name the
-	// client used, from which a backend builds its absolute links:
-	// Django's build_absolute_uri, DRF's pagination), as Envoy and
-	// Kubernetes' ingress-nginx do; false sends the instance's host:port
-	// (for a backend, or a sidecar in front of it, that routes by Host).
-	// The client's Host is what net/http accepted, unchecked against any
-	// list: a backend that serves several names checks it (Django's
-	// ALLOWED_HOSTS). Default true.
-	ForwardHost bool `yaml:"forward_host"`
+	// ForwardHosts are the names clients reach exgate by (the API's
+	// public names) whose Host the backend gets as it came: the name a
+	// backend builds its absolute links from (Django's
+	// build_absolute_uri, DRF's pagination, a Location), so that clients
+	// get links to the API, never to an instance. A request for any other
+	// Host, or none, sends the instance's host:port, as NGINX's default
+	// Host does: a Host the client chose is never one the backend may
+	// write into a password reset mail or a cached page, nor one a
+	// backend whose ALLOWED_HOSTS lists its own address refuses. A name
+	// matches case-insensitively, whatever the port; "*" matches any
+	// (for a backend that checks Host itself). Default: none.
+	ForwardHosts []string `yaml:"forward_hosts"`
 	// HideHeaders are the fields of the backend's answers (and of its 1xx
 	// answers) that never reach a client, as NGINX's proxy_hide_header:
 	// those that tell an attacker what runs behind exgate and its version.
@@ -234,7 +237,6 @@ func DefaultUpstream() Upstream {
 		MaxIdleConns:    512,
 		IdleConnTimeout: 90 * time.Second,
 		CheckResponseID: true,
-		ForwardHost:     true,
 		HideHeaders:     []string{"Server", "X-Powered-By"},
 		TLS:             defaultBackendTLS(),
 		HealthCheck:     DefaultHealthCheck(),
@@ -296,6 +298,12 @@ func (u *Upstream) check(col *collector, p path) {
 	}
 	u.TLS.check(col, p.key("tls"), u.DialsHTTPS())
 	checkHideHeaders(col, p.key("hide_headers"), u.HideHeaders)
+	for i, h := range u.ForwardHosts {
+		if h != "*" && !isHostName(h) {
+			col.addf(p.key("forward_hosts").index(i),
+				"want a host name such as \"api.exchange.example\" (no scheme, port or path), or \"*\"; got %q", h)
+		}
+	}
 	col.positive(p.key("timeout"), u.Timeout)
 	col.positive(p.key("dial_timeout"), u.DialTimeout)
 	col.positive(p.key("idle_conn_timeout"), u.IdleConnTimeout)

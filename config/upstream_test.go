@@ -29,6 +29,28 @@ func TestUpstreamHideHeadersConfig(t *testing.T) {
 	})
 }
 
+// TestUpstreamForwardHostsConfig: upstream.forward_hosts forwards no
+// client's Host by default; it takes host names, addresses and "*", and
+// refuses a scheme, a port or a path.
+func TestUpstreamForwardHostsConfig(t *testing.T) {
+	runParseCases(t, []parseCase{
+		{name: "upstream.forward_hosts is empty by default", yaml: "{}\n",
+			check: func(t *testing.T, c *Config) {
+				if len(c.Upstream.ForwardHosts) != 0 {
+					t.Errorf("forward_hosts %q", c.Upstream.ForwardHosts)
+				}
+			}},
+		{name: "upstream.forward_hosts takes names, addresses and *", yaml: "upstream: {forward_hosts: [api.exchange.example, API.Exchange.Example., 192.0.2.7, '::1', '*']}\n",
+			check: func(t *testing.T, c *Config) {
+				if len(c.Upstream.ForwardHosts) != 5 {
+					t.Errorf("forward_hosts %q", c.Upstream.ForwardHosts)
+				}
+			}},
+		{name: "upstream.forward_hosts: no scheme, port or path", yaml: "upstream: {forward_hosts: [ok.example, 'https://api.example', 'api.example:443', api.example/x, '*.example', '']}\n",
+			paths: []string{"upstream.forward_hosts[1]", "upstream.forward_hosts[2]", "upstream.forward_hosts[3]", "upstream.forward_hosts[4]", "upstream.forward_hosts[5]"}},
+	})
+}
+
 func TestUpstreamServicesConfig(t *testing.T) {
 	env := func(vars map[string]string) func(string) (string, bool) {
 		return func(k string) (string, bool) { v, ok := vars[k]; return v, ok }

@@ -12,17 +12,17 @@ import (
 
 // TestHTTP2InvalidAuthorityRefused: net/http's HTTP/1 server refuses a
 // Host that is not one (400, before exgate), its HTTP/2 server takes any
-// :authority whose bytes a field value may hold. Since the backend gets
-// the client's Host (upstream.forward_host), such a one went on: the
-// Transport sent an HTTP/1 backend an empty Host in its place, and
-// refuses to send one to an HTTP/2 backend ("invalid Host header"), a
-// failed round trip. It is refused as HTTP/1's is, 400
+// :authority whose bytes a field value may hold. Such a one went on as
+// the backend's X-Forwarded-Host, and as its Host with
+// upstream.forward_hosts: "*" (the Transport then sends an HTTP/1 backend
+// an empty Host in its place, and refuses to send one to an HTTP/2
+// backend, "invalid Host header"). It is refused as HTTP/1's is, 400
 // invalid_header, before any route or limit; a valid one is forwarded as
 // it came.
 func TestHTTP2InvalidAuthorityRefused(t *testing.T) {
 	got := make(chan string, 1)
 	addr, tlsCfg := gatewayTLS(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		got <- r.Host
+		got <- r.Header.Get("X-Forwarded-Host")
 		w.WriteHeader(http.StatusNoContent)
 	}))
 	c := dialH2(t, addr, tlsCfg)
@@ -58,11 +58,11 @@ func TestHTTP2InvalidAuthorityRefused(t *testing.T) {
 			}
 			switch {
 			case status != tt.status:
-				t.Errorf("%s %s (the backend got Host %q), want %s", status, body, host, tt.status)
+				t.Errorf("%s %s (the backend got X-Forwarded-Host %q), want %s", status, body, host, tt.status)
 			case status == "400" && (!strings.Contains(body, `"code":"invalid_header"`) || host != ""):
-				t.Errorf("400 %s, the backend got Host %q: want invalid_header, unforwarded", body, host)
+				t.Errorf("400 %s, the backend got X-Forwarded-Host %q: want invalid_header, unforwarded", body, host)
 			case status == "204" && host != tt.authority:
-				t.Errorf("the backend got Host %q, want %q", host, tt.authority)
+				t.Errorf("the backend got X-Forwarded-Host %q, want %q", host, tt.authority)
 			}
 		})
 	}

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httputil"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -122,7 +123,11 @@ type Gateway struct {
 	maxHeader     int64
 	maxBody       int64
 	checkIDs      bool // upstream.check_response_id
-	forwardHost   bool // upstream.forward_host: the backend gets the client's Host
+	// forwardHosts are upstream.forward_hosts without a final dot: the
+	// Hosts the backend gets as they came (forwardsHost); forwardAny:
+	// they hold "*".
+	forwardHosts []string
+	forwardAny   bool
 	// hidden are the fields of the backend's answers no client gets
 	// (upstream.hide_headers), in canonical form.
 	hidden    []string
@@ -171,9 +176,12 @@ func New(cfg *config.Config, opts Options) (*Gateway, error) {
 		maxHeader:   int64(cfg.Server.MaxHeaderBytes),
 		maxBody:     int64(cfg.Server.MaxBodyBytes),
 		checkIDs:    cfg.Upstream.CheckResponseID,
-		forwardHost: cfg.Upstream.ForwardHost,
 		hidden:      canonicalNames(cfg.Upstream.HideHeaders),
 		tracer:      opts.Tracer,
+	}
+	for _, h := range cfg.Upstream.ForwardHosts {
+		g.forwardHosts = append(g.forwardHosts, strings.TrimSuffix(h, "."))
+		g.forwardAny = g.forwardAny || h == "*"
 	}
 	if g.log == nil {
 		g.log = zap.NewNop()

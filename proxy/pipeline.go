@@ -191,7 +191,8 @@ func (g *Gateway) checkHead(st *requestState, r *http.Request) *apierror.Error {
 	if r.ProtoMajor == 2 && !httpguts.ValidHostHeader(r.Host) {
 		// net/http's HTTP/2 server takes any :authority a field value
 		// may hold, where its HTTP/1 server refuses such a Host: it goes
-		// to the backend as its Host (upstream.forward_host).
+		// to the backend as its X-Forwarded-Host, and as its Host under
+		// upstream.forward_hosts: "*".
 		return errInvalidAuthority
 	}
 	st.forwarded, st.envoy, st.plainBody, st.noDrops = sc.forwarded, sc.envoy, !sc.bodyDescribing, !sc.rewritten

@@ -16,11 +16,11 @@ func (g *Gateway) rewrite(st *requestState, pr *httputil.ProxyRequest) {
 		setContext(out, st.fwdCtx)
 		st.fwdCtx = nil
 	}
-	if !g.forwardHost {
+	if !g.forwardsHost(pr.In.Host) {
 		// The instance's host:port (out.URL's), as net/http sends it
-		// when Host is empty; else the client's, which ReverseProxy's
-		// copy of the request kept: the name a backend builds its
-		// absolute links from (Location, pagination).
+		// when Host is empty; else the client's, one of the API's names,
+		// which ReverseProxy's copy of the request kept: the name a
+		// backend builds its absolute links from (Location, pagination).
 		out.Host = ""
 	}
 	// The query as the client sent it, which checkQuery held to what
@@ -106,6 +106,34 @@ func (g *Gateway) forwardedPeer(in *http.Request, st *requestState) *peer {
 		return st.peer
 	}
 	return g.peerOf(in)
+}
+
+// forwardsHost reports whether the backend gets host, a request's Host,
+// as its own: one of upstream.forward_hosts (its name compared whatever
+// the case, the port and a final dot), or any with "*"; never an empty
+// one. It allocates nothing.
+func (g *Gateway) forwardsHost(host string) bool {
+	if host == "" || len(g.forwardHosts) == 0 {
+		return false
+	}
+	if g.forwardAny {
+		return true
+	}
+	name := host
+	if strings.HasPrefix(name, "[") {
+		if i := strings.IndexByte(name, ']'); i > 0 {
+			name = name[1:i]
+		}
+	} else if i := strings.LastIndexByte(name, ':'); i >= 0 && strings.IndexByte(name[:i], ':') < 0 {
+		name = name[:i]
+	}
+	name = strings.TrimSuffix(name, ".")
+	for _, h := range g.forwardHosts {
+		if strings.EqualFold(name, h) {
+			return true
+		}
+	}
+	return false
 }
 
 // forwardedHost returns the X-Forwarded-Host value of host: the one last

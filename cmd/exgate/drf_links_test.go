@@ -17,10 +17,10 @@ import (
 // urls and the Location of its generic create views likewise). On main
 // exgate sent the instance's address as Host, so every client was handed
 // links to the backend's internal address, which it cannot reach (or
-// reaches past exgate's checks): now the backend gets the client's Host,
-// as Envoy and Kubernetes' ingress-nginx send it, and the links name the
-// address the client used. upstream.forward_host: false sends the
-// instance's address, as before.
+// reaches past exgate's checks): now the backend gets the client's Host
+// when it is one of the API's names (upstream.forward_hosts), and the
+// links name the address the client used. Any other Host, and every one
+// without forward_hosts, sends the instance's address, as before.
 func TestDRFLinksNameTheClientsHost(t *testing.T) {
 	drf := startDRF(t)
 	token := drf.tokens[0]
@@ -28,20 +28,22 @@ func TestDRFLinksNameTheClientsHost(t *testing.T) {
 	if !strings.HasPrefix(next, drf.url+"/api/v1/odr/history/") {
 		t.Fatalf("sent directly, DRF's next link is %q, not one of its own address: the test proves nothing", next)
 	}
+	api := []string{"127.0.0.1", "api.exchange.example"}
 	tests := []struct {
-		name        string
-		forwardHost bool
-		host        string // the client's Host; "" : the gateway's address
-		want        string // the links' start; "" : the gateway's URL
+		name  string
+		hosts []string // upstream.forward_hosts
+		host  string   // the client's Host; "" : the gateway's address
+		want  string   // the links' start; "" : the gateway's URL
 	}{
-		{"the gateway's address", true, "", ""},
-		{"the API's name", true, "api.exchange.example", "http://api.exchange.example"},
-		{"the API's name and port", true, "api.exchange.example:8443", "http://api.exchange.example:8443"},
-		{"forward_host off", false, "api.exchange.example", drf.url},
+		{"the gateway's address", api, "", ""},
+		{"the API's name", api, "api.exchange.example", "http://api.exchange.example"},
+		{"the API's name and port", api, "api.exchange.example:8443", "http://api.exchange.example:8443"},
+		{"a name not the API's", api, "evil.example", drf.url},
+		{"no forward_hosts", nil, "api.exchange.example", drf.url},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			gw, _ := drfGateway(t, drf, func(c *config.Config) { c.Upstream.ForwardHost = tt.forwardHost })
+			gw, _ := drfGateway(t, drf, func(c *config.Config) { c.Upstream.ForwardHosts = tt.hosts })
 			want := tt.want
 			if want == "" {
 				want = gw
