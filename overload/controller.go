@@ -290,6 +290,53 @@ func (l *Controller) Acquire(ctx context.Context, c Class, who Client) (bool, ti
 	return ok, waited
 }
 
+// TryAcquire is Acquire without the wait: it takes a slot for a request
+// of class c of client who when one is free to it now, and reports
+// whether it did, shedding nothing and queuing nothing (its caller may
+// send the request to another instance, or wait with Acquire); it takes
+// none while the controller's instance is out of the rotation (Evict). A
+// taken slot must be given back with Release.
+func (l *Controller) TryAcquire(c Class, who Client) bool {
+	if c >= NumClasses {
+		c = NumClasses - 1
+	}
+	l.mu.Lock()
+	cl := l.clientOf(who)
+	ok := !l.out && l.may(cl, c)
+	if ok {
+		l.hold(cl, c)
+		l.served(c)
+	} else {
+		l.forget(cl)
+	}
+	l.mu.Unlock()
+	return ok
+}
+
+// Room reports whether a request of class c of client who would take a
+// slot at once (Acquire's first check), taking none: false while the
+// limit has no room for the class or the client holds its share, and
+// while the controller's instance is out of the rotation (Evict).
+func (l *Controller) Room(c Class, who Client) bool {
+	if c >= NumClasses {
+		c = NumClasses - 1
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.out {
+		return false
+	}
+	cl := &l.anon
+	if who != 0 {
+		var none client // a client that holds nothing and waits for nothing
+		if cl = l.clients[who]; cl == nil {
+			none.key = who
+			cl = &none
+		}
+	}
+	return l.may(cl, c)
+}
+
 // Evict ends the wait of every request waiting for a slot: each one's
 // Acquire returns false at once, as if its wait had ended, without
 // raising its class's shed probability; and until Readmit, an Acquire

@@ -620,3 +620,51 @@ func TestLimitWithinConns(t *testing.T) {
 		})
 	}
 }
+
+// TestTryAcquireAndRoom checks the checks that let a request go to an
+// instance with room instead of waiting at a full one: Room takes
+// nothing, TryAcquire takes a slot only when Acquire would at once, and
+// neither queues nor sheds (Admit still lets the class in), both within
+// the client's share and the cancels' headroom, and neither has room at
+// an evicted controller.
+func TestTryAcquireAndRoom(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		class  Class
+		who    Client
+		take   int // what TryAcquire takes before it finds no room
+		evicts bool
+	}{
+		{"market data, no client", MarketData, 0, 4, false},
+		{"market data, a client alone", MarketData, 1, 3, false},
+		{"cancel, no client: the headroom", Cancel, 0, 5, false},
+		{"evicted", Cancel, 0, 0, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := New(Options{Fixed: 4})
+			if tc.evicts {
+				l.Evict()
+			}
+			for i := range tc.take {
+				if !l.Room(tc.class, tc.who) {
+					t.Fatalf("no room for request %d", i)
+				}
+				if got := l.InFlight(); got != i {
+					t.Fatalf("Room took a slot: %d in flight, want %d", got, i)
+				}
+				if !l.TryAcquire(tc.class, tc.who) {
+					t.Fatalf("TryAcquire refused request %d", i)
+				}
+			}
+			if l.Room(tc.class, tc.who) || l.TryAcquire(tc.class, tc.who) {
+				t.Fatalf("room past %d slots", tc.take)
+			}
+			if got := l.InFlight(); got != tc.take {
+				t.Errorf("%d in flight, want %d", got, tc.take)
+			}
+			if l.Waiting() != 0 || l.shedP[tc.class].Load() != 0 {
+				t.Errorf("a refused TryAcquire queued (%d waiting) or shed (probability %d)", l.Waiting(), l.shedP[tc.class].Load())
+			}
+		})
+	}
+}

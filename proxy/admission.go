@@ -204,7 +204,9 @@ func (g *Gateway) admit(st *requestState, r *http.Request) *apierror.Error {
 
 // acquireSlot takes a slot of the limit of st's instance for its request,
 // r, of class c, waiting at most the class's wait, and reports whether it
-// did and how long it waited. A request whose instance left the rotation
+// did and how long it waited. A request its instance has no slot for now
+// goes to another instance of the rotation that has one, when there is
+// such (roomElsewhere), and waits only when none has. A request whose instance left the rotation
 // (ejected, down, gone from DNS) before it got its slot, or while it
 // waited for one (overload.Controller.Evict ends that wait), is picked
 // again in the same service: nothing of it has left exgate, so an order
@@ -216,7 +218,12 @@ func (g *Gateway) acquireSlot(st *requestState, r *http.Request, c overload.Clas
 	var waited time.Duration
 	for attempt := 1; ; attempt++ {
 		ctl := st.inst.Controller // the instance's own limit
-		ok, w := ctl.Acquire(r.Context(), c, who)
+		ok, w := true, time.Duration(0)
+		if !ctl.TryAcquire(c, who) {
+			g.roomElsewhere(st, r, c, who)
+			ctl = st.inst.Controller
+			ok, w = ctl.Acquire(r.Context(), c, who)
+		}
 		waited += w
 		if st.inst.InRotation() || r.Context().Err() != nil {
 			return ok, waited, nil
@@ -237,6 +244,22 @@ func (g *Gateway) acquireSlot(st *requestState, r *http.Request, c overload.Clas
 		st.inst = inst
 		target(r.URL, inst, st.path)
 	}
+}
+
+// roomElsewhere moves st's request, r, of class c of client who, whose
+// instance has no slot for it now, to another instance of its service's
+// rotation that has (upstream.Service.PickOther), if any: the balancer
+// compares requests under way, not limits, and an instance whose limit
+// shrank (a slow one) may be full with fewer requests under way than a
+// peer with room, where a request would wait its class's wait, a cancel
+// a second, and be shed, while the peer could serve it at once.
+func (g *Gateway) roomElsewhere(st *requestState, r *http.Request, c overload.Class, who overload.Client) {
+	inst := st.inst.Service().PickOther(st.inst, func(in *upstream.Instance) bool { return in.Controller.Room(c, who) })
+	if inst == nil {
+		return
+	}
+	st.inst, st.peeked = inst, nil
+	target(r.URL, inst, st.path)
 }
 
 // takeRoute takes one of the route's own slots (max_in_flight) for

@@ -902,3 +902,83 @@ func waitQueued(t *testing.T, insts []*upstream.Instance) int {
 	t.Fatal("no request waits at an instance")
 	return -1
 }
+
+// TestCancelGoesWhereThereIsRoom: the balancer compares requests under
+// way per unit of weight, not limits, so it may choose an instance whose
+// limit, the cancels' headroom included, is full while another has room.
+// A cancel chosen for it waited there for a slot, its class's wait, and
+// was shed 503 with the other instance's slots free; it goes to the
+// instance with room. Instance a (weight 10) holds its fixed limit of 4
+// and its headroom with requests of five clients the backend keeps;
+// b (weight 1) holds one: a has fewer per unit of weight, and is chosen.
+func TestCancelGoesWhereThereIsRoom(t *testing.T) {
+	for _, tc := range []struct{ name, path string }{
+		{"one order", "/api/v1/odr/orders/2/"},
+		{"two orders", "/api/v1/odr/orders/2,3/"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			release := make(chan struct{})
+			held := make(chan string, 8)
+			var cancels [2]atomic.Int64
+			var urls []config.URL
+			for i, name := range []string{"a", "b"} {
+				s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					if r.Method == http.MethodGet || r.URL.Path == "/api/v1/odr/orders/1/" {
+						held <- name
+						<-release
+						return
+					}
+					cancels[i].Add(1)
+					w.WriteHeader(http.StatusOK)
+				}))
+				t.Cleanup(s.Close)
+				urls = append(urls, config.MustURL(s.URL))
+			}
+			e := startEnv(t, func(c *config.Config) {
+				c.Upstream.URLs = urls
+				c.ClientIP.TrustedProxies = []config.Prefix{{Prefix: mustPrefix("127.0.0.0/8")}}
+				c.Overload.FixedLimit = 4 // and a headroom of 1 for cancels
+				c.Overload.MaxWait.MarketData = 0
+				c.Overload.MaxWait.Cancel = 300 * time.Millisecond // what a cancel waits at a full instance
+			})
+			t.Cleanup(func() { close(release) }) // before the gateway's shutdown waits for them
+			svc := e.gw.fleet.Service("")
+			send := func(method, path, from string) {
+				go func() {
+					res := do(t, method, e.url+path, nil, "Authorization", "Bearer t0ken", "X-Forwarded-For", from)
+					res.Body.Close()
+				}()
+			}
+			svc.Update([]upstream.Endpoint{{URL: urls[1].URL, Weight: 1}})
+			send("GET", "/api/v1/mkt/markets/", "10.0.0.10")
+			if got := <-held; got != "b" {
+				t.Fatalf("the first request went to %s", got)
+			}
+			svc.Update([]upstream.Endpoint{{URL: urls[0].URL, Weight: 10}, {URL: urls[1].URL, Weight: 1}})
+			for i := range 5 { // four reads and a cancel fill a's limit and headroom
+				method, path := "GET", "/api/v1/mkt/markets/"
+				if i == 4 {
+					method, path = "DELETE", "/api/v1/odr/orders/1/"
+				}
+				send(method, path, fmt.Sprintf("10.0.0.%d", i+1))
+				if got := <-held; got != "a" {
+					t.Fatalf("request %d went to %s, want a (fewer under way per unit of weight)", i, got)
+				}
+			}
+			res := do(t, "DELETE", e.url+tc.path, nil, "Authorization", "Bearer t0ken", "X-Forwarded-For", "10.0.0.99")
+			answer, _ := io.ReadAll(res.Body)
+			res.Body.Close()
+			if res.StatusCode != http.StatusOK {
+				t.Errorf("cancel answered %d %s with instance a full and b holding 1 of its 4 slots, want 200", res.StatusCode, answer)
+			}
+			if got := cancels[1].Load(); got != 1 {
+				t.Errorf("instance b received %d cancels, want 1", got)
+			}
+			for i, inst := range svc.Instances() {
+				if i == 0 && inst.Controller.InFlight() != 5 {
+					t.Errorf("instance a holds %d slots, want its limit and headroom, 5", inst.Controller.InFlight())
+				}
+			}
+		})
+	}
+}

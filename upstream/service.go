@@ -549,6 +549,33 @@ func (s *Service) Pick() (*Instance, error) {
 // request then goes there (PickPeeked).
 func (s *Service) Peek() *Instance { return s.picks.Load().choose(nil) }
 
+// PickOther moves a request counted at from (Pick, PickPeeked) to the
+// instance of the rotation, other than from, that room reports true for
+// and that has the fewest requests under way per unit of weight: for a
+// request whose instance has no slot for it now while another has (the
+// balancer compares loads, not limits, and an instance whose limit
+// shrank may be full with fewer requests under way than a peer with
+// room). It returns nil, the request still counted at from, when none
+// has room.
+func (s *Service) PickOther(from *Instance, room func(*Instance) bool) *Instance {
+	var best *Instance
+	for _, inst := range s.picks.Load().inst {
+		if inst == from || !room(inst) {
+			continue
+		}
+		if best == nil || inst.active.Load()*int64(best.weight.Load()) < best.active.Load()*int64(inst.weight.Load()) {
+			best = inst
+		}
+	}
+	if best == nil {
+		return nil
+	}
+	best.active.Add(1)
+	s.active.Add(1)
+	from.uncount()
+	return best
+}
+
 // PickPeeked is Pick for a request a decision was made for at peeked, an
 // instance Peek returned: the request goes there, so that the instance
 // that decided is the one it is sent to, and counts as under way there

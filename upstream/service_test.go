@@ -754,3 +754,55 @@ func TestLimitWithinConnections(t *testing.T) {
 		})
 	}
 }
+
+// TestPickOther moves a request from its instance to the one of the
+// rotation with room for it and the fewest requests under way per unit
+// of weight, counting it there and no longer at the first; with no other
+// instance with room it stays where it is.
+func TestPickOther(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		room   []bool  // by instance, the first the request's
+		active []int64 // requests under way, by instance, besides it
+		want   int     // the instance it moves to, -1 none
+	}{
+		{"the one with room", []bool{false, false, true}, []int64{0, 0, 5}, 2},
+		{"the least loaded with room", []bool{false, true, true}, []int64{0, 6, 5}, 2},
+		{"fewer per unit of weight", []bool{false, true, true}, []int64{0, 4, 6}, 2},
+		{"fewer per unit of weight, the lighter", []bool{false, true, true}, []int64{0, 3, 7}, 1},
+		{"none with room", []bool{true, false, false}, []int64{0, 0, 0}, -1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := NewService("md", Options{})
+			s.Update(endpoints(t, 1, 1, 2)) // the third weighs 2: 6 under way there are 3 a unit
+			insts := s.Instances()
+			from, err := s.PickPeeked(insts[0])
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, n := range tc.active {
+				insts[i].active.Add(n)
+				s.active.Add(n)
+			}
+			room := map[*Instance]bool{}
+			for i, r := range tc.room {
+				room[insts[i]] = r
+			}
+			got := s.PickOther(from, func(in *Instance) bool { return room[in] })
+			switch {
+			case tc.want < 0 && got != nil:
+				t.Fatalf("moved to %s, want it to stay", got.Addr)
+			case tc.want < 0:
+				if from.Active() != 1 {
+					t.Errorf("the request no longer counts where it stays")
+				}
+				return
+			case got != insts[tc.want]:
+				t.Fatalf("moved elsewhere than instance %d (%s)", tc.want, insts[tc.want].Addr)
+			}
+			if from.Active() != 0 || got.Active() != tc.active[tc.want]+1 {
+				t.Errorf("under way: %d at the first, %d where it went; want 0 and %d", from.Active(), got.Active(), tc.active[tc.want]+1)
+			}
+		})
+	}
+}
