@@ -130,7 +130,8 @@ func (s *Redis) freeLost(ctx context.Context, p *Prepared, err error) {
 }
 
 // settleRetryBytes bounds what the settlements retried in the background
-// hold at once (settleLater): their responses, and settleRetryCost each.
+// hold at once (settleLater): their responses, their claims' keys, and
+// settleRetryCost each.
 // It is a pool shared between clients (share.Pool, Redis.settling): each
 // settlement is charged to its claim's owner — the account, or the client
 // address of opaque tokens (Store.ClaimAll's client) — before it is
@@ -172,18 +173,28 @@ func (s *Redis) settleLater(ctx context.Context, c Claim, state string, rec *Rec
 	if state == "d" {
 		w = WorkComplete
 	}
+	// What the retries hold: the answer, copied, and the claim's keys (a
+	// bulk's, one for each identifier), each as long as it is and its
+	// place in the slice; its identifiers are not kept (end reads the
+	// keys alone).
 	cost := int64(settleRetryCost)
+	for _, k := range c.keys {
+		cost += int64(len(k)) + 16
+	}
 	if rec != nil {
-		r := *rec // the caller's buffers are its own again once it returns
-		r.Body, r.Header = slices.Clone(r.Body), slices.Clone(r.Header)
-		rec, cost = &r, cost+int64(len(r.Body)+r.HeaderBytes()+len(r.ContentType))
+		cost += int64(len(rec.Body) + rec.HeaderBytes() + len(rec.ContentType))
 	}
 	who := share.AccountKey(owner(c.Key.Account, c.client))
 	if !s.settling.Take(who, cost) {
 		s.report(w, id, ErrRetryBudget)
 		return
 	}
-	c.keys, c.more = slices.Clone(c.keys), slices.Clone(c.more)
+	if rec != nil {
+		r := *rec // the caller's buffers are its own again once it returns
+		r.Body, r.Header = slices.Clone(r.Body), slices.Clone(r.Header)
+		rec = &r
+	}
+	c.keys, c.more = slices.Clone(c.keys), nil
 	s.backgroundMu.RLock()
 	s.background.Add(1)
 	s.backgroundMu.RUnlock()

@@ -164,3 +164,53 @@ func TestSettlementRetriesShared(t *testing.T) {
 		})
 	}
 }
+
+// TestSettlementRetryCharged: a settlement retried in the background is
+// charged what it holds (settleRetryBytes): its answer, and its claim's
+// keys, one for each identifier of a bulk. Before, a release was charged
+// settleRetryCost alone, although a bulk of 1,000 orders holds some 50 KB
+// of keys: the bound on what the retries hold was a bound on their count.
+func TestSettlementRetryCharged(t *testing.T) {
+	srv := redistest.Start(t)
+	rec := Record{Status: 201, ContentType: "application/json", Body: make([]byte, 900)}
+	for _, tc := range []struct {
+		name   string
+		orders int
+		settle func(s *Redis, c Claim) error
+	}{
+		{"release of an order", 1, func(s *Redis, c Claim) error { return s.Release(context.Background(), c) }},
+		{"release of a bulk of 1,000", 1000, func(s *Redis, c Claim) error { return s.Release(context.Background(), c) }},
+		{"completion of a bulk of 1,000", 1000, func(s *Redis, c Claim) error { return s.Complete(context.Background(), c, rec) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := testOptions(newClock())
+			o.KeyPrefix = uniquePrefix()
+			o.Timeout = time.Minute // the retry waits for Wait
+			c := newClient(t, srv.Addr)
+			fail := &failedFinishes{}
+			c.AddHook(fail)
+			s := NewRedis(c, o)
+			ids := make([]string, tc.orders)
+			for i := range ids {
+				ids[i] = "order-" + strconv.Itoa(i)
+			}
+			held := mustClaimAll(t, s, "acct", ids, fpA, Claimed)
+			keys := 0
+			for _, k := range held.keys {
+				keys += len(k)
+			}
+			fail.on.Store(true)
+			if err := tc.settle(s, held); err == nil {
+				t.Fatal("the settlement whose run failed reported no failure")
+			}
+			if got := s.settling.Buffered(); got < int64(keys) {
+				t.Errorf("the retried settlement is charged %d bytes, less than its claim's %d bytes of keys", got, keys)
+			}
+			fail.on.Store(false)
+			s.Wait()
+			if got := s.settling.Buffered(); got != 0 {
+				t.Errorf("%d bytes still charged once the retry ended", got)
+			}
+		})
+	}
+}
