@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net/http"
 	"net/textproto"
+	"net/url"
 	"strings"
 
 	"github.com/exgate/exgate/apierror"
@@ -40,6 +41,9 @@ func (g *Gateway) modifyResponse(st *requestState, res *http.Response) error {
 		dropBackendCORS(res.Header)
 	}
 	g.hide(res.Header)
+	if st.inst != nil {
+		unexposeInstance(res.Header, st.inst.URL)
+	}
 	mergeLegacyRateLimit(res, st.rw.Header())
 	if err := g.recordResponse(st, res); err != nil {
 		return err
@@ -58,6 +62,62 @@ func (g *Gateway) hide(h http.Header) {
 	for _, k := range g.hidden {
 		delete(h, k)
 	}
+}
+
+// unexposeInstance rewrites h's Location and Content-Location, a
+// backend's answer's, when they name base, the instance that answered
+// (its scheme, host and port, and its base path): what a backend sent the
+// instance's address as Host builds its absolute links from. Each then
+// names the path below base, a relative reference (RFC 9110 §10.2.2), as
+// NGINX's proxy_redirect default rewrites them: a client never gets an
+// instance's address, which it cannot reach, or reaches past exgate. Run
+// before an order's answer is kept, so that a replay carries it so too.
+func unexposeInstance(h http.Header, base *url.URL) {
+	for _, k := range [...]string{"Location", "Content-Location"} {
+		if v := h[k]; len(v) == 1 {
+			if rel, ok := belowInstance(v[0], base); ok {
+				h[k] = []string{rel}
+			}
+		}
+	}
+}
+
+// belowInstance returns loc as a path below base when loc is an absolute
+// URL of base's scheme and host (compared whatever the case) under its
+// base path, whole segments: "http://10.0.0.5:8000/prefix/orders/7/"
+// below "http://10.0.0.5:8000/prefix/" is "/orders/7/".
+func belowInstance(loc string, base *url.URL) (string, bool) {
+	rest, ok := cutPrefixFold(loc, base.Scheme+"://")
+	if !ok {
+		return "", false
+	}
+	if rest, ok = cutPrefixFold(rest, base.Host); !ok {
+		return "", false
+	}
+	if p := strings.TrimSuffix(base.Path, "/"); p != "" {
+		if !strings.HasPrefix(rest, p) {
+			return "", false
+		}
+		rest = rest[len(p):]
+	}
+	switch {
+	case rest == "":
+		return "/", true
+	case rest[0] == '/':
+		return rest, true
+	case rest[0] == '?' || rest[0] == '#':
+		return "/" + rest, true
+	}
+	return "", false // a longer port, host or base path segment
+}
+
+// cutPrefixFold is strings.CutPrefix, the prefix compared whatever the
+// case.
+func cutPrefixFold(s, prefix string) (string, bool) {
+	if len(s) < len(prefix) || !strings.EqualFold(s[:len(prefix)], prefix) {
+		return s, false
+	}
+	return s[len(prefix):], true
 }
 
 // canonicalNames returns names in canonical form, as http.Header keys
