@@ -24,17 +24,38 @@ import (
 type RequestContext struct {
 	context.Context
 	ID string
+	// Ran, when set, is called, in the background, once the free of a
+	// claim whose reply was lost (freeLost) proves that its script run
+	// ran: it found the claim its holder took. Outside a Cluster that run
+	// decided the request's rate limits, and let it pass, before the
+	// claim, so it charged them: Ran gives the charge back
+	// (limiter.Enforcer.RefundLost) for a request that was refused.
+	Ran func()
 }
 
-// requestIDKey is the key RequestContext answers its ID for.
-type requestIDKey struct{}
+// requestIDKey and ranKey are the keys RequestContext answers its ID and
+// its Ran for.
+type (
+	requestIDKey struct{}
+	ranKey       struct{}
+)
 
-// Value returns the request id for requestIDKey, else Context's value.
+// Value returns the request id for requestIDKey, Ran for ranKey, else
+// Context's value.
 func (c *RequestContext) Value(k any) any {
-	if k == (requestIDKey{}) {
+	switch k {
+	case requestIDKey{}:
 		return c.ID
+	case ranKey{}:
+		return c.Ran
 	}
 	return c.Context.Value(k)
+}
+
+// ranOf returns the Ran of the request ctx names (RequestContext), or nil.
+func ranOf(ctx context.Context) func() {
+	ran, _ := ctx.Value(ranKey{}).(func())
+	return ran
 }
 
 // requestIDOf returns the id of the request ctx names (RequestContext),
@@ -108,11 +129,19 @@ func (s *Redis) report(w Work, id string, err error) {
 // deadline; should it reach Redis before the claim (the two go on
 // different connections) or fail, the claim stays, as before: in
 // progress, then unknown, never placed twice.
-func (s *Redis) freeLost(ctx context.Context, p *Prepared, err error) {
+//
+// joined says that the claim rode in the run that decided its request's
+// limits: a free that finds it proves that run ran, and the request's
+// RequestContext.Ran is called (not in a Cluster, where the limits ran
+// beside the claim, on other masters).
+func (s *Redis) freeLost(ctx context.Context, p *Prepared, err error, joined bool) {
 	if !mayHaveRun(err) {
 		return
 	}
-	id := requestIDOf(ctx)
+	id, ran := requestIDOf(ctx), ranOf(ctx)
+	if !joined || s.cluster {
+		ran = nil
+	}
 	// What free reads of p, copied: the proxy's Prepared is reused by
 	// the next request.
 	q := &Prepared{ClaimPart: ratelimit.ClaimPart{Keys: p.Keys}, id: p.id, slot: p.slot, charge: p.charge}
@@ -124,6 +153,9 @@ func (s *Redis) freeLost(ctx context.Context, p *Prepared, err error) {
 		n, err := s.free(context.Background(), q)
 		if err == nil && n == 0 {
 			err = ErrClaimLost
+		}
+		if err == nil && ran != nil {
+			ran()
 		}
 		s.report(WorkFree, id, err)
 	}()

@@ -112,7 +112,7 @@ func (s *Redis) Settle(ctx context.Context, p *Prepared, r ratelimit.ClaimReply)
 	}
 	if r.Err != nil {
 		s.failed(ctx, r.Err)
-		s.freeLost(ctx, p, r.Err)
+		s.freeLost(ctx, p, r.Err, true)
 		return Claim{}, storeError("claim", r.Err)
 	}
 	if p.ReplicaAcks > 0 {
@@ -137,7 +137,7 @@ func redisError(err error) bool {
 func (s *Redis) Abandon(ctx context.Context, p *Prepared, r ratelimit.ClaimReply) error {
 	if !r.Run {
 		if r.Sent {
-			s.freeLost(ctx, p, r.Err)
+			s.freeLost(ctx, p, r.Err, true)
 		}
 		return nil
 	}

@@ -457,7 +457,7 @@ func (s *Redis) ClaimAll(ctx context.Context, account, client string, ids []stri
 	}
 	if err != nil {
 		s.failed(ctx, err)
-		s.freeLost(ctx, &p, err)
+		s.freeLost(ctx, &p, err, false)
 		return Claim{}, storeError("claim", err)
 	}
 	return p.outcome(res)

@@ -125,3 +125,57 @@ func TestBackgroundWorkReported(t *testing.T) {
 		})
 	}
 }
+
+// TestRanOnlyOnProof: a request's RequestContext.Ran — the give-back of
+// what its limits' run charged — is called once the free of its lost
+// claim proves the run ran (the claim its holder took was there), and
+// only for a claim that rode with the limits: not when the run never
+// reached Redis (nothing was charged: a give-back would let the client
+// past its limit), nor for a claim made on its own (the limits were
+// decided in another run, whose answer came back).
+func TestRanOnlyOnProof(t *testing.T) {
+	srv := redistest.Start(t)
+	for _, tc := range []struct {
+		name  string
+		claim func(t *testing.T, c *redis.Client, o Options) (*Redis, func(context.Context, Key) (Claim, error))
+		lost  *redistest.LostReply
+		want  bool
+	}{
+		{"riding with the limits, ran", joinedCtxClaim, &redistest.LostReply{}, true},
+		{"riding with the limits, never reached Redis", joinedCtxClaim, &redistest.LostReply{Unsent: true}, false},
+		{"on its own, ran", ownCtxClaim, &redistest.LostReply{}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := testOptions(newClock())
+			o.KeyPrefix = uniquePrefix()
+			c := newClient(t, srv.Addr)
+			c.AddHook(tc.lost)
+			s, claim := tc.claim(t, c, o)
+			if cl, err := claim(context.Background(), k("warm")); err != nil || cl.Outcome != Claimed { // the scripts are loaded
+				t.Fatalf("first claim = %+v %v, want Claimed", cl, err)
+			}
+			var ran atomic.Int64
+			tc.lost.Arm()
+			ctx := &RequestContext{Context: context.Background(), ID: "req-8", Ran: func() { ran.Add(1) }}
+			if _, err := claim(ctx, k("lost")); err == nil {
+				t.Fatal("the claim whose reply was lost reported no failure")
+			}
+			s.Wait()
+			if got, want := ran.Load(), map[bool]int64{true: 1}[tc.want]; got != want {
+				t.Errorf("Ran called %d times, want %d", got, want)
+			}
+		})
+	}
+}
+
+// ownCtxClaim and joinedCtxClaim are ownClaim and joinedClaim with the
+// call's context.
+func ownCtxClaim(t *testing.T, c *redis.Client, o Options) (*Redis, func(context.Context, Key) (Claim, error)) {
+	s := NewRedis(c, o)
+	return s, func(ctx context.Context, key Key) (Claim, error) { return s.Claim(ctx, key, fpA) }
+}
+
+func joinedCtxClaim(t *testing.T, c *redis.Client, o Options) (*Redis, func(context.Context, Key) (Claim, error)) {
+	s := newJoined(t, c, o, generous)
+	return s.Redis, func(ctx context.Context, key Key) (Claim, error) { return s.Claim(ctx, key, fpA) }
+}

@@ -137,6 +137,10 @@ type Decision struct {
 
 	cost int64       // what the request cost in each limit (at least 1)
 	kept *chargePlan // the plan of an undecided CacheOnly request, for the next Decide
+	// guardLost says that the store failed a round trip that carried the
+	// spray guard: what the store answered it, and so which limits it
+	// charged, is unknown (RefundLost).
+	guardLost bool
 }
 
 // Identity returns the key the request's caller is counted by: the
@@ -384,6 +388,7 @@ func (e *Enforcer) decide(ctx context.Context, rr *RouteRules, d *Decision, p *c
 			_ = e.local.AllowAll(ctx, &p.req, &p.ans)
 		}
 	}
+	d.guardLost = err != nil && p.req.Guard.Key != ""
 	if p.req.Guard.Key != "" {
 		ttl := p.ans.GuardTTL
 		if ttl <= 0 || ttl > rs.spray.Window {
@@ -546,6 +551,45 @@ func (p *chargePlan) maxCost(admitted bool) int64 {
 // client what its next request will find.
 func (e *Enforcer) Refund(ctx context.Context, rr *RouteRules, req Request, d *Decision) error {
 	return e.giveBack(ctx, rr, req, d, false)
+}
+
+// RefundLost gives back, in the store, what it charged the request req
+// (decided as d under rr) in a round trip whose reply was lost: d's
+// outcomes are the fallback's, and the store may have charged it or not.
+// Call it only once that is known: duplicate protection's free of the
+// claim that rode in the same script run found the claim its holder
+// took, and a claim runs only after the run's limits let the request
+// pass (idempotency.RequestContext.Ran; not in a Redis Cluster, where
+// limits run beside the claim, on other masters). It gives back only what
+// the run certainly charged: every limit that applies to the request as
+// d settled it, at req.Cost, but not a shadow limit (which may have
+// refused and charged nothing), nor the allowance of duplicate answers
+// (charged only by a claim that took nothing), and nothing when the run
+// carried the spray guard, whose answer, and so the limits it chose, was
+// lost too. Less than was charged is given back, never more: no bypass.
+func (e *Enforcer) RefundLost(ctx context.Context, rr *RouteRules, req Request, d *Decision) error {
+	if d.guardLost || !rr.Limited() {
+		return nil
+	}
+	var addrBuf [64]byte
+	p := e.plans.Get().(*chargePlan)
+	defer e.plans.Put(p)
+	p.reset(max(req.Cost, 1))
+	anonymous := (req.Token == "" && req.TokenID == "" && req.Account == "") || d.Demoted
+	p.addLimits(rr, d, rr.rules.addrKey(req.Addr, addrBuf[:0]), anonymous, false)
+	n := 0
+	for _, c := range p.req.Checks {
+		if c.Shadow || c.Branch != ratelimit.Always {
+			continue
+		}
+		p.req.Checks[n] = c
+		n++
+	}
+	p.req.Checks = p.req.Checks[:n]
+	if n == 0 {
+		return nil
+	}
+	return e.store.Refund(ctx, &p.req)
 }
 
 // Uncharge is Refund for a request duplicate protection answered instead
@@ -813,7 +857,7 @@ func (d *Decision) Reset() {
 	d.Allowed, d.Unavailable, d.RetryAfter, d.ExceedsBurst, d.MaxCost = false, false, 0, false, 0
 	d.TokenID, d.Account, d.Tier, d.Demoted, d.TooManyTokens = "", "", "", false, false
 	d.Claim, d.Uncharged, d.Undecided, d.N = ratelimit.ClaimReply{}, false, false, 0
-	d.cost, d.kept = 0, nil
+	d.cost, d.kept, d.guardLost = 0, nil, false
 }
 
 // record appends o, unless maxOutcomes are recorded already (a route of

@@ -15,6 +15,7 @@ import (
 	"github.com/exgate/exgate/apierror"
 	"github.com/exgate/exgate/clientip"
 	"github.com/exgate/exgate/idempotency"
+	"github.com/exgate/exgate/limiter"
 	"github.com/exgate/exgate/metrics"
 	"github.com/exgate/exgate/ratelimit"
 	"github.com/exgate/exgate/validate"
@@ -100,7 +101,7 @@ func (g *Gateway) limitWithClaim(st *requestState, r *http.Request, pl *requestP
 	if limited {
 		if e := g.enforceLimits(st, r, pl, rt, cost, part); e != nil {
 			if joined {
-				g.abandonClaim(st, r)
+				g.abandonClaim(st, r, rt, cost)
 			}
 			return e
 		}
@@ -109,7 +110,7 @@ func (g *Gateway) limitWithClaim(st *requestState, r *http.Request, pl *requestP
 	case refusal != nil:
 		return refusal
 	case joined:
-		return g.joinedClaim(st, r, pl)
+		return g.joinedClaim(st, r, pl, rt, cost)
 	case claims:
 		return g.claimOwn(st, r, pl)
 	}
@@ -217,7 +218,7 @@ func (g *Gateway) claimOwn(st *requestState, r *http.Request, pl *requestPlan) *
 // round trip failed) is made on its own, within what is left of the
 // order's one deadline; one whose round trip failed is not retried (the
 // order would wait for a second deadline) and the order is refused 503.
-func (g *Gateway) joinedClaim(st *requestState, r *http.Request, pl *requestPlan) *apierror.Error {
+func (g *Gateway) joinedClaim(st *requestState, r *http.Request, pl *requestPlan, rt *Route, cost int64) *apierror.Error {
 	if !st.decision.Claim.Sent {
 		return g.claimOwn(st, r, pl)
 	}
@@ -225,7 +226,9 @@ func (g *Gateway) joinedClaim(st *requestState, r *http.Request, pl *requestPlan
 	// Settle makes (the claim made again, a free) is bounded by the
 	// store's own timeout and outlives the client (idempotency.Joiner),
 	// so no context is made here.
-	claim, err := g.joiner.Settle(st.storeCtx(r.Context()), &st.claim.joined, st.decision.Claim)
+	ctx := st.storeCtx(r.Context())
+	st.claim.ctx.Ran = g.lostRunRefund(st, rt, cost)
+	claim, err := g.joiner.Settle(ctx, &st.claim.joined, st.decision.Claim)
 	return g.answerClaim(st, r, pl, claim, err)
 }
 
@@ -243,15 +246,52 @@ func (g *Gateway) joinedClaim(st *requestState, r *http.Request, pl *requestPlan
 // duplicate protection. A free that fails leaves the claim in flight: a
 // retry gets 409 in progress, then the unknown outcome, never a second
 // placement.
-func (g *Gateway) abandonClaim(st *requestState, r *http.Request) {
+func (g *Gateway) abandonClaim(st *requestState, r *http.Request, rt *Route, cost int64) {
 	if c := st.decision.Claim; !c.Run && (!c.Sent || c.Err == nil) {
 		return
 	}
 	ctx, cancel := context.WithTimeout(st.storeCtx(context.WithoutCancel(r.Context())), g.idemTimeout)
 	defer cancel()
+	st.claim.ctx.Ran = g.lostRunRefund(st, rt, cost)
 	if err := g.joiner.Abandon(ctx, &st.claim.joined, st.decision.Claim); err != nil {
 		g.log.Warn("duplicate protection: freeing the claim of an order its limits refused failed; retries get 409 until it expires",
 			zap.String("request_id", st.id), zap.Error(err))
+	}
+}
+
+// lostRunRefund returns, for a request whose limits' round trip carried
+// its claim and lost its reply (the run may have charged rt's limits at
+// cost, and taken the claim, or done nothing), the give-back of that
+// charge (limiter.Enforcer.RefundLost), which duplicate protection calls
+// in the background once the free of the claim proves that the run ran
+// (idempotency.RequestContext.Ran): the request is refused, and its retry
+// is charged again. Without that proof nothing is given back (a charge
+// never made, given back, would let the client past its limit). It
+// copies what it reads: the request has ended when it runs. Nil for any
+// other request: nothing is made on the usual path.
+func (g *Gateway) lostRunRefund(st *requestState, rt *Route, cost int64) func() {
+	if c := st.decision.Claim; !c.Sent || c.Run || c.Err == nil || rt == nil {
+		return nil
+	}
+	limits, rr, d, id := g.limits, rt.limits, st.decision, st.id
+	d.Claim = ratelimit.ClaimReply{}
+	req := limiter.Request{Account: d.Account, TokenID: d.TokenID, Addr: st.addr, Cost: cost}
+	return func() {
+		// Right after the lost reply the limiter fails fast for its
+		// backoff (250 ms by default): the give-back waits it out, 1.55 s
+		// at most.
+		for wait := 50 * time.Millisecond; ; wait *= 2 {
+			err := limits.RefundLost(context.Background(), rr, req, &d)
+			if err == nil {
+				return
+			}
+			if !errors.Is(err, ratelimit.ErrStoreUnavailable) || wait > time.Second {
+				g.log.Warn("rate-limit store failed; the charge of an order refused after its round trip's reply was lost was not given back",
+					zap.String("request_id", id), zap.Error(err))
+				return
+			}
+			time.Sleep(wait)
+		}
 	}
 }
 

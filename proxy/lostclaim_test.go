@@ -114,14 +114,16 @@ func TestLostClaimFreedWhenLimitsFail(t *testing.T) {
 	}
 }
 
-// TestLostRunChargeStands: the limits' charge of an order whose round
-// trip's reply was lost is never given back, whether Redis ran the run
-// (its claim then freed) or never saw it: a lost reply does not say which,
-// and giving back a charge never made would let the client past its limit
-// (no limit bypass). A run that did charge costs the client that one
-// request of its allowance, its retry charged again (docs/limits.md,
-// "A lost reply's charge"); one that never ran costs nothing.
-func TestLostRunChargeStands(t *testing.T) {
+// TestLostRunChargeGivenBack: the limits' charge of an order whose
+// round trip's reply was lost, refused 503, is given back once the free
+// of its claim proves that Redis ran the run (it found the claim its
+// holder took, which runs only after the limits let the order pass), and
+// only then: a lost reply alone does not say whether the run reached
+// Redis, and giving back a charge never made would let the client past
+// its limit. Before, the run's charge stood and the retry was charged
+// again: the client paid one request of its allowance for the reply
+// exgate lost (docs/limits.md, "A lost reply's charge is given back on proof").
+func TestLostRunChargeGivenBack(t *testing.T) {
 	if testing.Short() {
 		t.Skip("needs redis-server")
 	}
@@ -129,11 +131,11 @@ func TestLostRunChargeStands(t *testing.T) {
 		name string
 		lost *redistest.LostReply
 		// placed is how many new orders are placed after the retry before
-		// the limit (burst 4) refuses one: 4 less the warm order, the
-		// retry and the lost run's charge.
+		// the limit (burst 4) refuses one: 4 less the warm order and the
+		// retry, the lost run's charge given back or never made.
 		placed int
 	}{
-		{"the run ran, its reply lost", &redistest.LostReply{}, 1},
+		{"the run ran, its reply lost", &redistest.LostReply{}, 2},
 		{"the run never reached Redis", &redistest.LostReply{Unsent: true}, 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -166,7 +168,7 @@ func TestLostRunChargeStands(t *testing.T) {
 			if status, b := order("lost"); status != http.StatusServiceUnavailable || !strings.Contains(b, `"rate_limit_unavailable"`) {
 				t.Fatalf("the order whose round trip's reply was lost: %d %s, want 503 rate_limit_unavailable", status, b)
 			}
-			s.Wait() // its claim's free, if any
+			s.Wait() // its claim's free, and the give-back, if any
 			// The retry, once the limiter no longer fails fast; then new
 			// orders until the limit refuses one.
 			var answers []int
