@@ -99,10 +99,13 @@ func (g *Gateway) compileAdmission(r *Route, prev *share.Pool) {
 }
 
 // requestClass is the class of st's request: its route's, or cancel for a
-// bulk cancel.
+// bulk cancel (market data for a route without admission).
 func requestClass(st *requestState) overload.Class {
-	if st.bulkCancel {
+	switch {
+	case st.bulkCancel:
 		return overload.Cancel
+	case st.route.admission == nil:
+		return overload.MarketData
 	}
 	return st.route.admission.class
 }

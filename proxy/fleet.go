@@ -223,7 +223,7 @@ func (t fleetTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	svc := st.inst.Service()
 	for attempt := 1; attempt < maxAttempts && retryable(st, req, err); attempt++ {
-		next := svc.Retry(st.inst)
+		next := svc.Retry(st.inst, requestClass(st))
 		if next == nil {
 			break
 		}

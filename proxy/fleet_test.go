@@ -982,3 +982,63 @@ func TestCancelGoesWhereThereIsRoom(t *testing.T) {
 		})
 	}
 }
+
+// TestCancelRetriesPastReads: a cancel whose connect an instance refused
+// reached no instance and moves to another, within the retry budget; the
+// reads of other clients moved off that instance, held by a slow backend,
+// had spent the budget, and the cancel was refused. Cancels may go over
+// the budget by an eighth of it (at least one); a read past it is still
+// refused. Budget: one retry at once (min_retries 1, percent 0), spent by
+// a read the live instance holds.
+func TestCancelRetriesPastReads(t *testing.T) {
+	for _, tc := range []struct {
+		name, method, path string
+		moved              bool // it goes to the live instance
+	}{
+		{"cancel", "DELETE", "/api/v1/odr/orders/2/", true},
+		{"read", "GET", "/api/v1/mkt/currencies/", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			release := make(chan struct{})
+			held := make(chan struct{}, 4)
+			live := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.URL.Path == "/api/v1/mkt/markets/" {
+					held <- struct{}{}
+					<-release
+				}
+				w.WriteHeader(http.StatusOK)
+			}))
+			t.Cleanup(live.Close)
+			refused := config.MustURL("http://" + unreachable.Refused(t))
+			liveURL := config.MustURL(live.URL)
+			e := startEnv(t, func(c *config.Config) {
+				c.Upstream.URLs = []config.URL{liveURL, refused}
+				c.Upstream.Outlier.ConsecutiveConnectFailures = 0 // keep the refusing instance in the rotation
+				c.Upstream.RetryBudget.Percent, c.Upstream.RetryBudget.MinRetries = 0, 1
+			})
+			t.Cleanup(func() { close(release) }) // before the gateway's shutdown waits for them
+			svc := e.gw.fleet.Service("")
+			read := func() {
+				go func() {
+					res := do(t, "GET", e.url+"/api/v1/mkt/markets/", nil)
+					res.Body.Close()
+				}()
+				<-held
+			}
+			svc.Update([]upstream.Endpoint{{URL: liveURL.URL}})
+			read() // held at the live instance: the refusing one has fewer under way
+			svc.Update([]upstream.Endpoint{{URL: liveURL.URL}, {URL: refused.URL}})
+			read() // refused, moved to the live instance, held: the budget's one retry
+			if got := svc.Counts().Retries; got != 1 {
+				t.Fatalf("%d retries, want the read's 1", got)
+			}
+			res := do(t, tc.method, e.url+tc.path, nil, "Authorization", "Bearer t0ken")
+			body, _ := io.ReadAll(res.Body)
+			res.Body.Close()
+			if got := res.StatusCode == http.StatusOK; got != tc.moved {
+				t.Errorf("answered %d %s with the retry budget spent by a read; moved to the live instance: %v, want %v",
+					res.StatusCode, body, got, tc.moved)
+			}
+		})
+	}
+}

@@ -806,3 +806,41 @@ func TestPickOther(t *testing.T) {
 		})
 	}
 }
+
+// TestRetryBudgetCancelsShare: a cancel may be retried past the budget by
+// an eighth of it, at least one; other classes stop at the budget, and a
+// budget of none retries nothing, cancels included.
+func TestRetryBudgetCancelsShare(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		budget   RetryBudget
+		under    int64 // retries under way already
+		class    overload.Class
+		retrying bool
+	}{
+		{"a read within the budget", RetryBudget{Min: 1}, 0, overload.MarketData, true},
+		{"a read past the budget", RetryBudget{Min: 1}, 1, overload.MarketData, false},
+		{"a cancel past the budget, within its share", RetryBudget{Min: 1}, 1, overload.Cancel, true},
+		{"a cancel past its share", RetryBudget{Min: 1}, 2, overload.Cancel, false},
+		{"a cancel past a budget of 16, within its share of 2", RetryBudget{Min: 16}, 17, overload.Cancel, true},
+		{"a cancel past a budget of 16 and its share", RetryBudget{Min: 16}, 18, overload.Cancel, false},
+		{"no budget", RetryBudget{}, 0, overload.Cancel, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := NewService("orders", Options{RetryBudget: tc.budget})
+			s.Update(endpoints(t, 1, 1))
+			prev, err := s.Pick()
+			if err != nil {
+				t.Fatal(err)
+			}
+			s.retries.Add(tc.under)
+			next := s.Retry(prev, tc.class)
+			if got := next != nil; got != tc.retrying {
+				t.Fatalf("retried: %v, want %v", got, tc.retrying)
+			}
+			if want := tc.under + map[bool]int64{true: 1}[tc.retrying]; s.retries.Load() != want {
+				t.Errorf("%d retries under way, want %d", s.retries.Load(), want)
+			}
+		})
+	}
+}
