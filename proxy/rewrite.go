@@ -111,7 +111,11 @@ func (g *Gateway) forwardedPeer(in *http.Request, st *requestState) *peer {
 // forwardsHost reports whether the backend gets host, a request's Host,
 // as its own: one of upstream.forward_hosts (its name compared whatever
 // the case, the port and a final dot), or any with "*"; never an empty
-// one. It allocates nothing.
+// one, nor one whose port is not digits or that is bracketed but not an
+// IPv6 address followed by nothing but its port: net/http takes such a
+// Host ("api.example:.evil.example"), which the backend, or a link it
+// builds from it, would read as another name than exgate compared. It
+// allocates nothing.
 func (g *Gateway) forwardsHost(host string) bool {
 	if host == "" || len(g.forwardHosts) == 0 {
 		return false
@@ -119,13 +123,24 @@ func (g *Gateway) forwardsHost(host string) bool {
 	if g.forwardAny {
 		return true
 	}
-	name := host
+	name, port := host, ""
 	if strings.HasPrefix(name, "[") {
-		if i := strings.IndexByte(name, ']'); i > 0 {
-			name = name[1:i]
+		i := strings.IndexByte(name, ']')
+		if i < 0 || strings.IndexByte(name[:i], ':') < 0 {
+			return false
 		}
+		name, port = name[1:i], name[i+1:]
+		if port != "" && port[0] != ':' {
+			return false
+		}
+		port = strings.TrimPrefix(port, ":")
 	} else if i := strings.LastIndexByte(name, ':'); i >= 0 && strings.IndexByte(name[:i], ':') < 0 {
-		name = name[:i]
+		name, port = name[:i], name[i+1:]
+	}
+	for i := range len(port) {
+		if port[i] < '0' || port[i] > '9' {
+			return false
+		}
 	}
 	name = strings.TrimSuffix(name, ".")
 	for _, h := range g.forwardHosts {
