@@ -18,7 +18,9 @@ import (
 // them as they came: the backend's internal address, which it cannot
 // reach, or reaches past exgate. Such a field now names the path below
 // the instance's base URL, as NGINX's proxy_redirect default does (a
-// relative reference, RFC 9110 §10.2.2); any other value passes as sent.
+// relative reference, RFC 9110 §10.2.2); any other value passes as sent,
+// and so does one whose path below the instance starts with two slashes:
+// as a relative reference it would name another host.
 func TestInstanceAddressNotAnswered(t *testing.T) {
 	for _, base := range []string{"", "/prefix"} {
 		t.Run("base path "+base, func(t *testing.T) {
@@ -46,6 +48,11 @@ func TestInstanceAddressNotAnswered(t *testing.T) {
 				{"another host", "https://docs.exchange.example/orders/7", "https://docs.exchange.example/orders/7"},
 				{"another port of the instance's host", "http://127.0.0.1:1/x", "http://127.0.0.1:1/x"},
 				{"a longer port or base path", "INSTANCE0/x", "INSTANCE0/x"},
+				// A path of two slashes (or a slash and a backslash, which
+				// browsers read alike) below the instance would become a
+				// reference to another host, evil.example: kept as sent.
+				{"a path that starts with two slashes", "INSTANCE//evil.example/x", "INSTANCE//evil.example/x"},
+				{"a path that starts with a slash and a backslash", "INSTANCE/\\evil.example/x", "INSTANCE/\\evil.example/x"},
 			}
 			if base != "" {
 				tests = append(tests, struct{ name, loc, want string }{"outside the base path", bs.URL + "/other/x", bs.URL + "/other/x"},

@@ -85,7 +85,9 @@ func unexposeInstance(h http.Header, base *url.URL) {
 // belowInstance returns loc as a path below base when loc is an absolute
 // URL of base's scheme and host (compared whatever the case) under its
 // base path, whole segments: "http://10.0.0.5:8000/prefix/orders/7/"
-// below "http://10.0.0.5:8000/prefix/" is "/orders/7/".
+// below "http://10.0.0.5:8000/prefix/" is "/orders/7/". A path below it
+// that starts with two slashes (or a slash and a backslash) is not one:
+// as a relative reference it would name another host.
 func belowInstance(loc string, base *url.URL) (string, bool) {
 	rest, ok := cutPrefixFold(loc, base.Scheme+"://")
 	if !ok {
@@ -103,6 +105,10 @@ func belowInstance(loc string, base *url.URL) (string, bool) {
 	switch {
 	case rest == "":
 		return "/", true
+	case len(rest) > 1 && rest[0] == '/' && (rest[1] == '/' || rest[1] == '\\'):
+		// As a relative reference "//evil.example/x" names another host
+		// (and "/\evil.example/x" too, to a browser): kept as sent.
+		return "", false
 	case rest[0] == '/':
 		return rest, true
 	case rest[0] == '?' || rest[0] == '#':
