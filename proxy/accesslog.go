@@ -5,6 +5,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -123,14 +124,20 @@ var accessFields = sync.Pool{New: func() any {
 const maxMethodShown = 24
 
 // methodShown is the method m as the access log, the span's
-// http.request.method_original and a 405's detail show it: its first
-// maxMethodShown bytes, followed by "…" (no token holds it) when it is
-// longer. A method is a token, ASCII, so the cut splits no character.
+// http.request.method_original and a 405's detail show it: at most its
+// first maxMethodShown bytes, followed by "…" when it is longer, cut
+// between two characters: net/http's HTTP/1 server takes only a token
+// as a method, its HTTP/2 server any :method a field value may hold,
+// UTF-8 included (answered 405: no route names one).
 func methodShown(m string) string {
 	if len(m) <= maxMethodShown {
 		return m
 	}
-	return m[:maxMethodShown] + "…"
+	n := maxMethodShown
+	for n > 0 && !utf8.RuneStart(m[n]) {
+		n--
+	}
+	return m[:n] + "…"
 }
 
 // maxUserAgent bounds the user agent an access log line carries.

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 )
@@ -27,6 +28,13 @@ func TestLongMethodBounded(t *testing.T) {
 		{"one past it", long(maxMethodShown + 1), 405, long(maxMethodShown) + "…"},
 		{"12 KiB", long(12 << 10), 405, long(maxMethodShown) + "…"},
 		{"past the header limit", long(17 << 10), 431, long(maxMethodShown) + "…"},
+	}
+	// Over HTTP/2 a :method may be any field value, UTF-8 included: cut
+	// between two characters, never inside one.
+	for _, m := range []string{strings.Repeat("É", 20), "X" + strings.Repeat("É", 20), "XX" + strings.Repeat("€", 20)} {
+		if got := methodShown(m); !utf8.ValidString(got) || len(got) > maxMethodShown+len("…") || !strings.HasPrefix(m, strings.TrimSuffix(got, "…")) {
+			t.Errorf("methodShown(%q) = %q", m, got)
+		}
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
