@@ -477,11 +477,18 @@ func clientFrom(t *testing.T, ip string, conns int) *http.Client {
 }
 
 // clientOver is clientFrom over TLS with tc (HTTP/2 through ALPN), or
-// over plain HTTP/1.1 when tc is nil.
+// over plain HTTP/1.1 when tc is nil. Like newClient's, its idle
+// connections are closed after clientIdleTimeout, below exgate's
+// server.read_header_timeout: the attackers' workers send orders at once
+// (the duplicate answers' and settlements' rows), and a connection one of
+// them dialed while another's was freed goes to the pool having carried
+// no request, which exgate closes at read_header_timeout; an order
+// written into it then got a bare EOF, an answer outside exgate's error
+// shape.
 func clientOver(t *testing.T, ip string, conns int, tc *tls.Config) *http.Client {
 	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}, Timeout: 5 * time.Second}
 	tr := &http.Transport{DialContext: d.DialContext, MaxIdleConnsPerHost: conns, MaxConnsPerHost: conns,
-		DisableCompression: true, IdleConnTimeout: 90 * time.Second, ForceAttemptHTTP2: tc != nil}
+		DisableCompression: true, IdleConnTimeout: clientIdleTimeout, ForceAttemptHTTP2: tc != nil}
 	if tc != nil {
 		tr.TLSClientConfig = tc.Clone() // the transport sets its protocols in it
 	}
