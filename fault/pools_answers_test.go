@@ -42,8 +42,8 @@ func init() {
 
 // answerFlood is the attack of one duplicate-answers row.
 type answerFlood struct {
-	throttled atomic.Int64 // attackers refused throttled at least once
-	counted   atomic.Bool  // the Redis commands were counted
+	throttled atomic.Int64           // attackers refused throttled at least once
+	counted   atomic.Pointer[attack] // the attack whose Redis commands were counted
 	done      []atomic.Int64
 }
 
@@ -56,6 +56,7 @@ var answerRound atomic.Int64
 // none may have reached Redis.
 func (f *answerFlood) attack(ctx context.Context, t *testing.T, r *poolRun, a *attack) {
 	round := answerRound.Add(1)
+	f.throttled.Store(0) // the row's state is its own run's (-count)
 	f.done = make([]atomic.Int64, len(a.addrs)*answerWorkers)
 	var wg sync.WaitGroup
 	for i, addr := range a.addrs {
@@ -118,7 +119,7 @@ func (f *answerFlood) attack(ctx context.Context, t *testing.T, r *poolRun, a *a
 		t.Errorf("%d requests of attackers past their allowance of duplicate answers caused %d Redis commands, want none",
 			50*len(f.done), after-before)
 	}
-	f.counted.Store(true)
+	f.counted.Store(a)
 }
 
 // eachAnswered waits until every attacker connection has had n more
@@ -151,9 +152,9 @@ func (f *answerFlood) wait(ctx context.Context, cond func() bool) bool {
 	return true
 }
 
-// holding reports that every attacker is past its allowance and Redis's
-// commands were counted while they went on.
-func (f *answerFlood) holding(t *testing.T, r *poolRun, a *attack) bool { return f.counted.Load() }
+// holding reports that every attacker of a is past its allowance and
+// Redis's commands were counted while they went on.
+func (f *answerFlood) holding(t *testing.T, r *poolRun, a *attack) bool { return f.counted.Load() == a }
 
 // answerOrder returns a builder of one attacker's order request.
 func answerOrder(r *poolRun, token, body string) func(context.Context) *http.Request {

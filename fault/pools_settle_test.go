@@ -98,8 +98,8 @@ func (f *settleFront) arm(victimToken string) (attackers, victim func()) {
 // settleRow is the attack of one settlements row and what its check
 // reads.
 type settleRow struct {
-	done        atomic.Bool
-	victimOrder string // the body of the victim's order whose settlement failed
+	done        atomic.Pointer[attack] // the attack that is over (a row runs again under -count)
+	victimOrder string                 // the body of the victim's order whose settlement failed
 }
 
 var settleRound atomic.Int64
@@ -109,7 +109,7 @@ var settleRound atomic.Int64
 // answer the attackers' orders and, once they are answered, the victim's,
 // and thaws Redis.
 func (s *settleRow) attack(ctx context.Context, t *testing.T, r *poolRun, a *attack) {
-	defer s.done.Store(true)
+	defer s.done.Store(a)
 	front := &r.env.front.settle
 	releaseAttackers, releaseVictim := front.arm(r.env.tokens["victim"])
 	defer releaseVictim()
@@ -159,9 +159,9 @@ func (s *settleRow) attack(ctx context.Context, t *testing.T, r *poolRun, a *att
 	thaw()
 }
 
-// holding reports that the attack is over: the settlements that failed
+// holding reports that the attack a is over: the settlements that failed
 // are being retried, or were refused.
-func (s *settleRow) holding(t *testing.T, r *poolRun, a *attack) bool { return s.done.Load() }
+func (s *settleRow) holding(t *testing.T, r *poolRun, a *attack) bool { return s.done.Load() == a }
 
 // check has the victim retry its order whose settlement failed: its
 // answer is replayed once the settlement's retry has recorded it (before
