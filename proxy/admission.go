@@ -172,13 +172,15 @@ func (g *Gateway) admit(st *requestState, r *http.Request) *apierror.Error {
 		g.refundLimits(st, r, pl)
 		return e
 	}
-	if !a.takeRoute(st.client) {
+	if !a.takeRoute(st.client, c) {
 		if st.rec {
 			g.traceAdmission(st, c, "shed_route_full", 0)
 		}
 		return g.shed(st, r, pl, c)
 	}
-	st.routeSlot = a
+	if a.inflight != nil && c == a.class {
+		st.routeSlot = a
+	}
 	ok, waited, e := g.acquireSlot(st, r, c)
 	if waited > 0 {
 		a.metrics[c].Queued(waited)
@@ -265,11 +267,15 @@ func (g *Gateway) roomElsewhere(st *requestState, r *http.Request, c overload.Cl
 	target(r.URL, inst, st.path)
 }
 
-// takeRoute takes one of the route's own slots (max_in_flight) for
-// client c, within its share of them, reporting false when it has none; a
-// route without a cap of its own always has room.
-func (a *routeAdmission) takeRoute(c share.Key) bool {
-	return a.inflight == nil || a.inflight.Take(c, 1)
+// takeRoute takes one of the route's own slots (max_in_flight) for a
+// request of class rc of client c, within its share of them, reporting
+// false when it has none; a route without a cap of its own always has
+// room. The cap bounds the route's own class: a bulk cancel on a
+// placement route (bulk_orders) is a cancel, bounded by the overload
+// limit and the cancels' headroom, and takes none of it, so that other
+// clients' bulk placements holding the cap never refuse it.
+func (a *routeAdmission) takeRoute(c share.Key, rc overload.Class) bool {
+	return a.inflight == nil || rc != a.class || a.inflight.Take(c, 1)
 }
 
 // releaseRoute gives back a slot takeRoute took for client c.

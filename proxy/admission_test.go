@@ -1,6 +1,8 @@
 package proxy
 
 import (
+	"fmt"
+	"io"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -388,6 +390,56 @@ func TestCancelHeadroomHasAConnection(t *testing.T) {
 			}
 			close(release)
 			wg.Wait()
+		})
+	}
+}
+
+// TestBulkCancelPastPlacementRouteCap: a bulk cancel sent to the bulk
+// placement route (ids POSTed to bulk_orders) is a cancel; the route's
+// own cap (max_in_flight), held by another client's bulk placement the
+// backend keeps, shed it at once, 503. The cap bounds the route's
+// placements; a bulk cancel takes none of it, and a second placement
+// past the cap is still shed.
+func TestBulkCancelPastPlacementRouteCap(t *testing.T) {
+	for _, tc := range []struct {
+		name, body string
+		want       int
+	}{
+		{"bulk cancel", `{"ids": ["7", "8"]}`, http.StatusOK},
+		{"bulk placement", bulkOf(1, ""), http.StatusServiceUnavailable},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			release := make(chan struct{})
+			held := make(chan struct{}, 2)
+			e := startOrdersConfig(t, func(w http.ResponseWriter, r *http.Request) {
+				if r.ContentLength > 40 { // a placement (the ids' canonical form is shorter): held
+					held <- struct{}{}
+					<-release
+				}
+				w.WriteHeader(http.StatusOK)
+			}, nil, func(c *config.Config) {
+				c.Route("bulk_orders").MaxInFlight = 1
+				c.ClientIP.TrustedProxies = []config.Prefix{{Prefix: mustPrefix("127.0.0.0/8")}}
+			})
+			t.Cleanup(func() { close(release) }) // before the gateway's shutdown waits for it
+			first := make(chan string, 1)
+			go func() {
+				res := postBulk(t, e, bulkOf(1, ""), "X-Forwarded-For", "10.0.0.1")
+				body, _ := io.ReadAll(res.Body)
+				res.Body.Close()
+				first <- fmt.Sprintf("%d %s", res.StatusCode, body)
+			}()
+			select {
+			case <-held:
+			case a := <-first:
+				t.Fatalf("the placement holding the cap was answered %s", a)
+			}
+			res := postBulk(t, e, tc.body, "X-Forwarded-For", "10.0.0.2")
+			body, _ := io.ReadAll(res.Body)
+			res.Body.Close()
+			if res.StatusCode != tc.want {
+				t.Errorf("answered %d %s with another client's placement holding the route's cap, want %d", res.StatusCode, body, tc.want)
+			}
 		})
 	}
 }
