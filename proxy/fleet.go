@@ -227,6 +227,7 @@ func (t fleetTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if next == nil {
 			break
 		}
+		next = retryWithRoom(st, next)
 		if !g.moveSlot(st, req, next) {
 			svc.EndRetry()
 			next.Done(upstream.Abandoned, upstream.KindOf(req.Method), upstream.Client(st.client))
@@ -302,6 +303,26 @@ func (s fleetStatus) FleetStatus() []metrics.ServiceStatus {
 		out = append(out, ss)
 	}
 	return out
+}
+
+// retryWithRoom returns the instance st's request, moved off its own by
+// Retry to next, goes to: next, or when next has no slot for it now,
+// another instance of the rotation (not its own) that has
+// (upstream.Service.PickOther), as admit's roomElsewhere does; a retry
+// waits at a full instance only when none has room.
+func retryWithRoom(st *requestState, next *upstream.Instance) *upstream.Instance {
+	if !st.slot {
+		return next // the overload step is off: no slot to take
+	}
+	c, who, prev := requestClass(st), overload.Client(st.client), st.inst
+	if next.Controller.Room(c, who) {
+		return next
+	}
+	room := func(in *upstream.Instance) bool { return in != prev && in.Controller.Room(c, who) }
+	if other := next.Service().PickOther(next, room); other != nil {
+		return other
+	}
+	return next
 }
 
 // moveSlot gives back the slot st's request holds at its instance's limit

@@ -1042,3 +1042,79 @@ func TestCancelRetriesPastReads(t *testing.T) {
 		})
 	}
 }
+
+// TestRetriedCancelGoesWhereThereIsRoom: a cancel whose connect an
+// instance refused is moved to the instance the balancer draws among the
+// others, by requests under way per unit of weight, not by limit; one
+// moved to an instance whose limit and headroom were full waited there
+// its class's wait and was refused while a third had room. It goes to
+// the instance with room. r refuses connections (weight 1000: the cancel
+// is drawn there), f (weight 10) holds its fixed limit of 4 and its
+// headroom, l (weight 1) one request: f has fewer per unit of weight.
+func TestRetriedCancelGoesWhereThereIsRoom(t *testing.T) {
+	for _, tc := range []struct{ name, path string }{
+		{"one order", "/api/v1/odr/orders/2/"},
+		{"two orders", "/api/v1/odr/orders/2,3/"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			release := make(chan struct{})
+			held := make(chan string, 8)
+			var cancels atomic.Int64
+			var urls []config.URL
+			for _, name := range []string{"f", "l"} {
+				s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					if r.Method == http.MethodGet || r.URL.Path == "/api/v1/odr/orders/1/" {
+						held <- name
+						<-release
+						return
+					}
+					if name == "l" {
+						cancels.Add(1)
+					}
+					w.WriteHeader(http.StatusOK)
+				}))
+				t.Cleanup(s.Close)
+				urls = append(urls, config.MustURL(s.URL))
+			}
+			refused := config.MustURL("http://" + unreachable.Refused(t))
+			e := startEnv(t, func(c *config.Config) {
+				c.Upstream.URLs = append(urls, refused)
+				c.Upstream.Outlier.ConsecutiveConnectFailures = 0 // keep the refusing instance in the rotation
+				c.ClientIP.TrustedProxies = []config.Prefix{{Prefix: mustPrefix("127.0.0.0/8")}}
+				c.Overload.FixedLimit = 4                          // and a headroom of 1 for cancels
+				c.Overload.MaxWait.Cancel = 300 * time.Millisecond // what a cancel waits at a full instance
+			})
+			t.Cleanup(func() { close(release) }) // before the gateway's shutdown waits for them
+			svc := e.gw.fleet.Service("")
+			send := func(method, path, from, at string) {
+				go func() {
+					res := do(t, method, e.url+path, nil, "Authorization", "Bearer t0ken", "X-Forwarded-For", from)
+					res.Body.Close()
+				}()
+				if got := <-held; got != at {
+					t.Fatalf("%s %s went to %s, want %s", method, path, got, at)
+				}
+			}
+			svc.Update([]upstream.Endpoint{{URL: urls[1].URL}})
+			send("GET", "/api/v1/mkt/markets/", "10.0.0.10", "l")
+			svc.Update([]upstream.Endpoint{{URL: urls[0].URL}})
+			for i := range 4 {
+				send("GET", "/api/v1/mkt/markets/", fmt.Sprintf("10.0.0.%d", i+1), "f")
+			}
+			send("DELETE", "/api/v1/odr/orders/1/", "10.0.0.5", "f") // the headroom
+			svc.Update([]upstream.Endpoint{{URL: refused.URL, Weight: 1000}, {URL: urls[0].URL, Weight: 10}, {URL: urls[1].URL, Weight: 1}})
+			res := do(t, "DELETE", e.url+tc.path, nil, "Authorization", "Bearer t0ken", "X-Forwarded-For", "10.0.0.99")
+			answer, _ := io.ReadAll(res.Body)
+			res.Body.Close()
+			if res.StatusCode != http.StatusOK {
+				t.Errorf("cancel answered %d %s with f full and l holding 1 of its 4 slots, want 200", res.StatusCode, answer)
+			}
+			if got := cancels.Load(); got != 1 {
+				t.Errorf("instance l received %d cancels, want 1", got)
+			}
+			if got := svc.Counts().Retries; got != 1 {
+				t.Errorf("%d retries, want 1: the cancel did not meet the refusing instance", got)
+			}
+		})
+	}
+}
