@@ -62,7 +62,7 @@ func init() {
 		for _, k := range []attackerKind{oneAccount, threeAccounts} {
 			fill := &storeFill{bulk: d.bulk, redis: d.redis}
 			poolRows = append(poolRows, poolRow{pool: d.pool, attacker: k, config: cfg,
-				attack: fill.attack, holding: fill.holding,
+				attack: fill.attack, holding: fill.holding, reset: func() { fill.full.Store(0) },
 				refused: []string{"identifier_quota_exceeded"},
 				metric:  "exgate_idempotency_total", labels: []string{`outcome="account_full"`},
 				maxGrowth: 64 << 20})

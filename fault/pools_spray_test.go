@@ -46,7 +46,7 @@ func init() {
 				cfg = "idempotency:\n" + share(tenShareIDs, "100MiB") // ten such shares overflow maxmemory (attack)
 			}
 			poolRows = append(poolRows, poolRow{pool: d.pool, attacker: k, config: cfg,
-				attack: s.attack, holding: s.holding,
+				attack: s.attack, holding: s.holding, reset: func() { s.refused.Store(0); s.full.Store(0) },
 				refused: []string{"identifier_quota_exceeded", "too_many_tokens", "throttled", outageCode},
 				metric:  "exgate_idempotency_total", labels: []string{`outcome="account_full"`},
 				maxGrowth: 64 << 20})

@@ -96,6 +96,9 @@ type poolRow struct {
 	// holding reports that the attackers hold what they could take: the
 	// victim starts then.
 	holding func(t *testing.T, r *poolRun, a *attack) bool
+	// reset, when set, clears what attack and holding count across runs
+	// of the row (go test -count runs it again): run calls it first.
+	reset func()
 	// refused are the codes the attackers' refusals may carry; empty
 	// when the row's attackers take nothing shared and are refused
 	// nothing.
@@ -365,6 +368,9 @@ const holdWithin = 2 * time.Minute
 // warm-up, the attack, the victim's trades while the attackers hold the
 // pool, and the checks.
 func (env *poolEnv) run(t *testing.T, row poolRow) {
+	if row.reset != nil {
+		row.reset()
+	}
 	if _, err := env.redis.Do("FLUSHALL"); err != nil {
 		t.Fatal(err)
 	}
