@@ -145,11 +145,7 @@ func (s *Redis) freeLost(ctx context.Context, p *Prepared, err error, joined boo
 	// What free reads of p, copied: the proxy's Prepared is reused by
 	// the next request.
 	q := &Prepared{ClaimPart: ratelimit.ClaimPart{Keys: p.Keys}, id: p.id, slot: p.slot, charge: p.charge}
-	s.backgroundMu.RLock()
-	s.background.Add(1)
-	s.backgroundMu.RUnlock()
-	go func() {
-		defer s.background.Done()
+	s.inBackground(func() {
 		n, err := s.free(context.Background(), q)
 		if err == nil && n == 0 {
 			err = ErrClaimLost
@@ -158,7 +154,7 @@ func (s *Redis) freeLost(ctx context.Context, p *Prepared, err error, joined boo
 			ran()
 		}
 		s.report(WorkFree, id, err)
-	}()
+	})
 }
 
 // settleRetryBytes bounds what the settlements retried in the background
@@ -227,13 +223,21 @@ func (s *Redis) settleLater(ctx context.Context, c Claim, state string, rec *Rec
 		rec = &r
 	}
 	c.keys, c.more = slices.Clone(c.keys), nil
+	s.inBackground(func() {
+		defer s.settling.Give(who, cost)
+		s.report(w, id, s.retrySettle(c, state, rec))
+	})
+}
+
+// inBackground runs f on a goroutine of its own, counted in what Wait
+// waits for.
+func (s *Redis) inBackground(f func()) {
 	s.backgroundMu.RLock()
 	s.background.Add(1)
 	s.backgroundMu.RUnlock()
 	go func() {
 		defer s.background.Done()
-		defer s.settling.Give(who, cost)
-		s.report(w, id, s.retrySettle(c, state, rec))
+		f()
 	}()
 }
 
