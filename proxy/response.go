@@ -120,7 +120,7 @@ func belowInstance(loc string, base *url.URL) (string, bool) {
 // cutPrefixFold is strings.CutPrefix, the prefix compared whatever the
 // case.
 func cutPrefixFold(s, prefix string) (string, bool) {
-	if len(s) < len(prefix) || !strings.EqualFold(s[:len(prefix)], prefix) {
+	if len(s) < len(prefix) || !asciiEqualFold(s[:len(prefix)], prefix) {
 		return s, false
 	}
 	return s[len(prefix):], true

@@ -144,7 +144,7 @@ func (g *Gateway) forwardsHost(host string) bool {
 	}
 	name = strings.TrimSuffix(name, ".")
 	for _, h := range g.forwardHosts {
-		if strings.EqualFold(name, h) {
+		if asciiEqualFold(name, h) {
 			return true
 		}
 	}
