@@ -571,12 +571,9 @@ func (e *Enforcer) RefundLost(ctx context.Context, rr *RouteRules, req Request, 
 	if d.guardLost || !rr.Limited() {
 		return nil
 	}
-	var addrBuf [64]byte
 	p := e.plans.Get().(*chargePlan)
 	defer e.plans.Put(p)
-	p.reset(max(req.Cost, 1))
-	anonymous := (req.Token == "" && req.TokenID == "" && req.Account == "") || d.Demoted
-	p.addLimits(rr, d, rr.rules.addrKey(req.Addr, addrBuf[:0]), anonymous, false)
+	p.rebuild(rr, req, d, true, false)
 	n := 0
 	for _, c := range p.req.Checks {
 		if c.Shadow || c.Branch != ratelimit.Always {
@@ -607,15 +604,9 @@ func (e *Enforcer) giveBack(ctx context.Context, rr *RouteRules, req Request, d 
 	if !d.Allowed || d.N == 0 || !rr.Limited() {
 		return nil
 	}
-	var addrBuf [64]byte
 	p := e.plans.Get().(*chargePlan)
 	defer e.plans.Put(p)
-	p.reset(max(req.Cost, 1))
-	// The keys Decide charged, built as Decide built them (d holds the
-	// account, token id, tier and demotion it settled); the spray guard's
-	// answer is known now.
-	anonymous := (req.Token == "" && req.Account == "") || d.Demoted
-	p.addLimits(rr, d, rr.rules.addrKey(req.Addr, addrBuf[:0]), anonymous, answered)
+	p.rebuild(rr, req, d, false, answered)
 	local, n := false, 0
 	for j := range p.req.Checks {
 		o := d.outcomeOf(p.meta[j].limit)
@@ -652,6 +643,28 @@ func (e *Enforcer) giveBack(ctx context.Context, rr *RouteRules, req Request, d 
 		}
 	}
 	return err
+}
+
+// rebuild fills p, for req's cost, with the checks of the limits Decide
+// charged req, decided as d under rr: the keys Decide charged, built as
+// Decide built them (d holds the account, token id, tier and demotion it
+// settled); the spray guard's answer is known now. Those of the allowance
+// of duplicate answers are added only with answers. The request is
+// anonymous, as Decide took it, without a token or an account, or when d
+// demoted its token. tokenByID says that req names its token by its id
+// alone (Request.TokenID, of a copy kept without the token: RefundLost's),
+// so that the request is anonymous only without the id too; else by its
+// Token, as Decide read it (Refund and Uncharge pass the request Decide
+// was given).
+func (p *chargePlan) rebuild(rr *RouteRules, req Request, d *Decision, tokenByID, answers bool) {
+	var addrBuf [64]byte
+	p.reset(max(req.Cost, 1))
+	anonymous := req.Token == "" && req.Account == ""
+	if tokenByID {
+		anonymous = anonymous && req.TokenID == ""
+	}
+	anonymous = anonymous || d.Demoted
+	p.addLimits(rr, d, rr.rules.addrKey(req.Addr, addrBuf[:0]), anonymous, answers)
 }
 
 // outcomeOf returns the recorded outcome of the route's limit i, or nil.
