@@ -14,11 +14,12 @@ import (
 	"github.com/exgate/exgate/proxy"
 )
 
-// adminAccess decides who may use the admin listener's console and pprof:
-// a request must name a Host the listener answers to (no DNS-rebinding
-// page reads the console through a browser on an operator's machine),
-// and carry the admin token when one is set. /healthz, /readyz and
-// /metrics are for probes and scrapers and pass neither check.
+// adminAccess decides who may use the admin listener: a request must
+// name a Host the listener answers to (no DNS-rebinding page reads the
+// console, /readyz's check errors or /metrics through a browser on an
+// operator's machine), and for the console's API and pprof carry the
+// admin token when one is set. /healthz, which holds nothing, passes
+// both; /readyz and /metrics, for probes and scrapers, need no token.
 type adminAccess struct {
 	token    [sha256.Size]byte // SHA-256 of the token, compared in constant time
 	hasToken bool
@@ -132,8 +133,11 @@ func crossSite(r *http.Request) bool {
 	return true
 }
 
-// page guards what a browser loads but holds no data (the console page):
-// the Host check only.
+// page guards what needs no token (the console's page, /readyz,
+// /metrics): the Host check only. Probes and scrapers name the listener
+// by its address (the kubelet, a balancer, Prometheus's service
+// discovery), send no Host (HAProxy's HTTP/1.0 check) or a name the
+// operator lists.
 func (a *adminAccess) page(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !a.hostAllowed(r.Host) {

@@ -64,12 +64,13 @@ func adminDo(t *testing.T, srv *httptest.Server, method, path, host string, head
 
 // TestAdminHostAllowList: a page on another site whose name resolves to
 // the admin listener (DNS rebinding) sends its own name as Host; the
-// console, its page and pprof refuse it, while addresses, localhost and
-// the configured names are answered. Probes and scrapers (/healthz,
-// /readyz, /metrics) answer any Host.
+// console, its page, pprof, /readyz and /metrics refuse it, while
+// addresses, localhost and the configured names are answered. /healthz
+// (which holds nothing) answers any Host.
 func TestAdminHostAllowList(t *testing.T) {
 	srv := adminServer(t, Options{AllowedHosts: []string{"exgate-admin.internal"}})
-	guarded := []string{"/admin/status", "/admin/top", "/admin/inspect?address=192.0.2.1", "/", "/console/console.js", "/debug/pprof/"}
+	guarded := []string{"/admin/status", "/admin/top", "/admin/inspect?address=192.0.2.1", "/", "/console/console.js", "/debug/pprof/",
+		"/readyz", "/metrics"}
 	for _, host := range []string{"rebind.example", "rebind.example:9090", "127.0.0.1.rebind.example", "localhost.rebind.example",
 		"exgate-admin.internal.rebind.example", "xn--localhost", "localhost:x"} {
 		for _, path := range guarded {
@@ -77,10 +78,8 @@ func TestAdminHostAllowList(t *testing.T) {
 				t.Errorf("GET %s with Host %s: %d %s, want 403 host_not_allowed", path, host, a.status, a.body)
 			}
 		}
-		for _, path := range []string{"/healthz", "/readyz", "/metrics"} {
-			if a := adminDo(t, srv, "GET", path, host); a.status != 200 {
-				t.Errorf("GET %s with Host %s: %d, want 200 (probes and scrapers answer any Host)", path, host, a.status)
-			}
+		if a := adminDo(t, srv, "GET", "/healthz", host); a.status != 200 {
+			t.Errorf("GET /healthz with Host %s: %d, want 200 (it holds nothing)", host, a.status)
 		}
 	}
 	for _, host := range []string{"127.0.0.1:9090", "10.0.3.7", "[::1]:9090", "[fe80::1%25eth0]:9090", "localhost", "LOCALHOST.:9090",
@@ -240,6 +239,48 @@ func TestAdminCrossSiteRefused(t *testing.T) {
 			a := adminDo(t, srv, tc.method, tc.path, "", tc.header...)
 			if a.status != tc.status || a.code != tc.code {
 				t.Errorf("%d %.200s, want %d %s", a.status, a.body, tc.status, tc.code)
+			}
+		})
+	}
+}
+
+// TestAdminRebindingReadsNoProbeOrMetrics: a page of another site whose
+// name the attacker points at the admin listener (DNS rebinding) is
+// same-origin to the browser, so the cross-site check lets its fetches
+// through and it reads the answers. On main /readyz and /metrics answered
+// any Host: such a page read every check's error (Redis's and the
+// backend's internal addresses) and every metric (the routes, the
+// fleet's instances, the traffic) from an operator's browser, past the
+// firewall that is /metrics' boundary. They now answer the Hosts the
+// console does; probes and scrapers, which name the listener by its
+// address, send no Host or a listed name, are answered as before.
+func TestAdminRebindingReadsNoProbeOrMetrics(t *testing.T) {
+	srv := adminServer(t, Options{AllowedHosts: []string{"exgate-admin.internal"}})
+	sameOrigin := []string{"Sec-Fetch-Site", "same-origin", "Sec-Fetch-Mode", "cors"}
+	tests := []struct {
+		name, path, host string
+		header           []string
+		status           int
+		code             string
+	}{
+		{"metrics from a rebound page", "/metrics", "rebind.example:9090", sameOrigin, 403, "host_not_allowed"},
+		{"readyz from a rebound page", "/readyz", "rebind.example:9090", sameOrigin, 403, "host_not_allowed"},
+		{"metrics for a look-alike name", "/metrics", "exgate-admin.internal.rebind.example", nil, 403, "host_not_allowed"},
+		{"healthz from a rebound page", "/healthz", "rebind.example:9090", sameOrigin, 200, ""},
+		{"Prometheus by the pod's address", "/metrics", "10.0.3.7:9090", nil, 200, ""},
+		{"the kubelet by the pod's address", "/readyz", "10.0.3.7:9090", nil, 200, ""},
+		{"a balancer by an IPv6 address", "/readyz", "[2001:db8::7]:9090", nil, 200, ""},
+		{"curl on the host", "/metrics", "localhost:9090", nil, 200, ""},
+		{"Prometheus by a listed name", "/metrics", "Exgate-Admin.Internal:9090", nil, 200, ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			a := adminDo(t, srv, "GET", tc.path, tc.host, tc.header...)
+			if a.status != tc.status || a.code != tc.code {
+				t.Errorf("%d %.200s, want %d %s", a.status, a.body, tc.status, tc.code)
+			}
+			if tc.status == 403 && !strings.Contains(a.contentType, "json") {
+				t.Errorf("Content-Type %q, want the JSON error", a.contentType)
 			}
 		})
 	}

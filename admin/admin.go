@@ -82,9 +82,10 @@ type Options struct {
 	// admin_token_required) while Token is empty: the composition root
 	// sets it when the listener is reachable beyond loopback.
 	RequireToken bool
-	// AllowedHosts are the host names the console and pprof answer to
-	// besides IP addresses, localhost and names under .localhost; a
-	// request naming another Host is refused with 403 host_not_allowed.
+	// AllowedHosts are the host names the listener answers to besides IP
+	// addresses, localhost and names under .localhost; a request naming
+	// another Host is refused with 403 host_not_allowed, whatever its
+	// path but /healthz.
 	AllowedHosts []string
 }
 
@@ -92,8 +93,8 @@ type Options struct {
 // answers 200 while the process serves; /readyz answers 200 while every
 // critical check passes and the gateway is not draining, else 503, with
 // each check's state in a JSON body; /metrics and /debug/pprof/ when
-// configured. The console and pprof answer only the Hosts of
-// AllowedHosts (and addresses, localhost), pprof and the console's API
+// configured. All but /healthz (which holds nothing) answer only the
+// Hosts of AllowedHosts (and addresses, localhost), pprof and the console's API
 // only with the token and never to another origin's page (crossSite);
 // every error answer is JSON.
 func Handler(gw Gateway, o Options) http.Handler {
@@ -112,9 +113,9 @@ func Handler(gw Gateway, o Options) http.Handler {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		writeStatus(w, http.StatusOK, []byte(`{"status":"ok"}`+"\n"))
 	})
-	mux.HandleFunc("GET /readyz", rc.serve)
+	mux.Handle("GET /readyz", access.page(http.HandlerFunc(rc.serve)))
 	if o.Metrics != nil {
-		mux.Handle("GET /metrics", o.Metrics)
+		mux.Handle("GET /metrics", access.page(o.Metrics))
 	}
 	if o.Console != nil {
 		mountConsole(mux, gw, *o.Console, rc, access)

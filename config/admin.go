@@ -18,12 +18,13 @@ type Admin struct {
 	// never a configuration value. Default "EXGATE_ADMIN_TOKEN".
 	TokenEnv string `yaml:"token_env"`
 	// AllowedHosts are host names, besides the ones always answered, that
-	// the admin listener accepts in a request's Host header for the
-	// console and pprof. Always answered: an IP address, localhost (and
-	// names under .localhost), the host of admin_listen and the machine's
-	// host name. Any other name is refused with 403 (a page of another
-	// site whose name was pointed at this listener — DNS rebinding — must
-	// not read the console). Default: none.
+	// the admin listener accepts in a request's Host header for all but
+	// /healthz: the console, pprof, /readyz and /metrics. Always
+	// answered: an IP address, localhost (and names under .localhost),
+	// the host of admin_listen and the machine's host name. Any other
+	// name is refused with 403 (a page of another site whose name was
+	// pointed at this listener — DNS rebinding — must not read the
+	// console, the checks' errors or the metrics). Default: none.
 	AllowedHosts []string `yaml:"allowed_hosts"`
 	// MaxConnections bounds the connections the admin listener holds at
 	// once: past it, a new connection waits in the kernel's accept queue

@@ -1026,6 +1026,9 @@ func checkComposePrometheus(t *testing.T, c composeFile) {
 			if h, p := hostPort(t, tg); h != "exgate" || p != admin {
 				t.Errorf("target %s, want exgate:%d (the admin listener)", tg, admin)
 			}
+			if h, _ := hostPort(t, tg); !slices.Contains(cfg.Admin.AllowedHosts, h) {
+				t.Errorf("target %s: the admin listener answers Host %s only when admin.allowed_hosts lists it (%v)", tg, h, cfg.Admin.AllowedHosts)
+			}
 		}
 	}
 	if !found {

@@ -171,21 +171,25 @@ func TestConsolePageInBrowser(t *testing.T) {
 // the listener for the console's data from its own origin. The console,
 // open to whoever reaches a loopback listener without a token, refuses
 // the request that names that Host; the same page by the listener's
-// address reads it.
+// address reads it. So do /readyz and /metrics, which need no token
+// (on main the rebound page read both: 200 200).
 func TestConsoleRefusesDNSRebinding(t *testing.T) {
 	ctx := newBrowser(t, 3*time.Minute, chromedp.Flag("host-resolver-rules", "MAP rebind.test 127.0.0.1"))
 	a := startStackWith(t, func(c *config.Config) { c.Log.Access = false }, secretEnv)
 	_, port, _ := net.SplitHostPort(a.adminAd)
 	read := `fetch("/admin/status").then(async r => r.status + " " + await r.text())`
-	var byAddress, rebound string
+	probes := `Promise.all(["/readyz", "/metrics"].map(p => fetch(p).then(r => r.status))).then(s => s.join(" "))`
+	var byAddress, rebound, probesByAddress, probesRebound string
 	steps := []struct {
 		name string
 		a    chromedp.Action[chromedp.Void]
 	}{
 		{"open the console by address", chromedp.Navigate("http://127.0.0.1:" + port + "/")},
 		{"read the status", into(&byAddress, chromedp.Evaluate[string](read, chromedp.EvalAwaitPromise))},
+		{"read readyz and metrics", into(&probesByAddress, chromedp.Evaluate[string](probes, chromedp.EvalAwaitPromise))},
 		{"open the rebound name", chromedp.Navigate("http://rebind.test:" + port + "/")},
 		{"read the status from there", into(&rebound, chromedp.Evaluate[string](read, chromedp.EvalAwaitPromise))},
+		{"read readyz and metrics from there", into(&probesRebound, chromedp.Evaluate[string](probes, chromedp.EvalAwaitPromise))},
 	}
 	for _, st := range steps {
 		if _, err := chromedp.Run(ctx, st.a); err != nil {
@@ -197,6 +201,9 @@ func TestConsoleRefusesDNSRebinding(t *testing.T) {
 	}
 	if !strings.HasPrefix(rebound, "403 ") || !strings.Contains(rebound, `"code":"host_not_allowed"`) || strings.Contains(rebound, `"routes"`) {
 		t.Errorf("the console from the rebound name: %.200s, want 403 host_not_allowed", rebound)
+	}
+	if probesByAddress != "200 200" || probesRebound != "403 403" {
+		t.Errorf("readyz and metrics: %s by address (want 200 200), %s from the rebound name (want 403 403)", probesByAddress, probesRebound)
 	}
 }
 
