@@ -99,8 +99,8 @@ type Background struct {
 	// Err is nil when the work was done. ErrClaimLost: the claim was not
 	// held by its holder any more — for a retried settlement, recorded
 	// or released already (by a run whose reply was lost) or expired;
-	// for a free, the claim never ran, or has yet to reach Redis (it then
-	// stays held). ErrRetryBudget: the settlement was not retried, for
+	// for a free, the claim never ran, or has yet to reach Redis (the
+	// free fenced it: should it land, it takes nothing). ErrRetryBudget: the settlement was not retried, for
 	// want of room in its owner's share (settleRetryBytes). Else the last attempt's failure:
 	// the claim stays held, in flight and then unknown.
 	Err error
@@ -126,8 +126,9 @@ func (s *Redis) report(w Work, id string, err error) {
 // placed. The free is the holder's (p's own token): it frees the claim p
 // made and nothing else, never another request's. It runs in the
 // background, within Options.Timeout, so that the refusal keeps its one
-// deadline; should it reach Redis before the claim (the two go on
-// different connections) or fail, the claim stays, as before: in
+// deadline. Should it reach Redis before the claim (the two go on
+// different connections), it fences the claim, which takes nothing when
+// it lands (free); should it fail, the claim stays, as before: in
 // progress, then unknown, never placed twice.
 //
 // joined says that the claim rode in the run that decided its request's

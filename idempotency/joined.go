@@ -150,7 +150,13 @@ func (s *Redis) Abandon(ctx context.Context, p *Prepared, r ratelimit.ClaimReply
 
 // free releases the claim p, taken by its holder: the identifier's key
 // is deleted and the account's share given back (n 1; 0 when p's holder
-// does not hold it), within Options.Timeout
+// does not hold it). When the identifier holds no claim the claim p has
+// yet to reach Redis (it went on another connection, its segment
+// retransmitted or queued behind a busy Redis) or never will: free then
+// fences p's holder for Options.InFlightTimeout, and the claim, should it
+// land, takes nothing (finishScript's "lost"), where it took the
+// identifier of an order never sent, every retry refused 409 in
+// progress and then unknown for the retention. It runs within Options.Timeout
 // even when ctx is done (the caller may be answering a client that left).
 // In a Cluster it goes to the master of the claim's keys directly, as the
 // claim did: a Cluster client built with go-redis's routing policies
@@ -169,7 +175,7 @@ func (s *Redis) free(ctx context.Context, p *Prepared) (int64, error) {
 		c = node
 	}
 	s.finishRuns.Add(1)
-	n, err := s.finish.Run(ctx, c, p.Keys, p.id, "free", s.retentionArg, "", p.slot, p.charge, 0).Int64()
+	n, err := s.finish.Run(ctx, c, p.Keys, p.id, "lost", s.fenceTTLArg, "", p.slot, p.charge, 0).Int64()
 	if err != nil {
 		s.failed(ctx, err)
 		return 0, storeError("free", err)
@@ -182,10 +188,13 @@ func (s *Redis) free(ctx context.Context, p *Prepared) (int64, error) {
 // passed while Redis ran it, or the connection broke after the claim was
 // sent). A reply from Redis (an error, OOM, MOVED; the claim's own error
 // in a run of the limits, ratelimit.ClaimError) says what it did, and a
-// dial that failed that the claim was never sent.
+// dial that failed that the claim was never sent. A claim its replicas
+// did not acknowledge (ErrNotReplicated) had its reply, and was freed
+// then (acked).
 func mayHaveRun(err error) bool {
 	var claimErr ratelimit.ClaimError
-	return err != nil && !redisError(err) && !errors.As(err, &claimErr) && !NotSent(err)
+	return err != nil && !redisError(err) && !errors.As(err, &claimErr) && !NotSent(err) &&
+		!errors.Is(err, ErrNotReplicated)
 }
 
 // ids returns the identifiers p claims.

@@ -121,6 +121,7 @@ func TestMayHaveRun(t *testing.T) {
 		{"a reply from Redis, wrapped", fmt.Errorf("ratelimit: redis: %w", replyErr), false},
 		{"the claim's own error in the limits' run", ratelimit.ClaimError("OOM command not allowed"), false},
 		{"dial refused", &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}, false},
+		{"not acknowledged by the replicas (freed then)", fmt.Errorf("%w: 0 of 1", ErrNotReplicated), false},
 		{"none", nil, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -82,9 +82,9 @@ type Redis struct {
 	settling     *share.Pool
 
 	// The scripts' arguments that are the same in every call, encoded
-	// once: the retention and the share counter's lifetime in
-	// milliseconds, the account's share.
-	retentionArg, counterTTLArg, maxPerAccountArg, maxBytesArg any
+	// once: the retention, the share counter's lifetime and a fence's
+	// (free) in milliseconds, the account's share.
+	retentionArg, counterTTLArg, fenceTTLArg, maxPerAccountArg, maxBytesArg any
 }
 
 // NewRedis returns a Store on client c (a *redis.Client, *redis.ClusterClient
@@ -100,7 +100,7 @@ func NewRedis(c redis.Scripter, o Options) *Redis {
 		finishAll: redis.NewScript(finishAllScript), cluster: cluster, quit: make(chan struct{}),
 		settling:     share.NewPool(settleRetryBytes),
 		slotMS:       slotMS,
-		retentionArg: ms(o.Retention), counterTTLArg: ms(o.Retention + o.InFlightTimeout + time.Duration(slotMS)*time.Millisecond),
+		retentionArg: ms(o.Retention), fenceTTLArg: ms(o.InFlightTimeout), counterTTLArg: ms(o.Retention + o.InFlightTimeout + time.Duration(slotMS)*time.Millisecond),
 		maxPerAccountArg: o.MaxPerAccount, maxBytesArg: o.MaxBytesPerAccount}
 }
 
@@ -162,6 +162,12 @@ end
 local function claim(KEYS, ARGV)
   local fp = ARGV[1]
   local v = redis.call('GET', KEYS[1])
+  if v and string.sub(v, 1, 1) == 'f' then
+    for i = 2, #v - 7, 8 do
+      if string.sub(v, i, i + 7) == ARGV[2] then return {'fenced', 0} end
+    end
+    v = false
+  end
   if v then
     local st = string.sub(v, 1, 1)
     if #v < 17 or not (st == 'p' or st == 'u' or st == 'd' or st == 'm') then
@@ -205,7 +211,11 @@ end
 
 // Entry layout: byte 1 the state, bytes 2–17 the fingerprint, 18–25 the
 // holder's token, 26– the in-flight deadline (p) or, from byte 18, the
-// response (d). A mark (m) is byte 1 and the fingerprint.
+// response (d). A mark (m) is byte 1 and the fingerprint. A fence (f) is
+// byte 1 and the tokens of up to 8 holders, 8 bytes each, whose lost
+// claims were freed before they reached Redis (Redis.free): a claim by one
+// of them takes nothing ('fenced'), any other claim sees the identifier
+// free.
 const (
 	fpLen = 16
 	idLen = 8
@@ -218,7 +228,11 @@ const (
 	// account's share in slot ARGV[5]), "u" (unknown) or "free"
 	// (release, which deletes the request's marks too and gives back to
 	// slot ARGV[5] the identifiers and the ARGV[6] bytes the claim
-	// charged; the response is charged ARGV[7] bytes). KEYS are the
+	// charged; the response is charged ARGV[7] bytes). "lost" frees as
+	// "free" does a claim whose reply was lost, and when the first
+	// identifier holds no claim (or a fence) it fences ARGV[1] instead,
+	// for ARGV[3] milliseconds: the claim has yet to reach Redis, or never
+	// will, and once there it takes nothing. KEYS are the
 	// claim's: its first identifier's key, the share counter, the store's
 	// counter (the share counter again in a Cluster), the marks' keys;
 	// the marks live as long as the first, and both counters are charged
@@ -232,12 +246,17 @@ const (
 	finishFunc = `
 local function finish(KEYS, ARGV)
   local v = redis.call('GET', KEYS[1])
+  if ARGV[2] == 'lost' and (not v or string.sub(v, 1, 1) == 'f') then
+    local held = v and string.sub(string.sub(v, 2), -56) or ''
+    redis.call('SET', KEYS[1], 'f' .. held .. ARGV[1], 'PX', ARGV[3])
+    return 0
+  end
   if not v then return 0 end
   local st = string.sub(v, 1, 1)
   if (st ~= 'p' and st ~= 'u') or string.sub(v, 18, 25) ~= ARGV[1] then return 0 end
   local mark = 'm' .. string.sub(v, 2, 17)
   local last = KEYS[3] ~= KEYS[2] and 3 or 2
-  if ARGV[2] == 'free' then
+  if ARGV[2] == 'free' or ARGV[2] == 'lost' then
     redis.call('DEL', KEYS[1])
     for i = 4, #KEYS do
       if redis.call('GET', KEYS[i]) == mark then redis.call('DEL', KEYS[i]) end

@@ -40,11 +40,12 @@ func (h *failedFinishes) ProcessPipelineHook(next redis.ProcessPipelineHook) red
 }
 
 // isFinish reports a run of the finish script: its arguments hold a
-// state ("d", "u" or "free") after the holder's token.
+// state ("d", "u", "free", or "lost": the free of a lost claim) after
+// the holder's token.
 func isFinish(args []any) bool {
 	return slices.ContainsFunc(args, func(a any) bool {
 		s, ok := a.(*string)
-		return ok && (*s == "free" || *s == "d") || a == "free"
+		return ok && (*s == "free" || *s == "d") || a == "lost"
 	})
 }
 

@@ -23,8 +23,8 @@ import (
 	"github.com/exgate/exgate/sim"
 )
 
-// heldFrees is a go-redis hook that holds each free of a claim (the
-// finish script run with "free") for hold before sending it: a free
+// heldFrees is a go-redis hook that holds each free of a lost claim (the
+// finish script run with "lost") for hold before sending it: a free
 // still under way when the gateway shuts down.
 type heldFrees struct{ hold time.Duration }
 
@@ -33,7 +33,7 @@ func (h heldFrees) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (h heldFrees) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		for _, a := range cmd.Args() {
-			if a == "free" {
+			if a == "lost" {
 				time.Sleep(h.hold)
 				break
 			}
