@@ -51,6 +51,11 @@ type Options struct {
 	Conns int
 	// Now is the clock. Nil means time.Now.
 	Now func() time.Time
+	// OnRoom, when set, is called after Release, outside the lock, when
+	// the slots its grant left free have room for a cancel: a cancel
+	// waiting at another instance of the same service may take it
+	// (Elsewhere). It is called on most releases and must be cheap.
+	OnRoom func()
 }
 
 func (o *Options) normalise() {
@@ -225,6 +230,30 @@ func (l *Controller) MinRTT() time.Duration { return time.Duration(l.minRTTNow.L
 // finds the backend full. It returns whether a slot was taken and how
 // long the request waited. A taken slot must be given back with Release.
 func (l *Controller) Acquire(ctx context.Context, c Class, who Client) (bool, time.Duration) {
+	ok, _, waited := l.AcquireOr(ctx, c, who, nil)
+	return ok, waited
+}
+
+// Elsewhere is where a request waiting for a slot of a Controller may
+// take one instead: another instance of the same service, whose
+// Controllers call its OnRoom.
+type Elsewhere interface {
+	// Watch returns a channel closed when a slot may have been freed
+	// elsewhere (the next OnRoom after Watch).
+	Watch() <-chan struct{}
+	// Take takes a slot elsewhere if one is free to the request now,
+	// reporting whether it did.
+	Take() bool
+}
+
+// AcquireOr is Acquire for a request that may take a slot elsewhere,
+// away (nil: Acquire), while it waits: at the start of its wait and
+// each time away's Watch channel closes it tries away.Take, staying in
+// the queue meanwhile, and the first slot it gets, here or elsewhere,
+// ends its wait. moved reports that the slot is away's (none is held
+// here; if one was granted here meanwhile, it is given back at once).
+// It sheds nothing that it moved.
+func (l *Controller) AcquireOr(ctx context.Context, c Class, who Client, away Elsewhere) (ok, moved bool, waited time.Duration) {
 	if c >= NumClasses {
 		c = NumClasses - 1
 	}
@@ -234,12 +263,12 @@ func (l *Controller) Acquire(ctx context.Context, c Class, who Client) (bool, ti
 		l.hold(cl, c)
 		l.served(c)
 		l.mu.Unlock()
-		return true, 0
+		return true, false, 0
 	}
 	if l.out { // its caller picks another instance: not shed
 		l.forget(cl)
 		l.mu.Unlock()
-		return false, 0
+		return false, false, 0
 	}
 	wait := l.o.MaxWait[c]
 	if wait <= 0 || ctx.Err() != nil {
@@ -248,7 +277,7 @@ func (l *Controller) Acquire(ctx context.Context, c Class, who Client) (bool, ti
 		}
 		l.forget(cl)
 		l.mu.Unlock()
-		return false, 0
+		return false, false, 0
 	}
 	w := l.pool.Get().(*waiter)
 	w.class, w.granted, w.evicted = c, false, false
@@ -256,38 +285,69 @@ func (l *Controller) Acquire(ctx context.Context, c Class, who Client) (bool, ti
 	l.enqueue(cl, w, c)
 	l.mu.Unlock()
 
-	w.timer.Reset(wait)
-	select {
-	case <-w.ready:
-	case <-w.timer.C:
-	case <-ctx.Done():
-	}
-	w.timer.Stop()
-	waited := l.now().Sub(start)
+	moved = l.wait(ctx, w, wait, away)
+	waited = l.now().Sub(start)
 
 	l.mu.Lock()
 	ok, evicted := w.granted, w.evicted
+	var onRoom func()
 	switch {
+	case ok && moved: // granted here while it took a slot elsewhere: this one goes back
+		l.unhold(cl, c)
+		l.forget(cl)
+		onRoom = l.granted()
 	case ok:
 		l.served(c)
 	case evicted: // out of its queue already, and not shed: sent elsewhere
 		l.forget(cl)
 	default:
 		l.dequeue(cl, w, c)
-		if ctx.Err() == nil {
+		if ctx.Err() == nil && !moved {
 			l.shed(c)
 		}
 		l.forget(cl)
 	}
 	l.mu.Unlock()
+	if onRoom != nil {
+		onRoom()
+	}
 	if ok || evicted {
-		select { // the grant's or the eviction's signal, if the select above left it
+		select { // the grant's or the eviction's signal, if the wait left it
 		case <-w.ready:
 		default:
 		}
 	}
 	l.pool.Put(w)
-	return ok, waited
+	return ok || moved, moved, waited
+}
+
+// wait waits for w, queued, to be granted or evicted, for at most wait
+// and never past ctx, taking a slot elsewhere (away) if it can first;
+// it reports whether it took one there.
+func (l *Controller) wait(ctx context.Context, w *waiter, wait time.Duration, away Elsewhere) bool {
+	var room <-chan struct{} // nil, never ready, without away
+	if away != nil {
+		// Watched before it tries: a slot freed after the try closes it.
+		if room = away.Watch(); away.Take() {
+			return true
+		}
+	}
+	w.timer.Reset(wait)
+	defer w.timer.Stop()
+	for {
+		select {
+		case <-w.ready:
+			return false
+		case <-w.timer.C:
+			return false
+		case <-ctx.Done():
+			return false
+		case <-room:
+			if room = away.Watch(); away.Take() {
+				return true
+			}
+		}
+	}
 }
 
 // TryAcquire is Acquire without the wait: it takes a slot for a request
@@ -441,19 +501,40 @@ func (l *Controller) take() {
 // went away; done is then unused).
 func (l *Controller) Release(who Client, c Class, done time.Time, rtt time.Duration, sample bool) {
 	l.mu.Lock()
-	l.inflight--
 	cl := l.clientOf(who)
-	cl.held--
-	if c == Cancel {
-		cl.cancels--
-	}
+	l.unhold(cl, c)
 	l.forget(cl)
 	if sample {
 		l.observe(done, rtt)
 	}
+	onRoom := l.granted()
+	l.mu.Unlock()
+	if onRoom != nil {
+		onRoom()
+	}
+}
+
+// granted hands a freed slot to the waiters (grant) and returns
+// Options.OnRoom when a slot for a cancel is still free after it, for
+// its caller to call once it has let go of the lock, else nil; l.mu is
+// held.
+func (l *Controller) granted() func() {
 	l.grant()
 	l.inflightNow.Store(int64(l.inflight))
-	l.mu.Unlock()
+	if l.inflight < l.limitFor(Cancel) {
+		return l.o.OnRoom
+	}
+	return nil
+}
+
+// unhold gives back a slot client cl held for a request of class c; l.mu
+// is held.
+func (l *Controller) unhold(cl *client, c Class) {
+	l.inflight--
+	cl.held--
+	if c == Cancel {
+		cl.cancels--
+	}
 }
 
 // observe adds one round trip, ended at now, to the window and closes the

@@ -668,3 +668,123 @@ func TestTryAcquireAndRoom(t *testing.T) {
 		})
 	}
 }
+
+// fakeElsewhere is an Elsewhere whose Take answers from a list, running
+// during before it answers; its Watch channel is closed by free.
+type fakeElsewhere struct {
+	mu      sync.Mutex
+	room    chan struct{}
+	answers []bool
+	during  func()
+	takes   int
+}
+
+func (f *fakeElsewhere) Watch() <-chan struct{} {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.room
+}
+
+func (f *fakeElsewhere) free() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	close(f.room)
+	f.room = make(chan struct{})
+}
+
+func (f *fakeElsewhere) Take() bool {
+	f.takes++
+	if f.during != nil {
+		f.during()
+	}
+	ok := len(f.answers) > 0 && f.answers[0]
+	if len(f.answers) > 0 {
+		f.answers = f.answers[1:]
+	}
+	return ok
+}
+
+// TestAcquireOrTakesASlotElsewhere checks the wait of a request that may
+// take a slot elsewhere: at the start of its wait and each time a slot
+// may have been freed there it tries, and the first slot it gets ends
+// its wait, here or there; a slot granted here while it took one there
+// is given back; a wait moved sheds nothing; and Release calls OnRoom
+// when it leaves room for a cancel.
+func TestAcquireOrTakesASlotElsewhere(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		answers   []bool // Take's answers
+		freeThere bool   // a slot frees elsewhere while it waits
+		freeHere  bool   // a slot frees here while it waits
+		during    bool   // a slot frees here during the first Take
+		ok, moved bool
+		takes     int
+		inflight  int // here, after it
+	}{
+		{"taken at the start", []bool{true}, false, false, false, true, true, 1, 2},
+		{"taken when one frees there", []bool{false, true}, true, false, false, true, true, 2, 2},
+		{"granted here", []bool{false}, false, true, false, true, false, 1, 2},
+		{"granted here while it took one there", []bool{true}, false, false, true, true, true, 1, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var rooms atomic.Int64
+			l := New(Options{Fixed: 1, MaxWait: [NumClasses]time.Duration{Cancel: time.Minute}, OnRoom: func() { rooms.Add(1) }})
+			for i := range 2 { // the limit and the headroom
+				if !l.TryAcquire(Cancel, Client(10+i)) {
+					t.Fatal("no slot")
+				}
+			}
+			f := &fakeElsewhere{room: make(chan struct{}), answers: tc.answers}
+			if tc.during {
+				f.during = func() { l.Release(10, Cancel, time.Time{}, 0, false); waitGranted(t, l) }
+			}
+			done := make(chan [2]bool, 1)
+			go func() {
+				ok, moved, _ := l.AcquireOr(context.Background(), Cancel, 1, f)
+				done <- [2]bool{ok, moved}
+			}()
+			if tc.freeThere || tc.freeHere {
+				waitWaiting(t, l)
+			}
+			if tc.freeThere {
+				f.free()
+			}
+			if tc.freeHere {
+				l.Release(10, Cancel, time.Time{}, 0, false)
+			}
+			got := <-done
+			if got != [2]bool{tc.ok, tc.moved} {
+				t.Errorf("ok, moved = %v, want %v", got, [2]bool{tc.ok, tc.moved})
+			}
+			if f.takes != tc.takes {
+				t.Errorf("%d takes, want %d", f.takes, tc.takes)
+			}
+			if l.InFlight() != tc.inflight || l.Waiting() != 0 || l.shedP[Cancel].Load() != 0 {
+				t.Errorf("%d in flight, %d waiting, shed probability %d; want %d, 0, 0", l.InFlight(), l.Waiting(), l.shedP[Cancel].Load(), tc.inflight)
+			}
+			if tc.during && rooms.Load() == 0 {
+				t.Error("OnRoom not called after the slot granted here was given back")
+			}
+		})
+	}
+}
+
+// waitWaiting waits until a request waits at l.
+func waitWaiting(t *testing.T, l *Controller) {
+	t.Helper()
+	for deadline := time.Now().Add(time.Minute); l.Waiting() == 0; time.Sleep(time.Millisecond) { // only bounds a hang
+		if time.Now().After(deadline) {
+			t.Fatal("nothing waits")
+		}
+	}
+}
+
+// waitGranted waits until no request waits at l: the waiter was granted.
+func waitGranted(t *testing.T, l *Controller) {
+	t.Helper()
+	for deadline := time.Now().Add(time.Minute); l.Waiting() != 0; time.Sleep(time.Millisecond) { // only bounds a hang
+		if time.Now().After(deadline) {
+			t.Fatal("still waiting")
+		}
+	}
+}

@@ -226,8 +226,12 @@ func (g *Gateway) acquireSlot(st *requestState, r *http.Request, c overload.Clas
 		ok, w := true, time.Duration(0)
 		if !ctl.TryAcquire(c, who) {
 			g.roomElsewhere(st, r, c, who)
-			ctl = st.inst.Controller
-			ok, w = ctl.Acquire(r.Context(), c, who)
+			var away overload.Elsewhere
+			if c == overload.Cancel {
+				away = &cancelElsewhere{st: st, r: r, who: who}
+			}
+			ok, _, w = st.inst.Controller.AcquireOr(r.Context(), c, who, away)
+			ctl = st.inst.Controller // another's, when the cancel took a slot there
 		}
 		waited += w
 		if st.inst.InRotation() || r.Context().Err() != nil {
@@ -265,6 +269,38 @@ func (g *Gateway) roomElsewhere(st *requestState, r *http.Request, c overload.Cl
 	}
 	st.inst, st.peeked = inst, nil
 	target(r.URL, inst, st.path)
+}
+
+// cancelElsewhere is where a cancel waiting at its instance's limit, st's
+// request r of client who, may take a slot instead (overload.Elsewhere):
+// another instance of its service's rotation that frees one first. When
+// every instance is full the cancel waits at its own, and a slot freed
+// at another (its Controller's OnRoom, upstream.Service.Watch) went to
+// no one while the cancel waited its class's wait and was shed. It is
+// made only when the instance is full.
+type cancelElsewhere struct {
+	st  *requestState
+	r   *http.Request
+	who overload.Client
+}
+
+// Watch returns the channel closed when an instance of the service may
+// have a slot for a cancel.
+func (e *cancelElsewhere) Watch() <-chan struct{} { return e.st.inst.Service().Watch() }
+
+// Take takes a slot for the cancel at another instance of the rotation
+// that has one for it now, and moves the request there.
+func (e *cancelElsewhere) Take() bool {
+	st, who := e.st, e.who
+	inst := st.inst.Service().TakeOther(st.inst,
+		func(in *upstream.Instance) bool { return in.Controller.Room(overload.Cancel, who) },
+		func(in *upstream.Instance) bool { return in.Controller.TryAcquire(overload.Cancel, who) })
+	if inst == nil {
+		return false
+	}
+	st.inst, st.peeked = inst, nil
+	target(e.r.URL, inst, st.path)
+	return true
 }
 
 // takeRoute takes one of the route's own slots (max_in_flight) for a

@@ -119,13 +119,21 @@ type Service struct {
 	// the same instance (reclaim).
 	draining map[string]*Instance
 	picks    atomic.Pointer[pickSet]
+
+	// room is closed, and replaced, when an instance's Controller has
+	// room for a cancel (its OnRoom: roomFreed) while a request watches
+	// it (Watch, watched): a cancel waiting at another instance then
+	// tries to take that slot (TakeOther).
+	roomMu  sync.Mutex
+	room    chan struct{}
+	watched atomic.Bool
 }
 
 // NewService returns a service named name, with no instances until
 // Update is called.
 func NewService(name string, opts Options) *Service {
 	s := &Service{name: name, opts: opts, now: opts.Now, byKey: map[string]*Instance{}, draining: map[string]*Instance{},
-		overload: opts.Overload}
+		overload: opts.Overload, room: make(chan struct{})}
 	if s.now == nil {
 		s.now = time.Now
 	}
@@ -397,14 +405,19 @@ func (s *Service) rebuild() {
 		}
 	}
 	was := s.picks.Load().inst
+	joined := false
 	for _, inst := range set {
 		if !inst.inRotation.Load() {
 			inst.Controller.Readmit()
 			inst.inRotation.Store(true)
+			joined = true
 		}
 	}
 	s.picks.Store(newPickSet(set, st))
 	s.retire(was, set)
+	if joined { // its slots may be free: a cancel waiting elsewhere may take one
+		s.roomFreed()
+	}
 }
 
 // retire takes the instances of was that are not in set out of the
@@ -558,6 +571,32 @@ func (s *Service) Peek() *Instance { return s.picks.Load().choose(nil) }
 // room). It returns nil, the request still counted at from, when none
 // has room.
 func (s *Service) PickOther(from *Instance, room func(*Instance) bool) *Instance {
+	best := s.other(from, room)
+	if best == nil {
+		return nil
+	}
+	s.move(from, best)
+	return best
+}
+
+// TakeOther is PickOther for a request that takes a slot where it goes:
+// of the instances room reports true for, the one PickOther would
+// choose, when take (its Controller's TryAcquire) takes a slot there. It
+// returns nil, the request still counted at from, when none has room or
+// the chosen one's slot went to another request first.
+func (s *Service) TakeOther(from *Instance, room, take func(*Instance) bool) *Instance {
+	best := s.other(from, room)
+	if best == nil || !take(best) {
+		return nil
+	}
+	s.move(from, best)
+	return best
+}
+
+// other returns the instance of the rotation, other than from, that room
+// reports true for and that has the fewest requests under way per unit
+// of weight, or nil.
+func (s *Service) other(from *Instance, room func(*Instance) bool) *Instance {
 	var best *Instance
 	for _, inst := range s.picks.Load().inst {
 		if inst == from || !room(inst) {
@@ -567,13 +606,41 @@ func (s *Service) PickOther(from *Instance, room func(*Instance) bool) *Instance
 			best = inst
 		}
 	}
-	if best == nil {
-		return nil
-	}
-	best.active.Add(1)
+	return best
+}
+
+// move counts a request counted at from as under way at to instead.
+func (s *Service) move(from, to *Instance) {
+	to.active.Add(1)
 	s.active.Add(1)
 	from.uncount()
-	return best
+}
+
+// Watch returns a channel closed when an instance of the service may
+// have a slot free for a cancel (its Controller's OnRoom after Watch, or
+// an instance entering the rotation): for a cancel waiting at a full
+// instance, which then tries TakeOther (overload.Elsewhere).
+func (s *Service) Watch() <-chan struct{} {
+	s.roomMu.Lock()
+	defer s.roomMu.Unlock()
+	s.watched.Store(true)
+	return s.room
+}
+
+// roomFreed closes the channel Watch returned, when any request watches
+// it: an instance has room for a cancel. Every instance's Controller
+// calls it on most releases (overload.Options.OnRoom): unwatched, it
+// reads one atomic.
+func (s *Service) roomFreed() {
+	if !s.watched.Load() {
+		return
+	}
+	s.roomMu.Lock()
+	if s.watched.Swap(false) {
+		close(s.room)
+		s.room = make(chan struct{})
+	}
+	s.roomMu.Unlock()
 }
 
 // PickPeeked is Pick for a request a decision was made for at peeked, an
@@ -608,6 +675,7 @@ func (s *Service) ConfigureOverload(o overload.Options) {
 // each carries one request (Options.MaxConns). s.mu is held.
 func (s *Service) overloadOf(u *url.URL) overload.Options {
 	o := s.overload
+	o.OnRoom = s.roomFreed
 	if s.opts.MaxConns > 0 && (u.Scheme != "https" || !s.opts.HTTP2) {
 		o.Conns = s.opts.MaxConns
 	}

@@ -844,3 +844,68 @@ func TestRetryBudgetCancelsShare(t *testing.T) {
 		})
 	}
 }
+
+// TestWatchAndTakeOther checks what a cancel waiting at a full instance
+// watches and takes: Watch's channel closes when an instance's
+// Controller is left with room for a cancel, or an instance joins the
+// rotation, and not while room is left unwatched; TakeOther moves the
+// request only where take took a slot.
+func TestWatchAndTakeOther(t *testing.T) {
+	closed := func(ch <-chan struct{}) bool {
+		select {
+		case <-ch:
+			return true
+		default:
+			return false
+		}
+	}
+	for _, tc := range []struct {
+		name  string
+		event func(s *Service, insts []*Instance)
+		slots int // held where the request went, its own included
+	}{
+		{"a slot freed", func(s *Service, insts []*Instance) {
+			insts[1].Controller.Release(2, overload.Cancel, time.Time{}, 0, false)
+		}, 2},
+		{"an instance joins", func(s *Service, insts []*Instance) { s.Update(endpoints(t, 1, 1, 1)) }, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := NewService("md", Options{Overload: overload.Options{Fixed: 1}})
+			s.Update(endpoints(t, 1, 1))
+			insts := s.Instances()
+			for i, inst := range insts { // each instance's limit and headroom
+				for j := range 2 {
+					if !inst.Controller.TryAcquire(overload.Cancel, overload.Client(i+j+1)) {
+						t.Fatal("no slot")
+					}
+				}
+			}
+			from, err := s.PickPeeked(insts[0])
+			if err != nil {
+				t.Fatal(err)
+			}
+			room := func(in *Instance) bool { return in.Controller.Room(overload.Cancel, 9) }
+			take := func(in *Instance) bool { return in.Controller.TryAcquire(overload.Cancel, 9) }
+			if got := s.TakeOther(from, room, take); got != nil {
+				t.Fatalf("took a slot at %s with every instance full", got.Addr)
+			}
+			ch := s.Watch()
+			tc.event(s, insts)
+			if !closed(ch) {
+				t.Fatal("Watch's channel still open")
+			}
+			insts[0].Controller.Release(1, overload.Cancel, time.Time{}, 0, false) // unwatched
+			if closed(s.Watch()) {
+				t.Error("a room unwatched closed the next Watch's channel")
+			}
+			got := s.TakeOther(from, room, take)
+			if got == nil || got == from {
+				t.Fatalf("TakeOther moved the request to %v, want the other instance with room", got)
+			}
+			if from.Active() != 0 || got.Active() != 1 || got.Controller.InFlight() != tc.slots {
+				t.Errorf("under way: %d at the first, %d where it went, %d slots there; want 0, 1, %d",
+					from.Active(), got.Active(), got.Controller.InFlight(), tc.slots)
+			}
+		})
+	}
+}
