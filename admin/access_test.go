@@ -285,3 +285,30 @@ func TestAdminRebindingReadsNoProbeOrMetrics(t *testing.T) {
 		})
 	}
 }
+
+// TestAdminLongMethodBounded: the admin listener's 405 repeated the
+// method whole, where the gateway's shows its first 24 bytes (a method
+// is any token net/http reads, up to twice the header limit): a 12 KiB
+// method came back 12 KiB long in the detail. It now shows the method as
+// the gateway does (proxy.MethodShown), on the mux's 405 and on one a
+// handler writes.
+func TestAdminLongMethodBounded(t *testing.T) {
+	srv := adminServer(t, Options{})
+	long := strings.Repeat("X", 12<<10)
+	tests := []struct{ name, method, path, detail string }{
+		{"a known method", "POST", "/healthz", `Method "POST" not allowed.`},
+		{"12 KiB on a probe", long, "/healthz", `Method "` + long[:24] + `…" not allowed.`},
+		{"12 KiB on metrics", long, "/metrics", `Method "` + long[:24] + `…" not allowed.`},
+		{"12 KiB on the console's API", long, "/admin/status", `Method "` + long[:24] + `…" not allowed.`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			a := adminDo(t, srv, tc.method, tc.path, "127.0.0.1")
+			var e struct{ Detail string }
+			_ = json.Unmarshal([]byte(a.body), &e)
+			if a.status != 405 || a.code != "method_not_allowed" || e.Detail != tc.detail {
+				t.Errorf("%d %s %.100q (%d bytes), want 405 method_not_allowed %.100q", a.status, a.code, e.Detail, len(e.Detail), tc.detail)
+			}
+		})
+	}
+}

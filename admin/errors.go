@@ -81,7 +81,7 @@ func (w *jsonErrorWriter) finish(r *http.Request) {
 	}
 	e := adminError(w.held, r.Method, strings.TrimSpace(string(w.text)))
 	if allow := h.Get("Allow"); allow != "" && w.held == http.StatusMethodNotAllowed {
-		e = apierror.MethodNotAllowed(r.Method, allow)
+		e = apierror.MethodNotAllowed(proxy.MethodShown(r.Method), allow)
 	}
 	proxy.WriteError(w.ResponseWriter, "", e)
 }
@@ -97,7 +97,7 @@ func adminError(status int, method, text string) *apierror.Error {
 		}
 		return apierror.New(status, "not_found", text)
 	case http.StatusMethodNotAllowed:
-		return apierror.New(status, "method_not_allowed", "Method "+strconv.Quote(method)+" not allowed.")
+		return apierror.New(status, "method_not_allowed", "Method "+strconv.Quote(proxy.MethodShown(method))+" not allowed.")
 	case http.StatusInternalServerError:
 		if text == "" {
 			return apierror.Internal()

@@ -53,8 +53,8 @@ func (g *Gateway) logAccess(st *requestState, r *http.Request, done time.Time, e
 	fields := append((*fp)[:0],
 		zap.String("request_id", st.id),
 		zap.String("route", route),
-		zap.String("method", methodShown(r.Method)),
-		zap.String("path", st.path),
+		zap.String("method", MethodShown(r.Method)),
+		zap.String("path", shown(st.path, maxPathShown)),
 		zap.String("protocol", r.Proto),
 		zap.Int("status", st.rw.status),
 		zap.Duration("duration", done.Sub(st.start)),
@@ -123,21 +123,34 @@ var accessFields = sync.Pool{New: func() any {
 // twice server.max_header_bytes as one.
 const maxMethodShown = 24
 
-// methodShown is the method m as the access log, the span's
-// http.request.method_original and a 405's detail show it: at most its
-// first maxMethodShown bytes, followed by "…" when it is longer, cut
-// between two characters: net/http's HTTP/1 server takes only a token
-// as a method, its HTTP/2 server any :method a field value may hold,
-// UTF-8 included (answered 405: no route names one).
-func methodShown(m string) string {
-	if len(m) <= maxMethodShown {
-		return m
+// MethodShown is the method m as the access log, the span's
+// http.request.method_original and a 405's detail (the gateway's and the
+// admin listener's) show it: at most its first maxMethodShown bytes,
+// followed by "…" when it is longer (shown): net/http's HTTP/1 server
+// takes only a token as a method, its HTTP/2 server any :method a field
+// value may hold, UTF-8 included (answered 405: no route names one).
+func MethodShown(m string) string { return shown(m, maxMethodShown) }
+
+// maxPathShown bounds the path an access log line shows: a canonical
+// path is as long as net/http reads a request line (up to twice
+// server.max_header_bytes, 32 KiB by default), and a line longer than a
+// log pipeline's own bound (Docker's json-file driver splits at 16 KiB)
+// reaches the collector in pieces none of which parses. 2 KiB holds a
+// status read of some 100 order ids.
+const maxPathShown = 2048
+
+// shown is s as a log line or an answer shows what a client sent: at
+// most its first max bytes, followed by "…" when it is longer, cut
+// between two characters so that the line stays valid UTF-8.
+func shown(s string, max int) string {
+	if len(s) <= max {
+		return s
 	}
-	n := maxMethodShown
-	for n > 0 && !utf8.RuneStart(m[n]) {
+	n := max
+	for n > 0 && !utf8.RuneStart(s[n]) {
 		n--
 	}
-	return m[:n] + "…"
+	return s[:n] + "…"
 }
 
 // maxUserAgent bounds the user agent an access log line carries.

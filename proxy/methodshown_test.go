@@ -32,8 +32,8 @@ func TestLongMethodBounded(t *testing.T) {
 	// Over HTTP/2 a :method may be any field value, UTF-8 included: cut
 	// between two characters, never inside one.
 	for _, m := range []string{strings.Repeat("É", 20), "X" + strings.Repeat("É", 20), "XX" + strings.Repeat("€", 20)} {
-		if got := methodShown(m); !utf8.ValidString(got) || len(got) > maxMethodShown+len("…") || !strings.HasPrefix(m, strings.TrimSuffix(got, "…")) {
-			t.Errorf("methodShown(%q) = %q", m, got)
+		if got := MethodShown(m); !utf8.ValidString(got) || len(got) > maxMethodShown+len("…") || !strings.HasPrefix(m, strings.TrimSuffix(got, "…")) {
+			t.Errorf("MethodShown(%q) = %q", m, got)
 		}
 	}
 	for _, tt := range tests {
@@ -56,5 +56,45 @@ func TestLongMethodBounded(t *testing.T) {
 				t.Error("reached the backend")
 			}
 		})
+	}
+}
+
+// TestLongPathBounded: a path is as long as net/http reads a request
+// line (twice server.max_header_bytes), and on main a client's 12 KiB
+// path went whole into its access log line, which a log pipeline with a
+// bound of its own (Docker's json-file driver splits lines at 16 KiB)
+// delivers in pieces none of which parses: a client hid its own requests
+// from the log by padding their paths. The line now shows its first
+// maxPathShown bytes and "…" (shown, as for the method); the request is
+// answered as before.
+func TestLongPathBounded(t *testing.T) {
+	long := func(n int) string { return "/api/v1/mkt/markets/" + strings.Repeat("x", n-len("/api/v1/mkt/markets/")) }
+	tests := []struct {
+		name, path string
+		shown      string // the path as the access log shows it
+	}{
+		{"a usual path", "/api/v1/mkt/markets/", "/api/v1/mkt/markets/"},
+		{"at the bound", long(maxPathShown), long(maxPathShown)},
+		{"one past it", long(maxPathShown + 1), long(maxPathShown) + "…"},
+		{"12 KiB", long(12 << 10), long(maxPathShown) + "…"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			sp := newSpans(t, sdktrace.AlwaysSample())
+			e := startTraced(t, sp, nil)
+			res := do(t, "GET", e.url+tt.path, nil)
+			res.Body.Close()
+			if res.StatusCode == 431 || res.StatusCode == 400 {
+				t.Fatalf("answered %d", res.StatusCode)
+			}
+			if got := accessLine(t, e)["path"]; got != tt.shown {
+				t.Errorf("access log path %.80q (%d bytes), want %.80q (%d bytes)", got, len(fmt.Sprint(got)), tt.shown, len(tt.shown))
+			}
+		})
+	}
+	for _, p := range []string{strings.Repeat("É", maxPathShown), "X" + strings.Repeat("€", maxPathShown)} {
+		if got := shown(p, maxPathShown); !utf8.ValidString(got) || len(got) > maxPathShown+len("…") || !strings.HasPrefix(p, strings.TrimSuffix(got, "…")) {
+			t.Errorf("shown(%.20q…) = %.20q… (%d bytes)", p, got, len(got))
+		}
 	}
 }

@@ -237,7 +237,7 @@ func (g *Gateway) matchRoute(st *requestState, r *http.Request) *apierror.Error 
 		st.path = route.forwardPath(matched)
 		return nil
 	case allow != "":
-		return apierror.MethodNotAllowed(methodShown(r.Method), allow)
+		return apierror.MethodNotAllowed(MethodShown(r.Method), allow)
 	}
 	return errNotFound
 }

@@ -229,7 +229,7 @@ func (g *Gateway) endSpans(st *requestState, r *http.Request, end time.Time) {
 		}
 	}
 	if methodAttr(r.Method) == semconv.HTTPRequestMethodOther {
-		attrs = append(attrs, semconv.HTTPRequestMethodOriginal(methodShown(r.Method)))
+		attrs = append(attrs, semconv.HTTPRequestMethodOriginal(MethodShown(r.Method)))
 	}
 	attrs = appendServerAddress(attrs, r)
 	if st.addr.IsValid() {
