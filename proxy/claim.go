@@ -431,7 +431,8 @@ func (g *Gateway) settleFailed(st *requestState, err error) {
 // client: a client that hangs up must not leave the outcome unrecorded.
 //
 // Only an order the backend accepted (2xx) keeps its identifier, with the
-// response for replay. An order it refused (4xx) was not placed: the
+// response for replay, its Location and Content-Location as the client
+// gets them (unexposeInstance). An order it refused (4xx) was not placed: the
 // identifier is released, so that refused orders — invented tokens,
 // insufficient balance — cost the store nothing and a corrected order may
 // reuse the identifier. A 5xx says nothing certain about the order (the
@@ -456,6 +457,9 @@ func (g *Gateway) settleFailed(st *requestState, err error) {
 func (g *Gateway) recordResponse(st *requestState, res *http.Response) error {
 	if st.claim.phase != claimHeld {
 		return nil
+	}
+	if st.inst != nil {
+		unexposeInstance(res.Header, st.inst.URL) // kept as it is answered
 	}
 	b, readErr := readAnswer(res.Body, g.idemMaxResp, res.ContentLength)
 	st.claim.held = heldBody{held: b, rest: res.Body}

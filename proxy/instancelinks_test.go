@@ -1,13 +1,17 @@
 package proxy
 
 import (
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/exgate/exgate/config"
+	"github.com/exgate/exgate/idempotency"
 )
 
 // TestInstanceAddressNotAnswered: a backend that is sent the instance's
@@ -70,6 +74,44 @@ func TestInstanceAddressNotAnswered(t *testing.T) {
 						t.Errorf("Content-Location %q, want %q", got, want)
 					}
 				})
+			}
+		})
+	}
+}
+
+// TestReplayedLocationNotTheInstance: an order's answer is kept for its
+// retries with its Location and Content-Location as its client got
+// them, below the instance that answered (unexposeInstance before
+// recordResponse keeps it), so a retry's replay never carries the
+// instance's address either; the backend's Host is the instance's (no
+// upstream.forward_hosts), from which it builds its absolute links.
+func TestReplayedLocationNotTheInstance(t *testing.T) {
+	for _, m := range claimModes(t) {
+		t.Run(m.name, func(t *testing.T) {
+			var orders atomic.Int64
+			e := startOrdersWith(t, func(w http.ResponseWriter, r *http.Request) {
+				n := strconv.FormatInt(orders.Add(1), 10)
+				w.Header().Set("Location", "http://"+r.Host+"/api/v1/odr/orders/"+n+"/")
+				w.Header().Set("Content-Location", "http://"+r.Host+"/api/v1/odr/orders/"+n+"/?v=1")
+				placed(w, r)
+			}, nil, m.lim, nil, m.idem)
+			for i, name := range []string{"order", "retry"} {
+				res := postOrder(t, e, bulkOrder(0, "loc"+m.name))
+				_, _ = io.Copy(io.Discard, res.Body)
+				res.Body.Close()
+				replayed := res.Header.Get(idempotency.ReplayedHeader) == "true"
+				if res.StatusCode != http.StatusCreated || replayed != (i == 1) {
+					t.Fatalf("%s: %d replayed %v", name, res.StatusCode, replayed)
+				}
+				if got := res.Header.Get("Location"); got != "/api/v1/odr/orders/1/" {
+					t.Errorf("%s's Location %q, want /api/v1/odr/orders/1/", name, got)
+				}
+				if got := res.Header.Get("Content-Location"); got != "/api/v1/odr/orders/1/?v=1" {
+					t.Errorf("%s's Content-Location %q, want /api/v1/odr/orders/1/?v=1", name, got)
+				}
+			}
+			if n := orders.Load(); n != 1 {
+				t.Errorf("backend placed %d orders, want 1", n)
 			}
 		})
 	}

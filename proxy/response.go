@@ -41,9 +41,6 @@ func (g *Gateway) modifyResponse(st *requestState, res *http.Response) error {
 		dropBackendCORS(res.Header)
 	}
 	g.hide(res.Header)
-	if st.inst != nil {
-		unexposeInstance(res.Header, st.inst.URL)
-	}
 	mergeLegacyRateLimit(res, st.rw.Header())
 	if err := g.recordResponse(st, res); err != nil {
 		return err
@@ -51,8 +48,17 @@ func (g *Gateway) modifyResponse(st *requestState, res *http.Response) error {
 	if len(id) == 0 || id[0] == "" {
 		answerWithID(st, res, idSent) // none, or an empty one (the header as res.Header.Get reads it)
 	}
-	moveHeader(st.rw.Header(), res.Header)
+	moveHeader(st.rw.Header(), res.Header, st.instanceURL())
 	return nil
+}
+
+// instanceURL returns the base URL of the instance st's request is under
+// way at, or nil before one is chosen.
+func (st *requestState) instanceURL() *url.URL {
+	if st.inst == nil {
+		return nil
+	}
+	return st.inst.URL
 }
 
 // hide removes from h, a backend's answer's or 1xx's header, the fields
@@ -70,16 +76,29 @@ func (g *Gateway) hide(h http.Header) {
 // instance's address as Host builds its absolute links from. Each then
 // names the path below base, a relative reference (RFC 9110 §10.2.2), as
 // NGINX's proxy_redirect default rewrites them: a client never gets an
-// instance's address, which it cannot reach, or reaches past exgate. Run
-// before an order's answer is kept, so that a replay carries it so too.
+// instance's address, which it cannot reach, or reaches past exgate.
+// recordResponse runs it before an order's answer is kept, so that a
+// replay carries it so too; any other answer's fields are rewritten as
+// moveHeader moves them (unexposeField), in the one pass it makes over
+// the answer's header, where two look-ups of fields almost no answer
+// carries cost about 330 instructions a GET.
 func unexposeInstance(h http.Header, base *url.URL) {
 	for _, k := range [...]string{"Location", "Content-Location"} {
 		if v := h[k]; len(v) == 1 {
-			if rel, ok := belowInstance(v[0], base); ok {
-				h[k] = []string{rel}
-			}
+			unexposeField(h, k, v, base)
 		}
 	}
+}
+
+// unexposeField rewrites h's field k, Location or Content-Location sent
+// once as vs, as unexposeInstance does, and returns its values as they
+// are then.
+func unexposeField(h http.Header, k string, vs []string, base *url.URL) []string {
+	if rel, ok := belowInstance(vs[0], base); ok {
+		vs = []string{rel}
+		h[k] = vs
+	}
+	return vs
 }
 
 // belowInstance returns loc as a path below base when loc is an absolute
@@ -147,13 +166,18 @@ func canonicalNames(names []string) []string {
 // a value, which copyHeader leaves out). Nothing else holds the
 // moved slices once they are out of res.Header (each the Transport's own,
 // of capacity one per field or grown by append: an append to one never
-// writes into another). The Content-Type of an event stream stays too:
+// writes into another). A Location or Content-Location naming base, the
+// instance that answered (nil: none), is rewritten first, as
+// unexposeInstance does, moved or not. The Content-Type of an event stream stays too:
 // ReverseProxy reads it from res.Header after the copy to flush the stream
 // as it comes; any other moves, so that ReverseProxy finds none and parses
 // none (mime.ParseMediaType's parameter map, an allocation per answer) and
 // copies none.
-func moveHeader(out, from http.Header) {
+func moveHeader(out, from http.Header, base *url.URL) {
 	for k, v := range from {
+		if base != nil && len(v) == 1 && (k == "Location" || k == "Content-Location") {
+			v = unexposeField(from, k, v, base)
+		}
 		if _, ok := out[k]; ok || len(v) == 0 || k == "Content-Type" && isEventStream(v[0]) {
 			continue // copyHeader's to add to, nothing to copy, or read later
 		}
