@@ -303,3 +303,53 @@ func TestIdleStateHoldsNoShare(t *testing.T) {
 		t.Errorf("after the flood: %d clients, %d in flight, %d states kept; want none, none and at most one idle", n, in, len(l.clients))
 	}
 }
+
+// TestAdmitSparesRequestsWithRoom: while the queue sheds a class, Admit
+// does not shed on arrival a request of a busy client (or of the zero
+// Client) that would take a slot at once: a cancel with the cancels'
+// headroom free while a read waits for the limit. Past the headroom it
+// sheds as before.
+func TestAdmitSparesRequestsWithRoom(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		who      Client
+		headroom bool // the cancels' headroom is free
+		all      bool // every cancel let through
+	}{
+		{"a busy client, the headroom free", 7, true, true},
+		{"the zero Client, the headroom free", 0, true, true},
+		{"a busy client, the headroom taken", 7, false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			l := New(Options{Fixed: 2, MaxWait: [NumClasses]time.Duration{Cancel: time.Millisecond, MarketData: time.Hour}})
+			for _, who := range []Client{7, 8} { // client 7 and another hold the limit
+				if ok, _ := l.Acquire(ctx, MarketData, who); !ok {
+					t.Fatal("refused under the limit")
+				}
+			}
+			if ok, _ := l.Acquire(ctx, Cancel, 9); !ok { // the headroom
+				t.Fatal("a cancel refused the headroom")
+			}
+			for range 20 { // cancels wait in vain
+				if ok, _ := l.Acquire(ctx, Cancel, 10); ok {
+					t.Fatal("a cancel took a slot past the headroom")
+				}
+			}
+			if tc.headroom {
+				l.Release(9, Cancel, time.Time{}, 0, false)
+			}
+			queuedFor(ctx, l, MarketData, 11) // a read waits for the limit
+			let := 0
+			for range 1000 {
+				if l.Admit(Cancel, tc.who) {
+					let++
+				}
+			}
+			if (let == 1000) != tc.all || (!tc.all && let > 100) {
+				t.Errorf("Admit let %d of 1000 cancels through; all: %v", let, tc.all)
+			}
+		})
+	}
+}

@@ -383,9 +383,11 @@ func (l *Controller) Room(c Class, who Client) bool {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.out {
-		return false
-	}
+	return !l.out && l.room(c, who)
+}
+
+// room is Room's check, whatever the rotation; l.mu is held.
+func (l *Controller) room(c Class, who Client) bool {
 	cl := &l.anon
 	if who != 0 {
 		var none client // a client that holds nothing and waits for nothing
@@ -443,8 +445,11 @@ const shedScale = 1 << 16
 // probability that rises with each such request and falls with each that
 // got a slot, so that what reaches the queue is about what the queue
 // serves — but never a request of a client that holds no slot and waits
-// for none: it is within any share, and the queue serves it in its turn.
-// It takes the lock only to spare such a request, and does not allocate.
+// for none (it is within any share, and the queue serves it in its
+// turn), nor one that would take a slot at once (Room: a cancel with the
+// cancels' headroom free while reads wait for the limit, a client within
+// its share while others wait past theirs). It takes the lock only to
+// spare such a request, and does not allocate.
 func (l *Controller) Admit(c Class, who Client) bool {
 	if c >= NumClasses {
 		c = NumClasses - 1
@@ -460,13 +465,10 @@ func (l *Controller) Admit(c Class, who Client) bool {
 	if p == 0 || rand.Uint32N(shedScale) >= p {
 		return true
 	}
-	if who == 0 {
-		return false
-	}
 	l.mu.Lock()
-	busy := l.busy(who)
+	spare := (who != 0 && !l.busy(who)) || l.room(c, who)
 	l.mu.Unlock()
-	return !busy
+	return spare
 }
 
 // shed raises class c's shed probability: a request of it waited in vain;

@@ -443,3 +443,89 @@ func TestBulkCancelPastPlacementRouteCap(t *testing.T) {
 		})
 	}
 }
+
+// TestCancelWithRoomNotShedOnArrival: once cancels have waited in vain
+// (a burst past the limit and the cancels' headroom), the early shed on
+// arrival refused a cancel of a client that holds a slot with a
+// probability that falls only by 1/512 a cancel served, whenever any
+// request waited, where the backend had a slot for that cancel at once:
+// the headroom, which the reads waiting cannot take. A request that
+// would take a slot at once is not shed on arrival. Fixed limit 4 and a
+// headroom of 1: the trader's read and three others hold the limit,
+// another client's cancel the headroom, eight cancels of eight clients
+// wait in vain; that cancel ends, a read waits, and the trader cancels.
+func TestCancelWithRoomNotShedOnArrival(t *testing.T) {
+	for _, tc := range []struct{ name, path string }{
+		{"one order", "/api/v1/odr/orders/2/"},
+		{"two orders", "/api/v1/odr/orders/2,3/"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			readsGo, cancelGo := make(chan struct{}), make(chan struct{})
+			held := make(chan struct{}, 16)
+			e := startEnv(t, func(c *config.Config) {
+				c.ClientIP.TrustedProxies = []config.Prefix{{Prefix: mustPrefix("127.0.0.0/8")}}
+				c.Overload.FixedLimit = 4 // and a headroom of 1 for cancels
+				c.Overload.MaxWait.Cancel = 20 * time.Millisecond
+				c.Overload.MaxWait.MarketData = time.Minute // the read waits until the test ends
+				c.Overload.ShedDelay = 0
+			})
+			e.backend.handler = func(w http.ResponseWriter, r *http.Request) {
+				switch r.URL.Path {
+				case "/api/v1/mkt/markets/":
+					held <- struct{}{}
+					<-readsGo
+				case "/api/v1/odr/orders/1/":
+					held <- struct{}{}
+					<-cancelGo
+				}
+				w.WriteHeader(http.StatusOK)
+			}
+			t.Cleanup(func() { close(readsGo) }) // before the gateway's shutdown waits for them
+			send := func(method, path, from string) <-chan int {
+				code := make(chan int, 1)
+				go func() {
+					res := do(t, method, e.url+path, nil, "Authorization", "Bearer t0ken", "X-Forwarded-For", from)
+					io.Copy(io.Discard, res.Body)
+					res.Body.Close()
+					code <- res.StatusCode
+				}()
+				return code
+			}
+			for i := range 4 { // the trader's read (10.0.0.50) and three others hold the limit
+				send("GET", "/api/v1/mkt/markets/", fmt.Sprintf("10.0.0.%d", 50+i))
+				<-held
+			}
+			cancelled := send("DELETE", "/api/v1/odr/orders/1/", "10.0.1.1") // the headroom
+			<-held
+			for i := range 8 { // the burst: each waits its 20ms in vain
+				if code := <-send("DELETE", "/api/v1/odr/orders/1/", fmt.Sprintf("10.0.2.%d", i)); code != http.StatusServiceUnavailable {
+					t.Fatalf("cancel %d of the burst answered %d, want 503", i, code)
+				}
+			}
+			close(cancelGo) // the burst is over: the headroom is free
+			if code := <-cancelled; code != http.StatusOK {
+				t.Fatalf("the held cancel answered %d", code)
+			}
+			send("GET", "/api/v1/mkt/markets/", "10.0.3.1") // a read waits for the limit
+			inst := e.gw.fleet.Service("").Instances()[0]
+			for deadline := time.Now().Add(time.Minute); inst.Controller.Waiting() != 1; time.Sleep(time.Millisecond) {
+				if time.Now().After(deadline) { // only bounds a hang
+					t.Fatal("the read does not wait")
+				}
+			}
+			shed := 0
+			for range 16 {
+				switch code := <-send("DELETE", tc.path, "10.0.0.50"); code {
+				case http.StatusOK:
+				case http.StatusServiceUnavailable:
+					shed++
+				default:
+					t.Fatalf("the trader's cancel answered %d", code)
+				}
+			}
+			if shed != 0 {
+				t.Errorf("%d of the trader's 16 cancels shed 503 with the headroom free, want none", shed)
+			}
+		})
+	}
+}
