@@ -29,18 +29,16 @@ package idempotency
 import (
 	"context"
 	"crypto/sha256"
-	"crypto/tls"
 	"errors"
-	"net"
 	"net/http"
 	"net/netip"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/exgate/exgate/apierror"
 	"github.com/exgate/exgate/config"
+	"github.com/exgate/exgate/internal/notsent"
 )
 
 // Fingerprint identifies a request body: its SHA-256.
@@ -405,37 +403,15 @@ func Full() *apierror.Error { return errFull }
 // identifiers are refused, until its entries expire.
 func AccountFull() *apierror.Error { return errAccountFull }
 
-// NotSent reports whether a transport error from the backend round trip
-// proves the request never left exgate: the connection could not be
-// opened (dial failure, refused, name not resolved), or the backend's
-// certificate failed exgate's verification in the TLS handshake, or the
-// handshake did not end within the Transport's TLSHandshakeTimeout,
-// before any byte of the request was written (upstream.NothingSent, for
-// the same reasons). Anything else (timeouts, resets, EOF after writing, an
-// alert from the backend, which TLS 1.3 may send after the client wrote)
-// may have reached the backend.
-func NotSent(err error) bool {
-	if err == nil {
-		return false
-	}
-	var op *net.OpError
-	if errors.As(err, &op) && op.Op == "dial" {
-		return true
-	}
-	var verify *tls.CertificateVerificationError
-	if errors.As(err, &verify) {
-		return true
-	}
-	for e := err; e != nil; e = errors.Unwrap(e) {
-		// net/http's unexported error of a TLS handshake past the
-		// Transport's TLSHandshakeTimeout (upstream.HandshakeTimedOut).
-		if e.Error() == "net/http: TLS handshake timeout" {
-			return true
-		}
-	}
-	var dns *net.DNSError
-	if errors.As(err, &dns) {
-		return true
-	}
-	return errors.Is(err, syscall.ECONNREFUSED)
-}
+// NotSent reports whether a transport error, from the backend round trip
+// or a Redis call, proves the request never left exgate: the connection
+// could not be opened (dial failure, refused, name not resolved), or the
+// server's certificate failed exgate's verification in the TLS handshake,
+// or the handshake did not end within the Transport's
+// TLSHandshakeTimeout, before any byte of the request was written.
+// Anything else (timeouts, resets, EOF after writing, an alert from the
+// backend, which TLS 1.3 may send after the client wrote) may have
+// reached the server. It is upstream.NothingSent: one list
+// (notsent.Proves), so that the order the proxy moves to another instance
+// and the claim it releases are decided alike.
+func NotSent(err error) bool { return notsent.Proves(err) }

@@ -419,7 +419,7 @@ var settlementNames = [...]string{settleRelease: "release", settleUnknown: "unkn
 // so, or net/http never had a connection for it: nothingSent), else
 // recorded as an unknown outcome (it may have been placed).
 func (g *Gateway) settleFailed(st *requestState, err error) {
-	if err != nil && (idempotency.NotSent(err) || nothingSent(st, err)) {
+	if err != nil && nothingSent(st, err) {
 		g.settle(st, settleRelease, idempotency.Record{})
 		return
 	}
