@@ -58,7 +58,9 @@ type Upstream struct {
 	// write into a password reset mail or a cached page, nor one a
 	// backend whose ALLOWED_HOSTS lists its own address refuses. A name
 	// matches case-insensitively, whatever the port; "*" matches any
-	// (for a backend that checks Host itself). Default: none.
+	// (for a backend that checks Host itself). X-Forwarded-Host carries
+	// the client's Host under the same rule, and is not sent otherwise.
+	// Default: none.
 	ForwardHosts []string `yaml:"forward_hosts"`
 	// HideHeaders are the fields of the backend's answers (and of its 1xx
 	// answers) that never reach a client, as NGINX's proxy_hide_header:

@@ -8,12 +8,14 @@ import (
 
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
+
+	"github.com/exgate/exgate/config"
 )
 
 // TestHTTP2InvalidAuthorityRefused: net/http's HTTP/1 server refuses a
 // Host that is not one (400, before exgate), its HTTP/2 server takes any
 // :authority whose bytes a field value may hold. Such a one went on as
-// the backend's X-Forwarded-Host, and as its Host with
+// the backend's X-Forwarded-Host and Host with
 // upstream.forward_hosts: "*" (the Transport then sends an HTTP/1 backend
 // an empty Host in its place, and refuses to send one to an HTTP/2
 // backend, "invalid Host header"). It is refused as HTTP/1's is, 400
@@ -24,7 +26,7 @@ func TestHTTP2InvalidAuthorityRefused(t *testing.T) {
 	addr, tlsCfg := gatewayTLS(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		got <- r.Header.Get("X-Forwarded-Host")
 		w.WriteHeader(http.StatusNoContent)
-	}))
+	}), func(c *config.Config) { c.Upstream.ForwardHosts = []string{"*"} })
 	c := dialH2(t, addr, tlsCfg)
 	tests := []struct {
 		authority string

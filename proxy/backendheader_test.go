@@ -223,6 +223,7 @@ func oldRewrite(g *Gateway, st *requestState, pr *httputil.ProxyRequest) {
 func TestBackendHeaderSize(t *testing.T) {
 	cfg := config.Default()
 	cfg.Upstream.URL = config.MustURL("http://127.0.0.1:1")
+	cfg.Upstream.ForwardHosts = []string{"*"} // X-Forwarded-Host sent
 	for _, tc := range []struct {
 		name string
 		h    http.Header

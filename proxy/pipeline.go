@@ -190,8 +190,8 @@ func (g *Gateway) checkHead(st *requestState, r *http.Request) *apierror.Error {
 	}
 	if r.ProtoMajor == 2 && !httpguts.ValidHostHeader(r.Host) {
 		// net/http's HTTP/2 server takes any :authority a field value
-		// may hold, where its HTTP/1 server refuses such a Host: it goes
-		// to the backend as its X-Forwarded-Host, and as its Host under
+		// may hold, where its HTTP/1 server refuses such a Host: it would
+		// go to the backend as its Host and X-Forwarded-Host under
 		// upstream.forward_hosts: "*".
 		return errInvalidAuthority
 	}

@@ -16,7 +16,8 @@ func (g *Gateway) rewrite(st *requestState, pr *httputil.ProxyRequest) {
 		setContext(out, st.fwdCtx)
 		st.fwdCtx = nil
 	}
-	if !g.forwardsHost(pr.In.Host) {
+	fwdHost := g.forwardsHost(pr.In.Host)
+	if !fwdHost {
 		// The instance's host:port (out.URL's), as net/http sends it
 		// when Host is empty; else the client's, one of the API's names,
 		// which ReverseProxy's copy of the request kept: the name a
@@ -63,7 +64,14 @@ func (g *Gateway) rewrite(st *requestState, pr *httputil.ProxyRequest) {
 		}
 		out.Header["X-Forwarded-For"] = xff
 	}
-	out.Header["X-Forwarded-Host"] = g.forwardedHost(pr.In.Host)
+	if fwdHost {
+		// The client's Host only when the backend gets it as Host: a
+		// backend that builds links from X-Forwarded-Host (Django's
+		// USE_X_FORWARDED_HOST, Rails, Express behind "trust proxy")
+		// would otherwise build them from a name the client chose, the
+		// Host poisoning forward_hosts keeps from Host.
+		out.Header["X-Forwarded-Host"] = g.forwardedHost(pr.In.Host)
+	}
 	proto := forwardedHTTP
 	if pr.In.TLS != nil {
 		proto = forwardedHTTPS

@@ -127,13 +127,16 @@ func TestHTTP2ResetFloodBounded(t *testing.T) {
 // gatewayTLS serves a gateway on the defaults in front of backend, over
 // TLS with HTTP/2, until the test ends, and returns its address and a
 // client's TLS configuration offering h2.
-func gatewayTLS(t *testing.T, backend http.Handler) (string, *tls.Config) {
+func gatewayTLS(t *testing.T, backend http.Handler, opts ...func(*config.Config)) (string, *tls.Config) {
 	t.Helper()
 	certs, ca := apiCertificates(t)
 	bs := httptest.NewServer(backend)
 	t.Cleanup(bs.Close)
 	cfg := config.Default()
 	cfg.Upstream.URL = config.MustURL(bs.URL)
+	for _, o := range opts {
+		o(cfg)
+	}
 	gw, err := newGateway(cfg, Options{Logger: zap.NewNop()})
 	if err != nil {
 		t.Fatal(err)
