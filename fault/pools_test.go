@@ -21,6 +21,7 @@ import (
 	"github.com/exgate/exgate/config"
 	"github.com/exgate/exgate/internal/redistest"
 	"github.com/exgate/exgate/internal/tlstest"
+	"github.com/exgate/exgate/internal/unreachable"
 	"github.com/exgate/exgate/sim"
 )
 
@@ -122,6 +123,10 @@ type poolRow struct {
 	// its one url, with upstream holding lines under that section.
 	fleet    bool
 	upstream string
+	// refusing adds to the fleet an instance whose connects are refused
+	// (poolEnv.refusing), which the row's upstream lines keep in the
+	// rotation.
+	refusing bool
 }
 
 // poolRows is the table.
@@ -148,6 +153,9 @@ type poolEnv struct {
 	instances []string
 	tokens    map[string]string // access tokens by account
 	front     *poolFront
+	// refusing is an address whose connects are refused, for a row's
+	// fleet (poolRow.refusing).
+	refusing string
 	// tls trusts the certificate of a row over TLS (poolRow.tls), whose
 	// files are leaf's.
 	tls  *tls.Config
@@ -269,7 +277,8 @@ func startPoolEnv(t *testing.T) *poolEnv {
 	dir := t.TempDir()
 	ca := tlstest.NewCA(t, dir)
 	env := &poolEnv{redis: redistest.Start(t), backend: instances[0], instances: instances, tokens: map[string]string{}, front: front,
-		tls: &tls.Config{RootCAs: ca.Pool}, leaf: ca.Issue(dir, "exgate", []string{"127.0.0.1"}, tlstest.Options{})}
+		tls: &tls.Config{RootCAs: ca.Pool}, leaf: ca.Issue(dir, "exgate", []string{"127.0.0.1"}, tlstest.Options{}),
+		refusing: unreachable.Refused(t)}
 	for _, a := range poolAccounts {
 		env.tokens[a] = signIn(t, env.backend, a)
 	}
@@ -351,6 +360,9 @@ func (env *poolEnv) poolConfig(row poolRow) string {
 		var urls []string
 		for _, u := range env.instances {
 			urls = append(urls, strconv.Quote(u))
+		}
+		if row.refusing {
+			urls = append(urls, strconv.Quote("http://"+env.refusing))
 		}
 		upstream = fmt.Sprintf("  urls: [%s]\n%s", strings.Join(urls, ", "), row.upstream)
 	}

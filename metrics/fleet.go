@@ -17,6 +17,7 @@ const (
 	NameUpstreamEjections        = "exgate_upstream_ejections_total"
 	NameUpstreamRetries          = "exgate_upstream_retries_total"
 	NameUpstreamUnavailable      = "exgate_upstream_unavailable_total"
+	NameUpstreamRetriesRefused   = "exgate_upstream_retries_refused_total"
 )
 
 // FleetSource reports the backend services' state at scrape time; the
@@ -36,7 +37,11 @@ type ServiceStatus struct {
 	// Retries and Unavailable count requests moved to another instance
 	// and requests that found none.
 	Retries, Unavailable uint64
-	Instances            []InstanceStatus
+	// RetriesOverBudget and RetriesOverShare count requests refused a
+	// move to another instance: the retry budget was spent, or their
+	// client held its share of it.
+	RetriesOverBudget, RetriesOverShare uint64
+	Instances                           []InstanceStatus
 }
 
 // InstanceStatus is an instance's state for the fleet metrics. Its
@@ -60,6 +65,7 @@ type fleetCollector struct {
 	source                                        atomic.Pointer[fleetRef]
 	available, panic, instances, active, requests *prometheus.Desc
 	ejections, retries, unavailable, failover     *prometheus.Desc
+	retriesRefused                                *prometheus.Desc
 }
 
 type fleetRef struct{ s FleetSource }
@@ -88,12 +94,14 @@ func newFleetCollector() *fleetCollector {
 			"Requests moved to another instance of the service (nothing of them reached the first, or a GET/HEAD).", []string{"service"}, nil),
 		unavailable: prometheus.NewDesc(NameUpstreamUnavailable,
 			"Requests answered 503 upstream_unavailable: the service had no instance to send them to.", []string{"service"}, nil),
+		retriesRefused: prometheus.NewDesc(NameUpstreamRetriesRefused,
+			"Requests refused a move to another instance, by reason: budget (upstream.retry_budget spent), client_share (their client held its share of it).", []string{"service", "reason"}, nil),
 	}
 }
 
 // Describe sends the fleet descriptors.
 func (c *fleetCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.available, c.panic, c.failover, c.instances, c.active, c.requests, c.ejections, c.retries, c.unavailable} {
+	for _, d := range []*prometheus.Desc{c.available, c.panic, c.failover, c.instances, c.active, c.requests, c.ejections, c.retries, c.unavailable, c.retriesRefused} {
 		ch <- d
 	}
 }
@@ -110,6 +118,8 @@ func (c *fleetCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.failover, prometheus.GaugeValue, b2f(s.Failover), s.Name)
 		ch <- prometheus.MustNewConstMetric(c.retries, prometheus.CounterValue, float64(s.Retries), s.Name)
 		ch <- prometheus.MustNewConstMetric(c.unavailable, prometheus.CounterValue, float64(s.Unavailable), s.Name)
+		ch <- prometheus.MustNewConstMetric(c.retriesRefused, prometheus.CounterValue, float64(s.RetriesOverBudget), s.Name, "budget")
+		ch <- prometheus.MustNewConstMetric(c.retriesRefused, prometheus.CounterValue, float64(s.RetriesOverShare), s.Name, "client_share")
 		byState := map[string]int{}
 		for _, in := range s.Instances {
 			byState[in.State]++

@@ -118,7 +118,7 @@ func TestNamesFromDescriptors(t *testing.T) {
 		NameOverloadShed, NameOverloadQueue, NameOverloadLimit, NameOverloadInFlight, NameOverloadWaiting, NameOverloadMinRTT,
 		NameBodyBuffered, NameBodyBufferedClients, NameOverloadClients,
 		NameUpstreamAvailable, NameUpstreamPanic, NameUpstreamFailover, NameUpstreamInstances, NameUpstreamInstanceActive,
-		NameUpstreamInstanceRequests, NameUpstreamEjections, NameUpstreamRetries, NameUpstreamUnavailable,
+		NameUpstreamInstanceRequests, NameUpstreamEjections, NameUpstreamRetries, NameUpstreamUnavailable, NameUpstreamRetriesRefused,
 		"go_goroutines", "go_gc_duration_seconds", "process_cpu_seconds_total",
 	} {
 		if !slices.Contains(names, want) {
@@ -134,8 +134,8 @@ func TestNamesFromDescriptors(t *testing.T) {
 			t.Errorf("Names() lists %s; want base names", n)
 		}
 	}
-	if exgate != 39 {
-		t.Errorf("Names() lists %d exgate_ families, want 39", exgate)
+	if exgate != 40 {
+		t.Errorf("Names() lists %d exgate_ families, want 40", exgate)
 	}
 }
 

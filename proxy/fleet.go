@@ -221,15 +221,15 @@ func (t fleetTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if st == nil || st.inst == nil {
 		return res, err
 	}
-	svc := st.inst.Service()
+	svc, c, who := st.inst.Service(), requestClass(st), upstream.Client(st.client)
 	for attempt := 1; attempt < maxAttempts && retryable(st, req, err); attempt++ {
-		next := svc.Retry(st.inst, requestClass(st))
+		next := svc.Retry(st.inst, c, who)
 		if next == nil {
 			break
 		}
 		next = retryWithRoom(st, next)
 		if !g.moveSlot(st, req, next) {
-			svc.EndRetry()
+			svc.EndRetry(c, who)
 			next.Done(upstream.Abandoned, upstream.KindOf(req.Method), upstream.Client(st.client))
 			break
 		}
@@ -245,7 +245,7 @@ func (t fleetTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 			st.upSpan.SetAttributes(semconv.ServerAddress(next.Host), semconv.ServerPort(next.Port))
 		}
 		res, err = rt.RoundTrip(req)
-		svc.EndRetry()
+		svc.EndRetry(c, who)
 		if err == nil {
 			if g.checkIDs {
 				unhideResponseID(res.Header)
@@ -295,7 +295,8 @@ func (s fleetStatus) FleetStatus() []metrics.ServiceStatus {
 	for _, svc := range s.f.Services() {
 		state, counts := svc.State(), svc.Counts()
 		ss := metrics.ServiceStatus{Name: svc.Name(), Available: state.Available(), Panic: state.Panic,
-			Failover: state.Failover, Retries: counts.Retries, Unavailable: counts.Unavailable}
+			Failover: state.Failover, Retries: counts.Retries, Unavailable: counts.Unavailable,
+			RetriesOverBudget: counts.RetriesOverBudget, RetriesOverShare: counts.RetriesOverShare}
 		for _, in := range svc.Status() {
 			ss.Instances = append(ss.Instances, metrics.InstanceStatus{Addr: in.Addr, State: in.State, Active: in.Active,
 				Requests: in.Requests, Ejections: in.Ejections})

@@ -1212,3 +1212,73 @@ func TestQueuedCancelTakesASlotFreedElsewhere(t *testing.T) {
 		})
 	}
 }
+
+// TestRetryBudgetClientShare: the retry budget is shared between clients,
+// each with its share (docs/pools.md): one client's reads whose connect
+// an instance refused, moved to a slow one that holds them, took every
+// retry of the budget, and another client's read refused there was
+// answered 503 upstream_unavailable. The client holds fewer retries than
+// are left free; past that its own request is answered as with the
+// budget spent, and another client's still moves. Budget: four retries at
+// once (min_retries 4, percent 0): the attacker holds two.
+func TestRetryBudgetClientShare(t *testing.T) {
+	for _, tc := range []struct {
+		name, from string
+		moved      bool // the read goes to the live instance
+	}{
+		{"another client's read", "10.0.0.2", true},
+		{"the client's own read past its share", "10.0.0.1", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			release := make(chan struct{})
+			held := make(chan struct{}, 8)
+			live := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.URL.Path == "/api/v1/mkt/markets/" {
+					held <- struct{}{}
+					<-release
+				}
+				w.WriteHeader(http.StatusOK)
+			}))
+			t.Cleanup(live.Close)
+			refused := config.MustURL("http://" + unreachable.Refused(t))
+			liveURL := config.MustURL(live.URL)
+			e := startEnv(t, func(c *config.Config) {
+				c.Upstream.URLs = []config.URL{liveURL, refused}
+				c.Upstream.Outlier.ConsecutiveConnectFailures = 0 // keep the refusing instance in the rotation
+				c.ClientIP.TrustedProxies = []config.Prefix{{Prefix: mustPrefix("127.0.0.0/8")}}
+				c.Upstream.RetryBudget.Percent, c.Upstream.RetryBudget.MinRetries = 0, 4
+			})
+			t.Cleanup(func() { close(release) }) // before the gateway's shutdown waits for them
+			svc := e.gw.fleet.Service("")
+			read := func(path, from string) (int, string) {
+				res := do(t, "GET", e.url+path, nil, "X-Forwarded-For", from)
+				body, _ := io.ReadAll(res.Body)
+				res.Body.Close()
+				return res.StatusCode, string(body)
+			}
+			attack := func() {
+				go read("/api/v1/mkt/markets/", "10.0.0.1")
+				<-held
+			}
+			svc.Update([]upstream.Endpoint{{URL: liveURL.URL}})
+			attack() // held at the live instance: the refusing one has fewer under way
+			svc.Update([]upstream.Endpoint{{URL: liveURL.URL}, {URL: refused.URL}})
+			attack() // refused, moved to the live instance, held: the client's first retry
+			attack() // and its second
+			if status, body := read("/api/v1/mkt/markets/", "10.0.0.1"); status != http.StatusServiceUnavailable {
+				t.Fatalf("the attacker's third read moved: answered %d %s, want 503 (its share of the budget: 2 of 4)", status, body)
+			}
+			if got := svc.Counts(); got.Retries != 2 || got.RetriesOverShare != 1 {
+				t.Fatalf("%d retries, %d refused over the client's share; want 2 and 1", got.Retries, got.RetriesOverShare)
+			}
+			status, body := read("/api/v1/mkt/currencies/", tc.from)
+			if got := status == http.StatusOK; got != tc.moved {
+				t.Errorf("answered %d %s with 2 of the 4 retries held by 10.0.0.1; moved to the live instance: %v, want %v",
+					status, body, got, tc.moved)
+			}
+			if got, want := svc.Counts().Retries, map[bool]uint64{true: 3, false: 2}[tc.moved]; got != want {
+				t.Errorf("%d retries, want %d", got, want)
+			}
+		})
+	}
+}

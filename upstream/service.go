@@ -101,9 +101,11 @@ type Service struct {
 	now  func() time.Time
 
 	active  atomic.Int64  // requests under way at the service's instances
-	retries atomic.Int64  // of which retries
+	retries retryShares   // of which retries, by client
 	retried atomic.Uint64 // retries made
 	refused atomic.Uint64 // requests that found no instance
+	// retryRefused counts the retries Retry refused, by why.
+	retryRefused [numRetryRefusals]atomic.Uint64
 
 	mu        sync.Mutex
 	overload  overload.Options // each instance's Controller's, guarded by mu

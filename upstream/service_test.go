@@ -833,13 +833,80 @@ func TestRetryBudgetCancelsShare(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			s.retries.Add(tc.under)
-			next := s.Retry(prev, tc.class)
+			s.retries.used += tc.under // other clients' retries
+			next := s.Retry(prev, tc.class, 1)
 			if got := next != nil; got != tc.retrying {
 				t.Fatalf("retried: %v, want %v", got, tc.retrying)
 			}
-			if want := tc.under + map[bool]int64{true: 1}[tc.retrying]; s.retries.Load() != want {
-				t.Errorf("%d retries under way, want %d", s.retries.Load(), want)
+			if want := tc.under + map[bool]int64{true: 1}[tc.retrying]; s.retries.used != want {
+				t.Errorf("%d retries under way, want %d", s.retries.used, want)
+			}
+		})
+	}
+}
+
+// TestRetryBudgetClientShare: each client may hold fewer retries than are
+// left free of the budget, so that one client's failing requests never
+// spend the retries of another's; a cancel counts against its client's
+// cancels only, and the zero Client (exgate's own requests) has no share.
+func TestRetryBudgetClientShare(t *testing.T) {
+	type retry struct {
+		who   Client
+		class overload.Class
+	}
+	md, cancel := overload.MarketData, overload.Cancel
+	for _, tc := range []struct {
+		name    string
+		min     int
+		held    []retry // retries taken first, each allowed
+		next    retry
+		allowed bool
+		why     retryRefusal // when refused
+	}{
+		{"a client alone takes fewer than are left free", 4, []retry{{1, md}, {1, md}}, retry{1, md}, false, retryOverShare},
+		{"another client finds its share", 4, []retry{{1, md}, {1, md}}, retry{2, md}, true, 0},
+		{"a third client finds what is left", 4, []retry{{1, md}, {1, md}, {2, md}}, retry{3, md}, true, 0},
+		{"a second client past its share", 8, []retry{{1, md}, {1, md}, {1, md}, {1, md}, {2, md}, {2, md}}, retry{2, md}, false, retryOverShare},
+		{"a third client within its share", 8, []retry{{1, md}, {1, md}, {1, md}, {1, md}, {2, md}, {2, md}}, retry{3, md}, true, 0},
+		{"a cancel past its client's reads", 4, []retry{{1, md}, {1, md}}, retry{1, cancel}, true, 0},
+		{"a cancel past its client's cancels", 4, []retry{{1, cancel}, {1, cancel}, {1, cancel}}, retry{1, cancel}, false, retryOverShare},
+		{"exgate's own past any share", 4, []retry{{0, md}, {0, md}}, retry{0, md}, true, 0},
+		{"a spent budget", 2, []retry{{1, md}, {2, md}}, retry{3, md}, false, retryOverBudget},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := NewService("orders", Options{RetryBudget: RetryBudget{Min: tc.min}})
+			s.Update(endpoints(t, 2, 1))
+			var prev []*Instance
+			for i, r := range append(tc.held, tc.next) {
+				from, err := s.Pick()
+				if err != nil {
+					t.Fatal(err)
+				}
+				prev = append(prev, from)
+				next := s.Retry(from, r.class, r.who)
+				if i < len(tc.held) {
+					if next == nil {
+						t.Fatalf("retry %d of %v refused, want it allowed", i, tc.held)
+					}
+					continue
+				}
+				if got := next != nil; got != tc.allowed {
+					t.Fatalf("retry of client %d (class %v) allowed: %v, want %v", r.who, r.class, got, tc.allowed)
+				}
+			}
+			c := s.Counts()
+			refused := [numRetryRefusals]uint64{c.RetriesOverBudget, c.RetriesOverShare}
+			if !tc.allowed && (refused[tc.why] != 1 || refused[1-tc.why] != 0) {
+				t.Errorf("refusals counted over the budget %d, over the share %d; want 1 of %d", refused[0], refused[1], tc.why)
+			}
+			for _, r := range tc.held {
+				s.EndRetry(r.class, r.who)
+			}
+			if tc.allowed {
+				s.EndRetry(tc.next.class, tc.next.who)
+			}
+			if s.retries.used != 0 || len(s.retries.held) != 0 {
+				t.Errorf("%d retries under way, %d clients holding, after every one ended", s.retries.used, len(s.retries.held))
 			}
 		})
 	}

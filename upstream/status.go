@@ -32,11 +32,16 @@ type Counts struct {
 	Retries uint64
 	// Unavailable counts the requests that found no instance.
 	Unavailable uint64
+	// RetriesOverBudget and RetriesOverShare count the requests refused
+	// a move to another instance: the retry budget was spent, or their
+	// client held its share of it.
+	RetriesOverBudget, RetriesOverShare uint64
 }
 
 // Counts returns the service's counters.
 func (s *Service) Counts() Counts {
-	return Counts{Retries: s.retried.Load(), Unavailable: s.refused.Load()}
+	return Counts{Retries: s.retried.Load(), Unavailable: s.refused.Load(),
+		RetriesOverBudget: s.retryRefused[retryOverBudget].Load(), RetriesOverShare: s.retryRefused[retryOverShare].Load()}
 }
 
 // Status returns the state of each instance, in the order of the list.
