@@ -85,7 +85,7 @@ fuzz:
 	$(GO) test ./identity -run='^$$' -fuzz=FuzzCanonicalBase64URL -fuzztime=$(FUZZTIME)
 	$(GO) test ./proxy -run='^$$' -fuzz=FuzzTokenPath -fuzztime=$(FUZZTIME)
 	$(GO) test ./traceheader -run='^$$' -fuzz=FuzzTraceFormats -fuzztime=$(FUZZTIME)
-	$(GO) test ./proxy -run='^$$' -fuzz=FuzzLegacyRateLimit -fuzztime=$(FUZZTIME)
+	$(GO) test ./limiter -run='^$$' -fuzz=FuzzLegacyRateLimit -fuzztime=$(FUZZTIME)
 	$(GO) test ./validate -run='^$$' -fuzz='^FuzzCheck$$' -fuzztime=$(FUZZTIME)
 	$(GO) test ./validate -run='^$$' -fuzz=FuzzCheckBulk -fuzztime=$(FUZZTIME)
 	$(GO) test ./validate -run='^$$' -fuzz=FuzzCheckIDList -fuzztime=$(FUZZTIME)

@@ -294,3 +294,39 @@ func TestRateLimitValueReused(t *testing.T) {
 		})
 	}
 }
+
+// FuzzLegacyRateLimit: whatever legacy rate-limit fields a backend sends,
+// the client's answer holds one value of each of exgate's three fields,
+// whole numbers, and nothing of the backend's is left to append.
+func FuzzLegacyRateLimit(f *testing.F) {
+	f.Add("10", "3", "7", false)
+	f.Add("1000", "500", "7", false)
+	f.Add("10", "-1", "7", true)
+	f.Add("", "0", "", false)
+	f.Add("99999999999999999999", "0", "1", true)
+	f.Fuzz(func(t *testing.T, limit, remaining, reset string, twice bool) {
+		backend := http.Header{}
+		for i, v := range []string{limit, remaining, reset} {
+			if v != "" {
+				backend[legacyRateLimitFields[i]] = []string{v}
+			}
+		}
+		if twice {
+			backend["X-Ratelimit-Remaining"] = append(backend["X-Ratelimit-Remaining"], "0")
+		}
+		out := http.Header{"X-Ratelimit-Limit": {"100"}, "X-Ratelimit-Remaining": {"99"}, "X-Ratelimit-Reset": {"36"}}
+		MergeLegacyFields(backend, out)
+		for _, k := range legacyRateLimitFields {
+			if _, ok := backend[k]; ok {
+				t.Errorf("the backend's %s left to append: %q", k, backend[k])
+			}
+			vs := out[k]
+			if len(vs) != 1 {
+				t.Fatalf("%s: %q, want one value", k, vs)
+			}
+			if n, err := strconv.ParseInt(vs[0], 10, 64); err != nil || n < 0 || strconv.FormatInt(n, 10) != vs[0] {
+				t.Errorf("%s: %q, want a whole number in canonical form", k, vs[0])
+			}
+		}
+	})
+}

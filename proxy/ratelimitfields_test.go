@@ -4,7 +4,6 @@ import (
 	"io"
 	"net/http"
 	"slices"
-	"strconv"
 	"testing"
 	"time"
 
@@ -73,47 +72,11 @@ func TestBackendRateLimitFields(t *testing.T) {
 					t.Errorf("%s %q, want %q", k, got, want)
 				}
 			}
-			for _, k := range legacyRateLimitFields {
+			for _, k := range []string{"X-Ratelimit-Limit", "X-Ratelimit-Remaining", "X-Ratelimit-Reset"} {
 				if n := len(res.Header[k]); n > 1 {
 					t.Errorf("%s sent %d times: %q", k, n, res.Header[k])
 				}
 			}
 		})
 	}
-}
-
-// FuzzLegacyRateLimit: whatever legacy rate-limit fields a backend sends,
-// the client's answer holds one value of each of exgate's three fields,
-// whole numbers, and nothing of the backend's is left to append.
-func FuzzLegacyRateLimit(f *testing.F) {
-	f.Add("10", "3", "7", false)
-	f.Add("1000", "500", "7", false)
-	f.Add("10", "-1", "7", true)
-	f.Add("", "0", "", false)
-	f.Add("99999999999999999999", "0", "1", true)
-	f.Fuzz(func(t *testing.T, limit, remaining, reset string, twice bool) {
-		res := &http.Response{Header: http.Header{}}
-		for i, v := range []string{limit, remaining, reset} {
-			if v != "" {
-				res.Header[legacyRateLimitFields[i]] = []string{v}
-			}
-		}
-		if twice {
-			res.Header["X-Ratelimit-Remaining"] = append(res.Header["X-Ratelimit-Remaining"], "0")
-		}
-		out := http.Header{"X-Ratelimit-Limit": {"100"}, "X-Ratelimit-Remaining": {"99"}, "X-Ratelimit-Reset": {"36"}}
-		mergeLegacyRateLimit(res, out)
-		for _, k := range legacyRateLimitFields {
-			if _, ok := res.Header[k]; ok {
-				t.Errorf("the backend's %s left to append: %q", k, res.Header[k])
-			}
-			vs := out[k]
-			if len(vs) != 1 {
-				t.Fatalf("%s: %q, want one value", k, vs)
-			}
-			if n, err := strconv.ParseInt(vs[0], 10, 64); err != nil || n < 0 || strconv.FormatInt(n, 10) != vs[0] {
-				t.Errorf("%s: %q, want a whole number in canonical form", k, vs[0])
-			}
-		}
-	})
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/exgate/exgate/apierror"
+	"github.com/exgate/exgate/limiter"
 	"github.com/exgate/exgate/metrics"
 	"github.com/exgate/exgate/upstream"
 )
@@ -41,7 +42,7 @@ func (g *Gateway) modifyResponse(st *requestState, res *http.Response) error {
 		dropBackendCORS(res.Header)
 	}
 	g.hide(res.Header)
-	mergeLegacyRateLimit(res, st.rw.Header())
+	limiter.MergeLegacyFields(res.Header, st.rw.Header())
 	if err := g.recordResponse(st, res); err != nil {
 		return err
 	}
