@@ -17,9 +17,14 @@ import (
 // connection, and an order is forwarded only once that many replicas
 // hold the claim; otherwise the claim is released (best effort) and the
 // store reports ErrNotReplicated, which the proxy answers with 503
-// duplicate_protection_unavailable. Sentinel and Cluster promote the
-// replica with the most replicated data, so a claim held by one replica
-// survives the loss of its master.
+// duplicate_protection_unavailable. With one replica per master, the
+// one that acknowledged is the one promoted. With more, Sentinel
+// promotes, among the replicas of the best replica-priority, the one with
+// the most replicated data, which holds every claim any of them
+// acknowledged; a Cluster's election only favours that one (a delay by
+// rank), and a replica of better priority is chosen whatever it holds: a
+// claim one replica acknowledged can then be lost, unless ReplicaAcks
+// counts every replica (docs/operations.md, "Redis failover").
 //
 // Only the claim waits: a lost Complete, Release or MarkUnknown leaves
 // the claim in flight, which retries see as InProgress and then Unknown,
