@@ -788,3 +788,65 @@ func waitGranted(t *testing.T, l *Controller) {
 		}
 	}
 }
+
+// TestCancelsSheddingEndsWithTheirQueue: after cancels waited in vain, a
+// cancel that takes a slot at once while no cancel waits sets their shed
+// probability back to 0 (it fell by 1/512 a cancel served: 2564 cancels
+// after eight such waits); one served while a cancel waits (its client
+// past its share), and a request of another class served at once, lower
+// it by that alone.
+func TestCancelsSheddingEndsWithTheirQueue(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		class    Class // of the wasted waits and of the request served at once
+		queued   bool  // a cancel of client 8, which holds one, waits meanwhile
+		stopped  bool  // the probability is 0 after it
+		tryFirst bool  // served by TryAcquire, not Acquire
+	}{
+		{"a cancel, none waiting", Cancel, false, true, false},
+		{"a cancel by TryAcquire, none waiting", Cancel, false, true, true},
+		{"a cancel while a cancel waits", Cancel, true, false, false},
+		{"market data", MarketData, false, false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			var waits [NumClasses]time.Duration
+			waits[tc.class] = time.Millisecond
+			l := New(Options{Fixed: 8, MaxWait: waits}) // a headroom of 1
+			for _, who := range []Client{8, 101, 102, 103, 104, 105, 106, 107, 108} {
+				if ok, _ := l.Acquire(ctx, Cancel, who); !ok { // the limit and the headroom
+					t.Fatal("refused within the limit and the headroom")
+				}
+			}
+			for range 8 {
+				if ok, _ := l.Acquire(ctx, tc.class, 7); ok {
+					t.Fatal("a slot past the limit and the headroom")
+				}
+			}
+			before := l.shedP[tc.class].Load()
+			if tc.queued {
+				waits[Cancel] = time.Hour
+				l.Configure(Options{Fixed: 8, MaxWait: waits})
+				queuedFor(ctx, l, Cancel, 8)
+			}
+			l.Release(101, Cancel, time.Time{}, 0, false)
+			if tc.class != Cancel {
+				l.Release(102, Cancel, time.Time{}, 0, false) // a slot of the limit
+			}
+			if tc.tryFirst {
+				if !l.TryAcquire(tc.class, 9) {
+					t.Fatal("refused a free slot")
+				}
+			} else if ok, _ := l.Acquire(ctx, tc.class, 9); !ok {
+				t.Fatal("refused a free slot")
+			}
+			if tc.queued && l.Waiting() != 1 {
+				t.Fatalf("%d waiting, want client 8's cancel", l.Waiting())
+			}
+			if p := l.shedP[tc.class].Load(); (p == 0) != tc.stopped || (!tc.stopped && p < before*9/10) {
+				t.Errorf("the probability went from %d to %d; back to 0: %v", before, p, tc.stopped)
+			}
+		})
+	}
+}
