@@ -4,13 +4,14 @@ import "net/http"
 
 // Transport returns a RoundTripper that sends each request to an instance
 // of s, chosen as Pick chooses, over rt (the service's own Transport when
-// it has one: RoundTripper): the request's scheme and host are
+// it has one: RoundTripper), on connections of their own (ownPool), not
+// queued behind client traffic: the request's scheme and host are
 // replaced by the instance's (its path is kept). It is for exgate's own
 // requests to a service (the market catalogue), whose outcomes count in
 // the instances' outlier detection like any other, as those of one client
 // (the zero Client).
 func (s *Service) Transport(rt http.RoundTripper) http.RoundTripper {
-	return serviceTransport{s: s, rt: s.RoundTripper(rt)}
+	return serviceTransport{s: s, rt: ownPool(s.RoundTripper(rt))}
 }
 
 type serviceTransport struct {

@@ -134,8 +134,8 @@ func (f *Fleet) ConfigureOverload(o overload.Options) {
 func (f *Fleet) Services() []*Service { return f.ordered }
 
 // Run runs the services' sources and active health checks, the checks
-// sent through rt (a service's own Transport, when it has one), until ctx
-// ends.
+// sent through rt (a service's own Transport, when it has one) on
+// connections of their own (ownPool), until ctx ends.
 func (f *Fleet) Run(ctx context.Context, rt http.RoundTripper) {
 	var wg sync.WaitGroup
 	for s, src := range f.sources {
@@ -149,7 +149,7 @@ func (f *Fleet) Run(ctx context.Context, rt http.RoundTripper) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			s.runHealthChecks(ctx, s.RoundTripper(rt), hc)
+			s.runHealthChecks(ctx, ownPool(s.RoundTripper(rt)), hc)
 		}()
 	}
 	wg.Wait()

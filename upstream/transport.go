@@ -43,3 +43,24 @@ func NewTransport(u config.Upstream) *http.Transport {
 		ReadBufferSize:         16 << 10,
 	}
 }
+
+// ownPool returns how exgate's own requests to a service (its active
+// health checks, the market catalogue's fetch) reach its instances: rt,
+// when it is net/http's Transport a copy of it (its dials, its TLS, its
+// protocols) with a pool of its own, one connection to each instance.
+// In rt's pool they queued for the capped connections
+// (upstream.max_conns_per_host) behind client traffic, first come, first
+// served: with every connection held by reads a slow backend answers, a
+// health check timed out and marked a healthy instance down, a surge
+// every instance of the fleet (TestOwnRequestsBesideClientTraffic). Each
+// such request is one at a time per instance, so one connection (beside
+// the cap) serves it.
+func ownPool(rt http.RoundTripper) http.RoundTripper {
+	tr, ok := rt.(*http.Transport)
+	if !ok {
+		return rt
+	}
+	own := tr.Clone()
+	own.MaxConnsPerHost, own.MaxIdleConnsPerHost, own.MaxIdleConns = 1, 1, 0
+	return own
+}
