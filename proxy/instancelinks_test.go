@@ -116,3 +116,61 @@ func TestReplayedLocationNotTheInstance(t *testing.T) {
 		})
 	}
 }
+
+// TestInstanceAddressNotInRefreshOrLink: a backend sent the instance's
+// address as Host builds a Refresh's URL and a Link's targets (the next
+// and last pages of a pagination in GitHub's style, Rails'
+// api-pagination) from it as it builds a Location, and on main the
+// client got both as they came: the instance's internal address. Each
+// URL naming the instance now names the path below it, as in a Location
+// (NGINX's proxy_redirect default rewrites Refresh too; a Link target's
+// relative reference is resolved against the request's URL, RFC 8288
+// §3.1); other URLs, parameters and quoted strings pass as sent.
+func TestInstanceAddressNotInRefreshOrLink(t *testing.T) {
+	var inst string // the instance's base URL, as the backend saw it
+	be := &backend{handler: func(w http.ResponseWriter, r *http.Request) {
+		for _, k := range []string{"Refresh", "Link"} {
+			for _, v := range r.URL.Query()[k] {
+				w.Header().Add(k, strings.ReplaceAll(v, "INSTANCE", inst))
+			}
+		}
+		w.WriteHeader(http.StatusOK)
+	}}
+	bs := httptest.NewServer(be)
+	t.Cleanup(bs.Close)
+	inst = bs.URL + "/prefix"
+	cfg := config.Default()
+	cfg.Upstream.URL = config.MustURL(inst + "/")
+	e := serve(t, cfg, be, Options{})
+	tests := []struct {
+		name, field string
+		sent, want  []string
+	}{
+		{"refresh", "Refresh", []string{"5; url=INSTANCE/api/v1/odr/orders/7/"}, []string{"5; url=/api/v1/odr/orders/7/"}},
+		{"refresh, another spelling", "Refresh", []string{"0;URL = 'INSTANCE/x?a=1'"}, []string{"0;URL = '/x?a=1'"}},
+		{"refresh without url=", "Refresh", []string{"3, INSTANCE/x"}, []string{"3, /x"}},
+		{"refresh to another host", "Refresh", []string{"5; url=https://docs.exchange.example/x"}, []string{"5; url=https://docs.exchange.example/x"}},
+		{"refresh without a URL", "Refresh", []string{"30"}, []string{"30"}},
+		{"refresh to two slashes below", "Refresh", []string{"1; url=INSTANCE//evil.example/x"}, []string{"1; url=INSTANCE//evil.example/x"}},
+		{"pagination links", "Link", []string{`<INSTANCE/api/v1/odr/history/?page=2>; rel="next", <INSTANCE/api/v1/odr/history/?page=9>; rel="last"`},
+			[]string{`</api/v1/odr/history/?page=2>; rel="next", </api/v1/odr/history/?page=9>; rel="last"`}},
+		{"two Link fields, one another host's", "Link", []string{`<https://docs.exchange.example/api>; rel="help"`, `<INSTANCE/x>; rel="next"`},
+			[]string{`<https://docs.exchange.example/api>; rel="help"`, `</x>; rel="next"`}},
+		{"a quoted <", "Link", []string{`</a>; title="see <INSTANCE/y>", <INSTANCE/z>; rel="next"`}, []string{`</a>; title="see <INSTANCE/y>", </z>; rel="next"`}},
+		{"a link outside the base path", "Link", []string{"<" + bs.URL + "/other/x>; rel=next"}, []string{"<" + bs.URL + "/other/x>; rel=next"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			q := url.Values{tt.field: tt.sent}
+			res := do(t, "GET", e.url+"/api/v1/mkt/markets/?"+q.Encode(), nil)
+			res.Body.Close()
+			want := make([]string, len(tt.want))
+			for i, w := range tt.want {
+				want[i] = strings.ReplaceAll(w, "INSTANCE", inst)
+			}
+			if got := res.Header[tt.field]; res.StatusCode != http.StatusOK || strings.Join(got, "\n") != strings.Join(want, "\n") {
+				t.Errorf("%d %s %q, want %q", res.StatusCode, tt.field, got, want)
+			}
+		})
+	}
+}

@@ -71,35 +71,145 @@ func (g *Gateway) hide(h http.Header) {
 	}
 }
 
-// unexposeInstance rewrites h's Location and Content-Location, a
-// backend's answer's, when they name base, the instance that answered
-// (its scheme, host and port, and its base path): what a backend sent the
-// instance's address as Host builds its absolute links from. Each then
-// names the path below base, a relative reference (RFC 9110 §10.2.2), as
-// NGINX's proxy_redirect default rewrites them: a client never gets an
-// instance's address, which it cannot reach, or reaches past exgate.
+// unexposeInstance rewrites h's Location, Content-Location, Refresh and
+// Link, a backend's answer's, where they name base, the instance that
+// answered (its scheme, host and port, and its base path): what a
+// backend sent the instance's address as Host builds its absolute links
+// from. Each such URL then names the path below base, a relative
+// reference (RFC 9110 §10.2.2; a Link target's is resolved against the
+// request's URL, RFC 8288 §3.1), as NGINX's proxy_redirect default
+// rewrites Location and Refresh: a client never gets an instance's
+// address, which it cannot reach, or reaches past exgate. Link, which
+// NGINX leaves, carries a pagination's next and last pages (GitHub's
+// style, Rails' api-pagination) built the same way.
 // recordResponse runs it before an order's answer is kept, so that a
 // replay carries it so too; any other answer's fields are rewritten as
 // moveHeader moves them (unexposeField), in the one pass it makes over
 // the answer's header, where two look-ups of fields almost no answer
 // carries cost about 330 instructions a GET.
 func unexposeInstance(h http.Header, base *url.URL) {
-	for _, k := range [...]string{"Location", "Content-Location"} {
-		if v := h[k]; len(v) == 1 {
+	for _, k := range [...]string{"Location", "Content-Location", "Refresh", "Link"} {
+		if v := h[k]; len(v) > 0 {
 			unexposeField(h, k, v, base)
 		}
 	}
 }
 
-// unexposeField rewrites h's field k, Location or Content-Location sent
-// once as vs, as unexposeInstance does, and returns its values as they
-// are then.
+// unexposed reports whether unexposeInstance rewrites the field k.
+func unexposed(k string) bool {
+	switch k {
+	case "Location", "Content-Location", "Refresh", "Link":
+		return true
+	}
+	return false
+}
+
+// unexposeField rewrites h's field k, one unexposed, whose values are vs,
+// as unexposeInstance does, and returns its values as they are then: a
+// Location, Content-Location or Refresh sent once, each value of Link.
+// vs is replaced, never written into.
 func unexposeField(h http.Header, k string, vs []string, base *url.URL) []string {
-	if rel, ok := belowInstance(vs[0], base); ok {
-		vs = []string{rel}
+	if k == "Link" {
+		var out []string
+		for i, v := range vs {
+			if nv, ok := linkBelowInstance(v, base); ok {
+				if out == nil {
+					out = append([]string(nil), vs...)
+				}
+				out[i] = nv
+			}
+		}
+		if out != nil {
+			vs = out
+			h[k] = vs
+		}
+		return vs
+	}
+	if len(vs) != 1 {
+		return vs
+	}
+	below := belowInstance
+	if k == "Refresh" {
+		below = refreshBelowInstance
+	}
+	if v, ok := below(vs[0], base); ok {
+		vs = []string{v}
 		h[k] = vs
 	}
 	return vs
+}
+
+// refreshBelowInstance returns the Refresh value v with its URL below
+// base, as belowInstance makes it, when it names one: "5; url=URL", the
+// "url=" and the separator optional, the URL optionally quoted, read as
+// browsers read it (HTML's shared declarative refresh steps).
+func refreshBelowInstance(v string, base *url.URL) (string, bool) {
+	i := 0
+	for i < len(v) && (v[i] >= '0' && v[i] <= '9' || v[i] == '.') {
+		i++
+	}
+	i = skipSpace(v, i)
+	if i < len(v) && (v[i] == ';' || v[i] == ',') {
+		i = skipSpace(v, i+1)
+	}
+	if rest, ok := cutPrefixFold(v[i:], "url"); ok {
+		if j := skipSpace(v, len(v)-len(rest)); j < len(v) && v[j] == '=' {
+			i = skipSpace(v, j+1)
+		}
+	}
+	end := len(v)
+	if i < len(v) && (v[i] == '"' || v[i] == '\'') {
+		if j := strings.IndexByte(v[i+1:], v[i]); j >= 0 {
+			end = i + 1 + j
+		}
+		i++
+	}
+	u := strings.TrimRight(v[i:end], " \t")
+	rel, ok := belowInstance(u, base)
+	if !ok {
+		return "", false
+	}
+	return v[:i] + rel + v[i+len(u):], true
+}
+
+// skipSpace returns the index of the first byte of s from i on that is
+// not a space or a tab.
+func skipSpace(s string, i int) int {
+	for i < len(s) && (s[i] == ' ' || s[i] == '\t') {
+		i++
+	}
+	return i
+}
+
+// linkBelowInstance returns the Link value v with each link's target
+// (its <URI-Reference>, RFC 8288 §3) below base, as belowInstance makes
+// it, when one names it; a quoted parameter's "<" starts no target.
+func linkBelowInstance(v string, base *url.URL) (string, bool) {
+	var b []byte // nil until a target is rewritten
+	last, quoted := 0, false
+	for i := 0; i < len(v); i++ {
+		switch c := v[i]; {
+		case quoted && c == '\\':
+			i++
+		case c == '"':
+			quoted = !quoted
+		case !quoted && c == '<':
+			n := strings.IndexByte(v[i+1:], '>')
+			if n < 0 {
+				i = len(v)
+				break
+			}
+			if rel, ok := belowInstance(v[i+1:i+1+n], base); ok {
+				b = append(append(b, v[last:i+1]...), rel...)
+				last = i + 1 + n
+			}
+			i += n + 1
+		}
+	}
+	if b == nil {
+		return "", false
+	}
+	return string(append(b, v[last:]...)), true
 }
 
 // belowInstance returns loc as a path below base when loc is an absolute
@@ -167,16 +277,16 @@ func canonicalNames(names []string) []string {
 // a value, which copyHeader leaves out). Nothing else holds the
 // moved slices once they are out of res.Header (each the Transport's own,
 // of capacity one per field or grown by append: an append to one never
-// writes into another). A Location or Content-Location naming base, the
-// instance that answered (nil: none), is rewritten first, as
-// unexposeInstance does, moved or not. The Content-Type of an event stream stays too:
+// writes into another). A Location, Content-Location, Refresh or Link
+// naming base, the instance that answered (nil: none), is rewritten
+// first, as unexposeInstance does, moved or not. The Content-Type of an event stream stays too:
 // ReverseProxy reads it from res.Header after the copy to flush the stream
 // as it comes; any other moves, so that ReverseProxy finds none and parses
 // none (mime.ParseMediaType's parameter map, an allocation per answer) and
 // copies none.
 func moveHeader(out, from http.Header, base *url.URL) {
 	for k, v := range from {
-		if base != nil && len(v) == 1 && (k == "Location" || k == "Content-Location") {
+		if base != nil && len(v) > 0 && unexposed(k) {
 			v = unexposeField(from, k, v, base)
 		}
 		if _, ok := out[k]; ok || len(v) == 0 || k == "Content-Type" && isEventStream(v[0]) {
