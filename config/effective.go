@@ -3,6 +3,7 @@ package config
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"strings"
@@ -99,7 +100,7 @@ func (c *Config) OrderAllowance(window time.Duration) OrderAllowance {
 	for _, name := range c.orderRoutes() {
 		r := c.Route(name)
 		best, how := int64(-1), ""
-		for _, tier := range append([]string{""}, sortedKeys(c.Tiers)...) {
+		for _, tier := range append([]string{""}, slices.Sorted(maps.Keys(c.Tiers))...) {
 			n, h := routeAllowance(r, c.Tiers[tier][name], tier, window)
 			if n >= 0 && (best < 0 || n > best) {
 				best, how = n, h

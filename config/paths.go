@@ -3,7 +3,6 @@ package config
 import (
 	"encoding"
 	"reflect"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -147,14 +146,4 @@ func envSegment(s string) string {
 		}
 	}
 	return string(b)
-}
-
-// sortedKeys returns the keys of m in order.
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }

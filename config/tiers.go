@@ -1,6 +1,9 @@
 package config
 
-import "slices"
+import (
+	"maps"
+	"slices"
+)
 
 // TierLimit overrides a route's token limit for one tier. Tiers (the
 // tiers section) maps a tier name to the routes it overrides, by route
@@ -33,12 +36,12 @@ func checkTiers(col *collector, p path, tiers map[string]map[string]TierLimit, r
 	for _, r := range routes {
 		routeNames = append(routeNames, r.Name)
 	}
-	for _, t := range sortedKeys(tiers) {
+	for _, t := range slices.Sorted(maps.Keys(tiers)) {
 		tp := p.key(t)
 		if !isName(t) {
 			col.addf(tp, "tier name %q must be lower-case letters, digits and _", t)
 		}
-		for _, rn := range sortedKeys(tiers[t]) {
+		for _, rn := range slices.Sorted(maps.Keys(tiers[t])) {
 			rp := tp.key(rn)
 			i := slices.Index(routeNames, rn)
 			switch {

@@ -1,6 +1,8 @@
 package config
 
 import (
+	"maps"
+	"slices"
 	"strings"
 	"time"
 )
@@ -171,7 +173,7 @@ func (val *Validation) check(col *collector, p path) {
 	col.oneOf(p.key("before_catalogue"), val.BeforeCatalogue, BeforeCatalogueReject, BeforeCataloguePass)
 	val.Identifier.check(col, p.key("identifier"))
 	val.Catalogue.check(col, p.key("catalogue"))
-	for _, sym := range sortedKeys(val.Markets) {
+	for _, sym := range slices.Sorted(maps.Keys(val.Markets)) {
 		mp := p.key("markets").key(sym)
 		if !IsSymbol(sym) {
 			col.addf(mp, "symbol %q must be <BASE>_<QUOTE> of upper-case letters and digits", sym)
@@ -179,7 +181,7 @@ func (val *Validation) check(col *collector, p path) {
 		m := val.Markets[sym]
 		m.check(col, mp)
 	}
-	for _, q := range sortedKeys(val.Quotes) {
+	for _, q := range slices.Sorted(maps.Keys(val.Quotes)) {
 		qp := p.key("quotes").key(q)
 		if !isCurrency(q) {
 			col.addf(qp, "currency %q must be 1 to 16 upper-case letters and digits", q)

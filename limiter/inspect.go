@@ -3,6 +3,7 @@ package limiter
 import (
 	"context"
 	"errors"
+	"maps"
 	"net/netip"
 	"slices"
 	"time"
@@ -113,7 +114,7 @@ func (e *Enforcer) targets(rs *Rules, s Subject, all bool) []target {
 			}
 			variants := []*variant{&r.base}
 			if all {
-				for _, t := range sortedKeys(r.tiers) {
+				for _, t := range slices.Sorted(maps.Keys(r.tiers)) {
 					variants = append(variants, r.tiers[t])
 				}
 			} else if tier != "" && r.tiers[tier] != nil {
@@ -135,15 +136,6 @@ func (e *Enforcer) targets(rs *Rules, s Subject, all bool) []target {
 			}
 		}
 	}
-	return out
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	slices.Sort(out)
 	return out
 }
 
@@ -225,7 +217,7 @@ type LimitDescribed struct {
 // Describe returns every route's compiled limits, routes by name.
 func (rs *Rules) Describe() []RouteLimits {
 	out := make([]RouteLimits, 0, len(rs.routes))
-	for _, n := range sortedKeys(rs.routes) {
+	for _, n := range slices.Sorted(maps.Keys(rs.routes)) {
 		rr := rs.routes[n]
 		d := RouteLimits{Route: n, OnStoreError: rr.onStoreError, Limits: []LimitDescribed{}}
 		for _, r := range rr.limits {
