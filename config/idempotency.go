@@ -146,6 +146,8 @@ func (idem *Idempotency) check(col *collector, p path) {
 	}
 	if idem.KeyPrefix == "" || len(idem.KeyPrefix) > 64 || strings.ContainsFunc(idem.KeyPrefix, func(r rune) bool { return r <= ' ' || r >= 0x7f }) {
 		col.addf(p.key("key_prefix"), "want 1 to 64 printable ASCII characters without spaces, got %q", idem.KeyPrefix)
+	} else if brokenHashTag(idem.KeyPrefix) {
+		col.addf(p.key("key_prefix"), "a { must open a hash tag closed in the prefix, with a character or more inside ({tag}: every key in one Cluster slot), got %q: else a claim's keys hash to different Cluster slots and every order with an identifier is refused", idem.KeyPrefix)
 	}
 	if idem.MaxPerAccount < 0 {
 		col.addf(p.key("max_per_account"), "must be 0 (from the order limits) or more, got %d", idem.MaxPerAccount)
@@ -177,4 +179,15 @@ func (idem *Idempotency) check(col *collector, p path) {
 // longer than the in-flight timeout.
 func (idem *Idempotency) inFlightOutlivesRetention() bool {
 	return idem.InFlightTimeout >= idem.Retention && idem.Retention >= time.Minute
+}
+
+// brokenHashTag reports whether the key prefix p holds a { that does not
+// open a hash tag closed within p ({} empty, or no } after it): Redis
+// Cluster hashes a key by its first {…}, and the prefix's would then take
+// the place of the account's tag that keeps a claim's keys in one slot
+// (idempotency.Redis.keys), each in a slot of its own: every claim
+// refused CROSSSLOT.
+func brokenHashTag(p string) bool {
+	i := strings.IndexByte(p, '{')
+	return i >= 0 && strings.IndexByte(p[i+1:], '}') <= 0
 }

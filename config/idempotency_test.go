@@ -65,6 +65,12 @@ func TestIdempotencyRules(t *testing.T) {
 		{"in-flight timeout against the inherited route timeout", "upstream: {timeout: 30s}\nserver: {write_timeout: 40s}\n", nil,
 			[]string{`idempotency.in_flight_timeout: 30s must exceed the timeout of routes[0] ("place_order", 30s)`,
 				`idempotency.in_flight_timeout: 30s must exceed the timeout of routes[1] ("bulk_orders", 30s)`}},
+		{"key prefix with a hash tag", "idempotency: {key_prefix: 'x{idem}:'}\n", nil, nil},
+		{"key prefix with a closing brace", "idempotency: {key_prefix: 'x}:'}\n", nil, nil},
+		{"key prefix with an empty hash tag", "idempotency: {key_prefix: 'x{}:'}\n", nil,
+			[]string{`idempotency.key_prefix: a { must open a hash tag closed in the prefix, with a character or more inside ({tag}: every key in one Cluster slot), got "x{}:": else a claim's keys hash to different Cluster slots and every order with an identifier is refused (line 1)`}},
+		{"key prefix with an open brace", "idempotency: {key_prefix: 'x{:'}\n", nil,
+			[]string{`idempotency.key_prefix: a { must open a hash tag closed in the prefix, with a character or more inside ({tag}: every key in one Cluster slot), got "x{:": else a claim's keys hash to different Cluster slots and every order with an identifier is refused (line 1)`}},
 		{"routes without validation do not bound in-flight timeout", "idempotency: {in_flight_timeout: 2s}\nroutes: [{name: x, match: 'POST /x/', timeout: 9s}]\n", nil, nil},
 	}
 	for _, tt := range tests {
