@@ -21,6 +21,9 @@ import (
 // the reverse proxy calling it is the state's own (newState).
 func (g *Gateway) modifyResponse(st *requestState, res *http.Response) error {
 	st.rw.endHints() // exgate's own fields back, after a 1xx
+	if inst := st.inst; inst != nil {
+		inst.Answered(res.ProtoMajor) // an https instance that fell back to HTTP/1.1 keeps its limit within its connections
+	}
 	if st.rw.interims > maxInterim {
 		return errTooManyInterim // an answer that came as the call was cut for its 1xx answers
 	}

@@ -38,6 +38,10 @@ type Instance struct {
 	// inRotation is whether the instance is in the pick set now, written
 	// by rebuild under svc.mu.
 	inRotation atomic.Bool
+	// multiplexed is whether the instance carries many requests on a
+	// connection: an https one offered HTTP/2, until it answers in
+	// HTTP/1.1 (Answered). Written under svc.mu.
+	multiplexed atomic.Bool
 
 	// runs are the instance's runs of server errors, over all its
 	// requests and over each Kind apart (runOf), with the clients whose
@@ -103,7 +107,9 @@ func (i *Instance) Service() *Service { return i.svc }
 
 // newInstance returns the instance of s at u.
 func newInstance(s *Service, u *url.URL) *Instance {
-	inst := &Instance{URL: u, Host: u.Hostname(), svc: s, Controller: overload.New(s.overloadOf(u))}
+	inst := &Instance{URL: u, Host: u.Hostname(), svc: s}
+	inst.multiplexed.Store(u.Scheme == "https" && s.opts.HTTP2)
+	inst.Controller = overload.New(s.overloadOf(inst.multiplexed.Load()))
 	inst.Port, _ = strconv.Atoi(u.Port())
 	if inst.Port == 0 {
 		inst.Port = 80
@@ -135,4 +141,28 @@ func (i *Instance) Unpick() { i.uncount() }
 func (i *Instance) uncount() {
 	i.active.Add(-1)
 	i.svc.active.Add(-1)
+}
+
+// Answered tells the instance the HTTP major version of an answer it
+// gave. An https instance offered HTTP/2 that answers in HTTP/1.1 (ALPN
+// fell back: a TLS terminator without h2 in front of it) carries one
+// request on each connection, as an http one does, and its limit is then
+// kept within upstream.max_conns_per_host, the cancels' headroom
+// included (Options.MaxConns); one that answers in HTTP/2 again gets its
+// own limit back. Before, an https instance offered HTTP/2 kept its limit
+// whatever it answered in, and reads holding its connections left a
+// cancel that took its headroom's slot waiting in the connection pool's
+// queue. It does not allocate; it locks only when the protocol changes.
+func (i *Instance) Answered(major int) {
+	m := major >= 2
+	s := i.svc
+	if i.multiplexed.Load() == m || s.opts.MaxConns == 0 {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if i.multiplexed.Load() != m {
+		i.multiplexed.Store(m)
+		i.Controller.Configure(s.overloadOf(m))
+	}
 }

@@ -34,7 +34,8 @@ type Options struct {
 	Overload overload.Options
 	// MaxConns is the most connections to each instance
 	// (upstream.max_conns_per_host; 0: no cap). Over HTTP/1.1 (an http
-	// instance, or an https one when HTTP2 is false) a connection
+	// instance, an https one when HTTP2 is false, or one offered HTTP/2
+	// that answers in HTTP/1.1: Instance.Answered) a connection
 	// carries one request at a time, and the instance's Controller keeps
 	// its limit within them (overload.Options.Conns, overloadOf).
 	MaxConns int
@@ -205,6 +206,6 @@ func (s *Service) reclaim(key string, u *url.URL) *Instance {
 	}
 	delete(s.draining, key)
 	inst.removed = false
-	inst.Controller.Configure(s.overloadOf(u)) // a reload's, if one came meanwhile
+	inst.Controller.Configure(s.overloadOf(inst.multiplexed.Load())) // a reload's, if one came meanwhile
 	return inst
 }

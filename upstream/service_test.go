@@ -718,23 +718,29 @@ func TestFailurePercentageEjection(t *testing.T) {
 
 // TestLimitWithinConnections checks which instances have their
 // concurrency limit kept within upstream.max_conns_per_host: those
-// reached over HTTP/1.1 (an http URL, or https without HTTP/2), where
-// each connection carries one request; an https instance offered HTTP/2
-// carries many on each, and keeps its limit. A reload's options are kept
-// within them too.
+// reached over HTTP/1.1 (an http URL, or https without HTTP/2, or an
+// https one offered HTTP/2 that answers in HTTP/1.1: ALPN fell back),
+// where each connection carries one request; an https instance offered
+// HTTP/2 that answers in it carries many on each, and keeps its limit. A
+// reload's options are kept within them too.
 func TestLimitWithinConnections(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
 		url      string
 		maxConns int
 		http2    bool
-		want     int // the limit of a fixed 100
-		reloaded int // the limit of a fixed 200
+		answered []int // the HTTP major versions of its answers, before the reload
+		want     int   // the limit of a fixed 100
+		reloaded int   // the limit of a fixed 200
 	}{
-		{"http, capped", "http://10.0.0.1:9000", 9, true, 8, 8},
-		{"https without HTTP/2, capped", "https://10.0.0.1:9443", 9, false, 8, 8},
-		{"https offered HTTP/2", "https://10.0.0.1:9443", 9, true, 100, 200},
-		{"no cap", "http://10.0.0.1:9000", 0, false, 100, 200},
+		{"http, capped", "http://10.0.0.1:9000", 9, true, nil, 8, 8},
+		{"https without HTTP/2, capped", "https://10.0.0.1:9443", 9, false, nil, 8, 8},
+		{"https offered HTTP/2", "https://10.0.0.1:9443", 9, true, nil, 100, 200},
+		{"https offered HTTP/2, answering in it", "https://10.0.0.1:9443", 9, true, []int{2}, 100, 200},
+		{"https offered HTTP/2, answering in HTTP/1.1", "https://10.0.0.1:9443", 9, true, []int{1}, 8, 8},
+		{"https offered HTTP/2, in HTTP/2 again", "https://10.0.0.1:9443", 9, true, []int{1, 2}, 100, 200},
+		{"no cap", "http://10.0.0.1:9000", 0, false, nil, 100, 200},
+		{"no cap, answering in HTTP/1.1", "https://10.0.0.1:9443", 0, true, []int{1}, 100, 200},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			u, err := url.Parse(tc.url)
@@ -744,6 +750,9 @@ func TestLimitWithinConnections(t *testing.T) {
 			s := NewService("md", Options{Overload: overload.Options{Fixed: 100}, MaxConns: tc.maxConns, HTTP2: tc.http2})
 			s.Update([]Endpoint{{URL: u}})
 			inst := s.Instances()[0]
+			for _, major := range tc.answered {
+				inst.Answered(major)
+			}
 			if got := inst.Controller.Limit(); got != tc.want {
 				t.Errorf("limit %d, want %d", got, tc.want)
 			}

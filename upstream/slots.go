@@ -1,8 +1,6 @@
 package upstream
 
 import (
-	"net/url"
-
 	"github.com/exgate/exgate/overload"
 )
 
@@ -13,17 +11,19 @@ func (s *Service) ConfigureOverload(o overload.Options) {
 	defer s.mu.Unlock()
 	s.overload = o
 	for _, inst := range s.instances {
-		inst.Controller.Configure(s.overloadOf(inst.URL))
+		inst.Controller.Configure(s.overloadOf(inst.multiplexed.Load()))
 	}
 }
 
-// overloadOf returns the options of the Controller of the instance at u:
-// the service's, its limit kept within the instance's connections when
-// each carries one request (Options.MaxConns). s.mu is held.
-func (s *Service) overloadOf(u *url.URL) overload.Options {
+// overloadOf returns the options of the Controller of an instance: the
+// service's, its limit kept within the instance's connections when each
+// carries one request (Options.MaxConns): unless multiplexed (an https
+// instance offered HTTP/2 that has not answered in HTTP/1.1: Answered).
+// s.mu is held.
+func (s *Service) overloadOf(multiplexed bool) overload.Options {
 	o := s.overload
 	o.OnRoom = s.roomFreed
-	if s.opts.MaxConns > 0 && (u.Scheme != "https" || !s.opts.HTTP2) {
+	if s.opts.MaxConns > 0 && !multiplexed {
 		o.Conns = s.opts.MaxConns
 	}
 	return o
