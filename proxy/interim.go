@@ -75,7 +75,8 @@ func (w *respWriter) Header() http.Header {
 // has added to it (for a 1xx after the first, to the header it cleared):
 // they go as a final answer's would — without hop-by-hop fields and those
 // the 1xx's Connection names, without the backend's CORS fields under a
-// policy, without those of upstream.hide_headers (hide) — and without an
+// policy, without those of upstream.hide_headers (hide), with a Link or
+// Location naming the instance as the path below it (unexposeInstance) — and without an
 // X-Request-ID (a 1xx is never checked against its request; the final
 // answer is: checkResponseID), beside exgate's own
 // fields but Connection (draining's close, kept for the final answer:
@@ -101,6 +102,9 @@ func (w *respWriter) hint() {
 	dropHopByHop(fields)
 	delete(fields, "X-Request-Id")
 	w.st.g.hide(fields)
+	if base := w.st.instanceURL(); base != nil {
+		unexposeInstance(fields, base) // a 103's Link (preload) names the instance as a final answer's would
+	}
 	if w.st.plan != nil && w.st.plan.cors != nil {
 		dropBackendCORS(fields)
 	}

@@ -382,3 +382,28 @@ func TestInterimHTTP2ClientReset(t *testing.T) {
 		}
 	}
 }
+
+// TestInterimLinkNotTheInstance: a backend's 103 Early Hints carries
+// Link fields (preload) built as its final answer's are, from the
+// instance's address when that is its Host; on main they reached the
+// client as sent. They are rewritten as a final answer's Link is
+// (unexposeInstance), over HTTP/1.1 and HTTP/2.
+func TestInterimLinkNotTheInstance(t *testing.T) {
+	e := startEnv(t, nil)
+	inst := e.gw.fleet.Service("").Instances()[0].URL
+	base := inst.Scheme + "://" + inst.Host + strings.TrimSuffix(inst.Path, "/")
+	tests := []struct{ name, link, want string }{
+		{"a preload below the instance", "<" + base + "/static/a.css>; rel=preload; as=style", "</static/a.css>; rel=preload; as=style"},
+		{"a preload of another host", "<https://cdn.exchange.example/a.css>; rel=preload", "<https://cdn.exchange.example/a.css>; rel=preload"},
+	}
+	for _, p := range bothProtocols(t, e) {
+		for _, tt := range tests {
+			t.Run(p.name+"/"+tt.name, func(t *testing.T) {
+				interim, res, _ := askHinted(t, e, p.client, p.url, "", http.Header{"Link": {tt.link}}, nil)
+				if res.StatusCode != http.StatusOK || len(interim) != 1 || interim[0].Get("Link") != tt.want {
+					t.Errorf("%d after %d 1xx answers (%v), want the 103's Link %q", res.StatusCode, len(interim), interim, tt.want)
+				}
+			})
+		}
+	}
+}
