@@ -73,13 +73,19 @@ func (h *lateRun) hold(cmd redis.Cmder) error {
 // Land sends the runs held back, as they were, through c.
 func (h *lateRun) Land(t *testing.T, c *redis.Client) {
 	t.Helper()
+	h.land(t, func(args []any) error { return c.Do(context.Background(), args...).Err() })
+}
+
+// land sends the runs held back with do.
+func (h *lateRun) land(t *testing.T, do func([]any) error) {
+	t.Helper()
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if len(h.held) == 0 {
 		t.Fatal("no run was held back")
 	}
 	for _, args := range h.held {
-		if err := c.Do(context.Background(), args...).Err(); err != nil && !errors.Is(err, redis.Nil) {
+		if err := do(args); err != nil && !errors.Is(err, redis.Nil) {
 			t.Fatalf("the late run: %v", err)
 		}
 	}
@@ -148,3 +154,57 @@ func bulkClaim(t *testing.T, c *redis.Client, o Options) (*Redis, func(Key) (Cla
 
 // Arm holds the next script run or pipeline back.
 func (h *lateRun) Arm() { h.armed.Store(true) }
+
+// TestLateClaimFencedInCluster: TestLateClaimFencedByItsFree in a Redis
+// Cluster, where the free goes to the master of the claim's keys
+// directly (free), the fence in the claim's slot.
+func TestLateClaimFencedInCluster(t *testing.T) {
+	cl := redistest.StartCluster(t, 3)
+	o := testOptions(newClock())
+	o.KeyPrefix = uniquePrefix()
+	h := &lateRun{}
+	c := clusterClient(t, cl)
+	c.AddHook(h)
+	s := NewRedis(c, o)
+	mustClaim(t, s, k("warm"), fpA, Claimed) // the scripts are loaded
+	h.Arm()
+	if _, err := s.Claim(context.Background(), k("late"), fpA); err == nil {
+		t.Fatal("the claim held back reported no failure")
+	}
+	s.background.Wait() // the free has run, and found nothing
+	h.land(t, func(args []any) error { return clusterClient(t, cl).Do(context.Background(), args...).Err() })
+	if v, err := c.Get(context.Background(), s.keyOf(k("late"))[0]).Result(); err == nil && v[0] == 'p' {
+		t.Errorf("the late claim holds the identifier: %q", v)
+	}
+	mustClaim(t, s, k("late"), fpA, Claimed) // the retry
+}
+
+// TestLateClaimsFencedTogether: two lost claims of one identifier (the
+// order, and its retry lost alike), each freed before it lands, are both
+// fenced: the fence holds each holder's token, and neither takes the
+// identifier when it lands; the next retry does.
+func TestLateClaimsFencedTogether(t *testing.T) {
+	srv := redistest.Start(t)
+	o := testOptions(newClock())
+	o.KeyPrefix = uniquePrefix()
+	h := &lateRun{}
+	c := newClient(t, srv.Addr)
+	c.AddHook(h)
+	s := NewRedis(c, o)
+	mustClaim(t, s, k("warm"), fpA, Claimed) // the scripts are loaded
+	for range 2 {
+		h.Arm()
+		if _, err := s.Claim(context.Background(), k("late"), fpA); err == nil {
+			t.Fatal("the claim held back reported no failure")
+		}
+		s.background.Wait()
+	}
+	if v, err := c.Get(context.Background(), s.keyOf(k("late"))[0]).Result(); err != nil || len(v) != 1+2*idLen || v[0] != 'f' {
+		t.Fatalf("the fence = %q %v, want f and two holders", v, err)
+	}
+	h.Land(t, newClient(t, srv.Addr))
+	if v, err := c.Get(context.Background(), s.keyOf(k("late"))[0]).Result(); err == nil && v[0] == 'p' {
+		t.Errorf("a late claim holds the identifier: %q", v)
+	}
+	mustClaim(t, s, k("late"), fpA, Claimed) // the retry
+}
