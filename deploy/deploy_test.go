@@ -25,26 +25,12 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/exgate/exgate/config"
+	"github.com/exgate/exgate/internal/testdeps"
 	"github.com/exgate/exgate/internal/tlstest"
 	"github.com/exgate/exgate/limiter"
 )
 
 // Tests run in deploy/; paths are relative to it, "../" is the repository.
-
-// needTool returns the path of a command, skipping the test when it is
-// missing locally and failing it under CI, where `make test` installs it
-// (Debian package pkg, through .ci/test-deps.sh).
-func needTool(t *testing.T, name, pkg string) string {
-	t.Helper()
-	p, err := exec.LookPath(name)
-	if err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("%s is not installed; `make test` installs it (Debian package %s)", name, pkg)
-		}
-		t.Skipf("%s is not installed (apt-get install %s); skipping", name, pkg)
-	}
-	return p
-}
 
 func readFile(t *testing.T, name string) string {
 	t.Helper()
@@ -625,7 +611,7 @@ func TestCheckConfigCommand(t *testing.T) {
 	t.Run("the ConfigMap's recipe", func(t *testing.T) {
 		// The check the ConfigMap's comments give, run as written with
 		// Debian's yq (a jq wrapper, which quotes a string unless told -r).
-		needTool(t, "yq", "yq")
+		testdeps.Command(t, "yq", "yq")
 		var recipe string
 		for _, l := range strings.Split(readFile(t, "kubernetes/configmap.yaml"), "\n") {
 			if r, ok := strings.CutPrefix(l, "#   yq "); ok {

@@ -15,6 +15,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/exgate/exgate/internal/doctext"
+	"github.com/exgate/exgate/internal/testdeps"
 	"github.com/exgate/exgate/limiter"
 	"github.com/exgate/exgate/metrics"
 )
@@ -417,7 +418,7 @@ type alertRules struct {
 }
 
 func TestPromtoolChecksRulesAndConfig(t *testing.T) {
-	promtool := needTool(t, "promtool", "prometheus")
+	promtool := testdeps.Command(t, "promtool", "prometheus")
 	for _, args := range [][]string{
 		{"check", "rules", "prometheus/alerts.yaml"},
 		{"check", "config", "prometheus/prometheus.yaml"},

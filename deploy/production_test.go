@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/exgate/exgate/internal/testdeps"
 )
 
 // walkthroughBlock is one ```sh block of docs/production.md: the commands
@@ -71,7 +73,7 @@ func TestProductionWalkthrough(t *testing.T) {
 		"redis-server": "redis-server", "redis-cli": "redis-tools", "haproxy": "haproxy",
 		"prometheus": "prometheus", "promtool": "prometheus",
 	} {
-		needTool(t, tool, pkg)
+		testdeps.Command(t, tool, pkg)
 	}
 	root, err := filepath.Abs("..")
 	if err != nil {

@@ -18,22 +18,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/exgate/exgate/internal/promtest"
+	"github.com/exgate/exgate/internal/testdeps"
 )
-
-// needTool returns the path of a Prometheus tool, skipping the test when it
-// is missing locally and failing it under CI, where `make test` installs
-// Debian's prometheus package.
-func needTool(t *testing.T, name string) string {
-	t.Helper()
-	p, err := exec.LookPath(name)
-	if err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("%s is not installed; `make test` installs it (Debian package prometheus)", name)
-		}
-		t.Skipf("%s is not installed (apt-get install prometheus); skipping", name)
-	}
-	return p
-}
 
 // serveMetrics serves Handler(reg) on a real loopback socket and returns
 // its URL.
@@ -72,7 +58,7 @@ func scrape(t *testing.T, u string) []byte {
 // TestPromtoolCheckMetrics pipes a real scrape into `promtool check
 // metrics`, which parses the exposition and lints every family.
 func TestPromtoolCheckMetrics(t *testing.T) {
-	promtool := needTool(t, "promtool")
+	promtool := testdeps.Command(t, "promtool", "prometheus")
 	m, u := serveMetrics(t)
 	exercise(m)
 	m.Route("list_matches").ObserveRequest("GET", 418, time.Second)
@@ -105,7 +91,7 @@ func TestPrometheusScrapes(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a Prometheus server")
 	}
-	bin := needTool(t, "prometheus")
+	bin := testdeps.Command(t, "prometheus", "prometheus")
 	m, u := serveMetrics(t)
 	r := m.Route("place_order")
 	for range 7 {

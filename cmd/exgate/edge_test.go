@@ -23,24 +23,10 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/exgate/exgate/config"
+	"github.com/exgate/exgate/internal/testdeps"
 	"github.com/exgate/exgate/internal/tlstest"
 	"github.com/exgate/exgate/sim"
 )
-
-// needCommand returns the path of a Debian tool the edge tests drive,
-// skipping the test when it is missing locally and failing it under CI,
-// where `make test` installs it (.ci/test-deps.sh).
-func needCommand(t *testing.T, name, pkg string) string {
-	t.Helper()
-	p, err := exec.LookPath(name)
-	if err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("%s is not installed; `make test` installs it (Debian package %s)", name, pkg)
-		}
-		t.Skipf("%s is not installed (apt-get install %s); skipping", name, pkg)
-	}
-	return p
-}
 
 // seen records what the backend learnt of each request it got.
 type seen struct {
@@ -150,7 +136,7 @@ func repeat(s string, n int) []string {
 // both are answered, limited per address alike (429 in exgate's JSON),
 // and forwarded with X-Forwarded-Proto: https.
 func TestCurlOverTLS(t *testing.T) {
-	curl := needCommand(t, "curl", "curl")
+	curl := testdeps.Command(t, "curl", "curl")
 	e := startEdgeStack(t, func(cfg *config.Config, _ *tlstest.CA, _ string) { matchesLimit(cfg, 3) })
 	_, port, _ := net.SplitHostPort(e.app.addr)
 	url := "https://api.example.test:" + port + "/api/v1/mth/matches/BTC_USDT/"
@@ -203,8 +189,8 @@ func TestCurlOverTLS(t *testing.T) {
 // client connecting to exgate directly with a forged PROXY header gets
 // nothing.
 func TestHAProxyProxyProtocol(t *testing.T) {
-	haproxy := needCommand(t, "haproxy", "haproxy")
-	curl := needCommand(t, "curl", "curl")
+	haproxy := testdeps.Command(t, "haproxy", "haproxy")
+	curl := testdeps.Command(t, "curl", "curl")
 	e := startEdgeStack(t, func(cfg *config.Config, _ *tlstest.CA, _ string) {
 		matchesLimit(cfg, 3)
 		cfg.Server.MaxConnections = 8 // an address alone holds 4

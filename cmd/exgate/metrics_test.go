@@ -18,22 +18,8 @@ import (
 
 	"github.com/exgate/exgate/config"
 	"github.com/exgate/exgate/internal/promtest"
+	"github.com/exgate/exgate/internal/testdeps"
 )
-
-// needTool finds a Prometheus tool, skipping locally and failing under CI
-// (where `make test` installs Debian's prometheus package) when it is
-// missing.
-func needTool(t *testing.T, name string) string {
-	t.Helper()
-	p, err := exec.LookPath(name)
-	if err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("%s is not installed; `make test` installs it", name)
-		}
-		t.Skipf("%s is not installed; skipping", name)
-	}
-	return p
-}
 
 func scrapeAdmin(t *testing.T, admin string) string {
 	t.Helper()
@@ -109,7 +95,7 @@ func TestMetricsOfRealTraffic(t *testing.T) {
 		}
 	}
 
-	promtool := needTool(t, "promtool")
+	promtool := testdeps.Command(t, "promtool", "prometheus")
 	cmd := exec.Command(promtool, "check", "metrics")
 	cmd.Stdin = strings.NewReader(m)
 	if out, err := cmd.CombinedOutput(); err != nil || len(bytes.TrimSpace(out)) != 0 {
@@ -170,7 +156,7 @@ func TestPrometheusScrapesExgate(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a Prometheus server")
 	}
-	bin := needTool(t, "prometheus")
+	bin := testdeps.Command(t, "prometheus", "prometheus")
 	st := startStack(t, nil)
 	for i := 0; i < 4; i++ {
 		call(t, "GET", st.url+"/api/v1/mkt/currencies/", "")

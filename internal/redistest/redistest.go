@@ -26,6 +26,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/exgate/exgate/internal/testdeps"
 )
 
 // Server is a redis-server process started for a test.
@@ -60,12 +62,7 @@ var packages = map[string]string{
 func need(t testing.TB, bins ...string) {
 	t.Helper()
 	for _, b := range bins {
-		if _, err := exec.LookPath(b); err != nil {
-			if os.Getenv("CI") != "" {
-				t.Fatalf("%s is not installed; `make test` installs it (Debian package %s)", b, packages[b])
-			}
-			t.Skipf("%s is not installed (apt-get install %s); skipping", b, packages[b])
-		}
+		testdeps.Command(t, b, packages[b])
 	}
 }
 
