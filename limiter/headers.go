@@ -2,6 +2,7 @@ package limiter
 
 import (
 	"net/http"
+	"slices"
 	"strconv"
 	"time"
 	"unsafe"
@@ -175,6 +176,13 @@ func (d *Decision) closest() int {
 // (limiter.headers: legacy), which tell one limit: a client reads one
 // value of each.
 var legacyRateLimitFields = [...]string{"X-Ratelimit-Limit", "X-Ratelimit-Remaining", "X-Ratelimit-Reset"}
+
+// LegacyField reports whether name, in canonical form, is one of the
+// legacy style's rate-limit fields, which MergeLegacyFields reads in the
+// backend's header.
+func LegacyField(name string) bool {
+	return slices.Contains(legacyRateLimitFields[:], name)
+}
 
 // MergeLegacyFields leaves the client one set of legacy rate-limit
 // fields (SetHeaders' legacy style) when exgate wrote its own (into out,

@@ -130,14 +130,18 @@ type Gateway struct {
 	forwardAny   bool
 	// hidden are the fields of the backend's answers no client gets
 	// (upstream.hide_headers), in canonical form.
-	hidden    []string
-	errHeader *apierror.Error
-	errBody   *apierror.Error
-	budget    *share.Pool // bytes of order bodies read whole, shared by clients
-	draining  atomic.Bool
-	pool      sync.Pool // *requestState
-	deadlines deadlineQueues
-	lastHost  atomic.Pointer[[1]string] // the X-Forwarded-Host value last made (forwardedHost)
+	hidden []string
+	// hidesLegacy is whether hidden names a legacy rate-limit field
+	// (hidesLegacy), which modifyResponse then removes before the merge
+	// reads them.
+	hidesLegacy bool
+	errHeader   *apierror.Error
+	errBody     *apierror.Error
+	budget      *share.Pool // bytes of order bodies read whole, shared by clients
+	draining    atomic.Bool
+	pool        sync.Pool // *requestState
+	deadlines   deadlineQueues
+	lastHost    atomic.Pointer[[1]string] // the X-Forwarded-Host value last made (forwardedHost)
 	// tracer starts the requests' spans; nil when tracing is off
 	// (trace.go).
 	tracer    Tracer
@@ -177,6 +181,7 @@ func New(cfg *config.Config, opts Options) (*Gateway, error) {
 		maxBody:     int64(cfg.Server.MaxBodyBytes),
 		checkIDs:    cfg.Upstream.CheckResponseID,
 		hidden:      canonicalNames(cfg.Upstream.HideHeaders),
+		hidesLegacy: hidesLegacy(canonicalNames(cfg.Upstream.HideHeaders)),
 		tracer:      opts.Tracer,
 	}
 	for _, h := range cfg.Upstream.ForwardHosts {

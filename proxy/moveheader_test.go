@@ -63,7 +63,7 @@ func TestMoveHeader(t *testing.T) {
 			for k, v := range tc.ours {
 				st.rw.Header()[k] = v
 			}
-			moveHeader(st.rw.Header(), res.Header, nil)
+			moveHeader(st.rw.Header(), res.Header, nil, nil)
 			out := st.rw.Header()
 			for k, v := range tc.want {
 				if !slices.Equal(out[k], v) {

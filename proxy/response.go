@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/textproto"
 	"net/url"
+	"slices"
 	"strings"
 
 	"github.com/exgate/exgate/apierror"
@@ -44,7 +45,15 @@ func (g *Gateway) modifyResponse(st *requestState, res *http.Response) error {
 	if g.plan.Load().cors != nil {
 		dropBackendCORS(res.Header)
 	}
-	g.hide(res.Header)
+	// The fields upstream.hide_headers names go in moveHeader's pass over
+	// the answer's header, where a delete of each, present or not, cost
+	// about 200 instructions; first when something below reads them
+	// there: the legacy fields' merge, an order's answer kept for replay.
+	hidden := g.hidden
+	if g.hidesLegacy || st.claim.phase == claimHeld {
+		g.hide(res.Header)
+		hidden = nil
+	}
 	limiter.MergeLegacyFields(res.Header, st.rw.Header())
 	if err := g.recordResponse(st, res); err != nil {
 		return err
@@ -52,7 +61,7 @@ func (g *Gateway) modifyResponse(st *requestState, res *http.Response) error {
 	if len(id) == 0 || id[0] == "" {
 		answerWithID(st, res, idSent) // none, or an empty one (the header as res.Header.Get reads it)
 	}
-	moveHeader(st.rw.Header(), res.Header, st.instanceURL())
+	moveHeader(st.rw.Header(), res.Header, st.instanceURL(), hidden)
 	return nil
 }
 
@@ -67,11 +76,23 @@ func (st *requestState) instanceURL() *url.URL {
 
 // hide removes from h, a backend's answer's or 1xx's header, the fields
 // upstream.hide_headers names: before it is recorded for replay or
-// reaches the client.
+// reaches the client (or moveHeader removes them as it moves the rest).
 func (g *Gateway) hide(h http.Header) {
 	for _, k := range g.hidden {
 		delete(h, k)
 	}
+}
+
+// hidesLegacy reports whether hidden, upstream.hide_headers' names,
+// names a legacy rate-limit field, which limiter.MergeLegacyFields reads
+// before moveHeader would remove it.
+func hidesLegacy(hidden []string) bool {
+	for _, k := range hidden {
+		if limiter.LegacyField(k) {
+			return true
+		}
+	}
+	return false
 }
 
 // unexposeInstance rewrites h's Location, Content-Location, Refresh and
@@ -280,15 +301,21 @@ func canonicalNames(names []string) []string {
 // a value, which copyHeader leaves out). Nothing else holds the
 // moved slices once they are out of res.Header (each the Transport's own,
 // of capacity one per field or grown by append: an append to one never
-// writes into another). A Location, Content-Location, Refresh or Link
-// naming base, the instance that answered (nil: none), is rewritten
-// first, as unexposeInstance does, moved or not. The Content-Type of an event stream stays too:
+// writes into another). A field hidden names (upstream.hide_headers, or
+// nil once hide removed them) is removed, as hide does; a Location,
+// Content-Location, Refresh or Link naming base, the instance that
+// answered (nil: none), is rewritten first, as unexposeInstance does,
+// moved or not. The Content-Type of an event stream stays too:
 // ReverseProxy reads it from res.Header after the copy to flush the stream
 // as it comes; any other moves, so that ReverseProxy finds none and parses
 // none (mime.ParseMediaType's parameter map, an allocation per answer) and
 // copies none.
-func moveHeader(out, from http.Header, base *url.URL) {
+func moveHeader(out, from http.Header, base *url.URL, hidden []string) {
 	for k, v := range from {
+		if slices.Contains(hidden, k) {
+			delete(from, k)
+			continue
+		}
 		if base != nil && len(v) > 0 && unexposed(k) {
 			v = unexposeField(from, k, v, base)
 		}
