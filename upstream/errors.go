@@ -1,6 +1,11 @@
 package upstream
 
-import "github.com/exgate/exgate/internal/notsent"
+import (
+	"errors"
+	"net"
+
+	"github.com/exgate/exgate/internal/notsent"
+)
 
 // NothingSent reports whether err, a round trip's error, proves that no
 // byte of the request reached the instance (notsent.Proves: the
@@ -20,3 +25,18 @@ func NothingSent(err error) bool { return notsent.Proves(err) }
 // the request is written only once the handshake is over, so nothing of
 // it was sent.
 func HandshakeTimedOut(err error) bool { return notsent.HandshakeTimedOut(err) }
+
+// HandshakeRefused reports whether err is, or wraps, a TLS alert the
+// instance sent (crypto/tls's "remote error"): it refused the handshake,
+// exgate's client certificate above all (none, expired, of an authority
+// it does not trust). In TLS 1.2 the alert ends the handshake before the
+// request is written; in TLS 1.3 it comes after the client's handshake
+// has ended and the request was written, which the instance's TLS layer
+// discarded unread. Either way the instance serves none of exgate's
+// requests, whoever sends them: for outlier detection a connect failure
+// (Envoy's locally originated error), never a server error. It is no
+// proof that nothing was sent (NothingSent).
+func HandshakeRefused(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "remote error"
+}

@@ -32,10 +32,11 @@ func TestNothingSentTLS(t *testing.T) {
 		c          config.BackendTLS
 		serverName string
 		want       bool
+		refused    bool // HandshakeRefused: the instance sent an alert
 	}{
-		{"the instance's certificate from an unknown authority", config.BackendTLS{CAFile: other.File, CertFile: client.CertFile, KeyFile: client.KeyFile}, "", true},
-		{"the instance's certificate for another name", config.BackendTLS{CAFile: ca.File, CertFile: client.CertFile, KeyFile: client.KeyFile}, "elsewhere.test", true},
-		{"no client certificate, refused by the instance", config.BackendTLS{CAFile: ca.File}, "", false},
+		{"the instance's certificate from an unknown authority", config.BackendTLS{CAFile: other.File, CertFile: client.CertFile, KeyFile: client.KeyFile}, "", true, false},
+		{"the instance's certificate for another name", config.BackendTLS{CAFile: ca.File, CertFile: client.CertFile, KeyFile: client.KeyFile}, "elsewhere.test", true, false},
+		{"no client certificate, refused by the instance", config.BackendTLS{CAFile: ca.File}, "", false, true},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			ct, err := LoadClientTLS(tt.c, "upstream.tls", tt.serverName, nil)
@@ -53,6 +54,9 @@ func TestNothingSentTLS(t *testing.T) {
 			}
 			if got := NothingSent(err); got != tt.want {
 				t.Errorf("NothingSent(%v) = %v, want %v", err, got, tt.want)
+			}
+			if got := HandshakeRefused(fmt.Errorf("proxy: %w", err)); got != tt.refused {
+				t.Errorf("HandshakeRefused(%v) = %v, want %v", err, got, tt.refused)
 			}
 		})
 	}
