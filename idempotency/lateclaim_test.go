@@ -208,3 +208,59 @@ func TestLateClaimsFencedTogether(t *testing.T) {
 	}
 	mustClaim(t, s, k("late"), fpA, Claimed) // the retry
 }
+
+// TestFenceOutlivesTheRetrysClaim: the fence a free leaves for a claim
+// still on its way (TestLateClaimFencedByItsFree) must hold while the
+// retry's own claim holds the identifier and after it is settled. The
+// retry claims over the fence (another holder) and its order is refused
+// in turn (Release: a 4xx, or shed before it was sent); the late claim
+// landing after that must still take nothing, and the next retry be
+// placed. Before, the retry's claim overwrote the fence and its release
+// deleted the key: the late claim took the identifier of an order never
+// placed, and every later retry got 409 request_in_progress and then
+// outcome_unknown for the retention.
+func TestFenceOutlivesTheRetrysClaim(t *testing.T) {
+	srv := redistest.Start(t)
+	for _, tc := range []struct {
+		name  string
+		claim func(t *testing.T, c *redis.Client, o Options) (*Redis, func(Key) (Claim, error))
+		ids   int64
+	}{
+		{"own claim", ownClaim, 1},
+		{"claim riding with the limits", joinedClaim, 1},
+		{"bulk, own claim", bulkClaim, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := testOptions(newClock())
+			o.KeyPrefix = uniquePrefix()
+			h := &lateRun{}
+			c := newClient(t, srv.Addr)
+			c.AddHook(h)
+			s, claim := tc.claim(t, c, o)
+			if cl, err := claim(k("warm")); err != nil || cl.Outcome != Claimed {
+				t.Fatalf("first claim = %+v %v, want Claimed", cl, err)
+			}
+			h.Arm()
+			if _, err := claim(k("late")); err == nil {
+				t.Fatal("the claim held back reported no failure")
+			}
+			s.background.Wait() // the free has run, and fenced the claim
+			ids := []string{"late", "late-2"}[:tc.ids]
+			retry := mustClaimAll(t, s, "acct", ids, fpA, Claimed)
+			// Another holder's claim reads the deadline past the fence it carries.
+			mustClaimAll(t, s, "acct", ids, fpA, InProgress)
+			// The retry's order is refused in turn.
+			if err := s.Release(context.Background(), retry); err != nil {
+				t.Fatalf("Release of the retry's claim: %v", err)
+			}
+			h.Land(t, newClient(t, srv.Addr))
+			if v, err := c.Get(context.Background(), s.keyOf(k("late"))[0]).Result(); err == nil && v[0] == 'p' {
+				t.Errorf("the late claim holds the identifier: %q", v)
+			}
+			mustClaimAll(t, s, "acct", ids, fpA, Claimed) // the next retry
+			if v, err := c.HGetAll(context.Background(), s.keyOf(k("late"))[1]).Result(); err != nil || countOf(strMap(v)) != 2*tc.ids {
+				t.Errorf("account share after the warm claim and the last retry: %v %v, want %d identifiers", v, err, 2*tc.ids)
+			}
+		})
+	}
+}

@@ -162,11 +162,12 @@ end
 local function claim(KEYS, ARGV)
   local fp = ARGV[1]
   local v = redis.call('GET', KEYS[1])
+  local fence = ''
   if v and string.sub(v, 1, 1) == 'f' then
     for i = 2, #v - 7, 8 do
       if string.sub(v, i, i + 7) == ARGV[2] then return {'fenced', 0} end
     end
-    v = false
+    fence, v = v, false
   end
   if v then
     local st = string.sub(v, 1, 1)
@@ -176,8 +177,9 @@ local function claim(KEYS, ARGV)
     if st == 'm' or string.sub(v, 2, 17) ~= fp then return {'conflict', 0} end
     if st == 'd' then return {'replay', string.sub(v, 18)} end
     if st == 'u' then return {'unknown', 0} end
-    if #v < 26 then return redis.error_reply('idempotency: malformed entry') end
-    if tonumber(ARGV[3]) < tonumber(string.sub(v, 26)) then return {'in_progress', 0} end
+    local deadline = tonumber(string.match(v, '^%d+', 26))
+    if not deadline then return redis.error_reply('idempotency: malformed entry') end
+    if tonumber(ARGV[3]) < deadline then return {'in_progress', 0} end
     redis.call('SET', KEYS[1], 'u' .. string.sub(v, 2, 25), 'KEEPTTL')
     return {'unknown', 0}
   end
@@ -196,7 +198,7 @@ local function claim(KEYS, ARGV)
     if b > 0 and b >= free then return {'account_full'} end
     if charge > free then return {'full'} end
   end
-  redis.call('SET', KEYS[1], 'p' .. fp .. ARGV[2] .. ARGV[4], 'PX', ARGV[5])
+  redis.call('SET', KEYS[1], 'p' .. fp .. ARGV[2] .. ARGV[4] .. fence, 'PX', ARGV[5])
   for i = 4, #KEYS do
     redis.call('SET', KEYS[i], 'm' .. fp, 'PX', ARGV[5])
   end
@@ -215,7 +217,9 @@ end
 // byte 1 and the tokens of up to 8 holders, 8 bytes each, whose lost
 // claims were freed before they reached Redis (Redis.free): a claim by one
 // of them takes nothing ('fenced'), any other claim sees the identifier
-// free.
+// free, and carries the fence after its deadline (p), so that a release
+// of it (free) leaves the fence again: the late claim, landing after the
+// retry's claim was released, still takes nothing.
 const (
 	fpLen = 16
 	idLen = 8
@@ -228,7 +232,8 @@ const (
 	// account's share in slot ARGV[5]), "u" (unknown) or "free"
 	// (release, which deletes the request's marks too and gives back to
 	// slot ARGV[5] the identifiers and the ARGV[6] bytes the claim
-	// charged; the response is charged ARGV[7] bytes). "lost" frees as
+	// charged, and leaves the fence the claim carried, if any, for ARGV[3]
+	// milliseconds; the response is charged ARGV[7] bytes). "lost" frees as
 	// "free" does a claim whose reply was lost, and when the first
 	// identifier holds no claim (or a fence) it fences ARGV[1] instead,
 	// for ARGV[3] milliseconds: the claim has yet to reach Redis, or never
@@ -257,7 +262,12 @@ local function finish(KEYS, ARGV)
   local mark = 'm' .. string.sub(v, 2, 17)
   local last = KEYS[3] ~= KEYS[2] and 3 or 2
   if ARGV[2] == 'free' or ARGV[2] == 'lost' then
-    redis.call('DEL', KEYS[1])
+    local fence = st == 'p' and string.match(v, '^%d+(f.*)', 26)
+    if fence and #fence > 1 then
+      redis.call('SET', KEYS[1], fence, 'PX', ARGV[3])
+    else
+      redis.call('DEL', KEYS[1])
+    end
     for i = 4, #KEYS do
       if redis.call('GET', KEYS[i]) == mark then redis.call('DEL', KEYS[i]) end
     end
@@ -688,7 +698,11 @@ func (s *Redis) end(ctx context.Context, c Claim, state string, rec *Record) err
 		f.deadline = d
 	}
 	f.id, f.state, f.slot, f.charge, f.grow = c.id, state, c.slot, c.charge, int64(grow)
-	f.argv = [...]any{&f.id, &f.state, s.retentionArg, &f.rec, &f.slot, &f.charge, &f.grow}
+	ttl := s.retentionArg // of the answer kept, or of the unknown outcome
+	if state == "free" {
+		ttl = s.fenceTTLArg // of a fence the claim carried (finishScript)
+	}
+	f.argv = [...]any{&f.id, &f.state, ttl, &f.rec, &f.slot, &f.charge, &f.grow}
 	n, err := s.runFinish(f)
 	f.release()
 	if err != nil {
