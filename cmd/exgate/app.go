@@ -441,6 +441,18 @@ func (a *app) serve(name string, s *http.Server, ln net.Listener) {
 // stopParts stops what start had started when a later part failed: the
 // catalogue refresh, the JWKS refresh, the dev backend and the stores.
 func (a *app) stopParts() {
+	a.stopBackground()
+	if a.backend != nil {
+		_ = a.backend.Close()
+	}
+	a.stopTracing(time.Second)
+	a.closeStores()
+}
+
+// stopBackground stops what start left running in the background: the
+// backend TLS files' watch, the catalogue refresh, the JWKS refresh and
+// the fleet's sources and health checks.
+func (a *app) stopBackground() {
 	if a.stopBackendTLS != nil {
 		a.stopBackendTLS()
 	}
@@ -453,11 +465,6 @@ func (a *app) stopParts() {
 	if a.stopFleet != nil {
 		a.stopFleet()
 	}
-	if a.backend != nil {
-		_ = a.backend.Close()
-	}
-	a.stopTracing(time.Second)
-	a.closeStores()
 }
 
 // closeStores closes the rate-limit store and duplicate protection's own
@@ -539,18 +546,7 @@ func (a *app) shutdown() error {
 	if a.stopTLS != nil {
 		a.stopTLS()
 	}
-	if a.stopBackendTLS != nil {
-		a.stopBackendTLS()
-	}
-	if a.stopCat != nil {
-		a.stopCat()
-	}
-	if a.stopID != nil {
-		a.stopID()
-	}
-	if a.stopFleet != nil {
-		a.stopFleet()
-	}
+	a.stopBackground()
 	a.stopTracing(tracingFlushTimeout)
 	a.closeStores()
 	return err
