@@ -139,25 +139,33 @@ func MethodShown(m string) string { return shown(m, maxMethodShown) }
 // status read of some 100 order ids.
 const maxPathShown = 2048
 
-// shown is s as a log line or an answer shows what a client sent: at
-// most its first max bytes, followed by "…" when it is longer, cut
-// between two characters so that the line stays valid UTF-8.
+// shown is s as a log line, a span or an answer shows what a client
+// sent: at most its first max bytes, followed by "…" when it is longer,
+// cut between two characters, and valid UTF-8 (a byte that is not part
+// of a character as U+FFFD). A header value may hold any byte from 0x80
+// on (obs-text), which net/http's servers take, and a span attribute
+// that is not valid UTF-8 fails the OTLP export of its whole batch
+// (protobuf refuses to marshal it: opentelemetry-go#3021), the spans of
+// every other request in it dropped.
 func shown(s string, max int) string {
-	if len(s) <= max {
-		return s
+	if len(s) > max {
+		n := max
+		for n > 0 && !utf8.RuneStart(s[n]) {
+			n--
+		}
+		s = s[:n] + "…"
 	}
-	n := max
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
+	if !utf8.ValidString(s) {
+		s = strings.ToValidUTF8(s, "\uFFFD")
 	}
-	return s[:n] + "…"
+	return s
 }
 
 // maxUserAgent bounds the user agent an access log line carries.
 const maxUserAgent = 256
 
-// userAgent is the user agent as the access log writes it: at most
-// maxUserAgent bytes, and never a token of the request's Authorization
+// userAgent is the user agent as the access log and the span write it:
+// shown within maxUserAgent bytes, and never a token of the request's Authorization
 // headers (all of them: a request may send two, and is refused for it),
 // should a client have put it there.
 func userAgent(ua string, r *http.Request) string {
@@ -166,10 +174,7 @@ func userAgent(ua string, r *http.Request) string {
 			ua = strings.ReplaceAll(ua, t, "[token]")
 		}
 	}
-	if len(ua) > maxUserAgent {
-		ua = ua[:maxUserAgent]
-	}
-	return ua
+	return shown(ua, maxUserAgent)
 }
 
 // limitFields adds the rate-limit decision to an access log line: the

@@ -98,3 +98,41 @@ func TestLongPathBounded(t *testing.T) {
 		}
 	}
 }
+
+// TestClientStringsValidUTF8: a header value may hold any byte from 0x80
+// on, which net/http's servers take, and a span attribute that is not
+// valid UTF-8 fails the OTLP export of its whole batch (protobuf refuses
+// to marshal it: opentelemetry-go#3021), dropping the spans of every
+// other request in it. On main a User-Agent of Latin-1 bytes, or a long
+// one whose 256th byte fell inside a character, went into the span's
+// user_agent.original (and the access log) as sent or cut. It is now
+// valid UTF-8 (U+FFFD for a stray byte), cut between characters with
+// "…" past 256 bytes, as the method is (shown).
+func TestClientStringsValidUTF8(t *testing.T) {
+	tests := []struct{ name, ua, shown string }{
+		{"ASCII", "curl/8.5.0", "curl/8.5.0"},
+		{"Latin-1 bytes", "caf\xe9-client/1.0", "caf\uFFFD-client/1.0"},
+		{"a cut inside a character", strings.Repeat("x", 255) + "é", strings.Repeat("x", 255) + "…"},
+		{"UTF-8 within the bound", "клиент/1.0", "клиент/1.0"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			sp := newSpans(t, sdktrace.AlwaysSample())
+			e := startTraced(t, sp, nil)
+			res := do(t, "GET", e.url+"/api/v1/mkt/markets/", nil, "User-Agent", tt.ua)
+			res.Body.Close()
+			if got := accessLine(t, e)["user_agent"]; got != tt.shown {
+				t.Errorf("access log user_agent %q, want %q", got, tt.shown)
+			}
+			srv := server(t, sp.ended(t, 2)) // the server's span and the backend call's
+			if got, _ := attr(srv.Attributes(), "user_agent.original"); got != tt.shown || !utf8.ValidString(got) {
+				t.Errorf("span's user_agent.original %q, want %q", got, tt.shown)
+			}
+		})
+	}
+	for _, m := range []string{"\xff\xfe", "GET\x80", strings.Repeat("\xe9", 30)} {
+		if got := MethodShown(m); !utf8.ValidString(got) {
+			t.Errorf("MethodShown(%q) = %q, not UTF-8", m, got)
+		}
+	}
+}
