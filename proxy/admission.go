@@ -273,11 +273,10 @@ func (g *Gateway) roomElsewhere(st *requestState, r *http.Request, c overload.Cl
 
 // cancelElsewhere is where a cancel waiting at its instance's limit, st's
 // request r of client who, may take a slot instead (overload.Elsewhere):
-// another instance of its service's rotation that frees one first. When
-// every instance is full the cancel waits at its own, and a slot freed
-// at another (its Controller's OnRoom, upstream.Service.Watch) went to
-// no one while the cancel waited its class's wait and was shed. It is
-// made only when the instance is full.
+// another instance of its service's rotation that frees one first (its
+// Controller's OnRoom, upstream.Service.Watch), so that a cancel queued
+// at its own full instance is not shed while a slot at another stands
+// free. It is made only when the instance is full.
 type cancelElsewhere struct {
 	st  *requestState
 	r   *http.Request

@@ -149,10 +149,10 @@ func (i *Instance) uncount() {
 // request on each connection, as an http one does, and its limit is then
 // kept within upstream.max_conns_per_host, the cancels' headroom
 // included (Options.MaxConns); one that answers in HTTP/2 again gets its
-// own limit back. Before, an https instance offered HTTP/2 kept its limit
-// whatever it answered in, and reads holding its connections left a
-// cancel that took its headroom's slot waiting in the connection pool's
-// queue. It does not allocate; it locks only when the protocol changes.
+// own limit back: with a limit past its connections, reads holding them
+// would leave a cancel that took its headroom's slot waiting in the
+// connection pool's queue. It does not allocate; it locks only when the
+// protocol changes.
 func (i *Instance) Answered(major int) {
 	m := major >= 2
 	s := i.svc
