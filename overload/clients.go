@@ -106,11 +106,17 @@ func (l *Controller) forget(cl *client) {
 	l.idle = cl
 }
 
-// busy reports whether client who holds slots or waits for one; l.mu is
+// busy reports whether client who holds slots or waits for one, for a
+// request of class c: for a cancel, whether it holds or waits for a
+// cancel's, its cancels being counted apart from its other requests
+// (may): a client's reads never get its cancel shed on arrival. l.mu is
 // held.
-func (l *Controller) busy(who Client) bool {
+func (l *Controller) busy(who Client, c Class) bool {
 	cl := l.clients[who]
-	return cl != nil && cl != l.idle
+	if cl == nil || cl == l.idle {
+		return false
+	}
+	return c != Cancel || cl.cancels > 0 || cl.queues[Cancel].head != nil
 }
 
 // may reports whether client cl may take a slot for a request of class c

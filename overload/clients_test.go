@@ -308,7 +308,8 @@ func TestIdleStateHoldsNoShare(t *testing.T) {
 // does not shed on arrival a request of a busy client (or of the zero
 // Client) that would take a slot at once: a cancel with the cancels'
 // headroom free while a read waits for the limit. Past the headroom it
-// sheds as before.
+// sheds as before. Fixed limit 16 (headroom 2): client 7's cancel and
+// fifteen reads hold the limit, two cancels the headroom.
 func TestAdmitSparesRequestsWithRoom(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
@@ -316,21 +317,26 @@ func TestAdmitSparesRequestsWithRoom(t *testing.T) {
 		headroom bool // the cancels' headroom is free
 		all      bool // every cancel let through
 	}{
-		{"a busy client, the headroom free", 7, true, true},
+		{"a client holding a cancel, the headroom free", 7, true, true},
 		{"the zero Client, the headroom free", 0, true, true},
-		{"a busy client, the headroom taken", 7, false, false},
+		{"a client holding a cancel, the headroom taken", 7, false, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
-			l := New(Options{Fixed: 2, MaxWait: [NumClasses]time.Duration{Cancel: time.Millisecond, MarketData: time.Hour}})
-			for _, who := range []Client{7, 8} { // client 7 and another hold the limit
-				if ok, _ := l.Acquire(ctx, MarketData, who); !ok {
+			l := New(Options{Fixed: 16, MaxWait: [NumClasses]time.Duration{Cancel: time.Millisecond, MarketData: time.Hour}})
+			if ok, _ := l.Acquire(ctx, Cancel, 7); !ok {
+				t.Fatal("refused under the limit")
+			}
+			for i := range 15 {
+				if ok, _ := l.Acquire(ctx, MarketData, Client(100+i)); !ok {
 					t.Fatal("refused under the limit")
 				}
 			}
-			if ok, _ := l.Acquire(ctx, Cancel, 9); !ok { // the headroom
-				t.Fatal("a cancel refused the headroom")
+			for _, who := range []Client{8, 9} { // the headroom
+				if ok, _ := l.Acquire(ctx, Cancel, who); !ok {
+					t.Fatal("a cancel refused the headroom")
+				}
 			}
 			for range 20 { // cancels wait in vain
 				if ok, _ := l.Acquire(ctx, Cancel, 10); ok {
@@ -338,6 +344,7 @@ func TestAdmitSparesRequestsWithRoom(t *testing.T) {
 				}
 			}
 			if tc.headroom {
+				l.Release(8, Cancel, time.Time{}, 0, false)
 				l.Release(9, Cancel, time.Time{}, 0, false)
 			}
 			queuedFor(ctx, l, MarketData, 11) // a read waits for the limit
@@ -348,6 +355,48 @@ func TestAdmitSparesRequestsWithRoom(t *testing.T) {
 				}
 			}
 			if (let == 1000) != tc.all || (!tc.all && let > 100) {
+				t.Errorf("Admit let %d of 1000 cancels through; all: %v", let, tc.all)
+			}
+		})
+	}
+}
+
+// TestAdmitCountsCancelsApart: while the queue sheds cancels, Admit
+// spares the cancel of a client that holds other requests' slots but no
+// cancel's and waits for none (its cancels are counted apart), and sheds
+// as before that of a client holding a cancel's slot.
+func TestAdmitCountsCancelsApart(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		who  Client
+		all  bool // every cancel let through
+	}{
+		{"holding a read", 7, true},
+		{"holding a cancel", 8, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			l := New(Options{Fixed: 2, MaxWait: [NumClasses]time.Duration{Cancel: time.Millisecond}})
+			for _, h := range []struct {
+				c   Class
+				who Client
+			}{{MarketData, 7}, {Cancel, 8}, {Cancel, 9}} { // the limit and the headroom
+				if ok, _ := l.Acquire(ctx, h.c, h.who); !ok {
+					t.Fatal("refused within the limit and the headroom")
+				}
+			}
+			for range 8 { // cancels wait in vain
+				if ok, _ := l.Acquire(ctx, Cancel, 10); ok {
+					t.Fatal("a cancel took a slot past the headroom")
+				}
+			}
+			let := 0
+			for range 1000 {
+				if l.Admit(Cancel, tc.who) {
+					let++
+				}
+			}
+			if (let == 1000) != tc.all {
 				t.Errorf("Admit let %d of 1000 cancels through; all: %v", let, tc.all)
 			}
 		})

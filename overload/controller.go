@@ -448,7 +448,7 @@ const shedScale = 1 << 16
 // got a slot, so that what reaches the queue is about what the queue
 // serves — but never a request of a client that holds no slot and waits
 // for none (it is within any share, and the queue serves it in its
-// turn), nor one that would take a slot at once (Room: a cancel with the
+// turn; for a cancel, no cancel's: busy), nor one that would take a slot at once (Room: a cancel with the
 // cancels' headroom free while reads wait for the limit, a client within
 // its share while others wait past theirs). It takes the lock only to
 // spare such a request, and does not allocate.
@@ -468,7 +468,7 @@ func (l *Controller) Admit(c Class, who Client) bool {
 		return true
 	}
 	l.mu.Lock()
-	spare := (who != 0 && !l.busy(who)) || l.room(c, who)
+	spare := (who != 0 && !l.busy(who, c)) || l.room(c, who)
 	l.mu.Unlock()
 	return spare
 }

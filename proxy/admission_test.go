@@ -647,3 +647,123 @@ func TestCancelNotShedAfterTheSurge(t *testing.T) {
 		})
 	}
 }
+
+// TestOtherClientsCancelsDoNotShedATradersOnArrival: one client's
+// cancels past its share of the cancels' slots wait in vain and raise
+// the cancels' shed probability; the early shed on arrival then refused
+// the cancels of a trader that held a read of its own, where each would
+// have taken the next freed slot ahead of that client's (a client's
+// cancels are counted apart from its other requests, and the trader
+// held none). A cancel of a client that holds no cancel and waits for
+// none is not shed on arrival. Fixed limit 4, headroom 1: the trader's
+// read, the spammer's cancel and two reads hold the limit, another
+// client's cancel the headroom; eight more of the spammer's cancels wait
+// in vain, two more wait while the trader cancels, and the cancel in
+// the headroom is let go once the trader's waits, and another takes it
+// after.
+func TestOtherClientsCancelsDoNotShedATradersOnArrival(t *testing.T) {
+	for _, tc := range []struct{ name, path string }{
+		{"one order", "/api/v1/odr/orders/2/"},
+		{"two orders", "/api/v1/odr/orders/2,3/"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			held := make(chan chan struct{}, 16)
+			var holds []chan struct{} // each held request's release, nil once let go
+			e := startEnv(t, func(c *config.Config) {
+				c.ClientIP.TrustedProxies = []config.Prefix{{Prefix: mustPrefix("127.0.0.0/8")}}
+				c.Overload.FixedLimit = 4 // and a headroom of 1 for cancels
+				c.Overload.MaxWait.Cancel = 2 * time.Second
+				c.Overload.ShedDelay = 0
+			})
+			e.backend.handler = func(w http.ResponseWriter, r *http.Request) {
+				if r.URL.Path == "/api/v1/mkt/markets/" || r.URL.Path == "/api/v1/odr/orders/1/" {
+					release := make(chan struct{})
+					held <- release
+					<-release
+				}
+				w.WriteHeader(http.StatusOK)
+			}
+			t.Cleanup(func() { // before the gateway's shutdown waits for them
+				for _, h := range holds {
+					if h != nil {
+						close(h)
+					}
+				}
+			})
+			send := func(method, path, from string) <-chan int {
+				code := make(chan int, 1)
+				go func() {
+					res := do(t, method, e.url+path, nil, "Authorization", "Bearer t0ken", "X-Forwarded-For", from)
+					io.Copy(io.Discard, res.Body)
+					res.Body.Close()
+					code <- res.StatusCode
+				}()
+				return code
+			}
+			n := 0
+			hold := func(method, path, from string) { // a request the backend keeps
+				if from == "" {
+					n++
+					from = fmt.Sprintf("10.0.1.%d", n)
+				}
+				send(method, path, from)
+				holds = append(holds, <-held)
+			}
+			hold("GET", "/api/v1/mkt/markets/", "10.0.0.50")    // the trader's read
+			hold("DELETE", "/api/v1/odr/orders/1/", "10.0.9.9") // the spammer's
+			for range 2 {
+				hold("GET", "/api/v1/mkt/markets/", "")
+			}
+			hold("DELETE", "/api/v1/odr/orders/1/", "") // the headroom
+			inst := e.gw.fleet.Service("").Instances()[0]
+			waitFor := func(waiting int) {
+				for deadline := time.Now().Add(time.Minute); inst.Controller.Waiting() != waiting; time.Sleep(time.Millisecond) {
+					if time.Now().After(deadline) { // only bounds a hang
+						t.Fatalf("%d waiting, want %d", inst.Controller.Waiting(), waiting)
+					}
+				}
+			}
+			var burst []<-chan int
+			for range 8 { // the spammer's cancels wait in vain: the probability is up
+				burst = append(burst, send("DELETE", "/api/v1/odr/orders/7/", "10.0.9.9"))
+				waitFor(len(burst))
+			}
+			for _, code := range burst {
+				if c := <-code; c != http.StatusServiceUnavailable {
+					t.Fatalf("a cancel of the burst answered %d", c)
+				}
+			}
+			for deadline := time.Now().Add(time.Minute); inst.Controller.Waiting() < 2; { // two of them wait while the trader cancels
+				code := send("DELETE", "/api/v1/odr/orders/7/", "10.0.9.9") // or is shed on arrival
+				for w := inst.Controller.Waiting(); len(code) == 0 && inst.Controller.Waiting() == w; time.Sleep(time.Millisecond) {
+				}
+				if time.Now().After(deadline) { // only bounds a hang
+					t.Fatal("the spammer's cancels do not wait")
+				}
+			}
+			shed := 0
+			for range 8 {
+				code := send("DELETE", tc.path, "10.0.0.50")
+				for deadline := time.Now().Add(time.Minute); len(code) == 0 && time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+					if inst.Controller.Waiting() == 3 { // it waits: the last held request goes, its slot the trader's
+						k := len(holds) - 1
+						close(holds[k])
+						holds[k] = nil
+						break
+					}
+				}
+				switch c := <-code; c {
+				case http.StatusOK:
+					hold("DELETE", "/api/v1/odr/orders/1/", "") // the headroom held again
+				case http.StatusServiceUnavailable:
+					shed++
+				default:
+					t.Fatalf("the trader's cancel answered %d", c)
+				}
+			}
+			if shed != 0 {
+				t.Errorf("%d of the trader's 8 cancels shed 503 beside the spammer's waiting ones, want none", shed)
+			}
+		})
+	}
+}
