@@ -16,6 +16,7 @@ import (
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
+	"golang.org/x/net/http/httpguts"
 
 	"github.com/exgate/exgate/apierror"
 	"github.com/exgate/exgate/config"
@@ -269,13 +270,17 @@ const maxServerAddress = 255
 // appendServerAddress appends server.address, the name the client asked
 // for in its Host header (the semantic conventions' source for it), and
 // server.port when the header names a port other than the scheme's. A
-// Host that is empty or longer than a DNS name adds neither.
+// Host that is empty, longer than a DNS name, or not a valid Host adds
+// neither: an HTTP/2 :authority may hold any byte from 0x80 on, refused
+// 400 invalid_header (checkHeader) but still its span's, and a span
+// attribute that is not valid UTF-8 fails the OTLP export of its whole
+// batch (shown).
 func appendServerAddress(attrs []attribute.KeyValue, r *http.Request) []attribute.KeyValue {
 	host, port, err := net.SplitHostPort(r.Host)
 	if err != nil { // no port
 		host, port = strings.TrimSuffix(strings.TrimPrefix(r.Host, "["), "]"), ""
 	}
-	if host == "" || len(host) > maxServerAddress {
+	if host == "" || len(host) > maxServerAddress || !httpguts.ValidHostHeader(r.Host) {
 		return attrs
 	}
 	attrs = append(attrs, semconv.ServerAddress(host))

@@ -1233,7 +1233,8 @@ func fieldMembers(name, v string) string {
 }
 
 // TestTraceServerAddress: the server span names the host the client
-// asked for, and its port when it is not the scheme's.
+// asked for, and its port when it is not the scheme's; a Host exgate
+// refuses, none.
 func TestTraceServerAddress(t *testing.T) {
 	for _, tc := range []struct {
 		host, addr, port string
@@ -1249,6 +1250,13 @@ func TestTraceServerAddress(t *testing.T) {
 		{"api.exchange.example:x", "api.exchange.example", "", false},
 		{"", "", "", false},
 		{strings.Repeat("a", 256), "", "", false},
+		// An HTTP/2 :authority net/http takes and exgate refuses (400
+		// invalid_header): on main its span carried it, and protobuf
+		// refuses to marshal a string that is not UTF-8, which failed
+		// the OTLP export of the span's whole batch.
+		{"caf\xe9.example", "", "", false},
+		{"api.exchange.example:\xff", "", "", false},
+		{"api example", "", "", false},
 	} {
 		t.Run(tc.host, func(t *testing.T) {
 			r := httptest.NewRequest("GET", "/", nil)
