@@ -355,7 +355,7 @@ func (g *Gateway) giveBackLimits(st *requestState, r *http.Request, pl *requestP
 	req := st.limitRequest()
 	req.Cost = st.cost
 	if giveBack(r.Context(), rt.limits, req, &st.decision) == nil {
-		st.decision.SetHeaders(st.rw.Header(), pl.rules.Headers())
+		st.setLimitFields(&st.decision, pl.rules.Headers())
 		if st.rec {
 			st.span.SetAttributes(attrLimitGivenBack.Bool(true))
 		}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/exgate/exgate/apierror"
 	"github.com/exgate/exgate/clientip"
+	"github.com/exgate/exgate/config"
 	"github.com/exgate/exgate/limiter"
 	"github.com/exgate/exgate/ratelimit"
 	"github.com/exgate/exgate/topk"
@@ -115,7 +116,7 @@ func (g *Gateway) limitAnswer(st *requestState, pl *requestPlan, rt *Route, cost
 		}
 		g.top.Record(st.start, rt.Name, id, clientip.AddrGroup(st.addr, pl.v6Prefix), !d.Allowed) // the client as the limits count it
 	}
-	d.SetHeaders(st.rw.Header(), pl.rules.Headers())
+	st.setLimitFields(d, pl.rules.Headers())
 	switch {
 	case d.Allowed:
 		if !d.Uncharged { // a claim that rode with the limits and took nothing charged nothing
@@ -130,4 +131,13 @@ func (g *Gateway) limitAnswer(st *requestState, pl *requestPlan, rt *Route, cost
 		return exceedsBurst(cost, d.MaxCost, st.bulkCancel || st.route.maxIDs > 0)
 	}
 	return throttled(limiter.Seconds(d.RetryAfter))
+}
+
+// setLimitFields writes d's rate-limit fields into st's answer in style
+// (limiter.headers) and remembers whether they are the legacy ones:
+// modifyResponse merges the backend's with those alone, and looks for
+// none in the answer of any other style.
+func (st *requestState) setLimitFields(d *limiter.Decision, style string) {
+	d.SetHeaders(st.rw.Header(), style)
+	st.legacyFields = style == config.HeadersLegacy
 }

@@ -111,6 +111,9 @@ type limitCharge struct {
 	limitsDecided bool   // the route's limits were decided
 	charged       *Route // the route whose limits charged the request (its own, or a bulk's target), once they allowed it
 	cost          int64  // what the request was charged in each of them
+	// legacyFields is whether the answer's rate-limit fields are in the
+	// legacy style (setLimitFields), which the backend's are merged with.
+	legacyFields bool
 }
 
 // upstreamCall is the request's call to the backend.

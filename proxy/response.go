@@ -54,7 +54,9 @@ func (g *Gateway) modifyResponse(st *requestState, res *http.Response) error {
 		g.hide(res.Header)
 		hidden = nil
 	}
-	limiter.MergeLegacyFields(res.Header, st.rw.Header())
+	if st.legacyFields {
+		limiter.MergeLegacyFields(res.Header, st.rw.Header())
+	}
 	if err := g.recordResponse(st, res); err != nil {
 		return err
 	}
