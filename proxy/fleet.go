@@ -228,7 +228,8 @@ func (t fleetTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 			break
 		}
 		next = retryWithRoom(st, next)
-		if !g.moveSlot(st, req, next) {
+		var ok bool
+		if next, ok = g.moveSlot(st, req, next); !ok {
 			svc.EndRetry(c, who)
 			next.Done(upstream.Abandoned, upstream.KindOf(req.Method), upstream.Client(st.client))
 			break
@@ -328,18 +329,58 @@ func retryWithRoom(st *requestState, next *upstream.Instance) *upstream.Instance
 
 // moveSlot gives back the slot st's request holds at its instance's limit
 // (no sample: the instance did not answer) and takes one at next's,
-// waiting as admit would; it reports false when next has none to give.
-func (g *Gateway) moveSlot(st *requestState, req *http.Request, next *upstream.Instance) bool {
+// waiting as admit would (a cancel takes the first slot freed for it at
+// any instance of the rotation but the one it leaves: retryElsewhere).
+// It returns the instance whose slot it took, next or that one, and
+// false when none had one to give.
+func (g *Gateway) moveSlot(st *requestState, req *http.Request, next *upstream.Instance) (*upstream.Instance, bool) {
 	if !st.slot {
-		return true
+		return next, true
 	}
 	who, c := overload.Client(st.client), requestClass(st)
 	st.slotCtl.Release(who, c, time.Time{}, 0, false)
 	st.slot, st.slotCtl = false, nil
-	if ok, _ := next.Controller.Acquire(req.Context(), c, who); !ok {
-		return false
+	var away overload.Elsewhere
+	var re *retryElsewhere
+	if c == overload.Cancel {
+		re = &retryElsewhere{prev: st.inst, next: next, who: who}
+		away = re
+	}
+	ok, moved, _ := next.Controller.AcquireOr(req.Context(), c, who, away)
+	if !ok {
+		return next, false
+	}
+	if moved {
+		next = re.next
 	}
 	st.slot, st.slotCtl = true, next.Controller
+	return next, true
+}
+
+// retryElsewhere is where a cancel moved off prev, waiting at next's
+// limit, may take a slot instead (overload.Elsewhere): another instance
+// of the rotation, not prev, that frees one first, as cancelElsewhere
+// for a cancel's first instance.
+type retryElsewhere struct {
+	prev, next *upstream.Instance
+	who        overload.Client
+}
+
+// Watch returns the channel closed when an instance of the service may
+// have a slot for a cancel.
+func (e *retryElsewhere) Watch() <-chan struct{} { return e.next.Service().Watch() }
+
+// Take takes a slot for the cancel at an instance of the rotation, not
+// prev nor next, that has one for it now, and counts the request there.
+func (e *retryElsewhere) Take() bool {
+	who, prev := e.who, e.prev
+	inst := e.next.Service().TakeOther(e.next,
+		func(in *upstream.Instance) bool { return in != prev && in.Controller.Room(overload.Cancel, who) },
+		func(in *upstream.Instance) bool { return in.Controller.TryAcquire(overload.Cancel, who) })
+	if inst == nil {
+		return false
+	}
+	e.next = inst
 	return true
 }
 

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -1278,6 +1279,110 @@ func TestRetryBudgetClientShare(t *testing.T) {
 			}
 			if got, want := svc.Counts().Retries, map[bool]uint64{true: 3, false: 2}[tc.moved]; got != want {
 				t.Errorf("%d retries, want %d", got, want)
+			}
+		})
+	}
+}
+
+// TestRetriedCancelTakesASlotFreedElsewhere: a cancel whose connect an
+// instance refused is moved to another; with every other instance's
+// limit and headroom full it waits at the one drawn, and a slot another
+// freed first went to nobody while it waited its class's wait and was
+// shed 503. It takes the first slot freed for it anywhere in the
+// rotation but the instance it left. r refuses connections (weight
+// 1000: the cancel is drawn there), a and b (fixed limit 4, headroom 1)
+// each hold four reads and a cancel of other clients.
+func TestRetriedCancelTakesASlotFreedElsewhere(t *testing.T) {
+	for _, tc := range []struct{ name, path, freed string }{
+		{"one order, a read freed", "/api/v1/odr/orders/2/", "GET"},
+		{"two orders, a cancel freed", "/api/v1/odr/orders/2,3/", "DELETE"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			type hold struct {
+				at, method string
+				release    chan struct{}
+			}
+			held := make(chan hold, 16)
+			var holds []hold
+			var cancels [2]atomic.Int64
+			var urls []config.URL
+			for i, name := range []string{"a", "b"} {
+				s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					if r.Method == http.MethodGet || r.URL.Path == "/api/v1/odr/orders/1/" {
+						h := hold{name, r.Method, make(chan struct{})}
+						held <- h
+						<-h.release
+						return
+					}
+					cancels[i].Add(1)
+					w.WriteHeader(http.StatusOK)
+				}))
+				t.Cleanup(s.Close)
+				urls = append(urls, config.MustURL(s.URL))
+			}
+			refused := config.MustURL("http://" + unreachable.Refused(t))
+			e := startEnv(t, func(c *config.Config) {
+				c.Upstream.URLs = append(slices.Clone(urls), refused)
+				c.Upstream.Outlier.ConsecutiveConnectFailures = 0 // keep the refusing instance in the rotation
+				c.ClientIP.TrustedProxies = []config.Prefix{{Prefix: mustPrefix("127.0.0.0/8")}}
+				c.Overload.FixedLimit = 4 // and a headroom of 1 for cancels
+				c.Overload.MaxWait.MarketData = 0
+				c.Overload.MaxWait.Cancel = 2 * time.Second // what a cancel waits at a full instance
+			})
+			t.Cleanup(func() { // before the gateway's shutdown waits for them
+				for _, h := range holds {
+					if h.release != nil {
+						close(h.release)
+					}
+				}
+			})
+			svc := e.gw.fleet.Service("")
+			for i := range urls { // each instance alone in turn: four reads and a cancel fill it
+				svc.Update([]upstream.Endpoint{{URL: urls[i].URL}})
+				for j := range 5 {
+					method, path := "GET", "/api/v1/mkt/markets/"
+					if j == 4 {
+						method, path = "DELETE", "/api/v1/odr/orders/1/"
+					}
+					from := fmt.Sprintf("10.0.%d.%d", i, j+1)
+					go func() {
+						res := do(t, method, e.url+path, nil, "Authorization", "Bearer t0ken", "X-Forwarded-For", from)
+						res.Body.Close()
+					}()
+					holds = append(holds, <-held)
+				}
+			}
+			svc.Update([]upstream.Endpoint{{URL: refused.URL, Weight: 1000}, {URL: urls[0].URL}, {URL: urls[1].URL}})
+			var insts []*upstream.Instance // a and b
+			for _, inst := range svc.Instances() {
+				if inst.URL.String() != refused.URL.String() {
+					insts = append(insts, inst)
+				}
+			}
+			answered := make(chan int, 1)
+			go func() {
+				res := do(t, "DELETE", e.url+tc.path, nil, "Authorization", "Bearer t0ken", "X-Forwarded-For", "10.0.9.9")
+				io.Copy(io.Discard, res.Body)
+				res.Body.Close()
+				answered <- res.StatusCode
+			}()
+			at := waitQueued(t, insts)
+			other := []string{"a", "b"}[1-at]
+			for k, h := range holds { // let one request of the other instance go
+				if h.at == other && h.method == tc.freed {
+					close(h.release)
+					holds[k].release = nil
+					break
+				}
+			}
+			if code := <-answered; code != http.StatusOK {
+				t.Errorf("the retried cancel waiting at %s answered %d with a slot freed at %s, want 200", []string{"a", "b"}[at], code, other)
+			}
+			if got := cancels[1-at].Load(); got != 1 {
+				t.Errorf("instance %s received %d cancels, want 1", other, got)
+			}
+			if got := svc.Counts().Retries; got != 1 {
+				t.Errorf("%d retries, want 1: the cancel did not meet the refusing instance", got)
 			}
 		})
 	}
