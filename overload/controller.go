@@ -173,11 +173,12 @@ func New(o Options) *Controller {
 
 // Configure replaces the options. The limit is kept within the new floor
 // and ceiling (or set to a new fixed limit); waiters keep the wait they
-// started with.
+// started with. A limit that leaves room for a cancel once its waiters
+// are served calls OnRoom, as Release does: a cancel waiting at another
+// instance may take it.
 func (l *Controller) Configure(o Options) {
 	o.normalise()
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	first := l.now == nil
 	l.o = o
 	l.now = o.Now
@@ -197,7 +198,11 @@ func (l *Controller) Configure(o Options) {
 		}
 	}
 	l.publish()
-	l.grant()
+	onRoom := l.granted()
+	l.mu.Unlock()
+	if onRoom != nil && !first {
+		onRoom()
+	}
 }
 
 // Limit returns the current limit.

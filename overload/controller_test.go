@@ -850,3 +850,35 @@ func TestCancelsSheddingEndsWithTheirQueue(t *testing.T) {
 		})
 	}
 }
+
+// TestConfigureCallsOnRoom: a new limit that leaves room for a cancel
+// calls OnRoom, as a Release does (a cancel waiting at another instance
+// may take it); one that leaves none does not, nor does New.
+func TestConfigureCallsOnRoom(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		fixed int
+		rooms int64
+	}{
+		{"a limit with room", 4, 1},
+		{"a limit as full", 1, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var rooms atomic.Int64
+			onRoom := func() { rooms.Add(1) }
+			l := New(Options{Fixed: 1, OnRoom: onRoom})
+			for i := range 2 { // the limit and the headroom
+				if !l.TryAcquire(Cancel, Client(i+1)) {
+					t.Fatal("no slot")
+				}
+			}
+			if rooms.Load() != 0 {
+				t.Fatalf("OnRoom called %d times by New and TryAcquire", rooms.Load())
+			}
+			l.Configure(Options{Fixed: tc.fixed, OnRoom: onRoom})
+			if got := rooms.Load(); got != tc.rooms {
+				t.Errorf("OnRoom called %d times, want %d", got, tc.rooms)
+			}
+		})
+	}
+}

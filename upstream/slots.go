@@ -30,8 +30,9 @@ func (s *Service) overloadOf(multiplexed bool) overload.Options {
 }
 
 // Watch returns a channel closed when an instance of the service may
-// have a slot free for a cancel (its Controller's OnRoom after Watch, or
-// an instance entering the rotation): for a cancel waiting at a full
+// have a slot free for a cancel (its Controller's OnRoom after Watch: a
+// release, or a limit raised by Configure; or an instance entering the
+// rotation): for a cancel waiting at a full
 // instance, which then tries TakeOther (overload.Elsewhere).
 func (s *Service) Watch() <-chan struct{} {
 	s.roomMu.Lock()
