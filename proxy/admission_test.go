@@ -11,6 +11,7 @@ import (
 
 	"github.com/exgate/exgate/config"
 	"github.com/exgate/exgate/ratelimit"
+	"github.com/exgate/exgate/upstream"
 )
 
 // TestOverloadShedsByPriority fills a fixed limit of one slot with a
@@ -530,6 +531,78 @@ func TestCancelWithRoomNotShedOnArrival(t *testing.T) {
 	}
 }
 
+// heldCancels is a gateway at a fixed limit of 4 and a cancels'
+// headroom of 1, whose backend keeps each read of the market list and
+// each cancel of order 1 until the test lets it go: the set-up of the
+// tests of cancels shed on arrival.
+type heldCancels struct {
+	t     *testing.T
+	e     *env
+	inst  *upstream.Instance
+	held  chan chan struct{}
+	holds []chan struct{} // each held request's release, nil once let go
+	n     int             // the clients hold made up
+}
+
+// newHeldCancels starts a heldCancels whose cancels wait at most
+// cancelWait for a slot.
+func newHeldCancels(t *testing.T, cancelWait time.Duration) *heldCancels {
+	h := &heldCancels{t: t, held: make(chan chan struct{}, 16)}
+	h.e = startEnv(t, func(c *config.Config) {
+		c.ClientIP.TrustedProxies = []config.Prefix{{Prefix: mustPrefix("127.0.0.0/8")}}
+		c.Overload.FixedLimit = 4 // and a headroom of 1 for cancels
+		c.Overload.MaxWait.Cancel = cancelWait
+		c.Overload.ShedDelay = 0
+	})
+	h.e.backend.handler = func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/api/v1/mkt/markets/" || r.URL.Path == "/api/v1/odr/orders/1/" {
+			release := make(chan struct{})
+			h.held <- release
+			<-release
+		}
+		w.WriteHeader(http.StatusOK)
+	}
+	t.Cleanup(func() { // before the gateway's shutdown waits for them
+		for _, r := range h.holds {
+			if r != nil {
+				close(r)
+			}
+		}
+	})
+	h.inst = h.e.gw.fleet.Service("").Instances()[0]
+	return h
+}
+
+// send sends a request of the client at address from, and returns the
+// channel its status arrives on.
+func (h *heldCancels) send(method, path, from string) <-chan int {
+	code := make(chan int, 1)
+	go func() {
+		res := do(h.t, method, h.e.url+path, nil, "Authorization", "Bearer t0ken", "X-Forwarded-For", from)
+		io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		code <- res.StatusCode
+	}()
+	return code
+}
+
+// hold sends a request the backend keeps, of the client at from or, ""
+// a new client, and returns once the backend holds it.
+func (h *heldCancels) hold(method, path, from string) {
+	if from == "" {
+		h.n++
+		from = fmt.Sprintf("10.0.1.%d", h.n)
+	}
+	h.send(method, path, from)
+	h.holds = append(h.holds, <-h.held)
+}
+
+// letGo lets the k-th held request go.
+func (h *heldCancels) letGo(k int) {
+	close(h.holds[k])
+	h.holds[k] = nil
+}
+
 // TestCancelNotShedAfterTheSurge: the shed probability a burst of
 // cancels waiting in vain raised (+1/8 of what is left each) fell by
 // 1/512 a cancel served: 1729 cancels after one wasted wait, 2564 after
@@ -547,83 +620,39 @@ func TestCancelNotShedAfterTheSurge(t *testing.T) {
 		{"two orders", "/api/v1/odr/orders/2,3/"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			held := make(chan chan struct{}, 16)
-			var holds []chan struct{} // each held request's release, nil once let go
-			e := startEnv(t, func(c *config.Config) {
-				c.ClientIP.TrustedProxies = []config.Prefix{{Prefix: mustPrefix("127.0.0.0/8")}}
-				c.Overload.FixedLimit = 4 // and a headroom of 1 for cancels
-				c.Overload.MaxWait.Cancel = time.Second
-				c.Overload.ShedDelay = 0
-			})
-			e.backend.handler = func(w http.ResponseWriter, r *http.Request) {
-				if r.URL.Path == "/api/v1/mkt/markets/" || r.URL.Path == "/api/v1/odr/orders/1/" {
-					release := make(chan struct{})
-					held <- release
-					<-release
-				}
-				w.WriteHeader(http.StatusOK)
-			}
-			t.Cleanup(func() { // before the gateway's shutdown waits for them
-				for _, h := range holds {
-					if h != nil {
-						close(h)
-					}
-				}
-			})
-			send := func(method, path, from string) <-chan int {
-				code := make(chan int, 1)
-				go func() {
-					res := do(t, method, e.url+path, nil, "Authorization", "Bearer t0ken", "X-Forwarded-For", from)
-					io.Copy(io.Discard, res.Body)
-					res.Body.Close()
-					code <- res.StatusCode
-				}()
-				return code
-			}
-			n := 0
-			hold := func(method, path string) { // a request of a new client the backend keeps
-				n++
-				send(method, path, fmt.Sprintf("10.0.1.%d", n))
-				holds = append(holds, <-held)
-			}
-			letGo := func(k int) {
-				close(holds[k])
-				holds[k] = nil
-			}
-			send("GET", "/api/v1/mkt/markets/", "10.0.0.50") // the trader's read, holds[0]
-			holds = append(holds, <-held)
+			h := newHeldCancels(t, time.Second)
+			h.hold("GET", "/api/v1/mkt/markets/", "10.0.0.50") // the trader's read, holds[0]
 			for range 3 {
-				hold("GET", "/api/v1/mkt/markets/")
+				h.hold("GET", "/api/v1/mkt/markets/", "")
 			}
-			hold("DELETE", "/api/v1/odr/orders/1/") // the headroom
+			h.hold("DELETE", "/api/v1/odr/orders/1/", "") // the headroom
 			var burst []<-chan int
 			for i := range 8 { // the burst: each waits its second in vain
-				burst = append(burst, send("DELETE", "/api/v1/odr/orders/1/", fmt.Sprintf("10.0.2.%d", i)))
+				burst = append(burst, h.send("DELETE", "/api/v1/odr/orders/1/", fmt.Sprintf("10.0.2.%d", i)))
 			}
 			for i, code := range burst {
 				if c := <-code; c != http.StatusServiceUnavailable {
 					t.Fatalf("cancel %d of the burst answered %d, want 503", i, c)
 				}
 			}
-			for k := 1; k < len(holds); k++ { // the surge is over: only the trader's read is under way
-				letGo(k)
+			for k := 1; k < len(h.holds); k++ { // the surge is over: only the trader's read is under way
+				h.letGo(k)
 			}
 			for i := range 4 { // served at once
-				if c := <-send("GET", "/api/v1/mkt/currencies/", fmt.Sprintf("10.0.3.%d", i)); c != http.StatusOK {
+				if c := <-h.send("GET", "/api/v1/mkt/currencies/", fmt.Sprintf("10.0.3.%d", i)); c != http.StatusOK {
 					t.Fatalf("a read after the surge answered %d", c)
 				}
 			}
 			for range 3 { // the limit and the headroom held again
-				hold("GET", "/api/v1/mkt/markets/")
+				h.hold("GET", "/api/v1/mkt/markets/", "")
 			}
-			hold("DELETE", "/api/v1/odr/orders/1/")
-			inst := e.gw.fleet.Service("").Instances()[0]
+			h.hold("DELETE", "/api/v1/odr/orders/1/", "")
 			shed := 0
 			for range 16 {
-				code := send("DELETE", tc.path, "10.0.0.50")
+				code := h.send("DELETE", tc.path, "10.0.0.50")
 				for deadline := time.Now().Add(time.Minute); ; time.Sleep(time.Millisecond) {
-					if inst.Controller.Waiting() == 1 { // it waits: a held cancel goes, the trader's takes its slot
-						letGo(len(holds) - 1)
+					if h.inst.Controller.Waiting() == 1 { // it waits: a held cancel goes, the trader's takes its slot
+						h.letGo(len(h.holds) - 1)
 						break
 					}
 					if len(code) == 1 || time.Now().After(deadline) {
@@ -632,8 +661,8 @@ func TestCancelNotShedAfterTheSurge(t *testing.T) {
 				}
 				switch c := <-code; c {
 				case http.StatusOK:
-					if holds[len(holds)-1] == nil {
-						hold("DELETE", "/api/v1/odr/orders/1/")
+					if h.holds[len(h.holds)-1] == nil {
+						h.hold("DELETE", "/api/v1/odr/orders/1/", "")
 					}
 				case http.StatusServiceUnavailable:
 					shed++
@@ -667,65 +696,23 @@ func TestOtherClientsCancelsDoNotShedATradersOnArrival(t *testing.T) {
 		{"two orders", "/api/v1/odr/orders/2,3/"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			held := make(chan chan struct{}, 16)
-			var holds []chan struct{} // each held request's release, nil once let go
-			e := startEnv(t, func(c *config.Config) {
-				c.ClientIP.TrustedProxies = []config.Prefix{{Prefix: mustPrefix("127.0.0.0/8")}}
-				c.Overload.FixedLimit = 4 // and a headroom of 1 for cancels
-				c.Overload.MaxWait.Cancel = 2 * time.Second
-				c.Overload.ShedDelay = 0
-			})
-			e.backend.handler = func(w http.ResponseWriter, r *http.Request) {
-				if r.URL.Path == "/api/v1/mkt/markets/" || r.URL.Path == "/api/v1/odr/orders/1/" {
-					release := make(chan struct{})
-					held <- release
-					<-release
-				}
-				w.WriteHeader(http.StatusOK)
-			}
-			t.Cleanup(func() { // before the gateway's shutdown waits for them
-				for _, h := range holds {
-					if h != nil {
-						close(h)
-					}
-				}
-			})
-			send := func(method, path, from string) <-chan int {
-				code := make(chan int, 1)
-				go func() {
-					res := do(t, method, e.url+path, nil, "Authorization", "Bearer t0ken", "X-Forwarded-For", from)
-					io.Copy(io.Discard, res.Body)
-					res.Body.Close()
-					code <- res.StatusCode
-				}()
-				return code
-			}
-			n := 0
-			hold := func(method, path, from string) { // a request the backend keeps
-				if from == "" {
-					n++
-					from = fmt.Sprintf("10.0.1.%d", n)
-				}
-				send(method, path, from)
-				holds = append(holds, <-held)
-			}
-			hold("GET", "/api/v1/mkt/markets/", "10.0.0.50")    // the trader's read
-			hold("DELETE", "/api/v1/odr/orders/1/", "10.0.9.9") // the spammer's
+			h := newHeldCancels(t, 2*time.Second)
+			h.hold("GET", "/api/v1/mkt/markets/", "10.0.0.50")    // the trader's read
+			h.hold("DELETE", "/api/v1/odr/orders/1/", "10.0.9.9") // the spammer's
 			for range 2 {
-				hold("GET", "/api/v1/mkt/markets/", "")
+				h.hold("GET", "/api/v1/mkt/markets/", "")
 			}
-			hold("DELETE", "/api/v1/odr/orders/1/", "") // the headroom
-			inst := e.gw.fleet.Service("").Instances()[0]
+			h.hold("DELETE", "/api/v1/odr/orders/1/", "") // the headroom
 			waitFor := func(waiting int) {
-				for deadline := time.Now().Add(time.Minute); inst.Controller.Waiting() != waiting; time.Sleep(time.Millisecond) {
+				for deadline := time.Now().Add(time.Minute); h.inst.Controller.Waiting() != waiting; time.Sleep(time.Millisecond) {
 					if time.Now().After(deadline) { // only bounds a hang
-						t.Fatalf("%d waiting, want %d", inst.Controller.Waiting(), waiting)
+						t.Fatalf("%d waiting, want %d", h.inst.Controller.Waiting(), waiting)
 					}
 				}
 			}
 			var burst []<-chan int
 			for range 8 { // the spammer's cancels wait in vain: the probability is up
-				burst = append(burst, send("DELETE", "/api/v1/odr/orders/7/", "10.0.9.9"))
+				burst = append(burst, h.send("DELETE", "/api/v1/odr/orders/7/", "10.0.9.9"))
 				waitFor(len(burst))
 			}
 			for _, code := range burst {
@@ -733,9 +720,9 @@ func TestOtherClientsCancelsDoNotShedATradersOnArrival(t *testing.T) {
 					t.Fatalf("a cancel of the burst answered %d", c)
 				}
 			}
-			for deadline := time.Now().Add(time.Minute); inst.Controller.Waiting() < 2; { // two of them wait while the trader cancels
-				code := send("DELETE", "/api/v1/odr/orders/7/", "10.0.9.9") // or is shed on arrival
-				for w := inst.Controller.Waiting(); len(code) == 0 && inst.Controller.Waiting() == w; time.Sleep(time.Millisecond) {
+			for deadline := time.Now().Add(time.Minute); h.inst.Controller.Waiting() < 2; { // two of them wait while the trader cancels
+				code := h.send("DELETE", "/api/v1/odr/orders/7/", "10.0.9.9") // or is shed on arrival
+				for w := h.inst.Controller.Waiting(); len(code) == 0 && h.inst.Controller.Waiting() == w; time.Sleep(time.Millisecond) {
 				}
 				if time.Now().After(deadline) { // only bounds a hang
 					t.Fatal("the spammer's cancels do not wait")
@@ -743,18 +730,16 @@ func TestOtherClientsCancelsDoNotShedATradersOnArrival(t *testing.T) {
 			}
 			shed := 0
 			for range 8 {
-				code := send("DELETE", tc.path, "10.0.0.50")
+				code := h.send("DELETE", tc.path, "10.0.0.50")
 				for deadline := time.Now().Add(time.Minute); len(code) == 0 && time.Now().Before(deadline); time.Sleep(time.Millisecond) {
-					if inst.Controller.Waiting() == 3 { // it waits: the last held request goes, its slot the trader's
-						k := len(holds) - 1
-						close(holds[k])
-						holds[k] = nil
+					if h.inst.Controller.Waiting() == 3 { // it waits: the last held request goes, its slot the trader's
+						h.letGo(len(h.holds) - 1)
 						break
 					}
 				}
 				switch c := <-code; c {
 				case http.StatusOK:
-					hold("DELETE", "/api/v1/odr/orders/1/", "") // the headroom held again
+					h.hold("DELETE", "/api/v1/odr/orders/1/", "") // the headroom held again
 				case http.StatusServiceUnavailable:
 					shed++
 				default:
