@@ -160,8 +160,8 @@ func outcomeOf(st *requestState) upstream.Outcome {
 		return upstream.Success
 	case st.upErr == nil || st.abandoned:
 		return upstream.Abandoned
-	case upstream.NothingSent(st.upErr) || upstream.HandshakeRefused(st.upErr):
-		return upstream.ConnectFailure // the instance never took it: a refused connect or TLS handshake
+	case upstream.NeverTaken(st.upErr):
+		return upstream.ConnectFailure // a refused connect or TLS handshake
 	}
 	return upstream.ServerError
 }

@@ -33,7 +33,7 @@ func (t serviceTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	res, err := t.rt.RoundTrip(out)
 	k := KindOf(req.Method)
 	switch {
-	case err != nil && (NothingSent(err) || HandshakeRefused(err)):
+	case err != nil && NeverTaken(err):
 		inst.Done(ConnectFailure, k, 0)
 	case err != nil:
 		inst.Done(ServerError, k, 0)

@@ -2,11 +2,13 @@ package upstream
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -20,7 +22,8 @@ import (
 // released (idempotency.NotSent), where it was answered 502 as an outcome
 // unknown and its identifier refused for the retention. A client
 // certificate the instance refuses proves nothing: in TLS 1.3 its alert
-// comes after exgate has written the request.
+// comes after exgate has written the request. Each is a request the
+// instance never took (NeverTaken).
 func TestNothingSentTLS(t *testing.T) {
 	dir := t.TempDir()
 	ca := tlstest.NewCA(t, dir)
@@ -32,11 +35,10 @@ func TestNothingSentTLS(t *testing.T) {
 		c          config.BackendTLS
 		serverName string
 		want       bool
-		refused    bool // HandshakeRefused: the instance sent an alert
 	}{
-		{"the instance's certificate from an unknown authority", config.BackendTLS{CAFile: other.File, CertFile: client.CertFile, KeyFile: client.KeyFile}, "", true, false},
-		{"the instance's certificate for another name", config.BackendTLS{CAFile: ca.File, CertFile: client.CertFile, KeyFile: client.KeyFile}, "elsewhere.test", true, false},
-		{"no client certificate, refused by the instance", config.BackendTLS{CAFile: ca.File}, "", false, true},
+		{"the instance's certificate from an unknown authority", config.BackendTLS{CAFile: other.File, CertFile: client.CertFile, KeyFile: client.KeyFile}, "", true},
+		{"the instance's certificate for another name", config.BackendTLS{CAFile: ca.File, CertFile: client.CertFile, KeyFile: client.KeyFile}, "elsewhere.test", true},
+		{"no client certificate, refused by the instance", config.BackendTLS{CAFile: ca.File}, "", false},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			ct, err := LoadClientTLS(tt.c, "upstream.tls", tt.serverName, nil)
@@ -55,8 +57,8 @@ func TestNothingSentTLS(t *testing.T) {
 			if got := NothingSent(err); got != tt.want {
 				t.Errorf("NothingSent(%v) = %v, want %v", err, got, tt.want)
 			}
-			if got := HandshakeRefused(fmt.Errorf("proxy: %w", err)); got != tt.refused {
-				t.Errorf("HandshakeRefused(%v) = %v, want %v", err, got, tt.refused)
+			if !NeverTaken(fmt.Errorf("proxy: %w", err)) { // a connect failure to outlier detection
+				t.Errorf("NeverTaken(%v) = false, want true", err)
 			}
 		})
 	}
@@ -93,5 +95,29 @@ func TestNothingSentHandshakeTimeout(t *testing.T) {
 	}
 	if NothingSent(context.DeadlineExceeded) {
 		t.Error("NothingSent(context.DeadlineExceeded) = true: a deadline says nothing of where the round trip was")
+	}
+}
+
+// TestNeverTaken: outlier detection counts as a connect failure what
+// the instance never took, the closed connection included that a TLS
+// 1.3 alert, read while the request was being written, leaves as the
+// round trip's error; an answer cut short is a server error.
+func TestNeverTaken(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"connection refused", &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}, true},
+		{"the instance's alert", &net.OpError{Op: "remote error", Err: errors.New("tls: certificate required")}, true},
+		{"the write on the connection the Transport closed", fmt.Errorf("wrapped: %w", &net.OpError{Op: "write", Net: "tcp", Err: net.ErrClosed}), true},
+		{"the answer cut short", io.ErrUnexpectedEOF, false},
+		{"the connection reset", &net.OpError{Op: "read", Net: "tcp", Err: syscall.ECONNRESET}, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := NeverTaken(tt.err); got != tt.want {
+				t.Errorf("NeverTaken(%v) = %v, want %v", tt.err, got, tt.want)
+			}
+		})
 	}
 }
