@@ -1120,6 +1120,100 @@ func TestRetriedCancelGoesWhereThereIsRoom(t *testing.T) {
 	}
 }
 
+// fullPair is two backend instances, a and b, that keep every read and
+// every cancel of order 1 until the test lets it go, and count the other
+// cancels they answer: the set-up of the tests of a cancel waiting at a
+// full instance while a slot is freed at the other.
+type fullPair struct {
+	t       *testing.T
+	urls    []config.URL
+	held    chan heldAt
+	holds   []heldAt
+	cancels [2]atomic.Int64 // the cancels a and b answered
+}
+
+// heldAt is a request an instance of a fullPair keeps: the instance, the
+// method, and the channel whose close lets it go (nil once let go).
+type heldAt struct {
+	at, method string
+	release    chan struct{}
+}
+
+// newFullPair starts a fullPair's instances.
+func newFullPair(t *testing.T) *fullPair {
+	p := &fullPair{t: t, held: make(chan heldAt, 16)}
+	for i, name := range []string{"a", "b"} {
+		s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Method == http.MethodGet || r.URL.Path == "/api/v1/odr/orders/1/" {
+				h := heldAt{name, r.Method, make(chan struct{})}
+				p.held <- h
+				<-h.release
+				return
+			}
+			p.cancels[i].Add(1)
+			w.WriteHeader(http.StatusOK)
+		}))
+		t.Cleanup(s.Close)
+		p.urls = append(p.urls, config.MustURL(s.URL))
+	}
+	return p
+}
+
+// fill fills each instance through e, the gateway at a fixed limit of 4
+// and a headroom of 1, with four reads and a cancel of other clients,
+// svc's rotation set to each instance alone in turn; the requests are
+// let go when the test ends, before the gateway's shutdown waits for
+// them.
+func (p *fullPair) fill(e *env, svc *upstream.Service) {
+	t := p.t
+	t.Cleanup(func() {
+		for _, h := range p.holds {
+			if h.release != nil {
+				close(h.release)
+			}
+		}
+	})
+	for i := range p.urls {
+		svc.Update([]upstream.Endpoint{{URL: p.urls[i].URL}})
+		for j := range 5 {
+			method, path := "GET", "/api/v1/mkt/markets/"
+			if j == 4 {
+				method, path = "DELETE", "/api/v1/odr/orders/1/"
+			}
+			from := fmt.Sprintf("10.0.%d.%d", i, j+1)
+			go func() {
+				res := do(t, method, e.url+path, nil, "Authorization", "Bearer t0ken", "X-Forwarded-For", from)
+				res.Body.Close()
+			}()
+			p.holds = append(p.holds, <-p.held)
+		}
+	}
+}
+
+// cancel sends the trader's cancel of path through e and returns the
+// channel its status arrives on.
+func (p *fullPair) cancel(e *env, path string) <-chan int {
+	answered := make(chan int, 1)
+	go func() {
+		res := do(p.t, "DELETE", e.url+path, nil, "Authorization", "Bearer t0ken", "X-Forwarded-For", "10.0.9.9")
+		io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		answered <- res.StatusCode
+	}()
+	return answered
+}
+
+// letGo lets go one request of method that instance at keeps.
+func (p *fullPair) letGo(at, method string) {
+	for k, h := range p.holds {
+		if h.at == at && h.method == method && h.release != nil {
+			close(h.release)
+			p.holds[k].release = nil
+			return
+		}
+	}
+}
+
 // TestQueuedCancelTakesASlotFreedElsewhere: with every instance's limit
 // and cancels' headroom full, a cancel waits at the instance chosen for
 // it; a slot another instance freed first went to nobody, and the
@@ -1134,28 +1228,8 @@ func TestQueuedCancelTakesASlotFreedElsewhere(t *testing.T) {
 		{"two orders, a cancel freed", "/api/v1/odr/orders/2,3/", "DELETE"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			type hold struct {
-				at, method string
-				release    chan struct{}
-			}
-			held := make(chan hold, 16)
-			var holds []hold
-			var cancels [2]atomic.Int64
-			var urls []config.URL
-			for i, name := range []string{"a", "b"} {
-				s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-					if r.Method == http.MethodGet || r.URL.Path == "/api/v1/odr/orders/1/" {
-						h := hold{name, r.Method, make(chan struct{})}
-						held <- h
-						<-h.release
-						return
-					}
-					cancels[i].Add(1)
-					w.WriteHeader(http.StatusOK)
-				}))
-				t.Cleanup(s.Close)
-				urls = append(urls, config.MustURL(s.URL))
-			}
+			p := newFullPair(t)
+			urls := p.urls
 			e := startEnv(t, func(c *config.Config) {
 				c.Upstream.URLs = urls
 				c.ClientIP.TrustedProxies = []config.Prefix{{Prefix: mustPrefix("127.0.0.0/8")}}
@@ -1163,51 +1237,18 @@ func TestQueuedCancelTakesASlotFreedElsewhere(t *testing.T) {
 				c.Overload.MaxWait.MarketData = 0
 				c.Overload.MaxWait.Cancel = 2 * time.Second // what a cancel waits at a full instance
 			})
-			t.Cleanup(func() { // before the gateway's shutdown waits for them
-				for _, h := range holds {
-					if h.release != nil {
-						close(h.release)
-					}
-				}
-			})
 			svc := e.gw.fleet.Service("")
-			for i := range urls { // each instance alone in turn: four reads and a cancel fill it
-				svc.Update([]upstream.Endpoint{{URL: urls[i].URL}})
-				for j := range 5 {
-					method, path := "GET", "/api/v1/mkt/markets/"
-					if j == 4 {
-						method, path = "DELETE", "/api/v1/odr/orders/1/"
-					}
-					from := fmt.Sprintf("10.0.%d.%d", i, j+1)
-					go func() {
-						res := do(t, method, e.url+path, nil, "Authorization", "Bearer t0ken", "X-Forwarded-For", from)
-						res.Body.Close()
-					}()
-					holds = append(holds, <-held)
-				}
-			}
+			p.fill(e, svc)
 			svc.Update([]upstream.Endpoint{{URL: urls[0].URL}, {URL: urls[1].URL}})
 			insts := svc.Instances()
-			answered := make(chan int, 1)
-			go func() {
-				res := do(t, "DELETE", e.url+tc.path, nil, "Authorization", "Bearer t0ken", "X-Forwarded-For", "10.0.9.9")
-				io.Copy(io.Discard, res.Body)
-				res.Body.Close()
-				answered <- res.StatusCode
-			}()
+			answered := p.cancel(e, tc.path)
 			at := waitQueued(t, insts)
 			other := []string{"a", "b"}[1-at]
-			for k, h := range holds { // let one request of the other instance go
-				if h.at == other && h.method == tc.freed {
-					close(h.release)
-					holds[k].release = nil
-					break
-				}
-			}
+			p.letGo(other, tc.freed) // one request of the other instance
 			if code := <-answered; code != http.StatusOK {
 				t.Errorf("the cancel waiting at %s answered %d with a slot freed at %s, want 200", []string{"a", "b"}[at], code, other)
 			}
-			if got := cancels[1-at].Load(); got != 1 {
+			if got := p.cancels[1-at].Load(); got != 1 {
 				t.Errorf("instance %s received %d cancels, want 1", other, got)
 			}
 		})
@@ -1298,28 +1339,8 @@ func TestRetriedCancelTakesASlotFreedElsewhere(t *testing.T) {
 		{"two orders, a cancel freed", "/api/v1/odr/orders/2,3/", "DELETE"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			type hold struct {
-				at, method string
-				release    chan struct{}
-			}
-			held := make(chan hold, 16)
-			var holds []hold
-			var cancels [2]atomic.Int64
-			var urls []config.URL
-			for i, name := range []string{"a", "b"} {
-				s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-					if r.Method == http.MethodGet || r.URL.Path == "/api/v1/odr/orders/1/" {
-						h := hold{name, r.Method, make(chan struct{})}
-						held <- h
-						<-h.release
-						return
-					}
-					cancels[i].Add(1)
-					w.WriteHeader(http.StatusOK)
-				}))
-				t.Cleanup(s.Close)
-				urls = append(urls, config.MustURL(s.URL))
-			}
+			p := newFullPair(t)
+			urls := p.urls
 			refused := config.MustURL("http://" + unreachable.Refused(t))
 			e := startEnv(t, func(c *config.Config) {
 				c.Upstream.URLs = append(slices.Clone(urls), refused)
@@ -1329,29 +1350,8 @@ func TestRetriedCancelTakesASlotFreedElsewhere(t *testing.T) {
 				c.Overload.MaxWait.MarketData = 0
 				c.Overload.MaxWait.Cancel = 2 * time.Second // what a cancel waits at a full instance
 			})
-			t.Cleanup(func() { // before the gateway's shutdown waits for them
-				for _, h := range holds {
-					if h.release != nil {
-						close(h.release)
-					}
-				}
-			})
 			svc := e.gw.fleet.Service("")
-			for i := range urls { // each instance alone in turn: four reads and a cancel fill it
-				svc.Update([]upstream.Endpoint{{URL: urls[i].URL}})
-				for j := range 5 {
-					method, path := "GET", "/api/v1/mkt/markets/"
-					if j == 4 {
-						method, path = "DELETE", "/api/v1/odr/orders/1/"
-					}
-					from := fmt.Sprintf("10.0.%d.%d", i, j+1)
-					go func() {
-						res := do(t, method, e.url+path, nil, "Authorization", "Bearer t0ken", "X-Forwarded-For", from)
-						res.Body.Close()
-					}()
-					holds = append(holds, <-held)
-				}
-			}
+			p.fill(e, svc)
 			svc.Update([]upstream.Endpoint{{URL: refused.URL, Weight: 1000}, {URL: urls[0].URL}, {URL: urls[1].URL}})
 			var insts []*upstream.Instance // a and b
 			for _, inst := range svc.Instances() {
@@ -1359,26 +1359,14 @@ func TestRetriedCancelTakesASlotFreedElsewhere(t *testing.T) {
 					insts = append(insts, inst)
 				}
 			}
-			answered := make(chan int, 1)
-			go func() {
-				res := do(t, "DELETE", e.url+tc.path, nil, "Authorization", "Bearer t0ken", "X-Forwarded-For", "10.0.9.9")
-				io.Copy(io.Discard, res.Body)
-				res.Body.Close()
-				answered <- res.StatusCode
-			}()
+			answered := p.cancel(e, tc.path)
 			at := waitQueued(t, insts)
 			other := []string{"a", "b"}[1-at]
-			for k, h := range holds { // let one request of the other instance go
-				if h.at == other && h.method == tc.freed {
-					close(h.release)
-					holds[k].release = nil
-					break
-				}
-			}
+			p.letGo(other, tc.freed) // one request of the other instance
 			if code := <-answered; code != http.StatusOK {
 				t.Errorf("the retried cancel waiting at %s answered %d with a slot freed at %s, want 200", []string{"a", "b"}[at], code, other)
 			}
-			if got := cancels[1-at].Load(); got != 1 {
+			if got := p.cancels[1-at].Load(); got != 1 {
 				t.Errorf("instance %s received %d cancels, want 1", other, got)
 			}
 			if got := svc.Counts().Retries; got != 1 {
