@@ -638,6 +638,13 @@ func TestCancelNotShedAfterTheSurge(t *testing.T) {
 			for k := 1; k < len(h.holds); k++ { // the surge is over: only the trader's read is under way
 				h.letGo(k)
 			}
+			// Once their slots are given back: a request let go still holds
+			// its slot until its answer has been relayed.
+			for deadline := time.Now().Add(time.Minute); h.inst.Controller.InFlight() != 1; time.Sleep(time.Millisecond) {
+				if time.Now().After(deadline) { // only bounds a hang
+					t.Fatalf("%d requests under way after the surge, want the trader's read alone", h.inst.Controller.InFlight())
+				}
+			}
 			for i := range 4 { // served at once
 				if c := <-h.send("GET", "/api/v1/mkt/currencies/", fmt.Sprintf("10.0.3.%d", i)); c != http.StatusOK {
 					t.Fatalf("a read after the surge answered %d", c)
