@@ -507,8 +507,14 @@ func TestCancelWithRoomNotShedOnArrival(t *testing.T) {
 			if code := <-cancelled; code != http.StatusOK {
 				t.Fatalf("the held cancel answered %d", code)
 			}
-			send("GET", "/api/v1/mkt/markets/", "10.0.3.1") // a read waits for the limit
 			inst := e.gw.fleet.Service("").Instances()[0]
+			// Once its slot is given back, after its answer was relayed.
+			for deadline := time.Now().Add(time.Minute); inst.Controller.InFlight() != 4; time.Sleep(time.Millisecond) {
+				if time.Now().After(deadline) { // only bounds a hang
+					t.Fatalf("%d requests under way, want the four reads", inst.Controller.InFlight())
+				}
+			}
+			send("GET", "/api/v1/mkt/markets/", "10.0.3.1") // a read waits for the limit
 			for deadline := time.Now().Add(time.Minute); inst.Controller.Waiting() != 1; time.Sleep(time.Millisecond) {
 				if time.Now().After(deadline) { // only bounds a hang
 					t.Fatal("the read does not wait")
