@@ -215,11 +215,8 @@ func (d *Decision) uncharge(answers, others bool) {
 		if o.v.answers && !answers || !o.v.answers && !others {
 			continue
 		}
-		switch o.Fallback {
-		case "":
-			o.Result = o.Result.Uncharged(o.v.limit, d.cost)
-		case config.StoreLocal:
-			o.Result = o.Result.Uncharged(o.v.local, d.cost)
+		if l, ok := o.heldBy(); ok {
+			o.Result = o.Result.Uncharged(l, d.cost)
 		}
 	}
 }
@@ -233,13 +230,24 @@ func (d *Decision) chargeAnswers() {
 		if !o.v.answers || o.Decision != Allowed {
 			continue
 		}
-		switch o.Fallback {
-		case "":
-			o.Result = o.Result.Charged(o.v.limit, d.cost)
-		case config.StoreLocal:
-			o.Result = o.Result.Charged(o.v.local, d.cost)
+		if l, ok := o.heldBy(); ok {
+			o.Result = o.Result.Charged(l, d.cost)
 		}
 	}
+}
+
+// heldBy returns the limit whose state o's Result tells: the store's,
+// or the local fallback's share when the store failed over to it; false
+// for a limit the store could not decide (open or closed), which has no
+// state to tell.
+func (o *Outcome) heldBy() (ratelimit.Limit, bool) {
+	switch o.Fallback {
+	case "":
+		return o.v.limit, true
+	case config.StoreLocal:
+		return o.v.local, true
+	}
+	return ratelimit.Limit{}, false
 }
 
 // outcomeOf returns the recorded outcome of the route's limit i, or nil.
